@@ -1,0 +1,36 @@
+# TileRT-Go. `make demo` runs the main job on the embedded tiny model (CPU);
+# `make test` runs the tests. Both work on a fresh clone.
+GO      ?= go
+BIN     ?= tilert
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X github.com/tilert-go/tilert/internal/buildinfo.Version=$(VERSION) \
+           -X github.com/tilert-go/tilert/internal/buildinfo.Commit=$(COMMIT)
+DEMO    ?= .demo
+
+.PHONY: build test lint bench demo gpu-check clean
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) .
+
+test: lint
+	$(GO) test ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The main job on the embedded default: a tiny synthetic model on the CPU.
+demo: build
+	./scripts/demo.sh ./$(BIN) $(DEMO)
+
+# Every GPU kernel and model check on an NVIDIA GPU (run on the H200).
+gpu-check:
+	./scripts/gpu-check.sh
+
+clean:
+	rm -rf $(BIN) $(DEMO)

@@ -1,0 +1,98 @@
+// Package cliutil holds what every subcommand shares: logging setup,
+// exit codes and how errors with hints are shown.
+package cliutil
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+	"github.com/urfave/cli/v2"
+
+	"github.com/tilert-go/tilert/config"
+)
+
+// Exit codes.
+const (
+	ExitOK       = 0
+	ExitFailure  = 1
+	ExitNotBuilt = 2 // usage errors and roles not built yet
+)
+
+type exitCoder interface{ ExitCode() int }
+
+type codedError struct {
+	error
+	code int
+}
+
+func (e *codedError) ExitCode() int { return e.code }
+func (e *codedError) Unwrap() error { return e.error }
+
+// WithExitCode marks err so main exits with code.
+func WithExitCode(err error, code int) error {
+	if err == nil {
+		return nil
+	}
+	return &codedError{error: err, code: code}
+}
+
+// NotBuilt is the error of a role whose implementation has not landed.
+func NotBuilt(role, missing string) error {
+	return WithExitCode(errors.WithHintf(errors.Newf("tilert %s is not available in this build: %s", role, missing),
+		"track the project's issues for when it lands; `tilert --help` lists what works today"), ExitNotBuilt)
+}
+
+// SetupLogging installs the slog default handler from the [log] section.
+func SetupLogging(w io.Writer, l config.Log) {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(l.Level)) // validated by config
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	if l.Format == "json" {
+		h = slog.NewJSONHandler(w, opts)
+	} else {
+		h = slog.NewTextHandler(w, opts)
+	}
+	slog.SetDefault(slog.New(h))
+}
+
+// Load loads the config for a command and sets up logging from it.
+func Load(c *cli.Context, fs []config.Flag) (*config.Config, config.Sources, error) {
+	cfg, src, err := config.FromCLI(c, append(append([]config.Flag(nil), config.Common...), fs...))
+	if err != nil {
+		return nil, nil, err
+	}
+	SetupLogging(os.Stderr, cfg.Log)
+	return cfg, src, nil
+}
+
+// Flags returns the cli flags a role takes: --config, the common ones and
+// its own.
+func Flags(fs []config.Flag) []cli.Flag {
+	out := []cli.Flag{config.ConfigFlag}
+	out = append(out, config.CLIFlags(config.Common)...)
+	return append(out, config.CLIFlags(fs)...)
+}
+
+// Report prints err with its hints and returns the process exit code.
+func Report(w io.Writer, err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	code := ExitFailure
+	var ec exitCoder
+	if errors.As(err, &ec) {
+		code = ec.ExitCode()
+	}
+	fmt.Fprintf(w, "tilert: error: %v\n", err)
+	for _, h := range errors.GetAllHints(err) {
+		for _, line := range strings.Split(h, "\n") {
+			fmt.Fprintf(w, "  hint: %s\n", line)
+		}
+	}
+	return code
+}

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/tilert-go/tilert/config"
+	"github.com/tilert-go/tilert/internal/cliutil"
+	"github.com/tilert-go/tilert/roles/convert"
+	"github.com/tilert-go/tilert/roles/decode"
+	"github.com/tilert-go/tilert/roles/router"
+)
+
+// run executes the app as main does and returns stdout, stderr and the exit code.
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	app := newApp()
+	app.Writer, app.ErrWriter = &out, &errb
+	code := cliutil.Report(&errb, app.Run(append([]string{"tilert"}, args...)))
+	return out.String(), errb.String(), code
+}
+
+func TestHelpListsRoles(t *testing.T) {
+	out, _, code := run(t, "--help")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, role := range []string{"convert", "decode", "router", "connector-sidecar", "config", "version"} {
+		if !strings.Contains(out, role) {
+			t.Errorf("--help does not list %s", role)
+		}
+	}
+}
+
+func TestRoleHelpShowsFlagsDefaultsEnv(t *testing.T) {
+	tests := []struct {
+		role string
+		want []string
+	}{
+		{"decode", []string{"--ctrl-port", "5556", "TILERT_DECODE_CTRL_PORT", "--model-weights-dir", "--with-mtp", "--kv-cache-dtype", "--max-seq-len", "202752"}},
+		{"router", []string{"--vllm-url", "--decode", "--model-path", "--port", "23333", "TILERT_ROUTER_PORT"}},
+		{"convert", []string{"--model", "model_type", "--model-dir", "model_dir", "--save-dir", "save_dir", "TILERT_CONVERT_SAVE_DIR"}},
+		{"connector-sidecar", []string{"--socket", "TILERT_SIDECAR_SOCKET"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.role, func(t *testing.T) {
+			out, _, code := run(t, tc.role, "--help")
+			if code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("%s --help lacks %q", tc.role, w)
+				}
+			}
+		})
+	}
+}
+
+// capture swaps a role's action for one that records the loaded config,
+// so the launch post's command lines are checked for what they set.
+func capture(t *testing.T, cmd *cli.Command, flags []config.Flag) **config.Config {
+	var got *config.Config
+	cmd.Action = func(c *cli.Context) error {
+		cfg, _, err := cliutil.Load(c, flags)
+		got = cfg
+		return err
+	}
+	return &got
+}
+
+func TestLaunchPostCommandLinesParse(t *testing.T) {
+	weights := t.TempDir()
+	hf := t.TempDir()
+	save := filepath.Join(t.TempDir(), "out")
+
+	t.Run("decode", func(t *testing.T) {
+		app := newApp()
+		got := capture(t, findCmd(app, "decode"), decode.Flags)
+		err := app.Run([]string{"tilert", "decode",
+			"--engine", "tilert", "--model", "glm5",
+			"--model-weights-dir", weights,
+			"--with-mtp", "--max-seq-len", "202752",
+			"--kv-cache-dtype", "fp8",
+			"--ctrl-port", "5556", "--http-port", "5557"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := *got
+		if c.Model.WeightsDir != weights || !c.Model.WithMTP || c.Model.MaxSeqLen != 202752 ||
+			c.Decode.CtrlPort != 5556 || c.Decode.HTTPPort != 5557 || c.Model.Name != "glm5" || c.Model.KVCacheDType != "fp8" {
+			t.Errorf("decode flags not applied: %+v %+v", c.Model, c.Decode)
+		}
+	})
+	t.Run("router", func(t *testing.T) {
+		app := newApp()
+		got := capture(t, findCmd(app, "router"), router.Flags)
+		err := app.Run([]string{"tilert", "router",
+			"--vllm-url", "http://prefill-node:8000",
+			"--decode", "decode-node:5556:5557", "--decode", "decode-2:5556:5557",
+			"--model-path", hf, "--port", "23333"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := *got
+		if c.Router.VLLMURL != "http://prefill-node:8000" || len(c.Router.Decode) != 2 || c.Model.Path != hf || c.Router.Port != 23333 {
+			t.Errorf("router flags not applied: %+v", c.Router)
+		}
+	})
+	t.Run("convert python spelling", func(t *testing.T) {
+		app := newApp()
+		got := capture(t, findCmd(app, "convert"), convert.Flags)
+		err := app.Run([]string{"tilert", "convert", "--model_type", "glm-5", "--model_dir", hf, "--save_dir", save})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := *got
+		if c.Model.Name != "glm-5" || c.Convert.ModelDir != hf || c.Convert.SaveDir != save {
+			t.Errorf("convert flags not applied: %+v", c.Convert)
+		}
+	})
+}
+
+func findCmd(app *cli.App, name string) *cli.Command {
+	for _, c := range app.Commands {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func TestConfigCheck(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte("[decode]\nhttp_port = 5557\nctrl_prot = 5556\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := run(t, "config", "check", "--config", bad)
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	for _, w := range []string{"bad.toml:3", "decode.ctrl_prot", "did you mean decode.ctrl_port"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr)
+		}
+	}
+	out, _, code := run(t, "config", "check", "--config", "tilert.toml.example")
+	if code != 0 || !strings.Contains(out, "config OK") {
+		t.Errorf("example config: exit %d, %s", code, out)
+	}
+}
+
+func TestConfigPrintSources(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "c.toml")
+	if err := os.WriteFile(f, []byte("[router]\nport = 24000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TILERT_DECODE_HTTP_PORT", "6001")
+	out, stderr, code := run(t, "config", "print", "--config", f, "--set", "decode.ctrl_port=6000")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, w := range []string{"port = 24000  # file", "http_port = 6001  # env", "ctrl_port = 6000  # flag", "max_inflight = 1  # default"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("print lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+func TestUnbuiltRoleExits2(t *testing.T) {
+	_, stderr, code := run(t, "router", "--vllm-url", "http://x:8000")
+	if code != 2 || !strings.Contains(stderr, "not available") {
+		t.Errorf("exit %d, stderr %s", code, stderr)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, _, code := run(t, "version")
+	if code != 0 || !strings.Contains(out, "tilert ") || !strings.Contains(out, "go1.") {
+		t.Errorf("version: exit %d, %q", code, out)
+	}
+}
+
+func TestUsageErrorExits2(t *testing.T) {
+	_, _, code := run(t, "decode", "--no-such-flag")
+	if code != 2 {
+		t.Errorf("exit %d, want 2", code)
+	}
+}

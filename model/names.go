@@ -31,7 +31,7 @@ type LayerNames struct {
 	Prefix                  string // "model.layers.{i}."
 	InputNorm, PostAttnNorm string
 
-	QAProj, QANorm, QBProj         string
+	QAProj, QANorm, QBProj           string
 	KVAProj, KVANorm, KVBProj, OProj string
 
 	IdxWQB, IdxWK, IdxKNormWeight, IdxKNormBias, IdxWeightsProj string
@@ -39,7 +39,7 @@ type LayerNames struct {
 	// Dense MLP.
 	GateProj, UpProj, DownProj string
 	// MoE: router (weight + score-correction bias) and shared expert(s).
-	Router, RouterBias                 string
+	Router, RouterBias               string
 	SharedGate, SharedUp, SharedDown string
 
 	// MTP block extras.

@@ -1,0 +1,584 @@
+package rdma
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/errors"
+)
+
+// TCP engine wire format (every integer big-endian), per stream:
+//
+//	sender -> receiver, once:  8-byte magic "TLRTWR01"
+//	sender -> receiver, per write: 40-byte header
+//	    seq u64 | region u32 | flags u32 (0) | key u64 | offset u64 | len u64
+//	  followed by len payload bytes
+//	receiver -> sender, per write, in the order received: 16-byte completion
+//	    seq u64 | status u32 | reserved u32
+//
+// The receiver reads the payload straight into the registered region, in
+// chunks; before each chunk it checks, under the region's lock, that the
+// region is open for exactly this key, so Revoke waits at most one chunk.
+// Refused payloads are read and dropped so the stream stays in sync.
+const (
+	tcpMagic      = "TLRTWR01"
+	tcpHeaderLen  = 40
+	tcpComplLen   = 16
+	tcpStatusOK   = 0
+	tcpStatusNoRe = 1 // unknown region
+	tcpStatusKey  = 2 // region not open for this key
+	tcpStatusOOB  = 3 // range outside the region
+	tcpStatusCut  = 4 // revoked while the payload was arriving
+)
+
+func tcpStatusError(st uint32) error {
+	switch st {
+	case tcpStatusOK:
+		return nil
+	case tcpStatusNoRe:
+		return errors.Wrap(ErrRefused, "unknown region")
+	case tcpStatusKey:
+		return errors.Wrap(ErrRefused, "region not open for this key (stale or future generation)")
+	case tcpStatusOOB:
+		return errors.Wrap(ErrRefused, "range outside the region")
+	case tcpStatusCut:
+		return errors.Wrap(ErrRefused, "region revoked during the write")
+	}
+	return errors.Wrapf(ErrRefused, "status %d", st)
+}
+
+// TCPConfig configures the built-in engine.
+type TCPConfig struct {
+	// Listen is the data address to accept writes on ("127.0.0.1:0").
+	// Empty: send-only engine.
+	Listen string
+	// Advertise is the host:port peers dial; default the listener's address.
+	Advertise string
+	// Streams is the number of TCP connections per peer (default 4).
+	Streams int
+	// PieceBytes splits large writes so they spread over the streams
+	// (default 4 MiB).
+	PieceBytes int64
+	// ChunkBytes is the receiver's unit between permission checks
+	// (default 1 MiB).
+	ChunkBytes int64
+	// IOTimeout bounds one chunk's arrival, so a stalled sender cannot hold
+	// a region against Revoke forever (default 30 s).
+	IOTimeout time.Duration
+	// Window is the number of pieces in flight per stream (default 32).
+	Window int
+}
+
+func (c *TCPConfig) defaults() {
+	if c.Streams <= 0 {
+		c.Streams = 4
+	}
+	if c.PieceBytes <= 0 {
+		c.PieceBytes = 4 << 20
+	}
+	if c.ChunkBytes <= 0 {
+		c.ChunkBytes = 1 << 20
+	}
+	if c.IOTimeout <= 0 {
+		c.IOTimeout = 30 * time.Second
+	}
+	if c.Window <= 0 {
+		c.Window = 32
+	}
+}
+
+type tcpRegion struct {
+	Region
+	mu  sync.RWMutex // writers of payload chunks hold it shared; Open/Revoke exclusive
+	key uint64       // 0: closed
+}
+
+// TCPEngine is the built-in transfer engine.
+type TCPEngine struct {
+	cfg TCPConfig
+	ln  net.Listener
+
+	mu      sync.RWMutex
+	regions map[RegionID]*tcpRegion
+	conns   map[net.Conn]struct{}
+	peers   map[*tcpPeer]struct{}
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// NewTCP starts a TCP engine, listening when cfg.Listen is set.
+func NewTCP(cfg TCPConfig) (*TCPEngine, error) {
+	cfg.defaults()
+	e := &TCPEngine{cfg: cfg, regions: map[RegionID]*tcpRegion{}, conns: map[net.Conn]struct{}{}, peers: map[*tcpPeer]struct{}{}}
+	if cfg.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return nil, errors.Wrapf(err, "rdma/tcp: listen on %s", cfg.Listen)
+		}
+		e.ln = ln
+		e.wg.Add(1)
+		go e.acceptLoop()
+	}
+	return e, nil
+}
+
+// Kind implements Engine.
+func (e *TCPEngine) Kind() string { return "tcp" }
+
+// Endpoint implements Engine: "tcp://host:port", empty for a send-only engine.
+func (e *TCPEngine) Endpoint() string {
+	if e.ln == nil {
+		return ""
+	}
+	if e.cfg.Advertise != "" {
+		return "tcp://" + e.cfg.Advertise
+	}
+	return "tcp://" + e.ln.Addr().String()
+}
+
+// Register implements Engine. Only host memory: device memory needs a GPU
+// path that the tcp engine does not have yet.
+func (e *TCPEngine) Register(r Region) error {
+	if r.Kind == "" {
+		r.Kind = HostMem
+	}
+	if err := r.validate(); err != nil {
+		return err
+	}
+	if r.Kind != HostMem {
+		return errors.WithHint(errors.Newf("rdma/tcp: region %d: %s memory is not supported", r.ID, r.Kind),
+			"register a host staging buffer, or use the nixl engine for device memory")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return ErrClosed
+	}
+	if _, ok := e.regions[r.ID]; ok {
+		return errors.Newf("rdma/tcp: region %d already registered", r.ID)
+	}
+	e.regions[r.ID] = &tcpRegion{Region: r}
+	return nil
+}
+
+// Deregister implements Engine.
+func (e *TCPEngine) Deregister(id RegionID) error {
+	if err := e.Revoke(id); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	delete(e.regions, id)
+	e.mu.Unlock()
+	return nil
+}
+
+func (e *TCPEngine) region(id RegionID) *tcpRegion {
+	e.mu.RLock()
+	r := e.regions[id]
+	e.mu.RUnlock()
+	return r
+}
+
+// Open implements Engine.
+func (e *TCPEngine) Open(id RegionID, key uint64) (Remote, error) {
+	if key == 0 {
+		return Remote{}, errors.Newf("rdma/tcp: open region %d: key must be non-zero", id)
+	}
+	r := e.region(id)
+	if r == nil {
+		return Remote{}, errors.Newf("rdma/tcp: open: region %d not registered", id)
+	}
+	r.mu.Lock()
+	r.key = key
+	r.mu.Unlock()
+	return Remote{ID: id, Key: key, Len: r.Size(), Kind: r.Kind}, nil
+}
+
+// Revoke implements Engine.
+func (e *TCPEngine) Revoke(id RegionID) error {
+	r := e.region(id)
+	if r == nil {
+		return errors.Newf("rdma/tcp: revoke: region %d not registered", id)
+	}
+	r.mu.Lock()
+	r.key = 0
+	r.mu.Unlock()
+	return nil
+}
+
+// Close implements Engine.
+func (e *TCPEngine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	for c := range e.conns {
+		_ = c.Close()
+	}
+	peers := make([]*tcpPeer, 0, len(e.peers))
+	for p := range e.peers {
+		peers = append(peers, p)
+	}
+	e.mu.Unlock()
+	var err error
+	if e.ln != nil {
+		err = e.ln.Close()
+	}
+	for _, p := range peers {
+		_ = p.Close()
+	}
+	e.wg.Wait()
+	return err
+}
+
+func (e *TCPEngine) acceptLoop() {
+	defer e.wg.Done()
+	for {
+		c, err := e.ln.Accept()
+		if err != nil {
+			return
+		}
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		e.conns[c] = struct{}{}
+		e.wg.Add(1)
+		e.mu.Unlock()
+		go e.serveStream(c)
+	}
+}
+
+// serveStream is the receiving end of one stream.
+func (e *TCPEngine) serveStream(c net.Conn) {
+	defer e.wg.Done()
+	defer func() {
+		e.mu.Lock()
+		delete(e.conns, c)
+		e.mu.Unlock()
+		_ = c.Close()
+	}()
+	br := bufio.NewReaderSize(c, 64<<10)
+	var hdr [tcpHeaderLen]byte
+	var compl [tcpComplLen]byte
+	_ = c.SetReadDeadline(time.Now().Add(e.cfg.IOTimeout))
+	if _, err := io.ReadFull(br, hdr[:len(tcpMagic)]); err != nil || string(hdr[:len(tcpMagic)]) != tcpMagic {
+		slog.Warn("rdma/tcp: stream without the engine's magic, closing", "remote", c.RemoteAddr())
+		return
+	}
+	for {
+		// Idle streams may wait forever for the next header.
+		_ = c.SetReadDeadline(time.Time{})
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return
+		}
+		seq := binary.BigEndian.Uint64(hdr[0:])
+		id := RegionID(binary.BigEndian.Uint32(hdr[8:]))
+		key := binary.BigEndian.Uint64(hdr[16:])
+		off := binary.BigEndian.Uint64(hdr[24:])
+		n := binary.BigEndian.Uint64(hdr[32:])
+		st, err := e.receive(c, br, id, key, off, n)
+		if err != nil {
+			return // the stream is broken; the sender sees it
+		}
+		binary.BigEndian.PutUint64(compl[0:], seq)
+		binary.BigEndian.PutUint32(compl[8:], st)
+		if _, err := c.Write(compl[:]); err != nil {
+			return
+		}
+	}
+}
+
+// receive lands one write's payload (or drops it) and returns its status.
+// A non-nil error means the stream itself failed.
+func (e *TCPEngine) receive(c net.Conn, br *bufio.Reader, id RegionID, key, off, n uint64) (uint32, error) {
+	r := e.region(id)
+	if r == nil {
+		return tcpStatusNoRe, e.discard(c, br, n)
+	}
+	size := uint64(r.Size())
+	if off > size || n > size-off {
+		return tcpStatusOOB, e.discard(c, br, n)
+	}
+	done := uint64(0)
+	for done < n {
+		k := min(n-done, uint64(e.cfg.ChunkBytes))
+		r.mu.RLock()
+		if r.key == 0 || r.key != key {
+			r.mu.RUnlock()
+			st := uint32(tcpStatusKey)
+			if done > 0 {
+				st = tcpStatusCut
+			}
+			return st, e.discard(c, br, n-done)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(e.cfg.IOTimeout))
+		dst := r.Host[off+done : off+done+k]
+		_, err := io.ReadFull(br, dst)
+		r.mu.RUnlock()
+		if err != nil {
+			return 0, err
+		}
+		done += k
+	}
+	return tcpStatusOK, nil
+}
+
+func (e *TCPEngine) discard(c net.Conn, br *bufio.Reader, n uint64) error {
+	for n > 0 {
+		k := min(n, 1<<20)
+		_ = c.SetReadDeadline(time.Now().Add(e.cfg.IOTimeout))
+		if _, err := br.Discard(int(k)); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+// Connect implements Engine.
+func (e *TCPEngine) Connect(ctx context.Context, endpoint string) (Peer, error) {
+	addr, ok := strings.CutPrefix(endpoint, "tcp://")
+	if !ok {
+		return nil, errors.WithHint(errors.Newf("rdma/tcp: endpoint %q is not tcp://host:port", endpoint),
+			"the decode node's hello names its transport; both sides must use the same engine kind")
+	}
+	p := &tcpPeer{e: e}
+	var d net.Dialer
+	for i := 0; i < e.cfg.Streams; i++ {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			_ = p.Close()
+			return nil, errors.Wrapf(err, "rdma/tcp: connect stream %d to %s", i, addr)
+		}
+		if _, err := c.Write([]byte(tcpMagic)); err != nil {
+			_ = c.Close()
+			_ = p.Close()
+			return nil, errors.Wrapf(err, "rdma/tcp: connect stream %d to %s", i, addr)
+		}
+		s := &tcpStream{c: c, sem: make(chan struct{}, e.cfg.Window), dead: make(chan struct{})}
+		p.streams = append(p.streams, s)
+		p.wg.Add(1)
+		go s.readCompletions(&p.wg)
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		_ = p.Close()
+		return nil, ErrClosed
+	}
+	e.peers[p] = struct{}{}
+	e.mu.Unlock()
+	return p, nil
+}
+
+type tcpPeer struct {
+	e       *TCPEngine
+	streams []*tcpStream
+	next    atomic.Uint32
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+// batch tracks one Write call's pieces.
+type batch struct {
+	left atomic.Int64
+	mu   sync.Mutex
+	err  error
+	done chan struct{}
+}
+
+func (b *batch) complete(err error) {
+	if err != nil {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
+	}
+	if b.left.Add(-1) == 0 {
+		close(b.done)
+	}
+}
+
+type pending struct {
+	seq uint64
+	b   *batch
+}
+
+type tcpStream struct {
+	c    net.Conn
+	sem  chan struct{} // pieces in flight
+	dead chan struct{} // closed when the stream failed
+
+	sendMu sync.Mutex // one header+payload at a time
+	seq    uint64     // guarded by sendMu
+	hdr    [tcpHeaderLen]byte
+	bufs   net.Buffers
+
+	qmu    sync.Mutex
+	queue  []pending // awaiting completion, in send order
+	broken error
+}
+
+// Write implements Peer.
+func (p *tcpPeer) Write(ctx context.Context, ops []WriteOp) error {
+	type piece struct {
+		src []byte
+		op  *WriteOp
+		off int64
+	}
+	total := int64(0)
+	for i := range ops {
+		op := &ops[i]
+		lr := p.e.region(op.Local)
+		if lr == nil {
+			return errors.Newf("rdma/tcp: %s: local region %d not registered", op, op.Local)
+		}
+		if err := checkRange("local", op.Local, op.LocalOff, op.Len, lr.Size()); err != nil {
+			return err
+		}
+		if err := checkRange("remote", op.Remote.ID, op.RemoteOff, op.Len, op.Remote.Len); err != nil {
+			return err
+		}
+		total += (op.Len + p.e.cfg.PieceBytes - 1) / p.e.cfg.PieceBytes
+	}
+	if total == 0 {
+		return nil
+	}
+	b := &batch{done: make(chan struct{})}
+	b.left.Store(total)
+	sent := int64(0)
+	for i := range ops {
+		op := &ops[i]
+		lr := p.e.region(op.Local)
+		for o := int64(0); o < op.Len; o += p.e.cfg.PieceBytes {
+			n := min(p.e.cfg.PieceBytes, op.Len-o)
+			s := p.streams[int(p.next.Add(1))%len(p.streams)]
+			src := lr.Host[op.LocalOff+o : op.LocalOff+o+n]
+			if err := s.send(ctx, b, op.Remote, uint64(op.RemoteOff+o), src); err != nil {
+				// Pieces never sent count as failed so the batch can finish.
+				for ; sent < total; sent++ {
+					b.complete(err)
+				}
+				<-b.done
+				return b.err
+			}
+			sent++
+		}
+	}
+	select {
+	case <-b.done:
+		return b.err
+	case <-ctx.Done():
+		return errors.Wrap(ctx.Err(), "rdma/tcp: waiting for write completions")
+	}
+}
+
+func (s *tcpStream) send(ctx context.Context, b *batch, rem Remote, off uint64, src []byte) error {
+	select {
+	case s.sem <- struct{}{}:
+	case <-s.dead:
+		return s.err()
+	case <-ctx.Done():
+		return errors.Wrap(ctx.Err(), "rdma/tcp: waiting for a send window")
+	}
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.qmu.Lock()
+	if s.broken != nil {
+		err := s.broken
+		s.qmu.Unlock()
+		<-s.sem
+		return err
+	}
+	s.seq++
+	s.queue = append(s.queue, pending{seq: s.seq, b: b})
+	s.qmu.Unlock()
+	h := s.hdr[:]
+	binary.BigEndian.PutUint64(h[0:], s.seq)
+	binary.BigEndian.PutUint32(h[8:], uint32(rem.ID))
+	binary.BigEndian.PutUint32(h[12:], 0)
+	binary.BigEndian.PutUint64(h[16:], rem.Key)
+	binary.BigEndian.PutUint64(h[24:], off)
+	binary.BigEndian.PutUint64(h[32:], uint64(len(src)))
+	s.bufs = append(s.bufs[:0], h, src)
+	if _, err := s.bufs.WriteTo(s.c); err != nil {
+		// The completion reader fails next and completes the queued piece.
+		_ = s.c.Close()
+	}
+	return nil
+}
+
+func (s *tcpStream) err() error {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if s.broken == nil {
+		return ErrClosed
+	}
+	return s.broken
+}
+
+func (s *tcpStream) readCompletions(wg *sync.WaitGroup) {
+	defer wg.Done()
+	br := bufio.NewReaderSize(s.c, 4096)
+	var buf [tcpComplLen]byte
+	var failure error
+	for {
+		if _, err := io.ReadFull(br, buf[:]); err != nil {
+			failure = errors.Wrapf(err, "rdma/tcp: stream to %s failed", s.c.RemoteAddr())
+			break
+		}
+		seq := binary.BigEndian.Uint64(buf[0:])
+		st := binary.BigEndian.Uint32(buf[8:])
+		s.qmu.Lock()
+		if len(s.queue) == 0 || s.queue[0].seq != seq {
+			s.qmu.Unlock()
+			failure = errors.Newf("rdma/tcp: completion for unexpected write %d", seq)
+			break
+		}
+		p := s.queue[0]
+		s.queue[0] = pending{}
+		s.queue = s.queue[1:]
+		s.qmu.Unlock()
+		<-s.sem
+		p.b.complete(tcpStatusError(st))
+	}
+	_ = s.c.Close()
+	s.qmu.Lock()
+	s.broken = failure
+	q := s.queue
+	s.queue = nil
+	s.qmu.Unlock()
+	close(s.dead)
+	for _, p := range q {
+		<-s.sem
+		p.b.complete(failure)
+	}
+}
+
+// Close implements Peer.
+func (p *tcpPeer) Close() error {
+	p.once.Do(func() {
+		for _, s := range p.streams {
+			_ = s.c.Close()
+		}
+		p.wg.Wait()
+		p.e.mu.Lock()
+		delete(p.e.peers, p)
+		p.e.mu.Unlock()
+	})
+	return nil
+}

@@ -1,0 +1,325 @@
+package convert
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/model"
+	"github.com/tilert-go/tilert/numeric"
+	"github.com/tilert-go/tilert/safetensors"
+)
+
+// logical is one stored weight (scales excluded) as the layout defines it from the config alone:
+// name, shape, device and the HF tensors it is made of. Both the converter and Verify derive the
+// expected tensor set from it.
+type logical struct {
+	name   string
+	kind   Kind // KindPlain (fp8_block when stored as e4m3), KindAbsorbed or KindExperts
+	shape  []int64
+	device int
+	hf     []string // plain: the tensor; absorbed: kv_b_proj; experts: the stacked experts in order
+	half   int      // absorbed: 0 = W_UK (the qk_nope rows of each head), 1 = W_UV (the v rows)
+}
+
+// layout lists the stored weights of cfg for devices devices, with or without the MTP layers:
+// every tensor every device needs (model.Specs order, kv_b_proj replaced by W_UK and W_UV, routed
+// experts left out), then for each device its expert stacks, layer by layer.
+func layout(cfg *model.Config, devices int, mtp bool) ([]logical, error) {
+	if devices < 1 {
+		return nil, errors.Newf("devices must be >= 1, got %d", devices)
+	}
+	if cfg.NRoutedExperts > 0 && devices > cfg.NRoutedExperts {
+		return nil, errors.WithHint(errors.Newf("--devices %d is more than the model's %d routed experts", devices, cfg.NRoutedExperts),
+			"each device must hold at least one expert; use fewer devices")
+	}
+	specs := model.Specs(cfg)
+	var out []logical
+	type stackKey struct{ layer, proj int }
+	stacks := map[stackKey][]string{}
+	var moeLayers []int
+	for _, s := range specs {
+		if l, ok := layerOf(s.Name); ok && cfg.IsMTPLayer(l) && !mtp {
+			continue
+		}
+		shape := int64s(s.Shape)
+		if l, e, proj, ok := parseExpertName(s.Name); ok {
+			p := slices.Index(ExpertProjs[:], proj)
+			k := stackKey{l, p}
+			if e == 0 && p == 0 {
+				moeLayers = append(moeLayers, l)
+			}
+			stacks[k] = append(stacks[k], s.Name)
+			continue
+		}
+		if l, ok := isKVBProj(s.Name); ok {
+			uk, uv := AbsorbedNames(l)
+			h, kvl := int64(cfg.NumHeads), int64(cfg.KVLoraRank)
+			out = append(out,
+				logical{name: uk, kind: KindAbsorbed, shape: []int64{h, int64(cfg.QKNopeHeadDim), kvl}, device: -1, hf: []string{s.Name}, half: 0},
+				logical{name: uv, kind: KindAbsorbed, shape: []int64{h, int64(cfg.VHeadDim), kvl}, device: -1, hf: []string{s.Name}, half: 1})
+			continue
+		}
+		out = append(out, logical{name: s.Name, kind: KindPlain, shape: shape, device: -1, hf: []string{s.Name}})
+	}
+	n := cfg.NRoutedExperts
+	for d := range devices {
+		lo, hi := FirstExpert(d, devices, n), FirstExpert(d+1, devices, n)
+		for _, l := range moeLayers {
+			for p, proj := range ExpertProjs {
+				names := stacks[stackKey{l, p}]
+				if len(names) != n {
+					return nil, errors.AssertionFailedf("layer %d %s: %d experts listed, want %d", l, proj, len(names), n)
+				}
+				rows, cols := int64(cfg.MoEIntermediateSize), int64(cfg.HiddenSize)
+				if proj == "down_proj" {
+					rows, cols = cols, rows
+				}
+				out = append(out, logical{
+					name: ExpertStackName(l, d, proj), kind: KindExperts,
+					shape: []int64{int64(hi - lo), rows, cols}, device: d, hf: slices.Clone(names[lo:hi]),
+				})
+			}
+		}
+	}
+	return out, nil
+}
+
+// scaleShape is the float32 scale tensor's shape for a logical weight stored as e4m3.
+func (g *logical) scaleShape() []int64 {
+	b := int64(numeric.FP8BlockSize)
+	up := func(x int64) int64 { return (x + b - 1) / b }
+	switch g.kind {
+	case KindAbsorbed:
+		return []int64{g.shape[0], g.shape[1], up(g.shape[2])}
+	case KindExperts:
+		return []int64{g.shape[0], up(g.shape[1]), up(g.shape[2])}
+	default:
+		return []int64{up(g.shape[0]), up(g.shape[1])}
+	}
+}
+
+func (g *logical) scaleKind() Kind {
+	if g.kind == KindAbsorbed {
+		return KindRowScale
+	}
+	return KindBlockScale
+}
+
+func layerOf(name string) (int, bool) {
+	var l int
+	n, err := fmt.Sscanf(name, "model.layers.%d.", &l)
+	return l, err == nil && n == 1
+}
+
+func int64s(s []int) []int64 {
+	o := make([]int64, len(s))
+	for i, v := range s {
+		o[i] = int64(v)
+	}
+	return o
+}
+
+// srcRef locates one HF tensor's bytes: absolute offset in its shard.
+type srcRef struct {
+	name  string
+	path  string
+	off   int64
+	bytes int64
+	dtype safetensors.DType
+}
+
+// convKind is what happens to source bytes on their way out.
+type convKind int
+
+const (
+	convCopy      convKind = iota
+	convBF16toF32          // bf16 block scales widened to float32 (exact)
+)
+
+// segment is a run of an output tensor's bytes: a byte range of a source tensor, or generated
+// bytes (small: row scales).
+type segment struct {
+	src  *srcRef
+	off  int64 // byte range in the source tensor
+	n    int64
+	conv convKind
+	gen  func(dst []byte) // when src == nil; fills outN bytes
+	outN int64
+}
+
+// outTensor is a stored tensor with how to produce it.
+type outTensor struct {
+	Entry
+	segs []segment
+}
+
+// source is what the planner needs from the HF checkpoint.
+type source struct {
+	hf  *model.HFWeights
+	cfg *model.Config
+}
+
+func (s *source) ref(name string) (*srcRef, error) {
+	info, f, ok := s.hf.Checkpoint().Lookup(name)
+	if !ok {
+		return nil, errors.Newf("%s: tensor %q is missing from the checkpoint", s.hf.Checkpoint().Dir(), name)
+	}
+	return &srcRef{name: name, path: f.Path(), off: f.DataOffset() + info.Begin, bytes: info.End - info.Begin, dtype: info.DType}, nil
+}
+
+// scaleSegs returns the segments that write a source weight's block scales as float32.
+func (s *source) scaleSegs(weight string) ([]segment, error) {
+	sn := model.ScaleName(weight)
+	r, err := s.ref(sn)
+	if err != nil {
+		return nil, err
+	}
+	switch r.dtype {
+	case safetensors.F32:
+		return []segment{{src: r, n: r.bytes, outN: r.bytes}}, nil
+	case safetensors.BF16:
+		return []segment{{src: r, n: r.bytes, conv: convBF16toF32, outN: 2 * r.bytes}}, nil
+	}
+	return nil, errors.Newf("%s: scale tensor %q has dtype %s, want F32 or BF16", r.path, sn, r.dtype)
+}
+
+// plan builds every output tensor (weights followed by their scale tensors) from the checkpoint.
+// The source has been checked by model.OpenHF: every name exists with the right shape, FP8 weights
+// have scales of the right shape.
+func (s *source) plan(devices int, mtp bool) ([]outTensor, error) {
+	logs, err := layout(s.cfg, devices, mtp)
+	if err != nil {
+		return nil, err
+	}
+	var out []outTensor
+	for i := range logs {
+		g := &logs[i]
+		ts, err := s.planOne(g)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ts...)
+	}
+	return out, nil
+}
+
+func (s *source) planOne(g *logical) ([]outTensor, error) {
+	refs := make([]*srcRef, len(g.hf))
+	for i, n := range g.hf {
+		r, err := s.ref(n)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 && r.dtype != refs[0].dtype {
+			return nil, errors.WithHint(errors.Newf("%s: tensor %q is %s but %q is %s; experts of one layer must share a dtype",
+				r.path, n, r.dtype, refs[0].name, refs[0].dtype), "the checkpoint mixes quantised and unquantised experts, which TileRT does not support")
+		}
+		refs[i] = r
+	}
+	dt := refs[0].dtype
+	w := outTensor{Entry: Entry{Name: g.name, Kind: g.kind, Shape: g.shape, DType: string(dt), Device: g.device}}
+	fp8 := dt == safetensors.F8E4M3
+	if fp8 && g.kind == KindPlain {
+		w.Kind = KindFP8Block
+	}
+	var sc *outTensor
+	if fp8 {
+		w.Scale = ScaleNameOf(g.name)
+		sc = &outTensor{Entry: Entry{Name: w.Scale, Kind: g.scaleKind(), Shape: g.scaleShape(), DType: string(safetensors.F32), Device: g.device}}
+	}
+	switch g.kind {
+	case KindPlain:
+		w.segs = []segment{{src: refs[0], n: refs[0].bytes, outN: refs[0].bytes}}
+		if fp8 {
+			segs, err := s.scaleSegs(g.hf[0])
+			if err != nil {
+				return nil, err
+			}
+			sc.segs = segs
+		}
+	case KindExperts:
+		for _, r := range refs {
+			w.segs = append(w.segs, segment{src: r, n: r.bytes, outN: r.bytes})
+			if fp8 {
+				segs, err := s.scaleSegs(r.name)
+				if err != nil {
+					return nil, err
+				}
+				sc.segs = append(sc.segs, segs...)
+			}
+		}
+	case KindAbsorbed:
+		if err := s.planAbsorbed(g, refs[0], &w, sc); err != nil {
+			return nil, err
+		}
+	}
+	w.Bytes = sumOut(w.segs)
+	out := []outTensor{w}
+	if sc != nil {
+		sc.Bytes = sumOut(sc.segs)
+		out = append(out, *sc)
+	}
+	for _, t := range out {
+		want := int64(safetensors.DType(t.DType).Size())
+		for _, d := range t.Shape {
+			want *= d
+		}
+		if t.Bytes != want {
+			return nil, errors.AssertionFailedf("%s: planned %d bytes, shape %v of %s needs %d", t.Name, t.Bytes, t.Shape, t.DType, want)
+		}
+	}
+	return out, nil
+}
+
+// planAbsorbed slices kv_b_proj ([heads*(nope+v), kv_lora], rows of head h: nope K rows then v V
+// rows) into per-head W_UK (half 0) or W_UV (half 1) rows, and for e4m3 gives each stored row its
+// own copy of its block's scales so a head needs no 128-row alignment.
+func (s *source) planAbsorbed(g *logical, kvb *srcRef, w, sc *outTensor) error {
+	cfg := s.cfg
+	nope, v, kvl := int64(cfg.QKNopeHeadDim), int64(cfg.VHeadDim), int64(cfg.KVLoraRank)
+	stride := nope + v
+	first, rows := int64(0), nope
+	if g.half == 1 {
+		first, rows = nope, v
+	}
+	es := int64(safetensors.DType(kvb.dtype).Size())
+	rowBytes := kvl * es
+	for h := range int64(cfg.NumHeads) {
+		r0 := h*stride + first
+		w.segs = append(w.segs, segment{src: kvb, off: r0 * rowBytes, n: rows * rowBytes, outN: rows * rowBytes})
+	}
+	if sc == nil {
+		return nil
+	}
+	raw, err := s.hf.Raw(kvb.name) // decodes the (small) block scale grid of kv_b_proj once
+	if err != nil {
+		return err
+	}
+	grid := raw.Scale
+	bc := (kvl + numeric.FP8BlockSize - 1) / numeric.FP8BlockSize
+	if int64(len(grid)) != ((int64(cfg.NumHeads)*stride+numeric.FP8BlockSize-1)/numeric.FP8BlockSize)*bc {
+		return errors.Newf("%s: scale of %q has %d values, want a [%d/128, %d/128] grid", raw.File, kvb.name, len(grid), int64(cfg.NumHeads)*stride, kvl)
+	}
+	for h := range int64(cfg.NumHeads) {
+		r0 := h*stride + first
+		sc.segs = append(sc.segs, segment{outN: rows * bc * 4, gen: func(dst []byte) {
+			vals := make([]float32, 0, rows*bc)
+			for r := r0; r < r0+rows; r++ {
+				blk := r / numeric.FP8BlockSize
+				vals = append(vals, grid[blk*bc:(blk+1)*bc]...)
+			}
+			numeric.EncodeF32(dst, vals)
+		}})
+	}
+	return nil
+}
+
+func sumOut(segs []segment) int64 {
+	var n int64
+	for _, s := range segs {
+		n += s.outN
+	}
+	return n
+}

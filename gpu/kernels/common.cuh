@@ -1,0 +1,177 @@
+// Shared helpers for the TileRT kernels. No system headers: NVRTC compiles
+// this without a CUDA toolkit include path, so bf16/fp8 conversions are
+// written out with bit operations.
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define NEG_INF __int_as_float(0xff800000)
+#define POS_INF __int_as_float(0x7f800000)
+#define FP8_MAX 448.0f
+
+__device__ __forceinline__ float bf16_to_f32(u32 v) { return __uint_as_float((v & 0xffffu) << 16); }
+
+// Round to nearest even; NaN stays a quiet NaN.
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+  u32 u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (u16)(u >> 16);
+}
+
+// e4m3fn: bias 7, no infinities, 0x7f/0xff are NaN, max 448.
+__device__ __forceinline__ float fp8_to_f32(u32 b) {
+  u32 s = (b & 0x80u) << 24;
+  u32 a = b & 0x7fu;
+  float r;
+  if (a >= 8u) {
+    if (a == 0x7fu) return __uint_as_float(0x7fc00000u | s);
+    r = __uint_as_float((a << 20) + (120u << 23));
+  } else {
+    r = (float)a * 0.001953125f;  // subnormal: m * 2^-9
+  }
+  return __uint_as_float(__float_as_uint(r) | s);
+}
+
+// Round to nearest even, saturating to +-448; NaN -> 0x7f.
+__device__ __forceinline__ u8 f32_to_fp8(float f) {
+  u32 u = __float_as_uint(f);
+  u32 s = (u >> 24) & 0x80u;
+  if (f != f) return (u8)0x7f;
+  float a = fabsf(f);
+  if (a >= FP8_MAX) return (u8)(s | 0x7eu);
+  if (a < 0.015625f) {  // below the smallest normal 2^-6: steps of 2^-9
+    return (u8)(s | (u32)rintf(a * 512.0f));
+  }
+  u32 au = __float_as_uint(a);
+  au += 0x7ffffu + ((au >> 20) & 1u);
+  u32 r = (((au >> 23) - 120u) << 3) | ((au >> 20) & 7u);
+  if (r > 0x7eu) r = 0x7eu;
+  return (u8)(s | r);
+}
+
+// Smallest power of two >= amax/448 (1 for amax <= 0), as vLLM's indexer
+// cache and DeepGEMM use. Double precision so the quotient's rounding cannot
+// cross a power of two.
+__device__ __forceinline__ float ue8m0_scale(float amax) {
+  if (!(amax > 0.0f)) return 1.0f;
+  double r = (double)amax / 448.0;
+  int e;
+  double fr = frexp(r, &e);
+  if (fr == 0.5) e--;
+  if (e > 127) e = 127;
+  if (e < -126) e = -126;
+  return ldexpf(1.0f, e);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block, same value in every thread; summation order is fixed
+// so results are reproducible. sh: 32 floats of shared memory.
+__device__ __forceinline__ float block_sum(float v, float* sh) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  float r = 0.0f;
+  for (int i = 0; i < nw; i++) r += sh[i];
+  return r;
+}
+
+__device__ __forceinline__ float block_max(float v, float* sh) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  float r = NEG_INF;
+  for (int i = 0; i < nw; i++) r = fmaxf(r, sh[i]);
+  return r;
+}
+
+// (value, index) arg-max: larger value wins, ties go to the lower index.
+__device__ __forceinline__ void argmax_merge(float& v, int& i, float ov, int oi) {
+  if (ov > v || (ov == v && oi < i)) {
+    v = ov;
+    i = oi;
+  }
+}
+
+__device__ __forceinline__ void warp_argmax(float& v, int& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    argmax_merge(v, i, ov, oi);
+  }
+}
+
+// Block arg-max; every thread gets the result. shv/shi: 32 entries each.
+__device__ __forceinline__ void block_argmax(float& v, int& i, float* shv, int* shi) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  warp_argmax(v, i);
+  __syncthreads();
+  if (lane == 0) {
+    shv[w] = v;
+    shi[w] = i;
+  }
+  __syncthreads();
+  v = shv[0];
+  i = shi[0];
+  for (int k = 1; k < nw; k++) argmax_merge(v, i, shv[k], shi[k]);
+}
+
+// Exclusive prefix sum over the block of an int; total returned through tot.
+// sh: 32 ints.
+__device__ __forceinline__ int block_excl_scan(int v, int* sh, int* tot) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  __syncthreads();
+  if (lane == 31) sh[w] = x;
+  __syncthreads();
+  int before = 0, all = 0;
+  for (int k = 0; k < nw; k++) {
+    if (k < w) before += sh[k];
+    all += sh[k];
+  }
+  *tot = all;
+  return before + x - v;
+}
+
+// Order-preserving map of a float to an unsigned key (NaN sorts lowest).
+__device__ __forceinline__ u32 float_key(float f) {
+  if (f != f) return 0u;
+  u32 b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// Counter-based RNG: uniform in (0,1) from (seed, step, i). The Go tests
+// compute the same function.
+__device__ __forceinline__ u64 mix64(u64 z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ float rng_uniform(u64 seed, u64 step, u64 i) {
+  u64 h = mix64(seed ^ mix64(step ^ mix64(i)));
+  return ((float)(h >> 41) + 0.5f) * (1.0f / 8388608.0f);  // exact in float32
+}

@@ -1,0 +1,99 @@
+// Normalisations, RoPE and element-wise ops. All activations are float32.
+
+// RMSNorm per row (one block per row): y = x * rsqrt(mean(x^2) + eps) * w.
+// y may alias x.
+extern "C" __global__ void __launch_bounds__(1024) rmsnorm(const float* x, const float* __restrict__ w, float* y,
+                                                           int D, int ldx, int ldy, float eps) {
+  __shared__ float sh[32];
+  const float* xr = x + (size_t)blockIdx.x * ldx;
+  float* yr = y + (size_t)blockIdx.x * ldy;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < D; i += blockDim.x) {
+    float v = xr[i];
+    ss += v * v;
+  }
+  ss = block_sum(ss, sh);
+  const float r = rsqrtf(ss / (float)D + eps);
+  for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w[i] * (xr[i] * r);
+}
+
+// LayerNorm per row with optional weight and bias (null: 1 and 0).
+// Two passes over the row so the variance does not cancel.
+extern "C" __global__ void __launch_bounds__(1024) layernorm(const float* x, const float* __restrict__ w,
+                                                             const float* __restrict__ b, float* y, int D, int ldx,
+                                                             int ldy, float eps) {
+  __shared__ float sh[32];
+  const float* xr = x + (size_t)blockIdx.x * ldx;
+  float* yr = y + (size_t)blockIdx.x * ldy;
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < D; i += blockDim.x) s += xr[i];
+  const float mean = block_sum(s, sh) / (float)D;
+  float v = 0.0f;
+  for (int i = threadIdx.x; i < D; i += blockDim.x) {
+    float d = xr[i] - mean;
+    v += d * d;
+  }
+  const float r = rsqrtf(block_sum(v, sh) / (float)D + eps);
+  for (int i = threadIdx.x; i < D; i += blockDim.x) {
+    float o = (xr[i] - mean) * r;
+    if (w) o *= w[i];
+    if (b) o += b[i];
+    yr[i] = o;
+  }
+}
+
+// RoPE in place on dims [off, off+rot) of each row of x ([rows][ld]).
+// Row r belongs to token r / rows_per_tok at position pos[token]; cos/sin
+// tables are [max_pos][rot/2] (built by the host with the model's YaRN).
+// interleaved != 0: pairs (2i, 2i+1) (DeepSeek/GLM main attention, GLM
+// indexer); otherwise half-split pairs (i, i+rot/2) (DeepSeek-V3.2 indexer).
+extern "C" __global__ void rope(float* x, const int* __restrict__ pos, const float* __restrict__ cos_t,
+                                const float* __restrict__ sin_t, int rows, int rows_per_tok, int ld, int off,
+                                int rot, int interleaved) {
+  const int half = rot >> 1;
+  const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (long long)rows * half) return;
+  const int r = (int)(idx / half), i = (int)(idx % half);
+  const int p = pos[r / rows_per_tok];
+  const float c = cos_t[(size_t)p * half + i], s = sin_t[(size_t)p * half + i];
+  float* xr = x + (size_t)r * ld + off;
+  const int i0 = interleaved ? 2 * i : i;
+  const int i1 = interleaved ? 2 * i + 1 : i + half;
+  const float a = xr[i0], b = xr[i1];
+  xr[i0] = a * c - b * s;
+  xr[i1] = b * c + a * s;
+}
+
+// y = a + b (y may alias either).
+extern "C" __global__ void add_f32(float* y, const float* a, const float* b, long long n) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    y[i] = a[i] + b[i];
+}
+
+// out[r][i] = silu(gate[r][i]) * up[r][i], i < I; strides per row.
+extern "C" __global__ void silu_mul(const float* __restrict__ gate, const float* __restrict__ up, float* out, int rows,
+                                    int I, int ldg, int ldu, int ldo) {
+  const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (long long)rows * I) return;
+  const int r = (int)(idx / I), i = (int)(idx % I);
+  const float g = gate[(size_t)r * ldg + i];
+  out[(size_t)r * ldo + i] = g / (1.0f + expf(-g)) * up[(size_t)r * ldu + i];
+}
+
+// out[t][:] = table[ids[t]][:] from a bf16 table [V][D]; one block per token.
+extern "C" __global__ void embed_bf16(const u16* __restrict__ table, const int* __restrict__ ids, float* out, int D) {
+  const u16* row = table + (size_t)ids[blockIdx.x] * D;
+  float* o = out + (size_t)blockIdx.x * D;
+  for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = bf16_to_f32(row[i]);
+}
+
+// out[n] = (resid ? resid[n] : 0) + sum_j w[j] * y[j][n]: the weighted sum of
+// the routed experts' outputs (k slots of N) plus the residual stream.
+extern "C" __global__ void moe_combine(const float* __restrict__ y, const float* __restrict__ w, const float* resid,
+                                       float* out, int k, int N) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  float s = 0.0f;
+  for (int j = 0; j < k; j++) s += w[j] * y[(size_t)j * N + n];
+  out[n] = (resid ? resid[n] : 0.0f) + s;
+}

@@ -1,0 +1,138 @@
+// Token choice on the device, one block (1024 threads) per row of logits, so
+// decode steps chain without a host round trip.
+
+// Greedy: out[row] = arg-max (ties to the lower index); val optional.
+extern "C" __global__ void __launch_bounds__(1024) argmax_rows(const float* __restrict__ x, int n, int ld, int* out,
+                                                               float* val) {
+  __shared__ float shv[32];
+  __shared__ int shi[32];
+  const float* r = x + (size_t)blockIdx.x * ld;
+  float v = NEG_INF;
+  int i = 0x7fffffff;
+  for (int k = threadIdx.x; k < n; k += blockDim.x) argmax_merge(v, i, r[k], k);
+  block_argmax(v, i, shv, shi);
+  if (threadIdx.x == 0) {
+    out[blockIdx.x] = i;
+    if (val) val[blockIdx.x] = v;
+  }
+}
+
+// Key threshold for "keep the K largest" (ties at the threshold all kept):
+// radix select of the K-th largest key among x[0..n).
+__device__ u32 kth_largest_key(const float* x, int n, int K, u32* hist, u32* sel) {
+  u32 prefix = 0, mask = 0;
+  int remaining = K;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const u32 k = float_key(x[i]);
+      if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      u32 cum = 0;
+      int d = 255;
+      for (; d > 0; d--) {
+        if (cum + hist[d] >= (u32)remaining) break;
+        cum += hist[d];
+      }
+      sel[0] = (u32)d;
+      sel[1] = (u32)remaining - cum;
+    }
+    __syncthreads();
+    prefix |= sel[0] << shift;
+    mask |= 255u << shift;
+    remaining = (int)sel[1];
+    __syncthreads();
+  }
+  return prefix;
+}
+
+// Sampling with temperature, top-k and top-p, seeded:
+//   temperature <= 0: arg-max.
+//   survivors: keys >= the top_k-th largest logit (top_k <= 0 or >= n: all);
+//   p_i = softmax over survivors of logits / temperature;
+//   top_p < 1: keep the smallest set of most likely survivors whose mass
+//   reaches top_p (ties at the boundary kept);
+//   draw by the Gumbel-max trick: arg-max of x_i/T - log(-log(u_i)) with
+//   u_i = rng_uniform(seed, step + row, i), exactly a draw from p restricted
+//   to the survivors.
+// Probability mass is summed in 2^-40 fixed point, so the top-p cut is
+// deterministic.
+extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* __restrict__ logits, int n, int ld,
+                                                               int* out, float temperature, int top_k, float top_p,
+                                                               u64 seed, u64 step) {
+  __shared__ u32 hist[256];
+  __shared__ unsigned long long mass[256];
+  __shared__ u32 sel[2];
+  __shared__ float shv[32];
+  __shared__ int shi[32];
+  __shared__ float shf[32];
+  const float* x = logits + (size_t)blockIdx.x * ld;
+  const int tid = threadIdx.x;
+  float v = NEG_INF;
+  int vi = 0x7fffffff;
+  if (!(temperature > 0.0f)) {
+    for (int k = tid; k < n; k += blockDim.x) argmax_merge(v, vi, x[k], k);
+    block_argmax(v, vi, shv, shi);
+    if (tid == 0) out[blockIdx.x] = vi;
+    return;
+  }
+  const float invT = 1.0f / temperature;
+  u32 thr = 0;  // keep keys >= thr
+  if (top_k > 0 && top_k < n) thr = kth_largest_key(x, n, top_k, hist, sel);
+  // Max over survivors (the global max always survives).
+  float mx = NEG_INF;
+  for (int k = tid; k < n; k += blockDim.x) mx = fmaxf(mx, x[k]);
+  mx = block_max(mx, shf);
+  if (top_p < 1.0f) {
+    float z = 0.0f;
+    for (int k = tid; k < n; k += blockDim.x)
+      if (float_key(x[k]) >= thr) z += expf((x[k] - mx) * invT);
+    z = block_sum(z, shf);
+    const float inv_z = 1.0f / z;
+    const unsigned long long target = (unsigned long long)((double)top_p * 1099511627776.0);
+    // Radix select on the key by mass, from the top: the boundary key b has
+    // mass(keys > b) < target <= mass(keys >= b).
+    u32 prefix = 0, mask = 0;
+    unsigned long long need = target;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      for (int i = tid; i < 256; i += blockDim.x) mass[i] = 0ull;
+      __syncthreads();
+      for (int k = tid; k < n; k += blockDim.x) {
+        const u32 key = float_key(x[k]);
+        if (key >= thr && (key & mask) == prefix) {
+          const float p = expf((x[k] - mx) * invT) * inv_z;
+          atomicAdd(&mass[(key >> shift) & 255u], (unsigned long long)(p * 1099511627776.0f));
+        }
+      }
+      __syncthreads();
+      if (tid == 0) {
+        unsigned long long cum = 0;
+        int d = 255;
+        for (; d > 0; d--) {
+          if (cum + mass[d] >= need) break;
+          cum += mass[d];
+        }
+        sel[0] = (u32)d;
+        mass[0] = need > cum ? need - cum : 0ull;  // the rest of the target, for the next digit
+      }
+      __syncthreads();
+      prefix |= sel[0] << shift;
+      mask |= 255u << shift;
+      need = mass[0];
+      __syncthreads();
+    }
+    if (prefix > thr) thr = prefix;
+  }
+  for (int k = tid; k < n; k += blockDim.x) {
+    const float xv = x[k];
+    if (float_key(xv) >= thr) {
+      const float u = rng_uniform(seed, step + blockIdx.x, (u64)k);
+      argmax_merge(v, vi, (xv - mx) * invT - logf(-logf(u)), k);
+    }
+  }
+  block_argmax(v, vi, shv, shi);
+  if (tid == 0) out[blockIdx.x] = vi;
+}

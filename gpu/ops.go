@@ -1,0 +1,251 @@
+package gpu
+
+import (
+	"github.com/cockroachdb/errors"
+)
+
+// Typed launchers for the embedded kernels. Shapes are checked here so a
+// bad call fails with a message instead of a device fault; pointers are the
+// caller's responsibility. Activations are float32, row-major.
+
+// Byte sizes of the vLLM cache layouts the kernels read and write.
+const (
+	MLATokenBytes     = 656                // 512 fp8 + 4 float32 scales + 64 bf16
+	IndexerPageTokens = 64                 // tokens per indexer page
+	IndexerPageBytes  = 64*128 + 64*4      // 8448
+	MLAPageBytes      = 64 * MLATokenBytes // tokens are interleaved per page
+	MLALatentDim      = 512
+	MLARopeDim        = 64
+	IndexerHeadDim    = 128
+	gemvRowsPerBlock  = 8 // 256 threads, a warp per output row
+	maxGemvM          = 4
+	maxGateExperts    = 1024
+	maxGateGroups     = 32
+	maxGateTopK       = 64
+)
+
+func cdiv(a, b int) int { return (a + b - 1) / b }
+
+func checkGemv(N, K, M, ldx, ldy int) error {
+	if N <= 0 || K <= 0 || M <= 0 || M > maxGemvM {
+		return errors.Newf("gemv: N=%d K=%d M=%d (M must be 1..%d)", N, K, M, maxGemvM)
+	}
+	if ldx < K || (M > 1 && ldy < N) {
+		return errors.Newf("gemv: ldx=%d < K=%d or ldy=%d < N=%d", ldx, K, ldy, N)
+	}
+	return nil
+}
+
+// GemvFP8 computes y[m][n] = sum_k w[n][k]*scale[n/128][k/128]*x[m][k] (+ resid[m][n])
+// for m < M <= 4; w is fp8 e4m3 [N][K], scale float32 [ceil(N/128)][ceil(K/128)].
+// resid may be 0 or equal to y (in-place residual add).
+func (k *Kernels) GemvFP8(s Stream, y, x, w, scale, resid DevPtr, N, K, M, ldx, ldy int) error {
+	if err := checkGemv(N, K, M, ldx, ldy); err != nil {
+		return err
+	}
+	return k.launch("gemv_fp8", D1(cdiv(N, gemvRowsPerBlock)), D1(256), 0, s, w, scale, x, y, resid, N, K, M, ldx, ldy)
+}
+
+// GemvBF16 is GemvFP8 for bf16 weights without scales.
+func (k *Kernels) GemvBF16(s Stream, y, x, w, resid DevPtr, N, K, M, ldx, ldy int) error {
+	if err := checkGemv(N, K, M, ldx, ldy); err != nil {
+		return err
+	}
+	return k.launch("gemv_bf16", D1(cdiv(N, gemvRowsPerBlock)), D1(256), 0, s, w, x, y, resid, N, K, M, ldx, ldy)
+}
+
+// GemvF32 is GemvFP8 for float32 weights.
+func (k *Kernels) GemvF32(s Stream, y, x, w, resid DevPtr, N, K, M, ldx, ldy int) error {
+	if err := checkGemv(N, K, M, ldx, ldy); err != nil {
+		return err
+	}
+	return k.launch("gemv_f32", D1(cdiv(N, gemvRowsPerBlock)), D1(256), 0, s, w, x, y, resid, N, K, M, ldx, ldy)
+}
+
+// GemvFP8Experts runs one fp8 GEMV per top-k slot j < slots with the expert
+// ids[j] read on the device: weights wTable[e] ([N][K] fp8) and scales
+// sTable[e] are device arrays of device pointers. Input row j is
+// x + j*xstride floats (xstride 0 shares x), output row j is y + j*N.
+func (k *Kernels) GemvFP8Experts(s Stream, y, x DevPtr, xstride int, wTable, sTable, ids DevPtr, slots, N, K int) error {
+	if N <= 0 || K <= 0 || slots <= 0 || xstride < 0 {
+		return errors.Newf("gemv experts: N=%d K=%d slots=%d xstride=%d", N, K, slots, xstride)
+	}
+	return k.launch("gemv_fp8_experts", Dim3{cdiv(N, gemvRowsPerBlock), slots, 1}, D1(256), 0, s, wTable, sTable, ids, x, xstride, y, N, K)
+}
+
+func normThreads(D int) int {
+	t := min(1024, cdiv(D, 4)*1)
+	t = cdiv(t, 32) * 32
+	return max(32, t)
+}
+
+// RMSNorm normalises rows of D floats: y = x*rsqrt(mean(x^2)+eps)*w. y may be x.
+func (k *Kernels) RMSNorm(s Stream, y, x, w DevPtr, rows, D, ldx, ldy int, eps float32) error {
+	if rows <= 0 || D <= 0 || ldx < D || ldy < D {
+		return errors.Newf("rmsnorm: rows=%d D=%d ldx=%d ldy=%d", rows, D, ldx, ldy)
+	}
+	return k.launch("rmsnorm", D1(rows), D1(normThreads(D)), 0, s, x, w, y, D, ldx, ldy, eps)
+}
+
+// LayerNorm normalises rows: y = (x-mean)*rsqrt(var+eps)*w + b (w, b may be 0).
+func (k *Kernels) LayerNorm(s Stream, y, x, w, b DevPtr, rows, D, ldx, ldy int, eps float32) error {
+	if rows <= 0 || D <= 0 || ldx < D || ldy < D {
+		return errors.Newf("layernorm: rows=%d D=%d ldx=%d ldy=%d", rows, D, ldx, ldy)
+	}
+	return k.launch("layernorm", D1(rows), D1(normThreads(D)), 0, s, x, w, b, y, D, ldx, ldy, eps)
+}
+
+// RoPE rotates dims [off, off+rot) of each of rows rows of x ([rows][ld]) in
+// place; row r is token r/rowsPerTok at position pos[token] (int32 on the
+// device); cos/sin are [maxPos][rot/2] float32 tables. interleaved: pairs
+// (2i, 2i+1); else half-split pairs (i, i+rot/2).
+func (k *Kernels) RoPE(s Stream, x, pos, cos, sin DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error {
+	if rows <= 0 || rowsPerTok <= 0 || rot <= 0 || rot%2 != 0 || off < 0 || off+rot > ld {
+		return errors.Newf("rope: rows=%d rowsPerTok=%d ld=%d off=%d rot=%d", rows, rowsPerTok, ld, off, rot)
+	}
+	il := 0
+	if interleaved {
+		il = 1
+	}
+	n := rows * rot / 2
+	return k.launch("rope", D1(cdiv(n, 256)), D1(256), 0, s, x, pos, cos, sin, rows, rowsPerTok, ld, off, rot, il)
+}
+
+// Add computes y = a + b over n floats (y may alias a or b).
+func (k *Kernels) Add(s Stream, y, a, b DevPtr, n int) error {
+	if n <= 0 {
+		return errors.Newf("add: n=%d", n)
+	}
+	return k.launch("add_f32", D1(min(cdiv(n, 256), 4096)), D1(256), 0, s, y, a, b, int64(n))
+}
+
+// SiluMul computes out[r][i] = silu(gate[r][i]) * up[r][i] for i < I.
+func (k *Kernels) SiluMul(s Stream, out, gate, up DevPtr, rows, I, ldg, ldu, ldo int) error {
+	if rows <= 0 || I <= 0 || ldg < I || ldu < I || ldo < I {
+		return errors.Newf("silu_mul: rows=%d I=%d", rows, I)
+	}
+	return k.launch("silu_mul", D1(cdiv(rows*I, 256)), D1(256), 0, s, gate, up, out, rows, I, ldg, ldu, ldo)
+}
+
+// EmbedBF16 gathers rows ids[0..T) (int32 on the device) of a bf16 [V][D]
+// table into float32 out [T][D].
+func (k *Kernels) EmbedBF16(s Stream, out, table, ids DevPtr, T, D int) error {
+	if T <= 0 || D <= 0 {
+		return errors.Newf("embed: T=%d D=%d", T, D)
+	}
+	return k.launch("embed_bf16", D1(T), D1(256), 0, s, table, ids, out, D)
+}
+
+// MoECombine computes out[n] = resid[n] + sum_j w[j]*y[j][n] for kslots rows
+// of N (resid may be 0 or alias out).
+func (k *Kernels) MoECombine(s Stream, out, y, w, resid DevPtr, kslots, N int) error {
+	if kslots <= 0 || N <= 0 {
+		return errors.Newf("moe_combine: k=%d N=%d", kslots, N)
+	}
+	return k.launch("moe_combine", D1(cdiv(N, 256)), D1(256), 0, s, y, w, resid, out, kslots, N)
+}
+
+// MoEGate routes T tokens: logits [T][E] float32 (router GEMV output), bias
+// [E] (e_score_correction_bias, may be 0). Writes idx [T][K] int32 and wts
+// [T][K] float32 (see moe.cu for the exact rule).
+func (k *Kernels) MoEGate(s Stream, idx, wts, logits, bias DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
+	if T <= 0 || E <= 0 || E > maxGateExperts || K <= 0 || K > min(E, maxGateTopK) || ngroup > maxGateGroups {
+		return errors.Newf("moe_gate: T=%d E=%d K=%d ngroup=%d (E<=%d, K<=%d, ngroup<=%d)", T, E, K, ngroup, maxGateExperts, maxGateTopK, maxGateGroups)
+	}
+	if ngroup > 1 && (E%ngroup != 0 || topkGroup <= 0) {
+		return errors.Newf("moe_gate: E=%d not divisible into %d groups or topk_group=%d", E, ngroup, topkGroup)
+	}
+	nv := 0
+	if norm {
+		nv = 1
+	}
+	return k.launch("moe_gate", D1(T), D1(cdiv(E, 32)*32), 0, s, logits, bias, idx, wts, E, K, ngroup, topkGroup, nv, scale)
+}
+
+// IndexerScores writes out[q][t] (row stride ldOut) for t < T:
+// sum_h w[q][h]*ReLU(qkScale * q[q][h].k_t) over the fp8 indexer cache, -inf
+// for t >= lens[q]. q: [nq][H][128], w: [nq][H], lens: int32 [nq],
+// blockTable: int32 page per 64-token block (0: identity).
+func (k *Kernels) IndexerScores(s Stream, out, q, w, cache, blockTable, lens DevPtr, nq, H, T, ldOut int, qkScale float32) error {
+	if nq <= 0 || H <= 0 || T <= 0 || ldOut < T {
+		return errors.Newf("indexer: nq=%d H=%d T=%d ldOut=%d", nq, H, T, ldOut)
+	}
+	return k.launch("indexer_scores", Dim3{cdiv(T, IndexerPageTokens), nq, 1}, D1(256), 0, s, q, w, cache, blockTable, lens, out, H, T, ldOut, qkScale)
+}
+
+// TopK writes, per row, the indices of the K largest of scores[row][0..n)
+// (n = min(lens[row], T), lens may be 0) in ascending index order, ties at
+// the threshold to the lower index; n <= K gives 0..n-1 then -1.
+func (k *Kernels) TopK(s Stream, out, scores, lens DevPtr, rows, T, K, ld, ldOut int) error {
+	if rows <= 0 || T <= 0 || K <= 0 || ld < T || ldOut < K {
+		return errors.Newf("topk: rows=%d T=%d K=%d ld=%d ldOut=%d", rows, T, K, ld, ldOut)
+	}
+	return k.launch("topk_rows", D1(rows), D1(1024), 0, s, scores, ld, lens, T, K, out, ldOut)
+}
+
+// MLADecode runs absorbed MLA attention for nq query rows and H heads over
+// the fp8_ds_mla cache: qn [nq][H][512], qp [nq][H][64], indices [nq][ldIdx]
+// int32 with nidx used per row (0: dense over lens[q] tokens), lens int32
+// [nq]; out [nq][H][512], lse [nq][H] (may be 0). scale multiplies q.k.
+func (k *Kernels) MLADecode(s Stream, out, lse, qn, qp, cache, blockTable, indices, lens DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	if nq <= 0 || H <= 0 || (indices != 0 && (nidx <= 0 || ldIdx < nidx)) {
+		return errors.Newf("mla: nq=%d H=%d nidx=%d ldIdx=%d", nq, H, nidx, ldIdx)
+	}
+	return k.launch("mla_decode", Dim3{H, nq, 1}, D1(128), 0, s, qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale)
+}
+
+// Argmax writes out[r] = arg-max of x[r][0..n) (ties to the lower index) and,
+// when val != 0, the maximum.
+func (k *Kernels) Argmax(s Stream, out, val, x DevPtr, rows, n, ld int) error {
+	if rows <= 0 || n <= 0 || ld < n {
+		return errors.Newf("argmax: rows=%d n=%d ld=%d", rows, n, ld)
+	}
+	return k.launch("argmax_rows", D1(rows), D1(1024), 0, s, x, n, ld, out, val)
+}
+
+// SamplingParams controls Sample. Temperature <= 0 means greedy; TopK <= 0
+// and TopP >= 1 disable those filters. Row r draws with counter Step+r.
+type SamplingParams struct {
+	Temperature float32
+	TopK        int
+	TopP        float32
+	Seed        uint64
+	Step        uint64
+}
+
+// Sample draws one token per row of logits [rows][ld] into out (int32).
+func (k *Kernels) Sample(s Stream, out, logits DevPtr, rows, n, ld int, p SamplingParams) error {
+	if rows <= 0 || n <= 0 || ld < n {
+		return errors.Newf("sample: rows=%d n=%d ld=%d", rows, n, ld)
+	}
+	topP := p.TopP
+	if topP <= 0 {
+		topP = 1
+	}
+	return k.launch("sample_rows", D1(rows), D1(1024), 0, s, logits, n, ld, out, p.Temperature, p.TopK, topP, p.Seed, p.Step)
+}
+
+// MLACacheWrite stores ntok rows of latent [ntok][512] and rope [ntok][64]
+// into the fp8_ds_mla cache at slots[i] (int32, page*64+offset; <0 skipped).
+// ue8m0 picks power-of-two scales; otherwise amax/448.
+func (k *Kernels) MLACacheWrite(s Stream, cache, lat, rope, slots DevPtr, ntok int, ue8m0 bool) error {
+	if ntok <= 0 {
+		return errors.Newf("mla cache write: ntok=%d", ntok)
+	}
+	return k.launch("mla_cache_write", D1(ntok), D1(128), 0, s, lat, rope, cache, slots, b2i(ue8m0))
+}
+
+// IndexerCacheWrite stores ntok keys [ntok][128] into the indexer cache.
+func (k *Kernels) IndexerCacheWrite(s Stream, cache, key, slots DevPtr, ntok int, ue8m0 bool) error {
+	if ntok <= 0 {
+		return errors.Newf("indexer cache write: ntok=%d", ntok)
+	}
+	return k.launch("indexer_cache_write", D1(ntok), D1(32), 0, s, key, cache, slots, b2i(ue8m0))
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -2,6 +2,7 @@ package pd
 
 import (
 	"hash/crc32"
+	"math/rand/v2"
 
 	"github.com/cockroachdb/errors"
 
@@ -18,7 +19,9 @@ type SlotRegion struct {
 }
 
 // EngineGate is the Gate over an rdma.Engine: each slot owns one registered
-// region per name, opened with the slot generation as the write key.
+// region per name. Each Open uses a fresh random write key, so only the
+// holder of that accept can write: a peer that guesses the slot or the
+// generation is refused by the engine.
 type EngineGate struct {
 	eng   rdma.Engine
 	slots [][]SlotRegion
@@ -75,14 +78,15 @@ func (g *EngineGate) Region(slot int, name string) (rdma.Region, bool) {
 }
 
 // Open implements Gate.
-func (g *EngineGate) Open(slot int, gen uint64, sizes []RegionSize) ([]Destination, error) {
+func (g *EngineGate) Open(slot int, _ uint64, sizes []RegionSize) ([]Destination, error) {
 	dests := make([]Destination, 0, len(sizes))
+	key := rand.Uint64() | 1 // non-zero; math/rand/v2's global source is ChaCha8, seeded from the OS
 	for _, sz := range sizes {
 		r, ok := g.Region(slot, sz.Name)
 		if !ok {
 			return nil, errors.Newf("pd: slot %d has no region %q", slot, sz.Name)
 		}
-		rem, err := g.eng.Open(r.ID, gen)
+		rem, err := g.eng.Open(r.ID, key)
 		if err != nil {
 			return nil, err
 		}

@@ -100,7 +100,7 @@ func (s *Server) serveConn(c net.Conn) {
 	}()
 	log := s.log.With("peer", c.RemoteAddr().String())
 	if err := WriteMessage(c, s.Hello()); err != nil {
-		log.Debug("pd: hello not sent", "err", err)
+		log.Debug("pd: hello not sent", "err", err.Error())
 		return
 	}
 	br := bufio.NewReader(c)
@@ -110,7 +110,7 @@ func (s *Server) serveConn(c net.Conn) {
 			if err == io.EOF || errors.Is(err, net.ErrClosed) {
 				return
 			}
-			log.Warn("pd: closing ctrl connection after a bad frame", "err", err)
+			log.Warn("pd: closing ctrl connection after a bad frame", "err", err.Error())
 			_ = WriteMessage(c, &ErrorMsg{Error: "bad_frame", Message: err.Error()})
 			return
 		}
@@ -137,7 +137,7 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 		if err := WriteMessage(c, reply); err != nil {
-			log.Debug("pd: reply not sent", "err", err)
+			log.Debug("pd: reply not sent", "err", err.Error())
 			return
 		}
 	}

@@ -1,0 +1,1082 @@
+package gpu
+
+// GPU kernel checks: each kernel against its CPU reference on fresh random
+// inputs, outputs poisoned (NaN) first so an unwritten element fails. They
+// skip without a GPU. TILERT_GPU_SEED fixes the inputs; TILERT_GPU_REPORT
+// names a file for the check table (scripts/gpu-check.sh).
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cockroachdb/errors"
+)
+
+var (
+	devOnce    sync.Once
+	testDev    *Device
+	testDevErr error
+
+	reportMu   sync.Mutex
+	reportRows []checkRow
+	timingRows []timingRow
+)
+
+type checkRow struct {
+	Name   string
+	Metric string
+	Err    float64
+	Bound  float64
+	Pass   bool
+}
+
+type timingRow struct {
+	Name    string
+	Bytes   float64
+	Median  float64 // microseconds
+	GBps    float64
+	OfCopy  float64 // fraction of the measured copy bandwidth
+	Comment string
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if testDev != nil {
+		if err := testDev.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "closing the device: %+v\n", err)
+			code = 1
+		}
+	}
+	if err := writeReport(); err != nil {
+		fmt.Fprintf(os.Stderr, "report: %v\n", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func gpuDevice(t testing.TB) *Device {
+	t.Helper()
+	devOnce.Do(func() { testDev, testDevErr = Open(0) })
+	if testDevErr != nil {
+		if errors.Is(testDevErr, ErrNoGPU) {
+			t.Skipf("no GPU here, GPU test skipped (run scripts/gpu-check.sh on a GPU machine): %v", testDevErr)
+		}
+		t.Fatalf("opening GPU 0: %+v", testDevErr)
+	}
+	return testDev
+}
+
+func testSeed(t testing.TB) uint64 {
+	if v := os.Getenv("TILERT_GPU_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("TILERT_GPU_SEED=%q: %v", v, err)
+		}
+		return s
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// chk panics on error; Device.Do turns the panic into the closure's error
+// (t.Fatal must not run on the device thread: it would end that goroutine).
+func chk(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+type allocs struct {
+	c    *Ctx
+	ptrs []DevPtr
+}
+
+func (a *allocs) raw(n int64) DevPtr {
+	p, err := a.c.Alloc(n)
+	chk(err)
+	a.ptrs = append(a.ptrs, p)
+	return p
+}
+
+func (a *allocs) up(data any) DevPtr {
+	b, err := bytesOf(data)
+	chk(err)
+	p := a.raw(int64(max(len(b), 4)))
+	chk(a.c.Upload(p, data))
+	return p
+}
+
+// poisoned allocates n 32-bit words filled with a quiet NaN (as int32 it is
+// 2143289344, never a valid index).
+func (a *allocs) poisoned(n int) DevPtr {
+	p := a.raw(int64(4 * n))
+	chk(a.c.MemsetD32(p, 0x7fc00000, int64(n), a.c.Stream()))
+	return p
+}
+
+func (a *allocs) free() {
+	for _, p := range a.ptrs {
+		_ = a.c.Free(p)
+	}
+	a.ptrs = nil
+}
+
+func downF32(c *Ctx, p DevPtr, n int) []float32 {
+	out := make([]float32, n)
+	chk(c.Download(out, p))
+	return out
+}
+
+func downI32(c *Ctx, p DevPtr, n int) []int32 {
+	out := make([]int32, n)
+	chk(c.Download(out, p))
+	return out
+}
+
+// onGPU runs f on the device thread with the kernels loaded and fresh
+// random numbers.
+func onGPU(t *testing.T, f func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand)) {
+	t.Helper()
+	d := gpuDevice(t)
+	seed := testSeed(t)
+	t.Logf("seed %d", seed)
+	err := d.Do(func(c *Ctx) error {
+		k, err := c.Kernels()
+		if err != nil {
+			return err
+		}
+		a := &allocs{c: c}
+		defer a.free()
+		f(c, k, a, rand.New(rand.NewPCG(seed, 0x7113)))
+		return c.SyncStream(c.Stream())
+	})
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+}
+
+func record(t *testing.T, name, metric string, err, bound float64) {
+	t.Helper()
+	pass := err <= bound && !math.IsNaN(err)
+	reportMu.Lock()
+	reportRows = append(reportRows, checkRow{name, metric, err, bound, pass})
+	reportMu.Unlock()
+	if !pass {
+		t.Errorf("%s: %s = %.3g, bound %.3g", name, metric, err, bound)
+	} else {
+		t.Logf("%s: %s = %.3g (bound %.3g)", name, metric, err, bound)
+	}
+}
+
+const (
+	boundF32  = 1e-5 // float32 arithmetic on exact (fp8/bf16/f32) inputs
+	relMetric = "max|d|/max|ref|"
+)
+
+func TestDeviceInfoAndExecutor(t *testing.T) {
+	d := gpuDevice(t)
+	i := d.Info
+	t.Logf("%s %s, %d SMs, %d MiB, L2 %d KiB, driver %d (%s)", i.Name, i.Arch(), i.SMs, i.TotalMem>>20, i.L2Bytes>>10, i.DriverVersion, i.DriverLib)
+	if i.SMs <= 0 || i.TotalMem <= 0 || i.CCMajor <= 0 {
+		t.Fatalf("implausible device info %+v", i)
+	}
+	// Many goroutines share the one device thread.
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- d.Do(func(c *Ctx) error {
+				p, err := c.Alloc(4096)
+				if err != nil {
+					return err
+				}
+				defer c.Free(p)
+				in := make([]int32, 1024)
+				for j := range in {
+					in[j] = int32(g*10000 + j)
+				}
+				if err := c.Upload(p, in); err != nil {
+					return err
+				}
+				out := make([]int32, 1024)
+				if err := c.Download(out, p); err != nil {
+					return err
+				}
+				for j := range out {
+					if out[j] != in[j] {
+						return errors.Newf("goroutine %d: word %d = %d", g, j, out[j])
+					}
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	// A panic comes back as an error and the device keeps working.
+	if err := d.Do(func(c *Ctx) error { panic("boom") }); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("panic not reported: %v", err)
+	}
+	if err := d.Do(func(c *Ctx) error { return c.Synchronize() }); err != nil {
+		t.Errorf("device unusable after a panic: %v", err)
+	}
+	// Pinned memory round trip through async copies.
+	err := d.Do(func(c *Ctx) error {
+		h, err := c.HostAlloc(1 << 20)
+		if err != nil {
+			return err
+		}
+		defer c.FreeHost(h)
+		for j := range h.Bytes {
+			h.Bytes[j] = byte(j * 7)
+		}
+		p, err := c.Alloc(1 << 20)
+		if err != nil {
+			return err
+		}
+		defer c.Free(p)
+		if err := c.CopyHtoDAsync(p, h.Bytes, c.Stream()); err != nil {
+			return err
+		}
+		back := make([]byte, 1<<20)
+		if err := c.Download(back, p); err != nil {
+			return err
+		}
+		for j := range back {
+			if back[j] != byte(j*7) {
+				return errors.Newf("pinned round trip byte %d", j)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+}
+
+// ---- GEMV ----
+
+func TestKernelGemv(t *testing.T) {
+	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		type tc struct {
+			N, K, M int
+			resid   bool
+		}
+		fp8Cases := []tc{{576, 7168, 1, false}, {200, 96, 2, true}, {130, 100, 3, false}, {1536, 1536, 4, true}, {300, 2112, 1, true}}
+		for _, cs := range fp8Cases {
+			N, K, M := cs.N, cs.K, cs.M
+			w := randFP8(r, N*K)
+			kb, nb := cdiv(K, 128), cdiv(N, 128)
+			sc := make([]float32, nb*kb)
+			for i := range sc {
+				sc[i] = float32(math.Ldexp(0.5+r.Float64(), -8))
+			}
+			x := randF32(r, M*K, 1)
+			var resid []float32
+			rp := DevPtr(0)
+			if cs.resid {
+				resid = randF32(r, M*N, 1)
+				rp = a.up(resid)
+			}
+			yp := a.poisoned(M * N)
+			chk(k.GemvFP8(s, yp, a.up(x), a.up(w), a.up(sc), rp, N, K, M, K, N))
+			y := downF32(c, yp, M*N)
+			ref := refGemv(func(n, kk int) float64 { return fp8Table[w[n*K+kk]] * float64(sc[(n/128)*kb+kk/128]) }, x, resid, N, K, M, K, N)
+			record(t, fmt.Sprintf("gemv_fp8 N=%d K=%d M=%d", N, K, M), relMetric, relErr(y, ref), boundF32)
+		}
+		for _, cs := range []tc{{129, 7168, 1, false}, {256, 200, 4, true}, {50, 37, 2, false}} {
+			N, K, M := cs.N, cs.K, cs.M
+			w := randBF16(r, N*K, 0.05)
+			x := randF32(r, M*K, 1)
+			var resid []float32
+			rp := DevPtr(0)
+			if cs.resid {
+				resid = randF32(r, M*N, 1)
+				rp = a.up(resid)
+			}
+			yp := a.poisoned(M * N)
+			chk(k.GemvBF16(s, yp, a.up(x), a.up(w), rp, N, K, M, K, N))
+			ref := refGemv(func(n, kk int) float64 { return bf16ToF64(w[n*K+kk]) }, x, resid, N, K, M, K, N)
+			record(t, fmt.Sprintf("gemv_bf16 N=%d K=%d M=%d", N, K, M), relMetric, relErr(downF32(c, yp, M*N), ref), boundF32)
+		}
+		{
+			N, K, M := 100, 300, 2
+			w := randF32(r, N*K, 0.05)
+			x := randF32(r, M*K, 1)
+			yp := a.poisoned(M * N)
+			chk(k.GemvF32(s, yp, a.up(x), a.up(w), 0, N, K, M, K, N))
+			ref := refGemv(func(n, kk int) float64 { return float64(w[n*K+kk]) }, x, nil, N, K, M, K, N)
+			record(t, fmt.Sprintf("gemv_f32 N=%d K=%d M=%d", N, K, M), relMetric, relErr(downF32(c, yp, M*N), ref), boundF32)
+		}
+		// Routed experts through device pointer tables.
+		for _, shared := range []bool{true, false} {
+			const E, slots, N, K = 6, 4, 200, 384
+			ws := make([][]byte, E)
+			ss := make([][]float32, E)
+			wt := make([]DevPtr, E)
+			st := make([]DevPtr, E)
+			for e := range E {
+				ws[e] = randFP8(r, N*K)
+				ss[e] = make([]float32, cdiv(N, 128)*cdiv(K, 128))
+				for i := range ss[e] {
+					ss[e][i] = float32(math.Ldexp(0.5+r.Float64(), -7))
+				}
+				wt[e], st[e] = a.up(ws[e]), a.up(ss[e])
+			}
+			ids := []int32{int32(r.IntN(E)), int32(r.IntN(E)), 2, 2}
+			xstride := K
+			x := randF32(r, slots*K, 1)
+			if shared {
+				xstride = 0
+			}
+			yp := a.poisoned(slots * N)
+			chk(k.GemvFP8Experts(s, yp, a.up(x), xstride, a.up(wt), a.up(st), a.up(ids), slots, N, K))
+			y := downF32(c, yp, slots*N)
+			ref := make([]float64, slots*N)
+			for j, e := range ids {
+				kb := cdiv(K, 128)
+				part := refGemv(func(n, kk int) float64 { return fp8Table[ws[e][n*K+kk]] * float64(ss[e][(n/128)*kb+kk/128]) }, x[j*xstride:], nil, N, K, 1, K, N)
+				copy(ref[j*N:], part)
+			}
+			record(t, fmt.Sprintf("gemv_fp8_experts slots=%d shared_x=%v", slots, shared), relMetric, relErr(y, ref), boundF32)
+		}
+	})
+}
+
+// ---- norms, rope, element-wise ----
+
+func TestKernelNormRopeElementwise(t *testing.T) {
+	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		for _, cs := range [][2]int{{3, 7168}, {1, 1536}, {2, 100}} {
+			rows, D := cs[0], cs[1]
+			x := randF32(r, rows*D, 2)
+			w := randF32(r, D, 1)
+			yp := a.poisoned(rows * D)
+			chk(k.RMSNorm(s, yp, a.up(x), a.up(w), rows, D, D, D, 1e-6))
+			record(t, fmt.Sprintf("rmsnorm rows=%d D=%d", rows, D), relMetric, relErr(downF32(c, yp, rows*D), refRMSNorm(x, w, rows, D, 1e-6)), boundF32)
+		}
+		for _, cs := range []struct {
+			rows, D int
+			bias    bool
+		}{{4, 128, true}, {2, 7168, false}} {
+			x := randF32(r, cs.rows*cs.D, 1)
+			for i := range x {
+				x[i] += 3 // an offset the mean must remove
+			}
+			w := randF32(r, cs.D, 1)
+			var b []float32
+			bp := DevPtr(0)
+			if cs.bias {
+				b = randF32(r, cs.D, 1)
+				bp = a.up(b)
+			}
+			yp := a.poisoned(cs.rows * cs.D)
+			chk(k.LayerNorm(s, yp, a.up(x), a.up(w), bp, cs.rows, cs.D, cs.D, cs.D, 1e-6))
+			record(t, fmt.Sprintf("layernorm rows=%d D=%d bias=%v", cs.rows, cs.D, cs.bias), relMetric,
+				relErr(downF32(c, yp, cs.rows*cs.D), refLayerNorm(x, w, b, cs.rows, cs.D, 1e-6)), boundF32)
+		}
+		// RoPE: main attention (interleaved, rope dims after 128 nope dims of
+		// 16 heads) and indexer (half-split, first 64 of 128, one row a token).
+		for _, cs := range []struct {
+			name                           string
+			toks, rowsPerTok, ld, off, rot int
+			interleaved                    bool
+		}{
+			{"rope interleaved (MLA q_pe)", 3, 16, 192, 128, 64, true},
+			{"rope half-split (indexer k)", 5, 1, 128, 0, 64, false},
+		} {
+			const maxPos = 4096
+			half := cs.rot / 2
+			cosT, sinT := make([]float32, maxPos*half), make([]float32, maxPos*half)
+			for p := range maxPos {
+				for i := range half {
+					ang := float64(p) * math.Pow(10000, -2*float64(i)/float64(cs.rot))
+					cosT[p*half+i], sinT[p*half+i] = float32(math.Cos(ang)), float32(math.Sin(ang))
+				}
+			}
+			pos := make([]int32, cs.toks)
+			for i := range pos {
+				pos[i] = int32(r.IntN(maxPos))
+			}
+			rows := cs.toks * cs.rowsPerTok
+			x := randF32(r, rows*cs.ld, 1)
+			xp := a.up(x)
+			chk(k.RoPE(s, xp, a.up(pos), a.up(cosT), a.up(sinT), rows, cs.rowsPerTok, cs.ld, cs.off, cs.rot, cs.interleaved))
+			ref := refRoPE(x, pos, cosT, sinT, rows, cs.rowsPerTok, cs.ld, cs.off, cs.rot, cs.interleaved)
+			record(t, cs.name, relMetric, relErr(downF32(c, xp, rows*cs.ld), ref), boundF32)
+		}
+		{
+			n := 10007
+			x, y := randF32(r, n, 1), randF32(r, n, 1)
+			op := a.poisoned(n)
+			chk(k.Add(s, op, a.up(x), a.up(y), n))
+			ref := make([]float64, n)
+			for i := range ref {
+				ref[i] = float64(x[i]) + float64(y[i])
+			}
+			record(t, "add n=10007", relMetric, relErr(downF32(c, op, n), ref), 1e-6)
+		}
+		{
+			rows, I := 3, 2048
+			gu := randF32(r, rows*2*I, 2) // [rows][gate | up]
+			op := a.poisoned(rows * I)
+			gp := a.up(gu)
+			chk(k.SiluMul(s, op, gp, gp.Add(int64(4*I)), rows, I, 2*I, 2*I, I))
+			ref := make([]float64, rows*I)
+			for rr := range rows {
+				for i := range I {
+					g, u := float64(gu[rr*2*I+i]), float64(gu[rr*2*I+I+i])
+					ref[rr*I+i] = g * sigmoid(g) * u
+				}
+			}
+			record(t, "silu_mul rows=3 I=2048", relMetric, relErr(downF32(c, op, rows*I), ref), boundF32)
+		}
+		{
+			V, D, T := 1000, 7168, 5
+			tab := randBF16(r, V*D, 1)
+			ids := []int32{int32(r.IntN(V)), 0, int32(V - 1), int32(r.IntN(V)), int32(r.IntN(V))}
+			op := a.poisoned(T * D)
+			chk(k.EmbedBF16(s, op, a.up(tab), a.up(ids), T, D))
+			ref := make([]float64, T*D)
+			for tt, id := range ids {
+				for i := range D {
+					ref[tt*D+i] = bf16ToF64(tab[int(id)*D+i])
+				}
+			}
+			record(t, "embed_bf16 V=1000 D=7168 T=5", relMetric, relErr(downF32(c, op, T*D), ref), 0)
+		}
+		{
+			kk, N := 8, 7168
+			y, w, res := randF32(r, kk*N, 1), randF32(r, kk, 1), randF32(r, N, 1)
+			op := a.poisoned(N)
+			chk(k.MoECombine(s, op, a.up(y), a.up(w), a.up(res), kk, N))
+			ref := make([]float64, N)
+			for n := range N {
+				ref[n] = float64(res[n])
+				for j := range kk {
+					ref[n] += float64(w[j]) * float64(y[j*N+n])
+				}
+			}
+			record(t, "moe_combine k=8 N=7168", relMetric, relErr(downF32(c, op, N), ref), boundF32)
+		}
+	})
+}
+
+// ---- MoE gate ----
+
+func TestKernelMoEGate(t *testing.T) {
+	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		for _, cs := range []struct {
+			name                 string
+			T, E, K, ngroup, tkg int
+			norm                 bool
+			scale                float64
+		}{
+			{"moe_gate DeepSeek E=256 K=8 groups 8/4", 6, 256, 8, 8, 4, true, 2.5},
+			{"moe_gate GLM-5 E=256 K=8 plain", 6, 256, 8, 1, 1, true, 2.5},
+			{"moe_gate E=64 K=6 groups 4/2 no-norm", 4, 64, 6, 4, 2, false, 1.0},
+		} {
+			logits := randF32(r, cs.T*cs.E, 2)
+			bias := randF32(r, cs.E, 0.1)
+			ip, wp := a.poisoned(cs.T*cs.K), a.poisoned(cs.T*cs.K)
+			chk(k.MoEGate(s, ip, wp, a.up(logits), a.up(bias), cs.T, cs.E, cs.K, cs.ngroup, cs.tkg, cs.norm, float32(cs.scale)))
+			gi, gw := downI32(c, ip, cs.T*cs.K), downF32(c, wp, cs.T*cs.K)
+			mism, ties := 0, 0
+			var wref []float64
+			var wgot []float32
+			for tt := range cs.T {
+				idx, w, gap := refMoEGate(logits[tt*cs.E:(tt+1)*cs.E], bias, cs.E, cs.K, cs.ngroup, cs.tkg, cs.norm, cs.scale)
+				same := true
+				for j := range cs.K {
+					if int(gi[tt*cs.K+j]) != idx[j] {
+						same = false
+					}
+				}
+				switch {
+				case same:
+					wref = append(wref, w...)
+					wgot = append(wgot, gw[tt*cs.K:(tt+1)*cs.K]...)
+				case gap < 1e-5: // a float32 near-tie may legitimately flip
+					ties++
+				default:
+					mism++
+					t.Logf("token %d: got %v want %v (gap %.3g)", tt, gi[tt*cs.K:(tt+1)*cs.K], idx, gap)
+				}
+			}
+			if ties > 0 {
+				t.Logf("%s: %d near-tie tokens not compared", cs.name, ties)
+			}
+			record(t, cs.name+" (experts)", "mismatched tokens", float64(mism), 0)
+			record(t, cs.name+" (weights)", relMetric, relErr(wgot, wref), boundF32)
+		}
+	})
+}
+
+// ---- indexer ----
+
+// fillIndexerCache makes a cache of nPages random pages (ue8m0-like scales).
+func randIndexerCache(r *rand.Rand, nPages int) []byte {
+	b := randFP8(r, nPages*IndexerPageBytes)
+	for p := range nPages {
+		for tok := range IndexerPageTokens {
+			sc := float32(math.Ldexp(1, -4-r.IntN(5)))
+			putF32(b[p*IndexerPageBytes+64*128+4*tok:], sc)
+		}
+	}
+	return b
+}
+
+func putF32(b []byte, f float32) {
+	u := math.Float32bits(f)
+	b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+}
+
+func getF32(b []byte) float32 {
+	return math.Float32frombits(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)
+}
+
+func TestKernelIndexer(t *testing.T) {
+	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		const H, D = 64, IndexerHeadDim
+		nq, T := 2, 300
+		lens := []int32{300, 250}
+		nBlocks := cdiv(T, IndexerPageTokens)
+		nPages := nBlocks + 3
+		cache := randIndexerCache(r, nPages)
+		bt := make([]int32, nBlocks)
+		for i, p := range r.Perm(nPages)[:nBlocks] {
+			bt[i] = int32(p)
+		}
+		q := randF32(r, nq*H*D, 1)
+		w := randF32(r, nq*H, 1)
+		const qkScale = 0.088
+		ldOut := T + 5
+		op := a.poisoned(nq * ldOut)
+		chk(k.IndexerScores(s, op, a.up(q), a.up(w), a.up(cache), a.up(bt), a.up(lens), nq, H, T, ldOut, qkScale))
+		got := downF32(c, op, nq*ldOut)
+		var gotV []float32
+		var ref []float64
+		for qi := range nq {
+			for tt := range T {
+				gotV = append(gotV, got[qi*ldOut+tt])
+				if tt >= int(lens[qi]) {
+					ref = append(ref, math.Inf(-1))
+					continue
+				}
+				pg := cache[int(bt[tt/64])*IndexerPageBytes:]
+				sc := float64(getF32(pg[64*128+4*(tt%64):]))
+				var score float64
+				for h := range H {
+					var d float64
+					for i := range D {
+						d += float64(q[(qi*H+h)*D+i]) * fp8Table[pg[(tt%64)*128+i]] * sc
+					}
+					score += float64(w[qi*H+h]) * math.Max(0, qkScale*d)
+				}
+				ref = append(ref, score)
+			}
+		}
+		record(t, "indexer_scores nq=2 H=64 T=300 paged", relMetric, relErr(gotV, ref), boundF32)
+
+		// Top-k: ties (values on a coarse grid), a short row, long rows.
+		for _, cs := range []struct {
+			name    string
+			rows, T int
+			K       int
+			lens    []int32
+			ties    bool
+		}{
+			{"topk T=5000 K=2048 ties, lens", 3, 5000, 2048, []int32{5000, 3000, 1000}, true},
+			{"topk T=100000 K=2048", 2, 100000, 2048, nil, false},
+			{"topk T=70 K=64", 1, 70, 64, nil, true},
+		} {
+			x := make([]float32, cs.rows*cs.T)
+			for i := range x {
+				if cs.ties {
+					x[i] = float32(r.IntN(64)) / 8
+				} else {
+					x[i] = float32(r.NormFloat64())
+				}
+			}
+			lp := DevPtr(0)
+			if cs.lens != nil {
+				lp = a.up(cs.lens)
+			}
+			op := a.poisoned(cs.rows * cs.K)
+			chk(k.TopK(s, op, a.up(x), lp, cs.rows, cs.T, cs.K, cs.T, cs.K))
+			got := downI32(c, op, cs.rows*cs.K)
+			mism := 0
+			for row := range cs.rows {
+				n := cs.T
+				if cs.lens != nil {
+					n = int(cs.lens[row])
+				}
+				want := refTopK(x[row*cs.T:(row+1)*cs.T], n, cs.K)
+				for j := range cs.K {
+					if got[row*cs.K+j] != want[j] {
+						mism++
+					}
+				}
+			}
+			record(t, cs.name, "mismatched indices", float64(mism), 0)
+		}
+	})
+}
+
+// ---- MLA ----
+
+func randMLACache(r *rand.Rand, nTok int) []byte {
+	b := randFP8(r, nTok*MLATokenBytes)
+	for tk := range nTok {
+		row := b[tk*MLATokenBytes:]
+		for g := range 4 {
+			putF32(row[512+4*g:], float32(0.002+0.01*r.Float64()))
+		}
+		for i := range 64 {
+			u := bf16Round(float32(r.NormFloat64()))
+			row[528+2*i], row[529+2*i] = byte(u), byte(u>>8)
+		}
+	}
+	return b
+}
+
+func TestKernelMLA(t *testing.T) {
+	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		const nq, H = 2, 16
+		lens := []int32{300, 270}
+		nBlocks := cdiv(300, 64)
+		nPages := nBlocks + 2
+		cache := randMLACache(r, nPages*64)
+		bt := make([]int32, nBlocks)
+		for i, p := range r.Perm(nPages)[:nBlocks] {
+			bt[i] = int32(p)
+		}
+		qn := randF32(r, nq*H*MLALatentDim, 1)
+		qp := randF32(r, nq*H*MLARopeDim, 1)
+		const scale = 0.35
+		// Row 0: 200 distinct tokens then -1 padding; row 1: 256 tokens.
+		const ldIdx, nidx = 260, 256
+		idx := make([]int32, nq*ldIdx)
+		for qi := range nq {
+			perm := r.Perm(int(lens[qi]))
+			for j := range nidx {
+				idx[qi*ldIdx+j] = -1
+				if j < len(perm) && (qi == 1 || j < 200) {
+					idx[qi*ldIdx+j] = int32(perm[j])
+				}
+			}
+		}
+		latent := func(tk int) ([]float64, []float64) {
+			pg := int(bt[tk/64])
+			row := cache[(pg*64+tk%64)*MLATokenBytes:]
+			cv := make([]float64, 512)
+			for d := range 512 {
+				cv[d] = fp8Table[row[d]] * float64(getF32(row[512+4*(d/128):]))
+			}
+			rv := make([]float64, 64)
+			for i := range 64 {
+				rv[i] = bf16ToF64(uint16(row[528+2*i]) | uint16(row[529+2*i])<<8)
+			}
+			return cv, rv
+		}
+		ref := func(qi, h int, toks []int) ([]float64, float64, float64) {
+			o := make([]float64, 512)
+			var maxC float64
+			sc := make([]float64, len(toks))
+			mx := math.Inf(-1)
+			for j, tk := range toks {
+				cv, rv := latent(tk)
+				var d float64
+				for i := range 512 {
+					d += float64(qn[(qi*H+h)*512+i]) * cv[i]
+					maxC = math.Max(maxC, math.Abs(cv[i]))
+				}
+				for i := range 64 {
+					d += float64(qp[(qi*H+h)*64+i]) * rv[i]
+				}
+				sc[j] = d * scale
+				mx = math.Max(mx, sc[j])
+			}
+			var l float64
+			for j, tk := range toks {
+				p := math.Exp(sc[j] - mx)
+				l += p
+				cv, _ := latent(tk)
+				for i := range 512 {
+					o[i] += p * cv[i]
+				}
+			}
+			for i := range o {
+				o[i] /= l
+			}
+			return o, mx + math.Log(l), maxC
+		}
+		for _, sparse := range []bool{true, false} {
+			op, lp := a.poisoned(nq*H*512), a.poisoned(nq*H)
+			ip := DevPtr(0)
+			if sparse {
+				ip = a.up(idx)
+			}
+			chk(k.MLADecode(s, op, lp, a.up(qn), a.up(qp), a.up(cache), a.up(bt), ip, a.up(lens), nq, H, nidx, ldIdx, scale))
+			got, gotL := downF32(c, op, nq*H*512), downF32(c, lp, nq*H)
+			var worst, worstL float64
+			for qi := range nq {
+				var toks []int
+				for j := range nidx {
+					if sparse {
+						if v := idx[qi*ldIdx+j]; v >= 0 {
+							toks = append(toks, int(v))
+						}
+					}
+				}
+				if !sparse {
+					for tk := range int(lens[qi]) {
+						toks = append(toks, tk)
+					}
+				}
+				for h := range H {
+					o, lse, maxC := ref(qi, h, toks)
+					for i := range 512 {
+						g := float64(got[(qi*H+h)*512+i])
+						if math.IsNaN(g) {
+							worst = math.Inf(1)
+						}
+						worst = math.Max(worst, math.Abs(g-o[i])/maxC)
+					}
+					gl := float64(gotL[qi*H+h])
+					if math.IsNaN(gl) {
+						worstL = math.Inf(1)
+					}
+					worstL = math.Max(worstL, math.Abs(gl-lse)/math.Max(1, math.Abs(lse)))
+				}
+			}
+			name := "mla_decode dense nq=2 H=16 len=300/270 paged"
+			if sparse {
+				name = "mla_decode top-k idx nq=2 H=16 paged"
+			}
+			record(t, name, "max|d|/max|c|", worst, boundF32)
+			record(t, name+" (lse)", "|d|/max(1,|lse|)", worstL, boundF32)
+		}
+	})
+}
+
+// ---- sampling ----
+
+func TestKernelSampling(t *testing.T) {
+	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		const V = 129280
+		{
+			rows := 3
+			x := randF32(r, rows*V, 3)
+			x[V+500] = 50 // a tie in row 1: the lower index wins
+			x[V+9000] = 50
+			op, vp := a.poisoned(rows), a.poisoned(rows)
+			chk(k.Argmax(s, op, vp, a.up(x), rows, V, V))
+			got := downI32(c, op, rows)
+			mism := 0
+			for row := range rows {
+				best := 0
+				for i := range V {
+					if x[row*V+i] > x[row*V+best] {
+						best = i
+					}
+				}
+				if int(got[row]) != best {
+					mism++
+				}
+			}
+			record(t, "argmax V=129280 (ties)", "mismatched rows", float64(mism), 0)
+		}
+		// Seeded draws vs the float64 reference of the same Gumbel-max rule.
+		for _, cs := range []struct {
+			name string
+			p    SamplingParams
+		}{
+			{"sample greedy (T=0)", SamplingParams{Temperature: 0}},
+			{"sample T=0.8 top-k=50", SamplingParams{Temperature: 0.8, TopK: 50, TopP: 1}},
+			{"sample T=1 top-p=0.9", SamplingParams{Temperature: 1, TopP: 0.9}},
+			{"sample T=0.7 top-k=200 top-p=0.8", SamplingParams{Temperature: 0.7, TopK: 200, TopP: 0.8}},
+		} {
+			const rows, n = 8, 32000
+			cs.p.Seed, cs.p.Step = r.Uint64(), r.Uint64N(1<<40)
+			x := randF32(r, rows*n, 2)
+			op := a.poisoned(rows)
+			chk(k.Sample(s, op, a.up(x), rows, n, n, cs.p))
+			got := downI32(c, op, rows)
+			mism := 0
+			for row := range rows {
+				xr := x[row*n : (row+1)*n]
+				want, gap := 0, math.Inf(1)
+				if cs.p.Temperature <= 0 {
+					for i := range xr {
+						if xr[i] > xr[want] {
+							want = i
+						}
+					}
+				} else {
+					p := refSampleSet(xr, float64(cs.p.Temperature), cs.p.TopK, float64(cs.p.TopP))
+					best, second := math.Inf(-1), math.Inf(-1)
+					for i := range xr {
+						if p[i] == 0 {
+							continue
+						}
+						g := float64(xr[i])/float64(cs.p.Temperature) - math.Log(-math.Log(rngUniform(cs.p.Seed, cs.p.Step+uint64(row), uint64(i))))
+						if g > best {
+							second, best, want = best, g, i
+						} else if g > second {
+							second = g
+						}
+					}
+					gap = best - second
+				}
+				if int(got[row]) != want {
+					if gap < 1e-4 {
+						t.Logf("%s row %d: near tie (gap %.3g), got %d want %d", cs.name, row, gap, got[row], want)
+						continue
+					}
+					mism++
+				}
+			}
+			record(t, cs.name, "mismatched rows", float64(mism), 0)
+		}
+		// Distribution: many draws of one small row against its probabilities.
+		for _, cs := range []SamplingParams{{Temperature: 1, TopP: 1}, {Temperature: 0.9, TopK: 5, TopP: 1}, {Temperature: 1.2, TopP: 0.7}} {
+			const n, rows = 16, 40000
+			row := randF32(r, n, 1)
+			x := make([]float32, 0, rows*n)
+			for range rows {
+				x = append(x, row...)
+			}
+			cs.Seed, cs.Step = r.Uint64(), 0
+			op := a.poisoned(rows)
+			chk(k.Sample(s, op, a.up(x), rows, n, n, cs))
+			got := downI32(c, op, rows)
+			p := refSampleSet(row, float64(cs.Temperature), cs.TopK, float64(cs.TopP))
+			cnt := make([]float64, n)
+			bad := false
+			for _, g := range got {
+				if g < 0 || int(g) >= n {
+					bad = true
+					continue
+				}
+				cnt[g]++
+			}
+			z := 0.0
+			for i := range n {
+				f := cnt[i] / rows
+				if p[i] == 0 {
+					if cnt[i] > 0 {
+						z = math.Inf(1)
+					}
+					continue
+				}
+				z = math.Max(z, math.Abs(f-p[i])/math.Sqrt(p[i]*(1-p[i])/rows+1e-300))
+			}
+			if bad {
+				z = math.Inf(1)
+			}
+			record(t, fmt.Sprintf("sample distribution T=%.1f k=%d p=%.1f (40000 draws)", cs.Temperature, cs.TopK, cs.TopP), "max z-score", z, 5)
+		}
+	})
+}
+
+// ---- cache writes ----
+
+func refUE8M0(amax float32) float32 {
+	if !(amax > 0) {
+		return 1
+	}
+	fr, e := math.Frexp(float64(amax) / 448)
+	if fr == 0.5 {
+		e--
+	}
+	e = max(min(e, 127), -126)
+	return float32(math.Ldexp(1, e))
+}
+
+func refQuantGroup(v []float32, ue8m0 bool) ([]byte, float32) {
+	var amax float32
+	for _, f := range v {
+		amax = max(amax, float32(math.Abs(float64(f))))
+	}
+	s := float32(1)
+	if ue8m0 {
+		s = refUE8M0(amax)
+	} else if amax > 0 {
+		s = amax / 448
+	}
+	q := make([]byte, len(v))
+	for i, f := range v {
+		q[i] = fp8Encode(f / s)
+	}
+	return q, s
+}
+
+func TestKernelCacheWrites(t *testing.T) {
+	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		for _, ue := range []bool{false, true} {
+			const ntok, nPages = 5, 3
+			lat := randF32(r, ntok*512, 1)
+			for i := 0; i < 128; i++ {
+				lat[128+i] *= 1e3 // a group that saturates nothing but has a large scale
+				lat[512+i] = 0    // an all-zero group: scale 1
+			}
+			rope := randF32(r, ntok*64, 1)
+			slots := []int32{70, 3, -1, 191, 64}
+			cache := make([]byte, nPages*64*MLATokenBytes)
+			for i := range cache {
+				cache[i] = 0xab
+			}
+			cp := a.up(cache)
+			chk(k.MLACacheWrite(s, cp, a.up(lat), a.up(rope), a.up(slots), ntok, ue))
+			got := make([]byte, len(cache))
+			chk(c.Download(got, cp))
+			want := append([]byte(nil), cache...)
+			for i, sl := range slots {
+				if sl < 0 {
+					continue
+				}
+				row := want[int(sl)*MLATokenBytes:]
+				for g := range 4 {
+					q, sc := refQuantGroup(lat[i*512+g*128:i*512+(g+1)*128], ue)
+					copy(row[g*128:], q)
+					putF32(row[512+4*g:], sc)
+				}
+				for j := range 64 {
+					u := bf16Round(rope[i*64+j])
+					row[528+2*j], row[529+2*j] = byte(u), byte(u>>8)
+				}
+			}
+			record(t, fmt.Sprintf("mla_cache_write ue8m0=%v", ue), "mismatched bytes", float64(diffBytes(got, want)), 0)
+
+			keys := randF32(r, ntok*128, 0.5)
+			icache := make([]byte, nPages*IndexerPageBytes)
+			for i := range icache {
+				icache[i] = 0xcd
+			}
+			ip := a.up(icache)
+			chk(k.IndexerCacheWrite(s, ip, a.up(keys), a.up(slots), ntok, ue))
+			igot := make([]byte, len(icache))
+			chk(c.Download(igot, ip))
+			iwant := append([]byte(nil), icache...)
+			for i, sl := range slots {
+				if sl < 0 {
+					continue
+				}
+				pg := iwant[int(sl/64)*IndexerPageBytes:]
+				q, sc := refQuantGroup(keys[i*128:(i+1)*128], ue)
+				copy(pg[int(sl%64)*128:], q)
+				putF32(pg[64*128+4*int(sl%64):], sc)
+			}
+			record(t, fmt.Sprintf("indexer_cache_write ue8m0=%v", ue), "mismatched bytes", float64(diffBytes(igot, iwant)), 0)
+		}
+	})
+}
+
+func diffBytes(a, b []byte) int {
+	n := 0
+	for i := range a {
+		if a[i] != b[i] {
+			n++
+		}
+	}
+	return n
+}
+
+// ---- graphs ----
+
+func TestGraphReplay(t *testing.T) {
+	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+		s, err := c.NewStream()
+		chk(err)
+		defer c.DestroyStream(s)
+		const D, N = 1024, 512
+		xp, wn, wp := a.raw(4*D), a.raw(4*D), a.raw(2*N*D)
+		hp, yp := a.raw(4*D), a.poisoned(N)
+		// Capture rmsnorm -> bf16 GEMV (+ residual into y) once.
+		chk(c.BeginCapture(s))
+		chk(k.RMSNorm(s, hp, xp, wn, 1, D, D, D, 1e-6))
+		chk(k.GemvBF16(s, yp, hp, wp, yp, N, D, 1, D, N))
+		g, err := c.EndCapture(s)
+		chk(err)
+		defer c.DestroyGraph(g)
+		worst := 0.0
+		for range 3 { // fresh inputs in the same buffers each replay
+			x, w := randF32(r, D, 1), randF32(r, D, 1)
+			W := randBF16(r, N*D, 0.05)
+			y0 := randF32(r, N, 1)
+			chk(c.Upload(xp, x))
+			chk(c.Upload(wn, w))
+			chk(c.Upload(wp, W))
+			chk(c.Upload(yp, y0))
+			chk(c.LaunchGraph(g, s))
+			chk(c.SyncStream(s))
+			h := refRMSNorm(x, w, 1, D, 1e-6)
+			hf := make([]float32, D)
+			for i := range h {
+				hf[i] = float32(h[i])
+			}
+			ref := refGemv(func(n, kk int) float64 { return bf16ToF64(W[n*D+kk]) }, hf, y0, N, D, 1, D, N)
+			worst = math.Max(worst, relErr(downF32(c, yp, N), ref))
+		}
+		record(t, "graph replay rmsnorm+gemv_bf16 x3", relMetric, worst, boundF32)
+	})
+}
+
+func writeReport() error {
+	reportMu.Lock()
+	defer reportMu.Unlock()
+	if len(reportRows) == 0 && len(timingRows) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
+	if len(reportRows) > 0 {
+		fmt.Fprintln(tw, "check\tmetric\tmax error\tbound\tresult")
+		for _, r := range reportRows {
+			res := "PASS"
+			if !r.Pass {
+				res = "FAIL"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.3g\t%.3g\t%s\n", r.Name, r.Metric, r.Err, r.Bound, res)
+		}
+	}
+	if len(timingRows) > 0 {
+		fmt.Fprintln(tw, "\t\t\t\t")
+		fmt.Fprintln(tw, "kernel timing\tbytes\tmedian us\tGB/s\tof copy BW")
+		sort.SliceStable(timingRows, func(i, j int) bool { return false })
+		for _, r := range timingRows {
+			fmt.Fprintf(tw, "%s\t%.3g\t%.2f\t%.0f\t%.0f%% %s\n", r.Name, r.Bytes, r.Median, r.GBps, 100*r.OfCopy, r.Comment)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Print("\n" + b.String())
+	if p := os.Getenv("TILERT_GPU_REPORT"); p != "" {
+		return os.WriteFile(p, []byte(b.String()), 0o644)
+	}
+	return nil
+}

@@ -1,0 +1,223 @@
+package gpu
+
+// Kernel timings at DeepSeek-V3.2 decode shapes, reported (never asserted):
+// CUDA events around batches of launches, median over repeats, bytes each
+// kernel must move against a device-to-device copy measured in the same run.
+// Runs only with TILERT_GPU_TIMING=1 (scripts/gpu-check.sh sets it).
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"testing"
+)
+
+// fillRandom fills n bytes at p with valid random data of the given element
+// kind ("fp8", "bf16", "f32"): a 32 MiB random block uploaded, then copied
+// on the device, so big weights fill fast and are never zeros.
+var randomBlocks = map[string][]byte{}
+
+func fillRandom(c *Ctx, r *rand.Rand, p DevPtr, n int64, kind string) {
+	const blk = 32 << 20
+	b := randomBlocks[kind]
+	switch {
+	case b != nil:
+	case kind == "fp8":
+		b = randFP8(r, blk)
+	case kind == "bf16":
+		b, _ = bytesOf(randBF16(r, blk/2, 0.05))
+	default:
+		b, _ = bytesOf(randF32(r, blk/4, 1))
+	}
+	randomBlocks[kind] = b
+	first := min(n, blk)
+	chk(c.Upload(p, b[:first]))
+	for off := first; off < n; off += blk {
+		chk(c.CopyDtoD(p.Add(off), p, min(blk, n-off), c.Stream()))
+	}
+	chk(c.SyncStream(c.Stream()))
+}
+
+// medianUs times inner back-to-back runs of f between two events, reps
+// times, and returns the median time of one run in microseconds.
+func medianUs(c *Ctx, s Stream, inner, reps int, f func()) float64 {
+	e0, err := c.NewEvent()
+	chk(err)
+	e1, err := c.NewEvent()
+	chk(err)
+	defer c.DestroyEvent(e0)
+	defer c.DestroyEvent(e1)
+	for range 3 {
+		f()
+	}
+	chk(c.SyncStream(s))
+	ts := make([]float64, reps)
+	for i := range reps {
+		chk(c.Record(e0, s))
+		for range inner {
+			f()
+		}
+		chk(c.Record(e1, s))
+		chk(c.EventSync(e1))
+		ms, err := c.Elapsed(e0, e1)
+		chk(err)
+		ts[i] = float64(ms) * 1000 / float64(inner)
+	}
+	sort.Float64s(ts)
+	return ts[reps/2]
+}
+
+func TestKernelTiming(t *testing.T) {
+	if os.Getenv("TILERT_GPU_TIMING") != "1" {
+		t.Skip("timing runs only with TILERT_GPU_TIMING=1 (scripts/gpu-check.sh)")
+	}
+	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		var copyGBps float64
+		add := func(name string, bytes float64, us float64, comment string) {
+			row := timingRow{Name: name, Bytes: bytes, Median: us, GBps: bytes / us / 1e3, Comment: comment}
+			if copyGBps > 0 {
+				row.OfCopy = row.GBps / copyGBps
+			}
+			reportMu.Lock()
+			timingRows = append(timingRows, row)
+			reportMu.Unlock()
+			t.Logf("%-44s %10.3g B %9.2f us %7.0f GB/s", name, bytes, us, row.GBps)
+		}
+		{
+			const n = 1 << 30
+			src, dst := a.raw(n), a.raw(n)
+			fillRandom(c, r, src, n, "f32")
+			us := medianUs(c, s, 5, 11, func() { chk(c.CopyDtoD(dst, src, n, s)) })
+			copyGBps = 2 * n / us / 1e3
+			add("device-to-device copy 1 GiB (read+write)", 2*n, us, "reference")
+			timingRows[len(timingRows)-1].OfCopy = 1
+		}
+		gemvFP8 := func(N, K, M int) {
+			w := a.raw(int64(N * K))
+			fillRandom(c, r, w, int64(N*K), "fp8")
+			nsc := cdiv(N, 128) * cdiv(K, 128)
+			sc := a.raw(int64(4 * nsc))
+			fillRandom(c, r, sc, int64(4*nsc), "f32")
+			x := a.up(randF32(r, M*K, 1))
+			y := a.raw(int64(4 * M * N))
+			us := medianUs(c, s, 20, 21, func() { chk(k.GemvFP8(s, y, x, w, sc, 0, N, K, M, K, N)) })
+			add(fmtName("gemv_fp8 N=%d K=%d M=%d", N, K, M), float64(N*K+4*nsc+4*M*(K+N)), us, "")
+		}
+		gemvFP8(18432, 7168, 1) // dense MLP gate/up
+		gemvFP8(18432, 7168, 4) // MTP verification rows
+		gemvFP8(7168, 2048, 1)  // expert down
+		gemvFP8(24576, 1536, 1) // q_b
+		{
+			const E, slots, N, K = 64, 8, 2048, 7168
+			wt, st := make([]DevPtr, E), make([]DevPtr, E)
+			nsc := cdiv(N, 128) * cdiv(K, 128)
+			for e := range E {
+				wt[e] = a.raw(N * K)
+				fillRandom(c, r, wt[e], N*K, "fp8")
+				st[e] = a.raw(int64(4 * nsc))
+				fillRandom(c, r, st[e], int64(4*nsc), "f32")
+			}
+			ids := make([]int32, slots)
+			for i, e := range r.Perm(E)[:slots] {
+				ids[i] = int32(e)
+			}
+			wtp, stp, idp := a.up(wt), a.up(st), a.up(ids)
+			x := a.up(randF32(r, K, 1))
+			y := a.raw(4 * slots * N)
+			us := medianUs(c, s, 20, 21, func() { chk(k.GemvFP8Experts(s, y, x, 0, wtp, stp, idp, slots, N, K)) })
+			add("gemv_fp8_experts 8 of 64, N=2048 K=7168", float64(slots*(N*K+4*nsc+4*N)+4*K), us, "")
+		}
+		{
+			const N, K = 129280, 7168
+			w := a.raw(2 * N * K)
+			fillRandom(c, r, w, 2*N*K, "bf16")
+			x := a.up(randF32(r, K, 1))
+			y := a.raw(4 * N)
+			us := medianUs(c, s, 5, 11, func() { chk(k.GemvBF16(s, y, x, w, 0, N, K, 1, K, N)) })
+			add("gemv_bf16 lm_head N=129280 K=7168", float64(2*N*K+4*(N+K)), us, "")
+		}
+		{
+			const D = 7168
+			x, w, y := a.up(randF32(r, D, 1)), a.up(randF32(r, D, 1)), a.raw(4*D)
+			us := medianUs(c, s, 200, 21, func() { chk(k.RMSNorm(s, y, x, w, 1, D, D, D, 1e-6)) })
+			add("rmsnorm D=7168", 12*D, us, "launch-bound")
+		}
+		{
+			const T, H = 65536, 64
+			nPages := T / 64
+			cache := a.raw(int64(nPages * IndexerPageBytes))
+			fillRandom(c, r, cache, int64(nPages*IndexerPageBytes), "fp8")
+			q, w := a.up(randF32(r, H*128, 1)), a.up(randF32(r, H, 1))
+			lens := a.up([]int32{T})
+			out := a.raw(4 * T)
+			us := medianUs(c, s, 10, 21, func() { chk(k.IndexerScores(s, out, q, w, cache, 0, lens, 1, H, T, T, 0.088)) })
+			add("indexer_scores T=65536 H=64", float64(nPages*IndexerPageBytes+4*T), us, "scales random (not ue8m0)")
+			idx := a.raw(4 * 2048)
+			us = medianUs(c, s, 10, 21, func() { chk(k.TopK(s, idx, out, lens, 1, T, 2048, T, 2048)) })
+			add("topk T=65536 K=2048", float64(4*T+4*2048), us, "")
+		}
+		{
+			const H, nidx, T = 128, 2048, 65536
+			cache := a.raw(int64(T * MLATokenBytes))
+			fillRandom(c, r, cache, int64(T*MLATokenBytes), "fp8")
+			// Sane scales and rope for every token so softmax stays finite.
+			img := randMLACache(r, 64)
+			for off := 0; off < T; off += 64 {
+				chk(c.Upload(cache.Add(int64(off*MLATokenBytes)), img))
+			}
+			idx := make([]int32, nidx)
+			for i, v := range r.Perm(T)[:nidx] {
+				idx[i] = int32(v)
+			}
+			qn, qp := a.up(randF32(r, H*512, 1)), a.up(randF32(r, H*64, 1))
+			ip, lens := a.up(idx), a.up([]int32{T})
+			out := a.raw(4 * H * 512)
+			us := medianUs(c, s, 10, 21, func() { chk(k.MLADecode(s, out, 0, qn, qp, cache, 0, ip, lens, 1, H, nidx, nidx, 0.1)) })
+			add("mla_decode H=128 topk=2048", float64(nidx*MLATokenBytes+4*H*(512+64+512)), us, "cache bytes counted once")
+		}
+		{
+			const E = 256
+			lg, b := a.up(randF32(r, E, 2)), a.up(randF32(r, E, 0.1))
+			ip, wp := a.raw(4*8), a.raw(4*8)
+			us := medianUs(c, s, 200, 21, func() { chk(k.MoEGate(s, ip, wp, lg, b, 1, E, 8, 8, 4, true, 2.5)) })
+			add("moe_gate E=256 groups 8/4", 4*2*E, us, "launch-bound")
+		}
+		{
+			const V = 129280
+			x := a.up(randF32(r, V, 2))
+			o := a.raw(4)
+			us := medianUs(c, s, 50, 21, func() { chk(k.Argmax(s, o, 0, x, 1, V, V)) })
+			add("argmax V=129280", 4*V, us, "")
+			p := SamplingParams{Temperature: 0.7, TopK: 50, TopP: 0.9, Seed: 1}
+			us = medianUs(c, s, 50, 21, func() { chk(k.Sample(s, o, x, 1, V, V, p)) })
+			add("sample V=129280 T=0.7 k=50 p=0.9", 4*V, us, "")
+		}
+		{
+			// Launch overhead: 64 tiny launches direct vs one captured graph.
+			const D = 7168
+			x, w, y := a.up(randF32(r, D, 1)), a.up(randF32(r, D, 1)), a.raw(4*D)
+			gs, err := c.NewStream()
+			chk(err)
+			defer c.DestroyStream(gs)
+			chk(c.BeginCapture(gs))
+			for range 64 {
+				chk(k.RMSNorm(gs, y, x, w, 1, D, D, D, 1e-6))
+			}
+			g, err := c.EndCapture(gs)
+			chk(err)
+			defer c.DestroyGraph(g)
+			direct := medianUs(c, gs, 1, 21, func() {
+				for range 64 {
+					chk(k.RMSNorm(gs, y, x, w, 1, D, D, D, 1e-6))
+				}
+			})
+			graph := medianUs(c, gs, 1, 21, func() { chk(c.LaunchGraph(g, gs)) })
+			add("64 x rmsnorm, direct launches", 64*12*D, direct, "")
+			add("64 x rmsnorm, one CUDA graph", 64*12*D, graph, "")
+		}
+	})
+}
+
+func fmtName(f string, a ...any) string { return fmt.Sprintf(f, a...) }

@@ -10,9 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 var update = flag.Bool("update", false, "regenerate testdata/hf_ids.json with the HF tokenizers library")
@@ -64,6 +67,7 @@ var texts = []string{
 	"𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math 𝐛𝐨𝐥𝐝 and 𠀀𠀁 (CJK ext B)",
 	"a b  c   d    e     f",
 	"line1\r\nline2\rline3\n\r\nend",
+	"case folding: it'ſa IT'ſABC 'ﬅ x'Kay",
 }
 
 type synthCase struct {
@@ -364,10 +368,11 @@ func TestLoadRejects(t *testing.T) {
 type hfOut struct {
 	Versions map[string]string `json:"versions"`
 	Results  map[string]struct {
-		IDs         [][]int  `json:"ids"`
-		IDsSpecial  [][]int  `json:"ids_special"`
-		Decoded     []string `json:"decoded"`
-		DecodedSkip []string `json:"decoded_skip"`
+		IDs         [][]int    `json:"ids"`
+		IDsSpecial  [][]int    `json:"ids_special"`
+		Decoded     []string   `json:"decoded"`
+		DecodedSkip []string   `json:"decoded_skip"`
+		Pretok      [][]string `json:"pretok"`
 	} `json:"results"`
 }
 
@@ -438,6 +443,13 @@ func compareHF(t *testing.T, toks map[string][]byte, texts []string, o hfOut) {
 			t.Fatalf("no HF results for %s", name)
 		}
 		for i, text := range texts {
+			var pieces []string
+			for _, p := range tk.preTokenize(nil, strings.ToValidUTF8(text, "\uFFFD")) {
+				pieces = append(pieces, byteLevelString([]byte(p)))
+			}
+			if len(pieces) != len(r.Pretok[i]) || (len(pieces) > 0 && !reflect.DeepEqual(pieces, r.Pretok[i])) {
+				t.Errorf("%s: pre-tokenize %q\n go %q\n hf %q", name, text, pieces, r.Pretok[i])
+			}
 			ids, _ := tk.Encode(text, false)
 			if !equalIDs(ids, r.IDs[i]) {
 				t.Errorf("%s: encode %q\n go %v\n hf %v", name, text, ids, r.IDs[i])
@@ -516,7 +528,7 @@ func randomTexts(n int, seed uint64) []string {
 	pool := []string{"a", "Z", "é", "ß", "中", "ぁ", "ア", "한", "ж", "ع", "ก", "\u0301", "\u093f", "1", "٣", "²", "Ⅳ",
 		" ", "  ", "\t", "\n", "\r\n", "\r", "\u00a0", "\u3000", "\u2028", "\u0085", "\u200b", "\ufeff",
 		".", ",", "!", "'", "'s", "'LL", "\"", "-", "_", "/", "\\", "(", "]", "{", "`", "~", "@", "#", "$", "€", "©", "+", "<", "=", "|",
-		"😀", "👍🏽", "🇯🇵", "\u200d", "\x00", "\x1b", "ﬁ", "Ａ", "ｱ", "𝐛", "𠀀",
+		"😀", "👍🏽", "🇯🇵", "\u200d", "\x00", "\x1b", "ﬁ", "ſ", "'ſ", "Ａ", "ｱ", "𝐛", "𠀀",
 		"the", "The", " world", "token", "1234", "3.14", "<|user|>", "<｜User｜>", "<think>", "[gMASK]", "<tool>"}
 	rng := rand.New(rand.NewPCG(seed, 1))
 	out := make([]string, n)
@@ -537,6 +549,18 @@ func TestLiveHF(t *testing.T) {
 		t.Skipf("no HF tokenizers at %s", pythonPath())
 	}
 	all := append(append([]string{}, texts...), randomTexts(1500, 11)...)
+	n, seed := 3000, uint64(5)
+	if v, err := strconv.Atoi(os.Getenv("TILERT_HF_RANDOM")); err == nil { // more, with a new seed
+		n, seed = v, uint64(v)
+	}
+	rng := rand.New(rand.NewPCG(seed, 6))
+	for len(all) < len(texts)+1500+n {
+		// HF's NFC tables predate Unicode 14 (U+1ABF has no combining class
+		// there), so random text that NFC would reorder is left out
+		if s := randomRunes(rng, 1+rng.IntN(30)); norm.NFC.IsNormalString(s) {
+			all = append(all, s)
+		}
+	}
 	toks := synthTokenizers(t)
 	compareHF(t, toks, all, runHF(t, toks, all))
 }

@@ -3,9 +3,10 @@
 
 Input (JSON): {"tokenizers": {name: path to tokenizer.json}, "texts": [...]}
 Output (JSON): {"versions": {...}, "results": {name: {"ids": [[...]],
-  "ids_special": [[...]], "decoded": [...], "decoded_skip": [...]}}}
+  "ids_special": [[...]], "decoded": [...], "decoded_skip": [...], "pretok": [[...]]}}}
 ids are without special-token templates, ids_special with them; decoded is
-decode(ids_special) and decoded_skip is decode(ids_special, skip_special_tokens=True).
+decode(ids_special), decoded_skip is decode(ids_special, skip_special_tokens=True)
+and pretok the pre-tokenizer's pieces (byte-level alphabet) of the raw text.
 """
 import argparse
 import json
@@ -25,7 +26,7 @@ def main():
     results = {}
     for name, path in sorted(req["tokenizers"].items()):
         tok = tokenizers.Tokenizer.from_file(path)
-        r = {"ids": [], "ids_special": [], "decoded": [], "decoded_skip": []}
+        r = {"ids": [], "ids_special": [], "decoded": [], "decoded_skip": [], "pretok": []}
         for text in req["texts"]:
             plain = tok.encode(text, add_special_tokens=False).ids
             withsp = tok.encode(text, add_special_tokens=True).ids
@@ -33,6 +34,8 @@ def main():
             r["ids_special"].append(withsp)
             r["decoded"].append(tok.decode(withsp, skip_special_tokens=False))
             r["decoded_skip"].append(tok.decode(withsp, skip_special_tokens=True))
+            # pre-tokenizer alone (no added tokens, no normalizer), byte-level pieces
+            r["pretok"].append([p for p, _ in tok.pre_tokenizer.pre_tokenize_str(text)])
         results[name] = r
     out = {
         "versions": {"tokenizers": tokenizers.__version__, "python": platform.python_version()},

@@ -61,7 +61,7 @@ func (c *fakeClock) fire() {
 }
 
 type rig struct {
-	recv  *rdma.TCPEngine
+	recv  rdma.Engine
 	gate  *EngineGate
 	table *Table
 	srv   *Server
@@ -75,6 +75,11 @@ func newRig(t *testing.T, slots int, tweak func(*TableConfig)) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newRigWith(t, slots, recv, tweak)
+}
+
+func newRigWith(t *testing.T, slots int, recv rdma.Engine, tweak func(*TableConfig)) *rig {
+	t.Helper()
 	var sr [][]SlotRegion
 	for i := range slots {
 		sr = append(sr, []SlotRegion{
@@ -110,7 +115,7 @@ func newRig(t *testing.T, slots int, tweak func(*TableConfig)) *rig {
 
 // sender is a prefill side: its own engine, registered state, a ctrl client.
 type sender struct {
-	eng  *rdma.TCPEngine
+	eng  rdma.Engine
 	c    *Client
 	mla  []byte
 	idx  []byte
@@ -124,6 +129,12 @@ func newSender(t *testing.T, r *rig, seed uint64) *sender {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newSenderWith(t, r, eng, seed)
+}
+
+func newSenderWith(t *testing.T, r *rig, eng rdma.Engine, seed uint64) *sender {
+	t.Helper()
+	var err error
 	s := &sender{eng: eng, mla: make([]byte, capMLA), idx: make([]byte, capIdx), rng: rand.New(rand.NewPCG(seed, seed))}
 	for i := range s.mla {
 		s.mla[i] = byte(s.rng.Uint32())

@@ -44,6 +44,10 @@ func NewEngineGate(eng rdma.Engine, slots [][]SlotRegion) (*EngineGate, error) {
 			if err := eng.Register(r.Region); err != nil {
 				return nil, errors.Wrapf(err, "pd: register slot %d region %q", i, r.Name)
 			}
+			// Every slot starts closed; only an accept opens it.
+			if err := eng.Revoke(r.Region.ID); err != nil {
+				return nil, errors.Wrapf(err, "pd: close slot %d region %q", i, r.Name)
+			}
 		}
 	}
 	return &EngineGate{eng: eng, slots: slots}, nil

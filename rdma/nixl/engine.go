@@ -493,12 +493,19 @@ func (p *peer) post(ctx context.Context, lt, rt int32, ops []rdma.WriteOp) error
 		_ = c.destroyXferReq(req)
 		e.mu.Unlock()
 	}()
+	var tick *time.Timer
 	for st == capiInProgress {
+		if tick == nil {
+			tick = time.NewTimer(e.cfg.Poll)
+			defer tick.Stop()
+		} else {
+			tick.Reset(e.cfg.Poll)
+		}
 		select {
 		case <-ctx.Done():
 			// The request is still posted; NIXL aborts it on release.
 			return errors.Wrap(ctx.Err(), "nixl: waiting for a WRITE")
-		case <-time.After(e.cfg.Poll):
+		case <-tick.C:
 		}
 		e.mu.Lock()
 		st = c.getXferStatus(e.agent, req)

@@ -166,3 +166,51 @@ func TestParseNotif(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkNIXLWrite measures one 64 MiB WRITE over UCX (UCX_TLS=tcp
+// unless set) between two agents in this process.
+func BenchmarkNIXLWrite(b *testing.B) {
+	if os.Getenv("UCX_TLS") == "" {
+		if err := Setenv("UCX_TLS", "tcp"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	recv, err := New(Config{Name: "bench-recv"})
+	if err != nil {
+		b.Skipf("NIXL not usable here: %v", err)
+	}
+	defer recv.Close()
+	send, err := New(Config{Name: "bench-send"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer send.Close()
+	const size = 64 << 20
+	src, _ := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	dst, _ := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	defer syscall.Munmap(src)
+	defer syscall.Munmap(dst)
+	if err := send.Register(rdma.Region{ID: 1, Host: src}); err != nil {
+		b.Fatal(err)
+	}
+	if err := recv.Register(rdma.Region{ID: 2, Host: dst}); err != nil {
+		b.Fatal(err)
+	}
+	rem, err := recv.Open(2, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	peer, err := send.Connect(context.Background(), recv.Endpoint())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer peer.Close()
+	ops := []rdma.WriteOp{{Local: 1, Remote: rem, Len: size}}
+	b.SetBytes(size)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := peer.Write(context.Background(), ops); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

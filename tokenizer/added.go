@@ -8,7 +8,8 @@ import (
 // addedMatcher finds added tokens in text the way HF's AddedVocabulary does:
 // leftmost-longest, honouring lstrip/rstrip/single_word.
 type addedMatcher struct {
-	root *trieNode
+	root  *trieNode
+	first [256]bool // bytes that start some token: most positions skip the trie
 }
 
 type trieNode struct {
@@ -32,6 +33,7 @@ func newAddedMatcher(toks []*addedToken) *addedMatcher {
 		if t.content == "" {
 			continue
 		}
+		m.first[t.content[0]] = true
 		n := m.root
 		for i := 0; i < len(t.content); i++ {
 			if n.next == nil {
@@ -64,6 +66,10 @@ func (m *addedMatcher) split(dst []segment, s string) []segment {
 	plainStart := 0
 	i := 0
 	for i < len(s) {
+		if !m.first[s[i]] {
+			i++
+			continue
+		}
 		// longest token starting at i
 		var best *addedToken
 		n := m.root

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -73,7 +74,26 @@ func at(s string, i int) (uint16, int) {
 		return asciiClass[c], 1
 	}
 	r, n := utf8.DecodeRuneInString(s[i:])
+	if r < 0x10000 {
+		bmpOnce.Do(initBMP)
+		return bmpClass[r], n
+	}
 	return slowClass(r), n
+}
+
+// bmpClass caches slowClass for the Basic Multilingual Plane (128 KiB),
+// built on first use because every lookup otherwise walks several tables.
+var (
+	bmpOnce  sync.Once
+	bmpClass []uint16
+)
+
+func initBMP() {
+	t := make([]uint16, 0x10000)
+	for r := range t {
+		t[r] = slowClass(rune(r))
+	}
+	bmpClass = t
 }
 
 // run returns the end of the run of runes from i whose class has any bit of mask.

@@ -2,6 +2,14 @@
 // (DeepSeek-V3/V3.2, GLM-4.x/GLM-5), encodes and decodes text exactly like
 // the HF tokenizers library, detokenises incrementally for streaming, and
 // builds tiny deterministic synthetic tokenizers for tests.
+//
+// Parity with HF tokenizers is tested on fixed and random text (see
+// tokenizer_test.go). Known limits: characters first assigned in Unicode 16
+// are classed by Go's Unicode 15 tables (HF's Oniguruma knows 16); HF's NFC
+// uses older tables than golang.org/x/text; invalid UTF-8 input (which HF
+// cannot receive) becomes U+FFFD; pre-tokenizer regexes other than the
+// DeepSeek-V3, GLM/Llama-3 and GPT-2 ones run on regexp2, whose (?i) does not
+// fold U+017F to "s" as Oniguruma does.
 package tokenizer
 
 import (

@@ -584,3 +584,63 @@ func TestRealTokenizerVsHF(t *testing.T) {
 	all := append(append([]string{}, texts...), randomTexts(1500, 12)...)
 	compareHF(t, toks, all, runHF(t, toks, all))
 }
+
+func TestConcurrentEncode(t *testing.T) {
+	tk := mustParse(t, buildCase(t, synthCases[1]))
+	want := make([][]int, len(texts))
+	for i, s := range texts {
+		want[i], _ = tk.Encode(s, true)
+	}
+	tk = mustParse(t, buildCase(t, synthCases[1])) // cold cache
+	errs := make(chan string, 8)
+	for g := 0; g < 8; g++ {
+		go func() {
+			for k := range texts {
+				i := (k + g*5) % len(texts)
+				got, _ := tk.Encode(texts[i], true)
+				if !equalIDs(got, want[i]) {
+					errs <- texts[i]
+					return
+				}
+			}
+			errs <- ""
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		if s := <-errs; s != "" {
+			t.Errorf("concurrent encode of %q differs", s)
+		}
+	}
+}
+
+// TestLoadAcceptsRealShapes covers JSON shapes the real files use that the
+// synthetic ones do not: an empty normalizer Sequence (DeepSeek-V3), a
+// post_processor Sequence of ByteLevel + TemplateProcessing, a merge list in
+// "a b" form, and a chat_template given as a named list.
+func TestLoadAcceptsRealShapes(t *testing.T) {
+	var m map[string]any
+	json.Unmarshal(buildCase(t, synthCases[0]), &m)
+	m["normalizer"] = map[string]any{"type": "Sequence", "normalizers": []any{}}
+	m["post_processor"] = map[string]any{"type": "Sequence", "processors": []any{
+		map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+		map[string]any{"type": "TemplateProcessing",
+			"single":         []any{map[string]any{"SpecialToken": map[string]any{"id": "<｜begin▁of▁sentence｜>", "type_id": 0}}, map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}},
+			"special_tokens": map[string]any{"<｜begin▁of▁sentence｜>": map[string]any{"id": "<｜begin▁of▁sentence｜>", "ids": []any{1018}, "tokens": []any{"<｜begin▁of▁sentence｜>"}}}},
+	}}
+	b, _ := json.Marshal(m)
+	tc := []byte(`{"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}], "bos_token": null}`)
+	tk, err := Parse(b, tc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.ChatTemplate() != "D" {
+		t.Errorf("chat template %q", tk.ChatTemplate())
+	}
+	ids, _ := tk.Encode("hi", true)
+	if len(ids) == 0 || ids[0] != 1018 {
+		t.Errorf("template prefix missing: %v", ids)
+	}
+	if tk.normalize != nil {
+		t.Error("empty normalizer Sequence should be a no-op")
+	}
+}

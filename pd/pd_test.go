@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -404,6 +405,19 @@ func TestSenderDiesMidWrite(t *testing.T) {
 			if err := peer.Write(ctxT(t), half); err != nil {
 				t.Fatal(err)
 			}
+			// And a data stream that dies in the middle of a payload.
+			raw, err := net.Dial("tcp", strings.TrimPrefix(r.recv.Endpoint(), "tcp://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hdr := make([]byte, 8+40)
+			copy(hdr, "TLRTWR01")
+			binary.BigEndian.PutUint64(hdr[8:], 1)
+			binary.BigEndian.PutUint32(hdr[16:], uint32(acc.Regions[1].Remote.ID))
+			binary.BigEndian.PutUint64(hdr[24:], acc.Regions[1].Remote.Key)
+			binary.BigEndian.PutUint64(hdr[40:], uint64(a.Regions[1].Bytes))
+			_, _ = raw.Write(append(hdr, dead.idx[:a.Regions[1].Bytes/2]...))
+			_ = raw.Close()
 			waitCtx, cancel := context.WithCancel(context.Background())
 			waitErr := make(chan error, 1)
 			go func() { _, err := r.table.WaitReady(waitCtx, "dying"); waitErr <- err }()

@@ -2,6 +2,7 @@ package convert
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +27,7 @@ func TestMain(m *testing.M) {
 	if testRoot, err = os.MkdirTemp("", "tilert-convert-test-"); err != nil {
 		panic(err)
 	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	code := m.Run()
 	os.RemoveAll(testRoot)
 	os.Exit(code)

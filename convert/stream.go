@@ -58,6 +58,9 @@ func (w *writer) run(ctx context.Context, shards []shardPlan) error {
 		}
 	}()
 	err := w.consume(shards, chunks, pool)
+	if err != nil && ctx.Err() != nil && errors.IsAssertionFailure(err) {
+		err = errors.Wrap(ctx.Err(), "conversion stopped")
+	}
 	cancel()
 	for range chunks { // let the reader finish
 	}

@@ -1,0 +1,195 @@
+package cpu
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/model"
+	"github.com/tilert-go/tilert/model/synth"
+)
+
+// golden is testdata/golden/<preset>.json as written by scripts/hf_golden.py
+// (format in the team contract).
+type golden struct {
+	Preset   string            `json:"preset"`
+	Seed     int64             `json:"seed"`
+	Versions map[string]string `json:"versions"`
+	Cases    []struct {
+		Name      string      `json:"name"`
+		PromptIDs []int       `json:"prompt_ids"`
+		GreedyIDs []int       `json:"greedy_ids"`
+		Logits    [][]float64 `json:"logits"`
+		MTPLogits [][]float64 `json:"mtp_logits"`
+	} `json:"cases"`
+}
+
+// repoRoot walks up from the package directory to the directory with go.mod.
+func repoRoot(t testing.TB) string {
+	d, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		p := filepath.Dir(d)
+		if p == d {
+			t.Fatal("go.mod not found above the test directory")
+		}
+		d = p
+	}
+}
+
+func loadGoldens(t *testing.T) []*golden {
+	files, _ := filepath.Glob(filepath.Join(repoRoot(t), "testdata", "golden", "*.json"))
+	if len(files) == 0 {
+		t.Skip("no testdata/golden/*.json yet: generate them with scripts/hf_golden.py on an H200 (see its header)")
+	}
+	var out []*golden
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := new(golden)
+		if err := json.Unmarshal(data, g); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if g.Preset == "" || len(g.Cases) == 0 {
+			t.Fatalf("%s: no preset or no cases", f)
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// goldenModel writes the golden's preset checkpoint (its seed) into a temp dir.
+func goldenModel(t *testing.T, g *golden) loaded {
+	key := fmt.Sprintf("%s@%d", g.Preset, g.Seed)
+	if v, ok := loadedModels.Load(key); ok {
+		return v.(loaded)
+	}
+	dir := filepath.Join(t.TempDir(), g.Preset)
+	if err := synth.Write(g.Preset, dir, g.Seed, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := model.OpenWeights(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The weights are read into the engine at New, so the directory may go.
+	return loaded{cfg: cfg, w: w}
+}
+
+func goldenEngine(t *testing.T, l loaded, o engine.Options) *Engine {
+	o.MaxSeqLen = 1024
+	e, err := New(l.cfg, l.w, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestGoldenExact checks exact mode against HF transformers: teacher-forced
+// logits per step within 1e-3 of max|logit|, identical greedy continuation
+// (with and without MTP), MTP logits within the same bound.
+func TestGoldenExact(t *testing.T) {
+	for _, g := range loadGoldens(t) {
+		t.Run(g.Preset, func(t *testing.T) {
+			l := goldenModel(t, g)
+			e := goldenEngine(t, l, engine.Options{Mode: engine.ModeExact})
+			em := goldenEngine(t, l, engine.Options{Mode: engine.ModeExact, MTP: true})
+			for _, c := range g.Cases {
+				n := len(c.PromptIDs)
+				toks := append(append([]int{}, c.PromptIDs...), c.GreedyIDs...)
+				lg, mtp := teacherForce(t, e, toks)
+				var worst, worstM float64
+				for s, want := range c.Logits {
+					err := relLogitErr(lg[n-1+s], want)
+					worst = math.Max(worst, err)
+					if err > 1e-3 {
+						t.Errorf("%s step %d: rel logit err %.3g > 1e-3", c.Name, s, err)
+					}
+				}
+				for s, want := range c.MTPLogits {
+					err := relLogitErr(mtp[n-1+s], want)
+					worstM = math.Max(worstM, err)
+					if err > 1e-3 {
+						t.Errorf("%s MTP step %d: rel logit err %.3g > 1e-3", c.Name, s, err)
+					}
+				}
+				got := generate(t, e, 0, c.PromptIDs, engine.Params{}, len(c.GreedyIDs))
+				if !slices.Equal(got, c.GreedyIDs) {
+					t.Errorf("%s greedy: got %v, want %v", c.Name, got, c.GreedyIDs)
+				}
+				gotM := generate(t, em, 0, c.PromptIDs, engine.Params{}, len(c.GreedyIDs))
+				if !slices.Equal(gotM, c.GreedyIDs) {
+					t.Errorf("%s greedy with MTP: got %v, want %v", c.Name, gotM, c.GreedyIDs)
+				}
+				t.Logf("%s (prompt %d, %d steps): max rel logit err %.3g, MTP %.3g", c.Name, n, len(c.Logits), worst, worstM)
+			}
+			st := em.Stats()
+			t.Logf("MTP acceptance on the golden continuations: %.2f (%d/%d)", st.AcceptRate(), st.AcceptedTokens, st.DraftTokens)
+		})
+	}
+}
+
+// TestGoldenServing reports serving mode's teacher-forced top-1 agreement
+// with HF's greedy tokens (fp8_ds_mla and bf16 MLA caches, fp8 indexer).
+func TestGoldenServing(t *testing.T) {
+	for _, g := range loadGoldens(t) {
+		for _, dt := range []engine.CacheDType{engine.CacheFP8DSMLA, engine.CacheBF16} {
+			t.Run(g.Preset+"/"+string(dt), func(t *testing.T) {
+				l := goldenModel(t, g)
+				e := goldenEngine(t, l, engine.Options{Mode: engine.ModeServing, MLACache: dt})
+				agree, total, agreeM, totalM := 0, 0, 0, 0
+				var worst float64
+				for _, c := range g.Cases {
+					n := len(c.PromptIDs)
+					toks := append(append([]int{}, c.PromptIDs...), c.GreedyIDs...)
+					lg, mtp := teacherForce(t, e, toks)
+					for s := range c.Logits {
+						total++
+						if engine.Argmax(lg[n-1+s]) == c.GreedyIDs[s] {
+							agree++
+						}
+						worst = math.Max(worst, relLogitErr(lg[n-1+s], c.Logits[s]))
+					}
+					for s := range c.MTPLogits {
+						totalM++
+						if engine.Argmax(mtp[n-1+s]) == argmax64(c.MTPLogits[s]) {
+							agreeM++
+						}
+					}
+				}
+				frac := float64(agree) / float64(total)
+				t.Logf("serving (%s) top-1 agreement with HF: %d/%d = %.1f%%; MTP %d/%d; max rel logit err %.3g",
+					dt, agree, total, 100*frac, agreeM, totalM, worst)
+				if frac < 0.9 {
+					t.Errorf("top-1 agreement %.1f%% < 90%%", 100*frac)
+				}
+			})
+		}
+	}
+}
+
+func argmax64(x []float64) int {
+	b := 0
+	for i, v := range x {
+		if v > x[b] {
+			b = i
+		}
+	}
+	return b
+}

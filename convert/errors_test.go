@@ -47,10 +47,10 @@ func shardOf(t *testing.T, dir, tensor string) string {
 func TestBadInput(t *testing.T) {
 	const oProj = "model.layers.1.self_attn.o_proj.weight"
 	for _, tc := range []struct {
-		name  string
+		name   string
 		break_ func(t *testing.T, dir string)
-		mod   func(o *Options)
-		want  []string
+		mod    func(o *Options)
+		want   []string
 	}{
 		{"missing tensor", func(t *testing.T, dir string) {
 			editJSON(t, filepath.Join(dir, safetensors.IndexFile), func(m map[string]any) {
@@ -132,7 +132,7 @@ func TestSourceChangesMidRun(t *testing.T) {
 // faultFS injects errors into the converter's writes.
 type faultFS struct {
 	OSFS
-	failAfter  int64 // a Write fails once this many bytes were written (0: never)
+	failAfter  int64  // a Write fails once this many bytes were written (0: never)
 	failWrite  string // a Write to a file whose name contains this fails
 	written    atomic.Int64
 	failSync   string // Sync of a file whose name contains this fails

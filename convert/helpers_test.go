@@ -2,6 +2,7 @@ package convert
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/tilert-go/tilert/model/synth"
 )
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 
 var presets = []string{"deepseek-v3.2-tiny", "glm-5-tiny"}
 

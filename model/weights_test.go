@@ -129,9 +129,9 @@ func TestBadCheckpoints(t *testing.T) {
 	norm := model.Layer(1).QANorm
 	fp8 := model.Layer(2).QBProj
 	tests := []struct {
-		name  string
+		name   string
 		break_ func(t *testing.T, dir string) (file string)
-		want  []string // substrings of the error
+		want   []string // substrings of the error
 	}{
 		{"truncated shard", func(t *testing.T, dir string) string {
 			p := shardOf(t, dir, fp8)

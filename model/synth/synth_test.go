@@ -280,6 +280,9 @@ func TestProgress(t *testing.T) {
 }
 
 func python(t *testing.T) string {
+	if testing.Short() {
+		t.Skip("-short: skipping the transformers check (about a minute)")
+	}
 	py := os.Getenv("TILERT_PYTHON")
 	if py == "" {
 		py = "/work/pyenv/bin/python"

@@ -272,6 +272,16 @@ func TestDeviceInfoAndExecutor(t *testing.T) {
 // ---- GEMV ----
 
 func TestKernelGemv(t *testing.T) {
+	for _, rows := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("rows_per_warp=%d", rows), func(t *testing.T) {
+			forceGemvRows = rows
+			defer func() { forceGemvRows = 0 }()
+			testGemv(t, fmt.Sprintf(" R=%d", rows))
+		})
+	}
+}
+
+func testGemv(t *testing.T, tag string) {
 	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		type tc struct {
@@ -298,7 +308,7 @@ func TestKernelGemv(t *testing.T) {
 			chk(k.GemvFP8(s, yp, a.up(x), a.up(w), a.up(sc), rp, N, K, M, K, N))
 			y := downF32(c, yp, M*N)
 			ref := refGemv(func(n, kk int) float64 { return fp8Table[w[n*K+kk]] * float64(sc[(n/128)*kb+kk/128]) }, x, resid, N, K, M, K, N)
-			record(t, fmt.Sprintf("gemv_fp8 N=%d K=%d M=%d", N, K, M), relMetric, relErr(y, ref), boundF32)
+			record(t, fmt.Sprintf("gemv_fp8 N=%d K=%d M=%d", N, K, M)+tag, relMetric, relErr(y, ref), boundF32)
 		}
 		for _, cs := range []tc{{129, 7168, 1, false}, {256, 200, 4, true}, {50, 37, 2, false}} {
 			N, K, M := cs.N, cs.K, cs.M
@@ -313,7 +323,7 @@ func TestKernelGemv(t *testing.T) {
 			yp := a.poisoned(M * N)
 			chk(k.GemvBF16(s, yp, a.up(x), a.up(w), rp, N, K, M, K, N))
 			ref := refGemv(func(n, kk int) float64 { return bf16ToF64(w[n*K+kk]) }, x, resid, N, K, M, K, N)
-			record(t, fmt.Sprintf("gemv_bf16 N=%d K=%d M=%d", N, K, M), relMetric, relErr(downF32(c, yp, M*N), ref), boundF32)
+			record(t, fmt.Sprintf("gemv_bf16 N=%d K=%d M=%d", N, K, M)+tag, relMetric, relErr(downF32(c, yp, M*N), ref), boundF32)
 		}
 		{
 			N, K, M := 100, 300, 2
@@ -322,7 +332,7 @@ func TestKernelGemv(t *testing.T) {
 			yp := a.poisoned(M * N)
 			chk(k.GemvF32(s, yp, a.up(x), a.up(w), 0, N, K, M, K, N))
 			ref := refGemv(func(n, kk int) float64 { return float64(w[n*K+kk]) }, x, nil, N, K, M, K, N)
-			record(t, fmt.Sprintf("gemv_f32 N=%d K=%d M=%d", N, K, M), relMetric, relErr(downF32(c, yp, M*N), ref), boundF32)
+			record(t, fmt.Sprintf("gemv_f32 N=%d K=%d M=%d", N, K, M)+tag, relMetric, relErr(downF32(c, yp, M*N), ref), boundF32)
 		}
 		// Routed experts through device pointer tables.
 		for _, shared := range []bool{true, false} {
@@ -354,7 +364,7 @@ func TestKernelGemv(t *testing.T) {
 				part := refGemv(func(n, kk int) float64 { return fp8Table[ws[e][n*K+kk]] * float64(ss[e][(n/128)*kb+kk/128]) }, x[j*xstride:], nil, N, K, 1, K, N)
 				copy(ref[j*N:], part)
 			}
-			record(t, fmt.Sprintf("gemv_fp8_experts slots=%d shared_x=%v", slots, shared), relMetric, relErr(y, ref), boundF32)
+			record(t, fmt.Sprintf("gemv_fp8_experts slots=%d shared_x=%v", slots, shared)+tag, relMetric, relErr(y, ref), boundF32)
 		}
 	})
 }
@@ -731,13 +741,22 @@ func TestKernelMLA(t *testing.T) {
 			}
 			return o, mx + math.Log(l), maxC
 		}
-		for _, sparse := range []bool{true, false} {
+		for _, cs := range []struct {
+			sparse bool
+			nsplit int
+		}{{true, 1}, {false, 1}, {true, 3}, {false, 5}} {
+			sparse := cs.sparse
 			op, lp := a.poisoned(nq*H*512), a.poisoned(nq*H)
 			ip := DevPtr(0)
+			n := 300 // dense: bound on lens
 			if sparse {
-				ip = a.up(idx)
+				ip, n = a.up(idx), nidx
 			}
-			chk(k.MLADecode(s, op, lp, a.up(qn), a.up(qp), a.up(cache), a.up(bt), ip, a.up(lens), nq, H, nidx, ldIdx, scale))
+			ws := DevPtr(0)
+			if cs.nsplit > 1 {
+				ws = a.poisoned(int(MLAWorkspaceBytes(nq, H, cs.nsplit) / 4))
+			}
+			chk(k.MLADecode(s, op, lp, a.up(qn), a.up(qp), a.up(cache), a.up(bt), ip, a.up(lens), ws, nq, H, n, ldIdx, cs.nsplit, scale))
 			got, gotL := downF32(c, op, nq*H*512), downF32(c, lp, nq*H)
 			var worst, worstL float64
 			for qi := range nq {
@@ -770,9 +789,9 @@ func TestKernelMLA(t *testing.T) {
 					worstL = math.Max(worstL, math.Abs(gl-lse)/math.Max(1, math.Abs(lse)))
 				}
 			}
-			name := "mla_decode dense nq=2 H=16 len=300/270 paged"
+			name := fmt.Sprintf("mla_decode dense nq=2 H=16 len=300/270 paged split=%d", cs.nsplit)
 			if sparse {
-				name = "mla_decode top-k idx nq=2 H=16 paged"
+				name = fmt.Sprintf("mla_decode top-k idx nq=2 H=16 paged split=%d", cs.nsplit)
 			}
 			record(t, name, "max|d|/max|c|", worst, boundF32)
 			record(t, name+" (lse)", "|d|/max(1,|lse|)", worstL, boundF32)

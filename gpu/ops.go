@@ -1,6 +1,9 @@
 package gpu
 
 import (
+	"fmt"
+	"slices"
+
 	"github.com/cockroachdb/errors"
 )
 
@@ -36,30 +39,59 @@ func checkGemv(N, K, M, ldx, ldy int) error {
 	return nil
 }
 
+// gemvKernels lists the GEMV variants by rows per warp (see gemv.cu).
+// forceGemvRows makes every GEMV use that many rows per warp (tests cover
+// each variant with it); 0 lets gemvName choose.
+var forceGemvRows int
+
+var gemvKernels = map[string][]int{
+	"gemv_fp8":         {4, 2, 1},
+	"gemv_bf16":        {4, 2, 1},
+	"gemv_f32":         {4, 1},
+	"gemv_fp8_experts": {4, 1},
+}
+
+// gemvName picks rows per warp for N outputs (times slots blocks in y): the
+// most rows that still gives every SM two blocks, so big matrices reuse x
+// loads and small ones spread out.
+func (k *Kernels) gemvName(base string, N, slots int) (string, int) {
+	rs := gemvKernels[base]
+	if f := forceGemvRows; f > 0 && slices.Contains(rs, f) {
+		return fmt.Sprintf("%s_r%d", base, f), f
+	}
+	target := 2 * max(1, k.c.dev.Info.SMs)
+	for _, r := range rs {
+		if cdiv(N, gemvRowsPerBlock*r)*slots >= target {
+			return fmt.Sprintf("%s_r%d", base, r), r
+		}
+	}
+	r := rs[len(rs)-1]
+	return fmt.Sprintf("%s_r%d", base, r), r
+}
+
+func (k *Kernels) gemv(base string, s Stream, y, x, w, scale, resid DevPtr, N, K, M, ldx, ldy int) error {
+	if err := checkGemv(N, K, M, ldx, ldy); err != nil {
+		return err
+	}
+	name, r := k.gemvName(base, N, 1)
+	return k.launch(name, D1(cdiv(N, gemvRowsPerBlock*r)), D1(256), 0, s, w, scale, x, y, resid, N, K, M, ldx, ldy)
+}
+
 // GemvFP8 computes y[m][n] = sum_k w[n][k]*scale[n/128][k/128]*x[m][k] (+ resid[m][n])
 // for m < M <= 4; w is fp8 e4m3 [N][K], scale float32 [ceil(N/128)][ceil(K/128)].
 // resid may be 0 or equal to y (in-place residual add).
 func (k *Kernels) GemvFP8(s Stream, y, x, w, scale, resid DevPtr, N, K, M, ldx, ldy int) error {
-	if err := checkGemv(N, K, M, ldx, ldy); err != nil {
-		return err
-	}
-	return k.launch("gemv_fp8", D1(cdiv(N, gemvRowsPerBlock)), D1(256), 0, s, w, scale, x, y, resid, N, K, M, ldx, ldy)
+	return k.gemv("gemv_fp8", s, y, x, w, scale, resid, N, K, M, ldx, ldy)
 }
 
 // GemvBF16 is GemvFP8 for bf16 weights without scales.
 func (k *Kernels) GemvBF16(s Stream, y, x, w, resid DevPtr, N, K, M, ldx, ldy int) error {
-	if err := checkGemv(N, K, M, ldx, ldy); err != nil {
-		return err
-	}
-	return k.launch("gemv_bf16", D1(cdiv(N, gemvRowsPerBlock)), D1(256), 0, s, w, x, y, resid, N, K, M, ldx, ldy)
+	return k.gemv("gemv_bf16", s, y, x, w, 0, resid, N, K, M, ldx, ldy)
 }
 
 // GemvF32 is GemvFP8 for float32 weights.
 func (k *Kernels) GemvF32(s Stream, y, x, w, resid DevPtr, N, K, M, ldx, ldy int) error {
-	if err := checkGemv(N, K, M, ldx, ldy); err != nil {
-		return err
-	}
-	return k.launch("gemv_f32", D1(cdiv(N, gemvRowsPerBlock)), D1(256), 0, s, w, x, y, resid, N, K, M, ldx, ldy)
+	return k.gemv("gemv_f32", s, y, x, w, 0, resid, N, K, M, ldx, ldy)
 }
 
 // GemvFP8Experts runs one fp8 GEMV per top-k slot j < slots with the expert
@@ -70,7 +102,8 @@ func (k *Kernels) GemvFP8Experts(s Stream, y, x DevPtr, xstride int, wTable, sTa
 	if N <= 0 || K <= 0 || slots <= 0 || xstride < 0 {
 		return errors.Newf("gemv experts: N=%d K=%d slots=%d xstride=%d", N, K, slots, xstride)
 	}
-	return k.launch("gemv_fp8_experts", Dim3{cdiv(N, gemvRowsPerBlock), slots, 1}, D1(256), 0, s, wTable, sTable, ids, x, xstride, y, N, K)
+	name, r := k.gemvName("gemv_fp8_experts", N, slots)
+	return k.launch(name, Dim3{cdiv(N, gemvRowsPerBlock*r), slots, 1}, D1(256), 0, s, wTable, sTable, ids, x, xstride, y, N, K)
 }
 
 func normThreads(D int) int {
@@ -183,15 +216,42 @@ func (k *Kernels) TopK(s Stream, out, scores, lens DevPtr, rows, T, K, ld, ldOut
 	return k.launch("topk_rows", D1(rows), D1(1024), 0, s, scores, ld, lens, T, K, out, ldOut)
 }
 
-// MLADecode runs absorbed MLA attention for nq query rows and H heads over
-// the fp8_ds_mla cache: qn [nq][H][512], qp [nq][H][64], indices [nq][ldIdx]
-// int32 with nidx used per row (0: dense over lens[q] tokens), lens int32
-// [nq]; out [nq][H][512], lse [nq][H] (may be 0). scale multiplies q.k.
-func (k *Kernels) MLADecode(s Stream, out, lse, qn, qp, cache, blockTable, indices, lens DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
-	if nq <= 0 || H <= 0 || (indices != 0 && (nidx <= 0 || ldIdx < nidx)) {
-		return errors.Newf("mla: nq=%d H=%d nidx=%d ldIdx=%d", nq, H, nidx, ldIdx)
+// MLAWorkspaceBytes is the scratch MLADecode needs for nsplit > 1.
+func MLAWorkspaceBytes(nq, H, nsplit int) int64 {
+	if nsplit <= 1 {
+		return 0
 	}
-	return k.launch("mla_decode", Dim3{H, nq, 1}, D1(128), 0, s, qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale)
+	return int64(nq*H*nsplit) * (MLALatentDim + 2) * 4
+}
+
+// MLASplits picks how many token ranges MLADecode splits into so about
+// eight blocks per SM are in flight (at least 64 tokens per range).
+func (k *Kernels) MLASplits(nq, H, maxTokens int) int {
+	want := cdiv(8*max(1, k.c.dev.Info.SMs), nq*H)
+	return max(1, min(want, cdiv(maxTokens, 64)))
+}
+
+// MLADecode runs absorbed MLA attention for nq query rows and H heads over
+// the fp8_ds_mla cache: qn [nq][H][512], qp [nq][H][64], lens int32 [nq],
+// out [nq][H][512], lse [nq][H] (may be 0); scale multiplies q.k.
+// Sparse: indices [nq][ldIdx] int32 with nidx entries used per row (<0
+// skipped). Dense (indices 0): every t < lens[q]; nidx must then bound
+// max(lens). nsplit > 1 splits the tokens over more blocks and needs ws of
+// MLAWorkspaceBytes(nq, H, nsplit) bytes.
+func (k *Kernels) MLADecode(s Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) || nsplit <= 0 || (nsplit > 1 && ws == 0) {
+		return errors.Newf("mla: nq=%d H=%d nidx=%d ldIdx=%d nsplit=%d ws=%#x", nq, H, nidx, ldIdx, nsplit, uint64(ws))
+	}
+	tps := cdiv(cdiv(nidx, nsplit), 32) * 32 // whole tiles per split
+	nsplit = cdiv(nidx, tps)
+	partO, partML := ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
+	if err := k.launch("mla_decode", Dim3{H, nq, nsplit}, D1(128), 0, s, qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML); err != nil {
+		return err
+	}
+	if nsplit == 1 {
+		return nil
+	}
+	return k.launch("mla_combine", D1(nq*H), D1(128), 0, s, partO, partML, nsplit, out, lse)
 }
 
 // Argmax writes out[r] = arg-max of x[r][0..n) (ties to the lower index) and,

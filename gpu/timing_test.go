@@ -109,6 +109,7 @@ func TestKernelTiming(t *testing.T) {
 		gemvFP8(18432, 7168, 4) // MTP verification rows
 		gemvFP8(7168, 2048, 1)  // expert down
 		gemvFP8(24576, 1536, 1) // q_b
+		gemvFP8(576, 7168, 1)   // kv_a: small N, long K
 		{
 			const E, slots, N, K = 64, 8, 2048, 7168
 			wt, st := make([]DevPtr, E), make([]DevPtr, E)
@@ -174,8 +175,14 @@ func TestKernelTiming(t *testing.T) {
 			qn, qp := a.up(randF32(r, H*512, 1)), a.up(randF32(r, H*64, 1))
 			ip, lens := a.up(idx), a.up([]int32{T})
 			out := a.raw(4 * H * 512)
-			us := medianUs(c, s, 10, 21, func() { chk(k.MLADecode(s, out, 0, qn, qp, cache, 0, ip, lens, 1, H, nidx, nidx, 0.1)) })
-			add("mla_decode H=128 topk=2048", float64(nidx*MLATokenBytes+4*H*(512+64+512)), us, "cache bytes counted once")
+			for _, ns := range []int{1, k.MLASplits(1, H, nidx)} {
+				ws := DevPtr(0)
+				if ns > 1 {
+					ws = a.raw(MLAWorkspaceBytes(1, H, ns))
+				}
+				us := medianUs(c, s, 10, 21, func() { chk(k.MLADecode(s, out, 0, qn, qp, cache, 0, ip, lens, ws, 1, H, nidx, nidx, ns, 0.1)) })
+				add(fmtName("mla_decode H=128 topk=2048 split=%d", ns), float64(nidx*MLATokenBytes+4*H*(512+64+512)), us, "cache bytes counted once")
+			}
 		}
 		{
 			const E = 256

@@ -34,6 +34,23 @@ __device__ __forceinline__ float fp8_to_f32(u32 b) {
   return __uint_as_float(__float_as_uint(r) | s);
 }
 
+// Four packed e4m3 bytes (little-endian) to floats. Ada/Hopper convert two
+// at a time in hardware (e4m3 -> f16 is exact); older GPUs use the bit rule.
+__device__ __forceinline__ void fp8x4_to_f32(u32 w, float* o) {
+#if __CUDA_ARCH__ >= 890
+  u32 lo, hi;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(lo) : "h"((u16)(w & 0xffffu)));
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hi) : "h"((u16)(w >> 16)));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(o[0]) : "h"((u16)(lo & 0xffffu)));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(o[1]) : "h"((u16)(lo >> 16)));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(o[2]) : "h"((u16)(hi & 0xffffu)));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(o[3]) : "h"((u16)(hi >> 16)));
+#else
+#pragma unroll
+  for (int b = 0; b < 4; b++) o[b] = fp8_to_f32((w >> (8 * b)) & 0xffu);
+#endif
+}
+
 // Round to nearest even, saturating to +-448; NaN -> 0x7f.
 __device__ __forceinline__ u8 f32_to_fp8(float f) {
   u32 u = __float_as_uint(f);

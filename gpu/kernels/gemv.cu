@@ -11,9 +11,10 @@
 struct WFP8 {
   enum { E = 16, BYTES = 1 };
   static __device__ __forceinline__ void dec(uint4 v, float* o) {
-    u32 ws[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int j = 0; j < 16; j++) o[j] = fp8_to_f32((ws[j >> 2] >> ((j & 3) * 8)) & 0xffu);
+    fp8x4_to_f32(v.x, o);
+    fp8x4_to_f32(v.y, o + 4);
+    fp8x4_to_f32(v.z, o + 8);
+    fp8x4_to_f32(v.w, o + 12);
   }
   static __device__ __forceinline__ float one(const void* w, size_t k) {
     return fp8_to_f32(((const u8*)w)[k]);
@@ -45,95 +46,144 @@ struct WF32 {
   }
 };
 
-// One output row n for M input rows; the warp's lanes split K. S may be null
-// (no block scales). y and resid may alias (in-place residual add).
-template <class T>
-__device__ __forceinline__ void gemv_row(const void* __restrict__ W, const float* __restrict__ S,
-                                         const float* __restrict__ x, float* y, const float* resid,
-                                         int N, int K, int M, int ldx, int ldy, int n) {
+// Output rows n0 .. n0+R-1 (those < N) for M input rows; the warp's lanes
+// split K. R rows per warp reuse each x load R times and keep R independent
+// 16-byte weight loads in flight. S may be null (no block scales). y and
+// resid may alias (in-place residual add).
+template <class T, int R>
+__device__ __forceinline__ void gemv_rows(const void* __restrict__ W, const float* __restrict__ S,
+                                          const float* __restrict__ x, float* y, const float* resid, int N, int K,
+                                          int M, int ldx, int ldy, int n0) {
   const int lane = threadIdx.x & 31;
-  const char* wrow = (const char*)W + (size_t)n * K * T::BYTES;
-  const float* srow = S ? S + (size_t)(n >> 7) * ((K + 127) >> 7) : (const float*)0;
-  float acc[GEMV_MAXM];
+  const int kb = (K + 127) >> 7;
+  const char* wr[R];
+  const float* sr[R];
 #pragma unroll
-  for (int m = 0; m < GEMV_MAXM; m++) acc[m] = 0.0f;
+  for (int r = 0; r < R; r++) {
+    const int n = min(n0 + r, N - 1);  // rows past N repeat the last one; not written
+    wr[r] = (const char*)W + (size_t)n * K * T::BYTES;
+    sr[r] = S ? S + (size_t)(n >> 7) * kb : (const float*)0;
+  }
+  float acc[R][GEMV_MAXM];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int m = 0; m < GEMV_MAXM; m++) acc[r][m] = 0.0f;
   const bool vec = (K % T::E) == 0 && (ldx & 3) == 0 && (((size_t)W) & 15) == 0 && (((size_t)x) & 15) == 0;
   if (vec) {
     for (int k0 = lane * T::E; k0 < K; k0 += 32 * T::E) {
-      uint4 wv = __ldg((const uint4*)(wrow + (size_t)k0 * T::BYTES));
-      const float sc = srow ? __ldg(srow + (k0 >> 7)) : 1.0f;
-      float wf[T::E];
-      T::dec(wv, wf);
+      uint4 wv[R];
+#pragma unroll
+      for (int r = 0; r < R; r++) wv[r] = __ldg((const uint4*)(wr[r] + (size_t)k0 * T::BYTES));
+      float sc[R];
+#pragma unroll
+      for (int r = 0; r < R; r++) sc[r] = S ? __ldg(sr[r] + (k0 >> 7)) : 1.0f;
+      float wf[R][T::E];
+#pragma unroll
+      for (int r = 0; r < R; r++) T::dec(wv[r], wf[r]);
 #pragma unroll
       for (int m = 0; m < GEMV_MAXM; m++) {
         if (m < M) {
           const float4* xp = (const float4*)(x + (size_t)m * ldx + k0);
-          float p = 0.0f;
+          float xv[T::E];
 #pragma unroll
           for (int q = 0; q < T::E / 4; q++) {
-            float4 xv = __ldg(xp + q);
-            p += wf[4 * q] * xv.x + wf[4 * q + 1] * xv.y + wf[4 * q + 2] * xv.z + wf[4 * q + 3] * xv.w;
+            float4 v = __ldg(xp + q);
+            xv[4 * q] = v.x;
+            xv[4 * q + 1] = v.y;
+            xv[4 * q + 2] = v.z;
+            xv[4 * q + 3] = v.w;
           }
-          acc[m] += p * sc;
+#pragma unroll
+          for (int r = 0; r < R; r++) {
+            float p = 0.0f;
+#pragma unroll
+            for (int e = 0; e < T::E; e++) p += wf[r][e] * xv[e];
+            acc[r][m] += p * sc[r];
+          }
         }
       }
     }
   } else {
     for (int k = lane; k < K; k += 32) {
-      float wv = T::one(wrow, k);
-      if (srow) wv *= __ldg(srow + (k >> 7));
 #pragma unroll
-      for (int m = 0; m < GEMV_MAXM; m++)
-        if (m < M) acc[m] += wv * x[(size_t)m * ldx + k];
+      for (int r = 0; r < R; r++) {
+        float wv = T::one(wr[r], k);
+        if (S) wv *= __ldg(sr[r] + (k >> 7));
+#pragma unroll
+        for (int m = 0; m < GEMV_MAXM; m++)
+          if (m < M) acc[r][m] += wv * x[(size_t)m * ldx + k];
+      }
     }
   }
 #pragma unroll
-  for (int m = 0; m < GEMV_MAXM; m++) acc[m] = warp_sum(acc[m]);
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int m = 0; m < GEMV_MAXM; m++)
+      if (m < M) acc[r][m] = warp_sum(acc[r][m]);
   if (lane == 0) {
-    for (int m = 0; m < M; m++) {
-      const size_t o = (size_t)m * ldy + n;
-      y[o] = acc[m] + (resid ? resid[o] : 0.0f);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      if (n0 + r < N) {
+#pragma unroll
+        for (int m = 0; m < GEMV_MAXM; m++) {  // constant indices keep acc in registers
+          if (m < M) {
+            const size_t o = (size_t)m * ldy + n0 + r;
+            y[o] = acc[r][m] + (resid ? resid[o] : 0.0f);
+          }
+        }
+      }
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) gemv_fp8(const u8* __restrict__ W, const float* __restrict__ S,
-                                                           const float* __restrict__ x, float* y,
-                                                           const float* resid, int N, int K, int M, int ldx,
-                                                           int ldy) {
-  const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (n >= N) return;
-  gemv_row<WFP8>(W, S, x, y, resid, N, K, M, ldx, ldy, n);
-}
+// One kernel per weight type and rows-per-warp R (the launcher picks R so
+// small N still spreads over every SM).
+#define GEMV_KERNELS(NAME, T, WT, R)                                                                          \
+  extern "C" __global__ void __launch_bounds__(256)                                                          \
+      NAME(const WT* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,     \
+           const float* resid, int N, int K, int M, int ldx, int ldy) {                                     \
+    const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;                                \
+    if (n0 >= N) return;                                                                                     \
+    gemv_rows<T, R>(W, S, x, y, resid, N, K, M, ldx, ldy, n0);                                               \
+  }
 
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16(const u16* __restrict__ W, const float* __restrict__ x,
-                                                            float* y, const float* resid, int N, int K, int M,
-                                                            int ldx, int ldy) {
-  const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (n >= N) return;
-  gemv_row<WBF16>(W, (const float*)0, x, y, resid, N, K, M, ldx, ldy, n);
-}
-
-extern "C" __global__ void __launch_bounds__(256) gemv_f32(const float* __restrict__ W, const float* __restrict__ x,
-                                                           float* y, const float* resid, int N, int K, int M,
-                                                           int ldx, int ldy) {
-  const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (n >= N) return;
-  gemv_row<WF32>(W, (const float*)0, x, y, resid, N, K, M, ldx, ldy, n);
-}
+GEMV_KERNELS(gemv_fp8_r1, WFP8, u8, 1)
+GEMV_KERNELS(gemv_fp8_r2, WFP8, u8, 2)
+GEMV_KERNELS(gemv_fp8_r4, WFP8, u8, 4)
+GEMV_KERNELS(gemv_bf16_r1, WBF16, u16, 1)
+GEMV_KERNELS(gemv_bf16_r2, WBF16, u16, 2)
+GEMV_KERNELS(gemv_bf16_r4, WBF16, u16, 4)
+GEMV_KERNELS(gemv_f32_r1, WF32, float, 1)
+GEMV_KERNELS(gemv_f32_r4, WF32, float, 4)
 
 // Routed experts without a host round trip: blockIdx.y is the slot j of the
 // top-k; its expert e = ids[j] picks W = Wt[e], S = St[e] from device tables
 // of pointers. Input x + j*xstride (xstride 0: every slot reads the same x),
 // output y + j*N. This keeps a whole MoE layer capturable in a CUDA graph.
-extern "C" __global__ void __launch_bounds__(256) gemv_fp8_experts(const u8* const* __restrict__ Wt,
-                                                                   const float* const* __restrict__ St,
-                                                                   const int* __restrict__ ids,
-                                                                   const float* __restrict__ x, int xstride,
-                                                                   float* y, int N, int K) {
-  const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (n >= N) return;
+template <int R>
+__device__ __forceinline__ void gemv_experts(const u8* const* __restrict__ Wt, const float* const* __restrict__ St,
+                                             const int* __restrict__ ids, const float* __restrict__ x, int xstride,
+                                             float* y, int N, int K) {
+  const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;
+  if (n0 >= N) return;
   const int j = blockIdx.y;
   const int e = ids[j];
-  gemv_row<WFP8>(Wt[e], St[e], x + (size_t)j * xstride, y + (size_t)j * N, (const float*)0, N, K, 1, K, N, n);
+  gemv_rows<WFP8, R>(Wt[e], St[e], x + (size_t)j * xstride, y + (size_t)j * N, (const float*)0, N, K, 1, K, N, n0);
+}
+
+extern "C" __global__ void __launch_bounds__(256) gemv_fp8_experts_r1(const u8* const* __restrict__ Wt,
+                                                                      const float* const* __restrict__ St,
+                                                                      const int* __restrict__ ids,
+                                                                      const float* __restrict__ x, int xstride,
+                                                                      float* y, int N, int K) {
+  gemv_experts<1>(Wt, St, ids, x, xstride, y, N, K);
+}
+
+extern "C" __global__ void __launch_bounds__(256) gemv_fp8_experts_r4(const u8* const* __restrict__ Wt,
+                                                                      const float* const* __restrict__ St,
+                                                                      const int* __restrict__ ids,
+                                                                      const float* __restrict__ x, int xstride,
+                                                                      float* y, int N, int K) {
+  gemv_experts<4>(Wt, St, ids, x, xstride, y, N, K);
 }

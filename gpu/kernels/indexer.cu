@@ -37,8 +37,10 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores(const float* __
     const int tok = wi >> 5, d0 = (wi & 31) * 4;
     const u32 v = ((const u32*)pg)[wi];
     const float s = scl[tok];
+    float f[4];
+    fp8x4_to_f32(v, f);
 #pragma unroll
-    for (int b = 0; b < 4; b++) kf[tok][d0 + b] = fp8_to_f32((v >> (8 * b)) & 0xffu) * s;
+    for (int b = 0; b < 4; b++) kf[tok][d0 + b] = f[b] * s;
   }
   const int tok = tid & 63, hg = tid >> 6;  // 4 head groups x 64 tokens
   float acc = 0.0f;

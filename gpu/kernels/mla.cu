@@ -10,6 +10,10 @@
 // over the token set: indices[q][0..nidx) (entries < 0 or >= lens[q] are
 // skipped), or all t < lens[q] when indices is null. lse (optional) gets the
 // log-sum-exp of the scores, -inf when no token is valid (out is then 0).
+//
+// Split over tokens (flash-decoding): blockIdx.z takes token positions
+// [z*tps, (z+1)*tps); with gridDim.z > 1 each block writes its unnormalised
+// partial (acc, m, l) to part_o / part_ml and mla_combine merges them.
 
 #define MLA_LAT 512
 #define MLA_ROPE 64
@@ -27,7 +31,8 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode(const float* __rest
                                                              const int* __restrict__ block_table,
                                                              const int* __restrict__ indices, int ld_idx, int nidx,
                                                              const int* __restrict__ lens, float* out, float* lse,
-                                                             int H, float scale) {
+                                                             int H, float scale, int tps, float* part_o,
+                                                             float* part_ml) {
   __shared__ float qs[MLA_LAT];
   __shared__ float qps[MLA_ROPE];
   __shared__ float sc[MLA_TILE];
@@ -37,10 +42,11 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode(const float* __rest
   for (int i = tid; i < MLA_LAT; i += blockDim.x) qs[i] = qn[qh * MLA_LAT + i];
   if (tid < MLA_ROPE) qps[tid] = qp[qh * MLA_ROPE + tid];
   const int len = lens[qi];
-  const int count = indices ? nidx : len;
+  const int begin = blockIdx.z * tps;
+  const int count = min(indices ? nidx : len, begin + tps);
   float m = NEG_INF, l = 0.0f;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int base = 0; base < count; base += MLA_TILE) {
+  for (int base = begin; base < count; base += MLA_TILE) {
     __syncthreads();  // qs ready / previous tile's tok and sc consumed
     if (tid < MLA_TILE) {
       const int j = base + tid;
@@ -60,9 +66,12 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode(const float* __rest
         const uint4 v = *(const uint4*)(row + lane * 16);
         const float ls = ((const float*)(row + MLA_LAT))[lane >> 3];
         const u32 ws[4] = {v.x, v.y, v.z, v.w};
+        float cf[16];
+#pragma unroll
+        for (int b = 0; b < 4; b++) fp8x4_to_f32(ws[b], cf + 4 * b);
         float d = 0.0f;
 #pragma unroll
-        for (int b = 0; b < 16; b++) d += fp8_to_f32((ws[b >> 2] >> ((b & 3) * 8)) & 0xffu) * qs[lane * 16 + b];
+        for (int b = 0; b < 16; b++) d += cf[b] * qs[lane * 16 + b];
         const u32 r = ((const u32*)(row + MLA_LAT + 16))[lane];
         const float rp = bf16_to_f32(r) * qps[lane * 2] + bf16_to_f32(r >> 16) * qps[lane * 2 + 1];
         s = warp_sum(d * ls + rp) * scale;
@@ -87,14 +96,56 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode(const float* __rest
       const u8* row = mla_token(cache, block_table, t);
       const u32 cv = ((const u32*)row)[tid];
       const float cs = ((const float*)(row + MLA_LAT))[tid >> 5] * p;
+      float cf[4];
+      fp8x4_to_f32(cv, cf);
 #pragma unroll
-      for (int i = 0; i < 4; i++) acc[i] += fp8_to_f32((cv >> (8 * i)) & 0xffu) * cs;
+      for (int i = 0; i < 4; i++) acc[i] += cf[i] * cs;
     }
     m = nm;
+  }
+  if (gridDim.z > 1) {
+    const size_t pz = qh * gridDim.z + blockIdx.z;
+    float* po = part_o + pz * MLA_LAT + tid * 4;
+#pragma unroll
+    for (int i = 0; i < 4; i++) po[i] = acc[i];
+    if (tid == 0) {
+      part_ml[2 * pz] = m;
+      part_ml[2 * pz + 1] = l;
+    }
+    return;
   }
   float* o = out + qh * MLA_LAT + tid * 4;
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
   for (int i = 0; i < 4; i++) o[i] = acc[i] * inv;
   if (lse && tid == 0) lse[qh] = l > 0.0f ? m + logf(l) : NEG_INF;
+}
+
+// Merges the gridDim.z partials of mla_decode: one block (128 threads) per
+// (query row, head), blockIdx.x = q*H + h.
+extern "C" __global__ void __launch_bounds__(128) mla_combine(const float* __restrict__ part_o,
+                                                              const float* __restrict__ part_ml, int nsplit,
+                                                              float* out, float* lse) {
+  const size_t qh = blockIdx.x;
+  const int tid = threadIdx.x;
+  float M = NEG_INF;
+  for (int z = 0; z < nsplit; z++) M = fmaxf(M, part_ml[2 * (qh * nsplit + z)]);
+  float L = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (M != NEG_INF) {
+    for (int z = 0; z < nsplit; z++) {
+      const size_t pz = qh * nsplit + z;
+      const float mz = part_ml[2 * pz];
+      if (mz == NEG_INF) continue;
+      const float w = expf(mz - M);
+      L += part_ml[2 * pz + 1] * w;
+      const float* po = part_o + pz * MLA_LAT + tid * 4;
+#pragma unroll
+      for (int i = 0; i < 4; i++) acc[i] += po[i] * w;
+    }
+  }
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  float* o = out + qh * MLA_LAT + tid * 4;
+#pragma unroll
+  for (int i = 0; i < 4; i++) o[i] = acc[i] * inv;
+  if (lse && tid == 0) lse[qh] = L > 0.0f ? M + logf(L) : NEG_INF;
 }

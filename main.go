@@ -11,6 +11,8 @@ import (
 	"github.com/tilert-go/tilert/internal/buildinfo"
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/internal/configcmd"
+	"github.com/tilert-go/tilert/internal/generatecmd"
+	"github.com/tilert-go/tilert/internal/synthcmd"
 	"github.com/tilert-go/tilert/roles/convert"
 	"github.com/tilert-go/tilert/roles/decode"
 	"github.com/tilert-go/tilert/roles/prefillshim"
@@ -28,6 +30,8 @@ func newApp() *cli.App {
 			router.Command(),
 			prefillshim.Command(),
 			configcmd.Command(),
+			synthcmd.Command(),
+			generatecmd.Command(),
 			{
 				Name:  "version",
 				Usage: "print version, commit and Go version",

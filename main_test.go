@@ -195,3 +195,47 @@ func TestUsageErrorExits2(t *testing.T) {
 		t.Errorf("exit %d, want 2", code)
 	}
 }
+
+func TestSynthThenGenerate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "glm")
+	if _, stderr, code := run(t, "synth", "--preset", "glm-5-tiny", "--out", dir); code != 0 {
+		t.Fatalf("synth: exit %d: %s", code, stderr)
+	}
+	gen := func(extra ...string) string {
+		out, stderr, code := run(t, append([]string{"generate", "--model-dir", dir, "--prompt-ids", "5,6,7,8,9",
+			"--max-tokens", "8", "--ignore-eos"}, extra...)...)
+		if code != 0 {
+			t.Fatalf("generate %v: exit %d: %s", extra, code, stderr)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "ids: ") {
+				if n := len(strings.Split(strings.TrimPrefix(line, "ids: "), ",")); n != 8 {
+					t.Errorf("generate %v: %d ids, want 8: %s", extra, n, line)
+				}
+				return line
+			}
+		}
+		t.Fatalf("generate %v printed no ids:\n%s", extra, out)
+		return ""
+	}
+	// Greedy output must not depend on speculation.
+	if a, b := gen("--mode", "serving"), gen("--mode", "serving", "--mtp"); a != b {
+		t.Errorf("MTP changed greedy output:\n%s\n%s", a, b)
+	}
+	gen("--mode", "exact")
+}
+
+func TestGenerateBadInput(t *testing.T) {
+	tests := [][]string{
+		{"generate", "--prompt-ids", "1,2"},
+		{"generate", "--model-dir", t.TempDir(), "--prompt-ids", "1,x"},
+		{"generate", "--model-dir", t.TempDir(), "--prompt-ids", "1", "--mode", "fast"},
+		{"synth", "--preset", "llama-tiny", "--out", filepath.Join(t.TempDir(), "x")},
+	}
+	for _, args := range tests {
+		_, stderr, code := run(t, args...)
+		if code == 0 || !strings.Contains(stderr, "error") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+}

@@ -1,0 +1,206 @@
+// Package generatecmd is `tilert generate`: a one-shot local run of the
+// engine on a prompt, like `ollama run`, for checking a model end to end.
+package generatecmd
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/urfave/cli/v2"
+
+	"github.com/tilert-go/tilert/convert"
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/cpu"
+	"github.com/tilert-go/tilert/internal/cliutil"
+	"github.com/tilert-go/tilert/model"
+	"github.com/tilert-go/tilert/tokenizer"
+)
+
+// Command is `tilert generate`.
+func Command() *cli.Command {
+	return &cli.Command{
+		Name:  "generate",
+		Usage: "generate from a prompt locally (HF checkpoint or converted weights) and print ids and text",
+		Flags: append(cliutil.Flags(nil),
+			&cli.StringFlag{Name: "model-dir", Usage: "HF checkpoint directory (also where the tokenizer is read from)"},
+			&cli.StringFlag{Name: "weights-dir", Usage: "converted TileRT weights (tilert convert); the tokenizer comes from --model-dir if given"},
+			&cli.StringFlag{Name: "prompt", Usage: "prompt text (needs a tokenizer)"},
+			&cli.StringFlag{Name: "prompt-ids", Usage: "prompt as comma-separated token ids"},
+			&cli.IntFlag{Name: "max-tokens", Value: 32, Usage: "tokens to generate"},
+			&cli.StringFlag{Name: "mode", Value: "serving", Usage: "exact (float32 caches) or serving (caches in vLLM's layouts)"},
+			&cli.StringFlag{Name: "kv-cache-dtype", Value: "fp8", Usage: "serving-mode MLA cache: fp8 (fp8_ds_mla) or bf16"},
+			&cli.BoolFlag{Name: "mtp", Usage: "speculative decoding with the MTP layer"},
+			&cli.Float64Flag{Name: "temperature", Value: 0, Usage: "0 is greedy"},
+			&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling threshold"},
+			&cli.IntFlag{Name: "top-k", Value: 0, Usage: "keep the k most likely tokens; 0 disables"},
+			&cli.Uint64Flag{Name: "seed", Value: 0, Usage: "sampling seed"},
+			&cli.BoolFlag{Name: "ignore-eos", Usage: "do not stop at the end-of-sequence token"},
+			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu (cuda arrives with the GPU backend)"},
+		),
+		Action: run,
+	}
+}
+
+func usage(format string, args ...any) error {
+	return cliutil.WithExitCode(errors.Newf(format, args...), cliutil.ExitNotBuilt)
+}
+
+func run(c *cli.Context) error {
+	if _, _, err := cliutil.Load(c, nil); err != nil {
+		return err
+	}
+	if c.String("device") != "cpu" {
+		return cliutil.NotBuilt("generate --device "+c.String("device"), "only the cpu backend has landed; use --device cpu")
+	}
+	modelDir, weightsDir := c.String("model-dir"), c.String("weights-dir")
+	if modelDir == "" && weightsDir == "" {
+		return errors.WithHint(usage("generate needs a model"), "pass --model-dir HF_DIR or --weights-dir CONVERTED_DIR")
+	}
+	mode, err := engine.ParseMode(c.String("mode"))
+	if err != nil {
+		return cliutil.WithExitCode(err, cliutil.ExitNotBuilt)
+	}
+	cache, err := engine.ParseCacheDType(c.String("kv-cache-dtype"))
+	if err != nil {
+		return cliutil.WithExitCode(err, cliutil.ExitNotBuilt)
+	}
+
+	var tok *tokenizer.Tokenizer
+	if modelDir != "" {
+		if _, err := os.Stat(filepath.Join(modelDir, "tokenizer.json")); err == nil {
+			if tok, err = tokenizer.Load(modelDir); err != nil {
+				return err
+			}
+		}
+	}
+	prompt, err := promptIDs(c, tok)
+	if err != nil {
+		return err
+	}
+
+	var (
+		w   model.Weights
+		cfg *model.Config
+	)
+	if weightsDir != "" {
+		w, cfg, err = convert.OpenWeights(weightsDir)
+	} else {
+		if cfg, err = model.LoadConfig(modelDir); err == nil {
+			w, err = model.OpenWeights(modelDir)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if cl, ok := w.(io.Closer); ok {
+		defer cl.Close()
+	}
+
+	maxTokens := c.Int("max-tokens")
+	if maxTokens < 1 {
+		return errors.WithHint(usage("--max-tokens %d is not positive", maxTokens), "ask for at least one token")
+	}
+	e, err := cpu.New(cfg, w, engine.Options{
+		Mode: mode, MLACache: cache, Slots: 1, MaxSeqLen: len(prompt) + maxTokens + 2, MTP: c.Bool("mtp"),
+	})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+
+	p := engine.Params{
+		Temperature: c.Float64("temperature"), TopP: c.Float64("top-p"), TopK: c.Int("top-k"),
+		Seed: c.Uint64("seed"), MaxTokens: maxTokens,
+	}
+	if !c.Bool("ignore-eos") {
+		p.StopIDs = cfg.EOS
+		if tok != nil {
+			p.StopIDs = append(append([]int(nil), p.StopIDs...), tok.EOS()...)
+		}
+	}
+	return generate(c.App.Writer, e, tok, prompt, p)
+}
+
+func promptIDs(c *cli.Context, tok *tokenizer.Tokenizer) ([]int, error) {
+	text, ids := c.String("prompt"), c.String("prompt-ids")
+	switch {
+	case text != "" && ids != "":
+		return nil, usage("give --prompt or --prompt-ids, not both")
+	case ids != "":
+		var out []int
+		for _, f := range strings.Split(ids, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return nil, errors.WithHint(usage("--prompt-ids: %q is not a token id", f), "write ids as 1,2,3")
+			}
+			out = append(out, n)
+		}
+		return out, nil
+	case text != "":
+		if tok == nil {
+			return nil, errors.WithHint(usage("--prompt needs a tokenizer"), "pass --model-dir with a tokenizer.json, or use --prompt-ids")
+		}
+		return tok.Encode(text, true)
+	}
+	return nil, errors.WithHint(usage("no prompt"), "pass --prompt TEXT or --prompt-ids 1,2,3")
+}
+
+// generate runs prefill then decode steps, streaming text as it goes.
+func generate(w io.Writer, e engine.Engine, tok *tokenizer.Tokenizer, prompt []int, p engine.Params) error {
+	start := time.Now()
+	first, err := e.Prefill(0, prompt, p)
+	if err != nil {
+		return err
+	}
+	prefill := time.Since(start)
+	ids := []int{first}
+	var dec *tokenizer.Decoder
+	if tok != nil {
+		dec = tok.NewDecoder()
+		fmt.Fprint(w, dec.Add(first))
+	}
+	finish, err := e.Start(0, first, p)
+	if err != nil {
+		return err
+	}
+	decStart := time.Now()
+	for finish == engine.FinishNone {
+		res, err := e.Step([]int{0})
+		if err != nil {
+			return err
+		}
+		for _, r := range res {
+			for _, t := range r.Tokens {
+				ids = append(ids, t)
+				if dec != nil {
+					fmt.Fprint(w, dec.Add(t))
+				}
+			}
+			finish = r.Finish
+		}
+	}
+	decode := time.Since(decStart)
+	if dec != nil {
+		fmt.Fprintln(w, dec.Flush())
+	}
+	st := e.Stats()
+	idStr := make([]string, len(ids))
+	for i, id := range ids {
+		idStr[i] = strconv.Itoa(id)
+	}
+	fmt.Fprintf(w, "ids: %s\n", strings.Join(idStr, ","))
+	fmt.Fprintf(w, "finish: %s  prompt: %d tokens in %s  decode: %d tokens in %s (%.1f tok/s)",
+		finish, len(prompt), prefill.Round(time.Millisecond), len(ids)-1, decode.Round(time.Millisecond),
+		float64(len(ids)-1)/decode.Seconds())
+	if st.DraftTokens > 0 {
+		fmt.Fprintf(w, "  mtp accept: %.2f", st.AcceptRate())
+	}
+	fmt.Fprintln(w)
+	return nil
+}

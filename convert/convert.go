@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -29,10 +30,10 @@ type Options struct {
 	Force     bool // replace an existing SaveDir (only once the new one is complete)
 
 	MaxShardBytes int64 // 0: DefaultMaxShardBytes
-	// ChunkBytes and Buffers bound the converter's data memory: Buffers chunks of ChunkBytes are in
-	// flight between the reader and the writer (defaults 8 MiB and 4).
+	// Workers tensors are converted at once, each through one buffer of ChunkBytes: the data
+	// memory bound is Workers*ChunkBytes (defaults min(GOMAXPROCS, 4) and 8 MiB).
+	Workers    int
 	ChunkBytes int
-	Buffers    int
 	FS         FS // nil: OSFS
 	// Progress, when set, is called after every chunk written with the bytes done and the total.
 	Progress func(done, total int64)
@@ -63,7 +64,7 @@ var copiedFiles = []string{
 }
 
 // Convert converts an HF checkpoint into the TileRT format. It streams tensor by tensor (memory is
-// bounded by ChunkBytes*Buffers plus the plan, whatever the model size), writes into
+// bounded by Workers*ChunkBytes plus the plan, whatever the model size), writes into
 // SaveDir.partial and renames it to SaveDir only once every shard, the copied files and finally
 // the manifest are written and fsynced. On error the partial directory is removed and SaveDir is
 // left as it was.
@@ -188,10 +189,9 @@ func (o *Options) defaults() error {
 		o.ChunkBytes = 8 << 20
 	}
 	o.ChunkBytes = max(o.ChunkBytes&^7, 4096) // whole bf16 and f32 elements per chunk
-	if o.Buffers == 0 {
-		o.Buffers = 4
+	if o.Workers <= 0 {
+		o.Workers = min(runtime.GOMAXPROCS(0), 4)
 	}
-	o.Buffers = max(o.Buffers, 2)
 	if o.FS == nil {
 		o.FS = OSFS{}
 	}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 )
@@ -16,6 +17,7 @@ type exitFS struct {
 	OSFS
 	after   int64
 	file    string // when set, die on the first write to this file instead
+	mu      sync.Mutex
 	written int64
 }
 
@@ -31,13 +33,26 @@ func (f *exitFS) Create(path string) (WFile, error) {
 }
 
 func (f *exitFile) Write(p []byte) (int, error) {
-	f.fs.written += int64(len(p))
-	if f.fs.file == "" && f.fs.written > f.fs.after || f.fs.file == f.name {
-		n, _ := f.WFile.Write(p[:len(p)/2])
+	if f.die(p) {
+		f.WFile.Write(p[:len(p)/2])
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		return n, nil
 	}
 	return f.WFile.Write(p)
+}
+
+func (f *exitFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.die(p) {
+		f.WFile.WriteAt(p[:len(p)/2], off)
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+	return f.WFile.WriteAt(p, off)
+}
+
+func (f *exitFile) die(p []byte) bool {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	f.fs.written += int64(len(p))
+	return f.fs.file == "" && f.fs.written > f.fs.after || f.fs.file == f.name
 }
 
 // TestCrashHelper is the child of TestKilledMidRun; it does nothing unless asked to.

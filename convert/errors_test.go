@@ -163,6 +163,16 @@ func (f *faultFile) Write(p []byte) (int, error) {
 	return f.WFile.Write(p)
 }
 
+func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
+	if _, err := f.Write(nil); err != nil { // the same fault rules
+		return 0, err
+	}
+	if f.fs.failAfter > 0 && f.fs.written.Add(int64(len(p))) > f.fs.failAfter {
+		return 0, &os.PathError{Op: "write", Path: f.path, Err: syscall.ENOSPC}
+	}
+	return f.WFile.WriteAt(p, off)
+}
+
 func (f *faultFile) Sync() error {
 	if f.fs.failSync != "" && strings.Contains(filepath.Base(f.path), f.fs.failSync) {
 		return &os.PathError{Op: "fsync", Path: f.path, Err: syscall.EIO}

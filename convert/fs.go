@@ -21,9 +21,11 @@ type FS interface {
 	SyncDir(dir string) error
 }
 
-// WFile is a file being written.
+// WFile is a file being written: shards with WriteAt (several tensors at once), small files
+// with Write.
 type WFile interface {
 	io.Writer
+	io.WriterAt
 	Sync() error
 	Close() error
 }

@@ -1,12 +1,37 @@
 // Package decode is the decode-node role: the engine with its ctrl port for
 // state handoff and its http port for token streams.
+//
+// One goroutine owns the engine (the scheduler): it admits requests whose
+// state has arrived, runs one batched Step over every active slot and fans
+// the tokens out to per-request streams. The ctrl server (package pd) and
+// the transfer engine (package rdma) write request state straight into the
+// engine's slot buffers, which in serving mode are its live caches.
 package decode
 
 import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/errors"
 	"github.com/urfave/cli/v2"
 
 	"github.com/tilert-go/tilert/config"
+	"github.com/tilert-go/tilert/convert"
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/internal/cliutil"
+	"github.com/tilert-go/tilert/model"
+	"github.com/tilert-go/tilert/rdma"
+	"github.com/tilert-go/tilert/rdma/nixl"
 )
 
 // Flags are the decode role's bindings; the launch post's spellings are the
@@ -28,17 +53,250 @@ var Flags = []config.Flag{
 	{Key: "transfer.listen", Name: "transfer-listen"},
 }
 
+// addrFileFlag is a run-time convenience, not configuration: with ports 0
+// the kernel picks them, and scripts read the real ones from this file.
+var addrFileFlag = &cli.StringFlag{Name: "addr-file", Usage: "write the bound ctrl/http addresses as JSON to this file once listening (for scripts using port 0)"}
+
 // Command is `tilert decode`.
 func Command() *cli.Command {
 	return &cli.Command{
 		Name:  "decode",
 		Usage: "run a decode node: ctrl port for state handoff, http port for token streams",
-		Flags: cliutil.Flags(Flags),
+		Flags: append(cliutil.Flags(Flags), addrFileFlag),
 		Action: func(c *cli.Context) error {
-			if _, _, err := cliutil.Load(c, Flags); err != nil {
+			cfg, _, err := cliutil.Load(c, Flags)
+			if err != nil {
 				return err
 			}
-			return cliutil.NotBuilt("decode", "the decode node (handoff protocol, transfer engines, token streaming) has not landed yet")
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return Run(ctx, cfg, c.String("addr-file"))
 		},
 	}
+}
+
+func usage(err error) error { return cliutil.WithExitCode(err, cliutil.ExitNotBuilt) }
+
+// Addrs are the bound addresses, written to --addr-file.
+type Addrs struct {
+	Ctrl string `json:"ctrl"`
+	HTTP string `json:"http"`
+}
+
+// Run serves a decode node for cfg until ctx ends (SIGINT/SIGTERM), then
+// shuts down gracefully.
+func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
+	log := slog.Default()
+	d := cfg.Decode
+	switch d.Device {
+	case "cpu":
+	case "cuda", "gpu":
+		return cliutil.NotBuilt("decode --device "+d.Device,
+			"the CUDA decode backend has not landed yet; run the pure-Go backend with --device cpu")
+	default:
+		return usage(errors.WithHint(errors.Newf("unknown --device %q", d.Device), "use --device cpu (cuda arrives with the GPU backend)"))
+	}
+	if d.Engine != "tilert" {
+		return usage(errors.WithHint(errors.Newf("unknown decode engine %q", d.Engine), "use --engine tilert"))
+	}
+	if d.MaxInflight < 1 {
+		return usage(errors.WithHint(errors.Newf("--max-inflight %d", d.MaxInflight), "decode at least one request at a time"))
+	}
+	dt, err := engine.ParseCacheDType(cfg.Model.KVCacheDType)
+	if err != nil {
+		return usage(err)
+	}
+	t0 := time.Now()
+	w, mcfg, closeW, err := LoadWeights(cfg.Model.WeightsDir)
+	if err != nil {
+		return err
+	}
+	defer closeW()
+	if fam, err := model.ParseModelName(cfg.Model.Name); err != nil {
+		return usage(err)
+	} else if fam != mcfg.Family {
+		return usage(errors.WithHintf(errors.Newf("--model %s is %s, but %s holds %s", cfg.Model.Name, fam, cfg.Model.WeightsDir, mcfg.Family),
+			"pass --model %s, or the weights of %s", ModelName(mcfg.Family), cfg.Model.Name))
+	}
+	eng, err := cpu.New(mcfg, w, engine.Options{Mode: engine.ModeServing, MLACache: dt, Slots: d.MaxInflight,
+		MaxSeqLen: cfg.Model.MaxSeqLen, MTP: cfg.Model.WithMTP})
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	log.Info("decode: engine ready", "device", "cpu", "model", ModelName(mcfg.Family), "weights", cfg.Model.WeightsDir,
+		"layers", mcfg.NumLayers, "mtp", cfg.Model.WithMTP, "kv_cache_dtype", dt, "max_seq_len", eng.Options().MaxSeqLen,
+		"slots", d.MaxInflight, "slot_bytes", eng.Layout().SlotBytes, "load", time.Since(t0).Round(time.Millisecond))
+
+	tr, err := NewTransfer(cfg.Transfer, d.Host)
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+
+	node, err := New(Options{Engine: eng, Transfer: tr, Model: ModelName(mcfg.Family), VocabSize: mcfg.VocabSize, EOS: mcfg.EOS,
+		StateTimeout:    time.Duration(d.StateTimeoutS * float64(time.Second)),
+		ReserveDeadline: time.Duration(d.SlotReserveTTL * float64(time.Second)), Log: log})
+	if err != nil {
+		return err
+	}
+	ctrlLn, err := net.Listen("tcp", net.JoinHostPort(d.Host, strconv.Itoa(d.CtrlPort)))
+	if err != nil {
+		_ = node.Close()
+		return errors.WithHint(errors.Wrap(err, "decode: ctrl port"), "pick a free --ctrl-port (0 lets the kernel choose)")
+	}
+	httpLn, err := net.Listen("tcp", net.JoinHostPort(d.Host, strconv.Itoa(d.HTTPPort)))
+	if err != nil {
+		_ = ctrlLn.Close()
+		_ = node.Close()
+		return errors.WithHint(errors.Wrap(err, "decode: http port"), "pick a free --http-port (0 lets the kernel choose)")
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- node.ServeCtrl(ctrlLn) }()
+	go func() { errc <- node.ServeHTTP(httpLn) }()
+	addrs := Addrs{Ctrl: ctrlLn.Addr().String(), HTTP: httpLn.Addr().String()}
+	if addrFile != "" {
+		if err := writeAddrs(addrFile, addrs); err != nil {
+			_ = node.Close()
+			return err
+		}
+	}
+	log.Info("decode: node serving", "ctrl", addrs.Ctrl, "http", addrs.HTTP, "transport", tr.Kind(), "endpoint", shortEndpoint(tr.Endpoint()))
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("decode: shutting down; letting requests in flight finish")
+	case serveErr = <-errc:
+		log.Error("decode: a listener failed; shutting down", "err", serveErr)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := node.Shutdown(sctx); err != nil {
+		log.Warn("decode: http shutdown", "err", err.Error())
+	}
+	log.Info("decode: stopped")
+	return serveErr
+}
+
+func shortEndpoint(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// writeAddrs writes the file atomically, so a script polling for it never
+// reads half of it.
+func writeAddrs(path string, a Addrs) error {
+	b, _ := json.Marshal(a)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return errors.Wrapf(err, "decode: --addr-file %s", path)
+	}
+	return errors.Wrapf(os.Rename(tmp, path), "decode: --addr-file %s", path)
+}
+
+// LoadWeights opens a model directory: converted TileRT weights (verified
+// in full first) or, for the tiny synthetic models and checks, an HF
+// checkpoint directory. The caller calls the returned close.
+func LoadWeights(dir string) (model.Weights, *model.Config, func(), error) {
+	if dir == "" {
+		return nil, nil, nil, usage(errors.WithHint(errors.New("no model weights directory"),
+			"pass --model-weights-dir (converted weights from tilert convert, or an HF checkpoint directory)"))
+	}
+	closer := func(w model.Weights) func() {
+		return func() {
+			if c, ok := w.(io.Closer); ok {
+				_ = c.Close()
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, convert.ManifestFile)); err == nil {
+		if err := convert.Verify(dir); err != nil {
+			return nil, nil, nil, errors.Wrapf(err, "decode: verifying converted weights %s", dir)
+		}
+		w, cfg, err := convert.OpenWeights(dir)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return w, cfg, closer(w), nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
+		cfg, err := model.LoadConfig(dir)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		w, err := model.OpenWeights(dir)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return w, cfg, closer(w), nil
+	}
+	return nil, nil, nil, usage(errors.WithHintf(errors.Newf("%s holds neither converted weights (%s) nor an HF checkpoint (config.json)", dir, convert.ManifestFile),
+		"pass the --save-dir of tilert convert as --model-weights-dir"))
+}
+
+// NewTransfer starts the configured transfer engine for receiving.
+func NewTransfer(t config.Transfer, host string) (rdma.Engine, error) {
+	switch t.Engine {
+	case "tcp":
+		cfg := rdma.TCPConfig{Listen: t.Listen, Streams: t.Streams}
+		e, err := rdma.NewTCP(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if adv := advertise(e.Endpoint(), host); adv != "" {
+			_ = e.Close()
+			cfg.Advertise = adv
+			// Listen again on the port the kernel picked, now advertised.
+			cfg.Listen = listenAddr(t.Listen, adv)
+			return rdma.NewTCP(cfg)
+		}
+		return e, nil
+	case "nixl":
+		if t.NixlLib != "" {
+			if err := os.Setenv("TILERT_NIXL_LIB", t.NixlLib); err != nil {
+				return nil, errors.Wrap(err, "decode: TILERT_NIXL_LIB")
+			}
+		}
+		e, err := nixl.New(nixl.Config{})
+		if err != nil {
+			return nil, errors.Wrap(err, "decode: transfer engine nixl")
+		}
+		return e, nil
+	}
+	return nil, usage(errors.WithHint(errors.Newf("unknown transfer engine %q", t.Engine), "use --transfer-engine tcp or nixl"))
+}
+
+// advertise returns host:port to announce when the tcp engine listens on a
+// wildcard address (peers cannot dial 0.0.0.0): the decode host when it is
+// specific, else the first non-loopback IPv4 address, else loopback.
+// Empty when the listen address is specific already.
+func advertise(endpoint, host string) string {
+	hp := endpoint[len("tcp://"):]
+	h, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
+		return ""
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return net.JoinHostPort(host, port)
+	}
+	if as, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range as {
+			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+				return net.JoinHostPort(ipn.IP.String(), port)
+			}
+		}
+	}
+	return net.JoinHostPort("127.0.0.1", port)
+}
+
+func listenAddr(listen, adv string) string {
+	h, _, _ := net.SplitHostPort(listen)
+	_, port, _ := net.SplitHostPort(adv)
+	return net.JoinHostPort(h, port)
 }

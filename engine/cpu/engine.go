@@ -60,6 +60,8 @@ type Engine struct {
 	slots        []*slot
 	maxSeq       int
 	stats        engine.Stats
+	// indexerHook, when set (tests), sees every row's indexer scores and selection.
+	indexerHook func(layer, pos int, scores []float32, sel []int)
 }
 
 var _ engine.Engine = (*Engine)(nil)

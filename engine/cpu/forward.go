@@ -292,6 +292,9 @@ func (e *Engine) indexer(lw *layerW, h, qr []float32, rows []row, topk [][]int) 
 			}
 		})
 		topk[i] = kern.TopK(scores, c.IndexTopK)
+		if e.indexerHook != nil {
+			e.indexerHook(lw.idx, r.pos, scores, topk[i])
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -20,7 +21,19 @@ type golden struct {
 	Preset   string            `json:"preset"`
 	Seed     int64             `json:"seed"`
 	Versions map[string]string `json:"versions"`
-	Cases    []struct {
+	Ref      struct {
+		CheckpointSHA256 map[string]string `json:"checkpoint_sha256"`
+	} `json:"reference"`
+	Diagnostics []struct {
+		Case string `json:"case"`
+		TopK struct {
+			ExactTies map[string]int `json:"exact_ties"`
+		} `json:"topk"`
+		Crosscheck struct {
+			SingleForwardMaxRel float64 `json:"single_forward_max_rel"`
+		} `json:"crosscheck"`
+	} `json:"diagnostics"`
+	Cases []struct {
 		Name      string      `json:"name"`
 		PromptIDs []int       `json:"prompt_ids"`
 		GreedyIDs []int       `json:"greedy_ids"`
@@ -88,8 +101,35 @@ func goldenModel(t *testing.T, g *golden) loaded {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for name, want := range g.Ref.CheckpointSHA256 {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprintf("%x", sha256.Sum256(data)); got != want {
+			t.Fatalf("%s of preset %s seed %d has sha256 %s, the golden was made from %s: "+
+				"regenerate testdata/golden/%s.json with scripts/hf_golden.py (model/synth output changed)",
+				name, g.Preset, g.Seed, got, want, g.Preset)
+		}
+	}
 	// The weights are read into the engine at New, so the directory may go.
 	return loaded{cfg: cfg, w: w}
+}
+
+// ambiguous says why HF's own answer for a case is not reproducible: exact
+// ties at the indexer's top-k boundary (torch.topk's tie order is
+// unspecified; HF's single forward and per-step forwards then disagree).
+func (g *golden) ambiguous(name string) string {
+	for _, d := range g.Diagnostics {
+		if d.Case != name {
+			continue
+		}
+		if n := d.TopK.ExactTies["indexer"] + d.TopK.ExactTies["router"]; n > 0 || d.Crosscheck.SingleForwardMaxRel > 1e-3 {
+			return fmt.Sprintf("HF itself is ambiguous here: %d exact top-k ties, its single forward and per-step forwards differ by %.3g",
+				n, d.Crosscheck.SingleForwardMaxRel)
+		}
+	}
+	return ""
 }
 
 func goldenEngine(t *testing.T, l loaded, o engine.Options) *Engine {
@@ -114,28 +154,33 @@ func TestGoldenExact(t *testing.T) {
 				n := len(c.PromptIDs)
 				toks := append(append([]int{}, c.PromptIDs...), c.GreedyIDs...)
 				lg, mtp := teacherForce(t, e, toks)
+				errorf := t.Errorf
+				if why := g.ambiguous(c.Name); why != "" {
+					t.Logf("%s: not enforced: %s", c.Name, why)
+					errorf = t.Logf
+				}
 				var worst, worstM float64
 				for s, want := range c.Logits {
 					err := relLogitErr(lg[n-1+s], want)
 					worst = math.Max(worst, err)
 					if err > 1e-3 {
-						t.Errorf("%s step %d: rel logit err %.3g > 1e-3", c.Name, s, err)
+						errorf("%s step %d: rel logit err %.3g > 1e-3", c.Name, s, err)
 					}
 				}
 				for s, want := range c.MTPLogits {
 					err := relLogitErr(mtp[n-1+s], want)
 					worstM = math.Max(worstM, err)
 					if err > 1e-3 {
-						t.Errorf("%s MTP step %d: rel logit err %.3g > 1e-3", c.Name, s, err)
+						errorf("%s MTP step %d: rel logit err %.3g > 1e-3", c.Name, s, err)
 					}
 				}
 				got := generate(t, e, 0, c.PromptIDs, engine.Params{}, len(c.GreedyIDs))
 				if !slices.Equal(got, c.GreedyIDs) {
-					t.Errorf("%s greedy: got %v, want %v", c.Name, got, c.GreedyIDs)
+					errorf("%s greedy: got %v, want %v", c.Name, got, c.GreedyIDs)
 				}
 				gotM := generate(t, em, 0, c.PromptIDs, engine.Params{}, len(c.GreedyIDs))
 				if !slices.Equal(gotM, c.GreedyIDs) {
-					t.Errorf("%s greedy with MTP: got %v, want %v", c.Name, gotM, c.GreedyIDs)
+					errorf("%s greedy with MTP: got %v, want %v", c.Name, gotM, c.GreedyIDs)
 				}
 				t.Logf("%s (prompt %d, %d steps): max rel logit err %.3g, MTP %.3g", c.Name, n, len(c.Logits), worst, worstM)
 			}
@@ -153,31 +198,39 @@ func TestGoldenServing(t *testing.T) {
 			t.Run(g.Preset+"/"+string(dt), func(t *testing.T) {
 				l := goldenModel(t, g)
 				e := goldenEngine(t, l, engine.Options{Mode: engine.ModeServing, MLACache: dt})
-				agree, total, agreeM, totalM := 0, 0, 0, 0
+				var all, clear, mtpAll [2]int // agree, total
 				var worst float64
 				for _, c := range g.Cases {
 					n := len(c.PromptIDs)
 					toks := append(append([]int{}, c.PromptIDs...), c.GreedyIDs...)
 					lg, mtp := teacherForce(t, e, toks)
+					amb := g.ambiguous(c.Name) != ""
+					a := 0
 					for s := range c.Logits {
-						total++
 						if engine.Argmax(lg[n-1+s]) == c.GreedyIDs[s] {
-							agree++
+							a++
 						}
 						worst = math.Max(worst, relLogitErr(lg[n-1+s], c.Logits[s]))
 					}
+					all[0] += a
+					all[1] += len(c.Logits)
+					if !amb {
+						clear[0] += a
+						clear[1] += len(c.Logits)
+					}
 					for s := range c.MTPLogits {
-						totalM++
+						mtpAll[1]++
 						if engine.Argmax(mtp[n-1+s]) == argmax64(c.MTPLogits[s]) {
-							agreeM++
+							mtpAll[0]++
 						}
 					}
+					t.Logf("case %s: top-1 %d/%d (HF ambiguous: %v)", c.Name, a, len(c.Logits), amb)
 				}
-				frac := float64(agree) / float64(total)
-				t.Logf("serving (%s) top-1 agreement with HF: %d/%d = %.1f%%; MTP %d/%d; max rel logit err %.3g",
-					dt, agree, total, 100*frac, agreeM, totalM, worst)
-				if frac < 0.9 {
-					t.Errorf("top-1 agreement %.1f%% < 90%%", 100*frac)
+				pct := func(x [2]int) float64 { return 100 * float64(x[0]) / float64(max(x[1], 1)) }
+				t.Logf("serving (%s) top-1 agreement with HF: all cases %d/%d = %.1f%%, cases HF decides unambiguously %d/%d = %.1f%%; MTP %d/%d; max rel logit err %.3g",
+					dt, all[0], all[1], pct(all), clear[0], clear[1], pct(clear), mtpAll[0], mtpAll[1], worst)
+				if clear[1] > 0 && pct(clear) < 90 {
+					t.Errorf("top-1 agreement %.1f%% < 90%%", pct(clear))
 				}
 			})
 		}

@@ -75,12 +75,13 @@ func BenchmarkConvert2Layer(b *testing.B) {
 	if outRoot == "" {
 		outRoot = b.TempDir()
 	}
+	workers, _ := strconv.Atoi(os.Getenv("TILERT_BENCH_WORKERS")) // 0: the default
 	var bytes int64
 	var secs float64
 	b.ResetTimer()
 	for i := range b.N {
 		out := filepath.Join(outRoot, "out"+strconv.Itoa(i))
-		s, err := Convert(context.Background(), Options{ModelDir: src, SaveDir: out, Devices: 1, AppendMTP: true})
+		s, err := Convert(context.Background(), Options{ModelDir: src, SaveDir: out, Devices: 1, AppendMTP: true, Workers: workers})
 		if err != nil {
 			b.Fatalf("%+v", err)
 		}

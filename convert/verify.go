@@ -6,8 +6,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 
@@ -254,40 +257,80 @@ func checkFiles(dir string, m *Manifest) error {
 	return nil
 }
 
+// checkSums reads every tensor (several at once) and compares its CRC-32C; the error reported is
+// the one of the first bad tensor in manifest order.
 func checkSums(dir string, m *Manifest) error {
-	files := map[string]*os.File{}
+	var (
+		mu    sync.Mutex
+		files = map[string]*os.File{}
+		errs  = make([]error, len(m.Tensors))
+		next  atomic.Int64
+		bad   atomic.Bool
+		wg    sync.WaitGroup
+	)
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
-	buf := make([]byte, 8<<20)
-	for i := range m.Tensors {
-		e := &m.Tensors[i]
-		path := filepath.Join(dir, e.Shard)
-		f := files[path]
-		if f == nil {
-			var err error
-			if f, err = os.Open(path); err != nil {
-				return errors.Wrapf(err, "open %s", path)
-			}
-			files[path] = f
+	open := func(path string) (*os.File, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if f := files[path]; f != nil {
+			return f, nil
 		}
-		var crc uint32
-		for off := int64(0); off < e.Bytes; {
-			n := min(int64(len(buf)), e.Bytes-off)
-			if _, err := f.ReadAt(buf[:n], e.Offset+off); err != nil {
-				if errors.Is(err, io.EOF) {
-					err = errors.New("unexpected end of file")
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, errors.Wrapf(err, "open %s", path)
+		}
+		files[path] = f
+		return f, nil
+	}
+	for range min(runtime.GOMAXPROCS(0), 4) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 8<<20)
+			for !bad.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= len(m.Tensors) {
+					return
 				}
-				return errors.Wrapf(err, "read %s: tensor %q", path, e.Name)
+				if errs[i] = checkSum(dir, &m.Tensors[i], open, buf); errs[i] != nil {
+					bad.Store(true)
+				}
 			}
-			crc = crc32.Update(crc, castagnoli, buf[:n])
-			off += n
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
-		if got := crcHex(crc); got != e.CRC32C {
-			return errors.Newf("%s: tensor %q has checksum %s, the manifest says %s (the data is corrupt)", path, e.Name, got, e.CRC32C)
+	}
+	return nil
+}
+
+func checkSum(dir string, e *Entry, open func(string) (*os.File, error), buf []byte) error {
+	path := filepath.Join(dir, e.Shard)
+	f, err := open(path)
+	if err != nil {
+		return err
+	}
+	var crc uint32
+	for off := int64(0); off < e.Bytes; {
+		n := min(int64(len(buf)), e.Bytes-off)
+		if _, err := f.ReadAt(buf[:n], e.Offset+off); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("unexpected end of file")
+			}
+			return errors.Wrapf(err, "read %s: tensor %q", path, e.Name)
 		}
+		crc = crc32.Update(crc, castagnoli, buf[:n])
+		off += n
+	}
+	if got := crcHex(crc); got != e.CRC32C {
+		return errors.Newf("%s: tensor %q has checksum %s, the manifest says %s (the data is corrupt)", path, e.Name, got, e.CRC32C)
 	}
 	return nil
 }

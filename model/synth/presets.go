@@ -70,7 +70,7 @@ var presets = map[string]Preset{
 		NumLayers: 3, FirstKDenseReplace: 1, NumNextN: 1,
 		NumHeads: 4, QLoraRank: 96, KVLoraRank: 512, QKNopeHeadDim: 32, QKRopeHeadDim: 64, VHeadDim: 32,
 		NRoutedExperts: 16, NSharedExperts: 1, NumExpertsPerTok: 4, NGroup: 4, TopKGroup: 2,
-		IndexNHeads: 4, IndexHeadDim: 128, IndexTopK: 32,
+		IndexNHeads: 16, IndexHeadDim: 128, IndexTopK: 32, // 16 heads: an all-zero ReLU score (a top-k tie torch breaks arbitrarily) is rare
 		MaxPositionEmbeddings: 163840, RMSNormEps: 1e-6, RopeTheta: 10000, Yarn: true,
 		TokenizerVocab: 1024, MaxShardBytes: 2 << 20,
 	},
@@ -83,7 +83,7 @@ var presets = map[string]Preset{
 		NumLayers: 3, FirstKDenseReplace: 1, NumNextN: 1,
 		NumHeads: 4, QLoraRank: 160, KVLoraRank: 512, QKNopeHeadDim: 64, QKRopeHeadDim: 64, VHeadDim: 48,
 		NRoutedExperts: 16, NSharedExperts: 1, NumExpertsPerTok: 4, NGroup: 1, TopKGroup: 1,
-		IndexNHeads: 4, IndexHeadDim: 128, IndexTopK: 32,
+		IndexNHeads: 16, IndexHeadDim: 128, IndexTopK: 32, // 16 heads: an all-zero ReLU score (a top-k tie torch breaks arbitrarily) is rare
 		MaxPositionEmbeddings: 202752, RMSNormEps: 1e-5, RopeTheta: 1e6,
 		TokenizerVocab: 1024, MaxShardBytes: 2 << 20,
 	},

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/model"
+	"github.com/tilert-go/tilert/safetensors"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -79,12 +80,10 @@ func Convert(ctx context.Context, o Options) (*Summary, error) {
 		return nil, err
 	}
 
-	hf, err := model.OpenHF(o.ModelDir)
+	cfg, err := model.LoadConfig(o.ModelDir)
 	if err != nil {
 		return nil, errors.Wrapf(err, "convert %s", o.ModelDir)
 	}
-	defer hf.Close()
-	cfg := hf.Config()
 	if o.ModelName != "" {
 		fam, err := model.ParseModelName(o.ModelName)
 		if err != nil {
@@ -95,7 +94,12 @@ func Convert(ctx context.Context, o Options) (*Summary, error) {
 				"pass the --model that matches the checkpoint, or the right --model-dir")
 		}
 	}
-	src := &source{hf: hf, cfg: cfg}
+	ck, err := safetensors.OpenDir(o.ModelDir)
+	if err != nil {
+		return nil, errors.Wrapf(err, "convert %s", o.ModelDir)
+	}
+	defer ck.Close()
+	src := newSource(ck, cfg)
 	ts, err := src.plan(o.Devices, o.AppendMTP)
 	if err != nil {
 		return nil, errors.Wrapf(err, "convert %s", o.ModelDir)

@@ -2,6 +2,7 @@ package convert
 
 import (
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/cockroachdb/errors"
@@ -155,39 +156,109 @@ type outTensor struct {
 	segs []segment
 }
 
-// source is what the planner needs from the HF checkpoint.
+// source is the HF checkpoint being converted. Only headers are looked at while planning: tensor
+// data is never touched through the checkpoint's memory mapping (its pages would count against
+// this process's RSS), only read with pread while streaming.
 type source struct {
-	hf  *model.HFWeights
-	cfg *model.Config
+	ck     *safetensors.Checkpoint
+	cfg    *model.Config
+	shapes map[string][]int // model.ExpectedShapes
 }
 
+func newSource(ck *safetensors.Checkpoint, cfg *model.Config) *source {
+	return &source{ck: ck, cfg: cfg, shapes: model.ExpectedShapes(cfg)}
+}
+
+// ref looks up and checks one weight (not a scale) the way model.HFWeights does: present, the
+// shape the config implies, a supported dtype, and e4m3 only for matrices with a scale tensor.
 func (s *source) ref(name string) (*srcRef, error) {
-	info, f, ok := s.hf.Checkpoint().Lookup(name)
+	info, f, ok := s.ck.Lookup(name)
 	if !ok {
-		return nil, errors.Newf("%s: tensor %q is missing from the checkpoint", s.hf.Checkpoint().Dir(), name)
+		return nil, errors.WithHint(errors.Newf("%s: tensor %q is missing from the checkpoint", s.ck.Dir(), name),
+			"the checkpoint is incomplete or its shards/index do not match config.json; re-download the missing shard")
+	}
+	want := s.shapes[name]
+	if got := shapeOf(info); !slices.Equal(got, want) {
+		return nil, errors.WithHint(errors.Newf("%s: tensor %q has shape %v, want %v for this config", f.Path(), name, got, want),
+			"config.json does not match the weights; use the config.json that came with the checkpoint")
+	}
+	switch info.DType {
+	case safetensors.BF16, safetensors.F16, safetensors.F32:
+	case safetensors.F8E4M3:
+		if len(want) != 2 {
+			return nil, errors.Newf("%s: tensor %q is F8_E4M3 but is not a matrix (shape %v); only linear weights may be FP8", f.Path(), name, want)
+		}
+		if s.cfg.Quant == nil {
+			return nil, errors.WithHint(errors.Newf("%s: tensor %q is F8_E4M3 but config.json has no quantization_config", f.Path(), name),
+				"use the config.json that came with the checkpoint")
+		}
+	default:
+		return nil, errors.WithHint(errors.Newf("%s: tensor %q has dtype %s, want F8_E4M3, BF16, F16 or F32", f.Path(), name, info.DType),
+			"the checkpoint is not a DeepSeek-V3.2/GLM-5 HF checkpoint, or it was quantised in a way TileRT does not read")
 	}
 	return &srcRef{name: name, path: f.Path(), off: f.DataOffset() + info.Begin, bytes: info.End - info.Begin, dtype: info.DType}, nil
 }
 
+// scaleRef looks up and checks the weight_scale_inv of e4m3 weight name.
+func (s *source) scaleRef(weight string) (*srcRef, error) {
+	sn := model.ScaleName(weight)
+	info, f, ok := s.ck.Lookup(sn)
+	if !ok {
+		return nil, errors.WithHint(errors.Newf("%s: FP8 tensor %q has no block scale tensor %q", s.ck.Dir(), weight, sn),
+			"FP8 checkpoints store a float32 weight_scale_inv beside every e4m3 weight; the checkpoint is incomplete")
+	}
+	if got, want := shapeOf(info), model.ScaleShape(s.shapes[weight]); !slices.Equal(got, want) {
+		return nil, errors.WithHint(errors.Newf("%s: scale tensor %q has shape %v, want %v (128x128 blocks of %v)", f.Path(), sn, got, want, s.shapes[weight]),
+			"TileRT reads weight_block_size [128, 128] FP8 checkpoints")
+	}
+	if info.DType != safetensors.F32 && info.DType != safetensors.BF16 {
+		return nil, errors.Newf("%s: scale tensor %q has dtype %s, want F32 or BF16", f.Path(), sn, info.DType)
+	}
+	return &srcRef{name: sn, path: f.Path(), off: f.DataOffset() + info.Begin, bytes: info.End - info.Begin, dtype: info.DType}, nil
+}
+
+// readScales reads a (small) scale tensor with pread and decodes it to float32.
+func readScales(r *srcRef) ([]float32, error) {
+	f, err := os.Open(r.path)
+	if err != nil {
+		return nil, errors.Wrapf(err, "open %s (tensor %q)", r.path, r.name)
+	}
+	defer f.Close()
+	buf := make([]byte, r.bytes)
+	if _, err := f.ReadAt(buf, r.off); err != nil {
+		return nil, errors.Wrapf(err, "read %s: tensor %q", r.path, r.name)
+	}
+	vals := make([]float32, r.bytes/int64(r.dtype.Size()))
+	if r.dtype == safetensors.BF16 {
+		numeric.DecodeBF16(vals, buf)
+	} else {
+		numeric.DecodeF32(vals, buf)
+	}
+	return vals, nil
+}
+
+func shapeOf(info safetensors.TensorInfo) []int {
+	s := make([]int, len(info.Shape))
+	for i, d := range info.Shape {
+		s[i] = int(d)
+	}
+	return s
+}
+
 // scaleSegs returns the segments that write a source weight's block scales as float32.
 func (s *source) scaleSegs(weight string) ([]segment, error) {
-	sn := model.ScaleName(weight)
-	r, err := s.ref(sn)
+	r, err := s.scaleRef(weight)
 	if err != nil {
 		return nil, err
 	}
-	switch r.dtype {
-	case safetensors.F32:
-		return []segment{{src: r, n: r.bytes, outN: r.bytes}}, nil
-	case safetensors.BF16:
+	if r.dtype == safetensors.BF16 {
 		return []segment{{src: r, n: r.bytes, conv: convBF16toF32, outN: 2 * r.bytes}}, nil
 	}
-	return nil, errors.Newf("%s: scale tensor %q has dtype %s, want F32 or BF16", r.path, sn, r.dtype)
+	return []segment{{src: r, n: r.bytes, outN: r.bytes}}, nil
 }
 
 // plan builds every output tensor (weights followed by their scale tensors) from the checkpoint.
-// The source has been checked by model.OpenHF: every name exists with the right shape, FP8 weights
-// have scales of the right shape.
+// Every source tensor is checked (presence, shape, dtype, scales) before anything is written.
 func (s *source) plan(devices int, mtp bool) ([]outTensor, error) {
 	logs, err := layout(s.cfg, devices, mtp)
 	if err != nil {
@@ -293,15 +364,15 @@ func (s *source) planAbsorbed(g *logical, kvb *srcRef, w, sc *outTensor) error {
 	if sc == nil {
 		return nil
 	}
-	raw, err := s.hf.Raw(kvb.name) // decodes the (small) block scale grid of kv_b_proj once
+	sr, err := s.scaleRef(kvb.name)
 	if err != nil {
 		return err
 	}
-	grid := raw.Scale
-	bc := (kvl + numeric.FP8BlockSize - 1) / numeric.FP8BlockSize
-	if int64(len(grid)) != ((int64(cfg.NumHeads)*stride+numeric.FP8BlockSize-1)/numeric.FP8BlockSize)*bc {
-		return errors.Newf("%s: scale of %q has %d values, want a [%d/128, %d/128] grid", raw.File, kvb.name, len(grid), int64(cfg.NumHeads)*stride, kvl)
+	grid, err := readScales(sr) // kv_b_proj's (small) block scale grid, read once
+	if err != nil {
+		return err
 	}
+	bc := (kvl + numeric.FP8BlockSize - 1) / numeric.FP8BlockSize
 	for h := range int64(cfg.NumHeads) {
 		r0 := h*stride + first
 		sc.segs = append(sc.segs, segment{outN: rows * bc * 4, gen: func(dst []byte) {

@@ -428,6 +428,36 @@ def run_case(ref, prompt, steps):
     return greedy, torch.stack(logits), torch.stack(mtp_logits), torch.stack(mtp_vllm), margins
 
 
+def check_golden(ref, path):
+    """Recompute an existing golden teacher-forced on its own tokens and report the differences."""
+    with open(path) as f:
+        g = json.load(f)
+    worst = 0.0
+    for c in g["cases"]:
+        prompt, greedy = c["prompt_ids"], c["greedy_ids"]
+        res = {}
+        for key in ("logits", "mtp_logits", "mtp_logits_vllm_pos0"):
+            if key not in c:
+                continue
+            want = torch.tensor(c[key])
+            got = []
+            for s_ in range(len(greedy)):
+                seq = prompt + greedy[:s_]
+                h, lg = ref.hidden_and_logits(seq)
+                if key == "logits":
+                    got.append(lg[-1].float().cpu())
+                else:
+                    got.append(ref.mtp(h, seq[1:] + [greedy[s_]], zero_pos0=key.endswith("pos0"))[-1].float().cpu())
+            got = torch.stack(got)
+            rel = ((got - want).abs().amax(-1) / want.abs().amax(-1)).max().item()
+            same = int((got.argmax(-1) == want.argmax(-1)).sum())
+            res[key] = dict(max_rel=rel, argmax_agree=f"{same}/{len(greedy)}")
+            worst = max(worst, rel)
+        log(f"check {g['preset']}/{c['name']}: {json.dumps(res)}")
+    log(f"check {path}: worst per-step max|diff|/max|logit| = {worst:.3g} (golden device {g['versions'].get('device')})")
+    return worst
+
+
 def diagnose(ref, rec, prompt, greedy):
     """Fragility of the routing/indexer decisions over the whole final sequence (main model + MTP)."""
     seq = prompt + greedy
@@ -475,12 +505,16 @@ def main():
                          "this, or exact top-k ties not broken towards the lowest index")
     ap.add_argument("--attempts", type=int, default=16)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--check", action="store_true",
+                    help="instead of writing --out, recompute the golden in --out on its own tokens and compare")
     a = ap.parse_args()
 
     set_determinism()
     t0 = time.time()
     dev = torch.device(a.device)
     ref = Reference(a.model_dir, dev)
+    if a.check:
+        sys.exit(0 if check_golden(ref, a.out) <= 1e-4 else 1)
     cfg = ref.raw_cfg
     topk = int(cfg["index_topk"])
     long_len = a.long_len or max(4 * topk, 48)

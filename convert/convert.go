@@ -104,6 +104,7 @@ func Convert(ctx context.Context, o Options) (*Summary, error) {
 	if err != nil {
 		return nil, errors.Wrapf(err, "convert %s", o.ModelDir)
 	}
+	logUnused(ck, ts)
 	shards, err := assignShards(ts, o.MaxShardBytes)
 	if err != nil {
 		return nil, err
@@ -342,3 +343,25 @@ func writeManifest(fs FS, dir string, m *Manifest) error {
 }
 
 func crcHex(c uint32) string { return fmt.Sprintf("%08x", c) }
+
+// logUnused reports checkpoint tensors the conversion leaves out (the MTP layers without
+// --append-mtp, or tensors this model does not use).
+func logUnused(ck *safetensors.Checkpoint, ts []outTensor) {
+	used := map[string]bool{}
+	for i := range ts {
+		for _, s := range ts[i].segs {
+			if s.src != nil {
+				used[s.src.name] = true
+			}
+		}
+	}
+	var left []string
+	for _, n := range ck.Names() {
+		if !used[n] && !(model.IsScaleName(n) && used[strings.TrimSuffix(n, model.ScaleSuffix)+".weight"]) {
+			left = append(left, n)
+		}
+	}
+	if len(left) > 0 {
+		slog.Info("convert: checkpoint tensors not converted", "count", len(left), "first", left[0])
+	}
+}

@@ -1,0 +1,216 @@
+package gpu
+
+import (
+	"github.com/cockroachdb/errors"
+
+	cuda "github.com/tilert-go/tilert/gpu"
+)
+
+// backend is the device as the engine sees it: memory, copies and the
+// kernels, each with the semantics of the CUDA launcher of the same name in
+// package gpu. Two implementations: cudaBackend (the GPU, inside
+// cuda.Device.Do) and emuBackend (a pure-Go transcription of the kernels, so
+// the engine's orchestration runs and is tested without a GPU).
+type backend interface {
+	alloc(n int64) (cuda.DevPtr, error)
+	free(p cuda.DevPtr) error
+	upload(dst cuda.DevPtr, src []byte) error
+	download(dst []byte, src cuda.DevPtr) error
+	copyDD(dst, src cuda.DevPtr, n int64) error
+	zero(dst cuda.DevPtr, n int64) error
+	sync() error
+
+	gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error
+	gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
+	gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
+	gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error
+	rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
+	layernorm(y, x, w, b cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
+	rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error
+	add(y, a, b cuda.DevPtr, n int) error
+	siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error
+	embed(out, table, ids cuda.DevPtr, T, D int) error
+	moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error
+	moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error
+	indexerScores(out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error
+	topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error
+	mlaDecode(out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error
+	argmax(out, x cuda.DevPtr, rows, n, ld int) error
+	sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error
+	mlaCacheWrite(cache, src, pos cuda.DevPtr, n, ld int) error
+	idxCacheWrite(cache, src, pos cuda.DevPtr, n, ld int) error
+	quantUE8M0(x cuda.DevPtr, n int) error
+	copy2D(dst, src cuda.DevPtr, rows, cols, ldd, lds int) error
+	scale(x cuda.DevPtr, a float32, n int) error
+	absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs int) error
+	absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error
+}
+
+// cudaBackend runs on the device thread (valid only inside Device.Do); all
+// work goes to the context's stream, in order.
+type cudaBackend struct {
+	c *cuda.Ctx
+	k *cuda.Kernels
+	s cuda.Stream
+}
+
+var _ backend = (*cudaBackend)(nil)
+
+func (b *cudaBackend) alloc(n int64) (cuda.DevPtr, error) { return b.c.Alloc(n) }
+func (b *cudaBackend) free(p cuda.DevPtr) error           { return b.c.Free(p) }
+
+// upload returns once the bytes are staged: the driver copies pageable host
+// memory before cuMemcpyHtoDAsync returns.
+func (b *cudaBackend) upload(dst cuda.DevPtr, src []byte) error {
+	return b.c.CopyHtoDAsync(dst, src, b.s)
+}
+
+func (b *cudaBackend) download(dst []byte, src cuda.DevPtr) error {
+	if err := b.c.CopyDtoHAsync(dst, src, b.s); err != nil {
+		return err
+	}
+	return b.c.SyncStream(b.s)
+}
+
+func (b *cudaBackend) copyDD(dst, src cuda.DevPtr, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	return b.c.CopyDtoD(dst, src, n, b.s)
+}
+
+func (b *cudaBackend) zero(dst cuda.DevPtr, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	return b.c.MemsetD8(dst, 0, n, b.s)
+}
+
+func (b *cudaBackend) sync() error { return b.c.SyncStream(b.s) }
+
+func (b *cudaBackend) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	return b.k.GemvFP8(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
+}
+
+func (b *cudaBackend) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	return b.k.GemvBF16(b.s, y, x, w, 0, N, K, M, ldx, ldy)
+}
+
+func (b *cudaBackend) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	return b.k.GemvF32(b.s, y, x, w, 0, N, K, M, ldx, ldy)
+}
+
+func (b *cudaBackend) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error {
+	return b.k.GemvFP8Experts(b.s, y, x, xstride, wTable, sTable, ids, slots, N, K)
+}
+
+func (b *cudaBackend) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
+	return b.k.RMSNorm(b.s, y, x, w, rows, D, ldx, ldy, eps)
+}
+
+func (b *cudaBackend) layernorm(y, x, w, bb cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
+	return b.k.LayerNorm(b.s, y, x, w, bb, rows, D, ldx, ldy, eps)
+}
+
+func (b *cudaBackend) rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error {
+	return b.k.RoPE(b.s, x, pos, cos, sin, rows, rowsPerTok, ld, off, rot, interleaved)
+}
+
+func (b *cudaBackend) add(y, a, bb cuda.DevPtr, n int) error { return b.k.Add(b.s, y, a, bb, n) }
+
+func (b *cudaBackend) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error {
+	return b.k.SiluMul(b.s, out, gate, up, rows, I, ldg, ldu, ldo)
+}
+
+func (b *cudaBackend) embed(out, table, ids cuda.DevPtr, T, D int) error {
+	return b.k.EmbedBF16(b.s, out, table, ids, T, D)
+}
+
+func (b *cudaBackend) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
+	return b.k.MoECombine(b.s, out, y, w, resid, k, N)
+}
+
+func (b *cudaBackend) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
+	return b.k.MoEGate(b.s, idx, wts, logits, bias, T, E, K, ngroup, topkGroup, norm, scale)
+}
+
+func (b *cudaBackend) indexerScores(out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
+	return b.k.IndexerScores(b.s, out, q, w, cache, 0, lens, nq, H, T, ldOut, qkScale)
+}
+
+func (b *cudaBackend) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	return b.k.TopK(b.s, out, scores, lens, rows, T, K, ld, ldOut)
+}
+
+// mlaDecode runs unsplit (one block per query row and head): correctness
+// first; the split-K variant needs a workspace and is the speed issue's.
+func (b *cudaBackend) mlaDecode(out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	return b.k.MLADecode(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
+}
+
+func (b *cudaBackend) argmax(out, x cuda.DevPtr, rows, n, ld int) error {
+	return b.k.Argmax(b.s, out, 0, x, rows, n, ld)
+}
+
+func (b *cudaBackend) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error {
+	return b.k.Sample(b.s, out, logits, 1, n, n, p)
+}
+
+func (b *cudaBackend) mlaCacheWrite(cache, src, pos cuda.DevPtr, n, ld int) error {
+	return b.k.EngMLACacheWrite(b.s, cache, src, pos, n, ld)
+}
+
+func (b *cudaBackend) idxCacheWrite(cache, src, pos cuda.DevPtr, n, ld int) error {
+	return b.k.EngIndexerCacheWrite(b.s, cache, src, pos, n, ld)
+}
+
+func (b *cudaBackend) quantUE8M0(x cuda.DevPtr, n int) error { return b.k.EngQuantUE8M0(b.s, x, n) }
+
+func (b *cudaBackend) copy2D(dst, src cuda.DevPtr, rows, cols, ldd, lds int) error {
+	return b.k.EngCopy2D(b.s, dst, src, rows, cols, ldd, lds)
+}
+
+func (b *cudaBackend) scale(x cuda.DevPtr, a float32, n int) error { return b.k.EngScale(b.s, x, a, n) }
+
+func (b *cudaBackend) absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs int) error {
+	return b.k.EngAbsorbQ(b.s, out, q, w, s, fp8, M, H, nope, R, ldq, hs)
+}
+
+func (b *cudaBackend) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {
+	return b.k.EngAbsorbV(b.s, out, x, w, s, fp8, M, H, vd, R, ldo)
+}
+
+// runner executes engine work on a backend: the GPU's device thread or the
+// emulator.
+type runner interface {
+	run(f func(b backend) error) error
+	close() error
+}
+
+type cudaRunner struct {
+	dev  *cuda.Device
+	own  bool
+	info cuda.DeviceInfo
+}
+
+func (r *cudaRunner) run(f func(b backend) error) error {
+	return r.dev.Do(func(c *cuda.Ctx) error {
+		k, err := c.Kernels()
+		if err != nil {
+			return err
+		}
+		b := &cudaBackend{c: c, k: k, s: c.Stream()}
+		if err := f(b); err != nil {
+			// Let queued work finish before the caller looks at anything.
+			return errors.CombineErrors(err, c.SyncStream(b.s))
+		}
+		return c.SyncStream(b.s)
+	})
+}
+
+func (r *cudaRunner) close() error {
+	if r.own {
+		return r.dev.Close()
+	}
+	return nil
+}

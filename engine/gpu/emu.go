@@ -1,0 +1,546 @@
+package gpu
+
+import (
+	"math"
+	"slices"
+	"sort"
+	"unsafe"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/kern"
+	cuda "github.com/tilert-go/tilert/gpu"
+	"github.com/tilert-go/tilert/numeric"
+)
+
+// emuBackend transcribes every kernel the engine launches into Go over
+// host memory addressed by fake device pointers. Each op has the contract of
+// its CUDA launcher; the arithmetic reuses the CPU engine's building blocks
+// (kern.Dot, kern.RMSNorm, engine.EncodeMLAFP8, ...), so the emulated engine
+// tracks the CPU engine closely and a wrong stride, offset or buffer size in
+// the orchestration shows up (out-of-range accesses panic) without a GPU.
+type emuBackend struct {
+	allocs []emuAlloc // sorted by base
+	next   uint64
+}
+
+type emuAlloc struct {
+	base uint64
+	buf  []byte
+}
+
+var _ backend = (*emuBackend)(nil)
+
+func newEmu() *emuBackend { return &emuBackend{next: 1 << 40} }
+
+func (m *emuBackend) alloc(n int64) (cuda.DevPtr, error) {
+	if n <= 0 {
+		n = 1
+	}
+	a := emuAlloc{base: m.next, buf: make([]byte, n)}
+	m.next += (uint64(n) + 4095) &^ 255
+	m.allocs = append(m.allocs, a)
+	return cuda.DevPtr(a.base), nil
+}
+
+func (m *emuBackend) free(p cuda.DevPtr) error {
+	for i, a := range m.allocs {
+		if a.base == uint64(p) {
+			m.allocs = slices.Delete(m.allocs, i, i+1)
+			return nil
+		}
+	}
+	return errors.Newf("emu: free of %#x, not an allocation", uint64(p))
+}
+
+// mem returns n bytes at p; an access outside one allocation panics (the
+// runner turns it into an error naming the address).
+func (m *emuBackend) mem(p cuda.DevPtr, n int) []byte {
+	i := sort.Search(len(m.allocs), func(i int) bool { return m.allocs[i].base > uint64(p) }) - 1
+	if i < 0 || n < 0 {
+		panic(errors.Newf("emu: access of %d bytes at %#x: no allocation", n, uint64(p)))
+	}
+	a := m.allocs[i]
+	off := uint64(p) - a.base
+	if off+uint64(n) > uint64(len(a.buf)) {
+		panic(errors.Newf("emu: access of %d bytes at %#x overruns its %d-byte allocation at offset %d", n, uint64(p), len(a.buf), off))
+	}
+	return a.buf[off : off+uint64(n)]
+}
+
+func (m *emuBackend) f32(p cuda.DevPtr, n int) []float32 {
+	if n == 0 {
+		return nil
+	}
+	b := m.mem(p, 4*n)
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+}
+
+func (m *emuBackend) i32(p cuda.DevPtr, n int) []int32 {
+	if n == 0 {
+		return nil
+	}
+	b := m.mem(p, 4*n)
+	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), n)
+}
+
+func (m *emuBackend) u16(p cuda.DevPtr, n int) []uint16 {
+	if n == 0 {
+		return nil
+	}
+	b := m.mem(p, 2*n)
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), n)
+}
+
+func (m *emuBackend) ptrs(p cuda.DevPtr, n int) []cuda.DevPtr {
+	b := m.mem(p, 8*n)
+	return unsafe.Slice((*cuda.DevPtr)(unsafe.Pointer(&b[0])), n)
+}
+
+func (m *emuBackend) upload(dst cuda.DevPtr, src []byte) error {
+	copy(m.mem(dst, len(src)), src)
+	return nil
+}
+
+func (m *emuBackend) download(dst []byte, src cuda.DevPtr) error {
+	copy(dst, m.mem(src, len(dst)))
+	return nil
+}
+
+func (m *emuBackend) copyDD(dst, src cuda.DevPtr, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	copy(m.mem(dst, int(n)), m.mem(src, int(n)))
+	return nil
+}
+
+func (m *emuBackend) zero(dst cuda.DevPtr, n int64) error {
+	clear(m.mem(dst, int(n)))
+	return nil
+}
+
+func (m *emuBackend) sync() error { return nil }
+
+// gemv dequantises each weight row (as the CPU engine holds it) and takes
+// kern.Dot with every input row.
+func (m *emuBackend) gemv(y, x cuda.DevPtr, N, K, M, ldx, ldy int, row func(n int, dst []float32)) error {
+	if N <= 0 || K <= 0 || M <= 0 || M > 4 || ldx < K || (M > 1 && ldy < N) {
+		return errors.Newf("emu gemv: N=%d K=%d M=%d ldx=%d ldy=%d", N, K, M, ldx, ldy)
+	}
+	xs := m.f32(x, (M-1)*ldx+K)
+	ys := m.f32(y, (M-1)*ldy+N)
+	w := make([]float32, K)
+	for n := 0; n < N; n++ {
+		row(n, w)
+		for r := 0; r < M; r++ {
+			ys[r*ldy+n] = kern.Dot(xs[r*ldx:r*ldx+K], w)
+		}
+	}
+	return nil
+}
+
+func fp8Row(dst []float32, w []byte, s []float32) {
+	for k := range dst {
+		dst[k] = numeric.FP8E4M3ToFloat32(w[k]) * s[k/numeric.FP8BlockSize]
+	}
+}
+
+func (m *emuBackend) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	kb := (K + 127) / 128
+	wb := m.mem(w, N*K)
+	sb := m.f32(scale, ((N+127)/128)*kb)
+	return m.gemv(y, x, N, K, M, ldx, ldy, func(n int, dst []float32) {
+		fp8Row(dst, wb[n*K:(n+1)*K], sb[(n/128)*kb:(n/128+1)*kb])
+	})
+}
+
+func (m *emuBackend) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	wb := m.u16(w, N*K)
+	return m.gemv(y, x, N, K, M, ldx, ldy, func(n int, dst []float32) {
+		for k := range dst {
+			dst[k] = numeric.BF16ToFloat32(wb[n*K+k])
+		}
+	})
+}
+
+func (m *emuBackend) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	wb := m.f32(w, N*K)
+	return m.gemv(y, x, N, K, M, ldx, ldy, func(n int, dst []float32) { copy(dst, wb[n*K:(n+1)*K]) })
+}
+
+func (m *emuBackend) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error {
+	id := m.i32(ids, slots)
+	for j := 0; j < slots; j++ {
+		e := int(id[j])
+		wt := m.ptrs(wTable, e+1)
+		st := m.ptrs(sTable, e+1)
+		xj := x.Add(int64(4 * j * xstride))
+		if err := m.gemvFP8(y.Add(int64(4*j*N)), xj, wt[e], st[e], N, K, 1, K, N); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *emuBackend) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
+	ws := m.f32(w, D)
+	for r := 0; r < rows; r++ {
+		xs := m.f32(x.Add(int64(4*r*ldx)), D)
+		ys := m.f32(y.Add(int64(4*r*ldy)), D)
+		kern.RMSNorm(ys, xs, ws, float64(eps))
+	}
+	return nil
+}
+
+func (m *emuBackend) layernorm(y, x, w, b cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
+	ws, bs := m.f32(w, D), m.f32(b, D)
+	for r := 0; r < rows; r++ {
+		xs := m.f32(x.Add(int64(4*r*ldx)), D)
+		ys := m.f32(y.Add(int64(4*r*ldy)), D)
+		kern.LayerNorm(ys, xs, ws, bs, float64(eps))
+	}
+	return nil
+}
+
+func (m *emuBackend) rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error {
+	half := rot / 2
+	ps := m.i32(pos, (rows-1)/rowsPerTok+1)
+	for r := 0; r < rows; r++ {
+		p := int(ps[r/rowsPerTok])
+		c := m.f32(cos.Add(int64(4*p*half)), half)
+		s := m.f32(sin.Add(int64(4*p*half)), half)
+		xr := m.f32(x.Add(int64(4*(r*ld+off))), rot)
+		if interleaved {
+			kern.ApplyInterleaved(xr, c, s)
+		} else {
+			kern.ApplyHalf(xr, c, s)
+		}
+	}
+	return nil
+}
+
+func (m *emuBackend) add(y, a, b cuda.DevPtr, n int) error {
+	ys, as, bs := m.f32(y, n), m.f32(a, n), m.f32(b, n)
+	for i := range ys {
+		ys[i] = as[i] + bs[i]
+	}
+	return nil
+}
+
+func (m *emuBackend) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error {
+	for r := 0; r < rows; r++ {
+		g := m.f32(gate.Add(int64(4*r*ldg)), I)
+		u := m.f32(up.Add(int64(4*r*ldu)), I)
+		o := m.f32(out.Add(int64(4*r*ldo)), I)
+		kern.SiLUMul(o, g, u)
+	}
+	return nil
+}
+
+func (m *emuBackend) embed(out, table, ids cuda.DevPtr, T, D int) error {
+	id := m.i32(ids, T)
+	for t := 0; t < T; t++ {
+		row := m.u16(table.Add(int64(2*int(id[t])*D)), D)
+		o := m.f32(out.Add(int64(4*t*D)), D)
+		for i := range o {
+			o[i] = numeric.BF16ToFloat32(row[i])
+		}
+	}
+	return nil
+}
+
+func (m *emuBackend) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
+	ys, ws, os := m.f32(y, k*N), m.f32(w, k), m.f32(out, N)
+	var rs []float32
+	if resid != 0 {
+		rs = m.f32(resid, N)
+	}
+	for n := 0; n < N; n++ {
+		var s float32
+		for j := 0; j < k; j++ {
+			s += ws[j] * ys[j*N+n]
+		}
+		if rs != nil {
+			s = rs[n] + s
+		}
+		os[n] = s
+	}
+	return nil
+}
+
+// moeGate is the CPU engine's router rule (sigmoid, bias for the choice,
+// DeepSeek group limiting, normalised weights times the scaling factor).
+func (m *emuBackend) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
+	var bs []float32
+	if bias != 0 {
+		bs = m.f32(bias, E)
+	}
+	ids, ws := m.i32(idx, T*K), m.f32(wts, T*K)
+	for t := 0; t < T; t++ {
+		lg := m.f32(logits.Add(int64(4*t*E)), E)
+		s := make([]float32, E)
+		choice := make([]float32, E)
+		for i, v := range lg {
+			s[i] = kern.Sigmoid(v)
+			choice[i] = s[i]
+			if bs != nil {
+				choice[i] += bs[i]
+			}
+		}
+		if ngroup > 1 && topkGroup < ngroup {
+			per := E / ngroup
+			gs := make([]float32, ngroup)
+			for g := 0; g < ngroup; g++ {
+				for _, j := range kern.TopK(choice[g*per:(g+1)*per], 2) {
+					gs[g] += choice[g*per+j]
+				}
+			}
+			keep := make([]bool, ngroup)
+			for _, g := range kern.TopK(gs, topkGroup) {
+				keep[g] = true
+			}
+			for g := 0; g < ngroup; g++ {
+				if !keep[g] {
+					for j := g * per; j < (g+1)*per; j++ {
+						choice[j] = float32(math.Inf(-1))
+					}
+				}
+			}
+		}
+		sel := kern.TopK(choice, K)
+		var sum float32
+		for _, j := range sel {
+			sum += s[j]
+		}
+		if norm {
+			sum += 1e-20
+		}
+		for r, j := range sel {
+			w := s[j]
+			if norm {
+				w /= sum
+			}
+			ids[t*K+r] = int32(j)
+			ws[t*K+r] = w * scale
+		}
+	}
+	return nil
+}
+
+func (m *emuBackend) indexerScores(out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
+	const D = cuda.IndexerHeadDim
+	ls := m.i32(lens, nq)
+	pages := (T + engine.BlockSize - 1) / engine.BlockSize
+	cb := m.mem(cache, pages*cuda.IndexerPageBytes)
+	k := make([]float32, D)
+	for i := 0; i < nq; i++ {
+		qs := m.f32(q.Add(int64(4*i*H*D)), H*D)
+		wi := m.f32(w.Add(int64(4*i*H)), H)
+		o := m.f32(out.Add(int64(4*i*ldOut)), T)
+		for t := 0; t < T; t++ {
+			if t >= int(ls[i]) {
+				o[t] = float32(math.Inf(-1))
+				continue
+			}
+			pg := t / engine.BlockSize
+			engine.DecodeIndexerKey(k, cb[pg*cuda.IndexerPageBytes:(pg+1)*cuda.IndexerPageBytes], t%engine.BlockSize)
+			var s float32
+			for h := 0; h < H; h++ {
+				if d := kern.Dot(qs[h*D:(h+1)*D], k) * qkScale; d > 0 {
+					s += wi[h] * d
+				}
+			}
+			o[t] = s
+		}
+	}
+	return nil
+}
+
+func (m *emuBackend) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	var ls []int32
+	if lens != 0 {
+		ls = m.i32(lens, rows)
+	}
+	for r := 0; r < rows; r++ {
+		n := T
+		if ls != nil && int(ls[r]) < n {
+			n = int(ls[r])
+		}
+		o := m.i32(out.Add(int64(4*r*ldOut)), K)
+		if n <= K {
+			for j := range o {
+				o[j] = -1
+				if j < n {
+					o[j] = int32(j)
+				}
+			}
+			continue
+		}
+		sel := kern.TopK(m.f32(scores.Add(int64(4*r*ld)), n), K)
+		sort.Ints(sel)
+		for j, t := range sel {
+			o[j] = int32(t)
+		}
+	}
+	return nil
+}
+
+func (m *emuBackend) mlaDecode(out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	const R, P = cuda.MLALatentDim, cuda.MLARopeDim
+	ls := m.i32(lens, nq)
+	for i := 0; i < nq; i++ {
+		var toks []int
+		ix := m.i32(indices.Add(int64(4*i*ldIdx)), nidx)
+		for _, t := range ix {
+			if t >= 0 && t < ls[i] {
+				toks = append(toks, int(t))
+			}
+		}
+		lat := make([]float32, len(toks)*R)
+		rp := make([]float32, len(toks)*P)
+		for j, t := range toks {
+			engine.DecodeMLAFP8(lat[j*R:(j+1)*R], rp[j*P:(j+1)*P], m.mem(cache.Add(int64(t*cuda.MLATokenBytes)), cuda.MLATokenBytes))
+		}
+		sc := make([]float32, len(toks))
+		for h := 0; h < H; h++ {
+			ql := m.f32(qn.Add(int64(4*(i*H+h)*R)), R)
+			qr := m.f32(qp.Add(int64(4*(i*H+h)*P)), P)
+			o := m.f32(out.Add(int64(4*(i*H+h)*R)), R)
+			for j := range toks {
+				sc[j] = (kern.Dot(ql, lat[j*R:(j+1)*R]) + kern.Dot(qr, rp[j*P:(j+1)*P])) * scale
+			}
+			kern.Softmax(sc)
+			clear(o)
+			for j := range toks {
+				kern.Axpy(o, sc[j], lat[j*R:(j+1)*R])
+			}
+		}
+	}
+	return nil
+}
+
+func (m *emuBackend) argmax(out, x cuda.DevPtr, rows, n, ld int) error {
+	o := m.i32(out, rows)
+	for r := 0; r < rows; r++ {
+		o[r] = int32(engine.Argmax(m.f32(x.Add(int64(4*r*ld)), n)))
+	}
+	return nil
+}
+
+// sample draws like the CPU engine (engine.Sample at position p.Step), not
+// like the device's Gumbel-max kernel: the emulator stands in for the CPU
+// path here, and no test compares sampled tokens across backends.
+func (m *emuBackend) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error {
+	tk := p.TopK
+	ep := engine.Params{Temperature: float64(p.Temperature), TopK: tk, TopP: float64(p.TopP), Seed: p.Seed}
+	m.i32(out, 1)[0] = int32(engine.Sample(m.f32(logits, n), ep, int(p.Step)))
+	return nil
+}
+
+func (m *emuBackend) mlaCacheWrite(cache, src, pos cuda.DevPtr, n, ld int) error {
+	const R, P = cuda.MLALatentDim, cuda.MLARopeDim
+	ps := m.i32(pos, n)
+	for i := 0; i < n; i++ {
+		if ps[i] < 0 {
+			continue
+		}
+		s := m.f32(src.Add(int64(4*i*ld)), R+P)
+		engine.EncodeMLAFP8(m.mem(cache.Add(int64(int(ps[i])*cuda.MLATokenBytes)), cuda.MLATokenBytes), s[:R], s[R:])
+	}
+	return nil
+}
+
+func (m *emuBackend) idxCacheWrite(cache, src, pos cuda.DevPtr, n, ld int) error {
+	ps := m.i32(pos, n)
+	for i := 0; i < n; i++ {
+		if ps[i] < 0 {
+			continue
+		}
+		p := int(ps[i])
+		pg := m.mem(cache.Add(int64((p/engine.BlockSize)*cuda.IndexerPageBytes)), cuda.IndexerPageBytes)
+		engine.EncodeIndexerKey(pg, p%engine.BlockSize, m.f32(src.Add(int64(4*i*ld)), cuda.IndexerHeadDim))
+	}
+	return nil
+}
+
+func (m *emuBackend) quantUE8M0(x cuda.DevPtr, n int) error {
+	if n%128 != 0 {
+		return errors.Newf("emu quant: n=%d", n)
+	}
+	engine.QuantFP8UE8M0(m.f32(x, n))
+	return nil
+}
+
+func (m *emuBackend) copy2D(dst, src cuda.DevPtr, rows, cols, ldd, lds int) error {
+	for r := 0; r < rows; r++ {
+		copy(m.f32(dst.Add(int64(4*r*ldd)), cols), m.f32(src.Add(int64(4*r*lds)), cols))
+	}
+	return nil
+}
+
+func (m *emuBackend) scale(x cuda.DevPtr, a float32, n int) error {
+	kern.Scale(m.f32(x, n), a)
+	return nil
+}
+
+// headRows returns row (h, r) of an absorbed matrix [H][rows][R], dequantised.
+func (m *emuBackend) headRow(dst []float32, w, s cuda.DevPtr, fp8 bool, idx, R int) {
+	if fp8 {
+		rb := (R + 127) / 128
+		fp8Row(dst, m.mem(w.Add(int64(idx*R)), R), m.f32(s.Add(int64(4*idx*rb)), rb))
+		return
+	}
+	copy(dst, m.f32(w.Add(int64(4*idx*R)), R))
+}
+
+func (m *emuBackend) absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs int) error {
+	row := make([]float32, R)
+	for r := 0; r < M; r++ {
+		qs := m.f32(q.Add(int64(4*r*ldq)), (H-1)*hs+nope)
+		for h := 0; h < H; h++ {
+			o := m.f32(out.Add(int64(4*(r*H+h)*R)), R)
+			clear(o)
+			for d := 0; d < nope; d++ {
+				m.headRow(row, w, s, fp8, h*nope+d, R)
+				kern.Axpy(o, qs[h*hs+d], row)
+			}
+		}
+	}
+	return nil
+}
+
+func (m *emuBackend) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {
+	row := make([]float32, R)
+	for r := 0; r < M; r++ {
+		o := m.f32(out.Add(int64(4*r*ldo)), H*vd)
+		for h := 0; h < H; h++ {
+			xs := m.f32(x.Add(int64(4*(r*H+h)*R)), R)
+			for v := 0; v < vd; v++ {
+				m.headRow(row, w, s, fp8, h*vd+v, R)
+				o[h*vd+v] = kern.Dot(row, xs)
+			}
+		}
+	}
+	return nil
+}
+
+// emuRunner runs engine work on the emulator, turning a panic (an
+// out-of-range access) into an error.
+type emuRunner struct{ m *emuBackend }
+
+func (r *emuRunner) run(f func(b backend) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if e, ok := p.(error); ok {
+				err = errors.Wrap(e, "emulated device")
+				return
+			}
+			err = errors.Newf("emulated device: panic: %v", p)
+		}
+	}()
+	return f(r.m)
+}
+
+func (r *emuRunner) close() error { return nil }

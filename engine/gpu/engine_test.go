@@ -1,0 +1,432 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/convert"
+	"github.com/tilert-go/tilert/engine"
+)
+
+// The same checks run on the emulator (CI, every machine) and on the GPU
+// (skipped without one): greedy output equals the CPU engine's serving
+// mode, with and without MTP, one slot and batched; the exported caches
+// match the CPU engine's bytes; imported CPU state decodes the same.
+
+const (
+	genTokens = 24
+	maxSeq    = 256
+)
+
+type genCase struct {
+	name   string
+	prompt []int
+}
+
+func genCases(vocab int) []genCase {
+	return []genCase{
+		{"short", testPrompt(9, vocab, 1)},
+		// longer than index_topk (32): the indexer selects
+		{"long", testPrompt(80, vocab, 2)},
+	}
+}
+
+func TestEmuGreedyMatchesCPU(t *testing.T) { testGreedyMatchesCPU(t, onEmu) }
+func TestGPUGreedyMatchesCPU(t *testing.T) { testGreedyMatchesCPU(t, onGPU) }
+
+func testGreedyMatchesCPU(t *testing.T, kind backendKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	for _, pr := range presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, presetDir(t, pr))
+			vocab := w.Config().VocabSize
+			for _, mtp := range []bool{false, true} {
+				opts := engine.Options{MTP: mtp, MaxSeqLen: maxSeq, Slots: 2}
+				ce := newCPU(t, w, opts)
+				ge := newTestEngine(t, kind, src, opts)
+				diff := 0
+				var prompts [][]int
+				for _, c := range genCases(vocab) {
+					want := generate(t, ce, 0, c.prompt, engine.Params{}, genTokens)
+					got := generate(t, ge, 0, c.prompt, engine.Params{}, genTokens)
+					if i := firstDiff(got, want); i >= 0 {
+						diff += len(want) - i
+						t.Errorf("%s mtp=%v %s: tokens differ from %d:\n got %v\nwant %v", kind, mtp, c.name, i, got, want)
+					}
+					prompts = append(prompts, c.prompt)
+				}
+				// Both prompts in one batch (MTP: 2 rows per slot, 4 per GEMV).
+				want := generateBatch(t, ce, prompts, engine.Params{}, genTokens)
+				got := generateBatch(t, ge, prompts, engine.Params{}, genTokens)
+				for i := range want {
+					if j := firstDiff(got[i], want[i]); j >= 0 {
+						diff += len(want[i]) - j
+						t.Errorf("%s mtp=%v batched slot %d: tokens differ from %d:\n got %v\nwant %v", kind, mtp, i, j, got[i], want[i])
+					}
+				}
+				st := ge.Stats()
+				t.Logf("%s mtp=%v: %d steps, %d tokens, MTP acceptance %.2f (%d/%d)", kind, mtp, st.Steps, st.Tokens, st.AcceptRate(), st.AcceptedTokens, st.DraftTokens)
+				if mtp && st.DraftTokens == 0 {
+					t.Errorf("MTP on but nothing drafted")
+				}
+				name := fmt.Sprintf("%s %s greedy == CPU serving", kind, pr)
+				if mtp {
+					name += " (MTP)"
+				}
+				record(t, name, "tokens after first mismatch", float64(diff), 0)
+			}
+		})
+	}
+}
+
+func TestEmuCachesMatchCPU(t *testing.T) { testCachesMatchCPU(t, onEmu) }
+func TestGPUCachesMatchCPU(t *testing.T) { testCachesMatchCPU(t, onGPU) }
+
+// testCachesMatchCPU prefills the long prompt on both engines and compares
+// the exported state byte for byte (every layer's MLA and indexer pages,
+// the MTP layer's included): the device writes vLLM's layouts itself.
+func testCachesMatchCPU(t *testing.T, kind backendKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	for _, pr := range presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, presetDir(t, pr))
+			opts := engine.Options{MTP: true, MaxSeqLen: maxSeq}
+			ce := newCPU(t, w, opts)
+			ge := newTestEngine(t, kind, src, opts)
+			prompt := genCases(w.Config().VocabSize)[1].prompt
+			f1, err := ce.Prefill(0, prompt, engine.Params{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f2, err := ge.Prefill(0, prompt, engine.Params{})
+			if err != nil {
+				t.Fatalf("%+v", err)
+			}
+			if f1 != f2 {
+				t.Errorf("first token %d, CPU %d", f2, f1)
+			}
+			m1, s1, err := ce.Export(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m2, s2, err := ge.Export(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m1 != m2 {
+				t.Errorf("meta %+v, CPU %+v", m2, m1)
+			}
+			if len(s1) != len(s2) {
+				t.Fatalf("%d segments, CPU %d", len(s2), len(s1))
+			}
+			var differ, total int
+			for i := range s1 {
+				if s1[i].Offset != s2[i].Offset || len(s1[i].Data) != len(s2[i].Data) {
+					t.Fatalf("segment %d at %d+%d, CPU %d+%d", i, s2[i].Offset, len(s2[i].Data), s1[i].Offset, len(s1[i].Data))
+				}
+				for j := range s1[i].Data {
+					if s1[i].Data[j] != s2[i].Data[j] {
+						differ++
+					}
+				}
+				total += len(s1[i].Data)
+			}
+			// Bytes of unused token rows in the last page are zero on both.
+			record(t, fmt.Sprintf("%s %s prefill caches vs CPU", kind, pr), "fraction of bytes differing", float64(differ)/float64(total), cacheBound(kind))
+		})
+	}
+}
+
+// cacheBound: the emulator computes like the CPU engine, so only float32
+// summation order (MLA softmax over a differently ordered token set) can
+// move an fp8 rounding; on the GPU every sum is ordered differently and a
+// value on a rounding boundary flips a byte now and then.
+func cacheBound(kind backendKind) float64 {
+	if kind == onGPU {
+		return 0.01
+	}
+	return 0.001
+}
+
+func TestEmuImportFromCPU(t *testing.T) { testImportFromCPU(t, onEmu) }
+func TestGPUImportFromCPU(t *testing.T) { testImportFromCPU(t, onGPU) }
+
+// testImportFromCPU hands a CPU prefill's state to the engine (both as
+// segments and through the staging SlotBuffer) and checks the decode
+// continues exactly as on the CPU.
+func testImportFromCPU(t *testing.T, kind backendKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	pr := presets[0]
+	w, src := hfSourceOf(t, presetDir(t, pr))
+	for _, mtp := range []bool{false, true} {
+		opts := engine.Options{MTP: mtp, MaxSeqLen: maxSeq}
+		ce := newCPU(t, w, opts)
+		ge := newTestEngine(t, kind, src, opts)
+		prompt := genCases(w.Config().VocabSize)[1].prompt
+		first, err := ce.Prefill(0, prompt, engine.Params{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta, segs, err := ce.Export(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := decodeFrom(t, ce, 0, first, engine.Params{}, genTokens)
+		// vLLM ships no MTP draft, and its prefill has no MTP entry on the
+		// first token unless its drafter ran: test the recompute path.
+		meta.MTPLen = meta.SeqLen - 1
+		if err := ge.Import(0, meta, segs); err != nil {
+			t.Fatalf("import: %+v", err)
+		}
+		got := decodeFrom(t, ge, 0, first, engine.Params{}, genTokens)
+		// The CPU continued from its own MTP entry; redo it from the
+		// shortened state for a like-for-like reference.
+		if err := ce.Import(0, meta, segs); err != nil {
+			t.Fatal(err)
+		}
+		want = decodeFrom(t, ce, 0, first, engine.Params{}, genTokens)
+		if i := firstDiff(got, want); i >= 0 {
+			t.Errorf("mtp=%v import(segments): tokens differ from %d:\n got %v\nwant %v", mtp, i, got, want)
+		}
+		buf, err := ge.SlotBuffer(1 % ge.Options().Slots)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range segs {
+			copy(buf[s.Offset:], s.Data)
+		}
+		if err := ge.Import(1%ge.Options().Slots, meta, nil); err != nil {
+			t.Fatalf("import(staged): %+v", err)
+		}
+		got2 := decodeFrom(t, ge, 1%ge.Options().Slots, first, engine.Params{}, genTokens)
+		if !slices.Equal(got2, got) {
+			t.Errorf("mtp=%v import(staged) %v, import(segments) %v", mtp, got2, got)
+		}
+		// Export of the imported state returns the bytes that came in.
+		if err := ge.Import(0, meta, segs); err != nil {
+			t.Fatal(err)
+		}
+		_, back, err := ge.Export(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range segs {
+			if !slices.Equal(back[i].Data, segs[i].Data) {
+				t.Errorf("export after import: segment %d differs", i)
+			}
+		}
+		ge.Release(0)
+	}
+}
+
+// TestEmuConvertedWeights: the engine on a converted directory decodes
+// exactly as on the HF checkpoint it came from (same stored bytes).
+func TestEmuConvertedWeights(t *testing.T) {
+	for _, pr := range presets {
+		t.Run(pr, func(t *testing.T) {
+			dir := presetDir(t, pr)
+			out := filepath.Join(t.TempDir(), "conv")
+			if _, err := convert.Convert(context.Background(), convert.Options{ModelDir: dir, SaveDir: out, Devices: 2, AppendMTP: true}); err != nil {
+				t.Fatalf("convert: %+v", err)
+			}
+			cs, closeFn, err := Open(out)
+			if err != nil {
+				t.Fatalf("%+v", err)
+			}
+			defer closeFn()
+			w, hs := hfSourceOf(t, dir)
+			opts := engine.Options{MTP: true, MaxSeqLen: maxSeq}
+			a := newTestEngine(t, onEmu, hs, opts)
+			b := newTestEngine(t, onEmu, cs, opts)
+			prompt := genCases(w.Config().VocabSize)[1].prompt
+			ga := generate(t, a, 0, prompt, engine.Params{}, genTokens)
+			gb := generate(t, b, 0, prompt, engine.Params{}, genTokens)
+			if !slices.Equal(ga, gb) {
+				t.Errorf("converted %v, HF %v", gb, ga)
+			}
+			la, _, err := a.TeacherForce(0, prompt[:40])
+			if err != nil {
+				t.Fatal(err)
+			}
+			lb, _, err := b.TeacherForce(0, prompt[:40])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range la {
+				if !slices.Equal(la[i], lb[i]) {
+					t.Fatalf("position %d: logits differ between converted and HF weights", i)
+				}
+			}
+		})
+	}
+}
+
+func TestGPULogitsMatchEmulator(t *testing.T) {
+	gpuDevice(t)
+	for _, pr := range presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, presetDir(t, pr))
+			opts := engine.Options{MaxSeqLen: maxSeq}
+			ge := newTestEngine(t, onGPU, src, opts)
+			ee := newTestEngine(t, onEmu, src, opts)
+			toks := testPrompt(100, w.Config().VocabSize, 5)
+			gl, gm, err := ge.TeacherForce(0, toks)
+			if err != nil {
+				t.Fatalf("%+v", err)
+			}
+			el, em, err := ee.TeacherForce(0, toks)
+			if err != nil {
+				t.Fatalf("%+v", err)
+			}
+			var errs, errsM []float64
+			agree, agreeM := 0, 0
+			for i := range el {
+				errs = append(errs, relErr(gl[i], el[i]))
+				if argmax(gl[i]) == argmax(el[i]) {
+					agree++
+				}
+			}
+			for i := range em {
+				errsM = append(errsM, relErr(gm[i], em[i]))
+				if argmax(gm[i]) == argmax(em[i]) {
+					agreeM++
+				}
+			}
+			worst, worstM := slices.Max(errs), slices.Max(errsM)
+			t.Logf("main: max rel err %.3g, median %.3g, top-1 %d/%d; MTP: max %.3g, median %.3g, top-1 %d/%d",
+				worst, median(errs), agree, len(el), worstM, median(errsM), agreeM, len(em))
+			for i, e := range errs {
+				if e > logitBound {
+					t.Logf("position %d: rel err %.3g", i, e)
+				}
+			}
+			record(t, "gpu "+pr+" logits vs CPU (emulated forward)", "max|d|/max|ref| main", worst, logitBound)
+			record(t, "gpu "+pr+" MTP logits vs CPU (emulated)", "max|d|/max|ref| mtp", worstM, logitBound)
+			record(t, "gpu "+pr+" top-1 vs CPU (emulated)", "fraction disagreeing", 1-float64(agree+agreeM)/float64(len(el)+len(em)), 0)
+		})
+	}
+}
+
+// logitBound: float32 activations with sums in another order, fp8 cache
+// bytes that may round the other way on a boundary (one e4m3 step is 6%
+// of a value), bf16-rounded keys: 1e-2 of the largest logit.
+const logitBound = 1e-2
+
+func TestEmuRefusesUnsupported(t *testing.T) {
+	_, src := hfSourceOf(t, presetDir(t, presets[0]))
+	for _, o := range []engine.Options{
+		{Mode: engine.ModeExact},
+		{MLACache: engine.CacheBF16},
+	} {
+		if _, err := NewEmulated(src, o); err == nil {
+			t.Errorf("%+v accepted", o)
+		} else if len(errors.GetAllHints(err)) == 0 {
+			t.Errorf("%+v: error without a hint: %v", o, err)
+		}
+	}
+	e := newTestEngine(t, onEmu, src, engine.Options{MaxSeqLen: 128})
+	if _, err := e.Prefill(0, testPrompt(200, 1024, 1), engine.Params{}); !errors.Is(err, engine.ErrTooLong) {
+		t.Errorf("long prompt: %v", err)
+	}
+	if _, err := e.Prefill(0, []int{5000}, engine.Params{}); !errors.Is(err, engine.ErrBadTokenID) {
+		t.Errorf("bad token: %v", err)
+	}
+	if _, err := e.Step([]int{0}); !errors.Is(err, engine.ErrSlotState) {
+		t.Errorf("step of a free slot: %v", err)
+	}
+	if _, err := e.Start(3, 1, engine.Params{}); !errors.Is(err, engine.ErrBadSlot) {
+		t.Errorf("bad slot: %v", err)
+	}
+	_ = math.Inf
+}
+
+func TestEmuForcedDrafts(t *testing.T) { testForcedDrafts(t, onEmu) }
+func TestGPUForcedDrafts(t *testing.T) { testForcedDrafts(t, onGPU) }
+
+// testForcedDrafts exercises MTP verification where random tiny models never
+// get there by themselves (their MTP layer never guesses right): before
+// each step the drafts are overwritten with the reference's next token
+// (accepted) or a wrong one (rejected), over three slots at once (6 rows:
+// GEMVs of 4 + 2). The output must equal plain greedy decoding.
+func testForcedDrafts(t *testing.T, kind backendKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	for _, pr := range presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, presetDir(t, pr))
+			vocab := w.Config().VocabSize
+			ce := newCPU(t, w, engine.Options{MaxSeqLen: maxSeq})
+			ge := newTestEngine(t, kind, src, engine.Options{MTP: true, MaxSeqLen: maxSeq, Slots: 3})
+			prompts := [][]int{testPrompt(5, vocab, 7), testPrompt(50, vocab, 8), testPrompt(33, vocab, 9)}
+			var ref [][]int
+			for _, p := range prompts {
+				ref = append(ref, generate(t, ce, 0, p, engine.Params{}, genTokens))
+			}
+			got := make([][]int, len(prompts))
+			var active []int
+			for i, p := range prompts {
+				first, err := ge.Prefill(i, p, engine.Params{})
+				if err != nil {
+					t.Fatalf("%+v", err)
+				}
+				got[i] = []int{first}
+				if _, err := ge.Start(i, first, engine.Params{MaxTokens: genTokens}); err != nil {
+					t.Fatal(err)
+				}
+				active = append(active, i)
+			}
+			step := 0
+			for len(active) > 0 {
+				for _, i := range active {
+					s := ge.slots[i]
+					k := len(got[i])
+					switch {
+					case (step+i)%3 == 2 || k >= len(ref[i]):
+						s.draft = (ref[i][min(k, len(ref[i])-1)] + 1) % vocab // wrong
+					default:
+						s.draft = ref[i][k] // right
+					}
+				}
+				step++
+				res, err := ge.Step(active)
+				if err != nil {
+					t.Fatalf("step: %+v", err)
+				}
+				var next []int
+				for _, r := range res {
+					got[r.Slot] = append(got[r.Slot], r.Tokens...)
+					if r.Finish == engine.FinishNone {
+						next = append(next, r.Slot)
+					}
+				}
+				active = next
+			}
+			diff := 0
+			for i := range ref {
+				if j := firstDiff(got[i], ref[i]); j >= 0 {
+					diff += len(ref[i]) - j
+					t.Errorf("slot %d: tokens differ from %d:\n got %v\nwant %v", i, j, got[i], ref[i])
+				}
+			}
+			st := ge.Stats()
+			t.Logf("forced drafts: %d/%d accepted in %d steps", st.AcceptedTokens, st.DraftTokens, st.Steps)
+			if st.AcceptedTokens == 0 || st.AcceptedTokens == st.DraftTokens {
+				t.Errorf("accepted %d of %d drafts: both paths must run", st.AcceptedTokens, st.DraftTokens)
+			}
+			record(t, fmt.Sprintf("%s %s MTP verify (forced drafts) == CPU greedy", kind, pr), "tokens after first mismatch", float64(diff), 0)
+		})
+	}
+}

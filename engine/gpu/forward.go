@@ -1,0 +1,392 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/engine"
+	cuda "github.com/tilert-go/tilert/gpu"
+)
+
+// subEps is the epsilon of q_a_layernorm and kv_a_layernorm (HF builds them
+// with the RMSNorm default, not config.rms_norm_eps); indexerNormEps is the
+// indexer k_norm LayerNorm's. Both as in the CPU engine.
+const (
+	subEps         = 1e-6
+	indexerNormEps = 1e-6
+)
+
+// fptr offsets a float32 device pointer by n elements.
+func fptr(p cuda.DevPtr, n int) cuda.DevPtr { return p.Add(4 * int64(n)) }
+
+// ops wraps a backend and keeps the first error, so the forward reads as a
+// straight list of launches.
+type ops struct {
+	b   backend
+	err error
+}
+
+func (o *ops) do(err error) {
+	if o.err == nil && err != nil {
+		o.err = err
+	}
+}
+
+// lin computes y = x W^T for M rows (GEMVs of at most 4 rows at a time).
+func (o *ops) lin(l dlin, y, x cuda.DevPtr, M, ldx, ldy int) {
+	for r := 0; r < M && o.err == nil; r += 4 {
+		m := min(4, M-r)
+		yy, xx := fptr(y, r*ldy), fptr(x, r*ldx)
+		switch l.kind {
+		case linFP8:
+			o.do(o.b.gemvFP8(yy, xx, l.w, l.s, l.out, l.in, m, ldx, ldy))
+		case linBF16:
+			o.do(o.b.gemvBF16(yy, xx, l.w, l.out, l.in, m, ldx, ldy))
+		default:
+			o.do(o.b.gemvF32(yy, xx, l.w, l.out, l.in, m, ldx, ldy))
+		}
+	}
+}
+
+func (o *ops) copyRow(dst, src cuda.DevPtr, row, n int) {
+	o.do(o.b.copyDD(dst, fptr(src, row*n), int64(4*n)))
+}
+
+// workspace holds the forward's activations for up to maxRows rows.
+type workspace struct {
+	meta                     cuda.DevPtr // int32: ids [maxRows], pos [maxRows], lens [maxRows]
+	x, h, tmp, mo, hid, mhid cuda.DevPtr // [rows][hidden]
+	hin                      cuda.DevPtr // MTP input hidden [rows][hidden]
+	cat                      cuda.DevPtr // [rows][2*hidden]
+	qa, q, kva               cuda.DevPtr
+	qlat, qpe, olat, ao      cuda.DevPtr
+	iq, ik, iw, scores, topk cuda.DevPtr
+	g, u                     cuda.DevPtr // [rows][max intermediate]
+	rlog, eidx, ewts         cuda.DevPtr
+	eg, eu, ey               cuda.DevPtr // [top-k][moe intermediate or hidden]
+	logits, tok              cuda.DevPtr
+	ldScores                 int
+}
+
+func newWorkspace(e *Engine, b backend) (*workspace, error) {
+	c := e.cfg
+	M := e.maxRows
+	H, NH := c.HiddenSize, c.NumHeads
+	qk := c.QKNopeHeadDim + c.QKRopeHeadDim
+	R, P := c.KVLoraRank, c.QKRopeHeadDim
+	inter := c.IntermediateSize
+	if c.NSharedExperts > 0 {
+		inter = max(inter, c.MoEIntermediateSize*c.NSharedExperts)
+	}
+	K := max(1, c.NumExpertsPerTok)
+	ws := &workspace{ldScores: e.maxSeq}
+	var err error
+	f := func(p *cuda.DevPtr, n int) {
+		if err == nil {
+			*p, err = e.alloc(b, int64(4*max(n, 1)))
+		}
+	}
+	f(&ws.meta, 3*M)
+	for _, p := range []*cuda.DevPtr{&ws.x, &ws.h, &ws.tmp, &ws.mo, &ws.hid, &ws.mhid, &ws.hin} {
+		f(p, M*H)
+	}
+	f(&ws.cat, M*2*H)
+	f(&ws.qa, M*c.QLoraRank)
+	f(&ws.q, M*NH*qk)
+	f(&ws.kva, M*(R+P))
+	f(&ws.qlat, M*NH*R)
+	f(&ws.qpe, M*NH*P)
+	f(&ws.olat, M*NH*R)
+	f(&ws.ao, M*NH*c.VHeadDim)
+	f(&ws.iq, M*c.IndexNHeads*c.IndexHeadDim)
+	f(&ws.ik, M*c.IndexHeadDim)
+	f(&ws.iw, M*c.IndexNHeads)
+	f(&ws.scores, M*ws.ldScores)
+	f(&ws.topk, M*c.IndexTopK)
+	f(&ws.g, M*inter)
+	f(&ws.u, M*inter)
+	f(&ws.rlog, M*max(1, c.NRoutedExperts))
+	f(&ws.eidx, M*K)
+	f(&ws.ewts, M*K)
+	f(&ws.eg, K*max(1, c.MoEIntermediateSize))
+	f(&ws.eu, K*max(1, c.MoEIntermediateSize))
+	f(&ws.ey, K*H)
+	f(&ws.logits, M*c.VocabSize)
+	f(&ws.tok, M)
+	return ws, err
+}
+
+// fwdRow is one position forwarded: token tok of slot s at position pos.
+type fwdRow struct {
+	s        *slot
+	tok, pos int
+}
+
+// group is a run of consecutive rows of one slot (consecutive positions):
+// cache writes, the indexer and attention run per group on that slot's
+// cache regions.
+type group struct {
+	s            *slot
+	first, n     int
+	maxLen, last int
+}
+
+// forward runs rows through the main layers (mtp false) or the MTP layer
+// (mtp true, with ws.hin holding each row's previous final-normed hidden).
+// The final-normed hidden lands in ws.hid (main) or ws.mhid (MTP), the
+// logits of rows with want[i] (nil: all) in ws.logits. As in the CPU
+// engine, every row's caches are written before any row attends, and a row
+// attends only to positions <= its own.
+func (e *Engine) forward(o *ops, rows []fwdRow, mtp bool, want []bool) {
+	if o.err != nil {
+		return
+	}
+	c := e.cfg
+	ws := e.ws
+	M, H := len(rows), c.HiddenSize
+	if M == 0 || M > e.maxRows {
+		o.do(errors.Newf("forward of %d rows (at most %d)", M, e.maxRows))
+		return
+	}
+	meta := make([]byte, 3*4*e.maxRows)
+	var groups []group
+	for i, r := range rows {
+		binary.LittleEndian.PutUint32(meta[4*i:], uint32(r.tok))
+		binary.LittleEndian.PutUint32(meta[4*(e.maxRows+i):], uint32(r.pos))
+		binary.LittleEndian.PutUint32(meta[4*(2*e.maxRows+i):], uint32(r.pos+1))
+		if n := len(groups); n > 0 && groups[n-1].s == r.s && r.pos == groups[n-1].last+1 {
+			groups[n-1].n++
+			groups[n-1].last = r.pos
+			groups[n-1].maxLen = max(groups[n-1].maxLen, r.pos+1)
+			continue
+		}
+		groups = append(groups, group{s: r.s, first: i, n: 1, maxLen: r.pos + 1, last: r.pos})
+	}
+	o.do(o.b.upload(ws.meta, meta))
+	ids, pos, lens := ws.meta, fptr(ws.meta, e.maxRows), fptr(ws.meta, 2*e.maxRows)
+	f := &fwd{e: e, o: o, M: M, groups: groups, pos: pos, lens: lens}
+
+	var layers []*dlayer
+	hid, norm, head := ws.hid, e.w.norm, e.w.head
+	if mtp {
+		lw := e.w.layers[c.NumLayers]
+		layers = []*dlayer{lw}
+		hid, norm, head = ws.mhid, lw.shNorm, lw.head
+		// x = eh_proj(cat(enorm(embed(tok)), hnorm(h_prev)))
+		o.do(o.b.embed(ws.h, lw.embed, ids, M, H))
+		eps := float32(c.RMSNormEps)
+		o.do(o.b.rmsnorm(ws.cat, ws.h, lw.enorm, M, H, H, 2*H, eps))
+		o.do(o.b.rmsnorm(fptr(ws.cat, H), ws.hin, lw.hnorm, M, H, H, 2*H, eps))
+		o.lin(lw.eh, ws.x, ws.cat, M, 2*H, H)
+	} else {
+		layers = e.w.layers[:c.NumLayers]
+		o.do(o.b.embed(ws.x, e.w.embed, ids, M, H))
+	}
+	for _, lw := range layers {
+		f.block(lw)
+	}
+	o.do(o.b.rmsnorm(hid, ws.x, norm, M, H, H, H, float32(c.RMSNormEps)))
+	all := want == nil
+	for _, w := range want {
+		all = all && w
+	}
+	V := c.VocabSize
+	if all {
+		o.lin(head, ws.logits, hid, M, H, V)
+		return
+	}
+	for i, w := range want {
+		if w {
+			o.lin(head, fptr(ws.logits, i*V), fptr(hid, i*H), 1, H, V)
+		}
+	}
+}
+
+// fwd is one forward's state.
+type fwd struct {
+	e         *Engine
+	o         *ops
+	M         int
+	groups    []group
+	pos, lens cuda.DevPtr
+}
+
+func (f *fwd) block(lw *dlayer) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	H, M := c.HiddenSize, f.M
+	eps := float32(c.RMSNormEps)
+	o.do(o.b.rmsnorm(ws.h, ws.x, lw.inNorm, M, H, H, H, eps))
+	f.attention(lw)
+	o.do(o.b.add(ws.x, ws.x, ws.tmp, M*H))
+	o.do(o.b.rmsnorm(ws.h, ws.x, lw.postNorm, M, H, H, H, eps))
+	if lw.moe {
+		f.moe(lw)
+	} else {
+		f.ffn(lw.gate, lw.up, lw.down, ws.mo)
+	}
+	o.do(o.b.add(ws.x, ws.x, ws.mo, M*H))
+}
+
+// ffn writes down(silu(gate h) * up h) of ws.h into out.
+func (f *fwd) ffn(g, u, d dlin, out cuda.DevPtr) {
+	o, ws := f.o, f.e.ws
+	H, M, I := f.e.cfg.HiddenSize, f.M, g.out
+	o.lin(g, ws.g, ws.h, M, H, I)
+	o.lin(u, ws.u, ws.h, M, H, I)
+	o.do(o.b.siluMul(ws.g, ws.g, ws.u, M, I, I, I, I))
+	o.lin(d, out, ws.g, M, I, H)
+}
+
+// moe writes the routed experts' weighted sum plus the shared expert of
+// ws.h into ws.mo; expert ids stay on the device.
+func (f *fwd) moe(lw *dlayer) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	H, M := c.HiddenSize, f.M
+	E, K, MI := c.NRoutedExperts, c.NumExpertsPerTok, c.MoEIntermediateSize
+	o.lin(lw.router, ws.rlog, ws.h, M, H, E)
+	o.do(o.b.moeGate(ws.eidx, ws.ewts, ws.rlog, lw.bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
+	for m := 0; m < M; m++ {
+		hx := fptr(ws.h, m*H)
+		ids := fptr(ws.eidx, m*K)
+		o.do(o.b.gemvExperts(ws.eg, hx, 0, lw.expW[0], lw.expS[0], ids, K, MI, H))
+		o.do(o.b.gemvExperts(ws.eu, hx, 0, lw.expW[1], lw.expS[1], ids, K, MI, H))
+		o.do(o.b.siluMul(ws.eg, ws.eg, ws.eu, K, MI, MI, MI, MI))
+		o.do(o.b.gemvExperts(ws.ey, ws.eg, MI, lw.expW[2], lw.expS[2], ids, K, H, MI))
+		o.do(o.b.moeCombine(fptr(ws.mo, m*H), ws.ey, fptr(ws.ewts, m*K), 0, K, H))
+	}
+	if lw.hasShared {
+		f.ffn(lw.shG, lw.shU, lw.shD, ws.tmp)
+		o.do(o.b.add(ws.mo, ws.mo, ws.tmp, M*H))
+	}
+}
+
+// attention is absorbed MLA with the DSA indexer over ws.h; o_proj's output
+// lands in ws.tmp.
+func (f *fwd) attention(lw *dlayer) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	H, M := c.HiddenSize, f.M
+	R, P := c.KVLoraRank, c.QKRopeHeadDim
+	NH, nope, vd := c.NumHeads, c.QKNopeHeadDim, c.VHeadDim
+	qk := nope + P
+	QL := c.QLoraRank
+
+	o.lin(lw.qa, ws.qa, ws.h, M, H, QL)
+	o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.qaNorm, M, QL, QL, QL, subEps))
+	o.lin(lw.qb, ws.q, ws.qa, M, QL, NH*qk)
+	o.lin(lw.kva, ws.kva, ws.h, M, H, R+P)
+	o.do(o.b.rmsnorm(ws.kva, ws.kva, lw.kvaNorm, M, R, R+P, R+P, subEps))
+	o.do(o.b.rope(ws.kva, f.pos, e.ropeCos, e.ropeSin, M, 1, R+P, R, P, c.RopeInterleave))
+	for _, g := range f.groups {
+		o.do(o.b.mlaCacheWrite(g.s.buf.Add(e.mlaOff[lw.idx]), fptr(ws.kva, g.first*(R+P)), fptr(f.pos, g.first), g.n, R+P))
+	}
+	o.do(o.b.rope(ws.q, f.pos, e.ropeCos, e.ropeSin, M*NH, NH, qk, nope, P, c.RopeInterleave))
+
+	if lw.hasIdx {
+		f.indexer(lw)
+	}
+
+	TK := c.IndexTopK
+	o.do(o.b.absorbQ(ws.qlat, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, M, NH, nope, R, NH*qk, qk))
+	o.do(o.b.copy2D(ws.qpe, fptr(ws.q, nope), M*NH, P, P, qk))
+	for _, g := range f.groups {
+		o.do(o.b.mlaDecode(fptr(ws.olat, g.first*NH*R), fptr(ws.qlat, g.first*NH*R), fptr(ws.qpe, g.first*NH*P),
+			g.s.buf.Add(e.mlaOff[lw.idx]), fptr(ws.topk, g.first*TK), fptr(f.lens, g.first), g.n, NH, TK, TK, e.scale))
+	}
+	o.do(o.b.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
+	o.lin(lw.o, ws.tmp, ws.ao, M, NH*vd, H)
+}
+
+// indexer writes the rows' indexer keys into the cache and each row's
+// selected positions into ws.topk (ascending; 0..pos then -1 padding while
+// the row sees at most index_topk positions). Layers without their own
+// indexer (GLM "shared") keep the previous layer's selection.
+func (f *fwd) indexer(lw *dlayer) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	H, M := c.HiddenSize, f.M
+	P, IH, ID, TK := c.QKRopeHeadDim, c.IndexNHeads, c.IndexHeadDim, c.IndexTopK
+	o.lin(lw.iwq, ws.iq, ws.qa, M, c.QLoraRank, IH*ID)
+	o.lin(lw.iwk, ws.ik, ws.h, M, H, ID)
+	o.lin(lw.iwp, ws.iw, ws.h, M, H, IH)
+	o.do(o.b.layernorm(ws.ik, ws.ik, lw.iknW, lw.iknB, M, ID, ID, ID, indexerNormEps))
+	o.do(o.b.rope(ws.ik, f.pos, e.ropeCos, e.ropeSin, M, 1, ID, 0, P, c.IndexerRopeInterleave))
+	for _, g := range f.groups {
+		o.do(o.b.idxCacheWrite(g.s.buf.Add(e.idxOff[lw.idx]), fptr(ws.ik, g.first*ID), fptr(f.pos, g.first), g.n, ID))
+	}
+	o.do(o.b.rope(ws.iq, f.pos, e.ropeCos, e.ropeSin, M*IH, IH, ID, 0, P, c.IndexerRopeInterleave))
+	// vLLM quantises the indexer query to fp8 with power-of-two scales.
+	o.do(o.b.quantUE8M0(ws.iq, M*IH*ID))
+	o.do(o.b.scale(ws.iw, float32(math.Pow(float64(IH), -0.5)), M*IH))
+	sm := float32(c.IndexerSoftmaxScale())
+	for _, g := range f.groups {
+		if g.maxLen > TK {
+			o.do(o.b.indexerScores(fptr(ws.scores, g.first*ws.ldScores), fptr(ws.iq, g.first*IH*ID), fptr(ws.iw, g.first*IH),
+				g.s.buf.Add(e.idxOff[lw.idx]), fptr(f.lens, g.first), g.n, IH, g.maxLen, ws.ldScores, sm))
+		}
+		// With every row at <= index_topk positions the kernel writes
+		// 0..pos without reading the scores.
+		o.do(o.b.topK(fptr(ws.topk, g.first*TK), fptr(ws.scores, g.first*ws.ldScores), fptr(f.lens, g.first),
+			g.n, g.maxLen, TK, ws.ldScores, TK))
+	}
+}
+
+// pickReq asks for the token of logits row row, chosen under p for
+// position pos (the sampler's counter).
+type pickReq struct {
+	row int
+	p   engine.Params
+	pos int
+}
+
+// pick chooses tokens on the device (arg-max or the device sampler) and
+// copies back only the token ids.
+func (e *Engine) pick(o *ops, reqs []pickReq) ([]int, error) {
+	V := e.cfg.VocabSize
+	for i, r := range reqs {
+		lg := fptr(e.ws.logits, r.row*V)
+		out := fptr(e.ws.tok, i)
+		if r.p.Greedy() {
+			o.do(o.b.argmax(out, lg, 1, V, V))
+			continue
+		}
+		topP := float32(r.p.TopP)
+		if topP <= 0 || topP >= 1 {
+			topP = 1
+		}
+		o.do(o.b.sample(out, lg, V, cuda.SamplingParams{
+			Temperature: float32(r.p.Temperature), TopK: r.p.TopK, TopP: topP, Seed: r.p.Seed, Step: uint64(r.pos),
+		}))
+	}
+	return e.readTokens(o, len(reqs))
+}
+
+// argmaxRows returns the arg-max of the first n logits rows.
+func (e *Engine) argmaxRows(o *ops, n int) ([]int, error) {
+	V := e.cfg.VocabSize
+	o.do(o.b.argmax(e.ws.tok, e.ws.logits, n, V, V))
+	return e.readTokens(o, n)
+}
+
+func (e *Engine) readTokens(o *ops, n int) ([]int, error) {
+	if o.err != nil {
+		return nil, o.err
+	}
+	b := make([]byte, 4*n)
+	o.do(o.b.download(b, e.ws.tok))
+	if o.err != nil {
+		return nil, o.err
+	}
+	out := make([]int, n)
+	for i := range out {
+		out[i] = int(int32(binary.LittleEndian.Uint32(b[4*i:])))
+		if out[i] < 0 || out[i] >= e.cfg.VocabSize {
+			return nil, errors.Newf("device picked token %d (vocab %d): the logits are not finite", out[i], e.cfg.VocabSize)
+		}
+	}
+	return out, nil
+}

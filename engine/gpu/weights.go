@@ -1,0 +1,334 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"log/slog"
+	"math"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/convert"
+	cuda "github.com/tilert-go/tilert/gpu"
+	"github.com/tilert-go/tilert/model"
+	"github.com/tilert-go/tilert/numeric"
+)
+
+type linKind int
+
+const (
+	linFP8  linKind = iota // e4m3 + [ceil(out/128)][ceil(in/128)] float32 block scales
+	linBF16                // bf16 (the source's values are exactly bf16)
+	linF32
+)
+
+// dlin is a linear weight [out][in] in device memory.
+type dlin struct {
+	kind    linKind
+	w, s    cuda.DevPtr
+	out, in int
+}
+
+// dabs is an absorbed MLA matrix [heads][rows][kv_lora] in device memory:
+// fp8 with per-row scales, or float32.
+type dabs struct {
+	fp8  bool
+	w, s cuda.DevPtr
+}
+
+// dlayer is one decoder block's weights on the device (main or MTP).
+type dlayer struct {
+	idx              int
+	inNorm, postNorm cuda.DevPtr
+
+	qa, qb, kva, o  dlin
+	qaNorm, kvaNorm cuda.DevPtr
+	uk, uv          dabs
+
+	hasIdx     bool
+	iwq, iwk   dlin
+	iknW, iknB cuda.DevPtr
+	iwp        dlin
+
+	moe             bool
+	gate, up, down  dlin // dense MLP
+	router          dlin
+	bias            cuda.DevPtr
+	expW, expS      [3]cuda.DevPtr // device tables of per-expert pointers: gate, up, down
+	hasShared       bool
+	shG, shU, shD   dlin
+	mtp             bool
+	enorm, hnorm    cuda.DevPtr
+	eh              dlin
+	shNorm          cuda.DevPtr
+	head            dlin
+	embed           cuda.DevPtr // bf16 [vocab][hidden]
+	interSize       int         // dense or shared-expert intermediate size
+	sharedInterSize int
+}
+
+type dweights struct {
+	embed  cuda.DevPtr // bf16 [vocab][hidden]
+	norm   cuda.DevPtr
+	head   dlin
+	layers []*dlayer // main layers, then the MTP layer(s)
+	bytes  int64
+}
+
+// uploader copies host weights to the device, remembering the first error.
+type uploader struct {
+	b     backend
+	src   Source
+	err   error
+	bytes int64
+	ptrs  []cuda.DevPtr
+}
+
+func (u *uploader) fail(err error) {
+	if u.err == nil && err != nil {
+		u.err = err
+	}
+}
+
+func (u *uploader) raw(data []byte) cuda.DevPtr {
+	if u.err != nil {
+		return 0
+	}
+	p, err := u.b.alloc(int64(max(len(data), 4)))
+	if err != nil {
+		u.fail(errors.Wrapf(err, "allocating %d bytes of weights", len(data)))
+		return 0
+	}
+	u.ptrs = append(u.ptrs, p)
+	u.bytes += int64(len(data))
+	u.fail(u.b.upload(p, data))
+	return p
+}
+
+func f32Bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	numeric.EncodeF32(b, v)
+	return b
+}
+
+func (u *uploader) f32(v []float32) cuda.DevPtr { return u.raw(f32Bytes(v)) }
+
+// exactBF16 reports whether every value survives a round trip through bf16
+// (checkpoints store norms, embeddings and heads as bf16).
+func exactBF16(v []float32) bool {
+	for _, x := range v {
+		if numeric.BF16ToFloat32(numeric.Float32ToBF16(x)) != x && !math.IsNaN(float64(x)) {
+			return false
+		}
+	}
+	return true
+}
+
+func (u *uploader) bf16(v []float32) cuda.DevPtr {
+	b := make([]byte, 2*len(v))
+	numeric.EncodeBF16(b, v)
+	return u.raw(b)
+}
+
+func (u *uploader) get(name string, n int) []float32 {
+	if u.err != nil {
+		return nil
+	}
+	t, err := u.src.Get(name)
+	if err != nil {
+		u.fail(err)
+		return nil
+	}
+	if len(t.Data) != n {
+		u.fail(errors.Newf("weight %s: %d values, want %d", name, len(t.Data), n))
+		return nil
+	}
+	return t.Data
+}
+
+func (u *uploader) vec(name string, n int) cuda.DevPtr {
+	v := u.get(name, n)
+	if v == nil {
+		return 0
+	}
+	return u.f32(v)
+}
+
+func (u *uploader) matrix(m *Matrix, out, in int) dlin {
+	l := dlin{out: out, in: in}
+	switch {
+	case m.FP8 != nil:
+		l.kind, l.w, l.s = linFP8, u.raw(m.FP8), u.f32(m.Scale)
+	case exactBF16(m.F32):
+		l.kind, l.w = linBF16, u.bf16(m.F32)
+	default:
+		l.kind, l.w = linF32, u.f32(m.F32)
+	}
+	return l
+}
+
+func (u *uploader) lin(name string, out, in int) dlin {
+	if u.err != nil {
+		return dlin{}
+	}
+	m, err := u.src.Linear(name, out, in)
+	if err != nil {
+		u.fail(err)
+		return dlin{}
+	}
+	return u.matrix(m, out, in)
+}
+
+// table is the bf16 embedding/head table; a float32 source that is not
+// exactly bf16 is rounded (logged), as the embedding kernel reads bf16.
+func (u *uploader) table(name string, rows, cols int) cuda.DevPtr {
+	v := u.get(name, rows*cols)
+	if v == nil {
+		return 0
+	}
+	if !exactBF16(v) {
+		slog.Warn("gpu engine: table is not bf16 in the checkpoint; rounding it to bf16", "tensor", name)
+	}
+	return u.bf16(v)
+}
+
+func (u *uploader) absorbed(m *Matrix) dabs {
+	if m.FP8 != nil {
+		return dabs{fp8: true, w: u.raw(m.FP8), s: u.f32(m.Scale)}
+	}
+	return dabs{w: u.f32(m.F32)}
+}
+
+// experts uploads one projection of every routed expert of a layer as one
+// stack (each expert 256-byte aligned) and returns device tables of the
+// experts' weight and scale pointers for the experts GEMV.
+func (u *uploader) experts(layer, E int, proj string, rows, cols int) (wt, st cuda.DevPtr) {
+	if u.err != nil {
+		return 0, 0
+	}
+	wper := int64(rows*cols+255) &^ 255
+	nsc := ((rows + 127) / 128) * ((cols + 127) / 128)
+	sper := int64(4*nsc+255) &^ 255
+	wbase, err := u.b.alloc(wper * int64(E))
+	if err != nil {
+		u.fail(err)
+		return 0, 0
+	}
+	u.ptrs = append(u.ptrs, wbase)
+	sbase, err := u.b.alloc(sper * int64(E))
+	if err != nil {
+		u.fail(err)
+		return 0, 0
+	}
+	u.ptrs = append(u.ptrs, sbase)
+	wtab := make([]byte, 8*E)
+	stab := make([]byte, 8*E)
+	for e := 0; e < E && u.err == nil; e++ {
+		m, err := u.src.Expert(layer, e, proj, rows, cols)
+		if err != nil {
+			u.fail(err)
+			break
+		}
+		if m.FP8 == nil {
+			u.fail(errors.WithHint(errors.Newf("layer %d expert %d %s is not FP8: the GPU backend runs routed experts as FP8 only", layer, e, proj),
+				"use the FP8 checkpoint, or --device cpu"))
+			break
+		}
+		wp, sp := wbase.Add(int64(e)*wper), sbase.Add(int64(e)*sper)
+		u.fail(u.b.upload(wp, m.FP8))
+		u.fail(u.b.upload(sp, f32Bytes(m.Scale)))
+		u.bytes += int64(len(m.FP8) + 4*len(m.Scale))
+		binary.LittleEndian.PutUint64(wtab[8*e:], uint64(wp))
+		binary.LittleEndian.PutUint64(stab[8*e:], uint64(sp))
+	}
+	return u.raw(wtab), u.raw(stab)
+}
+
+// uploadWeights copies the model onto the device.
+func uploadWeights(b backend, src Source, c *model.Config) (*dweights, []cuda.DevPtr, error) {
+	u := &uploader{b: b, src: src}
+	H, V := c.HiddenSize, c.VocabSize
+	w := &dweights{embed: u.table(model.EmbedTokensName, V, H), norm: u.vec(model.FinalNormName, H)}
+	if c.TieWordEmbeddings {
+		w.head = dlin{kind: linBF16, w: w.embed, out: V, in: H}
+	} else {
+		w.head = u.lin(model.LMHeadName, V, H)
+	}
+	nh, qk := c.NumHeads, c.QKNopeHeadDim+c.QKRopeHeadDim
+	for i := 0; i < c.NumAllLayers() && u.err == nil; i++ {
+		n := model.Layer(i)
+		lw := &dlayer{idx: i, mtp: c.IsMTPLayer(i), moe: c.IsMoELayer(i), hasIdx: c.HasIndexer(i)}
+		lw.inNorm = u.vec(n.InputNorm, H)
+		lw.postNorm = u.vec(n.PostAttnNorm, H)
+		lw.qa = u.lin(n.QAProj, c.QLoraRank, H)
+		lw.qaNorm = u.vec(n.QANorm, c.QLoraRank)
+		lw.qb = u.lin(n.QBProj, nh*qk, c.QLoraRank)
+		lw.kva = u.lin(n.KVAProj, c.KVLoraRank+c.QKRopeHeadDim, H)
+		lw.kvaNorm = u.vec(n.KVANorm, c.KVLoraRank)
+		if u.err == nil {
+			uk, uv, err := src.Absorbed(i)
+			if err != nil {
+				u.fail(err)
+			} else {
+				lw.uk, lw.uv = u.absorbed(uk), u.absorbed(uv)
+			}
+		}
+		lw.o = u.lin(n.OProj, H, nh*c.VHeadDim)
+		if lw.hasIdx {
+			lw.iwq = u.lin(n.IdxWQB, c.IndexNHeads*c.IndexHeadDim, c.QLoraRank)
+			lw.iwk = u.lin(n.IdxWK, c.IndexHeadDim, H)
+			lw.iknW = u.vec(n.IdxKNormWeight, c.IndexHeadDim)
+			lw.iknB = u.vec(n.IdxKNormBias, c.IndexHeadDim)
+			lw.iwp = u.lin(n.IdxWeightsProj, c.IndexNHeads, H)
+		}
+		if lw.moe {
+			E, I := c.NRoutedExperts, c.MoEIntermediateSize
+			lw.router = u.lin(n.Router, E, H)
+			lw.bias = u.vec(n.RouterBias, E)
+			for p, proj := range convert.ExpertProjs {
+				rows, cols := I, H
+				if proj == "down_proj" {
+					rows, cols = H, I
+				}
+				lw.expW[p], lw.expS[p] = u.experts(i, E, proj, rows, cols)
+			}
+			if c.NSharedExperts > 0 {
+				si := I * c.NSharedExperts
+				lw.hasShared, lw.sharedInterSize = true, si
+				lw.shG, lw.shU, lw.shD = u.lin(n.SharedGate, si, H), u.lin(n.SharedUp, si, H), u.lin(n.SharedDown, H, si)
+			}
+		} else {
+			I := c.IntermediateSize
+			lw.interSize = I
+			lw.gate, lw.up, lw.down = u.lin(n.GateProj, I, H), u.lin(n.UpProj, I, H), u.lin(n.DownProj, H, I)
+		}
+		if lw.mtp {
+			lw.enorm = u.vec(n.ENorm, H)
+			lw.hnorm = u.vec(n.HNorm, H)
+			lw.eh = u.lin(n.EHProj, H, 2*H)
+			lw.shNorm = u.vec(n.SharedHeadNorm, H)
+			// The MTP copies of the head and embedding are optional in
+			// checkpoints (the CPU engine falls back the same way).
+			lw.head, lw.embed = w.head, w.embed
+			if u.err == nil {
+				if m, err := src.Linear(n.SharedHeadHead, V, H); err == nil {
+					lw.head = u.matrix(m, V, H)
+				}
+				if t, err := src.Get(n.MTPEmbed); err == nil && len(t.Data) == V*H {
+					if !exactBF16(t.Data) {
+						slog.Warn("gpu engine: table is not bf16 in the checkpoint; rounding it to bf16", "tensor", n.MTPEmbed)
+					}
+					lw.embed = u.bf16(t.Data)
+				}
+			}
+		}
+		w.layers = append(w.layers, lw)
+	}
+	w.bytes = u.bytes
+	if u.err != nil {
+		for _, p := range u.ptrs {
+			_ = b.free(p)
+		}
+		return nil, nil, u.err
+	}
+	return w, u.ptrs, nil
+}

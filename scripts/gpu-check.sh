@@ -2,20 +2,29 @@
 # make gpu-check: build the gpu package's test binary (CGO_ENABLED=0) and run
 # every GPU check on the NVIDIA GPU of this machine: each kernel against its
 # CPU reference on fresh random inputs, the executor, pinned memory, CUDA
-# graphs, then kernel timings against a device-to-device copy. Prints the
-# table (check, metric, max error, bound, PASS/FAIL; then the timings).
+# graphs, then kernel timings against a device-to-device copy; then the
+# model checks of the GPU engine (engine/gpu) on both tiny presets: greedy
+# output == CPU serving with and without MTP, forced-draft MTP verification,
+# prefill caches vs the CPU engine's bytes, import of CPU state, logits vs
+# the CPU forward, HF golden top-1 when testdata/golden exists. Prints the
+# kernel table (check, metric, max error, bound, PASS/FAIL; then the
+# timings) and the model table.
 #
 #   scripts/gpu-check.sh                # build (if Go is here) and run
-#   scripts/gpu-check.sh --build-only   # build .device/gpu/gpu.test, to carry to a GPU machine
+#   scripts/gpu-check.sh --build-only   # build .device/gpu/{gpu,engine}.test, to carry to a GPU machine
 #
 # Env: OUT (logs and report, default .device/gpu-check), GPU_TEST_BIN,
 # TILERT_GPU_SEED (reproduce inputs), TILERT_NVRTC / NVRTC_PATH (libnvrtc),
-# GPU_CHECK_RUN (a -test.run pattern, default all).
+# GPU_CHECK_RUN (a -test.run pattern, default all), ENGINE_CHECK_RUN (the
+# engine tests' pattern, default the GPU ones: '^TestGPU'; "skip" skips them),
+# ENGINE_TEST_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 bin=${GPU_TEST_BIN:-.device/gpu/gpu.test}
 case $bin in /*) ;; *) bin=$root/$bin ;; esac
+ebin=${ENGINE_TEST_BIN:-.device/gpu/engine.test}
+case $ebin in /*) ;; *) ebin=$root/$ebin ;; esac
 out=${OUT:-.device/gpu-check}
 case $out in /*) ;; *) out=$root/$out ;; esac
 mkdir -p "$(dirname "$bin")" "$out"
@@ -24,6 +33,8 @@ if command -v go >/dev/null 2>&1 && [ "${GPU_CHECK_NOBUILD:-0}" != 1 ]; then
 	echo "== building $bin"
 	CGO_ENABLED=0 go vet ./gpu
 	CGO_ENABLED=0 go test -c -o "$bin" ./gpu
+	CGO_ENABLED=0 go vet ./engine/gpu
+	CGO_ENABLED=0 go test -c -o "$ebin" ./engine/gpu
 fi
 if [ "${1:-}" = "--build-only" ]; then
 	exit 0
@@ -46,16 +57,37 @@ set +e
 (cd gpu && "$bin" -test.v -test.count=1 -test.timeout=9m -test.run "${GPU_CHECK_RUN:-.}") 2>&1 | tee "$out/gpu-test.log"
 rc=${PIPESTATUS[0]}
 set -e
-pass=$(grep -c -- '^--- PASS' "$out/gpu-test.log" || true)
-fail=$(grep -c -- '^--- FAIL' "$out/gpu-test.log" || true)
-skip=$(grep -c -- '^--- SKIP' "$out/gpu-test.log" || true)
+erc=0
+erun=${ENGINE_CHECK_RUN:-^TestGPU}
+if [ "$erun" != skip ]; then
+	if [ ! -x "$ebin" ]; then
+		echo "gpu-check: no engine test binary at $ebin" >&2
+		erc=2
+	else
+		export TILERT_ENGINE_REPORT=$out/engine-report.txt
+		rm -f "$TILERT_ENGINE_REPORT"
+		set +e
+		(cd engine/gpu && "$ebin" -test.v -test.count=1 -test.timeout=9m -test.run "$erun") 2>&1 | tee "$out/engine-test.log"
+		erc=${PIPESTATUS[0]}
+		set -e
+	fi
+fi
+count() { grep -c -- "$1" "$2" 2>/dev/null || true; }
 echo
-echo "== gpu-check: tests $pass passed, $fail failed, $skip skipped (exit $rc); full log $out/gpu-test.log"
+echo "== gpu-check: kernel tests $(count '^--- PASS' "$out/gpu-test.log") passed, $(count '^--- FAIL' "$out/gpu-test.log") failed, $(count '^--- SKIP' "$out/gpu-test.log") skipped (exit $rc); full log $out/gpu-test.log"
+if [ -f "$out/engine-test.log" ]; then
+	echo "== gpu-check: engine tests $(count '^--- PASS' "$out/engine-test.log") passed, $(count '^--- FAIL' "$out/engine-test.log") failed, $(count '^--- SKIP' "$out/engine-test.log") skipped (exit $erc); full log $out/engine-test.log"
+fi
 if [ -f "$TILERT_GPU_REPORT" ]; then
 	cat "$TILERT_GPU_REPORT"
+fi
+if [ -f "${TILERT_ENGINE_REPORT:-/nonexistent}" ]; then
+	echo
+	cat "$TILERT_ENGINE_REPORT"
 fi
 if grep -q -- '--- SKIP: TestKernel' "$out/gpu-test.log"; then
 	echo "gpu-check: kernel tests were skipped: no usable GPU here" >&2
 	[ "$rc" = 0 ] && rc=3
 fi
+[ "$rc" = 0 ] && rc=$erc
 exit "$rc"

@@ -456,7 +456,7 @@ func (e *Engine) fillLastMTP(o *ops, s *slot, first int) error {
 	}
 	o.do(o.b.copyDD(e.ws.hin, s.hidden, int64(4*H)))
 	e.forward(o, []fwdRow{{s: s, tok: first, pos: p}}, true, []bool{true})
-	d, err := e.argmaxRows(o, 1)
+	d, err := e.argmaxRows(o, []int{0})
 	if err != nil {
 		return err
 	}
@@ -605,15 +605,23 @@ func (e *Engine) step(o *ops, act []*slot) ([]engine.StepResult, error) {
 			}
 		}
 		e.forward(o, mrows, true, want)
-		drafts, err := e.argmaxRows(o, len(mrows))
+		var wantRows []int
+		for _, j := range mlast {
+			if j >= 0 {
+				wantRows = append(wantRows, j)
+			}
+		}
+		drafts, err := e.argmaxRows(o, wantRows)
 		if err != nil {
 			return nil, err
 		}
+		k := 0
 		for i, s := range act {
-			if j := mlast[i]; j >= 0 {
+			if mlast[i] >= 0 {
 				s.mtpLen, s.mtpTok = s.seqLen, s.next
-				s.mtpDraft = drafts[j]
+				s.mtpDraft = drafts[k]
 				s.draft = s.mtpDraft
+				k++
 			}
 		}
 	} else {

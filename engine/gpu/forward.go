@@ -87,6 +87,10 @@ func newWorkspace(e *Engine, b backend) (*workspace, error) {
 		if err == nil {
 			*p, err = e.alloc(b, int64(4*max(n, 1)))
 		}
+		if err == nil {
+			// Zeroed: no buffer ever holds stale NaN patterns.
+			err = b.zero(*p, int64(4*max(n, 1)))
+		}
 	}
 	f(&ws.meta, 3*M)
 	for _, p := range []*cuda.DevPtr{&ws.x, &ws.h, &ws.tmp, &ws.mo, &ws.hid, &ws.mhid, &ws.hin} {
@@ -365,11 +369,14 @@ func (e *Engine) pick(o *ops, reqs []pickReq) ([]int, error) {
 	return e.readTokens(o, len(reqs))
 }
 
-// argmaxRows returns the arg-max of the first n logits rows.
-func (e *Engine) argmaxRows(o *ops, n int) ([]int, error) {
+// argmaxRows returns the arg-max of the given logits rows (only rows the
+// last forward computed: others may hold anything).
+func (e *Engine) argmaxRows(o *ops, rows []int) ([]int, error) {
 	V := e.cfg.VocabSize
-	o.do(o.b.argmax(e.ws.tok, e.ws.logits, n, V, V))
-	return e.readTokens(o, n)
+	for i, r := range rows {
+		o.do(o.b.argmax(fptr(e.ws.tok, i), fptr(e.ws.logits, r*V), 1, V, V))
+	}
+	return e.readTokens(o, len(rows))
 }
 
 func (e *Engine) readTokens(o *ops, n int) ([]int, error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/tilert-go/tilert/convert"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
+	gpuengine "github.com/tilert-go/tilert/engine/gpu"
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/tokenizer"
@@ -41,7 +42,7 @@ func Command() *cli.Command {
 			&cli.IntFlag{Name: "top-k", Value: 0, Usage: "keep the k most likely tokens; 0 disables"},
 			&cli.Uint64Flag{Name: "seed", Value: 0, Usage: "sampling seed"},
 			&cli.BoolFlag{Name: "ignore-eos", Usage: "do not stop at the end-of-sequence token"},
-			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu (cuda arrives with the GPU backend)"},
+			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (GPU 0; serving mode, fp8 MLA cache)"},
 		),
 		Action: run,
 	}
@@ -55,8 +56,9 @@ func run(c *cli.Context) error {
 	if _, _, err := cliutil.Load(c, nil); err != nil {
 		return err
 	}
-	if c.String("device") != "cpu" {
-		return cliutil.NotBuilt("generate --device "+c.String("device"), "only the cpu backend has landed; use --device cpu")
+	device := c.String("device")
+	if device != "cpu" && device != "cuda" {
+		return errors.WithHint(usage("unknown --device %q", device), "use --device cpu or --device cuda")
 	}
 	modelDir, weightsDir := c.String("model-dir"), c.String("weights-dir")
 	if modelDir == "" && weightsDir == "" {
@@ -84,33 +86,39 @@ func run(c *cli.Context) error {
 		return err
 	}
 
-	var (
-		w   model.Weights
-		cfg *model.Config
-	)
-	if weightsDir != "" {
-		w, cfg, err = convert.OpenWeights(weightsDir)
-	} else {
-		if cfg, err = model.LoadConfig(modelDir); err == nil {
-			w, err = model.OpenWeights(modelDir)
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if cl, ok := w.(io.Closer); ok {
-		defer cl.Close()
-	}
-
 	maxTokens := c.Int("max-tokens")
 	if maxTokens < 1 {
 		return errors.WithHint(usage("--max-tokens %d is not positive", maxTokens), "ask for at least one token")
 	}
-	e, err := cpu.New(cfg, w, engine.Options{
+	opts := engine.Options{
 		Mode: mode, MLACache: cache, Slots: 1, MaxSeqLen: len(prompt) + maxTokens + 2, MTP: c.Bool("mtp"),
-	})
-	if err != nil {
-		return err
+	}
+	var (
+		e   engine.Engine
+		cfg *model.Config
+	)
+	if device == "cuda" {
+		dir := weightsDir
+		if dir == "" {
+			dir = modelDir
+		}
+		src, closeSrc, err := gpuengine.Open(dir)
+		if err != nil {
+			return err
+		}
+		defer closeSrc()
+		ge, err := gpuengine.New(src, opts)
+		if err != nil {
+			return err
+		}
+		e, cfg = ge, src.Config()
+	} else {
+		ce, c2, closeW, err := newCPU(modelDir, weightsDir, opts)
+		if err != nil {
+			return err
+		}
+		defer closeW()
+		e, cfg = ce, c2
 	}
 	defer e.Close()
 
@@ -125,6 +133,36 @@ func run(c *cli.Context) error {
 		}
 	}
 	return generate(c.App.Writer, e, tok, prompt, p)
+}
+
+// newCPU builds the CPU engine on an HF or converted checkpoint.
+func newCPU(modelDir, weightsDir string, opts engine.Options) (*cpu.Engine, *model.Config, func(), error) {
+	var (
+		w   model.Weights
+		cfg *model.Config
+		err error
+	)
+	if weightsDir != "" {
+		w, cfg, err = convert.OpenWeights(weightsDir)
+	} else {
+		if cfg, err = model.LoadConfig(modelDir); err == nil {
+			w, err = model.OpenWeights(modelDir)
+		}
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	closeW := func() {
+		if cl, ok := w.(io.Closer); ok {
+			cl.Close()
+		}
+	}
+	e, err := cpu.New(cfg, w, opts)
+	if err != nil {
+		closeW()
+		return nil, nil, nil, err
+	}
+	return e, cfg, closeW, nil
 }
 
 func promptIDs(c *cli.Context, tok *tokenizer.Tokenizer) ([]int, error) {

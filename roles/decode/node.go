@@ -41,8 +41,8 @@ type Options struct {
 	ShutdownGrace time.Duration
 	Log           *slog.Logger
 
-	// minBatch holds the first step until this many requests are active
-	// (tests: makes "decoded together" deterministic).
+	// minBatch holds the first step until this many requests have been
+	// admitted (tests: makes "decoded together" deterministic).
 	minBatch int
 	// stepHook runs on the scheduler goroutine after each step's tokens
 	// are fanned out (tests: hold the engine at a known point).

@@ -110,11 +110,14 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func (n *Node) schedule(ctx context.Context) {
 	defer close(n.done)
 	var active []*request
+	admitted := 0
+	held := func() bool { return admitted < n.opts.minBatch }
 	for {
-		if len(active) == 0 || len(active) < n.opts.minBatch {
+		if len(active) == 0 || held() {
 			select {
 			case r := <-n.admitCh:
 				active = n.admit(active, r)
+				admitted++
 			case <-n.wake:
 			case <-ctx.Done():
 				for _, r := range active {
@@ -129,6 +132,7 @@ func (n *Node) schedule(ctx context.Context) {
 			select {
 			case r := <-n.admitCh:
 				active = n.admit(active, r)
+				admitted++
 			default:
 				break drain
 			}
@@ -142,7 +146,7 @@ func (n *Node) schedule(ctx context.Context) {
 			kept = append(kept, r)
 		}
 		active = kept
-		if len(active) == 0 || len(active) < n.opts.minBatch {
+		if len(active) == 0 || held() {
 			continue
 		}
 		active = n.step(active)

@@ -530,7 +530,10 @@ func (m *emuBackend) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ld
 // out-of-range access) into an error.
 type emuRunner struct{ m *emuBackend }
 
-func (r *emuRunner) run(f func(b backend) error) (err error) {
+func (r *emuRunner) run(f func(b backend) error) error { return r.runWith(r.m, f) }
+
+// runWith runs f on b (the emulator or a wrapper of it).
+func (r *emuRunner) runWith(b backend, f func(b backend) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			if e, ok := p.(error); ok {
@@ -540,7 +543,7 @@ func (r *emuRunner) run(f func(b backend) error) (err error) {
 			err = errors.Newf("emulated device: panic: %v", p)
 		}
 	}()
-	return f(r.m)
+	return f(b)
 }
 
 func (r *emuRunner) close() error { return nil }

@@ -308,41 +308,28 @@ func TestGPULogitsMatchEmulator(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%+v", err)
 				}
-				var errs []float64
-				agree := 0
-				for i := range el {
-					errs = append(errs, relErr(gl[i], el[i]))
-					if argmax(gl[i]) == argmax(el[i]) {
-						agree++
-					}
-				}
-				nMain := len(errs)
-				for i := range em {
-					errs = append(errs, relErr(gm[i], em[i]))
-					if argmax(gm[i]) == argmax(em[i]) {
-						agree++
-					}
-				}
-				big := 0
-				for i, e := range errs {
+				st := compareRuns(el, em, gl, gm)
+				for i, e := range st.errs {
 					if e > flipErr {
-						big++
 						where := fmt.Sprintf("main position %d", i)
-						if i >= nMain {
-							where = fmt.Sprintf("MTP position %d", i-nMain)
+						if i >= st.nMain {
+							where = fmt.Sprintf("MTP position %d", i-st.nMain)
 						}
 						t.Logf("%s: rel err %.3g", where, e)
 					}
 				}
-				s := append([]float64(nil), errs...)
-				slices.Sort(s)
-				q := func(f float64) float64 { return s[min(len(s)-1, int(f*float64(len(s))))] }
-				t.Logf("rel logit err over %d main + %d MTP positions: p50 %.3g p90 %.3g p99 %.3g max %.3g; top-1 %d/%d",
-					nMain, len(errs)-nMain, q(0.5), q(0.9), q(0.99), s[len(s)-1], agree, len(errs))
+				t.Logf("rel logit err over %d main + %d MTP positions: p50 %.3g p90 %.3g p99 %.3g max %.3g; top-1 changed %d",
+					st.nMain, len(st.errs)-st.nMain, st.quantile(0.5), st.quantile(0.9), st.quantile(0.99), st.quantile(1), st.dis)
+				// The bound on flipped positions: the emulator's own
+				// sensitivity to float32-sized noise on this sequence (at
+				// least flipFraction).
+				base := noiseBaseline(t, src, toks, el, em)
+				t.Logf("noise baseline (GEMV outputs nudged by %.0e): positions > %.0e: %d, top-1 changed %d, p50 %.3g",
+					noiseLevel, flipErr, base.big, base.dis, base.quantile(0.5))
 				tag := "gpu " + name + " logits vs CPU forward (emulator)"
-				record(t, tag, "median max|d|/max|ref|", q(0.5), medianBound)
-				record(t, tag, fmt.Sprintf("positions with err > %.0e", flipErr), float64(big)/float64(len(errs)), flipFraction)
-				record(t, tag, "top-1 disagreeing", 1-float64(agree)/float64(len(errs)), flipFraction)
+				record(t, tag, "median max|d|/max|ref|", st.quantile(0.5), medianBound)
+				record(t, tag, fmt.Sprintf("positions with err > %.0e", flipErr), st.bigFrac(), max(flipFraction, base.bigFrac()))
+				record(t, tag, "top-1 disagreeing", st.disFrac(), max(flipFraction, base.disFrac()))
 			})
 		}
 	}
@@ -354,7 +341,8 @@ func TestGPULogitsMatchEmulator(t *testing.T) {
 // indexer's top-k or the MoE choice flips a discrete decision and moves
 // that position's logits by up to tens of percent (DESIGN known traps; the
 // tiny random models have many near-ties): such positions are counted,
-// not bounded one by one.
+// not bounded one by one, against at least flipFraction or what float32-
+// sized noise does to the emulator on the same tokens (noiseBaseline).
 const (
 	medianBound  = 1e-3
 	flipErr      = 1e-2

@@ -14,20 +14,48 @@ import (
 
 // HF transformers goldens (testdata/golden/<preset>.json, scripts/hf_golden.py).
 // The GPU engine runs serving mode (fp8 caches, fp8 indexer query), so the
-// criterion is the CPU engine's serving one: teacher-forced top-1 agreement
-// with HF's greedy tokens of at least 90%; the relative logit error is
-// reported.
+// criteria are the CPU engine's serving ones (engine/cpu golden_test.go):
+// teacher-forced top-1 agreement with HF's greedy tokens of at least 80%
+// where every query attends densely (fp8 MLA cache), at least 40% where the
+// indexer selects (its fp8 keys and query re-decide near-boundary positions
+// of a random model), cases HF itself marks ambiguous left out; the relative
+// logit error and MTP agreement are reported.
+
+const (
+	servingDenseMinFP8 = 0.80
+	servingSparseMin   = 0.40
+)
 
 type golden struct {
-	Preset string `json:"preset"`
-	Seed   int64  `json:"seed"`
-	Cases  []struct {
+	Preset      string `json:"preset"`
+	Seed        int64  `json:"seed"`
+	Diagnostics []struct {
+		Case string `json:"case"`
+		TopK struct {
+			ExactTies map[string]int `json:"exact_ties"`
+		} `json:"topk"`
+		Crosscheck struct {
+			SingleForwardMaxRel float64 `json:"single_forward_max_rel"`
+		} `json:"crosscheck"`
+	} `json:"diagnostics"`
+	Cases []struct {
 		Name      string      `json:"name"`
 		PromptIDs []int       `json:"prompt_ids"`
 		GreedyIDs []int       `json:"greedy_ids"`
 		Logits    [][]float64 `json:"logits"`
 		MTPLogits [][]float64 `json:"mtp_logits"`
 	} `json:"cases"`
+}
+
+// ambiguous reports whether HF's own reference is ambiguous for a case
+// (exact top-k ties, or its single and per-step forwards disagree).
+func (g *golden) ambiguous(name string) bool {
+	for _, d := range g.Diagnostics {
+		if d.Case == name && (d.TopK.ExactTies["indexer"]+d.TopK.ExactTies["router"] > 0 || d.Crosscheck.SingleForwardMaxRel > 1e-3) {
+			return true
+		}
+	}
+	return false
 }
 
 func repoRoot(t testing.TB) string {
@@ -105,7 +133,7 @@ func testGolden(t *testing.T, kind backendKind) {
 			}
 			_, src := hfSourceOf(t, dir)
 			e := newTestEngine(t, kind, src, engine.Options{MaxSeqLen: 1024})
-			agree, total, agreeM, totalM := 0, 0, 0, 0
+			var dense, sparse, mtpAll [2]int // agree, total
 			var worst float64
 			for _, c := range g.Cases {
 				n := len(c.PromptIDs)
@@ -114,26 +142,41 @@ func testGolden(t *testing.T, kind backendKind) {
 				if err != nil {
 					t.Fatalf("%+v", err)
 				}
+				a := 0
 				for s := range c.Logits {
-					total++
 					if argmax(lg[n-1+s]) == c.GreedyIDs[s] {
-						agree++
+						a++
 					}
 					worst = math.Max(worst, relErr64(lg[n-1+s], c.Logits[s]))
 				}
+				isDense := len(toks) <= e.Config().IndexTopK
+				switch {
+				case g.ambiguous(c.Name):
+				case isDense:
+					dense[0], dense[1] = dense[0]+a, dense[1]+len(c.Logits)
+				default:
+					sparse[0], sparse[1] = sparse[0]+a, sparse[1]+len(c.Logits)
+				}
 				for s := range c.MTPLogits {
 					if n-1+s < len(mtp) {
-						totalM++
+						mtpAll[1]++
 						if argmax(mtp[n-1+s]) == argmax64(c.MTPLogits[s]) {
-							agreeM++
+							mtpAll[0]++
 						}
 					}
 				}
+				t.Logf("case %s (%d tokens, dense %v, HF ambiguous %v): top-1 %d/%d", c.Name, len(toks), isDense, g.ambiguous(c.Name), a, len(c.Logits))
 			}
-			t.Logf("%s serving top-1 agreement with HF: %d/%d; MTP %d/%d; max rel logit err %.3g", kind, agree, total, agreeM, totalM, worst)
+			frac := func(x [2]int) float64 { return float64(x[0]) / float64(max(x[1], 1)) }
+			t.Logf("%s serving top-1 agreement with HF: dense %d/%d, indexer-sparse %d/%d; MTP %d/%d; max rel logit err %.3g (not bounded)",
+				kind, dense[0], dense[1], sparse[0], sparse[1], mtpAll[0], mtpAll[1], worst)
 			name := fmt.Sprintf("%s %s HF golden top-1 (teacher-forced)", kind, g.Preset)
-			record(t, name, "fraction disagreeing", 1-float64(agree)/float64(total), 0.1)
-			t.Logf("max rel logit err vs HF (serving mode, not bounded): %.3g", worst)
+			if dense[1] > 0 {
+				record(t, name+" dense", "fraction disagreeing", 1-frac(dense), 1-servingDenseMinFP8)
+			}
+			if sparse[1] > 0 {
+				record(t, name+" indexer-sparse", "fraction disagreeing", 1-frac(sparse), 1-servingSparseMin)
+			}
 		})
 	}
 }

@@ -1,0 +1,134 @@
+package gpu
+
+import (
+	"slices"
+	"testing"
+
+	cuda "github.com/tilert-go/tilert/gpu"
+
+	"github.com/tilert-go/tilert/engine"
+)
+
+// noiseLevel is the relative size of float32 summation-order differences
+// in sums of ~1000 products (sqrt(K) * 2^-24 ~ 2e-6): what two correct
+// implementations, such as the GPU and the CPU, differ by in a GEMV output.
+const noiseLevel = 1e-6
+
+// noisyEmu is the emulator with every GEMV output nudged by a relative
+// 1e-6 (deterministic): the size of the float32 summation-order
+// differences between the GPU and the CPU.
+type noisyEmu struct {
+	*emuBackend
+	n uint64
+}
+
+func (m *noisyEmu) nudge(y cuda.DevPtr, N, M, ldy int) {
+	for r := 0; r < M; r++ {
+		ys := m.f32(y.Add(int64(4*r*ldy)), N)
+		for i := range ys {
+			m.n = m.n*6364136223846793005 + 1442695040888963407
+			ys[i] *= 1 + float32(int64(m.n>>40)-(1<<23))/(1<<23)*noiseLevel
+		}
+	}
+}
+
+func (m *noisyEmu) gemvFP8(y, x, w, s cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	err := m.emuBackend.gemvFP8(y, x, w, s, N, K, M, ldx, ldy)
+	m.nudge(y, N, M, ldy)
+	return err
+}
+
+func (m *noisyEmu) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	err := m.emuBackend.gemvBF16(y, x, w, N, K, M, ldx, ldy)
+	m.nudge(y, N, M, ldy)
+	return err
+}
+
+type noisyRunner struct{ m *noisyEmu }
+
+func (r *noisyRunner) run(f func(b backend) error) error {
+	return (&emuRunner{m: r.m.emuBackend}).runWith(r.m, f)
+}
+func (r *noisyRunner) close() error { return nil }
+
+// flipStats compares two teacher-forced runs: per-position relative logit
+// errors (main positions, then MTP), how many exceed flipErr, and how many
+// top-1 tokens differ.
+type flipStats struct {
+	errs     []float64
+	nMain    int
+	big, dis int
+}
+
+func compareRuns(al, am, bl, bm [][]float32) flipStats {
+	var st flipStats
+	for i := range al {
+		st.errs = append(st.errs, relErr(bl[i], al[i]))
+		if argmax(al[i]) != argmax(bl[i]) {
+			st.dis++
+		}
+	}
+	st.nMain = len(st.errs)
+	for i := range am {
+		st.errs = append(st.errs, relErr(bm[i], am[i]))
+		if argmax(am[i]) != argmax(bm[i]) {
+			st.dis++
+		}
+	}
+	for _, e := range st.errs {
+		if e > flipErr {
+			st.big++
+		}
+	}
+	return st
+}
+
+func (st flipStats) bigFrac() float64 { return float64(st.big) / float64(len(st.errs)) }
+func (st flipStats) disFrac() float64 { return float64(st.dis) / float64(len(st.errs)) }
+
+func (st flipStats) quantile(f float64) float64 {
+	s := append([]float64(nil), st.errs...)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(f*float64(len(s))))]
+}
+
+// noiseBaseline is how far the serving-mode forward of src moves when every
+// GEMV output is nudged by noiseLevel: the emulator against itself. On the
+// tiny random models such noise alone flips discrete decisions (fp8
+// rounding of the indexer query and the caches, top-k and MoE near-ties) at
+// many positions; a correct GPU forward cannot be expected to flip fewer.
+func noiseBaseline(t *testing.T, src Source, toks []int, el, em [][]float32) flipStats {
+	t.Helper()
+	b, err := build(&noisyRunner{m: &noisyEmu{emuBackend: newEmu()}}, src, engine.Options{MaxSeqLen: maxSeq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	bl, bm, err := b.TeacherForce(0, toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return compareRuns(el, em, bl, bm)
+}
+
+// TestEmuNoiseSensitivity logs the baseline (CI: the numbers the GPU's
+// logit check is judged against).
+func TestEmuNoiseSensitivity(t *testing.T) {
+	for _, pr := range presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, presetDir(t, pr))
+			a := newTestEngine(t, onEmu, src, engine.Options{MaxSeqLen: maxSeq})
+			toks := testPrompt(100, w.Config().VocabSize, 5)
+			al, am, err := a.TeacherForce(0, toks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := noiseBaseline(t, src, toks, al, am)
+			t.Logf("%s, GEMV outputs nudged by %.0e: rel logit err p50 %.3g max %.3g; positions > %.0e: %d/%d; top-1 changed %d",
+				pr, noiseLevel, st.quantile(0.5), st.quantile(1), flipErr, st.big, len(st.errs), st.dis)
+			if st.quantile(0.5) == 0 {
+				t.Error("the noise changed nothing: the wrapper is not in the path")
+			}
+		})
+	}
+}

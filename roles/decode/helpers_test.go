@@ -463,3 +463,12 @@ func checkEqual(t testing.TB, pr *prepared, d *decodeResult) {
 		t.Fatalf("%s: final n %v, streamed %d", pr.rid, d.final["n"], len(pr.want))
 	}
 }
+
+func readJSONBody(resp *http.Response, v any) error {
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}

@@ -283,10 +283,15 @@ type sender struct {
 
 func newSender(t testing.TB, r *rig, kind string) *sender {
 	t.Helper()
+	return dialSender(t, r.ctrl, kind, Layout(r.model, r.node.layout))
+}
+
+func dialSender(t testing.TB, ctrl, kind string, want pd.Layout) *sender {
+	t.Helper()
 	tr := newTransfer(t, kind, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := pd.Dial(ctx, r.ctrl, tr, Layout(r.model, r.node.layout))
+	c, err := pd.Dial(ctx, ctrl, tr, want)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,144 @@
+package decode
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/config"
+	"github.com/tilert-go/tilert/convert"
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/internal/cliutil"
+	"github.com/tilert-go/tilert/pd"
+)
+
+func runConfig(weights string) *config.Config {
+	cfg := config.Default()
+	cfg.Model.Name, cfg.Model.WeightsDir, cfg.Model.MaxSeqLen, cfg.Model.WithMTP = "glm-5", weights, 256, true
+	cfg.Decode.Device, cfg.Decode.Host, cfg.Decode.CtrlPort, cfg.Decode.HTTPPort = "cpu", "127.0.0.1", 0, 0
+	cfg.Transfer.Listen = "127.0.0.1:0"
+	return cfg
+}
+
+// The whole role: HF and converted weights, both ports, a request, and a
+// graceful stop that lets the request in flight finish.
+func TestRunServesAndStopsGracefully(t *testing.T) {
+	hf := presetDir(t, "glm-5-tiny")
+	conv := filepath.Join(testRoot, "glm-5-tiny-converted")
+	if _, err := os.Stat(conv); err != nil {
+		if _, err := convert.Convert(context.Background(), convert.Options{ModelDir: hf, SaveDir: conv, AppendMTP: true, Devices: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ name, dir string }{{"hf checkpoint", hf}, {"converted weights", conv}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := runConfig(c.dir)
+			addrFile := filepath.Join(t.TempDir(), "addr.json")
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			runErr := make(chan error, 1)
+			go func() { runErr <- Run(ctx, cfg, addrFile) }()
+			var addrs Addrs
+			waitFor(t, "the address file", func() bool {
+				b, err := os.ReadFile(addrFile)
+				return err == nil && json.Unmarshal(b, &addrs) == nil
+			})
+			r := &rig{base: "http://" + addrs.HTTP, ctrl: addrs.Ctrl, lm: loadModel(t, "glm-5-tiny")}
+			var capa Capabilities
+			if code := r.getJSON(t, "/capabilities", &capa); code != 200 || capa.Model != "glm5" || !capa.MTP {
+				t.Fatalf("capabilities %d %+v", code, capa)
+			}
+			o := rigOpts{mtp: true}
+			pr := prepare(t, o, "run", randomPrompt(111, 50, r.lm.cfg.VocabSize), engine.Params{MaxTokens: 40})
+			s := dialSender(t, addrs.Ctrl, "tcp", pd0(capa))
+			if err := s.send(pr); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := postJSON(t, r.base+"/pd/decode", decodeBody(pr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Stop the node while the request streams: it must finish.
+			lines := 0
+			d := readStream(t, resp, func(string) {
+				if lines++; lines == 1 {
+					stop()
+				}
+			})
+			checkEqual(t, pr, d)
+			if err := <-runErr; err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if _, err := http.Get(r.base + "/health"); err == nil {
+				t.Fatal("http port still open after Run returned")
+			}
+		})
+	}
+}
+
+func TestRunRefusesBadSetups(t *testing.T) {
+	hf := presetDir(t, "glm-5-tiny")
+	cases := []struct {
+		name   string
+		edit   func(*config.Config)
+		want   string
+		usage  bool
+		notCPU bool
+	}{
+		{"cuda device", func(c *config.Config) { c.Decode.Device = "cuda" }, "--device cpu", false, true},
+		{"unknown device", func(c *config.Config) { c.Decode.Device = "tpu" }, "tpu", true, false},
+		{"no weights", func(c *config.Config) { c.Model.WeightsDir = "" }, "--model-weights-dir", true, false},
+		{"empty dir", func(c *config.Config) { c.Model.WeightsDir = t.TempDir() }, "neither converted weights", true, false},
+		{"wrong family", func(c *config.Config) { c.Model.Name = "deepseek-v3.2" }, "glm5", true, false},
+		{"bad kv dtype", func(c *config.Config) { c.Model.KVCacheDType = "int4" }, "int4", true, false},
+		{"bad transfer", func(c *config.Config) { c.Transfer.Engine = "carrier-pigeon" }, "tcp or nixl", true, false},
+		{"zero inflight", func(c *config.Config) { c.Decode.MaxInflight = 0 }, "max-inflight", true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := runConfig(hf)
+			c.edit(cfg)
+			err := Run(context.Background(), cfg, "")
+			if err == nil {
+				t.Fatal("Run accepted it")
+			}
+			text := err.Error() + " " + strings.Join(errors.GetAllHints(err), " ")
+			if !strings.Contains(text, c.want) {
+				t.Fatalf("error %q (hints included) does not mention %q", text, c.want)
+			}
+			var ec interface{ ExitCode() int }
+			if (c.usage || c.notCPU) && (!errors.As(err, &ec) || ec.ExitCode() != cliutil.ExitNotBuilt) {
+				t.Fatalf("exit code: %v", err)
+			}
+		})
+	}
+}
+
+func TestAdvertise(t *testing.T) {
+	cases := []struct{ endpoint, host, want string }{
+		{"tcp://127.0.0.1:7000", "", ""},
+		{"tcp://10.1.2.3:7000", "0.0.0.0", ""},
+		{"tcp://0.0.0.0:7000", "decode-1.example", "decode-1.example:7000"},
+		{"tcp://[::]:7000", "10.0.0.9", "10.0.0.9:7000"},
+	}
+	for _, c := range cases {
+		if got := advertise(c.endpoint, c.host); got != c.want {
+			t.Errorf("advertise(%q, %q) = %q, want %q", c.endpoint, c.host, got, c.want)
+		}
+	}
+	// Wildcard everywhere: some dialable address with the same port.
+	if got := advertise("tcp://0.0.0.0:7001", "0.0.0.0"); !strings.HasSuffix(got, ":7001") || strings.HasPrefix(got, "0.0.0.0") {
+		t.Errorf("wildcard advertise %q", got)
+	}
+}
+
+// pd0 is the ctrl layout a node's capabilities announce.
+func pd0(c Capabilities) pd.Layout {
+	return pd.Layout{Model: c.Model, LayoutVersion: c.LayoutVersion, KVCacheDType: c.KVCacheDType, NumLayers: c.NumLayers}
+}

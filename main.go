@@ -11,6 +11,7 @@ import (
 	"github.com/tilert-go/tilert/internal/buildinfo"
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/internal/configcmd"
+	"github.com/tilert-go/tilert/internal/devprefill"
 	"github.com/tilert-go/tilert/internal/generatecmd"
 	"github.com/tilert-go/tilert/internal/synthcmd"
 	"github.com/tilert-go/tilert/roles/convert"
@@ -32,6 +33,7 @@ func newApp() *cli.App {
 			configcmd.Command(),
 			synthcmd.Command(),
 			generatecmd.Command(),
+			devprefill.Command(),
 			{
 				Name:  "version",
 				Usage: "print version, commit and Go version",

@@ -1,0 +1,244 @@
+// Package devprefill is `tilert dev-prefill`: a development stand-in for
+// vLLM prefill + the connector sidecar. It prefills a prompt on the local
+// CPU engine, ships the state to a decode node over the ctrl protocol and a
+// transfer engine, then calls the node's /pd/decode and prints the stream.
+package devprefill
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/urfave/cli/v2"
+
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/cpu"
+	"github.com/tilert-go/tilert/internal/cliutil"
+	"github.com/tilert-go/tilert/pd"
+	"github.com/tilert-go/tilert/rdma"
+	"github.com/tilert-go/tilert/rdma/nixl"
+	"github.com/tilert-go/tilert/roles/decode"
+	"github.com/tilert-go/tilert/tokenizer"
+)
+
+// Command is `tilert dev-prefill`.
+func Command() *cli.Command {
+	return &cli.Command{
+		Name:  "dev-prefill",
+		Usage: "dev tool: prefill a prompt on the local CPU engine, hand its state to a decode node, print the /pd/decode stream",
+		Flags: append(cliutil.Flags(nil),
+			&cli.StringFlag{Name: "model-dir", Usage: "the decode node's model: HF checkpoint or converted weights (tokenizer read from it when present)"},
+			&cli.StringFlag{Name: "addr-file", Usage: "the decode node's --addr-file (ctrl and http addresses)"},
+			&cli.StringFlag{Name: "ctrl", Usage: "decode node ctrl address host:port (instead of --addr-file)"},
+			&cli.StringFlag{Name: "http", Usage: "decode node http address host:port (instead of --addr-file)"},
+			&cli.StringFlag{Name: "transfer-engine", Value: "tcp", Usage: "tcp or nixl (must match the node)"},
+			&cli.StringFlag{Name: "rid", Usage: "request id (default: dev-<time>)"},
+			&cli.StringFlag{Name: "prompt", Usage: "prompt text (needs a tokenizer)"},
+			&cli.StringFlag{Name: "prompt-ids", Usage: "prompt as comma-separated token ids"},
+			&cli.IntFlag{Name: "max-tokens", Value: 32, Usage: "tokens to generate, the first (prefill's) included"},
+			&cli.Float64Flag{Name: "temperature", Usage: "0 is greedy"},
+			&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling threshold"},
+			&cli.IntFlag{Name: "top-k", Usage: "keep the k most likely tokens; 0 disables"},
+			&cli.Uint64Flag{Name: "seed", Usage: "sampling seed"},
+			&cli.BoolFlag{Name: "ignore-eos", Usage: "do not stop at the end-of-sequence token"},
+		),
+		Action: run,
+	}
+}
+
+func usage(format string, args ...any) error {
+	return cliutil.WithExitCode(errors.Newf(format, args...), cliutil.ExitNotBuilt)
+}
+
+func run(c *cli.Context) error {
+	if _, _, err := cliutil.Load(c, nil); err != nil {
+		return err
+	}
+	out := c.App.Writer
+	ctrl, httpAddr := c.String("ctrl"), c.String("http")
+	if f := c.String("addr-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return errors.Wrapf(err, "--addr-file %s", f)
+		}
+		var a decode.Addrs
+		if err := json.Unmarshal(b, &a); err != nil {
+			return errors.Wrapf(err, "--addr-file %s", f)
+		}
+		ctrl, httpAddr = a.Ctrl, a.HTTP
+	}
+	if ctrl == "" || httpAddr == "" {
+		return errors.WithHint(usage("no decode node address"), "pass --addr-file (from tilert decode --addr-file) or --ctrl and --http")
+	}
+	dir := c.String("model-dir")
+	w, mcfg, closeW, err := decode.LoadWeights(dir)
+	if err != nil {
+		return err
+	}
+	defer closeW()
+	var tok *tokenizer.Tokenizer
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
+		if tok, err = tokenizer.Load(dir); err != nil {
+			return err
+		}
+	}
+	prompt, err := promptIDs(c, tok)
+	if err != nil {
+		return err
+	}
+	p := engine.Params{Temperature: c.Float64("temperature"), TopP: c.Float64("top-p"), TopK: c.Int("top-k"), Seed: c.Uint64("seed"),
+		MaxTokens: c.Int("max-tokens")}
+	if !c.Bool("ignore-eos") {
+		p.StopIDs = mcfg.EOS
+	}
+
+	ctx, cancel := context.WithTimeout(c.Context, 5*time.Minute)
+	defer cancel()
+	tr, err := sender(c.String("transfer-engine"))
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	client, err := pd.Dial(ctx, ctrl, tr, pd.Layout{})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	hello := client.Hello()
+	dt, err := engine.ParseCacheDType(hello.KVCacheDType)
+	if err != nil {
+		return errors.Wrapf(err, "decode node %s", ctrl)
+	}
+	eng, err := cpu.New(mcfg, w, engine.Options{Mode: engine.ModeServing, MLACache: dt, Slots: 1, MaxSeqLen: len(prompt) + 2})
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	if got := decode.Layout(decode.ModelName(mcfg.Family), eng.Layout()); got != hello.Layout() {
+		return errors.WithHint(errors.Newf("this model's state layout %+v differs from the node's %+v", got, hello.Layout()),
+			"pass the decode node's model directory as --model-dir")
+	}
+
+	t0 := time.Now()
+	first, err := eng.Prefill(0, prompt, p)
+	if err != nil {
+		return err
+	}
+	meta, segs, err := eng.Export(0)
+	if err != nil {
+		return err
+	}
+	tPrefill := time.Since(t0)
+	rid := c.String("rid")
+	if rid == "" {
+		rid = "dev-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	og, err := decode.Pack(rid, 1, eng.Layout(), meta, segs)
+	if err != nil {
+		return err
+	}
+	if err := tr.Register(og.Region()); err != nil {
+		return err
+	}
+	t1 := time.Now()
+	ack, err := client.Send(ctx, og.Admit, og.Sources)
+	if err != nil {
+		return err
+	}
+	tSend := time.Since(t1)
+	fmt.Fprintf(out, "prefill: %d prompt tokens in %s, first token %d\n", len(prompt), tPrefill.Round(time.Millisecond), first)
+	fmt.Fprintf(out, "handoff: rid %s -> slot %d gen %d, %d bytes in %d regions over %s in %s\n",
+		rid, ack.Slot, ack.Generation, len(og.Buf), len(og.Sources), tr.Kind(), tSend.Round(time.Microsecond))
+
+	body := map[string]any{"rid": rid, "first_token_id": first, "max_tokens": p.MaxTokens, "ignore_eos": c.Bool("ignore-eos"),
+		"sampling": map[string]any{"temperature": p.Temperature, "top_p": p.TopP, "top_k": p.TopK, "seed": p.Seed}}
+	b, _ := json.Marshal(body)
+	fmt.Fprintf(out, "POST http://%s/pd/decode %s\n", httpAddr, b)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+httpAddr+"/pd/decode", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return errors.Wrap(err, "POST /pd/decode")
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return errors.Newf("/pd/decode: %s: %s", resp.Status, bytes.TrimSpace(msg))
+	}
+	ids := []int{first}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Bytes()
+		fmt.Fprintf(out, "  %s\n", line)
+		var m struct {
+			T     []int  `json:"t"`
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(line, &m); err != nil {
+			return errors.Wrapf(err, "/pd/decode line %q", line)
+		}
+		if m.Error != "" {
+			return errors.Newf("/pd/decode ended with an error: %s", line)
+		}
+		ids = append(ids, m.T...)
+	}
+	if err := sc.Err(); err != nil {
+		return errors.Wrap(err, "reading /pd/decode")
+	}
+	strs := make([]string, len(ids))
+	for i, id := range ids {
+		strs[i] = strconv.Itoa(id)
+	}
+	fmt.Fprintf(out, "ids: %s\n", strings.Join(strs, ","))
+	if tok != nil {
+		fmt.Fprintf(out, "text: %q\n", tok.Decode(ids, true))
+	}
+	return nil
+}
+
+func sender(kind string) (rdma.Engine, error) {
+	switch kind {
+	case "tcp":
+		return rdma.NewTCP(rdma.TCPConfig{})
+	case "nixl":
+		return nixl.New(nixl.Config{})
+	}
+	return nil, errors.WithHint(usage("unknown --transfer-engine %q", kind), "use tcp or nixl, as the decode node")
+}
+
+func promptIDs(c *cli.Context, tok *tokenizer.Tokenizer) ([]int, error) {
+	text, ids := c.String("prompt"), c.String("prompt-ids")
+	switch {
+	case text != "" && ids != "":
+		return nil, usage("give --prompt or --prompt-ids, not both")
+	case ids != "":
+		var out []int
+		for _, f := range strings.Split(ids, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return nil, errors.WithHint(usage("--prompt-ids: %q is not a token id", f), "write ids as 1,2,3")
+			}
+			out = append(out, n)
+		}
+		return out, nil
+	case text != "":
+		if tok == nil {
+			return nil, errors.WithHint(usage("--prompt needs a tokenizer"), "use a --model-dir with tokenizer.json, or --prompt-ids")
+		}
+		return tok.Encode(text, true)
+	}
+	return nil, errors.WithHint(usage("no prompt"), "pass --prompt TEXT or --prompt-ids 1,2,3")
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/tilert-go/tilert/internal/benchcmd"
 	"github.com/tilert-go/tilert/internal/buildinfo"
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/internal/configcmd"
@@ -33,6 +34,7 @@ func newApp() *cli.App {
 			configcmd.Command(),
 			synthcmd.Command(),
 			generatecmd.Command(),
+			benchcmd.Command(),
 			devprefill.Command(),
 			{
 				Name:  "version",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -237,5 +238,38 @@ func TestGenerateBadInput(t *testing.T) {
 		if code == 0 || !strings.Contains(stderr, "error") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
 		}
+	}
+}
+
+func TestBenchDecode(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ds")
+	if _, stderr, code := run(t, "synth", "--preset", "deepseek-v3.2-tiny", "--out", dir); code != 0 {
+		t.Fatalf("synth: exit %d: %s", code, stderr)
+	}
+	js := filepath.Join(t.TempDir(), "bench.json")
+	out, stderr, code := run(t, "bench", "decode", "--model-dir", dir, "--prompt-len", "40", "--tokens", "6", "--slots", "2", "--json", js)
+	if code != 0 {
+		t.Fatalf("bench: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "tok/s per user") {
+		t.Errorf("bench printed no throughput:\n%s", out)
+	}
+	data, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Slots, Steps int
+		Tok          float64 `json:"tokens_per_second"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	// 6 tokens per slot, the first from prefill: 5 greedy steps.
+	if r.Slots != 2 || r.Steps != 5 || !(r.Tok > 0) {
+		t.Errorf("bench result %+v", r)
+	}
+	if _, _, code := run(t, "bench", "decode", "--model-dir", dir, "--slots", "0"); code != 2 {
+		t.Errorf("--slots 0: exit %d, want 2", code)
 	}
 }

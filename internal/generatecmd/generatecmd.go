@@ -14,12 +14,9 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/urfave/cli/v2"
 
-	"github.com/tilert-go/tilert/convert"
 	"github.com/tilert-go/tilert/engine"
-	"github.com/tilert-go/tilert/engine/cpu"
-	gpuengine "github.com/tilert-go/tilert/engine/gpu"
 	"github.com/tilert-go/tilert/internal/cliutil"
-	"github.com/tilert-go/tilert/model"
+	"github.com/tilert-go/tilert/internal/engineload"
 	"github.com/tilert-go/tilert/tokenizer"
 )
 
@@ -93,34 +90,15 @@ func run(c *cli.Context) error {
 	opts := engine.Options{
 		Mode: mode, MLACache: cache, Slots: 1, MaxSeqLen: len(prompt) + maxTokens + 2, MTP: c.Bool("mtp"),
 	}
-	var (
-		e   engine.Engine
-		cfg *model.Config
-	)
-	if device == "cuda" {
-		dir := weightsDir
-		if dir == "" {
-			dir = modelDir
-		}
-		src, closeSrc, err := gpuengine.Open(dir)
-		if err != nil {
-			return err
-		}
-		defer closeSrc()
-		ge, err := gpuengine.New(src, opts)
-		if err != nil {
-			return err
-		}
-		e, cfg = ge, src.Config()
-	} else {
-		ce, c2, closeW, err := newCPU(modelDir, weightsDir, opts)
-		if err != nil {
-			return err
-		}
-		defer closeW()
-		e, cfg = ce, c2
+	dir := weightsDir
+	if dir == "" {
+		dir = modelDir
 	}
-	defer e.Close()
+	e, cfg, closeEngine, err := engineload.Open(device, dir, opts)
+	if err != nil {
+		return err
+	}
+	defer closeEngine()
 
 	p := engine.Params{
 		Temperature: c.Float64("temperature"), TopP: c.Float64("top-p"), TopK: c.Int("top-k"),
@@ -136,34 +114,6 @@ func run(c *cli.Context) error {
 }
 
 // newCPU builds the CPU engine on an HF or converted checkpoint.
-func newCPU(modelDir, weightsDir string, opts engine.Options) (*cpu.Engine, *model.Config, func(), error) {
-	var (
-		w   model.Weights
-		cfg *model.Config
-		err error
-	)
-	if weightsDir != "" {
-		w, cfg, err = convert.OpenWeights(weightsDir)
-	} else {
-		if cfg, err = model.LoadConfig(modelDir); err == nil {
-			w, err = model.OpenWeights(modelDir)
-		}
-	}
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	closeW := func() {
-		if cl, ok := w.(io.Closer); ok {
-			cl.Close()
-		}
-	}
-	e, err := cpu.New(cfg, w, opts)
-	if err != nil {
-		closeW()
-		return nil, nil, nil, err
-	}
-	return e, cfg, closeW, nil
-}
 
 func promptIDs(c *cli.Context, tok *tokenizer.Tokenizer) ([]int, error) {
 	text, ids := c.String("prompt"), c.String("prompt-ids")

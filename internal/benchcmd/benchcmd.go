@@ -1,0 +1,177 @@
+// Package benchcmd is `tilert bench`: measured figures for the engine on a
+// device, printed as a table and optionally written as JSON.
+package benchcmd
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/urfave/cli/v2"
+
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/internal/buildinfo"
+	"github.com/tilert-go/tilert/internal/cliutil"
+	"github.com/tilert-go/tilert/internal/engineload"
+)
+
+// Command is `tilert bench`.
+func Command() *cli.Command {
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "benchmark the engine (tilert bench decode)",
+		Subcommands: []*cli.Command{{
+			Name:  "decode",
+			Usage: "prefill random prompts into N slots, then time batched decode steps",
+			Flags: append(cliutil.Flags(nil),
+				&cli.StringFlag{Name: "model-dir", Required: true, Usage: "converted weights or an HF checkpoint directory"},
+				&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda"},
+				&cli.StringFlag{Name: "mode", Value: "serving", Usage: "exact or serving (cuda: serving only)"},
+				&cli.StringFlag{Name: "kv-cache-dtype", Value: "fp8", Usage: "MLA cache: fp8 or bf16"},
+				&cli.IntFlag{Name: "prompt-len", Value: 128, Usage: "prompt tokens per slot"},
+				&cli.IntFlag{Name: "tokens", Value: 64, Usage: "tokens generated per slot"},
+				&cli.IntFlag{Name: "slots", Value: 1, Usage: "requests decoded together (--max-inflight)"},
+				&cli.BoolFlag{Name: "mtp", Usage: "speculative decoding with the MTP layer"},
+				&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompts"},
+				&cli.StringFlag{Name: "json", Usage: "also write the result as JSON to this file"},
+			),
+			Action: runDecode,
+		}},
+	}
+}
+
+// Result is one bench decode run.
+type Result struct {
+	Version       string  `json:"version"`
+	Device        string  `json:"device"`
+	Model         string  `json:"model"`
+	Mode          string  `json:"mode"`
+	KVCacheDType  string  `json:"kv_cache_dtype"`
+	MTP           bool    `json:"mtp"`
+	Slots         int     `json:"slots"`
+	PromptLen     int     `json:"prompt_len"`
+	Tokens        int     `json:"tokens_per_slot"`
+	PrefillMS     float64 `json:"prefill_ms_per_slot"`
+	Steps         int     `json:"steps"`
+	StepP50MS     float64 `json:"step_p50_ms"`
+	StepP90MS     float64 `json:"step_p90_ms"`
+	DecodeSeconds float64 `json:"decode_seconds"`
+	TokensPerSec  float64 `json:"tokens_per_second"`
+	PerUserTokS   float64 `json:"per_user_tokens_per_second"`
+	MTPAccept     float64 `json:"mtp_accept_rate"`
+}
+
+func runDecode(c *cli.Context) error {
+	if _, _, err := cliutil.Load(c, nil); err != nil {
+		return err
+	}
+	mode, err := engine.ParseMode(c.String("mode"))
+	if err != nil {
+		return cliutil.WithExitCode(err, cliutil.ExitNotBuilt)
+	}
+	cache, err := engine.ParseCacheDType(c.String("kv-cache-dtype"))
+	if err != nil {
+		return cliutil.WithExitCode(err, cliutil.ExitNotBuilt)
+	}
+	slots, plen, ntok := c.Int("slots"), c.Int("prompt-len"), c.Int("tokens")
+	if slots < 1 || plen < 1 || ntok < 1 {
+		return cliutil.WithExitCode(errors.WithHint(errors.New("--slots, --prompt-len and --tokens must be positive"),
+			"e.g. --slots 1 --prompt-len 128 --tokens 64"), cliutil.ExitNotBuilt)
+	}
+	dir := c.String("model-dir")
+	if err := engineload.Verify(dir); err != nil {
+		return err
+	}
+	e, cfg, closeEngine, err := engineload.Open(c.String("device"), dir, engine.Options{
+		Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: plen + ntok + 4, MTP: c.Bool("mtp"),
+	})
+	if err != nil {
+		return err
+	}
+	defer closeEngine()
+
+	r := Result{
+		Version: buildinfo.Version, Device: c.String("device"), Model: string(cfg.Family), Mode: string(mode),
+		KVCacheDType: string(cache), MTP: c.Bool("mtp"), Slots: slots, PromptLen: plen, Tokens: ntok,
+	}
+	rng := rand.New(rand.NewPCG(c.Uint64("seed"), 7))
+	p := engine.Params{MaxTokens: ntok} // greedy, no stop ids: every slot runs to ntok
+	active := make([]int, 0, slots)
+	start := time.Now()
+	for s := 0; s < slots; s++ {
+		prompt := make([]int, plen)
+		for i := range prompt {
+			// Stay below the top of the vocabulary, where the special tokens live.
+			prompt[i] = rng.IntN(cfg.VocabSize * 3 / 4)
+		}
+		first, err := e.Prefill(s, prompt, p)
+		if err != nil {
+			return err
+		}
+		fin, err := e.Start(s, first, p)
+		if err != nil {
+			return err
+		}
+		if fin == engine.FinishNone {
+			active = append(active, s)
+		}
+	}
+	r.PrefillMS = float64(time.Since(start).Microseconds()) / 1e3 / float64(slots)
+
+	var steps []float64
+	generated := slots // the first tokens
+	decStart := time.Now()
+	for len(active) > 0 {
+		t0 := time.Now()
+		res, err := e.Step(active)
+		if err != nil {
+			return err
+		}
+		steps = append(steps, float64(time.Since(t0).Microseconds())/1e3)
+		next := active[:0]
+		for _, sr := range res {
+			generated += len(sr.Tokens)
+			if sr.Finish == engine.FinishNone {
+				next = append(next, sr.Slot)
+			}
+		}
+		active = next
+	}
+	r.DecodeSeconds = time.Since(decStart).Seconds()
+	r.Steps = len(steps)
+	slices.Sort(steps)
+	if len(steps) > 0 {
+		r.StepP50MS = steps[len(steps)/2]
+		r.StepP90MS = steps[len(steps)*9/10]
+	}
+	// The first token of each slot comes from prefill; decode made the rest.
+	if r.DecodeSeconds > 0 {
+		r.TokensPerSec = float64(generated-slots) / r.DecodeSeconds
+		r.PerUserTokS = r.TokensPerSec / float64(slots)
+	}
+	r.MTPAccept = e.Stats().AcceptRate()
+	report(c.App.Writer, r)
+	if f := c.String("json"); f != "" {
+		b, _ := json.MarshalIndent(r, "", "  ")
+		if err := os.WriteFile(f, append(b, '\n'), 0o644); err != nil {
+			return errors.Wrapf(err, "writing %s", f)
+		}
+	}
+	return nil
+}
+
+func report(w io.Writer, r Result) {
+	fmt.Fprintf(w, "bench decode: %s on %s, mode %s, cache %s, mtp %v, %d slot(s), prompt %d, %d tokens/slot\n",
+		r.Model, r.Device, r.Mode, r.KVCacheDType, r.MTP, r.Slots, r.PromptLen, r.Tokens)
+	fmt.Fprintf(w, "  prefill      %9.2f ms/slot\n", r.PrefillMS)
+	fmt.Fprintf(w, "  decode step  %9.3f ms p50, %.3f ms p90 (%d steps)\n", r.StepP50MS, r.StepP90MS, r.Steps)
+	fmt.Fprintf(w, "  throughput   %9.1f tok/s total, %.1f tok/s per user\n", r.TokensPerSec, r.PerUserTokS)
+	if r.MTP {
+		fmt.Fprintf(w, "  mtp accept   %9.2f\n", r.MTPAccept)
+	}
+}

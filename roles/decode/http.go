@@ -287,7 +287,13 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 	n.m.waitSeconds.With().Observe(r.readyAt.Sub(r.arrived).Seconds())
 	if err != nil {
 		n.unregister(r)
+		n.mu.Lock()
+		draining := n.draining
+		n.mu.Unlock()
 		switch {
+		case draining && !errors.Is(err, pd.ErrDuplicate):
+			n.reject(ctx, &httpError{status: fasthttp.StatusServiceUnavailable, code: "shutting_down",
+				msg: "the node is shutting down; its ctrl port no longer takes state"})
 		case errors.Is(err, pd.ErrCancelled) || (errors.Is(err, pd.ErrTimeout) && r.cancelled.Load()):
 			n.m.requests.With(finishCancelled).Inc()
 			f := finalLine{Done: true, FinishReason: finishCancelled,

@@ -147,6 +147,15 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.draining = true
 		n.mu.Unlock()
 		_ = n.ctrl.Close()
+		// With the ctrl port closed no more state arrives: requests still
+		// waiting for theirs are told to go elsewhere (503).
+		n.mu.Lock()
+		for _, r := range n.reqs {
+			if r.ready == nil {
+				r.cancel()
+			}
+		}
+		n.mu.Unlock()
 		grace, cancel := context.WithTimeout(ctx, n.opts.ShutdownGrace)
 		defer cancel()
 		for n.inflight() > 0 && grace.Err() == nil {

@@ -142,3 +142,26 @@ func TestAdvertise(t *testing.T) {
 func pd0(c Capabilities) pd.Layout {
 	return pd.Layout{Model: c.Model, LayoutVersion: c.LayoutVersion, KVCacheDType: c.KVCacheDType, NumLayers: c.NumLayers}
 }
+
+// Shutdown closes the ctrl port at once, so a request still waiting for its
+// state is told 503 (go elsewhere) rather than left to time out.
+func TestShutdownReleasesWaiters(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	res := make(chan *decodeResult, 1)
+	go func() { res <- r.decode(t, map[string]any{"rid": "waiter", "first_token_id": 2, "timeout_s": 60}) }()
+	waitFor(t, "the request to wait", func() bool {
+		var st Status
+		r.getJSON(t, "/decode_status", &st)
+		return len(st.Requests) == 1
+	})
+	if err := r.node.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	d := <-res
+	if d.status != http.StatusServiceUnavailable || d.final["error"] != "shutting_down" {
+		t.Fatalf("waiter after shutdown: %d %s", d.status, d.body)
+	}
+	if _, err := pd.Dial(context.Background(), r.ctrl, newTransfer(t, "tcp", false), pd.Layout{}); err == nil {
+		t.Fatal("ctrl port still open after Shutdown")
+	}
+}

@@ -453,3 +453,40 @@ func TestGarbageCtrlFrames(t *testing.T) {
 		t.Fatalf("metrics:\n%s", m)
 	}
 }
+
+// A client that goes away mid-stream stops its decode: the node notices on
+// its next write and frees the slot.
+func TestClientGoneMidStream(t *testing.T) {
+	hook, release := holdAfterFirstStep()
+	defer release()
+	o := rigOpts{stepHook: hook}
+	r := newRig(t, o)
+	pr := prepare(t, o, "gone", randomPrompt(43, 12, r.lm.cfg.VocabSize), engine.Params{MaxTokens: 8})
+	if err := newSender(t, r, "tcp").send(pr); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(r.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"rid":"gone","first_token_id":%d,"max_tokens":%d,"ignore_eos":true}`, pr.first, testMaxSeq)
+	fmt.Fprintf(conn, "POST /pd/decode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	buf := make([]byte, 4096)
+	got := ""
+	for !strings.Contains(got, `{"t":[`) {
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("reading the first line: %v (%q)", err, got)
+		}
+		got += string(buf[:n])
+	}
+	_ = conn.Close()
+	release()
+	waitFor(t, "the slot to be freed", func() bool { return r.allFree(t) })
+	if m := r.metricsText(t); !strings.Contains(m, `tilert_decode_requests_total{outcome="cancelled"} 1`) {
+		t.Fatalf("metrics:\n%s", m)
+	}
+	if n := int(r.node.m.tokens.With().Value()); n >= testMaxSeq-20 {
+		t.Fatalf("%d tokens generated: the decode ran to the end for a client that left", n)
+	}
+}

@@ -101,6 +101,7 @@ type rigOpts struct {
 	reserve   time.Duration
 	minBatch  int
 	stepHook  func()
+	maxSeq    int // default testMaxSeq
 }
 
 type rig struct {
@@ -160,8 +161,11 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	if o.kv == "" {
 		o.kv = engine.CacheFP8DSMLA
 	}
+	if o.maxSeq == 0 {
+		o.maxSeq = testMaxSeq
+	}
 	lm := loadModel(t, o.preset)
-	eng, err := cpu.New(lm.cfg, lm.w, engine.Options{Mode: engine.ModeServing, MLACache: o.kv, Slots: o.slots, MaxSeqLen: testMaxSeq, MTP: o.mtp})
+	eng, err := cpu.New(lm.cfg, lm.w, engine.Options{Mode: engine.ModeServing, MLACache: o.kv, Slots: o.slots, MaxSeqLen: o.maxSeq, MTP: o.mtp})
 	if err != nil {
 		t.Fatal(err)
 	}

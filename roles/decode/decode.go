@@ -11,12 +11,10 @@ package decode
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -25,10 +23,10 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/tilert-go/tilert/config"
-	"github.com/tilert-go/tilert/convert"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/internal/cliutil"
+	"github.com/tilert-go/tilert/internal/engineload"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/rdma"
 	"github.com/tilert-go/tilert/rdma/nixl"
@@ -197,44 +195,19 @@ func writeAddrs(path string, a Addrs) error {
 	return errors.Wrapf(os.Rename(tmp, path), "decode: --addr-file %s", path)
 }
 
-// LoadWeights opens a model directory: converted TileRT weights (verified
-// in full first) or, for the tiny synthetic models and checks, an HF
-// checkpoint directory. The caller calls the returned close.
+// LoadWeights opens a model directory the way every command does
+// (internal/engineload): converted TileRT weights, verified in full first,
+// or, for the tiny synthetic models and checks, an HF checkpoint directory.
+// The caller calls the returned close.
 func LoadWeights(dir string) (model.Weights, *model.Config, func(), error) {
 	if dir == "" {
 		return nil, nil, nil, usage(errors.WithHint(errors.New("no model weights directory"),
 			"pass --model-weights-dir (converted weights from tilert convert, or an HF checkpoint directory)"))
 	}
-	closer := func(w model.Weights) func() {
-		return func() {
-			if c, ok := w.(io.Closer); ok {
-				_ = c.Close()
-			}
-		}
+	if err := engineload.Verify(dir); err != nil {
+		return nil, nil, nil, err
 	}
-	if _, err := os.Stat(filepath.Join(dir, convert.ManifestFile)); err == nil {
-		if err := convert.Verify(dir); err != nil {
-			return nil, nil, nil, errors.Wrapf(err, "decode: verifying converted weights %s", dir)
-		}
-		w, cfg, err := convert.OpenWeights(dir)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		return w, cfg, closer(w), nil
-	}
-	if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
-		cfg, err := model.LoadConfig(dir)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		w, err := model.OpenWeights(dir)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		return w, cfg, closer(w), nil
-	}
-	return nil, nil, nil, usage(errors.WithHintf(errors.Newf("%s holds neither converted weights (%s) nor an HF checkpoint (config.json)", dir, convert.ManifestFile),
-		"pass the --save-dir of tilert convert as --model-weights-dir"))
+	return engineload.Weights(dir)
 }
 
 // NewTransfer starts the configured transfer engine for receiving.

@@ -94,7 +94,7 @@ func TestRunRefusesBadSetups(t *testing.T) {
 		{"cuda device", func(c *config.Config) { c.Decode.Device = "cuda" }, "--device cpu", false, true},
 		{"unknown device", func(c *config.Config) { c.Decode.Device = "tpu" }, "tpu", true, false},
 		{"no weights", func(c *config.Config) { c.Model.WeightsDir = "" }, "--model-weights-dir", true, false},
-		{"empty dir", func(c *config.Config) { c.Model.WeightsDir = t.TempDir() }, "neither converted weights", true, false},
+		{"empty dir", func(c *config.Config) { c.Model.WeightsDir = t.TempDir() }, "neither converted weights", false, false},
 		{"wrong family", func(c *config.Config) { c.Model.Name = "deepseek-v3.2" }, "glm5", true, false},
 		{"bad kv dtype", func(c *config.Config) { c.Model.KVCacheDType = "int4" }, "int4", true, false},
 		{"bad transfer", func(c *config.Config) { c.Transfer.Engine = "carrier-pigeon" }, "tcp or nixl", true, false},

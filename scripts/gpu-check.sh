@@ -25,6 +25,8 @@ bin=${GPU_TEST_BIN:-.device/gpu/gpu.test}
 case $bin in /*) ;; *) bin=$root/$bin ;; esac
 ebin=${ENGINE_TEST_BIN:-.device/gpu/engine.test}
 case $ebin in /*) ;; *) ebin=$root/$ebin ;; esac
+dbin=${DECODE_TEST_BIN:-.device/gpu/decode.test}
+case $dbin in /*) ;; *) dbin=$root/$dbin ;; esac
 out=${OUT:-.device/gpu-check}
 case $out in /*) ;; *) out=$root/$out ;; esac
 mkdir -p "$(dirname "$bin")" "$out"
@@ -35,6 +37,7 @@ if command -v go >/dev/null 2>&1 && [ "${GPU_CHECK_NOBUILD:-0}" != 1 ]; then
 	CGO_ENABLED=0 go test -c -o "$bin" ./gpu
 	CGO_ENABLED=0 go vet ./engine/gpu
 	CGO_ENABLED=0 go test -c -o "$ebin" ./engine/gpu
+	CGO_ENABLED=0 go test -c -o "$dbin" ./roles/decode
 fi
 if [ "${1:-}" = "--build-only" ]; then
 	exit 0
@@ -72,11 +75,26 @@ if [ "$erun" != skip ]; then
 		set -e
 	fi
 fi
+# The decode node on the GPU backend: state handed over the ctrl port and
+# the tcp engine (NIXL where its library is found), streamed ids equal to
+# the sending GPU engine's own generation, with and without MTP, N=1 and 4.
+drc=0
+drun=${DECODE_CHECK_RUN:-TestHandoffEqualsLocalGeneration/cuda}
+if [ "$drun" != skip ] && [ -x "$dbin" ]; then
+	set +e
+	(cd roles/decode && "$dbin" -test.v -test.count=1 -test.timeout=9m -test.run "$drun") 2>&1 | tee "$out/decode-test.log"
+	drc=${PIPESTATUS[0]}
+	set -e
+fi
 count() { grep -c -- "$1" "$2" 2>/dev/null || true; }
 echo
 echo "== gpu-check: kernel tests $(count '^--- PASS' "$out/gpu-test.log") passed, $(count '^--- FAIL' "$out/gpu-test.log") failed, $(count '^--- SKIP' "$out/gpu-test.log") skipped (exit $rc); full log $out/gpu-test.log"
 if [ -f "$out/engine-test.log" ]; then
 	echo "== gpu-check: engine tests $(count '^--- PASS' "$out/engine-test.log") passed, $(count '^--- FAIL' "$out/engine-test.log") failed, $(count '^--- SKIP' "$out/engine-test.log") skipped (exit $erc); full log $out/engine-test.log"
+fi
+if [ -f "$out/decode-test.log" ]; then
+	echo "== gpu-check: decode-node handoff on the GPU backend: $(count '--- PASS' "$out/decode-test.log") passed, $(count '--- FAIL' "$out/decode-test.log") failed, $(count '--- SKIP' "$out/decode-test.log") skipped (exit $drc)"
+	grep -E -- '--- (PASS|FAIL|SKIP): TestHandoff' "$out/decode-test.log" | sed 's/^ */  /'
 fi
 if [ -f "$TILERT_GPU_REPORT" ]; then
 	cat "$TILERT_GPU_REPORT"
@@ -90,4 +108,5 @@ if grep -q -- 'no GPU here' "$out/gpu-test.log"; then
 	[ "$rc" = 0 ] && rc=3
 fi
 [ "$rc" = 0 ] && rc=$erc
+[ "$rc" = 0 ] && rc=$drc
 exit "$rc"

@@ -24,7 +24,6 @@ import (
 
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/engine"
-	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/internal/engineload"
 	"github.com/tilert-go/tilert/model"
@@ -86,13 +85,8 @@ type Addrs struct {
 func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 	log := slog.Default()
 	d := cfg.Decode
-	switch d.Device {
-	case "cpu":
-	case "cuda", "gpu":
-		return cliutil.NotBuilt("decode --device "+d.Device,
-			"the CUDA decode backend has not landed yet; run the pure-Go backend with --device cpu")
-	default:
-		return usage(errors.WithHint(errors.Newf("unknown --device %q", d.Device), "use --device cpu (cuda arrives with the GPU backend)"))
+	if d.Device != "cpu" && d.Device != "cuda" {
+		return usage(errors.WithHint(errors.Newf("unknown --device %q", d.Device), "use --device cuda (NVIDIA GPU) or --device cpu (pure-Go reference backend)"))
 	}
 	if d.Engine != "tilert" {
 		return usage(errors.WithHint(errors.Newf("unknown decode engine %q", d.Engine), "use --engine tilert"))
@@ -105,24 +99,28 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 		return usage(err)
 	}
 	t0 := time.Now()
-	w, mcfg, closeW, err := LoadWeights(cfg.Model.WeightsDir)
+	if cfg.Model.WeightsDir == "" {
+		return usage(errors.WithHint(errors.New("no model weights directory"),
+			"pass --model-weights-dir (converted weights from tilert convert, or an HF checkpoint directory)"))
+	}
+	if err := engineload.Verify(cfg.Model.WeightsDir); err != nil {
+		return err
+	}
+	// The GPU backend's slot buffers are host staging copies that Import
+	// uploads, so the transfer engines register host memory on both devices.
+	eng, mcfg, closeEngine, err := engineload.Open(d.Device, cfg.Model.WeightsDir, engine.Options{Mode: engine.ModeServing,
+		MLACache: dt, Slots: d.MaxInflight, MaxSeqLen: cfg.Model.MaxSeqLen, MTP: cfg.Model.WithMTP})
 	if err != nil {
 		return err
 	}
-	defer closeW()
+	defer closeEngine()
 	if fam, err := model.ParseModelName(cfg.Model.Name); err != nil {
 		return usage(err)
 	} else if fam != mcfg.Family {
 		return usage(errors.WithHintf(errors.Newf("--model %s is %s, but %s holds %s", cfg.Model.Name, fam, cfg.Model.WeightsDir, mcfg.Family),
 			"pass --model %s, or the weights of %s", ModelName(mcfg.Family), cfg.Model.Name))
 	}
-	eng, err := cpu.New(mcfg, w, engine.Options{Mode: engine.ModeServing, MLACache: dt, Slots: d.MaxInflight,
-		MaxSeqLen: cfg.Model.MaxSeqLen, MTP: cfg.Model.WithMTP})
-	if err != nil {
-		return err
-	}
-	defer eng.Close()
-	log.Info("decode: engine ready", "device", "cpu", "model", ModelName(mcfg.Family), "weights", cfg.Model.WeightsDir,
+	log.Info("decode: engine ready", "device", d.Device, "model", ModelName(mcfg.Family), "weights", cfg.Model.WeightsDir,
 		"layers", mcfg.NumLayers, "mtp", cfg.Model.WithMTP, "kv_cache_dtype", dt, "max_seq_len", eng.Options().MaxSeqLen,
 		"slots", d.MaxInflight, "slot_bytes", eng.Layout().SlotBytes, "load", time.Since(t0).Round(time.Millisecond))
 

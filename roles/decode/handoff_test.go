@@ -14,21 +14,24 @@ import (
 // engine generates itself from the same state.
 func TestHandoffEqualsLocalGeneration(t *testing.T) {
 	type tc struct {
+		device    string
 		transport string
 		mtp       bool
 		n         int
 	}
 	var cases []tc
-	for _, tr := range []string{"tcp", "nixl"} {
-		for _, mtp := range []bool{false, true} {
-			for _, n := range []int{1, 4} {
-				cases = append(cases, tc{tr, mtp, n})
+	for _, dev := range []string{"cpu", "cuda"} {
+		for _, tr := range []string{"tcp", "nixl"} {
+			for _, mtp := range []bool{false, true} {
+				for _, n := range []int{1, 4} {
+					cases = append(cases, tc{dev, tr, mtp, n})
+				}
 			}
 		}
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("%s/mtp=%v/N=%d", c.transport, c.mtp, c.n), func(t *testing.T) {
-			o := rigOpts{slots: c.n, mtp: c.mtp, transport: c.transport}
+		t.Run(fmt.Sprintf("%s/%s/mtp=%v/N=%d", c.device, c.transport, c.mtp, c.n), func(t *testing.T) {
+			o := rigOpts{slots: c.n, mtp: c.mtp, transport: c.transport, device: c.device}
 			if c.n > 1 {
 				o.minBatch = c.n // every request joins the first step: decoded together
 			}

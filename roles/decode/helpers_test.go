@@ -22,6 +22,8 @@ import (
 
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
+	gpuengine "github.com/tilert-go/tilert/engine/gpu"
+	cuda "github.com/tilert-go/tilert/gpu"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/model/synth"
 	"github.com/tilert-go/tilert/pd"
@@ -101,7 +103,32 @@ type rigOpts struct {
 	reserve   time.Duration
 	minBatch  int
 	stepHook  func()
-	maxSeq    int // default testMaxSeq
+	maxSeq    int    // default testMaxSeq
+	device    string // cpu (default) | cuda
+}
+
+// buildEngine builds an engine on device (cpu or cuda); the caller closes it.
+func buildEngine(t testing.TB, lm loadedModel, device string, opts engine.Options) engine.Engine {
+	t.Helper()
+	if device != "cuda" {
+		e, err := cpu.New(lm.cfg, lm.w, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	if n, err := cuda.DeviceCount(); err != nil || n == 0 {
+		t.Skipf("no CUDA GPU here (%v): the GPU backend's handoff runs on the H200 (scripts/gpu-check.sh)", err)
+	}
+	hf, ok := lm.w.(*model.HFWeights)
+	if !ok {
+		t.Fatalf("weights are %T, want *model.HFWeights", lm.w)
+	}
+	e, err := gpuengine.New(gpuengine.FromHF(hf), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 type rig struct {
@@ -165,10 +192,8 @@ func newRig(t testing.TB, o rigOpts) *rig {
 		o.maxSeq = testMaxSeq
 	}
 	lm := loadModel(t, o.preset)
-	eng, err := cpu.New(lm.cfg, lm.w, engine.Options{Mode: engine.ModeServing, MLACache: o.kv, Slots: o.slots, MaxSeqLen: o.maxSeq, MTP: o.mtp})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := buildEngine(t, lm, o.device, engine.Options{Mode: engine.ModeServing, MLACache: o.kv, Slots: o.slots, MaxSeqLen: o.maxSeq, MTP: o.mtp})
+	t.Cleanup(func() { _ = eng.Close() })
 	tr := newTransfer(t, o.transport, true)
 	node, err := New(Options{Engine: eng, Transfer: tr, Model: ModelName(lm.cfg.Family), VocabSize: lm.cfg.VocabSize, EOS: lm.cfg.EOS,
 		StateTimeout: 20 * time.Second, ReserveDeadline: o.reserve, minBatch: o.minBatch, stepHook: o.stepHook,
@@ -205,10 +230,10 @@ type prepared struct {
 	finish engine.FinishReason
 }
 
-var senderEngines sync.Map // key -> *cpu.Engine (one slot, used under senderMu)
+var senderEngines sync.Map // key -> engine.Engine (one slot, used under senderMu)
 var senderMu sync.Mutex
 
-// prepare prefills prompt on a separate CPU engine (same model and
+// prepare prefills prompt on a separate engine (same device, model and
 // options as the node, its own max_seq_len), exports the state in vLLM's
 // layout and then lets that engine continue on the same slot (Start+Step)
 // for the reference tokens.
@@ -223,19 +248,16 @@ func prepare(t testing.TB, o rigOpts, rid string, prompt []int, p engine.Params)
 	lm := loadModel(t, o.preset)
 	senderMu.Lock()
 	defer senderMu.Unlock()
-	key := fmt.Sprintf("%s/%v/%s", o.preset, o.mtp, o.kv)
+	key := fmt.Sprintf("%s/%v/%s/%s", o.preset, o.mtp, o.kv, o.device)
 	v, ok := senderEngines.Load(key)
 	if !ok {
 		// A different max_seq_len than the node on purpose: the wire
-		// regions do not depend on it.
-		e, err := cpu.New(lm.cfg, lm.w, engine.Options{Mode: engine.ModeServing, MLACache: o.kv, Slots: 1, MaxSeqLen: 1024, MTP: o.mtp})
-		if err != nil {
-			t.Fatal(err)
-		}
+		// regions do not depend on it. Kept for the whole run.
+		e := buildEngine(t, lm, o.device, engine.Options{Mode: engine.ModeServing, MLACache: o.kv, Slots: 1, MaxSeqLen: 1024, MTP: o.mtp})
 		senderEngines.Store(key, e)
 		v = e
 	}
-	e := v.(*cpu.Engine)
+	e := v.(engine.Engine)
 	defer e.Release(0)
 	if p.StopIDs == nil {
 		p.StopIDs = lm.cfg.EOS

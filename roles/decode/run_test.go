@@ -14,6 +14,7 @@ import (
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/convert"
 	"github.com/tilert-go/tilert/engine"
+	cuda "github.com/tilert-go/tilert/gpu"
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/pd"
 )
@@ -82,16 +83,17 @@ func TestRunServesAndStopsGracefully(t *testing.T) {
 	}
 }
 
+type setupCase struct {
+	name   string
+	edit   func(*config.Config)
+	want   string
+	usage  bool
+	notCPU bool
+}
+
 func TestRunRefusesBadSetups(t *testing.T) {
 	hf := presetDir(t, "glm-5-tiny")
-	cases := []struct {
-		name   string
-		edit   func(*config.Config)
-		want   string
-		usage  bool
-		notCPU bool
-	}{
-		{"cuda device", func(c *config.Config) { c.Decode.Device = "cuda" }, "--device cpu", false, true},
+	cases := []setupCase{
 		{"unknown device", func(c *config.Config) { c.Decode.Device = "tpu" }, "tpu", true, false},
 		{"no weights", func(c *config.Config) { c.Model.WeightsDir = "" }, "--model-weights-dir", true, false},
 		{"empty dir", func(c *config.Config) { c.Model.WeightsDir = t.TempDir() }, "neither converted weights", false, false},
@@ -99,6 +101,10 @@ func TestRunRefusesBadSetups(t *testing.T) {
 		{"bad kv dtype", func(c *config.Config) { c.Model.KVCacheDType = "int4" }, "int4", true, false},
 		{"bad transfer", func(c *config.Config) { c.Transfer.Engine = "carrier-pigeon" }, "tcp or nixl", true, false},
 		{"zero inflight", func(c *config.Config) { c.Decode.MaxInflight = 0 }, "max-inflight", true, false},
+	}
+	if n, err := cuda.DeviceCount(); err != nil || n == 0 {
+		// Without a GPU, --device cuda fails at start and points at the CPU backend.
+		cases = append(cases, setupCase{"cuda device without a GPU", func(c *config.Config) { c.Decode.Device = "cuda" }, "--device cpu", false, false})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -14,6 +14,9 @@ import (
 type backend interface {
 	alloc(n int64) (cuda.DevPtr, error)
 	free(p cuda.DevPtr) error
+	// hostAlloc returns host memory for staging transfers (page-locked on
+	// the GPU, so uploads are DMA without a driver bounce copy) and its free.
+	hostAlloc(n int) ([]byte, func() error, error)
 	upload(dst cuda.DevPtr, src []byte) error
 	download(dst []byte, src cuda.DevPtr) error
 	copyDD(dst, src cuda.DevPtr, n int64) error
@@ -59,8 +62,18 @@ var _ backend = (*cudaBackend)(nil)
 func (b *cudaBackend) alloc(n int64) (cuda.DevPtr, error) { return b.c.Alloc(n) }
 func (b *cudaBackend) free(p cuda.DevPtr) error           { return b.c.Free(p) }
 
-// upload returns once the bytes are staged: the driver copies pageable host
-// memory before cuMemcpyHtoDAsync returns.
+func (b *cudaBackend) hostAlloc(n int) ([]byte, func() error, error) {
+	h, err := b.c.HostAlloc(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := b.c
+	return h.Bytes, func() error { return c.FreeHost(h) }, nil
+}
+
+// upload is asynchronous on the stream: from pageable memory the driver
+// stages the bytes before cuMemcpyHtoDAsync returns, from pinned memory it
+// does not, so callers that reuse a pinned source sync first.
 func (b *cudaBackend) upload(dst cuda.DevPtr, src []byte) error {
 	return b.c.CopyHtoDAsync(dst, src, b.s)
 }

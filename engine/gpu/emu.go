@@ -44,6 +44,10 @@ func (m *emuBackend) alloc(n int64) (cuda.DevPtr, error) {
 	return cuda.DevPtr(a.base), nil
 }
 
+func (m *emuBackend) hostAlloc(n int) ([]byte, func() error, error) {
+	return make([]byte, n), func() error { return nil }, nil
+}
+
 func (m *emuBackend) free(p cuda.DevPtr) error {
 	for i, a := range m.allocs {
 		if a.base == uint64(p) {

@@ -48,10 +48,11 @@ func (s slotState) String() string {
 }
 
 type slot struct {
-	id      int
-	state   slotState
-	buf     cuda.DevPtr // the slot's caches (Layout().SlotBytes), device memory
-	staging []byte      // host staging copy for SlotBuffer (lazy)
+	id          int
+	state       slotState
+	buf         cuda.DevPtr  // the slot's caches (Layout().SlotBytes), device memory
+	staging     []byte       // host staging copy for SlotBuffer (lazy; pinned on the GPU)
+	freeStaging func() error // releases staging
 
 	seqLen    int
 	mtpLen    int
@@ -301,6 +302,12 @@ func (e *Engine) Close() error {
 		var errs error
 		for _, p := range e.owned {
 			errs = errors.CombineErrors(errs, b.free(p))
+		}
+		for _, s := range e.slots {
+			if s.freeStaging != nil {
+				errs = errors.CombineErrors(errs, s.freeStaging())
+				s.staging, s.freeStaging = nil, nil
+			}
 		}
 		return errs
 	})

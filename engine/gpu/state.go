@@ -22,17 +22,25 @@ func (e *Engine) DeviceSlotBuffer(slotID int) (cuda.DevPtr, int64, error) {
 	return s.buf, e.layout.SlotBytes, nil
 }
 
-// SlotBuffer implements engine.Engine with a host staging copy: the live
-// cache is device memory (DeviceSlotBuffer), so bytes written here reach the
-// device when Import is called with segs == nil (the used pages of every
-// region are uploaded). A host transfer engine (tcp) writes here.
+// SlotBuffer implements engine.Engine with a pinned host staging buffer:
+// the live cache is device memory (DeviceSlotBuffer), so bytes written here
+// reach the device by DMA when Import is called with segs == nil (the used
+// pages of every region are uploaded). A host transfer engine (tcp) writes
+// here; the buffer stays at the same address until Close.
 func (e *Engine) SlotBuffer(slotID int) ([]byte, error) {
 	s, err := e.slot(slotID)
 	if err != nil {
 		return nil, err
 	}
 	if s.staging == nil {
-		s.staging = make([]byte, e.layout.SlotBytes)
+		err := e.r.run(func(b backend) error {
+			buf, free, err := b.hostAlloc(int(e.layout.SlotBytes))
+			s.staging, s.freeStaging = buf, free
+			return err
+		})
+		if err != nil {
+			return nil, errors.Wrapf(err, "slot %d: pinned staging buffer of %d bytes", slotID, e.layout.SlotBytes)
+		}
 	}
 	return s.staging, nil
 }
@@ -78,7 +86,9 @@ func (e *Engine) Import(slotID int, meta engine.SlotMeta, segs []engine.Segment)
 				return err
 			}
 		}
-		return nil
+		// The copies are asynchronous from pinned memory; the caller may
+		// reuse the staging buffer or the segments once Import returns.
+		return b.sync()
 	})
 	if err != nil {
 		return err

@@ -71,3 +71,70 @@ func (k *Kernels) EngAbsorbV(s Stream, out, x, w, scale DevPtr, fp8 bool, M, H, 
 	}
 	return k.launch("eng_absorb_v", Dim3{H, M, 1}, D1(128), 0, s, out, x, w, scale, b2i(fp8), vd, R, ldo)
 }
+
+// Wide caches (kernels/exact.cu): the float32 MLA and indexer caches of the
+// engine's exact mode and vLLM's bf16 MLA cache. Regions are contiguous,
+// position p at p times the entry size.
+const (
+	MLAF32TokenBytes  = 4 * (MLALatentDim + MLARopeDim) // 2304
+	MLABF16TokenBytes = 2 * (MLALatentDim + MLARopeDim) // 1152
+	IndexerF32Bytes   = 4 * IndexerHeadDim              // 512 per token
+)
+
+// EngMLACacheWriteF32 stores n rows of src ([n][ld] floats: 512 latent then
+// 64 RoPE values) unchanged as float32 entries at positions pos[i] (<0
+// skipped).
+func (k *Kernels) EngMLACacheWriteF32(s Stream, cache, src, pos DevPtr, n, ld int) error {
+	if n <= 0 || ld < MLALatentDim+MLARopeDim {
+		return errors.Newf("eng mla cache write f32: n=%d ld=%d (ld >= 576)", n, ld)
+	}
+	return k.launch("eng_mla_cache_write_f32", D1(n), D1(128), 0, s, src, ld, cache, pos)
+}
+
+// EngMLACacheWriteBF16 is EngMLACacheWriteF32 for vLLM's bf16 MLA cache
+// (engine.EncodeMLABF16: every value rounded to bf16, RNE).
+func (k *Kernels) EngMLACacheWriteBF16(s Stream, cache, src, pos DevPtr, n, ld int) error {
+	if n <= 0 || ld < MLALatentDim+MLARopeDim {
+		return errors.Newf("eng mla cache write bf16: n=%d ld=%d (ld >= 576)", n, ld)
+	}
+	return k.launch("eng_mla_cache_write_bf16", D1(n), D1(128), 0, s, src, ld, cache, pos)
+}
+
+// EngIndexerCacheWriteF32 stores n indexer keys (128 floats, row stride ld)
+// unchanged at positions pos[i] (<0 skipped) of a float32 key cache.
+func (k *Kernels) EngIndexerCacheWriteF32(s Stream, cache, src, pos DevPtr, n, ld int) error {
+	if n <= 0 || ld < IndexerHeadDim || ld%4 != 0 {
+		return errors.Newf("eng indexer cache write f32: n=%d ld=%d", n, ld)
+	}
+	return k.launch("eng_indexer_cache_write_f32", D1(n), D1(32), 0, s, src, ld, cache, pos)
+}
+
+// EngIndexerScoresF32 is IndexerScores over a float32 key cache (contiguous,
+// no block table): out[q][t] = sum_h w[q][h]*ReLU(qkScale * q[q][h].k_t) for
+// t < lens[q], -inf for lens[q] <= t < T.
+func (k *Kernels) EngIndexerScoresF32(s Stream, out, q, w, cache, lens DevPtr, nq, H, T, ldOut int, qkScale float32) error {
+	if nq <= 0 || H <= 0 || T <= 0 || ldOut < T {
+		return errors.Newf("eng indexer f32: nq=%d H=%d T=%d ldOut=%d", nq, H, T, ldOut)
+	}
+	return k.launch("eng_indexer_scores_f32", Dim3{cdiv(T, IndexerPageTokens), nq, 1}, D1(256), 0, s, q, w, cache, lens, out, H, T, ldOut, qkScale)
+}
+
+// EngMLADecodeF32 is MLADecode (unsplit, contiguous cache) over the float32
+// MLA cache: qn [nq][H][512], qp [nq][H][64], out [nq][H][512]; indices
+// [nq][ldIdx] with nidx used per row (<0 or >= lens skipped), or 0 for every
+// t < lens[q].
+func (k *Kernels) EngMLADecodeF32(s Stream, out, qn, qp, cache, indices, lens DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	return k.mlaDecodeWide("eng_mla_decode_f32", s, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
+}
+
+// EngMLADecodeBF16 is EngMLADecodeF32 over the bf16 MLA cache.
+func (k *Kernels) EngMLADecodeBF16(s Stream, out, qn, qp, cache, indices, lens DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	return k.mlaDecodeWide("eng_mla_decode_bf16", s, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
+}
+
+func (k *Kernels) mlaDecodeWide(name string, s Stream, out, qn, qp, cache, indices, lens DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) {
+		return errors.Newf("%s: nq=%d H=%d nidx=%d ldIdx=%d", name, nq, H, nidx, ldIdx)
+	}
+	return k.launch(name, Dim3{H, nq, 1}, D1(128), 0, s, qn, qp, cache, indices, ldIdx, nidx, lens, out, H, scale)
+}

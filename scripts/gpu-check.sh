@@ -4,7 +4,10 @@
 # CPU reference on fresh random inputs, the executor, pinned memory, CUDA
 # graphs, then kernel timings against a device-to-device copy; then the
 # model checks of the GPU engine (engine/gpu) on both tiny presets: greedy
-# output == CPU serving with and without MTP, forced-draft MTP verification,
+# output == CPU serving with and without MTP (fp8_ds_mla and bf16 MLA
+# caches), exact mode (float32 caches) vs the HF goldens with the CPU exact
+# criteria (1e-3 rel logit error per step, MTP logits, identical greedy with
+# and without MTP), exact-mode import of CPU state, forced-draft MTP verification,
 # prefill caches vs the CPU engine's bytes, import of CPU state, logits vs
 # the CPU forward, HF golden top-1 when testdata/golden exists. Prints the
 # kernel table (check, metric, max error, bound, PASS/FAIL; then the

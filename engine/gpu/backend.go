@@ -35,13 +35,16 @@ type backend interface {
 	embed(out, table, ids cuda.DevPtr, T, D int) error
 	moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error
 	moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error
-	indexerScores(out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error
+	// indexerScores reads the fp8 indexer pages, or (f32) the float32 key
+	// cache of exact mode.
+	indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error
 	topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error
-	mlaDecode(out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error
+	// mlaDecode reads an MLA cache of the given kind (fp8_ds_mla, bf16, float32).
+	mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error
 	argmax(out, x cuda.DevPtr, rows, n, ld int) error
 	sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error
-	mlaCacheWrite(cache, src, pos cuda.DevPtr, n, ld int) error
-	idxCacheWrite(cache, src, pos cuda.DevPtr, n, ld int) error
+	mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error
+	idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld int) error
 	quantUE8M0(x cuda.DevPtr, n int) error
 	copy2D(dst, src cuda.DevPtr, rows, cols, ldd, lds int) error
 	scale(x cuda.DevPtr, a float32, n int) error
@@ -147,7 +150,10 @@ func (b *cudaBackend) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngrou
 	return b.k.MoEGate(b.s, idx, wts, logits, bias, T, E, K, ngroup, topkGroup, norm, scale)
 }
 
-func (b *cudaBackend) indexerScores(out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
+func (b *cudaBackend) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
+	if f32 {
+		return b.k.EngIndexerScoresF32(b.s, out, q, w, cache, lens, nq, H, T, ldOut, qkScale)
+	}
 	return b.k.IndexerScores(b.s, out, q, w, cache, 0, lens, nq, H, T, ldOut, qkScale)
 }
 
@@ -157,7 +163,13 @@ func (b *cudaBackend) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut 
 
 // mlaDecode runs unsplit (one block per query row and head): correctness
 // first; the split-K variant needs a workspace and is the speed issue's.
-func (b *cudaBackend) mlaDecode(out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+func (b *cudaBackend) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	switch kind {
+	case mlaF32:
+		return b.k.EngMLADecodeF32(b.s, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
+	case mlaBF16:
+		return b.k.EngMLADecodeBF16(b.s, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
+	}
 	return b.k.MLADecode(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 }
 
@@ -169,11 +181,20 @@ func (b *cudaBackend) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingPara
 	return b.k.Sample(b.s, out, logits, 1, n, n, p)
 }
 
-func (b *cudaBackend) mlaCacheWrite(cache, src, pos cuda.DevPtr, n, ld int) error {
+func (b *cudaBackend) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error {
+	switch kind {
+	case mlaF32:
+		return b.k.EngMLACacheWriteF32(b.s, cache, src, pos, n, ld)
+	case mlaBF16:
+		return b.k.EngMLACacheWriteBF16(b.s, cache, src, pos, n, ld)
+	}
 	return b.k.EngMLACacheWrite(b.s, cache, src, pos, n, ld)
 }
 
-func (b *cudaBackend) idxCacheWrite(cache, src, pos cuda.DevPtr, n, ld int) error {
+func (b *cudaBackend) idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld int) error {
+	if f32 {
+		return b.k.EngIndexerCacheWriteF32(b.s, cache, src, pos, n, ld)
+	}
 	return b.k.EngIndexerCacheWrite(b.s, cache, src, pos, n, ld)
 }
 

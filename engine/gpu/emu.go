@@ -333,11 +333,27 @@ func (m *emuBackend) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup
 	return nil
 }
 
-func (m *emuBackend) indexerScores(out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
+func (m *emuBackend) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
 	const D = cuda.IndexerHeadDim
 	ls := m.i32(lens, nq)
-	pages := (T + engine.BlockSize - 1) / engine.BlockSize
-	cb := m.mem(cache, pages*cuda.IndexerPageBytes)
+	// key(t) is the kernel's read of cached key t: the fp8 page entry
+	// dequantised, or the float32 entry of exact mode.
+	var key func(k []float32, t int)
+	if f32 {
+		maxLen := 0
+		for _, l := range ls {
+			maxLen = max(maxLen, min(int(l), T))
+		}
+		kc := m.f32(cache, maxLen*D)
+		key = func(k []float32, t int) { copy(k, kc[t*D:(t+1)*D]) }
+	} else {
+		pages := (T + engine.BlockSize - 1) / engine.BlockSize
+		cb := m.mem(cache, pages*cuda.IndexerPageBytes)
+		key = func(k []float32, t int) {
+			pg := t / engine.BlockSize
+			engine.DecodeIndexerKey(k, cb[pg*cuda.IndexerPageBytes:(pg+1)*cuda.IndexerPageBytes], t%engine.BlockSize)
+		}
+	}
 	k := make([]float32, D)
 	for i := 0; i < nq; i++ {
 		qs := m.f32(q.Add(int64(4*i*H*D)), H*D)
@@ -348,8 +364,7 @@ func (m *emuBackend) indexerScores(out, q, w, cache, lens cuda.DevPtr, nq, H, T,
 				o[t] = float32(math.Inf(-1))
 				continue
 			}
-			pg := t / engine.BlockSize
-			engine.DecodeIndexerKey(k, cb[pg*cuda.IndexerPageBytes:(pg+1)*cuda.IndexerPageBytes], t%engine.BlockSize)
+			key(k, t)
 			var s float32
 			for h := 0; h < H; h++ {
 				if d := kern.Dot(qs[h*D:(h+1)*D], k) * qkScale; d > 0 {
@@ -391,7 +406,21 @@ func (m *emuBackend) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut i
 	return nil
 }
 
-func (m *emuBackend) mlaDecode(out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+// mlaEntry decodes cached MLA token t of a region of the given kind.
+func (m *emuBackend) mlaEntry(kind mlaKind, cache cuda.DevPtr, t int, lat, rp []float32) {
+	switch kind {
+	case mlaF32:
+		v := m.f32(cache.Add(int64(t*cuda.MLAF32TokenBytes)), cuda.MLALatentDim+cuda.MLARopeDim)
+		copy(lat, v[:cuda.MLALatentDim])
+		copy(rp, v[cuda.MLALatentDim:])
+	case mlaBF16:
+		engine.DecodeMLABF16(lat, rp, m.mem(cache.Add(int64(t*cuda.MLABF16TokenBytes)), cuda.MLABF16TokenBytes))
+	default:
+		engine.DecodeMLAFP8(lat, rp, m.mem(cache.Add(int64(t*cuda.MLATokenBytes)), cuda.MLATokenBytes))
+	}
+}
+
+func (m *emuBackend) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	const R, P = cuda.MLALatentDim, cuda.MLARopeDim
 	ls := m.i32(lens, nq)
 	for i := 0; i < nq; i++ {
@@ -405,7 +434,7 @@ func (m *emuBackend) mlaDecode(out, qn, qp, cache, indices, lens cuda.DevPtr, nq
 		lat := make([]float32, len(toks)*R)
 		rp := make([]float32, len(toks)*P)
 		for j, t := range toks {
-			engine.DecodeMLAFP8(lat[j*R:(j+1)*R], rp[j*P:(j+1)*P], m.mem(cache.Add(int64(t*cuda.MLATokenBytes)), cuda.MLATokenBytes))
+			m.mlaEntry(kind, cache, t, lat[j*R:(j+1)*R], rp[j*P:(j+1)*P])
 		}
 		sc := make([]float32, len(toks))
 		for h := 0; h < H; h++ {
@@ -443,28 +472,42 @@ func (m *emuBackend) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParam
 	return nil
 }
 
-func (m *emuBackend) mlaCacheWrite(cache, src, pos cuda.DevPtr, n, ld int) error {
+func (m *emuBackend) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error {
 	const R, P = cuda.MLALatentDim, cuda.MLARopeDim
 	ps := m.i32(pos, n)
 	for i := 0; i < n; i++ {
 		if ps[i] < 0 {
 			continue
 		}
+		p := int(ps[i])
 		s := m.f32(src.Add(int64(4*i*ld)), R+P)
-		engine.EncodeMLAFP8(m.mem(cache.Add(int64(int(ps[i])*cuda.MLATokenBytes)), cuda.MLATokenBytes), s[:R], s[R:])
+		switch kind {
+		case mlaF32:
+			copy(m.f32(cache.Add(int64(p*cuda.MLAF32TokenBytes)), R+P), s)
+		case mlaBF16:
+			engine.EncodeMLABF16(m.mem(cache.Add(int64(p*cuda.MLABF16TokenBytes)), cuda.MLABF16TokenBytes), s[:R], s[R:])
+		default:
+			engine.EncodeMLAFP8(m.mem(cache.Add(int64(p*cuda.MLATokenBytes)), cuda.MLATokenBytes), s[:R], s[R:])
+		}
 	}
 	return nil
 }
 
-func (m *emuBackend) idxCacheWrite(cache, src, pos cuda.DevPtr, n, ld int) error {
+func (m *emuBackend) idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld int) error {
+	const D = cuda.IndexerHeadDim
 	ps := m.i32(pos, n)
 	for i := 0; i < n; i++ {
 		if ps[i] < 0 {
 			continue
 		}
 		p := int(ps[i])
+		k := m.f32(src.Add(int64(4*i*ld)), D)
+		if f32 {
+			copy(m.f32(cache.Add(int64(p*cuda.IndexerF32Bytes)), D), k)
+			continue
+		}
 		pg := m.mem(cache.Add(int64((p/engine.BlockSize)*cuda.IndexerPageBytes)), cuda.IndexerPageBytes)
-		engine.EncodeIndexerKey(pg, p%engine.BlockSize, m.f32(src.Add(int64(4*i*ld)), cuda.IndexerHeadDim))
+		engine.EncodeIndexerKey(pg, p%engine.BlockSize, k)
 	}
 	return nil
 }

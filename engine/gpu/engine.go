@@ -4,10 +4,13 @@
 // github.com/tilert-go/tilert/gpu, with every slot's caches in device memory
 // in exactly the byte layouts of engine/layout.go.
 //
-// Modes: serving only. Its caches are the bytes vLLM ships, and its greedy
-// output equals the CPU engine's serving mode; the float32 exact mode stays
-// a CPU-reference feature (New refuses ModeExact with a hint). MLA cache:
-// fp8_ds_mla only (the attention kernel reads that layout).
+// Modes: serving (default) keeps vLLM's bytes in device memory (MLA cache
+// fp8_ds_mla or bf16, fp8 indexer keys, the indexer query quantised to fp8
+// as vLLM does); its greedy output equals the CPU engine's serving mode.
+// exact keeps float32 MLA and indexer caches and scores the float32 indexer
+// query, as the CPU engine's exact mode, and matches the HF goldens by the
+// same criteria; its Export/Import convert to and from the exchange layout
+// (Layout(), lossy) as the CPU engine's exact mode does.
 //
 // Numerics: FP8 weights stay e4m3 with their 128x128 block scales (fp8
 // GEMVs), bf16 tables and norms are exact, activations are float32; results
@@ -87,7 +90,10 @@ type Engine struct {
 	closed bool
 
 	scale    float32 // MLA softmax scale
-	mlaOff   []int64 // per layer: MLA region offset in a slot buffer
+	mla      mlaKind // the device MLA cache's element form
+	idxF32   bool    // float32 indexer keys (exact mode), else fp8 pages
+	devSlot  int64   // bytes of a slot's device cache buffer
+	mlaOff   []int64 // per layer: MLA region offset in a slot's device buffer
 	idxOff   []int64 // per layer: indexer region offset (-1: none)
 	ropeCos  cuda.DevPtr
 	ropeSin  cuda.DevPtr
@@ -152,17 +158,9 @@ func build(r runner, src Source, opts engine.Options) (*Engine, error) {
 	if _, err := engine.ParseMode(string(opts.Mode)); err != nil {
 		return nil, err
 	}
-	if opts.Mode != engine.ModeServing {
-		return nil, errors.WithHint(errors.Newf("the GPU backend runs serving mode only (asked for %s)", opts.Mode),
-			"its serving output equals the CPU engine's; use --device cpu for the float32 exact reference")
-	}
 	dt, err := engine.ParseCacheDType(string(opts.MLACache))
 	if err != nil {
 		return nil, err
-	}
-	if dt != engine.CacheFP8DSMLA {
-		return nil, errors.WithHint(errors.Newf("the GPU backend keeps the MLA cache as fp8_ds_mla only (asked for %s)", dt),
-			"run vLLM with --kv-cache-dtype fp8_ds_mla, or use --device cpu")
 	}
 	opts.MLACache = dt
 	if opts.Slots <= 0 {
@@ -196,15 +194,7 @@ func build(r runner, src Source, opts engine.Options) (*Engine, error) {
 	}
 	e.chunkLen = 32
 	e.maxRows = max(e.chunkLen, 2*opts.Slots)
-	for l := 0; l < lay.NumLayers; l++ {
-		rm, _ := lay.Region(l, engine.RegionMLA)
-		e.mlaOff = append(e.mlaOff, rm.Offset)
-		off := int64(-1)
-		if ri, ok := lay.Region(l, engine.RegionIndexer); ok {
-			off = ri.Offset
-		}
-		e.idxOff = append(e.idxOff, off)
-	}
+	e.setCacheLayout(hasIdx)
 	err = r.run(func(b backend) error {
 		w, ptrs, err := uploadWeights(b, src, cfg)
 		if err != nil {
@@ -242,11 +232,11 @@ func (e *Engine) allocState(b backend) error {
 	for i := 0; i < e.opts.Slots; i++ {
 		s := &slot{id: i, draft: -1, mtpTok: -1, mtpDraft: -1}
 		var err error
-		if s.buf, err = e.alloc(b, e.layout.SlotBytes); err != nil {
+		if s.buf, err = e.alloc(b, e.devSlot); err != nil {
 			return err
 		}
 		// Zeroed so a page never written decodes to finite values.
-		if err := b.zero(s.buf, e.layout.SlotBytes); err != nil {
+		if err := b.zero(s.buf, e.devSlot); err != nil {
 			return err
 		}
 		if s.hidden, err = e.alloc(b, int64(4*c.HiddenSize)); err != nil {

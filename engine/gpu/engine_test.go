@@ -12,6 +12,7 @@ import (
 
 	"github.com/tilert-go/tilert/convert"
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/model"
 )
 
@@ -38,10 +39,14 @@ func genCases(vocab int) []genCase {
 	}
 }
 
-func TestEmuGreedyMatchesCPU(t *testing.T) { testGreedyMatchesCPU(t, onEmu) }
-func TestGPUGreedyMatchesCPU(t *testing.T) { testGreedyMatchesCPU(t, onGPU) }
+func TestEmuGreedyMatchesCPU(t *testing.T) { testGreedyMatchesCPU(t, onEmu, engine.CacheFP8DSMLA) }
+func TestGPUGreedyMatchesCPU(t *testing.T) { testGreedyMatchesCPU(t, onGPU, engine.CacheFP8DSMLA) }
 
-func testGreedyMatchesCPU(t *testing.T, kind backendKind) {
+// The bf16 MLA cache (vLLM "bfloat16", 1152 bytes per token).
+func TestEmuGreedyMatchesCPUBF16(t *testing.T) { testGreedyMatchesCPU(t, onEmu, engine.CacheBF16) }
+func TestGPUGreedyMatchesCPUBF16(t *testing.T) { testGreedyMatchesCPU(t, onGPU, engine.CacheBF16) }
+
+func testGreedyMatchesCPU(t *testing.T, kind backendKind, dt engine.CacheDType) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
@@ -50,7 +55,7 @@ func testGreedyMatchesCPU(t *testing.T, kind backendKind) {
 			w, src := hfSourceOf(t, presetDir(t, pr))
 			vocab := w.Config().VocabSize
 			for _, mtp := range []bool{false, true} {
-				opts := engine.Options{MTP: mtp, MaxSeqLen: maxSeq, Slots: 2}
+				opts := engine.Options{MTP: mtp, MaxSeqLen: maxSeq, Slots: 2, MLACache: dt}
 				ce := newCPU(t, w, opts)
 				ge := newTestEngine(t, kind, src, opts)
 				diff := 0
@@ -79,6 +84,9 @@ func testGreedyMatchesCPU(t *testing.T, kind backendKind) {
 					t.Errorf("MTP on but nothing drafted")
 				}
 				name := fmt.Sprintf("%s %s greedy == CPU serving", kind, pr)
+				if dt != engine.CacheFP8DSMLA {
+					name += " (" + string(dt) + " MLA cache)"
+				}
 				if mtp {
 					name += " (MTP)"
 				}
@@ -164,21 +172,30 @@ func cacheBound(kind backendKind) float64 {
 	return 0.001
 }
 
-func TestEmuImportFromCPU(t *testing.T) { testImportFromCPU(t, onEmu) }
-func TestGPUImportFromCPU(t *testing.T) { testImportFromCPU(t, onGPU) }
+func TestEmuImportFromCPU(t *testing.T) { testImportFromCPU(t, onEmu, engine.ModeServing) }
+func TestGPUImportFromCPU(t *testing.T) { testImportFromCPU(t, onGPU, engine.ModeServing) }
+
+// Exact mode: the state arrives in the exchange layout and is decoded into
+// the float32 caches (as by the CPU exact mode, whose decode it must then
+// follow token for token); Export quantises back like the CPU's.
+func TestEmuImportFromCPUExact(t *testing.T) { testImportFromCPU(t, onEmu, engine.ModeExact) }
+func TestGPUImportFromCPUExact(t *testing.T) { testImportFromCPU(t, onGPU, engine.ModeExact) }
 
 // testImportFromCPU hands a CPU prefill's state to the engine (both as
 // segments and through the staging SlotBuffer) and checks the decode
 // continues exactly as on the CPU.
-func testImportFromCPU(t *testing.T, kind backendKind) {
+func testImportFromCPU(t *testing.T, kind backendKind, mode engine.Mode) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
 	pr := presets[0]
 	w, src := hfSourceOf(t, presetDir(t, pr))
 	for _, mtp := range []bool{false, true} {
-		opts := engine.Options{MTP: mtp, MaxSeqLen: maxSeq}
-		ce := newCPU(t, w, opts)
+		opts := engine.Options{MTP: mtp, MaxSeqLen: maxSeq, Mode: mode}
+		ce, err := cpu.New(w.Config(), w, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
 		ge := newTestEngine(t, kind, src, opts)
 		prompt := genCases(w.Config().VocabSize)[1].prompt
 		first, err := ce.Prefill(0, prompt, engine.Params{})
@@ -220,7 +237,8 @@ func testImportFromCPU(t *testing.T, kind backendKind) {
 		if !slices.Equal(got2, got) {
 			t.Errorf("mtp=%v import(staged) %v, import(segments) %v", mtp, got2, got)
 		}
-		// Export of the imported state returns the bytes that came in.
+		// Export of the imported state returns the bytes that came in
+		// (serving), or exactly what the CPU's exact mode re-exports.
 		if err := ge.Import(0, meta, segs); err != nil {
 			t.Fatal(err)
 		}
@@ -228,9 +246,25 @@ func testImportFromCPU(t *testing.T, kind backendKind) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range segs {
-			if !slices.Equal(back[i].Data, segs[i].Data) {
-				t.Errorf("export after import: segment %d differs", i)
+		wantSegs := segs
+		if mode == engine.ModeExact {
+			if err := ce.Import(0, meta, segs); err != nil {
+				t.Fatal(err)
+			}
+			if _, wantSegs, err = ce.Export(0); err != nil {
+				t.Fatal(err)
+			}
+			ce.Release(0)
+			if _, _, err := ge.DeviceSlotBuffer(0); err == nil || len(errors.GetAllHints(err)) == 0 {
+				t.Errorf("exact mode: DeviceSlotBuffer gave %v, want a refusal with a hint", err)
+			}
+		}
+		if len(back) != len(wantSegs) {
+			t.Fatalf("export: %d segments, want %d", len(back), len(wantSegs))
+		}
+		for i := range wantSegs {
+			if !slices.Equal(back[i].Data, wantSegs[i].Data) {
+				t.Errorf("%s export after import: segment %d differs", mode, i)
 			}
 		}
 		ge.Release(0)
@@ -360,8 +394,8 @@ func (s cfgSource) Config() *model.Config { return s.c }
 func TestEmuRefusesUnsupported(t *testing.T) {
 	_, src := hfSourceOf(t, presetDir(t, presets[0]))
 	for _, o := range []engine.Options{
-		{Mode: engine.ModeExact},
-		{MLACache: engine.CacheBF16},
+		{Mode: "fast"},
+		{MLACache: "int4"},
 	} {
 		if _, err := NewEmulated(src, o); err == nil {
 			t.Errorf("%+v accepted", o)

@@ -286,7 +286,7 @@ func (f *fwd) attention(lw *dlayer) {
 	o.do(o.b.rmsnorm(ws.kva, ws.kva, lw.kvaNorm, M, R, R+P, R+P, subEps))
 	o.do(o.b.rope(ws.kva, f.pos, e.ropeCos, e.ropeSin, M, 1, R+P, R, P, c.RopeInterleave))
 	for _, g := range f.groups {
-		o.do(o.b.mlaCacheWrite(g.s.buf.Add(e.mlaOff[lw.idx]), fptr(ws.kva, g.first*(R+P)), fptr(f.pos, g.first), g.n, R+P))
+		o.do(o.b.mlaCacheWrite(e.mla, g.s.buf.Add(e.mlaOff[lw.idx]), fptr(ws.kva, g.first*(R+P)), fptr(f.pos, g.first), g.n, R+P))
 	}
 	o.do(o.b.rope(ws.q, f.pos, e.ropeCos, e.ropeSin, M*NH, NH, qk, nope, P, c.RopeInterleave))
 
@@ -298,7 +298,7 @@ func (f *fwd) attention(lw *dlayer) {
 	o.do(o.b.absorbQ(ws.qlat, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, M, NH, nope, R, NH*qk, qk))
 	o.do(o.b.copy2D(ws.qpe, fptr(ws.q, nope), M*NH, P, P, qk))
 	for _, g := range f.groups {
-		o.do(o.b.mlaDecode(fptr(ws.olat, g.first*NH*R), fptr(ws.qlat, g.first*NH*R), fptr(ws.qpe, g.first*NH*P),
+		o.do(o.b.mlaDecode(e.mla, fptr(ws.olat, g.first*NH*R), fptr(ws.qlat, g.first*NH*R), fptr(ws.qpe, g.first*NH*P),
 			g.s.buf.Add(e.mlaOff[lw.idx]), fptr(ws.topk, g.first*TK), fptr(f.lens, g.first), g.n, NH, TK, TK, e.scale))
 	}
 	o.do(o.b.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
@@ -320,16 +320,19 @@ func (f *fwd) indexer(lw *dlayer) {
 	o.do(o.b.layernorm(ws.ik, ws.ik, lw.iknW, lw.iknB, M, ID, ID, ID, indexerNormEps))
 	o.do(o.b.rope(ws.ik, f.pos, e.ropeCos, e.ropeSin, M, 1, ID, 0, P, c.IndexerRopeInterleave))
 	for _, g := range f.groups {
-		o.do(o.b.idxCacheWrite(g.s.buf.Add(e.idxOff[lw.idx]), fptr(ws.ik, g.first*ID), fptr(f.pos, g.first), g.n, ID))
+		o.do(o.b.idxCacheWrite(e.idxF32, g.s.buf.Add(e.idxOff[lw.idx]), fptr(ws.ik, g.first*ID), fptr(f.pos, g.first), g.n, ID))
 	}
 	o.do(o.b.rope(ws.iq, f.pos, e.ropeCos, e.ropeSin, M*IH, IH, ID, 0, P, c.IndexerRopeInterleave))
-	// vLLM quantises the indexer query to fp8 with power-of-two scales.
-	o.do(o.b.quantUE8M0(ws.iq, M*IH*ID))
+	if !e.idxF32 {
+		// Serving: vLLM quantises the indexer query to fp8 with
+		// power-of-two scales; exact mode scores the float32 query.
+		o.do(o.b.quantUE8M0(ws.iq, M*IH*ID))
+	}
 	o.do(o.b.scale(ws.iw, float32(math.Pow(float64(IH), -0.5)), M*IH))
 	sm := float32(c.IndexerSoftmaxScale())
 	for _, g := range f.groups {
 		if g.maxLen > TK {
-			o.do(o.b.indexerScores(fptr(ws.scores, g.first*ws.ldScores), fptr(ws.iq, g.first*IH*ID), fptr(ws.iw, g.first*IH),
+			o.do(o.b.indexerScores(e.idxF32, fptr(ws.scores, g.first*ws.ldScores), fptr(ws.iq, g.first*IH*ID), fptr(ws.iw, g.first*IH),
 				g.s.buf.Add(e.idxOff[lw.idx]), fptr(f.lens, g.first), g.n, IH, g.maxLen, ws.ldScores, sm))
 		}
 		// With every row at <= index_topk positions the kernel writes

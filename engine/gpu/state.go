@@ -19,6 +19,9 @@ func (e *Engine) DeviceSlotBuffer(slotID int) (cuda.DevPtr, int64, error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	if e.exact() {
+		return 0, 0, errExactDeviceBuffer
+	}
 	return s.buf, e.layout.SlotBytes, nil
 }
 
@@ -74,13 +77,36 @@ func (e *Engine) Import(slotID int, meta engine.SlotMeta, segs []engine.Segment)
 			return errors.Wrapf(engine.ErrBadLayout, "segment [%d,+%d) outside the %d-byte slot buffer", sg.Offset, len(sg.Data), e.layout.SlotBytes)
 		}
 	}
-	if segs == nil {
-		if s.staging == nil {
-			return errors.Wrapf(engine.ErrBadLayout, "import into slot %d without segments, but nothing was written to its SlotBuffer", slotID)
-		}
-		segs = e.layout.UsedSegments(s.staging, meta.SeqLen)
+	if segs == nil && s.staging == nil {
+		return errors.Wrapf(engine.ErrBadLayout, "import into slot %d without segments, but nothing was written to its SlotBuffer", slotID)
 	}
-	err = e.r.run(func(b backend) error {
+	if e.exact() {
+		img := s.staging
+		if segs != nil {
+			img = make([]byte, e.layout.SlotBytes)
+			for _, sg := range segs {
+				copy(img[sg.Offset:], sg.Data)
+			}
+		}
+		err = e.r.run(func(b backend) error { return e.importExact(b, s, img, meta) })
+	} else {
+		if segs == nil {
+			segs = e.layout.UsedSegments(s.staging, meta.SeqLen)
+		}
+		err = e.uploadSegments(s, segs)
+	}
+	if err != nil {
+		return err
+	}
+	s.state = slotLoaded
+	s.seqLen, s.mtpLen, s.lastToken = meta.SeqLen, meta.MTPLen, meta.LastToken
+	s.hasHidden, s.mtpTok, s.mtpDraft, s.draft = false, -1, -1, -1
+	return nil
+}
+
+// uploadSegments copies serving-mode exchange bytes into s's device cache.
+func (e *Engine) uploadSegments(s *slot, segs []engine.Segment) error {
+	return e.r.run(func(b backend) error {
 		for _, sg := range segs {
 			if err := b.upload(s.buf.Add(sg.Offset), sg.Data); err != nil {
 				return err
@@ -90,13 +116,6 @@ func (e *Engine) Import(slotID int, meta engine.SlotMeta, segs []engine.Segment)
 		// reuse the staging buffer or the segments once Import returns.
 		return b.sync()
 	})
-	if err != nil {
-		return err
-	}
-	s.state = slotLoaded
-	s.seqLen, s.mtpLen, s.lastToken = meta.SeqLen, meta.MTPLen, meta.LastToken
-	s.hasHidden, s.mtpTok, s.mtpDraft, s.draft = false, -1, -1, -1
-	return nil
 }
 
 // Export implements engine.Engine: the used pages of every region, copied
@@ -110,6 +129,18 @@ func (e *Engine) Export(slotID int) (engine.SlotMeta, []engine.Segment, error) {
 		return engine.SlotMeta{}, nil, errors.Wrapf(engine.ErrSlotState, "export slot %d: it is free", slotID)
 	}
 	meta := engine.SlotMeta{SeqLen: s.seqLen, MTPLen: s.mtpLen, LastToken: s.lastToken}
+	if e.exact() {
+		var img []byte
+		err := e.r.run(func(b backend) error {
+			var err error
+			img, err = e.exportExact(b, s)
+			return err
+		})
+		if err != nil {
+			return engine.SlotMeta{}, nil, err
+		}
+		return meta, e.layout.UsedSegments(img, s.seqLen), nil
+	}
 	pages := (s.seqLen + engine.BlockSize - 1) / engine.BlockSize
 	var segs []engine.Segment
 	for _, r := range e.layout.Regions {

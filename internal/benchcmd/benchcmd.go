@@ -31,7 +31,7 @@ func Command() *cli.Command {
 			Flags: append(cliutil.Flags(nil),
 				&cli.StringFlag{Name: "model-dir", Required: true, Usage: "converted weights or an HF checkpoint directory"},
 				&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda"},
-				&cli.StringFlag{Name: "mode", Value: "serving", Usage: "exact or serving (cuda: serving only)"},
+				&cli.StringFlag{Name: "mode", Value: "serving", Usage: "exact (float32 caches) or serving (caches in vLLM's layouts)"},
 				&cli.StringFlag{Name: "kv-cache-dtype", Value: "fp8", Usage: "MLA cache: fp8 or bf16"},
 				&cli.IntFlag{Name: "prompt-len", Value: 128, Usage: "prompt tokens per slot"},
 				&cli.IntFlag{Name: "tokens", Value: 64, Usage: "tokens generated per slot"},

@@ -39,7 +39,7 @@ func Command() *cli.Command {
 			&cli.IntFlag{Name: "top-k", Value: 0, Usage: "keep the k most likely tokens; 0 disables"},
 			&cli.Uint64Flag{Name: "seed", Value: 0, Usage: "sampling seed"},
 			&cli.BoolFlag{Name: "ignore-eos", Usage: "do not stop at the end-of-sequence token"},
-			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (GPU 0; serving mode, fp8 MLA cache)"},
+			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (GPU 0)"},
 		),
 		Action: run,
 	}

@@ -312,14 +312,7 @@ func (e *Engine) slot(i int) (*slot, error) {
 	return e.slots[i], nil
 }
 
-func (e *Engine) checkTokens(toks ...int) error {
-	for _, t := range toks {
-		if t < 0 || t >= e.cfg.VocabSize {
-			return errors.Wrapf(engine.ErrBadTokenID, "token %d (vocab %d)", t, e.cfg.VocabSize)
-		}
-	}
-	return nil
-}
+func (e *Engine) checkTokens(toks ...int) error { return engine.CheckTokens(e.cfg.VocabSize, toks...) }
 
 func (e *Engine) hasMTP() bool { return e.cfg.NumNextNLayers > 0 }
 

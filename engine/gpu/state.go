@@ -59,23 +59,8 @@ func (e *Engine) Import(slotID int, meta engine.SlotMeta, segs []engine.Segment)
 	if s.state != slotFree {
 		return errors.Wrapf(engine.ErrSlotBusy, "import into slot %d: it is %s", slotID, s.state)
 	}
-	if meta.SeqLen < 1 || meta.SeqLen >= e.maxSeq {
-		return errors.Wrapf(engine.ErrTooLong, "import seq_len %d (max_seq_len %d)", meta.SeqLen, e.maxSeq)
-	}
-	if meta.MTPLen < 0 || meta.MTPLen > meta.SeqLen {
-		return errors.Wrapf(engine.ErrBadLayout, "import mtp_len %d with seq_len %d", meta.MTPLen, meta.SeqLen)
-	}
-	if e.opts.MTP && meta.MTPLen < meta.SeqLen-1 {
-		return errors.WithHint(errors.Wrapf(engine.ErrBadLayout, "import mtp_len %d with seq_len %d: the MTP layer's cache is incomplete", meta.MTPLen, meta.SeqLen),
-			"run vLLM with --speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":1}' so the draft layer's cache exists")
-	}
-	if err := e.checkTokens(meta.LastToken); err != nil {
+	if err := engine.CheckImport(meta, segs, e.maxSeq, e.cfg.VocabSize, e.opts.MTP, e.layout.SlotBytes); err != nil {
 		return err
-	}
-	for _, sg := range segs {
-		if sg.Offset < 0 || sg.Offset+int64(len(sg.Data)) > e.layout.SlotBytes {
-			return errors.Wrapf(engine.ErrBadLayout, "segment [%d,+%d) outside the %d-byte slot buffer", sg.Offset, len(sg.Data), e.layout.SlotBytes)
-		}
 	}
 	if segs == nil && s.staging == nil {
 		return errors.Wrapf(engine.ErrBadLayout, "import into slot %d without segments, but nothing was written to its SlotBuffer", slotID)

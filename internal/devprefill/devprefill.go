@@ -22,9 +22,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/tilert-go/tilert/engine"
-	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/internal/cliutil"
-	"github.com/tilert-go/tilert/pd"
 	"github.com/tilert-go/tilert/rdma"
 	"github.com/tilert-go/tilert/rdma/nixl"
 	"github.com/tilert-go/tilert/roles/decode"
@@ -104,61 +102,25 @@ func run(c *cli.Context) error {
 
 	ctx, cancel := context.WithTimeout(c.Context, 5*time.Minute)
 	defer cancel()
-	tr, err := sender(c.String("transfer-engine"))
+	tr, err := NewSender(c.String("transfer-engine"))
 	if err != nil {
 		return err
 	}
 	defer tr.Close()
-	client, err := pd.Dial(ctx, ctrl, tr, pd.Layout{})
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	hello := client.Hello()
-	dt, err := engine.ParseCacheDType(hello.KVCacheDType)
-	if err != nil {
-		return errors.Wrapf(err, "decode node %s", ctrl)
-	}
-	eng, err := cpu.New(mcfg, w, engine.Options{Mode: engine.ModeServing, MLACache: dt, Slots: 1, MaxSeqLen: len(prompt) + 2})
-	if err != nil {
-		return err
-	}
-	defer eng.Close()
-	if got := decode.Layout(decode.ModelName(mcfg.Family), eng.Layout()); got != hello.Layout() {
-		return errors.WithHint(errors.Newf("this model's state layout %+v differs from the node's %+v", got, hello.Layout()),
-			"pass the decode node's model directory as --model-dir")
-	}
-
-	t0 := time.Now()
-	first, err := eng.Prefill(0, prompt, p)
-	if err != nil {
-		return err
-	}
-	meta, segs, err := eng.Export(0)
-	if err != nil {
-		return err
-	}
-	tPrefill := time.Since(t0)
 	rid := c.String("rid")
 	if rid == "" {
 		rid = "dev-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
-	og, err := decode.Pack(rid, 1, eng.Layout(), meta, segs)
+	sh := NewShipper(w, mcfg, tr, len(prompt)+2)
+	defer sh.Close()
+	h, err := sh.Ship(ctx, ctrl, rid, prompt, p)
 	if err != nil {
 		return err
 	}
-	if err := tr.Register(og.Region()); err != nil {
-		return err
-	}
-	t1 := time.Now()
-	ack, err := client.Send(ctx, og.Admit, og.Sources)
-	if err != nil {
-		return err
-	}
-	tSend := time.Since(t1)
-	fmt.Fprintf(out, "prefill: %d prompt tokens in %s, first token %d\n", len(prompt), tPrefill.Round(time.Millisecond), first)
+	first := h.First
+	fmt.Fprintf(out, "prefill: %d prompt tokens in %s, first token %d\n", len(prompt), h.Prefill.Round(time.Millisecond), first)
 	fmt.Fprintf(out, "handoff: rid %s -> slot %d gen %d, %d bytes in %d regions over %s in %s\n",
-		rid, ack.Slot, ack.Generation, len(og.Buf), len(og.Sources), tr.Kind(), tSend.Round(time.Microsecond))
+		rid, h.Ack.Slot, h.Ack.Generation, h.Bytes, h.Regions, h.Transport, h.Send.Round(time.Microsecond))
 
 	body := map[string]any{"rid": rid, "first_token_id": first, "max_tokens": p.MaxTokens, "ignore_eos": c.Bool("ignore-eos"),
 		"sampling": map[string]any{"temperature": p.Temperature, "top_p": p.TopP, "top_k": p.TopK, "seed": p.Seed}}
@@ -209,7 +171,8 @@ func run(c *cli.Context) error {
 	return nil
 }
 
-func sender(kind string) (rdma.Engine, error) {
+// NewSender starts a transfer engine of kind (tcp or nixl) for sending state.
+func NewSender(kind string) (rdma.Engine, error) {
 	switch kind {
 	case "tcp":
 		return rdma.NewTCP(rdma.TCPConfig{})

@@ -13,6 +13,7 @@ import (
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/internal/configcmd"
 	"github.com/tilert-go/tilert/internal/devprefill"
+	"github.com/tilert-go/tilert/internal/devvllm"
 	"github.com/tilert-go/tilert/internal/generatecmd"
 	"github.com/tilert-go/tilert/internal/synthcmd"
 	"github.com/tilert-go/tilert/roles/convert"
@@ -36,6 +37,7 @@ func newApp() *cli.App {
 			generatecmd.Command(),
 			benchcmd.Command(),
 			devprefill.Command(),
+			devvllm.Command(),
 			{
 				Name:  "version",
 				Usage: "print version, commit and Go version",

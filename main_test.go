@@ -177,9 +177,14 @@ func TestConfigPrintSources(t *testing.T) {
 }
 
 func TestUnbuiltRoleExits2(t *testing.T) {
-	_, stderr, code := run(t, "router", "--vllm-url", "http://x:8000")
+	_, stderr, code := run(t, "connector-sidecar")
 	if code != 2 || !strings.Contains(stderr, "not available") {
 		t.Errorf("exit %d, stderr %s", code, stderr)
+	}
+	// A router without what it needs is a usage error (2) naming it.
+	_, stderr, code = run(t, "router", "--vllm-url", "http://x:8000")
+	if code != 2 || !strings.Contains(stderr, "--model-path") {
+		t.Errorf("router: exit %d, stderr %s", code, stderr)
 	}
 }
 

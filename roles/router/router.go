@@ -1,11 +1,33 @@
 // Package router is the OpenAI-compatible ingress for the TileRT pool.
+//
+// Per request: admit through the
+// gate (each decode node's max_inflight slots, then a bounded queue with a
+// deadline, then 429), pick a node, run the prompt on vLLM for one token
+// with kv_transfer_params naming the node (vLLM's TileRT connector ships the
+// state there), read that token's id from the logprobs ("token_id:N", vLLM
+// runs with --return-tokens-as-token-ids), then stream the rest from the
+// node's /pd/decode, detokenise incrementally, apply stop strings and answer
+// as OpenAI does. A client that leaves is answered with /pd/cancel.
 package router
 
 import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/errors"
 	"github.com/urfave/cli/v2"
 
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/internal/cliutil"
+	"github.com/tilert-go/tilert/tokenizer"
 )
 
 // Flags are the router role's bindings.
@@ -20,17 +42,76 @@ var Flags = []config.Flag{
 	{Key: "router.served_model_name", Name: "served-model-name"},
 }
 
+var addrFileFlag = &cli.StringFlag{Name: "addr-file", Usage: "write the bound address as JSON {\"http\":...} to this file once listening (for scripts using --port 0)"}
+
 // Command is `tilert router`.
 func Command() *cli.Command {
 	return &cli.Command{
 		Name:  "router",
 		Usage: "OpenAI-compatible ingress: prefill on vLLM, decode on TileRT nodes, gated dispatch",
-		Flags: cliutil.Flags(Flags),
+		Flags: append(cliutil.Flags(Flags), addrFileFlag),
 		Action: func(c *cli.Context) error {
-			if _, _, err := cliutil.Load(c, Flags); err != nil {
+			cfg, _, err := cliutil.Load(c, Flags)
+			if err != nil {
 				return err
 			}
-			return cliutil.NotBuilt("router", "the OpenAI-compatible router has not landed yet")
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return Run(ctx, cfg, c.String("addr-file"))
 		},
 	}
+}
+
+// Run serves the router for cfg until ctx ends.
+func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
+	rc := cfg.Router
+	if cfg.Model.Path == "" {
+		return cliutil.WithExitCode(errors.WithHint(errors.New("router: no model path"),
+			"pass --model-path, the HF model directory (the router reads its tokenizer)"), cliutil.ExitNotBuilt)
+	}
+	if len(rc.Decode) == 0 {
+		return cliutil.WithExitCode(errors.WithHint(errors.New("router: no decode nodes"),
+			"pass --decode host:ctrl_port:http_port (repeat for several)"), cliutil.ExitNotBuilt)
+	}
+	tok, err := tokenizer.Load(cfg.Model.Path)
+	if err != nil {
+		return errors.WithHintf(err, "--model-path %s must hold the model's tokenizer.json", cfg.Model.Path)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	rt, err := New(pctx, Options{VLLMURL: rc.VLLMURL, Nodes: rc.Decode, Tokenizer: tok, ModelPath: cfg.Model.Path,
+		ServedModel: rc.ServedModel, QueueSize: rc.QueueSize,
+		QueueTimeout: time.Duration(rc.QueueTimeoutS * float64(time.Second)), Log: slog.Default()})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(rc.Host, strconv.Itoa(rc.Port)))
+	if err != nil {
+		return errors.WithHint(errors.Wrap(err, "router: listen"), "pick a free --port (0 lets the kernel choose)")
+	}
+	srv := &http.Server{Handler: rt.Handler(), ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	if addrFile != "" {
+		b, _ := json.Marshal(map[string]string{"http": ln.Addr().String()})
+		tmp := addrFile + ".tmp"
+		if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+			return errors.Wrapf(err, "router: --addr-file %s", addrFile)
+		}
+		if err := os.Rename(tmp, addrFile); err != nil {
+			return errors.Wrapf(err, "router: --addr-file %s", addrFile)
+		}
+	}
+	slog.Info("router: serving", "addr", ln.Addr().String(), "model", rt.served, "vllm", rc.VLLMURL, "decode", rc.Decode,
+		"queue_size", rc.QueueSize, "queue_timeout_s", rc.QueueTimeoutS)
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return errors.Wrap(err, "router: serve")
+	}
+	slog.Info("router: shutting down; letting requests in flight finish")
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	_ = srv.Shutdown(sctx)
+	return nil
 }

@@ -1,0 +1,389 @@
+// Package devvllm is `tilert dev-vllm`: a development stand-in for "vLLM
+// prefill + the TileRT connector + the sidecar", so the whole TileRT stack
+// (router, decode node) runs on a CPU without a GPU.
+//
+// It is NOT vLLM. It serves the small part of vLLM's OpenAI API that
+// `tilert router` uses: POST /v1/completions and /v1/chat/completions for
+// requests carrying kv_transfer_params {tilert_host, tilert_ctrl_port,
+// tilert_rid} with max_tokens 1. For each it tokenises the prompt, prefills
+// it on the pure-Go CPU engine (serving mode: caches in vLLM's layouts, the
+// MTP layer included), hands the state to the named decode node over the
+// ctrl protocol and a transfer engine (the same code as `tilert
+// dev-prefill`), and answers with the one sampled token, its id in the
+// logprobs as "token_id:N", as vLLM does with --return-tokens-as-token-ids.
+//
+// Known differences from vLLM, on purpose:
+//   - Chat messages are rendered with a documented fallback (see
+//     RenderChat), not the tokenizer's Jinja chat_template: there is no
+//     Jinja engine here. Every chat request says so in the log.
+//   - The logprob values are null: only the token string is meaningful.
+//   - Requests without kv_transfer_params.tilert_host, or with max_tokens
+//     other than 1, are refused (400): it only prefills for TileRT.
+//   - Prefills run one at a time.
+package devvllm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/internal/devprefill"
+	"github.com/tilert-go/tilert/tokenizer"
+)
+
+// Options configure a Server.
+type Options struct {
+	Shipper     *devprefill.Shipper
+	Tokenizer   *tokenizer.Tokenizer
+	ServedModel string
+	Log         *slog.Logger
+}
+
+// Server is the dev stand-in's HTTP API.
+type Server struct {
+	o       Options
+	eos     []int
+	created int64
+}
+
+// New returns a Server prefilling with o.Shipper.
+func New(o Options) *Server {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	eos := o.Shipper.Config().EOS
+	if len(eos) == 0 {
+		eos = o.Tokenizer.EOS()
+	}
+	return &Server{o: o, eos: eos, created: time.Now().Unix()}
+}
+
+// Handler serves /v1/completions, /v1/chat/completions, /v1/models, /health.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, false) })
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, true) })
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
+			"id": s.o.ServedModel, "object": "model", "created": s.created, "owned_by": "tilert-dev-vllm"}}})
+	})
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	return mux
+}
+
+type httpErr struct {
+	status int
+	msg    string
+}
+
+func fail(status int, format string, args ...any) *httpErr {
+	return &httpErr{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeErr(w http.ResponseWriter, e *httpErr) {
+	typ := "BadRequestError"
+	if e.status >= 500 {
+		typ = "InternalServerError"
+	}
+	writeJSON(w, e.status, map[string]any{"error": map[string]any{"message": e.msg, "type": typ, "param": nil, "code": e.status}})
+}
+
+// request holds the fields the stand-in reads.
+type request struct {
+	Model    string            `json:"model"`
+	Prompt   json.RawMessage   `json:"prompt"`
+	Messages []json.RawMessage `json:"messages"`
+	// MaxTokens must be 1: the router asks for the first token only.
+	MaxTokens    *int     `json:"max_tokens"`
+	Temperature  *float64 `json:"temperature"`
+	TopP         *float64 `json:"top_p"`
+	TopK         *int     `json:"top_k"`
+	Seed         *int64   `json:"seed"`
+	IgnoreEOS    bool     `json:"ignore_eos"`
+	StopTokenIDs []int    `json:"stop_token_ids"`
+	KV           *struct {
+		Host     string `json:"tilert_host"`
+		CtrlPort int    `json:"tilert_ctrl_port"`
+		RID      string `json:"tilert_rid"`
+	} `json:"kv_transfer_params"`
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {
+	t0 := time.Now()
+	resp, e := s.handle(r, chat)
+	if e != nil {
+		s.o.Log.Warn("dev-vllm: request refused", "path", r.URL.Path, "status", e.status, "err", e.msg)
+		writeErr(w, e)
+		return
+	}
+	s.o.Log.Info("dev-vllm: prefilled and shipped", "path", r.URL.Path, "took", time.Since(t0).Round(time.Microsecond))
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) handle(r *http.Request, chat bool) (map[string]any, *httpErr) {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, 32<<20))
+	if err != nil {
+		return nil, fail(http.StatusBadRequest, "reading the body: %v", err)
+	}
+	var req request
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, fail(http.StatusBadRequest, "the body is not a valid request: %v", err)
+	}
+	if req.Model != "" && req.Model != s.o.ServedModel {
+		return nil, fail(http.StatusNotFound, "the model `%s` does not exist (dev-vllm serves %q)", req.Model, s.o.ServedModel)
+	}
+	if req.KV == nil || req.KV.Host == "" || req.KV.CtrlPort <= 0 || req.KV.RID == "" {
+		return nil, fail(http.StatusBadRequest, "dev-vllm only prefills for TileRT: the request needs kv_transfer_params "+
+			"{tilert_host, tilert_ctrl_port, tilert_rid} (send it through tilert router)")
+	}
+	if req.MaxTokens == nil || *req.MaxTokens != 1 {
+		return nil, fail(http.StatusBadRequest, "dev-vllm only prefills: max_tokens must be 1 (tilert router sets it)")
+	}
+	prompt, e := s.promptIDs(&req, chat)
+	if e != nil {
+		return nil, e
+	}
+	p := engine.Params{Temperature: 1, TopP: 1, MaxTokens: 1}
+	if req.Temperature != nil {
+		p.Temperature = *req.Temperature
+	}
+	if req.TopP != nil {
+		p.TopP = *req.TopP
+	}
+	if req.TopK != nil {
+		p.TopK = max(*req.TopK, 0)
+	}
+	if req.Seed != nil {
+		p.Seed = uint64(*req.Seed)
+	} else {
+		p.Seed = rand.Uint64()
+	}
+	ctrl := net.JoinHostPort(req.KV.Host, strconv.Itoa(req.KV.CtrlPort))
+	h, err := s.o.Shipper.Ship(r.Context(), ctrl, req.KV.RID, prompt, p)
+	if err != nil {
+		if errors.Is(err, engine.ErrTooLong) {
+			return nil, fail(http.StatusBadRequest, "the prompt is too long: %v", err)
+		}
+		return nil, fail(http.StatusInternalServerError, "prefill and handoff of %s to %s failed: %v", req.KV.RID, ctrl, err)
+	}
+	s.o.Log.Info("dev-vllm: handoff", "rid", req.KV.RID, "node", ctrl, "prompt_tokens", len(prompt), "first", h.First,
+		"slot", h.Ack.Slot, "bytes", h.Bytes, "prefill", h.Prefill.Round(time.Microsecond), "send", h.Send.Round(time.Microsecond))
+
+	finish := "length"
+	if slices.Contains(req.StopTokenIDs, h.First) || (!req.IgnoreEOS && slices.Contains(s.eos, h.First)) {
+		finish = "stop"
+	}
+	text := s.o.Tokenizer.Decode([]int{h.First}, true)
+	tokStr := "token_id:" + strconv.Itoa(h.First)
+	choice := map[string]any{"index": 0, "finish_reason": finish, "stop_reason": nil}
+	if chat {
+		choice["message"] = map[string]any{"role": "assistant", "content": text}
+		choice["logprobs"] = map[string]any{"content": []any{map[string]any{"token": tokStr, "logprob": nil, "bytes": nil, "top_logprobs": []any{}}}}
+	} else {
+		choice["text"] = text
+		choice["logprobs"] = map[string]any{"tokens": []string{tokStr}, "token_logprobs": []any{nil}, "top_logprobs": []any{nil}, "text_offset": []int{0}}
+	}
+	object, id := "text_completion", "cmpl-"+req.KV.RID
+	if chat {
+		object, id = "chat.completion", "chatcmpl-"+req.KV.RID
+	}
+	return map[string]any{"id": id, "object": object, "created": time.Now().Unix(), "model": s.o.ServedModel,
+		"choices": []any{choice}, "kv_transfer_params": nil,
+		"usage": map[string]int{"prompt_tokens": len(prompt), "completion_tokens": 1, "total_tokens": len(prompt) + 1}}, nil
+}
+
+func (s *Server) promptIDs(req *request, chat bool) ([]int, *httpErr) {
+	tok := s.o.Tokenizer
+	if chat {
+		if len(req.Messages) == 0 {
+			return nil, fail(http.StatusBadRequest, "messages: missing or empty")
+		}
+		text, err := RenderChat(tok, req.Messages)
+		if err != nil {
+			return nil, fail(http.StatusBadRequest, "messages: %v", err)
+		}
+		s.o.Log.Info("dev-vllm: chat rendered with the fallback format, not the model's chat_template (no Jinja engine in this dev stand-in)")
+		ids, err := tok.Encode(text, false)
+		if err != nil {
+			return nil, fail(http.StatusBadRequest, "tokenising messages: %v", err)
+		}
+		return ids, nil
+	}
+	var str string
+	if json.Unmarshal(req.Prompt, &str) == nil {
+		ids, err := tok.Encode(str, true)
+		if err != nil {
+			return nil, fail(http.StatusBadRequest, "tokenising prompt: %v", err)
+		}
+		if len(ids) == 0 {
+			return nil, fail(http.StatusBadRequest, "prompt: empty")
+		}
+		return ids, nil
+	}
+	var ids []int
+	if json.Unmarshal(req.Prompt, &ids) == nil && len(ids) > 0 {
+		for i, id := range ids {
+			if id < 0 || id >= tok.VocabSize() {
+				return nil, fail(http.StatusBadRequest, "prompt[%d]: token id %d is outside the vocabulary [0, %d)", i, id, tok.VocabSize())
+			}
+		}
+		return ids, nil
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(req.Prompt, &list) == nil && len(list) == 1 {
+		one := *req
+		one.Prompt = list[0]
+		return s.promptIDs(&one, false)
+	}
+	return nil, fail(http.StatusBadRequest, "prompt: want a string, an array of token ids, or an array with one of those")
+}
+
+// RenderChat is the fallback chat rendering, used because this stand-in has
+// no Jinja engine to run the tokenizer's chat_template:
+//
+//   - when the vocabulary has GLM-style role tokens (<|user|>,
+//     <|assistant|>): "[gMASK]<sop>" (when those tokens exist), then
+//     "<|role|>\n" + content per message, then "<|assistant|>\n";
+//   - otherwise: "role: content\n" per message, then "assistant:".
+//
+// Content is a string or an array of {"type":"text","text":...} parts.
+func RenderChat(tok *tokenizer.Tokenizer, msgs []json.RawMessage) (string, error) {
+	_, glmUser := tok.TokenID("<|user|>")
+	_, glmAsst := tok.TokenID("<|assistant|>")
+	glm := glmUser && glmAsst
+	var sb strings.Builder
+	if glm {
+		for _, t := range []string{"[gMASK]", "<sop>"} {
+			if _, ok := tok.TokenID(t); ok {
+				sb.WriteString(t)
+			}
+		}
+	}
+	for i, raw := range msgs {
+		var m struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		}
+		if err := json.Unmarshal(raw, &m); err != nil || m.Role == "" {
+			return "", errors.Newf("message %d: want an object with a role", i)
+		}
+		content, err := messageText(m.Content)
+		if err != nil {
+			return "", errors.Wrapf(err, "message %d", i)
+		}
+		if glm {
+			fmt.Fprintf(&sb, "<|%s|>\n%s", m.Role, content)
+		} else {
+			fmt.Fprintf(&sb, "%s: %s\n", m.Role, content)
+		}
+	}
+	if glm {
+		sb.WriteString("<|assistant|>\n")
+	} else {
+		sb.WriteString("assistant:")
+	}
+	return sb.String(), nil
+}
+
+func messageText(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", errors.New("content: want a string or an array of text parts")
+	}
+	var sb strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", errors.Newf("content part of type %q: only text parts are supported", p.Type)
+		}
+		sb.WriteString(p.Text)
+	}
+	return sb.String(), nil
+}
+
+// RunOptions configure Run.
+type RunOptions struct {
+	ModelDir    string
+	Host        string
+	Port        int
+	ServedModel string
+	Transfer    string // tcp or nixl
+	MaxSeqLen   int
+	AddrFile    string
+}
+
+// Run serves the stand-in until ctx ends.
+func Run(ctx context.Context, o RunOptions) error {
+	w, mcfg, closeW, err := loadWeights(o.ModelDir)
+	if err != nil {
+		return err
+	}
+	defer closeW()
+	tok, err := tokenizer.Load(o.ModelDir)
+	if err != nil {
+		return errors.WithHintf(err, "--model-dir %s must hold tokenizer.json", o.ModelDir)
+	}
+	tr, err := devprefill.NewSender(o.Transfer)
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	sh := devprefill.NewShipper(w, mcfg, tr, o.MaxSeqLen)
+	defer sh.Close()
+	if o.ServedModel == "" {
+		o.ServedModel = baseName(o.ModelDir)
+	}
+	srv := New(Options{Shipper: sh, Tokenizer: tok, ServedModel: o.ServedModel})
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
+	if err != nil {
+		return errors.WithHint(errors.Wrap(err, "dev-vllm: listen"), "pick a free --port (0 lets the kernel choose)")
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	if o.AddrFile != "" {
+		if err := writeAddr(o.AddrFile, ln.Addr().String()); err != nil {
+			_ = hs.Close()
+			return err
+		}
+	}
+	slog.Warn("dev-vllm: a development stand-in for vLLM prefill + TileRT connector + sidecar (CPU engine, fallback chat rendering); not vLLM",
+		"addr", ln.Addr().String(), "model", o.ServedModel, "dir", o.ModelDir, "transfer", tr.Kind())
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return errors.Wrap(err, "dev-vllm: serve")
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	return nil
+}

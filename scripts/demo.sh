@@ -3,7 +3,10 @@
 # generate from it on the CPU (serving mode: caches in vLLM's layouts, MTP on).
 # Then the disaggregated path on the same model: a decode node on free ports,
 # a local prefill whose state is handed to it over the ctrl protocol and the
-# tcp transfer engine, and the node's NDJSON token stream.
+# tcp transfer engine, and the node's NDJSON token stream. Last, the whole
+# stack behind the OpenAI API: decode node + dev-vllm (the CPU stand-in for
+# vLLM prefill + TileRT connector + sidecar) + tilert router, and requests
+# through the router.
 set -euo pipefail
 BIN=${1:-./tilert}
 DIR=${2:-.demo}
@@ -55,7 +58,72 @@ fi
 echo "node: $(cat "$ADDR")"
 "$BIN" dev-prefill --model-dir "$MODEL" --addr-file "$ADDR" \
   --prompt "The decode engine streams tokens" --max-tokens 32
-stop_node
+
+echo
+echo "== the whole stack: router (OpenAI API) -> dev-vllm (CPU stand-in for vLLM prefill + connector) -> decode node"
+VADDR="$DIR/vllm-addr.json"
+RADDR="$DIR/router-addr.json"
+VLOG="$DIR/dev-vllm.log"
+RLOG="$DIR/router.log"
+stop_all() {
+  for p in "${ROUTER:-}" "${VLLM:-}"; do
+    if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
+      kill -TERM "$p" 2>/dev/null || true
+      wait "$p" 2>/dev/null || true
+    fi
+  done
+  stop_node
+}
+trap stop_all EXIT
+wait_file() { # file pid log
+  for _ in $(seq 1 300); do
+    { [ -f "$1" ] || ! kill -0 "$2" 2>/dev/null; } && break
+    sleep 0.1
+  done
+  if [ ! -f "$1" ]; then
+    echo "a process did not start:" >&2
+    cat "$3" >&2
+    exit 1
+  fi
+}
+rm -f "$VADDR" "$RADDR"
+"$BIN" dev-vllm --model-dir "$MODEL" --served-model-name glm-5-tiny --host 127.0.0.1 --port 0 \
+  --addr-file "$VADDR" >"$VLOG" 2>&1 &
+VLLM=$!
+wait_file "$VADDR" "$VLLM" "$VLOG"
+VURL="http://$(sed 's/.*"http":"\([^"]*\)".*/\1/' "$VADDR")"
+# The config wants a fixed router port: random high ones, retried when taken.
+for _try in 1 2 3 4 5; do
+  RPORT=$((40000 + RANDOM % 20000))
+  rm -f "$RADDR"
+  "$BIN" router --vllm-url "$VURL" --decode "127.0.0.1:$CTRL:$HTTP" --model-path "$MODEL" \
+    --host 127.0.0.1 --port "$RPORT" --addr-file "$RADDR" >"$RLOG" 2>&1 &
+  ROUTER=$!
+  for _ in $(seq 1 300); do
+    { [ -f "$RADDR" ] || ! kill -0 "$ROUTER" 2>/dev/null; } && break
+    sleep 0.1
+  done
+  [ -f "$RADDR" ] && break
+  grep -q "address already in use" "$RLOG" || break
+done
+wait_file "$RADDR" "$ROUTER" "$RLOG"
+RURL="http://$(sed 's/.*"http":"\([^"]*\)".*/\1/' "$RADDR")"
+echo "router: $RURL  dev-vllm: $VURL  decode: 127.0.0.1:$CTRL:$HTTP"
+if command -v curl >/dev/null; then
+  echo
+  echo "\$ curl $RURL/v1/completions -d '{\"model\":\"glm-5-tiny\",\"prompt\":\"The decode engine streams tokens\",\"max_tokens\":32,\"temperature\":0}'"
+  curl -sS "$RURL/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"model":"glm-5-tiny","prompt":"The decode engine streams tokens","max_tokens":32,"temperature":0}'
+  echo
+  echo "\$ curl -N $RURL/v1/chat/completions -d '{... \"stream\":true, \"stream_options\":{\"include_usage\":true}}'"
+  curl -sSN "$RURL/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d '{"model":"glm-5-tiny","messages":[{"role":"user","content":"Hello"}],"max_tokens":8,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}'
+  echo "\$ curl $RURL/metrics | grep ^tilert_router_requests_total"
+  curl -sS "$RURL/metrics" | grep '^tilert_router_requests_total' | grep -v ' 0$' || true
+else
+  echo "curl is not installed; send requests to $RURL/v1/completions by hand"
+fi
+stop_all
 trap - EXIT
 echo "node log:"
 sed 's/^/  /' "$LOG"

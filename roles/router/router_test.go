@@ -180,7 +180,9 @@ func TestGateRejects(t *testing.T) {
 	if resp.Header.Get("Retry-After") == "" {
 		t.Fatal("429 without Retry-After")
 	}
-	// Fill the queue with one waiter, then a third is refused at once.
+	// Fill the queue with one waiter (no deadline to race against now), then
+	// a third is refused at once.
+	s.rt.queueTimeout.Store(int64(time.Hour))
 	second := make(chan *http.Response, 1)
 	go func() {
 		b, _ := json.Marshal(body)

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -55,6 +56,10 @@ type Router struct {
 	names    map[string]bool
 	defaults samplingDefaults
 	created  int64
+
+	// queueTimeout is Options.QueueTimeout in nanoseconds, atomic so tests
+	// can change it between phases.
+	queueTimeout atomic.Int64
 
 	vllmMu    sync.Mutex
 	vllmModel string // vLLM's served model id, once learnt
@@ -97,6 +102,7 @@ func New(ctx context.Context, o Options) (*Router, error) {
 			return nil, err
 		}
 	}
+	rt.queueTimeout.Store(int64(o.QueueTimeout))
 	rt.gate = newGate(rt.nodes, o.QueueSize)
 	rt.m = newRouterMetrics(rt.gate)
 	rt.defaults = readDefaults(o.ModelPath)
@@ -304,7 +310,8 @@ func (rt *Router) generate(w http.ResponseWriter, r *http.Request, chat bool, t0
 		return outcomeBadRequest
 	}
 	ctx := r.Context()
-	n, err := rt.gate.acquire(ctx, rt.opts.QueueTimeout)
+	qt := time.Duration(rt.queueTimeout.Load())
+	n, err := rt.gate.acquire(ctx, qt)
 	rt.m.queueWait.With().Observe(time.Since(t0).Seconds())
 	if err != nil {
 		busy, total := rt.gate.busy()
@@ -317,7 +324,7 @@ func (rt *Router) generate(w http.ResponseWriter, r *http.Request, chat bool, t0
 		case errors.Is(err, errQueueTimeout):
 			rt.m.rejects.With("queue_timeout").Inc()
 			writeError(w, &apiError{status: http.StatusTooManyRequests, typ: "server_busy", code: "queue_timeout", retry: time.Second,
-				message: fmt.Sprintf("no decode slot became free within %s (%d slots, all busy); retry later", rt.opts.QueueTimeout, total)})
+				message: fmt.Sprintf("no decode slot became free within %s (%d slots, all busy); retry later", qt, total)})
 			return outcomeRejected
 		}
 		return outcomeCancelled

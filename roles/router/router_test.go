@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -387,10 +388,62 @@ func TestModelsHealthMetrics(t *testing.T) {
 		"tilert_router_slots_busy":                      0,
 		`tilert_router_tokens_total{kind="completion"}`: 5,
 		"tilert_router_ttft_seconds_count":              1,
-		"tilert_router_inter_token_seconds_count":       4,
 	} {
 		if v := metricValue(t, s.router.URL+"/metrics", series); v != want {
 			t.Errorf("%s = %v, want %v", series, v, want)
 		}
+	}
+	// 4 tokens came from the node, at most 2 per line (MTP); the first line
+	// is not an inter-token gap.
+	if v := metricValue(t, s.router.URL+"/metrics", "tilert_router_inter_token_seconds_count"); v < 2 || v > 3 {
+		t.Errorf("inter-token samples %v, want 2 or 3", v)
+	}
+}
+
+// A prompt vLLM refuses (here: longer than the prefill takes) is the
+// client's 400, in vLLM's words.
+func TestPrefillRefusalPassesThrough(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	long := make([]int, 1100) // dev-vllm prefills at most 1024 positions in these tests
+	for i := range long {
+		long[i] = 5 + i%200
+	}
+	resp := s.post(t, "/v1/completions", map[string]any{"prompt": long, "max_tokens": 4})
+	msg := checkError(t, resp, http.StatusBadRequest, "", "")
+	if !strings.Contains(msg, "vLLM prefill refused") || !strings.Contains(msg, "too long") {
+		t.Fatalf("message %q", msg)
+	}
+	if v := metricValue(t, s.router.URL+"/metrics", `tilert_router_requests_total{endpoint="completions",outcome="prefill_error"}`); v != 1 {
+		t.Fatalf("prefill_error %v", v)
+	}
+}
+
+// A vLLM that answers but never ships the state (the TileRT connector not
+// loaded): the node times out waiting, and the router says so, as a 504
+// (non-streamed) or an error event after the first token (streamed).
+func TestStateNeverArrives(t *testing.T) {
+	noConnector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			_, _ = w.Write([]byte(`{"object":"list","data":[{"id":"glm-5-tiny"}]}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"choices":[{"index":0,"text":"x","finish_reason":"length","logprobs":{"tokens":["token_id:300"]}}],"usage":{"prompt_tokens":3}}`))
+	}))
+	defer noConnector.Close()
+	s := newStack(t, stackOpts{vllmURL: noConnector.URL, stateTimeout: 0.2})
+	body := map[string]any{"prompt": "hi", "max_tokens": 4}
+	msg := checkError(t, s.post(t, "/v1/completions", body), http.StatusGatewayTimeout, "", "kv_transfer_timeout")
+	if !strings.Contains(msg, "TileRT connector") {
+		t.Fatalf("message %q", msg)
+	}
+	body["stream"] = true
+	resp := s.post(t, "/v1/completions", body)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"code":"kv_transfer_timeout"`) || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+		t.Fatalf("stream: %s %s", resp.Status, b)
+	}
+	if v := metricValue(t, s.router.URL+"/metrics", `tilert_router_requests_total{endpoint="completions",outcome="decode_error"}`); v != 2 {
+		t.Fatalf("decode_error %v, want 2", v)
 	}
 }

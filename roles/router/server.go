@@ -366,6 +366,14 @@ func (rt *Router) generate(w http.ResponseWriter, r *http.Request, chat bool, t0
 	// is free on the node before the gate hands it to the next request.
 	dctx, dstop := context.WithCancel(context.WithoutCancel(ctx))
 	defer dstop()
+	// The first token goes out now, before the node answers: the client's
+	// time to first token is the prefill's, not prefill + state transfer.
+	// A decode failure after this point ends a stream with an error event
+	// (a non-streamed answer is still a plain error status).
+	em := newEmitter(w, req, rt.served, rid, rt.created)
+	em.start()
+	em.text(firstText)
+	rt.m.ttft.With().Observe(time.Since(t0).Seconds())
 	var resp *http.Response
 	if finish != "" {
 		cancel("first_token") // the state was shipped; nothing will decode it
@@ -382,16 +390,12 @@ func (rt *Router) generate(w http.ResponseWriter, r *http.Request, chat bool, t0
 				return outcomeCancelled
 			}
 			log.Warn("router: decode refused", "status", aerr.status, "err", aerr.message)
-			writeError(w, aerr)
+			em.fail(aerr)
 			return outcomeDecodeError
 		}
 		defer resp.Body.Close()
 	}
 
-	em := newEmitter(w, req, rt.served, rid, rt.created)
-	em.start()
-	em.text(firstText)
-	rt.m.ttft.With().Observe(time.Since(t0).Seconds())
 	var relayErr *apiError
 	if resp != nil {
 		finish, relayErr = rt.relay(resp.Body, ts, em, func() {
@@ -606,6 +610,7 @@ func (rt *Router) startDecode(ctx context.Context, req *genRequest, n *node, rid
 func (rt *Router) relay(body io.Reader, ts *textStream, em emitter, onStop func()) (string, *apiError) {
 	br := bufio.NewReaderSize(body, 4096)
 	last := time.Now()
+	lines := 0
 	for {
 		line, err := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
@@ -638,13 +643,16 @@ func (rt *Router) relay(body io.Reader, ts *textStream, em emitter, onStop func(
 				gap := now.Sub(last).Seconds() / float64(len(m.T))
 				last = now
 				for _, id := range m.T {
-					rt.m.itl.With().Observe(gap)
+					if lines > 0 { // the first line also carries the node's state wait and import
+						rt.m.itl.With().Observe(gap)
+					}
 					was := ts.stopped
 					em.text(ts.add(id))
 					if ts.stopped && !was {
 						onStop()
 					}
 				}
+				lines++
 			}
 		}
 		if err != nil {

@@ -82,6 +82,7 @@ type stackOpts struct {
 	queueTimeout time.Duration
 	vllmURL      string // instead of dev-vllm
 	hold         bool
+	stateTimeout float64 // the node's state_timeout_s (default 30)
 }
 
 func newStack(t *testing.T, o stackOpts) *stack {
@@ -96,6 +97,9 @@ func newStack(t *testing.T, o stackOpts) *stack {
 	cfg.Model.Name, cfg.Model.WeightsDir, cfg.Model.MaxSeqLen, cfg.Model.WithMTP = "glm5", dir, max(o.maxSeqLen, 256), true
 	cfg.Decode.Device, cfg.Decode.Host, cfg.Decode.CtrlPort, cfg.Decode.HTTPPort = "cpu", "127.0.0.1", 0, 0
 	cfg.Decode.MaxInflight = max(o.maxInflight, 1)
+	if o.stateTimeout > 0 {
+		cfg.Decode.StateTimeoutS = o.stateTimeout
+	}
 	cfg.Transfer.Listen = "127.0.0.1:0"
 	addrFile := filepath.Join(t.TempDir(), "addr.json")
 	ctx, stop := context.WithCancel(context.Background())

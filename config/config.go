@@ -56,8 +56,8 @@ type Decode struct {
 	Engine         string  `toml:"engine" help:"Decode engine implementation; tilert is the only one."`
 	Device         string  `toml:"device" help:"Compute device: cuda or cpu (the pure-Go reference backend)."`
 	Host           string  `toml:"host" help:"Address the ctrl and http ports bind to."`
-	CtrlPort       int     `toml:"ctrl_port" help:"Ctrl port: state handoff protocol with the connector sidecar."`
-	HTTPPort       int     `toml:"http_port" help:"HTTP port: /pd/decode token streams, /health, /metrics."`
+	CtrlPort       int     `toml:"ctrl_port" help:"Ctrl port: state handoff protocol with the connector sidecar (0: kernel-chosen)."`
+	HTTPPort       int     `toml:"http_port" help:"HTTP port: /pd/decode token streams, /health, /metrics (0: kernel-chosen)."`
 	MaxInflight    int     `toml:"max_inflight" help:"Requests decoded together in one batched step; 1 is latency-optimal."`
 	StateTimeoutS  float64 `toml:"state_timeout_s" help:"Seconds /pd/decode waits for a request's state before 504 kv_transfer_timeout."`
 	SlotReserveTTL float64 `toml:"slot_reserve_ttl_s" help:"Seconds an admitted slot may wait for its writes before it expires."`
@@ -66,12 +66,12 @@ type Decode struct {
 // Router configures the OpenAI-compatible ingress.
 type Router struct {
 	Host          string   `toml:"host" help:"Address the router binds to."`
-	Port          int      `toml:"port" help:"Port of the OpenAI-compatible API."`
+	Port          int      `toml:"port" help:"Port of the OpenAI-compatible API (0: kernel-chosen)."`
 	VLLMURL       string   `toml:"vllm_url" help:"Base URL of the vLLM prefill server."`
 	Decode        []string `toml:"decode" help:"Decode nodes as host:ctrl_port:http_port; repeat the flag for several."`
 	QueueSize     int      `toml:"queue_size" help:"Requests that may wait for a free decode slot; past it, 429 with Retry-After."`
 	QueueTimeoutS float64  `toml:"queue_timeout_s" help:"Seconds a queued request waits for a slot before 429."`
-	ServedModel   string   `toml:"served_model_name" help:"Model name clients send and responses report; empty uses the model path's base name."`
+	ServedModel   string   `toml:"served_model_name" help:"Model name clients send and responses report; empty uses vLLM's served name, else the model path's base name."`
 }
 
 // Sidecar configures the process beside vLLM prefill.

@@ -125,7 +125,7 @@ func TestValidation(t *testing.T) {
 		{"decode.max_inflight", 0},
 		{"decode.state_timeout_s", 0.0},
 		{"decode.slot_reserve_ttl_s", -1.0},
-		{"router.port", 0},
+		{"router.port", 70000},
 		{"router.vllm_url", "prefill-node:8000"},
 		{"router.decode[0]", []string{"decode-node:5556"}},
 		{"router.queue_size", -1},

@@ -62,7 +62,7 @@ func (k *checker) port(path string, v int, zeroOK bool) {
 	}
 	hint := "use a TCP port between 1 and 65535"
 	if zeroOK {
-		hint += ", or 0 to disable"
+		hint += ", or 0"
 	}
 	k.bad(path, hint, "port %d is out of range", v)
 }
@@ -132,16 +132,17 @@ func (c *Config) Validate() error {
 
 	k.oneOf("decode.engine", c.Decode.Engine, "tilert")
 	k.oneOf("decode.device", c.Decode.Device, "cuda", "cpu")
-	k.port("decode.ctrl_port", c.Decode.CtrlPort, false)
-	k.port("decode.http_port", c.Decode.HTTPPort, false)
-	if c.Decode.CtrlPort == c.Decode.HTTPPort {
+	// Port 0 lets the kernel choose (tests, demos); --addr-file reports it.
+	k.port("decode.ctrl_port", c.Decode.CtrlPort, true)
+	k.port("decode.http_port", c.Decode.HTTPPort, true)
+	if c.Decode.CtrlPort == c.Decode.HTTPPort && c.Decode.CtrlPort != 0 {
 		k.bad("decode.http_port", "give the ctrl and http ports different numbers", "same as decode.ctrl_port (%d)", c.Decode.CtrlPort)
 	}
 	k.between("decode.max_inflight", c.Decode.MaxInflight, 1, 256)
 	k.positive("decode.state_timeout_s", c.Decode.StateTimeoutS)
 	k.positive("decode.slot_reserve_ttl_s", c.Decode.SlotReserveTTL)
 
-	k.port("router.port", c.Router.Port, false)
+	k.port("router.port", c.Router.Port, true)
 	if u, err := url.Parse(c.Router.VLLMURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		k.bad("router.vllm_url", "write it as http://host:port", "%q is not an http(s) URL", c.Router.VLLMURL)
 	}

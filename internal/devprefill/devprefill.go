@@ -90,7 +90,7 @@ func run(c *cli.Context) error {
 			return err
 		}
 	}
-	prompt, err := promptIDs(c, tok)
+	prompt, err := cliutil.PromptIDs(c, tok)
 	if err != nil {
 		return err
 	}
@@ -180,28 +180,4 @@ func NewSender(kind string) (rdma.Engine, error) {
 		return nixl.New(nixl.Config{})
 	}
 	return nil, errors.WithHint(usage("unknown --transfer-engine %q", kind), "use tcp or nixl, as the decode node")
-}
-
-func promptIDs(c *cli.Context, tok *tokenizer.Tokenizer) ([]int, error) {
-	text, ids := c.String("prompt"), c.String("prompt-ids")
-	switch {
-	case text != "" && ids != "":
-		return nil, usage("give --prompt or --prompt-ids, not both")
-	case ids != "":
-		var out []int
-		for _, f := range strings.Split(ids, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil {
-				return nil, errors.WithHint(usage("--prompt-ids: %q is not a token id", f), "write ids as 1,2,3")
-			}
-			out = append(out, n)
-		}
-		return out, nil
-	case text != "":
-		if tok == nil {
-			return nil, errors.WithHint(usage("--prompt needs a tokenizer"), "use a --model-dir with tokenizer.json, or --prompt-ids")
-		}
-		return tok.Encode(text, true)
-	}
-	return nil, errors.WithHint(usage("no prompt"), "pass --prompt TEXT or --prompt-ids 1,2,3")
 }

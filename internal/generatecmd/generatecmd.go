@@ -78,7 +78,7 @@ func run(c *cli.Context) error {
 			}
 		}
 	}
-	prompt, err := promptIDs(c, tok)
+	prompt, err := cliutil.PromptIDs(c, tok)
 	if err != nil {
 		return err
 	}
@@ -114,30 +114,6 @@ func run(c *cli.Context) error {
 }
 
 // newCPU builds the CPU engine on an HF or converted checkpoint.
-
-func promptIDs(c *cli.Context, tok *tokenizer.Tokenizer) ([]int, error) {
-	text, ids := c.String("prompt"), c.String("prompt-ids")
-	switch {
-	case text != "" && ids != "":
-		return nil, usage("give --prompt or --prompt-ids, not both")
-	case ids != "":
-		var out []int
-		for _, f := range strings.Split(ids, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil {
-				return nil, errors.WithHint(usage("--prompt-ids: %q is not a token id", f), "write ids as 1,2,3")
-			}
-			out = append(out, n)
-		}
-		return out, nil
-	case text != "":
-		if tok == nil {
-			return nil, errors.WithHint(usage("--prompt needs a tokenizer"), "pass --model-dir with a tokenizer.json, or use --prompt-ids")
-		}
-		return tok.Encode(text, true)
-	}
-	return nil, errors.WithHint(usage("no prompt"), "pass --prompt TEXT or --prompt-ids 1,2,3")
-}
 
 // generate runs prefill then decode steps, streaming text as it goes.
 func generate(w io.Writer, e engine.Engine, tok *tokenizer.Tokenizer, prompt []int, p engine.Params) error {

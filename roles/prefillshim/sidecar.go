@@ -1,13 +1,31 @@
 // Package prefillshim is the connector sidecar that runs beside vLLM
-// prefill: the Python KVConnector hands it staged state over a local
-// socket and it ships that state to decode nodes.
+// prefill: the Python KVConnector (python/tilert/pd_vllm) stages each
+// claimed request's state in a shared-memory file and announces it over a
+// local unix socket; the sidecar ships it to the request's decode node over
+// the ctrl protocol and a transfer engine, in the background, and deletes
+// the file. docs/PROTOCOL.md, "Connector sidecar socket", is the contract.
 package prefillshim
 
 import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/errors"
 	"github.com/urfave/cli/v2"
 
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/internal/cliutil"
+	"github.com/tilert-go/tilert/rdma"
+	"github.com/tilert-go/tilert/rdma/nixl"
 )
 
 // Flags are the sidecar's bindings.
@@ -25,10 +43,154 @@ func Command() *cli.Command {
 		Usage: "beside vLLM prefill: ship each claimed request's KV and indexer state to its decode node",
 		Flags: cliutil.Flags(Flags),
 		Action: func(c *cli.Context) error {
-			if _, _, err := cliutil.Load(c, Flags); err != nil {
+			cfg, _, err := cliutil.Load(c, Flags)
+			if err != nil {
 				return err
 			}
-			return cliutil.NotBuilt("connector-sidecar", "the connector sidecar and the vLLM plugin have not landed yet")
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return Run(ctx, cfg, nil)
 		},
 	}
+}
+
+// StagingDirFor is the staging directory of a sidecar on socket: in
+// /dev/shm (memory, not disk) when there is one. The sidecar announces it in
+// its hello, so the plugin never guesses it.
+func StagingDirFor(socket string) string {
+	root := "/dev/shm"
+	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
+		root = os.TempDir()
+	}
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, strings.TrimSuffix(filepath.Base(socket), ".sock"))
+	return filepath.Join(root, "tilert-staging-"+name+"-"+strconv.Itoa(os.Getuid()))
+}
+
+// Ready reports the bound addresses once the sidecar listens (tests).
+type Ready struct {
+	Socket     string
+	Metrics    string // empty when metrics_port is 0
+	StagingDir string
+}
+
+// Run serves the sidecar for cfg until ctx ends, then drains for up to 10 s.
+func Run(ctx context.Context, cfg *config.Config, ready func(Ready)) error {
+	log := slog.Default()
+	sc := cfg.Sidecar
+	tr, err := newTransfer(cfg.Transfer)
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	dir := StagingDirFor(sc.Socket)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return errors.WithHint(errors.Wrapf(err, "sidecar: staging dir %s", dir), "the sidecar needs a writable /dev/shm (or temp dir)")
+	}
+	if n := clearStaging(dir); n > 0 {
+		log.Warn("sidecar: removed staging files left by an earlier run (their requests were never shipped)", "dir", dir, "files", n)
+	}
+	ln, err := listenUnix(sc.Socket)
+	if err != nil {
+		return err
+	}
+	s, err := New(Options{StagingDir: dir, StagingBytes: int64(sc.StagingMiB) << 20, Transfer: tr, Log: log})
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	var hs *http.Server
+	r := Ready{Socket: sc.Socket, StagingDir: dir}
+	if sc.MetricsPort > 0 {
+		mln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(sc.MetricsPort)))
+		if err != nil {
+			_ = ln.Close()
+			s.Close(0)
+			return errors.WithHint(errors.Wrap(err, "sidecar: metrics listener"), "pick a free --metrics-port, or 0 to turn it off")
+		}
+		hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(mln) }()
+		r.Metrics = mln.Addr().String()
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- s.Serve(ln) }()
+	log.Info("sidecar: listening", "socket", sc.Socket, "metrics", r.Metrics, "staging_dir", dir,
+		"staging_mib", sc.StagingMiB, "transfer", tr.Kind())
+	if ready != nil {
+		ready(r)
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+	}
+	_ = ln.Close()
+	s.Close(10 * time.Second)
+	if hs != nil {
+		_ = hs.Close()
+	}
+	_ = os.Remove(sc.Socket)
+	return runErr
+}
+
+// listenUnix listens on path, replacing a socket file nobody listens on.
+func listenUnix(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, errors.WithHint(errors.Newf("sidecar: %s exists and is not a socket", path), "pick another --socket")
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			_ = c.Close()
+			return nil, errors.WithHint(errors.Newf("sidecar: another process listens on %s", path), "stop it or pick another --socket")
+		}
+		_ = os.Remove(path)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, errors.WithHint(errors.Wrapf(err, "sidecar: listen on %s", path), "pick a writable --socket path")
+	}
+	// Only this user (vLLM runs as the same user) may hand over state.
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = ln.Close()
+		return nil, errors.Wrapf(err, "sidecar: chmod %s", path)
+	}
+	return ln, nil
+}
+
+func clearStaging(dir string) int {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if e.Type().IsRegular() && os.Remove(filepath.Join(dir, e.Name())) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+func newTransfer(t config.Transfer) (rdma.Engine, error) {
+	switch t.Engine {
+	case "tcp":
+		// Send-only: no listener.
+		return rdma.NewTCP(rdma.TCPConfig{Streams: t.Streams})
+	case "nixl":
+		if t.NixlLib != "" {
+			if err := os.Setenv("TILERT_NIXL_LIB", t.NixlLib); err != nil {
+				return nil, errors.Wrap(err, "sidecar: TILERT_NIXL_LIB")
+			}
+		}
+		e, err := nixl.New(nixl.Config{})
+		if err != nil {
+			return nil, errors.Wrap(err, "sidecar: transfer engine nixl")
+		}
+		return e, nil
+	}
+	return nil, cliutil.WithExitCode(errors.WithHint(errors.Newf("unknown transfer engine %q", t.Engine), "use --transfer-engine tcp or nixl, as the decode nodes"), cliutil.ExitNotBuilt)
 }

@@ -8,13 +8,24 @@ LDFLAGS := -X github.com/tilert-go/tilert/internal/buildinfo.Version=$(VERSION) 
            -X github.com/tilert-go/tilert/internal/buildinfo.Commit=$(COMMIT)
 DEMO    ?= .demo
 
-.PHONY: build test lint bench demo gpu-check clean
+.PHONY: build test test-python lint bench demo gpu-check clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) .
 
 test: lint
 	$(GO) test ./...
+	$(MAKE) --no-print-directory test-python
+
+# The vLLM connector plugin's tests (python/): CPU torch + pytest, no vLLM
+# (tests/fake_vllm stands in). Skipped, saying so, where no python has both.
+PYTEST_PY ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch, pytest' 2>/dev/null && { command -v $$p; break; }; done)
+test-python:
+	@if [ -z "$(PYTEST_PY)" ]; then \
+	  echo "test-python: SKIPPED: no python3 with torch and pytest (apt-get install python3-torch python3-pytest)"; \
+	else \
+	  PYTHONDONTWRITEBYTECODE=1 $(PYTEST_PY) -m pytest -q -p no:cacheprovider python/tests; \
+	fi
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

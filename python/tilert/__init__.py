@@ -1,0 +1,1 @@
+"""TileRT's Python side: the vLLM prefill connector plugin (tilert.pd_vllm)."""

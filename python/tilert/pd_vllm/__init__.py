@@ -1,0 +1,1 @@
+"""vLLM prefill/decode integration: prefill_connector.TileRTConnector."""

@@ -218,6 +218,7 @@ type prefilled struct {
 	segs   []engine.Segment
 	first  int
 	want   []int
+	stats  engine.Stats // the engine's counters after its own generation (MTP drafts, accepted)
 }
 
 func prefill(t *testing.T, prompt []int, maxTokens int) *prefilled {
@@ -260,6 +261,7 @@ func prefill(t *testing.T, prompt []int, maxTokens int) *prefilled {
 	if err != nil {
 		t.Fatal(err)
 	}
+	out.stats = e.Stats()
 	return out
 }
 
@@ -291,6 +293,20 @@ func (h *harness) stage(t *testing.T, pf *prefilled, rid string, a decode.Addrs)
 
 func decodeStream(t *testing.T, httpAddr, rid string, first, maxTokens int) ([]int, string) {
 	t.Helper()
+	ids, done := decodeStreamDone(t, httpAddr, rid, first, maxTokens)
+	return ids, done.Finish
+}
+
+// doneLine is the final line of a /pd/decode stream.
+type doneLine struct {
+	Finish        string  `json:"finish_reason"`
+	N             int     `json:"n"`
+	MTPAcceptMean float64 `json:"mtp_accept_mean"`
+}
+
+// decodeStreamDone is decodeStream returning the whole final line.
+func decodeStreamDone(t *testing.T, httpAddr, rid string, first, maxTokens int) ([]int, doneLine) {
+	t.Helper()
 	body, _ := json.Marshal(map[string]any{"rid": rid, "first_token_id": first, "max_tokens": maxTokens, "ignore_eos": true,
 		"timeout_s": 60, "sampling": map[string]any{"temperature": 0}})
 	resp, err := http.Post("http://"+httpAddr+"/pd/decode", "application/json", bytes.NewReader(body))
@@ -303,14 +319,14 @@ func decodeStream(t *testing.T, httpAddr, rid string, first, maxTokens int) ([]i
 		t.Fatalf("/pd/decode %s: %s", resp.Status, b)
 	}
 	ids := []int{first}
-	finish := ""
+	var done doneLine
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		var m struct {
-			T      []int  `json:"t"`
-			Done   bool   `json:"done"`
-			Finish string `json:"finish_reason"`
-			Error  string `json:"error"`
+			T     []int  `json:"t"`
+			Done  bool   `json:"done"`
+			Error string `json:"error"`
+			doneLine
 		}
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
 			t.Fatalf("line %q: %v", sc.Bytes(), err)
@@ -320,10 +336,10 @@ func decodeStream(t *testing.T, httpAddr, rid string, first, maxTokens int) ([]i
 		}
 		ids = append(ids, m.T...)
 		if m.Done {
-			finish = m.Finish
+			done = m.doneLine
 		}
 	}
-	return ids, finish
+	return ids, done
 }
 
 func waitGone(t *testing.T, path string) {

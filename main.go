@@ -48,7 +48,7 @@ func newApp() *cli.App {
 			},
 		},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return cliutil.WithExitCode(err, cliutil.ExitNotBuilt)
+			return cliutil.WithExitCode(err, cliutil.ExitUsage)
 		},
 		// Errors are reported once, by main, with their hints.
 		ExitErrHandler: func(*cli.Context, error) {},
@@ -61,7 +61,7 @@ func newApp() *cli.App {
 func markUsageErrors(cmds []*cli.Command) {
 	for _, c := range cmds {
 		c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
-			return cliutil.WithExitCode(err, cliutil.ExitNotBuilt)
+			return cliutil.WithExitCode(err, cliutil.ExitUsage)
 		}
 		markUsageErrors(c.Subcommands)
 	}

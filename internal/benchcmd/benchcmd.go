@@ -72,16 +72,16 @@ func runDecode(c *cli.Context) error {
 	}
 	mode, err := engine.ParseMode(c.String("mode"))
 	if err != nil {
-		return cliutil.WithExitCode(err, cliutil.ExitNotBuilt)
+		return cliutil.WithExitCode(err, cliutil.ExitUsage)
 	}
 	cache, err := engine.ParseCacheDType(c.String("kv-cache-dtype"))
 	if err != nil {
-		return cliutil.WithExitCode(err, cliutil.ExitNotBuilt)
+		return cliutil.WithExitCode(err, cliutil.ExitUsage)
 	}
 	slots, plen, ntok := c.Int("slots"), c.Int("prompt-len"), c.Int("tokens")
 	if slots < 1 || plen < 1 || ntok < 1 {
 		return cliutil.WithExitCode(errors.WithHint(errors.New("--slots, --prompt-len and --tokens must be positive"),
-			"e.g. --slots 1 --prompt-len 128 --tokens 64"), cliutil.ExitNotBuilt)
+			"e.g. --slots 1 --prompt-len 128 --tokens 64"), cliutil.ExitUsage)
 	}
 	dir := c.String("model-dir")
 	if err := engineload.Verify(dir); err != nil {

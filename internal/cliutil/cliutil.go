@@ -17,9 +17,9 @@ import (
 
 // Exit codes.
 const (
-	ExitOK       = 0
-	ExitFailure  = 1
-	ExitNotBuilt = 2 // usage errors and roles not built yet
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2 // usage errors (bad flags or values) and roles not built yet
 )
 
 type exitCoder interface{ ExitCode() int }
@@ -43,7 +43,7 @@ func WithExitCode(err error, code int) error {
 // NotBuilt is the error of a role whose implementation has not landed.
 func NotBuilt(role, missing string) error {
 	return WithExitCode(errors.WithHintf(errors.Newf("tilert %s is not available in this build: %s", role, missing),
-		"track the project's issues for when it lands; `tilert --help` lists what works today"), ExitNotBuilt)
+		"track the project's issues for when it lands; `tilert --help` lists what works today"), ExitUsage)
 }
 
 // SetupLogging installs the slog default handler from the [log] section.

@@ -11,7 +11,7 @@ import (
 )
 
 func usageErr(format string, args ...any) error {
-	return WithExitCode(errors.Newf(format, args...), ExitNotBuilt)
+	return WithExitCode(errors.Newf(format, args...), ExitUsage)
 }
 
 // PromptIDs reads the prompt of a command from --prompt (encoded with tok)

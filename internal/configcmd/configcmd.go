@@ -24,12 +24,12 @@ func load(c *cli.Context) (*config.Config, config.Sources, error) {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
 			return nil, nil, cliutil.WithExitCode(errors.WithHint(errors.Newf("--set %q has no '='", kv),
-				"write --set section.key=value"), cliutil.ExitNotBuilt)
+				"write --set section.key=value"), cliutil.ExitUsage)
 		}
 		f, found := config.Lookup(k)
 		if !found {
 			return nil, nil, cliutil.WithExitCode(errors.WithHint(errors.Newf("--set: unknown key %q", k),
-				"keys are section.key as in tilert.toml.example, e.g. decode.ctrl_port"), cliutil.ExitNotBuilt)
+				"keys are section.key as in tilert.toml.example, e.g. decode.ctrl_port"), cliutil.ExitUsage)
 		}
 		tmp := config.Default()
 		if err := f.SetString(tmp, v); err != nil {

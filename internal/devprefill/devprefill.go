@@ -55,7 +55,7 @@ func Command() *cli.Command {
 }
 
 func usage(format string, args ...any) error {
-	return cliutil.WithExitCode(errors.Newf(format, args...), cliutil.ExitNotBuilt)
+	return cliutil.WithExitCode(errors.Newf(format, args...), cliutil.ExitUsage)
 }
 
 func run(c *cli.Context) error {

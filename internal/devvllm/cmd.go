@@ -35,7 +35,7 @@ func Command() *cli.Command {
 			}
 			if c.String("model-dir") == "" {
 				return cliutil.WithExitCode(errors.WithHint(errors.New("dev-vllm: no --model-dir"),
-					"pass the decode node's model directory (e.g. the output of tilert synth)"), cliutil.ExitNotBuilt)
+					"pass the decode node's model directory (e.g. the output of tilert synth)"), cliutil.ExitUsage)
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()

@@ -46,7 +46,7 @@ func Command() *cli.Command {
 }
 
 func usage(format string, args ...any) error {
-	return cliutil.WithExitCode(errors.Newf(format, args...), cliutil.ExitNotBuilt)
+	return cliutil.WithExitCode(errors.Newf(format, args...), cliutil.ExitUsage)
 }
 
 func run(c *cli.Context) error {
@@ -63,11 +63,11 @@ func run(c *cli.Context) error {
 	}
 	mode, err := engine.ParseMode(c.String("mode"))
 	if err != nil {
-		return cliutil.WithExitCode(err, cliutil.ExitNotBuilt)
+		return cliutil.WithExitCode(err, cliutil.ExitUsage)
 	}
 	cache, err := engine.ParseCacheDType(c.String("kv-cache-dtype"))
 	if err != nil {
-		return cliutil.WithExitCode(err, cliutil.ExitNotBuilt)
+		return cliutil.WithExitCode(err, cliutil.ExitUsage)
 	}
 
 	var tok *tokenizer.Tokenizer

@@ -30,7 +30,7 @@ func Command() *cli.Command {
 				return err
 			}
 			if _, err := synth.Lookup(c.String("preset")); err != nil {
-				return cliutil.WithExitCode(err, cliutil.ExitNotBuilt)
+				return cliutil.WithExitCode(err, cliutil.ExitUsage)
 			}
 			start := time.Now()
 			last := time.Now()

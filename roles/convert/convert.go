@@ -73,7 +73,7 @@ func run(c *cli.Context, cfg *config.Config, src config.Sources) error {
 	cc := cfg.Convert
 	if cc.ModelDir == "" || cc.SaveDir == "" {
 		return cliutil.WithExitCode(errors.WithHint(errors.New("tilert convert needs --model-dir and --save-dir"),
-			"tilert convert --model deepseek-v3.2 --model-dir HF_DIR --save-dir OUT, or --verify OUT"), cliutil.ExitNotBuilt)
+			"tilert convert --model deepseek-v3.2 --model-dir HF_DIR --save-dir OUT, or --verify OUT"), cliutil.ExitUsage)
 	}
 	name := cfg.Model.Name
 	if src["model.name"] == config.SourceDefault {

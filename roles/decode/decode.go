@@ -72,7 +72,7 @@ func Command() *cli.Command {
 	}
 }
 
-func usage(err error) error { return cliutil.WithExitCode(err, cliutil.ExitNotBuilt) }
+func usage(err error) error { return cliutil.WithExitCode(err, cliutil.ExitUsage) }
 
 // Addrs are the bound addresses, written to --addr-file.
 type Addrs struct {

@@ -119,7 +119,7 @@ func TestRunRefusesBadSetups(t *testing.T) {
 				t.Fatalf("error %q (hints included) does not mention %q", text, c.want)
 			}
 			var ec interface{ ExitCode() int }
-			if (c.usage || c.notCPU) && (!errors.As(err, &ec) || ec.ExitCode() != cliutil.ExitNotBuilt) {
+			if (c.usage || c.notCPU) && (!errors.As(err, &ec) || ec.ExitCode() != cliutil.ExitUsage) {
 				t.Fatalf("exit code: %v", err)
 			}
 		})

@@ -192,5 +192,5 @@ func newTransfer(t config.Transfer) (rdma.Engine, error) {
 		}
 		return e, nil
 	}
-	return nil, cliutil.WithExitCode(errors.WithHint(errors.Newf("unknown transfer engine %q", t.Engine), "use --transfer-engine tcp or nixl, as the decode nodes"), cliutil.ExitNotBuilt)
+	return nil, cliutil.WithExitCode(errors.WithHint(errors.Newf("unknown transfer engine %q", t.Engine), "use --transfer-engine tcp or nixl, as the decode nodes"), cliutil.ExitUsage)
 }

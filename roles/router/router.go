@@ -67,11 +67,11 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 	rc := cfg.Router
 	if cfg.Model.Path == "" {
 		return cliutil.WithExitCode(errors.WithHint(errors.New("router: no model path"),
-			"pass --model-path, the HF model directory (the router reads its tokenizer)"), cliutil.ExitNotBuilt)
+			"pass --model-path, the HF model directory (the router reads its tokenizer)"), cliutil.ExitUsage)
 	}
 	if len(rc.Decode) == 0 {
 		return cliutil.WithExitCode(errors.WithHint(errors.New("router: no decode nodes"),
-			"pass --decode host:ctrl_port:http_port (repeat for several)"), cliutil.ExitNotBuilt)
+			"pass --decode host:ctrl_port:http_port (repeat for several)"), cliutil.ExitUsage)
 	}
 	tok, err := tokenizer.Load(cfg.Model.Path)
 	if err != nil {

@@ -69,7 +69,7 @@ func (k *Kernels) EngAbsorbV(s Stream, out, x, w, scale DevPtr, fp8 bool, M, H, 
 	if M <= 0 || H <= 0 || vd <= 0 || R <= 0 || ldo < H*vd || (fp8 && scale == 0) {
 		return errors.Newf("eng absorb v: M=%d H=%d vd=%d R=%d ldo=%d", M, H, vd, R, ldo)
 	}
-	return k.launch("eng_absorb_v", Dim3{H, M, 1}, D1(128), 0, s, out, x, w, scale, b2i(fp8), vd, R, ldo)
+	return k.launch("eng_absorb_v", Dim3{H * cdiv(vd, 32), M, 1}, D1(128), 0, s, out, x, w, scale, b2i(fp8), vd, R, ldo)
 }
 
 // Wide caches (kernels/exact.cu): the float32 MLA and indexer caches of the

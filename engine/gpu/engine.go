@@ -99,6 +99,7 @@ type Engine struct {
 	ropeSin  cuda.DevPtr
 	maxRows  int
 	chunkLen int
+	graphs   *graphs // decode-step CUDA graphs (graph.go)
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -191,6 +192,7 @@ func build(r runner, src Source, opts engine.Options) (*Engine, error) {
 		cfg: cfg, opts: opts, layout: lay, r: r,
 		maxSeq: min(lay.MaxPages*engine.BlockSize, opts.MaxSeqLen),
 		scale:  float32(cfg.SoftmaxScale()),
+		graphs: newGraphs(),
 	}
 	e.chunkLen = 32
 	e.maxRows = max(e.chunkLen, 2*opts.Slots)
@@ -290,6 +292,9 @@ func (e *Engine) Close() error {
 	e.closed = true
 	err := e.r.run(func(b backend) error {
 		var errs error
+		if g := grapherOf(b); g != nil && e.graphs != nil {
+			errs = e.graphs.clear(g)
+		}
 		for _, p := range e.owned {
 			errs = errors.CombineErrors(errs, b.free(p))
 		}
@@ -494,7 +499,7 @@ func (e *Engine) Step(ids []int) ([]engine.StepResult, error) {
 	}
 	e.stats.Steps++
 	var res []engine.StepResult
-	err := e.r.run(func(b backend) error {
+	err := e.runGraphed(func(b backend) error {
 		var err error
 		res, err = e.step(&ops{b: b}, act)
 		return err

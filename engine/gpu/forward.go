@@ -298,8 +298,13 @@ func (f *fwd) attention(lw *dlayer) {
 	o.do(o.b.absorbQ(ws.qlat, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, M, NH, nope, R, NH*qk, qk))
 	o.do(o.b.copy2D(ws.qpe, fptr(ws.q, nope), M*NH, P, P, qk))
 	for _, g := range f.groups {
+		// Only the first min(index_topk, length bucket) selections can be
+		// valid (topK pads with -1 past each row's length), and a tile of
+		// skipped entries leaves the softmax state exactly as it was: the
+		// same output without scanning index_topk entries per head.
+		nidx := min(TK, lenBucket(g.maxLen, e.maxSeq))
 		o.do(o.b.mlaDecode(e.mla, fptr(ws.olat, g.first*NH*R), fptr(ws.qlat, g.first*NH*R), fptr(ws.qpe, g.first*NH*P),
-			g.s.buf.Add(e.mlaOff[lw.idx]), fptr(ws.topk, g.first*TK), fptr(f.lens, g.first), g.n, NH, TK, TK, e.scale))
+			g.s.buf.Add(e.mlaOff[lw.idx]), fptr(ws.topk, g.first*TK), fptr(f.lens, g.first), g.n, NH, nidx, TK, e.scale))
 	}
 	o.do(o.b.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
 	o.lin(lw.o, ws.tmp, ws.ao, M, NH*vd, H)
@@ -331,14 +336,19 @@ func (f *fwd) indexer(lw *dlayer) {
 	o.do(o.b.scale(ws.iw, float32(math.Pow(float64(IH), -0.5)), M*IH))
 	sm := float32(c.IndexerSoftmaxScale())
 	for _, g := range f.groups {
+		// T is the length bucket, not maxLen: both kernels stop at each
+		// row's lens (scores past it are -inf and never read), so the
+		// launch stays the same, and a step's graph valid, as the
+		// sequence grows inside the bucket.
+		T := lenBucket(g.maxLen, ws.ldScores)
 		if g.maxLen > TK {
 			o.do(o.b.indexerScores(e.idxF32, fptr(ws.scores, g.first*ws.ldScores), fptr(ws.iq, g.first*IH*ID), fptr(ws.iw, g.first*IH),
-				g.s.buf.Add(e.idxOff[lw.idx]), fptr(f.lens, g.first), g.n, IH, g.maxLen, ws.ldScores, sm))
+				g.s.buf.Add(e.idxOff[lw.idx]), fptr(f.lens, g.first), g.n, IH, T, ws.ldScores, sm))
 		}
 		// With every row at <= index_topk positions the kernel writes
 		// 0..pos without reading the scores.
 		o.do(o.b.topK(fptr(ws.topk, g.first*TK), fptr(ws.scores, g.first*ws.ldScores), fptr(f.lens, g.first),
-			g.n, g.maxLen, TK, ws.ldScores, TK))
+			g.n, T, TK, ws.ldScores, TK))
 	}
 }
 

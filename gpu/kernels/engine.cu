@@ -98,13 +98,40 @@ extern "C" __global__ void __launch_bounds__(128) eng_absorb_q(float* out, const
                                                                const void* __restrict__ W,
                                                                const float* __restrict__ S, int fp8, int nope, int R,
                                                                int ldq, int hs) {
+  // Each output sums over d in order (as before); the weights of 16 d are
+  // loaded before they are used so many loads are in flight per thread.
+  __shared__ float qsh[1024];
   const int h = blockIdx.x, m = blockIdx.y, H = gridDim.x;
   const float* qh = q + (size_t)m * ldq + (size_t)h * hs;
   const int rb = (R + 127) >> 7;
   float* o = out + ((size_t)m * H + h) * R;
+  const bool staged = nope <= 1024;
+  if (staged)
+    for (int d = threadIdx.x; d < nope; d += blockDim.x) qsh[d] = qh[d];
+  __syncthreads();
+  const float* qv = staged ? qsh : qh;
   for (int c = threadIdx.x; c < R; c += blockDim.x) {
     float acc = 0.0f;
-    for (int d = 0; d < nope; d++) {
+    int d = 0;
+    if (fp8) {
+      const u8* Wc = (const u8*)W + (size_t)h * nope * R + c;
+      const float* Sc = S + (size_t)h * nope * rb + (c >> 7);
+      for (; d + 16 <= nope; d += 16) {
+        u8 wb[16];
+        float sv[16];
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+          wb[k] = Wc[(size_t)(d + k) * R];
+          sv[k] = Sc[(size_t)(d + k) * rb];
+        }
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+          const float w = fp8_to_f32(wb[k]) * sv[k];
+          acc += qv[d + k] * w;
+        }
+      }
+    }
+    for (; d < nope; d++) {
       const size_t row = (size_t)h * nope + d;
       float w;
       if (fp8) {
@@ -112,7 +139,7 @@ extern "C" __global__ void __launch_bounds__(128) eng_absorb_q(float* out, const
       } else {
         w = ((const float*)W)[row * R + c];
       }
-      acc += qh[d] * w;
+      acc += qv[d] * w;
     }
     o[c] = acc;
   }
@@ -120,28 +147,41 @@ extern "C" __global__ void __launch_bounds__(128) eng_absorb_q(float* out, const
 
 // Absorbed MLA, output side: out[m*ldo + h*vd + v] = sum_c W[h][v][c] * x[m][h][c]
 // (W = W_UV: [H][vd][R], same weight forms as eng_absorb_q; x: [M][H][R]).
-// grid (H, M), 128 threads: a warp per output row.
+// grid (H * ceil(vd/32), M), 128 threads: a warp per 8 output rows.
 extern "C" __global__ void __launch_bounds__(128) eng_absorb_v(float* out, const float* __restrict__ x,
                                                                const void* __restrict__ W,
                                                                const float* __restrict__ S, int fp8, int vd, int R,
                                                                int ldo) {
-  const int h = blockIdx.x, m = blockIdx.y, H = gridDim.x;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  // grid (H * ceil(vd/32), M): a block takes 32 output rows of one head, a
+  // warp 8 rows at once (8 independent loads per step); per row the lane
+  // order and the warp reduction are as before.
+  const int nvb = (vd + 31) >> 5;
+  const int h = blockIdx.x / nvb, vb = blockIdx.x % nvb, m = blockIdx.y, H = gridDim.x / nvb;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const float* xh = x + ((size_t)m * H + h) * R;
   const int rb = (R + 127) >> 7;
-  for (int v = warp; v < vd; v += nw) {
-    const size_t row = (size_t)h * vd + v;
-    float acc = 0.0f;
-    for (int c = lane; c < R; c += 32) {
+  const int v0 = vb * 32 + warp * 8;
+  float acc[8];
+#pragma unroll
+  for (int j = 0; j < 8; j++) acc[j] = 0.0f;
+  for (int c = lane; c < R; c += 32) {
+    const float xc = xh[c];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int v = min(v0 + j, vd - 1);
+      const size_t row = (size_t)h * vd + v;
       float w;
       if (fp8) {
         w = fp8_to_f32(((const u8*)W)[row * R + c]) * S[row * rb + (c >> 7)];
       } else {
         w = ((const float*)W)[row * R + c];
       }
-      acc += w * xh[c];
+      acc[j] += w * xc;
     }
-    acc = warp_sum(acc);
-    if (lane == 0) out[(size_t)m * ldo + (size_t)h * vd + v] = acc;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+    const float a = warp_sum(acc[j]);
+    if (lane == 0 && v0 + j < vd) out[(size_t)m * ldo + (size_t)h * vd + v0 + j] = a;
   }
 }

@@ -1,0 +1,109 @@
+package gpu
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/tilert-go/tilert/engine"
+)
+
+// Graph replay must give what eager launches give: tokens and the final
+// cache bytes, with and without MTP, greedy and sampled, one slot and
+// batched. On the emulator a replay re-runs the recorded calls with their
+// recorded arguments, so an argument missing from the key shows here.
+func TestEmuGraphsEqualEager(t *testing.T) { testGraphsEqualEager(t, onEmu) }
+func TestGPUGraphsEqualEager(t *testing.T) { testGraphsEqualEager(t, onGPU) }
+
+func testGraphsEqualEager(t *testing.T, kind backendKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	for _, pr := range presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, presetDir(t, pr))
+			vocab := w.Config().VocabSize
+			// Crossing index_topk while decoding (the indexer starts
+			// scoring: a new run of launches).
+			prompt := testPrompt(w.Config().IndexTopK-8, vocab, 11)
+			n := 24
+			for _, mtp := range []bool{false, true} {
+				for _, p := range []engine.Params{{}, {Temperature: 0.8, TopP: 0.9, TopK: 20, Seed: 5}} {
+					name := fmt.Sprintf("mtp=%v T=%v", mtp, p.Temperature)
+					opts := engine.Options{MTP: mtp, MaxSeqLen: len(prompt) + n + 16, Slots: 2}
+					var toks [2][]int
+					var caches [2][]byte
+					var batch [2][][]int
+					var st [2]*graphs
+					for k, on := range []bool{false, true} {
+						e := newTestEngine(t, kind, src, opts)
+						e.graphs.on = on
+						toks[k] = generateKeep(t, e, 0, prompt, p, n)
+						caches[k] = exportBytes(t, e, 0)
+						e.Release(0)
+						batch[k] = generateBatch(t, e, [][]int{prompt[:len(prompt)/2], prompt}, p, 24)
+						st[k] = e.graphs
+					}
+					if i := firstDiff(toks[1], toks[0]); i >= 0 {
+						t.Errorf("%s: graph tokens differ from eager at %d:\n got %v\nwant %v", name, i, toks[1], toks[0])
+					}
+					if !bytes.Equal(caches[0], caches[1]) {
+						t.Errorf("%s: caches differ between graph replay and eager launches", name)
+					}
+					for s := range batch[0] {
+						if i := firstDiff(batch[1][s], batch[0][s]); i >= 0 {
+							t.Errorf("%s batched slot %d: graph tokens differ from eager at %d", name, s, i)
+						}
+					}
+					g := st[1]
+					t.Logf("%s %s: %d graph replays, %d captures, %d eager runs", kind, name, g.replays, g.captures, g.eager)
+					// A sampled step without MTP keys on the sampler's counter:
+					// it runs eagerly (the counter is a kernel argument).
+					if (p.Greedy() || mtp) && (g.replays < n/2 || g.captures == 0) {
+						t.Errorf("%s: %d replays, %d captures over %d steps: graphs are not being reused", name, g.replays, g.captures, n)
+					}
+					if st[0].replays != 0 {
+						t.Errorf("%s: graphs off but %d replays", name, st[0].replays)
+					}
+				}
+			}
+		})
+	}
+}
+
+// generateKeep is generate without the final Release.
+func generateKeep(t *testing.T, e *Engine, slot int, prompt []int, p engine.Params, n int) []int {
+	t.Helper()
+	first, err := e.Prefill(slot, prompt, p)
+	if err != nil {
+		t.Fatalf("prefill: %+v", err)
+	}
+	out := []int{first}
+	p.MaxTokens = n
+	fin, err := e.Start(slot, first, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for fin == engine.FinishNone {
+		res, err := e.Step([]int{slot})
+		if err != nil {
+			t.Fatalf("step: %+v", err)
+		}
+		out = append(out, res[0].Tokens...)
+		fin = res[0].Finish
+	}
+	return out
+}
+
+func exportBytes(t *testing.T, e *Engine, slot int) []byte {
+	t.Helper()
+	_, segs, err := e.Export(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b []byte
+	for _, s := range segs {
+		b = append(b, s.Data...)
+	}
+	return b
+}

@@ -1,0 +1,145 @@
+package gpu
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/cockroachdb/errors"
+)
+
+// OpTime is one kind of call in a decode step: how often it ran, the bytes
+// it must move at least (weights for GEMVs, summed over its calls) and its
+// device time (summed; each call timed alone, back to back).
+type OpTime struct {
+	Name  string
+	Count int
+	Bytes int64
+	Us    float64
+}
+
+// StepProfile says where a decode step's device time goes.
+type StepProfile struct {
+	Ops []OpTime
+	// SumUs is the ops' times added up; EagerUs the step's runs launched
+	// one call at a time; GraphUs the same runs replayed as graphs (all
+	// device time, event-timed, medians over the repetitions).
+	SumUs, EagerUs, GraphUs float64
+	Runs, Calls             int
+}
+
+// ProfileStep runs one Step over ids, then re-runs the device work that
+// step queued, timing every call alone and each run eagerly and as a graph.
+// A diagnostic (GPU only): the re-runs rewrite the slots' latest cache
+// entries, so release the slots afterwards.
+func (e *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
+	on := e.graphs.on
+	e.graphs.on, e.graphs.hold = true, true
+	_, err := e.Step(ids)
+	runs := e.graphs.keep
+	e.graphs.on, e.graphs.hold, e.graphs.keep = on, false, nil
+	if err != nil {
+		return nil, err
+	}
+	reps = max(reps, 3)
+	prof := &StepProfile{Runs: len(runs)}
+	byName := map[string]*OpTime{}
+	err = e.r.run(func(b backend) error {
+		cb, ok := b.(*cudaBackend)
+		if !ok {
+			return errors.New("ProfileStep needs the GPU backend")
+		}
+		c, s := cb.c, cb.s
+		timeIt := func(f func() error) (float64, error) {
+			e0, err := c.NewEvent()
+			if err != nil {
+				return 0, err
+			}
+			defer c.DestroyEvent(e0)
+			e1, err := c.NewEvent()
+			if err != nil {
+				return 0, err
+			}
+			defer c.DestroyEvent(e1)
+			if err := f(); err != nil {
+				return 0, err
+			}
+			ts := make([]float64, reps)
+			for r := range ts {
+				if err := c.Record(e0, s); err != nil {
+					return 0, err
+				}
+				if err := f(); err != nil {
+					return 0, err
+				}
+				if err := c.Record(e1, s); err != nil {
+					return 0, err
+				}
+				if err := c.EventSync(e1); err != nil {
+					return 0, err
+				}
+				ms, err := c.Elapsed(e0, e1)
+				if err != nil {
+					return 0, err
+				}
+				ts[r] = float64(ms) * 1000
+			}
+			sort.Float64s(ts)
+			return ts[len(ts)/2], nil
+		}
+		for _, run := range runs {
+			all := func() error {
+				for _, op := range run {
+					if err := op.run(b); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			t, err := timeIt(all)
+			if err != nil {
+				return err
+			}
+			prof.EagerUs += t
+			g := cudaGrapher{cb}
+			x, err := g.capture(all)
+			if err != nil {
+				return err
+			}
+			t, err = timeIt(func() error { return g.launch(x) })
+			_ = g.destroy(x)
+			if err != nil {
+				return err
+			}
+			prof.GraphUs += t
+			for _, op := range run {
+				t, err := timeIt(func() error { return op.run(b) })
+				if err != nil {
+					return errors.Wrapf(err, "timing %s", op.name)
+				}
+				name := op.name
+				if op.shape != [3]int{} {
+					name = fmt.Sprintf("%s %dx%dx%d", name, op.shape[0], op.shape[1], op.shape[2])
+				}
+				o := byName[name]
+				if o == nil {
+					o = &OpTime{Name: name}
+					byName[name] = o
+				}
+				o.Count++
+				o.Bytes += op.bytes
+				o.Us += t
+				prof.SumUs += t
+				prof.Calls++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range byName {
+		prof.Ops = append(prof.Ops, *o)
+	}
+	sort.Slice(prof.Ops, func(i, j int) bool { return prof.Ops[i].Us > prof.Ops[j].Us })
+	return prof, nil
+}

@@ -1,0 +1,86 @@
+package gpu
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tilert-go/tilert/engine"
+)
+
+// TestGPUProfileStep prints where a decode step's device time goes on the
+// model in $TILERT_PROFILE_MODEL (e.g. the deepseek-v3.2-2layer preset),
+// after a 128-token prompt, for 1 and 4 slots, and the host-timed step with
+// graphs off and on. Writes the table to $TILERT_PROFILE_OUT too.
+func TestGPUProfileStep(t *testing.T) {
+	dir := os.Getenv("TILERT_PROFILE_MODEL")
+	if dir == "" {
+		t.Skip("TILERT_PROFILE_MODEL not set")
+	}
+	dev := gpuDevice(t)
+	src, closeSrc, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeSrc()
+	var out strings.Builder
+	for _, slots := range []int{1, 4} {
+		e, err := NewOnDevice(dev, src, engine.Options{Slots: slots, MaxSeqLen: 1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int
+		for s := 0; s < slots; s++ {
+			prompt := testPrompt(128, e.cfg.VocabSize, s+1)
+			first, err := e.Prefill(s, prompt, engine.Params{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Start(s, first, engine.Params{MaxTokens: 400}); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, s)
+		}
+		wall := func(on bool) float64 {
+			e.graphs.on = on
+			var ts []float64
+			for range 24 {
+				t0 := time.Now()
+				if _, err := e.Step(ids); err != nil {
+					t.Fatal(err)
+				}
+				ts = append(ts, float64(time.Since(t0).Microseconds()))
+			}
+			return median(ts[4:])
+		}
+		eager, graph := wall(false), wall(true)
+		p, err := e.ProfileStep(ids, 15)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&out, "slots=%d: host-timed step %.0f us eager, %.0f us graphs (median of 20); device: ops alone %.0f us, runs eager %.0f us, runs as graphs %.0f us (%d runs, %d calls)\n",
+			slots, eager, graph, p.SumUs, p.EagerUs, p.GraphUs, p.Runs, p.Calls)
+		tw := tabwriter.NewWriter(&out, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "op\tcalls\tus\tshare\tMB\tGB/s")
+		var bytes int64
+		for _, o := range p.Ops {
+			bytes += o.Bytes
+			fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f%%\t%.2f\t%.0f\n", o.Name, o.Count, o.Us, 100*o.Us/p.SumUs, float64(o.Bytes)/1e6, float64(o.Bytes)/o.Us/1e3)
+		}
+		fmt.Fprintf(tw, "total\t%d\t%.1f\t\t%.2f\t%.0f\n", p.Calls, p.SumUs, float64(bytes)/1e6, float64(bytes)/p.SumUs/1e3)
+		tw.Flush()
+		out.WriteString("\n")
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Log("\n" + out.String())
+	if f := os.Getenv("TILERT_PROFILE_OUT"); f != "" {
+		if err := os.WriteFile(f, []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

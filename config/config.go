@@ -78,7 +78,7 @@ type Router struct {
 type Sidecar struct {
 	Socket      string `toml:"socket" help:"Unix socket the vLLM connector plugin talks to."`
 	MetricsPort int    `toml:"metrics_port" help:"Port for /metrics and /health; 0 disables it."`
-	StagingMiB  int    `toml:"staging_mib" help:"Pinned staging memory for requests in flight, in MiB."`
+	StagingMiB  int    `toml:"staging_mib" help:"Staging memory (files in /dev/shm) for requests waiting to ship, in MiB; past it new stages are refused."`
 }
 
 // Default returns the built-in defaults. The values match the launch post's

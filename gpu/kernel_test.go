@@ -382,6 +382,41 @@ func TestKernelNormRopeElementwise(t *testing.T) {
 			chk(k.RMSNorm(s, yp, a.up(x), a.up(w), rows, D, D, D, 1e-6))
 			record(t, fmt.Sprintf("rmsnorm rows=%d D=%d", rows, D), relMetric, relErr(downF32(c, yp, rows*D), refRMSNorm(x, w, rows, D, 1e-6)), boundF32)
 		}
+		// Fused residual add + RMSNorm: x must equal float32(x+b) exactly, y
+		// the reference norm of it, and both bit-identical to Add then RMSNorm.
+		for _, cs := range [][2]int{{4, 7168}, {1, 1536}, {3, 100}} {
+			rows, D := cs[0], cs[1]
+			x := randF32(r, rows*D, 2)
+			b := randF32(r, rows*D, 2)
+			w := randF32(r, D, 1)
+			sum := make([]float32, rows*D)
+			for i := range sum {
+				sum[i] = x[i] + b[i]
+			}
+			xp, bp, yp := a.up(x), a.up(b), a.poisoned(rows*D)
+			chk(k.AddRMSNorm(s, yp, xp, bp, a.up(w), rows, D, D, D, D, 1e-6))
+			gx, gy := downF32(c, xp, rows*D), downF32(c, yp, rows*D)
+			diff := 0
+			for i := range sum {
+				if math.Float32bits(gx[i]) != math.Float32bits(sum[i]) {
+					diff++
+				}
+			}
+			name := fmt.Sprintf("add_rmsnorm rows=%d D=%d", rows, D)
+			record(t, name+" residual", "elements != float32 x+b", float64(diff), 0)
+			record(t, name, relMetric, relErr(gy, refRMSNorm(sum, w, rows, D, 1e-6)), boundF32)
+			x2p, y2p := a.up(x), a.poisoned(rows*D)
+			chk(k.Add(s, x2p, x2p, bp, rows*D))
+			chk(k.RMSNorm(s, y2p, x2p, a.up(w), rows, D, D, D, 1e-6))
+			g2 := downF32(c, y2p, rows*D)
+			diff = 0
+			for i := range g2 {
+				if math.Float32bits(g2[i]) != math.Float32bits(gy[i]) {
+					diff++
+				}
+			}
+			record(t, name+" == add+rmsnorm", "elements differing in bits", float64(diff), 0)
+		}
 		for _, cs := range []struct {
 			rows, D int
 			bias    bool
@@ -826,6 +861,44 @@ func TestKernelSampling(t *testing.T) {
 				}
 			}
 			record(t, "argmax V=129280 (ties)", "mismatched rows", float64(mism), 0)
+		}
+		// The many-block arg-max: ties across block boundaries, NaNs (never
+		// chosen), an all -inf row, an all-NaN row (no index: 0x7fffffff), odd
+		// sizes; twice on one scratch (the counters must come back zeroed).
+		for _, n := range []int{129280, 4097, 5} {
+			rows := 5
+			x := randF32(r, rows*n, 3)
+			x[min(n-1, 2048)] = 60 // row 0: a tie between blocks, the lower index wins
+			x[n-1] = 60
+			x[n+n/3] = float32(math.NaN())
+			x[n+n/2] = 70
+			for i := range n {
+				x[2*n+i] = float32(math.Inf(-1))
+				x[3*n+i] = float32(math.NaN())
+			}
+			xp := a.up(x)
+			sc := a.raw(ArgmaxScratchBytes(rows))
+			chk(c.MemsetD8(sc, 0, ArgmaxScratchBytes(rows), s))
+			mism := 0
+			for rep := range 2 {
+				op, vp := a.poisoned(rows), a.poisoned(rows)
+				chk(k.ArgmaxWide(s, op, vp, xp, sc, rows, n, n))
+				got, gv := downI32(c, op, rows), downF32(c, vp, rows)
+				for row := range rows {
+					best, bv := int32(0x7fffffff), float32(math.Inf(-1))
+					for i := range n {
+						v := x[row*n+i]
+						if v > bv || (v == bv && int32(i) < best) {
+							best, bv = int32(i), v
+						}
+					}
+					if got[row] != best || math.Float32bits(gv[row]) != math.Float32bits(bv) {
+						mism++
+						t.Logf("n=%d rep=%d row %d: got %d (%v), want %d (%v)", n, rep, row, got[row], gv[row], best, bv)
+					}
+				}
+			}
+			record(t, fmt.Sprintf("argmax wide n=%d (ties, NaN, -inf), x2 on one scratch", n), "mismatched rows", float64(mism), 0)
 		}
 		// Seeded draws vs the float64 reference of the same Gumbel-max rule.
 		for _, cs := range []struct {

@@ -120,6 +120,16 @@ func (k *Kernels) RMSNorm(s Stream, y, x, w DevPtr, rows, D, ldx, ldy int, eps f
 	return k.launch("rmsnorm", D1(rows), D1(normThreads(D)), 0, s, x, w, y, D, ldx, ldy, eps)
 }
 
+// AddRMSNorm adds b into the residual rows x (x += b) and writes
+// y = x*rsqrt(mean(x^2)+eps)*w: Add then RMSNorm in one launch, bit-identical
+// to the two. y must not alias x or b.
+func (k *Kernels) AddRMSNorm(s Stream, y, x, b, w DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
+	if rows <= 0 || D <= 0 || ldx < D || ldb < D || ldy < D {
+		return errors.Newf("add_rmsnorm: rows=%d D=%d ldx=%d ldb=%d ldy=%d", rows, D, ldx, ldb, ldy)
+	}
+	return k.launch("add_rmsnorm", D1(rows), D1(normThreads(D)), 0, s, x, b, w, y, D, ldx, ldb, ldy, eps)
+}
+
 // LayerNorm normalises rows: y = (x-mean)*rsqrt(var+eps)*w + b (w, b may be 0).
 func (k *Kernels) LayerNorm(s Stream, y, x, w, b DevPtr, rows, D, ldx, ldy int, eps float32) error {
 	if rows <= 0 || D <= 0 || ldx < D || ldy < D {
@@ -261,6 +271,28 @@ func (k *Kernels) Argmax(s Stream, out, val, x DevPtr, rows, n, ld int) error {
 		return errors.Newf("argmax: rows=%d n=%d ld=%d", rows, n, ld)
 	}
 	return k.launch("argmax_rows", D1(rows), D1(1024), 0, s, x, n, ld, out, val)
+}
+
+// argmaxWideBlocks is the most blocks ArgmaxWide spreads one row over.
+const argmaxWideBlocks = 128
+
+// ArgmaxScratchBytes is the scratch ArgmaxWide needs for rows rows.
+func ArgmaxScratchBytes(rows int) int64 { return int64(rows) * (4 + argmaxWideBlocks*8) }
+
+// ArgmaxWide is Argmax spread over up to 128 blocks per row (one block reads
+// a row at a fraction of the memory rate), with identical results. scratch
+// holds ArgmaxScratchBytes(rows) bytes, zeroed before its first use; the
+// kernel leaves it zeroed again, so it can be reused and replayed in a graph,
+// but not by two launches in flight at once.
+func (k *Kernels) ArgmaxWide(s Stream, out, val, x, scratch DevPtr, rows, n, ld int) error {
+	if rows <= 0 || n <= 0 || ld < n || scratch == 0 {
+		return errors.Newf("argmax wide: rows=%d n=%d ld=%d scratch=%#x", rows, n, ld, uint64(scratch))
+	}
+	nb := min(argmaxWideBlocks, max(1, cdiv(n, 256*8)))
+	cnt := scratch
+	pv := scratch.Add(int64(4 * rows))
+	pi := pv.Add(int64(4 * rows * nb))
+	return k.launch("argmax_wide", Dim3{nb, rows, 1}, D1(256), 0, s, x, n, ld, out, val, cnt, pv, pi)
 }
 
 // SamplingParams controls Sample. Temperature <= 0 means greedy; TopK <= 0

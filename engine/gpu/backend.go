@@ -31,6 +31,9 @@ type backend interface {
 	layernorm(y, x, w, b cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
 	rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error
 	add(y, a, b cuda.DevPtr, n int) error
+	// addRMSNorm is add(x, x, b) then rmsnorm(y, x, w) over rows rows in
+	// one launch (bit-identical); y must not alias x or b.
+	addRMSNorm(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error
 	siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error
 	embed(out, table, ids cuda.DevPtr, T, D int) error
 	moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error
@@ -41,7 +44,9 @@ type backend interface {
 	topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error
 	// mlaDecode reads an MLA cache of the given kind (fp8_ds_mla, bf16, float32).
 	mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error
-	argmax(out, x cuda.DevPtr, rows, n, ld int) error
+	// argmax with scratch != 0 (cuda.ArgmaxScratchBytes(rows), zeroed)
+	// spreads each row over many blocks; the result is the same.
+	argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error
 	sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error
 	mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error
 	idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld int) error
@@ -134,6 +139,10 @@ func (b *cudaBackend) rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, o
 
 func (b *cudaBackend) add(y, a, bb cuda.DevPtr, n int) error { return b.k.Add(b.s, y, a, bb, n) }
 
+func (b *cudaBackend) addRMSNorm(y, x, bb, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
+	return b.k.AddRMSNorm(b.s, y, x, bb, w, rows, D, ldx, ldb, ldy, eps)
+}
+
 func (b *cudaBackend) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error {
 	return b.k.SiluMul(b.s, out, gate, up, rows, I, ldg, ldu, ldo)
 }
@@ -173,7 +182,10 @@ func (b *cudaBackend) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens 
 	return b.k.MLADecode(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 }
 
-func (b *cudaBackend) argmax(out, x cuda.DevPtr, rows, n, ld int) error {
+func (b *cudaBackend) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error {
+	if scratch != 0 {
+		return b.k.ArgmaxWide(b.s, out, 0, x, scratch, rows, n, ld)
+	}
 	return b.k.Argmax(b.s, out, 0, x, rows, n, ld)
 }
 

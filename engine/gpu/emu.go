@@ -233,6 +233,17 @@ func (m *emuBackend) add(y, a, b cuda.DevPtr, n int) error {
 	return nil
 }
 
+// addRMSNorm is the two operations it fuses, row by row.
+func (m *emuBackend) addRMSNorm(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
+	for r := 0; r < rows; r++ {
+		xr := x.Add(int64(4 * r * ldx))
+		if err := m.add(xr, xr, b.Add(int64(4*r*ldb)), D); err != nil {
+			return err
+		}
+	}
+	return m.rmsnorm(y, x, w, rows, D, ldx, ldy, eps)
+}
+
 func (m *emuBackend) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error {
 	for r := 0; r < rows; r++ {
 		g := m.f32(gate.Add(int64(4*r*ldg)), I)
@@ -454,7 +465,8 @@ func (m *emuBackend) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens c
 	return nil
 }
 
-func (m *emuBackend) argmax(out, x cuda.DevPtr, rows, n, ld int) error {
+// argmax needs no scratch: every block split gives the same arg-max.
+func (m *emuBackend) argmax(out, x, _ cuda.DevPtr, rows, n, ld int) error {
 	o := m.i32(out, rows)
 	for r := 0; r < rows; r++ {
 		o[r] = int32(engine.Argmax(m.f32(x.Add(int64(4*r*ld)), n)))

@@ -67,6 +67,7 @@ type workspace struct {
 	rlog, eidx, ewts         cuda.DevPtr
 	eg, eu, ey               cuda.DevPtr // [top-k][moe intermediate or hidden]
 	logits, tok              cuda.DevPtr
+	amax                     cuda.DevPtr // arg-max scratch (cuda.ArgmaxScratchBytes(maxRows))
 	ldScores                 int
 }
 
@@ -119,6 +120,7 @@ func newWorkspace(e *Engine, b backend) (*workspace, error) {
 	f(&ws.ey, K*H)
 	f(&ws.logits, M*c.VocabSize)
 	f(&ws.tok, M)
+	f(&ws.amax, int(cuda.ArgmaxScratchBytes(M)/4))
 	return ws, err
 }
 
@@ -188,10 +190,16 @@ func (e *Engine) forward(o *ops, rows []fwdRow, mtp bool, want []bool) {
 		layers = e.w.layers[:c.NumLayers]
 		o.do(o.b.embed(ws.x, e.w.embed, ids, M, H))
 	}
-	for _, lw := range layers {
-		f.block(lw)
+	// Each block ends with its residual add fused into the next norm: the
+	// next block's input norm, or the final norm after the last.
+	o.do(o.b.rmsnorm(ws.h, ws.x, layers[0].inNorm, M, H, H, H, float32(c.RMSNormEps)))
+	for i, lw := range layers {
+		y, w := hid, norm
+		if i+1 < len(layers) {
+			y, w = ws.h, layers[i+1].inNorm
+		}
+		f.block(lw, y, w)
 	}
-	o.do(o.b.rmsnorm(hid, ws.x, norm, M, H, H, H, float32(c.RMSNormEps)))
 	all := want == nil
 	for _, w := range want {
 		all = all && w
@@ -217,21 +225,21 @@ type fwd struct {
 	pos, lens cuda.DevPtr
 }
 
-func (f *fwd) block(lw *dlayer) {
+// block runs one layer over ws.h (the input-normed residual ws.x) and
+// leaves x + attention + mlp in ws.x and its norm by nextW in nextY.
+func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	eps := float32(c.RMSNormEps)
-	o.do(o.b.rmsnorm(ws.h, ws.x, lw.inNorm, M, H, H, H, eps))
 	f.attention(lw)
-	o.do(o.b.add(ws.x, ws.x, ws.tmp, M*H))
-	o.do(o.b.rmsnorm(ws.h, ws.x, lw.postNorm, M, H, H, H, eps))
+	o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.postNorm, M, H, H, H, H, eps))
 	if lw.moe {
 		f.moe(lw)
 	} else {
 		f.ffn(lw.gate, lw.up, lw.down, ws.mo)
 	}
-	o.do(o.b.add(ws.x, ws.x, ws.mo, M*H))
+	o.do(o.b.addRMSNorm(nextY, ws.x, ws.mo, nextW, M, H, H, H, H, eps))
 }
 
 // ffn writes down(silu(gate h) * up h) of ws.h into out.
@@ -368,7 +376,7 @@ func (e *Engine) pick(o *ops, reqs []pickReq) ([]int, error) {
 		lg := fptr(e.ws.logits, r.row*V)
 		out := fptr(e.ws.tok, i)
 		if r.p.Greedy() {
-			o.do(o.b.argmax(out, lg, 1, V, V))
+			o.do(o.b.argmax(out, lg, e.ws.amax, 1, V, V))
 			continue
 		}
 		topP := float32(r.p.TopP)
@@ -387,7 +395,7 @@ func (e *Engine) pick(o *ops, reqs []pickReq) ([]int, error) {
 func (e *Engine) argmaxRows(o *ops, rows []int) ([]int, error) {
 	V := e.cfg.VocabSize
 	for i, r := range rows {
-		o.do(o.b.argmax(fptr(e.ws.tok, i), fptr(e.ws.logits, r*V), 1, V, V))
+		o.do(o.b.argmax(fptr(e.ws.tok, i), fptr(e.ws.logits, r*V), e.ws.amax, 1, V, V))
 	}
 	return e.readTokens(o, len(rows))
 }

@@ -249,6 +249,11 @@ func (gb *graphBackend) add(y, a, bb cuda.DevPtr, n int) error {
 	return gb.rec("add", int64(12*n), func(b backend) error { return b.add(y, a, bb, n) }, ku(y), ku(a), ku(bb), ki(n))
 }
 
+func (gb *graphBackend) addRMSNorm(y, x, bb, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
+	return gb.rec("addRMSNorm", int64(16*rows*D), func(b backend) error { return b.addRMSNorm(y, x, bb, w, rows, D, ldx, ldb, ldy, eps) },
+		ku(y), ku(x), ku(bb), ku(w), ki(rows), ki(D), ki(ldx), ki(ldb), ki(ldy), kf(eps))
+}
+
 func (gb *graphBackend) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error {
 	return gb.rec("siluMul", int64(12*rows*I), func(b backend) error { return b.siluMul(out, gate, up, rows, I, ldg, ldu, ldo) },
 		ku(out), ku(gate), ku(up), ki(rows), ki(I), ki(ldg), ki(ldu), ki(ldo))
@@ -287,8 +292,9 @@ func (gb *graphBackend) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, len
 	return gb.shaped(nq, H, nidx)
 }
 
-func (gb *graphBackend) argmax(out, x cuda.DevPtr, rows, n, ld int) error {
-	return gb.rec("argmax", int64(4*rows*n), func(b backend) error { return b.argmax(out, x, rows, n, ld) }, ku(out), ku(x), ki(rows), ki(n), ki(ld))
+func (gb *graphBackend) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error {
+	return gb.rec("argmax", int64(4*rows*n), func(b backend) error { return b.argmax(out, x, scratch, rows, n, ld) },
+		ku(out), ku(x), ku(scratch), ki(rows), ki(n), ki(ld))
 }
 
 func (gb *graphBackend) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error {

@@ -136,3 +136,52 @@ extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* __re
   block_argmax(v, vi, shv, shi);
   if (tid == 0) out[blockIdx.x] = vi;
 }
+
+// Greedy over many blocks per row (grid nblk x rows, 256 threads): each block
+// reduces a contiguous slice, the last block of a row to finish (counted in
+// cnt[row]) merges the nblk partials and resets cnt[row] to 0, so the scratch
+// needs no memset between launches or graph replays. The merge (max, ties to
+// the lower index, NaN never wins) does not depend on order, so out and val
+// equal argmax_rows' exactly. Scratch: cnt [rows], pv/pi [rows][nblk].
+extern "C" __global__ void __launch_bounds__(256) argmax_wide(const float* __restrict__ x, int n, int ld, int* out,
+                                                              float* val, u32* cnt, float* pv, int* pi) {
+  __shared__ float shv[32];
+  __shared__ int shi[32];
+  __shared__ int last;
+  const int row = blockIdx.y, nb = gridDim.x, bd = blockDim.x;
+  const float* r = x + (size_t)row * ld;
+  const int per = (n + nb - 1) / nb;
+  const int lo = blockIdx.x * per, hi = min(n, lo + per);
+  float v = NEG_INF;
+  int i = 0x7fffffff;
+  int k = lo + threadIdx.x;
+  // Eight independent loads in flight per thread before merging them.
+  for (; k + 7 * bd < hi; k += 8 * bd) {
+    float a[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) a[j] = r[k + j * bd];
+#pragma unroll
+    for (int j = 0; j < 8; j++) argmax_merge(v, i, a[j], k + j * bd);
+  }
+  for (; k < hi; k += bd) argmax_merge(v, i, r[k], k);
+  block_argmax(v, i, shv, shi);
+  if (threadIdx.x == 0) {
+    pv[(size_t)row * nb + blockIdx.x] = v;
+    pi[(size_t)row * nb + blockIdx.x] = i;
+    __threadfence();
+    last = atomicAdd(&cnt[row], 1u) == (u32)(nb - 1);
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  v = NEG_INF;
+  i = 0x7fffffff;
+  for (int b = threadIdx.x; b < nb; b += bd)
+    argmax_merge(v, i, __ldcg(&pv[(size_t)row * nb + b]), __ldcg(&pi[(size_t)row * nb + b]));
+  block_argmax(v, i, shv, shi);
+  if (threadIdx.x == 0) {
+    out[row] = i;
+    if (val) val[row] = v;
+    cnt[row] = 0;
+  }
+}

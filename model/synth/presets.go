@@ -101,6 +101,20 @@ var presets = map[string]Preset{
 		MaxPositionEmbeddings: 163840, RMSNormEps: 1e-6, RopeTheta: 10000, Yarn: true,
 		TokenizerVocab: 4096, MaxShardBytes: 1 << 30,
 	},
+	// Real DeepSeek-V3.2 dimensions with one dense and one MoE layer (all 256 routed experts,
+	// grouped routing 8/4, top-8, one shared expert), no MTP: about 16 GB, most of it experts, so
+	// the routed-expert path is measured at real scale. Generate it where disk and cores are fast.
+	"deepseek-v3.2-moe": {
+		Name: "deepseek-v3.2-moe", Family: model.DeepSeekV32,
+		Description: "DeepSeek-V3.2 real dimensions, 1 dense + 1 MoE layer (256 experts), no MTP (~16 GB, GPU benchmark)",
+		VocabSize:   129280, HiddenSize: 7168, IntermediateSize: 18432, MoEIntermediateSize: 2048,
+		NumLayers: 2, FirstKDenseReplace: 1, NumNextN: 0,
+		NumHeads: 128, QLoraRank: 1536, KVLoraRank: 512, QKNopeHeadDim: 128, QKRopeHeadDim: 64, VHeadDim: 128,
+		NRoutedExperts: 256, NSharedExperts: 1, NumExpertsPerTok: 8, NGroup: 8, TopKGroup: 4,
+		IndexNHeads: 64, IndexHeadDim: 128, IndexTopK: 2048,
+		MaxPositionEmbeddings: 163840, RMSNormEps: 1e-6, RopeTheta: 10000, Yarn: true,
+		TokenizerVocab: 4096, MaxShardBytes: 1 << 30,
+	},
 }
 
 // Names lists the presets, sorted.

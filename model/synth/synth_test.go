@@ -220,30 +220,65 @@ func stats(x []float32) (mean, std float64) {
 	return mean, math.Sqrt(ss / float64(len(x)))
 }
 
-func TestTwoLayerPlan(t *testing.T) {
-	p, err := Lookup("deepseek-v3.2-2layer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Build(p, 0)
-	if err != nil {
-		t.Fatalf("%+v", err)
-	}
-	c := b.Config
-	if c.HiddenSize != 7168 || c.NumHeads != 128 || c.QLoraRank != 1536 || c.IntermediateSize != 18432 || c.NumLayers != 2 {
-		t.Errorf("not the real DeepSeek-V3.2 layer dimensions: %v", c)
-	}
-	pl := MakePlan(b)
-	if pl.Total < 4<<30 {
-		t.Errorf("2-layer checkpoint is %d bytes, want >= 4 GiB", pl.Total)
-	}
-	if pl.shards < 2 {
-		t.Errorf("%d shards", pl.shards)
-	}
-	for i, it := range pl.items {
-		if it.scale && pl.shard[i] != pl.shard[i-1] {
-			t.Errorf("%s is not in its weight's shard", it.info.Name)
-		}
+// TestBigPresetPlans: the real-dimension presets have DeepSeek-V3.2's layer sizes, the layer kinds
+// they promise, and a sharding that keeps every scale beside its weight (planned only: they are GBs).
+func TestBigPresetPlans(t *testing.T) {
+	for _, tc := range []struct {
+		preset     string
+		moeLayers  []bool  // per layer: MoE?
+		minGiB     float64 // checkpoint size bounds
+		maxGiB     float64
+		expertTens int // routed-expert weight tensors (gate, up, down of each expert)
+	}{
+		{"deepseek-v3.2-2layer", []bool{false, false}, 4, 5, 0},
+		{"deepseek-v3.2-moe", []bool{false, true}, 14, 16, 3 * 256},
+	} {
+		t.Run(tc.preset, func(t *testing.T) {
+			p, err := Lookup(tc.preset)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := Build(p, 0)
+			if err != nil {
+				t.Fatalf("%+v", err)
+			}
+			c := b.Config
+			if c.HiddenSize != 7168 || c.NumHeads != 128 || c.QLoraRank != 1536 || c.IntermediateSize != 18432 ||
+				c.MoEIntermediateSize != 2048 || c.NumLayers != len(tc.moeLayers) || c.NumNextNLayers != 0 {
+				t.Errorf("not the real DeepSeek-V3.2 layer dimensions: %v", c)
+			}
+			for i, moe := range tc.moeLayers {
+				if c.IsMoELayer(i) != moe {
+					t.Errorf("layer %d: MoE %v, want %v", i, c.IsMoELayer(i), moe)
+				}
+			}
+			if tc.expertTens > 0 && (c.NRoutedExperts != 256 || c.NumExpertsPerTok != 8 || c.NGroup != 8 || c.TopKGroup != 4 || c.NSharedExperts != 1) {
+				t.Errorf("routing %d experts top-%d groups %d/%d shared %d, want DeepSeek-V3.2's 256 top-8 8/4 1",
+					c.NRoutedExperts, c.NumExpertsPerTok, c.NGroup, c.TopKGroup, c.NSharedExperts)
+			}
+			pl := MakePlan(b)
+			if gib := float64(pl.Total) / (1 << 30); gib < tc.minGiB || gib > tc.maxGiB {
+				t.Errorf("checkpoint is %.2f GiB, want %.0f..%.0f", gib, tc.minGiB, tc.maxGiB)
+			}
+			if pl.shards < 2 {
+				t.Errorf("%d shards", pl.shards)
+			}
+			experts := 0
+			for i, it := range pl.items {
+				if it.scale && pl.shard[i] != pl.shard[i-1] {
+					t.Errorf("%s is not in its weight's shard", it.info.Name)
+				}
+				if !it.scale && strings.Contains(it.info.Name, ".mlp.experts.") {
+					experts++
+					if it.info.DType != safetensors.F8E4M3 {
+						t.Errorf("%s is %s, want F8_E4M3", it.info.Name, it.info.DType)
+					}
+				}
+			}
+			if experts != tc.expertTens {
+				t.Errorf("%d routed-expert tensors, want %d", experts, tc.expertTens)
+			}
+		})
 	}
 }
 

@@ -28,6 +28,9 @@ func sampleMessages() []Message {
 		&Admit{RID: "r-1", Magic: Magic, ProtocolVersion: 1, Model: "glm5", LayoutVersion: 1, KVCacheDType: "fp8_ds_mla",
 			NumLayers: 79, SeqLen: 1000, LastPromptToken: 42, PromptTokenIDs: []int{1, 2, 42},
 			Regions: []RegionSize{{"mla", 656 * 1000 * 79}, {"indexer", 8448 * 16 * 79}}},
+		&Admit{RID: "r-mtp", Magic: Magic, ProtocolVersion: 1, Model: "glm5", LayoutVersion: 1, KVCacheDType: "fp8_ds_mla",
+			NumLayers: 79, SeqLen: 1000, MTPLen: intPtr(999), LastPromptToken: 42,
+			Regions: []RegionSize{{"mla", 656 * 1000 * 79}, {"indexer", 8448 * 16 * 79}}},
 		&Accept{RID: "r-1", Slot: 2, Generation: 7, DeadlineMS: 30000, Regions: []Destination{
 			{Name: "mla", Offset: 0, Bytes: 100, Remote: rdma.Remote{ID: 5, Key: 7, Len: 1000, Kind: rdma.HostMem}},
 			{Name: "indexer", Offset: 64, Bytes: 10, Remote: rdma.Remote{ID: 6, Key: 7, Len: 1000, Addr: 0xdead0000, Meta: []byte{0, 1, 2, 255}}},
@@ -64,6 +67,50 @@ func TestMessageRoundTrip(t *testing.T) {
 	}
 }
 
+func intPtr(v int) *int { return &v }
+
+// mtp_len is optional: omitted it reads as seq_len (senders from before the
+// field), present it is kept as sent, 0 included.
+func TestAdmitMTPLenField(t *testing.T) {
+	cases := []struct {
+		name    string
+		payload string
+		want    int
+		present bool
+	}{
+		{"omitted", `{"type":"admit","rid":"a","seq_len":9,"regions":[{"name":"m","bytes":1}]}`, 9, false},
+		{"equal", `{"type":"admit","rid":"a","seq_len":9,"mtp_len":9,"regions":[{"name":"m","bytes":1}]}`, 9, true},
+		{"one short", `{"type":"admit","rid":"a","seq_len":9,"mtp_len":8,"regions":[{"name":"m","bytes":1}]}`, 8, true},
+		{"zero", `{"type":"admit","rid":"a","seq_len":9,"mtp_len":0,"regions":[{"name":"m","bytes":1}]}`, 0, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := Decode([]byte(tc.payload))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := m.(*Admit)
+			if a.MTPLength() != tc.want || (a.MTPLen != nil) != tc.present {
+				t.Fatalf("mtp_len %v (length %d), want %d present=%v", a.MTPLen, a.MTPLength(), tc.want, tc.present)
+			}
+			b, err := Encode(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := bytes.Contains(b, []byte(`"mtp_len":`)); got != tc.present {
+				t.Fatalf("re-encoded %s: mtp_len present %v, want %v", b, got, tc.present)
+			}
+			back, err := Decode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(back, a) {
+				t.Fatalf("round trip:\n got %#v\nwant %#v", back, a)
+			}
+		})
+	}
+}
+
 func TestReadFrameErrors(t *testing.T) {
 	huge := make([]byte, 4)
 	binary.BigEndian.PutUint32(huge, MaxFrame+1)
@@ -87,6 +134,8 @@ func TestReadFrameErrors(t *testing.T) {
 		{"wrong field type", frame(`{"type":"admit","rid":"a","seq_len":"ten"}`), ErrBadMessage},
 		{"admit without rid", frame(`{"type":"admit","seq_len":3,"regions":[{"name":"mla","bytes":1}]}`), ErrBadMessage},
 		{"admit without regions", frame(`{"type":"admit","rid":"a","seq_len":3}`), ErrBadMessage},
+		{"admit negative mtp_len", frame(`{"type":"admit","rid":"a","seq_len":3,"mtp_len":-1,"regions":[{"name":"m","bytes":1}]}`), ErrBadMessage},
+		{"admit mtp_len past seq_len", frame(`{"type":"admit","rid":"a","seq_len":3,"mtp_len":4,"regions":[{"name":"m","bytes":1}]}`), ErrBadMessage},
 		{"admit duplicate region", frame(`{"type":"admit","rid":"a","seq_len":3,"regions":[{"name":"m","bytes":1},{"name":"m","bytes":1}]}`), ErrBadMessage},
 		{"reject unknown reason", frame(`{"type":"reject","rid":"a","error":"sleepy"}`), ErrBadMessage},
 		{"done generation 0", frame(`{"type":"done","rid":"a","slot":0,"generation":0}`), ErrBadMessage},

@@ -98,17 +98,29 @@ type RegionSize struct {
 
 // Admit asks for a slot for one request's state.
 type Admit struct {
-	RID             string       `json:"rid"`
-	Magic           string       `json:"magic"`
-	ProtocolVersion int          `json:"protocol_version"`
-	Model           string       `json:"model"`
-	LayoutVersion   int          `json:"layout_version"`
-	KVCacheDType    string       `json:"kv_cache_dtype"`
-	NumLayers       int          `json:"num_layers"`
-	SeqLen          int          `json:"seq_len"`
+	RID             string `json:"rid"`
+	Magic           string `json:"magic"`
+	ProtocolVersion int    `json:"protocol_version"`
+	Model           string `json:"model"`
+	LayoutVersion   int    `json:"layout_version"`
+	KVCacheDType    string `json:"kv_cache_dtype"`
+	NumLayers       int    `json:"num_layers"`
+	SeqLen          int    `json:"seq_len"`
+	// MTPLen is how many MTP-layer positions the state holds; omitted means
+	// SeqLen (senders from before the field always shipped that). SeqLen-1
+	// is a prefill that did not run the MTP layer on its sampled token.
+	MTPLen          *int         `json:"mtp_len,omitempty"`
 	LastPromptToken int          `json:"last_prompt_token"`
 	PromptTokenIDs  []int        `json:"prompt_token_ids,omitempty"`
 	Regions         []RegionSize `json:"regions"`
+}
+
+// MTPLength is MTPLen, or SeqLen when the field was omitted.
+func (a *Admit) MTPLength() int {
+	if a.MTPLen == nil {
+		return a.SeqLen
+	}
+	return *a.MTPLen
 }
 
 // Layout returns admit's layout fields.
@@ -207,6 +219,9 @@ func (a *Admit) validate() error {
 	}
 	if a.SeqLen <= 0 {
 		return bad("admit %s: seq_len %d must be positive", a.RID, a.SeqLen)
+	}
+	if m := a.MTPLength(); m < 0 || m > a.SeqLen {
+		return bad("admit %s: mtp_len %d outside [0, seq_len %d]", a.RID, m, a.SeqLen)
 	}
 	if len(a.Regions) == 0 {
 		return bad("admit %s: no regions", a.RID)

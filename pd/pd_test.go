@@ -281,6 +281,55 @@ func TestAdmitRejections(t *testing.T) {
 	}
 }
 
+// With MTP on the node can recompute only the last MTP position: mtp_len
+// below seq_len-1 is refused, seq_len-1 and an omitted field reach Ready.
+// With MTP off any mtp_len in range is fine.
+func TestAdmitMTPLen(t *testing.T) {
+	cases := []struct {
+		name   string
+		mtp    bool
+		mtpLen *int // seq_len is 10
+		reason string
+		want   int
+	}{
+		{"mtp omitted", true, nil, "", 10},
+		{"mtp equal", true, intPtr(10), "", 10},
+		{"mtp one short", true, intPtr(9), "", 9},
+		{"mtp two short", true, intPtr(8), ReasonBadRequest, 0},
+		{"mtp zero", true, intPtr(0), ReasonBadRequest, 0},
+		{"no mtp zero", false, intPtr(0), "", 0},
+		{"no mtp omitted", false, nil, "", 10},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, 1, func(c *TableConfig) { c.MTP = tc.mtp })
+			s := newSender(t, r, 5)
+			a := s.admit("m", 10)
+			a.Magic, a.ProtocolVersion = Magic, ProtocolVersion
+			a.Model, a.LayoutVersion, a.KVCacheDType, a.NumLayers = testLayout.Model, testLayout.LayoutVersion, testLayout.KVCacheDType, testLayout.NumLayers
+			a.MTPLen = tc.mtpLen
+			_, err := s.c.Send(ctxT(t), a, s.sources(a))
+			if tc.reason != "" {
+				var rej *RejectError
+				if !errors.As(err, &rej) || rej.Reject.Error != tc.reason || !strings.Contains(rej.Reject.Message, "mtp_len") {
+					t.Fatalf("want %s naming mtp_len, got %v", tc.reason, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			rd, err := r.table.WaitReady(ctxT(t), "m")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rd.SeqLen != 10 || rd.MTPLen != tc.want {
+				t.Fatalf("ready seq_len %d mtp_len %d, want 10 and %d", rd.SeqLen, rd.MTPLen, tc.want)
+			}
+		})
+	}
+}
+
 func TestTwoSendersRaceForOneSlot(t *testing.T) {
 	r := newRig(t, 1, nil)
 	s1, s2 := newSender(t, r, 3), newSender(t, r, 4)

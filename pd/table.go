@@ -47,6 +47,9 @@ type TableConfig struct {
 	// seq_len exactly (the engine knows its bytes per token); an error is
 	// reported as layout_mismatch.
 	CheckSizes func(seqLen int, sizes []RegionSize) error
+	// MTP says the engine drafts with the MTP layer: it can recompute only
+	// the last MTP position, so admits need mtp_len >= seq_len-1.
+	MTP bool
 	// Deadline is how long a reserved slot waits for done (default 30 s).
 	Deadline time.Duration
 	// ReadyTTL is how long arrived state waits for /pd/decode (default 60 s).
@@ -79,6 +82,7 @@ type Ready struct {
 	Slot            int
 	Generation      uint64
 	SeqLen          int
+	MTPLen          int // admit's mtp_len, SeqLen when omitted
 	LastPromptToken int
 	PromptTokenIDs  []int
 	Regions         []Destination
@@ -203,6 +207,9 @@ func (t *Table) check(a *Admit) *Reject {
 	}
 	if a.SeqLen > t.cfg.MaxSeqLen {
 		return t.reject(a, ReasonTooLong, "seq_len %d exceeds max_seq_len %d", a.SeqLen, t.cfg.MaxSeqLen)
+	}
+	if t.cfg.MTP && a.MTPLength() < a.SeqLen-1 {
+		return t.reject(a, ReasonBadRequest, "mtp_len %d with seq_len %d: this node drafts with the MTP layer and can recompute only its last position, so the MTP cache must hold at least seq_len-1 positions", a.MTPLength(), a.SeqLen)
 	}
 	if len(a.Regions) != len(t.cfg.Regions) {
 		return t.reject(a, ReasonLayoutMismatch, "%d regions, this node has %d", len(a.Regions), len(t.cfg.Regions))
@@ -429,8 +436,8 @@ func (t *Table) claimLocked(rid string) (*Ready, error) {
 	s.timer = nil
 	s.state = SlotInUse
 	a := s.admit
-	return &Ready{RID: rid, Slot: idx, Generation: s.gen, SeqLen: a.SeqLen, LastPromptToken: a.LastPromptToken,
-		PromptTokenIDs: a.PromptTokenIDs, Regions: s.dests}, nil
+	return &Ready{RID: rid, Slot: idx, Generation: s.gen, SeqLen: a.SeqLen, MTPLen: a.MTPLength(),
+		LastPromptToken: a.LastPromptToken, PromptTokenIDs: a.PromptTokenIDs, Regions: s.dests}, nil
 }
 
 // Release frees a slot handed out by WaitReady (decode finished or cancelled).

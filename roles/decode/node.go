@@ -109,7 +109,7 @@ func New(o Options) (*Node, error) {
 	n.gate = &meteredGate{EngineGate: g, m: n.m, opened: map[int]time.Time{}}
 	n.table, err = pd.NewTable(pd.TableConfig{
 		Slots: o.Engine.Options().Slots, Layout: n.pdl, MaxSeqLen: o.Engine.Options().MaxSeqLen,
-		Regions: g.Caps(), CheckSizes: checkSizes(n.layout),
+		Regions: g.Caps(), CheckSizes: checkSizes(n.layout), MTP: o.Engine.Options().MTP,
 		Deadline: o.ReserveDeadline, ReadyTTL: o.ReadyTTL,
 	}, n.gate)
 	if err != nil {

@@ -160,7 +160,7 @@ func (n *Node) schedule(ctx context.Context) {
 // buffer) and starts it from its first token.
 func (n *Node) admit(active []*request, r *request) []*request {
 	rd := r.ready
-	meta := engine.SlotMeta{SeqLen: rd.SeqLen, MTPLen: rd.SeqLen, LastToken: rd.LastPromptToken}
+	meta := engine.SlotMeta{SeqLen: rd.SeqLen, MTPLen: rd.MTPLen, LastToken: rd.LastPromptToken}
 	if err := n.eng.Import(rd.Slot, meta, nil); err != nil {
 		n.eng.Release(rd.Slot)
 		n.releaseTable(r)

@@ -122,8 +122,9 @@ func Pack(rid string, id rdma.RegionID, l engine.Layout, meta engine.SlotMeta, s
 		}
 		total += sizes[i].Bytes
 	}
+	mtpLen := meta.MTPLen
 	o := &Outgoing{ID: id, Buf: make([]byte, total),
-		Admit: &pd.Admit{RID: rid, SeqLen: meta.SeqLen, LastPromptToken: meta.LastToken, Regions: sizes}}
+		Admit: &pd.Admit{RID: rid, SeqLen: meta.SeqLen, MTPLen: &mtpLen, LastPromptToken: meta.LastToken, Regions: sizes}}
 	var off int64
 	for i, sg := range segs {
 		copy(o.Buf[off:], sg.Data)

@@ -258,8 +258,9 @@ func (s *Sidecar) ship(st *Stage) (string, error) {
 	defer func() { _ = s.o.Transfer.Deregister(id) }()
 
 	regs := st.ordered()
+	mtpLen := st.MTPLen
 	admit := &pd.Admit{RID: st.RID, Model: st.Model, LayoutVersion: layoutVersion, KVCacheDType: st.KVCacheDType,
-		NumLayers: st.numLayers(), SeqLen: st.SeqLen, LastPromptToken: st.LastPromptToken, PromptTokenIDs: st.PromptTokenIDs}
+		NumLayers: st.numLayers(), SeqLen: st.SeqLen, MTPLen: &mtpLen, LastPromptToken: st.LastPromptToken, PromptTokenIDs: st.PromptTokenIDs}
 	srcs := make([]pd.Source, len(regs))
 	for i, r := range regs {
 		admit.Regions = append(admit.Regions, pd.RegionSize{Name: regionName(r), Bytes: r.Bytes})

@@ -437,6 +437,41 @@ func equal(a, b []int) bool {
 	return true
 }
 
+// The stage's mtp_len goes through to the admit: one position short the
+// node recomputes it and decodes what the CPU engine does; two short an MTP
+// node refuses (bad_request), which it could not if the field were dropped.
+func TestMTPLenPassThrough(t *testing.T) {
+	a := node(t, 1)
+	h := newHarness(t, Options{})
+	p := h.dialPlugin(t)
+	const maxTokens = 10
+	pf := prefill(t, []int{7, 70, 700, 17, 170, 3, 33, 333, 90}, maxTokens)
+	for i, c := range []struct {
+		short  int
+		reject string
+	}{{0, ""}, {1, ""}, {2, pd.ReasonBadRequest}} {
+		rid := "mtp-" + strconv.Itoa(c.short)
+		st := h.stage(t, pf, rid, a)
+		st.MTPLen = st.SeqLen - c.short
+		if rep := p.roundTrip(st); rep["type"] != TypeQueued {
+			t.Fatalf("%s: %v", rid, rep)
+		}
+		if c.reject != "" {
+			h.waitOutcome(t, OutcomeRejected+c.reject, 1)
+			if !strings.Contains(h.logs(), "mtp_len") {
+				t.Fatalf("the reject's reason is not logged:\n%s", h.logs())
+			}
+		} else {
+			got, finish := decodeStream(t, a.HTTP, rid, pf.first, maxTokens)
+			if !equal(got, pf.want) || finish != "length" {
+				t.Fatalf("%s: node decoded %v (%s), the CPU engine %v", rid, got, finish, pf.want)
+			}
+			h.waitOutcome(t, OutcomeOK, float64(i+1))
+		}
+		waitGone(t, st.Path)
+	}
+}
+
 // A node whose only slot is taken answers busy; the sidecar retries and
 // ships once the slot frees, without the plugin noticing.
 func TestBusyRetry(t *testing.T) {
@@ -564,7 +599,8 @@ func TestBadFrames(t *testing.T) {
 	}{
 		{"path outside the staging dir", func(s *Stage) { s.Path = outside }, false},
 		{"path with dot dot", func(s *Stage) { s.Path = filepath.Join(h.dir, "..", filepath.Base(outside)) }, false},
-		{"mtp_len short", func(s *Stage) { s.MTPLen = s.SeqLen - 1 }, true},
+		{"mtp_len negative", func(s *Stage) { s.MTPLen = -1 }, true},
+		{"mtp_len past seq_len", func(s *Stage) { s.MTPLen = s.SeqLen + 1 }, true},
 		{"no rid", func(s *Stage) { s.RID = "" }, true},
 		{"bad port", func(s *Stage) { s.CtrlPort = 70000 }, true},
 		{"region past the file", func(s *Stage) { s.Regions[0].Bytes += 64 }, true},

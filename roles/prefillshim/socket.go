@@ -113,11 +113,10 @@ func (s *Stage) validate(stagingDir string) error {
 		return errors.New("kv_cache_dtype: missing")
 	case s.SeqLen <= 0:
 		return errors.Newf("seq_len: %d, want > 0", s.SeqLen)
-	case s.MTPLen != s.SeqLen:
-		// The ctrl protocol carries no mtp_len: the node takes the MTP
-		// layer to hold seq_len positions (vLLM finalizes the save after
-		// the drafter ran), so anything else would decode from a hole.
-		return errors.Newf("mtp_len %d differs from seq_len %d: the MTP draft layer's cache must cover the prompt (run vLLM with the MTP speculative config)", s.MTPLen, s.SeqLen)
+	case s.MTPLen < 0 || s.MTPLen > s.SeqLen:
+		// Passed through as the admit's mtp_len; a node drafting with the
+		// MTP layer refuses less than seq_len-1 itself (bad_request).
+		return errors.Newf("mtp_len: %d, want 0..seq_len %d", s.MTPLen, s.SeqLen)
 	case s.LastPromptToken < 0:
 		return errors.Newf("last_prompt_token: %d", s.LastPromptToken)
 	case len(s.Regions) == 0:

@@ -80,9 +80,10 @@ if [ "$erun" != skip ]; then
 fi
 # The decode node on the GPU backend: state handed over the ctrl port and
 # the tcp engine (NIXL where its library is found), streamed ids equal to
-# the sending GPU engine's own generation, with and without MTP, N=1 and 4.
+# the sending GPU engine's own generation, with and without MTP, N=1 and 4,
+# and states whose MTP cache stops one short of seq_len (admit mtp_len).
 drc=0
-drun=${DECODE_CHECK_RUN:-TestHandoffEqualsLocalGeneration/cuda}
+drun=${DECODE_CHECK_RUN:-'TestHandoff(EqualsLocalGeneration|MTPLen)/cuda'}
 if [ "$drun" != skip ] && [ -x "$dbin" ]; then
 	set +e
 	(cd roles/decode && "$dbin" -test.v -test.count=1 -test.timeout=9m -test.run "$drun") 2>&1 | tee "$out/decode-test.log"

@@ -24,52 +24,59 @@ func TestHandoffMTPLen(t *testing.T) {
 		{"mtp_len=seq_len-1", 1, ""},
 		{"mtp_len=seq_len-2", 2, pd.ReasonBadRequest},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			o := rigOpts{mtp: true}
-			r := newRig(t, o)
-			for i, n := range []int{5, 64, 70} {
-				before := senderStats(t, o)
-				pr := prepare(t, o, fmt.Sprintf("m%d", i), randomPrompt(uint64(40+i), n, r.lm.cfg.VocabSize), engine.Params{MaxTokens: 14})
-				after := senderStats(t, o)
-				nodeDrafted, nodeAccepted := r.node.m.mtpDrafted.With().Value(), r.node.m.mtpAccepted.With().Value()
-				if pr.meta.MTPLen != pr.meta.SeqLen {
-					t.Fatalf("export mtp_len %d, seq_len %d", pr.meta.MTPLen, pr.meta.SeqLen)
-				}
-				pr.meta.MTPLen -= c.short
-				s := newSender(t, r, "tcp")
-				out := s.pack(pr)
-				if got := out.Admit.MTPLength(); got != pr.meta.MTPLen {
-					t.Fatalf("Pack: admit mtp_len %d, meta %d", got, pr.meta.MTPLen)
-				}
-				_, err := s.c.Send(t.Context(), out.Admit, out.Sources)
-				if c.reason != "" {
-					var rej *pd.RejectError
-					if !errors.As(err, &rej) || rej.Reject.Error != c.reason || !strings.Contains(rej.Reject.Message, "mtp_len") {
-						t.Fatalf("want %s naming mtp_len, got %v", c.reason, err)
-					}
-					continue
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				checkEqual(t, pr, r.decode(t, decodeBody(pr)))
-				if c.short == 1 {
-					// The recomputed MTP entry is the sender's own: the node
-					// drafts and accepts exactly what the sender did.
-					d := r.node.m.mtpDrafted.With().Value() - nodeDrafted
-					a := r.node.m.mtpAccepted.With().Value() - nodeAccepted
-					if int64(d) != after.DraftTokens-before.DraftTokens || int64(a) != after.AcceptedTokens-before.AcceptedTokens {
-						t.Fatalf("%s: node drafted %v accepted %v, the sender %d and %d", pr.rid, d, a,
-							after.DraftTokens-before.DraftTokens, after.AcceptedTokens-before.AcceptedTokens)
-					}
-				}
+	for _, dev := range []string{"cpu", "cuda"} {
+		for _, c := range cases {
+			t.Run(dev+"/"+c.name, func(t *testing.T) {
+				handoffMTPLen(t, rigOpts{mtp: true, device: dev}, c.short, c.reason)
+			})
+		}
+	}
+}
+
+// handoffMTPLen ships exported slots with mtp_len = seq_len - short; a
+// non-empty reason is the reject expected.
+func handoffMTPLen(t *testing.T, o rigOpts, short int, reason string) {
+	r := newRig(t, o)
+	for i, n := range []int{5, 64, 70} {
+		before := senderStats(t, o)
+		pr := prepare(t, o, fmt.Sprintf("m%d", i), randomPrompt(uint64(40+i), n, r.lm.cfg.VocabSize), engine.Params{MaxTokens: 14})
+		after := senderStats(t, o)
+		nodeDrafted, nodeAccepted := r.node.m.mtpDrafted.With().Value(), r.node.m.mtpAccepted.With().Value()
+		if pr.meta.MTPLen != pr.meta.SeqLen {
+			t.Fatalf("export mtp_len %d, seq_len %d", pr.meta.MTPLen, pr.meta.SeqLen)
+		}
+		pr.meta.MTPLen -= short
+		s := newSender(t, r, "tcp")
+		out := s.pack(pr)
+		if got := out.Admit.MTPLength(); got != pr.meta.MTPLen {
+			t.Fatalf("Pack: admit mtp_len %d, meta %d", got, pr.meta.MTPLen)
+		}
+		_, err := s.c.Send(t.Context(), out.Admit, out.Sources)
+		if reason != "" {
+			var rej *pd.RejectError
+			if !errors.As(err, &rej) || rej.Reject.Error != reason || !strings.Contains(rej.Reject.Message, "mtp_len") {
+				t.Fatalf("want %s naming mtp_len, got %v", reason, err)
 			}
-			waitFor(t, "every slot free", func() bool { return r.allFree(t) })
-			if c.reason == "" && r.node.m.mtpDrafted.With().Value() == 0 {
-				t.Fatal("MTP on but no draft tokens were verified")
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkEqual(t, pr, r.decode(t, decodeBody(pr)))
+		if short == 1 {
+			// The recomputed MTP entry is the sender's own: the node
+			// drafts and accepts exactly what the sender did.
+			d := r.node.m.mtpDrafted.With().Value() - nodeDrafted
+			a := r.node.m.mtpAccepted.With().Value() - nodeAccepted
+			if int64(d) != after.DraftTokens-before.DraftTokens || int64(a) != after.AcceptedTokens-before.AcceptedTokens {
+				t.Fatalf("%s: node drafted %v accepted %v, the sender %d and %d", pr.rid, d, a,
+					after.DraftTokens-before.DraftTokens, after.AcceptedTokens-before.AcceptedTokens)
 			}
-		})
+		}
+	}
+	waitFor(t, "every slot free", func() bool { return r.allFree(t) })
+	if reason == "" && r.node.m.mtpDrafted.With().Value() == 0 {
+		t.Fatal("MTP on but no draft tokens were verified")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/golden"
 	"github.com/tilert-go/tilert/model"
 )
 
@@ -404,16 +405,6 @@ func teacherForce(t testing.TB, e *Engine, toks []int) (logits, mtp [][]float32)
 	return
 }
 
-// relLogitErr is max|a-b| / max|b|.
-func relLogitErr(a []float32, b []float64) float64 {
-	var num, den float64
-	for i := range b {
-		num = math.Max(num, math.Abs(float64(a[i])-b[i]))
-		den = math.Max(den, math.Abs(b[i]))
-	}
-	return num / den
-}
-
 func TestEngineMatchesFloat64Reference(t *testing.T) {
 	for _, pr := range presets {
 		t.Run(pr, func(t *testing.T) {
@@ -427,10 +418,10 @@ func TestEngineMatchesFloat64Reference(t *testing.T) {
 			wantM := ref.mtp(hid[:len(toks)-1], toks[1:])
 			var worst, worstM float64
 			for s := range toks {
-				worst = math.Max(worst, relLogitErr(gotL[s], wantL[s]))
+				worst = math.Max(worst, golden.RelErr(gotL[s], wantL[s]))
 			}
 			for j := range wantM {
-				worstM = math.Max(worstM, relLogitErr(gotM[j], wantM[j]))
+				worstM = math.Max(worstM, golden.RelErr(gotM[j], wantM[j]))
 			}
 			t.Logf("max rel logit err: main %.3g, mtp %.3g", worst, worstM)
 			if worst > 1e-4 || worstM > 1e-4 {

@@ -34,3 +34,24 @@ func TestCheckImport(t *testing.T) {
 		})
 	}
 }
+
+func TestParamsFinish(t *testing.T) {
+	p := Params{StopIDs: []int{7}, MaxTokens: 5}
+	tests := []struct {
+		tok, generated, seqLen int
+		want                   FinishReason
+	}{
+		{7, 1, 10, FinishStop},
+		{3, 5, 10, FinishLength},
+		{3, 4, 63, FinishLength}, // no room under maxSeq 64
+		{3, 4, 62, FinishNone},
+	}
+	for _, tc := range tests {
+		if got := p.Finish(tc.tok, tc.generated, tc.seqLen, 64); got != tc.want {
+			t.Errorf("Finish(%d, %d, %d) = %q, want %q", tc.tok, tc.generated, tc.seqLen, got, tc.want)
+		}
+	}
+	if got := (Params{}).Finish(3, 1000, 10, 64); got != FinishNone {
+		t.Errorf("no MaxTokens: %q", got)
+	}
+}

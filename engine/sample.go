@@ -95,6 +95,19 @@ func Sample(logits []float32, p Params, pos int) int {
 	return idx[len(idx)-1]
 }
 
+// Finish says whether a sequence ends once tok is generated: tok is a stop
+// id, generated (tok included) reached MaxTokens, or a sequence of seqLen
+// positions has no room left under maxSeq to forward tok.
+func (p Params) Finish(tok, generated, seqLen, maxSeq int) FinishReason {
+	switch {
+	case p.IsStop(tok):
+		return FinishStop
+	case p.MaxTokens > 0 && generated >= p.MaxTokens, seqLen+1 >= maxSeq:
+		return FinishLength
+	}
+	return FinishNone
+}
+
 // IsStop reports whether tok is one of p's stop ids.
 func (p Params) IsStop(tok int) bool {
 	for _, s := range p.StopIDs {

@@ -461,16 +461,7 @@ func (e *Engine) fillLastMTP(o *ops, s *slot, first int) error {
 
 // finished applies the stop rules after tok became the generated-th token.
 func (e *Engine) finished(s *slot, tok int) engine.FinishReason {
-	if s.params.IsStop(tok) {
-		return engine.FinishStop
-	}
-	if s.params.MaxTokens > 0 && s.generated >= s.params.MaxTokens {
-		return engine.FinishLength
-	}
-	if s.seqLen+1 >= e.maxSeq {
-		return engine.FinishLength
-	}
-	return engine.FinishNone
+	return s.params.Finish(tok, s.generated, s.seqLen, e.maxSeq)
 }
 
 // Step implements engine.Engine: one main forward over every listed slot's

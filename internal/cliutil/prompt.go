@@ -14,6 +14,14 @@ func usageErr(format string, args ...any) error {
 	return WithExitCode(errors.Newf(format, args...), ExitUsage)
 }
 
+// PromptFlags are --prompt and --prompt-ids, which PromptIDs reads.
+func PromptFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "prompt", Usage: "prompt text (needs a tokenizer)"},
+		&cli.StringFlag{Name: "prompt-ids", Usage: "prompt as comma-separated token ids"},
+	}
+}
+
 // PromptIDs reads the prompt of a command from --prompt (encoded with tok)
 // or --prompt-ids (comma-separated ids): exactly one of them.
 func PromptIDs(c *cli.Context, tok *tokenizer.Tokenizer) ([]int, error) {

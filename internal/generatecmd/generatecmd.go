@@ -25,11 +25,9 @@ func Command() *cli.Command {
 	return &cli.Command{
 		Name:  "generate",
 		Usage: "generate from a prompt locally (HF checkpoint or converted weights) and print ids and text",
-		Flags: append(cliutil.Flags(nil),
+		Flags: append(append(cliutil.Flags(nil), cliutil.PromptFlags()...),
 			&cli.StringFlag{Name: "model-dir", Usage: "HF checkpoint directory (also where the tokenizer is read from)"},
 			&cli.StringFlag{Name: "weights-dir", Usage: "converted TileRT weights (tilert convert); the tokenizer comes from --model-dir if given"},
-			&cli.StringFlag{Name: "prompt", Usage: "prompt text (needs a tokenizer)"},
-			&cli.StringFlag{Name: "prompt-ids", Usage: "prompt as comma-separated token ids"},
 			&cli.IntFlag{Name: "max-tokens", Value: 32, Usage: "tokens to generate"},
 			&cli.StringFlag{Name: "mode", Value: "serving", Usage: "exact (float32 caches) or serving (caches in vLLM's layouts)"},
 			&cli.StringFlag{Name: "kv-cache-dtype", Value: "fp8", Usage: "serving-mode MLA cache: fp8 (fp8_ds_mla) or bf16"},

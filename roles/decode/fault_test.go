@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/pd"
 	"github.com/tilert-go/tilert/rdma"
@@ -26,7 +27,7 @@ func ctxT(t testing.TB) context.Context {
 }
 
 func (r *rig) slotGen(t testing.TB, slot int) (string, uint64) {
-	var st Status
+	var st decodeapi.Status
 	r.getJSON(t, "/decode_status", &st)
 	return st.Slots[slot].State, st.Slots[slot].Generation
 }
@@ -240,7 +241,7 @@ func TestCancelMidStream(t *testing.T) {
 			release()
 		}
 	})
-	if res.finishReason() != finishCancelled {
+	if res.finishReason() != decodeapi.FinishCancelled {
 		t.Fatalf("finish %q after cancel (lines %q)", res.finishReason(), res.lines)
 	}
 	n, _ := res.final["n"].(float64)
@@ -271,7 +272,7 @@ func TestCancelBeforeState(t *testing.T) {
 	res := make(chan *decodeResult, 1)
 	go func() { res <- r.decode(t, decodeBody(pr)) }()
 	waitFor(t, "the request to wait", func() bool {
-		var st Status
+		var st decodeapi.Status
 		r.getJSON(t, "/decode_status", &st)
 		return len(st.Requests) == 1 && st.Requests[0].State == "waiting_state"
 	})
@@ -285,7 +286,7 @@ func TestCancelBeforeState(t *testing.T) {
 		t.Fatalf("cancel answer %v", cr)
 	}
 	d := <-res
-	if d.status != http.StatusOK || d.finishReason() != finishCancelled || len(d.ids) != 0 {
+	if d.status != http.StatusOK || d.finishReason() != decodeapi.FinishCancelled || len(d.ids) != 0 {
 		t.Fatalf("waiting decode after cancel: %d %v %v", d.status, d.final, d.ids)
 	}
 	err = newSender(t, r, "tcp").send(pr)
@@ -327,7 +328,7 @@ func TestBusyIs429(t *testing.T) {
 				r.decode(t, map[string]any{"rid": "holder", "first_token_id": 1, "timeout_s": 30})
 			}()
 			waitFor(t, "the holder to wait", func() bool {
-				var st Status
+				var st decodeapi.Status
 				r.getJSON(t, "/decode_status", &st)
 				return len(st.Requests) == 1
 			})

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/engine"
 )
 
@@ -56,7 +57,7 @@ func TestHandoffEqualsLocalGeneration(t *testing.T) {
 						res := make(chan *decodeResult, 1)
 						go func() { res <- r.decode(t, decodeBody(pr)) }()
 						waitFor(t, "the request to wait for its state", func() bool {
-							var st Status
+							var st decodeapi.Status
 							r.getJSON(t, "/decode_status", &st)
 							return len(st.Requests) == 1
 						})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
 	gpuengine "github.com/tilert-go/tilert/engine/gpu"
@@ -473,7 +474,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 }
 
 func (r *rig) allFree(t testing.TB) bool {
-	var st Status
+	var st decodeapi.Status
 	r.getJSON(t, "/decode_status", &st)
 	return st.Busy == 0 && len(st.Requests) == 0
 }

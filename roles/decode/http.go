@@ -6,72 +6,24 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/valyala/fasthttp"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/metrics"
 	"github.com/tilert-go/tilert/pd"
 )
 
-// DecodeRequest is the body of POST /pd/decode.
-type DecodeRequest struct {
-	RID string `json:"rid"`
-	// FirstTokenID is the token prefill sampled (vLLM's max_tokens=1 output).
-	FirstTokenID *int `json:"first_token_id"`
-	// MaxTokens counts generated tokens including the first one, like the
-	// client's max_tokens; absent or 0: only max_seq_len limits.
-	MaxTokens    int       `json:"max_tokens"`
-	Sampling     *Sampling `json:"sampling,omitempty"`
-	StopTokenIDs []int     `json:"stop_token_ids,omitempty"`
-	IgnoreEOS    bool      `json:"ignore_eos,omitempty"`
-	// TimeoutS bounds the wait for the request's state (default: the
-	// node's state_timeout_s).
-	TimeoutS *float64 `json:"timeout_s,omitempty"`
-	// Stream selects NDJSON lines (default true) or one JSON body.
-	Stream *bool `json:"stream,omitempty"`
-}
-
-// Sampling is /pd/decode's sampling block.
-type Sampling struct {
-	Temperature float64 `json:"temperature"`     // 0: greedy
-	TopP        float64 `json:"top_p,omitempty"` // 0 or 1: off
-	TopK        int     `json:"top_k,omitempty"` // 0 or -1: off
-	Seed        *uint64 `json:"seed,omitempty"`  // absent: random when sampling
-}
-
-// TokensLine is one streamed NDJSON line of token ids.
-type TokensLine struct {
-	T []int `json:"t"`
-}
-
-// DecodeResponse is the stream=false body; streamed, the same fields but
-// "t" form the final line.
-type DecodeResponse struct {
-	RID string `json:"rid"`
-	T   []int  `json:"t"`
-	finalLine
-}
-
-type httpError struct {
-	status int
-	code   string
-	msg    string
-	retry  time.Duration
-}
-
-func (e *httpError) Error() string { return e.code + ": " + e.msg }
-
-func badRequest(format string, args ...any) *httpError {
-	return &httpError{status: fasthttp.StatusBadRequest, code: "bad_request", msg: fmt.Sprintf(format, args...)}
+func badRequest(format string, args ...any) *decodeapi.Error {
+	return &decodeapi.Error{Code: decodeapi.CodeBadRequest, Message: fmt.Sprintf(format, args...)}
 }
 
 // parseDecode reads and checks a /pd/decode body; errors name the field.
-func (n *Node) parseDecode(body []byte) (*DecodeRequest, engine.Params, time.Duration, *httpError) {
-	var req DecodeRequest
+func (n *Node) parseDecode(body []byte) (*decodeapi.DecodeRequest, engine.Params, time.Duration, *decodeapi.Error) {
+	var req decodeapi.DecodeRequest
 	var p engine.Params
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&req); err != nil {
@@ -148,6 +100,14 @@ func jsonKind(k string) string {
 }
 
 func (n *Node) newHTTPServer() *fasthttp.Server {
+	n.routes = map[string]route{
+		decodeapi.PathDecode:       {"POST", n.handleDecode},
+		decodeapi.PathCancel:       {"POST", n.handleCancel},
+		decodeapi.PathHealth:       {"GET", n.handleHealth},
+		decodeapi.PathStatus:       {"GET", n.handleStatus},
+		decodeapi.PathCapabilities: {"GET", n.handleCapabilities},
+		decodeapi.PathMetrics:      {"GET", n.handleMetrics},
+	}
 	return &fasthttp.Server{
 		Handler:            n.route,
 		Name:               "tilert-decode",
@@ -166,27 +126,22 @@ func (l fasthttpLogger) Printf(format string, args ...any) {
 	l.n.log.Debug("decode: http: " + fmt.Sprintf(format, args...))
 }
 
+// route is one endpoint: its method and handler. The table is built once,
+// in newHTTPServer.
+type route struct {
+	method string
+	h      func(*fasthttp.RequestCtx)
+}
+
 func (n *Node) route(ctx *fasthttp.RequestCtx) {
 	path, method := string(ctx.Path()), string(ctx.Method())
-	type route struct {
-		method string
-		h      func(*fasthttp.RequestCtx)
-	}
-	routes := map[string]route{
-		"/pd/decode":     {"POST", n.handleDecode},
-		"/pd/cancel":     {"POST", n.handleCancel},
-		"/health":        {"GET", n.handleHealth},
-		"/decode_status": {"GET", n.handleStatus},
-		"/capabilities":  {"GET", n.handleCapabilities},
-		"/metrics":       {"GET", n.handleMetrics},
-	}
-	rt, ok := routes[path]
+	rt, ok := n.routes[path]
 	switch {
 	case !ok:
-		writeError(ctx, &httpError{status: fasthttp.StatusNotFound, code: "not_found", msg: "no endpoint " + path})
+		writeError(ctx, &decodeapi.Error{Code: decodeapi.CodeNotFound, Message: "no endpoint " + path})
 	case method != rt.method && !(rt.method == "GET" && method == "HEAD"):
 		ctx.Response.Header.Set("Allow", rt.method)
-		writeError(ctx, &httpError{status: fasthttp.StatusMethodNotAllowed, code: "method_not_allowed", msg: path + " takes " + rt.method})
+		writeError(ctx, &decodeapi.Error{Code: decodeapi.CodeMethodNotAllowed, Message: path + " takes " + rt.method})
 	default:
 		rt.h(ctx)
 	}
@@ -199,22 +154,18 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	ctx.SetBody(append(b, '\n'))
 }
 
-func writeError(ctx *fasthttp.RequestCtx, e *httpError) {
-	if e.retry > 0 {
-		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(1, int((e.retry+time.Second-1)/time.Second))))
+func writeError(ctx *fasthttp.RequestCtx, e *decodeapi.Error) {
+	if h := e.RetryAfterHeader(); h != "" {
+		ctx.Response.Header.Set("Retry-After", h)
 	}
-	body := map[string]any{"error": e.code, "message": e.msg}
-	if e.retry > 0 {
-		body["retry_after_ms"] = e.retry.Milliseconds()
-	}
-	writeJSON(ctx, e.status, body)
+	writeJSON(ctx, e.Status(), e.Body())
 }
 
 // register admits a /pd/decode into the node's book-keeping, or refuses it:
 // draining (503), the rid already has a live request (409), or no slot can
 // take it (429): the rid holds no slot and every free slot is already
 // promised to a request that is waiting for its state.
-func (n *Node) register(r *request) *httpError {
+func (n *Node) register(r *request) *decodeapi.Error {
 	snap := n.table.Snapshot()
 	holds, free := false, 0
 	for _, s := range snap {
@@ -228,10 +179,10 @@ func (n *Node) register(r *request) *httpError {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.draining {
-		return &httpError{status: fasthttp.StatusServiceUnavailable, code: "shutting_down", msg: "the node is shutting down"}
+		return &decodeapi.Error{Code: decodeapi.CodeShuttingDown, Message: "the node is shutting down"}
 	}
 	if _, ok := n.reqs[r.rid]; ok {
-		return &httpError{status: fasthttp.StatusConflict, code: "duplicate_rid", msg: "request " + r.rid + " is already being served"}
+		return &decodeapi.Error{Code: decodeapi.CodeDuplicateRID, Message: "request " + r.rid + " is already being served"}
 	}
 	if !holds {
 		waiting := 0
@@ -246,8 +197,8 @@ func (n *Node) register(r *request) *httpError {
 		}
 		if waiting >= free {
 			retry := n.table.Config().RetryAfter
-			return &httpError{status: fasthttp.StatusTooManyRequests, code: "busy", retry: max(retry, time.Second),
-				msg: fmt.Sprintf("all %d slots busy (%d free, %d requests waiting for state)", len(snap), free, waiting)}
+			return &decodeapi.Error{Code: decodeapi.CodeBusy, RetryAfter: max(retry, time.Second),
+				Message: fmt.Sprintf("all %d slots busy (%d free, %d requests waiting for state)", len(snap), free, waiting)}
 		}
 	}
 	n.reqs[r.rid] = r
@@ -263,8 +214,8 @@ func (n *Node) unregister(r *request) {
 	r.waitCancel()
 }
 
-func (n *Node) reject(ctx *fasthttp.RequestCtx, e *httpError) {
-	n.m.rejects.With("http", e.code).Inc()
+func (n *Node) reject(ctx *fasthttp.RequestCtx, e *decodeapi.Error) {
+	n.m.rejects.With("http", string(e.Code)).Inc()
 	writeError(ctx, e)
 }
 
@@ -280,7 +231,7 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 		n.reject(ctx, herr)
 		return
 	}
-	stream := req.Stream == nil || *req.Stream
+	stream := req.Streamed()
 
 	rd, err := n.table.WaitReady(r.waitCtx, r.rid)
 	r.readyAt = time.Now()
@@ -292,26 +243,26 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 		n.mu.Unlock()
 		switch {
 		case draining && !errors.Is(err, pd.ErrDuplicate):
-			n.reject(ctx, &httpError{status: fasthttp.StatusServiceUnavailable, code: "shutting_down",
-				msg: "the node is shutting down; its ctrl port no longer takes state"})
+			n.reject(ctx, &decodeapi.Error{Code: decodeapi.CodeShuttingDown,
+				Message: "the node is shutting down; its ctrl port no longer takes state"})
 		case errors.Is(err, pd.ErrCancelled) || (errors.Is(err, pd.ErrTimeout) && r.cancelled.Load()):
-			n.m.requests.With(finishCancelled).Inc()
-			f := finalLine{Done: true, FinishReason: finishCancelled,
+			n.m.requests.With(decodeapi.FinishCancelled).Inc()
+			f := decodeapi.FinalLine{Done: true, FinishReason: decodeapi.FinishCancelled,
 				TimingMS: map[string]float64{"wait_state": ms(r.readyAt.Sub(r.arrived)), "total": ms(r.readyAt.Sub(r.arrived))}}
 			if stream {
-				ctx.SetContentType("application/x-ndjson")
+				ctx.SetContentType(decodeapi.ContentTypeNDJSON)
 				b, _ := json.Marshal(f)
 				ctx.SetBody(append(b, '\n'))
 			} else {
-				writeJSON(ctx, fasthttp.StatusOK, DecodeResponse{RID: r.rid, T: []int{}, finalLine: f})
+				writeJSON(ctx, fasthttp.StatusOK, decodeapi.DecodeResponse{RID: r.rid, T: []int{}, FinalLine: f})
 			}
 		case errors.Is(err, pd.ErrTimeout):
-			n.reject(ctx, &httpError{status: fasthttp.StatusGatewayTimeout, code: "kv_transfer_timeout",
-				msg: fmt.Sprintf("the state of request %s did not arrive within %s", r.rid, timeout)})
+			n.reject(ctx, &decodeapi.Error{Code: decodeapi.CodeKVTransferTimeout,
+				Message: fmt.Sprintf("the state of request %s did not arrive within %s", r.rid, timeout)})
 		case errors.Is(err, pd.ErrDuplicate):
-			n.reject(ctx, &httpError{status: fasthttp.StatusConflict, code: "duplicate_rid", msg: err.Error()})
+			n.reject(ctx, &decodeapi.Error{Code: decodeapi.CodeDuplicateRID, Message: err.Error()})
 		default:
-			writeError(ctx, &httpError{status: fasthttp.StatusInternalServerError, code: "internal", msg: err.Error()})
+			writeError(ctx, &decodeapi.Error{Code: decodeapi.CodeInternal, Message: err.Error()})
 		}
 		return
 	}
@@ -324,25 +275,25 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 	case <-n.done:
 		_ = n.table.Release(rd.Slot, rd.Generation)
 		n.unregister(r)
-		n.reject(ctx, &httpError{status: fasthttp.StatusServiceUnavailable, code: "shutting_down", msg: "the node is shutting down"})
+		n.reject(ctx, &decodeapi.Error{Code: decodeapi.CodeShuttingDown, Message: "the node is shutting down"})
 		return
 	}
 	if err := <-r.admitted; err != nil {
 		n.unregister(r)
-		n.m.requests.With(finishError).Inc()
+		n.m.requests.With(decodeapi.FinishError).Inc()
 		n.log.Warn("decode: injecting state failed", "rid", r.rid, "slot", rd.Slot, "err", err.Error())
-		writeError(ctx, &httpError{status: fasthttp.StatusInternalServerError, code: "import_failed", msg: err.Error()})
+		writeError(ctx, &decodeapi.Error{Code: decodeapi.CodeImportFailed, Message: err.Error()})
 		return
 	}
 
 	if !stream {
-		resp := DecodeResponse{RID: r.rid, T: []int{}}
+		resp := decodeapi.DecodeResponse{RID: r.rid, T: []int{}}
 		for {
 			<-r.notify
 			toks, final := r.take()
 			resp.T = append(resp.T, toks...)
 			if final != nil {
-				resp.finalLine = *final
+				resp.FinalLine = *final
 				break
 			}
 		}
@@ -350,7 +301,7 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusOK, resp)
 		return
 	}
-	ctx.SetContentType("application/x-ndjson")
+	ctx.SetContentType(decodeapi.ContentTypeNDJSON)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer n.unregister(r)
@@ -373,7 +324,7 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 				if gone {
 					continue
 				}
-				b, _ := json.Marshal(TokensLine{T: toks})
+				b, _ := json.Marshal(decodeapi.TokensLine{T: toks})
 				_, _ = w.Write(append(b, '\n'))
 				if err := w.Flush(); err != nil {
 					// The client left: stop decoding for it.
@@ -387,13 +338,8 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 	})
 }
 
-// CancelRequest is the body of POST /pd/cancel.
-type CancelRequest struct {
-	RID string `json:"rid"`
-}
-
 func (n *Node) handleCancel(ctx *fasthttp.RequestCtx) {
-	var req CancelRequest
+	var req decodeapi.CancelRequest
 	if err := json.Unmarshal(ctx.PostBody(), &req); err != nil {
 		n.reject(ctx, badRequest("body is not a JSON object with a string rid: %v", err))
 		return
@@ -405,14 +351,14 @@ func (n *Node) handleCancel(ctx *fasthttp.RequestCtx) {
 	inUse := n.table.Cancel(req.RID)
 	n.mu.Lock()
 	r := n.reqs[req.RID]
-	state := "unknown" // admits for it are refused for a minute all the same
+	state := decodeapi.CancelUnknown // admits for it are refused for a minute all the same
 	if r != nil {
-		state = "waiting"
+		state = decodeapi.CancelWaiting
 		if r.ready != nil {
-			state = "decoding"
+			state = decodeapi.CancelDecoding
 		}
 	} else if inUse {
-		state = "decoding"
+		state = decodeapi.CancelDecoding
 	}
 	n.mu.Unlock()
 	if r != nil {
@@ -420,7 +366,7 @@ func (n *Node) handleCancel(ctx *fasthttp.RequestCtx) {
 		n.poke()
 	}
 	n.log.Info("decode: cancel", "rid", req.RID, "state", state)
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"rid": req.RID, "cancelled": true, "state": state})
+	writeJSON(ctx, fasthttp.StatusOK, decodeapi.CancelResponse{RID: req.RID, Cancelled: true, State: state})
 }
 
 func (n *Node) handleHealth(ctx *fasthttp.RequestCtx) {
@@ -428,50 +374,26 @@ func (n *Node) handleHealth(ctx *fasthttp.RequestCtx) {
 	draining := n.draining
 	n.mu.Unlock()
 	if draining {
-		writeJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]any{"status": "draining"})
+		writeJSON(ctx, fasthttp.StatusServiceUnavailable, decodeapi.Health{Status: "draining"})
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"status": "ok", "slots": n.eng.Options().Slots, "busy": n.table.Busy()})
+	slots, busy := n.eng.Options().Slots, n.table.Busy()
+	writeJSON(ctx, fasthttp.StatusOK, decodeapi.Health{Status: "ok", Slots: &slots, Busy: &busy})
 }
 
-// SlotStatus is one slot in /decode_status.
-type SlotStatus struct {
-	pd.SlotInfo
-	Tokens int `json:"tokens,omitempty"` // generated so far, while decoding
-}
-
-// RequestStatus is one live /pd/decode in /decode_status.
-type RequestStatus struct {
-	RID    string  `json:"rid"`
-	State  string  `json:"state"` // waiting_state | decoding
-	Slot   *int    `json:"slot,omitempty"`
-	Tokens int     `json:"tokens"`
-	AgeMS  float64 `json:"age_ms"`
-}
-
-// Status is the /decode_status body.
-type Status struct {
-	MaxInflight int             `json:"max_inflight"`
-	Busy        int             `json:"busy"`
-	Draining    bool            `json:"draining"`
-	Slots       []SlotStatus    `json:"slots"`
-	Requests    []RequestStatus `json:"requests"`
-	MaxBatch    int             `json:"max_batch"`
-}
-
-func (n *Node) status() Status {
+func (n *Node) status() decodeapi.Status {
 	snap := n.table.Snapshot()
-	st := Status{MaxInflight: len(snap), Slots: make([]SlotStatus, len(snap)), Requests: []RequestStatus{}, MaxBatch: n.MaxBatch()}
+	st := decodeapi.Status{MaxInflight: len(snap), Slots: make([]decodeapi.SlotStatus, len(snap)), Requests: []decodeapi.RequestStatus{}, MaxBatch: n.MaxBatch()}
 	n.mu.Lock()
 	st.Draining = n.draining
 	for _, r := range n.reqs {
-		rs := RequestStatus{RID: r.rid, State: "waiting_state", AgeMS: ms(time.Since(r.arrived))}
+		rs := decodeapi.RequestStatus{RID: r.rid, State: decodeapi.RequestWaitingState, AgeMS: ms(time.Since(r.arrived))}
 		r.mu.Lock()
 		rs.Tokens = r.n
 		r.mu.Unlock()
 		if r.ready != nil {
 			s := r.ready.Slot
-			rs.State, rs.Slot = "decoding", &s
+			rs.State, rs.Slot = decodeapi.RequestDecoding, &s
 		}
 		st.Requests = append(st.Requests, rs)
 	}
@@ -492,29 +414,11 @@ func (n *Node) status() Status {
 
 func (n *Node) handleStatus(ctx *fasthttp.RequestCtx) { writeJSON(ctx, fasthttp.StatusOK, n.status()) }
 
-// Capabilities is the /capabilities body.
-type Capabilities struct {
-	Model         string         `json:"model"`
-	Engine        string         `json:"engine"`
-	LayoutVersion int            `json:"layout_version"`
-	Layout        string         `json:"layout"`
-	KVCacheDType  string         `json:"kv_cache_dtype"`
-	NumLayers     int            `json:"num_layers"`
-	MaxSeqLen     int            `json:"max_seq_len"`
-	MaxInflight   int            `json:"max_inflight"`
-	MTP           bool           `json:"mtp"`
-	VocabSize     int            `json:"vocab_size"`
-	EOS           []int          `json:"eos_token_ids"`
-	Protocol      int            `json:"protocol_version"`
-	Transport     pd.Transport   `json:"transport"`
-	Regions       []pd.RegionCap `json:"regions"`
-}
-
 // Capabilities describes what the node serves.
-func (n *Node) Capabilities() Capabilities {
+func (n *Node) Capabilities() decodeapi.Capabilities {
 	o := n.eng.Options()
 	h := n.ctrl.Hello()
-	return Capabilities{Model: n.opts.Model, Engine: "tilert-go/" + string(o.Mode), LayoutVersion: PDLayoutVersion,
+	return decodeapi.Capabilities{Model: n.opts.Model, Engine: "tilert-go/" + string(o.Mode), LayoutVersion: PDLayoutVersion,
 		Layout: engine.LayoutVersion, KVCacheDType: string(o.MLACache), NumLayers: n.layout.NumLayers,
 		MaxSeqLen: o.MaxSeqLen, MaxInflight: o.Slots, MTP: o.MTP, VocabSize: n.opts.VocabSize, EOS: n.opts.EOS,
 		Protocol: pd.ProtocolVersion, Transport: h.Transport, Regions: h.Regions}

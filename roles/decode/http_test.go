@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/engine"
 )
 
@@ -131,7 +132,7 @@ func TestStopTokenIDs(t *testing.T) {
 func TestInfoEndpoints(t *testing.T) {
 	o := rigOpts{slots: 2, mtp: true}
 	r := newRig(t, o)
-	var capa Capabilities
+	var capa decodeapi.Capabilities
 	if code := r.getJSON(t, "/capabilities", &capa); code != http.StatusOK {
 		t.Fatalf("capabilities %d", code)
 	}
@@ -143,7 +144,7 @@ func TestInfoEndpoints(t *testing.T) {
 	if err := newSender(t, r, "tcp").send(pr); err != nil {
 		t.Fatal(err)
 	}
-	var st Status
+	var st decodeapi.Status
 	r.getJSON(t, "/decode_status", &st)
 	if st.MaxInflight != 2 || st.Busy != 1 || st.Slots[0].State != "ready" || st.Slots[0].RID != "info" {
 		t.Fatalf("status with ready state %+v", st)

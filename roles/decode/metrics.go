@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/metrics"
 	"github.com/tilert-go/tilert/pd"
 )
@@ -52,7 +53,7 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 		mtpAccepted: r.NewCounter("tilert_decode_mtp_accepted_tokens_total",
 			"MTP draft tokens accepted; acceptance = accepted / draft."),
 	}
-	for _, o := range []string{"stop", "length", finishCancelled, finishError} {
+	for _, o := range []string{decodeapi.FinishStop, decodeapi.FinishLength, decodeapi.FinishCancelled, decodeapi.FinishError} {
 		m.requests.Init(o)
 	}
 	for _, rs := range []string{"busy", "bad_request", "kv_transfer_timeout", "duplicate_rid", "shutting_down"} {

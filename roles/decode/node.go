@@ -61,6 +61,7 @@ type Node struct {
 	m      *nodeMetrics
 	log    *slog.Logger
 	http   *fasthttp.Server
+	routes map[string]route // built once by newHTTPServer
 
 	admitCh chan *request
 	wake    chan struct{}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/convert"
 	"github.com/tilert-go/tilert/engine"
@@ -51,7 +52,7 @@ func TestRunServesAndStopsGracefully(t *testing.T) {
 				return err == nil && json.Unmarshal(b, &addrs) == nil
 			})
 			r := &rig{base: "http://" + addrs.HTTP, ctrl: addrs.Ctrl, lm: loadModel(t, "glm-5-tiny")}
-			var capa Capabilities
+			var capa decodeapi.Capabilities
 			if code := r.getJSON(t, "/capabilities", &capa); code != 200 || capa.Model != "glm5" || !capa.MTP {
 				t.Fatalf("capabilities %d %+v", code, capa)
 			}
@@ -145,7 +146,7 @@ func TestAdvertise(t *testing.T) {
 }
 
 // pd0 is the ctrl layout a node's capabilities announce.
-func pd0(c Capabilities) pd.Layout {
+func pd0(c decodeapi.Capabilities) pd.Layout {
 	return pd.Layout{Model: c.Model, LayoutVersion: c.LayoutVersion, KVCacheDType: c.KVCacheDType, NumLayers: c.NumLayers}
 }
 
@@ -156,7 +157,7 @@ func TestShutdownReleasesWaiters(t *testing.T) {
 	res := make(chan *decodeResult, 1)
 	go func() { res <- r.decode(t, map[string]any{"rid": "waiter", "first_token_id": 2, "timeout_s": 60}) }()
 	waitFor(t, "the request to wait", func() bool {
-		var st Status
+		var st decodeapi.Status
 		r.getJSON(t, "/decode_status", &st)
 		return len(st.Requests) == 1
 	})

@@ -6,14 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/pd"
-)
-
-// finish reasons beyond the engine's.
-const (
-	finishCancelled = "cancelled"
-	finishError     = "error"
 )
 
 // request is one /pd/decode from arrival to its final line.
@@ -35,21 +30,10 @@ type request struct {
 	toks   []int         // generated, not yet taken by the writer
 	n      int           // tokens generated in total (first_token_id excluded)
 	ended  bool
-	final  finalLine
+	final  decodeapi.FinalLine
 
 	arrived, readyAt, startedAt time.Time
 	drafted, accepted           int
-}
-
-// finalLine is the last NDJSON line (or the stream=false body's tail).
-type finalLine struct {
-	Done          bool               `json:"done,omitempty"`
-	N             int                `json:"n"`
-	FinishReason  string             `json:"finish_reason"`
-	TimingMS      map[string]float64 `json:"timing_ms"`
-	MTPAcceptMean float64            `json:"mtp_accept_mean"`
-	Error         string             `json:"error,omitempty"`
-	Message       string             `json:"message,omitempty"`
 }
 
 func newRequest(rid string, first int, p engine.Params, timeout time.Duration) *request {
@@ -80,7 +64,7 @@ func (r *request) push(toks []int) {
 }
 
 // end records the final line once.
-func (r *request) end(f finalLine) {
+func (r *request) end(f decodeapi.FinalLine) {
 	r.mu.Lock()
 	if !r.ended {
 		r.ended = true
@@ -91,7 +75,7 @@ func (r *request) end(f finalLine) {
 }
 
 // take returns the tokens not yet written and, once ended, the final line.
-func (r *request) take() (toks []int, final *finalLine) {
+func (r *request) take() (toks []int, final *decodeapi.FinalLine) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	toks, r.toks = r.toks, nil
@@ -121,7 +105,7 @@ func (n *Node) schedule(ctx context.Context) {
 			case <-n.wake:
 			case <-ctx.Done():
 				for _, r := range active {
-					n.finish(r, finishCancelled, "node shutting down")
+					n.finish(r, decodeapi.FinishCancelled, "node shutting down")
 				}
 				return
 			}
@@ -140,7 +124,7 @@ func (n *Node) schedule(ctx context.Context) {
 		kept := active[:0]
 		for _, r := range active {
 			if r.cancelled.Load() {
-				n.finish(r, finishCancelled, "")
+				n.finish(r, decodeapi.FinishCancelled, "")
 				continue
 			}
 			kept = append(kept, r)
@@ -201,7 +185,7 @@ func (n *Node) step(active []*request) []*request {
 	if err != nil {
 		n.log.Error("decode: engine step failed; ending every active request", "err", err.Error(), "slots", slots)
 		for _, r := range active {
-			n.finish(r, finishError, err.Error())
+			n.finish(r, decodeapi.FinishError, err.Error())
 		}
 		return active[:0]
 	}
@@ -246,7 +230,7 @@ func (n *Node) finish(r *request, reason, msg string) {
 	n.eng.Release(r.ready.Slot)
 	n.releaseTable(r)
 	now := time.Now()
-	f := finalLine{Done: reason != finishError, FinishReason: reason, TimingMS: map[string]float64{
+	f := decodeapi.FinalLine{Done: reason != decodeapi.FinishError, FinishReason: reason, TimingMS: map[string]float64{
 		"wait_state": ms(r.readyAt.Sub(r.arrived)),
 		"import":     ms(r.startedAt.Sub(r.readyAt)),
 		"decode":     ms(now.Sub(r.startedAt)),
@@ -261,8 +245,8 @@ func (n *Node) finish(r *request, reason, msg string) {
 	r.mu.Lock()
 	f.N = r.n
 	r.mu.Unlock()
-	if reason == finishError {
-		f.Error, f.Message = "engine_error", msg
+	if reason == decodeapi.FinishError {
+		f.Error, f.Message = string(decodeapi.CodeEngineError), msg
 	}
 	n.m.requests.With(reason).Inc()
 	n.m.requestSeconds.With().Observe(now.Sub(r.arrived).Seconds())

@@ -201,12 +201,12 @@ func TestExactExportImport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b1, b2 := make([]byte, e.layout.SlotBytes), make([]byte, e.layout.SlotBytes)
+	b1, b2 := make([]byte, e.m.layout.SlotBytes), make([]byte, e.m.layout.SlotBytes)
 	for i := range segs {
 		copy(b1[segs[i].Offset:], segs[i].Data)
 		copy(b2[segs2[i].Offset:], segs2[i].Data)
 	}
-	c1, c2 := newByteCaches(e.layout, b1), newByteCaches(e.layout, b2)
+	c1, c2 := newByteCaches(e.m.layout, b1), newByteCaches(e.m.layout, b2)
 	l1, r1, l2, r2 := make([]float32, 512), make([]float32, 64), make([]float32, 512), make([]float32, 64)
 	for l := range c1 {
 		for p := 0; p < meta.SeqLen; p++ {

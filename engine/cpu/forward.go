@@ -37,7 +37,7 @@ func matmulRows(x []float32, M int, l linear) []float32 {
 // Rows of the same slot must be in increasing consecutive positions; every
 // row's caches are written before any row attends, and a row attends only
 // to positions <= its own, so the result equals forwarding rows one by one.
-func (e *Engine) forwardMain(rows []row, wantLogits []bool) (hidden, logits [][]float32) {
+func (e *backend) forwardMain(rows []row, wantLogits []bool) (hidden, logits [][]float32) {
 	c := e.cfg
 	H, M := c.HiddenSize, len(rows)
 	x := make([]float32, M*H)
@@ -59,7 +59,7 @@ func (e *Engine) forwardMain(rows []row, wantLogits []bool) (hidden, logits [][]
 	return hidden, logits
 }
 
-func (e *Engine) head(head linear, hidden [][]float32, want []bool, logits [][]float32) {
+func (e *backend) head(head linear, hidden [][]float32, want []bool, logits [][]float32) {
 	var sel []int
 	for i := range hidden {
 		if want == nil || want[i] {
@@ -82,7 +82,7 @@ func (e *Engine) head(head linear, hidden [][]float32, want []bool, logits [][]f
 
 // forwardMTP runs rows (token, previous hidden) through the MTP layer and
 // returns logits for rows with wantLogits[i].
-func (e *Engine) forwardMTP(rows []row, wantLogits []bool) [][]float32 {
+func (e *backend) forwardMTP(rows []row, wantLogits []bool) [][]float32 {
 	c := e.cfg
 	lw := e.w.layers[c.NumLayers]
 	H, M := c.HiddenSize, len(rows)
@@ -107,7 +107,7 @@ func (e *Engine) forwardMTP(rows []row, wantLogits []bool) [][]float32 {
 
 // block is one decoder layer over M rows, updating x (M x hidden) in place.
 // topk carries each row's indexer selection to GLM "shared" layers.
-func (e *Engine) block(lw *layerW, x []float32, rows []row, topk [][]int) {
+func (e *backend) block(lw *layerW, x []float32, rows []row, topk [][]int) {
 	c := e.cfg
 	H, M := c.HiddenSize, len(rows)
 	h := make([]float32, M*H)
@@ -136,11 +136,11 @@ func ffn(x []float32, M int, gate, up, down linear) []float32 {
 	return matmulRows(g, M, down)
 }
 
-func (e *Engine) rope(pos int, cos, sin []float32) { e.ropeTab.CosSin(pos, cos, sin) }
+func (e *backend) rope(pos int, cos, sin []float32) { e.ropeTab.CosSin(pos, cos, sin) }
 
 // attention is absorbed MLA with the DSA indexer over M rows (input: the
 // input-normed hidden h, M x hidden); it returns o_proj's output.
-func (e *Engine) attention(lw *layerW, h []float32, rows []row, topk [][]int) []float32 {
+func (e *backend) attention(lw *layerW, h []float32, rows []row, topk [][]int) []float32 {
 	c := e.cfg
 	H, M := c.HiddenSize, len(rows)
 	R, P := c.KVLoraRank, c.QKRopeHeadDim
@@ -236,7 +236,7 @@ func (e *Engine) attention(lw *layerW, h []float32, rows []row, topk [][]int) []
 // indexer runs the lightning indexer: writes each row's key into the cache
 // and sets topk[i] to the selected positions, or nil when the row attends to
 // every causal position (pos+1 <= index_topk).
-func (e *Engine) indexer(lw *layerW, h, qr []float32, rows []row, topk [][]int) {
+func (e *backend) indexer(lw *layerW, h, qr []float32, rows []row, topk [][]int) {
 	c := e.cfg
 	M := len(rows)
 	P, IH, ID := c.QKRopeHeadDim, c.IndexNHeads, c.IndexHeadDim
@@ -299,7 +299,7 @@ func (e *Engine) indexer(lw *layerW, h, qr []float32, rows []row, topk [][]int) 
 }
 
 // moe is the routed experts plus shared expert(s) for M rows of h.
-func (e *Engine) moe(lw *layerW, h []float32, M int) []float32 {
+func (e *backend) moe(lw *layerW, h []float32, M int) []float32 {
 	c := e.cfg
 	H, E, K := c.HiddenSize, c.NRoutedExperts, c.NumExpertsPerTok
 	logits := matmulRows(h, M, lw.router)

@@ -377,10 +377,10 @@ func (m *refModel) mtp(hidden [][]float64, next []int) [][]float64 {
 // serving) and returns main logits at every position plus MTP logits at
 // every position j fed (hidden_j, toks[j+1]).
 func teacherForce(t testing.TB, e *Engine, toks []int) (logits, mtp [][]float32) {
-	s := e.slots[0]
-	if s.state != slotFree {
-		t.Fatal("slot 0 busy")
+	if err := e.CheckFree(0); err != nil {
+		t.Fatal(err)
 	}
+	s := e.m.slots[0]
 	var hidden [][]float32
 	for lo := 0; lo < len(toks); lo += prefillChunk {
 		hi := min(lo+prefillChunk, len(toks))
@@ -388,18 +388,18 @@ func teacherForce(t testing.TB, e *Engine, toks []int) (logits, mtp [][]float32)
 		for i := range rows {
 			rows[i] = row{s: s, tok: toks[lo+i], pos: lo + i}
 		}
-		h, lg := e.forwardMain(rows, nil)
+		h, lg := e.m.forwardMain(rows, nil)
 		hidden = append(hidden, h...)
 		logits = append(logits, lg...)
 	}
-	if e.hasMTP() {
+	if e.m.hasMTP() {
 		rows := make([]row, len(toks)-1)
 		for j := range rows {
 			rows[j] = row{s: s, tok: toks[j+1], pos: j, h: hidden[j]}
 		}
 		for lo := 0; lo < len(rows); lo += prefillChunk {
 			hi := min(lo+prefillChunk, len(rows))
-			mtp = append(mtp, e.forwardMTP(rows[lo:hi], nil)...)
+			mtp = append(mtp, e.m.forwardMTP(rows[lo:hi], nil)...)
 		}
 	}
 	return

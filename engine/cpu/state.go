@@ -1,36 +1,22 @@
 package cpu
 
 import (
-	"github.com/cockroachdb/errors"
-
 	"github.com/tilert-go/tilert/engine"
 )
 
-// SlotBuffer implements engine.Engine. In serving mode it is the slot's live
-// cache; in exact mode a staging buffer decoded into float32 on Import.
-func (e *Engine) SlotBuffer(slotID int) ([]byte, error) {
-	s, err := e.slot(slotID)
-	if err != nil {
-		return nil, err
-	}
+// SlotBuffer implements engine.Backend. In serving mode it is the slot's
+// live cache; in exact mode a staging buffer decoded into float32 on Import.
+func (e *backend) SlotBuffer(slotID int) ([]byte, error) {
+	s := e.slots[slotID]
 	if s.buf == nil {
 		s.buf = make([]byte, e.layout.SlotBytes)
 	}
 	return s.buf, nil
 }
 
-// Import implements engine.Engine.
-func (e *Engine) Import(slotID int, meta engine.SlotMeta, segs []engine.Segment) error {
-	s, err := e.slot(slotID)
-	if err != nil {
-		return err
-	}
-	if s.state != slotFree {
-		return errors.Wrapf(engine.ErrSlotBusy, "import into slot %d: it is %s", slotID, s.state)
-	}
-	if err := engine.CheckImport(meta, segs, e.maxSeq, e.cfg.VocabSize, e.opts.MTP, e.layout.SlotBytes); err != nil {
-		return err
-	}
+// Import implements engine.Backend.
+func (e *backend) Import(slotID int, meta engine.SlotMeta, segs []engine.Segment) error {
+	s := e.slots[slotID]
 	buf, _ := e.SlotBuffer(slotID)
 	for _, sg := range segs {
 		copy(buf[sg.Offset:], sg.Data)
@@ -38,14 +24,12 @@ func (e *Engine) Import(slotID int, meta engine.SlotMeta, segs []engine.Segment)
 	if e.opts.Mode == engine.ModeExact {
 		e.decodeInto(s, meta)
 	}
-	s.state = slotLoaded
-	s.seqLen, s.mtpLen, s.lastToken = meta.SeqLen, meta.MTPLen, meta.LastToken
-	s.lastHidden, s.mtpTok, s.mtpDraft, s.draft = nil, -1, -1, -1
+	s.lastHidden = nil
 	return nil
 }
 
 // decodeInto converts the staging bytes of s into its float32 caches.
-func (e *Engine) decodeInto(s *slot, meta engine.SlotMeta) {
+func (e *backend) decodeInto(s *slot, meta engine.SlotMeta) {
 	c := e.cfg
 	bc := newByteCaches(e.layout, s.buf)
 	lat, rope, k := make([]float32, c.KVLoraRank), make([]float32, c.QKRopeHeadDim), make([]float32, c.IndexHeadDim)
@@ -66,16 +50,9 @@ func (e *Engine) decodeInto(s *slot, meta engine.SlotMeta) {
 	}
 }
 
-// Export implements engine.Engine.
-func (e *Engine) Export(slotID int) (engine.SlotMeta, []engine.Segment, error) {
-	s, err := e.slot(slotID)
-	if err != nil {
-		return engine.SlotMeta{}, nil, err
-	}
-	if s.state == slotFree {
-		return engine.SlotMeta{}, nil, errors.Wrapf(engine.ErrSlotState, "export slot %d: it is free", slotID)
-	}
-	meta := engine.SlotMeta{SeqLen: s.seqLen, MTPLen: s.mtpLen, LastToken: s.lastToken}
+// Export implements engine.Backend.
+func (e *backend) Export(slotID int, meta engine.SlotMeta) ([]engine.Segment, error) {
+	s := e.slots[slotID]
 	buf := s.buf
 	if e.opts.Mode == engine.ModeExact {
 		// Lossy: float32 caches quantised into the exchange layout.
@@ -84,9 +61,9 @@ func (e *Engine) Export(slotID int) (engine.SlotMeta, []engine.Segment, error) {
 		c := e.cfg
 		lat, rope, k := make([]float32, c.KVLoraRank), make([]float32, c.QKRopeHeadDim), make([]float32, c.IndexHeadDim)
 		for l := range s.caches {
-			n := s.seqLen
+			n := meta.SeqLen
 			if c.IsMTPLayer(l) {
-				n = s.mtpLen
+				n = meta.MTPLen
 			}
 			for p := 0; p < n; p++ {
 				s.caches[l].readMLA(p, lat, rope)
@@ -98,9 +75,9 @@ func (e *Engine) Export(slotID int) (engine.SlotMeta, []engine.Segment, error) {
 			}
 		}
 	}
-	segs := e.layout.UsedSegments(buf, s.seqLen)
+	segs := e.layout.UsedSegments(buf, meta.SeqLen)
 	for i := range segs {
 		segs[i].Data = append([]byte(nil), segs[i].Data...)
 	}
-	return meta, segs, nil
+	return segs, nil
 }

@@ -14,13 +14,13 @@ import (
 	"github.com/tilert-go/tilert/numeric"
 )
 
-// emuBackend transcribes every kernel the engine launches into Go over
+// emuDevice transcribes every kernel the engine launches into Go over
 // host memory addressed by fake device pointers. Each op has the contract of
 // its CUDA launcher; the arithmetic reuses the CPU engine's building blocks
 // (kern.Dot, kern.RMSNorm, engine.EncodeMLAFP8, ...), so the emulated engine
 // tracks the CPU engine closely and a wrong stride, offset or buffer size in
 // the orchestration shows up (out-of-range accesses panic) without a GPU.
-type emuBackend struct {
+type emuDevice struct {
 	allocs []emuAlloc // sorted by base
 	next   uint64
 }
@@ -30,11 +30,11 @@ type emuAlloc struct {
 	buf  []byte
 }
 
-var _ backend = (*emuBackend)(nil)
+var _ device = (*emuDevice)(nil)
 
-func newEmu() *emuBackend { return &emuBackend{next: 1 << 40} }
+func newEmu() *emuDevice { return &emuDevice{next: 1 << 40} }
 
-func (m *emuBackend) alloc(n int64) (cuda.DevPtr, error) {
+func (m *emuDevice) alloc(n int64) (cuda.DevPtr, error) {
 	if n <= 0 {
 		n = 1
 	}
@@ -44,11 +44,11 @@ func (m *emuBackend) alloc(n int64) (cuda.DevPtr, error) {
 	return cuda.DevPtr(a.base), nil
 }
 
-func (m *emuBackend) hostAlloc(n int) ([]byte, func() error, error) {
+func (m *emuDevice) hostAlloc(n int) ([]byte, func() error, error) {
 	return make([]byte, n), func() error { return nil }, nil
 }
 
-func (m *emuBackend) free(p cuda.DevPtr) error {
+func (m *emuDevice) free(p cuda.DevPtr) error {
 	for i, a := range m.allocs {
 		if a.base == uint64(p) {
 			m.allocs = slices.Delete(m.allocs, i, i+1)
@@ -60,7 +60,7 @@ func (m *emuBackend) free(p cuda.DevPtr) error {
 
 // mem returns n bytes at p; an access outside one allocation panics (the
 // runner turns it into an error naming the address).
-func (m *emuBackend) mem(p cuda.DevPtr, n int) []byte {
+func (m *emuDevice) mem(p cuda.DevPtr, n int) []byte {
 	i := sort.Search(len(m.allocs), func(i int) bool { return m.allocs[i].base > uint64(p) }) - 1
 	if i < 0 || n < 0 {
 		panic(errors.Newf("emu: access of %d bytes at %#x: no allocation", n, uint64(p)))
@@ -73,7 +73,7 @@ func (m *emuBackend) mem(p cuda.DevPtr, n int) []byte {
 	return a.buf[off : off+uint64(n)]
 }
 
-func (m *emuBackend) f32(p cuda.DevPtr, n int) []float32 {
+func (m *emuDevice) f32(p cuda.DevPtr, n int) []float32 {
 	if n == 0 {
 		return nil
 	}
@@ -81,7 +81,7 @@ func (m *emuBackend) f32(p cuda.DevPtr, n int) []float32 {
 	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
 }
 
-func (m *emuBackend) i32(p cuda.DevPtr, n int) []int32 {
+func (m *emuDevice) i32(p cuda.DevPtr, n int) []int32 {
 	if n == 0 {
 		return nil
 	}
@@ -89,7 +89,7 @@ func (m *emuBackend) i32(p cuda.DevPtr, n int) []int32 {
 	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), n)
 }
 
-func (m *emuBackend) u16(p cuda.DevPtr, n int) []uint16 {
+func (m *emuDevice) u16(p cuda.DevPtr, n int) []uint16 {
 	if n == 0 {
 		return nil
 	}
@@ -97,22 +97,22 @@ func (m *emuBackend) u16(p cuda.DevPtr, n int) []uint16 {
 	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), n)
 }
 
-func (m *emuBackend) ptrs(p cuda.DevPtr, n int) []cuda.DevPtr {
+func (m *emuDevice) ptrs(p cuda.DevPtr, n int) []cuda.DevPtr {
 	b := m.mem(p, 8*n)
 	return unsafe.Slice((*cuda.DevPtr)(unsafe.Pointer(&b[0])), n)
 }
 
-func (m *emuBackend) upload(dst cuda.DevPtr, src []byte) error {
+func (m *emuDevice) upload(dst cuda.DevPtr, src []byte) error {
 	copy(m.mem(dst, len(src)), src)
 	return nil
 }
 
-func (m *emuBackend) download(dst []byte, src cuda.DevPtr) error {
+func (m *emuDevice) download(dst []byte, src cuda.DevPtr) error {
 	copy(dst, m.mem(src, len(dst)))
 	return nil
 }
 
-func (m *emuBackend) copyDD(dst, src cuda.DevPtr, n int64) error {
+func (m *emuDevice) copyDD(dst, src cuda.DevPtr, n int64) error {
 	if n == 0 {
 		return nil
 	}
@@ -120,16 +120,16 @@ func (m *emuBackend) copyDD(dst, src cuda.DevPtr, n int64) error {
 	return nil
 }
 
-func (m *emuBackend) zero(dst cuda.DevPtr, n int64) error {
+func (m *emuDevice) zero(dst cuda.DevPtr, n int64) error {
 	clear(m.mem(dst, int(n)))
 	return nil
 }
 
-func (m *emuBackend) sync() error { return nil }
+func (m *emuDevice) sync() error { return nil }
 
 // gemv dequantises each weight row (as the CPU engine holds it) and takes
 // kern.Dot with every input row.
-func (m *emuBackend) gemv(y, x cuda.DevPtr, N, K, M, ldx, ldy int, row func(n int, dst []float32)) error {
+func (m *emuDevice) gemv(y, x cuda.DevPtr, N, K, M, ldx, ldy int, row func(n int, dst []float32)) error {
 	if N <= 0 || K <= 0 || M <= 0 || M > 4 || ldx < K || (M > 1 && ldy < N) {
 		return errors.Newf("emu gemv: N=%d K=%d M=%d ldx=%d ldy=%d", N, K, M, ldx, ldy)
 	}
@@ -151,7 +151,7 @@ func fp8Row(dst []float32, w []byte, s []float32) {
 	}
 }
 
-func (m *emuBackend) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
+func (m *emuDevice) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	kb := (K + 127) / 128
 	wb := m.mem(w, N*K)
 	sb := m.f32(scale, ((N+127)/128)*kb)
@@ -160,7 +160,7 @@ func (m *emuBackend) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) 
 	})
 }
 
-func (m *emuBackend) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+func (m *emuDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	wb := m.u16(w, N*K)
 	return m.gemv(y, x, N, K, M, ldx, ldy, func(n int, dst []float32) {
 		for k := range dst {
@@ -169,12 +169,12 @@ func (m *emuBackend) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error 
 	})
 }
 
-func (m *emuBackend) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+func (m *emuDevice) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	wb := m.f32(w, N*K)
 	return m.gemv(y, x, N, K, M, ldx, ldy, func(n int, dst []float32) { copy(dst, wb[n*K:(n+1)*K]) })
 }
 
-func (m *emuBackend) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error {
+func (m *emuDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error {
 	id := m.i32(ids, slots)
 	for j := 0; j < slots; j++ {
 		e := int(id[j])
@@ -188,7 +188,7 @@ func (m *emuBackend) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, 
 	return nil
 }
 
-func (m *emuBackend) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
+func (m *emuDevice) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
 	ws := m.f32(w, D)
 	for r := 0; r < rows; r++ {
 		xs := m.f32(x.Add(int64(4*r*ldx)), D)
@@ -198,7 +198,7 @@ func (m *emuBackend) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps flo
 	return nil
 }
 
-func (m *emuBackend) layernorm(y, x, w, b cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
+func (m *emuDevice) layernorm(y, x, w, b cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
 	ws, bs := m.f32(w, D), m.f32(b, D)
 	for r := 0; r < rows; r++ {
 		xs := m.f32(x.Add(int64(4*r*ldx)), D)
@@ -208,7 +208,7 @@ func (m *emuBackend) layernorm(y, x, w, b cuda.DevPtr, rows, D, ldx, ldy int, ep
 	return nil
 }
 
-func (m *emuBackend) rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error {
+func (m *emuDevice) rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error {
 	half := rot / 2
 	ps := m.i32(pos, (rows-1)/rowsPerTok+1)
 	for r := 0; r < rows; r++ {
@@ -225,7 +225,7 @@ func (m *emuBackend) rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, of
 	return nil
 }
 
-func (m *emuBackend) add(y, a, b cuda.DevPtr, n int) error {
+func (m *emuDevice) add(y, a, b cuda.DevPtr, n int) error {
 	ys, as, bs := m.f32(y, n), m.f32(a, n), m.f32(b, n)
 	for i := range ys {
 		ys[i] = as[i] + bs[i]
@@ -234,7 +234,7 @@ func (m *emuBackend) add(y, a, b cuda.DevPtr, n int) error {
 }
 
 // addRMSNorm is the two operations it fuses, row by row.
-func (m *emuBackend) addRMSNorm(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
+func (m *emuDevice) addRMSNorm(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
 	for r := 0; r < rows; r++ {
 		xr := x.Add(int64(4 * r * ldx))
 		if err := m.add(xr, xr, b.Add(int64(4*r*ldb)), D); err != nil {
@@ -244,7 +244,7 @@ func (m *emuBackend) addRMSNorm(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy i
 	return m.rmsnorm(y, x, w, rows, D, ldx, ldy, eps)
 }
 
-func (m *emuBackend) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error {
+func (m *emuDevice) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error {
 	for r := 0; r < rows; r++ {
 		g := m.f32(gate.Add(int64(4*r*ldg)), I)
 		u := m.f32(up.Add(int64(4*r*ldu)), I)
@@ -254,7 +254,7 @@ func (m *emuBackend) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo i
 	return nil
 }
 
-func (m *emuBackend) embed(out, table, ids cuda.DevPtr, T, D int) error {
+func (m *emuDevice) embed(out, table, ids cuda.DevPtr, T, D int) error {
 	id := m.i32(ids, T)
 	for t := 0; t < T; t++ {
 		row := m.u16(table.Add(int64(2*int(id[t])*D)), D)
@@ -266,7 +266,7 @@ func (m *emuBackend) embed(out, table, ids cuda.DevPtr, T, D int) error {
 	return nil
 }
 
-func (m *emuBackend) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
+func (m *emuDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
 	ys, ws, os := m.f32(y, k*N), m.f32(w, k), m.f32(out, N)
 	var rs []float32
 	if resid != 0 {
@@ -287,7 +287,7 @@ func (m *emuBackend) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
 
 // moeGate is the CPU engine's router rule (sigmoid, bias for the choice,
 // DeepSeek group limiting, normalised weights times the scaling factor).
-func (m *emuBackend) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
+func (m *emuDevice) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
 	var bs []float32
 	if bias != 0 {
 		bs = m.f32(bias, E)
@@ -344,7 +344,7 @@ func (m *emuBackend) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup
 	return nil
 }
 
-func (m *emuBackend) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
+func (m *emuDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
 	const D = cuda.IndexerHeadDim
 	ls := m.i32(lens, nq)
 	// key(t) is the kernel's read of cached key t: the fp8 page entry
@@ -388,7 +388,7 @@ func (m *emuBackend) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr,
 	return nil
 }
 
-func (m *emuBackend) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+func (m *emuDevice) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error {
 	var ls []int32
 	if lens != 0 {
 		ls = m.i32(lens, rows)
@@ -418,7 +418,7 @@ func (m *emuBackend) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut i
 }
 
 // mlaEntry decodes cached MLA token t of a region of the given kind.
-func (m *emuBackend) mlaEntry(kind mlaKind, cache cuda.DevPtr, t int, lat, rp []float32) {
+func (m *emuDevice) mlaEntry(kind mlaKind, cache cuda.DevPtr, t int, lat, rp []float32) {
 	switch kind {
 	case mlaF32:
 		v := m.f32(cache.Add(int64(t*cuda.MLAF32TokenBytes)), cuda.MLALatentDim+cuda.MLARopeDim)
@@ -431,7 +431,7 @@ func (m *emuBackend) mlaEntry(kind mlaKind, cache cuda.DevPtr, t int, lat, rp []
 	}
 }
 
-func (m *emuBackend) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+func (m *emuDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	const R, P = cuda.MLALatentDim, cuda.MLARopeDim
 	ls := m.i32(lens, nq)
 	for i := 0; i < nq; i++ {
@@ -466,7 +466,7 @@ func (m *emuBackend) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens c
 }
 
 // argmax needs no scratch: every block split gives the same arg-max.
-func (m *emuBackend) argmax(out, x, _ cuda.DevPtr, rows, n, ld int) error {
+func (m *emuDevice) argmax(out, x, _ cuda.DevPtr, rows, n, ld int) error {
 	o := m.i32(out, rows)
 	for r := 0; r < rows; r++ {
 		o[r] = int32(engine.Argmax(m.f32(x.Add(int64(4*r*ld)), n)))
@@ -477,14 +477,14 @@ func (m *emuBackend) argmax(out, x, _ cuda.DevPtr, rows, n, ld int) error {
 // sample draws like the CPU engine (engine.Sample at position p.Step), not
 // like the device's Gumbel-max kernel: the emulator stands in for the CPU
 // path here, and no test compares sampled tokens across backends.
-func (m *emuBackend) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error {
+func (m *emuDevice) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error {
 	tk := p.TopK
 	ep := engine.Params{Temperature: float64(p.Temperature), TopK: tk, TopP: float64(p.TopP), Seed: p.Seed}
 	m.i32(out, 1)[0] = int32(engine.Sample(m.f32(logits, n), ep, int(p.Step)))
 	return nil
 }
 
-func (m *emuBackend) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error {
+func (m *emuDevice) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error {
 	const R, P = cuda.MLALatentDim, cuda.MLARopeDim
 	ps := m.i32(pos, n)
 	for i := 0; i < n; i++ {
@@ -505,7 +505,7 @@ func (m *emuBackend) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n,
 	return nil
 }
 
-func (m *emuBackend) idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld int) error {
+func (m *emuDevice) idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld int) error {
 	const D = cuda.IndexerHeadDim
 	ps := m.i32(pos, n)
 	for i := 0; i < n; i++ {
@@ -524,7 +524,7 @@ func (m *emuBackend) idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld 
 	return nil
 }
 
-func (m *emuBackend) quantUE8M0(x cuda.DevPtr, n int) error {
+func (m *emuDevice) quantUE8M0(x cuda.DevPtr, n int) error {
 	if n%128 != 0 {
 		return errors.Newf("emu quant: n=%d", n)
 	}
@@ -532,20 +532,20 @@ func (m *emuBackend) quantUE8M0(x cuda.DevPtr, n int) error {
 	return nil
 }
 
-func (m *emuBackend) copy2D(dst, src cuda.DevPtr, rows, cols, ldd, lds int) error {
+func (m *emuDevice) copy2D(dst, src cuda.DevPtr, rows, cols, ldd, lds int) error {
 	for r := 0; r < rows; r++ {
 		copy(m.f32(dst.Add(int64(4*r*ldd)), cols), m.f32(src.Add(int64(4*r*lds)), cols))
 	}
 	return nil
 }
 
-func (m *emuBackend) scale(x cuda.DevPtr, a float32, n int) error {
+func (m *emuDevice) scale(x cuda.DevPtr, a float32, n int) error {
 	kern.Scale(m.f32(x, n), a)
 	return nil
 }
 
 // headRows returns row (h, r) of an absorbed matrix [H][rows][R], dequantised.
-func (m *emuBackend) headRow(dst []float32, w, s cuda.DevPtr, fp8 bool, idx, R int) {
+func (m *emuDevice) headRow(dst []float32, w, s cuda.DevPtr, fp8 bool, idx, R int) {
 	if fp8 {
 		rb := (R + 127) / 128
 		fp8Row(dst, m.mem(w.Add(int64(idx*R)), R), m.f32(s.Add(int64(4*idx*rb)), rb))
@@ -554,7 +554,7 @@ func (m *emuBackend) headRow(dst []float32, w, s cuda.DevPtr, fp8 bool, idx, R i
 	copy(dst, m.f32(w.Add(int64(4*idx*R)), R))
 }
 
-func (m *emuBackend) absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs int) error {
+func (m *emuDevice) absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs int) error {
 	row := make([]float32, R)
 	for r := 0; r < M; r++ {
 		qs := m.f32(q.Add(int64(4*r*ldq)), (H-1)*hs+nope)
@@ -570,7 +570,7 @@ func (m *emuBackend) absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, 
 	return nil
 }
 
-func (m *emuBackend) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {
+func (m *emuDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {
 	row := make([]float32, R)
 	for r := 0; r < M; r++ {
 		o := m.f32(out.Add(int64(4*r*ldo)), H*vd)
@@ -587,12 +587,12 @@ func (m *emuBackend) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ld
 
 // emuRunner runs engine work on the emulator, turning a panic (an
 // out-of-range access) into an error.
-type emuRunner struct{ m *emuBackend }
+type emuRunner struct{ m *emuDevice }
 
-func (r *emuRunner) run(f func(b backend) error) error { return r.runWith(r.m, f) }
+func (r *emuRunner) run(f func(b device) error) error { return r.runWith(r.m, f) }
 
 // runWith runs f on b (the emulator or a wrapper of it).
-func (r *emuRunner) runWith(b backend, f func(b backend) error) (err error) {
+func (r *emuRunner) runWith(b device, f func(b device) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			if e, ok := p.(error); ok {

@@ -37,46 +37,30 @@ import (
 	"github.com/tilert-go/tilert/model"
 )
 
-type slotState int
-
-const (
-	slotFree slotState = iota
-	slotLoaded
-	slotActive
-	slotFinished
-)
-
-func (s slotState) String() string {
-	return [...]string{"free", "loaded", "active", "finished"}[s]
-}
-
+// slot is one slot's device caches and kept hidden state (its book is
+// engine.Book's).
 type slot struct {
 	id          int
-	state       slotState
 	buf         cuda.DevPtr  // the slot's caches (Layout().SlotBytes), device memory
 	staging     []byte       // host staging copy for SlotBuffer (lazy; pinned on the GPU)
 	freeStaging func() error // releases staging
-
-	seqLen    int
-	mtpLen    int
-	lastToken int
-	// hidden holds the final-normed hidden at seqLen-1 when hasHidden, so the
-	// MTP entry at seqLen-1 can be (re)computed.
-	hidden    cuda.DevPtr
-	hasHidden bool
-	mtpTok    int
-	mtpDraft  int
-
-	next      int
-	draft     int
-	params    engine.Params
-	generated int
-	finish    engine.FinishReason
+	// hidden holds the final-normed hidden at the slot's last position when
+	// kept (engine.Compute.KeepHidden), the MTP layer's input there.
+	hidden cuda.DevPtr
 }
 
-// Engine is the GPU backend; it implements engine.Engine. Not safe for
+// Engine is the GPU engine: engine.Book over the GPU backend. Not safe for
 // concurrent use (the decode node serialises calls).
 type Engine struct {
+	*engine.Book
+	m *backend
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// backend is the model on the device and every slot's device caches; it
+// implements engine.Backend.
+type backend struct {
 	cfg    *model.Config
 	opts   engine.Options
 	layout engine.Layout
@@ -85,7 +69,6 @@ type Engine struct {
 	w      *dweights
 	ws     *workspace
 	slots  []*slot
-	stats  engine.Stats
 	owned  []cuda.DevPtr // every allocation, freed by Close
 	closed bool
 
@@ -102,8 +85,6 @@ type Engine struct {
 	graphs   *graphs // decode-step CUDA graphs (graph.go)
 }
 
-var _ engine.Engine = (*Engine)(nil)
-
 // New opens GPU 0 and builds an engine with weights from src (see Open,
 // FromHF, FromConverted). Without a GPU the error is marked cuda.ErrNoGPU.
 func New(src Source, opts engine.Options) (*Engine, error) {
@@ -116,7 +97,7 @@ func New(src Source, opts engine.Options) (*Engine, error) {
 		_ = dev.Close()
 		return nil, err
 	}
-	e.r.(*cudaRunner).own = true
+	e.m.r.(*cudaRunner).own = true
 	return e, nil
 }
 
@@ -153,51 +134,22 @@ func checkSupported(c *model.Config, opts engine.Options) error {
 
 func build(r runner, src Source, opts engine.Options) (*Engine, error) {
 	cfg := src.Config()
-	if opts.Mode == "" {
-		opts.Mode = engine.ModeServing
-	}
-	if _, err := engine.ParseMode(string(opts.Mode)); err != nil {
-		return nil, err
-	}
-	dt, err := engine.ParseCacheDType(string(opts.MLACache))
+	opts, lay, maxSeq, err := engine.Resolve(cfg, opts, engine.ModeServing)
 	if err != nil {
 		return nil, err
-	}
-	opts.MLACache = dt
-	if opts.Slots <= 0 {
-		opts.Slots = 1
-	}
-	if opts.MaxSeqLen <= 0 {
-		opts.MaxSeqLen = 4096
-	}
-	if cfg.MaxPositionEmbeddings > 0 && opts.MaxSeqLen > cfg.MaxPositionEmbeddings {
-		opts.MaxSeqLen = cfg.MaxPositionEmbeddings
-	}
-	if opts.MTP && cfg.NumNextNLayers < 1 {
-		return nil, errors.WithHint(errors.New("MTP requested but the model has no MTP layer (num_nextn_predict_layers = 0)"),
-			"run without --mtp")
 	}
 	if err := checkSupported(cfg, opts); err != nil {
 		return nil, err
 	}
-	hasIdx := make([]bool, cfg.NumAllLayers())
-	for i := range hasIdx {
-		hasIdx[i] = cfg.HasIndexer(i)
-	}
-	lay, err := engine.NewLayout(opts.MLACache, cfg.KVLoraRank, cfg.QKRopeHeadDim, cfg.IndexHeadDim, opts.MaxSeqLen, hasIdx)
-	if err != nil {
-		return nil, err
-	}
-	e := &Engine{
-		cfg: cfg, opts: opts, layout: lay, r: r,
-		maxSeq: min(lay.MaxPages*engine.BlockSize, opts.MaxSeqLen),
+	e := &backend{
+		cfg: cfg, opts: opts, layout: lay, r: r, maxSeq: maxSeq,
 		scale:  float32(cfg.SoftmaxScale()),
 		graphs: newGraphs(),
 	}
 	e.chunkLen = 32
 	e.maxRows = max(e.chunkLen, 2*opts.Slots)
-	e.setCacheLayout(hasIdx)
-	err = r.run(func(b backend) error {
+	e.setCacheLayout(engine.IndexerLayers(cfg))
+	err = r.run(func(b device) error {
 		w, ptrs, err := uploadWeights(b, src, cfg)
 		if err != nil {
 			return err
@@ -215,10 +167,10 @@ func build(r runner, src Source, opts engine.Options) (*Engine, error) {
 	}
 	slog.Debug("gpu engine ready", "slots", opts.Slots, "max_seq", e.maxSeq, "slot_bytes", lay.SlotBytes,
 		"weight_bytes", e.w.bytes, "mtp", opts.MTP)
-	return e, nil
+	return &Engine{Book: engine.NewBookFor(e, cfg, opts, lay, maxSeq, e.chunkLen), m: e}, nil
 }
 
-func (e *Engine) alloc(b backend, n int64) (cuda.DevPtr, error) {
+func (e *backend) alloc(b device, n int64) (cuda.DevPtr, error) {
 	p, err := b.alloc(n)
 	if err != nil {
 		return 0, errors.Wrapf(err, "allocating %d bytes of device memory", n)
@@ -229,10 +181,10 @@ func (e *Engine) alloc(b backend, n int64) (cuda.DevPtr, error) {
 
 // allocState allocates the slot buffers, per-slot hiddens, RoPE tables and
 // the forward workspace.
-func (e *Engine) allocState(b backend) error {
+func (e *backend) allocState(b device) error {
 	c := e.cfg
 	for i := 0; i < e.opts.Slots; i++ {
-		s := &slot{id: i, draft: -1, mtpTok: -1, mtpDraft: -1}
+		s := &slot{id: i}
 		var err error
 		if s.buf, err = e.alloc(b, e.devSlot); err != nil {
 			return err
@@ -246,15 +198,7 @@ func (e *Engine) allocState(b backend) error {
 		}
 		e.slots = append(e.slots, s)
 	}
-	rope := kern.NewRope(c.QKRopeHeadDim, kern.RopeParams{
-		Type: c.Rope.Type, Theta: c.RopeTheta, Factor: c.Rope.Factor,
-		OriginalMaxPosition: float64(c.Rope.OriginalMaxPositionEmbeddings),
-		BetaFast:            c.Rope.BetaFast, BetaSlow: c.Rope.BetaSlow,
-		MScale: c.Rope.Mscale, MScaleAllDim: c.Rope.MscaleAllDim,
-		AttentionFactor:       c.Rope.AttentionFactor,
-		MaxPositionEmbeddings: float64(c.MaxPositionEmbeddings),
-		NoTruncate:            !c.Rope.Truncate,
-	})
+	rope := kern.NewRope(c.QKRopeHeadDim, kern.RopeParamsOf(c))
 	half := c.QKRopeHeadDim / 2
 	cos, sin := make([]float32, e.maxSeq*half), make([]float32, e.maxSeq*half)
 	for p := 0; p < e.maxSeq; p++ {
@@ -278,19 +222,16 @@ func (e *Engine) allocState(b backend) error {
 }
 
 // Config returns the model configuration.
-func (e *Engine) Config() *model.Config { return e.cfg }
+func (e *Engine) Config() *model.Config { return e.m.cfg }
 
-func (e *Engine) Options() engine.Options { return e.opts }
-func (e *Engine) Layout() engine.Layout   { return e.layout }
-func (e *Engine) Stats() engine.Stats     { return e.stats }
-
-// Close frees the engine's device memory (and the device, when New opened it).
-func (e *Engine) Close() error {
+// Close implements engine.Backend: it frees the engine's device memory (and
+// the device, when New opened it).
+func (e *backend) Close() error {
 	if e.closed {
 		return nil
 	}
 	e.closed = true
-	err := e.r.run(func(b backend) error {
+	err := e.r.run(func(b device) error {
 		var errs error
 		if g := grapherOf(b); g != nil && e.graphs != nil {
 			errs = e.graphs.clear(g)
@@ -310,325 +251,4 @@ func (e *Engine) Close() error {
 	return errors.CombineErrors(err, e.r.close())
 }
 
-func (e *Engine) slot(i int) (*slot, error) {
-	if i < 0 || i >= len(e.slots) {
-		return nil, errors.Wrapf(engine.ErrBadSlot, "slot %d (engine has %d)", i, len(e.slots))
-	}
-	return e.slots[i], nil
-}
-
-func (e *Engine) checkTokens(toks ...int) error { return engine.CheckTokens(e.cfg.VocabSize, toks...) }
-
-func (e *Engine) hasMTP() bool { return e.cfg.NumNextNLayers > 0 }
-
-// Prefill implements engine.Engine: the prompt runs through the decode path
-// in chunks; the MTP layer follows each chunk (its position j needs the
-// main hidden of j and token j+1, the last one the sampled first token).
-func (e *Engine) Prefill(slotID int, prompt []int, p engine.Params) (int, error) {
-	s, err := e.slot(slotID)
-	if err != nil {
-		return 0, err
-	}
-	if s.state != slotFree {
-		return 0, errors.Wrapf(engine.ErrSlotBusy, "slot %d is %s", slotID, s.state)
-	}
-	if len(prompt) == 0 {
-		return 0, errors.New("empty prompt")
-	}
-	if len(prompt) >= e.maxSeq {
-		return 0, errors.Wrapf(engine.ErrTooLong, "prompt of %d tokens, max_seq_len %d", len(prompt), e.maxSeq)
-	}
-	if err := e.checkTokens(prompt...); err != nil {
-		return 0, err
-	}
-	L := len(prompt)
-	first := -1
-	err = e.r.run(func(b backend) error {
-		o := &ops{b: b}
-		ws := e.ws
-		for lo := 0; lo < L; lo += e.chunkLen {
-			hi := min(lo+e.chunkLen, L)
-			rows := make([]fwdRow, hi-lo)
-			want := make([]bool, hi-lo)
-			for i := range rows {
-				rows[i] = fwdRow{s: s, tok: prompt[lo+i], pos: lo + i}
-			}
-			want[len(want)-1] = hi == L
-			e.forward(o, rows, false, want)
-			if hi == L {
-				toks, err := e.pick(o, []pickReq{{row: hi - lo - 1, p: p, pos: L}})
-				if err != nil {
-					return err
-				}
-				first = toks[0]
-				o.copyRow(s.hidden, ws.hid, hi-lo-1, e.cfg.HiddenSize)
-			}
-			if e.hasMTP() {
-				// MTP rows j in [lo, hi) with j < L-1: (hidden_j, prompt[j+1]).
-				n := min(hi, L-1) - lo
-				if n > 0 {
-					mrows := make([]fwdRow, n)
-					for i := range mrows {
-						mrows[i] = fwdRow{s: s, tok: prompt[lo+i+1], pos: lo + i}
-					}
-					o.do(b.copyDD(ws.hin, ws.hid, int64(4*n*e.cfg.HiddenSize)))
-					e.forward(o, mrows, true, nil)
-				}
-			}
-			if o.err != nil {
-				return o.err
-			}
-		}
-		e.stats.Forwarded += int64(L)
-		s.state = slotLoaded
-		s.seqLen, s.lastToken, s.hasHidden = L, prompt[L-1], true
-		s.mtpLen, s.mtpTok, s.mtpDraft = 0, -1, -1
-		if e.hasMTP() {
-			s.mtpLen = L - 1
-			return e.fillLastMTP(o, s, first)
-		}
-		return o.err
-	})
-	if err != nil {
-		e.resetSlot(s)
-		return 0, err
-	}
-	return first, nil
-}
-
-// Start implements engine.Engine.
-func (e *Engine) Start(slotID int, first int, p engine.Params) (engine.FinishReason, error) {
-	s, err := e.slot(slotID)
-	if err != nil {
-		return "", err
-	}
-	if s.state != slotLoaded {
-		return "", errors.Wrapf(engine.ErrSlotState, "start slot %d: it is %s, want loaded", slotID, s.state)
-	}
-	if err := e.checkTokens(first); err != nil {
-		return "", err
-	}
-	s.params = p
-	s.params.StopIDs = append([]int(nil), p.StopIDs...)
-	s.next, s.draft, s.generated, s.finish = first, -1, 1, engine.FinishNone
-	s.state = slotActive
-	if f := e.finished(s, first); f != engine.FinishNone {
-		s.finish, s.state = f, slotFinished
-		return f, nil
-	}
-	if e.opts.MTP {
-		switch {
-		case s.mtpLen == s.seqLen && s.mtpTok == first:
-			s.draft = s.mtpDraft
-		case s.mtpLen == s.seqLen:
-			// Imported with an MTP entry computed on first by the prefill
-			// (vLLM's drafter); its draft was not shipped, so this step
-			// runs without one.
-		default:
-			err := e.r.run(func(b backend) error { return e.fillLastMTP(&ops{b: b}, s, first) })
-			if err != nil {
-				return "", err
-			}
-			s.draft = s.mtpDraft
-		}
-	}
-	return engine.FinishNone, nil
-}
-
-// fillLastMTP computes the MTP entry at seqLen-1 for token first, rerunning
-// the last prompt token through the main model when its hidden is unknown.
-func (e *Engine) fillLastMTP(o *ops, s *slot, first int) error {
-	p := s.seqLen - 1
-	if s.mtpLen < p {
-		return errors.Wrapf(engine.ErrBadLayout, "MTP cache has %d positions, main cache %d", s.mtpLen, s.seqLen)
-	}
-	H := e.cfg.HiddenSize
-	if !s.hasHidden {
-		e.forward(o, []fwdRow{{s: s, tok: s.lastToken, pos: p}}, false, []bool{false})
-		o.copyRow(s.hidden, e.ws.hid, 0, H)
-		s.hasHidden = true
-		e.stats.Forwarded++
-	}
-	o.do(o.b.copyDD(e.ws.hin, s.hidden, int64(4*H)))
-	e.forward(o, []fwdRow{{s: s, tok: first, pos: p}}, true, []bool{true})
-	d, err := e.argmaxRows(o, []int{0})
-	if err != nil {
-		return err
-	}
-	s.mtpLen, s.mtpTok, s.mtpDraft = s.seqLen, first, d[0]
-	return nil
-}
-
-// finished applies the stop rules after tok became the generated-th token.
-func (e *Engine) finished(s *slot, tok int) engine.FinishReason {
-	return s.params.Finish(tok, s.generated, s.seqLen, e.maxSeq)
-}
-
-// Step implements engine.Engine: one main forward over every listed slot's
-// pending token (and its MTP draft, verified in the same batch), tokens
-// chosen on the device, then one MTP forward drafting each continuing
-// slot's next token.
-func (e *Engine) Step(ids []int) ([]engine.StepResult, error) {
-	var act []*slot
-	seen := map[int]bool{}
-	for _, id := range ids {
-		s, err := e.slot(id)
-		if err != nil {
-			return nil, err
-		}
-		if seen[id] {
-			return nil, errors.Newf("slot %d listed twice in one step", id)
-		}
-		seen[id] = true
-		if s.state != slotActive {
-			return nil, errors.Wrapf(engine.ErrSlotState, "step slot %d: it is %s, want active", id, s.state)
-		}
-		act = append(act, s)
-	}
-	if len(act) == 0 {
-		return nil, nil
-	}
-	e.stats.Steps++
-	var res []engine.StepResult
-	err := e.runGraphed(func(b backend) error {
-		var err error
-		res, err = e.step(&ops{b: b}, act)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-func (e *Engine) step(o *ops, act []*slot) ([]engine.StepResult, error) {
-	H := e.cfg.HiddenSize
-	var rows []fwdRow
-	first := make([]int, len(act))
-	var reqs []pickReq
-	for i, s := range act {
-		first[i] = len(rows)
-		rows = append(rows, fwdRow{s: s, tok: s.next, pos: s.seqLen})
-		reqs = append(reqs, pickReq{row: first[i], p: s.params, pos: s.seqLen + 1})
-		if s.draft >= 0 && s.seqLen+2 < e.maxSeq {
-			rows = append(rows, fwdRow{s: s, tok: s.draft, pos: s.seqLen + 1})
-			reqs = append(reqs, pickReq{row: first[i] + 1, p: s.params, pos: s.seqLen + 2})
-		} else {
-			s.draft = -1
-		}
-	}
-	e.forward(o, rows, false, nil)
-	picked, err := e.pick(o, reqs)
-	if err != nil {
-		return nil, err
-	}
-	e.stats.Forwarded += int64(len(rows))
-	tokOf := map[int]int{}
-	for i, r := range reqs {
-		tokOf[r.row] = picked[i]
-	}
-
-	res := make([]engine.StepResult, len(act))
-	var mrows []fwdRow
-	var hinRows []int // main hidden row of each MTP row
-	mlast := make([]int, len(act))
-	for i, s := range act {
-		r0 := first[i]
-		res[i].Slot = s.id
-		y := tokOf[r0]
-		toks := []int{y}
-		hrows := []int{r0}
-		p := s.seqLen
-		s.generated++
-		s.seqLen++
-		s.lastToken = s.next
-		fin := e.finished(s, y)
-		if s.draft >= 0 {
-			res[i].Drafted = 1
-			e.stats.DraftTokens++
-			if y == s.draft && fin == engine.FinishNone {
-				res[i].Accepted = 1
-				e.stats.AcceptedTokens++
-				y2 := tokOf[r0+1]
-				toks = append(toks, y2)
-				hrows = append(hrows, r0+1)
-				s.generated++
-				s.seqLen++
-				s.lastToken = s.draft
-				fin = e.finished(s, y2)
-			} else if y == s.draft {
-				res[i].Accepted = 1
-				e.stats.AcceptedTokens++
-			}
-		}
-		res[i].Tokens = toks
-		e.stats.Tokens += int64(len(toks))
-		s.next, s.draft = toks[len(toks)-1], -1
-		o.copyRow(s.hidden, e.ws.hid, hrows[len(hrows)-1], H)
-		s.hasHidden = true
-		mlast[i] = -1
-		if fin != engine.FinishNone {
-			s.finish, s.state = fin, slotFinished
-			res[i].Finish = fin
-			continue
-		}
-		if e.opts.MTP {
-			for j, t := range toks {
-				mrows = append(mrows, fwdRow{s: s, tok: t, pos: p + j})
-				hinRows = append(hinRows, hrows[j])
-			}
-			mlast[i] = len(mrows) - 1
-		}
-	}
-	if len(mrows) > 0 {
-		for j, hr := range hinRows {
-			o.do(o.b.copyDD(fptr(e.ws.hin, j*H), fptr(e.ws.hid, hr*H), int64(4*H)))
-		}
-		want := make([]bool, len(mrows))
-		for _, j := range mlast {
-			if j >= 0 {
-				want[j] = true
-			}
-		}
-		e.forward(o, mrows, true, want)
-		var wantRows []int
-		for _, j := range mlast {
-			if j >= 0 {
-				wantRows = append(wantRows, j)
-			}
-		}
-		drafts, err := e.argmaxRows(o, wantRows)
-		if err != nil {
-			return nil, err
-		}
-		k := 0
-		for i, s := range act {
-			if mlast[i] >= 0 {
-				s.mtpLen, s.mtpTok = s.seqLen, s.next
-				s.mtpDraft = drafts[k]
-				s.draft = s.mtpDraft
-				k++
-			}
-		}
-	} else {
-		for _, s := range act {
-			s.mtpLen = min(s.mtpLen, s.seqLen-1)
-		}
-	}
-	return res, o.err
-}
-
-// Release implements engine.Engine.
-func (e *Engine) Release(slotID int) {
-	s, err := e.slot(slotID)
-	if err != nil {
-		return
-	}
-	e.resetSlot(s)
-}
-
-func (e *Engine) resetSlot(s *slot) {
-	s.state = slotFree
-	s.seqLen, s.mtpLen, s.hasHidden, s.draft, s.mtpDraft, s.mtpTok = 0, 0, false, -1, -1, -1
-	s.finish = engine.FinishNone
-}
+func (e *backend) hasMTP() bool { return e.cfg.NumNextNLayers > 0 }

@@ -46,7 +46,7 @@ func TestGPUGreedyMatchesCPU(t *testing.T) { testGreedyMatchesCPU(t, onGPU, engi
 func TestEmuGreedyMatchesCPUBF16(t *testing.T) { testGreedyMatchesCPU(t, onEmu, engine.CacheBF16) }
 func TestGPUGreedyMatchesCPUBF16(t *testing.T) { testGreedyMatchesCPU(t, onGPU, engine.CacheBF16) }
 
-func testGreedyMatchesCPU(t *testing.T, kind backendKind, dt engine.CacheDType) {
+func testGreedyMatchesCPU(t *testing.T, kind deviceKind, dt engine.CacheDType) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
@@ -102,7 +102,7 @@ func TestGPUCachesMatchCPU(t *testing.T) { testCachesMatchCPU(t, onGPU) }
 // testCachesMatchCPU prefills the long prompt on both engines and compares
 // the exported state byte for byte (every layer's MLA and indexer pages,
 // the MTP layer's included): the device writes vLLM's layouts itself.
-func testCachesMatchCPU(t *testing.T, kind backendKind) {
+func testCachesMatchCPU(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
@@ -165,7 +165,7 @@ func testCachesMatchCPU(t *testing.T, kind backendKind) {
 // summation order (MLA softmax over a differently ordered token set) can
 // move an fp8 rounding; on the GPU every sum is ordered differently and a
 // value on a rounding boundary flips a byte now and then.
-func cacheBound(kind backendKind) float64 {
+func cacheBound(kind deviceKind) float64 {
 	if kind == onGPU {
 		return 0.01
 	}
@@ -184,7 +184,7 @@ func TestGPUImportFromCPUExact(t *testing.T) { testImportFromCPU(t, onGPU, engin
 // testImportFromCPU hands a CPU prefill's state to the engine (both as
 // segments and through the staging SlotBuffer) and checks the decode
 // continues exactly as on the CPU.
-func testImportFromCPU(t *testing.T, kind backendKind, mode engine.Mode) {
+func testImportFromCPU(t *testing.T, kind deviceKind, mode engine.Mode) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
@@ -428,7 +428,7 @@ func TestGPUForcedDrafts(t *testing.T) { testForcedDrafts(t, onGPU) }
 // (accepted) or a wrong one (rejected), over three slots at once (6 rows:
 // GEMVs of 4 + 2). The output must equal plain greedy decoding on the same
 // backend.
-func testForcedDrafts(t *testing.T, kind backendKind) {
+func testForcedDrafts(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
@@ -467,13 +467,13 @@ func testForcedDrafts(t *testing.T, kind backendKind) {
 			step := 0
 			for len(active) > 0 {
 				for _, i := range active {
-					s := ge.slots[i]
 					k := len(got[i])
-					switch {
-					case (step+i)%3 == 2 || k >= len(ref[i]):
-						s.draft = (ref[i][min(k, len(ref[i])-1)] + 1) % vocab // wrong
-					default:
-						s.draft = ref[i][k] // right
+					draft := ref[i][min(k, len(ref[i])-1)]
+					if (step+i)%3 == 2 || k >= len(ref[i]) {
+						draft = (draft + 1) % vocab // wrong
+					}
+					if err := ge.ForceDraft(i, draft); err != nil {
+						t.Fatal(err)
 					}
 				}
 				step++
@@ -513,7 +513,7 @@ func TestGPUSampledMTPIdentical(t *testing.T) { testSampledMTPIdentical(t, onGPU
 // testSampledMTPIdentical: seeded sampling on the device draws position p
 // with counter p, so speculation does not change the tokens; a second run
 // gives the same tokens and another seed different ones.
-func testSampledMTPIdentical(t *testing.T, kind backendKind) {
+func testSampledMTPIdentical(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}

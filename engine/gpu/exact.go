@@ -25,7 +25,7 @@ const (
 // per layer, MaxPages*64 entries of 576 floats (latent, RoPE'd key), then,
 // where the layer has an indexer, as many 128-float keys; Layout() stays the
 // exchange layout that Export and Import convert to and from.
-func (e *Engine) setCacheLayout(hasIdx []bool) {
+func (e *backend) setCacheLayout(hasIdx []bool) {
 	lay := e.layout
 	e.mlaOff, e.idxOff = nil, nil
 	if e.opts.Mode != engine.ModeExact {
@@ -61,10 +61,10 @@ func (e *Engine) setCacheLayout(hasIdx []bool) {
 	e.devSlot = off
 }
 
-func (e *Engine) exact() bool { return e.mla == mlaF32 }
+func (e *backend) exact() bool { return e.mla == mlaF32 }
 
 // layerLen is the number of positions present in layer l's caches.
-func (e *Engine) layerLen(l, seqLen, mtpLen int) int {
+func (e *backend) layerLen(l, seqLen, mtpLen int) int {
 	if e.cfg.IsMTPLayer(l) {
 		return mtpLen
 	}
@@ -74,7 +74,7 @@ func (e *Engine) layerLen(l, seqLen, mtpLen int) int {
 // importExact decodes the exchange bytes img (Layout()) of meta's used
 // positions into float32 and uploads them into s's device caches, as the
 // CPU engine's exact mode decodes its staging buffer.
-func (e *Engine) importExact(b backend, s *slot, img []byte, meta engine.SlotMeta) error {
+func (e *backend) importExact(b device, s *slot, img []byte, meta engine.SlotMeta) error {
 	lay := e.layout
 	R, P, D := e.cfg.KVLoraRank, e.cfg.QKRopeHeadDim, e.cfg.IndexHeadDim
 	for l := 0; l < lay.NumLayers; l++ {
@@ -115,12 +115,12 @@ func (e *Engine) importExact(b backend, s *slot, img []byte, meta engine.SlotMet
 
 // exportExact quantises s's float32 caches into the exchange layout (lossy,
 // as the CPU engine's exact-mode Export).
-func (e *Engine) exportExact(b backend, s *slot) ([]byte, error) {
+func (e *backend) exportExact(b device, s *slot, meta engine.SlotMeta) ([]byte, error) {
 	lay := e.layout
 	R, P, D := e.cfg.KVLoraRank, e.cfg.QKRopeHeadDim, e.cfg.IndexHeadDim
 	img := make([]byte, lay.SlotBytes)
 	for l := 0; l < lay.NumLayers; l++ {
-		n := e.layerLen(l, s.seqLen, s.mtpLen)
+		n := e.layerLen(l, meta.SeqLen, meta.MTPLen)
 		if n == 0 {
 			continue
 		}

@@ -24,7 +24,7 @@ func fptr(p cuda.DevPtr, n int) cuda.DevPtr { return p.Add(4 * int64(n)) }
 // ops wraps a backend and keeps the first error, so the forward reads as a
 // straight list of launches.
 type ops struct {
-	b   backend
+	b   device
 	err error
 }
 
@@ -71,7 +71,7 @@ type workspace struct {
 	ldScores                 int
 }
 
-func newWorkspace(e *Engine, b backend) (*workspace, error) {
+func newWorkspace(e *backend, b device) (*workspace, error) {
 	c := e.cfg
 	M := e.maxRows
 	H, NH := c.HiddenSize, c.NumHeads
@@ -145,7 +145,7 @@ type group struct {
 // logits of rows with want[i] (nil: all) in ws.logits. As in the CPU
 // engine, every row's caches are written before any row attends, and a row
 // attends only to positions <= its own.
-func (e *Engine) forward(o *ops, rows []fwdRow, mtp bool, want []bool) {
+func (e *backend) forward(o *ops, rows []fwdRow, mtp bool, want []bool) {
 	if o.err != nil {
 		return
 	}
@@ -218,7 +218,7 @@ func (e *Engine) forward(o *ops, rows []fwdRow, mtp bool, want []bool) {
 
 // fwd is one forward's state.
 type fwd struct {
-	e         *Engine
+	e         *backend
 	o         *ops
 	M         int
 	groups    []group
@@ -370,7 +370,7 @@ type pickReq struct {
 
 // pick chooses tokens on the device (arg-max or the device sampler) and
 // copies back only the token ids.
-func (e *Engine) pick(o *ops, reqs []pickReq) ([]int, error) {
+func (e *backend) pick(o *ops, reqs []pickReq) ([]int, error) {
 	V := e.cfg.VocabSize
 	for i, r := range reqs {
 		lg := fptr(e.ws.logits, r.row*V)
@@ -390,17 +390,7 @@ func (e *Engine) pick(o *ops, reqs []pickReq) ([]int, error) {
 	return e.readTokens(o, len(reqs))
 }
 
-// argmaxRows returns the arg-max of the given logits rows (only rows the
-// last forward computed: others may hold anything).
-func (e *Engine) argmaxRows(o *ops, rows []int) ([]int, error) {
-	V := e.cfg.VocabSize
-	for i, r := range rows {
-		o.do(o.b.argmax(fptr(e.ws.tok, i), fptr(e.ws.logits, r*V), e.ws.amax, 1, V, V))
-	}
-	return e.readTokens(o, len(rows))
-}
-
-func (e *Engine) readTokens(o *ops, n int) ([]int, error) {
+func (e *backend) readTokens(o *ops, n int) ([]int, error) {
 	if o.err != nil {
 		return nil, o.err
 	}

@@ -32,7 +32,7 @@ func loadGoldens(t *testing.T) []*golden.File {
 func TestEmuGolden(t *testing.T) { testGolden(t, onEmu) }
 func TestGPUGolden(t *testing.T) { testGolden(t, onGPU) }
 
-func testGolden(t *testing.T, kind backendKind) {
+func testGolden(t *testing.T, kind deviceKind) {
 	gs := loadGoldens(t)
 	if kind == onGPU {
 		gpuDevice(t)
@@ -106,7 +106,7 @@ const exactRelBound = golden.ExactMaxRelErr
 func TestEmuGoldenExact(t *testing.T) { testGoldenExact(t, onEmu) }
 func TestGPUGoldenExact(t *testing.T) { testGoldenExact(t, onGPU) }
 
-func testGoldenExact(t *testing.T, kind backendKind) {
+func testGoldenExact(t *testing.T, kind deviceKind) {
 	gs := loadGoldens(t)
 	if kind == onGPU {
 		gpuDevice(t)

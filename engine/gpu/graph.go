@@ -12,7 +12,7 @@ import (
 
 // Decode steps replay CUDA graphs. A step is a few runs of device work
 // between host synchronisation points (the meta upload, the token
-// download); graphBackend defers each run's kernels, copies and memsets,
+// download); graphDevice defers each run's kernels, copies and memsets,
 // keys the run by every argument its calls were given, and replays a
 // captured graph when the same run comes again. Per-step values (token ids,
 // positions, lengths) live in device buffers written by the upload before
@@ -71,21 +71,21 @@ type gop struct {
 	name  string
 	shape [3]int // the profile's label (GEMVs: N, K, M)
 	bytes int64
-	run   func(b backend) error
+	run   func(b device) error
 }
 
-// graphBackend wraps a backend for one runner call. Methods it does not
+// graphDevice wraps a backend for one runner call. Methods it does not
 // override (alloc, free, hostAlloc) pass straight through; upload,
 // download and sync first flush the deferred run.
-type graphBackend struct {
-	backend
+type graphDevice struct {
+	device
 	gs   *graphs
 	g    grapher
 	pend []gop
 	key  []byte
 }
 
-func (gb *graphBackend) rec(name string, bytes int64, run func(b backend) error, args ...uint64) error {
+func (gb *graphDevice) rec(name string, bytes int64, run func(b device) error, args ...uint64) error {
 	gb.key = append(gb.key, name...)
 	gb.key = append(gb.key, 0)
 	for _, a := range args {
@@ -98,12 +98,12 @@ func (gb *graphBackend) rec(name string, bytes int64, run func(b backend) error,
 // flush runs the deferred calls: a cached graph when this run was seen
 // before, else directly (capturing it into a graph on its second sighting).
 // shaped labels the last recorded call for the profile.
-func (gb *graphBackend) shaped(a, b, c int) error {
+func (gb *graphDevice) shaped(a, b, c int) error {
 	gb.pend[len(gb.pend)-1].shape = [3]int{a, b, c}
 	return nil
 }
 
-func (gb *graphBackend) flush() error {
+func (gb *graphDevice) flush() error {
 	if len(gb.pend) == 0 {
 		return nil
 	}
@@ -116,7 +116,7 @@ func (gb *graphBackend) flush() error {
 	direct := func() error {
 		gs.eager++
 		for _, op := range pend {
-			if err := op.run(gb.backend); err != nil {
+			if err := op.run(gb.device); err != nil {
 				return err
 			}
 		}
@@ -143,7 +143,7 @@ func (gb *graphBackend) flush() error {
 	}
 	x, err := gb.g.capture(func() error {
 		for _, op := range pend {
-			if err := op.run(gb.backend); err != nil {
+			if err := op.run(gb.device); err != nil {
 				return err
 			}
 		}
@@ -169,183 +169,183 @@ func kb(x bool) uint64 {
 	return 0
 }
 
-func (gb *graphBackend) upload(dst cuda.DevPtr, src []byte) error {
+func (gb *graphDevice) upload(dst cuda.DevPtr, src []byte) error {
 	if err := gb.flush(); err != nil {
 		return err
 	}
-	return gb.backend.upload(dst, src)
+	return gb.device.upload(dst, src)
 }
 
-func (gb *graphBackend) download(dst []byte, src cuda.DevPtr) error {
+func (gb *graphDevice) download(dst []byte, src cuda.DevPtr) error {
 	if err := gb.flush(); err != nil {
 		return err
 	}
-	return gb.backend.download(dst, src)
+	return gb.device.download(dst, src)
 }
 
-func (gb *graphBackend) sync() error {
+func (gb *graphDevice) sync() error {
 	if err := gb.flush(); err != nil {
 		return err
 	}
-	return gb.backend.sync()
+	return gb.device.sync()
 }
 
-func (gb *graphBackend) copyDD(dst, src cuda.DevPtr, n int64) error {
+func (gb *graphDevice) copyDD(dst, src cuda.DevPtr, n int64) error {
 	if n == 0 {
 		return nil
 	}
-	return gb.rec("copyDD", 2*n, func(b backend) error { return b.copyDD(dst, src, n) }, ku(dst), ku(src), uint64(n))
+	return gb.rec("copyDD", 2*n, func(b device) error { return b.copyDD(dst, src, n) }, ku(dst), ku(src), uint64(n))
 }
 
-func (gb *graphBackend) zero(dst cuda.DevPtr, n int64) error {
+func (gb *graphDevice) zero(dst cuda.DevPtr, n int64) error {
 	if n == 0 {
 		return nil
 	}
-	return gb.rec("zero", n, func(b backend) error { return b.zero(dst, n) }, ku(dst), uint64(n))
+	return gb.rec("zero", n, func(b device) error { return b.zero(dst, n) }, ku(dst), uint64(n))
 }
 
-func (gb *graphBackend) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	_ = gb.rec("gemvFP8", int64(N)*int64(K), func(b backend) error { return b.gemvFP8(y, x, w, scale, N, K, M, ldx, ldy) },
+func (gb *graphDevice) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	_ = gb.rec("gemvFP8", int64(N)*int64(K), func(b device) error { return b.gemvFP8(y, x, w, scale, N, K, M, ldx, ldy) },
 		ku(y), ku(x), ku(w), ku(scale), ki(N), ki(K), ki(M), ki(ldx), ki(ldy))
 	return gb.shaped(N, K, M)
 }
 
-func (gb *graphBackend) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	_ = gb.rec("gemvBF16", 2*int64(N)*int64(K), func(b backend) error { return b.gemvBF16(y, x, w, N, K, M, ldx, ldy) },
+func (gb *graphDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	_ = gb.rec("gemvBF16", 2*int64(N)*int64(K), func(b device) error { return b.gemvBF16(y, x, w, N, K, M, ldx, ldy) },
 		ku(y), ku(x), ku(w), ki(N), ki(K), ki(M), ki(ldx), ki(ldy))
 	return gb.shaped(N, K, M)
 }
 
-func (gb *graphBackend) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	_ = gb.rec("gemvF32", 4*int64(N)*int64(K), func(b backend) error { return b.gemvF32(y, x, w, N, K, M, ldx, ldy) },
+func (gb *graphDevice) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	_ = gb.rec("gemvF32", 4*int64(N)*int64(K), func(b device) error { return b.gemvF32(y, x, w, N, K, M, ldx, ldy) },
 		ku(y), ku(x), ku(w), ki(N), ki(K), ki(M), ki(ldx), ki(ldy))
 	return gb.shaped(N, K, M)
 }
 
-func (gb *graphBackend) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error {
-	_ = gb.rec("gemvExperts", int64(slots)*int64(N)*int64(K), func(b backend) error {
+func (gb *graphDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error {
+	_ = gb.rec("gemvExperts", int64(slots)*int64(N)*int64(K), func(b device) error {
 		return b.gemvExperts(y, x, xstride, wTable, sTable, ids, slots, N, K)
 	}, ku(y), ku(x), ki(xstride), ku(wTable), ku(sTable), ku(ids), ki(slots), ki(N), ki(K))
 	return gb.shaped(slots, N, K)
 }
 
-func (gb *graphBackend) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
-	return gb.rec("rmsnorm", int64(8*rows*D), func(b backend) error { return b.rmsnorm(y, x, w, rows, D, ldx, ldy, eps) },
+func (gb *graphDevice) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
+	return gb.rec("rmsnorm", int64(8*rows*D), func(b device) error { return b.rmsnorm(y, x, w, rows, D, ldx, ldy, eps) },
 		ku(y), ku(x), ku(w), ki(rows), ki(D), ki(ldx), ki(ldy), kf(eps))
 }
 
-func (gb *graphBackend) layernorm(y, x, w, bb cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
-	return gb.rec("layernorm", int64(8*rows*D), func(b backend) error { return b.layernorm(y, x, w, bb, rows, D, ldx, ldy, eps) },
+func (gb *graphDevice) layernorm(y, x, w, bb cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
+	return gb.rec("layernorm", int64(8*rows*D), func(b device) error { return b.layernorm(y, x, w, bb, rows, D, ldx, ldy, eps) },
 		ku(y), ku(x), ku(w), ku(bb), ki(rows), ki(D), ki(ldx), ki(ldy), kf(eps))
 }
 
-func (gb *graphBackend) rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error {
-	return gb.rec("rope", int64(8*rows*rot), func(b backend) error {
+func (gb *graphDevice) rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error {
+	return gb.rec("rope", int64(8*rows*rot), func(b device) error {
 		return b.rope(x, pos, cos, sin, rows, rowsPerTok, ld, off, rot, interleaved)
 	}, ku(x), ku(pos), ku(cos), ku(sin), ki(rows), ki(rowsPerTok), ki(ld), ki(off), ki(rot), kb(interleaved))
 }
 
-func (gb *graphBackend) add(y, a, bb cuda.DevPtr, n int) error {
-	return gb.rec("add", int64(12*n), func(b backend) error { return b.add(y, a, bb, n) }, ku(y), ku(a), ku(bb), ki(n))
+func (gb *graphDevice) add(y, a, bb cuda.DevPtr, n int) error {
+	return gb.rec("add", int64(12*n), func(b device) error { return b.add(y, a, bb, n) }, ku(y), ku(a), ku(bb), ki(n))
 }
 
-func (gb *graphBackend) addRMSNorm(y, x, bb, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
-	return gb.rec("addRMSNorm", int64(16*rows*D), func(b backend) error { return b.addRMSNorm(y, x, bb, w, rows, D, ldx, ldb, ldy, eps) },
+func (gb *graphDevice) addRMSNorm(y, x, bb, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
+	return gb.rec("addRMSNorm", int64(16*rows*D), func(b device) error { return b.addRMSNorm(y, x, bb, w, rows, D, ldx, ldb, ldy, eps) },
 		ku(y), ku(x), ku(bb), ku(w), ki(rows), ki(D), ki(ldx), ki(ldb), ki(ldy), kf(eps))
 }
 
-func (gb *graphBackend) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error {
-	return gb.rec("siluMul", int64(12*rows*I), func(b backend) error { return b.siluMul(out, gate, up, rows, I, ldg, ldu, ldo) },
+func (gb *graphDevice) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error {
+	return gb.rec("siluMul", int64(12*rows*I), func(b device) error { return b.siluMul(out, gate, up, rows, I, ldg, ldu, ldo) },
 		ku(out), ku(gate), ku(up), ki(rows), ki(I), ki(ldg), ki(ldu), ki(ldo))
 }
 
-func (gb *graphBackend) embed(out, table, ids cuda.DevPtr, T, D int) error {
-	return gb.rec("embed", int64(6*T*D), func(b backend) error { return b.embed(out, table, ids, T, D) }, ku(out), ku(table), ku(ids), ki(T), ki(D))
+func (gb *graphDevice) embed(out, table, ids cuda.DevPtr, T, D int) error {
+	return gb.rec("embed", int64(6*T*D), func(b device) error { return b.embed(out, table, ids, T, D) }, ku(out), ku(table), ku(ids), ki(T), ki(D))
 }
 
-func (gb *graphBackend) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
-	return gb.rec("moeCombine", int64(4*(k+1)*N), func(b backend) error { return b.moeCombine(out, y, w, resid, k, N) },
+func (gb *graphDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
+	return gb.rec("moeCombine", int64(4*(k+1)*N), func(b device) error { return b.moeCombine(out, y, w, resid, k, N) },
 		ku(out), ku(y), ku(w), ku(resid), ki(k), ki(N))
 }
 
-func (gb *graphBackend) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
-	return gb.rec("moeGate", int64(8*T*E), func(b backend) error {
+func (gb *graphDevice) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
+	return gb.rec("moeGate", int64(8*T*E), func(b device) error {
 		return b.moeGate(idx, wts, logits, bias, T, E, K, ngroup, topkGroup, norm, scale)
 	}, ku(idx), ku(wts), ku(logits), ku(bias), ki(T), ki(E), ki(K), ki(ngroup), ki(topkGroup), kb(norm), kf(scale))
 }
 
-func (gb *graphBackend) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
-	return gb.rec("indexerScores", int64(T)*(cuda.IndexerPageBytes/64), func(b backend) error {
+func (gb *graphDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
+	return gb.rec("indexerScores", int64(T)*(cuda.IndexerPageBytes/64), func(b device) error {
 		return b.indexerScores(f32, out, q, w, cache, lens, nq, H, T, ldOut, qkScale)
 	}, kb(f32), ku(out), ku(q), ku(w), ku(cache), ku(lens), ki(nq), ki(H), ki(T), ki(ldOut), kf(qkScale))
 }
 
-func (gb *graphBackend) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error {
-	return gb.rec("topK", int64(4*rows*K), func(b backend) error { return b.topK(out, scores, lens, rows, T, K, ld, ldOut) },
+func (gb *graphDevice) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	return gb.rec("topK", int64(4*rows*K), func(b device) error { return b.topK(out, scores, lens, rows, T, K, ld, ldOut) },
 		ku(out), ku(scores), ku(lens), ki(rows), ki(T), ki(K), ki(ld), ki(ldOut))
 }
 
-func (gb *graphBackend) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
-	_ = gb.rec("mlaDecode", int64(nq)*int64(H)*(cuda.MLALatentDim+cuda.MLARopeDim)*8, func(b backend) error {
+func (gb *graphDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	_ = gb.rec("mlaDecode", int64(nq)*int64(H)*(cuda.MLALatentDim+cuda.MLARopeDim)*8, func(b device) error {
 		return b.mlaDecode(kind, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
 	}, uint64(kind), ku(out), ku(qn), ku(qp), ku(cache), ku(indices), ku(lens), ki(nq), ki(H), ki(nidx), ki(ldIdx), kf(scale))
 	return gb.shaped(nq, H, nidx)
 }
 
-func (gb *graphBackend) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error {
-	return gb.rec("argmax", int64(4*rows*n), func(b backend) error { return b.argmax(out, x, scratch, rows, n, ld) },
+func (gb *graphDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error {
+	return gb.rec("argmax", int64(4*rows*n), func(b device) error { return b.argmax(out, x, scratch, rows, n, ld) },
 		ku(out), ku(x), ku(scratch), ki(rows), ki(n), ki(ld))
 }
 
-func (gb *graphBackend) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error {
-	return gb.rec("sample", int64(4*n), func(b backend) error { return b.sample(out, logits, n, p) },
+func (gb *graphDevice) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error {
+	return gb.rec("sample", int64(4*n), func(b device) error { return b.sample(out, logits, n, p) },
 		ku(out), ku(logits), ki(n), kf(p.Temperature), ki(p.TopK), kf(p.TopP), p.Seed, p.Step)
 }
 
-func (gb *graphBackend) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error {
-	return gb.rec("mlaCacheWrite", int64(4*n*ld), func(b backend) error { return b.mlaCacheWrite(kind, cache, src, pos, n, ld) },
+func (gb *graphDevice) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error {
+	return gb.rec("mlaCacheWrite", int64(4*n*ld), func(b device) error { return b.mlaCacheWrite(kind, cache, src, pos, n, ld) },
 		uint64(kind), ku(cache), ku(src), ku(pos), ki(n), ki(ld))
 }
 
-func (gb *graphBackend) idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld int) error {
-	return gb.rec("idxCacheWrite", int64(4*n*ld), func(b backend) error { return b.idxCacheWrite(f32, cache, src, pos, n, ld) },
+func (gb *graphDevice) idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld int) error {
+	return gb.rec("idxCacheWrite", int64(4*n*ld), func(b device) error { return b.idxCacheWrite(f32, cache, src, pos, n, ld) },
 		kb(f32), ku(cache), ku(src), ku(pos), ki(n), ki(ld))
 }
 
-func (gb *graphBackend) quantUE8M0(x cuda.DevPtr, n int) error {
-	return gb.rec("quantUE8M0", int64(8*n), func(b backend) error { return b.quantUE8M0(x, n) }, ku(x), ki(n))
+func (gb *graphDevice) quantUE8M0(x cuda.DevPtr, n int) error {
+	return gb.rec("quantUE8M0", int64(8*n), func(b device) error { return b.quantUE8M0(x, n) }, ku(x), ki(n))
 }
 
-func (gb *graphBackend) copy2D(dst, src cuda.DevPtr, rows, cols, ldd, lds int) error {
-	return gb.rec("copy2D", int64(8*rows*cols), func(b backend) error { return b.copy2D(dst, src, rows, cols, ldd, lds) },
+func (gb *graphDevice) copy2D(dst, src cuda.DevPtr, rows, cols, ldd, lds int) error {
+	return gb.rec("copy2D", int64(8*rows*cols), func(b device) error { return b.copy2D(dst, src, rows, cols, ldd, lds) },
 		ku(dst), ku(src), ki(rows), ki(cols), ki(ldd), ki(lds))
 }
 
-func (gb *graphBackend) scale(x cuda.DevPtr, a float32, n int) error {
-	return gb.rec("scale", int64(8*n), func(b backend) error { return b.scale(x, a, n) }, ku(x), kf(a), ki(n))
+func (gb *graphDevice) scale(x cuda.DevPtr, a float32, n int) error {
+	return gb.rec("scale", int64(8*n), func(b device) error { return b.scale(x, a, n) }, ku(x), kf(a), ki(n))
 }
 
-func (gb *graphBackend) absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs int) error {
+func (gb *graphDevice) absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs int) error {
 	wb := int64(4)
 	if fp8 {
 		wb = 1
 	}
-	return gb.rec("absorbQ", wb*int64(H*nope*R), func(b backend) error { return b.absorbQ(out, q, w, s, fp8, M, H, nope, R, ldq, hs) },
+	return gb.rec("absorbQ", wb*int64(H*nope*R), func(b device) error { return b.absorbQ(out, q, w, s, fp8, M, H, nope, R, ldq, hs) },
 		ku(out), ku(q), ku(w), ku(s), kb(fp8), ki(M), ki(H), ki(nope), ki(R), ki(ldq), ki(hs))
 }
 
-func (gb *graphBackend) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {
+func (gb *graphDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {
 	wb := int64(4)
 	if fp8 {
 		wb = 1
 	}
-	return gb.rec("absorbV", wb*int64(H*vd*R), func(b backend) error { return b.absorbV(out, x, w, s, fp8, M, H, vd, R, ldo) },
+	return gb.rec("absorbV", wb*int64(H*vd*R), func(b device) error { return b.absorbV(out, x, w, s, fp8, M, H, vd, R, ldo) },
 		ku(out), ku(x), ku(w), ku(s), kb(fp8), ki(M), ki(H), ki(vd), ki(R), ki(ldo))
 }
 
 // cudaGrapher captures on the backend's stream (thread-local capture: only
 // the device thread's own calls are recorded).
-type cudaGrapher struct{ b *cudaBackend }
+type cudaGrapher struct{ b *cudaDevice }
 
 func (g cudaGrapher) capture(run func() error) (graphExec, error) {
 	if err := g.b.c.BeginCapture(g.b.s); err != nil {
@@ -377,24 +377,24 @@ func (emuGrapher) destroy(graphExec) error                     { return nil }
 
 // grapherOf returns the grapher for the runner's backend (nil: none, run
 // eagerly).
-func grapherOf(b backend) grapher {
+func grapherOf(b device) grapher {
 	switch x := b.(type) {
-	case *cudaBackend:
+	case *cudaDevice:
 		return cudaGrapher{x}
-	case *emuBackend:
+	case *emuDevice:
 		return emuGrapher{}
 	}
 	return nil
 }
 
-// runGraphed runs f like e.r.run, through graphBackend when graphs are on.
-func (e *Engine) runGraphed(f func(b backend) error) error {
-	return e.r.run(func(b backend) error {
+// runGraphed runs f like e.r.run, through graphDevice when graphs are on.
+func (e *backend) runGraphed(f func(b device) error) error {
+	return e.r.run(func(b device) error {
 		g := grapherOf(b)
 		if !e.graphs.on || g == nil {
 			return f(b)
 		}
-		gb := &graphBackend{backend: b, gs: e.graphs, g: g}
+		gb := &graphDevice{device: b, gs: e.graphs, g: g}
 		if err := f(gb); err != nil {
 			return err
 		}

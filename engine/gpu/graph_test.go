@@ -15,7 +15,7 @@ import (
 func TestEmuGraphsEqualEager(t *testing.T) { testGraphsEqualEager(t, onEmu) }
 func TestGPUGraphsEqualEager(t *testing.T) { testGraphsEqualEager(t, onGPU) }
 
-func testGraphsEqualEager(t *testing.T, kind backendKind) {
+func testGraphsEqualEager(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
@@ -37,12 +37,12 @@ func testGraphsEqualEager(t *testing.T, kind backendKind) {
 					var st [2]*graphs
 					for k, on := range []bool{false, true} {
 						e := newTestEngine(t, kind, src, opts)
-						e.graphs.on = on
+						e.m.graphs.on = on
 						toks[k] = generateKeep(t, e, 0, prompt, p, n)
 						caches[k] = exportBytes(t, e, 0)
 						e.Release(0)
 						batch[k] = generateBatch(t, e, [][]int{prompt[:len(prompt)/2], prompt}, p, 24)
-						st[k] = e.graphs
+						st[k] = e.m.graphs
 					}
 					if i := firstDiff(toks[1], toks[0]); i >= 0 {
 						t.Errorf("%s: graph tokens differ from eager at %d:\n got %v\nwant %v", name, i, toks[1], toks[0])

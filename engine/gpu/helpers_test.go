@@ -138,14 +138,14 @@ func hfSourceOf(t testing.TB, dir string) (*model.HFWeights, Source) {
 }
 
 // backendKind builds engines on the emulator or the GPU.
-type backendKind string
+type deviceKind string
 
 const (
-	onEmu backendKind = "emu"
-	onGPU backendKind = "gpu"
+	onEmu deviceKind = "emu"
+	onGPU deviceKind = "gpu"
 )
 
-func newTestEngine(t testing.TB, kind backendKind, src Source, opts engine.Options) *Engine {
+func newTestEngine(t testing.TB, kind deviceKind, src Source, opts engine.Options) *Engine {
 	t.Helper()
 	var e *Engine
 	var err error

@@ -31,10 +31,11 @@ type StepProfile struct {
 // step queued, timing every call alone and each run eagerly and as a graph.
 // A diagnostic (GPU only): the re-runs rewrite the slots' latest cache
 // entries, so release the slots afterwards.
-func (e *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
+func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
+	e := g.m
 	on := e.graphs.on
 	e.graphs.on, e.graphs.hold = true, true
-	_, err := e.Step(ids)
+	_, err := g.Step(ids)
 	runs := e.graphs.keep
 	e.graphs.on, e.graphs.hold, e.graphs.keep = on, false, nil
 	if err != nil {
@@ -43,8 +44,8 @@ func (e *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 	reps = max(reps, 3)
 	prof := &StepProfile{Runs: len(runs)}
 	byName := map[string]*OpTime{}
-	err = e.r.run(func(b backend) error {
-		cb, ok := b.(*cudaBackend)
+	err = e.r.run(func(b device) error {
+		cb, ok := b.(*cudaDevice)
 		if !ok {
 			return errors.New("ProfileStep needs the GPU backend")
 		}

@@ -34,7 +34,7 @@ func TestGPUProfileStep(t *testing.T) {
 		}
 		var ids []int
 		for s := 0; s < slots; s++ {
-			prompt := testPrompt(128, e.cfg.VocabSize, s+1)
+			prompt := testPrompt(128, e.Config().VocabSize, s+1)
 			first, err := e.Prefill(s, prompt, engine.Params{})
 			if err != nil {
 				t.Fatal(err)
@@ -45,7 +45,7 @@ func TestGPUProfileStep(t *testing.T) {
 			ids = append(ids, s)
 		}
 		wall := func(on bool) float64 {
-			e.graphs.on = on
+			e.m.graphs.on = on
 			var ts []float64
 			for range 24 {
 				t0 := time.Now()

@@ -18,7 +18,7 @@ const noiseLevel = 1e-6
 // 1e-6 (deterministic): the size of the float32 summation-order
 // differences between the GPU and the CPU.
 type noisyEmu struct {
-	*emuBackend
+	*emuDevice
 	n uint64
 }
 
@@ -33,21 +33,21 @@ func (m *noisyEmu) nudge(y cuda.DevPtr, N, M, ldy int) {
 }
 
 func (m *noisyEmu) gemvFP8(y, x, w, s cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	err := m.emuBackend.gemvFP8(y, x, w, s, N, K, M, ldx, ldy)
+	err := m.emuDevice.gemvFP8(y, x, w, s, N, K, M, ldx, ldy)
 	m.nudge(y, N, M, ldy)
 	return err
 }
 
 func (m *noisyEmu) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	err := m.emuBackend.gemvBF16(y, x, w, N, K, M, ldx, ldy)
+	err := m.emuDevice.gemvBF16(y, x, w, N, K, M, ldx, ldy)
 	m.nudge(y, N, M, ldy)
 	return err
 }
 
 type noisyRunner struct{ m *noisyEmu }
 
-func (r *noisyRunner) run(f func(b backend) error) error {
-	return (&emuRunner{m: r.m.emuBackend}).runWith(r.m, f)
+func (r *noisyRunner) run(f func(b device) error) error {
+	return (&emuRunner{m: r.m.emuDevice}).runWith(r.m, f)
 }
 func (r *noisyRunner) close() error { return nil }
 
@@ -99,7 +99,7 @@ func (st flipStats) quantile(f float64) float64 {
 // many positions; a correct GPU forward cannot be expected to flip fewer.
 func noiseBaseline(t *testing.T, src Source, toks []int, el, em [][]float32) flipStats {
 	t.Helper()
-	b, err := build(&noisyRunner{m: &noisyEmu{emuBackend: newEmu()}}, src, engine.Options{MaxSeqLen: maxSeq})
+	b, err := build(&noisyRunner{m: &noisyEmu{emuDevice: newEmu()}}, src, engine.Options{MaxSeqLen: maxSeq})
 	if err != nil {
 		t.Fatal(err)
 	}

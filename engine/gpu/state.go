@@ -15,28 +15,24 @@ import (
 // memory (NIXL over GPUDirect) registers as the slot's receive buffer. Only
 // valid while the engine is open; write it only while the slot is free.
 func (e *Engine) DeviceSlotBuffer(slotID int) (cuda.DevPtr, int64, error) {
-	s, err := e.slot(slotID)
-	if err != nil {
+	if _, err := e.SlotBuffer(slotID); err != nil { // checks slotID
 		return 0, 0, err
 	}
-	if e.exact() {
+	if e.m.exact() {
 		return 0, 0, errExactDeviceBuffer
 	}
-	return s.buf, e.layout.SlotBytes, nil
+	return e.m.slots[slotID].buf, e.m.layout.SlotBytes, nil
 }
 
-// SlotBuffer implements engine.Engine with a pinned host staging buffer:
+// SlotBuffer implements engine.Backend with a pinned host staging buffer:
 // the live cache is device memory (DeviceSlotBuffer), so bytes written here
 // reach the device by DMA when Import is called with segs == nil (the used
 // pages of every region are uploaded). A host transfer engine (tcp) writes
 // here; the buffer stays at the same address until Close.
-func (e *Engine) SlotBuffer(slotID int) ([]byte, error) {
-	s, err := e.slot(slotID)
-	if err != nil {
-		return nil, err
-	}
+func (e *backend) SlotBuffer(slotID int) ([]byte, error) {
+	s := e.slots[slotID]
 	if s.staging == nil {
-		err := e.r.run(func(b backend) error {
+		err := e.r.run(func(b device) error {
 			buf, free, err := b.hostAlloc(int(e.layout.SlotBytes))
 			s.staging, s.freeStaging = buf, free
 			return err
@@ -48,20 +44,11 @@ func (e *Engine) SlotBuffer(slotID int) ([]byte, error) {
 	return s.staging, nil
 }
 
-// Import implements engine.Engine: segs are copied host to device into the
+// Import implements engine.Backend: segs are copied host to device into the
 // slot's cache; with segs == nil the used pages of the staging buffer
 // (SlotBuffer) are.
-func (e *Engine) Import(slotID int, meta engine.SlotMeta, segs []engine.Segment) error {
-	s, err := e.slot(slotID)
-	if err != nil {
-		return err
-	}
-	if s.state != slotFree {
-		return errors.Wrapf(engine.ErrSlotBusy, "import into slot %d: it is %s", slotID, s.state)
-	}
-	if err := engine.CheckImport(meta, segs, e.maxSeq, e.cfg.VocabSize, e.opts.MTP, e.layout.SlotBytes); err != nil {
-		return err
-	}
+func (e *backend) Import(slotID int, meta engine.SlotMeta, segs []engine.Segment) error {
+	s := e.slots[slotID]
 	if segs == nil && s.staging == nil {
 		return errors.Wrapf(engine.ErrBadLayout, "import into slot %d without segments, but nothing was written to its SlotBuffer", slotID)
 	}
@@ -73,25 +60,17 @@ func (e *Engine) Import(slotID int, meta engine.SlotMeta, segs []engine.Segment)
 				copy(img[sg.Offset:], sg.Data)
 			}
 		}
-		err = e.r.run(func(b backend) error { return e.importExact(b, s, img, meta) })
-	} else {
-		if segs == nil {
-			segs = e.layout.UsedSegments(s.staging, meta.SeqLen)
-		}
-		err = e.uploadSegments(s, segs)
+		return e.r.run(func(b device) error { return e.importExact(b, s, img, meta) })
 	}
-	if err != nil {
-		return err
+	if segs == nil {
+		segs = e.layout.UsedSegments(s.staging, meta.SeqLen)
 	}
-	s.state = slotLoaded
-	s.seqLen, s.mtpLen, s.lastToken = meta.SeqLen, meta.MTPLen, meta.LastToken
-	s.hasHidden, s.mtpTok, s.mtpDraft, s.draft = false, -1, -1, -1
-	return nil
+	return e.uploadSegments(s, segs)
 }
 
 // uploadSegments copies serving-mode exchange bytes into s's device cache.
-func (e *Engine) uploadSegments(s *slot, segs []engine.Segment) error {
-	return e.r.run(func(b backend) error {
+func (e *backend) uploadSegments(s *slot, segs []engine.Segment) error {
+	return e.r.run(func(b device) error {
 		for _, sg := range segs {
 			if err := b.upload(s.buf.Add(sg.Offset), sg.Data); err != nil {
 				return err
@@ -103,35 +82,28 @@ func (e *Engine) uploadSegments(s *slot, segs []engine.Segment) error {
 	})
 }
 
-// Export implements engine.Engine: the used pages of every region, copied
+// Export implements engine.Backend: the used pages of every region, copied
 // device to host.
-func (e *Engine) Export(slotID int) (engine.SlotMeta, []engine.Segment, error) {
-	s, err := e.slot(slotID)
-	if err != nil {
-		return engine.SlotMeta{}, nil, err
-	}
-	if s.state == slotFree {
-		return engine.SlotMeta{}, nil, errors.Wrapf(engine.ErrSlotState, "export slot %d: it is free", slotID)
-	}
-	meta := engine.SlotMeta{SeqLen: s.seqLen, MTPLen: s.mtpLen, LastToken: s.lastToken}
+func (e *backend) Export(slotID int, meta engine.SlotMeta) ([]engine.Segment, error) {
+	s := e.slots[slotID]
 	if e.exact() {
 		var img []byte
-		err := e.r.run(func(b backend) error {
+		err := e.r.run(func(b device) error {
 			var err error
-			img, err = e.exportExact(b, s)
+			img, err = e.exportExact(b, s, meta)
 			return err
 		})
 		if err != nil {
-			return engine.SlotMeta{}, nil, err
+			return nil, err
 		}
-		return meta, e.layout.UsedSegments(img, s.seqLen), nil
+		return e.layout.UsedSegments(img, meta.SeqLen), nil
 	}
-	pages := (s.seqLen + engine.BlockSize - 1) / engine.BlockSize
+	pages := (meta.SeqLen + engine.BlockSize - 1) / engine.BlockSize
 	var segs []engine.Segment
 	for _, r := range e.layout.Regions {
 		segs = append(segs, engine.Segment{Offset: r.Offset, Data: make([]byte, pages*r.PageBytes)})
 	}
-	err = e.r.run(func(b backend) error {
+	err := e.r.run(func(b device) error {
 		for _, sg := range segs {
 			if err := b.download(sg.Data, s.buf.Add(sg.Offset)); err != nil {
 				return err
@@ -140,9 +112,9 @@ func (e *Engine) Export(slotID int) (engine.SlotMeta, []engine.Segment, error) {
 		return nil
 	})
 	if err != nil {
-		return engine.SlotMeta{}, nil, err
+		return nil, err
 	}
-	return meta, segs, nil
+	return segs, nil
 }
 
 // TeacherForce forwards toks at positions 0.. through slot (which must be
@@ -150,24 +122,22 @@ func (e *Engine) Export(slotID int) (engine.SlotMeta, []engine.Segment, error) {
 // model has an MTP layer, the MTP logits of positions 0..len(toks)-2 (fed
 // the main hidden of j and token j+1). A diagnostic for comparing logits
 // with other implementations (the HF goldens, the CPU engine).
-func (e *Engine) TeacherForce(slotID int, toks []int) (logits, mtp [][]float32, err error) {
-	s, err := e.slot(slotID)
-	if err != nil {
+func (g *Engine) TeacherForce(slotID int, toks []int) (logits, mtp [][]float32, err error) {
+	if err := g.CheckFree(slotID); err != nil {
 		return nil, nil, err
 	}
-	if s.state != slotFree {
-		return nil, nil, errors.Wrapf(engine.ErrSlotBusy, "slot %d is %s", slotID, s.state)
-	}
+	e := g.m
+	s := e.slots[slotID]
 	if len(toks) == 0 || len(toks) >= e.maxSeq {
 		return nil, nil, errors.Wrapf(engine.ErrTooLong, "%d tokens (max_seq_len %d)", len(toks), e.maxSeq)
 	}
-	if err := e.checkTokens(toks...); err != nil {
+	if err := engine.CheckTokens(e.cfg.VocabSize, toks...); err != nil {
 		return nil, nil, err
 	}
 	c := e.cfg
 	V, H := c.VocabSize, c.HiddenSize
 	L := len(toks)
-	err = e.r.run(func(b backend) error {
+	err = e.r.run(func(b device) error {
 		o := &ops{b: b}
 		for lo := 0; lo < L; lo += e.chunkLen {
 			hi := min(lo+e.chunkLen, L)
@@ -192,11 +162,10 @@ func (e *Engine) TeacherForce(slotID int, toks []int) (logits, mtp [][]float32, 
 		}
 		return o.err
 	})
-	e.resetSlot(s)
 	return logits, mtp, err
 }
 
-func (e *Engine) downloadRows(o *ops, p cuda.DevPtr, rows, n int) [][]float32 {
+func (e *backend) downloadRows(o *ops, p cuda.DevPtr, rows, n int) [][]float32 {
 	if o.err != nil {
 		return nil
 	}

@@ -76,7 +76,7 @@ type dweights struct {
 
 // uploader copies host weights to the device, remembering the first error.
 type uploader struct {
-	b     backend
+	b     device
 	src   Source
 	err   error
 	bytes int64
@@ -229,7 +229,7 @@ func (u *uploader) experts(layer, E int, proj string, rows, cols int) (wt, st cu
 			break
 		}
 		if m.FP8 == nil {
-			u.fail(errors.WithHint(errors.Newf("layer %d expert %d %s is not FP8: the GPU backend runs routed experts as FP8 only", layer, e, proj),
+			u.fail(errors.WithHint(errors.Newf("layer %d expert %d %s is not FP8: the GPU device runs routed experts as FP8 only", layer, e, proj),
 				"use the FP8 checkpoint, or --device cpu"))
 			break
 		}
@@ -244,7 +244,7 @@ func (u *uploader) experts(layer, E int, proj string, rows, cols int) (wt, st cu
 }
 
 // uploadWeights copies the model onto the device.
-func uploadWeights(b backend, src Source, c *model.Config) (*dweights, []cuda.DevPtr, error) {
+func uploadWeights(b device, src Source, c *model.Config) (*dweights, []cuda.DevPtr, error) {
 	u := &uploader{b: b, src: src}
 	H, V := c.HiddenSize, c.VocabSize
 	w := &dweights{embed: u.table(model.EmbedTokensName, V, H), norm: u.vec(model.FinalNormName, H)}

@@ -1,6 +1,10 @@
 package kern
 
-import "math"
+import (
+	"math"
+
+	"github.com/tilert-go/tilert/model"
+)
 
 // Rope holds per-position cos/sin tables for a rotary embedding of dimension
 // Dim (Dim/2 frequencies), already multiplied by the attention scaling factor
@@ -125,5 +129,18 @@ func ApplyHalf(x, cos, sin []float32) {
 		a, b := x[i], x[i+h]
 		x[i] = a*cos[i] - b*sin[i]
 		x[i+h] = b*cos[i] + a*sin[i]
+	}
+}
+
+// RopeParamsOf is cfg's rotary embedding.
+func RopeParamsOf(cfg *model.Config) RopeParams {
+	return RopeParams{
+		Type: cfg.Rope.Type, Theta: cfg.RopeTheta, Factor: cfg.Rope.Factor,
+		OriginalMaxPosition: float64(cfg.Rope.OriginalMaxPositionEmbeddings),
+		BetaFast:            cfg.Rope.BetaFast, BetaSlow: cfg.Rope.BetaSlow,
+		MScale: cfg.Rope.Mscale, MScaleAllDim: cfg.Rope.MscaleAllDim,
+		AttentionFactor:       cfg.Rope.AttentionFactor,
+		MaxPositionEmbeddings: float64(cfg.MaxPositionEmbeddings),
+		NoTruncate:            !cfg.Rope.Truncate,
 	}
 }

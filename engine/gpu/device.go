@@ -6,12 +6,12 @@ import (
 	cuda "github.com/tilert-go/tilert/gpu"
 )
 
-// backend is the device as the engine sees it: memory, copies and the
+// device is the GPU as the engine sees it: memory, copies and the
 // kernels, each with the semantics of the CUDA launcher of the same name in
-// package gpu. Two implementations: cudaBackend (the GPU, inside
-// cuda.Device.Do) and emuBackend (a pure-Go transcription of the kernels, so
+// package gpu. Two implementations: cudaDevice (the GPU, inside
+// cuda.Device.Do) and emuDevice (a pure-Go transcription of the kernels, so
 // the engine's orchestration runs and is tested without a GPU).
-type backend interface {
+type device interface {
 	alloc(n int64) (cuda.DevPtr, error)
 	free(p cuda.DevPtr) error
 	// hostAlloc returns host memory for staging transfers (page-locked on
@@ -57,20 +57,20 @@ type backend interface {
 	absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error
 }
 
-// cudaBackend runs on the device thread (valid only inside Device.Do); all
+// cudaDevice runs on the device thread (valid only inside Device.Do); all
 // work goes to the context's stream, in order.
-type cudaBackend struct {
+type cudaDevice struct {
 	c *cuda.Ctx
 	k *cuda.Kernels
 	s cuda.Stream
 }
 
-var _ backend = (*cudaBackend)(nil)
+var _ device = (*cudaDevice)(nil)
 
-func (b *cudaBackend) alloc(n int64) (cuda.DevPtr, error) { return b.c.Alloc(n) }
-func (b *cudaBackend) free(p cuda.DevPtr) error           { return b.c.Free(p) }
+func (b *cudaDevice) alloc(n int64) (cuda.DevPtr, error) { return b.c.Alloc(n) }
+func (b *cudaDevice) free(p cuda.DevPtr) error           { return b.c.Free(p) }
 
-func (b *cudaBackend) hostAlloc(n int) ([]byte, func() error, error) {
+func (b *cudaDevice) hostAlloc(n int) ([]byte, func() error, error) {
 	h, err := b.c.HostAlloc(n)
 	if err != nil {
 		return nil, nil, err
@@ -82,97 +82,97 @@ func (b *cudaBackend) hostAlloc(n int) ([]byte, func() error, error) {
 // upload is asynchronous on the stream: from pageable memory the driver
 // stages the bytes before cuMemcpyHtoDAsync returns, from pinned memory it
 // does not, so callers that reuse a pinned source sync first.
-func (b *cudaBackend) upload(dst cuda.DevPtr, src []byte) error {
+func (b *cudaDevice) upload(dst cuda.DevPtr, src []byte) error {
 	return b.c.CopyHtoDAsync(dst, src, b.s)
 }
 
-func (b *cudaBackend) download(dst []byte, src cuda.DevPtr) error {
+func (b *cudaDevice) download(dst []byte, src cuda.DevPtr) error {
 	if err := b.c.CopyDtoHAsync(dst, src, b.s); err != nil {
 		return err
 	}
 	return b.c.SyncStream(b.s)
 }
 
-func (b *cudaBackend) copyDD(dst, src cuda.DevPtr, n int64) error {
+func (b *cudaDevice) copyDD(dst, src cuda.DevPtr, n int64) error {
 	if n == 0 {
 		return nil
 	}
 	return b.c.CopyDtoD(dst, src, n, b.s)
 }
 
-func (b *cudaBackend) zero(dst cuda.DevPtr, n int64) error {
+func (b *cudaDevice) zero(dst cuda.DevPtr, n int64) error {
 	if n == 0 {
 		return nil
 	}
 	return b.c.MemsetD8(dst, 0, n, b.s)
 }
 
-func (b *cudaBackend) sync() error { return b.c.SyncStream(b.s) }
+func (b *cudaDevice) sync() error { return b.c.SyncStream(b.s) }
 
-func (b *cudaBackend) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
+func (b *cudaDevice) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	return b.k.GemvFP8(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
 }
 
-func (b *cudaBackend) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	return b.k.GemvBF16(b.s, y, x, w, 0, N, K, M, ldx, ldy)
 }
 
-func (b *cudaBackend) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+func (b *cudaDevice) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	return b.k.GemvF32(b.s, y, x, w, 0, N, K, M, ldx, ldy)
 }
 
-func (b *cudaBackend) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error {
+func (b *cudaDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error {
 	return b.k.GemvFP8Experts(b.s, y, x, xstride, wTable, sTable, ids, slots, N, K)
 }
 
-func (b *cudaBackend) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
+func (b *cudaDevice) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
 	return b.k.RMSNorm(b.s, y, x, w, rows, D, ldx, ldy, eps)
 }
 
-func (b *cudaBackend) layernorm(y, x, w, bb cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
+func (b *cudaDevice) layernorm(y, x, w, bb cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
 	return b.k.LayerNorm(b.s, y, x, w, bb, rows, D, ldx, ldy, eps)
 }
 
-func (b *cudaBackend) rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error {
+func (b *cudaDevice) rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error {
 	return b.k.RoPE(b.s, x, pos, cos, sin, rows, rowsPerTok, ld, off, rot, interleaved)
 }
 
-func (b *cudaBackend) add(y, a, bb cuda.DevPtr, n int) error { return b.k.Add(b.s, y, a, bb, n) }
+func (b *cudaDevice) add(y, a, bb cuda.DevPtr, n int) error { return b.k.Add(b.s, y, a, bb, n) }
 
-func (b *cudaBackend) addRMSNorm(y, x, bb, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
+func (b *cudaDevice) addRMSNorm(y, x, bb, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
 	return b.k.AddRMSNorm(b.s, y, x, bb, w, rows, D, ldx, ldb, ldy, eps)
 }
 
-func (b *cudaBackend) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error {
+func (b *cudaDevice) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error {
 	return b.k.SiluMul(b.s, out, gate, up, rows, I, ldg, ldu, ldo)
 }
 
-func (b *cudaBackend) embed(out, table, ids cuda.DevPtr, T, D int) error {
+func (b *cudaDevice) embed(out, table, ids cuda.DevPtr, T, D int) error {
 	return b.k.EmbedBF16(b.s, out, table, ids, T, D)
 }
 
-func (b *cudaBackend) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
+func (b *cudaDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
 	return b.k.MoECombine(b.s, out, y, w, resid, k, N)
 }
 
-func (b *cudaBackend) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
+func (b *cudaDevice) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
 	return b.k.MoEGate(b.s, idx, wts, logits, bias, T, E, K, ngroup, topkGroup, norm, scale)
 }
 
-func (b *cudaBackend) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
+func (b *cudaDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
 	if f32 {
 		return b.k.EngIndexerScoresF32(b.s, out, q, w, cache, lens, nq, H, T, ldOut, qkScale)
 	}
 	return b.k.IndexerScores(b.s, out, q, w, cache, 0, lens, nq, H, T, ldOut, qkScale)
 }
 
-func (b *cudaBackend) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+func (b *cudaDevice) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error {
 	return b.k.TopK(b.s, out, scores, lens, rows, T, K, ld, ldOut)
 }
 
 // mlaDecode runs unsplit (one block per query row and head): correctness
 // first; the split-K variant needs a workspace and is the speed issue's.
-func (b *cudaBackend) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	switch kind {
 	case mlaF32:
 		return b.k.EngMLADecodeF32(b.s, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
@@ -182,18 +182,18 @@ func (b *cudaBackend) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens 
 	return b.k.MLADecode(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 }
 
-func (b *cudaBackend) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error {
+func (b *cudaDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error {
 	if scratch != 0 {
 		return b.k.ArgmaxWide(b.s, out, 0, x, scratch, rows, n, ld)
 	}
 	return b.k.Argmax(b.s, out, 0, x, rows, n, ld)
 }
 
-func (b *cudaBackend) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error {
+func (b *cudaDevice) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error {
 	return b.k.Sample(b.s, out, logits, 1, n, n, p)
 }
 
-func (b *cudaBackend) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error {
+func (b *cudaDevice) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error {
 	switch kind {
 	case mlaF32:
 		return b.k.EngMLACacheWriteF32(b.s, cache, src, pos, n, ld)
@@ -203,33 +203,33 @@ func (b *cudaBackend) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n
 	return b.k.EngMLACacheWrite(b.s, cache, src, pos, n, ld)
 }
 
-func (b *cudaBackend) idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld int) error {
+func (b *cudaDevice) idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld int) error {
 	if f32 {
 		return b.k.EngIndexerCacheWriteF32(b.s, cache, src, pos, n, ld)
 	}
 	return b.k.EngIndexerCacheWrite(b.s, cache, src, pos, n, ld)
 }
 
-func (b *cudaBackend) quantUE8M0(x cuda.DevPtr, n int) error { return b.k.EngQuantUE8M0(b.s, x, n) }
+func (b *cudaDevice) quantUE8M0(x cuda.DevPtr, n int) error { return b.k.EngQuantUE8M0(b.s, x, n) }
 
-func (b *cudaBackend) copy2D(dst, src cuda.DevPtr, rows, cols, ldd, lds int) error {
+func (b *cudaDevice) copy2D(dst, src cuda.DevPtr, rows, cols, ldd, lds int) error {
 	return b.k.EngCopy2D(b.s, dst, src, rows, cols, ldd, lds)
 }
 
-func (b *cudaBackend) scale(x cuda.DevPtr, a float32, n int) error { return b.k.EngScale(b.s, x, a, n) }
+func (b *cudaDevice) scale(x cuda.DevPtr, a float32, n int) error { return b.k.EngScale(b.s, x, a, n) }
 
-func (b *cudaBackend) absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs int) error {
+func (b *cudaDevice) absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs int) error {
 	return b.k.EngAbsorbQ(b.s, out, q, w, s, fp8, M, H, nope, R, ldq, hs)
 }
 
-func (b *cudaBackend) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {
+func (b *cudaDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {
 	return b.k.EngAbsorbV(b.s, out, x, w, s, fp8, M, H, vd, R, ldo)
 }
 
 // runner executes engine work on a backend: the GPU's device thread or the
 // emulator.
 type runner interface {
-	run(f func(b backend) error) error
+	run(f func(b device) error) error
 	close() error
 }
 
@@ -239,13 +239,13 @@ type cudaRunner struct {
 	info cuda.DeviceInfo
 }
 
-func (r *cudaRunner) run(f func(b backend) error) error {
+func (r *cudaRunner) run(f func(b device) error) error {
 	return r.dev.Do(func(c *cuda.Ctx) error {
 		k, err := c.Kernels()
 		if err != nil {
 			return err
 		}
-		b := &cudaBackend{c: c, k: k, s: c.Stream()}
+		b := &cudaDevice{c: c, k: k, s: c.Stream()}
 		if err := f(b); err != nil {
 			// Let queued work finish before the caller looks at anything.
 			return errors.CombineErrors(err, c.SyncStream(b.s))

@@ -1,0 +1,80 @@
+package gpu
+
+import (
+	"github.com/tilert-go/tilert/engine"
+)
+
+// Run implements engine.Backend: f runs on the device thread; a decode step
+// runs through the graph cache (graph.go).
+func (e *backend) Run(step bool, f func(engine.Compute) error) error {
+	run := e.r.run
+	if step {
+		run = e.runGraphed
+	}
+	return run(func(b device) error {
+		c := &compute{e: e, o: &ops{b: b}}
+		if err := f(c); err != nil {
+			return err
+		}
+		return c.o.err
+	})
+}
+
+// compute is engine.Compute for one device run: rows go through forward
+// (forward.go), hidden states stay in the workspace (ws.hid) until kept.
+type compute struct {
+	e *backend
+	o *ops
+}
+
+func (c *compute) rows(rs []engine.Row) []fwdRow {
+	out := make([]fwdRow, len(rs))
+	for i, r := range rs {
+		out[i] = fwdRow{s: c.e.slots[r.Slot], tok: r.Tok, pos: r.Pos}
+	}
+	return out
+}
+
+// Forward implements engine.Compute.
+func (c *compute) Forward(rs []engine.Row, logits []bool) error {
+	c.e.forward(c.o, c.rows(rs), false, logits)
+	return c.o.err
+}
+
+// KeepHidden implements engine.Compute.
+func (c *compute) KeepHidden(slot, row int) error {
+	c.o.copyRow(c.e.slots[slot].hidden, c.e.ws.hid, row, c.e.cfg.HiddenSize)
+	return c.o.err
+}
+
+// ForwardMTP implements engine.Compute: the hidden inputs are gathered into
+// ws.hin (runs of consecutive main rows in one copy).
+func (c *compute) ForwardMTP(rs []engine.Row, hidden []int, logits []bool) error {
+	H := c.e.cfg.HiddenSize
+	ws := c.e.ws
+	for j := 0; j < len(hidden); {
+		if hidden[j] < 0 {
+			c.o.do(c.o.b.copyDD(fptr(ws.hin, j*H), c.e.slots[rs[j].Slot].hidden, int64(4*H)))
+			j++
+			continue
+		}
+		k := j + 1
+		for k < len(hidden) && hidden[k] == hidden[k-1]+1 {
+			k++
+		}
+		c.o.do(c.o.b.copyDD(fptr(ws.hin, j*H), fptr(ws.hid, hidden[j]*H), int64(4*H*(k-j))))
+		j = k
+	}
+	c.e.forward(c.o, c.rows(rs), true, logits)
+	return c.o.err
+}
+
+// Pick implements engine.Compute on the device (arg-max or the device
+// sampler); only the token ids come back.
+func (c *compute) Pick(picks []engine.Pick) ([]int, error) {
+	reqs := make([]pickReq, len(picks))
+	for i, p := range picks {
+		reqs[i] = pickReq{row: p.Row, p: p.Params, pos: p.Pos}
+	}
+	return c.e.pick(c.o, reqs)
+}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/tilert-go/tilert/convert"
+	"github.com/tilert-go/tilert/converter"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/model"
@@ -278,7 +278,7 @@ func TestEmuConvertedWeights(t *testing.T) {
 		t.Run(pr, func(t *testing.T) {
 			dir := presetDir(t, pr)
 			out := filepath.Join(t.TempDir(), "conv")
-			if _, err := convert.Convert(context.Background(), convert.Options{ModelDir: dir, SaveDir: out, Devices: 2, AppendMTP: true}); err != nil {
+			if _, err := converter.Convert(context.Background(), converter.Options{ModelDir: dir, SaveDir: out, Devices: 2, AppendMTP: true}); err != nil {
 				t.Fatalf("convert: %+v", err)
 			}
 			cs, closeFn, err := Open(out)

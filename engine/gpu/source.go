@@ -6,10 +6,10 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/tilert-go/tilert/convert"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/numeric"
 	"github.com/tilert-go/tilert/safetensors"
+	"github.com/tilert-go/tilert/weights"
 )
 
 // Source hands the engine its weights in stored form: FP8 linear weights as
@@ -65,7 +65,7 @@ func (m *Matrix) check(name string, rows, cols int, rowScale bool) error {
 // tilert_manifest.json) or as an HF checkpoint. close releases the mapping.
 func Open(dir string) (src Source, close func() error, err error) {
 	if _, err := os.Stat(filepath.Join(dir, "tilert_manifest.json")); err == nil {
-		d, err := convert.Open(dir)
+		d, err := weights.Open(dir)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -159,14 +159,14 @@ func splitKVB(kvb *Matrix, H, nope, vd, R int) (*Matrix, *Matrix, error) {
 // FromConverted reads a converted TileRT weights directory (docs/LAYOUTS.md):
 // fp8_block weights and absorbed matrices as stored, routed experts cut from
 // their device stacks.
-func FromConverted(d *convert.Dir) Source { return convSource{d} }
+func FromConverted(d *weights.Dir) Source { return convSource{d} }
 
-type convSource struct{ d *convert.Dir }
+type convSource struct{ d *weights.Dir }
 
 func (s convSource) Config() *model.Config                  { return s.d.Config() }
 func (s convSource) Get(name string) (*model.Tensor, error) { return s.d.Get(name) }
 
-func (s convSource) scales(e *convert.Entry) ([]float32, error) {
+func (s convSource) scales(e *weights.Entry) ([]float32, error) {
 	data, _, err := s.d.Raw(e.Scale)
 	if err != nil {
 		return nil, err
@@ -205,7 +205,7 @@ func (s convSource) Linear(name string, rows, cols int) (*Matrix, error) {
 
 func (s convSource) Absorbed(layer int) (*Matrix, *Matrix, error) {
 	c := s.d.Config()
-	ukN, uvN := convert.AbsorbedNames(layer)
+	ukN, uvN := weights.AbsorbedNames(layer)
 	uk, err := s.stored(ukN, c.NumHeads*c.QKNopeHeadDim, c.KVLoraRank, true)
 	if err != nil {
 		return nil, nil, err
@@ -220,8 +220,8 @@ func (s convSource) Absorbed(layer int) (*Matrix, *Matrix, error) {
 func (s convSource) Expert(layer, ex int, proj string, rows, cols int) (*Matrix, error) {
 	c := s.d.Config()
 	devs := max(1, s.d.Manifest().Devices)
-	dev, local := convert.DeviceOfExpert(ex, devs, c.NRoutedExperts)
-	sn := convert.ExpertStackName(layer, dev, proj)
+	dev, local := weights.DeviceOfExpert(ex, devs, c.NRoutedExperts)
+	sn := weights.ExpertStackName(layer, dev, proj)
 	e, ok := s.d.Entry(sn)
 	if !ok {
 		return nil, errors.Newf("converted weights: expert stack %q (layer %d expert %d) is missing", sn, layer, ex)

@@ -7,10 +7,10 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/tilert-go/tilert/convert"
 	cuda "github.com/tilert-go/tilert/gpu"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/numeric"
+	"github.com/tilert-go/tilert/weights"
 )
 
 type linKind int
@@ -284,7 +284,7 @@ func uploadWeights(b device, src Source, c *model.Config) (*dweights, []cuda.Dev
 			E, I := c.NRoutedExperts, c.MoEIntermediateSize
 			lw.router = u.lin(n.Router, E, H)
 			lw.bias = u.vec(n.RouterBias, E)
-			for p, proj := range convert.ExpertProjs {
+			for p, proj := range weights.ExpertProjs {
 				rows, cols := I, H
 				if proj == "down_proj" {
 					rows, cols = H, I

@@ -9,11 +9,11 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/tilert-go/tilert/convert"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
 	gpuengine "github.com/tilert-go/tilert/engine/gpu"
 	"github.com/tilert-go/tilert/model"
+	"github.com/tilert-go/tilert/weights"
 )
 
 // Devices lists the accepted --device values.
@@ -21,7 +21,7 @@ var Devices = []string{"cpu", "cuda"}
 
 // IsConverted reports whether dir holds converted TileRT weights.
 func IsConverted(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, convert.ManifestFile))
+	_, err := os.Stat(filepath.Join(dir, weights.ManifestFile))
 	return err == nil
 }
 
@@ -33,10 +33,10 @@ func Verify(dir string) error {
 			"pass converted weights (tilert convert --save-dir) or an HF checkpoint directory")
 	}
 	if IsConverted(dir) {
-		return errors.Wrapf(convert.Verify(dir), "verifying converted weights %s", dir)
+		return errors.Wrapf(weights.Verify(dir), "verifying converted weights %s", dir)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
-		return errors.WithHintf(errors.Newf("%s holds neither converted weights (%s) nor an HF checkpoint (config.json)", dir, convert.ManifestFile),
+		return errors.WithHintf(errors.Newf("%s holds neither converted weights (%s) nor an HF checkpoint (config.json)", dir, weights.ManifestFile),
 			"pass the --save-dir of tilert convert, or an HF checkpoint directory")
 	}
 	return nil
@@ -50,7 +50,7 @@ func Weights(dir string) (model.Weights, *model.Config, func(), error) {
 		err error
 	)
 	if IsConverted(dir) {
-		w, cfg, err = convert.OpenWeights(dir)
+		w, cfg, err = weights.OpenWeights(dir)
 	} else if cfg, err = model.LoadConfig(dir); err == nil {
 		w, err = model.OpenWeights(dir)
 	}

@@ -13,8 +13,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/tilert-go/tilert/config"
-	conv "github.com/tilert-go/tilert/convert"
+	"github.com/tilert-go/tilert/converter"
 	"github.com/tilert-go/tilert/internal/cliutil"
+	"github.com/tilert-go/tilert/weights"
 )
 
 // Flags accept the launch post's python spellings as aliases.
@@ -57,10 +58,10 @@ func Command() *cli.Command {
 
 func verify(c *cli.Context, dir string) error {
 	start := time.Now()
-	if err := conv.Verify(dir); err != nil {
+	if err := weights.Verify(dir); err != nil {
 		return err
 	}
-	m, err := conv.ReadManifest(dir)
+	m, err := weights.ReadManifest(dir)
 	if err != nil {
 		return err
 	}
@@ -81,8 +82,8 @@ func run(c *cli.Context, cfg *config.Config, src config.Sources) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	p := conv.NewProgress(os.Stderr)
-	sum, err := conv.Convert(ctx, conv.Options{
+	p := converter.NewProgress(os.Stderr)
+	sum, err := converter.Convert(ctx, converter.Options{
 		ModelDir: cc.ModelDir, SaveDir: cc.SaveDir, ModelName: name, Devices: cc.Devices,
 		AppendMTP: cc.AppendMTP, Force: cc.Force, Progress: p.Update,
 	})

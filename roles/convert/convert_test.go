@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	conv "github.com/tilert-go/tilert/convert"
 	"github.com/tilert-go/tilert/model/synth"
+	"github.com/tilert-go/tilert/weights"
 )
 
 func app(out *bytes.Buffer) *cli.App {
@@ -32,7 +32,7 @@ func TestConvertCommand(t *testing.T) {
 	if !strings.Contains(out.String(), "converted") || !strings.Contains(out.String(), "GB/s") {
 		t.Errorf("summary %q", out.String())
 	}
-	m, err := conv.ReadManifest(save)
+	m, err := weights.ReadManifest(save)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestConvertCommand(t *testing.T) {
 	if err := app(&out).Run([]string{"tilert", "convert", "--model-dir", src, "--save-dir", save, "--force"}); err != nil {
 		t.Fatalf("--force: %+v", err)
 	}
-	if m, _ := conv.ReadManifest(save); m == nil || m.MTPLayers != 1 {
+	if m, _ := weights.ReadManifest(save); m == nil || m.MTPLayers != 1 {
 		t.Errorf("--force did not replace the output")
 	}
 

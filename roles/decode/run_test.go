@@ -13,7 +13,7 @@ import (
 
 	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/config"
-	"github.com/tilert-go/tilert/convert"
+	"github.com/tilert-go/tilert/converter"
 	"github.com/tilert-go/tilert/engine"
 	cuda "github.com/tilert-go/tilert/gpu"
 	"github.com/tilert-go/tilert/internal/cliutil"
@@ -34,7 +34,7 @@ func TestRunServesAndStopsGracefully(t *testing.T) {
 	hf := presetDir(t, "glm-5-tiny")
 	conv := filepath.Join(testRoot, "glm-5-tiny-converted")
 	if _, err := os.Stat(conv); err != nil {
-		if _, err := convert.Convert(context.Background(), convert.Options{ModelDir: hf, SaveDir: conv, AppendMTP: true, Devices: 1}); err != nil {
+		if _, err := converter.Convert(context.Background(), converter.Options{ModelDir: hf, SaveDir: conv, AppendMTP: true, Devices: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

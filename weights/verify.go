@@ -1,4 +1,4 @@
-package convert
+package weights
 
 import (
 	"encoding/json"
@@ -137,41 +137,41 @@ func checkEntries(mpath string, m *Manifest, cfg *model.Config) error {
 	if total != m.TotalBytes {
 		return errors.Newf("%s: tensors hold %d bytes, total_bytes says %d", mpath, total, m.TotalBytes)
 	}
-	logs, err := layout(cfg, m.Devices, m.MTPLayers > 0)
+	logs, err := Plan(cfg, m.Devices, m.MTPLayers > 0)
 	if err != nil {
 		return errors.Wrapf(err, "%s", mpath)
 	}
 	seen := make(map[string]bool, len(m.Tensors))
 	for i := range logs {
 		g := &logs[i]
-		e, ok := byName[g.name]
+		e, ok := byName[g.Name]
 		if !ok {
-			return errors.Newf("%s: tensor %q is missing (the model needs it)", mpath, g.name)
+			return errors.Newf("%s: tensor %q is missing (the model needs it)", mpath, g.Name)
 		}
-		seen[g.name] = true
-		kind := g.kind
+		seen[g.Name] = true
+		kind := g.Kind
 		fp8 := e.DType == string(safetensors.F8E4M3)
 		if fp8 && kind == KindPlain {
 			kind = KindFP8Block
 		}
-		if e.Kind != kind || !slices.Equal(e.Shape, g.shape) || e.Device != g.device {
+		if e.Kind != kind || !slices.Equal(e.Shape, g.Shape) || e.Device != g.Device {
 			return errors.Newf("%s: tensor %q is %s %v on device %d, want %s %v on device %d",
-				mpath, g.name, e.Kind, e.Shape, e.Device, kind, g.shape, g.device)
+				mpath, g.Name, e.Kind, e.Shape, e.Device, kind, g.Shape, g.Device)
 		}
 		if !fp8 {
 			if e.Scale != "" {
-				return errors.Newf("%s: tensor %q is %s but names a scale tensor", mpath, g.name, e.DType)
+				return errors.Newf("%s: tensor %q is %s but names a scale tensor", mpath, g.Name, e.DType)
 			}
 			continue
 		}
-		sn := ScaleNameOf(g.name)
+		sn := ScaleNameOf(g.Name)
 		s, ok := byName[sn]
 		if e.Scale != sn || !ok {
-			return errors.Newf("%s: fp8 tensor %q has no scale tensor %q", mpath, g.name, sn)
+			return errors.Newf("%s: fp8 tensor %q has no scale tensor %q", mpath, g.Name, sn)
 		}
 		seen[sn] = true
-		if s.Kind != g.scaleKind() || s.DType != string(safetensors.F32) || !slices.Equal(s.Shape, g.scaleShape()) || s.Device != g.device {
-			return errors.Newf("%s: scale tensor %q is %s %s %v, want %s F32 %v", mpath, sn, s.Kind, s.DType, s.Shape, g.scaleKind(), g.scaleShape())
+		if s.Kind != g.ScaleKind() || s.DType != string(safetensors.F32) || !slices.Equal(s.Shape, g.ScaleShape()) || s.Device != g.Device {
+			return errors.Newf("%s: scale tensor %q is %s %s %v, want %s F32 %v", mpath, sn, s.Kind, s.DType, s.Shape, g.ScaleKind(), g.ScaleShape())
 		}
 	}
 	for _, e := range m.Tensors {
@@ -250,7 +250,7 @@ func checkFiles(dir string, m *Manifest) error {
 		if err != nil {
 			return errors.Wrapf(err, "read %s", path)
 		}
-		if int64(len(data)) != fi.Bytes || crcHex(crc32.Checksum(data, castagnoli)) != fi.CRC32C {
+		if int64(len(data)) != fi.Bytes || CRCHex(crc32.Checksum(data, Castagnoli)) != fi.CRC32C {
 			return errors.Newf("%s does not match its checksum in the manifest (changed after conversion)", path)
 		}
 	}
@@ -326,10 +326,10 @@ func checkSum(dir string, e *Entry, open func(string) (*os.File, error), buf []b
 			}
 			return errors.Wrapf(err, "read %s: tensor %q", path, e.Name)
 		}
-		crc = crc32.Update(crc, castagnoli, buf[:n])
+		crc = crc32.Update(crc, Castagnoli, buf[:n])
 		off += n
 	}
-	if got := crcHex(crc); got != e.CRC32C {
+	if got := CRCHex(crc); got != e.CRC32C {
 		return errors.Newf("%s: tensor %q has checksum %s, the manifest says %s (the data is corrupt)", path, e.Name, got, e.CRC32C)
 	}
 	return nil

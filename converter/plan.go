@@ -1,7 +1,6 @@
-package convert
+package converter
 
 import (
-	"fmt"
 	"os"
 	"slices"
 
@@ -10,117 +9,8 @@ import (
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/numeric"
 	"github.com/tilert-go/tilert/safetensors"
+	"github.com/tilert-go/tilert/weights"
 )
-
-// logical is one stored weight (scales excluded) as the layout defines it from the config alone:
-// name, shape, device and the HF tensors it is made of. Both the converter and Verify derive the
-// expected tensor set from it.
-type logical struct {
-	name   string
-	kind   Kind // KindPlain (fp8_block when stored as e4m3), KindAbsorbed or KindExperts
-	shape  []int64
-	device int
-	hf     []string // plain: the tensor; absorbed: kv_b_proj; experts: the stacked experts in order
-	half   int      // absorbed: 0 = W_UK (the qk_nope rows of each head), 1 = W_UV (the v rows)
-}
-
-// layout lists the stored weights of cfg for devices devices, with or without the MTP layers:
-// every tensor every device needs (model.Specs order, kv_b_proj replaced by W_UK and W_UV, routed
-// experts left out), then for each device its expert stacks, layer by layer.
-func layout(cfg *model.Config, devices int, mtp bool) ([]logical, error) {
-	if devices < 1 {
-		return nil, errors.Newf("devices must be >= 1, got %d", devices)
-	}
-	if cfg.NRoutedExperts > 0 && devices > cfg.NRoutedExperts {
-		return nil, errors.WithHint(errors.Newf("--devices %d is more than the model's %d routed experts", devices, cfg.NRoutedExperts),
-			"each device must hold at least one expert; use fewer devices")
-	}
-	specs := model.Specs(cfg)
-	var out []logical
-	type stackKey struct{ layer, proj int }
-	stacks := map[stackKey][]string{}
-	var moeLayers []int
-	for _, s := range specs {
-		if l, ok := layerOf(s.Name); ok && cfg.IsMTPLayer(l) && !mtp {
-			continue
-		}
-		shape := int64s(s.Shape)
-		if l, e, proj, ok := parseExpertName(s.Name); ok {
-			p := slices.Index(ExpertProjs[:], proj)
-			k := stackKey{l, p}
-			if e == 0 && p == 0 {
-				moeLayers = append(moeLayers, l)
-			}
-			stacks[k] = append(stacks[k], s.Name)
-			continue
-		}
-		if l, ok := isKVBProj(s.Name); ok {
-			uk, uv := AbsorbedNames(l)
-			h, kvl := int64(cfg.NumHeads), int64(cfg.KVLoraRank)
-			out = append(out,
-				logical{name: uk, kind: KindAbsorbed, shape: []int64{h, int64(cfg.QKNopeHeadDim), kvl}, device: -1, hf: []string{s.Name}, half: 0},
-				logical{name: uv, kind: KindAbsorbed, shape: []int64{h, int64(cfg.VHeadDim), kvl}, device: -1, hf: []string{s.Name}, half: 1})
-			continue
-		}
-		out = append(out, logical{name: s.Name, kind: KindPlain, shape: shape, device: -1, hf: []string{s.Name}})
-	}
-	n := cfg.NRoutedExperts
-	for d := range devices {
-		lo, hi := FirstExpert(d, devices, n), FirstExpert(d+1, devices, n)
-		for _, l := range moeLayers {
-			for p, proj := range ExpertProjs {
-				names := stacks[stackKey{l, p}]
-				if len(names) != n {
-					return nil, errors.AssertionFailedf("layer %d %s: %d experts listed, want %d", l, proj, len(names), n)
-				}
-				rows, cols := int64(cfg.MoEIntermediateSize), int64(cfg.HiddenSize)
-				if proj == "down_proj" {
-					rows, cols = cols, rows
-				}
-				out = append(out, logical{
-					name: ExpertStackName(l, d, proj), kind: KindExperts,
-					shape: []int64{int64(hi - lo), rows, cols}, device: d, hf: slices.Clone(names[lo:hi]),
-				})
-			}
-		}
-	}
-	return out, nil
-}
-
-// scaleShape is the float32 scale tensor's shape for a logical weight stored as e4m3.
-func (g *logical) scaleShape() []int64 {
-	b := int64(numeric.FP8BlockSize)
-	up := func(x int64) int64 { return (x + b - 1) / b }
-	switch g.kind {
-	case KindAbsorbed:
-		return []int64{g.shape[0], g.shape[1], up(g.shape[2])}
-	case KindExperts:
-		return []int64{g.shape[0], up(g.shape[1]), up(g.shape[2])}
-	default:
-		return []int64{up(g.shape[0]), up(g.shape[1])}
-	}
-}
-
-func (g *logical) scaleKind() Kind {
-	if g.kind == KindAbsorbed {
-		return KindRowScale
-	}
-	return KindBlockScale
-}
-
-func layerOf(name string) (int, bool) {
-	var l int
-	n, err := fmt.Sscanf(name, "model.layers.%d.", &l)
-	return l, err == nil && n == 1
-}
-
-func int64s(s []int) []int64 {
-	o := make([]int64, len(s))
-	for i, v := range s {
-		o[i] = int64(v)
-	}
-	return o
-}
 
 // srcRef locates one HF tensor's bytes: absolute offset in its shard.
 type srcRef struct {
@@ -152,7 +42,7 @@ type segment struct {
 
 // outTensor is a stored tensor with how to produce it.
 type outTensor struct {
-	Entry
+	weights.Entry
 	segs []segment
 }
 
@@ -260,7 +150,7 @@ func (s *source) scaleSegs(weight string) ([]segment, error) {
 // plan builds every output tensor (weights followed by their scale tensors) from the checkpoint.
 // Every source tensor is checked (presence, shape, dtype, scales) before anything is written.
 func (s *source) plan(devices int, mtp bool) ([]outTensor, error) {
-	logs, err := layout(s.cfg, devices, mtp)
+	logs, err := weights.Plan(s.cfg, devices, mtp)
 	if err != nil {
 		return nil, err
 	}
@@ -276,9 +166,9 @@ func (s *source) plan(devices int, mtp bool) ([]outTensor, error) {
 	return out, nil
 }
 
-func (s *source) planOne(g *logical) ([]outTensor, error) {
-	refs := make([]*srcRef, len(g.hf))
-	for i, n := range g.hf {
+func (s *source) planOne(g *weights.Logical) ([]outTensor, error) {
+	refs := make([]*srcRef, len(g.HF))
+	for i, n := range g.HF {
 		r, err := s.ref(n)
 		if err != nil {
 			return nil, err
@@ -290,27 +180,27 @@ func (s *source) planOne(g *logical) ([]outTensor, error) {
 		refs[i] = r
 	}
 	dt := refs[0].dtype
-	w := outTensor{Entry: Entry{Name: g.name, Kind: g.kind, Shape: g.shape, DType: string(dt), Device: g.device}}
+	w := outTensor{Entry: weights.Entry{Name: g.Name, Kind: g.Kind, Shape: g.Shape, DType: string(dt), Device: g.Device}}
 	fp8 := dt == safetensors.F8E4M3
-	if fp8 && g.kind == KindPlain {
-		w.Kind = KindFP8Block
+	if fp8 && g.Kind == weights.KindPlain {
+		w.Kind = weights.KindFP8Block
 	}
 	var sc *outTensor
 	if fp8 {
-		w.Scale = ScaleNameOf(g.name)
-		sc = &outTensor{Entry: Entry{Name: w.Scale, Kind: g.scaleKind(), Shape: g.scaleShape(), DType: string(safetensors.F32), Device: g.device}}
+		w.Scale = weights.ScaleNameOf(g.Name)
+		sc = &outTensor{Entry: weights.Entry{Name: w.Scale, Kind: g.ScaleKind(), Shape: g.ScaleShape(), DType: string(safetensors.F32), Device: g.Device}}
 	}
-	switch g.kind {
-	case KindPlain:
+	switch g.Kind {
+	case weights.KindPlain:
 		w.segs = []segment{{src: refs[0], n: refs[0].bytes, outN: refs[0].bytes}}
 		if fp8 {
-			segs, err := s.scaleSegs(g.hf[0])
+			segs, err := s.scaleSegs(g.HF[0])
 			if err != nil {
 				return nil, err
 			}
 			sc.segs = segs
 		}
-	case KindExperts:
+	case weights.KindExperts:
 		for _, r := range refs {
 			w.segs = append(w.segs, segment{src: r, n: r.bytes, outN: r.bytes})
 			if fp8 {
@@ -321,7 +211,7 @@ func (s *source) planOne(g *logical) ([]outTensor, error) {
 				sc.segs = append(sc.segs, segs...)
 			}
 		}
-	case KindAbsorbed:
+	case weights.KindAbsorbed:
 		if err := s.planAbsorbed(g, refs[0], &w, sc); err != nil {
 			return nil, err
 		}
@@ -347,12 +237,12 @@ func (s *source) planOne(g *logical) ([]outTensor, error) {
 // planAbsorbed slices kv_b_proj ([heads*(nope+v), kv_lora], rows of head h: nope K rows then v V
 // rows) into per-head W_UK (half 0) or W_UV (half 1) rows, and for e4m3 gives each stored row its
 // own copy of its block's scales so a head needs no 128-row alignment.
-func (s *source) planAbsorbed(g *logical, kvb *srcRef, w, sc *outTensor) error {
+func (s *source) planAbsorbed(g *weights.Logical, kvb *srcRef, w, sc *outTensor) error {
 	cfg := s.cfg
 	nope, v, kvl := int64(cfg.QKNopeHeadDim), int64(cfg.VHeadDim), int64(cfg.KVLoraRank)
 	stride := nope + v
 	first, rows := int64(0), nope
-	if g.half == 1 {
+	if g.Half == 1 {
 		first, rows = nope, v
 	}
 	es := int64(safetensors.DType(kvb.dtype).Size())

@@ -1,4 +1,4 @@
-package convert
+package converter
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/model"
+	"github.com/tilert-go/tilert/weights"
 )
 
 // run drives one request through a CPU engine: prefill, then decode n tokens.
@@ -58,11 +59,11 @@ func TestEngineSameOnConverted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cw, cCfg, err := OpenWeights(out)
+			cw, cCfg, err := weights.OpenWeights(out)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer cw.(*Dir).Close()
+			defer cw.(*weights.Dir).Close()
 			prompt := make([]int, 40)
 			for i := range prompt {
 				prompt[i] = (i*37 + 11) % hfCfg.VocabSize

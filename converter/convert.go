@@ -1,4 +1,4 @@
-package convert
+package converter
 
 import (
 	"context"
@@ -14,11 +14,18 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/internal/buildinfo"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/safetensors"
+	"github.com/tilert-go/tilert/weights"
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// ConverterVersion is the converter's own version (independent of the weight format's layout).
+const ConverterVersion = "1.0.0"
+
+func converterVersion() string {
+	return fmt.Sprintf("%s (tilert %s)", ConverterVersion, buildinfo.Version)
+}
 
 // Options configure a conversion.
 type Options struct {
@@ -30,7 +37,7 @@ type Options struct {
 	AppendMTP bool // store the MTP layers
 	Force     bool // replace an existing SaveDir (only once the new one is complete)
 
-	MaxShardBytes int64 // 0: DefaultMaxShardBytes
+	MaxShardBytes int64 // 0: weights.DefaultMaxShardBytes
 	// Workers tensors are converted at once, each through one buffer of ChunkBytes: the data
 	// memory bound is Workers*ChunkBytes (defaults min(GOMAXPROCS, 4) and 8 MiB).
 	Workers    int
@@ -75,7 +82,7 @@ func Convert(ctx context.Context, o Options) (*Summary, error) {
 		return nil, err
 	}
 	out := filepath.Clean(o.SaveDir)
-	partial := out + PartialSuffix
+	partial := out + weights.PartialSuffix
 	if err := checkTarget(out, partial, o.Force); err != nil {
 		return nil, err
 	}
@@ -113,13 +120,13 @@ func Convert(ctx context.Context, o Options) (*Summary, error) {
 	if o.AppendMTP {
 		mtp = cfg.NumNextNLayers
 	}
-	m := &Manifest{
-		Format: FormatName, LayoutVersion: LayoutVersion, ConverterVersion: converterVersion(),
+	m := &weights.Manifest{
+		Format: weights.FormatName, LayoutVersion: weights.LayoutVersion, ConverterVersion: converterVersion(),
 		ModelType: cfg.Family, ModelName: o.ModelName, HFConfig: cfg.Raw, Devices: o.Devices,
-		ExpertPlacement: ExpertPlacement, MTPLayers: mtp, Checksum: ChecksumAlgo,
+		ExpertPlacement: weights.ExpertPlacement, MTPLayers: mtp, Checksum: weights.ChecksumAlgo,
 	}
 	if q := cfg.Quant; q != nil {
-		m.Quantization = &Quant{Fmt: q.Fmt, BlockSize: q.WeightBlockSize, ScaleFmt: q.ScaleFmt}
+		m.Quantization = &weights.Quant{Fmt: q.Fmt, BlockSize: q.WeightBlockSize, ScaleFmt: q.ScaleFmt}
 	}
 	var total, srcTotal int64
 	for i := range ts {
@@ -153,9 +160,9 @@ func Convert(ctx context.Context, o Options) (*Summary, error) {
 		return nil, err
 	}
 	for _, s := range shards {
-		m.Shards = append(m.Shards, ShardInfo{File: s.file, Bytes: s.bytes, Device: s.device, Tensors: len(s.tensors)})
+		m.Shards = append(m.Shards, weights.ShardInfo{File: s.file, Bytes: s.bytes, Device: s.device, Tensors: len(s.tensors)})
 	}
-	m.Tensors = make([]Entry, len(ts))
+	m.Tensors = make([]weights.Entry, len(ts))
 	for i := range ts {
 		m.Tensors[i] = ts[i].Entry
 	}
@@ -188,7 +195,7 @@ func (o *Options) defaults() error {
 		return errors.Newf("--devices must be >= 1, got %d", o.Devices)
 	}
 	if o.MaxShardBytes == 0 {
-		o.MaxShardBytes = DefaultMaxShardBytes
+		o.MaxShardBytes = weights.DefaultMaxShardBytes
 	}
 	if o.ChunkBytes == 0 {
 		o.ChunkBytes = 8 << 20
@@ -200,8 +207,8 @@ func (o *Options) defaults() error {
 	if o.FS == nil {
 		o.FS = OSFS{}
 	}
-	if strings.HasSuffix(filepath.Clean(o.SaveDir), PartialSuffix) {
-		return errors.WithHint(errors.Newf("--save-dir %s ends in %s, which marks unfinished conversions", o.SaveDir, PartialSuffix),
+	if strings.HasSuffix(filepath.Clean(o.SaveDir), weights.PartialSuffix) {
+		return errors.WithHint(errors.Newf("--save-dir %s ends in %s, which marks unfinished conversions", o.SaveDir, weights.PartialSuffix),
 			"choose another output name")
 	}
 	return nil
@@ -239,7 +246,7 @@ func checkTarget(out, partial string, force bool) error {
 }
 
 func ownFile(name string) bool {
-	if name == ManifestFile || strings.HasPrefix(name, "model-") && strings.HasSuffix(name, ".safetensors") {
+	if name == weights.ManifestFile || strings.HasPrefix(name, "model-") && strings.HasSuffix(name, ".safetensors") {
 		return true
 	}
 	for _, f := range copiedFiles {
@@ -316,8 +323,8 @@ func writeSmall(fs FS, path string, data []byte) error {
 	return errors.Wrapf(f.Close(), "close %s", path)
 }
 
-func copyFiles(fs FS, from, to string) ([]FileInfo, error) {
-	var out []FileInfo
+func copyFiles(fs FS, from, to string) ([]weights.FileInfo, error) {
+	var out []weights.FileInfo
 	for _, name := range copiedFiles {
 		data, err := os.ReadFile(filepath.Join(from, name))
 		if os.IsNotExist(err) && name != "config.json" {
@@ -329,20 +336,18 @@ func copyFiles(fs FS, from, to string) ([]FileInfo, error) {
 		if err := writeSmall(fs, filepath.Join(to, name), data); err != nil {
 			return nil, err
 		}
-		out = append(out, FileInfo{Name: name, Bytes: int64(len(data)), CRC32C: crcHex(crc32.Checksum(data, castagnoli))})
+		out = append(out, weights.FileInfo{Name: name, Bytes: int64(len(data)), CRC32C: weights.CRCHex(crc32.Checksum(data, weights.Castagnoli))})
 	}
 	return out, nil
 }
 
-func writeManifest(fs FS, dir string, m *Manifest) error {
+func writeManifest(fs FS, dir string, m *weights.Manifest) error {
 	data, err := json.MarshalIndent(m, "", " ")
 	if err != nil {
 		return errors.Wrap(err, "encode manifest")
 	}
-	return writeSmall(fs, filepath.Join(dir, ManifestFile), append(data, '\n'))
+	return writeSmall(fs, filepath.Join(dir, weights.ManifestFile), append(data, '\n'))
 }
-
-func crcHex(c uint32) string { return fmt.Sprintf("%08x", c) }
 
 // logUnused reports checkpoint tensors the conversion leaves out (the MTP layers without
 // --append-mtp, or tensors this model does not use).

@@ -1,4 +1,4 @@
-package convert
+package weights
 
 import (
 	"hash/crc32"
@@ -99,7 +99,7 @@ func (d *Dir) Raw(name string) ([]byte, *Entry, error) {
 	done := d.verified[name]
 	d.mu.Unlock()
 	if !done {
-		if got := crcHex(crc32.Checksum(data, castagnoli)); got != e.CRC32C {
+		if got := CRCHex(crc32.Checksum(data, Castagnoli)); got != e.CRC32C {
 			return nil, nil, errors.WithHint(errors.Newf("%s: tensor %q has checksum %s, the manifest says %s (the data is corrupt)",
 				f.Path(), name, got, e.CRC32C), hintReconvert)
 		}
@@ -129,10 +129,10 @@ func (d *Dir) Get(name string) (*model.Tensor, error) {
 	if e, ok := d.entries[name]; ok {
 		return d.getStored(name, e)
 	}
-	if l, ok := isKVBProj(name); ok && d.hasLayer(l) {
+	if l, ok := IsKVBProj(name); ok && d.hasLayer(l) {
 		return d.getKVB(name, l)
 	}
-	if l, ex, proj, ok := parseExpertName(name); ok && d.hasLayer(l) && d.cfg.IsMoELayer(l) && ex < d.cfg.NRoutedExperts {
+	if l, ex, proj, ok := ParseExpertName(name); ok && d.hasLayer(l) && d.cfg.IsMoELayer(l) && ex < d.cfg.NRoutedExperts {
 		return d.getExpert(name, l, ex, proj)
 	}
 	if name == model.LMHeadName && d.cfg.TieWordEmbeddings {
@@ -143,7 +143,7 @@ func (d *Dir) Get(name string) (*model.Tensor, error) {
 		t.Name = name
 		return t, nil
 	}
-	if l, ok := layerOf(name); ok && l >= d.cfg.NumLayers && d.m.MTPLayers == 0 {
+	if l, ok := LayerOf(name); ok && l >= d.cfg.NumLayers && d.m.MTPLayers == 0 {
 		return nil, errors.WithHint(errors.Newf("%s: tensor %q belongs to the MTP layer, which was not converted", d.dir, name),
 			"convert with --append-mtp to use MTP")
 	}

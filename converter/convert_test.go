@@ -1,4 +1,4 @@
-package convert
+package converter
 
 import (
 	"math"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tilert-go/tilert/model"
+	"github.com/tilert-go/tilert/weights"
 )
 
 // sameWeights checks that every weight of cfg reads bit-identically from both sources.
@@ -50,7 +51,7 @@ func TestRoundTrip(t *testing.T) {
 			if sum.Shards < 2 || sum.Bytes <= 0 {
 				t.Errorf("summary %+v: want several shards", sum)
 			}
-			if err := Verify(out); err != nil {
+			if err := weights.Verify(out); err != nil {
 				t.Fatalf("%+v", err)
 			}
 			hf, err := model.OpenHF(src)
@@ -58,11 +59,11 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer hf.Close()
-			w, cfg, err := OpenWeights(out)
+			w, cfg, err := weights.OpenWeights(out)
 			if err != nil {
 				t.Fatalf("%+v", err)
 			}
-			defer w.(*Dir).Close()
+			defer w.(*weights.Dir).Close()
 			if cfg.NumNextNLayers != hf.Config().NumNextNLayers || cfg.Family != hf.Config().Family {
 				t.Errorf("config %+v", cfg)
 			}

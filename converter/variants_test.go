@@ -1,4 +1,4 @@
-package convert
+package converter
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/numeric"
 	"github.com/tilert-go/tilert/safetensors"
+	"github.com/tilert-go/tilert/weights"
 )
 
 // rewriteCheckpoint writes a single-file copy of src where fn may replace each tensor (returning
@@ -47,10 +48,10 @@ func rewriteCheckpoint(t *testing.T, src string, fn func(c *safetensors.Checkpoi
 	return dir
 }
 
-func roundTrip(t *testing.T, src string, mod func(*Options)) *Manifest {
+func roundTrip(t *testing.T, src string, mod func(*Options)) *weights.Manifest {
 	t.Helper()
 	out, _ := convertTo(t, src, mod)
-	if err := Verify(out); err != nil {
+	if err := weights.Verify(out); err != nil {
 		t.Fatalf("%+v", err)
 	}
 	hf, err := model.OpenHF(src)
@@ -58,13 +59,13 @@ func roundTrip(t *testing.T, src string, mod func(*Options)) *Manifest {
 		t.Fatal(err)
 	}
 	defer hf.Close()
-	w, _, err := OpenWeights(out)
+	w, _, err := weights.OpenWeights(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.(*Dir).Close()
+	defer w.(*weights.Dir).Close()
 	sameWeights(t, hf.Config(), hf, w)
-	return w.(*Dir).Manifest()
+	return w.(*weights.Dir).Manifest()
 }
 
 // TestBF16Scales: checkpoints whose weight_scale_inv are bf16 are widened to the float32 scale
@@ -116,7 +117,7 @@ func TestUnquantised(t *testing.T) {
 		t.Errorf("quantization %+v, want none", m.Quantization)
 	}
 	for _, e := range m.Tensors {
-		if e.Scale != "" || e.Kind == KindBlockScale || e.Kind == KindRowScale || e.DType == "F8_E4M3" {
+		if e.Scale != "" || e.Kind == weights.KindBlockScale || e.Kind == weights.KindRowScale || e.DType == "F8_E4M3" {
 			t.Errorf("%s: %s %s scale %q in an unquantised conversion", e.Name, e.Kind, e.DType, e.Scale)
 		}
 	}
@@ -125,15 +126,15 @@ func TestUnquantised(t *testing.T) {
 func TestWithoutMTP(t *testing.T) {
 	src := presetDir(t, "deepseek-v3.2-tiny")
 	out, _ := convertTo(t, src, func(o *Options) { o.AppendMTP = false })
-	if err := Verify(out); err != nil {
+	if err := weights.Verify(out); err != nil {
 		t.Fatal(err)
 	}
-	w, cfg, err := OpenWeights(out)
+	w, cfg, err := weights.OpenWeights(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.(*Dir).Close()
-	if cfg.NumNextNLayers != 0 || w.(*Dir).Manifest().MTPLayers != 0 {
+	defer w.(*weights.Dir).Close()
+	if cfg.NumNextNLayers != 0 || w.(*weights.Dir).Manifest().MTPLayers != 0 {
 		t.Errorf("NumNextNLayers %d, want 0", cfg.NumNextNLayers)
 	}
 	hf, err := model.OpenHF(src)
@@ -145,8 +146,8 @@ func TestWithoutMTP(t *testing.T) {
 	mtp := model.Layer(hf.Config().NumLayers).EHProj
 	_, err = w.Get(mtp)
 	wantErr(t, err, mtp, "MTP", "--append-mtp")
-	for _, e := range w.(*Dir).Manifest().Tensors {
-		if l, ok := layerOf(e.Name); ok && l >= hf.Config().NumLayers {
+	for _, e := range w.(*weights.Dir).Manifest().Tensors {
+		if l, ok := weights.LayerOf(e.Name); ok && l >= hf.Config().NumLayers {
 			t.Errorf("MTP tensor %s stored", e.Name)
 		}
 	}
@@ -163,7 +164,7 @@ func TestAbsorbedMatchesKVB(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, cfg, err := OpenWeights(out)
+		w, cfg, err := weights.OpenWeights(out)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +173,7 @@ func TestAbsorbedMatchesKVB(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ukName, uvName := AbsorbedNames(l)
+			ukName, uvName := weights.AbsorbedNames(l)
 			uk, err := w.Get(ukName)
 			if err != nil {
 				t.Fatal(err)
@@ -226,7 +227,7 @@ func TestAbsorbedMatchesKVB(t *testing.T) {
 			}
 		}
 		hf.Close()
-		w.(*Dir).Close()
+		w.(*weights.Dir).Close()
 	}
 }
 
@@ -239,23 +240,23 @@ func abs(x float64) float64 {
 
 // TestLayoutGolden pins the stored layout (names, kinds, dtypes, shapes, devices, shards and
 // offsets) of the tiny presets; run with -update after an intended layout change (and bump
-// LayoutVersion when an older loader would misread it).
+// weights.LayoutVersion when an older loader would misread it).
 func TestLayoutGolden(t *testing.T) {
 	for _, p := range presets {
 		out, _ := convertTo(t, presetDir(t, p), func(o *Options) { o.Devices = 2 })
-		m, err := ReadManifest(out)
+		m, err := weights.ReadManifest(out)
 		if err != nil {
 			t.Fatal(err)
 		}
 		type row struct {
-			Name   string  `json:"name"`
-			Kind   Kind    `json:"kind"`
-			DType  string  `json:"dtype"`
-			Shape  []int64 `json:"shape"`
-			Device int     `json:"device"`
-			Shard  string  `json:"shard"`
-			Offset int64   `json:"offset"`
-			Scale  string  `json:"scale,omitempty"`
+			Name   string       `json:"name"`
+			Kind   weights.Kind `json:"kind"`
+			DType  string       `json:"dtype"`
+			Shape  []int64      `json:"shape"`
+			Device int          `json:"device"`
+			Shard  string       `json:"shard"`
+			Offset int64        `json:"offset"`
+			Scale  string       `json:"scale,omitempty"`
 		}
 		var rows []row
 		for _, e := range m.Tensors {

@@ -1,4 +1,4 @@
-package convert
+package converter
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/numeric"
+	"github.com/tilert-go/tilert/weights"
 )
 
 // writer streams the planned tensors into the shard files. Every tensor's place in its shard is
@@ -172,7 +173,7 @@ func (w *writer) writeTensor(ctx context.Context, f WFile, path string, t *outTe
 	var crc uint32
 	pos := t.Offset
 	put := func(data []byte) error {
-		crc = crc32.Update(crc, castagnoli, data)
+		crc = crc32.Update(crc, weights.Castagnoli, data)
 		if _, err := f.WriteAt(data, pos); err != nil {
 			return errors.WithHint(errors.Wrapf(err, "write %s: tensor %q", path, t.Name), "check free disk space")
 		}
@@ -241,6 +242,6 @@ func (w *writer) writeTensor(ctx context.Context, f WFile, path string, t *outTe
 	if pos != t.Offset+t.Bytes {
 		return errors.AssertionFailedf("tensor %q: wrote %d bytes, planned %d", t.Name, pos-t.Offset, t.Bytes)
 	}
-	t.CRC32C = crcHex(crc)
+	t.CRC32C = weights.CRCHex(crc)
 	return nil
 }

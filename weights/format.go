@@ -1,19 +1,25 @@
-// Package convert turns a Hugging Face DeepSeek-V3.2 / GLM-5 checkpoint into the TileRT weight
-// format (a manifest plus safetensors shards laid out for the decode kernels), verifies converted
-// directories, and reads them back as model.Weights.
+// Package weights is the TileRT weight format: a manifest plus safetensors shards laid out for the
+// decode kernels. It defines the format (this file: tensor names, kinds, the manifest schema), the
+// plan of stored tensors a config implies (plan.go), the reader (reader.go) and the verifier
+// (verify.go). The converter that writes it is package convert; loaders import only this one.
 //
-// The layouts are described in docs/LAYOUTS.md ("Weights"); this file is their single definition
-// in code: tensor names, kinds and the manifest schema.
-package convert
+// The layouts are described in docs/LAYOUTS.md ("Weights").
+package weights
 
 import (
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"strings"
 
-	"github.com/tilert-go/tilert/internal/buildinfo"
 	"github.com/tilert-go/tilert/model"
 )
+
+// Castagnoli is the CRC-32C table of the per-tensor checksums.
+var Castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CRCHex is a checksum as the manifest writes it: 8 lower-case hex digits.
+func CRCHex(c uint32) string { return fmt.Sprintf("%08x", c) }
 
 const (
 	// FormatName identifies a TileRT weights manifest.
@@ -21,8 +27,6 @@ const (
 	// LayoutVersion is bumped whenever a tensor name, layout or the manifest schema changes in a way
 	// an older loader would misread. Loaders refuse any other version.
 	LayoutVersion = 1
-	// ConverterVersion is the converter's own version (independent of the layout).
-	ConverterVersion = "1.0.0"
 	// ManifestFile is written last: a directory without it is not a TileRT weights directory.
 	ManifestFile = "tilert_manifest.json"
 	// PartialSuffix marks a conversion in progress (or interrupted); loaders refuse such a directory.
@@ -113,10 +117,6 @@ type Manifest struct {
 	Tensors      []Entry     `json:"tensors"`
 }
 
-func converterVersion() string {
-	return fmt.Sprintf("%s (tilert %s)", ConverterVersion, buildinfo.Version)
-}
-
 // ScaleNameOf names the float32 scale tensor of a stored fp8 tensor ("x.weight" -> "x.weight_scale").
 // The values are HF's weight_scale_inv: they multiply the fp8 values.
 func ScaleNameOf(weight string) string { return weight + "_scale" }
@@ -146,8 +146,8 @@ func DeviceOfExpert(e, devices, n int) (dev, local int) {
 	return dev, e - FirstExpert(dev, devices, n)
 }
 
-// parseExpertName splits "model.layers.{i}.mlp.experts.{e}.{proj}.weight".
-func parseExpertName(name string) (layer, expert int, proj string, ok bool) {
+// ParseExpertName splits "model.layers.{i}.mlp.experts.{e}.{proj}.weight".
+func ParseExpertName(name string) (layer, expert int, proj string, ok bool) {
 	var rest string
 	n, err := fmt.Sscanf(name, "model.layers.%d.mlp.experts.%d.%s", &layer, &expert, &rest)
 	if err != nil || n != 3 {
@@ -165,7 +165,8 @@ func parseExpertName(name string) (layer, expert int, proj string, ok bool) {
 	return 0, 0, "", false
 }
 
-func isKVBProj(name string) (layer int, ok bool) {
+// IsKVBProj reports whether name is a layer's kv_b_proj weight, and which layer.
+func IsKVBProj(name string) (layer int, ok bool) {
 	n, err := fmt.Sscanf(name, "model.layers.%d.self_attn.kv_b_proj.weight", &layer)
 	return layer, err == nil && n == 1 && name == model.Layer(layer).KVBProj
 }

@@ -1,4 +1,4 @@
-package convert
+package converter
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/tilert-go/tilert/weights"
 )
 
 // exitFS makes the process die (SIGKILL itself) after some bytes were written, like a crash or
@@ -75,7 +77,7 @@ func TestKilledMidRun(t *testing.T) {
 	for _, at := range []struct {
 		after int64
 		file  string
-	}{{0, ""}, {1 << 20, ""}, {4 << 20, ""}, {0, "tokenizer.json"}, {0, ManifestFile}} {
+	}{{0, ""}, {1 << 20, ""}, {4 << 20, ""}, {0, "tokenizer.json"}, {0, weights.ManifestFile}} {
 		after := at.after
 		for _, existing := range []bool{false, true} {
 			out := filepath.Join(t.TempDir(), "out")
@@ -90,14 +92,14 @@ func TestKilledMidRun(t *testing.T) {
 			if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 				t.Fatalf("after %d: child was not killed: %v\n%s", after, err, outp)
 			}
-			if _, err := os.Stat(out + PartialSuffix); err != nil {
+			if _, err := os.Stat(out + weights.PartialSuffix); err != nil {
 				t.Errorf("after %d: no partial directory left: %v", after, err)
 			}
 			if existing {
-				if err := Verify(out); err != nil {
+				if err := weights.Verify(out); err != nil {
 					t.Errorf("after %d: previous output damaged: %v", after, err)
 				}
-				if m, _ := ReadManifest(out); m == nil || m.ModelType != "glm_moe_dsa" {
+				if m, _ := weights.ReadManifest(out); m == nil || m.ModelType != "glm_moe_dsa" {
 					t.Errorf("after %d: previous output replaced", after)
 				}
 			} else {
@@ -106,7 +108,7 @@ func TestKilledMidRun(t *testing.T) {
 			if _, err := Convert(context.Background(), Options{ModelDir: src, SaveDir: out, AppendMTP: true, Force: true}); err != nil {
 				t.Fatalf("after %d: re-run: %+v", after, err)
 			}
-			if err := Verify(out); err != nil {
+			if err := weights.Verify(out); err != nil {
 				t.Fatal(err)
 			}
 		}

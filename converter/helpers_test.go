@@ -1,4 +1,4 @@
-package convert
+package converter
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/model/synth"
+	"github.com/tilert-go/tilert/weights"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
@@ -111,18 +112,18 @@ func noOutput(t testing.TB, out string) {
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("%s exists after a failed conversion (stat err %v)", out, err)
 	}
-	if err := Verify(out); err == nil {
+	if err := weights.Verify(out); err == nil {
 		t.Errorf("Verify(%s) accepted a failed conversion", out)
 	}
-	if _, _, err := OpenWeights(out); err == nil {
+	if _, _, err := weights.OpenWeights(out); err == nil {
 		t.Errorf("OpenWeights(%s) accepted a failed conversion", out)
 	}
-	p := out + PartialSuffix
+	p := out + weights.PartialSuffix
 	if _, err := os.Stat(p); err == nil {
-		if err := Verify(p); err == nil {
+		if err := weights.Verify(p); err == nil {
 			t.Errorf("Verify accepted the partial directory %s", p)
 		}
-		if _, _, err := OpenWeights(p); err == nil {
+		if _, _, err := weights.OpenWeights(p); err == nil {
 			t.Errorf("OpenWeights accepted the partial directory %s", p)
 		}
 	}

@@ -1,4 +1,4 @@
-package convert
+package converter
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/safetensors"
+	"github.com/tilert-go/tilert/weights"
 )
 
 // editJSON rewrites a JSON object file through fn.
@@ -203,18 +204,18 @@ func TestWriteErrors(t *testing.T) {
 		want []string
 	}{
 		{"disk full mid-run", &faultFS{failAfter: 2 << 20}, []string{"no space left on device", "model-0000", ".safetensors: tensor"}},
-		{"disk full on the manifest", &faultFS{failWrite: ManifestFile}, []string{"no space left", ManifestFile}},
+		{"disk full on the manifest", &faultFS{failWrite: weights.ManifestFile}, []string{"no space left", weights.ManifestFile}},
 		{"disk full on the tokenizer", &faultFS{failWrite: "tokenizer.json"}, []string{"no space left", "tokenizer.json"}},
 		{"fsync of a shard", &faultFS{failSync: "model-00002"}, []string{"fsync", "model-00002", "input/output error"}},
-		{"fsync of the manifest", &faultFS{failSync: ManifestFile}, []string{"fsync", ManifestFile}},
-		{"final rename", &faultFS{failRename: true}, []string{"rename", PartialSuffix}},
+		{"fsync of the manifest", &faultFS{failSync: weights.ManifestFile}, []string{"fsync", weights.ManifestFile}},
+		{"final rename", &faultFS{failRename: true}, []string{"rename", weights.PartialSuffix}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			_, err := Convert(context.Background(), Options{ModelDir: src, SaveDir: out, AppendMTP: true, MaxShardBytes: 3 << 20, ChunkBytes: 64 << 10, FS: tc.fs})
 			wantErr(t, err, tc.want...)
 			noOutput(t, out)
-			if _, err := os.Stat(out + PartialSuffix); !os.IsNotExist(err) {
+			if _, err := os.Stat(out + weights.PartialSuffix); !os.IsNotExist(err) {
 				t.Errorf("the partial directory was not removed after the error")
 			}
 		})
@@ -232,11 +233,11 @@ func TestForceKeepsOldUntilComplete(t *testing.T) {
 
 	_, err = Convert(context.Background(), Options{ModelDir: glm, SaveDir: out, AppendMTP: true, Force: true, FS: &faultFS{failAfter: 1 << 20}})
 	wantErr(t, err, "no space left")
-	m, err := ReadManifest(out)
+	m, err := weights.ReadManifest(out)
 	if err != nil || m.ModelType != "deepseek_v32" {
 		t.Fatalf("old output damaged by a failed --force run: %v %v", m, err)
 	}
-	if err := Verify(out); err != nil {
+	if err := weights.Verify(out); err != nil {
 		t.Fatalf("old output no longer verifies: %+v", err)
 	}
 
@@ -246,10 +247,10 @@ func TestForceKeepsOldUntilComplete(t *testing.T) {
 		if _, err := Convert(context.Background(), Options{ModelDir: src, SaveDir: out, AppendMTP: true, Force: true, FS: fs}); err != nil {
 			t.Fatalf("swap=%v: %+v", swap, err)
 		}
-		if err := Verify(out); err != nil {
+		if err := weights.Verify(out); err != nil {
 			t.Fatalf("swap=%v: %+v", swap, err)
 		}
-		m, _ := ReadManifest(out)
+		m, _ := weights.ReadManifest(out)
 		want := map[bool]string{true: "glm_moe_dsa", false: "deepseek_v32"}[swap]
 		if string(m.ModelType) != want {
 			t.Errorf("swap=%v: output is %s, want %s", swap, m.ModelType, want)
@@ -262,33 +263,33 @@ func TestForceKeepsOldUntilComplete(t *testing.T) {
 }
 
 // TestInterruptedRun: what a killed conversion leaves (a .partial directory, with or without a
-// manifest) is refused by Verify and the loader, and a re-run replaces it.
+// manifest) is refused by weights.Verify and the loader, and a re-run replaces it.
 func TestInterruptedRun(t *testing.T) {
 	src := presetDir(t, "deepseek-v3.2-tiny")
 	done, _ := convertTo(t, src, nil)
 	out := filepath.Join(t.TempDir(), "out")
-	partial := out + PartialSuffix
+	partial := out + weights.PartialSuffix
 	if err := os.Rename(done, partial); err != nil {
 		t.Fatal(err)
 	}
 	// Complete but never renamed (killed between the manifest and the rename).
-	wantErr(t, Verify(partial), "unfinished conversion")
-	_, _, err := OpenWeights(partial)
+	wantErr(t, weights.Verify(partial), "unfinished conversion")
+	_, _, err := weights.OpenWeights(partial)
 	wantErr(t, err, "unfinished conversion")
 	// Killed before the manifest: even under the final name it is refused.
-	if err := os.Remove(filepath.Join(partial, ManifestFile)); err != nil {
+	if err := os.Remove(filepath.Join(partial, weights.ManifestFile)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(partial, out); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, Verify(out), ManifestFile, "missing")
+	wantErr(t, weights.Verify(out), weights.ManifestFile, "missing")
 	os.Remove(out)
 
 	if _, err := Convert(context.Background(), Options{ModelDir: src, SaveDir: out, AppendMTP: true}); err != nil {
 		t.Fatalf("re-run after an interruption: %+v", err)
 	}
-	if err := Verify(out); err != nil {
+	if err := weights.Verify(out); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(partial); !os.IsNotExist(err) {
@@ -297,11 +298,11 @@ func TestInterruptedRun(t *testing.T) {
 
 	// A .partial directory holding files the converter did not write is left alone.
 	out2 := filepath.Join(t.TempDir(), "out2")
-	os.MkdirAll(out2+PartialSuffix, 0o755)
-	os.WriteFile(filepath.Join(out2+PartialSuffix, "notes.txt"), []byte("mine"), 0o644)
+	os.MkdirAll(out2+weights.PartialSuffix, 0o755)
+	os.WriteFile(filepath.Join(out2+weights.PartialSuffix, "notes.txt"), []byte("mine"), 0o644)
 	_, err = Convert(context.Background(), Options{ModelDir: src, SaveDir: out2, AppendMTP: true})
 	wantErr(t, err, "notes.txt", "did not write")
-	if _, err := os.Stat(filepath.Join(out2+PartialSuffix, "notes.txt")); err != nil {
+	if _, err := os.Stat(filepath.Join(out2+weights.PartialSuffix, "notes.txt")); err != nil {
 		t.Errorf("user file removed: %v", err)
 	}
 }

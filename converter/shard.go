@@ -1,4 +1,4 @@
-package convert
+package converter
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/weights"
 )
 
 // shardPlan is one output file: its tensors in data order and its encoded header.
@@ -67,7 +69,7 @@ func assignShards(ts []outTensor, limit int64) ([]shardPlan, error) {
 func encodeHeader(ts []outTensor, idx []int) []byte {
 	var b bytes.Buffer
 	b.Write(make([]byte, 8))
-	b.WriteString(`{"__metadata__":{"format":"tilert","tilert_layout_version":"` + strconv.Itoa(LayoutVersion) + `"}`)
+	b.WriteString(`{"__metadata__":{"format":"tilert","tilert_layout_version":"` + strconv.Itoa(weights.LayoutVersion) + `"}`)
 	var pos int64
 	for _, i := range idx {
 		t := &ts[i]

@@ -16,6 +16,7 @@ type Config struct {
 	Decode   Decode   `toml:"decode" help:"tilert decode: the decode engine node."`
 	Router   Router   `toml:"router" help:"tilert router: OpenAI-compatible ingress for the TileRT pool."`
 	Sidecar  Sidecar  `toml:"sidecar" help:"tilert connector-sidecar: ships prefill state from vLLM to decode nodes."`
+	Security Security `toml:"security" help:"Authentication and limits on every port (docs/SECURITY.md)."`
 }
 
 // Log configures log/slog output.
@@ -37,7 +38,7 @@ type Model struct {
 // Transfer selects the one-sided write engine.
 type Transfer struct {
 	Engine  string `toml:"engine" help:"Transfer engine: tcp (built in, any network) or nixl (NVIDIA NIXL over UCX)."`
-	Listen  string `toml:"listen" help:"Decode side: host:port the transfer engine listens on (tcp); port 0 picks a free port."`
+	Listen  string `toml:"listen" help:"Decode side: host:port the transfer engine listens on (tcp); port 0 picks a free port; empty: decode.host's bind address, port 0."`
 	Streams int    `toml:"streams" help:"Parallel TCP streams per peer for the tcp engine."`
 	NixlLib string `toml:"nixl_lib" help:"Path to libnixl_capi.so; empty searches Python site-packages (nixl-cu12/nixl-cu13 wheels)."`
 }
@@ -55,7 +56,7 @@ type Convert struct {
 type Decode struct {
 	Engine         string  `toml:"engine" help:"Decode engine implementation; tilert is the only one."`
 	Device         string  `toml:"device" help:"Compute device: cuda or cpu (the pure-Go reference backend)."`
-	Host           string  `toml:"host" help:"Address the ctrl and http ports bind to."`
+	Host           string  `toml:"host" help:"Address the ctrl and http ports bind to; empty: 0.0.0.0 with security.secret_file set, else 127.0.0.1."`
 	CtrlPort       int     `toml:"ctrl_port" help:"Ctrl port: state handoff protocol with the connector sidecar (0: kernel-chosen)."`
 	HTTPPort       int     `toml:"http_port" help:"HTTP port: /pd/decode token streams, /health, /metrics (0: kernel-chosen)."`
 	MaxInflight    int     `toml:"max_inflight" help:"Requests decoded together in one batched step; 1 is latency-optimal."`
@@ -65,20 +66,44 @@ type Decode struct {
 
 // Router configures the OpenAI-compatible ingress.
 type Router struct {
-	Host          string   `toml:"host" help:"Address the router binds to."`
-	Port          int      `toml:"port" help:"Port of the OpenAI-compatible API (0: kernel-chosen)."`
-	VLLMURL       string   `toml:"vllm_url" help:"Base URL of the vLLM prefill server."`
-	Decode        []string `toml:"decode" help:"Decode nodes as host:ctrl_port:http_port; repeat the flag for several."`
-	QueueSize     int      `toml:"queue_size" help:"Requests that may wait for a free decode slot; past it, 429 with Retry-After."`
-	QueueTimeoutS float64  `toml:"queue_timeout_s" help:"Seconds a queued request waits for a slot before 429."`
-	ServedModel   string   `toml:"served_model_name" help:"Model name clients send and responses report; empty uses vLLM's served name, else the model path's base name."`
+	Host           string   `toml:"host" help:"Address the router binds to; empty: 0.0.0.0 with API keys (router.api_keys_file) set, else 127.0.0.1."`
+	Port           int      `toml:"port" help:"Port of the OpenAI-compatible API (0: kernel-chosen)."`
+	VLLMURL        string   `toml:"vllm_url" help:"Base URL of the vLLM prefill server."`
+	Decode         []string `toml:"decode" help:"Decode nodes as host:ctrl_port:http_port; repeat the flag for several."`
+	QueueSize      int      `toml:"queue_size" help:"Requests that may wait for a free decode slot; past it, 429 with Retry-After."`
+	QueueTimeoutS  float64  `toml:"queue_timeout_s" help:"Seconds a queued request waits for a slot before 429."`
+	ServedModel    string   `toml:"served_model_name" help:"Model name clients send and responses report; empty uses vLLM's served name, else the model path's base name."`
+	APIKeysFile    string   `toml:"api_keys_file" help:"File of API keys (one a line, mode 0600) clients must send as Authorization: Bearer KEY; empty with api_key empty: no key needed."`
+	APIKey         string   `toml:"api_key" help:"One API key clients must send as Bearer (like vLLM's --api-key); prefer api_keys_file or the environment, a flag shows in ps. Never printed."`
+	TLSCert        string   `toml:"tls_cert" help:"PEM certificate (chain) for HTTPS on the router's port; with tls_key. Empty: plain HTTP."`
+	TLSKey         string   `toml:"tls_key" help:"PEM private key for tls_cert."`
+	KeyConcurrency int      `toml:"max_concurrent_per_key" help:"Requests one API key may have in flight at once; past it, 429 naming this limit (0: no per-key limit)."`
+	MaxBodyBytes   int      `toml:"max_body_bytes" help:"Largest request body the router reads; larger ones get 413 before anything is forwarded."`
 }
 
 // Sidecar configures the process beside vLLM prefill.
 type Sidecar struct {
 	Socket      string `toml:"socket" help:"Unix socket the vLLM connector plugin talks to."`
 	MetricsPort int    `toml:"metrics_port" help:"Port for /metrics and /health; 0 disables it."`
+	MetricsHost string `toml:"metrics_host" help:"Address the metrics port binds to; empty: 0.0.0.0 with security.secret_file set, else 127.0.0.1."`
 	StagingMiB  int    `toml:"staging_mib" help:"Staging memory (files in /dev/shm) for requests waiting to ship, in MiB; past it new stages are refused."`
+}
+
+// Security is authentication and the limits every server applies.
+type Security struct {
+	SecretFile      string  `toml:"secret_file" help:"File with the shared secret (at least 16 bytes, mode 0600) decode nodes, sidecars and dev tools prove on the ctrl and transfer data ports (HMAC-SHA256 challenge-response). Empty: no authentication, and listeners default to loopback."`
+	PDTokenFile     string  `toml:"pd_token_file" help:"File of bearer tokens (one a line, mode 0600) the decode node's /pd/* endpoints accept; the router presents the first. Empty: a token derived from secret_file, or none without a secret."`
+	MaxConns        int     `toml:"max_conns" help:"Connections each listener (ctrl, transfer data, http, sidecar socket) holds at once; past it new ones are closed at once."`
+	MaxConnsPerPeer int     `toml:"max_conns_per_peer" help:"Connections one remote IP may hold on each TCP listener; past it its new ones are closed at once."`
+	ReadTimeoutS    float64 `toml:"read_timeout_s" help:"Seconds a handshake, a started ctrl frame or an HTTP request (headers and body) may take to arrive; slower peers are cut off (slowloris)."`
+	IdleTimeoutS    float64 `toml:"idle_timeout_s" help:"Seconds a connection may sit idle between frames, writes or HTTP requests before it is closed."`
+	WriteTimeoutS   float64 `toml:"write_timeout_s" help:"Seconds one reply frame or non-streamed HTTP response may take to be written to a peer that does not read."`
+	MaxFrameBytes   int     `toml:"max_frame_bytes" help:"Largest ctrl or sidecar-socket frame after authentication (an admit with prompt token ids); before it, frames are capped at 4096 bytes."`
+	AdmitsPerS      float64 `toml:"admits_per_s" help:"Admits per second one ctrl peer (remote IP) may send, with as many in a burst; past it the admit is rejected busy naming this limit (0: no limit)."`
+	CancelledRIDs   int     `toml:"cancelled_rids" help:"Cancelled request ids a decode node remembers (each is refused for a minute); past it the oldest are forgotten."`
+	MaxRIDBytes     int     `toml:"max_rid_bytes" help:"Longest request id (printable ASCII) the ctrl and http ports take."`
+	MaxBodyBytes    int     `toml:"max_body_bytes" help:"Largest HTTP request body on the decode node's http port and the sidecar's metrics port."`
+	MaxHeaderBytes  int     `toml:"max_header_bytes" help:"Largest HTTP request header block on every HTTP port."`
 }
 
 // Default returns the built-in defaults. The values match the launch post's
@@ -88,18 +113,24 @@ func Default() *Config {
 		Log:   Log{Level: "info", Format: "text"},
 		Model: Model{Name: "glm5", MaxSeqLen: 202752, KVCacheDType: "fp8", WithMTP: false},
 		Transfer: Transfer{
-			Engine: "tcp", Listen: "0.0.0.0:0", Streams: 4,
+			Engine: "tcp", Listen: "", Streams: 4,
 		},
 		Convert: Convert{Devices: 1, AppendMTP: true},
 		Decode: Decode{
-			Engine: "tilert", Device: "cuda", Host: "0.0.0.0",
+			Engine: "tilert", Device: "cuda", Host: "",
 			CtrlPort: 5556, HTTPPort: 5557, MaxInflight: 1,
 			StateTimeoutS: 30, SlotReserveTTL: 10,
 		},
 		Router: Router{
-			Host: "0.0.0.0", Port: 23333, VLLMURL: "http://127.0.0.1:8000",
+			Host: "", Port: 23333, VLLMURL: "http://127.0.0.1:8000",
 			QueueSize: 64, QueueTimeoutS: 30, Decode: []string{},
+			KeyConcurrency: 64, MaxBodyBytes: 4 << 20,
 		},
 		Sidecar: Sidecar{Socket: "/tmp/tilert-sidecar.sock", MetricsPort: 5558, StagingMiB: 4096},
+		Security: Security{
+			MaxConns: 1024, MaxConnsPerPeer: 128, ReadTimeoutS: 10, IdleTimeoutS: 300, WriteTimeoutS: 30,
+			MaxFrameBytes: 16 << 20, AdmitsPerS: 1000, CancelledRIDs: 65536, MaxRIDBytes: 128,
+			MaxBodyBytes: 1 << 20, MaxHeaderBytes: 16 << 10,
+		},
 	}
 }

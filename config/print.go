@@ -12,6 +12,9 @@ import (
 // family name the rest of the config uses.
 func CanonicalModel(name string) (model.Family, error) { return model.ParseModelName(name) }
 
+// redacted keys hold secrets themselves; Print never shows them.
+var redacted = map[string]bool{"router.api_key": true}
+
 // Print writes c as TOML, each value followed by the source it came from.
 func Print(w io.Writer, c *Config, src Sources) error {
 	var b strings.Builder
@@ -24,7 +27,11 @@ func Print(w io.Writer, c *Config, src Sources) error {
 			section = f.Section
 			fmt.Fprintf(&b, "[%s]\n", section)
 		}
-		fmt.Fprintf(&b, "%s = %s  # %s\n", f.Key, formatValue(f.Get(c)), src[f.Path()])
+		v := formatValue(f.Get(c))
+		if redacted[f.Path()] && f.Get(c) != "" {
+			v = `"(redacted)"`
+		}
+		fmt.Fprintf(&b, "%s = %s  # %s\n", f.Key, v, src[f.Path()])
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

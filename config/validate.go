@@ -108,7 +108,9 @@ func (c *Config) Validate() error {
 	k.existingDir("model.weights_dir", c.Model.WeightsDir)
 
 	k.oneOf("transfer.engine", c.Transfer.Engine, "tcp", "nixl")
-	if _, p, err := net.SplitHostPort(c.Transfer.Listen); err != nil {
+	if c.Transfer.Listen == "" {
+		// decode.host's bind address, port 0
+	} else if _, p, err := net.SplitHostPort(c.Transfer.Listen); err != nil {
 		k.bad("transfer.listen", "write host:port, e.g. 0.0.0.0:0", "%q is not host:port", c.Transfer.Listen)
 	} else if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 65535 {
 		k.bad("transfer.listen", "use a port from 0 to 65535", "bad port in %q", c.Transfer.Listen)
@@ -159,6 +161,7 @@ func (c *Config) Validate() error {
 	}
 	k.port("sidecar.metrics_port", c.Sidecar.MetricsPort, true)
 	k.between("sidecar.staging_mib", c.Sidecar.StagingMiB, 1, 1<<20)
+	k.security(c)
 
 	if len(k.problems) == 0 {
 		return nil

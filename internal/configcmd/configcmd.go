@@ -51,8 +51,12 @@ func Command() *cli.Command {
 				Usage: "validate the config file and environment; exit 0 when valid, 1 otherwise",
 				Flags: []cli.Flag{config.ConfigFlag, setFlag},
 				Action: func(c *cli.Context) error {
-					if _, _, err := load(c); err != nil {
+					cfg, _, err := load(c)
+					if err != nil {
 						return err
+					}
+					for _, w := range cfg.Warnings() {
+						fmt.Fprintf(c.App.ErrWriter, "warning: %s\n", w)
 					}
 					where := "defaults and environment"
 					if f := c.String("config"); f != "" {

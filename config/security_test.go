@@ -56,7 +56,6 @@ func TestBindDefaults(t *testing.T) {
 	}
 }
 
-
 // A secret or token file others may read, or a too-short secret, is
 // refused and named.
 func TestSecretFiles(t *testing.T) {

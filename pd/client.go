@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/internal/auth"
 	"github.com/tilert-go/tilert/rdma"
 )
 
@@ -36,6 +37,18 @@ func (e *AckError) Error() string {
 // ErrHello marks a server whose hello this client cannot work with.
 var ErrHello = errors.New("pd: unusable hello")
 
+// ErrAuth marks a failed authentication, either way round.
+var ErrAuth = errors.New("pd: authentication failed")
+
+// DialOption configures Dial.
+type DialOption func(*dialOptions)
+
+type dialOptions struct{ secret []byte }
+
+// WithSecret makes Dial prove the shared secret to the node and check the
+// node's proof; a node that does not ask is refused.
+func WithSecret(secret []byte) DialOption { return func(o *dialOptions) { o.secret = secret } }
+
 // Client is the sender's side of one ctrl connection (the connector sidecar,
 // tests). One request at a time per Client; open several for concurrency.
 type Client struct {
@@ -47,9 +60,14 @@ type Client struct {
 }
 
 // Dial connects to a ctrl port, reads and checks hello (magic, protocol
-// version, transport kind, and the layout when want is non-zero), and
-// connects eng to the server's transfer endpoint.
-func Dial(ctx context.Context, addr string, eng rdma.Engine, want Layout) (*Client, error) {
+// version, transport kind, and the layout when want is non-zero), runs the
+// challenge-response when either side has a secret, and connects eng to the
+// server's transfer endpoint under this connection's session.
+func Dial(ctx context.Context, addr string, eng rdma.Engine, want Layout, opts ...DialOption) (*Client, error) {
+	var o dialOptions
+	for _, f := range opts {
+		f(&o)
+	}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -66,17 +84,56 @@ func Dial(ctx context.Context, addr string, eng rdma.Engine, want Layout) (*Clie
 		_ = conn.Close()
 		return nil, errors.Mark(errors.Newf("pd: %s sent %s before hello", addr, m.Type()), ErrHello)
 	}
+	if h, err = c.authenticate(ctx, h, o.secret); err != nil {
+		_ = conn.Close()
+		return nil, errors.Wrapf(err, "pd: %s", addr)
+	}
 	if err := checkHello(h, eng, want); err != nil {
 		_ = conn.Close()
 		return nil, errors.Wrapf(err, "pd: %s", addr)
 	}
 	c.hello = h
-	c.peer, err = eng.Connect(ctx, h.Transport.Endpoint)
+	if sc, ok := eng.(rdma.SessionConnector); ok {
+		c.peer, err = sc.ConnectAs(ctx, h.Transport.Endpoint, h.Session)
+	} else {
+		c.peer, err = eng.Connect(ctx, h.Transport.Endpoint)
+	}
 	if err != nil {
 		_ = conn.Close()
 		return nil, errors.Wrapf(err, "pd: transfer engine of %s", addr)
 	}
 	return c, nil
+}
+
+// authenticate answers a challenge hello and returns the full hello, whose
+// MAC proves the node holds the secret as well.
+func (c *Client) authenticate(ctx context.Context, h *Hello, secret []byte) (*Hello, error) {
+	if h.Magic != Magic || h.ProtocolVersion != ProtocolVersion {
+		return h, nil // checkHello says what is wrong
+	}
+	if !h.Challenge() {
+		if secret != nil {
+			return nil, errors.WithHint(errors.Mark(errors.New("the decode node does not authenticate its ctrl port, but this side has a secret"), ErrAuth),
+				"set the same security.secret_file on the decode node (or remove it here)")
+		}
+		return h, nil
+	}
+	if secret == nil {
+		return nil, errors.WithHint(errors.Mark(errors.New("the decode node wants authentication and this side has no secret"), ErrAuth),
+			"set security.secret_file (or TILERT_SECURITY_SECRET_FILE) to the node's shared secret")
+	}
+	cn := auth.Nonce()
+	m, err := c.roundTrip(ctx, &AuthMsg{Nonce: cn, MAC: auth.MAC(secret, macClient, h.Nonce, cn)})
+	if err != nil {
+		return nil, errors.WithHint(errors.Mark(errors.Wrap(err, "authenticating"), ErrAuth),
+			"the node refused this side's proof: both need the same security.secret_file")
+	}
+	full, ok := m.(*Hello)
+	if !ok || full.Challenge() || !auth.Equal(full.MAC, auth.MAC(secret, macServer, h.Nonce, cn, []byte(full.Session))) {
+		return nil, errors.WithHint(errors.Mark(errors.New("the node's reply does not prove the shared secret"), ErrAuth),
+			"check that this address is your decode node and that both sides have the same security.secret_file")
+	}
+	return full, nil
 }
 
 func checkHello(h *Hello, eng rdma.Engine, want Layout) error {

@@ -17,7 +17,7 @@ const MaxFrame = 16 << 20
 // Frame errors. Every error from ReadFrame/ReadMessage is marked with one of
 // these (or is io.EOF on a clean close between frames).
 var (
-	ErrOversize    = errors.New("pd: frame larger than 16 MiB")
+	ErrOversize    = errors.New("pd: frame larger than its limit")
 	ErrTruncated   = errors.New("pd: truncated frame")
 	ErrEmpty       = errors.New("pd: empty frame")
 	ErrInvalidJSON = errors.New("pd: frame is not a UTF-8 JSON object")
@@ -25,10 +25,28 @@ var (
 	ErrBadMessage  = errors.New("pd: malformed message")
 )
 
+// PreAuthMaxFrame caps frames a ctrl server reads before the peer has
+// authenticated (the auth message is ~150 bytes).
+const PreAuthMaxFrame = 4096
+
+// growStep is how much of a large frame is allocated ahead of the bytes
+// that have arrived: a peer that claims 16 MiB and sends 10 bytes holds
+// 64 KiB, not 16 MiB.
+const growStep = 64 << 10
+
 // ReadFrame reads one frame: a 4-byte big-endian length, then that many
 // bytes. It returns io.EOF only when the stream ends cleanly before a frame.
 // The payload is freshly allocated (its size is checked before allocation).
-func ReadFrame(r io.Reader) ([]byte, error) {
+func ReadFrame(r io.Reader) ([]byte, error) { return ReadFrameLimit(r, MaxFrame, "") }
+
+// ReadFrameLimit is ReadFrame with a smaller limit for the messages the
+// reader expects now; limitName (a config key) is named in the error. The
+// length is checked before anything is allocated, and the payload buffer
+// grows only as its bytes arrive.
+func ReadFrameLimit(r io.Reader, limit int, limitName string) ([]byte, error) {
+	if limit <= 0 || limit > MaxFrame {
+		limit = MaxFrame
+	}
 	var hdr [4]byte
 	if n, err := io.ReadFull(r, hdr[:]); err != nil {
 		if err == io.EOF && n == 0 {
@@ -37,15 +55,28 @@ func ReadFrame(r io.Reader) ([]byte, error) {
 		return nil, errors.Mark(errors.Wrapf(err, "pd: frame length (%d of 4 bytes)", n), ErrTruncated)
 	}
 	size := binary.BigEndian.Uint32(hdr[:])
-	if size > MaxFrame {
-		return nil, errors.Mark(errors.Newf("pd: frame of %d bytes exceeds the %d-byte limit", size, MaxFrame), ErrOversize)
+	if uint64(size) > uint64(limit) {
+		what := ""
+		if limitName != "" {
+			what = " (" + limitName + ")"
+		}
+		return nil, errors.Mark(errors.Newf("pd: frame of %d bytes exceeds the %d-byte limit%s", size, limit, what), ErrOversize)
 	}
 	if size == 0 {
 		return nil, ErrEmpty
 	}
-	buf := make([]byte, size)
-	if n, err := io.ReadFull(r, buf); err != nil {
-		return nil, errors.Mark(errors.Wrapf(err, "pd: frame body (%d of %d bytes)", n, size), ErrTruncated)
+	buf := make([]byte, 0, min(int(size), growStep))
+	for len(buf) < int(size) {
+		if len(buf) == cap(buf) { // double, at most to the frame's size
+			nb := make([]byte, len(buf), len(buf)+min(int(size)-len(buf), max(growStep, len(buf))))
+			copy(nb, buf)
+			buf = nb
+		}
+		n, err := io.ReadFull(r, buf[len(buf):min(int(size), cap(buf))])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			return nil, errors.Mark(errors.Wrapf(err, "pd: frame body (%d of %d bytes)", len(buf), size), ErrTruncated)
+		}
 	}
 	return buf, nil
 }
@@ -67,8 +98,11 @@ func WriteFrame(w io.Writer, payload []byte) error {
 }
 
 // ReadMessage reads and decodes one frame.
-func ReadMessage(r io.Reader) (Message, error) {
-	b, err := ReadFrame(r)
+func ReadMessage(r io.Reader) (Message, error) { return ReadMessageLimit(r, MaxFrame, "") }
+
+// ReadMessageLimit reads and decodes one frame of at most limit bytes.
+func ReadMessageLimit(r io.Reader, limit int, limitName string) (Message, error) {
+	b, err := ReadFrameLimit(r, limit, limitName)
 	if err != nil {
 		return nil, err
 	}

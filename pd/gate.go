@@ -81,8 +81,10 @@ func (g *EngineGate) Region(slot int, name string) (rdma.Region, bool) {
 	return rdma.Region{}, false
 }
 
-// Open implements Gate.
-func (g *EngineGate) Open(slot int, _ uint64, sizes []RegionSize) ([]Destination, error) {
+// Open implements Gate. With an engine that binds writes to a peer
+// (rdma.PeerOpener) and a known peer, only that ctrl session's transfer
+// streams may write.
+func (g *EngineGate) Open(slot int, _ uint64, peer string, sizes []RegionSize) ([]Destination, error) {
 	dests := make([]Destination, 0, len(sizes))
 	key := rand.Uint64() | 1 // non-zero; math/rand/v2's global source is ChaCha8, seeded from the OS
 	for _, sz := range sizes {
@@ -90,7 +92,13 @@ func (g *EngineGate) Open(slot int, _ uint64, sizes []RegionSize) ([]Destination
 		if !ok {
 			return nil, errors.Newf("pd: slot %d has no region %q", slot, sz.Name)
 		}
-		rem, err := g.eng.Open(r.ID, key)
+		var rem rdma.Remote
+		var err error
+		if po, ok := g.eng.(rdma.PeerOpener); ok && peer != "" {
+			rem, err = po.OpenFor(r.ID, key, peer)
+		} else {
+			rem, err = g.eng.Open(r.ID, key)
+		}
 		if err != nil {
 			return nil, err
 		}

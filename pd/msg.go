@@ -14,7 +14,15 @@ import (
 const Magic = "tilert-pd"
 
 // ProtocolVersion is the ctrl protocol version this package speaks.
-const ProtocolVersion = 1
+// 2: hello carries auth/nonce/session and the auth message exists (an
+// HMAC challenge-response before any admission).
+const ProtocolVersion = 2
+
+// Auth schemes in hello.auth.
+const (
+	AuthNone = "none"        // the node has no secret: no challenge
+	AuthHMAC = "hmac-sha256" // the peer must prove the shared secret first
+)
 
 // Message types, the "type" field of every frame.
 const (
@@ -25,6 +33,7 @@ const (
 	TypeDone   = "done"
 	TypeAck    = "ack"
 	TypeError  = "error"
+	TypeAuth   = "auth"
 )
 
 // Reject reasons (Reject.Error).
@@ -74,6 +83,28 @@ type Hello struct {
 	Slots           int         `json:"slots"`
 	Busy            int         `json:"busy"`
 	Regions         []RegionCap `json:"regions"`
+	// Auth is the node's scheme: AuthNone, or AuthHMAC, when the first
+	// hello is only a challenge (magic, version, auth, nonce) and the full
+	// hello follows a good auth message, carrying MAC and Session.
+	Auth  string `json:"auth,omitempty"`
+	Nonce []byte `json:"nonce,omitempty"` // the server's challenge (32 bytes, base64 in JSON)
+	// MAC proves the node holds the secret too: HMAC-SHA256(secret,
+	// "tilert-pd v2 server", server nonce, client nonce, session).
+	MAC []byte `json:"mac,omitempty"`
+	// Session names this ctrl connection; the transfer streams a client
+	// opens carry it, and an accept's write key is good only on them.
+	Session string `json:"session,omitempty"`
+}
+
+// Challenge says whether h is the first, challenge-only hello of an
+// authenticating node.
+func (h *Hello) Challenge() bool { return h.Auth == AuthHMAC && h.MAC == nil }
+
+// AuthMsg answers a challenge: the client's own nonce and
+// HMAC-SHA256(secret, "tilert-pd v2 client", server nonce, client nonce).
+type AuthMsg struct {
+	Nonce []byte `json:"nonce"`
+	MAC   []byte `json:"mac"`
 }
 
 // Layout is the part of hello and admit that must match exactly for a
@@ -198,12 +229,19 @@ func (*Reject) Type() string   { return TypeReject }
 func (*Done) Type() string     { return TypeDone }
 func (*Ack) Type() string      { return TypeAck }
 func (*ErrorMsg) Type() string { return TypeError }
+func (*AuthMsg) Type() string  { return TypeAuth }
 
 func bad(format string, args ...any) error {
 	return errors.Mark(errors.Newf("pd: "+format, args...), ErrBadMessage)
 }
 
 func (h *Hello) validate() error {
+	if h.Challenge() {
+		if len(h.Nonce) != 32 {
+			return bad("hello: challenge nonce of %d bytes, want 32", len(h.Nonce))
+		}
+		return nil
+	}
 	if h.Transport.Kind == "" {
 		return bad("hello without transport kind")
 	}
@@ -213,9 +251,41 @@ func (h *Hello) validate() error {
 	return nil
 }
 
+func (a *AuthMsg) validate() error {
+	if len(a.Nonce) != 32 || len(a.MAC) != 32 {
+		return bad("auth: nonce of %d and mac of %d bytes, want 32 and 32", len(a.Nonce), len(a.MAC))
+	}
+	return nil
+}
+
+// MaxRIDBytes is the longest rid any message may carry; nodes configure a
+// lower limit (security.max_rid_bytes, default 128).
+const MaxRIDBytes = 4096
+
+// CheckRID says what is wrong with rid: 1 to limit bytes of printable
+// ASCII without spaces (a rid is a capability, logged and echoed, so it
+// must be short and inert). limitName is named in the error.
+func CheckRID(rid string, limit int, limitName string) error {
+	if rid == "" {
+		return errors.New("rid is empty")
+	}
+	if len(rid) > limit {
+		return errors.Newf("rid of %d bytes exceeds %s (%d)", len(rid), limitName, limit)
+	}
+	for i := 0; i < len(rid); i++ {
+		if c := rid[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return errors.Newf("rid byte %d is %q: use printable ASCII without quotes or backslashes", i, c)
+		}
+	}
+	return nil
+}
+
 func (a *Admit) validate() error {
 	if a.RID == "" {
 		return bad("admit without rid")
+	}
+	if len(a.RID) > MaxRIDBytes {
+		return bad("admit: rid of %d bytes, at most %d", len(a.RID), MaxRIDBytes)
 	}
 	if a.SeqLen <= 0 {
 		return bad("admit %s: seq_len %d must be positive", a.RID, a.SeqLen)
@@ -337,6 +407,8 @@ func Decode(b []byte) (Message, error) {
 		m = &Ack{}
 	case TypeError:
 		m = &ErrorMsg{}
+	case TypeAuth:
+		m = &AuthMsg{}
 	default:
 		return nil, errors.Mark(errors.Newf("pd: unknown message type %q", *env.Type), ErrUnknownType)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/internal/auth"
 	"github.com/tilert-go/tilert/rdma"
 )
 
@@ -81,6 +82,11 @@ func newRig(t *testing.T, slots int, tweak func(*TableConfig)) *rig {
 
 func newRigWith(t *testing.T, slots int, recv rdma.Engine, tweak func(*TableConfig)) *rig {
 	t.Helper()
+	return newRigSec(t, slots, recv, Security{}, tweak)
+}
+
+func newRigSec(t *testing.T, slots int, recv rdma.Engine, sec Security, tweak func(*TableConfig)) *rig {
+	t.Helper()
 	var sr [][]SlotRegion
 	for i := range slots {
 		sr = append(sr, []SlotRegion{
@@ -101,7 +107,7 @@ func newRigWith(t *testing.T, slots int, recv rdma.Engine, tweak func(*TableConf
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(table, Transport{Kind: recv.Kind(), Endpoint: recv.Endpoint()}, slog.New(slog.DiscardHandler))
+	srv := NewServer(table, Transport{Kind: recv.Kind(), Endpoint: recv.Endpoint()}, slog.New(slog.DiscardHandler), sec)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +118,35 @@ func newRigWith(t *testing.T, slots int, recv rdma.Engine, tweak func(*TableConf
 		_ = recv.Close()
 	})
 	return &rig{recv: recv, gate: gate, table: table, srv: srv, addr: ln.Addr().String(), clock: clock}
+}
+
+// rawStream opens a transfer data stream by hand: magic, then the proof of
+// secret for session (the tcp engine's handshake, docs/PROTOCOL.md §5).
+func rawStream(t *testing.T, endpoint string, secret []byte, session string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(endpoint, "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Write([]byte("TLRTWR02")); err != nil {
+		t.Fatal(err)
+	}
+	nonce := make([]byte, 32)
+	if _, err := io.ReadFull(c, nonce); err != nil {
+		t.Fatal(err)
+	}
+	msg := binary.BigEndian.AppendUint16(nil, uint16(len(session)))
+	msg = append(msg, session...)
+	msg = append(msg, auth.MAC(secret, "tilert-tcp v2 stream", nonce, []byte(session))...)
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	var st [1]byte
+	if _, err := io.ReadFull(c, st[:]); err != nil || st[0] != 0 {
+		t.Fatalf("handshake refused: %v %v", st, err)
+	}
+	return c
 }
 
 // sender is a prefill side: its own engine, registered state, a ctrl client.
@@ -133,7 +168,7 @@ func newSender(t *testing.T, r *rig, seed uint64) *sender {
 	return newSenderWith(t, r, eng, seed)
 }
 
-func newSenderWith(t *testing.T, r *rig, eng rdma.Engine, seed uint64) *sender {
+func newSenderWith(t *testing.T, r *rig, eng rdma.Engine, seed uint64, opts ...DialOption) *sender {
 	t.Helper()
 	var err error
 	s := &sender{eng: eng, mla: make([]byte, capMLA), idx: make([]byte, capIdx), rng: rand.New(rand.NewPCG(seed, seed))}
@@ -149,7 +184,7 @@ func newSenderWith(t *testing.T, r *rig, eng rdma.Engine, seed uint64) *sender {
 	if err := eng.Register(rdma.Region{ID: 2, Host: s.idx}); err != nil {
 		t.Fatal(err)
 	}
-	s.c, err = Dial(context.Background(), r.addr, eng, testLayout)
+	s.c, err = Dial(context.Background(), r.addr, eng, testLayout, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +279,7 @@ func TestAdmitRejections(t *testing.T) {
 		reason string
 	}{
 		{"wrong magic", func(a *Admit) { a.Magic = "other-pd" }, ReasonBadRequest},
-		{"wrong protocol version", func(a *Admit) { a.ProtocolVersion = 2 }, ReasonLayoutMismatch},
+		{"wrong protocol version", func(a *Admit) { a.ProtocolVersion = ProtocolVersion + 1 }, ReasonLayoutMismatch},
 		{"wrong model", func(a *Admit) { a.Model = "glm5" }, ReasonLayoutMismatch},
 		{"wrong layout version", func(a *Admit) { a.LayoutVersion = 9 }, ReasonLayoutMismatch},
 		{"wrong kv dtype", func(a *Admit) { a.KVCacheDType = "bf16" }, ReasonLayoutMismatch},
@@ -445,7 +480,8 @@ func TestSenderDiesMidWrite(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Half of the mla region, nothing of idx.
-			peer, err := dead.eng.Connect(ctxT(t), r.recv.Endpoint())
+			// The dead sender's own session: its accept's key is bound to it.
+			peer, err := dead.eng.(rdma.SessionConnector).ConnectAs(ctxT(t), r.recv.Endpoint(), dead.c.Hello().Session)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -455,16 +491,12 @@ func TestSenderDiesMidWrite(t *testing.T) {
 				t.Fatal(err)
 			}
 			// And a data stream that dies in the middle of a payload.
-			raw, err := net.Dial("tcp", strings.TrimPrefix(r.recv.Endpoint(), "tcp://"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			hdr := make([]byte, 8+40)
-			copy(hdr, "TLRTWR01")
-			binary.BigEndian.PutUint64(hdr[8:], 1)
-			binary.BigEndian.PutUint32(hdr[16:], uint32(acc.Regions[1].Remote.ID))
-			binary.BigEndian.PutUint64(hdr[24:], acc.Regions[1].Remote.Key)
-			binary.BigEndian.PutUint64(hdr[40:], uint64(a.Regions[1].Bytes))
+			raw := rawStream(t, r.recv.Endpoint(), nil, dead.c.Hello().Session)
+			hdr := make([]byte, 40)
+			binary.BigEndian.PutUint64(hdr[0:], 1)
+			binary.BigEndian.PutUint32(hdr[8:], uint32(acc.Regions[1].Remote.ID))
+			binary.BigEndian.PutUint64(hdr[16:], acc.Regions[1].Remote.Key)
+			binary.BigEndian.PutUint64(hdr[32:], uint64(a.Regions[1].Bytes))
 			_, _ = raw.Write(append(hdr, dead.idx[:a.Regions[1].Bytes/2]...))
 			_ = raw.Close()
 			waitCtx, cancel := context.WithCancel(context.Background())

@@ -15,8 +15,10 @@ import (
 // write can land outside [accept, done].
 type Gate interface {
 	// Open makes the slot's regions writable for writes carrying gen and
-	// returns one destination per admitted region, in the same order.
-	Open(slot int, gen uint64, sizes []RegionSize) ([]Destination, error)
+	// returns one destination per admitted region, in the same order. peer
+	// is the authenticated ctrl session that asked ("" when unknown): a
+	// gate that can, accepts the writes only from that session's streams.
+	Open(slot int, gen uint64, peer string, sizes []RegionSize) ([]Destination, error)
 	// Close revokes every region of the slot. After it returns no write lands
 	// there and the memory holds every completed write.
 	Close(slot int) error
@@ -58,7 +60,12 @@ type TableConfig struct {
 	CancelTTL time.Duration
 	// RetryAfter is the hint in busy rejects (default 100 ms).
 	RetryAfter time.Duration
-	Clock      Clock
+	// MaxRIDBytes bounds admitted rids (security.max_rid_bytes, default 128).
+	MaxRIDBytes int
+	// MaxCancelled bounds the cancelled rids remembered
+	// (security.cancelled_rids, default 65536); past it the oldest go.
+	MaxCancelled int
+	Clock        Clock
 }
 
 // SlotState is where a slot is in its cycle.
@@ -111,7 +118,32 @@ type Table struct {
 	byRID     map[string]int // rid -> slot, for reserved..in_use
 	waiters   map[string]*waiter
 	cancelled map[string]time.Time
+	cancelQ   cancelQueue // the cancelled rids in cancel order, one entry each
 	now       func() time.Time
+}
+
+// cancelQueue is a FIFO of cancelled rids: entries are appended in time
+// order, so expiry and eviction pop from the front in O(1) (amortised).
+type cancelQueue struct {
+	items []cancelEntry
+	head  int
+}
+
+type cancelEntry struct {
+	rid string
+	at  time.Time
+}
+
+func (q *cancelQueue) push(e cancelEntry) { q.items = append(q.items, e) }
+func (q *cancelQueue) len() int           { return len(q.items) - q.head }
+func (q *cancelQueue) front() cancelEntry { return q.items[q.head] }
+func (q *cancelQueue) pop() {
+	q.items[q.head] = cancelEntry{}
+	q.head++
+	if q.head > 1024 && q.head > len(q.items)/2 {
+		q.items = append(q.items[:0:0], q.items[q.head:]...)
+		q.head = 0
+	}
 }
 
 // Errors from WaitReady.
@@ -141,6 +173,12 @@ func NewTable(cfg TableConfig, gate Gate) (*Table, error) {
 	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = 100 * time.Millisecond
+	}
+	if cfg.MaxRIDBytes <= 0 {
+		cfg.MaxRIDBytes = 128
+	}
+	if cfg.MaxCancelled <= 0 {
+		cfg.MaxCancelled = 65536
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
@@ -196,6 +234,11 @@ func (t *Table) reject(a *Admit, reason, format string, args ...any) *Reject {
 }
 
 func (t *Table) check(a *Admit) *Reject {
+	if err := CheckRID(a.RID, t.cfg.MaxRIDBytes, "security.max_rid_bytes"); err != nil {
+		r := t.reject(a, ReasonBadRequest, "%v", err)
+		r.RID = ""
+		return r
+	}
 	if a.Magic != Magic {
 		return t.reject(a, ReasonBadRequest, "magic %q is not %q", a.Magic, Magic)
 	}
@@ -236,8 +279,12 @@ func (t *Table) check(a *Admit) *Reject {
 	return nil
 }
 
+// PeerOwner is an owner that knows its authenticated ctrl session.
+type PeerOwner interface{ PeerSession() string }
+
 // Admit reserves a free slot for a and opens its regions to a's writes, or
-// says why not. owner identifies the ctrl connection (see Disconnect).
+// says why not. owner identifies the ctrl connection (see Disconnect); when
+// it is a PeerOwner the regions open for its session only.
 func (t *Table) Admit(a *Admit, owner any) (*Accept, *Reject) {
 	if rej := t.check(a); rej != nil {
 		return nil, rej
@@ -263,7 +310,11 @@ func (t *Table) Admit(a *Admit, owner any) (*Accept, *Reject) {
 	}
 	s := &t.slots[idx]
 	s.gen++
-	dests, err := t.gate.Open(idx, s.gen, a.Regions)
+	peer := ""
+	if po, ok := owner.(PeerOwner); ok {
+		peer = po.PeerSession()
+	}
+	dests, err := t.gate.Open(idx, s.gen, peer, a.Regions)
 	if err != nil {
 		_ = t.gate.Close(idx)
 		return nil, t.reject(a, ReasonBusy, "opening slot %d: %v", idx, err)
@@ -462,7 +513,18 @@ func (t *Table) Release(slotIdx int, gen uint64) error {
 func (t *Table) Cancel(rid string) (inUse bool) {
 	t.mu.Lock()
 	t.gcCancelled()
-	t.cancelled[rid] = t.now()
+	if _, ok := t.cancelled[rid]; !ok {
+		// Bounded: past MaxCancelled the oldest cancellation is forgotten
+		// (its admits would be taken again, which a rid nobody reuses
+		// never tries). A repeated cancel keeps the first time.
+		for t.cancelQ.len() >= t.cfg.MaxCancelled {
+			delete(t.cancelled, t.cancelQ.front().rid)
+			t.cancelQ.pop()
+		}
+		at := t.now()
+		t.cancelled[rid] = at
+		t.cancelQ.push(cancelEntry{rid: rid, at: at})
+	}
 	t.wakeLocked(rid)
 	idx, ok := t.byRID[rid]
 	if !ok {
@@ -481,11 +543,20 @@ func (t *Table) Cancel(rid string) (inUse bool) {
 	return false
 }
 
+// gcCancelled forgets cancellations older than CancelTTL: they sit at the
+// front of the queue, so this costs O(1) per forgotten rid and nothing
+// when none expired.
 func (t *Table) gcCancelled() {
 	now := t.now()
-	for rid, at := range t.cancelled {
-		if now.Sub(at) > t.cfg.CancelTTL {
-			delete(t.cancelled, rid)
-		}
+	for t.cancelQ.len() > 0 && now.Sub(t.cancelQ.front().at) > t.cfg.CancelTTL {
+		delete(t.cancelled, t.cancelQ.front().rid)
+		t.cancelQ.pop()
 	}
+}
+
+// Cancelled counts the cancelled rids remembered now.
+func (t *Table) Cancelled() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.cancelled)
 }

@@ -144,3 +144,21 @@ func checkRange(what string, id RegionID, off, n, size int64) error {
 func (w WriteOp) String() string {
 	return fmt.Sprintf("write %d@%d -> %d@%d (%d bytes)", w.Local, w.LocalOff, w.Remote.ID, w.RemoteOff, w.Len)
 }
+
+// PeerOpener is an engine that can bind a region's write permission to one
+// authenticated peer session: OpenFor(id, key, session) accepts writes that
+// carry key only from streams that proved session (the ctrl connection that
+// received the accept). The tcp engine implements it.
+type PeerOpener interface {
+	OpenFor(id RegionID, key uint64, session string) (Remote, error)
+}
+
+// SessionConnector is an engine whose streams introduce themselves with a
+// ctrl session (see PeerOpener).
+type SessionConnector interface {
+	ConnectAs(ctx context.Context, endpoint, session string) (Peer, error)
+}
+
+// ErrUnauthorized marks a stream the receiver refused at its handshake:
+// the two sides do not share the secret.
+var ErrUnauthorized = errors.New("rdma: the receiver refused this side's credentials")

@@ -13,11 +13,18 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/internal/auth"
+	"github.com/tilert-go/tilert/internal/netguard"
 )
 
 // TCP engine wire format (every integer big-endian), per stream:
 //
-//	sender -> receiver, once:  8-byte magic "TLRTWR01"
+//	sender -> receiver, once:  8-byte magic "TLRTWR02"
+//	receiver -> sender, once:  32-byte nonce
+//	sender -> receiver, once:  session length u16 | session | 32-byte mac
+//	    mac = HMAC-SHA256(secret, "tilert-tcp v2 stream", nonce, session)
+//	receiver -> sender, once:  1 byte, 0 accepted, 1 refused (then close)
 //	sender -> receiver, per write: 40-byte header
 //	    seq u64 | region u32 | flags u32 (0) | key u64 | offset u64 | len u64
 //	  followed by len payload bytes
@@ -29,7 +36,9 @@ import (
 // region is open for exactly this key, so Revoke waits at most one chunk.
 // Refused payloads are read and dropped so the stream stays in sync.
 const (
-	tcpMagic      = "TLRTWR01"
+	tcpMagic      = "TLRTWR02"
+	tcpMACLabel   = "tilert-tcp v2 stream"
+	tcpMaxSession = 256
 	tcpHeaderLen  = 40
 	tcpComplLen   = 16
 	tcpStatusOK   = 0
@@ -75,6 +84,18 @@ type TCPConfig struct {
 	IOTimeout time.Duration
 	// Window is the number of pieces in flight per stream (default 32).
 	Window int
+	// Secret is the shared secret streams prove at their handshake (both
+	// ends); nil on both ends is an unauthenticated deployment.
+	Secret []byte
+	// MaxConns and MaxConnsPerPeer cap the receiver's streams in total and
+	// per remote IP (security.max_conns, max_conns_per_peer; 0: no cap).
+	MaxConns, MaxConnsPerPeer int
+	// HandshakeTimeout bounds the handshake and a started write header
+	// (security.read_timeout_s, default 10 s).
+	HandshakeTimeout time.Duration
+	// IdleTimeout closes a stream with no write for this long
+	// (security.idle_timeout_s, default 5 min).
+	IdleTimeout time.Duration
 }
 
 func (c *TCPConfig) defaults() {
@@ -93,12 +114,19 @@ func (c *TCPConfig) defaults() {
 	if c.Window <= 0 {
 		c.Window = 32
 	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 5 * time.Minute
+	}
 }
 
 type tcpRegion struct {
 	Region
-	mu  sync.RWMutex // writers of payload chunks hold it shared; Open/Revoke exclusive
-	key uint64       // 0: closed
+	mu   sync.RWMutex // writers of payload chunks hold it shared; Open/Revoke exclusive
+	key  uint64       // 0: closed
+	peer string       // "": any authenticated stream; else only this session's
 }
 
 // TCPEngine is the built-in transfer engine.
@@ -123,7 +151,7 @@ func NewTCP(cfg TCPConfig) (*TCPEngine, error) {
 		if err != nil {
 			return nil, errors.Wrapf(err, "rdma/tcp: listen on %s", cfg.Listen)
 		}
-		e.ln = ln
+		e.ln = netguard.Wrap(ln, netguard.Limits{MaxConns: cfg.MaxConns, MaxPerPeer: cfg.MaxConnsPerPeer, Name: "transfer"})
 		e.wg.Add(1)
 		go e.acceptLoop()
 	}
@@ -188,7 +216,11 @@ func (e *TCPEngine) region(id RegionID) *tcpRegion {
 }
 
 // Open implements Engine.
-func (e *TCPEngine) Open(id RegionID, key uint64) (Remote, error) {
+func (e *TCPEngine) Open(id RegionID, key uint64) (Remote, error) { return e.OpenFor(id, key, "") }
+
+// OpenFor implements PeerOpener: writes must carry key and, when session is
+// set, come on streams that introduced themselves with that session.
+func (e *TCPEngine) OpenFor(id RegionID, key uint64, session string) (Remote, error) {
 	if key == 0 {
 		return Remote{}, errors.Newf("rdma/tcp: open region %d: key must be non-zero", id)
 	}
@@ -197,7 +229,7 @@ func (e *TCPEngine) Open(id RegionID, key uint64) (Remote, error) {
 		return Remote{}, errors.Newf("rdma/tcp: open: region %d not registered", id)
 	}
 	r.mu.Lock()
-	r.key = key
+	r.key, r.peer = key, session
 	r.mu.Unlock()
 	return Remote{ID: id, Key: key, Len: r.Size(), Kind: r.Kind}, nil
 }
@@ -209,7 +241,7 @@ func (e *TCPEngine) Revoke(id RegionID) error {
 		return errors.Newf("rdma/tcp: revoke: region %d not registered", id)
 	}
 	r.mu.Lock()
-	r.key = 0
+	r.key, r.peer = 0, ""
 	r.mu.Unlock()
 	return nil
 }
@@ -273,14 +305,18 @@ func (e *TCPEngine) serveStream(c net.Conn) {
 	br := bufio.NewReaderSize(c, 64<<10)
 	var hdr [tcpHeaderLen]byte
 	var compl [tcpComplLen]byte
-	_ = c.SetReadDeadline(time.Now().Add(e.cfg.IOTimeout))
-	if _, err := io.ReadFull(br, hdr[:len(tcpMagic)]); err != nil || string(hdr[:len(tcpMagic)]) != tcpMagic {
-		slog.Warn("rdma/tcp: stream without the engine's magic, closing", "remote", c.RemoteAddr())
+	session, ok := e.handshake(c, br)
+	if !ok {
 		return
 	}
 	for {
-		// Idle streams may wait forever for the next header.
-		_ = c.SetReadDeadline(time.Time{})
+		// An idle stream is closed after IdleTimeout; a started header
+		// must complete within HandshakeTimeout (slowloris).
+		_ = c.SetReadDeadline(time.Now().Add(e.cfg.IdleTimeout))
+		if _, err := br.Peek(1); err != nil {
+			return
+		}
+		_ = c.SetReadDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			return
 		}
@@ -289,21 +325,60 @@ func (e *TCPEngine) serveStream(c net.Conn) {
 		key := binary.BigEndian.Uint64(hdr[16:])
 		off := binary.BigEndian.Uint64(hdr[24:])
 		n := binary.BigEndian.Uint64(hdr[32:])
-		st, err := e.receive(c, br, id, key, off, n)
+		st, err := e.receive(c, br, session, id, key, off, n)
 		if err != nil {
 			return // the stream is broken; the sender sees it
 		}
 		binary.BigEndian.PutUint64(compl[0:], seq)
 		binary.BigEndian.PutUint32(compl[8:], st)
+		_ = c.SetWriteDeadline(time.Now().Add(e.cfg.IOTimeout))
 		if _, err := c.Write(compl[:]); err != nil {
 			return
 		}
 	}
 }
 
+// handshake checks the stream's magic and its proof of the secret, and
+// returns the ctrl session the stream introduced itself with.
+func (e *TCPEngine) handshake(c net.Conn, br *bufio.Reader) (string, bool) {
+	_ = c.SetDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
+	defer func() { _ = c.SetDeadline(time.Time{}) }()
+	var magic [len(tcpMagic)]byte
+	if _, err := io.ReadFull(br, magic[:]); err != nil || string(magic[:]) != tcpMagic {
+		slog.Debug("rdma/tcp: stream without the engine's magic, closing", "remote", c.RemoteAddr())
+		return "", false
+	}
+	nonce := auth.Nonce()
+	if _, err := c.Write(nonce); err != nil {
+		return "", false
+	}
+	var n [2]byte
+	if _, err := io.ReadFull(br, n[:]); err != nil {
+		return "", false
+	}
+	sl := int(binary.BigEndian.Uint16(n[:]))
+	if sl > tcpMaxSession {
+		return "", false
+	}
+	buf := make([]byte, sl+32)
+	if _, err := io.ReadFull(br, buf); err != nil {
+		return "", false
+	}
+	session, mac := buf[:sl], buf[sl:]
+	if !auth.Equal(mac, auth.MAC(e.cfg.Secret, tcpMACLabel, nonce, session)) {
+		slog.Warn("rdma/tcp: stream refused: wrong secret (security.secret_file differs)", "remote", c.RemoteAddr().String())
+		_, _ = c.Write([]byte{1})
+		return "", false
+	}
+	if _, err := c.Write([]byte{0}); err != nil {
+		return "", false
+	}
+	return string(session), true
+}
+
 // receive lands one write's payload (or drops it) and returns its status.
 // A non-nil error means the stream itself failed.
-func (e *TCPEngine) receive(c net.Conn, br *bufio.Reader, id RegionID, key, off, n uint64) (uint32, error) {
+func (e *TCPEngine) receive(c net.Conn, br *bufio.Reader, session string, id RegionID, key, off, n uint64) (uint32, error) {
 	r := e.region(id)
 	if r == nil {
 		return tcpStatusNoRe, e.discard(c, br, n)
@@ -316,7 +391,7 @@ func (e *TCPEngine) receive(c net.Conn, br *bufio.Reader, id RegionID, key, off,
 	for done < n {
 		k := min(n-done, uint64(e.cfg.ChunkBytes))
 		r.mu.RLock()
-		if r.key == 0 || r.key != key {
+		if r.key == 0 || r.key != key || (r.peer != "" && r.peer != session) {
 			r.mu.RUnlock()
 			st := uint32(tcpStatusKey)
 			if done > 0 {
@@ -350,6 +425,15 @@ func (e *TCPEngine) discard(c net.Conn, br *bufio.Reader, n uint64) error {
 
 // Connect implements Engine.
 func (e *TCPEngine) Connect(ctx context.Context, endpoint string) (Peer, error) {
+	return e.ConnectAs(ctx, endpoint, "")
+}
+
+// ConnectAs implements SessionConnector: every stream proves the secret and
+// introduces itself with session.
+func (e *TCPEngine) ConnectAs(ctx context.Context, endpoint, session string) (Peer, error) {
+	if len(session) > tcpMaxSession {
+		return nil, errors.Newf("rdma/tcp: session of %d bytes, at most %d", len(session), tcpMaxSession)
+	}
 	addr, ok := strings.CutPrefix(endpoint, "tcp://")
 	if !ok {
 		return nil, errors.WithHint(errors.Newf("rdma/tcp: endpoint %q is not tcp://host:port", endpoint),
@@ -363,7 +447,7 @@ func (e *TCPEngine) Connect(ctx context.Context, endpoint string) (Peer, error) 
 			_ = p.Close()
 			return nil, errors.Wrapf(err, "rdma/tcp: connect stream %d to %s", i, addr)
 		}
-		if _, err := c.Write([]byte(tcpMagic)); err != nil {
+		if err := e.introduce(ctx, c, session); err != nil {
 			_ = c.Close()
 			_ = p.Close()
 			return nil, errors.Wrapf(err, "rdma/tcp: connect stream %d to %s", i, addr)
@@ -382,6 +466,36 @@ func (e *TCPEngine) Connect(ctx context.Context, endpoint string) (Peer, error) 
 	e.peers[p] = struct{}{}
 	e.mu.Unlock()
 	return p, nil
+}
+
+// introduce runs the sender's side of the stream handshake.
+func (e *TCPEngine) introduce(ctx context.Context, c net.Conn, session string) error {
+	dl := time.Now().Add(e.cfg.HandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	_ = c.SetDeadline(dl)
+	defer func() { _ = c.SetDeadline(time.Time{}) }()
+	if _, err := c.Write([]byte(tcpMagic)); err != nil {
+		return err
+	}
+	nonce := make([]byte, auth.NonceBytes)
+	if _, err := io.ReadFull(c, nonce); err != nil {
+		return errors.Wrap(err, "reading the receiver's challenge (is it a tilert transfer port of this version?)")
+	}
+	msg := make([]byte, 0, 2+len(session)+32)
+	msg = binary.BigEndian.AppendUint16(msg, uint16(len(session)))
+	msg = append(msg, session...)
+	msg = append(msg, auth.MAC(e.cfg.Secret, tcpMACLabel, nonce, []byte(session))...)
+	if _, err := c.Write(msg); err != nil {
+		return err
+	}
+	var st [1]byte
+	if _, err := io.ReadFull(c, st[:]); err != nil || st[0] != 0 {
+		return errors.WithHint(errors.Mark(errors.New("rdma/tcp: the receiver refused this stream's proof of the secret"), ErrUnauthorized),
+			"give the decode node and this side the same security.secret_file (or none on both)")
+	}
+	return nil
 }
 
 type tcpPeer struct {

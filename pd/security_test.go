@@ -369,4 +369,3 @@ func BenchmarkCancel(b *testing.B) {
 		tb.Cancel(fmt.Sprintf("b-%d", i))
 	}
 }
-

@@ -130,7 +130,7 @@ func Default() *Config {
 		Security: Security{
 			MaxConns: 1024, MaxConnsPerPeer: 128, ReadTimeoutS: 10, IdleTimeoutS: 300, WriteTimeoutS: 30,
 			MaxFrameBytes: 16 << 20, AdmitsPerS: 1000, CancelledRIDs: 65536, MaxRIDBytes: 128,
-			MaxBodyBytes: 1 << 20, MaxHeaderBytes: 16 << 10,
+			MaxBodyBytes: 64 << 10, MaxHeaderBytes: 16 << 10,
 		},
 	}
 }

@@ -34,7 +34,8 @@ type Security struct {
 	AdmitsPerS float64
 }
 
-func (s *Security) defaults() {
+// Defaults fills zero values with the defaults.
+func (s *Security) Defaults() {
 	if s.MaxConns <= 0 {
 		s.MaxConns = 1024
 	}
@@ -82,7 +83,7 @@ func NewServer(table *Table, transport Transport, log *slog.Logger, sec Security
 	if log == nil {
 		log = slog.Default()
 	}
-	sec.defaults()
+	sec.Defaults()
 	return &Server{table: table, transport: transport, log: log, sec: sec, rate: netguard.NewRate(sec.AdmitsPerS, sec.AdmitsPerS),
 		lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
 }

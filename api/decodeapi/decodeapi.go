@@ -195,6 +195,10 @@ type Code string
 // Error codes a decode node answers with.
 const (
 	CodeBadRequest        Code = "bad_request"
+	CodeUnauthorized      Code = "unauthorized"     // /pd/* without the router's bearer token
+	CodeTimeout           Code = "request_timeout"  // the request did not arrive within security.read_timeout_s
+	CodeTooLarge          Code = "too_large"        // body past security.max_body_bytes
+	CodeHeaderTooLarge    Code = "header_too_large" // headers past security.max_header_bytes
 	CodeNotFound          Code = "not_found"
 	CodeMethodNotAllowed  Code = "method_not_allowed"
 	CodeDuplicateRID      Code = "duplicate_rid"
@@ -210,6 +214,10 @@ const (
 // statusOf is the one table from error code to HTTP status.
 var statusOf = map[Code]int{
 	CodeBadRequest:        400,
+	CodeUnauthorized:      401,
+	CodeTimeout:           408,
+	CodeTooLarge:          413,
+	CodeHeaderTooLarge:    431,
 	CodeNotFound:          404,
 	CodeMethodNotAllowed:  405,
 	CodeDuplicateRID:      409,

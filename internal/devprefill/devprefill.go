@@ -21,6 +21,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/urfave/cli/v2"
 
+	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/rdma"
@@ -34,7 +35,7 @@ func Command() *cli.Command {
 	return &cli.Command{
 		Name:  "dev-prefill",
 		Usage: "dev tool: prefill a prompt on the local CPU engine, hand its state to a decode node, print the /pd/decode stream",
-		Flags: append(append(cliutil.Flags(nil), cliutil.PromptFlags()...),
+		Flags: append(append(cliutil.Flags(secretFlags), cliutil.PromptFlags()...),
 			&cli.StringFlag{Name: "model-dir", Usage: "the decode node's model: HF checkpoint or converted weights (tokenizer read from it when present)"},
 			&cli.StringFlag{Name: "addr-file", Usage: "the decode node's --addr-file (ctrl and http addresses)"},
 			&cli.StringFlag{Name: "ctrl", Usage: "decode node ctrl address host:port (instead of --addr-file)"},
@@ -56,8 +57,24 @@ func usage(format string, args ...any) error {
 	return cliutil.WithExitCode(errors.Newf(format, args...), cliutil.ExitUsage)
 }
 
+// secretFlags: with a shared secret, dev-prefill authenticates to the
+// node's ctrl and transfer ports and presents the /pd/* token.
+var secretFlags = []config.Flag{
+	{Key: "security.secret_file", Name: "secret-file"},
+	{Key: "security.pd_token_file", Name: "pd-token-file"},
+}
+
 func run(c *cli.Context) error {
-	if _, _, err := cliutil.Load(c, nil); err != nil {
+	cfg, _, err := cliutil.Load(c, secretFlags)
+	if err != nil {
+		return err
+	}
+	secret, err := cfg.Secret()
+	if err != nil {
+		return err
+	}
+	tokens, err := cfg.PDTokens()
+	if err != nil {
 		return err
 	}
 	out := c.App.Writer
@@ -100,7 +117,7 @@ func run(c *cli.Context) error {
 
 	ctx, cancel := context.WithTimeout(c.Context, 5*time.Minute)
 	defer cancel()
-	tr, err := NewSender(c.String("transfer-engine"))
+	tr, err := NewSender(c.String("transfer-engine"), secret)
 	if err != nil {
 		return err
 	}
@@ -109,7 +126,7 @@ func run(c *cli.Context) error {
 	if rid == "" {
 		rid = "dev-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
-	sh := NewShipper(w, mcfg, tr, len(prompt)+2)
+	sh := NewShipper(w, mcfg, tr, len(prompt)+2).WithSecret(secret)
 	defer sh.Close()
 	h, err := sh.Ship(ctx, ctrl, rid, prompt, p)
 	if err != nil {
@@ -129,6 +146,9 @@ func run(c *cli.Context) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if len(tokens) > 0 {
+		req.Header.Set("Authorization", "Bearer "+tokens[0])
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return errors.Wrap(err, "POST /pd/decode")
@@ -169,11 +189,12 @@ func run(c *cli.Context) error {
 	return nil
 }
 
-// NewSender starts a transfer engine of kind (tcp or nixl) for sending state.
-func NewSender(kind string) (rdma.Engine, error) {
+// NewSender starts a transfer engine of kind (tcp or nixl) for sending
+// state; tcp streams prove secret (nil: a node without one).
+func NewSender(kind string, secret []byte) (rdma.Engine, error) {
 	switch kind {
 	case "tcp":
-		return rdma.NewTCP(rdma.TCPConfig{})
+		return rdma.NewTCP(rdma.TCPConfig{Secret: secret})
 	case "nixl":
 		return nixl.New(nixl.Config{})
 	}

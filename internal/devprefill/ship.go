@@ -38,6 +38,7 @@ type Shipper struct {
 	cfg       *model.Config
 	tr        rdma.Engine
 	maxSeqLen int
+	secret    []byte
 
 	mu      sync.Mutex
 	engines map[engine.CacheDType]*cpu.Engine
@@ -48,6 +49,13 @@ type Shipper struct {
 // maxSeqLen bounds prompts (0: the model's max_position_embeddings).
 func NewShipper(w model.Weights, cfg *model.Config, tr rdma.Engine, maxSeqLen int) *Shipper {
 	return &Shipper{w: w, cfg: cfg, tr: tr, maxSeqLen: maxSeqLen, engines: map[engine.CacheDType]*cpu.Engine{}}
+}
+
+// WithSecret makes the Shipper prove secret to the nodes' ctrl ports
+// (security.secret_file); the transfer engine carries its own copy.
+func (s *Shipper) WithSecret(secret []byte) *Shipper {
+	s.secret = secret
+	return s
 }
 
 // Config is the model the Shipper prefills.
@@ -82,7 +90,7 @@ func (s *Shipper) engineFor(dt engine.CacheDType) (*cpu.Engine, error) {
 func (s *Shipper) Ship(ctx context.Context, ctrl, rid string, prompt []int, p engine.Params) (*Handoff, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	client, err := pd.Dial(ctx, ctrl, s.tr, pd.Layout{})
+	client, err := pd.Dial(ctx, ctrl, s.tr, pd.Layout{}, pd.WithSecret(s.secret))
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/urfave/cli/v2"
 
+	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/roles/decode"
 )
@@ -20,7 +21,7 @@ func Command() *cli.Command {
 		Name: "dev-vllm",
 		Usage: "dev stand-in for vLLM prefill + TileRT connector + sidecar: an OpenAI-style server that prefills on the CPU engine " +
 			"and hands the state to a decode node (for running the whole stack without a GPU; not vLLM)",
-		Flags: append(cliutil.Flags(nil),
+		Flags: append(cliutil.Flags(secretFlags),
 			&cli.StringFlag{Name: "model-dir", Usage: "HF checkpoint (or converted weights with tokenizer files) of the decode node's model"},
 			&cli.StringFlag{Name: "host", Value: "127.0.0.1", Usage: "address to bind"},
 			&cli.IntFlag{Name: "port", Value: 8000, Usage: "port (0 lets the kernel choose; see --addr-file)"},
@@ -30,7 +31,12 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "addr-file", Usage: "write the bound address as JSON {\"http\":...} once listening"},
 		),
 		Action: func(c *cli.Context) error {
-			if _, _, err := cliutil.Load(c, nil); err != nil {
+			cfg, _, err := cliutil.Load(c, secretFlags)
+			if err != nil {
+				return err
+			}
+			secret, err := cfg.Secret()
+			if err != nil {
 				return err
 			}
 			if c.String("model-dir") == "" {
@@ -41,10 +47,14 @@ func Command() *cli.Command {
 			defer stop()
 			return Run(ctx, RunOptions{ModelDir: c.String("model-dir"), Host: c.String("host"), Port: c.Int("port"),
 				ServedModel: c.String("served-model-name"), Transfer: c.String("transfer-engine"),
-				MaxSeqLen: c.Int("max-seq-len"), AddrFile: c.String("addr-file")})
+				MaxSeqLen: c.Int("max-seq-len"), AddrFile: c.String("addr-file"), Secret: secret})
 		},
 	}
 }
+
+// secretFlags: with a shared secret the stand-in authenticates to the
+// decode nodes' ctrl and transfer ports, as the sidecar does.
+var secretFlags = []config.Flag{{Key: "security.secret_file", Name: "secret-file"}}
 
 var loadWeights = decode.LoadWeights
 

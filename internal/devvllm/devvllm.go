@@ -338,6 +338,7 @@ type RunOptions struct {
 	Transfer    string // tcp or nixl
 	MaxSeqLen   int
 	AddrFile    string
+	Secret      []byte // proven to the decode nodes (security.secret_file)
 }
 
 // Run serves the stand-in until ctx ends.
@@ -351,12 +352,12 @@ func Run(ctx context.Context, o RunOptions) error {
 	if err != nil {
 		return errors.WithHintf(err, "--model-dir %s must hold tokenizer.json", o.ModelDir)
 	}
-	tr, err := devprefill.NewSender(o.Transfer)
+	tr, err := devprefill.NewSender(o.Transfer, o.Secret)
 	if err != nil {
 		return err
 	}
 	defer tr.Close()
-	sh := devprefill.NewShipper(w, mcfg, tr, o.MaxSeqLen)
+	sh := devprefill.NewShipper(w, mcfg, tr, o.MaxSeqLen).WithSecret(o.Secret)
 	defer sh.Close()
 	if o.ServedModel == "" {
 		o.ServedModel = baseName(o.ModelDir)

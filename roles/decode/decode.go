@@ -27,6 +27,7 @@ import (
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/internal/engineload"
 	"github.com/tilert-go/tilert/model"
+	"github.com/tilert-go/tilert/pd"
 	"github.com/tilert-go/tilert/rdma"
 	"github.com/tilert-go/tilert/rdma/nixl"
 )
@@ -48,6 +49,8 @@ var Flags = []config.Flag{
 	{Key: "decode.state_timeout_s", Name: "state-timeout"},
 	{Key: "transfer.engine", Name: "transfer-engine"},
 	{Key: "transfer.listen", Name: "transfer-listen"},
+	{Key: "security.secret_file", Name: "secret-file"},
+	{Key: "security.pd_token_file", Name: "pd-token-file"},
 }
 
 // addrFileFlag is a run-time convenience, not configuration: with ports 0
@@ -124,7 +127,14 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 		"layers", mcfg.NumLayers, "mtp", cfg.Model.WithMTP, "kv_cache_dtype", dt, "max_seq_len", eng.Options().MaxSeqLen,
 		"slots", d.MaxInflight, "slot_bytes", eng.Layout().SlotBytes, "load", time.Since(t0).Round(time.Millisecond))
 
-	tr, err := NewTransfer(cfg.Transfer, d.Host)
+	sec, err := SecurityFrom(cfg)
+	if err != nil {
+		return usage(err)
+	}
+	host := cfg.DecodeHost()
+	tcfg := cfg.Transfer
+	tcfg.Listen = cfg.TransferListen()
+	tr, err := NewTransfer(tcfg, host, sec.Ctrl)
 	if err != nil {
 		return err
 	}
@@ -132,16 +142,20 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 
 	node, err := New(Options{Engine: eng, Transfer: tr, Model: ModelName(mcfg.Family), VocabSize: mcfg.VocabSize, EOS: mcfg.EOS,
 		StateTimeout:    time.Duration(d.StateTimeoutS * float64(time.Second)),
-		ReserveDeadline: time.Duration(d.SlotReserveTTL * float64(time.Second)), Log: log})
+		ReserveDeadline: time.Duration(d.SlotReserveTTL * float64(time.Second)), Security: sec, Log: log})
 	if err != nil {
 		return err
 	}
-	ctrlLn, err := net.Listen("tcp", net.JoinHostPort(d.Host, strconv.Itoa(d.CtrlPort)))
+	if sec.Ctrl.Secret == nil {
+		log.Warn("decode: no security.secret_file: the ctrl, transfer and /pd/* ports authenticate nobody; keep them on loopback or a private network",
+			"host", host)
+	}
+	ctrlLn, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(d.CtrlPort)))
 	if err != nil {
 		_ = node.Close()
 		return errors.WithHint(errors.Wrap(err, "decode: ctrl port"), "pick a free --ctrl-port (0 lets the kernel choose)")
 	}
-	httpLn, err := net.Listen("tcp", net.JoinHostPort(d.Host, strconv.Itoa(d.HTTPPort)))
+	httpLn, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(d.HTTPPort)))
 	if err != nil {
 		_ = ctrlLn.Close()
 		_ = node.Close()
@@ -208,11 +222,15 @@ func LoadWeights(dir string) (model.Weights, *model.Config, func(), error) {
 	return engineload.Weights(dir)
 }
 
-// NewTransfer starts the configured transfer engine for receiving.
-func NewTransfer(t config.Transfer, host string) (rdma.Engine, error) {
+// NewTransfer starts the configured transfer engine for receiving; the tcp
+// engine's streams prove sec.Secret and are capped and timed as the ctrl
+// port's connections.
+func NewTransfer(t config.Transfer, host string, sec pd.Security) (rdma.Engine, error) {
+	sec.Defaults()
 	switch t.Engine {
 	case "tcp":
-		cfg := rdma.TCPConfig{Listen: t.Listen, Streams: t.Streams}
+		cfg := rdma.TCPConfig{Listen: t.Listen, Streams: t.Streams, Secret: sec.Secret, MaxConns: sec.MaxConns,
+			MaxConnsPerPeer: sec.MaxConnsPerPeer, HandshakeTimeout: sec.ReadTimeout, IdleTimeout: sec.IdleTimeout}
 		e, err := rdma.NewTCP(cfg)
 		if err != nil {
 			return nil, err

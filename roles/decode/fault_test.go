@@ -45,7 +45,7 @@ func TestSenderFailsMidTransfer(t *testing.T) {
 	}{
 		{"disconnect mid-write", 0, func(t *testing.T, s *sender, acc *pd.Accept, out *Outgoing) {
 			// Half of the first region lands, then the process "dies".
-			peer, err := s.tr.Connect(ctxT(t), s.c.Hello().Transport.Endpoint)
+			peer, err := s.tr.(rdma.SessionConnector).ConnectAs(ctxT(t), s.c.Hello().Transport.Endpoint, s.c.Hello().Session)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +94,7 @@ func TestSenderFailsMidTransfer(t *testing.T) {
 				return st == "free" && gen > acc.Generation
 			})
 			// Late writes carry the old key: refused.
-			peer, err := s.tr.Connect(ctxT(t), s.c.Hello().Transport.Endpoint)
+			peer, err := s.tr.(rdma.SessionConnector).ConnectAs(ctxT(t), s.c.Hello().Transport.Endpoint, s.c.Hello().Session)
 			if err != nil {
 				t.Fatal(err)
 			}

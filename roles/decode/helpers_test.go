@@ -106,6 +106,7 @@ type rigOpts struct {
 	stepHook  func()
 	maxSeq    int    // default testMaxSeq
 	device    string // cpu (default) | cuda
+	sec       Security
 }
 
 // buildEngine builds an engine on device (cpu or cuda); the caller closes it.
@@ -198,7 +199,7 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	tr := newTransfer(t, o.transport, true)
 	node, err := New(Options{Engine: eng, Transfer: tr, Model: ModelName(lm.cfg.Family), VocabSize: lm.cfg.VocabSize, EOS: lm.cfg.EOS,
 		StateTimeout: 20 * time.Second, ReserveDeadline: o.reserve, minBatch: o.minBatch, stepHook: o.stepHook,
-		Log: testLogger(t)})
+		Security: o.sec, Log: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

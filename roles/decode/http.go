@@ -40,6 +40,8 @@ func (n *Node) parseDecode(body []byte) (*decodeapi.DecodeRequest, engine.Params
 	switch {
 	case req.RID == "":
 		return nil, p, 0, badRequest("field rid: missing or empty")
+	case n.checkRID(req.RID) != nil:
+		return nil, p, 0, n.checkRID(req.RID)
 	case req.FirstTokenID == nil:
 		return nil, p, 0, badRequest("field first_token_id: missing")
 	case *req.FirstTokenID < 0 || *req.FirstTokenID >= vocab:
@@ -109,13 +111,20 @@ func (n *Node) newHTTPServer() *fasthttp.Server {
 		decodeapi.PathMetrics:      {"GET", n.handleMetrics},
 	}
 	return &fasthttp.Server{
-		Handler:            n.route,
-		Name:               "tilert-decode",
-		ReadTimeout:        30 * time.Second,
-		IdleTimeout:        2 * time.Minute,
-		MaxRequestBodySize: 1 << 20,
+		Handler: n.route,
+		Name:    "tilert-decode",
+		// Slowloris: headers and body within the read timeout, idle
+		// keep-alive connections closed (security.read_timeout_s,
+		// idle_timeout_s); sizes capped (max_body_bytes, max_header_bytes:
+		// fasthttp's read buffer is the header limit).
+		ReadTimeout:        n.sec.Ctrl.ReadTimeout,
+		IdleTimeout:        n.sec.Ctrl.IdleTimeout,
+		MaxRequestBodySize: n.sec.MaxBodyBytes,
+		ReadBufferSize:     n.sec.MaxHeaderBytes,
+		ErrorHandler:       n.httpError,
 		Logger:             fasthttpLogger{n},
-		// A streamed response ends when its request ends, not on a timer.
+		// A streamed response ends when its request ends, not on a timer;
+		// each write of it has its own deadline (streamWriteDeadline).
 		WriteTimeout: 0,
 	}
 }
@@ -143,7 +152,9 @@ func (n *Node) route(ctx *fasthttp.RequestCtx) {
 		ctx.Response.Header.Set("Allow", rt.method)
 		writeError(ctx, &decodeapi.Error{Code: decodeapi.CodeMethodNotAllowed, Message: path + " takes " + rt.method})
 	default:
-		rt.h(ctx)
+		if n.authorize(ctx, path) {
+			rt.h(ctx)
+		}
 	}
 }
 
@@ -226,12 +237,27 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	r := newRequest(req.RID, *req.FirstTokenID, params, timeout)
+	r.caller = n.caller(ctx)
 	if herr := n.register(r); herr != nil {
 		r.waitCancel()
 		n.reject(ctx, herr)
 		return
 	}
 	stream := req.Streamed()
+	// A client that leaves while its request waits or decodes takes the
+	// request with it (a waiter would otherwise hold its promise of a
+	// slot until timeout_s, and a non-streamed decode run to the end).
+	stopWatch := watchClient(ctx, func() {
+		n.log.Info("decode: client gone; cancelling", "rid", r.rid)
+		r.cancel()
+		n.poke()
+	})
+	streaming := false
+	defer func() {
+		if !streaming {
+			stopWatch()
+		}
+	}()
 
 	rd, err := n.table.WaitReady(r.waitCtx, r.rid)
 	r.readyAt = time.Now()
@@ -303,15 +329,25 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.SetContentType(decodeapi.ContentTypeNDJSON)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	streaming = true // the writer below owns the watch now
+	conn := ctx.Conn()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer n.unregister(r)
+		defer stopWatch()
+		defer func() {
+			if conn != nil { // fasthttp sets no write deadline of its own (WriteTimeout 0)
+				_ = conn.SetWriteDeadline(time.Time{})
+			}
+		}()
 		gone := false
 		for {
 			<-r.notify
 			for {
 				toks, final := r.take()
 				if final != nil {
+					stopWatch()
 					if !gone {
+						n.writeDeadline(conn)
 						b, _ := json.Marshal(final)
 						_, _ = w.Write(append(b, '\n'))
 						_ = w.Flush()
@@ -325,6 +361,9 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 					continue
 				}
 				b, _ := json.Marshal(decodeapi.TokensLine{T: toks})
+				// A reader that stops reading is cut off after the write
+				// timeout instead of holding this writer forever.
+				n.writeDeadline(conn)
 				_, _ = w.Write(append(b, '\n'))
 				if err := w.Flush(); err != nil {
 					// The client left: stop decoding for it.
@@ -348,9 +387,24 @@ func (n *Node) handleCancel(ctx *fasthttp.RequestCtx) {
 		n.reject(ctx, badRequest("field rid: missing or empty"))
 		return
 	}
-	inUse := n.table.Cancel(req.RID)
+	if herr := n.checkRID(req.RID); herr != nil {
+		n.reject(ctx, herr)
+		return
+	}
+	caller := n.caller(ctx)
 	n.mu.Lock()
 	r := n.reqs[req.RID]
+	n.mu.Unlock()
+	if r != nil && r.caller != caller {
+		// Only the caller that started a request may cancel it; to anyone
+		// else it does not exist.
+		n.log.Warn("decode: cancel of another caller's request refused", "rid", maskRID(req.RID))
+		writeJSON(ctx, fasthttp.StatusOK, decodeapi.CancelResponse{RID: req.RID, Cancelled: false, State: decodeapi.CancelUnknown})
+		return
+	}
+	inUse := n.table.Cancel(req.RID)
+	n.mu.Lock()
+	r = n.reqs[req.RID]
 	state := decodeapi.CancelUnknown // admits for it are refused for a minute all the same
 	if r != nil {
 		state = decodeapi.CancelWaiting
@@ -381,7 +435,9 @@ func (n *Node) handleHealth(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, decodeapi.Health{Status: "ok", Slots: &slots, Busy: &busy})
 }
 
-func (n *Node) status() decodeapi.Status {
+// status is /decode_status; rids are masked unless full is set (the
+// caller holds a /pd/* token).
+func (n *Node) status(full bool) decodeapi.Status {
 	snap := n.table.Snapshot()
 	st := decodeapi.Status{MaxInflight: len(snap), Slots: make([]decodeapi.SlotStatus, len(snap)), Requests: []decodeapi.RequestStatus{}, MaxBatch: n.MaxBatch()}
 	n.mu.Lock()
@@ -409,10 +465,21 @@ func (n *Node) status() decodeapi.Status {
 			}
 		}
 	}
+	if !full {
+		for i := range st.Slots {
+			st.Slots[i].RID = maskRID(st.Slots[i].RID)
+		}
+		for i := range st.Requests {
+			st.Requests[i].RID = maskRID(st.Requests[i].RID)
+		}
+	}
 	return st
 }
 
-func (n *Node) handleStatus(ctx *fasthttp.RequestCtx) { writeJSON(ctx, fasthttp.StatusOK, n.status()) }
+// handleStatus lists rids whole only to a caller with a /pd/* token.
+func (n *Node) handleStatus(ctx *fasthttp.RequestCtx) {
+	writeJSON(ctx, fasthttp.StatusOK, n.status(n.caller(ctx) != anonymous))
+}
 
 // Capabilities describes what the node serves.
 func (n *Node) Capabilities() decodeapi.Capabilities {

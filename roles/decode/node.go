@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/internal/netguard"
 	"github.com/tilert-go/tilert/pd"
 	"github.com/tilert-go/tilert/rdma"
 )
@@ -39,7 +40,9 @@ type Options struct {
 	// ShutdownGrace is how long Shutdown lets requests in flight finish
 	// before it cancels them (default 10 s).
 	ShutdownGrace time.Duration
-	Log           *slog.Logger
+	// Security is authentication and limits on the ctrl and http ports.
+	Security Security
+	Log      *slog.Logger
 
 	// minBatch holds the first step until this many requests have been
 	// admitted (tests: makes "decoded together" deterministic).
@@ -61,7 +64,10 @@ type Node struct {
 	m      *nodeMetrics
 	log    *slog.Logger
 	http   *fasthttp.Server
-	routes map[string]route // built once by newHTTPServer
+	sec    Security
+	// httpGuard is the http port's connection limiter (tests read it).
+	httpGuard atomic.Pointer[netguard.Listener]
+	routes    map[string]route // built once by newHTTPServer
 
 	admitCh chan *request
 	wake    chan struct{}
@@ -95,7 +101,8 @@ func New(o Options) (*Node, error) {
 	if o.ShutdownGrace <= 0 {
 		o.ShutdownGrace = 10 * time.Second
 	}
-	n := &Node{opts: o, eng: o.Engine, layout: o.Engine.Layout(), log: o.Log,
+	o.Security.defaults()
+	n := &Node{opts: o, eng: o.Engine, layout: o.Engine.Layout(), log: o.Log, sec: o.Security,
 		admitCh: make(chan *request), wake: make(chan struct{}, 1), done: make(chan struct{}), reqs: map[string]*request{}}
 	n.pdl = Layout(o.Model, n.layout)
 	regions, err := slotRegions(o.Engine)
@@ -112,12 +119,13 @@ func New(o Options) (*Node, error) {
 		Slots: o.Engine.Options().Slots, Layout: n.pdl, MaxSeqLen: o.Engine.Options().MaxSeqLen,
 		Regions: g.Caps(), CheckSizes: checkSizes(n.layout), MTP: o.Engine.Options().MTP,
 		Deadline: o.ReserveDeadline, ReadyTTL: o.ReadyTTL,
+		MaxRIDBytes: o.Security.MaxRIDBytes, MaxCancelled: o.Security.CancelledRIDs,
 	}, n.gate)
 	if err != nil {
 		return nil, err
 	}
 	n.ctrl = pd.NewServer(n.table, pd.Transport{Kind: o.Transfer.Kind(), Endpoint: o.Transfer.Endpoint()},
-		slog.New(&rejectCounter{Handler: o.Log.Handler(), m: n.m}))
+		slog.New(&rejectCounter{Handler: o.Log.Handler(), m: n.m}), o.Security.Ctrl)
 	n.http = n.newHTTPServer()
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stop = cancel
@@ -134,8 +142,9 @@ func (n *Node) Hello() *pd.Hello { return n.ctrl.Hello() }
 // ServeCtrl serves the ctrl protocol on ln until Close.
 func (n *Node) ServeCtrl(ln net.Listener) error { return n.ctrl.Serve(ln) }
 
-// ServeHTTP serves the HTTP API on ln until Close.
-func (n *Node) ServeHTTP(ln net.Listener) error { return n.http.Serve(ln) }
+// ServeHTTP serves the HTTP API on ln until Close, within the connection
+// caps of Options.Security.
+func (n *Node) ServeHTTP(ln net.Listener) error { return n.http.Serve(n.limitListener(ln)) }
 
 // Shutdown stops taking requests (the ctrl port closes, /pd/decode answers
 // 503), lets requests in flight finish within ctx and ShutdownGrace, then
@@ -211,11 +220,11 @@ type meteredGate struct {
 	opened map[int]time.Time
 }
 
-func (g *meteredGate) Open(slot int, gen uint64, sizes []pd.RegionSize) ([]pd.Destination, error) {
+func (g *meteredGate) Open(slot int, gen uint64, peer string, sizes []pd.RegionSize) ([]pd.Destination, error) {
 	g.mu.Lock()
 	g.opened[slot] = time.Now()
 	g.mu.Unlock()
-	return g.EngineGate.Open(slot, gen, sizes)
+	return g.EngineGate.Open(slot, gen, peer, sizes)
 }
 
 // Checksum runs only for a done whose byte count matches the admit: the

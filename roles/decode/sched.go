@@ -14,6 +14,7 @@ import (
 // request is one /pd/decode from arrival to its final line.
 type request struct {
 	rid    string
+	caller int // who started it (token index, or anonymous); only it may cancel
 	first  int
 	params engine.Params
 	ready  *pd.Ready

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/internal/netguard"
 	"github.com/tilert-go/tilert/pd"
 	"github.com/tilert-go/tilert/rdma"
 )
@@ -38,7 +39,15 @@ type Options struct {
 	// IdlePerNode is the idle ctrl connections kept per decode node
 	// (default Workers).
 	IdlePerNode int
-	Log         *slog.Logger
+	// Secret is proven to every decode node's ctrl port (and its transfer
+	// streams, through Transfer's own config); nil: nodes without a secret.
+	Secret []byte
+	// Socket bounds the plugin socket: connections at once (MaxConns),
+	// the wait between frames (IdleTimeout), a started frame (ReadTimeout),
+	// a reply (WriteTimeout) and a frame's size (MaxFrame). Zero: pd's
+	// defaults.
+	Socket pd.Security
+	Log    *slog.Logger
 	// dial replaces pd.Dial in tests.
 	dial func(ctx context.Context, addr string, eng rdma.Engine) (*pd.Client, error)
 }
@@ -62,9 +71,11 @@ func (o *Options) defaults() {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
+	o.Socket.Defaults()
 	if o.dial == nil {
+		secret := o.Secret
 		o.dial = func(ctx context.Context, addr string, eng rdma.Engine) (*pd.Client, error) {
-			return pd.Dial(ctx, addr, eng, pd.Layout{})
+			return pd.Dial(ctx, addr, eng, pd.Layout{}, pd.WithSecret(secret))
 		}
 	}
 }
@@ -129,8 +140,10 @@ func New(o Options) (*Sidecar, error) {
 	return s, nil
 }
 
-// Serve accepts plugin connections on ln until ln is closed.
+// Serve accepts plugin connections on ln until ln is closed, at most
+// Options.Socket.MaxConns at once.
 func (s *Sidecar) Serve(ln net.Listener) error {
+	ln = netguard.Wrap(ln, netguard.Limits{MaxConns: s.o.Socket.MaxConns, Name: "sidecar socket"})
 	for {
 		conn, err := ln.Accept()
 		if err != nil {

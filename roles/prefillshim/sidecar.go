@@ -24,6 +24,8 @@ import (
 
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/internal/cliutil"
+	"github.com/tilert-go/tilert/internal/netguard"
+	"github.com/tilert-go/tilert/pd"
 	"github.com/tilert-go/tilert/rdma"
 	"github.com/tilert-go/tilert/rdma/nixl"
 )
@@ -34,6 +36,8 @@ var Flags = []config.Flag{
 	{Key: "sidecar.metrics_port", Name: "metrics-port"},
 	{Key: "sidecar.staging_mib", Name: "staging-mib"},
 	{Key: "transfer.engine", Name: "transfer-engine"},
+	{Key: "sidecar.metrics_host", Name: "metrics-host"},
+	{Key: "security.secret_file", Name: "secret-file"},
 }
 
 // Command is `tilert connector-sidecar`.
@@ -82,14 +86,19 @@ type Ready struct {
 func Run(ctx context.Context, cfg *config.Config, ready func(Ready)) error {
 	log := slog.Default()
 	sc := cfg.Sidecar
-	tr, err := newTransfer(cfg.Transfer)
+	secret, err := cfg.Secret()
+	if err != nil {
+		return cliutil.WithExitCode(err, cliutil.ExitUsage)
+	}
+	sec := cfg.Security
+	tr, err := newTransfer(cfg.Transfer, secret)
 	if err != nil {
 		return err
 	}
 	defer tr.Close()
 	dir := StagingDirFor(sc.Socket)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return errors.WithHint(errors.Wrapf(err, "sidecar: staging dir %s", dir), "the sidecar needs a writable /dev/shm (or temp dir)")
+	if err := PrivateDir(dir); err != nil {
+		return err
 	}
 	if n := clearStaging(dir); n > 0 {
 		log.Warn("sidecar: removed staging files left by an earlier run (their requests were never shipped)", "dir", dir, "files", n)
@@ -98,7 +107,9 @@ func Run(ctx context.Context, cfg *config.Config, ready func(Ready)) error {
 	if err != nil {
 		return err
 	}
-	s, err := New(Options{StagingDir: dir, StagingBytes: int64(sc.StagingMiB) << 20, Transfer: tr, Log: log})
+	s, err := New(Options{StagingDir: dir, StagingBytes: int64(sc.StagingMiB) << 20, Transfer: tr, Secret: secret, Log: log,
+		Socket: pd.Security{MaxConns: sec.MaxConns, ReadTimeout: sec.ReadTimeout(), IdleTimeout: sec.IdleTimeout(),
+			WriteTimeout: sec.WriteTimeout(), MaxFrame: sec.MaxFrameBytes}})
 	if err != nil {
 		_ = ln.Close()
 		return err
@@ -106,14 +117,16 @@ func Run(ctx context.Context, cfg *config.Config, ready func(Ready)) error {
 	var hs *http.Server
 	r := Ready{Socket: sc.Socket, StagingDir: dir}
 	if sc.MetricsPort > 0 {
-		mln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(sc.MetricsPort)))
+		mln, err := net.Listen("tcp", cfg.SidecarMetricsAddr())
 		if err != nil {
 			_ = ln.Close()
 			s.Close(0)
 			return errors.WithHint(errors.Wrap(err, "sidecar: metrics listener"), "pick a free --metrics-port, or 0 to turn it off")
 		}
-		hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = hs.Serve(mln) }()
+		hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: sec.ReadTimeout(), ReadTimeout: sec.ReadTimeout(),
+			WriteTimeout: sec.WriteTimeout(), IdleTimeout: sec.IdleTimeout(), MaxHeaderBytes: sec.MaxHeaderBytes}
+		lim := netguard.Wrap(mln, netguard.Limits{MaxConns: sec.MaxConns, MaxPerPeer: sec.MaxConnsPerPeer, Name: "sidecar metrics"})
+		go func() { _ = hs.Serve(lim) }()
 		r.Metrics = mln.Addr().String()
 	}
 	serveErr := make(chan error, 1)
@@ -175,11 +188,39 @@ func clearStaging(dir string) int {
 	return n
 }
 
-func newTransfer(t config.Transfer) (rdma.Engine, error) {
+// PrivateDir makes dir the sidecar's own staging directory: created 0700
+// when missing; an existing one must be a real directory (not a link)
+// owned by this user and closed to everyone else, or the sidecar refuses
+// it (another user could plant or read staged state in it).
+func PrivateDir(dir string) error {
+	err := os.Mkdir(dir, 0o700)
+	if err != nil && !os.IsExist(err) {
+		return errors.WithHint(errors.Wrapf(err, "sidecar: staging dir %s", dir), "the sidecar needs a writable /dev/shm (or temp dir)")
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return errors.Wrapf(err, "sidecar: staging dir %s", dir)
+	}
+	if !fi.IsDir() {
+		return errors.WithHintf(errors.Newf("sidecar: staging dir %s is not a directory (%s)", dir, fi.Mode().Type()),
+			"remove %s; the sidecar creates its staging dir itself", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
+		return errors.WithHintf(errors.Newf("sidecar: staging dir %s belongs to uid %d, not this user (%d)", dir, st.Uid, os.Getuid()),
+			"another user created it: remove it (or run with another --socket name); the sidecar creates its own")
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return errors.WithHintf(errors.Newf("sidecar: staging dir %s has mode %#o, wider than 0700", dir, perm),
+			"remove it or chmod 700 %s; staged state must be private to this user", dir)
+	}
+	return nil
+}
+
+func newTransfer(t config.Transfer, secret []byte) (rdma.Engine, error) {
 	switch t.Engine {
 	case "tcp":
-		// Send-only: no listener.
-		return rdma.NewTCP(rdma.TCPConfig{Streams: t.Streams})
+		// Send-only: no listener; its streams prove the shared secret.
+		return rdma.NewTCP(rdma.TCPConfig{Streams: t.Streams, Secret: secret})
 	case "nixl":
 		if t.NixlLib != "" {
 			if err := os.Setenv("TILERT_NIXL_LIB", t.NixlLib); err != nil {

@@ -64,9 +64,13 @@ func TestMain(m *testing.M) {
 
 // node runs a real decode node (CPU backend, tcp transfer) on the tiny
 // model and returns its ctrl and http addresses.
-func node(t *testing.T, slots int) decode.Addrs {
+func node(t *testing.T, slots int) decode.Addrs { return nodeWith(t, slots, "") }
+
+// nodeWith is node with security.secret_file set to secretFile.
+func nodeWith(t *testing.T, slots int, secretFile string) decode.Addrs {
 	t.Helper()
 	cfg := config.Default()
+	cfg.Security.SecretFile = secretFile
 	cfg.Model.Name, cfg.Model.WeightsDir, cfg.Model.MaxSeqLen, cfg.Model.WithMTP = "glm5", tinyModel(t), 256, true
 	cfg.Decode.Device, cfg.Decode.Host, cfg.Decode.CtrlPort, cfg.Decode.HTTPPort = "cpu", "127.0.0.1", 0, 0
 	cfg.Decode.MaxInflight = slots
@@ -306,10 +310,20 @@ type doneLine struct {
 
 // decodeStreamDone is decodeStream returning the whole final line.
 func decodeStreamDone(t *testing.T, httpAddr, rid string, first, maxTokens int) ([]int, doneLine) {
+	return decodeStreamAs(t, httpAddr, "", rid, first, maxTokens)
+}
+
+// decodeStreamAs is decodeStreamDone presenting token to /pd/decode.
+func decodeStreamAs(t *testing.T, httpAddr, token, rid string, first, maxTokens int) ([]int, doneLine) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"rid": rid, "first_token_id": first, "max_tokens": maxTokens, "ignore_eos": true,
 		"timeout_s": 60, "sampling": map[string]any{"temperature": 0}})
-	resp, err := http.Post("http://"+httpAddr+"/pd/decode", "application/json", bytes.NewReader(body))
+	req, _ := http.NewRequest("POST", "http://"+httpAddr+"/pd/decode", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -209,13 +209,22 @@ func regionName(r StageRegion) string { return fmt.Sprintf("L%d.%s", r.Layer, r.
 func (s *Sidecar) serveConn(conn net.Conn) {
 	defer conn.Close()
 	br := bufio.NewReader(conn)
+	lim := s.o.Socket
 	reply := func(r any) bool {
 		b, _ := json.Marshal(r)
-		_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_ = conn.SetWriteDeadline(time.Now().Add(lim.WriteTimeout))
 		return pd.WriteFrame(conn, b) == nil
 	}
 	for {
-		payload, err := pd.ReadFrame(br)
+		// Idle between frames up to the idle timeout; a started frame must
+		// arrive within the read timeout (a stuck or hostile local peer
+		// cannot hold a goroutine and a buffer forever).
+		_ = conn.SetReadDeadline(time.Now().Add(lim.IdleTimeout))
+		if _, err := br.Peek(1); err != nil {
+			return
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(lim.ReadTimeout))
+		payload, err := pd.ReadFrameLimit(br, lim.MaxFrame, "security.max_frame_bytes")
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) || isEOF(err) {
 				return

@@ -85,7 +85,7 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(rc.Host, strconv.Itoa(rc.Port)))
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.RouterHost(), strconv.Itoa(rc.Port)))
 	if err != nil {
 		return errors.WithHint(errors.Wrap(err, "router: listen"), "pick a free --port (0 lets the kernel choose)")
 	}

@@ -115,7 +115,7 @@ type Sidecar struct {
 
 	mu       sync.Mutex
 	closing  bool
-	idle     map[string][]*pd.Client
+	idle     map[string][]pooled
 	workerWG sync.WaitGroup
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -131,7 +131,7 @@ func New(o Options) (*Sidecar, error) {
 		return nil, errors.Newf("sidecar: staging dir %q, staging bytes %d", o.StagingDir, o.StagingBytes)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Sidecar{o: o, queue: make(chan *job, o.QueueLen), idle: map[string][]*pd.Client{}, ctx: ctx, cancel: cancel}
+	s := &Sidecar{o: o, queue: make(chan *job, o.QueueLen), idle: map[string][]pooled{}, ctx: ctx, cancel: cancel}
 	s.m = newMetrics(s)
 	for i := 0; i < o.Workers; i++ {
 		s.workerWG.Add(1)
@@ -179,10 +179,10 @@ func (s *Sidecar) Close(grace time.Duration) {
 	s.mu.Lock()
 	for _, cs := range s.idle {
 		for _, c := range cs {
-			_ = c.Close()
+			_ = c.c.Close()
 		}
 	}
-	s.idle = map[string][]*pd.Client{}
+	s.idle = map[string][]pooled{}
 	s.mu.Unlock()
 }
 
@@ -338,14 +338,27 @@ func (s *Sidecar) ship(st *Stage) (string, error) {
 // plugin gathers vLLM's own cache layouts.
 const layoutVersion = 1
 
+// pooled is an idle ctrl connection and when it went idle.
+type pooled struct {
+	c  *pd.Client
+	at time.Time
+}
+
 // client returns an idle ctrl connection to addr or dials one.
 func (s *Sidecar) client(addr string) (*pd.Client, bool, error) {
 	s.mu.Lock()
-	if cs := s.idle[addr]; len(cs) > 0 {
-		c := cs[len(cs)-1]
+	// Nodes close ctrl connections (and transfer streams) idle past their
+	// security.idle_timeout_s; one idle for half of ours is dropped rather
+	// than tried.
+	for cs := s.idle[addr]; len(cs) > 0; cs = s.idle[addr] {
+		p := cs[len(cs)-1]
 		s.idle[addr] = cs[:len(cs)-1]
+		if time.Since(p.at) > s.o.Socket.IdleTimeout/2 {
+			_ = p.c.Close()
+			continue
+		}
 		s.mu.Unlock()
-		return c, true, nil
+		return p.c, true, nil
 	}
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
@@ -365,5 +378,5 @@ func (s *Sidecar) release(addr string, c *pd.Client) {
 		_ = c.Close()
 		return
 	}
-	s.idle[addr] = append(s.idle[addr], c)
+	s.idle[addr] = append(s.idle[addr], pooled{c: c, at: time.Now()})
 }

@@ -1,0 +1,127 @@
+// Package parsers turns a chat model's decoded text into OpenAI's parts:
+// reasoning_content (text inside the model's thinking block), content, and
+// tool_calls parsed from the model's native tool-call markup. Parsers are
+// streaming: text goes in piece by piece as it is decoded, and every piece
+// of output is final once returned, so a streamed answer is the
+// concatenation of its deltas and equals the non-streamed one (which is the
+// same parser fed the same text).
+//
+// Formats (from the models' chat templates and vLLM's parsers of the same
+// names):
+//
+//	glm45, glm47   <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>
+//	               (glm45 puts newlines between the parts; both are accepted)
+//	deepseek_v32   <｜DSML｜function_calls><｜DSML｜invoke name="NAME"><｜DSML｜parameter
+//	               name="K" string="true|false">V</｜DSML｜parameter>...</｜DSML｜invoke>...
+//	               </｜DSML｜function_calls>
+//	reasoning      text up to </think> (a leading <think> dropped) is reasoning
+package parsers
+
+import (
+	"strings"
+
+	"github.com/cockroachdb/errors"
+)
+
+// Reasoning parser names, as vLLM's --reasoning-parser.
+var ReasoningParsers = []string{"glm45", "deepseek_v3", "deepseek_r1"}
+
+// Tool parser names, as vLLM's --tool-call-parser.
+var ToolParsers = []string{"glm45", "glm47", "deepseek_v32"}
+
+// CheckReasoningParser says whether name is known ("" is: no parser).
+func CheckReasoningParser(name string) error {
+	return check("reasoning", name, ReasoningParsers)
+}
+
+// CheckToolParser says whether name is known ("" is: no parser).
+func CheckToolParser(name string) error {
+	return check("tool-call", name, ToolParsers)
+}
+
+func check(kind, name string, known []string) error {
+	if name == "" {
+		return nil
+	}
+	for _, k := range known {
+		if k == name {
+			return nil
+		}
+	}
+	return errors.WithHintf(errors.Newf("unknown %s parser %q", kind, name), "use one of %s", strings.Join(known, ", "))
+}
+
+const (
+	thinkStart = "<think>"
+	thinkEnd   = "</think>"
+)
+
+// Reasoning splits text into reasoning and content.
+type Reasoning struct {
+	on      bool // inside the thinking block
+	started bool // some text seen (a leading <think> is only dropped at the start)
+	held    string
+}
+
+// NewReasoning returns a splitter for parser name. thinking says whether
+// the prompt leaves the model inside its thinking block: GLM-4.5/4.7/5
+// templates open it unless chat_template_kwargs.enable_thinking is false;
+// DeepSeek-V3.x (deepseek_v3) only when chat_template_kwargs.thinking is
+// true (vLLM's deepseek_v3 parser is the identity otherwise); deepseek_r1
+// always. A model that opens with <think> itself is inside it either way.
+func NewReasoning(name string, thinking bool) *Reasoning {
+	if name == "deepseek_r1" {
+		thinking = true
+	}
+	return &Reasoning{on: thinking}
+}
+
+// Add consumes a piece of decoded text and returns what is now known to be
+// reasoning and content.
+func (r *Reasoning) Add(piece string) (reasoning, content string) {
+	s := r.held + piece
+	r.held = ""
+	if !r.started {
+		// A leading <think> opens the block (GLM-4.5 writes it itself).
+		if strings.HasPrefix(s, thinkStart) {
+			s, r.on, r.started = s[len(thinkStart):], true, true
+		} else if strings.HasPrefix(thinkStart, s) {
+			r.held = s
+			return "", ""
+		} else {
+			r.started = true
+		}
+	}
+	if !r.on {
+		return "", s
+	}
+	if i := strings.Index(s, thinkEnd); i >= 0 {
+		r.on = false
+		return s[:i], s[i+len(thinkEnd):]
+	}
+	keep := partialSuffix(s, thinkEnd)
+	r.held = s[len(s)-keep:]
+	return s[:len(s)-keep], ""
+}
+
+// Finish returns what is still held: the text ended, so a partial tag is
+// plain text.
+func (r *Reasoning) Finish() (reasoning, content string) {
+	s := r.held
+	r.held = ""
+	if r.on {
+		return s, ""
+	}
+	return "", s
+}
+
+// partialSuffix is the length of the longest suffix of s that is a proper
+// prefix of tag (text that may still become tag).
+func partialSuffix(s, tag string) int {
+	for k := min(len(tag)-1, len(s)); k > 0; k-- {
+		if strings.HasSuffix(s, tag[:k]) {
+			return k
+		}
+	}
+	return 0
+}

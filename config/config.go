@@ -79,6 +79,13 @@ type Router struct {
 	TLSKey         string   `toml:"tls_key" help:"PEM private key for tls_cert."`
 	KeyConcurrency int      `toml:"max_concurrent_per_key" help:"Requests one API key may have in flight at once; past it, 429 naming this limit (0: no per-key limit)."`
 	MaxBodyBytes   int      `toml:"max_body_bytes" help:"Largest request body the router reads; larger ones get 413 before anything is forwarded."`
+	// Named as vLLM's flags, so a vLLM command line's tool and reasoning
+	// settings carry over to the router unchanged.
+	ToolCallParser       string  `toml:"tool_call_parser" help:"Tool-call format the router parses from decoded text, as vLLM's --tool-call-parser: glm47 (GLM-4.7, GLM-5), glm45 or deepseek_v32; empty: requests with tools are refused or spilled."`
+	ReasoningParser      string  `toml:"reasoning_parser" help:"Reasoning format split into reasoning_content, as vLLM's --reasoning-parser: glm45 (GLM), deepseek_v3 (DeepSeek-V3.2, with chat_template_kwargs.thinking) or deepseek_r1; empty: none."`
+	EnableAutoToolChoice bool    `toml:"enable_auto_tool_choice" help:"Allow tool_choice \"auto\" (needs tool_call_parser), as vLLM's --enable-auto-tool-choice."`
+	SpillURL             string  `toml:"spill_url" help:"Native vLLM P/D endpoint that takes, unchanged, requests the TileRT pool would refuse (full, no node up, n > 1, best_of, echo, structured output); empty refuses them."`
+	HealthIntervalS      float64 `toml:"health_interval_s" help:"Seconds between health checks of each decode node; a failing node is retried with backoff up to 30 s."`
 }
 
 // Sidecar configures the process beside vLLM prefill.
@@ -124,7 +131,7 @@ func Default() *Config {
 		Router: Router{
 			Host: "", Port: 23333, VLLMURL: "http://127.0.0.1:8000",
 			QueueSize: 64, QueueTimeoutS: 30, Decode: []string{},
-			KeyConcurrency: 64, MaxBodyBytes: 4 << 20,
+			KeyConcurrency: 64, MaxBodyBytes: 4 << 20, HealthIntervalS: 1,
 		},
 		Sidecar: Sidecar{Socket: "/tmp/tilert-sidecar.sock", MetricsPort: 5558, StagingMiB: 4096},
 		Security: Security{

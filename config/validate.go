@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/openai/parsers"
 )
 
 // problem is one invalid value with what to do about it.
@@ -155,6 +157,21 @@ func (c *Config) Validate() error {
 	}
 	k.between("router.queue_size", c.Router.QueueSize, 0, 1<<20)
 	k.positive("router.queue_timeout_s", c.Router.QueueTimeoutS)
+	if err := parsers.CheckToolParser(c.Router.ToolCallParser); err != nil {
+		k.bad("router.tool_call_parser", errors.FlattenHints(err), "%v", err)
+	}
+	if err := parsers.CheckReasoningParser(c.Router.ReasoningParser); err != nil {
+		k.bad("router.reasoning_parser", errors.FlattenHints(err), "%v", err)
+	}
+	if c.Router.EnableAutoToolChoice && c.Router.ToolCallParser == "" {
+		k.bad("router.enable_auto_tool_choice", "set router.tool_call_parser (--tool-call-parser) too", "needs a tool-call parser")
+	}
+	if c.Router.SpillURL != "" {
+		if u, err := url.Parse(c.Router.SpillURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			k.bad("router.spill_url", "write it as http://host:port", "%q is not an http(s) URL", c.Router.SpillURL)
+		}
+	}
+	k.positive("router.health_interval_s", c.Router.HealthIntervalS)
 
 	if c.Sidecar.Socket == "" {
 		k.bad("sidecar.socket", "give a filesystem path for the unix socket", "empty")

@@ -42,6 +42,14 @@ type DecodeRequest struct {
 	TimeoutS *float64 `json:"timeout_s,omitempty"`
 	// Stream selects NDJSON lines (default true) or one JSON body.
 	Stream *bool `json:"stream,omitempty"`
+	// Logprobs, when present, asks for each generated token's logprob
+	// (log-softmax of the raw logits, before penalties and temperature, as
+	// vLLM's default raw_logprobs) and that many top alternatives (0..20).
+	Logprobs *int `json:"logprobs,omitempty"`
+	// PromptTokenIDs are the prompt's ids, needed for a repetition penalty
+	// (which counts prompt tokens); the router reads them from vLLM's
+	// prefill answer (return_token_ids).
+	PromptTokenIDs []int `json:"prompt_token_ids,omitempty"`
 }
 
 // Streamed reports whether the answer is NDJSON lines (the default).
@@ -53,6 +61,20 @@ type Sampling struct {
 	TopP        float64 `json:"top_p,omitempty"` // 0 or 1: off
 	TopK        int     `json:"top_k,omitempty"` // 0 or -1: off
 	Seed        *uint64 `json:"seed,omitempty"`  // absent: random when sampling
+	// Penalties as vLLM applies them, after logit_bias and min_tokens and
+	// before temperature: presence and frequency count generated tokens
+	// (the first one included), repetition counts prompt and generated
+	// tokens (logit / rp when positive, * rp when not). 0 or absent: off
+	// (repetition: 0 or 1).
+	PresencePenalty   float64 `json:"presence_penalty,omitempty"`
+	FrequencyPenalty  float64 `json:"frequency_penalty,omitempty"`
+	RepetitionPenalty float64 `json:"repetition_penalty,omitempty"`
+	// MinTokens keeps stop ids (EOS and stop_token_ids) from being chosen
+	// until that many tokens (the first one included) are generated.
+	MinTokens int `json:"min_tokens,omitempty"`
+	// LogitBias adds to the logits of token ids (keys are ids as strings,
+	// as in OpenAI's logit_bias).
+	LogitBias map[string]float64 `json:"logit_bias,omitempty"`
 }
 
 // Finish reasons of a FinalLine.
@@ -63,9 +85,24 @@ const (
 	FinishError     = "error"     // the engine failed; Error and Message say how
 )
 
-// TokensLine is one streamed NDJSON line of token ids.
+// TokensLine is one streamed NDJSON line of token ids, with their
+// logprobs when the request asked for them (LP[i] belongs to T[i]).
 type TokensLine struct {
-	T []int `json:"t"`
+	T  []int          `json:"t"`
+	LP []TokenLogprob `json:"lp,omitempty"`
+}
+
+// TokenLogprob is one generated token's logprob and its top alternatives
+// (most likely first).
+type TokenLogprob struct {
+	P   float64      `json:"p"`
+	Top []TopLogprob `json:"top,omitempty"`
+}
+
+// TopLogprob is one alternative token.
+type TopLogprob struct {
+	ID int     `json:"id"`
+	P  float64 `json:"p"`
 }
 
 // FinalLine is the last NDJSON line of a stream (or the stream=false
@@ -84,7 +121,8 @@ type FinalLine struct {
 // Line is any streamed line as a reader decodes it: tokens, or the final
 // line (Done or Error set).
 type Line struct {
-	T []int `json:"t"`
+	T  []int          `json:"t"`
+	LP []TokenLogprob `json:"lp,omitempty"`
 	FinalLine
 }
 
@@ -101,8 +139,9 @@ func ParseLine(b []byte) (Line, error) {
 // DecodeResponse is the stream=false body; streamed, the same fields but
 // "t" form the final line.
 type DecodeResponse struct {
-	RID string `json:"rid"`
-	T   []int  `json:"t"`
+	RID string         `json:"rid"`
+	T   []int          `json:"t"`
+	LP  []TokenLogprob `json:"lp,omitempty"`
 	FinalLine
 }
 

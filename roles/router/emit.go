@@ -1,151 +1,331 @@
 package router
 
 import (
+	"bufio"
 	"encoding/json"
-	"net/http"
+	"math"
 	"strings"
+
+	"github.com/tilert-go/tilert/api/decodeapi"
+	"github.com/tilert-go/tilert/openai"
+	"github.com/tilert-go/tilert/openai/parsers"
+	"github.com/tilert-go/tilert/tokenizer"
 )
 
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+// pipeline carries each generated token to the client: detokenised and cut
+// at stop strings (textStream), split into reasoning and content (the
+// reasoning parser), content split into text and tool calls (the tool
+// parser), each piece emitted as soon as it is final. Streamed and
+// non-streamed answers run the same pipeline and differ only in the
+// emitter, so their content is equal.
+type pipeline struct {
+	tok  *tokenizer.Tokenizer
+	ts   *textStream
+	rs   *parsers.Reasoning
+	tp   *parsers.Tools
+	em   emitter
+	lp   bool // logprobs asked for
+	chat bool
+}
+
+func newPipeline(tok *tokenizer.Tokenizer, r *genRequest, em emitter) *pipeline {
+	p := &pipeline{tok: tok, ts: newTextStream(tok, r), em: em, lp: r.Logprobs, chat: r.Chat}
+	if r.reasoning != "" {
+		p.rs = parsers.NewReasoning(r.reasoning, r.thinking)
+	}
+	if r.toolParser != "" {
+		p.tp = parsers.NewTools(r.toolParser, r.Tools, r.ToolChoice.Name, newToolCallID)
+	}
+	return p
+}
+
+// token consumes one generated id; lp is its logprob line entry (nil when
+// not asked for).
+func (p *pipeline) token(id int, lp *decodeapi.TokenLogprob) {
+	if p.ts.stopped {
+		return
+	}
+	if p.lp && lp != nil {
+		p.em.logprob(p.tokenLogprob(id, lp))
+	}
+	p.text(p.ts.add(id))
+}
+
+func (p *pipeline) text(s string) {
+	if s == "" {
+		return
+	}
+	content := s
+	if p.rs != nil {
+		var r string
+		r, content = p.rs.Add(s)
+		p.em.reasoning(r)
+	}
+	p.content(content)
+}
+
+func (p *pipeline) content(s string) {
+	if p.tp == nil {
+		p.em.content(s)
+		return
+	}
+	c, ds := p.tp.Add(s)
+	p.em.content(c)
+	p.em.tools(ds)
+}
+
+// end flushes everything held and returns the tool calls parsed.
+func (p *pipeline) end() []openai.ToolCall {
+	p.text(p.ts.finish())
+	if p.rs != nil {
+		r, c := p.rs.Finish()
+		p.em.reasoning(r)
+		p.content(c)
+	}
+	if p.tp != nil {
+		c, ds := p.tp.Finish()
+		p.em.content(c)
+		p.em.tools(ds)
+		return p.tp.Calls()
+	}
+	return nil
+}
+
+// tokenLogprob is one token's logprob entry in OpenAI's chat shape (the
+// completions shape is built from it). -inf is written as vLLM does.
+func (p *pipeline) tokenLogprob(id int, lp *decodeapi.TokenLogprob) openai.TokenLogprob {
+	t := openai.TokenLogprob{Token: p.tokenText(id), Logprob: finiteLogprob(lp.P), Bytes: byteInts(p.tok.TokenBytes(id)),
+		TopLogprobs: make([]openai.TopLogprob, 0, len(lp.Top))}
+	for _, a := range lp.Top {
+		t.TopLogprobs = append(t.TopLogprobs, openai.TopLogprob{Token: p.tokenText(a.ID), Logprob: finiteLogprob(a.P),
+			Bytes: byteInts(p.tok.TokenBytes(a.ID))})
+	}
+	return t
+}
+
+func (p *pipeline) tokenText(id int) string { return p.tok.Decode([]int{id}, false) }
+
+func finiteLogprob(v float64) float64 {
+	if math.IsInf(v, -1) || math.IsNaN(v) {
+		return -9999.0
+	}
+	return v
+}
+
+func byteInts(b []byte) []int {
+	out := make([]int, len(b))
+	for i, c := range b {
+		out[i] = int(c)
+	}
+	return out
 }
 
 // emitter writes a generation to the client: SSE chunks or one JSON body.
 type emitter interface {
 	start()
-	text(s string)
-	finish(reason string, u usage)
-	fail(e *apiError) // after start: the stream ends with an error
-}
-
-func newEmitter(w http.ResponseWriter, r *genRequest, model, rid string, created int64) emitter {
-	b := base{w: w, chat: r.chat, model: model, created: created}
-	if r.chat {
-		b.id, b.object = "chatcmpl-"+rid, "chat.completion"
-	} else {
-		b.id, b.object = "cmpl-"+rid, "text_completion"
-	}
-	if r.stream {
-		return &sseEmitter{base: b, includeUsage: r.includeUsage}
-	}
-	return &jsonEmitter{base: b}
+	reasoning(s string)
+	content(s string)
+	tools(ds []openai.ToolCallDelta)
+	logprob(lp openai.TokenLogprob) // belongs to the next piece emitted
+	finish(reason string, u openai.Usage, calls []openai.ToolCall)
+	fail(e *openai.Error) // after start: the stream ends with an error
 }
 
 type base struct {
-	w       http.ResponseWriter
-	chat    bool
-	id      string
-	object  string
-	model   string
-	created int64
+	chat       bool
+	id         string
+	model      string
+	created    int64
+	reasoningP bool // a reasoning parser runs: reasoning_content is reported
+	lps        []openai.TokenLogprob
+	textLen    int // completions text_offset
 }
 
-func (b *base) envelope(object string) map[string]any {
-	return map[string]any{"id": b.id, "object": object, "created": b.created, "model": b.model}
+func newBase(r *genRequest, model, rid string, created int64) base {
+	b := base{chat: r.Chat, model: model, created: created, reasoningP: r.reasoning != ""}
+	if r.Chat {
+		b.id = "chatcmpl-" + rid
+	} else {
+		b.id = "cmpl-" + rid
+	}
+	return b
 }
 
+// completionLogprobs turns entries into the legacy completions shape; the
+// sampled token joins the top alternatives when it is not among them.
+func (b *base) completionLogprobs(lps []openai.TokenLogprob) *openai.CompletionLogprobs {
+	out := &openai.CompletionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+	off := b.textLen
+	for _, lp := range lps {
+		out.Tokens = append(out.Tokens, lp.Token)
+		out.TokenLogprobs = append(out.TokenLogprobs, lp.Logprob)
+		top := make(map[string]float64, len(lp.TopLogprobs)+1)
+		for _, a := range lp.TopLogprobs {
+			top[a.Token] = a.Logprob
+		}
+		top[lp.Token] = lp.Logprob
+		out.TopLogprobs = append(out.TopLogprobs, top)
+		out.TextOffset = append(out.TextOffset, off)
+		off += len(lp.Token)
+	}
+	b.textLen = off
+	return out
+}
+
+// jsonEmitter collects the answer for one JSON body.
 type jsonEmitter struct {
 	base
-	sb strings.Builder
+	sb, rsb strings.Builder
+	body    []byte // the answer, once finished
+	err     *openai.Error
 }
 
-func (e *jsonEmitter) start()        {}
-func (e *jsonEmitter) text(s string) { e.sb.WriteString(s) }
-func (e *jsonEmitter) fail(a *apiError) {
-	writeError(e.w, a)
-}
+func (e *jsonEmitter) start()                         {}
+func (e *jsonEmitter) reasoning(s string)             { e.rsb.WriteString(s) }
+func (e *jsonEmitter) content(s string)               { e.sb.WriteString(s) }
+func (e *jsonEmitter) tools([]openai.ToolCallDelta)   {}
+func (e *jsonEmitter) logprob(lp openai.TokenLogprob) { e.lps = append(e.lps, lp) }
+func (e *jsonEmitter) fail(a *openai.Error)           { e.err = a }
 
-func (e *jsonEmitter) finish(reason string, u usage) {
-	m := e.envelope(e.object)
-	choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": reason}
+func (e *jsonEmitter) finish(reason string, u openai.Usage, calls []openai.ToolCall) {
+	var v any
 	if e.chat {
-		choice["message"] = map[string]any{"role": "assistant", "content": e.sb.String()}
+		msg := openai.ResponseMessage{Role: "assistant", ToolCalls: calls}
+		if msg.ToolCalls == nil {
+			msg.ToolCalls = []openai.ToolCall{}
+		}
+		if c := e.sb.String(); c != "" || len(calls) == 0 {
+			msg.Content = &c
+		}
+		if r := e.rsb.String(); e.reasoningP && r != "" {
+			msg.ReasoningContent = &r
+		}
+		ch := openai.ChatChoice{Index: 0, Message: msg, FinishReason: reason}
+		if e.lps != nil {
+			ch.Logprobs = &openai.ChatLogprobs{Content: e.lps}
+		}
+		v = openai.ChatCompletion{ID: e.id, Object: openai.ObjectChat, Created: e.created, Model: e.model,
+			Choices: []openai.ChatChoice{ch}, Usage: &u}
 	} else {
-		choice["text"] = e.sb.String()
+		ch := openai.CompletionChoice{Index: 0, Text: e.sb.String(), FinishReason: &reason}
+		if e.lps != nil {
+			ch.Logprobs = e.completionLogprobs(e.lps)
+		}
+		v = openai.Completion{ID: e.id, Object: openai.ObjectCompletion, Created: e.created, Model: e.model,
+			Choices: []openai.CompletionChoice{ch}, Usage: &u}
 	}
-	m["choices"] = []any{choice}
-	m["usage"] = u
-	writeJSON(e.w, http.StatusOK, m)
+	e.body, _ = json.Marshal(v)
+	e.body = append(e.body, '\n')
 }
 
+// sseEmitter writes SSE chunks to w, flushing each; a failed flush means
+// the client is gone (gone is called once).
 type sseEmitter struct {
 	base
+	w            *bufio.Writer
 	includeUsage bool
+	gone         func()
+	broken       bool
+	toolsSeen    bool
 }
 
 func (e *sseEmitter) event(v any) {
+	if e.broken {
+		return
+	}
 	b, _ := json.Marshal(v)
-	_, _ = e.w.Write([]byte("data: "))
+	_, _ = e.w.WriteString("data: ")
 	_, _ = e.w.Write(b)
-	_, _ = e.w.Write([]byte("\n\n"))
-	if f, ok := e.w.(http.Flusher); ok {
-		f.Flush()
+	_, _ = e.w.WriteString("\n\n")
+	if e.w.Flush() != nil {
+		e.broken = true
+		e.gone()
 	}
 }
 
-func (e *sseEmitter) chunk(choice map[string]any) {
-	m := e.envelope(e.object + chunkSuffix(e.chat))
-	m["choices"] = []any{choice}
-	if e.includeUsage {
-		m["usage"] = nil
+func (e *sseEmitter) chatChunk(d openai.Delta, finish *string) {
+	ch := openai.ChunkChoice{Index: 0, Delta: d, FinishReason: finish}
+	if e.lps != nil {
+		ch.Logprobs = &openai.ChatLogprobs{Content: e.lps}
+		e.lps = nil
 	}
-	e.event(m)
+	e.event(openai.ChatCompletionChunk{ID: e.id, Object: openai.ObjectChatChunk, Created: e.created, Model: e.model,
+		Choices: []openai.ChunkChoice{ch}})
 }
 
-func chunkSuffix(chat bool) string {
-	if chat {
-		return ".chunk"
+func (e *sseEmitter) textChunk(s string, finish *string) {
+	ch := openai.CompletionChoice{Index: 0, Text: s, FinishReason: finish}
+	if e.lps != nil {
+		ch.Logprobs = e.completionLogprobs(e.lps)
+		e.lps = nil
 	}
-	return ""
+	e.event(openai.Completion{ID: e.id, Object: openai.ObjectCompletion, Created: e.created, Model: e.model,
+		Choices: []openai.CompletionChoice{ch}})
 }
 
 func (e *sseEmitter) start() {
-	h := e.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	e.w.WriteHeader(http.StatusOK)
 	if e.chat {
-		e.chunk(map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": ""}, "logprobs": nil, "finish_reason": nil})
+		empty := ""
+		e.chatChunk(openai.Delta{Role: "assistant", Content: &empty}, nil)
 	}
 }
 
-func (e *sseEmitter) text(s string) {
+func (e *sseEmitter) reasoning(s string) {
+	if s != "" && e.chat {
+		e.chatChunk(openai.Delta{ReasoningContent: &s}, nil)
+	}
+}
+
+func (e *sseEmitter) content(s string) {
 	if s == "" {
 		return
 	}
 	if e.chat {
-		e.chunk(map[string]any{"index": 0, "delta": map[string]any{"content": s}, "logprobs": nil, "finish_reason": nil})
+		e.chatChunk(openai.Delta{Content: &s}, nil)
 	} else {
-		e.chunk(map[string]any{"index": 0, "text": s, "logprobs": nil, "finish_reason": nil})
+		e.textChunk(s, nil)
 	}
 }
 
-func (e *sseEmitter) finish(reason string, u usage) {
+func (e *sseEmitter) tools(ds []openai.ToolCallDelta) {
+	if len(ds) > 0 {
+		e.toolsSeen = true
+		e.chatChunk(openai.Delta{ToolCalls: ds}, nil)
+	}
+}
+
+func (e *sseEmitter) logprob(lp openai.TokenLogprob) { e.lps = append(e.lps, lp) }
+
+func (e *sseEmitter) finish(reason string, u openai.Usage, _ []openai.ToolCall) {
 	if e.chat {
-		e.chunk(map[string]any{"index": 0, "delta": map[string]any{}, "logprobs": nil, "finish_reason": reason})
+		e.chatChunk(openai.Delta{}, &reason)
 	} else {
-		e.chunk(map[string]any{"index": 0, "text": "", "logprobs": nil, "finish_reason": reason})
+		e.textChunk("", &reason)
 	}
 	if e.includeUsage {
-		m := e.envelope(e.object + chunkSuffix(e.chat))
-		m["choices"] = []any{}
-		m["usage"] = u
-		e.event(m)
+		if e.chat {
+			e.event(openai.ChatCompletionChunk{ID: e.id, Object: openai.ObjectChatChunk, Created: e.created, Model: e.model,
+				Choices: []openai.ChunkChoice{}, Usage: &u})
+		} else {
+			e.event(openai.Completion{ID: e.id, Object: openai.ObjectCompletion, Created: e.created, Model: e.model,
+				Choices: []openai.CompletionChoice{}, Usage: &u})
+		}
 	}
 	e.done()
 }
 
-func (e *sseEmitter) fail(a *apiError) {
-	e.event(map[string]any{"error": map[string]any{"message": a.message, "type": a.typ, "param": nil, "code": a.code}})
+func (e *sseEmitter) fail(a *openai.Error) {
+	e.event(a.Body())
 	e.done()
 }
 
 func (e *sseEmitter) done() {
-	_, _ = e.w.Write([]byte("data: [DONE]\n\n"))
-	if f, ok := e.w.(http.Flusher); ok {
-		f.Flush()
+	if e.broken {
+		return
+	}
+	_, _ = e.w.WriteString("data: [DONE]\n\n")
+	if e.w.Flush() != nil {
+		e.broken = true
+		e.gone()
 	}
 }

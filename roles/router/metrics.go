@@ -12,6 +12,8 @@ const (
 	outcomeRejected     = "rejected"      // 429: queue full or queue timeout
 	outcomePrefillError = "prefill_error" // vLLM unreachable or failed
 	outcomeDecodeError  = "decode_error"  // the decode node failed or refused
+	outcomeUnavailable  = "unavailable"   // 503: no decode node is up
+	outcomeSpilled      = "spilled"       // proxied to --spill-url
 )
 
 type routerMetrics struct {
@@ -25,6 +27,9 @@ type routerMetrics struct {
 	prefill    *metrics.HistogramVec
 	queueWait  *metrics.HistogramVec
 	requestDur *metrics.HistogramVec
+	nodeDown   *metrics.CounterVec
+	failovers  *metrics.CounterVec
+	spilled    *metrics.CounterVec
 }
 
 func newRouterMetrics(g *gate) *routerMetrics {
@@ -32,9 +37,9 @@ func newRouterMetrics(g *gate) *routerMetrics {
 	m := &routerMetrics{
 		reg: r,
 		requests: r.NewCounter("tilert_router_requests_total",
-			"Requests by endpoint and outcome (ok, cancelled, bad_request, rejected, prefill_error, decode_error).", "endpoint", "outcome"),
+			"Requests by endpoint and outcome (ok, cancelled, bad_request, rejected, unavailable, spilled, prefill_error, decode_error).", "endpoint", "outcome"),
 		rejects: r.NewCounter("tilert_router_queue_rejects_total",
-			"Requests refused with 429 by the admission gate, by reason (queue_full, queue_timeout).", "reason"),
+			"Requests refused by the admission gate, by reason (queue_full, queue_timeout: 429; no_nodes: 503).", "reason"),
 		cancels: r.NewCounter("tilert_router_decode_cancels_total",
 			"POST /pd/cancel sent to decode nodes, by reason (client_gone, stop_string, first_token, error).", "reason"),
 		tokens: r.NewCounter("tilert_router_tokens_total", "Tokens by kind (prompt, completion).", "kind"),
@@ -48,18 +53,33 @@ func newRouterMetrics(g *gate) *routerMetrics {
 			"Time spent in the admission gate before a decode slot was granted.", metrics.ExpBuckets(0.0001, 2, 18)),
 		requestDur: r.NewHistogram("tilert_router_request_seconds",
 			"Whole requests, by endpoint.", metrics.ExpBuckets(0.001, 2, 18), "endpoint"),
+		nodeDown: r.NewCounter("tilert_router_node_down_total",
+			"Decode nodes marked down (failed /health, unreachable, or failed a request)."),
+		failovers: r.NewCounter("tilert_router_failovers_total",
+			"Requests moved to another decode node before their first decoded token, by stage (prefill, decode).", "stage"),
+		spilled: r.NewCounter("tilert_router_spilled_total",
+			"Requests proxied to --spill-url, by reason (pool_full, pool_down, n, best_of, echo, suffix, response_format, tool_choice).", "reason"),
 	}
 	for _, ep := range []string{"completions", "chat_completions"} {
-		for _, o := range []string{outcomeOK, outcomeCancelled, outcomeBadRequest, outcomeRejected, outcomePrefillError, outcomeDecodeError} {
+		for _, o := range []string{outcomeOK, outcomeCancelled, outcomeBadRequest, outcomeRejected, outcomeUnavailable, outcomeSpilled, outcomePrefillError, outcomeDecodeError} {
 			m.requests.Init(ep, o)
 		}
 	}
 	m.rejects.Init("queue_full")
 	m.rejects.Init("queue_timeout")
+	m.rejects.Init("no_nodes")
+	m.nodeDown.Init()
+	for _, st := range []string{"prefill", "decode"} {
+		m.failovers.Init(st)
+	}
+	for _, r := range []string{spillFull, spillDown, spillN, spillBestOf, spillEcho, spillSuffix, spillStructured, spillToolChoice} {
+		m.spilled.Init(r)
+	}
 	m.tokens.Init("prompt")
 	m.tokens.Init("completion")
 	r.NewGauge("tilert_router_queue_depth", "Requests waiting in the admission gate for a decode slot.", func() float64 { return float64(g.queued()) })
 	r.NewGauge("tilert_router_slots_busy", "Decode slots in use over all nodes.", func() float64 { b, _ := g.busy(); return float64(b) })
-	r.NewGauge("tilert_router_slots", "Decode slots over all nodes (each node's max_inflight).", func() float64 { _, t := g.busy(); return float64(t) })
+	r.NewGauge("tilert_router_slots", "Decode slots over the nodes that are up (each node's max_inflight).", func() float64 { _, t := g.busy(); return float64(t) })
+	r.NewGauge("tilert_router_nodes_up", "Decode nodes up (answering /health).", func() float64 { return float64(g.upCount()) })
 	return m
 }

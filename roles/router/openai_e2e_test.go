@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tilert-go/tilert/internal/devvllm"
+	"github.com/tilert-go/tilert/openai"
 )
 
 // openaiNodeModules finds or installs the official openai npm package:
@@ -88,11 +89,11 @@ func TestOpenAINodeClient(t *testing.T) {
 		t.Fatalf("node: %v\n%s\n%s", err, out, stderr)
 	}
 	type res struct {
-		Text   string `json:"text"`
-		Finish string `json:"finish"`
-		Role   string `json:"role"`
-		Usage  *usage `json:"usage"`
-		Chunks int    `json:"chunks"`
+		Text   string        `json:"text"`
+		Finish string        `json:"finish"`
+		Role   string        `json:"role"`
+		Usage  *openai.Usage `json:"usage"`
+		Chunks int           `json:"chunks"`
 	}
 	var r struct {
 		Completion       res `json:"completion"`
@@ -109,12 +110,12 @@ func TestOpenAINodeClient(t *testing.T) {
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	wantU := usage{PromptTokens: len(prompt), CompletionTokens: len(ids), TotalTokens: len(prompt) + len(ids)}
-	wantCU := usage{PromptTokens: len(chatPrompt), CompletionTokens: len(chatIDs), TotalTokens: len(chatPrompt) + len(chatIDs)}
+	wantU := openai.Usage{PromptTokens: len(prompt), CompletionTokens: len(ids), TotalTokens: len(prompt) + len(ids)}
+	wantCU := openai.Usage{PromptTokens: len(chatPrompt), CompletionTokens: len(chatIDs), TotalTokens: len(chatPrompt) + len(chatIDs)}
 	for name, c := range map[string]struct {
 		got  res
 		text string
-		u    usage
+		u    openai.Usage
 	}{
 		"completion": {r.Completion, want, wantU}, "completion stream": {r.CompletionStream, want, wantU},
 		"chat": {r.Chat, wantChat, wantCU}, "chat stream": {r.ChatStream, wantChat, wantCU},

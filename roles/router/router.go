@@ -1,13 +1,17 @@
 // Package router is the OpenAI-compatible ingress for the TileRT pool.
 //
-// Per request: admit through the
-// gate (each decode node's max_inflight slots, then a bounded queue with a
-// deadline, then 429), pick a node, run the prompt on vLLM for one token
+// Per request: admit through the gate (each up decode node's max_inflight
+// slots, then a bounded queue with a deadline, then 429, or a spill to a
+// native vLLM endpoint), pick a node, run the prompt on vLLM for one token
 // with kv_transfer_params naming the node (vLLM's TileRT connector ships the
 // state there), read that token's id from the logprobs ("token_id:N", vLLM
 // runs with --return-tokens-as-token-ids), then stream the rest from the
-// node's /pd/decode, detokenise incrementally, apply stop strings and answer
-// as OpenAI does. A client that leaves is answered with /pd/cancel.
+// node's /pd/decode, detokenise incrementally, apply stop strings, split
+// reasoning and tool calls (package openai/parsers) and answer as vLLM's
+// OpenAI server does. Nodes are health-checked; a request whose node fails
+// before its first decoded token moves to another node. A client that
+// leaves is answered with /pd/cancel (see watch.go for how a fasthttp
+// server notices).
 package router
 
 import (
@@ -15,7 +19,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -40,6 +43,11 @@ var Flags = []config.Flag{
 	{Key: "router.queue_size", Name: "queue-size"},
 	{Key: "router.queue_timeout_s", Name: "queue-timeout"},
 	{Key: "router.served_model_name", Name: "served-model-name"},
+	{Key: "router.tool_call_parser", Name: "tool-call-parser"},
+	{Key: "router.reasoning_parser", Name: "reasoning-parser"},
+	{Key: "router.enable_auto_tool_choice", Name: "enable-auto-tool-choice"},
+	{Key: "router.spill_url", Name: "spill-url"},
+	{Key: "router.health_interval_s", Name: "health-interval"},
 }
 
 var addrFileFlag = &cli.StringFlag{Name: "addr-file", Usage: "write the bound address as JSON {\"http\":...} to this file once listening (for scripts using --port 0)"}
@@ -81,15 +89,18 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 	defer cancel()
 	rt, err := New(pctx, Options{VLLMURL: rc.VLLMURL, Nodes: rc.Decode, Tokenizer: tok, ModelPath: cfg.Model.Path,
 		ServedModel: rc.ServedModel, QueueSize: rc.QueueSize,
-		QueueTimeout: time.Duration(rc.QueueTimeoutS * float64(time.Second)), Log: slog.Default()})
+		QueueTimeout:   time.Duration(rc.QueueTimeoutS * float64(time.Second)),
+		ToolCallParser: rc.ToolCallParser, ReasoningParser: rc.ReasoningParser, EnableAutoToolChoice: rc.EnableAutoToolChoice,
+		SpillURL: rc.SpillURL, HealthInterval: time.Duration(rc.HealthIntervalS * float64(time.Second)), Log: slog.Default()})
 	if err != nil {
 		return err
 	}
+	defer rt.Close()
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.RouterHost(), strconv.Itoa(rc.Port)))
 	if err != nil {
 		return errors.WithHint(errors.Wrap(err, "router: listen"), "pick a free --port (0 lets the kernel choose)")
 	}
-	srv := &http.Server{Handler: rt.Handler(), ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := rt.Server()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	if addrFile != "" {
@@ -112,6 +123,6 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 	slog.Info("router: shutting down; letting requests in flight finish")
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer scancel()
-	_ = srv.Shutdown(sctx)
+	_ = srv.ShutdownWithContext(sctx)
 	return nil
 }

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tilert-go/tilert/internal/devvllm"
+	"github.com/tilert-go/tilert/openai"
 )
 
 const testPrompt = "The decode engine streams tokens to each user"
@@ -62,7 +64,7 @@ func TestCompletionsEqualEngine(t *testing.T) {
 				}
 				return
 			}
-			wantU := usage{PromptTokens: len(prompt), CompletionTokens: len(ids), TotalTokens: len(prompt) + len(ids)}
+			wantU := openai.Usage{PromptTokens: len(prompt), CompletionTokens: len(ids), TotalTokens: len(prompt) + len(ids)}
 			if c.usage == nil || *c.usage != wantU {
 				t.Fatalf("usage %+v, want %+v", c.usage, wantU)
 			}
@@ -315,18 +317,26 @@ func TestBadRequests(t *testing.T) {
 		{"n 2", "/v1/completions", `{"prompt":"hi","n":2}`, "n", "n=1"},
 		{"best_of", "/v1/completions", `{"prompt":"hi","best_of":3}`, "best_of", "best_of"},
 		{"echo", "/v1/completions", `{"prompt":"hi","echo":true}`, "echo", "echo"},
-		{"logprobs", "/v1/completions", `{"prompt":"hi","logprobs":2}`, "logprobs", "logprobs"},
+		{"logprobs too many", "/v1/completions", `{"prompt":"hi","logprobs":21}`, "logprobs", "greater than max allowed: 20"},
+		{"logprobs negative", "/v1/completions", `{"prompt":"hi","logprobs":-1}`, "logprobs", "non-negative"},
 		{"stream_options without stream", "/v1/completions", `{"prompt":"hi","stream_options":{"include_usage":true}}`, "stream_options", "stream true"},
 		{"include_usage type", "/v1/completions", `{"prompt":"hi","stream":true,"stream_options":{"include_usage":"yes"}}`, "stream_options.include_usage", "boolean"},
 		{"temperature", "/v1/completions", `{"prompt":"hi","temperature":-1}`, "temperature", "negative"},
 		{"top_p", "/v1/completions", `{"prompt":"hi","top_p":2}`, "top_p", "(0, 1]"},
 		{"stop type", "/v1/completions", `{"prompt":"hi","stop":5}`, "stop", "strings"},
-		{"penalty", "/v1/completions", `{"prompt":"hi","presence_penalty":0.5}`, "presence_penalty", "not supported"},
+		{"presence penalty range", "/v1/completions", `{"prompt":"hi","presence_penalty":2.5}`, "presence_penalty", "[-2, 2], got 2.5"},
+		{"frequency penalty range", "/v1/completions", `{"prompt":"hi","frequency_penalty":-3}`, "frequency_penalty", "[-2, 2]"},
+		{"repetition penalty", "/v1/completions", `{"prompt":"hi","repetition_penalty":0}`, "repetition_penalty", "greater than zero"},
+		{"min_tokens > max_tokens", "/v1/completions", `{"prompt":"hi","max_tokens":3,"min_tokens":4}`, "min_tokens", "max_tokens=3"},
+		{"logit_bias key", "/v1/completions", `{"prompt":"hi","logit_bias":{"x":1}}`, "logit_bias", "not a token id"},
+		{"logit_bias out of vocab", "/v1/completions", `{"prompt":"hi","logit_bias":{"99999999":1}}`, "logit_bias", "out-of-vocab"},
+		{"top_k", "/v1/completions", `{"prompt":"hi","top_k":-2}`, "top_k", "at least 1"},
 		{"chat no messages", "/v1/chat/completions", `{"messages":[]}`, "messages", "empty"},
 		{"chat n", "/v1/chat/completions", `{` + msgs + `,"n":3}`, "n", "n=1"},
 		{"chat max_completion_tokens", "/v1/chat/completions", `{` + msgs + `,"max_completion_tokens":-2}`, "max_completion_tokens", ">= 1"},
-		{"chat tools", "/v1/chat/completions", `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}]}`, "tools", "tool calling"},
-		{"chat logprobs", "/v1/chat/completions", `{` + msgs + `,"logprobs":true}`, "logprobs", "logprobs"},
+		{"chat tools without a parser", "/v1/chat/completions", `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}]}`, "tool_choice", "--tool-call-parser"},
+		{"chat tool_choice unknown function", "/v1/chat/completions", `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`, "tool_choice", "not among the tools"},
+		{"chat top_logprobs without logprobs", "/v1/chat/completions", `{` + msgs + `,"top_logprobs":2}`, "top_logprobs", "`logprobs` must be set to true"},
 		{"chat response_format", "/v1/chat/completions", `{` + msgs + `,"response_format":{"type":"json_object"}}`, "response_format", "structured"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -446,4 +456,48 @@ func TestStateNeverArrives(t *testing.T) {
 	if v := metricValue(t, s.router.URL+"/metrics", `tilert_router_requests_total{endpoint="completions",outcome="decode_error"}`); v != 2 {
 		t.Fatalf("decode_error %v, want 2", v)
 	}
+}
+
+// A client that leaves while nothing is being written to it (its request
+// waits in the queue, or in prefill) is noticed at once: fasthttp does not
+// read the connection during a handler, the router's watch does (watch.go).
+func TestClientGoneWhileWaiting(t *testing.T) {
+	s := newStack(t, stackOpts{queueSize: 4, hold: true})
+	body, _ := json.Marshal(map[string]any{"prompt": testPrompt, "max_tokens": 4, "temperature": 0, "stream": true})
+	first := make(chan *http.Response, 1)
+	go func() { first <- s.post(t, "/v1/completions", json.RawMessage(body)) }()
+	<-s.holding // the first request holds the only slot, parked in prefill
+
+	// The second waits in the queue; its client leaves.
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.router.URL+"/v1/completions", bytes.NewReader(body))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	eventually(t, "a request queued", func() bool { return s.rt.gate.queued() == 1 })
+	cancel()
+	eventually(t, "the queued request leaves the queue", func() bool { return s.rt.gate.queued() == 0 })
+
+	// A third gets the slot after the first; its client leaves while its
+	// prefill is parked (the router writes nothing before the first token).
+	s.hold <- struct{}{}
+	readSSE(t, <-first, false)
+	ctx3, cancel3 := context.WithCancel(context.Background())
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx3, http.MethodPost, s.router.URL+"/v1/completions", bytes.NewReader(body))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-s.holding
+	cancel3()
+	eventually(t, "both leavers counted cancelled while the prefill is still parked", func() bool {
+		return metricValue(t, s.router.URL+"/metrics", `tilert_router_requests_total{endpoint="completions",outcome="cancelled"}`) == 2
+	})
+	if b, _ := s.rt.gate.busy(); b != 0 {
+		t.Fatalf("%d slots busy after the clients left", b)
+	}
+	s.hold <- struct{}{} // let the parked prefill go; nobody waits for it
 }

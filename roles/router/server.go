@@ -1,26 +1,25 @@
 package router
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/valyala/fasthttp"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/metrics"
+	"github.com/tilert-go/tilert/openai"
+	"github.com/tilert-go/tilert/openai/parsers"
 	"github.com/tilert-go/tilert/tokenizer"
 )
 
@@ -39,7 +38,20 @@ type Options struct {
 	// DrainTimeout bounds how long a cancelled decode stream may take to end
 	// before the router drops it (default 30 s).
 	DrainTimeout time.Duration
-	Log          *slog.Logger
+	// ToolCallParser and ReasoningParser name vLLM's parsers of the same
+	// names (see package parsers); EnableAutoToolChoice allows
+	// tool_choice "auto", as vLLM's --enable-auto-tool-choice.
+	ToolCallParser       string
+	ReasoningParser      string
+	EnableAutoToolChoice bool
+	// SpillURL is a native vLLM endpoint that takes the requests the TileRT
+	// pool would refuse (full, or asking for what it cannot do); "" refuses
+	// them.
+	SpillURL string
+	// HealthInterval is how often every node's /health is polled (default
+	// 1 s); a node that fails is retried with backoff up to 30 s.
+	HealthInterval time.Duration
+	Log            *slog.Logger
 }
 
 // Router is the OpenAI-compatible ingress for a TileRT decode pool.
@@ -47,6 +59,7 @@ type Router struct {
 	opts     Options
 	tok      *tokenizer.Tokenizer
 	vllm     string
+	spill    string
 	nodes    []*node
 	gate     *gate
 	m        *routerMetrics
@@ -55,7 +68,9 @@ type Router struct {
 	served   string
 	names    map[string]bool
 	defaults samplingDefaults
-	created  int64
+	created  int64 // when the router started (/v1/models)
+	keepIDs  map[int]bool
+	handler  fasthttp.RequestHandler
 
 	// queueTimeout is Options.QueueTimeout in nanoseconds, atomic so tests
 	// can change it between phases.
@@ -63,12 +78,17 @@ type Router struct {
 
 	vllmMu    sync.Mutex
 	vllmModel string // vLLM's served model id, once learnt
+
+	stopPoll context.CancelFunc
+	polling  sync.WaitGroup
 }
 
 const maxBody = 32 << 20
 
-// New checks o, asks every decode node for its capabilities (retrying until
-// ctx ends, so a router may start before its nodes), and returns a Router.
+// New checks o, asks the decode nodes for their capabilities (retrying
+// until ctx ends or one answers, so a router may start before its nodes;
+// nodes that do not answer yet are marked down and polled), and returns a
+// Router. Close stops its health polling.
 func New(ctx context.Context, o Options) (*Router, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -76,20 +96,36 @@ func New(ctx context.Context, o Options) (*Router, error) {
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = 30 * time.Second
 	}
+	if o.HealthInterval <= 0 {
+		o.HealthInterval = time.Second
+	}
 	if o.Tokenizer == nil {
 		return nil, errors.WithHint(errors.New("router: no tokenizer"), "pass --model-path, the HF model directory with tokenizer.json")
 	}
 	if len(o.Nodes) == 0 {
 		return nil, errors.WithHint(errors.New("router: no decode nodes"), "pass --decode host:ctrl_port:http_port (repeat for several)")
 	}
-	if !strings.HasPrefix(o.VLLMURL, "http://") && !strings.HasPrefix(o.VLLMURL, "https://") {
-		return nil, errors.WithHint(errors.Newf("router: --vllm-url %q is not an http(s) URL", o.VLLMURL), "e.g. --vllm-url http://prefill-node:8000")
+	for _, u := range []struct{ flag, v string }{{"--vllm-url", o.VLLMURL}, {"--spill-url", o.SpillURL}} {
+		if (u.flag == "--vllm-url" || u.v != "") && !strings.HasPrefix(u.v, "http://") && !strings.HasPrefix(u.v, "https://") {
+			return nil, errors.WithHintf(errors.Newf("router: %s %q is not an http(s) URL", u.flag, u.v), "e.g. %s http://prefill-node:8000", u.flag)
+		}
 	}
 	if o.QueueSize < 0 || o.QueueTimeout < 0 {
 		return nil, errors.Newf("router: queue_size %d and queue_timeout %s must not be negative", o.QueueSize, o.QueueTimeout)
 	}
-	rt := &Router{opts: o, tok: o.Tokenizer, vllm: strings.TrimRight(o.VLLMURL, "/"), log: o.Log, created: time.Now().Unix(),
-		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}}
+	if err := parsers.CheckToolParser(o.ToolCallParser); err != nil {
+		return nil, errors.Wrap(err, "router: --tool-call-parser")
+	}
+	if err := parsers.CheckReasoningParser(o.ReasoningParser); err != nil {
+		return nil, errors.Wrap(err, "router: --reasoning-parser")
+	}
+	if o.EnableAutoToolChoice && o.ToolCallParser == "" {
+		return nil, errors.WithHint(errors.New("router: --enable-auto-tool-choice needs --tool-call-parser"),
+			"add --tool-call-parser glm47 (GLM-4.7/GLM-5), glm45 or deepseek_v32")
+	}
+	rt := &Router{opts: o, tok: o.Tokenizer, vllm: strings.TrimRight(o.VLLMURL, "/"), spill: strings.TrimRight(o.SpillURL, "/"),
+		log: o.Log, created: time.Now().Unix(),
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, IdleConnTimeout: 90 * time.Second}}}
 	for _, s := range o.Nodes {
 		n, err := parseNode(s)
 		if err != nil {
@@ -97,15 +133,19 @@ func New(ctx context.Context, o Options) (*Router, error) {
 		}
 		rt.nodes = append(rt.nodes, n)
 	}
-	for _, n := range rt.nodes {
-		if err := rt.probe(ctx, n); err != nil {
-			return nil, err
-		}
+	rt.gate = newGate(rt.nodes, o.QueueSize)
+	if err := rt.probeAll(ctx); err != nil {
+		return nil, err
 	}
 	rt.queueTimeout.Store(int64(o.QueueTimeout))
-	rt.gate = newGate(rt.nodes, o.QueueSize)
 	rt.m = newRouterMetrics(rt.gate)
 	rt.defaults = readDefaults(o.ModelPath)
+	rt.keepIDs = map[int]bool{}
+	for _, tag := range []string{"<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"} {
+		if id, ok := rt.tok.TokenID(tag); ok {
+			rt.keepIDs[id] = true
+		}
+	}
 	rt.served = o.ServedModel
 	rt.names = map[string]bool{}
 	if id := rt.vllmModelName(ctx); id != "" {
@@ -125,41 +165,128 @@ func New(ctx context.Context, o Options) (*Router, error) {
 		rt.served = "tilert"
 	}
 	rt.names[rt.served] = true
+	rt.handler = rt.routes()
+	pctx, cancel := context.WithCancel(context.Background())
+	rt.stopPoll = cancel
+	rt.polling.Add(1)
+	go rt.pollHealth(pctx)
 	return rt, nil
 }
 
-// probe reads a node's /capabilities for its slot count, retrying while
-// the node is starting.
-func (rt *Router) probe(ctx context.Context, n *node) error {
+// Close stops the health polling.
+func (rt *Router) Close() {
+	rt.stopPoll()
+	rt.polling.Wait()
+}
+
+// probeAll asks every node for its capabilities; it returns once at
+// least one answers (the others are polled), or fails when none has by the
+// time ctx ends.
+func (rt *Router) probeAll(ctx context.Context) error {
 	var last error
 	for i := 0; ; i++ {
-		var c struct {
-			MaxInflight int `json:"max_inflight"`
-			MaxSeqLen   int `json:"max_seq_len"`
-			VocabSize   int `json:"vocab_size"`
+		for _, n := range rt.nodes {
+			if err := rt.probe(ctx, n); err != nil {
+				last = err
+			}
 		}
-		last = rt.getJSON(ctx, n.httpURL+"/capabilities", &c)
-		if last == nil {
-			if c.MaxInflight < 1 {
-				return errors.Newf("router: decode node %s reports max_inflight %d", n.spec, c.MaxInflight)
+		if rt.gate.upCount() > 0 {
+			for _, n := range rt.nodes {
+				if !n.up {
+					rt.log.Warn("router: decode node not answering; polling it", "node", n.spec, "err", n.lastErr)
+				}
 			}
-			if c.VocabSize > 0 && c.VocabSize < rt.tok.VocabSize() {
-				rt.log.Warn("router: the tokenizer's vocabulary is larger than the decode node's model", "node", n.spec,
-					"tokenizer", rt.tok.VocabSize(), "node_vocab", c.VocabSize)
-			}
-			n.slots, n.maxSeq = c.MaxInflight, c.MaxSeqLen
-			rt.log.Info("router: decode node", "node", n.spec, "slots", n.slots, "max_seq_len", n.maxSeq)
 			return nil
 		}
 		if i%10 == 0 {
-			rt.log.Warn("router: decode node not answering yet; retrying", "node", n.spec, "err", last.Error())
+			rt.log.Warn("router: no decode node answers yet; retrying", "err", last.Error())
 		}
 		select {
 		case <-ctx.Done():
-			return errors.WithHintf(errors.Wrapf(last, "router: decode node %s: GET /capabilities", n.spec),
-				"start the decode node first (tilert decode), and check that %s is its http port", n.httpURL)
+			return errors.WithHintf(errors.Wrap(last, "router: no decode node answers GET /capabilities"),
+				"start the decode nodes first (tilert decode), and check that --decode names their ctrl and http ports (%s)", rt.nodes[0].spec)
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// probe reads a node's /capabilities and /health; on success the node is
+// up with its slot count, max_seq_len and EOS ids.
+func (rt *Router) probe(ctx context.Context, n *node) error {
+	var c decodeapi.Capabilities
+	err := rt.getJSON(ctx, n.httpURL+decodeapi.PathCapabilities, &c)
+	if err == nil && c.MaxInflight < 1 {
+		err = errors.Newf("decode node %s reports max_inflight %d", n.spec, c.MaxInflight)
+	}
+	if err == nil {
+		var h decodeapi.Health
+		err = rt.getJSON(ctx, n.httpURL+decodeapi.PathHealth, &h)
+	}
+	if err != nil {
+		rt.gate.setUp(n, false, err.Error())
+		return errors.Wrapf(err, "decode node %s", n.spec)
+	}
+	if c.VocabSize > 0 && c.VocabSize < rt.tok.VocabSize() {
+		rt.log.Warn("router: the tokenizer's vocabulary is larger than the decode node's model", "node", n.spec,
+			"tokenizer", rt.tok.VocabSize(), "node_vocab", c.VocabSize)
+	}
+	rt.gate.mu.Lock()
+	n.slots, n.maxSeq, n.eos = c.MaxInflight, c.MaxSeqLen, c.EOS
+	rt.gate.mu.Unlock()
+	if rt.gate.setUp(n, true, "") {
+		rt.log.Info("router: decode node up", "node", n.spec, "slots", c.MaxInflight, "max_seq_len", c.MaxSeqLen)
+	}
+	return nil
+}
+
+// pollHealth checks every node each interval: an up node whose /health
+// fails is marked down; a down node is probed again after its backoff
+// (doubling from the interval up to 30 s).
+func (rt *Router) pollHealth(ctx context.Context) {
+	defer rt.polling.Done()
+	t := time.NewTicker(rt.opts.HealthInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, n := range rt.nodes {
+			rt.gate.mu.Lock()
+			up, due := n.up, !time.Now().Before(n.nextProbe)
+			rt.gate.mu.Unlock()
+			if up {
+				var h decodeapi.Health
+				if err := rt.getJSON(ctx, n.httpURL+decodeapi.PathHealth, &h); err != nil && ctx.Err() == nil {
+					rt.markDown(n, "health check: "+err.Error())
+				}
+				continue
+			}
+			if !due {
+				continue
+			}
+			if err := rt.probe(ctx, n); err != nil {
+				rt.gate.mu.Lock()
+				n.backoff = min(max(2*n.backoff, rt.opts.HealthInterval), 30*time.Second)
+				n.nextProbe = time.Now().Add(n.backoff)
+				rt.gate.mu.Unlock()
+			}
+		}
+	}
+}
+
+// markDown takes n out of the pool until a probe finds it back.
+func (rt *Router) markDown(n *node, why string) {
+	rt.gate.mu.Lock()
+	if n.up {
+		n.backoff = rt.opts.HealthInterval
+		n.nextProbe = time.Now().Add(n.backoff)
+	}
+	rt.gate.mu.Unlock()
+	if rt.gate.setUp(n, false, why) {
+		rt.m.nodeDown.With().Inc()
+		rt.log.Warn("router: decode node down", "node", n.spec, "why", why, "up", rt.gate.upCount())
 	}
 }
 
@@ -191,11 +318,7 @@ func (rt *Router) vllmModelName(ctx context.Context) string {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	var l struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
+	var l openai.ModelList
 	if err := rt.getJSON(ctx, rt.vllm+"/v1/models", &l); err == nil && len(l.Data) > 0 {
 		rt.vllmModel = l.Data[0].ID
 	}
@@ -209,9 +332,16 @@ func (rt *Router) knownModel(name string) bool {
 	return name == rt.vllmModelName(context.Background())
 }
 
-// readDefaults reads generation_config.json's sampling defaults, which
-// vLLM applies too; the router resolves them so prefill and decode sample
-// alike.
+// samplingDefaults are the model's generation_config.json values, which
+// vLLM also applies to requests that leave a field out.
+type samplingDefaults struct {
+	Temperature *float64 `json:"temperature"`
+	TopP        *float64 `json:"top_p"`
+	TopK        *int     `json:"top_k"`
+}
+
+// readDefaults reads generation_config.json's sampling defaults; the
+// router resolves them so prefill and decode sample alike.
 func readDefaults(dir string) samplingDefaults {
 	var d samplingDefaults
 	if dir == "" {
@@ -224,440 +354,103 @@ func readDefaults(dir string) samplingDefaults {
 	return d
 }
 
-// Handler serves the router's HTTP API.
-func (rt *Router) Handler() http.Handler {
-	routes := map[string]struct {
-		method string
-		h      http.HandlerFunc
-	}{
-		"/v1/completions":      {http.MethodPost, func(w http.ResponseWriter, r *http.Request) { rt.serveGen(w, r, false) }},
-		"/v1/chat/completions": {http.MethodPost, func(w http.ResponseWriter, r *http.Request) { rt.serveGen(w, r, true) }},
+// Handler is the router's HTTP API (fasthttp).
+func (rt *Router) Handler() fasthttp.RequestHandler { return rt.handler }
+
+// Server is the one place the router's HTTP server is configured; callers
+// may wrap Handler (auth, limits) before serving.
+func (rt *Router) Server() *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:            rt.handler,
+		Name:               "tilert-router",
+		ReadTimeout:        30 * time.Second, // reading a request; streams are not bound by it
+		IdleTimeout:        2 * time.Minute,
+		MaxRequestBodySize: maxBody,
+		// A streamed answer ends when its generation ends, not on a timer.
+		WriteTimeout:                  0,
+		NoDefaultServerHeader:         false,
+		DisableHeaderNamesNormalizing: false,
+		Logger:                        fasthttpLogger{rt.log},
+	}
+}
+
+type fasthttpLogger struct{ log *slog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Debug("router: http: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
+}
+
+type route struct {
+	method string
+	h      fasthttp.RequestHandler
+}
+
+// routes builds the route table once.
+func (rt *Router) routes() fasthttp.RequestHandler {
+	table := map[string]route{
+		"/v1/completions":      {http.MethodPost, func(c *fasthttp.RequestCtx) { rt.serveGen(c, false) }},
+		"/v1/chat/completions": {http.MethodPost, func(c *fasthttp.RequestCtx) { rt.serveGen(c, true) }},
 		"/v1/models":           {http.MethodGet, rt.serveModels},
 		"/health":              {http.MethodGet, rt.serveHealth},
 		"/metrics":             {http.MethodGet, rt.serveMetrics},
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rte, ok := routes[r.URL.Path]
+	return func(c *fasthttp.RequestCtx) {
+		r, ok := table[string(c.Path())]
+		method := string(c.Method())
 		switch {
 		case !ok:
-			writeError(w, &apiError{status: http.StatusNotFound, typ: "not_found_error", message: "no endpoint " + r.URL.Path})
-		case r.Method != rte.method && !(rte.method == http.MethodGet && r.Method == http.MethodHead):
-			w.Header().Set("Allow", rte.method)
-			writeError(w, &apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error",
-				message: r.URL.Path + " takes " + rte.method})
+			writeError(c, &openai.Error{Status: http.StatusNotFound, Type: "not_found_error", Message: "no endpoint " + string(c.Path())})
+		case method != r.method && !(r.method == http.MethodGet && method == http.MethodHead):
+			c.Response.Header.Set("Allow", r.method)
+			writeError(c, &openai.Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+				Message: string(c.Path()) + " takes " + r.method})
 		default:
-			rte.h(w, r)
-		}
-	})
-}
-
-func (rt *Router) serveModels(w http.ResponseWriter, _ *http.Request) {
-	maxLen := 0
-	for _, n := range rt.nodes {
-		if maxLen == 0 || (n.maxSeq > 0 && n.maxSeq < maxLen) {
-			maxLen = n.maxSeq
+			r.h(c)
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
-		"id": rt.served, "object": "model", "created": rt.created, "owned_by": "tilert", "root": rt.opts.ModelPath,
-		"max_model_len": maxLen}}})
 }
 
-func (rt *Router) serveHealth(w http.ResponseWriter, _ *http.Request) {
-	busy, total := rt.gate.busy()
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "slots": total, "busy": busy, "queued": rt.gate.queued()})
-}
-
-func (rt *Router) serveMetrics(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", metrics.ContentType)
-	_ = rt.m.reg.Write(w)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
+func writeJSON(c *fasthttp.RequestCtx, status int, v any) {
 	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	c.SetStatusCode(status)
+	c.SetContentType("application/json")
+	c.SetBody(append(b, '\n'))
 }
 
-func (rt *Router) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
-	ep := "completions"
-	if chat {
-		ep = "chat_completions"
+func writeError(c *fasthttp.RequestCtx, e *openai.Error) {
+	if e.RetryAfter > 0 {
+		c.Response.Header.Set("Retry-After", retryAfter(e.RetryAfter))
 	}
-	t0 := time.Now()
-	outcome := rt.generate(w, r, chat, t0)
-	rt.m.requests.With(ep, outcome).Inc()
-	rt.m.requestDur.With(ep).Observe(time.Since(t0).Seconds())
+	writeJSON(c, e.Status, e.Body())
 }
 
-// prefillResult is what the vLLM call gives.
-type prefillResult struct {
-	first        int
-	finish       string // vLLM's finish_reason for its one token
-	promptTokens int
+func (rt *Router) serveModels(c *fasthttp.RequestCtx) {
+	writeJSON(c, http.StatusOK, openai.ModelList{Object: "list", Data: []openai.Model{{ID: rt.served, Object: "model",
+		Created: rt.created, OwnedBy: "tilert", Root: rt.opts.ModelPath, MaxModelLen: rt.gate.maxSeqLen()}}})
 }
 
-func (rt *Router) generate(w http.ResponseWriter, r *http.Request, chat bool, t0 time.Time) string {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		writeError(w, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", message: "reading the body: " + err.Error()})
-		return outcomeBadRequest
-	}
-	req, aerr := rt.parseGen(body, chat)
-	if aerr != nil {
-		writeError(w, aerr)
-		return outcomeBadRequest
-	}
-	ctx := r.Context()
-	qt := time.Duration(rt.queueTimeout.Load())
-	n, err := rt.gate.acquire(ctx, qt)
-	rt.m.queueWait.With().Observe(time.Since(t0).Seconds())
-	if err != nil {
-		busy, total := rt.gate.busy()
-		switch {
-		case errors.Is(err, errQueueFull):
-			rt.m.rejects.With("queue_full").Inc()
-			writeError(w, &apiError{status: http.StatusTooManyRequests, typ: "server_busy", code: "queue_full", retry: time.Second,
-				message: fmt.Sprintf("all %d decode slots are busy (%d in use) and the queue of %d is full; retry later", total, busy, rt.opts.QueueSize)})
-			return outcomeRejected
-		case errors.Is(err, errQueueTimeout):
-			rt.m.rejects.With("queue_timeout").Inc()
-			writeError(w, &apiError{status: http.StatusTooManyRequests, typ: "server_busy", code: "queue_timeout", retry: time.Second,
-				message: fmt.Sprintf("no decode slot became free within %s (%d slots, all busy); retry later", qt, total)})
-			return outcomeRejected
-		}
-		return outcomeCancelled
-	}
-	defer rt.gate.release(n)
-
-	rid := newRID()
-	log := rt.log.With("rid", rid, "node", n.spec)
-	var once sync.Once
-	cancel := func(reason string) {
-		once.Do(func() { rt.cancelOnNode(n, rid, reason, log) })
-	}
-	tp := time.Now()
-	pre, aerr := rt.prefill(ctx, req, n, rid)
-	if aerr != nil {
-		rt.m.prefill.With("error").Observe(time.Since(tp).Seconds())
-		cancel("error") // vLLM may have shipped the state already: free the slot
-		if ctx.Err() != nil {
-			return outcomeCancelled
-		}
-		log.Warn("router: prefill failed", "status", aerr.status, "err", aerr.message)
-		writeError(w, aerr)
-		return outcomePrefillError
-	}
-	rt.m.prefill.With("ok").Observe(time.Since(tp).Seconds())
-	rt.m.tokens.With("prompt").Add(float64(pre.promptTokens))
-
-	ts := newTextStream(rt.tok, req)
-	firstText := ts.add(pre.first)
-	finish := ""
-	switch {
-	case ts.stopped || pre.finish == "stop":
-		finish = "stop"
-	case req.maxTokens == 1:
-		finish = "length"
-	}
-	// The decode stream runs under its own context: a client that leaves is
-	// answered by /pd/cancel, and the stream is read to its end so the slot
-	// is free on the node before the gate hands it to the next request.
-	dctx, dstop := context.WithCancel(context.WithoutCancel(ctx))
-	defer dstop()
-	// The first token goes out now, before the node answers: the client's
-	// time to first token is the prefill's, not prefill + state transfer.
-	// A decode failure after this point ends a stream with an error event
-	// (a non-streamed answer is still a plain error status).
-	em := newEmitter(w, req, rt.served, rid, rt.created)
-	em.start()
-	em.text(firstText)
-	rt.m.ttft.With().Observe(time.Since(t0).Seconds())
-	var resp *http.Response
-	if finish != "" {
-		cancel("first_token") // the state was shipped; nothing will decode it
-	} else {
-		stopWatch := context.AfterFunc(ctx, func() {
-			cancel("client_gone")
-			time.AfterFunc(rt.opts.DrainTimeout, dstop)
-		})
-		defer stopWatch()
-		resp, aerr = rt.startDecode(dctx, req, n, rid, pre.first)
-		if aerr != nil {
-			cancel("error")
-			if ctx.Err() != nil {
-				return outcomeCancelled
-			}
-			log.Warn("router: decode refused", "status", aerr.status, "err", aerr.message)
-			em.fail(aerr)
-			return outcomeDecodeError
-		}
-		defer resp.Body.Close()
-	}
-
-	var relayErr *apiError
-	if resp != nil {
-		finish, relayErr = rt.relay(resp.Body, ts, em, func() {
-			cancel("stop_string")
-			time.AfterFunc(rt.opts.DrainTimeout, dstop)
-		})
-	}
-	rt.m.tokens.With("completion").Add(float64(ts.ids))
-	if ctx.Err() != nil {
-		return outcomeCancelled
-	}
-	if relayErr != nil {
-		log.Warn("router: decode stream failed", "err", relayErr.message)
-		em.fail(relayErr)
-		return outcomeDecodeError
-	}
-	em.text(ts.finish())
-	em.finish(finish, usage{PromptTokens: pre.promptTokens, CompletionTokens: ts.ids, TotalTokens: pre.promptTokens + ts.ids})
-	return outcomeOK
+// Health is the router's /health body: 200 "ok" while at least one decode
+// node is up, else 503 "unavailable".
+type Health struct {
+	Status  string `json:"status"`
+	NodesUp int    `json:"nodes_up"`
+	Nodes   int    `json:"nodes"`
+	Slots   int    `json:"slots"`
+	Busy    int    `json:"busy"`
+	Queued  int    `json:"queued"`
 }
 
-func newRID() string {
-	return fmt.Sprintf("tilert-%016x%08x", rand.Uint64(), rand.Uint32())
+func (rt *Router) serveHealth(c *fasthttp.RequestCtx) {
+	busy, total := rt.gate.busy()
+	h := Health{Status: "ok", NodesUp: rt.gate.upCount(), Nodes: len(rt.nodes), Slots: total, Busy: busy, Queued: rt.gate.queued()}
+	status := http.StatusOK
+	if h.NodesUp == 0 {
+		h.Status, status = "unavailable", http.StatusServiceUnavailable
+	}
+	writeJSON(c, status, h)
 }
 
-// cancelOnNode tells the node to drop rid (its decode, or a state that
-// arrived or is on its way). Cancelling is idempotent on the node.
-func (rt *Router) cancelOnNode(n *node, rid, reason string, log *slog.Logger) {
-	rt.m.cancels.With(reason).Inc()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	b, _ := json.Marshal(map[string]string{"rid": rid})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.httpURL+"/pd/cancel", bytes.NewReader(b))
-	if err != nil {
-		return
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := rt.client.Do(req)
-	if err != nil {
-		log.Warn("router: /pd/cancel failed", "reason", reason, "err", err.Error())
-		return
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	log.Debug("router: cancelled on the decode node", "reason", reason)
-}
-
-// prefill runs the request on vLLM for one token and reads that token's id.
-func (rt *Router) prefill(ctx context.Context, req *genRequest, n *node, rid string) (*prefillResult, *apiError) {
-	model := rt.vllmModelName(ctx)
-	if model == "" {
-		model = req.model
-	}
-	body, err := req.prefillBody(model, n, rid)
-	if err != nil {
-		return nil, &apiError{status: http.StatusInternalServerError, typ: "internal_error", message: err.Error()}
-	}
-	path := "/v1/completions"
-	if req.chat {
-		path = "/v1/chat/completions"
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, rt.vllm+path, bytes.NewReader(body))
-	if err != nil {
-		return nil, &apiError{status: http.StatusInternalServerError, typ: "internal_error", message: err.Error()}
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := rt.client.Do(hreq)
-	if err != nil {
-		return nil, &apiError{status: http.StatusBadGateway, typ: "upstream_error", code: "prefill_unavailable",
-			message: fmt.Sprintf("the vLLM prefill server at %s is unreachable: %v", rt.vllm, err)}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return nil, &apiError{status: http.StatusBadGateway, typ: "upstream_error", code: "prefill_failed",
-			message: fmt.Sprintf("reading the vLLM prefill response: %v", err)}
-	}
-	if resp.StatusCode != http.StatusOK {
-		msg := upstreamMessage(b)
-		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
-			// The request itself is wrong for the model (prompt too long, bad
-			// messages): the client's error, in vLLM's words.
-			return nil, &apiError{status: resp.StatusCode, typ: "invalid_request_error", message: "vLLM prefill refused the request: " + msg}
-		}
-		return nil, &apiError{status: http.StatusBadGateway, typ: "upstream_error", code: "prefill_failed",
-			message: fmt.Sprintf("the vLLM prefill server answered %s: %s", resp.Status, msg)}
-	}
-	var out struct {
-		Choices []struct {
-			FinishReason string `json:"finish_reason"`
-			Logprobs     *struct {
-				Tokens  []string `json:"tokens"`
-				Content []struct {
-					Token string `json:"token"`
-				} `json:"content"`
-			} `json:"logprobs"`
-		} `json:"choices"`
-		Usage *struct {
-			PromptTokens int `json:"prompt_tokens"`
-		} `json:"usage"`
-	}
-	if err := json.Unmarshal(b, &out); err != nil || len(out.Choices) == 0 {
-		return nil, &apiError{status: http.StatusBadGateway, typ: "upstream_error", code: "prefill_failed",
-			message: fmt.Sprintf("the vLLM prefill response has no choices: %s", short(b))}
-	}
-	c := out.Choices[0]
-	var tok string
-	if lp := c.Logprobs; lp != nil {
-		if req.chat && len(lp.Content) > 0 {
-			tok = lp.Content[0].Token
-		} else if !req.chat && len(lp.Tokens) > 0 {
-			tok = lp.Tokens[0]
-		}
-	}
-	id, ok := parseTokenID(tok)
-	if !ok {
-		return nil, &apiError{status: http.StatusBadGateway, typ: "upstream_error", code: "prefill_no_token_id",
-			message: fmt.Sprintf("the vLLM prefill response does not carry the first token as \"token_id:N\" in its logprobs (got %q); run vllm serve with --return-tokens-as-token-ids", tok)}
-	}
-	if id < 0 || id >= rt.tok.VocabSize() {
-		return nil, &apiError{status: http.StatusBadGateway, typ: "upstream_error", code: "prefill_failed",
-			message: fmt.Sprintf("vLLM's first token %d is outside the tokenizer's vocabulary [0, %d): is --model-path the model vLLM serves?", id, rt.tok.VocabSize())}
-	}
-	res := &prefillResult{first: id, finish: c.FinishReason}
-	if out.Usage != nil {
-		res.promptTokens = out.Usage.PromptTokens
-	}
-	return res, nil
-}
-
-func parseTokenID(s string) (int, bool) {
-	rest, ok := strings.CutPrefix(s, "token_id:")
-	if !ok {
-		return 0, false
-	}
-	id, err := strconv.Atoi(rest)
-	return id, err == nil
-}
-
-// upstreamMessage pulls the message out of an error body (OpenAI's
-// {"error":{"message"}}, vLLM's older {"message"}, the node's
-// {"error":code,"message"}), or returns the body.
-func upstreamMessage(b []byte) string {
-	var e struct {
-		Message string          `json:"message"`
-		Error   json.RawMessage `json:"error"`
-	}
-	if json.Unmarshal(b, &e) == nil {
-		var inner struct {
-			Message string `json:"message"`
-		}
-		if json.Unmarshal(e.Error, &inner) == nil && inner.Message != "" {
-			return inner.Message
-		}
-		if e.Message != "" {
-			return e.Message
-		}
-	}
-	return strings.TrimSpace(short(b))
-}
-
-// startDecode asks the node to decode rid from the first token on.
-func (rt *Router) startDecode(ctx context.Context, req *genRequest, n *node, rid string, first int) (*http.Response, *apiError) {
-	sampling := map[string]any{"temperature": req.temperature, "top_p": req.topP, "top_k": req.topK}
-	if req.seed != nil {
-		sampling["seed"] = *req.seed
-	}
-	body := map[string]any{"rid": rid, "first_token_id": first, "max_tokens": req.maxTokens, "sampling": sampling,
-		"stop_token_ids": req.stopTokenIDs, "ignore_eos": req.ignoreEOS, "stream": true}
-	if req.stopTokenIDs == nil {
-		body["stop_token_ids"] = []int{}
-	}
-	b, _ := json.Marshal(body)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, n.httpURL+"/pd/decode", bytes.NewReader(b))
-	if err != nil {
-		return nil, &apiError{status: http.StatusInternalServerError, typ: "internal_error", message: err.Error()}
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := rt.client.Do(hreq)
-	if err != nil {
-		return nil, &apiError{status: http.StatusBadGateway, typ: "upstream_error", code: "decode_unavailable",
-			message: fmt.Sprintf("decode node %s is unreachable: %v", n.spec, err)}
-	}
-	if resp.StatusCode == http.StatusOK {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	eb, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	msg := upstreamMessage(eb)
-	switch resp.StatusCode {
-	case http.StatusTooManyRequests:
-		retry := time.Second
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-			retry = time.Duration(s) * time.Second
-		}
-		return nil, &apiError{status: http.StatusTooManyRequests, typ: "server_busy", code: "decode_busy", retry: retry,
-			message: fmt.Sprintf("decode node %s is busy: %s", n.spec, msg)}
-	case http.StatusGatewayTimeout:
-		return nil, &apiError{status: http.StatusGatewayTimeout, typ: "upstream_error", code: "kv_transfer_timeout",
-			message: fmt.Sprintf("the prefill state of this request did not reach decode node %s in time (%s); check that vLLM runs the TileRT connector and can reach %s:%d", n.spec, msg, n.host, n.ctrlPort)}
-	case http.StatusServiceUnavailable:
-		return nil, &apiError{status: http.StatusServiceUnavailable, typ: "upstream_error", code: "decode_unavailable", retry: time.Second,
-			message: fmt.Sprintf("decode node %s is shutting down: %s", n.spec, msg)}
-	}
-	return nil, &apiError{status: http.StatusBadGateway, typ: "upstream_error", code: "decode_failed",
-		message: fmt.Sprintf("decode node %s answered %s: %s", n.spec, resp.Status, msg)}
-}
-
-// relay reads the node's NDJSON stream into the text stream and emitter and
-// returns the OpenAI finish_reason. onStop runs once when a stop string
-// ends the text; the rest of the stream is read and dropped.
-func (rt *Router) relay(body io.Reader, ts *textStream, em emitter, onStop func()) (string, *apiError) {
-	br := bufio.NewReaderSize(body, 4096)
-	last := time.Now()
-	lines := 0
-	for {
-		line, err := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			var m struct {
-				T            []int  `json:"t"`
-				Done         bool   `json:"done"`
-				FinishReason string `json:"finish_reason"`
-				Error        string `json:"error"`
-				Message      string `json:"message"`
-			}
-			if jerr := json.Unmarshal(line, &m); jerr != nil {
-				return "", &apiError{status: http.StatusBadGateway, typ: "upstream_error", code: "decode_failed",
-					message: fmt.Sprintf("unreadable line from the decode node: %q", short(line))}
-			}
-			switch {
-			case m.Error != "":
-				return "", &apiError{status: http.StatusBadGateway, typ: "upstream_error", code: "decode_failed",
-					message: fmt.Sprintf("the decode node failed: %s: %s", m.Error, m.Message)}
-			case m.Done:
-				switch {
-				case ts.stopped:
-					return "stop", nil
-				case m.FinishReason == "stop" || m.FinishReason == "length":
-					return m.FinishReason, nil
-				}
-				return "abort", nil // cancelled on the node: the client left or the node is shutting down
-			}
-			if len(m.T) > 0 {
-				now := time.Now()
-				gap := now.Sub(last).Seconds() / float64(len(m.T))
-				last = now
-				for _, id := range m.T {
-					if lines > 0 { // the first line also carries the node's state wait and import
-						rt.m.itl.With().Observe(gap)
-					}
-					was := ts.stopped
-					em.text(ts.add(id))
-					if ts.stopped && !was {
-						onStop()
-					}
-				}
-				lines++
-			}
-		}
-		if err != nil {
-			return "", &apiError{status: http.StatusBadGateway, typ: "upstream_error", code: "decode_failed",
-				message: fmt.Sprintf("the decode stream ended without its final line: %v", err)}
-		}
-	}
+func (rt *Router) serveMetrics(c *fasthttp.RequestCtx) {
+	c.SetContentType(metrics.ContentType)
+	_ = rt.m.reg.Write(c)
 }

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
@@ -25,6 +27,7 @@ import (
 	"github.com/tilert-go/tilert/internal/devvllm"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/model/synth"
+	"github.com/tilert-go/tilert/openai"
 	"github.com/tilert-go/tilert/rdma"
 	"github.com/tilert-go/tilert/roles/decode"
 	"github.com/tilert-go/tilert/tokenizer"
@@ -68,8 +71,10 @@ type stack struct {
 	dir     string
 	tok     *tokenizer.Tokenizer
 	node    decode.Addrs
+	nodes   []decode.Addrs
+	proxies [][2]*tcpProxy // http, ctrl proxies per node (stackOpts.proxy)
 	vllm    *httptest.Server
-	router  *httptest.Server
+	router  *testServer
 	rt      *Router
 	hold    chan struct{} // when non-nil, prefill requests wait for a receive
 	holding chan struct{} // a prefill request is waiting on hold
@@ -83,16 +88,14 @@ type stackOpts struct {
 	vllmURL      string // instead of dev-vllm
 	hold         bool
 	stateTimeout float64 // the node's state_timeout_s (default 30)
+	nodes        int     // decode nodes (default 1)
+	proxy        bool    // reach each node through a tcpProxy (to kill it)
+	router       func(*Options)
 }
 
-func newStack(t *testing.T, o stackOpts) *stack {
+// startNode runs a decode node (roles/decode, in process) on the tiny model.
+func startNode(t *testing.T, dir string, o stackOpts) decode.Addrs {
 	t.Helper()
-	dir := tinyModel(t)
-	s := &stack{dir: dir}
-	var err error
-	if s.tok, err = tokenizer.Load(dir); err != nil {
-		t.Fatal(err)
-	}
 	cfg := config.Default()
 	cfg.Model.Name, cfg.Model.WeightsDir, cfg.Model.MaxSeqLen, cfg.Model.WithMTP = "glm5", dir, max(o.maxSeqLen, 256), true
 	cfg.Decode.Device, cfg.Decode.Host, cfg.Decode.CtrlPort, cfg.Decode.HTTPPort = "cpu", "127.0.0.1", 0, 0
@@ -111,15 +114,115 @@ func newStack(t *testing.T, o stackOpts) *stack {
 			t.Errorf("decode.Run: %v", err)
 		}
 	})
+	var addrs decode.Addrs
 	for i := 0; ; i++ {
 		b, err := os.ReadFile(addrFile)
-		if err == nil && json.Unmarshal(b, &s.node) == nil {
-			break
+		if err == nil && json.Unmarshal(b, &addrs) == nil {
+			return addrs
 		}
 		if i > 4000 {
 			t.Fatal("the decode node did not write its address file")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// tcpProxy forwards a port to a target; kill drops every connection and
+// refuses new ones (the node looks dead from the router's side: a crash
+// or a cut cable), revive listens again on the same port.
+type tcpProxy struct {
+	t      testing.TB
+	addr   string
+	target string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]bool
+}
+
+func newTCPProxy(t testing.TB, target string) *tcpProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{t: t, addr: ln.Addr().String(), target: target, conns: map[net.Conn]bool{}}
+	p.serve(ln)
+	t.Cleanup(p.kill)
+	return p
+}
+
+func (p *tcpProxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			if p.ln != ln {
+				p.mu.Unlock()
+				c.Close()
+				u.Close()
+				return
+			}
+			p.conns[c], p.conns[u] = true, true
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(u, c); u.Close(); c.Close() }()
+			go func() { _, _ = io.Copy(c, u); u.Close(); c.Close() }()
+		}
+	}()
+}
+
+func (p *tcpProxy) kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[net.Conn]bool{}
+}
+
+func (p *tcpProxy) revive() {
+	var ln net.Listener
+	var err error
+	for i := 0; i < 100; i++ {
+		if ln, err = net.Listen("tcp", p.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		p.t.Errorf("revive %s: %v", p.addr, err)
+		return
+	}
+	p.serve(ln)
+}
+
+func newStack(t *testing.T, o stackOpts) *stack {
+	t.Helper()
+	dir := tinyModel(t)
+	s := &stack{dir: dir}
+	var err error
+	if s.tok, err = tokenizer.Load(dir); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < max(o.nodes, 1); i++ {
+		addrs := startNode(t, dir, o)
+		if i == 0 {
+			s.node = addrs
+		}
+		s.nodes = append(s.nodes, addrs)
 	}
 
 	vllmURL := o.vllmURL
@@ -160,22 +263,61 @@ func newStack(t *testing.T, o stackOpts) *stack {
 		})
 		vllmURL = s.vllm.URL
 	}
-	host, httpPort, _ := net.SplitHostPort(s.node.HTTP)
-	_, ctrlPort, _ := net.SplitHostPort(s.node.Ctrl)
+	var specs []string
+	for _, addrs := range s.nodes {
+		host, httpPort, _ := net.SplitHostPort(addrs.HTTP)
+		_, ctrlPort, _ := net.SplitHostPort(addrs.Ctrl)
+		if o.proxy {
+			hp, cp := newTCPProxy(t, addrs.HTTP), newTCPProxy(t, addrs.Ctrl)
+			s.proxies = append(s.proxies, [2]*tcpProxy{hp, cp})
+			_, httpPort, _ = net.SplitHostPort(hp.addr)
+			_, ctrlPort, _ = net.SplitHostPort(cp.addr)
+		}
+		specs = append(specs, host+":"+ctrlPort+":"+httpPort)
+	}
 	pctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	qt := o.queueTimeout
 	if qt == 0 {
 		qt = 30 * time.Second
 	}
-	s.rt, err = New(pctx, Options{VLLMURL: vllmURL, Nodes: []string{host + ":" + ctrlPort + ":" + httpPort}, Tokenizer: s.tok,
-		ModelPath: dir, QueueSize: o.queueSize, QueueTimeout: qt, Log: quietLog()})
+	ro := Options{VLLMURL: vllmURL, Nodes: specs, Tokenizer: s.tok, ModelPath: dir, QueueSize: o.queueSize, QueueTimeout: qt,
+		HealthInterval: 50 * time.Millisecond, Log: quietLog()}
+	if o.router != nil {
+		o.router(&ro)
+	}
+	s.rt, err = New(pctx, ro)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.router = httptest.NewServer(s.rt.Handler())
-	t.Cleanup(s.router.Close)
+	t.Cleanup(s.rt.Close)
+	s.router = serveRouter(t, s.rt)
 	return s
+}
+
+// testServer is a router served on a loopback port by its fasthttp server.
+type testServer struct {
+	URL string
+	srv *fasthttp.Server
+}
+
+func serveRouter(t testing.TB, rt *Router) *testServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{URL: "http://" + ln.Addr().String(), srv: rt.Server()}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = ts.srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		_ = ts.srv.Shutdown()
+		<-done
+	})
+	return ts
 }
 
 func quietLog() *slog.Logger {
@@ -241,7 +383,7 @@ func (s *stack) post(t *testing.T, path string, body any) *http.Response {
 type completion struct {
 	text   string
 	finish string
-	usage  *usage
+	usage  *openai.Usage
 	chunks int
 	raw    []string
 }
@@ -263,7 +405,7 @@ func readJSON(t *testing.T, resp *http.Response, chat bool) completion {
 			} `json:"message"`
 			FinishReason string `json:"finish_reason"`
 		} `json:"choices"`
-		Usage *usage `json:"usage"`
+		Usage *openai.Usage `json:"usage"`
 	}
 	if err := json.Unmarshal(b, &m); err != nil || len(m.Choices) != 1 {
 		t.Fatalf("bad body %s: %v", b, err)
@@ -322,7 +464,7 @@ func readSSE(t *testing.T, resp *http.Response, chat bool) completion {
 				} `json:"delta"`
 				FinishReason *string `json:"finish_reason"`
 			} `json:"choices"`
-			Usage *usage          `json:"usage"`
+			Usage *openai.Usage   `json:"usage"`
 			Error json.RawMessage `json:"error"`
 		}
 		if err := json.Unmarshal([]byte(data), &m); err != nil {

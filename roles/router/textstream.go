@@ -1,6 +1,7 @@
 package router
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/tilert-go/tilert/tokenizer"
@@ -10,9 +11,16 @@ import (
 // detokenisation (only complete UTF-8), stop strings applied to the text
 // (not to tokens), and text that might be the start of a stop string held
 // back until it is known not to be one, so a stop string never leaks out
-// half-sent.
+// half-sent. Special tokens are dropped when skip_special_tokens (the
+// default) except those a parser reads (<think>, <tool_call>...); a stop
+// id (EOS, stop_token_ids) that ends the generation adds no text, as in
+// vLLM.
 type textStream struct {
+	tok         *tokenizer.Tokenizer
 	dec         *tokenizer.Decoder
+	skipSpecial bool
+	keep        map[int]bool // special ids kept as text for the parsers
+	stopIDs     []int
 	stops       []string
 	includeStop bool
 	held        string // decoded, not yet emitted
@@ -21,11 +29,8 @@ type textStream struct {
 }
 
 func newTextStream(tok *tokenizer.Tokenizer, r *genRequest) *textStream {
-	var opts []tokenizer.DecoderOption
-	if r.skipSpecial {
-		opts = append(opts, tokenizer.SkipSpecial())
-	}
-	return &textStream{dec: tok.NewDecoder(opts...), stops: r.stop, includeStop: r.includeStop}
+	return &textStream{tok: tok, dec: tok.NewDecoder(), skipSpecial: r.SkipSpecial, keep: r.keepIDs,
+		stopIDs: r.stopIDs, stops: r.Stop, includeStop: r.IncludeStop}
 }
 
 // add consumes one id and returns the text now safe to emit. After a stop
@@ -35,6 +40,9 @@ func (s *textStream) add(id int) string {
 		return ""
 	}
 	s.ids++
+	if slices.Contains(s.stopIDs, id) || (s.skipSpecial && s.tok.IsSpecial(id) && !s.keep[id]) {
+		return s.push("")
+	}
 	return s.push(s.dec.Add(id))
 }
 

@@ -60,7 +60,7 @@ func TestTextStreamHoldBack(t *testing.T) {
 }
 
 func TestGateFIFO(t *testing.T) {
-	a, b := &node{spec: "a", slots: 1}, &node{spec: "b", slots: 2}
+	a, b := &node{spec: "a", slots: 1, up: true}, &node{spec: "b", slots: 2, up: true}
 	g := newGate([]*node{a, b}, 2)
 	ctx := context.Background()
 	var got []*node
@@ -131,5 +131,51 @@ func TestParseNode(t *testing.T) {
 		if err != nil || n.host != tc.host || n.ctrlPort != tc.ctrl || n.httpURL != tc.url {
 			t.Errorf("%q: %+v %v", tc.in, n, err)
 		}
+	}
+}
+
+// Down nodes take no requests; with none up, new requests and waiters are
+// told errNoNodes at once; a node coming back serves the queue.
+func TestGateHealth(t *testing.T) {
+	a, b := &node{spec: "a", slots: 1, up: true}, &node{spec: "b", slots: 1, up: true}
+	g := newGate([]*node{a, b}, 4)
+	ctx := context.Background()
+	g.setUp(a, false, "test")
+	n, err := g.acquire(ctx, time.Hour)
+	if err != nil || n != b {
+		t.Fatalf("with a down: got %v %v, want b", n, err)
+	}
+	w := make(chan error, 1)
+	go func() { _, err := g.acquire(ctx, time.Hour); w <- err }()
+	for g.queued() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	g.setUp(b, false, "test")
+	if err := <-w; !errors.Is(err, errNoNodes) {
+		t.Fatalf("waiter when the last node went down: %v", err)
+	}
+	if _, err := g.acquire(ctx, time.Hour); !errors.Is(err, errNoNodes) {
+		t.Fatalf("new request with no node up: %v", err)
+	}
+	g.release(b) // the request on b ends; b is down, so nothing is handed over
+	if _, total := g.busy(); total != 0 {
+		t.Fatalf("slots of down nodes counted: %d", total)
+	}
+	go func() { n, err := g.acquire(ctx, time.Hour); _ = n; w <- err }()
+	time.Sleep(5 * time.Millisecond) // no node up: the waiter was refused, not queued
+	if err := <-w; !errors.Is(err, errNoNodes) {
+		t.Fatalf("%v", err)
+	}
+	g.setUp(a, true, "")
+	if n, err := g.acquire(ctx, time.Hour); err != nil || n != a {
+		t.Fatalf("after a came back: %v %v", n, err)
+	}
+	go func() { _, err := g.acquire(ctx, time.Hour); w <- err }()
+	for g.queued() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	g.setUp(b, true, "") // b's free slot goes to the waiter at once
+	if err := <-w; err != nil || b.inflight != 1 {
+		t.Fatalf("waiter when b came back: %v, b inflight %d", err, b.inflight)
 	}
 }

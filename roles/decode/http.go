@@ -68,12 +68,18 @@ func (n *Node) parseDecode(body []byte) (*decodeapi.DecodeRequest, engine.Params
 		case s.TopK < -1:
 			return nil, p, 0, badRequest("field sampling.top_k: %d (use -1 or 0 to disable)", s.TopK)
 		}
+		if s.PresencePenalty != 0 || s.FrequencyPenalty != 0 || (s.RepetitionPenalty != 0 && s.RepetitionPenalty != 1) || s.MinTokens != 0 || len(s.LogitBias) > 0 {
+			return nil, p, 0, badRequest("field sampling: penalties, min_tokens and logit_bias are not implemented by this node's engines yet")
+		}
 		p.Temperature, p.TopP, p.TopK = s.Temperature, s.TopP, max(s.TopK, 0)
 		if s.Seed != nil {
 			p.Seed = *s.Seed
 		} else {
 			p.Seed = rand.Uint64()
 		}
+	}
+	if req.Logprobs != nil {
+		return nil, p, 0, badRequest("field logprobs: logprobs are not implemented by this node's engines yet")
 	}
 	timeout := n.opts.StateTimeout
 	if req.TimeoutS != nil {

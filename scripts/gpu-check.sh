@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make gpu-check: build the gpu package's test binary (CGO_ENABLED=0) and run
+# make gpu-check: build the kernel package's (cuda/kernels) test binary (CGO_ENABLED=0) and run
 # every GPU check on the NVIDIA GPU of this machine: each kernel against its
 # CPU reference on fresh random inputs, the executor, pinned memory, CUDA
 # graphs, then kernel timings against a device-to-device copy; then the
@@ -14,7 +14,7 @@
 # timings) and the model table.
 #
 #   scripts/gpu-check.sh                # build (if Go is here) and run
-#   scripts/gpu-check.sh --build-only   # build .device/gpu/{gpu,engine}.test, to carry to a GPU machine
+#   scripts/gpu-check.sh --build-only   # build .device/gpu/{kernels,engine,decode}.test, to carry to a GPU machine
 #
 # Env: OUT (logs and report, default .device/gpu-check), GPU_TEST_BIN,
 # TILERT_GPU_SEED (reproduce inputs), TILERT_NVRTC / NVRTC_PATH (libnvrtc),
@@ -24,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-bin=${GPU_TEST_BIN:-.device/gpu/gpu.test}
+bin=${GPU_TEST_BIN:-.device/gpu/kernels.test}
 case $bin in /*) ;; *) bin=$root/$bin ;; esac
 ebin=${ENGINE_TEST_BIN:-.device/gpu/engine.test}
 case $ebin in /*) ;; *) ebin=$root/$ebin ;; esac
@@ -36,8 +36,8 @@ mkdir -p "$(dirname "$bin")" "$out"
 
 if command -v go >/dev/null 2>&1 && [ "${GPU_CHECK_NOBUILD:-0}" != 1 ]; then
 	echo "== building $bin"
-	CGO_ENABLED=0 go vet ./gpu
-	CGO_ENABLED=0 go test -c -o "$bin" ./gpu
+	CGO_ENABLED=0 go vet ./cuda ./cuda/kernels
+	CGO_ENABLED=0 go test -c -o "$bin" ./cuda/kernels
 	CGO_ENABLED=0 go vet ./engine/gpu
 	CGO_ENABLED=0 go test -c -o "$ebin" ./engine/gpu
 	CGO_ENABLED=0 go test -c -o "$dbin" ./roles/decode
@@ -59,8 +59,8 @@ export TILERT_GPU_REPORT=$out/report.txt
 export TILERT_KERNEL_CACHE=${TILERT_KERNEL_CACHE:-${TMPDIR:-/tmp}/tilert-kernels}
 rm -f "$TILERT_GPU_REPORT"
 set +e
-# The tests read their package's files, so run in gpu/ as go test would.
-(cd gpu && "$bin" -test.v -test.count=1 -test.timeout=9m -test.run "${GPU_CHECK_RUN:-.}") 2>&1 | tee "$out/gpu-test.log"
+# The tests read their package's files, so run in cuda/kernels/ as go test would.
+(cd cuda/kernels && "$bin" -test.v -test.count=1 -test.timeout=9m -test.run "${GPU_CHECK_RUN:-.}") 2>&1 | tee "$out/gpu-test.log"
 rc=${PIPESTATUS[0]}
 set -e
 erc=0

@@ -3,12 +3,13 @@ package gpu
 import (
 	"github.com/cockroachdb/errors"
 
-	cuda "github.com/tilert-go/tilert/gpu"
+	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/kernels"
 )
 
 // device is the GPU as the engine sees it: memory, copies and the
 // kernels, each with the semantics of the CUDA launcher of the same name in
-// package gpu. Two implementations: cudaDevice (the GPU, inside
+// package cuda/kernels. Two implementations: cudaDevice (the GPU, inside
 // cuda.Device.Do) and emuDevice (a pure-Go transcription of the kernels, so
 // the engine's orchestration runs and is tested without a GPU).
 type device interface {
@@ -44,10 +45,10 @@ type device interface {
 	topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error
 	// mlaDecode reads an MLA cache of the given kind (fp8_ds_mla, bf16, float32).
 	mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error
-	// argmax with scratch != 0 (cuda.ArgmaxScratchBytes(rows), zeroed)
+	// argmax with scratch != 0 (kernels.ArgmaxScratchBytes(rows), zeroed)
 	// spreads each row over many blocks; the result is the same.
 	argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error
-	sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error
+	sample(out, logits cuda.DevPtr, n int, p kernels.SamplingParams) error
 	mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error
 	idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld int) error
 	quantUE8M0(x cuda.DevPtr, n int) error
@@ -61,7 +62,7 @@ type device interface {
 // work goes to the context's stream, in order.
 type cudaDevice struct {
 	c *cuda.Ctx
-	k *cuda.Kernels
+	k *kernels.Set
 	s cuda.Stream
 }
 
@@ -189,7 +190,7 @@ func (b *cudaDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error 
 	return b.k.Argmax(b.s, out, 0, x, rows, n, ld)
 }
 
-func (b *cudaDevice) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error {
+func (b *cudaDevice) sample(out, logits cuda.DevPtr, n int, p kernels.SamplingParams) error {
 	return b.k.Sample(b.s, out, logits, 1, n, n, p)
 }
 
@@ -241,7 +242,7 @@ type cudaRunner struct {
 
 func (r *cudaRunner) run(f func(b device) error) error {
 	return r.dev.Do(func(c *cuda.Ctx) error {
-		k, err := c.Kernels()
+		k, err := kernels.Load(c)
 		if err != nil {
 			return err
 		}

@@ -8,9 +8,10 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/internal/kern"
-	cuda "github.com/tilert-go/tilert/gpu"
 	"github.com/tilert-go/tilert/numeric"
 )
 
@@ -345,7 +346,7 @@ func (m *emuDevice) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup,
 }
 
 func (m *emuDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
-	const D = cuda.IndexerHeadDim
+	const D = kernels.IndexerHeadDim
 	ls := m.i32(lens, nq)
 	// key(t) is the kernel's read of cached key t: the fp8 page entry
 	// dequantised, or the float32 entry of exact mode.
@@ -359,10 +360,10 @@ func (m *emuDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, 
 		key = func(k []float32, t int) { copy(k, kc[t*D:(t+1)*D]) }
 	} else {
 		pages := (T + engine.BlockSize - 1) / engine.BlockSize
-		cb := m.mem(cache, pages*cuda.IndexerPageBytes)
+		cb := m.mem(cache, pages*kernels.IndexerPageBytes)
 		key = func(k []float32, t int) {
 			pg := t / engine.BlockSize
-			engine.DecodeIndexerKey(k, cb[pg*cuda.IndexerPageBytes:(pg+1)*cuda.IndexerPageBytes], t%engine.BlockSize)
+			engine.DecodeIndexerKey(k, cb[pg*kernels.IndexerPageBytes:(pg+1)*kernels.IndexerPageBytes], t%engine.BlockSize)
 		}
 	}
 	k := make([]float32, D)
@@ -421,18 +422,18 @@ func (m *emuDevice) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut in
 func (m *emuDevice) mlaEntry(kind mlaKind, cache cuda.DevPtr, t int, lat, rp []float32) {
 	switch kind {
 	case mlaF32:
-		v := m.f32(cache.Add(int64(t*cuda.MLAF32TokenBytes)), cuda.MLALatentDim+cuda.MLARopeDim)
-		copy(lat, v[:cuda.MLALatentDim])
-		copy(rp, v[cuda.MLALatentDim:])
+		v := m.f32(cache.Add(int64(t*kernels.MLAF32TokenBytes)), kernels.MLALatentDim+kernels.MLARopeDim)
+		copy(lat, v[:kernels.MLALatentDim])
+		copy(rp, v[kernels.MLALatentDim:])
 	case mlaBF16:
-		engine.DecodeMLABF16(lat, rp, m.mem(cache.Add(int64(t*cuda.MLABF16TokenBytes)), cuda.MLABF16TokenBytes))
+		engine.DecodeMLABF16(lat, rp, m.mem(cache.Add(int64(t*kernels.MLABF16TokenBytes)), kernels.MLABF16TokenBytes))
 	default:
-		engine.DecodeMLAFP8(lat, rp, m.mem(cache.Add(int64(t*cuda.MLATokenBytes)), cuda.MLATokenBytes))
+		engine.DecodeMLAFP8(lat, rp, m.mem(cache.Add(int64(t*kernels.MLATokenBytes)), kernels.MLATokenBytes))
 	}
 }
 
 func (m *emuDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
-	const R, P = cuda.MLALatentDim, cuda.MLARopeDim
+	const R, P = kernels.MLALatentDim, kernels.MLARopeDim
 	ls := m.i32(lens, nq)
 	for i := 0; i < nq; i++ {
 		var toks []int
@@ -477,7 +478,7 @@ func (m *emuDevice) argmax(out, x, _ cuda.DevPtr, rows, n, ld int) error {
 // sample draws like the CPU engine (engine.Sample at position p.Step), not
 // like the device's Gumbel-max kernel: the emulator stands in for the CPU
 // path here, and no test compares sampled tokens across backends.
-func (m *emuDevice) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error {
+func (m *emuDevice) sample(out, logits cuda.DevPtr, n int, p kernels.SamplingParams) error {
 	tk := p.TopK
 	ep := engine.Params{Temperature: float64(p.Temperature), TopK: tk, TopP: float64(p.TopP), Seed: p.Seed}
 	m.i32(out, 1)[0] = int32(engine.Sample(m.f32(logits, n), ep, int(p.Step)))
@@ -485,7 +486,7 @@ func (m *emuDevice) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams
 }
 
 func (m *emuDevice) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error {
-	const R, P = cuda.MLALatentDim, cuda.MLARopeDim
+	const R, P = kernels.MLALatentDim, kernels.MLARopeDim
 	ps := m.i32(pos, n)
 	for i := 0; i < n; i++ {
 		if ps[i] < 0 {
@@ -495,18 +496,18 @@ func (m *emuDevice) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, 
 		s := m.f32(src.Add(int64(4*i*ld)), R+P)
 		switch kind {
 		case mlaF32:
-			copy(m.f32(cache.Add(int64(p*cuda.MLAF32TokenBytes)), R+P), s)
+			copy(m.f32(cache.Add(int64(p*kernels.MLAF32TokenBytes)), R+P), s)
 		case mlaBF16:
-			engine.EncodeMLABF16(m.mem(cache.Add(int64(p*cuda.MLABF16TokenBytes)), cuda.MLABF16TokenBytes), s[:R], s[R:])
+			engine.EncodeMLABF16(m.mem(cache.Add(int64(p*kernels.MLABF16TokenBytes)), kernels.MLABF16TokenBytes), s[:R], s[R:])
 		default:
-			engine.EncodeMLAFP8(m.mem(cache.Add(int64(p*cuda.MLATokenBytes)), cuda.MLATokenBytes), s[:R], s[R:])
+			engine.EncodeMLAFP8(m.mem(cache.Add(int64(p*kernels.MLATokenBytes)), kernels.MLATokenBytes), s[:R], s[R:])
 		}
 	}
 	return nil
 }
 
 func (m *emuDevice) idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld int) error {
-	const D = cuda.IndexerHeadDim
+	const D = kernels.IndexerHeadDim
 	ps := m.i32(pos, n)
 	for i := 0; i < n; i++ {
 		if ps[i] < 0 {
@@ -515,10 +516,10 @@ func (m *emuDevice) idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld i
 		p := int(ps[i])
 		k := m.f32(src.Add(int64(4*i*ld)), D)
 		if f32 {
-			copy(m.f32(cache.Add(int64(p*cuda.IndexerF32Bytes)), D), k)
+			copy(m.f32(cache.Add(int64(p*kernels.IndexerF32Bytes)), D), k)
 			continue
 		}
-		pg := m.mem(cache.Add(int64((p/engine.BlockSize)*cuda.IndexerPageBytes)), cuda.IndexerPageBytes)
+		pg := m.mem(cache.Add(int64((p/engine.BlockSize)*kernels.IndexerPageBytes)), kernels.IndexerPageBytes)
 		engine.EncodeIndexerKey(pg, p%engine.BlockSize, k)
 	}
 	return nil

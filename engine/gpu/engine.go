@@ -1,7 +1,7 @@
 // Package gpu is the CUDA backend of the decode engine: the whole forward
 // (absorbed MLA over vLLM's fp8_ds_mla cache, the DSA indexer over its fp8
-// key cache, MoE, the MTP layer) runs on one NVIDIA GPU through package
-// github.com/tilert-go/tilert/gpu, with every slot's caches in device memory
+// key cache, MoE, the MTP layer) runs on one NVIDIA GPU through packages
+// cuda and cuda/kernels, with every slot's caches in device memory
 // in exactly the byte layouts of engine/layout.go.
 //
 // Modes: serving (default) keeps vLLM's bytes in device memory (MLA cache
@@ -31,9 +31,10 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/internal/kern"
-	cuda "github.com/tilert-go/tilert/gpu"
 	"github.com/tilert-go/tilert/model"
 )
 
@@ -115,9 +116,9 @@ func NewEmulated(src Source, opts engine.Options) (*Engine, error) {
 }
 
 func checkSupported(c *model.Config, opts engine.Options) error {
-	if c.KVLoraRank != cuda.MLALatentDim || c.QKRopeHeadDim != cuda.MLARopeDim || c.IndexHeadDim != cuda.IndexerHeadDim {
+	if c.KVLoraRank != kernels.MLALatentDim || c.QKRopeHeadDim != kernels.MLARopeDim || c.IndexHeadDim != kernels.IndexerHeadDim {
 		return errors.Newf("the GPU kernels need kv_lora_rank %d, qk_rope_head_dim %d, index_head_dim %d (model has %d, %d, %d)",
-			cuda.MLALatentDim, cuda.MLARopeDim, cuda.IndexerHeadDim, c.KVLoraRank, c.QKRopeHeadDim, c.IndexHeadDim)
+			kernels.MLALatentDim, kernels.MLARopeDim, kernels.IndexerHeadDim, c.KVLoraRank, c.QKRopeHeadDim, c.IndexHeadDim)
 	}
 	if c.NRoutedExperts > 1024 || c.NumExpertsPerTok > 64 || c.NGroup > 32 {
 		return errors.Newf("the MoE gate kernel handles at most 1024 experts, top-64, 32 groups (model: %d, %d, %d)",

@@ -6,8 +6,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
-	cuda "github.com/tilert-go/tilert/gpu"
 )
 
 // mlaKind is the element form of a device MLA cache.
@@ -50,10 +50,10 @@ func (e *backend) setCacheLayout(hasIdx []bool) {
 	var off int64
 	for l := 0; l < lay.NumLayers; l++ {
 		e.mlaOff = append(e.mlaOff, off)
-		off += n * cuda.MLAF32TokenBytes
+		off += n * kernels.MLAF32TokenBytes
 		if hasIdx[l] {
 			e.idxOff = append(e.idxOff, off)
-			off += n * cuda.IndexerF32Bytes
+			off += n * kernels.IndexerF32Bytes
 		} else {
 			e.idxOff = append(e.idxOff, -1)
 		}

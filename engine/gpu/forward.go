@@ -6,8 +6,9 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
-	cuda "github.com/tilert-go/tilert/gpu"
 )
 
 // subEps is the epsilon of q_a_layernorm and kv_a_layernorm (HF builds them
@@ -67,7 +68,7 @@ type workspace struct {
 	rlog, eidx, ewts         cuda.DevPtr
 	eg, eu, ey               cuda.DevPtr // [top-k][moe intermediate or hidden]
 	logits, tok              cuda.DevPtr
-	amax                     cuda.DevPtr // arg-max scratch (cuda.ArgmaxScratchBytes(maxRows))
+	amax                     cuda.DevPtr // arg-max scratch (kernels.ArgmaxScratchBytes(maxRows))
 	ldScores                 int
 }
 
@@ -120,7 +121,7 @@ func newWorkspace(e *backend, b device) (*workspace, error) {
 	f(&ws.ey, K*H)
 	f(&ws.logits, M*c.VocabSize)
 	f(&ws.tok, M)
-	f(&ws.amax, int(cuda.ArgmaxScratchBytes(M)/4))
+	f(&ws.amax, int(kernels.ArgmaxScratchBytes(M)/4))
 	return ws, err
 }
 
@@ -383,7 +384,7 @@ func (e *backend) pick(o *ops, reqs []pickReq) ([]int, error) {
 		if topP <= 0 || topP >= 1 {
 			topP = 1
 		}
-		o.do(o.b.sample(out, lg, V, cuda.SamplingParams{
+		o.do(o.b.sample(out, lg, V, kernels.SamplingParams{
 			Temperature: float32(r.p.Temperature), TopK: r.p.TopK, TopP: topP, Seed: r.p.Seed, Step: uint64(r.pos),
 		}))
 	}

@@ -7,7 +7,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	cuda "github.com/tilert-go/tilert/gpu"
+	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/kernels"
 )
 
 // Decode steps replay CUDA graphs. A step is a few runs of device work
@@ -275,7 +276,7 @@ func (gb *graphDevice) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngro
 }
 
 func (gb *graphDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
-	return gb.rec("indexerScores", int64(T)*(cuda.IndexerPageBytes/64), func(b device) error {
+	return gb.rec("indexerScores", int64(T)*(kernels.IndexerPageBytes/64), func(b device) error {
 		return b.indexerScores(f32, out, q, w, cache, lens, nq, H, T, ldOut, qkScale)
 	}, kb(f32), ku(out), ku(q), ku(w), ku(cache), ku(lens), ki(nq), ki(H), ki(T), ki(ldOut), kf(qkScale))
 }
@@ -286,7 +287,7 @@ func (gb *graphDevice) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut
 }
 
 func (gb *graphDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
-	_ = gb.rec("mlaDecode", int64(nq)*int64(H)*(cuda.MLALatentDim+cuda.MLARopeDim)*8, func(b device) error {
+	_ = gb.rec("mlaDecode", int64(nq)*int64(H)*(kernels.MLALatentDim+kernels.MLARopeDim)*8, func(b device) error {
 		return b.mlaDecode(kind, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
 	}, uint64(kind), ku(out), ku(qn), ku(qp), ku(cache), ku(indices), ku(lens), ki(nq), ki(H), ki(nidx), ki(ldIdx), kf(scale))
 	return gb.shaped(nq, H, nidx)
@@ -297,7 +298,7 @@ func (gb *graphDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) erro
 		ku(out), ku(x), ku(scratch), ki(rows), ki(n), ki(ld))
 }
 
-func (gb *graphDevice) sample(out, logits cuda.DevPtr, n int, p cuda.SamplingParams) error {
+func (gb *graphDevice) sample(out, logits cuda.DevPtr, n int, p kernels.SamplingParams) error {
 	return gb.rec("sample", int64(4*n), func(b device) error { return b.sample(out, logits, n, p) },
 		ku(out), ku(logits), ki(n), kf(p.Temperature), ki(p.TopK), kf(p.TopP), p.Seed, p.Step)
 }

@@ -4,8 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	cuda "github.com/tilert-go/tilert/gpu"
-
+	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/engine"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/engine"
-	cuda "github.com/tilert-go/tilert/gpu"
 )
 
 // DeviceSlotBuffer is slot's live cache in device memory (Layout().SlotBytes

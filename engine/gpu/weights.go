@@ -7,7 +7,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	cuda "github.com/tilert-go/tilert/gpu"
+	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/numeric"
 	"github.com/tilert-go/tilert/weights"

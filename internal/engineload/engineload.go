@@ -11,7 +11,7 @@ import (
 
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
-	gpuengine "github.com/tilert-go/tilert/engine/gpu"
+	"github.com/tilert-go/tilert/engine/gpu"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/weights"
 )
@@ -80,11 +80,11 @@ func Open(device, dir string, opts engine.Options) (engine.Engine, *model.Config
 		}
 		return e, cfg, func() { _ = e.Close(); closeW() }, nil
 	case "cuda":
-		src, closeSrc, err := gpuengine.Open(dir)
+		src, closeSrc, err := gpu.Open(dir)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		e, err := gpuengine.New(src, opts)
+		e, err := gpu.New(src, opts)
 		if err != nil {
 			_ = closeSrc()
 			return nil, nil, nil, err

@@ -21,10 +21,10 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/api/decodeapi"
+	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
-	gpuengine "github.com/tilert-go/tilert/engine/gpu"
-	cuda "github.com/tilert-go/tilert/gpu"
+	"github.com/tilert-go/tilert/engine/gpu"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/model/synth"
 	"github.com/tilert-go/tilert/pd"
@@ -126,7 +126,7 @@ func buildEngine(t testing.TB, lm loadedModel, device string, opts engine.Option
 	if !ok {
 		t.Fatalf("weights are %T, want *model.HFWeights", lm.w)
 	}
-	e, err := gpuengine.New(gpuengine.FromHF(hf), opts)
+	e, err := gpu.New(gpu.FromHF(hf), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

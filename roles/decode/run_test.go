@@ -14,8 +14,8 @@ import (
 	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/converter"
+	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/engine"
-	cuda "github.com/tilert-go/tilert/gpu"
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/pd"
 )

@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"fmt"
@@ -196,6 +196,9 @@ type Dim3 struct{ X, Y, Z int }
 // D1 is a one-dimensional shape.
 func D1(x int) Dim3 { return Dim3{x, 1, 1} }
 
+// D3 is a three-dimensional shape.
+func D3(x, y, z int) Dim3 { return Dim3{x, y, z} }
+
 // Ctx is the device as seen from its own thread, inside Device.Do.
 type Ctx struct {
 	dev     *Device
@@ -205,11 +208,29 @@ type Ctx struct {
 	pool    *Pool
 	stream  Stream
 	modules map[string]*Module
-	kern    *Kernels
+	values  map[any]any // Value's store
 }
 
 // Info describes the device.
 func (c *Ctx) Info() DeviceInfo { return c.dev.Info }
+
+// Value returns the context's value under key, building it with build on
+// first use (a kernel set loaded once per context, say). A failed build is
+// not kept, so the next call tries again.
+func (c *Ctx) Value(key any, build func() (any, error)) (any, error) {
+	if v, ok := c.values[key]; ok {
+		return v, nil
+	}
+	v, err := build()
+	if err != nil {
+		return nil, err
+	}
+	if c.values == nil {
+		c.values = map[any]any{}
+	}
+	c.values[key] = v
+	return v, nil
+}
 
 // Stream is the context's own (non-blocking) stream, used by the helpers
 // below unless told otherwise.
@@ -294,8 +315,8 @@ func (c *Ctx) FreeHost(h *HostBuf) error {
 	return err
 }
 
-// bytesOf views a slice of plain numbers as bytes.
-func bytesOf(v any) ([]byte, error) {
+// BytesOf views a slice of plain numbers as bytes (no copy).
+func BytesOf(v any) ([]byte, error) {
 	switch s := v.(type) {
 	case []byte:
 		return s, nil
@@ -327,7 +348,7 @@ func bytesOf(v any) ([]byte, error) {
 // Upload copies a Go slice to device memory and waits for it (ordered after
 // earlier work on the context's stream).
 func (c *Ctx) Upload(dst DevPtr, src any) error {
-	b, err := bytesOf(src)
+	b, err := BytesOf(src)
 	if err != nil || len(b) == 0 {
 		return err
 	}
@@ -340,7 +361,7 @@ func (c *Ctx) Upload(dst DevPtr, src any) error {
 // Download copies device memory into a Go slice (its full length) after the
 // context stream's earlier work.
 func (c *Ctx) Download(dst any, src DevPtr) error {
-	b, err := bytesOf(dst)
+	b, err := BytesOf(dst)
 	if err != nil || len(b) == 0 {
 		return err
 	}

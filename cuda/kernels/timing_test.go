@@ -1,4 +1,4 @@
-package gpu
+package kernels
 
 // Kernel timings at DeepSeek-V3.2 decode shapes, reported (never asserted):
 // CUDA events around batches of launches, median over repeats, bytes each
@@ -11,6 +11,8 @@ import (
 	"os"
 	"sort"
 	"testing"
+
+	"github.com/tilert-go/tilert/cuda"
 )
 
 // fillRandom fills n bytes at p with valid random data of the given element
@@ -18,7 +20,7 @@ import (
 // on the device, so big weights fill fast and are never zeros.
 var randomBlocks = map[string][]byte{}
 
-func fillRandom(c *Ctx, r *rand.Rand, p DevPtr, n int64, kind string) {
+func fillRandom(c *cuda.Ctx, r *rand.Rand, p cuda.DevPtr, n int64, kind string) {
 	const blk = 32 << 20
 	b := randomBlocks[kind]
 	switch {
@@ -26,9 +28,9 @@ func fillRandom(c *Ctx, r *rand.Rand, p DevPtr, n int64, kind string) {
 	case kind == "fp8":
 		b = randFP8(r, blk)
 	case kind == "bf16":
-		b, _ = bytesOf(randBF16(r, blk/2, 0.05))
+		b, _ = cuda.BytesOf(randBF16(r, blk/2, 0.05))
 	default:
-		b, _ = bytesOf(randF32(r, blk/4, 1))
+		b, _ = cuda.BytesOf(randF32(r, blk/4, 1))
 	}
 	randomBlocks[kind] = b
 	first := min(n, blk)
@@ -41,7 +43,7 @@ func fillRandom(c *Ctx, r *rand.Rand, p DevPtr, n int64, kind string) {
 
 // medianUs times inner back-to-back runs of f between two events, reps
 // times, and returns the median time of one run in microseconds.
-func medianUs(c *Ctx, s Stream, inner, reps int, f func()) float64 {
+func medianUs(c *cuda.Ctx, s cuda.Stream, inner, reps int, f func()) float64 {
 	e0, err := c.NewEvent()
 	chk(err)
 	e1, err := c.NewEvent()
@@ -72,7 +74,7 @@ func TestKernelTiming(t *testing.T) {
 	if os.Getenv("TILERT_GPU_TIMING") != "1" {
 		t.Skip("timing runs only with TILERT_GPU_TIMING=1 (scripts/gpu-check.sh)")
 	}
-	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		var copyGBps float64
 		add := func(name string, bytes float64, us float64, comment string) {
@@ -112,7 +114,7 @@ func TestKernelTiming(t *testing.T) {
 		gemvFP8(576, 7168, 1)   // kv_a: small N, long K
 		{
 			const E, slots, N, K = 64, 8, 2048, 7168
-			wt, st := make([]DevPtr, E), make([]DevPtr, E)
+			wt, st := make([]cuda.DevPtr, E), make([]cuda.DevPtr, E)
 			nsc := cdiv(N, 128) * cdiv(K, 128)
 			for e := range E {
 				wt[e] = a.raw(N * K)
@@ -176,7 +178,7 @@ func TestKernelTiming(t *testing.T) {
 			ip, lens := a.up(idx), a.up([]int32{T})
 			out := a.raw(4 * H * 512)
 			for _, ns := range []int{1, k.MLASplits(1, H, nidx)} {
-				ws := DevPtr(0)
+				ws := cuda.DevPtr(0)
 				if ns > 1 {
 					ws = a.raw(MLAWorkspaceBytes(1, H, ns))
 				}

@@ -1,4 +1,4 @@
-package gpu
+package kernels
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/engine"
 )
 
@@ -32,7 +33,7 @@ func TestEngineKernelLaunchesDefined(t *testing.T) {
 }
 
 func TestKernelEngineCacheWrites(t *testing.T) {
-	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		const ntok, nPages, ld = 6, 3, 576 + 8
 		src := randF32(r, ntok*ld, 1)
@@ -100,7 +101,7 @@ func TestKernelEngineCacheWrites(t *testing.T) {
 }
 
 func TestKernelEngineAbsorbCopyScale(t *testing.T) {
-	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		for _, sh := range []struct{ M, H, nope, vd, R int }{{1, 4, 32, 32, 512}, {3, 5, 64, 48, 512}, {2, 16, 128, 128, 512}} {
 			for _, fp8 := range []bool{true, false} {
@@ -109,7 +110,7 @@ func TestKernelEngineAbsorbCopyScale(t *testing.T) {
 				hs := nope + 64
 				ldq := H*hs + 4
 				q := randF32(r, M*ldq, 1)
-				wk := func(n int) (DevPtr, DevPtr, func(row, c int) float64) {
+				wk := func(n int) (cuda.DevPtr, cuda.DevPtr, func(row, c int) float64) {
 					if fp8 {
 						w, sc := randFP8(r, n*R), randF32(r, n*rb, 0.01)
 						for i := range sc {

@@ -1,4 +1,4 @@
-package gpu
+package kernels
 
 // GPU kernel checks: each kernel against its CPU reference on fresh random
 // inputs, outputs poisoned (NaN) first so an unwritten element fails. They
@@ -19,11 +19,13 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/cuda"
 )
 
 var (
 	devOnce    sync.Once
-	testDev    *Device
+	testDev    *cuda.Device
 	testDevErr error
 
 	reportMu   sync.Mutex
@@ -63,11 +65,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func gpuDevice(t testing.TB) *Device {
+func gpuDevice(t testing.TB) *cuda.Device {
 	t.Helper()
-	devOnce.Do(func() { testDev, testDevErr = Open(0) })
+	devOnce.Do(func() { testDev, testDevErr = cuda.Open(0) })
 	if testDevErr != nil {
-		if errors.Is(testDevErr, ErrNoGPU) {
+		if errors.Is(testDevErr, cuda.ErrNoGPU) {
 			t.Skipf("no GPU here, GPU test skipped (run scripts/gpu-check.sh on a GPU machine): %v", testDevErr)
 		}
 		t.Fatalf("opening GPU 0: %+v", testDevErr)
@@ -95,19 +97,19 @@ func chk(err error) {
 }
 
 type allocs struct {
-	c    *Ctx
-	ptrs []DevPtr
+	c    *cuda.Ctx
+	ptrs []cuda.DevPtr
 }
 
-func (a *allocs) raw(n int64) DevPtr {
+func (a *allocs) raw(n int64) cuda.DevPtr {
 	p, err := a.c.Alloc(n)
 	chk(err)
 	a.ptrs = append(a.ptrs, p)
 	return p
 }
 
-func (a *allocs) up(data any) DevPtr {
-	b, err := bytesOf(data)
+func (a *allocs) up(data any) cuda.DevPtr {
+	b, err := cuda.BytesOf(data)
 	chk(err)
 	p := a.raw(int64(max(len(b), 4)))
 	chk(a.c.Upload(p, data))
@@ -116,7 +118,7 @@ func (a *allocs) up(data any) DevPtr {
 
 // poisoned allocates n 32-bit words filled with a quiet NaN (as int32 it is
 // 2143289344, never a valid index).
-func (a *allocs) poisoned(n int) DevPtr {
+func (a *allocs) poisoned(n int) cuda.DevPtr {
 	p := a.raw(int64(4 * n))
 	chk(a.c.MemsetD32(p, 0x7fc00000, int64(n), a.c.Stream()))
 	return p
@@ -129,13 +131,13 @@ func (a *allocs) free() {
 	a.ptrs = nil
 }
 
-func downF32(c *Ctx, p DevPtr, n int) []float32 {
+func downF32(c *cuda.Ctx, p cuda.DevPtr, n int) []float32 {
 	out := make([]float32, n)
 	chk(c.Download(out, p))
 	return out
 }
 
-func downI32(c *Ctx, p DevPtr, n int) []int32 {
+func downI32(c *cuda.Ctx, p cuda.DevPtr, n int) []int32 {
 	out := make([]int32, n)
 	chk(c.Download(out, p))
 	return out
@@ -143,13 +145,13 @@ func downI32(c *Ctx, p DevPtr, n int) []int32 {
 
 // onGPU runs f on the device thread with the kernels loaded and fresh
 // random numbers.
-func onGPU(t *testing.T, f func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand)) {
+func onGPU(t *testing.T, f func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand)) {
 	t.Helper()
 	d := gpuDevice(t)
 	seed := testSeed(t)
 	t.Logf("seed %d", seed)
-	err := d.Do(func(c *Ctx) error {
-		k, err := c.Kernels()
+	err := d.Do(func(c *cuda.Ctx) error {
+		k, err := Load(c)
 		if err != nil {
 			return err
 		}
@@ -195,7 +197,7 @@ func TestDeviceInfoAndExecutor(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- d.Do(func(c *Ctx) error {
+			errs <- d.Do(func(c *cuda.Ctx) error {
 				p, err := c.Alloc(4096)
 				if err != nil {
 					return err
@@ -229,14 +231,14 @@ func TestDeviceInfoAndExecutor(t *testing.T) {
 		}
 	}
 	// A panic comes back as an error and the device keeps working.
-	if err := d.Do(func(c *Ctx) error { panic("boom") }); err == nil || !strings.Contains(err.Error(), "boom") {
+	if err := d.Do(func(c *cuda.Ctx) error { panic("boom") }); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Errorf("panic not reported: %v", err)
 	}
-	if err := d.Do(func(c *Ctx) error { return c.Synchronize() }); err != nil {
+	if err := d.Do(func(c *cuda.Ctx) error { return c.Synchronize() }); err != nil {
 		t.Errorf("device unusable after a panic: %v", err)
 	}
 	// Pinned memory round trip through async copies.
-	err := d.Do(func(c *Ctx) error {
+	err := d.Do(func(c *cuda.Ctx) error {
 		h, err := c.HostAlloc(1 << 20)
 		if err != nil {
 			return err
@@ -282,7 +284,7 @@ func TestKernelGemv(t *testing.T) {
 }
 
 func testGemv(t *testing.T, tag string) {
-	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		type tc struct {
 			N, K, M int
@@ -299,7 +301,7 @@ func testGemv(t *testing.T, tag string) {
 			}
 			x := randF32(r, M*K, 1)
 			var resid []float32
-			rp := DevPtr(0)
+			rp := cuda.DevPtr(0)
 			if cs.resid {
 				resid = randF32(r, M*N, 1)
 				rp = a.up(resid)
@@ -315,7 +317,7 @@ func testGemv(t *testing.T, tag string) {
 			w := randBF16(r, N*K, 0.05)
 			x := randF32(r, M*K, 1)
 			var resid []float32
-			rp := DevPtr(0)
+			rp := cuda.DevPtr(0)
 			if cs.resid {
 				resid = randF32(r, M*N, 1)
 				rp = a.up(resid)
@@ -339,8 +341,8 @@ func testGemv(t *testing.T, tag string) {
 			const E, slots, N, K = 6, 4, 200, 384
 			ws := make([][]byte, E)
 			ss := make([][]float32, E)
-			wt := make([]DevPtr, E)
-			st := make([]DevPtr, E)
+			wt := make([]cuda.DevPtr, E)
+			st := make([]cuda.DevPtr, E)
 			for e := range E {
 				ws[e] = randFP8(r, N*K)
 				ss[e] = make([]float32, cdiv(N, 128)*cdiv(K, 128))
@@ -372,7 +374,7 @@ func testGemv(t *testing.T, tag string) {
 // ---- norms, rope, element-wise ----
 
 func TestKernelNormRopeElementwise(t *testing.T) {
-	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		for _, cs := range [][2]int{{3, 7168}, {1, 1536}, {2, 100}} {
 			rows, D := cs[0], cs[1]
@@ -427,7 +429,7 @@ func TestKernelNormRopeElementwise(t *testing.T) {
 			}
 			w := randF32(r, cs.D, 1)
 			var b []float32
-			bp := DevPtr(0)
+			bp := cuda.DevPtr(0)
 			if cs.bias {
 				b = randF32(r, cs.D, 1)
 				bp = a.up(b)
@@ -527,7 +529,7 @@ func TestKernelNormRopeElementwise(t *testing.T) {
 // ---- MoE gate ----
 
 func TestKernelMoEGate(t *testing.T) {
-	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		for _, cs := range []struct {
 			name                 string
@@ -599,7 +601,7 @@ func getF32(b []byte) float32 {
 }
 
 func TestKernelIndexer(t *testing.T) {
-	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		const H, D = 64, IndexerHeadDim
 		nq, T := 2, 300
@@ -662,7 +664,7 @@ func TestKernelIndexer(t *testing.T) {
 					x[i] = float32(r.NormFloat64())
 				}
 			}
-			lp := DevPtr(0)
+			lp := cuda.DevPtr(0)
 			if cs.lens != nil {
 				lp = a.up(cs.lens)
 			}
@@ -705,7 +707,7 @@ func randMLACache(r *rand.Rand, nTok int) []byte {
 }
 
 func TestKernelMLA(t *testing.T) {
-	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		const nq, H = 2, 16
 		lens := []int32{300, 270}
@@ -782,12 +784,12 @@ func TestKernelMLA(t *testing.T) {
 		}{{true, 1}, {false, 1}, {true, 3}, {false, 5}} {
 			sparse := cs.sparse
 			op, lp := a.poisoned(nq*H*512), a.poisoned(nq*H)
-			ip := DevPtr(0)
+			ip := cuda.DevPtr(0)
 			n := 300 // dense: bound on lens
 			if sparse {
 				ip, n = a.up(idx), nidx
 			}
-			ws := DevPtr(0)
+			ws := cuda.DevPtr(0)
 			if cs.nsplit > 1 {
 				ws = a.poisoned(int(MLAWorkspaceBytes(nq, H, cs.nsplit) / 4))
 			}
@@ -837,7 +839,7 @@ func TestKernelMLA(t *testing.T) {
 // ---- sampling ----
 
 func TestKernelSampling(t *testing.T) {
-	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		const V = 129280
 		{
@@ -1026,7 +1028,7 @@ func refQuantGroup(v []float32, ue8m0 bool) ([]byte, float32) {
 }
 
 func TestKernelCacheWrites(t *testing.T) {
-	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		for _, ue := range []bool{false, true} {
 			const ntok, nPages = 5, 3
@@ -1100,7 +1102,7 @@ func diffBytes(a, b []byte) int {
 // ---- graphs ----
 
 func TestGraphReplay(t *testing.T) {
-	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s, err := c.NewStream()
 		chk(err)
 		defer c.DestroyStream(s)

@@ -1,20 +1,14 @@
-package gpu
+package cuda
 
 import (
-	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/cockroachdb/errors"
-
-	"github.com/tilert-go/tilert/numeric"
 )
 
 func TestNVRTCCandidates(t *testing.T) {
@@ -346,68 +340,6 @@ func TestArena(t *testing.T) {
 }
 
 // Every launcher in ops.go must name a kernel that exists in the source.
-func TestKernelSourceHasLaunchedKernels(t *testing.T) {
-	src := KernelSource()
-	defs := map[string]bool{}
-	for _, m := range regexp.MustCompile(`extern "C" __global__ void(?: __launch_bounds__\(\d+\))? (\w+)\(`).FindAllStringSubmatch(src, -1) {
-		defs[m[1]] = true
-	}
-	for _, m := range regexp.MustCompile(`(?m)^GEMV_KERNELS\((\w+),`).FindAllStringSubmatch(src, -1) {
-		defs[m[1]] = true
-	}
-	ops, err := os.ReadFile("ops.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	uses := regexp.MustCompile(`k\.launch\("(\w+)"`).FindAllStringSubmatch(string(ops), -1)
-	if len(uses) < 14 {
-		t.Fatalf("only %d launches found in ops.go", len(uses))
-	}
-	for _, u := range uses {
-		if !defs[u[1]] {
-			t.Errorf("ops.go launches %s, not defined in the kernels (have %v)", u[1], defs)
-		}
-	}
-	for base, rs := range gemvKernels {
-		for _, r := range rs {
-			if name := fmt.Sprintf("%s_r%d", base, r); !defs[name] {
-				t.Errorf("GEMV variant %s not defined in the kernels", name)
-			}
-		}
-	}
-}
-
-// With NVRTC present (no GPU needed) the embedded kernels must compile.
-func TestNVRTCCompilesKernels(t *testing.T) {
-	nv, err := LoadNVRTC()
-	if err != nil {
-		t.Skipf("no NVRTC here, compile check skipped: %v", err)
-	}
-	t.Logf("NVRTC %s from %s, archs %v", nv.Version(), nv.Lib, nv.SupportedArchs())
-	dir := t.TempDir()
-	ck, err := CompileKernels(nv, 9, 0, KernelCache{Dir: dir})
-	if err != nil {
-		t.Fatalf("%+v", err)
-	}
-	if len(ck.Image) < 1000 || ck.CacheHit {
-		t.Fatalf("image %d bytes, hit %v", len(ck.Image), ck.CacheHit)
-	}
-	t.Logf("compiled for %s (cubin %v) in %v, %d bytes", ck.Arch, ck.Cubin, ck.Took, len(ck.Image))
-	again, err := CompileKernels(nv, 9, 0, KernelCache{Dir: dir})
-	if err != nil || !again.CacheHit || string(again.Image) != string(ck.Image) {
-		t.Fatalf("second compile not served from the cache: %v", err)
-	}
-	// A compile error must come back with NVRTC's log.
-	// (at the oldest arch this NVRTC knows: NVRTC 13 dropped everything below 75).
-	low := 75
-	if a := nv.SupportedArchs(); len(a) > 0 {
-		low = slices.Min(a)
-	}
-	_, err = nv.Compile("extern \"C\" __global__ void k() { undefined_thing(); }", "bad.cu", []string{fmt.Sprintf("--gpu-architecture=compute_%d", low)}, false)
-	if err == nil || !strings.Contains(errors.FlattenDetails(err), "undefined_thing") {
-		t.Errorf("compile error without log: %+v", err)
-	}
-}
 
 // Without a GPU, opening one fails with ErrNoGPU and points at --device cpu.
 func TestNoGPUError(t *testing.T) {
@@ -428,116 +360,3 @@ func TestNoGPUError(t *testing.T) {
 
 // The test references (fp8Table, fp8Encode, bf16Round, the RNG) are written
 // independently of numeric/; they must agree with it and with each other.
-func TestReferencesAgreeWithNumeric(t *testing.T) {
-	for b := range 256 {
-		got, want := fp8Table[b], float64(numeric.FP8E4M3ToFloat32(byte(b)))
-		if got != want && !(math.IsNaN(got) && math.IsNaN(want)) {
-			t.Errorf("fp8 code %#x: %v vs numeric %v", b, got, want)
-		}
-	}
-	r := rand.New(rand.NewPCG(1, 2))
-	for i := range 20000 {
-		f := float32(r.NormFloat64() * math.Ldexp(1, r.IntN(24)-14))
-		if i%7 == 0 { // exact midpoints between codes
-			c := byte(r.IntN(0x7e))
-			f = float32((fp8Table[c] + fp8Table[c+1]) / 2)
-		}
-		if got, want := fp8Encode(f), numeric.Float32ToFP8E4M3(f); got != want {
-			t.Fatalf("fp8 encode %g: %#x vs numeric %#x", f, got, want)
-		}
-		if got, want := bf16Round(f), numeric.Float32ToBF16(f); got != want {
-			t.Fatalf("bf16 round %g: %#x vs numeric %#x", f, got, want)
-		}
-	}
-	for _, amax := range []float32{0, 1, 448, 448 * 3, 1e-9, 3.3} {
-		if got, want := refUE8M0(amax), numeric.UE8M0Scale(amax); got != want {
-			t.Errorf("ue8m0(%g) = %g, numeric %g", amax, got, want)
-		}
-	}
-	// The device RNG's output must stay inside (0,1).
-	for i := range uint64(100000) {
-		if u := rngUniform(7, 3, i); !(u > 0 && u < 1) {
-			t.Fatalf("uniform %v out of (0,1)", u)
-		}
-	}
-}
-
-// refSampleSet: top-k keeps exactly the k largest (no ties here), top-p the
-// shortest prefix reaching the mass.
-func TestRefSampleSet(t *testing.T) {
-	x := []float32{0, 1, 2, 3}
-	p := refSampleSet(x, 1, 2, 1)
-	if p[0] != 0 || p[1] != 0 || math.Abs(p[2]+p[3]-1) > 1e-12 || p[3] <= p[2] {
-		t.Errorf("top-k 2: %v", p)
-	}
-	p = refSampleSet(x, 1, 0, 0.5)
-	if p[3] != 1 {
-		t.Errorf("top-p 0.5 should keep only the mode (p=0.64): %v", p)
-	}
-	p = refSampleSet(x, 1, 0, 0.7)
-	if p[3] == 0 || p[2] == 0 || p[1] != 0 {
-		t.Errorf("top-p 0.7: %v", p)
-	}
-}
-
-// Go transcriptions of the bit tricks in kernels/common.cuh, checked
-// exhaustively here so a device mismatch points at the device.
-func devFP8ToF32(b uint32) float32 {
-	s := (b & 0x80) << 24
-	a := b & 0x7f
-	var r float32
-	if a >= 8 {
-		if a == 0x7f {
-			return math.Float32frombits(0x7fc00000 | s)
-		}
-		r = math.Float32frombits((a << 20) + (120 << 23))
-	} else {
-		r = float32(a) * 0.001953125
-	}
-	return math.Float32frombits(math.Float32bits(r) | s)
-}
-
-func devF32ToFP8(f float32) byte {
-	u := math.Float32bits(f)
-	s := (u >> 24) & 0x80
-	if f != f {
-		return 0x7f
-	}
-	a := float32(math.Abs(float64(f)))
-	if a >= 448 {
-		return byte(s | 0x7e)
-	}
-	if a < 0.015625 {
-		return byte(s | uint32(math.RoundToEven(float64(a*512))))
-	}
-	au := math.Float32bits(a)
-	au += 0x7ffff + ((au >> 20) & 1)
-	r := (((au >> 23) - 120) << 3) | ((au >> 20) & 7)
-	if r > 0x7e {
-		r = 0x7e
-	}
-	return byte(s | r)
-}
-
-func TestDeviceConversionTranscriptions(t *testing.T) {
-	for b := range uint32(256) {
-		got, want := float64(devFP8ToF32(b)), fp8Table[b]
-		if got != want && !(math.IsNaN(got) && math.IsNaN(want)) {
-			t.Errorf("fp8 decode %#x: %v want %v", b, got, want)
-		}
-	}
-	r := rand.New(rand.NewPCG(3, 4))
-	for i := range 200000 {
-		f := float32(r.NormFloat64() * math.Ldexp(1, r.IntN(30)-18))
-		if i%5 == 0 {
-			c := byte(r.IntN(0x7e))
-			f = float32((fp8Table[c] + fp8Table[c+1]) / 2)
-			if i%10 == 0 {
-				f = -f
-			}
-		}
-		if got, want := devF32ToFP8(f), fp8Encode(f); got != want {
-			t.Fatalf("fp8 encode %g: device rule %#x, reference %#x", f, got, want)
-		}
-	}
-}

@@ -1,4 +1,4 @@
-package gpu
+package kernels
 
 // CPU references for the kernel checks, written independently of numeric/
 // (so they also cross-check it) and computed in float64 unless the kernel's

@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"crypto/sha256"

@@ -1,10 +1,12 @@
-package gpu
+package kernels
 
 import (
 	"fmt"
 	"slices"
 
 	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/cuda"
 )
 
 // Typed launchers for the embedded kernels. Shapes are checked here so a
@@ -54,12 +56,12 @@ var gemvKernels = map[string][]int{
 // gemvName picks rows per warp for N outputs (times slots blocks in y): the
 // most rows that still gives every SM two blocks, so big matrices reuse x
 // loads and small ones spread out.
-func (k *Kernels) gemvName(base string, N, slots int) (string, int) {
+func (k *Set) gemvName(base string, N, slots int) (string, int) {
 	rs := gemvKernels[base]
 	if f := forceGemvRows; f > 0 && slices.Contains(rs, f) {
 		return fmt.Sprintf("%s_r%d", base, f), f
 	}
-	target := 2 * max(1, k.c.dev.Info.SMs)
+	target := 2 * max(1, k.c.Info().SMs)
 	for _, r := range rs {
 		if cdiv(N, gemvRowsPerBlock*r)*slots >= target {
 			return fmt.Sprintf("%s_r%d", base, r), r
@@ -69,28 +71,28 @@ func (k *Kernels) gemvName(base string, N, slots int) (string, int) {
 	return fmt.Sprintf("%s_r%d", base, r), r
 }
 
-func (k *Kernels) gemv(base string, s Stream, y, x, w, scale, resid DevPtr, N, K, M, ldx, ldy int) error {
+func (k *Set) gemv(base string, s cuda.Stream, y, x, w, scale, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	if err := checkGemv(N, K, M, ldx, ldy); err != nil {
 		return err
 	}
 	name, r := k.gemvName(base, N, 1)
-	return k.launch(name, D1(cdiv(N, gemvRowsPerBlock*r)), D1(256), 0, s, w, scale, x, y, resid, N, K, M, ldx, ldy)
+	return k.launch(name, cuda.D1(cdiv(N, gemvRowsPerBlock*r)), cuda.D1(256), 0, s, w, scale, x, y, resid, N, K, M, ldx, ldy)
 }
 
 // GemvFP8 computes y[m][n] = sum_k w[n][k]*scale[n/128][k/128]*x[m][k] (+ resid[m][n])
 // for m < M <= 4; w is fp8 e4m3 [N][K], scale float32 [ceil(N/128)][ceil(K/128)].
 // resid may be 0 or equal to y (in-place residual add).
-func (k *Kernels) GemvFP8(s Stream, y, x, w, scale, resid DevPtr, N, K, M, ldx, ldy int) error {
+func (k *Set) GemvFP8(s cuda.Stream, y, x, w, scale, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	return k.gemv("gemv_fp8", s, y, x, w, scale, resid, N, K, M, ldx, ldy)
 }
 
 // GemvBF16 is GemvFP8 for bf16 weights without scales.
-func (k *Kernels) GemvBF16(s Stream, y, x, w, resid DevPtr, N, K, M, ldx, ldy int) error {
+func (k *Set) GemvBF16(s cuda.Stream, y, x, w, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	return k.gemv("gemv_bf16", s, y, x, w, 0, resid, N, K, M, ldx, ldy)
 }
 
 // GemvF32 is GemvFP8 for float32 weights.
-func (k *Kernels) GemvF32(s Stream, y, x, w, resid DevPtr, N, K, M, ldx, ldy int) error {
+func (k *Set) GemvF32(s cuda.Stream, y, x, w, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	return k.gemv("gemv_f32", s, y, x, w, 0, resid, N, K, M, ldx, ldy)
 }
 
@@ -98,12 +100,12 @@ func (k *Kernels) GemvF32(s Stream, y, x, w, resid DevPtr, N, K, M, ldx, ldy int
 // ids[j] read on the device: weights wTable[e] ([N][K] fp8) and scales
 // sTable[e] are device arrays of device pointers. Input row j is
 // x + j*xstride floats (xstride 0 shares x), output row j is y + j*N.
-func (k *Kernels) GemvFP8Experts(s Stream, y, x DevPtr, xstride int, wTable, sTable, ids DevPtr, slots, N, K int) error {
+func (k *Set) GemvFP8Experts(s cuda.Stream, y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error {
 	if N <= 0 || K <= 0 || slots <= 0 || xstride < 0 {
 		return errors.Newf("gemv experts: N=%d K=%d slots=%d xstride=%d", N, K, slots, xstride)
 	}
 	name, r := k.gemvName("gemv_fp8_experts", N, slots)
-	return k.launch(name, Dim3{cdiv(N, gemvRowsPerBlock*r), slots, 1}, D1(256), 0, s, wTable, sTable, ids, x, xstride, y, N, K)
+	return k.launch(name, cuda.D3(cdiv(N, gemvRowsPerBlock*r), slots, 1), cuda.D1(256), 0, s, wTable, sTable, ids, x, xstride, y, N, K)
 }
 
 func normThreads(D int) int {
@@ -113,36 +115,36 @@ func normThreads(D int) int {
 }
 
 // RMSNorm normalises rows of D floats: y = x*rsqrt(mean(x^2)+eps)*w. y may be x.
-func (k *Kernels) RMSNorm(s Stream, y, x, w DevPtr, rows, D, ldx, ldy int, eps float32) error {
+func (k *Set) RMSNorm(s cuda.Stream, y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
 	if rows <= 0 || D <= 0 || ldx < D || ldy < D {
 		return errors.Newf("rmsnorm: rows=%d D=%d ldx=%d ldy=%d", rows, D, ldx, ldy)
 	}
-	return k.launch("rmsnorm", D1(rows), D1(normThreads(D)), 0, s, x, w, y, D, ldx, ldy, eps)
+	return k.launch("rmsnorm", cuda.D1(rows), cuda.D1(normThreads(D)), 0, s, x, w, y, D, ldx, ldy, eps)
 }
 
 // AddRMSNorm adds b into the residual rows x (x += b) and writes
 // y = x*rsqrt(mean(x^2)+eps)*w: Add then RMSNorm in one launch, bit-identical
 // to the two. y must not alias x or b.
-func (k *Kernels) AddRMSNorm(s Stream, y, x, b, w DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
+func (k *Set) AddRMSNorm(s cuda.Stream, y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
 	if rows <= 0 || D <= 0 || ldx < D || ldb < D || ldy < D {
 		return errors.Newf("add_rmsnorm: rows=%d D=%d ldx=%d ldb=%d ldy=%d", rows, D, ldx, ldb, ldy)
 	}
-	return k.launch("add_rmsnorm", D1(rows), D1(normThreads(D)), 0, s, x, b, w, y, D, ldx, ldb, ldy, eps)
+	return k.launch("add_rmsnorm", cuda.D1(rows), cuda.D1(normThreads(D)), 0, s, x, b, w, y, D, ldx, ldb, ldy, eps)
 }
 
 // LayerNorm normalises rows: y = (x-mean)*rsqrt(var+eps)*w + b (w, b may be 0).
-func (k *Kernels) LayerNorm(s Stream, y, x, w, b DevPtr, rows, D, ldx, ldy int, eps float32) error {
+func (k *Set) LayerNorm(s cuda.Stream, y, x, w, b cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
 	if rows <= 0 || D <= 0 || ldx < D || ldy < D {
 		return errors.Newf("layernorm: rows=%d D=%d ldx=%d ldy=%d", rows, D, ldx, ldy)
 	}
-	return k.launch("layernorm", D1(rows), D1(normThreads(D)), 0, s, x, w, b, y, D, ldx, ldy, eps)
+	return k.launch("layernorm", cuda.D1(rows), cuda.D1(normThreads(D)), 0, s, x, w, b, y, D, ldx, ldy, eps)
 }
 
 // RoPE rotates dims [off, off+rot) of each of rows rows of x ([rows][ld]) in
 // place; row r is token r/rowsPerTok at position pos[token] (int32 on the
 // device); cos/sin are [maxPos][rot/2] float32 tables. interleaved: pairs
 // (2i, 2i+1); else half-split pairs (i, i+rot/2).
-func (k *Kernels) RoPE(s Stream, x, pos, cos, sin DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error {
+func (k *Set) RoPE(s cuda.Stream, x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error {
 	if rows <= 0 || rowsPerTok <= 0 || rot <= 0 || rot%2 != 0 || off < 0 || off+rot > ld {
 		return errors.Newf("rope: rows=%d rowsPerTok=%d ld=%d off=%d rot=%d", rows, rowsPerTok, ld, off, rot)
 	}
@@ -151,47 +153,47 @@ func (k *Kernels) RoPE(s Stream, x, pos, cos, sin DevPtr, rows, rowsPerTok, ld, 
 		il = 1
 	}
 	n := rows * rot / 2
-	return k.launch("rope", D1(cdiv(n, 256)), D1(256), 0, s, x, pos, cos, sin, rows, rowsPerTok, ld, off, rot, il)
+	return k.launch("rope", cuda.D1(cdiv(n, 256)), cuda.D1(256), 0, s, x, pos, cos, sin, rows, rowsPerTok, ld, off, rot, il)
 }
 
 // Add computes y = a + b over n floats (y may alias a or b).
-func (k *Kernels) Add(s Stream, y, a, b DevPtr, n int) error {
+func (k *Set) Add(s cuda.Stream, y, a, b cuda.DevPtr, n int) error {
 	if n <= 0 {
 		return errors.Newf("add: n=%d", n)
 	}
-	return k.launch("add_f32", D1(min(cdiv(n, 256), 4096)), D1(256), 0, s, y, a, b, int64(n))
+	return k.launch("add_f32", cuda.D1(min(cdiv(n, 256), 4096)), cuda.D1(256), 0, s, y, a, b, int64(n))
 }
 
 // SiluMul computes out[r][i] = silu(gate[r][i]) * up[r][i] for i < I.
-func (k *Kernels) SiluMul(s Stream, out, gate, up DevPtr, rows, I, ldg, ldu, ldo int) error {
+func (k *Set) SiluMul(s cuda.Stream, out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error {
 	if rows <= 0 || I <= 0 || ldg < I || ldu < I || ldo < I {
 		return errors.Newf("silu_mul: rows=%d I=%d", rows, I)
 	}
-	return k.launch("silu_mul", D1(cdiv(rows*I, 256)), D1(256), 0, s, gate, up, out, rows, I, ldg, ldu, ldo)
+	return k.launch("silu_mul", cuda.D1(cdiv(rows*I, 256)), cuda.D1(256), 0, s, gate, up, out, rows, I, ldg, ldu, ldo)
 }
 
 // EmbedBF16 gathers rows ids[0..T) (int32 on the device) of a bf16 [V][D]
 // table into float32 out [T][D].
-func (k *Kernels) EmbedBF16(s Stream, out, table, ids DevPtr, T, D int) error {
+func (k *Set) EmbedBF16(s cuda.Stream, out, table, ids cuda.DevPtr, T, D int) error {
 	if T <= 0 || D <= 0 {
 		return errors.Newf("embed: T=%d D=%d", T, D)
 	}
-	return k.launch("embed_bf16", D1(T), D1(256), 0, s, table, ids, out, D)
+	return k.launch("embed_bf16", cuda.D1(T), cuda.D1(256), 0, s, table, ids, out, D)
 }
 
 // MoECombine computes out[n] = resid[n] + sum_j w[j]*y[j][n] for kslots rows
 // of N (resid may be 0 or alias out).
-func (k *Kernels) MoECombine(s Stream, out, y, w, resid DevPtr, kslots, N int) error {
+func (k *Set) MoECombine(s cuda.Stream, out, y, w, resid cuda.DevPtr, kslots, N int) error {
 	if kslots <= 0 || N <= 0 {
 		return errors.Newf("moe_combine: k=%d N=%d", kslots, N)
 	}
-	return k.launch("moe_combine", D1(cdiv(N, 256)), D1(256), 0, s, y, w, resid, out, kslots, N)
+	return k.launch("moe_combine", cuda.D1(cdiv(N, 256)), cuda.D1(256), 0, s, y, w, resid, out, kslots, N)
 }
 
 // MoEGate routes T tokens: logits [T][E] float32 (router GEMV output), bias
 // [E] (e_score_correction_bias, may be 0). Writes idx [T][K] int32 and wts
 // [T][K] float32 (see moe.cu for the exact rule).
-func (k *Kernels) MoEGate(s Stream, idx, wts, logits, bias DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
+func (k *Set) MoEGate(s cuda.Stream, idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
 	if T <= 0 || E <= 0 || E > maxGateExperts || K <= 0 || K > min(E, maxGateTopK) || ngroup > maxGateGroups {
 		return errors.Newf("moe_gate: T=%d E=%d K=%d ngroup=%d (E<=%d, K<=%d, ngroup<=%d)", T, E, K, ngroup, maxGateExperts, maxGateTopK, maxGateGroups)
 	}
@@ -202,28 +204,28 @@ func (k *Kernels) MoEGate(s Stream, idx, wts, logits, bias DevPtr, T, E, K, ngro
 	if norm {
 		nv = 1
 	}
-	return k.launch("moe_gate", D1(T), D1(cdiv(E, 32)*32), 0, s, logits, bias, idx, wts, E, K, ngroup, topkGroup, nv, scale)
+	return k.launch("moe_gate", cuda.D1(T), cuda.D1(cdiv(E, 32)*32), 0, s, logits, bias, idx, wts, E, K, ngroup, topkGroup, nv, scale)
 }
 
 // IndexerScores writes out[q][t] (row stride ldOut) for t < T:
 // sum_h w[q][h]*ReLU(qkScale * q[q][h].k_t) over the fp8 indexer cache, -inf
 // for t >= lens[q]. q: [nq][H][128], w: [nq][H], lens: int32 [nq],
 // blockTable: int32 page per 64-token block (0: identity).
-func (k *Kernels) IndexerScores(s Stream, out, q, w, cache, blockTable, lens DevPtr, nq, H, T, ldOut int, qkScale float32) error {
+func (k *Set) IndexerScores(s cuda.Stream, out, q, w, cache, blockTable, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
 	if nq <= 0 || H <= 0 || T <= 0 || ldOut < T {
 		return errors.Newf("indexer: nq=%d H=%d T=%d ldOut=%d", nq, H, T, ldOut)
 	}
-	return k.launch("indexer_scores", Dim3{cdiv(T, IndexerPageTokens), nq, 1}, D1(256), 0, s, q, w, cache, blockTable, lens, out, H, T, ldOut, qkScale)
+	return k.launch("indexer_scores", cuda.D3(cdiv(T, IndexerPageTokens), nq, 1), cuda.D1(256), 0, s, q, w, cache, blockTable, lens, out, H, T, ldOut, qkScale)
 }
 
 // TopK writes, per row, the indices of the K largest of scores[row][0..n)
 // (n = min(lens[row], T), lens may be 0) in ascending index order, ties at
 // the threshold to the lower index; n <= K gives 0..n-1 then -1.
-func (k *Kernels) TopK(s Stream, out, scores, lens DevPtr, rows, T, K, ld, ldOut int) error {
+func (k *Set) TopK(s cuda.Stream, out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error {
 	if rows <= 0 || T <= 0 || K <= 0 || ld < T || ldOut < K {
 		return errors.Newf("topk: rows=%d T=%d K=%d ld=%d ldOut=%d", rows, T, K, ld, ldOut)
 	}
-	return k.launch("topk_rows", D1(rows), D1(1024), 0, s, scores, ld, lens, T, K, out, ldOut)
+	return k.launch("topk_rows", cuda.D1(rows), cuda.D1(1024), 0, s, scores, ld, lens, T, K, out, ldOut)
 }
 
 // MLAWorkspaceBytes is the scratch MLADecode needs for nsplit > 1.
@@ -236,8 +238,8 @@ func MLAWorkspaceBytes(nq, H, nsplit int) int64 {
 
 // MLASplits picks how many token ranges MLADecode splits into so about
 // eight blocks per SM are in flight (at least 64 tokens per range).
-func (k *Kernels) MLASplits(nq, H, maxTokens int) int {
-	want := cdiv(8*max(1, k.c.dev.Info.SMs), nq*H)
+func (k *Set) MLASplits(nq, H, maxTokens int) int {
+	want := cdiv(8*max(1, k.c.Info().SMs), nq*H)
 	return max(1, min(want, cdiv(maxTokens, 64)))
 }
 
@@ -248,29 +250,29 @@ func (k *Kernels) MLASplits(nq, H, maxTokens int) int {
 // skipped). Dense (indices 0): every t < lens[q]; nidx must then bound
 // max(lens). nsplit > 1 splits the tokens over more blocks and needs ws of
 // MLAWorkspaceBytes(nq, H, nsplit) bytes.
-func (k *Kernels) MLADecode(s Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+func (k *Set) MLADecode(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
 	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) || nsplit <= 0 || (nsplit > 1 && ws == 0) {
 		return errors.Newf("mla: nq=%d H=%d nidx=%d ldIdx=%d nsplit=%d ws=%#x", nq, H, nidx, ldIdx, nsplit, uint64(ws))
 	}
 	tps := cdiv(cdiv(nidx, nsplit), 32) * 32 // whole tiles per split
 	nsplit = cdiv(nidx, tps)
 	partO, partML := ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
-	if err := k.launch("mla_decode", Dim3{H, nq, nsplit}, D1(128), 0, s, qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML); err != nil {
+	if err := k.launch("mla_decode", cuda.D3(H, nq, nsplit), cuda.D1(128), 0, s, qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML); err != nil {
 		return err
 	}
 	if nsplit == 1 {
 		return nil
 	}
-	return k.launch("mla_combine", D1(nq*H), D1(128), 0, s, partO, partML, nsplit, out, lse)
+	return k.launch("mla_combine", cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
 }
 
 // Argmax writes out[r] = arg-max of x[r][0..n) (ties to the lower index) and,
 // when val != 0, the maximum.
-func (k *Kernels) Argmax(s Stream, out, val, x DevPtr, rows, n, ld int) error {
+func (k *Set) Argmax(s cuda.Stream, out, val, x cuda.DevPtr, rows, n, ld int) error {
 	if rows <= 0 || n <= 0 || ld < n {
 		return errors.Newf("argmax: rows=%d n=%d ld=%d", rows, n, ld)
 	}
-	return k.launch("argmax_rows", D1(rows), D1(1024), 0, s, x, n, ld, out, val)
+	return k.launch("argmax_rows", cuda.D1(rows), cuda.D1(1024), 0, s, x, n, ld, out, val)
 }
 
 // argmaxWideBlocks is the most blocks ArgmaxWide spreads one row over.
@@ -284,7 +286,7 @@ func ArgmaxScratchBytes(rows int) int64 { return int64(rows) * (4 + argmaxWideBl
 // holds ArgmaxScratchBytes(rows) bytes, zeroed before its first use; the
 // kernel leaves it zeroed again, so it can be reused and replayed in a graph,
 // but not by two launches in flight at once.
-func (k *Kernels) ArgmaxWide(s Stream, out, val, x, scratch DevPtr, rows, n, ld int) error {
+func (k *Set) ArgmaxWide(s cuda.Stream, out, val, x, scratch cuda.DevPtr, rows, n, ld int) error {
 	if rows <= 0 || n <= 0 || ld < n || scratch == 0 {
 		return errors.Newf("argmax wide: rows=%d n=%d ld=%d scratch=%#x", rows, n, ld, uint64(scratch))
 	}
@@ -292,7 +294,7 @@ func (k *Kernels) ArgmaxWide(s Stream, out, val, x, scratch DevPtr, rows, n, ld 
 	cnt := scratch
 	pv := scratch.Add(int64(4 * rows))
 	pi := pv.Add(int64(4 * rows * nb))
-	return k.launch("argmax_wide", Dim3{nb, rows, 1}, D1(256), 0, s, x, n, ld, out, val, cnt, pv, pi)
+	return k.launch("argmax_wide", cuda.D3(nb, rows, 1), cuda.D1(256), 0, s, x, n, ld, out, val, cnt, pv, pi)
 }
 
 // SamplingParams controls Sample. Temperature <= 0 means greedy; TopK <= 0
@@ -306,7 +308,7 @@ type SamplingParams struct {
 }
 
 // Sample draws one token per row of logits [rows][ld] into out (int32).
-func (k *Kernels) Sample(s Stream, out, logits DevPtr, rows, n, ld int, p SamplingParams) error {
+func (k *Set) Sample(s cuda.Stream, out, logits cuda.DevPtr, rows, n, ld int, p SamplingParams) error {
 	if rows <= 0 || n <= 0 || ld < n {
 		return errors.Newf("sample: rows=%d n=%d ld=%d", rows, n, ld)
 	}
@@ -314,25 +316,25 @@ func (k *Kernels) Sample(s Stream, out, logits DevPtr, rows, n, ld int, p Sampli
 	if topP <= 0 {
 		topP = 1
 	}
-	return k.launch("sample_rows", D1(rows), D1(1024), 0, s, logits, n, ld, out, p.Temperature, p.TopK, topP, p.Seed, p.Step)
+	return k.launch("sample_rows", cuda.D1(rows), cuda.D1(1024), 0, s, logits, n, ld, out, p.Temperature, p.TopK, topP, p.Seed, p.Step)
 }
 
 // MLACacheWrite stores ntok rows of latent [ntok][512] and rope [ntok][64]
 // into the fp8_ds_mla cache at slots[i] (int32, page*64+offset; <0 skipped).
 // ue8m0 picks power-of-two scales; otherwise amax/448.
-func (k *Kernels) MLACacheWrite(s Stream, cache, lat, rope, slots DevPtr, ntok int, ue8m0 bool) error {
+func (k *Set) MLACacheWrite(s cuda.Stream, cache, lat, rope, slots cuda.DevPtr, ntok int, ue8m0 bool) error {
 	if ntok <= 0 {
 		return errors.Newf("mla cache write: ntok=%d", ntok)
 	}
-	return k.launch("mla_cache_write", D1(ntok), D1(128), 0, s, lat, rope, cache, slots, b2i(ue8m0))
+	return k.launch("mla_cache_write", cuda.D1(ntok), cuda.D1(128), 0, s, lat, rope, cache, slots, b2i(ue8m0))
 }
 
 // IndexerCacheWrite stores ntok keys [ntok][128] into the indexer cache.
-func (k *Kernels) IndexerCacheWrite(s Stream, cache, key, slots DevPtr, ntok int, ue8m0 bool) error {
+func (k *Set) IndexerCacheWrite(s cuda.Stream, cache, key, slots cuda.DevPtr, ntok int, ue8m0 bool) error {
 	if ntok <= 0 {
 		return errors.Newf("indexer cache write: ntok=%d", ntok)
 	}
-	return k.launch("indexer_cache_write", D1(ntok), D1(32), 0, s, key, cache, slots, b2i(ue8m0))
+	return k.launch("indexer_cache_write", cuda.D1(ntok), cuda.D1(32), 0, s, key, cache, slots, b2i(ue8m0))
 }
 
 func b2i(b bool) int {

@@ -1,4 +1,4 @@
-package gpu
+package kernels
 
 import (
 	"encoding/binary"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/engine"
 )
 
@@ -24,7 +25,7 @@ func f32Bytes(v []float32) []byte {
 }
 
 func TestKernelExactCacheWrites(t *testing.T) {
-	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		const ntok, npos, ld = 6, 200, 576 + 8
 		src := randF32(r, ntok*ld, 1)
@@ -86,7 +87,7 @@ func TestKernelExactCacheWrites(t *testing.T) {
 }
 
 func TestKernelExactIndexerScores(t *testing.T) {
-	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		for _, cs := range []struct {
 			H, T int
@@ -128,7 +129,7 @@ func TestKernelExactIndexerScores(t *testing.T) {
 }
 
 func TestKernelExactMLADecode(t *testing.T) {
-	onGPU(t, func(c *Ctx, k *Kernels, a *allocs, r *rand.Rand) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		const nq, H, T = 3, 16, 300
 		lens := []int32{300, 270, 5}
@@ -172,7 +173,7 @@ func TestKernelExactMLADecode(t *testing.T) {
 			cp := a.up(cache)
 			for _, sparse := range []bool{true, false} {
 				op := a.poisoned(nq * H * 512)
-				ip, n := DevPtr(0), T
+				ip, n := cuda.DevPtr(0), T
 				if sparse {
 					ip, n = a.up(idx), nidx
 				}

@@ -1,4 +1,4 @@
-// Package gpu drives NVIDIA GPUs through the CUDA driver API and NVRTC without cgo.
+// Package cuda drives NVIDIA GPUs through the CUDA driver API and NVRTC without cgo.
 //
 // Both libraries are opened at run time with purego, so a CGO_ENABLED=0 binary
 // runs on machines without a GPU (it just reports that none is there). All CUDA
@@ -6,6 +6,7 @@
 // because a CUDA context is current per thread: callers submit closures with
 // (*Device).Do and get a *Ctx that is only valid inside the closure.
 //
-// Kernels are CUDA C sources embedded from kernels/*.cu, compiled by NVRTC for
-// the device's architecture and cached on disk (see KernelCache).
-package gpu
+// This package knows no model: CompileModule compiles any CUDA C source for the
+// device's architecture through an on-disk cache (KernelCache); the model's
+// kernels and their launchers are package cuda/kernels.
+package cuda

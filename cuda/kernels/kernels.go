@@ -1,0 +1,105 @@
+// Package kernels holds the decode model's CUDA C kernels (cu/*.cu: GEMVs, norms,
+// RoPE, the MoE router, the DSA indexer, MLA decode over vLLM's cache layouts,
+// sampling, cache writes), embedded and compiled by NVRTC through package cuda,
+// and their typed launchers, which check shapes so a bad call fails with a
+// message instead of a device fault. Each kernel has a check against its CPU
+// reference on fresh random inputs (make gpu-check).
+package kernels
+
+import (
+	"embed"
+	"io/fs"
+	"log/slog"
+	"sort"
+	"strings"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+//go:embed cu/*.cu cu/*.cuh
+var kernelFS embed.FS
+
+// KernelSource is the module NVRTC compiles: common.cuh, then every .cu in
+// name order, each marked with #line so compile errors name the right file.
+func KernelSource() string {
+	var b strings.Builder
+	common, err := kernelFS.ReadFile("cu/common.cuh")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	b.WriteString("#line 1 \"common.cuh\"\n")
+	b.Write(common)
+	names, err := fs.Glob(kernelFS, "cu/*.cu")
+	if err != nil {
+		panic(err)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		src, err := kernelFS.ReadFile(n)
+		if err != nil {
+			panic(err)
+		}
+		b.WriteString("\n#line 1 \"" + strings.TrimPrefix(n, "cu/") + "\"\n")
+		b.Write(src)
+	}
+	return b.String()
+}
+
+// kernelOptions are the NVRTC flags for arch. No fast-math: the kernels are
+// checked against float64 references at float32 bounds.
+func kernelOptions(arch string) []string {
+	return []string{"--gpu-architecture=" + arch, "--std=c++17", "-default-device", "-lineinfo"}
+}
+
+// Compile compiles the embedded kernels for a device of compute capability
+// major.minor, through the cache. It needs NVRTC but no GPU.
+func Compile(nv *cuda.NVRTC, major, minor int, cache cuda.KernelCache) (*cuda.Compiled, error) {
+	return cuda.CompileModule(nv, major, minor, KernelSource(), "tilert_kernels.cu", kernelOptions, cache)
+}
+
+// Set is the embedded kernels loaded in one context, with their typed
+// launchers (ops.go, engine_ops.go).
+type Set struct {
+	c     *cuda.Ctx
+	mod   *cuda.Module
+	Build *cuda.Compiled
+}
+
+type setKey struct{}
+
+// Load compiles (or loads from the cache) and loads the embedded kernels in
+// c on first use; later calls in the same context return the same Set.
+func Load(c *cuda.Ctx) (*Set, error) {
+	v, err := c.Value(setKey{}, func() (any, error) {
+		nv, err := cuda.LoadNVRTC()
+		if err != nil {
+			return nil, err
+		}
+		info := c.Info()
+		ck, err := Compile(nv, info.CCMajor, info.CCMinor, cuda.DefaultKernelCache())
+		if err != nil {
+			return nil, err
+		}
+		m, err := c.LoadModule("tilert_kernels", ck.Image)
+		if err != nil {
+			return nil, err
+		}
+		slog.Debug("cuda: kernels loaded", "arch", ck.Arch, "cubin", ck.Cubin, "cache_hit", ck.CacheHit, "took", ck.Took, "nvrtc", nv.Version())
+		return &Set{c: c, mod: m, Build: ck}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*Set), nil
+}
+
+// fn returns a kernel of the module.
+func (k *Set) fn(name string) (*cuda.Function, error) { return k.c.Function(k.mod, name) }
+
+func (k *Set) launch(name string, grid, block cuda.Dim3, smem int, s cuda.Stream, args ...any) error {
+	f, err := k.fn(name)
+	if err != nil {
+		return err
+	}
+	return k.c.Launch(f, grid, block, smem, s, args...)
+}

@@ -537,20 +537,20 @@ func TestKernelMoEGate(t *testing.T) {
 			norm                 bool
 			scale                float64
 		}{
-			{"moe_gate DeepSeek E=256 K=8 groups 8/4", 6, 256, 8, 8, 4, true, 2.5},
-			{"moe_gate GLM-5 E=256 K=8 plain", 6, 256, 8, 1, 1, true, 2.5},
-			{"moe_gate E=64 K=6 groups 4/2 no-norm", 4, 64, 6, 4, 2, false, 1.0},
+			{"moe_route DeepSeek E=256 K=8 groups 8/4", 6, 256, 8, 8, 4, true, 2.5},
+			{"moe_route GLM-5 E=256 K=8 plain", 6, 256, 8, 1, 1, true, 2.5},
+			{"moe_route E=64 K=6 groups 4/2 no-norm", 4, 64, 6, 4, 2, false, 1.0},
 		} {
 			logits := randF32(r, cs.T*cs.E, 2)
 			bias := randF32(r, cs.E, 0.1)
 			ip, wp := a.poisoned(cs.T*cs.K), a.poisoned(cs.T*cs.K)
-			chk(k.MoEGate(s, ip, wp, a.up(logits), a.up(bias), cs.T, cs.E, cs.K, cs.ngroup, cs.tkg, cs.norm, float32(cs.scale)))
+			chk(k.MoERoute(s, ip, wp, a.up(logits), a.up(bias), cs.T, cs.E, cs.K, cs.ngroup, cs.tkg, cs.norm, float32(cs.scale)))
 			gi, gw := downI32(c, ip, cs.T*cs.K), downF32(c, wp, cs.T*cs.K)
 			mism, ties := 0, 0
 			var wref []float64
 			var wgot []float32
 			for tt := range cs.T {
-				idx, w, gap := refMoEGate(logits[tt*cs.E:(tt+1)*cs.E], bias, cs.E, cs.K, cs.ngroup, cs.tkg, cs.norm, cs.scale)
+				idx, w, gap := refMoERoute(logits[tt*cs.E:(tt+1)*cs.E], bias, cs.E, cs.K, cs.ngroup, cs.tkg, cs.norm, cs.scale)
 				same := true
 				for j := range cs.K {
 					if int(gi[tt*cs.K+j]) != idx[j] {

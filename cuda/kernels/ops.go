@@ -24,9 +24,9 @@ const (
 	IndexerHeadDim    = 128
 	gemvRowsPerBlock  = 8 // 256 threads, a warp per output row
 	maxGemvM          = 4
-	maxGateExperts    = 1024
-	maxGateGroups     = 32
-	maxGateTopK       = 64
+	maxRouteExperts    = 1024
+	maxRouteGroups     = 32
+	maxRouteTopK       = 64
 )
 
 func cdiv(a, b int) int { return (a + b - 1) / b }
@@ -190,21 +190,21 @@ func (k *Set) MoECombine(s cuda.Stream, out, y, w, resid cuda.DevPtr, kslots, N 
 	return k.launch("moe_combine", cuda.D1(cdiv(N, 256)), cuda.D1(256), 0, s, y, w, resid, out, kslots, N)
 }
 
-// MoEGate routes T tokens: logits [T][E] float32 (router GEMV output), bias
+// MoERoute routes T tokens: logits [T][E] float32 (router GEMV output), bias
 // [E] (e_score_correction_bias, may be 0). Writes idx [T][K] int32 and wts
 // [T][K] float32 (see moe.cu for the exact rule).
-func (k *Set) MoEGate(s cuda.Stream, idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
-	if T <= 0 || E <= 0 || E > maxGateExperts || K <= 0 || K > min(E, maxGateTopK) || ngroup > maxGateGroups {
-		return errors.Newf("moe_gate: T=%d E=%d K=%d ngroup=%d (E<=%d, K<=%d, ngroup<=%d)", T, E, K, ngroup, maxGateExperts, maxGateTopK, maxGateGroups)
+func (k *Set) MoERoute(s cuda.Stream, idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
+	if T <= 0 || E <= 0 || E > maxRouteExperts || K <= 0 || K > min(E, maxRouteTopK) || ngroup > maxRouteGroups {
+		return errors.Newf("moe_route: T=%d E=%d K=%d ngroup=%d (E<=%d, K<=%d, ngroup<=%d)", T, E, K, ngroup, maxRouteExperts, maxRouteTopK, maxRouteGroups)
 	}
 	if ngroup > 1 && (E%ngroup != 0 || topkGroup <= 0) {
-		return errors.Newf("moe_gate: E=%d not divisible into %d groups or topk_group=%d", E, ngroup, topkGroup)
+		return errors.Newf("moe_route: E=%d not divisible into %d groups or topk_group=%d", E, ngroup, topkGroup)
 	}
 	nv := 0
 	if norm {
 		nv = 1
 	}
-	return k.launch("moe_gate", cuda.D1(T), cuda.D1(cdiv(E, 32)*32), 0, s, logits, bias, idx, wts, E, K, ngroup, topkGroup, nv, scale)
+	return k.launch("moe_route", cuda.D1(T), cuda.D1(cdiv(E, 32)*32), 0, s, logits, bias, idx, wts, E, K, ngroup, topkGroup, nv, scale)
 }
 
 // IndexerScores writes out[q][t] (row stride ldOut) for t < T:

@@ -209,10 +209,10 @@ func refRoPE(x []float32, pos []int32, cosT, sinT []float32, rows, rowsPerTok, l
 
 func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 
-// refMoEGate returns the chosen experts (selection order), their weights,
+// refMoERoute returns the chosen experts (selection order), their weights,
 // and the smallest gap between a chosen and an unchosen candidate score
 // (where a flip under float32 rounding is possible).
-func refMoEGate(logits, bias []float32, E, K, ngroup, topkGroup int, norm bool, scale float64) ([]int, []float64, float64) {
+func refMoERoute(logits, bias []float32, E, K, ngroup, topkGroup int, norm bool, scale float64) ([]int, []float64, float64) {
 	c := make([]float64, E)
 	for i := range E {
 		c[i] = sigmoid(float64(logits[i]))

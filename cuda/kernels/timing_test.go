@@ -190,8 +190,8 @@ func TestKernelTiming(t *testing.T) {
 			const E = 256
 			lg, b := a.up(randF32(r, E, 2)), a.up(randF32(r, E, 0.1))
 			ip, wp := a.raw(4*8), a.raw(4*8)
-			us := medianUs(c, s, 200, 21, func() { chk(k.MoEGate(s, ip, wp, lg, b, 1, E, 8, 8, 4, true, 2.5)) })
-			add("moe_gate E=256 groups 8/4", 4*2*E, us, "launch-bound")
+			us := medianUs(c, s, 200, 21, func() { chk(k.MoERoute(s, ip, wp, lg, b, 1, E, 8, 8, 4, true, 2.5)) })
+			add("moe_route E=256 groups 8/4", 4*2*E, us, "launch-bound")
 		}
 		{
 			const V = 129280

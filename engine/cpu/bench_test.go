@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
 
 // BenchmarkDecode measures CPU decode tokens/s: each iteration is one Step
 // over all slots, with sequences restarted (untimed) every 128 tokens from a
 // 64-token prompt. Run: go test ./engine/cpu -run '^$' -bench Decode
 func BenchmarkDecode(b *testing.B) {
-	for _, pr := range presets {
+	for _, pr := range enginetest.Presets {
 		for _, tc := range []struct {
 			mode  engine.Options
 			slots int
@@ -31,7 +32,7 @@ func BenchmarkDecode(b *testing.B) {
 					for i := range ids {
 						ids[i] = i
 						e.Release(i)
-						first, err := e.Prefill(i, testPrompt(64, 1000, i), engine.Params{})
+						first, err := e.Prefill(i, enginetest.Prompt(64, 1000, i), engine.Params{})
 						if err != nil {
 							b.Fatal(err)
 						}

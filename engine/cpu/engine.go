@@ -33,8 +33,6 @@ type Engine struct {
 	m *backend
 }
 
-var _ engine.Engine = (*Engine)(nil)
-
 // backend is the model and the slots' caches; it implements engine.Backend
 // and engine.Compute.
 type backend struct {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
 
 var modes = []engine.Options{
@@ -25,7 +26,7 @@ func modeName(o engine.Options) string {
 }
 
 func TestMTPOutputIdentical(t *testing.T) {
-	for _, pr := range presets {
+	for _, pr := range enginetest.Presets {
 		for _, o := range modes {
 			t.Run(pr+"/"+modeName(o), func(t *testing.T) {
 				o.MaxSeqLen = 256
@@ -34,9 +35,9 @@ func TestMTPOutputIdentical(t *testing.T) {
 				spec := newEngine(t, pr, o)
 				for _, p := range []engine.Params{{}, {Temperature: 0.8, TopP: 0.9, TopK: 50, Seed: 11}} {
 					for _, plen := range []int{5, 70} {
-						prompt := testPrompt(plen, 1000, plen)
-						a := generate(t, plain, 0, prompt, p, 40)
-						b := generate(t, spec, 0, prompt, p, 40)
+						prompt := enginetest.Prompt(plen, 1000, plen)
+						a := enginetest.Generate(t, plain, 0, prompt, p, 40)
+						b := enginetest.Generate(t, spec, 0, prompt, p, 40)
 						if !slices.Equal(a, b) {
 							t.Fatalf("params %+v prompt %d: without MTP %v\nwith MTP %v", p, plen, a, b)
 						}
@@ -58,50 +59,24 @@ func TestMTPOutputIdentical(t *testing.T) {
 // TestBatchedStep checks that one batched step over 4 slots gives exactly
 // what 4 separate runs give, with slots finishing at different times.
 func TestBatchedStep(t *testing.T) {
-	for _, pr := range presets {
+	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/mtp=%v", pr, mtp), func(t *testing.T) {
 				o := engine.Options{Mode: engine.ModeServing, Slots: 4, MaxSeqLen: 256, MTP: mtp}
 				e := newEngine(t, pr, o)
-				prompts := [][]int{testPrompt(3, 1000, 1), testPrompt(40, 1000, 2), testPrompt(9, 1000, 3), testPrompt(66, 1000, 4)}
+				prompts := [][]int{enginetest.Prompt(3, 1000, 1), enginetest.Prompt(40, 1000, 2), enginetest.Prompt(9, 1000, 3), enginetest.Prompt(66, 1000, 4)}
 				params := []engine.Params{{}, {Temperature: 1, Seed: 5}, {}, {Temperature: 0.5, TopK: 20, Seed: 6}}
 				maxTok := []int{12, 30, 1, 25}
 				var want [][]int
 				for i := range prompts {
-					want = append(want, generate(t, e, i, prompts[i], params[i], maxTok[i]))
+					want = append(want, enginetest.Generate(t, e, i, prompts[i], params[i], maxTok[i]))
 				}
-				got := make([][]int, 4)
-				var active []int
-				for i := range prompts {
-					first, err := e.Prefill(i, prompts[i], params[i])
-					if err != nil {
-						t.Fatal(err)
-					}
-					got[i] = []int{first}
-					p := params[i]
-					p.MaxTokens = maxTok[i]
-					fin, err := e.Start(i, first, p)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if fin == engine.FinishNone {
-						active = append(active, i)
-					}
+				batch := make([]engine.Params, len(params))
+				for i := range params {
+					batch[i] = params[i]
+					batch[i].MaxTokens = maxTok[i]
 				}
-				for len(active) > 0 {
-					res, err := e.Step(active)
-					if err != nil {
-						t.Fatal(err)
-					}
-					var next []int
-					for _, r := range res {
-						got[r.Slot] = append(got[r.Slot], r.Tokens...)
-						if r.Finish == engine.FinishNone {
-							next = append(next, r.Slot)
-						}
-					}
-					active = next
-				}
+				got := enginetest.Batch(t, e, prompts, batch)
 				for i := range want {
 					if !slices.Equal(got[i], want[i]) {
 						t.Errorf("slot %d: batched %v, alone %v", i, got[i], want[i])
@@ -118,15 +93,15 @@ func TestBatchedStep(t *testing.T) {
 // TestExportImport moves a prefilled state to another engine's slot and
 // checks the continuation and the bytes.
 func TestExportImport(t *testing.T) {
-	for _, pr := range presets {
+	for _, pr := range enginetest.Presets {
 		for _, o := range modes[1:] {
 			for _, mtp := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/%s/mtp=%v", pr, modeName(o), mtp), func(t *testing.T) {
 					o.MaxSeqLen, o.Slots, o.MTP = 256, 2, mtp
 					src := newEngine(t, pr, o)
 					dst := newEngine(t, pr, o)
-					prompt := testPrompt(70, 1000, 9)
-					want := generate(t, src, 0, prompt, engine.Params{}, 24)
+					prompt := enginetest.Prompt(70, 1000, 9)
+					want := enginetest.Generate(t, src, 0, prompt, engine.Params{}, 24)
 
 					first, err := src.Prefill(1, prompt, engine.Params{})
 					if err != nil {
@@ -159,7 +134,7 @@ func TestExportImport(t *testing.T) {
 							t.Fatalf("segment %d differs after import", i)
 						}
 					}
-					got := decodeFrom(t, dst, 1, first, engine.Params{}, 24)
+					got := enginetest.DecodeFrom(t, dst, 1, first, engine.Params{}, 24)
 					if !slices.Equal(got, want) {
 						t.Fatalf("imported continuation %v, want %v", got, want)
 					}
@@ -170,7 +145,7 @@ func TestExportImport(t *testing.T) {
 					if err := dst.Import(0, meta, segs); err != nil {
 						t.Fatal(err)
 					}
-					got = decodeFrom(t, dst, 0, first, engine.Params{}, 24)
+					got = enginetest.DecodeFrom(t, dst, 0, first, engine.Params{}, 24)
 					if !slices.Equal(got, want) {
 						t.Fatalf("import with mtp_len-1: %v, want %v", got, want)
 					}
@@ -181,9 +156,9 @@ func TestExportImport(t *testing.T) {
 }
 
 func TestExactExportImport(t *testing.T) {
-	pr := presets[0]
+	pr := enginetest.Presets[0]
 	e := newEngine(t, pr, engine.Options{Mode: engine.ModeExact, Slots: 2, MaxSeqLen: 128, MTP: true})
-	prompt := testPrompt(40, 1000, 5)
+	prompt := enginetest.Prompt(40, 1000, 5)
 	first, err := e.Prefill(0, prompt, engine.Params{})
 	if err != nil {
 		t.Fatal(err)
@@ -222,18 +197,18 @@ func TestExactExportImport(t *testing.T) {
 			}
 		}
 	}
-	a := decodeFrom(t, e, 0, first, engine.Params{}, 8)
-	b := decodeFrom(t, e, 1, first, engine.Params{}, 8)
+	a := enginetest.DecodeFrom(t, e, 0, first, engine.Params{}, 8)
+	b := enginetest.DecodeFrom(t, e, 1, first, engine.Params{}, 8)
 	t.Logf("exact %v, after fp8 round trip %v", a, b)
 }
 
 func TestStopAndErrors(t *testing.T) {
-	e := newEngine(t, presets[1], engine.Options{Mode: engine.ModeServing, Slots: 2, MaxSeqLen: 128, MTP: true})
-	prompt := testPrompt(10, 1000, 2)
-	all := generate(t, e, 0, prompt, engine.Params{}, 20)
+	e := newEngine(t, enginetest.Presets[1], engine.Options{Mode: engine.ModeServing, Slots: 2, MaxSeqLen: 128, MTP: true})
+	prompt := enginetest.Prompt(10, 1000, 2)
+	all := enginetest.Generate(t, e, 0, prompt, engine.Params{}, 20)
 	stop := all[7]
 	k := slices.Index(all, stop)
-	got := generate(t, e, 0, prompt, engine.Params{StopIDs: []int{stop}}, 20)
+	got := enginetest.Generate(t, e, 0, prompt, engine.Params{StopIDs: []int{stop}}, 20)
 	if !slices.Equal(got, all[:k+1]) {
 		t.Errorf("stop at %d: %v, want %v", stop, got, all[:k+1])
 	}
@@ -253,7 +228,7 @@ func TestStopAndErrors(t *testing.T) {
 	if _, err := e.Prefill(0, prompt, engine.Params{}); !errors.Is(err, engine.ErrSlotBusy) {
 		t.Errorf("prefill into busy slot: %v", err)
 	}
-	if _, err := e.Prefill(1, testPrompt(200, 1000, 1), engine.Params{}); !errors.Is(err, engine.ErrTooLong) {
+	if _, err := e.Prefill(1, enginetest.Prompt(200, 1000, 1), engine.Params{}); !errors.Is(err, engine.ErrTooLong) {
 		t.Errorf("too long prompt: %v", err)
 	}
 	if _, err := e.Prefill(1, []int{5000}, engine.Params{}); !errors.Is(err, engine.ErrBadTokenID) {
@@ -269,7 +244,7 @@ func TestStopAndErrors(t *testing.T) {
 		t.Errorf("bad slot: %v", err)
 	}
 	// max_seq_len ends a sequence with "length"
-	long := generate(t, e, 1, testPrompt(120, 1000, 3), engine.Params{}, 0)
+	long := enginetest.Generate(t, e, 1, enginetest.Prompt(120, 1000, 3), engine.Params{}, 0)
 	if 120+len(long) > 128 || len(long) < 1 {
 		t.Errorf("generated %d tokens past a 120-token prompt with max_seq_len 128", len(long))
 	}

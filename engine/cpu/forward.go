@@ -88,16 +88,16 @@ func (e *backend) forwardMTP(rows []row, wantLogits []bool) [][]float32 {
 	H, M := c.HiddenSize, len(rows)
 	cat := make([]float32, M*2*H)
 	for i, r := range rows {
-		kern.RMSNorm(cat[i*2*H:i*2*H+H], lw.embed[r.tok*H:(r.tok+1)*H], lw.enorm, c.RMSNormEps)
-		kern.RMSNorm(cat[i*2*H+H:(i+1)*2*H], r.h, lw.hnorm, c.RMSNormEps)
+		kern.RMSNorm(cat[i*2*H:i*2*H+H], lw.embed[r.tok*H:(r.tok+1)*H], lw.ENorm, c.RMSNormEps)
+		kern.RMSNorm(cat[i*2*H+H:(i+1)*2*H], r.h, lw.HNorm, c.RMSNormEps)
 	}
-	x := matmulRows(cat, M, lw.eh)
+	x := matmulRows(cat, M, lw.EH)
 	topk := make([][]int, M)
 	e.block(lw, x, rows, topk)
 	hidden := make([][]float32, M)
 	for i := range rows {
 		h := make([]float32, H)
-		kern.RMSNorm(h, x[i*H:(i+1)*H], lw.shNorm, c.RMSNormEps)
+		kern.RMSNorm(h, x[i*H:(i+1)*H], lw.ShNorm, c.RMSNormEps)
 		hidden[i] = h
 	}
 	logits := make([][]float32, M)
@@ -112,18 +112,18 @@ func (e *backend) block(lw *layerW, x []float32, rows []row, topk [][]int) {
 	H, M := c.HiddenSize, len(rows)
 	h := make([]float32, M*H)
 	for i := 0; i < M; i++ {
-		kern.RMSNorm(h[i*H:(i+1)*H], x[i*H:(i+1)*H], lw.inNorm, c.RMSNormEps)
+		kern.RMSNorm(h[i*H:(i+1)*H], x[i*H:(i+1)*H], lw.InNorm, c.RMSNormEps)
 	}
 	attn := e.attention(lw, h, rows, topk)
 	kern.Add(x, attn)
 	for i := 0; i < M; i++ {
-		kern.RMSNorm(h[i*H:(i+1)*H], x[i*H:(i+1)*H], lw.postNorm, c.RMSNormEps)
+		kern.RMSNorm(h[i*H:(i+1)*H], x[i*H:(i+1)*H], lw.PostNorm, c.RMSNormEps)
 	}
 	var mlp []float32
-	if lw.moe {
+	if lw.MoE {
 		mlp = e.moe(lw, h, M)
 	} else {
-		mlp = ffn(h, M, lw.gate, lw.up, lw.down)
+		mlp = ffn(h, M, lw.Gate, lw.Up, lw.Down)
 	}
 	kern.Add(x, mlp)
 }
@@ -149,13 +149,13 @@ func (e *backend) attention(lw *layerW, h []float32, rows []row, topk [][]int) [
 	half := P / 2
 	cos, sin := make([]float32, half), make([]float32, half)
 
-	qa := matmulRows(h, M, lw.qa)
+	qa := matmulRows(h, M, lw.QA)
 	QL := c.QLoraRank
 	for i := 0; i < M; i++ {
-		kern.RMSNorm(qa[i*QL:(i+1)*QL], qa[i*QL:(i+1)*QL], lw.qaNorm, subEps)
+		kern.RMSNorm(qa[i*QL:(i+1)*QL], qa[i*QL:(i+1)*QL], lw.QANorm, subEps)
 	}
-	q := matmulRows(qa, M, lw.qb)
-	kva := matmulRows(h, M, lw.kva)
+	q := matmulRows(qa, M, lw.QB)
+	kva := matmulRows(h, M, lw.KVA)
 	applyRope := kern.ApplyInterleaved
 	if !c.RopeInterleave {
 		applyRope = kern.ApplyHalf
@@ -163,16 +163,16 @@ func (e *backend) attention(lw *layerW, h []float32, rows []row, topk [][]int) [
 	for i, r := range rows {
 		e.rope(r.pos, cos, sin)
 		kv := kva[i*(R+P) : (i+1)*(R+P)]
-		kern.RMSNorm(kv[:R], kv[:R], lw.kvaNrm, subEps)
+		kern.RMSNorm(kv[:R], kv[:R], lw.KVANorm, subEps)
 		applyRope(kv[R:], cos, sin)
-		r.s.caches[lw.idx].writeMLA(r.pos, kv[:R], kv[R:])
+		r.s.caches[lw.Idx].writeMLA(r.pos, kv[:R], kv[R:])
 		for hd := 0; hd < NH; hd++ {
 			applyRope(q[i*NH*qk+hd*qk+nope:i*NH*qk+(hd+1)*qk], cos, sin)
 		}
 	}
 
 	// DSA indexer: pick the positions each row attends to.
-	if lw.hasIdx {
+	if lw.HasIdx {
 		e.indexer(lw, h, qa, rows, topk)
 	}
 
@@ -191,7 +191,7 @@ func (e *backend) attention(lw *layerW, h []float32, rows []row, topk [][]int) [
 		n := len(sel)
 		lat := make([]float32, n*R)
 		rp := make([]float32, n*P)
-		cache := r.s.caches[lw.idx]
+		cache := r.s.caches[lw.Idx]
 		for j, t := range sel {
 			cache.readMLA(t, lat[j*R:(j+1)*R], rp[j*P:(j+1)*P])
 		}
@@ -230,7 +230,7 @@ func (e *backend) attention(lw *layerW, h []float32, rows []row, topk [][]int) [
 		})
 	}
 	_ = H
-	return matmulRows(out, M, lw.o)
+	return matmulRows(out, M, lw.O)
 }
 
 // indexer runs the lightning indexer: writes each row's key into the cache
@@ -246,16 +246,16 @@ func (e *backend) indexer(lw *layerW, h, qr []float32, rows []row, topk [][]int)
 	if c.IndexerRopeInterleave {
 		applyRope = kern.ApplyInterleaved
 	}
-	iq := matmulRows(qr, M, lw.iwq)
-	ik := matmulRows(h, M, lw.iwk)
-	wts := matmulRows(h, M, lw.iwp)
+	iq := matmulRows(qr, M, lw.IWQ)
+	ik := matmulRows(h, M, lw.IWK)
+	wts := matmulRows(h, M, lw.IWP)
 	wscale := float32(math.Pow(float64(IH), -0.5))
 	for i, r := range rows {
 		e.rope(r.pos, cos, sin)
 		k := ik[i*ID : (i+1)*ID]
-		kern.LayerNorm(k, k, lw.iknW, lw.iknB, indexerNormEps)
+		kern.LayerNorm(k, k, lw.IKNormW, lw.IKNormB, indexerNormEps)
 		applyRope(k[:P], cos, sin)
-		r.s.caches[lw.idx].writeIdx(r.pos, k)
+		r.s.caches[lw.Idx].writeIdx(r.pos, k)
 		for hd := 0; hd < IH; hd++ {
 			qh := iq[i*IH*ID+hd*ID : i*IH*ID+(hd+1)*ID]
 			applyRope(qh[:P], cos, sin)
@@ -273,7 +273,7 @@ func (e *backend) indexer(lw *layerW, h, qr []float32, rows []row, topk [][]int)
 			topk[i] = nil
 			continue
 		}
-		cache := r.s.caches[lw.idx]
+		cache := r.s.caches[lw.Idx]
 		qi := iq[i*IH*ID : (i+1)*IH*ID]
 		wi := wts[i*IH : (i+1)*IH]
 		scores := make([]float32, T)
@@ -293,7 +293,7 @@ func (e *backend) indexer(lw *layerW, h, qr []float32, rows []row, topk [][]int)
 		})
 		topk[i] = kern.TopK(scores, c.IndexTopK)
 		if e.indexerHook != nil {
-			e.indexerHook(lw.idx, r.pos, scores, topk[i])
+			e.indexerHook(lw.Idx, r.pos, scores, topk[i])
 		}
 	}
 }
@@ -302,14 +302,14 @@ func (e *backend) indexer(lw *layerW, h, qr []float32, rows []row, topk [][]int)
 func (e *backend) moe(lw *layerW, h []float32, M int) []float32 {
 	c := e.cfg
 	H, E, K := c.HiddenSize, c.NRoutedExperts, c.NumExpertsPerTok
-	logits := matmulRows(h, M, lw.router)
+	logits := matmulRows(h, M, lw.Router)
 	type pick struct {
 		row, e int
 		w      float32
 	}
 	picks := make([]pick, 0, M*K)
 	for i := 0; i < M; i++ {
-		idx, w := route(logits[i*E:(i+1)*E], lw.bias, c)
+		idx, w := route(logits[i*E:(i+1)*E], lw.Bias, c)
 		for k := range idx {
 			picks = append(picks, pick{row: i, e: idx[k], w: w[k]})
 		}
@@ -339,8 +339,8 @@ func (e *backend) moe(lw *layerW, h []float32, M int) []float32 {
 	for j, p := range picks {
 		kern.Axpy(out[p.row*H:(p.row+1)*H], p.w, outs[j])
 	}
-	if lw.hasShared {
-		kern.Add(out, ffn(h, M, lw.shGate, lw.shUp, lw.shDown))
+	if lw.HasShared {
+		kern.Add(out, ffn(h, M, lw.ShGate, lw.ShUp, lw.ShDown))
 	}
 	return out
 }

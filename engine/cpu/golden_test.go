@@ -8,22 +8,11 @@ import (
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
 	"github.com/tilert-go/tilert/engine/internal/golden"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/model/synth"
 )
-
-// loadGoldens reads testdata/golden/*.json, skipping the test when there is none.
-func loadGoldens(t *testing.T) []*golden.File {
-	gs, err := golden.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(gs) == 0 {
-		t.Skip("no testdata/golden/*.json yet: generate them with scripts/golden_all.sh on an H200")
-	}
-	return gs
-}
 
 // goldenModel writes the golden's preset checkpoint (its seed) into a temp dir.
 func goldenModel(t *testing.T, g *golden.File) loaded {
@@ -63,7 +52,7 @@ func goldenEngine(t *testing.T, l loaded, o engine.Options) *Engine {
 // logits per step within 1e-3 of max|logit|, identical greedy continuation
 // (with and without MTP), MTP logits within the same bound.
 func TestGoldenExact(t *testing.T) {
-	for _, g := range loadGoldens(t) {
+	for _, g := range enginetest.Goldens(t) {
 		t.Run(g.Preset, func(t *testing.T) {
 			l := goldenModel(t, g)
 			e := goldenEngine(t, l, engine.Options{Mode: engine.ModeExact})
@@ -92,11 +81,11 @@ func TestGoldenExact(t *testing.T) {
 						errorf("%s MTP step %d: rel logit err %.3g > 1e-3", c.Name, s, err)
 					}
 				}
-				got := generate(t, e, 0, c.PromptIDs, engine.Params{}, len(c.GreedyIDs))
+				got := enginetest.Generate(t, e, 0, c.PromptIDs, engine.Params{}, len(c.GreedyIDs))
 				if !slices.Equal(got, c.GreedyIDs) {
 					errorf("%s greedy: got %v, want %v", c.Name, got, c.GreedyIDs)
 				}
-				gotM := generate(t, em, 0, c.PromptIDs, engine.Params{}, len(c.GreedyIDs))
+				gotM := enginetest.Generate(t, em, 0, c.PromptIDs, engine.Params{}, len(c.GreedyIDs))
 				if !slices.Equal(gotM, c.GreedyIDs) {
 					errorf("%s greedy with MTP: got %v, want %v", c.Name, gotM, c.GreedyIDs)
 				}
@@ -111,7 +100,7 @@ func TestGoldenExact(t *testing.T) {
 // TestGoldenServing reports serving mode's teacher-forced top-1 agreement
 // with HF's greedy tokens (fp8_ds_mla and bf16 MLA caches, fp8 indexer).
 func TestGoldenServing(t *testing.T) {
-	for _, g := range loadGoldens(t) {
+	for _, g := range enginetest.Goldens(t) {
 		for _, dt := range []engine.CacheDType{engine.CacheFP8DSMLA, engine.CacheBF16} {
 			t.Run(g.Preset+"/"+string(dt), func(t *testing.T) {
 				l := goldenModel(t, g)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
 	"github.com/tilert-go/tilert/engine/internal/golden"
 	"github.com/tilert-go/tilert/model"
 )
@@ -406,13 +407,13 @@ func teacherForce(t testing.TB, e *Engine, toks []int) (logits, mtp [][]float32)
 }
 
 func TestEngineMatchesFloat64Reference(t *testing.T) {
-	for _, pr := range presets {
+	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
 			l := loadPreset(t, pr)
 			ref := newRef(t, l)
 			e := newEngine(t, pr, engine.Options{Mode: engine.ModeExact, MaxSeqLen: 256})
 			// 80 tokens: well past index_topk (32), so the indexer selects.
-			toks := testPrompt(80, l.cfg.VocabSize, 3)
+			toks := enginetest.Prompt(80, l.cfg.VocabSize, 3)
 			gotL, gotM := teacherForce(t, e, toks)
 			wantL, hid := ref.forward(toks)
 			wantM := ref.mtp(hid[:len(toks)-1], toks[1:])

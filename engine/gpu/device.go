@@ -38,7 +38,7 @@ type device interface {
 	siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error
 	embed(out, table, ids cuda.DevPtr, T, D int) error
 	moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error
-	moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error
+	moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error
 	// indexerScores reads the fp8 indexer pages, or (f32) the float32 key
 	// cache of exact mode.
 	indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error
@@ -156,8 +156,8 @@ func (b *cudaDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
 	return b.k.MoECombine(b.s, out, y, w, resid, k, N)
 }
 
-func (b *cudaDevice) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
-	return b.k.MoEGate(b.s, idx, wts, logits, bias, T, E, K, ngroup, topkGroup, norm, scale)
+func (b *cudaDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
+	return b.k.MoERoute(b.s, idx, wts, logits, bias, T, E, K, ngroup, topkGroup, norm, scale)
 }
 
 func (b *cudaDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {

@@ -286,9 +286,9 @@ func (m *emuDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
 	return nil
 }
 
-// moeGate is the CPU engine's router rule (sigmoid, bias for the choice,
+// moeRoute is the CPU engine's router rule (sigmoid, bias for the choice,
 // DeepSeek group limiting, normalised weights times the scaling factor).
-func (m *emuDevice) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
+func (m *emuDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
 	var bs []float32
 	if bias != 0 {
 		bs = m.f32(bias, E)

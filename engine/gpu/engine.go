@@ -57,16 +57,14 @@ type Engine struct {
 	m *backend
 }
 
-var _ engine.Engine = (*Engine)(nil)
-
 // backend is the model on the device and every slot's device caches; it
 // implements engine.Backend.
 type backend struct {
+	r      runner
 	cfg    *model.Config
 	opts   engine.Options
 	layout engine.Layout
 	maxSeq int
-	r      runner
 	w      *dweights
 	ws     *workspace
 	slots  []*slot
@@ -121,7 +119,7 @@ func checkSupported(c *model.Config, opts engine.Options) error {
 			kernels.MLALatentDim, kernels.MLARopeDim, kernels.IndexerHeadDim, c.KVLoraRank, c.QKRopeHeadDim, c.IndexHeadDim)
 	}
 	if c.NRoutedExperts > 1024 || c.NumExpertsPerTok > 64 || c.NGroup > 32 {
-		return errors.Newf("the MoE gate kernel handles at most 1024 experts, top-64, 32 groups (model: %d, %d, %d)",
+		return errors.Newf("the MoE routing kernel handles at most 1024 experts, top-64, 32 groups (model: %d, %d, %d)",
 			c.NRoutedExperts, c.NumExpertsPerTok, c.NGroup)
 	}
 	if c.NumLayers > 0 && !c.HasIndexer(0) {

@@ -13,6 +13,7 @@ import (
 	"github.com/tilert-go/tilert/converter"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
 	"github.com/tilert-go/tilert/model"
 )
 
@@ -33,9 +34,9 @@ type genCase struct {
 
 func genCases(vocab int) []genCase {
 	return []genCase{
-		{"short", testPrompt(9, vocab, 1)},
+		{"short", enginetest.Prompt(9, vocab, 1)},
 		// longer than index_topk (32): the indexer selects
-		{"long", testPrompt(80, vocab, 2)},
+		{"long", enginetest.Prompt(80, vocab, 2)},
 	}
 }
 
@@ -50,9 +51,9 @@ func testGreedyMatchesCPU(t *testing.T, kind deviceKind, dt engine.CacheDType) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	for _, pr := range presets {
+	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
-			w, src := hfSourceOf(t, presetDir(t, pr))
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
 			vocab := w.Config().VocabSize
 			for _, mtp := range []bool{false, true} {
 				opts := engine.Options{MTP: mtp, MaxSeqLen: maxSeq, Slots: 2, MLACache: dt}
@@ -61,9 +62,9 @@ func testGreedyMatchesCPU(t *testing.T, kind deviceKind, dt engine.CacheDType) {
 				diff := 0
 				var prompts [][]int
 				for _, c := range genCases(vocab) {
-					want := generate(t, ce, 0, c.prompt, engine.Params{}, genTokens)
-					got := generate(t, ge, 0, c.prompt, engine.Params{}, genTokens)
-					if i := firstDiff(got, want); i >= 0 {
+					want := enginetest.Generate(t, ce, 0, c.prompt, engine.Params{}, genTokens)
+					got := enginetest.Generate(t, ge, 0, c.prompt, engine.Params{}, genTokens)
+					if i := enginetest.FirstDiff(got, want); i >= 0 {
 						diff += len(want) - i
 						t.Errorf("%s mtp=%v %s: tokens differ from %d:\n got %v\nwant %v", kind, mtp, c.name, i, got, want)
 					}
@@ -73,7 +74,7 @@ func testGreedyMatchesCPU(t *testing.T, kind deviceKind, dt engine.CacheDType) {
 				want := generateBatch(t, ce, prompts, engine.Params{}, genTokens)
 				got := generateBatch(t, ge, prompts, engine.Params{}, genTokens)
 				for i := range want {
-					if j := firstDiff(got[i], want[i]); j >= 0 {
+					if j := enginetest.FirstDiff(got[i], want[i]); j >= 0 {
 						diff += len(want[i]) - j
 						t.Errorf("%s mtp=%v batched slot %d: tokens differ from %d:\n got %v\nwant %v", kind, mtp, i, j, got[i], want[i])
 					}
@@ -106,9 +107,9 @@ func testCachesMatchCPU(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	for _, pr := range presets {
+	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
-			w, src := hfSourceOf(t, presetDir(t, pr))
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
 			opts := engine.Options{MTP: true, MaxSeqLen: maxSeq}
 			ce := newCPU(t, w, opts)
 			ge := newTestEngine(t, kind, src, opts)
@@ -188,8 +189,8 @@ func testImportFromCPU(t *testing.T, kind deviceKind, mode engine.Mode) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	pr := presets[0]
-	w, src := hfSourceOf(t, presetDir(t, pr))
+	pr := enginetest.Presets[0]
+	w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
 	for _, mtp := range []bool{false, true} {
 		opts := engine.Options{MTP: mtp, MaxSeqLen: maxSeq, Mode: mode}
 		ce, err := cpu.New(w.Config(), w, opts)
@@ -206,21 +207,21 @@ func testImportFromCPU(t *testing.T, kind deviceKind, mode engine.Mode) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := decodeFrom(t, ce, 0, first, engine.Params{}, genTokens)
+		want := enginetest.DecodeFrom(t, ce, 0, first, engine.Params{}, genTokens)
 		// vLLM ships no MTP draft, and its prefill has no MTP entry on the
 		// first token unless its drafter ran: test the recompute path.
 		meta.MTPLen = meta.SeqLen - 1
 		if err := ge.Import(0, meta, segs); err != nil {
 			t.Fatalf("import: %+v", err)
 		}
-		got := decodeFrom(t, ge, 0, first, engine.Params{}, genTokens)
+		got := enginetest.DecodeFrom(t, ge, 0, first, engine.Params{}, genTokens)
 		// The CPU continued from its own MTP entry; redo it from the
 		// shortened state for a like-for-like reference.
 		if err := ce.Import(0, meta, segs); err != nil {
 			t.Fatal(err)
 		}
-		want = decodeFrom(t, ce, 0, first, engine.Params{}, genTokens)
-		if i := firstDiff(got, want); i >= 0 {
+		want = enginetest.DecodeFrom(t, ce, 0, first, engine.Params{}, genTokens)
+		if i := enginetest.FirstDiff(got, want); i >= 0 {
 			t.Errorf("mtp=%v import(segments): tokens differ from %d:\n got %v\nwant %v", mtp, i, got, want)
 		}
 		buf, err := ge.SlotBuffer(1 % ge.Options().Slots)
@@ -233,7 +234,7 @@ func testImportFromCPU(t *testing.T, kind deviceKind, mode engine.Mode) {
 		if err := ge.Import(1%ge.Options().Slots, meta, nil); err != nil {
 			t.Fatalf("import(staged): %+v", err)
 		}
-		got2 := decodeFrom(t, ge, 1%ge.Options().Slots, first, engine.Params{}, genTokens)
+		got2 := enginetest.DecodeFrom(t, ge, 1%ge.Options().Slots, first, engine.Params{}, genTokens)
 		if !slices.Equal(got2, got) {
 			t.Errorf("mtp=%v import(staged) %v, import(segments) %v", mtp, got2, got)
 		}
@@ -274,9 +275,9 @@ func testImportFromCPU(t *testing.T, kind deviceKind, mode engine.Mode) {
 // TestEmuConvertedWeights: the engine on a converted directory decodes
 // exactly as on the HF checkpoint it came from (same stored bytes).
 func TestEmuConvertedWeights(t *testing.T) {
-	for _, pr := range presets {
+	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
-			dir := presetDir(t, pr)
+			dir := enginetest.PresetDir(t, pr)
 			out := filepath.Join(t.TempDir(), "conv")
 			if _, err := converter.Convert(context.Background(), converter.Options{ModelDir: dir, SaveDir: out, Devices: 2, AppendMTP: true}); err != nil {
 				t.Fatalf("convert: %+v", err)
@@ -291,8 +292,8 @@ func TestEmuConvertedWeights(t *testing.T) {
 			a := newTestEngine(t, onEmu, hs, opts)
 			b := newTestEngine(t, onEmu, cs, opts)
 			prompt := genCases(w.Config().VocabSize)[1].prompt
-			ga := generate(t, a, 0, prompt, engine.Params{}, genTokens)
-			gb := generate(t, b, 0, prompt, engine.Params{}, genTokens)
+			ga := enginetest.Generate(t, a, 0, prompt, engine.Params{}, genTokens)
+			gb := enginetest.Generate(t, b, 0, prompt, engine.Params{}, genTokens)
 			if !slices.Equal(ga, gb) {
 				t.Errorf("converted %v, HF %v", gb, ga)
 			}
@@ -315,14 +316,14 @@ func TestEmuConvertedWeights(t *testing.T) {
 
 func TestGPULogitsMatchEmulator(t *testing.T) {
 	gpuDevice(t)
-	for _, pr := range presets {
+	for _, pr := range enginetest.Presets {
 		for _, dense := range []bool{false, true} {
 			name := pr
 			if dense {
 				name += "/dense"
 			}
 			t.Run(name, func(t *testing.T) {
-				w, src := hfSourceOf(t, presetDir(t, pr))
+				w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
 				if dense {
 					// index_topk past the sequence: no indexer selection, so
 					// no top-k boundary can flip.
@@ -333,7 +334,7 @@ func TestGPULogitsMatchEmulator(t *testing.T) {
 				opts := engine.Options{MaxSeqLen: maxSeq}
 				ge := newTestEngine(t, onGPU, src, opts)
 				ee := newTestEngine(t, onEmu, src, opts)
-				toks := testPrompt(100, w.Config().VocabSize, 5)
+				toks := enginetest.Prompt(100, w.Config().VocabSize, 5)
 				gl, gm, err := ge.TeacherForce(0, toks)
 				if err != nil {
 					t.Fatalf("%+v", err)
@@ -392,7 +393,7 @@ type cfgSource struct {
 func (s cfgSource) Config() *model.Config { return s.c }
 
 func TestEmuRefusesUnsupported(t *testing.T) {
-	_, src := hfSourceOf(t, presetDir(t, presets[0]))
+	_, src := hfSourceOf(t, enginetest.PresetDir(t, enginetest.Presets[0]))
 	for _, o := range []engine.Options{
 		{Mode: "fast"},
 		{MLACache: "int4"},
@@ -404,7 +405,7 @@ func TestEmuRefusesUnsupported(t *testing.T) {
 		}
 	}
 	e := newTestEngine(t, onEmu, src, engine.Options{MaxSeqLen: 128})
-	if _, err := e.Prefill(0, testPrompt(200, 1024, 1), engine.Params{}); !errors.Is(err, engine.ErrTooLong) {
+	if _, err := e.Prefill(0, enginetest.Prompt(200, 1024, 1), engine.Params{}); !errors.Is(err, engine.ErrTooLong) {
 		t.Errorf("long prompt: %v", err)
 	}
 	if _, err := e.Prefill(0, []int{5000}, engine.Params{}); !errors.Is(err, engine.ErrBadTokenID) {
@@ -432,40 +433,31 @@ func testForcedDrafts(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	for _, pr := range presets {
+	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
-			w, src := hfSourceOf(t, presetDir(t, pr))
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
 			vocab := w.Config().VocabSize
 			ce := newCPU(t, w, engine.Options{MaxSeqLen: maxSeq})
 			plain := newTestEngine(t, kind, src, engine.Options{MaxSeqLen: maxSeq})
 			ge := newTestEngine(t, kind, src, engine.Options{MTP: true, MaxSeqLen: maxSeq, Slots: 3})
-			prompts := [][]int{testPrompt(5, vocab, 7), testPrompt(50, vocab, 8), testPrompt(33, vocab, 9)}
+			prompts := [][]int{enginetest.Prompt(5, vocab, 7), enginetest.Prompt(50, vocab, 8), enginetest.Prompt(33, vocab, 9)}
 			// The reference is plain greedy decoding on the same backend:
 			// every kernel computes a row independently of the batch, so
 			// verification must reproduce it exactly. (Against the CPU,
 			// these prompts also meet near-ties: logged, not bounded.)
 			var ref [][]int
 			for i, p := range prompts {
-				ref = append(ref, generate(t, plain, 0, p, engine.Params{}, genTokens))
-				if c := generate(t, ce, 0, p, engine.Params{}, genTokens); !slices.Equal(c, ref[i]) {
-					t.Logf("prompt %d: plain %s greedy differs from the CPU from token %d (a near-tie)", i, kind, firstDiff(ref[i], c))
+				ref = append(ref, enginetest.Generate(t, plain, 0, p, engine.Params{}, genTokens))
+				if c := enginetest.Generate(t, ce, 0, p, engine.Params{}, genTokens); !slices.Equal(c, ref[i]) {
+					t.Logf("prompt %d: plain %s greedy differs from the CPU from token %d (a near-tie)", i, kind, enginetest.FirstDiff(ref[i], c))
 				}
 			}
-			got := make([][]int, len(prompts))
-			var active []int
-			for i, p := range prompts {
-				first, err := ge.Prefill(i, p, engine.Params{})
-				if err != nil {
-					t.Fatalf("%+v", err)
-				}
-				got[i] = []int{first}
-				if _, err := ge.Start(i, first, engine.Params{MaxTokens: genTokens}); err != nil {
-					t.Fatal(err)
-				}
-				active = append(active, i)
+			params := make([]engine.Params, len(prompts))
+			for i := range params {
+				params[i].MaxTokens = genTokens
 			}
 			step := 0
-			for len(active) > 0 {
+			got := enginetest.BatchHook(t, ge, prompts, params, func(active []int, got [][]int) {
 				for _, i := range active {
 					k := len(got[i])
 					draft := ref[i][min(k, len(ref[i])-1)]
@@ -477,22 +469,10 @@ func testForcedDrafts(t *testing.T, kind deviceKind) {
 					}
 				}
 				step++
-				res, err := ge.Step(active)
-				if err != nil {
-					t.Fatalf("step: %+v", err)
-				}
-				var next []int
-				for _, r := range res {
-					got[r.Slot] = append(got[r.Slot], r.Tokens...)
-					if r.Finish == engine.FinishNone {
-						next = append(next, r.Slot)
-					}
-				}
-				active = next
-			}
+			})
 			diff := 0
 			for i := range ref {
-				if j := firstDiff(got[i], ref[i]); j >= 0 {
+				if j := enginetest.FirstDiff(got[i], ref[i]); j >= 0 {
 					diff += len(ref[i]) - j
 					t.Errorf("slot %d: tokens differ from %d:\n got %v\nwant %v", i, j, got[i], ref[i])
 				}
@@ -517,18 +497,18 @@ func testSampledMTPIdentical(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	pr := presets[0]
-	w, src := hfSourceOf(t, presetDir(t, pr))
+	pr := enginetest.Presets[0]
+	w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
 	vocab := w.Config().VocabSize
 	plain := newTestEngine(t, kind, src, engine.Options{MaxSeqLen: maxSeq})
 	spec := newTestEngine(t, kind, src, engine.Options{MaxSeqLen: maxSeq, MTP: true})
 	p := engine.Params{Temperature: 0.8, TopP: 0.9, TopK: 50, Seed: 11}
-	prompt := testPrompt(40, vocab, 3)
-	a := generate(t, plain, 0, prompt, p, 40)
-	b := generate(t, spec, 0, prompt, p, 40)
-	c := generate(t, plain, 0, prompt, p, 40)
+	prompt := enginetest.Prompt(40, vocab, 3)
+	a := enginetest.Generate(t, plain, 0, prompt, p, 40)
+	b := enginetest.Generate(t, spec, 0, prompt, p, 40)
+	c := enginetest.Generate(t, plain, 0, prompt, p, 40)
 	p.Seed = 12
-	d := generate(t, plain, 0, prompt, p, 40)
+	d := enginetest.Generate(t, plain, 0, prompt, p, 40)
 	if !slices.Equal(a, b) || !slices.Equal(a, c) {
 		t.Errorf("sampled runs differ:\nplain %v\nMTP   %v\nagain %v", a, b, c)
 	}
@@ -536,7 +516,7 @@ func testSampledMTPIdentical(t *testing.T, kind deviceKind) {
 		t.Errorf("seeds 11 and 12 gave the same %d tokens", len(a))
 	}
 	diff := 0
-	if i := firstDiff(a, b); i >= 0 {
+	if i := enginetest.FirstDiff(a, b); i >= 0 {
 		diff = len(a) - i
 	}
 	record(t, fmt.Sprintf("%s %s sampled (T=0.8, top-p, top-k) MTP == plain", kind, pr), "tokens after first mismatch", float64(diff), 0)

@@ -180,24 +180,24 @@ func (e *backend) forward(o *ops, rows []fwdRow, mtp bool, want []bool) {
 	if mtp {
 		lw := e.w.layers[c.NumLayers]
 		layers = []*dlayer{lw}
-		hid, norm, head = ws.mhid, lw.shNorm, lw.head
+		hid, norm, head = ws.mhid, lw.ShNorm, lw.head
 		// x = eh_proj(cat(enorm(embed(tok)), hnorm(h_prev)))
 		o.do(o.b.embed(ws.h, lw.embed, ids, M, H))
 		eps := float32(c.RMSNormEps)
-		o.do(o.b.rmsnorm(ws.cat, ws.h, lw.enorm, M, H, H, 2*H, eps))
-		o.do(o.b.rmsnorm(fptr(ws.cat, H), ws.hin, lw.hnorm, M, H, H, 2*H, eps))
-		o.lin(lw.eh, ws.x, ws.cat, M, 2*H, H)
+		o.do(o.b.rmsnorm(ws.cat, ws.h, lw.ENorm, M, H, H, 2*H, eps))
+		o.do(o.b.rmsnorm(fptr(ws.cat, H), ws.hin, lw.HNorm, M, H, H, 2*H, eps))
+		o.lin(lw.EH, ws.x, ws.cat, M, 2*H, H)
 	} else {
 		layers = e.w.layers[:c.NumLayers]
 		o.do(o.b.embed(ws.x, e.w.embed, ids, M, H))
 	}
 	// Each block ends with its residual add fused into the next norm: the
 	// next block's input norm, or the final norm after the last.
-	o.do(o.b.rmsnorm(ws.h, ws.x, layers[0].inNorm, M, H, H, H, float32(c.RMSNormEps)))
+	o.do(o.b.rmsnorm(ws.h, ws.x, layers[0].InNorm, M, H, H, H, float32(c.RMSNormEps)))
 	for i, lw := range layers {
 		y, w := hid, norm
 		if i+1 < len(layers) {
-			y, w = ws.h, layers[i+1].inNorm
+			y, w = ws.h, layers[i+1].InNorm
 		}
 		f.block(lw, y, w)
 	}
@@ -234,11 +234,11 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr) {
 	H, M := c.HiddenSize, f.M
 	eps := float32(c.RMSNormEps)
 	f.attention(lw)
-	o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.postNorm, M, H, H, H, H, eps))
-	if lw.moe {
+	o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
+	if lw.MoE {
 		f.moe(lw)
 	} else {
-		f.ffn(lw.gate, lw.up, lw.down, ws.mo)
+		f.ffn(lw.Gate, lw.Up, lw.Down, ws.mo)
 	}
 	o.do(o.b.addRMSNorm(nextY, ws.x, ws.mo, nextW, M, H, H, H, H, eps))
 }
@@ -260,8 +260,8 @@ func (f *fwd) moe(lw *dlayer) {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	E, K, MI := c.NRoutedExperts, c.NumExpertsPerTok, c.MoEIntermediateSize
-	o.lin(lw.router, ws.rlog, ws.h, M, H, E)
-	o.do(o.b.moeGate(ws.eidx, ws.ewts, ws.rlog, lw.bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
+	o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
+	o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
 	for m := 0; m < M; m++ {
 		hx := fptr(ws.h, m*H)
 		ids := fptr(ws.eidx, m*K)
@@ -271,8 +271,8 @@ func (f *fwd) moe(lw *dlayer) {
 		o.do(o.b.gemvExperts(ws.ey, ws.eg, MI, lw.expW[2], lw.expS[2], ids, K, H, MI))
 		o.do(o.b.moeCombine(fptr(ws.mo, m*H), ws.ey, fptr(ws.ewts, m*K), 0, K, H))
 	}
-	if lw.hasShared {
-		f.ffn(lw.shG, lw.shU, lw.shD, ws.tmp)
+	if lw.HasShared {
+		f.ffn(lw.ShGate, lw.ShUp, lw.ShDown, ws.tmp)
 		o.do(o.b.add(ws.mo, ws.mo, ws.tmp, M*H))
 	}
 }
@@ -288,18 +288,18 @@ func (f *fwd) attention(lw *dlayer) {
 	qk := nope + P
 	QL := c.QLoraRank
 
-	o.lin(lw.qa, ws.qa, ws.h, M, H, QL)
-	o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.qaNorm, M, QL, QL, QL, subEps))
-	o.lin(lw.qb, ws.q, ws.qa, M, QL, NH*qk)
-	o.lin(lw.kva, ws.kva, ws.h, M, H, R+P)
-	o.do(o.b.rmsnorm(ws.kva, ws.kva, lw.kvaNorm, M, R, R+P, R+P, subEps))
+	o.lin(lw.QA, ws.qa, ws.h, M, H, QL)
+	o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.QANorm, M, QL, QL, QL, subEps))
+	o.lin(lw.QB, ws.q, ws.qa, M, QL, NH*qk)
+	o.lin(lw.KVA, ws.kva, ws.h, M, H, R+P)
+	o.do(o.b.rmsnorm(ws.kva, ws.kva, lw.KVANorm, M, R, R+P, R+P, subEps))
 	o.do(o.b.rope(ws.kva, f.pos, e.ropeCos, e.ropeSin, M, 1, R+P, R, P, c.RopeInterleave))
 	for _, g := range f.groups {
-		o.do(o.b.mlaCacheWrite(e.mla, g.s.buf.Add(e.mlaOff[lw.idx]), fptr(ws.kva, g.first*(R+P)), fptr(f.pos, g.first), g.n, R+P))
+		o.do(o.b.mlaCacheWrite(e.mla, g.s.buf.Add(e.mlaOff[lw.Idx]), fptr(ws.kva, g.first*(R+P)), fptr(f.pos, g.first), g.n, R+P))
 	}
 	o.do(o.b.rope(ws.q, f.pos, e.ropeCos, e.ropeSin, M*NH, NH, qk, nope, P, c.RopeInterleave))
 
-	if lw.hasIdx {
+	if lw.HasIdx {
 		f.indexer(lw)
 	}
 
@@ -313,10 +313,10 @@ func (f *fwd) attention(lw *dlayer) {
 		// same output without scanning index_topk entries per head.
 		nidx := min(TK, lenBucket(g.maxLen, e.maxSeq))
 		o.do(o.b.mlaDecode(e.mla, fptr(ws.olat, g.first*NH*R), fptr(ws.qlat, g.first*NH*R), fptr(ws.qpe, g.first*NH*P),
-			g.s.buf.Add(e.mlaOff[lw.idx]), fptr(ws.topk, g.first*TK), fptr(f.lens, g.first), g.n, NH, nidx, TK, e.scale))
+			g.s.buf.Add(e.mlaOff[lw.Idx]), fptr(ws.topk, g.first*TK), fptr(f.lens, g.first), g.n, NH, nidx, TK, e.scale))
 	}
 	o.do(o.b.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
-	o.lin(lw.o, ws.tmp, ws.ao, M, NH*vd, H)
+	o.lin(lw.O, ws.tmp, ws.ao, M, NH*vd, H)
 }
 
 // indexer writes the rows' indexer keys into the cache and each row's
@@ -328,13 +328,13 @@ func (f *fwd) indexer(lw *dlayer) {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	P, IH, ID, TK := c.QKRopeHeadDim, c.IndexNHeads, c.IndexHeadDim, c.IndexTopK
-	o.lin(lw.iwq, ws.iq, ws.qa, M, c.QLoraRank, IH*ID)
-	o.lin(lw.iwk, ws.ik, ws.h, M, H, ID)
-	o.lin(lw.iwp, ws.iw, ws.h, M, H, IH)
-	o.do(o.b.layernorm(ws.ik, ws.ik, lw.iknW, lw.iknB, M, ID, ID, ID, indexerNormEps))
+	o.lin(lw.IWQ, ws.iq, ws.qa, M, c.QLoraRank, IH*ID)
+	o.lin(lw.IWK, ws.ik, ws.h, M, H, ID)
+	o.lin(lw.IWP, ws.iw, ws.h, M, H, IH)
+	o.do(o.b.layernorm(ws.ik, ws.ik, lw.IKNormW, lw.IKNormB, M, ID, ID, ID, indexerNormEps))
 	o.do(o.b.rope(ws.ik, f.pos, e.ropeCos, e.ropeSin, M, 1, ID, 0, P, c.IndexerRopeInterleave))
 	for _, g := range f.groups {
-		o.do(o.b.idxCacheWrite(e.idxF32, g.s.buf.Add(e.idxOff[lw.idx]), fptr(ws.ik, g.first*ID), fptr(f.pos, g.first), g.n, ID))
+		o.do(o.b.idxCacheWrite(e.idxF32, g.s.buf.Add(e.idxOff[lw.Idx]), fptr(ws.ik, g.first*ID), fptr(f.pos, g.first), g.n, ID))
 	}
 	o.do(o.b.rope(ws.iq, f.pos, e.ropeCos, e.ropeSin, M*IH, IH, ID, 0, P, c.IndexerRopeInterleave))
 	if !e.idxF32 {
@@ -352,7 +352,7 @@ func (f *fwd) indexer(lw *dlayer) {
 		T := lenBucket(g.maxLen, ws.ldScores)
 		if g.maxLen > TK {
 			o.do(o.b.indexerScores(e.idxF32, fptr(ws.scores, g.first*ws.ldScores), fptr(ws.iq, g.first*IH*ID), fptr(ws.iw, g.first*IH),
-				g.s.buf.Add(e.idxOff[lw.idx]), fptr(f.lens, g.first), g.n, IH, T, ws.ldScores, sm))
+				g.s.buf.Add(e.idxOff[lw.Idx]), fptr(f.lens, g.first), g.n, IH, T, ws.ldScores, sm))
 		}
 		// With every row at <= index_topk positions the kernel writes
 		// 0..pos without reading the scores.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
 	"github.com/tilert-go/tilert/engine/internal/golden"
 	"github.com/tilert-go/tilert/model/synth"
 )
@@ -17,23 +18,11 @@ import (
 // top-1 agreement, dense and indexer-sparse cases apart, cases HF itself
 // marks ambiguous left out.
 
-// loadGoldens reads testdata/golden/*.json, skipping the test when there is none.
-func loadGoldens(t *testing.T) []*golden.File {
-	gs, err := golden.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(gs) == 0 {
-		t.Skip("no testdata/golden/*.json yet: generate them with scripts/golden_all.sh on an H200")
-	}
-	return gs
-}
-
 func TestEmuGolden(t *testing.T) { testGolden(t, onEmu) }
 func TestGPUGolden(t *testing.T) { testGolden(t, onGPU) }
 
 func testGolden(t *testing.T, kind deviceKind) {
-	gs := loadGoldens(t)
+	gs := enginetest.Goldens(t)
 	if kind == onGPU {
 		gpuDevice(t)
 	}
@@ -107,7 +96,7 @@ func TestEmuGoldenExact(t *testing.T) { testGoldenExact(t, onEmu) }
 func TestGPUGoldenExact(t *testing.T) { testGoldenExact(t, onGPU) }
 
 func testGoldenExact(t *testing.T, kind deviceKind) {
-	gs := loadGoldens(t)
+	gs := enginetest.Goldens(t)
 	if kind == onGPU {
 		gpuDevice(t)
 	}
@@ -141,10 +130,10 @@ func testGoldenExact(t *testing.T, kind deviceKind) {
 					}
 					worstM = math.Max(worstM, golden.RelErr(mtp[n-1+s], want))
 				}
-				got := generate(t, e, 0, c.PromptIDs, engine.Params{}, len(c.GreedyIDs))
-				gotM := generate(t, em, 0, c.PromptIDs, engine.Params{}, len(c.GreedyIDs))
+				got := enginetest.Generate(t, e, 0, c.PromptIDs, engine.Params{}, len(c.GreedyIDs))
+				gotM := enginetest.Generate(t, em, 0, c.PromptIDs, engine.Params{}, len(c.GreedyIDs))
 				mis := func(got []int) float64 {
-					if i := firstDiff(got, c.GreedyIDs); i >= 0 {
+					if i := enginetest.FirstDiff(got, c.GreedyIDs); i >= 0 {
 						return float64(len(c.GreedyIDs) - i)
 					}
 					return 0

@@ -269,9 +269,9 @@ func (gb *graphDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error 
 		ku(out), ku(y), ku(w), ku(resid), ki(k), ki(N))
 }
 
-func (gb *graphDevice) moeGate(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
-	return gb.rec("moeGate", int64(8*T*E), func(b device) error {
-		return b.moeGate(idx, wts, logits, bias, T, E, K, ngroup, topkGroup, norm, scale)
+func (gb *graphDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
+	return gb.rec("moeRoute", int64(8*T*E), func(b device) error {
+		return b.moeRoute(idx, wts, logits, bias, T, E, K, ngroup, topkGroup, norm, scale)
 	}, ku(idx), ku(wts), ku(logits), ku(bias), ki(T), ki(E), ki(K), ki(ngroup), ki(topkGroup), kb(norm), kf(scale))
 }
 

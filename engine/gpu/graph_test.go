@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
 
 // Graph replay must give what eager launches give: tokens and the final
@@ -19,13 +20,13 @@ func testGraphsEqualEager(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	for _, pr := range presets {
+	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
-			w, src := hfSourceOf(t, presetDir(t, pr))
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
 			vocab := w.Config().VocabSize
 			// Crossing index_topk while decoding (the indexer starts
 			// scoring: a new run of launches).
-			prompt := testPrompt(w.Config().IndexTopK-8, vocab, 11)
+			prompt := enginetest.Prompt(w.Config().IndexTopK-8, vocab, 11)
 			n := 24
 			for _, mtp := range []bool{false, true} {
 				for _, p := range []engine.Params{{}, {Temperature: 0.8, TopP: 0.9, TopK: 20, Seed: 5}} {
@@ -38,20 +39,20 @@ func testGraphsEqualEager(t *testing.T, kind deviceKind) {
 					for k, on := range []bool{false, true} {
 						e := newTestEngine(t, kind, src, opts)
 						e.m.graphs.on = on
-						toks[k] = generateKeep(t, e, 0, prompt, p, n)
+						toks[k] = enginetest.GenerateKeep(t, e, 0, prompt, p, n)
 						caches[k] = exportBytes(t, e, 0)
 						e.Release(0)
 						batch[k] = generateBatch(t, e, [][]int{prompt[:len(prompt)/2], prompt}, p, 24)
 						st[k] = e.m.graphs
 					}
-					if i := firstDiff(toks[1], toks[0]); i >= 0 {
+					if i := enginetest.FirstDiff(toks[1], toks[0]); i >= 0 {
 						t.Errorf("%s: graph tokens differ from eager at %d:\n got %v\nwant %v", name, i, toks[1], toks[0])
 					}
 					if !bytes.Equal(caches[0], caches[1]) {
 						t.Errorf("%s: caches differ between graph replay and eager launches", name)
 					}
 					for s := range batch[0] {
-						if i := firstDiff(batch[1][s], batch[0][s]); i >= 0 {
+						if i := enginetest.FirstDiff(batch[1][s], batch[0][s]); i >= 0 {
 							t.Errorf("%s batched slot %d: graph tokens differ from eager at %d", name, s, i)
 						}
 					}
@@ -69,30 +70,6 @@ func testGraphsEqualEager(t *testing.T, kind deviceKind) {
 			}
 		})
 	}
-}
-
-// generateKeep is generate without the final Release.
-func generateKeep(t *testing.T, e *Engine, slot int, prompt []int, p engine.Params, n int) []int {
-	t.Helper()
-	first, err := e.Prefill(slot, prompt, p)
-	if err != nil {
-		t.Fatalf("prefill: %+v", err)
-	}
-	out := []int{first}
-	p.MaxTokens = n
-	fin, err := e.Start(slot, first, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for fin == engine.FinishNone {
-		res, err := e.Step([]int{slot})
-		if err != nil {
-			t.Fatalf("step: %+v", err)
-		}
-		out = append(out, res[0].Tokens...)
-		fin = res[0].Finish
-	}
-	return out
 }
 
 func exportBytes(t *testing.T, e *Engine, slot int) []byte {

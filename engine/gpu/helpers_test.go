@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -16,19 +15,9 @@ import (
 	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
 	"github.com/tilert-go/tilert/model"
-	"github.com/tilert-go/tilert/model/synth"
 )
-
-var presets = []string{"deepseek-v3.2-tiny", "glm-5-tiny"}
-
-var presetRoot = func() string {
-	d, err := os.MkdirTemp("", "tilert-gpu-engine-test-")
-	if err != nil {
-		panic(err)
-	}
-	return d
-}()
 
 var (
 	devOnce sync.Once
@@ -54,7 +43,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	writeReport()
-	os.RemoveAll(presetRoot)
+	enginetest.RemovePresets()
 	os.Exit(code)
 }
 
@@ -111,22 +100,6 @@ func writeReport() {
 	}
 }
 
-var presetDirs sync.Map
-
-// presetDir writes a preset's synthetic checkpoint (seed 0) once per run.
-func presetDir(t testing.TB, name string) string {
-	t.Helper()
-	if d, ok := presetDirs.Load(name); ok {
-		return d.(string)
-	}
-	dir := filepath.Join(presetRoot, name)
-	if err := synth.Write(name, dir, 0, nil); err != nil {
-		t.Fatalf("synth %s: %v", name, err)
-	}
-	presetDirs.Store(name, dir)
-	return dir
-}
-
 func hfSourceOf(t testing.TB, dir string) (*model.HFWeights, Source) {
 	t.Helper()
 	w, err := model.OpenHF(dir)
@@ -175,99 +148,16 @@ func newCPU(t testing.TB, w *model.HFWeights, opts engine.Options) *cpu.Engine {
 	return e
 }
 
-// generate runs prefill + decode in one slot and returns every generated
-// token (the first included).
-func generate(t testing.TB, e engine.Engine, slot int, prompt []int, p engine.Params, n int) []int {
-	t.Helper()
-	first, err := e.Prefill(slot, prompt, p)
-	if err != nil {
-		t.Fatalf("prefill: %+v", err)
-	}
-	return decodeFrom(t, e, slot, first, p, n)
-}
-
-func decodeFrom(t testing.TB, e engine.Engine, slot, first int, p engine.Params, n int) []int {
-	t.Helper()
-	out := []int{first}
-	p.MaxTokens = n
-	fin, err := e.Start(slot, first, p)
-	if err != nil {
-		t.Fatalf("start: %+v", err)
-	}
-	for fin == engine.FinishNone {
-		res, err := e.Step([]int{slot})
-		if err != nil {
-			t.Fatalf("step: %+v", err)
-		}
-		out = append(out, res[0].Tokens...)
-		fin = res[0].Finish
-	}
-	e.Release(slot)
-	return out
-}
-
 // generateBatch decodes several slots together (one Step over all active
-// slots) and returns each slot's tokens.
+// slots) with the same params and returns each slot's tokens.
 func generateBatch(t testing.TB, e engine.Engine, prompts [][]int, p engine.Params, n int) [][]int {
 	t.Helper()
-	out := make([][]int, len(prompts))
-	var active []int
 	p.MaxTokens = n
-	for i, pr := range prompts {
-		first, err := e.Prefill(i, pr, p)
-		if err != nil {
-			t.Fatalf("prefill %d: %+v", i, err)
-		}
-		out[i] = []int{first}
-		fin, err := e.Start(i, first, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fin == engine.FinishNone {
-			active = append(active, i)
-		}
+	params := make([]engine.Params, len(prompts))
+	for i := range params {
+		params[i] = p
 	}
-	for len(active) > 0 {
-		res, err := e.Step(active)
-		if err != nil {
-			t.Fatalf("step: %+v", err)
-		}
-		var next []int
-		for _, r := range res {
-			out[r.Slot] = append(out[r.Slot], r.Tokens...)
-			if r.Finish == engine.FinishNone {
-				next = append(next, r.Slot)
-			}
-		}
-		active = next
-	}
-	for i := range prompts {
-		e.Release(i)
-	}
-	return out
-}
-
-func testPrompt(n, vocab int, seed int) []int {
-	p := make([]int, n)
-	x := uint32(seed*7919 + 17)
-	for i := range p {
-		x = x*1664525 + 1013904223
-		p[i] = int(x>>8) % vocab
-	}
-	return p
-}
-
-// firstDiff is the index of the first differing token, -1 when equal.
-func firstDiff(a, b []int) int {
-	for i := 0; i < min(len(a), len(b)); i++ {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	if len(a) != len(b) {
-		return min(len(a), len(b))
-	}
-	return -1
+	return enginetest.Batch(t, e, prompts, params)
 }
 
 // relErr is max|a-b| / max|b| over one logits row.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
 
 // TestGPUProfileStep prints where a decode step's device time goes on the
@@ -34,7 +35,7 @@ func TestGPUProfileStep(t *testing.T) {
 		}
 		var ids []int
 		for s := 0; s < slots; s++ {
-			prompt := testPrompt(128, e.Config().VocabSize, s+1)
+			prompt := enginetest.Prompt(128, e.Config().VocabSize, s+1)
 			first, err := e.Prefill(s, prompt, engine.Params{})
 			if err != nil {
 				t.Fatal(err)

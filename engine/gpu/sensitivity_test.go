@@ -6,6 +6,7 @@ import (
 
 	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
 
 // noiseLevel is the relative size of float32 summation-order differences
@@ -113,11 +114,11 @@ func noiseBaseline(t *testing.T, src Source, toks []int, el, em [][]float32) fli
 // TestEmuNoiseSensitivity logs the baseline (CI: the numbers the GPU's
 // logit check is judged against).
 func TestEmuNoiseSensitivity(t *testing.T) {
-	for _, pr := range presets {
+	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
-			w, src := hfSourceOf(t, presetDir(t, pr))
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
 			a := newTestEngine(t, onEmu, src, engine.Options{MaxSeqLen: maxSeq})
-			toks := testPrompt(100, w.Config().VocabSize, 5)
+			toks := enginetest.Prompt(100, w.Config().VocabSize, 5)
 			al, am, err := a.TeacherForce(0, toks)
 			if err != nil {
 				t.Fatal(err)

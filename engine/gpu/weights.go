@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/engine/internal/blockw"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/numeric"
 	"github.com/tilert-go/tilert/weights"
@@ -35,35 +36,15 @@ type dabs struct {
 	w, s cuda.DevPtr
 }
 
-// dlayer is one decoder block's weights on the device (main or MTP).
+// dlayer is one decoder block's weights on the device (main or MTP): the
+// shared part (blockw) plus the absorbed MLA matrices, the routed experts
+// and the MTP layer's head and embedding.
 type dlayer struct {
-	idx              int
-	inNorm, postNorm cuda.DevPtr
-
-	qa, qb, kva, o  dlin
-	qaNorm, kvaNorm cuda.DevPtr
-	uk, uv          dabs
-
-	hasIdx     bool
-	iwq, iwk   dlin
-	iknW, iknB cuda.DevPtr
-	iwp        dlin
-
-	moe             bool
-	gate, up, down  dlin // dense MLP
-	router          dlin
-	bias            cuda.DevPtr
-	expW, expS      [3]cuda.DevPtr // device tables of per-expert pointers: gate, up, down
-	hasShared       bool
-	shG, shU, shD   dlin
-	mtp             bool
-	enorm, hnorm    cuda.DevPtr
-	eh              dlin
-	shNorm          cuda.DevPtr
-	head            dlin
-	embed           cuda.DevPtr // bf16 [vocab][hidden]
-	interSize       int         // dense or shared-expert intermediate size
-	sharedInterSize int
+	*blockw.Block[dlin, cuda.DevPtr]
+	uk, uv     dabs
+	expW, expS [3]cuda.DevPtr // device tables of per-expert pointers: gate, up, down
+	head       dlin
+	embed      cuda.DevPtr // bf16 [vocab][hidden]
 }
 
 type dweights struct {
@@ -166,6 +147,10 @@ func (u *uploader) matrix(m *Matrix, out, in int) dlin {
 	return l
 }
 
+// Lin and Vec make uploader a blockw.Loader.
+func (u *uploader) Lin(name string, out, in int) dlin  { return u.lin(name, out, in) }
+func (u *uploader) Vec(name string, n int) cuda.DevPtr { return u.vec(name, n) }
+
 func (u *uploader) lin(name string, out, in int) dlin {
 	if u.err != nil {
 		return dlin{}
@@ -253,17 +238,9 @@ func uploadWeights(b device, src Source, c *model.Config) (*dweights, []cuda.Dev
 	} else {
 		w.head = u.lin(model.LMHeadName, V, H)
 	}
-	nh, qk := c.NumHeads, c.QKNopeHeadDim+c.QKRopeHeadDim
 	for i := 0; i < c.NumAllLayers() && u.err == nil; i++ {
 		n := model.Layer(i)
-		lw := &dlayer{idx: i, mtp: c.IsMTPLayer(i), moe: c.IsMoELayer(i), hasIdx: c.HasIndexer(i)}
-		lw.inNorm = u.vec(n.InputNorm, H)
-		lw.postNorm = u.vec(n.PostAttnNorm, H)
-		lw.qa = u.lin(n.QAProj, c.QLoraRank, H)
-		lw.qaNorm = u.vec(n.QANorm, c.QLoraRank)
-		lw.qb = u.lin(n.QBProj, nh*qk, c.QLoraRank)
-		lw.kva = u.lin(n.KVAProj, c.KVLoraRank+c.QKRopeHeadDim, H)
-		lw.kvaNorm = u.vec(n.KVANorm, c.KVLoraRank)
+		lw := &dlayer{Block: blockw.Load(c, i, blockw.Loader[dlin, cuda.DevPtr](u))}
 		if u.err == nil {
 			uk, uv, err := src.Absorbed(i)
 			if err != nil {
@@ -272,18 +249,8 @@ func uploadWeights(b device, src Source, c *model.Config) (*dweights, []cuda.Dev
 				lw.uk, lw.uv = u.absorbed(uk), u.absorbed(uv)
 			}
 		}
-		lw.o = u.lin(n.OProj, H, nh*c.VHeadDim)
-		if lw.hasIdx {
-			lw.iwq = u.lin(n.IdxWQB, c.IndexNHeads*c.IndexHeadDim, c.QLoraRank)
-			lw.iwk = u.lin(n.IdxWK, c.IndexHeadDim, H)
-			lw.iknW = u.vec(n.IdxKNormWeight, c.IndexHeadDim)
-			lw.iknB = u.vec(n.IdxKNormBias, c.IndexHeadDim)
-			lw.iwp = u.lin(n.IdxWeightsProj, c.IndexNHeads, H)
-		}
-		if lw.moe {
+		if lw.MoE {
 			E, I := c.NRoutedExperts, c.MoEIntermediateSize
-			lw.router = u.lin(n.Router, E, H)
-			lw.bias = u.vec(n.RouterBias, E)
 			for p, proj := range weights.ExpertProjs {
 				rows, cols := I, H
 				if proj == "down_proj" {
@@ -291,21 +258,8 @@ func uploadWeights(b device, src Source, c *model.Config) (*dweights, []cuda.Dev
 				}
 				lw.expW[p], lw.expS[p] = u.experts(i, E, proj, rows, cols)
 			}
-			if c.NSharedExperts > 0 {
-				si := I * c.NSharedExperts
-				lw.hasShared, lw.sharedInterSize = true, si
-				lw.shG, lw.shU, lw.shD = u.lin(n.SharedGate, si, H), u.lin(n.SharedUp, si, H), u.lin(n.SharedDown, H, si)
-			}
-		} else {
-			I := c.IntermediateSize
-			lw.interSize = I
-			lw.gate, lw.up, lw.down = u.lin(n.GateProj, I, H), u.lin(n.UpProj, I, H), u.lin(n.DownProj, H, I)
 		}
-		if lw.mtp {
-			lw.enorm = u.vec(n.ENorm, H)
-			lw.hnorm = u.vec(n.HNorm, H)
-			lw.eh = u.lin(n.EHProj, H, 2*H)
-			lw.shNorm = u.vec(n.SharedHeadNorm, H)
+		if lw.MTP {
 			// The MTP copies of the head and embedding are optional in
 			// checkpoints (the CPU engine falls back the same way).
 			lw.head, lw.embed = w.head, w.embed

@@ -6,7 +6,7 @@
 //   pick K experts by c (descending, ties to the lower index);
 //   weight = s[e], normalised by their sum (+1e-20) when norm != 0, times scale.
 // Outputs idx[t][K] (int32) and wts[t][K] in selection order.
-extern "C" __global__ void __launch_bounds__(1024) moe_gate(const float* __restrict__ logits,
+extern "C" __global__ void __launch_bounds__(1024) moe_route(const float* __restrict__ logits,
                                                             const float* __restrict__ bias, int* idx, float* wts,
                                                             int E, int K, int ngroup, int topk_group, int norm,
                                                             float scale) {

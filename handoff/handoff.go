@@ -1,4 +1,9 @@
-package decode
+// Package handoff binds an engine's slot state to the ctrl protocol (pd):
+// the name and layout a node announces, each cache region's wire name and
+// size, the receive regions carved out of the engine's slot buffers, and a
+// request's exported state packed for sending. The decode node, the
+// connector sidecar and the dev tools all speak it through this package.
+package handoff
 
 import (
 	"fmt"
@@ -11,9 +16,9 @@ import (
 	"github.com/tilert-go/tilert/rdma"
 )
 
-// PDLayoutVersion is the ctrl protocol's layout_version for
+// LayoutVersion is the ctrl protocol's layout_version for
 // engine.LayoutVersion ("vllm-mla-dsa-v1"); the protocol carries an int.
-const PDLayoutVersion = 1
+const LayoutVersion = 1
 
 // ModelName is the name a node announces for a family (hello, admit,
 // /capabilities), the launch post's spelling.
@@ -29,14 +34,14 @@ func ModelName(f model.Family) string {
 
 // Layout is the ctrl-protocol layout of an engine's state.
 func Layout(modelName string, l engine.Layout) pd.Layout {
-	return pd.Layout{Model: modelName, LayoutVersion: PDLayoutVersion, KVCacheDType: string(l.MLACache), NumLayers: l.NumLayers}
+	return pd.Layout{Model: modelName, LayoutVersion: LayoutVersion, KVCacheDType: string(l.MLACache), NumLayers: l.NumLayers}
 }
 
 // RegionName names one layer's cache region on the wire: "L<layer>.<kind>",
 // e.g. "L0.mla", "L3.indexer" (the MTP layer is the last layer). Every
 // layer region is its own receive region, so a sender writes each one's used
 // pages contiguously from offset 0 whatever max_seq_len either side has.
-func RegionName(r engine.Region) string { return fmt.Sprintf("L%d.%s", r.Layer, r.Kind) }
+func RegionName(layer int, kind string) string { return fmt.Sprintf("L%d.%s", layer, kind) }
 
 // RegionSizes is what a state of seqLen positions occupies per region:
 // whole 64-token pages, the same count in every region.
@@ -44,14 +49,14 @@ func RegionSizes(l engine.Layout, seqLen int) []pd.RegionSize {
 	pages := (seqLen + engine.BlockSize - 1) / engine.BlockSize
 	out := make([]pd.RegionSize, len(l.Regions))
 	for i, r := range l.Regions {
-		out[i] = pd.RegionSize{Name: RegionName(r), Bytes: int64(pages) * int64(r.PageBytes)}
+		out[i] = pd.RegionSize{Name: RegionName(r.Layer, string(r.Kind)), Bytes: int64(pages) * int64(r.PageBytes)}
 	}
 	return out
 }
 
-// checkSizes is the table's CheckSizes: the admit must list every region
-// of this layout, in layout order, with exactly the pages seq_len needs.
-func checkSizes(l engine.Layout) func(int, []pd.RegionSize) error {
+// CheckSizes is the table's CheckSizes for layout l: the admit must list
+// every region, in layout order, with exactly the pages seq_len needs.
+func CheckSizes(l engine.Layout) func(int, []pd.RegionSize) error {
 	return func(seqLen int, got []pd.RegionSize) error {
 		want := RegionSizes(l, seqLen)
 		if len(got) != len(want) {
@@ -69,10 +74,10 @@ func checkSizes(l engine.Layout) func(int, []pd.RegionSize) error {
 	}
 }
 
-// slotRegions carves each slot buffer into its layer regions (views of the
+// SlotRegions carves each slot buffer into its layer regions (views of the
 // engine's live cache: the transfer engine writes straight into it).
 // Region ids are 1 + slot*len(regions) + index.
-func slotRegions(e engine.Engine) ([][]pd.SlotRegion, error) {
+func SlotRegions(e engine.Engine) ([][]pd.SlotRegion, error) {
 	l := e.Layout()
 	n := e.Options().Slots
 	out := make([][]pd.SlotRegion, n)
@@ -86,7 +91,7 @@ func slotRegions(e engine.Engine) ([][]pd.SlotRegion, error) {
 		}
 		for j, r := range l.Regions {
 			size := int64(l.MaxPages) * int64(r.PageBytes)
-			out[s] = append(out[s], pd.SlotRegion{Name: RegionName(r), Region: rdma.Region{
+			out[s] = append(out[s], pd.SlotRegion{Name: RegionName(r.Layer, string(r.Kind)), Region: rdma.Region{
 				ID:   rdma.RegionID(1 + s*len(l.Regions) + j),
 				Kind: rdma.HostMem,
 				Host: buf[r.Offset : r.Offset+size : r.Offset+size],

@@ -23,6 +23,13 @@ const (
 	PathMetrics      = "/metrics"       // GET -> Prometheus text
 )
 
+// Addrs are a node's bound addresses, written as JSON to `tilert decode
+// --addr-file` (tests and dev tools start nodes on port 0 and read them).
+type Addrs struct {
+	Ctrl string `json:"ctrl"`
+	HTTP string `json:"http"`
+}
+
 // ContentTypeNDJSON is the content type of a streamed /pd/decode.
 const ContentTypeNDJSON = "application/x-ndjson"
 

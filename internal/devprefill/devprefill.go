@@ -21,12 +21,12 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/urfave/cli/v2"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/internal/cliutil"
-	"github.com/tilert-go/tilert/rdma"
-	"github.com/tilert-go/tilert/rdma/nixl"
-	"github.com/tilert-go/tilert/roles/decode"
+	"github.com/tilert-go/tilert/internal/engineload"
+	"github.com/tilert-go/tilert/rdma/transfer"
 	"github.com/tilert-go/tilert/tokenizer"
 )
 
@@ -84,7 +84,7 @@ func run(c *cli.Context) error {
 		if err != nil {
 			return errors.Wrapf(err, "--addr-file %s", f)
 		}
-		var a decode.Addrs
+		var a decodeapi.Addrs
 		if err := json.Unmarshal(b, &a); err != nil {
 			return errors.Wrapf(err, "--addr-file %s", f)
 		}
@@ -94,7 +94,7 @@ func run(c *cli.Context) error {
 		return errors.WithHint(usage("no decode node address"), "pass --addr-file (from tilert decode --addr-file) or --ctrl and --http")
 	}
 	dir := c.String("model-dir")
-	w, mcfg, closeW, err := decode.LoadWeights(dir)
+	w, mcfg, closeW, err := engineload.OpenWeights(dir)
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func run(c *cli.Context) error {
 
 	ctx, cancel := context.WithTimeout(c.Context, 5*time.Minute)
 	defer cancel()
-	tr, err := NewSender(c.String("transfer-engine"), secret)
+	tr, err := transfer.NewSender(config.Transfer{Engine: c.String("transfer-engine")}, secret)
 	if err != nil {
 		return err
 	}
@@ -187,16 +187,4 @@ func run(c *cli.Context) error {
 		fmt.Fprintf(out, "text: %q\n", tok.Decode(ids, true))
 	}
 	return nil
-}
-
-// NewSender starts a transfer engine of kind (tcp or nixl) for sending
-// state; tcp streams prove secret (nil: a node without one).
-func NewSender(kind string, secret []byte) (rdma.Engine, error) {
-	switch kind {
-	case "tcp":
-		return rdma.NewTCP(rdma.TCPConfig{Secret: secret})
-	case "nixl":
-		return nixl.New(nixl.Config{})
-	}
-	return nil, errors.WithHint(usage("unknown --transfer-engine %q", kind), "use tcp or nixl, as the decode node")
 }

@@ -9,10 +9,10 @@ import (
 
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
+	"github.com/tilert-go/tilert/handoff"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/pd"
 	"github.com/tilert-go/tilert/rdma"
-	"github.com/tilert-go/tilert/roles/decode"
 )
 
 // Handoff reports one prefill whose state went to a decode node.
@@ -104,7 +104,7 @@ func (s *Shipper) Ship(ctx context.Context, ctrl, rid string, prompt []int, p en
 	if err != nil {
 		return nil, err
 	}
-	if got := decode.Layout(decode.ModelName(s.cfg.Family), eng.Layout()); got != hello.Layout() {
+	if got := handoff.Layout(handoff.ModelName(s.cfg.Family), eng.Layout()); got != hello.Layout() {
 		return nil, errors.WithHint(errors.Newf("this model's state layout %+v differs from the node's %+v", got, hello.Layout()),
 			"prefill with the decode node's model")
 	}
@@ -120,7 +120,7 @@ func (s *Shipper) Ship(ctx context.Context, ctrl, rid string, prompt []int, p en
 	}
 	tPrefill := time.Since(t0)
 	s.region++
-	og, err := decode.Pack(rid, s.region, eng.Layout(), meta, segs)
+	og, err := handoff.Pack(rid, s.region, eng.Layout(), meta, segs)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/internal/cliutil"
-	"github.com/tilert-go/tilert/roles/decode"
+	"github.com/tilert-go/tilert/internal/engineload"
 )
 
 // Command is `tilert dev-vllm`.
@@ -56,7 +56,7 @@ func Command() *cli.Command {
 // decode nodes' ctrl and transfer ports, as the sidecar does.
 var secretFlags = []config.Flag{{Key: "security.secret_file", Name: "secret-file"}}
 
-var loadWeights = decode.LoadWeights
+var loadWeights = engineload.OpenWeights
 
 func baseName(dir string) string { return filepath.Base(filepath.Clean(dir)) }
 

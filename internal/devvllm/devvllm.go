@@ -38,8 +38,10 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/internal/devprefill"
+	"github.com/tilert-go/tilert/rdma/transfer"
 	"github.com/tilert-go/tilert/tokenizer"
 )
 
@@ -352,7 +354,7 @@ func Run(ctx context.Context, o RunOptions) error {
 	if err != nil {
 		return errors.WithHintf(err, "--model-dir %s must hold tokenizer.json", o.ModelDir)
 	}
-	tr, err := devprefill.NewSender(o.Transfer, o.Secret)
+	tr, err := transfer.NewSender(config.Transfer{Engine: o.Transfer}, o.Secret)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
@@ -49,7 +50,7 @@ func TestPrefillHandoff(t *testing.T) {
 			t.Errorf("decode.Run: %v", err)
 		}
 	}()
-	var addrs decode.Addrs
+	var addrs decodeapi.Addrs
 	for i := 0; ; i++ {
 		b, err := os.ReadFile(addrFile)
 		if err == nil && json.Unmarshal(b, &addrs) == nil {

@@ -42,6 +42,16 @@ func Verify(dir string) error {
 	return nil
 }
 
+// OpenWeights verifies dir (Verify) and opens it (Weights): converted
+// weights are checked in full before serving. The caller calls the returned
+// close.
+func OpenWeights(dir string) (model.Weights, *model.Config, func(), error) {
+	if err := Verify(dir); err != nil {
+		return nil, nil, nil, err
+	}
+	return Weights(dir)
+}
+
 // Weights opens dir (converted or HF) as float32 weights for the CPU engine.
 func Weights(dir string) (model.Weights, *model.Config, func(), error) {
 	var (

@@ -132,16 +132,23 @@ func FindLibrary() (string, error) {
 		"pip install --no-deps nixl-cu12 (or nixl-cu13), or set "+libEnvVar+" to the library's path")
 }
 
-// load opens the C API once per process.
-func load() (*capi, error) {
+// load opens the C API once per process: lib, or FindLibrary's choice.
+func load(lib string) (*capi, error) {
 	loadOnce.Do(func() {
 		if runtime.GOOS != "linux" {
 			loadErr = errors.Mark(errors.Newf("nixl: not supported on %s", runtime.GOOS), ErrUnavailable)
 			return
 		}
-		path, err := FindLibrary()
-		if err != nil {
-			loadErr = err
+		path := lib
+		if path == "" {
+			p, err := FindLibrary()
+			if err != nil {
+				loadErr = err
+				return
+			}
+			path = p
+		} else if _, err := os.Stat(path); err != nil {
+			loadErr = errors.Mark(errors.WithHint(errors.Wrapf(err, "nixl: library %s", path), "fix transfer.nixl_lib (--nixl-lib), or leave it empty to search Python site-packages"), ErrUnavailable)
 			return
 		}
 		loadPath = path

@@ -22,6 +22,9 @@ const endpointPrefix = "nixl:"
 
 // Config configures an engine.
 type Config struct {
+	// Lib is the path of libnixl_capi.so; empty: FindLibrary. The library
+	// is opened once per process, by the first New.
+	Lib string
 	// Name is the agent name, unique among the agents that meet; default
 	// "tilert-<pid>-<random>".
 	Name string
@@ -71,7 +74,7 @@ type Notif struct {
 // New creates an agent and its backend. It fails with ErrUnavailable where
 // the C API library cannot be loaded.
 func New(cfg Config) (*Engine, error) {
-	c, err := load()
+	c, err := load(cfg.Lib)
 	if err != nil {
 		return nil, err
 	}

@@ -22,14 +22,14 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/urfave/cli/v2"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/handoff"
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/internal/engineload"
 	"github.com/tilert-go/tilert/model"
-	"github.com/tilert-go/tilert/pd"
-	"github.com/tilert-go/tilert/rdma"
-	"github.com/tilert-go/tilert/rdma/nixl"
+	"github.com/tilert-go/tilert/rdma/transfer"
 )
 
 // Flags are the decode role's bindings; the launch post's spellings are the
@@ -77,12 +77,6 @@ func Command() *cli.Command {
 
 func usage(err error) error { return cliutil.WithExitCode(err, cliutil.ExitUsage) }
 
-// Addrs are the bound addresses, written to --addr-file.
-type Addrs struct {
-	Ctrl string `json:"ctrl"`
-	HTTP string `json:"http"`
-}
-
 // Run serves a decode node for cfg until ctx ends (SIGINT/SIGTERM), then
 // shuts down gracefully.
 func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
@@ -121,9 +115,9 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 		return usage(err)
 	} else if fam != mcfg.Family {
 		return usage(errors.WithHintf(errors.Newf("--model %s is %s, but %s holds %s", cfg.Model.Name, fam, cfg.Model.WeightsDir, mcfg.Family),
-			"pass --model %s, or the weights of %s", ModelName(mcfg.Family), cfg.Model.Name))
+			"pass --model %s, or the weights of %s", handoff.ModelName(mcfg.Family), cfg.Model.Name))
 	}
-	log.Info("decode: engine ready", "device", d.Device, "model", ModelName(mcfg.Family), "weights", cfg.Model.WeightsDir,
+	log.Info("decode: engine ready", "device", d.Device, "model", handoff.ModelName(mcfg.Family), "weights", cfg.Model.WeightsDir,
 		"layers", mcfg.NumLayers, "mtp", cfg.Model.WithMTP, "kv_cache_dtype", dt, "max_seq_len", eng.Options().MaxSeqLen,
 		"slots", d.MaxInflight, "slot_bytes", eng.Layout().SlotBytes, "load", time.Since(t0).Round(time.Millisecond))
 
@@ -134,13 +128,13 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 	host := cfg.DecodeHost()
 	tcfg := cfg.Transfer
 	tcfg.Listen = cfg.TransferListen()
-	tr, err := NewTransfer(tcfg, host, sec.Ctrl)
+	tr, err := transfer.NewReceiver(tcfg, host, sec.Ctrl)
 	if err != nil {
 		return err
 	}
 	defer tr.Close()
 
-	node, err := New(Options{Engine: eng, Transfer: tr, Model: ModelName(mcfg.Family), VocabSize: mcfg.VocabSize, EOS: mcfg.EOS,
+	node, err := New(Options{Engine: eng, Transfer: tr, Model: handoff.ModelName(mcfg.Family), VocabSize: mcfg.VocabSize, EOS: mcfg.EOS,
 		StateTimeout:    time.Duration(d.StateTimeoutS * float64(time.Second)),
 		ReserveDeadline: time.Duration(d.SlotReserveTTL * float64(time.Second)), Security: sec, Log: log})
 	if err != nil {
@@ -164,7 +158,7 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 	errc := make(chan error, 2)
 	go func() { errc <- node.ServeCtrl(ctrlLn) }()
 	go func() { errc <- node.ServeHTTP(httpLn) }()
-	addrs := Addrs{Ctrl: ctrlLn.Addr().String(), HTTP: httpLn.Addr().String()}
+	addrs := decodeapi.Addrs{Ctrl: ctrlLn.Addr().String(), HTTP: httpLn.Addr().String()}
 	if addrFile != "" {
 		if err := writeAddrs(addrFile, addrs); err != nil {
 			_ = node.Close()
@@ -198,94 +192,11 @@ func shortEndpoint(s string) string {
 
 // writeAddrs writes the file atomically, so a script polling for it never
 // reads half of it.
-func writeAddrs(path string, a Addrs) error {
+func writeAddrs(path string, a decodeapi.Addrs) error {
 	b, _ := json.Marshal(a)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
 		return errors.Wrapf(err, "decode: --addr-file %s", path)
 	}
 	return errors.Wrapf(os.Rename(tmp, path), "decode: --addr-file %s", path)
-}
-
-// LoadWeights opens a model directory the way every command does
-// (internal/engineload): converted TileRT weights, verified in full first,
-// or, for the tiny synthetic models and checks, an HF checkpoint directory.
-// The caller calls the returned close.
-func LoadWeights(dir string) (model.Weights, *model.Config, func(), error) {
-	if dir == "" {
-		return nil, nil, nil, usage(errors.WithHint(errors.New("no model weights directory"),
-			"pass --model-weights-dir (converted weights from tilert convert, or an HF checkpoint directory)"))
-	}
-	if err := engineload.Verify(dir); err != nil {
-		return nil, nil, nil, err
-	}
-	return engineload.Weights(dir)
-}
-
-// NewTransfer starts the configured transfer engine for receiving; the tcp
-// engine's streams prove sec.Secret and are capped and timed as the ctrl
-// port's connections.
-func NewTransfer(t config.Transfer, host string, sec pd.Security) (rdma.Engine, error) {
-	sec.Defaults()
-	switch t.Engine {
-	case "tcp":
-		cfg := rdma.TCPConfig{Listen: t.Listen, Streams: t.Streams, Secret: sec.Secret, MaxConns: sec.MaxConns,
-			MaxConnsPerPeer: sec.MaxConnsPerPeer, HandshakeTimeout: sec.ReadTimeout, IdleTimeout: sec.IdleTimeout}
-		e, err := rdma.NewTCP(cfg)
-		if err != nil {
-			return nil, err
-		}
-		if adv := advertise(e.Endpoint(), host); adv != "" {
-			_ = e.Close()
-			cfg.Advertise = adv
-			// Listen again on the port the kernel picked, now advertised.
-			cfg.Listen = listenAddr(t.Listen, adv)
-			return rdma.NewTCP(cfg)
-		}
-		return e, nil
-	case "nixl":
-		if t.NixlLib != "" {
-			if err := os.Setenv("TILERT_NIXL_LIB", t.NixlLib); err != nil {
-				return nil, errors.Wrap(err, "decode: TILERT_NIXL_LIB")
-			}
-		}
-		e, err := nixl.New(nixl.Config{})
-		if err != nil {
-			return nil, errors.Wrap(err, "decode: transfer engine nixl")
-		}
-		return e, nil
-	}
-	return nil, usage(errors.WithHint(errors.Newf("unknown transfer engine %q", t.Engine), "use --transfer-engine tcp or nixl"))
-}
-
-// advertise returns host:port to announce when the tcp engine listens on a
-// wildcard address (peers cannot dial 0.0.0.0): the decode host when it is
-// specific, else the first non-loopback IPv4 address, else loopback.
-// Empty when the listen address is specific already.
-func advertise(endpoint, host string) string {
-	hp := endpoint[len("tcp://"):]
-	h, port, err := net.SplitHostPort(hp)
-	if err != nil {
-		return ""
-	}
-	if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
-		return ""
-	}
-	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
-		return net.JoinHostPort(host, port)
-	}
-	if as, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range as {
-			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
-				return net.JoinHostPort(ipn.IP.String(), port)
-			}
-		}
-	}
-	return net.JoinHostPort("127.0.0.1", port)
-}
-
-func listenAddr(listen, adv string) string {
-	h, _, _ := net.SplitHostPort(listen)
-	_, port, _ := net.SplitHostPort(adv)
-	return net.JoinHostPort(h, port)
 }

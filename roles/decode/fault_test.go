@@ -16,6 +16,7 @@ import (
 
 	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/handoff"
 	"github.com/tilert-go/tilert/pd"
 	"github.com/tilert-go/tilert/rdma"
 )
@@ -41,9 +42,9 @@ func TestSenderFailsMidTransfer(t *testing.T) {
 		reserve time.Duration
 		// fail misbehaves after the accept; it returns once the failure
 		// is complete from the sender's side.
-		fail func(t *testing.T, s *sender, acc *pd.Accept, out *Outgoing)
+		fail func(t *testing.T, s *sender, acc *pd.Accept, out *handoff.Outgoing)
 	}{
-		{"disconnect mid-write", 0, func(t *testing.T, s *sender, acc *pd.Accept, out *Outgoing) {
+		{"disconnect mid-write", 0, func(t *testing.T, s *sender, acc *pd.Accept, out *handoff.Outgoing) {
 			// Half of the first region lands, then the process "dies".
 			peer, err := s.tr.(rdma.SessionConnector).ConnectAs(ctxT(t), s.c.Hello().Transport.Endpoint, s.c.Hello().Session)
 			if err != nil {
@@ -56,7 +57,7 @@ func TestSenderFailsMidTransfer(t *testing.T) {
 			}
 			_ = s.c.Close()
 		}},
-		{"done with a wrong checksum", 0, func(t *testing.T, s *sender, acc *pd.Accept, out *Outgoing) {
+		{"done with a wrong checksum", 0, func(t *testing.T, s *sender, acc *pd.Accept, out *handoff.Outgoing) {
 			n, crc, err := s.c.Write(ctxT(t), acc, out.Sources)
 			if err != nil {
 				t.Fatal(err)
@@ -67,7 +68,7 @@ func TestSenderFailsMidTransfer(t *testing.T) {
 				t.Fatalf("done with a bad checksum: %v", err)
 			}
 		}},
-		{"no done before the deadline", 300 * time.Millisecond, func(t *testing.T, s *sender, acc *pd.Accept, out *Outgoing) {
+		{"no done before the deadline", 300 * time.Millisecond, func(t *testing.T, s *sender, acc *pd.Accept, out *handoff.Outgoing) {
 			if _, _, err := s.c.Write(ctxT(t), acc, out.Sources); err != nil {
 				t.Fatal(err)
 			}
@@ -146,7 +147,7 @@ func TestTwoSendersRaceForOneSlot(t *testing.T) {
 				prs[1] = prs[0]
 			}
 			senders := []*sender{newSender(t, r, "tcp"), newSender(t, r, "tcp")}
-			outs := []*Outgoing{senders[0].pack(prs[0]), senders[1].pack(prs[1])}
+			outs := []*handoff.Outgoing{senders[0].pack(prs[0]), senders[1].pack(prs[1])}
 			accs := make([]*pd.Accept, 2)
 			errs := make([]error, 2)
 			var wg sync.WaitGroup

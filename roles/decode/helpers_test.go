@@ -25,6 +25,7 @@ import (
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/engine/gpu"
+	"github.com/tilert-go/tilert/handoff"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/model/synth"
 	"github.com/tilert-go/tilert/pd"
@@ -197,7 +198,7 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	eng := buildEngine(t, lm, o.device, engine.Options{Mode: engine.ModeServing, MLACache: o.kv, Slots: o.slots, MaxSeqLen: o.maxSeq, MTP: o.mtp})
 	t.Cleanup(func() { _ = eng.Close() })
 	tr := newTransfer(t, o.transport, true)
-	node, err := New(Options{Engine: eng, Transfer: tr, Model: ModelName(lm.cfg.Family), VocabSize: lm.cfg.VocabSize, EOS: lm.cfg.EOS,
+	node, err := New(Options{Engine: eng, Transfer: tr, Model: handoff.ModelName(lm.cfg.Family), VocabSize: lm.cfg.VocabSize, EOS: lm.cfg.EOS,
 		StateTimeout: 20 * time.Second, ReserveDeadline: o.reserve, minBatch: o.minBatch, stepHook: o.stepHook,
 		Security: o.sec, Log: testLogger(t)})
 	if err != nil {
@@ -215,7 +216,7 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	go func() { _ = node.ServeHTTP(httpLn) }()
 	t.Cleanup(func() { _ = node.Close() })
 	return &rig{t: t, node: node, lm: lm, o: o, ctrl: ctrlLn.Addr().String(), base: "http://" + httpLn.Addr().String(),
-		model: ModelName(lm.cfg.Family)}
+		model: handoff.ModelName(lm.cfg.Family)}
 }
 
 // prepared is one prompt's state as the sender has it, and what the
@@ -311,7 +312,7 @@ type sender struct {
 
 func newSender(t testing.TB, r *rig, kind string) *sender {
 	t.Helper()
-	return dialSender(t, r.ctrl, kind, Layout(r.model, r.node.layout))
+	return dialSender(t, r.ctrl, kind, handoff.Layout(r.model, r.node.layout))
 }
 
 func dialSender(t testing.TB, ctrl, kind string, want pd.Layout) *sender {
@@ -328,9 +329,9 @@ func dialSender(t testing.TB, ctrl, kind string, want pd.Layout) *sender {
 }
 
 // pack registers pr's packed state with the sender's engine.
-func (s *sender) pack(pr *prepared) *Outgoing {
+func (s *sender) pack(pr *prepared) *handoff.Outgoing {
 	s.t.Helper()
-	out, err := Pack(pr.rid, rdma.RegionID(senderRegionID.Add(1)), pr.layout, pr.meta, pr.segs)
+	out, err := handoff.Pack(pr.rid, rdma.RegionID(senderRegionID.Add(1)), pr.layout, pr.meta, pr.segs)
 	if err != nil {
 		s.t.Fatal(err)
 	}

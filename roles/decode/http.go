@@ -13,6 +13,7 @@ import (
 
 	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/handoff"
 	"github.com/tilert-go/tilert/metrics"
 	"github.com/tilert-go/tilert/pd"
 )
@@ -491,7 +492,7 @@ func (n *Node) handleStatus(ctx *fasthttp.RequestCtx) {
 func (n *Node) Capabilities() decodeapi.Capabilities {
 	o := n.eng.Options()
 	h := n.ctrl.Hello()
-	return decodeapi.Capabilities{Model: n.opts.Model, Engine: "tilert-go/" + string(o.Mode), LayoutVersion: PDLayoutVersion,
+	return decodeapi.Capabilities{Model: n.opts.Model, Engine: "tilert-go/" + string(o.Mode), LayoutVersion: handoff.LayoutVersion,
 		Layout: engine.LayoutVersion, KVCacheDType: string(o.MLACache), NumLayers: n.layout.NumLayers,
 		MaxSeqLen: o.MaxSeqLen, MaxInflight: o.Slots, MTP: o.MTP, VocabSize: n.opts.VocabSize, EOS: n.opts.EOS,
 		Protocol: pd.ProtocolVersion, Transport: h.Transport, Regions: h.Regions}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/handoff"
 )
 
 func TestBadDecodeBodies(t *testing.T) {
@@ -136,7 +137,7 @@ func TestInfoEndpoints(t *testing.T) {
 	if code := r.getJSON(t, "/capabilities", &capa); code != http.StatusOK {
 		t.Fatalf("capabilities %d", code)
 	}
-	if capa.Model != "glm5" || capa.LayoutVersion != PDLayoutVersion || capa.KVCacheDType != "fp8_ds_mla" || capa.NumLayers != 4 ||
+	if capa.Model != "glm5" || capa.LayoutVersion != handoff.LayoutVersion || capa.KVCacheDType != "fp8_ds_mla" || capa.NumLayers != 4 ||
 		capa.MaxSeqLen != testMaxSeq || capa.MaxInflight != 2 || !capa.MTP || capa.Transport.Kind != "tcp" || len(capa.Regions) == 0 {
 		t.Fatalf("capabilities %+v", capa)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/handoff"
 	"github.com/tilert-go/tilert/internal/netguard"
 	"github.com/tilert-go/tilert/pd"
 	"github.com/tilert-go/tilert/rdma"
@@ -104,8 +105,8 @@ func New(o Options) (*Node, error) {
 	o.Security.defaults()
 	n := &Node{opts: o, eng: o.Engine, layout: o.Engine.Layout(), log: o.Log, sec: o.Security,
 		admitCh: make(chan *request), wake: make(chan struct{}, 1), done: make(chan struct{}), reqs: map[string]*request{}}
-	n.pdl = Layout(o.Model, n.layout)
-	regions, err := slotRegions(o.Engine)
+	n.pdl = handoff.Layout(o.Model, n.layout)
+	regions, err := handoff.SlotRegions(o.Engine)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +118,7 @@ func New(o Options) (*Node, error) {
 	n.gate = &meteredGate{EngineGate: g, m: n.m, opened: map[int]time.Time{}}
 	n.table, err = pd.NewTable(pd.TableConfig{
 		Slots: o.Engine.Options().Slots, Layout: n.pdl, MaxSeqLen: o.Engine.Options().MaxSeqLen,
-		Regions: g.Caps(), CheckSizes: checkSizes(n.layout), MTP: o.Engine.Options().MTP,
+		Regions: g.Caps(), CheckSizes: handoff.CheckSizes(n.layout), MTP: o.Engine.Options().MTP,
 		Deadline: o.ReserveDeadline, ReadyTTL: o.ReadyTTL,
 		MaxRIDBytes: o.Security.MaxRIDBytes, MaxCancelled: o.Security.CancelledRIDs,
 	}, n.gate)

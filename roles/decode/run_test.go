@@ -46,7 +46,7 @@ func TestRunServesAndStopsGracefully(t *testing.T) {
 			defer stop()
 			runErr := make(chan error, 1)
 			go func() { runErr <- Run(ctx, cfg, addrFile) }()
-			var addrs Addrs
+			var addrs decodeapi.Addrs
 			waitFor(t, "the address file", func() bool {
 				b, err := os.ReadFile(addrFile)
 				return err == nil && json.Unmarshal(b, &addrs) == nil
@@ -124,24 +124,6 @@ func TestRunRefusesBadSetups(t *testing.T) {
 				t.Fatalf("exit code: %v", err)
 			}
 		})
-	}
-}
-
-func TestAdvertise(t *testing.T) {
-	cases := []struct{ endpoint, host, want string }{
-		{"tcp://127.0.0.1:7000", "", ""},
-		{"tcp://10.1.2.3:7000", "0.0.0.0", ""},
-		{"tcp://0.0.0.0:7000", "decode-1.example", "decode-1.example:7000"},
-		{"tcp://[::]:7000", "10.0.0.9", "10.0.0.9:7000"},
-	}
-	for _, c := range cases {
-		if got := advertise(c.endpoint, c.host); got != c.want {
-			t.Errorf("advertise(%q, %q) = %q, want %q", c.endpoint, c.host, got, c.want)
-		}
-	}
-	// Wildcard everywhere: some dialable address with the same port.
-	if got := advertise("tcp://0.0.0.0:7001", "0.0.0.0"); !strings.HasSuffix(got, ":7001") || strings.HasPrefix(got, "0.0.0.0") {
-		t.Errorf("wildcard advertise %q", got)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/handoff"
 	"github.com/tilert-go/tilert/internal/netguard"
 	"github.com/tilert-go/tilert/pd"
 	"github.com/tilert-go/tilert/rdma"
@@ -272,7 +273,7 @@ func (s *Sidecar) ship(st *Stage) (string, error) {
 
 	regs := st.ordered()
 	mtpLen := st.MTPLen
-	admit := &pd.Admit{RID: st.RID, Model: st.Model, LayoutVersion: layoutVersion, KVCacheDType: st.KVCacheDType,
+	admit := &pd.Admit{RID: st.RID, Model: st.Model, LayoutVersion: handoff.LayoutVersion, KVCacheDType: st.KVCacheDType,
 		NumLayers: st.numLayers(), SeqLen: st.SeqLen, MTPLen: &mtpLen, LastPromptToken: st.LastPromptToken, PromptTokenIDs: st.PromptTokenIDs}
 	srcs := make([]pd.Source, len(regs))
 	for i, r := range regs {
@@ -333,10 +334,6 @@ func (s *Sidecar) ship(st *Stage) (string, error) {
 		return OutcomeTransferFailed, err
 	}
 }
-
-// layoutVersion is roles/decode.PDLayoutVersion (vllm-mla-dsa-v1): the
-// plugin gathers vLLM's own cache layouts.
-const layoutVersion = 1
 
 // pooled is an idle ctrl connection and when it went idle.
 type pooled struct {

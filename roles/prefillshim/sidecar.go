@@ -26,8 +26,7 @@ import (
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/internal/netguard"
 	"github.com/tilert-go/tilert/pd"
-	"github.com/tilert-go/tilert/rdma"
-	"github.com/tilert-go/tilert/rdma/nixl"
+	"github.com/tilert-go/tilert/rdma/transfer"
 )
 
 // Flags are the sidecar's bindings.
@@ -91,7 +90,7 @@ func Run(ctx context.Context, cfg *config.Config, ready func(Ready)) error {
 		return cliutil.WithExitCode(err, cliutil.ExitUsage)
 	}
 	sec := cfg.Security
-	tr, err := newTransfer(cfg.Transfer, secret)
+	tr, err := transfer.NewSender(cfg.Transfer, secret)
 	if err != nil {
 		return err
 	}
@@ -214,24 +213,4 @@ func PrivateDir(dir string) error {
 			"remove it or chmod 700 %s; staged state must be private to this user", dir)
 	}
 	return nil
-}
-
-func newTransfer(t config.Transfer, secret []byte) (rdma.Engine, error) {
-	switch t.Engine {
-	case "tcp":
-		// Send-only: no listener; its streams prove the shared secret.
-		return rdma.NewTCP(rdma.TCPConfig{Streams: t.Streams, Secret: secret})
-	case "nixl":
-		if t.NixlLib != "" {
-			if err := os.Setenv("TILERT_NIXL_LIB", t.NixlLib); err != nil {
-				return nil, errors.Wrap(err, "sidecar: TILERT_NIXL_LIB")
-			}
-		}
-		e, err := nixl.New(nixl.Config{})
-		if err != nil {
-			return nil, errors.Wrap(err, "sidecar: transfer engine nixl")
-		}
-		return e, nil
-	}
-	return nil, cliutil.WithExitCode(errors.WithHint(errors.Newf("unknown transfer engine %q", t.Engine), "use --transfer-engine tcp or nixl, as the decode nodes"), cliutil.ExitUsage)
 }

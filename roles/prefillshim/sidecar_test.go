@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
@@ -64,10 +65,10 @@ func TestMain(m *testing.M) {
 
 // node runs a real decode node (CPU backend, tcp transfer) on the tiny
 // model and returns its ctrl and http addresses.
-func node(t *testing.T, slots int) decode.Addrs { return nodeWith(t, slots, "") }
+func node(t *testing.T, slots int) decodeapi.Addrs { return nodeWith(t, slots, "") }
 
 // nodeWith is node with security.secret_file set to secretFile.
-func nodeWith(t *testing.T, slots int, secretFile string) decode.Addrs {
+func nodeWith(t *testing.T, slots int, secretFile string) decodeapi.Addrs {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Security.SecretFile = secretFile
@@ -87,7 +88,7 @@ func nodeWith(t *testing.T, slots int, secretFile string) decode.Addrs {
 	})
 	for i := 0; ; i++ {
 		b, err := os.ReadFile(addrFile)
-		var a decode.Addrs
+		var a decodeapi.Addrs
 		if err == nil && json.Unmarshal(b, &a) == nil && a.Ctrl != "" {
 			return a
 		}
@@ -272,7 +273,7 @@ func prefill(t *testing.T, prompt []int, maxTokens int) *prefilled {
 // stage writes pf's state into a staging file the way the plugin does, but
 // with the regions in reverse file order (the sidecar must restore the
 // layout order), and returns the stage message.
-func (h *harness) stage(t *testing.T, pf *prefilled, rid string, a decode.Addrs) *Stage {
+func (h *harness) stage(t *testing.T, pf *prefilled, rid string, a decodeapi.Addrs) *Stage {
 	t.Helper()
 	host, port, err := net.SplitHostPort(a.Ctrl)
 	if err != nil {
@@ -543,7 +544,7 @@ func TestOutcomes(t *testing.T) {
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		dead := ln.Addr().String()
 		ln.Close()
-		st := h.stage(t, pf, "nobody", decode.Addrs{Ctrl: dead})
+		st := h.stage(t, pf, "nobody", decodeapi.Addrs{Ctrl: dead})
 		if rep := p.roundTrip(st); rep["type"] != TypeQueued {
 			t.Fatal(rep)
 		}
@@ -571,7 +572,7 @@ func TestOutcomes(t *testing.T) {
 // get an error reply; the sidecar keeps serving.
 func TestBadFrames(t *testing.T) {
 	h := newHarness(t, Options{})
-	a := decode.Addrs{Ctrl: "127.0.0.1:1"}
+	a := decodeapi.Addrs{Ctrl: "127.0.0.1:1"}
 	pf := &prefilled{layout: mustLayout(t), meta: engine.SlotMeta{SeqLen: 3, MTPLen: 3, LastToken: 7}}
 	for _, r := range pf.layout.Regions {
 		pf.segs = append(pf.segs, engine.Segment{Offset: r.Offset, Data: make([]byte, r.PageBytes)})

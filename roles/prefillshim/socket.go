@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/handoff"
 	"github.com/tilert-go/tilert/pd"
 )
 
@@ -201,8 +202,8 @@ func (s *Stage) ordered() []StageRegion {
 	return out
 }
 
-// regionName is the ctrl protocol's region name (roles/decode.RegionName).
-func regionName(r StageRegion) string { return fmt.Sprintf("L%d.%s", r.Layer, r.Kind) }
+// regionName is the ctrl protocol's region name of a staged region.
+func regionName(r StageRegion) string { return handoff.RegionName(r.Layer, r.Kind) }
 
 // serveConn speaks the socket protocol with one plugin connection until it
 // closes or sends a frame the sidecar cannot read.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
@@ -70,8 +71,8 @@ func TestMain(m *testing.M) {
 type stack struct {
 	dir     string
 	tok     *tokenizer.Tokenizer
-	node    decode.Addrs
-	nodes   []decode.Addrs
+	node    decodeapi.Addrs
+	nodes   []decodeapi.Addrs
 	proxies [][2]*tcpProxy // http, ctrl proxies per node (stackOpts.proxy)
 	vllm    *httptest.Server
 	router  *testServer
@@ -94,7 +95,7 @@ type stackOpts struct {
 }
 
 // startNode runs a decode node (roles/decode, in process) on the tiny model.
-func startNode(t *testing.T, dir string, o stackOpts) decode.Addrs {
+func startNode(t *testing.T, dir string, o stackOpts) decodeapi.Addrs {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Model.Name, cfg.Model.WeightsDir, cfg.Model.MaxSeqLen, cfg.Model.WithMTP = "glm5", dir, max(o.maxSeqLen, 256), true
@@ -114,7 +115,7 @@ func startNode(t *testing.T, dir string, o stackOpts) decode.Addrs {
 			t.Errorf("decode.Run: %v", err)
 		}
 	})
-	var addrs decode.Addrs
+	var addrs decodeapi.Addrs
 	for i := 0; ; i++ {
 		b, err := os.ReadFile(addrFile)
 		if err == nil && json.Unmarshal(b, &addrs) == nil {

@@ -22,7 +22,7 @@ import (
 // Zero values take its defaults.
 type Security struct {
 	// Ctrl is the ctrl port's authentication and limits; its Secret is
-	// also the transfer engine's (NewTransfer).
+	// also the transfer engine's (rdma/transfer.NewReceiver).
 	Ctrl pd.Security
 	// Tokens are the bearer tokens /pd/* accepts; none configured: /pd/*
 	// takes anyone (a node without a secret binds to loopback by default).

@@ -167,9 +167,7 @@ func (c *Config) Warnings() []string {
 		open("router.host", c.Router.Host)
 	}
 	for i := range out {
-		if i < len(out) {
-			out[i] += "; set security.secret_file (router: router.api_keys_file) or bind to 127.0.0.1"
-		}
+		out[i] += "; set security.secret_file (router: router.api_keys_file) or bind to 127.0.0.1"
 	}
 	return out
 }

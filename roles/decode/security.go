@@ -128,26 +128,43 @@ func watchClient(ctx *fasthttp.RequestCtx, gone func()) (stop func()) {
 		return func() {}
 	}
 	done := make(chan struct{})
-	var stole bool
+	var mu sync.Mutex // orders the deadline changes of the watch and of stop
+	stopped, stole := false, false
 	go func() {
 		defer close(done)
 		var b [1]byte
-		n, err := c.Read(b[:])
-		if n > 0 {
-			stole = true
+		for {
+			// fasthttp's read deadline for this request (read_timeout_s)
+			// would end the watch long before a decode does: clear it.
+			mu.Lock()
+			if stopped {
+				mu.Unlock()
+				return
+			}
+			_ = c.SetReadDeadline(time.Time{})
+			mu.Unlock()
+			n, err := c.Read(b[:])
+			if n > 0 {
+				stole = true
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
+				continue // stopped, or a deadline set before ours was cleared
+			}
+			gone()
 			return
 		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
-			return // stopped
-		}
-		gone()
 	}()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
+			mu.Lock()
+			stopped = true
 			_ = c.SetReadDeadline(time.Unix(1, 0))
+			mu.Unlock()
 			<-done
+			// fasthttp arms its own deadline before the next request.
 			_ = c.SetReadDeadline(time.Time{})
 			if stole {
 				ctx.SetConnectionClose()

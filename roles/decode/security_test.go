@@ -137,7 +137,8 @@ func TestRIDLimits(t *testing.T) {
 // left (up to timeout_s), and every later request got 429. The waiter now
 // goes with its client, and the slot's promise with it.
 func TestWaiterVanishesWithClient(t *testing.T) {
-	r := newRig(t, rigOpts{})
+	// A read timeout far below the wait: the watch outlives it.
+	r := newRig(t, rigOpts{sec: Security{Ctrl: pd.Security{ReadTimeout: 200 * time.Millisecond}}})
 	conn, err := net.Dial("tcp", strings.TrimPrefix(r.base, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -148,6 +149,10 @@ func TestWaiterVanishesWithClient(t *testing.T) {
 	// Meanwhile the only free slot is promised: another request is busy.
 	if resp, b := r.postAs(t, decodeapi.PathDecode, "", map[string]any{"rid": "other", "first_token_id": 1, "timeout_s": 0.2}); resp.StatusCode != 429 {
 		t.Fatalf("second request while one waits: %d %s", resp.StatusCode, b)
+	}
+	time.Sleep(500 * time.Millisecond) // past the read timeout
+	if len(r.statusAs(t, "").Requests) != 1 {
+		t.Fatal("the waiter ended while its client was still there")
 	}
 	_ = conn.Close()
 	waitFor(t, "the waiter to go with its client", func() bool { return len(r.statusAs(t, "").Requests) == 0 })

@@ -19,6 +19,12 @@ fi
 
 echo
 echo "== decode node: prefill here, state over the ctrl port + tcp transfer engine, tokens from /pd/decode"
+# A fresh shared secret (docs/SECURITY.md): the node authenticates dev-prefill
+# and dev-vllm on its ctrl and transfer ports and wants the router's token
+# (derived from the secret) on /pd/*. Every port here is on loopback anyway.
+SECRET="$DIR/secret"
+( umask 077 && head -c 32 /dev/urandom | base64 > "$SECRET" )
+chmod 600 "$SECRET"
 ADDR="$DIR/decode-addr.json"
 LOG="$DIR/decode.log"
 stop_node() {
@@ -37,7 +43,7 @@ for _try in 1 2 3 4 5; do
   rm -f "$ADDR"
   "$BIN" decode --device cpu --model glm5 --model-weights-dir "$MODEL" --with-mtp --max-seq-len 1024 \
     --host 127.0.0.1 --ctrl-port "$CTRL" --http-port "$HTTP" --transfer-listen 127.0.0.1:0 \
-    --addr-file "$ADDR" >"$LOG" 2>&1 &
+    --secret-file "$SECRET" --addr-file "$ADDR" >"$LOG" 2>&1 &
   NODE=$!
   for _ in $(seq 1 300); do
     { [ -f "$ADDR" ] || ! kill -0 "$NODE" 2>/dev/null; } && break
@@ -56,7 +62,7 @@ if [ -z "$started" ]; then
   exit 1
 fi
 echo "node: $(cat "$ADDR")"
-"$BIN" dev-prefill --model-dir "$MODEL" --addr-file "$ADDR" \
+"$BIN" dev-prefill --model-dir "$MODEL" --addr-file "$ADDR" --secret-file "$SECRET" \
   --prompt "The decode engine streams tokens" --max-tokens 32
 
 echo
@@ -88,7 +94,7 @@ wait_file() { # file pid log
 }
 rm -f "$VADDR" "$RADDR"
 "$BIN" dev-vllm --model-dir "$MODEL" --served-model-name glm-5-tiny --host 127.0.0.1 --port 0 \
-  --addr-file "$VADDR" >"$VLOG" 2>&1 &
+  --secret-file "$SECRET" --addr-file "$VADDR" >"$VLOG" 2>&1 &
 VLLM=$!
 wait_file "$VADDR" "$VLLM" "$VLOG"
 VURL="http://$(sed 's/.*"http":"\([^"]*\)".*/\1/' "$VADDR")"
@@ -97,7 +103,7 @@ for _try in 1 2 3 4 5; do
   RPORT=$((40000 + RANDOM % 20000))
   rm -f "$RADDR"
   "$BIN" router --vllm-url "$VURL" --decode "127.0.0.1:$CTRL:$HTTP" --model-path "$MODEL" \
-    --host 127.0.0.1 --port "$RPORT" --addr-file "$RADDR" >"$RLOG" 2>&1 &
+    --host 127.0.0.1 --port "$RPORT" --secret-file "$SECRET" --addr-file "$RADDR" >"$RLOG" 2>&1 &
   ROUTER=$!
   for _ in $(seq 1 300); do
     { [ -f "$RADDR" ] || ! kill -0 "$ROUTER" 2>/dev/null; } && break

@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tilert-go/tilert/api/decodeapi"
+	"github.com/tilert-go/tilert/internal/auth"
 	"github.com/tilert-go/tilert/openai"
 )
 
@@ -120,9 +121,9 @@ type job struct {
 	mu   sync.Mutex // guards n, rid, log, once against a client-gone cancel during a failover
 }
 
-func newRID() string {
-	return fmt.Sprintf("tilert-%016x%08x", rand.Uint64(), rand.Uint32())
-}
+// newRID is a capability: whoever knows it may decode the state it names,
+// so it is 128 bits from crypto/rand (docs/SECURITY.md).
+func newRID() string { return auth.RandomID("tilert-") }
 
 func newToolCallID() string {
 	return fmt.Sprintf("chatcmpl-tool-%016x%016x", rand.Uint64(), rand.Uint64())

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -247,4 +248,11 @@ func PDToken(cfg *config.Config) (string, error) {
 		return "", err
 	}
 	return toks[0], nil
+}
+
+// pdAuth adds the router's /pd/* token to a request for a decode node.
+func (rt *Router) pdAuth(h http.Header) {
+	if rt.opts.PDToken != "" {
+		h.Set("Authorization", "Bearer "+rt.opts.PDToken)
+	}
 }

@@ -18,10 +18,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -85,22 +83,32 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 	if err != nil {
 		return errors.WithHintf(err, "--model-path %s must hold the model's tokenizer.json", cfg.Model.Path)
 	}
+	guard, err := NewGuard(cfg) // API keys, quotas, limits (guard.go)
+	if err != nil {
+		return cliutil.WithExitCode(err, cliutil.ExitUsage)
+	}
+	pdToken, err := PDToken(cfg)
+	if err != nil {
+		return cliutil.WithExitCode(err, cliutil.ExitUsage)
+	}
 	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	rt, err := New(pctx, Options{VLLMURL: rc.VLLMURL, Nodes: rc.Decode, Tokenizer: tok, ModelPath: cfg.Model.Path,
 		ServedModel: rc.ServedModel, QueueSize: rc.QueueSize,
 		QueueTimeout:   time.Duration(rc.QueueTimeoutS * float64(time.Second)),
 		ToolCallParser: rc.ToolCallParser, ReasoningParser: rc.ReasoningParser, EnableAutoToolChoice: rc.EnableAutoToolChoice,
-		SpillURL: rc.SpillURL, HealthInterval: time.Duration(rc.HealthIntervalS * float64(time.Second)), Log: slog.Default()})
+		SpillURL: rc.SpillURL, HealthInterval: time.Duration(rc.HealthIntervalS * float64(time.Second)), PDToken: pdToken, Log: slog.Default()})
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
-	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.RouterHost(), strconv.Itoa(rc.Port)))
+	ln, err := Listen(cfg) // bind address, connection caps, TLS (guard.go)
 	if err != nil {
-		return errors.WithHint(errors.Wrap(err, "router: listen"), "pick a free --port (0 lets the kernel choose)")
+		return err
 	}
 	srv := rt.Server()
+	srv.Handler = guard.Wrap(srv.Handler)
+	guard.Limit(srv)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	if addrFile != "" {

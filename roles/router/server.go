@@ -51,7 +51,10 @@ type Options struct {
 	// HealthInterval is how often every node's /health is polled (default
 	// 1 s); a node that fails is retried with backoff up to 30 s.
 	HealthInterval time.Duration
-	Log            *slog.Logger
+	// PDToken is presented as a bearer token on the nodes' /pd/* (see
+	// PDToken in guard.go); "" for nodes without tokens.
+	PDToken string
+	Log     *slog.Logger
 }
 
 // Router is the OpenAI-compatible ingress for a TileRT decode pool.

@@ -207,6 +207,7 @@ func (rt *Router) startDecode(ctx context.Context, d decodeapi.DecodeRequest, n 
 		return nil, &openai.Error{Status: http.StatusInternalServerError, Type: "internal_error", Message: err.Error()}, false
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	rt.pdAuth(hreq.Header)
 	resp, err = rt.client.Do(hreq)
 	if err != nil {
 		return nil, upstreamErr(http.StatusServiceUnavailable, "decode_unavailable", "decode node %s is unreachable: %v", n.spec, err), true
@@ -249,6 +250,7 @@ func (rt *Router) cancelOnNode(n *node, rid, reason string, log *slog.Logger) {
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
+	rt.pdAuth(req.Header)
 	resp, err := rt.client.Do(req)
 	if err != nil {
 		log.Debug("router: /pd/cancel failed", "reason", reason, "err", err.Error())

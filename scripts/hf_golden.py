@@ -402,9 +402,47 @@ def special_ids(model_dir, cfg):
     return sorted(ids - sp), sorted(sp)
 
 
-def make_prompt(preset, seed, case, attempt, length, pool):
+def make_prompt(preset, seed, case, attempt, length, pool, text_ids=None):
     rng = random.Random(f"tilert-golden/{preset}/{seed}/{case}/{attempt}")
+    if text_ids is not None:
+        # A trained model: a window of real text (the held-out split), so its distributions are the
+        # peaked ones of text it models.
+        start = rng.randrange(len(text_ids) - length)
+        return text_ids[start:start + length]
     return [pool[rng.randrange(len(pool))] for _ in range(length)]
+
+
+def corpus_ids(model_dir, path, cfg):
+    """The corpus encoded with the checkpoint's own tokenizer.json, chapters (blank-line separated)
+    each preceded by BOS where the model has one and followed by EOS, as scripts/train_tiny.py trains."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    eos = cfg["eos_token_id"][0] if isinstance(cfg["eos_token_id"], list) else cfg["eos_token_id"]
+    bos = cfg.get("bos_token_id")
+    ids = []
+    with open(path) as f:
+        for ch in f.read().split("\n\n"):
+            if not ch.strip():
+                continue
+            if bos is not None:
+                ids.append(bos)
+            ids.extend(tok.encode(ch + "\n").ids)
+            ids.append(eos)
+    return ids
+
+
+def teacher_forced(ref, ids):
+    """One forward over a long text window: per position the argmax, its relative top-2 margin and the
+    MTP block's argmax (fed the true next token), for top-1 agreement checks on peaked distributions."""
+    h, lg = ref.hidden_and_logits(ids)
+    lg = lg.float()
+    top2 = torch.topk(lg, 2, dim=-1).values
+    margin = (top2[:, 0] - top2[:, 1]) / lg.abs().amax(-1).clamp_min(1e-30)
+    mlg = ref.mtp(h[:, :-1], ids[1:]).float()
+    mtop2 = torch.topk(mlg, 2, dim=-1).values
+    mmargin = (mtop2[:, 0] - mtop2[:, 1]) / mlg.abs().amax(-1).clamp_min(1e-30)
+    return {"ids": ids, "argmax": lg.argmax(-1).tolist(), "margin": [float("%.4g" % v) for v in margin.tolist()],
+            "mtp_argmax": mlg.argmax(-1).tolist(), "mtp_margin": [float("%.4g" % v) for v in mmargin.tolist()]}
 
 
 # ---------------------------------------------------------------- golden cases
@@ -504,6 +542,9 @@ def main():
                     help="reject a prompt whose top-k or argmax decisions have a nonzero relative gap below "
                          "this, or exact top-k ties not broken towards the lowest index")
     ap.add_argument("--attempts", type=int, default=16)
+    ap.add_argument("--corpus", help="a trained model's text (train_tiny.py corpus val.txt): prompts are windows of it")
+    ap.add_argument("--tf-len", type=int, default=0,
+                    help="with --corpus: also record HF's per-position argmax over one text window this long")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--check", action="store_true",
                     help="instead of writing --out, recompute the golden in --out on its own tokens and compare")
@@ -519,6 +560,7 @@ def main():
     topk = int(cfg["index_topk"])
     long_len = a.long_len or max(4 * topk, 48)
     pool, specials = special_ids(a.model_dir, cfg)
+    text_ids = corpus_ids(a.model_dir, a.corpus, cfg) if a.corpus else None
     rec = TopkRecorder()
     rec.install(ref.modules())
     if dev.type == "cuda":
@@ -531,7 +573,7 @@ def main():
     for case, length in (("short", a.short_len), ("long", long_len)):
         chosen = None
         for attempt in range(a.attempts):
-            prompt = make_prompt(a.preset, a.seed, case, attempt, length, pool)
+            prompt = make_prompt(a.preset, a.seed, case, attempt, length, pool, text_ids)
             greedy, lg, mlg, mvl, margins = run_case(ref, prompt, a.steps)
             d = diagnose(ref, rec, prompt, greedy)
             # MTP argmax margins matter too: the engine's MTP acceptance follows them.
@@ -582,6 +624,17 @@ def main():
             "mtp_logits_vllm_pos0": [[fmt(v) for v in row.tolist()] for row in mvl],
         })
     rec.uninstall()
+    tf = None
+    if a.tf_len:
+        if text_ids is None:
+            raise SystemExit("--tf-len needs --corpus")
+        rng = random.Random(f"tilert-golden/{a.preset}/{a.seed}/teacher_forced")
+        start = rng.randrange(len(text_ids) - a.tf_len)
+        tf = teacher_forced(ref, text_ids[start:start + a.tf_len])
+        ok = sum(1 for j, t in enumerate(tf["argmax"][:-1]) if t == tf["ids"][j + 1])
+        log(f"teacher-forced window of {a.tf_len} tokens: HF top-1 equals the text's next token at "
+            f"{ok}/{a.tf_len - 1}; MTP argmax equals HF argmax one step later at "
+            f"{sum(1 for j, t in enumerate(tf['mtp_argmax'][:-1]) if t == tf['argmax'][j + 1])}/{a.tf_len - 2}")
 
     golden = {
         "preset": a.preset,
@@ -611,6 +664,12 @@ def main():
         "diagnostics": diag_all,
         "cases": cases,
     }
+    if a.corpus:
+        with open(a.corpus, "rb") as f:
+            golden["reference"]["prompts"] = {"corpus": os.path.basename(a.corpus),
+                                              "corpus_sha256": hashlib.sha256(f.read()).hexdigest()}
+    if tf is not None:
+        golden["teacher_forced"] = tf
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         f.write(dump(golden) + "\n")

@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 	"math"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -11,28 +10,22 @@ import (
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
 	"github.com/tilert-go/tilert/engine/internal/golden"
 	"github.com/tilert-go/tilert/model"
-	"github.com/tilert-go/tilert/model/synth"
 )
 
-// goldenModel writes the golden's preset checkpoint (its seed) into a temp dir.
+// goldenModel loads the golden's checkpoint: a trained model's committed
+// one (testdata/models), or the synthetic preset (its seed).
 func goldenModel(t *testing.T, g *golden.File) loaded {
 	key := fmt.Sprintf("%s@%d", g.Preset, g.Seed)
 	if v, ok := loadedModels.Load(key); ok {
 		return v.(loaded)
 	}
-	dir := filepath.Join(t.TempDir(), g.Preset)
-	if err := synth.Write(g.Preset, dir, g.Seed, nil); err != nil {
-		t.Fatal(err)
-	}
+	dir := enginetest.GoldenDir(t, g)
 	cfg, err := model.LoadConfig(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w, err := model.OpenWeights(dir)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.CheckCheckpoint(dir); err != nil {
 		t.Fatal(err)
 	}
 	// The weights are read into the engine at New, so the directory may go.

@@ -3,13 +3,11 @@ package gpu
 import (
 	"fmt"
 	"math"
-	"path/filepath"
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
 	"github.com/tilert-go/tilert/engine/internal/golden"
-	"github.com/tilert-go/tilert/model/synth"
 )
 
 // HF transformers goldens (testdata/golden/<preset>.json, scripts/hf_golden.py),
@@ -28,13 +26,7 @@ func testGolden(t *testing.T, kind deviceKind) {
 	}
 	for _, g := range gs {
 		t.Run(g.Preset, func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), g.Preset)
-			if err := synth.Write(g.Preset, dir, g.Seed, nil); err != nil {
-				t.Fatal(err)
-			}
-			if err := g.CheckCheckpoint(dir); err != nil {
-				t.Fatal(err)
-			}
+			dir := enginetest.GoldenDir(t, g)
 			_, src := hfSourceOf(t, dir)
 			e := newTestEngine(t, kind, src, engine.Options{MaxSeqLen: 1024})
 			var dense, sparse, mtpAll [2]int // agree, total
@@ -102,13 +94,7 @@ func testGoldenExact(t *testing.T, kind deviceKind) {
 	}
 	for _, g := range gs {
 		t.Run(g.Preset, func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), g.Preset)
-			if err := synth.Write(g.Preset, dir, g.Seed, nil); err != nil {
-				t.Fatal(err)
-			}
-			if err := g.CheckCheckpoint(dir); err != nil {
-				t.Fatal(err)
-			}
+			dir := enginetest.GoldenDir(t, g)
 			_, src := hfSourceOf(t, dir)
 			e := newTestEngine(t, kind, src, engine.Options{Mode: engine.ModeExact, MaxSeqLen: 1024})
 			em := newTestEngine(t, kind, src, engine.Options{Mode: engine.ModeExact, MTP: true, MaxSeqLen: 1024})

@@ -18,6 +18,7 @@ import (
 	"github.com/tilert-go/tilert/internal/buildinfo"
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/internal/engineload"
+	"github.com/tilert-go/tilert/tokenizer"
 )
 
 // Command is `tilert bench`.
@@ -38,6 +39,7 @@ func Command() *cli.Command {
 				&cli.IntFlag{Name: "slots", Value: 1, Usage: "requests decoded together (--max-inflight)"},
 				&cli.BoolFlag{Name: "mtp", Usage: "speculative decoding with the MTP layer"},
 				&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompts"},
+				&cli.StringFlag{Name: "prompt-file", Usage: "text file: each slot's prompt is a --prompt-len window of it (tokenized with the model's tokenizer.json) instead of random ids, so MTP acceptance is that of real text"},
 				&cli.StringFlag{Name: "json", Usage: "also write the result as JSON to this file"},
 			),
 			Action: runDecode,
@@ -55,6 +57,7 @@ type Result struct {
 	MTP           bool    `json:"mtp"`
 	Slots         int     `json:"slots"`
 	PromptLen     int     `json:"prompt_len"`
+	PromptFile    string  `json:"prompt_file,omitempty"`
 	Tokens        int     `json:"tokens_per_slot"`
 	PrefillMS     float64 `json:"prefill_ms_per_slot"`
 	Steps         int     `json:"steps"`
@@ -100,14 +103,26 @@ func runDecode(c *cli.Context) error {
 		KVCacheDType: string(cache), MTP: c.Bool("mtp"), Slots: slots, PromptLen: plen, Tokens: ntok,
 	}
 	rng := rand.New(rand.NewPCG(c.Uint64("seed"), 7))
+	var text []int
+	if f := c.String("prompt-file"); f != "" {
+		if text, err = textIDs(dir, f, plen); err != nil {
+			return err
+		}
+		r.PromptFile = f
+	}
 	p := engine.Params{MaxTokens: ntok} // greedy, no stop ids: every slot runs to ntok
 	active := make([]int, 0, slots)
 	start := time.Now()
 	for s := 0; s < slots; s++ {
 		prompt := make([]int, plen)
-		for i := range prompt {
-			// Stay below the top of the vocabulary, where the special tokens live.
-			prompt[i] = rng.IntN(cfg.VocabSize * 3 / 4)
+		if text != nil {
+			at := rng.IntN(len(text) - plen + 1)
+			copy(prompt, text[at:at+plen])
+		} else {
+			for i := range prompt {
+				// Stay below the top of the vocabulary, where the special tokens live.
+				prompt[i] = rng.IntN(cfg.VocabSize * 3 / 4)
+			}
 		}
 		first, err := e.Prefill(s, prompt, p)
 		if err != nil {
@@ -165,9 +180,34 @@ func runDecode(c *cli.Context) error {
 	return nil
 }
 
+// textIDs tokenizes a prompt file with the model directory's tokenizer.
+func textIDs(modelDir, file string, plen int) ([]int, error) {
+	tok, err := tokenizer.Load(modelDir)
+	if err != nil {
+		return nil, errors.WithHint(err, "--prompt-file needs the model's tokenizer.json in --model-dir (an HF checkpoint directory)")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, errors.WithHint(errors.Wrap(err, "reading --prompt-file"), "give a readable text file")
+	}
+	ids, err := tok.Encode(string(b), false)
+	if err != nil {
+		return nil, errors.Wrapf(err, "tokenizing %s", file)
+	}
+	if len(ids) < plen {
+		return nil, errors.WithHintf(errors.Newf("--prompt-file %s has %d tokens, fewer than --prompt-len %d", file, len(ids), plen),
+			"use a longer file or a smaller --prompt-len")
+	}
+	return ids, nil
+}
+
 func report(w io.Writer, r Result) {
-	fmt.Fprintf(w, "bench decode: %s on %s, mode %s, cache %s, mtp %v, %d slot(s), prompt %d, %d tokens/slot\n",
-		r.Model, r.Device, r.Mode, r.KVCacheDType, r.MTP, r.Slots, r.PromptLen, r.Tokens)
+	src := "random ids"
+	if r.PromptFile != "" {
+		src = "text from " + r.PromptFile
+	}
+	fmt.Fprintf(w, "bench decode: %s on %s, mode %s, cache %s, mtp %v, %d slot(s), prompt %d (%s), %d tokens/slot\n",
+		r.Model, r.Device, r.Mode, r.KVCacheDType, r.MTP, r.Slots, r.PromptLen, src, r.Tokens)
 	fmt.Fprintf(w, "  prefill      %9.2f ms/slot\n", r.PrefillMS)
 	fmt.Fprintf(w, "  decode step  %9.3f ms p50, %.3f ms p90 (%d steps)\n", r.StepP50MS, r.StepP90MS, r.Steps)
 	fmt.Fprintf(w, "  throughput   %9.1f tok/s total, %.1f tok/s per user\n", r.TokensPerSec, r.PerUserTokS)

@@ -160,9 +160,16 @@ var (
 )
 
 // PresetDir writes a preset's synthetic checkpoint (seed 0) once per test
-// run into a temporary folder; a TestMain removes it with RemovePresets.
+// run into a temporary folder; a TestMain removes it with RemovePresets. A
+// trained model's name (testdata/models/<name>) gives its committed
+// checkpoint.
 func PresetDir(t testing.TB, name string) string {
 	t.Helper()
+	if d, err := golden.TrainedModelDir(name); err != nil {
+		t.Fatal(err)
+	} else if d != "" {
+		return d
+	}
 	presetMu.Lock()
 	defer presetMu.Unlock()
 	if d, ok := presetDirs[name]; ok {
@@ -191,4 +198,40 @@ func RemovePresets() {
 		os.RemoveAll(presetRoot)
 	}
 	presetRoot, presetDirs = "", map[string]string{}
+}
+
+// GoldenDir is the checkpoint a golden was made from: a trained model's
+// committed one (testdata/models/<preset>), or the synthetic preset at the
+// golden's seed written into a temporary folder of the test.
+func GoldenDir(t testing.TB, g *golden.File) string {
+	t.Helper()
+	dir, err := g.ModelDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dir == "" {
+		dir = filepath.Join(t.TempDir(), g.Preset)
+		if err := synth.Write(g.Preset, dir, g.Seed, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.CheckCheckpoint(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TrainedGoldens are the goldens of trained models (those with a
+// teacher-forced text window), skipping the test when there is none.
+func TrainedGoldens(t *testing.T) []*golden.File {
+	var out []*golden.File
+	for _, g := range Goldens(t) {
+		if g.TeacherForced != nil {
+			out = append(out, g)
+		}
+	}
+	if len(out) == 0 {
+		t.Skip("no trained model's golden in testdata/golden")
+	}
+	return out
 }

@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sort"
 
 	"github.com/cockroachdb/errors"
 )
@@ -30,7 +31,26 @@ const (
 	ServingDenseMinBF16 = 0.90
 	ServingDenseMinFP8  = 0.80
 	ServingSparseMin    = 0.40
+	// TrainedServingMin bounds serving mode's teacher-forced top-1 agreement
+	// with HF on a trained model's text window (testdata/models, made by
+	// scripts/train_tiny.py): its distributions are peaked, so fp8 caches
+	// must keep almost every decision.
+	TrainedServingMin = 0.95
+	// TrainedMTPAcceptMin bounds MTP acceptance on a trained model's text.
+	TrainedMTPAcceptMin = 0.40
 )
+
+// TeacherForced is HF's per-position argmax over one window of a trained
+// model's held-out text: Argmax[j] predicts IDs[j+1]; MTPArgmax[j] is the
+// MTP block's argmax at j fed IDs[j+1] (it predicts IDs[j+2]). Margins are
+// (top1 - top2) / max|logit| of each row.
+type TeacherForced struct {
+	IDs       []int     `json:"ids"`
+	Argmax    []int     `json:"argmax"`
+	Margin    []float64 `json:"margin"`
+	MTPArgmax []int     `json:"mtp_argmax"`
+	MTPMargin []float64 `json:"mtp_margin"`
+}
 
 // Case is one prompt with HF's greedy continuation and per-step logits.
 type Case struct {
@@ -59,6 +79,53 @@ type File struct {
 		} `json:"crosscheck"`
 	} `json:"diagnostics"`
 	Cases []Case `json:"cases"`
+	// TeacherForced is present for trained models' goldens only.
+	TeacherForced *TeacherForced `json:"teacher_forced"`
+}
+
+// TrainedDir is where the trained tiny checkpoints live (scripts/train_tiny.py).
+const TrainedDir = "testdata/models"
+
+// ModelDir is the committed checkpoint of a trained model's golden
+// (testdata/models/<preset>), or "" for a synthetic preset, which tests
+// synthesise from (preset, seed).
+func (g *File) ModelDir() (string, error) {
+	return TrainedModelDir(g.Preset)
+}
+
+// TrainedModelDir is testdata/models/<name> when that holds a checkpoint,
+// else "".
+func TrainedModelDir(name string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, TrainedDir, name)
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+		if os.IsNotExist(err) {
+			return "", nil
+		}
+		return "", err
+	}
+	return dir, nil
+}
+
+// TrainedModels lists the trained checkpoints under testdata/models, sorted.
+func TrainedModels() ([]string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	m, err := filepath.Glob(filepath.Join(root, TrainedDir, "*", "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, f := range m {
+		out = append(out, filepath.Base(filepath.Dir(f)))
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // RepoRoot walks up from the working directory to the one holding go.mod.
@@ -118,9 +185,12 @@ func (g *File) CheckCheckpoint(dir string) error {
 			return err
 		}
 		if got := fmt.Sprintf("%x", sha256.Sum256(data)); got != want {
-			return errors.WithHintf(errors.Newf("%s of preset %s seed %d has sha256 %s, the golden was made from %s",
-				name, g.Preset, g.Seed, got, want),
-				"regenerate testdata/golden/%s.json with scripts/golden_all.sh (model/synth output changed)", g.Preset)
+			hint := fmt.Sprintf("regenerate testdata/golden/%s.json with scripts/golden_all.sh (model/synth output changed)", g.Preset)
+			if d, _ := g.ModelDir(); d != "" {
+				hint = fmt.Sprintf("the trained checkpoint %s changed: regenerate testdata/golden/%s.json with scripts/hf_golden.py (scripts/README.md, trained tiny models)", d, g.Preset)
+			}
+			return errors.WithHint(errors.Newf("%s of preset %s seed %d has sha256 %s, the golden was made from %s",
+				name, g.Preset, g.Seed, got, want), hint)
 		}
 	}
 	return nil

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: synthesise the tiny GLM-5 model and
-# generate from it on the CPU (serving mode: caches in vLLM's layouts, MTP on).
+# The main job on the embedded default: the tiny trained GLM-5-shaped model
+# (testdata/models/glm-5-tiny-kjv, trained on the King James Bible by
+# scripts/train_tiny.py; tiny-model quality) generates on the CPU (serving
+# mode: caches in vLLM's layouts, MTP on; the MTP acceptance rate is printed).
+# DEMO_MODEL=synth uses the random synthetic glm-5-tiny preset instead.
 # Then the disaggregated path on the same model: a decode node on free ports,
 # a local prefill whose state is handed to it over the ctrl protocol and the
 # tcp transfer engine, and the node's NDJSON token stream. Last, the whole
@@ -10,11 +13,22 @@
 set -euo pipefail
 BIN=${1:-./tilert}
 DIR=${2:-.demo}
-MODEL="$DIR/glm-5-tiny"
-if [ ! -f "$MODEL/config.json" ]; then
-  "$BIN" synth --preset glm-5-tiny --out "$MODEL" --seed 0
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PROMPT="And the LORD spake unto Moses, saying"
+NAME=glm-5-tiny-kjv
+MODEL="$ROOT/testdata/models/$NAME"
+if [ "${DEMO_MODEL:-}" = synth ]; then
+  NAME=glm-5-tiny
+  MODEL="$DIR/glm-5-tiny"
+  PROMPT="The decode engine streams tokens"
+  if [ ! -f "$MODEL/config.json" ]; then
+    "$BIN" synth --preset glm-5-tiny --out "$MODEL" --seed 0
+  fi
 fi
-"$BIN" generate --model-dir "$MODEL" --prompt "The decode engine streams tokens" \
+mkdir -p "$DIR"
+echo "== local generation on the CPU: $NAME, serving mode, MTP on"
+echo "prompt: $PROMPT"
+"$BIN" generate --model-dir "$MODEL" --prompt "$PROMPT" \
   --max-tokens 32 --mode serving --mtp
 
 echo
@@ -63,7 +77,7 @@ if [ -z "$started" ]; then
 fi
 echo "node: $(cat "$ADDR")"
 "$BIN" dev-prefill --model-dir "$MODEL" --addr-file "$ADDR" --secret-file "$SECRET" \
-  --prompt "The decode engine streams tokens" --max-tokens 32
+  --prompt "$PROMPT" --max-tokens 32
 
 echo
 echo "== the whole stack: router (OpenAI API) -> dev-vllm (CPU stand-in for vLLM prefill + connector) -> decode node"
@@ -93,7 +107,7 @@ wait_file() { # file pid log
   fi
 }
 rm -f "$VADDR" "$RADDR"
-"$BIN" dev-vllm --model-dir "$MODEL" --served-model-name glm-5-tiny --host 127.0.0.1 --port 0 \
+"$BIN" dev-vllm --model-dir "$MODEL" --served-model-name "$NAME" --host 127.0.0.1 --port 0 \
   --secret-file "$SECRET" --addr-file "$VADDR" >"$VLOG" 2>&1 &
 VLLM=$!
 wait_file "$VADDR" "$VLLM" "$VLOG"
@@ -117,13 +131,13 @@ RURL="http://$(sed 's/.*"http":"\([^"]*\)".*/\1/' "$RADDR")"
 echo "router: $RURL  dev-vllm: $VURL  decode: 127.0.0.1:$CTRL:$HTTP"
 if command -v curl >/dev/null; then
   echo
-  echo "\$ curl $RURL/v1/completions -d '{\"model\":\"glm-5-tiny\",\"prompt\":\"The decode engine streams tokens\",\"max_tokens\":32,\"temperature\":0}'"
-  curl -sS "$RURL/v1/completions" -H 'Content-Type: application/json' \
-    -d '{"model":"glm-5-tiny","prompt":"The decode engine streams tokens","max_tokens":32,"temperature":0}'
+  body="{\"model\":\"$NAME\",\"prompt\":\"$PROMPT\",\"max_tokens\":32,\"temperature\":0}"
+  echo "\$ curl $RURL/v1/completions -d '$body'"
+  curl -sS "$RURL/v1/completions" -H 'Content-Type: application/json' -d "$body"
   echo
   echo "\$ curl -N $RURL/v1/chat/completions -d '{... \"stream\":true, \"stream_options\":{\"include_usage\":true}}'"
   curl -sSN "$RURL/v1/chat/completions" -H 'Content-Type: application/json' \
-    -d '{"model":"glm-5-tiny","messages":[{"role":"user","content":"Hello"}],"max_tokens":8,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}'
+    -d "{\"model\":\"$NAME\",\"messages\":[{\"role\":\"user\",\"content\":\"Who is the LORD?\"}],\"max_tokens\":8,\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true}}"
   echo "\$ curl $RURL/metrics | grep ^tilert_router_requests_total"
   curl -sS "$RURL/metrics" | grep '^tilert_router_requests_total' | grep -v ' 0$' || true
 else

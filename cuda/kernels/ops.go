@@ -24,9 +24,9 @@ const (
 	IndexerHeadDim    = 128
 	gemvRowsPerBlock  = 8 // 256 threads, a warp per output row
 	maxGemvM          = 4
-	maxRouteExperts    = 1024
-	maxRouteGroups     = 32
-	maxRouteTopK       = 64
+	maxRouteExperts   = 1024
+	maxRouteGroups    = 32
+	maxRouteTopK      = 64
 )
 
 func cdiv(a, b int) int { return (a + b - 1) / b }

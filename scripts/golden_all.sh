@@ -5,8 +5,11 @@
 #   CGO_ENABLED=0 go build -o tilert . && scripts/golden_all.sh   # synthesize with ./tilert
 #   CKPTS=DIR scripts/golden_all.sh     # use DIR/<preset>, already synthesized (e.g. carried to the H200)
 #
+#   KJV=DIR scripts/golden_all.sh       # also the trained models (testdata/models/*), prompts from
+#                                        # DIR/val.txt (scripts/train_tiny.py corpus --out DIR)
+#
 # Env: OUT (default testdata/golden), PYTHON (default python3), SEED (default 0),
-# PRESETS (default "deepseek-v3.2-tiny glm-5-tiny"), GOLDEN_ARGS (extra hf_golden.py flags).
+# PRESETS (default "deepseek-v3.2-tiny glm-5-tiny"), GOLDEN_ARGS (extra hf_golden.py flags), KJV.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-testdata/golden}
@@ -34,4 +37,13 @@ for p in $presets; do
 	# shellcheck disable=SC2086
 	"$py" scripts/hf_golden.py --preset "$p" --model-dir "$dir" --seed "$seed" --out "$out/$p.json" ${GOLDEN_ARGS:-} || rc=1
 done
+if [ -n "${KJV:-}" ]; then
+	for dir in testdata/models/*/; do
+		[ -f "$dir/config.json" ] || continue
+		p=$(basename "$dir")
+		# shellcheck disable=SC2086
+		"$py" scripts/hf_golden.py --preset "$p" --model-dir "$dir" --seed "$seed" --out "$out/$p.json" \
+			--corpus "$KJV/val.txt" --tf-len 512 ${GOLDEN_ARGS:-} || rc=1
+	done
+fi
 exit $rc

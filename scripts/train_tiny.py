@@ -692,7 +692,9 @@ def cmd_train(a):
             log(f"{m['name']} s3 step {i + 1}: loss {loss.item():.4f} mtp {mloss.item():.4f} indexer KL {kl.item():.4f}")
             hist.append(dict(stage=3, step=i + 1, loss=round(loss.item(), 4), mtp=round(mloss.item(), 4),
                              kl=round(kl.item(), 4)))
-        if time.time() - t_start > a.budget_s * 1.35 + 60:
+        # Only a run whose step count came from --budget-s may be cut short (an explicit --steps run
+        # must reproduce exactly, however slow the machine).
+        if not a.steps and time.time() - t_start > a.budget_s * 1.35 + 60:
             log(f"{m['name']}: WARNING: stopping stage 3 at step {i + 1}/{n3}: past 1.35x the time budget")
             n3 = i + 1
             break

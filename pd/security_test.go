@@ -191,7 +191,7 @@ func heapInUse() uint64 {
 // throughout, the flood's memory stays small, and the server closes every
 // flooding connection within its deadlines.
 func TestCtrlFloodsBounded(t *testing.T) {
-	sec := Security{Secret: testSecret, ReadTimeout: 300 * time.Millisecond, IdleTimeout: 600 * time.Millisecond,
+	sec := Security{Secret: testSecret, ReadTimeout: time.Second, IdleTimeout: 2 * time.Second,
 		MaxConns: 400, MaxConnsPerPeer: 300}
 	r := secureRig(t, 1, sec, nil)
 	before := heapInUse()

@@ -108,8 +108,8 @@ func heapInUse() uint64 {
 // memory stays small, and the receiver closes every flooding connection
 // within its deadlines.
 func TestTCPFloodsBounded(t *testing.T) {
-	recv, err := NewTCP(TCPConfig{Listen: "127.0.0.1:0", Secret: secret, HandshakeTimeout: 300 * time.Millisecond,
-		IdleTimeout: 600 * time.Millisecond, IOTimeout: 500 * time.Millisecond, MaxConns: 400, MaxConnsPerPeer: 300})
+	recv, err := NewTCP(TCPConfig{Listen: "127.0.0.1:0", Secret: secret, HandshakeTimeout: time.Second,
+		IdleTimeout: 2 * time.Second, IOTimeout: time.Second, MaxConns: 400, MaxConnsPerPeer: 300})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package netguard
 
 import (
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -43,8 +44,8 @@ func TestListenerCaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused := 0
-	ln := Wrap(raw, Limits{MaxConns: 2, OnRefuse: func(string) { refused++ }})
+	var refused atomic.Int64
+	ln := Wrap(raw, Limits{MaxConns: 2, OnRefuse: func(string) { refused.Add(1) }})
 	defer ln.Close()
 	acc := make(chan net.Conn, 8)
 	go func() {
@@ -69,8 +70,8 @@ func TestListenerCaps(t *testing.T) {
 	if _, err := clients[2].Read(make([]byte, 1)); err == nil {
 		t.Fatal("third connection not closed")
 	}
-	if ln.Open() != 2 || ln.Refused() != 1 || refused != 1 {
-		t.Fatalf("open %d refused %d/%d", ln.Open(), ln.Refused(), refused)
+	if ln.Open() != 2 || ln.Refused() != 1 || refused.Load() != 1 {
+		t.Fatalf("open %d refused %d/%d", ln.Open(), ln.Refused(), refused.Load())
 	}
 	_ = a.Close()
 	_ = a.Close() // idempotent

@@ -112,7 +112,7 @@ func heapInUse() uint64 {
 // memory stays small, every flooding connection is cut within the
 // deadlines, and connections past max_conns are closed at once.
 func TestSocketFloodsBounded(t *testing.T) {
-	h := newHarness(t, Options{Socket: pd.Security{ReadTimeout: 300 * time.Millisecond, IdleTimeout: 600 * time.Millisecond, MaxConns: 91}})
+	h := newHarness(t, Options{Socket: pd.Security{ReadTimeout: time.Second, IdleTimeout: 1500 * time.Millisecond, MaxConns: 91}})
 	before := heapInUse()
 	var conns []net.Conn
 	stop := make(chan struct{})
@@ -147,11 +147,17 @@ func TestSocketFloodsBounded(t *testing.T) {
 	if hello := p.roundTrip(map[string]any{"type": "hello"}); hello["type"] != TypeHello {
 		t.Fatalf("plugin during the flood: %v", hello)
 	}
+	for deadline := time.Now().Add(time.Second); h.s.guard.Load().Open() < 91; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections held, want 91", h.s.guard.Load().Open())
+		}
+	}
 	extra, err := net.Dial("unix", h.socket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = extra.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	// Closed at once, long before the 1.5 s idle timeout would close it.
+	_ = extra.SetReadDeadline(time.Now().Add(time.Second))
 	if n, err := extra.Read(make([]byte, 1)); n != 0 || err == nil {
 		t.Fatalf("connection past max_conns: %d %v, want closed", n, err)
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {

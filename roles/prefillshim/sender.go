@@ -110,6 +110,7 @@ type Sidecar struct {
 	m *sidecarMetrics
 
 	queue    chan *job
+	guard    atomic.Pointer[netguard.Listener] // the socket's connection cap (tests read it)
 	staged   atomic.Int64
 	inflight atomic.Int64
 	regionID atomic.Uint64
@@ -144,7 +145,9 @@ func New(o Options) (*Sidecar, error) {
 // Serve accepts plugin connections on ln until ln is closed, at most
 // Options.Socket.MaxConns at once.
 func (s *Sidecar) Serve(ln net.Listener) error {
-	ln = netguard.Wrap(ln, netguard.Limits{MaxConns: s.o.Socket.MaxConns, Name: "sidecar socket"})
+	g := netguard.Wrap(ln, netguard.Limits{MaxConns: s.o.Socket.MaxConns, Name: "sidecar socket"})
+	s.guard.Store(g)
+	ln = g
 	for {
 		conn, err := ln.Accept()
 		if err != nil {

@@ -227,7 +227,7 @@ func heapInUse() uint64 {
 // connection within security.read_timeout_s.
 func TestRouterFloodsBounded(t *testing.T) {
 	cfg := guardConfig(t)
-	cfg.Security.ReadTimeoutS, cfg.Security.IdleTimeoutS, cfg.Security.MaxConnsPerPeer = 0.3, 0.6, 400
+	cfg.Security.ReadTimeoutS, cfg.Security.IdleTimeoutS, cfg.Security.MaxConnsPerPeer = 1, 1.5, 400
 	_, addr := guarded(t, cfg)
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 	if c, err := d.Dial("tcp", addr); err != nil {

@@ -96,6 +96,12 @@ type TCPConfig struct {
 	// IdleTimeout closes a stream with no write for this long
 	// (security.idle_timeout_s, default 5 min).
 	IdleTimeout time.Duration
+	// DeviceReader, when set, lets the engine send from device memory
+	// (Region.Kind DeviceMem): it reads the bytes through host buffers of
+	// DeviceStagingBytes (default 8 MiB), the next chunk while the current
+	// one is sent. Receiving into device memory is not supported.
+	DeviceReader       DeviceReader
+	DeviceStagingBytes int64
 }
 
 func (c *TCPConfig) defaults() {
@@ -120,6 +126,9 @@ func (c *TCPConfig) defaults() {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 5 * time.Minute
 	}
+	if c.DeviceStagingBytes <= 0 {
+		c.DeviceStagingBytes = 8 << 20
+	}
 }
 
 type tcpRegion struct {
@@ -140,12 +149,17 @@ type TCPEngine struct {
 	peers   map[*tcpPeer]struct{}
 	closed  bool
 	wg      sync.WaitGroup
+
+	devStage *deviceStaging // nil without cfg.DeviceReader
 }
 
 // NewTCP starts a TCP engine, listening when cfg.Listen is set.
 func NewTCP(cfg TCPConfig) (*TCPEngine, error) {
 	cfg.defaults()
 	e := &TCPEngine{cfg: cfg, regions: map[RegionID]*tcpRegion{}, conns: map[net.Conn]struct{}{}, peers: map[*tcpPeer]struct{}{}}
+	if cfg.DeviceReader != nil {
+		e.devStage = &deviceStaging{r: cfg.DeviceReader, bytes: int(cfg.DeviceStagingBytes)}
+	}
 	if cfg.Listen != "" {
 		ln, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
@@ -172,8 +186,8 @@ func (e *TCPEngine) Endpoint() string {
 	return "tcp://" + e.ln.Addr().String()
 }
 
-// Register implements Engine. Only host memory: device memory needs a GPU
-// path that the tcp engine does not have yet.
+// Register implements Engine. Host memory; device memory only as a write
+// source, and only with a DeviceReader (TCPConfig).
 func (e *TCPEngine) Register(r Region) error {
 	if r.Kind == "" {
 		r.Kind = HostMem
@@ -181,9 +195,9 @@ func (e *TCPEngine) Register(r Region) error {
 	if err := r.validate(); err != nil {
 		return err
 	}
-	if r.Kind != HostMem {
+	if r.Kind != HostMem && (r.Kind != DeviceMem || e.devStage == nil) {
 		return errors.WithHint(errors.Newf("rdma/tcp: region %d: %s memory is not supported", r.ID, r.Kind),
-			"register a host staging buffer, or use the nixl engine for device memory")
+			"register a host staging buffer, give the engine a DeviceReader (send side), or use the nixl engine for device memory")
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -270,6 +284,9 @@ func (e *TCPEngine) Close() error {
 		_ = p.Close()
 	}
 	e.wg.Wait()
+	if e.devStage != nil {
+		err = errors.CombineErrors(err, e.devStage.close())
+	}
 	return err
 }
 
@@ -384,7 +401,7 @@ func (e *TCPEngine) receive(c net.Conn, br *bufio.Reader, session string, id Reg
 		return tcpStatusNoRe, e.discard(c, br, n)
 	}
 	size := uint64(r.Size())
-	if off > size || n > size-off {
+	if off > size || n > size-off || r.Kind == DeviceMem {
 		return tcpStatusOOB, e.discard(c, br, n)
 	}
 	done := uint64(0)
@@ -549,12 +566,8 @@ type tcpStream struct {
 
 // Write implements Peer.
 func (p *tcpPeer) Write(ctx context.Context, ops []WriteOp) error {
-	type piece struct {
-		src []byte
-		op  *WriteOp
-		off int64
-	}
 	total := int64(0)
+	var devOps []*WriteOp
 	for i := range ops {
 		op := &ops[i]
 		lr := p.e.region(op.Local)
@@ -567,7 +580,18 @@ func (p *tcpPeer) Write(ctx context.Context, ops []WriteOp) error {
 		if err := checkRange("remote", op.Remote.ID, op.RemoteOff, op.Len, op.Remote.Len); err != nil {
 			return err
 		}
+		if lr.Kind == DeviceMem {
+			devOps = append(devOps, op)
+			continue
+		}
 		total += (op.Len + p.e.cfg.PieceBytes - 1) / p.e.cfg.PieceBytes
+	}
+	var chunks []*devChunk
+	if len(devOps) > 0 {
+		chunks = chunkDeviceOps(devOps, p.e.region, p.e.cfg.DeviceStagingBytes, p.e.cfg.PieceBytes)
+		for _, c := range chunks {
+			total += int64(len(c.pieces))
+		}
 	}
 	if total == 0 {
 		return nil
@@ -575,22 +599,35 @@ func (p *tcpPeer) Write(ctx context.Context, ops []WriteOp) error {
 	b := &batch{done: make(chan struct{})}
 	b.left.Store(total)
 	sent := int64(0)
+	fail := func(err error) error {
+		// Pieces never sent count as failed so the batch can finish.
+		for ; sent < total; sent++ {
+			b.complete(err)
+		}
+		<-b.done
+		return b.err
+	}
 	for i := range ops {
 		op := &ops[i]
 		lr := p.e.region(op.Local)
+		if lr.Kind == DeviceMem {
+			continue
+		}
 		for o := int64(0); o < op.Len; o += p.e.cfg.PieceBytes {
 			n := min(p.e.cfg.PieceBytes, op.Len-o)
 			s := p.streams[int(p.next.Add(1))%len(p.streams)]
 			src := lr.Host[op.LocalOff+o : op.LocalOff+o+n]
 			if err := s.send(ctx, b, op.Remote, uint64(op.RemoteOff+o), src); err != nil {
-				// Pieces never sent count as failed so the batch can finish.
-				for ; sent < total; sent++ {
-					b.complete(err)
-				}
-				<-b.done
-				return b.err
+				return fail(err)
 			}
 			sent++
+		}
+	}
+	if len(chunks) > 0 {
+		n, err := p.sendDevice(ctx, b, chunks)
+		sent += n
+		if err != nil {
+			return fail(err)
 		}
 	}
 	select {

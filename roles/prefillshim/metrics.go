@@ -15,6 +15,7 @@ type sidecarMetrics struct {
 	bytes    *metrics.Counter
 	dials    *metrics.Counter
 	seconds  *metrics.HistogramVec
+	zeroCopy *metrics.CounterVec
 }
 
 func newMetrics(s *Sidecar) *sidecarMetrics {
@@ -28,6 +29,8 @@ func newMetrics(s *Sidecar) *sidecarMetrics {
 			"Send attempts repeated, by reason (busy: the node had no free slot; stale_connection: a pooled ctrl connection had closed).", "reason"),
 		bytes: r.NewCounter("tilert_sidecar_transfer_bytes_total", "State bytes shipped and acknowledged by decode nodes.").With(),
 		dials: r.NewCounter("tilert_sidecar_ctrl_dials_total", "Ctrl connections opened to decode nodes.").With(),
+		zeroCopy: r.NewCounter("tilert_sidecar_zero_copy_requests_total",
+			"Requests sent straight from vLLM's GPU cache (stage_blocks), by outcome; also counted in requests_total.", "outcome"),
 		seconds: r.NewHistogram("tilert_sidecar_ship_seconds",
 			"Time from a stage's arrival on the socket to the node's ack.", metrics.ExpBuckets(0.0001, 2, 18)),
 	}

@@ -28,6 +28,9 @@ type Options struct {
 	StagingBytes int64
 	// Transfer is the sending transfer engine (the decode nodes' kind).
 	Transfer rdma.Engine
+	// Device maps and reads vLLM's GPU caches for the zero-copy path; nil
+	// turns it off (the plugin then stages through /dev/shm).
+	Device DeviceAccess
 	// Workers is how many requests are sent at once (default 4).
 	Workers int
 	// QueueLen bounds the queued requests (default 1024).
@@ -100,6 +103,7 @@ const (
 
 type job struct {
 	st       *Stage
+	blocks   *blockJob // the zero-copy path: st has no file
 	received time.Time
 }
 
@@ -247,8 +251,20 @@ func (s *Sidecar) worker() {
 	defer s.workerWG.Done()
 	for j := range s.queue {
 		s.inflight.Add(1)
-		outcome, err := s.ship(j.st)
-		s.staged.Add(-j.st.FileBytes)
+		var outcome string
+		var err error
+		if j.blocks != nil {
+			if s.ctx.Err() != nil {
+				outcome, err = OutcomeAborted, errors.New("the sidecar stopped before the send started")
+			} else {
+				outcome, err = s.shipBlocks(j.blocks)
+			}
+			j.blocks.cache.release(j.blocks.sb.Tag)
+			s.m.zeroCopy.With(outcome).Inc()
+		} else {
+			outcome, err = s.ship(j.st)
+			s.staged.Add(-j.st.FileBytes)
+		}
 		s.inflight.Add(-1)
 		s.finish(j.st, outcome, err, j.received)
 	}
@@ -283,7 +299,19 @@ func (s *Sidecar) ship(st *Stage) (string, error) {
 		admit.Regions = append(admit.Regions, pd.RegionSize{Name: regionName(r), Bytes: r.Bytes})
 		srcs[i] = pd.Source{Name: regionName(r), Region: id, Offset: r.Offset, Host: buf[r.Offset : r.Offset+r.Bytes]}
 	}
+	return s.sendAttempts(st, admit, func(ctx context.Context, c *pd.Client, acc *pd.Accept) error {
+		n, crc, err := c.Write(ctx, acc, srcs)
+		if err != nil {
+			return err
+		}
+		_, err = c.Done(ctx, acc, n, crc)
+		return err
+	})
+}
 
+// sendAttempts admits st on a pooled ctrl connection and runs write (the
+// writes and done) on the accept, retrying while the node is busy.
+func (s *Sidecar) sendAttempts(st *Stage, admit *pd.Admit, write func(ctx context.Context, c *pd.Client, acc *pd.Accept) error) (string, error) {
 	addr := st.Ctrl()
 	busyUntil := time.Now().Add(s.o.BusyRetryFor)
 	freshTried := false
@@ -298,7 +326,10 @@ func (s *Sidecar) ship(st *Stage) (string, error) {
 		ctx, cancel := context.WithTimeout(s.ctx, s.o.SendTimeout)
 		a := *admit
 		a.Regions = append([]pd.RegionSize(nil), admit.Regions...)
-		_, err = c.Send(ctx, &a, srcs)
+		acc, err := c.Admit(ctx, &a)
+		if err == nil {
+			err = write(ctx, c, acc)
+		}
 		cancel()
 		if err == nil {
 			s.release(addr, c)

@@ -26,6 +26,7 @@ import (
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/internal/netguard"
 	"github.com/tilert-go/tilert/pd"
+	"github.com/tilert-go/tilert/rdma"
 	"github.com/tilert-go/tilert/rdma/transfer"
 )
 
@@ -90,7 +91,17 @@ func Run(ctx context.Context, cfg *config.Config, ready func(Ready)) error {
 		return cliutil.WithExitCode(err, cliutil.ExitUsage)
 	}
 	sec := cfg.Security
-	tr, err := transfer.NewSender(cfg.Transfer, secret)
+	// With a GPU here, vLLM's caches can be sent straight from its memory
+	// (zero-copy); without, the plugin stages through /dev/shm.
+	var dev DeviceAccess
+	var reader rdma.DeviceReader
+	if g, gerr := newGPUAccess(); gerr == nil {
+		dev, reader = g, g
+		defer g.close()
+	} else {
+		log.Info("sidecar: no GPU access; zero-copy off, the plugin stages through /dev/shm", "reason", gerr)
+	}
+	tr, err := transfer.NewDeviceSender(cfg.Transfer, secret, reader)
 	if err != nil {
 		return err
 	}
@@ -106,7 +117,7 @@ func Run(ctx context.Context, cfg *config.Config, ready func(Ready)) error {
 	if err != nil {
 		return err
 	}
-	s, err := New(Options{StagingDir: dir, StagingBytes: int64(sc.StagingMiB) << 20, Transfer: tr, Secret: secret, Log: log,
+	s, err := New(Options{StagingDir: dir, StagingBytes: int64(sc.StagingMiB) << 20, Transfer: tr, Device: dev, Secret: secret, Log: log,
 		Socket: pd.Security{MaxConns: sec.MaxConns, ReadTimeout: sec.ReadTimeout(), IdleTimeout: sec.IdleTimeout(),
 			WriteTimeout: sec.WriteTimeout(), MaxFrame: sec.MaxFrameBytes}})
 	if err != nil {
@@ -131,7 +142,7 @@ func Run(ctx context.Context, cfg *config.Config, ready func(Ready)) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- s.Serve(ln) }()
 	log.Info("sidecar: listening", "socket", sc.Socket, "metrics", r.Metrics, "staging_dir", dir,
-		"staging_mib", sc.StagingMiB, "transfer", tr.Kind())
+		"staging_mib", sc.StagingMiB, "transfer", tr.Kind(), "zero_copy", dev != nil)
 	if ready != nil {
 		ready(r)
 	}

@@ -45,6 +45,9 @@ type Hello struct {
 	StagingDir      string `json:"staging_dir"`
 	StagingBytes    int64  `json:"staging_bytes"`
 	Transport       string `json:"transport"`
+	// IPC: the sidecar can map vLLM's CUDA caches (register_cache,
+	// stage_blocks); false: stage through staging_dir only.
+	IPC bool `json:"ipc,omitempty"`
 }
 
 // StageRegion is one layer cache region inside a staging file: Bytes bytes
@@ -99,6 +102,17 @@ func (s *Stage) numLayers() int {
 // validate checks a stage against the staging dir it must live in. It does
 // not open the file (see checkFile).
 func (s *Stage) validate(stagingDir string) error {
+	if err := s.validateFields(); err != nil {
+		return err
+	}
+	if len(s.Regions) == 0 {
+		return errors.New("regions: empty")
+	}
+	return s.validateRegions(stagingDir)
+}
+
+// validateFields checks the fields a stage and a stage_blocks frame share.
+func (s *Stage) validateFields() error {
 	switch {
 	case s.RID == "":
 		return errors.New("rid: missing")
@@ -120,9 +134,11 @@ func (s *Stage) validate(stagingDir string) error {
 		return errors.Newf("mtp_len: %d, want 0..seq_len %d", s.MTPLen, s.SeqLen)
 	case s.LastPromptToken < 0:
 		return errors.Newf("last_prompt_token: %d", s.LastPromptToken)
-	case len(s.Regions) == 0:
-		return errors.New("regions: empty")
 	}
+	return nil
+}
+
+func (s *Stage) validateRegions(stagingDir string) error {
 	if err := checkPath(s.Path, stagingDir); err != nil {
 		return err
 	}
@@ -209,6 +225,12 @@ func regionName(r StageRegion) string { return handoff.RegionName(r.Layer, r.Kin
 // closes or sends a frame the sidecar cannot read.
 func (s *Sidecar) serveConn(conn net.Conn) {
 	defer conn.Close()
+	var cache *mappedCache // this connection's register_cache, if any
+	defer func() {
+		if cache != nil {
+			cache.closeConn()
+		}
+	}()
 	br := bufio.NewReader(conn)
 	lim := s.o.Socket
 	reply := func(r any) bool {
@@ -243,7 +265,46 @@ func (s *Sidecar) serveConn(conn net.Conn) {
 		switch head.Type {
 		case TypeHello:
 			if !reply(Hello{Type: TypeHello, ProtocolVersion: SocketVersion, StagingDir: s.o.StagingDir,
-				StagingBytes: s.o.StagingBytes, Transport: s.o.Transfer.Kind()}) {
+				StagingBytes: s.o.StagingBytes, Transport: s.o.Transfer.Kind(), IPC: s.o.Device != nil}) {
+				return
+			}
+		case TypeRegisterCache:
+			var rc RegisterCache
+			if err := json.Unmarshal(payload, &rc); err != nil {
+				s.badFrame(conn, reply, "", "register_cache: "+err.Error())
+				return
+			}
+			m, err := s.registerCache(&rc)
+			var r any = Reply{Type: TypeRegistered}
+			if err != nil {
+				s.m.frames.With(ErrCodeBadRequest).Inc()
+				s.o.Log.Error("sidecar: cannot map vLLM's KV cache; the plugin stages through /dev/shm", "err", err)
+				r = Reply{Type: TypeError, Error: ErrCodeBadRequest, Message: err.Error()}
+			} else {
+				if cache != nil {
+					cache.closeConn()
+				}
+				cache = m
+				s.o.Log.Info("sidecar: mapped vLLM's KV cache (zero-copy)", "allocations", len(rc.Allocs), "layers", len(rc.Layers))
+			}
+			if !reply(r) {
+				return
+			}
+		case TypeStageBlocks:
+			var sb StageBlocks
+			if err := json.Unmarshal(payload, &sb); err != nil {
+				s.badFrame(conn, reply, "", "stage_blocks: "+err.Error())
+				return
+			}
+			if !reply(s.enqueueBlocks(cache, &sb)) {
+				return
+			}
+		case TypePoll:
+			r := Released{Type: TypeReleased, Released: []string{}}
+			if cache != nil {
+				r.Released = cache.takeReleased()
+			}
+			if !reply(r) {
 				return
 			}
 		case TypeStage:

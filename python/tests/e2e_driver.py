@@ -18,6 +18,7 @@ import math
 import os
 import random
 import sys
+import time
 from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,9 +50,9 @@ def record_frames(sent):
     the Go test can check the stage frame and find the regions in the file."""
     request = prefill_connector.SidecarClient.request
 
-    def recording(self, msg):
+    def recording(self, msg, *a, **k):
         sent.append(dict(msg))
-        return request(self, msg)
+        return request(self, msg, *a, **k)
 
     prefill_connector.SidecarClient.request = recording
 
@@ -71,39 +72,48 @@ def main(spec_path):
     gen = torch.Generator().manual_seed(spec["seed"])
     tail = seq_len - (pages - 1) * BLOCK_SIZE  # tokens used in the last page
 
-    # Paged caches full of stale bytes (earlier requests' leftovers).
-    caches, exported = {}, {}
+    # vLLM 0.33's caches: one shared buffer (on the spec's device), per layer
+    # a [blocks, 1, 64, C] view, block-outermost (BLNHC) or layer-outermost
+    # (LBNHC), full of stale bytes (earlier requests' leftovers).
+    device = torch.device(spec.get("device", "cpu"))
+    layout = spec.get("layout", "BLNHC")
+    pages_of = []
     for r in spec["regions"]:
-        name = cache_name(r["layer"], r["kind"])
-        if r["kind"] == "mla":
-            shape = (num_blocks, BLOCK_SIZE, MLA_TOKEN[spec["kv_cache_dtype"]])
-        else:
-            shape = (num_blocks, INDEXER_PAGE)
-        t = torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8)
-        page = t[0].numel()
+        width = MLA_TOKEN[spec["kv_cache_dtype"]] if r["kind"] == "mla" else INDEXER_PAGE // BLOCK_SIZE
+        page = BLOCK_SIZE * width
         if r["bytes"] != pages * page:
             raise SystemExit(f"region L{r['layer']}.{r['kind']}: {r['bytes']} bytes, want {pages} pages of {page}")
+        pages_of.append((r, width, page))
+    per_block = sum(p for _, _, p in pages_of)
+    buf = torch.randint(0, 256, (per_block * num_blocks + 4096,), generator=gen, dtype=torch.uint8).to(device)
+    caches, exported, off = {}, {}, 1024
+    for r, width, page in pages_of:
+        name = cache_name(r["layer"], r["kind"])
+        stride = per_block if layout == "BLNHC" else page
+        caches[name] = torch.as_strided(buf, (num_blocks, 1, BLOCK_SIZE, width), (stride, page, width, 1), off)
+        off += page if layout == "BLNHC" else page * num_blocks
         src = torch.frombuffer(bytearray(state[r["offset"]:r["offset"] + r["bytes"]]), dtype=torch.uint8)
-        exported[name] = src.view((pages,) + shape[1:])
-        caches[name] = t
+        exported[name] = src.view(pages, page).to(device)
 
     def write_pages(first, last):
         """The forward writing positions of pages first..last-1 into the
         request's blocks. In the last page only the used positions are
         written: its tail keeps stale bytes, as in vLLM."""
         for name, t in caches.items():
+            rows = t.flatten(1)  # a view: one block's bytes per row
             src = exported[name]
             for p in range(first, last):
                 b = block_ids[p]
                 if p < pages - 1:
-                    t[b] = src[p]
-                elif t.dim() == 3:  # MLA: token-major rows
-                    t[b, :tail] = src[p, :tail]
+                    rows[b] = src[p]
+                elif ".indexer." not in name:  # MLA: token-major rows
+                    w = rows.shape[1] // BLOCK_SIZE
+                    rows[b, :tail * w] = src[p, :tail * w]
                 else:  # indexer: 64 x 128 fp8 values, then 64 float32 scales
                     d = (INDEXER_PAGE // BLOCK_SIZE) - 4
-                    t[b, :tail * d] = src[p, :tail * d]
+                    rows[b, :tail * d] = src[p, :tail * d]
                     s = BLOCK_SIZE * d
-                    t[b, s:s + 4 * tail] = src[p, s:s + 4 * tail]
+                    rows[b, s:s + 4 * tail] = src[p, s:s + 4 * tail]
 
     block_ids = rng.sample(range(num_blocks), pages)
     native_blocks = rng.sample([b for b in range(num_blocks) if b not in block_ids], 2)
@@ -112,6 +122,7 @@ def main(spec_path):
                           kv_role="kv_producer", is_kv_producer=True,
                           kv_connector_extra_config={"tilert_model": spec["model"],
                                                      "tilert_max_seq_len": 4096,
+                                                     "tilert_transfer": spec.get("transfer", "auto"),
                                                      "tilert_sidecar_socket": spec["socket"]})
     cfg = SimpleNamespace(kv_transfer_config=ktc,
                           cache_config=SimpleNamespace(cache_dtype=spec["kv_cache_dtype"], block_size=BLOCK_SIZE))
@@ -150,22 +161,24 @@ def main(spec_path):
             finished_req_ids=set(),
         )
 
-    def worker_step(meta, forward):
-        # The model runner's order around one forward.
+    def worker_step(meta, forward, finished=()):
+        # vLLM 0.33's V2 model runner order around one forward.
+        worker.handle_preemptions(meta)
         worker.bind_connector_metadata(meta)
-        worker.start_load_kv(SimpleNamespace())
         forward()
         for name, t in caches.items():
             worker.wait_for_layer_load(name)
             worker.save_kv_layer(name, t, None)
+        worker.finish_forward()
+        worker.start_load_kv(SimpleNamespace())
+        out = worker.get_finished(set(finished))
         worker.wait_for_save()
-        out = worker.get_finished(set())
         worker.clear_connector_metadata()
         return out
 
     def native_forward():
         for t in caches.values():
-            t[native_blocks[0]] = (torch.arange(t[0].numel()) % 199).to(torch.uint8).view(t[0].shape)
+            t[native_blocks[0]] = (torch.arange(t[0].numel(), device=device) % 199).to(torch.uint8).view(t[0].shape)
 
     meta = sched.build_connector_meta(step(new=[(claimed, first_blocks, 0, chunk), (native, native_blocks[:1], 0, 3)]))
     shipped_in = 1 if meta.sends else 2
@@ -179,13 +192,24 @@ def main(spec_path):
         meta = sched.build_connector_meta(step(cached=[(req_id, block_ids[len(first_blocks):], chunk, seq_len - chunk),
                                                        ("native-0", None, 3, 1)]))
         worker_step(meta, lambda: write_pages(len(first_blocks), pages))
-    # The request finishes (max_tokens 1 on the prefill side); vLLM frees its
-    # blocks and may reuse them at once: scribble over them.
-    assert sched.request_finished(claimed, block_ids) == (False, None)
+    # The request finishes (max_tokens 1 on the prefill side). vLLM holds its
+    # blocks until the worker reports it (the sidecar may still be reading
+    # them straight from GPU memory), then frees them and may reuse them at
+    # once: scribble over them.
+    assert sched.request_finished(claimed, block_ids) == (True, None)
+    released = None
+    for _ in range(3000):
+        done, _ = worker.get_finished({req_id})
+        if done:
+            released = sorted(done)
+            break
+        time.sleep(0.005)
+    assert released == [req_id], released
     for t in caches.values():
         t[block_ids] = 0xFF
     worker.shutdown()
-    print(json.dumps({"staged": worker.staged, "block_ids": block_ids, "shipped_in_step": shipped_in, "frames": sent}))
+    print(json.dumps({"staged": worker.staged, "block_ids": block_ids, "shipped_in_step": shipped_in, "frames": sent,
+                      "mode": worker.mode_used}))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
 
 from tilert.pd_vllm.prefill_connector import (  # noqa: E402
+    LayoutError,
     TileRTConnector,
     parse_layer_name,
 )
@@ -92,27 +93,39 @@ def sidecar():
     s.close()
 
 
-def vllm_config(sock, cache_dtype="fp8_ds_mla"):
+def vllm_config(sock, cache_dtype="fp8_ds_mla", block_size=64, **parallel):
     ktc = SimpleNamespace(kv_connector="TileRTConnector", kv_connector_module_path="tilert.pd_vllm.prefill_connector",
                           kv_role="kv_producer", is_kv_producer=True,
                           kv_connector_extra_config={"tilert_host": "10.0.0.9", "tilert_ctrl_port": 5556,
                                                      "tilert_model": "glm5", "tilert_max_seq_len": 202752,
                                                      "tilert_sidecar_socket": sock})
-    return SimpleNamespace(kv_transfer_config=ktc, cache_config=SimpleNamespace(cache_dtype=cache_dtype, block_size=64))
+    pc = SimpleNamespace(pipeline_parallel_size=1, decode_context_parallel_size=1, prefill_context_parallel_size=1)
+    for k, v in parallel.items():
+        setattr(pc, k, v)
+    return SimpleNamespace(kv_transfer_config=ktc, parallel_config=pc,
+                           cache_config=SimpleNamespace(cache_dtype=cache_dtype, block_size=block_size))
 
 
-def make_caches(seed=0, mla_dtype=torch.uint8, mla_width=MLA_TOKEN):
+def make_caches(seed=0, mla_dtype=torch.uint8, mla_width=MLA_TOKEN, layout="BLNHC", num_blocks=NUM_BLOCKS):
+    """vLLM 0.33's shapes: one shared buffer, per layer a [B, 1, 64, C] view
+    strided by the layout (BLNHC: a block holds every layer's page; LBNHC:
+    each layer's blocks back to back), full of stale bytes."""
     g = torch.Generator().manual_seed(seed)
-    caches = {}
+    es = torch.tensor([], dtype=mla_dtype).element_size()
+    pages = []
     for layer, has_idx in LAYERS:
-        if mla_dtype == torch.uint8:
-            mla = torch.randint(0, 256, (NUM_BLOCKS, 64, mla_width), generator=g, dtype=torch.uint8)
-        else:
-            mla = torch.randn((NUM_BLOCKS, 64, mla_width), generator=g).to(mla_dtype)
-        caches[f"model.layers.{layer}.self_attn.attn"] = mla
+        pages.append((f"model.layers.{layer}.self_attn.attn", 64 * mla_width * es, mla_dtype, mla_width))
         if has_idx:
-            caches[f"model.layers.{layer}.self_attn.indexer.k_cache"] = torch.randint(
-                0, 256, (NUM_BLOCKS, 64, IDX_TOKEN), generator=g, dtype=torch.uint8)
+            pages.append((f"model.layers.{layer}.self_attn.indexer.k_cache", 64 * IDX_TOKEN, torch.uint8, IDX_TOKEN))
+    per_block = sum(p[1] for p in pages)
+    buf = torch.randint(0, 256, (per_block * num_blocks + 512,), generator=g, dtype=torch.uint8)
+    caches, off = {}, 256
+    for name, page, dt, width in pages:
+        block_stride = per_block if layout == "BLNHC" else page
+        v = torch.as_strided(buf, (num_blocks, 1, 64, width * dt.itemsize if dt != torch.uint8 else width),
+                             (block_stride, page, width * (dt.itemsize if dt != torch.uint8 else 1), 1), off)
+        caches[name] = v.view(dt) if dt != torch.uint8 else v
+        off += page if layout == "BLNHC" else page * num_blocks
     return caches
 
 
@@ -143,31 +156,38 @@ def sched_output(new=(), cached=(), finished=()):
     )
 
 
-def worker_step(worker, meta, caches, forward=None):
-    """The model runner's order: bind, start_load_kv, per-layer load/save
-    during the forward, wait_for_save, get_finished, clear."""
+def worker_step(worker, meta, caches, forward=None, finished=()):
+    """vLLM 0.33's V2 model runner order (with a drafter): handle_preemptions,
+    bind; the forward (per-layer load/save); finish_forward; start_load_kv
+    after the forward; get_finished; the drafter; wait_for_save; clear."""
+    worker.handle_preemptions(meta)
     worker.bind_connector_metadata(meta)
-    worker.start_load_kv(SimpleNamespace())
     for name, t in caches.items():
         worker.wait_for_layer_load(name)
         if forward:
             forward(name, t)
         worker.save_kv_layer(name, t, None)
+    worker.finish_forward()
+    worker.start_load_kv(SimpleNamespace())
+    out = worker.get_finished(set(finished))
     worker.wait_for_save()
-    out = worker.get_finished(set())
     worker.clear_connector_metadata()
     return out
 
 
+def block_bytes(t, b):
+    """Kernel block b of a cache view, as bytes."""
+    return t[b].contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+
+
 def expected(caches, blocks):
-    idx = torch.tensor(blocks)
     parts, regions, off = [], [], 0
     for layer, has_idx in LAYERS:
         names = [(f"model.layers.{layer}.self_attn.attn", "mla")]
         if has_idx:
             names.append((f"model.layers.{layer}.self_attn.indexer.k_cache", "indexer"))
         for name, kind in names:
-            b = caches[name].index_select(0, idx).contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+            b = b"".join(block_bytes(caches[name], x) for x in blocks)
             regions.append({"layer": layer, "kind": kind, "offset": off, "bytes": len(b)})
             parts.append(b)
             off += len(b)
@@ -177,15 +197,15 @@ def expected(caches, blocks):
 def test_parse_layer_name():
     assert parse_layer_name("model.layers.61.self_attn.attn") == (61, "mla")
     assert parse_layer_name("model.layers.3.self_attn.indexer.k_cache") == (3, "indexer")
-    with pytest.raises(ValueError):
-        parse_layer_name("lm_head")
+    assert parse_layer_name("lm_head") is None
 
 
-def test_claimed_and_native_share_a_batch(sidecar):
+@pytest.mark.parametrize("layout", ["BLNHC", "LBNHC"])
+def test_claimed_and_native_share_a_batch(sidecar, layout):
     cfg = vllm_config(sidecar.path)
     sched = TileRTConnector(cfg, KVConnectorRole.SCHEDULER, None)
     worker = TileRTConnector(cfg, KVConnectorRole.WORKER, None)
-    caches = make_caches()
+    caches = make_caches(layout=layout)
     # The caches are registered in vLLM's (unordered) dict order.
     worker.register_kv_caches(dict(reversed(list(caches.items()))))
 
@@ -216,8 +236,10 @@ def test_claimed_and_native_share_a_batch(sidecar):
 
     meta = sched.build_connector_meta(sched_output(cached=[("claimed", [10], 100, 50)]))
     assert [s.rid for s in meta.sends] == ["rid-claimed"]
-    worker_step(worker, meta, caches, forward)
-    assert sched.request_finished(claimed, [7, 3, 10]) == (False, None)
+    assert worker_step(worker, meta, caches, forward) == (None, None)
+    # Shipped: vLLM keeps the blocks until the worker reports the request
+    # (the zero-copy path reads them after wait_for_save returns).
+    assert sched.request_finished(claimed, [7, 3, 10]) == (True, None)
 
     assert len(sidecar.stages) == 1
     st = sidecar.stages[0]
@@ -240,28 +262,94 @@ def test_claimed_and_native_share_a_batch(sidecar):
         mask[10] = False
         assert torch.equal(v[mask], before[k][mask]), k
         assert torch.equal(v[[1, 5, 9]], before[k][[1, 5, 9]]), k
-    # A later step ships nothing more.
+    # A later step ships nothing more, and reports the request once vLLM
+    # has told the worker it finished.
     meta = sched.build_connector_meta(sched_output(cached=[("native", None, 70, 1)]))
     assert meta.sends == []
-    worker_step(worker, meta, caches)
+    assert worker_step(worker, meta, caches, finished={"claimed", "native", "other"}) == ({"claimed"}, None)
+    assert worker_step(worker, sched.build_connector_meta(sched_output()), caches) == (None, None)
     assert len(sidecar.stages) == 1
 
 
-def test_whole_prompt_in_one_step_default_rid_and_bf16(sidecar):
-    cfg = vllm_config(sidecar.path, cache_dtype="auto")
+def test_whole_prompt_in_one_step_default_port_and_bf16(sidecar):
+    # The config string says fp8, the tensors say bf16 (576 x 2 bytes): the
+    # tensors win.
+    cfg = vllm_config(sidecar.path, cache_dtype="fp8")
     sched = TileRTConnector(cfg, KVConnectorRole.SCHEDULER, None)
     worker = TileRTConnector(cfg, KVConnectorRole.WORKER, None)
-    caches = make_caches(seed=1, mla_dtype=torch.bfloat16, mla_width=576)
+    caches = make_caches(seed=1, mla_dtype=torch.bfloat16, mla_width=576, layout="LBNHC")
     worker.register_kv_caches(caches)
-    r = request("req-7", 64, {"tilert_host": "h"})  # no port, no rid: defaults
+    r = request("req-7", 64, {"tilert_host": "h", "tilert_rid": "router-7"})  # no port: the default
     sched.update_state_after_alloc(r, Blocks([4]), 0)
     meta = sched.build_connector_meta(sched_output(new=[(r, [4], 0, 64)]))
     worker_step(worker, meta, caches)
     st = sidecar.stages[0]
-    assert st["rid"] == "req-7" and st["tilert_ctrl_port"] == 5556 and st["kv_cache_dtype"] == "bfloat16"
+    assert st["rid"] == "router-7" and st["tilert_ctrl_port"] == 5556 and st["kv_cache_dtype"] == "bfloat16"
     want, _ = expected(caches, [4])
-    assert sidecar.files["req-7"] == want
+    assert sidecar.files["router-7"] == want
     assert st["regions"][0]["bytes"] == 64 * 1152
+
+
+def test_rid_is_required(sidecar, caplog):
+    """vLLM appends 8 random characters to its request ids: a request that
+    carries tilert_host but no tilert_rid cannot be named to the decode node,
+    so it is not shipped (and said so), never shipped under vLLM's id."""
+    cfg = vllm_config(sidecar.path)
+    sched = TileRTConnector(cfg, KVConnectorRole.SCHEDULER, None)
+    r = request("cmpl-abc-1f3a9c0d", 64, {"tilert_host": "h"})
+    sched.update_state_after_alloc(r, Blocks([4]), 0)
+    meta = sched.build_connector_meta(sched_output(new=[(r, [4], 0, 64)]))
+    assert meta.sends == []
+    assert "no tilert_rid" in caplog.text
+    assert sched.request_finished(r, [4]) == (False, None)
+
+
+def test_dtype_from_tensors_and_refusals(sidecar, caplog):
+    cfg = vllm_config(sidecar.path, cache_dtype="fp8_ds_mla")
+    worker = TileRTConnector(cfg, KVConnectorRole.WORKER, None)
+    # FlashInfer sparse keeps plain fp8 (576 B/token) under an fp8 setting.
+    with pytest.raises(LayoutError, match="plain fp8"):
+        worker.register_kv_caches(make_caches(mla_width=576))
+    with pytest.raises(LayoutError, match="nvfp4_ds_mla"):
+        worker.register_kv_caches(make_caches(mla_width=352))
+    # A cache that is not a numbered layer's is skipped with a warning.
+    caches = make_caches()
+    caches["model.mtp_embed.scratch"] = torch.zeros(4, 1, 64, 8, dtype=torch.uint8)
+    worker.register_kv_caches(caches)
+    assert worker.kv_cache_dtype == "fp8_ds_mla"
+    assert "model.mtp_embed.scratch" in caplog.text and "not shipped" in caplog.text
+    assert len(worker._layers) == len(caches) - 1
+
+
+@pytest.mark.parametrize("flag, attr", [("--pipeline-parallel-size", "pipeline_parallel_size"),
+                                        ("--decode-context-parallel-size", "decode_context_parallel_size"),
+                                        ("--prefill-context-parallel-size", "prefill_context_parallel_size")])
+def test_parallelism_that_splits_the_state_is_refused(flag, attr):
+    cfg = vllm_config("/tmp/x.sock", **{attr: 2})
+    for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+        with pytest.raises(ValueError, match=flag):
+            TileRTConnector(cfg, role, None)
+
+
+def test_block_size_not_a_page_multiple_refused():
+    with pytest.raises(ValueError, match="--block-size 64"):
+        TileRTConnector(vllm_config("/tmp/x.sock", block_size=32), KVConnectorRole.SCHEDULER, None)
+
+
+def test_block_size_128_maps_scheduler_to_kernel_blocks(sidecar):
+    """--block-size 128: the registered views are in 64-token kernel blocks;
+    scheduler block b is kernel blocks 2b and 2b+1."""
+    cfg = vllm_config(sidecar.path, block_size=128)
+    sched = TileRTConnector(cfg, KVConnectorRole.SCHEDULER, None)
+    worker = TileRTConnector(cfg, KVConnectorRole.WORKER, None)
+    caches = make_caches(seed=4, layout="LBNHC")
+    worker.register_kv_caches(caches)
+    for n, sched_blocks, kernel in ((40, [5], [10]), (200, [3, 6], [6, 7, 12, 13])):
+        r = request(f"r{n}", n, {"tilert_host": "h", "tilert_rid": f"rid-{n}"})
+        sched.update_state_after_alloc(r, Blocks(sched_blocks), 0)
+        worker_step(worker, sched.build_connector_meta(sched_output(new=[(r, sched_blocks, 0, n)])), caches)
+        want, _ = expected(caches, kernel)
+        assert sidecar.files[f"rid-{n}"] == want, n
 
 
 def test_prefix_cache_hit_blocks_come_first(sidecar):
@@ -302,10 +390,13 @@ def test_sidecar_refusal_and_absence_never_break_the_forward(caplog):
     sched = TileRTConnector(cfg, KVConnectorRole.SCHEDULER, None)
     worker = TileRTConnector(cfg, KVConnectorRole.WORKER, None)
     worker.register_kv_caches(make_caches())
-    r = request("y", 10, {"tilert_host": "h"})
+    r = request("y", 10, {"tilert_host": "h", "tilert_rid": "y"})
     sched.update_state_after_alloc(r, Blocks([0]), 0)
     worker_step(worker, sched.build_connector_meta(sched_output(new=[(r, [0], 0, 10)])), make_caches())
     assert "not shipped" in caplog.text
+    # The blocks go back to vLLM all the same.
+    assert sched.request_finished(r, [0]) == (True, None)
+    assert worker_step(worker, sched.build_connector_meta(sched_output()), make_caches(), finished={"y"}) == ({"y"}, None)
 
 
 def test_requires_model():

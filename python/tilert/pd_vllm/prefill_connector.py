@@ -11,38 +11,49 @@ Loaded by vLLM from the launch command line::
 What it does, and nothing more:
 
 * It claims only requests whose ``kv_transfer_params`` carry ``tilert_host``
-  (the TileRT router sets ``tilert_host``, ``tilert_ctrl_port``, ``tilert_rid``).
+  and ``tilert_rid`` (the TileRT router sets both, plus ``tilert_ctrl_port``).
   For every other request it is a strict no-op, so native-pool traffic can
   share the prefill instance and even a forward batch.
 * It never loads KV and never touches scheduling or sampling:
-  ``get_num_new_matched_tokens`` is always ``(0, False)`` and
-  ``request_finished`` always ``(False, None)`` (vLLM frees blocks as usual).
-* In ``wait_for_save`` -- inside the forward window, after the MTP drafter has
-  written its layer and before any block can be recycled -- it copies a claimed
-  request's blocks of every registered layer cache (MLA and indexer key caches,
-  the MTP draft layer included) into a staging file in shared memory and tells
-  the ``tilert connector-sidecar`` over its unix socket. The sidecar ships the
-  file to the decode node in the background (docs/PROTOCOL.md section 8).
+  ``get_num_new_matched_tokens`` is always ``(0, False)``.
+* In ``wait_for_save`` -- after the forward and the MTP drafter wrote this
+  step's cache entries -- it hands each claimed request whose prompt is now
+  complete to the ``tilert connector-sidecar``, which ships it to the decode
+  node in the background (docs/PROTOCOL.md section 8). Two ways:
 
-Layouts are vLLM's own (block size 64): fp8_ds_mla 656 bytes per token,
-token-interleaved inside a block; the indexer key cache 8448 bytes per
-64-token block. Whole blocks are copied byte for byte, so the decode node
-receives exactly vLLM's bytes.
+  - zero-copy (``ipc``): once, at the first hand-off, the plugin gives the
+    sidecar CUDA IPC handles of vLLM's cache allocation and each layer's
+    geometry; per request it sends only block ids. The sidecar maps the cache
+    and sends the blocks from this GPU's memory. The request's blocks stay
+    allocated (``request_finished`` returns True) until the sidecar says it
+    has read them; ``get_finished`` then reports the request so vLLM frees
+    them. The forward never copies anything.
+  - ``shm``: the plugin copies the request's blocks into a staging file in
+    /dev/shm inside ``wait_for_save`` and the sidecar ships the file (for
+    machines where CUDA IPC is not available, or CPU tensors).
 
-Only the first tensor-parallel rank stages: MLA latents and indexer keys are
-replicated across TP ranks. Pipeline parallelism is not supported.
+  ``tilert_transfer`` in ``kv_connector_extra_config`` picks ``ipc``, ``shm``
+  or ``auto`` (the default: ipc when the caches are CUDA tensors and the
+  sidecar can map them).
+
+Layouts are vLLM's own, read from the registered tensors (cache_layout.py):
+fp8_ds_mla 656 bytes per token, token-interleaved; the indexer key cache
+8448 bytes per 64-token block. Whole pages are copied byte for byte.
+
+Only the first tensor-parallel rank ships: MLA latents and indexer keys are
+replicated across TP ranks. Pipeline and context parallelism are refused at
+start-up (they split layers or tokens across ranks).
 """
 
 from __future__ import annotations
 
-import json
+import base64
 import logging
 import math
 import mmap
 import os
+import queue
 import re
-import socket
-import struct
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,14 +66,32 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
+try:  # vLLM >= 0.11: the hybrid KV cache manager's connector interface
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+except ImportError:  # pragma: no cover - older vLLM
+
+    class SupportsHMA:  # type: ignore[no-redef]
+        pass
+
+
+from .cache_layout import (  # noqa: E402
+    PAGE_TOKENS,
+    LayerCache,
+    LayoutError,
+    describe,
+    dtype_label,
+    parse_layer_name,
+)
+from .sidecar_client import SidecarClient, SidecarError  # noqa: E402
+
+__all__ = ["TileRTConnector", "TileRTConnectorMetadata", "SendSpec", "claim_params", "parse_layer_name",
+           "SidecarClient", "SidecarError", "LayoutError", "BLOCK_SIZE"]
+
 logger = logging.getLogger("tilert.pd_vllm")
 
-BLOCK_SIZE = 64
+BLOCK_SIZE = PAGE_TOKENS
 DEFAULT_SOCKET = "/tmp/tilert-sidecar.sock"
-SOCKET_VERSION = 1
-MAX_FRAME = 16 << 20
-
-_LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+TRANSFER_MODES = ("auto", "ipc", "shm")
 
 
 def claim_params(kv_transfer_params: Any) -> dict | None:
@@ -72,16 +101,6 @@ def claim_params(kv_transfer_params: Any) -> dict | None:
     return None
 
 
-def parse_layer_name(name: str) -> tuple[int, str]:
-    """(layer index, "mla" | "indexer") of a vLLM cache layer name, e.g.
-    ``model.layers.3.self_attn.attn`` or ``model.layers.3.self_attn.indexer.k_cache``.
-    The MTP draft layer is ``model.layers.<num_hidden_layers>....``."""
-    m = _LAYER_RE.search(name)
-    if not m:
-        raise ValueError(f"TileRTConnector: cannot tell the layer of KV cache {name!r}")
-    return int(m.group(1)), ("indexer" if ".indexer." in name or name.endswith(".indexer") else "mla")
-
-
 def _tp_rank() -> int:
     try:
         from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
@@ -89,6 +108,36 @@ def _tp_rank() -> int:
         return int(get_tensor_model_parallel_rank())
     except Exception:  # not initialised (tests) or not importable: single rank
         return 0
+
+
+def check_config(vllm_config) -> None:
+    """Refuse, at start-up, configurations whose state the decode node cannot
+    take, naming the setting."""
+    ktc = vllm_config.kv_transfer_config
+    extra = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
+    if not extra.get("tilert_model"):
+        raise ValueError("TileRTConnector: kv_connector_extra_config.tilert_model is required (glm5 or deepseek-v3.2)")
+    mode = str(extra.get("tilert_transfer") or "auto")
+    if mode not in TRANSFER_MODES:
+        raise ValueError(f"TileRTConnector: kv_connector_extra_config.tilert_transfer is {mode!r}; use one of {TRANSFER_MODES}")
+    role = getattr(ktc, "kv_role", "kv_producer")
+    if role == "kv_consumer":
+        raise ValueError("TileRTConnector is a producer: set kv_role to kv_producer (the TileRT decode node consumes)")
+    pc = getattr(vllm_config, "parallel_config", None)
+    for attr, flag, why in (
+        ("pipeline_parallel_size", "--pipeline-parallel-size", "splits the layers across ranks"),
+        ("decode_context_parallel_size", "--decode-context-parallel-size", "shards each request's tokens across ranks"),
+        ("prefill_context_parallel_size", "--prefill-context-parallel-size", "shards each request's tokens across ranks"),
+    ):
+        n = int(getattr(pc, attr, 1) or 1) if pc is not None else 1
+        if n > 1:
+            raise ValueError(f"TileRTConnector: {flag} {n} {why}; the connector ships one rank's whole cache. "
+                             f"Run the TileRT prefill with {flag} 1")
+    cc = getattr(vllm_config, "cache_config", None)
+    bs = int(getattr(cc, "block_size", None) or PAGE_TOKENS)
+    if bs % PAGE_TOKENS:
+        raise ValueError(f"TileRTConnector: --block-size {bs} is not a multiple of {PAGE_TOKENS}, the decode node's "
+                         f"page; run vLLM with --block-size {PAGE_TOKENS}")
 
 
 @dataclass
@@ -101,7 +150,7 @@ class SendSpec:
     ctrl_port: int
     seq_len: int
     last_prompt_token: int
-    block_ids: list[int]
+    block_ids: list[list[int]]  # scheduler blocks, per KV cache group
 
 
 @dataclass
@@ -115,122 +164,68 @@ class _Claim:
     host: str
     ctrl_port: int
     prompt_token_ids: list[int]
-    block_ids: list[int] = field(default_factory=list)
+    block_ids: list[list[int]] = field(default_factory=list)
 
 
-class SidecarError(RuntimeError):
-    pass
+def _block_lists(ids) -> list[list[int]]:
+    """vLLM's per-group block ids (tuple of lists) as lists."""
+    return [list(g) for g in ids] if ids else []
 
 
-class SidecarClient:
-    """The plugin's side of the sidecar socket (length-prefixed JSON frames)."""
-
-    def __init__(self, path: str, timeout: float = 10.0):
-        self.path = path
-        self.timeout = timeout
-        self._sock: socket.socket | None = None
-        self.hello: dict | None = None
-
-    def _connect(self) -> None:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        try:
-            s.connect(self.path)
-        except OSError:
-            s.close()
-            raise
-        self._sock = s
-        hello = self._round_trip({"type": "hello"})
-        if hello.get("type") != "hello" or hello.get("protocol_version") != SOCKET_VERSION:
-            self.close()
-            raise SidecarError(f"sidecar at {self.path} answered hello with {hello!r}")
-        self.hello = hello
-
-    def _recv_exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self._sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("sidecar closed the socket")
-            buf += chunk
-        return bytes(buf)
-
-    def _round_trip(self, msg: dict) -> dict:
-        payload = json.dumps(msg, separators=(",", ":")).encode()
-        if len(payload) > MAX_FRAME:
-            raise SidecarError(f"frame of {len(payload)} bytes exceeds {MAX_FRAME}")
-        self._sock.sendall(struct.pack(">I", len(payload)) + payload)
-        (n,) = struct.unpack(">I", self._recv_exact(4))
-        if n == 0 or n > MAX_FRAME:
-            raise SidecarError(f"sidecar sent a frame of {n} bytes")
-        return json.loads(self._recv_exact(n))
-
-    def staging_dir(self) -> str:
-        if self._sock is None:
-            self._connect()
-        return self.hello["staging_dir"]
-
-    def request(self, msg: dict) -> dict:
-        """Send one message, reconnecting once if the connection had dropped."""
-        for attempt in (0, 1):
-            try:
-                if self._sock is None:
-                    self._connect()
-                return self._round_trip(msg)
-            except (OSError, ConnectionError, ValueError) as e:
-                self.close()
-                if attempt == 1:
-                    raise SidecarError(f"sidecar at {self.path}: {e}") from e
-        raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            finally:
-                self._sock = None
-
-
-class TileRTConnector(KVConnectorBase_V1):
-    """vLLM V1 KV connector: stages TileRT-bound requests' state for the sidecar."""
+class TileRTConnector(KVConnectorBase_V1, SupportsHMA):
+    """vLLM V1 KV connector: hands TileRT-bound requests' state to the sidecar."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        check_config(vllm_config)
         ktc = vllm_config.kv_transfer_config
         extra = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
         self.default_host = extra.get("tilert_host")
         self.default_ctrl_port = int(extra.get("tilert_ctrl_port") or 5556)
-        self.model = str(extra.get("tilert_model") or "")
+        self.model = str(extra["tilert_model"])
         self.max_seq_len = int(extra.get("tilert_max_seq_len") or 0)
+        self.transfer = str(extra.get("tilert_transfer") or "auto")
         self.socket_path = str(extra.get("tilert_sidecar_socket") or os.environ.get("TILERT_SIDECAR_SOCKET") or DEFAULT_SOCKET)
-        if not self.model:
-            raise ValueError("TileRTConnector: kv_connector_extra_config.tilert_model is required (glm5 or deepseek-v3.2)")
-        cache_dtype = str(getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", "auto") or "auto")
-        self.kv_cache_dtype = "fp8_ds_mla" if cache_dtype in ("fp8_ds_mla", "fp8") else "bfloat16"
+        cc = getattr(vllm_config, "cache_config", None)
+        self.block_size = int(getattr(cc, "block_size", None) or PAGE_TOKENS)
+        self._kv_cache_cfg = kv_cache_config
 
         # scheduler side
         self._claims: dict[str, _Claim] = {}
+        self._shipped: set[str] = set()  # req ids whose blocks the worker holds until get_finished
         # worker side
-        self._layers: list[tuple[int, str, str, torch.Tensor]] = []  # (layer, kind, name, cache)
+        self._layers: list[LayerCache] = []
+        self.kv_cache_dtype: str | None = None
         self._sidecar: SidecarClient | None = None
         self._seq = 0
         self._lock = threading.Lock()
+        self._pending: dict[str, str] = {}  # req id -> "staging" | "released"
+        self._finished_seen: set[str] = set()
+        self._ipc_state: str | None = None  # None: undecided, "on", "off"
+        self._ipc_msg: dict | None = None
+        self._sender: threading.Thread | None = None
+        self._send_q: queue.Queue | None = None
         self.staged: list[str] = []  # rids handed to the sidecar (for tests and logs)
+        self.mode_used: str | None = None
 
     # ------------------------------------------------------------------
     # Scheduler side
     # ------------------------------------------------------------------
-
-    def _routing(self, request) -> dict | None:
-        return claim_params(getattr(request, "kv_transfer_params", None))
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> tuple[int | None, bool]:
         # A pure producer never loads external KV.
         return 0, False
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
-        p = self._routing(request)
-        if p is None:
+        p = claim_params(getattr(request, "kv_transfer_params", None))
+        if p is None or request.request_id in self._claims:
+            return
+        rid = p.get("tilert_rid")
+        if not rid:
+            # vLLM appends random characters to its request ids, so its id is
+            # never a name the router or the decode node know.
+            logger.error("TileRTConnector: request %s has tilert_host but no tilert_rid in kv_transfer_params; "
+                         "not shipped (send requests through the TileRT router)", request.request_id)
             return
         prompt = list(request.prompt_token_ids or [])
         if not prompt:
@@ -240,13 +235,12 @@ class TileRTConnector(KVConnectorBase_V1):
             logger.error("TileRTConnector: request %s has %d prompt tokens, tilert_max_seq_len is %d; not shipped",
                          request.request_id, len(prompt), self.max_seq_len)
             return
-        if request.request_id not in self._claims:
-            self._claims[request.request_id] = _Claim(
-                rid=str(p.get("tilert_rid") or request.request_id),
-                host=str(p.get("tilert_host") or self.default_host),
-                ctrl_port=int(p.get("tilert_ctrl_port") or self.default_ctrl_port),
-                prompt_token_ids=prompt,
-            )
+        self._claims[request.request_id] = _Claim(
+            rid=str(rid),
+            host=str(p.get("tilert_host") or self.default_host),
+            ctrl_port=int(p.get("tilert_ctrl_port") or self.default_ctrl_port),
+            prompt_token_ids=prompt,
+        )
 
     def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
         meta = TileRTConnectorMetadata()
@@ -255,7 +249,7 @@ class TileRTConnector(KVConnectorBase_V1):
         for new in scheduler_output.scheduled_new_reqs:
             c = self._claims.get(new.req_id)
             if c is not None:
-                c.block_ids = list(new.block_ids[0]) if new.block_ids else []
+                c.block_ids = _block_lists(new.block_ids)
                 self._maybe_send(meta, new.req_id, c, new.num_computed_tokens, scheduler_output)
         cached = scheduler_output.scheduled_cached_reqs
         resumed = getattr(cached, "resumed_req_ids", set()) or set()
@@ -265,10 +259,15 @@ class TileRTConnector(KVConnectorBase_V1):
                 continue
             nb = cached.new_block_ids[i]
             if nb is not None:
-                if req_id in resumed:
-                    c.block_ids = list(nb[0])
+                if req_id in resumed:  # preempted and rescheduled: a fresh block table
+                    c.block_ids = _block_lists(nb)
                 else:
-                    c.block_ids.extend(nb[0])
+                    if not c.block_ids:
+                        c.block_ids = [[] for _ in nb]
+                    for g, ids in enumerate(nb):
+                        c.block_ids[g].extend(ids)
+            elif req_id in resumed:
+                c.block_ids = []
             self._maybe_send(meta, req_id, c, cached.num_computed_tokens[i], scheduler_output)
         return meta
 
@@ -278,33 +277,72 @@ class TileRTConnector(KVConnectorBase_V1):
         n = len(c.prompt_token_ids)
         if num_computed + scheduler_output.num_scheduled_tokens.get(req_id, 0) < n:
             return
-        pages = math.ceil(n / BLOCK_SIZE)
-        if len(c.block_ids) < pages:
-            logger.error("TileRTConnector: request %s (rid %s) has %d blocks for %d prompt tokens; not shipped",
-                         req_id, c.rid, len(c.block_ids), n)
+        need = math.ceil(n / self.block_size)
+        if not c.block_ids or any(len(g) < need for g in c.block_ids):
+            logger.error("TileRTConnector: request %s (rid %s) has blocks %s for %d prompt tokens; not shipped",
+                         req_id, c.rid, [len(g) for g in c.block_ids], n)
         else:
             meta.sends.append(SendSpec(req_id=req_id, rid=c.rid, host=c.host, ctrl_port=c.ctrl_port, seq_len=n,
-                                       last_prompt_token=int(c.prompt_token_ids[-1]), block_ids=c.block_ids[:pages]))
+                                       last_prompt_token=int(c.prompt_token_ids[-1]),
+                                       block_ids=[g[:need] for g in c.block_ids]))
+            self._shipped.add(req_id)
         del self._claims[req_id]
 
     def request_finished(self, request, block_ids) -> tuple[bool, dict[str, Any] | None]:
-        # The state was staged inside the forward window: vLLM may free the
-        # blocks now. A request that finished before its prefill completed
-        # (aborted) drops its claim.
+        # A shipped request's blocks stay allocated until the worker reports
+        # it in get_finished (the sidecar may read them straight from the
+        # GPU). A request that finished before its prefill completed
+        # (aborted) just drops its claim.
         self._claims.pop(request.request_id, None)
+        if request.request_id in self._shipped:
+            self._shipped.discard(request.request_id)
+            return True, None
         return False, None
+
+    def request_finished_all_groups(self, request, block_ids) -> tuple[bool, dict[str, Any] | None]:
+        # The hybrid KV cache manager's variant: same answer for all groups.
+        return self.request_finished(request, block_ids)
 
     # ------------------------------------------------------------------
     # Worker side
     # ------------------------------------------------------------------
 
+    def _group_of(self) -> tuple[dict[str, int], dict[int, int]]:
+        """Layer name -> KV cache group, and group -> scheduler block size,
+        from the KV cache config vLLM handed the connector."""
+        layer_group: dict[str, int] = {}
+        group_bs: dict[int, int] = {}
+        groups = getattr(self._kv_cache_cfg, "kv_cache_groups", None) or []
+        for g, grp in enumerate(groups):
+            for name in getattr(grp, "layer_names", []):
+                layer_group[name] = g
+            spec = getattr(grp, "kv_cache_spec", None)
+            group_bs[g] = int(getattr(spec, "block_size", None) or self.block_size)
+        return layer_group, group_bs
+
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]):
-        layers = []
+        layer_group, group_bs = self._group_of()
+        layers, skipped = [], []
         for name, t in kv_caches.items():
-            layer, kind = parse_layer_name(name)
-            layers.append((layer, kind, name, t))
-        layers.sort(key=lambda x: (x[0], x[1] != "mla"))
+            parsed = parse_layer_name(name)
+            if parsed is None:
+                skipped.append(name)
+                continue
+            g = layer_group.get(name, 0)
+            layers.append(describe(name, parsed[0], parsed[1], t, g, group_bs.get(g, self.block_size)))
+        if skipped:
+            logger.warning("TileRTConnector: KV caches %s are not MLA or indexer caches of a numbered layer; "
+                           "not shipped", skipped)
+        layers.sort(key=lambda lc: (lc.layer, lc.kind != "mla"))
+        seen = set()
+        for lc in layers:
+            if (lc.layer, lc.kind) in seen:
+                raise LayoutError(f"two {lc.kind} caches for layer {lc.layer} ({lc.name})")
+            seen.add((lc.layer, lc.kind))
+        self.kv_cache_dtype = dtype_label(layers)
         self._layers = layers
+        self._ipc_state = None
+        self._ipc_msg = None
 
     def start_load_kv(self, forward_context, **kwargs: Any) -> None:
         return None
@@ -322,20 +360,161 @@ class TileRTConnector(KVConnectorBase_V1):
             return
         meta = self._get_connector_metadata()
         sends = getattr(meta, "sends", None)
-        if not sends or _tp_rank() != 0:
+        if not sends:
+            return
+        if _tp_rank() != 0:
+            # Other ranks hold the same bytes and ship nothing; their blocks
+            # may be freed as soon as vLLM asks.
+            with self._lock:
+                for spec in sends:
+                    self._pending[spec.req_id] = "released"
             return
         for spec in sends:
+            with self._lock:
+                self._pending[spec.req_id] = "staging"
             try:
-                self._stage(spec)
+                if self._use_ipc():
+                    self._queue_ipc(spec)
+                    continue
+                self._stage_shm(spec)
             except Exception as e:  # never break the forward of everyone else
                 logger.error("TileRTConnector: request %s (rid %s) not shipped: %s", spec.req_id, spec.rid, e)
+            with self._lock:
+                self._pending[spec.req_id] = "released"
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        with self._lock:
+            self._finished_seen.update(finished_req_ids)
+            waiting = any(v == "staging" for v in self._pending.values())
+        if waiting and self._ipc_state == "on":
+            self._poll_released()
+        with self._lock:
+            done = {r for r, st in self._pending.items() if st == "released" and r in self._finished_seen}
+            for r in done:
+                del self._pending[r]
+                self._finished_seen.discard(r)
+            # Ids vLLM finished that we never held (native traffic) are not ours to keep.
+            self._finished_seen &= set(self._pending)
+        return (done or None), None
+
+    def shutdown(self):
+        if self._send_q is not None:
+            self._send_q.put(None)
+            if self._sender is not None:
+                self._sender.join(timeout=10)
+            self._send_q = None
+            self._sender = None
+        if self._sidecar is not None:
+            self._sidecar.close()
+            self._sidecar = None
+
+    # -- sidecar ---------------------------------------------------------
 
     def _sidecar_client(self) -> SidecarClient:
         if self._sidecar is None:
-            self._sidecar = SidecarClient(self.socket_path)
+            self._sidecar = SidecarClient(self.socket_path, on_connect=self._on_connect)
         return self._sidecar
 
-    def _stage(self, spec: SendSpec) -> None:
+    def _on_connect(self, client: SidecarClient) -> None:
+        # A (re)connected sidecar knows nothing of our caches.
+        if self._ipc_state == "on" and self._ipc_msg is not None:
+            r = client._round_trip(self._ipc_msg)
+            if r.get("type") != "registered":
+                self._ipc_state = "off"
+                logger.error("TileRTConnector: the sidecar no longer maps the KV cache (%s); using /dev/shm staging",
+                             r.get("message"))
+
+    # -- zero-copy -------------------------------------------------------
+
+    def _use_ipc(self) -> bool:
+        if self._ipc_state is None:
+            self._ipc_state = "off"
+            if self.transfer == "shm":
+                pass
+            elif not self._layers or any(not lc.tensor.is_cuda for lc in self._layers):
+                if self.transfer == "ipc":
+                    logger.error("TileRTConnector: tilert_transfer ipc needs CUDA KV caches; using /dev/shm staging")
+            else:
+                try:
+                    self._register_ipc()
+                    self._ipc_state = "on"
+                except Exception as e:
+                    (logger.error if self.transfer == "ipc" else logger.warning)(
+                        "TileRTConnector: zero-copy hand-off unavailable (%s); using /dev/shm staging", e)
+        self.mode_used = "ipc" if self._ipc_state == "on" else "shm"
+        return self._ipc_state == "on"
+
+    def _register_ipc(self) -> None:
+        client = self._sidecar_client()
+        hello = client.ensure()
+        if not hello.get("ipc"):
+            raise SidecarError("the sidecar cannot map CUDA memory (started without a GPU?)")
+        msg = ipc_register_message(self._layers)
+        r = client.request(msg)
+        if r.get("type") != "registered":
+            raise SidecarError(f"sidecar refused the cache: {r.get('error')}: {r.get('message')}")
+        self._ipc_msg = msg
+
+    def _queue_ipc(self, spec: SendSpec) -> None:
+        # The forward's kernels may still be running: the sender thread waits
+        # for this event before the sidecar may read the blocks.
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(self._layers[0].tensor.device))
+        frame = self._stage_blocks_frame(spec)
+        if self._send_q is None:
+            self._send_q = queue.Queue()
+            self._sender = threading.Thread(target=self._send_loop, name="tilert-connector-sender", daemon=True)
+            self._sender.start()
+        self._send_q.put((spec, ev, frame))
+
+    def _send_loop(self) -> None:
+        while True:
+            item = self._send_q.get()
+            if item is None:
+                return
+            spec, ev, frame = item
+            try:
+                ev.synchronize()
+                reply = self._sidecar_client().request(frame)
+                if reply.get("type") != "queued":
+                    raise SidecarError(f"sidecar refused: {reply.get('error')}: {reply.get('message')}")
+                with self._lock:
+                    self.staged.append(spec.rid)
+                continue  # released when the sidecar says so
+            except Exception as e:
+                logger.error("TileRTConnector: request %s (rid %s) not shipped: %s", spec.req_id, spec.rid, e)
+            with self._lock:
+                self._pending[spec.req_id] = "released"
+
+    def _stage_blocks_frame(self, spec: SendSpec) -> dict:
+        groups: dict[int, list[int]] = {}
+        for lc in self._layers:
+            kb = lc.kernel_blocks(spec.block_ids[lc.group], spec.seq_len)
+            if lc.group in groups and groups[lc.group] != kb:
+                raise LayoutError(f"layers of group {lc.group} disagree on kernel blocks")
+            groups[lc.group] = kb
+        return {"type": "stage_blocks", "tag": spec.req_id, "rid": spec.rid, "tilert_host": spec.host,
+                "tilert_ctrl_port": spec.ctrl_port, "model": self.model, "kv_cache_dtype": self.kv_cache_dtype,
+                "seq_len": spec.seq_len, "mtp_len": spec.seq_len, "last_prompt_token": spec.last_prompt_token,
+                "blocks": [groups.get(g, []) for g in range(max(groups) + 1)]}
+
+    def _poll_released(self) -> None:
+        try:
+            r = self._sidecar_client().request({"type": "poll"}, retry=False)
+            tags = r.get("released") or []
+        except Exception as e:
+            # The sidecar is gone: nothing reads the blocks any more.
+            logger.error("TileRTConnector: sidecar unreachable (%s); releasing the blocks of %d requests", e,
+                         len(self._pending))
+            tags = list(self._pending)
+        with self._lock:
+            for t in tags:
+                if t in self._pending:
+                    self._pending[t] = "released"
+
+    # -- /dev/shm staging ------------------------------------------------
+
+    def _stage_shm(self, spec: SendSpec) -> None:
         if not self._layers:
             raise SidecarError("no KV caches registered")
         client = self._sidecar_client()
@@ -346,15 +525,13 @@ class TileRTConnector(KVConnectorBase_V1):
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", spec.rid)[:100].lstrip(".") or "rid"
         path = os.path.join(staging, f"{safe}-{os.getpid()}-{seq}.kv")
 
-        # Per layer: gather the request's blocks, one row per block.
-        idx_cache: dict[torch.device, torch.Tensor] = {}
-        regions, sizes = [], []
+        regions, plan = [], []
         offset = 0
-        for layer, kind, name, t in self._layers:
-            row = t[0].numel() * t.element_size()
-            n = row * len(spec.block_ids)
-            regions.append({"layer": layer, "kind": kind, "offset": offset, "bytes": n})
-            sizes.append((t, n))
+        for lc in self._layers:
+            n = lc.region_bytes(spec.seq_len)
+            kb = lc.kernel_blocks(spec.block_ids[lc.group], spec.seq_len)
+            regions.append({"layer": lc.layer, "kind": lc.kind, "offset": offset, "bytes": n})
+            plan.append((lc, kb, offset, n))
             offset += n
         total = offset
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -363,13 +540,15 @@ class TileRTConnector(KVConnectorBase_V1):
             with mmap.mmap(fd, total) as mm:
                 dst = torch.frombuffer(mm, dtype=torch.uint8)
                 try:
-                    for (t, n), r in zip(sizes, regions):
-                        idx = idx_cache.get(t.device)
+                    idx_cache: dict[tuple, torch.Tensor] = {}
+                    for lc, kb, off, n in plan:
+                        key = (lc.tensor.device, tuple(kb))
+                        idx = idx_cache.get(key)
                         if idx is None:
-                            idx = torch.tensor(spec.block_ids, dtype=torch.long, device=t.device)
-                            idx_cache[t.device] = idx
-                        rows = t.index_select(0, idx).contiguous()
-                        dst[r["offset"]:r["offset"] + n].copy_(rows.view(-1).view(torch.uint8) if rows.dtype != torch.uint8 else rows.view(-1))
+                            idx = torch.tensor(kb, dtype=torch.long, device=lc.tensor.device)
+                            idx_cache[key] = idx
+                        rows = lc.byte_rows().index_select(0, idx)
+                        dst[off:off + n].copy_(rows.reshape(-1)[:n])
                 finally:
                     del dst
         except BaseException:
@@ -394,13 +573,32 @@ class TileRTConnector(KVConnectorBase_V1):
         logger.debug("TileRTConnector: staged rid %s: %d tokens, %d bytes in %d regions",
                      spec.rid, spec.seq_len, total, len(regions))
 
-    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
-        return None, None
 
-    def shutdown(self):
-        if self._sidecar is not None:
-            self._sidecar.close()
-            self._sidecar = None
+def ipc_register_message(layers: list[LayerCache]) -> dict:
+    """The ``register_cache`` frame: CUDA IPC handles of the allocations
+    holding the caches and each layer's geometry inside them."""
+    allocs: dict[tuple, int] = {}
+    out_allocs, out_layers = [], []
+    for lc in layers:
+        st = lc.tensor.untyped_storage()
+        share = st._share_cuda_()
+        # (device, handle, storage bytes, offset of the storage in the
+        # allocation the handle names, ...): torch.multiprocessing's format.
+        device, handle, size, storage_off = share[0], share[1], share[2], share[3]
+        if not isinstance(handle, (bytes, bytearray)) or len(handle) != 64:
+            raise SidecarError(f"CUDA IPC handle of {len(handle)} bytes (expandable segments?); "
+                               "unset PYTORCH_CUDA_ALLOC_CONF=expandable_segments for zero-copy")
+        key = (int(device), bytes(handle))
+        if key not in allocs:
+            allocs[key] = len(out_allocs)
+            out_allocs.append({"device": int(device), "handle": base64.b64encode(bytes(handle)).decode(),
+                               "bytes": int(storage_off) + int(size)})
+        base = int(storage_off) + (lc.tensor.data_ptr() - st.data_ptr())
+        out_layers.append({"layer": lc.layer, "kind": lc.kind, "alloc": allocs[key], "offset": base,
+                           "block_stride": lc.block_stride, "block_bytes": lc.block_bytes,
+                           "num_blocks": int(lc.tensor.shape[0]), "group": lc.group,
+                           "page_bytes": lc.page_bytes})
+    return {"type": "register_cache", "allocs": out_allocs, "layers": out_layers}
 
 
 def _unlink(path: str) -> None:

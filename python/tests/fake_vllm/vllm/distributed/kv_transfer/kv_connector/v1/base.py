@@ -1,8 +1,21 @@
 """Test-only stand-in for vLLM's KV connector V1 base module: the names and
-signatures the TileRT connector uses, nothing else."""
+signatures the TileRT connector and its tests use, nothing else.
+test_fake_drift.py checks them against the real module whenever vLLM is
+importable (make test-vllm)."""
 
 import enum
 from abc import ABC, abstractmethod
+
+
+class SupportsHMA(ABC):
+    @abstractmethod
+    def request_finished_all_groups(self, request, block_ids): ...
+
+
+def supports_hma(connector):
+    if isinstance(connector, type):
+        return issubclass(connector, SupportsHMA)
+    return isinstance(connector, SupportsHMA)
 
 
 class KVConnectorRole(enum.Enum):
@@ -43,6 +56,12 @@ class KVConnectorBase_V1(ABC):
         return self._connector_metadata is not None
 
     def register_kv_caches(self, kv_caches):
+        return None
+
+    def handle_preemptions(self, kv_connector_metadata):
+        return None
+
+    def finish_forward(self):
         return None
 
     @abstractmethod

@@ -25,15 +25,15 @@ if [ -f "$VENV/.tilert-stamp" ] && [ "$(cat "$VENV/.tilert-stamp")" = "$STAMP" ]
 fi
 
 PY=""
-for p in python3.12 python3.13 python3.11 python3.10 python3; do
+for p in python3.12 python3.13 python3.11 python3.14 python3; do
   if command -v "$p" >/dev/null 2>&1 &&
-    "$p" -c 'import sys, venv; sys.exit(not ((3, 10) <= sys.version_info[:2] <= (3, 13)))' >/dev/null 2>&1; then
+    "$p" -c 'import sys, venv, ensurepip; sys.exit(not ((3, 11) <= sys.version_info[:2] <= (3, 14)))' >/dev/null 2>&1; then
     PY=$(command -v "$p")
     break
   fi
 done
 if [ -z "$PY" ]; then
-  echo "vllm-venv: no python 3.10-3.13 with the venv module (apt-get install python3-venv)" >&2
+  echo "vllm-venv: no python 3.11-3.14 with the venv module (vLLM 0.33 needs one; apt-get install python3-venv)" >&2
   exit 1
 fi
 echo "vllm-venv: building $VENV with $PY ($STAMP)"

@@ -2,6 +2,7 @@ package prefillshim
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io/fs"
 	"net"
@@ -73,6 +74,11 @@ func TestPythonPluginEndToEnd(t *testing.T) {
 	t.Cleanup(func() { _ = tcp.Close() })
 	rec := &recordingTransfer{Engine: tcp}
 	h := newHarness(t, Options{Transfer: rec})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("sidecar log:\n%s", h.logs())
+		}
+	})
 	host, port, err := net.SplitHostPort(a.Ctrl)
 	if err != nil {
 		t.Fatal(err)
@@ -231,6 +237,12 @@ func (r *recordingTransfer) Register(reg rdma.Region) error {
 	r.regs = append(r.regs, append([]byte(nil), reg.Host...))
 	r.mu.Unlock()
 	return r.Engine.Register(reg)
+}
+
+// ConnectAs keeps the wrapped engine's session binding (pd.Dial connects
+// a SessionConnector under the ctrl session; the node refuses other writes).
+func (r *recordingTransfer) ConnectAs(ctx context.Context, endpoint, session string) (rdma.Peer, error) {
+	return r.Engine.(rdma.SessionConnector).ConnectAs(ctx, endpoint, session)
 }
 
 func (r *recordingTransfer) registered() [][]byte {

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")
@@ -64,11 +67,18 @@ func TestHistogramBuckets(t *testing.T) {
 			for _, v := range c.obs {
 				h.Observe(v)
 			}
-			var cum uint64
+			var m dto.Metric
+			if err := h.Observer.(prometheus.Metric).Write(&m); err != nil {
+				t.Fatal(err)
+			}
+			var got []uint64
+			for _, b := range m.GetHistogram().GetBucket() {
+				got = append(got, b.GetCumulativeCount())
+			}
+			got = append(got, m.GetHistogram().GetSampleCount()) // +Inf
 			for i := range c.want {
-				cum += h.counts[i]
-				if cum != c.want[i] {
-					t.Fatalf("bucket %d: %d, want %d", i, cum, c.want[i])
+				if got[i] != c.want[i] {
+					t.Fatalf("bucket %d: %d, want %d", i, got[i], c.want[i])
 				}
 			}
 			if h.Count() != uint64(len(c.obs)) {

@@ -26,21 +26,21 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/valyala/fasthttp"
 
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/internal/devprefill"
+	"github.com/tilert-go/tilert/internal/fastserve"
 	"github.com/tilert-go/tilert/rdma/transfer"
 	"github.com/tilert-go/tilert/tokenizer"
 )
@@ -72,17 +72,28 @@ func New(o Options) *Server {
 	return &Server{o: o, eos: eos, created: time.Now().Unix()}
 }
 
+// maxBody bounds a request body, as vLLM's own server does.
+const maxBody = 32 << 20
+
 // Handler serves /v1/completions, /v1/chat/completions, /v1/models, /health.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, false) })
-	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, true) })
-	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
-			"id": s.o.ServedModel, "object": "model", "created": s.created, "owned_by": "tilert-dev-vllm"}}})
+func (s *Server) Handler() fasthttp.RequestHandler {
+	return fastserve.Routes(map[string]fastserve.Route{
+		"/v1/completions":      {Method: fasthttp.MethodPost, Handler: func(ctx *fasthttp.RequestCtx) { s.serve(ctx, false) }},
+		"/v1/chat/completions": {Method: fasthttp.MethodPost, Handler: func(ctx *fasthttp.RequestCtx) { s.serve(ctx, true) }},
+		"/v1/models": {Method: fasthttp.MethodGet, Handler: func(ctx *fasthttp.RequestCtx) {
+			fastserve.WriteJSON(ctx, fasthttp.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
+				"id": s.o.ServedModel, "object": "model", "created": s.created, "owned_by": "tilert-dev-vllm"}}})
+		}},
+		"/health": {Method: fasthttp.MethodGet, Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetStatusCode(fasthttp.StatusOK) }},
+	}, func(ctx *fasthttp.RequestCtx, status int, msg string) {
+		writeErr(ctx, &httpErr{status: status, msg: msg})
 	})
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	return mux
+}
+
+// NewHTTPServer is the fasthttp server for Handler.
+func (s *Server) NewHTTPServer() *fasthttp.Server {
+	return &fasthttp.Server{Handler: s.Handler(), Name: "tilert-dev-vllm", ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxRequestBodySize: maxBody, Logger: fastserve.Logger{Log: s.o.Log, Name: "dev-vllm"}}
 }
 
 type httpErr struct {
@@ -94,19 +105,12 @@ func fail(status int, format string, args ...any) *httpErr {
 	return &httpErr{status: status, msg: fmt.Sprintf(format, args...)}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
-func writeErr(w http.ResponseWriter, e *httpErr) {
+func writeErr(ctx *fasthttp.RequestCtx, e *httpErr) {
 	typ := "BadRequestError"
 	if e.status >= 500 {
 		typ = "InternalServerError"
 	}
-	writeJSON(w, e.status, map[string]any{"error": map[string]any{"message": e.msg, "type": typ, "param": nil, "code": e.status}})
+	fastserve.WriteJSON(ctx, e.status, map[string]any{"error": map[string]any{"message": e.msg, "type": typ, "param": nil, "code": e.status}})
 }
 
 // request holds the fields the stand-in reads.
@@ -129,36 +133,33 @@ type request struct {
 	} `json:"kv_transfer_params"`
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {
+func (s *Server) serve(ctx *fasthttp.RequestCtx, chat bool) {
 	t0 := time.Now()
-	resp, e := s.handle(r, chat)
+	resp, e := s.handle(ctx, chat)
 	if e != nil {
-		s.o.Log.Warn("dev-vllm: request refused", "path", r.URL.Path, "status", e.status, "err", e.msg)
-		writeErr(w, e)
+		s.o.Log.Warn("dev-vllm: request refused", "path", string(ctx.Path()), "status", e.status, "err", e.msg)
+		writeErr(ctx, e)
 		return
 	}
-	s.o.Log.Info("dev-vllm: prefilled and shipped", "path", r.URL.Path, "took", time.Since(t0).Round(time.Microsecond))
-	writeJSON(w, http.StatusOK, resp)
+	s.o.Log.Info("dev-vllm: prefilled and shipped", "path", string(ctx.Path()), "took", time.Since(t0).Round(time.Microsecond))
+	fastserve.WriteJSON(ctx, fasthttp.StatusOK, resp)
 }
 
-func (s *Server) handle(r *http.Request, chat bool) (map[string]any, *httpErr) {
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, 32<<20))
-	if err != nil {
-		return nil, fail(http.StatusBadRequest, "reading the body: %v", err)
-	}
+func (s *Server) handle(ctx *fasthttp.RequestCtx, chat bool) (map[string]any, *httpErr) {
+	body := ctx.PostBody()
 	var req request
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, fail(http.StatusBadRequest, "the body is not a valid request: %v", err)
+		return nil, fail(fasthttp.StatusBadRequest, "the body is not a valid request: %v", err)
 	}
 	if req.Model != "" && req.Model != s.o.ServedModel {
-		return nil, fail(http.StatusNotFound, "the model `%s` does not exist (dev-vllm serves %q)", req.Model, s.o.ServedModel)
+		return nil, fail(fasthttp.StatusNotFound, "the model `%s` does not exist (dev-vllm serves %q)", req.Model, s.o.ServedModel)
 	}
 	if req.KV == nil || req.KV.Host == "" || req.KV.CtrlPort <= 0 || req.KV.RID == "" {
-		return nil, fail(http.StatusBadRequest, "dev-vllm only prefills for TileRT: the request needs kv_transfer_params "+
+		return nil, fail(fasthttp.StatusBadRequest, "dev-vllm only prefills for TileRT: the request needs kv_transfer_params "+
 			"{tilert_host, tilert_ctrl_port, tilert_rid} (send it through tilert router)")
 	}
 	if req.MaxTokens == nil || *req.MaxTokens != 1 {
-		return nil, fail(http.StatusBadRequest, "dev-vllm only prefills: max_tokens must be 1 (tilert router sets it)")
+		return nil, fail(fasthttp.StatusBadRequest, "dev-vllm only prefills: max_tokens must be 1 (tilert router sets it)")
 	}
 	prompt, e := s.promptIDs(&req, chat)
 	if e != nil {
@@ -180,12 +181,12 @@ func (s *Server) handle(r *http.Request, chat bool) (map[string]any, *httpErr) {
 		p.Seed = rand.Uint64()
 	}
 	ctrl := net.JoinHostPort(req.KV.Host, strconv.Itoa(req.KV.CtrlPort))
-	h, err := s.o.Shipper.Ship(r.Context(), ctrl, req.KV.RID, prompt, p)
+	h, err := s.o.Shipper.Ship(ctx, ctrl, req.KV.RID, prompt, p)
 	if err != nil {
 		if errors.Is(err, engine.ErrTooLong) {
-			return nil, fail(http.StatusBadRequest, "the prompt is too long: %v", err)
+			return nil, fail(fasthttp.StatusBadRequest, "the prompt is too long: %v", err)
 		}
-		return nil, fail(http.StatusInternalServerError, "prefill and handoff of %s to %s failed: %v", req.KV.RID, ctrl, err)
+		return nil, fail(fasthttp.StatusInternalServerError, "prefill and handoff of %s to %s failed: %v", req.KV.RID, ctrl, err)
 	}
 	s.o.Log.Info("dev-vllm: handoff", "rid", req.KV.RID, "node", ctrl, "prompt_tokens", len(prompt), "first", h.First,
 		"slot", h.Ack.Slot, "bytes", h.Bytes, "prefill", h.Prefill.Round(time.Microsecond), "send", h.Send.Round(time.Microsecond))
@@ -217,16 +218,16 @@ func (s *Server) promptIDs(req *request, chat bool) ([]int, *httpErr) {
 	tok := s.o.Tokenizer
 	if chat {
 		if len(req.Messages) == 0 {
-			return nil, fail(http.StatusBadRequest, "messages: missing or empty")
+			return nil, fail(fasthttp.StatusBadRequest, "messages: missing or empty")
 		}
 		text, err := RenderChat(tok, req.Messages)
 		if err != nil {
-			return nil, fail(http.StatusBadRequest, "messages: %v", err)
+			return nil, fail(fasthttp.StatusBadRequest, "messages: %v", err)
 		}
 		s.o.Log.Info("dev-vllm: chat rendered with the fallback format, not the model's chat_template (no Jinja engine in this dev stand-in)")
 		ids, err := tok.Encode(text, false)
 		if err != nil {
-			return nil, fail(http.StatusBadRequest, "tokenising messages: %v", err)
+			return nil, fail(fasthttp.StatusBadRequest, "tokenising messages: %v", err)
 		}
 		return ids, nil
 	}
@@ -234,10 +235,10 @@ func (s *Server) promptIDs(req *request, chat bool) ([]int, *httpErr) {
 	if json.Unmarshal(req.Prompt, &str) == nil {
 		ids, err := tok.Encode(str, true)
 		if err != nil {
-			return nil, fail(http.StatusBadRequest, "tokenising prompt: %v", err)
+			return nil, fail(fasthttp.StatusBadRequest, "tokenising prompt: %v", err)
 		}
 		if len(ids) == 0 {
-			return nil, fail(http.StatusBadRequest, "prompt: empty")
+			return nil, fail(fasthttp.StatusBadRequest, "prompt: empty")
 		}
 		return ids, nil
 	}
@@ -245,7 +246,7 @@ func (s *Server) promptIDs(req *request, chat bool) ([]int, *httpErr) {
 	if json.Unmarshal(req.Prompt, &ids) == nil && len(ids) > 0 {
 		for i, id := range ids {
 			if id < 0 || id >= tok.VocabSize() {
-				return nil, fail(http.StatusBadRequest, "prompt[%d]: token id %d is outside the vocabulary [0, %d)", i, id, tok.VocabSize())
+				return nil, fail(fasthttp.StatusBadRequest, "prompt[%d]: token id %d is outside the vocabulary [0, %d)", i, id, tok.VocabSize())
 			}
 		}
 		return ids, nil
@@ -256,7 +257,7 @@ func (s *Server) promptIDs(req *request, chat bool) ([]int, *httpErr) {
 		one.Prompt = list[0]
 		return s.promptIDs(&one, false)
 	}
-	return nil, fail(http.StatusBadRequest, "prompt: want a string, an array of token ids, or an array with one of those")
+	return nil, fail(fasthttp.StatusBadRequest, "prompt: want a string, an array of token ids, or an array with one of those")
 }
 
 // RenderChat is the fallback chat rendering, used because this stand-in has
@@ -369,24 +370,13 @@ func Run(ctx context.Context, o RunOptions) error {
 	if err != nil {
 		return errors.WithHint(errors.Wrap(err, "dev-vllm: listen"), "pick a free --port (0 lets the kernel choose)")
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
 	if o.AddrFile != "" {
 		if err := writeAddr(o.AddrFile, ln.Addr().String()); err != nil {
-			_ = hs.Close()
+			_ = ln.Close()
 			return err
 		}
 	}
 	slog.Warn("dev-vllm: a development stand-in for vLLM prefill + TileRT connector + sidecar (CPU engine, fallback chat rendering); not vLLM",
 		"addr", ln.Addr().String(), "model", o.ServedModel, "dir", o.ModelDir, "transfer", tr.Kind())
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		return errors.Wrap(err, "dev-vllm: serve")
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = hs.Shutdown(sctx)
-	return nil
+	return fastserve.Serve(ctx, srv.NewHTTPServer(), ln, 10*time.Second)
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/internal/devprefill"
+	"github.com/tilert-go/tilert/internal/fastserve"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/model/synth"
 	"github.com/tilert-go/tilert/rdma"
@@ -80,7 +80,10 @@ func TestPrefillHandoff(t *testing.T) {
 	defer tr.Close()
 	sh := devprefill.NewShipper(w, mcfg, tr, 512)
 	defer sh.Close()
-	srv := httptest.NewServer(New(Options{Shipper: sh, Tokenizer: tok, ServedModel: "tiny", Log: quiet()}).Handler())
+	srv, err := fastserve.Start(New(Options{Shipper: sh, Tokenizer: tok, ServedModel: "tiny", Log: quiet()}).NewHTTPServer(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer srv.Close()
 
 	host, port, _ := strings.Cut(addrs.Ctrl, ":")

@@ -117,7 +117,7 @@ func TestSenderFailsMidTransfer(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkEqual(t, next, r.decode(t, decodeBody(next)))
-			if m := r.metricsText(t); !strings.Contains(m, `tilert_decode_rejects_total{where="http",reason="kv_transfer_timeout"} 1`) {
+			if m := r.metricsText(t); !strings.Contains(m, `tilert_decode_rejects_total{reason="kv_transfer_timeout",where="http"} 1`) {
 				t.Fatalf("metrics lack the timeout reject:\n%s", m)
 			}
 		})
@@ -193,7 +193,7 @@ func TestTwoSendersRaceForOneSlot(t *testing.T) {
 				}
 				checkEqual(t, prs[lose], r.decode(t, decodeBody(prs[lose])))
 			}
-			if m := r.metricsText(t); !strings.Contains(m, fmt.Sprintf(`tilert_decode_rejects_total{where="ctrl",reason="%s"} 1`, c.loserErr)) {
+			if m := r.metricsText(t); !strings.Contains(m, fmt.Sprintf(`tilert_decode_rejects_total{reason="%s",where="ctrl"} 1`, c.loserErr)) {
 				t.Fatalf("metrics lack the ctrl reject %s:\n%s", c.loserErr, m)
 			}
 		})
@@ -352,7 +352,7 @@ func TestBusyIs429(t *testing.T) {
 			}
 			cleanup()
 			waitFor(t, "the slot to be freed", func() bool { return r.allFree(t) })
-			if m := r.metricsText(t); !strings.Contains(m, `tilert_decode_rejects_total{where="http",reason="busy"} 1`) {
+			if m := r.metricsText(t); !strings.Contains(m, `tilert_decode_rejects_total{reason="busy",where="http"} 1`) {
 				t.Fatalf("metrics:\n%s", m)
 			}
 		})
@@ -450,8 +450,8 @@ func TestGarbageCtrlFrames(t *testing.T) {
 	}
 	checkEqual(t, pr, r.decode(t, decodeBody(pr)))
 	m := r.metricsText(t)
-	if !strings.Contains(m, `tilert_decode_rejects_total{where="ctrl",reason="bad_frame"} 8`) ||
-		!strings.Contains(m, `tilert_decode_rejects_total{where="ctrl",reason="unexpected_message"} 1`) {
+	if !strings.Contains(m, `tilert_decode_rejects_total{reason="bad_frame",where="ctrl"} 8`) ||
+		!strings.Contains(m, `tilert_decode_rejects_total{reason="unexpected_message",where="ctrl"} 1`) {
 		t.Fatalf("metrics:\n%s", m)
 	}
 }

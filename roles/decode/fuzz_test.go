@@ -66,7 +66,7 @@ func FuzzCancelBody(f *testing.F) {
 		ctx.Request.Header.SetMethod("POST")
 		ctx.Request.SetRequestURI("/pd/cancel")
 		ctx.Request.SetBody(body)
-		r.node.route(&ctx)
+		r.node.http.Handler(&ctx)
 		st := ctx.Response.StatusCode()
 		var out map[string]any
 		if err := json.Unmarshal(ctx.Response.Body(), &out); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/handoff"
+	"github.com/tilert-go/tilert/internal/fastserve"
 	"github.com/tilert-go/tilert/metrics"
 	"github.com/tilert-go/tilert/pd"
 )
@@ -109,16 +110,36 @@ func jsonKind(k string) string {
 }
 
 func (n *Node) newHTTPServer() *fasthttp.Server {
-	n.routes = map[string]route{
-		decodeapi.PathDecode:       {"POST", n.handleDecode},
-		decodeapi.PathCancel:       {"POST", n.handleCancel},
-		decodeapi.PathHealth:       {"GET", n.handleHealth},
-		decodeapi.PathStatus:       {"GET", n.handleStatus},
-		decodeapi.PathCapabilities: {"GET", n.handleCapabilities},
-		decodeapi.PathMetrics:      {"GET", n.handleMetrics},
+	// The route table is built once (fastserve.Routes); /pd/* asks the
+	// caller for its bearer token first (authorize).
+	auth := func(path string, h fasthttp.RequestHandler) fasthttp.RequestHandler {
+		return func(ctx *fasthttp.RequestCtx) {
+			if n.authorize(ctx, path) {
+				h(ctx)
+			}
+		}
+	}
+	routes := map[string]fastserve.Route{
+		decodeapi.PathDecode:       {Method: "POST", Handler: n.handleDecode},
+		decodeapi.PathCancel:       {Method: "POST", Handler: n.handleCancel},
+		decodeapi.PathHealth:       {Method: "GET", Handler: n.handleHealth},
+		decodeapi.PathStatus:       {Method: "GET", Handler: n.handleStatus},
+		decodeapi.PathCapabilities: {Method: "GET", Handler: n.handleCapabilities},
+		decodeapi.PathMetrics:      {Method: "GET", Handler: n.handleMetrics},
+	}
+	for p, r := range routes {
+		r.Handler = auth(p, r.Handler)
+		routes[p] = r
+	}
+	refuse := func(ctx *fasthttp.RequestCtx, status int, msg string) {
+		code := decodeapi.CodeNotFound
+		if status == fasthttp.StatusMethodNotAllowed {
+			code = decodeapi.CodeMethodNotAllowed
+		}
+		writeError(ctx, &decodeapi.Error{Code: code, Message: msg})
 	}
 	return &fasthttp.Server{
-		Handler: n.route,
+		Handler: fastserve.Routes(routes, refuse),
 		Name:    "tilert-decode",
 		// Slowloris: headers and body within the read timeout, idle
 		// keep-alive connections closed (security.read_timeout_s,
@@ -129,54 +150,18 @@ func (n *Node) newHTTPServer() *fasthttp.Server {
 		MaxRequestBodySize: n.sec.MaxBodyBytes,
 		ReadBufferSize:     n.sec.MaxHeaderBytes,
 		ErrorHandler:       n.httpError,
-		Logger:             fasthttpLogger{n},
+		Logger:             fastserve.Logger{Log: n.log, Name: "decode"},
 		// A streamed response ends when its request ends, not on a timer;
 		// each write of it has its own deadline (streamWriteDeadline).
 		WriteTimeout: 0,
 	}
 }
 
-type fasthttpLogger struct{ n *Node }
-
-func (l fasthttpLogger) Printf(format string, args ...any) {
-	l.n.log.Debug("decode: http: " + fmt.Sprintf(format, args...))
-}
-
-// route is one endpoint: its method and handler. The table is built once,
-// in newHTTPServer.
-type route struct {
-	method string
-	h      func(*fasthttp.RequestCtx)
-}
-
-func (n *Node) route(ctx *fasthttp.RequestCtx) {
-	path, method := string(ctx.Path()), string(ctx.Method())
-	rt, ok := n.routes[path]
-	switch {
-	case !ok:
-		writeError(ctx, &decodeapi.Error{Code: decodeapi.CodeNotFound, Message: "no endpoint " + path})
-	case method != rt.method && !(rt.method == "GET" && method == "HEAD"):
-		ctx.Response.Header.Set("Allow", rt.method)
-		writeError(ctx, &decodeapi.Error{Code: decodeapi.CodeMethodNotAllowed, Message: path + " takes " + rt.method})
-	default:
-		if n.authorize(ctx, path) {
-			rt.h(ctx)
-		}
-	}
-}
-
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
-	b, _ := json.Marshal(v)
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(append(b, '\n'))
-}
-
 func writeError(ctx *fasthttp.RequestCtx, e *decodeapi.Error) {
 	if h := e.RetryAfterHeader(); h != "" {
 		ctx.Response.Header.Set("Retry-After", h)
 	}
-	writeJSON(ctx, e.Status(), e.Body())
+	fastserve.WriteJSON(ctx, e.Status(), e.Body())
 }
 
 // register admits a /pd/decode into the node's book-keeping, or refuses it:
@@ -287,7 +272,7 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 				b, _ := json.Marshal(f)
 				ctx.SetBody(append(b, '\n'))
 			} else {
-				writeJSON(ctx, fasthttp.StatusOK, decodeapi.DecodeResponse{RID: r.rid, T: []int{}, FinalLine: f})
+				fastserve.WriteJSON(ctx, fasthttp.StatusOK, decodeapi.DecodeResponse{RID: r.rid, T: []int{}, FinalLine: f})
 			}
 		case errors.Is(err, pd.ErrTimeout):
 			n.reject(ctx, &decodeapi.Error{Code: decodeapi.CodeKVTransferTimeout,
@@ -331,7 +316,7 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 			}
 		}
 		n.unregister(r)
-		writeJSON(ctx, fasthttp.StatusOK, resp)
+		fastserve.WriteJSON(ctx, fasthttp.StatusOK, resp)
 		return
 	}
 	ctx.SetContentType(decodeapi.ContentTypeNDJSON)
@@ -406,7 +391,7 @@ func (n *Node) handleCancel(ctx *fasthttp.RequestCtx) {
 		// Only the caller that started a request may cancel it; to anyone
 		// else it does not exist.
 		n.log.Warn("decode: cancel of another caller's request refused", "rid", maskRID(req.RID))
-		writeJSON(ctx, fasthttp.StatusOK, decodeapi.CancelResponse{RID: req.RID, Cancelled: false, State: decodeapi.CancelUnknown})
+		fastserve.WriteJSON(ctx, fasthttp.StatusOK, decodeapi.CancelResponse{RID: req.RID, Cancelled: false, State: decodeapi.CancelUnknown})
 		return
 	}
 	inUse := n.table.Cancel(req.RID)
@@ -427,7 +412,7 @@ func (n *Node) handleCancel(ctx *fasthttp.RequestCtx) {
 		n.poke()
 	}
 	n.log.Info("decode: cancel", "rid", req.RID, "state", state)
-	writeJSON(ctx, fasthttp.StatusOK, decodeapi.CancelResponse{RID: req.RID, Cancelled: true, State: state})
+	fastserve.WriteJSON(ctx, fasthttp.StatusOK, decodeapi.CancelResponse{RID: req.RID, Cancelled: true, State: state})
 }
 
 func (n *Node) handleHealth(ctx *fasthttp.RequestCtx) {
@@ -435,11 +420,11 @@ func (n *Node) handleHealth(ctx *fasthttp.RequestCtx) {
 	draining := n.draining
 	n.mu.Unlock()
 	if draining {
-		writeJSON(ctx, fasthttp.StatusServiceUnavailable, decodeapi.Health{Status: "draining"})
+		fastserve.WriteJSON(ctx, fasthttp.StatusServiceUnavailable, decodeapi.Health{Status: "draining"})
 		return
 	}
 	slots, busy := n.eng.Options().Slots, n.table.Busy()
-	writeJSON(ctx, fasthttp.StatusOK, decodeapi.Health{Status: "ok", Slots: &slots, Busy: &busy})
+	fastserve.WriteJSON(ctx, fasthttp.StatusOK, decodeapi.Health{Status: "ok", Slots: &slots, Busy: &busy})
 }
 
 // status is /decode_status; rids are masked unless full is set (the
@@ -485,7 +470,7 @@ func (n *Node) status(full bool) decodeapi.Status {
 
 // handleStatus lists rids whole only to a caller with a /pd/* token.
 func (n *Node) handleStatus(ctx *fasthttp.RequestCtx) {
-	writeJSON(ctx, fasthttp.StatusOK, n.status(n.caller(ctx) != anonymous))
+	fastserve.WriteJSON(ctx, fasthttp.StatusOK, n.status(n.caller(ctx) != anonymous))
 }
 
 // Capabilities describes what the node serves.
@@ -499,7 +484,7 @@ func (n *Node) Capabilities() decodeapi.Capabilities {
 }
 
 func (n *Node) handleCapabilities(ctx *fasthttp.RequestCtx) {
-	writeJSON(ctx, fasthttp.StatusOK, n.Capabilities())
+	fastserve.WriteJSON(ctx, fasthttp.StatusOK, n.Capabilities())
 }
 
 func (n *Node) handleMetrics(ctx *fasthttp.RequestCtx) {

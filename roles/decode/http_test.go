@@ -163,7 +163,7 @@ func TestInfoEndpoints(t *testing.T) {
 		"tilert_decode_mtp_accepted_tokens_total ",
 		"tilert_decode_slots 2",
 		"tilert_decode_slots_busy 0",
-		`tilert_decode_rejects_total{where="ctrl",reason="busy"} 0`,
+		`tilert_decode_rejects_total{reason="busy",where="ctrl"} 0`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Fatalf("metrics lack %q:\n%s", want, m)

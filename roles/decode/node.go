@@ -68,7 +68,6 @@ type Node struct {
 	sec    Security
 	// httpGuard is the http port's connection limiter (tests read it).
 	httpGuard atomic.Pointer[netguard.Listener]
-	routes    map[string]route // built once by newHTTPServer
 
 	admitCh chan *request
 	wake    chan struct{}

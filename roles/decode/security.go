@@ -1,12 +1,11 @@
 package decode
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -14,6 +13,7 @@ import (
 	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/internal/auth"
+	"github.com/tilert-go/tilert/internal/fastserve"
 	"github.com/tilert-go/tilert/internal/netguard"
 	"github.com/tilert-go/tilert/pd"
 )
@@ -123,53 +123,13 @@ func maskRID(rid string) string {
 // the final bytes of the response are written, so the client's next
 // request is never read here.
 func watchClient(ctx *fasthttp.RequestCtx, gone func()) (stop func()) {
-	c := ctx.Conn()
-	if c == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var mu sync.Mutex // orders the deadline changes of the watch and of stop
-	stopped, stole := false, false
-	go func() {
-		defer close(done)
-		var b [1]byte
-		for {
-			// fasthttp's read deadline for this request (read_timeout_s)
-			// would end the watch long before a decode does: clear it.
-			mu.Lock()
-			if stopped {
-				mu.Unlock()
-				return
-			}
-			_ = c.SetReadDeadline(time.Time{})
-			mu.Unlock()
-			n, err := c.Read(b[:])
-			if n > 0 {
-				stole = true
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
-				continue // stopped, or a deadline set before ours was cleared
-			}
-			gone()
-			return
-		}
-	}()
-	var once sync.Once
+	wctx, w := fastserve.WatchConn(context.Background(), ctx.Conn())
+	stopGone := context.AfterFunc(wctx, gone)
 	return func() {
-		once.Do(func() {
-			mu.Lock()
-			stopped = true
-			_ = c.SetReadDeadline(time.Unix(1, 0))
-			mu.Unlock()
-			<-done
-			// fasthttp arms its own deadline before the next request.
-			_ = c.SetReadDeadline(time.Time{})
-			if stole {
-				ctx.SetConnectionClose()
-			}
-		})
+		stopGone()
+		if w.Close() {
+			ctx.SetConnectionClose()
+		}
 	}
 }
 

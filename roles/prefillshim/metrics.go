@@ -1,9 +1,9 @@
 package prefillshim
 
 import (
-	"encoding/json"
-	"net/http"
+	"github.com/valyala/fasthttp"
 
+	"github.com/tilert-go/tilert/internal/fastserve"
 	"github.com/tilert-go/tilert/metrics"
 )
 
@@ -48,24 +48,24 @@ func newMetrics(s *Sidecar) *sidecarMetrics {
 }
 
 // Handler serves GET /metrics (Prometheus text) and GET /health.
-func (s *Sidecar) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", metrics.ContentType)
-		_ = s.m.reg.Write(w)
+func (s *Sidecar) Handler() fasthttp.RequestHandler {
+	return fastserve.Routes(map[string]fastserve.Route{
+		"/metrics": {Method: fasthttp.MethodGet, Handler: func(ctx *fasthttp.RequestCtx) {
+			ctx.SetContentType(metrics.ContentType)
+			_ = s.m.reg.Write(ctx)
+		}},
+		"/health": {Method: fasthttp.MethodGet, Handler: func(ctx *fasthttp.RequestCtx) {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			status, code := "ok", fasthttp.StatusOK
+			if closing {
+				status, code = "draining", fasthttp.StatusServiceUnavailable
+			}
+			fastserve.WriteJSON(ctx, code, map[string]any{"status": status, "queued": len(s.queue), "inflight": s.inflight.Load(),
+				"staged_bytes": s.staged.Load(), "staging_limit_bytes": s.o.StagingBytes, "transport": s.o.Transfer.Kind()})
+		}},
+	}, func(ctx *fasthttp.RequestCtx, status int, msg string) {
+		fastserve.WriteJSON(ctx, status, map[string]any{"error": msg})
 	})
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
-		s.mu.Lock()
-		closing := s.closing
-		s.mu.Unlock()
-		status, code := "ok", http.StatusOK
-		if closing {
-			status, code = "draining", http.StatusServiceUnavailable
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "queued": len(s.queue), "inflight": s.inflight.Load(),
-			"staged_bytes": s.staged.Load(), "staging_limit_bytes": s.o.StagingBytes, "transport": s.o.Transfer.Kind()})
-	})
-	return mux
 }

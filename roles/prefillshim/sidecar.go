@@ -10,7 +10,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,9 +20,11 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/urfave/cli/v2"
+	"github.com/valyala/fasthttp"
 
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/internal/cliutil"
+	"github.com/tilert-go/tilert/internal/fastserve"
 	"github.com/tilert-go/tilert/internal/netguard"
 	"github.com/tilert-go/tilert/pd"
 	"github.com/tilert-go/tilert/rdma"
@@ -124,7 +125,7 @@ func Run(ctx context.Context, cfg *config.Config, ready func(Ready)) error {
 		_ = ln.Close()
 		return err
 	}
-	var hs *http.Server
+	var hs *fasthttp.Server
 	r := Ready{Socket: sc.Socket, StagingDir: dir}
 	if sc.MetricsPort > 0 {
 		mln, err := net.Listen("tcp", cfg.SidecarMetricsAddr())
@@ -133,8 +134,9 @@ func Run(ctx context.Context, cfg *config.Config, ready func(Ready)) error {
 			s.Close(0)
 			return errors.WithHint(errors.Wrap(err, "sidecar: metrics listener"), "pick a free --metrics-port, or 0 to turn it off")
 		}
-		hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: sec.ReadTimeout(), ReadTimeout: sec.ReadTimeout(),
-			WriteTimeout: sec.WriteTimeout(), IdleTimeout: sec.IdleTimeout(), MaxHeaderBytes: sec.MaxHeaderBytes}
+		hs = &fasthttp.Server{Handler: s.Handler(), Name: "tilert-sidecar", ReadTimeout: sec.ReadTimeout(),
+			WriteTimeout: sec.WriteTimeout(), IdleTimeout: sec.IdleTimeout(), ReadBufferSize: sec.MaxHeaderBytes,
+			Logger: fastserve.Logger{Log: log, Name: "sidecar"}}
 		lim := netguard.Wrap(mln, netguard.Limits{MaxConns: sec.MaxConns, MaxPerPeer: sec.MaxConnsPerPeer, Name: "sidecar metrics"})
 		go func() { _ = hs.Serve(lim) }()
 		r.Metrics = mln.Addr().String()
@@ -154,7 +156,7 @@ func Run(ctx context.Context, cfg *config.Config, ready func(Ready)) error {
 	_ = ln.Close()
 	s.Close(10 * time.Second)
 	if hs != nil {
-		_ = hs.Close()
+		_ = hs.Shutdown()
 	}
 	_ = os.Remove(sc.Socket)
 	return runErr

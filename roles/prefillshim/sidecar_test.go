@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/config"
@@ -426,17 +427,21 @@ func TestShipToDecodeNode(t *testing.T) {
 	if d := h.s.m.dials.Value(); d != 1 {
 		t.Errorf("%v ctrl dials for two requests to one node, want 1 (connection reuse)", d)
 	}
-	rec := httptest.NewRecorder()
-	h.s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	get := func(path string) (int, string) {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.Header.SetMethod("GET")
+		ctx.Request.SetRequestURI(path)
+		h.s.Handler()(&ctx)
+		return ctx.Response.StatusCode(), string(ctx.Response.Body())
+	}
+	_, body := get("/metrics")
 	for _, s := range []string{`tilert_sidecar_requests_total{outcome="ok"} 2`, "tilert_sidecar_transfer_bytes_total", "tilert_sidecar_queue_depth 0"} {
-		if !strings.Contains(rec.Body.String(), s) {
-			t.Errorf("/metrics lacks %q:\n%s", s, rec.Body.String())
+		if !strings.Contains(body, s) {
+			t.Errorf("/metrics lacks %q:\n%s", s, body)
 		}
 	}
-	rec = httptest.NewRecorder()
-	h.s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/health", nil))
-	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"status":"ok"`) {
-		t.Errorf("/health %d %s", rec.Code, rec.Body.String())
+	if code, body := get("/health"); code != 200 || !strings.Contains(body, `"status":"ok"`) {
+		t.Errorf("/health %d %s", code, body)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/internal/auth"
+	"github.com/tilert-go/tilert/internal/fastserve"
 	"github.com/tilert-go/tilert/openai"
 )
 
@@ -56,13 +57,13 @@ func (rt *Router) serveGen(c *fasthttp.RequestCtx, chat bool) {
 		rt.count(ep, outcomeBadRequest, t0)
 		return
 	}
-	ctx, watch := watchClient(context.Background(), c.Conn())
+	ctx, watch := fastserve.WatchConn(context.Background(), c.Conn())
 	j, e, outcome := rt.admit(ctx, req, t0)
 	if j == nil {
-		if watch.close() {
+		if watch.Close() {
 			c.SetConnectionClose()
 		}
-		watch.cancel()
+		watch.Cancel()
 		if rt.spill != "" && (outcome == outcomeRejected || outcome == outcomeUnavailable) {
 			reason := spillFull
 			if outcome == outcomeUnavailable {
@@ -81,10 +82,10 @@ func (rt *Router) serveGen(c *fasthttp.RequestCtx, chat bool) {
 	if !req.Stream {
 		em := &jsonEmitter{base: b}
 		outcome := j.run(ctx, em)
-		if watch.close() {
+		if watch.Close() {
 			c.SetConnectionClose()
 		}
-		watch.cancel()
+		watch.Cancel()
 		if em.err != nil {
 			writeError(c, em.err)
 		} else if em.body != nil {
@@ -100,10 +101,10 @@ func (rt *Router) serveGen(c *fasthttp.RequestCtx, chat bool) {
 	c.Response.Header.Set("Cache-Control", "no-cache")
 	c.Response.Header.Set("X-Accel-Buffering", "no")
 	c.SetBodyStreamWriter(func(w *bufio.Writer) {
-		em := &sseEmitter{base: b, w: w, includeUsage: req.IncludeUsage, gone: watch.cancel}
+		em := &sseEmitter{base: b, w: w, includeUsage: req.IncludeUsage, gone: watch.Cancel}
 		outcome := j.run(ctx, em)
-		watch.close()
-		watch.cancel()
+		watch.Close()
+		watch.Cancel()
 		rt.count(ep, outcome, t0)
 	})
 }

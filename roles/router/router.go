@@ -10,7 +10,7 @@
 // reasoning and tool calls (package openai/parsers) and answer as vLLM's
 // OpenAI server does. Nodes are health-checked; a request whose node fails
 // before its first decoded token moves to another node. A client that
-// leaves is answered with /pd/cancel (see watch.go for how a fasthttp
+// leaves is answered with /pd/cancel (see internal/fastserve/watch.go for how a fasthttp
 // server notices).
 package router
 

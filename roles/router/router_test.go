@@ -460,7 +460,7 @@ func TestStateNeverArrives(t *testing.T) {
 
 // A client that leaves while nothing is being written to it (its request
 // waits in the queue, or in prefill) is noticed at once: fasthttp does not
-// read the connection during a handler, the router's watch does (watch.go).
+// read the connection during a handler, the router's watch does (internal/fastserve/watch.go).
 func TestClientGoneWhileWaiting(t *testing.T) {
 	s := newStack(t, stackOpts{queueSize: 4, hold: true})
 	body, _ := json.Marshal(map[string]any{"prompt": testPrompt, "max_tokens": 4, "temperature": 0, "stream": true})

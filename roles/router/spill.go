@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/tilert-go/tilert/internal/fastserve"
 	"github.com/tilert-go/tilert/openai"
 )
 
@@ -17,11 +18,11 @@ import (
 // endpoint) and relays its answer, streamed or not. It counts the reason.
 func (rt *Router) spillTo(c *fasthttp.RequestCtx, body []byte, reason, ep string, t0 time.Time) {
 	rt.m.spilled.With(reason).Inc()
-	ctx, watch := watchClient(context.Background(), c.Conn())
+	ctx, watch := fastserve.WatchConn(context.Background(), c.Conn())
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, rt.spill+string(c.Path()), bytes.NewReader(body))
 	if err != nil {
-		watch.close()
-		watch.cancel()
+		watch.Close()
+		watch.Cancel()
 		writeError(c, &openai.Error{Status: http.StatusInternalServerError, Type: "internal_error", Message: err.Error()})
 		rt.count(ep, outcomeSpilled, t0)
 		return
@@ -32,8 +33,8 @@ func (rt *Router) spillTo(c *fasthttp.RequestCtx, body []byte, reason, ep string
 	}
 	resp, err := rt.client.Do(hreq)
 	if err != nil {
-		closeConn := watch.close()
-		watch.cancel()
+		closeConn := watch.Close()
+		watch.Cancel()
 		if closeConn {
 			c.SetConnectionClose()
 		}
@@ -49,8 +50,8 @@ func (rt *Router) spillTo(c *fasthttp.RequestCtx, body []byte, reason, ep string
 	}
 	c.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer rt.count(ep, outcomeSpilled, t0)
-		defer watch.cancel()
-		defer watch.close()
+		defer watch.Cancel()
+		defer watch.Close()
 		defer resp.Body.Close()
 		buf := make([]byte, 16<<10)
 		for {

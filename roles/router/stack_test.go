@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +25,7 @@ import (
 	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/internal/devprefill"
 	"github.com/tilert-go/tilert/internal/devvllm"
+	"github.com/tilert-go/tilert/internal/fastserve"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/model/synth"
 	"github.com/tilert-go/tilert/openai"
@@ -74,7 +74,7 @@ type stack struct {
 	node    decodeapi.Addrs
 	nodes   []decodeapi.Addrs
 	proxies [][2]*tcpProxy // http, ctrl proxies per node (stackOpts.proxy)
-	vllm    *httptest.Server
+	vllm    *fastserve.Started
 	router  *testServer
 	rt      *Router
 	hold    chan struct{} // when non-nil, prefill requests wait for a receive
@@ -241,19 +241,21 @@ func newStack(t *testing.T, o stackOpts) *stack {
 			t.Fatal(err)
 		}
 		sh := devprefill.NewShipper(w, mcfg, tr, 1024)
-		h := devvllm.New(devvllm.Options{Shipper: sh, Tokenizer: s.tok, ServedModel: "glm-5-tiny", Log: quietLog()}).Handler()
+		hs := devvllm.New(devvllm.Options{Shipper: sh, Tokenizer: s.tok, ServedModel: "glm-5-tiny", Log: quietLog()}).NewHTTPServer()
 		if o.hold {
 			s.hold, s.holding = make(chan struct{}), make(chan struct{}, 16)
-			inner := h
-			h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodPost {
+			inner := hs.Handler
+			hs.Handler = func(ctx *fasthttp.RequestCtx) {
+				if ctx.IsPost() {
 					s.holding <- struct{}{}
 					<-s.hold
 				}
-				inner.ServeHTTP(w, r)
-			})
+				inner(ctx)
+			}
 		}
-		s.vllm = httptest.NewServer(h)
+		if s.vllm, err = fastserve.Start(hs, "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
 		t.Cleanup(func() {
 			if s.hold != nil {
 				close(s.hold)

@@ -13,18 +13,22 @@ DEMO    ?= .demo
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) .
 
+# go test's JSON goes through internal/testsum: a line per package, the
+# output of failed tests, and at the end every skipped test with its reason
+# (GPU-only tests, NIXL without its library, goldens not generated yet...).
 test: lint
-	$(GO) test ./...
-	$(MAKE) --no-print-directory test-python
+	$(GO) test -json ./... | $(GO) run ./internal/testsum
+	@$(MAKE) --no-print-directory test-python
 
 # The vLLM connector plugin's tests (python/): CPU torch + pytest, no vLLM
 # (tests/fake_vllm stands in). Skipped, saying so, where no python has both.
 PYTEST_PY ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch, pytest' 2>/dev/null && { command -v $$p; break; }; done)
 test-python:
 	@if [ -z "$(PYTEST_PY)" ]; then \
-	  echo "test-python: SKIPPED: no python3 with torch and pytest (apt-get install python3-torch python3-pytest)"; \
+	  echo "== python (vLLM connector plugin, python/tests): SKIPPED: no python3 with torch and pytest (apt-get install python3-torch python3-pytest; .ci/run installs them)"; \
 	else \
-	  PYTHONDONTWRITEBYTECODE=1 $(PYTEST_PY) -m pytest -q -p no:cacheprovider python/tests; \
+	  echo "== python (vLLM connector plugin, python/tests) with $(PYTEST_PY):"; \
+	  PYTHONDONTWRITEBYTECODE=1 $(PYTEST_PY) -m pytest -q -p no:cacheprovider -rs python/tests; \
 	fi
 
 # The connector plugin inside real vLLM 0.33.0 (CPU): vLLM's config, KV-cache

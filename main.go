@@ -54,6 +54,7 @@ func newApp() *cli.App {
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
 	markUsageErrors(app.Commands)
+	cliutil.SuggestCommands(app)
 	return app
 }
 

@@ -279,3 +279,35 @@ func TestBenchDecode(t *testing.T) {
 		t.Errorf("--slots 0: exit %d, want 2", code)
 	}
 }
+
+// A newcomer's slips get the real cause and a hint, exit 2, and no help
+// page dump.
+func TestNewcomerErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"decod"}, []string{`unknown command "decod"`, "did you mean decode?"}},
+		{[]string{"bench", "decod"}, []string{`unknown command "decod"`, "did you mean decode?"}},
+		{[]string{"config", "chek"}, []string{"did you mean check?"}},
+		{[]string{"xyzzy"}, []string{`unknown command "xyzzy"`, "--help"}},
+		{[]string{"bench", "decode"}, []string{"bench decode needs --model-dir", "tilert synth"}},
+		{[]string{"generate", "--model-dir", "/nope", "--prompt", "hi"}, []string{"--model-dir /nope: no such directory"}},
+		{[]string{"bench", "decode", "--model-dir", "/nope"}, []string{"--model-dir /nope: no such directory"}},
+		{[]string{"generate", "--model-dir", "/nope", "--prompt", "hi", "--device", "tpu"}, []string{`unknown --device "tpu"`, "auto"}},
+	}
+	for _, tc := range tests {
+		out, stderr, code := run(t, tc.args...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", tc.args, code, stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%v: stderr %q lacks %q", tc.args, stderr, w)
+			}
+		}
+		if strings.Contains(out+stderr, "USAGE:") {
+			t.Errorf("%v: printed a help page instead of an error", tc.args)
+		}
+	}
+}

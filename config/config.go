@@ -55,7 +55,7 @@ type Convert struct {
 // Decode configures the decode node.
 type Decode struct {
 	Engine         string  `toml:"engine" help:"Decode engine implementation; tilert is the only one."`
-	Device         string  `toml:"device" help:"Compute device: cuda or cpu (the pure-Go reference backend)."`
+	Device         string  `toml:"device" help:"Compute device: auto (the GPU when one is usable, else the CPU, with a warning), cuda (require the GPU) or cpu (the pure-Go reference backend). generate and bench take the same values and default."`
 	Host           string  `toml:"host" help:"Address the ctrl and http ports bind to; empty: 0.0.0.0 with security.secret_file set, else 127.0.0.1."`
 	CtrlPort       int     `toml:"ctrl_port" help:"Ctrl port: state handoff protocol with the connector sidecar (0: kernel-chosen)."`
 	HTTPPort       int     `toml:"http_port" help:"HTTP port: /pd/decode token streams, /health, /metrics (0: kernel-chosen)."`
@@ -124,7 +124,7 @@ func Default() *Config {
 		},
 		Convert: Convert{Devices: 1, AppendMTP: true},
 		Decode: Decode{
-			Engine: "tilert", Device: "cuda", Host: "",
+			Engine: "tilert", Device: "auto", Host: "",
 			CtrlPort: 5556, HTTPPort: 5557, MaxInflight: 1,
 			StateTimeoutS: 30, SlotReserveTTL: 10,
 		},

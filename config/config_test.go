@@ -75,7 +75,8 @@ func TestUnknownKeys(t *testing.T) {
 		{"no near key", "[router]\nzzzzzzzzzz = 1\n", []string{"router.zzzzzzzzzz", "keys in [router]"}},
 		{"bare key", "ctrl_port = 5556\n", []string{"ctrl_port", "section"}},
 		{"key as table", "decode = 3\n", []string{"must be a table"}},
-		{"wrong type", "[decode]\nctrl_port = \"x\"\n", []string{"tilert.toml:2"}},
+		{"wrong type", "[decode]\nctrl_port = \"x\"\n", []string{"tilert.toml:2", "decode.ctrl_port must be an integer, got a TOML string", "ctrl_port = 5556"}},
+		{"wrong type bool", "[model]\nwith_mtp = 1\n", []string{"model.with_mtp must be a boolean, got a TOML integer"}},
 		{"syntax", "[decode\nctrl_port = 1\n", []string{"tilert.toml:1"}},
 	}
 	for _, tc := range tests {
@@ -85,6 +86,9 @@ func TestUnknownKeys(t *testing.T) {
 				t.Fatal("want an error")
 			}
 			full := err.Error() + " | " + strings.Join(errors.GetAllHints(err), " | ")
+			if strings.Contains(full, "struct") || strings.Contains(full, "config.") {
+				t.Errorf("error %q names Go types; say it in the TOML file's words", full)
+			}
 			for _, w := range tc.want {
 				if !strings.Contains(full, w) {
 					t.Errorf("error %q lacks %q", full, w)

@@ -148,9 +148,9 @@ func sections() []Field {
 	return out
 }
 
-// nearest returns the candidate closest to s by edit distance, if it is
-// close enough to be a plausible typo.
-func nearest(s string, candidates []string) string {
+// Nearest is the candidate closest to s by edit distance, or "" when none
+// is close enough to be a likely typo (config keys, subcommands).
+func Nearest(s string, candidates []string) string {
 	best, bestD := "", len(s)/2+2
 	for _, c := range candidates {
 		if d := editDistance(s, c); d < bestD {

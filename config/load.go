@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/cockroachdb/errors"
@@ -118,12 +119,51 @@ func fileError(name string, err error) error {
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
 		row, col := de.Position()
+		if f, ok := Lookup(strings.Join(de.Key(), ".")); ok {
+			// A value of the wrong type: say so in TOML's words, not the
+			// decoder's (which names Go struct fields).
+			got := "this value"
+			if m := tomlTypeRe.FindStringSubmatch(de.Error()); m != nil {
+				got = "a TOML " + m[1]
+			}
+			return errors.WithHintf(errors.Newf("%s:%d:%d: %s must be a%s %s, got %s", name, row, col, f.Path(), article(f.TypeName()), f.TypeName(), got),
+				"for example %s = %s (tilert.toml.example documents every key)", f.Key, exampleOf(f))
+		}
 		msg := strings.TrimPrefix(de.Error(), "toml: ")
 		return errors.WithHint(errors.Newf("%s:%d:%d: %s", name, row, col, msg),
-			"fix the TOML syntax or the value's type at that position; tilert.toml.example documents every key")
+			"fix the TOML syntax at that position; tilert.toml.example documents every key")
 	}
 	return errors.WithHint(errors.Wrapf(err, "%s", name),
 		"check each value's type against tilert.toml.example (strings quoted, numbers bare, lists in [ ])")
+}
+
+// tomlTypeRe finds the TOML type in go-toml's type-mismatch message.
+var tomlTypeRe = regexp.MustCompile(`cannot decode TOML (\w+)`)
+
+func article(typ string) string {
+	if strings.IndexAny(typ[:1], "aeiou") == 0 {
+		return "n"
+	}
+	return ""
+}
+
+// exampleOf is a value of f's type, as the TOML file would write it: the
+// default when it has one.
+func exampleOf(f Field) string {
+	if v := formatValue(f.Get(Default())); v != "" && v != `""` && v != "[]" {
+		return v
+	}
+	switch f.TypeName() {
+	case "integer":
+		return "1"
+	case "number":
+		return "1.5"
+	case "boolean":
+		return "true"
+	case "list of strings":
+		return `["a", "b"]`
+	}
+	return `"text"`
 }
 
 func unknownKeyError(name string, row int, key []string) error {
@@ -134,7 +174,7 @@ func unknownKeyError(name string, row int, key []string) error {
 	if len(key) == 1 {
 		sec := key[0]
 		err := errors.Newf("%s: unknown section [%s]", loc, sec)
-		if near := nearest(sec, keysIn("")); near != "" {
+		if near := Nearest(sec, keysIn("")); near != "" {
 			return errors.WithHintf(err, "did you mean [%s]? Sections: %s", near, strings.Join(keysIn(""), ", "))
 		}
 		return errors.WithHintf(err, "valid sections: %s", strings.Join(keysIn(""), ", "))
@@ -145,7 +185,7 @@ func unknownKeyError(name string, row int, key []string) error {
 	}
 	err := errors.Newf("%s: unknown key %s.%s", loc, sec, k)
 	valid := keysIn(sec)
-	if near := nearest(k, valid); near != "" {
+	if near := Nearest(k, valid); near != "" {
 		return errors.WithHintf(err, "did you mean %s.%s? Keys in [%s]: %s", sec, near, sec, strings.Join(valid, ", "))
 	}
 	return errors.WithHintf(err, "keys in [%s]: %s", sec, strings.Join(valid, ", "))
@@ -180,6 +220,6 @@ func warnUnknownEnv() {
 		if _, ok := sectionHelp(strings.ToLower(sec)); !ok {
 			continue
 		}
-		slog.Warn("environment variable sets no config key", "name", name, "did_you_mean", nearest(name, names))
+		slog.Warn("environment variable sets no config key", "name", name, "did_you_mean", Nearest(name, names))
 	}
 }

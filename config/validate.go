@@ -135,7 +135,7 @@ func (c *Config) Validate() error {
 	}
 
 	k.oneOf("decode.engine", c.Decode.Engine, "tilert")
-	k.oneOf("decode.device", c.Decode.Device, "cuda", "cpu")
+	k.oneOf("decode.device", c.Decode.Device, "auto", "cuda", "cpu")
 	// Port 0 lets the kernel choose (tests, demos); --addr-file reports it.
 	k.port("decode.ctrl_port", c.Decode.CtrlPort, true)
 	k.port("decode.http_port", c.Decode.HTTPPort, true)

@@ -54,20 +54,29 @@ func (p *Progress) Update(done, total int64) {
 		p.last = now
 		const width = 30
 		n := int(frac * width)
-		eta := "--"
-		if rate > 0 && done < total {
-			eta = (time.Duration(float64(total-done)/1e9/rate) * time.Second).String()
-		}
 		fmt.Fprintf(p.w, "\r[%s%s] %3.0f%% %.2f/%.2f GB %.2f GB/s ETA %s   ",
-			strings.Repeat("=", n), strings.Repeat(" ", width-n), frac*100, float64(done)/1e9, float64(total)/1e9, rate, eta)
+			strings.Repeat("=", n), strings.Repeat(" ", width-n), frac*100, float64(done)/1e9, float64(total)/1e9, rate, eta(done, total, rate))
 		p.drawn = true
 		return
 	}
 	tenth := int(frac * 10)
 	if tenth > p.step || now.Sub(p.last) >= 30*time.Second {
 		p.step, p.last = tenth, now
-		slog.Info("convert: progress", "done_bytes", done, "total_bytes", total, "percent", int(frac*100), "gb_per_s", fmt.Sprintf("%.2f", rate))
+		slog.Info("convert: progress", "done_bytes", done, "total_bytes", total, "percent", int(frac*100),
+			"gb_per_s", fmt.Sprintf("%.2f", rate), "eta", eta(done, total, rate))
 	}
+}
+
+// eta is the time left at rate GB/s, to the second ("--" before the
+// first bytes, "0s" when done).
+func eta(done, total int64, rate float64) string {
+	switch {
+	case done >= total:
+		return "0s"
+	case rate <= 0:
+		return "--"
+	}
+	return (time.Duration(float64(total-done) / 1e9 / rate * float64(time.Second))).Round(time.Second).String()
 }
 
 // Finish ends the bar's line.

@@ -49,3 +49,29 @@ func TestProgressLogLines(t *testing.T) {
 		t.Errorf("log mode wrote %d bytes to the progress file", fi.Size())
 	}
 }
+
+func TestProgressETA(t *testing.T) {
+	for _, tc := range []struct {
+		done, total int64
+		rate        float64
+		want        string
+	}{
+		{0, 4e9, 0, "--"},
+		{1e9, 4e9, 1, "3s"},
+		{1e9, 121e9, 2, "1m0s"},
+		{4e9, 4e9, 2, "0s"},
+	} {
+		if got := eta(tc.done, tc.total, tc.rate); got != tc.want {
+			t.Errorf("eta(%d, %d, %g) = %q, want %q", tc.done, tc.total, tc.rate, got, tc.want)
+		}
+	}
+	var b bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&b, nil)))
+	defer slog.SetDefault(old)
+	p := &Progress{w: &b}
+	p.Update(500, 1000)
+	if !strings.Contains(b.String(), "eta=") || !strings.Contains(b.String(), "gb_per_s=") {
+		t.Errorf("log line lacks rate or ETA: %s", b.String())
+	}
+}

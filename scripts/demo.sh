@@ -14,18 +14,30 @@ set -euo pipefail
 BIN=${1:-./tilert}
 DIR=${2:-.demo}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+
+# --- the model: change this block to demo another one ----------------------
+# MODEL is an HF checkpoint directory with tokenizer.json; NAME is the name
+# the router serves it as; FAMILY the decode node's --model (glm5 or
+# deepseek-v3.2); WEIGHTS_NOTE is the one line that says what the output can
+# and cannot show.
 PROMPT="And the LORD spake unto Moses, saying"
 NAME=glm-5-tiny-kjv
+FAMILY=glm5
 MODEL="$ROOT/testdata/models/$NAME"
+WEIGHTS_NOTE="note: $NAME is a tiny model trained on the King James Bible (scripts/train_tiny.py): expect repetitive KJV-style text; the demo proves the path: the local generation, the handed-over decode and the whole stack's answer are the same tokens."
 if [ "${DEMO_MODEL:-}" = synth ]; then
   NAME=glm-5-tiny
   MODEL="$DIR/glm-5-tiny"
   PROMPT="The decode engine streams tokens"
+  WEIGHTS_NOTE="note: $NAME has random weights (tilert synth), so its text is gibberish; the demo proves the plumbing: the local generation, the handed-over decode and the whole stack's answer are the same tokens."
   if [ ! -f "$MODEL/config.json" ]; then
     "$BIN" synth --preset glm-5-tiny --out "$MODEL" --seed 0
   fi
 fi
+# ----------------------------------------------------------------------------
 mkdir -p "$DIR"
+echo "$WEIGHTS_NOTE"
+echo
 echo "== local generation on the CPU: $NAME, serving mode, MTP on"
 echo "prompt: $PROMPT"
 "$BIN" generate --model-dir "$MODEL" --prompt "$PROMPT" \
@@ -55,7 +67,7 @@ for _try in 1 2 3 4 5; do
   CTRL=$((20000 + RANDOM % 20000))
   HTTP=$((CTRL + 1 + RANDOM % 1000))
   rm -f "$ADDR"
-  "$BIN" decode --device cpu --model glm5 --model-weights-dir "$MODEL" --with-mtp --max-seq-len 1024 \
+  "$BIN" decode --device cpu --model "$FAMILY" --model-weights-dir "$MODEL" --with-mtp --max-seq-len 1024 \
     --host 127.0.0.1 --ctrl-port "$CTRL" --http-port "$HTTP" --transfer-listen 127.0.0.1:0 \
     --secret-file "$SECRET" --addr-file "$ADDR" >"$LOG" 2>&1 &
   NODE=$!
@@ -147,3 +159,5 @@ stop_all
 trap - EXIT
 echo "node log:"
 sed 's/^/  /' "$LOG"
+echo
+echo "$WEIGHTS_NOTE"

@@ -30,8 +30,8 @@ func Command() *cli.Command {
 			Name:  "decode",
 			Usage: "prefill random prompts into N slots, then time batched decode steps",
 			Flags: append(cliutil.Flags(nil),
-				&cli.StringFlag{Name: "model-dir", Required: true, Usage: "converted weights or an HF checkpoint directory"},
-				&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda"},
+				&cli.StringFlag{Name: "model-dir", Usage: "converted weights or an HF checkpoint directory (required)"},
+				&cli.StringFlag{Name: "device", Value: engineload.DefaultDevice, Usage: "auto (the GPU when usable, else the CPU), cuda or cpu"},
 				&cli.StringFlag{Name: "mode", Value: "serving", Usage: "exact (float32 caches) or serving (caches in vLLM's layouts)"},
 				&cli.StringFlag{Name: "kv-cache-dtype", Value: "fp8", Usage: "MLA cache: fp8 or bf16"},
 				&cli.IntFlag{Name: "prompt-len", Value: 128, Usage: "prompt tokens per slot"},
@@ -87,10 +87,21 @@ func runDecode(c *cli.Context) error {
 			"e.g. --slots 1 --prompt-len 128 --tokens 64"), cliutil.ExitUsage)
 	}
 	dir := c.String("model-dir")
+	if dir == "" {
+		return cliutil.WithExitCode(errors.WithHint(errors.New("bench decode needs --model-dir"),
+			"pass converted weights or an HF checkpoint directory; for a quick try: tilert synth --preset glm-5-tiny --out /tmp/tiny && tilert bench decode --model-dir /tmp/tiny"), cliutil.ExitUsage)
+	}
+	if err := engineload.CheckDir("--model-dir", dir); err != nil {
+		return err
+	}
 	if err := engineload.Verify(dir); err != nil {
 		return err
 	}
-	e, cfg, closeEngine, err := engineload.Open(c.String("device"), dir, engine.Options{
+	device, _, err := engineload.ResolveDevice(c.String("device"))
+	if err != nil {
+		return err
+	}
+	e, cfg, closeEngine, err := engineload.Open(device, dir, engine.Options{
 		Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: plen + ntok + 4, MTP: c.Bool("mtp"),
 	})
 	if err != nil {
@@ -99,7 +110,7 @@ func runDecode(c *cli.Context) error {
 	defer closeEngine()
 
 	r := Result{
-		Version: buildinfo.Version, Device: c.String("device"), Model: string(cfg.Family), Mode: string(mode),
+		Version: buildinfo.Version, Device: device, Model: string(cfg.Family), Mode: string(mode),
 		KVCacheDType: string(cache), MTP: c.Bool("mtp"), Slots: slots, PromptLen: plen, Tokens: ntok,
 	}
 	rng := rand.New(rand.NewPCG(c.Uint64("seed"), 7))

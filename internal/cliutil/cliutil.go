@@ -96,3 +96,44 @@ func Report(w io.Writer, err error) int {
 	}
 	return code
 }
+
+// SuggestCommands makes an unknown subcommand (of the app or of a command
+// group such as `bench`) fail with exit code 2 and the nearest name, not a
+// help page: `tilert decod` says "did you mean decode?".
+func SuggestCommands(app *cli.App) {
+	app.Action = unknownCommand(false, func(c *cli.Context) []*cli.Command { return c.App.Commands })
+	var walk func([]*cli.Command)
+	walk = func(cmds []*cli.Command) {
+		for _, cmd := range cmds {
+			if len(cmd.Subcommands) > 0 && cmd.Action == nil {
+				sub := cmd.Subcommands
+				cmd.Action = unknownCommand(true, func(*cli.Context) []*cli.Command { return sub })
+			}
+			walk(cmd.Subcommands)
+		}
+	}
+	walk(app.Commands)
+}
+
+func unknownCommand(group bool, cmds func(*cli.Context) []*cli.Command) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if !c.Args().Present() {
+			if group {
+				return cli.ShowSubcommandHelp(c)
+			}
+			return cli.ShowAppHelp(c)
+		}
+		name := c.Args().First()
+		var names []string
+		for _, cmd := range cmds(c) {
+			if !cmd.Hidden && cmd.Name != "help" {
+				names = append(names, cmd.Name)
+			}
+		}
+		err := errors.Newf("unknown command %q", name)
+		if near := config.Nearest(name, names); near != "" {
+			return WithExitCode(errors.WithHintf(err, "did you mean %s? (commands: %s)", near, strings.Join(names, ", ")), ExitUsage)
+		}
+		return WithExitCode(errors.WithHintf(err, "commands: %s; --help shows what each does", strings.Join(names, ", ")), ExitUsage)
+	}
+}

@@ -3,26 +3,74 @@
 package engineload
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/engine/gpu"
+	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/weights"
 )
 
 // Devices lists the accepted --device values.
-var Devices = []string{"cpu", "cuda"}
+var Devices = []string{"auto", "cuda", "cpu"}
+
+// DefaultDevice is the --device default of every command that runs an
+// engine (decode, generate, bench): the GPU when one is usable, else the
+// CPU reference backend. ResolveDevice says which, and why.
+const DefaultDevice = "auto"
+
+// ResolveDevice turns "auto" into "cuda" when a GPU is usable here and
+// "cpu" otherwise; why says what was found (for the log). Other values are
+// returned as they are, or refused with a hint.
+func ResolveDevice(device string) (resolved, why string, err error) {
+	switch device {
+	case "cuda", "cpu":
+		return device, "asked for", nil
+	case "auto", "":
+		n, err := cuda.DeviceCount()
+		if err != nil || n == 0 {
+			why := "no usable GPU"
+			if err != nil {
+				why += ": " + err.Error()
+			}
+			return "cpu", why, nil
+		}
+		return "cuda", fmt.Sprintf("%d GPU(s) found", n), nil
+	}
+	return "", "", cliutil.WithExitCode(errors.WithHintf(errors.Newf("unknown --device %q", device),
+		"use --device auto (the GPU if there is one), cuda (NVIDIA GPU) or cpu (the pure-Go reference backend)"), cliutil.ExitUsage)
+}
 
 // IsConverted reports whether dir holds converted TileRT weights.
 func IsConverted(dir string) bool {
 	_, err := os.Stat(filepath.Join(dir, weights.ManifestFile))
 	return err == nil
+}
+
+// CheckDir reports a model directory given by flag (e.g. "--model-dir")
+// that does not exist or is not a directory, naming the flag, so that this
+// and not a later symptom (a missing tokenizer, say) is what the user reads.
+func CheckDir(flag, dir string) error {
+	st, err := os.Stat(dir)
+	switch {
+	case os.IsNotExist(err):
+		return cliutil.WithExitCode(errors.WithHintf(errors.Newf("%s %s: no such directory", flag, dir),
+			"pass an HF checkpoint directory (tilert synth --out DIR makes a tiny one) or converted weights (tilert convert --save-dir)"), cliutil.ExitUsage)
+	case err != nil:
+		return errors.Wrapf(err, "%s %s", flag, dir)
+	case !st.IsDir():
+		return cliutil.WithExitCode(errors.WithHintf(errors.Newf("%s %s is a file, not a directory", flag, dir),
+			"pass the directory that holds config.json (or tilert_manifest.json)"), cliutil.ExitUsage)
+	}
+	return nil
 }
 
 // Verify checks dir before serving from it: converted weights are verified
@@ -31,6 +79,9 @@ func Verify(dir string) error {
 	if dir == "" {
 		return errors.WithHint(errors.New("no model weights directory"),
 			"pass converted weights (tilert convert --save-dir) or an HF checkpoint directory")
+	}
+	if err := CheckDir("model directory", dir); err != nil {
+		return err
 	}
 	if IsConverted(dir) {
 		return errors.Wrapf(weights.Verify(dir), "verifying converted weights %s", dir)
@@ -74,9 +125,14 @@ func Weights(dir string) (model.Weights, *model.Config, func(), error) {
 	}, nil
 }
 
-// Open builds an engine for device ("cpu" or "cuda") over dir. The returned
-// close releases the engine and the weights.
+// Open builds an engine for device ("cpu", "cuda", or "auto": see
+// ResolveDevice) over dir. The returned close releases the engine and the
+// weights.
 func Open(device, dir string, opts engine.Options) (engine.Engine, *model.Config, func(), error) {
+	device, _, err := ResolveDevice(device)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	switch device {
 	case "cpu":
 		w, cfg, closeW, err := Weights(dir)

@@ -5,11 +5,14 @@ package generatecmd
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/cockroachdb/errors"
 	"github.com/urfave/cli/v2"
@@ -37,7 +40,7 @@ func Command() *cli.Command {
 			&cli.IntFlag{Name: "top-k", Value: 0, Usage: "keep the k most likely tokens; 0 disables"},
 			&cli.Uint64Flag{Name: "seed", Value: 0, Usage: "sampling seed"},
 			&cli.BoolFlag{Name: "ignore-eos", Usage: "do not stop at the end-of-sequence token"},
-			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu, or cuda (GPU 0)"},
+			&cli.StringFlag{Name: "device", Value: engineload.DefaultDevice, Usage: "auto (GPU 0 when usable, else the CPU), cuda or cpu"},
 		),
 		Action: run,
 	}
@@ -51,13 +54,21 @@ func run(c *cli.Context) error {
 	if _, _, err := cliutil.Load(c, nil); err != nil {
 		return err
 	}
-	device := c.String("device")
-	if device != "cpu" && device != "cuda" {
-		return errors.WithHint(usage("unknown --device %q", device), "use --device cpu or --device cuda")
+	device, why, err := engineload.ResolveDevice(c.String("device"))
+	if err != nil {
+		return err
 	}
+	slog.Debug("generate: device", "device", device, "why", why)
 	modelDir, weightsDir := c.String("model-dir"), c.String("weights-dir")
 	if modelDir == "" && weightsDir == "" {
 		return errors.WithHint(usage("generate needs a model"), "pass --model-dir HF_DIR or --weights-dir CONVERTED_DIR")
+	}
+	for flag, dir := range map[string]string{"--model-dir": modelDir, "--weights-dir": weightsDir} {
+		if dir != "" {
+			if err := engineload.CheckDir(flag, dir); err != nil {
+				return err
+			}
+		}
 	}
 	mode, err := engine.ParseMode(c.String("mode"))
 	if err != nil {
@@ -111,8 +122,6 @@ func run(c *cli.Context) error {
 	return generate(c.App.Writer, e, tok, prompt, p)
 }
 
-// newCPU builds the CPU engine on an HF or converted checkpoint.
-
 // generate runs prefill then decode steps, streaming text as it goes.
 func generate(w io.Writer, e engine.Engine, tok *tokenizer.Tokenizer, prompt []int, p engine.Params) error {
 	start := time.Now()
@@ -125,7 +134,7 @@ func generate(w io.Writer, e engine.Engine, tok *tokenizer.Tokenizer, prompt []i
 	var dec *tokenizer.Decoder
 	if tok != nil {
 		dec = tok.NewDecoder()
-		fmt.Fprint(w, dec.Add(first))
+		fmt.Fprint(w, printable(dec.Add(first)))
 	}
 	finish, err := e.Start(0, first, p)
 	if err != nil {
@@ -141,7 +150,7 @@ func generate(w io.Writer, e engine.Engine, tok *tokenizer.Tokenizer, prompt []i
 			for _, t := range r.Tokens {
 				ids = append(ids, t)
 				if dec != nil {
-					fmt.Fprint(w, dec.Add(t))
+					fmt.Fprint(w, printable(dec.Add(t)))
 				}
 			}
 			finish = r.Finish
@@ -149,7 +158,7 @@ func generate(w io.Writer, e engine.Engine, tok *tokenizer.Tokenizer, prompt []i
 	}
 	decode := time.Since(decStart)
 	if dec != nil {
-		fmt.Fprintln(w, dec.Flush())
+		fmt.Fprintln(w, printable(dec.Flush()))
 	}
 	st := e.Stats()
 	idStr := make([]string, len(ids))
@@ -165,4 +174,24 @@ func generate(w io.Writer, e engine.Engine, tok *tokenizer.Tokenizer, prompt []i
 	}
 	fmt.Fprintln(w)
 	return nil
+}
+
+// printable escapes what a terminal would act on instead of show (control
+// characters other than newline and tab, invalid UTF-8): a model with random
+// weights emits any token, and its text must not garble the terminal.
+func printable(s string) string {
+	var b strings.Builder
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case r == '\n' || r == '\t' || !unicode.IsControl(r):
+			b.WriteString(s[:n])
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+		s = s[n:]
+	}
+	return b.String()
 }

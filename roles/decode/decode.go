@@ -82,8 +82,12 @@ func usage(err error) error { return cliutil.WithExitCode(err, cliutil.ExitUsage
 func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 	log := slog.Default()
 	d := cfg.Decode
-	if d.Device != "cpu" && d.Device != "cuda" {
-		return usage(errors.WithHint(errors.Newf("unknown --device %q", d.Device), "use --device cuda (NVIDIA GPU) or --device cpu (pure-Go reference backend)"))
+	device, why, err := engineload.ResolveDevice(d.Device)
+	if err != nil {
+		return err
+	}
+	if device == "cpu" && d.Device != "cpu" {
+		log.Warn("decode: no GPU; decoding on the CPU reference backend (for tests and tiny models; pass --device cuda to require the GPU)", "why", why)
 	}
 	if d.Engine != "tilert" {
 		return usage(errors.WithHint(errors.Newf("unknown decode engine %q", d.Engine), "use --engine tilert"))
@@ -105,7 +109,7 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 	}
 	// The GPU backend's slot buffers are host staging copies that Import
 	// uploads, so the transfer engines register host memory on both devices.
-	eng, mcfg, closeEngine, err := engineload.Open(d.Device, cfg.Model.WeightsDir, engine.Options{Mode: engine.ModeServing,
+	eng, mcfg, closeEngine, err := engineload.Open(device, cfg.Model.WeightsDir, engine.Options{Mode: engine.ModeServing,
 		MLACache: dt, Slots: d.MaxInflight, MaxSeqLen: cfg.Model.MaxSeqLen, MTP: cfg.Model.WithMTP})
 	if err != nil {
 		return err
@@ -117,7 +121,7 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 		return usage(errors.WithHintf(errors.Newf("--model %s is %s, but %s holds %s", cfg.Model.Name, fam, cfg.Model.WeightsDir, mcfg.Family),
 			"pass --model %s, or the weights of %s", handoff.ModelName(mcfg.Family), cfg.Model.Name))
 	}
-	log.Info("decode: engine ready", "device", d.Device, "model", handoff.ModelName(mcfg.Family), "weights", cfg.Model.WeightsDir,
+	log.Info("decode: engine ready", "device", device, "model", handoff.ModelName(mcfg.Family), "weights", cfg.Model.WeightsDir,
 		"layers", mcfg.NumLayers, "mtp", cfg.Model.WithMTP, "kv_cache_dtype", dt, "max_seq_len", eng.Options().MaxSeqLen,
 		"slots", d.MaxInflight, "slot_bytes", eng.Layout().SlotBytes, "load", time.Since(t0).Round(time.Millisecond))
 

@@ -110,7 +110,9 @@ func (r *Registry) NewHistogram(name, help string, buckets []float64, labels ...
 }
 
 // With returns the histogram for the label values.
-func (h *HistogramVec) With(vals ...string) *Histogram { return &Histogram{h.v.WithLabelValues(vals...)} }
+func (h *HistogramVec) With(vals ...string) *Histogram {
+	return &Histogram{h.v.WithLabelValues(vals...)}
+}
 
 // ExpBuckets returns n bucket bounds start, start*factor, ...
 func ExpBuckets(start, factor float64, n int) []float64 {

@@ -202,8 +202,11 @@ func TestShipWithSecret(t *testing.T) {
 		t.Fatalf("stage: %v", rep)
 	}
 	hw.waitOutcome(t, OutcomeConnectFailed, 1)
-	if !strings.Contains(hw.logs(), "authentication") {
-		t.Fatalf("the refusal does not say why:\n%s", hw.logs())
+	// The outcome is counted just before its log line is written.
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(hw.logs(), "authentication"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the refusal does not say why:\n%s", hw.logs())
+		}
 	}
 
 	tr, _ := rdma.NewTCP(rdma.TCPConfig{Secret: secret})

@@ -147,6 +147,14 @@ func TestSocketFloodsBounded(t *testing.T) {
 	if hello := p.roundTrip(map[string]any{"type": "hello"}); hello["type"] != TypeHello {
 		t.Fatalf("plugin during the flood: %v", hello)
 	}
+	defer func() {
+		// The plugin's connection outlives the flood and the idle timeout:
+		// once it has spoken it may wait as long as vLLM does.
+		time.Sleep(1600 * time.Millisecond)
+		if hello := p.roundTrip(map[string]any{"type": "hello"}); hello["type"] != TypeHello {
+			t.Fatalf("plugin after the flood: %v", hello)
+		}
+	}()
 	for deadline := time.Now().Add(time.Second); h.s.guard.Load().Open() < 91; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d connections held, want 91", h.s.guard.Load().Open())

@@ -233,19 +233,28 @@ func (s *Sidecar) serveConn(conn net.Conn) {
 	}()
 	br := bufio.NewReader(conn)
 	lim := s.o.Socket
+	spoke := false // a first frame has arrived
 	reply := func(r any) bool {
 		b, _ := json.Marshal(r)
 		_ = conn.SetWriteDeadline(time.Now().Add(lim.WriteTimeout))
 		return pd.WriteFrame(conn, b) == nil
 	}
 	for {
-		// Idle between frames up to the idle timeout; a started frame must
-		// arrive within the read timeout (a stuck or hostile local peer
-		// cannot hold a goroutine and a buffer forever).
-		_ = conn.SetReadDeadline(time.Now().Add(lim.IdleTimeout))
+		// A new connection must send its first frame within the read
+		// timeout (a half-open flood is cut, so the cap cannot be filled
+		// for long); after that the plugin's connection may stay idle as
+		// long as vLLM is (it carries per-connection state, e.g. the cache
+		// registration of the zero-copy path). A started frame must always
+		// arrive within the read timeout.
+		if spoke {
+			_ = conn.SetReadDeadline(time.Time{})
+		} else {
+			_ = conn.SetReadDeadline(time.Now().Add(lim.ReadTimeout))
+		}
 		if _, err := br.Peek(1); err != nil {
 			return
 		}
+		spoke = true
 		_ = conn.SetReadDeadline(time.Now().Add(lim.ReadTimeout))
 		payload, err := pd.ReadFrameLimit(br, lim.MaxFrame, "security.max_frame_bytes")
 		if err != nil {

@@ -68,6 +68,20 @@ type Params struct {
 	// MaxTokens caps the number of generated tokens including the first one
 	// handed to Start; <= 0 means only MaxSeqLen limits.
 	MaxTokens int
+
+	// Logit adjustments, as vLLM applies them (see penalty.go): 0 (or 1
+	// for RepetitionPenalty) is off.
+	PresencePenalty   float64
+	FrequencyPenalty  float64
+	RepetitionPenalty float64
+	MinTokens         int // stop ids are blocked until this many are generated
+	LogitBias         map[int]float32
+	// PromptIDs are the prompt's ids, read by the repetition penalty.
+	PromptIDs []int
+	// Logprobs asks for each generated token's logprob and TopLogprobs
+	// alternatives.
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // Greedy reports whether p selects argmax decoding.

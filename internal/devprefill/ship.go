@@ -136,3 +136,35 @@ func (s *Shipper) Ship(ctx context.Context, ctrl, rid string, prompt []int, p en
 	return &Handoff{First: first, SeqLen: meta.SeqLen, Ack: ack, Bytes: len(og.Buf), Regions: len(og.Sources),
 		Transport: s.tr.Kind(), Prefill: tPrefill, Send: time.Since(t1)}, nil
 }
+
+// Generate runs prompt to the end on the local CPU engine, as a native
+// vLLM deployment would (prefill and decode in one place): the tokens
+// generated (the first included) and the finish reason. `tilert dev-vllm`
+// answers requests without TileRT kv_transfer_params this way, so it can
+// stand in for the native pool the router spills to.
+func (s *Shipper) Generate(ctx context.Context, prompt []int, p engine.Params) ([]int, engine.FinishReason, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	eng, err := s.engineFor(engine.CacheFP8DSMLA)
+	if err != nil {
+		return nil, "", err
+	}
+	first, err := eng.Prefill(0, prompt, p)
+	if err != nil {
+		return nil, "", err
+	}
+	defer eng.Release(0)
+	ids := []int{first}
+	fin, err := eng.Start(0, first, p)
+	for err == nil && fin == engine.FinishNone {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		var res []engine.StepResult
+		if res, err = eng.Step([]int{0}); err == nil {
+			ids = append(ids, res[0].Tokens...)
+			fin = res[0].Finish
+		}
+	}
+	return ids, fin, err
+}

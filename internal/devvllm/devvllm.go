@@ -126,6 +126,7 @@ type request struct {
 	Seed         *int64   `json:"seed"`
 	IgnoreEOS    bool     `json:"ignore_eos"`
 	StopTokenIDs []int    `json:"stop_token_ids"`
+	Stream       bool     `json:"stream"`
 	KV           *struct {
 		Host     string `json:"tilert_host"`
 		CtrlPort int    `json:"tilert_ctrl_port"`
@@ -135,6 +136,11 @@ type request struct {
 
 func (s *Server) serve(ctx *fasthttp.RequestCtx, chat bool) {
 	t0 := time.Now()
+	var probe request
+	if json.Unmarshal(ctx.PostBody(), &probe) == nil && probe.KV == nil {
+		s.native(ctx, chat)
+		return
+	}
 	resp, e := s.handle(ctx, chat)
 	if e != nil {
 		s.o.Log.Warn("dev-vllm: request refused", "path", string(ctx.Path()), "status", e.status, "err", e.msg)
@@ -155,8 +161,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, chat bool) (map[string]any, *h
 		return nil, fail(fasthttp.StatusNotFound, "the model `%s` does not exist (dev-vllm serves %q)", req.Model, s.o.ServedModel)
 	}
 	if req.KV == nil || req.KV.Host == "" || req.KV.CtrlPort <= 0 || req.KV.RID == "" {
-		return nil, fail(fasthttp.StatusBadRequest, "dev-vllm only prefills for TileRT: the request needs kv_transfer_params "+
-			"{tilert_host, tilert_ctrl_port, tilert_rid} (send it through tilert router)")
+		return nil, fail(fasthttp.StatusBadRequest, "dev-vllm prefills for TileRT only with kv_transfer_params "+
+			"{tilert_host, tilert_ctrl_port, tilert_rid} (send it through tilert router); without them it generates natively")
 	}
 	if req.MaxTokens == nil || *req.MaxTokens != 1 {
 		return nil, fail(fasthttp.StatusBadRequest, "dev-vllm only prefills: max_tokens must be 1 (tilert router sets it)")

@@ -228,20 +228,7 @@ func newStack(t *testing.T, o stackOpts) *stack {
 
 	vllmURL := o.vllmURL
 	if vllmURL == "" {
-		w, err := model.OpenWeights(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mcfg, err := model.LoadConfig(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := rdma.NewTCP(rdma.TCPConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sh := devprefill.NewShipper(w, mcfg, tr, 1024)
-		hs := devvllm.New(devvllm.Options{Shipper: sh, Tokenizer: s.tok, ServedModel: "glm-5-tiny", Log: quietLog()}).NewHTTPServer()
+		hs, closeVLLM := devVLLMServer(t, dir, s.tok)
 		if o.hold {
 			s.hold, s.holding = make(chan struct{}), make(chan struct{}, 16)
 			inner := hs.Handler
@@ -261,8 +248,7 @@ func newStack(t *testing.T, o stackOpts) *stack {
 				close(s.hold)
 			}
 			s.vllm.Close()
-			sh.Close()
-			_ = tr.Close()
+			closeVLLM()
 		})
 		vllmURL = s.vllm.URL
 	}
@@ -317,10 +303,36 @@ func serveRouter(t testing.TB, rt *Router) *testServer {
 		_ = ts.srv.Serve(ln)
 	}()
 	t.Cleanup(func() {
-		_ = ts.srv.Shutdown()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = ts.srv.ShutdownWithContext(ctx) // bounded: a failed test may leave a request parked
 		<-done
 	})
 	return ts
+}
+
+// devVLLMHandler is `tilert dev-vllm` on the tiny model: prefill for
+// TileRT, or native generation for requests without kv_transfer_params.
+func devVLLMServer(t testing.TB, dir string, tok *tokenizer.Tokenizer) (*fasthttp.Server, func()) {
+	t.Helper()
+	w, err := model.OpenWeights(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcfg, err := model.LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := rdma.NewTCP(rdma.TCPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := devprefill.NewShipper(w, mcfg, tr, 1024)
+	hs := devvllm.New(devvllm.Options{Shipper: sh, Tokenizer: tok, ServedModel: "glm-5-tiny", Log: quietLog()}).NewHTTPServer()
+	return hs, func() {
+		sh.Close()
+		_ = tr.Close()
+	}
 }
 
 func quietLog() *slog.Logger {

@@ -349,4 +349,3 @@ func srvBusy(srv *testServer) (int, error) {
 	err = json.NewDecoder(resp.Body).Decode(&h)
 	return h.Busy, err
 }
-

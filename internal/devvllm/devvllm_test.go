@@ -181,8 +181,18 @@ func TestPrefillHandoff(t *testing.T) {
 		cr.Body.Close()
 	}
 
+	// Without kv_transfer_params it generates natively (the spill target).
+	nr, err := http.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"hi","max_tokens":3,"temperature":0,"ignore_eos":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb, _ := io.ReadAll(nr.Body)
+	nr.Body.Close()
+	if nr.StatusCode != 200 || !strings.Contains(string(nb), `"completion_tokens":3`) {
+		t.Errorf("native generation: %s %s", nr.Status, nb)
+	}
 	for _, tc := range []struct{ name, body, inMsg string }{
-		{"no kv params", `{"prompt":"hi","max_tokens":1}`, "kv_transfer_params"},
+		{"incomplete kv params", `{"prompt":"hi","max_tokens":1,"kv_transfer_params":{"tilert_host":"h"}}`, "kv_transfer_params"},
 		{"max tokens", `{"prompt":"hi","max_tokens":5,"kv_transfer_params":{"tilert_host":"h","tilert_ctrl_port":1,"tilert_rid":"r"}}`, "max_tokens must be 1"},
 		{"bad prompt", `{"prompt":{},"max_tokens":1,"kv_transfer_params":{"tilert_host":"h","tilert_ctrl_port":1,"tilert_rid":"r"}}`, "prompt"},
 	} {

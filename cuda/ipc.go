@@ -12,12 +12,15 @@ import (
 // storage._share_cuda_()).
 type IpcMemHandle [64]byte
 
-// cuIpcOpenMemHandle takes the handle by value (a 64-byte struct), which
-// purego's struct-argument support passes per the platform ABI.
+// ipcHandleArg is CUipcMemHandle as C declares it (a struct of 64 chars):
+// cuIpcOpenMemHandle takes it by value, which purego's struct-argument
+// support passes per the platform ABI (in memory, on the stack).
+type ipcHandleArg struct{ reserved [64]byte }
+
 var ipcFns struct {
 	once  sync.Once
 	err   error
-	open  func(p *uint64, h IpcMemHandle, flags uint32) int32
+	open  func(p *uint64, h ipcHandleArg, flags uint32) int32
 	close func(p uint64) int32
 	get   func(h *IpcMemHandle, p uint64) int32
 }
@@ -60,7 +63,7 @@ func (c *Ctx) IpcOpenMemHandle(h IpcMemHandle) (DevPtr, error) {
 		return 0, err
 	}
 	var p uint64
-	if err := c.check("cuIpcOpenMemHandle", ipcFns.open(&p, h, ipcLazyEnablePeerAccess)); err != nil {
+	if err := c.check("cuIpcOpenMemHandle", ipcFns.open(&p, ipcHandleArg{h}, ipcLazyEnablePeerAccess)); err != nil {
 		return 0, errors.WithHint(err, "the handle must come from another process on this machine whose allocation is still alive (and not from PyTorch's expandable segments)")
 	}
 	return DevPtr(p), nil

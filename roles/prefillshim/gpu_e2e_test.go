@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/api/decodeapi"
+	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/model/synth"
 	"github.com/tilert-go/tilert/rdma"
 	"github.com/tilert-go/tilert/roles/decode"

@@ -194,6 +194,19 @@ def expected(caches, blocks):
     return b"".join(parts), regions
 
 
+def test_raw_ipc_handle():
+    from tilert.pd_vllm.prefill_connector import SidecarError, raw_ipc_handle
+
+    h = bytes(range(64))
+    assert raw_ipc_handle(h) == h  # torch before handle versions
+    for version in (2, 3):  # torch <= 2.12 and 2.13: version byte, 'c', the handle
+        assert raw_ipc_handle(bytes([version]) + b"c" + h) == h
+    with pytest.raises(SidecarError, match="expandable_segments"):
+        raw_ipc_handle(bytes([2]) + b"e" + b"x" * 100)
+    with pytest.raises(SidecarError, match="unrecognised"):
+        raw_ipc_handle(b"x" * 10)
+
+
 def test_parse_layer_name():
     assert parse_layer_name("model.layers.61.self_attn.attn") == (61, "mla")
     assert parse_layer_name("model.layers.3.self_attn.indexer.k_cache") == (3, "indexer")

@@ -574,6 +574,25 @@ class TileRTConnector(KVConnectorBase_V1, SupportsHMA):
                      spec.rid, spec.seq_len, total, len(regions))
 
 
+CUDA_IPC_HANDLE_BYTES = 64
+
+
+def raw_ipc_handle(h) -> bytes:
+    """The 64-byte cudaIpcMemHandle_t inside what torch's
+    ``storage._share_cuda_()`` returns: older torch gives it bare; newer
+    torch prefixes a version byte and a type byte, ``'c'`` for a plain
+    cudaMalloc block, ``'e'`` for an expandable segment (not one handle)."""
+    h = bytes(h)
+    if len(h) == CUDA_IPC_HANDLE_BYTES:
+        return h
+    if len(h) == CUDA_IPC_HANDLE_BYTES + 2 and h[1] == ord("c"):
+        return h[2:]
+    if len(h) >= 2 and h[1] == ord("e"):
+        raise SidecarError("vLLM's KV cache sits in PyTorch expandable segments, which have no single CUDA IPC handle; "
+                           "unset PYTORCH_CUDA_ALLOC_CONF=expandable_segments for the zero-copy hand-off")
+    raise SidecarError(f"unrecognised CUDA IPC handle of {len(h)} bytes from torch {torch.__version__}")
+
+
 def ipc_register_message(layers: list[LayerCache]) -> dict:
     """The ``register_cache`` frame: CUDA IPC handles of the allocations
     holding the caches and each layer's geometry inside them."""
@@ -584,11 +603,8 @@ def ipc_register_message(layers: list[LayerCache]) -> dict:
         share = st._share_cuda_()
         # (device, handle, storage bytes, offset of the storage in the
         # allocation the handle names, ...): torch.multiprocessing's format.
-        device, handle, size, storage_off = share[0], share[1], share[2], share[3]
-        if not isinstance(handle, (bytes, bytearray)) or len(handle) != 64:
-            raise SidecarError(f"CUDA IPC handle of {len(handle)} bytes (expandable segments?); "
-                               "unset PYTORCH_CUDA_ALLOC_CONF=expandable_segments for zero-copy")
-        key = (int(device), bytes(handle))
+        device, handle, size, storage_off = share[0], raw_ipc_handle(share[1]), share[2], share[3]
+        key = (int(device), handle)
         if key not in allocs:
             allocs[key] = len(out_allocs)
             out_allocs.append({"device": int(device), "handle": base64.b64encode(bytes(handle)).decode(),

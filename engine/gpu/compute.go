@@ -50,6 +50,14 @@ func (c *compute) KeepHidden(slot, row int) error {
 // ForwardMTP implements engine.Compute: the hidden inputs are gathered into
 // ws.hin (runs of consecutive main rows in one copy).
 func (c *compute) ForwardMTP(rs []engine.Row, hidden []int, logits []bool) error {
+	c.gatherMTPInput(rs, hidden)
+	c.e.forward(c.o, c.rows(rs), true, logits)
+	return c.o.err
+}
+
+// gatherMTPInput copies each MTP row's hidden input into ws.hin: row
+// hidden[j] of the last main forward, or its slot's kept hidden for -1.
+func (c *compute) gatherMTPInput(rs []engine.Row, hidden []int) {
 	H := c.e.cfg.HiddenSize
 	ws := c.e.ws
 	for j := 0; j < len(hidden); {
@@ -65,8 +73,6 @@ func (c *compute) ForwardMTP(rs []engine.Row, hidden []int, logits []bool) error
 		c.o.do(c.o.b.copyDD(fptr(ws.hin, j*H), fptr(ws.hid, hidden[j]*H), int64(4*H*(k-j))))
 		j = k
 	}
-	c.e.forward(c.o, c.rows(rs), true, logits)
-	return c.o.err
 }
 
 // Pick implements engine.Compute on the device (arg-max or the device

@@ -132,6 +132,16 @@ func checkSupported(c *model.Config, opts engine.Options) error {
 }
 
 func build(r runner, src Source, opts engine.Options) (*Engine, error) {
+	e, err := newBackend(r, src, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{Book: engine.NewBookFor(e, e.cfg, e.opts, e.layout, e.maxSeq, e.chunkLen), m: e}, nil
+}
+
+// newBackend loads src onto r's device and allocates every slot's caches
+// (one rank of a sharded engine is one backend over its shard's weights).
+func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 	cfg := src.Config()
 	opts, lay, maxSeq, err := engine.Resolve(cfg, opts, engine.ModeServing)
 	if err != nil {
@@ -166,7 +176,7 @@ func build(r runner, src Source, opts engine.Options) (*Engine, error) {
 	}
 	slog.Debug("gpu engine ready", "slots", opts.Slots, "max_seq", e.maxSeq, "slot_bytes", lay.SlotBytes,
 		"weight_bytes", e.w.bytes, "mtp", opts.MTP)
-	return &Engine{Book: engine.NewBookFor(e, cfg, opts, lay, maxSeq, e.chunkLen), m: e}, nil
+	return e, nil
 }
 
 func (e *backend) alloc(b device, n int64) (cuda.DevPtr, error) {

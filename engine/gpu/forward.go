@@ -140,22 +140,17 @@ type group struct {
 	maxLen, last int
 }
 
-// forward runs rows through the main layers (mtp false) or the MTP layer
-// (mtp true, with ws.hin holding each row's previous final-normed hidden).
-// The final-normed hidden lands in ws.hid (main) or ws.mhid (MTP), the
-// logits of rows with want[i] (nil: all) in ws.logits. As in the CPU
-// engine, every row's caches are written before any row attends, and a row
-// attends only to positions <= its own.
-func (e *backend) forward(o *ops, rows []fwdRow, mtp bool, want []bool) {
+// begin uploads rows' ids, positions and lengths and groups them per
+// slot: the state of one forward (nil after an error).
+func (e *backend) begin(o *ops, rows []fwdRow) *fwd {
 	if o.err != nil {
-		return
+		return nil
 	}
-	c := e.cfg
 	ws := e.ws
-	M, H := len(rows), c.HiddenSize
+	M := len(rows)
 	if M == 0 || M > e.maxRows {
 		o.do(errors.Newf("forward of %d rows (at most %d)", M, e.maxRows))
-		return
+		return nil
 	}
 	meta := make([]byte, 3*4*e.maxRows)
 	var groups []group
@@ -173,27 +168,24 @@ func (e *backend) forward(o *ops, rows []fwdRow, mtp bool, want []bool) {
 	}
 	o.do(o.b.upload(ws.meta, meta))
 	ids, pos, lens := ws.meta, fptr(ws.meta, e.maxRows), fptr(ws.meta, 2*e.maxRows)
-	f := &fwd{e: e, o: o, M: M, groups: groups, pos: pos, lens: lens}
+	return &fwd{e: e, o: o, M: M, groups: groups, ids: ids, pos: pos, lens: lens}
+}
 
-	var layers []*dlayer
-	hid, norm, head := ws.hid, e.w.norm, e.w.head
-	if mtp {
-		lw := e.w.layers[c.NumLayers]
-		layers = []*dlayer{lw}
-		hid, norm, head = ws.mhid, lw.ShNorm, lw.head
-		// x = eh_proj(cat(enorm(embed(tok)), hnorm(h_prev)))
-		o.do(o.b.embed(ws.h, lw.embed, ids, M, H))
-		eps := float32(c.RMSNormEps)
-		o.do(o.b.rmsnorm(ws.cat, ws.h, lw.ENorm, M, H, H, 2*H, eps))
-		o.do(o.b.rmsnorm(fptr(ws.cat, H), ws.hin, lw.HNorm, M, H, H, 2*H, eps))
-		o.lin(lw.EH, ws.x, ws.cat, M, 2*H, H)
-	} else {
-		layers = e.w.layers[:c.NumLayers]
-		o.do(o.b.embed(ws.x, e.w.embed, ids, M, H))
+// forward runs rows through the main layers (mtp false) or the MTP layer
+// (mtp true, with ws.hin holding each row's previous final-normed hidden).
+// The final-normed hidden lands in ws.hid (main) or ws.mhid (MTP), the
+// logits of rows with want[i] (nil: all) in ws.logits. As in the CPU
+// engine, every row's caches are written before any row attends, and a row
+// attends only to positions <= its own.
+func (e *backend) forward(o *ops, rows []fwdRow, mtp bool, want []bool) {
+	f := e.begin(o, rows)
+	if f == nil {
+		return
 	}
-	// Each block ends with its residual add fused into the next norm: the
-	// next block's input norm, or the final norm after the last.
-	o.do(o.b.rmsnorm(ws.h, ws.x, layers[0].InNorm, M, H, H, H, float32(c.RMSNormEps)))
+	c := e.cfg
+	ws := e.ws
+	M, H := f.M, c.HiddenSize
+	layers, hid, norm, head := f.input(mtp)
 	for i, lw := range layers {
 		y, w := hid, norm
 		if i+1 < len(layers) {
@@ -217,13 +209,42 @@ func (e *backend) forward(o *ops, rows []fwdRow, mtp bool, want []bool) {
 	}
 }
 
+// input embeds the rows (main) or builds the MTP layer's input from the
+// embedding and ws.hin, leaving the residual in ws.x and its input norm in
+// ws.h; it returns the layers to run, where the final hidden goes, the
+// final norm and the head.
+func (f *fwd) input(mtp bool) (layers []*dlayer, hid, norm cuda.DevPtr, head dlin) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	M, H := f.M, c.HiddenSize
+	hid, norm, head = ws.hid, e.w.norm, e.w.head
+	if mtp {
+		lw := e.w.layers[c.NumLayers]
+		layers = []*dlayer{lw}
+		hid, norm, head = ws.mhid, lw.ShNorm, lw.head
+		// x = eh_proj(cat(enorm(embed(tok)), hnorm(h_prev)))
+		o.do(o.b.embed(ws.h, lw.embed, f.ids, M, H))
+		eps := float32(c.RMSNormEps)
+		o.do(o.b.rmsnorm(ws.cat, ws.h, lw.ENorm, M, H, H, 2*H, eps))
+		o.do(o.b.rmsnorm(fptr(ws.cat, H), ws.hin, lw.HNorm, M, H, H, 2*H, eps))
+		o.lin(lw.EH, ws.x, ws.cat, M, 2*H, H)
+	} else {
+		layers = e.w.layers[:c.NumLayers]
+		o.do(o.b.embed(ws.x, e.w.embed, f.ids, M, H))
+	}
+	// Each block ends with its residual add fused into the next norm: the
+	// next block's input norm, or the final norm after the last.
+	o.do(o.b.rmsnorm(ws.h, ws.x, layers[0].InNorm, M, H, H, H, float32(c.RMSNormEps)))
+	return layers, hid, norm, head
+}
+
 // fwd is one forward's state.
 type fwd struct {
-	e         *backend
-	o         *ops
-	M         int
-	groups    []group
-	pos, lens cuda.DevPtr
+	e              *backend
+	o              *ops
+	M              int
+	groups         []group
+	ids, pos, lens cuda.DevPtr
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and
@@ -277,14 +298,14 @@ func (f *fwd) moe(lw *dlayer) {
 	}
 }
 
-// attention is absorbed MLA with the DSA indexer over ws.h; o_proj's output
-// lands in ws.tmp.
-func (f *fwd) attention(lw *dlayer) {
+// attnIn computes the queries and the rows' latent cache entries (written
+// into the cache) from ws.h.
+func (f *fwd) attnIn(lw *dlayer) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	R, P := c.KVLoraRank, c.QKRopeHeadDim
-	NH, nope, vd := c.NumHeads, c.QKNopeHeadDim, c.VHeadDim
+	NH, nope := c.NumHeads, c.QKNopeHeadDim
 	qk := nope + P
 	QL := c.QLoraRank
 
@@ -298,11 +319,27 @@ func (f *fwd) attention(lw *dlayer) {
 		o.do(o.b.mlaCacheWrite(e.mla, g.s.buf.Add(e.mlaOff[lw.Idx]), fptr(ws.kva, g.first*(R+P)), fptr(f.pos, g.first), g.n, R+P))
 	}
 	o.do(o.b.rope(ws.q, f.pos, e.ropeCos, e.ropeSin, M*NH, NH, qk, nope, P, c.RopeInterleave))
+}
 
+// attention is absorbed MLA with the DSA indexer over ws.h; o_proj's output
+// lands in ws.tmp.
+func (f *fwd) attention(lw *dlayer) {
+	f.attnIn(lw)
 	if lw.HasIdx {
 		f.indexer(lw)
 	}
+	f.attnOut(lw)
+}
 
+// attnOut attends with the selection in ws.topk and projects through
+// o_proj into ws.tmp.
+func (f *fwd) attnOut(lw *dlayer) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	H, M := c.HiddenSize, f.M
+	R, P := c.KVLoraRank, c.QKRopeHeadDim
+	NH, nope, vd := c.NumHeads, c.QKNopeHeadDim, c.VHeadDim
+	qk := nope + P
 	TK := c.IndexTopK
 	o.do(o.b.absorbQ(ws.qlat, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, M, NH, nope, R, NH*qk, qk))
 	o.do(o.b.copy2D(ws.qpe, fptr(ws.q, nope), M*NH, P, P, qk))

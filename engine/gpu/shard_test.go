@@ -1,0 +1,243 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
+	"github.com/tilert-go/tilert/engine/internal/golden"
+)
+
+// The tensor-parallel engine with N ranks on one device (the emulator in
+// CI, the H200 in gpu-check): greedy output equals the unsharded engine's
+// in serving and exact mode, with and without MTP, one slot and four slots
+// in one batch; exact mode meets the HF goldens as the unsharded engine
+// does; state imported from the CPU engine decodes the same.
+
+var shardRanks = []int{1, 2, 4, 8}
+
+func newShardTest(t testing.TB, kind deviceKind, src Source, opts engine.Options, n int, comm CommKind) *ShardEngine {
+	t.Helper()
+	var e *ShardEngine
+	var err error
+	if kind == onGPU {
+		e, err = NewShardedOnDevice(gpuDevice(t), src, opts, n, comm)
+	} else {
+		e, err = NewShardedEmulated(src, opts, n)
+	}
+	if err != nil {
+		t.Fatalf("%s sharded engine (%d ranks): %+v", kind, n, err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("close: %+v", err)
+		}
+	})
+	return e
+}
+
+func TestEmuShardGreedy(t *testing.T) { testShardGreedy(t, onEmu, CommLocal, engine.ModeServing) }
+func TestEmuShardGreedyExact(t *testing.T) {
+	testShardGreedy(t, onEmu, CommLocal, engine.ModeExact)
+}
+func TestGPUShardGreedy(t *testing.T) { testShardGreedy(t, onGPU, CommOneShot, engine.ModeServing) }
+func TestGPUShardGreedyExact(t *testing.T) {
+	testShardGreedy(t, onGPU, CommOneShot, engine.ModeExact)
+}
+func TestGPUShardGreedyLocalComm(t *testing.T) {
+	testShardGreedy(t, onGPU, CommLocal, engine.ModeServing)
+}
+
+func testShardGreedy(t *testing.T, kind deviceKind, comm CommKind, mode engine.Mode) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	ranks := shardRanks
+	if testing.Short() && kind == onEmu {
+		ranks = []int{2, 8}
+	}
+	for _, pr := range enginetest.Presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+			vocab := w.Config().VocabSize
+			prompts := [][]int{
+				enginetest.Prompt(9, vocab, 1),
+				enginetest.Prompt(80, vocab, 2), // longer than index_topk (32): the indexer selects
+				enginetest.Prompt(17, vocab, 3),
+				enginetest.Prompt(40, vocab, 4),
+			}
+			for _, mtp := range []bool{false, true} {
+				opts := engine.Options{Mode: mode, MTP: mtp, MaxSeqLen: maxSeq, Slots: 4}
+				ref := newTestEngine(t, kind, src, opts)
+				want1 := enginetest.Generate(t, ref, 0, prompts[1], engine.Params{}, genTokens)
+				want4 := generateBatch(t, ref, prompts, engine.Params{}, genTokens)
+				for _, n := range ranks {
+					se := newShardTest(t, kind, src, opts, n, comm)
+					diff := 0
+					got1 := enginetest.Generate(t, se, 0, prompts[1], engine.Params{}, genTokens)
+					if i := enginetest.FirstDiff(got1, want1); i >= 0 {
+						diff += len(want1) - i
+						t.Errorf("%d ranks mtp=%v one slot: tokens differ from %d:\n got %v\nwant %v", n, mtp, i, got1, want1)
+					}
+					got4 := generateBatch(t, se, prompts, engine.Params{}, genTokens)
+					for i := range want4 {
+						if j := enginetest.FirstDiff(got4[i], want4[i]); j >= 0 {
+							diff += len(want4[i]) - j
+							t.Errorf("%d ranks mtp=%v 4 slots, slot %d: tokens differ from %d:\n got %v\nwant %v", n, mtp, i, j, got4[i], want4[i])
+						}
+					}
+					st := se.Stats()
+					if mtp && st.DraftTokens == 0 {
+						t.Errorf("MTP on but nothing drafted")
+					}
+					name := fmt.Sprintf("%s %s TP-%d (%s) greedy == unsharded %s", kind, pr, n, comm, mode)
+					if mtp {
+						name += " (MTP)"
+					}
+					record(t, name, "tokens after first mismatch", float64(diff), 0)
+				}
+			}
+		})
+	}
+}
+
+// Exact mode against the HF goldens, as testGoldenExact runs the
+// unsharded engine: teacher-forced logits and MTP logits within
+// golden.ExactMaxRelErr, greedy continuations equal to HF's with and
+// without MTP.
+func TestEmuShardGoldenExact(t *testing.T) { testShardGoldenExact(t, onEmu, CommLocal) }
+func TestGPUShardGoldenExact(t *testing.T) {
+	testShardGoldenExact(t, onGPU, CommOneShot)
+}
+
+func testShardGoldenExact(t *testing.T, kind deviceKind, comm CommKind) {
+	gs := enginetest.Goldens(t)
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	ranks := shardRanks
+	if testing.Short() && kind == onEmu {
+		ranks = []int{4}
+	}
+	for _, g := range gs {
+		t.Run(g.Preset, func(t *testing.T) {
+			_, src := hfSourceOf(t, enginetest.GoldenDir(t, g))
+			for _, n := range ranks {
+				e := newShardTest(t, kind, src, engine.Options{Mode: engine.ModeExact, MaxSeqLen: 1024}, n, comm)
+				em := newShardTest(t, kind, src, engine.Options{Mode: engine.ModeExact, MTP: true, MaxSeqLen: 1024}, n, comm)
+				var worst, worstM, mis, misM float64
+				for _, c := range g.Cases {
+					if g.Ambiguous(c.Name) != "" {
+						continue
+					}
+					np := len(c.PromptIDs)
+					toks := append(append([]int{}, c.PromptIDs...), c.GreedyIDs...)
+					lg, mtp, err := e.TeacherForce(0, toks)
+					if err != nil {
+						t.Fatalf("%+v", err)
+					}
+					for s, want := range c.Logits {
+						worst = math.Max(worst, golden.RelErr(lg[np-1+s], want))
+					}
+					for s, want := range c.MTPLogits {
+						if np-1+s < len(mtp) {
+							worstM = math.Max(worstM, golden.RelErr(mtp[np-1+s], want))
+						}
+					}
+					first := func(got []int) float64 {
+						if i := enginetest.FirstDiff(got, c.GreedyIDs); i >= 0 {
+							return float64(len(c.GreedyIDs) - i)
+						}
+						return 0
+					}
+					mis += first(enginetest.Generate(t, e, 0, c.PromptIDs, engine.Params{}, len(c.GreedyIDs)))
+					misM += first(enginetest.Generate(t, em, 0, c.PromptIDs, engine.Params{}, len(c.GreedyIDs)))
+				}
+				name := fmt.Sprintf("%s %s TP-%d (%s) exact vs HF golden", kind, g.Preset, n, comm)
+				record(t, name+": logits (teacher-forced)", "max step max|d|/max|ref|", worst, exactRelBound)
+				record(t, name+": MTP logits", "max step max|d|/max|ref|", worstM, exactRelBound)
+				record(t, name+": greedy", "tokens after first mismatch", mis, 0)
+				record(t, name+": greedy (MTP)", "tokens after first mismatch", misM, 0)
+			}
+		})
+	}
+}
+
+// The decode-node handoff on a sharded node: a state produced by the CPU
+// engine's prefill (what vLLM ships) is imported through the slot buffer,
+// reaches every rank, and decodes as the CPU engine decodes it.
+func TestEmuShardImportFromCPU(t *testing.T) { testShardImport(t, onEmu, CommLocal) }
+func TestGPUShardImportFromCPU(t *testing.T) {
+	testShardImport(t, onGPU, CommOneShot)
+}
+
+func testShardImport(t *testing.T, kind deviceKind, comm CommKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	for _, pr := range enginetest.Presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+			opts := engine.Options{MTP: true, MaxSeqLen: maxSeq, Slots: 2}
+			ce := newCPU(t, w, opts)
+			prompt := enginetest.Prompt(70, w.Config().VocabSize, 5)
+			first, err := ce.Prefill(0, prompt, engine.Params{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			meta, segs, err := ce.Export(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := enginetest.DecodeFrom(t, ce, 0, first, engine.Params{}, genTokens)
+			for _, n := range []int{2, 4} {
+				se := newShardTest(t, kind, src, opts, n, comm)
+				buf, err := se.SlotBuffer(1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, sg := range segs {
+					copy(buf[sg.Offset:], sg.Data)
+				}
+				if err := se.Import(1, meta, nil); err != nil {
+					t.Fatalf("import: %+v", err)
+				}
+				got := enginetest.DecodeFrom(t, se, 1, first, engine.Params{}, genTokens)
+				diff := 0.0
+				if i := enginetest.FirstDiff(got, want); i >= 0 {
+					diff = float64(len(want) - i)
+					t.Errorf("TP-%d: tokens differ from %d:\n got %v\nwant %v", n, i, got, want)
+				}
+				record(t, fmt.Sprintf("%s %s TP-%d handoff from CPU prefill (MTP)", kind, pr, n), "tokens after first mismatch", diff, 0)
+			}
+		})
+	}
+}
+
+// Bad placements fail with a message and leave nothing behind.
+func TestEmuShardRefuses(t *testing.T) {
+	_, src := hfSourceOf(t, enginetest.PresetDir(t, enginetest.Presets[0]))
+	odd := *src.Config()
+	odd.MoEIntermediateSize = 384
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"no devices", checkDevices(nil), "no devices"},
+		{"negative", checkDevices([]int{0, -1}), "device -1"},
+		{"spread", checkDevices([]int{0, 1}), "not driven yet"},
+		{"too many ranks", checkShardable(src.Config(), 100), "100 ranks"},
+		{"moe split off blocks", checkShardable(&odd, 2), "cut a 128-column"},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error with %q", tc.name, tc.err, tc.want)
+		}
+	}
+	if _, err := NewShardedEmulated(src, engine.Options{}, 0); err == nil {
+		t.Error("zero ranks accepted")
+	}
+}

@@ -9,7 +9,10 @@
 # criteria (1e-3 rel logit error per step, MTP logits, identical greedy with
 # and without MTP), exact-mode import of CPU state, forced-draft MTP verification,
 # prefill caches vs the CPU engine's bytes, import of CPU state, logits vs
-# the CPU forward, HF golden top-1 when testdata/golden exists. Prints the
+# the CPU forward, HF golden top-1 when testdata/golden exists; the
+# tensor-parallel engine with 1/2/4/8 ranks on this one GPU (greedy ==
+# unsharded, exact vs HF goldens, handoff of CPU state) and the timing of
+# the TP-8 shard of one real DeepSeek-V3.2 / GLM-5 MoE layer. Prints the
 # kernel table (check, metric, max error, bound, PASS/FAIL; then the
 # timings) and the model table.
 #
@@ -71,7 +74,8 @@ if [ "$erun" != skip ]; then
 		erc=2
 	else
 		export TILERT_ENGINE_REPORT=$out/engine-report.txt
-		rm -f "$TILERT_ENGINE_REPORT"
+		export TILERT_SHARD_REPORT=$out/shard-timing.txt
+		rm -f "$TILERT_ENGINE_REPORT" "$TILERT_SHARD_REPORT"
 		set +e
 		(cd engine/gpu && "$ebin" -test.v -test.count=1 -test.timeout=9m -test.run "$erun") 2>&1 | tee "$out/engine-test.log"
 		erc=${PIPESTATUS[0]}
@@ -106,6 +110,11 @@ fi
 if [ -f "${TILERT_ENGINE_REPORT:-/nonexistent}" ]; then
 	echo
 	cat "$TILERT_ENGINE_REPORT"
+fi
+if [ -f "${TILERT_SHARD_REPORT:-/nonexistent}" ]; then
+	echo
+	echo "== TP-8 shard of one real MoE layer (engine/gpu TestGPUShardLayerTiming)"
+	cat "$TILERT_SHARD_REPORT"
 fi
 if grep -q -- 'no GPU here' "$out/gpu-test.log"; then
 	echo "gpu-check: kernel tests were skipped: no usable GPU here" >&2

@@ -136,6 +136,10 @@ func (c *Config) Validate() error {
 
 	k.oneOf("decode.engine", c.Decode.Engine, "tilert")
 	k.oneOf("decode.device", c.Decode.Device, "auto", "cuda", "cpu")
+	if _, err := ParseDevices(c.Decode.Devices); err != nil {
+		k.bad("decode.devices", "list GPU ordinals separated by commas, e.g. 0,1,2,3,4,5,6,7", "%v", err)
+	}
+	k.oneOf("decode.comm", c.Decode.Comm, "oneshot", "local", "nccl")
 	// Port 0 lets the kernel choose (tests, demos); --addr-file reports it.
 	k.port("decode.ctrl_port", c.Decode.CtrlPort, true)
 	k.port("decode.http_port", c.Decode.HTTPPort, true)
@@ -215,4 +219,26 @@ func ParseDecodeNode(s string) (DecodeNode, error) {
 			"both ports must be numbers from 1 to 65535, e.g. decode-node:5556:5557")
 	}
 	return DecodeNode{Host: host, CtrlPort: ctrl, HTTPPort: http}, nil
+}
+
+// ParseDevices reads decode.devices: comma-separated GPU ordinals, one per
+// tensor-parallel rank (empty: none given).
+func ParseDevices(s string) ([]int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) > 64 {
+		return nil, errors.Newf("%d devices (at most 64 ranks)", len(parts))
+	}
+	out := make([]int, len(parts))
+	for i, p := range parts {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 0 {
+			return nil, errors.Newf("%q is not a GPU ordinal", strings.TrimSpace(p))
+		}
+		out[i] = n
+	}
+	return out, nil
 }

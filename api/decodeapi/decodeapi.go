@@ -226,6 +226,10 @@ type Capabilities struct {
 	Protocol      int            `json:"protocol_version"`
 	Transport     pd.Transport   `json:"transport"`
 	Regions       []pd.RegionCap `json:"regions"`
+	// Device is "cuda" or "cpu"; Devices the GPU ordinal of each
+	// tensor-parallel rank (absent: one GPU, or the CPU).
+	Device  string `json:"device,omitempty"`
+	Devices []int  `json:"devices,omitempty"`
 }
 
 // ErrorBody is every error answer's body (and Retry-After header).

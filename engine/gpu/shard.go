@@ -103,6 +103,12 @@ func buildShard(r runner, src Source, opts engine.Options, so ShardOptions) (*Sh
 	if so.Comm == "" {
 		so.Comm = CommLocal
 	}
+	if cs, ok := src.(convSource); ok {
+		if d := cs.d.Manifest().Devices; d > 1 && d != N {
+			return nil, errors.WithHintf(errors.Newf("the converted weights were laid out for %d devices, this node has %d ranks", d, N),
+				"convert again with tilert convert --devices %d (or --devices 1, which any node size reads), or list %d devices", N, d)
+		}
+	}
 	s := &shardBackend{r: r, cfg: full}
 	fail := func(err error) (*ShardEngine, error) {
 		s.closeRanks()
@@ -113,7 +119,12 @@ func buildShard(r runner, src Source, opts engine.Options, so ShardOptions) (*Sh
 		// The ranks share r; only the shard backend closes it.
 		e, err := newBackend(noClose{r}, ss, opts)
 		if err != nil {
-			return fail(errors.Wrapf(err, "rank %d of %d", k, N))
+			err = errors.Wrapf(err, "loading rank %d of %d", k, N)
+			var ce *cuda.CUDAError
+			if errors.As(err, &ce) && ce.Name == "CUDA_ERROR_OUT_OF_MEMORY" {
+				err = errors.WithHintf(err, "the weights and caches of %d ranks do not fit this GPU's memory: spread the ranks over more GPUs (--devices), or lower --max-inflight / --max-seq-len", N)
+			}
+			return fail(err)
 		}
 		s.ranks = append(s.ranks, e)
 		s.plans = append(s.plans, ss.p)

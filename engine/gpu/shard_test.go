@@ -6,9 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/errors"
+
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
 	"github.com/tilert-go/tilert/engine/internal/golden"
+	"github.com/tilert-go/tilert/model"
 )
 
 // The tensor-parallel engine with N ranks on one device (the emulator in
@@ -239,5 +242,36 @@ func TestEmuShardRefuses(t *testing.T) {
 	}
 	if _, err := NewShardedEmulated(src, engine.Options{}, 0); err == nil {
 		t.Error("zero ranks accepted")
+	}
+}
+
+// failingSource errors on the second read of one tensor: rank 1 of a
+// sharded load fails after rank 0 loaded.
+type failingSource struct {
+	Source
+	name  string
+	calls int
+}
+
+func (s *failingSource) Linear(name string, rows, cols int) (*Matrix, error) {
+	if name == s.name {
+		if s.calls++; s.calls == 2 {
+			return nil, errors.Newf("injected read error on %s", name)
+		}
+	}
+	return s.Source.Linear(name, rows, cols)
+}
+
+// A load that fails part way leaves nothing allocated on the device.
+func TestEmuShardFailedLoadFreesAll(t *testing.T) {
+	_, src := hfSourceOf(t, enginetest.PresetDir(t, enginetest.Presets[0]))
+	em := newEmu()
+	fs := &failingSource{Source: src, name: model.Layer(0).OProj}
+	_, err := buildShard(&emuRunner{m: em}, fs, engine.Options{MaxSeqLen: maxSeq, Slots: 2}, ShardOptions{Devices: make([]int, 4), Comm: CommLocal})
+	if err == nil || !strings.Contains(err.Error(), "injected read error") || !strings.Contains(err.Error(), "rank 1 of 4") {
+		t.Fatalf("got %v, want the injected error on rank 1", err)
+	}
+	if n := len(em.allocs); n != 0 {
+		t.Errorf("%d device allocations left after the failed load", n)
 	}
 }

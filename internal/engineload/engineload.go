@@ -129,9 +129,27 @@ func Weights(dir string) (model.Weights, *model.Config, func(), error) {
 // ResolveDevice) over dir. The returned close releases the engine and the
 // weights.
 func Open(device, dir string, opts engine.Options) (engine.Engine, *model.Config, func(), error) {
+	return OpenOn(device, dir, opts, Placement{})
+}
+
+// Placement puts a GPU engine on its GPUs (decode.devices, decode.comm).
+type Placement struct {
+	// Devices is the GPU ordinal of each tensor-parallel rank; empty: GPU
+	// 0, unsharded; one: that GPU, unsharded.
+	Devices []int
+	// Comm is the collective between ranks (gpu.ParseComm).
+	Comm string
+}
+
+// OpenOn is Open with the GPU engine placed by pl.
+func OpenOn(device, dir string, opts engine.Options, pl Placement) (engine.Engine, *model.Config, func(), error) {
 	device, _, err := ResolveDevice(device)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if device == "cpu" && len(pl.Devices) > 0 {
+		return nil, nil, nil, cliutil.WithExitCode(errors.WithHint(errors.Newf("devices %v given, but the engine runs on the CPU", pl.Devices),
+			"pass --device cuda on a GPU machine, or leave --devices empty for the CPU backend"), cliutil.ExitUsage)
 	}
 	switch device {
 	case "cpu":
@@ -150,6 +168,14 @@ func Open(device, dir string, opts engine.Options) (engine.Engine, *model.Config
 		if err != nil {
 			return nil, nil, nil, err
 		}
+		if len(pl.Devices) > 0 {
+			e, closeE, err := openPlaced(src, opts, pl)
+			if err != nil {
+				_ = closeSrc()
+				return nil, nil, nil, err
+			}
+			return e, src.Config(), func() { closeE(); _ = closeSrc() }, nil
+		}
 		e, err := gpu.New(src, opts)
 		if err != nil {
 			_ = closeSrc()
@@ -158,4 +184,33 @@ func Open(device, dir string, opts engine.Options) (engine.Engine, *model.Config
 		return e, src.Config(), func() { _ = e.Close(); _ = closeSrc() }, nil
 	}
 	return nil, nil, nil, errors.WithHintf(errors.Newf("unknown device %q", device), "use --device cpu or --device cuda")
+}
+
+// openPlaced builds the unsharded engine on the one GPU listed, or the
+// tensor-parallel engine over every listed GPU.
+func openPlaced(src gpu.Source, opts engine.Options, pl Placement) (engine.Engine, func(), error) {
+	if len(pl.Devices) == 1 {
+		dev, err := cuda.Open(pl.Devices[0])
+		if err != nil {
+			return nil, nil, errors.Wrapf(err, "decode.devices: GPU %d", pl.Devices[0])
+		}
+		e, err := gpu.NewOnDevice(dev, src, opts)
+		if err != nil {
+			_ = dev.Close()
+			return nil, nil, err
+		}
+		return e, func() { _ = e.Close(); _ = dev.Close() }, nil
+	}
+	comm := gpu.CommOneShot
+	if pl.Comm != "" {
+		var err error
+		if comm, err = gpu.ParseComm(pl.Comm); err != nil {
+			return nil, nil, err
+		}
+	}
+	e, err := gpu.NewSharded(src, opts, gpu.ShardOptions{Devices: pl.Devices, Comm: comm})
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, func() { _ = e.Close() }, nil
 }

@@ -45,6 +45,8 @@ var Flags = []config.Flag{
 	{Key: "decode.http_port", Name: "http-port", Aliases: []string{"http_port"}},
 	{Key: "decode.host", Name: "host"},
 	{Key: "decode.device", Name: "device"},
+	{Key: "decode.devices", Name: "devices"},
+	{Key: "decode.comm", Name: "comm"},
 	{Key: "decode.max_inflight", Name: "max-inflight"},
 	{Key: "decode.state_timeout_s", Name: "state-timeout"},
 	{Key: "transfer.engine", Name: "transfer-engine"},
@@ -109,8 +111,13 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 	}
 	// The GPU backend's slot buffers are host staging copies that Import
 	// uploads, so the transfer engines register host memory on both devices.
-	eng, mcfg, closeEngine, err := engineload.Open(device, cfg.Model.WeightsDir, engine.Options{Mode: engine.ModeServing,
-		MLACache: dt, Slots: d.MaxInflight, MaxSeqLen: cfg.Model.MaxSeqLen, MTP: cfg.Model.WithMTP})
+	devs, err := config.ParseDevices(d.Devices)
+	if err != nil {
+		return usage(errors.WithHint(err, "list GPU ordinals separated by commas, e.g. --devices 0,1,2,3,4,5,6,7"))
+	}
+	eng, mcfg, closeEngine, err := engineload.OpenOn(device, cfg.Model.WeightsDir, engine.Options{Mode: engine.ModeServing,
+		MLACache: dt, Slots: d.MaxInflight, MaxSeqLen: cfg.Model.MaxSeqLen, MTP: cfg.Model.WithMTP},
+		engineload.Placement{Devices: devs, Comm: d.Comm})
 	if err != nil {
 		return err
 	}
@@ -121,7 +128,7 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 		return usage(errors.WithHintf(errors.Newf("--model %s is %s, but %s holds %s", cfg.Model.Name, fam, cfg.Model.WeightsDir, mcfg.Family),
 			"pass --model %s, or the weights of %s", handoff.ModelName(mcfg.Family), cfg.Model.Name))
 	}
-	log.Info("decode: engine ready", "device", device, "model", handoff.ModelName(mcfg.Family), "weights", cfg.Model.WeightsDir,
+	log.Info("decode: engine ready", "device", device, "devices", devs, "comm", d.Comm, "model", handoff.ModelName(mcfg.Family), "weights", cfg.Model.WeightsDir,
 		"layers", mcfg.NumLayers, "mtp", cfg.Model.WithMTP, "kv_cache_dtype", dt, "max_seq_len", eng.Options().MaxSeqLen,
 		"slots", d.MaxInflight, "slot_bytes", eng.Layout().SlotBytes, "load", time.Since(t0).Round(time.Millisecond))
 
@@ -139,6 +146,7 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 	defer tr.Close()
 
 	node, err := New(Options{Engine: eng, Transfer: tr, Model: handoff.ModelName(mcfg.Family), VocabSize: mcfg.VocabSize, EOS: mcfg.EOS,
+		Device: device, Devices: devs,
 		StateTimeout:    time.Duration(d.StateTimeoutS * float64(time.Second)),
 		ReserveDeadline: time.Duration(d.SlotReserveTTL * float64(time.Second)), Security: sec, Log: log})
 	if err != nil {

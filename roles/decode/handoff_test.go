@@ -21,8 +21,11 @@ func TestHandoffEqualsLocalGeneration(t *testing.T) {
 		n         int
 	}
 	var cases []tc
-	for _, dev := range []string{"cpu", "cuda"} {
+	for _, dev := range []string{"cpu", "cuda", "emu-tp4", "cuda-tp4"} {
 		for _, tr := range []string{"tcp", "nixl"} {
+			if dev == "emu-tp4" && tr != "tcp" {
+				continue // the emulator is slow; the transports are the same for it
+			}
 			for _, mtp := range []bool{false, true} {
 				for _, n := range []int{1, 4} {
 					cases = append(cases, tc{dev, tr, mtp, n})

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -106,13 +107,38 @@ type rigOpts struct {
 	minBatch  int
 	stepHook  func()
 	maxSeq    int    // default testMaxSeq
-	device    string // cpu (default) | cuda
+	device    string // cpu (default) | cuda | emu-tp4 | cuda-tp4 (tensor-parallel, 4 ranks on one device)
 	sec       Security
 }
 
-// buildEngine builds an engine on device (cpu or cuda); the caller closes it.
+// buildEngine builds an engine on device (cpu, cuda, or emu-tpN / cuda-tpN:
+// the tensor-parallel engine with N ranks on the emulator or on GPU 0); the
+// caller closes it.
 func buildEngine(t testing.TB, lm loadedModel, device string, opts engine.Options) engine.Engine {
 	t.Helper()
+	if dev, n, ok := strings.Cut(device, "-tp"); ok {
+		ranks, err := strconv.Atoi(n)
+		if err != nil {
+			t.Fatalf("device %q", device)
+		}
+		hf, ok := lm.w.(*model.HFWeights)
+		if !ok {
+			t.Fatalf("weights are %T, want *model.HFWeights", lm.w)
+		}
+		var e engine.Engine
+		if dev == "emu" {
+			e, err = gpu.NewShardedEmulated(gpu.FromHF(hf), opts, ranks)
+		} else {
+			if n, cerr := cuda.DeviceCount(); cerr != nil || n == 0 {
+				t.Skipf("no CUDA GPU here (%v): the sharded GPU handoff runs on the H200 (scripts/gpu-check.sh)", cerr)
+			}
+			e, err = gpu.NewSharded(gpu.FromHF(hf), opts, gpu.ShardOptions{Devices: make([]int, ranks), Comm: gpu.CommOneShot})
+		}
+		if err != nil {
+			t.Fatalf("%+v", err)
+		}
+		return e
+	}
 	if device != "cuda" {
 		e, err := cpu.New(lm.cfg, lm.w, opts)
 		if err != nil {

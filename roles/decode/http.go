@@ -480,7 +480,7 @@ func (n *Node) Capabilities() decodeapi.Capabilities {
 	return decodeapi.Capabilities{Model: n.opts.Model, Engine: "tilert-go/" + string(o.Mode), LayoutVersion: handoff.LayoutVersion,
 		Layout: engine.LayoutVersion, KVCacheDType: string(o.MLACache), NumLayers: n.layout.NumLayers,
 		MaxSeqLen: o.MaxSeqLen, MaxInflight: o.Slots, MTP: o.MTP, VocabSize: n.opts.VocabSize, EOS: n.opts.EOS,
-		Protocol: pd.ProtocolVersion, Transport: h.Transport, Regions: h.Regions}
+		Protocol: pd.ProtocolVersion, Transport: h.Transport, Regions: h.Regions, Device: n.opts.Device, Devices: n.opts.Devices}
 }
 
 func (n *Node) handleCapabilities(ctx *fasthttp.RequestCtx) {

@@ -28,6 +28,10 @@ type Options struct {
 	Transfer rdma.Engine
 	// Model is the announced model name (ModelName).
 	Model string
+	// Device ("cuda", "cpu") and Devices (the GPU of each tensor-parallel
+	// rank) are reported by /capabilities.
+	Device  string
+	Devices []int
 	// VocabSize bounds token ids in requests.
 	VocabSize int
 	// EOS ends a request unless it asks for ignore_eos.

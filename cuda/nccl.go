@@ -109,7 +109,7 @@ func (n *NCCL) check(name string, r int32) error {
 		return nil
 	}
 	err := errors.Newf("%s: NCCL error %d (%s)", name, r, n.errorString(r))
-	if r == 4 { // ncclInvalidUsage: the usual cause on one GPU
+	if r == 5 { // ncclInvalidUsage: the usual cause on one GPU
 		err = errors.WithHint(err, "NCCL refuses two ranks on one device: run several ranks on one GPU with --comm local or oneshot")
 	}
 	return err

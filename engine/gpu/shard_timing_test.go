@@ -32,6 +32,9 @@ const (
 	shardBenchCtx   = 8192
 )
 
+// realVocab is the real models' vocabulary (realLayerConfig shrinks it).
+var realVocab = map[string]int{"deepseek-v3.2": 129280, "glm-5": 154880}
+
 func TestGPUShardLayerTiming(t *testing.T) {
 	if os.Getenv("TILERT_GPU_TIMING") != "1" {
 		t.Skip("timing runs only with TILERT_GPU_TIMING=1 (scripts/gpu-check.sh)")
@@ -65,9 +68,11 @@ func TestGPUShardLayerTiming(t *testing.T) {
 					name string
 					us   float64
 				}{{"one-shot over NVLink (est. 5 us)", 5}, {"NCCL all-reduce (published ~15 us at 14-28 KB on 8xH100/H200 NVLink)", 15}} {
-					step := float64(L) * (us + 2*ar.us)
-					add("  projection %s, %d layers, all-reduce %s: %.2f ms per token -> %.0f tok/s per user without MTP (head, embedding and sampling not included)",
-						m, L, ar.name, step/1000, 1e6/step)
+					// The head's vocabulary slice at the copy bandwidth.
+					head := float64(2*realVocab[m]*full.HiddenSize/shardBenchRanks) / copyGBps / 1e3
+					step := float64(L)*(us+2*ar.us) + head
+					add("  projection (not a measurement) %s, %d layers, all-reduce %s, head slice %.0f us: %.2f ms per token -> %.0f tok/s per user without MTP",
+						m, L, ar.name, head, step/1000, 1e6/step)
 				}
 			}
 		}
@@ -377,6 +382,8 @@ func TestEmuShardRealLayerShapes(t *testing.T) {
 		if err := e.Close(); err != nil {
 			t.Error(err)
 		}
-		t.Logf("%s TP-%d rank 0 shard: %d heads, moe columns %d, %d weight bytes (16 experts)", m, shardBenchRanks, local.NumHeads, local.MoEIntermediateSize, e.w.bytes)
+		t.Logf("%s TP-%d rank 0 shard: %d heads, moe columns %d, %d weight bytes (16 experts); one row at context %d reads %.1f MB (rank 0, with the indexer), %.1f MB (other ranks)",
+			m, shardBenchRanks, local.NumHeads, local.MoEIntermediateSize, e.w.bytes, shardBenchCtx,
+			float64(shardLayerBytes(&local, true))/1e6, float64(shardLayerBytes(&local, false))/1e6)
 	}
 }

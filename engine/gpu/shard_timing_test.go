@@ -242,13 +242,13 @@ func shardLayerBytes(c *model.Config, withIdx bool) int64 {
 	nh, R, P := int64(c.NumHeads), int64(c.KVLoraRank), int64(c.QKRopeHeadDim)
 	QL, vd, MI := int64(c.QLoraRank), int64(c.VHeadDim), int64(c.MoEIntermediateSize)
 	b := QL*H + nh*qk*QL + (R+P)*H + nh*(int64(c.QKNopeHeadDim)+vd)*R + H*nh*vd // fp8 attention
-	b += 2 * int64(c.NRoutedExperts) * H                                       // bf16 router
-	b += int64(c.NumExpertsPerTok+c.NSharedExperts) * 3 * MI * H               // fp8 experts
+	b += 2 * int64(c.NRoutedExperts) * H                                        // bf16 router
+	b += int64(c.NumExpertsPerTok+c.NSharedExperts) * 3 * MI * H                // fp8 experts
 	topk := int64(min(c.IndexTopK, shardBenchCtx))
 	b += topk * 656 // fp8_ds_mla entries of the selected positions
 	if withIdx {
 		IH, ID := int64(c.IndexNHeads), int64(c.IndexHeadDim)
-		b += IH*ID*QL + ID*H + 2*IH*H      // indexer projections
+		b += IH*ID*QL + ID*H + 2*IH*H        // indexer projections
 		b += int64(shardBenchCtx) * (ID + 4) // fp8 keys + scales of the whole context
 	}
 	return b

@@ -20,6 +20,13 @@ type Pick struct {
 	Row    int
 	Pos    int
 	Params Params
+	// Adjust changes logits of the row before the choice (penalties,
+	// logit_bias, min_tokens: Params.Adjustments).
+	Adjust []LogitAdjust
+	// LP, when set, receives the chosen token's raw logprob and TopLP
+	// alternatives.
+	LP    *TokenLogprobs
+	TopLP int
 }
 
 // Backend is the compute half of an engine: the model, every slot's caches
@@ -102,6 +109,8 @@ type bookSlot struct {
 	params    Params
 	generated int
 	finish    FinishReason
+	hist      *TokenHistory  // generated tokens (and the prompt) when params adjust logits
+	prefillLP *TokenLogprobs // the first token's logprobs of the last Prefill, when asked for
 }
 
 func (s *bookSlot) reset() {
@@ -209,11 +218,19 @@ func (b *Book) Prefill(slot int, prompt []int, p Params) (int, error) {
 				return err
 			}
 			if hi == L {
-				toks, err := c.Pick([]Pick{{Row: hi - lo - 1, Pos: L, Params: p}})
+				pk := Pick{Row: hi - lo - 1, Pos: L, Params: p}
+				if p.Adjusts() {
+					pk.Adjust = p.Adjustments(NewTokenHistory(prompt), -1)
+				}
+				if p.Logprobs {
+					pk.LP, pk.TopLP = &TokenLogprobs{}, p.TopLogprobs
+				}
+				toks, err := c.Pick([]Pick{pk})
 				if err != nil {
 					return err
 				}
 				first = toks[0]
+				s.prefillLP = pk.LP
 				if err := c.KeepHidden(slot, hi-lo-1); err != nil {
 					return err
 				}
@@ -309,6 +326,15 @@ func (b *Book) Start(slot int, first int, p Params) (FinishReason, error) {
 	s.params = p
 	s.params.StopIDs = append([]int(nil), p.StopIDs...)
 	s.next, s.draft, s.generated, s.finish = first, -1, 1, FinishNone
+	s.hist = nil
+	if p.Adjusts() {
+		var prompt []int
+		if p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1 {
+			prompt = p.PromptIDs
+		}
+		s.hist = NewTokenHistory(prompt)
+		s.hist.Add(first)
+	}
 	s.state = slotActive
 	if f := b.finished(s, first); f != FinishNone {
 		s.finish, s.state = f, slotFinished
@@ -408,10 +434,12 @@ func (b *Book) step(c Compute, act []*bookSlot) ([]StepResult, error) {
 	for i, s := range act {
 		first[i] = len(rows)
 		rows = append(rows, Row{Slot: s.id, Tok: s.next, Pos: s.seqLen})
-		picks = append(picks, Pick{Row: first[i], Pos: s.seqLen + 1, Params: s.params})
+		picks = append(picks, s.pick(first[i], s.seqLen+1, -1))
 		if s.draft >= 0 && s.seqLen+2 < b.cfg.MaxSeq {
 			rows = append(rows, Row{Slot: s.id, Tok: s.draft, Pos: s.seqLen + 1})
-			picks = append(picks, Pick{Row: first[i] + 1, Pos: s.seqLen + 2, Params: s.params})
+			// Used only when the draft is accepted: the draft then counts
+			// as generated for the penalties.
+			picks = append(picks, s.pick(first[i]+1, s.seqLen+2, s.draft))
 		} else {
 			s.draft = -1
 		}
@@ -434,6 +462,10 @@ func (b *Book) step(c Compute, act []*bookSlot) ([]StepResult, error) {
 		res[i].Slot = s.id
 		y := picked[r0]
 		toks, hrows := []int{y}, []int{r0}
+		lps := []*TokenLogprobs{picks[r0].LP}
+		if s.hist != nil {
+			s.hist.Add(y)
+		}
 		p := s.seqLen
 		s.generated++
 		s.seqLen++
@@ -450,6 +482,10 @@ func (b *Book) step(c Compute, act []*bookSlot) ([]StepResult, error) {
 				y2 := picked[r0+1]
 				toks = append(toks, y2)
 				hrows = append(hrows, r0+1)
+				lps = append(lps, picks[r0+1].LP)
+				if s.hist != nil {
+					s.hist.Add(y2)
+				}
 				s.generated++
 				s.seqLen++
 				s.lastToken = s.draft
@@ -457,6 +493,11 @@ func (b *Book) step(c Compute, act []*bookSlot) ([]StepResult, error) {
 			}
 		}
 		res[i].Tokens = toks
+		if s.params.Logprobs {
+			for _, lp := range lps {
+				res[i].Logprobs = append(res[i].Logprobs, *lp)
+			}
+		}
 		b.stats.Tokens += int64(len(toks))
 		s.next, s.draft = toks[len(toks)-1], -1
 		if err := c.KeepHidden(s.id, hrows[len(hrows)-1]); err != nil {
@@ -508,6 +549,30 @@ func (b *Book) step(c Compute, act []*bookSlot) ([]StepResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// pick is the Pick for logits row row at position pos under the slot's
+// params; extra >= 0 is a draft counted as generated before it.
+func (s *bookSlot) pick(row, pos, extra int) Pick {
+	pk := Pick{Row: row, Pos: pos, Params: s.params}
+	if s.hist != nil {
+		pk.Adjust = s.params.Adjustments(s.hist, extra)
+	}
+	if s.params.Logprobs {
+		pk.LP, pk.TopLP = &TokenLogprobs{}, s.params.TopLogprobs
+	}
+	return pk
+}
+
+// PrefillLogprobs is the first token's logprobs of the last Prefill into
+// slot, when its params asked for them (what vLLM returns with the
+// prefill's one token).
+func (b *Book) PrefillLogprobs(slot int) (TokenLogprobs, bool) {
+	s, err := b.slot(slot)
+	if err != nil || s.prefillLP == nil {
+		return TokenLogprobs{}, false
+	}
+	return *s.prefillLP, true
 }
 
 // Release implements Engine.

@@ -99,8 +99,10 @@ const (
 // StepResult is one slot's outcome of a Step.
 type StepResult struct {
 	Slot   int
-	Tokens []int        // newly generated tokens, in order (1, or 2 with an accepted draft)
-	Finish FinishReason // non-empty once the slot has finished
+	Tokens []int // newly generated tokens, in order (1, or 2 with an accepted draft)
+	// Logprobs[i] belongs to Tokens[i], when the slot's Params ask for them.
+	Logprobs []TokenLogprobs
+	Finish   FinishReason // non-empty once the slot has finished
 	// Drafted/Accepted count MTP draft tokens verified in this step.
 	Drafted, Accepted int
 }

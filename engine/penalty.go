@@ -171,14 +171,19 @@ type TokenLogprobs struct {
 
 // Logprobs is the log-softmax of raw logits at tok, and the k most likely
 // tokens, computed in float64 (the GPU kernel in float32 agrees to ~1e-5).
+// NaN logits are left out of the sum and the alternatives.
 func Logprobs(row []float32, tok, k int) TokenLogprobs {
 	mx := math.Inf(-1)
 	for _, v := range row {
-		mx = math.Max(mx, float64(v))
+		if v == v {
+			mx = math.Max(mx, float64(v))
+		}
 	}
 	var s float64
 	for _, v := range row {
-		s += math.Exp(float64(v) - mx)
+		if v == v {
+			s += math.Exp(float64(v) - mx)
+		}
 	}
 	lse := mx + math.Log(s)
 	out := TokenLogprobs{Logprob: float32(float64(row[tok]) - lse)}

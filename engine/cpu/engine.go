@@ -152,7 +152,15 @@ func (e *backend) Pick(picks []engine.Pick) ([]int, error) {
 		if lg == nil {
 			return nil, errors.Newf("pick from row %d: the forward computed no logits for it", p.Row)
 		}
+		raw := lg
+		if len(p.Adjust) > 0 {
+			lg = append([]float32(nil), lg...) // the row may be picked again (a draft's row)
+			engine.ApplyAdjust(lg, p.Adjust)
+		}
 		out[i] = engine.Sample(lg, p.Params, p.Pos)
+		if p.LP != nil {
+			*p.LP = engine.Logprobs(raw, out[i], p.TopLP)
+		}
 	}
 	return out, nil
 }

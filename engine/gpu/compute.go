@@ -80,7 +80,7 @@ func (c *compute) gatherMTPInput(rs []engine.Row, hidden []int) {
 func (c *compute) Pick(picks []engine.Pick) ([]int, error) {
 	reqs := make([]pickReq, len(picks))
 	for i, p := range picks {
-		reqs[i] = pickReq{row: p.Row, p: p.Params, pos: p.Pos}
+		reqs[i] = pickReq{row: p.Row, p: p.Params, pos: p.Pos, adjust: p.Adjust, lp: p.LP, topLP: p.TopLP}
 	}
 	return c.e.pick(c.o, reqs)
 }

@@ -49,6 +49,10 @@ type device interface {
 	// spreads each row over many blocks; the result is the same.
 	argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error
 	sample(out, logits cuda.DevPtr, n int, p kernels.SamplingParams) error
+	// adjustLogits applies n entries (kernels.AdjustWords int32 each) to
+	// logits [rows][ld]; logprobs is kernels.Set.Logprobs.
+	adjustLogits(x, entries cuda.DevPtr, n, ld int) error
+	logprobs(x, tok, lp, topID, topLP cuda.DevPtr, rows, n, ld, k int) error
 	mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error
 	idxCacheWrite(f32 bool, cache, src, pos cuda.DevPtr, n, ld int) error
 	quantUE8M0(x cuda.DevPtr, n int) error
@@ -192,6 +196,14 @@ func (b *cudaDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error 
 
 func (b *cudaDevice) sample(out, logits cuda.DevPtr, n int, p kernels.SamplingParams) error {
 	return b.k.Sample(b.s, out, logits, 1, n, n, p)
+}
+
+func (b *cudaDevice) adjustLogits(x, entries cuda.DevPtr, n, ld int) error {
+	return b.k.AdjustLogits(b.s, x, entries, n, ld)
+}
+
+func (b *cudaDevice) logprobs(x, tok, lp, topID, topLP cuda.DevPtr, rows, n, ld, k int) error {
+	return b.k.Logprobs(b.s, x, tok, lp, topID, topLP, rows, n, ld, k)
 }
 
 func (b *cudaDevice) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error {

@@ -485,6 +485,33 @@ func (m *emuDevice) sample(out, logits cuda.DevPtr, n int, p kernels.SamplingPar
 	return nil
 }
 
+// adjustLogits is the CPU engine's engine.ApplyAdjust, entry by entry: the
+// same float32 operations as the kernel.
+func (m *emuDevice) adjustLogits(x, entries cuda.DevPtr, n, ld int) error {
+	w := m.i32(entries, kernels.AdjustWords*n)
+	for i := 0; i < n; i++ {
+		a := w[kernels.AdjustWords*i:]
+		row := m.f32(x.Add(int64(4*int(a[0])*ld)), ld)
+		engine.ApplyAdjust(row, []engine.LogitAdjust{{Tok: int(a[1]), Bias: math.Float32frombits(uint32(a[2])),
+			Rep: math.Float32frombits(uint32(a[3])), Sub: math.Float32frombits(uint32(a[4])), Block: a[5] != 0}})
+	}
+	return nil
+}
+
+// logprobs is engine.Logprobs (float64; the kernel's float32 agrees to ~1e-5).
+func (m *emuDevice) logprobs(x, tok, lp, topID, topLP cuda.DevPtr, rows, n, ld, k int) error {
+	toks, lps := m.i32(tok, rows), m.f32(lp, rows)
+	ids, tlp := m.i32(topID, rows*max(k, 1)), m.f32(topLP, rows*max(k, 1))
+	for r := 0; r < rows; r++ {
+		res := engine.Logprobs(m.f32(x.Add(int64(4*r*ld)), n), int(toks[r]), k)
+		lps[r] = res.Logprob
+		for j, a := range res.Top {
+			ids[r*k+j], tlp[r*k+j] = int32(a.ID), a.Logprob
+		}
+	}
+	return nil
+}
+
 func (m *emuDevice) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error {
 	const R, P = kernels.MLALatentDim, kernels.MLARopeDim
 	ps := m.i32(pos, n)

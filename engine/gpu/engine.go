@@ -67,6 +67,7 @@ type backend struct {
 	maxSeq int
 	w      *dweights
 	ws     *workspace
+	lpw    lpWorkspace // penalties and logprobs (forward.go), on first use
 	slots  []*slot
 	owned  []cuda.DevPtr // every allocation, freed by Close
 	closed bool

@@ -401,15 +401,22 @@ func (f *fwd) indexer(lw *dlayer) {
 // pickReq asks for the token of logits row row, chosen under p for
 // position pos (the sampler's counter).
 type pickReq struct {
-	row int
-	p   engine.Params
-	pos int
+	row    int
+	p      engine.Params
+	pos    int
+	adjust []engine.LogitAdjust
+	lp     *engine.TokenLogprobs // filled when set
+	topLP  int
 }
 
 // pick chooses tokens on the device (arg-max or the device sampler) and
 // copies back only the token ids.
 func (e *backend) pick(o *ops, reqs []pickReq) ([]int, error) {
 	V := e.cfg.VocabSize
+	lpRow, err := e.adjustForPick(o, reqs)
+	if err != nil {
+		return nil, err
+	}
 	for i, r := range reqs {
 		lg := fptr(e.ws.logits, r.row*V)
 		out := fptr(e.ws.tok, i)
@@ -425,7 +432,121 @@ func (e *backend) pick(o *ops, reqs []pickReq) ([]int, error) {
 			Temperature: float32(r.p.Temperature), TopK: r.p.TopK, TopP: topP, Seed: r.p.Seed, Step: uint64(r.pos),
 		}))
 	}
-	return e.readTokens(o, len(reqs))
+	if len(lpRow) == 0 {
+		return e.readTokens(o, len(reqs))
+	}
+	K := kernels.MaxTopLogprobs
+	for i, r := range reqs {
+		if j, ok := lpRow[i]; ok {
+			o.do(o.b.logprobs(fptr(e.lpw.raw, j*V), fptr(e.ws.tok, i), fptr(e.lpw.lp, j), fptr(e.lpw.topID, j*K), fptr(e.lpw.topLP, j*K),
+				1, V, V, min(r.topLP, K)))
+		}
+	}
+	toks, err := e.readTokens(o, len(reqs))
+	if err != nil {
+		return nil, err
+	}
+	n := len(lpRow)
+	lb, ib, tb := make([]byte, 4*n), make([]byte, 4*n*K), make([]byte, 4*n*K)
+	o.do(o.b.download(lb, e.lpw.lp))
+	o.do(o.b.download(ib, e.lpw.topID))
+	o.do(o.b.download(tb, e.lpw.topLP))
+	if o.err != nil {
+		return nil, o.err
+	}
+	f32 := func(b []byte, i int) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])) }
+	for i, r := range reqs {
+		j, ok := lpRow[i]
+		if !ok {
+			continue
+		}
+		res := engine.TokenLogprobs{Logprob: f32(lb, j)}
+		for a := 0; a < min(r.topLP, K); a++ {
+			res.Top = append(res.Top, engine.TopLogprob{ID: int(int32(binary.LittleEndian.Uint32(ib[4*(j*K+a):]))), Logprob: f32(tb, j*K+a)})
+		}
+		*r.lp = res
+	}
+	return toks, nil
+}
+
+// lpWorkspace holds what penalties and logprobs need on the device,
+// allocated on first use: the adjustment entries, a copy of each picked
+// row's raw logits (logprobs are of the logits before any adjustment) and
+// the logprob outputs.
+type lpWorkspace struct {
+	adj                   cuda.DevPtr
+	adjCap                int // entries
+	raw, lp, topID, topLP cuda.DevPtr
+}
+
+// adjustForPick copies the raw rows whose logprobs are asked for, then
+// applies every pick's adjustments in one upload and one launch. It
+// returns which raw copy each logprob pick reads.
+func (e *backend) adjustForPick(o *ops, reqs []pickReq) (map[int]int, error) {
+	V, K := e.cfg.VocabSize, kernels.MaxTopLogprobs
+	nAdj, nLP := 0, 0
+	for _, r := range reqs {
+		nAdj += len(r.adjust)
+		if r.lp != nil {
+			nLP++
+		}
+	}
+	if nAdj == 0 && nLP == 0 {
+		return nil, nil
+	}
+	w := &e.lpw
+	if nLP > 0 && w.raw == 0 {
+		M := e.maxRows
+		for _, a := range []struct {
+			p *cuda.DevPtr
+			n int
+		}{{&w.raw, M * V}, {&w.lp, M}, {&w.topID, M * K}, {&w.topLP, M * K}} {
+			p, err := e.alloc(o.b, int64(4*a.n))
+			if err != nil {
+				return nil, err
+			}
+			*a.p = p
+		}
+	}
+	lpRow := map[int]int{}
+	for i, r := range reqs {
+		if r.lp != nil {
+			if len(lpRow) >= e.maxRows {
+				return nil, errors.Newf("logprobs for %d picks in one step (at most %d)", nLP, e.maxRows)
+			}
+			lpRow[i] = len(lpRow)
+			o.do(o.b.copyDD(fptr(w.raw, lpRow[i]*V), fptr(e.ws.logits, r.row*V), int64(4*V)))
+		}
+	}
+	if nAdj == 0 {
+		return lpRow, o.err
+	}
+	if nAdj > w.adjCap {
+		p, err := e.alloc(o.b, int64(4*kernels.AdjustWords*max(nAdj, 4096)))
+		if err != nil {
+			return nil, err
+		}
+		w.adj, w.adjCap = p, max(nAdj, 4096) // the old buffer stays owned until Close
+	}
+	words := make([]byte, 0, 4*kernels.AdjustWords*nAdj)
+	put := func(v uint32) { words = binary.LittleEndian.AppendUint32(words, v) }
+	for _, r := range reqs {
+		for _, a := range r.adjust {
+			blk := uint32(0)
+			if a.Block {
+				blk = 1
+			}
+			put(uint32(r.row))
+			put(uint32(a.Tok))
+			put(math.Float32bits(a.Bias))
+			put(math.Float32bits(a.Rep))
+			put(math.Float32bits(a.Sub))
+			put(blk)
+		}
+	}
+	o.do(o.b.upload(w.adj, words))
+	o.do(o.b.adjustLogits(e.ws.logits, w.adj, nAdj, V))
+	return lpRow, o.err
 }
 
 func (e *backend) readTokens(o *ops, n int) ([]int, error) {

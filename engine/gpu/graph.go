@@ -303,6 +303,16 @@ func (gb *graphDevice) sample(out, logits cuda.DevPtr, n int, p kernels.Sampling
 		ku(out), ku(logits), ki(n), kf(p.Temperature), ki(p.TopK), kf(p.TopP), p.Seed, p.Step)
 }
 
+func (gb *graphDevice) adjustLogits(x, entries cuda.DevPtr, n, ld int) error {
+	return gb.rec("adjustLogits", int64(4*kernels.AdjustWords*n), func(b device) error { return b.adjustLogits(x, entries, n, ld) },
+		ku(x), ku(entries), ki(n), ki(ld))
+}
+
+func (gb *graphDevice) logprobs(x, tok, lp, topID, topLP cuda.DevPtr, rows, n, ld, k int) error {
+	return gb.rec("logprobs", int64(4*rows*n*(k+2)), func(b device) error { return b.logprobs(x, tok, lp, topID, topLP, rows, n, ld, k) },
+		ku(x), ku(tok), ku(lp), ku(topID), ku(topLP), ki(rows), ki(n), ki(ld), ki(k))
+}
+
 func (gb *graphDevice) mlaCacheWrite(kind mlaKind, cache, src, pos cuda.DevPtr, n, ld int) error {
 	return gb.rec("mlaCacheWrite", int64(4*n*ld), func(b device) error { return b.mlaCacheWrite(kind, cache, src, pos, n, ld) },
 		uint64(kind), ku(cache), ku(src), ku(pos), ki(n), ki(ld))

@@ -17,10 +17,11 @@ import (
 
 // Handoff reports one prefill whose state went to a decode node.
 type Handoff struct {
-	First     int     // the token the prefill sampled
-	SeqLen    int     // prompt tokens
-	Ack       *pd.Ack // the node's ack: slot and generation
-	Bytes     int     // state bytes written
+	First     int                   // the token the prefill sampled
+	FirstLP   *engine.TokenLogprobs // its raw logprobs, when p asked for them
+	SeqLen    int                   // prompt tokens
+	Ack       *pd.Ack               // the node's ack: slot and generation
+	Bytes     int                   // state bytes written
 	Regions   int
 	Transport string
 	Prefill   time.Duration
@@ -114,6 +115,10 @@ func (s *Shipper) Ship(ctx context.Context, ctrl, rid string, prompt []int, p en
 		return nil, err
 	}
 	defer eng.Release(0)
+	var firstLP *engine.TokenLogprobs
+	if lp, ok := eng.PrefillLogprobs(0); ok {
+		firstLP = &lp
+	}
 	meta, segs, err := eng.Export(0)
 	if err != nil {
 		return nil, err
@@ -133,7 +138,7 @@ func (s *Shipper) Ship(ctx context.Context, ctrl, rid string, prompt []int, p en
 	if err != nil {
 		return nil, err
 	}
-	return &Handoff{First: first, SeqLen: meta.SeqLen, Ack: ack, Bytes: len(og.Buf), Regions: len(og.Sources),
+	return &Handoff{First: first, FirstLP: firstLP, SeqLen: meta.SeqLen, Ack: ack, Bytes: len(og.Buf), Regions: len(og.Sources),
 		Transport: s.tr.Kind(), Prefill: tPrefill, Send: time.Since(t1)}, nil
 }
 

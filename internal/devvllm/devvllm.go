@@ -127,7 +127,16 @@ type request struct {
 	IgnoreEOS    bool     `json:"ignore_eos"`
 	StopTokenIDs []int    `json:"stop_token_ids"`
 	Stream       bool     `json:"stream"`
-	KV           *struct {
+	// Sampling controls applied to the one token, as vLLM does.
+	PresencePenalty   float64            `json:"presence_penalty"`
+	FrequencyPenalty  float64            `json:"frequency_penalty"`
+	RepetitionPenalty float64            `json:"repetition_penalty"`
+	MinTokens         int                `json:"min_tokens"`
+	LogitBias         map[string]float64 `json:"logit_bias"`
+	Logprobs          json.RawMessage    `json:"logprobs"` // chat: bool; completions: int
+	TopLogprobs       int                `json:"top_logprobs"`
+	ReturnTokenIDs    bool               `json:"return_token_ids"`
+	KV                *struct {
 		Host     string `json:"tilert_host"`
 		CtrlPort int    `json:"tilert_ctrl_port"`
 		RID      string `json:"tilert_rid"`
@@ -186,6 +195,25 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, chat bool) (map[string]any, *h
 	} else {
 		p.Seed = rand.Uint64()
 	}
+	p.PresencePenalty, p.FrequencyPenalty, p.RepetitionPenalty, p.MinTokens = req.PresencePenalty, req.FrequencyPenalty, req.RepetitionPenalty, req.MinTokens
+	p.PromptIDs = prompt
+	p.StopIDs = append(p.StopIDs, req.StopTokenIDs...)
+	if !req.IgnoreEOS {
+		p.StopIDs = append(p.StopIDs, s.eos...) // min_tokens blocks them
+	}
+	for k, v := range req.LogitBias {
+		if id, err := strconv.Atoi(k); err == nil {
+			if p.LogitBias == nil {
+				p.LogitBias = map[int]float32{}
+			}
+			p.LogitBias[id] = float32(min(100, max(-100, v)))
+		}
+	}
+	top := req.TopLogprobs
+	if !chat {
+		_ = json.Unmarshal(req.Logprobs, &top)
+	}
+	p.Logprobs, p.TopLogprobs = true, min(max(top, 0), 20)
 	ctrl := net.JoinHostPort(req.KV.Host, strconv.Itoa(req.KV.CtrlPort))
 	h, err := s.o.Shipper.Ship(ctx, ctrl, req.KV.RID, prompt, p)
 	if err != nil {
@@ -204,20 +232,42 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, chat bool) (map[string]any, *h
 	text := s.o.Tokenizer.Decode([]int{h.First}, true)
 	tokStr := "token_id:" + strconv.Itoa(h.First)
 	choice := map[string]any{"index": 0, "finish_reason": finish, "stop_reason": nil}
+	var lp any // the first token's raw logprob, as vLLM's default raw_logprobs
+	var chatTop []any
+	compTop := map[string]float64{}
+	if h.FirstLP != nil {
+		lp = h.FirstLP.Logprob
+		for _, a := range h.FirstLP.Top {
+			ts := "token_id:" + strconv.Itoa(a.ID)
+			chatTop = append(chatTop, map[string]any{"token": ts, "logprob": a.Logprob, "bytes": nil})
+			compTop[ts] = float64(a.Logprob)
+		}
+		compTop[tokStr] = float64(h.FirstLP.Logprob)
+	}
+	if chatTop == nil {
+		chatTop = []any{}
+	}
 	if chat {
 		choice["message"] = map[string]any{"role": "assistant", "content": text}
-		choice["logprobs"] = map[string]any{"content": []any{map[string]any{"token": tokStr, "logprob": nil, "bytes": nil, "top_logprobs": []any{}}}}
+		choice["logprobs"] = map[string]any{"content": []any{map[string]any{"token": tokStr, "logprob": lp, "bytes": nil, "top_logprobs": chatTop}}}
 	} else {
 		choice["text"] = text
-		choice["logprobs"] = map[string]any{"tokens": []string{tokStr}, "token_logprobs": []any{nil}, "top_logprobs": []any{nil}, "text_offset": []int{0}}
+		choice["logprobs"] = map[string]any{"tokens": []string{tokStr}, "token_logprobs": []any{lp}, "top_logprobs": []any{compTop}, "text_offset": []int{0}}
+		if req.ReturnTokenIDs {
+			choice["prompt_token_ids"], choice["token_ids"] = prompt, []int{h.First}
+		}
 	}
 	object, id := "text_completion", "cmpl-"+req.KV.RID
 	if chat {
 		object, id = "chat.completion", "chatcmpl-"+req.KV.RID
 	}
-	return map[string]any{"id": id, "object": object, "created": time.Now().Unix(), "model": s.o.ServedModel,
+	out := map[string]any{"id": id, "object": object, "created": time.Now().Unix(), "model": s.o.ServedModel,
 		"choices": []any{choice}, "kv_transfer_params": nil,
-		"usage": map[string]int{"prompt_tokens": len(prompt), "completion_tokens": 1, "total_tokens": len(prompt) + 1}}, nil
+		"usage": map[string]int{"prompt_tokens": len(prompt), "completion_tokens": 1, "total_tokens": len(prompt) + 1}}
+	if chat && req.ReturnTokenIDs {
+		out["prompt_token_ids"] = prompt // vLLM >= 0.10.2 with return_token_ids
+	}
+	return out, nil
 }
 
 func (s *Server) promptIDs(req *request, chat bool) ([]int, *httpErr) {

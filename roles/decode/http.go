@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -70,9 +72,30 @@ func (n *Node) parseDecode(body []byte) (*decodeapi.DecodeRequest, engine.Params
 		case s.TopK < -1:
 			return nil, p, 0, badRequest("field sampling.top_k: %d (use -1 or 0 to disable)", s.TopK)
 		}
-		if s.PresencePenalty != 0 || s.FrequencyPenalty != 0 || (s.RepetitionPenalty != 0 && s.RepetitionPenalty != 1) || s.MinTokens != 0 || len(s.LogitBias) > 0 {
-			return nil, p, 0, badRequest("field sampling: penalties, min_tokens and logit_bias are not implemented by this node's engines yet")
+		switch {
+		case !(s.PresencePenalty >= -2 && s.PresencePenalty <= 2):
+			return nil, p, 0, badRequest("field sampling.presence_penalty: %g is outside [-2, 2]", s.PresencePenalty)
+		case !(s.FrequencyPenalty >= -2 && s.FrequencyPenalty <= 2):
+			return nil, p, 0, badRequest("field sampling.frequency_penalty: %g is outside [-2, 2]", s.FrequencyPenalty)
+		case s.RepetitionPenalty < 0 || math.IsNaN(s.RepetitionPenalty):
+			return nil, p, 0, badRequest("field sampling.repetition_penalty: %g must be greater than zero (0 or absent: off)", s.RepetitionPenalty)
+		case s.MinTokens < 0:
+			return nil, p, 0, badRequest("field sampling.min_tokens: %d is negative", s.MinTokens)
+		case s.RepetitionPenalty != 0 && s.RepetitionPenalty != 1 && len(req.PromptTokenIDs) == 0:
+			return nil, p, 0, badRequest("field prompt_token_ids: a repetition_penalty needs the prompt's ids")
 		}
+		for k, v := range s.LogitBias {
+			id, err := strconv.Atoi(k)
+			if err != nil || id < 0 || id >= vocab || math.IsNaN(v) {
+				return nil, p, 0, badRequest("field sampling.logit_bias: %q: %g is not a token id in [0, %d) with a number", k, v, vocab)
+			}
+			if p.LogitBias == nil {
+				p.LogitBias = map[int]float32{}
+			}
+			p.LogitBias[id] = float32(min(100, max(-100, v)))
+		}
+		p.PresencePenalty, p.FrequencyPenalty, p.RepetitionPenalty, p.MinTokens = s.PresencePenalty, s.FrequencyPenalty, s.RepetitionPenalty, s.MinTokens
+		p.PromptIDs = req.PromptTokenIDs
 		p.Temperature, p.TopP, p.TopK = s.Temperature, s.TopP, max(s.TopK, 0)
 		if s.Seed != nil {
 			p.Seed = *s.Seed
@@ -81,7 +104,15 @@ func (n *Node) parseDecode(body []byte) (*decodeapi.DecodeRequest, engine.Params
 		}
 	}
 	if req.Logprobs != nil {
-		return nil, p, 0, badRequest("field logprobs: logprobs are not implemented by this node's engines yet")
+		if *req.Logprobs < 0 || *req.Logprobs > 20 {
+			return nil, p, 0, badRequest("field logprobs: %d is outside [0, 20]", *req.Logprobs)
+		}
+		p.Logprobs, p.TopLogprobs = true, *req.Logprobs
+	}
+	for i, id := range req.PromptTokenIDs {
+		if id < 0 || id >= vocab {
+			return nil, p, 0, badRequest("field prompt_token_ids[%d]: %d is outside the vocabulary [0, %d)", i, id, vocab)
+		}
 	}
 	timeout := n.opts.StateTimeout
 	if req.TimeoutS != nil {
@@ -308,8 +339,9 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 		resp := decodeapi.DecodeResponse{RID: r.rid, T: []int{}}
 		for {
 			<-r.notify
-			toks, final := r.take()
+			toks, lps, final := r.take()
 			resp.T = append(resp.T, toks...)
+			resp.LP = append(resp.LP, lps...)
 			if final != nil {
 				resp.FinalLine = *final
 				break
@@ -335,7 +367,7 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 		for {
 			<-r.notify
 			for {
-				toks, final := r.take()
+				toks, lps, final := r.take()
 				if final != nil {
 					stopWatch()
 					if !gone {
@@ -352,7 +384,7 @@ func (n *Node) handleDecode(ctx *fasthttp.RequestCtx) {
 				if gone {
 					continue
 				}
-				b, _ := json.Marshal(decodeapi.TokensLine{T: toks})
+				b, _ := json.Marshal(decodeapi.TokensLine{T: toks, LP: lps})
 				// A reader that stops reading is cut off after the write
 				// timeout instead of holding this writer forever.
 				n.writeDeadline(conn)

@@ -27,9 +27,10 @@ type request struct {
 	admitted chan error // the scheduler's Import+Start outcome
 
 	mu     sync.Mutex
-	notify chan struct{} // cap 1: something was appended or the request ended
-	toks   []int         // generated, not yet taken by the writer
-	n      int           // tokens generated in total (first_token_id excluded)
+	notify chan struct{}            // cap 1: something was appended or the request ended
+	toks   []int                    // generated, not yet taken by the writer
+	lps    []decodeapi.TokenLogprob // their logprobs, when asked for
+	n      int                      // tokens generated in total (first_token_id excluded)
 	ended  bool
 	final  decodeapi.FinalLine
 
@@ -56,9 +57,16 @@ func (r *request) signal() {
 	}
 }
 
-func (r *request) push(toks []int) {
+func (r *request) push(toks []int, lps []engine.TokenLogprobs) {
 	r.mu.Lock()
 	r.toks = append(r.toks, toks...)
+	for _, lp := range lps {
+		w := decodeapi.TokenLogprob{P: float64(lp.Logprob)}
+		for _, a := range lp.Top {
+			w.Top = append(w.Top, decodeapi.TopLogprob{ID: a.ID, P: float64(a.Logprob)})
+		}
+		r.lps = append(r.lps, w)
+	}
 	r.n += len(toks)
 	r.mu.Unlock()
 	r.signal()
@@ -75,16 +83,18 @@ func (r *request) end(f decodeapi.FinalLine) {
 	r.signal()
 }
 
-// take returns the tokens not yet written and, once ended, the final line.
-func (r *request) take() (toks []int, final *decodeapi.FinalLine) {
+// take returns the tokens not yet written (with their logprobs, when
+// asked for) and, once ended, the final line.
+func (r *request) take() (toks []int, lps []decodeapi.TokenLogprob, final *decodeapi.FinalLine) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	toks, r.toks = r.toks, nil
+	lps, r.lps = r.lps, nil
 	if r.ended && len(toks) == 0 {
 		f := r.final
-		return nil, &f
+		return nil, nil, &f
 	}
-	return toks, nil
+	return toks, lps, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -201,7 +211,7 @@ func (n *Node) step(active []*request) []*request {
 		n.m.mtpDrafted.With().Add(float64(sr.Drafted))
 		n.m.mtpAccepted.With().Add(float64(sr.Accepted))
 		n.m.tokens.With().Add(float64(len(sr.Tokens)))
-		r.push(sr.Tokens)
+		r.push(sr.Tokens, sr.Logprobs)
 		if sr.Finish != engine.FinishNone {
 			finished[sr.Slot] = string(sr.Finish)
 		}

@@ -347,28 +347,44 @@ func (s *stack) reference(t *testing.T, prompt []int, maxTokens int, ignoreEOS b
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := engine.Params{MaxTokens: maxTokens}
+	if !ignoreEOS {
+		p.StopIDs = mcfg.EOS
+	}
+	ids, _, finish = s.referenceP(t, prompt, p)
+	return ids, finish
+}
+
+// referenceP generates with p on the CPU engine directly, with the
+// logprobs of every token when p asks for them.
+func (s *stack) referenceP(t *testing.T, prompt []int, p engine.Params) (ids []int, lps []engine.TokenLogprobs, finish string) {
+	t.Helper()
+	mcfg, err := model.LoadConfig(s.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	w, err := model.OpenWeights(s.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := cpu.New(mcfg, w, engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: len(prompt) + maxTokens + 8})
+	e, err := cpu.New(mcfg, w, engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: len(prompt) + p.MaxTokens + 8})
 	if err != nil {
 		t.Fatal(err)
-	}
-	p := engine.Params{MaxTokens: maxTokens}
-	if !ignoreEOS {
-		p.StopIDs = mcfg.EOS
 	}
 	first, err := e.Prefill(0, prompt, p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids = []int{first}
+	if lp, ok := e.PrefillLogprobs(0); ok {
+		lps = append(lps, lp)
+	}
 	fin, err := e.Start(0, first, p)
 	for err == nil && fin == engine.FinishNone {
 		var res []engine.StepResult
 		if res, err = e.Step([]int{0}); err == nil {
 			ids = append(ids, res[0].Tokens...)
+			lps = append(lps, res[0].Logprobs...)
 			fin = res[0].Finish
 		}
 	}
@@ -376,9 +392,9 @@ func (s *stack) reference(t *testing.T, prompt []int, maxTokens int, ignoreEOS b
 		t.Fatal(err)
 	}
 	if fin == engine.FinishStop {
-		return ids, "stop"
+		return ids, lps, "stop"
 	}
-	return ids, "length"
+	return ids, lps, "length"
 }
 
 func (s *stack) post(t *testing.T, path string, body any) *http.Response {

@@ -1,0 +1,140 @@
+package router
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"testing"
+
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/openai"
+)
+
+// Logprobs and the sampling controls users set go through the whole stack
+// (vLLM's first token, the decode node's NDJSON, the router's OpenAI
+// shapes) and equal the engine's own generation with the same settings;
+// streamed == non-streamed.
+func TestLogprobsAndPenalties(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	prompt, _ := s.tok.Encode(testPrompt, true)
+	const maxTokens = 12
+	bias := prompt[3]
+	p := engine.Params{MaxTokens: maxTokens, RepetitionPenalty: 1.3, PresencePenalty: 0.5, FrequencyPenalty: 0.4,
+		LogitBias: map[int]float32{bias: 4}, PromptIDs: prompt, Logprobs: true, TopLogprobs: 3}
+	ids, lps, _ := s.referenceP(t, prompt, p)
+	plain, _ := s.reference(t, prompt, maxTokens, true)
+	if slicesEqual(ids, plain) {
+		t.Fatal("the settings change nothing on this prompt; the test would prove nothing")
+	}
+	body := map[string]any{"prompt": testPrompt, "max_tokens": maxTokens, "temperature": 0, "ignore_eos": true,
+		"repetition_penalty": 1.3, "presence_penalty": 0.5, "frequency_penalty": 0.4,
+		"logit_bias": map[string]float64{strconv.Itoa(bias): 4}, "logprobs": 3}
+	type comp struct {
+		Choices []struct {
+			Text     string                     `json:"text"`
+			Logprobs *openai.CompletionLogprobs `json:"logprobs"`
+		} `json:"choices"`
+	}
+	var c comp
+	res := readJSON(t, s.post(t, "/v1/completions", body), false)
+	if err := json.Unmarshal([]byte(res.raw[0]), &c); err != nil {
+		t.Fatal(err)
+	}
+	if res.text != s.tok.Decode(ids, true) {
+		t.Fatalf("text %q, want the engine's %q", res.text, s.tok.Decode(ids, true))
+	}
+	lp := c.Choices[0].Logprobs
+	if lp == nil || len(lp.TokenLogprobs) != len(ids) {
+		t.Fatalf("logprobs %+v for %d tokens", lp, len(ids))
+	}
+	for i := range ids {
+		if d := math.Abs(lp.TokenLogprobs[i] - float64(lps[i].Logprob)); d > 1e-6 {
+			t.Fatalf("token %d logprob %g, engine %g", i, lp.TokenLogprobs[i], lps[i].Logprob)
+		}
+		if len(lp.TopLogprobs[i]) < 3 {
+			t.Fatalf("token %d: %d alternatives", i, len(lp.TopLogprobs[i]))
+		}
+		for _, a := range lps[i].Top {
+			if v, ok := lp.TopLogprobs[i][s.tok.Decode([]int{a.ID}, false)]; !ok || math.Abs(v-float64(a.Logprob)) > 1e-6 {
+				t.Fatalf("token %d: alternative %d (%g) missing or off: %v", i, a.ID, a.Logprob, lp.TopLogprobs[i])
+			}
+		}
+	}
+	// Streamed: the same text and the same logprobs, spread over chunks.
+	body["stream"] = true
+	sres := readSSE(t, s.post(t, "/v1/completions", body), false)
+	var streamed []float64
+	for _, raw := range sres.raw {
+		var ch comp
+		if json.Unmarshal([]byte(raw), &ch) == nil && len(ch.Choices) > 0 && ch.Choices[0].Logprobs != nil {
+			streamed = append(streamed, ch.Choices[0].Logprobs.TokenLogprobs...)
+		}
+	}
+	if sres.text != res.text || !floatsEqual(streamed, lp.TokenLogprobs) {
+		t.Fatalf("stream %q %v != non-stream %q %v", sres.text, streamed, res.text, lp.TokenLogprobs)
+	}
+
+	// Chat: logprobs true, top_logprobs 2.
+	chatBody := map[string]any{"messages": []any{map[string]any{"role": "user", "content": testPrompt}}, "max_tokens": 6,
+		"temperature": 0, "ignore_eos": true, "presence_penalty": 1.5, "logprobs": true, "top_logprobs": 2}
+	var cc struct {
+		Choices []struct {
+			Logprobs *openai.ChatLogprobs `json:"logprobs"`
+		} `json:"choices"`
+	}
+	cres := readJSON(t, s.post(t, "/v1/chat/completions", chatBody), true)
+	if err := json.Unmarshal([]byte(cres.raw[0]), &cc); err != nil || cc.Choices[0].Logprobs == nil {
+		t.Fatalf("%v %s", err, cres.raw[0])
+	}
+	content := cc.Choices[0].Logprobs.Content
+	if len(content) != 6 {
+		t.Fatalf("%d chat logprob entries, want 6", len(content))
+	}
+	for i, e := range content {
+		if len(e.TopLogprobs) != 2 || e.Logprob > 0 || e.TopLogprobs[0].Logprob < e.TopLogprobs[1].Logprob {
+			t.Fatalf("entry %d: %+v", i, e)
+		}
+	}
+	chatBody["stream"] = true
+	scres := readSSE(t, s.post(t, "/v1/chat/completions", chatBody), true)
+	var sc []openai.TokenLogprob
+	for _, raw := range scres.raw {
+		var ch struct {
+			Choices []struct {
+				Logprobs *openai.ChatLogprobs `json:"logprobs"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal([]byte(raw), &ch) == nil && len(ch.Choices) > 0 && ch.Choices[0].Logprobs != nil {
+			sc = append(sc, ch.Choices[0].Logprobs.Content...)
+		}
+	}
+	a, _ := json.Marshal(sc)
+	b, _ := json.Marshal(content)
+	if string(a) != string(b) || scres.text != cres.text {
+		t.Fatalf("chat stream logprobs %s\n!= non-stream %s", a, b)
+	}
+}
+
+func slicesEqual(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func floatsEqual(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

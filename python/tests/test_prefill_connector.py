@@ -7,6 +7,7 @@ import socket
 import struct
 import tempfile
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -417,3 +418,113 @@ def test_requires_model():
     del cfg.kv_transfer_config.kv_connector_extra_config["tilert_model"]
     with pytest.raises(ValueError, match="tilert_model"):
         TileRTConnector(cfg, KVConnectorRole.WORKER, None)
+
+
+class ZeroCopySidecar(FakeSidecar):
+    """Answers register_cache, takes stage_blocks, and releases a tag only
+    once the test says so (as the real sidecar after its last read)."""
+
+    def __init__(self):
+        self.registered = []
+        self.blocks = []
+        self.release_now = []
+        super().__init__()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            self.connections += 1
+            try:
+                while True:
+                    (n,) = struct.unpack(">I", self._recv(c, 4))
+                    m = json.loads(self._recv(c, n))
+                    t = m["type"]
+                    if t == "hello":
+                        r = {"type": "hello", "protocol_version": 1, "staging_dir": self.staging,
+                             "staging_bytes": 1 << 30, "transport": "tcp", "ipc": True}
+                    elif t == "register_cache":
+                        self.registered.append(m)
+                        r = {"type": "registered"}
+                    elif t == "stage_blocks":
+                        self.blocks.append(m)
+                        r = {"type": "queued", "rid": m["rid"], "queue_depth": 1}
+                    elif t == "poll":
+                        r = {"type": "released", "released": self.release_now}
+                        self.release_now = []
+                    else:
+                        r = {"type": "error", "error": "bad_frame", "message": t}
+                    b = json.dumps(r).encode()
+                    c.sendall(struct.pack(">I", len(b)) + b)
+            except EOFError:
+                c.close()
+
+
+class _Event:
+    def __init__(self):
+        self.synced = threading.Event()
+
+    def synchronize(self):
+        self.synced.set()
+
+
+def test_zero_copy_bookkeeping():
+    """The zero-copy path without a GPU: the forward's event is waited for
+    before the blocks are named, kernel block ids per group (block size
+    128), vLLM gets the blocks back only after the sidecar released them AND
+    vLLM reported the request finished, and a reconnecting sidecar gets the
+    cache registered again."""
+    s = ZeroCopySidecar()
+    try:
+        cfg = vllm_config(s.path, block_size=128)
+        sched = TileRTConnector(cfg, KVConnectorRole.SCHEDULER, None)
+        worker = TileRTConnector(cfg, KVConnectorRole.WORKER, None)
+        caches = make_caches(layout="LBNHC")
+        worker.register_kv_caches(caches)
+        reg = {"type": "register_cache", "allocs": [{"device": 0, "handle": "x", "bytes": 1}], "layers": []}
+        # What _register_ipc leaves behind with CUDA tensors.
+        worker._ipc_state, worker._ipc_msg = "on", reg
+        events = []
+
+        def new_event():
+            events.append(_Event())
+            return events[-1]
+
+        worker._new_event = new_event
+        r = request("cmpl-z-1f3a9c0d", 200, {"tilert_host": "h", "tilert_ctrl_port": 7, "tilert_rid": "rid-z"})
+        sched.update_state_after_alloc(r, Blocks([3, 6]), 0)
+        meta = sched.build_connector_meta(sched_output(new=[(r, [3, 6], 0, 200)]))
+        assert worker_step(worker, meta, caches) == (None, None)
+        for _ in range(2000):
+            if s.blocks:
+                break
+            time.sleep(0.005)
+        assert events and events[0].synced.is_set()
+        assert len(s.registered) == 1  # on the first connection
+        sb = s.blocks[0]
+        assert sb["tag"] == "cmpl-z-1f3a9c0d" and sb["rid"] == "rid-z" and sb["seq_len"] == 200
+        assert sb["blocks"] == [[6, 7, 12, 13]]  # 200 tokens: 4 kernel blocks of 64
+        assert sb["kv_cache_dtype"] == "fp8_ds_mla"
+        assert sched.request_finished(r, [3, 6]) == (True, None)
+        # Finished in vLLM but not released by the sidecar: held.
+        assert worker.get_finished({"cmpl-z-1f3a9c0d"}) == (None, None)
+        s.release_now = ["cmpl-z-1f3a9c0d"]
+        assert worker.get_finished(set()) == ({"cmpl-z-1f3a9c0d"}, None)
+        assert worker.get_finished(set()) == (None, None)
+        # The sidecar dropped the connection (idle timeout, restart): the
+        # next frame reconnects and registers the cache again first.
+        worker._sidecar._sock.close()
+        worker._sidecar._sock = None
+        r2 = request("cmpl-y-00000000", 64, {"tilert_host": "h", "tilert_rid": "rid-y"})
+        sched.update_state_after_alloc(r2, Blocks([9]), 0)
+        worker_step(worker, sched.build_connector_meta(sched_output(new=[(r2, [9], 0, 64)])), caches)
+        for _ in range(2000):
+            if len(s.blocks) == 2:
+                break
+            time.sleep(0.005)
+        assert len(s.registered) == 2 and s.blocks[1]["blocks"] == [[18]]
+        worker.shutdown()
+    finally:
+        s.close()

@@ -458,14 +458,19 @@ class TileRTConnector(KVConnectorBase_V1, SupportsHMA):
     def _queue_ipc(self, spec: SendSpec) -> None:
         # The forward's kernels may still be running: the sender thread waits
         # for this event before the sidecar may read the blocks.
-        ev = torch.cuda.Event()
-        ev.record(torch.cuda.current_stream(self._layers[0].tensor.device))
+        ev = self._new_event()
         frame = self._stage_blocks_frame(spec)
         if self._send_q is None:
             self._send_q = queue.Queue()
             self._sender = threading.Thread(target=self._send_loop, name="tilert-connector-sender", daemon=True)
             self._sender.start()
         self._send_q.put((spec, ev, frame))
+
+    def _new_event(self):
+        """A CUDA event recorded on the forward's stream (after its kernels)."""
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(self._layers[0].tensor.device))
+        return ev
 
     def _send_loop(self) -> None:
         while True:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -308,6 +309,61 @@ func TestNewcomerErrors(t *testing.T) {
 		}
 		if strings.Contains(out+stderr, "USAGE:") {
 			t.Errorf("%v: printed a help page instead of an error", tc.args)
+		}
+	}
+}
+
+// The container files' command lines (Dockerfile CMD, deploy/compose.yaml
+// services) are tilert command lines: each names a subcommand and flags it
+// takes, with values that parse. CI cannot build the image where no
+// container engine runs (.ci/run says so); this keeps the files honest.
+func TestContainerCommandsParse(t *testing.T) {
+	var lines [][]string
+	docker, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	compose, err := os.ReadFile("deploy/compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []struct {
+		src []byte
+		re  *regexp.Regexp
+	}{
+		{docker, regexp.MustCompile(`(?m)^CMD (\[.*\])$`)},
+		{compose, regexp.MustCompile(`(?m)^\s+command: (\[.*\])$`)},
+	} {
+		for _, m := range re.re.FindAllSubmatch(re.src, -1) {
+			var args []string
+			if err := json.Unmarshal(m[1], &args); err != nil {
+				t.Fatalf("%s: %v", m[0], err)
+			}
+			lines = append(lines, args)
+		}
+	}
+	if len(lines) != 4 {
+		t.Fatalf("found %d command lines (Dockerfile CMD + 3 compose services), want 4", len(lines))
+	}
+	if !strings.Contains(string(docker), `ENTRYPOINT ["/usr/local/bin/tilert"]`) {
+		t.Error("the Dockerfile's entrypoint is not tilert")
+	}
+	for _, args := range lines {
+		app := newApp()
+		var ran string
+		var stub func([]*cli.Command)
+		stub = func(cmds []*cli.Command) {
+			for _, c := range cmds {
+				name := c.Name
+				c.Action = func(*cli.Context) error { ran = name; return nil }
+				stub(c.Subcommands)
+			}
+		}
+		stub(app.Commands)
+		var errb bytes.Buffer
+		app.ErrWriter = &errb
+		if err := app.Run(append([]string{"tilert"}, args...)); err != nil || ran != args[0] {
+			t.Errorf("%v: ran %q, err %v %s", args, ran, err, errb.String())
 		}
 	}
 }

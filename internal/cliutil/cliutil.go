@@ -3,11 +3,14 @@
 package cliutil
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/cockroachdb/errors"
 	"github.com/urfave/cli/v2"
@@ -136,4 +139,17 @@ func unknownCommand(group bool, cmds func(*cli.Context) []*cli.Command) cli.Acti
 		}
 		return WithExitCode(errors.WithHintf(err, "commands: %s; --help shows what each does", strings.Join(names, ", ")), ExitUsage)
 	}
+}
+
+// RunRole is a serving role's action: load the config from c for the
+// role's flags, then run until SIGINT or SIGTERM ends ctx (run shuts down
+// gracefully when it does).
+func RunRole(c *cli.Context, flags []config.Flag, run func(ctx context.Context, cfg *config.Config) error) error {
+	cfg, _, err := Load(c, flags)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, cfg)
 }

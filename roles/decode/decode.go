@@ -14,9 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -66,13 +64,9 @@ func Command() *cli.Command {
 		Usage: "run a decode node: ctrl port for state handoff, http port for token streams",
 		Flags: append(cliutil.Flags(Flags), addrFileFlag),
 		Action: func(c *cli.Context) error {
-			cfg, _, err := cliutil.Load(c, Flags)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			return Run(ctx, cfg, c.String("addr-file"))
+			return cliutil.RunRole(c, Flags, func(ctx context.Context, cfg *config.Config) error {
+				return Run(ctx, cfg, c.String("addr-file"))
+			})
 		},
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -48,13 +47,9 @@ func Command() *cli.Command {
 		Usage: "beside vLLM prefill: ship each claimed request's KV and indexer state to its decode node",
 		Flags: cliutil.Flags(Flags),
 		Action: func(c *cli.Context) error {
-			cfg, _, err := cliutil.Load(c, Flags)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			return Run(ctx, cfg, nil)
+			return cliutil.RunRole(c, Flags, func(ctx context.Context, cfg *config.Config) error {
+				return Run(ctx, cfg, nil)
+			})
 		},
 	}
 }

@@ -19,8 +19,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -57,13 +55,9 @@ func Command() *cli.Command {
 		Usage: "OpenAI-compatible ingress: prefill on vLLM, decode on TileRT nodes, gated dispatch",
 		Flags: append(cliutil.Flags(Flags), addrFileFlag),
 		Action: func(c *cli.Context) error {
-			cfg, _, err := cliutil.Load(c, Flags)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			return Run(ctx, cfg, c.String("addr-file"))
+			return cliutil.RunRole(c, Flags, func(ctx context.Context, cfg *config.Config) error {
+				return Run(ctx, cfg, c.String("addr-file"))
+			})
 		},
 	}
 }

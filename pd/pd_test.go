@@ -63,12 +63,12 @@ func (c *fakeClock) fire() {
 }
 
 type rig struct {
-	recv  rdma.Engine
-	gate  *EngineGate
-	table *Table
-	srv   *Server
-	addr  string
-	clock *fakeClock
+	recv    rdma.Engine
+	regions *EngineReceiver
+	table   *Table
+	srv     *Server
+	addr    string
+	clock   *fakeClock
 }
 
 func newRig(t *testing.T, slots int, tweak func(*TableConfig)) *rig {
@@ -94,16 +94,16 @@ func newRigSec(t *testing.T, slots int, recv rdma.Engine, sec Security, tweak fu
 			{Name: "idx", Region: rdma.Region{ID: rdma.RegionID(101 + 2*i), Host: make([]byte, capIdx)}},
 		})
 	}
-	gate, err := NewEngineGate(recv, sr)
+	regs, err := NewEngineReceiver(recv, sr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	clock := &fakeClock{}
-	cfg := TableConfig{Slots: slots, Layout: testLayout, MaxSeqLen: 64, Regions: gate.Caps(), Clock: clock}
+	cfg := TableConfig{Slots: slots, Layout: testLayout, MaxSeqLen: 64, Regions: regs.Caps(), Clock: clock}
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	table, err := NewTable(cfg, gate)
+	table, err := NewTable(cfg, regs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func newRigSec(t *testing.T, slots int, recv rdma.Engine, sec Security, tweak fu
 		_ = srv.Close()
 		_ = recv.Close()
 	})
-	return &rig{recv: recv, gate: gate, table: table, srv: srv, addr: ln.Addr().String(), clock: clock}
+	return &rig{recv: recv, regions: regs, table: table, srv: srv, addr: ln.Addr().String(), clock: clock}
 }
 
 // rawStream opens a transfer data stream by hand: magic, then the proof of
@@ -210,8 +210,8 @@ func (s *sender) sources(a *Admit) []Source {
 // landed reads a ready slot's bytes as the engine would.
 func (r *rig) landed(t *testing.T, rd *Ready) (mla, idx []byte) {
 	t.Helper()
-	m, _ := r.gate.Region(rd.Slot, "mla")
-	x, _ := r.gate.Region(rd.Slot, "idx")
+	m, _ := r.regions.Region(rd.Slot, "mla")
+	x, _ := r.regions.Region(rd.Slot, "idx")
 	return m.Host[:rd.Regions[0].Bytes], x.Host[:rd.Regions[1].Bytes]
 }
 
@@ -427,7 +427,7 @@ func TestWriteBeforeAcceptRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer peer.Close()
-	mla, _ := r.gate.Region(0, "mla")
+	mla, _ := r.regions.Region(0, "mla")
 	for _, key := range []uint64{0, 1, 2, 1 << 40} { // no generation is open yet
 		rem := rdma.Remote{ID: mla.ID, Key: key, Len: capMLA}
 		err := peer.Write(ctxT(t), []rdma.WriteOp{{Local: 1, Remote: rem, Len: 512}})

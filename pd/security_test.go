@@ -355,7 +355,7 @@ func TestAdmitRIDChecked(t *testing.T) {
 // BenchmarkCancel measures one cancel with 100k cancelled rids remembered:
 // constant, where it used to rescan the whole map under the table lock.
 func BenchmarkCancel(b *testing.B) {
-	g := &EngineGate{}
+	g := &EngineReceiver{}
 	tb, err := NewTable(TableConfig{Slots: 1, MaxSeqLen: 1, Regions: []RegionCap{{Name: "x", Capacity: 1}}, MaxCancelled: 100000}, g)
 	if err != nil {
 		b.Fatal(err)

@@ -9,15 +9,15 @@ import (
 	"github.com/cockroachdb/errors"
 )
 
-// Gate opens and closes a slot's receive regions in the transfer engine.
+// Receiver opens and closes a slot's receive regions in the transfer engine.
 // The table calls Open only after it has reserved the slot for one
 // rid+generation, and Close before it reads or hands out the slot, so no
 // write can land outside [accept, done].
-type Gate interface {
+type Receiver interface {
 	// Open makes the slot's regions writable for writes carrying gen and
 	// returns one destination per admitted region, in the same order. peer
 	// is the authenticated ctrl session that asked ("" when unknown): a
-	// gate that can, accepts the writes only from that session's streams.
+	// receiver that can, accepts the writes only from that session's streams.
 	Open(slot int, gen uint64, peer string, sizes []RegionSize) ([]Destination, error)
 	// Close revokes every region of the slot. After it returns no write lands
 	// there and the memory holds every completed write.
@@ -74,7 +74,7 @@ type SlotState int
 const (
 	SlotFree      SlotState = iota
 	SlotReserved            // accepted; writes allowed; waiting for done
-	SlotVerifying           // done received; gate closing, checksum running
+	SlotVerifying           // done received; regions closing, checksum running
 	SlotReady               // state in place, waiting for WaitReady
 	SlotInUse               // handed to the engine; Release frees it
 )
@@ -111,7 +111,7 @@ type waiter struct {
 // Table is the decode node's slot manager: transport- and engine-agnostic.
 type Table struct {
 	cfg  TableConfig
-	gate Gate
+	recv Receiver
 
 	mu        sync.Mutex
 	slots     []slot
@@ -157,9 +157,9 @@ var (
 )
 
 // NewTable builds a table; every slot starts free with generation 0.
-func NewTable(cfg TableConfig, gate Gate) (*Table, error) {
-	if cfg.Slots <= 0 || len(cfg.Regions) == 0 || cfg.MaxSeqLen <= 0 || gate == nil {
-		return nil, errors.Mark(errors.Newf("pd: table needs slots (%d), regions (%d), max_seq_len (%d) and a gate",
+func NewTable(cfg TableConfig, recv Receiver) (*Table, error) {
+	if cfg.Slots <= 0 || len(cfg.Regions) == 0 || cfg.MaxSeqLen <= 0 || recv == nil {
+		return nil, errors.Mark(errors.Newf("pd: table needs slots (%d), regions (%d), max_seq_len (%d) and a receiver",
 			cfg.Slots, len(cfg.Regions), cfg.MaxSeqLen), ErrBadConfig)
 	}
 	if cfg.Deadline <= 0 {
@@ -183,7 +183,7 @@ func NewTable(cfg TableConfig, gate Gate) (*Table, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
 	}
-	return &Table{cfg: cfg, gate: gate, slots: make([]slot, cfg.Slots), byRID: map[string]int{},
+	return &Table{cfg: cfg, recv: recv, slots: make([]slot, cfg.Slots), byRID: map[string]int{},
 		waiters: map[string]*waiter{}, cancelled: map[string]time.Time{}, now: time.Now}, nil
 }
 
@@ -314,9 +314,9 @@ func (t *Table) Admit(a *Admit, owner any) (*Accept, *Reject) {
 	if po, ok := owner.(PeerOwner); ok {
 		peer = po.PeerSession()
 	}
-	dests, err := t.gate.Open(idx, s.gen, peer, a.Regions)
+	dests, err := t.recv.Open(idx, s.gen, peer, a.Regions)
 	if err != nil {
-		_ = t.gate.Close(idx)
+		_ = t.recv.Close(idx)
 		return nil, t.reject(a, ReasonBusy, "opening slot %d: %v", idx, err)
 	}
 	s.state, s.admit, s.dests, s.owner = SlotReserved, a, dests, owner
@@ -336,7 +336,7 @@ func (t *Table) expire(idx int, gen uint64, want SlotState, why string) bool {
 		return false
 	}
 	if want == SlotReserved {
-		_ = t.gate.Close(idx)
+		_ = t.recv.Close(idx)
 	}
 	// A waiter for this rid keeps waiting: the sender may retry the admit.
 	t.freeLocked(idx)
@@ -401,13 +401,13 @@ func (t *Table) Done(d *Done) *Ack {
 		t.expire(d.Slot, d.Generation, SlotVerifying, code)
 		return t.ack(d, code, format, args...)
 	}
-	if err := t.gate.Close(d.Slot); err != nil {
+	if err := t.recv.Close(d.Slot); err != nil {
 		return fail(AckStale, "closing slot %d: %v", d.Slot, err)
 	}
 	if d.Bytes != want {
 		return fail(AckSizeMismatch, "done says %d bytes, admit said %d", d.Bytes, want)
 	}
-	sum, err := t.gate.Checksum(d.Slot, dests)
+	sum, err := t.recv.Checksum(d.Slot, dests)
 	if err != nil {
 		return fail(AckChecksumMismatch, "checksum of slot %d: %v", d.Slot, err)
 	}

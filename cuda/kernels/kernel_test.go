@@ -528,7 +528,7 @@ func TestKernelNormRopeElementwise(t *testing.T) {
 
 // ---- MoE gate ----
 
-func TestKernelMoEGate(t *testing.T) {
+func TestKernelMoERoute(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		for _, cs := range []struct {

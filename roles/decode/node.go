@@ -65,7 +65,7 @@ type Node struct {
 	pdl    pd.Layout
 	table  *pd.Table
 	ctrl   *pd.Server
-	gate   *meteredGate
+	recv   *meteredReceiver
 	m      *nodeMetrics
 	log    *slog.Logger
 	http   *fasthttp.Server
@@ -113,18 +113,18 @@ func New(o Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := pd.NewEngineGate(o.Transfer, regions)
+	g, err := pd.NewEngineReceiver(o.Transfer, regions)
 	if err != nil {
 		return nil, errors.Wrap(err, "decode: registering the slot buffers with the transfer engine")
 	}
 	n.m = newNodeMetrics(n)
-	n.gate = &meteredGate{EngineGate: g, m: n.m, opened: map[int]time.Time{}}
+	n.recv = &meteredReceiver{EngineReceiver: g, m: n.m, opened: map[int]time.Time{}}
 	n.table, err = pd.NewTable(pd.TableConfig{
 		Slots: o.Engine.Options().Slots, Layout: n.pdl, MaxSeqLen: o.Engine.Options().MaxSeqLen,
 		Regions: g.Caps(), CheckSizes: handoff.CheckSizes(n.layout), MTP: o.Engine.Options().MTP,
 		Deadline: o.ReserveDeadline, ReadyTTL: o.ReadyTTL,
 		MaxRIDBytes: o.Security.MaxRIDBytes, MaxCancelled: o.Security.CancelledRIDs,
-	}, n.gate)
+	}, n.recv)
 	if err != nil {
 		return nil, err
 	}
@@ -216,24 +216,24 @@ func (n *Node) poke() {
 // MaxBatch is the largest number of requests decoded in one step so far.
 func (n *Node) MaxBatch() int { return int(n.stepMax.Load()) }
 
-// meteredGate times each reservation from accept to the checksum after done.
-type meteredGate struct {
-	*pd.EngineGate
+// meteredReceiver times each reservation from accept to the checksum after done.
+type meteredReceiver struct {
+	*pd.EngineReceiver
 	m      *nodeMetrics
 	mu     sync.Mutex
 	opened map[int]time.Time
 }
 
-func (g *meteredGate) Open(slot int, gen uint64, peer string, sizes []pd.RegionSize) ([]pd.Destination, error) {
+func (g *meteredReceiver) Open(slot int, gen uint64, peer string, sizes []pd.RegionSize) ([]pd.Destination, error) {
 	g.mu.Lock()
 	g.opened[slot] = time.Now()
 	g.mu.Unlock()
-	return g.EngineGate.Open(slot, gen, peer, sizes)
+	return g.EngineReceiver.Open(slot, gen, peer, sizes)
 }
 
 // Checksum runs only for a done whose byte count matches the admit: the
 // bytes have landed, so this is where a transfer is counted.
-func (g *meteredGate) Checksum(slot int, dests []pd.Destination) (uint32, error) {
+func (g *meteredReceiver) Checksum(slot int, dests []pd.Destination) (uint32, error) {
 	g.mu.Lock()
 	t0, ok := g.opened[slot]
 	g.mu.Unlock()
@@ -245,5 +245,5 @@ func (g *meteredGate) Checksum(slot int, dests []pd.Destination) (uint32, error)
 		g.m.transferSeconds.With().Observe(time.Since(t0).Seconds())
 	}
 	g.m.transferBytes.With().Add(float64(n))
-	return g.EngineGate.Checksum(slot, dests)
+	return g.EngineReceiver.Checksum(slot, dests)
 }

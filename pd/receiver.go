@@ -15,14 +15,14 @@ var Castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // SlotRegion is one named receive region of one slot.
 type SlotRegion struct {
 	Name   string
-	Region rdma.Region // ID, memory; registered by NewEngineGate
+	Region rdma.Region // ID, memory; registered by NewEngineReceiver
 }
 
-// EngineGate is the Gate over an rdma.Engine: each slot owns one registered
+// EngineReceiver is the Receiver over an rdma.Engine: each slot owns one registered
 // region per name. Each Open uses a fresh random write key, so only the
 // holder of that accept can write: a peer that guesses the slot or the
 // generation is refused by the engine.
-type EngineGate struct {
+type EngineReceiver struct {
 	eng   rdma.Engine
 	slots [][]SlotRegion
 	// DeviceChecksum computes done.checksum for device regions; nil until
@@ -30,9 +30,9 @@ type EngineGate struct {
 	DeviceChecksum func(r rdma.Region, off, n int64, crc uint32) (uint32, error)
 }
 
-// NewEngineGate registers every slot's regions with eng. All slots must
+// NewEngineReceiver registers every slot's regions with eng. All slots must
 // have the same region names in the same order.
-func NewEngineGate(eng rdma.Engine, slots [][]SlotRegion) (*EngineGate, error) {
+func NewEngineReceiver(eng rdma.Engine, slots [][]SlotRegion) (*EngineReceiver, error) {
 	for i, s := range slots {
 		if len(s) != len(slots[0]) {
 			return nil, errors.Newf("pd: slot %d has %d regions, slot 0 has %d", i, len(s), len(slots[0]))
@@ -50,11 +50,11 @@ func NewEngineGate(eng rdma.Engine, slots [][]SlotRegion) (*EngineGate, error) {
 			}
 		}
 	}
-	return &EngineGate{eng: eng, slots: slots}, nil
+	return &EngineReceiver{eng: eng, slots: slots}, nil
 }
 
 // Caps lists the per-slot capacity of each region (the smallest over slots).
-func (g *EngineGate) Caps() []RegionCap {
+func (g *EngineReceiver) Caps() []RegionCap {
 	if len(g.slots) == 0 {
 		return nil
 	}
@@ -69,7 +69,7 @@ func (g *EngineGate) Caps() []RegionCap {
 }
 
 // Region returns slot's region called name.
-func (g *EngineGate) Region(slot int, name string) (rdma.Region, bool) {
+func (g *EngineReceiver) Region(slot int, name string) (rdma.Region, bool) {
 	if slot < 0 || slot >= len(g.slots) {
 		return rdma.Region{}, false
 	}
@@ -81,10 +81,10 @@ func (g *EngineGate) Region(slot int, name string) (rdma.Region, bool) {
 	return rdma.Region{}, false
 }
 
-// Open implements Gate. With an engine that binds writes to a peer
+// Open implements Receiver. With an engine that binds writes to a peer
 // (rdma.PeerOpener) and a known peer, only that ctrl session's transfer
 // streams may write.
-func (g *EngineGate) Open(slot int, _ uint64, peer string, sizes []RegionSize) ([]Destination, error) {
+func (g *EngineReceiver) Open(slot int, _ uint64, peer string, sizes []RegionSize) ([]Destination, error) {
 	dests := make([]Destination, 0, len(sizes))
 	key := rand.Uint64() | 1 // non-zero; math/rand/v2's global source is ChaCha8, seeded from the OS
 	for _, sz := range sizes {
@@ -107,8 +107,8 @@ func (g *EngineGate) Open(slot int, _ uint64, peer string, sizes []RegionSize) (
 	return dests, nil
 }
 
-// Close implements Gate.
-func (g *EngineGate) Close(slot int) error {
+// Close implements Receiver.
+func (g *EngineReceiver) Close(slot int) error {
 	if slot < 0 || slot >= len(g.slots) {
 		return errNoSuchSlot
 	}
@@ -121,8 +121,8 @@ func (g *EngineGate) Close(slot int) error {
 	return first
 }
 
-// Checksum implements Gate.
-func (g *EngineGate) Checksum(slot int, dests []Destination) (uint32, error) {
+// Checksum implements Receiver.
+func (g *EngineReceiver) Checksum(slot int, dests []Destination) (uint32, error) {
 	var crc uint32
 	for _, d := range dests {
 		r, ok := g.Region(slot, d.Name)

@@ -21,13 +21,10 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/cudatest"
 )
 
 var (
-	devOnce    sync.Once
-	testDev    *cuda.Device
-	testDevErr error
-
 	reportMu   sync.Mutex
 	reportRows []checkRow
 	timingRows []timingRow
@@ -52,11 +49,9 @@ type timingRow struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if testDev != nil {
-		if err := testDev.Close(); err != nil {
-			fmt.Fprintf(os.Stderr, "closing the device: %+v\n", err)
-			code = 1
-		}
+	if err := cudatest.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "closing the device: %+v\n", err)
+		code = 1
 	}
 	if err := writeReport(); err != nil {
 		fmt.Fprintf(os.Stderr, "report: %v\n", err)
@@ -65,16 +60,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// gpuDevice is GPU 0 (cuda/cudatest), or skips the test without one.
 func gpuDevice(t testing.TB) *cuda.Device {
 	t.Helper()
-	devOnce.Do(func() { testDev, testDevErr = cuda.Open(0) })
-	if testDevErr != nil {
-		if errors.Is(testDevErr, cuda.ErrNoGPU) {
-			t.Skipf("no GPU here, GPU test skipped (run scripts/gpu-check.sh on a GPU machine): %v", testDevErr)
-		}
-		t.Fatalf("opening GPU 0: %+v", testDevErr)
-	}
-	return testDev
+	return cudatest.Device(t)
 }
 
 func testSeed(t testing.TB) uint64 {

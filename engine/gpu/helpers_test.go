@@ -10,9 +10,9 @@ import (
 	"testing"
 	"text/tabwriter"
 
-	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/cudatest"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
@@ -20,10 +20,6 @@ import (
 )
 
 var (
-	devOnce sync.Once
-	testDev *cuda.Device
-	devErr  error
-
 	reportMu   sync.Mutex
 	reportRows []reportRow
 )
@@ -36,28 +32,19 @@ type reportRow struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if testDev != nil {
-		if err := testDev.Close(); err != nil {
-			fmt.Fprintf(os.Stderr, "closing the device: %+v\n", err)
-			code = 1
-		}
+	if err := cudatest.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "closing the device: %+v\n", err)
+		code = 1
 	}
 	writeReport()
 	enginetest.RemovePresets()
 	os.Exit(code)
 }
 
-// gpuDevice opens GPU 0 once, or skips the test without one.
+// gpuDevice is GPU 0 (cuda/cudatest), or skips the test without one.
 func gpuDevice(t testing.TB) *cuda.Device {
 	t.Helper()
-	devOnce.Do(func() { testDev, devErr = cuda.Open(0) })
-	if devErr != nil {
-		if errors.Is(devErr, cuda.ErrNoGPU) {
-			t.Skipf("no GPU here, GPU engine test skipped (run scripts/gpu-check.sh on a GPU machine): %v", devErr)
-		}
-		t.Fatalf("opening GPU 0: %+v", devErr)
-	}
-	return testDev
+	return cudatest.Device(t)
 }
 
 // record adds a row to the model check table (TILERT_ENGINE_REPORT) and

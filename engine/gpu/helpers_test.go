@@ -10,7 +10,6 @@ import (
 	"testing"
 	"text/tabwriter"
 
-
 	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/cuda/cudatest"
 	"github.com/tilert-go/tilert/engine"

@@ -64,11 +64,11 @@ type Reasoning struct {
 }
 
 // NewReasoning returns a splitter for parser name. thinking says whether
-// the prompt leaves the model inside its thinking block: GLM-4.5/4.7/5
-// templates open it unless chat_template_kwargs.enable_thinking is false;
-// DeepSeek-V3.x (deepseek_v3) only when chat_template_kwargs.thinking is
-// true (vLLM's deepseek_v3 parser is the identity otherwise); deepseek_r1
-// always. A model that opens with <think> itself is inside it either way.
+// the prompt left the model inside its thinking block (the router sets it
+// from chat_template_kwargs: enable_thinking or, for DeepSeek-V3.x,
+// thinking); deepseek_r1 always thinks. A model that opens with <think>
+// itself is inside it either way (GLM-4.5 does, as vLLM's glm45 parser
+// expects).
 func NewReasoning(name string, thinking bool) *Reasoning {
 	if name == "deepseek_r1" {
 		thinking = true

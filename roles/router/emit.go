@@ -194,7 +194,8 @@ func (e *jsonEmitter) finish(reason string, u openai.Usage, calls []openai.ToolC
 		if msg.ToolCalls == nil {
 			msg.ToolCalls = []openai.ToolCall{}
 		}
-		if c := e.sb.String(); c != "" || len(calls) == 0 {
+		// Empty content beside tool calls or reasoning is null, as vLLM's.
+		if c := e.sb.String(); c != "" || (len(calls) == 0 && e.rsb.Len() == 0) {
 			msg.Content = &c
 		}
 		if r := e.rsb.String(); e.reasoningP && r != "" {

@@ -88,11 +88,12 @@ func (rt *Router) check(body []byte, chat bool) (*genRequest, *openai.Error) {
 	}
 	if chat && rt.opts.ReasoningParser != "" {
 		r.reasoning = rt.opts.ReasoningParser
-		if rt.opts.ReasoningParser == "deepseek_v3" {
-			r.thinking = req.Thinking("thinking", false) || req.Thinking("enable_thinking", false)
-		} else {
-			r.thinking = req.Thinking("enable_thinking", true)
-		}
+		// Thinking from the first token only when the request says the
+		// template opened the block (deepseek_v3: chat_template_kwargs
+		// thinking, as vLLM's parser; GLM: enable_thinking true); else, as
+		// vLLM's glm45/deepseek_r1 parsers, a block the model opens itself
+		// with <think> (deepseek_r1 always thinks).
+		r.thinking = req.Thinking("thinking", false) || req.Thinking("enable_thinking", false)
 	}
 	if r.toolParser != "" || r.reasoning != "" {
 		// The parsers read the tags (vLLM's parsers turn skip_special_tokens

@@ -1,0 +1,70 @@
+package openai
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseRequest(t *testing.T) {
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	for _, tc := range []struct {
+		name, body string
+		chat       bool
+		param, msg string // expected error; "" accepts
+		check      func(*Request) bool
+	}{
+		{"completions defaults", `{"prompt":"hi"}`, false, "", "", func(r *Request) bool {
+			return r.MaxTokens == 16 && r.RepetitionPenalty == 1 && r.SkipSpecial && !r.Logprobs && r.N == 1
+		}},
+		{"token prompt", `{"prompt":[[1,2,3]]}`, false, "", "", func(r *Request) bool { return r.Prompt == PromptIDs && len(r.PromptIDs) == 3 }},
+		{"max_completion_tokens wins", `{` + msgs + `,"max_tokens":5,"max_completion_tokens":7}`, true, "", "", func(r *Request) bool {
+			return r.MaxTokens == 7 && r.MaxTokensParam == "max_completion_tokens"
+		}},
+		{"logprobs completions", `{"prompt":"hi","logprobs":3}`, false, "", "", func(r *Request) bool { return r.Logprobs && r.TopLogprobs == 3 }},
+		{"logit_bias clamped", `{"prompt":"hi","logit_bias":{"7":250,"8":-300}}`, false, "", "", func(r *Request) bool {
+			return r.LogitBias[7] == 100 && r.LogitBias[8] == -100
+		}},
+		{"tools auto by default", `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}]}`, true, "", "", func(r *Request) bool {
+			return r.ToolChoice.Mode == ToolChoiceAuto
+		}},
+		{"named tool", `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}}`, true, "", "", func(r *Request) bool {
+			return r.ToolChoice.Mode == ToolChoiceNamed && r.ToolChoice.Name == "f"
+		}},
+		{"thinking kwarg", `{` + msgs + `,"chat_template_kwargs":{"enable_thinking":true}}`, true, "", "", func(r *Request) bool {
+			return r.Thinking("enable_thinking", false) && !r.Thinking("thinking", false)
+		}},
+		{"temperature", `{"prompt":"hi","temperature":-0.5}`, false, "temperature", "non-negative", nil},
+		{"top_p 0", `{"prompt":"hi","top_p":0}`, false, "top_p", "(0, 1]", nil},
+		{"presence", `{"prompt":"hi","presence_penalty":-2.1}`, false, "presence_penalty", "[-2, 2]", nil},
+		{"repetition", `{"prompt":"hi","repetition_penalty":-1}`, false, "repetition_penalty", "greater than zero", nil},
+		{"min_tokens", `{"prompt":"hi","min_tokens":-1}`, false, "min_tokens", "greater than or equal to 0", nil},
+		{"top_logprobs", `{` + msgs + `,"logprobs":true,"top_logprobs":21}`, true, "top_logprobs", "max allowed: 20", nil},
+		{"tool_choice needs tools", `{` + msgs + `,"tool_choice":"required"}`, true, "tool_choice", "needs tools", nil},
+		{"bad tool", `{` + msgs + `,"tools":[{"type":"function","function":{}}]}`, true, "tools", "tools[0]", nil},
+		{"n 0", `{"prompt":"hi","n":0}`, false, "n", "at least 1", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, e := ParseRequest([]byte(tc.body), tc.chat)
+			if tc.param == "" {
+				if e != nil {
+					t.Fatalf("refused: %v", e)
+				}
+				if !tc.check(r) {
+					t.Fatalf("parsed %+v", r)
+				}
+				return
+			}
+			if e == nil || e.Param != tc.param || !strings.Contains(e.Message, tc.msg) || e.Status != 400 {
+				t.Fatalf("got %+v, want 400 on %s with %q", e, tc.param, tc.msg)
+			}
+		})
+	}
+}
+
+func TestContextErrorWording(t *testing.T) {
+	e := ContextError("max_completion_tokens", 32000, 8192, 5000)
+	want := "'max_tokens' or 'max_completion_tokens' is too large: 32000. This model's maximum context length is 8192 tokens and your request has 5000 input tokens (32000 > 8192 - 5000)."
+	if e.Message != want || e.Status != 400 || e.Param != "max_completion_tokens" {
+		t.Fatalf("%+v", e)
+	}
+}

@@ -13,18 +13,18 @@ import (
 // logprobs on the GPU (and the emulator) as on the CPU engine: greedy, so
 // the choice is the adjusted logits' arg-max; with MTP, so a draft row's
 // penalties count the draft as generated.
-func TestEmuPenaltiesMatchCPU(t *testing.T) { testPenaltiesMatchCPU(t, onEmu) }
-func TestGPUPenaltiesMatchCPU(t *testing.T) { testPenaltiesMatchCPU(t, onGPU) }
+func TestEmuPenaltiesMatchCPU(t *testing.T) { testPenaltiesMatchCPU(t, onEmu, 0) }
+func TestGPUPenaltiesMatchCPU(t *testing.T) { testPenaltiesMatchCPU(t, onGPU, 0) }
+
+// The tensor-parallel engine picks on rank 0's gathered logits: the same.
+func TestEmuShardPenaltiesMatchCPU(t *testing.T) { testPenaltiesMatchCPU(t, onEmu, 2) }
 
 type lpRun struct {
 	toks []int
 	lps  []engine.TokenLogprobs
 }
 
-func generateLP(t *testing.T, e interface {
-	engine.Engine
-	PrefillLogprobs(int) (engine.TokenLogprobs, bool)
-}, prompt []int, p engine.Params, n int) lpRun {
+func generateLP(t *testing.T, e lpEngine, prompt []int, p engine.Params, n int) lpRun {
 	t.Helper()
 	first, err := e.Prefill(0, prompt, p)
 	if err != nil {
@@ -54,7 +54,12 @@ func generateLP(t *testing.T, e interface {
 	return run
 }
 
-func testPenaltiesMatchCPU(t *testing.T, kind deviceKind) {
+type lpEngine interface {
+	engine.Engine
+	PrefillLogprobs(int) (engine.TokenLogprobs, bool)
+}
+
+func testPenaltiesMatchCPU(t *testing.T, kind deviceKind, ranks int) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
@@ -66,7 +71,10 @@ func testPenaltiesMatchCPU(t *testing.T, kind deviceKind) {
 			for _, mtp := range []bool{false, true} {
 				opts := engine.Options{MTP: mtp, MaxSeqLen: maxSeq, Slots: 1}
 				ce := newCPU(t, w, opts)
-				ge := newTestEngine(t, kind, src, opts)
+				var ge lpEngine = newTestEngine(t, kind, src, opts)
+				if ranks > 0 {
+					ge = newShardTest(t, kind, src, opts, ranks, CommLocal)
+				}
 				p := engine.Params{RepetitionPenalty: 1.4, PresencePenalty: 0.5, FrequencyPenalty: 0.7, MinTokens: 8,
 					StopIDs: w.Config().EOS, PromptIDs: prompt, Logprobs: true, TopLogprobs: 5,
 					LogitBias: map[int]float32{prompt[0]: 2.5, prompt[1]: -100, 3: 1}}
@@ -94,6 +102,9 @@ func testPenaltiesMatchCPU(t *testing.T, kind deviceKind) {
 					}
 				}
 				name := fmt.Sprintf("%s %s penalties+bias+min_tokens greedy == CPU", kind, pr)
+				if ranks > 0 {
+					name = fmt.Sprintf("%s %s TP-%d penalties+bias+min_tokens greedy == CPU", kind, pr, ranks)
+				}
 				if mtp {
 					name += " (MTP)"
 				}

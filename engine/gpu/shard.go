@@ -279,7 +279,7 @@ func (c *shardCompute) ForwardMTP(rs []engine.Row, hidden []int, logits []bool) 
 func (c *shardCompute) Pick(picks []engine.Pick) ([]int, error) {
 	reqs := make([]pickReq, len(picks))
 	for i, p := range picks {
-		reqs[i] = pickReq{row: p.Row, p: p.Params, pos: p.Pos}
+		reqs[i] = pickReq{row: p.Row, p: p.Params, pos: p.Pos, adjust: p.Adjust, lp: p.LP, topLP: p.TopLP}
 	}
 	return c.s.ranks[0].pick(c.o, reqs)
 }

@@ -198,7 +198,7 @@ def main(spec_path):
     # once: scribble over them.
     assert sched.request_finished(claimed, block_ids) == (True, None)
     released = None
-    for _ in range(3000):
+    for _ in range(12000):  # a minute at most
         done, _ = worker.get_finished({req_id})
         if done:
             released = sorted(done)

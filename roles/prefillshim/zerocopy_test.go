@@ -209,7 +209,7 @@ func TestZeroCopyBlocksToDecodeNode(t *testing.T) {
 				t.Fatalf("MTP acceptance %v, the engine's %v: the MTP layer's bytes differ", done.MTPAcceptMean, want)
 			}
 			// The blocks are released once the sidecar stopped reading them.
-			deadline := time.Now().Add(10 * time.Second)
+			deadline := time.Now().Add(60 * time.Second)
 			var released []any
 			for len(released) == 0 && time.Now().Before(deadline) {
 				r := p.roundTrip(map[string]any{"type": TypePoll})
@@ -237,7 +237,7 @@ func TestZeroCopyBlocksToDecodeNode(t *testing.T) {
 				if n == unmapped+1 {
 					break
 				}
-				if i > 2000 {
+				if i > 12000 {
 					t.Fatal("the mapping outlived the plugin's connection")
 				}
 				time.Sleep(5 * time.Millisecond)

@@ -698,7 +698,7 @@ func randMLACache(r *rand.Rand, nTok int) []byte {
 func TestKernelMLA(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
-		const nq, H = 2, 16
+		const nq, H = 2, 20 // H not a multiple of mla_decode_heads' 16-head groups
 		lens := []int32{300, 270}
 		nBlocks := cdiv(300, 64)
 		nPages := nBlocks + 2
@@ -768,9 +768,10 @@ func TestKernelMLA(t *testing.T) {
 			return o, mx + math.Log(l), maxC
 		}
 		for _, cs := range []struct {
-			sparse bool
-			nsplit int
-		}{{true, 1}, {false, 1}, {true, 3}, {false, 5}} {
+			sparse, heads bool
+			nsplit        int
+		}{{true, false, 1}, {false, false, 1}, {true, false, 3}, {false, false, 5},
+			{true, true, 1}, {false, true, 1}, {true, true, 3}, {false, true, 5}, {true, true, 8}} {
 			sparse := cs.sparse
 			op, lp := a.poisoned(nq*H*512), a.poisoned(nq*H)
 			ip := cuda.DevPtr(0)
@@ -782,7 +783,11 @@ func TestKernelMLA(t *testing.T) {
 			if cs.nsplit > 1 {
 				ws = a.poisoned(int(MLAWorkspaceBytes(nq, H, cs.nsplit) / 4))
 			}
-			chk(k.MLADecode(s, op, lp, a.up(qn), a.up(qp), a.up(cache), a.up(bt), ip, a.up(lens), ws, nq, H, n, ldIdx, cs.nsplit, scale))
+			if cs.heads {
+				chk(k.MLADecodeHeads(s, op, lp, a.up(qn), a.up(qp), a.up(cache), a.up(bt), ip, a.up(lens), ws, nq, H, n, ldIdx, cs.nsplit, scale))
+			} else {
+				chk(k.MLADecode(s, op, lp, a.up(qn), a.up(qp), a.up(cache), a.up(bt), ip, a.up(lens), ws, nq, H, n, ldIdx, cs.nsplit, scale))
+			}
 			got, gotL := downF32(c, op, nq*H*512), downF32(c, lp, nq*H)
 			var worst, worstL float64
 			for qi := range nq {
@@ -815,9 +820,13 @@ func TestKernelMLA(t *testing.T) {
 					worstL = math.Max(worstL, math.Abs(gl-lse)/math.Max(1, math.Abs(lse)))
 				}
 			}
-			name := fmt.Sprintf("mla_decode dense nq=2 H=16 len=300/270 paged split=%d", cs.nsplit)
+			kname := "mla_decode"
+			if cs.heads {
+				kname = "mla_decode_heads"
+			}
+			name := fmt.Sprintf("%s dense nq=2 H=20 len=300/270 paged split=%d", kname, cs.nsplit)
 			if sparse {
-				name = fmt.Sprintf("mla_decode top-k idx nq=2 H=16 paged split=%d", cs.nsplit)
+				name = fmt.Sprintf("%s top-k idx nq=2 H=20 paged split=%d", kname, cs.nsplit)
 			}
 			record(t, name, "max|d|/max|c|", worst, boundF32)
 			record(t, name+" (lse)", "|d|/max(1,|lse|)", worstL, boundF32)

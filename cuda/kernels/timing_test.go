@@ -185,6 +185,24 @@ func TestKernelTiming(t *testing.T) {
 				us := medianUs(c, s, 10, 21, func() { chk(k.MLADecode(s, out, 0, qn, qp, cache, 0, ip, lens, ws, 1, H, nidx, nidx, ns, 0.1)) })
 				add(fmtName("mla_decode H=128 topk=2048 split=%d", ns), float64(nidx*MLATokenBytes+4*H*(512+64+512)), us, "cache bytes counted once")
 			}
+			// Heads as M: 1 and 4 query rows (4 slots, or 1 slot + 3 MTP drafts).
+			for _, nq := range []int{1, 4} {
+				qn4, qp4 := a.up(randF32(r, nq*H*512, 1)), a.up(randF32(r, nq*H*64, 1))
+				idx4 := make([]int32, nq*nidx)
+				for q := range nq {
+					for i, v := range r.Perm(T)[:nidx] {
+						idx4[q*nidx+i] = int32(v)
+					}
+				}
+				ip4, lens4 := a.up(idx4), a.up([]int32{T, T, T, T}[:nq])
+				out4 := a.raw(int64(4 * nq * H * 512))
+				ns := k.MLAHeadsSplits(nq, H, nidx)
+				ws := a.raw(MLAHeadsWorkspaceBytes(nq, H))
+				us := medianUs(c, s, 10, 21, func() {
+					chk(k.MLADecodeHeads(s, out4, 0, qn4, qp4, cache, 0, ip4, lens4, ws, nq, H, nidx, nidx, ns, 0.1))
+				})
+				add(fmtName("mla_decode_heads H=128 topk=2048 nq=%d split=%d", nq, ns), float64(nq*(nidx*MLATokenBytes+4*H*(512+64+512))), us, "cache bytes counted once per row")
+			}
 		}
 		{
 			const E = 256

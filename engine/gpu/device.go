@@ -1,6 +1,8 @@
 package gpu
 
 import (
+	"os"
+
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -43,8 +45,10 @@ type device interface {
 	// cache of exact mode.
 	indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error
 	topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error
-	// mlaDecode reads an MLA cache of the given kind (fp8_ds_mla, bf16, float32).
-	mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error
+	// mlaDecode reads an MLA cache of the given kind (fp8_ds_mla, bf16,
+	// float32); ws (kernels.MLAHeadsWorkspaceBytes(rows, H), or 0) is
+	// scratch for the split fp8 kernel.
+	mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error
 	// argmax with scratch != 0 (kernels.ArgmaxScratchBytes(rows), zeroed)
 	// spreads each row over many blocks; the result is the same.
 	argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error
@@ -175,17 +179,25 @@ func (b *cudaDevice) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut i
 	return b.k.TopK(b.s, out, scores, lens, rows, T, K, ld, ldOut)
 }
 
-// mlaDecode runs unsplit (one block per query row and head): correctness
-// first; the split-K variant needs a workspace and is the speed issue's.
-func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+// mlaDecode over the fp8 cache runs heads-as-M (each entry read once per
+// 16 heads, tokens split over the SMs) when given scratch and not turned off
+// (TILERT_GPU_MLA_HEADS=0, for comparisons); the wide caches of exact mode
+// and bf16 keep their unsplit kernels.
+func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	switch kind {
 	case mlaF32:
 		return b.k.EngMLADecodeF32(b.s, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
 	case mlaBF16:
 		return b.k.EngMLADecodeBF16(b.s, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
 	}
+	if ws != 0 && mlaHeadsOn {
+		ns := b.k.MLAHeadsSplits(nq, H, nidx)
+		return b.k.MLADecodeHeads(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
+	}
 	return b.k.MLADecode(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 }
+
+var mlaHeadsOn = os.Getenv("TILERT_GPU_MLA_HEADS") != "0"
 
 func (b *cudaDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error {
 	if scratch != 0 {

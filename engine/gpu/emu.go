@@ -432,7 +432,7 @@ func (m *emuDevice) mlaEntry(kind mlaKind, cache cuda.DevPtr, t int, lat, rp []f
 	}
 }
 
-func (m *emuDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+func (m *emuDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, _ cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	const R, P = kernels.MLALatentDim, kernels.MLARopeDim
 	ls := m.i32(lens, nq)
 	for i := 0; i < nq; i++ {

@@ -69,6 +69,7 @@ type workspace struct {
 	eg, eu, ey               cuda.DevPtr // [top-k][moe intermediate or hidden]
 	logits, tok              cuda.DevPtr
 	amax                     cuda.DevPtr // arg-max scratch (kernels.ArgmaxScratchBytes(maxRows))
+	mla                      cuda.DevPtr // split MLA partials (kernels.MLAHeadsWorkspaceBytes(maxRows, heads))
 	ldScores                 int
 }
 
@@ -122,6 +123,7 @@ func newWorkspace(e *backend, b device) (*workspace, error) {
 	f(&ws.logits, M*c.VocabSize)
 	f(&ws.tok, M)
 	f(&ws.amax, int(kernels.ArgmaxScratchBytes(M)/4))
+	f(&ws.mla, int(kernels.MLAHeadsWorkspaceBytes(M, NH)/4))
 	return ws, err
 }
 
@@ -350,7 +352,7 @@ func (f *fwd) attnOut(lw *dlayer) {
 		// same output without scanning index_topk entries per head.
 		nidx := min(TK, lenBucket(g.maxLen, e.maxSeq))
 		o.do(o.b.mlaDecode(e.mla, fptr(ws.olat, g.first*NH*R), fptr(ws.qlat, g.first*NH*R), fptr(ws.qpe, g.first*NH*P),
-			g.s.buf.Add(e.mlaOff[lw.Idx]), fptr(ws.topk, g.first*TK), fptr(f.lens, g.first), g.n, NH, nidx, TK, e.scale))
+			g.s.buf.Add(e.mlaOff[lw.Idx]), fptr(ws.topk, g.first*TK), fptr(f.lens, g.first), ws.mla, g.n, NH, nidx, TK, e.scale))
 	}
 	o.do(o.b.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
 	o.lin(lw.O, ws.tmp, ws.ao, M, NH*vd, H)

@@ -286,10 +286,10 @@ func (gb *graphDevice) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut
 		ku(out), ku(scores), ku(lens), ki(rows), ki(T), ki(K), ki(ld), ki(ldOut))
 }
 
-func (gb *graphDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+func (gb *graphDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	_ = gb.rec("mlaDecode", int64(nq)*int64(H)*(kernels.MLALatentDim+kernels.MLARopeDim)*8, func(b device) error {
-		return b.mlaDecode(kind, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
-	}, uint64(kind), ku(out), ku(qn), ku(qp), ku(cache), ku(indices), ku(lens), ki(nq), ki(H), ki(nidx), ki(ldIdx), kf(scale))
+		return b.mlaDecode(kind, out, qn, qp, cache, indices, lens, ws, nq, H, nidx, ldIdx, scale)
+	}, uint64(kind), ku(out), ku(qn), ku(qp), ku(cache), ku(indices), ku(lens), ku(ws), ki(nq), ki(H), ki(nidx), ki(ldIdx), kf(scale))
 	return gb.shaped(nq, H, nidx)
 }
 

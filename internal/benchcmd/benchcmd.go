@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -41,6 +42,11 @@ func Command() *cli.Command {
 				&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompts"},
 				&cli.StringFlag{Name: "prompt-file", Usage: "text file: each slot's prompt is a --prompt-len window of it (tokenized with the model's tokenizer.json) instead of random ids, so MTP acceptance is that of real text"},
 				&cli.StringFlag{Name: "json", Usage: "also write the result as JSON to this file"},
+				&cli.StringFlag{Name: "context", Usage: "comma-separated context lengths (e.g. 1024,8192,32768,131072): each slot gets an imported cache of that many positions (random valid entries) instead of a prefill, and each row is held against the step's byte floor at the copy rate measured in the same run"},
+				&cli.StringFlag{Name: "dummy-weights", Usage: "with --context: random weights with the real dimensions of " + strings.Join(engineload.DummyModels, " or ") + ", made here and uploaded to the GPU (no files; replaces --model-dir)"},
+				&cli.IntFlag{Name: "layers", Value: 8, Usage: "with --dummy-weights: MoE layers after the model's dense ones"},
+				&cli.StringFlag{Name: "batches", Usage: "with --context: comma-separated slot counts timed at each context in one engine (e.g. 1,4; default --slots)"},
+				&cli.BoolFlag{Name: "profile", Usage: "with --context on the GPU: per-kernel breakdown of a step at each context"},
 			),
 			Action: runDecode,
 		}},
@@ -80,6 +86,17 @@ func runDecode(c *cli.Context) error {
 	cache, err := engine.ParseCacheDType(c.String("kv-cache-dtype"))
 	if err != nil {
 		return cliutil.WithExitCode(err, cliutil.ExitUsage)
+	}
+	if cs := c.String("context"); cs != "" {
+		ctxs, err := parseContexts(cs)
+		if err != nil {
+			return err
+		}
+		return runContexts(c, ctxs)
+	}
+	if c.String("dummy-weights") != "" || c.Bool("profile") {
+		return cliutil.WithExitCode(errors.WithHint(errors.New("--dummy-weights and --profile need --context"),
+			"e.g. tilert bench decode --dummy-weights deepseek-v3.2 --layers 8 --context 1024,8192 --profile"), cliutil.ExitUsage)
 	}
 	slots, plen, ntok := c.Int("slots"), c.Int("prompt-len"), c.Int("tokens")
 	if slots < 1 || plen < 1 || ntok < 1 {

@@ -16,6 +16,7 @@ import (
 	"github.com/tilert-go/tilert/engine/gpu"
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/model"
+	"github.com/tilert-go/tilert/model/synth"
 	"github.com/tilert-go/tilert/weights"
 )
 
@@ -209,6 +210,57 @@ func openPlaced(src gpu.Source, opts engine.Options, pl Placement) (engine.Engin
 		}
 	}
 	e, err := gpu.NewSharded(src, opts, gpu.ShardOptions{Devices: pl.Devices, Comm: comm})
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, func() { _ = e.Close() }, nil
+}
+
+// DummyModels lists the --dummy-weights models: real dimensions of each
+// family (DeepSeek-V3.2; GLM-5 as in its HF config) with random weights.
+var DummyModels = []string{"deepseek-v3.2", "glm-5"}
+
+// DummyConfig is the config of a --dummy-weights model with moeLayers MoE
+// layers after the family's dense ones and no MTP layer.
+func DummyConfig(name string, moeLayers int) (*model.Config, error) {
+	if moeLayers < 0 || moeLayers > 200 {
+		return nil, errors.WithHintf(errors.Newf("--layers %d", moeLayers), "give 0..200 MoE layers (8 fit one H200)")
+	}
+	var p synth.Preset
+	switch name {
+	case "deepseek-v3.2":
+		var err error
+		if p, err = synth.Lookup("deepseek-v3.2-moe"); err != nil {
+			return nil, err
+		}
+		p.FirstKDenseReplace = 1
+	case "glm-5":
+		p = synth.Preset{
+			Name: "glm-5-dummy", Family: model.GLMMoEDSA,
+			VocabSize: 154880, HiddenSize: 6144, IntermediateSize: 12288, MoEIntermediateSize: 2048,
+			FirstKDenseReplace: 3,
+			NumHeads:           64, QLoraRank: 2048, KVLoraRank: 512, QKNopeHeadDim: 192, QKRopeHeadDim: 64, VHeadDim: 256,
+			NRoutedExperts: 256, NSharedExperts: 1, NumExpertsPerTok: 8, NGroup: 1, TopKGroup: 1,
+			IndexNHeads: 32, IndexHeadDim: 128, IndexTopK: 2048,
+			MaxPositionEmbeddings: 202752, RMSNormEps: 1e-5, RopeTheta: 1e6,
+			TokenizerVocab: 4096, MaxShardBytes: 1 << 30,
+		}
+	default:
+		return nil, errors.WithHintf(errors.Newf("unknown --dummy-weights model %q", name), "use one of %v", DummyModels)
+	}
+	p.NumLayers = p.FirstKDenseReplace + moeLayers
+	p.NumNextN = 0
+	b, err := synth.Build(p, 0)
+	if err != nil {
+		return nil, err
+	}
+	return b.Config, nil
+}
+
+// OpenDummy builds a GPU engine over random weights with cfg's dimensions
+// (gpu.Dummy), generated here and uploaded tensor by tensor: no files.
+func OpenDummy(cfg *model.Config, opts engine.Options) (*gpu.Engine, func(), error) {
+	e, err := gpu.New(gpu.Dummy(cfg, 1), opts)
 	if err != nil {
 		return nil, nil, err
 	}

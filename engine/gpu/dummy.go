@@ -1,0 +1,233 @@
+package gpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/model"
+)
+
+// Dummy is a Source of random weights with cfg's real dimensions, for
+// benchmarks of models whose checkpoints do not fit a disk or one GPU's
+// worth of files (tilert bench decode --dummy-weights). One random block is
+// drawn per shape and storage and handed out for every tensor of that shape,
+// so building it costs a few host seconds however many layers and experts
+// the model has; the device still holds (and a step still reads) one copy
+// per tensor. Values keep activations O(1): fp8 codes within +-1.875 with
+// 128x128 block scales 1/sqrt(fan_in), bf16-exact tables, norms near 1.
+// The output is meaningless; the bytes and the work per step are real.
+func Dummy(cfg *model.Config, seed uint64) Source {
+	d := &dummySource{cfg: cfg, seed: seed, specs: map[string]model.TensorSpec{}, blocks: map[string]*Matrix{}}
+	for _, s := range model.Specs(cfg) {
+		d.specs[s.Name] = s
+	}
+	return d
+}
+
+type dummySource struct {
+	cfg    *model.Config
+	seed   uint64
+	specs  map[string]model.TensorSpec
+	mu     sync.Mutex
+	blocks map[string]*Matrix // by kind and shape
+}
+
+func (d *dummySource) Config() *model.Config { return d.cfg }
+
+func (d *dummySource) rng(key string) *rand.Rand {
+	h := uint64(1469598103934665603)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint64(key[i])) * 1099511628211
+	}
+	return rand.New(rand.NewPCG(d.seed, h))
+}
+
+// bf16Rand draws n bf16-exact values of standard deviation std around center.
+// Past 1M values a random block of 1M repeats (a vocabulary-sized table
+// would take tens of seconds to draw).
+func bf16Rand(r *rand.Rand, n int, std, center float32) []float32 {
+	v := make([]float32, n)
+	m := min(n, 1<<20)
+	for i := range m {
+		f := center + std*float32(r.NormFloat64())
+		v[i] = math.Float32frombits(math.Float32bits(f) &^ 0xffff)
+	}
+	for i := m; i < n; i += m {
+		copy(v[i:], v[:m])
+	}
+	return v
+}
+
+// block returns the shared random matrix of a kind and shape.
+func (d *dummySource) block(kind string, rows, cols int, rowScale bool) *Matrix {
+	key := kind + ":" + itoa(rows) + "x" + itoa(cols)
+	if rowScale {
+		key += ":rows"
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if m, ok := d.blocks[key]; ok {
+		return m
+	}
+	r := d.rng(key)
+	m := &Matrix{Rows: rows, Cols: cols}
+	switch kind {
+	case "fp8":
+		m.FP8 = make([]byte, rows*cols)
+		for i := 0; i < len(m.FP8); i += 8 {
+			u := r.Uint64()
+			for b := 0; b < 8 && i+b < len(m.FP8); b++ {
+				// codes 0x00..0x3f with either sign: |v| <= 1.875, never NaN
+				m.FP8[i+b] = byte(u>>(8*b)) & 0xbf
+			}
+		}
+		srows := (rows + 127) / 128
+		if rowScale {
+			srows = rows
+		}
+		m.Scale = make([]float32, srows*((cols+127)/128))
+		s := float32(1 / math.Sqrt(float64(cols)))
+		for i := range m.Scale {
+			m.Scale[i] = s * (0.5 + r.Float32())
+		}
+	default: // bf16-exact float32
+		m.F32 = bf16Rand(r, rows*cols, float32(1/math.Sqrt(float64(cols))), 0)
+	}
+	d.blocks[key] = m
+	return m
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for ; n > 0; n /= 10 {
+		i--
+		b[i] = byte('0' + n%10)
+	}
+	return string(b[i:])
+}
+
+func (d *dummySource) Linear(name string, rows, cols int) (*Matrix, error) {
+	s, ok := d.specs[name]
+	if !ok {
+		return nil, errors.Newf("dummy weights: no tensor %q in the model", name)
+	}
+	if len(s.Shape) != 2 || s.Shape[0] != rows || s.Shape[1] != cols {
+		return nil, errors.Newf("dummy weights: %s has shape %v, want [%d %d]", name, s.Shape, rows, cols)
+	}
+	if s.Quantized(d.cfg) {
+		return d.block("fp8", rows, cols, false), nil
+	}
+	return d.block("bf16", rows, cols, false), nil
+}
+
+func (d *dummySource) Expert(layer, e int, proj string, rows, cols int) (*Matrix, error) {
+	g, u, dn := model.Layer(layer).Expert(e)
+	name := map[string]string{"gate_proj": g, "up_proj": u, "down_proj": dn}[proj]
+	if name == "" {
+		return nil, errors.Newf("unknown expert projection %q", proj)
+	}
+	return d.Linear(name, rows, cols)
+}
+
+func (d *dummySource) Absorbed(layer int) (*Matrix, *Matrix, error) {
+	c := d.cfg
+	if c.Quant == nil {
+		return d.block("bf16", c.NumHeads*c.QKNopeHeadDim, c.KVLoraRank, false), d.block("bf16", c.NumHeads*c.VHeadDim, c.KVLoraRank, false), nil
+	}
+	return d.block("fp8", c.NumHeads*c.QKNopeHeadDim, c.KVLoraRank, true), d.block("fp8", c.NumHeads*c.VHeadDim, c.KVLoraRank, true), nil
+}
+
+func (d *dummySource) Get(name string) (*model.Tensor, error) {
+	s, ok := d.specs[name]
+	if !ok {
+		return nil, errors.Newf("dummy weights: no tensor %q in the model", name)
+	}
+	n := 1
+	for _, x := range s.Shape {
+		n *= x
+	}
+	var data []float32
+	switch {
+	case strings.HasSuffix(name, "norm.weight"):
+		data = bf16Rand(d.rng(name), n, 0.05, 1)
+	case strings.HasSuffix(name, "bias"):
+		data = bf16Rand(d.rng(name), n, 0.01, 0)
+	case name == model.EmbedTokensName || strings.HasSuffix(name, ".embed_tokens.weight"):
+		data = d.block("embed", s.Shape[0], s.Shape[1], false).F32
+	case len(s.Shape) == 2:
+		data = d.block("bf16", s.Shape[0], s.Shape[1], false).F32
+	default:
+		data = bf16Rand(d.rng(name), n, 0.05, 0)
+	}
+	return &model.Tensor{Name: name, Shape: s.Shape, Data: data}, nil
+}
+
+// CopyGBps measures the device's copy rate (bytes read plus written per
+// second, in GB/s) with back-to-back device-to-device copies of 1 GiB, the
+// ceiling a decode step's byte floor is held against. The median of reps.
+func (g *Engine) CopyGBps(reps int) (float64, error) {
+	const n = 1 << 30
+	var gbps float64
+	err := g.m.r.run(func(b device) error {
+		cb, ok := b.(*cudaDevice)
+		if !ok {
+			return errors.New("CopyGBps needs the GPU backend")
+		}
+		c, s := cb.c, cb.s
+		src, err := c.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = c.Free(src) }()
+		dst, err := c.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = c.Free(dst) }()
+		e0, err := c.NewEvent()
+		if err != nil {
+			return err
+		}
+		defer c.DestroyEvent(e0)
+		e1, err := c.NewEvent()
+		if err != nil {
+			return err
+		}
+		defer c.DestroyEvent(e1)
+		ts := make([]float64, max(reps, 3))
+		for i := -1; i < len(ts); i++ { // one warm-up copy
+			if err := c.Record(e0, s); err != nil {
+				return err
+			}
+			if err := c.CopyDtoD(dst, src, n, s); err != nil {
+				return err
+			}
+			if err := c.Record(e1, s); err != nil {
+				return err
+			}
+			if err := c.EventSync(e1); err != nil {
+				return err
+			}
+			ms, err := c.Elapsed(e0, e1)
+			if err != nil {
+				return err
+			}
+			if i >= 0 {
+				ts[i] = float64(ms)
+			}
+		}
+		sort.Float64s(ts)
+		gbps = 2 * n / (ts[len(ts)/2] * 1e-3) / 1e9
+		return nil
+	})
+	return gbps, err
+}

@@ -1,0 +1,384 @@
+package benchcmd
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/urfave/cli/v2"
+
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/gpu"
+	"github.com/tilert-go/tilert/internal/buildinfo"
+	"github.com/tilert-go/tilert/internal/cliutil"
+	"github.com/tilert-go/tilert/internal/engineload"
+	"github.com/tilert-go/tilert/model"
+)
+
+// Context mode (--context): each slot gets a cache of C positions imported
+// through the engine's hand-off path (Import, as a prefill node would ship
+// it; random but valid fp8_ds_mla and indexer entries) instead of a prefill,
+// so contexts up to 128K cost seconds, and each row is held against the byte
+// floor of a step measured on the same device.
+
+// ContextRow is one context length of a context-mode run.
+type ContextRow struct {
+	Context      int              `json:"context"`
+	Slots        int              `json:"slots"`
+	Steps        int              `json:"steps"`
+	StepP50MS    float64          `json:"step_p50_ms"`
+	StepP90MS    float64          `json:"step_p90_ms"`
+	TokensPerSec float64          `json:"tokens_per_second"`
+	FloorBytes   int64            `json:"floor_bytes"`
+	CacheBytes   int64            `json:"floor_cache_bytes"`
+	FloorMS      float64          `json:"floor_ms"`
+	GBps         float64          `json:"floor_gb_per_s"` // floor bytes / step p50
+	Efficiency   float64          `json:"efficiency"`     // floor / step p50
+	UsPerLayer   float64          `json:"us_per_layer"`   // step p50 / layers
+	Profile      *gpu.StepProfile `json:"profile,omitempty"`
+}
+
+// ContextResult is a context-mode run.
+type ContextResult struct {
+	Version     string       `json:"version"`
+	Device      string       `json:"device"`
+	Model       string       `json:"model"`
+	Weights     string       `json:"weights"`
+	Layers      int          `json:"layers"`
+	MoELayers   int          `json:"moe_layers"`
+	Slots       []int        `json:"slots"`
+	Tokens      int          `json:"tokens_per_slot"`
+	CopyGBps    float64      `json:"copy_gb_per_s"`
+	WeightBytes int64        `json:"floor_weight_bytes"`
+	LoadSeconds float64      `json:"load_seconds"`
+	Rows        []ContextRow `json:"contexts"`
+}
+
+func parseContexts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, cliutil.WithExitCode(errors.WithHint(errors.Newf("--context %q: %q is not a positive length", s, f),
+				"e.g. --context 1024,8192,32768,131072"), cliutil.ExitUsage)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// weightFloorBytes is what one step must read of the weights for slots rows
+// (checkpoint bytes: fp8 with its scales, bf16, f32): every tensor of the
+// main layers, the embedding rows used, and of each MoE layer's routed
+// experts the expected number of distinct ones hit by slots rows of
+// top-k picks among E (all of them for one row).
+func weightFloorBytes(c *model.Config, slots int) int64 {
+	var total float64
+	E, K := c.NRoutedExperts, c.NumExpertsPerTok
+	distinct := float64(K)
+	if E > 0 && slots > 1 {
+		distinct = float64(E) * (1 - math.Pow(1-float64(K)/float64(E), float64(slots)))
+	}
+	expertLayers := map[int]bool{}
+	for _, s := range model.Specs(c) {
+		n := int64(1)
+		for _, d := range s.Shape {
+			n *= int64(d)
+		}
+		var b int64
+		switch {
+		case s.Quantized(c):
+			sc := model.ScaleShape(s.Shape)
+			b = n + 4*int64(sc[0]*sc[1])
+		case s.Storage == model.StoreF32:
+			b = 4 * n
+		default:
+			b = 2 * n
+		}
+		layer, expert := specLayer(s.Name)
+		switch {
+		case s.Name == model.EmbedTokensName:
+			total += float64(b) / float64(s.Shape[0]) * float64(slots)
+		case layer >= c.NumLayers:
+			// MTP layer: not run without --mtp
+		case expert:
+			expertLayers[layer] = true
+			total += float64(b) * distinct / float64(E)
+		default:
+			total += float64(b)
+		}
+	}
+	return int64(total)
+}
+
+// specLayer returns the block index of a tensor name (-1 outside blocks)
+// and whether it is a routed expert's.
+func specLayer(name string) (int, bool) {
+	const p = "model.layers."
+	if !strings.HasPrefix(name, p) {
+		return -1, false
+	}
+	rest := name[len(p):]
+	i := strings.IndexByte(rest, '.')
+	n, err := strconv.Atoi(rest[:i])
+	if err != nil {
+		return -1, false
+	}
+	return n, strings.Contains(rest, ".mlp.experts.")
+}
+
+// cacheFloorBytes is what one step must read of one slot's caches at
+// context C: per layer the selected MLA entries (min(C, index_topk)) and,
+// where the layer has its own indexer, every key of the context.
+func cacheFloorBytes(c *model.Config, lay engine.Layout, C int) int64 {
+	var b int64
+	for l := 0; l < c.NumLayers; l++ {
+		b += int64(min(C, c.IndexTopK)) * int64(lay.MLATokenBytes)
+		if c.HasIndexer(l) {
+			b += int64(C) * int64(lay.IndexerPageBytes) / engine.BlockSize
+		}
+	}
+	return b
+}
+
+// syntheticState is a slot state of C positions in the exchange layout:
+// 64 random token entries (valid fp8, scales as the encoders make them)
+// repeated over every used page of every region.
+func syntheticState(lay engine.Layout, C int, r *rand.Rand) []engine.Segment {
+	R, P, D := lay.KVLoraRank, lay.RopeDim, lay.IndexHeadDim
+	mlaPage := make([]byte, engine.BlockSize*lay.MLATokenBytes)
+	idxPage := make([]byte, lay.IndexerPageBytes)
+	lat, rope, key := make([]float32, R), make([]float32, P), make([]float32, D)
+	for t := range engine.BlockSize {
+		for i := range lat {
+			lat[i] = float32(r.NormFloat64())
+		}
+		for i := range rope {
+			rope[i] = float32(r.NormFloat64())
+		}
+		for i := range key {
+			key[i] = float32(r.NormFloat64())
+		}
+		dst := mlaPage[t*lay.MLATokenBytes : (t+1)*lay.MLATokenBytes]
+		if lay.MLACache == engine.CacheBF16 {
+			engine.EncodeMLABF16(dst, lat, rope)
+		} else {
+			engine.EncodeMLAFP8(dst, lat, rope)
+		}
+		engine.EncodeIndexerKey(idxPage, t, key)
+	}
+	pages := (C + engine.BlockSize - 1) / engine.BlockSize
+	fill := func(page []byte) []byte {
+		b := make([]byte, pages*len(page))
+		for p := range pages {
+			copy(b[p*len(page):], page)
+		}
+		return b
+	}
+	mla, idx := fill(mlaPage), fill(idxPage)
+	segs := make([]engine.Segment, 0, len(lay.Regions))
+	for _, rg := range lay.Regions {
+		d := mla
+		if rg.Kind == engine.RegionIndexer {
+			d = idx
+		}
+		segs = append(segs, engine.Segment{Offset: rg.Offset, Data: d})
+	}
+	return segs
+}
+
+// profiler is the GPU engine's per-call breakdown of a step.
+type profiler interface {
+	ProfileStep(ids []int, reps int) (*gpu.StepProfile, error)
+}
+
+func runContexts(c *cli.Context, ctxs []int) error {
+	ntok := c.Int("tokens")
+	batches := []int{c.Int("slots")}
+	if bs := c.String("batches"); bs != "" {
+		var err error
+		if batches, err = parseContexts(bs); err != nil {
+			return cliutil.WithExitCode(errors.WithHint(errors.Newf("--batches %q: not a list of positive slot counts", bs), "e.g. --batches 1,4"), cliutil.ExitUsage)
+		}
+	}
+	slots := slices.Max(batches)
+	if slots < 1 || ntok < 5 {
+		return cliutil.WithExitCode(errors.WithHint(errors.New("--slots must be positive and --tokens at least 5"),
+			"e.g. --slots 1 --tokens 32"), cliutil.ExitUsage)
+	}
+	if c.Bool("mtp") {
+		return cliutil.WithExitCode(errors.WithHint(errors.New("--context does not run --mtp yet"),
+			"drop --mtp (imported states carry no MTP-layer cache)"), cliutil.ExitUsage)
+	}
+	mode, err := engine.ParseMode(c.String("mode"))
+	if err != nil {
+		return cliutil.WithExitCode(err, cliutil.ExitUsage)
+	}
+	cache, err := engine.ParseCacheDType(c.String("kv-cache-dtype"))
+	if err != nil {
+		return cliutil.WithExitCode(err, cliutil.ExitUsage)
+	}
+	maxSeq := slices.Max(ctxs) + ntok + 4
+	opts := engine.Options{Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: maxSeq}
+	res := ContextResult{Version: buildinfo.Version, Slots: batches, Tokens: ntok}
+	var (
+		e     engine.Engine
+		cfg   *model.Config
+		close func()
+	)
+	t0 := time.Now()
+	if dm := c.String("dummy-weights"); dm != "" {
+		if c.String("model-dir") != "" {
+			return cliutil.WithExitCode(errors.WithHint(errors.New("--dummy-weights and --model-dir both given"),
+				"pick one: real weights from a directory, or random ones of a model's dimensions"), cliutil.ExitUsage)
+		}
+		if cfg, err = engineload.DummyConfig(dm, c.Int("layers")); err != nil {
+			return cliutil.WithExitCode(err, cliutil.ExitUsage)
+		}
+		ge, cl, err := engineload.OpenDummy(cfg, opts)
+		if err != nil {
+			return err
+		}
+		e, close = ge, cl
+		res.Device, res.Weights = "cuda", "dummy "+dm
+	} else {
+		dir := c.String("model-dir")
+		if dir == "" {
+			return cliutil.WithExitCode(errors.WithHint(errors.New("bench decode --context needs --model-dir or --dummy-weights"),
+				"e.g. --dummy-weights deepseek-v3.2 --layers 8"), cliutil.ExitUsage)
+		}
+		if err := engineload.CheckDir("--model-dir", dir); err != nil {
+			return err
+		}
+		device, _, err := engineload.ResolveDevice(c.String("device"))
+		if err != nil {
+			return err
+		}
+		if e, cfg, close, err = engineload.Open(device, dir, opts); err != nil {
+			return err
+		}
+		res.Device, res.Weights = device, dir
+	}
+	defer close()
+	res.LoadSeconds = time.Since(t0).Seconds()
+	res.Model, res.Layers = string(cfg.Family), cfg.NumLayers
+	for l := range cfg.NumLayers {
+		if cfg.IsMoELayer(l) {
+			res.MoELayers++
+		}
+	}
+	if cg, ok := e.(interface{ CopyGBps(int) (float64, error) }); ok {
+		if res.CopyGBps, err = cg.CopyGBps(9); err != nil {
+			return err
+		}
+	}
+	lay := e.Layout()
+	rng := rand.New(rand.NewPCG(c.Uint64("seed"), 11))
+	ids := make([]int, slots)
+	for i := range ids {
+		ids[i] = i
+	}
+	for _, C := range ctxs {
+		segs := syntheticState(lay, C, rng)
+		for _, slots := range batches {
+			p := engine.Params{MaxTokens: ntok}
+			ids := ids[:slots]
+			for s := range slots {
+				last := rng.IntN(cfg.VocabSize * 3 / 4)
+				if err := e.Import(s, engine.SlotMeta{SeqLen: C, MTPLen: C, LastToken: last}, segs); err != nil {
+					return errors.Wrapf(err, "importing a %d-position state into slot %d", C, s)
+				}
+				if _, err := e.Start(s, rng.IntN(cfg.VocabSize*3/4), p); err != nil {
+					return err
+				}
+			}
+			row := ContextRow{Context: C, Slots: slots}
+			var steps []float64
+			active := slices.Clone(ids)
+			for len(active) > 0 {
+				t := time.Now()
+				out, err := e.Step(active)
+				if err != nil {
+					return err
+				}
+				steps = append(steps, float64(time.Since(t).Microseconds())/1e3)
+				next := active[:0]
+				for _, sr := range out {
+					if sr.Finish == engine.FinishNone {
+						next = append(next, sr.Slot)
+					}
+				}
+				active = next
+				// The profile re-runs one step's work after the timed steps
+				// (it steps the slots once more and rewrites their latest
+				// cache entries), then the slots are done.
+				if c.Bool("profile") && len(active) == slots && len(steps) == ntok-3 {
+					if pr, ok := e.(profiler); ok {
+						if row.Profile, err = pr.ProfileStep(active, 11); err != nil {
+							return err
+						}
+						break
+					}
+				}
+			}
+			for s := range slots {
+				e.Release(s)
+			}
+			row.Steps = len(steps)
+			// Steady state: the first two steps capture the CUDA graphs.
+			timed := steps
+			if len(timed) > 4 {
+				timed = timed[2:]
+			}
+			slices.Sort(timed)
+			row.StepP50MS = timed[len(timed)/2]
+			row.StepP90MS = timed[len(timed)*9/10]
+			row.TokensPerSec = float64(slots) / (row.StepP50MS * 1e-3)
+			row.CacheBytes = int64(slots) * cacheFloorBytes(cfg, lay, C)
+			row.FloorBytes = weightFloorBytes(cfg, slots) + row.CacheBytes
+			if res.CopyGBps > 0 {
+				row.FloorMS = float64(row.FloorBytes) / (res.CopyGBps * 1e9) * 1e3
+				row.Efficiency = row.FloorMS / row.StepP50MS
+			}
+			row.GBps = float64(row.FloorBytes) / (row.StepP50MS * 1e-3) / 1e9
+			row.UsPerLayer = row.StepP50MS * 1e3 / float64(cfg.NumLayers)
+			res.Rows = append(res.Rows, row)
+			reportRow(c.App.Writer, res, row, len(res.Rows) == 1)
+		}
+	}
+	if f := c.String("json"); f != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		if err := os.WriteFile(f, append(b, '\n'), 0o644); err != nil {
+			return errors.Wrapf(err, "writing %s", f)
+		}
+	}
+	return nil
+}
+
+func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
+	if first {
+		fmt.Fprintf(w, "bench decode: %s (%s), %d layers (%d MoE) on %s, %d tokens/slot; copy %.0f GB/s (read+write)\n",
+			r.Model, r.Weights, r.Layers, r.MoELayers, r.Device, r.Tokens, r.CopyGBps)
+		fmt.Fprintf(w, "%8s %5s %9s %9s %9s %10s %9s %8s %6s %10s\n", "context", "slots", "p50 ms", "p90 ms", "tok/s", "floor GB", "floor ms", "GB/s", "eff", "us/layer")
+	}
+	fmt.Fprintf(w, "%8d %5d %9.3f %9.3f %9.1f %10.3f %9.3f %8.0f %5.0f%% %10.1f\n", row.Context, row.Slots, row.StepP50MS, row.StepP90MS,
+		row.TokensPerSec, float64(row.FloorBytes)/1e9, row.FloorMS, row.GBps, 100*row.Efficiency, row.UsPerLayer)
+	if p := row.Profile; p != nil {
+		fmt.Fprintf(w, "  profile (each call alone; device %.0f us eager, %.0f us as graphs):\n", p.EagerUs, p.GraphUs)
+		for _, op := range p.Ops {
+			gbps := 0.0
+			if op.Us > 0 {
+				gbps = float64(op.Bytes) / (op.Us * 1e-6) / 1e9
+			}
+			fmt.Fprintf(w, "    %-22s %4d calls %9.1f us %8.0f GB/s\n", op.Name, op.Count, op.Us, gbps)
+		}
+	}
+}

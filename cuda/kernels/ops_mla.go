@@ -28,7 +28,7 @@ var bigShared sync.Map
 const mlaHeadsMaxSMs = 256
 
 func mlaHeadsSplitsFor(sms, nq, H, nidx int) int {
-	blocks := nq * cdiv(H, mlaHeadsGroup)
+	blocks := max(1, nq*cdiv(H, mlaHeadsGroup)) // H = 0: a tensor-parallel rank without heads
 	want := cdiv(min(max(1, sms), mlaHeadsMaxSMs), blocks)
 	return max(1, min(want, cdiv(nidx, mlaHeadsTile), mlaHeadsSplits))
 }

@@ -139,7 +139,7 @@ func (c *Config) Validate() error {
 	if _, err := ParseDevices(c.Decode.Devices); err != nil {
 		k.bad("decode.devices", "list GPU ordinals separated by commas, e.g. 0,1,2,3,4,5,6,7", "%v", err)
 	}
-	k.oneOf("decode.comm", c.Decode.Comm, "oneshot", "local", "nccl")
+	k.oneOf("decode.comm", c.Decode.Comm, "auto", "oneshot", "local", "nccl")
 	// Port 0 lets the kernel choose (tests, demos); --addr-file reports it.
 	k.port("decode.ctrl_port", c.Decode.CtrlPort, true)
 	k.port("decode.http_port", c.Decode.HTTPPort, true)

@@ -1,6 +1,8 @@
 package gpu
 
 import (
+	"runtime"
+
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -22,49 +24,74 @@ const (
 	CommNCCL CommKind = "nccl"
 )
 
-// ParseComm accepts local, oneshot or nccl.
+// ParseComm accepts auto (returned as ""), local, oneshot or nccl.
 func ParseComm(s string) (CommKind, error) {
 	switch k := CommKind(s); k {
 	case CommLocal, CommOneShot, CommNCCL:
 		return k, nil
+	case "auto", "":
+		return "", nil
 	}
-	return "", errors.WithHint(errors.Newf("unknown communicator %q", s), "use local, oneshot or nccl")
+	return "", errors.WithHint(errors.Newf("unknown communicator %q", s), "use auto, oneshot, local or nccl")
 }
 
-// communicator is a collective over every rank's device buffer, called once
-// for all ranks (the sharded engine drives its ranks in lockstep); devs[k]
-// is rank k's device. After allReduce every buffer holds the same bits.
+// rankExec is the ranks as a communicator sees them (the sharded engine
+// drives its ranks in lockstep and calls a collective once for all).
+type rankExec interface {
+	// singleDevice is the device every rank is on (inside its run), or nil.
+	singleDevice() device
+	// onRanks runs f for every rank on that rank's device.
+	onRanks(f func(k int, b device) error) error
+}
+
+// communicator is a collective over every rank's device buffer bufs[k].
+// After allReduce every buffer holds the same bits (sums in rank order).
 type communicator interface {
 	name() string
-	allReduce(devs []device, bufs []cuda.DevPtr, n int) error
-	broadcast(devs []device, bufs []cuda.DevPtr, root int, nbytes int64) error
+	allReduce(x rankExec, bufs []cuda.DevPtr, n int) error
+	broadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error
 	close(b device) error
 }
 
-func newComm(kind CommKind, r runner, N int) (communicator, error) {
+func newComm(kind CommKind, runners []runner, N int, ordinals []int) (communicator, error) {
+	_, emu := runners[0].(*emuRunner)
 	switch kind {
 	case CommLocal:
 		return localComm{}, nil
 	case CommOneShot:
-		if _, ok := r.(*emuRunner); ok {
+		if emu {
 			return nil, errors.WithHint(errors.New("the one-shot all-reduce is a CUDA kernel: no emulation"), "use the local communicator on the emulator")
+		}
+		if len(runners) > 1 {
+			return nil, errors.WithHint(errors.New("the one-shot all-reduce across GPUs needs peer-mapped buffers, not built yet"),
+				"use --comm nccl (or auto) for ranks on several GPUs")
 		}
 		return &oneShotComm{tables: map[string]cuda.DevPtr{}}, nil
 	case CommNCCL:
-		return newNCCLComm(r, N)
+		if emu {
+			return nil, errors.WithHint(errors.New("NCCL needs GPUs"), "use the local communicator on the emulator")
+		}
+		return newNCCLComm(ordinals)
 	}
 	_, err := ParseComm(string(kind))
+	if err == nil {
+		err = errors.Newf("communicator %q", kind)
+	}
 	return nil, err
 }
 
 // localComm adds rank buffers into rank 0's in rank order with the device's
-// add kernel and copies the sum back: every rank on one device.
+// add kernel and copies the sum back, every rank on one device; across
+// devices it goes through host memory (a baseline: correct, not fast).
 type localComm struct{}
 
 func (localComm) name() string { return string(CommLocal) }
 
-func (localComm) allReduce(devs []device, bufs []cuda.DevPtr, n int) error {
-	b := devs[0]
+func (localComm) allReduce(x rankExec, bufs []cuda.DevPtr, n int) error {
+	b := x.singleDevice()
+	if b == nil {
+		return hostAllReduce(x, bufs, n)
+	}
 	for k := 1; k < len(bufs); k++ {
 		if err := b.add(bufs[0], bufs[0], bufs[k], n); err != nil {
 			return err
@@ -78,15 +105,68 @@ func (localComm) allReduce(devs []device, bufs []cuda.DevPtr, n int) error {
 	return nil
 }
 
-func (localComm) broadcast(devs []device, bufs []cuda.DevPtr, root int, nbytes int64) error {
+func (localComm) broadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error {
+	b := x.singleDevice()
+	if b == nil {
+		return hostBroadcast(x, bufs, root, nbytes)
+	}
 	for k := range bufs {
 		if k != root {
-			if err := devs[root].copyDD(bufs[k], bufs[root], nbytes); err != nil {
+			if err := b.copyDD(bufs[k], bufs[root], nbytes); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// hostAllReduce downloads every rank's buffer, adds them in rank order in
+// float32 (the same bits as the device's add) and uploads the sum.
+func hostAllReduce(x rankExec, bufs []cuda.DevPtr, n int) error {
+	parts := make([][]byte, len(bufs))
+	err := x.onRanks(func(k int, b device) error {
+		parts[k] = make([]byte, 4*n)
+		return b.download(parts[k], bufs[k])
+	})
+	if err != nil {
+		return err
+	}
+	sum := bytesF32(parts[0])
+	for _, p := range parts[1:] {
+		v := bytesF32(p)
+		for i := range sum {
+			sum[i] += v[i]
+		}
+	}
+	out := f32Bytes(sum)
+	return x.onRanks(func(k int, b device) error {
+		if err := b.upload(bufs[k], out); err != nil {
+			return err
+		}
+		return b.sync()
+	})
+}
+
+func hostBroadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error {
+	data := make([]byte, nbytes)
+	err := x.onRanks(func(k int, b device) error {
+		if k == root {
+			return b.download(data, bufs[k])
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return x.onRanks(func(k int, b device) error {
+		if k == root {
+			return nil
+		}
+		if err := b.upload(bufs[k], data); err != nil {
+			return err
+		}
+		return b.sync()
+	})
 }
 
 func (localComm) close(device) error { return nil }
@@ -122,8 +202,8 @@ func (c *oneShotComm) table(b device, bufs []cuda.DevPtr) (cuda.DevPtr, error) {
 	return t, nil
 }
 
-func (c *oneShotComm) allReduce(devs []device, bufs []cuda.DevPtr, n int) error {
-	cd, ok := devs[0].(*cudaDevice)
+func (c *oneShotComm) allReduce(x rankExec, bufs []cuda.DevPtr, n int) error {
+	cd, ok := x.singleDevice().(*cudaDevice)
 	if !ok {
 		return errors.New("one-shot all-reduce needs a CUDA device")
 	}
@@ -134,8 +214,8 @@ func (c *oneShotComm) allReduce(devs []device, bufs []cuda.DevPtr, n int) error 
 	return cd.k.AllReduceOneShot(cd.s, t, len(bufs), n)
 }
 
-func (c *oneShotComm) broadcast(devs []device, bufs []cuda.DevPtr, root int, nbytes int64) error {
-	return localComm{}.broadcast(devs, bufs, root, nbytes)
+func (c *oneShotComm) broadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error {
+	return localComm{}.broadcast(x, bufs, root, nbytes)
 }
 
 func (c *oneShotComm) close(b device) error {
@@ -148,32 +228,36 @@ func (c *oneShotComm) close(b device) error {
 }
 
 // ncclComm is NCCL with one communicator per rank, created together in
-// this process (ncclCommInitAll); several ranks are issued in one group.
+// this process (ncclCommInitAll); the ranks' calls are issued in one group.
+// NCCL switches the calling thread's current device, so every NCCL call
+// runs on a thread of its own, never on a device thread.
 type ncclComm struct {
 	lib   *cuda.NCCL
 	comms []cuda.NCCLComm
+	th    *osThread
 }
 
-func newNCCLComm(r runner, N int) (communicator, error) {
-	cr, ok := r.(*cudaRunner)
-	if !ok {
-		return nil, errors.WithHint(errors.New("NCCL needs GPUs"), "use the local communicator on the emulator")
-	}
-	if N > 1 {
-		return nil, errors.WithHint(errors.Newf("NCCL cannot run %d ranks on one device", N),
-			"use --comm oneshot or local for several ranks on one GPU; NCCL needs one GPU per rank")
+func newNCCLComm(ordinals []int) (communicator, error) {
+	seen := map[int]bool{}
+	for _, d := range ordinals {
+		if seen[d] {
+			return nil, errors.WithHint(errors.Newf("NCCL cannot run two ranks on GPU %d", d),
+				"use --comm oneshot or local for several ranks on one GPU; NCCL needs one GPU per rank")
+		}
+		seen[d] = true
 	}
 	lib, err := cuda.LoadNCCL()
 	if err != nil {
 		return nil, err
 	}
-	c := &ncclComm{lib: lib}
-	err = cr.run(func(device) error {
+	c := &ncclComm{lib: lib, th: newOSThread()}
+	err = c.th.do(func() error {
 		var err error
-		c.comms, err = lib.CommInitAll([]int{cr.info.Ordinal})
+		c.comms, err = lib.CommInitAll(ordinals)
 		return err
 	})
 	if err != nil {
+		c.th.stop()
 		return nil, err
 	}
 	return c, nil
@@ -181,42 +265,94 @@ func newNCCLComm(r runner, N int) (communicator, error) {
 
 func (c *ncclComm) name() string { return string(CommNCCL) }
 
-func (c *ncclComm) allReduce(devs []device, bufs []cuda.DevPtr, n int) error {
-	return c.group(func(k int, cd *cudaDevice) error {
-		return c.lib.AllReduceSumF32(bufs[k], bufs[k], int64(n), c.comms[k], cd.s)
-	}, devs)
+func (c *ncclComm) allReduce(x rankExec, bufs []cuda.DevPtr, n int) error {
+	return c.group(x, func(k int, s cuda.Stream) error {
+		return c.lib.AllReduceSumF32(bufs[k], bufs[k], int64(n), c.comms[k], s)
+	})
 }
 
-func (c *ncclComm) broadcast(devs []device, bufs []cuda.DevPtr, root int, nbytes int64) error {
-	return c.group(func(k int, cd *cudaDevice) error {
-		return c.lib.Broadcast(bufs[k], bufs[k], nbytes, root, c.comms[k], cd.s)
-	}, devs)
+func (c *ncclComm) broadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error {
+	return c.group(x, func(k int, s cuda.Stream) error {
+		return c.lib.Broadcast(bufs[k], bufs[k], nbytes, root, c.comms[k], s)
+	})
 }
 
-func (c *ncclComm) group(f func(k int, cd *cudaDevice) error, devs []device) error {
-	if err := c.lib.GroupStart(); err != nil {
+// group issues f for every rank, on its device's stream, in one NCCL group
+// on the NCCL thread; work queued before it on those streams runs first.
+func (c *ncclComm) group(x rankExec, f func(k int, s cuda.Stream) error) error {
+	streams := make([]cuda.Stream, len(c.comms))
+	if b := x.singleDevice(); b != nil {
+		cd, ok := b.(*cudaDevice)
+		if !ok {
+			return errors.New("NCCL needs CUDA devices")
+		}
+		for k := range streams {
+			streams[k] = cd.s
+		}
+	} else if err := x.onRanks(func(k int, b device) error {
+		cd, ok := b.(*cudaDevice)
+		if !ok {
+			return errors.New("NCCL needs CUDA devices")
+		}
+		streams[k] = cd.s
+		return nil
+	}); err != nil {
 		return err
 	}
-	var errs error
-	for k, d := range devs {
-		cd, ok := d.(*cudaDevice)
-		if !ok {
-			errs = errors.CombineErrors(errs, errors.New("NCCL needs CUDA devices"))
-			break
+	err := c.th.do(func() error {
+		if err := c.lib.GroupStart(); err != nil {
+			return err
 		}
-		if err := f(k, cd); err != nil {
-			errs = errors.CombineErrors(errs, err)
-			break
+		var errs error
+		for k, s := range streams {
+			if err := f(k, s); err != nil {
+				errs = err
+				break
+			}
 		}
+		return errors.CombineErrors(errs, c.lib.GroupEnd())
+	})
+	if err != nil || x.singleDevice() != nil {
+		return err
 	}
-	return errors.CombineErrors(errs, c.lib.GroupEnd())
+	// Several devices: each phase ends with its device synchronised; so
+	// does the collective.
+	return x.onRanks(func(_ int, b device) error { return b.sync() })
 }
 
 func (c *ncclComm) close(device) error {
-	var errs error
-	for _, cm := range c.comms {
-		errs = errors.CombineErrors(errs, c.lib.CommDestroy(cm))
-	}
+	err := c.th.do(func() error {
+		var errs error
+		for _, cm := range c.comms {
+			errs = errors.CombineErrors(errs, c.lib.CommDestroy(cm))
+		}
+		return errs
+	})
 	c.comms = nil
-	return errs
+	c.th.stop()
+	return err
 }
+
+// osThread runs functions on one locked OS thread, which ends with it.
+type osThread struct{ ch chan func() }
+
+func newOSThread() *osThread {
+	t := &osThread{ch: make(chan func())}
+	go func() {
+		// Never unlocked: the thread exits with the goroutine, taking
+		// whatever current device NCCL left on it.
+		runtime.LockOSThread()
+		for f := range t.ch {
+			f()
+		}
+	}()
+	return t
+}
+
+func (t *osThread) do(f func() error) error {
+	done := make(chan error, 1)
+	t.ch <- func() { done <- f() }
+	return <-done
+}
+
+func (t *osThread) stop() { close(t.ch) }

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"log/slog"
+	"sync"
 
 	"github.com/cockroachdb/errors"
 
@@ -15,9 +16,10 @@ import (
 type ShardOptions struct {
 	// Devices is the GPU ordinal of each rank; len(Devices) is the rank
 	// count. Every rank on one GPU (0,0,0,0) runs the sharded math on one
-	// device, as the tests do.
+	// device, as the tests do; each distinct GPU gets its own device thread.
 	Devices []int
-	// Comm is the collective: CommLocal, CommOneShot or CommNCCL.
+	// Comm is the collective: CommLocal, CommOneShot, CommNCCL, or ""
+	// (auto: one-shot on one GPU, NCCL across GPUs, local on the emulator).
 	Comm CommKind
 }
 
@@ -33,51 +35,82 @@ type ShardEngine struct {
 // every slot's caches (the latent cache is what every head reads; rank 0's
 // copy is the one exported).
 type shardBackend struct {
-	r      runner
-	ranks  []*backend
-	plans  []shardPlan
-	comm   communicator
-	cfg    *model.Config
-	opts   engine.Options
-	layout engine.Layout
-	maxSeq int
-	closed bool
+	runners  []runner // one per device, each with its own thread
+	byRunner [][]int  // the ranks on each runner
+	ranks    []*backend
+	plans    []shardPlan
+	comm     communicator
+	cfg      *model.Config
+	opts     engine.Options
+	layout   engine.Layout
+	maxSeq   int
+	closed   bool
 }
 
-// NewSharded opens the GPUs of so.Devices and loads each rank's shard of src
-// onto its device. Every rank must be on the same GPU for now (the
-// per-device runners of a multi-GPU node are the next step).
+// NewSharded opens the GPUs of so.Devices (each on its own device thread)
+// and loads each rank's shard of src onto its GPU.
 func NewSharded(src Source, opts engine.Options, so ShardOptions) (*ShardEngine, error) {
 	if err := checkDevices(so.Devices); err != nil {
 		return nil, err
 	}
-	dev, err := cuda.Open(so.Devices[0])
-	if err != nil {
-		return nil, errors.WithHint(errors.Wrapf(err, "opening GPU %d (rank 0)", so.Devices[0]),
-			"list GPUs that exist in [decode] devices / --devices (nvidia-smi -L)")
+	var runners []runner
+	idx := map[int]int{}
+	rankRunner := make([]int, len(so.Devices))
+	for k, d := range so.Devices {
+		i, ok := idx[d]
+		if !ok {
+			dev, err := cuda.Open(d)
+			if err != nil {
+				for _, r := range runners {
+					_ = r.close()
+				}
+				return nil, errors.WithHint(errors.Wrapf(err, "opening GPU %d (rank %d)", d, k),
+					"list GPUs that exist in [decode] devices / --devices (nvidia-smi -L)")
+			}
+			i = len(runners)
+			idx[d] = i
+			runners = append(runners, &cudaRunner{dev: dev, info: dev.Info, own: true})
+		}
+		rankRunner[k] = i
 	}
-	e, err := buildShard(&cudaRunner{dev: dev, info: dev.Info, own: true}, src, opts, so)
-	if err != nil {
-		_ = dev.Close()
-		return nil, err
-	}
-	return e, nil
+	return buildShard(runners, rankRunner, src, opts, so.Comm)
 }
 
 // NewShardedOnDevice builds the ranks on one opened device (the caller
 // keeps ownership of dev).
 func NewShardedOnDevice(dev *cuda.Device, src Source, opts engine.Options, ranks int, comm CommKind) (*ShardEngine, error) {
-	return buildShard(&cudaRunner{dev: dev, info: dev.Info}, src, opts, ShardOptions{Devices: make([]int, ranks), Comm: comm})
+	return buildShard([]runner{&cudaRunner{dev: dev, info: dev.Info}}, make([]int, ranks), src, opts, comm)
 }
 
 // NewShardedEmulated builds the ranks over the pure-Go kernel emulation
 // (one emulated device holds every rank), with the local communicator.
 func NewShardedEmulated(src Source, opts engine.Options, ranks int) (*ShardEngine, error) {
-	return buildShard(&emuRunner{m: newEmu()}, src, opts, ShardOptions{Devices: make([]int, ranks), Comm: CommLocal})
+	return NewShardedEmulatedOn(src, opts, make([]int, ranks))
 }
 
-// checkDevices refuses an empty list, negative ordinals and ranks spread
-// over several GPUs (not yet driven).
+// NewShardedEmulatedOn places rank k on emulated device devices[k]: one
+// emulator per distinct ordinal, each driven from its own goroutine, with
+// the local communicator (through host memory across devices).
+func NewShardedEmulatedOn(src Source, opts engine.Options, devices []int) (*ShardEngine, error) {
+	if err := checkDevices(devices); err != nil {
+		return nil, err
+	}
+	var runners []runner
+	idx := map[int]int{}
+	rankRunner := make([]int, len(devices))
+	for k, d := range devices {
+		i, ok := idx[d]
+		if !ok {
+			i = len(runners)
+			idx[d] = i
+			runners = append(runners, &emuRunner{m: newEmu()})
+		}
+		rankRunner[k] = i
+	}
+	return buildShard(runners, rankRunner, src, opts, CommLocal)
+}
+
+// checkDevices refuses an empty list and negative ordinals.
 func checkDevices(devs []int) error {
 	if len(devs) == 0 {
 		return errors.WithHint(errors.New("no devices"), "list one GPU ordinal per rank, e.g. --devices 0,1,2,3,4,5,6,7")
@@ -86,38 +119,49 @@ func checkDevices(devs []int) error {
 		if d < 0 {
 			return errors.WithHint(errors.Newf("device %d", d), "GPU ordinals start at 0 (nvidia-smi -L)")
 		}
-		if d != devs[0] {
-			return errors.WithHint(errors.Newf("devices %v: ranks on different GPUs are not driven yet (each GPU needs its own runner thread and peer-mapped buffers)", devs),
-				"run the ranks on one GPU (e.g. --devices 0,0) or one rank per node (--devices 0)")
-		}
 	}
 	return nil
 }
 
-func buildShard(r runner, src Source, opts engine.Options, so ShardOptions) (*ShardEngine, error) {
-	N := len(so.Devices)
+// buildShard loads rank k onto runners[rankRunner[k]]; it owns the runners
+// (closed on failure and by Close).
+func buildShard(runners []runner, rankRunner []int, src Source, opts engine.Options, comm CommKind) (*ShardEngine, error) {
+	N := len(rankRunner)
 	full := src.Config()
-	if err := checkShardable(full, N); err != nil {
+	closeRunners := func(err error) (*ShardEngine, error) {
+		for _, r := range runners {
+			err = errors.CombineErrors(err, r.close())
+		}
 		return nil, err
 	}
-	if so.Comm == "" {
-		so.Comm = CommLocal
+	if err := checkShardable(full, N); err != nil {
+		return closeRunners(err)
+	}
+	if comm == "" {
+		comm = CommOneShot
+		if _, emu := runners[0].(*emuRunner); emu {
+			comm = CommLocal
+		} else if len(runners) > 1 {
+			comm = CommNCCL
+		}
 	}
 	if cs, ok := src.(convSource); ok {
 		if d := cs.d.Manifest().Devices; d > 1 && d != N {
-			return nil, errors.WithHintf(errors.Newf("the converted weights were laid out for %d devices, this node has %d ranks", d, N),
-				"convert again with tilert convert --devices %d (or --devices 1, which any node size reads), or list %d devices", N, d)
+			return closeRunners(errors.WithHintf(errors.Newf("the converted weights were laid out for %d devices, this node has %d ranks", d, N),
+				"convert again with tilert convert --devices %d (or --devices 1, which any node size reads), or list %d devices", N, d))
 		}
 	}
-	s := &shardBackend{r: r, cfg: full}
+	s := &shardBackend{runners: runners, byRunner: make([][]int, len(runners)), cfg: full}
+	for k, ri := range rankRunner {
+		s.byRunner[ri] = append(s.byRunner[ri], k)
+	}
 	fail := func(err error) (*ShardEngine, error) {
-		s.closeRanks()
-		return nil, errors.CombineErrors(err, r.close())
+		return closeRunners(errors.CombineErrors(err, s.closeRanks()))
 	}
 	for k := 0; k < N; k++ {
 		ss := newShardSource(src, N, k)
-		// The ranks share r; only the shard backend closes it.
-		e, err := newBackend(noClose{r}, ss, opts)
+		// Ranks share their device's runner; only the shard backend closes it.
+		e, err := newBackend(noClose{runners[rankRunner[k]]}, ss, opts)
 		if err != nil {
 			err = errors.Wrapf(err, "loading rank %d of %d", k, N)
 			var ce *cuda.CUDAError
@@ -133,15 +177,26 @@ func buildShard(r runner, src Source, opts engine.Options, so ShardOptions) (*Sh
 	e0 := s.ranks[0]
 	s.opts, s.layout, s.maxSeq = e0.opts, e0.layout, e0.maxSeq
 	var err error
-	if s.comm, err = newComm(so.Comm, r, N); err != nil {
+	if s.comm, err = newComm(comm, runners, N, ordinals(runners, rankRunner)); err != nil {
 		return fail(err)
 	}
 	var bytes int64
 	for _, e := range s.ranks {
 		bytes += e.w.bytes
 	}
-	slog.Debug("sharded engine ready", "ranks", N, "comm", so.Comm, "slots", s.opts.Slots, "weight_bytes", bytes)
+	slog.Debug("sharded engine ready", "ranks", N, "devices", len(runners), "comm", comm, "slots", s.opts.Slots, "weight_bytes", bytes)
 	return &ShardEngine{Book: engine.NewBookFor(s, full, s.opts, s.layout, s.maxSeq, e0.chunkLen), s: s}, nil
+}
+
+// ordinals is the GPU ordinal of each rank (0 on the emulator).
+func ordinals(runners []runner, rankRunner []int) []int {
+	out := make([]int, len(rankRunner))
+	for k, ri := range rankRunner {
+		if cr, ok := runners[ri].(*cudaRunner); ok {
+			out[k] = cr.info.Ordinal
+		}
+	}
+	return out
 }
 
 // sliceHeads makes rank e's heads (loaded as their vocabulary slice by the
@@ -190,10 +245,13 @@ func (s *shardBackend) Close() error {
 	s.closed = true
 	var errs error
 	if s.comm != nil {
-		errs = s.r.run(func(b device) error { return s.comm.close(b) })
+		errs = s.runners[0].run(func(b device) error { return s.comm.close(b) })
 	}
 	errs = errors.CombineErrors(errs, s.closeRanks())
-	return errors.CombineErrors(errs, s.r.close())
+	for _, r := range s.runners {
+		errs = errors.CombineErrors(errs, r.close())
+	}
+	return errs
 }
 
 // Ranks is the number of tensor-parallel ranks.
@@ -231,49 +289,139 @@ func (s *shardBackend) Export(slot int, meta engine.SlotMeta) ([]engine.Segment,
 	return s.ranks[0].Export(slot, meta)
 }
 
-// Run implements engine.Backend: every rank's work runs in one device run
-// (all ranks are on one device), with the collectives between.
+// Run implements engine.Backend. With every rank on one device, f runs
+// inside one run on its thread; with several devices, f runs here and each
+// phase of rank work goes to every device's thread in parallel, with the
+// collectives between phases.
 func (s *shardBackend) Run(step bool, f func(engine.Compute) error) error {
-	return s.r.run(func(b device) error {
-		c := &shardCompute{s: s, o: &ops{b: b}}
+	c := &shardCompute{s: s, ops: make([]*ops, len(s.ranks))}
+	if len(s.runners) > 1 {
+		for k := range c.ops {
+			c.ops[k] = &ops{}
+		}
 		if err := f(c); err != nil {
 			return err
 		}
-		return c.o.err
+		return c.err()
+	}
+	return s.runners[0].run(func(b device) error {
+		c.single = b
+		for k := range c.ops {
+			c.ops[k] = &ops{b: b}
+		}
+		if err := f(c); err != nil {
+			return err
+		}
+		return c.err()
 	})
 }
 
+// shardCompute is engine.Compute over the ranks; it is also the
+// communicators' view of the ranks (rankExec).
 type shardCompute struct {
-	s *shardBackend
-	o *ops
+	s      *shardBackend
+	single device // every rank on this device (inside its run); nil: several devices
+	ops    []*ops // per rank
 }
 
-func (c *shardCompute) devs() []device {
-	d := make([]device, len(c.s.ranks))
-	for i := range d {
-		d[i] = c.o.b
+func (c *shardCompute) err() error {
+	for _, o := range c.ops {
+		if o.err != nil {
+			return o.err
+		}
 	}
-	return d
+	return nil
+}
+
+func (c *shardCompute) do(err error) { c.ops[0].do(err) }
+
+// each runs f for every rank on its device: in rank order on one device;
+// with several, on every device's own thread at once (the ranks of a device
+// in order), returning when all are done.
+func (c *shardCompute) each(f func(k int, o *ops)) {
+	if c.err() != nil {
+		return
+	}
+	if c.single != nil {
+		for k, o := range c.ops {
+			f(k, o)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for ri, r := range c.s.runners {
+		ks := c.s.byRunner[ri]
+		if len(ks) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := r.run(func(b device) error {
+				for _, k := range ks {
+					c.ops[k].b = b
+					f(k, c.ops[k])
+				}
+				return nil
+			})
+			c.ops[ks[0]].do(err)
+		}()
+	}
+	wg.Wait()
+}
+
+// one runs f for rank k alone.
+func (c *shardCompute) one(k int, f func(o *ops)) {
+	if c.err() != nil {
+		return
+	}
+	if c.single != nil {
+		f(c.ops[k])
+		return
+	}
+	r := c.s.runners[c.s.rankRunner(k)]
+	c.ops[k].do(r.run(func(b device) error {
+		c.ops[k].b = b
+		f(c.ops[k])
+		return nil
+	}))
+}
+
+func (s *shardBackend) rankRunner(k int) int {
+	for ri, ks := range s.byRunner {
+		for _, j := range ks {
+			if j == k {
+				return ri
+			}
+		}
+	}
+	return 0
+}
+
+// rankExec implementation for the communicators.
+func (c *shardCompute) singleDevice() device { return c.single }
+func (c *shardCompute) onRanks(f func(k int, b device) error) error {
+	c.each(func(k int, o *ops) { o.do(f(k, o.b)) })
+	return c.err()
 }
 
 func (c *shardCompute) Forward(rs []engine.Row, logits []bool) error {
 	c.s.forward(c, rs, false, logits)
-	return c.o.err
+	return c.err()
 }
 
 func (c *shardCompute) KeepHidden(slot, row int) error {
-	for _, e := range c.s.ranks {
-		c.o.copyRow(e.slots[slot].hidden, e.ws.hid, row, e.cfg.HiddenSize)
-	}
-	return c.o.err
+	c.each(func(k int, o *ops) {
+		e := c.s.ranks[k]
+		o.copyRow(e.slots[slot].hidden, e.ws.hid, row, e.cfg.HiddenSize)
+	})
+	return c.err()
 }
 
 func (c *shardCompute) ForwardMTP(rs []engine.Row, hidden []int, logits []bool) error {
-	for _, e := range c.s.ranks {
-		(&compute{e: e, o: c.o}).gatherMTPInput(rs, hidden)
-	}
+	c.each(func(k int, o *ops) { (&compute{e: c.s.ranks[k], o: o}).gatherMTPInput(rs, hidden) })
 	c.s.forward(c, rs, true, logits)
-	return c.o.err
+	return c.err()
 }
 
 func (c *shardCompute) Pick(picks []engine.Pick) ([]int, error) {
@@ -281,7 +429,13 @@ func (c *shardCompute) Pick(picks []engine.Pick) ([]int, error) {
 	for i, p := range picks {
 		reqs[i] = pickReq{row: p.Row, p: p.Params, pos: p.Pos, adjust: p.Adjust, lp: p.LP, topLP: p.TopLP}
 	}
-	return c.s.ranks[0].pick(c.o, reqs)
+	var toks []int
+	var err error
+	c.one(0, func(o *ops) { toks, err = c.s.ranks[0].pick(o, reqs) })
+	if err != nil {
+		return nil, err
+	}
+	return toks, c.err()
 }
 
 // ptrs lists field of every rank's workspace.
@@ -299,59 +453,59 @@ func (s *shardBackend) ptrs(field func(*workspace) cuda.DevPtr) []cuda.DevPtr {
 // broadcasts the selected positions; each rank computes its vocabulary
 // slice of the logits, gathered on rank 0 by a sum over zeroed rows.
 func (s *shardBackend) forward(c *shardCompute, rs []engine.Row, mtp bool, want []bool) {
-	o := c.o
 	N := len(s.ranks)
-	devs := c.devs()
 	cfg := s.cfg
 	H, V, TK := cfg.HiddenSize, cfg.VocabSize, cfg.IndexTopK
 	eps := float32(cfg.RMSNormEps)
-	fs := make([]*fwd, N)
-	for k, e := range s.ranks {
-		rows := make([]fwdRow, len(rs))
-		for i, r := range rs {
-			rows[i] = fwdRow{s: e.slots[r.Slot], tok: r.Tok, pos: r.Pos}
-		}
-		if fs[k] = e.begin(o, rows); fs[k] == nil {
-			return
-		}
-	}
 	M := len(rs)
 	type io struct {
 		layers    []*dlayer
 		hid, norm cuda.DevPtr
 		head      dlin
 	}
+	fs := make([]*fwd, N)
 	in := make([]io, N)
-	for k, f := range fs {
-		in[k].layers, in[k].hid, in[k].norm, in[k].head = f.input(mtp)
+	c.each(func(k int, o *ops) {
+		e := s.ranks[k]
+		rows := make([]fwdRow, len(rs))
+		for i, r := range rs {
+			rows[i] = fwdRow{s: e.slots[r.Slot], tok: r.Tok, pos: r.Pos}
+		}
+		if fs[k] = e.begin(o, rows); fs[k] != nil {
+			in[k].layers, in[k].hid, in[k].norm, in[k].head = fs[k].input(mtp)
+		}
+	})
+	if c.err() != nil {
+		return
 	}
 	allReduce := func(field func(*workspace) cuda.DevPtr, n int) {
-		if N > 1 && o.err == nil {
-			o.do(s.comm.allReduce(devs, s.ptrs(field), n))
+		if N > 1 && c.err() == nil {
+			c.do(s.comm.allReduce(c, s.ptrs(field), n))
 		}
 	}
 	for i := range in[0].layers {
-		for k, f := range fs {
+		c.each(func(k int, o *ops) {
+			lw := in[k].layers[i]
 			if s.plans[k].heads.n() > 0 {
-				f.attnIn(in[k].layers[i])
+				fs[k].attnIn(lw)
 			}
-		}
-		if in[0].layers[i].HasIdx {
-			fs[0].indexer(in[0].layers[i])
-			if N > 1 && o.err == nil {
-				o.do(s.comm.broadcast(devs, s.ptrs(func(w *workspace) cuda.DevPtr { return w.topk }), 0, int64(4*M*TK)))
+			if k == 0 && lw.HasIdx {
+				fs[0].indexer(lw)
 			}
+		})
+		if in[0].layers[i].HasIdx && N > 1 && c.err() == nil {
+			c.do(s.comm.broadcast(c, s.ptrs(func(w *workspace) cuda.DevPtr { return w.topk }), 0, int64(4*M*TK)))
 		}
-		for k, f := range fs {
+		c.each(func(k int, o *ops) {
 			if s.plans[k].heads.n() > 0 {
-				f.attnOut(in[k].layers[i])
+				fs[k].attnOut(in[k].layers[i])
 			} else {
 				o.do(o.b.zero(s.ranks[k].ws.tmp, int64(4*M*H)))
 			}
-		}
+		})
 		allReduce(func(w *workspace) cuda.DevPtr { return w.tmp }, M*H)
-		for k, f := range fs {
-			lw, ws := in[k].layers[i], s.ranks[k].ws
+		c.each(func(k int, o *ops) {
+			lw, ws, f := in[k].layers[i], s.ranks[k].ws, fs[k]
 			o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
 			switch {
 			case lw.MoE && s.plans[k].moe.n() > 0:
@@ -361,18 +515,18 @@ func (s *shardBackend) forward(c *shardCompute, rs []engine.Row, mtp bool, want 
 			default:
 				o.do(o.b.zero(ws.mo, int64(4*M*H)))
 			}
-		}
+		})
 		allReduce(func(w *workspace) cuda.DevPtr { return w.mo }, M*H)
-		for k := range fs {
+		c.each(func(k int, o *ops) {
 			ws := s.ranks[k].ws
 			y, w := in[k].hid, in[k].norm
 			if i+1 < len(in[k].layers) {
 				y, w = ws.h, in[k].layers[i+1].InNorm
 			}
 			o.do(o.b.addRMSNorm(y, ws.x, ws.mo, w, M, H, H, H, H, eps))
-		}
+		})
 	}
-	for k := range fs {
+	c.each(func(k int, o *ops) {
 		ws := s.ranks[k].ws
 		v0 := s.plans[k].vocab.lo
 		if N > 1 {
@@ -380,14 +534,14 @@ func (s *shardBackend) forward(c *shardCompute, rs []engine.Row, mtp bool, want 
 		}
 		if want == nil {
 			o.lin(in[k].head, fptr(ws.logits, v0), in[k].hid, M, H, V)
-			continue
+			return
 		}
 		for i := 0; i < M; i++ {
 			if want[i] {
 				o.lin(in[k].head, fptr(ws.logits, i*V+v0), fptr(in[k].hid, i*H), 1, H, V)
 			}
 		}
-	}
+	})
 	allReduce(func(w *workspace) cuda.DevPtr { return w.logits }, M*V)
 }
 
@@ -415,7 +569,7 @@ func (g *ShardEngine) TeacherForce(slotID int, toks []int) (logits, mtp [][]floa
 				rows[i] = engine.Row{Slot: slotID, Tok: toks[lo+i], Pos: lo + i}
 			}
 			s.forward(c, rows, false, nil)
-			logits = append(logits, e0.downloadRows(c.o, e0.ws.logits, hi-lo, V)...)
+			c.one(0, func(o *ops) { logits = append(logits, e0.downloadRows(o, e0.ws.logits, hi-lo, V)...) })
 			if n := min(hi, L-1) - lo; e0.hasMTP() && n > 0 {
 				mrows := make([]engine.Row, n)
 				hidden := make([]int, n)
@@ -426,10 +580,10 @@ func (g *ShardEngine) TeacherForce(slotID int, toks []int) (logits, mtp [][]floa
 				if err := c.ForwardMTP(mrows, hidden, nil); err != nil {
 					return err
 				}
-				mtp = append(mtp, e0.downloadRows(c.o, e0.ws.logits, n, V)...)
+				c.one(0, func(o *ops) { mtp = append(mtp, e0.downloadRows(o, e0.ws.logits, n, V)...) })
 			}
-			if c.o.err != nil {
-				return c.o.err
+			if err := c.err(); err != nil {
+				return err
 			}
 		}
 		return nil

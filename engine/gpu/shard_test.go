@@ -232,7 +232,6 @@ func TestEmuShardRefuses(t *testing.T) {
 	}{
 		{"no devices", checkDevices(nil), "no devices"},
 		{"negative", checkDevices([]int{0, -1}), "device -1"},
-		{"spread", checkDevices([]int{0, 1}), "not driven yet"},
 		{"too many ranks", checkShardable(src.Config(), 100), "100 ranks"},
 		{"moe split off blocks", checkShardable(&odd, 2), "cut a 128-column"},
 	} {
@@ -267,11 +266,47 @@ func TestEmuShardFailedLoadFreesAll(t *testing.T) {
 	_, src := hfSourceOf(t, enginetest.PresetDir(t, enginetest.Presets[0]))
 	em := newEmu()
 	fs := &failingSource{Source: src, name: model.Layer(0).OProj}
-	_, err := buildShard(&emuRunner{m: em}, fs, engine.Options{MaxSeqLen: maxSeq, Slots: 2}, ShardOptions{Devices: make([]int, 4), Comm: CommLocal})
+	_, err := buildShard([]runner{&emuRunner{m: em}}, make([]int, 4), fs, engine.Options{MaxSeqLen: maxSeq, Slots: 2}, CommLocal)
 	if err == nil || !strings.Contains(err.Error(), "injected read error") || !strings.Contains(err.Error(), "rank 1 of 4") {
 		t.Fatalf("got %v, want the injected error on rank 1", err)
 	}
 	if n := len(em.allocs); n != 0 {
 		t.Errorf("%d device allocations left after the failed load", n)
+	}
+}
+
+// Ranks on several devices, each driven from its own goroutine, with the
+// collectives through host memory: greedy output equals the unsharded
+// engine's, with and without MTP, four slots in one batch.
+func TestEmuShardSeveralDevices(t *testing.T) {
+	pr := enginetest.Presets[0]
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+	vocab := w.Config().VocabSize
+	prompts := [][]int{enginetest.Prompt(9, vocab, 1), enginetest.Prompt(80, vocab, 2), enginetest.Prompt(17, vocab, 3), enginetest.Prompt(40, vocab, 4)}
+	for _, mtp := range []bool{false, true} {
+		opts := engine.Options{MTP: mtp, MaxSeqLen: maxSeq, Slots: 4}
+		ref := newTestEngine(t, onEmu, src, opts)
+		want := generateBatch(t, ref, prompts, engine.Params{}, genTokens)
+		for _, devs := range [][]int{{0, 0, 1, 1}, {0, 1, 2, 3}} {
+			se, err := NewShardedEmulatedOn(src, opts, devs)
+			if err != nil {
+				t.Fatalf("%+v", err)
+			}
+			got := generateBatch(t, se, prompts, engine.Params{}, genTokens)
+			diff := 0
+			for i := range want {
+				if j := enginetest.FirstDiff(got[i], want[i]); j >= 0 {
+					diff += len(want[i]) - j
+					t.Errorf("devices %v mtp=%v slot %d: tokens differ from %d:\n got %v\nwant %v", devs, mtp, i, j, got[i], want[i])
+				}
+			}
+			if err := se.Close(); err != nil {
+				t.Error(err)
+			}
+			record(t, fmt.Sprintf("emu %s TP-4 on devices %v greedy == unsharded (MTP %v)", pr, devs, mtp), "tokens after first mismatch", float64(diff), 0)
+		}
 	}
 }

@@ -138,7 +138,8 @@ type Placement struct {
 	// Devices is the GPU ordinal of each tensor-parallel rank; empty: GPU
 	// 0, unsharded; one: that GPU, unsharded.
 	Devices []int
-	// Comm is the collective between ranks (gpu.ParseComm).
+	// Comm is the collective between ranks (gpu.ParseComm; "" or auto:
+	// one-shot on one GPU, NCCL across GPUs).
 	Comm string
 }
 
@@ -202,12 +203,9 @@ func openPlaced(src gpu.Source, opts engine.Options, pl Placement) (engine.Engin
 		}
 		return e, func() { _ = e.Close(); _ = dev.Close() }, nil
 	}
-	comm := gpu.CommOneShot
-	if pl.Comm != "" {
-		var err error
-		if comm, err = gpu.ParseComm(pl.Comm); err != nil {
-			return nil, nil, err
-		}
+	comm, err := gpu.ParseComm(pl.Comm)
+	if err != nil {
+		return nil, nil, err
 	}
 	e, err := gpu.NewSharded(src, opts, gpu.ShardOptions{Devices: pl.Devices, Comm: comm})
 	if err != nil {

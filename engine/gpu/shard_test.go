@@ -15,10 +15,14 @@ import (
 )
 
 // The tensor-parallel engine with N ranks on one device (the emulator in
-// CI, the H200 in gpu-check): greedy output equals the unsharded engine's
-// in serving and exact mode, with and without MTP, one slot and four slots
-// in one batch; exact mode meets the HF goldens as the unsharded engine
-// does; state imported from the CPU engine decodes the same.
+// CI, the H200 in gpu-check): greedy output equals the unsharded engine's,
+// with and without MTP, one slot and four slots in one batch, in exact mode
+// everywhere and in serving mode on the emulator; on the GPU, serving mode
+// is held to the bounds GPU vs CPU serving meets (TestGPULogitsMatchEmulator:
+// the split changes where float32 partial sums are added, and on random
+// weights that flips fp8 roundings and top-k near-ties at some positions);
+// exact mode meets the HF goldens as the unsharded engine does; state
+// imported from the CPU engine decodes the same.
 
 var shardRanks = []int{1, 2, 4, 8}
 
@@ -80,16 +84,20 @@ func testShardGreedy(t *testing.T, kind deviceKind, comm CommKind, mode engine.M
 				for _, n := range ranks {
 					se := newShardTest(t, kind, src, opts, n, comm)
 					diff := 0
+					report := t.Errorf
+					if kind == onGPU && mode == engine.ModeServing {
+						report = t.Logf
+					}
 					got1 := enginetest.Generate(t, se, 0, prompts[1], engine.Params{}, genTokens)
 					if i := enginetest.FirstDiff(got1, want1); i >= 0 {
 						diff += len(want1) - i
-						t.Errorf("%d ranks mtp=%v one slot: tokens differ from %d:\n got %v\nwant %v", n, mtp, i, got1, want1)
+						report("%d ranks mtp=%v one slot: tokens differ from %d:\n got %v\nwant %v", n, mtp, i, got1, want1)
 					}
 					got4 := generateBatch(t, se, prompts, engine.Params{}, genTokens)
 					for i := range want4 {
 						if j := enginetest.FirstDiff(got4[i], want4[i]); j >= 0 {
 							diff += len(want4[i]) - j
-							t.Errorf("%d ranks mtp=%v 4 slots, slot %d: tokens differ from %d:\n got %v\nwant %v", n, mtp, i, j, got4[i], want4[i])
+							report("%d ranks mtp=%v 4 slots, slot %d: tokens differ from %d:\n got %v\nwant %v", n, mtp, i, j, got4[i], want4[i])
 						}
 					}
 					st := se.Stats()
@@ -99,6 +107,11 @@ func testShardGreedy(t *testing.T, kind deviceKind, comm CommKind, mode engine.M
 					name := fmt.Sprintf("%s %s TP-%d (%s) greedy == unsharded %s", kind, pr, n, comm, mode)
 					if mtp {
 						name += " (MTP)"
+					}
+					if kind == onGPU && mode == engine.ModeServing {
+						// Judged by testShardServingLogits; reported here.
+						t.Logf("%s: %d tokens after the first mismatch (not bounded: serving-mode near-ties)", name, diff)
+						continue
 					}
 					record(t, name, "tokens after first mismatch", float64(diff), 0)
 				}
@@ -308,5 +321,53 @@ func TestEmuShardSeveralDevices(t *testing.T) {
 			}
 			record(t, fmt.Sprintf("emu %s TP-4 on devices %v greedy == unsharded (MTP %v)", pr, devs, mtp), "tokens after first mismatch", float64(diff), 0)
 		}
+	}
+}
+
+// Serving mode, teacher-forced on the same 100 tokens: the sharded engine's
+// logits (main and MTP) against the unsharded engine's, with the bounds and
+// the noise baseline of TestGPULogitsMatchEmulator.
+func TestEmuShardServingLogits(t *testing.T) { testShardServingLogits(t, onEmu, CommLocal) }
+func TestGPUShardServingLogits(t *testing.T) {
+	testShardServingLogits(t, onGPU, CommOneShot)
+}
+
+func testShardServingLogits(t *testing.T, kind deviceKind, comm CommKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	for _, pr := range enginetest.Presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+			opts := engine.Options{MaxSeqLen: maxSeq}
+			toks := enginetest.Prompt(100, w.Config().VocabSize, 5)
+			ref := newTestEngine(t, kind, src, opts)
+			rl, rm, err := ref.TeacherForce(0, toks)
+			if err != nil {
+				t.Fatalf("%+v", err)
+			}
+			el, em := rl, rm
+			if kind != onEmu {
+				ee := newTestEngine(t, onEmu, src, opts)
+				if el, em, err = ee.TeacherForce(0, toks); err != nil {
+					t.Fatalf("%+v", err)
+				}
+			}
+			base := noiseBaseline(t, src, toks, el, em)
+			for _, n := range []int{2, 4, 8} {
+				se := newShardTest(t, kind, src, opts, n, comm)
+				sl, sm, err := se.TeacherForce(0, toks)
+				if err != nil {
+					t.Fatalf("%+v", err)
+				}
+				st := compareRuns(rl, rm, sl, sm)
+				t.Logf("TP-%d: rel logit err over %d main + %d MTP positions: p50 %.3g p99 %.3g max %.3g; > %.0e: %d; top-1 changed %d (noise baseline: %d, %d)",
+					n, st.nMain, len(st.errs)-st.nMain, st.quantile(0.5), st.quantile(0.99), st.quantile(1), flipErr, st.big, st.dis, base.big, base.dis)
+				tag := fmt.Sprintf("%s %s TP-%d (%s) serving logits vs unsharded", kind, pr, n, comm)
+				record(t, tag, "median max|d|/max|ref|", st.quantile(0.5), medianBound)
+				record(t, tag, fmt.Sprintf("positions with err > %.0e", flipErr), st.bigFrac(), max(flipFraction, base.bigFrac()))
+				record(t, tag, "top-1 disagreeing", st.disFrac(), max(flipFraction, base.disFrac()))
+			}
+		})
 	}
 }

@@ -50,13 +50,19 @@ func TestGPUShardLayerTiming(t *testing.T) {
 	for _, m := range []string{"deepseek-v3.2", "glm-5"} {
 		full := realLayerConfig(t, m)
 		for _, idx := range []bool{true, false} {
-			us, plain, floor := timeShardLayer(t, dev, full, idx, copyGBps)
+			us, plain, floor, ops := timeShardLayer(t, dev, full, idx, copyGBps)
 			who := "rank 0 (runs the indexer)"
 			if !idx {
 				who = "ranks 1-7 (no indexer)"
 			}
 			add("%s MoE layer, TP-%d shard, %s, context %d: %.1f us graphed (%.1f us launched one by one); byte floor %.1f us (%.0f%% of floor)",
 				m, shardBenchRanks, who, shardBenchCtx, us, plain, floor, 100*floor/us)
+			for i, o := range ops {
+				if i == 10 {
+					break
+				}
+				add("    %-34s x%-2d %8.1f us  %8.2f MB  %6.0f GB/s", o.Name, o.Count, o.Us, float64(o.Bytes)/1e6, float64(o.Bytes)/o.Us/1e3)
+			}
 			if idx {
 				// Projection (not a measurement): L layers, each the shard
 				// time plus two all-reduces of one hidden vector.
@@ -177,7 +183,7 @@ func eventMedian(c *cuda.Ctx, s cuda.Stream, inner, reps int, f func() error) (f
 // weights) and times one decode row at position shardBenchCtx through the
 // block: graphed and launched. floor is the bytes the shard must read
 // (weights touched, cache entries read) at the copy bandwidth.
-func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx bool, copyGBps float64) (graphed, plain, floor float64) {
+func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx bool, copyGBps float64) (graphed, plain, floor float64, prof []OpTime) {
 	t.Helper()
 	p := planShard(full, shardBenchRanks, 0)
 	local := *full
@@ -223,13 +229,47 @@ func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx 
 		}
 		defer cd.c.DestroyGraph(g)
 		graphed, err = eventMedian(cd.c, cd.s, 20, 15, func() error { return cd.c.LaunchGraph(g, cd.s) })
-		return err
+		if err != nil {
+			return err
+		}
+		// Where the time goes: the block's calls recorded (graph.go's
+		// deferring device), then each timed alone.
+		runs, err := recordBlock(b, f, lw)
+		if err != nil {
+			return err
+		}
+		byName := map[string]*OpTime{}
+		for _, run := range runs {
+			for _, op := range run {
+				us, err := eventMedian(cd.c, cd.s, 3, 7, func() error { return op.run(b) })
+				if err != nil {
+					return errors.Wrapf(err, "timing %s", op.name)
+				}
+				name := op.name
+				if op.shape != [3]int{} {
+					name = fmt.Sprintf("%s %dx%dx%d", name, op.shape[0], op.shape[1], op.shape[2])
+				}
+				ot := byName[name]
+				if ot == nil {
+					ot = &OpTime{Name: name}
+					byName[name] = ot
+				}
+				ot.Count++
+				ot.Bytes += op.bytes
+				ot.Us += us
+			}
+		}
+		for _, ot := range byName {
+			prof = append(prof, *ot)
+		}
+		sort.Slice(prof, func(i, j int) bool { return prof[i].Us > prof[j].Us })
+		return nil
 	})
 	if err != nil {
 		t.Fatalf("%+v", err)
 	}
 	floor = float64(shardLayerBytes(&local, withIdx)) / copyGBps / 1e3
-	return graphed, plain, floor
+	return graphed, plain, floor, prof
 }
 
 // shardLayerBytes is what one decode row must read in the shard's layer:
@@ -374,7 +414,28 @@ func TestEmuShardRealLayerShapes(t *testing.T) {
 			}
 			f.input(false)
 			f.block(e.w.layers[0], e.ws.h, e.w.layers[0].InNorm)
-			return o.err
+			if o.err != nil {
+				return o.err
+			}
+			// The per-call profile's recording, as the GPU timing uses it.
+			runs, err := recordBlock(b, f, e.w.layers[0])
+			if err != nil {
+				return err
+			}
+			n := 0
+			for _, run := range runs {
+				for _, op := range run {
+					if err := op.run(b); err != nil {
+						return errors.Wrapf(err, "replaying %s", op.name)
+					}
+					n++
+				}
+			}
+			if n < 20 {
+				return errors.Newf("recorded %d calls of a block", n)
+			}
+			t.Logf("%s: %d calls recorded in one block", m, n)
+			return nil
 		})
 		if err != nil {
 			t.Errorf("%s: %+v", m, err)
@@ -386,4 +447,24 @@ func TestEmuShardRealLayerShapes(t *testing.T) {
 			m, shardBenchRanks, local.NumHeads, local.MoEIntermediateSize, e.w.bytes, shardBenchCtx,
 			float64(shardLayerBytes(&local, true))/1e6, float64(shardLayerBytes(&local, false))/1e6)
 	}
+}
+
+// recordBlock records the calls of one block through graph.go's deferring
+// device (running them once) and returns them.
+func recordBlock(b device, f *fwd, lw *dlayer) ([][]gop, error) {
+	gs := newGraphs()
+	gs.on, gs.hold = true, true
+	g := grapherOf(b)
+	if g == nil {
+		return nil, errors.New("no grapher for this device")
+	}
+	gd := &graphDevice{device: b, gs: gs, g: g}
+	o := f.o
+	defer func() { f.o = o }()
+	f.o = &ops{b: gd}
+	f.block(lw, f.e.ws.h, lw.InNorm)
+	if err := errors.CombineErrors(f.o.err, gd.flush()); err != nil {
+		return nil, err
+	}
+	return gs.keep, nil
 }

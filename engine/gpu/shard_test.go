@@ -1,13 +1,16 @@
 package gpu
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/converter"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
 	"github.com/tilert-go/tilert/engine/internal/golden"
@@ -369,5 +372,51 @@ func testShardServingLogits(t *testing.T, kind deviceKind, comm CommKind) {
 				record(t, tag, "top-1 disagreeing", st.disFrac(), max(flipFraction, base.disFrac()))
 			}
 		})
+	}
+}
+
+// Converted weights (tilert convert): a node of as many ranks as the
+// layout's devices, or any node size for --devices 1, decodes as the
+// unsharded engine on the HF checkpoint; another rank count is refused with
+// a hint.
+func TestEmuShardConvertedWeights(t *testing.T) {
+	pr := enginetest.Presets[1]
+	dir := enginetest.PresetDir(t, pr)
+	w, hs := hfSourceOf(t, dir)
+	opts := engine.Options{MTP: true, MaxSeqLen: maxSeq}
+	ref := newTestEngine(t, onEmu, hs, opts)
+	prompt := enginetest.Prompt(60, w.Config().VocabSize, 7)
+	want := enginetest.Generate(t, ref, 0, prompt, engine.Params{}, genTokens)
+	for _, tc := range []struct{ devices, ranks int }{{2, 2}, {1, 4}, {2, 4}} {
+		out := filepath.Join(t.TempDir(), fmt.Sprintf("conv%d", tc.devices))
+		if _, err := converter.Convert(context.Background(), converter.Options{ModelDir: dir, SaveDir: out, Devices: tc.devices, AppendMTP: true}); err != nil {
+			t.Fatalf("convert: %+v", err)
+		}
+		cs, closeFn, err := Open(out)
+		if err != nil {
+			t.Fatalf("%+v", err)
+		}
+		se, err := NewShardedEmulated(cs, opts, tc.ranks)
+		if tc.devices > 1 && tc.devices != tc.ranks {
+			if err == nil || !strings.Contains(err.Error(), "laid out for 2 devices") || !strings.Contains(errors.FlattenHints(err), "--devices 4") {
+				t.Errorf("layout for %d devices on %d ranks: got %v", tc.devices, tc.ranks, err)
+			}
+			if se != nil {
+				_ = se.Close()
+			}
+			_ = closeFn()
+			continue
+		}
+		if err != nil {
+			t.Fatalf("layout for %d devices on %d ranks: %+v", tc.devices, tc.ranks, err)
+		}
+		got := enginetest.Generate(t, se, 0, prompt, engine.Params{}, genTokens)
+		if i := enginetest.FirstDiff(got, want); i >= 0 {
+			t.Errorf("converted for %d devices, TP-%d: tokens differ from %d:\n got %v\nwant %v", tc.devices, tc.ranks, i, got, want)
+		}
+		if err := se.Close(); err != nil {
+			t.Error(err)
+		}
+		_ = closeFn()
 	}
 }

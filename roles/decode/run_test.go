@@ -53,7 +53,7 @@ func TestRunServesAndStopsGracefully(t *testing.T) {
 			})
 			r := &rig{base: "http://" + addrs.HTTP, ctrl: addrs.Ctrl, lm: loadModel(t, "glm-5-tiny")}
 			var capa decodeapi.Capabilities
-			if code := r.getJSON(t, "/capabilities", &capa); code != 200 || capa.Model != "glm5" || !capa.MTP {
+			if code := r.getJSON(t, "/capabilities", &capa); code != 200 || capa.Model != "glm5" || !capa.MTP || capa.Device != "cpu" || capa.Devices != nil {
 				t.Fatalf("capabilities %d %+v", code, capa)
 			}
 			o := rigOpts{mtp: true}
@@ -102,6 +102,8 @@ func TestRunRefusesBadSetups(t *testing.T) {
 		{"bad kv dtype", func(c *config.Config) { c.Model.KVCacheDType = "int4" }, "int4", true, false},
 		{"bad transfer", func(c *config.Config) { c.Transfer.Engine = "carrier-pigeon" }, "tcp or nixl", true, false},
 		{"zero inflight", func(c *config.Config) { c.Decode.MaxInflight = 0 }, "max-inflight", true, false},
+		{"devices on the cpu", func(c *config.Config) { c.Decode.Device, c.Decode.Devices = "cpu", "0,1" }, "--device cuda", true, false},
+		{"bad devices", func(c *config.Config) { c.Decode.Devices = "0,gpu1" }, "not a GPU ordinal", true, false},
 	}
 	if n, err := cuda.DeviceCount(); err != nil || n == 0 {
 		// Without a GPU, --device cuda fails at start and points at the CPU backend.

@@ -609,11 +609,15 @@ func TestKernelIndexer(t *testing.T) {
 		op := a.poisoned(nq * ldOut)
 		chk(k.IndexerScores(s, op, a.up(q), a.up(w), a.up(cache), a.up(bt), a.up(lens), nq, H, T, ldOut, qkScale))
 		got := downF32(c, op, nq*ldOut)
-		var gotV []float32
+		opw := a.poisoned(nq * ldOut)
+		chk(k.IndexerScoresWide(s, opw, a.up(q), a.up(w), a.up(cache), a.up(bt), a.up(lens), nq, H, T, ldOut, qkScale))
+		gotW := downF32(c, opw, nq*ldOut)
+		var gotV, gotWV []float32
 		var ref []float64
 		for qi := range nq {
 			for tt := range T {
 				gotV = append(gotV, got[qi*ldOut+tt])
+				gotWV = append(gotWV, gotW[qi*ldOut+tt])
 				if tt >= int(lens[qi]) {
 					ref = append(ref, math.Inf(-1))
 					continue
@@ -632,6 +636,7 @@ func TestKernelIndexer(t *testing.T) {
 			}
 		}
 		record(t, "indexer_scores nq=2 H=64 T=300 paged", relMetric, relErr(gotV, ref), boundF32)
+		record(t, "indexer_scores_wide nq=2 H=64 T=300 paged", relMetric, relErr(gotWV, ref), boundF32)
 
 		// Top-k: ties (values on a coarse grid), a short row, long rows.
 		for _, cs := range []struct {
@@ -644,6 +649,8 @@ func TestKernelIndexer(t *testing.T) {
 			{"topk T=5000 K=2048 ties, lens", 3, 5000, 2048, []int32{5000, 3000, 1000}, true},
 			{"topk T=100000 K=2048", 2, 100000, 2048, nil, false},
 			{"topk T=70 K=64", 1, 70, 64, nil, true},
+			{"topk T=131072 K=2048 ties, lens", 3, 131072, 2048, []int32{131072, 70000, 2000}, true},
+			{"topk T=131072 K=2048", 1, 131072, 2048, nil, false},
 		} {
 			x := make([]float32, cs.rows*cs.T)
 			for i := range x {
@@ -657,23 +664,32 @@ func TestKernelIndexer(t *testing.T) {
 			if cs.lens != nil {
 				lp = a.up(cs.lens)
 			}
-			op := a.poisoned(cs.rows * cs.K)
-			chk(k.TopK(s, op, a.up(x), lp, cs.rows, cs.T, cs.K, cs.T, cs.K))
-			got := downI32(c, op, cs.rows*cs.K)
-			mism := 0
-			for row := range cs.rows {
-				n := cs.T
-				if cs.lens != nil {
-					n = int(cs.lens[row])
+			xp := a.up(x)
+			// TopKWide twice on one scratch: it must be left zeroed.
+			scratch := a.up(make([]byte, TopKWideScratchBytes(cs.rows)))
+			for _, v := range []string{"", " (wide)", " (wide, scratch reused)"} {
+				op := a.poisoned(cs.rows * cs.K)
+				if v == "" {
+					chk(k.TopK(s, op, xp, lp, cs.rows, cs.T, cs.K, cs.T, cs.K))
+				} else {
+					chk(k.TopKWide(s, op, xp, lp, scratch, cs.rows, cs.T, cs.K, cs.T, cs.K))
 				}
-				want := refTopK(x[row*cs.T:(row+1)*cs.T], n, cs.K)
-				for j := range cs.K {
-					if got[row*cs.K+j] != want[j] {
-						mism++
+				got := downI32(c, op, cs.rows*cs.K)
+				mism := 0
+				for row := range cs.rows {
+					n := cs.T
+					if cs.lens != nil {
+						n = int(cs.lens[row])
+					}
+					want := refTopK(x[row*cs.T:(row+1)*cs.T], n, cs.K)
+					for j := range cs.K {
+						if got[row*cs.K+j] != want[j] {
+							mism++
+						}
 					}
 				}
+				record(t, cs.name+v, "mismatched indices", float64(mism), 0)
 			}
-			record(t, cs.name, "mismatched indices", float64(mism), 0)
 		}
 	})
 }

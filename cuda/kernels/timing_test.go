@@ -157,9 +157,14 @@ func TestKernelTiming(t *testing.T) {
 			out := a.raw(4 * T)
 			us := medianUs(c, s, 10, 21, func() { chk(k.IndexerScores(s, out, q, w, cache, 0, lens, 1, H, T, T, 0.088)) })
 			add("indexer_scores T=65536 H=64", float64(nPages*IndexerPageBytes+4*T), us, "scales random (not ue8m0)")
+			us = medianUs(c, s, 10, 21, func() { chk(k.IndexerScoresWide(s, out, q, w, cache, 0, lens, 1, H, T, T, 0.088)) })
+			add("indexer_scores_wide T=65536 H=64", float64(nPages*IndexerPageBytes+4*T), us, "scales random (not ue8m0)")
 			idx := a.raw(4 * 2048)
 			us = medianUs(c, s, 10, 21, func() { chk(k.TopK(s, idx, out, lens, 1, T, 2048, T, 2048)) })
 			add("topk T=65536 K=2048", float64(4*T+4*2048), us, "")
+			scratch := a.up(make([]byte, TopKWideScratchBytes(1)))
+			us = medianUs(c, s, 10, 21, func() { chk(k.TopKWide(s, idx, out, lens, scratch, 1, T, 2048, T, 2048)) })
+			add("topk_wide T=65536 K=2048", float64(4*T+4*2048), us, "10 launches")
 		}
 		{
 			const H, nidx, T = 128, 2048, 65536

@@ -44,7 +44,9 @@ type device interface {
 	// indexerScores reads the fp8 indexer pages, or (f32) the float32 key
 	// cache of exact mode.
 	indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error
-	topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error
+	// topK with scratch != 0 (kernels.TopKWideScratchBytes(rows), zeroed)
+	// spreads long rows over many blocks; the result is the same.
+	topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error
 	// mlaDecode reads an MLA cache of the given kind (fp8_ds_mla, bf16,
 	// float32); ws (kernels.MLAHeadsWorkspaceBytes(rows, H), or 0) is
 	// scratch for the split fp8 kernel.
@@ -172,10 +174,16 @@ func (b *cudaDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr,
 	if f32 {
 		return b.k.EngIndexerScoresF32(b.s, out, q, w, cache, lens, nq, H, T, ldOut, qkScale)
 	}
+	if T >= kernels.TopKWideMinT && topkWideOn {
+		return b.k.IndexerScoresWide(b.s, out, q, w, cache, 0, lens, nq, H, T, ldOut, qkScale)
+	}
 	return b.k.IndexerScores(b.s, out, q, w, cache, 0, lens, nq, H, T, ldOut, qkScale)
 }
 
-func (b *cudaDevice) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+func (b *cudaDevice) topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	if scratch != 0 && T >= kernels.TopKWideMinT && topkWideOn {
+		return b.k.TopKWide(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
+	}
 	return b.k.TopK(b.s, out, scores, lens, rows, T, K, ld, ldOut)
 }
 
@@ -198,6 +206,11 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 }
 
 var mlaHeadsOn = os.Getenv("TILERT_GPU_MLA_HEADS") != "0"
+
+// topkWideOn: TILERT_GPU_TOPK_WIDE=0 keeps one block per row for the
+// indexer's top-k and the one-load-per-FMA indexer scores at long contexts
+// (comparisons; below kernels.TopKWideMinT keys they are always used).
+var topkWideOn = os.Getenv("TILERT_GPU_TOPK_WIDE") != "0"
 
 func (b *cudaDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error {
 	if scratch != 0 {

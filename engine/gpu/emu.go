@@ -389,7 +389,7 @@ func (m *emuDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, 
 	return nil
 }
 
-func (m *emuDevice) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+func (m *emuDevice) topK(out, scores, lens, _ cuda.DevPtr, rows, T, K, ld, ldOut int) error {
 	var ls []int32
 	if lens != 0 {
 		ls = m.i32(lens, rows)

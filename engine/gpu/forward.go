@@ -70,6 +70,7 @@ type workspace struct {
 	logits, tok              cuda.DevPtr
 	amax                     cuda.DevPtr // arg-max scratch (kernels.ArgmaxScratchBytes(maxRows))
 	mla                      cuda.DevPtr // split MLA partials (kernels.MLAHeadsWorkspaceBytes(maxRows, heads))
+	tkw                      cuda.DevPtr // wide top-k scratch (kernels.TopKWideScratchBytes(maxRows), zeroed)
 	ldScores                 int
 }
 
@@ -124,6 +125,7 @@ func newWorkspace(e *backend, b device) (*workspace, error) {
 	f(&ws.tok, M)
 	f(&ws.amax, int(kernels.ArgmaxScratchBytes(M)/4))
 	f(&ws.mla, int(kernels.MLAHeadsWorkspaceBytes(M, NH)/4))
+	f(&ws.tkw, int(kernels.TopKWideScratchBytes(M)/4))
 	return ws, err
 }
 
@@ -395,7 +397,7 @@ func (f *fwd) indexer(lw *dlayer) {
 		}
 		// With every row at <= index_topk positions the kernel writes
 		// 0..pos without reading the scores.
-		o.do(o.b.topK(fptr(ws.topk, g.first*TK), fptr(ws.scores, g.first*ws.ldScores), fptr(f.lens, g.first),
+		o.do(o.b.topK(fptr(ws.topk, g.first*TK), fptr(ws.scores, g.first*ws.ldScores), fptr(f.lens, g.first), ws.tkw,
 			g.n, T, TK, ws.ldScores, TK))
 	}
 }

@@ -281,9 +281,9 @@ func (gb *graphDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPt
 	}, kb(f32), ku(out), ku(q), ku(w), ku(cache), ku(lens), ki(nq), ki(H), ki(T), ki(ldOut), kf(qkScale))
 }
 
-func (gb *graphDevice) topK(out, scores, lens cuda.DevPtr, rows, T, K, ld, ldOut int) error {
-	return gb.rec("topK", int64(4*rows*K), func(b device) error { return b.topK(out, scores, lens, rows, T, K, ld, ldOut) },
-		ku(out), ku(scores), ku(lens), ki(rows), ki(T), ki(K), ki(ld), ki(ldOut))
+func (gb *graphDevice) topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	return gb.rec("topK", int64(4*rows*K), func(b device) error { return b.topK(out, scores, lens, scratch, rows, T, K, ld, ldOut) },
+		ku(out), ku(scores), ku(lens), ku(scratch), ki(rows), ki(T), ki(K), ki(ld), ki(ldOut))
 }
 
 func (gb *graphDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {

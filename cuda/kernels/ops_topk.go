@@ -1,0 +1,81 @@
+package kernels
+
+import (
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// Wide top-k (cu/topk_wide.cu): TopK's results with every pass spread over
+// up to topkWideBlocks blocks per row.
+const (
+	topkWideBlocks = 128
+	topkWideState  = 4
+	topkWideHist   = 256
+	// TopKWideMinT is the row length from which the engine prefers TopKWide
+	// (below it one block per row is as fast as ten launches).
+	TopKWideMinT = 8192
+)
+
+// TopKWideScratchBytes is the scratch TopKWide needs for rows rows.
+func TopKWideScratchBytes(rows int) int64 {
+	return int64(rows) * (topkWideState + topkWideHist + 2*topkWideBlocks) * 4
+}
+
+// topkWidePlan splits T scores into nb chunks of whole 256-key tiles, at
+// least 1024 keys each.
+func topkWidePlan(T int) (nb, chunk int) {
+	chunk = max(1024, cdiv(cdiv(T, topkWideBlocks), 256)*256)
+	return cdiv(T, chunk), chunk
+}
+
+// TopKWide is TopK (same arguments, same output) for long rows: four radix
+// passes, each a histogram over many blocks and a one-block digit pick, then
+// a count and an ordered emit over many blocks. scratch holds
+// TopKWideScratchBytes(rows) bytes, zeroed before its first use and left
+// zeroed (graph replay safe), used by one call at a time.
+func (k *Set) TopKWide(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	if rows <= 0 || T <= 0 || K <= 0 || ld < T || ldOut < K || scratch == 0 {
+		return errors.Newf("topk wide: rows=%d T=%d K=%d ld=%d ldOut=%d scratch=%#x", rows, T, K, ld, ldOut, uint64(scratch))
+	}
+	nb, chunk := topkWidePlan(T)
+	state := scratch
+	hist := state.Add(int64(rows * topkWideState * 4))
+	counts := hist.Add(int64(rows * topkWideHist * 4))
+	for shift := 24; shift >= 0; shift -= 8 {
+		if err := k.launch("topk_wide_hist", cuda.D3(nb, rows, 1), cuda.D1(256), 0, s, scores, ld, lens, T, chunk, shift, state, hist); err != nil {
+			return err
+		}
+		if err := k.launch("topk_wide_pick", cuda.D1(rows), cuda.D1(256), 0, s, lens, T, K, shift, state, hist, out, ldOut); err != nil {
+			return err
+		}
+	}
+	if err := k.launch("topk_wide_count", cuda.D3(nb, rows, 1), cuda.D1(256), 0, s, scores, ld, lens, T, chunk, state, counts); err != nil {
+		return err
+	}
+	return k.launch("topk_wide_emit", cuda.D3(nb, rows, 1), cuda.D1(256), 0, s, scores, ld, lens, T, chunk, state, counts, out, ldOut)
+}
+
+// indexerWideSmemBytes is indexer_scores_wide's dynamic shared memory
+// (IDXW_SMEM_FLOATS floats).
+const indexerWideSmemBytes = 4 * (64*132 + 32*128 + 32 + 8*64)
+
+// IndexerScoresWide is IndexerScores (same arguments, same scores up to
+// float32 summation order) with register-tiled products: for long
+// contexts, where the indexer is a 64-head x 128 product against every key.
+func (k *Set) IndexerScoresWide(s cuda.Stream, out, q, w, cache, blockTable, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
+	if nq <= 0 || H <= 0 || T <= 0 || ldOut < T {
+		return errors.Newf("indexer wide: nq=%d H=%d T=%d ldOut=%d", nq, H, T, ldOut)
+	}
+	f, err := k.fn("indexer_scores_wide")
+	if err != nil {
+		return err
+	}
+	if _, ok := bigShared.Load(f); !ok {
+		if err := k.c.SetMaxDynamicShared(f, indexerWideSmemBytes); err != nil {
+			return err
+		}
+		bigShared.Store(f, true)
+	}
+	return k.c.Launch(f, cuda.D3(cdiv(T, IndexerPageTokens), nq, 1), cuda.D1(256), indexerWideSmemBytes, s, q, w, cache, blockTable, lens, out, H, T, ldOut, qkScale)
+}

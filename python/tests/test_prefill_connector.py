@@ -123,8 +123,9 @@ def make_caches(seed=0, mla_dtype=torch.uint8, mla_width=MLA_TOKEN, layout="BLNH
     caches, off = {}, 256
     for name, page, dt, width in pages:
         block_stride = per_block if layout == "BLNHC" else page
-        v = torch.as_strided(buf, (num_blocks, 1, 64, width * dt.itemsize if dt != torch.uint8 else width),
-                             (block_stride, page, width * (dt.itemsize if dt != torch.uint8 else 1), 1), off)
+        # element_size, not dtype.itemsize: Debian's torch 1.13 (CI) lacks the latter.
+        row = width * torch.tensor([], dtype=dt).element_size()
+        v = torch.as_strided(buf, (num_blocks, 1, 64, row), (block_stride, page, row, 1), off)
         caches[name] = v.view(dt) if dt != torch.uint8 else v
         off += page if layout == "BLNHC" else page * num_blocks
     return caches

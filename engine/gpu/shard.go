@@ -158,21 +158,37 @@ func buildShard(runners []runner, rankRunner []int, src Source, opts engine.Opti
 	fail := func(err error) (*ShardEngine, error) {
 		return closeRunners(errors.CombineErrors(err, s.closeRanks()))
 	}
-	for k := 0; k < N; k++ {
-		ss := newShardSource(src, N, k)
-		// Ranks share their device's runner; only the shard backend closes it.
-		e, err := newBackend(noClose{runners[rankRunner[k]]}, ss, opts)
-		if err != nil {
-			err = errors.Wrapf(err, "loading rank %d of %d", k, N)
-			var ce *cuda.CUDAError
-			if errors.As(err, &ce) && ce.Name == "CUDA_ERROR_OUT_OF_MEMORY" {
-				err = errors.WithHintf(err, "the weights and caches of %d ranks do not fit this GPU's memory: spread the ranks over more GPUs (--devices), or lower --max-inflight / --max-seq-len", N)
+	// Each device loads its ranks on its own thread, the devices at once.
+	s.ranks, s.plans = make([]*backend, N), make([]shardPlan, N)
+	errs := make([]error, len(runners))
+	var wg sync.WaitGroup
+	for ri := range runners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, k := range s.byRunner[ri] {
+				ss := newShardSource(src, N, k)
+				// Ranks share their device's runner; only the shard backend closes it.
+				e, err := newBackend(noClose{runners[ri]}, ss, opts)
+				if err != nil {
+					err = errors.Wrapf(err, "loading rank %d of %d", k, N)
+					var ce *cuda.CUDAError
+					if errors.As(err, &ce) && ce.Name == "CUDA_ERROR_OUT_OF_MEMORY" {
+						err = errors.WithHintf(err, "the weights and caches of %d ranks do not fit this GPU's memory: spread the ranks over more GPUs (--devices), or lower --max-inflight / --max-seq-len", N)
+					}
+					errs[ri] = err
+					return
+				}
+				s.sliceHeads(e, ss.p)
+				s.ranks[k], s.plans[k] = e, ss.p
 			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
 			return fail(err)
 		}
-		s.ranks = append(s.ranks, e)
-		s.plans = append(s.plans, ss.p)
-		s.sliceHeads(e, ss.p)
 	}
 	e0 := s.ranks[0]
 	s.opts, s.layout, s.maxSeq = e0.opts, e0.layout, e0.maxSeq
@@ -230,7 +246,9 @@ func (noClose) close() error { return nil }
 func (s *shardBackend) closeRanks() error {
 	var errs error
 	for _, e := range s.ranks {
-		errs = errors.CombineErrors(errs, e.Close())
+		if e != nil {
+			errs = errors.CombineErrors(errs, e.Close())
+		}
 	}
 	s.ranks = nil
 	return errs

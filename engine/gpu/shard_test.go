@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/errors"
@@ -265,12 +266,17 @@ func TestEmuShardRefuses(t *testing.T) {
 type failingSource struct {
 	Source
 	name  string
+	mu    sync.Mutex
 	calls int
 }
 
 func (s *failingSource) Linear(name string, rows, cols int) (*Matrix, error) {
 	if name == s.name {
-		if s.calls++; s.calls == 2 {
+		s.mu.Lock()
+		s.calls++
+		n := s.calls
+		s.mu.Unlock()
+		if n == 2 {
 			return nil, errors.Newf("injected read error on %s", name)
 		}
 	}
@@ -288,6 +294,20 @@ func TestEmuShardFailedLoadFreesAll(t *testing.T) {
 	}
 	if n := len(em.allocs); n != 0 {
 		t.Errorf("%d device allocations left after the failed load", n)
+	}
+	// Four devices loading at once: whichever rank fails, every device is
+	// left empty.
+	ems := []*emuDevice{newEmu(), newEmu(), newEmu(), newEmu()}
+	runners := []runner{&emuRunner{m: ems[0]}, &emuRunner{m: ems[1]}, &emuRunner{m: ems[2]}, &emuRunner{m: ems[3]}}
+	fs = &failingSource{Source: src, name: model.Layer(0).OProj}
+	_, err = buildShard(runners, []int{0, 1, 2, 3}, fs, engine.Options{MaxSeqLen: maxSeq, Slots: 2}, CommLocal)
+	if err == nil || !strings.Contains(err.Error(), "injected read error") {
+		t.Fatalf("got %v, want the injected error", err)
+	}
+	for i, m := range ems {
+		if n := len(m.allocs); n != 0 {
+			t.Errorf("device %d: %d allocations left after the failed load", i, n)
+		}
 	}
 }
 
@@ -396,7 +416,13 @@ func TestEmuShardConvertedWeights(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%+v", err)
 		}
-		se, err := NewShardedEmulated(cs, opts, tc.ranks)
+		devs := make([]int, tc.ranks)
+		if tc.devices == 1 {
+			for i := range devs {
+				devs[i] = i // four devices loading from one mapped layout at once
+			}
+		}
+		se, err := NewShardedEmulatedOn(cs, opts, devs)
 		if tc.devices > 1 && tc.devices != tc.ranks {
 			if err == nil || !strings.Contains(err.Error(), "laid out for 2 devices") || !strings.Contains(errors.FlattenHints(err), "--devices 4") {
 				t.Errorf("layout for %d devices on %d ranks: got %v", tc.devices, tc.ranks, err)

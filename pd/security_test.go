@@ -4,16 +4,14 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/tilert-go/tilert/internal/netguard/floodtest"
 
 	"github.com/tilert-go/tilert/rdma"
 )
@@ -177,13 +175,6 @@ func TestFrameLimits(t *testing.T) {
 	}
 }
 
-func heapInUse() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse
-}
-
 // Findings: 100 half-sent frames held 1.6 GB; idle connections were held
 // forever; nothing capped connections. A bounded flood on loopback of
 // half-open connections, idle authenticated connections, slowloris frames
@@ -194,7 +185,7 @@ func TestCtrlFloodsBounded(t *testing.T) {
 	sec := Security{Secret: testSecret, ReadTimeout: time.Second, IdleTimeout: 2 * time.Second,
 		MaxConns: 400, MaxConnsPerPeer: 300}
 	r := secureRig(t, 1, sec, nil)
-	before := heapInUse()
+	before := floodtest.HeapInUse()
 	const n = 60
 	var conns []net.Conn
 	dial := func() net.Conn {
@@ -238,28 +229,17 @@ func TestCtrlFloodsBounded(t *testing.T) {
 		}()
 	}
 	time.Sleep(50 * time.Millisecond)
-	held := heapInUse()
+	held := floodtest.HeapInUse()
 	// A good sender is served while all of that is held.
 	good := secureSender(t, r, 1, testSecret)
 	a := good.admit("served", 16)
 	if _, err := good.c.Send(ctxT(t), a, good.sources(a)); err != nil {
 		t.Fatalf("good sender during the flood: %v", err)
 	}
-	grown := int64(held) - int64(before)
-	t.Logf("flood of %d connections: heap %+d KiB", len(conns), grown>>10)
-	if grown > 48<<20 {
-		t.Fatalf("the flood holds %d MiB", grown>>20)
-	}
+	floodtest.HeapBounded(t, len(conns), before, held, 48<<20)
 	// Every flooding connection is closed by the server within its
 	// deadlines (read timeout for frames and handshakes, idle otherwise).
-	deadline := time.Now().Add(5 * time.Second)
-	for i, c := range conns {
-		_ = c.SetReadDeadline(deadline)
-		// EOF, or a reset when the server closed with our bytes unread.
-		if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
-			t.Fatalf("connection %d not closed by the server: %v", i, err)
-		}
-	}
+	floodtest.AllClosed(t, conns, 5*time.Second)
 	close(stop)
 	wg.Wait()
 }

@@ -7,14 +7,13 @@ import (
 	"errors"
 	"io"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tilert-go/tilert/internal/auth"
+	"github.com/tilert-go/tilert/internal/netguard/floodtest"
 )
 
 var secret = []byte("0123456789abcdef0123456789abcdef")
@@ -94,13 +93,6 @@ func TestTCPSessionAndSecret(t *testing.T) {
 	}
 }
 
-func heapInUse() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse
-}
-
 // Findings: the data port had no read deadline and no connection cap. A
 // bounded flood on loopback: half-open connections, handshakes sent a byte
 // at a time, authenticated streams idle or stuck inside a header, and
@@ -120,7 +112,7 @@ func TestTCPFloodsBounded(t *testing.T) {
 	}
 	rem, _ := recv.OpenFor(1, 77, "s-good")
 	addr := strings.TrimPrefix(recv.Endpoint(), "tcp://")
-	before := heapInUse()
+	before := floodtest.HeapInUse()
 	var conns []net.Conn
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -160,7 +152,7 @@ func TestTCPFloodsBounded(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	held := heapInUse()
+	held := floodtest.HeapInUse()
 	send, _ := NewTCP(TCPConfig{Secret: secret, Streams: 2})
 	defer send.Close()
 	src := bytes.Repeat([]byte{5}, 64<<10)
@@ -173,19 +165,8 @@ func TestTCPFloodsBounded(t *testing.T) {
 	if err := p.Write(context.Background(), []WriteOp{{Local: 9, Remote: rem, Len: int64(len(src))}}); err != nil {
 		t.Fatalf("a good write during the flood: %v", err)
 	}
-	grown := int64(held) - int64(before)
-	t.Logf("flood of %d connections: heap %+d KiB", len(conns), grown>>10)
-	if grown > 48<<20 {
-		t.Fatalf("the flood holds %d MiB", grown>>20)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for i, c := range conns {
-		_ = c.SetReadDeadline(deadline)
-		if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
-			t.Fatalf("flooding connection %d (kind %d) not closed: %v", i, i%5, err)
-		}
-		_ = c.Close()
-	}
+	floodtest.HeapBounded(t, len(conns), before, held, 48<<20)
+	floodtest.AllClosed(t, conns, 5*time.Second)
 	close(stop)
 	wg.Wait()
 }

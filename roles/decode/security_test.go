@@ -8,16 +8,15 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/internal/auth"
+	"github.com/tilert-go/tilert/internal/netguard/floodtest"
 	"github.com/tilert-go/tilert/pd"
 )
 
@@ -213,13 +212,6 @@ func TestKeepAliveAfterWatch(t *testing.T) {
 	}
 }
 
-func heapInUse() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse
-}
-
 // A bounded flood on the node's http port from another loopback address:
 // half-open connections, slowloris headers (a byte now and then) and
 // half-sent bodies. The router's requests are served throughout, memory
@@ -235,7 +227,7 @@ func TestHTTPFloodsBounded(t *testing.T) {
 	} else {
 		_ = c.Close()
 	}
-	before := heapInUse()
+	before := floodtest.HeapInUse()
 	var conns []net.Conn
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -277,7 +269,7 @@ func TestHTTPFloodsBounded(t *testing.T) {
 		}
 		_ = extra.Close()
 	}
-	held := heapInUse()
+	held := floodtest.HeapInUse()
 	if st := r.statusAs(t, ""); st.MaxInflight != 1 {
 		t.Fatalf("status during the flood: %+v", st)
 	}
@@ -285,19 +277,8 @@ func TestHTTPFloodsBounded(t *testing.T) {
 	if resp.StatusCode != 504 {
 		t.Fatalf("a router request during the flood: %d %s", resp.StatusCode, body)
 	}
-	grown := int64(held) - int64(before)
-	t.Logf("flood of %d connections: heap %+d KiB", len(conns), grown>>10)
-	if grown > 48<<20 {
-		t.Fatalf("the flood holds %d MiB", grown>>20)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for i, c := range conns {
-		_ = c.SetReadDeadline(deadline)
-		if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
-			t.Fatalf("flooding connection %d not closed by the node: %v", i, err)
-		}
-		_ = c.Close()
-	}
+	floodtest.HeapBounded(t, len(conns), before, held, 48<<20)
+	floodtest.AllClosed(t, conns, 5*time.Second)
 	close(stop)
 	wg.Wait()
 }

@@ -3,20 +3,17 @@ package prefillshim
 import (
 	"context"
 	"encoding/binary"
-	"errors"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/internal/auth"
+	"github.com/tilert-go/tilert/internal/netguard/floodtest"
 	"github.com/tilert-go/tilert/pd"
 	"github.com/tilert-go/tilert/rdma"
 )
@@ -100,20 +97,13 @@ func TestMetricsBindsLoopback(t *testing.T) {
 	<-errc
 }
 
-func heapInUse() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse
-}
-
 // A bounded flood on the plugin socket: half-open connections, slowloris
 // frames and half-sent 16 MiB frames. The plugin is served throughout,
 // memory stays small, every flooding connection is cut within the
 // deadlines, and connections past max_conns are closed at once.
 func TestSocketFloodsBounded(t *testing.T) {
 	h := newHarness(t, Options{Socket: pd.Security{ReadTimeout: time.Second, IdleTimeout: 1500 * time.Millisecond, MaxConns: 91}})
-	before := heapInUse()
+	before := floodtest.HeapInUse()
 	var conns []net.Conn
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -171,18 +161,8 @@ func TestSocketFloodsBounded(t *testing.T) {
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatalf("connection past max_conns still open")
 	}
-	grown := int64(heapInUse()) - int64(before)
-	t.Logf("flood of %d connections: heap %+d KiB", len(conns), grown>>10)
-	if grown > 32<<20 {
-		t.Fatalf("the flood holds %d MiB", grown>>20)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for i, c := range conns {
-		_ = c.SetReadDeadline(deadline)
-		if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
-			t.Fatalf("flooding connection %d not closed: %v", i, err)
-		}
-	}
+	floodtest.HeapBounded(t, len(conns), before, floodtest.HeapInUse(), 32<<20)
+	floodtest.AllClosed(t, conns, 5*time.Second)
 	close(stop)
 	wg.Wait()
 }

@@ -10,7 +10,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -18,13 +17,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tilert-go/tilert/internal/netguard/floodtest"
 	"github.com/valyala/fasthttp"
 
 	"github.com/tilert-go/tilert/config"
@@ -213,13 +211,6 @@ func TestBodyLimit(t *testing.T) {
 	}
 }
 
-func heapInUse() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse
-}
-
 // Findings: slow bodies were never timed out, up to 32 MB buffered per
 // connection. A bounded flood from another loopback address (half-open
 // connections, slowloris headers, bodies that stop half-way): other
@@ -235,7 +226,7 @@ func TestRouterFloodsBounded(t *testing.T) {
 	} else {
 		_ = c.Close()
 	}
-	before := heapInUse()
+	before := floodtest.HeapInUse()
 	var conns []net.Conn
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -266,23 +257,12 @@ func TestRouterFloodsBounded(t *testing.T) {
 			_, _ = c.Write([]byte("POST /v1/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n\r\n{\"prompt\":\""))
 		}
 	}
-	held := heapInUse()
+	held := floodtest.HeapInUse()
 	if resp, body := call(t, http.DefaultClient, "POST", "http://"+addr+"/v1/echo", "", "{}"); resp.StatusCode != 200 {
 		t.Fatalf("a client during the flood: %d %s", resp.StatusCode, body)
 	}
-	grown := int64(held) - int64(before)
-	t.Logf("flood of %d connections: heap %+d KiB", len(conns), grown>>10)
-	if grown > 64<<20 {
-		t.Fatalf("the flood holds %d MiB", grown>>20)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for i, c := range conns {
-		_ = c.SetReadDeadline(deadline)
-		if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
-			t.Fatalf("flooding connection %d not closed: %v", i, err)
-		}
-		_ = c.Close()
-	}
+	floodtest.HeapBounded(t, len(conns), before, held, 64<<20)
+	floodtest.AllClosed(t, conns, 5*time.Second)
 	close(stop)
 	wg.Wait()
 }

@@ -1,0 +1,50 @@
+// Package floodtest holds what the flood tests of every listener (ctrl,
+// transfer data, node http, sidecar socket, router) share: the heap figure
+// they bound and the check that the server cut each flooding connection.
+// Tests import it; nothing else does.
+package floodtest
+
+import (
+	"errors"
+	"io"
+	"net"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// HeapInUse is the live heap after a collection, the figure a flood test
+// compares before and during the flood.
+func HeapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// HeapBounded fails t when the heap grew by more than limit bytes between
+// before and held while conns flooding connections were open.
+func HeapBounded(t testing.TB, conns int, before, held uint64, limit int64) {
+	t.Helper()
+	grown := int64(held) - int64(before)
+	t.Logf("flood of %d connections: heap %+d KiB", conns, grown>>10)
+	if grown > limit {
+		t.Fatalf("the flood holds %d MiB (bound %d MiB)", grown>>20, limit>>20)
+	}
+}
+
+// AllClosed reads every flooding connection until the server closes it and
+// fails t for one still open after within: the server, not the client, must
+// cut them (read deadlines, idle deadlines, caps).
+func AllClosed(t testing.TB, conns []net.Conn, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for i, c := range conns {
+		_ = c.SetReadDeadline(deadline)
+		if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("flooding connection %d not closed by the server: %v", i, err)
+		}
+		_ = c.Close()
+	}
+}

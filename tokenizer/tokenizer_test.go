@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -451,12 +452,12 @@ func compareHF(t *testing.T, toks map[string][]byte, texts []string, o hfOut) {
 				t.Errorf("%s: pre-tokenize %q\n go %q\n hf %q", name, text, pieces, r.Pretok[i])
 			}
 			ids, _ := tk.Encode(text, false)
-			if !equalIDs(ids, r.IDs[i]) {
+			if !slices.Equal(ids, r.IDs[i]) {
 				t.Errorf("%s: encode %q\n go %v\n hf %v", name, text, ids, r.IDs[i])
 				continue
 			}
 			ids, _ = tk.Encode(text, true)
-			if !equalIDs(ids, r.IDsSpecial[i]) {
+			if !slices.Equal(ids, r.IDsSpecial[i]) {
 				t.Errorf("%s: encode+special %q\n go %v\n hf %v", name, text, ids, r.IDsSpecial[i])
 			}
 			if got := tk.Decode(r.IDsSpecial[i], false); got != r.Decoded[i] {
@@ -467,18 +468,6 @@ func compareHF(t *testing.T, toks map[string][]byte, texts []string, o hfOut) {
 			}
 		}
 	}
-}
-
-func equalIDs(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func sha(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
@@ -598,7 +587,7 @@ func TestConcurrentEncode(t *testing.T) {
 			for k := range texts {
 				i := (k + g*5) % len(texts)
 				got, _ := tk.Encode(texts[i], true)
-				if !equalIDs(got, want[i]) {
+				if !slices.Equal(got, want[i]) {
 					errs <- texts[i]
 					return
 				}

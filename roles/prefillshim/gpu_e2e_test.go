@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -181,7 +182,7 @@ func TestGPUPluginDecodes(t *testing.T) {
 			t.Fatalf("%s: the plugin used %q and staged %v\n%s", mode, res.Mode, res.Staged, stderr.String())
 		}
 		got, done := decodeStreamDone(t, a.HTTP, rid, pf.first, maxTokens)
-		ok := equal(got, pf.want) && done.Finish == "length"
+		ok := slices.Equal(got, pf.want) && done.Finish == "length"
 		line := map[string]any{"mode": mode, "device": device, "decoded": got, "engine": pf.want, "equal": ok,
 			"mtp_accept_mean": done.MTPAcceptMean}
 		b, _ := json.Marshal(line)

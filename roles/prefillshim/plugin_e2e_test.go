@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -160,7 +161,7 @@ func TestPythonPluginEndToEnd(t *testing.T) {
 	}
 
 	got, done := decodeStreamDone(t, a.HTTP, rid, pf.first, maxTokens)
-	if !equal(got, pf.want) || done.Finish != "length" || done.N != len(pf.want)-1 {
+	if !slices.Equal(got, pf.want) || done.Finish != "length" || done.N != len(pf.want)-1 {
 		t.Fatalf("node decoded %v (%s) from the plugin's staging (blocks %v), the CPU engine %v\nsidecar log:\n%s",
 			got, done.Finish, res.Blocks, pf.want, h.logs())
 	}

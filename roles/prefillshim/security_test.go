@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -205,7 +206,7 @@ func TestShipWithSecret(t *testing.T) {
 		t.Fatalf("stage: %v", rep)
 	}
 	got, done := decodeStreamAs(t, a.HTTP, token, "s-1", pf.first, 8)
-	if !equal(got, pf.want) || done.Finish != "length" {
+	if !slices.Equal(got, pf.want) || done.Finish != "length" {
 		t.Fatalf("decoded %v, want %v", got, pf.want)
 	}
 	h.waitOutcome(t, OutcomeOK, 1)

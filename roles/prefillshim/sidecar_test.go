@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -415,7 +416,7 @@ func TestShipToDecodeNode(t *testing.T) {
 			t.Fatalf("stage %s: %v\n%s", rid, rep, h.logs())
 		}
 		got, finish := decodeStream(t, a.HTTP, rid, pf.first, maxTokens)
-		if !equal(got, pf.want) || finish != "length" {
+		if !slices.Equal(got, pf.want) || finish != "length" {
 			t.Fatalf("%s: node decoded %v (%s), the CPU engine %v", rid, got, finish, pf.want)
 		}
 		waitGone(t, st.Path)
@@ -445,18 +446,6 @@ func TestShipToDecodeNode(t *testing.T) {
 	}
 }
 
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // The stage's mtp_len goes through to the admit: one position short the
 // node recomputes it and decodes what the CPU engine does; two short an MTP
 // node refuses (bad_request), which it could not if the field were dropped.
@@ -483,7 +472,7 @@ func TestMTPLenPassThrough(t *testing.T) {
 			}
 		} else {
 			got, finish := decodeStream(t, a.HTTP, rid, pf.first, maxTokens)
-			if !equal(got, pf.want) || finish != "length" {
+			if !slices.Equal(got, pf.want) || finish != "length" {
 				t.Fatalf("%s: node decoded %v (%s), the CPU engine %v", rid, got, finish, pf.want)
 			}
 			h.waitOutcome(t, OutcomeOK, float64(i+1))
@@ -514,10 +503,10 @@ func TestBusyRetry(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if got, _ := decodeStream(t, a.HTTP, "first", pf1.first, 6); !equal(got, pf1.want) {
+	if got, _ := decodeStream(t, a.HTTP, "first", pf1.first, 6); !slices.Equal(got, pf1.want) {
 		t.Fatalf("first: %v, want %v", got, pf1.want)
 	}
-	if got, _ := decodeStream(t, a.HTTP, "second", pf2.first, 6); !equal(got, pf2.want) {
+	if got, _ := decodeStream(t, a.HTTP, "second", pf2.first, 6); !slices.Equal(got, pf2.want) {
 		t.Fatalf("second: %v, want %v", got, pf2.want)
 	}
 	h.waitOutcome(t, OutcomeOK, 2)

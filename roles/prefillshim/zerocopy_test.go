@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -202,7 +203,7 @@ func TestZeroCopyBlocksToDecodeNode(t *testing.T) {
 				t.Fatalf("stage_blocks: %v\n%s", r, h.logs())
 			}
 			got, done := decodeStreamDone(t, a.HTTP, "zc-"+name, pf.first, maxTokens)
-			if !equal(got, pf.want) || done.Finish != "length" {
+			if !slices.Equal(got, pf.want) || done.Finish != "length" {
 				t.Fatalf("node decoded %v, the engine %v\n%s", got, pf.want, h.logs())
 			}
 			if want := float64(pf.stats.AcceptedTokens) / float64(pf.stats.DraftTokens); done.MTPAcceptMean != want {

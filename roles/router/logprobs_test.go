@@ -3,6 +3,7 @@ package router
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -23,7 +24,7 @@ func TestLogprobsAndPenalties(t *testing.T) {
 		LogitBias: map[int]float32{bias: 4}, PromptIDs: prompt, Logprobs: true, TopLogprobs: 3}
 	ids, lps, _ := s.referenceP(t, prompt, p)
 	plain, _ := s.reference(t, prompt, maxTokens, true)
-	if slicesEqual(ids, plain) {
+	if slices.Equal(ids, plain) {
 		t.Fatal("the settings change nothing on this prompt; the test would prove nothing")
 	}
 	body := map[string]any{"prompt": testPrompt, "max_tokens": maxTokens, "temperature": 0, "ignore_eos": true,
@@ -113,18 +114,6 @@ func TestLogprobsAndPenalties(t *testing.T) {
 	if string(a) != string(b) || scres.text != cres.text {
 		t.Fatalf("chat stream logprobs %s\n!= non-stream %s", a, b)
 	}
-}
-
-func slicesEqual(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func floatsEqual(a, b []float64) bool {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/tilert-go/tilert/tokenizer"
@@ -173,7 +174,7 @@ func TestVLLMGoldenResponses(t *testing.T) {
 				t.Fatalf("first %d finish %q prompt_tokens %d; want %d %q %d", res.first, res.finish, res.promptTokens,
 					c.Want.First, c.Want.Finish, c.Want.PromptTokens)
 			}
-			if (c.Want.PromptIDs != nil || res.promptIDs != nil) && !equalInts(res.promptIDs, c.Want.PromptIDs) {
+			if (c.Want.PromptIDs != nil || res.promptIDs != nil) && !slices.Equal(res.promptIDs, c.Want.PromptIDs) {
 				t.Fatalf("prompt ids %v, want %v", res.promptIDs, c.Want.PromptIDs)
 			}
 			switch {
@@ -193,16 +194,4 @@ func TestVLLMGoldenResponses(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

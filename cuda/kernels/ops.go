@@ -108,6 +108,86 @@ func (k *Set) GemvFP8Experts(s cuda.Stream, y, x cuda.DevPtr, xstride int, wTabl
 	return k.launch(name, cuda.D3(cdiv(N, gemvRowsPerBlock*r), slots, 1), cuda.D1(256), 0, s, wTable, sTable, ids, x, xstride, y, N, K)
 }
 
+// Wide fp8 GEMVs (gemv_wide.cu): a block owns R rows and its threads split
+// K, so small N and long K still keep every SM streaming. forceGemvWideRows
+// pins R for tests (0: gemvWideRows chooses).
+var forceGemvWideRows int
+
+const gemvWideLoads = 4 // GEMV_WIDE_U: 16-byte loads in flight per thread
+
+// gemvWideOK says whether the wide kernels can take the shape: whole
+// 16-byte chunks of K (per weights of esize bytes) and float4-aligned rows
+// of x.
+func gemvWideOK(x cuda.DevPtr, K, ldx, esize int) bool {
+	return (K*esize)%16 == 0 && ldx%4 == 0 && uint64(x)%16 == 0
+}
+
+// gemvWideRows picks rows per block: the most rows whose K still fits one
+// round of loads per thread, then fewer while the grid (times slots) would
+// not give every SM four blocks.
+func (k *Set) gemvWideRows(N, K, esize, slots int) int {
+	if f := forceGemvWideRows; f == 1 || f == 2 || f == 4 || f == 8 {
+		return f
+	}
+	return gemvWideRowsFor(k.c.Info().SMs, N, K*esize, slots)
+}
+
+// gemvWideRowsFor: kbytes is the bytes of one weight row.
+func gemvWideRowsFor(sms, N, kbytes, slots int) int {
+	chunks := kbytes / 16
+	r := 8
+	for r > 1 && r*chunks > 256*gemvWideLoads {
+		r /= 2
+	}
+	target := 4 * max(1, sms)
+	for r > 1 && cdiv(N, r)*slots < target {
+		r /= 2
+	}
+	return r
+}
+
+// GemvFP8Wide is GemvFP8 (same arguments and result up to float32 rounding
+// order) through the wide kernels; shapes they cannot take (K % 16 != 0,
+// unaligned x) run GemvFP8. Results are reproducible run to run: partial
+// sums combine in a fixed order.
+func (k *Set) GemvFP8Wide(s cuda.Stream, y, x, w, scale, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if err := checkGemv(N, K, M, ldx, ldy); err != nil {
+		return err
+	}
+	if !gemvWideOK(x, K, ldx, 1) || uint64(w)%16 != 0 {
+		return k.GemvFP8(s, y, x, w, scale, resid, N, K, M, ldx, ldy)
+	}
+	r := k.gemvWideRows(N, K, 1, 1)
+	return k.launch(fmt.Sprintf("gemv_fp8_wide_r%d", r), cuda.D1(cdiv(N, r)), cuda.D1(256), 0, s, w, scale, x, y, resid, N, K, M, ldx, ldy)
+}
+
+// GemvBF16Wide is GemvBF16 through the wide kernels, with the same
+// fallback as GemvFP8Wide (K % 8 != 0, unaligned x or w).
+func (k *Set) GemvBF16Wide(s cuda.Stream, y, x, w, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if err := checkGemv(N, K, M, ldx, ldy); err != nil {
+		return err
+	}
+	if !gemvWideOK(x, K, ldx, 2) || uint64(w)%16 != 0 {
+		return k.GemvBF16(s, y, x, w, resid, N, K, M, ldx, ldy)
+	}
+	r := k.gemvWideRows(N, K, 2, 1)
+	return k.launch(fmt.Sprintf("gemv_bf16_wide_r%d", r), cuda.D1(cdiv(N, r)), cuda.D1(256), 0, s, w, cuda.DevPtr(0), x, y, resid, N, K, M, ldx, ldy)
+}
+
+// GemvFP8ExpertsWide is GemvFP8Experts through the wide kernels (expert
+// weights must be 16-byte aligned, as device allocations are); shapes they
+// cannot take run GemvFP8Experts.
+func (k *Set) GemvFP8ExpertsWide(s cuda.Stream, y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error {
+	if N <= 0 || K <= 0 || slots <= 0 || xstride < 0 {
+		return errors.Newf("gemv experts: N=%d K=%d slots=%d xstride=%d", N, K, slots, xstride)
+	}
+	if !gemvWideOK(x, K, K, 1) || xstride%4 != 0 {
+		return k.GemvFP8Experts(s, y, x, xstride, wTable, sTable, ids, slots, N, K)
+	}
+	r := k.gemvWideRows(N, K, 1, slots)
+	return k.launch(fmt.Sprintf("gemv_fp8_experts_wide_r%d", r), cuda.D3(cdiv(N, r), slots, 1), cuda.D1(256), 0, s, wTable, sTable, ids, x, xstride, y, N, K)
+}
+
 func normThreads(D int) int {
 	t := min(1024, cdiv(D, 4)*1)
 	t = cdiv(t, 32) * 32

@@ -45,6 +45,18 @@ func TestKernelSourceHasLaunchedKernels(t *testing.T) {
 			}
 		}
 	}
+	// The wide GEMVs' launchers pick rows per block from 1, 2, 4, 8.
+	wide := map[string]bool{}
+	for _, m := range regexp.MustCompile(`extern "C" __global__ void __launch_bounds__\(256, 4\)\s+(\w+_wide_r\d)\(`).FindAllStringSubmatch(src, -1) {
+		wide[m[1]] = true
+	}
+	for _, base := range []string{"gemv_fp8_wide", "gemv_bf16_wide", "gemv_fp8_experts_wide"} {
+		for _, r := range []int{1, 2, 4, 8} {
+			if name := fmt.Sprintf("%s_r%d", base, r); !wide[name] {
+				t.Errorf("wide GEMV variant %s not defined in the kernels", name)
+			}
+		}
+	}
 }
 
 // With NVRTC present (no GPU needed) the embedded kernels must compile.

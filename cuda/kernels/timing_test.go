@@ -132,6 +132,88 @@ func TestKernelTiming(t *testing.T) {
 			us := medianUs(c, s, 20, 21, func() { chk(k.GemvFP8Experts(s, y, x, 0, wtp, stp, idp, slots, N, K)) })
 			add("gemv_fp8_experts 8 of 64, N=2048 K=7168", float64(slots*(N*K+4*nsc+4*N)+4*K), us, "")
 		}
+		// gemv_fp8 against gemv_fp8_wide on the decode shapes, weights cold:
+		// enough copies are cycled that they do not stay in the 50 MB L2
+		// (a decode step reads each weight once).
+		coldCopies := func(bytes int64) int { return int(min(64, max(1, (256<<20)/bytes))) }
+		gemvWidePair := func(N, K, M int, what string) {
+			nsc := cdiv(N, 128) * cdiv(K, 128)
+			nc := coldCopies(int64(N * K))
+			ws, ss := make([]cuda.DevPtr, nc), make([]cuda.DevPtr, nc)
+			for i := range nc {
+				ws[i] = a.raw(int64(N * K))
+				fillRandom(c, r, ws[i], int64(N*K), "fp8")
+				ss[i] = a.raw(int64(4 * nsc))
+				fillRandom(c, r, ss[i], int64(4*nsc), "f32")
+			}
+			x := a.up(randF32(r, M*K, 1))
+			y := a.raw(int64(4 * M * N))
+			bytes := float64(N*K + 4*nsc + 4*M*(K+N))
+			i := 0
+			old := medianUs(c, s, 2*nc, 11, func() { chk(k.GemvFP8(s, y, x, ws[i%nc], ss[i%nc], 0, N, K, M, K, N)); i++ })
+			add(fmtName("gemv_fp8 N=%d K=%d M=%d cold", N, K, M), bytes, old, what)
+			wide := medianUs(c, s, 2*nc, 11, func() { chk(k.GemvFP8Wide(s, y, x, ws[i%nc], ss[i%nc], 0, N, K, M, K, N)); i++ })
+			add(fmtName("gemv_fp8_wide N=%d K=%d M=%d cold R=%d", N, K, M, k.gemvWideRows(N, K, 1, 1)), bytes, wide, fmtName("%.2fx gemv_fp8", old/wide))
+		}
+		gemvWidePair(256, 7168, 1, "TP-8 q_a/indexer-sized")
+		gemvWidePair(576, 7168, 1, "kv_a")
+		gemvWidePair(1536, 7168, 1, "q_a")
+		gemvWidePair(7168, 2048, 1, "expert down / TP-8 dense down")
+		gemvWidePair(24576, 1536, 1, "q_b")
+		gemvWidePair(7168, 16384, 1, "o_proj")
+		gemvWidePair(18432, 7168, 1, "dense gate/up")
+		gemvWidePair(18432, 7168, 4, "dense gate/up, 4 rows")
+		bf16Pair := func(N, K int, what string) {
+			nc := coldCopies(int64(2 * N * K))
+			ws := make([]cuda.DevPtr, nc)
+			for i := range nc {
+				ws[i] = a.raw(int64(2 * N * K))
+				fillRandom(c, r, ws[i], int64(2*N*K), "bf16")
+			}
+			x := a.up(randF32(r, K, 1))
+			y := a.raw(int64(4 * N))
+			bytes := float64(2*N*K + 4*(K+N))
+			i := 0
+			old := medianUs(c, s, 2*nc, 11, func() { chk(k.GemvBF16(s, y, x, ws[i%nc], 0, N, K, 1, K, N)); i++ })
+			add(fmtName("gemv_bf16 N=%d K=%d cold", N, K), bytes, old, what)
+			wide := medianUs(c, s, 2*nc, 11, func() { chk(k.GemvBF16Wide(s, y, x, ws[i%nc], 0, N, K, 1, K, N)); i++ })
+			add(fmtName("gemv_bf16_wide N=%d K=%d cold R=%d", N, K, k.gemvWideRows(N, K, 2, 1)), bytes, wide, fmtName("%.2fx gemv_bf16", old/wide))
+		}
+		bf16Pair(256, 7168, "router gate")
+		bf16Pair(64, 7168, "indexer head weights")
+		bf16Pair(129280, 7168, "lm_head (engine keeps gemv_bf16)")
+		expertsPair := func(E, slots, N, K int) {
+			nsc := cdiv(N, 128) * cdiv(K, 128)
+			wt, st := make([]cuda.DevPtr, E), make([]cuda.DevPtr, E)
+			for e := range E {
+				wt[e] = a.raw(int64(N * K))
+				fillRandom(c, r, wt[e], int64(N*K), "fp8")
+				st[e] = a.raw(int64(4 * nsc))
+				fillRandom(c, r, st[e], int64(4*nsc), "f32")
+			}
+			wtp, stp := a.up(wt), a.up(st)
+			// A different random set of experts each launch, as layers differ.
+			const sets = 16
+			idps := make([]cuda.DevPtr, sets)
+			for i := range idps {
+				ids := make([]int32, slots)
+				for j, e := range r.Perm(E)[:slots] {
+					ids[j] = int32(e)
+				}
+				idps[i] = a.up(ids)
+			}
+			x := a.up(randF32(r, K, 1))
+			y := a.raw(int64(4 * slots * N))
+			bytes := float64(slots*(N*K+4*nsc+4*N) + 4*K)
+			i := 0
+			old := medianUs(c, s, 2*sets, 11, func() { chk(k.GemvFP8Experts(s, y, x, 0, wtp, stp, idps[i%sets], slots, N, K)); i++ })
+			add(fmtName("gemv_fp8_experts %d of %d N=%d K=%d", slots, E, N, K), bytes, old, "")
+			wide := medianUs(c, s, 2*sets, 11, func() { chk(k.GemvFP8ExpertsWide(s, y, x, 0, wtp, stp, idps[i%sets], slots, N, K)); i++ })
+			add(fmtName("gemv_fp8_experts_wide %d of %d N=%d K=%d R=%d", slots, E, N, K, k.gemvWideRows(N, K, 1, slots)), bytes, wide, fmtName("%.2fx gemv_fp8_experts", old/wide))
+		}
+		expertsPair(64, 8, 2048, 7168) // routed gate/up (64 experts: 0.9 GB, past L2)
+		expertsPair(256, 8, 256, 7168) // TP-8 shard of gate/up
+		expertsPair(64, 8, 7168, 2048) // routed down
 		{
 			const N, K = 129280, 7168
 			w := a.raw(2 * N * K)

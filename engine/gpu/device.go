@@ -120,19 +120,39 @@ func (b *cudaDevice) zero(dst cuda.DevPtr, n int64) error {
 
 func (b *cudaDevice) sync() error { return b.c.SyncStream(b.s) }
 
+// gemvFP8 and gemvExperts run the wide fp8 GEMVs (rows per block and
+// split-K chosen by shape, see kernels.GemvFP8Wide) unless turned off with
+// TILERT_GPU_GEMV_WIDE=0, which keeps the warp-per-row kernels (the
+// reference, for comparisons).
 func (b *cudaDevice) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if gemvWideOn {
+		return b.k.GemvFP8Wide(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
+	}
 	return b.k.GemvFP8(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
 }
 
+var gemvWideOn = os.Getenv("TILERT_GPU_GEMV_WIDE") != "0"
+
+// gemvBF16 takes the wide kernel for the small bf16 matrices (router gate,
+// indexer head weights); the head (N = vocabulary) already streams at the
+// copy rate with a warp per row.
 func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if gemvWideOn && N <= gemvBF16WideMaxN {
+		return b.k.GemvBF16Wide(b.s, y, x, w, 0, N, K, M, ldx, ldy)
+	}
 	return b.k.GemvBF16(b.s, y, x, w, 0, N, K, M, ldx, ldy)
 }
+
+const gemvBF16WideMaxN = 16384
 
 func (b *cudaDevice) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	return b.k.GemvF32(b.s, y, x, w, 0, N, K, M, ldx, ldy)
 }
 
 func (b *cudaDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error {
+	if gemvWideOn {
+		return b.k.GemvFP8ExpertsWide(b.s, y, x, xstride, wTable, sTable, ids, slots, N, K)
+	}
 	return b.k.GemvFP8Experts(b.s, y, x, xstride, wTable, sTable, ids, slots, N, K)
 }
 

@@ -120,10 +120,13 @@ func (b *cudaDevice) zero(dst cuda.DevPtr, n int64) error {
 
 func (b *cudaDevice) sync() error { return b.c.SyncStream(b.s) }
 
-// gemvFP8 and gemvExperts run the wide fp8 GEMVs (rows per block and
-// split-K chosen by shape, see kernels.GemvFP8Wide) unless turned off with
-// TILERT_GPU_GEMV_WIDE=0, which keeps the warp-per-row kernels (the
-// reference, for comparisons).
+// gemvFP8 and gemvExperts keep the warp-per-row kernels unless
+// TILERT_GPU_GEMV_WIDE=1 picks the wide ones (kernels.GemvFP8Wide). The
+// H200 run of docs/measured/h200-2026-12-01-gemv measured the wide kernels
+// 1.5-3x faster on the small matrices (N <= 576, bf16 64/256 x 7168) but
+// 0.5-0.9x on the large ones (x re-read per row: no reuse across rows), so
+// the step is slower with all of them on (6.19 vs 5.44 ms at context 1024);
+// choosing by shape awaits a device run that verifies it.
 func (b *cudaDevice) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	if gemvWideOn {
 		return b.k.GemvFP8Wide(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
@@ -131,11 +134,12 @@ func (b *cudaDevice) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) 
 	return b.k.GemvFP8(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
 }
 
-var gemvWideOn = os.Getenv("TILERT_GPU_GEMV_WIDE") != "0"
+var gemvWideOn = os.Getenv("TILERT_GPU_GEMV_WIDE") == "1"
 
-// gemvBF16 takes the wide kernel for the small bf16 matrices (router gate,
-// indexer head weights); the head (N = vocabulary) already streams at the
-// copy rate with a warp per row.
+// gemvBF16 with TILERT_GPU_GEMV_WIDE=1 takes the wide kernel for the
+// bf16 matrices below gemvBF16WideMaxN rows (router gate, indexer head
+// weights); the head (N = vocabulary) streams at the copy rate with a warp
+// per row (0.71x with the wide kernel).
 func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	if gemvWideOn && N <= gemvBF16WideMaxN {
 		return b.k.GemvBF16Wide(b.s, y, x, w, 0, N, K, M, ldx, ldy)

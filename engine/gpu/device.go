@@ -120,41 +120,51 @@ func (b *cudaDevice) zero(dst cuda.DevPtr, n int64) error {
 
 func (b *cudaDevice) sync() error { return b.c.SyncStream(b.s) }
 
-// gemvFP8 and gemvExperts keep the warp-per-row kernels unless
-// TILERT_GPU_GEMV_WIDE=1 picks the wide ones (kernels.GemvFP8Wide). The
-// H200 run of docs/measured/h200-2026-12-01-gemv measured the wide kernels
-// 1.5-3x faster on the small matrices (N <= 576, bf16 64/256 x 7168) but
-// 0.5-0.9x on the large ones (x re-read per row: no reuse across rows), so
-// the step is slower with all of them on (6.19 vs 5.44 ms at context 1024);
-// choosing by shape awaits a device run that verifies it.
+// gemvFP8, gemvBF16 and gemvExperts choose the GEMV kernel by shape: the
+// wide kernels (kernels.GemvFP8Wide) for matrices of at most
+// gemvWideMaxRows rows (times expert slots), where the warp-per-row grid
+// cannot fill the SMs; the H200 run of docs/measured/h200-2026-12-01-gemv
+// measured them 1.5-3x faster there (fp8 256/576 x 7168, bf16 64/256 x 7168)
+// and 0.5-0.9x on the large matrices (x re-read per row). TILERT_GPU_GEMV_WIDE=0
+// keeps the warp-per-row kernels everywhere, =1 takes the wide ones everywhere
+// but the head (comparisons).
 func (b *cudaDevice) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	if gemvWideOn {
+	if gemvWide(N) {
 		return b.k.GemvFP8Wide(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
 	}
 	return b.k.GemvFP8(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
 }
 
-var gemvWideOn = os.Getenv("TILERT_GPU_GEMV_WIDE") == "1"
+const (
+	gemvWideMaxRows  = 1024
+	gemvBF16WideMaxN = 16384 // with =1: below the head
+)
 
-// gemvBF16 with TILERT_GPU_GEMV_WIDE=1 takes the wide kernel for the
-// bf16 matrices below gemvBF16WideMaxN rows (router gate, indexer head
-// weights); the head (N = vocabulary) streams at the copy rate with a warp
-// per row (0.71x with the wide kernel).
+var gemvWideMode = os.Getenv("TILERT_GPU_GEMV_WIDE")
+
+func gemvWide(rows int) bool {
+	switch gemvWideMode {
+	case "0":
+		return false
+	case "1":
+		return true
+	}
+	return rows <= gemvWideMaxRows
+}
+
 func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	if gemvWideOn && N <= gemvBF16WideMaxN {
+	if N <= gemvBF16WideMaxN && gemvWide(N) {
 		return b.k.GemvBF16Wide(b.s, y, x, w, 0, N, K, M, ldx, ldy)
 	}
 	return b.k.GemvBF16(b.s, y, x, w, 0, N, K, M, ldx, ldy)
 }
-
-const gemvBF16WideMaxN = 16384
 
 func (b *cudaDevice) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	return b.k.GemvF32(b.s, y, x, w, 0, N, K, M, ldx, ldy)
 }
 
 func (b *cudaDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error {
-	if gemvWideOn {
+	if gemvWide(N * slots) {
 		return b.k.GemvFP8ExpertsWide(b.s, y, x, xstride, wTable, sTable, ids, slots, N, K)
 	}
 	return b.k.GemvFP8Experts(b.s, y, x, xstride, wTable, sTable, ids, slots, N, K)

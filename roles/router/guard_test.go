@@ -220,12 +220,7 @@ func TestRouterFloodsBounded(t *testing.T) {
 	cfg := guardConfig(t)
 	cfg.Security.ReadTimeoutS, cfg.Security.IdleTimeoutS, cfg.Security.MaxConnsPerPeer = 1, 1.5, 400
 	_, addr := guarded(t, cfg)
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
-	if c, err := d.Dial("tcp", addr); err != nil {
-		t.Skipf("no second loopback address: %v", err)
-	} else {
-		_ = c.Close()
-	}
+	d := floodtest.OtherPeer(t, addr)
 	before := floodtest.HeapInUse()
 	var conns []net.Conn
 	stop := make(chan struct{})

@@ -48,3 +48,17 @@ func AllClosed(t testing.TB, conns []net.Conn, within time.Duration) {
 		_ = c.Close()
 	}
 }
+
+// OtherPeer is a dialer from 127.0.0.2, so a flood counts against a peer of
+// its own and the per-peer caps can be told from the total ones; the test is
+// skipped where that address is not available.
+func OtherPeer(t testing.TB, addr string) net.Dialer {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Skipf("no second loopback address: %v", err)
+	}
+	_ = c.Close()
+	return d
+}

@@ -17,6 +17,23 @@ type OpTime struct {
 	Us    float64
 }
 
+// addOpTime adds one timed call of op to its row in byName (ops of one
+// kind and shape share a row).
+func addOpTime(byName map[string]*OpTime, op gop, us float64) {
+	name := op.name
+	if op.shape != [3]int{} {
+		name = fmt.Sprintf("%s %dx%dx%d", name, op.shape[0], op.shape[1], op.shape[2])
+	}
+	o := byName[name]
+	if o == nil {
+		o = &OpTime{Name: name}
+		byName[name] = o
+	}
+	o.Count++
+	o.Bytes += op.bytes
+	o.Us += us
+}
+
 // StepProfile says where a decode step's device time goes.
 type StepProfile struct {
 	Ops []OpTime
@@ -117,18 +134,7 @@ func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 				if err != nil {
 					return errors.Wrapf(err, "timing %s", op.name)
 				}
-				name := op.name
-				if op.shape != [3]int{} {
-					name = fmt.Sprintf("%s %dx%dx%d", name, op.shape[0], op.shape[1], op.shape[2])
-				}
-				o := byName[name]
-				if o == nil {
-					o = &OpTime{Name: name}
-					byName[name] = o
-				}
-				o.Count++
-				o.Bytes += op.bytes
-				o.Us += t
+				addOpTime(byName, op, t)
 				prof.SumUs += t
 				prof.Calls++
 			}

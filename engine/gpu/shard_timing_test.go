@@ -245,18 +245,7 @@ func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx 
 				if err != nil {
 					return errors.Wrapf(err, "timing %s", op.name)
 				}
-				name := op.name
-				if op.shape != [3]int{} {
-					name = fmt.Sprintf("%s %dx%dx%d", name, op.shape[0], op.shape[1], op.shape[2])
-				}
-				ot := byName[name]
-				if ot == nil {
-					ot = &OpTime{Name: name}
-					byName[name] = ot
-				}
-				ot.Count++
-				ot.Bytes += op.bytes
-				ot.Us += us
+				addOpTime(byName, op, us)
 			}
 		}
 		for _, ot := range byName {

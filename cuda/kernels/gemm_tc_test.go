@@ -1,0 +1,171 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// boundGemm2 is the bound of the 2-part split of x (16 bits of mantissa:
+// ~2^-17 relative per product).
+const boundGemm2 = 6e-5
+
+// TestKernelGemmTC checks the tensor-core GEMMs (fp8 with block scales,
+// bf16) against the float64 reference on fresh random inputs: tails in M, N
+// and K (partial scale blocks, K not a multiple of the 32-wide tile or of
+// 16 bytes, so the scalar load path), a padded x, both splits of x.
+func TestKernelGemmTC(t *testing.T) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		type tc struct{ N, K, M, pad int }
+		cases := []tc{
+			{576, 7168, 64, 0}, {256, 1536, 100, 0}, {130, 2112, 17, 0}, {300, 160, 130, 4},
+			{129, 96, 16, 0}, {64, 200, 33, 0}, {200, 100, 20, 3}, {1536, 7168, 256, 0},
+		}
+		for _, splits := range []int{3, 2} {
+			bound := boundF32
+			if splits == 2 {
+				bound = boundGemm2
+			}
+			for _, cs := range cases {
+				N, K, M := cs.N, cs.K, cs.M
+				ldx := K + cs.pad
+				w := randFP8(r, N*K)
+				kb := cdiv(K, 128)
+				sc := randScales(r, cdiv(N, 128)*kb, -8)
+				x := randF32(r, M*ldx, 1)
+				yp := a.poisoned(M * N)
+				chk(k.GemmFP8(s, yp, a.up(x), a.up(w), a.up(sc), N, K, M, ldx, N, splits))
+				ref := refGemv(func(n, kk int) float64 { return fp8Table[w[n*K+kk]] * float64(sc[(n/128)*kb+kk/128]) }, x, nil, N, K, M, ldx, N)
+				record(t, fmt.Sprintf("gemm_fp8_tc s=%d N=%d K=%d M=%d ldx=%d", splits, N, K, M, ldx), relMetric, relErr(downF32(c, yp, M*N), ref), bound)
+
+				wb := randBF16(r, N*K, 0.05)
+				yb := a.poisoned(M * (N + 5))
+				chk(k.GemmBF16(s, yb, a.up(x), a.up(wb), N, K, M, ldx, N+5, splits))
+				refB := refGemv(func(n, kk int) float64 { return bf16ToF64(wb[n*K+kk]) }, x, nil, N, K, M, ldx, N+5)
+				got := downF32(c, yb, M*(N+5))
+				for m := range M { // columns past N stay untouched (the poison), ref is 0 there
+					for n := N; n < N+5; n++ {
+						if got[m*(N+5)+n] == got[m*(N+5)+n] {
+							t.Errorf("gemm_bf16_tc wrote past N at row %d col %d", m, n)
+						}
+						got[m*(N+5)+n] = 0
+					}
+				}
+				record(t, fmt.Sprintf("gemm_bf16_tc s=%d N=%d K=%d M=%d ldy=%d", splits, N, K, M, N+5), relMetric, relErr(got, refB), bound)
+			}
+		}
+	})
+}
+
+// TestKernelGemmExpertsTC checks the grouped routed-expert GEMM and the
+// row combine: random top-k choices are sorted by expert into tiles as the
+// engine does (engine/gpu moePrefill), each pair's output against the
+// float64 GEMV of its token and expert, then the weighted sums per row.
+func TestKernelGemmExpertsTC(t *testing.T) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		for _, ec := range []struct{ E, K, rows, topk, N, D int }{{8, 3, 150, 3, 200, 384}, {16, 8, 70, 8, 256, 2048}, {5, 2, 40, 2, 130, 100}} {
+			E, T, N, D := ec.E, ec.rows, ec.N, ec.D
+			kb := cdiv(D, 128)
+			ws := make([][]byte, E)
+			ss := make([][]float32, E)
+			wt := make([]cuda.DevPtr, E)
+			st := make([]cuda.DevPtr, E)
+			for e := range E {
+				ws[e] = randFP8(r, N*D)
+				ss[e] = randScales(r, cdiv(N, 128)*kb, -7)
+				wt[e], st[e] = a.up(ws[e]), a.up(ss[e])
+			}
+			K := ec.topk
+			ids := make([]int32, T*K)
+			for m := range T {
+				perm := r.Perm(E)
+				for j := range K {
+					ids[m*K+j] = int32(perm[j])
+				}
+			}
+			// Sort pairs by expert; tiles of at most GemmTileRows pairs.
+			pairs := make([]int, T*K)
+			for i := range pairs {
+				pairs[i] = i
+			}
+			slices.SortStableFunc(pairs, func(p, q int) int { return int(ids[p]) - int(ids[q]) })
+			xrows := make([]int32, len(pairs))
+			pos := make([]int32, len(pairs))
+			var tiles []int32
+			for i, p := range pairs {
+				xrows[i] = int32(p / K)
+				pos[p] = int32(i)
+				if i == 0 || ids[pairs[i-1]] != ids[p] || tiles[len(tiles)-1] == GemmTileRows {
+					tiles = append(tiles, ids[p], int32(i), 0)
+				}
+				tiles[len(tiles)-1]++
+			}
+			x := randF32(r, T*D, 1)
+			P := len(pairs)
+			yp := a.poisoned(P * N)
+			chk(k.GemmFP8Experts(s, yp, a.up(x), D, a.up(wt), a.up(st), a.up(tiles), a.up(xrows), len(tiles)/3, N, D, 3))
+			y := downF32(c, yp, P*N)
+			ref := make([]float64, P*N)
+			for i, p := range pairs {
+				e, m := ids[p], p/K
+				part := refGemv(func(n, kk int) float64 { return fp8Table[ws[e][n*D+kk]] * float64(ss[e][(n/128)*kb+kk/128]) }, x[m*D:], nil, N, D, 1, D, N)
+				copy(ref[i*N:], part)
+			}
+			record(t, fmt.Sprintf("gemm_fp8_experts_tc E=%d rows=%d top%d N=%d K=%d", E, T, K, N, D), relMetric, relErr(y, ref), boundF32)
+
+			wts := randF32(r, T*K, 1)
+			op := a.poisoned(T * N)
+			chk(k.MoECombineRows(s, op, yp, a.up(wts), a.up(pos), T, K, N))
+			refC := make([]float64, T*N)
+			for m := range T {
+				for j := range K {
+					for n := range N {
+						refC[m*N+n] += float64(wts[m*K+j]) * float64(y[int(pos[m*K+j])*N+n])
+					}
+				}
+			}
+			record(t, fmt.Sprintf("moe_combine_rows rows=%d k=%d N=%d", T, K, N), relMetric, relErr(downF32(c, op, T*N), refC), boundF32)
+		}
+	})
+}
+
+// TestKernelGemmTCTiming reports (never asserts) the tensor-core GEMM's
+// rate at the prefill's DeepSeek-V3.2 shapes, against the 4-row GEMV that
+// prefill used before, for both splits of x. TILERT_GPU_TIMING=1 only.
+func TestKernelGemmTCTiming(t *testing.T) {
+	if os.Getenv("TILERT_GPU_TIMING") != "1" {
+		t.Skip("timing runs only with TILERT_GPU_TIMING=1 (scripts/gpu-check.sh)")
+	}
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		for _, sh := range []struct{ N, K, M int }{
+			{18432, 7168, 256}, {18432, 7168, 1024}, {7168, 16384, 512}, {24576, 1536, 512}, {576, 7168, 512}, {7168, 2048, 512},
+		} {
+			N, K, M := sh.N, sh.K, sh.M
+			w := a.raw(int64(N * K))
+			fillRandom(c, r, w, int64(N*K), "fp8")
+			nsc := cdiv(N, 128) * cdiv(K, 128)
+			sc := a.raw(int64(4 * nsc))
+			fillRandom(c, r, sc, int64(4*nsc), "f32")
+			x := a.up(randF32(r, M*K, 1))
+			y := a.raw(int64(4 * M * N))
+			flop := 2 * float64(N) * float64(K) * float64(M)
+			for _, sp := range []int{3, 2} {
+				us := medianUs(c, s, 3, 5, func() { chk(k.GemmFP8(s, y, x, w, sc, N, K, M, K, N, sp)) })
+				t.Logf("gemm_fp8_tc s=%d N=%d K=%d M=%d: %9.1f us %7.1f TFLOP/s", sp, N, K, M, us, flop/us/1e6)
+			}
+			us := medianUs(c, s, 1, 3, func() {
+				for m := 0; m < M; m += 4 {
+					chk(k.GemvFP8(s, y.Add(int64(4*m*N)), x.Add(int64(4*m*K)), w, sc, 0, N, K, 4, K, N))
+				}
+			})
+			t.Logf("gemv_fp8 x%d N=%d K=%d M=%d:       %9.1f us %7.1f TFLOP/s", M/4, N, K, M, us, flop/us/1e6)
+		}
+	})
+}

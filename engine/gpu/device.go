@@ -30,6 +30,7 @@ type device interface {
 	gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
 	gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
 	gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error
+	gemmDevice
 	rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
 	layernorm(y, x, w, b cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
 	rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error

@@ -156,7 +156,7 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 		scale:  float32(cfg.SoftmaxScale()),
 		graphs: newGraphs(),
 	}
-	e.chunkLen = 32
+	e.chunkLen = prefillChunk()
 	e.maxRows = max(e.chunkLen, 2*opts.Slots)
 	e.setCacheLayout(engine.IndexerLayers(cfg))
 	err = r.run(func(b device) error {

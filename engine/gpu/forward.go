@@ -35,8 +35,17 @@ func (o *ops) do(err error) {
 	}
 }
 
-// lin computes y = x W^T for M rows (GEMVs of at most 4 rows at a time).
+// lin computes y = x W^T for M rows (GEMVs of at most 4 rows at a time,
+// a tensor-core GEMM from gemmMinRows rows: gemm.go).
 func (o *ops) lin(l dlin, y, x cuda.DevPtr, M, ldx, ldy int) {
+	if useGemm(l, M) {
+		if l.kind == linFP8 {
+			o.do(o.b.gemmFP8(y, x, l.w, l.s, l.out, l.in, M, ldx, ldy))
+		} else {
+			o.do(o.b.gemmBF16(y, x, l.w, l.out, l.in, M, ldx, ldy))
+		}
+		return
+	}
 	for r := 0; r < M && o.err == nil; r += 4 {
 		m := min(4, M-r)
 		yy, xx := fptr(y, r*ldy), fptr(x, r*ldx)
@@ -71,6 +80,7 @@ type workspace struct {
 	amax                     cuda.DevPtr // arg-max scratch (kernels.ArgmaxScratchBytes(maxRows))
 	mla                      cuda.DevPtr // split MLA partials (kernels.MLAHeadsWorkspaceBytes(maxRows, heads))
 	tkw                      cuda.DevPtr // wide top-k scratch (kernels.TopKWideScratchBytes(maxRows), zeroed)
+	grp                      moeGroupWorkspace
 	ldScores                 int
 }
 
@@ -126,6 +136,9 @@ func newWorkspace(e *backend, b device) (*workspace, error) {
 	f(&ws.amax, int(kernels.ArgmaxScratchBytes(M)/4))
 	f(&ws.mla, int(kernels.MLAHeadsWorkspaceBytes(M, NH)/4))
 	f(&ws.tkw, int(kernels.TopKWideScratchBytes(M)/4))
+	if err == nil {
+		err = ws.allocGroup(e, b, M)
+	}
 	return ws, err
 }
 
@@ -284,9 +297,27 @@ func (f *fwd) moe(lw *dlayer) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
-	E, K, MI := c.NRoutedExperts, c.NumExpertsPerTok, c.MoEIntermediateSize
+	E, K := c.NRoutedExperts, c.NumExpertsPerTok
 	o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
 	o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
+	if f.groupedMoE() {
+		f.moeGrouped(lw)
+	} else {
+		f.moeRows(lw)
+	}
+	if lw.HasShared {
+		f.ffn(lw.ShGate, lw.ShUp, lw.ShDown, ws.tmp)
+		o.do(o.b.add(ws.mo, ws.mo, ws.tmp, M*H))
+	}
+}
+
+// moeRows runs the routed experts of ws.eidx row by row into ws.mo (expert
+// ids stay on the device, so a decode step can be captured in a graph).
+func (f *fwd) moeRows(lw *dlayer) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	H, M := c.HiddenSize, f.M
+	K, MI := c.NumExpertsPerTok, c.MoEIntermediateSize
 	for m := 0; m < M; m++ {
 		hx := fptr(ws.h, m*H)
 		ids := fptr(ws.eidx, m*K)
@@ -295,10 +326,6 @@ func (f *fwd) moe(lw *dlayer) {
 		o.do(o.b.siluMul(ws.eg, ws.eg, ws.eu, K, MI, MI, MI, MI))
 		o.do(o.b.gemvExperts(ws.ey, ws.eg, MI, lw.expW[2], lw.expS[2], ids, K, H, MI))
 		o.do(o.b.moeCombine(fptr(ws.mo, m*H), ws.ey, fptr(ws.ewts, m*K), 0, K, H))
-	}
-	if lw.HasShared {
-		f.ffn(lw.ShGate, lw.ShUp, lw.ShDown, ws.tmp)
-		o.do(o.b.add(ws.mo, ws.mo, ws.tmp, M*H))
 	}
 }
 

@@ -44,6 +44,20 @@ func (m *noisyEmu) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	return err
 }
 
+// The prefill GEMMs are nudged alike (they differ from the CPU by the same
+// summation-order noise).
+func (m *noisyEmu) gemmFP8(y, x, w, s cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	err := m.emuDevice.gemmFP8(y, x, w, s, N, K, M, ldx, ldy)
+	m.nudge(y, N, M, ldy)
+	return err
+}
+
+func (m *noisyEmu) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	err := m.emuDevice.gemmBF16(y, x, w, N, K, M, ldx, ldy)
+	m.nudge(y, N, M, ldy)
+	return err
+}
+
 type noisyRunner struct{ m *noisyEmu }
 
 func (r *noisyRunner) run(f func(b device) error) error {

@@ -1,0 +1,270 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"os"
+	"slices"
+	"strconv"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/kernels"
+)
+
+// Prefill's matrix work: with many rows (a prompt chunk) the linear layers
+// run as tensor-core GEMMs (kernels.GemmFP8/GemmBF16) instead of GEMVs of 4
+// rows, and a MoE layer sorts its (row, expert) pairs by expert on the host
+// and runs every routed expert's rows as one grouped GEMM
+// (kernels.GemmFP8Experts). x is split into 3 bf16 parts by default, so the
+// products are float32's and exact mode keeps its float32 numerics;
+// TILERT_GPU_GEMM_SPLITS=2 trades 8 bits of x for a third less tensor work.
+//
+// TILERT_GPU_GEMM=0 keeps the GEMVs (and the per-row MoE) everywhere;
+// TILERT_GPU_PREFILL_CHUNK sets the rows per prefill forward (default
+// defaultChunkLen; 32 was the chunk before the GEMMs).
+
+// gemmDevice is the GEMM part of device.
+type gemmDevice interface {
+	// gemmFP8 and gemmBF16 compute what gemvFP8/gemvBF16 do, for any M.
+	gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error
+	gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
+	// gemmExperts is kernels.GemmFP8Experts: tiles [ntiles][3] (expert,
+	// first pair, pairs), xrows [pairs], y [pairs][N].
+	gemmExperts(y, x cuda.DevPtr, ldx int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error
+	// moeCombineRows is kernels.MoECombineRows.
+	moeCombineRows(out, ey, wts, pos cuda.DevPtr, rows, k, N int) error
+}
+
+const (
+	gemmMinRows     = 16  // below, the GEMVs (helper-tuned for 1..8 rows) stay
+	defaultChunkLen = 256 // prefill rows per forward with the GEMMs on
+	oldChunkLen     = 32
+)
+
+var (
+	gemmOn     = os.Getenv("TILERT_GPU_GEMM") != "0"
+	gemmSplits = envInt("TILERT_GPU_GEMM_SPLITS", 3)
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// prefillChunk is the rows of one prefill forward.
+func prefillChunk() int {
+	def := defaultChunkLen
+	if !gemmOn {
+		def = oldChunkLen
+	}
+	return min(envInt("TILERT_GPU_PREFILL_CHUNK", def), 4096)
+}
+
+// useGemm says whether a linear layer of M rows runs as a GEMM.
+func useGemm(l dlin, M int) bool {
+	return gemmOn && M >= gemmMinRows && l.kind != linF32
+}
+
+func (b *cudaDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	return b.k.GemmFP8(b.s, y, x, w, scale, N, K, M, ldx, ldy, gemmSplits)
+}
+
+func (b *cudaDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	return b.k.GemmBF16(b.s, y, x, w, N, K, M, ldx, ldy, gemmSplits)
+}
+
+func (b *cudaDevice) gemmExperts(y, x cuda.DevPtr, ldx int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error {
+	return b.k.GemmFP8Experts(b.s, y, x, ldx, wTable, sTable, tiles, xrows, ntiles, N, K, gemmSplits)
+}
+
+func (b *cudaDevice) moeCombineRows(out, ey, wts, pos cuda.DevPtr, rows, k, N int) error {
+	return b.k.MoECombineRows(b.s, out, ey, wts, pos, rows, k, N)
+}
+
+// The emulator computes the float32 GEMV's result (what the 3-part split
+// reproduces up to summation order), 4 rows at a time.
+func (m *emuDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	return emuRows(M, ldx, ldy, x, y, func(yy, xx cuda.DevPtr, r int) error { return m.gemvFP8(yy, xx, w, scale, N, K, r, ldx, ldy) })
+}
+
+func (m *emuDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	return emuRows(M, ldx, ldy, x, y, func(yy, xx cuda.DevPtr, r int) error { return m.gemvBF16(yy, xx, w, N, K, r, ldx, ldy) })
+}
+
+func emuRows(M, ldx, ldy int, x, y cuda.DevPtr, f func(yy, xx cuda.DevPtr, rows int) error) error {
+	for r := 0; r < M; r += 4 {
+		if err := f(fptr(y, r*ldy), fptr(x, r*ldx), min(4, M-r)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *emuDevice) gemmExperts(y, x cuda.DevPtr, ldx int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error {
+	ts := m.i32(tiles, 3*ntiles)
+	for t := 0; t < ntiles; t++ {
+		e, start, n := int(ts[3*t]), int(ts[3*t+1]), int(ts[3*t+2])
+		if n <= 0 {
+			continue
+		}
+		wt, st := m.ptrs(wTable, e+1), m.ptrs(sTable, e+1)
+		xr := m.i32(xrows, start+n)
+		for i := start; i < start+n; i++ {
+			if err := m.gemvFP8(fptr(y, i*N), fptr(x, int(xr[i])*ldx), wt[e], st[e], N, K, 1, K, N); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *emuDevice) moeCombineRows(out, ey, wts, pos cuda.DevPtr, rows, k, N int) error {
+	ps := m.i32(pos, rows*k)
+	ws := m.f32(wts, rows*k)
+	for r := 0; r < rows; r++ {
+		maxP := 0
+		for j := 0; j < k; j++ {
+			maxP = max(maxP, int(ps[r*k+j]))
+		}
+		ys := m.f32(ey, (maxP+1)*N)
+		os := m.f32(fptr(out, r*N), N)
+		for n := 0; n < N; n++ {
+			var s float32
+			for j := 0; j < k; j++ {
+				s += ws[r*k+j] * ys[int(ps[r*k+j])*N+n]
+			}
+			os[n] = s
+		}
+	}
+	return nil
+}
+
+func (gb *graphDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	_ = gb.rec("gemmFP8", int64(N)*int64(K), func(b device) error { return b.gemmFP8(y, x, w, scale, N, K, M, ldx, ldy) },
+		ku(y), ku(x), ku(w), ku(scale), ki(N), ki(K), ki(M), ki(ldx), ki(ldy))
+	return gb.shaped(N, K, M)
+}
+
+func (gb *graphDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	_ = gb.rec("gemmBF16", 2*int64(N)*int64(K), func(b device) error { return b.gemmBF16(y, x, w, N, K, M, ldx, ldy) },
+		ku(y), ku(x), ku(w), ki(N), ki(K), ki(M), ki(ldx), ki(ldy))
+	return gb.shaped(N, K, M)
+}
+
+func (gb *graphDevice) gemmExperts(y, x cuda.DevPtr, ldx int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error {
+	_ = gb.rec("gemmExperts", int64(N)*int64(K), func(b device) error {
+		return b.gemmExperts(y, x, ldx, wTable, sTable, tiles, xrows, ntiles, N, K)
+	}, ku(y), ku(x), ki(ldx), ku(wTable), ku(sTable), ku(tiles), ku(xrows), ki(ntiles), ki(N), ki(K))
+	return gb.shaped(ntiles, N, K)
+}
+
+func (gb *graphDevice) moeCombineRows(out, ey, wts, pos cuda.DevPtr, rows, k, N int) error {
+	return gb.rec("moeCombineRows", int64(4*(k+1)*rows*N), func(b device) error { return b.moeCombineRows(out, ey, wts, pos, rows, k, N) },
+		ku(out), ku(ey), ku(wts), ku(pos), ki(rows), ki(k), ki(N))
+}
+
+// moeGroupWorkspace holds the grouped MoE's buffers for maxRows rows
+// (allocated with the workspace when the GEMMs are on).
+type moeGroupWorkspace struct {
+	meta       cuda.DevPtr // int32: tiles [maxTiles][3], xrows, pos, identity [pairs] each
+	eg, eu, ey cuda.DevPtr // [pairs][moe intermediate], [pairs][hidden]
+	maxTiles   int
+}
+
+// groupedMoE says whether a MoE layer of M rows sorts its pairs by expert:
+// that needs the expert ids on the host, a round trip a captured decode
+// step cannot make, so only outside graphs (prefill, teacher forcing).
+func (f *fwd) groupedMoE() bool {
+	if !gemmOn || f.M < gemmMinRows || f.e.ws.grp.meta == 0 {
+		return false
+	}
+	_, graphed := f.o.b.(*graphDevice)
+	return !graphed
+}
+
+// moeGrouped is moe's routed part for many rows: ws.eidx comes back to the
+// host, the pairs are sorted by expert (stable: by row inside an expert)
+// into tiles of at most kernels.GemmTileRows, and gate, up, SiLU, down and
+// the weighted combine run once over all pairs. Results equal the per-row
+// path's up to the GEMMs' summation order.
+func (f *fwd) moeGrouped(lw *dlayer) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	H, M := c.HiddenSize, f.M
+	K, MI := c.NumExpertsPerTok, c.MoEIntermediateSize
+	P := M * K
+	raw := make([]byte, 4*P)
+	o.do(o.b.download(raw, ws.eidx))
+	if o.err != nil {
+		return
+	}
+	ids := make([]int32, P)
+	for i := range ids {
+		ids[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
+		if ids[i] < 0 || int(ids[i]) >= c.NRoutedExperts {
+			o.do(errors.Newf("moe routing chose expert %d (of %d): the router logits are not finite", ids[i], c.NRoutedExperts))
+			return
+		}
+	}
+	pairs := make([]int, P)
+	for i := range pairs {
+		pairs[i] = i
+	}
+	slices.SortStableFunc(pairs, func(p, q int) int { return int(ids[p]) - int(ids[q]) })
+	g := &ws.grp
+	// One upload: tiles [maxTiles][3], xrows [P], pos [P], identity [P].
+	xrowsAt, posAt, identAt := 3*g.maxTiles, 3*g.maxTiles+P, 3*g.maxTiles+2*P
+	meta := make([]byte, 4*(3*g.maxTiles+3*P))
+	put := func(i int, v int) { binary.LittleEndian.PutUint32(meta[4*i:], uint32(int32(v))) }
+	nt, cnt := 0, 0
+	for i, p := range pairs {
+		put(xrowsAt+i, p/K)
+		put(posAt+p, i)
+		put(identAt+i, i)
+		if i == 0 || ids[pairs[i-1]] != ids[p] || cnt == kernels.GemmTileRows {
+			if nt == g.maxTiles {
+				o.do(errors.Newf("grouped MoE: more than %d tiles for %d pairs", g.maxTiles, P))
+				return
+			}
+			put(3*nt, int(ids[p]))
+			put(3*nt+1, i)
+			nt, cnt = nt+1, 0
+		}
+		cnt++
+		put(3*(nt-1)+2, cnt)
+	}
+	o.do(o.b.upload(g.meta, meta))
+	tiles, xrows, pos, ident := g.meta, fptr(g.meta, xrowsAt), fptr(g.meta, posAt), fptr(g.meta, identAt)
+	o.do(o.b.gemmExperts(g.eg, ws.h, H, lw.expW[0], lw.expS[0], tiles, xrows, nt, MI, H))
+	o.do(o.b.gemmExperts(g.eu, ws.h, H, lw.expW[1], lw.expS[1], tiles, xrows, nt, MI, H))
+	o.do(o.b.siluMul(g.eg, g.eg, g.eu, P, MI, MI, MI, MI))
+	// The down projection reads pair i's own row of eg.
+	o.do(o.b.gemmExperts(g.ey, g.eg, MI, lw.expW[2], lw.expS[2], tiles, ident, nt, H, MI))
+	o.do(o.b.moeCombineRows(ws.mo, g.ey, ws.ewts, pos, M, K, H))
+}
+
+// allocGroup allocates the grouped MoE's buffers for M rows.
+func (ws *workspace) allocGroup(e *backend, b device, M int) error {
+	c := e.cfg
+	if !gemmOn || M < gemmMinRows || c.NRoutedExperts == 0 {
+		return nil
+	}
+	K := max(1, c.NumExpertsPerTok)
+	P := M * K
+	g := &ws.grp
+	g.maxTiles = P/kernels.GemmTileRows + c.NRoutedExperts + 1
+	for _, a := range []struct {
+		p *cuda.DevPtr
+		n int
+	}{{&g.meta, 3*g.maxTiles + 3*P}, {&g.eg, P * c.MoEIntermediateSize}, {&g.eu, P * c.MoEIntermediateSize}, {&g.ey, P * c.HiddenSize}} {
+		p, err := e.alloc(b, int64(4*max(1, a.n)))
+		if err != nil {
+			return err
+		}
+		*a.p = p
+	}
+	return nil
+}

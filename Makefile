@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/tilert-go/tilert/internal/buildinfo.Version=$(VERSION) 
            -X github.com/tilert-go/tilert/internal/buildinfo.Commit=$(COMMIT)
 DEMO    ?= .demo
 
-.PHONY: build test test-python test-vllm lint bench demo gpu-check clean
+.PHONY: build test test-python test-vllm lint bench demo gpu-check hf-bench clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) .
@@ -63,6 +63,13 @@ demo: build
 # Every GPU kernel and model check on an NVIDIA GPU (run on the H200).
 gpu-check:
 	./scripts/gpu-check.sh
+
+# HF transformers vs tilert on the deepseek-v3.2-moe checkpoint (GPU; scripts/README.md).
+HF_BENCH_DIR ?= .device/hf-bench
+hf-bench: build
+	mkdir -p $(HF_BENCH_DIR)
+	python3 scripts/hf_bench.py --tilert ./$(BIN) --preset deepseek-v3.2-moe --model-dir $(HF_BENCH_DIR)/ds-moe \
+	  --contexts 1024,8192 --tokens 32 --before 1024 --json $(HF_BENCH_DIR)/hf-bench.json
 
 clean:
 	rm -rf $(BIN) $(DEMO)

@@ -6,9 +6,9 @@
 // bf16, so the weights lose nothing; x is split into GT_SPLIT bf16 parts
 // (hi + mid + lo holds all 24 bits of a float32) and each part is multiplied
 // against the same weight fragment, so the product is the float32 GEMV's up
-// to summation order, not a bf16 GEMM's. FP8 partial sums are kept per
-// 128-wide K block and scaled into the total in float32 (the block scale
-// never touches a bf16), as DeepSeek's FP8 GEMM does.
+// to summation order, not a bf16 GEMM's. Partial sums over each 32-wide K
+// tile are scaled into a float32 total (the block scale never touches a
+// bf16), as DeepSeek's FP8 GEMM promotes its partials.
 //
 // Block tile 64 rows x 128 outputs (one scale row when N is 128-aligned)
 // x 32 K, 8 warps as 2 x 4, each warp 32 x 32 (2 x 4 mma tiles). The next
@@ -188,25 +188,26 @@ __device__ __forceinline__ void gemm_tc_tile(const void* __restrict__ W, const f
           u32 a0, a1, a2, a3;
           gt_ldmatrix_x4(gt_smem_addr(&As[s][(wm * 32 + i * 16 + a_row) * GT_LD + kk + a_col]), a0, a1, a2, a3);
 #pragma unroll
-          for (int j = 0; j < 4; j++) gt_mma(FP8 ? part[i][j] : acc[i][j], a0, a1, a2, a3, b[j][0], b[j][1]);
+          for (int j = 0; j < 4; j++) gt_mma(part[i][j], a0, a1, a2, a3, b[j][0], b[j][1]);
         }
       }
     }
-    if (FP8) {
-      // A 128-wide K block ends here (or K does): scale it into the total.
-      const int kend = (t + 1) * GT_BK;
-      if ((kend & 127) == 0 || t + 1 == nk) {
-        const float sc = __ldg(srow + ((t * GT_BK) >> 7));
+    // Promote every tile: the tensor cores' float32 accumulation truncates
+    // (the H200 run measured ~3e-5 relative error over K = 7168 when a bf16
+    // GEMM accumulated all of K in the MMA), so each 32-wide partial goes
+    // into the float32 total with an FMA (times the FP8 block scale, constant
+    // inside a 128-wide K block).
+    {
+      const float sc = FP8 ? __ldg(srow + ((t * GT_BK) >> 7)) : 1.0f;
 #pragma unroll
-        for (int i = 0; i < 2; i++)
+      for (int i = 0; i < 2; i++)
 #pragma unroll
-          for (int j = 0; j < 4; j++)
+        for (int j = 0; j < 4; j++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-              acc[i][j][c] = fmaf(part[i][j][c], sc, acc[i][j][c]);
-              part[i][j][c] = 0.0f;
-            }
-      }
+          for (int c = 0; c < 4; c++) {
+            acc[i][j][c] = fmaf(part[i][j][c], sc, acc[i][j][c]);
+            part[i][j][c] = 0.0f;
+          }
     }
   }
 

@@ -58,7 +58,8 @@ def tilert_bench(binary, model_dir, contexts, tokens, with_context, before):
         for L in contexts:
             js = os.path.join(tmp, f"prefill-{L}.json")
             _, wall = run_tilert(binary, ["bench", "decode", "--device", "cuda", "--model-dir", model_dir,
-                                          "--prompt-len", str(L), "--tokens", str(tokens), "--json", js])
+                                          "--prompt-len", str(L), "--tokens", str(tokens), "--json", js],
+                                 {"TILERT_GPU_GEMM": os.environ.get("TILERT_GPU_GEMM", "1")})
             with open(js) as f:
                 r = json.load(f)
             r["wall_s"] = wall
@@ -325,7 +326,8 @@ def main():
     ap.add_argument("--contexts", default="1024,8192")
     ap.add_argument("--tokens", type=int, default=32, help="decode steps timed per context")
     ap.add_argument("--no-context-bench", action="store_true", help="skip tilert bench decode --context")
-    ap.add_argument("--before", default="", help="contexts to also prefill with TILERT_GPU_GEMM=0 (the GEMV path)")
+    ap.add_argument("--before", default="", help="contexts to also prefill with TILERT_GPU_GEMM=0 (the GEMV path); "
+                    "the main runs take TILERT_GPU_GEMM from the environment, default 1 (tensor-core prefill)")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--settings", default="sdpa:eager,eager:eager,sdpa:grouped_mm",
                     help="HF attention:experts implementations to try; the fastest working one is used "

@@ -20,9 +20,14 @@ import (
 // products are float32's and exact mode keeps its float32 numerics;
 // TILERT_GPU_GEMM_SPLITS=2 trades 8 bits of x for a third less tensor work.
 //
-// TILERT_GPU_GEMM=0 keeps the GEMVs (and the per-row MoE) everywhere;
+// TILERT_GPU_GEMM=1 turns this on. It stays off by default until the engine
+// checks (make gpu-check) have passed with it on the H200: the first run
+// (docs/measured/h200-2026-12-01-prefill/run1) had the bf16 GEMM
+// accumulating all of K in the tensor cores, 3e-5 off, and two engine checks
+// failed on the tiny random models; the kernels now promote every K tile.
+// Off, prefill runs 4-row GEMVs over chunks of 32 rows as before.
 // TILERT_GPU_PREFILL_CHUNK sets the rows per prefill forward (default
-// defaultChunkLen; 32 was the chunk before the GEMMs).
+// defaultChunkLen with the GEMMs, 32 without).
 
 // gemmDevice is the GEMM part of device.
 type gemmDevice interface {
@@ -43,7 +48,7 @@ const (
 )
 
 var (
-	gemmOn     = os.Getenv("TILERT_GPU_GEMM") != "0"
+	gemmOn     = os.Getenv("TILERT_GPU_GEMM") == "1"
 	gemmSplits = envInt("TILERT_GPU_GEMM_SPLITS", 3)
 )
 

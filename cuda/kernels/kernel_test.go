@@ -637,6 +637,9 @@ func TestKernelIndexer(t *testing.T) {
 		}
 		record(t, "indexer_scores nq=2 H=64 T=300 paged", relMetric, relErr(gotV, ref), boundF32)
 		record(t, "indexer_scores_wide nq=2 H=64 T=300 paged", relMetric, relErr(gotWV, ref), boundF32)
+		if k.IndexerMMASupported() {
+			checkIndexerMMA(t, c, k, a, r)
+		}
 
 		// Top-k: ties (values on a coarse grid), a short row, long rows.
 		for _, cs := range []struct {
@@ -651,12 +654,21 @@ func TestKernelIndexer(t *testing.T) {
 			{"topk T=70 K=64", 1, 70, 64, nil, true},
 			{"topk T=131072 K=2048 ties, lens", 3, 131072, 2048, []int32{131072, 70000, 2000}, true},
 			{"topk T=131072 K=2048", 1, 131072, 2048, nil, false},
+			// Every key in one 12-bit bin (the radix kernel's candidates are
+			// the whole row), and every key equal.
+			{"topk T=20000 K=2048 narrow, lens", 2, 20000, 2048, []int32{20000, 9000}, false},
+			{"topk T=5000 K=2048 all equal", 1, 5000, 2048, nil, true},
 		} {
 			x := make([]float32, cs.rows*cs.T)
 			for i := range x {
-				if cs.ties {
+				switch {
+				case strings.Contains(cs.name, "narrow"):
+					x[i] = 1 + float32(r.IntN(1<<12))/(1<<22)
+				case strings.Contains(cs.name, "all equal"):
+					x[i] = 0.25
+				case cs.ties:
 					x[i] = float32(r.IntN(64)) / 8
-				} else {
+				default:
 					x[i] = float32(r.NormFloat64())
 				}
 			}
@@ -667,11 +679,16 @@ func TestKernelIndexer(t *testing.T) {
 			xp := a.up(x)
 			// TopKWide twice on one scratch: it must be left zeroed.
 			scratch := a.up(make([]byte, TopKWideScratchBytes(cs.rows)))
-			for _, v := range []string{"", " (wide)", " (wide, scratch reused)"} {
+			// TopKRadix likewise (its histogram must be left zeroed).
+			rscratch := a.up(make([]byte, TopKRadixScratchBytes(cs.rows, cs.T)))
+			for _, v := range []string{"", " (wide)", " (wide, scratch reused)", " (radix)", " (radix, scratch reused)"} {
 				op := a.poisoned(cs.rows * cs.K)
-				if v == "" {
+				switch {
+				case v == "":
 					chk(k.TopK(s, op, xp, lp, cs.rows, cs.T, cs.K, cs.T, cs.K))
-				} else {
+				case strings.Contains(v, "radix"):
+					chk(k.TopKRadix(s, op, xp, lp, rscratch, cs.rows, cs.T, cs.K, cs.T, cs.K))
+				default:
 					chk(k.TopKWide(s, op, xp, lp, scratch, cs.rows, cs.T, cs.K, cs.T, cs.K))
 				}
 				got := downI32(c, op, cs.rows*cs.K)

@@ -248,6 +248,56 @@ func TestKernelTiming(t *testing.T) {
 			us = medianUs(c, s, 10, 21, func() { chk(k.TopKWide(s, idx, out, lens, scratch, 1, T, 2048, T, 2048)) })
 			add("topk_wide T=65536 K=2048", float64(4*T+4*2048), us, "10 launches")
 		}
+		if k.IndexerMMASupported() {
+			// Tensor-core scores and the radix top-k at decode contexts,
+			// on pages of valid keys with ue8m0 scales and normal scores.
+			const H = 64
+			img := randIndexerCache(r, 64)
+			q, w := a.up(randF32(r, H*128, 1)), a.up(randF32(r, H, 1))
+			pos := a.up([]int32{100})
+			cosT, sinT := a.up(randF32(r, 128*32, 1)), a.up(randF32(r, 128*32, 1))
+			qh, wq := a.raw(IndexerQRowBytes), a.raw(4*IndexerQHeads)
+			us := medianUs(c, s, 20, 21, func() { chk(k.IndexerQPrep(s, qh, wq, q, w, pos, cosT, sinT, 1, H, 64, false, 0.011)) })
+			add("idx_q_prep H=64", float64(4*H*128+4*H+IndexerQRowBytes+4*IndexerQHeads), us, "rope+quant+scale in one")
+			for _, T := range []int{8192, 32768, 131072} {
+				nPages := T / 64
+				cache := a.raw(int64(nPages * IndexerPageBytes))
+				for p := 0; p < nPages; p += 64 {
+					chk(c.Upload(cache.Add(int64(p*IndexerPageBytes)), img))
+				}
+				lens := a.up([]int32{int32(T)})
+				out := a.raw(int64(4 * T))
+				kb := float64(nPages*IndexerPageBytes + 4*T)
+				us := medianUs(c, s, 10, 21, func() { chk(k.IndexerScoresMMA(s, out, qh, wq, cache, 0, lens, 1, T, T)) })
+				add(fmtName("indexer_scores_mma T=%d H=64", T), kb, us, "tensor cores")
+				if T == 131072 {
+					us = medianUs(c, s, 5, 11, func() { chk(k.IndexerScoresWide(s, out, q, w, cache, 0, lens, 1, H, T, T, 0.088)) })
+					add(fmtName("indexer_scores_wide T=%d H=64", T), kb, us, "float kernel, for comparison")
+				}
+				sc := a.up(randF32(r, T, 1))
+				idx := a.raw(4 * 2048)
+				scratch := a.up(make([]byte, TopKRadixScratchBytes(1, T)))
+				tb := float64(4*T + 4*2048)
+				us = medianUs(c, s, 10, 21, func() { chk(k.TopKRadix(s, idx, sc, lens, scratch, 1, T, 2048, T, 2048)) })
+				add(fmtName("topk_radix T=%d K=2048", T), tb, us, "3 launches")
+				us = medianUs(c, s, 10, 21, func() { chk(k.TopKWide(s, idx, sc, lens, scratch, 1, T, 2048, T, 2048)) })
+				add(fmtName("topk_wide T=%d K=2048", T), tb, us, "10 launches, for comparison")
+				if T == 8192 {
+					us = medianUs(c, s, 10, 21, func() { chk(k.TopK(s, idx, sc, lens, 1, T, 2048, T, 2048)) })
+					add(fmtName("topk T=%d K=2048", T), tb, us, "one block, for comparison")
+				}
+				M := 4
+				lensM := a.up([]int32{int32(T), int32(T - 100), int32(T / 2), int32(T - 7)})
+				outM := a.raw(int64(4 * M * T))
+				qhM, wqM := a.raw(int64(M*IndexerQRowBytes)), a.raw(int64(4*M*IndexerQHeads))
+				for i := range M {
+					chk(c.CopyDtoD(qhM.Add(int64(i*IndexerQRowBytes)), qh, IndexerQRowBytes, s))
+					chk(c.CopyDtoD(wqM.Add(int64(4*i*IndexerQHeads)), wq, 4*IndexerQHeads, s))
+				}
+				us = medianUs(c, s, 5, 11, func() { chk(k.IndexerScoresMMA(s, outM, qhM, wqM, cache, 0, lensM, M, T, T)) })
+				add(fmtName("indexer_scores_mma 4 rows T=%d", T), kb, us, "one launch, keys read by each row")
+			}
+		}
 		{
 			const H, nidx, T = 128, 2048, 65536
 			cache := a.raw(int64(T * MLATokenBytes))

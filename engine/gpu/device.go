@@ -45,8 +45,15 @@ type device interface {
 	// indexerScores reads the fp8 indexer pages, or (f32) the float32 key
 	// cache of exact mode.
 	indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error
-	// topK with scratch != 0 (kernels.TopKWideScratchBytes(rows), zeroed)
-	// spreads long rows over many blocks; the result is the same.
+	// indexerQPrep is RoPE, the fp8 ue8m0 quantisation and the head-weight
+	// scaling of the serving indexer query in one launch, into the layout
+	// indexerScoresQ reads (kernels.Set.IndexerQPrep).
+	indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H, rot int, interleaved bool, wscale float32) error
+	// indexerScoresQ scores the fp8 pages with indexerQPrep's query on the
+	// tensor cores (kernels.Set.IndexerScoresMMA).
+	indexerScoresQ(out, qh, wq, cache, lens cuda.DevPtr, nq, T, ldOut int) error
+	// topK with scratch != 0 (kernels.TopKRadixScratchBytes(rows, T),
+	// zeroed) spreads long rows over many blocks; the result is the same.
 	topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error
 	// mlaDecode reads an MLA cache of the given kind (fp8_ds_mla, bf16,
 	// float32); ws (kernels.MLAHeadsWorkspaceBytes(rows, H), or 0) is
@@ -215,7 +222,18 @@ func (b *cudaDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr,
 	return b.k.IndexerScores(b.s, out, q, w, cache, 0, lens, nq, H, T, ldOut, qkScale)
 }
 
+func (b *cudaDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H, rot int, interleaved bool, wscale float32) error {
+	return b.k.IndexerQPrep(b.s, qh, wq, q, w, pos, cos, sin, M, H, rot, interleaved, wscale)
+}
+
+func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens cuda.DevPtr, nq, T, ldOut int) error {
+	return b.k.IndexerScoresMMA(b.s, out, qh, wq, cache, 0, lens, nq, T, ldOut)
+}
+
 func (b *cudaDevice) topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	if scratch != 0 && T > K && topkRadixOn {
+		return b.k.TopKRadix(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
+	}
 	if scratch != 0 && T >= kernels.TopKWideMinT && topkWideOn {
 		return b.k.TopKWide(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
 	}
@@ -246,6 +264,16 @@ var mlaHeadsOn = os.Getenv("TILERT_GPU_MLA_HEADS") != "0"
 // indexer's top-k and the one-load-per-FMA indexer scores at long contexts
 // (comparisons; below kernels.TopKWideMinT keys they are always used).
 var topkWideOn = os.Getenv("TILERT_GPU_TOPK_WIDE") != "0"
+
+// topkRadixOn: TILERT_GPU_TOPK_RADIX=0 turns the three-launch radix top-k
+// off (then TILERT_GPU_TOPK_WIDE decides as before). The H200 run of
+// docs/measured/h200-2026-12-01-indexer measured it faster at every context.
+var topkRadixOn = os.Getenv("TILERT_GPU_TOPK_RADIX") != "0"
+
+// idxMMAOn: TILERT_GPU_IDX_MMA=0 keeps the serving indexer on RoPE,
+// quantisation and scaling as three launches and the float score kernels
+// instead of indexerQPrep and the tensor-core indexerScoresQ.
+var idxMMAOn = os.Getenv("TILERT_GPU_IDX_MMA") != "0"
 
 func (b *cudaDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error {
 	if scratch != 0 {

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"encoding/binary"
 	"math"
 	"slices"
 	"sort"
@@ -384,6 +385,81 @@ func (m *emuDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, 
 				}
 			}
 			o[t] = s
+		}
+	}
+	return nil
+}
+
+func (m *emuDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H, rot int, interleaved bool, wscale float32) error {
+	const D = kernels.IndexerHeadDim
+	if H > kernels.IndexerQHeads || rot > D {
+		return errors.Newf("emu indexer q prep: H=%d rot=%d", H, rot)
+	}
+	half := rot / 2
+	ps := m.i32(pos, M)
+	v := make([]float32, D)
+	for r := 0; r < M; r++ {
+		codes := m.mem(qh.Add(int64(r*kernels.IndexerQRowBytes)), kernels.IndexerQRowBytes)
+		wo := m.f32(wq.Add(int64(4*r*kernels.IndexerQHeads)), kernels.IndexerQHeads)
+		clear(codes)
+		clear(wo)
+		p := int(ps[r])
+		c := m.f32(cos.Add(int64(4*p*half)), half)
+		s := m.f32(sin.Add(int64(4*p*half)), half)
+		ws := m.f32(w.Add(int64(4*r*H)), H)
+		for h := 0; h < H; h++ {
+			copy(v, m.f32(q.Add(int64(4*(r*H+h)*D)), D))
+			if interleaved {
+				kern.ApplyInterleaved(v[:rot], c, s)
+			} else {
+				kern.ApplyHalf(v[:rot], c, s)
+			}
+			var amax float32
+			for _, x := range v {
+				amax = max(amax, float32(math.Abs(float64(x))))
+			}
+			sc := engine.UE8M0Ceil(max(amax, 1e-10) / 448)
+			for d, x := range v {
+				codes[kernels.IndexerQByte(h, d)] = numeric.Float32ToFP8E4M3(x / sc)
+			}
+			wo[h] = ws[h] * wscale * sc
+		}
+	}
+	return nil
+}
+
+func (m *emuDevice) indexerScoresQ(out, qh, wq, cache, lens cuda.DevPtr, nq, T, ldOut int) error {
+	const D, PB = kernels.IndexerHeadDim, kernels.IndexerPageBytes
+	ls := m.i32(lens, nq)
+	cb := m.mem(cache, (T+engine.BlockSize-1)/engine.BlockSize*PB)
+	q := make([]float32, kernels.IndexerQHeads*D)
+	k := make([]float32, D)
+	for i := 0; i < nq; i++ {
+		codes := m.mem(qh.Add(int64(i*kernels.IndexerQRowBytes)), kernels.IndexerQRowBytes)
+		for h := 0; h < kernels.IndexerQHeads; h++ {
+			for d := 0; d < D; d++ {
+				q[h*D+d] = numeric.FP8E4M3ToFloat32(codes[kernels.IndexerQByte(h, d)])
+			}
+		}
+		wi := m.f32(wq.Add(int64(4*i*kernels.IndexerQHeads)), kernels.IndexerQHeads)
+		o := m.f32(out.Add(int64(4*i*ldOut)), T)
+		for t := 0; t < T; t++ {
+			if t >= int(ls[i]) {
+				o[t] = float32(math.Inf(-1))
+				continue
+			}
+			pg := cb[t/engine.BlockSize*PB:]
+			tp := t % engine.BlockSize
+			for d := 0; d < D; d++ {
+				k[d] = numeric.FP8E4M3ToFloat32(pg[tp*D+d])
+			}
+			var s float32
+			for h := 0; h < kernels.IndexerQHeads; h++ {
+				if d := kern.Dot(q[h*D:(h+1)*D], k); d > 0 {
+					s += wi[h] * d
+				}
+			}
+			o[t] = s * math.Float32frombits(binary.LittleEndian.Uint32(pg[engine.BlockSize*D+4*tp:]))
 		}
 	}
 	return nil

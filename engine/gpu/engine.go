@@ -85,6 +85,22 @@ type backend struct {
 	graphs   *graphs // decode-step CUDA graphs (graph.go)
 }
 
+// idxQ says whether the serving indexer runs indexerQPrep and the
+// tensor-core scores: fp8 pages, 128-dimension heads, at most 64 of them, a
+// device that has the kernels (sm_89 and later; the emulator always), and
+// not turned off by TILERT_GPU_IDX_MMA=0.
+func (e *backend) idxQ() bool {
+	c := e.cfg
+	if !idxMMAOn || e.idxF32 || c.IndexNHeads > kernels.IndexerQHeads || c.IndexHeadDim != kernels.IndexerHeadDim ||
+		c.QKRopeHeadDim > kernels.IndexerHeadDim || c.QKRopeHeadDim%8 != 0 {
+		return false
+	}
+	if cr, ok := e.r.(*cudaRunner); ok {
+		return cr.info.CCMajor*10+cr.info.CCMinor >= 89
+	}
+	return true
+}
+
 // New opens GPU 0 and builds an engine with weights from src (see Open,
 // FromHF, FromConverted). Without a GPU the error is marked cuda.ErrNoGPU.
 func New(src Source, opts engine.Options) (*Engine, error) {

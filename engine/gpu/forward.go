@@ -73,13 +73,14 @@ type workspace struct {
 	qa, q, kva               cuda.DevPtr
 	qlat, qpe, olat, ao      cuda.DevPtr
 	iq, ik, iw, scores, topk cuda.DevPtr
+	iqh, iwq                 cuda.DevPtr // indexerQPrep's query codes [rows][kernels.IndexerQRowBytes] and weights [rows][64]
 	g, u                     cuda.DevPtr // [rows][max intermediate]
 	rlog, eidx, ewts         cuda.DevPtr
 	eg, eu, ey               cuda.DevPtr // [top-k][moe intermediate or hidden]
 	logits, tok              cuda.DevPtr
 	amax                     cuda.DevPtr // arg-max scratch (kernels.ArgmaxScratchBytes(maxRows))
 	mla                      cuda.DevPtr // split MLA partials (kernels.MLAHeadsWorkspaceBytes(maxRows, heads))
-	tkw                      cuda.DevPtr // wide top-k scratch (kernels.TopKWideScratchBytes(maxRows), zeroed)
+	tkw                      cuda.DevPtr // top-k scratch (kernels.TopKRadixScratchBytes(maxRows, ldScores), zeroed)
 	grp                      moeGroupWorkspace
 	ldScores                 int
 }
@@ -135,7 +136,11 @@ func newWorkspace(e *backend, b device) (*workspace, error) {
 	f(&ws.tok, M)
 	f(&ws.amax, int(kernels.ArgmaxScratchBytes(M)/4))
 	f(&ws.mla, int(kernels.MLAHeadsWorkspaceBytes(M, NH)/4))
-	f(&ws.tkw, int(kernels.TopKWideScratchBytes(M)/4))
+	f(&ws.tkw, int(kernels.TopKRadixScratchBytes(M, ws.ldScores)/4))
+	if e.idxQ() {
+		f(&ws.iqh, M*kernels.IndexerQRowBytes/4)
+		f(&ws.iwq, M*kernels.IndexerQHeads)
+	}
 	if err == nil {
 		err = ws.allocGroup(e, b, M)
 	}
@@ -404,21 +409,35 @@ func (f *fwd) indexer(lw *dlayer) {
 	for _, g := range f.groups {
 		o.do(o.b.idxCacheWrite(e.idxF32, g.s.buf.Add(e.idxOff[lw.Idx]), fptr(ws.ik, g.first*ID), fptr(f.pos, g.first), g.n, ID))
 	}
-	o.do(o.b.rope(ws.iq, f.pos, e.ropeCos, e.ropeSin, M*IH, IH, ID, 0, P, c.IndexerRopeInterleave))
-	if !e.idxF32 {
-		// Serving: vLLM quantises the indexer query to fp8 with
-		// power-of-two scales; exact mode scores the float32 query.
-		o.do(o.b.quantUE8M0(ws.iq, M*IH*ID))
-	}
-	o.do(o.b.scale(ws.iw, float32(math.Pow(float64(IH), -0.5)), M*IH))
 	sm := float32(c.IndexerSoftmaxScale())
+	hs := float32(math.Pow(float64(IH), -0.5))
+	useQ := e.idxQ()
+	if useQ {
+		// Serving on the tensor cores: RoPE, vLLM's fp8 ue8m0 quantisation
+		// of the query and the head-weight scale (with the softmax scale
+		// folded in) in one launch.
+		o.do(o.b.indexerQPrep(ws.iqh, ws.iwq, ws.iq, ws.iw, f.pos, e.ropeCos, e.ropeSin, M, IH, P, c.IndexerRopeInterleave, hs*sm))
+	} else {
+		o.do(o.b.rope(ws.iq, f.pos, e.ropeCos, e.ropeSin, M*IH, IH, ID, 0, P, c.IndexerRopeInterleave))
+		if !e.idxF32 {
+			// Serving: vLLM quantises the indexer query to fp8 with
+			// power-of-two scales; exact mode scores the float32 query.
+			o.do(o.b.quantUE8M0(ws.iq, M*IH*ID))
+		}
+		o.do(o.b.scale(ws.iw, hs, M*IH))
+	}
 	for _, g := range f.groups {
 		// T is the length bucket, not maxLen: both kernels stop at each
 		// row's lens (scores past it are -inf and never read), so the
 		// launch stays the same, and a step's graph valid, as the
 		// sequence grows inside the bucket.
 		T := lenBucket(g.maxLen, ws.ldScores)
-		if g.maxLen > TK {
+		switch {
+		case g.maxLen <= TK:
+		case useQ:
+			o.do(o.b.indexerScoresQ(fptr(ws.scores, g.first*ws.ldScores), ws.iqh.Add(int64(g.first*kernels.IndexerQRowBytes)),
+				fptr(ws.iwq, g.first*kernels.IndexerQHeads), g.s.buf.Add(e.idxOff[lw.Idx]), fptr(f.lens, g.first), g.n, T, ws.ldScores))
+		default:
 			o.do(o.b.indexerScores(e.idxF32, fptr(ws.scores, g.first*ws.ldScores), fptr(ws.iq, g.first*IH*ID), fptr(ws.iw, g.first*IH),
 				g.s.buf.Add(e.idxOff[lw.Idx]), fptr(f.lens, g.first), g.n, IH, T, ws.ldScores, sm))
 		}

@@ -281,6 +281,18 @@ func (gb *graphDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPt
 	}, kb(f32), ku(out), ku(q), ku(w), ku(cache), ku(lens), ki(nq), ki(H), ki(T), ki(ldOut), kf(qkScale))
 }
 
+func (gb *graphDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H, rot int, interleaved bool, wscale float32) error {
+	return gb.rec("indexerQPrep", int64(4*M*H*(kernels.IndexerHeadDim+1)+M*kernels.IndexerQRowBytes), func(b device) error {
+		return b.indexerQPrep(qh, wq, q, w, pos, cos, sin, M, H, rot, interleaved, wscale)
+	}, ku(qh), ku(wq), ku(q), ku(w), ku(pos), ku(cos), ku(sin), ki(M), ki(H), ki(rot), kb(interleaved), kf(wscale))
+}
+
+func (gb *graphDevice) indexerScoresQ(out, qh, wq, cache, lens cuda.DevPtr, nq, T, ldOut int) error {
+	return gb.rec("indexerScoresQ", int64(T)*(kernels.IndexerPageBytes/64), func(b device) error {
+		return b.indexerScoresQ(out, qh, wq, cache, lens, nq, T, ldOut)
+	}, ku(out), ku(qh), ku(wq), ku(cache), ku(lens), ki(nq), ki(T), ki(ldOut))
+}
+
 func (gb *graphDevice) topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
 	return gb.rec("topK", int64(4*rows*K), func(b device) error { return b.topK(out, scores, lens, scratch, rows, T, K, ld, ldOut) },
 		ku(out), ku(scores), ku(lens), ku(scratch), ki(rows), ki(T), ki(K), ki(ld), ki(ldOut))

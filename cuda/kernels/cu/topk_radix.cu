@@ -1,0 +1,209 @@
+// Top-k of long rows in three launches (topk_rows' semantics: the K largest
+// of row[0..n), n = min(lens[row], T), ascending indices, ties at the
+// threshold to the lower indices; n <= K: 0..n-1 then -1):
+//   topk_radix_hist  many blocks per row: histogram of the top 12 bits of the
+//                    order-preserving key (4096 bins) into the row's scratch;
+//   topk_radix_mark  many blocks per row: find the bin b holding the K-th
+//                    largest key, write two bitmaps over the row: "sure"
+//                    (bin > b, all selected) and "candidate" (bin == b);
+//   topk_radix_final one block per row: two 10-bit radix passes over the
+//                    candidates alone give the exact threshold key and how
+//                    many keys equal to it to take, then one ordered sweep
+//                    over the bitmaps writes the selection; it zeroes the
+//                    histogram again.
+// Scratch per row (after TopKWide's region, so both can share one buffer):
+// hist (4096 u32, zeroed before the first use and left zeroed), then the
+// two bitmaps (cdiv(T, 32) u32 each, written before they are read).
+
+#define TKR_BINS 4096
+#define TKR_SHIFT 20
+
+// The bin b (of h, TKR_BINS counts in global memory) holding the K-th
+// largest key, and the count of keys in bins above it. Every thread of the
+// block (256 or 1024 threads, a multiple of 32) gets the result.
+__device__ __forceinline__ void tkr_find_bin(const u32* h, int K, int* shs, int* sres, int* bin, int* above) {
+  const int nt = blockDim.x, per = TKR_BINS / nt, tid = threadIdx.x;
+  // Thread tid owns the per bins of rank tid from the top.
+  const int hi = TKR_BINS - 1 - tid * per;
+  u32 cnt[16];
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < 16; i++)
+    if (i < per) {
+      cnt[i] = h[hi - i];
+      sum += (int)cnt[i];
+    }
+  int tot;
+  int cum = block_excl_scan(sum, shs, &tot);  // keys in the bins above mine
+  if (cum < K && cum + sum >= K) {
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+      if (i < per) {
+        if (cum + (int)cnt[i] >= K) {
+          sres[0] = hi - i;
+          sres[1] = cum;
+          break;
+        }
+        cum += (int)cnt[i];
+      }
+  }
+  __syncthreads();
+  *bin = sres[0];
+  *above = sres[1];
+  __syncthreads();
+}
+
+__device__ __forceinline__ int tkr_n(const int* lens, int row, int T) {
+  int n = T;
+  if (lens && lens[row] < n) n = lens[row];
+  return n;
+}
+
+// grid (nb, rows), 256 threads; chunk a multiple of 256.
+extern "C" __global__ void __launch_bounds__(256) topk_radix_hist(const float* __restrict__ scores, int ld,
+                                                                  const int* __restrict__ lens, int T, int K,
+                                                                  int chunk, u32* hist) {
+  __shared__ u32 sh[TKR_BINS];
+  const int row = blockIdx.y, tid = threadIdx.x;
+  const int n = tkr_n(lens, row, T);
+  if (n <= K) return;
+  const int start = blockIdx.x * chunk, end = min(n, start + chunk);
+  if (start >= end) return;
+  for (int i = tid; i < TKR_BINS; i += 256) sh[i] = 0;
+  __syncthreads();
+  const float* x = scores + (size_t)row * ld;
+  for (int i = start + tid; i < end; i += 256) atomicAdd(&sh[float_key(x[i]) >> TKR_SHIFT], 1u);
+  __syncthreads();
+  u32* gh = hist + (size_t)row * TKR_BINS;
+  for (int i = tid; i < TKR_BINS; i += 256)
+    if (sh[i]) atomicAdd(&gh[i], sh[i]);
+}
+
+// grid (nb, rows), 256 threads; chunk a multiple of 256 (whole bitmap words).
+extern "C" __global__ void __launch_bounds__(256) topk_radix_mark(const float* __restrict__ scores, int ld,
+                                                                  const int* __restrict__ lens, int T, int K,
+                                                                  int chunk, const u32* __restrict__ hist, u32* sure,
+                                                                  u32* cand, int ldw) {
+  __shared__ int shs[32];
+  __shared__ int sres[2];
+  const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
+  const int n = tkr_n(lens, row, T);
+  if (n <= K) return;
+  const int start = blockIdx.x * chunk, end = min(n, start + chunk);
+  if (start >= end) return;
+  int b, above;
+  tkr_find_bin(hist + (size_t)row * TKR_BINS, K, shs, sres, &b, &above);
+  const float* x = scores + (size_t)row * ld;
+  u32* sw = sure + (size_t)row * ldw;
+  u32* cw = cand + (size_t)row * ldw;
+  for (int base = start; base < end; base += 256) {
+    const int i = base + tid;
+    const int kb = i < end ? (int)(float_key(x[i]) >> TKR_SHIFT) : -1;
+    const u32 s = __ballot_sync(0xffffffffu, kb > b);
+    const u32 cm = __ballot_sync(0xffffffffu, kb == b);
+    if (lane == 0 && i < end) {
+      sw[i >> 5] = s;
+      cw[i >> 5] = cm;
+    }
+  }
+}
+
+// One block of 1024 threads per row. smem: 1024 bins + scan scratch.
+extern "C" __global__ void __launch_bounds__(1024) topk_radix_final(const float* __restrict__ scores, int ld,
+                                                                    const int* __restrict__ lens, int T, int K,
+                                                                    u32* hist, const u32* __restrict__ sure,
+                                                                    const u32* __restrict__ cand, int ldw, int* out,
+                                                                    int ld_out) {
+  __shared__ u32 h[1024];
+  __shared__ int shs[32];
+  __shared__ int sres[2];
+  const int row = blockIdx.x, tid = threadIdx.x;
+  const int n = tkr_n(lens, row, T);
+  int* o = out + (size_t)row * ld_out;
+  u32* gh = hist + (size_t)row * TKR_BINS;
+  if (n <= K) {
+    for (int j = tid; j < K; j += blockDim.x) o[j] = j < n ? j : -1;
+    for (int i = tid; i < TKR_BINS; i += blockDim.x) gh[i] = 0;  // a longer row of the group may have filled it
+    return;
+  }
+  int b, above;
+  tkr_find_bin(gh, K, shs, sres, &b, &above);
+  for (int i = tid; i < TKR_BINS; i += blockDim.x) gh[i] = 0;  // read above (barrier inside tkr_find_bin)
+  const float* x = scores + (size_t)row * ld;
+  const u32* sw = sure + (size_t)row * ldw;
+  const u32* cw = cand + (size_t)row * ldw;
+  const int nw = (n + 31) >> 5;
+  u32 prefix = (u32)b << TKR_SHIFT, mask = 0xfffu << TKR_SHIFT;
+  int rem = K - above;  // keys still to take from the candidates
+  for (int shift = 10; shift >= 0; shift -= 10) {
+    h[tid] = 0;
+    __syncthreads();
+    for (int w = tid; w < nw; w += 1024) {
+      u32 m = cw[w];
+      while (m) {
+        const int bit = __ffs(m) - 1;
+        m &= m - 1;
+        const u32 k = float_key(x[(w << 5) + bit]);
+        if ((k & mask) == prefix) atomicAdd(&h[(k >> shift) & 1023u], 1u);
+      }
+    }
+    __syncthreads();
+    // Digit from the top: thread tid owns digit 1023 - tid.
+    const int dg = 1023 - tid;
+    const int cntd = (int)h[dg];
+    int tot;
+    const int cum = block_excl_scan(cntd, shs, &tot);
+    if (cum < rem && cum + cntd >= rem) {
+      sres[0] = dg;
+      sres[1] = rem - cum;
+    }
+    __syncthreads();
+    prefix |= (u32)sres[0] << shift;
+    mask |= 1023u << shift;
+    rem = sres[1];
+    __syncthreads();
+  }
+  // prefix is the K-th largest key; take every key above it and the first
+  // rem equal ones. Each thread owns a run of whole words, in order.
+  const int per = (nw + 1023) >> 10, w0 = min(nw, tid * per), w1 = min(nw, w0 + per);
+  const u32 thr = prefix;
+  int nsel = 0, neq = 0;
+  for (int w = w0; w < w1; w++) {
+    u32 s = sw[w], e = 0, m = cw[w];
+    while (m) {
+      const int bit = __ffs(m) - 1;
+      m &= m - 1;
+      const u32 k = float_key(x[(w << 5) + bit]);
+      if (k > thr) s |= 1u << bit;
+      if (k == thr) e |= 1u << bit;
+    }
+    nsel += __popc(s);
+    neq += __popc(e);
+  }
+  int tot;
+  const int sel_before = block_excl_scan(nsel, shs, &tot);
+  int eq_before = block_excl_scan(neq, shs, &tot);
+  int pos = sel_before + min(eq_before, rem);
+  for (int w = w0; w < w1; w++) {
+    u32 s = sw[w], e = 0, m = cw[w];
+    while (m) {
+      const int bit = __ffs(m) - 1;
+      m &= m - 1;
+      const u32 k = float_key(x[(w << 5) + bit]);
+      if (k > thr) s |= 1u << bit;
+      if (k == thr) e |= 1u << bit;
+    }
+    u32 all = s | e;
+    while (all) {
+      const int bit = __ffs(all) - 1;
+      const u32 bm = 1u << bit;
+      all &= all - 1;
+      if (s & bm) {
+        o[pos++] = (w << 5) + bit;
+      } else {
+        if (eq_before < rem) o[pos++] = (w << 5) + bit;
+        eq_before++;
+      }
+    }
+  }
+}

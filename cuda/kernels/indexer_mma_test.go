@@ -62,14 +62,14 @@ func checkIndexerMMA(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand)
 	cp, sp := a.up(cosT), a.up(sinT)
 	for _, cs := range []struct {
 		name        string
-		H, T        int
+		H, T, K     int
 		lens        []int32
 		interleaved bool
 		paged       bool
 	}{
-		{"H=64 T=1000 paged", 64, 1000, []int32{1000, 963, 100}, false, true},
-		{"H=20 T=300 interleaved", 20, 300, []int32{300, 17}, true, false},
-		{"H=64 T=65836", 64, 65836, []int32{65836}, false, false},
+		{"H=64 T=1000 paged", 64, 1000, 256, []int32{1000, 963, 100}, false, true},
+		{"H=20 T=300 interleaved", 20, 300, 64, []int32{300, 17}, true, false},
+		{"H=64 T=65836", 64, 65836, 2048, []int32{65836}, false, false},
 	} {
 		M := len(cs.lens)
 		q := randF32(r, M*cs.H*D, 1)
@@ -124,8 +124,36 @@ func checkIndexerMMA(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand)
 		}
 		ldOut := cs.T + 3
 		op := a.poisoned(M * ldOut)
-		chk(k.IndexerScoresMMA(s, op, qhp, wqp, a.up(cache), btp, a.up(cs.lens), M, cs.T, ldOut))
+		cp8, lp := a.up(cache), a.up(cs.lens)
+		chk(k.IndexerScoresMMA(s, op, qhp, wqp, cp8, btp, lp, 0, M, cs.T, ldOut))
 		got := downF32(c, op, M*ldOut)
+		// Fused: the same scores while building the radix top-k's
+		// histogram, then TopKRadixAfterHist (twice on one scratch).
+		scratch := a.up(make([]byte, TopKRadixScratchBytes(M, cs.T)))
+		for rep := range 2 {
+			opf := a.poisoned(M * ldOut)
+			chk(k.IndexerScoresMMA(s, opf, qhp, wqp, cp8, btp, lp, TopKRadixHist(scratch), M, cs.T, ldOut))
+			gotF := downF32(c, opf, M*ldOut)
+			bad := 0
+			for i := range M * ldOut {
+				if i%ldOut < cs.T && math.Float32bits(gotF[i]) != math.Float32bits(got[i]) {
+					bad++
+				}
+			}
+			sel := a.poisoned(M * cs.K)
+			chk(k.TopKRadixAfterHist(s, sel, opf, lp, scratch, M, cs.T, cs.K, ldOut, cs.K))
+			gotSel := downI32(c, sel, M*cs.K)
+			for m := range M {
+				want := refTopK(gotF[m*ldOut:m*ldOut+cs.T], int(cs.lens[m]), cs.K)
+				for j := range cs.K {
+					if gotSel[m*cs.K+j] != want[j] {
+						bad++
+					}
+				}
+			}
+			record(t, fmtName("indexer_scores_mma+hist, topk_radix after hist K=%d %s (call %d)", cs.K, cs.name, rep+1),
+				"mismatched scores/indices", float64(bad), 0)
+		}
 		var gotV []float32
 		var ref []float64
 		qdeq := make([]float64, M*cs.H*D)

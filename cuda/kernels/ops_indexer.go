@@ -68,8 +68,9 @@ func indexerMMABlocks(sms, nq, T int) int {
 // IndexerScoresMMA is IndexerScores over the fp8 pages (same output, float32
 // sums in another order) with the query from IndexerQPrep: qh
 // [nq][IndexerQRowBytes], wq [nq][IndexerQHeads] (H^-0.5 and qkScale folded
-// in there).
-func (k *Set) IndexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, lens cuda.DevPtr, nq, T, ldOut int) error {
+// in there). hist != 0 (TopKRadixHist of a TopKRadix scratch for nq rows):
+// also build TopKRadix's histogram of the scores, for TopKRadixAfterHist.
+func (k *Set) IndexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
 	if nq <= 0 || T <= 0 || ldOut < T {
 		return errors.Newf("indexer mma: nq=%d T=%d ldOut=%d", nq, T, ldOut)
 	}
@@ -78,5 +79,5 @@ func (k *Set) IndexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, le
 		return errors.WithHint(errors.Newf("indexer mma: device %s is below sm_89", i.Arch()), "use IndexerScores (TILERT_GPU_IDX_MMA=0)")
 	}
 	nbx := indexerMMABlocks(k.c.Info().SMs, nq, T)
-	return k.launch("indexer_scores_mma", cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cache, blockTable, lens, out, T, ldOut)
+	return k.launch("indexer_scores_mma", cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
 }

@@ -80,48 +80,76 @@ func (k *Set) IndexerScoresWide(s cuda.Stream, out, q, w, cache, blockTable, len
 	return k.c.Launch(f, cuda.D3(cdiv(T, IndexerPageTokens), nq, 1), cuda.D1(256), indexerWideSmemBytes, s, q, w, cache, blockTable, lens, out, H, T, ldOut, qkScale)
 }
 
-// Radix top-k (cu/topk_radix.cu): TopK's results in three launches, the
+// Radix top-k (cu/topk_radix.cu): TopK's results in two launches, the
 // scan of the row spread over many blocks and only the keys of the
-// threshold's 12-bit bin refined by one block.
+// threshold's 12-bit bin refined, by the last block of the row to finish.
 const topkRadixBins = 4096
 
-// TopKRadixScratchBytes is the scratch TopKRadix needs for rows rows of up
-// to T scores. It starts with TopKWide's region, so one buffer of this size
-// serves both.
-func TopKRadixScratchBytes(rows, T int) int64 {
-	return TopKWideScratchBytes(rows) + int64(rows)*int64(topkRadixBins+2*cdiv(T, 32))*4
+// topkRadixLayout is the scratch layout for rows rows of up to T scores:
+// histograms, counters, then the two bitmaps; it returns their offsets and
+// the total bytes.
+func topkRadixLayout(rows, T int) (cnt, sure, cand, ldw int, total int64) {
+	ldw = cdiv(T, 32)
+	cnt = rows * topkRadixBins * 4
+	sure = cnt + rows*4
+	cand = sure + rows*ldw*4
+	return cnt, sure, cand, ldw, int64(cand + rows*ldw*4)
 }
 
-// topkRadixPlan splits T scores into nb chunks of whole 256-key tiles (at
-// least 1024 keys each) so that all rows together make about two blocks per
-// SM.
+// TopKRadixScratchBytes is the scratch TopKRadix needs for rows rows of up
+// to T scores; at least TopKWideScratchBytes(rows), so one buffer of this
+// size serves either (one of them per buffer: each leaves the buffer as its
+// own next call needs it).
+func TopKRadixScratchBytes(rows, T int) int64 {
+	_, _, _, _, n := topkRadixLayout(rows, T)
+	return max(n, TopKWideScratchBytes(rows))
+}
+
+// TopKRadixHist is the histogram in a TopKRadix scratch that
+// IndexerScoresMMA fills for TopKRadixAfterHist.
+func TopKRadixHist(scratch cuda.DevPtr) cuda.DevPtr { return scratch }
+
+// topkRadixPlan splits T scores into nb chunks of whole 1024-key tiles so
+// that all rows together make about two blocks per SM.
 func topkRadixPlan(sms, rows, T int) (nb, chunk int) {
 	target := max(1, 2*max(1, sms)/rows)
-	chunk = max(1024, cdiv(cdiv(T, target), 256)*256)
+	chunk = cdiv(cdiv(T, target), 1024) * 1024
 	return cdiv(T, chunk), chunk
 }
 
-// TopKRadix is TopK (same arguments, same output) in three launches: a
-// 12-bit histogram of the order-preserving keys and a bitmap of the keys
-// above / inside the threshold's bin, both over many blocks, then one block
-// per row refines the threshold among the bin's keys and writes the
-// selection in index order. scratch holds TopKRadixScratchBytes(rows, T)
-// bytes, zeroed before its first use and left zeroed where it must be
-// (graph replay safe), used by one call at a time.
-func (k *Set) TopKRadix(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+func topkRadixCheck(rows, T, K, ld, ldOut int, scratch cuda.DevPtr) error {
 	if rows <= 0 || T <= 0 || K <= 0 || ld < T || ldOut < K || scratch == 0 {
 		return errors.Newf("topk radix: rows=%d T=%d K=%d ld=%d ldOut=%d scratch=%#x", rows, T, K, ld, ldOut, uint64(scratch))
 	}
-	ldw := cdiv(T, 32)
-	hist := scratch.Add(TopKWideScratchBytes(rows))
-	sure := hist.Add(int64(rows * topkRadixBins * 4))
-	cand := sure.Add(int64(rows * ldw * 4))
+	return nil
+}
+
+// TopKRadix is TopK (same arguments, same output) in two launches: a
+// 12-bit histogram of the order-preserving keys over many blocks, then
+// bitmaps of the keys above / inside the threshold's bin over many blocks,
+// the last of which refines the threshold among that bin's keys and writes
+// the selection in index order. scratch holds TopKRadixScratchBytes(rows,
+// T) bytes, zeroed before its first use and left zeroed (graph replay
+// safe), used by one call at a time.
+func (k *Set) TopKRadix(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	if err := topkRadixCheck(rows, T, K, ld, ldOut, scratch); err != nil {
+		return err
+	}
 	nb, chunk := topkRadixPlan(k.c.Info().SMs, rows, T)
-	if err := k.launch("topk_radix_hist", cuda.D3(nb, rows, 1), cuda.D1(256), 0, s, scores, ld, lens, T, K, chunk, hist); err != nil {
+	if err := k.launch("topk_radix_hist", cuda.D3(nb, rows, 1), cuda.D1(256), 0, s, scores, ld, lens, T, K, chunk, TopKRadixHist(scratch)); err != nil {
 		return err
 	}
-	if err := k.launch("topk_radix_mark", cuda.D3(nb, rows, 1), cuda.D1(256), 0, s, scores, ld, lens, T, K, chunk, hist, sure, cand, ldw); err != nil {
+	return k.TopKRadixAfterHist(s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
+}
+
+// TopKRadixAfterHist is TopKRadix's second launch, for scores whose
+// histogram IndexerScoresMMA already built in scratch.
+func (k *Set) TopKRadixAfterHist(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	if err := topkRadixCheck(rows, T, K, ld, ldOut, scratch); err != nil {
 		return err
 	}
-	return k.launch("topk_radix_final", cuda.D1(rows), cuda.D1(1024), 0, s, scores, ld, lens, T, K, hist, sure, cand, ldw, out, ldOut)
+	cnt, sure, cand, ldw, _ := topkRadixLayout(rows, T)
+	nb, chunk := topkRadixPlan(k.c.Info().SMs, rows, T)
+	return k.launch("topk_radix_mark", cuda.D3(nb, rows, 1), cuda.D1(1024), 0, s, scores, ld, lens, T, K, chunk,
+		TopKRadixHist(scratch), scratch.Add(int64(cnt)), scratch.Add(int64(sure)), scratch.Add(int64(cand)), ldw, out, ldOut)
 }

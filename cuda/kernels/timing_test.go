@@ -268,7 +268,7 @@ func TestKernelTiming(t *testing.T) {
 				lens := a.up([]int32{int32(T)})
 				out := a.raw(int64(4 * T))
 				kb := float64(nPages*IndexerPageBytes + 4*T)
-				us := medianUs(c, s, 10, 21, func() { chk(k.IndexerScoresMMA(s, out, qh, wq, cache, 0, lens, 1, T, T)) })
+				us := medianUs(c, s, 10, 21, func() { chk(k.IndexerScoresMMA(s, out, qh, wq, cache, 0, lens, 0, 1, T, T)) })
 				add(fmtName("indexer_scores_mma T=%d H=64", T), kb, us, "tensor cores")
 				if T == 131072 {
 					us = medianUs(c, s, 5, 11, func() { chk(k.IndexerScoresWide(s, out, q, w, cache, 0, lens, 1, H, T, T, 0.088)) })
@@ -279,7 +279,12 @@ func TestKernelTiming(t *testing.T) {
 				scratch := a.up(make([]byte, TopKRadixScratchBytes(1, T)))
 				tb := float64(4*T + 4*2048)
 				us = medianUs(c, s, 10, 21, func() { chk(k.TopKRadix(s, idx, sc, lens, scratch, 1, T, 2048, T, 2048)) })
-				add(fmtName("topk_radix T=%d K=2048", T), tb, us, "3 launches")
+				add(fmtName("topk_radix T=%d K=2048", T), tb, us, "2 launches")
+				us = medianUs(c, s, 10, 21, func() {
+					chk(k.IndexerScoresMMA(s, out, qh, wq, cache, 0, lens, TopKRadixHist(scratch), 1, T, T))
+					chk(k.TopKRadixAfterHist(s, idx, out, lens, scratch, 1, T, 2048, T, 2048))
+				})
+				add(fmtName("indexer_scores_mma+hist, topk_radix after hist T=%d", T), kb, us, "the engine's scores + top-k, 2 launches")
 				us = medianUs(c, s, 10, 21, func() { chk(k.TopKWide(s, idx, sc, lens, scratch, 1, T, 2048, T, 2048)) })
 				add(fmtName("topk_wide T=%d K=2048", T), tb, us, "10 launches, for comparison")
 				if T == 8192 {
@@ -294,7 +299,7 @@ func TestKernelTiming(t *testing.T) {
 					chk(c.CopyDtoD(qhM.Add(int64(i*IndexerQRowBytes)), qh, IndexerQRowBytes, s))
 					chk(c.CopyDtoD(wqM.Add(int64(4*i*IndexerQHeads)), wq, 4*IndexerQHeads, s))
 				}
-				us = medianUs(c, s, 5, 11, func() { chk(k.IndexerScoresMMA(s, outM, qhM, wqM, cache, 0, lensM, M, T, T)) })
+				us = medianUs(c, s, 5, 11, func() { chk(k.IndexerScoresMMA(s, outM, qhM, wqM, cache, 0, lensM, 0, M, T, T)) })
 				add(fmtName("indexer_scores_mma 4 rows T=%d", T), kb, us, "one launch, keys read by each row")
 			}
 		}

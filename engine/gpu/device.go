@@ -50,8 +50,12 @@ type device interface {
 	// indexerScoresQ reads (kernels.Set.IndexerQPrep).
 	indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H, rot int, interleaved bool, wscale float32) error
 	// indexerScoresQ scores the fp8 pages with indexerQPrep's query on the
-	// tensor cores (kernels.Set.IndexerScoresMMA).
-	indexerScoresQ(out, qh, wq, cache, lens cuda.DevPtr, nq, T, ldOut int) error
+	// tensor cores (kernels.Set.IndexerScoresMMA); hist != 0 (a top-k
+	// scratch) also builds the radix top-k's histogram for topKAfterHist.
+	indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error
+	// topKAfterHist is topK of scores that indexerScoresQ scored with
+	// hist = scratch.
+	topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error
 	// topK with scratch != 0 (kernels.TopKRadixScratchBytes(rows, T),
 	// zeroed) spreads long rows over many blocks; the result is the same.
 	topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error
@@ -226,8 +230,12 @@ func (b *cudaDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H,
 	return b.k.IndexerQPrep(b.s, qh, wq, q, w, pos, cos, sin, M, H, rot, interleaved, wscale)
 }
 
-func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens cuda.DevPtr, nq, T, ldOut int) error {
-	return b.k.IndexerScoresMMA(b.s, out, qh, wq, cache, 0, lens, nq, T, ldOut)
+func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
+	return b.k.IndexerScoresMMA(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
+}
+
+func (b *cudaDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	return b.k.TopKRadixAfterHist(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
 }
 
 func (b *cudaDevice) topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {

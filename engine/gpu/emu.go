@@ -428,7 +428,12 @@ func (m *emuDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H, 
 	return nil
 }
 
-func (m *emuDevice) indexerScoresQ(out, qh, wq, cache, lens cuda.DevPtr, nq, T, ldOut int) error {
+// topKAfterHist is topK: the emulator keeps no histogram.
+func (m *emuDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	return m.topK(out, scores, lens, scratch, rows, T, K, ld, ldOut)
+}
+
+func (m *emuDevice) indexerScoresQ(out, qh, wq, cache, lens, _ cuda.DevPtr, nq, T, ldOut int) error {
 	const D, PB = kernels.IndexerHeadDim, kernels.IndexerPageBytes
 	ls := m.i32(lens, nq)
 	cb := m.mem(cache, (T+engine.BlockSize-1)/engine.BlockSize*PB)

@@ -432,19 +432,31 @@ func (f *fwd) indexer(lw *dlayer) {
 		// launch stays the same, and a step's graph valid, as the
 		// sequence grows inside the bucket.
 		T := lenBucket(g.maxLen, ws.ldScores)
+		scores, lens, sel := fptr(ws.scores, g.first*ws.ldScores), fptr(f.lens, g.first), fptr(ws.topk, g.first*TK)
 		switch {
 		case g.maxLen <= TK:
+			// Every row at <= index_topk positions: the top-k kernel
+			// writes 0..pos without reading the scores.
+			o.do(o.b.topK(sel, scores, lens, ws.tkw, g.n, T, TK, ws.ldScores, TK))
 		case useQ:
-			o.do(o.b.indexerScoresQ(fptr(ws.scores, g.first*ws.ldScores), ws.iqh.Add(int64(g.first*kernels.IndexerQRowBytes)),
-				fptr(ws.iwq, g.first*kernels.IndexerQHeads), g.s.buf.Add(e.idxOff[lw.Idx]), fptr(f.lens, g.first), g.n, T, ws.ldScores))
+			// The scores kernel also builds the radix top-k's histogram
+			// (unless that top-k is turned off).
+			hist := cuda.DevPtr(0)
+			if topkRadixOn {
+				hist = kernels.TopKRadixHist(ws.tkw)
+			}
+			o.do(o.b.indexerScoresQ(scores, ws.iqh.Add(int64(g.first*kernels.IndexerQRowBytes)),
+				fptr(ws.iwq, g.first*kernels.IndexerQHeads), g.s.buf.Add(e.idxOff[lw.Idx]), lens, hist, g.n, T, ws.ldScores))
+			if hist != 0 {
+				o.do(o.b.topKAfterHist(sel, scores, lens, ws.tkw, g.n, T, TK, ws.ldScores, TK))
+			} else {
+				o.do(o.b.topK(sel, scores, lens, ws.tkw, g.n, T, TK, ws.ldScores, TK))
+			}
 		default:
-			o.do(o.b.indexerScores(e.idxF32, fptr(ws.scores, g.first*ws.ldScores), fptr(ws.iq, g.first*IH*ID), fptr(ws.iw, g.first*IH),
-				g.s.buf.Add(e.idxOff[lw.Idx]), fptr(f.lens, g.first), g.n, IH, T, ws.ldScores, sm))
+			o.do(o.b.indexerScores(e.idxF32, scores, fptr(ws.iq, g.first*IH*ID), fptr(ws.iw, g.first*IH),
+				g.s.buf.Add(e.idxOff[lw.Idx]), lens, g.n, IH, T, ws.ldScores, sm))
+			o.do(o.b.topK(sel, scores, lens, ws.tkw, g.n, T, TK, ws.ldScores, TK))
 		}
-		// With every row at <= index_topk positions the kernel writes
-		// 0..pos without reading the scores.
-		o.do(o.b.topK(fptr(ws.topk, g.first*TK), fptr(ws.scores, g.first*ws.ldScores), fptr(f.lens, g.first), ws.tkw,
-			g.n, T, TK, ws.ldScores, TK))
 	}
 }
 

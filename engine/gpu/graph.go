@@ -287,10 +287,15 @@ func (gb *graphDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, 
 	}, ku(qh), ku(wq), ku(q), ku(w), ku(pos), ku(cos), ku(sin), ki(M), ki(H), ki(rot), kb(interleaved), kf(wscale))
 }
 
-func (gb *graphDevice) indexerScoresQ(out, qh, wq, cache, lens cuda.DevPtr, nq, T, ldOut int) error {
+func (gb *graphDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
 	return gb.rec("indexerScoresQ", int64(T)*(kernels.IndexerPageBytes/64), func(b device) error {
-		return b.indexerScoresQ(out, qh, wq, cache, lens, nq, T, ldOut)
-	}, ku(out), ku(qh), ku(wq), ku(cache), ku(lens), ki(nq), ki(T), ki(ldOut))
+		return b.indexerScoresQ(out, qh, wq, cache, lens, hist, nq, T, ldOut)
+	}, ku(out), ku(qh), ku(wq), ku(cache), ku(lens), ku(hist), ki(nq), ki(T), ki(ldOut))
+}
+
+func (gb *graphDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	return gb.rec("topK", int64(4*rows*K), func(b device) error { return b.topKAfterHist(out, scores, lens, scratch, rows, T, K, ld, ldOut) },
+		ku(out), ku(scores), ku(lens), ku(scratch), ki(rows), ki(T), ki(K), ki(ld), ki(ldOut), 1)
 }
 
 func (gb *graphDevice) topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {

@@ -18,6 +18,7 @@
 
 #define IDXQ_ROW_BYTES 8192
 #define IDXQ_HEADS 64
+#define IDXM_BINS 4096  // TKR_BINS of topk_radix.cu (defined after this file)
 
 __device__ __forceinline__ u32 e4m3x2_to_f16x2(u32 v) {
 #if __CUDA_ARCH__ >= 890
@@ -123,15 +124,18 @@ extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __rest
 // Scores of nq rows over the fp8 pages (block_table as indexer_scores):
 // out[row][t] for t < n = min(lens[row], T), -inf for n <= t < T. Each warp
 // takes 16 keys at a time (two n-tiles) against all 64 heads (four
-// m-tiles), the query fragments in shared memory as f16. grid (nbx, nq),
-// 256 threads.
+// m-tiles), the query fragments in shared memory as f16. hist != null: also
+// add every written score to the row's topk_radix histogram (hist[row]
+// [TKR_BINS], the top 12 bits of its order-preserving key), which saves
+// TopKRadix its first pass. grid (nbx, nq), 256 threads.
 extern "C" __global__ void __launch_bounds__(256) indexer_scores_mma(const u8* __restrict__ qh,
                                                                      const float* __restrict__ wq,
                                                                      const u8* __restrict__ cache,
                                                                      const int* __restrict__ block_table,
                                                                      const int* __restrict__ lens, float* out, int T,
-                                                                     int ld_out) {
+                                                                     int ld_out, u32* hist) {
   __shared__ uint4 qa[4 * 8 * 32];  // [mt][ks][lane] f16 A fragments, 16 KB
+  __shared__ u32 hs[IDXM_BINS];      // score histogram (hist != null), 16 KB
   const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int n = min(lens[row], T);
@@ -149,6 +153,8 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores_mma(const u8* _
     f.w = e4m3x2_to_f16x2(v.y >> 16);
     qa[i] = f;
   }
+  if (hist)
+    for (int i = tid; i < IDXM_BINS; i += 256) hs[i] = 0;
   float wlo[4], whi[4];
 #pragma unroll
   for (int mt = 0; mt < 4; mt++) {
@@ -203,8 +209,18 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores_mma(const u8* _
 #pragma unroll
         for (int j = 0; j < 2; j++) {
           const int tt = 8 * nt + 2 * c + j;
-          if (t0 + tt < n) orow[t0 + tt] = sv[nt][j] * scl[tt];
+          if (t0 + tt < n) {
+            const float v = sv[nt][j] * scl[tt];
+            orow[t0 + tt] = v;
+            if (hist) atomicAdd(&hs[float_key(v) >> 20], 1u);
+          }
         }
     }
+  }
+  if (hist) {
+    __syncthreads();
+    u32* gh = hist + (size_t)row * IDXM_BINS;
+    for (int i = tid; i < IDXM_BINS; i += 256)
+      if (hs[i]) atomicAdd(&gh[i], hs[i]);
   }
 }

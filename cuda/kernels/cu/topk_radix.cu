@@ -1,51 +1,51 @@
-// Top-k of long rows in three launches (topk_rows' semantics: the K largest
+// Top-k of long rows in two launches (topk_rows' semantics: the K largest
 // of row[0..n), n = min(lens[row], T), ascending indices, ties at the
 // threshold to the lower indices; n <= K: 0..n-1 then -1):
 //   topk_radix_hist  many blocks per row: histogram of the top 12 bits of the
-//                    order-preserving key (4096 bins) into the row's scratch;
+//                    order-preserving key (4096 bins) into the row's scratch
+//                    (indexer_scores_mma can build it instead, fused);
 //   topk_radix_mark  many blocks per row: find the bin b holding the K-th
 //                    largest key, write two bitmaps over the row: "sure"
-//                    (bin > b, all selected) and "candidate" (bin == b);
-//   topk_radix_final one block per row: two 10-bit radix passes over the
+//                    (bin > b, all selected) and "candidate" (bin == b).
+//                    The last block of the row to finish (a counter) then
+//                    runs the final stage: two 10-bit radix passes over the
 //                    candidates alone give the exact threshold key and how
-//                    many keys equal to it to take, then one ordered sweep
-//                    over the bitmaps writes the selection; it zeroes the
-//                    histogram again.
-// Scratch per row (after TopKWide's region, so both can share one buffer):
-// hist (4096 u32, zeroed before the first use and left zeroed), then the
-// two bitmaps (cdiv(T, 32) u32 each, written before they are read).
+//                    many keys equal to it to take, and one ordered sweep
+//                    over the bitmaps writes the selection.
+// Scratch: hist [rows][4096], counters [rows], then the bitmaps
+// [rows][cdiv(T, 32)] twice. Zeroed before the first use; every call leaves
+// all of it zeroed again (the final stage clears the histogram and the
+// bitmap words it read, the last block its counter), so calls with other
+// row counts or lengths, and graph replays, find it clean.
 
 #define TKR_BINS 4096
 #define TKR_SHIFT 20
 
 // The bin b (of h, TKR_BINS counts in global memory) holding the K-th
 // largest key, and the count of keys in bins above it. Every thread of the
-// block (256 or 1024 threads, a multiple of 32) gets the result.
+// block (1024 threads) gets the result.
 __device__ __forceinline__ void tkr_find_bin(const u32* h, int K, int* shs, int* sres, int* bin, int* above) {
-  const int nt = blockDim.x, per = TKR_BINS / nt, tid = threadIdx.x;
-  // Thread tid owns the per bins of rank tid from the top.
-  const int hi = TKR_BINS - 1 - tid * per;
-  u32 cnt[16];
-  int sum = 0;
-#pragma unroll
-  for (int i = 0; i < 16; i++)
-    if (i < per) {
-      cnt[i] = h[hi - i];
-      sum += (int)cnt[i];
-    }
+  const int tid = threadIdx.x;
+  // Thread tid owns the 4 bins of rank tid from the top.
+  const int hi = TKR_BINS - 1 - tid * 4;
+  const uint4 v = *(const uint4*)(h + hi - 3);  // bins hi-3 .. hi
+  const int c0 = (int)v.w, c1 = (int)v.z, c2 = (int)v.y, c3 = (int)v.x;
+  const int sum = c0 + c1 + c2 + c3;
   int tot;
-  int cum = block_excl_scan(sum, shs, &tot);  // keys in the bins above mine
+  const int cum = block_excl_scan(sum, shs, &tot);  // keys in the bins above mine
   if (cum < K && cum + sum >= K) {
-#pragma unroll
-    for (int i = 0; i < 16; i++)
-      if (i < per) {
-        if (cum + (int)cnt[i] >= K) {
-          sres[0] = hi - i;
-          sres[1] = cum;
-          break;
-        }
-        cum += (int)cnt[i];
-      }
+    int bb, ab;
+    if (cum + c0 >= K) {
+      bb = hi, ab = cum;
+    } else if (cum + c0 + c1 >= K) {
+      bb = hi - 1, ab = cum + c0;
+    } else if (cum + c0 + c1 + c2 >= K) {
+      bb = hi - 2, ab = cum + c0 + c1;
+    } else {
+      bb = hi - 3, ab = cum + c0 + c1 + c2;
+    }
+    sres[0] = bb;
+    sres[1] = ab;
   }
   __syncthreads();
   *bin = sres[0];
@@ -79,59 +79,14 @@ extern "C" __global__ void __launch_bounds__(256) topk_radix_hist(const float* _
     if (sh[i]) atomicAdd(&gh[i], sh[i]);
 }
 
-// grid (nb, rows), 256 threads; chunk a multiple of 256 (whole bitmap words).
-extern "C" __global__ void __launch_bounds__(256) topk_radix_mark(const float* __restrict__ scores, int ld,
-                                                                  const int* __restrict__ lens, int T, int K,
-                                                                  int chunk, const u32* __restrict__ hist, u32* sure,
-                                                                  u32* cand, int ldw) {
-  __shared__ int shs[32];
-  __shared__ int sres[2];
-  const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
-  const int n = tkr_n(lens, row, T);
-  if (n <= K) return;
-  const int start = blockIdx.x * chunk, end = min(n, start + chunk);
-  if (start >= end) return;
-  int b, above;
-  tkr_find_bin(hist + (size_t)row * TKR_BINS, K, shs, sres, &b, &above);
-  const float* x = scores + (size_t)row * ld;
-  u32* sw = sure + (size_t)row * ldw;
-  u32* cw = cand + (size_t)row * ldw;
-  for (int base = start; base < end; base += 256) {
-    const int i = base + tid;
-    const int kb = i < end ? (int)(float_key(x[i]) >> TKR_SHIFT) : -1;
-    const u32 s = __ballot_sync(0xffffffffu, kb > b);
-    const u32 cm = __ballot_sync(0xffffffffu, kb == b);
-    if (lane == 0 && i < end) {
-      sw[i >> 5] = s;
-      cw[i >> 5] = cm;
-    }
-  }
-}
-
-// One block of 1024 threads per row. smem: 1024 bins + scan scratch.
-extern "C" __global__ void __launch_bounds__(1024) topk_radix_final(const float* __restrict__ scores, int ld,
-                                                                    const int* __restrict__ lens, int T, int K,
-                                                                    u32* hist, const u32* __restrict__ sure,
-                                                                    const u32* __restrict__ cand, int ldw, int* out,
-                                                                    int ld_out) {
-  __shared__ u32 h[1024];
-  __shared__ int shs[32];
-  __shared__ int sres[2];
-  const int row = blockIdx.x, tid = threadIdx.x;
-  const int n = tkr_n(lens, row, T);
-  int* o = out + (size_t)row * ld_out;
-  u32* gh = hist + (size_t)row * TKR_BINS;
-  if (n <= K) {
-    for (int j = tid; j < K; j += blockDim.x) o[j] = j < n ? j : -1;
-    for (int i = tid; i < TKR_BINS; i += blockDim.x) gh[i] = 0;  // a longer row of the group may have filled it
-    return;
-  }
-  int b, above;
-  tkr_find_bin(gh, K, shs, sres, &b, &above);
-  for (int i = tid; i < TKR_BINS; i += blockDim.x) gh[i] = 0;  // read above (barrier inside tkr_find_bin)
-  const float* x = scores + (size_t)row * ld;
-  const u32* sw = sure + (size_t)row * ldw;
-  const u32* cw = cand + (size_t)row * ldw;
+// The final stage of a row (one block of 1024 threads, after every mark
+// block of the row): b, above from the histogram; h: 1024 u32 of shared
+// memory.
+__device__ __forceinline__ void tkr_final(const float* __restrict__ x, int n, int K, int b, int above, u32* gh, u32* sw, u32* cw,
+                          int* o, u32* h, int* shs, int* sres) {
+  const int tid = threadIdx.x;
+  __syncthreads();
+  for (int i = tid; i < TKR_BINS; i += blockDim.x) gh[i] = 0;
   const int nw = (n + 31) >> 5;
   u32 prefix = (u32)b << TKR_SHIFT, mask = 0xfffu << TKR_SHIFT;
   int rem = K - above;  // keys still to take from the candidates
@@ -139,7 +94,7 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_final(const float*
     h[tid] = 0;
     __syncthreads();
     for (int w = tid; w < nw; w += 1024) {
-      u32 m = cw[w];
+      u32 m = __ldcg(cw + w);
       while (m) {
         const int bit = __ffs(m) - 1;
         m &= m - 1;
@@ -169,7 +124,7 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_final(const float*
   const u32 thr = prefix;
   int nsel = 0, neq = 0;
   for (int w = w0; w < w1; w++) {
-    u32 s = sw[w], e = 0, m = cw[w];
+    u32 s = __ldcg(sw + w), e = 0, m = __ldcg(cw + w);
     while (m) {
       const int bit = __ffs(m) - 1;
       m &= m - 1;
@@ -185,7 +140,9 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_final(const float*
   int eq_before = block_excl_scan(neq, shs, &tot);
   int pos = sel_before + min(eq_before, rem);
   for (int w = w0; w < w1; w++) {
-    u32 s = sw[w], e = 0, m = cw[w];
+    u32 s = __ldcg(sw + w), e = 0, m = __ldcg(cw + w);
+    sw[w] = 0;  // left zeroed for the next call
+    cw[w] = 0;
     while (m) {
       const int bit = __ffs(m) - 1;
       m &= m - 1;
@@ -207,3 +164,55 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_final(const float*
     }
   }
 }
+
+// grid (nb, rows), 1024 threads; chunk a multiple of 1024 (whole bitmap
+// words), nb * chunk >= T. cnt: a counter per row.
+extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark(const float* __restrict__ scores, int ld,
+                                                                   const int* __restrict__ lens, int T, int K,
+                                                                   int chunk, u32* hist, u32* cnt, u32* sure,
+                                                                   u32* cand, int ldw, int* out, int ld_out) {
+  __shared__ u32 h[1024];
+  __shared__ int shs[32];
+  __shared__ int sres[2];
+  __shared__ int last;
+  const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
+  const int n = tkr_n(lens, row, T);
+  u32* gh = hist + (size_t)row * TKR_BINS;
+  int* o = out + (size_t)row * ld_out;
+  if (n <= K) {
+    if (blockIdx.x == 0) {
+      for (int j = tid; j < K; j += blockDim.x) o[j] = j < n ? j : -1;
+      // A longer row of the same launch may share the scores kernel's
+      // histogram: clear this row's.
+      for (int i = tid; i < TKR_BINS; i += blockDim.x) gh[i] = 0;
+    }
+    return;
+  }
+  const int start = blockIdx.x * chunk, end = min(n, start + chunk);
+  if (start >= end) return;
+  int b, above;
+  tkr_find_bin(gh, K, shs, sres, &b, &above);
+  const float* x = scores + (size_t)row * ld;
+  u32* sw = sure + (size_t)row * ldw;
+  u32* cw = cand + (size_t)row * ldw;
+  for (int base = start; base < end; base += 1024) {
+    const int i = base + tid;
+    const int kb = i < end ? (int)(float_key(x[i]) >> TKR_SHIFT) : -1;
+    const u32 s = __ballot_sync(0xffffffffu, kb > b);
+    const u32 cm = __ballot_sync(0xffffffffu, kb == b);
+    if (lane == 0 && i < end) {
+      sw[i >> 5] = s;
+      cw[i >> 5] = cm;
+    }
+  }
+  // The last block of the row to get here runs the final stage.
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(&cnt[row], 1u) == (u32)((n + chunk - 1) / chunk - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (tid == 0) cnt[row] = 0;
+  tkr_final(x, n, K, b, above, gh, sw, cw, o, h, shs, sres);
+}
+

@@ -681,11 +681,13 @@ func TestKernelIndexer(t *testing.T) {
 			scratch := a.up(make([]byte, TopKWideScratchBytes(cs.rows)))
 			// TopKRadix likewise (its histogram must be left zeroed).
 			rscratch := a.up(make([]byte, TopKRadixScratchBytes(cs.rows, cs.T)))
-			for _, v := range []string{"", " (wide)", " (wide, scratch reused)", " (radix)", " (radix, scratch reused)"} {
+			for _, v := range []string{"", " (wide)", " (wide, scratch reused)", " (radix)", " (radix, scratch reused)", " (radix, global final)"} {
 				op := a.poisoned(cs.rows * cs.K)
 				switch {
 				case v == "":
 					chk(k.TopK(s, op, xp, lp, cs.rows, cs.T, cs.K, cs.T, cs.K))
+				case strings.Contains(v, "global final"):
+					chk(k.topkRadix(s, op, xp, lp, rscratch, cs.rows, cs.T, cs.K, cs.T, cs.K, false))
 				case strings.Contains(v, "radix"):
 					chk(k.TopKRadix(s, op, xp, lp, rscratch, cs.rows, cs.T, cs.K, cs.T, cs.K))
 				default:

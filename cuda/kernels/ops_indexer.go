@@ -56,12 +56,12 @@ func (k *Set) IndexerMMASupported() bool {
 	return i.CCMajor*10+i.CCMinor >= 89
 }
 
-// indexerMMABlocks is the blocks per row of IndexerScoresMMA: about three
-// blocks of 8 warps per SM over all rows, each warp taking whole 16-key
-// groups.
-func indexerMMABlocks(sms, nq, T int) int {
+// indexerMMABlocks is the blocks per row of IndexerScoresMMA: at most
+// perSM blocks of 8 warps per SM over all rows (one wave), each warp taking
+// whole 16-key groups.
+func indexerMMABlocks(sms, perSM, nq, T int) int {
 	groups := cdiv(T, 16)
-	gpw := max(1, cdiv(groups*nq, 3*max(1, sms)*8))
+	gpw := max(1, cdiv(groups*nq, perSM*max(1, sms)*8))
 	return max(1, cdiv(groups, 8*gpw))
 }
 
@@ -71,6 +71,13 @@ func indexerMMABlocks(sms, nq, T int) int {
 // in there). hist != 0 (TopKRadixHist of a TopKRadix scratch for nq rows):
 // also build TopKRadix's histogram of the scores, for TopKRadixAfterHist.
 func (k *Set) IndexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
+	return k.indexerScoresMMA(s, out, qh, wq, cache, blockTable, lens, hist, nq, T, ldOut, true)
+}
+
+// indexerScoresMMA runs indexer_scores_mma_pf (pf: the next key group
+// loaded before this one's products, two blocks per SM) or
+// indexer_scores_mma (three blocks per SM).
+func (k *Set) indexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, lens, hist cuda.DevPtr, nq, T, ldOut int, pf bool) error {
 	if nq <= 0 || T <= 0 || ldOut < T {
 		return errors.Newf("indexer mma: nq=%d T=%d ldOut=%d", nq, T, ldOut)
 	}
@@ -78,6 +85,10 @@ func (k *Set) IndexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, le
 		i := k.c.Info()
 		return errors.WithHint(errors.Newf("indexer mma: device %s is below sm_89", i.Arch()), "use IndexerScores (TILERT_GPU_IDX_MMA=0)")
 	}
-	nbx := indexerMMABlocks(k.c.Info().SMs, nq, T)
-	return k.launch("indexer_scores_mma", cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
+	name, perSM := "indexer_scores_mma", 3
+	if pf {
+		name, perSM = "indexer_scores_mma_pf", 2
+	}
+	nbx := indexerMMABlocks(k.c.Info().SMs, perSM, nq, T)
+	return k.launch(name, cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
 }

@@ -132,6 +132,10 @@ func topkRadixCheck(rows, T, K, ld, ldOut int, scratch cuda.DevPtr) error {
 // T) bytes, zeroed before its first use and left zeroed (graph replay
 // safe), used by one call at a time.
 func (k *Set) TopKRadix(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	return k.topkRadix(s, out, scores, lens, scratch, rows, T, K, ld, ldOut, true)
+}
+
+func (k *Set) topkRadix(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int, smem bool) error {
 	if err := topkRadixCheck(rows, T, K, ld, ldOut, scratch); err != nil {
 		return err
 	}
@@ -139,17 +143,45 @@ func (k *Set) TopKRadix(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, r
 	if err := k.launch("topk_radix_hist", cuda.D3(nb, rows, 1), cuda.D1(256), 0, s, scores, ld, lens, T, K, chunk, TopKRadixHist(scratch)); err != nil {
 		return err
 	}
-	return k.TopKRadixAfterHist(s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
+	return k.topkRadixAfterHist(s, out, scores, lens, scratch, rows, T, K, ld, ldOut, smem)
 }
 
 // TopKRadixAfterHist is TopKRadix's second launch, for scores whose
 // histogram IndexerScoresMMA already built in scratch.
 func (k *Set) TopKRadixAfterHist(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	return k.topkRadixAfterHist(s, out, scores, lens, scratch, rows, T, K, ld, ldOut, true)
+}
+
+// topkRadixCap is the threshold-bin keys the shared-memory final stage
+// lists (more: it walks the bitmaps instead, same result);
+// topkRadixMaxSmem bounds its dynamic shared memory (longer rows use the
+// global-memory final stage).
+const (
+	topkRadixCap     = 4096
+	topkRadixMaxSmem = 160 << 10
+)
+
+// topkRadixAfterHist launches topk_radix_mark_s (the final stage in shared
+// memory) when smem and the row fits, else topk_radix_mark.
+func (k *Set) topkRadixAfterHist(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int, smem bool) error {
 	if err := topkRadixCheck(rows, T, K, ld, ldOut, scratch); err != nil {
 		return err
 	}
 	cnt, sure, cand, ldw, _ := topkRadixLayout(rows, T)
 	nb, chunk := topkRadixPlan(k.c.Info().SMs, rows, T)
-	return k.launch("topk_radix_mark", cuda.D3(nb, rows, 1), cuda.D1(1024), 0, s, scores, ld, lens, T, K, chunk,
-		TopKRadixHist(scratch), scratch.Add(int64(cnt)), scratch.Add(int64(sure)), scratch.Add(int64(cand)), ldw, out, ldOut)
+	args := []any{scores, ld, lens, T, K, chunk, TopKRadixHist(scratch), scratch.Add(int64(cnt)), scratch.Add(int64(sure)), scratch.Add(int64(cand)), ldw, out, ldOut}
+	if dyn := 4 * (2*ldw + 2*topkRadixCap); smem && dyn <= topkRadixMaxSmem {
+		f, err := k.fn("topk_radix_mark_s")
+		if err != nil {
+			return err
+		}
+		if _, ok := bigShared.Load(f); !ok {
+			if err := k.c.SetMaxDynamicShared(f, topkRadixMaxSmem); err != nil {
+				return err
+			}
+			bigShared.Store(f, true)
+		}
+		return k.c.Launch(f, cuda.D3(nb, rows, 1), cuda.D1(1024), dyn, s, append(args, topkRadixCap)...)
+	}
+	return k.launch("topk_radix_mark", cuda.D3(nb, rows, 1), cuda.D1(1024), 0, s, args...)
 }

@@ -269,7 +269,9 @@ func TestKernelTiming(t *testing.T) {
 				out := a.raw(int64(4 * T))
 				kb := float64(nPages*IndexerPageBytes + 4*T)
 				us := medianUs(c, s, 10, 21, func() { chk(k.IndexerScoresMMA(s, out, qh, wq, cache, 0, lens, 0, 1, T, T)) })
-				add(fmtName("indexer_scores_mma T=%d H=64", T), kb, us, "tensor cores")
+				add(fmtName("indexer_scores_mma T=%d H=64", T), kb, us, "tensor cores, next key group prefetched")
+				us = medianUs(c, s, 10, 21, func() { chk(k.indexerScoresMMA(s, out, qh, wq, cache, 0, lens, 0, 1, T, T, false)) })
+				add(fmtName("indexer_scores_mma T=%d H=64 no prefetch", T), kb, us, "tensor cores")
 				if T == 131072 {
 					us = medianUs(c, s, 5, 11, func() { chk(k.IndexerScoresWide(s, out, q, w, cache, 0, lens, 1, H, T, T, 0.088)) })
 					add(fmtName("indexer_scores_wide T=%d H=64", T), kb, us, "float kernel, for comparison")
@@ -279,7 +281,9 @@ func TestKernelTiming(t *testing.T) {
 				scratch := a.up(make([]byte, TopKRadixScratchBytes(1, T)))
 				tb := float64(4*T + 4*2048)
 				us = medianUs(c, s, 10, 21, func() { chk(k.TopKRadix(s, idx, sc, lens, scratch, 1, T, 2048, T, 2048)) })
-				add(fmtName("topk_radix T=%d K=2048", T), tb, us, "2 launches")
+				add(fmtName("topk_radix T=%d K=2048", T), tb, us, "2 launches, final stage in shared memory")
+				us = medianUs(c, s, 10, 21, func() { chk(k.topkRadix(s, idx, sc, lens, scratch, 1, T, 2048, T, 2048, false)) })
+				add(fmtName("topk_radix T=%d K=2048 global final", T), tb, us, "2 launches")
 				us = medianUs(c, s, 10, 21, func() {
 					chk(k.IndexerScoresMMA(s, out, qh, wq, cache, 0, lens, TopKRadixHist(scratch), 1, T, T))
 					chk(k.TopKRadixAfterHist(s, idx, out, lens, scratch, 1, T, 2048, T, 2048))

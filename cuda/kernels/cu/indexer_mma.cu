@@ -127,13 +127,13 @@ extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __rest
 // m-tiles), the query fragments in shared memory as f16. hist != null: also
 // add every written score to the row's topk_radix histogram (hist[row]
 // [TKR_BINS], the top 12 bits of its order-preserving key), which saves
-// TopKRadix its first pass. grid (nbx, nq), 256 threads.
-extern "C" __global__ void __launch_bounds__(256) indexer_scores_mma(const u8* __restrict__ qh,
-                                                                     const float* __restrict__ wq,
-                                                                     const u8* __restrict__ cache,
-                                                                     const int* __restrict__ block_table,
-                                                                     const int* __restrict__ lens, float* out, int T,
-                                                                     int ld_out, u32* hist) {
+// TopKRadix its first pass. PF: load the warp's next key group before the
+// products of this one (two groups in flight). grid (nbx, nq), 256 threads.
+template <bool PF>
+__device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const float* __restrict__ wq,
+                                                const u8* __restrict__ cache, const int* __restrict__ block_table,
+                                                const int* __restrict__ lens, float* out, int T, int ld_out,
+                                                u32* hist) {
   __shared__ uint4 qa[4 * 8 * 32];  // [mt][ks][lane] f16 A fragments, 16 KB
   __shared__ u32 hs[IDXM_BINS];      // score histogram (hist != null), 16 KB
   const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
@@ -162,13 +162,27 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores_mma(const u8* _
     whi[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + 8 + g];
   }
   __syncthreads();
-  for (int gi = blockIdx.x * 8 + wid; gi < ngroups; gi += gridDim.x * 8) {
-    const int t0 = gi << 4, blk = t0 >> 6, tp = t0 & 63;
+  const int gs = gridDim.x * 8;
+  uint4 na0, na1, nb0, nb1;
+  const u8* npg = cache;
+  auto load = [&](int gg) {
+    const int blk = gg >> 2;
     const int page = block_table ? block_table[blk] : blk;
-    const u8* pg = cache + (size_t)page * IDX_PAGE_BYTES;
-    const u8* ka = pg + (tp + g) * IDX_D + 16 * c;
-    const uint4 a0 = *(const uint4*)ka, a1 = *(const uint4*)(ka + 64);
-    const uint4 b0 = *(const uint4*)(ka + 8 * IDX_D), b1 = *(const uint4*)(ka + 8 * IDX_D + 64);
+    npg = cache + (size_t)page * IDX_PAGE_BYTES;
+    const u8* ka = npg + (((gg << 4) & 63) + g) * IDX_D + 16 * c;
+    na0 = *(const uint4*)ka;
+    na1 = *(const uint4*)(ka + 64);
+    nb0 = *(const uint4*)(ka + 8 * IDX_D);
+    nb1 = *(const uint4*)(ka + 8 * IDX_D + 64);
+  };
+  int gi = blockIdx.x * 8 + wid;
+  if (PF && gi < ngroups) load(gi);
+  for (; gi < ngroups; gi += gs) {
+    if (!PF) load(gi);
+    const uint4 a0 = na0, a1 = na1, b0 = nb0, b1 = nb1;
+    const u8* pg = npg;
+    if (PF && gi + gs < ngroups) load(gi + gs);
+    const int t0 = gi << 4, tp = t0 & 63;
     float acc[4][2][4];
 #pragma unroll
     for (int mt = 0; mt < 4; mt++)
@@ -223,4 +237,22 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores_mma(const u8* _
     for (int i = tid; i < IDXM_BINS; i += 256)
       if (hs[i]) atomicAdd(&gh[i], hs[i]);
   }
+}
+
+extern "C" __global__ void __launch_bounds__(256) indexer_scores_mma(const u8* __restrict__ qh,
+                                                                     const float* __restrict__ wq,
+                                                                     const u8* __restrict__ cache,
+                                                                     const int* __restrict__ block_table,
+                                                                     const int* __restrict__ lens, float* out, int T,
+                                                                     int ld_out, u32* hist) {
+  idx_scores_body<false>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_pf(const u8* __restrict__ qh,
+                                                                           const float* __restrict__ wq,
+                                                                           const u8* __restrict__ cache,
+                                                                           const int* __restrict__ block_table,
+                                                                           const int* __restrict__ lens, float* out,
+                                                                           int T, int ld_out, u32* hist) {
+  idx_scores_body<true>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
 }

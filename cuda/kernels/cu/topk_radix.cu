@@ -216,3 +216,184 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark(const float* 
   tkr_final(x, n, K, b, above, gh, sw, cw, o, h, shs, sres);
 }
 
+
+// tkr_final with the row's bitmaps staged in shared memory (sws, cws: nw
+// words each) and, when the threshold bin holds at most cap keys, those
+// keys gathered once into a list (ci, ck): the radix passes and the
+// marking then touch global memory only for that one gather.
+__device__ __forceinline__ void tkr_final_s(const float* __restrict__ x, int n, int K, int b, int above, u32* gh,
+                                            u32* sw, u32* cw, int* o, u32* h, int* shs, int* sres, u32* sws,
+                                            u32* cws, int* ci, u32* ck, int cap) {
+  const int tid = threadIdx.x;
+  __syncthreads();
+  for (int i = tid; i < TKR_BINS; i += blockDim.x) gh[i] = 0;
+  const int nw = (n + 31) >> 5;
+  for (int w = tid; w < nw; w += 1024) {
+    sws[w] = __ldcg(sw + w);
+    cws[w] = __ldcg(cw + w);
+  }
+  for (int w = tid; w < nw; w += 1024) {
+    sw[w] = 0;  // left zeroed for the next call
+    cw[w] = 0;
+  }
+  __syncthreads();
+  const int per = (nw + 1023) >> 10, w0 = min(nw, tid * per), w1 = min(nw, w0 + per);
+  int c = 0;
+  for (int w = w0; w < w1; w++) c += __popc(cws[w]);
+  int C;
+  int j = block_excl_scan(c, shs, &C);
+  const bool list = C <= cap;  // block-uniform
+  if (list) {
+    for (int w = w0; w < w1; w++) {
+      u32 m = cws[w];
+      while (m) {
+        const int bit = __ffs(m) - 1;
+        m &= m - 1;
+        ci[j++] = (w << 5) + bit;
+      }
+    }
+    __syncthreads();
+    for (int i = tid; i < C; i += 1024) ck[i] = float_key(x[ci[i]]);
+    __syncthreads();
+  }
+  u32 prefix = (u32)b << TKR_SHIFT, mask = 0xfffu << TKR_SHIFT;
+  int rem = K - above;  // keys still to take from the candidates
+  for (int shift = 10; shift >= 0; shift -= 10) {
+    h[tid] = 0;
+    __syncthreads();
+    if (list) {
+      for (int i = tid; i < C; i += 1024) {
+        const u32 k = ck[i];
+        if ((k & mask) == prefix) atomicAdd(&h[(k >> shift) & 1023u], 1u);
+      }
+    } else {
+      for (int w = tid; w < nw; w += 1024) {
+        u32 m = cws[w];
+        while (m) {
+          const int bit = __ffs(m) - 1;
+          m &= m - 1;
+          const u32 k = float_key(x[(w << 5) + bit]);
+          if ((k & mask) == prefix) atomicAdd(&h[(k >> shift) & 1023u], 1u);
+        }
+      }
+    }
+    __syncthreads();
+    const int dg = 1023 - tid;
+    const int cntd = (int)h[dg];
+    int tot;
+    const int cum = block_excl_scan(cntd, shs, &tot);
+    if (cum < rem && cum + cntd >= rem) {
+      sres[0] = dg;
+      sres[1] = rem - cum;
+    }
+    __syncthreads();
+    prefix |= (u32)sres[0] << shift;
+    mask |= 1023u << shift;
+    rem = sres[1];
+    __syncthreads();
+  }
+  const u32 thr = prefix;
+  // sws: every selected key (sure, or above thr); cws: the keys equal to thr.
+  if (list) {
+    for (int w = w0; w < w1; w++) cws[w] = 0;
+    __syncthreads();
+    for (int i = tid; i < C; i += 1024) {
+      const u32 k = ck[i];
+      const int idx = ci[i];
+      if (k > thr) atomicOr(&sws[idx >> 5], 1u << (idx & 31));
+      if (k == thr) atomicOr(&cws[idx >> 5], 1u << (idx & 31));
+    }
+  } else {
+    for (int w = w0; w < w1; w++) {
+      u32 s = sws[w], e = 0, m = cws[w];
+      while (m) {
+        const int bit = __ffs(m) - 1;
+        m &= m - 1;
+        const u32 k = float_key(x[(w << 5) + bit]);
+        if (k > thr) s |= 1u << bit;
+        if (k == thr) e |= 1u << bit;
+      }
+      sws[w] = s;
+      cws[w] = e;
+    }
+  }
+  __syncthreads();
+  int nsel = 0, neq = 0;
+  for (int w = w0; w < w1; w++) {
+    nsel += __popc(sws[w]);
+    neq += __popc(cws[w]);
+  }
+  int tot;
+  const int sel_before = block_excl_scan(nsel, shs, &tot);
+  int eq_before = block_excl_scan(neq, shs, &tot);
+  int pos = sel_before + min(eq_before, rem);
+  for (int w = w0; w < w1; w++) {
+    const u32 s = sws[w], e = cws[w];
+    u32 all = s | e;
+    while (all) {
+      const int bit = __ffs(all) - 1;
+      const u32 bm = 1u << bit;
+      all &= all - 1;
+      if (s & bm) {
+        o[pos++] = (w << 5) + bit;
+      } else {
+        if (eq_before < rem) o[pos++] = (w << 5) + bit;
+        eq_before++;
+      }
+    }
+  }
+}
+
+// topk_radix_mark with the final stage in shared memory: dynamic shared
+// memory of (2 * ldw + 2 * cap) u32 (bitmaps, then the candidate list).
+extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_s(const float* __restrict__ scores, int ld,
+                                                                     const int* __restrict__ lens, int T, int K,
+                                                                     int chunk, u32* hist, u32* cnt, u32* sure,
+                                                                     u32* cand, int ldw, int* out, int ld_out,
+                                                                     int cap) {
+  extern __shared__ u32 tkr_dyn[];
+  __shared__ u32 h[1024];
+  __shared__ int shs[32];
+  __shared__ int sres[2];
+  __shared__ int last;
+  const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
+  const int n = tkr_n(lens, row, T);
+  u32* gh = hist + (size_t)row * TKR_BINS;
+  int* o = out + (size_t)row * ld_out;
+  if (n <= K) {
+    if (blockIdx.x == 0) {
+      for (int j = tid; j < K; j += blockDim.x) o[j] = j < n ? j : -1;
+      for (int i = tid; i < TKR_BINS; i += blockDim.x) gh[i] = 0;
+    }
+    return;
+  }
+  const int start = blockIdx.x * chunk, end = min(n, start + chunk);
+  if (start >= end) return;
+  int b, above;
+  tkr_find_bin(gh, K, shs, sres, &b, &above);
+  const float* x = scores + (size_t)row * ld;
+  u32* sw = sure + (size_t)row * ldw;
+  u32* cw = cand + (size_t)row * ldw;
+  for (int base = start; base < end; base += 1024) {
+    const int i = base + tid;
+    const int kb = i < end ? (int)(float_key(x[i]) >> TKR_SHIFT) : -1;
+    const u32 s = __ballot_sync(0xffffffffu, kb > b);
+    const u32 cm = __ballot_sync(0xffffffffu, kb == b);
+    if (lane == 0 && i < end) {
+      sw[i >> 5] = s;
+      cw[i >> 5] = cm;
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(&cnt[row], 1u) == (u32)((n + chunk - 1) / chunk - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (tid == 0) cnt[row] = 0;
+  u32* sws = tkr_dyn;
+  u32* cws = sws + ldw;
+  int* ci = (int*)(cws + ldw);
+  u32* ck = (u32*)(ci + cap);
+  tkr_final_s(x, n, K, b, above, gh, sw, cw, o, h, shs, sres, sws, cws, ci, ck, cap);
+}

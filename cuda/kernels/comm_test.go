@@ -66,6 +66,231 @@ func TestKernelAllReduceOneShot(t *testing.T) {
 	})
 }
 
+// The fused all-reduce + residual add + RMSNorm (ranks on one device: one
+// launch writes every rank's x and h) against its CPU reference: x is the
+// float32 residual plus the rank-order sum, bit for bit on every rank; h is
+// the RMSNorm of it within float32 bounds, and bit-identical to the two
+// launches it replaces (AllReduceOneShot, then AddRMSNorm on every rank).
+func TestKernelAllReduceAddRMSNorm(t *testing.T) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		for _, nr := range []int{1, 2, 4, 8} {
+			for _, sh := range []struct{ rows, D int }{{1, 7168}, {4, 7168}, {1, 6144}, {3, 1000}} {
+				rows, D := sh.rows, sh.D
+				n := rows * D
+				x := randF32(r, n, 2)
+				w := randF32(r, D, 1)
+				parts := make([][]float32, nr)
+				pp := make([]cuda.DevPtr, nr)
+				outs := make([]cuda.DevPtr, 0, 3*nr)
+				xs, hs := make([]cuda.DevPtr, nr), make([]cuda.DevPtr, nr)
+				for i := range parts {
+					parts[i] = randF32(r, n, 1)
+					pp[i] = a.up(parts[i])
+					xs[i], hs[i] = a.up(x), a.poisoned(n)
+					outs = append(outs, xs[i], hs[i], a.up(w))
+				}
+				chk(k.AllReduceAddRMSNorm(s, a.up(pp), nr, a.up(outs), nr, rows, D, 1e-6, PeerBarrier{}))
+				want := make([]float32, n)
+				for j := range want {
+					acc := parts[0][j]
+					for i := 1; i < nr; i++ {
+						acc += parts[i][j]
+					}
+					want[j] = x[j] + acc
+				}
+				// The unfused pair on copies of the same inputs.
+				cp := make([]cuda.DevPtr, nr)
+				for i := range cp {
+					cp[i] = a.up(parts[i])
+				}
+				chk(k.AllReduceOneShot(s, a.up(cp), nr, n))
+				x2, h2 := a.up(x), a.poisoned(n)
+				chk(k.AddRMSNorm(s, h2, x2, cp[0], a.up(w), rows, D, D, D, D, 1e-6))
+				h2v := downF32(c, h2, n)
+				name := fmt.Sprintf("allreduce_add_rmsnorm ranks=%d rows=%d D=%d", nr, rows, D)
+				xdiff, hdiff, worst := 0, 0, 0.0
+				for i := range xs {
+					gx, gh := downF32(c, xs[i], n), downF32(c, hs[i], n)
+					for j := range gx {
+						if math.Float32bits(gx[j]) != math.Float32bits(want[j]) {
+							xdiff++
+						}
+						if math.Float32bits(gh[j]) != math.Float32bits(h2v[j]) {
+							hdiff++
+						}
+					}
+					worst = max(worst, relErr(gh, refRMSNorm(want, w, rows, D, 1e-6)))
+				}
+				record(t, name+" residual (every rank)", "elements != float32 x + rank-order sum", float64(xdiff), 0)
+				record(t, name+" norm (every rank)", relMetric, worst, boundF32)
+				record(t, name+" vs oneshot+add_rmsnorm", "elements != the unfused pair", float64(hdiff), 0)
+			}
+		}
+		if testing.Short() {
+			return
+		}
+		// Latency at batch 1 of one hidden vector (DeepSeek-V3.2, 28 KB):
+		// the fused launch for 8 ranks on one device (what a sharded step
+		// on one H200 runs twice per layer), a rank's own launch (nout 1:
+		// what one GPU of a node runs, less the link), and the pair it
+		// replaces (one all-reduce + 8 add_rmsnorm).
+		const D = 7168
+		for _, nr := range []int{2, 8} {
+			pp := make([]cuda.DevPtr, nr)
+			var outs []cuda.DevPtr
+			var xs, hs, ws []cuda.DevPtr
+			for i := range pp {
+				pp[i] = a.up(randF32(r, D, 1e-3))
+				xs = append(xs, a.up(randF32(r, D, 1)))
+				hs = append(hs, a.poisoned(D))
+				ws = append(ws, a.up(randF32(r, D, 1)))
+				outs = append(outs, xs[i], hs[i], ws[i])
+			}
+			pt, ot := a.up(pp), a.up(outs)
+			us := medianUs(c, s, 50, 21, func() { chk(k.AllReduceAddRMSNorm(s, pt, nr, ot, nr, 1, D, 1e-6, PeerBarrier{})) })
+			addTiming(t, fmt.Sprintf("allreduce_add_rmsnorm %d ranks one device, all outs", nr), float64(4*D*(3*nr+1)), us, "fused; one launch for every rank")
+			us = medianUs(c, s, 50, 21, func() { chk(k.AllReduceAddRMSNorm(s, pt, nr, ot, 1, 1, D, 1e-6, PeerBarrier{})) })
+			addTiming(t, fmt.Sprintf("allreduce_add_rmsnorm %d ranks, one rank's out", nr), float64(4*D*(nr+3)), us, "fused; a node GPU's launch without the link")
+			us = medianUs(c, s, 50, 21, func() {
+				chk(k.AllReduceOneShot(s, pt, nr, D))
+				for i := range xs {
+					chk(k.AddRMSNorm(s, hs[i], xs[i], pp[0], ws[i], 1, D, D, D, D, 1e-6))
+				}
+			})
+			addTiming(t, fmt.Sprintf("allreduce_oneshot + %d add_rmsnorm (unfused)", nr), float64(4*D*(2*nr+4*nr)), us, "the pair the fused kernel replaces")
+		}
+	})
+}
+
+// The cross-GPU protocol on one device: each rank on its own stream (the
+// streams run concurrently, as GPUs would), its partial buffers and its
+// barrier flags in memory the others address. For iters iterations every
+// rank writes fresh partials into buffer A or B (alternating, as the engine
+// alternates its attention and MLP buffers), then runs the fused kernel
+// with the barrier; every fourth iteration also an out-of-place all-reduce
+// and a broadcast from rank 0. Without the barrier a rank would read a
+// peer's buffer before it is written or after it is overwritten; the result
+// must be the CPU's, bit for bit on the residual, on every rank.
+func TestKernelPeerBarrierStreams(t *testing.T) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		const D, rows, iters = 7168, 2, 48
+		n := rows * D
+		for _, nr := range []int{2, 4, 8} {
+			streams := make([]cuda.Stream, nr)
+			for i := range streams {
+				st, err := c.NewStream()
+				chk(err)
+				streams[i] = st
+				defer func() { chk(c.DestroyStream(st)) }()
+			}
+			// fresh[it][rank]: the partial rank writes at iteration it.
+			fresh := make([][][]float32, iters)
+			freshP := make([][]cuda.DevPtr, iters)
+			for it := range fresh {
+				fresh[it] = make([][]float32, nr)
+				freshP[it] = make([]cuda.DevPtr, nr)
+				for i := range nr {
+					fresh[it][i] = randF32(r, n, 0.1)
+					freshP[it][i] = a.up(fresh[it][i])
+				}
+			}
+			x0 := randF32(r, n, 1)
+			w := randF32(r, D, 1)
+			bufA, bufB := make([]cuda.DevPtr, nr), make([]cuda.DevPtr, nr)
+			flags, xs, hs, sums, ids := make([]cuda.DevPtr, nr), make([]cuda.DevPtr, nr), make([]cuda.DevPtr, nr), make([]cuda.DevPtr, nr), make([]cuda.DevPtr, nr)
+			outT := make([]cuda.DevPtr, nr)
+			for i := range nr {
+				bufA[i], bufB[i] = a.poisoned(n), a.poisoned(n)
+				flags[i] = a.raw(PeerFlagBytes(nr))
+				chk(c.MemsetD32(flags[i], 0, PeerFlagBytes(nr)/4, c.Stream()))
+				xs[i], hs[i], sums[i], ids[i] = a.up(x0), a.poisoned(n), a.poisoned(n), a.poisoned(n)
+				outT[i] = a.up([]cuda.DevPtr{xs[i], hs[i], a.up(w)})
+			}
+			chk(c.Synchronize())
+			flagT, tA, tB := a.up(flags), a.up(bufA), a.up(bufB)
+			bar := func(i int) PeerBarrier { return PeerBarrier{Flags: flags[i], Table: flagT, Rank: i, Ranks: nr} }
+			want := append([]float32(nil), x0...)
+			var lastSum, last []float32 // of the last iteration with a broadcast
+			for it := range iters {
+				buf, tab := bufA, tA
+				if it%2 == 1 {
+					buf, tab = bufB, tB
+				}
+				for i := range nr {
+					chk(c.CopyDtoD(buf[i], freshP[it][i], int64(4*n), streams[i]))
+					chk(k.AllReduceAddRMSNorm(streams[i], tab, nr, outT[i], 1, rows, D, 1e-6, bar(i)))
+					if it%4 == 3 {
+						chk(k.AllReduceTo(streams[i], tab, nr, sums[i], n, bar(i)))
+						chk(k.BroadcastFrom(streams[i], buf[0], ids[i], int64(4*n), bar(i)))
+					}
+				}
+				sum := make([]float32, n)
+				for j := range sum {
+					acc := fresh[it][0][j]
+					for i := 1; i < nr; i++ {
+						acc += fresh[it][i][j]
+					}
+					sum[j] = acc
+					want[j] += acc
+				}
+				if it%4 == 3 {
+					lastSum, last = sum, fresh[it][0]
+				}
+			}
+			chk(c.Synchronize())
+			name := fmt.Sprintf("peer barrier %d ranks on %d streams, %d iterations", nr, nr, iters)
+			xdiff, sdiff, bdiff, worst := 0, 0, 0, 0.0
+			for i := range nr {
+				for j, v := range downF32(c, xs[i], n) {
+					if math.Float32bits(v) != math.Float32bits(want[j]) {
+						xdiff++
+					}
+				}
+				for j, v := range downF32(c, sums[i], n) {
+					if math.Float32bits(v) != math.Float32bits(lastSum[j]) {
+						sdiff++
+					}
+				}
+				for j, v := range downF32(c, ids[i], n) {
+					if math.Float32bits(v) != math.Float32bits(last[j]) {
+						bdiff++
+					}
+				}
+				worst = max(worst, relErr(downF32(c, hs[i], n), refRMSNorm(want, w, rows, D, 1e-6)))
+			}
+			record(t, name+": fused residual (every rank)", "elements != float32 x + rank-order sums", float64(xdiff), 0)
+			record(t, name+": fused norm (every rank)", relMetric, worst, boundF32)
+			record(t, name+": allreduce_to (every rank)", "elements != rank-order sum", float64(sdiff), 0)
+			record(t, name+": broadcast_from rank 0", "elements != rank 0's buffer", float64(bdiff), 0)
+			if nr == 8 && !testing.Short() {
+				// One barrier round on 8 concurrent streams of one device:
+				// the flag protocol's own cost (no link crossed).
+				e0, err := c.NewEvent()
+				chk(err)
+				e1, err := c.NewEvent()
+				chk(err)
+				const reps = 200
+				chk(c.Synchronize())
+				chk(c.Record(e0, streams[0]))
+				for range reps {
+					for i := range nr {
+						chk(k.AllReduceAddRMSNorm(streams[i], tA, nr, outT[i], 1, 1, D, 1e-6, bar(i)))
+					}
+				}
+				chk(c.Record(e1, streams[0]))
+				chk(c.EventSync(e1))
+				ms, err := c.Elapsed(e0, e1)
+				chk(err)
+				chk(c.Synchronize())
+				chk(c.DestroyEvent(e0))
+				chk(c.DestroyEvent(e1))
+				addTiming(t, "allreduce_add_rmsnorm + peer barrier, 8 streams", float64(4*D*(nr+3)), float64(ms)*1000/reps, "per round, 8 ranks' launches concurrent on one device")
+			}
+		}
+	})
+}
+
 // addTiming reports a kernel latency row (as TestKernelTiming does).
 func addTiming(t *testing.T, name string, bytes, us float64, comment string) {
 	row := timingRow{Name: name, Bytes: bytes, Median: us, GBps: bytes / us / 1e3, Comment: comment}

@@ -1,11 +1,13 @@
 package gpu
 
 import (
+	"os"
 	"runtime"
 
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/kernels"
 )
 
 // CommKind names a communicator of the sharded engine.
@@ -49,6 +51,12 @@ type rankExec interface {
 type communicator interface {
 	name() string
 	allReduce(x rankExec, bufs []cuda.DevPtr, n int) error
+	// allReduceAddNorm, where the communicator fuses it, sums parts (rows x
+	// D each, rank order) and for every rank k adds the sum into xs[k] and
+	// writes hs[k] = rmsnorm(xs[k]) * ws[k]: the same bits as allReduce
+	// then addRMSNorm on every rank. false: not fused here, the caller runs
+	// that pair.
+	allReduceAddNorm(x rankExec, parts, xs, hs, ws []cuda.DevPtr, rows, D int, eps float32) (bool, error)
 	broadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error
 	close(b device) error
 }
@@ -59,9 +67,6 @@ func newComm(kind CommKind, runners []runner, N int, ordinals []int) (communicat
 	case CommLocal:
 		return localComm{}, nil
 	case CommOneShot:
-		if emu {
-			return nil, errors.WithHint(errors.New("the one-shot all-reduce is a CUDA kernel: no emulation"), "use the local communicator on the emulator")
-		}
 		if len(runners) > 1 {
 			return nil, errors.WithHint(errors.New("the one-shot all-reduce across GPUs needs peer-mapped buffers, not built yet"),
 				"use --comm nccl (or auto) for ranks on several GPUs")
@@ -103,6 +108,10 @@ func (localComm) allReduce(x rankExec, bufs []cuda.DevPtr, n int) error {
 		}
 	}
 	return nil
+}
+
+func (localComm) allReduceAddNorm(rankExec, []cuda.DevPtr, []cuda.DevPtr, []cuda.DevPtr, []cuda.DevPtr, int, int, float32) (bool, error) {
+	return false, nil
 }
 
 func (localComm) broadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error {
@@ -171,18 +180,24 @@ func hostBroadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error
 
 func (localComm) close(device) error { return nil }
 
-// oneShotComm runs kernels.AllReduceOneShot over a device table of the
-// rank buffers (one table per buffer set, kept: the engine reuses the same
-// workspace buffers every layer).
+// oneShotComm runs the one-shot kernels over device tables of the rank
+// buffers (one table per buffer set, kept: the engine reuses the same
+// workspace buffers every layer), through the device interface, so a
+// sharded step on one device is captured in its CUDA graph like any other
+// launch and the emulator runs the same calls.
 type oneShotComm struct {
 	tables map[string]cuda.DevPtr
 }
 
 func (*oneShotComm) name() string { return string(CommOneShot) }
 
-func (c *oneShotComm) table(b device, bufs []cuda.DevPtr) (cuda.DevPtr, error) {
-	key := make([]byte, 8*len(bufs))
-	for i, p := range bufs {
+// fusedAROn: TILERT_GPU_AR_FUSED=0 keeps the all-reduce and the residual
+// add + RMSNorm as separate launches (comparisons).
+var fusedAROn = os.Getenv("TILERT_GPU_AR_FUSED") != "0"
+
+func (c *oneShotComm) table(b device, ptrs []cuda.DevPtr) (cuda.DevPtr, error) {
+	key := make([]byte, 8*len(ptrs))
+	for i, p := range ptrs {
 		for j := 0; j < 8; j++ {
 			key[8*i+j] = byte(uint64(p) >> (8 * j))
 		}
@@ -203,15 +218,35 @@ func (c *oneShotComm) table(b device, bufs []cuda.DevPtr) (cuda.DevPtr, error) {
 }
 
 func (c *oneShotComm) allReduce(x rankExec, bufs []cuda.DevPtr, n int) error {
-	cd, ok := x.singleDevice().(*cudaDevice)
-	if !ok {
-		return errors.New("one-shot all-reduce needs a CUDA device")
+	b := x.singleDevice()
+	if b == nil {
+		return errors.New("one-shot all-reduce needs every rank on one device")
 	}
-	t, err := c.table(cd, bufs)
+	t, err := c.table(b, bufs)
 	if err != nil {
 		return err
 	}
-	return cd.k.AllReduceOneShot(cd.s, t, len(bufs), n)
+	return b.allReduceOneShot(t, len(bufs), n)
+}
+
+func (c *oneShotComm) allReduceAddNorm(x rankExec, parts, xs, hs, ws []cuda.DevPtr, rows, D int, eps float32) (bool, error) {
+	b := x.singleDevice()
+	if b == nil || !fusedAROn {
+		return false, nil
+	}
+	pt, err := c.table(b, parts)
+	if err != nil {
+		return true, err
+	}
+	outs := make([]cuda.DevPtr, 0, 3*len(xs))
+	for k := range xs {
+		outs = append(outs, xs[k], hs[k], ws[k])
+	}
+	ot, err := c.table(b, outs)
+	if err != nil {
+		return true, err
+	}
+	return true, b.allReduceAddRMSNorm(pt, len(parts), ot, len(xs), rows, D, eps)
 }
 
 func (c *oneShotComm) broadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error {
@@ -225,6 +260,87 @@ func (c *oneShotComm) close(b device) error {
 		delete(c.tables, k)
 	}
 	return errs
+}
+
+// commDevice is the device's part for the one-shot communicator: the
+// kernels of cuda/kernels/comm_ops.go for ranks on one device (tables of
+// that device's pointers, no barrier).
+type commDevice interface {
+	// allReduceOneShot is kernels.Set.AllReduceOneShot.
+	allReduceOneShot(table cuda.DevPtr, nranks, n int) error
+	// allReduceAddRMSNorm is kernels.Set.AllReduceAddRMSNorm without a
+	// barrier: parts lists nranks buffers, outs nout (x, h, w) triples.
+	allReduceAddRMSNorm(parts cuda.DevPtr, nranks int, outs cuda.DevPtr, nout, rows, D int, eps float32) error
+}
+
+func (b *cudaDevice) allReduceOneShot(table cuda.DevPtr, nranks, n int) error {
+	return b.k.AllReduceOneShot(b.s, table, nranks, n)
+}
+
+func (b *cudaDevice) allReduceAddRMSNorm(parts cuda.DevPtr, nranks int, outs cuda.DevPtr, nout, rows, D int, eps float32) error {
+	return b.k.AllReduceAddRMSNorm(b.s, parts, nranks, outs, nout, rows, D, eps, kernels.PeerBarrier{})
+}
+
+func (gb *graphDevice) allReduceOneShot(table cuda.DevPtr, nranks, n int) error {
+	return gb.rec("allReduceOneShot", int64(8*nranks*n), func(b device) error { return b.allReduceOneShot(table, nranks, n) },
+		ku(table), ki(nranks), ki(n))
+}
+
+func (gb *graphDevice) allReduceAddRMSNorm(parts cuda.DevPtr, nranks int, outs cuda.DevPtr, nout, rows, D int, eps float32) error {
+	return gb.rec("allReduceAddRMSNorm", int64(4*rows*D*(nranks+3*nout)), func(b device) error {
+		return b.allReduceAddRMSNorm(parts, nranks, outs, nout, rows, D, eps)
+	}, ku(parts), ki(nranks), ku(outs), ki(nout), ki(rows), ki(D), kf(eps))
+}
+
+// allReduceOneShot: the sum in rank order, written to every buffer.
+func (m *emuDevice) allReduceOneShot(table cuda.DevPtr, nranks, n int) error {
+	if nranks < 1 || n <= 0 {
+		return errors.Newf("emu allreduce_oneshot: nranks=%d n=%d", nranks, n)
+	}
+	bufs := m.ptrs(table, nranks)
+	s := make([]float32, n)
+	copy(s, m.f32(bufs[0], n))
+	for _, p := range bufs[1:] {
+		for i, v := range m.f32(p, n) {
+			s[i] += v
+		}
+	}
+	for _, p := range bufs {
+		copy(m.f32(p, n), s)
+	}
+	return nil
+}
+
+// allReduceAddRMSNorm: the sum in rank order added into the first
+// output's residual, copied to every output's, then each output's RMSNorm:
+// the kernel's arithmetic (the same as the unfused pair's).
+func (m *emuDevice) allReduceAddRMSNorm(parts cuda.DevPtr, nranks int, outs cuda.DevPtr, nout, rows, D int, eps float32) error {
+	if nranks < 1 || nout < 1 || rows <= 0 || D <= 0 {
+		return errors.Newf("emu allreduce_add_rmsnorm: nranks=%d nout=%d rows=%d D=%d", nranks, nout, rows, D)
+	}
+	ps, ov := m.ptrs(parts, nranks), m.ptrs(outs, 3*nout)
+	n := rows * D
+	x0 := m.f32(ov[0], n)
+	pv := make([][]float32, nranks)
+	for k, p := range ps {
+		pv[k] = m.f32(p, n)
+	}
+	for i := range x0 {
+		s := pv[0][i]
+		for _, p := range pv[1:] {
+			s += p[i]
+		}
+		x0[i] += s
+	}
+	for o := 0; o < nout; o++ {
+		if o > 0 {
+			copy(m.f32(ov[3*o], n), x0)
+		}
+		if err := m.rmsnorm(ov[3*o+1], ov[3*o], ov[3*o+2], rows, D, D, D, eps); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ncclComm is NCCL with one communicator per rank, created together in
@@ -269,6 +385,10 @@ func (c *ncclComm) allReduce(x rankExec, bufs []cuda.DevPtr, n int) error {
 	return c.group(x, func(k int, s cuda.Stream) error {
 		return c.lib.AllReduceSumF32(bufs[k], bufs[k], int64(n), c.comms[k], s)
 	})
+}
+
+func (c *ncclComm) allReduceAddNorm(rankExec, []cuda.DevPtr, []cuda.DevPtr, []cuda.DevPtr, []cuda.DevPtr, int, int, float32) (bool, error) {
+	return false, nil
 }
 
 func (c *ncclComm) broadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error {

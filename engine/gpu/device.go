@@ -78,6 +78,7 @@ type device interface {
 	scale(x cuda.DevPtr, a float32, n int) error
 	absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs int) error
 	absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error
+	commDevice // comm.go
 }
 
 // cudaDevice runs on the device thread (valid only inside Device.Do); all

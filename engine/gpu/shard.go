@@ -45,6 +45,9 @@ type shardBackend struct {
 	layout   engine.Layout
 	maxSeq   int
 	closed   bool
+	// graphs: the decode step's CUDA graphs when every rank is on one
+	// device (all ranks' launches and the collectives in one graph).
+	graphs *graphs
 }
 
 // NewSharded opens the GPUs of so.Devices (each on its own device thread)
@@ -151,7 +154,7 @@ func buildShard(runners []runner, rankRunner []int, src Source, opts engine.Opti
 				"convert again with tilert convert --devices %d (or --devices 1, which any node size reads), or list %d devices", N, d))
 		}
 	}
-	s := &shardBackend{runners: runners, byRunner: make([][]int, len(runners)), cfg: full}
+	s := &shardBackend{runners: runners, byRunner: make([][]int, len(runners)), cfg: full, graphs: newGraphs()}
 	for k, ri := range rankRunner {
 		s.byRunner[ri] = append(s.byRunner[ri], k)
 	}
@@ -261,10 +264,16 @@ func (s *shardBackend) Close() error {
 		return nil
 	}
 	s.closed = true
-	var errs error
-	if s.comm != nil {
-		errs = s.runners[0].run(func(b device) error { return s.comm.close(b) })
-	}
+	errs := s.runners[0].run(func(b device) error {
+		var errs error
+		if g := grapherOf(b); g != nil && s.graphs != nil {
+			errs = s.graphs.clear(g)
+		}
+		if s.comm != nil {
+			errs = errors.CombineErrors(errs, s.comm.close(b))
+		}
+		return errs
+	})
 	errs = errors.CombineErrors(errs, s.closeRanks())
 	for _, r := range s.runners {
 		errs = errors.CombineErrors(errs, r.close())
@@ -323,6 +332,14 @@ func (s *shardBackend) Run(step bool, f func(engine.Compute) error) error {
 		return c.err()
 	}
 	return s.runners[0].run(func(b device) error {
+		// A decode step on one device replays CUDA graphs (graph.go): every
+		// rank's launches and the one-shot collectives between uploads and
+		// downloads, with no host round trip inside.
+		var gb *graphDevice
+		if g := grapherOf(b); step && s.graphs.on && g != nil {
+			gb = &graphDevice{device: b, gs: s.graphs, g: g}
+			b = gb
+		}
 		c.single = b
 		for k := range c.ops {
 			c.ops[k] = &ops{b: b}
@@ -330,7 +347,13 @@ func (s *shardBackend) Run(step bool, f func(engine.Compute) error) error {
 		if err := f(c); err != nil {
 			return err
 		}
-		return c.err()
+		if err := c.err(); err != nil {
+			return err
+		}
+		if gb != nil {
+			return gb.flush()
+		}
+		return nil
 	})
 }
 
@@ -521,10 +544,17 @@ func (s *shardBackend) forward(c *shardCompute, rs []engine.Row, mtp bool, want 
 				o.do(o.b.zero(s.ranks[k].ws.tmp, int64(4*M*H)))
 			}
 		})
-		allReduce(func(w *workspace) cuda.DevPtr { return w.tmp }, M*H)
+		// x += the attention sum, h = post-attention norm: one fused
+		// launch where the communicator has it, else all-reduce then each
+		// rank's addRMSNorm.
+		fused := s.addNorm(c, func(w *workspace) cuda.DevPtr { return w.tmp }, func(k int) (cuda.DevPtr, cuda.DevPtr) {
+			return s.ranks[k].ws.h, in[k].layers[i].PostNorm
+		}, M, H, eps)
 		c.each(func(k int, o *ops) {
 			lw, ws, f := in[k].layers[i], s.ranks[k].ws, fs[k]
-			o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
+			if !fused {
+				o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
+			}
 			switch {
 			case lw.MoE && s.plans[k].moe.n() > 0:
 				f.moe(lw)
@@ -534,15 +564,18 @@ func (s *shardBackend) forward(c *shardCompute, rs []engine.Row, mtp bool, want 
 				o.do(o.b.zero(ws.mo, int64(4*M*H)))
 			}
 		})
-		allReduce(func(w *workspace) cuda.DevPtr { return w.mo }, M*H)
-		c.each(func(k int, o *ops) {
-			ws := s.ranks[k].ws
-			y, w := in[k].hid, in[k].norm
+		next := func(k int) (cuda.DevPtr, cuda.DevPtr) {
 			if i+1 < len(in[k].layers) {
-				y, w = ws.h, in[k].layers[i+1].InNorm
+				return s.ranks[k].ws.h, in[k].layers[i+1].InNorm
 			}
-			o.do(o.b.addRMSNorm(y, ws.x, ws.mo, w, M, H, H, H, H, eps))
-		})
+			return in[k].hid, in[k].norm
+		}
+		if !s.addNorm(c, func(w *workspace) cuda.DevPtr { return w.mo }, next, M, H, eps) {
+			c.each(func(k int, o *ops) {
+				y, w := next(k)
+				o.do(o.b.addRMSNorm(y, s.ranks[k].ws.x, s.ranks[k].ws.mo, w, M, H, H, H, H, eps))
+			})
+		}
 	}
 	c.each(func(k int, o *ops) {
 		ws := s.ranks[k].ws
@@ -561,6 +594,30 @@ func (s *shardBackend) forward(c *shardCompute, rs []engine.Row, mtp bool, want 
 		}
 	})
 	allReduce(func(w *workspace) cuda.DevPtr { return w.logits }, M*V)
+}
+
+// addNorm sums every rank's part buffer into its residual ws.x and writes
+// the residual's RMSNorm by out(k)'s weight into out(k)'s buffer, fused in
+// the communicator's one launch; false when the caller must run the
+// all-reduce here and then each rank's addRMSNorm (the communicator does
+// not fuse; with one rank, no all-reduce at all).
+func (s *shardBackend) addNorm(c *shardCompute, part func(*workspace) cuda.DevPtr, out func(k int) (y, w cuda.DevPtr), M, H int, eps float32) bool {
+	N := len(s.ranks)
+	if N == 1 || c.err() != nil {
+		return false
+	}
+	xs, hs, ws := make([]cuda.DevPtr, N), make([]cuda.DevPtr, N), make([]cuda.DevPtr, N)
+	for k, e := range s.ranks {
+		xs[k] = e.ws.x
+		hs[k], ws[k] = out(k)
+	}
+	done, err := s.comm.allReduceAddNorm(c, s.ptrs(part), xs, hs, ws, M, H, eps)
+	c.do(err)
+	if done || c.err() != nil {
+		return true
+	}
+	c.do(s.comm.allReduce(c, s.ptrs(part), M*H))
+	return false
 }
 
 // TeacherForce is Engine.TeacherForce on the sharded engine: every

@@ -34,10 +34,13 @@ func newShardTest(t testing.TB, kind deviceKind, src Source, opts engine.Options
 	t.Helper()
 	var e *ShardEngine
 	var err error
-	if kind == onGPU {
+	switch {
+	case kind == onGPU:
 		e, err = NewShardedOnDevice(gpuDevice(t), src, opts, n, comm)
-	} else {
+	case comm == CommLocal:
 		e, err = NewShardedEmulated(src, opts, n)
+	default: // the one-shot kernels' transcriptions
+		e, err = buildShard([]runner{&emuRunner{m: newEmu()}}, make([]int, n), src, opts, comm)
 	}
 	if err != nil {
 		t.Fatalf("%s sharded engine (%d ranks): %+v", kind, n, err)
@@ -53,6 +56,11 @@ func newShardTest(t testing.TB, kind deviceKind, src Source, opts engine.Options
 func TestEmuShardGreedy(t *testing.T) { testShardGreedy(t, onEmu, CommLocal, engine.ModeServing) }
 func TestEmuShardGreedyExact(t *testing.T) {
 	testShardGreedy(t, onEmu, CommLocal, engine.ModeExact)
+}
+// The one-shot communicator on the emulator: the fused all-reduce + add +
+// RMSNorm transcription inside the step's replayed graphs.
+func TestEmuShardGreedyOneShot(t *testing.T) {
+	testShardGreedy(t, onEmu, CommOneShot, engine.ModeServing)
 }
 func TestGPUShardGreedy(t *testing.T) { testShardGreedy(t, onGPU, CommOneShot, engine.ModeServing) }
 func TestGPUShardGreedyExact(t *testing.T) {
@@ -103,6 +111,9 @@ func testShardGreedy(t *testing.T, kind deviceKind, comm CommKind, mode engine.M
 							diff += len(want4[i]) - j
 							report("%d ranks mtp=%v 4 slots, slot %d: tokens differ from %d:\n got %v\nwant %v", n, mtp, i, j, got4[i], want4[i])
 						}
+					}
+					if n > 1 && se.s.graphs.on && se.s.graphs.replays == 0 {
+						t.Errorf("%d ranks: no decode step replayed a graph", n)
 					}
 					st := se.Stats()
 					if mtp && st.DraftTokens == 0 {

@@ -11,3 +11,113 @@ extern "C" __global__ void allreduce_oneshot_f32(float* const* bufs, int nranks,
         for (int r = 0; r < nranks; r++) bufs[r][i] = s;
     }
 }
+
+// Barrier between ranks on different GPUs, through flags in peer-mapped
+// memory, one slot per block index. flags is this rank's own array
+// [slots][nranks]; peer_flags[j] is rank j's array as this device maps it
+// (peer_flags[rank] == flags). Block b of every rank takes the next epoch of
+// its slot (one more than the last it signalled), writes it into slot b,
+// column rank, of every rank's array, and waits until its own array's slot b
+// holds that epoch (or a later one) from every rank. Every rank makes the
+// same sequence of calls with the same grid, so epochs stay in step; the
+// caller guarantees that no rank rewrites a buffer its peers read before
+// they passed the next barrier (the engine alternates two buffers).
+// A peer that never arrives (a failed rank) traps after ~10 s instead of
+// hanging the device: the launch fails with an error.
+#define COMM_MAX_SLOTS 1024
+
+__device__ __forceinline__ u32 ld_acquire_sys(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_release_sys(u32* p, u32 v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ u64 global_ns() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ void peer_barrier(u32* flags, u32* const* peer_flags, int rank, int nranks) {
+    __shared__ u32 epoch;
+    const int slot = blockIdx.x;
+    if (threadIdx.x == 0) epoch = flags[slot * nranks + rank] + 1u;
+    __syncthreads();
+    const u32 e = epoch;
+    if (threadIdx.x < nranks) {
+        // Everything this rank wrote before (earlier launches on its stream)
+        // is visible to a peer that sees the flag.
+        __threadfence_system();
+        st_release_sys(peer_flags[threadIdx.x] + slot * nranks + rank, e);
+        const u32* f = flags + slot * nranks + threadIdx.x;
+        const u64 t0 = global_ns();
+        while ((int)(ld_acquire_sys(f) - e) < 0) {
+            if (global_ns() - t0 > 10000000000ull) __trap();
+        }
+    }
+    __syncthreads();
+}
+
+// The all-reduce fused with the residual add and RMSNorm after it, one block
+// per row: s = parts[0][row] + parts[1][row] + ... (rank order), then for
+// every output o: x_o[row] = x_0[row] + s and h_o[row] = rmsnorm(x)*w_o.
+// outs is nout triples (x, h, w) of device pointers. Every rank's residual x
+// is the same bits (it is only ever changed by this sum), so x_0 is read and
+// every x_o written. With the same block size each thread adds, squares and
+// scales the same elements in the same order as allreduce_oneshot_f32 then
+// add_rmsnorm, so x and h are bit-identical to those two launches.
+// Ranks on one device: one launch, nout = nranks, flags null. Ranks on
+// several GPUs: each rank launches it with its own (x, h, w), parts the
+// peer-mapped partial buffers, and the barrier first (flags non-null).
+// Partial reads bypass L1: over NVLink they must see the peer's latest bytes.
+extern "C" __global__ void __launch_bounds__(1024)
+    allreduce_add_rmsnorm(const float* const* parts, int nranks, float* const* outs, int nout, int D, float eps,
+                          u32* flags, u32* const* peer_flags, int rank) {
+    __shared__ float sh[32];
+    if (flags) peer_barrier(flags, peer_flags, rank, nranks);
+    const size_t off = (size_t)blockIdx.x * D;
+    float* x0 = outs[0] + off;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float s = __ldcv(parts[0] + off + i);
+        for (int r = 1; r < nranks; r++) s += __ldcv(parts[r] + off + i);
+        const float v = x0[i] + s;
+        for (int o = 0; o < nout; o++) outs[3 * o][off + i] = v;
+        ss += v * v;
+    }
+    ss = block_sum(ss, sh);
+    const float r = rsqrtf(ss / (float)D + eps);
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        const float v = x0[i];
+        for (int o = 0; o < nout; o++) outs[3 * o + 1][off + i] = outs[3 * o + 2][i] * (v * r);
+    }
+}
+
+// out = parts[0] + parts[1] + ... (rank order), n floats, parts unchanged:
+// the out-of-place all-reduce of ranks on several GPUs (each rank sums the
+// peers' buffers into its own out after the barrier; in place, a rank would
+// overwrite a buffer its peers are still reading).
+extern "C" __global__ void allreduce_to_f32(const float* const* parts, int nranks, float* out, long long n, u32* flags,
+                                            u32* const* peer_flags, int rank) {
+    if (flags) peer_barrier(flags, peer_flags, rank, nranks);
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float s = __ldcv(parts[0] + i);
+        for (int r = 1; r < nranks; r++) s += __ldcv(parts[r] + i);
+        out[i] = s;
+    }
+}
+
+// dst = src (n 32-bit words) after the barrier: the broadcast of the
+// indexer's selection from the root's peer-mapped buffer.
+extern "C" __global__ void broadcast_from_u32(const u32* src, u32* dst, long long n, int nranks, u32* flags,
+                                              u32* const* peer_flags, int rank) {
+    if (flags) peer_barrier(flags, peer_flags, rank, nranks);
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[i] = __ldcv((const unsigned*)src + i);
+}

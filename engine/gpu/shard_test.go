@@ -57,6 +57,7 @@ func TestEmuShardGreedy(t *testing.T) { testShardGreedy(t, onEmu, CommLocal, eng
 func TestEmuShardGreedyExact(t *testing.T) {
 	testShardGreedy(t, onEmu, CommLocal, engine.ModeExact)
 }
+
 // The one-shot communicator on the emulator: the fused all-reduce + add +
 // RMSNorm transcription inside the step's replayed graphs.
 func TestEmuShardGreedyOneShot(t *testing.T) {

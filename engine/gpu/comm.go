@@ -432,12 +432,10 @@ func (c *ncclComm) group(x rankExec, f func(k int, s cuda.Stream) error) error {
 		}
 		return errors.CombineErrors(errs, c.lib.GroupEnd())
 	})
-	if err != nil || x.singleDevice() != nil {
-		return err
-	}
-	// Several devices: each phase ends with its device synchronised; so
-	// does the collective.
-	return x.onRanks(func(_ int, b device) error { return b.sync() })
+	// Several devices: the collective is queued on every rank's stream
+	// after the phase before it, and the phase after it queues behind it:
+	// no host wait.
+	return err
 }
 
 func (c *ncclComm) close(device) error {

@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/model"
 )
@@ -326,10 +327,13 @@ func (s *shardBackend) Run(step bool, f func(engine.Compute) error) error {
 		for k := range c.ops {
 			c.ops[k] = &ops{}
 		}
-		if err := f(c); err != nil {
-			return err
+		err := errors.CombineErrors(f(c), c.err())
+		// Phases only queued their work (no host wait per phase): the step
+		// ends when every device's stream has drained.
+		for _, r := range s.runners {
+			err = errors.CombineErrors(err, r.run(func(device) error { return nil }))
 		}
-		return c.err()
+		return err
 	}
 	return s.runners[0].run(func(b device) error {
 		// A decode step on one device replays CUDA graphs (graph.go): every
@@ -398,7 +402,7 @@ func (c *shardCompute) each(f func(k int, o *ops)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := r.run(func(b device) error {
+			err := queue(r, func(b device) error {
 				for _, k := range ks {
 					c.ops[k].b = b
 					f(k, c.ops[k])
@@ -421,11 +425,35 @@ func (c *shardCompute) one(k int, f func(o *ops)) {
 		return
 	}
 	r := c.s.runners[c.s.rankRunner(k)]
-	c.ops[k].do(r.run(func(b device) error {
+	c.ops[k].do(queue(r, func(b device) error {
 		c.ops[k].b = b
 		f(c.ops[k])
 		return nil
 	}))
+}
+
+// queue runs f on r's device thread and returns once its work is queued on
+// the device's stream, without waiting for it to run (the GPU runner's run
+// synchronises its stream at the end; a phase of a multi-GPU step must not:
+// the next phase, the collectives and the downloads are ordered after it
+// by the stream, and a download waits itself).
+func queue(r runner, f func(b device) error) error {
+	cr, ok := r.(*cudaRunner)
+	if !ok {
+		return r.run(f)
+	}
+	return cr.dev.Do(func(cc *cuda.Ctx) error {
+		k, err := kernels.Load(cc)
+		if err != nil {
+			return err
+		}
+		b := &cudaDevice{c: cc, k: k, s: cc.Stream()}
+		if err := f(b); err != nil {
+			// Let queued work finish before the caller looks at anything.
+			return errors.CombineErrors(err, cc.SyncStream(b.s))
+		}
+		return nil
+	})
 }
 
 func (s *shardBackend) rankRunner(k int) int {

@@ -174,10 +174,13 @@ func (d *dummySource) Get(name string) (*model.Tensor, error) {
 // CopyGBps measures the device's copy rate (bytes read plus written per
 // second, in GB/s) with back-to-back device-to-device copies of 1 GiB, the
 // ceiling a decode step's byte floor is held against. The median of reps.
-func (g *Engine) CopyGBps(reps int) (float64, error) {
+func (g *Engine) CopyGBps(reps int) (float64, error) { return copyGBps(g.m.r, reps) }
+
+// copyGBps is CopyGBps on r's device.
+func copyGBps(r runner, reps int) (float64, error) {
 	const n = 1 << 30
 	var gbps float64
-	err := g.m.r.run(func(b device) error {
+	err := r.run(func(b device) error {
 		cb, ok := b.(*cudaDevice)
 		if !ok {
 			return errors.New("CopyGBps needs the GPU backend")

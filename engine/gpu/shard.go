@@ -57,6 +57,14 @@ func NewSharded(src Source, opts engine.Options, so ShardOptions) (*ShardEngine,
 	if err := checkDevices(so.Devices); err != nil {
 		return nil, err
 	}
+	if n, err := cuda.DeviceCount(); err == nil {
+		for k, d := range so.Devices {
+			if d >= n {
+				return nil, errors.WithHintf(errors.Newf("rank %d is placed on GPU %d, which does not exist: this machine has %d GPU(s)", k, d, n),
+					"list GPU ordinals 0..%d in [decode] devices / --devices (nvidia-smi -L); a GPU may repeat (--devices 0,0,0,0 runs four ranks on GPU 0)", n-1)
+			}
+		}
+	}
 	var runners []runner
 	idx := map[int]int{}
 	rankRunner := make([]int, len(so.Devices))
@@ -287,6 +295,14 @@ func (g *ShardEngine) Ranks() int { return len(g.s.plans) }
 
 // Config returns the model configuration (whole, not a rank's).
 func (g *ShardEngine) Config() *model.Config { return g.s.cfg }
+
+// CopyGBps is the copy rate of the first rank's GPU (Engine.CopyGBps).
+func (g *ShardEngine) CopyGBps(reps int) (float64, error) { return copyGBps(g.s.runners[0], reps) }
+
+// SharesDevice reports whether several ranks run on one GPU (then a step
+// is the sum of those ranks' work, not what a node of one GPU per rank
+// sees).
+func (g *ShardEngine) SharesDevice() bool { return len(g.s.runners) < len(g.s.ranks) }
 
 // Comm names the collective in use.
 func (g *ShardEngine) Comm() string { return g.s.comm.name() }

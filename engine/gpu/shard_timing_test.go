@@ -50,13 +50,15 @@ func TestGPUShardLayerTiming(t *testing.T) {
 	for _, m := range []string{"deepseek-v3.2", "glm-5"} {
 		full := realLayerConfig(t, m)
 		for _, idx := range []bool{true, false} {
-			us, plain, floor, ops := timeShardLayer(t, dev, full, idx, copyGBps)
+			us, plain, withComm, floor, ops := timeShardLayer(t, dev, full, idx, copyGBps)
 			who := "rank 0 (runs the indexer)"
 			if !idx {
 				who = "ranks 1-7 (no indexer)"
 			}
 			add("%s MoE layer, TP-%d shard, %s, context %d: %.1f us graphed (%.1f us launched one by one); byte floor %.1f us (%.0f%% of floor)",
 				m, shardBenchRanks, who, shardBenchCtx, us, plain, floor, 100*floor/us)
+			add("    with its communication: %.1f us graphed (both residual adds + norms replaced by the fused one-shot all-reduce over %d partial buffers on this device: %+.1f us; a node adds the NVLink crossing)",
+				withComm, shardBenchRanks, withComm-us)
 			for i, o := range ops {
 				if i == 10 {
 					break
@@ -65,7 +67,10 @@ func TestGPUShardLayerTiming(t *testing.T) {
 			}
 			if idx {
 				// Projection (not a measurement): L layers, each the shard
-				// time plus two all-reduces of one hidden vector.
+				// time with its fused all-reduces as measured here plus the
+				// link: an NVLink one-shot crossing (flag barrier + peer
+				// reads, estimated) or NCCL's published latency in place of
+				// the fused kernel.
 				L := 61
 				if m == "glm-5" {
 					L = 78
@@ -73,12 +78,12 @@ func TestGPUShardLayerTiming(t *testing.T) {
 				for _, ar := range []struct {
 					name string
 					us   float64
-				}{{"one-shot over NVLink (est. 5 us)", 5}, {"NCCL all-reduce (published ~15 us at 14-28 KB on 8xH100/H200 NVLink)", 15}} {
+				}{{"measured fused one-shot + est. 3 us NVLink crossing each", withComm + 2*3}, {"NCCL all-reduce (published ~15 us at 14-28 KB on 8xH100/H200 NVLink) each, plus the residual add + norm", us + 2*15}} {
 					// The head's vocabulary slice at the copy bandwidth.
 					head := float64(2*realVocab[m]*full.HiddenSize/shardBenchRanks) / copyGBps / 1e3
-					step := float64(L)*(us+2*ar.us) + head
-					add("  projection (not a measurement) %s, %d layers, all-reduce %s, head slice %.0f us: %.2f ms per token -> %.0f tok/s per user without MTP",
-						m, L, ar.name, head, step/1000, 1e6/step)
+					step := float64(L)*ar.us + head
+					add("  projection (not a measurement) %s, %d layers of %.1f us, all-reduce: %s, head slice %.0f us: %.2f ms per token -> %.0f tok/s per user without MTP",
+						m, L, ar.us, ar.name, head, step/1000, 1e6/step)
 				}
 			}
 		}
@@ -183,7 +188,13 @@ func eventMedian(c *cuda.Ctx, s cuda.Stream, inner, reps int, f func() error) (f
 // weights) and times one decode row at position shardBenchCtx through the
 // block: graphed and launched. floor is the bytes the shard must read
 // (weights touched, cache entries read) at the copy bandwidth.
-func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx bool, copyGBps float64) (graphed, plain, floor float64, prof []OpTime) {
+//
+// withComm is the same layer with its communication as a GPU of the node
+// runs it: each of the two residual add + RMSNorm launches replaced by the
+// fused all-reduce (allreduce_add_rmsnorm) that sums this rank's partial
+// and the other 7 ranks' (buffers on this device) into the residual and
+// writes the norm, this rank's output only.
+func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx bool, copyGBps float64) (graphed, plain, withComm, floor float64, prof []OpTime) {
 	t.Helper()
 	p := planShard(full, shardBenchRanks, 0)
 	local := *full
@@ -232,6 +243,9 @@ func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx 
 		if err != nil {
 			return err
 		}
+		if withComm, err = timeWithComm(cd, f, lw); err != nil {
+			return err
+		}
 		// Where the time goes: the block's calls recorded (graph.go's
 		// deferring device), then each timed alone.
 		runs, err := recordBlock(b, f, lw)
@@ -258,7 +272,89 @@ func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx 
 		t.Fatalf("%+v", err)
 	}
 	floor = float64(shardLayerBytes(&local, withIdx)) / copyGBps / 1e3
-	return graphed, plain, floor, prof
+	return graphed, plain, withComm, floor, prof
+}
+
+// timeWithComm times f's layer as a node's rank runs it, its two residual
+// add + norms fused into the one-shot all-reduce over shardBenchRanks
+// partial buffers (this rank's and shardBenchRanks-1 zeroed stand-ins).
+func timeWithComm(cd *cudaDevice, f *fwd, lw *dlayer) (float64, error) {
+	e, o := f.e, f.o
+	ws := e.ws
+	H := e.cfg.HiddenSize
+	eps := float32(e.cfg.RMSNormEps)
+	var owned []cuda.DevPtr
+	defer func() {
+		for _, p := range owned {
+			_ = cd.free(p)
+		}
+	}()
+	table := func(ptrs []cuda.DevPtr) (cuda.DevPtr, error) {
+		t, err := cd.alloc(int64(8 * len(ptrs)))
+		if err != nil {
+			return 0, err
+		}
+		owned = append(owned, t)
+		b, err := cuda.BytesOf(ptrs)
+		if err != nil {
+			return 0, err
+		}
+		return t, cd.upload(t, b)
+	}
+	parts := func(own cuda.DevPtr) (cuda.DevPtr, error) {
+		ptrs := []cuda.DevPtr{own}
+		for range shardBenchRanks - 1 {
+			p, err := cd.alloc(int64(4 * H))
+			if err != nil {
+				return 0, err
+			}
+			owned = append(owned, p)
+			if err := cd.zero(p, int64(4*H)); err != nil {
+				return 0, err
+			}
+			ptrs = append(ptrs, p)
+		}
+		return table(ptrs)
+	}
+	pa, err := parts(ws.tmp)
+	if err != nil {
+		return 0, err
+	}
+	pm, err := parts(ws.mo)
+	if err != nil {
+		return 0, err
+	}
+	oa, err := table([]cuda.DevPtr{ws.x, ws.h, lw.PostNorm})
+	if err != nil {
+		return 0, err
+	}
+	om, err := table([]cuda.DevPtr{ws.x, ws.h, lw.InNorm})
+	if err != nil {
+		return 0, err
+	}
+	if err := cd.sync(); err != nil {
+		return 0, err
+	}
+	layer := func() error {
+		f.attention(lw)
+		o.do(cd.allReduceAddRMSNorm(pa, shardBenchRanks, oa, 1, 1, H, eps))
+		f.moe(lw)
+		o.do(cd.allReduceAddRMSNorm(pm, shardBenchRanks, om, 1, 1, H, eps))
+		return o.err
+	}
+	if err := layer(); err != nil {
+		return 0, err
+	}
+	if err := cd.c.BeginCapture(cd.s); err != nil {
+		return 0, err
+	}
+	lerr := layer()
+	g, err := cd.c.EndCapture(cd.s)
+	if err := errors.CombineErrors(lerr, err); err != nil {
+		return 0, err
+	}
+	defer cd.c.DestroyGraph(g)
+	return eventMedian(cd.c, cd.s, 20, 15, func() error { return cd.c.LaunchGraph(g, cd.s) })
 }
 
 // shardLayerBytes is what one decode row must read in the shard's layer:

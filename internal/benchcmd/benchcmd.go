@@ -15,7 +15,9 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/urfave/cli/v2"
 
+	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/gpu"
 	"github.com/tilert-go/tilert/internal/buildinfo"
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/internal/engineload"
@@ -47,6 +49,8 @@ func Command() *cli.Command {
 				&cli.IntFlag{Name: "layers", Value: 8, Usage: "with --dummy-weights: MoE layers after the model's dense ones"},
 				&cli.StringFlag{Name: "batches", Usage: "with --context: comma-separated slot counts timed at each context in one engine (e.g. 1,4; default --slots)"},
 				&cli.BoolFlag{Name: "profile", Usage: "with --context on the GPU: per-kernel breakdown of a step at each context"},
+				&cli.StringFlag{Name: "devices", Usage: "GPUs of the tensor-parallel engine, one per rank (e.g. 0,1,2,3,4,5,6,7; as decode --devices); an ordinal may repeat (0,0,0,0: four ranks on GPU 0); empty: GPU 0, unsharded"},
+				&cli.StringFlag{Name: "comm", Value: "auto", Usage: "with --devices: collective between ranks: auto, oneshot (one fused kernel, ranks on one GPU), local or nccl"},
 			),
 			Action: runDecode,
 		}},
@@ -118,9 +122,13 @@ func runDecode(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	e, cfg, closeEngine, err := engineload.Open(device, dir, engine.Options{
+	pl, err := placement(c)
+	if err != nil {
+		return err
+	}
+	e, cfg, closeEngine, err := engineload.OpenOn(device, dir, engine.Options{
 		Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: plen + ntok + 4, MTP: c.Bool("mtp"),
-	})
+	}, pl)
 	if err != nil {
 		return err
 	}
@@ -206,6 +214,19 @@ func runDecode(c *cli.Context) error {
 		}
 	}
 	return nil
+}
+
+// placement reads --devices and --comm.
+func placement(c *cli.Context) (engineload.Placement, error) {
+	devs, err := config.ParseDevices(c.String("devices"))
+	if err != nil {
+		return engineload.Placement{}, cliutil.WithExitCode(errors.WithHint(errors.Wrap(err, "--devices"),
+			"list GPU ordinals, one per rank, e.g. --devices 0,1,2,3 (or 0,0,0,0 for four ranks on GPU 0)"), cliutil.ExitUsage)
+	}
+	if _, err := gpu.ParseComm(c.String("comm")); err != nil {
+		return engineload.Placement{}, cliutil.WithExitCode(err, cliutil.ExitUsage)
+	}
+	return engineload.Placement{Devices: devs, Comm: c.String("comm")}, nil
 }
 
 // textIDs tokenizes a prompt file with the model directory's tokenizer.

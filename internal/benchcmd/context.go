@@ -44,6 +44,11 @@ type ContextRow struct {
 	Efficiency   float64          `json:"efficiency"`     // floor / step p50
 	UsPerLayer   float64          `json:"us_per_layer"`   // step p50 / layers
 	Profile      *gpu.StepProfile `json:"profile,omitempty"`
+	// Tensor parallel (--devices with several ranks): what rank 0 (it runs
+	// the indexer) must read per step: its heads, its slice of every
+	// expert and of the vocabulary, the replicated parts, the caches.
+	RankFloorBytes int64   `json:"rank_floor_bytes,omitempty"`
+	RankFloorMS    float64 `json:"rank_floor_ms,omitempty"`
 }
 
 // ContextResult is a context-mode run.
@@ -59,7 +64,13 @@ type ContextResult struct {
 	CopyGBps    float64      `json:"copy_gb_per_s"`
 	WeightBytes int64        `json:"floor_weight_bytes"`
 	LoadSeconds float64      `json:"load_seconds"`
-	Rows        []ContextRow `json:"contexts"`
+	// Tensor parallel: the GPU of each rank, the collective, and whether
+	// ranks share a GPU (then a step is the sum of their work).
+	Devices      []int        `json:"devices,omitempty"`
+	Comm         string       `json:"comm,omitempty"`
+	SharedDevice bool         `json:"ranks_share_a_device,omitempty"`
+	Note         string       `json:"note,omitempty"`
+	Rows         []ContextRow `json:"contexts"`
 }
 
 func parseContexts(s string) ([]int, error) {
@@ -195,6 +206,20 @@ func syntheticState(lay engine.Layout, C int, r *rand.Rand) []engine.Segment {
 	return segs
 }
 
+// rankConfig is rank 0's shard of cfg as the floor counts it: its heads,
+// its columns of the dense MLP and of every expert, its vocabulary rows;
+// everything else (q_a, kv_a, norms, router, indexer: rank 0 runs it)
+// whole.
+func rankConfig(cfg *model.Config, se *gpu.ShardEngine) *model.Config {
+	heads, inter, moe, vocab := se.Plan(0)
+	rc := *cfg
+	rc.NumHeads = heads[1] - heads[0]
+	rc.IntermediateSize = inter[1] - inter[0]
+	rc.MoEIntermediateSize = moe[1] - moe[0]
+	rc.VocabSize = vocab[1] - vocab[0]
+	return &rc
+}
+
 // profiler is the GPU engine's per-call breakdown of a step.
 type profiler interface {
 	ProfileStep(ids []int, reps int) (*gpu.StepProfile, error)
@@ -226,6 +251,10 @@ func runContexts(c *cli.Context, ctxs []int) error {
 	if err != nil {
 		return cliutil.WithExitCode(err, cliutil.ExitUsage)
 	}
+	pl, err := placement(c)
+	if err != nil {
+		return err
+	}
 	maxSeq := slices.Max(ctxs) + ntok + 4
 	opts := engine.Options{Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: maxSeq}
 	res := ContextResult{Version: buildinfo.Version, Slots: batches, Tokens: ntok}
@@ -243,11 +272,20 @@ func runContexts(c *cli.Context, ctxs []int) error {
 		if cfg, err = engineload.DummyConfig(dm, c.Int("layers")); err != nil {
 			return cliutil.WithExitCode(err, cliutil.ExitUsage)
 		}
-		ge, cl, err := engineload.OpenDummy(cfg, opts)
-		if err != nil {
-			return err
+		if len(pl.Devices) > 1 {
+			comm, _ := gpu.ParseComm(pl.Comm)
+			se, err := gpu.NewSharded(gpu.Dummy(cfg, 1), opts, gpu.ShardOptions{Devices: pl.Devices, Comm: comm})
+			if err != nil {
+				return err
+			}
+			e, close = se, func() { _ = se.Close() }
+		} else {
+			ge, cl, err := engineload.OpenDummy(cfg, opts)
+			if err != nil {
+				return err
+			}
+			e, close = ge, cl
 		}
-		e, close = ge, cl
 		res.Device, res.Weights = "cuda", "dummy "+dm
 	} else {
 		dir := c.String("model-dir")
@@ -262,7 +300,7 @@ func runContexts(c *cli.Context, ctxs []int) error {
 		if err != nil {
 			return err
 		}
-		if e, cfg, close, err = engineload.Open(device, dir, opts); err != nil {
+		if e, cfg, close, err = engineload.OpenOn(device, dir, opts, pl); err != nil {
 			return err
 		}
 		res.Device, res.Weights = device, dir
@@ -273,6 +311,15 @@ func runContexts(c *cli.Context, ctxs []int) error {
 	for l := range cfg.NumLayers {
 		if cfg.IsMoELayer(l) {
 			res.MoELayers++
+		}
+	}
+	var rankCfg *model.Config
+	if se, ok := e.(*gpu.ShardEngine); ok && se.Ranks() > 1 {
+		rankCfg = rankConfig(cfg, se)
+		res.Devices, res.Comm, res.SharedDevice = pl.Devices, se.Comm(), se.SharesDevice()
+		if res.SharedDevice {
+			res.Note = fmt.Sprintf("the %d ranks share a GPU: a step runs every rank's work one after another on it (plus the collectives), so it is about %d times what one GPU of a %d-GPU node computes; the rank floor is what each GPU of such a node reads per step before communication",
+				se.Ranks(), se.Ranks(), se.Ranks())
 		}
 	}
 	if cg, ok := e.(interface{ CopyGBps(int) (float64, error) }); ok {
@@ -348,6 +395,12 @@ func runContexts(c *cli.Context, ctxs []int) error {
 				row.FloorMS = float64(row.FloorBytes) / (res.CopyGBps * 1e9) * 1e3
 				row.Efficiency = row.FloorMS / row.StepP50MS
 			}
+			if rankCfg != nil {
+				row.RankFloorBytes = weightFloorBytes(rankCfg, slots) + row.CacheBytes
+				if res.CopyGBps > 0 {
+					row.RankFloorMS = float64(row.RankFloorBytes) / (res.CopyGBps * 1e9) * 1e3
+				}
+			}
 			row.GBps = float64(row.FloorBytes) / (row.StepP50MS * 1e-3) / 1e9
 			row.UsPerLayer = row.StepP50MS * 1e3 / float64(cfg.NumLayers)
 			res.Rows = append(res.Rows, row)
@@ -367,10 +420,24 @@ func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
 	if first {
 		fmt.Fprintf(w, "bench decode: %s (%s), %d layers (%d MoE) on %s, %d tokens/slot; copy %.0f GB/s (read+write)\n",
 			r.Model, r.Weights, r.Layers, r.MoELayers, r.Device, r.Tokens, r.CopyGBps)
-		fmt.Fprintf(w, "%8s %5s %9s %9s %9s %10s %9s %8s %6s %10s\n", "context", "slots", "p50 ms", "p90 ms", "tok/s", "floor GB", "floor ms", "GB/s", "eff", "us/layer")
+		if len(r.Devices) > 1 {
+			fmt.Fprintf(w, "tensor parallel: %d ranks on GPUs %v, comm %s\n", len(r.Devices), r.Devices, r.Comm)
+			if r.Note != "" {
+				fmt.Fprintf(w, "note: %s\n", r.Note)
+			}
+		}
+		fmt.Fprintf(w, "%8s %5s %9s %9s %9s %10s %9s %8s %6s %10s", "context", "slots", "p50 ms", "p90 ms", "tok/s", "floor GB", "floor ms", "GB/s", "eff", "us/layer")
+		if len(r.Devices) > 1 {
+			fmt.Fprintf(w, " %13s %13s", "rank floor GB", "rank floor ms")
+		}
+		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "%8d %5d %9.3f %9.3f %9.1f %10.3f %9.3f %8.0f %5.0f%% %10.1f\n", row.Context, row.Slots, row.StepP50MS, row.StepP90MS,
+	fmt.Fprintf(w, "%8d %5d %9.3f %9.3f %9.1f %10.3f %9.3f %8.0f %5.0f%% %10.1f", row.Context, row.Slots, row.StepP50MS, row.StepP90MS,
 		row.TokensPerSec, float64(row.FloorBytes)/1e9, row.FloorMS, row.GBps, 100*row.Efficiency, row.UsPerLayer)
+	if row.RankFloorBytes > 0 {
+		fmt.Fprintf(w, " %13.3f %13.3f", float64(row.RankFloorBytes)/1e9, row.RankFloorMS)
+	}
+	fmt.Fprintln(w)
 	if p := row.Profile; p != nil {
 		fmt.Fprintf(w, "  profile (each call alone; device %.0f us eager, %.0f us as graphs):\n", p.EagerUs, p.GraphUs)
 		for _, op := range p.Ops {

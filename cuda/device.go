@@ -131,7 +131,7 @@ func (d *Device) setup(ordinal int) (*Ctx, error) {
 		return nil, err
 	}
 	d.Info = info
-	c := &Ctx{dev: d, drv: dr, cudev: dev, params: newParamArena(), modules: map[string]*Module{}}
+	c := &Ctx{dev: d, drv: dr, cudev: dev, handle: ctx, params: newParamArena(), modules: map[string]*Module{}}
 	c.pool = newPool(c.memAlloc, c.memFree)
 	s, err := c.NewStream()
 	if err != nil {
@@ -204,6 +204,7 @@ type Ctx struct {
 	dev     *Device
 	drv     *driver
 	cudev   int32
+	handle  uintptr // the primary CUcontext (peer.go)
 	params  *paramArena
 	pool    *Pool
 	stream  Stream

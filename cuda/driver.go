@@ -32,6 +32,7 @@ type driver struct {
 	cuGraphInstantiate, cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy     uintptr
 	cuEventCreate, cuEventRecord, cuEventSynchronize, cuEventElapsedTime      uintptr
 	cuEventDestroy                                                            uintptr
+	cuCtxEnablePeerAccess, cuDeviceCanAccessPeer                              uintptr // optional (peer.go)
 }
 
 var (
@@ -113,6 +114,8 @@ func openDriver() (*driver, error) {
 	}
 	s.optional(&d.cuGetErrorName, "cuGetErrorName")
 	s.optional(&d.cuGetErrorString, "cuGetErrorString")
+	s.optional(&d.cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess")
+	s.optional(&d.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer")
 	if err := d.check("cuInit", call(d.cuInit, 0)); err != nil {
 		return nil, errors.WithHint(errors.Mark(err, ErrNoGPU), cpuHint)
 	}

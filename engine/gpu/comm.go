@@ -3,6 +3,7 @@ package gpu
 import (
 	"os"
 	"runtime"
+	"sync"
 
 	"github.com/cockroachdb/errors"
 
@@ -57,6 +58,9 @@ type communicator interface {
 	// then addRMSNorm on every rank. false: not fused here, the caller runs
 	// that pair.
 	allReduceAddNorm(x rankExec, parts, xs, hs, ws []cuda.DevPtr, rows, D int, eps float32) (bool, error)
+	// reduceToRoot leaves the sum of every rank's buffer in rank 0's (the
+	// others' may hold it too).
+	reduceToRoot(x rankExec, bufs []cuda.DevPtr, n int) error
 	broadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error
 	close(b device) error
 }
@@ -68,10 +72,9 @@ func newComm(kind CommKind, runners []runner, N int, ordinals []int) (communicat
 		return localComm{}, nil
 	case CommOneShot:
 		if len(runners) > 1 {
-			return nil, errors.WithHint(errors.New("the one-shot all-reduce across GPUs needs peer-mapped buffers, not built yet"),
-				"use --comm nccl (or auto) for ranks on several GPUs")
+			return nil, errors.New("the one-shot all-reduce across GPUs is newPeerComm's")
 		}
-		return &oneShotComm{tables: map[string]cuda.DevPtr{}}, nil
+		return &oneShotComm{tables: map[string]cuda.DevPtr{}, scratch: map[int]cuda.DevPtr{}}, nil
 	case CommNCCL:
 		if emu {
 			return nil, errors.WithHint(errors.New("NCCL needs GPUs"), "use the local communicator on the emulator")
@@ -112,6 +115,10 @@ func (localComm) allReduce(x rankExec, bufs []cuda.DevPtr, n int) error {
 
 func (localComm) allReduceAddNorm(rankExec, []cuda.DevPtr, []cuda.DevPtr, []cuda.DevPtr, []cuda.DevPtr, int, int, float32) (bool, error) {
 	return false, nil
+}
+
+func (c localComm) reduceToRoot(x rankExec, bufs []cuda.DevPtr, n int) error {
+	return c.allReduce(x, bufs, n)
 }
 
 func (localComm) broadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error {
@@ -186,7 +193,8 @@ func (localComm) close(device) error { return nil }
 // sharded step on one device is captured in its CUDA graph like any other
 // launch and the emulator runs the same calls.
 type oneShotComm struct {
-	tables map[string]cuda.DevPtr
+	tables  map[string]cuda.DevPtr
+	scratch map[int]cuda.DevPtr // the fused kernel's, by hidden size (zeroed once)
 }
 
 func (*oneShotComm) name() string { return string(CommOneShot) }
@@ -238,15 +246,36 @@ func (c *oneShotComm) allReduceAddNorm(x rankExec, parts, xs, hs, ws []cuda.DevP
 	if err != nil {
 		return true, err
 	}
+	// Ranks on one device share their residual and norm buffers (the
+	// sharded engine aliases them): one output triple per distinct pair.
 	outs := make([]cuda.DevPtr, 0, 3*len(xs))
+	seen := map[[2]cuda.DevPtr]bool{}
 	for k := range xs {
-		outs = append(outs, xs[k], hs[k], ws[k])
+		if !seen[[2]cuda.DevPtr{xs[k], hs[k]}] {
+			seen[[2]cuda.DevPtr{xs[k], hs[k]}] = true
+			outs = append(outs, xs[k], hs[k], ws[k])
+		}
 	}
 	ot, err := c.table(b, outs)
 	if err != nil {
 		return true, err
 	}
-	return true, b.allReduceAddRMSNorm(pt, len(parts), ot, len(xs), rows, D, eps)
+	sc, ok := c.scratch[D]
+	if !ok {
+		n := kernels.ArScratchBytes(kernels.ArMaxRows, D)
+		if sc, err = b.alloc(n); err != nil {
+			return true, err
+		}
+		c.scratch[D] = sc
+		if err := b.zero(sc, n); err != nil {
+			return true, err
+		}
+	}
+	return true, b.allReduceAddRMSNorm(pt, len(parts), ot, len(outs)/3, rows, D, eps, sc)
+}
+
+func (c *oneShotComm) reduceToRoot(x rankExec, bufs []cuda.DevPtr, n int) error {
+	return c.allReduce(x, bufs, n)
 }
 
 func (c *oneShotComm) broadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error {
@@ -259,6 +288,10 @@ func (c *oneShotComm) close(b device) error {
 		errs = errors.CombineErrors(errs, b.free(t))
 		delete(c.tables, k)
 	}
+	for k, t := range c.scratch {
+		errs = errors.CombineErrors(errs, b.free(t))
+		delete(c.scratch, k)
+	}
 	return errs
 }
 
@@ -269,16 +302,17 @@ type commDevice interface {
 	// allReduceOneShot is kernels.Set.AllReduceOneShot.
 	allReduceOneShot(table cuda.DevPtr, nranks, n int) error
 	// allReduceAddRMSNorm is kernels.Set.AllReduceAddRMSNorm without a
-	// barrier: parts lists nranks buffers, outs nout (x, h, w) triples.
-	allReduceAddRMSNorm(parts cuda.DevPtr, nranks int, outs cuda.DevPtr, nout, rows, D int, eps float32) error
+	// barrier: parts lists nranks buffers, outs nout (x, h, w) triples,
+	// scratch kernels.ArScratchBytes(rows, D) with zeroed counters.
+	allReduceAddRMSNorm(parts cuda.DevPtr, nranks int, outs cuda.DevPtr, nout, rows, D int, eps float32, scratch cuda.DevPtr) error
 }
 
 func (b *cudaDevice) allReduceOneShot(table cuda.DevPtr, nranks, n int) error {
 	return b.k.AllReduceOneShot(b.s, table, nranks, n)
 }
 
-func (b *cudaDevice) allReduceAddRMSNorm(parts cuda.DevPtr, nranks int, outs cuda.DevPtr, nout, rows, D int, eps float32) error {
-	return b.k.AllReduceAddRMSNorm(b.s, parts, nranks, outs, nout, rows, D, eps, kernels.PeerBarrier{})
+func (b *cudaDevice) allReduceAddRMSNorm(parts cuda.DevPtr, nranks int, outs cuda.DevPtr, nout, rows, D int, eps float32, scratch cuda.DevPtr) error {
+	return b.k.AllReduceAddRMSNorm(b.s, parts, nranks, outs, nout, rows, D, eps, scratch, kernels.PeerBarrier{})
 }
 
 func (gb *graphDevice) allReduceOneShot(table cuda.DevPtr, nranks, n int) error {
@@ -286,10 +320,10 @@ func (gb *graphDevice) allReduceOneShot(table cuda.DevPtr, nranks, n int) error 
 		ku(table), ki(nranks), ki(n))
 }
 
-func (gb *graphDevice) allReduceAddRMSNorm(parts cuda.DevPtr, nranks int, outs cuda.DevPtr, nout, rows, D int, eps float32) error {
+func (gb *graphDevice) allReduceAddRMSNorm(parts cuda.DevPtr, nranks int, outs cuda.DevPtr, nout, rows, D int, eps float32, scratch cuda.DevPtr) error {
 	return gb.rec("allReduceAddRMSNorm", int64(4*rows*D*(nranks+3*nout)), func(b device) error {
-		return b.allReduceAddRMSNorm(parts, nranks, outs, nout, rows, D, eps)
-	}, ku(parts), ki(nranks), ku(outs), ki(nout), ki(rows), ki(D), kf(eps))
+		return b.allReduceAddRMSNorm(parts, nranks, outs, nout, rows, D, eps, scratch)
+	}, ku(parts), ki(nranks), ku(outs), ki(nout), ki(rows), ki(D), kf(eps), ku(scratch))
 }
 
 // allReduceOneShot: the sum in rank order, written to every buffer.
@@ -314,10 +348,11 @@ func (m *emuDevice) allReduceOneShot(table cuda.DevPtr, nranks, n int) error {
 // allReduceAddRMSNorm: the sum in rank order added into the first
 // output's residual, copied to every output's, then each output's RMSNorm:
 // the kernel's arithmetic (the same as the unfused pair's).
-func (m *emuDevice) allReduceAddRMSNorm(parts cuda.DevPtr, nranks int, outs cuda.DevPtr, nout, rows, D int, eps float32) error {
-	if nranks < 1 || nout < 1 || rows <= 0 || D <= 0 {
+func (m *emuDevice) allReduceAddRMSNorm(parts cuda.DevPtr, nranks int, outs cuda.DevPtr, nout, rows, D int, eps float32, scratch cuda.DevPtr) error {
+	if nranks < 1 || nout < 1 || rows <= 0 || D <= 0 || rows > kernels.ArMaxRows {
 		return errors.Newf("emu allreduce_add_rmsnorm: nranks=%d nout=%d rows=%d D=%d", nranks, nout, rows, D)
 	}
+	m.mem(scratch, int(kernels.ArScratchBytes(rows, D))) // the kernel's scratch must be there
 	ps, ov := m.ptrs(parts, nranks), m.ptrs(outs, 3*nout)
 	n := rows * D
 	x0 := m.f32(ov[0], n)
@@ -389,6 +424,10 @@ func (c *ncclComm) allReduce(x rankExec, bufs []cuda.DevPtr, n int) error {
 
 func (c *ncclComm) allReduceAddNorm(rankExec, []cuda.DevPtr, []cuda.DevPtr, []cuda.DevPtr, []cuda.DevPtr, int, int, float32) (bool, error) {
 	return false, nil
+}
+
+func (c *ncclComm) reduceToRoot(x rankExec, bufs []cuda.DevPtr, n int) error {
+	return c.allReduce(x, bufs, n)
 }
 
 func (c *ncclComm) broadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error {
@@ -474,3 +513,244 @@ func (t *osThread) do(f func() error) error {
 }
 
 func (t *osThread) stop() { close(t.ch) }
+
+// peerComm is the one-shot communicator of ranks on several GPUs (or, in
+// tests, on several streams of one GPU): one rank per device thread, each
+// rank's kernels read its peers' buffers through peer-mapped memory after a
+// flag barrier in device memory (kernels.PeerBarrier), so a collective is
+// one launch per rank queued behind the rank's own work, with no host wait.
+// The buffers peers read must stay unchanged until they passed the next
+// barrier: the engine's two per-layer partials alternate (attention's in
+// its own buffer, shardBackend.attnPart; the MLP's in ws.mo), the selection
+// is rewritten only a layer later, and the logits are summed by the root
+// alone.
+type peerComm struct {
+	runners []*cudaRunner // rank k's
+	flags   []cuda.DevPtr // rank k's flag array (kernels.PeerFlagBytes), on its GPU
+	flagT   []cuda.DevPtr // rank k's table of every rank's flag array
+	scratch []cuda.DevPtr // rank k's fused-kernel scratch
+	sums    []cuda.DevPtr // rank k's sum buffer (allReduce), grown on demand
+	sumN    []int
+	tables  []map[string]cuda.DevPtr // rank k's pointer tables, on its GPU
+	owned   [][]cuda.DevPtr
+}
+
+// newPeerComm maps every rank's GPU into every other's, loads the kernels
+// and allocates the flags (zeroed) and scratch of each rank on its GPU.
+func newPeerComm(s *shardBackend) (*peerComm, error) {
+	N := len(s.ranks)
+	c := &peerComm{runners: make([]*cudaRunner, N), flags: make([]cuda.DevPtr, N), flagT: make([]cuda.DevPtr, N),
+		scratch: make([]cuda.DevPtr, N), sums: make([]cuda.DevPtr, N), sumN: make([]int, N),
+		tables: make([]map[string]cuda.DevPtr, N), owned: make([][]cuda.DevPtr, N)}
+	for ri, ks := range s.byRunner {
+		cr, ok := s.runners[ri].(*cudaRunner)
+		if len(ks) != 1 || !ok {
+			return nil, errors.WithHint(errors.New("the one-shot all-reduce across GPUs runs one rank per GPU"),
+				"list each GPU once in --devices (0,1,2,3,...), or put every rank on one GPU (0,0,0,0), or use --comm nccl")
+		}
+		c.runners[ks[0]] = cr
+		c.tables[ks[0]] = map[string]cuda.DevPtr{}
+	}
+	maxRows := s.ranks[0].maxRows
+	H := s.cfg.HiddenSize
+	err := c.each(func(k int, cd *cudaDevice) error {
+		if err := cd.k.Preload(); err != nil {
+			return err
+		}
+		for j, pr := range c.runners {
+			if j == k || pr.dev == c.runners[k].dev {
+				continue
+			}
+			can, err := cd.c.CanAccessPeer(pr.dev)
+			if err != nil {
+				return err
+			}
+			if !can {
+				return errors.WithHintf(errors.Newf("GPU %d cannot map GPU %d's memory (no peer-to-peer path)", c.runners[k].info.Ordinal, pr.info.Ordinal),
+					"use --comm nccl on this machine (the one-shot all-reduce needs NVLink or PCIe peer-to-peer between every pair of GPUs)")
+			}
+			if err := cd.c.EnablePeerAccess(pr.dev); err != nil {
+				return errors.Wrapf(err, "mapping GPU %d into GPU %d", pr.info.Ordinal, c.runners[k].info.Ordinal)
+			}
+		}
+		var err error
+		if c.flags[k], err = c.zeroed(k, cd, kernels.PeerFlagBytes(N)); err != nil {
+			return err
+		}
+		c.scratch[k], err = c.zeroed(k, cd, kernels.ArScratchBytes(maxRows, H))
+		return err
+	})
+	if err == nil {
+		err = c.each(func(k int, cd *cudaDevice) error {
+			var err error
+			c.flagT[k], err = c.table(k, cd, c.flags)
+			return err
+		})
+	}
+	if err != nil {
+		return nil, errors.CombineErrors(err, c.closeAll())
+	}
+	return c, nil
+}
+
+func (c *peerComm) zeroed(k int, cd *cudaDevice, n int64) (cuda.DevPtr, error) {
+	p, err := cd.alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	c.owned[k] = append(c.owned[k], p)
+	return p, cd.zero(p, n)
+}
+
+// each runs f on every rank's device thread at once.
+func (c *peerComm) each(f func(k int, cd *cudaDevice) error) error {
+	errs := make([]error, len(c.runners))
+	var wg sync.WaitGroup
+	for k, r := range c.runners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[k] = r.run(func(b device) error { return f(k, b.(*cudaDevice)) })
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// table is rank k's device copy of ptrs (kept: the engine reuses the same
+// buffers every layer).
+func (c *peerComm) table(k int, b device, ptrs []cuda.DevPtr) (cuda.DevPtr, error) {
+	key := make([]byte, 8*len(ptrs))
+	for i, p := range ptrs {
+		for j := 0; j < 8; j++ {
+			key[8*i+j] = byte(uint64(p) >> (8 * j))
+		}
+	}
+	if t, ok := c.tables[k][string(key)]; ok {
+		return t, nil
+	}
+	t, err := b.alloc(int64(len(key)))
+	if err != nil {
+		return 0, err
+	}
+	c.owned[k] = append(c.owned[k], t)
+	if err := b.upload(t, key); err != nil {
+		return 0, err
+	}
+	c.tables[k][string(key)] = t
+	return t, nil
+}
+
+func (c *peerComm) bar(k int) kernels.PeerBarrier {
+	return kernels.PeerBarrier{Flags: c.flags[k], Table: c.flagT[k], Rank: k, Ranks: len(c.runners)}
+}
+
+func (*peerComm) name() string { return string(CommOneShot) }
+
+// onRank runs f for every rank on its device (inside the engine's phase).
+func (c *peerComm) onRank(x rankExec, f func(k int, cd *cudaDevice) error) error {
+	return x.onRanks(func(k int, b device) error {
+		cd, ok := b.(*cudaDevice)
+		if !ok {
+			return errors.New("the one-shot all-reduce across GPUs needs CUDA devices")
+		}
+		return f(k, cd)
+	})
+}
+
+// allReduce: each rank sums every rank's buffer into its own sum buffer
+// (after the barrier), waits until every rank has read (a second barrier),
+// then copies the sum into its buffer.
+func (c *peerComm) allReduce(x rankExec, bufs []cuda.DevPtr, n int) error {
+	return c.onRank(x, func(k int, cd *cudaDevice) error {
+		if c.sumN[k] < n {
+			p, err := cd.alloc(int64(4 * n))
+			if err != nil {
+				return err
+			}
+			c.owned[k] = append(c.owned[k], p)
+			c.sums[k], c.sumN[k] = p, n
+		}
+		t, err := c.table(k, cd, bufs)
+		if err != nil {
+			return err
+		}
+		if err := cd.k.AllReduceTo(cd.s, t, len(bufs), c.sums[k], n, c.bar(k)); err != nil {
+			return err
+		}
+		if err := cd.k.PeerWait(cd.s, 1, c.bar(k)); err != nil {
+			return err
+		}
+		return cd.copyDD(bufs[k], c.sums[k], int64(4*n))
+	})
+}
+
+// reduceToRoot: rank 0 sums every rank's buffer into its own; the others
+// only signal that theirs is written (and wait for the rest).
+func (c *peerComm) reduceToRoot(x rankExec, bufs []cuda.DevPtr, n int) error {
+	return c.onRank(x, func(k int, cd *cudaDevice) error {
+		if k != 0 {
+			return cd.k.PeerWait(cd.s, kernels.AllReduceToGrid(n), c.bar(k))
+		}
+		if c.sumN[0] < n {
+			p, err := cd.alloc(int64(4 * n))
+			if err != nil {
+				return err
+			}
+			c.owned[0] = append(c.owned[0], p)
+			c.sums[0], c.sumN[0] = p, n
+		}
+		t, err := c.table(0, cd, bufs)
+		if err != nil {
+			return err
+		}
+		if err := cd.k.AllReduceTo(cd.s, t, len(bufs), c.sums[0], n, c.bar(0)); err != nil {
+			return err
+		}
+		return cd.copyDD(bufs[0], c.sums[0], int64(4*n))
+	})
+}
+
+func (c *peerComm) allReduceAddNorm(x rankExec, parts, xs, hs, ws []cuda.DevPtr, rows, D int, eps float32) (bool, error) {
+	return true, c.onRank(x, func(k int, cd *cudaDevice) error {
+		pt, err := c.table(k, cd, parts)
+		if err != nil {
+			return err
+		}
+		ot, err := c.table(k, cd, []cuda.DevPtr{xs[k], hs[k], ws[k]})
+		if err != nil {
+			return err
+		}
+		return cd.k.AllReduceAddRMSNorm(cd.s, pt, len(parts), ot, 1, rows, D, eps, c.scratch[k], c.bar(k))
+	})
+}
+
+// broadcast: every rank copies the root's buffer after the barrier (the
+// root copies onto itself, to take part in it).
+func (c *peerComm) broadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error {
+	return c.onRank(x, func(k int, cd *cudaDevice) error {
+		return cd.k.BroadcastFrom(cd.s, bufs[root], bufs[k], nbytes, c.bar(k))
+	})
+}
+
+// close: the shard backend calls closeAll instead (every rank's GPU).
+func (c *peerComm) close(device) error { return nil }
+
+func (c *peerComm) closeAll() error {
+	var errs error
+	for k, r := range c.runners {
+		if r == nil || len(c.owned[k]) == 0 {
+			continue
+		}
+		owned := c.owned[k]
+		c.owned[k] = nil
+		errs = errors.CombineErrors(errs, r.run(func(b device) error {
+			var errs error
+			for _, p := range owned {
+				errs = errors.CombineErrors(errs, b.free(p))
+			}
+			return errs
+		}))
+	}
+	return errs
+}

@@ -347,6 +347,11 @@ type cudaRunner struct {
 	dev  *cuda.Device
 	own  bool
 	info cuda.DeviceInfo
+	// stream, when set, is this runner's own stream on dev (ranks of a
+	// sharded engine on one GPU, one stream each: shard.go); else the
+	// context's.
+	stream    cuda.Stream
+	ownStream bool // close destroys it
 }
 
 func (r *cudaRunner) run(f func(b device) error) error {
@@ -356,6 +361,9 @@ func (r *cudaRunner) run(f func(b device) error) error {
 			return err
 		}
 		b := &cudaDevice{c: c, k: k, s: c.Stream()}
+		if r.stream != 0 {
+			b.s = r.stream
+		}
 		if err := f(b); err != nil {
 			// Let queued work finish before the caller looks at anything.
 			return errors.CombineErrors(err, c.SyncStream(b.s))
@@ -365,6 +373,13 @@ func (r *cudaRunner) run(f func(b device) error) error {
 }
 
 func (r *cudaRunner) close() error {
+	if r.stream != 0 && r.ownStream {
+		s := r.stream
+		r.stream = 0
+		if err := r.dev.Do(func(c *cuda.Ctx) error { return c.DestroyStream(s) }); err != nil {
+			return err
+		}
+	}
 	if r.own {
 		return r.dev.Close()
 	}

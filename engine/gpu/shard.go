@@ -49,6 +49,9 @@ type shardBackend struct {
 	// graphs: the decode step's CUDA graphs when every rank is on one
 	// device (all ranks' launches and the collectives in one graph).
 	graphs *graphs
+	// attnPart, when set (the one-shot communicator across GPUs), is each
+	// rank's buffer for attention's partial sum (else ws.tmp).
+	attnPart []cuda.DevPtr
 }
 
 // NewSharded opens the GPUs of so.Devices (each on its own device thread)
@@ -92,6 +95,33 @@ func NewSharded(src Source, opts engine.Options, so ShardOptions) (*ShardEngine,
 // keeps ownership of dev).
 func NewShardedOnDevice(dev *cuda.Device, src Source, opts engine.Options, ranks int, comm CommKind) (*ShardEngine, error) {
 	return buildShard([]runner{&cudaRunner{dev: dev, info: dev.Info}}, make([]int, ranks), src, opts, comm)
+}
+
+// newShardedOnStreams gives each of ranks ranks its own stream of dev and
+// drives them as ranks on several GPUs are driven (a device thread's worth
+// of work per phase, queued without host waits; with CommOneShot the
+// communicator across GPUs: flag barriers, peer reads): that path, tested on
+// one GPU. dev stays the caller's.
+func newShardedOnStreams(dev *cuda.Device, src Source, opts engine.Options, ranks int, comm CommKind) (*ShardEngine, error) {
+	runners := make([]runner, 0, ranks)
+	rr := make([]int, ranks)
+	for k := range ranks {
+		var st cuda.Stream
+		err := dev.Do(func(c *cuda.Ctx) error {
+			var err error
+			st, err = c.NewStream()
+			return err
+		})
+		if err != nil {
+			for _, r := range runners {
+				err = errors.CombineErrors(err, r.close())
+			}
+			return nil, err
+		}
+		runners = append(runners, &cudaRunner{dev: dev, info: dev.Info, stream: st, ownStream: true})
+		rr[k] = k
+	}
+	return buildShard(runners, rr, src, opts, comm)
 }
 
 // NewShardedEmulated builds the ranks over the pure-Go kernel emulation
@@ -204,8 +234,37 @@ func buildShard(runners []runner, rankRunner []int, src Source, opts engine.Opti
 	}
 	e0 := s.ranks[0]
 	s.opts, s.layout, s.maxSeq = e0.opts, e0.layout, e0.maxSeq
+	if len(runners) == 1 {
+		// Ranks on one device share the replicated residual, its norm and
+		// the final hidden states (every rank holds the same bits there,
+		// and on one stream a rank's writes of them end before the next
+		// rank's start), so the fused all-reduce writes them once, as a
+		// node's GPU writes its own.
+		for _, e := range s.ranks[1:] {
+			e.ws.x, e.ws.h, e.ws.hid, e.ws.mhid = e0.ws.x, e0.ws.h, e0.ws.hid, e0.ws.mhid
+		}
+	}
 	var err error
-	if s.comm, err = newComm(comm, runners, N, ordinals(runners, rankRunner)); err != nil {
+	if comm == CommOneShot && len(runners) > 1 {
+		pc, err := newPeerComm(s)
+		if err != nil {
+			return fail(err)
+		}
+		s.comm = pc
+		// Attention's partial sums get a buffer of their own: ws.tmp is
+		// scratch of the MLP, which runs while peers may still read them.
+		s.attnPart = make([]cuda.DevPtr, N)
+		for k, e := range s.ranks {
+			err := e.r.run(func(b device) error {
+				var err error
+				s.attnPart[k], err = e.alloc(b, int64(4*e.maxRows*full.HiddenSize))
+				return err
+			})
+			if err != nil {
+				return fail(err)
+			}
+		}
+	} else if s.comm, err = newComm(comm, runners, N, ordinals(runners, rankRunner)); err != nil {
 		return fail(err)
 	}
 	var bytes int64
@@ -283,6 +342,9 @@ func (s *shardBackend) Close() error {
 		}
 		return errs
 	})
+	if pc, ok := s.comm.(*peerComm); ok {
+		errs = errors.CombineErrors(errs, pc.closeAll())
+	}
 	errs = errors.CombineErrors(errs, s.closeRanks())
 	for _, r := range s.runners {
 		errs = errors.CombineErrors(errs, r.close())
@@ -464,6 +526,9 @@ func queue(r runner, f func(b device) error) error {
 			return err
 		}
 		b := &cudaDevice{c: cc, k: k, s: cc.Stream()}
+		if cr.stream != 0 {
+			b.s = cr.stream
+		}
 		if err := f(b); err != nil {
 			// Let queued work finish before the caller looks at anything.
 			return errors.CombineErrors(err, cc.SyncStream(b.s))
@@ -563,11 +628,6 @@ func (s *shardBackend) forward(c *shardCompute, rs []engine.Row, mtp bool, want 
 	if c.err() != nil {
 		return
 	}
-	allReduce := func(field func(*workspace) cuda.DevPtr, n int) {
-		if N > 1 && c.err() == nil {
-			c.do(s.comm.allReduce(c, s.ptrs(field), n))
-		}
-	}
 	for i := range in[0].layers {
 		c.each(func(k int, o *ops) {
 			lw := in[k].layers[i]
@@ -582,21 +642,28 @@ func (s *shardBackend) forward(c *shardCompute, rs []engine.Row, mtp bool, want 
 			c.do(s.comm.broadcast(c, s.ptrs(func(w *workspace) cuda.DevPtr { return w.topk }), 0, int64(4*M*TK)))
 		}
 		c.each(func(k int, o *ops) {
+			ws := s.ranks[k].ws
+			if s.attnPart != nil {
+				// o_proj writes straight into the buffer peers read.
+				tmp := ws.tmp
+				ws.tmp = s.attnPart[k]
+				defer func() { ws.tmp = tmp }()
+			}
 			if s.plans[k].heads.n() > 0 {
 				fs[k].attnOut(in[k].layers[i])
 			} else {
-				o.do(o.b.zero(s.ranks[k].ws.tmp, int64(4*M*H)))
+				o.do(o.b.zero(ws.tmp, int64(4*M*H)))
 			}
 		})
 		// x += the attention sum, h = post-attention norm: one fused
 		// launch where the communicator has it, else all-reduce then each
 		// rank's addRMSNorm.
-		fused := s.addNorm(c, func(w *workspace) cuda.DevPtr { return w.tmp }, func(k int) (cuda.DevPtr, cuda.DevPtr) {
+		fused := s.addNorm(c, s.attnPartOf, func(k int) (cuda.DevPtr, cuda.DevPtr) {
 			return s.ranks[k].ws.h, in[k].layers[i].PostNorm
 		}, M, H, eps)
 		c.each(func(k int, o *ops) {
 			lw, ws, f := in[k].layers[i], s.ranks[k].ws, fs[k]
-			if !fused {
+			if !fused && s.ownsResidual(k) {
 				o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
 			}
 			switch {
@@ -616,8 +683,10 @@ func (s *shardBackend) forward(c *shardCompute, rs []engine.Row, mtp bool, want 
 		}
 		if !s.addNorm(c, func(w *workspace) cuda.DevPtr { return w.mo }, next, M, H, eps) {
 			c.each(func(k int, o *ops) {
-				y, w := next(k)
-				o.do(o.b.addRMSNorm(y, s.ranks[k].ws.x, s.ranks[k].ws.mo, w, M, H, H, H, H, eps))
+				if s.ownsResidual(k) {
+					y, w := next(k)
+					o.do(o.b.addRMSNorm(y, s.ranks[k].ws.x, s.ranks[k].ws.mo, w, M, H, H, H, H, eps))
+				}
 			})
 		}
 	}
@@ -637,8 +706,28 @@ func (s *shardBackend) forward(c *shardCompute, rs []engine.Row, mtp bool, want 
 			}
 		}
 	})
-	allReduce(func(w *workspace) cuda.DevPtr { return w.logits }, M*V)
+	if N > 1 && c.err() == nil {
+		// Only rank 0 picks tokens: it alone needs the sum.
+		c.do(s.comm.reduceToRoot(c, s.ptrs(func(w *workspace) cuda.DevPtr { return w.logits }), M*V))
+	}
 }
+
+// attnPartOf is the buffer attention's partial sum lands in for the rank
+// of workspace w.
+func (s *shardBackend) attnPartOf(w *workspace) cuda.DevPtr {
+	if s.attnPart != nil {
+		for k, e := range s.ranks {
+			if e.ws == w {
+				return s.attnPart[k]
+			}
+		}
+	}
+	return w.tmp
+}
+
+// ownsResidual reports whether rank k updates its residual itself: not a
+// rank that shares rank 0's (ranks on one device), which rank 0 updates.
+func (s *shardBackend) ownsResidual(k int) bool { return k == 0 || s.ranks[k].ws.x != s.ranks[0].ws.x }
 
 // addNorm sums every rank's part buffer into its residual ws.x and writes
 // the residual's RMSNorm by out(k)'s weight into out(k)'s buffer, fused in

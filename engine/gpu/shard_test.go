@@ -136,6 +136,59 @@ func testShardGreedy(t *testing.T, kind deviceKind, comm CommKind, mode engine.M
 	}
 }
 
+// The several-GPU path on one GPU: each rank on its own stream, driven as
+// ranks on several GPUs are (phases queued without host waits, the device
+// drained once per step), with the one-shot communicator across GPUs (flag
+// barriers in device memory, every rank's fused all-reduce reading its
+// peers' buffers, the selection broadcast, the logits summed by rank 0) and
+// with the host-bounce local communicator: greedy output in exact mode
+// equals the unsharded engine's, with and without MTP, four slots in one
+// batch.
+func TestGPUShardPeerStreams(t *testing.T) {
+	dev := gpuDevice(t)
+	for _, pr := range enginetest.Presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+			vocab := w.Config().VocabSize
+			prompts := [][]int{
+				enginetest.Prompt(9, vocab, 1),
+				enginetest.Prompt(80, vocab, 2),
+				enginetest.Prompt(17, vocab, 3),
+				enginetest.Prompt(40, vocab, 4),
+			}
+			for _, mtp := range []bool{false, true} {
+				opts := engine.Options{Mode: engine.ModeExact, MTP: mtp, MaxSeqLen: maxSeq, Slots: 4}
+				ref := newTestEngine(t, onGPU, src, opts)
+				want := generateBatch(t, ref, prompts, engine.Params{}, genTokens)
+				for _, comm := range []CommKind{CommOneShot, CommLocal} {
+					for _, n := range []int{2, 4, 8} {
+						se, err := newShardedOnStreams(dev, src, opts, n, comm)
+						if err != nil {
+							t.Fatalf("%d ranks on streams (%s): %+v", n, comm, err)
+						}
+						got := generateBatch(t, se, prompts, engine.Params{}, genTokens)
+						diff := 0
+						for i := range want {
+							if j := enginetest.FirstDiff(got[i], want[i]); j >= 0 {
+								diff += len(want[i]) - j
+								t.Errorf("%d ranks (%s) mtp=%v slot %d: tokens differ from %d:\n got %v\nwant %v", n, comm, mtp, i, j, got[i], want[i])
+							}
+						}
+						if err := se.Close(); err != nil {
+							t.Errorf("close: %+v", err)
+						}
+						name := fmt.Sprintf("gpu %s TP-%d on %d streams (%s) greedy == unsharded exact", pr, n, n, comm)
+						if mtp {
+							name += " (MTP)"
+						}
+						record(t, name, "tokens after first mismatch", float64(diff), 0)
+					}
+				}
+			}
+		})
+	}
+}
+
 // Exact mode against the HF goldens, as testGoldenExact runs the
 // unsharded engine: teacher-forced logits and MTP logits within
 // golden.ExactMaxRelErr, greedy continuations equal to HF's with and

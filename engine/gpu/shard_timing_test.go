@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/numeric"
@@ -332,14 +333,23 @@ func timeWithComm(cd *cudaDevice, f *fwd, lw *dlayer) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
+	sn := kernels.ArScratchBytes(1, H)
+	sc, err := cd.alloc(sn)
+	if err != nil {
+		return 0, err
+	}
+	owned = append(owned, sc)
+	if err := cd.zero(sc, sn); err != nil {
+		return 0, err
+	}
 	if err := cd.sync(); err != nil {
 		return 0, err
 	}
 	layer := func() error {
 		f.attention(lw)
-		o.do(cd.allReduceAddRMSNorm(pa, shardBenchRanks, oa, 1, 1, H, eps))
+		o.do(cd.allReduceAddRMSNorm(pa, shardBenchRanks, oa, 1, 1, H, eps, sc))
 		f.moe(lw)
-		o.do(cd.allReduceAddRMSNorm(pm, shardBenchRanks, om, 1, 1, H, eps))
+		o.do(cd.allReduceAddRMSNorm(pm, shardBenchRanks, om, 1, 1, H, eps, sc))
 		return o.err
 	}
 	if err := layer(); err != nil {

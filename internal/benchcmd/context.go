@@ -53,17 +53,17 @@ type ContextRow struct {
 
 // ContextResult is a context-mode run.
 type ContextResult struct {
-	Version     string       `json:"version"`
-	Device      string       `json:"device"`
-	Model       string       `json:"model"`
-	Weights     string       `json:"weights"`
-	Layers      int          `json:"layers"`
-	MoELayers   int          `json:"moe_layers"`
-	Slots       []int        `json:"slots"`
-	Tokens      int          `json:"tokens_per_slot"`
-	CopyGBps    float64      `json:"copy_gb_per_s"`
-	WeightBytes int64        `json:"floor_weight_bytes"`
-	LoadSeconds float64      `json:"load_seconds"`
+	Version     string  `json:"version"`
+	Device      string  `json:"device"`
+	Model       string  `json:"model"`
+	Weights     string  `json:"weights"`
+	Layers      int     `json:"layers"`
+	MoELayers   int     `json:"moe_layers"`
+	Slots       []int   `json:"slots"`
+	Tokens      int     `json:"tokens_per_slot"`
+	CopyGBps    float64 `json:"copy_gb_per_s"`
+	WeightBytes int64   `json:"floor_weight_bytes"`
+	LoadSeconds float64 `json:"load_seconds"`
 	// Tensor parallel: the GPU of each rank, the collective, and whether
 	// ranks share a GPU (then a step is the sum of their work).
 	Devices      []int        `json:"devices,omitempty"`

@@ -3,6 +3,7 @@ package kernels
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"regexp"
 
 	"github.com/cockroachdb/errors"
@@ -112,7 +113,15 @@ func (k *Set) BroadcastFrom(s cuda.Stream, src, dst cuda.DevPtr, nbytes int64, b
 // PTX.
 func KernelNames(c *cuda.Compiled) ([]string, error) {
 	if c.Cubin || bytes.HasPrefix(c.Image, []byte("\x7fELF")) {
-		f, err := elf.NewFile(bytes.NewReader(c.Image))
+		// CUDA's ELF marks its ABI version in EI_VERSION and e_version,
+		// which debug/elf refuses: read a copy marked as plain ELF.
+		img := bytes.Clone(c.Image)
+		if len(img) < 0x18 {
+			return nil, errors.New("the kernels' cubin is truncated")
+		}
+		img[elf.EI_VERSION] = byte(elf.EV_CURRENT)
+		binary.LittleEndian.PutUint32(img[0x14:], uint32(elf.EV_CURRENT))
+		f, err := elf.NewFile(bytes.NewReader(img))
 		if err != nil {
 			return nil, errors.Wrap(err, "reading the kernels' cubin")
 		}

@@ -57,7 +57,7 @@ type Decode struct {
 	Engine         string  `toml:"engine" help:"Decode engine implementation; tilert is the only one."`
 	Device         string  `toml:"device" help:"Compute device: auto (the GPU when one is usable, else the CPU, with a warning), cuda (require the GPU) or cpu (the pure-Go reference backend). generate and bench take the same values and default."`
 	Devices        string  `toml:"devices" help:"GPUs of this decode node, one per tensor-parallel rank, e.g. 0,1,2,3,4,5,6,7 (each GPU driven by its own thread); empty: GPU 0, unsharded. An ordinal repeated (0,0,0,0) runs several ranks on one GPU (tests). Needs device cuda or auto."`
-	Comm           string  `toml:"comm" help:"Collective between the ranks of decode.devices: auto (oneshot on one GPU, nccl across GPUs), oneshot (one kernel over every rank's buffer, ranks on one GPU), local (add and copy kernels on one GPU, host memory across GPUs) or nccl (one rank per GPU)."`
+	Comm           string  `toml:"comm" help:"Collective between the ranks of decode.devices: auto (oneshot on one GPU, nccl across GPUs), oneshot (the all-reduce fused with the residual add and RMSNorm in one kernel; ranks on one GPU, or one rank per GPU reading its peers' buffers over peer-mapped memory after a flag barrier), local (add and copy kernels on one GPU, host memory across GPUs) or nccl (one rank per GPU)."`
 	Host           string  `toml:"host" help:"Address the ctrl and http ports bind to; empty: 0.0.0.0 with security.secret_file set, else 127.0.0.1."`
 	CtrlPort       int     `toml:"ctrl_port" help:"Ctrl port: state handoff protocol with the connector sidecar (0: kernel-chosen)."`
 	HTTPPort       int     `toml:"http_port" help:"HTTP port: /pd/decode token streams, /health, /metrics (0: kernel-chosen)."`

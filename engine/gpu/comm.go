@@ -517,8 +517,12 @@ func (t *osThread) stop() { close(t.ch) }
 // peerComm is the one-shot communicator of ranks on several GPUs (or, in
 // tests, on several streams of one GPU): one rank per device thread, each
 // rank's kernels read its peers' buffers through peer-mapped memory after a
-// flag barrier in device memory (kernels.PeerBarrier), so a collective is
-// one launch per rank queued behind the rank's own work, with no host wait.
+// flag barrier in device memory, so a collective is queued behind the
+// rank's own work with no host wait. The barrier is its own one-block
+// launch (kernels.PeerWait) before the data kernel: inside a data kernel
+// every block waits, which needs all of a grid's blocks resident at once,
+// and 8 ranks sharing one GPU's SMs (the tests) are not (a TP-8 prefill
+// chunk hung that way on the H200); one block per rank always is.
 // The buffers peers read must stay unchanged until they passed the next
 // barrier: the engine's two per-layer partials alternate (attention's in
 // its own buffer, shardBackend.attnPart; the MLP's in ws.mo), the selection
@@ -675,7 +679,10 @@ func (c *peerComm) allReduce(x rankExec, bufs []cuda.DevPtr, n int) error {
 		if err != nil {
 			return err
 		}
-		if err := cd.k.AllReduceTo(cd.s, t, len(bufs), c.sums[k], n, c.bar(k)); err != nil {
+		if err := cd.k.PeerWait(cd.s, 1, c.bar(k)); err != nil {
+			return err
+		}
+		if err := cd.k.AllReduceTo(cd.s, t, len(bufs), c.sums[k], n, kernels.PeerBarrier{}); err != nil {
 			return err
 		}
 		if err := cd.k.PeerWait(cd.s, 1, c.bar(k)); err != nil {
@@ -685,12 +692,12 @@ func (c *peerComm) allReduce(x rankExec, bufs []cuda.DevPtr, n int) error {
 	})
 }
 
-// reduceToRoot: rank 0 sums every rank's buffer into its own; the others
-// only signal that theirs is written (and wait for the rest).
+// reduceToRoot: rank 0 sums every rank's buffer into its own after the
+// barrier; the others only take part in the barrier (theirs is written).
 func (c *peerComm) reduceToRoot(x rankExec, bufs []cuda.DevPtr, n int) error {
 	return c.onRank(x, func(k int, cd *cudaDevice) error {
-		if k != 0 {
-			return cd.k.PeerWait(cd.s, kernels.AllReduceToGrid(n), c.bar(k))
+		if err := cd.k.PeerWait(cd.s, 1, c.bar(k)); err != nil || k != 0 {
+			return err
 		}
 		if c.sumN[0] < n {
 			p, err := cd.alloc(int64(4 * n))
@@ -704,7 +711,7 @@ func (c *peerComm) reduceToRoot(x rankExec, bufs []cuda.DevPtr, n int) error {
 		if err != nil {
 			return err
 		}
-		if err := cd.k.AllReduceTo(cd.s, t, len(bufs), c.sums[0], n, c.bar(0)); err != nil {
+		if err := cd.k.AllReduceTo(cd.s, t, len(bufs), c.sums[0], n, kernels.PeerBarrier{}); err != nil {
 			return err
 		}
 		return cd.copyDD(bufs[0], c.sums[0], int64(4*n))
@@ -721,15 +728,21 @@ func (c *peerComm) allReduceAddNorm(x rankExec, parts, xs, hs, ws []cuda.DevPtr,
 		if err != nil {
 			return err
 		}
-		return cd.k.AllReduceAddRMSNorm(cd.s, pt, len(parts), ot, 1, rows, D, eps, c.scratch[k], c.bar(k))
+		if err := cd.k.PeerWait(cd.s, 1, c.bar(k)); err != nil {
+			return err
+		}
+		return cd.k.AllReduceAddRMSNorm(cd.s, pt, len(parts), ot, 1, rows, D, eps, c.scratch[k], kernels.PeerBarrier{})
 	})
 }
 
 // broadcast: every rank copies the root's buffer after the barrier (the
-// root copies onto itself, to take part in it).
+// root takes part in the barrier only).
 func (c *peerComm) broadcast(x rankExec, bufs []cuda.DevPtr, root int, nbytes int64) error {
 	return c.onRank(x, func(k int, cd *cudaDevice) error {
-		return cd.k.BroadcastFrom(cd.s, bufs[root], bufs[k], nbytes, c.bar(k))
+		if err := cd.k.PeerWait(cd.s, 1, c.bar(k)); err != nil || k == root {
+			return err
+		}
+		return cd.k.BroadcastFrom(cd.s, bufs[root], bufs[k], nbytes, kernels.PeerBarrier{})
 	})
 }
 

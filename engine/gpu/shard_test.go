@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -144,7 +145,17 @@ func testShardGreedy(t *testing.T, kind deviceKind, comm CommKind, mode engine.M
 // with the host-bounce local communicator: greedy output in exact mode
 // equals the unsharded engine's, with and without MTP, four slots in one
 // batch.
+//
+// Opt-in (TILERT_GPU_PEER_STREAMS=1) until its present form has run on the
+// H200: with the barrier inside the data kernels TP-2 and TP-4 passed there
+// and TP-8 hung in a prefill (8 ranks' grids not resident at once on one
+// GPU), which the separate one-block barrier launch removes; a hang traps
+// after 10 s and leaves the process's CUDA context unusable for the tests
+// after it.
 func TestGPUShardPeerStreams(t *testing.T) {
+	if os.Getenv("TILERT_GPU_PEER_STREAMS") != "1" {
+		t.Skip("opt-in: TILERT_GPU_PEER_STREAMS=1 (not yet run on the H200 in this form)")
+	}
 	dev := gpuDevice(t)
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {

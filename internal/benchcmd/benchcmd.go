@@ -50,7 +50,7 @@ func Command() *cli.Command {
 				&cli.StringFlag{Name: "batches", Usage: "with --context: comma-separated slot counts timed at each context in one engine (e.g. 1,4; default --slots)"},
 				&cli.BoolFlag{Name: "profile", Usage: "with --context on the GPU: per-kernel breakdown of a step at each context"},
 				&cli.StringFlag{Name: "devices", Usage: "GPUs of the tensor-parallel engine, one per rank (e.g. 0,1,2,3,4,5,6,7; as decode --devices); an ordinal may repeat (0,0,0,0: four ranks on GPU 0); empty: GPU 0, unsharded"},
-				&cli.StringFlag{Name: "comm", Value: "auto", Usage: "with --devices: collective between ranks: auto, oneshot (one fused kernel, ranks on one GPU), local or nccl"},
+				&cli.StringFlag{Name: "comm", Value: "auto", Usage: "with --devices: collective between ranks: auto (oneshot on one GPU, nccl across GPUs), oneshot (the fused one-shot all-reduce; across GPUs over peer-mapped memory), local or nccl (one rank per GPU)"},
 			),
 			Action: runDecode,
 		}},

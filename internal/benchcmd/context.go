@@ -212,6 +212,12 @@ func syntheticState(lay engine.Layout, C int, r *rand.Rand) []engine.Segment {
 // whole.
 func rankConfig(cfg *model.Config, se *gpu.ShardEngine) *model.Config {
 	heads, inter, moe, vocab := se.Plan(0)
+	return sliceConfig(cfg, heads, inter, moe, vocab)
+}
+
+// sliceConfig is cfg cut to a rank's ranges ([lo, hi) of heads, dense and
+// expert intermediate columns, vocabulary rows).
+func sliceConfig(cfg *model.Config, heads, inter, moe, vocab [2]int) *model.Config {
 	rc := *cfg
 	rc.NumHeads = heads[1] - heads[0]
 	rc.IntermediateSize = inter[1] - inter[0]

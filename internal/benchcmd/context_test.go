@@ -1,7 +1,11 @@
 package benchcmd
 
 import (
+	"io"
+	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/internal/engineload"
@@ -52,6 +56,43 @@ func TestParseContexts(t *testing.T) {
 		got, err := parseContexts(tc.in)
 		if (err == nil) != tc.ok || len(got) != tc.want {
 			t.Errorf("%q: %v %v", tc.in, got, err)
+		}
+	}
+}
+
+// Rank 0's floor of a TP-8 DeepSeek-V3.2 step (1 dense + 4 MoE layers): its
+// 16 heads, 1/8 of every expert and of the vocabulary, the rest whole: the
+// 0.75 GB the H200 run printed (docs/measured/h200-2026-12-01-tp), well
+// under the whole step's 4.86 GB and above an eighth of it.
+func TestRankFloorBytes(t *testing.T) {
+	cfg, err := engineload.DummyConfig("deepseek-v3.2", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := weightFloorBytes(cfg, 1)
+	rc := sliceConfig(cfg, [2]int{0, 16}, [2]int{0, cfg.IntermediateSize / 8}, [2]int{0, cfg.MoEIntermediateSize / 8}, [2]int{0, cfg.VocabSize / 8})
+	rank := weightFloorBytes(rc, 1)
+	if rank < 700_000_000 || rank > 800_000_000 || rank <= whole/8 || rank >= whole/4 {
+		t.Errorf("rank 0 floor %d bytes, whole step %d", rank, whole)
+	}
+	if rc.NumHeads != 16 || rc.VocabSize != cfg.VocabSize/8 || cfg.NumHeads != 128 {
+		t.Errorf("slice: %d heads, vocab %d (whole config changed: %d heads)", rc.NumHeads, rc.VocabSize, cfg.NumHeads)
+	}
+}
+
+func TestPlacementRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--devices", "0,x"}, "--devices"},
+		{[]string{"--devices", "0,1", "--comm", "ring"}, "unknown communicator"},
+	} {
+		app := &cli.App{Commands: []*cli.Command{Command()}, Writer: io.Discard, ErrWriter: io.Discard, ExitErrHandler: func(*cli.Context, error) {}}
+		args := append([]string{"tilert", "bench", "decode", "--dummy-weights", "deepseek-v3.2", "--context", "1024"}, tc.args...)
+		err := app.Run(args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want one containing %q", tc.args, err, tc.want)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/converter"
+	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
 	"github.com/tilert-go/tilert/engine/internal/golden"
@@ -189,6 +190,68 @@ func TestGPUShardPeerStreams(t *testing.T) {
 							t.Errorf("close: %+v", err)
 						}
 						name := fmt.Sprintf("gpu %s TP-%d on %d streams (%s) greedy == unsharded exact", pr, n, n, comm)
+						if mtp {
+							name += " (MTP)"
+						}
+						record(t, name, "tokens after first mismatch", float64(diff), 0)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Ranks on several GPUs, one rank per GPU (skipped on a machine with fewer
+// than two): TP over 2 GPUs and over all of them (at most 8), through NCCL,
+// the one-shot communicator across GPUs (peer-mapped memory, flag barriers)
+// and the host-bounce local one: greedy output in exact mode equals the
+// unsharded engine's, with and without MTP, four slots in one batch.
+func TestGPUShardSeveralGPUs(t *testing.T) {
+	gpuDevice(t)
+	n, err := cuda.DeviceCount()
+	if err != nil || n < 2 {
+		t.Skipf("%d GPU(s) here: this needs two or more", n)
+	}
+	all := make([]int, min(n, 8))
+	for i := range all {
+		all[i] = i
+	}
+	for _, pr := range enginetest.Presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+			vocab := w.Config().VocabSize
+			prompts := [][]int{
+				enginetest.Prompt(9, vocab, 1),
+				enginetest.Prompt(80, vocab, 2),
+				enginetest.Prompt(17, vocab, 3),
+				enginetest.Prompt(40, vocab, 4),
+			}
+			for _, mtp := range []bool{false, true} {
+				opts := engine.Options{Mode: engine.ModeExact, MTP: mtp, MaxSeqLen: maxSeq, Slots: 4}
+				ref := newTestEngine(t, onGPU, src, opts)
+				want := generateBatch(t, ref, prompts, engine.Params{}, genTokens)
+				for _, comm := range []CommKind{CommNCCL, CommOneShot, CommLocal} {
+					for _, devs := range [][]int{{0, 1}, all} {
+						se, err := NewSharded(src, opts, ShardOptions{Devices: devs, Comm: comm})
+						if comm == CommNCCL && errors.Is(err, cuda.ErrNoNCCL) {
+							t.Logf("no NCCL here: %v", err)
+							continue
+						}
+						if err != nil {
+							t.Fatalf("GPUs %v (%s): %+v", devs, comm, err)
+						}
+						got := generateBatch(t, se, prompts, engine.Params{}, genTokens)
+						diff := 0
+						for i := range want {
+							if j := enginetest.FirstDiff(got[i], want[i]); j >= 0 {
+								diff += len(want[i]) - j
+								t.Errorf("GPUs %v (%s) mtp=%v slot %d: tokens differ from %d:\n got %v\nwant %v", devs, comm, mtp, i, j, got[i], want[i])
+							}
+						}
+						if err := se.Close(); err != nil {
+							t.Errorf("close: %+v", err)
+						}
+						name := fmt.Sprintf("gpu %s TP-%d on GPUs %v (%s) greedy == unsharded exact", pr, len(devs), devs, comm)
 						if mtp {
 							name += " (MTP)"
 						}

@@ -31,6 +31,16 @@ type device interface {
 	gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
 	gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error
 	gemmDevice
+	// gateUp writes silu(wg x)*(wu x) for M <= kernels.MaxTileM rows of
+	// fp8 [N][K] gate and up weights in one launch (kernels.GateUpFP8).
+	gateUp(y, x, wg, sg, wu, su cuda.DevPtr, N, K, M, ldx, ldy int) error
+	// experts runs every routed slot of a MoE projection plus dense (shared
+	// expert) slots in one launch; gate-up paired when t[1], w[1] are set
+	// (kernels.ExpertsFP8).
+	experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K int) error
+	// moeCombineSlots is moeCombine over M rows of k slots each, resid rows
+	// of N (kernels.MoECombineSlots).
+	moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error
 	rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
 	layernorm(y, x, w, b cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
 	rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error
@@ -133,19 +143,37 @@ func (b *cudaDevice) zero(dst cuda.DevPtr, n int64) error {
 
 func (b *cudaDevice) sync() error { return b.c.SyncStream(b.s) }
 
-// gemvFP8, gemvBF16 and gemvExperts choose the GEMV kernel by shape: the
-// wide kernels (kernels.GemvFP8Wide) for matrices of at most
+// gemvFP8, gemvBF16 and gemvExperts choose the GEMV kernel. The tile
+// kernels (kernels.GemvFP8Tile: x reused across the rows a thread streams,
+// split-K sized by K, up to 8 input rows per launch) take every fp8 GEMV
+// and the bf16 ones below the head unless TILERT_GPU_GEMV_TILE=0. Without
+// them: the wide kernels (kernels.GemvFP8Wide) for matrices of at most
 // gemvWideMaxRows rows (times expert slots), where the warp-per-row grid
 // cannot fill the SMs; the H200 run of docs/measured/h200-2026-12-01-gemv
 // measured them 1.5-3x faster there (fp8 256/576 x 7168, bf16 64/256 x 7168)
 // and 0.5-0.9x on the large matrices (x re-read per row). TILERT_GPU_GEMV_WIDE=0
 // keeps the warp-per-row kernels everywhere, =1 takes the wide ones everywhere
-// but the head (comparisons).
+// but the head (comparisons). Those take at most 4 rows a launch.
 func (b *cudaDevice) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	if gemvWide(N) {
-		return b.k.GemvFP8Wide(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
+	if gemvTileOn {
+		return b.k.GemvFP8Tile(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
 	}
-	return b.k.GemvFP8(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
+	return rows4(y, x, M, ldx, ldy, func(y, x cuda.DevPtr, m int) error {
+		if gemvWide(N) {
+			return b.k.GemvFP8Wide(b.s, y, x, w, scale, 0, N, K, m, ldx, ldy)
+		}
+		return b.k.GemvFP8(b.s, y, x, w, scale, 0, N, K, m, ldx, ldy)
+	})
+}
+
+// rows4 runs a GEMV of at most 4 rows over M rows.
+func rows4(y, x cuda.DevPtr, M, ldx, ldy int, f func(y, x cuda.DevPtr, m int) error) error {
+	for r := 0; r < M; r += 4 {
+		if err := f(fptr(y, r*ldy), fptr(x, r*ldx), min(4, M-r)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 const (
@@ -154,6 +182,10 @@ const (
 )
 
 var gemvWideMode = os.Getenv("TILERT_GPU_GEMV_WIDE")
+
+// gemvTileOn: TILERT_GPU_GEMV_TILE=0 keeps the GEMVs of before the tile
+// kernels and the per-row MoE (comparisons).
+var gemvTileOn = os.Getenv("TILERT_GPU_GEMV_TILE") != "0"
 
 func gemvWide(rows int) bool {
 	switch gemvWideMode {
@@ -166,14 +198,21 @@ func gemvWide(rows int) bool {
 }
 
 func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	if N <= gemvBF16WideMaxN && gemvWide(N) {
-		return b.k.GemvBF16Wide(b.s, y, x, w, 0, N, K, M, ldx, ldy)
+	if gemvTileOn && N <= gemvBF16WideMaxN {
+		return b.k.GemvBF16Tile(b.s, y, x, w, 0, N, K, M, ldx, ldy)
 	}
-	return b.k.GemvBF16(b.s, y, x, w, 0, N, K, M, ldx, ldy)
+	return rows4(y, x, M, ldx, ldy, func(y, x cuda.DevPtr, m int) error {
+		if N <= gemvBF16WideMaxN && gemvWide(N) {
+			return b.k.GemvBF16Wide(b.s, y, x, w, 0, N, K, m, ldx, ldy)
+		}
+		return b.k.GemvBF16(b.s, y, x, w, 0, N, K, m, ldx, ldy)
+	})
 }
 
 func (b *cudaDevice) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	return b.k.GemvF32(b.s, y, x, w, 0, N, K, M, ldx, ldy)
+	return rows4(y, x, M, ldx, ldy, func(y, x cuda.DevPtr, m int) error {
+		return b.k.GemvF32(b.s, y, x, w, 0, N, K, m, ldx, ldy)
+	})
 }
 
 func (b *cudaDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error {
@@ -181,6 +220,18 @@ func (b *cudaDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, 
 		return b.k.GemvFP8ExpertsWide(b.s, y, x, xstride, wTable, sTable, ids, slots, N, K)
 	}
 	return b.k.GemvFP8Experts(b.s, y, x, xstride, wTable, sTable, ids, slots, N, K)
+}
+
+func (b *cudaDevice) gateUp(y, x, wg, sg, wu, su cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	return b.k.GateUpFP8(b.s, y, x, wg, sg, wu, su, N, K, M, ldx, ldy)
+}
+
+func (b *cudaDevice) experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K int) error {
+	return b.k.ExpertsFP8(b.s, y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K)
+}
+
+func (b *cudaDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error {
+	return b.k.MoECombineSlots(b.s, out, y, w, resid, M, k, N)
 }
 
 func (b *cudaDevice) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {

@@ -132,7 +132,7 @@ func (m *emuDevice) sync() error { return nil }
 // gemv dequantises each weight row (as the CPU engine holds it) and takes
 // kern.Dot with every input row.
 func (m *emuDevice) gemv(y, x cuda.DevPtr, N, K, M, ldx, ldy int, row func(n int, dst []float32)) error {
-	if N <= 0 || K <= 0 || M <= 0 || M > 4 || ldx < K || (M > 1 && ldy < N) {
+	if N <= 0 || K <= 0 || M <= 0 || M > kernels.MaxTileM || ldx < K || (M > 1 && ldy < N) {
 		return errors.Newf("emu gemv: N=%d K=%d M=%d ldx=%d ldy=%d", N, K, M, ldx, ldy)
 	}
 	xs := m.f32(x, (M-1)*ldx+K)
@@ -184,6 +184,76 @@ func (m *emuDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, i
 		st := m.ptrs(sTable, e+1)
 		xj := x.Add(int64(4 * j * xstride))
 		if err := m.gemvFP8(y.Add(int64(4*j*N)), xj, wt[e], st[e], N, K, 1, K, N); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gateUp is the two GEMVs then SwiGLU, as kernels.GateUpFP8.
+func (m *emuDevice) gateUp(y, x, wg, sg, wu, su cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if K%16 != 0 || ldx%4 != 0 || uint64(x)%16 != 0 {
+		return errors.Newf("emu gate-up: K=%d ldx=%d x=%#x: needs K %% 16 == 0, ldx %% 4 == 0 and aligned x", K, ldx, uint64(x))
+	}
+	gp, _ := m.alloc(int64(4 * M * N))
+	up, _ := m.alloc(int64(4 * M * N))
+	defer m.free(gp)
+	defer m.free(up)
+	if err := m.gemvFP8(gp, x, wg, sg, N, K, M, ldx, N); err != nil {
+		return err
+	}
+	if err := m.gemvFP8(up, x, wu, su, N, K, M, ldx, N); err != nil {
+		return err
+	}
+	return m.siluMul(y, gp, up, M, N, N, N, ldy)
+}
+
+// experts is kernels.ExpertsFP8 slot by slot.
+func (m *emuDevice) experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K int) error {
+	if N <= 0 || K <= 0 || slots < 0 || dense < 0 || xdiv <= 0 || ldx < K {
+		return errors.Newf("emu experts: N=%d K=%d slots=%d dense=%d xdiv=%d ldx=%d", N, K, slots, dense, xdiv, ldx)
+	}
+	if K%16 != 0 || ldx%4 != 0 || uint64(x)%16 != 0 {
+		return errors.Newf("emu experts: K=%d ldx=%d x=%#x: needs K %% 16 == 0, ldx %% 4 == 0 and aligned x", K, ldx, uint64(x))
+	}
+	var id []int32
+	if slots > 0 {
+		id = m.i32(ids, slots)
+	}
+	for j := 0; j < slots+dense; j++ {
+		var wg, sg, wu, su cuda.DevPtr
+		xr := xsh + j - slots
+		if j < slots {
+			e := int(id[j])
+			wg, sg = m.ptrs(t[0], e+1)[e], m.ptrs(ts[0], e+1)[e]
+			if t[1] != 0 {
+				wu, su = m.ptrs(t[1], e+1)[e], m.ptrs(ts[1], e+1)[e]
+			}
+			xr = j / xdiv
+		} else {
+			wg, sg, wu, su = w[0], ws[0], w[1], ws[1]
+		}
+		xj, yj := fptr(x, xr*ldx), fptr(y, j*N)
+		var err error
+		if wu != 0 {
+			err = m.gateUp(yj, xj, wg, sg, wu, su, N, K, 1, ldx, N)
+		} else {
+			err = m.gemvFP8(yj, xj, wg, sg, N, K, 1, ldx, N)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *emuDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error {
+	for r := 0; r < M; r++ {
+		rr := cuda.DevPtr(0)
+		if resid != 0 {
+			rr = fptr(resid, r*N)
+		}
+		if err := m.moeCombine(fptr(out, r*N), fptr(y, r*k*N), fptr(w, r*k), rr, k, N); err != nil {
 			return err
 		}
 	}

@@ -35,8 +35,9 @@ func (o *ops) do(err error) {
 	}
 }
 
-// lin computes y = x W^T for M rows (GEMVs of at most 4 rows at a time,
-// a tensor-core GEMM from gemmMinRows rows: gemm.go).
+// lin computes y = x W^T for M rows: GEMVs of at most kernels.MaxTileM
+// rows at a time (the weights are read once per launch), a tensor-core GEMM
+// from gemmMinRows rows (gemm.go).
 func (o *ops) lin(l dlin, y, x cuda.DevPtr, M, ldx, ldy int) {
 	if useGemm(l, M) {
 		if l.kind == linFP8 {
@@ -46,8 +47,8 @@ func (o *ops) lin(l dlin, y, x cuda.DevPtr, M, ldx, ldy int) {
 		}
 		return
 	}
-	for r := 0; r < M && o.err == nil; r += 4 {
-		m := min(4, M-r)
+	for r := 0; r < M && o.err == nil; r += kernels.MaxTileM {
+		m := min(kernels.MaxTileM, M-r)
 		yy, xx := fptr(y, r*ldy), fptr(x, r*ldx)
 		switch l.kind {
 		case linFP8:
@@ -129,9 +130,12 @@ func newWorkspace(e *backend, b device) (*workspace, error) {
 	f(&ws.rlog, M*max(1, c.NRoutedExperts))
 	f(&ws.eidx, M*K)
 	f(&ws.ewts, M*K)
-	f(&ws.eg, K*max(1, c.MoEIntermediateSize))
+	// The tile MoE runs up to MaxTileM rows' slots plus their shared
+	// expert rows per launch.
+	tileSlots := min(M, kernels.MaxTileM) * (K + 1)
+	f(&ws.eg, max(K, tileSlots)*max(1, c.MoEIntermediateSize))
 	f(&ws.eu, K*max(1, c.MoEIntermediateSize))
-	f(&ws.ey, K*H)
+	f(&ws.ey, max(K, tileSlots)*H)
 	f(&ws.logits, M*c.VocabSize)
 	f(&ws.tok, M)
 	f(&ws.amax, int(kernels.ArgmaxScratchBytes(M)/4))
@@ -290,10 +294,23 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr) {
 func (f *fwd) ffn(g, u, d dlin, out cuda.DevPtr) {
 	o, ws := f.o, f.e.ws
 	H, M, I := f.e.cfg.HiddenSize, f.M, g.out
-	o.lin(g, ws.g, ws.h, M, H, I)
-	o.lin(u, ws.u, ws.h, M, H, I)
-	o.do(o.b.siluMul(ws.g, ws.g, ws.u, M, I, I, I, I))
+	if tileFFN(g, u) && !useGemm(g, M) {
+		// gate, up and SwiGLU in one launch per MaxTileM rows
+		for r := 0; r < M && o.err == nil; r += kernels.MaxTileM {
+			o.do(o.b.gateUp(fptr(ws.g, r*I), fptr(ws.h, r*H), g.w, g.s, u.w, u.s, I, H, min(kernels.MaxTileM, M-r), H, I))
+		}
+	} else {
+		o.lin(g, ws.g, ws.h, M, H, I)
+		o.lin(u, ws.u, ws.h, M, H, I)
+		o.do(o.b.siluMul(ws.g, ws.g, ws.u, M, I, I, I, I))
+	}
 	o.lin(d, out, ws.g, M, I, H)
+}
+
+// tileFFN says whether gate and up run as one tile launch: fp8 weights of
+// one shape whose rows are whole 16-byte chunks.
+func tileFFN(g, u dlin) bool {
+	return gemvTileOn && g.kind == linFP8 && u.kind == linFP8 && g.out == u.out && g.in == u.in && g.in%16 == 0
 }
 
 // moe writes the routed experts' weighted sum plus the shared expert of
@@ -305,9 +322,13 @@ func (f *fwd) moe(lw *dlayer) {
 	E, K := c.NRoutedExperts, c.NumExpertsPerTok
 	o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
 	o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
-	if f.groupedMoE() {
+	switch {
+	case f.groupedMoE():
 		f.moeGrouped(lw)
-	} else {
+	case gemvTileOn && H%16 == 0 && c.MoEIntermediateSize%16 == 0:
+		f.moeTile(lw) // the shared expert included
+		return
+	default:
 		f.moeRows(lw)
 	}
 	if lw.HasShared {
@@ -331,6 +352,44 @@ func (f *fwd) moeRows(lw *dlayer) {
 		o.do(o.b.siluMul(ws.eg, ws.eg, ws.eu, K, MI, MI, MI, MI))
 		o.do(o.b.gemvExperts(ws.ey, ws.eg, MI, lw.expW[2], lw.expS[2], ids, K, H, MI))
 		o.do(o.b.moeCombine(fptr(ws.mo, m*H), ws.ey, fptr(ws.ewts, m*K), 0, K, H))
+	}
+}
+
+// moeTile runs the experts of up to MaxTileM rows per three launches:
+// gate/up/SwiGLU of every routed slot and the shared expert (a dense slot
+// per row), down likewise, and the weighted combine with the shared
+// expert's output added (routed sum first, then the shared expert, as the
+// per-row path adds them).
+func (f *fwd) moeTile(lw *dlayer) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	H, M := c.HiddenSize, f.M
+	K, MI := c.NumExpertsPerTok, c.MoEIntermediateSize
+	// The shared expert rides along when it has the routed experts' shape.
+	shared := lw.HasShared && tileFFN(lw.ShGate, lw.ShUp) && lw.ShGate.out == MI && lw.ShDown.kind == linFP8 &&
+		lw.ShDown.in == MI && lw.ShDown.out == H
+	for r := 0; r < M && o.err == nil; r += kernels.MaxTileM {
+		m := min(kernels.MaxTileM, M-r)
+		slots, dense := m*K, 0
+		var gw, gs, dw, ds [2]cuda.DevPtr
+		if shared {
+			dense = m
+			gw, gs = [2]cuda.DevPtr{lw.ShGate.w, lw.ShUp.w}, [2]cuda.DevPtr{lw.ShGate.s, lw.ShUp.s}
+			dw, ds = [2]cuda.DevPtr{lw.ShDown.w}, [2]cuda.DevPtr{lw.ShDown.s}
+		}
+		ids := fptr(ws.eidx, r*K)
+		o.do(o.b.experts(ws.eg, fptr(ws.h, r*H), H, K, 0, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]}, [2]cuda.DevPtr{lw.expS[0], lw.expS[1]},
+			ids, slots, gw, gs, dense, MI, H))
+		o.do(o.b.experts(ws.ey, ws.eg, MI, 1, slots, [2]cuda.DevPtr{lw.expW[2]}, [2]cuda.DevPtr{lw.expS[2]}, ids, slots, dw, ds, dense, H, MI))
+		resid := cuda.DevPtr(0)
+		if shared {
+			resid = fptr(ws.ey, slots*H)
+		}
+		o.do(o.b.moeCombineSlots(fptr(ws.mo, r*H), ws.ey, fptr(ws.ewts, r*K), resid, m, K, H))
+	}
+	if lw.HasShared && !shared {
+		f.ffn(lw.ShGate, lw.ShUp, lw.ShDown, ws.tmp)
+		o.do(o.b.add(ws.mo, ws.mo, ws.tmp, M*H))
 	}
 }
 

@@ -269,6 +269,29 @@ func (gb *graphDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error 
 		ku(out), ku(y), ku(w), ku(resid), ki(k), ki(N))
 }
 
+func (gb *graphDevice) gateUp(y, x, wg, sg, wu, su cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	_ = gb.rec("gateUp", 2*int64(N)*int64(K), func(b device) error { return b.gateUp(y, x, wg, sg, wu, su, N, K, M, ldx, ldy) },
+		ku(y), ku(x), ku(wg), ku(sg), ku(wu), ku(su), ki(N), ki(K), ki(M), ki(ldx), ki(ldy))
+	return gb.shaped(N, K, M)
+}
+
+func (gb *graphDevice) experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K int) error {
+	name, per := "experts", int64(1)
+	if t[1] != 0 || w[1] != 0 {
+		name, per = "expertsGateUp", 2
+	}
+	_ = gb.rec(name, per*int64(slots+dense)*int64(N)*int64(K), func(b device) error {
+		return b.experts(y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K)
+	}, ku(y), ku(x), ki(ldx), ki(xdiv), ki(xsh), ku(t[0]), ku(t[1]), ku(ts[0]), ku(ts[1]), ku(ids), ki(slots),
+		ku(w[0]), ku(w[1]), ku(ws[0]), ku(ws[1]), ki(dense), ki(N), ki(K))
+	return gb.shaped(slots+dense, N, K)
+}
+
+func (gb *graphDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error {
+	return gb.rec("moeCombine", int64(4*M*(k+2)*N), func(b device) error { return b.moeCombineSlots(out, y, w, resid, M, k, N) },
+		ku(out), ku(y), ku(w), ku(resid), ki(M), ki(k), ki(N))
+}
+
 func (gb *graphDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
 	return gb.rec("moeRoute", int64(8*T*E), func(b device) error {
 		return b.moeRoute(idx, wts, logits, bias, T, E, K, ngroup, topkGroup, norm, scale)

@@ -1,0 +1,489 @@
+// Tile GEMV: the decode GEMVs at the memory rate for 1..8 input rows, and the
+// MoE projections for all routed slots (plus the shared expert) in one launch.
+//
+// y[m][n] = sum_k W[n][k]*S[n/128][k/128]*x[m][k] (+ resid[m][n]), m < M <= MM.
+//
+// A block of 256 threads holds 256/G groups of G threads (G = 32, 64, 128 or
+// 256, chosen by K so every thread has whole 16-byte chunks to stream). A
+// group owns R weight rows and its threads split K; each thread multiplies
+// its chunk of all R rows with the same x chunk, held in registers, so x is
+// read once per R rows (the wide kernel re-read x per row), and issues
+// 8 streaming 16-byte loads (R rows x 8/R chunks) before it uses any. The
+// group's partial sums meet through shared memory in a fixed warp order:
+// results are bit-for-bit reproducible.
+//
+// Paired mode (W1 != 0, R >= 2): the group's first R/2 rows are gate rows of
+// W0, the other R/2 the same rows of W1 (up), and the group writes
+// silu(gate)*up, so gate, up and SwiGLU are one launch.
+//
+// Slots (blockIdx.y = j): j < slots is a routed expert slot, e = ids[j], W0 =
+// T0[e] (W1 = T1[e] when paired), one input row x + (j/xdiv)*ldx; j >= slots
+// is a dense matrix W0/W1 (the shared expert, or a plain GEMV with
+// slots = 0) over M input rows starting at row xsh + (j-slots) (M must be
+// 1 when there are routed slots). Output slot j starts at y + j*ldy*M.
+//
+// Needs K % T::E == 0, 16-byte aligned W rows, x and ldx % 4 == 0 (the
+// launchers check and fall back).
+
+#define TILE_THREADS 256
+
+__device__ __forceinline__ uint4 tile_ld16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ u32 tile_word(uint4 v, int q) {
+  return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+}
+
+// Weight formats: EW weights per 32-bit word, E per 16-byte chunk.
+struct TFP8 {
+  enum { E = 16, EW = 4, BYTES = 1 };
+  static __device__ __forceinline__ void word(u32 w, float* o) { fp8x4_to_f32(w, o); }
+};
+
+struct TBF16 {
+  enum { E = 8, EW = 2, BYTES = 2 };
+  static __device__ __forceinline__ void word(u32 w, float* o) {
+    o[0] = __uint_as_float(w << 16);
+    o[1] = __uint_as_float(w & 0xffff0000u);
+  }
+};
+
+template <int EW>
+__device__ __forceinline__ void tile_ldx(const float* p, float* o) {
+  if (EW == 4) {
+    const float4 v = __ldg((const float4*)p);
+    o[0] = v.x;
+    o[1] = v.y;
+    o[2] = v.z;
+    o[3] = v.w;
+  } else {
+    const float2 v = __ldg((const float2*)p);
+    o[0] = v.x;
+    o[1] = v.y;
+  }
+}
+
+template <class T, int R, int MM>
+__device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                                               const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                                               const int* __restrict__ ids, int slots, const void* W0,
+                                               const float* S0, const void* W1, const float* S1,
+                                               const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                                               int ldy, const float* resid, int N, int K, int M, int G) {
+  constexpr int NI = 8 / R;  // chunks per row per round: R*NI = 8 loads in flight
+  __shared__ float part[TILE_THREADS / 32][R * MM];
+  const int j = blockIdx.y;
+  const void* w0;
+  const void* w1;
+  const float* s0;
+  const float* s1;
+  int xr;
+  if (j < slots) {
+    const int e = ids[j];
+    w0 = T0[e];
+    s0 = TS0 ? TS0[e] : (const float*)0;
+    w1 = T1 ? T1[e] : (const void*)0;
+    s1 = TS1 ? TS1[e] : (const float*)0;
+    xr = j / xdiv;
+  } else {
+    w0 = W0;
+    s0 = S0;
+    w1 = W1;
+    s1 = S1;
+    xr = xsh + (j - slots);
+  }
+  const bool pair = w1 != 0;
+  const int rout = pair ? R / 2 : R;  // output rows per group
+  const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
+  const int n0 = (blockIdx.x * (TILE_THREADS / G) + grp) * rout;
+  const int kb = (K + 127) >> 7;
+  const char* wr[R];
+  const float* sr[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    const bool second = pair && r >= rout;
+    const int n = min(n0 + (second ? r - rout : r), N - 1);  // rows past N repeat the last one; not written
+    const char* base = (const char*)(second ? w1 : w0);
+    const float* sb = second ? s1 : s0;
+    wr[r] = base + (size_t)n * K * T::BYTES;
+    sr[r] = sb ? sb + (size_t)(n >> 7) * kb : (const float*)0;
+  }
+  const float* xb = x + (size_t)xr * ldx;
+  float acc[R][MM];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int m = 0; m < MM; m++) acc[r][m] = 0.0f;
+  const int C = n0 < N ? K / T::E : 0;  // idle groups past N load nothing
+  for (int c0 = tg; c0 < C; c0 += G * NI) {
+    uint4 wv[NI][R];
+    float sc[NI][R];
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+      const int c = c0 + i * G;
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        if (c < C) {
+          wv[i][r] = tile_ld16(wr[r] + (size_t)c * 16);
+          sc[i][r] = sr[r] ? __ldg(sr[r] + ((c * T::E) >> 7)) : 1.0f;
+        } else {
+          wv[i][r] = make_uint4(0u, 0u, 0u, 0u);
+          sc[i][r] = 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+      const int c = c0 + i * G;
+      if (c < C) {
+        const float* xc = xb + (size_t)c * T::E;
+        float p[R][MM];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+          for (int m = 0; m < MM; m++) p[r][m] = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+          float xv[MM][T::EW];
+#pragma unroll
+          for (int m = 0; m < MM; m++) {
+            if (m < M) {
+              tile_ldx<T::EW>(xc + (size_t)m * ldx + q * T::EW, xv[m]);
+            } else {
+#pragma unroll
+              for (int e = 0; e < T::EW; e++) xv[m][e] = 0.0f;
+            }
+          }
+#pragma unroll
+          for (int r = 0; r < R; r++) {
+            float wf[T::EW];
+            T::word(tile_word(wv[i][r], q), wf);
+#pragma unroll
+            for (int m = 0; m < MM; m++) {
+              if (m < M) {
+#pragma unroll
+                for (int e = 0; e < T::EW; e++) p[r][m] = fmaf(wf[e], xv[m][e], p[r][m]);
+              }
+            }
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+          for (int m = 0; m < MM; m++) acc[r][m] = fmaf(p[r][m], sc[i][r], acc[r][m]);
+      }
+    }
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int m = 0; m < MM; m++)
+      if (m < M) acc[r][m] = warp_sum(acc[r][m]);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int m = 0; m < MM; m++) part[warp][r * MM + m] = acc[r][m];
+  }
+  __syncthreads();
+  if (tg < rout * M) {
+    const int rr = tg / M, m = tg - rr * M;
+    const int wpg = G >> 5, w0i = grp * wpg;
+    float v = 0.0f;
+    for (int i = 0; i < wpg; i++) v += part[w0i + i][rr * MM + m];
+    if (pair) {
+      float u = 0.0f;
+      for (int i = 0; i < wpg; i++) u += part[w0i + i][(rr + rout) * MM + m];
+      v = v / (1.0f + expf(-v)) * u;  // silu(gate) * up, as silu_mul
+    }
+    if (n0 + rr < N) {
+      const size_t o = (size_t)j * ldy * M + (size_t)m * ldy + n0 + rr;
+      y[o] = v + (resid ? resid[o] : 0.0f);
+    }
+  }
+}
+
+// The launchable variants, written out (NVRTC 11.8 crashes on macro-generated
+// kernel definitions).
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r1_m1(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 1, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r2_m1(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 2, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r4_m1(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 4, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r8_m1(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 8, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r1_m2(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 1, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r2_m2(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 2, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r4_m2(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 4, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r8_m2(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 8, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r1_m4(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 1, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r2_m4(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 2, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r4_m4(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 4, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r1_m8(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r2_m8(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 2, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r1_m1(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 1, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r2_m1(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 2, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r4_m1(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 4, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r8_m1(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 8, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r1_m2(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 1, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r2_m2(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 2, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r4_m2(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 4, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r8_m2(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 8, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r1_m4(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 1, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r2_m4(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 2, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r4_m4(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 4, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r1_m8(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r2_m8(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 2, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+// out[m][n] = (resid ? resid[m][n] : 0) + sum_j w[m][j] * y[m*k + j][n]: the
+// weighted sum of each row's k routed slots, plus (resid) the shared expert's
+// output or the residual stream; rows in blockIdx.y. Row m's arithmetic is
+// moe_combine's.
+extern "C" __global__ void moe_combine_slots(const float* __restrict__ y, const float* __restrict__ w, const float* resid,
+                                            float* out, int k, int N) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  const int m = blockIdx.y;
+  if (n >= N) return;
+  const float* ym = y + (size_t)m * k * N;
+  const float* wm = w + (size_t)m * k;
+  float s = 0.0f;
+  for (int jj = 0; jj < k; jj++) s += wm[jj] * ym[(size_t)jj * N + n];
+  const size_t o = (size_t)m * N + n;
+  out[o] = (resid ? resid[o] : 0.0f) + s;
+}

@@ -1,0 +1,213 @@
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// Tile GEMVs (gemv_tile.cu): up to MaxTileM input rows per launch with x
+// reused from registers across the rows a thread streams, split-K inside a
+// block sized by K, gate/up/SwiGLU paired in one launch, and the routed
+// experts of several rows plus the shared expert as slots of one launch.
+
+// MaxTileM is the most input rows one tile GEMV takes.
+const MaxTileM = 8
+
+const tileThreads = 256
+
+// forceTileG and forceTileR pin the group size and rows per group (tests
+// and timing sweeps); 0 lets tileShape choose.
+var forceTileG, forceTileR int
+
+// tileMM is the compiled row bound for M rows.
+func tileMM(M int) int {
+	for _, mm := range []int{1, 2, 4, 8} {
+		if M <= mm {
+			return mm
+		}
+	}
+	return 8
+}
+
+// tileShape picks the group size G (threads splitting K) and the rows per
+// group R for N output rows of kbytes bytes, M input rows and nslots slots
+// in y: G so that every thread streams at least two 16-byte chunks per row
+// where K allows; R (x reuse) as large as the registers of M rows allow,
+// halved while the grid would not give every SM two blocks.
+func tileShape(sms, N, kbytes, M, nslots int, pair bool) (G, R int) {
+	C := kbytes / 16
+	G = tileThreads
+	for G > 32 && C < 2*G {
+		G /= 2
+	}
+	cpt := cdiv(C, G)
+	R = 8
+	for R > 1 && 8/R < cpt && R > 2 { // fewer rows, more chunks in flight per row, for long K
+		R /= 2
+	}
+	R = min(R, 16/tileMM(M))
+	minR := 1
+	if pair {
+		minR = 2
+	}
+	rout := func(r int) int {
+		if pair {
+			return r / 2
+		}
+		return r
+	}
+	for R > minR && cdiv(cdiv(N, rout(R)), tileThreads/G)*nslots < 2*max(1, sms) {
+		R /= 2
+	}
+	if f := forceTileG; f == 32 || f == 64 || f == 128 || f == 256 {
+		G = f
+	}
+	if f := forceTileR; (f == 1 && !pair) || ((f == 2 || f == 4 || f == 8) && f*tileMM(M) <= 16) {
+		R = f
+	}
+	return G, R
+}
+
+// TileOK says whether the tile kernels take the shape: whole 16-byte chunks
+// of K (weights of esize bytes), float4-aligned x rows.
+func TileOK(x cuda.DevPtr, K, ldx, esize int) bool {
+	return (K*esize)%16 == 0 && ldx%4 == 0 && uint64(x)%16 == 0
+}
+
+// tileLaunch is the one launch behind every tile entry point.
+type tileLaunch struct {
+	bf16             bool
+	t0, ts0, t1, ts1 cuda.DevPtr // expert tables (0: none)
+	ids              cuda.DevPtr
+	slots            int // routed slots
+	w0, s0, w1, s1   cuda.DevPtr
+	dense            int // dense slots after the routed ones
+	x                cuda.DevPtr
+	ldx, xdiv, xsh   int
+	y                cuda.DevPtr
+	ldy              int
+	resid            cuda.DevPtr
+	N, K, M          int
+}
+
+func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
+	esize, wt := 1, "fp8"
+	if a.bf16 {
+		esize, wt = 2, "bf16"
+	}
+	pair := a.w1 != 0 || a.t1 != 0
+	nslots := a.slots + a.dense
+	G, R := tileShape(k.c.Info().SMs, a.N, a.K*esize, a.M, nslots, pair)
+	rout := R
+	if pair {
+		rout = R / 2
+	}
+	name := fmt.Sprintf("gemv_tile_%s_r%d_m%d", wt, R, tileMM(a.M))
+	grid := cuda.D3(cdiv(cdiv(a.N, rout), tileThreads/G), nslots, 1)
+	return k.launch(name, grid, cuda.D1(tileThreads), 0, s, a.t0, a.ts0, a.t1, a.ts1, a.ids, a.slots,
+		a.w0, a.s0, a.w1, a.s1, a.x, a.ldx, max(1, a.xdiv), a.xsh, a.y, a.ldy, a.resid, a.N, a.K, a.M, G)
+}
+
+func checkTile(N, K, M, ldx, ldy int) error {
+	if N <= 0 || K <= 0 || M <= 0 || M > MaxTileM {
+		return errors.Newf("gemv tile: N=%d K=%d M=%d (M must be 1..%d)", N, K, M, MaxTileM)
+	}
+	if ldx < K || (M > 1 && ldy < N) {
+		return errors.Newf("gemv tile: ldx=%d < K=%d or ldy=%d < N=%d", ldx, K, ldy, N)
+	}
+	return nil
+}
+
+// GemvFP8Tile is GemvFP8 for up to MaxTileM rows in one launch (same result
+// up to float32 summation order, reproducible run to run). Shapes the tile
+// kernels cannot take (K % 16 != 0, unaligned x or w) run GemvFP8 in
+// chunks of 4 rows.
+func (k *Set) GemvFP8Tile(s cuda.Stream, y, x, w, scale, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if err := checkTile(N, K, M, ldx, ldy); err != nil {
+		return err
+	}
+	if !TileOK(x, K, ldx, 1) || uint64(w)%16 != 0 {
+		return k.gemvChunks(func(yy, xx, rr cuda.DevPtr, m int) error {
+			return k.GemvFP8(s, yy, xx, w, scale, rr, N, K, m, ldx, ldy)
+		}, y, x, resid, M, ldx, ldy)
+	}
+	return k.tile(s, tileLaunch{w0: w, s0: scale, dense: 1, x: x, ldx: ldx, y: y, ldy: ldy, resid: resid, N: N, K: K, M: M})
+}
+
+// GemvBF16Tile is GemvFP8Tile for bf16 weights without scales.
+func (k *Set) GemvBF16Tile(s cuda.Stream, y, x, w, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if err := checkTile(N, K, M, ldx, ldy); err != nil {
+		return err
+	}
+	if !TileOK(x, K, ldx, 2) || uint64(w)%16 != 0 {
+		return k.gemvChunks(func(yy, xx, rr cuda.DevPtr, m int) error {
+			return k.GemvBF16(s, yy, xx, w, rr, N, K, m, ldx, ldy)
+		}, y, x, resid, M, ldx, ldy)
+	}
+	return k.tile(s, tileLaunch{bf16: true, w0: w, dense: 1, x: x, ldx: ldx, y: y, ldy: ldy, resid: resid, N: N, K: K, M: M})
+}
+
+// gemvChunks runs a GEMV of at most 4 rows over M rows.
+func (k *Set) gemvChunks(f func(y, x, resid cuda.DevPtr, m int) error, y, x, resid cuda.DevPtr, M, ldx, ldy int) error {
+	for r := 0; r < M; r += maxGemvM {
+		rr := cuda.DevPtr(0)
+		if resid != 0 {
+			rr = resid.Add(int64(4 * r * ldy))
+		}
+		if err := f(y.Add(int64(4*r*ldy)), x.Add(int64(4*r*ldx)), rr, min(maxGemvM, M-r)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// GateUpFP8 writes y[m][n] = silu(G x_m)[n] * (U x_m)[n] for M <= MaxTileM
+// rows: both fp8 [N][K] projections and the SwiGLU in one launch. Needs the
+// tile shape (TileOK, 16-byte aligned weights).
+func (k *Set) GateUpFP8(s cuda.Stream, y, x, wg, sg, wu, su cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if err := checkTile(N, K, M, ldx, ldy); err != nil {
+		return err
+	}
+	if !TileOK(x, K, ldx, 1) || uint64(wg)%16 != 0 || uint64(wu)%16 != 0 || wu == 0 {
+		return errors.Newf("gate-up: K=%d ldx=%d x=%#x: needs K %% 16 == 0, ldx %% 4 == 0 and aligned x, w", K, ldx, uint64(x))
+	}
+	return k.tile(s, tileLaunch{w0: wg, s0: sg, w1: wu, s1: su, dense: 1, x: x, ldx: ldx, y: y, ldy: ldy, N: N, K: K, M: M})
+}
+
+// ExpertsFP8 is one launch over every expert slot of a MoE projection:
+// slot j < slots multiplies expert ids[j]'s fp8 [N][K] weights (device
+// tables t[0]/ts[0] of weight and scale pointers) with input row j/xdiv
+// of x (row stride ldx); slot slots+i (i < dense) multiplies the dense
+// weights w[0] (the shared expert) with input row xsh+i. Output slot j is
+// row j of y ([slots+dense][N]). With up weights (t[1] and w[1]) every slot
+// writes silu(gate)*up instead.
+func (k *Set) ExpertsFP8(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int,
+	w, ws [2]cuda.DevPtr, dense, N, K int) error {
+	if N <= 0 || K <= 0 || slots < 0 || dense < 0 || slots+dense == 0 || xdiv <= 0 || xsh < 0 || ldx < K {
+		return errors.Newf("experts: N=%d K=%d slots=%d dense=%d xdiv=%d xsh=%d ldx=%d", N, K, slots, dense, xdiv, xsh, ldx)
+	}
+	if slots > 0 && (t[0] == 0 || ids == 0) || dense > 0 && w[0] == 0 {
+		return errors.Newf("experts: %d routed slots need tables and ids, %d dense slots weights", slots, dense)
+	}
+	if slots > 0 && dense > 0 && (t[1] == 0) != (w[1] == 0) {
+		return errors.Newf("experts: gate-up pairing must hold for routed and dense slots alike")
+	}
+	if !TileOK(x, K, ldx, 1) {
+		return errors.Newf("experts: K=%d ldx=%d x=%#x: needs K %% 16 == 0, ldx %% 4 == 0 and aligned x", K, ldx, uint64(x))
+	}
+	return k.tile(s, tileLaunch{t0: t[0], ts0: ts[0], t1: t[1], ts1: ts[1], ids: ids, slots: slots,
+		w0: w[0], s0: ws[0], w1: w[1], s1: ws[1], dense: dense, x: x, ldx: ldx, xdiv: xdiv, xsh: xsh, y: y, ldy: N, N: N, K: K, M: 1})
+}
+
+// MoECombineSlots is MoECombine for M rows: out[m][n] = resid[m][n] (0 if
+// resid is 0) + sum_j w[m][j]*y[m*kslots+j][n], each row's arithmetic
+// exactly MoECombine's.
+func (k *Set) MoECombineSlots(s cuda.Stream, out, y, w, resid cuda.DevPtr, M, kslots, N int) error {
+	if M <= 0 || kslots <= 0 || N <= 0 {
+		return errors.Newf("moe_combine_slots: M=%d k=%d N=%d", M, kslots, N)
+	}
+	return k.launch("moe_combine_slots", cuda.D3(cdiv(N, 256), M, 1), cuda.D1(256), 0, s, y, w, resid, out, kslots, N)
+}

@@ -1,0 +1,176 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// TestKernelGemvTile checks the tile GEMVs (dense fp8/bf16 for 1..8 rows,
+// gate/up/SwiGLU paired, routed experts plus the shared expert in one
+// launch, the per-row combine) against the float64 reference on fresh
+// random inputs, for the launcher's choice and for pinned group sizes and
+// rows per group, and that two runs agree bit for bit.
+func TestKernelGemvTile(t *testing.T) {
+	for _, gr := range [][2]int{{0, 0}, {32, 2}, {64, 4}, {128, 1}, {256, 8}, {256, 2}} {
+		t.Run(fmt.Sprintf("G=%d_R=%d", gr[0], gr[1]), func(t *testing.T) {
+			forceTileG, forceTileR = gr[0], gr[1]
+			defer func() { forceTileG, forceTileR = 0, 0 }()
+			testGemvTile(t, fmt.Sprintf(" G=%d R=%d", gr[0], gr[1]))
+		})
+	}
+}
+
+func refSiluMul(g, u []float64) []float64 {
+	out := make([]float64, len(g))
+	for i := range g {
+		out[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+	}
+	return out
+}
+
+func fp8At(w []byte, sc []float32, K int) func(n, k int) float64 {
+	kb := cdiv(K, 128)
+	return func(n, kk int) float64 { return fp8Table[w[n*K+kk]] * float64(sc[(n/128)*kb+kk/128]) }
+}
+
+func testGemvTile(t *testing.T, tag string) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		type tc struct {
+			N, K, M, pad int
+			resid        bool
+		}
+		for _, cs := range []tc{
+			{576, 7168, 1, 0, false}, {200, 7168, 4, 0, true}, {64, 7168, 8, 4, false}, {129, 16384, 2, 0, true},
+			{300, 1536, 3, 0, false}, {260, 2048, 5, 0, true}, {130, 256, 8, 0, false}, {9, 16, 7, 0, true},
+			{50, 100, 6, 0, true}, // K % 16 != 0: falls back to gemv_fp8 in chunks of 4 rows
+		} {
+			N, K, M := cs.N, cs.K, cs.M
+			ldx := K + cs.pad
+			w := randFP8(r, N*K)
+			sc := randScales(r, cdiv(N, 128)*cdiv(K, 128), -8)
+			x := randF32(r, M*ldx, 1)
+			var resid []float32
+			rp := cuda.DevPtr(0)
+			if cs.resid {
+				resid = randF32(r, M*N, 1)
+				rp = a.up(resid)
+			}
+			xp, wp, sp := a.up(x), a.up(w), a.up(sc)
+			var runs [2][]float32
+			for i := range runs {
+				yp := a.poisoned(M * N)
+				chk(k.GemvFP8Tile(s, yp, xp, wp, sp, rp, N, K, M, ldx, N))
+				runs[i] = downF32(c, yp, M*N)
+			}
+			ref := refGemv(fp8At(w, sc, K), x, resid, N, K, M, ldx, N)
+			name := fmt.Sprintf("gemv_tile_fp8 N=%d K=%d M=%d ldx=%d", N, K, M, ldx) + tag
+			record(t, name, relMetric, relErr(runs[0], ref), boundF32)
+			record(t, name+" repeat", "differing outputs", float64(diffCount(runs[0], runs[1])), 0)
+		}
+		for _, cs := range []tc{{256, 7168, 1, 0, false}, {64, 7168, 8, 8, true}, {129, 200, 3, 0, true}, {50, 37, 2, 0, false}} {
+			N, K, M := cs.N, cs.K, cs.M
+			ldx := K + cs.pad
+			w := randBF16(r, N*K, 0.05)
+			x := randF32(r, M*ldx, 1)
+			var resid []float32
+			rp := cuda.DevPtr(0)
+			if cs.resid {
+				resid = randF32(r, M*N, 1)
+				rp = a.up(resid)
+			}
+			yp := a.poisoned(M * N)
+			chk(k.GemvBF16Tile(s, yp, a.up(x), a.up(w), rp, N, K, M, ldx, N))
+			ref := refGemv(func(n, kk int) float64 { return bf16ToF64(w[n*K+kk]) }, x, resid, N, K, M, ldx, N)
+			record(t, fmt.Sprintf("gemv_tile_bf16 N=%d K=%d M=%d ldx=%d", N, K, M, ldx)+tag, relMetric, relErr(downF32(c, yp, M*N), ref), boundF32)
+		}
+		// gate, up and SwiGLU in one launch.
+		for _, cs := range []tc{{300, 2048, 3, 0, false}, {2048, 7168, 1, 0, false}, {130, 1536, 8, 4, false}} {
+			N, K, M := cs.N, cs.K, cs.M
+			ldx := K + cs.pad
+			wg, wu := randFP8(r, N*K), randFP8(r, N*K)
+			sg, su := randScales(r, cdiv(N, 128)*cdiv(K, 128), -8), randScales(r, cdiv(N, 128)*cdiv(K, 128), -8)
+			x := randF32(r, M*ldx, 1)
+			yp := a.poisoned(M * N)
+			chk(k.GateUpFP8(s, yp, a.up(x), a.up(wg), a.up(sg), a.up(wu), a.up(su), N, K, M, ldx, N))
+			ref := refSiluMul(refGemv(fp8At(wg, sg, K), x, nil, N, K, M, ldx, N), refGemv(fp8At(wu, su, K), x, nil, N, K, M, ldx, N))
+			record(t, fmt.Sprintf("gate_up_fp8 N=%d K=%d M=%d ldx=%d", N, K, M, ldx)+tag, relMetric, relErr(downF32(c, yp, M*N), ref), boundF32)
+		}
+		// A MoE layer for M rows: gate/up (+SwiGLU) of every routed slot and
+		// the shared expert in one launch, down likewise, then the combine.
+		for _, ec := range []struct{ E, top, M, H, I int }{{6, 4, 3, 384, 256}, {16, 8, 1, 7168, 256}, {9, 2, 2, 2048, 144}} {
+			E, top, M, H, I := ec.E, ec.top, ec.M, ec.H, ec.I
+			slots := M * top
+			var wts [3][][]byte
+			var scs [3][][]float32
+			var tabW, tabS, sharedW, sharedS [3]cuda.DevPtr
+			dims := [3][2]int{{I, H}, {I, H}, {H, I}}
+			for p := range 3 {
+				wp, spp := make([]cuda.DevPtr, E+1), make([]cuda.DevPtr, E+1)
+				for e := range E + 1 { // expert E is the shared one
+					n, kk := dims[p][0], dims[p][1]
+					wts[p] = append(wts[p], randFP8(r, n*kk))
+					scs[p] = append(scs[p], randScales(r, cdiv(n, 128)*cdiv(kk, 128), -7))
+					wp[e], spp[e] = a.up(wts[p][e]), a.up(scs[p][e])
+				}
+				tabW[p], tabS[p] = a.up(wp[:E]), a.up(spp[:E])
+				sharedW[p], sharedS[p] = wp[E], spp[E]
+			}
+			ids := make([]int32, slots)
+			for j := range ids {
+				ids[j] = int32(r.IntN(E))
+			}
+			ids[slots-1] = ids[0] // a repeated expert
+			wsum := randF32(r, slots, 0.3)
+			h := randF32(r, M*H, 1)
+			hp, idp := a.up(h), a.up(ids)
+			gu := a.poisoned((slots + M) * I)
+			chk(k.ExpertsFP8(s, gu, hp, H, top, 0, [2]cuda.DevPtr{tabW[0], tabW[1]}, [2]cuda.DevPtr{tabS[0], tabS[1]}, idp, slots,
+				[2]cuda.DevPtr{sharedW[0], sharedW[1]}, [2]cuda.DevPtr{sharedS[0], sharedS[1]}, M, I, H))
+			guGot := downF32(c, gu, (slots+M)*I)
+			guRef := make([]float64, (slots+M)*I)
+			for j := range slots + M {
+				e, xr := E, j-slots
+				if j < slots {
+					e, xr = int(ids[j]), j/top
+				}
+				g := refGemv(fp8At(wts[0][e], scs[0][e], H), h[xr*H:], nil, I, H, 1, H, I)
+				u := refGemv(fp8At(wts[1][e], scs[1][e], H), h[xr*H:], nil, I, H, 1, H, I)
+				copy(guRef[j*I:], refSiluMul(g, u))
+			}
+			name := fmt.Sprintf("experts_gate_up E=%d top=%d M=%d H=%d I=%d", E, top, M, H, I) + tag
+			record(t, name, relMetric, relErr(guGot, guRef), boundF32)
+			// down reads the gate-up output just computed (as float32).
+			yd := a.poisoned((slots + M) * H)
+			chk(k.ExpertsFP8(s, yd, gu, I, 1, slots, [2]cuda.DevPtr{tabW[2]}, [2]cuda.DevPtr{tabS[2]}, idp, slots,
+				[2]cuda.DevPtr{sharedW[2]}, [2]cuda.DevPtr{sharedS[2]}, M, H, I))
+			ydGot := downF32(c, yd, (slots+M)*H)
+			ydRef := make([]float64, (slots+M)*H)
+			for j := range slots + M {
+				e := E
+				if j < slots {
+					e = int(ids[j])
+				}
+				copy(ydRef[j*H:], refGemv(fp8At(wts[2][e], scs[2][e], I), guGot[j*I:], nil, H, I, 1, I, H))
+			}
+			record(t, fmt.Sprintf("experts_down E=%d top=%d M=%d H=%d I=%d", E, top, M, H, I)+tag, relMetric, relErr(ydGot, ydRef), boundF32)
+			out := a.poisoned(M * H)
+			chk(k.MoECombineSlots(s, out, yd, a.up(wsum), yd.Add(int64(4*slots*H)), M, top, H))
+			cRef := make([]float64, M*H)
+			for m := range M {
+				for n := range H {
+					v := float64(ydGot[(slots+m)*H+n])
+					for jj := range top {
+						v += float64(wsum[m*top+jj]) * float64(ydGot[(m*top+jj)*H+n])
+					}
+					cRef[m*H+n] = v
+				}
+			}
+			record(t, fmt.Sprintf("moe_combine_slots M=%d k=%d N=%d", M, top, H)+tag, relMetric, relErr(downF32(c, out, M*H), cRef), boundF32)
+		}
+	})
+}

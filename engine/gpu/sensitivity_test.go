@@ -58,6 +58,18 @@ func (m *noisyEmu) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	return err
 }
 
+func (m *noisyEmu) gateUp(y, x, wg, sg, wu, su cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	err := m.emuDevice.gateUp(y, x, wg, sg, wu, su, N, K, M, ldx, ldy)
+	m.nudge(y, N, M, ldy)
+	return err
+}
+
+func (m *noisyEmu) experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K int) error {
+	err := m.emuDevice.experts(y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K)
+	m.nudge(y, N, slots+dense, N)
+	return err
+}
+
 type noisyRunner struct{ m *noisyEmu }
 
 func (r *noisyRunner) run(f func(b device) error) error {

@@ -146,7 +146,8 @@ func (b *cudaDevice) sync() error { return b.c.SyncStream(b.s) }
 // gemvFP8, gemvBF16 and gemvExperts choose the GEMV kernel. The tile
 // kernels (kernels.GemvFP8Tile: x reused across the rows a thread streams,
 // split-K sized by K, up to 8 input rows per launch) take every fp8 GEMV
-// and the bf16 ones below the head unless TILERT_GPU_GEMV_TILE=0. Without
+// and the bf16 ones of more than 4 rows below the head unless
+// TILERT_GPU_GEMV_TILE=0. Without
 // them: the wide kernels (kernels.GemvFP8Wide) for matrices of at most
 // gemvWideMaxRows rows (times expert slots), where the warp-per-row grid
 // cannot fill the SMs; the H200 run of docs/measured/h200-2026-12-01-gemv
@@ -198,7 +199,9 @@ func gemvWide(rows int) bool {
 }
 
 func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	if gemvTileOn && N <= gemvBF16WideMaxN {
+	// bf16 (router, indexer weights_proj: small N): the tile kernel measured
+	// 0.8-0.9x the wide one up to 4 rows, so it takes only more rows.
+	if gemvTileOn && M > 4 && N <= gemvBF16WideMaxN {
 		return b.k.GemvBF16Tile(b.s, y, x, w, 0, N, K, M, ldx, ldy)
 	}
 	return rows4(y, x, M, ldx, ldy, func(y, x cuda.DevPtr, m int) error {

@@ -168,7 +168,11 @@ func record(t *testing.T, name, metric string, err, bound float64) {
 }
 
 const (
-	boundF32  = 1e-5 // float32 arithmetic on exact (fp8/bf16/f32) inputs
+	boundF32 = 1e-5 // float32 arithmetic on exact (fp8/bf16/f32) inputs
+	// boundTC: mla_decode_tc rounds queries, probabilities and the
+	// dequantised entries to fp16 (2^-11 relative each) before its
+	// float32-accumulated tensor-core products.
+	boundTC   = 1e-2
 	relMetric = "max|d|/max|ref|"
 )
 
@@ -802,11 +806,15 @@ func TestKernelMLA(t *testing.T) {
 			}
 			return o, mx + math.Log(l), maxC
 		}
+		// Kernels: 0 mla_decode, 1 mla_decode_heads, 2 mla_decode_tc (fp16
+		// queries and probabilities on tensor cores: boundTC).
 		for _, cs := range []struct {
-			sparse, heads bool
-			nsplit        int
-		}{{true, false, 1}, {false, false, 1}, {true, false, 3}, {false, false, 5},
-			{true, true, 1}, {false, true, 1}, {true, true, 3}, {false, true, 5}, {true, true, 8}} {
+			sparse bool
+			kern   int
+			nsplit int
+		}{{true, 0, 1}, {false, 0, 1}, {true, 0, 3}, {false, 0, 5},
+			{true, 1, 1}, {false, 1, 1}, {true, 1, 3}, {false, 1, 5}, {true, 1, 8},
+			{true, 2, 1}, {false, 2, 1}, {true, 2, 3}, {false, 2, 5}, {true, 2, 8}} {
 			sparse := cs.sparse
 			op, lp := a.poisoned(nq*H*512), a.poisoned(nq*H)
 			ip := cuda.DevPtr(0)
@@ -818,9 +826,12 @@ func TestKernelMLA(t *testing.T) {
 			if cs.nsplit > 1 {
 				ws = a.poisoned(int(MLAWorkspaceBytes(nq, H, cs.nsplit) / 4))
 			}
-			if cs.heads {
+			switch cs.kern {
+			case 1:
 				chk(k.MLADecodeHeads(s, op, lp, a.up(qn), a.up(qp), a.up(cache), a.up(bt), ip, a.up(lens), ws, nq, H, n, ldIdx, cs.nsplit, scale))
-			} else {
+			case 2:
+				chk(k.MLADecodeTC(s, op, lp, a.up(qn), a.up(qp), a.up(cache), a.up(bt), ip, a.up(lens), ws, nq, H, n, ldIdx, cs.nsplit, scale))
+			default:
 				chk(k.MLADecode(s, op, lp, a.up(qn), a.up(qp), a.up(cache), a.up(bt), ip, a.up(lens), ws, nq, H, n, ldIdx, cs.nsplit, scale))
 			}
 			got, gotL := downF32(c, op, nq*H*512), downF32(c, lp, nq*H)
@@ -855,16 +866,16 @@ func TestKernelMLA(t *testing.T) {
 					worstL = math.Max(worstL, math.Abs(gl-lse)/math.Max(1, math.Abs(lse)))
 				}
 			}
-			kname := "mla_decode"
-			if cs.heads {
-				kname = "mla_decode_heads"
+			kname, bound := []string{"mla_decode", "mla_decode_heads", "mla_decode_tc"}[cs.kern], boundF32
+			if cs.kern == 2 {
+				bound = boundTC
 			}
 			name := fmt.Sprintf("%s dense nq=2 H=20 len=300/270 paged split=%d", kname, cs.nsplit)
 			if sparse {
 				name = fmt.Sprintf("%s top-k idx nq=2 H=20 paged split=%d", kname, cs.nsplit)
 			}
-			record(t, name, "max|d|/max|c|", worst, boundF32)
-			record(t, name+" (lse)", "|d|/max(1,|lse|)", worstL, boundF32)
+			record(t, name, "max|d|/max|c|", worst, bound)
+			record(t, name+" (lse)", "|d|/max(1,|lse|)", worstL, bound)
 		}
 	})
 }

@@ -81,3 +81,103 @@ func (k *Set) MLADecodeHeads(s cuda.Stream, out, lse, qn, qp, cache, blockTable,
 	}
 	return k.launch("mla_combine", cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
 }
+
+// Tensor-core MLA decode (cu/mla_tc.cu): mla_decode's semantics, 16 heads a
+// block, each 32-token tile dequantised once into shared memory as fp16 and
+// both products on mma.sync. Queries and probabilities round to fp16.
+const (
+	mlaTCTile = 32 // MT_TT
+	// MLATCSmemBytes is mla_decode_tc's dynamic shared memory (MT_SMEM_BYTES).
+	MLATCSmemBytes = mlaTCTile*41*16 + mlaTCTile*584*2 + mlaHeadsGroup*584*2 + 4*mlaHeadsGroup*mlaTCTile*4 + mlaTCTile*4
+)
+
+// MLATCSplits picks MLADecodeTC's token ranges: two blocks per SM fit its
+// shared memory, so the blocks fill the SMs twice; the plan stays inside
+// MLAHeadsWorkspaceBytes (the SM count it plans for is capped the same way).
+func (k *Set) MLATCSplits(nq, H, nidx int) int {
+	return mlaHeadsSplitsFor(2*k.c.Info().SMs, nq, H, nidx)
+}
+
+// MLADecodeTC is MLADecode over the fp8_ds_mla cache (same arguments and
+// results) on tensor cores. nsplit > 1 needs ws of MLAWorkspaceBytes(nq, H,
+// nsplit) bytes; mla_combine merges the ranges.
+func (k *Set) MLADecodeTC(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) || nsplit <= 0 || nsplit > mlaHeadsSplits || (nsplit > 1 && ws == 0) {
+		return errors.Newf("mla tc: nq=%d H=%d nidx=%d ldIdx=%d nsplit=%d (1..%d) ws=%#x", nq, H, nidx, ldIdx, nsplit, mlaHeadsSplits, uint64(ws))
+	}
+	f, err := k.fn("mla_decode_tc")
+	if err != nil {
+		return err
+	}
+	if _, ok := bigShared.Load(f); !ok {
+		if err := k.c.SetMaxDynamicShared(f, MLATCSmemBytes); err != nil {
+			return errors.WithHint(err, "mla_decode_tc needs ~84 KiB of shared memory per block (sm_80 or newer)")
+		}
+		bigShared.Store(f, true)
+	}
+	tps := cdiv(cdiv(nidx, nsplit), mlaTCTile) * mlaTCTile
+	nsplit = cdiv(nidx, tps)
+	partO, partML := ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
+	if err := k.c.Launch(f, cuda.D3(nsplit, nq, cdiv(H, mlaHeadsGroup)), cuda.D1(128), MLATCSmemBytes, s,
+		qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML); err != nil {
+		return err
+	}
+	if nsplit == 1 {
+		return nil
+	}
+	return k.launch("mla_combine", cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
+}
+
+// absorbCols picks absorb_q_fp8's columns per block (16*G): the widest that
+// still gives every SM a block.
+func absorbCols(sms, H, R int) int {
+	for _, g := range []int{8, 4} {
+		if R%(16*g) == 0 && H*(R/(16*g)) >= sms {
+			return g
+		}
+	}
+	return 2
+}
+
+// absorbRows picks absorb_v_fp8's rows per warp: the most that still give
+// every SM a block.
+func absorbRows(sms, H, vd int) int {
+	for _, rw := range []int{4, 2} {
+		if H*cdiv(vd, 8*rw) >= sms {
+			return rw
+		}
+	}
+	return 1
+}
+
+// AbsorbQFP8 is EngAbsorbQ over fp8 W_UK with per-row scales, spread over
+// all SMs (R a multiple of 32, nope <= 256); qpe != 0 also receives the
+// RoPE part of q: qpe[m][h][i] = q[m*ldq + h*hs + nope + i], i < P.
+func (k *Set) AbsorbQFP8(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, M, H, nope, R, ldq, hs, P int) error {
+	if M <= 0 || H <= 0 || nope <= 0 || nope > 256 || R <= 0 || R%32 != 0 || hs < nope || ldq < (H-1)*hs+nope || (qpe != 0 && (P <= 0 || hs < nope+P)) {
+		return errors.Newf("absorb q fp8: M=%d H=%d nope=%d (<= 256) R=%d (multiple of 32) ldq=%d hs=%d P=%d", M, H, nope, R, ldq, hs, P)
+	}
+	return k.absorbQFP8(s, out, qpe, q, w, scale, M, H, nope, R, ldq, hs, P, absorbCols(k.c.Info().SMs, H, R))
+}
+
+// absorbQFP8 launches absorb_q_fp8 with 16*g columns per block (g in 2, 4, 8).
+func (k *Set) absorbQFP8(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, M, H, nope, R, ldq, hs, P, g int) error {
+	if R%(16*g) != 0 || nope > 8*256/g {
+		return errors.Newf("absorb q fp8: R=%d nope=%d with %d columns a block", R, nope, 16*g)
+	}
+	return k.launch("absorb_q_fp8", cuda.D1(H*(R/(16*g))), cuda.D1(256), 0, s, out, qpe, q, w, scale, M, H, nope, R, ldq, hs, g, P)
+}
+
+// AbsorbVFP8 is EngAbsorbV over fp8 W_UV with per-row scales (R = 512),
+// spread over all SMs.
+func (k *Set) AbsorbVFP8(s cuda.Stream, out, x, w, scale cuda.DevPtr, M, H, vd, R, ldo int) error {
+	if M <= 0 || H <= 0 || vd <= 0 || R != MLALatentDim || ldo < H*vd {
+		return errors.Newf("absorb v fp8: M=%d H=%d vd=%d R=%d (must be %d) ldo=%d", M, H, vd, R, MLALatentDim, ldo)
+	}
+	return k.absorbVFP8(s, out, x, w, scale, M, H, vd, ldo, absorbRows(k.c.Info().SMs, H, vd))
+}
+
+// absorbVFP8 launches absorb_v_fp8 with rw rows a warp (1, 2 or 4).
+func (k *Set) absorbVFP8(s cuda.Stream, out, x, w, scale cuda.DevPtr, M, H, vd, ldo, rw int) error {
+	return k.launch("absorb_v_fp8", cuda.D1(H*cdiv(vd, 8*rw)), cuda.D1(256), 0, s, out, x, w, scale, M, H, vd, ldo, rw)
+}

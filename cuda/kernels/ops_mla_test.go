@@ -1,6 +1,13 @@
 package kernels
 
-import "testing"
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tilert-go/tilert/cuda"
+)
 
 // The heads kernel's split plan: whole tiles, bounded by the token count and
 // mlaHeadsSplits, the SMs filled once, and a scratch bound that covers every
@@ -26,4 +33,100 @@ func TestMLAHeadsPlan(t *testing.T) {
 	if b := MLAHeadsWorkspaceBytes(4, 0); b != 0 {
 		t.Errorf("no heads: %d bytes of scratch", b)
 	}
+}
+
+// The wide fp8 absorb kernels against float64 references: every block shape
+// (columns a block, rows a warp), query rows past one staging chunk (8),
+// GLM-5's nope 192 / vd 256, and the RoPE copy of absorb_q_fp8.
+func TestKernelAbsorbFP8(t *testing.T) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		const R, P = 512, 64
+		for _, sh := range []struct{ M, H, nope, vd int }{{1, 4, 32, 32}, {3, 5, 128, 48}, {12, 3, 128, 128}, {2, 8, 192, 256}} {
+			M, H, nope, vd := sh.M, sh.H, sh.nope, sh.vd
+			rb := R / 128
+			hs := nope + P
+			ldq := H*hs + 4
+			q := randF32(r, M*ldq, 1)
+			wk := func(n int) (cuda.DevPtr, cuda.DevPtr, func(row, c int) float64) {
+				w, sc := randFP8(r, n*R), randF32(r, n*rb, 0.01)
+				for i := range sc {
+					sc[i] = float32(math.Abs(float64(sc[i]))) + 1e-3
+				}
+				return a.up(w), a.up(sc), func(row, col int) float64 {
+					return fp8Table[w[row*R+col]] * float64(sc[row*rb+col/128])
+				}
+			}
+			ukp, uks, uk := wk(H * nope)
+			ref := make([]float64, M*H*R)
+			for m := range M {
+				for h := range H {
+					for col := range R {
+						var acc float64
+						for d := range nope {
+							acc += uk(h*nope+d, col) * float64(q[m*ldq+h*hs+d])
+						}
+						ref[(m*H+h)*R+col] = acc
+					}
+				}
+			}
+			qp := a.up(q)
+			for _, g := range []int{2, 4, 8} {
+				if nope > 8*256/g {
+					continue
+				}
+				out, qpe := a.poisoned(M*H*R), a.poisoned(M*H*P)
+				chk(k.absorbQFP8(s, out, qpe, qp, ukp, uks, M, H, nope, R, ldq, hs, P, g))
+				tag := fmt.Sprintf("M=%d H=%d nope=%d cols=%d", M, H, nope, 16*g)
+				record(t, "absorb_q_fp8 "+tag, relMetric, relErr(downF32(c, out, M*H*R), ref), boundF32)
+				gp := downF32(c, qpe, M*H*P)
+				bad := 0
+				for m := range M {
+					for h := range H {
+						for i := range P {
+							if gp[(m*H+h)*P+i] != q[m*ldq+h*hs+nope+i] {
+								bad++
+							}
+						}
+					}
+				}
+				record(t, "absorb_q_fp8 RoPE copy "+tag, "mismatched values", float64(bad), 0)
+			}
+
+			x := randF32(r, M*H*R, 1)
+			uvp, uvs, uv := wk(H * vd)
+			ldo := H*vd + 3
+			var refC []float64
+			for m := range M {
+				for h := range H {
+					for v := range vd {
+						var acc float64
+						for col := range R {
+							acc += uv(h*vd+v, col) * float64(x[(m*H+h)*R+col])
+						}
+						refC = append(refC, acc)
+					}
+				}
+			}
+			xp := a.up(x)
+			for _, rw := range []int{1, 2, 4} {
+				vo := a.poisoned(M * ldo)
+				chk(k.absorbVFP8(s, vo, xp, uvp, uvs, M, H, vd, ldo, rw))
+				vgot := downF32(c, vo, M*ldo)
+				var gotC []float32
+				pad := 0
+				for m := range M {
+					gotC = append(gotC, vgot[m*ldo:m*ldo+H*vd]...)
+					for i := H * vd; i < ldo; i++ {
+						if !math.IsNaN(float64(vgot[m*ldo+i])) {
+							pad++
+						}
+					}
+				}
+				tag := fmt.Sprintf("M=%d H=%d vd=%d rows/warp=%d", M, H, vd, rw)
+				record(t, "absorb_v_fp8 "+tag, relMetric, relErr(gotC, refC), boundF32)
+				record(t, "absorb_v_fp8 padding untouched "+tag, "written values", float64(pad), 0)
+			}
+		}
+	})
 }

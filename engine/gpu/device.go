@@ -86,7 +86,9 @@ type device interface {
 	quantUE8M0(x cuda.DevPtr, n int) error
 	copy2D(dst, src cuda.DevPtr, rows, cols, ldd, lds int) error
 	scale(x cuda.DevPtr, a float32, n int) error
-	absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs int) error
+	// absorbQ with qpe != 0 also copies the RoPE part of q (P values after
+	// each head's nope) into qpe [M][H][P].
+	absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int) error
 	absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error
 	commDevice // comm.go
 }
@@ -303,16 +305,21 @@ func (b *cudaDevice) topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld
 	return b.k.TopK(b.s, out, scores, lens, rows, T, K, ld, ldOut)
 }
 
-// mlaDecode over the fp8 cache runs heads-as-M (each entry read once per
-// 16 heads, tokens split over the SMs) when given scratch and not turned off
-// (TILERT_GPU_MLA_HEADS=0, for comparisons); the wide caches of exact mode
-// and bf16 keep their unsplit kernels.
+// mlaDecode over the fp8 cache runs on tensor cores (16 heads a block, each
+// entry dequantised once per block, tokens split over the SMs) when given
+// scratch; TILERT_GPU_MLA_TC=0 falls back to the float32 heads-as-M kernel
+// and TILERT_GPU_MLA_HEADS=0 further to one block per head (comparisons).
+// The wide caches of exact mode and bf16 keep their unsplit kernels.
 func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	switch kind {
 	case mlaF32:
 		return b.k.EngMLADecodeF32(b.s, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
 	case mlaBF16:
 		return b.k.EngMLADecodeBF16(b.s, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
+	}
+	if ws != 0 && mlaTCOn {
+		ns := b.k.MLATCSplits(nq, H, nidx)
+		return b.k.MLADecodeTC(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
 	}
 	if ws != 0 && mlaHeadsOn {
 		ns := b.k.MLAHeadsSplits(nq, H, nidx)
@@ -321,7 +328,13 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 	return b.k.MLADecode(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 }
 
-var mlaHeadsOn = os.Getenv("TILERT_GPU_MLA_HEADS") != "0"
+var (
+	mlaHeadsOn = os.Getenv("TILERT_GPU_MLA_HEADS") != "0"
+	mlaTCOn    = os.Getenv("TILERT_GPU_MLA_TC") != "0"
+	// absorbWideOn: TILERT_GPU_ABSORB_WIDE=0 keeps the one-block-per-head
+	// absorb kernels for fp8 W_UK / W_UV (comparisons).
+	absorbWideOn = os.Getenv("TILERT_GPU_ABSORB_WIDE") != "0"
+)
 
 // topkWideOn: TILERT_GPU_TOPK_WIDE=0 keeps one block per row for the
 // indexer's top-k and the one-load-per-FMA indexer scores at long contexts
@@ -382,11 +395,30 @@ func (b *cudaDevice) copy2D(dst, src cuda.DevPtr, rows, cols, ldd, lds int) erro
 
 func (b *cudaDevice) scale(x cuda.DevPtr, a float32, n int) error { return b.k.EngScale(b.s, x, a, n) }
 
-func (b *cudaDevice) absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs int) error {
-	return b.k.EngAbsorbQ(b.s, out, q, w, s, fp8, M, H, nope, R, ldq, hs)
+// absorbQ over fp8 W_UK runs spread over all SMs (and copies q's RoPE part
+// in the same launch); float32 weights (exact mode) keep the per-head kernel.
+func (b *cudaDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int) error {
+	if fp8 && absorbWideOn && nope <= 256 && R%32 == 0 {
+		return b.k.AbsorbQFP8(b.s, out, qpe, q, w, s, M, H, nope, R, ldq, hs, P)
+	}
+	if err := b.k.EngAbsorbQ(b.s, out, q, w, s, fp8, M, H, nope, R, ldq, hs); err != nil || qpe == 0 {
+		return err
+	}
+	if ldq == H*hs {
+		return b.k.EngCopy2D(b.s, qpe, q.Add(int64(4*nope)), M*H, P, P, hs)
+	}
+	for m := 0; m < M; m++ {
+		if err := b.k.EngCopy2D(b.s, qpe.Add(int64(4*m*H*P)), q.Add(int64(4*(m*ldq+nope))), H, P, P, hs); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (b *cudaDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {
+	if fp8 && absorbWideOn && R == kernels.MLALatentDim {
+		return b.k.AbsorbVFP8(b.s, out, x, w, s, M, H, vd, R, ldo)
+	}
 	return b.k.EngAbsorbV(b.s, out, x, w, s, fp8, M, H, vd, R, ldo)
 }
 

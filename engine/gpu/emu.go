@@ -733,8 +733,13 @@ func (m *emuDevice) headRow(dst []float32, w, s cuda.DevPtr, fp8 bool, idx, R in
 	copy(dst, m.f32(w.Add(int64(4*idx*R)), R))
 }
 
-func (m *emuDevice) absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs int) error {
+func (m *emuDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int) error {
 	row := make([]float32, R)
+	for r := 0; r < M && qpe != 0; r++ {
+		if err := m.copy2D(qpe.Add(int64(4*r*H*P)), q.Add(int64(4*(r*ldq+nope))), H, P, P, hs); err != nil {
+			return err
+		}
+	}
 	for r := 0; r < M; r++ {
 		qs := m.f32(q.Add(int64(4*r*ldq)), (H-1)*hs+nope)
 		for h := 0; h < H; h++ {

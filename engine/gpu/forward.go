@@ -436,8 +436,7 @@ func (f *fwd) attnOut(lw *dlayer) {
 	NH, nope, vd := c.NumHeads, c.QKNopeHeadDim, c.VHeadDim
 	qk := nope + P
 	TK := c.IndexTopK
-	o.do(o.b.absorbQ(ws.qlat, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, M, NH, nope, R, NH*qk, qk))
-	o.do(o.b.copy2D(ws.qpe, fptr(ws.q, nope), M*NH, P, P, qk))
+	o.do(o.b.absorbQ(ws.qlat, ws.qpe, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, M, NH, nope, R, NH*qk, qk, P))
 	for _, g := range f.groups {
 		// Only the first min(index_topk, length bucket) selections can be
 		// valid (topK pads with -1 past each row's length), and a tile of

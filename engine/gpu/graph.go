@@ -376,13 +376,13 @@ func (gb *graphDevice) scale(x cuda.DevPtr, a float32, n int) error {
 	return gb.rec("scale", int64(8*n), func(b device) error { return b.scale(x, a, n) }, ku(x), kf(a), ki(n))
 }
 
-func (gb *graphDevice) absorbQ(out, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs int) error {
+func (gb *graphDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int) error {
 	wb := int64(4)
 	if fp8 {
 		wb = 1
 	}
-	return gb.rec("absorbQ", wb*int64(H*nope*R), func(b device) error { return b.absorbQ(out, q, w, s, fp8, M, H, nope, R, ldq, hs) },
-		ku(out), ku(q), ku(w), ku(s), kb(fp8), ki(M), ki(H), ki(nope), ki(R), ki(ldq), ki(hs))
+	return gb.rec("absorbQ", wb*int64(H*nope*R), func(b device) error { return b.absorbQ(out, qpe, q, w, s, fp8, M, H, nope, R, ldq, hs, P) },
+		ku(out), ku(qpe), ku(q), ku(w), ku(s), kb(fp8), ki(M), ki(H), ki(nope), ki(R), ki(ldq), ki(hs), ki(P))
 }
 
 func (gb *graphDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {

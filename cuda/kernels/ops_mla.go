@@ -105,6 +105,10 @@ func (k *Set) MLADecodeTC(s cuda.Stream, out, lse, qn, qp, cache, blockTable, in
 	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) || nsplit <= 0 || nsplit > mlaHeadsSplits || (nsplit > 1 && ws == 0) {
 		return errors.Newf("mla tc: nq=%d H=%d nidx=%d ldIdx=%d nsplit=%d (1..%d) ws=%#x", nq, H, nidx, ldIdx, nsplit, mlaHeadsSplits, uint64(ws))
 	}
+	if k.c.Info().CCMajor < 8 {
+		return errors.WithHint(errors.Newf("mla tc: compute capability %d.%d", k.c.Info().CCMajor, k.c.Info().CCMinor),
+			"mla_decode_tc needs sm_80 or newer; use MLADecodeHeads")
+	}
 	f, err := k.fn("mla_decode_tc")
 	if err != nil {
 		return err

@@ -348,60 +348,7 @@ func TestKernelTiming(t *testing.T) {
 					chk(k.MLADecodeHeads(s, out4, 0, qn4, qp4, cache, 0, ip4, lens4, ws, nq, H, nidx, nidx, ns, 0.1))
 				})
 				add(fmtName("mla_decode_heads H=128 topk=2048 nq=%d split=%d", nq, ns), float64(nq*(nidx*MLATokenBytes+4*H*(512+64+512))), us, "cache bytes counted once per row")
-				ns = k.MLATCSplits(nq, H, nidx)
-				us = medianUs(c, s, 10, 21, func() {
-					chk(k.MLADecodeTC(s, out4, 0, qn4, qp4, cache, 0, ip4, lens4, ws, nq, H, nidx, nidx, ns, 0.1))
-				})
-				add(fmtName("mla_decode_tc H=128 topk=2048 nq=%d split=%d", nq, ns), float64(nq*(nidx*MLATokenBytes+4*H*(512+64+512))), us, "cache bytes counted once per row")
-				if nq == 1 {
-					for _, alt := range []int{ns / 2, 2 * ns} {
-						us = medianUs(c, s, 10, 21, func() {
-							chk(k.MLADecodeTC(s, out4, 0, qn4, qp4, cache, 0, ip4, lens4, ws, nq, H, nidx, nidx, alt, 0.1))
-						})
-						add(fmtName("mla_decode_tc H=128 topk=2048 nq=1 split=%d", alt), float64(nidx*MLATokenBytes+4*H*(512+64+512)), us, "other split count")
-					}
-				}
 			}
-			// Tensor-parallel shards: 16 heads (DeepSeek-V3.2 / 8), 8 (GLM-5 / 8).
-			for _, hs := range []int{16, 8} {
-				ws := a.raw(MLAHeadsWorkspaceBytes(1, hs))
-				nb := float64(nidx*MLATokenBytes + 4*hs*(512+64+512))
-				ns := k.MLAHeadsSplits(1, hs, nidx)
-				us := medianUs(c, s, 10, 21, func() { chk(k.MLADecodeHeads(s, out, 0, qn, qp, cache, 0, ip, lens, ws, 1, hs, nidx, nidx, ns, 0.1)) })
-				add(fmtName("mla_decode_heads H=%d topk=2048 split=%d", hs, ns), nb, us, "TP-8 shard")
-				ns = k.MLATCSplits(1, hs, nidx)
-				us = medianUs(c, s, 10, 21, func() { chk(k.MLADecodeTC(s, out, 0, qn, qp, cache, 0, ip, lens, ws, 1, hs, nidx, nidx, ns, 0.1)) })
-				add(fmtName("mla_decode_tc H=%d topk=2048 split=%d", hs, ns), nb, us, "TP-8 shard")
-			}
-		}
-		for _, sh := range []struct {
-			name           string
-			M, H, nope, vd int
-		}{{"DeepSeek-V3.2", 1, 128, 128, 128}, {"DeepSeek-V3.2", 4, 128, 128, 128}, {"DeepSeek-V3.2 TP-8", 1, 16, 128, 128},
-			{"GLM-5", 1, 64, 192, 256}, {"GLM-5 TP-8", 1, 8, 192, 256}} {
-			// Absorbed-MLA products: one block per head vs spread over the SMs.
-			const R, P = 512, 64
-			M, H, nope, vd := sh.M, sh.H, sh.nope, sh.vd
-			rows := H * max(nope, vd)
-			w, sc := a.raw(int64(rows*R)), a.raw(int64(4*rows*R/128))
-			fillRandom(c, r, w, int64(rows*R), "fp8")
-			fillRandom(c, r, sc, int64(4*rows*R/128), "f32")
-			hs := nope + P
-			q, qpe := a.up(randF32(r, M*H*hs, 1)), a.raw(int64(4*M*H*P))
-			x, out, vo := a.up(randF32(r, M*H*R, 1)), a.raw(int64(4*M*H*R)), a.raw(int64(4*M*H*vd))
-			qb := float64(H*nope*R + 4*H*nope*R/128 + 4*M*H*(hs+R))
-			vb := float64(H*vd*R + 4*H*vd*R/128 + 4*M*H*(R+vd))
-			us := medianUs(c, s, 20, 21, func() {
-				chk(k.EngAbsorbQ(s, out, q, w, sc, true, M, H, nope, R, H*hs, hs))
-				chk(k.EngCopy2D(s, qpe, q.Add(int64(4*nope)), M*H, P, P, hs))
-			})
-			add(fmtName("eng_absorb_q + copy2d %s M=%d H=%d", sh.name, M, H), qb, us, "per-head blocks")
-			us = medianUs(c, s, 20, 21, func() { chk(k.AbsorbQFP8(s, out, qpe, q, w, sc, M, H, nope, R, H*hs, hs, P)) })
-			add(fmtName("absorb_q_fp8 %s M=%d H=%d", sh.name, M, H), qb, us, "RoPE copy included")
-			us = medianUs(c, s, 20, 21, func() { chk(k.EngAbsorbV(s, vo, x, w, sc, true, M, H, vd, R, H*vd)) })
-			add(fmtName("eng_absorb_v %s M=%d H=%d", sh.name, M, H), vb, us, "per-head blocks")
-			us = medianUs(c, s, 20, 21, func() { chk(k.AbsorbVFP8(s, vo, x, w, sc, M, H, vd, R, H*vd)) })
-			add(fmtName("absorb_v_fp8 %s M=%d H=%d", sh.name, M, H), vb, us, "")
 		}
 		{
 			const E = 256

@@ -317,7 +317,7 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 	case mlaBF16:
 		return b.k.EngMLADecodeBF16(b.s, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
 	}
-	if ws != 0 && mlaTCOn {
+	if ws != 0 && mlaTCOn && b.c.Info().CCMajor >= 8 {
 		ns := b.k.MLATCSplits(nq, H, nidx)
 		return b.k.MLADecodeTC(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
 	}

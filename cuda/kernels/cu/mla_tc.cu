@@ -24,6 +24,9 @@
 // Dynamic shared memory of mla_decode_tc in bytes (MLATCSmemBytes in ops_mla.go).
 #define MT_SMEM_BYTES (MT_TT * MT_CH * 16 + MT_TT * MT_KS * 2 + MT_HG * MT_KS * 2 + 4 * MT_HG * MT_TT * 4 + MT_TT * 4)
 
+// mma.sync, cp.async and the f16x2 conversion need sm_80; older devices get
+// a kernel that traps (the launcher refuses them first).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 __device__ __forceinline__ u32 mt_smem_addr(const void* p) {
   u32 a;
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
@@ -271,3 +274,12 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
     if (lse && w == 0 && t4 == 0) lse[qh] = l > 0.0f ? m + logf(l) : NEG_INF;
   }
 }
+#else
+extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* qn, const float* qp, const u8* cache,
+                                                                const int* block_table, const int* indices, int ld_idx,
+                                                                int nidx, const int* lens, float* out, float* lse,
+                                                                int H, float scale, int tps, float* part_o,
+                                                                float* part_ml) {
+  __trap();
+}
+#endif

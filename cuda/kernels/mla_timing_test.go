@@ -105,7 +105,7 @@ func TestKernelTimingMLA(t *testing.T) {
 				chk(k.EngCopy2D(s, qpe, q.Add(int64(4*nope)), M*H, P, P, hs))
 			})
 			add(fmtName("eng_absorb_q + copy2d %s M=%d H=%d", sh.name, M, H), qb, us, "one block per head")
-			us = medianUs(c, s, 20, 21, func() { chk(k.AbsorbQFP8(s, out, qpe, q, w, sc, M, H, nope, R, H*hs, hs, P)) })
+			us = medianUs(c, s, 20, 21, func() { chk(k.AbsorbQFP8(s, out, qpe, q, w, sc, M, H, nope, R, H*hs, hs, P, QRope{})) })
 			add(fmtName("absorb_q_fp8 %s M=%d H=%d", sh.name, M, H), qb, us, "RoPE copy included")
 			us = medianUs(c, s, 20, 21, func() { chk(k.EngAbsorbV(s, vo, x, w, sc, true, M, H, vd, R, H*vd)) })
 			add(fmtName("eng_absorb_v %s M=%d H=%d", sh.name, M, H), vb, us, "one block per head")

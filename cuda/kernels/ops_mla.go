@@ -154,22 +154,32 @@ func absorbRows(sms, H, vd int) int {
 	return 1
 }
 
+// QRope is the rotation AbsorbQFP8 applies to the RoPE part it copies out
+// (Rope's semantics with one position per query row: Pos int32 [M], tables
+// [position][P/2]); the zero value copies without rotating.
+type QRope struct {
+	Pos, Cos, Sin cuda.DevPtr
+	Interleaved   bool
+}
+
 // AbsorbQFP8 is EngAbsorbQ over fp8 W_UK with per-row scales, spread over
 // all SMs (R a multiple of 32, nope <= 256); qpe != 0 also receives the
-// RoPE part of q: qpe[m][h][i] = q[m*ldq + h*hs + nope + i], i < P.
-func (k *Set) AbsorbQFP8(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, M, H, nope, R, ldq, hs, P int) error {
-	if M <= 0 || H <= 0 || nope <= 0 || nope > 256 || R <= 0 || R%32 != 0 || hs < nope || ldq < (H-1)*hs+nope || (qpe != 0 && (P <= 0 || hs < nope+P)) {
-		return errors.Newf("absorb q fp8: M=%d H=%d nope=%d (<= 256) R=%d (multiple of 32) ldq=%d hs=%d P=%d", M, H, nope, R, ldq, hs, P)
+// RoPE part of q, qpe[m][h][i] = q[m*ldq + h*hs + nope + i] (i < P, P
+// even), rotated by rope.
+func (k *Set) AbsorbQFP8(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, M, H, nope, R, ldq, hs, P int, rope QRope) error {
+	if M <= 0 || H <= 0 || nope <= 0 || nope > 256 || R <= 0 || R%32 != 0 || hs < nope || ldq < (H-1)*hs+nope || (qpe != 0 && (P <= 0 || P%2 != 0 || hs < nope+P)) {
+		return errors.Newf("absorb q fp8: M=%d H=%d nope=%d (<= 256) R=%d (multiple of 32) ldq=%d hs=%d P=%d (even)", M, H, nope, R, ldq, hs, P)
 	}
-	return k.absorbQFP8(s, out, qpe, q, w, scale, M, H, nope, R, ldq, hs, P, absorbCols(k.c.Info().SMs, H, R))
+	return k.absorbQFP8(s, out, qpe, q, w, scale, M, H, nope, R, ldq, hs, P, rope, absorbCols(k.c.Info().SMs, H, R))
 }
 
 // absorbQFP8 launches absorb_q_fp8 with 16*g columns per block (g in 2, 4, 8).
-func (k *Set) absorbQFP8(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, M, H, nope, R, ldq, hs, P, g int) error {
+func (k *Set) absorbQFP8(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, M, H, nope, R, ldq, hs, P int, rope QRope, g int) error {
 	if R%(16*g) != 0 || nope > 8*256/g {
 		return errors.Newf("absorb q fp8: R=%d nope=%d with %d columns a block", R, nope, 16*g)
 	}
-	return k.launch("absorb_q_fp8", cuda.D1(H*(R/(16*g))), cuda.D1(256), 0, s, out, qpe, q, w, scale, M, H, nope, R, ldq, hs, g, P)
+	return k.launch("absorb_q_fp8", cuda.D1(H*(R/(16*g))), cuda.D1(256), 0, s, out, qpe, q, w, scale, M, H, nope, R, ldq, hs, g, P,
+		rope.Pos, rope.Cos, rope.Sin, b2i(rope.Interleaved))
 }
 
 // AbsorbVFP8 is EngAbsorbV over fp8 W_UV with per-row scales (R = 512),

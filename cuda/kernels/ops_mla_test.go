@@ -71,26 +71,49 @@ func TestKernelAbsorbFP8(t *testing.T) {
 				}
 			}
 			qp := a.up(q)
+			// RoPE of the copied part: positions per row, random tables.
+			const maxPos = 40
+			pos := make([]int32, M)
+			for i := range pos {
+				pos[i] = int32(r.IntN(maxPos))
+			}
+			cosT, sinT := randF32(r, maxPos*P/2, 1), randF32(r, maxPos*P/2, 1)
+			ropes := []QRope{{}, {Pos: a.up(pos), Cos: a.up(cosT), Sin: a.up(sinT)}, {Pos: a.up(pos), Cos: a.up(cosT), Sin: a.up(sinT), Interleaved: true}}
 			for _, g := range []int{2, 4, 8} {
 				if nope > 8*256/g {
 					continue
 				}
-				out, qpe := a.poisoned(M*H*R), a.poisoned(M*H*P)
-				chk(k.absorbQFP8(s, out, qpe, qp, ukp, uks, M, H, nope, R, ldq, hs, P, g))
+				out := a.poisoned(M * H * R)
 				tag := fmt.Sprintf("M=%d H=%d nope=%d cols=%d", M, H, nope, 16*g)
-				record(t, "absorb_q_fp8 "+tag, relMetric, relErr(downF32(c, out, M*H*R), ref), boundF32)
-				gp := downF32(c, qpe, M*H*P)
-				bad := 0
-				for m := range M {
-					for h := range H {
-						for i := range P {
-							if gp[(m*H+h)*P+i] != q[m*ldq+h*hs+nope+i] {
-								bad++
+				for ri, rp := range ropes {
+					qpe := a.poisoned(M * H * P)
+					chk(k.absorbQFP8(s, out, qpe, qp, ukp, uks, M, H, nope, R, ldq, hs, P, rp, g))
+					if ri == 0 {
+						record(t, "absorb_q_fp8 "+tag, relMetric, relErr(downF32(c, out, M*H*R), ref), boundF32)
+					}
+					gp := downF32(c, qpe, M*H*P)
+					var want []float64
+					var got []float32
+					for m := range M {
+						for h := range H {
+							src := q[m*ldq+h*hs+nope:]
+							for i := range P / 2 {
+								i0, i1 := i, i+P/2
+								if rp.Interleaved {
+									i0, i1 = 2*i, 2*i+1
+								}
+								a, b := float64(src[i0]), float64(src[i1])
+								if ri > 0 {
+									cv, sv := float64(cosT[int(pos[m])*P/2+i]), float64(sinT[int(pos[m])*P/2+i])
+									a, b = a*cv-b*sv, b*cv+a*sv
+								}
+								want = append(want, a, b)
+								got = append(got, gp[(m*H+h)*P+i0], gp[(m*H+h)*P+i1])
 							}
 						}
 					}
+					record(t, fmt.Sprintf("absorb_q_fp8 RoPE part (rope %d) %s", ri, tag), relMetric, relErr(got, want), boundF32)
 				}
-				record(t, "absorb_q_fp8 RoPE copy "+tag, "mismatched values", float64(bad), 0)
 			}
 
 			x := randF32(r, M*H*R, 1)

@@ -87,8 +87,9 @@ type device interface {
 	copy2D(dst, src cuda.DevPtr, rows, cols, ldd, lds int) error
 	scale(x cuda.DevPtr, a float32, n int) error
 	// absorbQ with qpe != 0 also copies the RoPE part of q (P values after
-	// each head's nope) into qpe [M][H][P].
-	absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int) error
+	// each head's nope) into qpe [M][H][P], rotated by rope (rope's
+	// semantics, one position per row; the zero value: not rotated).
+	absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error
 	absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error
 	commDevice // comm.go
 }
@@ -397,22 +398,28 @@ func (b *cudaDevice) scale(x cuda.DevPtr, a float32, n int) error { return b.k.E
 
 // absorbQ over fp8 W_UK runs spread over all SMs (and copies q's RoPE part
 // in the same launch); float32 weights (exact mode) keep the per-head kernel.
-func (b *cudaDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int) error {
-	if fp8 && absorbWideOn && nope <= 256 && R%32 == 0 {
-		return b.k.AbsorbQFP8(b.s, out, qpe, q, w, s, M, H, nope, R, ldq, hs, P)
+func (b *cudaDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error {
+	if fp8 && absorbWideOn && nope <= 256 && R%32 == 0 && P%2 == 0 {
+		return b.k.AbsorbQFP8(b.s, out, qpe, q, w, s, M, H, nope, R, ldq, hs, P, rope)
 	}
 	if err := b.k.EngAbsorbQ(b.s, out, q, w, s, fp8, M, H, nope, R, ldq, hs); err != nil || qpe == 0 {
 		return err
 	}
-	if ldq == H*hs {
-		return b.k.EngCopy2D(b.s, qpe, q.Add(int64(4*nope)), M*H, P, P, hs)
-	}
-	for m := 0; m < M; m++ {
-		if err := b.k.EngCopy2D(b.s, qpe.Add(int64(4*m*H*P)), q.Add(int64(4*(m*ldq+nope))), H, P, P, hs); err != nil {
+	if ldq == H*hs { // the rows' heads are evenly strided: one copy
+		if err := b.k.EngCopy2D(b.s, qpe, q.Add(int64(4*nope)), M*H, P, P, hs); err != nil {
 			return err
 		}
+	} else {
+		for m := 0; m < M; m++ {
+			if err := b.k.EngCopy2D(b.s, qpe.Add(int64(4*m*H*P)), q.Add(int64(4*(m*ldq+nope))), H, P, P, hs); err != nil {
+				return err
+			}
+		}
 	}
-	return nil
+	if rope.Pos == 0 {
+		return nil
+	}
+	return b.rope(qpe, rope.Pos, rope.Cos, rope.Sin, M*H, H, P, 0, P, rope.Interleaved)
 }
 
 func (b *cudaDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {

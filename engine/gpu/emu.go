@@ -733,10 +733,15 @@ func (m *emuDevice) headRow(dst []float32, w, s cuda.DevPtr, fp8 bool, idx, R in
 	copy(dst, m.f32(w.Add(int64(4*idx*R)), R))
 }
 
-func (m *emuDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int) error {
+func (m *emuDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error {
 	row := make([]float32, R)
 	for r := 0; r < M && qpe != 0; r++ {
 		if err := m.copy2D(qpe.Add(int64(4*r*H*P)), q.Add(int64(4*(r*ldq+nope))), H, P, P, hs); err != nil {
+			return err
+		}
+	}
+	if qpe != 0 && rope.Pos != 0 {
+		if err := m.rope(qpe, rope.Pos, rope.Cos, rope.Sin, M*H, H, P, 0, P, rope.Interleaved); err != nil {
 			return err
 		}
 	}

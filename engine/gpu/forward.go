@@ -413,7 +413,7 @@ func (f *fwd) attnIn(lw *dlayer) {
 	for _, g := range f.groups {
 		o.do(o.b.mlaCacheWrite(e.mla, g.s.buf.Add(e.mlaOff[lw.Idx]), fptr(ws.kva, g.first*(R+P)), fptr(f.pos, g.first), g.n, R+P))
 	}
-	o.do(o.b.rope(ws.q, f.pos, e.ropeCos, e.ropeSin, M*NH, NH, qk, nope, P, c.RopeInterleave))
+	// q's RoPE part is rotated where attnOut copies it out (absorbQ).
 }
 
 // attention is absorbed MLA with the DSA indexer over ws.h; o_proj's output
@@ -436,7 +436,9 @@ func (f *fwd) attnOut(lw *dlayer) {
 	NH, nope, vd := c.NumHeads, c.QKNopeHeadDim, c.VHeadDim
 	qk := nope + P
 	TK := c.IndexTopK
-	o.do(o.b.absorbQ(ws.qlat, ws.qpe, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, M, NH, nope, R, NH*qk, qk, P))
+	// One launch: q_nope through W_UK, and q's RoPE part rotated into ws.qpe.
+	o.do(o.b.absorbQ(ws.qlat, ws.qpe, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, M, NH, nope, R, NH*qk, qk, P,
+		kernels.QRope{Pos: f.pos, Cos: e.ropeCos, Sin: e.ropeSin, Interleaved: c.RopeInterleave}))
 	for _, g := range f.groups {
 		// Only the first min(index_topk, length bucket) selections can be
 		// valid (topK pads with -1 past each row's length), and a tile of

@@ -376,13 +376,14 @@ func (gb *graphDevice) scale(x cuda.DevPtr, a float32, n int) error {
 	return gb.rec("scale", int64(8*n), func(b device) error { return b.scale(x, a, n) }, ku(x), kf(a), ki(n))
 }
 
-func (gb *graphDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int) error {
+func (gb *graphDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error {
 	wb := int64(4)
 	if fp8 {
 		wb = 1
 	}
-	return gb.rec("absorbQ", wb*int64(H*nope*R), func(b device) error { return b.absorbQ(out, qpe, q, w, s, fp8, M, H, nope, R, ldq, hs, P) },
-		ku(out), ku(qpe), ku(q), ku(w), ku(s), kb(fp8), ki(M), ki(H), ki(nope), ki(R), ki(ldq), ki(hs), ki(P))
+	return gb.rec("absorbQ", wb*int64(H*nope*R), func(b device) error { return b.absorbQ(out, qpe, q, w, s, fp8, M, H, nope, R, ldq, hs, P, rope) },
+		ku(out), ku(qpe), ku(q), ku(w), ku(s), kb(fp8), ki(M), ki(H), ki(nope), ki(R), ki(ldq), ki(hs), ki(P),
+		ku(rope.Pos), ku(rope.Cos), ku(rope.Sin), kb(rope.Interleaved))
 }
 
 func (gb *graphDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {

@@ -7,7 +7,9 @@
 
 // absorb_q_fp8: out[m][h][c] = sum_d q[m*ldq + h*hs + d] * W[h][d][c]
 // (W_UK [H][nope][R]); optionally qpe[m][h][0..P) = q[m*ldq + h*hs + nope + i]
-// (the RoPE part of q, split out for mla decode), written by column block 0.
+// (the RoPE part of q, split out for mla decode), written by column block 0,
+// rotated as the rope kernel does (position pos[m], tables [pos][P/2]) when
+// pos is given.
 // Block: head h, CW = 16*G columns [c0, c0+CW) (inside one 128-column scale
 // block); thread t takes 16 columns (t % G) of rows d = t/G + i*(256/G),
 // i < 8; the row lanes meet through shuffles, then shared memory.
@@ -15,7 +17,9 @@
 extern "C" __global__ void __launch_bounds__(256) absorb_q_fp8(float* out, float* qpe, const float* __restrict__ q,
                                                                const u8* __restrict__ W, const float* __restrict__ S,
                                                                int M, int H, int nope, int R, int ldq, int hs, int G,
-                                                               int P) {
+                                                               int P, const int* __restrict__ pos,
+                                                               const float* __restrict__ cos_t,
+                                                               const float* __restrict__ sin_t, int interleaved) {
   __shared__ float coef[8 * 256];   // [8 rows of M][nope] q times the row's scale
   __shared__ float red[2][8][128];  // [m parity][warp][column]
   const int CW = 16 * G, nb = R / CW;
@@ -32,9 +36,22 @@ extern "C" __global__ void __launch_bounds__(256) absorb_q_fp8(float* out, float
     if (d < nope) wv[i] = *(const uint4*)(W + ((size_t)h * nope + d) * R + c0 + g * 16);
   }
   if (qpe && c0 == 0) {
-    for (int i = tid; i < M * P; i += 256) {
-      const int m = i / P, e = i - m * P;
-      qpe[((size_t)m * H + h) * P + e] = q[(size_t)m * ldq + (size_t)h * hs + nope + e];
+    const int half = P >> 1;
+    for (int i = tid; i < M * half; i += 256) {
+      const int m = i / half, e = i - m * half;
+      const float* src = q + (size_t)m * ldq + (size_t)h * hs + nope;
+      float* dst = qpe + ((size_t)m * H + h) * P;
+      const int i0 = interleaved ? 2 * e : e, i1 = interleaved ? 2 * e + 1 : e + half;
+      const float a = src[i0], b = src[i1];
+      if (pos) {
+        const int p = pos[m];
+        const float c = cos_t[(size_t)p * half + e], s = sin_t[(size_t)p * half + e];
+        dst[i0] = a * c - b * s;
+        dst[i1] = b * c + a * s;
+      } else {
+        dst[i0] = a;
+        dst[i1] = b;
+      }
     }
   }
   const float* Sh = S + (size_t)h * nope * rb + (c0 >> 7);

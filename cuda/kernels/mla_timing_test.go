@@ -57,7 +57,8 @@ func TestKernelTimingMLA(t *testing.T) {
 				}
 				ip, lens := a.up(idx), a.up([]int32{T, T, T, T}[:nq])
 				out := a.raw(int64(4 * nq * H * 512))
-				ws := a.raw(MLAHeadsWorkspaceBytes(nq, H))
+				// Room for twice the planned splits (the timed alternatives).
+				ws := a.raw(MLAWorkspaceBytes(nq, H, 2*mlaHeadsSplits))
 				// Each row reads its 2048 entries once; the queries in, the output out.
 				for _, hs := range []int{H, 16, 8} {
 					if nq > 1 && hs != H {
@@ -72,7 +73,7 @@ func TestKernelTimingMLA(t *testing.T) {
 					ns = k.MLATCSplits(nq, hs, nidx)
 					splits := []int{ns}
 					if nq == 1 && hs == H {
-						splits = append(splits, ns/2, 2*ns)
+						splits = append(splits, ns/2, min(2*ns, mlaHeadsSplits))
 					}
 					for _, sp := range splits {
 						us = medianUs(c, s, 10, 21, func() {

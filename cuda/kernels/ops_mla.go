@@ -83,12 +83,13 @@ func (k *Set) MLADecodeHeads(s cuda.Stream, out, lse, qn, qp, cache, blockTable,
 }
 
 // Tensor-core MLA decode (cu/mla_tc.cu): mla_decode's semantics, 16 heads a
-// block, each 32-token tile dequantised once into shared memory as fp16 and
-// both products on mma.sync. Queries and probabilities round to fp16.
+// block, each 32-token tile converted once into shared memory as bf16 (fp8
+// values exact, scales kept apart in float32) and both products on
+// mma.sync with the queries and probabilities split into bf16 hi + lo.
 const (
 	mlaTCTile = 32 // MT_TT
 	// MLATCSmemBytes is mla_decode_tc's dynamic shared memory (MT_SMEM_BYTES).
-	MLATCSmemBytes = mlaTCTile*41*16 + mlaTCTile*584*2 + mlaHeadsGroup*584*2 + 4*mlaHeadsGroup*mlaTCTile*4 + mlaTCTile*4
+	MLATCSmemBytes = mlaTCTile*41*16 + mlaTCTile*584*2 + mlaHeadsGroup*584*4 + 4*mlaHeadsGroup*mlaTCTile*4 + 3*mlaTCTile*4 + mlaTCTile*4*4
 )
 
 // MLATCSplits picks MLADecodeTC's token ranges: two blocks per SM fit its
@@ -115,7 +116,7 @@ func (k *Set) MLADecodeTC(s cuda.Stream, out, lse, qn, qp, cache, blockTable, in
 	}
 	if _, ok := bigShared.Load(f); !ok {
 		if err := k.c.SetMaxDynamicShared(f, MLATCSmemBytes); err != nil {
-			return errors.WithHint(err, "mla_decode_tc needs ~84 KiB of shared memory per block (sm_80 or newer)")
+			return errors.WithHint(err, "mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)")
 		}
 		bigShared.Store(f, true)
 	}

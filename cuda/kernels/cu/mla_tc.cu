@@ -1,30 +1,36 @@
 // MLA decode on tensor cores (same semantics and partial layout as
 // mla_decode in mla.cu). MLA is multi-query attention in its latent space,
 // so per query row it is two small GEMMs: S[16 heads][tokens] = Q [16][576]
-// . K^T over the selected entries, and O[16][512] += P S-softmaxed . C.
+// . K^T over the selected entries, and O[16][512] += P . C.
 // A block takes 16 heads and a range of tokens; each 32-token tile of
 // 656-byte entries is fetched once with cp.async (the next tile's fetch
-// overlaps this tile's math), dequantised once into shared memory as fp16
-// (latent times its group scale; RoPE part), and the four warps run
-// mma.sync m16n8k16 (fp16 in, f32 accumulate): warp w takes latent columns
-// [128w, 128w+128) plus RoPE dims [512+16w, +16) of the score product (the
-// four partial scores meet in shared memory) and the same 128 latent
-// columns of the output. The queries and probabilities are rounded to fp16
-// (2^-11 relative), the cache values are exact in fp16 up to the rounding
-// of value times scale.
+// overlaps this tile's math; its token ids are read one tile ahead into
+// shared memory, so no fetch waits on an index load), converted once into
+// shared memory as bf16 (fp8 latent values and the bf16 RoPE part are exact
+// in bf16; the group scales stay float32 beside them), and the four warps
+// run mma.sync m16n8k16 (bf16 in, f32 accumulate). Warp w takes latent
+// group w (columns [128w, 128w+128), whose scale it applies to its partial
+// scores in float32) plus RoPE dims [512+16w, +16); the four partial scores
+// meet in shared memory; then warp w accumulates the same 128 output
+// columns from P times its group scale. Queries and probabilities are split
+// into bf16 hi + lo parts (two mma each), so products carry ~16 mantissa
+// bits: float32-level results, not bf16-level.
 //
 // Grid: x = token split z (tps tokens each), y = query row, z = head group
 // of 16. 128 threads. With gridDim.x > 1 each block writes its unnormalised
 // partial for mla_combine.
 
-#define MT_HG 16                // heads per block (the mma M)
-#define MT_TT 32                // tokens per tile
-#define MT_KS 584               // fp16 per token row in shared memory (576 + 8: conflict-free fragments)
-#define MT_CH (MLA_TOK_BYTES / 16)  // 16-byte chunks per entry (41)
-// Dynamic shared memory of mla_decode_tc in bytes (MLATCSmemBytes in ops_mla.go).
-#define MT_SMEM_BYTES (MT_TT * MT_CH * 16 + MT_TT * MT_KS * 2 + MT_HG * MT_KS * 2 + 4 * MT_HG * MT_TT * 4 + MT_TT * 4)
+#define MT_HG 16                   // heads per block (the mma M)
+#define MT_TT 32                   // tokens per tile
+#define MT_KS 584                  // bf16 per token row in shared memory (576 + 8: conflict-free fragments)
+#define MT_QS 584                  // floats per head row of the staged queries
+#define MT_CH (MLA_TOK_BYTES / 16) // 16-byte chunks per entry (41)
+// Dynamic shared memory of mla_decode_tc in bytes (MLATCSmemBytes in ops_mla.go):
+// raw tile, bf16 tile, float queries, partial scores, 3 x token slots, scales.
+#define MT_SMEM_BYTES \
+  (MT_TT * MT_CH * 16 + MT_TT * MT_KS * 2 + MT_HG * MT_QS * 4 + 4 * MT_HG * MT_TT * 4 + 3 * MT_TT * 4 + MT_TT * 4 * 4)
 
-// mma.sync, cp.async and the f16x2 conversion need sm_80; older devices get
+// mma.sync, cp.async and the bf16x2 conversion need sm_80; older devices get
 // a kernel that traps (the launcher refuses them first).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 __device__ __forceinline__ u32 mt_smem_addr(const void* p) {
@@ -33,39 +39,45 @@ __device__ __forceinline__ u32 mt_smem_addr(const void* p) {
   return a;
 }
 
-// Two floats to packed fp16 (lo in the low half).
-__device__ __forceinline__ u32 mt_pack_f16(float lo, float hi) {
+// Two floats to packed bf16, round to nearest even (lo in the low half).
+__device__ __forceinline__ u32 mt_bf16x2(float lo, float hi) {
   u32 r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
+}
+
+// (a, b) = hi + lo with hi = bf16(x) and lo = bf16(x - hi): ~16 mantissa bits.
+__device__ __forceinline__ void mt_split(float a, float b, u32& hi, u32& lo) {
+  hi = mt_bf16x2(a, b);
+  lo = mt_bf16x2(a - __uint_as_float(hi << 16), b - __uint_as_float(hi & 0xffff0000u));
 }
 
 __device__ __forceinline__ void mt_mma(float* c, const u32* a, u32 b0, u32 b1) {
   asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Token of selection slot j (< count), or -1 when skipped.
-__device__ __forceinline__ int mt_token(const int* __restrict__ indices, int ld_idx, int qi, int len, int count,
-                                        int j) {
+// Cache slot (page*64 + offset) of selection slot j (< count), or -1 when skipped.
+__device__ __forceinline__ int mt_slot(const int* __restrict__ indices, const int* __restrict__ block_table,
+                                       int ld_idx, int qi, int len, int count, int j) {
   if (j >= count) return -1;
   const int t = indices ? indices[(size_t)qi * ld_idx + j] : j;
-  return (t < 0 || t >= len) ? -1 : t;
+  if (t < 0 || t >= len) return -1;
+  return block_table ? block_table[t >> 6] * 64 + (t & 63) : t;
 }
 
-// Starts the asynchronous copy of the entries of slots [base, base+MT_TT)
-// into raw (invalid slots are left as they are: the dequantisation zeroes them).
-__device__ __forceinline__ void mt_issue(uint4* raw, const u8* __restrict__ cache, const int* __restrict__ block_table,
-                                         const int* __restrict__ indices, int ld_idx, int qi, int len, int count,
-                                         int base) {
+// Starts the asynchronous copy of the tile's entries (slots from shared
+// memory) into raw; skipped slots are left as they are (the conversion
+// zeroes them).
+__device__ __forceinline__ void mt_issue(uint4* raw, const u8* __restrict__ cache, const int* slots) {
   for (int c = threadIdx.x; c < MT_TT * MT_CH; c += 128) {
     const int j = c / MT_CH, p = c - j * MT_CH;
-    const int t = mt_token(indices, ld_idx, qi, len, count, base + j);
+    const int t = slots[j];
     if (t < 0) continue;
-    const u8* src = mla_token(cache, block_table, t) + p * 16;
+    const u8* src = cache + (size_t)t * MLA_TOK_BYTES + p * 16;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(mt_smem_addr(raw + c)), "l"(src) : "memory");
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -80,58 +92,63 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
                                                                 int H, float scale, int tps, float* part_o,
                                                                 float* part_ml) {
   extern __shared__ uint4 mt_smem[];
-  uint4* raw = mt_smem;                          // [TT][41] raw entries
-  u16* Kt = (u16*)(raw + MT_TT * MT_CH);         // [TT][KS] fp16 entries
-  u16* Qs = Kt + MT_TT * MT_KS;                  // [HG][KS] fp16 queries
-  float* red = (float*)(Qs + MT_HG * MT_KS);     // [4 warps][HG][TT] partial scores
-  int* tok = (int*)(red + 4 * MT_HG * MT_TT);    // [TT] token of each slot, -1 skipped
+  uint4* raw = mt_smem;                       // [TT][41] raw entries
+  u16* Kt = (u16*)(raw + MT_TT * MT_CH);      // [TT][KS] bf16 entries (fp8 values unscaled)
+  float* Qs = (float*)(Kt + MT_TT * MT_KS);   // [HG][QS] queries
+  float* red = Qs + MT_HG * MT_QS;            // [4 warps][HG][TT] partial scores
+  int* slots = (int*)(red + 4 * MT_HG * MT_TT);  // [3][TT] cache slot of each tile slot, -1 skipped
+  float* scl = (float*)(slots + 3 * MT_TT);   // [TT][4] group scales (0 for skipped slots)
   const int z = blockIdx.x, qi = blockIdx.y, h0 = blockIdx.z * MT_HG;
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
   const int len = lens[qi];
   const int begin = z * tps;
   const int count = min(indices ? nidx : len, begin + tps);
-  if (begin < count) {
-    mt_issue(raw, cache, block_table, indices, ld_idx, qi, len, count, begin);
-  }
-  for (int i = tid; i < MT_HG * 288; i += 128) {
-    const int hh = i / 288, d = (i - hh * 288) * 2, h = h0 + hh;
-    float a = 0.0f, b = 0.0f;
+  if (tid < MT_TT) slots[tid] = mt_slot(indices, block_table, ld_idx, qi, len, count, begin + tid);
+  for (int i = tid; i < MT_HG * 144; i += 128) {
+    const int hh = i / 144, d = (i - hh * 144) * 4, h = h0 + hh;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (h < H) {
       const size_t qh = (size_t)qi * H + h;
-      const float* src = d < MLA_LAT ? qn + qh * MLA_LAT + d : qp + qh * MLA_ROPE + d - MLA_LAT;
-      a = src[0];
-      b = src[1];
+      v = *(const float4*)(d < MLA_LAT ? qn + qh * MLA_LAT + d : qp + qh * MLA_ROPE + d - MLA_LAT);
     }
-    *(u32*)(Qs + hh * MT_KS + d) = mt_pack_f16(a, b);
+    *(float4*)(Qs + hh * MT_QS + d) = v;
   }
   __syncthreads();
-  // This warp's query fragments: k-steps 0..7 its latent columns, 8 its RoPE dims.
-  u32 qa[9][4];
+  if (begin < count) mt_issue(raw, cache, slots);
+  // This warp's query fragments, hi and lo: k-steps 0..7 its latent group,
+  // 8 its RoPE dims.
+  u32 qh[9][4], ql[9][4];
 #pragma unroll
   for (int ks = 0; ks < 9; ks++) {
     const int d0 = ks < 8 ? 128 * w + 16 * ks : MLA_LAT + 16 * w;
-    qa[ks][0] = *(const u32*)(Qs + g * MT_KS + d0 + 2 * t4);
-    qa[ks][1] = *(const u32*)(Qs + (g + 8) * MT_KS + d0 + 2 * t4);
-    qa[ks][2] = *(const u32*)(Qs + g * MT_KS + d0 + 8 + 2 * t4);
-    qa[ks][3] = *(const u32*)(Qs + (g + 8) * MT_KS + d0 + 8 + 2 * t4);
+    const float* q0 = Qs + g * MT_QS + d0 + 2 * t4;
+    const float* q1 = q0 + 8 * MT_QS;
+    mt_split(q0[0], q0[1], qh[ks][0], ql[ks][0]);
+    mt_split(q1[0], q1[1], qh[ks][1], ql[ks][1]);
+    mt_split(q0[8], q0[9], qh[ks][2], ql[ks][2]);
+    mt_split(q1[8], q1[9], qh[ks][3], ql[ks][3]);
   }
   float o[16][4];
 #pragma unroll
   for (int j = 0; j < 16; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;  // heads g and g+8 (l: this lane's share)
+  int cur = 0;
   for (int base = begin; base < count; base += MT_TT) {
+    const int nxt = cur == 2 ? 0 : cur + 1;
+    const bool more = base + MT_TT < count;
+    // The next tile's slots (its buffer was last read two tiles ago).
+    if (more && tid < MT_TT) slots[nxt * MT_TT + tid] = mt_slot(indices, block_table, ld_idx, qi, len, count, base + MT_TT + tid);
     asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();  // the tile has landed; the previous tile's Kt, tok and red are consumed
+    __syncthreads();  // the tile has landed; the previous tile's Kt, scl and red are consumed
+    const int* sl = slots + cur * MT_TT;
     {
-      // Dequantise: thread takes slot j, latent group qq (128 values) and
-      // 16 RoPE values.
+      // Convert: thread takes slot j, latent group qq (128 values) and 16
+      // RoPE values.
       const int j = tid >> 2, qq = tid & 3;
-      const int t = mt_token(indices, ld_idx, qi, len, count, base + j);
-      if (qq == 0) tok[j] = t;
       uint4* dst = (uint4*)(Kt + j * MT_KS);
       const uint4* src = raw + j * MT_CH;
-      if (t >= 0) {
-        const float sc = ((const float*)(src + 32))[qq];
+      if (sl[j] >= 0) {
+        scl[j * 4 + qq] = ((const float*)(src + 32))[qq];
 #pragma unroll
         for (int b = 0; b < 8; b++) {
           const uint4 v = src[qq * 8 + b];
@@ -141,20 +158,16 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
           for (int e = 0; e < 4; e++) {
             float f[4];
             fp8x4_to_f32(ws[e], f);
-            hv[2 * e] = mt_pack_f16(f[0] * sc, f[1] * sc);
-            hv[2 * e + 1] = mt_pack_f16(f[2] * sc, f[3] * sc);
+            hv[2 * e] = mt_bf16x2(f[0], f[1]);
+            hv[2 * e + 1] = mt_bf16x2(f[2], f[3]);
           }
           dst[qq * 16 + 2 * b] = make_uint4(hv[0], hv[1], hv[2], hv[3]);
           dst[qq * 16 + 2 * b + 1] = make_uint4(hv[4], hv[5], hv[6], hv[7]);
         }
-        const uint4 r0 = src[33 + 2 * qq], r1 = src[34 + 2 * qq];
-        const u32 rs[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
-        u32 hv[8];
-#pragma unroll
-        for (int e = 0; e < 8; e++) hv[e] = mt_pack_f16(bf16_to_f32(rs[e]), bf16_to_f32(rs[e] >> 16));
-        dst[64 + 2 * qq] = make_uint4(hv[0], hv[1], hv[2], hv[3]);
-        dst[65 + 2 * qq] = make_uint4(hv[4], hv[5], hv[6], hv[7]);
+        dst[64 + 2 * qq] = src[33 + 2 * qq];  // RoPE part: bf16 as stored
+        dst[65 + 2 * qq] = src[34 + 2 * qq];
       } else {
+        scl[j * 4 + qq] = 0.0f;
         const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
         for (int b = 0; b < 16; b++) dst[qq * 16 + b] = zero;
@@ -163,21 +176,34 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
       }
     }
     __syncthreads();
-    if (base + MT_TT < count) {
-      mt_issue(raw, cache, block_table, indices, ld_idx, qi, len, count, base + MT_TT);
-    }
-    // Partial scores of this warp's dims: 4 n-tiles of 8 tokens.
+    if (more) mt_issue(raw, cache, slots + nxt * MT_TT);
+    // Partial scores: 4 n-tiles of 8 tokens; latent group w, its scale per
+    // token, then the RoPE dims (unscaled) into the same accumulators.
     float s[4][4];
 #pragma unroll
     for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-    for (int ks = 0; ks < 9; ks++) {
-      const int d0 = ks < 8 ? 128 * w + 16 * ks : MLA_LAT + 16 * w;
+    for (int ks = 0; ks < 8; ks++) {
+      const int d0 = 128 * w + 16 * ks;
 #pragma unroll
       for (int n = 0; n < 4; n++) {
         const u16* kr = Kt + (8 * n + g) * MT_KS + d0 + 2 * t4;
-        mt_mma(s[n], qa[ks], *(const u32*)kr, *(const u32*)(kr + 8));
+        const u32 b0 = *(const u32*)kr, b1 = *(const u32*)(kr + 8);
+        mt_mma(s[n], qh[ks], b0, b1);
+        mt_mma(s[n], ql[ks], b0, b1);
       }
+    }
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+      const float sa = scl[(8 * n + 2 * t4) * 4 + w], sb = scl[(8 * n + 2 * t4 + 1) * 4 + w];
+      s[n][0] *= sa;
+      s[n][1] *= sb;
+      s[n][2] *= sa;
+      s[n][3] *= sb;
+      const u16* kr = Kt + (8 * n + g) * MT_KS + MLA_LAT + 16 * w + 2 * t4;
+      const u32 b0 = *(const u32*)kr, b1 = *(const u32*)(kr + 8);
+      mt_mma(s[n], qh[8], b0, b1);
+      mt_mma(s[n], ql[8], b0, b1);
     }
     float* rw = red + w * MT_HG * MT_TT;
 #pragma unroll
@@ -196,8 +222,7 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
         float v = 0.0f;
 #pragma unroll
         for (int ww = 0; ww < 4; ww++) v += red[(ww * MT_HG + row) * MT_TT + col];
-        v = tok[col] >= 0 ? v * scale : NEG_INF;
-        s[n][e] = v;
+        s[n][e] = sl[col] >= 0 ? v * scale : NEG_INF;
       }
       mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
       mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
@@ -230,21 +255,29 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
       o[j][2] *= c1;
       o[j][3] *= c1;
     }
-    // O += P C over this warp's 128 latent columns: 2 k-steps of 16 tokens.
+    // O += (P times the group-w scale of each token) C over this warp's 128
+    // latent columns: 2 k-steps of 16 tokens, P split hi + lo.
 #pragma unroll
     for (int kk = 0; kk < 2; kk++) {
-      const u32 pa[4] = {mt_pack_f16(s[2 * kk][0], s[2 * kk][1]), mt_pack_f16(s[2 * kk][2], s[2 * kk][3]),
-                         mt_pack_f16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                         mt_pack_f16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const u16* k0 = Kt + (16 * kk + 2 * t4) * MT_KS + 128 * w + g;
+      const int ta = 16 * kk + 2 * t4;
+      const float sa = scl[ta * 4 + w], sb = scl[(ta + 1) * 4 + w];
+      const float sc = scl[(ta + 8) * 4 + w], sd = scl[(ta + 9) * 4 + w];
+      u32 ph[4], pl[4];
+      mt_split(s[2 * kk][0] * sa, s[2 * kk][1] * sb, ph[0], pl[0]);
+      mt_split(s[2 * kk][2] * sa, s[2 * kk][3] * sb, ph[1], pl[1]);
+      mt_split(s[2 * kk + 1][0] * sc, s[2 * kk + 1][1] * sd, ph[2], pl[2]);
+      mt_split(s[2 * kk + 1][2] * sc, s[2 * kk + 1][3] * sd, ph[3], pl[3]);
+      const u16* k0 = Kt + ta * MT_KS + 128 * w + g;
 #pragma unroll
       for (int j = 0; j < 16; j++) {
         const u16* kc = k0 + 8 * j;
         const u32 b0 = (u32)kc[0] | ((u32)kc[MT_KS] << 16);
         const u32 b1 = (u32)kc[8 * MT_KS] | ((u32)kc[9 * MT_KS] << 16);
-        mt_mma(o[j], pa, b0, b1);
+        mt_mma(o[j], ph, b0, b1);
+        mt_mma(o[j], pl, b0, b1);
       }
     }
+    cur = nxt;
   }
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);

@@ -169,9 +169,10 @@ func record(t *testing.T, name, metric string, err, bound float64) {
 
 const (
 	boundF32 = 1e-5 // float32 arithmetic on exact (fp8/bf16/f32) inputs
-	// boundTC: mla_decode_tc's products carry ~16 mantissa bits (bf16 hi +
-	// lo parts of the queries and probabilities, exact cache values).
-	boundTC   = 5e-5
+	// boundTC: mla_decode_tc's products are float32-exact (three bf16 parts
+	// of the queries and probabilities, exact cache values), summed inside
+	// the tensor cores' own accumulation order.
+	boundTC   = 2e-5
 	relMetric = "max|d|/max|ref|"
 )
 

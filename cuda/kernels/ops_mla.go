@@ -54,7 +54,7 @@ func MLAHeadsWorkspaceBytes(maxRows, H int) int64 {
 // MLADecodeHeads is MLADecode (same arguments and results) computed with
 // the heads as the rows of small matrix products over each 32-token tile of
 // the cache, dequantised once into shared memory. nsplit > 1 needs ws of
-// MLAWorkspaceBytes(nq, H, nsplit) bytes; mla_combine merges the ranges.
+// MLAWorkspaceBytes(nq, H, nsplit) bytes; mla_combine_wide merges the ranges.
 func (k *Set) MLADecodeHeads(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
 	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) || nsplit <= 0 || nsplit > mlaHeadsSplits || (nsplit > 1 && ws == 0) {
 		return errors.Newf("mla heads: nq=%d H=%d nidx=%d ldIdx=%d nsplit=%d (1..%d) ws=%#x", nq, H, nidx, ldIdx, nsplit, mlaHeadsSplits, uint64(ws))
@@ -79,7 +79,7 @@ func (k *Set) MLADecodeHeads(s cuda.Stream, out, lse, qn, qp, cache, blockTable,
 	if nsplit == 1 {
 		return nil
 	}
-	return k.launch("mla_combine", cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
+	return k.launch("mla_combine_wide", cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
 }
 
 // Tensor-core MLA decode (cu/mla_tc.cu): mla_decode's semantics, 16 heads a
@@ -101,7 +101,7 @@ func (k *Set) MLATCSplits(nq, H, nidx int) int {
 
 // MLADecodeTC is MLADecode over the fp8_ds_mla cache (same arguments and
 // results) on tensor cores. nsplit > 1 needs ws of MLAWorkspaceBytes(nq, H,
-// nsplit) bytes; mla_combine merges the ranges.
+// nsplit) bytes; mla_combine_wide merges the ranges.
 func (k *Set) MLADecodeTC(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
 	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) || nsplit <= 0 || nsplit > mlaHeadsSplits || (nsplit > 1 && ws == 0) {
 		return errors.Newf("mla tc: nq=%d H=%d nidx=%d ldIdx=%d nsplit=%d (1..%d) ws=%#x", nq, H, nidx, ldIdx, nsplit, mlaHeadsSplits, uint64(ws))
@@ -130,7 +130,7 @@ func (k *Set) MLADecodeTC(s cuda.Stream, out, lse, qn, qp, cache, blockTable, in
 	if nsplit == 1 {
 		return nil
 	}
-	return k.launch("mla_combine", cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
+	return k.launch("mla_combine_wide", cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
 }
 
 // absorbCols picks absorb_q_fp8's columns per block (16*G): the widest that
@@ -179,7 +179,11 @@ func (k *Set) absorbQFP8(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, M, H,
 	if R%(16*g) != 0 || nope > 8*256/g {
 		return errors.Newf("absorb q fp8: R=%d nope=%d with %d columns a block", R, nope, 16*g)
 	}
-	return k.launch("absorb_q_fp8", cuda.D1(H*(R/(16*g))), cuda.D1(256), 0, s, out, qpe, q, w, scale, M, H, nope, R, ldq, hs, g, P,
+	name := "absorb_q_fp8"
+	if nope <= 4*256/g {
+		name = "absorb_q_fp8_r4" // 4 rows a thread: fewer registers, more blocks resident
+	}
+	return k.launch(name, cuda.D1(H*(R/(16*g))), cuda.D1(256), 0, s, out, qpe, q, w, scale, M, H, nope, R, ldq, hs, g, P,
 		rope.Pos, rope.Cos, rope.Sin, b2i(rope.Interleaved))
 }
 

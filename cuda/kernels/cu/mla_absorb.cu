@@ -12,14 +12,14 @@
 // pos is given.
 // Block: head h, CW = 16*G columns [c0, c0+CW) (inside one 128-column scale
 // block); thread t takes 16 columns (t % G) of rows d = t/G + i*(256/G),
-// i < 8; the row lanes meet through shuffles, then shared memory.
-// grid (H * R/CW), 256 threads; G in {2, 4, 8}; nope <= 8*256/G.
-extern "C" __global__ void __launch_bounds__(256) absorb_q_fp8(float* out, float* qpe, const float* __restrict__ q,
-                                                               const u8* __restrict__ W, const float* __restrict__ S,
-                                                               int M, int H, int nope, int R, int ldq, int hs, int G,
-                                                               int P, const int* __restrict__ pos,
-                                                               const float* __restrict__ cos_t,
-                                                               const float* __restrict__ sin_t, int interleaved) {
+// i < NR; the row lanes meet through shuffles, then shared memory.
+// grid (H * R/CW), 256 threads; G in {2, 4, 8}; nope <= NR*256/G.
+template <int NR>
+__device__ __forceinline__ void absorb_q_body(float* out, float* qpe, const float* __restrict__ q,
+                                              const u8* __restrict__ W, const float* __restrict__ S, int M, int H,
+                                              int nope, int R, int ldq, int hs, int G, int P,
+                                              const int* __restrict__ pos, const float* __restrict__ cos_t,
+                                              const float* __restrict__ sin_t, int interleaved) {
   __shared__ float coef[8 * 256];   // [8 rows of M][nope] q times the row's scale
   __shared__ float red[2][8][128];  // [m parity][warp][column]
   const int CW = 16 * G, nb = R / CW;
@@ -28,9 +28,9 @@ extern "C" __global__ void __launch_bounds__(256) absorb_q_fp8(float* out, float
   const int g = tid % G, r = tid / G, RL = 256 / G;
   const int rb = (R + 127) >> 7;
   // Issue every weight load of this thread first.
-  uint4 wv[8];
+  uint4 wv[NR];
 #pragma unroll
-  for (int i = 0; i < 8; i++) {
+  for (int i = 0; i < NR; i++) {
     const int d = r + i * RL;
     wv[i] = make_uint4(0u, 0u, 0u, 0u);
     if (d < nope) wv[i] = *(const uint4*)(W + ((size_t)h * nope + d) * R + c0 + g * 16);
@@ -68,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(256) absorb_q_fp8(float* out, float
 #pragma unroll
       for (int k = 0; k < 16; k++) acc[k] = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 8; i++) {
+      for (int i = 0; i < NR; i++) {
         const int d = r + i * RL;
         if (d < nope) {
           const float a = coef[mm * 256 + d];
@@ -102,6 +102,27 @@ extern "C" __global__ void __launch_bounds__(256) absorb_q_fp8(float* out, float
       // for this row's readers at its own __syncthreads.
     }
   }
+}
+
+// NR = rows a thread holds (8, or 4 when nope <= 4 * 256/G: half the
+// registers, twice the blocks resident per SM).
+extern "C" __global__ void __launch_bounds__(256) absorb_q_fp8(float* out, float* qpe, const float* __restrict__ q,
+                                                               const u8* __restrict__ W, const float* __restrict__ S,
+                                                               int M, int H, int nope, int R, int ldq, int hs, int G,
+                                                               int P, const int* __restrict__ pos,
+                                                               const float* __restrict__ cos_t,
+                                                               const float* __restrict__ sin_t, int interleaved) {
+  absorb_q_body<8>(out, qpe, q, W, S, M, H, nope, R, ldq, hs, G, P, pos, cos_t, sin_t, interleaved);
+}
+
+extern "C" __global__ void __launch_bounds__(256) absorb_q_fp8_r4(float* out, float* qpe, const float* __restrict__ q,
+                                                                    const u8* __restrict__ W,
+                                                                    const float* __restrict__ S, int M, int H, int nope,
+                                                                    int R, int ldq, int hs, int G, int P,
+                                                                    const int* __restrict__ pos,
+                                                                    const float* __restrict__ cos_t,
+                                                                    const float* __restrict__ sin_t, int interleaved) {
+  absorb_q_body<4>(out, qpe, q, W, S, M, H, nope, R, ldq, hs, G, P, pos, cos_t, sin_t, interleaved);
 }
 
 // absorb_v_fp8: out[m*ldo + h*vd + v] = sum_c W[h][v][c] * x[m][h][c]

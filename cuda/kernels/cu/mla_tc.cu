@@ -13,8 +13,9 @@
 // scores in float32) plus RoPE dims [512+16w, +16); the four partial scores
 // meet in shared memory; then warp w accumulates the same 128 output
 // columns from P times its group scale. Queries and probabilities are split
-// into bf16 hi + lo parts (two mma each), so products carry ~16 mantissa
-// bits: float32-level results, not bf16-level.
+// into three bf16 parts (three mma each), so the products carry float32's
+// 24 mantissa bits: float32 results, not bf16 ones (the tiny models' greedy
+// and logprob checks against the CPU engine need that).
 //
 // Grid: x = token split z (tps tokens each), y = query row, z = head group
 // of 16. 128 threads. With gridDim.x > 1 each block writes its unnormalised
@@ -46,10 +47,17 @@ __device__ __forceinline__ u32 mt_bf16x2(float lo, float hi) {
   return r;
 }
 
-// (a, b) = hi + lo with hi = bf16(x) and lo = bf16(x - hi): ~16 mantissa bits.
-__device__ __forceinline__ void mt_split(float a, float b, u32& hi, u32& lo) {
-  hi = mt_bf16x2(a, b);
-  lo = mt_bf16x2(a - __uint_as_float(hi << 16), b - __uint_as_float(hi & 0xffff0000u));
+// (a, b) = hi + mid + lo, each the bf16 rounding of what the previous parts
+// leave: 24 mantissa bits, float32's precision (bf16 x bf16 products are
+// exact in the float32 accumulator).
+__device__ __forceinline__ void mt_split3(float a, float b, u32* p) {
+  p[0] = mt_bf16x2(a, b);
+  a -= __uint_as_float(p[0] << 16);
+  b -= __uint_as_float(p[0] & 0xffff0000u);
+  p[1] = mt_bf16x2(a, b);
+  a -= __uint_as_float(p[1] << 16);
+  b -= __uint_as_float(p[1] & 0xffff0000u);
+  p[2] = mt_bf16x2(a, b);
 }
 
 __device__ __forceinline__ void mt_mma(float* c, const u32* a, u32 b0, u32 b1) {
@@ -115,19 +123,6 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
   }
   __syncthreads();
   if (begin < count) mt_issue(raw, cache, slots);
-  // This warp's query fragments, hi and lo: k-steps 0..7 its latent group,
-  // 8 its RoPE dims.
-  u32 qh[9][4], ql[9][4];
-#pragma unroll
-  for (int ks = 0; ks < 9; ks++) {
-    const int d0 = ks < 8 ? 128 * w + 16 * ks : MLA_LAT + 16 * w;
-    const float* q0 = Qs + g * MT_QS + d0 + 2 * t4;
-    const float* q1 = q0 + 8 * MT_QS;
-    mt_split(q0[0], q0[1], qh[ks][0], ql[ks][0]);
-    mt_split(q1[0], q1[1], qh[ks][1], ql[ks][1]);
-    mt_split(q0[8], q0[9], qh[ks][2], ql[ks][2]);
-    mt_split(q1[8], q1[9], qh[ks][3], ql[ks][3]);
-  }
   float o[16][4];
 #pragma unroll
   for (int j = 0; j < 16; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
@@ -182,28 +177,41 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
     float s[4][4];
 #pragma unroll
     for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    // k-steps 0..7: latent group w; 8: RoPE dims [512+16w, +16). The query
+    // fragments (hi, mid, lo) come from the float32 queries each time.
 #pragma unroll
-    for (int ks = 0; ks < 8; ks++) {
-      const int d0 = 128 * w + 16 * ks;
+    for (int ks = 0; ks < 9; ks++) {
+      const int d0 = ks < 8 ? 128 * w + 16 * ks : MLA_LAT + 16 * w;
+      if (ks == 8) {
 #pragma unroll
-      for (int n = 0; n < 4; n++) {
-        const u16* kr = Kt + (8 * n + g) * MT_KS + d0 + 2 * t4;
-        const u32 b0 = *(const u32*)kr, b1 = *(const u32*)(kr + 8);
-        mt_mma(s[n], qh[ks], b0, b1);
-        mt_mma(s[n], ql[ks], b0, b1);
+        for (int n = 0; n < 4; n++) {
+          const float sa = scl[(8 * n + 2 * t4) * 4 + w], sb = scl[(8 * n + 2 * t4 + 1) * 4 + w];
+          s[n][0] *= sa;
+          s[n][1] *= sb;
+          s[n][2] *= sa;
+          s[n][3] *= sb;
+        }
       }
-    }
+      u32 qa[4][3];
+      {
+        const float* q0 = Qs + g * MT_QS + d0 + 2 * t4;
+        const float* q1 = q0 + 8 * MT_QS;
+        const float2 v0 = *(const float2*)q0, v1 = *(const float2*)q1;
+        const float2 v2 = *(const float2*)(q0 + 8), v3 = *(const float2*)(q1 + 8);
+        mt_split3(v0.x, v0.y, qa[0]);
+        mt_split3(v1.x, v1.y, qa[1]);
+        mt_split3(v2.x, v2.y, qa[2]);
+        mt_split3(v3.x, v3.y, qa[3]);
+      }
 #pragma unroll
-    for (int n = 0; n < 4; n++) {
-      const float sa = scl[(8 * n + 2 * t4) * 4 + w], sb = scl[(8 * n + 2 * t4 + 1) * 4 + w];
-      s[n][0] *= sa;
-      s[n][1] *= sb;
-      s[n][2] *= sa;
-      s[n][3] *= sb;
-      const u16* kr = Kt + (8 * n + g) * MT_KS + MLA_LAT + 16 * w + 2 * t4;
-      const u32 b0 = *(const u32*)kr, b1 = *(const u32*)(kr + 8);
-      mt_mma(s[n], qh[8], b0, b1);
-      mt_mma(s[n], ql[8], b0, b1);
+      for (int p = 0; p < 3; p++) {
+        const u32 a[4] = {qa[0][p], qa[1][p], qa[2][p], qa[3][p]};
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+          const u16* kr = Kt + (8 * n + g) * MT_KS + d0 + 2 * t4;
+          mt_mma(s[n], a, *(const u32*)kr, *(const u32*)(kr + 8));
+        }
+      }
     }
     float* rw = red + w * MT_HG * MT_TT;
 #pragma unroll
@@ -256,25 +264,29 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
       o[j][3] *= c1;
     }
     // O += (P times the group-w scale of each token) C over this warp's 128
-    // latent columns: 2 k-steps of 16 tokens, P split hi + lo.
+    // latent columns: 2 k-steps of 16 tokens, P split in three bf16 parts.
 #pragma unroll
     for (int kk = 0; kk < 2; kk++) {
       const int ta = 16 * kk + 2 * t4;
       const float sa = scl[ta * 4 + w], sb = scl[(ta + 1) * 4 + w];
       const float sc = scl[(ta + 8) * 4 + w], sd = scl[(ta + 9) * 4 + w];
-      u32 ph[4], pl[4];
-      mt_split(s[2 * kk][0] * sa, s[2 * kk][1] * sb, ph[0], pl[0]);
-      mt_split(s[2 * kk][2] * sa, s[2 * kk][3] * sb, ph[1], pl[1]);
-      mt_split(s[2 * kk + 1][0] * sc, s[2 * kk + 1][1] * sd, ph[2], pl[2]);
-      mt_split(s[2 * kk + 1][2] * sc, s[2 * kk + 1][3] * sd, ph[3], pl[3]);
+      u32 pp[4][3];
+      mt_split3(s[2 * kk][0] * sa, s[2 * kk][1] * sb, pp[0]);
+      mt_split3(s[2 * kk][2] * sa, s[2 * kk][3] * sb, pp[1]);
+      mt_split3(s[2 * kk + 1][0] * sc, s[2 * kk + 1][1] * sd, pp[2]);
+      mt_split3(s[2 * kk + 1][2] * sc, s[2 * kk + 1][3] * sd, pp[3]);
+      const u32 p0[4] = {pp[0][0], pp[1][0], pp[2][0], pp[3][0]};
+      const u32 p1[4] = {pp[0][1], pp[1][1], pp[2][1], pp[3][1]};
+      const u32 p2[4] = {pp[0][2], pp[1][2], pp[2][2], pp[3][2]};
       const u16* k0 = Kt + ta * MT_KS + 128 * w + g;
 #pragma unroll
       for (int j = 0; j < 16; j++) {
         const u16* kc = k0 + 8 * j;
         const u32 b0 = (u32)kc[0] | ((u32)kc[MT_KS] << 16);
         const u32 b1 = (u32)kc[8 * MT_KS] | ((u32)kc[9 * MT_KS] << 16);
-        mt_mma(o[j], ph, b0, b1);
-        mt_mma(o[j], pl, b0, b1);
+        mt_mma(o[j], p0, b0, b1);
+        mt_mma(o[j], p1, b0, b1);
+        mt_mma(o[j], p2, b0, b1);
       }
     }
     cur = nxt;

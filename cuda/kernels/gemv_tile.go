@@ -34,38 +34,39 @@ func tileMM(M int) int {
 
 // tileShape picks the group size G (threads splitting K) and the rows per
 // group R for N output rows of kbytes bytes, M input rows and nslots slots
-// in y: G so that every thread streams at least two 16-byte chunks per row
-// where K allows; R (x reuse) as large as the registers of M rows allow,
-// halved while the grid would not give every SM two blocks.
+// in y. The H200 sweep (docs/measured/h200-2026-12-01-gemv2) streamed best
+// with 8 rows per group and 64 threads per group on every decode shape
+// whose grid had a block per SM; smaller grids take wider groups (while K
+// gives each thread a chunk), then fewer rows down to half a block per SM. M rows cap
+// R by registers (R*M <= 32).
 func tileShape(sms, N, kbytes, M, nslots int, pair bool) (G, R int) {
 	C := kbytes / 16
-	G = tileThreads
-	for G > 32 && C < 2*G {
-		G /= 2
+	G = 64
+	if C < 64 {
+		G = 32
 	}
-	cpt := cdiv(C, G)
-	R = 8
-	for R > 1 && 8/R < cpt && R > 2 { // fewer rows, more chunks in flight per row, for long K
-		R /= 2
-	}
-	R = min(R, 16/tileMM(M))
+	R = min(8, 32/tileMM(M))
 	minR := 1
 	if pair {
 		minR = 2
 	}
-	rout := func(r int) int {
+	blocks := func() int {
+		rout := R
 		if pair {
-			return r / 2
+			rout = R / 2
 		}
-		return r
+		return cdiv(cdiv(N, rout), tileThreads/G) * nslots
 	}
-	for R > minR && cdiv(cdiv(N, rout(R)), tileThreads/G)*nslots < 2*max(1, sms) {
+	for blocks() < max(1, sms) && G < tileThreads && C >= 2*G {
+		G *= 2
+	}
+	for blocks() < max(1, sms/2) && R > minR {
 		R /= 2
 	}
 	if f := forceTileG; f == 32 || f == 64 || f == 128 || f == 256 {
 		G = f
 	}
-	if f := forceTileR; (f == 1 && !pair) || ((f == 2 || f == 4 || f == 8) && f*tileMM(M) <= 16) {
+	if f := forceTileR; (f == 1 && !pair) || ((f == 2 || f == 4 || f == 8) && f*tileMM(M) <= 32) {
 		R = f
 	}
 	return G, R

@@ -174,3 +174,29 @@ func testGemvTile(t *testing.T, tag string) {
 		}
 	})
 }
+
+// TestTileShape pins the launcher's choice on the decode shapes (132 SMs),
+// from the H200 sweep: 64 threads x 8 rows where the grid is big enough,
+// wider groups then fewer rows for small N, fewer rows for many input rows.
+func TestTileShape(t *testing.T) {
+	cases := []struct {
+		N, K, M, slots int
+		pair           bool
+		G, R           int
+	}{
+		{7168, 16384, 1, 1, false, 64, 8}, {2048, 7168, 1, 1, false, 256, 8}, {7168, 2048, 1, 1, false, 64, 8},
+		{24576, 1536, 1, 1, false, 64, 8}, {1536, 7168, 1, 1, false, 256, 8}, {576, 7168, 1, 1, false, 256, 8},
+		{128, 7168, 1, 1, false, 256, 1}, {256, 7168, 1, 1, false, 256, 2}, {7168, 256, 1, 9, false, 32, 8},
+		{7168, 16384, 4, 1, false, 64, 8}, {7168, 16384, 8, 1, false, 64, 4}, {2048, 7168, 1, 9, true, 64, 8},
+		{256, 7168, 1, 9, true, 64, 8},
+	}
+	for _, cs := range cases {
+		G, R := tileShape(132, cs.N, cs.K, cs.M, cs.slots, cs.pair)
+		if G != cs.G || R != cs.R {
+			t.Errorf("N=%d K=%d M=%d slots=%d pair=%v: G=%d R=%d, want G=%d R=%d", cs.N, cs.K, cs.M, cs.slots, cs.pair, G, R, cs.G, cs.R)
+		}
+		if R*tileMM(cs.M) > 32 || (cs.pair && R < 2) {
+			t.Errorf("R=%d for M=%d pair=%v is not a compiled variant", R, cs.M, cs.pair)
+		}
+	}
+}

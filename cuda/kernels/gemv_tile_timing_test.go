@@ -95,8 +95,20 @@ func TestKernelTileTiming(t *testing.T) {
 					line += fmt.Sprintf(" G%d/R%d:%.1f", g, rr, us)
 				}
 			}
+			for _, M := range []int{4, 8} {
+				G, _ := tileShape(k.c.Info().SMs, N, K, M, 1, false)
+				line += fmt.Sprintf(" | M=%d G=%d", M, G)
+				for _, rr := range []int{2, 4, 8} {
+					if rr*M > 32 {
+						continue
+					}
+					forceTileG, forceTileR = G, rr
+					us := medianUs(c, s, 2*nc, 5, func() { chk(k.GemvFP8Tile(s, y, x, ws[i%nc], ss[i%nc], 0, N, K, M, K, N)); i++ })
+					line += fmt.Sprintf(" R%d:%.1f", rr, us)
+				}
+			}
 			forceTileG, forceTileR = 0, 0
-			t.Logf("sweep N=%d K=%d M=1 us:%s", N, K, line)
+			t.Logf("sweep N=%d K=%d M=1 (then M=4, 8) us:%s", N, K, line)
 		}
 		dense(7168, 16384, "o_proj")
 		dense(2048, 7168, "shared expert gate/up")

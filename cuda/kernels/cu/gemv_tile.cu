@@ -142,40 +142,56 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
       const int c = c0 + i * G;
       if (c < C) {
         const float* xc = xb + (size_t)c * T::E;
-        float p[R][MM];
+        if (MM == 1) {
+          // One row: sum the chunk, then scale it (one multiply per chunk).
+          float p[R];
 #pragma unroll
-        for (int r = 0; r < R; r++)
+          for (int r = 0; r < R; r++) p[r] = 0.0f;
 #pragma unroll
-          for (int m = 0; m < MM; m++) p[r][m] = 0.0f;
+          for (int q = 0; q < 4; q++) {
+            float xv[T::EW];
+            tile_ldx<T::EW>(xc + q * T::EW, xv);
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-          float xv[MM][T::EW];
+            for (int r = 0; r < R; r++) {
+              float wf[T::EW];
+              T::word(tile_word(wv[i][r], q), wf);
 #pragma unroll
-          for (int m = 0; m < MM; m++) {
-            if (m < M) {
-              tile_ldx<T::EW>(xc + (size_t)m * ldx + q * T::EW, xv[m]);
-            } else {
-#pragma unroll
-              for (int e = 0; e < T::EW; e++) xv[m][e] = 0.0f;
+              for (int e = 0; e < T::EW; e++) p[r] = fmaf(wf[e], xv[e], p[r]);
             }
           }
 #pragma unroll
-          for (int r = 0; r < R; r++) {
-            float wf[T::EW];
-            T::word(tile_word(wv[i][r], q), wf);
+          for (int r = 0; r < R; r++) acc[r][0] = fmaf(p[r], sc[i][r], acc[r][0]);
+        } else {
+          // Several rows: scale each weight once and feed it to every row,
+          // so no per-chunk partials hold registers.
+#pragma unroll
+          for (int q = 0; q < 4; q++) {
+            float xv[MM][T::EW];
 #pragma unroll
             for (int m = 0; m < MM; m++) {
               if (m < M) {
+                tile_ldx<T::EW>(xc + (size_t)m * ldx + q * T::EW, xv[m]);
+              } else {
 #pragma unroll
-                for (int e = 0; e < T::EW; e++) p[r][m] = fmaf(wf[e], xv[m][e], p[r][m]);
+                for (int e = 0; e < T::EW; e++) xv[m][e] = 0.0f;
+              }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+              float wf[T::EW];
+              T::word(tile_word(wv[i][r], q), wf);
+#pragma unroll
+              for (int e = 0; e < T::EW; e++) wf[e] *= sc[i][r];
+#pragma unroll
+              for (int m = 0; m < MM; m++) {
+                if (m < M) {
+#pragma unroll
+                  for (int e = 0; e < T::EW; e++) acc[r][m] = fmaf(wf[e], xv[m][e], acc[r][m]);
+                }
               }
             }
           }
         }
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-          for (int m = 0; m < MM; m++) acc[r][m] = fmaf(p[r][m], sc[i][r], acc[r][m]);
       }
     }
   }
@@ -192,8 +208,8 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
       for (int m = 0; m < MM; m++) part[warp][r * MM + m] = acc[r][m];
   }
   __syncthreads();
-  if (tg < rout * M) {
-    const int rr = tg / M, m = tg - rr * M;
+  for (int t = tg; t < rout * M; t += G) {
+    const int rr = t / M, m = t - rr * M;
     const int wpg = G >> 5, w0i = grp * wpg;
     float v = 0.0f;
     for (int i = 0; i < wpg; i++) v += part[w0i + i][rr * MM + m];
@@ -322,6 +338,16 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r8_m4(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 8, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
     gemv_tile_fp8_r1_m8(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
@@ -338,6 +364,26 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G) {
   gemv_tile_body<TFP8, 2, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r4_m8(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 4, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_fp8_r8_m8(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TFP8, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G);
 }
 
@@ -452,6 +498,16 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r8_m4(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 8, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
     gemv_tile_bf16_r1_m8(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
@@ -468,6 +524,26 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G) {
   gemv_tile_body<TBF16, 2, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r4_m8(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 4, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_tile_bf16_r8_m8(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G) {
+  gemv_tile_body<TBF16, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G);
 }
 

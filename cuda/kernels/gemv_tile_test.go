@@ -15,12 +15,16 @@ import (
 // random inputs, for the launcher's choice and for pinned group sizes and
 // rows per group, and that two runs agree bit for bit.
 func TestKernelGemvTile(t *testing.T) {
-	for _, gr := range [][2]int{{0, 0}, {32, 2}, {64, 4}, {128, 1}, {256, 8}, {256, 2}} {
-		t.Run(fmt.Sprintf("G=%d_R=%d", gr[0], gr[1]), func(t *testing.T) {
-			forceTileG, forceTileR = gr[0], gr[1]
-			defer func() { forceTileG, forceTileR = 0, 0 }()
-			testGemvTile(t, fmt.Sprintf(" G=%d R=%d", gr[0], gr[1]))
-		})
+	defer func(r int) { TileRule = r }(TileRule)
+	for _, rule := range []int{1, 2} {
+		TileRule = rule
+		for _, gr := range [][2]int{{0, 0}, {32, 2}, {64, 4}, {128, 1}, {256, 8}, {256, 2}} {
+			t.Run(fmt.Sprintf("rule=%d_G=%d_R=%d", rule, gr[0], gr[1]), func(t *testing.T) {
+				forceTileG, forceTileR = gr[0], gr[1]
+				defer func() { forceTileG, forceTileR = 0, 0 }()
+				testGemvTile(t, fmt.Sprintf(" rule=%d G=%d R=%d", rule, gr[0], gr[1]))
+			})
+		}
 	}
 }
 
@@ -175,15 +179,29 @@ func testGemvTile(t *testing.T, tag string) {
 	})
 }
 
-// TestTileShape pins the launcher's choice on the decode shapes (132 SMs),
-// from the H200 sweep: 64 threads x 8 rows where the grid is big enough,
-// wider groups then fewer rows for small N, fewer rows for many input rows.
+// TestTileShape pins the launcher's choice on the decode shapes (132 SMs)
+// under both rules. Rule 2, from the H200 sweep: 64 threads x 8 rows where
+// the grid is big enough, wider groups then fewer rows for small N, fewer
+// rows for many input rows.
 func TestTileShape(t *testing.T) {
-	cases := []struct {
+	defer func(r int) { TileRule = r }(TileRule)
+	type shapeCase struct {
 		N, K, M, slots int
 		pair           bool
 		G, R           int
-	}{
+	}
+	TileRule = 1
+	for _, cs := range []shapeCase{
+		{7168, 16384, 1, 1, false, 256, 2}, {2048, 7168, 1, 1, false, 128, 2}, {7168, 2048, 1, 1, false, 64, 4},
+		{24576, 1536, 1, 1, false, 32, 2}, {576, 7168, 1, 1, false, 128, 1}, {7168, 2048, 8, 1, false, 64, 2},
+		{2048, 7168, 1, 9, true, 128, 2},
+	} {
+		if G, R := tileShape(132, cs.N, cs.K, cs.M, cs.slots, cs.pair); G != cs.G || R != cs.R {
+			t.Errorf("rule 1: N=%d K=%d M=%d slots=%d pair=%v: G=%d R=%d, want G=%d R=%d", cs.N, cs.K, cs.M, cs.slots, cs.pair, G, R, cs.G, cs.R)
+		}
+	}
+	TileRule = 2
+	cases := []shapeCase{
 		{7168, 16384, 1, 1, false, 64, 8}, {2048, 7168, 1, 1, false, 256, 8}, {7168, 2048, 1, 1, false, 64, 8},
 		{24576, 1536, 1, 1, false, 64, 8}, {1536, 7168, 1, 1, false, 256, 8}, {576, 7168, 1, 1, false, 256, 8},
 		{128, 7168, 1, 1, false, 256, 1}, {256, 7168, 1, 1, false, 256, 2}, {7168, 256, 1, 9, false, 32, 8},
@@ -193,7 +211,7 @@ func TestTileShape(t *testing.T) {
 	for _, cs := range cases {
 		G, R := tileShape(132, cs.N, cs.K, cs.M, cs.slots, cs.pair)
 		if G != cs.G || R != cs.R {
-			t.Errorf("N=%d K=%d M=%d slots=%d pair=%v: G=%d R=%d, want G=%d R=%d", cs.N, cs.K, cs.M, cs.slots, cs.pair, G, R, cs.G, cs.R)
+			t.Errorf("rule 2: N=%d K=%d M=%d slots=%d pair=%v: G=%d R=%d, want G=%d R=%d", cs.N, cs.K, cs.M, cs.slots, cs.pair, G, R, cs.G, cs.R)
 		}
 		if R*tileMM(cs.M) > 32 || (cs.pair && R < 2) {
 			t.Errorf("R=%d for M=%d pair=%v is not a compiled variant", R, cs.M, cs.pair)

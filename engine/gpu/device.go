@@ -188,8 +188,18 @@ const (
 var gemvWideMode = os.Getenv("TILERT_GPU_GEMV_WIDE")
 
 // gemvTileOn: TILERT_GPU_GEMV_TILE=0 keeps the GEMVs of before the tile
-// kernels and the per-row MoE (comparisons).
-var gemvTileOn = os.Getenv("TILERT_GPU_GEMV_TILE") != "0"
+// kernels and the per-row MoE (comparisons); =2 takes the tile kernels'
+// faster shape rule (kernels.TileRule), opt-in until gpu-check passes with it.
+var (
+	gemvTileMode = os.Getenv("TILERT_GPU_GEMV_TILE")
+	gemvTileOn   = gemvTileMode != "0"
+)
+
+func init() {
+	if gemvTileMode == "2" {
+		kernels.TileRule = 2
+	}
+}
 
 func gemvWide(rows int) bool {
 	switch gemvWideMode {

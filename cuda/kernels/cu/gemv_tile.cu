@@ -74,7 +74,8 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
                                                const int* __restrict__ ids, int slots, const void* W0,
                                                const float* S0, const void* W1, const float* S1,
                                                const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                                               int ldy, const float* resid, int N, int K, int M, int G) {
+                                               int ldy, const float* resid, int N, int K, int M, int G,
+                                               int fold) {
   constexpr int NI = 8 / R;  // chunks per row per round: R*NI = 8 loads in flight
   __shared__ float part[TILE_THREADS / 32][R * MM];
   const int j = blockIdx.y;
@@ -161,7 +162,7 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
           }
 #pragma unroll
           for (int r = 0; r < R; r++) acc[r][0] = fmaf(p[r], sc[i][r], acc[r][0]);
-        } else {
+        } else if (fold) {
           // Several rows: scale each weight once and feed it to every row,
           // so no per-chunk partials hold registers.
 #pragma unroll
@@ -191,6 +192,42 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
               }
             }
           }
+        } else {
+          // Several rows, per-chunk partials scaled once per chunk (rule 1).
+          float p[R][MM];
+#pragma unroll
+          for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int m = 0; m < MM; m++) p[r][m] = 0.0f;
+#pragma unroll
+          for (int q = 0; q < 4; q++) {
+            float xv[MM][T::EW];
+#pragma unroll
+            for (int m = 0; m < MM; m++) {
+              if (m < M) {
+                tile_ldx<T::EW>(xc + (size_t)m * ldx + q * T::EW, xv[m]);
+              } else {
+#pragma unroll
+                for (int e = 0; e < T::EW; e++) xv[m][e] = 0.0f;
+              }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+              float wf[T::EW];
+              T::word(tile_word(wv[i][r], q), wf);
+#pragma unroll
+              for (int m = 0; m < MM; m++) {
+                if (m < M) {
+#pragma unroll
+                  for (int e = 0; e < T::EW; e++) p[r][m] = fmaf(wf[e], xv[m][e], p[r][m]);
+                }
+              }
+            }
+          }
+#pragma unroll
+          for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int m = 0; m < MM; m++) acc[r][m] = fmaf(p[r][m], sc[i][r], acc[r][m]);
         }
       }
     }
@@ -232,9 +269,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 1, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -242,9 +279,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 2, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -252,9 +289,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 4, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -262,9 +299,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 8, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -272,9 +309,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 1, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -282,9 +319,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 2, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -292,9 +329,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 4, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -302,9 +339,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 8, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -312,9 +349,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 1, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -322,9 +359,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 2, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -332,9 +369,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 4, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -342,9 +379,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 8, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -352,9 +389,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -362,9 +399,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 2, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -372,9 +409,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 4, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -382,9 +419,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TFP8, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -392,9 +429,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 1, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -402,9 +439,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 2, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -412,9 +449,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 4, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -422,9 +459,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 8, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -432,9 +469,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 1, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -442,9 +479,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 2, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -452,9 +489,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 4, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -462,9 +499,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 8, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -472,9 +509,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 1, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -482,9 +519,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 2, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -492,9 +529,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 4, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -502,9 +539,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 8, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -512,9 +549,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -522,9 +559,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 2, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -532,9 +569,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 4, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -542,9 +579,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G) {
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G);
+                                 K, M, G, fold);
 }
 
 // out[m][n] = (resid ? resid[m][n] : 0) + sum_j w[m][j] * y[m*k + j][n]: the

@@ -3,7 +3,6 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"testing"
 
@@ -139,9 +138,7 @@ func TestKernelGemmExpertsTC(t *testing.T) {
 // rate at the prefill's DeepSeek-V3.2 shapes, against the 4-row GEMV that
 // prefill used before, for both splits of x. TILERT_GPU_TIMING=1 only.
 func TestKernelGemmTCTiming(t *testing.T) {
-	if os.Getenv("TILERT_GPU_TIMING") != "1" {
-		t.Skip("timing runs only with TILERT_GPU_TIMING=1 (scripts/gpu-check.sh)")
-	}
+	needTiming(t)
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		for _, sh := range []struct{ N, K, M int }{

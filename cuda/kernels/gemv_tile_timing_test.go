@@ -3,7 +3,6 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -15,30 +14,10 @@ import (
 // up, SwiGLU, down, combine and shared-expert launches), weights cold, and
 // logs a sweep of group sizes and rows per group. Reported, never asserted.
 func TestKernelTileTiming(t *testing.T) {
-	if os.Getenv("TILERT_GPU_TIMING") != "1" {
-		t.Skip("timing runs only with TILERT_GPU_TIMING=1 (scripts/gpu-check.sh)")
-	}
+	needTiming(t)
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
-		var copyGBps float64
-		add := func(name string, bytes float64, us float64, comment string) {
-			row := timingRow{Name: name, Bytes: bytes, Median: us, GBps: bytes / us / 1e3, Comment: comment}
-			if copyGBps > 0 {
-				row.OfCopy = row.GBps / copyGBps
-			}
-			reportMu.Lock()
-			timingRows = append(timingRows, row)
-			reportMu.Unlock()
-			t.Logf("%-60s %10.3g B %9.2f us %7.0f GB/s %4.0f%% %s", name, bytes, us, row.GBps, 100*row.OfCopy, comment)
-		}
-		{
-			const n = 1 << 30
-			src, dst := a.raw(n), a.raw(n)
-			fillRandom(c, r, src, n, "f32")
-			us := medianUs(c, s, 5, 11, func() { chk(c.CopyDtoD(dst, src, n, s)) })
-			copyGBps = 2 * n / us / 1e3
-			add("tile: device-to-device copy 1 GiB (read+write)", 2*n, us, "reference")
-		}
+		add := timingTable(t, c, a, r, 1<<30, "tile: device-to-device copy 1 GiB (read+write)", "reference")
 		coldCopies := func(bytes int64) int { return int(min(64, max(1, (256<<20)/bytes))) }
 		// before: the engine's GEMV before the tile kernels, M rows in chunks of 4.
 		before := func(y, x, w, sc cuda.DevPtr, N, K, M int) {

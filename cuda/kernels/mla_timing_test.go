@@ -7,37 +7,16 @@ package kernels
 
 import (
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
 )
 
 func TestKernelTimingMLA(t *testing.T) {
-	if os.Getenv("TILERT_GPU_TIMING") != "1" {
-		t.Skip("timing runs only with TILERT_GPU_TIMING=1 (scripts/gpu-check.sh)")
-	}
+	needTiming(t)
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
-		var copyGBps float64
-		add := func(name string, bytes float64, us float64, comment string) {
-			row := timingRow{Name: name, Bytes: bytes, Median: us, GBps: bytes / us / 1e3, Comment: comment}
-			if copyGBps > 0 {
-				row.OfCopy = row.GBps / copyGBps
-			}
-			reportMu.Lock()
-			timingRows = append(timingRows, row)
-			reportMu.Unlock()
-			t.Logf("%-56s %10.3g B %9.2f us %7.0f GB/s %4.0f%% of copy", name, bytes, us, row.GBps, 100*row.OfCopy)
-		}
-		{
-			const n = 256 << 20
-			src, dst := a.raw(n), a.raw(n)
-			fillRandom(c, r, src, n, "f32")
-			us := medianUs(c, s, 5, 11, func() { chk(c.CopyDtoD(dst, src, n, s)) })
-			copyGBps = 2 * n / us / 1e3
-			add("device-to-device copy 256 MiB (read+write)", 2*n, us, "reference of this table")
-		}
+		add := timingTable(t, c, a, r, 256<<20, "device-to-device copy 256 MiB (read+write)", "reference of this table")
 		{
 			const H, nidx, T = 128, 2048, 65536
 			cache := a.raw(int64(T * MLATokenBytes))

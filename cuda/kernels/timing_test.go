@@ -70,32 +70,46 @@ func medianUs(c *cuda.Ctx, s cuda.Stream, inner, reps int, f func()) float64 {
 	return ts[reps/2]
 }
 
-func TestKernelTiming(t *testing.T) {
+// needTiming skips t unless TILERT_GPU_TIMING=1: timings are reported,
+// never asserted, and run where scripts/gpu-check.sh asks for them.
+func needTiming(t *testing.T) {
+	t.Helper()
 	if os.Getenv("TILERT_GPU_TIMING") != "1" {
 		t.Skip("timing runs only with TILERT_GPU_TIMING=1 (scripts/gpu-check.sh)")
 	}
+}
+
+// timingTable times a device-to-device copy of n bytes of random data,
+// reports it as the table's reference row (copyName, copyComment) and
+// returns add, which reports a row (bytes moved, median microseconds of one
+// run) with its bandwidth also as a fraction of that copy's.
+func timingTable(t *testing.T, c *cuda.Ctx, a *allocs, r *rand.Rand, n int64, copyName, copyComment string) (add func(name string, bytes, us float64, comment string)) {
+	var copyGBps float64
+	add = func(name string, bytes, us float64, comment string) {
+		row := timingRow{Name: name, Bytes: bytes, Median: us, GBps: bytes / us / 1e3, Comment: comment}
+		if copyGBps > 0 {
+			row.OfCopy = row.GBps / copyGBps
+		}
+		reportMu.Lock()
+		timingRows = append(timingRows, row)
+		reportMu.Unlock()
+		t.Logf("%-60s %10.3g B %9.2f us %7.0f GB/s %4.0f%% of copy %s", name, bytes, us, row.GBps, 100*row.OfCopy, comment)
+	}
+	s := c.Stream()
+	src, dst := a.raw(n), a.raw(n)
+	fillRandom(c, r, src, n, "f32")
+	us := medianUs(c, s, 5, 11, func() { chk(c.CopyDtoD(dst, src, n, s)) })
+	// The same expression as add's GBps, so the reference row's OfCopy is exactly 1.
+	copyGBps = float64(2*n) / us / 1e3
+	add(copyName, float64(2*n), us, copyComment)
+	return add
+}
+
+func TestKernelTiming(t *testing.T) {
+	needTiming(t)
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
-		var copyGBps float64
-		add := func(name string, bytes float64, us float64, comment string) {
-			row := timingRow{Name: name, Bytes: bytes, Median: us, GBps: bytes / us / 1e3, Comment: comment}
-			if copyGBps > 0 {
-				row.OfCopy = row.GBps / copyGBps
-			}
-			reportMu.Lock()
-			timingRows = append(timingRows, row)
-			reportMu.Unlock()
-			t.Logf("%-44s %10.3g B %9.2f us %7.0f GB/s", name, bytes, us, row.GBps)
-		}
-		{
-			const n = 1 << 30
-			src, dst := a.raw(n), a.raw(n)
-			fillRandom(c, r, src, n, "f32")
-			us := medianUs(c, s, 5, 11, func() { chk(c.CopyDtoD(dst, src, n, s)) })
-			copyGBps = 2 * n / us / 1e3
-			add("device-to-device copy 1 GiB (read+write)", 2*n, us, "reference")
-			timingRows[len(timingRows)-1].OfCopy = 1
-		}
+		add := timingTable(t, c, a, r, 1<<30, "device-to-device copy 1 GiB (read+write)", "reference")
 		gemvFP8 := func(N, K, M int) {
 			w := a.raw(int64(N * K))
 			fillRandom(c, r, w, int64(N*K), "fp8")

@@ -34,12 +34,11 @@ func TestKernelGemmTC(t *testing.T) {
 				N, K, M := cs.N, cs.K, cs.M
 				ldx := K + cs.pad
 				w := randFP8(r, N*K)
-				kb := cdiv(K, 128)
-				sc := randScales(r, cdiv(N, 128)*kb, -8)
+				sc := randScales(r, cdiv(N, 128)*cdiv(K, 128), -8)
 				x := randF32(r, M*ldx, 1)
 				yp := a.poisoned(M * N)
 				chk(k.GemmFP8(s, yp, a.up(x), a.up(w), a.up(sc), N, K, M, ldx, N, splits))
-				ref := refGemv(func(n, kk int) float64 { return fp8Table[w[n*K+kk]] * float64(sc[(n/128)*kb+kk/128]) }, x, nil, N, K, M, ldx, N)
+				ref := refGemv(fp8At(w, sc, K), x, nil, N, K, M, ldx, N)
 				record(t, fmt.Sprintf("gemm_fp8_tc s=%d N=%d K=%d M=%d ldx=%d", splits, N, K, M, ldx), relMetric, relErr(downF32(c, yp, M*N), ref), bound)
 
 				wb := randBF16(r, N*K, 0.05)
@@ -70,16 +69,7 @@ func TestKernelGemmExpertsTC(t *testing.T) {
 		s := c.Stream()
 		for _, ec := range []struct{ E, K, rows, topk, N, D int }{{8, 3, 150, 3, 200, 384}, {16, 8, 70, 8, 256, 2048}, {5, 2, 40, 2, 130, 100}} {
 			E, T, N, D := ec.E, ec.rows, ec.N, ec.D
-			kb := cdiv(D, 128)
-			ws := make([][]byte, E)
-			ss := make([][]float32, E)
-			wt := make([]cuda.DevPtr, E)
-			st := make([]cuda.DevPtr, E)
-			for e := range E {
-				ws[e] = randFP8(r, N*D)
-				ss[e] = randScales(r, cdiv(N, 128)*kb, -7)
-				wt[e], st[e] = a.up(ws[e]), a.up(ss[e])
-			}
+			ex := randFP8Experts(r, a, E, N, D)
 			K := ec.topk
 			ids := make([]int32, T*K)
 			for m := range T {
@@ -108,13 +98,12 @@ func TestKernelGemmExpertsTC(t *testing.T) {
 			x := randF32(r, T*D, 1)
 			P := len(pairs)
 			yp := a.poisoned(P * N)
-			chk(k.GemmFP8Experts(s, yp, a.up(x), D, a.up(wt), a.up(st), a.up(tiles), a.up(xrows), len(tiles)/3, N, D, 3))
+			chk(k.GemmFP8Experts(s, yp, a.up(x), D, a.up(ex.wp), a.up(ex.sp), a.up(tiles), a.up(xrows), len(tiles)/3, N, D, 3))
 			y := downF32(c, yp, P*N)
 			ref := make([]float64, P*N)
 			for i, p := range pairs {
 				e, m := ids[p], p/K
-				part := refGemv(func(n, kk int) float64 { return fp8Table[ws[e][n*D+kk]] * float64(ss[e][(n/128)*kb+kk/128]) }, x[m*D:], nil, N, D, 1, D, N)
-				copy(ref[i*N:], part)
+				copy(ref[i*N:], refGemv(ex.at(int(e)), x[m*D:], nil, N, D, 1, D, N))
 			}
 			record(t, fmt.Sprintf("gemm_fp8_experts_tc E=%d rows=%d top%d N=%d K=%d", E, T, K, N, D), relMetric, relErr(y, ref), boundF32)
 

@@ -36,64 +36,21 @@ func refSiluMul(g, u []float64) []float64 {
 	return out
 }
 
-func fp8At(w []byte, sc []float32, K int) func(n, k int) float64 {
-	kb := cdiv(K, 128)
-	return func(n, kk int) float64 { return fp8Table[w[n*K+kk]] * float64(sc[(n/128)*kb+kk/128]) }
-}
-
 func testGemvTile(t *testing.T, tag string) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
-		type tc struct {
-			N, K, M, pad int
-			resid        bool
-		}
-		for _, cs := range []tc{
+		for _, cs := range []gemvCase{
 			{576, 7168, 1, 0, false}, {200, 7168, 4, 0, true}, {64, 7168, 8, 4, false}, {129, 16384, 2, 0, true},
 			{300, 1536, 3, 0, false}, {260, 2048, 5, 0, true}, {130, 256, 8, 0, false}, {9, 16, 7, 0, true},
 			{50, 100, 6, 0, true}, // K % 16 != 0: falls back to gemv_fp8 in chunks of 4 rows
 		} {
-			N, K, M := cs.N, cs.K, cs.M
-			ldx := K + cs.pad
-			w := randFP8(r, N*K)
-			sc := randScales(r, cdiv(N, 128)*cdiv(K, 128), -8)
-			x := randF32(r, M*ldx, 1)
-			var resid []float32
-			rp := cuda.DevPtr(0)
-			if cs.resid {
-				resid = randF32(r, M*N, 1)
-				rp = a.up(resid)
-			}
-			xp, wp, sp := a.up(x), a.up(w), a.up(sc)
-			var runs [2][]float32
-			for i := range runs {
-				yp := a.poisoned(M * N)
-				chk(k.GemvFP8Tile(s, yp, xp, wp, sp, rp, N, K, M, ldx, N))
-				runs[i] = downF32(c, yp, M*N)
-			}
-			ref := refGemv(fp8At(w, sc, K), x, resid, N, K, M, ldx, N)
-			name := fmt.Sprintf("gemv_tile_fp8 N=%d K=%d M=%d ldx=%d", N, K, M, ldx) + tag
-			record(t, name, relMetric, relErr(runs[0], ref), boundF32)
-			record(t, name+" repeat", "differing outputs", float64(diffCount(runs[0], runs[1])), 0)
+			checkGemvFP8(t, c, a, r, k.GemvFP8Tile, cs, "gemv_tile_fp8 "+cs.dims()+tag, true)
 		}
-		for _, cs := range []tc{{256, 7168, 1, 0, false}, {64, 7168, 8, 8, true}, {129, 200, 3, 0, true}, {50, 37, 2, 0, false}} {
-			N, K, M := cs.N, cs.K, cs.M
-			ldx := K + cs.pad
-			w := randBF16(r, N*K, 0.05)
-			x := randF32(r, M*ldx, 1)
-			var resid []float32
-			rp := cuda.DevPtr(0)
-			if cs.resid {
-				resid = randF32(r, M*N, 1)
-				rp = a.up(resid)
-			}
-			yp := a.poisoned(M * N)
-			chk(k.GemvBF16Tile(s, yp, a.up(x), a.up(w), rp, N, K, M, ldx, N))
-			ref := refGemv(func(n, kk int) float64 { return bf16ToF64(w[n*K+kk]) }, x, resid, N, K, M, ldx, N)
-			record(t, fmt.Sprintf("gemv_tile_bf16 N=%d K=%d M=%d ldx=%d", N, K, M, ldx)+tag, relMetric, relErr(downF32(c, yp, M*N), ref), boundF32)
+		for _, cs := range []gemvCase{{256, 7168, 1, 0, false}, {64, 7168, 8, 8, true}, {129, 200, 3, 0, true}, {50, 37, 2, 0, false}} {
+			checkGemvBF16(t, c, a, r, k.GemvBF16Tile, cs, "gemv_tile_bf16 "+cs.dims()+tag)
 		}
 		// gate, up and SwiGLU in one launch.
-		for _, cs := range []tc{{300, 2048, 3, 0, false}, {2048, 7168, 1, 0, false}, {130, 1536, 8, 4, false}} {
+		for _, cs := range []gemvCase{{300, 2048, 3, 0, false}, {2048, 7168, 1, 0, false}, {130, 1536, 8, 4, false}} {
 			N, K, M := cs.N, cs.K, cs.M
 			ldx := K + cs.pad
 			wg, wu := randFP8(r, N*K), randFP8(r, N*K)
@@ -109,20 +66,13 @@ func testGemvTile(t *testing.T, tag string) {
 		for _, ec := range []struct{ E, top, M, H, I int }{{6, 4, 3, 384, 256}, {16, 8, 1, 7168, 256}, {9, 2, 2, 2048, 144}} {
 			E, top, M, H, I := ec.E, ec.top, ec.M, ec.H, ec.I
 			slots := M * top
-			var wts [3][][]byte
-			var scs [3][][]float32
+			var ex [3]fp8Experts
 			var tabW, tabS, sharedW, sharedS [3]cuda.DevPtr
 			dims := [3][2]int{{I, H}, {I, H}, {H, I}}
 			for p := range 3 {
-				wp, spp := make([]cuda.DevPtr, E+1), make([]cuda.DevPtr, E+1)
-				for e := range E + 1 { // expert E is the shared one
-					n, kk := dims[p][0], dims[p][1]
-					wts[p] = append(wts[p], randFP8(r, n*kk))
-					scs[p] = append(scs[p], randScales(r, cdiv(n, 128)*cdiv(kk, 128), -7))
-					wp[e], spp[e] = a.up(wts[p][e]), a.up(scs[p][e])
-				}
-				tabW[p], tabS[p] = a.up(wp[:E]), a.up(spp[:E])
-				sharedW[p], sharedS[p] = wp[E], spp[E]
+				ex[p] = randFP8Experts(r, a, E+1, dims[p][0], dims[p][1]) // expert E is the shared one
+				tabW[p], tabS[p] = a.up(ex[p].wp[:E]), a.up(ex[p].sp[:E])
+				sharedW[p], sharedS[p] = ex[p].wp[E], ex[p].sp[E]
 			}
 			ids := make([]int32, slots)
 			for j := range ids {
@@ -142,8 +92,8 @@ func testGemvTile(t *testing.T, tag string) {
 				if j < slots {
 					e, xr = int(ids[j]), j/top
 				}
-				g := refGemv(fp8At(wts[0][e], scs[0][e], H), h[xr*H:], nil, I, H, 1, H, I)
-				u := refGemv(fp8At(wts[1][e], scs[1][e], H), h[xr*H:], nil, I, H, 1, H, I)
+				g := refGemv(ex[0].at(e), h[xr*H:], nil, I, H, 1, H, I)
+				u := refGemv(ex[1].at(e), h[xr*H:], nil, I, H, 1, H, I)
 				copy(guRef[j*I:], refSiluMul(g, u))
 			}
 			name := fmt.Sprintf("experts_gate_up E=%d top=%d M=%d H=%d I=%d", E, top, M, H, I) + tag
@@ -159,7 +109,7 @@ func testGemvTile(t *testing.T, tag string) {
 				if j < slots {
 					e = int(ids[j])
 				}
-				copy(ydRef[j*H:], refGemv(fp8At(wts[2][e], scs[2][e], I), guGot[j*I:], nil, H, I, 1, I, H))
+				copy(ydRef[j*H:], refGemv(ex[2].at(e), guGot[j*I:], nil, H, I, 1, I, H))
 			}
 			record(t, fmt.Sprintf("experts_down E=%d top=%d M=%d H=%d I=%d", E, top, M, H, I)+tag, relMetric, relErr(ydGot, ydRef), boundF32)
 			out := a.poisoned(M * H)

@@ -279,46 +279,12 @@ func TestKernelGemv(t *testing.T) {
 func testGemv(t *testing.T, tag string) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
-		type tc struct {
-			N, K, M int
-			resid   bool
-		}
-		fp8Cases := []tc{{576, 7168, 1, false}, {200, 96, 2, true}, {130, 100, 3, false}, {1536, 1536, 4, true}, {300, 2112, 1, true}}
+		fp8Cases := []gemvCase{{576, 7168, 1, 0, false}, {200, 96, 2, 0, true}, {130, 100, 3, 0, false}, {1536, 1536, 4, 0, true}, {300, 2112, 1, 0, true}}
 		for _, cs := range fp8Cases {
-			N, K, M := cs.N, cs.K, cs.M
-			w := randFP8(r, N*K)
-			kb, nb := cdiv(K, 128), cdiv(N, 128)
-			sc := make([]float32, nb*kb)
-			for i := range sc {
-				sc[i] = float32(math.Ldexp(0.5+r.Float64(), -8))
-			}
-			x := randF32(r, M*K, 1)
-			var resid []float32
-			rp := cuda.DevPtr(0)
-			if cs.resid {
-				resid = randF32(r, M*N, 1)
-				rp = a.up(resid)
-			}
-			yp := a.poisoned(M * N)
-			chk(k.GemvFP8(s, yp, a.up(x), a.up(w), a.up(sc), rp, N, K, M, K, N))
-			y := downF32(c, yp, M*N)
-			ref := refGemv(func(n, kk int) float64 { return fp8Table[w[n*K+kk]] * float64(sc[(n/128)*kb+kk/128]) }, x, resid, N, K, M, K, N)
-			record(t, fmt.Sprintf("gemv_fp8 N=%d K=%d M=%d", N, K, M)+tag, relMetric, relErr(y, ref), boundF32)
+			checkGemvFP8(t, c, a, r, k.GemvFP8, cs, fmt.Sprintf("gemv_fp8 N=%d K=%d M=%d", cs.N, cs.K, cs.M)+tag, false)
 		}
-		for _, cs := range []tc{{129, 7168, 1, false}, {256, 200, 4, true}, {50, 37, 2, false}} {
-			N, K, M := cs.N, cs.K, cs.M
-			w := randBF16(r, N*K, 0.05)
-			x := randF32(r, M*K, 1)
-			var resid []float32
-			rp := cuda.DevPtr(0)
-			if cs.resid {
-				resid = randF32(r, M*N, 1)
-				rp = a.up(resid)
-			}
-			yp := a.poisoned(M * N)
-			chk(k.GemvBF16(s, yp, a.up(x), a.up(w), rp, N, K, M, K, N))
-			ref := refGemv(func(n, kk int) float64 { return bf16ToF64(w[n*K+kk]) }, x, resid, N, K, M, K, N)
-			record(t, fmt.Sprintf("gemv_bf16 N=%d K=%d M=%d", N, K, M)+tag, relMetric, relErr(downF32(c, yp, M*N), ref), boundF32)
+		for _, cs := range []gemvCase{{129, 7168, 1, 0, false}, {256, 200, 4, 0, true}, {50, 37, 2, 0, false}} {
+			checkGemvBF16(t, c, a, r, k.GemvBF16, cs, fmt.Sprintf("gemv_bf16 N=%d K=%d M=%d", cs.N, cs.K, cs.M)+tag)
 		}
 		{
 			N, K, M := 100, 300, 2
@@ -332,34 +298,14 @@ func testGemv(t *testing.T, tag string) {
 		// Routed experts through device pointer tables.
 		for _, shared := range []bool{true, false} {
 			const E, slots, N, K = 6, 4, 200, 384
-			ws := make([][]byte, E)
-			ss := make([][]float32, E)
-			wt := make([]cuda.DevPtr, E)
-			st := make([]cuda.DevPtr, E)
-			for e := range E {
-				ws[e] = randFP8(r, N*K)
-				ss[e] = make([]float32, cdiv(N, 128)*cdiv(K, 128))
-				for i := range ss[e] {
-					ss[e][i] = float32(math.Ldexp(0.5+r.Float64(), -7))
-				}
-				wt[e], st[e] = a.up(ws[e]), a.up(ss[e])
-			}
+			ex := randFP8Experts(r, a, E, N, K)
 			ids := []int32{int32(r.IntN(E)), int32(r.IntN(E)), 2, 2}
 			xstride := K
 			x := randF32(r, slots*K, 1)
 			if shared {
 				xstride = 0
 			}
-			yp := a.poisoned(slots * N)
-			chk(k.GemvFP8Experts(s, yp, a.up(x), xstride, a.up(wt), a.up(st), a.up(ids), slots, N, K))
-			y := downF32(c, yp, slots*N)
-			ref := make([]float64, slots*N)
-			for j, e := range ids {
-				kb := cdiv(K, 128)
-				part := refGemv(func(n, kk int) float64 { return fp8Table[ws[e][n*K+kk]] * float64(ss[e][(n/128)*kb+kk/128]) }, x[j*xstride:], nil, N, K, 1, K, N)
-				copy(ref[j*N:], part)
-			}
-			record(t, fmt.Sprintf("gemv_fp8_experts slots=%d shared_x=%v", slots, shared)+tag, relMetric, relErr(y, ref), boundF32)
+			checkGemvExperts(t, c, a, k.GemvFP8Experts, ex, ids, x, xstride, N, fmt.Sprintf("gemv_fp8_experts slots=%d shared_x=%v", slots, shared)+tag)
 		}
 	})
 }

@@ -73,6 +73,17 @@ func TestGPUShardGreedyLocalComm(t *testing.T) {
 	testShardGreedy(t, onGPU, CommLocal, engine.ModeServing)
 }
 
+// batchPrompts are the sharded greedy checks' four prompts, one a slot;
+// the second is longer than index_topk (32), so the indexer selects.
+func batchPrompts(vocab int) [][]int {
+	return [][]int{
+		enginetest.Prompt(9, vocab, 1),
+		enginetest.Prompt(80, vocab, 2),
+		enginetest.Prompt(17, vocab, 3),
+		enginetest.Prompt(40, vocab, 4),
+	}
+}
+
 func testShardGreedy(t *testing.T, kind deviceKind, comm CommKind, mode engine.Mode) {
 	if kind == onGPU {
 		gpuDevice(t)
@@ -84,13 +95,7 @@ func testShardGreedy(t *testing.T, kind deviceKind, comm CommKind, mode engine.M
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
 			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
-			vocab := w.Config().VocabSize
-			prompts := [][]int{
-				enginetest.Prompt(9, vocab, 1),
-				enginetest.Prompt(80, vocab, 2), // longer than index_topk (32): the indexer selects
-				enginetest.Prompt(17, vocab, 3),
-				enginetest.Prompt(40, vocab, 4),
-			}
+			prompts := batchPrompts(w.Config().VocabSize)
 			for _, mtp := range []bool{false, true} {
 				opts := engine.Options{Mode: mode, MTP: mtp, MaxSeqLen: maxSeq, Slots: 4}
 				ref := newTestEngine(t, kind, src, opts)
@@ -158,47 +163,17 @@ func TestGPUShardPeerStreams(t *testing.T) {
 		t.Skip("opt-in: TILERT_GPU_PEER_STREAMS=1 (not yet run on the H200 in this form)")
 	}
 	dev := gpuDevice(t)
-	for _, pr := range enginetest.Presets {
-		t.Run(pr, func(t *testing.T) {
-			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
-			vocab := w.Config().VocabSize
-			prompts := [][]int{
-				enginetest.Prompt(9, vocab, 1),
-				enginetest.Prompt(80, vocab, 2),
-				enginetest.Prompt(17, vocab, 3),
-				enginetest.Prompt(40, vocab, 4),
-			}
-			for _, mtp := range []bool{false, true} {
-				opts := engine.Options{Mode: engine.ModeExact, MTP: mtp, MaxSeqLen: maxSeq, Slots: 4}
-				ref := newTestEngine(t, onGPU, src, opts)
-				want := generateBatch(t, ref, prompts, engine.Params{}, genTokens)
-				for _, comm := range []CommKind{CommOneShot, CommLocal} {
-					for _, n := range []int{2, 4, 8} {
-						se, err := newShardedOnStreams(dev, src, opts, n, comm)
-						if err != nil {
-							t.Fatalf("%d ranks on streams (%s): %+v", n, comm, err)
-						}
-						got := generateBatch(t, se, prompts, engine.Params{}, genTokens)
-						diff := 0
-						for i := range want {
-							if j := enginetest.FirstDiff(got[i], want[i]); j >= 0 {
-								diff += len(want[i]) - j
-								t.Errorf("%d ranks (%s) mtp=%v slot %d: tokens differ from %d:\n got %v\nwant %v", n, comm, mtp, i, j, got[i], want[i])
-							}
-						}
-						if err := se.Close(); err != nil {
-							t.Errorf("close: %+v", err)
-						}
-						name := fmt.Sprintf("gpu %s TP-%d on %d streams (%s) greedy == unsharded exact", pr, n, n, comm)
-						if mtp {
-							name += " (MTP)"
-						}
-						record(t, name, "tokens after first mismatch", float64(diff), 0)
-					}
+	testShardBatchExact(t, func(t *testing.T, pr string, src Source, opts engine.Options, check shardCheck) {
+		for _, comm := range []CommKind{CommOneShot, CommLocal} {
+			for _, n := range []int{2, 4, 8} {
+				se, err := newShardedOnStreams(dev, src, opts, n, comm)
+				if err != nil {
+					t.Fatalf("%d ranks on streams (%s): %+v", n, comm, err)
 				}
+				check(se, fmt.Sprintf("%d ranks (%s)", n, comm), fmt.Sprintf("gpu %s TP-%d on %d streams (%s) greedy == unsharded exact", pr, n, n, comm))
 			}
-		})
-	}
+		}
+	})
 }
 
 // Ranks on several GPUs, one rank per GPU (skipped on a machine with fewer
@@ -216,48 +191,57 @@ func TestGPUShardSeveralGPUs(t *testing.T) {
 	for i := range all {
 		all[i] = i
 	}
+	testShardBatchExact(t, func(t *testing.T, pr string, src Source, opts engine.Options, check shardCheck) {
+		for _, comm := range []CommKind{CommNCCL, CommOneShot, CommLocal} {
+			for _, devs := range [][]int{{0, 1}, all} {
+				se, err := NewSharded(src, opts, ShardOptions{Devices: devs, Comm: comm})
+				if comm == CommNCCL && errors.Is(err, cuda.ErrNoNCCL) {
+					t.Logf("no NCCL here: %v", err)
+					continue
+				}
+				if err != nil {
+					t.Fatalf("GPUs %v (%s): %+v", devs, comm, err)
+				}
+				check(se, fmt.Sprintf("GPUs %v (%s)", devs, comm), fmt.Sprintf("gpu %s TP-%d on GPUs %v (%s) greedy == unsharded exact", pr, len(devs), devs, comm))
+			}
+		}
+	})
+}
+
+// shardCheck generates with se, closes it and records its check row name
+// (" (MTP)" appended with MTP on); what is se in error messages.
+type shardCheck func(se *ShardEngine, what, name string)
+
+// testShardBatchExact runs shards for each preset, with and without MTP: the
+// sharded engines it builds for opts (exact mode, four slots), passed to
+// check, must generate the unsharded GPU engine's greedy tokens for four
+// prompts in one batch.
+func testShardBatchExact(t *testing.T, shards func(t *testing.T, pr string, src Source, opts engine.Options, check shardCheck)) {
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
 			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
-			vocab := w.Config().VocabSize
-			prompts := [][]int{
-				enginetest.Prompt(9, vocab, 1),
-				enginetest.Prompt(80, vocab, 2),
-				enginetest.Prompt(17, vocab, 3),
-				enginetest.Prompt(40, vocab, 4),
-			}
+			prompts := batchPrompts(w.Config().VocabSize)
 			for _, mtp := range []bool{false, true} {
 				opts := engine.Options{Mode: engine.ModeExact, MTP: mtp, MaxSeqLen: maxSeq, Slots: 4}
 				ref := newTestEngine(t, onGPU, src, opts)
 				want := generateBatch(t, ref, prompts, engine.Params{}, genTokens)
-				for _, comm := range []CommKind{CommNCCL, CommOneShot, CommLocal} {
-					for _, devs := range [][]int{{0, 1}, all} {
-						se, err := NewSharded(src, opts, ShardOptions{Devices: devs, Comm: comm})
-						if comm == CommNCCL && errors.Is(err, cuda.ErrNoNCCL) {
-							t.Logf("no NCCL here: %v", err)
-							continue
+				shards(t, pr, src, opts, func(se *ShardEngine, what, name string) {
+					got := generateBatch(t, se, prompts, engine.Params{}, genTokens)
+					diff := 0
+					for i := range want {
+						if j := enginetest.FirstDiff(got[i], want[i]); j >= 0 {
+							diff += len(want[i]) - j
+							t.Errorf("%s mtp=%v slot %d: tokens differ from %d:\n got %v\nwant %v", what, mtp, i, j, got[i], want[i])
 						}
-						if err != nil {
-							t.Fatalf("GPUs %v (%s): %+v", devs, comm, err)
-						}
-						got := generateBatch(t, se, prompts, engine.Params{}, genTokens)
-						diff := 0
-						for i := range want {
-							if j := enginetest.FirstDiff(got[i], want[i]); j >= 0 {
-								diff += len(want[i]) - j
-								t.Errorf("GPUs %v (%s) mtp=%v slot %d: tokens differ from %d:\n got %v\nwant %v", devs, comm, mtp, i, j, got[i], want[i])
-							}
-						}
-						if err := se.Close(); err != nil {
-							t.Errorf("close: %+v", err)
-						}
-						name := fmt.Sprintf("gpu %s TP-%d on GPUs %v (%s) greedy == unsharded exact", pr, len(devs), devs, comm)
-						if mtp {
-							name += " (MTP)"
-						}
-						record(t, name, "tokens after first mismatch", float64(diff), 0)
 					}
-				}
+					if err := se.Close(); err != nil {
+						t.Errorf("close: %+v", err)
+					}
+					if mtp {
+						name += " (MTP)"
+					}
+					record(t, name, "tokens after first mismatch", float64(diff), 0)
+				})
 			}
 		})
 	}
@@ -459,8 +443,7 @@ func TestEmuShardSeveralDevices(t *testing.T) {
 		t.Skip("-short")
 	}
 	w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
-	vocab := w.Config().VocabSize
-	prompts := [][]int{enginetest.Prompt(9, vocab, 1), enginetest.Prompt(80, vocab, 2), enginetest.Prompt(17, vocab, 3), enginetest.Prompt(40, vocab, 4)}
+	prompts := batchPrompts(w.Config().VocabSize)
 	for _, mtp := range []bool{false, true} {
 		opts := engine.Options{MTP: mtp, MaxSeqLen: maxSeq, Slots: 4}
 		ref := newTestEngine(t, onEmu, src, opts)

@@ -332,9 +332,15 @@ func (f *fwd) moe(lw *dlayer) {
 		f.moeRows(lw)
 	}
 	if lw.HasShared {
-		f.ffn(lw.ShGate, lw.ShUp, lw.ShDown, ws.tmp)
-		o.do(o.b.add(ws.mo, ws.mo, ws.tmp, M*H))
+		f.addSharedFFN(lw)
 	}
+}
+
+// addSharedFFN adds the shared expert of ws.h, run as a dense FFN, to ws.mo.
+func (f *fwd) addSharedFFN(lw *dlayer) {
+	ws := f.e.ws
+	f.ffn(lw.ShGate, lw.ShUp, lw.ShDown, ws.tmp)
+	f.o.do(f.o.b.add(ws.mo, ws.mo, ws.tmp, f.M*f.e.cfg.HiddenSize))
 }
 
 // moeRows runs the routed experts of ws.eidx row by row into ws.mo (expert
@@ -388,8 +394,7 @@ func (f *fwd) moeTile(lw *dlayer) {
 		o.do(o.b.moeCombineSlots(fptr(ws.mo, r*H), ws.ey, fptr(ws.ewts, r*K), resid, m, K, H))
 	}
 	if lw.HasShared && !shared {
-		f.ffn(lw.ShGate, lw.ShUp, lw.ShDown, ws.tmp)
-		o.do(o.b.add(ws.mo, ws.mo, ws.tmp, M*H))
+		f.addSharedFFN(lw)
 	}
 }
 

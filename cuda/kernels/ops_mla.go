@@ -56,23 +56,55 @@ func MLAHeadsWorkspaceBytes(maxRows, H int) int64 {
 // the cache, dequantised once into shared memory. nsplit > 1 needs ws of
 // MLAWorkspaceBytes(nq, H, nsplit) bytes; mla_combine_wide merges the ranges.
 func (k *Set) MLADecodeHeads(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
-	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) || nsplit <= 0 || nsplit > mlaHeadsSplits || (nsplit > 1 && ws == 0) {
-		return errors.Newf("mla heads: nq=%d H=%d nidx=%d ldIdx=%d nsplit=%d (1..%d) ws=%#x", nq, H, nidx, ldIdx, nsplit, mlaHeadsSplits, uint64(ws))
+	if err := mlaHeadsKernel.checkArgs(indices, ws, nq, H, nidx, ldIdx, nsplit); err != nil {
+		return err
 	}
-	f, err := k.fn("mla_decode_heads")
+	return k.launchMLATiled(mlaHeadsKernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
+}
+
+// mlaTiled is a decode kernel of the heads-as-M family (mla_decode_heads,
+// mla_decode_tc): blocks of mlaHeadsGroup heads x query rows x token ranges
+// of whole tiles, with the launch arguments of mla_decode_heads and the
+// ranges merged by mla_combine_wide.
+type mlaTiled struct {
+	name    string // the kernel
+	what    string // in argument errors
+	threads int
+	smem    int    // dynamic shared memory, its limit raised once per function
+	hint    string // when that limit cannot be raised
+	tile    int    // tokens a range is a multiple of
+}
+
+var (
+	mlaHeadsKernel = mlaTiled{"mla_decode_heads", "mla heads", 256, MLAHeadsSmemBytes,
+		"mla_decode_heads needs ~127 KiB of shared memory per block (sm_80 or newer)", mlaHeadsTile}
+	mlaTCKernel = mlaTiled{"mla_decode_tc", "mla tc", 128, MLATCSmemBytes,
+		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile}
+)
+
+func (d mlaTiled) checkArgs(indices, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int) error {
+	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) || nsplit <= 0 || nsplit > mlaHeadsSplits || (nsplit > 1 && ws == 0) {
+		return errors.Newf("%s: nq=%d H=%d nidx=%d ldIdx=%d nsplit=%d (1..%d) ws=%#x", d.what, nq, H, nidx, ldIdx, nsplit, mlaHeadsSplits, uint64(ws))
+	}
+	return nil
+}
+
+// launchMLATiled launches d on arguments d.checkArgs accepted.
+func (k *Set) launchMLATiled(d mlaTiled, s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	f, err := k.fn(d.name)
 	if err != nil {
 		return err
 	}
 	if _, ok := bigShared.Load(f); !ok {
-		if err := k.c.SetMaxDynamicShared(f, MLAHeadsSmemBytes); err != nil {
-			return errors.WithHint(err, "mla_decode_heads needs ~127 KiB of shared memory per block (sm_80 or newer)")
+		if err := k.c.SetMaxDynamicShared(f, d.smem); err != nil {
+			return errors.WithHint(err, d.hint)
 		}
 		bigShared.Store(f, true)
 	}
-	tps := cdiv(cdiv(nidx, nsplit), mlaHeadsTile) * mlaHeadsTile
+	tps := cdiv(cdiv(nidx, nsplit), d.tile) * d.tile
 	nsplit = cdiv(nidx, tps)
 	partO, partML := ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
-	if err := k.c.Launch(f, cuda.D3(nsplit, nq, cdiv(H, mlaHeadsGroup)), cuda.D1(256), MLAHeadsSmemBytes, s,
+	if err := k.c.Launch(f, cuda.D3(nsplit, nq, cdiv(H, mlaHeadsGroup)), cuda.D1(d.threads), d.smem, s,
 		qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML); err != nil {
 		return err
 	}
@@ -103,34 +135,14 @@ func (k *Set) MLATCSplits(nq, H, nidx int) int {
 // results) on tensor cores. nsplit > 1 needs ws of MLAWorkspaceBytes(nq, H,
 // nsplit) bytes; mla_combine_wide merges the ranges.
 func (k *Set) MLADecodeTC(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
-	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) || nsplit <= 0 || nsplit > mlaHeadsSplits || (nsplit > 1 && ws == 0) {
-		return errors.Newf("mla tc: nq=%d H=%d nidx=%d ldIdx=%d nsplit=%d (1..%d) ws=%#x", nq, H, nidx, ldIdx, nsplit, mlaHeadsSplits, uint64(ws))
+	if err := mlaTCKernel.checkArgs(indices, ws, nq, H, nidx, ldIdx, nsplit); err != nil {
+		return err
 	}
 	if k.c.Info().CCMajor < 8 {
 		return errors.WithHint(errors.Newf("mla tc: compute capability %d.%d", k.c.Info().CCMajor, k.c.Info().CCMinor),
 			"mla_decode_tc needs sm_80 or newer; use MLADecodeHeads")
 	}
-	f, err := k.fn("mla_decode_tc")
-	if err != nil {
-		return err
-	}
-	if _, ok := bigShared.Load(f); !ok {
-		if err := k.c.SetMaxDynamicShared(f, MLATCSmemBytes); err != nil {
-			return errors.WithHint(err, "mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)")
-		}
-		bigShared.Store(f, true)
-	}
-	tps := cdiv(cdiv(nidx, nsplit), mlaTCTile) * mlaTCTile
-	nsplit = cdiv(nidx, tps)
-	partO, partML := ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
-	if err := k.c.Launch(f, cuda.D3(nsplit, nq, cdiv(H, mlaHeadsGroup)), cuda.D1(128), MLATCSmemBytes, s,
-		qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML); err != nil {
-		return err
-	}
-	if nsplit == 1 {
-		return nil
-	}
-	return k.launch("mla_combine_wide", cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
+	return k.launchMLATiled(mlaTCKernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
 }
 
 // absorbCols picks absorb_q_fp8's columns per block (16*G): the widest that

@@ -134,11 +134,7 @@ func TestKernelGemmTCTiming(t *testing.T) {
 			{18432, 7168, 256}, {18432, 7168, 1024}, {7168, 16384, 512}, {24576, 1536, 512}, {576, 7168, 512}, {7168, 2048, 512},
 		} {
 			N, K, M := sh.N, sh.K, sh.M
-			w := a.raw(int64(N * K))
-			fillRandom(c, r, w, int64(N*K), "fp8")
-			nsc := cdiv(N, 128) * cdiv(K, 128)
-			sc := a.raw(int64(4 * nsc))
-			fillRandom(c, r, sc, int64(4*nsc), "f32")
+			w, sc := devFP8(c, a, r, N, K)
 			x := a.up(randF32(r, M*K, 1))
 			y := a.raw(int64(4 * M * N))
 			flop := 2 * float64(N) * float64(K) * float64(M)

@@ -18,7 +18,6 @@ func TestKernelTileTiming(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		add := timingTable(t, c, a, r, 1<<30, "tile: device-to-device copy 1 GiB (read+write)", "reference")
-		coldCopies := func(bytes int64) int { return int(min(64, max(1, (256<<20)/bytes))) }
 		// before: the engine's GEMV before the tile kernels, M rows in chunks of 4.
 		before := func(y, x, w, sc cuda.DevPtr, N, K, M int) {
 			for r0 := 0; r0 < M; r0 += 4 {
@@ -42,13 +41,7 @@ func TestKernelTileTiming(t *testing.T) {
 		dense := func(N, K int, what string) {
 			nsc := cdiv(N, 128) * cdiv(K, 128)
 			nc := coldCopies(int64(N * K))
-			ws, ss := make([]cuda.DevPtr, nc), make([]cuda.DevPtr, nc)
-			for i := range nc {
-				ws[i] = a.raw(int64(N * K))
-				fillRandom(c, r, ws[i], int64(N*K), "fp8")
-				ss[i] = a.raw(int64(4 * nsc))
-				fillRandom(c, r, ss[i], int64(4*nsc), "f32")
-			}
+			ws, ss := devFP8s(c, a, r, nc, N, K)
 			x := a.up(randF32(r, MaxTileM*K, 1))
 			y := a.raw(int64(4 * MaxTileM * N))
 			i := 0
@@ -102,11 +95,7 @@ func TestKernelTileTiming(t *testing.T) {
 		dense(7168, 18432, "dense down")
 		bf16 := func(N, K int, what string) {
 			nc := coldCopies(int64(2 * N * K))
-			ws := make([]cuda.DevPtr, nc)
-			for i := range nc {
-				ws[i] = a.raw(int64(2 * N * K))
-				fillRandom(c, r, ws[i], int64(2*N*K), "bf16")
-			}
+			ws := devBF16s(c, a, r, nc, N, K)
 			x := a.up(randF32(r, 4*K, 1))
 			y := a.raw(int64(4 * 4 * N))
 			i := 0
@@ -126,14 +115,7 @@ func TestKernelTileTiming(t *testing.T) {
 		// shared expert, down likewise, the combine).
 		moe := func(E, top, H, I int, Ms []int, what string) {
 			mk := func(n, kk int) (tw, ts cuda.DevPtr, sw, ss cuda.DevPtr) {
-				nsc := cdiv(n, 128) * cdiv(kk, 128)
-				wt, st := make([]cuda.DevPtr, E+1), make([]cuda.DevPtr, E+1)
-				for e := range E + 1 {
-					wt[e] = a.raw(int64(n * kk))
-					fillRandom(c, r, wt[e], int64(n*kk), "fp8")
-					st[e] = a.raw(int64(4 * nsc))
-					fillRandom(c, r, st[e], int64(4*nsc), "f32")
-				}
+				wt, st := devFP8s(c, a, r, E+1, n, kk)
 				return a.up(wt[:E]), a.up(st[:E]), wt[E], st[E]
 			}
 			gT, gS, gW, gSW := mk(I, H)

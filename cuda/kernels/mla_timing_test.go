@@ -19,23 +19,9 @@ func TestKernelTimingMLA(t *testing.T) {
 		add := timingTable(t, c, a, r, 256<<20, "device-to-device copy 256 MiB (read+write)", "reference of this table")
 		{
 			const H, nidx, T = 128, 2048, 65536
-			cache := a.raw(int64(T * MLATokenBytes))
-			fillRandom(c, r, cache, int64(T*MLATokenBytes), "fp8")
-			// Sane scales and rope for every token so softmax stays finite.
-			img := randMLACache(r, 64)
-			for off := 0; off < T; off += 64 {
-				chk(c.Upload(cache.Add(int64(off*MLATokenBytes)), img))
-			}
+			cache := devMLACache(c, a, r, T)
 			for _, nq := range []int{1, 4} {
-				qn, qp := a.up(randF32(r, nq*H*512, 1)), a.up(randF32(r, nq*H*64, 1))
-				idx := make([]int32, nq*nidx)
-				for q := range nq {
-					for i, v := range r.Perm(T)[:nidx] {
-						idx[q*nidx+i] = int32(v)
-					}
-				}
-				ip, lens := a.up(idx), a.up([]int32{T, T, T, T}[:nq])
-				out := a.raw(int64(4 * nq * H * 512))
+				qn, qp, ip, lens, out := devMLAQueries(a, r, nq, H, nidx, T)
 				// Room for twice the planned splits (the timed alternatives).
 				ws := a.raw(MLAWorkspaceBytes(nq, H, 2*mlaHeadsSplits))
 				// Each row reads its 2048 entries once; the queries in, the output out.

@@ -41,6 +41,72 @@ func fillRandom(c *cuda.Ctx, r *rand.Rand, p cuda.DevPtr, n int64, kind string) 
 	chk(c.SyncStream(c.Stream()))
 }
 
+// devFP8 allocates fp8 weights [N][K] and their block scales on the
+// device, filled with random data (timings do not depend on the values).
+func devFP8(c *cuda.Ctx, a *allocs, r *rand.Rand, N, K int) (w, sc cuda.DevPtr) {
+	nsc := cdiv(N, 128) * cdiv(K, 128)
+	w = a.raw(int64(N * K))
+	fillRandom(c, r, w, int64(N*K), "fp8")
+	sc = a.raw(int64(4 * nsc))
+	fillRandom(c, r, sc, int64(4*nsc), "f32")
+	return w, sc
+}
+
+// devFP8s is n devFP8 weights: experts, or copies of one weight cycled so
+// that it is read cold.
+func devFP8s(c *cuda.Ctx, a *allocs, r *rand.Rand, n, N, K int) (ws, ss []cuda.DevPtr) {
+	ws, ss = make([]cuda.DevPtr, n), make([]cuda.DevPtr, n)
+	for i := range n {
+		ws[i], ss[i] = devFP8(c, a, r, N, K)
+	}
+	return ws, ss
+}
+
+// devBF16s is n bf16 weights [N][K] of random data on the device.
+func devBF16s(c *cuda.Ctx, a *allocs, r *rand.Rand, n, N, K int) []cuda.DevPtr {
+	ws := make([]cuda.DevPtr, n)
+	for i := range n {
+		ws[i] = a.raw(int64(2 * N * K))
+		fillRandom(c, r, ws[i], int64(2*N*K), "bf16")
+	}
+	return ws
+}
+
+// coldCopies is how many copies of a weight of that many bytes are cycled
+// so that they do not stay in the 50 MB L2 (a decode step reads each weight
+// once).
+func coldCopies(bytes int64) int { return int(min(64, max(1, (256<<20)/bytes))) }
+
+// devMLACache is an fp8_ds_mla cache of T tokens of random data with sane
+// scales and rope for every token (so that softmax stays finite).
+func devMLACache(c *cuda.Ctx, a *allocs, r *rand.Rand, T int) cuda.DevPtr {
+	cache := a.raw(int64(T * MLATokenBytes))
+	fillRandom(c, r, cache, int64(T*MLATokenBytes), "fp8")
+	img := randMLACache(r, 64)
+	for off := 0; off < T; off += 64 {
+		chk(c.Upload(cache.Add(int64(off*MLATokenBytes)), img))
+	}
+	return cache
+}
+
+// devMLAQueries is an MLA decode's inputs for nq query rows of H heads:
+// random queries (latent, rope), nidx random distinct token indices below T
+// a row, every row's length T, and room for the output.
+func devMLAQueries(a *allocs, r *rand.Rand, nq, H, nidx, T int) (qn, qp, ip, lens, out cuda.DevPtr) {
+	qn, qp = a.up(randF32(r, nq*H*512, 1)), a.up(randF32(r, nq*H*64, 1))
+	idx := make([]int32, nq*nidx)
+	for q := range nq {
+		for i, v := range r.Perm(T)[:nidx] {
+			idx[q*nidx+i] = int32(v)
+		}
+	}
+	ls := make([]int32, nq)
+	for i := range ls {
+		ls[i] = int32(T)
+	}
+	return qn, qp, a.up(idx), a.up(ls), a.raw(int64(4 * nq * H * 512))
+}
+
 // medianUs times inner back-to-back runs of f between two events, reps
 // times, and returns the median time of one run in microseconds.
 func medianUs(c *cuda.Ctx, s cuda.Stream, inner, reps int, f func()) float64 {
@@ -111,11 +177,8 @@ func TestKernelTiming(t *testing.T) {
 		s := c.Stream()
 		add := timingTable(t, c, a, r, 1<<30, "device-to-device copy 1 GiB (read+write)", "reference")
 		gemvFP8 := func(N, K, M int) {
-			w := a.raw(int64(N * K))
-			fillRandom(c, r, w, int64(N*K), "fp8")
+			w, sc := devFP8(c, a, r, N, K)
 			nsc := cdiv(N, 128) * cdiv(K, 128)
-			sc := a.raw(int64(4 * nsc))
-			fillRandom(c, r, sc, int64(4*nsc), "f32")
 			x := a.up(randF32(r, M*K, 1))
 			y := a.raw(int64(4 * M * N))
 			us := medianUs(c, s, 20, 21, func() { chk(k.GemvFP8(s, y, x, w, sc, 0, N, K, M, K, N)) })
@@ -128,14 +191,8 @@ func TestKernelTiming(t *testing.T) {
 		gemvFP8(576, 7168, 1)   // kv_a: small N, long K
 		{
 			const E, slots, N, K = 64, 8, 2048, 7168
-			wt, st := make([]cuda.DevPtr, E), make([]cuda.DevPtr, E)
+			wt, st := devFP8s(c, a, r, E, N, K)
 			nsc := cdiv(N, 128) * cdiv(K, 128)
-			for e := range E {
-				wt[e] = a.raw(N * K)
-				fillRandom(c, r, wt[e], N*K, "fp8")
-				st[e] = a.raw(int64(4 * nsc))
-				fillRandom(c, r, st[e], int64(4*nsc), "f32")
-			}
 			ids := make([]int32, slots)
 			for i, e := range r.Perm(E)[:slots] {
 				ids[i] = int32(e)
@@ -146,20 +203,12 @@ func TestKernelTiming(t *testing.T) {
 			us := medianUs(c, s, 20, 21, func() { chk(k.GemvFP8Experts(s, y, x, 0, wtp, stp, idp, slots, N, K)) })
 			add("gemv_fp8_experts 8 of 64, N=2048 K=7168", float64(slots*(N*K+4*nsc+4*N)+4*K), us, "")
 		}
-		// gemv_fp8 against gemv_fp8_wide on the decode shapes, weights cold:
-		// enough copies are cycled that they do not stay in the 50 MB L2
-		// (a decode step reads each weight once).
-		coldCopies := func(bytes int64) int { return int(min(64, max(1, (256<<20)/bytes))) }
+		// gemv_fp8 against gemv_fp8_wide on the decode shapes, weights cold
+		// (coldCopies).
 		gemvWidePair := func(N, K, M int, what string) {
 			nsc := cdiv(N, 128) * cdiv(K, 128)
 			nc := coldCopies(int64(N * K))
-			ws, ss := make([]cuda.DevPtr, nc), make([]cuda.DevPtr, nc)
-			for i := range nc {
-				ws[i] = a.raw(int64(N * K))
-				fillRandom(c, r, ws[i], int64(N*K), "fp8")
-				ss[i] = a.raw(int64(4 * nsc))
-				fillRandom(c, r, ss[i], int64(4*nsc), "f32")
-			}
+			ws, ss := devFP8s(c, a, r, nc, N, K)
 			x := a.up(randF32(r, M*K, 1))
 			y := a.raw(int64(4 * M * N))
 			bytes := float64(N*K + 4*nsc + 4*M*(K+N))
@@ -179,11 +228,7 @@ func TestKernelTiming(t *testing.T) {
 		gemvWidePair(18432, 7168, 4, "dense gate/up, 4 rows")
 		bf16Pair := func(N, K int, what string) {
 			nc := coldCopies(int64(2 * N * K))
-			ws := make([]cuda.DevPtr, nc)
-			for i := range nc {
-				ws[i] = a.raw(int64(2 * N * K))
-				fillRandom(c, r, ws[i], int64(2*N*K), "bf16")
-			}
+			ws := devBF16s(c, a, r, nc, N, K)
 			x := a.up(randF32(r, K, 1))
 			y := a.raw(int64(4 * N))
 			bytes := float64(2*N*K + 4*(K+N))
@@ -198,13 +243,7 @@ func TestKernelTiming(t *testing.T) {
 		bf16Pair(129280, 7168, "lm_head (engine keeps gemv_bf16)")
 		expertsPair := func(E, slots, N, K int) {
 			nsc := cdiv(N, 128) * cdiv(K, 128)
-			wt, st := make([]cuda.DevPtr, E), make([]cuda.DevPtr, E)
-			for e := range E {
-				wt[e] = a.raw(int64(N * K))
-				fillRandom(c, r, wt[e], int64(N*K), "fp8")
-				st[e] = a.raw(int64(4 * nsc))
-				fillRandom(c, r, st[e], int64(4*nsc), "f32")
-			}
+			wt, st := devFP8s(c, a, r, E, N, K)
 			wtp, stp := a.up(wt), a.up(st)
 			// A different random set of experts each launch, as layers differ.
 			const sets = 16
@@ -323,13 +362,7 @@ func TestKernelTiming(t *testing.T) {
 		}
 		{
 			const H, nidx, T = 128, 2048, 65536
-			cache := a.raw(int64(T * MLATokenBytes))
-			fillRandom(c, r, cache, int64(T*MLATokenBytes), "fp8")
-			// Sane scales and rope for every token so softmax stays finite.
-			img := randMLACache(r, 64)
-			for off := 0; off < T; off += 64 {
-				chk(c.Upload(cache.Add(int64(off*MLATokenBytes)), img))
-			}
+			cache := devMLACache(c, a, r, T)
 			idx := make([]int32, nidx)
 			for i, v := range r.Perm(T)[:nidx] {
 				idx[i] = int32(v)
@@ -347,15 +380,7 @@ func TestKernelTiming(t *testing.T) {
 			}
 			// Heads as M: 1 and 4 query rows (4 slots, or 1 slot + 3 MTP drafts).
 			for _, nq := range []int{1, 4} {
-				qn4, qp4 := a.up(randF32(r, nq*H*512, 1)), a.up(randF32(r, nq*H*64, 1))
-				idx4 := make([]int32, nq*nidx)
-				for q := range nq {
-					for i, v := range r.Perm(T)[:nidx] {
-						idx4[q*nidx+i] = int32(v)
-					}
-				}
-				ip4, lens4 := a.up(idx4), a.up([]int32{T, T, T, T}[:nq])
-				out4 := a.raw(int64(4 * nq * H * 512))
+				qn4, qp4, ip4, lens4, out4 := devMLAQueries(a, r, nq, H, nidx, T)
 				ns := k.MLAHeadsSplits(nq, H, nidx)
 				ws := a.raw(MLAHeadsWorkspaceBytes(nq, H))
 				us := medianUs(c, s, 10, 21, func() {

@@ -208,6 +208,22 @@ func TestGPUShardSeveralGPUs(t *testing.T) {
 	})
 }
 
+// batchDiff generates with se for prompts in one batch and counts the
+// tokens from each slot's first mismatch with want on; what is se in
+// error messages.
+func batchDiff(t *testing.T, se engine.Engine, prompts, want [][]int, what string, mtp bool) int {
+	t.Helper()
+	got := generateBatch(t, se, prompts, engine.Params{}, genTokens)
+	diff := 0
+	for i := range want {
+		if j := enginetest.FirstDiff(got[i], want[i]); j >= 0 {
+			diff += len(want[i]) - j
+			t.Errorf("%s mtp=%v slot %d: tokens differ from %d:\n got %v\nwant %v", what, mtp, i, j, got[i], want[i])
+		}
+	}
+	return diff
+}
+
 // shardCheck generates with se, closes it and records its check row name
 // (" (MTP)" appended with MTP on); what is se in error messages.
 type shardCheck func(se *ShardEngine, what, name string)
@@ -226,14 +242,7 @@ func testShardBatchExact(t *testing.T, shards func(t *testing.T, pr string, src 
 				ref := newTestEngine(t, onGPU, src, opts)
 				want := generateBatch(t, ref, prompts, engine.Params{}, genTokens)
 				shards(t, pr, src, opts, func(se *ShardEngine, what, name string) {
-					got := generateBatch(t, se, prompts, engine.Params{}, genTokens)
-					diff := 0
-					for i := range want {
-						if j := enginetest.FirstDiff(got[i], want[i]); j >= 0 {
-							diff += len(want[i]) - j
-							t.Errorf("%s mtp=%v slot %d: tokens differ from %d:\n got %v\nwant %v", what, mtp, i, j, got[i], want[i])
-						}
-					}
+					diff := batchDiff(t, se, prompts, want, what, mtp)
 					if err := se.Close(); err != nil {
 						t.Errorf("close: %+v", err)
 					}
@@ -453,14 +462,7 @@ func TestEmuShardSeveralDevices(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%+v", err)
 			}
-			got := generateBatch(t, se, prompts, engine.Params{}, genTokens)
-			diff := 0
-			for i := range want {
-				if j := enginetest.FirstDiff(got[i], want[i]); j >= 0 {
-					diff += len(want[i]) - j
-					t.Errorf("devices %v mtp=%v slot %d: tokens differ from %d:\n got %v\nwant %v", devs, mtp, i, j, got[i], want[i])
-				}
-			}
+			diff := batchDiff(t, se, prompts, want, fmt.Sprintf("devices %v", devs), mtp)
 			if err := se.Close(); err != nil {
 				t.Error(err)
 			}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""HF transformers against tilert on one checkpoint, in one command on one GPU.
+"""HF transformers against tilert on one checkpoint, in one command on one GPU (or the CPU).
 
 What a user comparing the two would do, batch 1, greedy:
   1. build the checkpoint (``--preset``: ``tilert synth``, unless ``--model-dir`` already holds one):
@@ -19,6 +19,10 @@ What a user comparing the two would do, batch 1, greedy:
 Run on the H200 (see scripts/README.md, "HF baseline"):
     make build && python3 scripts/hf_bench.py --tilert ./tilert --preset deepseek-v3.2-moe \\
         --model-dir /tmp/ds-moe --contexts 1024,8192 --json /tmp/hf-bench.json
+
+``--device cpu`` runs both engines on the CPU (tilert ``--device cpu``, HF in ``--hf-dtype``, bf16 by
+default): its figures say nothing about speed; on a tiny preset it proves every stage, the table and the
+JSON in seconds (python/tests/test_hf_bench.py).
 """
 
 import argparse
@@ -52,12 +56,12 @@ def run_tilert(binary, args, env_extra=None):
     return p.stdout, time.time() - t0
 
 
-def tilert_bench(binary, model_dir, contexts, tokens, with_context, before):
+def tilert_bench(binary, model_dir, device, contexts, tokens, with_context, before):
     out = {"prefill": {}, "context": None, "before": {}}
     with tempfile.TemporaryDirectory(prefix="hf_bench_") as tmp:
         for L in contexts:
             js = os.path.join(tmp, f"prefill-{L}.json")
-            _, wall = run_tilert(binary, ["bench", "decode", "--device", "cuda", "--model-dir", model_dir,
+            _, wall = run_tilert(binary, ["bench", "decode", "--device", device, "--model-dir", model_dir,
                                           "--prompt-len", str(L), "--tokens", str(tokens), "--json", js],
                                  {"TILERT_GPU_GEMM": os.environ.get("TILERT_GPU_GEMM", "1")})
             with open(js) as f:
@@ -66,7 +70,7 @@ def tilert_bench(binary, model_dir, contexts, tokens, with_context, before):
             out["prefill"][str(L)] = r
         for L in before:
             js = os.path.join(tmp, f"before-{L}.json")
-            _, wall = run_tilert(binary, ["bench", "decode", "--device", "cuda", "--model-dir", model_dir,
+            _, wall = run_tilert(binary, ["bench", "decode", "--device", device, "--model-dir", model_dir,
                                           "--prompt-len", str(L), "--tokens", "4", "--json", js],
                                  {"TILERT_GPU_GEMM": "0"})
             with open(js) as f:
@@ -75,7 +79,7 @@ def tilert_bench(binary, model_dir, contexts, tokens, with_context, before):
             out["before"][str(L)] = r
         if with_context:
             js = os.path.join(tmp, "context.json")
-            text, _ = run_tilert(binary, ["bench", "decode", "--device", "cuda", "--model-dir", model_dir,
+            text, _ = run_tilert(binary, ["bench", "decode", "--device", device, "--model-dir", model_dir,
                                           "--context", ",".join(str(c) for c in contexts), "--json", js])
             with open(js) as f:
                 out["context"] = json.load(f)
@@ -103,13 +107,13 @@ def shard_files(model_dir):
 
 
 class Checkpoint:
-    """Tensors on the GPU on demand, FP8 ones dequantised to bf16 with DeepSeek's formula."""
+    """Tensors on the device on demand, FP8 ones dequantised to dtype with DeepSeek's formula."""
 
-    def __init__(self, model_dir, torch):
+    def __init__(self, model_dir, torch, device, dtype):
         from safetensors import safe_open
-        self.torch, self.dir = torch, model_dir
+        self.torch, self.dir, self.dtype = torch, model_dir, dtype
         self.wm = shard_files(model_dir)
-        self.files = {fn: safe_open(os.path.join(model_dir, fn), framework="pt", device="cuda")
+        self.files = {fn: safe_open(os.path.join(model_dir, fn), framework="pt", device=device)
                       for fn in sorted(set(self.wm.values()))}
         self.used = set()
 
@@ -129,11 +133,11 @@ class Checkpoint:
             if tuple(s.shape) != (math.ceil(rows / BLOCK), math.ceil(cols / BLOCK)):
                 raise SystemExit(f"{sk}: shape {tuple(s.shape)} for weight {(rows, cols)}")
             full = s.repeat_interleave(BLOCK, 0)[:rows].repeat_interleave(BLOCK, 1)[:, :cols]
-            return (t.float() * full).to(torch.bfloat16)
-        return t.to(torch.bfloat16) if t.is_floating_point() else t
+            return (t.float() * full).to(self.dtype)
+        return t.to(self.dtype) if t.is_floating_point() else t
 
 
-def load_hf(model_dir, torch):
+def load_hf(model_dir, torch, device, dtype):
     from transformers import AutoConfig, AutoModelForCausalLM
     with open(os.path.join(model_dir, "config.json")) as f:
         raw = json.load(f)
@@ -144,11 +148,11 @@ def load_hf(model_dir, torch):
             json.dump(raw, f)
         cfg = AutoConfig.from_pretrained(tmp)
     t0 = time.time()
-    with torch.device("cuda"):
+    with torch.device(device):
         # transformers' default attention (sdpa where the model supports it); trials switch later.
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     model.eval()
-    ck = Checkpoint(model_dir, torch)
+    ck = Checkpoint(model_dir, torch, device, dtype)
     want = {k for k in ck.names() if not (k.startswith("model.layers.") and int(k.split(".")[2]) >= n_layers)}
     n_set = 0
     with torch.no_grad():
@@ -201,11 +205,12 @@ def set_impl(model, attn, experts):
         return False
 
 
-def hf_run(model, torch, L, steps, seed, vocab):
+def hf_run(model, torch, device, L, steps, seed, vocab):
     g = torch.Generator(device="cpu").manual_seed(seed)
-    ids = torch.randint(0, vocab * 3 // 4, (1, L), generator=g).cuda()
+    ids = torch.randint(0, vocab * 3 // 4, (1, L), generator=g).to(device)
     with torch.no_grad():
-        torch.cuda.synchronize()
+        if device == "cuda":
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         try:
             out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
@@ -232,15 +237,25 @@ def hf_run(model, torch, L, steps, seed, vocab):
             "steps": steps, "tokens": toks[:8]}
 
 
-def hf_bench(model_dir, contexts, steps, seed, settings):
+def empty_cache(torch, device):
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def hf_bench(model_dir, device, dtype_name, contexts, steps, seed, settings):
     import torch
     import transformers
-    torch.backends.cuda.matmul.allow_tf32 = True
+    dtype = getattr(torch, dtype_name)
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        name = torch.cuda.get_device_name(0)
+    else:
+        name = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
     with open(os.path.join(model_dir, "config.json")) as f:
         vocab = int(json.load(f)["vocab_size"])
-    model = load_hf(model_dir, torch)
+    model = load_hf(model_dir, torch, device, dtype)
     res = {"torch": torch.__version__, "transformers": transformers.__version__,
-           "device": torch.cuda.get_device_name(0), "dtype": "bfloat16", "batch": 1, "trials": []}
+           "device": name, "dtype": dtype_name, "batch": 1, "trials": []}
     # Pick the fastest working setting on the first context (decode ms/token; prefill breaks ties).
     best = None
     L0 = contexts[0]
@@ -248,12 +263,12 @@ def hf_bench(model_dir, contexts, steps, seed, settings):
         if not set_impl(model, attn, experts):
             continue
         try:
-            hf_run(model, torch, min(L0, 256), 3, seed, vocab)  # warm-up (kernels, allocator)
-            r = hf_run(model, torch, L0, 8, seed, vocab)
+            hf_run(model, torch, device, min(L0, 256), 3, seed, vocab)  # warm-up (kernels, allocator)
+            r = hf_run(model, torch, device, L0, 8, seed, vocab)
         except Exception as ex:
             log(f"hf: {attn}/{experts} failed: {type(ex).__name__}: {ex}")
             res["trials"].append({"attn": attn, "experts": experts, "error": f"{type(ex).__name__}: {ex}"[:300]})
-            torch.cuda.empty_cache()
+            empty_cache(torch, device)
             continue
         r.update(attn=attn, experts=experts, context=L0,
                  experts_in_config=getattr(model.config, "_experts_implementation", None),
@@ -270,15 +285,15 @@ def hf_bench(model_dir, contexts, steps, seed, settings):
     res["contexts"] = {}
     for L in contexts:
         try:
-            hf_run(model, torch, L, 2, seed + 1, vocab)  # warm-up at this length
-            r = hf_run(model, torch, L, steps, seed, vocab)
+            hf_run(model, torch, device, L, 2, seed + 1, vocab)  # warm-up at this length
+            r = hf_run(model, torch, device, L, steps, seed, vocab)
         except Exception as ex:  # e.g. out of memory at a long context: say so, keep the rest
             log(f"hf: context {L} failed: {type(ex).__name__}: {ex}")
             r = {"error": f"{type(ex).__name__}: {ex}"[:300]}
         else:
             log(f"hf: context {L}: prefill {r['prefill_ms']:.1f} ms, step p50 {r['step_p50_ms']:.2f} ms")
         res["contexts"][str(L)] = r
-        torch.cuda.empty_cache()
+        empty_cache(torch, device)
     return res
 
 
@@ -323,6 +338,9 @@ def main():
     ap.add_argument("--preset", help="tilert synth preset to build into --model-dir when it does not exist")
     ap.add_argument("--seed", type=int, default=0, help="synth seed and prompt seed")
     ap.add_argument("--tilert", help="tilert binary (omit for HF only)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                    help="where both engines run; cpu only proves the plumbing (its figures say nothing about speed)")
+    ap.add_argument("--hf-dtype", choices=("bfloat16", "float32"), default="bfloat16", help="HF weights and activations")
     ap.add_argument("--contexts", default="1024,8192")
     ap.add_argument("--tokens", type=int, default=32, help="decode steps timed per context")
     ap.add_argument("--no-context-bench", action="store_true", help="skip tilert bench decode --context")
@@ -341,21 +359,22 @@ def main():
             raise SystemExit(f"{a.model_dir} does not exist: pass --preset and --tilert to build it")
         _, wall = run_tilert(a.tilert, ["synth", "--preset", a.preset, "--out", a.model_dir, "--seed", str(a.seed)])
         log(f"synth: {wall:.1f}s")
-    res = {"model_dir": a.model_dir, "preset": a.preset, "contexts": contexts, "host": platform.node()}
+    res = {"model_dir": a.model_dir, "preset": a.preset, "device": a.device, "contexts": contexts,
+           "host": platform.node()}
     tl = None
     if a.tilert:
-        tl = tilert_bench(a.tilert, a.model_dir, contexts, a.tokens, not a.no_context_bench, before)
+        tl = tilert_bench(a.tilert, a.model_dir, a.device, contexts, a.tokens, not a.no_context_bench, before)
         res["tilert"] = tl
     hf = None
     if not a.skip_hf:
         settings = [tuple(s.split(":")) for s in a.settings.split(",") if s]
-        hf = hf_bench(a.model_dir, contexts, a.tokens, a.seed, settings)
+        hf = hf_bench(a.model_dir, a.device, a.hf_dtype, contexts, a.tokens, a.seed, settings)
         res["hf"] = hf
     rows, text = table(contexts, hf, tl)
     res["rows"] = rows
     if hf:
         s = hf["setting"]
-        text += (f"\nHF transformers {hf['transformers']} (torch {hf['torch']}, {hf['device']}): bf16, batch 1, "
+        text += (f"\nHF transformers {hf['transformers']} (torch {hf['torch']}, {hf['device']}): {hf['dtype']}, batch 1, "
                  f"attn={s['attn_implementation']}, experts={s['experts_implementation']}, no torch.compile")
     for L, r in (tl or {}).get("before", {}).items():
         text += f"\ntilert prefill {L} tokens before (TILERT_GPU_GEMM=0: GEMVs, chunk 32): {r['prefill_ms_per_slot']:.1f} ms"

@@ -324,11 +324,12 @@ def table(contexts, hf, tl):
                                 if h and t and t["prefill_ms_per_slot"] else None)
         rows.append(row)
 
-        def f(v, fmt):
-            return format(v, fmt) if v is not None else "-"
+        def f(v, fmt, unit=""):
+            # A missing figure keeps its column's width, so the rows stay aligned.
+            return format(v, fmt) + unit if v is not None else "-".rjust(len(format(0.0, fmt) + unit))
         lines.append(f"{L:7d}  {f(row['hf_ms_per_token'], '9.2f')}  {f(row['tilert_ms_per_token'], '13.2f')}  "
-                     f"{f(row['tokens_per_s_ratio'], '10.2f')}x  | {f(row['hf_prefill_ms'], '13.1f')}  "
-                     f"{f(row['tilert_prefill_ms'], '17.1f')}  {f(row['prefill_ratio'], '12.2f')}x  | {f(ctx, '9.2f')}")
+                     f"{f(row['tokens_per_s_ratio'], '10.2f', 'x')}  | {f(row['hf_prefill_ms'], '13.1f')}  "
+                     f"{f(row['tilert_prefill_ms'], '17.1f')}  {f(row['prefill_ratio'], '12.2f', 'x')}  | {f(ctx, '9.2f')}")
     return rows, "\n".join(lines)
 
 

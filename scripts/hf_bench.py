@@ -154,7 +154,8 @@ def load_hf(model_dir, torch, device, dtype):
     model.eval()
     ck = Checkpoint(model_dir, torch, device, dtype)
     want = {k for k in ck.names() if not (k.startswith("model.layers.") and int(k.split(".")[2]) >= n_layers)}
-    n_set = 0
+    set_names = set()
+    params = {k for k, _ in model.named_parameters()}
     with torch.no_grad():
         tensors = dict(model.named_parameters())
         tensors.update({k: v for k, v in model.named_buffers() if k in want})
@@ -164,7 +165,7 @@ def load_hf(model_dir, torch, device, dtype):
                 if tuple(v.shape) != tuple(p.shape):
                     raise SystemExit(f"{name}: checkpoint {tuple(v.shape)}, model {tuple(p.shape)}")
                 p.copy_(v.to(p.dtype))
-                n_set += 1
+                set_names.add(name)
                 continue
             base, _, leaf = name.rpartition(".")
             if not base.endswith("mlp.experts") or leaf not in ("gate_up_proj", "down_proj"):
@@ -180,12 +181,18 @@ def load_hf(model_dir, torch, device, dtype):
                 if tuple(v.shape) != tuple(p.shape[1:]):
                     raise SystemExit(f"{name}[{e}]: checkpoint {tuple(v.shape)}, model {tuple(p.shape[1:])}")
                 p[e].copy_(v.to(p.dtype))
-            n_set += 1
+            set_names.add(name)
     missing = sorted(want - ck.used)
     if missing:
         raise SystemExit(f"checkpoint tensors the model never took: {missing[:5]} ({len(missing)})")
-    log(f"hf: {n_set} parameters/buffers from the checkpoint in {time.time() - t0:.1f}s")
-    return model
+    took = time.time() - t0
+    log(f"hf: {len(set_names)} parameters/buffers from the checkpoint in {took:.1f}s")
+    # What the JSON shows of the load (the checks above already stopped on any gap).
+    info = {"checkpoint_tensors": len(want), "checkpoint_tensors_taken": len(want & ck.used),
+            "checkpoint_tensors_left_out": len(ck.names()) - len(want),  # layers >= num_hidden_layers: MTP
+            "model_parameters": len(params), "model_parameters_from_checkpoint": len(params & set_names),
+            "model_buffers_from_checkpoint": len(set_names - params), "seconds": took}
+    return model, info
 
 
 def set_impl(model, attn, experts):
@@ -253,9 +260,9 @@ def hf_bench(model_dir, device, dtype_name, contexts, steps, seed, settings):
         name = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
     with open(os.path.join(model_dir, "config.json")) as f:
         vocab = int(json.load(f)["vocab_size"])
-    model = load_hf(model_dir, torch, device, dtype)
+    model, loaded = load_hf(model_dir, torch, device, dtype)
     res = {"torch": torch.__version__, "transformers": transformers.__version__,
-           "device": name, "dtype": dtype_name, "batch": 1, "trials": []}
+           "device": name, "dtype": dtype_name, "batch": 1, "loaded": loaded, "trials": []}
     # Pick the fastest working setting on the first context (decode ms/token; prefill breaks ties).
     best = None
     L0 = contexts[0]

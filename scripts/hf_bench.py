@@ -385,7 +385,8 @@ def main():
         text += (f"\nHF transformers {hf['transformers']} (torch {hf['torch']}, {hf['device']}): {hf['dtype']}, batch 1, "
                  f"attn={s['attn_implementation']}, experts={s['experts_implementation']}, no torch.compile")
     for L, r in (tl or {}).get("before", {}).items():
-        text += f"\ntilert prefill {L} tokens before (TILERT_GPU_GEMM=0: GEMVs, chunk 32): {r['prefill_ms_per_slot']:.1f} ms"
+        how = "GEMVs, chunk 32" if a.device == "cuda" else "no effect on the CPU engine: the same path"
+        text += f"\ntilert prefill {L} tokens before (TILERT_GPU_GEMM=0: {how}): {r['prefill_ms_per_slot']:.1f} ms"
     print(text)
     res["table"] = text
     if a.json:

@@ -360,8 +360,16 @@ def main():
                          "(batched_mm is left out: it asked for 56 GiB more at 1024 tokens on the H200)")
     ap.add_argument("--json", help="write the result here")
     a = ap.parse_args()
-    contexts = [int(c) for c in a.contexts.split(",") if c]
-    before = [int(c) for c in a.before.split(",") if c]
+    try:
+        contexts = [int(c) for c in a.contexts.split(",") if c]
+        before = [int(c) for c in a.before.split(",") if c]
+    except ValueError as ex:
+        ap.error(f"--contexts/--before: {ex}: give comma-separated token counts, e.g. --contexts 1024,8192")
+    if not contexts or min(contexts + before) < 1 or a.tokens < 1:
+        ap.error("--contexts (and --before) need positive token counts and --tokens at least 1, e.g. --contexts 1024 --tokens 32")
+    settings = [tuple(s.split(":")) for s in a.settings.split(",") if s]
+    if not settings or any(len(s) != 2 or not all(s) for s in settings):
+        ap.error(f"--settings {a.settings!r}: give attention:experts pairs, e.g. sdpa:eager,sdpa:grouped_mm")
     if not os.path.isdir(a.model_dir):
         if not (a.preset and a.tilert):
             raise SystemExit(f"{a.model_dir} does not exist: pass --preset and --tilert to build it")
@@ -375,7 +383,6 @@ def main():
         res["tilert"] = tl
     hf = None
     if not a.skip_hf:
-        settings = [tuple(s.split(":")) for s in a.settings.split(",") if s]
         hf = hf_bench(a.model_dir, a.device, a.hf_dtype, contexts, a.tokens, a.seed, settings)
         res["hf"] = hf
     rows, text = table(contexts, hf, tl)

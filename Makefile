@@ -34,9 +34,10 @@ test-python:
 # The connector plugin inside real vLLM 0.33.0 (CPU): vLLM's config, KV-cache
 # planning and allocation, Scheduler/AsyncScheduler, connector factory and V2
 # worker wrapper; the stand-in's drift check; the Go end-to-end test through
-# the real sidecar with vLLM's own base class. The venv is built once at
-# VLLM_VENV (scripts/vllm-venv.sh, ~1.5 min, ~6.6 GB) and reused; where it
-# cannot be built the target says why and skips.
+# the real sidecar with vLLM's own base class; and (the venv has transformers)
+# scripts/hf_bench.py end to end on the CPU (python/tests/test_hf_bench.py).
+# The venv is built once at VLLM_VENV (scripts/vllm-venv.sh, ~1.5 min,
+# ~6.6 GB) and reused; where it cannot be built the target says why and skips.
 VLLM_VENV ?= /opt/tilert-vllm-venv
 test-vllm:
 	@if ! ./scripts/vllm-venv.sh $(VLLM_VENV) >.vllm-venv.log 2>&1; then \

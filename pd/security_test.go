@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -209,24 +208,9 @@ func TestCtrlFloodsBounded(t *testing.T) {
 		conns = append(conns, s.c.conn)
 	}
 	// Slowloris: one byte of a frame length now and then.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	tr := floodtest.NewTrickler()
 	for range n {
-		c := dial()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-				if _, err := c.Write([]byte{0}); err != nil {
-					return
-				}
-			}
-		}()
+		tr.Start(dial(), []byte{0}, true)
 	}
 	time.Sleep(50 * time.Millisecond)
 	held := floodtest.HeapInUse()
@@ -240,8 +224,7 @@ func TestCtrlFloodsBounded(t *testing.T) {
 	// Every flooding connection is closed by the server within its
 	// deadlines (read timeout for frames and handshakes, idle otherwise).
 	floodtest.AllClosed(t, conns, 5*time.Second)
-	close(stop)
-	wg.Wait()
+	tr.Stop()
 }
 
 // Per-peer and total caps close the excess at once; other peers (another

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -114,8 +113,7 @@ func TestTCPFloodsBounded(t *testing.T) {
 	addr := strings.TrimPrefix(recv.Endpoint(), "tcp://")
 	before := floodtest.HeapInUse()
 	var conns []net.Conn
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	tr := floodtest.NewTrickler()
 	for i := range 200 {
 		var c net.Conn
 		switch i % 5 {
@@ -123,20 +121,7 @@ func TestTCPFloodsBounded(t *testing.T) {
 			c, _ = net.Dial("tcp", addr)
 		case 1: // slowloris handshake
 			c, _ = net.Dial("tcp", addr)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for k := 0; k < len(tcpMagic); k++ {
-					select {
-					case <-stop:
-						return
-					case <-time.After(100 * time.Millisecond):
-					}
-					if _, err := c.Write([]byte{tcpMagic[k]}); err != nil {
-						return
-					}
-				}
-			}()
+			tr.Start(c, []byte(tcpMagic), false)
 		case 2: // authenticated, idle
 			c, _ = handshake(t, addr, secret, "s-idle")
 		case 3: // authenticated, half a header
@@ -167,6 +152,5 @@ func TestTCPFloodsBounded(t *testing.T) {
 	}
 	floodtest.HeapBounded(t, len(conns), before, held, 48<<20)
 	floodtest.AllClosed(t, conns, 5*time.Second)
-	close(stop)
-	wg.Wait()
+	tr.Stop()
 }

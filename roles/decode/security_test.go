@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -224,8 +223,7 @@ func TestHTTPFloodsBounded(t *testing.T) {
 	d := floodtest.OtherPeer(t, addr)
 	before := floodtest.HeapInUse()
 	var conns []net.Conn
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	tr := floodtest.NewTrickler()
 	for i := range 150 {
 		c, err := d.Dial("tcp", addr)
 		if err != nil {
@@ -236,20 +234,7 @@ func TestHTTPFloodsBounded(t *testing.T) {
 		case 0: // half-open
 		case 1: // slowloris headers
 			_, _ = c.Write([]byte("POST /pd/decode HTTP/1.1\r\nHost: x\r\n"))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-time.After(100 * time.Millisecond):
-					}
-					if _, err := c.Write([]byte("X")); err != nil {
-						return
-					}
-				}
-			}()
+			tr.Start(c, []byte("X"), true)
 		case 2: // a body that never completes
 			_, _ = c.Write([]byte("POST /pd/cancel HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n{\"rid\":\""))
 		}
@@ -274,8 +259,7 @@ func TestHTTPFloodsBounded(t *testing.T) {
 	}
 	floodtest.HeapBounded(t, len(conns), before, held, 48<<20)
 	floodtest.AllClosed(t, conns, 5*time.Second)
-	close(stop)
-	wg.Wait()
+	tr.Stop()
 }
 
 func isTimeout(err error) bool {

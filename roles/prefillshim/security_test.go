@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -106,8 +105,7 @@ func TestSocketFloodsBounded(t *testing.T) {
 	h := newHarness(t, Options{Socket: pd.Security{ReadTimeout: time.Second, IdleTimeout: 1500 * time.Millisecond, MaxConns: 91}})
 	before := floodtest.HeapInUse()
 	var conns []net.Conn
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	tr := floodtest.NewTrickler()
 	for i := range 90 {
 		c, err := net.Dial("unix", h.socket)
 		if err != nil {
@@ -116,20 +114,7 @@ func TestSocketFloodsBounded(t *testing.T) {
 		conns = append(conns, c)
 		switch i % 3 {
 		case 1:
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-time.After(100 * time.Millisecond):
-					}
-					if _, err := c.Write([]byte{0}); err != nil {
-						return
-					}
-				}
-			}()
+			tr.Start(c, []byte{0}, true)
 		case 2:
 			_, _ = c.Write(append(binary.BigEndian.AppendUint32(nil, pd.MaxFrame), `{"type":"stage","rid":"`...))
 		}
@@ -164,8 +149,7 @@ func TestSocketFloodsBounded(t *testing.T) {
 	}
 	floodtest.HeapBounded(t, len(conns), before, floodtest.HeapInUse(), 32<<20)
 	floodtest.AllClosed(t, conns, 5*time.Second)
-	close(stop)
-	wg.Wait()
+	tr.Stop()
 }
 
 // With a secret, the sidecar authenticates to the node's ctrl port and

@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -223,8 +222,7 @@ func TestRouterFloodsBounded(t *testing.T) {
 	d := floodtest.OtherPeer(t, addr)
 	before := floodtest.HeapInUse()
 	var conns []net.Conn
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	tr := floodtest.NewTrickler()
 	for i := range 150 {
 		c, err := d.Dial("tcp", addr)
 		if err != nil {
@@ -234,20 +232,7 @@ func TestRouterFloodsBounded(t *testing.T) {
 		switch i % 3 {
 		case 1:
 			_, _ = c.Write([]byte("POST /v1/echo HTTP/1.1\r\nHost: x\r\n"))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-time.After(100 * time.Millisecond):
-					}
-					if _, err := c.Write([]byte("X")); err != nil {
-						return
-					}
-				}
-			}()
+			tr.Start(c, []byte("X"), true)
 		case 2:
 			_, _ = c.Write([]byte("POST /v1/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n\r\n{\"prompt\":\""))
 		}
@@ -258,8 +243,7 @@ func TestRouterFloodsBounded(t *testing.T) {
 	}
 	floodtest.HeapBounded(t, len(conns), before, held, 64<<20)
 	floodtest.AllClosed(t, conns, 5*time.Second)
-	close(stop)
-	wg.Wait()
+	tr.Stop()
 }
 
 // --tls-cert/--tls-key serve HTTPS; a bad pair is refused at start.

@@ -1,6 +1,7 @@
 // Package floodtest holds what the flood tests of every listener (ctrl,
 // transfer data, node http, sidecar socket, router) share: the heap figure
-// they bound and the check that the server cut each flooding connection.
+// they bound, the slowloris trickle and the check that the server cut each
+// flooding connection.
 // Tests import it; nothing else does.
 package floodtest
 
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -61,4 +63,40 @@ func OtherPeer(t testing.TB, addr string) net.Dialer {
 	}
 	_ = c.Close()
 	return d
+}
+
+// Trickler drives slowloris connections: every connection started gets one
+// byte of its script every 100 ms, slow enough that only the server's
+// deadlines can end it, until Stop, a failed write or the script's end.
+type Trickler struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// NewTrickler returns a Trickler with nothing started.
+func NewTrickler() *Trickler { return &Trickler{stop: make(chan struct{})} }
+
+// Start trickles script into c one byte a tick; with forever it starts over
+// at the script's end.
+func (tr *Trickler) Start(c net.Conn, script []byte, forever bool) {
+	tr.wg.Add(1)
+	go func() {
+		defer tr.wg.Done()
+		for k := 0; forever || k < len(script); k++ {
+			select {
+			case <-tr.stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if _, err := c.Write(script[k%len(script) : k%len(script)+1]); err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// Stop ends every trickle and waits for them.
+func (tr *Trickler) Stop() {
+	close(tr.stop)
+	tr.wg.Wait()
 }

@@ -104,6 +104,11 @@ def test_hf_bench_cpu(tmp_path, tilert_bin, preset, family):
         h = hf["contexts"][str(L)]
         assert "error" not in h, h
         assert h["steps"] == TOKENS and h["step_p50_ms"] > 0 and h["prefill_ms"] > 0
+        # Held against the fastest working setting's fastest run at this context.
+        ok = [t for t in hf["trials"] if t["context"] == L and "error" not in t]
+        assert h["step_p50_ms"] == min(t["step_p50_ms"] for t in ok)
+        assert h["step_p50_ms"] == min(h["runs_step_p50_ms"]) and len(h["runs_step_p50_ms"]) == hf["repeats"]
+        assert hf["setting"]["per_context"][str(L)] == f"{h['attn']}:{h['experts']}"
 
     # The table: both engines' figures and their ratios for each context, as in the JSON.
     assert [r["context"] for r in res["rows"]] == CONTEXTS

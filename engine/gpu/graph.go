@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"os"
+	"time"
 
 	"github.com/cockroachdb/errors"
 
@@ -43,6 +44,17 @@ type graphs struct {
 	hold bool
 	// counters (tests and notes): replays, captures, eager runs.
 	replays, captures, eager int
+	// host is where a step's wall time goes on the host (bench --profile).
+	host HostTimes
+}
+
+// HostTimes adds up, over the runs through the graph cache, the host's
+// share of a decode step: recording the calls (Go work while the device may
+// idle), launching them (a replay or direct launches) and waiting for the
+// device at the token download.
+type HostTimes struct {
+	Runs                                 int
+	RecordNs, LaunchNs, WaitNs, UploadNs int64
 }
 
 const (
@@ -84,6 +96,9 @@ type graphDevice struct {
 	g    grapher
 	pend []gop
 	key  []byte
+	// mark is when the current recording began (the run's start or the
+	// last flush's end).
+	mark time.Time
 }
 
 func (gb *graphDevice) rec(name string, bytes int64, run func(b device) error, args ...uint64) error {
@@ -108,6 +123,17 @@ func (gb *graphDevice) flush() error {
 	if len(gb.pend) == 0 {
 		return nil
 	}
+	t0 := time.Now()
+	defer func() {
+		t1 := time.Now()
+		h := &gb.gs.host
+		h.Runs++
+		if !gb.mark.IsZero() {
+			h.RecordNs += t0.Sub(gb.mark).Nanoseconds()
+		}
+		h.LaunchNs += t1.Sub(t0).Nanoseconds()
+		gb.mark = t1
+	}()
 	pend, key := gb.pend, string(gb.key)
 	gb.pend, gb.key = nil, gb.key[:0]
 	gs := gb.gs
@@ -174,14 +200,22 @@ func (gb *graphDevice) upload(dst cuda.DevPtr, src []byte) error {
 	if err := gb.flush(); err != nil {
 		return err
 	}
-	return gb.device.upload(dst, src)
+	t0 := time.Now()
+	err := gb.device.upload(dst, src)
+	gb.gs.host.UploadNs += time.Since(t0).Nanoseconds()
+	gb.mark = time.Now() // nothing is pending: the recording starts here
+	return err
 }
 
 func (gb *graphDevice) download(dst []byte, src cuda.DevPtr) error {
 	if err := gb.flush(); err != nil {
 		return err
 	}
-	return gb.device.download(dst, src)
+	t0 := time.Now()
+	err := gb.device.download(dst, src)
+	gb.gs.host.WaitNs += time.Since(t0).Nanoseconds()
+	gb.mark = time.Now()
+	return err
 }
 
 func (gb *graphDevice) sync() error {
@@ -446,7 +480,7 @@ func (e *backend) runGraphed(f func(b device) error) error {
 		if !e.graphs.on || g == nil {
 			return f(b)
 		}
-		gb := &graphDevice{device: b, gs: e.graphs, g: g}
+		gb := &graphDevice{device: b, gs: e.graphs, g: g, mark: time.Now()}
 		if err := f(gb); err != nil {
 			return err
 		}

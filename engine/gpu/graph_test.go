@@ -84,3 +84,23 @@ func exportBytes(t *testing.T, e *Engine, slot int) []byte {
 	}
 	return b
 }
+
+// HostTimes counts the host's share of the steps run through the graph
+// cache and starts over at each call.
+func TestEmuHostTimes(t *testing.T) {
+	w, src := hfSourceOf(t, enginetest.PresetDir(t, enginetest.Presets[0]))
+	prompt := enginetest.Prompt(40, w.Config().VocabSize, 3)
+	e := newTestEngine(t, onEmu, src, engine.Options{MaxSeqLen: 128, Slots: 1})
+	e.HostTimes()
+	n := 6
+	enginetest.GenerateKeep(t, e, 0, prompt, engine.Params{}, n)
+	h := e.HostTimes()
+	// Each decode step flushes once, at its token download; prefill runs
+	// eagerly outside the graph cache.
+	if h.Runs < n-1 || h.RecordNs <= 0 || h.LaunchNs <= 0 || h.WaitNs <= 0 || h.UploadNs <= 0 {
+		t.Fatalf("host times after %d steps: %+v", n, h)
+	}
+	if h2 := e.HostTimes(); h2 != (HostTimes{}) {
+		t.Fatalf("HostTimes did not start a new count: %+v", h2)
+	}
+}

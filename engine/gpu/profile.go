@@ -44,6 +44,17 @@ type StepProfile struct {
 	Runs, Calls             int
 }
 
+// HostTimes returns the host-side times added up since the last call
+// (steps through the graph cache only) and starts a new count.
+func (g *Engine) HostTimes() HostTimes {
+	var h HostTimes
+	_ = g.m.r.run(func(device) error { // on the device thread that owns the counters
+		h, g.m.graphs.host = g.m.graphs.host, HostTimes{}
+		return nil
+	})
+	return h
+}
+
 // ProfileStep runs one Step over ids, then re-runs the device work that
 // step queued, timing every call alone and each run eagerly and as a graph.
 // A diagnostic (GPU only): the re-runs rewrite the slots' latest cache

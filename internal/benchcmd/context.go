@@ -44,6 +44,10 @@ type ContextRow struct {
 	Efficiency   float64          `json:"efficiency"`     // floor / step p50
 	UsPerLayer   float64          `json:"us_per_layer"`   // step p50 / layers
 	Profile      *gpu.StepProfile `json:"profile,omitempty"`
+	// Host is the host's share of the timed steps (per step, --profile on
+	// the unsharded GPU engine): recording the calls, the meta upload,
+	// launching the graph, waiting for the token.
+	Host *HostPerStep `json:"host_per_step,omitempty"`
 	// Tensor parallel (--devices with several ranks): what rank 0 (it runs
 	// the indexer) must read per step: its heads, its slice of every
 	// expert and of the vocabulary, the replicated parts, the caches.
@@ -229,6 +233,16 @@ func sliceConfig(cfg *model.Config, heads, inter, moe, vocab [2]int) *model.Conf
 // profiler is the GPU engine's per-call breakdown of a step.
 type profiler interface {
 	ProfileStep(ids []int, reps int) (*gpu.StepProfile, error)
+	HostTimes() gpu.HostTimes
+}
+
+// HostPerStep is gpu.HostTimes averaged over the timed steps, in us.
+type HostPerStep struct {
+	RecordUs float64 `json:"record_us"`
+	UploadUs float64 `json:"upload_us"`
+	LaunchUs float64 `json:"launch_us"`
+	WaitUs   float64 `json:"wait_us"`
+	Steps    int     `json:"steps"`
 }
 
 func runContexts(c *cli.Context, ctxs []int) error {
@@ -356,7 +370,11 @@ func runContexts(c *cli.Context, ctxs []int) error {
 			row := ContextRow{Context: C, Slots: slots}
 			var steps []float64
 			active := slices.Clone(ids)
+			pr, canProfile := e.(profiler)
 			for len(active) > 0 {
+				if canProfile && c.Bool("profile") && len(steps) == 2 {
+					pr.HostTimes() // the count starts after the graph captures
+				}
 				t := time.Now()
 				out, err := e.Step(active)
 				if err != nil {
@@ -373,13 +391,17 @@ func runContexts(c *cli.Context, ctxs []int) error {
 				// The profile re-runs one step's work after the timed steps
 				// (it steps the slots once more and rewrites their latest
 				// cache entries), then the slots are done.
-				if c.Bool("profile") && len(active) == slots && len(steps) == ntok-3 {
-					if pr, ok := e.(profiler); ok {
-						if row.Profile, err = pr.ProfileStep(active, 11); err != nil {
-							return err
-						}
-						break
+				if c.Bool("profile") && len(active) == slots && len(steps) == ntok-3 && canProfile {
+					if n := len(steps) - 2; n > 0 {
+						h := pr.HostTimes()
+						us := func(ns int64) float64 { return float64(ns) / 1e3 / float64(n) }
+						row.Host = &HostPerStep{RecordUs: us(h.RecordNs), UploadUs: us(h.UploadNs), LaunchUs: us(h.LaunchNs),
+							WaitUs: us(h.WaitNs), Steps: n}
 					}
+					if row.Profile, err = pr.ProfileStep(active, 11); err != nil {
+						return err
+					}
+					break
 				}
 			}
 			for s := range slots {
@@ -444,6 +466,10 @@ func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
 		fmt.Fprintf(w, " %13.3f %13.3f", float64(row.RankFloorBytes)/1e9, row.RankFloorMS)
 	}
 	fmt.Fprintln(w)
+	if h := row.Host; h != nil {
+		fmt.Fprintf(w, "  host per step (mean of %d): record %.0f us, meta upload %.0f us, launch %.0f us, wait for the token %.0f us\n",
+			h.Steps, h.RecordUs, h.UploadUs, h.LaunchUs, h.WaitUs)
+	}
 	if p := row.Profile; p != nil {
 		fmt.Fprintf(w, "  profile (each call alone; device %.0f us eager, %.0f us as graphs):\n", p.EagerUs, p.GraphUs)
 		for _, op := range p.Ops {

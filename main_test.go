@@ -279,6 +279,38 @@ func TestBenchDecode(t *testing.T) {
 	if _, _, code := run(t, "bench", "decode", "--model-dir", dir, "--slots", "0"); code != 2 {
 		t.Errorf("--slots 0: exit %d, want 2", code)
 	}
+
+	// Imported contexts with MTP: every timed step verifies a draft per
+	// slot, and the floor counts two rows through the main layers.
+	js = filepath.Join(t.TempDir(), "ctx.json")
+	args := []string{"bench", "decode", "--device", "cpu", "--model-dir", dir, "--context", "300", "--batches", "1", "--tokens", "8", "--json", js}
+	if _, stderr, code := run(t, args...); code != 0 {
+		t.Fatalf("bench --context: exit %d: %s", code, stderr)
+	}
+	out, stderr, code = run(t, append(args, "--mtp")...)
+	if code != 0 {
+		t.Fatalf("bench --context --mtp: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "draft acceptance") {
+		t.Errorf("bench --context --mtp printed no MTP line:\n%s", out)
+	}
+	data, err = os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cr struct {
+		Rows []struct {
+			MTP           bool    `json:"mtp"`
+			TokensPerStep float64 `json:"tokens_per_step"`
+			FloorBytes    int64   `json:"floor_bytes"`
+		} `json:"contexts"`
+	}
+	if err := json.Unmarshal(data, &cr); err != nil {
+		t.Fatal(err)
+	}
+	if len(cr.Rows) != 1 || !cr.Rows[0].MTP || cr.Rows[0].TokensPerStep < 1 || cr.Rows[0].TokensPerStep > 2 {
+		t.Errorf("bench --context --mtp result %+v", cr.Rows)
+	}
 }
 
 // A newcomer's slips get the real cause and a hint, exit 2, and no help

@@ -48,6 +48,12 @@ type ContextRow struct {
 	// the unsharded GPU engine): recording the calls, the meta upload,
 	// launching the graph, waiting for the token.
 	Host *HostPerStep `json:"host_per_step,omitempty"`
+	// With --mtp: tokens a slot got per timed step (1 + accepted drafts)
+	// and the draft acceptance over those steps. A step verifies one draft
+	// per slot (two rows through the main layers) and drafts the next.
+	MTP           bool    `json:"mtp,omitempty"`
+	TokensPerStep float64 `json:"tokens_per_step,omitempty"`
+	AcceptRate    float64 `json:"mtp_accept_rate,omitempty"`
 	// Tensor parallel (--devices with several ranks): what rank 0 (it runs
 	// the indexer) must read per step: its heads, its slice of every
 	// expert and of the vocabulary, the replicated parts, the caches.
@@ -95,14 +101,19 @@ func parseContexts(s string) ([]int, error) {
 // main layers, the embedding rows used, and of each MoE layer's routed
 // experts the expected number of distinct ones hit by slots rows of
 // top-k picks among E (all of them for one row).
-func weightFloorBytes(c *model.Config, slots int) int64 {
+func weightFloorBytes(c *model.Config, slots int) int64 { return weightFloorBytesMTP(c, slots, 0) }
+
+// weightFloorBytesMTP is weightFloorBytes for rows rows through the main
+// layers plus mtpRows rows through the MTP layer (0: not run).
+func weightFloorBytesMTP(c *model.Config, rows, mtpRows int) int64 {
 	var total float64
 	E, K := c.NRoutedExperts, c.NumExpertsPerTok
-	distinct := float64(K)
-	if E > 0 && slots > 1 {
-		distinct = float64(E) * (1 - math.Pow(1-float64(K)/float64(E), float64(slots)))
+	distinct := func(rows int) float64 {
+		if E > 0 && rows > 1 {
+			return float64(E) * (1 - math.Pow(1-float64(K)/float64(E), float64(rows)))
+		}
+		return float64(K)
 	}
-	expertLayers := map[int]bool{}
 	for _, s := range model.Specs(c) {
 		n := int64(1)
 		for _, d := range s.Shape {
@@ -119,14 +130,18 @@ func weightFloorBytes(c *model.Config, slots int) int64 {
 			b = 2 * n
 		}
 		layer, expert := specLayer(s.Name)
+		r := rows
+		if layer >= c.NumLayers {
+			r = mtpRows // the MTP layer
+		}
 		switch {
+		case r == 0:
 		case s.Name == model.EmbedTokensName:
-			total += float64(b) / float64(s.Shape[0]) * float64(slots)
-		case layer >= c.NumLayers:
-			// MTP layer: not run without --mtp
+			total += float64(b) / float64(s.Shape[0]) * float64(rows)
+		case strings.HasSuffix(s.Name, ".embed_tokens.weight"): // the MTP layer's own table
+			total += float64(b) / float64(s.Shape[0]) * float64(r)
 		case expert:
-			expertLayers[layer] = true
-			total += float64(b) * distinct / float64(E)
+			total += float64(b) * distinct(r) / float64(E)
 		default:
 			total += float64(b)
 		}
@@ -154,9 +169,24 @@ func specLayer(name string) (int, bool) {
 // context C: per layer the selected MLA entries (min(C, index_topk)) and,
 // where the layer has its own indexer, every key of the context.
 func cacheFloorBytes(c *model.Config, lay engine.Layout, C int) int64 {
+	return cacheFloorBytesMTP(c, lay, C, false)
+}
+
+// cacheFloorBytesMTP is cacheFloorBytes for an MTP step (mtp set): two rows
+// through the main layers, each attending over its own selection (the
+// indexer keys are read once), and one through the MTP layer.
+func cacheFloorBytesMTP(c *model.Config, lay engine.Layout, C int, mtp bool) int64 {
 	var b int64
-	for l := 0; l < c.NumLayers; l++ {
-		b += int64(min(C, c.IndexTopK)) * int64(lay.MLATokenBytes)
+	rows, layers := int64(1), c.NumLayers
+	if mtp {
+		rows, layers = 2, c.NumLayers+c.NumNextNLayers
+	}
+	for l := 0; l < layers; l++ {
+		r := rows
+		if l >= c.NumLayers {
+			r = 1
+		}
+		b += r * int64(min(C, c.IndexTopK)) * int64(lay.MLATokenBytes)
 		if c.HasIndexer(l) {
 			b += int64(C) * int64(lay.IndexerPageBytes) / engine.BlockSize
 		}
@@ -259,10 +289,6 @@ func runContexts(c *cli.Context, ctxs []int) error {
 		return cliutil.WithExitCode(errors.WithHint(errors.New("--slots must be positive and --tokens at least 5"),
 			"e.g. --slots 1 --tokens 32"), cliutil.ExitUsage)
 	}
-	if c.Bool("mtp") {
-		return cliutil.WithExitCode(errors.WithHint(errors.New("--context does not run --mtp yet"),
-			"drop --mtp (imported states carry no MTP-layer cache)"), cliutil.ExitUsage)
-	}
 	mode, err := engine.ParseMode(c.String("mode"))
 	if err != nil {
 		return cliutil.WithExitCode(err, cliutil.ExitUsage)
@@ -276,7 +302,8 @@ func runContexts(c *cli.Context, ctxs []int) error {
 		return err
 	}
 	maxSeq := slices.Max(ctxs) + ntok + 4
-	opts := engine.Options{Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: maxSeq}
+	mtp := c.Bool("mtp")
+	opts := engine.Options{Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: maxSeq, MTP: mtp}
 	res := ContextResult{Version: buildinfo.Version, Slots: batches, Tokens: ntok}
 	var (
 		e     engine.Engine
@@ -289,7 +316,7 @@ func runContexts(c *cli.Context, ctxs []int) error {
 			return cliutil.WithExitCode(errors.WithHint(errors.New("--dummy-weights and --model-dir both given"),
 				"pick one: real weights from a directory, or random ones of a model's dimensions"), cliutil.ExitUsage)
 		}
-		if cfg, err = engineload.DummyConfig(dm, c.Int("layers")); err != nil {
+		if cfg, err = engineload.DummyConfigMTP(dm, c.Int("layers"), mtp); err != nil {
 			return cliutil.WithExitCode(err, cliutil.ExitUsage)
 		}
 		if len(pl.Devices) > 1 {
@@ -369,6 +396,7 @@ func runContexts(c *cli.Context, ctxs []int) error {
 			}
 			row := ContextRow{Context: C, Slots: slots}
 			var steps []float64
+			var toks, drafted, accepted []int // per step, over its slots
 			active := slices.Clone(ids)
 			pr, canProfile := e.(profiler)
 			for len(active) > 0 {
@@ -381,6 +409,11 @@ func runContexts(c *cli.Context, ctxs []int) error {
 					return err
 				}
 				steps = append(steps, float64(time.Since(t).Microseconds())/1e3)
+				nt, nd, na := 0, 0, 0
+				for _, sr := range out {
+					nt, nd, na = nt+len(sr.Tokens), nd+sr.Drafted, na+sr.Accepted
+				}
+				toks, drafted, accepted = append(toks, nt), append(drafted, nd), append(accepted, na)
 				next := active[:0]
 				for _, sr := range out {
 					if sr.Finish == engine.FinishNone {
@@ -409,16 +442,31 @@ func runContexts(c *cli.Context, ctxs []int) error {
 			}
 			row.Steps = len(steps)
 			// Steady state: the first two steps capture the CUDA graphs.
-			timed := steps
-			if len(timed) > 4 {
-				timed = timed[2:]
+			skip := 0
+			if len(steps) > 4 {
+				skip = 2
 			}
+			timed := slices.Clone(steps[skip:])
 			slices.Sort(timed)
 			row.StepP50MS = timed[len(timed)/2]
 			row.StepP90MS = timed[len(timed)*9/10]
 			row.TokensPerSec = float64(slots) / (row.StepP50MS * 1e-3)
 			row.CacheBytes = int64(slots) * cacheFloorBytes(cfg, lay, C)
 			row.FloorBytes = weightFloorBytes(cfg, slots) + row.CacheBytes
+			if mtp {
+				nt, nd, na := 0, 0, 0
+				for i := skip; i < len(steps); i++ {
+					nt, nd, na = nt+toks[i], nd+drafted[i], na+accepted[i]
+				}
+				row.MTP = true
+				row.TokensPerStep = float64(nt) / float64(slots*(len(steps)-skip))
+				if nd > 0 {
+					row.AcceptRate = float64(na) / float64(nd)
+				}
+				row.TokensPerSec = row.TokensPerStep * float64(slots) / (row.StepP50MS * 1e-3)
+				row.CacheBytes = int64(slots) * cacheFloorBytesMTP(cfg, lay, C, true)
+				row.FloorBytes = weightFloorBytesMTP(cfg, 2*slots, slots) + row.CacheBytes
+			}
 			if res.CopyGBps > 0 {
 				row.FloorMS = float64(row.FloorBytes) / (res.CopyGBps * 1e9) * 1e3
 				row.Efficiency = row.FloorMS / row.StepP50MS
@@ -466,6 +514,10 @@ func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
 		fmt.Fprintf(w, " %13.3f %13.3f", float64(row.RankFloorBytes)/1e9, row.RankFloorMS)
 	}
 	fmt.Fprintln(w)
+	if row.MTP {
+		fmt.Fprintf(w, "  mtp: %.2f tokens/slot per step (draft acceptance %.2f); floor: 2 rows/slot through the main layers, 1 through the MTP layer\n",
+			row.TokensPerStep, row.AcceptRate)
+	}
 	if h := row.Host; h != nil {
 		fmt.Fprintf(w, "  host per step (mean of %d): record %.0f us, meta upload %.0f us, launch %.0f us, wait for the token %.0f us\n",
 			h.Steps, h.RecordUs, h.UploadUs, h.LaunchUs, h.WaitUs)

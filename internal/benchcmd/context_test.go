@@ -47,6 +47,38 @@ func TestWeightFloorBytes(t *testing.T) {
 	}
 }
 
+// An MTP step reads the main layers for two rows a slot (more distinct
+// experts than one row, fewer than twice) plus the MTP layer for one.
+func TestWeightFloorBytesMTP(t *testing.T) {
+	cfg, err := engineload.DummyConfigMTP("deepseek-v3.2", 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NumNextNLayers != 1 {
+		t.Fatalf("deepseek-v3.2 dummy: %d MTP layers", cfg.NumNextNLayers)
+	}
+	one, two := weightFloorBytes(cfg, 1), weightFloorBytesMTP(cfg, 2, 0)
+	if weightFloorBytesMTP(cfg, 1, 0) != one || two <= one || two >= 2*one {
+		t.Errorf("main layers: 1 row %d, 2 rows %d", one, two)
+	}
+	// The MTP layer is an MoE layer (8 routed experts and the shared one
+	// at 44 MB, attention ~0.2 GB), its eh_proj, and its own bf16 head
+	// (1.85 GB); one row of its embedding.
+	mtp := weightFloorBytesMTP(cfg, 2, 1) - two
+	if mtp < 2_400_000_000 || mtp > 2_800_000_000 {
+		t.Errorf("MTP layer adds %d bytes", mtp)
+	}
+	lay, err := engine.NewLayout(engine.CacheFP8DSMLA, 512, 64, 128, 4096, []bool{true, true, true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 main layers x 2 rows + the MTP layer x 1 row of 2048 selected
+	// entries; the keys of 3 indexers once.
+	if got, want := cacheFloorBytesMTP(cfg, lay, 4096, true), int64(5*2048*656+3*4096*132); got != want {
+		t.Errorf("MTP cache floor %d, want %d", got, want)
+	}
+}
+
 func TestParseContexts(t *testing.T) {
 	for _, tc := range []struct {
 		in   string

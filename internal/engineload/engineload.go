@@ -221,6 +221,12 @@ var DummyModels = []string{"deepseek-v3.2", "glm-5"}
 // DummyConfig is the config of a --dummy-weights model with moeLayers MoE
 // layers after the family's dense ones and no MTP layer.
 func DummyConfig(name string, moeLayers int) (*model.Config, error) {
+	return DummyConfigMTP(name, moeLayers, false)
+}
+
+// DummyConfigMTP is DummyConfig with the model's MTP layer when mtp is set
+// (bench decode --context --mtp).
+func DummyConfigMTP(name string, moeLayers int, mtp bool) (*model.Config, error) {
 	if moeLayers < 0 || moeLayers > 200 {
 		return nil, errors.WithHintf(errors.Newf("--layers %d", moeLayers), "give 0..200 MoE layers (8 fit one H200)")
 	}
@@ -248,6 +254,9 @@ func DummyConfig(name string, moeLayers int) (*model.Config, error) {
 	}
 	p.NumLayers = p.FirstKDenseReplace + moeLayers
 	p.NumNextN = 0
+	if mtp {
+		p.NumNextN = 1
+	}
 	b, err := synth.Build(p, 0)
 	if err != nil {
 		return nil, err

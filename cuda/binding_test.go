@@ -360,3 +360,26 @@ func TestNoGPUError(t *testing.T) {
 
 // The test references (fp8Table, fp8Encode, bf16Round, the RNG) are written
 // independently of numeric/; they must agree with it and with each other.
+
+func TestSplitCompileOption(t *testing.T) {
+	for _, tc := range []struct {
+		major, minor int
+		env, want    string
+		bad          bool
+	}{
+		{13, 0, "", "--split-compile=0", false},
+		{12, 1, "", "--split-compile=0", false},
+		{12, 0, "", "", false},
+		{11, 8, "", "", false},
+		{13, 0, "1", "", false},
+		{13, 0, "8", "--split-compile=8", false},
+		{11, 8, "4", "--split-compile=4", false}, // asked for: tried, with the fallback
+		{13, 0, "-2", "", true},
+		{13, 0, "all", "", true},
+	} {
+		got, err := splitCompileOption(tc.major, tc.minor, tc.env)
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("NVRTC %d.%d %s=%q: %q, %v; want %q (error %v)", tc.major, tc.minor, envNVRTCThreads, tc.env, got, err, tc.want, tc.bad)
+		}
+	}
+}

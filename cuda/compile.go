@@ -2,6 +2,9 @@ package cuda
 
 import (
 	"log/slog"
+	"os"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -15,6 +18,8 @@ type Compiled struct {
 	CacheHit bool
 	Key      string
 	Took     time.Duration
+	// Options are the NVRTC flags the image was built with.
+	Options []string
 }
 
 // CompileModule compiles src (named name in messages) with NVRTC for a
@@ -25,22 +30,64 @@ func CompileModule(nv *NVRTC, major, minor int, src, name string, options func(a
 	if err != nil {
 		return nil, err
 	}
-	opts := options(arch)
-	key := CacheKey(src, opts, arch, nv.Version())
+	split, err := splitCompileOption(nv.Major, nv.Minor, os.Getenv(envNVRTCThreads))
+	if err != nil {
+		return nil, err
+	}
 	ext := "ptx"
 	if cubin {
 		ext = "cubin"
 	}
 	start := time.Now()
-	if img, ok := cache.Load(key, ext); ok {
-		return &Compiled{Image: img, Arch: arch, Cubin: cubin, CacheHit: true, Key: key, Took: time.Since(start)}, nil
+	base := options(arch)
+	tries := [][]string{base}
+	if split != "" {
+		// An NVRTC that refuses the option compiles without it.
+		tries = [][]string{append(slices.Clone(base), split), base}
 	}
-	img, err := nv.Compile(src, name, opts, cubin)
-	if err != nil {
-		return nil, errors.Wrapf(err, "compiling %s for %s with NVRTC %s (%s)", name, arch, nv.Version(), nv.Lib)
+	for i, opts := range tries {
+		key := CacheKey(src, opts, arch, nv.Version())
+		if img, ok := cache.Load(key, ext); ok {
+			return &Compiled{Image: img, Arch: arch, Cubin: cubin, CacheHit: true, Key: key, Took: time.Since(start), Options: opts}, nil
+		}
+		img, err := nv.Compile(src, name, opts, cubin)
+		if err != nil {
+			if i+1 < len(tries) && errors.Is(err, ErrNVRTCInvalidOption) {
+				slog.Info("cuda: NVRTC refused parallel compilation; compiling on one thread", "option", split, "nvrtc", nv.Version())
+				continue
+			}
+			return nil, errors.Wrapf(err, "compiling %s for %s with NVRTC %s (%s)", name, arch, nv.Version(), nv.Lib)
+		}
+		if err := cache.Store(key, ext, img); err != nil {
+			slog.Warn("cuda: kernel cache not written", "err", err)
+		}
+		return &Compiled{Image: img, Arch: arch, Cubin: cubin, Key: key, Took: time.Since(start), Options: opts}, nil
 	}
-	if err := cache.Store(key, ext, img); err != nil {
-		slog.Warn("cuda: kernel cache not written", "err", err)
+	return nil, errors.AssertionFailedf("no compile attempt") // unreachable: tries is never empty
+}
+
+// envNVRTCThreads caps the threads NVRTC optimises the kernels on (its
+// --split-compile): unset or 0 for every core, 1 for one thread.
+const envNVRTCThreads = "TILERT_NVRTC_THREADS"
+
+// splitCompileOption is the NVRTC flag that runs the module's optimisation
+// passes on several threads (NVRTC 12.1+): the embedded module is ~100
+// kernels, most of them template instances, and on one thread its first
+// compile on a fresh machine takes ~45 s.
+func splitCompileOption(major, minor int, env string) (string, error) {
+	if env == "" {
+		if major < 12 || major == 12 && minor < 1 {
+			return "", nil
+		}
+		return "--split-compile=0", nil
 	}
-	return &Compiled{Image: img, Arch: arch, Cubin: cubin, Key: key, Took: time.Since(start)}, nil
+	n, err := strconv.Atoi(env)
+	if err != nil || n < 0 {
+		return "", errors.WithHintf(errors.Newf("%s=%q is not a thread count", envNVRTCThreads, env),
+			"set it to 0 (every core), 1 (one thread) or another positive count, or unset it")
+	}
+	if n == 1 {
+		return "", nil
+	}
+	return "--split-compile=" + env, nil // asked for: tried even on an older NVRTC
 }

@@ -169,10 +169,14 @@ func nvrtcErrorName(r NVRTCResult) string {
 	return fmt.Sprintf("NVRTC_ERROR_%d", int(r))
 }
 
+// ErrNVRTCInvalidOption marks NVRTC's NVRTC_ERROR_INVALID_OPTION.
+var ErrNVRTCInvalidOption = errors.New("NVRTC refused an option")
+
 func newNVRTCError(call string, r NVRTCResult) error {
 	err := errors.Newf("%s: %s (%d)", call, nvrtcErrorName(r), int(r))
 	if r == 5 {
-		err = errors.WithHint(err, "this NVRTC does not know an option or the target architecture; set TILERT_NVRTC to a newer libnvrtc")
+		err = errors.Mark(errors.WithHint(err, "this NVRTC does not know an option or the target architecture; set TILERT_NVRTC to a newer libnvrtc"),
+			ErrNVRTCInvalidOption)
 	}
 	return err
 }

@@ -74,11 +74,19 @@ func TestNVRTCCompilesKernels(t *testing.T) {
 	if len(ck.Image) < 1000 || ck.CacheHit {
 		t.Fatalf("image %d bytes, hit %v", len(ck.Image), ck.CacheHit)
 	}
-	t.Logf("compiled for %s (cubin %v) in %v, %d bytes", ck.Arch, ck.Cubin, ck.Took, len(ck.Image))
+	t.Logf("compiled for %s (cubin %v) in %v, %d bytes, options %q", ck.Arch, ck.Cubin, ck.Took, len(ck.Image), ck.Options)
 	again, err := Compile(nv, 9, 0, cuda.KernelCache{Dir: dir})
 	if err != nil || !again.CacheHit || string(again.Image) != string(ck.Image) {
 		t.Fatalf("second compile not served from the cache: %v", err)
 	}
+	// Parallel compilation asked for: an NVRTC that refuses the flag
+	// compiles on one thread instead (NVRTC 11.8 here), a newer one uses it.
+	t.Setenv("TILERT_NVRTC_THREADS", "2")
+	par, err := Compile(nv, 9, 0, cuda.KernelCache{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("with TILERT_NVRTC_THREADS=2: %+v", err)
+	}
+	t.Logf("TILERT_NVRTC_THREADS=2: %v, options %q", par.Took, par.Options)
 	// A compile error must come back with NVRTC's log.
 	// (at the oldest arch this NVRTC knows: NVRTC 13 dropped everything below 75).
 	low := 75

@@ -18,9 +18,49 @@ const MaxTileM = 8
 
 const tileThreads = 256
 
-// forceTileG and forceTileR pin the group size and rows per group (tests
-// and timing sweeps); 0 lets tileShape choose.
-var forceTileG, forceTileR int
+// forceTileG and forceTileR pin the group size and rows per group, and
+// forceTileV the variant ("-" for the plain one; tests and timing sweeps);
+// 0 and "" let tileShape and tileVariant choose.
+var (
+	forceTileG, forceTileR int
+	forceTileV             string
+)
+
+// Tile variants of one input row of fp8 weights, each with the plain
+// kernel's per-thread chunk order (so the same sums bit for bit): "_d16"
+// keeps 16 loads in flight per thread (two rounds' worth, 128 registers,
+// two blocks per SM), "_o4" 8 loads at 64 registers (four blocks per SM).
+var tileVariants = []string{"", "_d16", "_o4"}
+
+// tileVariant is the kernel name suffix for R rows per group and M input
+// rows of fp8 (esize 1) or bf16 weights.
+func tileVariant(R, M, esize int) string {
+	if esize != 1 || tileMM(M) != 1 {
+		return ""
+	}
+	v := ""
+	if TileRule == 3 {
+		v = tileVariant3(R)
+	}
+	switch f := forceTileV; {
+	case f == "-":
+		v = ""
+	case f != "":
+		v = f
+	}
+	if (v == "_d16" && R < 2) || (v == "_o4" && R < 4) {
+		return ""
+	}
+	return v
+}
+
+// tileVariant3 is rule 3's variant choice (see tileShape3).
+func tileVariant3(R int) string {
+	if R >= 2 {
+		return "_d16"
+	}
+	return ""
+}
 
 // tileMM is the compiled row bound for M rows.
 func tileMM(M int) int {
@@ -34,16 +74,19 @@ func tileMM(M int) int {
 
 // TileRule picks the tile kernels' shape rule and arithmetic: 1 (default)
 // is what gpu-check passed with on the H200 (docs/measured/
-// h200-2026-12-01-gemv2 run 1); 2 streams faster (run 2: step 5.15 -> 4.57 ms)
-// but moved one engine check (glm-5-tiny penalty logprobs vs the CPU) past
-// its bound, so it is opt-in until gpu-check passes with it.
+// h200-2026-12-01-gemv2 run 1); 2 streams faster (run 2: step 5.15 -> 4.57
+// ms) with another group size (summation order) and, for several input
+// rows, each weight scaled before its products (the CPU's order); 3 is
+// rule 2's group sizes and arithmetic, so the same floats bit for bit, with
+// the rows per group and loads in flight of the experts sweep
+// (docs/measured/h200-2026-12-01-experts).
 var TileRule = 1
 
 // tileShape picks the group size G (threads splitting K) and the rows per
 // group R for N output rows of kbytes bytes, M input rows and nslots slots
 // in y, by TileRule.
 func tileShape(sms, N, kbytes, M, nslots int, pair bool) (G, R int) {
-	if TileRule == 2 {
+	if TileRule >= 2 {
 		G, R = tileShape2(sms, N, kbytes, M, nslots, pair)
 	} else {
 		G, R = tileShape1(sms, N, kbytes, M, nslots, pair)
@@ -150,10 +193,10 @@ func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
 	if pair {
 		rout = R / 2
 	}
-	name := fmt.Sprintf("gemv_tile_%s_r%d_m%d", wt, R, tileMM(a.M))
+	name := fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), tileVariant(R, a.M, esize))
 	grid := cuda.D3(cdiv(cdiv(a.N, rout), tileThreads/G), nslots, 1)
 	return k.launch(name, grid, cuda.D1(tileThreads), 0, s, a.t0, a.ts0, a.t1, a.ts1, a.ids, a.slots,
-		a.w0, a.s0, a.w1, a.s1, a.x, a.ldx, max(1, a.xdiv), a.xsh, a.y, a.ldy, a.resid, a.N, a.K, a.M, G, b2i(TileRule == 2))
+		a.w0, a.s0, a.w1, a.s1, a.x, a.ldx, max(1, a.xdiv), a.xsh, a.y, a.ldy, a.resid, a.N, a.K, a.M, G, b2i(TileRule >= 2))
 }
 
 func checkTile(N, K, M, ldx, ldy int) error {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -16,16 +17,84 @@ import (
 // rows per group, and that two runs agree bit for bit.
 func TestKernelGemvTile(t *testing.T) {
 	defer func(r int) { TileRule = r }(TileRule)
-	for _, rule := range []int{1, 2} {
-		TileRule = rule
-		for _, gr := range [][2]int{{0, 0}, {32, 2}, {64, 4}, {128, 1}, {256, 8}, {256, 2}} {
-			t.Run(fmt.Sprintf("rule=%d_G=%d_R=%d", rule, gr[0], gr[1]), func(t *testing.T) {
-				forceTileG, forceTileR = gr[0], gr[1]
-				defer func() { forceTileG, forceTileR = 0, 0 }()
-				testGemvTile(t, fmt.Sprintf(" rule=%d G=%d R=%d", rule, gr[0], gr[1]))
-			})
-		}
+	type cfg struct {
+		rule, G, R int
+		v          string
 	}
+	cfgs := []cfg{{1, 0, 0, ""}, {2, 0, 0, ""}, {3, 0, 0, ""}, {1, 32, 2, "-"}, {1, 128, 1, "-"}, {2, 256, 8, "-"},
+		{2, 64, 4, "-"}, {2, 256, 2, "-"}, {3, 64, 8, "_d16"}, {3, 32, 4, "_d16"}, {3, 128, 2, "_d16"},
+		{3, 64, 8, "_o4"}, {3, 256, 4, "_o4"}}
+	for _, cf := range cfgs {
+		tag := fmt.Sprintf(" rule=%d G=%d R=%d%s", cf.rule, cf.G, cf.R, cf.v)
+		t.Run(strings.ReplaceAll(tag[1:], " ", "_"), func(t *testing.T) {
+			TileRule = cf.rule
+			forceTileG, forceTileR, forceTileV = cf.G, cf.R, cf.v
+			defer func() { forceTileG, forceTileR, forceTileV = 0, 0, "" }()
+			testGemvTile(t, tag)
+		})
+	}
+}
+
+// TestKernelTileVariantsBitwise: every variant of one input row runs the
+// plain kernel's per-thread chunk order, so for the same group size and
+// rows per group it must give the same floats, bit for bit (fresh random
+// experts, routed and shared, gate-up paired and down, and a dense GEMV).
+func TestKernelTileVariantsBitwise(t *testing.T) {
+	defer func(r int) { TileRule = r }(TileRule)
+	defer func() { forceTileG, forceTileR, forceTileV = 0, 0, "" }()
+	TileRule = 2
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		const E, top, H, I = 12, 8, 1024, 384
+		var tabW, tabS, shW, shS [3]cuda.DevPtr
+		dims := [3][2]int{{I, H}, {I, H}, {H, I}}
+		for p := range 3 {
+			ex := randFP8Experts(r, a, E+1, dims[p][0], dims[p][1])
+			tabW[p], tabS[p] = a.up(ex.wp[:E]), a.up(ex.sp[:E])
+			shW[p], shS[p] = ex.wp[E], ex.sp[E]
+		}
+		ids := make([]int32, top)
+		for j, e := range r.Perm(E)[:top] {
+			ids[j] = int32(e)
+		}
+		idp := a.up(ids)
+		h := a.up(randF32(r, H, 1))
+		gu := a.poisoned((top + 1) * I)
+		dw := randFP8(r, 1000*1536)
+		dwp, dsp := a.up(dw), a.up(randScales(r, cdiv(1000, 128)*cdiv(1536, 128), -8))
+		dx := a.up(randF32(r, 1536, 1))
+		run := func() [3][]float32 {
+			var out [3][]float32
+			chk(k.ExpertsFP8(s, gu, h, H, top, 0, [2]cuda.DevPtr{tabW[0], tabW[1]}, [2]cuda.DevPtr{tabS[0], tabS[1]}, idp, top,
+				[2]cuda.DevPtr{shW[0], shW[1]}, [2]cuda.DevPtr{shS[0], shS[1]}, 1, I, H))
+			out[0] = downF32(c, gu, (top+1)*I)
+			yd := a.poisoned((top + 1) * H)
+			chk(k.ExpertsFP8(s, yd, gu, I, 1, top, [2]cuda.DevPtr{tabW[2]}, [2]cuda.DevPtr{tabS[2]}, idp, top,
+				[2]cuda.DevPtr{shW[2]}, [2]cuda.DevPtr{shS[2]}, 1, H, I))
+			out[1] = downF32(c, yd, (top+1)*H)
+			yq := a.poisoned(1000)
+			chk(k.GemvFP8Tile(s, yq, dx, dwp, dsp, 0, 1000, 1536, 1, 1536, 1000))
+			out[2] = downF32(c, yq, 1000)
+			return out
+		}
+		for _, g := range []int{32, 64, 128, 256} {
+			for _, rr := range []int{2, 4, 8} {
+				forceTileG, forceTileR, forceTileV = g, rr, "-"
+				plain := run()
+				for _, v := range tileVariants[1:] {
+					if v == "_o4" && rr < 4 {
+						continue
+					}
+					forceTileV = v
+					got := run()
+					for i, what := range []string{"experts gate-up", "experts down", "gemv 1000x1536"} {
+						record(t, fmt.Sprintf("tile variant %s G=%d R=%d == plain: %s", v, g, rr, what), "differing outputs",
+							float64(diffCount(got[i], plain[i])), 0)
+					}
+				}
+			}
+		}
+	})
 }
 
 func refSiluMul(g, u []float64) []float64 {

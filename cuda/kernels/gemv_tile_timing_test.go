@@ -15,6 +15,8 @@ import (
 // logs a sweep of group sizes and rows per group. Reported, never asserted.
 func TestKernelTileTiming(t *testing.T) {
 	needTiming(t)
+	rule0 := TileRule
+	defer func() { TileRule = rule0; forceTileG, forceTileR, forceTileV = 0, 0, "" }()
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		add := timingTable(t, c, a, r, 1<<30, "tile: device-to-device copy 1 GiB (read+write)", "reference")
@@ -50,23 +52,37 @@ func TestKernelTileTiming(t *testing.T) {
 			for _, M := range []int{1, 4, 8} {
 				old := medianUs(c, s, 2*nc, 11, func() { before(y, x, ws[i%nc], ss[i%nc], N, K, M); i++ })
 				add(fmtName("before N=%d K=%d M=%d cold", N, K, M), bytes(M), old, what)
-				us := medianUs(c, s, 2*nc, 11, func() { chk(k.GemvFP8Tile(s, y, x, ws[i%nc], ss[i%nc], 0, N, K, M, K, N)); i++ })
-				G, R := tileShape(k.c.Info().SMs, N, K, M, 1, false)
-				if M == 1 {
-					one = us
+				for _, rule := range []int{1, 2, 3} {
+					TileRule = rule
+					us := medianUs(c, s, 2*nc, 11, func() { chk(k.GemvFP8Tile(s, y, x, ws[i%nc], ss[i%nc], 0, N, K, M, K, N)); i++ })
+					G, R := tileShape(k.c.Info().SMs, N, K, M, 1, false)
+					if M == 1 && rule == 1 {
+						one = us
+					}
+					add(fmtName("gemv_tile_fp8 N=%d K=%d M=%d cold rule %d G=%d R=%d%s", N, K, M, rule, G, R, tileVariant(R, M, 1)), bytes(M), us,
+						fmtName("%.2fx before, %.2fx M=1 rule 1", old/us, us/one))
 				}
-				add(fmtName("gemv_tile_fp8 N=%d K=%d M=%d cold G=%d R=%d", N, K, M, G, R), bytes(M), us,
-					fmtName("%.2fx before, %.2fx M=1", old/us, us/one))
+				TileRule = rule0
 			}
-			// Sweep (logged only): which group size and rows per group stream best.
+			// Sweep (logged only): which group size, rows per group and
+			// variant stream best.
 			line := ""
 			for _, g := range []int{32, 64, 128, 256} {
 				for _, rr := range []int{1, 2, 4, 8} {
-					forceTileG, forceTileR = g, rr
-					us := medianUs(c, s, 2*nc, 5, func() { chk(k.GemvFP8Tile(s, y, x, ws[i%nc], ss[i%nc], 0, N, K, 1, K, N)); i++ })
-					line += fmt.Sprintf(" G%d/R%d:%.1f", g, rr, us)
+					for _, v := range tileVariants {
+						if (v == "_d16" && rr < 2) || (v == "_o4" && rr < 4) {
+							continue
+						}
+						forceTileG, forceTileR, forceTileV = g, rr, v
+						if v == "" {
+							forceTileV = "-"
+						}
+						us := medianUs(c, s, 2*nc, 5, func() { chk(k.GemvFP8Tile(s, y, x, ws[i%nc], ss[i%nc], 0, N, K, 1, K, N)); i++ })
+						line += fmt.Sprintf(" G%d/R%d%s:%.1f", g, rr, v, us)
+					}
 				}
 			}
+			forceTileV = ""
 			for _, M := range []int{4, 8} {
 				G, _ := tileShape(k.c.Info().SMs, N, K, M, 1, false)
 				line += fmt.Sprintf(" | M=%d G=%d", M, G)
@@ -163,32 +179,61 @@ func TestKernelTileTiming(t *testing.T) {
 					i++
 				})
 				add(fmtName("before: MoE experts %d of %d +shared, M=%d, H=%d I=%d", top, E, M, H, I), bytes, old, what)
-				us := medianUs(c, s, sets, 11, func() {
-					ids := idps[i%sets]
-					chk(k.ExpertsFP8(s, eg, h, H, top, 0, [2]cuda.DevPtr{gT, uT}, [2]cuda.DevPtr{gS, uS}, ids, slots,
-						[2]cuda.DevPtr{gW, uW}, [2]cuda.DevPtr{gSW, uSW}, M, I, H))
-					chk(k.ExpertsFP8(s, ey, eg, I, 1, slots, [2]cuda.DevPtr{dT}, [2]cuda.DevPtr{dS}, ids, slots,
-						[2]cuda.DevPtr{dW}, [2]cuda.DevPtr{dSW}, M, H, I))
-					chk(k.MoECombineSlots(s, mo, ey, wts, ey.Add(int64(4*slots*H)), M, top, H))
-					i++
-				})
-				if M == 1 {
-					one = us
-				}
-				add(fmtName("tile: MoE experts %d of %d +shared, M=%d, H=%d I=%d (3 launches)", top, E, M, H, I), bytes, us,
-					fmtName("%.2fx before, %.2fx M=1", old/us, us/one))
-				gu := medianUs(c, s, sets, 11, func() {
+				guF := func() {
 					chk(k.ExpertsFP8(s, eg, h, H, top, 0, [2]cuda.DevPtr{gT, uT}, [2]cuda.DevPtr{gS, uS}, idps[i%sets], slots,
 						[2]cuda.DevPtr{gW, uW}, [2]cuda.DevPtr{gSW, uSW}, M, I, H))
-					i++
-				})
-				add(fmtName("  of which gate-up+SwiGLU, %d slots", slots+M), float64((slots+M)*2*I*H), gu, "")
-				dn := medianUs(c, s, sets, 11, func() {
+				}
+				dnF := func() {
 					chk(k.ExpertsFP8(s, ey, eg, I, 1, slots, [2]cuda.DevPtr{dT}, [2]cuda.DevPtr{dS}, idps[i%sets], slots,
 						[2]cuda.DevPtr{dW}, [2]cuda.DevPtr{dSW}, M, H, I))
-					i++
-				})
-				add(fmtName("  of which down, %d slots", slots+M), float64((slots+M)*I*H), dn, "")
+				}
+				for _, rule := range []int{1, 2, 3} {
+					TileRule = rule
+					us := medianUs(c, s, sets, 11, func() {
+						guF()
+						dnF()
+						chk(k.MoECombineSlots(s, mo, ey, wts, ey.Add(int64(4*slots*H)), M, top, H))
+						i++
+					})
+					if M == 1 && rule == 1 {
+						one = us
+					}
+					add(fmtName("tile rule %d: MoE experts %d of %d +shared, M=%d, H=%d I=%d (3 launches)", rule, top, E, M, H, I), bytes, us,
+						fmtName("%.2fx before, %.2fx M=1 rule 1", old/us, us/one))
+					gu := medianUs(c, s, sets, 11, func() { guF(); i++ })
+					G, R := tileShape(k.c.Info().SMs, I, H, 1, slots+M, true)
+					add(fmtName("  of which gate-up+SwiGLU, %d slots G=%d R=%d%s", slots+M, G, R, tileVariant(R, 1, 1)), float64((slots+M)*2*I*H), gu, "")
+					dn := medianUs(c, s, sets, 11, func() { dnF(); i++ })
+					G, R = tileShape(k.c.Info().SMs, H, I, 1, slots+M, false)
+					add(fmtName("  of which down, %d slots G=%d R=%d%s", slots+M, G, R, tileVariant(R, 1, 1)), float64((slots+M)*I*H), dn, "")
+					cb := medianUs(c, s, sets, 11, func() {
+						chk(k.MoECombineSlots(s, mo, ey, wts, ey.Add(int64(4*slots*H)), M, top, H))
+						i++
+					})
+					add(fmtName("  of which combine, %d rows", M), float64(4*(slots+2*M)*H), cb, "")
+				}
+				TileRule = rule0
+				// Sweep (logged only): group size x rows per group x variant.
+				for pi, f := range []func(){guF, dnF} {
+					line := ""
+					for _, g := range []int{32, 64, 128, 256} {
+						for _, rr := range []int{2, 4, 8} {
+							for _, v := range tileVariants {
+								if v == "_o4" && rr < 4 {
+									continue
+								}
+								forceTileG, forceTileR, forceTileV = g, rr, v
+								if v == "" {
+									forceTileV = "-"
+								}
+								us := medianUs(c, s, sets, 5, func() { f(); i++ })
+								line += fmt.Sprintf(" G%d/R%d%s:%.1f", g, rr, v, us)
+							}
+						}
+					}
+					forceTileG, forceTileR, forceTileV = 0, 0, ""
+					t.Logf("experts sweep %s M=%d slots=%d H=%d I=%d us:%s", []string{"gate-up", "down"}[pi], M, slots+M, H, I, line)
+				}
 			}
 		}
 		moe(64, 8, 7168, 2048, []int{1, 4, 8}, "DeepSeek-V3.2 routed + shared (64 experts: past L2)")

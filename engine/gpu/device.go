@@ -188,17 +188,26 @@ const (
 var gemvWideMode = os.Getenv("TILERT_GPU_GEMV_WIDE")
 
 // gemvTileOn: TILERT_GPU_GEMV_TILE=0 keeps the GEMVs of before the tile
-// kernels and the per-row MoE (comparisons); =2 takes the tile kernels'
-// faster shape rule (kernels.TileRule), opt-in until gpu-check passes with it.
+// kernels and the per-row MoE (comparisons); =1, =2 and =3 pick the tile
+// kernels' shape rule (kernels.TileRule; unset: its default).
 var (
 	gemvTileMode = os.Getenv("TILERT_GPU_GEMV_TILE")
 	gemvTileOn   = gemvTileMode != "0"
 )
 
 func init() {
-	if gemvTileMode == "2" {
-		kernels.TileRule = 2
+	if r := tileRuleOf(gemvTileMode); r > 0 {
+		kernels.TileRule = r
 	}
+}
+
+// tileRuleOf is the tile rule TILERT_GPU_GEMV_TILE names (0: the default).
+func tileRuleOf(mode string) int {
+	switch mode {
+	case "1", "2", "3":
+		return int(mode[0] - '0')
+	}
+	return 0
 }
 
 func gemvWide(rows int) bool {

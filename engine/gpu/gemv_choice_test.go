@@ -21,3 +21,12 @@ func TestGemvWideChoice(t *testing.T) {
 		}
 	}
 }
+
+// TestTileRuleOf pins the TILERT_GPU_GEMV_TILE spellings of the tile rules.
+func TestTileRuleOf(t *testing.T) {
+	for mode, want := range map[string]int{"": 0, "0": 0, "1": 1, "2": 2, "3": 3, "4": 0, "on": 0} {
+		if got := tileRuleOf(mode); got != want {
+			t.Errorf("TILERT_GPU_GEMV_TILE=%q: rule %d, want %d", mode, got, want)
+		}
+	}
+}

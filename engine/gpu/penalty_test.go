@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
@@ -90,17 +91,14 @@ func testPenaltiesMatchCPU(t *testing.T, kind deviceKind, ranks int) {
 				if enginetest.FirstDiff(plain, want.toks) < 0 {
 					t.Errorf("penalties changed nothing: %v", plain)
 				}
-				var maxD float64
-				ids := 0
-				for i := range min(len(got.lps), len(want.lps)) {
-					maxD = math.Max(maxD, math.Abs(float64(got.lps[i].Logprob-want.lps[i].Logprob)))
-					for j := range min(len(got.lps[i].Top), len(want.lps[i].Top)) {
-						if got.lps[i].Top[j].ID != want.lps[i].Top[j].ID {
-							ids++
-						}
-						maxD = math.Max(maxD, math.Abs(float64(got.lps[i].Top[j].Logprob-want.lps[i].Top[j].Logprob)))
-					}
-				}
+				ds, ids := lpDiffs(got, want)
+				// Typical logprobs agree to float32 level (the median); an fp8
+				// cache rounding or MoE near-tie flipped by float32-sized
+				// differences moves a position's logprobs by more than flipErr,
+				// so such positions are counted, as the logit check counts
+				// them, against at least flipFraction or what noise of that
+				// size does to the emulator in this very scenario.
+				noise := penaltyNoise(t, src, opts, prompt, p, want)
 				name := fmt.Sprintf("%s %s penalties+bias+min_tokens greedy == CPU", kind, pr)
 				if ranks > 0 {
 					name = fmt.Sprintf("%s %s TP-%d penalties+bias+min_tokens greedy == CPU", kind, pr, ranks)
@@ -109,9 +107,86 @@ func testPenaltiesMatchCPU(t *testing.T, kind deviceKind, ranks int) {
 					name += " (MTP)"
 				}
 				record(t, name, "tokens after first mismatch", float64(diff), 0)
-				record(t, name+": logprobs", "max |d logprob|", maxD, flipErr) // the backends' logits agree to this (TestGPULogitsMatchEmulator)
+				t.Logf("max |d logprob| %.3g at %d of %d positions", slices.Max(ds.all), ds.worst, len(ds.pos))
+				record(t, name+": logprobs", "median |d logprob|", median(ds.all), medianBound)
+				record(t, name+": logprobs", fmt.Sprintf("positions with |d| > %.0e", flipErr), ds.flipFrac(), max(flipFraction, noise))
 				record(t, name+": top-5 ids", "mismatched ids", float64(ids), 0)
 			}
 		})
 	}
+}
+
+// lpDiff holds |d logprob| of every chosen and top token (all) and the
+// largest per position (pos).
+type lpDiff struct {
+	all, pos []float64
+	worst    int
+}
+
+// lpDiffs compares got's logprobs with want's; ids counts differing top ids.
+func lpDiffs(got, want lpRun) (d lpDiff, ids int) {
+	for i := range min(len(got.lps), len(want.lps)) {
+		m := math.Abs(float64(got.lps[i].Logprob - want.lps[i].Logprob))
+		d.all = append(d.all, m)
+		for j := range min(len(got.lps[i].Top), len(want.lps[i].Top)) {
+			if got.lps[i].Top[j].ID != want.lps[i].Top[j].ID {
+				ids++
+			}
+			v := math.Abs(float64(got.lps[i].Top[j].Logprob - want.lps[i].Top[j].Logprob))
+			d.all = append(d.all, v)
+			m = max(m, v)
+		}
+		if len(d.pos) == 0 || m > d.pos[d.worst] {
+			d.worst = len(d.pos)
+		}
+		d.pos = append(d.pos, m)
+	}
+	if len(d.pos) == 0 { // nothing compared: fail
+		d.all, d.pos = []float64{math.Inf(1)}, []float64{math.Inf(1)}
+	}
+	return d, ids
+}
+
+// flipFrac is the fraction of positions whose logprobs moved by more than
+// flipErr.
+func (d lpDiff) flipFrac() float64 {
+	n := 0
+	for _, v := range d.pos {
+		if v > flipErr {
+			n++
+		}
+	}
+	return float64(n) / float64(len(d.pos))
+}
+
+// penaltyNoiseSeeds is how many noisy emulator runs penaltyNoise takes.
+const penaltyNoiseSeeds = 4
+
+// penaltyNoise is the largest fraction of positions whose logprobs move by
+// more than flipErr against the CPU (want) when every GEMV output of the
+// emulator is nudged by noiseLevel (the size of float32 summation-order
+// differences), over penaltyNoiseSeeds fixed noise sequences. On the tiny
+// random models such noise flips fp8 cache roundings and MoE near-ties:
+// 2026-12-01, 6 sequences, tokens and top-5 ids unchanged in all, max
+// |d logprob| 0.0127-0.0128 in 3 of 6 for glm-5-tiny and up to 0.95 for
+// deepseek-v3.2-tiny, so a fixed bound on the largest difference sits
+// inside the noise (engine/gpu/NOTES.md).
+func penaltyNoise(t *testing.T, src Source, opts engine.Options, prompt []int, p engine.Params, want lpRun) float64 {
+	t.Helper()
+	var frac, worst float64
+	for seed := uint64(1); seed <= penaltyNoiseSeeds; seed++ {
+		b, err := build(&noisyRunner{m: &noisyEmu{emuDevice: newEmu(), n: seed * 0x9E3779B97F4A7C15}}, src, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := generateLP(t, b, prompt, p, genTokens)
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := lpDiffs(got, want)
+		frac, worst = max(frac, d.flipFrac()), max(worst, slices.Max(d.all))
+	}
+	t.Logf("noise baseline (GEMV outputs nudged by %.0e, %d sequences): positions > %.0e %.3g, max |d logprob| %.3g",
+		noiseLevel, penaltyNoiseSeeds, flipErr, frac, worst)
+	return frac
 }

@@ -19,15 +19,20 @@ const noiseLevel = 1e-6
 // differences between the GPU and the CPU.
 type noisyEmu struct {
 	*emuDevice
-	n uint64
+	n     uint64
+	level float64 // 0: noiseLevel
 }
 
 func (m *noisyEmu) nudge(y cuda.DevPtr, N, M, ldy int) {
+	level := m.level
+	if level == 0 {
+		level = noiseLevel
+	}
 	for r := 0; r < M; r++ {
 		ys := m.f32(y.Add(int64(4*r*ldy)), N)
 		for i := range ys {
 			m.n = m.n*6364136223846793005 + 1442695040888963407
-			ys[i] *= 1 + float32(int64(m.n>>40)-(1<<23))/(1<<23)*noiseLevel
+			ys[i] *= 1 + float32(int64(m.n>>40)-(1<<23))/(1<<23)*float32(level)
 		}
 	}
 }

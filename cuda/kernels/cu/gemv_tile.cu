@@ -68,7 +68,7 @@ __device__ __forceinline__ void tile_ldx(const float* p, float* o) {
   }
 }
 
-template <class T, int R, int MM>
+template <class T, int R, int MM, int LD = 8>
 __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
                                                const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                                                const int* __restrict__ ids, int slots, const void* W0,
@@ -76,7 +76,7 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
                                                const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                                                int ldy, const float* resid, int N, int K, int M, int G,
                                                int fold) {
-  constexpr int NI = 8 / R;  // chunks per row per round: R*NI = 8 loads in flight
+  constexpr int NI = LD / R;  // chunks per row per round: R*NI = LD loads in flight
   __shared__ float part[TILE_THREADS / 32][R * MM];
   const int j = blockIdx.y;
   const void* w0;
@@ -104,16 +104,19 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   const int n0 = (blockIdx.x * (TILE_THREADS / G) + grp) * rout;
   const int kb = (K + 127) >> 7;
   const char* wr[R];
-  const float* sr[R];
 #pragma unroll
   for (int r = 0; r < R; r++) {
     const bool second = pair && r >= rout;
     const int n = min(n0 + (second ? r - rout : r), N - 1);  // rows past N repeat the last one; not written
     const char* base = (const char*)(second ? w1 : w0);
-    const float* sb = second ? s1 : s0;
     wr[r] = base + (size_t)n * K * T::BYTES;
-    sr[r] = sb ? sb + (size_t)(n >> 7) * kb : (const float*)0;
   }
+  // A group's rows n0..n0+rout-1 lie in one 128-row scale block (rout divides
+  // 128 and n0 is a multiple of rout; clamped rows repeat row N-1 >= n0), so
+  // one scale per chunk serves every gate (or plain) row, one every up row.
+  const int nsc = min(n0, N - 1) >> 7;
+  const float* sg = s0 ? s0 + (size_t)nsc * kb : (const float*)0;
+  const float* su = pair && s1 ? s1 + (size_t)nsc * kb : (const float*)0;
   const float* xb = x + (size_t)xr * ldx;
   float acc[R][MM];
 #pragma unroll
@@ -123,20 +126,14 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   const int C = n0 < N ? K / T::E : 0;  // idle groups past N load nothing
   for (int c0 = tg; c0 < C; c0 += G * NI) {
     uint4 wv[NI][R];
-    float sc[NI][R];
+    float scg[NI], scu[NI];
 #pragma unroll
     for (int i = 0; i < NI; i++) {
       const int c = c0 + i * G;
 #pragma unroll
-      for (int r = 0; r < R; r++) {
-        if (c < C) {
-          wv[i][r] = tile_ld16(wr[r] + (size_t)c * 16);
-          sc[i][r] = sr[r] ? __ldg(sr[r] + ((c * T::E) >> 7)) : 1.0f;
-        } else {
-          wv[i][r] = make_uint4(0u, 0u, 0u, 0u);
-          sc[i][r] = 0.0f;
-        }
-      }
+      for (int r = 0; r < R; r++) wv[i][r] = c < C ? tile_ld16(wr[r] + (size_t)c * 16) : make_uint4(0u, 0u, 0u, 0u);
+      scg[i] = c < C ? (sg ? __ldg(sg + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
+      scu[i] = c < C ? (su ? __ldg(su + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < NI; i++) {
@@ -161,7 +158,7 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
             }
           }
 #pragma unroll
-          for (int r = 0; r < R; r++) acc[r][0] = fmaf(p[r], sc[i][r], acc[r][0]);
+          for (int r = 0; r < R; r++) acc[r][0] = fmaf(p[r], (pair && r >= rout ? scu[i] : scg[i]), acc[r][0]);
         } else if (fold) {
           // Several rows: scale each weight once and feed it to every row,
           // so no per-chunk partials hold registers.
@@ -182,7 +179,7 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
               float wf[T::EW];
               T::word(tile_word(wv[i][r], q), wf);
 #pragma unroll
-              for (int e = 0; e < T::EW; e++) wf[e] *= sc[i][r];
+              for (int e = 0; e < T::EW; e++) wf[e] *= (pair && r >= rout ? scu[i] : scg[i]);
 #pragma unroll
               for (int m = 0; m < MM; m++) {
                 if (m < M) {
@@ -227,7 +224,7 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
 #pragma unroll
           for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int m = 0; m < MM; m++) acc[r][m] = fmaf(p[r][m], sc[i][r], acc[r][m]);
+            for (int m = 0; m < MM; m++) acc[r][m] = fmaf(p[r][m], (pair && r >= rout ? scu[i] : scg[i]), acc[r][m]);
         }
       }
     }
@@ -581,6 +578,61 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   gemv_tile_body<TBF16, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G, fold);
+}
+
+// One input row, 16 loads in flight per thread (two rounds' worth of the
+// variants above: the same per-thread chunk order, so the same sums bit for
+// bit), at most 128 registers so two blocks share an SM.
+extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
+    gemv_tile_fp8_r2_m1_d16(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  gemv_tile_body<TFP8, 2, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G, fold);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
+    gemv_tile_fp8_r4_m1_d16(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  gemv_tile_body<TFP8, 4, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G, fold);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
+    gemv_tile_fp8_r8_m1_d16(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  gemv_tile_body<TFP8, 8, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G, fold);
+}
+
+// One input row, 8 loads in flight, at most 64 registers so four blocks
+// share an SM (same sums as the plain variants).
+extern "C" __global__ void __launch_bounds__(TILE_THREADS, 4)
+    gemv_tile_fp8_r4_m1_o4(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  gemv_tile_body<TFP8, 4, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
+                                 K, M, G, fold);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS, 4)
+    gemv_tile_fp8_r8_m1_o4(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  gemv_tile_body<TFP8, 8, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
 

@@ -22,9 +22,25 @@ const tileThreads = 256
 // forceTileV the variant ("-" for the plain one; tests and timing sweeps);
 // 0 and "" let tileShape and tileVariant choose.
 var (
-	forceTileG, forceTileR int
-	forceTileV             string
+	forceTileG, forceTileR, forceTileB int
+	forceTileV                         string
 )
+
+// tileGridX is the blocks per slot: one per row tile, or (B > 0 blocks per
+// SM over all nslots slots; B < 0: -B blocks per slot, for tests) fewer
+// blocks that take several tiles in turn.
+func tileGridX(tiles, B, sms, nslots int) int {
+	switch {
+	case B < 0:
+		return min(tiles, -B)
+	case B == 0:
+		return tiles
+	}
+	return min(tiles, max(1, cdiv(B*max(1, sms), nslots)))
+}
+
+// tileCap is the blocks per SM budget for the launch (0: a block per tile).
+func tileCap() int { return forceTileB }
 
 // Tile variants of one input row of fp8 weights, each with the plain
 // kernel's per-thread chunk order (so the same sums bit for bit): "_d16"
@@ -189,12 +205,14 @@ func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
 	pair := a.w1 != 0 || a.t1 != 0
 	nslots := a.slots + a.dense
 	G, R := tileShape(k.c.Info().SMs, a.N, a.K*esize, a.M, nslots, pair)
+
 	rout := R
 	if pair {
 		rout = R / 2
 	}
 	name := fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), tileVariant(R, a.M, esize))
-	grid := cuda.D3(cdiv(cdiv(a.N, rout), tileThreads/G), nslots, 1)
+	sms := k.c.Info().SMs
+	grid := cuda.D3(tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), tileCap(), sms, nslots), nslots, 1)
 	return k.launch(name, grid, cuda.D1(tileThreads), 0, s, a.t0, a.ts0, a.t1, a.ts1, a.ids, a.slots,
 		a.w0, a.s0, a.w1, a.s1, a.x, a.ldx, max(1, a.xdiv), a.xsh, a.y, a.ldy, a.resid, a.N, a.K, a.M, G, b2i(TileRule >= 2))
 }

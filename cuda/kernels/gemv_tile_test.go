@@ -20,16 +20,17 @@ func TestKernelGemvTile(t *testing.T) {
 	type cfg struct {
 		rule, G, R int
 		v          string
+		B          int
 	}
-	cfgs := []cfg{{1, 0, 0, ""}, {2, 0, 0, ""}, {3, 0, 0, ""}, {1, 32, 2, "-"}, {1, 128, 1, "-"}, {2, 256, 8, "-"},
-		{2, 64, 4, "-"}, {2, 256, 2, "-"}, {3, 64, 8, "_d16"}, {3, 32, 4, "_d16"}, {3, 128, 2, "_d16"},
-		{3, 64, 8, "_o4"}, {3, 256, 4, "_o4"}}
+	cfgs := []cfg{{1, 0, 0, "", 0}, {2, 0, 0, "", 0}, {3, 0, 0, "", 0}, {1, 32, 2, "-", 0}, {1, 128, 1, "-", 0},
+		{2, 256, 8, "-", 0}, {2, 64, 4, "-", 0}, {2, 256, 2, "-", 0}, {3, 64, 8, "_d16", 0}, {3, 32, 4, "_d16", -2},
+		{3, 128, 2, "_d16", 0}, {3, 64, 8, "_o4", 2}, {3, 256, 4, "_o4", -3}, {3, 0, 0, "", 1}}
 	for _, cf := range cfgs {
-		tag := fmt.Sprintf(" rule=%d G=%d R=%d%s", cf.rule, cf.G, cf.R, cf.v)
+		tag := fmt.Sprintf(" rule=%d G=%d R=%d%s B=%d", cf.rule, cf.G, cf.R, cf.v, cf.B)
 		t.Run(strings.ReplaceAll(tag[1:], " ", "_"), func(t *testing.T) {
 			TileRule = cf.rule
-			forceTileG, forceTileR, forceTileV = cf.G, cf.R, cf.v
-			defer func() { forceTileG, forceTileR, forceTileV = 0, 0, "" }()
+			forceTileG, forceTileR, forceTileV, forceTileB = cf.G, cf.R, cf.v, cf.B
+			defer func() { forceTileG, forceTileR, forceTileV, forceTileB = 0, 0, "", 0 }()
 			testGemvTile(t, tag)
 		})
 	}
@@ -41,7 +42,7 @@ func TestKernelGemvTile(t *testing.T) {
 // experts, routed and shared, gate-up paired and down, and a dense GEMV).
 func TestKernelTileVariantsBitwise(t *testing.T) {
 	defer func(r int) { TileRule = r }(TileRule)
-	defer func() { forceTileG, forceTileR, forceTileV = 0, 0, "" }()
+	defer func() { forceTileG, forceTileR, forceTileV, forceTileB = 0, 0, "", 0 }()
 	TileRule = 2
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
@@ -81,17 +82,23 @@ func TestKernelTileVariantsBitwise(t *testing.T) {
 			for _, rr := range []int{2, 4, 8} {
 				forceTileG, forceTileR, forceTileV = g, rr, "-"
 				plain := run()
-				for _, v := range tileVariants[1:] {
-					if v == "_o4" && rr < 4 {
-						continue
-					}
-					forceTileV = v
-					got := run()
-					for i, what := range []string{"experts gate-up", "experts down", "gemv 1000x1536"} {
-						record(t, fmt.Sprintf("tile variant %s G=%d R=%d == plain: %s", v, g, rr, what), "differing outputs",
-							float64(diffCount(got[i], plain[i])), 0)
+				for _, v := range tileVariants {
+					for _, b := range []int{0, -3, 2} { // a block per tile, 3 blocks per slot, 2 per SM
+						if (v == "_o4" && rr < 4) || (v == "" && b == 0) {
+							continue
+						}
+						forceTileV, forceTileB = v, b
+						if v == "" {
+							forceTileV = "-"
+						}
+						got := run()
+						for i, what := range []string{"experts gate-up", "experts down", "gemv 1000x1536"} {
+							record(t, fmt.Sprintf("tile variant %q B=%d G=%d R=%d == plain: %s", v, b, g, rr, what), "differing outputs",
+								float64(diffCount(got[i], plain[i])), 0)
+						}
 					}
 				}
+				forceTileB = 0
 			}
 		}
 	})

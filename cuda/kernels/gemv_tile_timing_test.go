@@ -16,7 +16,7 @@ import (
 func TestKernelTileTiming(t *testing.T) {
 	needTiming(t)
 	rule0 := TileRule
-	defer func() { TileRule = rule0; forceTileG, forceTileR, forceTileV = 0, 0, "" }()
+	defer func() { TileRule = rule0; forceTileG, forceTileR, forceTileV, forceTileB = 0, 0, "", 0 }()
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		add := timingTable(t, c, a, r, 1<<30, "tile: device-to-device copy 1 GiB (read+write)", "reference")
@@ -73,16 +73,21 @@ func TestKernelTileTiming(t *testing.T) {
 						if (v == "_d16" && rr < 2) || (v == "_o4" && rr < 4) {
 							continue
 						}
-						forceTileG, forceTileR, forceTileV = g, rr, v
-						if v == "" {
-							forceTileV = "-"
+						for _, b := range []int{0, 2, 4} {
+							if b > 0 && rr < 4 {
+								continue
+							}
+							forceTileG, forceTileR, forceTileV, forceTileB = g, rr, v, b
+							if v == "" {
+								forceTileV = "-"
+							}
+							us := medianUs(c, s, 2*nc, 5, func() { chk(k.GemvFP8Tile(s, y, x, ws[i%nc], ss[i%nc], 0, N, K, 1, K, N)); i++ })
+							line += fmt.Sprintf(" G%d/R%d%s/B%d:%.1f", g, rr, v, b, us)
 						}
-						us := medianUs(c, s, 2*nc, 5, func() { chk(k.GemvFP8Tile(s, y, x, ws[i%nc], ss[i%nc], 0, N, K, 1, K, N)); i++ })
-						line += fmt.Sprintf(" G%d/R%d%s:%.1f", g, rr, v, us)
 					}
 				}
 			}
-			forceTileV = ""
+			forceTileV, forceTileB = "", 0
 			for _, M := range []int{4, 8} {
 				G, _ := tileShape(k.c.Info().SMs, N, K, M, 1, false)
 				line += fmt.Sprintf(" | M=%d G=%d", M, G)
@@ -213,25 +218,31 @@ func TestKernelTileTiming(t *testing.T) {
 					add(fmtName("  of which combine, %d rows", M), float64(4*(slots+2*M)*H), cb, "")
 				}
 				TileRule = rule0
-				// Sweep (logged only): group size x rows per group x variant.
+				// Sweep (logged only): group size x rows per group x variant
+				// x blocks per SM (0: a block per row tile).
 				for pi, f := range []func(){guF, dnF} {
+					if M > 4 {
+						break
+					}
 					line := ""
 					for _, g := range []int{32, 64, 128, 256} {
 						for _, rr := range []int{2, 4, 8} {
 							for _, v := range tileVariants {
-								if v == "_o4" && rr < 4 {
-									continue
+								for _, b := range []int{0, 2, 4} {
+									if v == "_o4" && rr < 4 {
+										continue
+									}
+									forceTileG, forceTileR, forceTileV, forceTileB = g, rr, v, b
+									if v == "" {
+										forceTileV = "-"
+									}
+									us := medianUs(c, s, sets, 5, func() { f(); i++ })
+									line += fmt.Sprintf(" G%d/R%d%s/B%d:%.1f", g, rr, v, b, us)
 								}
-								forceTileG, forceTileR, forceTileV = g, rr, v
-								if v == "" {
-									forceTileV = "-"
-								}
-								us := medianUs(c, s, sets, 5, func() { f(); i++ })
-								line += fmt.Sprintf(" G%d/R%d%s:%.1f", g, rr, v, us)
 							}
 						}
 					}
-					forceTileG, forceTileR, forceTileV = 0, 0, ""
+					forceTileG, forceTileR, forceTileV, forceTileB = 0, 0, "", 0
 					t.Logf("experts sweep %s M=%d slots=%d H=%d I=%d us:%s", []string{"gate-up", "down"}[pi], M, slots+M, H, I, line)
 				}
 			}

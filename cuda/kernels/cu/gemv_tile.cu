@@ -101,8 +101,14 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   const bool pair = w1 != 0;
   const int rout = pair ? R / 2 : R;  // output rows per group
   const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
-  const int n0 = (blockIdx.x * (TILE_THREADS / G) + grp) * rout;
   const int kb = (K + 127) >> 7;
+  const float* xb = x + (size_t)xr * ldx;
+  // Row tiles of this slot: one per block, or several in turn when the
+  // launcher caps the grid (the slot's pointers then load once per block);
+  // a row's arithmetic is the same either way.
+  const int tiles = (((N + rout - 1) / rout) + TILE_THREADS / G - 1) / (TILE_THREADS / G);
+  for (int bx = blockIdx.x; bx < tiles; bx += gridDim.x) {
+  const int n0 = (bx * (TILE_THREADS / G) + grp) * rout;
   const char* wr[R];
 #pragma unroll
   for (int r = 0; r < R; r++) {
@@ -117,7 +123,6 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   const int nsc = min(n0, N - 1) >> 7;
   const float* sg = s0 ? s0 + (size_t)nsc * kb : (const float*)0;
   const float* su = pair && s1 ? s1 + (size_t)nsc * kb : (const float*)0;
-  const float* xb = x + (size_t)xr * ldx;
   float acc[R][MM];
 #pragma unroll
   for (int r = 0; r < R; r++)
@@ -256,6 +261,8 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
       const size_t o = (size_t)j * ldy * M + (size_t)m * ldy + n0 + rr;
       y[o] = v + (resid ? resid[o] : 0.0f);
     }
+  }
+  if (bx + gridDim.x < tiles) __syncthreads();  // part is reused by the next tile
   }
 }
 

@@ -88,15 +88,15 @@ func tileMM(M int) int {
 	return 8
 }
 
-// TileRule picks the tile kernels' shape rule and arithmetic: 1 (default)
-// is what gpu-check passed with on the H200 (docs/measured/
+// TileRule picks the tile kernels' shape rule and arithmetic: 1 is what
+// gpu-check passed with first on the H200 (docs/measured/
 // h200-2026-12-01-gemv2 run 1); 2 streams faster (run 2: step 5.15 -> 4.57
 // ms) with another group size (summation order) and, for several input
 // rows, each weight scaled before its products (the CPU's order); 3 is
 // rule 2's group sizes and arithmetic, so the same floats bit for bit, with
 // the rows per group and loads in flight of the experts sweep
-// (docs/measured/h200-2026-12-01-experts).
-var TileRule = 1
+// (docs/measured/h200-2026-12-01-experts); it is the default.
+var TileRule = 3
 
 // tileShape picks the group size G (threads splitting K) and the rows per
 // group R for N output rows of kbytes bytes, M input rows and nslots slots

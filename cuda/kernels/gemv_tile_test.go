@@ -234,13 +234,17 @@ func TestTileShape(t *testing.T) {
 		{7168, 16384, 4, 1, false, 64, 8}, {7168, 16384, 8, 1, false, 64, 4}, {2048, 7168, 1, 9, true, 64, 8},
 		{256, 7168, 1, 9, true, 64, 8},
 	}
-	for _, cs := range cases {
-		G, R := tileShape(132, cs.N, cs.K, cs.M, cs.slots, cs.pair)
-		if G != cs.G || R != cs.R {
-			t.Errorf("rule 2: N=%d K=%d M=%d slots=%d pair=%v: G=%d R=%d, want G=%d R=%d", cs.N, cs.K, cs.M, cs.slots, cs.pair, G, R, cs.G, cs.R)
-		}
-		if R*tileMM(cs.M) > 32 || (cs.pair && R < 2) {
-			t.Errorf("R=%d for M=%d pair=%v is not a compiled variant", R, cs.M, cs.pair)
+	// Rule 3 keeps rule 2's group sizes and rows per group (the same floats).
+	for _, rule := range []int{2, 3} {
+		TileRule = rule
+		for _, cs := range cases {
+			G, R := tileShape(132, cs.N, cs.K, cs.M, cs.slots, cs.pair)
+			if G != cs.G || R != cs.R {
+				t.Errorf("rule %d: N=%d K=%d M=%d slots=%d pair=%v: G=%d R=%d, want G=%d R=%d", rule, cs.N, cs.K, cs.M, cs.slots, cs.pair, G, R, cs.G, cs.R)
+			}
+			if R*tileMM(cs.M) > 32 || (cs.pair && R < 2) {
+				t.Errorf("R=%d for M=%d pair=%v is not a compiled variant", R, cs.M, cs.pair)
+			}
 		}
 	}
 }

@@ -104,14 +104,10 @@ func TestKernelTileTiming(t *testing.T) {
 			t.Logf("sweep N=%d K=%d M=1 (then M=4, 8) us:%s", N, K, line)
 		}
 		dense(7168, 16384, "o_proj")
-		dense(2048, 7168, "shared expert gate/up")
-		dense(7168, 2048, "shared expert down")
 		dense(24576, 1536, "q_b")
-		dense(1536, 7168, "q_a")
 		dense(8192, 1536, "indexer wq_b")
+		dense(1536, 7168, "q_a")
 		dense(576, 7168, "kv_a")
-		dense(128, 7168, "indexer wk")
-		dense(256, 7168, "TP-8 shard 256x7168")
 		dense(18432, 7168, "dense gate/up")
 		dense(7168, 18432, "dense down")
 		bf16 := func(N, K int, what string) {

@@ -48,15 +48,16 @@ func tileCap() int { return forceTileB }
 // two blocks per SM), "_o4" 8 loads at 64 registers (four blocks per SM).
 var tileVariants = []string{"", "_d16", "_o4"}
 
-// tileVariant is the kernel name suffix for R rows per group and M input
-// rows of fp8 (esize 1) or bf16 weights.
-func tileVariant(R, M, esize int) string {
+// tileVariant is the kernel name suffix for groups of G threads and R rows
+// streaming kbytes-byte rows, M input rows of fp8 (esize 1) or bf16
+// weights.
+func tileVariant(G, R, kbytes, M, esize int) string {
 	if esize != 1 || tileMM(M) != 1 {
 		return ""
 	}
 	v := ""
 	if TileRule == 3 {
-		v = tileVariant3(R)
+		v = tileVariant3(G, R, kbytes/16)
 	}
 	switch f := forceTileV; {
 	case f == "-":
@@ -70,9 +71,20 @@ func tileVariant(R, M, esize int) string {
 	return v
 }
 
-// tileVariant3 is rule 3's variant choice (see tileShape3).
-func tileVariant3(R int) string {
-	if R >= 2 {
+// tileVariant3 is rule 3's variant for C 16-byte chunks per row: the H200
+// sweep (docs/measured/h200-2026-12-01-experts run 2) streamed short rows
+// that every thread of a group covers alike in at most two chunks (or less
+// than one), such as the experts' down projection, best with four blocks
+// per SM ("_o4": 41.3 against 44.5 us for 9 x 7168x2048, TP-8 shard down
+// 12.1 against 14.8 us), and everything else with 16 loads in flight
+// ("_d16": 36.0 against 48.2 us plain for o_proj, 74.5 against 78.1 for
+// the 9 gate-up slots, 16.7 against 17.8 for q_b, where a 1536-byte row
+// leaves half a group's threads one chunk short).
+func tileVariant3(G, R, C int) string {
+	switch {
+	case R >= 4 && (C < G || (C <= 2*G && C%G == 0)):
+		return "_o4"
+	case R >= 2:
 		return "_d16"
 	}
 	return ""
@@ -210,7 +222,7 @@ func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
 	if pair {
 		rout = R / 2
 	}
-	name := fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), tileVariant(R, a.M, esize))
+	name := fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), tileVariant(G, R, a.K*esize, a.M, esize))
 	sms := k.c.Info().SMs
 	grid := cuda.D3(tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), tileCap(), sms, nslots), nslots, 1)
 	return k.launch(name, grid, cuda.D1(tileThreads), 0, s, a.t0, a.ts0, a.t1, a.ts1, a.ids, a.slots,

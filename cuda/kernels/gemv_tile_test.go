@@ -248,3 +248,32 @@ func TestTileShape(t *testing.T) {
 		}
 	}
 }
+
+// TestTileVariant pins rule 3's variant on the decode shapes (132 SMs):
+// four blocks per SM for the experts' down projections, 16 loads in flight
+// elsewhere, the plain kernels for one row per group and several input rows.
+func TestTileVariant(t *testing.T) {
+	defer func(r int) { TileRule = r }(TileRule)
+	TileRule = 3
+	for _, cs := range []struct {
+		N, K, M, slots int
+		pair           bool
+		want           string
+	}{
+		{7168, 16384, 1, 1, false, "_d16"}, {24576, 1536, 1, 1, false, "_d16"}, {8192, 1536, 1, 1, false, "_d16"},
+		{2048, 7168, 1, 9, true, "_d16"}, {7168, 2048, 1, 9, false, "_o4"}, {7168, 2048, 1, 36, false, "_o4"},
+		{7168, 256, 1, 9, false, "_o4"}, {256, 7168, 1, 9, true, "_d16"}, {128, 7168, 1, 1, false, ""},
+		{7168, 16384, 4, 1, false, ""},
+	} {
+		G, R := tileShape(132, cs.N, cs.K, cs.M, cs.slots, cs.pair)
+		if got := tileVariant(G, R, cs.K, cs.M, 1); got != cs.want {
+			t.Errorf("N=%d K=%d M=%d slots=%d (G=%d R=%d): variant %q, want %q", cs.N, cs.K, cs.M, cs.slots, G, R, got, cs.want)
+		}
+	}
+	for _, rule := range []int{1, 2} {
+		TileRule = rule
+		if got := tileVariant(64, 8, 2048, 1, 1); got != "" {
+			t.Errorf("rule %d: variant %q, want the plain kernel", rule, got)
+		}
+	}
+}

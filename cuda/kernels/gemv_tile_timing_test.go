@@ -59,7 +59,7 @@ func TestKernelTileTiming(t *testing.T) {
 					if M == 1 && rule == 1 {
 						one = us
 					}
-					add(fmtName("gemv_tile_fp8 N=%d K=%d M=%d cold rule %d G=%d R=%d%s", N, K, M, rule, G, R, tileVariant(R, M, 1)), bytes(M), us,
+					add(fmtName("gemv_tile_fp8 N=%d K=%d M=%d cold rule %d G=%d R=%d%s", N, K, M, rule, G, R, tileVariant(G, R, K, M, 1)), bytes(M), us,
 						fmtName("%.2fx before, %.2fx M=1 rule 1", old/us, us/one))
 				}
 				TileRule = rule0
@@ -203,10 +203,10 @@ func TestKernelTileTiming(t *testing.T) {
 						fmtName("%.2fx before, %.2fx M=1 rule 1", old/us, us/one))
 					gu := medianUs(c, s, sets, 11, func() { guF(); i++ })
 					G, R := tileShape(k.c.Info().SMs, I, H, 1, slots+M, true)
-					add(fmtName("  of which gate-up+SwiGLU, %d slots G=%d R=%d%s", slots+M, G, R, tileVariant(R, 1, 1)), float64((slots+M)*2*I*H), gu, "")
+					add(fmtName("  of which gate-up+SwiGLU, %d slots G=%d R=%d%s", slots+M, G, R, tileVariant(G, R, H, 1, 1)), float64((slots+M)*2*I*H), gu, "")
 					dn := medianUs(c, s, sets, 11, func() { dnF(); i++ })
 					G, R = tileShape(k.c.Info().SMs, H, I, 1, slots+M, false)
-					add(fmtName("  of which down, %d slots G=%d R=%d%s", slots+M, G, R, tileVariant(R, 1, 1)), float64((slots+M)*I*H), dn, "")
+					add(fmtName("  of which down, %d slots G=%d R=%d%s", slots+M, G, R, tileVariant(G, R, I, 1, 1)), float64((slots+M)*I*H), dn, "")
 					cb := medianUs(c, s, sets, 11, func() {
 						chk(k.MoECombineSlots(s, mo, ey, wts, ey.Add(int64(4*slots*H)), M, top, H))
 						i++

@@ -144,10 +144,13 @@ func (gb *graphDevice) flush() error {
 		h.LaunchNs += t1.Sub(t0).Nanoseconds()
 		gb.mark = t1
 	}()
-	pend, key := gb.pend, string(gb.key)
+	// The key's bytes are looked up in place (m[string(b)] does not copy)
+	// and copied only when stored; the buffer is reused once this returns.
+	pend, key := gb.pend, gb.key
 	gs := gb.gs
-	gs.lastOps, gs.lastKey = max(gs.lastOps, len(pend)), max(gs.lastKey, len(gb.key))
-	gb.pend, gb.key = nil, gb.key[:0]
+	gs.lastOps, gs.lastKey = max(gs.lastOps, len(pend)), max(gs.lastKey, len(key))
+	gb.pend = nil
+	defer func() { gb.key = key[:0] }()
 	if gs.keep != nil || gs.hold {
 		gs.keep = append(gs.keep, pend)
 	}
@@ -163,15 +166,15 @@ func (gb *graphDevice) flush() error {
 	if len(pend) < minGraphOps {
 		return direct()
 	}
-	if x, ok := gs.cached[key]; ok {
+	if x, ok := gs.cached[string(key)]; ok {
 		gs.replays++
 		return gb.g.launch(x)
 	}
-	if !gs.seen[key] {
+	if !gs.seen[string(key)] {
 		if len(gs.seen) >= maxSeen {
 			gs.seen = map[string]bool{}
 		}
-		gs.seen[key] = true
+		gs.seen[string(key)] = true
 		return direct()
 	}
 	if len(gs.cached) >= maxGraphs {
@@ -190,8 +193,8 @@ func (gb *graphDevice) flush() error {
 	if err != nil {
 		return errors.Wrap(err, "capturing a decode step into a CUDA graph")
 	}
-	delete(gs.seen, key)
-	gs.cached[key] = x
+	delete(gs.seen, string(key))
+	gs.cached[string(key)] = x
 	gs.captures++
 	gs.replays++
 	return gb.g.launch(x)

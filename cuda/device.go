@@ -550,19 +550,5 @@ func (c *Ctx) SetMaxDynamicShared(f *Function, n int) error {
 // float32, ...). Launch-configuration errors come back here; faults inside
 // the kernel at the next synchronisation.
 func (c *Ctx) Launch(f *Function, grid, block Dim3, smem int, s Stream, args ...any) error {
-	if grid.X <= 0 || grid.Y <= 0 || grid.Z <= 0 || block.X <= 0 || block.Y <= 0 || block.Z <= 0 {
-		return errors.Newf("gpu: launch of %s with empty shape grid=%v block=%v", f.Name, grid, block)
-	}
-	p, err := c.params.pack(args)
-	if err != nil {
-		return errors.Wrapf(err, "launch %s", f.Name)
-	}
-	r := call(c.drv.cuLaunchKernel, f.h,
-		uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z),
-		uintptr(block.X), uintptr(block.Y), uintptr(block.Z),
-		uintptr(smem), uintptr(s), p, 0)
-	if r != 0 {
-		return errors.Wrapf(c.check("cuLaunchKernel", r), "kernel %s grid=%v block=%v", f.Name, grid, block)
-	}
-	return nil
+	return c.LaunchEx(f, grid, block, smem, s, false, args...)
 }

@@ -33,6 +33,7 @@ type driver struct {
 	cuEventCreate, cuEventRecord, cuEventSynchronize, cuEventElapsedTime      uintptr
 	cuEventDestroy                                                            uintptr
 	cuCtxEnablePeerAccess, cuDeviceCanAccessPeer                              uintptr // optional (peer.go)
+	cuLaunchKernelEx                                                          uintptr // optional (launch.go; CUDA 11.8+)
 }
 
 var (
@@ -116,6 +117,7 @@ func openDriver() (*driver, error) {
 	s.optional(&d.cuGetErrorString, "cuGetErrorString")
 	s.optional(&d.cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess")
 	s.optional(&d.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer")
+	s.optional(&d.cuLaunchKernelEx, "cuLaunchKernelEx")
 	if err := d.check("cuInit", call(d.cuInit, 0)); err != nil {
 		return nil, errors.WithHint(errors.Mark(err, ErrNoGPU), cpuHint)
 	}

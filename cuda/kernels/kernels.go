@@ -63,6 +63,7 @@ type Set struct {
 	c     *cuda.Ctx
 	mod   *cuda.Module
 	Build *cuda.Compiled
+	pdl   bool // programmatic launches of pdlKernels (pdl.go)
 }
 
 type setKey struct{}
@@ -85,7 +86,7 @@ func Load(c *cuda.Ctx) (*Set, error) {
 			return nil, err
 		}
 		slog.Debug("cuda: kernels loaded", "arch", ck.Arch, "cubin", ck.Cubin, "cache_hit", ck.CacheHit, "took", ck.Took, "nvrtc", nv.Version())
-		return &Set{c: c, mod: m, Build: ck}, nil
+		return &Set{c: c, mod: m, Build: ck, pdl: pdlEnv() && c.PDLSupported()}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -101,5 +102,5 @@ func (k *Set) launch(name string, grid, block cuda.Dim3, smem int, s cuda.Stream
 	if err != nil {
 		return err
 	}
-	return k.c.Launch(f, grid, block, smem, s, args...)
+	return k.launchFn(f, grid, block, smem, s, args...)
 }

@@ -104,7 +104,7 @@ func (k *Set) launchMLATiled(d mlaTiled, s cuda.Stream, out, lse, qn, qp, cache,
 	tps := cdiv(cdiv(nidx, nsplit), d.tile) * d.tile
 	nsplit = cdiv(nidx, tps)
 	partO, partML := ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
-	if err := k.c.Launch(f, cuda.D3(nsplit, nq, cdiv(H, mlaHeadsGroup)), cuda.D1(d.threads), d.smem, s,
+	if err := k.launchFn(f, cuda.D3(nsplit, nq, cdiv(H, mlaHeadsGroup)), cuda.D1(d.threads), d.smem, s,
 		qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML); err != nil {
 		return err
 	}

@@ -77,7 +77,7 @@ func (k *Set) IndexerScoresWide(s cuda.Stream, out, q, w, cache, blockTable, len
 		}
 		bigShared.Store(f, true)
 	}
-	return k.c.Launch(f, cuda.D3(cdiv(T, IndexerPageTokens), nq, 1), cuda.D1(256), indexerWideSmemBytes, s, q, w, cache, blockTable, lens, out, H, T, ldOut, qkScale)
+	return k.launchFn(f, cuda.D3(cdiv(T, IndexerPageTokens), nq, 1), cuda.D1(256), indexerWideSmemBytes, s, q, w, cache, blockTable, lens, out, H, T, ldOut, qkScale)
 }
 
 // Radix top-k (cu/topk_radix.cu): TopK's results in two launches, the
@@ -181,7 +181,7 @@ func (k *Set) topkRadixAfterHist(s cuda.Stream, out, scores, lens, scratch cuda.
 			}
 			bigShared.Store(f, true)
 		}
-		return k.c.Launch(f, cuda.D3(nb, rows, 1), cuda.D1(1024), dyn, s, append(args, topkRadixCap)...)
+		return k.launchFn(f, cuda.D3(nb, rows, 1), cuda.D1(1024), dyn, s, append(args, topkRadixCap)...)
 	}
 	return k.launch("topk_radix_mark", cuda.D3(nb, rows, 1), cuda.D1(1024), 0, s, args...)
 }

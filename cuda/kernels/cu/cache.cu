@@ -13,6 +13,7 @@ __device__ __forceinline__ float quant_scale(float amax, int ue8m0) {
 extern "C" __global__ void __launch_bounds__(128) mla_cache_write(const float* __restrict__ lat,
                                                                   const float* __restrict__ rope, u8* cache,
                                                                   const int* __restrict__ slots, int ue8m0) {
+  PDL_WAIT();
   const int slot = slots[blockIdx.x];
   if (slot < 0) return;
   const int tid = threadIdx.x;
@@ -31,6 +32,7 @@ extern "C" __global__ void __launch_bounds__(128) mla_cache_write(const float* _
 // One warp per row.
 extern "C" __global__ void __launch_bounds__(32) indexer_cache_write(const float* __restrict__ k, u8* cache,
                                                                      const int* __restrict__ slots, int ue8m0) {
+  PDL_WAIT();
   const int slot = slots[blockIdx.x];
   if (slot < 0) return;
   const int lane = threadIdx.x;

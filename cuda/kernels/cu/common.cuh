@@ -6,6 +6,26 @@ typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
+// Programmatic dependent launch (sm_90+; pdl.go). A kernel named in pdl.go's
+// pdlKernels is launched so that it may start while the previous kernel on
+// its stream is still running; PDL_WAIT() must then be its first statement:
+// griddepcontrol.wait returns once every kernel it depends on has completed
+// and its writes are visible (so nothing before it may read what the step
+// writes, or write anything), and launch_dependents then lets the next kernel
+// launch, so its blocks are scheduled while this one runs and sit in their
+// own PDL_WAIT. Launched plainly, both instructions do nothing.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_WAIT()                                          \
+  do {                                                      \
+    asm volatile("griddepcontrol.wait;" ::: "memory");      \
+    asm volatile("griddepcontrol.launch_dependents;");      \
+  } while (0)
+#else
+#define PDL_WAIT() \
+  do {             \
+  } while (0)
+#endif
+
 #define NEG_INF __int_as_float(0xff800000)
 #define POS_INF __int_as_float(0x7f800000)
 #define FP8_MAX 448.0f

@@ -22,6 +22,7 @@ __device__ __forceinline__ float round_bf16(float f) { return bf16_to_f32(f32_to
 // per 128-value group.
 extern "C" __global__ void __launch_bounds__(128) eng_mla_cache_write(const float* __restrict__ src, int ld, u8* cache,
                                                                       const int* __restrict__ pos) {
+  PDL_WAIT();
   const int p = pos[blockIdx.x];
   if (p < 0) return;
   const int tid = threadIdx.x;
@@ -43,6 +44,7 @@ extern "C" __global__ void __launch_bounds__(128) eng_mla_cache_write(const floa
 // engine.EncodeIndexerKey. One warp per row.
 extern "C" __global__ void __launch_bounds__(32) eng_indexer_cache_write(const float* __restrict__ src, int ld,
                                                                          u8* cache, const int* __restrict__ pos) {
+  PDL_WAIT();
   const int p = pos[blockIdx.x];
   if (p < 0) return;
   const int lane = threadIdx.x;
@@ -62,6 +64,7 @@ extern "C" __global__ void __launch_bounds__(32) eng_indexer_cache_write(const f
 // UE8M0Ceil(max(amax,1e-10)/448) (engine.QuantFP8UE8M0, vLLM's fp8 indexer
 // query). One warp per group.
 extern "C" __global__ void __launch_bounds__(32) eng_quant_ue8m0(float* x) {
+  PDL_WAIT();
   float* g = x + (size_t)blockIdx.x * 128;
   const int lane = threadIdx.x;
   float4 v = ((float4*)g)[lane];
@@ -76,6 +79,7 @@ extern "C" __global__ void __launch_bounds__(32) eng_quant_ue8m0(float* x) {
 
 // dst[r][c] = src[r][c] for c < cols, row strides ldd / lds (floats).
 extern "C" __global__ void eng_copy2d(float* dst, const float* __restrict__ src, int rows, int cols, int ldd, int lds) {
+  PDL_WAIT();
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (long long)rows * cols) return;
   const int r = (int)(i / cols), c = (int)(i % cols);
@@ -84,6 +88,7 @@ extern "C" __global__ void eng_copy2d(float* dst, const float* __restrict__ src,
 
 // x[i] *= a for i < n.
 extern "C" __global__ void eng_scale(float* x, float a, int n) {
+  PDL_WAIT();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= a;
 }
@@ -98,6 +103,7 @@ extern "C" __global__ void __launch_bounds__(128) eng_absorb_q(float* out, const
                                                                const void* __restrict__ W,
                                                                const float* __restrict__ S, int fp8, int nope, int R,
                                                                int ldq, int hs) {
+  PDL_WAIT();
   // Each output sums over d in order (as before); the weights of 16 d are
   // loaded before they are used so many loads are in flight per thread.
   __shared__ float qsh[1024];
@@ -152,6 +158,7 @@ extern "C" __global__ void __launch_bounds__(128) eng_absorb_v(float* out, const
                                                                const void* __restrict__ W,
                                                                const float* __restrict__ S, int fp8, int vd, int R,
                                                                int ldo) {
+  PDL_WAIT();
   // grid (H * ceil(vd/32), M): a block takes 32 output rows of one head, a
   // warp 8 rows at once (8 independent loads per step); per row the lane
   // order and the warp reduction are as before.

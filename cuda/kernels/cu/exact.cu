@@ -29,11 +29,13 @@ __device__ __forceinline__ void mla_cache_write_wide(const float* __restrict__ s
 
 extern "C" __global__ void __launch_bounds__(128) eng_mla_cache_write_f32(const float* __restrict__ src, int ld,
                                                                           float* cache, const int* __restrict__ pos) {
+  PDL_WAIT();
   mla_cache_write_wide<0>(src, ld, cache, pos);
 }
 
 extern "C" __global__ void __launch_bounds__(128) eng_mla_cache_write_bf16(const float* __restrict__ src, int ld,
                                                                            u16* cache, const int* __restrict__ pos) {
+  PDL_WAIT();
   mla_cache_write_wide<1>(src, ld, cache, pos);
 }
 
@@ -42,6 +44,7 @@ extern "C" __global__ void __launch_bounds__(128) eng_mla_cache_write_bf16(const
 extern "C" __global__ void __launch_bounds__(32) eng_indexer_cache_write_f32(const float* __restrict__ src, int ld,
                                                                              float* cache,
                                                                              const int* __restrict__ pos) {
+  PDL_WAIT();
   const int p = pos[blockIdx.x];
   if (p < 0) return;
   const float4 v = ((const float4*)(src + (size_t)blockIdx.x * ld))[threadIdx.x];
@@ -57,6 +60,7 @@ extern "C" __global__ void __launch_bounds__(256) eng_indexer_scores_f32(const f
                                                                          const float* __restrict__ cache,
                                                                          const int* __restrict__ lens, float* out,
                                                                          int H, int T, int ld_out, float qk_scale) {
+  PDL_WAIT();
   __shared__ float kf[64][128 + 1];
   __shared__ float qs[16][128];
   __shared__ float ws[16];
@@ -234,6 +238,7 @@ extern "C" __global__ void __launch_bounds__(128) eng_mla_decode_f32(const float
                                                                      const int* __restrict__ indices, int ld_idx,
                                                                      int nidx, const int* __restrict__ lens,
                                                                      float* out, int H, float scale) {
+  PDL_WAIT();
   mla_decode_wide<0>(qn, qp, cache, indices, ld_idx, nidx, lens, out, H, scale);
 }
 
@@ -243,5 +248,6 @@ extern "C" __global__ void __launch_bounds__(128) eng_mla_decode_bf16(const floa
                                                                       const int* __restrict__ indices, int ld_idx,
                                                                       int nidx, const int* __restrict__ lens,
                                                                       float* out, int H, float scale) {
+  PDL_WAIT();
   mla_decode_wide<1>(qn, qp, cache, indices, ld_idx, nidx, lens, out, H, scale);
 }

@@ -235,6 +235,7 @@ __device__ __forceinline__ void gemm_tc_tile(const void* __restrict__ W, const f
   extern "C" __global__ void __launch_bounds__(256)                                                            \
       gemm_fp8_tc_s##SPLIT(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, \
                            float* y, int N, int K, int M, int ldx, int ldy, int vec) {                         \
+    PDL_WAIT();                                                                                                \
     const int m0 = blockIdx.y * GT_BM;                                                                         \
     gemm_tc_tile<true, SPLIT>(W, S, x, ldx, (const int*)0, m0, min(GT_BM, M - m0), y, ldy, blockIdx.x * GT_BN, \
                               N, K, vec != 0);                                                                 \
@@ -242,6 +243,7 @@ __device__ __forceinline__ void gemm_tc_tile(const void* __restrict__ W, const f
   extern "C" __global__ void __launch_bounds__(256)                                                            \
       gemm_bf16_tc_s##SPLIT(const u16* __restrict__ W, const float* __restrict__ x, float* y, int N, int K,    \
                             int M, int ldx, int ldy, int vec) {                                                \
+    PDL_WAIT();                                                                                                \
     const int m0 = blockIdx.y * GT_BM;                                                                         \
     gemm_tc_tile<false, SPLIT>(W, (const float*)0, x, ldx, (const int*)0, m0, min(GT_BM, M - m0), y, ldy,      \
                                blockIdx.x * GT_BN, N, K, vec != 0);                                            \
@@ -249,6 +251,7 @@ __device__ __forceinline__ void gemm_tc_tile(const void* __restrict__ W, const f
   extern "C" __global__ void __launch_bounds__(256) gemm_fp8_experts_tc_s##SPLIT(                              \
       const u8* const* __restrict__ Wt, const float* const* __restrict__ St, const int* __restrict__ tiles,     \
       const int* __restrict__ xrows, const float* __restrict__ x, int ldx, float* y, int N, int K, int vec) {  \
+    PDL_WAIT();                                                                                                \
     const int t = blockIdx.y;                                                                                  \
     const int e = tiles[3 * t], start = tiles[3 * t + 1], count = tiles[3 * t + 2];                            \
     if (count <= 0) return;                                                                                    \
@@ -265,6 +268,7 @@ GEMM_TC_KERNELS(3)
 extern "C" __global__ void __launch_bounds__(256) moe_combine_rows(float* out, const float* __restrict__ ey,
                                                                     const float* __restrict__ wts,
                                                                     const int* __restrict__ pos, int k, int N) {
+  PDL_WAIT();
   const int m = blockIdx.y;
   const int n = blockIdx.x * 256 + threadIdx.x;
   if (n >= N) return;

@@ -143,6 +143,7 @@ __device__ __forceinline__ void gemv_rows(const void* __restrict__ W, const floa
   extern "C" __global__ void __launch_bounds__(256)                                                          \
       NAME(const WT* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,     \
            const float* resid, int N, int K, int M, int ldx, int ldy) {                                     \
+    PDL_WAIT();                                                                                             \
     const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;                                \
     if (n0 >= N) return;                                                                                     \
     gemv_rows<T, R>(W, S, x, y, resid, N, K, M, ldx, ldy, n0);                                               \
@@ -177,6 +178,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv_fp8_experts_r1(const u8* 
                                                                       const int* __restrict__ ids,
                                                                       const float* __restrict__ x, int xstride,
                                                                       float* y, int N, int K) {
+  PDL_WAIT();
   gemv_experts<1>(Wt, St, ids, x, xstride, y, N, K);
 }
 
@@ -185,5 +187,6 @@ extern "C" __global__ void __launch_bounds__(256) gemv_fp8_experts_r4(const u8* 
                                                                       const int* __restrict__ ids,
                                                                       const float* __restrict__ x, int xstride,
                                                                       float* y, int N, int K) {
+  PDL_WAIT();
   gemv_experts<4>(Wt, St, ids, x, xstride, y, N, K);
 }

@@ -274,6 +274,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 1, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -284,6 +285,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -294,6 +296,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -304,6 +307,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -314,6 +318,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 1, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -324,6 +329,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -334,6 +340,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -344,6 +351,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -354,6 +362,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 1, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -364,6 +373,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -374,6 +384,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -384,6 +395,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -394,6 +406,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -404,6 +417,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -414,6 +428,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -424,6 +439,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -434,6 +450,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 1, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -444,6 +461,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 2, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -454,6 +472,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 4, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -464,6 +483,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 8, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -474,6 +494,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 1, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -484,6 +505,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 2, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -494,6 +516,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 4, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -504,6 +527,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 8, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -514,6 +538,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 1, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -524,6 +549,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 2, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -534,6 +560,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 4, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -544,6 +571,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 8, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -554,6 +582,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -564,6 +593,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 2, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -574,6 +604,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 4, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -584,6 +615,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -649,6 +681,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 4)
 // moe_combine's.
 extern "C" __global__ void moe_combine_slots(const float* __restrict__ y, const float* __restrict__ w, const float* resid,
                                             float* out, int k, int N) {
+  PDL_WAIT();
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   const int m = blockIdx.y;
   if (n >= N) return;

@@ -102,12 +102,14 @@ __device__ __forceinline__ void gemv_wide_rows(const void* __restrict__ W, const
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_wide_r1(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                       const float* resid, int N, int K, int M, int ldx, int ldy) {
+  PDL_WAIT();
   gemv_wide_rows<WFP8, 1>(W, S, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 1);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_bf16_wide_r1(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                        const float* resid, int N, int K, int M, int ldx, int ldy) {
+  PDL_WAIT();
   gemv_wide_rows<WBF16, 1>(W, (const float*)0, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 1);
 }
 
@@ -115,6 +117,7 @@ extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_experts_wide_r1(const u8* const* __restrict__ Wt, const float* const* __restrict__ St,
                               const int* __restrict__ ids, const float* __restrict__ x, int xstride, float* y, int N,
                               int K) {
+  PDL_WAIT();
   const int j = blockIdx.y;
   const int e = ids[j];
   gemv_wide_rows<WFP8, 1>(Wt[e], St[e], x + (size_t)j * xstride, y + (size_t)j * N, (const float*)0, N, K, 1, K, N,
@@ -124,12 +127,14 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_wide_r2(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                       const float* resid, int N, int K, int M, int ldx, int ldy) {
+  PDL_WAIT();
   gemv_wide_rows<WFP8, 2>(W, S, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 2);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_bf16_wide_r2(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                        const float* resid, int N, int K, int M, int ldx, int ldy) {
+  PDL_WAIT();
   gemv_wide_rows<WBF16, 2>(W, (const float*)0, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 2);
 }
 
@@ -137,6 +142,7 @@ extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_experts_wide_r2(const u8* const* __restrict__ Wt, const float* const* __restrict__ St,
                               const int* __restrict__ ids, const float* __restrict__ x, int xstride, float* y, int N,
                               int K) {
+  PDL_WAIT();
   const int j = blockIdx.y;
   const int e = ids[j];
   gemv_wide_rows<WFP8, 2>(Wt[e], St[e], x + (size_t)j * xstride, y + (size_t)j * N, (const float*)0, N, K, 1, K, N,
@@ -146,12 +152,14 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_wide_r4(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                       const float* resid, int N, int K, int M, int ldx, int ldy) {
+  PDL_WAIT();
   gemv_wide_rows<WFP8, 4>(W, S, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 4);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_bf16_wide_r4(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                        const float* resid, int N, int K, int M, int ldx, int ldy) {
+  PDL_WAIT();
   gemv_wide_rows<WBF16, 4>(W, (const float*)0, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 4);
 }
 
@@ -159,6 +167,7 @@ extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_experts_wide_r4(const u8* const* __restrict__ Wt, const float* const* __restrict__ St,
                               const int* __restrict__ ids, const float* __restrict__ x, int xstride, float* y, int N,
                               int K) {
+  PDL_WAIT();
   const int j = blockIdx.y;
   const int e = ids[j];
   gemv_wide_rows<WFP8, 4>(Wt[e], St[e], x + (size_t)j * xstride, y + (size_t)j * N, (const float*)0, N, K, 1, K, N,
@@ -168,12 +177,14 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_wide_r8(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                       const float* resid, int N, int K, int M, int ldx, int ldy) {
+  PDL_WAIT();
   gemv_wide_rows<WFP8, 8>(W, S, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 8);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_bf16_wide_r8(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                        const float* resid, int N, int K, int M, int ldx, int ldy) {
+  PDL_WAIT();
   gemv_wide_rows<WBF16, 8>(W, (const float*)0, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 8);
 }
 
@@ -181,6 +192,7 @@ extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_experts_wide_r8(const u8* const* __restrict__ Wt, const float* const* __restrict__ St,
                               const int* __restrict__ ids, const float* __restrict__ x, int xstride, float* y, int N,
                               int K) {
+  PDL_WAIT();
   const int j = blockIdx.y;
   const int e = ids[j];
   gemv_wide_rows<WFP8, 8>(Wt[e], St[e], x + (size_t)j * xstride, y + (size_t)j * N, (const float*)0, N, K, 1, K, N,

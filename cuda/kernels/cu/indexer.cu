@@ -16,6 +16,7 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores(const float* __
                                                                  const int* __restrict__ block_table,
                                                                  const int* __restrict__ lens, float* out, int H,
                                                                  int T, int ld_out, float qk_scale) {
+  PDL_WAIT();
   __shared__ float kf[IDX_PAGE][IDX_D + 1];
   __shared__ float qs[IDX_HCHUNK][IDX_D];
   __shared__ float ws[IDX_HCHUNK];
@@ -78,6 +79,7 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores(const float* __
 extern "C" __global__ void __launch_bounds__(1024) topk_rows(const float* __restrict__ scores, int ld,
                                                              const int* __restrict__ lens, int T, int K, int* out,
                                                              int ld_out) {
+  PDL_WAIT();
   __shared__ u32 hist[256];
   __shared__ int shs[32];
   __shared__ u32 sel[2];

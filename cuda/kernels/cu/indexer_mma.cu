@@ -59,6 +59,7 @@ extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __rest
                                                              const float* __restrict__ cos_t,
                                                              const float* __restrict__ sin_t, u8* qh, float* wq, int H,
                                                              int rot, int interleaved, float wscale) {
+  PDL_WAIT();
   const int lane = threadIdx.x & 31, h = blockIdx.x * 16 + (threadIdx.x >> 5), m = blockIdx.y;
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   float sc = 1.0f;
@@ -245,6 +246,7 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores_mma(const u8* _
                                                                      const int* __restrict__ block_table,
                                                                      const int* __restrict__ lens, float* out, int T,
                                                                      int ld_out, u32* hist) {
+  PDL_WAIT();
   idx_scores_body<false>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
 }
 
@@ -254,5 +256,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_pf(const
                                                                            const int* __restrict__ block_table,
                                                                            const int* __restrict__ lens, float* out,
                                                                            int T, int ld_out, u32* hist) {
+  PDL_WAIT();
   idx_scores_body<true>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
 }

@@ -15,6 +15,7 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores_wide(const floa
                                                                       const int* __restrict__ block_table,
                                                                       const int* __restrict__ lens, float* out,
                                                                       int H, int T, int ld_out, float qk_scale) {
+  PDL_WAIT();
   extern __shared__ float4 idxw_smem4[];
   float* kf = (float*)idxw_smem4;       // [64][KS]
   float* qs = kf + IDX_PAGE * IDXW_KS;  // [HC][128]

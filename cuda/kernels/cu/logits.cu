@@ -8,6 +8,7 @@
 //   v = x[row][tok] + bias; block: v = -inf; else rep != 1: v = v > 0 ?
 //   v / rep : v * rep; v -= sub.
 extern "C" __global__ void adjust_logits(float* x, int ld, const int* e, int n) {
+  PDL_WAIT();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int* a = e + 6 * i;
@@ -31,6 +32,7 @@ extern "C" __global__ void adjust_logits(float* x, int ld, const int* e, int n) 
 extern "C" __global__ void __launch_bounds__(1024) logprob_rows(const float* __restrict__ x, int n, int ld,
                                                                 const int* __restrict__ tok, float* lp, int k,
                                                                 int* top_id, float* top_lp) {
+  PDL_WAIT();
   __shared__ float sh[32];
   __shared__ float shv[32];
   __shared__ int shi[32];

@@ -33,6 +33,7 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode(const float* __rest
                                                              const int* __restrict__ lens, float* out, float* lse,
                                                              int H, float scale, int tps, float* part_o,
                                                              float* part_ml) {
+  PDL_WAIT();
   __shared__ float qs[MLA_LAT];
   __shared__ float qps[MLA_ROPE];
   __shared__ float sc[MLA_TILE];
@@ -126,6 +127,7 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode(const float* __rest
 extern "C" __global__ void __launch_bounds__(128) mla_combine(const float* __restrict__ part_o,
                                                               const float* __restrict__ part_ml, int nsplit,
                                                               float* out, float* lse) {
+  PDL_WAIT();
   const size_t qh = blockIdx.x;
   const int tid = threadIdx.x;
   float M = NEG_INF;

@@ -112,6 +112,7 @@ extern "C" __global__ void __launch_bounds__(256) absorb_q_fp8(float* out, float
                                                                int P, const int* __restrict__ pos,
                                                                const float* __restrict__ cos_t,
                                                                const float* __restrict__ sin_t, int interleaved) {
+  PDL_WAIT();
   absorb_q_body<8>(out, qpe, q, W, S, M, H, nope, R, ldq, hs, G, P, pos, cos_t, sin_t, interleaved);
 }
 
@@ -122,6 +123,7 @@ extern "C" __global__ void __launch_bounds__(256) absorb_q_fp8_r4(float* out, fl
                                                                     const int* __restrict__ pos,
                                                                     const float* __restrict__ cos_t,
                                                                     const float* __restrict__ sin_t, int interleaved) {
+  PDL_WAIT();
   absorb_q_body<4>(out, qpe, q, W, S, M, H, nope, R, ldq, hs, G, P, pos, cos_t, sin_t, interleaved);
 }
 
@@ -132,6 +134,7 @@ extern "C" __global__ void __launch_bounds__(256) absorb_q_fp8_r4(float* out, fl
 extern "C" __global__ void __launch_bounds__(256) absorb_v_fp8(float* out, const float* __restrict__ x,
                                                                const u8* __restrict__ W, const float* __restrict__ S,
                                                                int M, int H, int vd, int ldo, int RW) {
+  PDL_WAIT();
   const int R = 512, rb = 4;
   const int nvb = (vd + 8 * RW - 1) / (8 * RW);
   const int h = blockIdx.x / nvb, v0 = (blockIdx.x % nvb) * 8 * RW + (threadIdx.x >> 5) * RW;

@@ -9,6 +9,7 @@
 extern "C" __global__ void __launch_bounds__(128) mla_combine_wide(const float* __restrict__ part_o,
                                                                    const float* __restrict__ part_ml, int nsplit,
                                                                    float* out, float* lse) {
+  PDL_WAIT();
   __shared__ float wz[256];
   __shared__ float sh[32];
   const size_t qh = blockIdx.x;

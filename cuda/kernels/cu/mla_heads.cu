@@ -46,6 +46,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) mla_decode_heads(const floa
                                                                    int nidx, const int* __restrict__ lens, float* out,
                                                                    float* lse, int H, float scale, int tps,
                                                                    float* part_o, float* part_ml) {
+  PDL_WAIT();
   extern __shared__ float4 mh_smem4[];
   float* qs = (float*)mh_smem4;           // [HG][576]
   float* kvs = qs + MH_HG * MH_D;         // [TC][KS]

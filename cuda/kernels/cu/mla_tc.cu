@@ -99,6 +99,7 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
                                                                 const int* __restrict__ lens, float* out, float* lse,
                                                                 int H, float scale, int tps, float* part_o,
                                                                 float* part_ml) {
+  PDL_WAIT();
   extern __shared__ uint4 mt_smem[];
   uint4* raw = mt_smem;                       // [TT][41] raw entries
   u16* Kt = (u16*)(raw + MT_TT * MT_CH);      // [TT][KS] bf16 entries (fp8 values unscaled)
@@ -325,6 +326,7 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* qn,
                                                                 int nidx, const int* lens, float* out, float* lse,
                                                                 int H, float scale, int tps, float* part_o,
                                                                 float* part_ml) {
+  PDL_WAIT();
   __trap();
 }
 #endif

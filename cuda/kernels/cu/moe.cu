@@ -10,6 +10,7 @@ extern "C" __global__ void __launch_bounds__(1024) moe_route(const float* __rest
                                                             const float* __restrict__ bias, int* idx, float* wts,
                                                             int E, int K, int ngroup, int topk_group, int norm,
                                                             float scale) {
+  PDL_WAIT();
   __shared__ float c[1024];
   __shared__ float gsc[32];
   __shared__ int keep[32];

@@ -4,6 +4,7 @@
 // y may alias x.
 extern "C" __global__ void __launch_bounds__(1024) rmsnorm(const float* x, const float* __restrict__ w, float* y,
                                                            int D, int ldx, int ldy, float eps) {
+  PDL_WAIT();
   __shared__ float sh[32];
   const float* xr = x + (size_t)blockIdx.x * ldx;
   float* yr = y + (size_t)blockIdx.x * ldy;
@@ -24,6 +25,7 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm(const float* x, const
 // y must not alias x or b.
 extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(float* x, const float* b, const float* __restrict__ w,
                                                                float* y, int D, int ldx, int ldb, int ldy, float eps) {
+  PDL_WAIT();
   __shared__ float sh[32];
   float* xr = x + (size_t)blockIdx.x * ldx;
   const float* br = b + (size_t)blockIdx.x * ldb;
@@ -44,6 +46,7 @@ extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(float* x, const f
 extern "C" __global__ void __launch_bounds__(1024) layernorm(const float* x, const float* __restrict__ w,
                                                              const float* __restrict__ b, float* y, int D, int ldx,
                                                              int ldy, float eps) {
+  PDL_WAIT();
   __shared__ float sh[32];
   const float* xr = x + (size_t)blockIdx.x * ldx;
   float* yr = y + (size_t)blockIdx.x * ldy;
@@ -72,6 +75,7 @@ extern "C" __global__ void __launch_bounds__(1024) layernorm(const float* x, con
 extern "C" __global__ void rope(float* x, const int* __restrict__ pos, const float* __restrict__ cos_t,
                                 const float* __restrict__ sin_t, int rows, int rows_per_tok, int ld, int off,
                                 int rot, int interleaved) {
+  PDL_WAIT();
   const int half = rot >> 1;
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= (long long)rows * half) return;
@@ -88,6 +92,7 @@ extern "C" __global__ void rope(float* x, const int* __restrict__ pos, const flo
 
 // y = a + b (y may alias either).
 extern "C" __global__ void add_f32(float* y, const float* a, const float* b, long long n) {
+  PDL_WAIT();
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     y[i] = a[i] + b[i];
 }
@@ -95,6 +100,7 @@ extern "C" __global__ void add_f32(float* y, const float* a, const float* b, lon
 // out[r][i] = silu(gate[r][i]) * up[r][i], i < I; strides per row.
 extern "C" __global__ void silu_mul(const float* __restrict__ gate, const float* __restrict__ up, float* out, int rows,
                                     int I, int ldg, int ldu, int ldo) {
+  PDL_WAIT();
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= (long long)rows * I) return;
   const int r = (int)(idx / I), i = (int)(idx % I);
@@ -104,6 +110,7 @@ extern "C" __global__ void silu_mul(const float* __restrict__ gate, const float*
 
 // out[t][:] = table[ids[t]][:] from a bf16 table [V][D]; one block per token.
 extern "C" __global__ void embed_bf16(const u16* __restrict__ table, const int* __restrict__ ids, float* out, int D) {
+  PDL_WAIT();
   const u16* row = table + (size_t)ids[blockIdx.x] * D;
   float* o = out + (size_t)blockIdx.x * D;
   for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = bf16_to_f32(row[i]);
@@ -113,6 +120,7 @@ extern "C" __global__ void embed_bf16(const u16* __restrict__ table, const int* 
 // the routed experts' outputs (k slots of N) plus the residual stream.
 extern "C" __global__ void moe_combine(const float* __restrict__ y, const float* __restrict__ w, const float* resid,
                                        float* out, int k, int N) {
+  PDL_WAIT();
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
   float s = 0.0f;

@@ -4,6 +4,7 @@
 // Greedy: out[row] = arg-max (ties to the lower index); val optional.
 extern "C" __global__ void __launch_bounds__(1024) argmax_rows(const float* __restrict__ x, int n, int ld, int* out,
                                                                float* val) {
+  PDL_WAIT();
   __shared__ float shv[32];
   __shared__ int shi[32];
   const float* r = x + (size_t)blockIdx.x * ld;
@@ -63,6 +64,7 @@ __device__ u32 kth_largest_key(const float* x, int n, int K, u32* hist, u32* sel
 extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* __restrict__ logits, int n, int ld,
                                                                int* out, float temperature, int top_k, float top_p,
                                                                u64 seed, u64 step) {
+  PDL_WAIT();
   __shared__ u32 hist[256];
   __shared__ unsigned long long mass[256];
   __shared__ u32 sel[2];
@@ -145,6 +147,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* __re
 // equal argmax_rows' exactly. Scratch: cnt [rows], pv/pi [rows][nblk].
 extern "C" __global__ void __launch_bounds__(256) argmax_wide(const float* __restrict__ x, int n, int ld, int* out,
                                                               float* val, u32* cnt, float* pv, int* pi) {
+  PDL_WAIT();
   __shared__ float shv[32];
   __shared__ int shi[32];
   __shared__ int last;

@@ -63,6 +63,7 @@ __device__ __forceinline__ int tkr_n(const int* lens, int row, int T) {
 extern "C" __global__ void __launch_bounds__(256) topk_radix_hist(const float* __restrict__ scores, int ld,
                                                                   const int* __restrict__ lens, int T, int K,
                                                                   int chunk, u32* hist) {
+  PDL_WAIT();
   __shared__ u32 sh[TKR_BINS];
   const int row = blockIdx.y, tid = threadIdx.x;
   const int n = tkr_n(lens, row, T);
@@ -171,6 +172,7 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark(const float* 
                                                                    const int* __restrict__ lens, int T, int K,
                                                                    int chunk, u32* hist, u32* cnt, u32* sure,
                                                                    u32* cand, int ldw, int* out, int ld_out) {
+  PDL_WAIT();
   __shared__ u32 h[1024];
   __shared__ int shs[32];
   __shared__ int sres[2];
@@ -351,6 +353,7 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_s(const float
                                                                      int chunk, u32* hist, u32* cnt, u32* sure,
                                                                      u32* cand, int ldw, int* out, int ld_out,
                                                                      int cap) {
+  PDL_WAIT();
   extern __shared__ u32 tkr_dyn[];
   __shared__ u32 h[1024];
   __shared__ int shs[32];

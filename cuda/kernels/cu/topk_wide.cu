@@ -24,6 +24,7 @@ __device__ __forceinline__ int tkw_n(const int* lens, int row, int T) {
 extern "C" __global__ void __launch_bounds__(256) topk_wide_hist(const float* __restrict__ scores, int ld,
                                                                  const int* __restrict__ lens, int T, int chunk,
                                                                  int shift, u32* state, u32* hist) {
+  PDL_WAIT();
   __shared__ u32 sh[TKW_HIST];
   const int row = blockIdx.y, tid = threadIdx.x;
   u32* st = state + (size_t)row * TKW_STATE;
@@ -46,6 +47,7 @@ extern "C" __global__ void __launch_bounds__(256) topk_wide_hist(const float* __
 extern "C" __global__ void __launch_bounds__(256) topk_wide_pick(const int* __restrict__ lens, int T, int K,
                                                                  int shift, u32* state, u32* hist, int* out,
                                                                  int ld_out) {
+  PDL_WAIT();
   __shared__ u32 h[TKW_HIST];
   const int row = blockIdx.x, tid = threadIdx.x;
   u32* st = state + (size_t)row * TKW_STATE;
@@ -89,6 +91,7 @@ extern "C" __global__ void __launch_bounds__(256) topk_wide_pick(const int* __re
 extern "C" __global__ void __launch_bounds__(256) topk_wide_count(const float* __restrict__ scores, int ld,
                                                                   const int* __restrict__ lens, int T, int chunk,
                                                                   const u32* __restrict__ state, int* counts) {
+  PDL_WAIT();
   __shared__ int shs[32];
   const int row = blockIdx.y, tid = threadIdx.x;
   const u32* st = state + (size_t)row * TKW_STATE;
@@ -118,6 +121,7 @@ extern "C" __global__ void __launch_bounds__(256) topk_wide_emit(const float* __
                                                                  const u32* __restrict__ state,
                                                                  const int* __restrict__ counts, int* out,
                                                                  int ld_out) {
+  PDL_WAIT();
   __shared__ int shs[32];
   const int row = blockIdx.y, tid = threadIdx.x;
   const u32* st = state + (size_t)row * TKW_STATE;

@@ -1,0 +1,85 @@
+package kernels
+
+import (
+	"os"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// Programmatic dependent launch (cuda.Ctx.LaunchEx): on Hopper the kernels
+// below are launched so that each may be scheduled while the kernel before
+// it on the stream still runs, instead of after it has drained; a decode
+// step is ~280 small launches, and the gaps between them are a large part
+// of the step. A kernel may be listed here only if PDL_WAIT() is the first
+// statement of its body (common.cuh; TestPDLKernelsWait parses the embedded
+// source): a kernel launched this way that did not wait would read its
+// inputs before they are written, and the kernel after it, whose wait
+// covers only the kernels it depends on directly, could overtake it. New
+// kernels launch plainly until they have the wait and are added.
+// TILERT_GPU_PDL=0 launches every kernel plainly (for measurements).
+var pdlKernels = setOf(
+	// cache.cu, engine.cu, exact.cu
+	"mla_cache_write", "indexer_cache_write",
+	"eng_mla_cache_write", "eng_indexer_cache_write", "eng_quant_ue8m0", "eng_copy2d", "eng_scale",
+	"eng_absorb_q", "eng_absorb_v",
+	"eng_mla_cache_write_f32", "eng_mla_cache_write_bf16", "eng_indexer_cache_write_f32",
+	"eng_indexer_scores_f32", "eng_mla_decode_f32", "eng_mla_decode_bf16",
+	// gemm_tc.cu (prefill)
+	"gemm_fp8_tc_s2", "gemm_bf16_tc_s2", "gemm_fp8_experts_tc_s2",
+	"gemm_fp8_tc_s3", "gemm_bf16_tc_s3", "gemm_fp8_experts_tc_s3", "moe_combine_rows",
+	// gemv.cu, gemv_wide.cu
+	"gemv_fp8_r1", "gemv_fp8_r2", "gemv_fp8_r4", "gemv_bf16_r1", "gemv_bf16_r2", "gemv_bf16_r4",
+	"gemv_f32_r1", "gemv_f32_r4", "gemv_fp8_experts_r1", "gemv_fp8_experts_r4",
+	"gemv_fp8_wide_r1", "gemv_fp8_wide_r2", "gemv_fp8_wide_r4", "gemv_fp8_wide_r8",
+	"gemv_bf16_wide_r1", "gemv_bf16_wide_r2", "gemv_bf16_wide_r4", "gemv_bf16_wide_r8",
+	"gemv_fp8_experts_wide_r1", "gemv_fp8_experts_wide_r2", "gemv_fp8_experts_wide_r4", "gemv_fp8_experts_wide_r8",
+	// gemv_tile.cu
+	"gemv_tile_fp8_r1_m1", "gemv_tile_fp8_r2_m1", "gemv_tile_fp8_r4_m1", "gemv_tile_fp8_r8_m1",
+	"gemv_tile_fp8_r1_m2", "gemv_tile_fp8_r2_m2", "gemv_tile_fp8_r4_m2", "gemv_tile_fp8_r8_m2",
+	"gemv_tile_fp8_r1_m4", "gemv_tile_fp8_r2_m4", "gemv_tile_fp8_r4_m4", "gemv_tile_fp8_r8_m4",
+	"gemv_tile_fp8_r1_m8", "gemv_tile_fp8_r2_m8", "gemv_tile_fp8_r4_m8", "gemv_tile_fp8_r8_m8",
+	"gemv_tile_bf16_r1_m1", "gemv_tile_bf16_r2_m1", "gemv_tile_bf16_r4_m1", "gemv_tile_bf16_r8_m1",
+	"gemv_tile_bf16_r1_m2", "gemv_tile_bf16_r2_m2", "gemv_tile_bf16_r4_m2", "gemv_tile_bf16_r8_m2",
+	"gemv_tile_bf16_r1_m4", "gemv_tile_bf16_r2_m4", "gemv_tile_bf16_r4_m4", "gemv_tile_bf16_r8_m4",
+	"gemv_tile_bf16_r1_m8", "gemv_tile_bf16_r2_m8", "gemv_tile_bf16_r4_m8", "gemv_tile_bf16_r8_m8",
+	"moe_combine_slots",
+	// indexer.cu, indexer_mma.cu, indexer_wide.cu, topk_radix.cu, topk_wide.cu
+	"indexer_scores", "topk_rows", "idx_q_prep", "indexer_scores_mma", "indexer_scores_mma_pf", "indexer_scores_wide",
+	"topk_radix_hist", "topk_radix_mark", "topk_radix_mark_s",
+	"topk_wide_hist", "topk_wide_pick", "topk_wide_count", "topk_wide_emit",
+	// mla*.cu
+	"mla_decode", "mla_combine", "mla_combine_wide", "mla_decode_heads", "mla_decode_tc",
+	"absorb_q_fp8", "absorb_q_fp8_r4", "absorb_v_fp8",
+	// moe.cu, norm.cu, sample.cu, logits.cu
+	"moe_route", "rmsnorm", "add_rmsnorm", "layernorm", "rope", "add_f32", "silu_mul", "embed_bf16", "moe_combine",
+	"argmax_rows", "sample_rows", "argmax_wide", "adjust_logits", "logprob_rows",
+	// Not comm.cu's collectives: they spin on flags other ranks' kernels
+	// set, and stay launched plainly.
+)
+
+func setOf(names ...string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
+// pdlEnv: TILERT_GPU_PDL=0 turns programmatic launches off; read when a
+// context loads the kernels.
+func pdlEnv() bool { return os.Getenv("TILERT_GPU_PDL") != "0" }
+
+// PDL reports whether this Set launches its listed kernels programmatically
+// (Hopper or newer, a driver with cuLaunchKernelEx, TILERT_GPU_PDL not 0).
+func (k *Set) PDL() bool { return k.pdl }
+
+// SetPDL turns programmatic launches on or off for later launches (where
+// the device supports them); measurements compare both in one process.
+// Graphs captured before keep the launches they were captured with.
+func (k *Set) SetPDL(on bool) { k.pdl = on && k.c.PDLSupported() }
+
+// launchFn queues f: programmatically when it is a listed kernel and PDL is
+// on.
+func (k *Set) launchFn(f *cuda.Function, grid, block cuda.Dim3, smem int, s cuda.Stream, args ...any) error {
+	return k.c.LaunchEx(f, grid, block, smem, s, k.pdl && pdlKernels[f.Name], args...)
+}

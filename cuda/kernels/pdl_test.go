@@ -1,0 +1,260 @@
+package kernels
+
+import (
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// stripComments removes // and /* */ comments, leaving string literals alone.
+func stripComments(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '"':
+			j := i + 1
+			for j < len(s) && s[j] != '"' {
+				if s[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			b.WriteString(s[i:min(j+1, len(s))])
+			i = j
+		case strings.HasPrefix(s[i:], "//"):
+			for i < len(s) && s[i] != '\n' {
+				i++
+			}
+			b.WriteByte('\n')
+		case strings.HasPrefix(s[i:], "/*"):
+			j := strings.Index(s[i+2:], "*/")
+			if j < 0 {
+				return b.String()
+			}
+			i += j + 3
+			b.WriteByte(' ')
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}
+
+// matchParen returns the index of the parenthesis closing the one at open.
+func matchParen(s string, open int) int {
+	d := 0
+	for i := open; i < len(s); i++ {
+		switch s[i] {
+		case '(':
+			d++
+		case ')':
+			d--
+			if d == 0 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// splitArgs splits a macro invocation's arguments at top-level commas.
+func splitArgs(s string) []string {
+	var out []string
+	d, start := 0, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '(':
+			d++
+		case ')':
+			d--
+		case ',':
+			if d == 0 {
+				out = append(out, strings.TrimSpace(s[start:i]))
+				start = i + 1
+			}
+		}
+	}
+	return append(out, strings.TrimSpace(s[start:]))
+}
+
+var (
+	defineRe = regexp.MustCompile(`(?m)^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)\(([^)]*)\)(.*)$`)
+	ppLineRe = regexp.MustCompile(`(?m)^[ \t]*#.*$`)
+	nameRe   = regexp.MustCompile(`([A-Za-z_]\w*)\s*$`)
+)
+
+// kernelEntries finds every __global__ definition in CUDA C source and
+// returns, per kernel name, the first statement of each of its bodies
+// (whitespace squeezed). Function-like macros that define kernels are
+// expanded one level, with ## pasting, which is how cu/*.cu writes them.
+func kernelEntries(src string) map[string][]string {
+	s := strings.ReplaceAll(stripComments(src), "\\\n", " ")
+	type macro struct {
+		params []string
+		body   string
+	}
+	macros := map[string]macro{}
+	for _, m := range defineRe.FindAllStringSubmatch(s, -1) {
+		if strings.Contains(m[3], "__global__") {
+			macros[m[1]] = macro{params: splitArgs(m[2]), body: m[3]}
+		}
+	}
+	s = ppLineRe.ReplaceAllString(s, "")
+	for name, mc := range macros {
+		re := regexp.MustCompile(`\b` + name + `\s*\(`)
+		for {
+			loc := re.FindStringIndex(s)
+			if loc == nil {
+				break
+			}
+			end := matchParen(s, loc[1]-1)
+			if end < 0 {
+				break
+			}
+			args := splitArgs(s[loc[1]:end])
+			body := mc.body
+			for i, p := range mc.params {
+				if i < len(args) {
+					body = regexp.MustCompile(`\b`+regexp.QuoteMeta(p)+`\b`).ReplaceAllLiteralString(body, args[i])
+				}
+			}
+			body = regexp.MustCompile(`\s*##\s*`).ReplaceAllString(body, "")
+			s = s[:loc[0]] + body + s[end+1:]
+		}
+	}
+	out := map[string][]string{}
+	for off := 0; ; {
+		i := strings.Index(s[off:], "__global__")
+		if i < 0 {
+			break
+		}
+		i += off + len("__global__")
+		off = i
+		p := strings.IndexByte(s[i:], '(')
+		if p < 0 {
+			break
+		}
+		p += i
+		if strings.HasSuffix(strings.TrimSpace(s[i:p]), "__launch_bounds__") {
+			q := matchParen(s, p)
+			if q < 0 {
+				break
+			}
+			p2 := strings.IndexByte(s[q:], '(')
+			if p2 < 0 {
+				break
+			}
+			i, p = q+1, q+p2
+		}
+		nm := nameRe.FindStringSubmatch(s[i:p])
+		q := matchParen(s, p)
+		if nm == nil || q < 0 {
+			continue
+		}
+		b := strings.IndexByte(s[q:], '{')
+		if b < 0 {
+			break
+		}
+		body := s[q+b+1:]
+		first := body
+		if e := strings.IndexAny(body, ";}"); e >= 0 {
+			first = body[:e+1]
+		}
+		out[nm[1]] = append(out[nm[1]], strings.Join(strings.Fields(first), ""))
+		off = q
+	}
+	return out
+}
+
+const pdlEntry = "PDL_WAIT();"
+
+// Every kernel launched programmatically must start with PDL_WAIT(): see
+// pdl.go for why a listed kernel without it would race.
+func TestPDLKernelsWait(t *testing.T) {
+	entries := kernelEntries(KernelSource())
+	var names []string
+	for n := range pdlKernels {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		defs, ok := entries[n]
+		if !ok {
+			t.Errorf("pdl.go lists %s, but no cu/*.cu defines that kernel", n)
+			continue
+		}
+		for i, first := range defs {
+			if first != pdlEntry {
+				t.Errorf("kernel %s (definition %d of %d) starts with %q, not PDL_WAIT(); add the wait as its first statement or take it off pdl.go's list", n, i+1, len(defs), first)
+			}
+		}
+	}
+	var plain []string
+	for n := range entries {
+		if !pdlKernels[n] {
+			plain = append(plain, n)
+		}
+	}
+	sort.Strings(plain)
+	t.Logf("%d kernels launched programmatically, %d plainly: %s", len(names), len(plain), strings.Join(plain, " "))
+	common, err := kernelFS.ReadFile("cu/common.cuh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(common), "griddepcontrol.wait;") {
+		t.Errorf("common.cuh's PDL_WAIT no longer executes griddepcontrol.wait")
+	}
+}
+
+// The parser itself: kernels written out, with __launch_bounds__, in
+// kernel-defining macros with ## pasting, and under #if/#else.
+func TestKernelEntries(t *testing.T) {
+	src := `
+// a comment with __global__ foo(
+extern "C" __global__ void __launch_bounds__(128, 2) good(const float* x, /* (odd) */ int n) {
+  PDL_WAIT();
+  x[0] = 1;
+}
+extern "C" __global__ void bad(float* y) {
+  y[0] = 0.0f;  // reads before no wait
+  PDL_WAIT();
+}
+#define KERNELS(NAME, R)                               \
+  extern "C" __global__ void __launch_bounds__(256)    \
+      k_##NAME##_r##R(const float* x) {                 \
+    PDL_WAIT();                                        \
+    use<R>(x);                                         \
+  }                                                    \
+  extern "C" __global__ void late_##NAME(float* y) {   \
+    int i = threadIdx.x;                               \
+    PDL_WAIT();                                        \
+  }
+KERNELS(a, 1)
+KERNELS(b, 4)
+#if X
+extern "C" __global__ void twice(int* p) { PDL_WAIT(); p[0] = 1; }
+#else
+extern "C" __global__ void twice(int* p) { __trap(); }
+#endif
+`
+	got := kernelEntries(src)
+	want := map[string][]string{
+		"good":   {pdlEntry},
+		"bad":    {"y[0]=0.0f;"},
+		"k_a_r1": {pdlEntry},
+		"k_b_r4": {pdlEntry},
+		"late_a": {"inti=threadIdx.x;"},
+		"late_b": {"inti=threadIdx.x;"},
+		"twice":  {pdlEntry, "__trap();"},
+	}
+	if len(got) != len(want) {
+		t.Errorf("found %d kernels %v, want %d", len(got), got, len(want))
+	}
+	for n, w := range want {
+		g := got[n]
+		if strings.Join(g, "|") != strings.Join(w, "|") {
+			t.Errorf("kernel %s: first statements %q, want %q", n, g, w)
+		}
+	}
+}

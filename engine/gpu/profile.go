@@ -41,7 +41,12 @@ type StepProfile struct {
 	// one call at a time; GraphUs the same runs replayed as graphs (all
 	// device time, event-timed, medians over the repetitions).
 	SumUs, EagerUs, GraphUs float64
-	Runs, Calls             int
+	// PDL: the kernels were launched programmatically (cuda/kernels
+	// pdl.go); then GraphPlainUs is GraphUs with every launch plain, the
+	// gaps that programmatic launch closes (0 without PDL).
+	PDL          bool
+	GraphPlainUs float64
+	Runs, Calls  int
 }
 
 // HostTimes returns the host-side times added up since the last call
@@ -140,6 +145,20 @@ func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 				return err
 			}
 			prof.GraphUs += t
+			if prof.PDL = cb.k.PDL(); prof.PDL {
+				cb.k.SetPDL(false)
+				x, err := g.capture(all)
+				cb.k.SetPDL(true)
+				if err != nil {
+					return err
+				}
+				t, err = timeIt(func() error { return g.launch(x) })
+				_ = g.destroy(x)
+				if err != nil {
+					return err
+				}
+				prof.GraphPlainUs += t
+			}
 			for _, op := range run {
 				t, err := timeIt(func() error { return op.run(b) })
 				if err != nil {

@@ -523,7 +523,11 @@ func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
 			h.Steps, h.RecordUs, h.UploadUs, h.LaunchUs, h.WaitUs)
 	}
 	if p := row.Profile; p != nil {
-		fmt.Fprintf(w, "  profile (each call alone; device %.0f us eager, %.0f us as graphs):\n", p.EagerUs, p.GraphUs)
+		pdl := "plain launches"
+		if p.PDL {
+			pdl = fmt.Sprintf("programmatic launches; %.0f us as graphs of plain launches", p.GraphPlainUs)
+		}
+		fmt.Fprintf(w, "  profile (each call alone; device %.0f us eager, %.0f us as graphs; %s):\n", p.EagerUs, p.GraphUs, pdl)
 		for _, op := range p.Ops {
 			gbps := 0.0
 			if op.Us > 0 {

@@ -1,0 +1,128 @@
+package kernels
+
+// What programmatic dependent launch saves per launch: a chain of small
+// dependent kernels (each reads what the one before wrote, through other
+// blocks), replayed as one graph and launched one by one, plain and
+// programmatic, and its result checked exactly (a missing wait would lose
+// increments). Reported, never asserted (TILERT_GPU_TIMING=1).
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// pdlChainSource is common.cuh (for PDL_WAIT) and one kernel: element i
+// gets +1, read and written by a different block than in the kernel before
+// (rot shifts the mapping), so each kernel depends on all of the previous
+// one. mode 0: no wait; 1: griddepcontrol.wait only (the next kernel
+// launches as this one's blocks exit); 2: PDL_WAIT() (wait, then let the
+// next kernel launch at once).
+func pdlChainSource() string {
+	common, err := kernelFS.ReadFile("cu/common.cuh")
+	if err != nil {
+		panic(err)
+	}
+	return string(common) + `
+extern "C" __global__ void pdl_chain(float* x, int n, int rot, int mode) {
+  if (mode == 2) {
+    PDL_WAIT();
+  } else if (mode == 1) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  }
+  const int stride = gridDim.x * blockDim.x;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int j = (i + rot) % n;
+    x[j] = x[j] + 1.0f;
+  }
+}
+`
+}
+
+func TestKernelTimingPDLChain(t *testing.T) {
+	needTiming(t)
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		nv, err := cuda.LoadNVRTC()
+		chk(err)
+		info := c.Info()
+		ck, err := cuda.CompileModule(nv, info.CCMajor, info.CCMinor, pdlChainSource(), "pdl_chain.cu", kernelOptions, cuda.DefaultKernelCache())
+		chk(err)
+		m, err := c.LoadModule("pdl_chain", ck.Image)
+		chk(err)
+		f, err := c.Function(m, "pdl_chain")
+		chk(err)
+		s := c.Stream()
+		const chain = 64
+		t.Logf("programmatic launch supported here: %v (%s, driver %d)", c.PDLSupported(), info.Arch(), info.DriverVersion)
+		for _, size := range []struct{ blocks, n int }{{info.SMs, info.SMs * 256}, {4 * info.SMs, 4 * info.SMs * 256 * 8}} {
+			x, y := a.raw(int64(4*size.n)), a.raw(int64(4*size.n))
+			// chain kernels on x, a copy x -> y and a memset between (nodes
+			// that are not kernels), chain more on y: y ends at 2*chain,
+			// x at chain, whatever ran early.
+			run := func(mode int) {
+				chk(c.MemsetD32(x, 0, int64(size.n), s))
+				for i := range chain {
+					chk(c.LaunchEx(f, cuda.D1(size.blocks), cuda.D1(256), 0, s, mode > 0, x, size.n, 37*i+1, mode))
+				}
+				chk(c.CopyDtoD(y, x, int64(4*size.n), s))
+				chk(c.MemsetD32(x.Add(int64(4*(size.n-1))), 0x3f800000, 1, s)) // x[n-1] = 1, then +chain: chain+1
+				for i := range chain {
+					chk(c.LaunchEx(f, cuda.D1(size.blocks), cuda.D1(256), 0, s, mode > 0, y, size.n, 53*i+7, mode))
+					chk(c.LaunchEx(f, cuda.D1(size.blocks), cuda.D1(256), 0, s, mode > 0, x.Add(int64(4*(size.n-1))), 1, 0, mode))
+				}
+			}
+			check := func(what string) {
+				chk(c.SyncStream(s))
+				xs, ys := downF32(c, x, size.n), downF32(c, y, size.n)
+				bad := 0
+				for i := range size.n {
+					wx := float32(chain)
+					if i == size.n-1 {
+						wx = chain + 1
+					}
+					if xs[i] != wx || ys[i] != 2*chain {
+						bad++
+					}
+				}
+				if bad > 0 {
+					t.Errorf("%s, %d blocks: %d of %d elements wrong (x[0]=%v y[0]=%v, want %d and %d)", what, size.blocks, bad, size.n, xs[0], ys[0], chain, 2*chain)
+				}
+			}
+			var us [3][2]float64
+			for mode := range 3 {
+				name := []string{"plain launches", "programmatic, wait only", "programmatic, PDL_WAIT (wait + launch_dependents)"}[mode]
+				run(mode)
+				check(name + ", launched")
+				us[mode][0] = medianUs(c, s, 3, 11, func() { run(mode) })
+				check(name + ", launched (timed)")
+				chk(c.BeginCapture(s))
+				run(mode)
+				g, err := c.EndCapture(s)
+				chk(err)
+				chk(c.LaunchGraph(g, s))
+				check(name + ", graph")
+				us[mode][1] = medianUs(c, s, 5, 11, func() { chk(c.LaunchGraph(g, s)) })
+				check(name + ", graph (timed)")
+				chk(c.DestroyGraph(g))
+				n := float64(3 * chain)
+				t.Logf("%-52s %4d blocks x 256, %3d kernels: launched %7.1f us (%.2f us/kernel), graph %7.1f us (%.2f us/kernel)",
+					name, size.blocks, 3*chain, us[mode][0], us[mode][0]/n, us[mode][1], us[mode][1]/n)
+			}
+			addPDLRow(fmt.Sprintf("pdl chain %d blocks: graph us/kernel plain, wait, PDL_WAIT", size.blocks),
+				us[0][1]/(3*chain), us[1][1]/(3*chain), us[2][1]/(3*chain))
+		}
+	})
+}
+
+// addPDLRow puts a chain result into the timing report (three figures in
+// the comment, the PDL_WAIT one as the row's time).
+func addPDLRow(name string, plain, wait, full float64) {
+	reportMu.Lock()
+	defer reportMu.Unlock()
+	timingRows = append(timingRows, timingRow{Name: name, Median: full,
+		Comment: fmt.Sprintf("plain %.2f us, wait only %.2f us, PDL_WAIT %.2f us per kernel", plain, wait, full)})
+}

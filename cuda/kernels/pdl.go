@@ -42,6 +42,8 @@ var pdlKernels = setOf(
 	"gemv_tile_bf16_r1_m2", "gemv_tile_bf16_r2_m2", "gemv_tile_bf16_r4_m2", "gemv_tile_bf16_r8_m2",
 	"gemv_tile_bf16_r1_m4", "gemv_tile_bf16_r2_m4", "gemv_tile_bf16_r4_m4", "gemv_tile_bf16_r8_m4",
 	"gemv_tile_bf16_r1_m8", "gemv_tile_bf16_r2_m8", "gemv_tile_bf16_r4_m8", "gemv_tile_bf16_r8_m8",
+	"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16",
+	"gemv_tile_fp8_r4_m1_o4", "gemv_tile_fp8_r8_m1_o4",
 	"moe_combine_slots",
 	// indexer.cu, indexer_mma.cu, indexer_wide.cu, topk_radix.cu, topk_wide.cu
 	"indexer_scores", "topk_rows", "idx_q_prep", "indexer_scores_mma", "indexer_scores_mma_pf", "indexer_scores_wide",

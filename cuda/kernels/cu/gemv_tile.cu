@@ -629,6 +629,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -639,6 +640,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -649,6 +651,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -661,6 +664,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 4)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -671,6 +675,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 4)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }

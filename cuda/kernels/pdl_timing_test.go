@@ -40,6 +40,51 @@ extern "C" __global__ void pdl_chain(float* x, int n, int rot, int mode) {
     x[j] = x[j] + 1.0f;
   }
 }
+
+// A latency-bound small kernel (one block: RMSNorm-like, in place) and a
+// weight-streaming kernel after it (grid-wide, 16-byte loads of W, which
+// never changes, combined with the small kernel's output). pf 0: the wait
+// first; 1: each thread prefetches its first 8 loads to L2 before the wait;
+// 2: the block prefetches its whole share of W (a line per 128 bytes)
+// before the wait. What a GEMV could gain by streaming its weights while the
+// kernel before it runs.
+extern "C" __global__ void __launch_bounds__(1024) pdl_small(float* a, int n) {
+  PDL_WAIT();
+  __shared__ float sh[32];
+  float v = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) v += a[i] * a[i];
+  v = block_sum(v, sh);
+  const float r = rsqrtf(v / n + 1e-6f);
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) a[i] = a[i] * r * 1.0001f;
+}
+
+extern "C" __global__ void __launch_bounds__(256) pdl_stream(const uint4* W, long long nvec, const float* a, u32* out,
+                                                              int pf) {
+  const long long per = (nvec + gridDim.x - 1) / gridDim.x;
+  const long long lo = (long long)blockIdx.x * per, hi = min(nvec, lo + per);
+  if (pf == 1) {
+    for (int k = 0; k < 8; k++) {
+      const long long i = lo + threadIdx.x + (long long)k * blockDim.x;
+      if (i < hi) asm volatile("prefetch.global.L2 [%0];" ::"l"(W + i));
+    }
+  } else if (pf == 2) {
+    for (long long i = lo + 8 * threadIdx.x; i < hi; i += 8 * blockDim.x) asm volatile("prefetch.global.L2 [%0];" ::"l"(W + i));
+  }
+  PDL_WAIT();
+  u32 acc = __float_as_uint(a[0]);
+  for (long long i = lo + threadIdx.x; i < hi; i += 4 * blockDim.x) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const long long j = i + (long long)u * blockDim.x;
+      v[u] = j < hi ? __ldg(W + j) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; u++) acc ^= v[u].x + v[u].y + v[u].z + v[u].w;
+  }
+  out[(size_t)blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
 `
 }
 
@@ -125,4 +170,62 @@ func addPDLRow(name string, plain, wait, full float64) {
 	defer reportMu.Unlock()
 	timingRows = append(timingRows, timingRow{Name: name, Median: full,
 		Comment: fmt.Sprintf("plain %.2f us, wait only %.2f us, PDL_WAIT %.2f us per kernel", plain, wait, full)})
+}
+
+// TestKernelTimingPDLPrefetch: pairs of (small kernel, weight stream) in
+// one graph, the weights cycled over copies so each is read cold, with the
+// stream's weight prefetch before its wait off, its first loads, or its
+// whole share; plain launches as the baseline. Says what issuing a GEMV's
+// weight loads before PDL_WAIT would save (not done in the GEMVs yet).
+func TestKernelTimingPDLPrefetch(t *testing.T) {
+	needTiming(t)
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		nv, err := cuda.LoadNVRTC()
+		chk(err)
+		info := c.Info()
+		ck, err := cuda.CompileModule(nv, info.CCMajor, info.CCMinor, pdlChainSource(), "pdl_chain.cu", kernelOptions, cuda.DefaultKernelCache())
+		chk(err)
+		m, err := c.LoadModule("pdl_chain", ck.Image)
+		chk(err)
+		small, err := c.Function(m, "pdl_small")
+		chk(err)
+		stream, err := c.Function(m, "pdl_stream")
+		chk(err)
+		s := c.Stream()
+		const pairs, D = 8, 7168
+		x := a.up(randF32(r, D, 1))
+		blocks := 2 * info.SMs
+		out := a.raw(int64(4 * blocks * 256))
+		for _, mb := range []int{4, 12, 38} { // kv_a, idx wq_b, q_b of DeepSeek-V3.2
+			bytes := int64(mb) << 20
+			ws := make([]cuda.DevPtr, pairs)
+			for i := range ws {
+				ws[i] = a.raw(bytes)
+				fillRandom(c, r, ws[i], bytes, "fp8")
+			}
+			run := func(pdl bool, pf int) {
+				for i := range pairs {
+					chk(c.LaunchEx(small, cuda.D1(1), cuda.D1(1024), 0, s, pdl, x, D))
+					chk(c.LaunchEx(stream, cuda.D1(blocks), cuda.D1(256), 0, s, pdl, ws[i], bytes/16, x, out, pf))
+				}
+			}
+			var us [4]float64
+			for v := range 4 {
+				pdl, pf := v > 0, max(v-1, 0)
+				chk(c.BeginCapture(s))
+				run(pdl, pf)
+				g, err := c.EndCapture(s)
+				chk(err)
+				us[v] = medianUs(c, s, 5, 11, func() { chk(c.LaunchGraph(g, s)) }) / pairs
+				chk(c.DestroyGraph(g))
+			}
+			t.Logf("small kernel + %2d MB stream, per pair as a graph: plain %.2f us, PDL %.2f us, PDL + prefetch of the first loads %.2f us, PDL + prefetch of the whole share %.2f us",
+				mb, us[0], us[1], us[2], us[3])
+			reportMu.Lock()
+			timingRows = append(timingRows, timingRow{Name: fmt.Sprintf("pdl small kernel + %d MB stream (pair, graph)", mb),
+				Bytes: float64(bytes), Median: us[3], GBps: float64(bytes) / us[3] / 1e3,
+				Comment: fmt.Sprintf("plain %.2f, PDL %.2f, +first-loads prefetch %.2f, +whole-share prefetch %.2f us", us[0], us[1], us[2], us[3])})
+			reportMu.Unlock()
+		}
+	})
 }

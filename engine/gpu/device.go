@@ -91,7 +91,24 @@ type device interface {
 	// semantics, one position per row; the zero value: not rotated).
 	absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error
 	absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error
+	fusedDevice
 	commDevice // comm.go
+}
+
+// fusedDevice holds the fused per-row launches (kernels/fused.go), each the
+// same bits as the run of launches it replaces (TILERT_GPU_FUSE=0 keeps
+// those runs).
+type fusedDevice interface {
+	// attnEpilogue is rmsnorm + rope + mlaCacheWrite (fp8) of the latent
+	// rows, layernorm + rope + idxCacheWrite (fp8) of the indexer keys and
+	// indexerQPrep, each part when its output is set (kernels.AttnEpilogue).
+	attnEpilogue(a kernels.AttnEpilogue) error
+	// routerRoute is gemvBF16 of the router into logits then moeRoute;
+	// counter is a zeroed uint32 the launch leaves zeroed.
+	routerRoute(idx, wts, logits, x, w, bias, counter cuda.DevPtr, E, K, M, ldx, topk, ngroup, topkGroup int, norm bool, scale float32) error
+	// moeCombineNorm is moeCombineSlots(tmp, y, w, resid, M, k, D) then
+	// addRMSNorm(out, x, tmp, nw, M, D, ldx, D, ldy, eps); tmp is not kept.
+	moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error
 }
 
 // cudaDevice runs on the device thread (valid only inside Device.Do); all
@@ -447,6 +464,20 @@ func (b *cudaDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ld
 	}
 	return b.k.EngAbsorbV(b.s, out, x, w, s, fp8, M, H, vd, R, ldo)
 }
+
+func (b *cudaDevice) attnEpilogue(a kernels.AttnEpilogue) error { return b.k.AttnEpilogue(b.s, a) }
+
+func (b *cudaDevice) routerRoute(idx, wts, logits, x, w, bias, counter cuda.DevPtr, E, K, M, ldx, topk, ngroup, topkGroup int, norm bool, scale float32) error {
+	return b.k.RouterRoute(b.s, idx, wts, logits, x, w, bias, counter, E, K, M, ldx, topk, ngroup, topkGroup, norm, scale)
+}
+
+func (b *cudaDevice) moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error {
+	return b.k.MoECombineAddRMSNorm(b.s, out, x, y, w, resid, nw, M, k, D, ldx, ldy, eps)
+}
+
+// fuseOn: TILERT_GPU_FUSE=0 keeps the unfused launches of the per-row
+// epilogues (kernels/fused.go; comparisons).
+var fuseOn = os.Getenv("TILERT_GPU_FUSE") != "0"
 
 // runner executes engine work on a backend: the GPU's device thread or the
 // emulator.

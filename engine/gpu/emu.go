@@ -795,3 +795,70 @@ func (r *emuRunner) runWith(b device, f func(b device) error) (err error) {
 }
 
 func (r *emuRunner) close() error { return nil }
+
+// attnEpilogue is the launches it fuses, row by row (a row at a negative
+// position is left alone, as the kernel does), then indexerQPrep.
+func (m *emuDevice) attnEpilogue(a kernels.AttnEpilogue) error {
+	if err := a.Check(); err != nil {
+		return err
+	}
+	ps := m.i32(a.Pos, a.Rows)
+	for i := 0; i < a.Rows; i++ {
+		if ps[i] < 0 {
+			continue
+		}
+		pos := fptr(a.Pos, i)
+		if a.MLACache != 0 {
+			kv := fptr(a.KVA, i*a.LdKV)
+			if err := errors.CombineErrors(m.rmsnorm(kv, kv, a.KVNorm, 1, kernels.MLALatentDim, a.LdKV, a.LdKV, a.KVEps),
+				m.rope(kv, pos, a.Cos, a.Sin, 1, 1, a.LdKV, kernels.MLALatentDim, a.Rot, a.KVInterleaved)); err != nil {
+				return err
+			}
+			if err := m.mlaCacheWrite(mlaFP8, a.MLACache, kv, pos, 1, a.LdKV); err != nil {
+				return err
+			}
+		}
+		if a.IdxCache != 0 {
+			ik := fptr(a.IK, i*a.LdIK)
+			const D = kernels.IndexerHeadDim
+			if err := errors.CombineErrors(m.layernorm(ik, ik, a.IKNormW, a.IKNormB, 1, D, a.LdIK, a.LdIK, a.IKEps),
+				m.rope(ik, pos, a.Cos, a.Sin, 1, 1, a.LdIK, 0, a.Rot, a.IdxInterleaved)); err != nil {
+				return err
+			}
+			if err := m.idxCacheWrite(false, a.IdxCache, ik, pos, 1, a.LdIK); err != nil {
+				return err
+			}
+		}
+	}
+	if a.QH == 0 {
+		return nil
+	}
+	return m.indexerQPrep(a.QH, a.WQ, a.IQ, a.IW, a.Pos, a.Cos, a.Sin, a.Rows, a.IH, a.Rot, a.IdxInterleaved, a.WScale)
+}
+
+// routerRoute is the router GEMV then moeRoute, with the kernel's limits.
+func (m *emuDevice) routerRoute(idx, wts, logits, x, w, bias, counter cuda.DevPtr, E, K, M, ldx, topk, ngroup, topkGroup int, norm bool, scale float32) error {
+	if !kernels.RouterRouteOK(x, w, E, K, M, ldx, topk, ngroup, topkGroup) || counter == 0 {
+		return errors.Newf("emu router route: E=%d K=%d M=%d ldx=%d topk=%d", E, K, M, ldx, topk)
+	}
+	if c := m.i32(counter, 1)[0]; c != 0 {
+		return errors.Newf("emu router route: counter %d, not zeroed", c)
+	}
+	if err := m.gemvBF16(logits, x, w, E, K, M, ldx, E); err != nil {
+		return err
+	}
+	return m.moeRoute(idx, wts, logits, bias, M, E, topk, ngroup, topkGroup, norm, scale)
+}
+
+// moeCombineNorm is moeCombineSlots into scratch then addRMSNorm.
+func (m *emuDevice) moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error {
+	tmp, err := m.alloc(int64(4 * M * D))
+	if err != nil {
+		return err
+	}
+	defer m.free(tmp)
+	if err := m.moeCombineSlots(tmp, y, w, resid, M, k, D); err != nil {
+		return err
+	}
+	return m.addRMSNorm(out, x, tmp, nw, M, D, ldx, D, ldy, eps)
+}

@@ -83,6 +83,7 @@ type workspace struct {
 	mla                      cuda.DevPtr // split MLA partials (kernels.MLAHeadsWorkspaceBytes(maxRows, heads))
 	tkw                      cuda.DevPtr // top-k scratch (kernels.TopKRadixScratchBytes(maxRows, ldScores), zeroed)
 	grp                      moeGroupWorkspace
+	ctr                      cuda.DevPtr // routerRoute's block counter (zeroed; each launch leaves it zeroed)
 	ldScores                 int
 }
 
@@ -138,6 +139,7 @@ func newWorkspace(e *backend, b device) (*workspace, error) {
 	f(&ws.ey, max(K, tileSlots)*H)
 	f(&ws.logits, M*c.VocabSize)
 	f(&ws.tok, M)
+	f(&ws.ctr, 1)
 	f(&ws.amax, int(kernels.ArgmaxScratchBytes(M)/4))
 	f(&ws.mla, int(kernels.MLAHeadsWorkspaceBytes(M, NH)/4))
 	f(&ws.tkw, int(kernels.TopKRadixScratchBytes(M, ws.ldScores)/4))
@@ -283,12 +285,18 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr) {
 	f.attention(lw)
 	o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
 	if lw.MoE {
-		f.moe(lw)
+		if f.moeThen(lw, &normTo{y: nextY, w: nextW}) {
+			return // the residual add and norm rode in the MoE's combine
+		}
 	} else {
 		f.ffn(lw.Gate, lw.Up, lw.Down, ws.mo)
 	}
 	o.do(o.b.addRMSNorm(nextY, ws.x, ws.mo, nextW, M, H, H, H, H, eps))
 }
+
+// normTo is where a block's closing addRMSNorm writes (y) with which
+// weights (w).
+type normTo struct{ y, w cuda.DevPtr }
 
 // ffn writes down(silu(gate h) * up h) of ws.h into out.
 func (f *fwd) ffn(g, u, d dlin, out cuda.DevPtr) {
@@ -315,25 +323,37 @@ func tileFFN(g, u dlin) bool {
 
 // moe writes the routed experts' weighted sum plus the shared expert of
 // ws.h into ws.mo; expert ids stay on the device.
-func (f *fwd) moe(lw *dlayer) {
+func (f *fwd) moe(lw *dlayer) { f.moeThen(lw, nil) }
+
+// moeThen is moe; with nrm set it may also run the block's closing
+// addRMSNorm(nrm.y, ws.x, ws.mo, nrm.w) fused into the combine (ws.mo then
+// not written), and says whether it did.
+func (f *fwd) moeThen(lw *dlayer, nrm *normTo) bool {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	E, K := c.NRoutedExperts, c.NumExpertsPerTok
-	o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
-	o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
+	if fuseOn && lw.Router.kind == linBF16 && !useGemm(lw.Router, M) && lw.Router.out == E && lw.Router.in == H &&
+		kernels.RouterRouteOK(ws.h, lw.Router.w, E, H, M, H, K, c.NGroup, c.TopKGroup) {
+		// the router GEMV and the routing in one launch
+		o.do(o.b.routerRoute(ws.eidx, ws.ewts, ws.rlog, ws.h, lw.Router.w, lw.Bias, ws.ctr, E, H, M, H, K, c.NGroup, c.TopKGroup,
+			c.NormTopKProb, float32(c.RoutedScalingFactor)))
+	} else {
+		o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
+		o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
+	}
 	switch {
 	case f.groupedMoE():
 		f.moeGrouped(lw)
 	case gemvTileOn && H%16 == 0 && c.MoEIntermediateSize%16 == 0:
-		f.moeTile(lw) // the shared expert included
-		return
+		return f.moeTile(lw, nrm) // the shared expert included
 	default:
 		f.moeRows(lw)
 	}
 	if lw.HasShared {
 		f.addSharedFFN(lw)
 	}
+	return false
 }
 
 // addSharedFFN adds the shared expert of ws.h, run as a dense FFN, to ws.mo.
@@ -365,8 +385,10 @@ func (f *fwd) moeRows(lw *dlayer) {
 // gate/up/SwiGLU of every routed slot and the shared expert (a dense slot
 // per row), down likewise, and the weighted combine with the shared
 // expert's output added (routed sum first, then the shared expert, as the
-// per-row path adds them).
-func (f *fwd) moeTile(lw *dlayer) {
+// per-row path adds them). With nrm set (and the shared expert in the tile
+// launches, or none) the combine also runs the block's closing addRMSNorm
+// (moeThen); it says whether it did.
+func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
@@ -374,6 +396,7 @@ func (f *fwd) moeTile(lw *dlayer) {
 	// The shared expert rides along when it has the routed experts' shape.
 	shared := lw.HasShared && tileFFN(lw.ShGate, lw.ShUp) && lw.ShGate.out == MI && lw.ShDown.kind == linFP8 &&
 		lw.ShDown.in == MI && lw.ShDown.out == H
+	fuse := nrm != nil && fuseOn && (shared || !lw.HasShared)
 	for r := 0; r < M && o.err == nil; r += kernels.MaxTileM {
 		m := min(kernels.MaxTileM, M-r)
 		slots, dense := m*K, 0
@@ -391,16 +414,33 @@ func (f *fwd) moeTile(lw *dlayer) {
 		if shared {
 			resid = fptr(ws.ey, slots*H)
 		}
+		if fuse {
+			o.do(o.b.moeCombineNorm(fptr(nrm.y, r*H), fptr(ws.x, r*H), ws.ey, fptr(ws.ewts, r*K), resid, nrm.w, m, K, H, H, H,
+				float32(c.RMSNormEps)))
+			continue
+		}
 		o.do(o.b.moeCombineSlots(fptr(ws.mo, r*H), ws.ey, fptr(ws.ewts, r*K), resid, m, K, H))
 	}
 	if lw.HasShared && !shared {
 		f.addSharedFFN(lw)
 	}
+	return fuse
 }
 
 // attnIn computes the queries and the rows' latent cache entries (written
 // into the cache) from ws.h.
 func (f *fwd) attnIn(lw *dlayer) {
+	f.attnProj(lw)
+	if f.fuseKV() {
+		f.epilogue(lw, true, false)
+		return
+	}
+	f.kvEpilogue(lw)
+}
+
+// attnProj runs attnIn's projections: normed q_a into ws.qa, q_b into ws.q,
+// kv_a into ws.kva.
+func (f *fwd) attnProj(lw *dlayer) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
@@ -413,6 +453,15 @@ func (f *fwd) attnIn(lw *dlayer) {
 	o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.QANorm, M, QL, QL, QL, subEps))
 	o.lin(lw.QB, ws.q, ws.qa, M, QL, NH*qk)
 	o.lin(lw.KVA, ws.kva, ws.h, M, H, R+P)
+}
+
+// kvEpilogue is attnIn's per-row work after the projections, unfused:
+// kv_a_layernorm, RoPE and the cache write.
+func (f *fwd) kvEpilogue(lw *dlayer) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	M := f.M
+	R, P := c.KVLoraRank, c.QKRopeHeadDim
 	o.do(o.b.rmsnorm(ws.kva, ws.kva, lw.KVANorm, M, R, R+P, R+P, subEps))
 	o.do(o.b.rope(ws.kva, f.pos, e.ropeCos, e.ropeSin, M, 1, R+P, R, P, c.RopeInterleave))
 	for _, g := range f.groups {
@@ -422,13 +471,68 @@ func (f *fwd) attnIn(lw *dlayer) {
 }
 
 // attention is absorbed MLA with the DSA indexer over ws.h; o_proj's output
-// lands in ws.tmp.
+// lands in ws.tmp. Fused, every projection runs first and one launch per
+// group does the latent rows' and the indexer's per-row work.
 func (f *fwd) attention(lw *dlayer) {
-	f.attnIn(lw)
-	if lw.HasIdx {
-		f.indexer(lw)
+	if f.fuseKV() && (!lw.HasIdx || f.fuseIdx()) {
+		f.attnProj(lw)
+		if lw.HasIdx {
+			f.idxProj(lw)
+		}
+		f.epilogue(lw, true, lw.HasIdx)
+		if lw.HasIdx {
+			f.idxSelect(lw)
+		}
+	} else {
+		f.attnIn(lw)
+		if lw.HasIdx {
+			f.indexer(lw)
+		}
 	}
 	f.attnOut(lw)
+}
+
+// fuseKV says whether the latent rows' norm, RoPE and cache write run as
+// attnEpilogue: fp8_ds_mla caches of 512 + 64 values (exact mode and bf16
+// caches keep their launches).
+func (f *fwd) fuseKV() bool {
+	c := f.e.cfg
+	return fuseOn && f.e.mla == mlaFP8 && c.KVLoraRank == kernels.MLALatentDim && c.QKRopeHeadDim == kernels.MLARopeDim
+}
+
+// fuseIdx says whether the indexer keys' norm, RoPE, cache write and the
+// query preparation run as attnEpilogue: the serving indexer on
+// indexerQPrep.
+func (f *fwd) fuseIdx() bool { return fuseOn && f.e.idxQ() }
+
+// epilogue runs attnEpilogue per group: the latent rows (kv) and the
+// indexer keys and query (idx) of the group's rows.
+func (f *fwd) epilogue(lw *dlayer, kv, idx bool) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	R, P := c.KVLoraRank, c.QKRopeHeadDim
+	IH, ID := c.IndexNHeads, c.IndexHeadDim
+	for _, g := range f.groups {
+		a := kernels.AttnEpilogue{Pos: fptr(f.pos, g.first), Cos: e.ropeCos, Sin: e.ropeSin, Rot: P, Rows: g.n}
+		if kv {
+			a.KVA, a.LdKV, a.KVNorm, a.KVEps = fptr(ws.kva, g.first*(R+P)), R+P, lw.KVANorm, subEps
+			a.MLACache, a.KVInterleaved = g.s.buf.Add(e.mlaOff[lw.Idx]), c.RopeInterleave
+		}
+		if idx {
+			a.IK, a.LdIK, a.IKNormW, a.IKNormB, a.IKEps = fptr(ws.ik, g.first*ID), ID, lw.IKNormW, lw.IKNormB, indexerNormEps
+			a.IdxCache, a.IdxInterleaved = g.s.buf.Add(e.idxOff[lw.Idx]), c.IndexerRopeInterleave
+			a.IQ, a.IW, a.IH, a.WScale = fptr(ws.iq, g.first*IH*ID), fptr(ws.iw, g.first*IH), IH, f.idxWScale()
+			a.QH, a.WQ = ws.iqh.Add(int64(g.first*kernels.IndexerQRowBytes)), fptr(ws.iwq, g.first*kernels.IndexerQHeads)
+		}
+		o.do(o.b.attnEpilogue(a))
+	}
+}
+
+// idxWScale is the factor indexerQPrep folds into the head weights:
+// H^-0.5 times the softmax scale.
+func (f *fwd) idxWScale() float32 {
+	c := f.e.cfg
+	return float32(math.Pow(float64(c.IndexNHeads), -0.5)) * float32(c.IndexerSoftmaxScale())
 }
 
 // attnOut attends with the selection in ws.topk and projects through
@@ -462,26 +566,45 @@ func (f *fwd) attnOut(lw *dlayer) {
 // the row sees at most index_topk positions). Layers without their own
 // indexer (GLM "shared") keep the previous layer's selection.
 func (f *fwd) indexer(lw *dlayer) {
+	f.idxProj(lw)
+	if f.fuseIdx() {
+		f.epilogue(lw, false, true)
+	} else {
+		f.idxEpilogue(lw)
+	}
+	f.idxSelect(lw)
+}
+
+// idxProj runs the indexer's projections: wq_b of the normed q_a into
+// ws.iq, wk into ws.ik, weights_proj into ws.iw.
+func (f *fwd) idxProj(lw *dlayer) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
-	P, IH, ID, TK := c.QKRopeHeadDim, c.IndexNHeads, c.IndexHeadDim, c.IndexTopK
+	IH, ID := c.IndexNHeads, c.IndexHeadDim
 	o.lin(lw.IWQ, ws.iq, ws.qa, M, c.QLoraRank, IH*ID)
 	o.lin(lw.IWK, ws.ik, ws.h, M, H, ID)
 	o.lin(lw.IWP, ws.iw, ws.h, M, H, IH)
+}
+
+// idxEpilogue is the indexer's per-row work after the projections,
+// unfused: the keys' LayerNorm, RoPE and cache write, then the query's
+// RoPE, quantisation and head-weight scale.
+func (f *fwd) idxEpilogue(lw *dlayer) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	M := f.M
+	P, IH, ID := c.QKRopeHeadDim, c.IndexNHeads, c.IndexHeadDim
 	o.do(o.b.layernorm(ws.ik, ws.ik, lw.IKNormW, lw.IKNormB, M, ID, ID, ID, indexerNormEps))
 	o.do(o.b.rope(ws.ik, f.pos, e.ropeCos, e.ropeSin, M, 1, ID, 0, P, c.IndexerRopeInterleave))
 	for _, g := range f.groups {
 		o.do(o.b.idxCacheWrite(e.idxF32, g.s.buf.Add(e.idxOff[lw.Idx]), fptr(ws.ik, g.first*ID), fptr(f.pos, g.first), g.n, ID))
 	}
-	sm := float32(c.IndexerSoftmaxScale())
-	hs := float32(math.Pow(float64(IH), -0.5))
-	useQ := e.idxQ()
-	if useQ {
+	if e.idxQ() {
 		// Serving on the tensor cores: RoPE, vLLM's fp8 ue8m0 quantisation
 		// of the query and the head-weight scale (with the softmax scale
 		// folded in) in one launch.
-		o.do(o.b.indexerQPrep(ws.iqh, ws.iwq, ws.iq, ws.iw, f.pos, e.ropeCos, e.ropeSin, M, IH, P, c.IndexerRopeInterleave, hs*sm))
+		o.do(o.b.indexerQPrep(ws.iqh, ws.iwq, ws.iq, ws.iw, f.pos, e.ropeCos, e.ropeSin, M, IH, P, c.IndexerRopeInterleave, f.idxWScale()))
 	} else {
 		o.do(o.b.rope(ws.iq, f.pos, e.ropeCos, e.ropeSin, M*IH, IH, ID, 0, P, c.IndexerRopeInterleave))
 		if !e.idxF32 {
@@ -489,8 +612,18 @@ func (f *fwd) indexer(lw *dlayer) {
 			// power-of-two scales; exact mode scores the float32 query.
 			o.do(o.b.quantUE8M0(ws.iq, M*IH*ID))
 		}
-		o.do(o.b.scale(ws.iw, hs, M*IH))
+		o.do(o.b.scale(ws.iw, float32(math.Pow(float64(IH), -0.5)), M*IH))
 	}
+}
+
+// idxSelect scores the cached keys with the prepared query and writes each
+// row's selection into ws.topk.
+func (f *fwd) idxSelect(lw *dlayer) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	IH, ID, TK := c.IndexNHeads, c.IndexHeadDim, c.IndexTopK
+	sm := float32(c.IndexerSoftmaxScale())
+	useQ := e.idxQ()
 	for _, g := range f.groups {
 		// T is the length bucket, not maxLen: both kernels stop at each
 		// row's lens (scores past it are -inf and never read), so the

@@ -54,13 +54,12 @@ __device__ __forceinline__ u32 u4_word(const uint4& v, int i) { return i == 0 ? 
 // codes in fragment order, and wq[h] = w[h] * wscale * scale[h] (0 for
 // h >= H). q: [M][H][128] (before RoPE), w: [M][H], qh: [M][8192] bytes,
 // wq: [M][64]. grid (4, M), 512 threads: a warp per head, 4 values a lane.
-extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __restrict__ q, const float* __restrict__ w,
-                                                             const int* __restrict__ pos,
-                                                             const float* __restrict__ cos_t,
-                                                             const float* __restrict__ sin_t, u8* qh, float* wq, int H,
-                                                             int rot, int interleaved, float wscale) {
-  PDL_WAIT();
-  const int lane = threadIdx.x & 31, h = blockIdx.x * 16 + (threadIdx.x >> 5), m = blockIdx.y;
+// idx_q_prep_body is one block's work (heads 16*hb.., row m), also run by
+// fused.cu's attn_epilogue.
+__device__ void idx_q_prep_body(const float* __restrict__ q, const float* __restrict__ w, const int* __restrict__ pos,
+                                const float* __restrict__ cos_t, const float* __restrict__ sin_t, u8* qh, float* wq,
+                                int H, int rot, int interleaved, float wscale, int hb, int m) {
+  const int lane = threadIdx.x & 31, h = hb * 16 + (threadIdx.x >> 5);
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   float sc = 1.0f;
   u32 code = 0;
@@ -120,6 +119,15 @@ extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __rest
   ((u16*)o)[hi] = (u16)(code & 0xffffu);
   ((u16*)o)[2 + hi] = (u16)(code >> 16);
   if (lane == 0) wq[(size_t)m * IDXQ_HEADS + h] = h < H ? w[(size_t)m * H + h] * wscale * sc : 0.0f;
+}
+
+extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __restrict__ q, const float* __restrict__ w,
+                                                             const int* __restrict__ pos,
+                                                             const float* __restrict__ cos_t,
+                                                             const float* __restrict__ sin_t, u8* qh, float* wq, int H,
+                                                             int rot, int interleaved, float wscale) {
+  PDL_WAIT();
+  idx_q_prep_body(q, w, pos, cos_t, sin_t, qh, wq, H, rot, interleaved, wscale, blockIdx.x, blockIdx.y);
 }
 
 // Scores of nq rows over the fp8 pages (block_table as indexer_scores):

@@ -6,11 +6,10 @@
 //   pick K experts by c (descending, ties to the lower index);
 //   weight = s[e], normalised by their sum (+1e-20) when norm != 0, times scale.
 // Outputs idx[t][K] (int32) and wts[t][K] in selection order.
-extern "C" __global__ void __launch_bounds__(1024) moe_route(const float* __restrict__ logits,
-                                                            const float* __restrict__ bias, int* idx, float* wts,
-                                                            int E, int K, int ngroup, int topk_group, int norm,
-                                                            float scale) {
-  PDL_WAIT();
+// moe_route_row is one token's block (lg, idx, wts: that token's rows), also
+// run by the last block of fused.cu's router_route.
+__device__ void moe_route_row(const float* lg, const float* __restrict__ bias, int* idx, float* wts, int E, int K,
+                              int ngroup, int topk_group, int norm, float scale) {
   __shared__ float c[1024];
   __shared__ float gsc[32];
   __shared__ int keep[32];
@@ -18,7 +17,6 @@ extern "C" __global__ void __launch_bounds__(1024) moe_route(const float* __rest
   __shared__ int shi[32];
   __shared__ int chosen[64];
   const int t = threadIdx.x;
-  const float* lg = logits + (size_t)blockIdx.x * E;
   float s = 0.0f;
   if (t < E) {
     s = 1.0f / (1.0f + expf(-lg[t]));
@@ -78,8 +76,17 @@ extern "C" __global__ void __launch_bounds__(1024) moe_route(const float* __rest
     for (int r = 0; r < K; r++) {
       float o = wv[r];
       if (norm) o /= (sum + 1e-20f);
-      idx[(size_t)blockIdx.x * K + r] = chosen[r];
-      wts[(size_t)blockIdx.x * K + r] = o * scale;
+      idx[r] = chosen[r];
+      wts[r] = o * scale;
     }
   }
+}
+
+extern "C" __global__ void __launch_bounds__(1024) moe_route(const float* __restrict__ logits,
+                                                            const float* __restrict__ bias, int* idx, float* wts,
+                                                            int E, int K, int ngroup, int topk_group, int norm,
+                                                            float scale) {
+  PDL_WAIT();
+  moe_route_row(logits + (size_t)blockIdx.x * E, bias, idx + (size_t)blockIdx.x * K, wts + (size_t)blockIdx.x * K, E, K,
+                ngroup, topk_group, norm, scale);
 }

@@ -1,0 +1,260 @@
+// Fused per-row kernels of the decode step (issue 10): each replaces a run of
+// small launches that cost more in launch latency than the bytes they move.
+// Every output is bit-identical to the launches it replaces: each value is
+// computed by the same expressions in the same order (the same per-thread
+// element assignment and reduction trees as those kernels' launches).
+
+// Defined later in the module (indexer_mma.cu, moe.cu).
+__device__ void idx_q_prep_body(const float* __restrict__ q, const float* __restrict__ w, const int* __restrict__ pos,
+                                const float* __restrict__ cos_t, const float* __restrict__ sin_t, u8* qh, float* wq,
+                                int H, int rot, int interleaved, float wscale, int hb, int m);
+__device__ void moe_route_row(const float* lg, const float* __restrict__ bias, int* idx, float* wts, int E, int K,
+                              int ngroup, int topk_group, int norm, float scale);
+
+// One RoPE pair of the rope kernel (same expressions, so the same rounding).
+__device__ __forceinline__ void fz_rope_pair(float* x, int i, int half, float c, float s, int interleaved) {
+  const int i0 = interleaved ? 2 * i : i;
+  const int i1 = interleaved ? 2 * i + 1 : i + half;
+  const float a = x[i0], b = x[i1];
+  x[i0] = a * c - b * s;
+  x[i1] = b * c + a * s;
+}
+
+// The attention side's per-row epilogue once the projections exist, one
+// launch for rows m < gridDim.y at positions pos[m]:
+//  block x = 0, warps 0-3 (mla != null): rmsnorm of kva[m][0..512) (as the
+//    rmsnorm kernel with its 128 threads), RoPE of kva[m][512..576), the
+//    row written back and its fp8_ds_mla entry stored at mla + pos*656
+//    (eng_mla_cache_write);
+//  block x = 0, warp 4 (idxc != null): layernorm of ik[m] (128 values, the
+//    layernorm kernel's 32 threads), RoPE of its first rot values, written
+//    back and stored in the indexer pages at idxc (eng_indexer_cache_write);
+//  blocks x = 1..4 (qh != null): idx_q_prep of row m.
+// A negative position writes nothing (as the cache writes skip it).
+// grid (1 or 5, rows), 512 threads.
+extern "C" __global__ void __launch_bounds__(512)
+    attn_epilogue(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps, u8* mla, int kv_il, float* ik,
+                  int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb, float ik_eps, u8* idxc,
+                  int ik_il, const float* __restrict__ iq, const float* __restrict__ iw, u8* qh, float* wq, int IH,
+                  float wscale, const int* __restrict__ pos, const float* __restrict__ cos_t,
+                  const float* __restrict__ sin_t, int rot) {
+  const int m = blockIdx.y;
+  if (blockIdx.x > 0) {
+    idx_q_prep_body(iq, iw, pos, cos_t, sin_t, qh, wq, IH, rot, ik_il, wscale, blockIdx.x - 1, m);
+    return;
+  }
+  __shared__ float kv[576];
+  __shared__ float kk[128];
+  __shared__ float sh[4];
+  const int t = threadIdx.x, lane = t & 31;
+  const int p = pos[m];
+  if (p < 0) return;  // block-uniform
+  const int half = rot >> 1;
+  const float* ct = cos_t + (size_t)p * half;
+  const float* st = sin_t + (size_t)p * half;
+  float* kr = kva + (size_t)m * ldkv;
+  float* ir = ik + (size_t)m * ldik;
+  if (mla && t < 128) {
+    float xv[4];
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const float v = kr[t + 128 * j];
+      xv[j] = v;
+      ss += v * v;
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) sh[t >> 5] = ss;
+    if (t < 64) kv[512 + t] = kr[512 + t];
+    // named barrier of the four kv warps
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+    float r = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) r += sh[i];
+    r = rsqrtf(r / 512.0f + kv_eps);
+#pragma unroll
+    for (int j = 0; j < 4; j++) kv[t + 128 * j] = kvw[t + 128 * j] * (xv[j] * r);
+    if (t < half) fz_rope_pair(kv + 512, t, half, ct[t], st[t], kv_il);
+  } else if (idxc && t >= 128 && t < 160) {
+    float xv[4];
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      xv[j] = ir[lane + 32 * j];
+      s += xv[j];
+    }
+    const float mean = (0.0f + warp_sum(s)) / 128.0f;
+    float v = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const float d = xv[j] - mean;
+      v += d * d;
+    }
+    const float r = rsqrtf((0.0f + warp_sum(v)) / 128.0f + ik_eps);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      float o = (xv[j] - mean) * r;
+      if (ikw) o *= ikw[lane + 32 * j];
+      if (ikb) o += ikb[lane + 32 * j];
+      kk[lane + 32 * j] = o;
+    }
+    __syncwarp();
+    for (int i = lane; i < half; i += 32) fz_rope_pair(kk, i, half, ct[i], st[i], ik_il);
+  }
+  __syncthreads();
+  if (mla && t < 128) {
+    // eng_mla_cache_write of the row in kv
+    const float4 v4 = ((const float4*)kv)[t];
+    const float v[4] = {round_bf16(v4.x), round_bf16(v4.y), round_bf16(v4.z), round_bf16(v4.w)};
+    const float amax = warp_max(fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
+    const float sc = fmaxf(amax / FP8_MAX, 1.17549435e-38f);
+    const u32 q = (u32)f32_to_fp8(v[0] / sc) | ((u32)f32_to_fp8(v[1] / sc) << 8) |
+                  ((u32)f32_to_fp8(v[2] / sc) << 16) | ((u32)f32_to_fp8(v[3] / sc) << 24);
+    u8* row = mla + (size_t)p * 656;
+    ((u32*)row)[t] = q;
+    if (lane == 0) ((float*)(row + 512))[t >> 5] = sc;
+    if (t < 64) ((u16*)(row + 528))[t] = f32_to_bf16(kv[512 + t]);
+    ((float4*)kr)[t] = v4;
+    if (t < 16) ((float4*)(kr + 512))[t] = ((const float4*)(kv + 512))[t];
+  } else if (idxc && t >= 128 && t < 160) {
+    // eng_indexer_cache_write of the key in kk
+    const float4 v4 = ((const float4*)kk)[lane];
+    const float v[4] = {round_bf16(v4.x), round_bf16(v4.y), round_bf16(v4.z), round_bf16(v4.w)};
+    const float amax = warp_max(fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
+    const float sc = ue8m0_ceil_f32(fmaxf(amax, 1e-4f) / FP8_MAX);
+    u8* page = idxc + (size_t)(p >> 6) * (64 * 128 + 64 * 4);
+    const int off = p & 63;
+    const u32 q = (u32)f32_to_fp8(v[0] / sc) | ((u32)f32_to_fp8(v[1] / sc) << 8) |
+                  ((u32)f32_to_fp8(v[2] / sc) << 16) | ((u32)f32_to_fp8(v[3] / sc) << 24);
+    ((u32*)(page + off * 128))[lane] = q;
+    if (lane == 0) ((float*)(page + 64 * 128))[off] = sc;
+    ((float4*)ir)[lane] = v4;
+  }
+}
+
+// Router GEMV of bf16 W [E][K] for M <= 8 rows, then moe_route, in one launch:
+// block n computes logits[m][n] for every row with gemv_bf16_wide_r1's
+// arithmetic (256 threads split K in 16-byte chunks, 4 loads in flight,
+// fixed-order combine); the last block to finish (a counter the block resets
+// for the next launch, so graph replays stay valid) routes every row with
+// moe_route's rule over the logits. grid E, 256 threads, E <= 256.
+#define RR_MAXM 8
+
+__device__ __forceinline__ uint4 fz_ldg_stream16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    router_route(const u16* __restrict__ W, const float* __restrict__ x, float* logits, int E, int K, int M, int ldx,
+                 const float* __restrict__ bias, int* idx, float* wts, int topk, int ngroup, int topk_group, int norm,
+                 float scale, unsigned* counter) {
+  __shared__ float part[8][RR_MAXM];
+  __shared__ float lg[RR_MAXM * 256];
+  __shared__ int last;
+  const int n = blockIdx.x, t = threadIdx.x;
+  const char* wr = (const char*)W + (size_t)n * K * 2;
+  const int C = K / 8;
+  float acc[RR_MAXM];
+#pragma unroll
+  for (int m = 0; m < RR_MAXM; m++) acc[m] = 0.0f;
+  for (int c0 = t; c0 < C; c0 += 256 * 4) {
+    uint4 wv[4];
+    float sc[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const int c = c0 + u * 256;
+      if (c < C) {
+        wv[u] = fz_ldg_stream16(wr + (size_t)c * 16);
+        sc[u] = 1.0f;
+      } else {
+        wv[u] = make_uint4(0u, 0u, 0u, 0u);
+        sc[u] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const int c = c0 + u * 256;
+      if (c < C) {
+        float wf[8];
+        const u32 ws[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) wf[j] = bf16_to_f32(ws[j >> 1] >> ((j & 1) * 16));
+#pragma unroll
+        for (int m = 0; m < RR_MAXM; m++) {
+          if (m < M) {
+            const float4* xp = (const float4*)(x + (size_t)m * ldx + (size_t)c * 8);
+            float pp = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+              const float4 v = __ldg(xp + q);
+              pp += wf[4 * q] * v.x;
+              pp += wf[4 * q + 1] * v.y;
+              pp += wf[4 * q + 2] * v.z;
+              pp += wf[4 * q + 3] * v.w;
+            }
+            acc[m] += pp * sc[u];
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < RR_MAXM; m++) acc[m] = warp_sum(acc[m]);
+  if ((t & 31) == 0) {
+#pragma unroll
+    for (int m = 0; m < RR_MAXM; m++) part[t >> 5][m] = acc[m];
+  }
+  __syncthreads();
+  if (t < M) {
+    float v = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) v += part[i][t];
+    logits[(size_t)t * E + n] = v + 0.0f;
+    __threadfence();
+  }
+  __syncthreads();
+  if (t == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int i = t; i < M * E; i += 256) lg[i] = __ldcg(logits + i);
+  __syncthreads();
+  for (int m = 0; m < M; m++) {
+    moe_route_row(lg + m * E, bias, idx + (size_t)m * topk, wts + (size_t)m * topk, E, topk, ngroup, topk_group, norm,
+                  scale);
+    __syncthreads();
+  }
+  if (t == 0) *counter = 0u;
+}
+
+// moe_combine_slots then add_rmsnorm of its output, one block per row
+// (blockDim as add_rmsnorm's launch): b = resid[m] + sum_j w[m][j] * y[m][j]
+// (resid may be null), x[m] += b, out[m] = rmsnorm(x[m]) * nw. The combined
+// row is not stored (the fused launches' scratch).
+extern "C" __global__ void __launch_bounds__(1024)
+    moe_combine_add_rmsnorm(const float* __restrict__ y, const float* __restrict__ w, const float* __restrict__ resid,
+                            float* x, const float* __restrict__ nw, float* out, int k, int D, int ldx, int ldy,
+                            float eps) {
+  __shared__ float sh[32];
+  const int m = blockIdx.x;
+  const float* ym = y + (size_t)m * k * D;
+  const float* wm = w + (size_t)m * k;
+  float* xr = x + (size_t)m * ldx;
+  float* yr = out + (size_t)m * ldy;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < D; i += blockDim.x) {
+    float s = 0.0f;
+    for (int jj = 0; jj < k; jj++) s += wm[jj] * ym[(size_t)jj * D + i];
+    const float b = (resid ? resid[(size_t)m * D + i] : 0.0f) + s;
+    const float v = xr[i] + b;
+    xr[i] = v;
+    ss += v * v;
+  }
+  ss = block_sum(ss, sh);
+  const float r = rsqrtf(ss / (float)D + eps);
+  for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = nw[i] * (xr[i] * r);
+}

@@ -539,7 +539,7 @@ func TestEmuShardRealLayerShapes(t *testing.T) {
 					n++
 				}
 			}
-			if n < 20 {
+			if n < 15 { // 19 with the fused per-row launches, 27 without
 				return errors.Newf("recorded %d calls of a block", n)
 			}
 			t.Logf("%s: %d calls recorded in one block", m, n)

@@ -108,7 +108,8 @@ type fusedDevice interface {
 	routerRoute(idx, wts, logits, x, w, bias, counter cuda.DevPtr, E, K, M, ldx, topk, ngroup, topkGroup int, norm bool, scale float32) error
 	// moeCombineNorm is moeCombineSlots(tmp, y, w, resid, M, k, D) then
 	// addRMSNorm(out, x, tmp, nw, M, D, ldx, D, ldy, eps); tmp is not kept.
-	moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error
+	// scratch: kernels.MoECombineNormScratchBytes(M), zeroed, left zeroed.
+	moeCombineNorm(out, x, y, w, resid, nw, scratch cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error
 }
 
 // cudaDevice runs on the device thread (valid only inside Device.Do); all
@@ -471,13 +472,17 @@ func (b *cudaDevice) routerRoute(idx, wts, logits, x, w, bias, counter cuda.DevP
 	return b.k.RouterRoute(b.s, idx, wts, logits, x, w, bias, counter, E, K, M, ldx, topk, ngroup, topkGroup, norm, scale)
 }
 
-func (b *cudaDevice) moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error {
-	return b.k.MoECombineAddRMSNorm(b.s, out, x, y, w, resid, nw, M, k, D, ldx, ldy, eps)
+func (b *cudaDevice) moeCombineNorm(out, x, y, w, resid, nw, scratch cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error {
+	return b.k.MoECombineAddRMSNorm(b.s, out, x, y, w, resid, nw, scratch, M, k, D, ldx, ldy, combineSplit, eps)
 }
 
 // fuseOn: TILERT_GPU_FUSE=0 keeps the unfused launches of the per-row
 // epilogues (kernels/fused.go; comparisons).
 var fuseOn = os.Getenv("TILERT_GPU_FUSE") != "0"
+
+// combineSplit is the blocks per row of the fused MoE combine + norm
+// (kernels.Set.MoECombineAddRMSNorm; the same bits for every value).
+const combineSplit = 4
 
 // runner executes engine work on a backend: the GPU's device thread or the
 // emulator.

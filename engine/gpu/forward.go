@@ -84,6 +84,7 @@ type workspace struct {
 	tkw                      cuda.DevPtr // top-k scratch (kernels.TopKRadixScratchBytes(maxRows, ldScores), zeroed)
 	grp                      moeGroupWorkspace
 	ctr                      cuda.DevPtr // routerRoute's block counter (zeroed; each launch leaves it zeroed)
+	cnorm                    cuda.DevPtr // moeCombineNorm's scratch for kernels.MaxTileM rows (zeroed, left so)
 	ldScores                 int
 }
 
@@ -140,6 +141,7 @@ func newWorkspace(e *backend, b device) (*workspace, error) {
 	f(&ws.logits, M*c.VocabSize)
 	f(&ws.tok, M)
 	f(&ws.ctr, 1)
+	f(&ws.cnorm, int(kernels.MoECombineNormScratchBytes(kernels.MaxTileM)/4))
 	f(&ws.amax, int(kernels.ArgmaxScratchBytes(M)/4))
 	f(&ws.mla, int(kernels.MLAHeadsWorkspaceBytes(M, NH)/4))
 	f(&ws.tkw, int(kernels.TopKRadixScratchBytes(M, ws.ldScores)/4))
@@ -415,7 +417,7 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 			resid = fptr(ws.ey, slots*H)
 		}
 		if fuse {
-			o.do(o.b.moeCombineNorm(fptr(nrm.y, r*H), fptr(ws.x, r*H), ws.ey, fptr(ws.ewts, r*K), resid, nrm.w, m, K, H, H, H,
+			o.do(o.b.moeCombineNorm(fptr(nrm.y, r*H), fptr(ws.x, r*H), ws.ey, fptr(ws.ewts, r*K), resid, nrm.w, ws.cnorm, m, K, H, H, H,
 				float32(c.RMSNormEps)))
 			continue
 		}

@@ -258,3 +258,44 @@ extern "C" __global__ void __launch_bounds__(1024)
   const float r = rsqrtf(ss / (float)D + eps);
   for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = nw[i] * (xr[i] * r);
 }
+
+// moe_combine_add_rmsnorm over gridDim.x blocks per row (grid (G, rows)),
+// the same bits: the G blocks of a row together play add_rmsnorm's T =
+// G * blockDim.x threads (T = its launch's block size), block b's thread t
+// being thread b * blockDim.x + t, each warp storing its partial sum of
+// squares in part[row][warp]; the row's last block to finish (cnt[row],
+// left zeroed) sums them in add_rmsnorm's order and writes the normed row.
+extern "C" __global__ void __launch_bounds__(1024)
+    moe_combine_add_rmsnorm_split(const float* __restrict__ y, const float* __restrict__ w,
+                                  const float* __restrict__ resid, float* x, const float* __restrict__ nw, float* out,
+                                  int k, int D, int ldx, int ldy, float eps, float* part, unsigned* cnt) {
+  __shared__ int last;
+  const int m = blockIdx.y, G = gridDim.x;
+  const int T = G * blockDim.x, vt = blockIdx.x * blockDim.x + threadIdx.x;
+  const float* ym = y + (size_t)m * k * D;
+  const float* wm = w + (size_t)m * k;
+  float* xr = x + (size_t)m * ldx;
+  float* yr = out + (size_t)m * ldy;
+  float ss = 0.0f;
+  for (int i = vt; i < D; i += T) {
+    float s = 0.0f;
+    for (int jj = 0; jj < k; jj++) s += wm[jj] * ym[(size_t)jj * D + i];
+    const float b = (resid ? resid[(size_t)m * D + i] : 0.0f) + s;
+    const float v = xr[i] + b;
+    xr[i] = v;
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) part[(size_t)m * 32 + (vt >> 5)] = ss;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(cnt + m, 1u) == (unsigned)(G - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  float r = 0.0f;
+  for (int i = 0; i < (T >> 5); i++) r += __ldcg(part + (size_t)m * 32 + i);
+  const float rs = rsqrtf(r / (float)D + eps);
+  for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = nw[i] * (__ldcg(xr + i) * rs);
+  if (threadIdx.x == 0) cnt[m] = 0u;
+}

@@ -479,7 +479,7 @@ func (f *fwd) attention(lw *dlayer) {
 	if f.fuseKV() && (!lw.HasIdx || f.fuseIdx()) {
 		f.attnProj(lw)
 		if lw.HasIdx {
-			f.idxProj(lw)
+			f.indexerProj(lw)
 		}
 		f.epilogue(lw, true, lw.HasIdx)
 		if lw.HasIdx {
@@ -568,7 +568,7 @@ func (f *fwd) attnOut(lw *dlayer) {
 // the row sees at most index_topk positions). Layers without their own
 // indexer (GLM "shared") keep the previous layer's selection.
 func (f *fwd) indexer(lw *dlayer) {
-	f.idxProj(lw)
+	f.indexerProj(lw)
 	if f.fuseIdx() {
 		f.epilogue(lw, false, true)
 	} else {
@@ -577,9 +577,9 @@ func (f *fwd) indexer(lw *dlayer) {
 	f.idxSelect(lw)
 }
 
-// idxProj runs the indexer's projections: wq_b of the normed q_a into
+// indexerProj runs the indexer's projections: wq_b of the normed q_a into
 // ws.iq, wk into ws.ik, weights_proj into ws.iw.
-func (f *fwd) idxProj(lw *dlayer) {
+func (f *fwd) indexerProj(lw *dlayer) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M

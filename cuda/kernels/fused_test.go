@@ -335,8 +335,8 @@ func TestFusedLaunchesDefined(t *testing.T) {
 		t.Fatal(err)
 	}
 	uses := regexp.MustCompile(`k\.launch\("(\w+)"`).FindAllStringSubmatch(string(ops), -1)
-	if len(uses) != 3 {
-		t.Fatalf("%d launches found in fused.go, want 3", len(uses))
+	if len(uses) < 4 {
+		t.Fatalf("%d launches found in fused.go, want 4", len(uses))
 	}
 	for _, u := range uses {
 		if !regexp.MustCompile(`extern "C" __global__ void(?: __launch_bounds__\(\d+\))?\s+` + u[1] + `\(`).MatchString(src) {

@@ -108,29 +108,12 @@ func (k *Set) RouterRoute(s cuda.Stream, idx, wts, logits, x, w, bias, counter c
 		topkGroup, b2i(norm), scale, counter)
 }
 
-// MoECombineNormScratchBytes is the scratch MoECombineAddRMSNorm needs
-// for M rows when split over several blocks per row.
-func MoECombineNormScratchBytes(M int) int64 { return int64(4 * M * (32 + 1)) }
-
 // MoECombineAddRMSNorm is MoECombineSlots(tmp, y, w, resid, M, k, D) then
 // AddRMSNorm(out, x, tmp, nw, M, D, ldx, D, ldy, eps) in one launch, the same
-// bits (tmp not stored). split <= 1: one block per row; split = 2, 4, 8:
-// that many blocks per row (fewer when the row's norm block is narrower),
-// the last one to finish writing the normed row; scratch then holds
-// MoECombineNormScratchBytes(M) bytes, zeroed, which the launch leaves
-// zeroed (launches sharing it must not run concurrently).
-func (k *Set) MoECombineAddRMSNorm(s cuda.Stream, out, x, y, w, resid, nw, scratch cuda.DevPtr, M, kslots, D, ldx, ldy, split int, eps float32) error {
-	if M <= 0 || kslots <= 0 || D <= 0 || ldx < D || ldy < D || (split > 1 && scratch == 0) {
-		return errors.Newf("moe combine add rmsnorm: M=%d k=%d D=%d ldx=%d ldy=%d split=%d scratch=%#x", M, kslots, D, ldx, ldy, split, uint64(scratch))
+// bits (tmp not stored): one block per row.
+func (k *Set) MoECombineAddRMSNorm(s cuda.Stream, out, x, y, w, resid, nw cuda.DevPtr, M, kslots, D, ldx, ldy int, eps float32) error {
+	if M <= 0 || kslots <= 0 || D <= 0 || ldx < D || ldy < D {
+		return errors.Newf("moe combine add rmsnorm: M=%d k=%d D=%d ldx=%d ldy=%d", M, kslots, D, ldx, ldy)
 	}
-	T := normThreads(D)
-	G := 1
-	for G < min(split, 8) && T%(64*G) == 0 {
-		G *= 2
-	}
-	if G == 1 {
-		return k.launch("moe_combine_add_rmsnorm", cuda.D1(M), cuda.D1(T), 0, s, y, w, resid, x, nw, out, kslots, D, ldx, ldy, eps)
-	}
-	part, cnt := scratch, scratch.Add(int64(4*32*M))
-	return k.launch("moe_combine_add_rmsnorm_split", cuda.D3(G, M, 1), cuda.D1(T/G), 0, s, y, w, resid, x, nw, out, kslots, D, ldx, ldy, eps, part, cnt)
+	return k.launch("moe_combine_add_rmsnorm", cuda.D1(M), cuda.D1(normThreads(D)), 0, s, y, w, resid, x, nw, out, kslots, D, ldx, ldy, eps)
 }

@@ -108,8 +108,7 @@ type fusedDevice interface {
 	routerRoute(idx, wts, logits, x, w, bias, counter cuda.DevPtr, E, K, M, ldx, topk, ngroup, topkGroup int, norm bool, scale float32) error
 	// moeCombineNorm is moeCombineSlots(tmp, y, w, resid, M, k, D) then
 	// addRMSNorm(out, x, tmp, nw, M, D, ldx, D, ldy, eps); tmp is not kept.
-	// scratch: kernels.MoECombineNormScratchBytes(M), zeroed, left zeroed.
-	moeCombineNorm(out, x, y, w, resid, nw, scratch cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error
+	moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error
 }
 
 // cudaDevice runs on the device thread (valid only inside Device.Do); all
@@ -472,17 +471,25 @@ func (b *cudaDevice) routerRoute(idx, wts, logits, x, w, bias, counter cuda.DevP
 	return b.k.RouterRoute(b.s, idx, wts, logits, x, w, bias, counter, E, K, M, ldx, topk, ngroup, topkGroup, norm, scale)
 }
 
-func (b *cudaDevice) moeCombineNorm(out, x, y, w, resid, nw, scratch cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error {
-	return b.k.MoECombineAddRMSNorm(b.s, out, x, y, w, resid, nw, scratch, M, k, D, ldx, ldy, combineSplit, eps)
+func (b *cudaDevice) moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error {
+	return b.k.MoECombineAddRMSNorm(b.s, out, x, y, w, resid, nw, M, k, D, ldx, ldy, eps)
 }
 
-// fuseOn: TILERT_GPU_FUSE=0 keeps the unfused launches of the per-row
-// epilogues (kernels/fused.go; comparisons).
-var fuseOn = os.Getenv("TILERT_GPU_FUSE") != "0"
-
-// combineSplit is the blocks per row of the fused MoE combine + norm
-// (kernels.Set.MoECombineAddRMSNorm; the same bits for every value).
-const combineSplit = 4
+// fuseOn: the attention side's per-row work after the projections runs as
+// one attnEpilogue launch per group (on the H200 3.2 us per layer in a
+// graph against 14.4 us for the 7 launches it replaces,
+// docs/measured/h200-2026-12-01-post). fuseMoE: the router GEMV with the
+// routing, and the MoE combine with the block's closing norm, each as one
+// launch: measured slower there (router 12.2 vs 10.9 us at 1 row, 34 vs 12
+// at 4 rows: the last block routes the rows one after another; combine +
+// norm 9.5 vs 6.2 us: one block per row reads the slots alone), so only on
+// request. TILERT_GPU_FUSE=0 keeps every unfused launch (comparisons),
+// =2 also takes fuseMoE's.
+var (
+	fuseMode = os.Getenv("TILERT_GPU_FUSE")
+	fuseOn   = fuseMode != "0"
+	fuseMoE  = fuseMode == "2"
+)
 
 // runner executes engine work on a backend: the GPU's device thread or the
 // emulator.

@@ -84,7 +84,6 @@ type workspace struct {
 	tkw                      cuda.DevPtr // top-k scratch (kernels.TopKRadixScratchBytes(maxRows, ldScores), zeroed)
 	grp                      moeGroupWorkspace
 	ctr                      cuda.DevPtr // routerRoute's block counter (zeroed; each launch leaves it zeroed)
-	cnorm                    cuda.DevPtr // moeCombineNorm's scratch for kernels.MaxTileM rows (zeroed, left so)
 	ldScores                 int
 }
 
@@ -141,7 +140,6 @@ func newWorkspace(e *backend, b device) (*workspace, error) {
 	f(&ws.logits, M*c.VocabSize)
 	f(&ws.tok, M)
 	f(&ws.ctr, 1)
-	f(&ws.cnorm, int(kernels.MoECombineNormScratchBytes(kernels.MaxTileM)/4))
 	f(&ws.amax, int(kernels.ArgmaxScratchBytes(M)/4))
 	f(&ws.mla, int(kernels.MLAHeadsWorkspaceBytes(M, NH)/4))
 	f(&ws.tkw, int(kernels.TopKRadixScratchBytes(M, ws.ldScores)/4))
@@ -335,7 +333,7 @@ func (f *fwd) moeThen(lw *dlayer, nrm *normTo) bool {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	E, K := c.NRoutedExperts, c.NumExpertsPerTok
-	if fuseOn && lw.Router.kind == linBF16 && !useGemm(lw.Router, M) && lw.Router.out == E && lw.Router.in == H &&
+	if fuseMoE && lw.Router.kind == linBF16 && !useGemm(lw.Router, M) && lw.Router.out == E && lw.Router.in == H &&
 		kernels.RouterRouteOK(ws.h, lw.Router.w, E, H, M, H, K, c.NGroup, c.TopKGroup) {
 		// the router GEMV and the routing in one launch
 		o.do(o.b.routerRoute(ws.eidx, ws.ewts, ws.rlog, ws.h, lw.Router.w, lw.Bias, ws.ctr, E, H, M, H, K, c.NGroup, c.TopKGroup,
@@ -398,7 +396,7 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 	// The shared expert rides along when it has the routed experts' shape.
 	shared := lw.HasShared && tileFFN(lw.ShGate, lw.ShUp) && lw.ShGate.out == MI && lw.ShDown.kind == linFP8 &&
 		lw.ShDown.in == MI && lw.ShDown.out == H
-	fuse := nrm != nil && fuseOn && (shared || !lw.HasShared)
+	fuse := nrm != nil && fuseMoE && (shared || !lw.HasShared)
 	for r := 0; r < M && o.err == nil; r += kernels.MaxTileM {
 		m := min(kernels.MaxTileM, M-r)
 		slots, dense := m*K, 0
@@ -417,7 +415,7 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 			resid = fptr(ws.ey, slots*H)
 		}
 		if fuse {
-			o.do(o.b.moeCombineNorm(fptr(nrm.y, r*H), fptr(ws.x, r*H), ws.ey, fptr(ws.ewts, r*K), resid, nrm.w, ws.cnorm, m, K, H, H, H,
+			o.do(o.b.moeCombineNorm(fptr(nrm.y, r*H), fptr(ws.x, r*H), ws.ey, fptr(ws.ewts, r*K), resid, nrm.w, m, K, H, H, H,
 				float32(c.RMSNormEps)))
 			continue
 		}

@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
@@ -19,9 +21,19 @@ func testFusedEqualUnfused(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(on bool) { fuseOn = on }(fuseOn)
-	for _, pr := range enginetest.Presets {
-		t.Run(pr, func(t *testing.T) {
+	defer func(on, moe bool) { fuseOn, fuseMoE = on, moe }(fuseOn, fuseMoE)
+	for _, tc := range []struct {
+		pr   string
+		moe  bool // TILERT_GPU_FUSE=2: the router and combine fusions too
+		want []string
+	}{
+		{enginetest.Presets[0], false, []string{"attnEpilogue"}},
+		{enginetest.Presets[1], false, []string{"attnEpilogue"}},
+		{enginetest.Presets[0], true, []string{"attnEpilogue", "routerRoute", "moeCombineNorm"}},
+		{enginetest.Presets[1], true, []string{"attnEpilogue", "routerRoute", "moeCombineNorm"}},
+	} {
+		pr := tc.pr
+		t.Run(fmt.Sprintf("%s moe=%v", pr, tc.moe), func(t *testing.T) {
 			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
 			vocab := w.Config().VocabSize
 			// past index_topk, so the indexer scores and selects
@@ -33,7 +45,7 @@ func testFusedEqualUnfused(t *testing.T, kind deviceKind) {
 			var batch [2][][]int
 			var count [2]map[string]int
 			for k, on := range []bool{false, true} {
-				fuseOn = on
+				fuseOn, fuseMoE = on, on && tc.moe
 				e := newTestEngine(t, kind, src, opts)
 				e.m.graphs.keep = [][]gop{}
 				toks[k] = enginetest.GenerateKeep(t, e, 0, prompt, engine.Params{}, n)
@@ -58,12 +70,14 @@ func testFusedEqualUnfused(t *testing.T, kind deviceKind) {
 					t.Errorf("batched slot %d: fused tokens differ from unfused at %d", s, i)
 				}
 			}
-			fused := []string{"attnEpilogue", "routerRoute", "moeCombineNorm"}
-			for _, name := range fused {
-				if count[0][name] != 0 || count[1][name] == 0 {
-					t.Errorf("%s launches: %d unfused, %d fused (want 0 and some)", name, count[0][name], count[1][name])
+			for _, name := range []string{"attnEpilogue", "routerRoute", "moeCombineNorm"} {
+				want := slices.Contains(tc.want, name)
+				if count[0][name] != 0 || (count[1][name] > 0) != want {
+					t.Errorf("%s launches: %d unfused, %d fused (want 0 and %s)", name, count[0][name], count[1][name],
+						map[bool]string{true: "some", false: "none"}[want])
 				}
 			}
+			fused := []string{"attnEpilogue", "routerRoute", "moeCombineNorm"}
 			t.Logf("%s launches unfused/fused: rmsnorm %d/%d rope %d/%d mlaCacheWrite %d/%d moeRoute %d/%d addRMSNorm %d/%d; fused %d %d %d",
 				kind, count[0]["rmsnorm"], count[1]["rmsnorm"], count[0]["rope"], count[1]["rope"], count[0]["mlaCacheWrite"],
 				count[1]["mlaCacheWrite"], count[0]["moeRoute"], count[1]["moeRoute"], count[0]["addRMSNorm"], count[1]["addRMSNorm"],

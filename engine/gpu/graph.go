@@ -460,10 +460,10 @@ func (gb *graphDevice) routerRoute(idx, wts, logits, x, w, bias, counter cuda.De
 	return gb.shaped(E, K, M)
 }
 
-func (gb *graphDevice) moeCombineNorm(out, x, y, w, resid, nw, scratch cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error {
+func (gb *graphDevice) moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error {
 	return gb.rec("moeCombineNorm", int64(4*M*(k+4)*D), func(b device) error {
-		return b.moeCombineNorm(out, x, y, w, resid, nw, scratch, M, k, D, ldx, ldy, eps)
-	}, ku(out), ku(x), ku(y), ku(w), ku(resid), ku(nw), ku(scratch), ki(M), ki(k), ki(D), ki(ldx), ki(ldy), kf(eps))
+		return b.moeCombineNorm(out, x, y, w, resid, nw, M, k, D, ldx, ldy, eps)
+	}, ku(out), ku(x), ku(y), ku(w), ku(resid), ku(nw), ki(M), ki(k), ki(D), ki(ldx), ki(ldy), kf(eps))
 }
 
 // cudaGrapher captures on the backend's stream (thread-local capture: only

@@ -24,6 +24,8 @@ var pdlKernels = setOf(
 	"eng_absorb_q", "eng_absorb_v",
 	"eng_mla_cache_write_f32", "eng_mla_cache_write_bf16", "eng_indexer_cache_write_f32",
 	"eng_indexer_scores_f32", "eng_mla_decode_f32", "eng_mla_decode_bf16",
+	// fused.cu
+	"attn_epilogue", "router_route", "moe_combine_add_rmsnorm",
 	// gemm_tc.cu (prefill)
 	"gemm_fp8_tc_s2", "gemm_bf16_tc_s2", "gemm_fp8_experts_tc_s2",
 	"gemm_fp8_tc_s3", "gemm_bf16_tc_s3", "gemm_fp8_experts_tc_s3", "moe_combine_rows",

@@ -38,6 +38,7 @@ extern "C" __global__ void __launch_bounds__(512)
                   int ik_il, const float* __restrict__ iq, const float* __restrict__ iw, u8* qh, float* wq, int IH,
                   float wscale, const int* __restrict__ pos, const float* __restrict__ cos_t,
                   const float* __restrict__ sin_t, int rot) {
+  PDL_WAIT();
   const int m = blockIdx.y;
   if (blockIdx.x > 0) {
     idx_q_prep_body(iq, iw, pos, cos_t, sin_t, qh, wq, IH, rot, ik_il, wscale, blockIdx.x - 1, m);
@@ -152,6 +153,7 @@ extern "C" __global__ void __launch_bounds__(256)
     router_route(const u16* __restrict__ W, const float* __restrict__ x, float* logits, int E, int K, int M, int ldx,
                  const float* __restrict__ bias, int* idx, float* wts, int topk, int ngroup, int topk_group, int norm,
                  float scale, unsigned* counter) {
+  PDL_WAIT();
   __shared__ float part[8][RR_MAXM];
   __shared__ float lg[RR_MAXM * 256];
   __shared__ int last;
@@ -239,6 +241,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     moe_combine_add_rmsnorm(const float* __restrict__ y, const float* __restrict__ w, const float* __restrict__ resid,
                             float* x, const float* __restrict__ nw, float* out, int k, int D, int ldx, int ldy,
                             float eps) {
+  PDL_WAIT();
   __shared__ float sh[32];
   const int m = blockIdx.x;
   const float* ym = y + (size_t)m * k * D;

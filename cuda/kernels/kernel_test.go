@@ -608,6 +608,10 @@ func TestKernelIndexer(t *testing.T) {
 			// the whole row), and every key equal.
 			{"topk T=20000 K=2048 narrow, lens", 2, 20000, 2048, []int32{20000, 9000}, false},
 			{"topk T=5000 K=2048 all equal", 1, 5000, 2048, nil, true},
+			// 8 rows (slots x (1 + drafts)): ties, rows shorter than K,
+			// a narrow row at long context.
+			{"topk T=40000 K=2048 ties, 8 rows, lens", 8, 40000, 2048, []int32{40000, 2047, 2048, 2049, 39999, 100, 31000, 7}, true},
+			{"topk T=131072 K=2048 narrow, 4 rows, lens", 4, 131072, 2048, []int32{131072, 1000, 131000, 65536}, false},
 		} {
 			x := make([]float32, cs.rows*cs.T)
 			for i := range x {
@@ -631,13 +635,15 @@ func TestKernelIndexer(t *testing.T) {
 			scratch := a.up(make([]byte, TopKWideScratchBytes(cs.rows)))
 			// TopKRadix likewise (its histogram must be left zeroed).
 			rscratch := a.up(make([]byte, TopKRadixScratchBytes(cs.rows, cs.T)))
-			for _, v := range []string{"", " (wide)", " (wide, scratch reused)", " (radix)", " (radix, scratch reused)", " (radix, global final)"} {
+			for _, v := range []string{"", " (wide)", " (wide, scratch reused)", " (radix)", " (radix, scratch reused)", " (radix, bitmaps)", " (radix, global final)"} {
 				op := a.poisoned(cs.rows * cs.K)
 				switch {
 				case v == "":
 					chk(k.TopK(s, op, xp, lp, cs.rows, cs.T, cs.K, cs.T, cs.K))
 				case strings.Contains(v, "global final"):
-					chk(k.topkRadix(s, op, xp, lp, rscratch, cs.rows, cs.T, cs.K, cs.T, cs.K, false))
+					chk(k.topkRadix(s, op, xp, lp, rscratch, cs.rows, cs.T, cs.K, cs.T, cs.K, TopKRadixGlobal))
+				case strings.Contains(v, "bitmaps"):
+					chk(k.topkRadix(s, op, xp, lp, rscratch, cs.rows, cs.T, cs.K, cs.T, cs.K, TopKRadixBitmaps))
 				case strings.Contains(v, "radix"):
 					chk(k.TopKRadix(s, op, xp, lp, rscratch, cs.rows, cs.T, cs.K, cs.T, cs.K))
 				default:

@@ -73,13 +73,24 @@ type mlaTiled struct {
 	smem    int    // dynamic shared memory, its limit raised once per function
 	hint    string // when that limit cannot be raised
 	tile    int    // tokens a range is a multiple of
+	combine string // the merge of the ranges ("": mlaCombineFor's pick)
+	group   int    // heads a block (0: mlaHeadsGroup)
 }
 
 var (
 	mlaHeadsKernel = mlaTiled{"mla_decode_heads", "mla heads", 256, MLAHeadsSmemBytes,
-		"mla_decode_heads needs ~127 KiB of shared memory per block (sm_80 or newer)", mlaHeadsTile}
+		"mla_decode_heads needs ~127 KiB of shared memory per block (sm_80 or newer)", mlaHeadsTile, "", 0}
 	mlaTCKernel = mlaTiled{"mla_decode_tc", "mla tc", 128, MLATCSmemBytes,
-		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile}
+		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0}
+	// mlaTCv3Kernel is mla_decode_tc and mla_combine_wide before their
+	// loads were issued together (the same results; kept for the timing
+	// comparison).
+	mlaTCv3Kernel = mlaTiled{"mla_decode_tc_v3", "mla tc", 128, MLATCSmemBytes,
+		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "mla_combine_wide_v1", 0}
+	// mlaTC32Kernel is mla_decode_tc with 32 heads a block (256 threads):
+	// each tile of entries fetched and converted once per 32 heads.
+	mlaTC32Kernel = mlaTiled{"mla_decode_tc32", "mla tc", 256, MLATC32SmemBytes,
+		"mla_decode_tc32 needs ~147 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 2 * mlaHeadsGroup}
 )
 
 func (d mlaTiled) checkArgs(indices, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int) error {
@@ -89,8 +100,27 @@ func (d mlaTiled) checkArgs(indices, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit 
 	return nil
 }
 
+// mlaCombineFor picks the merge of the split partials for blocks (query
+// row, head) blocks: mla_combine_wide issues its first 32 partials' loads
+// before the weights but needs 163 registers (3 blocks per SM), so it wins
+// while the blocks fit one such wave (H200, graph-timed: 3.56 vs 4.98 us at
+// 128 blocks x 32 splits); past that mla_combine_wide_v1 (64 registers)
+// does (3.46 vs 5.07 us at 512 x 8). The same sums in the same order.
+func mlaCombineFor(sms, blocks int) string {
+	if blocks <= 3*max(1, sms) {
+		return "mla_combine_wide"
+	}
+	return "mla_combine_wide_v1"
+}
+
 // launchMLATiled launches d on arguments d.checkArgs accepted.
 func (k *Set) launchMLATiled(d mlaTiled, s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	return k.launchMLATiledParts(d, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale, true, true)
+}
+
+// launchMLATiledParts launches the decode kernel (decode) and the combine
+// (combine) of launchMLATiled; the timing tests time them apart.
+func (k *Set) launchMLATiledParts(d mlaTiled, s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32, decode, combine bool) error {
 	f, err := k.fn(d.name)
 	if err != nil {
 		return err
@@ -104,14 +134,24 @@ func (k *Set) launchMLATiled(d mlaTiled, s cuda.Stream, out, lse, qn, qp, cache,
 	tps := cdiv(cdiv(nidx, nsplit), d.tile) * d.tile
 	nsplit = cdiv(nidx, tps)
 	partO, partML := ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
-	if err := k.launchFn(f, cuda.D3(nsplit, nq, cdiv(H, mlaHeadsGroup)), cuda.D1(d.threads), d.smem, s,
-		qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML); err != nil {
-		return err
+	if decode {
+		group := d.group
+		if group == 0 {
+			group = mlaHeadsGroup
+		}
+		if err := k.launchFn(f, cuda.D3(nsplit, nq, cdiv(H, group)), cuda.D1(d.threads), d.smem, s,
+			qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML); err != nil {
+			return err
+		}
 	}
-	if nsplit == 1 {
+	if nsplit == 1 || !combine {
 		return nil
 	}
-	return k.launch("mla_combine_wide", cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
+	comb := d.combine
+	if comb == "" {
+		comb = mlaCombineFor(k.c.Info().SMs, nq*H)
+	}
+	return k.launch(comb, cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
 }
 
 // Tensor-core MLA decode (cu/mla_tc.cu): mla_decode's semantics, 16 heads a
@@ -122,6 +162,8 @@ const (
 	mlaTCTile = 32 // MT_TT
 	// MLATCSmemBytes is mla_decode_tc's dynamic shared memory (MT_SMEM_BYTES).
 	MLATCSmemBytes = mlaTCTile*41*16 + mlaTCTile*584*2 + mlaHeadsGroup*584*4 + 4*mlaHeadsGroup*mlaTCTile*4 + 3*mlaTCTile*4 + mlaTCTile*4*4
+	// MLATC32SmemBytes is mla_decode_tc32's (MT_SMEM(2)).
+	MLATC32SmemBytes = mlaTCTile*41*16 + mlaTCTile*584*2 + 2*mlaHeadsGroup*584*4 + 2*4*mlaHeadsGroup*mlaTCTile*4 + 3*mlaTCTile*4 + mlaTCTile*4*4
 )
 
 // MLATCSplits picks MLADecodeTC's token ranges: two blocks per SM fit its
@@ -143,6 +185,28 @@ func (k *Set) MLADecodeTC(s cuda.Stream, out, lse, qn, qp, cache, blockTable, in
 			"mla_decode_tc needs sm_80 or newer; use MLADecodeHeads")
 	}
 	return k.launchMLATiled(mlaTCKernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
+}
+
+// MLATC32Splits picks MLADecodeTC32's token ranges: one block per SM fits
+// its shared memory, so the blocks fill the SMs once (at most
+// MLATCSplits, which MLAHeadsWorkspaceBytes bounds).
+func (k *Set) MLATC32Splits(nq, H, nidx int) int {
+	blocks := max(1, nq*cdiv(H, 2*mlaHeadsGroup))
+	return max(1, min(k.MLATCSplits(nq, H, nidx), k.c.Info().SMs/blocks))
+}
+
+// MLADecodeTC32 is MLADecodeTC (same arguments, the same bits) with 32
+// heads a block: each tile of entries fetched and converted once per 32
+// heads, one block per SM. Split as MLATC32Splits plans.
+func (k *Set) MLADecodeTC32(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	if err := mlaTC32Kernel.checkArgs(indices, ws, nq, H, nidx, ldIdx, nsplit); err != nil {
+		return err
+	}
+	if k.c.Info().CCMajor < 8 {
+		return errors.WithHint(errors.Newf("mla tc32: compute capability %d.%d", k.c.Info().CCMajor, k.c.Info().CCMinor),
+			"mla_decode_tc32 needs sm_80 or newer; use MLADecodeHeads")
+	}
+	return k.launchMLATiled(mlaTC32Kernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
 }
 
 // absorbCols picks absorb_q_fp8's columns per block (16*G): the widest that

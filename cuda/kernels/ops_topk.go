@@ -86,14 +86,24 @@ func (k *Set) IndexerScoresWide(s cuda.Stream, out, q, w, cache, blockTable, len
 const topkRadixBins = 4096
 
 // topkRadixLayout is the scratch layout for rows rows of up to T scores:
-// histograms, counters, then the two bitmaps; it returns their offsets and
-// the total bytes.
-func topkRadixLayout(rows, T int) (cnt, sure, cand, ldw int, total int64) {
-	ldw = cdiv(T, 32)
-	cnt = rows * topkRadixBins * 4
-	sure = cnt + rows*4
-	cand = sure + rows*ldw*4
-	return cnt, sure, cand, ldw, int64(cand + rows*ldw*4)
+// histograms, counters, the two bitmaps, then topk_radix_mark_l's
+// second-level histograms, candidate counters and candidate lists (16-byte
+// aligned); it returns their offsets and the total bytes.
+type topkRadixOffsets struct {
+	cnt, sure, cand, l2, ccnt, list int
+	ldw                             int // bitmap words per row
+}
+
+func topkRadixLayout(rows, T int) (topkRadixOffsets, int64) {
+	var l topkRadixOffsets
+	l.ldw = cdiv(T, 32)
+	l.cnt = rows * topkRadixBins * 4
+	l.sure = l.cnt + rows*4
+	l.cand = l.sure + rows*l.ldw*4
+	l.l2 = l.cand + rows*l.ldw*4
+	l.ccnt = l.l2 + rows*1024*4
+	l.list = cdiv(l.ccnt+rows*4, 16) * 16 // uint2 entries: 8-byte aligned (the scratch itself is 256-byte aligned)
+	return l, int64(l.list + rows*T*8)
 }
 
 // TopKRadixScratchBytes is the scratch TopKRadix needs for rows rows of up
@@ -101,7 +111,7 @@ func topkRadixLayout(rows, T int) (cnt, sure, cand, ldw int, total int64) {
 // size serves either (one of them per buffer: each leaves the buffer as its
 // own next call needs it).
 func TopKRadixScratchBytes(rows, T int) int64 {
-	_, _, _, _, n := topkRadixLayout(rows, T)
+	_, n := topkRadixLayout(rows, T)
 	return max(n, TopKWideScratchBytes(rows))
 }
 
@@ -109,10 +119,13 @@ func TopKRadixScratchBytes(rows, T int) int64 {
 // IndexerScoresMMA fills for TopKRadixAfterHist.
 func TopKRadixHist(scratch cuda.DevPtr) cuda.DevPtr { return scratch }
 
+// topkRadixPerSM is the mark blocks per SM topkRadixPlan aims for.
+const topkRadixPerSM = 2
+
 // topkRadixPlan splits T scores into nb chunks of whole 1024-key tiles so
 // that all rows together make about two blocks per SM.
 func topkRadixPlan(sms, rows, T int) (nb, chunk int) {
-	target := max(1, 2*max(1, sms)/rows)
+	target := max(1, topkRadixPerSM*max(1, sms)/rows)
 	chunk = cdiv(cdiv(T, target), 1024) * 1024
 	return cdiv(T, chunk), chunk
 }
@@ -132,10 +145,15 @@ func topkRadixCheck(rows, T, K, ld, ldOut int, scratch cuda.DevPtr) error {
 // T) bytes, zeroed before its first use and left zeroed (graph replay
 // safe), used by one call at a time.
 func (k *Set) TopKRadix(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
-	return k.topkRadix(s, out, scores, lens, scratch, rows, T, K, ld, ldOut, true)
+	return k.topkRadix(s, out, scores, lens, scratch, rows, T, K, ld, ldOut, TopKRadixList)
 }
 
-func (k *Set) topkRadix(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int, smem bool) error {
+// TopKRadixWith is TopKRadix with the final stage chosen.
+func (k *Set) TopKRadixWith(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int, final TopKRadixFinal) error {
+	return k.topkRadix(s, out, scores, lens, scratch, rows, T, K, ld, ldOut, final)
+}
+
+func (k *Set) topkRadix(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int, final TopKRadixFinal) error {
 	if err := topkRadixCheck(rows, T, K, ld, ldOut, scratch); err != nil {
 		return err
 	}
@@ -143,14 +161,29 @@ func (k *Set) topkRadix(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, r
 	if err := k.launch("topk_radix_hist", cuda.D3(nb, rows, 1), cuda.D1(256), 0, s, scores, ld, lens, T, K, chunk, TopKRadixHist(scratch)); err != nil {
 		return err
 	}
-	return k.topkRadixAfterHist(s, out, scores, lens, scratch, rows, T, K, ld, ldOut, smem)
+	return k.TopKRadixAfterHistWith(s, out, scores, lens, scratch, rows, T, K, ld, ldOut, final)
 }
 
 // TopKRadixAfterHist is TopKRadix's second launch, for scores whose
 // histogram IndexerScoresMMA already built in scratch.
 func (k *Set) TopKRadixAfterHist(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
-	return k.topkRadixAfterHist(s, out, scores, lens, scratch, rows, T, K, ld, ldOut, true)
+	return k.TopKRadixAfterHistWith(s, out, scores, lens, scratch, rows, T, K, ld, ldOut, TopKRadixList)
 }
+
+// TopKRadixFinal picks how the last block of a row finds the threshold
+// among its 12-bit bin's keys (the same selection either way).
+type TopKRadixFinal int
+
+const (
+	// TopKRadixList: the mark blocks append the bin's keys to a list and
+	// a second-level histogram (topk_radix_mark_l; the default).
+	TopKRadixList TopKRadixFinal = iota
+	// TopKRadixBitmaps: candidate bitmaps staged in shared memory, the
+	// keys gathered once when at most topkRadixCap (topk_radix_mark_s).
+	TopKRadixBitmaps
+	// TopKRadixGlobal: the bitmaps walked in global memory (topk_radix_mark).
+	TopKRadixGlobal
+)
 
 // topkRadixCap is the threshold-bin keys the shared-memory final stage
 // lists (more: it walks the bitmaps instead, same result);
@@ -161,27 +194,38 @@ const (
 	topkRadixMaxSmem = 160 << 10
 )
 
-// topkRadixAfterHist launches topk_radix_mark_s (the final stage in shared
-// memory) when smem and the row fits, else topk_radix_mark.
-func (k *Set) topkRadixAfterHist(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int, smem bool) error {
+// TopKRadixAfterHistWith is TopKRadixAfterHist with the final stage
+// chosen (rows too long for a shared-memory stage use TopKRadixGlobal).
+func (k *Set) TopKRadixAfterHistWith(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int, final TopKRadixFinal) error {
 	if err := topkRadixCheck(rows, T, K, ld, ldOut, scratch); err != nil {
 		return err
 	}
-	cnt, sure, cand, ldw, _ := topkRadixLayout(rows, T)
+	l, _ := topkRadixLayout(rows, T)
 	nb, chunk := topkRadixPlan(k.c.Info().SMs, rows, T)
-	args := []any{scores, ld, lens, T, K, chunk, TopKRadixHist(scratch), scratch.Add(int64(cnt)), scratch.Add(int64(sure)), scratch.Add(int64(cand)), ldw, out, ldOut}
-	if dyn := 4 * (2*ldw + 2*topkRadixCap); smem && dyn <= topkRadixMaxSmem {
-		f, err := k.fn("topk_radix_mark_s")
-		if err != nil {
+	hist, cnt, sure := TopKRadixHist(scratch), scratch.Add(int64(l.cnt)), scratch.Add(int64(l.sure))
+	name, dyn := "", 0
+	var args []any
+	switch {
+	case final == TopKRadixList && 4*2*l.ldw <= topkRadixMaxSmem:
+		name, dyn = "topk_radix_mark_l", 4*2*l.ldw
+		args = []any{scores, ld, lens, T, K, chunk, hist, cnt, sure, l.ldw, scratch.Add(int64(l.l2)), scratch.Add(int64(l.ccnt)),
+			scratch.Add(int64(l.list)), T, out, ldOut}
+	case final != TopKRadixGlobal && 4*(2*l.ldw+2*topkRadixCap) <= topkRadixMaxSmem:
+		name, dyn = "topk_radix_mark_s", 4*(2*l.ldw+2*topkRadixCap)
+		args = []any{scores, ld, lens, T, K, chunk, hist, cnt, sure, scratch.Add(int64(l.cand)), l.ldw, out, ldOut, topkRadixCap}
+	default:
+		return k.launch("topk_radix_mark", cuda.D3(nb, rows, 1), cuda.D1(1024), 0, s,
+			scores, ld, lens, T, K, chunk, hist, cnt, sure, scratch.Add(int64(l.cand)), l.ldw, out, ldOut)
+	}
+	f, err := k.fn(name)
+	if err != nil {
+		return err
+	}
+	if _, ok := bigShared.Load(f); !ok {
+		if err := k.c.SetMaxDynamicShared(f, topkRadixMaxSmem); err != nil {
 			return err
 		}
-		if _, ok := bigShared.Load(f); !ok {
-			if err := k.c.SetMaxDynamicShared(f, topkRadixMaxSmem); err != nil {
-				return err
-			}
-			bigShared.Store(f, true)
-		}
-		return k.launchFn(f, cuda.D3(nb, rows, 1), cuda.D1(1024), dyn, s, append(args, topkRadixCap)...)
+		bigShared.Store(f, true)
 	}
-	return k.launch("topk_radix_mark", cuda.D3(nb, rows, 1), cuda.D1(1024), 0, s, args...)
+	return k.launchFn(f, cuda.D3(nb, rows, 1), cuda.D1(1024), dyn, s, args...)
 }

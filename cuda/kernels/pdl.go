@@ -49,10 +49,11 @@ var pdlKernels = setOf(
 	"moe_combine_slots",
 	// indexer.cu, indexer_mma.cu, indexer_wide.cu, topk_radix.cu, topk_wide.cu
 	"indexer_scores", "topk_rows", "idx_q_prep", "indexer_scores_mma", "indexer_scores_mma_pf", "indexer_scores_wide",
-	"topk_radix_hist", "topk_radix_mark", "topk_radix_mark_s",
+	"topk_radix_hist", "topk_radix_mark", "topk_radix_mark_s", "topk_radix_mark_l",
 	"topk_wide_hist", "topk_wide_pick", "topk_wide_count", "topk_wide_emit",
 	// mla*.cu
-	"mla_decode", "mla_combine", "mla_combine_wide", "mla_decode_heads", "mla_decode_tc",
+	"mla_decode", "mla_combine", "mla_combine_wide", "mla_combine_wide_v1", "mla_decode_heads", "mla_decode_tc",
+	"mla_decode_tc_v3", "mla_decode_tc32",
 	"absorb_q_fp8", "absorb_q_fp8_r4", "absorb_v_fp8",
 	// moe.cu, norm.cu, sample.cu, logits.cu
 	"moe_route", "rmsnorm", "add_rmsnorm", "layernorm", "rope", "add_f32", "silu_mul", "embed_bf16", "moe_combine",

@@ -212,3 +212,30 @@ func TestDeviceConversionTranscriptions(t *testing.T) {
 		}
 	}
 }
+
+// topk_radix_mark_l reads its candidate list as uint2: the list must be
+// 8-byte aligned in the scratch for every row count and length.
+func TestTopKRadixLayoutAligned(t *testing.T) {
+	for rows := 1; rows <= 9; rows++ {
+		for _, T := range []int{1, 31, 33, 2049, 8192, 131072, 163840} {
+			l, total := topkRadixLayout(rows, T)
+			if l.list%16 != 0 || int64(l.list+rows*T*8) != total || l.list < l.ccnt+rows*4 || l.ccnt < l.l2+rows*1024*4 {
+				t.Fatalf("rows=%d T=%d: layout %+v total %d", rows, T, l, total)
+			}
+		}
+	}
+}
+
+// mlaCombineFor: the early-load combine while its blocks fit one wave of 3
+// per SM, the 64-register one past that.
+func TestMLACombineFor(t *testing.T) {
+	for _, c := range []struct {
+		sms, blocks int
+		want        string
+	}{{132, 128, "mla_combine_wide"}, {132, 16, "mla_combine_wide"}, {132, 396, "mla_combine_wide"},
+		{132, 512, "mla_combine_wide_v1"}, {0, 4, "mla_combine_wide_v1"}} {
+		if got := mlaCombineFor(c.sms, c.blocks); got != c.want {
+			t.Errorf("mlaCombineFor(%d, %d) = %s, want %s", c.sms, c.blocks, got, c.want)
+		}
+	}
+}

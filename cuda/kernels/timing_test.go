@@ -335,7 +335,7 @@ func TestKernelTiming(t *testing.T) {
 				tb := float64(4*T + 4*2048)
 				us = medianUs(c, s, 10, 21, func() { chk(k.TopKRadix(s, idx, sc, lens, scratch, 1, T, 2048, T, 2048)) })
 				add(fmtName("topk_radix T=%d K=2048", T), tb, us, "2 launches, final stage in shared memory")
-				us = medianUs(c, s, 10, 21, func() { chk(k.topkRadix(s, idx, sc, lens, scratch, 1, T, 2048, T, 2048, false)) })
+				us = medianUs(c, s, 10, 21, func() { chk(k.topkRadix(s, idx, sc, lens, scratch, 1, T, 2048, T, 2048, TopKRadixGlobal)) })
 				add(fmtName("topk_radix T=%d K=2048 global final", T), tb, us, "2 launches")
 				us = medianUs(c, s, 10, 21, func() {
 					chk(k.IndexerScoresMMA(s, out, qh, wq, cache, 0, lens, TopKRadixHist(scratch), 1, T, T))

@@ -329,12 +329,12 @@ func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, 
 }
 
 func (b *cudaDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
-	return b.k.TopKRadixAfterHist(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
+	return b.k.TopKRadixAfterHistWith(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut, topkRadixFinal)
 }
 
 func (b *cudaDevice) topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
 	if scratch != 0 && T > K && topkRadixOn {
-		return b.k.TopKRadix(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
+		return b.k.TopKRadixWith(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut, topkRadixFinal)
 	}
 	if scratch != 0 && T >= kernels.TopKWideMinT && topkWideOn {
 		return b.k.TopKWide(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
@@ -355,6 +355,10 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 		return b.k.EngMLADecodeBF16(b.s, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
 	}
 	if ws != 0 && mlaTCOn && b.c.Info().CCMajor >= 8 {
+		if mlaTC32On {
+			ns := b.k.MLATC32Splits(nq, H, nidx)
+			return b.k.MLADecodeTC32(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
+		}
 		ns := b.k.MLATCSplits(nq, H, nidx)
 		return b.k.MLADecodeTC(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
 	}
@@ -368,6 +372,9 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 var (
 	mlaHeadsOn = os.Getenv("TILERT_GPU_MLA_HEADS") != "0"
 	mlaTCOn    = os.Getenv("TILERT_GPU_MLA_TC") != "0"
+	// mlaTC32On: TILERT_GPU_MLA_TC32=1 runs the tensor-core decode with 32
+	// heads a block (the same bits; each tile converted once per 32 heads).
+	mlaTC32On = os.Getenv("TILERT_GPU_MLA_TC32") == "1"
 	// absorbWideOn: TILERT_GPU_ABSORB_WIDE=0 keeps the one-block-per-head
 	// absorb kernels for fp8 W_UK / W_UV (comparisons).
 	absorbWideOn = os.Getenv("TILERT_GPU_ABSORB_WIDE") != "0"
@@ -382,6 +389,16 @@ var topkWideOn = os.Getenv("TILERT_GPU_TOPK_WIDE") != "0"
 // off (then TILERT_GPU_TOPK_WIDE decides as before). The H200 run of
 // docs/measured/h200-2026-12-01-indexer measured it faster at every context.
 var topkRadixOn = os.Getenv("TILERT_GPU_TOPK_RADIX") != "0"
+
+// topkRadixFinal: TILERT_GPU_TOPK_LIST=0 keeps the radix top-k's final
+// stage on the candidate bitmaps (topk_radix_mark_s) instead of the
+// candidate list and second-level histogram (topk_radix_mark_l).
+var topkRadixFinal = func() kernels.TopKRadixFinal {
+	if os.Getenv("TILERT_GPU_TOPK_LIST") == "0" {
+		return kernels.TopKRadixBitmaps
+	}
+	return kernels.TopKRadixList
+}()
 
 // idxMMAOn: TILERT_GPU_IDX_MMA=0 keeps the serving indexer on RoPE,
 // quantisation and scaling as three launches and the float score kernels

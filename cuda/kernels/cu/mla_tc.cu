@@ -28,8 +28,11 @@
 #define MT_CH (MLA_TOK_BYTES / 16) // 16-byte chunks per entry (41)
 // Dynamic shared memory of mla_decode_tc in bytes (MLATCSmemBytes in ops_mla.go):
 // raw tile, bf16 tile, float queries, partial scores, 3 x token slots, scales.
-#define MT_SMEM_BYTES \
-  (MT_TT * MT_CH * 16 + MT_TT * MT_KS * 2 + MT_HG * MT_QS * 4 + 4 * MT_HG * MT_TT * 4 + 3 * MT_TT * 4 + MT_TT * 4 * 4)
+// HP head groups of 16 per block (HP * 128 threads) share each converted tile.
+#define MT_SMEM(HP)                                                                                          \
+  (MT_TT * MT_CH * 16 + MT_TT * MT_KS * 2 + (HP) * MT_HG * MT_QS * 4 + (HP) * 4 * MT_HG * MT_TT * 4 + 3 * MT_TT * 4 + \
+   MT_TT * 4 * 4)
+#define MT_SMEM_BYTES MT_SMEM(1)
 
 // mma.sync, cp.async and the bf16x2 conversion need sm_80; older devices get
 // a kernel that traps (the launcher refuses them first).
@@ -81,7 +84,7 @@ __device__ __forceinline__ int mt_slot(const int* __restrict__ indices, const in
 // memory) into raw; skipped slots are left as they are (the conversion
 // zeroes them).
 __device__ __forceinline__ void mt_issue(uint4* raw, const u8* __restrict__ cache, const int* slots) {
-  for (int c = threadIdx.x; c < MT_TT * MT_CH; c += 128) {
+  for (int c = threadIdx.x; c < MT_TT * MT_CH; c += blockDim.x) {
     const int j = c / MT_CH, p = c - j * MT_CH;
     const int t = slots[j];
     if (t < 0) continue;
@@ -91,37 +94,48 @@ __device__ __forceinline__ void mt_issue(uint4* raw, const u8* __restrict__ cach
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __restrict__ qn,
-                                                                const float* __restrict__ qp,
-                                                                const u8* __restrict__ cache,
-                                                                const int* __restrict__ block_table,
-                                                                const int* __restrict__ indices, int ld_idx, int nidx,
-                                                                const int* __restrict__ lens, float* out, float* lse,
-                                                                int H, float scale, int tps, float* part_o,
-                                                                float* part_ml) {
-  PDL_WAIT();
+// QA: the queries staged with cp.async in the first tile's group (every
+// load in flight at once); else with plain loads, which the compiler
+// issued one L2 round trip at a time (v3, kept for the timing comparison).
+// HP: head groups of 16 per block (warp w: latent group w % 4 of head group
+// w / 4), converting each tile once for all of them.
+template <bool QA, int HP>
+__device__ __forceinline__ void mt_body(const float* __restrict__ qn, const float* __restrict__ qp,
+                                        const u8* __restrict__ cache, const int* __restrict__ block_table,
+                                        const int* __restrict__ indices, int ld_idx, int nidx,
+                                        const int* __restrict__ lens, float* out, float* lse, int H, float scale,
+                                        int tps, float* part_o, float* part_ml) {
   extern __shared__ uint4 mt_smem[];
   uint4* raw = mt_smem;                       // [TT][41] raw entries
   u16* Kt = (u16*)(raw + MT_TT * MT_CH);      // [TT][KS] bf16 entries (fp8 values unscaled)
-  float* Qs = (float*)(Kt + MT_TT * MT_KS);   // [HG][QS] queries
-  float* red = Qs + MT_HG * MT_QS;            // [4 warps][HG][TT] partial scores
-  int* slots = (int*)(red + 4 * MT_HG * MT_TT);  // [3][TT] cache slot of each tile slot, -1 skipped
+  float* Qs = (float*)(Kt + MT_TT * MT_KS);   // [HP*HG][QS] queries
+  float* red = Qs + HP * MT_HG * MT_QS;       // [HP][4 warps][HG][TT] partial scores
+  int* slots = (int*)(red + HP * 4 * MT_HG * MT_TT);  // [3][TT] cache slot of each tile slot, -1 skipped
   float* scl = (float*)(slots + 3 * MT_TT);   // [TT][4] group scales (0 for skipped slots)
-  const int z = blockIdx.x, qi = blockIdx.y, h0 = blockIdx.z * MT_HG;
-  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
+  const int z = blockIdx.x, qi = blockIdx.y, h0 = blockIdx.z * MT_HG * HP;
+  const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3, hp = tid >> 7, g = lane >> 2, t4 = lane & 3;
   const int len = lens[qi];
   const int begin = z * tps;
   const int count = min(indices ? nidx : len, begin + tps);
   if (tid < MT_TT) slots[tid] = mt_slot(indices, block_table, ld_idx, qi, len, count, begin + tid);
-  for (int i = tid; i < MT_HG * 144; i += 128) {
+  for (int i = tid; i < HP * MT_HG * 144; i += HP * 128) {
     const int hh = i / 144, d = (i - hh * 144) * 4, h = h0 + hh;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (h < H) {
-      const size_t qh = (size_t)qi * H + h;
-      v = *(const float4*)(d < MLA_LAT ? qn + qh * MLA_LAT + d : qp + qh * MLA_ROPE + d - MLA_LAT);
+    float* dst = Qs + hh * MT_QS + d;
+    if (h >= H) {
+      *(float4*)dst = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      continue;
     }
-    *(float4*)(Qs + hh * MT_QS + d) = v;
+    const size_t qh = (size_t)qi * H + h;
+    const float* src = d < MLA_LAT ? qn + qh * MLA_LAT + d : qp + qh * MLA_ROPE + d - MLA_LAT;
+    if (QA) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(mt_smem_addr(dst)), "l"(src) : "memory");
+    } else {
+      *(float4*)dst = *(const float4*)src;
+    }
   }
+  // QA: the copies join the first tile's group (mt_issue commits it; an
+  // empty range commits it here), waited for before any use.
+  if (QA && begin >= count) asm volatile("cp.async.commit_group;" ::: "memory");
   __syncthreads();
   if (begin < count) mt_issue(raw, cache, slots);
   float o[16][4];
@@ -139,14 +153,15 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
     const int* sl = slots + cur * MT_TT;
     {
       // Convert: thread takes slot j, latent group qq (128 values) and 16
-      // RoPE values.
-      const int j = tid >> 2, qq = tid & 3;
+      // RoPE values (HP = 2: half of them, part 0 or 1).
+      const int j = tid / (4 * HP), qq = (tid / HP) & 3, part = tid % HP;
       uint4* dst = (uint4*)(Kt + j * MT_KS);
       const uint4* src = raw + j * MT_CH;
       if (sl[j] >= 0) {
-        scl[j * 4 + qq] = ((const float*)(src + 32))[qq];
+        if (part == 0) scl[j * 4 + qq] = ((const float*)(src + 32))[qq];
 #pragma unroll
-        for (int b = 0; b < 8; b++) {
+        for (int bp = 0; bp < 8 / HP; bp++) {
+          const int b = part * (8 / HP) + bp;
           const uint4 v = src[qq * 8 + b];
           const u32 ws[4] = {v.x, v.y, v.z, v.w};
           u32 hv[8];
@@ -160,15 +175,18 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
           dst[qq * 16 + 2 * b] = make_uint4(hv[0], hv[1], hv[2], hv[3]);
           dst[qq * 16 + 2 * b + 1] = make_uint4(hv[4], hv[5], hv[6], hv[7]);
         }
-        dst[64 + 2 * qq] = src[33 + 2 * qq];  // RoPE part: bf16 as stored
-        dst[65 + 2 * qq] = src[34 + 2 * qq];
+#pragma unroll
+        for (int rp = 0; rp < 2 / HP; rp++) {
+          const int rr = part * (2 / HP) + rp;
+          dst[64 + 2 * qq + rr] = src[33 + 2 * qq + rr];  // RoPE part: bf16 as stored
+        }
       } else {
-        scl[j * 4 + qq] = 0.0f;
+        if (part == 0) scl[j * 4 + qq] = 0.0f;
         const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-        for (int b = 0; b < 16; b++) dst[qq * 16 + b] = zero;
-        dst[64 + 2 * qq] = zero;
-        dst[65 + 2 * qq] = zero;
+        for (int b = 0; b < 16 / HP; b++) dst[qq * 16 + part * (16 / HP) + b] = zero;
+#pragma unroll
+        for (int rp = 0; rp < 2 / HP; rp++) dst[64 + 2 * qq + part * (2 / HP) + rp] = zero;
       }
     }
     __syncthreads();
@@ -195,7 +213,7 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
       }
       u32 qa[4][3];
       {
-        const float* q0 = Qs + g * MT_QS + d0 + 2 * t4;
+        const float* q0 = Qs + (hp * MT_HG + g) * MT_QS + d0 + 2 * t4;
         const float* q1 = q0 + 8 * MT_QS;
         const float2 v0 = *(const float2*)q0, v1 = *(const float2*)q1;
         const float2 v2 = *(const float2*)(q0 + 8), v3 = *(const float2*)(q1 + 8);
@@ -214,7 +232,7 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
         }
       }
     }
-    float* rw = red + w * MT_HG * MT_TT;
+    float* rw = red + (hp * 4 + w) * MT_HG * MT_TT;
 #pragma unroll
     for (int n = 0; n < 4; n++) {
       *(float2*)(rw + g * MT_TT + 8 * n + 2 * t4) = make_float2(s[n][0], s[n][1]);
@@ -230,7 +248,7 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
         const int row = g + (e >> 1) * 8, col = 8 * n + 2 * t4 + (e & 1);
         float v = 0.0f;
 #pragma unroll
-        for (int ww = 0; ww < 4; ww++) v += red[(ww * MT_HG + row) * MT_TT + col];
+        for (int ww = 0; ww < 4; ww++) v += red[((hp * 4 + ww) * MT_HG + row) * MT_TT + col];
         s[n][e] = sl[col] >= 0 ? v * scale : NEG_INF;
       }
       mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
@@ -292,13 +310,14 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
     }
     cur = nxt;
   }
+  if (QA) asm volatile("cp.async.wait_all;" ::: "memory");  // an empty range's query copies
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
-    const int h = h0 + g + 8 * hr;
+    const int h = h0 + hp * MT_HG + g + 8 * hr;
     if (h >= H) continue;
     const size_t qh = (size_t)qi * H + h;
     const float m = hr ? m1 : m0, l = hr ? l1 : l0;
@@ -320,7 +339,43 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* __r
     if (lse && w == 0 && t4 == 0) lse[qh] = l > 0.0f ? m + logf(l) : NEG_INF;
   }
 }
+
+#define MT_ARGS                                                                                                     \
+  const float *__restrict__ qn, const float *__restrict__ qp, const u8 *__restrict__ cache,                         \
+      const int *__restrict__ block_table, const int *__restrict__ indices, int ld_idx, int nidx,                   \
+      const int *__restrict__ lens, float *out, float *lse, int H, float scale, int tps, float *part_o,             \
+      float *part_ml
+extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(MT_ARGS) {
+  PDL_WAIT();
+  mt_body<true, 1>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
+}
+extern "C" __global__ void __launch_bounds__(128) mla_decode_tc_v3(MT_ARGS) {
+  PDL_WAIT();
+  mt_body<false, 1>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
+}
+// 32 heads a block (256 threads, MT_SMEM(2) bytes): each tile converted
+// once per 32 heads, half the L2 reads of the cache entries.
+extern "C" __global__ void __launch_bounds__(256) mla_decode_tc32(MT_ARGS) {
+  PDL_WAIT();
+  mt_body<true, 2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
+}
 #else
+extern "C" __global__ void __launch_bounds__(256) mla_decode_tc32(const float* qn, const float* qp, const u8* cache,
+                                                                  const int* block_table, const int* indices,
+                                                                  int ld_idx, int nidx, const int* lens, float* out,
+                                                                  float* lse, int H, float scale, int tps,
+                                                                  float* part_o, float* part_ml) {
+  PDL_WAIT();
+  __trap();
+}
+extern "C" __global__ void __launch_bounds__(128) mla_decode_tc_v3(const float* qn, const float* qp, const u8* cache,
+                                                                   const int* block_table, const int* indices,
+                                                                   int ld_idx, int nidx, const int* lens, float* out,
+                                                                   float* lse, int H, float scale, int tps,
+                                                                   float* part_o, float* part_ml) {
+  PDL_WAIT();
+  __trap();
+}
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* qn, const float* qp, const u8* cache,
                                                                 const int* block_table, const int* indices, int ld_idx,
                                                                 int nidx, const int* lens, float* out, float* lse,

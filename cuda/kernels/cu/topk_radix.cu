@@ -400,3 +400,181 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_s(const float
   u32* ck = (u32*)(ci + cap);
   tkr_final_s(x, n, K, b, above, gh, sw, cw, o, h, shs, sres, sws, cws, ci, ck, cap);
 }
+
+// topk_radix_mark with a candidate list instead of the candidate bitmap:
+// each mark block appends the keys of the threshold bin to the row's list
+// (index, key; one atomic per 1024-key tile) and adds their next 10 key
+// bits to the row's second-level histogram. The last block then reads the
+// second digit from that histogram, refines the third over the list
+// (coalesced; no bitmap walk, no gather of scores) and sweeps the list once
+// more to mark the selected candidates in its shared-memory copy of the
+// "sure" bitmap before the ordered emit. Narrow score distributions (a bin
+// holding many keys) cost two list passes instead of serial walks.
+// Scratch beyond topk_radix_mark's: l2 [rows][1024], ccnt [rows], list
+// [rows][ldl] (ldl >= T), all left zeroed (the list's used entries too).
+// Dynamic shared memory: 2 * ldw u32.
+extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_l(const float* __restrict__ scores, int ld,
+                                                                     const int* __restrict__ lens, int T, int K,
+                                                                     int chunk, u32* hist, u32* cnt, u32* sure,
+                                                                     int ldw, u32* l2, u32* ccnt, uint2* list, int ldl,
+                                                                     int* out, int ld_out) {
+  PDL_WAIT();
+  extern __shared__ u32 tkr_dyn[];
+  __shared__ u32 h[1024];
+  __shared__ int shs[32];
+  __shared__ int sres[2];
+  __shared__ int woff[32];
+  __shared__ int last;
+  const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+  const int n = tkr_n(lens, row, T);
+  u32* gh = hist + (size_t)row * TKR_BINS;
+  int* o = out + (size_t)row * ld_out;
+  if (n <= K) {
+    if (blockIdx.x == 0) {
+      for (int j = tid; j < K; j += blockDim.x) o[j] = j < n ? j : -1;
+      for (int i = tid; i < TKR_BINS; i += blockDim.x) gh[i] = 0;
+    }
+    return;
+  }
+  const int start = blockIdx.x * chunk, end = min(n, start + chunk);
+  if (start >= end) return;
+  int b, above;
+  tkr_find_bin(gh, K, shs, sres, &b, &above);
+  h[tid] = 0;
+  __syncthreads();
+  const float* x = scores + (size_t)row * ld;
+  u32* sw = sure + (size_t)row * ldw;
+  u32* g2 = l2 + (size_t)row * 1024;
+  uint2* lst = list + (size_t)row * ldl;
+  for (int base = start; base < end; base += 1024) {
+    const int i = base + tid;
+    u32 k = 0;
+    int kb = -1;
+    if (i < end) {
+      k = float_key(x[i]);
+      kb = (int)(k >> TKR_SHIFT);
+    }
+    const u32 s = __ballot_sync(0xffffffffu, kb > b);
+    const bool c = kb == b;
+    const u32 cm = __ballot_sync(0xffffffffu, c);
+    if (lane == 0 && i < end) sw[i >> 5] = s;  // lane 0 holds the warp's lowest index
+    if (c) atomicAdd(&h[(k >> 10) & 1023u], 1u);
+    if (lane == 0) woff[wid] = __popc(cm);
+    __syncthreads();
+    if (wid == 0) {
+      const int v = woff[lane];
+      int incl = v;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += y;
+      }
+      const int tot = __shfl_sync(0xffffffffu, incl, 31);
+      int at = 0;
+      if (lane == 0 && tot > 0) at = (int)atomicAdd(ccnt + row, (u32)tot);
+      at = __shfl_sync(0xffffffffu, at, 0);
+      woff[lane] = at + incl - v;
+    }
+    __syncthreads();
+    if (c) lst[woff[wid] + __popc(cm & ((1u << lane) - 1u))] = make_uint2((u32)i, k);
+  }
+  __syncthreads();
+  if (h[tid]) atomicAdd(&g2[tid], h[tid]);
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(&cnt[row], 1u) == (u32)((n + chunk - 1) / chunk - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (tid == 0) cnt[row] = 0;
+  // Final stage.
+  u32* sws = tkr_dyn;
+  u32* cws = sws + ldw;
+  for (int i = tid; i < TKR_BINS; i += 1024) gh[i] = 0;
+  const int nw = (n + 31) >> 5;
+  for (int w = tid; w < nw; w += 1024) {
+    sws[w] = __ldcg(sw + w);
+    cws[w] = 0;
+    sw[w] = 0;  // left zeroed for the next call
+  }
+  // Second digit (key bits 19..10) from the mark blocks' histogram.
+  int rem = K - above;  // keys still to take from the threshold bin
+  {
+    const int dg = 1023 - tid;
+    const int cntd = (int)__ldcg(g2 + dg);
+    g2[dg] = 0;
+    int tot;
+    const int cum = block_excl_scan(cntd, shs, &tot);
+    if (cum < rem && cum + cntd >= rem) {
+      sres[0] = dg;
+      sres[1] = rem - cum;
+    }
+  }
+  const int C = (int)__ldcg(ccnt + row);
+  h[tid] = 0;
+  __syncthreads();
+  if (tid == 0) ccnt[row] = 0;
+  const u32 p22 = ((u32)b << 10) | (u32)sres[0];  // key >> 10 of the threshold
+  rem = sres[1];
+  // Third digit over the list; candidates above the 22-bit prefix are in.
+  for (int i = tid; i < C; i += 1024) {
+    const uint2 e = __ldcg(lst + i);
+    const u32 hi = e.y >> 10;
+    if (hi == p22) {
+      atomicAdd(&h[e.y & 1023u], 1u);
+    } else if (hi > p22) {
+      atomicOr(&sws[e.x >> 5], 1u << (e.x & 31));
+    }
+  }
+  __syncthreads();
+  {
+    const int dg = 1023 - tid;
+    const int cntd = (int)h[dg];
+    int tot;
+    const int cum = block_excl_scan(cntd, shs, &tot);
+    if (cum < rem && cum + cntd >= rem) {
+      sres[0] = dg;
+      sres[1] = rem - cum;
+    }
+  }
+  __syncthreads();
+  const u32 thr = (p22 << 10) | (u32)sres[0];  // the K-th largest key
+  rem = sres[1];                                // how many keys equal to it to take
+  for (int i = tid; i < C; i += 1024) {
+    const uint2 e = __ldcg(lst + i);
+    // Left zeroed, as the rest of the scratch: the layout moves with the
+    // row count and length, so another call's histograms may lie here.
+    lst[i] = make_uint2(0u, 0u);
+    if ((e.y >> 10) == p22) {
+      if (e.y > thr) atomicOr(&sws[e.x >> 5], 1u << (e.x & 31));
+      if (e.y == thr) atomicOr(&cws[e.x >> 5], 1u << (e.x & 31));
+    }
+  }
+  __syncthreads();
+  // Ordered emit (tkr_final_s's).
+  const int per = (nw + 1023) >> 10, w0 = min(nw, tid * per), w1 = min(nw, w0 + per);
+  int nsel = 0, neq = 0;
+  for (int w = w0; w < w1; w++) {
+    nsel += __popc(sws[w]);
+    neq += __popc(cws[w]);
+  }
+  int tot;
+  const int sel_before = block_excl_scan(nsel, shs, &tot);
+  int eq_before = block_excl_scan(neq, shs, &tot);
+  int pos = sel_before + min(eq_before, rem);
+  for (int w = w0; w < w1; w++) {
+    const u32 s = sws[w], e = cws[w];
+    u32 all = s | e;
+    while (all) {
+      const int bit = __ffs(all) - 1;
+      const u32 bm = 1u << bit;
+      all &= all - 1;
+      if (s & bm) {
+        o[pos++] = (w << 5) + bit;
+      } else {
+        if (eq_before < rem) o[pos++] = (w << 5) + bit;
+        eq_before++;
+      }
+    }
+  }
+}

@@ -1,0 +1,382 @@
+// Grouped GEMV: several projections of one input x in one launch (the
+// attention inputs of a layer: q_a, kv_a, indexer wk and weights_proj of the
+// layer input; q_b and indexer wq_b of the normed q_a).
+//
+// y_s[m][n] = sum_k W_s[n][k]*S_s[n/128][k/128]*xn[m][k] for each segment s
+// (up to 4: weights fp8 with 128x128 block scales or bf16, N_s rows, its own
+// output and row stride), m < M <= MM, where xn = x, or with a norm weight
+// nw, xn[m][k] = nw[k]*(x[m][k]*r_m) with r_m = rsqrt(mean(x[m]^2)+eps): the
+// rmsnorm kernel's arithmetic, its sum of squares taken in its own order
+// (nthr threads striding the row, warp butterflies, warps summed in order),
+// so xn is bit-identical to rmsnorm's output and every block computes it
+// itself (no launch, no grid-wide dependency).
+//
+// The blocks of the launch are spread over the segments' rows (segment 0's
+// blocks first). A block runs one segment with that segment's group size G
+// and rows per group R, exactly as gemv_tile_body does for a dense slot (same
+// loads, same FMA order, same fixed-order combine), so a segment's output is
+// bit-for-bit what the tile GEMV with the same G and R writes. This file
+// sorts after gemv_tile.cu and reuses its helpers (the .cu files form one
+// module in name order).
+//
+// Needs K % 16 == 0 (fp8) / % 8 (bf16), 16-byte aligned W rows, x and
+// ldx % 4 == 0 (the launcher checks).
+
+#define GROUP_SEGS 4
+
+// One segment's block: rows [n0, ...) of W, G threads per group, R rows per
+// group, rr[m] the row scales of the norm (nw != 0).
+template <class T, int R, int MM>
+__device__ __forceinline__ void gemv_group_body(const void* W, const float* S, float* y, int ldy, int N, int G,
+                                                int blk, const float* __restrict__ x, int ldx, int K, int M,
+                                                const float* __restrict__ nw, const float* rs, int fold,
+                                                float (*part)[32]) {
+  constexpr int NI = 8 / R;
+  const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
+  const int n0 = (blk * (TILE_THREADS / G) + grp) * R;
+  const int kb = (K + 127) >> 7;
+  const char* wr[R];
+  const float* sr[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    const int n = min(n0 + r, N - 1);  // rows past N repeat the last one; not written
+    wr[r] = (const char*)W + (size_t)n * K * T::BYTES;
+    sr[r] = S ? S + (size_t)(n >> 7) * kb : (const float*)0;
+  }
+  float rr[MM];
+#pragma unroll
+  for (int m = 0; m < MM; m++) rr[m] = nw ? rs[m] : 1.0f;
+  float acc[R][MM];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int m = 0; m < MM; m++) acc[r][m] = 0.0f;
+  const int C = n0 < N ? K / T::E : 0;  // idle groups past N load nothing
+  for (int c0 = tg; c0 < C; c0 += G * NI) {
+    uint4 wv[NI][R];
+    float sc[NI][R];
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+      const int c = c0 + i * G;
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        if (c < C) {
+          wv[i][r] = tile_ld16(wr[r] + (size_t)c * 16);
+          sc[i][r] = sr[r] ? __ldg(sr[r] + ((c * T::E) >> 7)) : 1.0f;
+        } else {
+          wv[i][r] = make_uint4(0u, 0u, 0u, 0u);
+          sc[i][r] = 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+      const int c = c0 + i * G;
+      if (c < C) {
+        const float* xc = x + (size_t)c * T::E;
+        const float* wc = nw ? nw + (size_t)c * T::E : (const float*)0;
+        if (MM == 1) {
+          float p[R];
+#pragma unroll
+          for (int r = 0; r < R; r++) p[r] = 0.0f;
+#pragma unroll
+          for (int q = 0; q < 4; q++) {
+            float xv[T::EW];
+            tile_ldx<T::EW>(xc + q * T::EW, xv);
+            if (wc) {
+              float nv[T::EW];
+              tile_ldx<T::EW>(wc + q * T::EW, nv);
+#pragma unroll
+              for (int e = 0; e < T::EW; e++) xv[e] = nv[e] * (xv[e] * rr[0]);
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+              float wf[T::EW];
+              T::word(tile_word(wv[i][r], q), wf);
+#pragma unroll
+              for (int e = 0; e < T::EW; e++) p[r] = fmaf(wf[e], xv[e], p[r]);
+            }
+          }
+#pragma unroll
+          for (int r = 0; r < R; r++) acc[r][0] = fmaf(p[r], sc[i][r], acc[r][0]);
+        } else {
+          float p[R][MM];
+#pragma unroll
+          for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int m = 0; m < MM; m++) p[r][m] = 0.0f;
+#pragma unroll
+          for (int q = 0; q < 4; q++) {
+            float xv[MM][T::EW];
+            float nv[T::EW];
+            if (wc) tile_ldx<T::EW>(wc + q * T::EW, nv);
+#pragma unroll
+            for (int m = 0; m < MM; m++) {
+              if (m < M) {
+                tile_ldx<T::EW>(xc + (size_t)m * ldx + q * T::EW, xv[m]);
+                if (wc) {
+#pragma unroll
+                  for (int e = 0; e < T::EW; e++) xv[m][e] = nv[e] * (xv[m][e] * rr[m]);
+                }
+              } else {
+#pragma unroll
+                for (int e = 0; e < T::EW; e++) xv[m][e] = 0.0f;
+              }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+              float wf[T::EW];
+              T::word(tile_word(wv[i][r], q), wf);
+              if (fold) {
+                // TileRule 2: scale each weight once, feed every row.
+#pragma unroll
+                for (int e = 0; e < T::EW; e++) wf[e] *= sc[i][r];
+#pragma unroll
+                for (int m = 0; m < MM; m++) {
+                  if (m < M) {
+#pragma unroll
+                    for (int e = 0; e < T::EW; e++) acc[r][m] = fmaf(wf[e], xv[m][e], acc[r][m]);
+                  }
+                }
+              } else {
+#pragma unroll
+                for (int m = 0; m < MM; m++) {
+                  if (m < M) {
+#pragma unroll
+                    for (int e = 0; e < T::EW; e++) p[r][m] = fmaf(wf[e], xv[m][e], p[r][m]);
+                  }
+                }
+              }
+            }
+          }
+          if (!fold) {
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+              for (int m = 0; m < MM; m++) acc[r][m] = fmaf(p[r][m], sc[i][r], acc[r][m]);
+          }
+        }
+      }
+    }
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int m = 0; m < MM; m++)
+      if (m < M) acc[r][m] = warp_sum(acc[r][m]);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int m = 0; m < MM; m++) part[warp][r * MM + m] = acc[r][m];
+  }
+  __syncthreads();
+  for (int t = tg; t < R * M; t += G) {
+    const int rr2 = t / M, m = t - rr2 * M;
+    const int wpg = G >> 5, w0i = grp * wpg;
+    float v = 0.0f;
+    for (int i = 0; i < wpg; i++) v += part[w0i + i][rr2 * MM + m];
+    if (n0 + rr2 < N) y[(size_t)m * ldy + n0 + rr2] = v;
+  }
+}
+
+__device__ __forceinline__ int group_blocks(int N, int cfg) {
+  const int G = cfg & 1023, R = (cfg >> 10) & 15;
+  return N > 0 ? ((N + R - 1) / R + TILE_THREADS / G - 1) / (TILE_THREADS / G) : 0;
+}
+
+// cfg_s = G | R << 10 | bf16 << 14; nf = nthr | fold << 16 (nthr: the
+// rmsnorm launch's block size for K, a multiple of 32 up to 1024).
+template <int RMAX, int MM>
+__device__ __forceinline__ void gemv_group_run(const float* __restrict__ x, int ldx, int K, int M,
+                                               const float* __restrict__ nw, float eps, int nf, const void* w0,
+                                               const float* s0, float* y0, int n0, int ldy0, int cfg0,
+                                               const void* w1, const float* s1, float* y1, int n1, int ldy1,
+                                               int cfg1, const void* w2, const float* s2, float* y2, int n2,
+                                               int ldy2, int cfg2, const void* w3, const float* s3, float* y3,
+                                               int n3, int ldy3, int cfg3) {
+  __shared__ float part[TILE_THREADS / 32][32];
+  __shared__ float nsh[MM][32];
+  __shared__ float rs[MM];
+  // This block's segment (segment 0's blocks first).
+  int blk = blockIdx.x;
+  const void* W = w0;
+  const float* S = s0;
+  float* y = y0;
+  int N = n0, ldy = ldy0, cfg = cfg0;
+  int nb = group_blocks(n0, cfg0);
+  if (blk >= nb) {
+    blk -= nb;
+    W = w1, S = s1, y = y1, N = n1, ldy = ldy1, cfg = cfg1;
+    nb = group_blocks(n1, cfg1);
+    if (blk >= nb) {
+      blk -= nb;
+      W = w2, S = s2, y = y2, N = n2, ldy = ldy2, cfg = cfg2;
+      nb = group_blocks(n2, cfg2);
+      if (blk >= nb) {
+        blk -= nb;
+        W = w3, S = s3, y = y3, N = n3, ldy = ldy3, cfg = cfg3;
+      }
+    }
+  }
+  if (nw) {
+    // rmsnorm's sum of squares for each input row, in its order: virtual
+    // thread v of nthr sums x[v], x[v+nthr], ...; warps butterfly-sum; the
+    // warp sums add up in warp order.
+    const int nthr = nf & 0xffff, nvw = nthr >> 5;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int m = 0; m < M; m++) {
+      const float* xr = x + (size_t)m * ldx;
+      for (int vw = warp; vw < nvw; vw += TILE_THREADS / 32) {
+        float ss = 0.0f;
+        for (int i = vw * 32 + lane; i < K; i += nthr) {
+          float v = xr[i];
+          ss += v * v;
+        }
+        ss = warp_sum(ss);
+        if (lane == 0) nsh[m][vw] = ss;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < M) {
+      float ss = 0.0f;
+      for (int i = 0; i < nvw; i++) ss += nsh[threadIdx.x][i];
+      rs[threadIdx.x] = rsqrtf(ss / (float)K + eps);
+    }
+    __syncthreads();
+  }
+  const int G = cfg & 1023, R = (cfg >> 10) & 15, fold = nf >> 16;
+  if ((cfg >> 14) & 1) {
+    if (R == 1) gemv_group_body<TBF16, 1, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
+    if (R == 2) gemv_group_body<TBF16, 2, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
+    if constexpr (RMAX >= 4) {
+      if (R == 4) gemv_group_body<TBF16, 4, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
+    }
+    if constexpr (RMAX >= 8) {
+      if (R == 8) gemv_group_body<TBF16, 8, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
+    }
+  } else {
+    if (R == 1) gemv_group_body<TFP8, 1, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
+    if (R == 2) gemv_group_body<TFP8, 2, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
+    if constexpr (RMAX >= 4) {
+      if (R == 4) gemv_group_body<TFP8, 4, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
+    }
+    if constexpr (RMAX >= 8) {
+      if (R == 8) gemv_group_body<TFP8, 8, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
+    }
+  }
+}
+
+// The launchable variants (RMAX: the largest rows per group of any segment;
+// RMAX*MM <= 32), written out as gemv_tile.cu's are.
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_group_r2_m1(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
+                      int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
+                      const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
+                      float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
+                      int ldy3, int cfg3) {
+  gemv_group_run<2, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_group_r2_m2(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
+                      int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
+                      const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
+                      float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
+                      int ldy3, int cfg3) {
+  gemv_group_run<2, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_group_r2_m4(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
+                      int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
+                      const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
+                      float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
+                      int ldy3, int cfg3) {
+  gemv_group_run<2, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_group_r2_m8(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
+                      int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
+                      const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
+                      float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
+                      int ldy3, int cfg3) {
+  gemv_group_run<2, 8>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_group_r4_m1(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
+                      int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
+                      const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
+                      float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
+                      int ldy3, int cfg3) {
+  gemv_group_run<4, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_group_r4_m2(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
+                      int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
+                      const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
+                      float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
+                      int ldy3, int cfg3) {
+  gemv_group_run<4, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_group_r4_m4(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
+                      int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
+                      const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
+                      float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
+                      int ldy3, int cfg3) {
+  gemv_group_run<4, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_group_r4_m8(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
+                      int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
+                      const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
+                      float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
+                      int ldy3, int cfg3) {
+  gemv_group_run<4, 8>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_group_r8_m1(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
+                      int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
+                      const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
+                      float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
+                      int ldy3, int cfg3) {
+  gemv_group_run<8, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_group_r8_m2(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
+                      int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
+                      const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
+                      float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
+                      int ldy3, int cfg3) {
+  gemv_group_run<8, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_group_r8_m4(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
+                      int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
+                      const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
+                      float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
+                      int ldy3, int cfg3) {
+  gemv_group_run<8, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
+}
+

@@ -1,0 +1,195 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// TestKernelGemvGroup checks the grouped GEMV (fp8 and bf16 segments of odd
+// row counts, partial 128-row scale blocks, 1..8 input rows, padded x rows,
+// with and without the RMSNorm prologue) against the float64 reference on
+// fresh random inputs, against the separate launches it replaces (RMSNorm,
+// then GemvFP8Tile / GemvBF16Tile per segment: bit for bit), and run to
+// run (bit for bit), under both tile rules and with pinned rows per group.
+func TestKernelGemvGroup(t *testing.T) {
+	defer func(r int) { TileRule = r }(TileRule)
+	for _, rule := range []int{1, 2} {
+		for _, fr := range []int{0, 1, 4, 8} {
+			t.Run(fmt.Sprintf("rule=%d_R=%d", rule, fr), func(t *testing.T) {
+				TileRule = rule
+				forceGroupR, forceTileR = fr, fr
+				defer func() { forceGroupR, forceTileR = 0, 0 }()
+				testGemvGroup(t, fmt.Sprintf(" rule=%d R=%d", rule, fr))
+			})
+		}
+	}
+}
+
+type groupSegCase struct {
+	N    int
+	bf16 bool
+}
+
+type groupCase struct {
+	K, M, pad int
+	norm      bool
+	segs      []groupSegCase
+}
+
+func testGemvGroup(t *testing.T, tag string) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		for _, gc := range []groupCase{
+			// The attention inputs of a layer (scaled down): q_a, kv_a (576:
+			// a partial scale block), indexer wk, weights_proj (bf16).
+			{K: 7168, M: 1, segs: []groupSegCase{{1536, false}, {576, false}, {128, false}, {64, true}}},
+			{K: 2048, M: 3, pad: 4, segs: []groupSegCase{{301, false}, {77, true}, {130, false}}},
+			{K: 1024, M: 8, segs: []groupSegCase{{200, true}, {129, false}, {9, false}, {33, true}}},
+			{K: 512, M: 5, segs: []groupSegCase{{1, false}}},
+			// q_b and indexer wq_b over the normed q_a.
+			{K: 1536, M: 1, norm: true, segs: []groupSegCase{{3000, false}, {1027, false}}},
+			{K: 1536, M: 2, pad: 8, norm: true, segs: []groupSegCase{{515, false}, {256, false}}},
+			{K: 1536, M: 7, norm: true, segs: []groupSegCase{{131, false}, {64, true}, {300, false}}},
+			{K: 768, M: 4, norm: true, segs: []groupSegCase{{257, false}}},
+		} {
+			K, M := gc.K, gc.M
+			ldx := K + gc.pad
+			x := randF32(r, M*ldx, 1)
+			xp := a.up(x)
+			var norm GroupNorm
+			xref := x // what the segments multiply (float32)
+			xsep := xp
+			if gc.norm {
+				nw := randF32(r, K, 1)
+				norm = GroupNorm{W: a.up(nw), Eps: 1e-6}
+				xn := a.poisoned(M * ldx)
+				chk(k.RMSNorm(s, xn, xp, norm.W, M, K, ldx, ldx, norm.Eps))
+				xsep = xn
+				xref = make([]float32, M*ldx)
+				for m := range M {
+					var ss float64
+					for i := range K {
+						v := float64(x[m*ldx+i])
+						ss += v * v
+					}
+					inv := 1 / math.Sqrt(ss/float64(K)+float64(norm.Eps))
+					for i := range K {
+						xref[m*ldx+i] = float32(float64(x[m*ldx+i]) * inv * float64(nw[i]))
+					}
+				}
+			}
+			segs := make([]GroupSeg, len(gc.segs))
+			refs := make([][]float64, len(gc.segs))
+			seps := make([][]float32, len(gc.segs))
+			for i, sc := range gc.segs {
+				N := sc.N
+				ldy := N + 3
+				sg := GroupSeg{N: N, LdY: ldy, BF16: sc.bf16}
+				sep := a.poisoned(M * ldy)
+				if sc.bf16 {
+					w := randBF16(r, N*K, 0.05)
+					sg.W = a.up(w)
+					refs[i] = refGemv(func(n, kk int) float64 { return bf16ToF64(w[n*K+kk]) }, xref, nil, N, K, M, ldx, ldy)
+					chk(k.GemvBF16Tile(s, sep, xsep, sg.W, 0, N, K, M, ldx, ldy))
+				} else {
+					w := randFP8(r, N*K)
+					scl := randScales(r, cdiv(N, 128)*cdiv(K, 128), -8)
+					sg.W, sg.S = a.up(w), a.up(scl)
+					refs[i] = refGemv(fp8At(w, scl, K), xref, nil, N, K, M, ldx, ldy)
+					chk(k.GemvFP8Tile(s, sep, xsep, sg.W, sg.S, 0, N, K, M, ldx, ldy))
+				}
+				seps[i] = rowsOf(downF32(c, sep, M*ldy), M, N, ldy)
+				segs[i] = sg
+			}
+			var runs [2][][]float32
+			for run := range runs {
+				for i := range segs {
+					segs[i].Y = a.poisoned(M * segs[i].LdY)
+				}
+				chk(k.GemvGroup(s, xp, K, M, ldx, segs, norm))
+				for _, sg := range segs {
+					runs[run] = append(runs[run], rowsOf(downF32(c, sg.Y, M*sg.LdY), M, sg.N, sg.LdY))
+				}
+			}
+			for i, sg := range segs {
+				name := fmt.Sprintf("gemv_group K=%d M=%d ldx=%d norm=%v seg %d/%d N=%d bf16=%v", K, M, ldx, gc.norm, i, len(segs), sg.N, sg.BF16) + tag
+				record(t, name, relMetric, relErr(runs[0][i], rowsOf64(refs[i], M, sg.N, sg.LdY)), boundF32)
+				record(t, name+" vs separate launches", "differing outputs", float64(diffCount(runs[0][i], seps[i])), 0)
+				record(t, name+" repeat", "differing outputs", float64(diffCount(runs[0][i], runs[1][i])), 0)
+			}
+		}
+		// Bad calls fail with a message instead of a device fault.
+		w := a.up(randFP8(r, 64*64))
+		y := a.raw(4 * 64 * 8)
+		xb := a.up(randF32(r, 64*8, 1))
+		for _, bad := range []struct {
+			K, M, ldx int
+			segs      []GroupSeg
+		}{
+			{64, 9, 64, []GroupSeg{{W: w, S: w, Y: y, N: 64, LdY: 64}}},
+			{64, 1, 64, nil},
+			{64, 1, 64, []GroupSeg{{W: w, Y: y, N: 64, LdY: 64}}},                  // fp8 without scales
+			{60, 1, 64, []GroupSeg{{W: w, S: w, Y: y, N: 64, LdY: 64}}},            // K % 16 != 0
+			{64, 2, 64, []GroupSeg{{W: w, S: w, Y: y, N: 64, LdY: 32}}},            // LdY < N
+			{64, 1, 64, []GroupSeg{{W: w, S: w, Y: xb, N: 64, LdY: 64}}},           // output over the input
+			{64, 1, 64, make([]GroupSeg, MaxGroupSegs+1)},                          // too many
+			{64, 1, 64, []GroupSeg{{W: w + 4, S: w, Y: y, N: 64, LdY: 64}}},        // unaligned weights
+			{64, 1, 64, []GroupSeg{{W: w, S: w, Y: y, N: 0, LdY: 64, BF16: true}}}, // no rows
+		} {
+			if err := k.GemvGroup(s, xb, bad.K, bad.M, bad.ldx, bad.segs, GroupNorm{}); err == nil {
+				t.Errorf("GemvGroup(K=%d M=%d ldx=%d, %d segments) accepted a bad call", bad.K, bad.M, bad.ldx, len(bad.segs))
+			}
+		}
+	})
+}
+
+// rowsOf keeps the first n of each of M rows of stride ld.
+func rowsOf(v []float32, M, n, ld int) []float32 {
+	out := make([]float32, 0, M*n)
+	for m := range M {
+		out = append(out, v[m*ld:m*ld+n]...)
+	}
+	return out
+}
+
+func rowsOf64(v []float64, M, n, ld int) []float64 {
+	out := make([]float64, 0, M*n)
+	for m := range M {
+		out = append(out, v[m*ld:m*ld+n]...)
+	}
+	return out
+}
+
+// TestGroupKernelVariants: every (rows per group, input rows) variant the
+// launcher can pick is defined in the kernel source (no GPU needed).
+func TestGroupKernelVariants(t *testing.T) {
+	src := KernelSource()
+	for _, r := range []int{2, 4, 8} {
+		for _, mm := range []int{1, 2, 4, 8} {
+			name := fmt.Sprintf("gemv_group_r%d_m%d(", r, mm)
+			if has := strings.Contains(src, name); has != (r*mm <= 32) {
+				t.Errorf("kernel %s defined: %v, want %v", name, has, r*mm <= 32)
+			}
+		}
+	}
+	// The launcher's shapes stay within the compiled variants.
+	for _, M := range []int{1, 2, 3, 4, 5, 8} {
+		for _, fr := range []int{0, 1, 2, 4, 8} {
+			forceGroupR = fr
+			for _, N := range []int{1, 64, 576, 1536, 8192, 24576} {
+				for _, bf16 := range []bool{false, true} {
+					G, R := groupShape(132, GroupSeg{N: N, BF16: bf16}, 7168, M)
+					if R*tileMM(M) > 32 || G < 32 || G > tileThreads {
+						t.Errorf("M=%d force R=%d N=%d bf16=%v: G=%d R=%d", M, fr, N, bf16, G, R)
+					}
+				}
+			}
+		}
+	}
+	forceGroupR = 0
+}

@@ -1,0 +1,112 @@
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// Grouped GEMVs (gemv_tile_group.cu): the projections of one input in one
+// launch, so that several small latency-bound GEMVs fill the SMs together.
+
+// MaxGroupSegs is the most projections one grouped launch takes.
+const MaxGroupSegs = 4
+
+// GroupSeg is one projection of a grouped GEMV: y[m][n] = W[n] . x[m] for
+// n < N, W fp8 [N][K] with 128x128 block scales S, or bf16 [N][K] (BF16, S
+// unused); output row m at Y + m*LdY.
+type GroupSeg struct {
+	W, S, Y cuda.DevPtr
+	N, LdY  int
+	BF16    bool
+}
+
+// GroupNorm, when W is set, RMS-normalises every input row first, exactly as
+// RMSNorm(x, W, eps) writes it.
+type GroupNorm struct {
+	W   cuda.DevPtr
+	Eps float32
+}
+
+// forceGroupR pins every segment's rows per group (timing sweeps); 0 takes
+// the tile GEMV's own choice per segment (bit-identical outputs).
+var forceGroupR int
+
+// groupShape is a segment's group size and rows per group: the tile GEMV's
+// choice for that matrix alone (tileShape), so each output equals the
+// separate GemvFP8Tile / GemvBF16Tile launch bit for bit.
+func groupShape(sms int, sg GroupSeg, K, M int) (G, R int) {
+	esize := 1
+	if sg.BF16 {
+		esize = 2
+	}
+	G, R = tileShape(sms, sg.N, K*esize, M, 1, false)
+	if f := forceGroupR; (f == 1 || f == 2 || f == 4 || f == 8) && f*tileMM(M) <= 32 {
+		R = f
+	}
+	return G, R
+}
+
+// GroupOK says whether the grouped kernel takes x and the segments' weights:
+// whole 16-byte chunks of K, float4-aligned x rows, 16-byte aligned weights.
+func GroupOK(x cuda.DevPtr, K, ldx int, segs []GroupSeg) bool {
+	if len(segs) == 0 || len(segs) > MaxGroupSegs {
+		return false
+	}
+	for _, sg := range segs {
+		esize := 1
+		if sg.BF16 {
+			esize = 2
+		}
+		if !TileOK(x, K, ldx, esize) || uint64(sg.W)%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// GemvGroup runs every segment's GEMV of the same M <= MaxTileM input rows
+// x [M][K] (row stride ldx), normalised first when norm.W is set, in one
+// launch. Each segment's output is bit for bit what GemvFP8Tile /
+// GemvBF16Tile writes for it alone (after RMSNorm, with norm), and
+// reproducible run to run. The input must not alias any output.
+func (k *Set) GemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []GroupSeg, norm GroupNorm) error {
+	if K <= 0 || M <= 0 || M > MaxTileM || ldx < K {
+		return errors.Newf("gemv group: K=%d M=%d ldx=%d (M must be 1..%d, ldx >= K)", K, M, ldx, MaxTileM)
+	}
+	if !GroupOK(x, K, ldx, segs) {
+		return errors.Newf("gemv group: %d segments, K=%d ldx=%d x=%#x: needs 1..%d segments, K*esize %% 16 == 0, ldx %% 4 == 0, aligned x and weights",
+			len(segs), K, ldx, uint64(x), MaxGroupSegs)
+	}
+	sms := k.c.Info().SMs
+	args := make([]any, 0, 31)
+	nthr := normThreads(K)
+	args = append(args, x, ldx, K, M, norm.W, norm.Eps, nthr|b2i(TileRule == 2)<<16)
+	blocks, rmax := 0, 2
+	for i := range MaxGroupSegs {
+		if i >= len(segs) {
+			args = append(args, cuda.DevPtr(0), cuda.DevPtr(0), cuda.DevPtr(0), 0, 0, 0)
+			continue
+		}
+		sg := segs[i]
+		if sg.N <= 0 || sg.Y == 0 || sg.W == 0 || (M > 1 && sg.LdY < sg.N) || (!sg.BF16 && sg.S == 0) {
+			return errors.Newf("gemv group: segment %d: N=%d LdY=%d W=%#x S=%#x Y=%#x (fp8 needs scales; M > 1 needs LdY >= N)",
+				i, sg.N, sg.LdY, uint64(sg.W), uint64(sg.S), uint64(sg.Y))
+		}
+		if x < sg.Y+cuda.DevPtr(4*((M-1)*sg.LdY+sg.N)) && sg.Y < x+cuda.DevPtr(4*((M-1)*ldx+K)) {
+			return errors.Newf("gemv group: segment %d's output overlaps the input", i)
+		}
+		G, R := groupShape(sms, sg, K, M)
+		rmax = max(rmax, R)
+		blocks += cdiv(cdiv(sg.N, R), tileThreads/G)
+		args = append(args, sg.W, sg.S, sg.Y, sg.N, sg.LdY, G|R<<10|b2i(sg.BF16)<<14)
+	}
+	mm := tileMM(M)
+	if rmax*mm > 32 {
+		return errors.Newf("gemv group: %d rows per group with %d input rows is not a compiled variant", rmax, M)
+	}
+	name := fmt.Sprintf("gemv_group_r%d_m%d", rmax, mm)
+	return k.launch(name, cuda.D1(blocks), cuda.D1(tileThreads), 0, s, args...)
+}

@@ -30,6 +30,11 @@ type device interface {
 	gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
 	gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
 	gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error
+	// gemvGroup runs the GEMVs of segs over the same M <= kernels.MaxTileM
+	// input rows x in one launch, x RMS-normalised first when norm.W is set
+	// (kernels.GemvGroup: each output bit-identical to rmsnorm then the tile
+	// GEMV alone).
+	gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.GroupSeg, norm kernels.GroupNorm) error
 	gemmDevice
 	// gateUp writes silu(wg x)*(wu x) for M <= kernels.MaxTileM rows of
 	// fp8 [N][K] gate and up weights in one launch (kernels.GateUpFP8).
@@ -262,6 +267,10 @@ func (b *cudaDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, 
 		return b.k.GemvFP8ExpertsWide(b.s, y, x, xstride, wTable, sTable, ids, slots, N, K)
 	}
 	return b.k.GemvFP8Experts(b.s, y, x, xstride, wTable, sTable, ids, slots, N, K)
+}
+
+func (b *cudaDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.GroupSeg, norm kernels.GroupNorm) error {
+	return b.k.GemvGroup(b.s, x, K, M, ldx, segs, norm)
 }
 
 func (b *cudaDevice) gateUp(y, x, wg, sg, wu, su cuda.DevPtr, N, K, M, ldx, ldy int) error {

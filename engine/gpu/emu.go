@@ -190,6 +190,49 @@ func (m *emuDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, i
 	return nil
 }
 
+// gemvGroup is rmsnorm (into scratch, with norm) then each segment's GEMV,
+// with kernels.GemvGroup's checks.
+func (m *emuDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.GroupSeg, norm kernels.GroupNorm) error {
+	if K <= 0 || M <= 0 || M > kernels.MaxTileM || ldx < K || len(segs) == 0 || len(segs) > kernels.MaxGroupSegs {
+		return errors.Newf("emu gemv group: K=%d M=%d ldx=%d, %d segments", K, M, ldx, len(segs))
+	}
+	if ldx%4 != 0 || uint64(x)%16 != 0 {
+		return errors.Newf("emu gemv group: ldx=%d x=%#x: needs ldx %% 4 == 0 and aligned x", ldx, uint64(x))
+	}
+	if norm.W != 0 {
+		xn, err := m.alloc(int64(4 * M * K))
+		if err != nil {
+			return err
+		}
+		defer m.free(xn)
+		if err := m.rmsnorm(xn, x, norm.W, M, K, ldx, K, norm.Eps); err != nil {
+			return err
+		}
+		x, ldx = xn, K
+	}
+	for i, sg := range segs {
+		if sg.N <= 0 || (M > 1 && sg.LdY < sg.N) || uint64(sg.W)%16 != 0 {
+			return errors.Newf("emu gemv group: segment %d: N=%d LdY=%d W=%#x", i, sg.N, sg.LdY, uint64(sg.W))
+		}
+		var err error
+		if sg.BF16 {
+			if K%8 != 0 {
+				return errors.Newf("emu gemv group: bf16 K=%d: needs K %% 8 == 0", K)
+			}
+			err = m.gemvBF16(sg.Y, x, sg.W, sg.N, K, M, ldx, sg.LdY)
+		} else {
+			if K%16 != 0 || sg.S == 0 {
+				return errors.Newf("emu gemv group: fp8 K=%d S=%#x: needs K %% 16 == 0 and scales", K, uint64(sg.S))
+			}
+			err = m.gemvFP8(sg.Y, x, sg.W, sg.S, sg.N, K, M, ldx, sg.LdY)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // gateUp is the two GEMVs then SwiGLU, as kernels.GateUpFP8.
 func (m *emuDevice) gateUp(y, x, wg, sg, wu, su cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	if K%16 != 0 || ldx%4 != 0 || uint64(x)%16 != 0 {

@@ -273,6 +273,9 @@ type fwd struct {
 	M              int
 	groups         []group
 	ids, pos, lens cuda.DevPtr
+	// idxProj: attnIn's grouped launches already wrote this layer's indexer
+	// projections (iq, ik, iw); qaRaw: they left ws.qa unnormed.
+	idxProj, qaRaw bool
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and
@@ -428,9 +431,10 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 }
 
 // attnIn computes the queries and the rows' latent cache entries (written
-// into the cache) from ws.h.
-func (f *fwd) attnIn(lw *dlayer) {
-	f.attnProj(lw)
+// into the cache) from ws.h; withIdx: the indexer runs next in this forward,
+// so its projections may join the grouped launches (projGroup).
+func (f *fwd) attnIn(lw *dlayer, withIdx bool) {
+	f.attnProj(lw, withIdx)
 	if f.fuseKV() {
 		f.epilogue(lw, true, false)
 		return
@@ -439,8 +443,10 @@ func (f *fwd) attnIn(lw *dlayer) {
 }
 
 // attnProj runs attnIn's projections: normed q_a into ws.qa, q_b into ws.q,
-// kv_a into ws.kva.
-func (f *fwd) attnProj(lw *dlayer) {
+// kv_a into ws.kva; or, where projGroup takes them, q_b and kv_a (and with
+// withIdx the indexer's projections, see indexerProj) in two launches that
+// leave q_a unnormed in ws.qa (f.qaRaw).
+func (f *fwd) attnProj(lw *dlayer, withIdx bool) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
@@ -449,6 +455,10 @@ func (f *fwd) attnProj(lw *dlayer) {
 	qk := nope + P
 	QL := c.QLoraRank
 
+	f.qaRaw = false
+	if f.projGroup(lw, withIdx) {
+		return
+	}
 	o.lin(lw.QA, ws.qa, ws.h, M, H, QL)
 	o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.QANorm, M, QL, QL, QL, subEps))
 	o.lin(lw.QB, ws.q, ws.qa, M, QL, NH*qk)
@@ -475,7 +485,7 @@ func (f *fwd) kvEpilogue(lw *dlayer) {
 // group does the latent rows' and the indexer's per-row work.
 func (f *fwd) attention(lw *dlayer) {
 	if f.fuseKV() && (!lw.HasIdx || f.fuseIdx()) {
-		f.attnProj(lw)
+		f.attnProj(lw, lw.HasIdx)
 		if lw.HasIdx {
 			f.indexerProj(lw)
 		}
@@ -484,7 +494,7 @@ func (f *fwd) attention(lw *dlayer) {
 			f.idxSelect(lw)
 		}
 	} else {
-		f.attnIn(lw)
+		f.attnIn(lw, lw.HasIdx)
 		if lw.HasIdx {
 			f.indexer(lw)
 		}
@@ -582,6 +592,17 @@ func (f *fwd) indexerProj(lw *dlayer) {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	IH, ID := c.IndexNHeads, c.IndexHeadDim
+	if f.idxProj {
+		// attnProj's grouped launches wrote iq, ik and iw.
+		f.idxProj = false
+		return
+	}
+	if f.qaRaw {
+		// attnProj's grouped launches left q_a unnormed (they norm it in
+		// their prologue).
+		o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.QANorm, M, c.QLoraRank, c.QLoraRank, c.QLoraRank, subEps))
+		f.qaRaw = false
+	}
 	o.lin(lw.IWQ, ws.iq, ws.qa, M, c.QLoraRank, IH*ID)
 	o.lin(lw.IWK, ws.ik, ws.h, M, H, ID)
 	o.lin(lw.IWP, ws.iw, ws.h, M, H, IH)

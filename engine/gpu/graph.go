@@ -278,6 +278,24 @@ func (gb *graphDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable
 	return gb.shaped(slots, N, K)
 }
 
+func (gb *graphDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.GroupSeg, norm kernels.GroupNorm) error {
+	segs = append([]kernels.GroupSeg(nil), segs...) // the deferred call owns its table
+	args := []uint64{ku(x), ki(K), ki(M), ki(ldx), ku(norm.W), kf(norm.Eps)}
+	var bytes int64
+	rows := 0
+	for _, sg := range segs {
+		eb := int64(1)
+		if sg.BF16 {
+			eb = 2
+		}
+		bytes += eb * int64(sg.N) * int64(K)
+		rows += sg.N
+		args = append(args, ku(sg.W), ku(sg.S), ku(sg.Y), ki(sg.N), ki(sg.LdY), kb(sg.BF16))
+	}
+	_ = gb.rec("gemvGroup", bytes, func(b device) error { return b.gemvGroup(x, K, M, ldx, segs, norm) }, args...)
+	return gb.shaped(rows, K, M)
+}
+
 func (gb *graphDevice) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
 	return gb.rec("rmsnorm", int64(8*rows*D), func(b device) error { return b.rmsnorm(y, x, w, rows, D, ldx, ldy, eps) },
 		ku(y), ku(x), ku(w), ki(rows), ki(D), ki(ldx), ki(ldy), kf(eps))

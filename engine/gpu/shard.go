@@ -632,7 +632,7 @@ func (s *shardBackend) forward(c *shardCompute, rs []engine.Row, mtp bool, want 
 		c.each(func(k int, o *ops) {
 			lw := in[k].layers[i]
 			if s.plans[k].heads.n() > 0 {
-				fs[k].attnIn(lw)
+				fs[k].attnIn(lw, k == 0 && lw.HasIdx)
 			}
 			if k == 0 && lw.HasIdx {
 				fs[0].indexer(lw)

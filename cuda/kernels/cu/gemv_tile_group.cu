@@ -29,8 +29,8 @@
 template <class T, int R, int MM>
 __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, float* y, int ldy, int N, int G,
                                                 int blk, const float* __restrict__ x, int ldx, int K, int M,
-                                                const float* __restrict__ nw, const float* rs, int fold,
-                                                float (*part)[32]) {
+                                                const float* __restrict__ nw, float eps, int nthr, int fold,
+                                                float (*part)[32], float (*nsh)[32], float* rs) {
   constexpr int NI = 8 / R;
   const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
   const int n0 = (blk * (TILE_THREADS / G) + grp) * R;
@@ -43,18 +43,10 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
     wr[r] = (const char*)W + (size_t)n * K * T::BYTES;
     sr[r] = S ? S + (size_t)(n >> 7) * kb : (const float*)0;
   }
-  float rr[MM];
-#pragma unroll
-  for (int m = 0; m < MM; m++) rr[m] = nw ? rs[m] : 1.0f;
-  float acc[R][MM];
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int m = 0; m < MM; m++) acc[r][m] = 0.0f;
   const int C = n0 < N ? K / T::E : 0;  // idle groups past N load nothing
-  for (int c0 = tg; c0 < C; c0 += G * NI) {
-    uint4 wv[NI][R];
-    float sc[NI][R];
+  uint4 wv[NI][R];
+  float sc[NI][R];
+  auto load = [&](int c0) {
 #pragma unroll
     for (int i = 0; i < NI; i++) {
       const int c = c0 + i * G;
@@ -69,6 +61,52 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
         }
       }
     }
+  };
+  if (nw) {
+    // The first round's weights stream into L2 while the prologue runs
+    // (a prefetch holds no registers; a load would keep them live).
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+      const int c = tg + i * G;
+#pragma unroll
+      for (int r = 0; r < R; r++)
+        if (c < C) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + (size_t)c * 16));
+    }
+    // rmsnorm's sum of squares for each input row, in its order: virtual
+    // thread v of nthr sums x[v], x[v+nthr], ...; warps butterfly-sum; the
+    // warp sums add up in warp order.
+    const int nvw = nthr >> 5;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int m = 0; m < M; m++) {
+      const float* xr = x + (size_t)m * ldx;
+      for (int vw = warp; vw < nvw; vw += TILE_THREADS / 32) {
+        float ss = 0.0f;
+        for (int i = vw * 32 + lane; i < K; i += nthr) {
+          float v = xr[i];
+          ss += v * v;
+        }
+        ss = warp_sum(ss);
+        if (lane == 0) nsh[m][vw] = ss;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < M) {
+      float ss = 0.0f;
+      for (int i = 0; i < nvw; i++) ss += nsh[threadIdx.x][i];
+      rs[threadIdx.x] = rsqrtf(ss / (float)K + eps);
+    }
+    __syncthreads();
+  }
+  float rr[MM];
+#pragma unroll
+  for (int m = 0; m < MM; m++) rr[m] = nw ? rs[m] : 1.0f;
+  float acc[R][MM];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int m = 0; m < MM; m++) acc[r][m] = 0.0f;
+  for (int c0 = tg; c0 < C; c0 += G * NI) {
+    load(c0);
 #pragma unroll
     for (int i = 0; i < NI; i++) {
       const int c = c0 + i * G;
@@ -220,50 +258,24 @@ __device__ __forceinline__ void gemv_group_run(const float* __restrict__ x, int 
       }
     }
   }
-  if (nw) {
-    // rmsnorm's sum of squares for each input row, in its order: virtual
-    // thread v of nthr sums x[v], x[v+nthr], ...; warps butterfly-sum; the
-    // warp sums add up in warp order.
-    const int nthr = nf & 0xffff, nvw = nthr >> 5;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int m = 0; m < M; m++) {
-      const float* xr = x + (size_t)m * ldx;
-      for (int vw = warp; vw < nvw; vw += TILE_THREADS / 32) {
-        float ss = 0.0f;
-        for (int i = vw * 32 + lane; i < K; i += nthr) {
-          float v = xr[i];
-          ss += v * v;
-        }
-        ss = warp_sum(ss);
-        if (lane == 0) nsh[m][vw] = ss;
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x < M) {
-      float ss = 0.0f;
-      for (int i = 0; i < nvw; i++) ss += nsh[threadIdx.x][i];
-      rs[threadIdx.x] = rsqrtf(ss / (float)K + eps);
-    }
-    __syncthreads();
-  }
-  const int G = cfg & 1023, R = (cfg >> 10) & 15, fold = nf >> 16;
+  const int G = cfg & 1023, R = (cfg >> 10) & 15, fold = nf >> 16, nthr = nf & 0xffff;
   if ((cfg >> 14) & 1) {
-    if (R == 1) gemv_group_body<TBF16, 1, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
-    if (R == 2) gemv_group_body<TBF16, 2, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
+    if (R == 1) gemv_group_body<TBF16, 1, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
+    if (R == 2) gemv_group_body<TBF16, 2, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
     if constexpr (RMAX >= 4) {
-      if (R == 4) gemv_group_body<TBF16, 4, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
+      if (R == 4) gemv_group_body<TBF16, 4, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
     }
     if constexpr (RMAX >= 8) {
-      if (R == 8) gemv_group_body<TBF16, 8, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
+      if (R == 8) gemv_group_body<TBF16, 8, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
     }
   } else {
-    if (R == 1) gemv_group_body<TFP8, 1, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
-    if (R == 2) gemv_group_body<TFP8, 2, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
+    if (R == 1) gemv_group_body<TFP8, 1, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
+    if (R == 2) gemv_group_body<TFP8, 2, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
     if constexpr (RMAX >= 4) {
-      if (R == 4) gemv_group_body<TFP8, 4, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
+      if (R == 4) gemv_group_body<TFP8, 4, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
     }
     if constexpr (RMAX >= 8) {
-      if (R == 8) gemv_group_body<TFP8, 8, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, rs, fold, part);
+      if (R == 8) gemv_group_body<TFP8, 8, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
     }
   }
 }

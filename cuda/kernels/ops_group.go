@@ -31,23 +31,38 @@ type GroupNorm struct {
 }
 
 // forceGroupR pins every segment's rows per group (timing sweeps); 0 takes
-// the tile GEMV's own choice per segment (bit-identical outputs).
+// groupShape's rule.
 var forceGroupR int
 
-// groupShape is a segment's group size and rows per group: the tile GEMV's
-// choice for that matrix alone (tileShape), so each output equals the
-// separate GemvFP8Tile / GemvBF16Tile launch bit for bit.
+// groupShape is a segment's group size and rows per group. G is the tile
+// GEMV's own choice for that matrix alone (tileShape): a thread's chunks,
+// their order and the combine depend on G only, not on R, so each output
+// equals the separate GemvFP8Tile / GemvBF16Tile launch bit for bit. R is
+// 8 rows per group (4 from 5 input rows, by registers): the H200 sweep of
+// docs/measured/h200-2026-12-01-attnin (run 1) timed the attention inputs
+// of a layer at 9.8 us (q_a, kv_a, wk, weights_proj) and 21.7 us (q_b,
+// wq_b with the norm) with 8 rows per group against 15.4 / 47.2 us with
+// each matrix's own R (1-2: four times the blocks, each paying the norm
+// prologue), and R=8 (4 at 8 input rows) was fastest or within 3% of it at
+// every row count.
 func groupShape(sms int, sg GroupSeg, K, M int) (G, R int) {
 	esize := 1
 	if sg.BF16 {
 		esize = 2
 	}
-	G, R = tileShape(sms, sg.N, K*esize, M, 1, false)
+	G, _ = tileShape(sms, sg.N, K*esize, M, 1, false)
+	R = min(8, 32/tileMM(M))
 	if f := forceGroupR; (f == 1 || f == 2 || f == 4 || f == 8) && f*tileMM(M) <= 32 {
 		R = f
 	}
 	return G, R
 }
+
+// GroupNormRows is the most input rows a grouped launch with a norm should
+// take: every block repeats the prologue per row, and at 8 rows one launch
+// (183 us for q_b + wq_b) lost to RMSNorm then the two tile GEMVs (161 us),
+// where two launches of 4 rows take 143 us (run 1).
+const GroupNormRows = 4
 
 // GroupOK says whether the grouped kernel takes x and the segments' weights:
 // whole 16-byte chunks of K, float4-aligned x rows, 16-byte aligned weights.

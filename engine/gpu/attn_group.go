@@ -59,8 +59,12 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 		segs []kernels.GroupSeg
 		norm kernels.GroupNorm
 	}{{ptrOf{ws.h, H}, H, ins, kernels.GroupNorm{}}, {ptrOf{ws.qa, QL}, QL, qbs, norm}} {
-		for r := 0; r < M && o.err == nil; r += kernels.MaxTileM {
-			m := min(kernels.MaxTileM, M-r)
+		rows := kernels.MaxTileM
+		if st.norm.W != 0 {
+			rows = kernels.GroupNormRows
+		}
+		for r := 0; r < M && o.err == nil; r += rows {
+			m := min(rows, M-r)
 			segs := make([]kernels.GroupSeg, len(st.segs))
 			for i, sg := range st.segs {
 				sg.Y = fptr(sg.Y, r*sg.LdY)

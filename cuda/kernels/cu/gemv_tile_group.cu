@@ -13,9 +13,10 @@
 //
 // The blocks of the launch are spread over the segments' rows (segment 0's
 // blocks first). A block runs one segment with that segment's group size G
-// and rows per group R, exactly as gemv_tile_body does for a dense slot (same
-// loads, same FMA order, same fixed-order combine), so a segment's output is
-// bit-for-bit what the tile GEMV with the same G and R writes. This file
+// and rows per group R as gemv_tile_body does for a dense slot (same loads,
+// same FMA order, same fixed-order combine). A thread's chunks and their
+// order depend on G alone, so a segment's output is bit-for-bit what the
+// tile GEMV with the same G writes, whatever R each of them takes. This file
 // sorts after gemv_tile.cu and reuses its helpers (the .cu files form one
 // module in name order).
 //

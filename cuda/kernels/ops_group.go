@@ -30,21 +30,21 @@ type GroupNorm struct {
 	Eps float32
 }
 
-// forceGroupR pins every segment's rows per group (timing sweeps); 0 takes
+// forceGroupR pins the rows per group (2, 4 or 8; timing sweeps); 0 takes
 // groupShape's rule.
 var forceGroupR int
 
-// groupShape is a segment's group size and rows per group. G is the tile
-// GEMV's own choice for that matrix alone (tileShape): a thread's chunks,
-// their order and the combine depend on G only, not on R, so each output
-// equals the separate GemvFP8Tile / GemvBF16Tile launch bit for bit. R is
-// 8 rows per group (4 from 5 input rows, by registers): the H200 sweep of
-// docs/measured/h200-2026-12-01-attnin (run 1) timed the attention inputs
-// of a layer at 9.8 us (q_a, kv_a, wk, weights_proj) and 21.7 us (q_b,
-// wq_b with the norm) with 8 rows per group against 15.4 / 47.2 us with
-// each matrix's own R (1-2: four times the blocks, each paying the norm
-// prologue), and R=8 (4 at 8 input rows) was fastest or within 3% of it at
-// every row count.
+// groupShape is a segment's group size and the launch's rows per group. G
+// is the tile GEMV's own choice for that matrix alone (tileShape): a
+// thread's chunks, their order and the combine depend on G only, not on R,
+// so each output equals the separate GemvFP8Tile / GemvBF16Tile launch bit
+// for bit. R is 8 rows per group (4 from 5 input rows, by registers) for
+// every segment: the H200 sweep of docs/measured/h200-2026-12-01-attnin
+// (run 1) timed the attention inputs of a layer at 9.8 us (q_a, kv_a, wk,
+// weights_proj) and 21.7 us (q_b, wq_b with the norm) with 8 rows per group
+// against 15.4 / 47.2 us with each matrix's own R (1-2: four times the
+// blocks, each paying the norm prologue), and R=8 (4 at 8 input rows) was
+// fastest or within 3% of it at every row count.
 func groupShape(sms int, sg GroupSeg, K, M int) (G, R int) {
 	esize := 1
 	if sg.BF16 {
@@ -52,7 +52,7 @@ func groupShape(sms int, sg GroupSeg, K, M int) (G, R int) {
 	}
 	G, _ = tileShape(sms, sg.N, K*esize, M, 1, false)
 	R = min(8, 32/tileMM(M))
-	if f := forceGroupR; (f == 1 || f == 2 || f == 4 || f == 8) && f*tileMM(M) <= 32 {
+	if f := forceGroupR; (f == 2 || f == 4 || f == 8) && f*tileMM(M) <= 32 {
 		R = f
 	}
 	return G, R
@@ -99,7 +99,7 @@ func (k *Set) GemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 	args := make([]any, 0, 31)
 	nthr := normThreads(K)
 	args = append(args, x, ldx, K, M, norm.W, norm.Eps, nthr|b2i(TileRule == 2)<<16)
-	blocks, rmax := 0, 2
+	blocks, R := 0, 0
 	for i := range MaxGroupSegs {
 		if i >= len(segs) {
 			args = append(args, cuda.DevPtr(0), cuda.DevPtr(0), cuda.DevPtr(0), 0, 0, 0)
@@ -113,15 +113,11 @@ func (k *Set) GemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 		if x < sg.Y+cuda.DevPtr(4*((M-1)*sg.LdY+sg.N)) && sg.Y < x+cuda.DevPtr(4*((M-1)*ldx+K)) {
 			return errors.Newf("gemv group: segment %d's output overlaps the input", i)
 		}
-		G, R := groupShape(sms, sg, K, M)
-		rmax = max(rmax, R)
+		G, r := groupShape(sms, sg, K, M)
+		R = r // the same for every segment
 		blocks += cdiv(cdiv(sg.N, R), tileThreads/G)
-		args = append(args, sg.W, sg.S, sg.Y, sg.N, sg.LdY, G|R<<10|b2i(sg.BF16)<<14)
+		args = append(args, sg.W, sg.S, sg.Y, sg.N, sg.LdY, G|b2i(sg.BF16)<<14)
 	}
-	mm := tileMM(M)
-	if rmax*mm > 32 {
-		return errors.Newf("gemv group: %d rows per group with %d input rows is not a compiled variant", rmax, M)
-	}
-	name := fmt.Sprintf("gemv_group_r%d_m%d", rmax, mm)
+	name := fmt.Sprintf("gemv_group_r%d_m%d", R, tileMM(M))
 	return k.launch(name, cuda.D1(blocks), cuda.D1(tileThreads), 0, s, args...)
 }

@@ -220,14 +220,17 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
   }
 }
 
+// Blocks of a segment of N rows: R rows per group, TILE_THREADS/G groups.
+template <int R>
 __device__ __forceinline__ int group_blocks(int N, int cfg) {
-  const int G = cfg & 1023, R = (cfg >> 10) & 15;
+  const int G = cfg & 1023;
   return N > 0 ? ((N + R - 1) / R + TILE_THREADS / G - 1) / (TILE_THREADS / G) : 0;
 }
 
-// cfg_s = G | R << 10 | bf16 << 14; nf = nthr | fold << 16 (nthr: the
-// rmsnorm launch's block size for K, a multiple of 32 up to 1024).
-template <int RMAX, int MM>
+// cfg_s = G | bf16 << 14; nf = nthr | fold << 16 (nthr: the rmsnorm launch's
+// block size for K, a multiple of 32 up to 1024). Every segment of a launch
+// takes R rows per group (its G is its own).
+template <int R, int MM>
 __device__ __forceinline__ void gemv_group_run(const float* __restrict__ x, int ldx, int K, int M,
                                                const float* __restrict__ nw, float eps, int nf, const void* w0,
                                                const float* s0, float* y0, int n0, int ldy0, int cfg0,
@@ -244,45 +247,31 @@ __device__ __forceinline__ void gemv_group_run(const float* __restrict__ x, int 
   const float* S = s0;
   float* y = y0;
   int N = n0, ldy = ldy0, cfg = cfg0;
-  int nb = group_blocks(n0, cfg0);
+  int nb = group_blocks<R>(n0, cfg0);
   if (blk >= nb) {
     blk -= nb;
     W = w1, S = s1, y = y1, N = n1, ldy = ldy1, cfg = cfg1;
-    nb = group_blocks(n1, cfg1);
+    nb = group_blocks<R>(n1, cfg1);
     if (blk >= nb) {
       blk -= nb;
       W = w2, S = s2, y = y2, N = n2, ldy = ldy2, cfg = cfg2;
-      nb = group_blocks(n2, cfg2);
+      nb = group_blocks<R>(n2, cfg2);
       if (blk >= nb) {
         blk -= nb;
         W = w3, S = s3, y = y3, N = n3, ldy = ldy3, cfg = cfg3;
       }
     }
   }
-  const int G = cfg & 1023, R = (cfg >> 10) & 15, fold = nf >> 16, nthr = nf & 0xffff;
+  const int G = cfg & 1023, fold = nf >> 16, nthr = nf & 0xffff;
   if ((cfg >> 14) & 1) {
-    if (R == 1) gemv_group_body<TBF16, 1, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
-    if (R == 2) gemv_group_body<TBF16, 2, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
-    if constexpr (RMAX >= 4) {
-      if (R == 4) gemv_group_body<TBF16, 4, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
-    }
-    if constexpr (RMAX >= 8) {
-      if (R == 8) gemv_group_body<TBF16, 8, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
-    }
+    gemv_group_body<TBF16, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
   } else {
-    if (R == 1) gemv_group_body<TFP8, 1, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
-    if (R == 2) gemv_group_body<TFP8, 2, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
-    if constexpr (RMAX >= 4) {
-      if (R == 4) gemv_group_body<TFP8, 4, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
-    }
-    if constexpr (RMAX >= 8) {
-      if (R == 8) gemv_group_body<TFP8, 8, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
-    }
+    gemv_group_body<TFP8, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
   }
 }
 
-// The launchable variants (RMAX: the largest rows per group of any segment;
-// RMAX*MM <= 32), written out as gemv_tile.cu's are.
+// The launchable variants (R rows per group, MM input rows at most,
+// R*MM <= 32), written out as gemv_tile.cu's are.
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
     gemv_group_r2_m1(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
                       int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,

@@ -47,6 +47,10 @@ var pdlKernels = setOf(
 	"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16",
 	"gemv_tile_fp8_r4_m1_o4", "gemv_tile_fp8_r8_m1_o4",
 	"moe_combine_slots",
+	// gemv_tile_group.cu
+	"gemv_group_r2_m1", "gemv_group_r2_m2", "gemv_group_r2_m4", "gemv_group_r2_m8",
+	"gemv_group_r4_m1", "gemv_group_r4_m2", "gemv_group_r4_m4", "gemv_group_r4_m8",
+	"gemv_group_r8_m1", "gemv_group_r8_m2", "gemv_group_r8_m4",
 	// indexer.cu, indexer_mma.cu, indexer_wide.cu, topk_radix.cu, topk_wide.cu
 	"indexer_scores", "topk_rows", "idx_q_prep", "indexer_scores_mma", "indexer_scores_mma_pf", "indexer_scores_wide",
 	"topk_radix_hist", "topk_radix_mark", "topk_radix_mark_s", "topk_radix_mark_l",

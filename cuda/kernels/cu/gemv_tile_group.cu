@@ -37,30 +37,24 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
   const int n0 = (blk * (TILE_THREADS / G) + grp) * R;
   const int kb = (K + 127) >> 7;
   const char* wr[R];
-  const float* sr[R];
 #pragma unroll
   for (int r = 0; r < R; r++) {
     const int n = min(n0 + r, N - 1);  // rows past N repeat the last one; not written
     wr[r] = (const char*)W + (size_t)n * K * T::BYTES;
-    sr[r] = S ? S + (size_t)(n >> 7) * kb : (const float*)0;
   }
+  // A group's rows lie in one 128-row scale block (R divides 128, n0 is a
+  // multiple of R; clamped rows repeat row N-1 >= n0): one scale per chunk.
+  const float* sr = S ? S + (size_t)(min(n0, N - 1) >> 7) * kb : (const float*)0;
   const int C = n0 < N ? K / T::E : 0;  // idle groups past N load nothing
   uint4 wv[NI][R];
-  float sc[NI][R];
+  float sc[NI];
   auto load = [&](int c0) {
 #pragma unroll
     for (int i = 0; i < NI; i++) {
       const int c = c0 + i * G;
 #pragma unroll
-      for (int r = 0; r < R; r++) {
-        if (c < C) {
-          wv[i][r] = tile_ld16(wr[r] + (size_t)c * 16);
-          sc[i][r] = sr[r] ? __ldg(sr[r] + ((c * T::E) >> 7)) : 1.0f;
-        } else {
-          wv[i][r] = make_uint4(0u, 0u, 0u, 0u);
-          sc[i][r] = 0.0f;
-        }
-      }
+      for (int r = 0; r < R; r++) wv[i][r] = c < C ? tile_ld16(wr[r] + (size_t)c * 16) : make_uint4(0u, 0u, 0u, 0u);
+      sc[i] = c < C ? (sr ? __ldg(sr + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
     }
   };
   if (nw) {
@@ -137,7 +131,7 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
             }
           }
 #pragma unroll
-          for (int r = 0; r < R; r++) acc[r][0] = fmaf(p[r], sc[i][r], acc[r][0]);
+          for (int r = 0; r < R; r++) acc[r][0] = fmaf(p[r], sc[i], acc[r][0]);
         } else {
           float p[R][MM];
 #pragma unroll
@@ -169,7 +163,7 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
               if (fold) {
                 // TileRule 2: scale each weight once, feed every row.
 #pragma unroll
-                for (int e = 0; e < T::EW; e++) wf[e] *= sc[i][r];
+                for (int e = 0; e < T::EW; e++) wf[e] *= sc[i];
 #pragma unroll
                 for (int m = 0; m < MM; m++) {
                   if (m < M) {
@@ -192,7 +186,7 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
 #pragma unroll
             for (int r = 0; r < R; r++)
 #pragma unroll
-              for (int m = 0; m < MM; m++) acc[r][m] = fmaf(p[r][m], sc[i][r], acc[r][m]);
+              for (int m = 0; m < MM; m++) acc[r][m] = fmaf(p[r][m], sc[i], acc[r][m]);
           }
         }
       }
@@ -278,6 +272,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<2, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -288,6 +283,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<2, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -298,6 +294,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<2, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -308,6 +305,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<2, 8>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -318,6 +316,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<4, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -328,6 +327,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<4, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -338,6 +338,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<4, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -348,6 +349,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<4, 8>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -358,6 +360,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<8, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -368,6 +371,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<8, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -378,6 +382,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<8, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }

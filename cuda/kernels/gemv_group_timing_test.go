@@ -8,10 +8,10 @@ import (
 	"github.com/tilert-go/tilert/cuda"
 )
 
-// graphUs captures n calls of f (call i gets i) into one CUDA graph on a
+// groupGraphUs captures n calls of f (call i gets i) into one CUDA graph on a
 // fresh stream and returns the median time of one call over reps replays:
 // launch gaps as a decode step's graph has them.
-func graphUs(c *cuda.Ctx, n, reps int, f func(s cuda.Stream, i int)) float64 {
+func groupGraphUs(c *cuda.Ctx, n, reps int, f func(s cuda.Stream, i int)) float64 {
 	s, err := c.NewStream()
 	chk(err)
 	defer c.DestroyStream(s)
@@ -102,11 +102,11 @@ func TestKernelGroupTiming(t *testing.T) {
 				b := float64(bytes) + float64(4*M*K)
 				i := 0
 				old := medianUs(c, s, 2*nc, 11, func() { before(s, i, M); i++ })
-				oldG := graphUs(c, 2*nc, 11, func(s cuda.Stream, i int) { before(s, i, M) })
+				oldG := groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) { before(s, i, M) })
 				add(fmtName("%s before M=%d cold, direct", what, M), b, old, fmtName("%d launches", len(segs)+b2i(norm)))
 				add(fmtName("%s before M=%d cold, graph", what, M), b, oldG, "")
 				us := medianUs(c, s, 2*nc, 11, func() { group(s, i, M); i++ })
-				usG := graphUs(c, 2*nc, 11, func(s cuda.Stream, i int) { group(s, i, M) })
+				usG := groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) { group(s, i, M) })
 				add(fmtName("%s gemv_group M=%d cold, direct", what, M), b, us, fmtName("%.2fx before", old/us))
 				add(fmtName("%s gemv_group M=%d cold, graph", what, M), b, usG, fmtName("%.2fx before (graph)", oldG/usG))
 				line := ""
@@ -115,7 +115,7 @@ func TestKernelGroupTiming(t *testing.T) {
 						continue
 					}
 					forceGroupR = fr
-					line += fmt.Sprintf(" R%d:%.2f", fr, graphUs(c, 2*nc, 5, func(s cuda.Stream, i int) { group(s, i, M) }))
+					line += fmt.Sprintf(" R%d:%.2f", fr, groupGraphUs(c, 2*nc, 5, func(s cuda.Stream, i int) { group(s, i, M) }))
 				}
 				forceGroupR = 0
 				t.Logf("sweep %s M=%d graph us:%s", what, M, line)

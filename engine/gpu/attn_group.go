@@ -7,28 +7,40 @@ import (
 	"github.com/tilert-go/tilert/cuda/kernels"
 )
 
-// groupOn: TILERT_GPU_GROUP=0 keeps the attention-input projections as
-// separate launches (q_a, rmsnorm, q_b, kv_a, and the indexer's wq_b, wk,
-// weights_proj: 7 per layer) instead of two grouped launches (projGroup).
-var groupOn = os.Getenv("TILERT_GPU_GROUP") != "0"
+// groupMode picks how the attention-input projections launch (projGroup):
+// "0" as separate launches (q_a, rmsnorm, q_b, kv_a, and the indexer's
+// wq_b, wk, weights_proj: 7 per layer); by default q_a, kv_a, wk and
+// weights_proj of the layer input as one grouped launch, then rmsnorm, q_b
+// and wq_b as before (4); "2" also q_b and wq_b as one grouped launch with
+// q_a's RMSNorm in every block's prologue (2). The H200 run of
+// docs/measured/h200-2026-12-01-attnin timed both grouped launches faster
+// than the launches they replace with tile rule 1's group sizes (9.8 vs
+// 19.8 us and 21.7 vs 33.2 us at 1 row, in a graph); the normed launch's
+// cost grows with its block count (every block repeats the prologue:
+// 47.2 us at 4x the blocks), and with rule 3's group sizes (twice rule 1's
+// blocks for K = 1536) it was not measured, so it stays opt-in.
+var groupMode = os.Getenv("TILERT_GPU_GROUP")
 
-// projGroup runs the attention-input projections of ws.h as two launches
-// (kernels.GemvGroup) when the weights allow: q_a, kv_a and, with the
-// indexer, its wk and weights_proj, all reading ws.h; then q_b and the
-// indexer's wq_b over q_a, each block normalising q_a itself (rmsnorm's
-// arithmetic), so no rmsnorm launch and ws.qa stays unnormed (f.qaRaw;
-// nothing else reads it once wq_b is done). Every output is bit-identical
-// to the separate tile launches. It reports false, having launched
-// nothing, where a projection is float32 (exact mode), the rows take the
-// tensor-core GEMMs, the tile kernels are off, or the shapes do not fit.
+// projGroup runs the attention-input projections of ws.h as grouped
+// launches (kernels.GemvGroup) when the weights allow, by groupMode: q_a,
+// kv_a and, withIdx, the indexer's wk and weights_proj in one launch; then
+// either the normed q_a and q_b as before (the indexer's wq_b follows in
+// indexerProj), or (mode 2) q_b and, withIdx, wq_b over the unnormed q_a
+// in one launch that normalises it in each block with rmsnorm's
+// arithmetic, leaving ws.qa unnormed (f.qaRaw; nothing else reads it once
+// wq_b is done). Every output is bit-identical to the separate tile
+// launches. It reports false, having launched nothing, where a projection
+// is float32 (exact mode), the rows take the tensor-core GEMMs, the tile
+// kernels are off, or the shapes do not fit.
 func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	QL := c.QLoraRank
-	if !groupOn || !gemvTileOn || QL == 0 {
+	if groupMode == "0" || !gemvTileOn || QL == 0 {
 		return false
 	}
+	normed := groupMode == "2"
 	in := []dlin{lw.QA, lw.KVA}
 	qb := []dlin{lw.QB}
 	if withIdx {
@@ -49,16 +61,20 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 		ins = append(ins, seg(lw.IWK, ptrOf{ws.ik, lw.IWK.out}), seg(lw.IWP, ptrOf{ws.iw, lw.IWP.out}))
 		qbs = append(qbs, seg(lw.IWQ, ptrOf{ws.iq, lw.IWQ.out}))
 	}
-	if !kernels.GroupOK(ws.h, H, H, ins) || !kernels.GroupOK(ws.qa, QL, QL, qbs) {
+	if !kernels.GroupOK(ws.h, H, H, ins) || (normed && !kernels.GroupOK(ws.qa, QL, QL, qbs)) {
 		return false
 	}
-	norm := kernels.GroupNorm{W: lw.QANorm, Eps: subEps}
-	for _, st := range []struct {
+	type stage struct {
 		x    ptrOf
 		K    int
 		segs []kernels.GroupSeg
 		norm kernels.GroupNorm
-	}{{ptrOf{ws.h, H}, H, ins, kernels.GroupNorm{}}, {ptrOf{ws.qa, QL}, QL, qbs, norm}} {
+	}
+	stages := []stage{{ptrOf{ws.h, H}, H, ins, kernels.GroupNorm{}}}
+	if normed {
+		stages = append(stages, stage{ptrOf{ws.qa, QL}, QL, qbs, kernels.GroupNorm{W: lw.QANorm, Eps: subEps}})
+	}
+	for _, st := range stages {
 		rows := kernels.MaxTileM
 		if st.norm.W != 0 {
 			rows = kernels.GroupNormRows
@@ -73,7 +89,13 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 			o.do(o.b.gemvGroup(fptr(st.x.p, r*st.x.ld), st.K, m, st.x.ld, segs, st.norm))
 		}
 	}
-	f.idxProj, f.qaRaw = withIdx, true
+	f.idxKW = withIdx
+	if normed {
+		f.idxQB, f.qaRaw = withIdx, true
+		return true
+	}
+	o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.QANorm, M, QL, QL, QL, subEps))
+	o.lin(lw.QB, ws.q, ws.qa, M, QL, lw.QB.out)
 	return true
 }
 

@@ -273,9 +273,10 @@ type fwd struct {
 	M              int
 	groups         []group
 	ids, pos, lens cuda.DevPtr
-	// idxProj: attnIn's grouped launches already wrote this layer's indexer
-	// projections (iq, ik, iw); qaRaw: they left ws.qa unnormed.
-	idxProj, qaRaw bool
+	// idxKW, idxQB: attnProj's grouped launches already wrote this layer's
+	// indexer keys and head weights (ik, iw), its query (iq); qaRaw: they
+	// left ws.qa unnormed.
+	idxKW, idxQB, qaRaw bool
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and
@@ -443,9 +444,9 @@ func (f *fwd) attnIn(lw *dlayer, withIdx bool) {
 }
 
 // attnProj runs attnIn's projections: normed q_a into ws.qa, q_b into ws.q,
-// kv_a into ws.kva; or, where projGroup takes them, q_b and kv_a (and with
-// withIdx the indexer's projections, see indexerProj) in two launches that
-// leave q_a unnormed in ws.qa (f.qaRaw).
+// kv_a into ws.kva; where projGroup takes them, in grouped launches that
+// may also run the indexer's projections (withIdx; indexerProj then skips
+// them) and may leave q_a unnormed in ws.qa (f.qaRaw).
 func (f *fwd) attnProj(lw *dlayer, withIdx bool) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
@@ -455,7 +456,7 @@ func (f *fwd) attnProj(lw *dlayer, withIdx bool) {
 	qk := nope + P
 	QL := c.QLoraRank
 
-	f.qaRaw = false
+	f.qaRaw, f.idxKW, f.idxQB = false, false, false
 	if f.projGroup(lw, withIdx) {
 		return
 	}
@@ -592,20 +593,20 @@ func (f *fwd) indexerProj(lw *dlayer) {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	IH, ID := c.IndexNHeads, c.IndexHeadDim
-	if f.idxProj {
-		// attnProj's grouped launches wrote iq, ik and iw.
-		f.idxProj = false
-		return
-	}
-	if f.qaRaw {
+	if f.qaRaw && !f.idxQB {
 		// attnProj's grouped launches left q_a unnormed (they norm it in
 		// their prologue).
 		o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.QANorm, M, c.QLoraRank, c.QLoraRank, c.QLoraRank, subEps))
 		f.qaRaw = false
 	}
-	o.lin(lw.IWQ, ws.iq, ws.qa, M, c.QLoraRank, IH*ID)
-	o.lin(lw.IWK, ws.ik, ws.h, M, H, ID)
-	o.lin(lw.IWP, ws.iw, ws.h, M, H, IH)
+	if !f.idxQB {
+		o.lin(lw.IWQ, ws.iq, ws.qa, M, c.QLoraRank, IH*ID)
+	}
+	if !f.idxKW {
+		o.lin(lw.IWK, ws.ik, ws.h, M, H, ID)
+		o.lin(lw.IWP, ws.iw, ws.h, M, H, IH)
+	}
+	f.idxKW, f.idxQB = false, false
 }
 
 // idxEpilogue is the indexer's per-row work after the projections,

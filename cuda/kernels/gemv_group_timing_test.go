@@ -110,7 +110,7 @@ func TestKernelGroupTiming(t *testing.T) {
 				add(fmtName("%s gemv_group M=%d cold, direct", what, M), b, us, fmtName("%.2fx before", old/us))
 				add(fmtName("%s gemv_group M=%d cold, graph", what, M), b, usG, fmtName("%.2fx before (graph)", oldG/usG))
 				line := ""
-				for _, fr := range []int{1, 2, 4, 8} {
+				for _, fr := range []int{2, 4, 8} {
 					if fr*tileMM(M) > 32 {
 						continue
 					}

@@ -42,11 +42,12 @@ type StepProfile struct {
 	// device time, event-timed, medians over the repetitions).
 	SumUs, EagerUs, GraphUs float64
 	// PDL: the kernels were launched programmatically (cuda/kernels
-	// pdl.go); then GraphPlainUs is GraphUs with every launch plain, the
-	// gaps that programmatic launch closes (0 without PDL).
-	PDL          bool
-	GraphPlainUs float64
-	Runs, Calls  int
+	// pdl.go, TILERT_GPU_PDL=1); then GraphPlainUs is GraphUs with every
+	// launch plain. Without, GraphPDLUs is GraphUs with programmatic
+	// launches (each 0 where the device has none).
+	PDL                      bool
+	GraphPlainUs, GraphPDLUs float64
+	Runs, Calls              int
 }
 
 // HostTimes returns the host-side times added up since the last call
@@ -145,10 +146,11 @@ func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 				return err
 			}
 			prof.GraphUs += t
-			if prof.PDL = cb.k.PDL(); prof.PDL {
-				cb.k.SetPDL(false)
+			if prof.PDL = cb.k.PDL(); cb.k.PDLSupported() {
+				// The same graph with the other kind of launch.
+				cb.k.SetPDL(!prof.PDL)
 				x, err := g.capture(all)
-				cb.k.SetPDL(true)
+				cb.k.SetPDL(prof.PDL)
 				if err != nil {
 					return err
 				}
@@ -157,13 +159,23 @@ func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 				if err != nil {
 					return err
 				}
-				prof.GraphPlainUs += t
+				if prof.PDL {
+					prof.GraphPlainUs += t
+				} else {
+					prof.GraphPDLUs += t
+				}
 			}
-			for _, op := range run {
-				t, err := timeIt(func() error { return op.run(b) })
+			prevUs := 0.0
+			for i, op := range run {
+				f, paired := opAlone(run, i, b)
+				t, err := timeIt(f)
 				if err != nil {
 					return errors.Wrapf(err, "timing %s", op.name)
 				}
+				if paired {
+					t = max(0, t-prevUs)
+				}
+				prevUs = t
 				addOpTime(byName, op, t)
 				prof.SumUs += t
 				prof.Calls++

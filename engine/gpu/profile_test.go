@@ -85,3 +85,57 @@ func TestGPUProfileStep(t *testing.T) {
 		}
 	}
 }
+
+// The top-k after the scores kernel's histogram consumes (and zeroes) that
+// histogram, so the per-call timings (ProfileStep, the TP-8 shard timing)
+// run it with the scores call before it: the recorded step must mark it
+// and keep the two adjacent. Timed alone, it once read a zeroed histogram
+// and wrote past its row on the H200 (TestGPUShardLayerTiming).
+func TestEmuTopKAfterHistPairs(t *testing.T) {
+	w, src := hfSourceOf(t, enginetest.PresetDir(t, enginetest.Presets[0]))
+	cfg := w.Config()
+	e := newTestEngine(t, onEmu, src, engine.Options{MaxSeqLen: 256, Slots: 1})
+	prompt := enginetest.Prompt(2*cfg.IndexTopK, cfg.VocabSize, 5) // past index_topk: the indexer scores
+	first, err := e.Prefill(0, prompt, engine.Params{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Start(0, first, engine.Params{MaxTokens: 4}); err != nil {
+		t.Fatal(err)
+	}
+	be := e.m
+	be.graphs.hold = true
+	_, err = e.Step([]int{0})
+	runs := be.graphs.keep
+	be.graphs.hold, be.graphs.keep = false, nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	pairs := 0
+	err = be.r.run(func(b device) error {
+		for _, run := range runs {
+			for i, op := range run {
+				f, paired := opAlone(run, i, b)
+				if !op.afterPrev {
+					continue
+				}
+				if !paired || run[i-1].name != "indexerScoresQ" {
+					return fmt.Errorf("%s at %d of its run follows %q", op.name, i, run[max(i-1, 0)].name)
+				}
+				pairs++
+				for range 2 { // as the timers run it: again and again
+					if err := f(); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	if want := cfg.NumLayers; pairs < want-1 || pairs > want {
+		t.Errorf("%d top-k calls marked as reading the histogram in a %d-layer step", pairs, cfg.NumLayers)
+	}
+}

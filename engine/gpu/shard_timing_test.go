@@ -51,15 +51,19 @@ func TestGPUShardLayerTiming(t *testing.T) {
 	for _, m := range []string{"deepseek-v3.2", "glm-5"} {
 		full := realLayerConfig(t, m)
 		for _, idx := range []bool{true, false} {
-			us, usPlain, plain, withComm, floor, ops := timeShardLayer(t, dev, full, idx, copyGBps)
+			us, usOther, pdlOn, plain, withComm, floor, ops := timeShardLayer(t, dev, full, idx, copyGBps)
 			who := "rank 0 (runs the indexer)"
 			if !idx {
 				who = "ranks 1-7 (no indexer)"
 			}
 			add("%s MoE layer, TP-%d shard, %s, context %d: %.1f us graphed (%.1f us launched one by one); byte floor %.1f us (%.0f%% of floor)",
 				m, shardBenchRanks, who, shardBenchCtx, us, plain, floor, 100*floor/us)
-			if usPlain > 0 {
-				add("    programmatic dependent launch: %.1f us graphed with it, %.1f us without (%+.1f us)", us, usPlain, us-usPlain)
+			if usOther > 0 {
+				with, without := us, usOther
+				if !pdlOn {
+					with, without = usOther, us
+				}
+				add("    programmatic dependent launch (TILERT_GPU_PDL=1): %.1f us graphed with it, %.1f us without (%+.1f us)", with, without, with-without)
 			}
 			add("    with its communication: %.1f us graphed (both residual adds + norms replaced by the fused one-shot all-reduce over %d partial buffers on this device: %+.1f us; a node adds the NVLink crossing)",
 				withComm, shardBenchRanks, withComm-us)
@@ -198,7 +202,7 @@ func eventMedian(c *cuda.Ctx, s cuda.Stream, inner, reps int, f func() error) (f
 // fused all-reduce (allreduce_add_rmsnorm) that sums this rank's partial
 // and the other 7 ranks' (buffers on this device) into the residual and
 // writes the norm, this rank's output only.
-func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx bool, copyGBps float64) (graphed, graphedPlain, plain, withComm, floor float64, prof []OpTime) {
+func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx bool, copyGBps float64) (graphed, graphedOther float64, pdlOn bool, plain, withComm, floor float64, prof []OpTime) {
 	t.Helper()
 	p := planShard(full, shardBenchRanks, 0)
 	local := *full
@@ -249,13 +253,15 @@ func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx 
 		if graphed, err = timeGraph(); err != nil {
 			return err
 		}
-		if cd.k.PDL() { // the same graph of plain launches: what programmatic launch saves
-			cd.k.SetPDL(false)
-			graphedPlain, err = timeGraph()
-			cd.k.SetPDL(true)
+		if cd.k.PDLSupported() { // the same graph with the other kind of launch
+			on := cd.k.PDL()
+			cd.k.SetPDL(!on)
+			graphedOther, err = timeGraph()
+			cd.k.SetPDL(on)
 			if err != nil {
 				return err
 			}
+			pdlOn = on
 		}
 		if withComm, err = timeWithComm(cd, f, lw); err != nil {
 			return err
@@ -268,11 +274,17 @@ func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx 
 		}
 		byName := map[string]*OpTime{}
 		for _, run := range runs {
-			for _, op := range run {
-				us, err := eventMedian(cd.c, cd.s, 3, 7, func() error { return op.run(b) })
+			prevUs := 0.0
+			for i, op := range run {
+				f, paired := opAlone(run, i, b)
+				us, err := eventMedian(cd.c, cd.s, 3, 7, f)
 				if err != nil {
 					return errors.Wrapf(err, "timing %s", op.name)
 				}
+				if paired {
+					us = max(0, us-prevUs)
+				}
+				prevUs = us
 				addOpTime(byName, op, us)
 			}
 		}
@@ -286,7 +298,7 @@ func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx 
 		t.Fatalf("%+v", err)
 	}
 	floor = float64(shardLayerBytes(&local, withIdx)) / copyGBps / 1e3
-	return graphed, graphedPlain, plain, withComm, floor, prof
+	return graphed, graphedOther, pdlOn, plain, withComm, floor, prof
 }
 
 // timeWithComm times f's layer as a node's rank runs it, its two residual

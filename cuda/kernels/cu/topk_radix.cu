@@ -31,6 +31,9 @@ __device__ __forceinline__ void tkr_find_bin(const u32* h, int K, int* shs, int*
   const uint4 v = *(const uint4*)(h + hi - 3);  // bins hi-3 .. hi
   const int c0 = (int)v.w, c1 = (int)v.z, c2 = (int)v.y, c3 = (int)v.x;
   const int sum = c0 + c1 + c2 + c3;
+  // A histogram of fewer than K keys (not its row's: a caller broke the
+  // contract) leaves bin 0; the emit below never writes past K.
+  if (tid == 0) sres[0] = 0, sres[1] = 0;
   int tot;
   const int cum = block_excl_scan(sum, shs, &tot);  // keys in the bins above mine
   if (cum < K && cum + sum >= K) {
@@ -157,9 +160,13 @@ __device__ __forceinline__ void tkr_final(const float* __restrict__ x, int n, in
       const u32 bm = 1u << bit;
       all &= all - 1;
       if (s & bm) {
-        o[pos++] = (w << 5) + bit;
+        if (pos < K) o[pos] = (w << 5) + bit;
+        pos++;
       } else {
-        if (eq_before < rem) o[pos++] = (w << 5) + bit;
+        if (eq_before < rem) {
+          if (pos < K) o[pos] = (w << 5) + bit;
+          pos++;
+        }
         eq_before++;
       }
     }
@@ -337,9 +344,13 @@ __device__ __forceinline__ void tkr_final_s(const float* __restrict__ x, int n, 
       const u32 bm = 1u << bit;
       all &= all - 1;
       if (s & bm) {
-        o[pos++] = (w << 5) + bit;
+        if (pos < K) o[pos] = (w << 5) + bit;
+        pos++;
       } else {
-        if (eq_before < rem) o[pos++] = (w << 5) + bit;
+        if (eq_before < rem) {
+          if (pos < K) o[pos] = (w << 5) + bit;
+          pos++;
+        }
         eq_before++;
       }
     }
@@ -570,9 +581,13 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_l(const float
       const u32 bm = 1u << bit;
       all &= all - 1;
       if (s & bm) {
-        o[pos++] = (w << 5) + bit;
+        if (pos < K) o[pos] = (w << 5) + bit;
+        pos++;
       } else {
-        if (eq_before < rem) o[pos++] = (w << 5) + bit;
+        if (eq_before < rem) {
+          if (pos < K) o[pos] = (w << 5) + bit;
+          pos++;
+        }
         eq_before++;
       }
     }

@@ -16,7 +16,7 @@ import (
 // inputs before they are written, and the kernel after it, whose wait
 // covers only the kernels it depends on directly, could overtake it. New
 // kernels launch plainly until they have the wait and are added.
-// TILERT_GPU_PDL=0 launches every kernel plainly (for measurements).
+// TILERT_GPU_PDL=1 turns it on (off by default: see pdlEnv).
 var pdlKernels = setOf(
 	// cache.cu, engine.cu, exact.cu
 	"mla_cache_write", "indexer_cache_write",
@@ -74,13 +74,21 @@ func setOf(names ...string) map[string]bool {
 	return m
 }
 
-// pdlEnv: TILERT_GPU_PDL=0 turns programmatic launches off; read when a
-// context loads the kernels.
-func pdlEnv() bool { return os.Getenv("TILERT_GPU_PDL") != "0" }
+// pdlEnv: TILERT_GPU_PDL=1 turns programmatic launches on; read when a
+// context loads the kernels. Off by default: on merged main (2026-12-01,
+// docs/measured/h200-2026-12-01-merged2) the decode step's graphs took 3169
+// us with them and 3105 us without (1 slot, context 8192; 8945 / 8778 us
+// at 4 slots): each kernel lets the next one's blocks in at its start, and
+// those take SM room from the bandwidth-bound GEMVs they wait on.
+func pdlEnv() bool { return os.Getenv("TILERT_GPU_PDL") == "1" }
 
 // PDL reports whether this Set launches its listed kernels programmatically
-// (Hopper or newer, a driver with cuLaunchKernelEx, TILERT_GPU_PDL not 0).
+// (Hopper or newer, a driver with cuLaunchKernelEx, TILERT_GPU_PDL=1).
 func (k *Set) PDL() bool { return k.pdl }
+
+// PDLSupported reports whether programmatic launches are possible here
+// (whatever TILERT_GPU_PDL says): measurements time both ways.
+func (k *Set) PDLSupported() bool { return k.c.PDLSupported() }
 
 // SetPDL turns programmatic launches on or off for later launches (where
 // the device supports them); measurements compare both in one process.

@@ -524,8 +524,11 @@ func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
 	}
 	if p := row.Profile; p != nil {
 		pdl := "plain launches"
-		if p.PDL {
+		switch {
+		case p.PDL:
 			pdl = fmt.Sprintf("programmatic launches; %.0f us as graphs of plain launches", p.GraphPlainUs)
+		case p.GraphPDLUs > 0:
+			pdl = fmt.Sprintf("plain launches; %.0f us as graphs of programmatic launches (TILERT_GPU_PDL=1)", p.GraphPDLUs)
 		}
 		fmt.Fprintf(w, "  profile (each call alone; device %.0f us eager, %.0f us as graphs; %s):\n", p.EagerUs, p.GraphUs, pdl)
 		for _, op := range p.Ops {

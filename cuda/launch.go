@@ -88,7 +88,7 @@ func (c *Ctx) LaunchEx(f *Function, grid, block Dim3, smem int, s Stream, pdl bo
 	r := call(c.drv.cuLaunchKernelEx, uintptr(unsafe.Pointer(&a.cfg)), f.h, p, 0)
 	if r != 0 {
 		err := errors.Wrapf(c.check("cuLaunchKernelEx", r), "kernel %s grid=%v block=%v, programmatic dependent launch", f.Name, grid, block)
-		return errors.WithHint(err, "TILERT_GPU_PDL=0 launches every kernel plainly")
+		return errors.WithHint(err, "unset TILERT_GPU_PDL (or set it to 0) to launch every kernel plainly")
 	}
 	return nil
 }

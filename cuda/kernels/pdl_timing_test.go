@@ -88,16 +88,22 @@ extern "C" __global__ void __launch_bounds__(256) pdl_stream(const uint4* W, lon
 `
 }
 
+// loadPDLChain compiles and loads pdlChainSource's kernels.
+func loadPDLChain(c *cuda.Ctx) *cuda.Module {
+	nv, err := cuda.LoadNVRTC()
+	chk(err)
+	info := c.Info()
+	ck, err := cuda.CompileModule(nv, info.CCMajor, info.CCMinor, pdlChainSource(), "pdl_chain.cu", kernelOptions, cuda.DefaultKernelCache())
+	chk(err)
+	m, err := c.LoadModule("pdl_chain", ck.Image)
+	chk(err)
+	return m
+}
+
 func TestKernelTimingPDLChain(t *testing.T) {
 	needTiming(t)
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
-		nv, err := cuda.LoadNVRTC()
-		chk(err)
-		info := c.Info()
-		ck, err := cuda.CompileModule(nv, info.CCMajor, info.CCMinor, pdlChainSource(), "pdl_chain.cu", kernelOptions, cuda.DefaultKernelCache())
-		chk(err)
-		m, err := c.LoadModule("pdl_chain", ck.Image)
-		chk(err)
+		m, info := loadPDLChain(c), c.Info()
 		f, err := c.Function(m, "pdl_chain")
 		chk(err)
 		s := c.Stream()
@@ -180,13 +186,7 @@ func addPDLRow(name string, plain, wait, full float64) {
 func TestKernelTimingPDLPrefetch(t *testing.T) {
 	needTiming(t)
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
-		nv, err := cuda.LoadNVRTC()
-		chk(err)
-		info := c.Info()
-		ck, err := cuda.CompileModule(nv, info.CCMajor, info.CCMinor, pdlChainSource(), "pdl_chain.cu", kernelOptions, cuda.DefaultKernelCache())
-		chk(err)
-		m, err := c.LoadModule("pdl_chain", ck.Image)
-		chk(err)
+		m, info := loadPDLChain(c), c.Info()
 		small, err := c.Function(m, "pdl_small")
 		chk(err)
 		stream, err := c.Function(m, "pdl_stream")

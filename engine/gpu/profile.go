@@ -136,27 +136,24 @@ func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 			}
 			prof.EagerUs += t
 			g := cudaGrapher{cb}
-			x, err := g.capture(all)
-			if err != nil {
-				return err
+			graphed := func(pdl bool) (float64, error) {
+				prev := cb.k.PDL()
+				cb.k.SetPDL(pdl)
+				x, err := g.capture(all)
+				cb.k.SetPDL(prev)
+				if err != nil {
+					return 0, err
+				}
+				defer g.destroy(x)
+				return timeIt(func() error { return g.launch(x) })
 			}
-			t, err = timeIt(func() error { return g.launch(x) })
-			_ = g.destroy(x)
-			if err != nil {
+			prof.PDL = cb.k.PDL()
+			if t, err = graphed(prof.PDL); err != nil {
 				return err
 			}
 			prof.GraphUs += t
-			if prof.PDL = cb.k.PDL(); cb.k.PDLSupported() {
-				// The same graph with the other kind of launch.
-				cb.k.SetPDL(!prof.PDL)
-				x, err := g.capture(all)
-				cb.k.SetPDL(prof.PDL)
-				if err != nil {
-					return err
-				}
-				t, err = timeIt(func() error { return g.launch(x) })
-				_ = g.destroy(x)
-				if err != nil {
+			if cb.k.PDLSupported() { // the same graph with the other kind of launch
+				if t, err = graphed(!prof.PDL); err != nil {
 					return err
 				}
 				if prof.PDL {

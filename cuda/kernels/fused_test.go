@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"regexp"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -314,19 +312,4 @@ func TestKernelFusedTiming(t *testing.T) {
 	})
 }
 
-func TestFusedLaunchesDefined(t *testing.T) {
-	src := KernelSource()
-	ops, err := os.ReadFile("fused.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	uses := regexp.MustCompile(`k\.launch\("(\w+)"`).FindAllStringSubmatch(string(ops), -1)
-	if len(uses) < 3 {
-		t.Fatalf("%d launches found in fused.go, want 3", len(uses))
-	}
-	for _, u := range uses {
-		if !regexp.MustCompile(`extern "C" __global__ void(?: __launch_bounds__\(\d+\))?\s+` + u[1] + `\(`).MatchString(src) {
-			t.Errorf("fused.go launches %s, not defined in the kernels", u[1])
-		}
-	}
-}
+func TestFusedLaunchesDefined(t *testing.T) { checkLaunchesDefined(t, "fused.go", 3) }

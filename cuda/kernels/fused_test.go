@@ -229,14 +229,7 @@ func TestKernelFusedMoECombineNorm(t *testing.T) {
 // graphUs captures n runs of f into one graph and returns the median time
 // of one run over replays (what the engine's decode graphs see).
 func graphUs(c *cuda.Ctx, s cuda.Stream, n int, f func()) float64 {
-	chk(c.BeginCapture(s))
-	for range n {
-		f()
-	}
-	g, err := c.EndCapture(s)
-	chk(err)
-	defer c.DestroyGraph(g)
-	return medianUs(c, s, 1, 21, func() { chk(c.LaunchGraph(g, s)) }) / float64(n)
+	return graphUsRot(c, s, n, 21, func(int) { f() })
 }
 
 // TestKernelFusedTiming times each fused launch against the launches it

@@ -15,14 +15,7 @@ func groupGraphUs(c *cuda.Ctx, n, reps int, f func(s cuda.Stream, i int)) float6
 	s, err := c.NewStream()
 	chk(err)
 	defer c.DestroyStream(s)
-	chk(c.BeginCapture(s))
-	for i := range n {
-		f(s, i)
-	}
-	g, err := c.EndCapture(s)
-	chk(err)
-	defer c.DestroyGraph(g)
-	return medianUs(c, s, 1, reps, func() { chk(c.LaunchGraph(g, s)) }) / float64(n)
+	return graphUsRot(c, s, n, reps, func(i int) { f(s, i) })
 }
 
 // TestKernelGroupTiming times the grouped attention-input GEMVs of a

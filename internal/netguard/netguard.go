@@ -87,11 +87,13 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if refuse == "" {
 			return &conn{Conn: c, l: l, peer: peer}, nil
 		}
-		_ = c.Close()
+		// Counted before the close: whoever sees the connection closed
+		// (the peer, a test, a scrape right after) sees it counted.
 		l.refused.Add(1)
 		if l.lim.OnRefuse != nil {
 			l.lim.OnRefuse(refuse)
 		}
+		_ = c.Close()
 		// One line a second at most: a flood must not become a log flood.
 		now := time.Now().UnixNano()
 		if last := l.lastLogNS.Load(); now-last > int64(time.Second) && l.lastLogNS.CompareAndSwap(last, now) {

@@ -11,7 +11,6 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
-	"sort"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -31,26 +30,7 @@ func graphUsRot(c *cuda.Ctx, s cuda.Stream, inner, reps int, f func(i int)) floa
 	g, err := c.EndCapture(s)
 	chk(err)
 	defer func() { chk(c.DestroyGraph(g)) }()
-	e0, err := c.NewEvent()
-	chk(err)
-	e1, err := c.NewEvent()
-	chk(err)
-	defer c.DestroyEvent(e0)
-	defer c.DestroyEvent(e1)
-	chk(c.LaunchGraph(g, s))
-	chk(c.SyncStream(s))
-	ts := make([]float64, reps)
-	for r := range ts {
-		chk(c.Record(e0, s))
-		chk(c.LaunchGraph(g, s))
-		chk(c.Record(e1, s))
-		chk(c.EventSync(e1))
-		ms, err := c.Elapsed(e0, e1)
-		chk(err)
-		ts[r] = float64(ms) * 1000 / float64(inner)
-	}
-	sort.Float64s(ts)
-	return ts[reps/2]
+	return medianUs(c, s, 1, reps, func() { chk(c.LaunchGraph(g, s)) }) / float64(inner)
 }
 
 func TestKernelTimingIdxMLA(t *testing.T) {

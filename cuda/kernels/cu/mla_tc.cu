@@ -34,6 +34,14 @@
    MT_TT * 4 * 4)
 #define MT_SMEM_BYTES MT_SMEM(1)
 
+// The tensor-core MLA kernels' parameters (the real kernels and the
+// stubs below sm_80 alike).
+#define MT_ARGS                                                                                                     \
+  const float *__restrict__ qn, const float *__restrict__ qp, const u8 *__restrict__ cache,                         \
+      const int *__restrict__ block_table, const int *__restrict__ indices, int ld_idx, int nidx,                   \
+      const int *__restrict__ lens, float *out, float *lse, int H, float scale, int tps, float *part_o,             \
+      float *part_ml
+
 // mma.sync, cp.async and the bf16x2 conversion need sm_80; older devices get
 // a kernel that traps (the launcher refuses them first).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
@@ -340,11 +348,6 @@ __device__ __forceinline__ void mt_body(const float* __restrict__ qn, const floa
   }
 }
 
-#define MT_ARGS                                                                                                     \
-  const float *__restrict__ qn, const float *__restrict__ qp, const u8 *__restrict__ cache,                         \
-      const int *__restrict__ block_table, const int *__restrict__ indices, int ld_idx, int nidx,                   \
-      const int *__restrict__ lens, float *out, float *lse, int H, float scale, int tps, float *part_o,             \
-      float *part_ml
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(MT_ARGS) {
   PDL_WAIT();
   mt_body<true, 1>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
@@ -360,27 +363,15 @@ extern "C" __global__ void __launch_bounds__(256) mla_decode_tc32(MT_ARGS) {
   mt_body<true, 2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
 }
 #else
-extern "C" __global__ void __launch_bounds__(256) mla_decode_tc32(const float* qn, const float* qp, const u8* cache,
-                                                                  const int* block_table, const int* indices,
-                                                                  int ld_idx, int nidx, const int* lens, float* out,
-                                                                  float* lse, int H, float scale, int tps,
-                                                                  float* part_o, float* part_ml) {
+extern "C" __global__ void __launch_bounds__(256) mla_decode_tc32(MT_ARGS) {
   PDL_WAIT();
   __trap();
 }
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tc_v3(const float* qn, const float* qp, const u8* cache,
-                                                                   const int* block_table, const int* indices,
-                                                                   int ld_idx, int nidx, const int* lens, float* out,
-                                                                   float* lse, int H, float scale, int tps,
-                                                                   float* part_o, float* part_ml) {
+extern "C" __global__ void __launch_bounds__(128) mla_decode_tc_v3(MT_ARGS) {
   PDL_WAIT();
   __trap();
 }
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(const float* qn, const float* qp, const u8* cache,
-                                                                const int* block_table, const int* indices, int ld_idx,
-                                                                int nidx, const int* lens, float* out, float* lse,
-                                                                int H, float scale, int tps, float* part_o,
-                                                                float* part_ml) {
+extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(MT_ARGS) {
   PDL_WAIT();
   __trap();
 }

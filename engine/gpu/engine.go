@@ -258,20 +258,35 @@ func (e *backend) Close() error {
 	}
 	e.closed = true
 	err := e.r.run(func(b device) error {
-		var errs error
+		// After a kernel fault every later call fails with the same sticky
+		// error: keep the first and count the rest instead of chaining
+		// hundreds of copies of it.
+		var first error
+		failed := 0
+		note := func(err error) {
+			if err != nil {
+				if first == nil {
+					first = err
+				}
+				failed++
+			}
+		}
 		if g := grapherOf(b); g != nil && e.graphs != nil {
-			errs = e.graphs.clear(g)
+			note(e.graphs.clear(g))
 		}
 		for _, p := range e.owned {
-			errs = errors.CombineErrors(errs, b.free(p))
+			note(b.free(p))
 		}
 		for _, s := range e.slots {
 			if s.freeStaging != nil {
-				errs = errors.CombineErrors(errs, s.freeStaging())
+				note(s.freeStaging())
 				s.staging, s.freeStaging = nil, nil
 			}
 		}
-		return errs
+		if failed > 1 {
+			return errors.Wrapf(first, "releasing the engine's device memory (%d of the releases failed; the first error follows)", failed)
+		}
+		return first
 	})
 	e.owned = nil
 	return errors.CombineErrors(err, e.r.close())

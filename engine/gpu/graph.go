@@ -73,13 +73,15 @@ func newGraphs() *graphs {
 }
 
 func (gs *graphs) clear(g grapher) error {
-	var errs error
+	var first error // a fault makes every destroy fail alike: keep one
 	for k, x := range gs.cached {
-		errs = errors.CombineErrors(errs, g.destroy(x))
+		if err := g.destroy(x); err != nil && first == nil {
+			first = err
+		}
 		delete(gs.cached, k)
 	}
 	gs.seen = map[string]bool{}
-	return errs
+	return first
 }
 
 // gop is one deferred call: its name and the bytes it must move at least

@@ -65,6 +65,34 @@ type Compute interface {
 	Pick(picks []Pick) ([]int, error)
 }
 
+// Ahead is an optional Compute capability (the GPU backend's): choose a
+// step's tokens and, before they reach the host, start the next step's
+// forward on the device with them, so the device does not idle while the
+// host reads the tokens, does the book-keeping and records the next step
+// (vLLM's async scheduling). The CPU backend has none: its steps stay as
+// they are.
+type Ahead interface {
+	// AheadOK says whether PickAhead may be used in this run.
+	AheadOK() bool
+	// PickAhead is Pick(picks) for plain picks (picks[i] reads row i of the
+	// last forward; no Adjust, no LP) that also starts Forward(next, nil)
+	// where next[i].Tok is the token picks[i] chooses (taken on the device;
+	// the Tok given is ignored). A later Forward of exactly those rows,
+	// tokens included, with nothing else run on the device in between,
+	// finds its results in place; any other Forward or run discards them
+	// (their cache entries are rewritten by whatever runs those positions
+	// again: the same token gives the same bytes).
+	PickAhead(picks []Pick, next []Row) ([]int, error)
+}
+
+// Drainer is an optional Backend capability: Drain waits until no device
+// work started ahead (Ahead) is in flight, so a slot's buffer can be handed
+// to a writer outside the device's stream (a transfer engine writing device
+// memory). An error of that work is returned by the backend's next call.
+type Drainer interface {
+	Drain()
+}
+
 // BookConfig sizes a Book.
 type BookConfig struct {
 	Options Options // resolved (defaults applied)
@@ -447,7 +475,24 @@ func (b *Book) step(c Compute, act []*bookSlot) ([]StepResult, error) {
 	if err := c.Forward(rows, nil); err != nil {
 		return nil, err
 	}
-	picked, err := c.Pick(picks)
+	ah, _ := c.(Ahead)
+	ahead := ah != nil && ah.AheadOK() && b.plainStep(act, rows, picks)
+	var picked []int
+	var err error
+	if ahead {
+		// Every slot keeps row i's hidden now: the forward started ahead
+		// overwrites the rows.
+		next := make([]Row, len(rows))
+		for i, s := range act {
+			if err := c.KeepHidden(s.id, i); err != nil {
+				return nil, err
+			}
+			next[i] = Row{Slot: s.id, Tok: -1, Pos: s.seqLen + 1}
+		}
+		picked, err = ah.PickAhead(picks, next)
+	} else {
+		picked, err = c.Pick(picks)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -500,8 +545,10 @@ func (b *Book) step(c Compute, act []*bookSlot) ([]StepResult, error) {
 		}
 		b.stats.Tokens += int64(len(toks))
 		s.next, s.draft = toks[len(toks)-1], -1
-		if err := c.KeepHidden(s.id, hrows[len(hrows)-1]); err != nil {
-			return nil, err
+		if !ahead {
+			if err := c.KeepHidden(s.id, hrows[len(hrows)-1]); err != nil {
+				return nil, err
+			}
 		}
 		s.hasHidden = true
 		mlast[i] = -1
@@ -551,6 +598,27 @@ func (b *Book) step(c Compute, act []*bookSlot) ([]StepResult, error) {
 	return res, nil
 }
 
+// plainStep says whether a step may start the next step's forward before
+// its tokens reach the host (Ahead): one row per slot (no MTP, no draft),
+// picks that need nothing of the host (no logit adjustments, no logprobs),
+// and no slot ending at this step by length (a stop token, which only the
+// pick shows, discards the forward started ahead).
+func (b *Book) plainStep(act []*bookSlot, rows []Row, picks []Pick) bool {
+	if b.cfg.Options.MTP || len(rows) != len(act) {
+		return false
+	}
+	for i, s := range act {
+		pk := picks[i]
+		if pk.Row != i || pk.Adjust != nil || pk.LP != nil {
+			return false
+		}
+		if (s.params.MaxTokens > 0 && s.generated+1 >= s.params.MaxTokens) || s.seqLen+2 >= b.cfg.MaxSeq {
+			return false
+		}
+	}
+	return true
+}
+
 // pick is the Pick for logits row row at position pos under the slot's
 // params; extra >= 0 is a draft counted as generated before it.
 func (s *bookSlot) pick(row, pos, extra int) Pick {
@@ -575,9 +643,13 @@ func (b *Book) PrefillLogprobs(slot int) (TokenLogprobs, bool) {
 	return *s.prefillLP, true
 }
 
-// Release implements Engine.
+// Release implements Engine. Device work started ahead may still write
+// the slot's caches: it is waited for before the slot can be handed out.
 func (b *Book) Release(slot int) {
 	if s, err := b.slot(slot); err == nil {
+		if d, ok := b.be.(Drainer); ok {
+			d.Drain()
+		}
 		s.reset()
 	}
 }

@@ -7,17 +7,35 @@ import (
 // Run implements engine.Backend: f runs on the device thread; a decode step
 // runs through the graph cache (graph.go).
 func (e *backend) Run(step bool, f func(engine.Compute) error) error {
-	run := e.r.run
+	if !step {
+		if err := e.settle(); err != nil {
+			return err
+		}
+	} else if err := e.ah.err; err != nil {
+		e.ah.err = nil
+		e.dropAhead()
+		return err
+	}
+	run := e.r.runAhead
 	if step {
 		run = e.runGraphed
 	}
-	return run(func(b device) error {
-		c := &compute{e: e, o: &ops{b: b}}
-		if err := f(c); err != nil {
-			return err
+	ahead := false
+	err := run(func(b device) (bool, error) {
+		c := &compute{e: e, o: &ops{b: b}, step: step}
+		err := f(c)
+		if err == nil {
+			err = c.o.err
 		}
-		return c.o.err
+		ahead = c.ahead && err == nil
+		return ahead, err
 	})
+	// Without work left in flight the run ended with a sync.
+	e.ah.inflight = ahead && err == nil
+	if err != nil {
+		e.dropAhead()
+	}
+	return err
 }
 
 // compute is engine.Compute for one device run: rows go through forward
@@ -25,6 +43,9 @@ func (e *backend) Run(step bool, f func(engine.Compute) error) error {
 type compute struct {
 	e *backend
 	o *ops
+	// step: a decode step (Run(true, ...)); ahead: PickAhead left the next
+	// step's forward in flight.
+	step, ahead bool
 }
 
 func (c *compute) rows(rs []engine.Row) []fwdRow {
@@ -37,12 +58,16 @@ func (c *compute) rows(rs []engine.Row) []fwdRow {
 
 // Forward implements engine.Compute.
 func (c *compute) Forward(rs []engine.Row, logits []bool) error {
+	if c.e.takeAhead(rs, logits) && c.step {
+		return nil // PickAhead of the last step ran it
+	}
 	c.e.forward(c.o, c.rows(rs), false, logits)
 	return c.o.err
 }
 
 // KeepHidden implements engine.Compute.
 func (c *compute) KeepHidden(slot, row int) error {
+	c.e.dropAhead()
 	c.o.copyRow(c.e.slots[slot].hidden, c.e.ws.hid, row, c.e.cfg.HiddenSize)
 	return c.o.err
 }
@@ -50,6 +75,7 @@ func (c *compute) KeepHidden(slot, row int) error {
 // ForwardMTP implements engine.Compute: the hidden inputs are gathered into
 // ws.hin (runs of consecutive main rows in one copy).
 func (c *compute) ForwardMTP(rs []engine.Row, hidden []int, logits []bool) error {
+	c.e.dropAhead()
 	c.gatherMTPInput(rs, hidden)
 	c.e.forward(c.o, c.rows(rs), true, logits)
 	return c.o.err
@@ -78,6 +104,7 @@ func (c *compute) gatherMTPInput(rs []engine.Row, hidden []int) {
 // Pick implements engine.Compute on the device (arg-max or the device
 // sampler); only the token ids come back.
 func (c *compute) Pick(picks []engine.Pick) ([]int, error) {
+	c.e.dropAhead()
 	reqs := make([]pickReq, len(picks))
 	for i, p := range picks {
 		reqs[i] = pickReq{row: p.Row, p: p.Params, pos: p.Pos, adjust: p.Adjust, lp: p.LP, topLP: p.TopLP}

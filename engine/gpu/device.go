@@ -22,6 +22,14 @@ type device interface {
 	hostAlloc(n int) ([]byte, func() error, error)
 	upload(dst cuda.DevPtr, src []byte) error
 	download(dst []byte, src cuda.DevPtr) error
+	// downloadAsync queues a copy of src into dst (host memory from
+	// hostAlloc) behind the work queued so far and returns at once; wait
+	// blocks until dst holds the bytes (the pipelined step, ahead.go).
+	downloadAsync(dst []byte, src cuda.DevPtr) (wait func() error, err error)
+	// launchQueued starts the work recorded so far without waiting for it
+	// (graphDevice defers calls until a host sync point; the others run
+	// every call as it comes).
+	launchQueued() error
 	copyDD(dst, src cuda.DevPtr, n int64) error
 	zero(dst cuda.DevPtr, n int64) error
 	sync() error
@@ -122,6 +130,8 @@ type cudaDevice struct {
 	c *cuda.Ctx
 	k *kernels.Set
 	s cuda.Stream
+	// ev is the runner's event for downloadAsync (created on first use).
+	ev *cuda.Event
 }
 
 var _ device = (*cudaDevice)(nil)
@@ -151,6 +161,26 @@ func (b *cudaDevice) download(dst []byte, src cuda.DevPtr) error {
 	}
 	return b.c.SyncStream(b.s)
 }
+
+func (b *cudaDevice) downloadAsync(dst []byte, src cuda.DevPtr) (func() error, error) {
+	if *b.ev == 0 {
+		ev, err := b.c.NewEvent()
+		if err != nil {
+			return nil, err
+		}
+		*b.ev = ev
+	}
+	if err := b.c.CopyDtoHAsync(dst, src, b.s); err != nil {
+		return nil, err
+	}
+	ev, c := *b.ev, b.c
+	if err := c.Record(ev, b.s); err != nil {
+		return nil, err
+	}
+	return func() error { return c.EventSync(ev) }, nil
+}
+
+func (b *cudaDevice) launchQueued() error { return nil }
 
 func (b *cudaDevice) copyDD(dst, src cuda.DevPtr, n int64) error {
 	if n == 0 {
@@ -521,6 +551,10 @@ var (
 // emulator.
 type runner interface {
 	run(f func(b device) error) error
+	// runAhead is run, except that when f returns true the work it queued
+	// is left in flight (no final sync; the next run's work queues behind
+	// it): a pipelined step (ahead.go).
+	runAhead(f func(b device) (bool, error)) error
 	close() error
 }
 
@@ -532,28 +566,44 @@ type cudaRunner struct {
 	// sharded engine on one GPU, one stream each: shard.go); else the
 	// context's.
 	stream    cuda.Stream
-	ownStream bool // close destroys it
+	ownStream bool       // close destroys it
+	ev        cuda.Event // downloadAsync's event (0: none yet)
 }
 
 func (r *cudaRunner) run(f func(b device) error) error {
+	return r.runAhead(func(b device) (bool, error) { return false, f(b) })
+}
+
+func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 	return r.dev.Do(func(c *cuda.Ctx) error {
 		k, err := kernels.Load(c)
 		if err != nil {
 			return err
 		}
-		b := &cudaDevice{c: c, k: k, s: c.Stream()}
+		b := &cudaDevice{c: c, k: k, s: c.Stream(), ev: &r.ev}
 		if r.stream != 0 {
 			b.s = r.stream
 		}
-		if err := f(b); err != nil {
+		ahead, err := f(b)
+		if err != nil {
 			// Let queued work finish before the caller looks at anything.
 			return errors.CombineErrors(err, c.SyncStream(b.s))
+		}
+		if ahead {
+			return nil
 		}
 		return c.SyncStream(b.s)
 	})
 }
 
 func (r *cudaRunner) close() error {
+	if r.ev != 0 {
+		ev := r.ev
+		r.ev = 0
+		if err := r.dev.Do(func(c *cuda.Ctx) error { return c.DestroyEvent(ev) }); err != nil {
+			return err
+		}
+	}
 	if r.stream != 0 && r.ownStream {
 		s := r.stream
 		r.stream = 0

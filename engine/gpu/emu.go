@@ -114,6 +114,13 @@ func (m *emuDevice) download(dst []byte, src cuda.DevPtr) error {
 	return nil
 }
 
+// downloadAsync copies at once: the emulator runs every call as it comes.
+func (m *emuDevice) downloadAsync(dst []byte, src cuda.DevPtr) (func() error, error) {
+	return func() error { return nil }, m.download(dst, src)
+}
+
+func (m *emuDevice) launchQueued() error { return nil }
+
 func (m *emuDevice) copyDD(dst, src cuda.DevPtr, n int64) error {
 	if n == 0 {
 		return nil
@@ -822,6 +829,13 @@ func (m *emuDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo
 type emuRunner struct{ m *emuDevice }
 
 func (r *emuRunner) run(f func(b device) error) error { return r.runWith(r.m, f) }
+
+func (r *emuRunner) runAhead(f func(b device) (bool, error)) error {
+	return r.runWith(r.m, func(b device) error {
+		_, err := f(b)
+		return err
+	})
+}
 
 // runWith runs f on b (the emulator or a wrapper of it).
 func (r *emuRunner) runWith(b device, f func(b device) error) (err error) {

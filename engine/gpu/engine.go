@@ -82,7 +82,8 @@ type backend struct {
 	ropeSin  cuda.DevPtr
 	maxRows  int
 	chunkLen int
-	graphs   *graphs // decode-step CUDA graphs (graph.go)
+	graphs   *graphs    // decode-step CUDA graphs (graph.go)
+	ah       aheadState // the pipelined step (ahead.go)
 }
 
 // idxQ says whether the serving indexer runs indexerQPrep and the
@@ -171,6 +172,7 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 		cfg: cfg, opts: opts, layout: lay, r: r, maxSeq: maxSeq,
 		scale:  float32(cfg.SoftmaxScale()),
 		graphs: newGraphs(),
+		ah:     aheadState{off: !pipeOn},
 	}
 	e.chunkLen = prefillChunk()
 	e.maxRows = max(e.chunkLen, 2*opts.Slots)
@@ -257,6 +259,8 @@ func (e *backend) Close() error {
 		return nil
 	}
 	e.closed = true
+	// Work started ahead ends before anything is freed.
+	serr := e.settle()
 	err := e.r.run(func(b device) error {
 		// After a kernel fault every later call fails with the same sticky
 		// error: keep the first and count the rest instead of chaining
@@ -271,6 +275,8 @@ func (e *backend) Close() error {
 				failed++
 			}
 		}
+		note(serr)
+		note(e.freeAheadPins())
 		if g := grapherOf(b); g != nil && e.graphs != nil {
 			note(e.graphs.clear(g))
 		}

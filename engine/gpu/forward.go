@@ -170,7 +170,13 @@ type group struct {
 
 // begin uploads rows' ids, positions and lengths and groups them per
 // slot: the state of one forward (nil after an error).
-func (e *backend) begin(o *ops, rows []fwdRow) *fwd {
+func (e *backend) begin(o *ops, rows []fwdRow) *fwd { return e.beginMeta(o, rows, nil) }
+
+// beginMeta is begin; with pin set (host memory from hostAlloc, 3*4*maxRows
+// bytes, not reused before the upload has run) the meta goes up from pin
+// and the rows' token ids are copied on the device from ws.tok, where the
+// last pick left them (the forward started ahead, ahead.go).
+func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte) *fwd {
 	if o.err != nil {
 		return nil
 	}
@@ -180,7 +186,12 @@ func (e *backend) begin(o *ops, rows []fwdRow) *fwd {
 		o.do(errors.Newf("forward of %d rows (at most %d)", M, e.maxRows))
 		return nil
 	}
-	meta := make([]byte, 3*4*e.maxRows)
+	meta := pin
+	if meta == nil {
+		meta = make([]byte, 3*4*e.maxRows)
+	} else {
+		clear(meta)
+	}
 	var groups []group
 	for i, r := range rows {
 		binary.LittleEndian.PutUint32(meta[4*i:], uint32(r.tok))
@@ -196,6 +207,9 @@ func (e *backend) begin(o *ops, rows []fwdRow) *fwd {
 	}
 	o.do(o.b.upload(ws.meta, meta))
 	ids, pos, lens := ws.meta, fptr(ws.meta, e.maxRows), fptr(ws.meta, 2*e.maxRows)
+	if pin != nil {
+		o.do(o.b.copyDD(ids, ws.tok, int64(4*M)))
+	}
 	return &fwd{e: e, o: o, M: M, groups: groups, ids: ids, pos: pos, lens: lens}
 }
 
@@ -206,10 +220,15 @@ func (e *backend) begin(o *ops, rows []fwdRow) *fwd {
 // engine, every row's caches are written before any row attends, and a row
 // attends only to positions <= its own.
 func (e *backend) forward(o *ops, rows []fwdRow, mtp bool, want []bool) {
-	f := e.begin(o, rows)
+	e.forwardFrom(e.begin(o, rows), mtp, want)
+}
+
+// forwardFrom is forward after begin (nil f: nothing to run).
+func (e *backend) forwardFrom(f *fwd, mtp bool, want []bool) {
 	if f == nil {
 		return
 	}
+	o := f.o
 	c := e.cfg
 	ws := e.ws
 	M, H := f.M, c.HiddenSize
@@ -699,21 +718,7 @@ func (e *backend) pick(o *ops, reqs []pickReq) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i, r := range reqs {
-		lg := fptr(e.ws.logits, r.row*V)
-		out := fptr(e.ws.tok, i)
-		if r.p.Greedy() {
-			o.do(o.b.argmax(out, lg, e.ws.amax, 1, V, V))
-			continue
-		}
-		topP := float32(r.p.TopP)
-		if topP <= 0 || topP >= 1 {
-			topP = 1
-		}
-		o.do(o.b.sample(out, lg, V, kernels.SamplingParams{
-			Temperature: float32(r.p.Temperature), TopK: r.p.TopK, TopP: topP, Seed: r.p.Seed, Step: uint64(r.pos),
-		}))
-	}
+	e.choose(o, reqs)
 	if len(lpRow) == 0 {
 		return e.readTokens(o, len(reqs))
 	}
@@ -749,6 +754,27 @@ func (e *backend) pick(o *ops, reqs []pickReq) ([]int, error) {
 		*r.lp = res
 	}
 	return toks, nil
+}
+
+// choose queues the picks' choices into ws.tok (pick i at ws.tok[i]): the
+// arg-max or the device sampler over each pick's logits row.
+func (e *backend) choose(o *ops, reqs []pickReq) {
+	V := e.cfg.VocabSize
+	for i, r := range reqs {
+		lg := fptr(e.ws.logits, r.row*V)
+		out := fptr(e.ws.tok, i)
+		if r.p.Greedy() {
+			o.do(o.b.argmax(out, lg, e.ws.amax, 1, V, V))
+			continue
+		}
+		topP := float32(r.p.TopP)
+		if topP <= 0 || topP >= 1 {
+			topP = 1
+		}
+		o.do(o.b.sample(out, lg, V, kernels.SamplingParams{
+			Temperature: float32(r.p.Temperature), TopK: r.p.TopK, TopP: topP, Seed: r.p.Seed, Step: uint64(r.pos),
+		}))
+	}
 }
 
 // lpWorkspace holds what penalties and logprobs need on the device,
@@ -840,6 +866,11 @@ func (e *backend) readTokens(o *ops, n int) ([]int, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
+	return e.tokensOf(b, n)
+}
+
+// tokensOf reads n token ids (int32) from b, checking each is in the vocab.
+func (e *backend) tokensOf(b []byte, n int) ([]int, error) {
 	out := make([]int, n)
 	for i := range out {
 		out[i] = int(int32(binary.LittleEndian.Uint32(b[4*i:])))

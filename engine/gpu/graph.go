@@ -255,6 +255,28 @@ func (gb *graphDevice) download(dst []byte, src cuda.DevPtr) error {
 	return err
 }
 
+// downloadAsync launches the deferred run, then queues the copy: the host
+// waits later, at wait (its time counts as WaitNs).
+func (gb *graphDevice) downloadAsync(dst []byte, src cuda.DevPtr) (func() error, error) {
+	if err := gb.flush(); err != nil {
+		return nil, err
+	}
+	w, err := gb.device.downloadAsync(dst, src)
+	gb.mark = time.Now()
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		t0 := time.Now()
+		err := w()
+		gb.gs.host.WaitNs += time.Since(t0).Nanoseconds()
+		return err
+	}, nil
+}
+
+// launchQueued launches the deferred run without waiting for it.
+func (gb *graphDevice) launchQueued() error { return gb.flush() }
+
 func (gb *graphDevice) sync() error {
 	if err := gb.flush(); err != nil {
 		return err
@@ -553,18 +575,20 @@ func grapherOf(b device) grapher {
 	return nil
 }
 
-// runGraphed runs f like e.r.run, through graphDevice when graphs are on.
-func (e *backend) runGraphed(f func(b device) error) error {
-	return e.r.run(func(b device) error {
+// runGraphed runs f like e.r.runAhead, through graphDevice when graphs are
+// on.
+func (e *backend) runGraphed(f func(b device) (bool, error)) error {
+	return e.r.runAhead(func(b device) (bool, error) {
 		g := grapherOf(b)
 		if !e.graphs.on || g == nil {
 			return f(b)
 		}
 		gb := &graphDevice{device: b, gs: e.graphs, g: g, mark: time.Now()}
-		if err := f(gb); err != nil {
-			return err
+		ahead, err := f(gb)
+		if err != nil {
+			return false, err
 		}
-		return gb.flush()
+		return ahead, gb.flush()
 	})
 }
 

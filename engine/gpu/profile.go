@@ -67,6 +67,10 @@ func (g *Engine) HostTimes() HostTimes {
 // entries, so release the slots afterwards.
 func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 	e := g.m
+	// The profiled step runs its own forward (AheadOK is off while hold).
+	if err := e.settle(); err != nil {
+		return nil, err
+	}
 	on := e.graphs.on
 	e.graphs.on, e.graphs.hold = true, true
 	_, err := g.Step(ids)

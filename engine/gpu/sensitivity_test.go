@@ -80,6 +80,12 @@ type noisyRunner struct{ m *noisyEmu }
 func (r *noisyRunner) run(f func(b device) error) error {
 	return (&emuRunner{m: r.m.emuDevice}).runWith(r.m, f)
 }
+func (r *noisyRunner) runAhead(f func(b device) (bool, error)) error {
+	return r.run(func(b device) error {
+		_, err := f(b)
+		return err
+	})
+}
 func (r *noisyRunner) close() error { return nil }
 
 // flipStats compares two teacher-forced runs: per-position relative logit

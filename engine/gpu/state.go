@@ -30,6 +30,14 @@ func (e *Engine) DeviceSlotBuffer(slotID int) (cuda.DevPtr, int64, error) {
 // pages of every region are uploaded). A host transfer engine (tcp) writes
 // here; the buffer stays at the same address until Close.
 func (e *backend) SlotBuffer(slotID int) ([]byte, error) {
+	// A transfer engine may write the slot (here, or its device memory
+	// through DeviceSlotBuffer) once it has the buffer: nothing started
+	// ahead may still write it then.
+	e.Drain()
+	if err := e.ah.err; err != nil {
+		e.ah.err = nil
+		return nil, err
+	}
 	s := e.slots[slotID]
 	if s.staging == nil {
 		err := e.r.run(func(b device) error {
@@ -48,6 +56,9 @@ func (e *backend) SlotBuffer(slotID int) ([]byte, error) {
 // slot's cache; with segs == nil the used pages of the staging buffer
 // (SlotBuffer) are.
 func (e *backend) Import(slotID int, meta engine.SlotMeta, segs []engine.Segment) error {
+	if err := e.settle(); err != nil {
+		return err
+	}
 	s := e.slots[slotID]
 	if segs == nil && s.staging == nil {
 		return errors.Wrapf(engine.ErrBadLayout, "import into slot %d without segments, but nothing was written to its SlotBuffer", slotID)
@@ -85,6 +96,9 @@ func (e *backend) uploadSegments(s *slot, segs []engine.Segment) error {
 // Export implements engine.Backend: the used pages of every region, copied
 // device to host.
 func (e *backend) Export(slotID int, meta engine.SlotMeta) ([]engine.Segment, error) {
+	if err := e.settle(); err != nil {
+		return nil, err
+	}
 	s := e.slots[slotID]
 	if e.exact() {
 		var img []byte
@@ -127,6 +141,9 @@ func (g *Engine) TeacherForce(slotID int, toks []int) (logits, mtp [][]float32, 
 		return nil, nil, err
 	}
 	e := g.m
+	if err := e.settle(); err != nil {
+		return nil, nil, err
+	}
 	s := e.slots[slotID]
 	if len(toks) == 0 || len(toks) >= e.maxSeq {
 		return nil, nil, errors.Wrapf(engine.ErrTooLong, "%d tokens (max_seq_len %d)", len(toks), e.maxSeq)

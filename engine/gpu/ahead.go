@@ -1,0 +1,209 @@
+package gpu
+
+import (
+	"os"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/engine"
+)
+
+// The pipelined decode step (engine.Ahead). A plain step (one row per slot,
+// picks that need nothing of the host) queues its picks, copies the token
+// ids into pinned host memory behind them and, before waiting for that
+// copy, records and launches the next step's forward of the same slots one
+// position on, its token ids copied on the device from the picks' output.
+// The host then waits for the ids only, and its share of a step (the Go
+// book-keeping between Step calls, recording the next step's ~300 calls,
+// the meta upload, the launch) overlaps the device's work instead of
+// leaving the GPU idle. The next Step whose forward is exactly those rows
+// (same slots in the same order, same tokens and positions) and that
+// follows with nothing else run on the device finds the forward's results
+// in place; anything else (a slot finished at a stop token, a slot added or
+// removed, an import, a prefill) runs its own forward, which rewrites the
+// cache entries the discarded forward wrote (the same token at the same
+// position writes the same bytes; other entries past a slot's length are
+// never read).
+//
+// Safety: the forward started ahead writes its slots' caches after Step has
+// returned, so every entry point that hands out or writes a slot's memory
+// outside the stream (Release, SlotBuffer and so DeviceSlotBuffer) waits
+// for it first, and every other device run discards it (runs on the same
+// stream queue behind it). An error of that work is returned by the next
+// call.
+
+// pipeOn: TILERT_GPU_PIPELINE=1 turns the pipelined step on, =0 (the
+// default until a device run shows it faster) keeps each step waiting for
+// its tokens before the next is recorded.
+var pipeOn = os.Getenv("TILERT_GPU_PIPELINE") == "1"
+
+// aheadState is the backend's pipelined-step state.
+type aheadState struct {
+	// off: pipelining turned off for this engine (pipeOn at build; tests).
+	off bool
+	// loose (tests only: the check that the discard path is tested) takes
+	// any forward of as many rows as the one started ahead for it.
+	loose bool
+	// started, taken: forwards started ahead, and found in place by the
+	// next step (the rest were discarded).
+	started, taken int
+	// rows is the forward started ahead whose results (ws.hid, ws.logits,
+	// the caches at its positions) are in place, tokens filled in once
+	// read; nil: none.
+	rows []fwdRow
+	// inflight: the last run returned with work queued that no host call
+	// has waited for.
+	inflight bool
+	// err is an error of work started ahead, for the next call.
+	err error
+	// tokPin receives the picked ids; metaPin[k] is the meta of the
+	// forward started ahead, alternating (a buffer is rewritten only after
+	// a wait that follows its upload).
+	tokPin  []byte
+	metaPin [2][]byte
+	k       int
+	frees   []func() error
+}
+
+// drop discards the forward started ahead (the device's buffers are about
+// to be used for something else).
+func (e *backend) dropAhead() { e.ah.rows = nil }
+
+// Drain implements engine.Drainer: it waits for work started ahead (the
+// results stay valid for a matching Step).
+func (e *backend) Drain() {
+	if !e.ah.inflight {
+		return
+	}
+	e.ah.inflight = false
+	if err := e.r.run(func(b device) error { return b.sync() }); err != nil && e.ah.err == nil {
+		e.ah.err = errors.Wrap(err, "device work started ahead of the step")
+	}
+}
+
+// settle discards the forward started ahead, waits for it and returns its
+// error, if any (the first thing every other device entry point does).
+func (e *backend) settle() error {
+	e.dropAhead()
+	e.Drain()
+	err := e.ah.err
+	e.ah.err = nil
+	return err
+}
+
+// aheadPins allocates the pinned buffers on first use.
+func (e *backend) aheadPins(b device) error {
+	if e.ah.tokPin != nil {
+		return nil
+	}
+	alloc := func(n int) ([]byte, error) {
+		buf, free, err := b.hostAlloc(n)
+		if err != nil {
+			return nil, errors.Wrapf(err, "pinned host buffer of %d bytes for the pipelined step", n)
+		}
+		e.ah.frees = append(e.ah.frees, free)
+		return buf, nil
+	}
+	var err error
+	if e.ah.tokPin, err = alloc(4 * e.maxRows); err != nil {
+		return err
+	}
+	for k := range e.ah.metaPin {
+		if e.ah.metaPin[k], err = alloc(3 * 4 * e.maxRows); err != nil {
+			e.ah.tokPin = nil
+			return err
+		}
+	}
+	return nil
+}
+
+// freeAheadPins releases the pinned buffers (Close, on the device thread).
+func (e *backend) freeAheadPins() error {
+	var errs error
+	for _, f := range e.ah.frees {
+		errs = errors.CombineErrors(errs, f())
+	}
+	e.ah.frees, e.ah.tokPin, e.ah.metaPin = nil, nil, [2][]byte{}
+	return errs
+}
+
+// AheadOK implements engine.Ahead: a decode step, pipelining on, not a
+// profiled step (ProfileStep times the step's own runs).
+func (c *compute) AheadOK() bool {
+	return c.step && !c.e.ah.off && !c.e.graphs.hold && c.e.graphs.keep == nil
+}
+
+// takeAhead says whether rows are the forward started ahead, consuming it;
+// any other forward discards it.
+func (e *backend) takeAhead(rs []engine.Row, logits []bool) bool {
+	ah := e.ah.rows
+	e.ah.rows = nil
+	if ah == nil || logits != nil || len(rs) != len(ah) {
+		return false
+	}
+	if e.ah.loose {
+		e.ah.taken++
+		return true
+	}
+	for i, r := range rs {
+		if e.slots[r.Slot] != ah[i].s || r.Tok != ah[i].tok || r.Pos != ah[i].pos {
+			return false
+		}
+	}
+	e.ah.taken++
+	return true
+}
+
+// PickAhead implements engine.Ahead.
+func (c *compute) PickAhead(picks []engine.Pick, next []engine.Row) ([]int, error) {
+	e, o := c.e, c.o
+	if o.err != nil {
+		return nil, o.err
+	}
+	e.dropAhead()
+	n := len(picks)
+	if len(next) != n || n > e.maxRows {
+		return nil, errors.Newf("pick ahead: %d picks for %d next rows", n, len(next))
+	}
+	reqs := make([]pickReq, n)
+	for i, p := range picks {
+		if p.Row != i || p.Adjust != nil || p.LP != nil {
+			return nil, errors.Newf("pick ahead: pick %d is not plain (row %d, adjustments or logprobs)", i, p.Row)
+		}
+		reqs[i] = pickReq{row: p.Row, p: p.Params, pos: p.Pos}
+	}
+	if err := e.aheadPins(o.b); err != nil {
+		return nil, err
+	}
+	e.choose(o, reqs)
+	if o.err != nil {
+		return nil, o.err
+	}
+	pin := e.ah.tokPin[:4*n]
+	wait, err := o.b.downloadAsync(pin, e.ws.tok)
+	if err != nil {
+		return nil, err
+	}
+	rows := c.rows(next)
+	meta := e.ah.metaPin[e.ah.k]
+	e.ah.k ^= 1
+	e.forwardFrom(e.beginMeta(o, rows, meta), false, nil)
+	o.do(o.b.launchQueued())
+	// Wait for the ids even after an error: pin must not be rewritten
+	// while the copy may still run.
+	werr := wait()
+	if o.err != nil || werr != nil {
+		return nil, errors.CombineErrors(o.err, werr)
+	}
+	toks, err := e.tokensOf(pin, n)
+	if err != nil {
+		return nil, err
+	}
+	for i := range rows {
+		rows[i].tok = toks[i]
+	}
+	e.ah.rows = rows
+	e.ah.started++
+	c.ahead = true
+	return toks, nil
+}

@@ -1,0 +1,145 @@
+package gpu
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
+)
+
+// The pipelined step (ahead.go) must not change what an engine decodes:
+// enginetest.Schedule (slots joining, leaving, ending at a stop id and by
+// MaxTokens, a seeded sampled slot, Release while a step started ahead runs
+// and an Import into the slot just released) gives the same transcript
+// with pipelining on as with it off. And the check can fail: with the
+// discard path broken (a forward started ahead taken for any step of as
+// many rows) the transcript differs.
+func TestEmuPipelineMatches(t *testing.T) { testPipelineMatches(t, onEmu, enginetest.Presets) }
+func TestGPUPipelineMatches(t *testing.T) { testPipelineMatches(t, onGPU, enginetest.Presets) }
+
+func testPipelineMatches(t *testing.T, kind deviceKind, presets []string) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	for _, pr := range presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+			vocab := w.Config().VocabSize
+			opts := engine.Options{MaxSeqLen: 96, Slots: enginetest.ScheduleSlots}
+			run := func(off, loose bool, stop int) ([]string, []int, *Engine) {
+				e := newTestEngine(t, kind, src, opts)
+				e.m.ah.off, e.m.ah.loose = off, loose
+				tr, s0 := enginetest.Schedule(t, e, vocab, stop)
+				return tr, s0, e
+			}
+			_, s0, _ := run(true, false, -1)
+			stop := enginetest.StopFrom(s0, 8)
+			if stop < 0 {
+				t.Fatalf("no stop id to choose from slot 0's tokens %v", s0)
+			}
+			want, _, _ := run(true, false, stop)
+			got, _, e := run(false, false, stop)
+			if i := firstLineDiff(got, want); i >= 0 {
+				t.Fatalf("pipelined transcript differs at line %d:\n got %s\nwant %s", i, lineAt(got, i), lineAt(want, i))
+			}
+			if !strings.Contains(strings.Join(want, "\n"), `finish "stop"`) {
+				t.Errorf("the schedule never ended a slot at its stop id %d", stop)
+			}
+			st := e.m.ah
+			t.Logf("%s %s: %d transcript lines, %d forwards started ahead, %d taken", kind, pr, len(got), st.started, st.taken)
+			if st.taken < len(want)/4 || st.started-st.taken < 3 {
+				t.Errorf("%d forwards started ahead, %d taken: the schedule does not exercise both paths", st.started, st.taken)
+			}
+			broken, _, _ := run(false, true, stop)
+			if firstLineDiff(broken, want) < 0 {
+				t.Errorf("with the discard path broken the transcript is unchanged: the check cannot fail")
+			}
+		})
+	}
+}
+
+func firstLineDiff(a, b []string) int {
+	for i := 0; i < max(len(a), len(b)); i++ {
+		if i >= len(a) || i >= len(b) || a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+func lineAt(s []string, i int) string {
+	if i < len(s) {
+		return s[i]
+	}
+	return "(end)"
+}
+
+// Every entry point that hands a slot's memory to a writer outside the
+// stream waits for the forward started ahead (Release, SlotBuffer and so
+// DeviceSlotBuffer), and those that use the device for something else
+// discard it (Import, Prefill).
+func TestEmuPipelineDrains(t *testing.T) { testPipelineDrains(t, onEmu) }
+func TestGPUPipelineDrains(t *testing.T) { testPipelineDrains(t, onGPU) }
+
+func testPipelineDrains(t *testing.T, kind deviceKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	w, src := hfSourceOf(t, enginetest.PresetDir(t, enginetest.Presets[0]))
+	vocab := w.Config().VocabSize
+	e := newTestEngine(t, kind, src, engine.Options{MaxSeqLen: 64, Slots: 2})
+	e.m.ah.off = false
+	p := engine.Params{MaxTokens: 20}
+	for s := range 2 {
+		first, err := e.Prefill(s, enginetest.Prompt(9+s, vocab, s), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Start(s, first, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step := func(ids ...int) {
+		t.Helper()
+		if _, err := e.Step(ids); err != nil {
+			t.Fatal(err)
+		}
+		if !e.m.ah.inflight || e.m.ah.rows == nil {
+			t.Fatalf("step %v: no forward started ahead (inflight %v)", ids, e.m.ah.inflight)
+		}
+	}
+	check := func(what string, inflight, rows bool) {
+		t.Helper()
+		if e.m.ah.inflight != inflight || (e.m.ah.rows != nil) != rows {
+			t.Errorf("after %s: in flight %v, results kept %v; want %v, %v", what, e.m.ah.inflight, e.m.ah.rows != nil, inflight, rows)
+		}
+	}
+	step(0, 1)
+	if _, _, err := e.DeviceSlotBuffer(1); err != nil && !errors.Is(err, errExactDeviceBuffer) {
+		t.Fatal(err)
+	}
+	check("DeviceSlotBuffer", false, true)
+	step(0, 1)
+	e.Release(1)
+	check("Release", false, true)
+	step(0)
+	meta, segs, err := e.Export(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("Export", false, false)
+	step(0)
+	if err := e.Import(1, meta, segs); err != nil {
+		t.Fatal(err)
+	}
+	check("Import", false, false)
+	e.Release(1)
+	step(0)
+	if _, err := e.Prefill(1, enginetest.Prompt(5, vocab, 9), p); err != nil {
+		t.Fatal(err)
+	}
+	check("Prefill", false, false)
+}

@@ -62,7 +62,9 @@ type device interface {
 	// one launch (bit-identical); y must not alias x or b.
 	addRMSNorm(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error
 	siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error
-	embed(out, table, ids cuda.DevPtr, T, D int) error
+	// embed gathers rows ids of a bf16 [V][D] table; an id outside [0, V)
+	// gives a NaN row.
+	embed(out, table, ids cuda.DevPtr, T, D, V int) error
 	moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error
 	moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error
 	// indexerScores reads the fp8 indexer pages, or (f32) the float32 key
@@ -337,8 +339,8 @@ func (b *cudaDevice) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo i
 	return b.k.SiluMul(b.s, out, gate, up, rows, I, ldg, ldu, ldo)
 }
 
-func (b *cudaDevice) embed(out, table, ids cuda.DevPtr, T, D int) error {
-	return b.k.EmbedBF16(b.s, out, table, ids, T, D)
+func (b *cudaDevice) embed(out, table, ids cuda.DevPtr, T, D, V int) error {
+	return b.k.EmbedBF16(b.s, out, table, ids, T, D, V)
 }
 
 func (b *cudaDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {

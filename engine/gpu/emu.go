@@ -376,11 +376,17 @@ func (m *emuDevice) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo in
 	return nil
 }
 
-func (m *emuDevice) embed(out, table, ids cuda.DevPtr, T, D int) error {
+func (m *emuDevice) embed(out, table, ids cuda.DevPtr, T, D, V int) error {
 	id := m.i32(ids, T)
 	for t := 0; t < T; t++ {
-		row := m.u16(table.Add(int64(2*int(id[t])*D)), D)
 		o := m.f32(out.Add(int64(4*t*D)), D)
+		if id[t] < 0 || int(id[t]) >= V {
+			for i := range o {
+				o[i] = float32(math.NaN())
+			}
+			continue
+		}
+		row := m.u16(table.Add(int64(2*int(id[t])*D)), D)
 		for i := range o {
 			o[i] = numeric.BF16ToFloat32(row[i])
 		}

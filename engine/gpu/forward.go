@@ -270,14 +270,14 @@ func (f *fwd) input(mtp bool) (layers []*dlayer, hid, norm cuda.DevPtr, head dli
 		layers = []*dlayer{lw}
 		hid, norm, head = ws.mhid, lw.ShNorm, lw.head
 		// x = eh_proj(cat(enorm(embed(tok)), hnorm(h_prev)))
-		o.do(o.b.embed(ws.h, lw.embed, f.ids, M, H))
+		o.do(o.b.embed(ws.h, lw.embed, f.ids, M, H, c.VocabSize))
 		eps := float32(c.RMSNormEps)
 		o.do(o.b.rmsnorm(ws.cat, ws.h, lw.ENorm, M, H, H, 2*H, eps))
 		o.do(o.b.rmsnorm(fptr(ws.cat, H), ws.hin, lw.HNorm, M, H, H, 2*H, eps))
 		o.lin(lw.EH, ws.x, ws.cat, M, 2*H, H)
 	} else {
 		layers = e.w.layers[:c.NumLayers]
-		o.do(o.b.embed(ws.x, e.w.embed, f.ids, M, H))
+		o.do(o.b.embed(ws.x, e.w.embed, f.ids, M, H, c.VocabSize))
 	}
 	// Each block ends with its residual add fused into the next norm: the
 	// next block's input norm, or the final norm after the last.

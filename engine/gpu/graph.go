@@ -371,8 +371,8 @@ func (gb *graphDevice) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo
 		ku(out), ku(gate), ku(up), ki(rows), ki(I), ki(ldg), ki(ldu), ki(ldo))
 }
 
-func (gb *graphDevice) embed(out, table, ids cuda.DevPtr, T, D int) error {
-	return gb.rec("embed", int64(6*T*D), func(b device) error { return b.embed(out, table, ids, T, D) }, ku(out), ku(table), ku(ids), ki(T), ki(D))
+func (gb *graphDevice) embed(out, table, ids cuda.DevPtr, T, D, V int) error {
+	return gb.rec("embed", int64(6*T*D), func(b device) error { return b.embed(out, table, ids, T, D, V) }, ku(out), ku(table), ku(ids), ki(T), ki(D), ki(V))
 }
 
 func (gb *graphDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {

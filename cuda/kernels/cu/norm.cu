@@ -109,10 +109,18 @@ extern "C" __global__ void silu_mul(const float* __restrict__ gate, const float*
 }
 
 // out[t][:] = table[ids[t]][:] from a bf16 table [V][D]; one block per token.
-extern "C" __global__ void embed_bf16(const u16* __restrict__ table, const int* __restrict__ ids, float* out, int D) {
+// An id outside [0, V) (a pick over non-finite logits, fed to the next step
+// on the device by the pipelined step) gives a NaN row, never a read
+// outside the table.
+extern "C" __global__ void embed_bf16(const u16* __restrict__ table, const int* __restrict__ ids, float* out, int D, int V) {
   PDL_WAIT();
-  const u16* row = table + (size_t)ids[blockIdx.x] * D;
+  const int id = ids[blockIdx.x];
   float* o = out + (size_t)blockIdx.x * D;
+  if ((unsigned)id >= (unsigned)V) {
+    for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = __int_as_float(0x7fc00000);
+    return;
+  }
+  const u16* row = table + (size_t)id * D;
   for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = bf16_to_f32(row[i]);
 }
 

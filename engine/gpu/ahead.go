@@ -32,10 +32,12 @@ import (
 // stream queue behind it). An error of that work is returned by the next
 // call.
 
-// pipeOn: TILERT_GPU_PIPELINE=1 turns the pipelined step on, =0 (the
-// default until a device run shows it faster) keeps each step waiting for
-// its tokens before the next is recorded.
-var pipeOn = os.Getenv("TILERT_GPU_PIPELINE") == "1"
+// pipeOn: TILERT_GPU_PIPELINE=0 turns the pipelined step off (each step
+// then waits for its tokens before the next is recorded). On by default:
+// on the H200 it took the 1-slot step at 8192 from 3.349 to 3.128 ms (the
+// graphs' device time, 3.126 ms) and 4 slots from 9.184 to 8.813 ms,
+// same binary, same run (docs/measured/h200-2026-12-01-async).
+var pipeOn = os.Getenv("TILERT_GPU_PIPELINE") != "0"
 
 // aheadState is the backend's pipelined-step state.
 type aheadState struct {

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/cockroachdb/errors"
@@ -188,6 +189,20 @@ func (k *Set) GemvFP8ExpertsWide(s cuda.Stream, y, x cuda.DevPtr, xstride int, w
 	return k.launch(fmt.Sprintf("gemv_fp8_experts_wide_r%d", r), cuda.D3(cdiv(N, r), slots, 1), cuda.D1(256), 0, s, wTable, sTable, ids, x, xstride, y, N, K)
 }
 
+// smallFast: rmsnorm, add_rmsnorm and moe_route run as rmsnorm_reg,
+// add_rmsnorm_reg (every load of the row issued at once) and moe_route_rank
+// (the selection by rank, no serial rounds), bit-identical to the loop
+// kernels; TILERT_GPU_SMALL=0 keeps those (comparisons). A variable so that
+// tests can run both.
+var smallFast = os.Getenv("TILERT_GPU_SMALL") != "0"
+
+// normRegs is NORM_REGS in norm.cu: the elements per thread the _reg norms
+// hold in registers.
+const normRegs = 8
+
+// normRegsFit says whether rows of D floats take the _reg norm kernels.
+func normRegsFit(D int) bool { return smallFast && cdiv(D, normThreads(D)) <= normRegs }
+
 func normThreads(D int) int {
 	t := min(1024, cdiv(D, 4)*1)
 	t = cdiv(t, 32) * 32
@@ -199,7 +214,11 @@ func (k *Set) RMSNorm(s cuda.Stream, y, x, w cuda.DevPtr, rows, D, ldx, ldy int,
 	if rows <= 0 || D <= 0 || ldx < D || ldy < D {
 		return errors.Newf("rmsnorm: rows=%d D=%d ldx=%d ldy=%d", rows, D, ldx, ldy)
 	}
-	return k.launch("rmsnorm", cuda.D1(rows), cuda.D1(normThreads(D)), 0, s, x, w, y, D, ldx, ldy, eps)
+	name := "rmsnorm"
+	if normRegsFit(D) {
+		name = "rmsnorm_reg"
+	}
+	return k.launch(name, cuda.D1(rows), cuda.D1(normThreads(D)), 0, s, x, w, y, D, ldx, ldy, eps)
 }
 
 // AddRMSNorm adds b into the residual rows x (x += b) and writes
@@ -209,7 +228,11 @@ func (k *Set) AddRMSNorm(s cuda.Stream, y, x, b, w cuda.DevPtr, rows, D, ldx, ld
 	if rows <= 0 || D <= 0 || ldx < D || ldb < D || ldy < D {
 		return errors.Newf("add_rmsnorm: rows=%d D=%d ldx=%d ldb=%d ldy=%d", rows, D, ldx, ldb, ldy)
 	}
-	return k.launch("add_rmsnorm", cuda.D1(rows), cuda.D1(normThreads(D)), 0, s, x, b, w, y, D, ldx, ldb, ldy, eps)
+	name := "add_rmsnorm"
+	if normRegsFit(D) {
+		name = "add_rmsnorm_reg"
+	}
+	return k.launch(name, cuda.D1(rows), cuda.D1(normThreads(D)), 0, s, x, b, w, y, D, ldx, ldb, ldy, eps)
 }
 
 // LayerNorm normalises rows: y = (x-mean)*rsqrt(var+eps)*w + b (w, b may be 0).
@@ -284,7 +307,11 @@ func (k *Set) MoERoute(s cuda.Stream, idx, wts, logits, bias cuda.DevPtr, T, E, 
 	if norm {
 		nv = 1
 	}
-	return k.launch("moe_route", cuda.D1(T), cuda.D1(cdiv(E, 32)*32), 0, s, logits, bias, idx, wts, E, K, ngroup, topkGroup, nv, scale)
+	name := "moe_route"
+	if smallFast {
+		name = "moe_route_rank"
+	}
+	return k.launch(name, cuda.D1(T), cuda.D1(cdiv(E, 32)*32), 0, s, logits, bias, idx, wts, E, K, ngroup, topkGroup, nv, scale)
 }
 
 // IndexerScores writes out[q][t] (row stride ldOut) for t < T:

@@ -90,3 +90,111 @@ extern "C" __global__ void __launch_bounds__(1024) moe_route(const float* __rest
   moe_route_row(logits + (size_t)blockIdx.x * E, bias, idx + (size_t)blockIdx.x * K, wts + (size_t)blockIdx.x * K, E, K,
                 ngroup, topk_group, norm, scale);
 }
+
+// moe_route_rank: moe_route's rule and outputs bit for bit, with its serial
+// stages made parallel (one block per token, blockDim = E rounded up to 32):
+// - a group of 32 experts is one warp, whose two largest c come from two
+//   warp arg-max passes (the same multiset, so the same m1 + m2); other group
+//   sizes keep moe_route's loop;
+// - a group is kept when fewer than topk_group groups beat it (higher score,
+//   or equal with a lower index): moe_route's repeated pick of the best
+//   group, ties to the lower index;
+// - an expert's place in the selection is the number of experts that beat it
+//   the same way (K rounds of block arg-max pick exactly that order); only
+//   kept groups can beat a kept expert of finite c, and an expert dropped
+//   with its group (c = -inf) cannot be chosen while K experts are finite;
+// - weight sum in selection order by every thread r < K, as moe_route's
+//   thread 0 does.
+// Replaces ~8 block arg-max rounds (2 barriers each) and two one-thread
+// loops with 3 barriers and one pass over the kept experts per thread.
+extern "C" __global__ void __launch_bounds__(1024) moe_route_rank(const float* __restrict__ logits,
+                                                                 const float* __restrict__ bias, int* idx,
+                                                                 float* wts, int E, int K, int ngroup,
+                                                                 int topk_group, int norm, float scale) {
+  PDL_WAIT();
+  __shared__ float c[1024];
+  __shared__ float gsc[32];
+  __shared__ int keepg[32];
+  __shared__ int chosen[64];
+  __shared__ float sv[64];
+  const int t = threadIdx.x, lane = t & 31, wp = t >> 5;
+  const float* lg = logits + (size_t)blockIdx.x * E;
+  float s = 0.0f, ct = NEG_INF;
+  if (t < E) {
+    s = 1.0f / (1.0f + expf(-lg[t]));
+    ct = s + (bias ? bias[t] : 0.0f);
+    c[t] = ct;
+  }
+  const bool grouped = ngroup > 1 && topk_group < ngroup;
+  const int gs = grouped ? E / ngroup : E;
+  if (grouped) {
+    if (gs == 32) {
+      float m1 = ct;
+      int i1 = lane;
+      warp_argmax(m1, i1);
+      float m2 = lane == i1 ? NEG_INF : ct;
+      int i2 = lane;
+      warp_argmax(m2, i2);
+      if (lane == 0 && wp < ngroup) gsc[wp] = m1 + m2;
+      __syncthreads();
+    } else {
+      __syncthreads();
+      if (t < ngroup) {
+        float m1 = NEG_INF, m2 = NEG_INF;
+        for (int i = t * gs; i < (t + 1) * gs; i++) {
+          float v = c[i];
+          if (v > m1) {
+            m2 = m1;
+            m1 = v;
+          } else if (v > m2) {
+            m2 = v;
+          }
+        }
+        gsc[t] = gs >= 2 ? m1 + m2 : m1;
+      }
+      __syncthreads();
+    }
+    if (t < ngroup) {
+      const float gv = gsc[t];
+      int r = 0;
+      for (int h = 0; h < ngroup; h++) {
+        const float hv = gsc[h];
+        r += (hv > gv || (hv == gv && h < t)) ? 1 : 0;
+      }
+      keepg[t] = r < topk_group;
+    }
+    __syncthreads();
+    if (t < E && !keepg[t / gs]) {
+      ct = NEG_INF;
+      c[t] = ct;
+    }
+  }
+  // Finite experts after the group drop (NaN counts as not finite).
+  const int nfin = __syncthreads_count(t < E && ct > NEG_INF);
+  if (t < E && (ct > NEG_INF || nfin < K)) {
+    // Only kept groups can beat a finite c; otherwise scan every expert.
+    const bool all = !(ct > NEG_INF) || !grouped;
+    int r = 0;
+    for (int g = 0; g < (all ? 1 : ngroup); g++) {
+      if (!all && !keepg[g]) continue;
+      const int j0 = all ? 0 : g * gs, j1 = all ? E : (g + 1) * gs;
+      for (int j = j0; j < j1; j++) {
+        const float v = c[j];
+        r += (v > ct || (v == ct && j < t)) ? 1 : 0;
+      }
+    }
+    if (r < K) {
+      chosen[r] = t;
+      sv[r] = s;
+    }
+  }
+  __syncthreads();
+  if (t < K) {
+    float sum = 0.0f;
+    for (int r = 0; r < K; r++) sum += sv[r];
+    float o = sv[t];
+    if (norm) o /= (sum + 1e-20f);
+    idx[(size_t)blockIdx.x * K + t] = chosen[t];
+    wts[(size_t)blockIdx.x * K + t] = o * scale;
+  }
+}

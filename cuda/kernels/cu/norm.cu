@@ -135,3 +135,84 @@ extern "C" __global__ void moe_combine(const float* __restrict__ y, const float*
   for (int j = 0; j < k; j++) s += w[j] * y[(size_t)j * N + n];
   out[n] = (resid ? resid[n] : 0.0f) + s;
 }
+
+// rmsnorm and add_rmsnorm with every load of the row issued before the first
+// use (NORM_REGS elements per thread, D <= NORM_REGS * blockDim.x): the loop
+// kernels above wait one L2 round trip per element a thread owns (their
+// loads sit behind the previous element's store, and x, b, y may alias), 7 in
+// a row at D = 7168. Same element-to-thread assignment (i = t + j*blockDim),
+// same per-thread order of the squares, same block_sum: bit-identical to
+// them.
+#define NORM_REGS 8
+
+// A load issued where it is written: as a plain or .nc load, w's loads were
+// sunk past the block's barrier (an HBM round trip after the reduction); a
+// volatile coherent load stays before it.
+__device__ __forceinline__ float ld_early(const float* p) {
+  float v;
+  asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
+
+extern "C" __global__ void __launch_bounds__(1024) rmsnorm_reg(const float* x, const float* __restrict__ w, float* y,
+                                                               int D, int ldx, int ldy, float eps) {
+  PDL_WAIT();
+  __shared__ float sh[32];
+  const float* xr = x + (size_t)blockIdx.x * ldx;
+  float* yr = y + (size_t)blockIdx.x * ldy;
+  const int t = threadIdx.x, nt = blockDim.x;
+  float v[NORM_REGS], wv[NORM_REGS];
+#pragma unroll
+  for (int j = 0; j < NORM_REGS; j++) {
+    const int i = t + j * nt;
+    v[j] = i < D ? xr[i] : 0.0f;
+    wv[j] = i < D ? ld_early(w + i) : 0.0f;
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NORM_REGS; j++)
+    if (t + j * nt < D) ss += v[j] * v[j];
+  ss = block_sum(ss, sh);
+  const float r = rsqrtf(ss / (float)D + eps);
+#pragma unroll
+  for (int j = 0; j < NORM_REGS; j++) {
+    const int i = t + j * nt;
+    if (i < D) yr[i] = wv[j] * (v[j] * r);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_reg(float* x, const float* b,
+                                                                   const float* __restrict__ w, float* y, int D,
+                                                                   int ldx, int ldb, int ldy, float eps) {
+  PDL_WAIT();
+  __shared__ float sh[32];
+  float* xr = x + (size_t)blockIdx.x * ldx;
+  const float* br = b + (size_t)blockIdx.x * ldb;
+  float* yr = y + (size_t)blockIdx.x * ldy;
+  const int t = threadIdx.x, nt = blockDim.x;
+  float v[NORM_REGS], bv[NORM_REGS], wv[NORM_REGS];
+#pragma unroll
+  for (int j = 0; j < NORM_REGS; j++) {
+    const int i = t + j * nt;
+    v[j] = i < D ? xr[i] : 0.0f;
+    bv[j] = i < D ? br[i] : 0.0f;
+    wv[j] = i < D ? ld_early(w + i) : 0.0f;
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NORM_REGS; j++) {
+    const int i = t + j * nt;
+    if (i < D) {
+      v[j] = v[j] + bv[j];
+      xr[i] = v[j];
+      ss += v[j] * v[j];
+    }
+  }
+  ss = block_sum(ss, sh);
+  const float r = rsqrtf(ss / (float)D + eps);
+#pragma unroll
+  for (int j = 0; j < NORM_REGS; j++) {
+    const int i = t + j * nt;
+    if (i < D) yr[i] = wv[j] * (v[j] * r);
+  }
+}

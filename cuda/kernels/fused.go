@@ -105,7 +105,7 @@ func (k *Set) RouterRoute(s cuda.Stream, idx, wts, logits, x, w, bias, counter c
 			E, K, M, ldx, topk, ngroup, topkGroup, RouterRouteMaxRows, RouterRouteMaxExperts)
 	}
 	return k.launch("router_route", cuda.D1(E), cuda.D1(256), 0, s, w, x, logits, E, K, M, ldx, bias, idx, wts, topk, ngroup,
-		topkGroup, b2i(norm), scale, counter)
+		topkGroup, b2i(norm), scale, counter, b2i(smallFast))
 }
 
 // MoECombineAddRMSNorm is MoECombineSlots(tmp, y, w, resid, M, k, D) then

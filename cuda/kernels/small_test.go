@@ -147,6 +147,28 @@ func TestKernelSmallTiming(t *testing.T) {
 			both(fmtName("moe_route GLM-5 256 plain M=%d", M), float64(4*M*E), func() {
 				chk(k.MoERoute(s, ids, wts, lg, bias, M, E, topk, 1, 1, true, 2.5))
 			})
+			const K = 7168
+			w := a.up(randBF16(r, E*K, 0.05))
+			x := a.up(randF32(r, M*K, 1))
+			counter := a.up([]uint32{0})
+			rb := float64(2*E*K + 4*M*K + 4*M*E)
+			both(fmtName("router gemv_bf16_wide + moe_route (2 launches) M=%d", M), rb, func() {
+				chk(k.GemvBF16Wide(s, lg, x, w, 0, E, K, M, K, E))
+				chk(k.MoERoute(s, ids, wts, lg, bias, M, E, topk, 8, 4, true, 2.5))
+			})
+			both(fmtName("router_route fused M=%d", M), rb, func() {
+				chk(k.RouterRoute(s, ids, wts, lg, x, w, bias, counter, E, K, M, K, topk, 8, 4, true, 2.5))
+			})
+			const D = 7168
+			y := a.up(randF32(r, M*topk*D, 1))
+			ew := a.up(randF32(r, M*topk, 0.3))
+			res := a.up(randF32(r, M*D, 1))
+			nw := a.up(randF32(r, D, 1))
+			xr, out, tmp := a.up(randF32(r, M*D, 1)), a.raw(int64(4*M*D)), a.raw(int64(4*M*D))
+			both(fmtName("moe_combine_slots + add_rmsnorm (2 launches) M=%d", M), float64(4*M*D*(topk+5)), func() {
+				chk(k.MoECombineSlots(s, tmp, y, ew, res, M, topk, D))
+				chk(k.AddRMSNorm(s, out, xr, tmp, nw, M, D, D, D, D, 1e-6))
+			})
 		}
 	})
 }

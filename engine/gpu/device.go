@@ -542,11 +542,14 @@ func (b *cudaDevice) moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D
 // at 4 rows: the last block routes the rows one after another; combine +
 // norm 9.5 vs 6.2 us: one block per row reads the slots alone), so only on
 // request. TILERT_GPU_FUSE=0 keeps every unfused launch (comparisons),
-// =2 also takes fuseMoE's.
+// =2 also takes fuseMoE's; =3 only the router's (fuseRouter: its last
+// block routes by rank, kernels' moe_route_rank_row, unless
+// TILERT_GPU_SMALL=0).
 var (
-	fuseMode = os.Getenv("TILERT_GPU_FUSE")
-	fuseOn   = fuseMode != "0"
-	fuseMoE  = fuseMode == "2"
+	fuseMode   = os.Getenv("TILERT_GPU_FUSE")
+	fuseOn     = fuseMode != "0"
+	fuseMoE    = fuseMode == "2"
+	fuseRouter = fuseMode == "2" || fuseMode == "3"
 )
 
 // runner executes engine work on a backend: the GPU's device thread or the

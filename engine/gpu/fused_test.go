@@ -21,7 +21,7 @@ func testFusedEqualUnfused(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(on, moe bool) { fuseOn, fuseMoE = on, moe }(fuseOn, fuseMoE)
+	defer func(on, moe, rt bool) { fuseOn, fuseMoE, fuseRouter = on, moe, rt }(fuseOn, fuseMoE, fuseRouter)
 	for _, tc := range []struct {
 		pr   string
 		moe  bool // TILERT_GPU_FUSE=2: the router and combine fusions too
@@ -45,7 +45,7 @@ func testFusedEqualUnfused(t *testing.T, kind deviceKind) {
 			var batch [2][][]int
 			var count [2]map[string]int
 			for k, on := range []bool{false, true} {
-				fuseOn, fuseMoE = on, on && tc.moe
+				fuseOn, fuseMoE, fuseRouter = on, on && tc.moe, on && tc.moe
 				e := newTestEngine(t, kind, src, opts)
 				e.m.graphs.keep = [][]gop{}
 				toks[k] = enginetest.GenerateKeep(t, e, 0, prompt, engine.Params{}, n)

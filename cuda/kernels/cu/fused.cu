@@ -10,6 +10,8 @@ __device__ void idx_q_prep_body(const float* __restrict__ q, const float* __rest
                                 int H, int rot, int interleaved, float wscale, int hb, int m);
 __device__ void moe_route_row(const float* lg, const float* __restrict__ bias, int* idx, float* wts, int E, int K,
                               int ngroup, int topk_group, int norm, float scale);
+__device__ void moe_route_rank_row(const float* lg, const float* __restrict__ bias, int* idx, float* wts, int E,
+                                   int K, int ngroup, int topk_group, int norm, float scale);
 
 // One RoPE pair of the rope kernel (same expressions, so the same rounding).
 __device__ __forceinline__ void fz_rope_pair(float* x, int i, int half, float c, float s, int interleaved) {
@@ -138,7 +140,8 @@ extern "C" __global__ void __launch_bounds__(512)
 // arithmetic (256 threads split K in 16-byte chunks, 4 loads in flight,
 // fixed-order combine); the last block to finish (a counter the block resets
 // for the next launch, so graph replays stay valid) routes every row with
-// moe_route's rule over the logits. grid E, 256 threads, E <= 256.
+// moe_route's rule over the logits (rank != 0: moe_route_rank_row, the same
+// bits). grid E, 256 threads, E <= 256.
 #define RR_MAXM 8
 
 __device__ __forceinline__ uint4 fz_ldg_stream16(const void* p) {
@@ -152,7 +155,7 @@ __device__ __forceinline__ uint4 fz_ldg_stream16(const void* p) {
 extern "C" __global__ void __launch_bounds__(256)
     router_route(const u16* __restrict__ W, const float* __restrict__ x, float* logits, int E, int K, int M, int ldx,
                  const float* __restrict__ bias, int* idx, float* wts, int topk, int ngroup, int topk_group, int norm,
-                 float scale, unsigned* counter) {
+                 float scale, unsigned* counter, int rank) {
   PDL_WAIT();
   __shared__ float part[8][RR_MAXM];
   __shared__ float lg[RR_MAXM * 256];
@@ -226,8 +229,12 @@ extern "C" __global__ void __launch_bounds__(256)
   for (int i = t; i < M * E; i += 256) lg[i] = __ldcg(logits + i);
   __syncthreads();
   for (int m = 0; m < M; m++) {
-    moe_route_row(lg + m * E, bias, idx + (size_t)m * topk, wts + (size_t)m * topk, E, topk, ngroup, topk_group, norm,
-                  scale);
+    if (rank)
+      moe_route_rank_row(lg + m * E, bias, idx + (size_t)m * topk, wts + (size_t)m * topk, E, topk, ngroup,
+                         topk_group, norm, scale);
+    else
+      moe_route_row(lg + m * E, bias, idx + (size_t)m * topk, wts + (size_t)m * topk, E, topk, ngroup, topk_group,
+                    norm, scale);
     __syncthreads();
   }
   if (t == 0) *counter = 0u;

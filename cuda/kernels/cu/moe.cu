@@ -107,18 +107,17 @@ extern "C" __global__ void __launch_bounds__(1024) moe_route(const float* __rest
 //   thread 0 does.
 // Replaces ~8 block arg-max rounds (2 barriers each) and two one-thread
 // loops with 3 barriers and one pass over the kept experts per thread.
-extern "C" __global__ void __launch_bounds__(1024) moe_route_rank(const float* __restrict__ logits,
-                                                                 const float* __restrict__ bias, int* idx,
-                                                                 float* wts, int E, int K, int ngroup,
-                                                                 int topk_group, int norm, float scale) {
-  PDL_WAIT();
+// moe_route_rank_row is one token's block (blockDim >= E, every thread
+// calls it; lg may be in shared memory), also run by fused.cu's
+// router_route.
+__device__ void moe_route_rank_row(const float* lg, const float* __restrict__ bias, int* idx, float* wts, int E,
+                                   int K, int ngroup, int topk_group, int norm, float scale) {
   __shared__ float c[1024];
   __shared__ float gsc[32];
   __shared__ int keepg[32];
   __shared__ int chosen[64];
   __shared__ float sv[64];
   const int t = threadIdx.x, lane = t & 31, wp = t >> 5;
-  const float* lg = logits + (size_t)blockIdx.x * E;
   float s = 0.0f, ct = NEG_INF;
   if (t < E) {
     s = 1.0f / (1.0f + expf(-lg[t]));
@@ -194,7 +193,16 @@ extern "C" __global__ void __launch_bounds__(1024) moe_route_rank(const float* _
     for (int r = 0; r < K; r++) sum += sv[r];
     float o = sv[t];
     if (norm) o /= (sum + 1e-20f);
-    idx[(size_t)blockIdx.x * K + t] = chosen[t];
-    wts[(size_t)blockIdx.x * K + t] = o * scale;
+    idx[t] = chosen[t];
+    wts[t] = o * scale;
   }
+}
+
+extern "C" __global__ void __launch_bounds__(1024) moe_route_rank(const float* __restrict__ logits,
+                                                                 const float* __restrict__ bias, int* idx,
+                                                                 float* wts, int E, int K, int ngroup,
+                                                                 int topk_group, int norm, float scale) {
+  PDL_WAIT();
+  moe_route_rank_row(logits + (size_t)blockIdx.x * E, bias, idx + (size_t)blockIdx.x * K,
+                     wts + (size_t)blockIdx.x * K, E, K, ngroup, topk_group, norm, scale);
 }

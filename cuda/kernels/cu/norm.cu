@@ -150,7 +150,7 @@ extern "C" __global__ void moe_combine(const float* __restrict__ y, const float*
 // volatile coherent load stays before it.
 __device__ __forceinline__ float ld_early(const float* p) {
   float v;
-  asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p));
   return v;
 }
 

@@ -30,6 +30,11 @@ func TestKernelGemvGroup(t *testing.T) {
 			})
 		}
 	}
+	// The norm prologue's loop form (TILERT_GPU_SMALL=0).
+	t.Run("rule=3_loop_norm", func(t *testing.T) {
+		TileRule = 3
+		withSmall(false, func() { testGemvGroup(t, " rule=3 loop norm") })
+	})
 }
 
 type groupSegCase struct {
@@ -58,6 +63,9 @@ func testGemvGroup(t *testing.T, tag string) {
 			{K: 1536, M: 2, pad: 8, norm: true, segs: []groupSegCase{{515, false}, {256, false}}},
 			{K: 1536, M: 7, norm: true, segs: []groupSegCase{{131, false}, {64, true}, {300, false}}},
 			{K: 768, M: 4, norm: true, segs: []groupSegCase{{257, false}}},
+			// the layer input with its norm (the input norm in the prologue)
+			{K: 7168, M: 1, norm: true, segs: []groupSegCase{{1536, false}, {576, false}, {128, false}, {64, true}}},
+			{K: 7168, M: 3, pad: 4, norm: true, segs: []groupSegCase{{300, false}, {64, true}}},
 		} {
 			K, M := gc.K, gc.M
 			ldx := K + gc.pad

@@ -98,7 +98,9 @@ func (k *Set) GemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 	sms := k.c.Info().SMs
 	args := make([]any, 0, 31)
 	nthr := normThreads(K)
-	args = append(args, x, ldx, K, M, norm.W, norm.Eps, nthr|b2i(TileRule >= 2)<<16)
+	// bit 17: the norm prologue issues its loads several at a time
+	// (smallFast; the same sums).
+	args = append(args, x, ldx, K, M, norm.W, norm.Eps, nthr|b2i(TileRule >= 2)<<16|b2i(smallFast)<<17)
 	blocks, R := 0, 0
 	for i := range MaxGroupSegs {
 		if i >= len(segs) {

@@ -172,3 +172,77 @@ func TestKernelSmallTiming(t *testing.T) {
 		}
 	})
 }
+
+// TestKernelSmallGroupTiming graph-times the grouped GEMVs with a norm
+// prologue, weights cold, 1 row: q_b + indexer wq_b over q_a (K = 1536,
+// TILERT_GPU_GROUP=2's launch 2) and the layer-input projections over the
+// residual (K = 7168, the input norm in the prologue), each against the
+// launches it replaces (RMSNorm then the tile GEMVs / the group launch
+// without a norm), the prologue in its loop form (old) and staged (new).
+func TestKernelSmallGroupTiming(t *testing.T) {
+	needTiming(t)
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		add := timingTable(t, c, a, r, 1<<30, "small group: device-to-device copy 1 GiB (read+write)", "reference")
+		type seg struct {
+			N    int
+			bf16 bool
+		}
+		run := func(what string, K int, segs []seg) {
+			var bytes int64
+			for _, sg := range segs {
+				bytes += int64(sg.N*K) * int64(1+b2i(sg.bf16))
+			}
+			nc := coldCopies(bytes)
+			ws := make([][]cuda.DevPtr, len(segs))
+			ss := make([][]cuda.DevPtr, len(segs))
+			ys := make([]cuda.DevPtr, len(segs))
+			for i, sg := range segs {
+				if sg.bf16 {
+					ws[i], ss[i] = devBF16s(c, a, r, nc, sg.N, K), make([]cuda.DevPtr, nc)
+				} else {
+					ws[i], ss[i] = devFP8s(c, a, r, nc, sg.N, K)
+				}
+				ys[i] = a.raw(int64(4 * sg.N))
+			}
+			x, xn, nw := a.up(randF32(r, K, 1)), a.raw(int64(4*K)), a.up(randF32(r, K, 1))
+			segsOf := func(i int) []GroupSeg {
+				gs := make([]GroupSeg, len(segs))
+				for j, sg := range segs {
+					gs[j] = GroupSeg{W: ws[j][i%nc], S: ss[j][i%nc], Y: ys[j], N: sg.N, LdY: sg.N, BF16: sg.bf16}
+				}
+				return gs
+			}
+			b := float64(bytes)
+			for _, on := range []bool{false, true} {
+				v := "old"
+				if on {
+					v = "new"
+				}
+				withSmall(on, func() {
+					add(fmtName("%s rmsnorm + group launch (no norm), graph %s", what, v), b,
+						groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) {
+							chk(k.RMSNorm(s, xn, x, nw, 1, K, K, K, 1e-6))
+							chk(k.GemvGroup(s, xn, K, 1, K, segsOf(i), GroupNorm{}))
+						}), "")
+					add(fmtName("%s group launch, norm prologue, graph %s", what, v), b,
+						groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) {
+							chk(k.GemvGroup(s, x, K, 1, K, segsOf(i), GroupNorm{W: nw, Eps: 1e-6}))
+						}), "")
+				})
+			}
+			add(fmtName("%s rmsnorm + separate tile GEMVs, graph new", what), b,
+				groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) {
+					chk(k.RMSNorm(s, xn, x, nw, 1, K, K, K, 1e-6))
+					for j, sg := range segs {
+						if sg.bf16 {
+							chk(k.GemvBF16Wide(s, ys[j], xn, ws[j][i%nc], 0, sg.N, K, 1, K, sg.N))
+						} else {
+							chk(k.GemvFP8Tile(s, ys[j], xn, ws[j][i%nc], ss[j][i%nc], 0, sg.N, K, 1, K, sg.N))
+						}
+					}
+				}), "")
+		}
+		run("q_b + idx wq_b", 1536, []seg{{24576, false}, {8192, false}})
+		run("attn in (q_a, kv_a, wk, wproj)", 7168, []seg{{1536, false}, {576, false}, {128, false}, {64, true}})
+	})
+}

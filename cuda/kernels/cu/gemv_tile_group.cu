@@ -24,6 +24,9 @@
 // ldx % 4 == 0 (the launcher checks).
 
 #define GROUP_SEGS 4
+// Elements of a row each virtual thread of the norm prologue loads at once
+// (fastnorm).
+#define GROUP_NORM_REGS 4
 
 // One segment's block: rows [n0, ...) of W, G threads per group, R rows per
 // group, rr[m] the row scales of the norm (nw != 0).
@@ -31,7 +34,7 @@ template <class T, int R, int MM>
 __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, float* y, int ldy, int N, int G,
                                                 int blk, const float* __restrict__ x, int ldx, int K, int M,
                                                 const float* __restrict__ nw, float eps, int nthr, int fold,
-                                                float (*part)[32], float (*nsh)[32], float* rs) {
+                                                int fastnorm, float (*part)[32], float (*nsh)[32], float* rs) {
   constexpr int NI = 8 / R;
   const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
   const int n0 = (blk * (TILE_THREADS / G) + grp) * R;
@@ -72,16 +75,46 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
     // warp sums add up in warp order.
     const int nvw = nthr >> 5;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int m = 0; m < M; m++) {
-      const float* xr = x + (size_t)m * ldx;
-      for (int vw = warp; vw < nvw; vw += TILE_THREADS / 32) {
-        float ss = 0.0f;
-        for (int i = vw * 32 + lane; i < K; i += nthr) {
-          float v = xr[i];
-          ss += v * v;
+    if (fastnorm) {
+      // The same sums with the loads of a virtual thread's elements
+      // issued GROUP_NORM_REGS at a time: the loop below waits one L2
+      // round trip per element, times the virtual warps a warp plays (28
+      // in a row at K = 7168; here 8, and 2 at K = 1536). Few at a time
+      // keeps the registers of the GEMV around it (all 32 of a warp's
+      // elements at once: 52-76 -> 120-127).
+      for (int m = 0; m < M; m++) {
+        const float* xr = x + (size_t)m * ldx;
+#pragma unroll 1
+        for (int vw = warp; vw < nvw; vw += TILE_THREADS / 32) {
+          float ss = 0.0f;
+#pragma unroll 1
+          for (int i0 = vw * 32 + lane; i0 < K; i0 += GROUP_NORM_REGS * nthr) {
+            float v[GROUP_NORM_REGS];
+#pragma unroll
+            for (int j = 0; j < GROUP_NORM_REGS; j++) {
+              const int i = i0 + j * nthr;
+              v[j] = i < K ? xr[i] : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < GROUP_NORM_REGS; j++)
+              if (i0 + j * nthr < K) ss += v[j] * v[j];
+          }
+          ss = warp_sum(ss);
+          if (lane == 0) nsh[m][vw] = ss;
         }
-        ss = warp_sum(ss);
-        if (lane == 0) nsh[m][vw] = ss;
+      }
+    } else {
+      for (int m = 0; m < M; m++) {
+        const float* xr = x + (size_t)m * ldx;
+        for (int vw = warp; vw < nvw; vw += TILE_THREADS / 32) {
+          float ss = 0.0f;
+          for (int i = vw * 32 + lane; i < K; i += nthr) {
+            float v = xr[i];
+            ss += v * v;
+          }
+          ss = warp_sum(ss);
+          if (lane == 0) nsh[m][vw] = ss;
+        }
       }
     }
     __syncthreads();
@@ -256,11 +289,11 @@ __device__ __forceinline__ void gemv_group_run(const float* __restrict__ x, int 
       }
     }
   }
-  const int G = cfg & 1023, fold = nf >> 16, nthr = nf & 0xffff;
+  const int G = cfg & 1023, fold = (nf >> 16) & 1, fastnorm = (nf >> 17) & 1, nthr = nf & 0xffff;
   if ((cfg >> 14) & 1) {
-    gemv_group_body<TBF16, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
+    gemv_group_body<TBF16, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh, rs);
   } else {
-    gemv_group_body<TFP8, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, part, nsh, rs);
+    gemv_group_body<TFP8, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh, rs);
   }
 }
 

@@ -40,6 +40,32 @@ type AttnEpilogue struct {
 	WScale         float32
 	Pos, Cos, Sin  cuda.DevPtr
 	Rot, Rows      int
+	// Prefetch: byte ranges (weights) that extra blocks of the launch ask
+	// the L2 to fetch, for kernels later in the step whose weights would
+	// otherwise come from HBM while nothing else streams (zero ranges
+	// skipped).
+	Prefetch [MaxL2Prefetch]L2Range
+}
+
+// MaxL2Prefetch is the number of ranges AttnEpilogue.Prefetch holds.
+const MaxL2Prefetch = 4
+
+// L2Range is Bytes bytes of device memory from P.
+type L2Range struct {
+	P     cuda.DevPtr
+	Bytes int64
+}
+
+// l2PrefetchBlocks is the prefetch blocks of 512 threads for ranges: 8
+// lines a thread, at most 132.
+func l2PrefetchBlocks(rs []L2Range) int {
+	var lines int64
+	for _, r := range rs {
+		if r.P != 0 && r.Bytes > 0 {
+			lines += (r.Bytes + 127) / 128
+		}
+	}
+	return int(min(132, (lines+512*8-1)/(512*8)))
 }
 
 // Check says what is wrong with a's shapes, or nil.
@@ -72,10 +98,12 @@ func (k *Set) AttnEpilogue(s cuda.Stream, a AttnEpilogue) error {
 	if a.QH != 0 {
 		gx += IndexerQHeads / 16
 	}
-	return k.launch("attn_epilogue", cuda.D3(gx, a.Rows, 1), cuda.D1(512), 0, s,
+	pf := a.Prefetch
+	return k.launch("attn_epilogue", cuda.D3(gx+l2PrefetchBlocks(pf[:]), a.Rows, 1), cuda.D1(512), 0, s,
 		a.KVA, a.LdKV, a.KVNorm, a.KVEps, a.MLACache, b2i(a.KVInterleaved),
 		a.IK, a.LdIK, a.IKNormW, a.IKNormB, a.IKEps, a.IdxCache, b2i(a.IdxInterleaved),
-		a.IQ, a.IW, a.QH, a.WQ, a.IH, a.WScale, a.Pos, a.Cos, a.Sin, a.Rot)
+		a.IQ, a.IW, a.QH, a.WQ, a.IH, a.WScale, a.Pos, a.Cos, a.Sin, a.Rot,
+		gx, pf[0].P, pf[0].Bytes, pf[1].P, pf[1].Bytes, pf[2].P, pf[2].Bytes, pf[3].P, pf[3].Bytes)
 }
 
 // RouterRouteMaxRows and RouterRouteMaxExperts bound RouterRoute's shapes.

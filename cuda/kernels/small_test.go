@@ -246,3 +246,85 @@ func TestKernelSmallGroupTiming(t *testing.T) {
 		run("attn in (q_a, kv_a, wk, wproj)", 7168, []seg{{1536, false}, {576, false}, {128, false}, {64, true}})
 	})
 }
+
+// TestKernelL2PrefetchTiming graph-times the tail of a DeepSeek-V3.2
+// attention layer, 1 row, weights cold (2 copies cycled): the attention
+// epilogue, a stand-in for the indexer and top-k (small dependent
+// launches), absorb_q, a stand-in for MLA, absorb_v, o_proj, the
+// post-attention norm and the router; with the epilogue's extra blocks
+// asking the L2 for W_UK, W_UV, the router and the first MB of o_proj
+// (AttnEpilogue.Prefetch) or not. Also the epilogue alone both ways (does
+// the launch wait for its prefetches?).
+func TestKernelL2PrefetchTiming(t *testing.T) {
+	needTiming(t)
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		add := timingTable(t, c, a, r, 1<<30, "l2 prefetch: device-to-device copy 1 GiB (read+write)", "reference")
+		const (
+			H, nope, vd, R, P = 128, 128, 128, 512, 64
+			D, OK, E, topk    = 7168, 16384, 256, 8
+			nc                = 2
+		)
+		hs := nope + P
+		type wts struct{ uk, uks, uv, uvs, o, os, rt cuda.DevPtr }
+		var cp [nc]wts
+		for i := range cp {
+			w := &cp[i]
+			w.uk, w.uks = a.raw(int64(H*nope*R)), a.raw(int64(4*H*nope*R/128))
+			w.uv, w.uvs = a.raw(int64(H*vd*R)), a.raw(int64(4*H*vd*R/128))
+			fillRandom(c, r, w.uk, int64(H*nope*R), "fp8")
+			fillRandom(c, r, w.uks, int64(4*H*nope*R/128), "f32")
+			fillRandom(c, r, w.uv, int64(H*vd*R), "fp8")
+			fillRandom(c, r, w.uvs, int64(4*H*vd*R/128), "f32")
+			w.o, w.os = devFP8(c, a, r, D, OK)
+			w.rt = devBF16s(c, a, r, 1, E, D)[0]
+		}
+		// epilogue inputs (kv part only)
+		cosT, sinT := ropeTables(4096, 64)
+		cp0, sp0 := a.up(cosT), a.up(sinT)
+		pos := a.up([]int32{1000})
+		kv, kvw := a.up(randF32(r, 576, 1)), a.up(randF32(r, 512, 1))
+		mla := a.raw(int64(64 * 64 * MLATokenBytes))
+		q, qlat, qpe := a.up(randF32(r, H*hs, 1)), a.raw(int64(4*H*R)), a.raw(int64(4*H*P))
+		olat, ao := a.up(randF32(r, H*R, 1)), a.raw(int64(4*H*vd))
+		x, hn, tmp, nw := a.up(randF32(r, D, 1)), a.raw(int64(4*D)), a.raw(int64(4*D)), a.up(randF32(r, D, 1))
+		fx, fw := a.up(randF32(r, D, 1)), a.up(randF32(r, D, 1))
+		lg, bias, ids, ew := a.raw(int64(4*E)), a.up(randF32(r, E, 0.1)), a.raw(int64(4*topk)), a.raw(int64(4*topk))
+		filler := func(s cuda.Stream, n int) {
+			for range n {
+				chk(k.RMSNorm(s, fx, fx, fw, 1, D, D, D, 1e-6))
+			}
+		}
+		epi := func(s cuda.Stream, i int, oprojMB int, pf bool) {
+			w := cp[i%nc]
+			ep := AttnEpilogue{KVA: kv, LdKV: 576, KVNorm: kvw, KVEps: 1e-6, MLACache: mla, KVInterleaved: true,
+				Pos: pos, Cos: cp0, Sin: sp0, Rot: 64, Rows: 1}
+			if pf {
+				ep.Prefetch = [MaxL2Prefetch]L2Range{{w.uk, int64(H * nope * R)}, {w.uv, int64(H * vd * R)},
+					{w.rt, int64(2 * E * D)}, {w.o, int64(min(oprojMB<<20, D*OK))}}
+			}
+			chk(k.AttnEpilogue(s, ep))
+		}
+		tail := func(s cuda.Stream, i int, oprojMB int, pf bool) {
+			w := cp[i%nc]
+			epi(s, i, oprojMB, pf)
+			filler(s, 5) // indexer scores + top-k
+			chk(k.AbsorbQFP8(s, qlat, qpe, q, w.uk, w.uks, 1, H, nope, R, H*hs, hs, P, QRope{}))
+			filler(s, 6) // MLA + combine
+			chk(k.AbsorbVFP8(s, ao, olat, w.uv, w.uvs, 1, H, vd, R, H*vd))
+			chk(k.GemvFP8Tile(s, tmp, ao, w.o, w.os, 0, D, OK, 1, OK, D))
+			chk(k.AddRMSNorm(s, hn, x, tmp, nw, 1, D, D, D, D, 1e-6))
+			chk(k.GemvBF16Wide(s, lg, hn, w.rt, 0, E, D, 1, D, E))
+			chk(k.MoERoute(s, ids, ew, lg, bias, 1, E, topk, 8, 4, true, 2.5))
+		}
+		bytes := float64(2*H*nope*R + D*OK + 2*E*D)
+		add("epilogue alone, no prefetch, graph", 0, groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) { epi(s, i, 0, false) }), "")
+		add("epilogue alone, prefetch uk+uv+router+o_proj 32 MB, graph", 0,
+			groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) { epi(s, i, 32, true) }), "")
+		add("filler: 11 one-block rmsnorms, graph", 0, groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) { filler(s, 11) }), "")
+		add("attention tail, no prefetch, graph", bytes, groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) { tail(s, i, 0, false) }), "")
+		for _, mb := range []int{0, 16, 32, 48} {
+			add(fmtName("attention tail, prefetch uk+uv+router+o_proj %d MB, graph", mb), bytes,
+				groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) { tail(s, i, mb, true) }), "")
+		}
+	})
+}

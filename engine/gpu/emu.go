@@ -860,7 +860,8 @@ func (r *emuRunner) runWith(b device, f func(b device) error) (err error) {
 func (r *emuRunner) close() error { return nil }
 
 // attnEpilogue is the launches it fuses, row by row (a row at a negative
-// position is left alone, as the kernel does), then indexerQPrep.
+// position is left alone, as the kernel does), then indexerQPrep. Its L2
+// prefetches (a.Prefetch) move no values: nothing to transcribe.
 func (m *emuDevice) attnEpilogue(a kernels.AttnEpilogue) error {
 	if err := a.Check(); err != nil {
 		return err

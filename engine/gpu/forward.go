@@ -542,8 +542,11 @@ func (f *fwd) epilogue(lw *dlayer, kv, idx bool) {
 	c := e.cfg
 	R, P := c.KVLoraRank, c.QKRopeHeadDim
 	IH, ID := c.IndexNHeads, c.IndexHeadDim
-	for _, g := range f.groups {
+	for i, g := range f.groups {
 		a := kernels.AttnEpilogue{Pos: fptr(f.pos, g.first), Cos: e.ropeCos, Sin: e.ropeSin, Rot: P, Rows: g.n}
+		if i == 0 && kv {
+			a.Prefetch = f.l2Prefetch(lw) // prefetch.go
+		}
 		if kv {
 			a.KVA, a.LdKV, a.KVNorm, a.KVEps = fptr(ws.kva, g.first*(R+P)), R+P, lw.KVANorm, subEps
 			a.MLACache, a.KVInterleaved = g.s.buf.Add(e.mlaOff[lw.Idx]), c.RopeInterleave

@@ -514,7 +514,9 @@ func (gb *graphDevice) attnEpilogue(a kernels.AttnEpilogue) error {
 		return b.attnEpilogue(a)
 	}, ku(a.KVA), ki(a.LdKV), ku(a.KVNorm), kf(a.KVEps), ku(a.MLACache), kb(a.KVInterleaved),
 		ku(a.IK), ki(a.LdIK), ku(a.IKNormW), ku(a.IKNormB), kf(a.IKEps), ku(a.IdxCache), kb(a.IdxInterleaved),
-		ku(a.IQ), ku(a.IW), ku(a.QH), ku(a.WQ), ki(a.IH), kf(a.WScale), ku(a.Pos), ku(a.Cos), ku(a.Sin), ki(a.Rot), ki(a.Rows))
+		ku(a.IQ), ku(a.IW), ku(a.QH), ku(a.WQ), ki(a.IH), kf(a.WScale), ku(a.Pos), ku(a.Cos), ku(a.Sin), ki(a.Rot), ki(a.Rows),
+		ku(a.Prefetch[0].P), uint64(a.Prefetch[0].Bytes), ku(a.Prefetch[1].P), uint64(a.Prefetch[1].Bytes),
+		ku(a.Prefetch[2].P), uint64(a.Prefetch[2].Bytes), ku(a.Prefetch[3].P), uint64(a.Prefetch[3].Bytes))
 }
 
 func (gb *graphDevice) routerRoute(idx, wts, logits, x, w, bias, counter cuda.DevPtr, E, K, M, ldx, topk, ngroup, topkGroup int, norm bool, scale float32) error {

@@ -13,6 +13,27 @@ __device__ void moe_route_row(const float* lg, const float* __restrict__ bias, i
 __device__ void moe_route_rank_row(const float* lg, const float* __restrict__ bias, int* idx, float* wts, int E,
                                    int K, int ngroup, int topk_group, int norm, float scale);
 
+// l2_prefetch_ranges: block b of nb issues prefetch.global.L2 for its share
+// of the 128-byte lines of up to 4 ranges (null or empty ranges skipped).
+// Nothing waits for them; the data is only read later by other kernels (the
+// weights of a step never change while it runs), so an unfinished or
+// dropped prefetch costs only speed.
+__device__ __forceinline__ void l2_prefetch_range(const char* p, long long n, int b, int nb) {
+  if (!p || n <= 0) return;
+  const long long lines = (n + 127) >> 7;
+  for (long long l = (long long)b * blockDim.x + threadIdx.x; l < lines; l += (long long)nb * blockDim.x)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + (l << 7)));
+}
+
+__device__ __forceinline__ void l2_prefetch_ranges(const char* p0, long long n0, const char* p1, long long n1,
+                                                   const char* p2, long long n2, const char* p3, long long n3, int b,
+                                                   int nb) {
+  l2_prefetch_range(p0, n0, b, nb);
+  l2_prefetch_range(p1, n1, b, nb);
+  l2_prefetch_range(p2, n2, b, nb);
+  l2_prefetch_range(p3, n3, b, nb);
+}
+
 // One RoPE pair of the rope kernel (same expressions, so the same rounding).
 __device__ __forceinline__ void fz_rope_pair(float* x, int i, int half, float c, float s, int interleaved) {
   const int i0 = interleaved ? 2 * i : i;
@@ -32,16 +53,24 @@ __device__ __forceinline__ void fz_rope_pair(float* x, int i, int half, float c,
 //    layernorm kernel's 32 threads), RoPE of its first rot values, written
 //    back and stored in the indexer pages at idxc (eng_indexer_cache_write);
 //  blocks x = 1..4 (qh != null): idx_q_prep of row m.
+//  blocks x >= pfx (row 0): L2 prefetches of up to 4 byte ranges.
 // A negative position writes nothing (as the cache writes skip it).
-// grid (1 or 5, rows), 512 threads.
+// grid (1 or 5, + prefetch blocks, rows), 512 threads.
 extern "C" __global__ void __launch_bounds__(512)
     attn_epilogue(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps, u8* mla, int kv_il, float* ik,
                   int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb, float ik_eps, u8* idxc,
                   int ik_il, const float* __restrict__ iq, const float* __restrict__ iw, u8* qh, float* wq, int IH,
                   float wscale, const int* __restrict__ pos, const float* __restrict__ cos_t,
-                  const float* __restrict__ sin_t, int rot) {
+                  const float* __restrict__ sin_t, int rot, int pfx, const char* pf0, long long pfn0, const char* pf1,
+                  long long pfn1, const char* pf2, long long pfn2, const char* pf3, long long pfn3) {
   PDL_WAIT();
   const int m = blockIdx.y;
+  if (blockIdx.x >= pfx) {
+    // Ask the L2 for weights that bandwidth-light kernels after this one
+    // read (l2_prefetch_ranges); row 0's blocks only.
+    if (m == 0) l2_prefetch_ranges(pf0, pfn0, pf1, pfn1, pf2, pfn2, pf3, pfn3, blockIdx.x - pfx, gridDim.x - pfx);
+    return;
+  }
   if (blockIdx.x > 0) {
     idx_q_prep_body(iq, iw, pos, cos_t, sin_t, qh, wq, IH, rot, ik_il, wscale, blockIdx.x - 1, m);
     return;

@@ -19,6 +19,13 @@ import (
 // cost grows with its block count (every block repeats the prologue:
 // 47.2 us at 4x the blocks), and with rule 3's group sizes (twice rule 1's
 // blocks for K = 1536) it was not measured, so it stays opt-in.
+//
+// Since then (helper fuse, docs/measured/h200-2026-12-01-fuse run 1, tile
+// rule 3, graph-timed, weights cold, 1 row) the default also groups q_b and
+// wq_b, without the prologue, after the separate rmsnorm of q_a: 22.98 us
+// against 24.47 for rmsnorm + the two tile GEMVs, and 25.48 for mode 2 (its
+// prologue, with its loads issued four at a time, still costs more than the
+// 1.9 us rmsnorm launch). "1" keeps the two separate tile GEMVs.
 var groupMode = os.Getenv("TILERT_GPU_GROUP")
 
 // projGroup runs the attention-input projections of ws.h as grouped
@@ -41,6 +48,9 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 		return false
 	}
 	normed := groupMode == "2"
+	// After the separate rmsnorm, q_b (and wq_b) as one grouped launch
+	// (the default) or as tile GEMVs (mode 1).
+	qbGroup := !normed && groupMode != "1"
 	in := []dlin{lw.QA, lw.KVA}
 	qb := []dlin{lw.QB}
 	if withIdx {
@@ -64,6 +74,7 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 	if !kernels.GroupOK(ws.h, H, H, ins) || (normed && !kernels.GroupOK(ws.qa, QL, QL, qbs)) {
 		return false
 	}
+	qbGroup = qbGroup && kernels.GroupOK(ws.qa, QL, QL, qbs)
 	type stage struct {
 		x    ptrOf
 		K    int
@@ -95,6 +106,19 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 		return true
 	}
 	o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.QANorm, M, QL, QL, QL, subEps))
+	if qbGroup {
+		for r := 0; r < M && o.err == nil; r += kernels.MaxTileM {
+			m := min(kernels.MaxTileM, M-r)
+			segs := make([]kernels.GroupSeg, len(qbs))
+			for i, sg := range qbs {
+				sg.Y = fptr(sg.Y, r*sg.LdY)
+				segs[i] = sg
+			}
+			o.do(o.b.gemvGroup(fptr(ws.qa, r*QL), QL, m, QL, segs, kernels.GroupNorm{}))
+		}
+		f.idxQB = withIdx
+		return true
+	}
 	o.lin(lw.QB, ws.q, ws.qa, M, QL, lw.QB.out)
 	return true
 }

@@ -58,14 +58,19 @@ type L2Range struct {
 
 // l2PrefetchBlocks is the prefetch blocks of 512 threads for ranges: 8
 // lines a thread, at most 132.
-func l2PrefetchBlocks(rs []L2Range) int {
+func l2PrefetchBlocks(rs []L2Range) int { return l2PrefetchBlocksOf(rs, 512) }
+
+// l2PrefetchBlocksOf is the prefetch blocks of threads threads for ranges: 8
+// lines a thread, at most 132 (0: nothing to prefetch).
+func l2PrefetchBlocksOf(rs []L2Range, threads int) int {
 	var lines int64
 	for _, r := range rs {
 		if r.P != 0 && r.Bytes > 0 {
 			lines += (r.Bytes + 127) / 128
 		}
 	}
-	return int(min(132, (lines+512*8-1)/(512*8)))
+	per := int64(threads) * 8
+	return int(min(132, (lines+per-1)/per))
 }
 
 // Check says what is wrong with a's shapes, or nil.

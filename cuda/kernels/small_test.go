@@ -58,6 +58,12 @@ func TestKernelSmallFast(t *testing.T) {
 				tag := fmt.Sprintf("D=%d M=%d", D, M)
 				record(t, "add_rmsnorm_reg vs add_rmsnorm "+tag, "mismatched values",
 					float64(diffF32Bits(outs[0], outs[1])+diffF32Bits(xs[0], xs[1])), 0)
+				// with L2 prefetch blocks (of the inputs and an unrelated buffer)
+				xp, yp := a.up(x0), a.poisoned(M*ldy)
+				pf := [MaxL2Prefetch]L2Range{{b, int64(4 * M * ldb)}, {}, {w, int64(4 * D)}, {a.raw(3 << 20), 3 << 20}}
+				chk(k.AddRMSNormPF(s, yp, xp, b, w, M, D, ldx, ldb, ldy, 1e-6, pf))
+				record(t, "add_rmsnorm_pf vs add_rmsnorm "+tag, "mismatched values",
+					float64(diffF32Bits(outs[0], downF32(c, yp, M*ldy))+diffF32Bits(xs[0], downF32(c, xp, M*ldx))), 0)
 				record(t, "rmsnorm_reg in place vs rmsnorm "+tag, "mismatched values", float64(diffF32Bits(inplace[0], inplace[1])), 0)
 			}
 		}
@@ -258,7 +264,7 @@ func TestKernelSmallGroupTiming(t *testing.T) {
 func TestKernelL2PrefetchTiming(t *testing.T) {
 	needTiming(t)
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
-		add := timingTable(t, c, a, r, 1<<30, "l2 prefetch: device-to-device copy 1 GiB (read+write)", "reference")
+		add := timingTable(t, c, a, r, 256<<20, "l2 prefetch: device-to-device copy 256 MiB (read+write)", "reference")
 		const (
 			H, nope, vd, R, P = 128, 128, 128, 512, 64
 			D, OK, E, topk    = 7168, 16384, 256, 8
@@ -326,5 +332,47 @@ func TestKernelL2PrefetchTiming(t *testing.T) {
 			add(fmtName("attention tail, prefetch uk+uv+router+o_proj %d MB, graph", mb), bytes,
 				groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) { tail(s, i, mb, true) }), "")
 		}
+
+		// A layer's end and the next one's projections: the MoE combine, the
+		// closing add+norm (prefetching q_a, kv_a, wk, weights_proj or not),
+		// the grouped launch 1, q_a's rmsnorm, the grouped q_b + wq_b.
+		const QL, NQB, NWQ = 1536, 24576, 8192
+		type inw struct {
+			qa, qas, kva, kvas, wk, wks, wp, qb, qbs, wq, wqs cuda.DevPtr
+		}
+		const nci = 4
+		var ci [nci]inw
+		for i := range ci {
+			w := &ci[i]
+			w.qa, w.qas = devFP8(c, a, r, QL, D)
+			w.kva, w.kvas = devFP8(c, a, r, 576, D)
+			w.wk, w.wks = devFP8(c, a, r, 128, D)
+			w.wp = devBF16s(c, a, r, 1, 64, D)[0]
+			w.qb, w.qbs = devFP8(c, a, r, NQB, QL)
+			w.wq, w.wqs = devFP8(c, a, r, NWQ, QL)
+		}
+		ey := a.up(randF32(r, topk*D, 1))
+		qa, kvo, iko, iwo := a.raw(int64(4*QL)), a.raw(int64(4*576)), a.raw(int64(4*128)), a.raw(int64(4*64))
+		qo, iqo := a.raw(int64(4*NQB)), a.raw(int64(4*NWQ))
+		qanw := a.up(randF32(r, QL, 1))
+		head := func(s cuda.Stream, i int, pf bool) {
+			w := ci[i%nci]
+			chk(k.MoECombineSlots(s, tmp, ey, ew, 0, 1, topk, D))
+			var rs [MaxL2Prefetch]L2Range
+			if pf {
+				rs = [MaxL2Prefetch]L2Range{{w.qa, int64(QL * D)}, {w.kva, int64(576 * D)}, {w.wk, int64(128 * D)}, {w.wp, int64(2 * 64 * D)}}
+			}
+			chk(k.AddRMSNormPF(s, hn, x, tmp, nw, 1, D, D, D, D, 1e-6, rs))
+			chk(k.GemvGroup(s, hn, D, 1, D, []GroupSeg{
+				{W: w.qa, S: w.qas, Y: qa, N: QL, LdY: QL}, {W: w.kva, S: w.kvas, Y: kvo, N: 576, LdY: 576},
+				{W: w.wk, S: w.wks, Y: iko, N: 128, LdY: 128}, {W: w.wp, Y: iwo, N: 64, LdY: 64, BF16: true}}, GroupNorm{}))
+			chk(k.RMSNorm(s, qa, qa, qanw, 1, QL, QL, QL, 1e-6))
+			chk(k.GemvGroup(s, qa, QL, 1, QL, []GroupSeg{
+				{W: w.qb, S: w.qbs, Y: qo, N: NQB, LdY: NQB}, {W: w.wq, S: w.wqs, Y: iqo, N: NWQ, LdY: NWQ}}, GroupNorm{}))
+		}
+		hb := float64((QL+576+128+128)*D + (NQB+NWQ)*QL)
+		add("layer end + next projections, no prefetch, graph", hb, groupGraphUs(c, 2*nci, 11, func(s cuda.Stream, i int) { head(s, i, false) }), "")
+		add("layer end + next projections, closing norm prefetches launch 1, graph", hb,
+			groupGraphUs(c, 2*nci, 11, func(s cuda.Stream, i int) { head(s, i, true) }), "")
 	})
 }

@@ -355,6 +355,11 @@ func (m *emuDevice) add(y, a, b cuda.DevPtr, n int) error {
 	return nil
 }
 
+// addRMSNormPF is addRMSNorm: its L2 prefetches move no values.
+func (m *emuDevice) addRMSNormPF(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32, _ [kernels.MaxL2Prefetch]kernels.L2Range) error {
+	return m.addRMSNorm(y, x, b, w, rows, D, ldx, ldb, ldy, eps)
+}
+
 // addRMSNorm is the two operations it fuses, row by row.
 func (m *emuDevice) addRMSNorm(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
 	for r := 0; r < rows; r++ {

@@ -235,10 +235,11 @@ func (e *backend) forwardFrom(f *fwd, mtp bool, want []bool) {
 	layers, hid, norm, head := f.input(mtp)
 	for i, lw := range layers {
 		y, w := hid, norm
+		var next *dlayer
 		if i+1 < len(layers) {
-			y, w = ws.h, layers[i+1].InNorm
+			y, w, next = ws.h, layers[i+1].InNorm, layers[i+1]
 		}
-		f.block(lw, y, w)
+		f.block(lw, y, w, next)
 	}
 	all := want == nil
 	for _, w := range want {
@@ -299,8 +300,10 @@ type fwd struct {
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and
-// leaves x + attention + mlp in ws.x and its norm by nextW in nextY.
-func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr) {
+// leaves x + attention + mlp in ws.x and its norm by nextW in nextY; next
+// is the layer after it (nil after the last), whose first weights the
+// closing norm's launch may prefetch (prefetch.go).
+func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr, next *dlayer) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
@@ -314,7 +317,7 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr) {
 	} else {
 		f.ffn(lw.Gate, lw.Up, lw.Down, ws.mo)
 	}
-	o.do(o.b.addRMSNorm(nextY, ws.x, ws.mo, nextW, M, H, H, H, H, eps))
+	o.do(o.b.addRMSNormPF(nextY, ws.x, ws.mo, nextW, M, H, H, H, H, eps, f.l2PrefetchIn(next)))
 }
 
 // normTo is where a block's closing addRMSNorm writes (y) with which

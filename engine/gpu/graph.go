@@ -361,6 +361,12 @@ func (gb *graphDevice) add(y, a, bb cuda.DevPtr, n int) error {
 	return gb.rec("add", int64(12*n), func(b device) error { return b.add(y, a, bb, n) }, ku(y), ku(a), ku(bb), ki(n))
 }
 
+func (gb *graphDevice) addRMSNormPF(y, x, bb, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32, pf [kernels.MaxL2Prefetch]kernels.L2Range) error {
+	return gb.rec("addRMSNorm", int64(16*rows*D), func(b device) error { return b.addRMSNormPF(y, x, bb, w, rows, D, ldx, ldb, ldy, eps, pf) },
+		ku(y), ku(x), ku(bb), ku(w), ki(rows), ki(D), ki(ldx), ki(ldb), ki(ldy), kf(eps),
+		ku(pf[0].P), uint64(pf[0].Bytes), ku(pf[1].P), uint64(pf[1].Bytes), ku(pf[2].P), uint64(pf[2].Bytes), ku(pf[3].P), uint64(pf[3].Bytes))
+}
+
 func (gb *graphDevice) addRMSNorm(y, x, bb, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
 	return gb.rec("addRMSNorm", int64(16*rows*D), func(b device) error { return b.addRMSNorm(y, x, bb, w, rows, D, ldx, ldb, ldy, eps) },
 		ku(y), ku(x), ku(bb), ku(w), ki(rows), ki(D), ki(ldx), ki(ldb), ki(ldy), kf(eps))

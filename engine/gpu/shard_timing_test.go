@@ -228,7 +228,7 @@ func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx 
 		}
 		f.input(false)
 		block := func() error {
-			f.block(lw, e.ws.h, lw.InNorm)
+			f.block(lw, e.ws.h, lw.InNorm, lw)
 			return o.err
 		}
 		if err := block(); err != nil { // the topk stays valid for the no-indexer shard
@@ -533,7 +533,7 @@ func TestEmuShardRealLayerShapes(t *testing.T) {
 				return o.err
 			}
 			f.input(false)
-			f.block(e.w.layers[0], e.ws.h, e.w.layers[0].InNorm)
+			f.block(e.w.layers[0], e.ws.h, e.w.layers[0].InNorm, e.w.layers[0])
 			if o.err != nil {
 				return o.err
 			}
@@ -582,7 +582,7 @@ func recordBlock(b device, f *fwd, lw *dlayer) ([][]gop, error) {
 	o := f.o
 	defer func() { f.o = o }()
 	f.o = &ops{b: gd}
-	f.block(lw, f.e.ws.h, lw.InNorm)
+	f.block(lw, f.e.ws.h, lw.InNorm, lw)
 	if err := errors.CombineErrors(f.o.err, gd.flush()); err != nil {
 		return nil, err
 	}

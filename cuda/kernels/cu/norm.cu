@@ -226,10 +226,11 @@ extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_reg(float* x, con
 // add_rmsnorm_reg plus npf extra blocks (the last ones of the grid) that ask
 // the L2 for up to 4 byte ranges: the weights of the next launches, which
 // then start from the L2 (l2_prefetch_ranges; nothing waits for them).
-extern "C" __global__ void __launch_bounds__(1024)
-    add_rmsnorm_pf(float* x, const float* b, const float* __restrict__ w, float* y, int D, int ldx, int ldb, int ldy,
-                   float eps, int npf, const char* pf0, long long pfn0, const char* pf1, long long pfn1,
-                   const char* pf2, long long pfn2, const char* pf3, long long pfn3) {
+extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_pf(float* x, const float* b, const float* __restrict__ w,
+                                                                  float* y, int D, int ldx, int ldb, int ldy,
+                                                                  float eps, int npf, const char* pf0, long long pfn0,
+                                                                  const char* pf1, long long pfn1, const char* pf2,
+                                                                  long long pfn2, const char* pf3, long long pfn3) {
   PDL_WAIT();
   const int rows = gridDim.x - npf;
   if ((int)blockIdx.x >= rows) {

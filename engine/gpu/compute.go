@@ -17,8 +17,11 @@ func (e *backend) Run(step bool, f func(engine.Compute) error) error {
 		return err
 	}
 	run := e.r.runAhead
-	if step {
+	switch {
+	case step:
 		run = e.runGraphed
+	case e.prof != nil:
+		run = e.runTimed
 	}
 	ahead := false
 	err := run(func(b device) (bool, error) {

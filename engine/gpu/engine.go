@@ -84,6 +84,9 @@ type backend struct {
 	chunkLen int
 	graphs   *graphs    // decode-step CUDA graphs (graph.go)
 	ah       aheadState // the pipelined step (ahead.go)
+	// prof, when set, times every call of the runs outside decode steps
+	// (a prefill) alone (ProfilePrefill).
+	prof *opTimer
 }
 
 // idxQ says whether the serving indexer runs indexerQPrep and the

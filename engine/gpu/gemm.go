@@ -186,8 +186,8 @@ func (f *fwd) groupedMoE() bool {
 	if !gemmOn || f.M < gemmMinRows || f.e.ws.grp.meta == 0 {
 		return false
 	}
-	_, graphed := f.o.b.(*graphDevice)
-	return !graphed
+	gb, graphed := f.o.b.(*graphDevice)
+	return !graphed || gb.timed != nil
 }
 
 // moeGrouped is moe's routed part for many rows: ws.eidx comes back to the

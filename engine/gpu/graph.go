@@ -126,6 +126,9 @@ type graphDevice struct {
 	// mark is when the current recording began (the run's start or the
 	// last flush's end).
 	mark time.Time
+	// timed, when set, runs each flushed call alone and times it
+	// (ProfilePrefill) instead of launching or capturing the run.
+	timed *opTimer
 }
 
 func (gb *graphDevice) rec(name string, bytes int64, run func(b device) error, args ...uint64) error {
@@ -174,6 +177,9 @@ func (gb *graphDevice) flush() error {
 	gs.lastOps, gs.lastKey = max(gs.lastOps, len(pend)), max(gs.lastKey, len(key))
 	gb.pend = nil
 	defer func() { gb.key = key[:0] }()
+	if gb.timed != nil {
+		return gb.timed.run(gb.device, pend)
+	}
 	if gs.keep != nil || gs.hold {
 		gs.keep = append(gs.keep, pend)
 	}

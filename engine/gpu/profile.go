@@ -5,6 +5,8 @@ import (
 	"sort"
 
 	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/engine"
 )
 
 // OpTime is one kind of call in a decode step: how often it ran, the bytes
@@ -192,4 +194,110 @@ func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 	}
 	sort.Slice(prof.Ops, func(i, j int) bool { return prof.Ops[i].Us > prof.Ops[j].Us })
 	return prof, nil
+}
+
+// opTimer times calls one at a time (ProfilePrefill): each between two
+// events, synchronised, so a row's time is the call's device time alone.
+type opTimer struct {
+	byName map[string]*OpTime
+	sumUs  float64
+	calls  int
+}
+
+// run runs pend in order, each call timed alone on the GPU (on the
+// emulator the calls run untimed: the orchestration is what is checked).
+func (t *opTimer) run(b device, pend []gop) error {
+	cb, ok := b.(*cudaDevice)
+	for _, op := range pend {
+		us := 0.0
+		if ok {
+			var err error
+			if us, err = cb.timeOnce(func() error { return op.run(b) }); err != nil {
+				return errors.Wrapf(err, "timing %s", op.name)
+			}
+		} else if err := op.run(b); err != nil {
+			return err
+		}
+		addOpTime(t.byName, op, us)
+		t.sumUs += us
+		t.calls++
+	}
+	return nil
+}
+
+// timeOnce runs f once between two events and returns its device time.
+func (b *cudaDevice) timeOnce(f func() error) (float64, error) {
+	c, s := b.c, b.s
+	e0, err := c.NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer c.DestroyEvent(e0)
+	e1, err := c.NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer c.DestroyEvent(e1)
+	if err := c.Record(e0, s); err != nil {
+		return 0, err
+	}
+	if err := f(); err != nil {
+		return 0, err
+	}
+	if err := c.Record(e1, s); err != nil {
+		return 0, err
+	}
+	if err := c.EventSync(e1); err != nil {
+		return 0, err
+	}
+	ms, err := c.Elapsed(e0, e1)
+	return float64(ms) * 1000, err
+}
+
+// runTimed runs f like e.r.run with every device call recorded and, at
+// each upload, download or the end, run and timed alone (e.prof).
+func (e *backend) runTimed(f func(b device) (bool, error)) error {
+	return e.r.runAhead(func(b device) (bool, error) {
+		gb := &graphDevice{device: b, gs: newGraphs(), timed: e.prof}
+		ahead, err := f(gb)
+		if err != nil {
+			return false, err
+		}
+		return ahead, gb.flush()
+	})
+}
+
+// PrefillProfile says where a prefill's device time goes.
+type PrefillProfile struct {
+	Ops []OpTime
+	// SumUs is the ops' times added up; Calls the calls timed; Chunk the
+	// rows per prefill forward.
+	SumUs        float64
+	Calls, Chunk int
+}
+
+// ProfilePrefill prefills prompt into slot (which must be free; it is left
+// holding the prompt, as after Prefill) with every device call timed alone,
+// and returns the first token and the calls' times by kind and shape. A
+// diagnostic: each call waits for the one before, so the sum is above the
+// untimed prefill's device time by the launch gaps.
+func (g *Engine) ProfilePrefill(slot int, prompt []int, p engine.Params) (int, *PrefillProfile, error) {
+	e := g.m
+	e.prof = &opTimer{byName: map[string]*OpTime{}}
+	defer func() { e.prof = nil }()
+	first, err := g.Prefill(slot, prompt, p)
+	if err != nil {
+		return 0, nil, err
+	}
+	prof := &PrefillProfile{SumUs: e.prof.sumUs, Calls: e.prof.calls, Chunk: e.chunkLen}
+	for _, o := range e.prof.byName {
+		prof.Ops = append(prof.Ops, *o)
+	}
+	sort.Slice(prof.Ops, func(i, j int) bool {
+		if prof.Ops[i].Us != prof.Ops[j].Us {
+			return prof.Ops[i].Us > prof.Ops[j].Us
+		}
+		return prof.Ops[i].Name < prof.Ops[j].Name
+	})
+	return first, prof, nil
 }

@@ -139,3 +139,69 @@ func TestEmuTopKAfterHistPairs(t *testing.T) {
 		t.Errorf("%d top-k calls marked as reading the histogram in a %d-layer step", pairs, cfg.NumLayers)
 	}
 }
+
+// ProfilePrefill runs the same prefill as Prefill (only timed call by
+// call): the same first token and cache bytes, every call counted.
+func TestEmuProfilePrefill(t *testing.T) {
+	withGemm(t)
+	testProfilePrefill(t, onEmu)
+}
+
+func TestGPUProfilePrefill(t *testing.T) {
+	withGemm(t)
+	testProfilePrefill(t, onGPU)
+}
+
+func testProfilePrefill(t *testing.T, kind deviceKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	pr := enginetest.Presets[0]
+	w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+	opts := engine.Options{MaxSeqLen: maxSeq, Slots: 2}
+	ge := newTestEngine(t, kind, src, opts)
+	prompt := genCases(w.Config().VocabSize)[1].prompt
+	f1, err := ge.Prefill(0, prompt, engine.Params{})
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	f2, prof, err := ge.ProfilePrefill(1, prompt, engine.Params{})
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	if f1 != f2 {
+		t.Errorf("profiled prefill's first token %d, plain %d", f2, f1)
+	}
+	_, s1, err := ge.Export(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, s2, err := ge.Export(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range s1 {
+		if string(s1[i].Data) != string(s2[i].Data) {
+			t.Errorf("segment %d: the profiled prefill's cache bytes differ from the plain one's", i)
+		}
+	}
+	names := map[string]int{}
+	calls := 0
+	for _, op := range prof.Ops {
+		n, _, _ := strings.Cut(op.Name, " ")
+		names[n] += op.Count
+		calls += op.Count
+	}
+	if calls != prof.Calls || calls == 0 {
+		t.Errorf("%d calls in the rows, %d counted", calls, prof.Calls)
+	}
+	for _, n := range []string{"gemmFP8", "gemmExperts", "mlaDecode", "absorbQ", "embed"} {
+		if names[n] == 0 {
+			t.Errorf("no %s call in the profile: %v", n, names)
+		}
+	}
+	if kind == onGPU && prof.SumUs <= 0 {
+		t.Errorf("device time %v us", prof.SumUs)
+	}
+	t.Logf("%d calls, %.0f us; %v", prof.Calls, prof.SumUs, names)
+}

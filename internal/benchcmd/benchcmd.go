@@ -21,6 +21,7 @@ import (
 	"github.com/tilert-go/tilert/internal/buildinfo"
 	"github.com/tilert-go/tilert/internal/cliutil"
 	"github.com/tilert-go/tilert/internal/engineload"
+	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/tokenizer"
 )
 
@@ -45,10 +46,10 @@ func Command() *cli.Command {
 				&cli.StringFlag{Name: "prompt-file", Usage: "text file: each slot's prompt is a --prompt-len window of it (tokenized with the model's tokenizer.json) instead of random ids, so MTP acceptance is that of real text"},
 				&cli.StringFlag{Name: "json", Usage: "also write the result as JSON to this file"},
 				&cli.StringFlag{Name: "context", Usage: "comma-separated context lengths (e.g. 1024,8192,32768,131072): each slot gets an imported cache of that many positions (random valid entries) instead of a prefill, and each row is held against the step's byte floor at the copy rate measured in the same run"},
-				&cli.StringFlag{Name: "dummy-weights", Usage: "with --context: random weights with the real dimensions of " + strings.Join(engineload.DummyModels, " or ") + ", made here and uploaded to the GPU (no files; replaces --model-dir)"},
+				&cli.StringFlag{Name: "dummy-weights", Usage: "random weights with the real dimensions of " + strings.Join(engineload.DummyModels, " or ") + ", made here and uploaded to the GPU (no files; replaces --model-dir)"},
 				&cli.IntFlag{Name: "layers", Value: 8, Usage: "with --dummy-weights: MoE layers after the model's dense ones"},
 				&cli.StringFlag{Name: "batches", Usage: "with --context: comma-separated slot counts timed at each context in one engine (e.g. 1,4; default --slots)"},
-				&cli.BoolFlag{Name: "profile", Usage: "with --context on the GPU: per-kernel breakdown of a step at each context"},
+				&cli.BoolFlag{Name: "profile", Usage: "on the GPU: with --context a per-kernel breakdown of a step at each context; without, of a prefill of --prompt-len tokens"},
 				&cli.StringFlag{Name: "devices", Usage: "GPUs of the tensor-parallel engine, one per rank (e.g. 0,1,2,3,4,5,6,7; as decode --devices); an ordinal may repeat (0,0,0,0: four ranks on GPU 0); empty: GPU 0, unsharded"},
 				&cli.StringFlag{Name: "comm", Value: "auto", Usage: "with --devices: collective between ranks: auto (oneshot on one GPU, nccl across GPUs), oneshot (the fused one-shot all-reduce; across GPUs over peer-mapped memory), local or nccl (one rank per GPU)"},
 			),
@@ -77,6 +78,9 @@ type Result struct {
 	TokensPerSec  float64 `json:"tokens_per_second"`
 	PerUserTokS   float64 `json:"per_user_tokens_per_second"`
 	MTPAccept     float64 `json:"mtp_accept_rate"`
+	// PrefillProfile: --profile, a second prefill of a prompt as long
+	// with every device call timed alone.
+	PrefillProfile *gpu.PrefillProfile `json:"prefill_profile,omitempty"`
 }
 
 func runDecode(c *cli.Context) error {
@@ -98,39 +102,52 @@ func runDecode(c *cli.Context) error {
 		}
 		return runContexts(c, ctxs)
 	}
-	if c.String("dummy-weights") != "" || c.Bool("profile") {
-		return cliutil.WithExitCode(errors.WithHint(errors.New("--dummy-weights and --profile need --context"),
-			"e.g. tilert bench decode --dummy-weights deepseek-v3.2 --layers 8 --context 1024,8192 --profile"), cliutil.ExitUsage)
-	}
 	slots, plen, ntok := c.Int("slots"), c.Int("prompt-len"), c.Int("tokens")
 	if slots < 1 || plen < 1 || ntok < 1 {
 		return cliutil.WithExitCode(errors.WithHint(errors.New("--slots, --prompt-len and --tokens must be positive"),
 			"e.g. --slots 1 --prompt-len 128 --tokens 64"), cliutil.ExitUsage)
 	}
-	dir := c.String("model-dir")
-	if dir == "" {
+	dir, dummy := c.String("model-dir"), c.String("dummy-weights")
+	opts := engine.Options{Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: plen + ntok + 4, MTP: c.Bool("mtp")}
+	var (
+		e           engine.Engine
+		cfg         *model.Config
+		closeEngine func()
+		device      = "cuda"
+	)
+	switch {
+	case dummy != "" && dir != "":
+		return cliutil.WithExitCode(errors.WithHint(errors.New("--dummy-weights and --model-dir both given"),
+			"pick one: real weights from a directory, or random ones of a model's dimensions"), cliutil.ExitUsage)
+	case dummy != "":
+		if cfg, err = engineload.DummyConfigMTP(dummy, c.Int("layers"), c.Bool("mtp")); err != nil {
+			return cliutil.WithExitCode(err, cliutil.ExitUsage)
+		}
+		ge, cl, err := engineload.OpenDummy(cfg, opts)
+		if err != nil {
+			return err
+		}
+		e, closeEngine = ge, cl
+	case dir == "":
 		return cliutil.WithExitCode(errors.WithHint(errors.New("bench decode needs --model-dir"),
 			"pass converted weights or an HF checkpoint directory; for a quick try: tilert synth --preset glm-5-tiny --out /tmp/tiny && tilert bench decode --model-dir /tmp/tiny"), cliutil.ExitUsage)
-	}
-	if err := engineload.CheckDir("--model-dir", dir); err != nil {
-		return err
-	}
-	if err := engineload.Verify(dir); err != nil {
-		return err
-	}
-	device, _, err := engineload.ResolveDevice(c.String("device"))
-	if err != nil {
-		return err
-	}
-	pl, err := placement(c)
-	if err != nil {
-		return err
-	}
-	e, cfg, closeEngine, err := engineload.OpenOn(device, dir, engine.Options{
-		Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: plen + ntok + 4, MTP: c.Bool("mtp"),
-	}, pl)
-	if err != nil {
-		return err
+	default:
+		if err := engineload.CheckDir("--model-dir", dir); err != nil {
+			return err
+		}
+		if err := engineload.Verify(dir); err != nil {
+			return err
+		}
+		if device, _, err = engineload.ResolveDevice(c.String("device")); err != nil {
+			return err
+		}
+		pl, err := placement(c)
+		if err != nil {
+			return err
+		}
+		if e, cfg, closeEngine, err = engineload.OpenOn(device, dir, opts, pl); err != nil {
+			return err
+		}
 	}
 	defer closeEngine()
 
@@ -148,6 +165,7 @@ func runDecode(c *cli.Context) error {
 	}
 	p := engine.Params{MaxTokens: ntok} // greedy, no stop ids: every slot runs to ntok
 	active := make([]int, 0, slots)
+	var prompt0 []int
 	start := time.Now()
 	for s := 0; s < slots; s++ {
 		prompt := make([]int, plen)
@@ -159,6 +177,9 @@ func runDecode(c *cli.Context) error {
 				// Stay below the top of the vocabulary, where the special tokens live.
 				prompt[i] = rng.IntN(cfg.VocabSize * 3 / 4)
 			}
+		}
+		if s == 0 {
+			prompt0 = prompt
 		}
 		first, err := e.Prefill(s, prompt, p)
 		if err != nil {
@@ -206,6 +227,19 @@ func runDecode(c *cli.Context) error {
 		r.PerUserTokS = r.TokensPerSec / float64(slots)
 	}
 	r.MTPAccept = e.Stats().AcceptRate()
+	if c.Bool("profile") {
+		// Slot 0's prompt once more, every device call timed alone.
+		pp, ok := e.(prefillProfiler)
+		if !ok {
+			return cliutil.WithExitCode(errors.WithHint(errors.New("--profile without --context needs the GPU engine"),
+				"run with --device cuda (unsharded)"), cliutil.ExitUsage)
+		}
+		e.Release(0)
+		if _, r.PrefillProfile, err = pp.ProfilePrefill(0, prompt0, p); err != nil {
+			return err
+		}
+		e.Release(0)
+	}
 	report(c.App.Writer, r)
 	if f := c.String("json"); f != "" {
 		b, _ := json.MarshalIndent(r, "", "  ")
@@ -262,5 +296,54 @@ func report(w io.Writer, r Result) {
 	fmt.Fprintf(w, "  throughput   %9.1f tok/s total, %.1f tok/s per user\n", r.TokensPerSec, r.PerUserTokS)
 	if r.MTP {
 		fmt.Fprintf(w, "  mtp accept   %9.2f\n", r.MTPAccept)
+	}
+	if p := r.PrefillProfile; p != nil {
+		reportPrefillProfile(w, p, r.PromptLen)
+	}
+}
+
+// prefillProfiler is the GPU engine's ProfilePrefill.
+type prefillProfiler interface {
+	ProfilePrefill(slot int, prompt []int, p engine.Params) (int, *gpu.PrefillProfile, error)
+}
+
+// reportPrefillProfile prints the prefill's device time by kind of call,
+// then the costliest shapes.
+func reportPrefillProfile(w io.Writer, p *gpu.PrefillProfile, plen int) {
+	chunks := (plen + p.Chunk - 1) / p.Chunk
+	fmt.Fprintf(w, "  prefill profile (each call alone, %d calls, %d chunks of <= %d rows): %.1f ms of device time\n",
+		p.Calls, chunks, p.Chunk, p.SumUs/1e3)
+	kinds := map[string]*gpu.OpTime{}
+	var names []string
+	for _, op := range p.Ops {
+		n, _, _ := strings.Cut(op.Name, " ")
+		k := kinds[n]
+		if k == nil {
+			k = &gpu.OpTime{Name: n}
+			kinds[n] = k
+			names = append(names, n)
+		}
+		k.Count += op.Count
+		k.Us += op.Us
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if kinds[a].Us != kinds[b].Us {
+			if kinds[a].Us > kinds[b].Us {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	for _, n := range names {
+		k := kinds[n]
+		fmt.Fprintf(w, "    %-22s %5d calls %10.1f us %5.1f%%  %8.1f us/call\n", n, k.Count, k.Us, 100*k.Us/max(p.SumUs, 1e-9), k.Us/float64(k.Count))
+	}
+	fmt.Fprintf(w, "  costliest shapes:\n")
+	for i, op := range p.Ops {
+		if i == 24 {
+			break
+		}
+		fmt.Fprintf(w, "    %-36s %5d calls %10.1f us %8.1f us/call\n", op.Name, op.Count, op.Us, op.Us/float64(op.Count))
 	}
 }

@@ -137,6 +137,9 @@ type cudaDevice struct {
 	s cuda.Stream
 	// ev is the runner's event for downloadAsync (created on first use).
 	ev *cuda.Event
+	// gemmWS is the fp16 two-part GEMM's scratch (its runner's).
+	gemmWS      cuda.DevPtr
+	gemmWSBytes int64
 }
 
 var _ device = (*cudaDevice)(nil)
@@ -580,6 +583,10 @@ type cudaRunner struct {
 	stream    cuda.Stream
 	ownStream bool       // close destroys it
 	ev        cuda.Event // downloadAsync's event (0: none yet)
+	// gemmWS: the fp16-part GEMM's scratch for this runner's stream
+	// (gemm.go allocGemmScratch), handed to every run's cudaDevice.
+	gemmWS      cuda.DevPtr
+	gemmWSBytes int64
 }
 
 func (r *cudaRunner) run(f func(b device) error) error {
@@ -592,7 +599,7 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		if err != nil {
 			return err
 		}
-		b := &cudaDevice{c: c, k: k, s: c.Stream(), ev: &r.ev}
+		b := &cudaDevice{c: c, k: k, s: c.Stream(), ev: &r.ev, gemmWS: r.gemmWS, gemmWSBytes: r.gemmWSBytes}
 		if r.stream != 0 {
 			b.s = r.stream
 		}

@@ -150,6 +150,9 @@ func newWorkspace(e *backend, b device) (*workspace, error) {
 	if err == nil {
 		err = ws.allocGroup(e, b, M)
 	}
+	if err == nil {
+		err = e.allocGemmScratch(b, M)
+	}
 	return ws, err
 }
 

@@ -36,7 +36,9 @@ type gemmDevice interface {
 	gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
 	// gemmExperts is kernels.GemmFP8Experts: tiles [ntiles][3] (expert,
 	// first pair, pairs), xrows [pairs], y [pairs][N].
-	gemmExperts(y, x cuda.DevPtr, ldx int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error
+	// xRows is how many rows x has (the fp16 two-part split converts them
+	// once).
+	gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error
 	// moeCombineRows is kernels.MoECombineRows.
 	moeCombineRows(out, ey, wts, pos cuda.DevPtr, rows, k, N int) error
 }
@@ -50,6 +52,13 @@ const (
 var (
 	gemmOn     = os.Getenv("TILERT_GPU_GEMM") == "1"
 	gemmSplits = envInt("TILERT_GPU_GEMM_SPLITS", 3)
+	// gemmH2On: the fp8 GEMMs split x into two fp16 parts with a
+	// power-of-two scale per row (kernels.GemmFP8H2: two tensor products
+	// per weight fragment instead of three, a 3-stage cp.async pipeline);
+	// TILERT_GPU_GEMM_H2=0 keeps the three bf16 parts (gemm_tc.cu).
+	gemmH2On = os.Getenv("TILERT_GPU_GEMM_H2") != "0"
+	// gemmH2BM: block rows of the dense fp8 GEMM (64 or 128; 0 picks).
+	gemmH2BM = envInt("TILERT_GPU_GEMM_BM", 0)
 )
 
 func envInt(name string, def int) int {
@@ -74,14 +83,33 @@ func useGemm(l dlin, M int) bool {
 }
 
 func (b *cudaDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if b.h2(w, K, M) {
+		bm := gemmH2BM
+		if bm != 64 && bm != 128 {
+			bm = 64
+			if M >= 2*kernels.GemmH2DenseRows {
+				bm = kernels.GemmH2DenseRows
+			}
+		}
+		return b.k.GemmFP8H2(b.s, y, x, w, scale, b.gemmWS, b.gemmWSBytes, N, K, M, ldx, ldy, bm)
+	}
 	return b.k.GemmFP8(b.s, y, x, w, scale, N, K, M, ldx, ldy, gemmSplits)
+}
+
+// h2 says whether an fp8 GEMM of M rows of K takes the fp16 two-part
+// kernels: on, the device has them, and the scratch holds the split.
+func (b *cudaDevice) h2(w cuda.DevPtr, K, M int) bool {
+	return gemmH2On && b.gemmWS != 0 && b.k.GemmH2OK(w, K) && kernels.GemmH2ScratchBytes(M, K) <= b.gemmWSBytes
 }
 
 func (b *cudaDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	return b.k.GemmBF16(b.s, y, x, w, N, K, M, ldx, ldy, gemmSplits)
 }
 
-func (b *cudaDevice) gemmExperts(y, x cuda.DevPtr, ldx int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error {
+func (b *cudaDevice) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error {
+	if b.h2(0, K, xRows) {
+		return b.k.GemmFP8ExpertsH2(b.s, y, x, ldx, xRows, wTable, sTable, tiles, xrows, b.gemmWS, b.gemmWSBytes, ntiles, N, K)
+	}
 	return b.k.GemmFP8Experts(b.s, y, x, ldx, wTable, sTable, tiles, xrows, ntiles, N, K, gemmSplits)
 }
 
@@ -108,7 +136,7 @@ func emuRows(M, ldx, ldy int, x, y cuda.DevPtr, f func(yy, xx cuda.DevPtr, rows 
 	return nil
 }
 
-func (m *emuDevice) gemmExperts(y, x cuda.DevPtr, ldx int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error {
+func (m *emuDevice) gemmExperts(y, x cuda.DevPtr, ldx, _ int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error {
 	ts := m.i32(tiles, 3*ntiles)
 	for t := 0; t < ntiles; t++ {
 		e, start, n := int(ts[3*t]), int(ts[3*t+1]), int(ts[3*t+2])
@@ -159,10 +187,10 @@ func (gb *graphDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) erro
 	return gb.shaped(N, K, M)
 }
 
-func (gb *graphDevice) gemmExperts(y, x cuda.DevPtr, ldx int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error {
+func (gb *graphDevice) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error {
 	_ = gb.rec("gemmExperts", int64(N)*int64(K), func(b device) error {
-		return b.gemmExperts(y, x, ldx, wTable, sTable, tiles, xrows, ntiles, N, K)
-	}, ku(y), ku(x), ki(ldx), ku(wTable), ku(sTable), ku(tiles), ku(xrows), ki(ntiles), ki(N), ki(K))
+		return b.gemmExperts(y, x, ldx, xRows, wTable, sTable, tiles, xrows, ntiles, N, K)
+	}, ku(y), ku(x), ki(ldx), ki(xRows), ku(wTable), ku(sTable), ku(tiles), ku(xrows), ki(ntiles), ki(N), ki(K))
 	return gb.shaped(ntiles, N, K)
 }
 
@@ -243,11 +271,11 @@ func (f *fwd) moeGrouped(lw *dlayer) {
 	}
 	o.do(o.b.upload(g.meta, meta))
 	tiles, xrows, pos, ident := g.meta, fptr(g.meta, xrowsAt), fptr(g.meta, posAt), fptr(g.meta, identAt)
-	o.do(o.b.gemmExperts(g.eg, ws.h, H, lw.expW[0], lw.expS[0], tiles, xrows, nt, MI, H))
-	o.do(o.b.gemmExperts(g.eu, ws.h, H, lw.expW[1], lw.expS[1], tiles, xrows, nt, MI, H))
+	o.do(o.b.gemmExperts(g.eg, ws.h, H, M, lw.expW[0], lw.expS[0], tiles, xrows, nt, MI, H))
+	o.do(o.b.gemmExperts(g.eu, ws.h, H, M, lw.expW[1], lw.expS[1], tiles, xrows, nt, MI, H))
 	o.do(o.b.siluMul(g.eg, g.eg, g.eu, P, MI, MI, MI, MI))
 	// The down projection reads pair i's own row of eg.
-	o.do(o.b.gemmExperts(g.ey, g.eg, MI, lw.expW[2], lw.expS[2], tiles, ident, nt, H, MI))
+	o.do(o.b.gemmExperts(g.ey, g.eg, MI, P, lw.expW[2], lw.expS[2], tiles, ident, nt, H, MI))
 	o.do(o.b.moeCombineRows(ws.mo, g.ey, ws.ewts, pos, M, K, H))
 }
 
@@ -271,5 +299,33 @@ func (ws *workspace) allocGroup(e *backend, b device, M int) error {
 		}
 		*a.p = p
 	}
+	return nil
+}
+
+// allocGemmScratch gives the GPU the fp16 two-part GEMM's scratch for the
+// largest split a forward of M rows makes: M rows of the widest linear
+// input, or the routed pairs of the expert down projection. It belongs to
+// the runner (one stream): ranks sharing a runner run one after another on
+// it and share the largest.
+func (e *backend) allocGemmScratch(b device, M int) error {
+	cd, ok := b.(*cudaDevice)
+	cr, rok := e.r.(*cudaRunner)
+	c := e.cfg
+	if !ok || !rok || !gemmOn || !gemmH2On || M < gemmMinRows {
+		return nil
+	}
+	NH := c.NumHeads
+	kmax := max(2*c.HiddenSize, c.IntermediateSize, c.QLoraRank, NH*c.VHeadDim, NH*(c.QKNopeHeadDim+c.QKRopeHeadDim),
+		c.MoEIntermediateSize*max(1, c.NSharedExperts), c.IndexNHeads*c.IndexHeadDim)
+	n := max(kernels.GemmH2ScratchBytes(M, kmax), kernels.GemmH2ScratchBytes(M*max(1, c.NumExpertsPerTok), c.MoEIntermediateSize))
+	if n <= cr.gemmWSBytes {
+		return nil
+	}
+	p, err := e.alloc(b, n)
+	if err != nil {
+		return err
+	}
+	cr.gemmWS, cr.gemmWSBytes = p, n
+	cd.gemmWS, cd.gemmWSBytes = p, n
 	return nil
 }

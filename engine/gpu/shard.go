@@ -525,7 +525,7 @@ func queue(r runner, f func(b device) error) error {
 		if err != nil {
 			return err
 		}
-		b := &cudaDevice{c: cc, k: k, s: cc.Stream()}
+		b := &cudaDevice{c: cc, k: k, s: cc.Stream(), gemmWS: cr.gemmWS, gemmWSBytes: cr.gemmWSBytes}
 		if cr.stream != 0 {
 			b.s = cr.stream
 		}

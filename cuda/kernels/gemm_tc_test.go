@@ -185,9 +185,10 @@ func TestKernelGemmH2(t *testing.T) {
 			scratchBytes := GemmH2ScratchBytes(M, K)
 			scratch := a.raw(scratchBytes)
 			ref := refGemv(fp8At(w, sc, K), x, nil, N, K, M, ldx, ldy)
-			for _, bm := range []int{64, 128} {
+			for _, v := range []struct{ bm, parts int }{{64, 2}, {128, 2}, {64, 3}, {128, 3}} {
+				bm := v.bm
 				yp := a.poisoned(M * ldy)
-				chk(k.GemmFP8H2(s, yp, a.up(x), a.up(w), a.up(sc), scratch, scratchBytes, N, K, M, ldx, ldy, bm))
+				chk(k.GemmFP8H2(s, yp, a.up(x), a.up(w), a.up(sc), scratch, scratchBytes, N, K, M, ldx, ldy, bm, v.parts))
 				got := downF32(c, yp, M*ldy)
 				// Rows are scaled apart: compare each row against its own size.
 				worst := 0.0
@@ -200,7 +201,7 @@ func TestKernelGemmH2(t *testing.T) {
 					}
 					worst = max(worst, relErr(got[m*ldy:(m+1)*ldy], ref[m*ldy:(m+1)*ldy]))
 				}
-				record(t, fmt.Sprintf("gemm_fp8_h2 bm=%d N=%d K=%d M=%d ldx=%d ldy=%d (worst row)", bm, N, K, M, ldx, ldy), relMetric, worst, boundF32)
+				record(t, fmt.Sprintf("gemm_fp8_h2 bm=%d parts=%d N=%d K=%d M=%d ldx=%d ldy=%d (worst row)", bm, v.parts, N, K, M, ldx, ldy), relMetric, worst, boundF32)
 			}
 		}
 	})
@@ -242,15 +243,17 @@ func TestKernelGemmExpertsH2(t *testing.T) {
 			x := randF32(r, T*D, 1)
 			P := len(pairs)
 			scratchBytes := GemmH2ScratchBytes(T, D)
-			yp := a.poisoned(P * N)
-			chk(k.GemmFP8ExpertsH2(s, yp, a.up(x), D, T, a.up(ex.wp), a.up(ex.sp), a.up(tiles), a.up(xrows), a.raw(scratchBytes), scratchBytes,
-				len(tiles)/3, N, D))
 			ref := make([]float64, P*N)
 			for i, p := range pairs {
 				e, m := ids[p], p/K
 				copy(ref[i*N:], refGemv(ex.at(int(e)), x[m*D:], nil, N, D, 1, D, N))
 			}
-			record(t, fmt.Sprintf("gemm_fp8_experts_h2 E=%d rows=%d top%d N=%d K=%d", E, T, K, N, D), relMetric, relErr(downF32(c, yp, P*N), ref), boundF32)
+			for _, parts := range []int{2, 3} {
+				yp := a.poisoned(P * N)
+				chk(k.GemmFP8ExpertsH2(s, yp, a.up(x), D, T, a.up(ex.wp), a.up(ex.sp), a.up(tiles), a.up(xrows), a.raw(scratchBytes), scratchBytes,
+					len(tiles)/3, N, D, parts))
+				record(t, fmt.Sprintf("gemm_fp8_experts_h2 parts=%d E=%d rows=%d top%d N=%d K=%d", parts, E, T, K, N, D), relMetric, relErr(downF32(c, yp, P*N), ref), boundF32)
+			}
 		}
 	})
 }
@@ -277,9 +280,9 @@ func TestKernelGemmH2Timing(t *testing.T) {
 				us := medianUs(c, s, 2, 3, func() { chk(k.GemmFP8(s, y, x, w, sc, N, K, M, K, N, sp)) })
 				line += fmt.Sprintf("  tc_s%d %8.1f us %6.1f TFLOP/s", sp, us, flop/us/1e6)
 			}
-			for _, bm := range []int{64, 128} {
-				us := medianUs(c, s, 2, 3, func() { chk(k.GemmFP8H2(s, y, x, w, sc, scratch, scratchBytes, N, K, M, K, N, bm)) })
-				line += fmt.Sprintf("  h2_b%d %8.1f us %6.1f TFLOP/s", bm, us, flop/us/1e6)
+			for _, v := range []struct{ bm, parts int }{{64, 2}, {128, 2}, {64, 3}, {128, 3}} {
+				us := medianUs(c, s, 2, 3, func() { chk(k.GemmFP8H2(s, y, x, w, sc, scratch, scratchBytes, N, K, M, K, N, v.bm, v.parts)) })
+				line += fmt.Sprintf("  h%d_b%d %8.1f us %6.1f", v.parts, v.bm, us, flop/us/1e6)
 			}
 			t.Log(line)
 		}

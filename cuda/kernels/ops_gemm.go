@@ -90,22 +90,23 @@ func (k *Set) MoECombineRows(s cuda.Stream, out, ey, wts, pos cuda.DevPtr, rows,
 	return k.launch("moe_combine_rows", cuda.D3(cdiv(N, 256), rows, 1), cuda.D1(256), 0, s, out, ey, wts, pos, kslots, N)
 }
 
-// The fp16 two-part FP8 GEMMs (gemm_h2.cu): x split once per call into
-// [2][rows][Kp] fp16 parts and a power-of-two scale per row, then the
-// tensor-core GEMM over them. Block rows GemmH2DenseRows for the dense
-// layers; the expert tiles keep GemmTileRows.
+// The fp16-part FP8 GEMMs (gemm_h2.cu): x split once per call into
+// [parts][rows][Kp] fp16 parts (2: ~2^-22 relative per product; 3:
+// float32-exact products) and a power-of-two scale per row, then the
+// tensor-core GEMM over them. Block rows 64 or 128 (GemmH2DenseRows) for
+// the dense layers; the expert tiles keep GemmTileRows.
 const (
 	GemmH2DenseRows = 128
 	gemmH2K         = 32 // Kp: K rounded up to this
 	gemmH2Stages    = 3
 )
 
-func gemmH2Smem(bm int) int { return gemmH2Stages * (2*bm*40*2 + gemmTileN*48) }
+func gemmH2Smem(bm, parts int) int { return gemmH2Stages * (parts*bm*40*2 + gemmTileN*48) }
 
 // GemmH2ScratchBytes is the scratch GemmFP8H2 / GemmFP8ExpertsH2 need for
-// rows rows of x of K values.
+// rows rows of x of K values (any number of parts).
 func GemmH2ScratchBytes(rows, K int) int64 {
-	return 4*int64(rows)*int64(cdiv(K, gemmH2K)*gemmH2K) + 4*int64(rows) + 256
+	return 6*int64(rows)*int64(cdiv(K, gemmH2K)*gemmH2K) + 4*int64(rows) + 256
 }
 
 // GemmH2OK says whether the fp16 two-part GEMM takes a weight of K inputs
@@ -118,60 +119,60 @@ func (k *Set) GemmH2OK(w cuda.DevPtr, K int) bool {
 
 // gemmSplitH2 splits rows rows of x into scratch; it returns the parts,
 // their stride in halves and the row scales.
-func (k *Set) gemmSplitH2(s cuda.Stream, x, scratch cuda.DevPtr, scratchBytes int64, rows, K, ldx int) (xs cuda.DevPtr, pstride int64, rs cuda.DevPtr, err error) {
-	if rows <= 0 || K <= 0 || ldx < K {
-		return 0, 0, 0, errors.Newf("gemm h2: rows=%d K=%d ldx=%d", rows, K, ldx)
+func (k *Set) gemmSplitH2(s cuda.Stream, x, scratch cuda.DevPtr, scratchBytes int64, rows, K, ldx, parts int) (xs cuda.DevPtr, pstride int64, rs cuda.DevPtr, err error) {
+	if rows <= 0 || K <= 0 || ldx < K || (parts != 2 && parts != 3) {
+		return 0, 0, 0, errors.Newf("gemm h2: rows=%d K=%d ldx=%d parts=%d (2 or 3)", rows, K, ldx, parts)
 	}
 	if need := GemmH2ScratchBytes(rows, K); scratch == 0 || scratchBytes < need {
 		return 0, 0, 0, errors.Newf("gemm h2: scratch of %d bytes for %d rows of %d (need %d)", scratchBytes, rows, K, need)
 	}
 	Kp := cdiv(K, gemmH2K) * gemmH2K
 	pstride = int64(rows) * int64(Kp)
-	rs = scratch.Add(4 * pstride)
-	err = k.launch("gemm_split_h2", cuda.D1(rows), cuda.D1(256), 0, s, x, ldx, K, Kp, scratch, pstride, rs)
+	rs = scratch.Add(2 * int64(parts) * pstride)
+	err = k.launch("gemm_split_h2", cuda.D1(rows), cuda.D1(256), 0, s, x, ldx, K, Kp, scratch, pstride, rs, parts)
 	return scratch, pstride, rs, err
 }
 
-func (k *Set) gemmH2Fn(name string, bm int) (*cuda.Function, error) {
-	f, err := k.fn(name)
+func (k *Set) gemmH2Fn(name string, bm, parts int) (*cuda.Function, error) {
+	f, err := k.fn(fmt.Sprintf("%s_b%d_p%d", name, bm/32, parts))
 	if err != nil {
 		return nil, err
 	}
 	if _, ok := bigShared.Load(f); !ok {
-		if err := k.c.SetMaxDynamicShared(f, gemmH2Smem(bm)); err != nil {
-			return nil, errors.WithHint(err, "the fp16 two-part GEMM needs "+fmt.Sprint(gemmH2Smem(bm))+" bytes of shared memory a block; TILERT_GPU_GEMM_H2=0 uses the bf16 kernels")
+		if err := k.c.SetMaxDynamicShared(f, gemmH2Smem(bm, parts)); err != nil {
+			return nil, errors.WithHint(err, "the fp16-part GEMM needs "+fmt.Sprint(gemmH2Smem(bm, parts))+" bytes of shared memory a block; TILERT_GPU_GEMM_H2=0 uses the bf16 kernels")
 		}
 		bigShared.Store(f, true)
 	}
 	return f, nil
 }
 
-// GemmFP8H2 is GemmFP8 with x in two fp16 parts (~2^-22 relative per
-// product) through scratch (GemmH2ScratchBytes(M, K) bytes); bm is the
-// block rows, 64 or 128 (GemmH2DenseRows).
-func (k *Set) GemmFP8H2(s cuda.Stream, y, x, w, scale, scratch cuda.DevPtr, scratchBytes int64, N, K, M, ldx, ldy, bm int) error {
+// GemmFP8H2 is GemmFP8 with x in parts fp16 parts (2: ~2^-22 relative per
+// product; 3: float32-exact) through scratch (GemmH2ScratchBytes(M, K)
+// bytes); bm is the block rows, 64 or 128 (GemmH2DenseRows).
+func (k *Set) GemmFP8H2(s cuda.Stream, y, x, w, scale, scratch cuda.DevPtr, scratchBytes int64, N, K, M, ldx, ldy, bm, parts int) error {
 	if err := checkGemm(N, K, M, ldx, ldy, 2); err != nil {
 		return err
 	}
 	if !k.GemmH2OK(w, K) || (bm != 64 && bm != 128) {
 		return errors.Newf("gemm h2: K=%d (multiple of 16), w aligned to 16 bytes, sm_89+, block rows %d (64 or 128)", K, bm)
 	}
-	xs, pstride, rs, err := k.gemmSplitH2(s, x, scratch, scratchBytes, M, K, ldx)
+	xs, pstride, rs, err := k.gemmSplitH2(s, x, scratch, scratchBytes, M, K, ldx, parts)
 	if err != nil {
 		return err
 	}
-	f, err := k.gemmH2Fn(fmt.Sprintf("gemm_fp8_h2_b%d", bm/32), bm)
+	f, err := k.gemmH2Fn("gemm_fp8_h2", bm, parts)
 	if err != nil {
 		return err
 	}
-	return k.launchFn(f, cuda.D3(cdiv(N, gemmTileN), cdiv(M, bm), 1), cuda.D1(256), gemmH2Smem(bm), s,
+	return k.launchFn(f, cuda.D3(cdiv(N, gemmTileN), cdiv(M, bm), 1), cuda.D1(256), gemmH2Smem(bm, parts), s,
 		w, scale, xs, pstride, cdiv(K, gemmH2K)*gemmH2K, rs, y, N, K, M, ldy)
 }
 
-// GemmFP8ExpertsH2 is GemmFP8Experts with x (xRows rows) in two fp16
+// GemmFP8ExpertsH2 is GemmFP8Experts with x (xRows rows) in parts fp16
 // parts through scratch (GemmH2ScratchBytes(xRows, K) bytes); tiles hold
 // at most GemmTileRows pairs.
-func (k *Set) GemmFP8ExpertsH2(s cuda.Stream, y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows, scratch cuda.DevPtr, scratchBytes int64, ntiles, N, K int) error {
+func (k *Set) GemmFP8ExpertsH2(s cuda.Stream, y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows, scratch cuda.DevPtr, scratchBytes int64, ntiles, N, K, parts int) error {
 	if err := checkGemm(N, K, 1, ldx, N, 2); err != nil {
 		return err
 	}
@@ -181,14 +182,14 @@ func (k *Set) GemmFP8ExpertsH2(s cuda.Stream, y, x cuda.DevPtr, ldx, xRows int, 
 	if !k.GemmH2OK(0, K) {
 		return errors.Newf("gemm experts h2: K=%d (multiple of 16), sm_89+", K)
 	}
-	xs, pstride, rs, err := k.gemmSplitH2(s, x, scratch, scratchBytes, xRows, K, ldx)
+	xs, pstride, rs, err := k.gemmSplitH2(s, x, scratch, scratchBytes, xRows, K, ldx, parts)
 	if err != nil {
 		return err
 	}
-	f, err := k.gemmH2Fn("gemm_fp8_experts_h2_b2", GemmTileRows)
+	f, err := k.gemmH2Fn("gemm_fp8_experts_h2", GemmTileRows, parts)
 	if err != nil {
 		return err
 	}
-	return k.launchFn(f, cuda.D3(cdiv(N, gemmTileN), ntiles, 1), cuda.D1(256), gemmH2Smem(GemmTileRows), s,
+	return k.launchFn(f, cuda.D3(cdiv(N, gemmTileN), ntiles, 1), cuda.D1(256), gemmH2Smem(GemmTileRows, parts), s,
 		wTable, sTable, tiles, xrows, xs, pstride, cdiv(K, gemmH2K)*gemmH2K, rs, y, N, K)
 }

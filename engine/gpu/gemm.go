@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"encoding/binary"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -59,6 +60,10 @@ var (
 	gemmH2On = os.Getenv("TILERT_GPU_GEMM_H2") != "0"
 	// gemmH2BM: block rows of the dense fp8 GEMM (64 or 128; 0 picks).
 	gemmH2BM = envInt("TILERT_GPU_GEMM_BM", 0)
+	// gemmH2Parts: fp16 parts of x; 3 (default) carries float32's bits
+	// (products exact, as the bf16 three-part kernels), 2 carries 22 (a
+	// third less tensor work; the tiny models' cache checks move).
+	gemmH2Parts = envInt("TILERT_GPU_GEMM_H2_PARTS", 3)
 )
 
 func envInt(name string, def int) int {
@@ -91,7 +96,7 @@ func (b *cudaDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) 
 				bm = kernels.GemmH2DenseRows
 			}
 		}
-		return b.k.GemmFP8H2(b.s, y, x, w, scale, b.gemmWS, b.gemmWSBytes, N, K, M, ldx, ldy, bm)
+		return b.k.GemmFP8H2(b.s, y, x, w, scale, b.gemmWS, b.gemmWSBytes, N, K, M, ldx, ldy, bm, gemmH2Parts)
 	}
 	return b.k.GemmFP8(b.s, y, x, w, scale, N, K, M, ldx, ldy, gemmSplits)
 }
@@ -108,7 +113,7 @@ func (b *cudaDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error 
 
 func (b *cudaDevice) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error {
 	if b.h2(0, K, xRows) {
-		return b.k.GemmFP8ExpertsH2(b.s, y, x, ldx, xRows, wTable, sTable, tiles, xrows, b.gemmWS, b.gemmWSBytes, ntiles, N, K)
+		return b.k.GemmFP8ExpertsH2(b.s, y, x, ldx, xRows, wTable, sTable, tiles, xrows, b.gemmWS, b.gemmWSBytes, ntiles, N, K, gemmH2Parts)
 	}
 	return b.k.GemmFP8Experts(b.s, y, x, ldx, wTable, sTable, tiles, xrows, ntiles, N, K, gemmSplits)
 }
@@ -118,9 +123,78 @@ func (b *cudaDevice) moeCombineRows(out, ey, wts, pos cuda.DevPtr, rows, k, N in
 }
 
 // The emulator computes the float32 GEMV's result (what the 3-part split
-// reproduces up to summation order), 4 rows at a time.
+// reproduces up to summation order), 4 rows at a time; with the fp16
+// two-part kernels on, of x as gemm_split_h2 leaves it (h2Rows).
 func (m *emuDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if emuH2() && K%16 == 0 {
+		xs, err := m.h2Rows(x, M, K, ldx)
+		if err != nil {
+			return err
+		}
+		defer m.free(xs)
+		x, ldx = xs, K
+	}
 	return emuRows(M, ldx, ldy, x, y, func(yy, xx cuda.DevPtr, r int) error { return m.gemvFP8(yy, xx, w, scale, N, K, r, ldx, ldy) })
+}
+
+// emuH2 says whether the emulator transcribes the two-part split: with
+// three parts the products are float32's, what the plain GEMV computes.
+func emuH2() bool { return gemmH2On && gemmH2Parts == 2 }
+
+// h2Rows transcribes gemm_split_h2 (two parts) (cuda/kernels gemm_h2.cu): each row
+// scaled by the power of two that brings its largest |x| into [2^14,
+// 2^15), split into fp16 hi and lo, scaled back: the x the fp16 two-part
+// GEMM multiplies. A new allocation of rows x K floats.
+func (m *emuDevice) h2Rows(x cuda.DevPtr, rows, K, ldx int) (cuda.DevPtr, error) {
+	out, err := m.alloc(int64(4 * rows * K))
+	if err != nil {
+		return 0, err
+	}
+	os := m.f32(out, rows*K)
+	for r := 0; r < rows; r++ {
+		h2Split(os[r*K:(r+1)*K], m.f32(fptr(x, r*ldx), K))
+	}
+	return out, nil
+}
+
+// h2Split writes gemm_split_h2's (hi + lo) 2^-s of src into dst.
+func h2Split(dst, src []float32) {
+	var mx float32
+	for _, v := range src {
+		if a := float32(math.Abs(float64(v))); a > mx {
+			mx = a
+		}
+	}
+	e := 15
+	if mx > 0 && mx <= math.MaxFloat32 {
+		_, e = math.Frexp(float64(mx))
+		e = max(-100, min(100, e))
+	}
+	sc, inv := float32(math.Ldexp(1, 15-e)), float32(math.Ldexp(1, e-15))
+	for i, v := range src {
+		v *= sc
+		hi := f16Round(v)
+		lo := f16Round(v - hi)
+		dst[i] = (hi + lo) * inv
+	}
+}
+
+// f16Round rounds v to the nearest fp16 value (ties to even, fp16's
+// subnormals; NaN and inf as they are).
+func f16Round(v float32) float32 {
+	a := math.Abs(float64(v))
+	if a == 0 || math.IsNaN(a) || math.IsInf(a, 0) {
+		return v
+	}
+	q := math.Ldexp(1, -24) // subnormal spacing
+	if a >= math.Ldexp(1, -14) {
+		q = math.Ldexp(1, math.Ilogb(a)-10)
+	}
+	r := math.RoundToEven(float64(v)/q) * q
+	if math.Abs(r) > 65504 {
+		return float32(math.Inf(int(math.Copysign(1, r))))
+	}
+	return float32(r)
 }
 
 func (m *emuDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
@@ -146,7 +220,22 @@ func (m *emuDevice) gemmExperts(y, x cuda.DevPtr, ldx, _ int, wTable, sTable, ti
 		wt, st := m.ptrs(wTable, e+1), m.ptrs(sTable, e+1)
 		xr := m.i32(xrows, start+n)
 		for i := start; i < start+n; i++ {
-			if err := m.gemvFP8(fptr(y, i*N), fptr(x, int(xr[i])*ldx), wt[e], st[e], N, K, 1, K, N); err != nil {
+			xx := fptr(x, int(xr[i])*ldx)
+			if emuH2() && K%16 == 0 {
+				xs, err := m.h2Rows(xx, 1, K, K)
+				if err != nil {
+					return err
+				}
+				err = m.gemvFP8(fptr(y, i*N), xs, wt[e], st[e], N, K, 1, K, N)
+				if ferr := m.free(xs); err == nil {
+					err = ferr
+				}
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			if err := m.gemvFP8(fptr(y, i*N), xx, wt[e], st[e], N, K, 1, K, N); err != nil {
 				return err
 			}
 		}

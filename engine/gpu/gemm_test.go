@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"math"
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
@@ -61,4 +62,35 @@ func TestPrefillChunk(t *testing.T) {
 			t.Errorf("gemm %v, TILERT_GPU_PREFILL_CHUNK=%q: chunk %d, want %d", c.on, c.env, got, c.want)
 		}
 	}
+}
+
+// TestF16Round pins the fp16 rounding the emulator's transcription of
+// gemm_split_h2 uses, and the split's 22 bits.
+func TestF16Round(t *testing.T) {
+	for _, c := range []struct{ in, want float32 }{
+		{1, 1}, {1 + 1.0/2048, 1}, {1 + 3.0/2048, 1 + 2.0/1024}, {65504, 65504}, {70000, float32(math.Inf(1))},
+		{-3.0 / (1 << 25), -2.0 / (1 << 24)}, {1.0 / (1 << 25), 0}, {0.1, 0.0999755859375},
+	} {
+		if got := f16Round(c.in); got != c.want {
+			t.Errorf("f16Round(%g) = %g, want %g", c.in, got, c.want)
+		}
+	}
+	src := []float32{3.14159265, -1e-3, 12345.678, 0, 7e-9}
+	dst := make([]float32, len(src))
+	h2Split(dst, src)
+	for i, v := range src {
+		if d := math.Abs(float64(dst[i] - v)); d > 12345.678*math.Ldexp(1, -37) && d > math.Abs(float64(v))*math.Ldexp(1, -21) {
+			t.Errorf("h2Split(%g) = %g: off by %g", v, dst[i], d)
+		}
+	}
+}
+
+// With two fp16 parts (TILERT_GPU_GEMM_H2_PARTS=2) the emulator transcribes
+// the split (h2Split): greedy still equals the CPU's on the tiny presets.
+func TestEmuPrefillGemmH2Parts2Greedy(t *testing.T) {
+	withGemm(t)
+	old := gemmH2Parts
+	gemmH2Parts = 2
+	t.Cleanup(func() { gemmH2Parts = old })
+	testGreedyMatchesCPU(t, onEmu, engine.CacheFP8DSMLA)
 }

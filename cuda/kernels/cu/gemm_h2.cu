@@ -28,7 +28,7 @@
 #define GH_ALD 40  // A row stride in halves (80 bytes: ldmatrix rows on distinct banks)
 #define GH_BLD 48  // B row stride in bytes (48: the fragment loads of 8 rows hit distinct banks)
 #define GH_ST 3    // pipeline stages
-#define GH_SMEM(BM) (GH_ST * (2 * (BM) * GH_ALD * 2 + GH_BN * GH_BLD))
+#define GH_SMEM(BM, NP) (GH_ST * ((NP) * (BM) * GH_ALD * 2 + GH_BN * GH_BLD))
 
 __device__ __forceinline__ u16 gh_f16(float f) {
   u16 h;
@@ -41,10 +41,11 @@ __device__ __forceinline__ float gh_f32(u16 h) {
   return f;
 }
 
-// grid (rows), 256 threads: xs[p][m][0..Kp) (p = 0 hi, 1 lo; pstride halves
-// apart), rs[m] = 2^-s.
+// grid (rows), 256 threads: xs[p][m][0..Kp) (p = 0 hi, then the parts of
+// what is left; pstride halves apart), rs[m] = 2^-s. np: 2 or 3 parts
+// (three carry 33 bits: float32-exact products, like gemm_tc's three bf16).
 extern "C" __global__ void __launch_bounds__(256) gemm_split_h2(const float* __restrict__ x, int ldx, int K, int Kp,
-                                                                u16* xs, size_t pstride, float* rs) {
+                                                                u16* xs, size_t pstride, float* rs, int np) {
   PDL_WAIT();
   __shared__ float red[8];
   const int m = blockIdx.x, tid = threadIdx.x;
@@ -67,13 +68,14 @@ extern "C" __global__ void __launch_bounds__(256) gemm_split_h2(const float* __r
   }
   const float sc = ldexpf(1.0f, 15 - e);
   if (tid == 0) rs[m] = ldexpf(1.0f, e - 15);
-  u16* hi = xs + (size_t)m * Kp;
-  u16* lo = hi + pstride;
+  u16* dst = xs + (size_t)m * Kp;
   for (int k = tid; k < Kp; k += 256) {
-    const float v = k < K ? xr[k] * sc : 0.0f;
-    const u16 h = gh_f16(v);
-    hi[k] = h;
-    lo[k] = gh_f16(v - gh_f32(h));
+    float v = k < K ? xr[k] * sc : 0.0f;
+    for (int p = 0; p < np; p++) {
+      const u16 h = gh_f16(v);
+      dst[p * pstride + k] = h;
+      v -= gh_f32(h);  // exact: h is v rounded to 11 bits
+    }
   }
 }
 
@@ -105,8 +107,9 @@ __device__ __forceinline__ void gh_ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& 
                : "r"(addr));
 }
 
-// One BM x 128 tile of y. MT: 16-row mma tiles per warp (BM = 32 MT).
-template <int MT>
+// One BM x 128 tile of y. MT: 16-row mma tiles per warp (BM = 32 MT); NP:
+// fp16 parts of x.
+template <int MT, int NP>
 __device__ __forceinline__ void gemm_h2_tile(const u8* __restrict__ W, const float* __restrict__ S,
                                              const u16* __restrict__ xs, size_t pstride, int Kp,
                                              const float* __restrict__ rs, const int* __restrict__ xrows, int start,
@@ -118,16 +121,17 @@ __device__ __forceinline__ void gemm_h2_tile(const u8* __restrict__ W, const flo
   const int KB = (K + 127) >> 7;
   const float* srow = S + (size_t)(n0 >> 7) * KB;
 
-  // Loader roles. A: 2*BM rows (part, row) x 4 chunks of 16 bytes; B: 128
+  // Loader roles. A: NP*BM rows (part, row) x 4 chunks of 16 bytes; B: 128
   // rows x 2 chunks (thread tid: row tid/2, chunk tid%2).
-  constexpr int ACH = 2 * BM * 4;  // A chunks per stage
+  constexpr int ACH = NP * BM * 4;  // A chunks per stage
   const u8* bsrc = 0;
   {
     const int n = n0 + (tid >> 1);
     if (n < N) bsrc = W + (size_t)n * K + (tid & 1) * 16;
   }
-  auto stageA = [&](int s) { return (u16*)(gh_smem + s * (2 * BM * GH_ALD * 2 + GH_BN * GH_BLD)); };
-  auto stageB = [&](int s) { return gh_smem + s * (2 * BM * GH_ALD * 2 + GH_BN * GH_BLD) + 2 * BM * GH_ALD * 2; };
+  constexpr int SB = NP * BM * GH_ALD * 2 + GH_BN * GH_BLD;  // stage bytes
+  auto stageA = [&](int s) { return (u16*)(gh_smem + s * SB); };
+  auto stageB = [&](int s) { return gh_smem + s * SB + NP * BM * GH_ALD * 2; };
   auto issue = [&](int s, int k0) {
     u16* A = stageA(s);
 #pragma unroll
@@ -188,7 +192,7 @@ __device__ __forceinline__ void gemm_h2_tile(const u8* __restrict__ W, const flo
         b[j][1] = gh_e4m3x2(*(const u16*)(br + 8));
       }
 #pragma unroll
-      for (int p = 0; p < 2; p++) {
+      for (int p = 0; p < NP; p++) {
 #pragma unroll
         for (int i = 0; i < MT; i++) {
           u32 a0, a1, a2, a3;
@@ -234,17 +238,18 @@ __device__ __forceinline__ void gemm_h2_tile(const u8* __restrict__ W, const flo
   }
 }
 
-// grid (ceil(N/128), ceil(M/BM)), 256 threads, GH_SMEM(BM) bytes.
-#define GEMM_H2_KERNEL(MT)                                                                                          \
-  extern "C" __global__ void __launch_bounds__(256) gemm_fp8_h2_b##MT(                                             \
+// grid (ceil(N/128), ceil(M/BM)), 256 threads, GH_SMEM(BM, NP) bytes.
+// Names: _b<MT>_p<NP> (BM = 32 MT).
+#define GEMM_H2_KERNEL(MT, NP)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(256) gemm_fp8_h2_b##MT##_p##NP(                                     \
       const u8* __restrict__ W, const float* __restrict__ S, const u16* __restrict__ xs, size_t pstride, int Kp,   \
       const float* __restrict__ rs, float* y, int N, int K, int M, int ldy) {                                      \
     PDL_WAIT();                                                                                                    \
     const int m0 = blockIdx.y * 32 * MT;                                                                           \
-    gemm_h2_tile<MT>(W, S, xs, pstride, Kp, rs, (const int*)0, m0, min(32 * MT, M - m0), y, ldy, blockIdx.x * GH_BN, \
-                     N, K);                                                                                        \
+    gemm_h2_tile<MT, NP>(W, S, xs, pstride, Kp, rs, (const int*)0, m0, min(32 * MT, M - m0), y, ldy,               \
+                         blockIdx.x * GH_BN, N, K);                                                                \
   }                                                                                                                \
-  extern "C" __global__ void __launch_bounds__(256) gemm_fp8_experts_h2_b##MT(                                     \
+  extern "C" __global__ void __launch_bounds__(256) gemm_fp8_experts_h2_b##MT##_p##NP(                             \
       const u8* const* __restrict__ Wt, const float* const* __restrict__ St, const int* __restrict__ tiles,         \
       const int* __restrict__ xrows, const u16* __restrict__ xs, size_t pstride, int Kp,                           \
       const float* __restrict__ rs, float* y, int N, int K) {                                                      \
@@ -252,25 +257,27 @@ __device__ __forceinline__ void gemm_h2_tile(const u8* __restrict__ W, const flo
     const int t = blockIdx.y;                                                                                      \
     const int e = tiles[3 * t], start = tiles[3 * t + 1], count = tiles[3 * t + 2];                                \
     if (count <= 0) return;                                                                                        \
-    gemm_h2_tile<MT>(Wt[e], St[e], xs, pstride, Kp, rs, xrows, start, min(count, 32 * MT), y, N, blockIdx.x * GH_BN, \
-                     N, K);                                                                                        \
+    gemm_h2_tile<MT, NP>(Wt[e], St[e], xs, pstride, Kp, rs, xrows, start, min(count, 32 * MT), y, N,               \
+                         blockIdx.x * GH_BN, N, K);                                                                \
   }
 #else
-#define GEMM_H2_KERNEL(MT)                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256) gemm_fp8_h2_b##MT(                                            \
-      const u8* __restrict__ W, const float* __restrict__ S, const u16* __restrict__ xs, size_t pstride, int Kp,  \
-      const float* __restrict__ rs, float* y, int N, int K, int M, int ldy) {                                     \
-    PDL_WAIT();                                                                                                   \
-    __trap();                                                                                                     \
-  }                                                                                                               \
-  extern "C" __global__ void __launch_bounds__(256) gemm_fp8_experts_h2_b##MT(                                    \
-      const u8* const* __restrict__ Wt, const float* const* __restrict__ St, const int* __restrict__ tiles,        \
-      const int* __restrict__ xrows, const u16* __restrict__ xs, size_t pstride, int Kp,                          \
-      const float* __restrict__ rs, float* y, int N, int K) {                                                     \
-    PDL_WAIT();                                                                                                   \
-    __trap();                                                                                                     \
+#define GEMM_H2_KERNEL(MT, NP)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(256) gemm_fp8_h2_b##MT##_p##NP(                                     \
+      const u8* __restrict__ W, const float* __restrict__ S, const u16* __restrict__ xs, size_t pstride, int Kp,   \
+      const float* __restrict__ rs, float* y, int N, int K, int M, int ldy) {                                      \
+    PDL_WAIT();                                                                                                    \
+    __trap();                                                                                                      \
+  }                                                                                                                \
+  extern "C" __global__ void __launch_bounds__(256) gemm_fp8_experts_h2_b##MT##_p##NP(                             \
+      const u8* const* __restrict__ Wt, const float* const* __restrict__ St, const int* __restrict__ tiles,         \
+      const int* __restrict__ xrows, const u16* __restrict__ xs, size_t pstride, int Kp,                           \
+      const float* __restrict__ rs, float* y, int N, int K) {                                                      \
+    PDL_WAIT();                                                                                                    \
+    __trap();                                                                                                      \
   }
 #endif
 
-GEMM_H2_KERNEL(2)
-GEMM_H2_KERNEL(4)
+GEMM_H2_KERNEL(2, 2)
+GEMM_H2_KERNEL(4, 2)
+GEMM_H2_KERNEL(2, 3)
+GEMM_H2_KERNEL(4, 3)

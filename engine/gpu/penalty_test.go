@@ -98,7 +98,7 @@ func testPenaltiesMatchCPU(t *testing.T, kind deviceKind, ranks int) {
 				// as the logit check counts them, against at least
 				// flipFraction or what noise of that size does to the emulator
 				// in this very scenario; a systematic error moves them all.
-				noise := penaltyNoise(t, src, opts, prompt, p, want)
+				noise, noiseIDs := penaltyNoise(t, src, opts, prompt, p, want)
 				name := fmt.Sprintf("%s %s penalties+bias+min_tokens greedy == CPU", kind, pr)
 				if ranks > 0 {
 					name = fmt.Sprintf("%s %s TP-%d penalties+bias+min_tokens greedy == CPU", kind, pr, ranks)
@@ -109,7 +109,9 @@ func testPenaltiesMatchCPU(t *testing.T, kind deviceKind, ranks int) {
 				record(t, name, "tokens after first mismatch", float64(diff), 0)
 				t.Logf("max |d logprob| %.3g at %d of %d positions, median %.3g", slices.Max(ds.all), ds.worst, len(ds.pos), median(ds.all))
 				record(t, name+": logprobs", fmt.Sprintf("positions with |d| > %.0e", flipErr), ds.flipFrac(), max(flipFraction, noise))
-				record(t, name+": top-5 ids", "mismatched ids", float64(ids), 0)
+				// A near-tie among the top 5 swaps under the same noise: at
+				// most as many swapped ids as the noisiest emulator run.
+				record(t, name+": top-5 ids", "mismatched ids", float64(ids), float64(noiseIDs))
 			}
 		})
 	}
@@ -170,9 +172,10 @@ const penaltyNoiseSeeds = 4
 // |d logprob| 0.0127-0.0128 in 3 of 6 for glm-5-tiny and up to 0.95 for
 // deepseek-v3.2-tiny, so a fixed bound on the largest difference sits
 // inside the noise (engine/gpu/NOTES.md).
-func penaltyNoise(t *testing.T, src Source, opts engine.Options, prompt []int, p engine.Params, want lpRun) float64 {
+func penaltyNoise(t *testing.T, src Source, opts engine.Options, prompt []int, p engine.Params, want lpRun) (float64, int) {
 	t.Helper()
 	var frac, worst, med float64
+	most := 0
 	for seed := uint64(1); seed <= penaltyNoiseSeeds; seed++ {
 		b, err := build(&noisyRunner{m: &noisyEmu{emuDevice: newEmu(), n: seed * 0x9E3779B97F4A7C15}}, src, opts)
 		if err != nil {
@@ -182,11 +185,11 @@ func penaltyNoise(t *testing.T, src Source, opts engine.Options, prompt []int, p
 		if err := b.Close(); err != nil {
 			t.Fatal(err)
 		}
-		d, _ := lpDiffs(got, want)
-		frac, worst = max(frac, d.flipFrac()), max(worst, slices.Max(d.all))
+		d, ids := lpDiffs(got, want)
+		frac, worst, most = max(frac, d.flipFrac()), max(worst, slices.Max(d.all)), max(most, ids)
 		med = max(med, median(d.all))
 	}
-	t.Logf("noise baseline (GEMV outputs nudged by %.0e, %d sequences): positions > %.0e %.3g, max |d logprob| %.3g, median %.3g",
-		noiseLevel, penaltyNoiseSeeds, flipErr, frac, worst, med)
-	return frac
+	t.Logf("noise baseline (GEMV outputs nudged by %.0e, %d sequences): positions > %.0e %.3g, max |d logprob| %.3g, median %.3g, top-5 ids swapped %d",
+		noiseLevel, penaltyNoiseSeeds, flipErr, frac, worst, med, most)
+	return frac, most
 }

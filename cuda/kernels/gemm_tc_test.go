@@ -286,5 +286,25 @@ func TestKernelGemmH2Timing(t *testing.T) {
 			}
 			t.Log(line)
 		}
+		// The absorbed-MLA products at 2048 rows, 128 heads: absorb_tc
+		// against absorb_q_fp8 / absorb_v_fp8.
+		const M, H, nope, R, vd, P = 2048, 128, 128, 512, 128, 64
+		hs := nope + P
+		q := a.up(randF32(r, M*H*hs, 1))
+		uk, _ := devFP8(c, a, r, H*nope, R)
+		uv, _ := devFP8(c, a, r, H*vd, R)
+		// per-row scales [rows][R/128]
+		uks, uvs := a.up(randF32(r, H*nope*R/128, 0.01)), a.up(randF32(r, H*vd*R/128, 0.01))
+		out := a.raw(int64(4 * M * H * R))
+		qpe := a.raw(int64(4 * M * H * P))
+		x := a.up(randF32(r, M*H*R, 1))
+		vo := a.raw(int64(4 * M * H * vd))
+		flopQ := 2 * float64(M) * H * nope * R
+		us0 := medianUs(c, s, 2, 3, func() { chk(k.AbsorbQFP8(s, out, qpe, q, uk, uks, M, H, nope, R, H*hs, hs, P, QRope{})) })
+		us1 := medianUs(c, s, 2, 3, func() { chk(k.AbsorbQTC(s, out, q, uk, uks, M, H, nope, R, H*hs, hs)) })
+		t.Logf("absorb q M=%d H=%d: absorb_q_fp8 %8.1f us, absorb_tc %8.1f us (%.1f TFLOP/s)", M, H, us0, us1, flopQ/us1/1e6)
+		us0 = medianUs(c, s, 2, 3, func() { chk(k.AbsorbVFP8(s, vo, x, uv, uvs, M, H, vd, R, H*vd)) })
+		us1 = medianUs(c, s, 2, 3, func() { chk(k.AbsorbVTC(s, vo, x, uv, uvs, M, H, vd, R, H*vd)) })
+		t.Logf("absorb v M=%d H=%d: absorb_v_fp8 %8.1f us, absorb_tc %8.1f us (%.1f TFLOP/s)", M, H, us0, us1, flopQ/us1/1e6)
 	})
 }

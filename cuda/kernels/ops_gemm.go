@@ -193,3 +193,53 @@ func (k *Set) GemmFP8ExpertsH2(s cuda.Stream, y, x cuda.DevPtr, ldx, xRows int, 
 	return k.launchFn(f, cuda.D3(cdiv(N, gemmTileN), ntiles, 1), cuda.D1(256), gemmH2Smem(GemmTileRows, parts), s,
 		wTable, sTable, tiles, xrows, xs, pstride, cdiv(K, gemmH2K)*gemmH2K, rs, y, N, K)
 }
+
+// absorbTCSmem is absorb_tc's dynamic shared memory (AT_SMEM).
+const absorbTCSmem = 3*64*136*2 + 128*144 + 64*4
+
+// AbsorbTCOK says whether AbsorbQTC / AbsorbVTC take these shapes here:
+// sm_89 or newer, R a multiple of 128, weights 16-byte aligned.
+func (k *Set) AbsorbTCOK(w cuda.DevPtr, R int) bool {
+	in := k.c.Info()
+	return in.CCMajor*10+in.CCMinor >= 89 && R > 0 && R%128 == 0 && uint64(w)%16 == 0
+}
+
+func (k *Set) absorbTC(s cuda.Stream, out, x, w, scale cuda.DevPtr, mode, M, H, K, N, R, ldx, hs, ldo int) error {
+	if !k.AbsorbTCOK(w, R) || M <= 0 || H <= 0 || K <= 0 || N <= 0 || M > 64*65535 {
+		return errors.Newf("absorb tc: M=%d H=%d K=%d N=%d R=%d (multiple of 128), sm_89+, aligned weights", M, H, K, N, R)
+	}
+	f, err := k.fn("absorb_tc")
+	if err != nil {
+		return err
+	}
+	if _, ok := bigShared.Load(f); !ok {
+		if err := k.c.SetMaxDynamicShared(f, absorbTCSmem); err != nil {
+			return errors.WithHint(err, "absorb_tc needs 71 KB of shared memory a block; TILERT_GPU_ABSORB_TC=0 keeps absorb_q_fp8 / absorb_v_fp8")
+		}
+		bigShared.Store(f, true)
+	}
+	nout := R
+	if mode == 1 {
+		nout = N
+	}
+	return k.launchFn(f, cuda.D3(cdiv(nout, 128), H, cdiv(M, 64)), cuda.D1(256), absorbTCSmem, s, x, w, scale, out, mode, M, H, K, N, R, ldx, hs, ldo)
+}
+
+// AbsorbQTC is AbsorbQFP8's product (without the RoPE part) on tensor
+// cores for many rows: out[m][h][c] = sum_d q[m*ldq + h*hs + d] *
+// W[h*nope + d][c] * scale[h*nope + d][c/128].
+func (k *Set) AbsorbQTC(s cuda.Stream, out, q, w, scale cuda.DevPtr, M, H, nope, R, ldq, hs int) error {
+	if hs < nope || ldq < (H-1)*hs+nope {
+		return errors.Newf("absorb q tc: nope=%d hs=%d ldq=%d", nope, hs, ldq)
+	}
+	return k.absorbTC(s, out, q, w, scale, 0, M, H, nope, 1, R, ldq, hs, 0)
+}
+
+// AbsorbVTC is AbsorbVFP8 on tensor cores for many rows: out[m*ldo + h*vd
+// + v] = sum_c x[(m*H + h)*R + c] * W[h*vd + v][c] * scale[h*vd + v][c/128].
+func (k *Set) AbsorbVTC(s cuda.Stream, out, x, w, scale cuda.DevPtr, M, H, vd, R, ldo int) error {
+	if ldo < H*vd {
+		return errors.Newf("absorb v tc: ldo=%d < H*vd=%d", ldo, H*vd)
+	}
+	return k.absorbTC(s, out, x, w, scale, 1, M, H, R, vd, R, 0, 0, ldo)
+}

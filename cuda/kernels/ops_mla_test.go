@@ -172,3 +172,97 @@ func TestAbsorbPlan(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelAbsorbTC checks the tensor-core absorb products (absorb_tc in
+// gemm_h2_absorb.cu) against float64 references on fresh random inputs:
+// many rows (tails of the 64-row blocks), GLM-5's nope 192 (a K tail) and
+// vd 256 (two column blocks), a vd of 48 (a column tail), padded strides,
+// and query rows scaled apart by up to 2^+-30 (the per-row power of two).
+func TestKernelAbsorbTC(t *testing.T) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		if !k.AbsorbTCOK(0, 512) {
+			t.Skip("absorb_tc needs sm_89+")
+		}
+		s := c.Stream()
+		const R, P = 512, 64
+		for _, sh := range []struct{ M, H, nope, vd int }{{1, 4, 32, 32}, {70, 5, 128, 48}, {130, 3, 128, 128}, {65, 4, 192, 256}} {
+			M, H, nope, vd := sh.M, sh.H, sh.nope, sh.vd
+			rb := R / 128
+			hs := nope + P
+			ldq := H*hs + 4
+			q := randF32(r, M*ldq, 1)
+			for m := range M {
+				f := float32(math.Ldexp(1, r.IntN(61)-30))
+				for i := range ldq {
+					q[m*ldq+i] *= f
+				}
+			}
+			wk := func(n int) (cuda.DevPtr, cuda.DevPtr, func(row, c int) float64) {
+				w, sc := randFP8(r, n*R), randF32(r, n*rb, 0.01)
+				for i := range sc {
+					sc[i] = float32(math.Abs(float64(sc[i]))) + 1e-3
+				}
+				return a.up(w), a.up(sc), func(row, col int) float64 {
+					return fp8Table[w[row*R+col]] * float64(sc[row*rb+col/128])
+				}
+			}
+			ukp, uks, uk := wk(H * nope)
+			ref := make([]float64, M*H*R)
+			for m := range M {
+				for h := range H {
+					for col := range R {
+						var acc float64
+						for d := range nope {
+							acc += uk(h*nope+d, col) * float64(q[m*ldq+h*hs+d])
+						}
+						ref[(m*H+h)*R+col] = acc
+					}
+				}
+			}
+			out := a.poisoned(M * H * R)
+			chk(k.AbsorbQTC(s, out, a.up(q), ukp, uks, M, H, nope, R, ldq, hs))
+			got := downF32(c, out, M*H*R)
+			worst := 0.0
+			for m := range M { // rows are scaled apart: each against its own size
+				worst = max(worst, relErr(got[m*H*R:(m+1)*H*R], ref[m*H*R:(m+1)*H*R]))
+			}
+			record(t, fmt.Sprintf("absorb_tc q M=%d H=%d nope=%d (worst row)", M, H, nope), relMetric, worst, boundF32)
+
+			x := randF32(r, M*H*R, 1)
+			for m := range M {
+				f := float32(math.Ldexp(1, r.IntN(61)-30))
+				for i := range H * R {
+					x[m*H*R+i] *= f
+				}
+			}
+			uvp, uvs, uv := wk(H * vd)
+			ldo := H*vd + 3
+			refC := make([]float64, M*ldo)
+			for m := range M {
+				for h := range H {
+					for v := range vd {
+						var acc float64
+						for col := range R {
+							acc += uv(h*vd+v, col) * float64(x[(m*H+h)*R+col])
+						}
+						refC[m*ldo+h*vd+v] = acc
+					}
+				}
+			}
+			vo := a.poisoned(M * ldo)
+			chk(k.AbsorbVTC(s, vo, a.up(x), uvp, uvs, M, H, vd, R, ldo))
+			vgot := downF32(c, vo, M*ldo)
+			worst = 0
+			for m := range M {
+				for i := H * vd; i < ldo; i++ {
+					if vgot[m*ldo+i] == vgot[m*ldo+i] {
+						t.Errorf("absorb_tc v wrote past H*vd at row %d col %d", m, i)
+					}
+					vgot[m*ldo+i] = 0
+				}
+				worst = max(worst, relErr(vgot[m*ldo:(m+1)*ldo], refC[m*ldo:(m+1)*ldo]))
+			}
+			record(t, fmt.Sprintf("absorb_tc v M=%d H=%d vd=%d ldo=%d (worst row)", M, H, vd, ldo), relMetric, worst, boundF32)
+		}
+	})
+}

@@ -503,6 +503,9 @@ func (b *cudaDevice) scale(x cuda.DevPtr, a float32, n int) error { return b.k.E
 // absorbQ over fp8 W_UK runs spread over all SMs (and copies q's RoPE part
 // in the same launch); float32 weights (exact mode) keep the per-head kernel.
 func (b *cudaDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error {
+	if b.absorbMany(fp8, w, M, R) { // prefill rows on tensor cores (gemm.go)
+		return b.absorbQTC(out, qpe, q, w, s, M, H, nope, R, ldq, hs, P, rope)
+	}
 	if fp8 && absorbWideOn && nope <= 256 && R%32 == 0 && P%2 == 0 {
 		return b.k.AbsorbQFP8(b.s, out, qpe, q, w, s, M, H, nope, R, ldq, hs, P, rope)
 	}
@@ -527,6 +530,9 @@ func (b *cudaDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope
 }
 
 func (b *cudaDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {
+	if b.absorbMany(fp8, w, M, R) { // prefill rows on tensor cores (gemm.go)
+		return b.k.AbsorbVTC(b.s, out, x, w, s, M, H, vd, R, ldo)
+	}
 	if fp8 && absorbWideOn && R == kernels.MLALatentDim {
 		return b.k.AbsorbVFP8(b.s, out, x, w, s, M, H, vd, R, ldo)
 	}

@@ -28,7 +28,13 @@ import (
 // failed on the tiny random models; the kernels now promote every K tile.
 // Off, prefill runs 4-row GEMVs over chunks of 32 rows as before.
 // TILERT_GPU_PREFILL_CHUNK sets the rows per prefill forward (default
-// defaultChunkLen with the GEMMs, 32 without).
+// defaultChunkLen with the GEMMs, 32 without). Large chunks pay: every
+// chunk streams all 256 experts' weights through the grouped GEMM once (at
+// 256 rows a chunk that was a third of an 8192-token prefill on the H200,
+// docs/measured/h200-2026-12-01-pfill), and the narrow projections fill
+// the SMs only with many rows. The workspace grows with it: at DeepSeek-V3.2
+// dims about 5 GB for 2048 rows (7.5 GB with max_seq_len 131072: the
+// indexer's scores and top-k scratch are rows x max_seq_len).
 
 // gemmDevice is the GEMM part of device.
 type gemmDevice interface {
@@ -46,7 +52,7 @@ type gemmDevice interface {
 
 const (
 	gemmMinRows     = 16  // below, the GEMVs (helper-tuned for 1..8 rows) stay
-	defaultChunkLen = 256 // prefill rows per forward with the GEMMs on
+	defaultChunkLen = 2048 // prefill rows per forward with the GEMMs on (capped by max_seq_len)
 	oldChunkLen     = 32
 )
 
@@ -99,6 +105,41 @@ func (b *cudaDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) 
 		return b.k.GemmFP8H2(b.s, y, x, w, scale, b.gemmWS, b.gemmWSBytes, N, K, M, ldx, ldy, bm, gemmH2Parts)
 	}
 	return b.k.GemmFP8(b.s, y, x, w, scale, N, K, M, ldx, ldy, gemmSplits)
+}
+
+// absorbTCOn: TILERT_GPU_ABSORB_TC=0 keeps absorb_q_fp8 / absorb_v_fp8 for
+// the prefill's many rows too.
+var absorbTCOn = os.Getenv("TILERT_GPU_ABSORB_TC") != "0"
+
+// absorbMany says whether the absorbed-MLA products of M rows run as
+// tensor-core products (kernels.AbsorbQTC / AbsorbVTC, three fp16 parts:
+// float32-exact products): the GEMMs' rows, fp8 weights, and the device
+// has the kernels.
+func (b *cudaDevice) absorbMany(fp8 bool, w cuda.DevPtr, M, R int) bool {
+	return gemmOn && absorbTCOn && fp8 && M >= gemmMinRows && b.k.AbsorbTCOK(w, R)
+}
+
+// absorbQTC is absorbQ's tensor-core product, then the RoPE part of q
+// copied out and rotated as the unfused path does.
+func (b *cudaDevice) absorbQTC(out, qpe, q, w, s cuda.DevPtr, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error {
+	if err := b.k.AbsorbQTC(b.s, out, q, w, s, M, H, nope, R, ldq, hs); err != nil || qpe == 0 {
+		return err
+	}
+	if ldq == H*hs { // the rows' heads are evenly strided: one copy
+		if err := b.k.EngCopy2D(b.s, qpe, q.Add(int64(4*nope)), M*H, P, P, hs); err != nil {
+			return err
+		}
+	} else {
+		for m := 0; m < M; m++ {
+			if err := b.k.EngCopy2D(b.s, qpe.Add(int64(4*m*H*P)), q.Add(int64(4*(m*ldq+nope))), H, P, P, hs); err != nil {
+				return err
+			}
+		}
+	}
+	if rope.Pos == 0 {
+		return nil
+	}
+	return b.rope(qpe, rope.Pos, rope.Cos, rope.Sin, M*H, H, P, 0, P, rope.Interleaved)
 }
 
 // h2 says whether an fp8 GEMM of M rows of K takes the fp16 two-part

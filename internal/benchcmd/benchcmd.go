@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +46,7 @@ func Command() *cli.Command {
 				&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompts"},
 				&cli.StringFlag{Name: "prompt-file", Usage: "text file: each slot's prompt is a --prompt-len window of it (tokenized with the model's tokenizer.json) instead of random ids, so MTP acceptance is that of real text"},
 				&cli.StringFlag{Name: "json", Usage: "also write the result as JSON to this file"},
+				&cli.StringFlag{Name: "prefill-lens", Usage: "comma-separated prompt lengths also prefilled (timed, into slot 0, after the decode run) in the same engine, e.g. 1024,8192 (each at most --prompt-len)"},
 				&cli.StringFlag{Name: "context", Usage: "comma-separated context lengths (e.g. 1024,8192,32768,131072): each slot gets an imported cache of that many positions (random valid entries) instead of a prefill, and each row is held against the step's byte floor at the copy rate measured in the same run"},
 				&cli.StringFlag{Name: "dummy-weights", Usage: "random weights with the real dimensions of " + strings.Join(engineload.DummyModels, " or ") + ", made here and uploaded to the GPU (no files; replaces --model-dir)"},
 				&cli.IntFlag{Name: "layers", Value: 8, Usage: "with --dummy-weights: MoE layers after the model's dense ones"},
@@ -81,6 +83,8 @@ type Result struct {
 	// PrefillProfile: --profile, a second prefill of a prompt as long
 	// with every device call timed alone.
 	PrefillProfile *gpu.PrefillProfile `json:"prefill_profile,omitempty"`
+	// PrefillMSByLen: --prefill-lens, prefill ms per prompt length.
+	PrefillMSByLen map[string]float64 `json:"prefill_ms_by_len,omitempty"`
 }
 
 func runDecode(c *cli.Context) error {
@@ -227,6 +231,26 @@ func runDecode(c *cli.Context) error {
 		r.PerUserTokS = r.TokensPerSec / float64(slots)
 	}
 	r.MTPAccept = e.Stats().AcceptRate()
+	if pl := c.String("prefill-lens"); pl != "" {
+		lens, err := parseContexts(pl)
+		if err != nil {
+			return err
+		}
+		r.PrefillMSByLen = map[string]float64{}
+		for _, L := range lens {
+			if L > plen {
+				return cliutil.WithExitCode(errors.WithHintf(errors.Newf("--prefill-lens %d is longer than --prompt-len %d", L, plen),
+					"raise --prompt-len to the longest prefill length"), cliutil.ExitUsage)
+			}
+			e.Release(0)
+			t0 := time.Now()
+			if _, err := e.Prefill(0, prompt0[:L], p); err != nil {
+				return err
+			}
+			r.PrefillMSByLen[strconv.Itoa(L)] = float64(time.Since(t0).Microseconds()) / 1e3
+		}
+		e.Release(0)
+	}
 	if c.Bool("profile") {
 		// Slot 0's prompt once more, every device call timed alone.
 		pp, ok := e.(prefillProfiler)
@@ -296,6 +320,15 @@ func report(w io.Writer, r Result) {
 	fmt.Fprintf(w, "  throughput   %9.1f tok/s total, %.1f tok/s per user\n", r.TokensPerSec, r.PerUserTokS)
 	if r.MTP {
 		fmt.Fprintf(w, "  mtp accept   %9.2f\n", r.MTPAccept)
+	}
+	lens := make([]int, 0, len(r.PrefillMSByLen))
+	for k := range r.PrefillMSByLen {
+		n, _ := strconv.Atoi(k)
+		lens = append(lens, n)
+	}
+	slices.Sort(lens)
+	for _, L := range lens {
+		fmt.Fprintf(w, "  prefill %6d %9.2f ms (--prefill-lens)\n", L, r.PrefillMSByLen[strconv.Itoa(L)])
 	}
 	if p := r.PrefillProfile; p != nil {
 		reportPrefillProfile(w, p, r.PromptLen)

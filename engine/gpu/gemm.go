@@ -97,10 +97,7 @@ func (b *cudaDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) 
 	if b.h2(w, K, M) {
 		bm := gemmH2BM
 		if bm != 64 && bm != 128 {
-			bm = 64
-			if M >= 2*kernels.GemmH2DenseRows {
-				bm = kernels.GemmH2DenseRows
-			}
+			bm = h2BlockRows(N, M, b.c.Info().SMs)
 		}
 		return b.k.GemmFP8H2(b.s, y, x, w, scale, b.gemmWS, b.gemmWSBytes, N, K, M, ldx, ldy, bm, gemmH2Parts)
 	}
@@ -140,6 +137,16 @@ func (b *cudaDevice) absorbQTC(out, qpe, q, w, s cuda.DevPtr, M, H, nope, R, ldq
 		return nil
 	}
 	return b.rope(qpe, rope.Pos, rope.Cos, rope.Sin, M*H, H, P, 0, P, rope.Interleaved)
+}
+
+// h2BlockRows picks the dense fp16-part GEMM's block rows: 128 (one block
+// an SM, the most reuse of each fragment) while that still gives every SM
+// two blocks, else 64 (two blocks an SM, twice the blocks).
+func h2BlockRows(N, M, sms int) int {
+	if (N+127)/128*((M+127)/128) >= 2*sms {
+		return kernels.GemmH2DenseRows
+	}
+	return 64
 }
 
 // h2 says whether an fp8 GEMM of M rows of K takes the fp16 two-part

@@ -94,3 +94,11 @@ func TestEmuPrefillGemmH2Parts2Greedy(t *testing.T) {
 	t.Cleanup(func() { gemmH2Parts = old })
 	testGreedyMatchesCPU(t, onEmu, engine.CacheFP8DSMLA)
 }
+
+func TestH2BlockRows(t *testing.T) {
+	for _, c := range []struct{ N, M, want int }{{18432, 2048, 128}, {7168, 2048, 128}, {1536, 2048, 64}, {576, 2048, 64}, {18432, 256, 128}, {7168, 256, 64}} {
+		if got := h2BlockRows(c.N, c.M, 132); got != c.want {
+			t.Errorf("h2BlockRows(%d, %d, 132) = %d, want %d", c.N, c.M, got, c.want)
+		}
+	}
+}

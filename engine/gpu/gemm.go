@@ -28,13 +28,14 @@ import (
 // failed on the tiny random models; the kernels now promote every K tile.
 // Off, prefill runs 4-row GEMVs over chunks of 32 rows as before.
 // TILERT_GPU_PREFILL_CHUNK sets the rows per prefill forward (default
-// defaultChunkLen with the GEMMs, 32 without). Large chunks pay: every
-// chunk streams all 256 experts' weights through the grouped GEMM once (at
-// 256 rows a chunk that was a third of an 8192-token prefill on the H200,
-// docs/measured/h200-2026-12-01-pfill), and the narrow projections fill
-// the SMs only with many rows. The workspace grows with it: at DeepSeek-V3.2
-// dims about 5 GB for 2048 rows (7.5 GB with max_seq_len 131072: the
-// indexer's scores and top-k scratch are rows x max_seq_len).
+// defaultChunkLen with the GEMMs, 32 without). Larger chunks should pay
+// (not yet measured): every chunk streams all 256 experts' weights through
+// the grouped GEMM once (at 256 rows a chunk that was a third of an
+// 8192-token prefill on the H200, docs/measured/h200-2026-12-01-pfill/run1),
+// and the narrow projections fill the SMs only with many rows. The
+// workspace grows with it: at DeepSeek-V3.2 dims about 5 GB for 2048 rows
+// (7.5 GB with max_seq_len 131072: the indexer's scores and top-k scratch
+// are rows x max_seq_len).
 
 // gemmDevice is the GEMM part of device.
 type gemmDevice interface {
@@ -52,18 +53,20 @@ type gemmDevice interface {
 
 const (
 	gemmMinRows     = 16   // below, the GEMVs (helper-tuned for 1..8 rows) stay
-	defaultChunkLen = 2048 // prefill rows per forward with the GEMMs on (capped by max_seq_len)
+	defaultChunkLen = 256 // prefill rows per forward with the GEMMs on (capped by max_seq_len)
 	oldChunkLen     = 32
 )
 
 var (
 	gemmOn     = os.Getenv("TILERT_GPU_GEMM") == "1"
 	gemmSplits = envInt("TILERT_GPU_GEMM_SPLITS", 3)
-	// gemmH2On: the fp8 GEMMs split x into two fp16 parts with a
-	// power-of-two scale per row (kernels.GemmFP8H2: two tensor products
-	// per weight fragment instead of three, a 3-stage cp.async pipeline);
-	// TILERT_GPU_GEMM_H2=0 keeps the three bf16 parts (gemm_tc.cu).
-	gemmH2On = os.Getenv("TILERT_GPU_GEMM_H2") != "0"
+	// gemmH2On: TILERT_GPU_GEMM_H2=1 runs the fp8 GEMMs on x split into
+	// fp16 parts with a power-of-two scale per row (kernels.GemmFP8H2: a
+	// 3-stage cp.async pipeline, e4m3 pairs converted in the fragment
+	// loads, x split once per call). Opt-in: written after the session's
+	// last device run, never run on a GPU yet (NOTES.md); off, the fp8
+	// GEMMs are gemm_tc.cu's three bf16 parts, measured.
+	gemmH2On = os.Getenv("TILERT_GPU_GEMM_H2") == "1"
 	// gemmH2BM: block rows of the dense fp8 GEMM (64 or 128; 0 picks).
 	gemmH2BM = envInt("TILERT_GPU_GEMM_BM", 0)
 	// gemmH2Parts: fp16 parts of x; 3 (default) carries float32's bits
@@ -104,9 +107,11 @@ func (b *cudaDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) 
 	return b.k.GemmFP8(b.s, y, x, w, scale, N, K, M, ldx, ldy, gemmSplits)
 }
 
-// absorbTCOn: TILERT_GPU_ABSORB_TC=0 keeps absorb_q_fp8 / absorb_v_fp8 for
-// the prefill's many rows too.
-var absorbTCOn = os.Getenv("TILERT_GPU_ABSORB_TC") != "0"
+// absorbTCOn: TILERT_GPU_ABSORB_TC=1 runs the prefill's absorbed-MLA
+// products on tensor cores (kernels.AbsorbQTC / AbsorbVTC). Opt-in: never
+// run on a GPU yet (NOTES.md); off, absorb_q_fp8 / absorb_v_fp8 as
+// measured.
+var absorbTCOn = os.Getenv("TILERT_GPU_ABSORB_TC") == "1"
 
 // absorbMany says whether the absorbed-MLA products of M rows run as
 // tensor-core products (kernels.AbsorbQTC / AbsorbVTC, three fp16 parts:

@@ -85,13 +85,13 @@ func TestF16Round(t *testing.T) {
 	}
 }
 
-// With two fp16 parts (TILERT_GPU_GEMM_H2_PARTS=2) the emulator transcribes
+// With two fp16 parts (TILERT_GPU_GEMM_H2=1 TILERT_GPU_GEMM_H2_PARTS=2) the emulator transcribes
 // the split (h2Split): greedy still equals the CPU's on the tiny presets.
 func TestEmuPrefillGemmH2Parts2Greedy(t *testing.T) {
 	withGemm(t)
-	old := gemmH2Parts
-	gemmH2Parts = 2
-	t.Cleanup(func() { gemmH2Parts = old })
+	oldOn, old := gemmH2On, gemmH2Parts
+	gemmH2On, gemmH2Parts = true, 2
+	t.Cleanup(func() { gemmH2On, gemmH2Parts = oldOn, old })
 	testGreedyMatchesCPU(t, onEmu, engine.CacheFP8DSMLA)
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/cuda/kernels"
+	"github.com/tilert-go/tilert/model"
 )
 
 // Prefill's matrix work: with many rows (a prompt chunk) the linear layers
@@ -444,6 +445,17 @@ func (ws *workspace) allocGroup(e *backend, b device, M int) error {
 	return nil
 }
 
+// gemmScratchBytes is the fp16-part GEMM scratch a forward of M rows of
+// model c needs: M rows of the widest linear input (TestGemmScratchCovers
+// checks every linear of the presets against it), or the routed pairs of
+// the expert down projection.
+func gemmScratchBytes(c *model.Config, M int) int64 {
+	NH := c.NumHeads
+	kmax := max(2*c.HiddenSize, c.IntermediateSize, c.QLoraRank, NH*c.VHeadDim, NH*(c.QKNopeHeadDim+c.QKRopeHeadDim),
+		c.MoEIntermediateSize*max(1, c.NSharedExperts), c.IndexNHeads*c.IndexHeadDim)
+	return max(kernels.GemmH2ScratchBytes(M, kmax), kernels.GemmH2ScratchBytes(M*max(1, c.NumExpertsPerTok), c.MoEIntermediateSize))
+}
+
 // allocGemmScratch gives the GPU the fp16 two-part GEMM's scratch for the
 // largest split a forward of M rows makes: M rows of the widest linear
 // input, or the routed pairs of the expert down projection. It belongs to
@@ -456,10 +468,7 @@ func (e *backend) allocGemmScratch(b device, M int) error {
 	if !ok || !rok || !gemmOn || !gemmH2On || M < gemmMinRows {
 		return nil
 	}
-	NH := c.NumHeads
-	kmax := max(2*c.HiddenSize, c.IntermediateSize, c.QLoraRank, NH*c.VHeadDim, NH*(c.QKNopeHeadDim+c.QKRopeHeadDim),
-		c.MoEIntermediateSize*max(1, c.NSharedExperts), c.IndexNHeads*c.IndexHeadDim)
-	n := max(kernels.GemmH2ScratchBytes(M, kmax), kernels.GemmH2ScratchBytes(M*max(1, c.NumExpertsPerTok), c.MoEIntermediateSize))
+	n := gemmScratchBytes(c, M)
 	if n <= cr.gemmWSBytes {
 		return nil
 	}

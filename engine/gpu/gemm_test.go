@@ -2,7 +2,11 @@ package gpu
 
 import (
 	"math"
+	"reflect"
 	"testing"
+
+	"github.com/tilert-go/tilert/cuda/kernels"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
 
 	"github.com/tilert-go/tilert/engine"
 )
@@ -100,5 +104,40 @@ func TestH2BlockRows(t *testing.T) {
 		if got := h2BlockRows(c.N, c.M, 132); got != c.want {
 			t.Errorf("h2BlockRows(%d, %d, 132) = %d, want %d", c.N, c.M, got, c.want)
 		}
+	}
+}
+
+// The fp16-part GEMM's scratch holds the split of every linear input a
+// forward of M rows can hand it: every fp8 linear of both presets (main and
+// MTP layers, their real in-dims) and the expert down projection's pairs.
+func TestGemmScratchCovers(t *testing.T) {
+	for _, pr := range enginetest.Presets {
+		t.Run(pr, func(t *testing.T) {
+			_, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+			ge := newTestEngine(t, onEmu, src, engine.Options{MaxSeqLen: maxSeq, MTP: true})
+			c := ge.m.cfg
+			const M = 48
+			have := gemmScratchBytes(c, M)
+			seen := 0
+			for _, lw := range ge.m.w.layers {
+				v := reflect.ValueOf(lw.Block).Elem()
+				for i := 0; i < v.NumField(); i++ {
+					l, ok := v.Field(i).Interface().(dlin)
+					if !ok || l.kind != linFP8 || l.in == 0 {
+						continue
+					}
+					seen++
+					if need := kernels.GemmH2ScratchBytes(M, l.in); need > have {
+						t.Errorf("layer %d %s: %d inputs need %d scratch bytes, have %d", lw.Idx, v.Type().Field(i).Name, l.in, need, have)
+					}
+				}
+			}
+			if seen == 0 {
+				t.Fatal("no fp8 linear found")
+			}
+			if need := kernels.GemmH2ScratchBytes(M*c.NumExpertsPerTok, c.MoEIntermediateSize); need > have {
+				t.Errorf("expert pairs need %d scratch bytes, have %d", need, have)
+			}
+		})
 	}
 }

@@ -53,7 +53,7 @@ type gemmDevice interface {
 }
 
 const (
-	gemmMinRows     = 16   // below, the GEMVs (helper-tuned for 1..8 rows) stay
+	gemmMinRows     = 16  // below, the GEMVs (helper-tuned for 1..8 rows) stay
 	defaultChunkLen = 256 // prefill rows per forward with the GEMMs on (capped by max_seq_len)
 	oldChunkLen     = 32
 )

@@ -439,7 +439,7 @@ func TestKernelNormRopeElementwise(t *testing.T) {
 			tab := randBF16(r, V*D, 1)
 			ids := []int32{int32(r.IntN(V)), 0, int32(V - 1), int32(r.IntN(V)), int32(r.IntN(V))}
 			op := a.poisoned(T * D)
-			chk(k.EmbedBF16(s, op, a.up(tab), a.up(ids), T, D, V))
+			chk(k.EmbedBF16(s, op, a.up(tab), a.up(ids), T, D))
 			ref := make([]float64, T*D)
 			for tt, id := range ids {
 				for i := range D {
@@ -447,11 +447,14 @@ func TestKernelNormRopeElementwise(t *testing.T) {
 				}
 			}
 			record(t, "embed_bf16 V=1000 D=7168 T=5", relMetric, relErr(downF32(c, op, T*D), ref), 0)
+			op = a.poisoned(T * D)
+			chk(k.EmbedBF16Checked(s, op, a.up(tab), a.up(ids), T, D, V))
+			record(t, "embed_bf16_checked V=1000 D=7168 T=5", relMetric, relErr(downF32(c, op, T*D), ref), 0)
 			// Ids outside the table (arg-max over non-finite logits gives
 			// 0x7fffffff) give NaN rows and read nothing outside it.
 			bad := []int32{0x7fffffff, -1, int32(V), 3}
 			op = a.poisoned(len(bad) * D)
-			chk(k.EmbedBF16(s, op, a.up(tab), a.up(bad), len(bad), D, V))
+			chk(k.EmbedBF16Checked(s, op, a.up(tab), a.up(bad), len(bad), D, V))
 			got := downF32(c, op, len(bad)*D)
 			nonNaN := 0
 			for _, v := range got[:3*D] {
@@ -464,7 +467,7 @@ func TestKernelNormRopeElementwise(t *testing.T) {
 					nonNaN++
 				}
 			}
-			record(t, "embed_bf16 ids outside [0, V): non-NaN outputs (and wrong in-range row)", "count", float64(nonNaN), 0)
+			record(t, "embed_bf16_checked ids outside [0, V): non-NaN outputs (and wrong in-range row)", "count", float64(nonNaN), 0)
 		}
 		{
 			kk, N := 8, 7168

@@ -293,12 +293,21 @@ func (k *Set) SiluMul(s cuda.Stream, out, gate, up cuda.DevPtr, rows, I, ldg, ld
 }
 
 // EmbedBF16 gathers rows ids[0..T) (int32 on the device) of a bf16 [V][D]
-// table into float32 out [T][D]; an id outside [0, V) gives a NaN row.
-func (k *Set) EmbedBF16(s cuda.Stream, out, table, ids cuda.DevPtr, T, D, V int) error {
+// table into float32 out [T][D].
+func (k *Set) EmbedBF16(s cuda.Stream, out, table, ids cuda.DevPtr, T, D int) error {
+	if T <= 0 || D <= 0 {
+		return errors.Newf("embed: T=%d D=%d", T, D)
+	}
+	return k.launch("embed_bf16", cuda.D1(T), cuda.D1(256), 0, s, table, ids, out, D)
+}
+
+// EmbedBF16Checked is EmbedBF16 with an id outside [0, V) giving a NaN row
+// instead of a read outside the table.
+func (k *Set) EmbedBF16Checked(s cuda.Stream, out, table, ids cuda.DevPtr, T, D, V int) error {
 	if T <= 0 || D <= 0 || V <= 0 {
 		return errors.Newf("embed: T=%d D=%d V=%d", T, D, V)
 	}
-	return k.launch("embed_bf16", cuda.D1(T), cuda.D1(256), 0, s, table, ids, out, D, V)
+	return k.launch("embed_bf16_checked", cuda.D1(T), cuda.D1(256), 0, s, table, ids, out, D, V)
 }
 
 // MoECombine computes out[n] = resid[n] + sum_j w[j]*y[j][n] for kslots rows

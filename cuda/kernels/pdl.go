@@ -62,7 +62,7 @@ var pdlKernels = setOf(
 	"mla_decode_tc_v3", "mla_decode_tc32",
 	"absorb_q_fp8", "absorb_q_fp8_r4", "absorb_v_fp8",
 	// moe.cu, norm.cu, sample.cu, logits.cu
-	"moe_route", "rmsnorm", "add_rmsnorm", "layernorm", "rope", "add_f32", "silu_mul", "embed_bf16", "moe_combine",
+	"moe_route", "rmsnorm", "add_rmsnorm", "layernorm", "rope", "add_f32", "silu_mul", "embed_bf16", "embed_bf16_checked", "moe_combine",
 	"argmax_rows", "sample_rows", "argmax_wide", "adjust_logits", "logprob_rows",
 	// Not comm.cu's collectives: they spin on flags other ranks' kernels
 	// set, and stay launched plainly.

@@ -66,7 +66,8 @@ type device interface {
 	addRMSNormPF(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32, pf [kernels.MaxL2Prefetch]kernels.L2Range) error
 	siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error
 	// embed gathers rows ids of a bf16 [V][D] table; an id outside [0, V)
-	// gives a NaN row.
+	// gives a NaN row with TILERT_GPU_EMBED_CHECK=1 (embedCheckOn; the
+	// emulator always), else reads outside the table.
 	embed(out, table, ids cuda.DevPtr, T, D, V int) error
 	moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error
 	moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error
@@ -350,7 +351,10 @@ func (b *cudaDevice) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo i
 }
 
 func (b *cudaDevice) embed(out, table, ids cuda.DevPtr, T, D, V int) error {
-	return b.k.EmbedBF16(b.s, out, table, ids, T, D, V)
+	if embedCheckOn {
+		return b.k.EmbedBF16Checked(b.s, out, table, ids, T, D, V)
+	}
+	return b.k.EmbedBF16(b.s, out, table, ids, T, D)
 }
 
 func (b *cudaDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
@@ -548,6 +552,15 @@ func (b *cudaDevice) routerRoute(idx, wts, logits, x, w, bias, counter cuda.DevP
 func (b *cudaDevice) moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error {
 	return b.k.MoECombineAddRMSNorm(b.s, out, x, y, w, resid, nw, M, k, D, ldx, ldy, eps)
 }
+
+// embedCheckOn: TILERT_GPU_EMBED_CHECK=1 takes embed_bf16_checked, which
+// writes a NaN row for an id outside the vocabulary instead of reading
+// outside the table. It matters for the pipelined step (ahead.go): a pick
+// over non-finite logits (arg-max 0x7fffffff) reaches the next forward on
+// the device before the host refuses it, and the plain kernel's read faults
+// the context. Opt-in until a device run has checked it (written after the
+// last one of 2026-12-01).
+var embedCheckOn = os.Getenv("TILERT_GPU_EMBED_CHECK") == "1"
 
 // fuseOn: the attention side's per-row work after the projections runs as
 // one attnEpilogue launch per group (on the H200 3.2 us per layer in a

@@ -109,10 +109,19 @@ extern "C" __global__ void silu_mul(const float* __restrict__ gate, const float*
 }
 
 // out[t][:] = table[ids[t]][:] from a bf16 table [V][D]; one block per token.
-// An id outside [0, V) (a pick over non-finite logits, fed to the next step
-// on the device by the pipelined step) gives a NaN row, never a read
-// outside the table.
-extern "C" __global__ void embed_bf16(const u16* __restrict__ table, const int* __restrict__ ids, float* out, int D, int V) {
+extern "C" __global__ void embed_bf16(const u16* __restrict__ table, const int* __restrict__ ids, float* out, int D) {
+  PDL_WAIT();
+  const u16* row = table + (size_t)ids[blockIdx.x] * D;
+  float* o = out + (size_t)blockIdx.x * D;
+  for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = bf16_to_f32(row[i]);
+}
+
+// embed_bf16 with an id outside [0, V) giving a NaN row instead of a read
+// outside the table: a pick over non-finite logits (arg-max 0x7fffffff) is
+// fed to the next forward on the device by the pipelined step before the
+// host can refuse it.
+extern "C" __global__ void embed_bf16_checked(const u16* __restrict__ table, const int* __restrict__ ids, float* out, int D,
+                                              int V) {
   PDL_WAIT();
   const int id = ids[blockIdx.x];
   float* o = out + (size_t)blockIdx.x * D;

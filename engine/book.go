@@ -72,17 +72,19 @@ type Compute interface {
 // (vLLM's async scheduling). The CPU backend has none: its steps stay as
 // they are.
 type Ahead interface {
-	// AheadOK says whether PickAhead may be used in this run.
-	AheadOK() bool
-	// PickAhead is Pick(picks) for plain picks (picks[i] reads row i of the
-	// last forward; no Adjust, no LP) that also starts Forward(next, nil)
-	// where next[i].Tok is the token picks[i] chooses (taken on the device;
-	// the Tok given is ignored). A later Forward of exactly those rows,
-	// tokens included, with nothing else run on the device in between,
-	// finds its results in place; any other Forward or run discards them
-	// (their cache entries are rewritten by whatever runs those positions
-	// again: the same token gives the same bytes).
-	PickAhead(picks []Pick, next []Row) ([]int, error)
+	// AheadOK says whether PickAhead may be used in this run: after a
+	// step's main forward (mtp false) or after its MTP forward, for the
+	// draft picks (mtp true).
+	AheadOK(mtp bool) bool
+	// PickAhead is Pick(picks) for picks without Adjust or LP that also
+	// starts Forward(next, nil) before the tokens reach the host: where
+	// from[i] >= 0, next[i].Tok is the token picks[from[i]] chooses (taken
+	// on the device; the Tok given is ignored). A later Forward of exactly
+	// those rows, tokens included, with nothing else run on the device in
+	// between, finds its results in place; any other Forward or run
+	// discards them (their cache entries are rewritten by whatever runs
+	// those positions again: the same token gives the same bytes).
+	PickAhead(picks []Pick, next []Row, from []int) ([]int, error)
 }
 
 // Drainer is an optional Backend capability: Drain waits until no device
@@ -476,20 +478,21 @@ func (b *Book) step(c Compute, act []*bookSlot) ([]StepResult, error) {
 		return nil, err
 	}
 	ah, _ := c.(Ahead)
-	ahead := ah != nil && ah.AheadOK() && b.plainStep(act, rows, picks)
+	ahead := ah != nil && ah.AheadOK(false) && b.plainStep(act, rows, picks)
 	var picked []int
 	var err error
 	if ahead {
 		// Every slot keeps row i's hidden now: the forward started ahead
 		// overwrites the rows.
 		next := make([]Row, len(rows))
+		from := make([]int, len(rows))
 		for i, s := range act {
 			if err := c.KeepHidden(s.id, i); err != nil {
 				return nil, err
 			}
-			next[i] = Row{Slot: s.id, Tok: -1, Pos: s.seqLen + 1}
+			next[i], from[i] = Row{Slot: s.id, Tok: -1, Pos: s.seqLen + 1}, i
 		}
-		picked, err = ah.PickAhead(picks, next)
+		picked, err = ah.PickAhead(picks, next, from)
 	} else {
 		picked, err = c.Pick(picks)
 	}
@@ -582,7 +585,31 @@ func (b *Book) step(c Compute, act []*bookSlot) ([]StepResult, error) {
 	if err := c.ForwardMTP(mrows, hidden, logits); err != nil {
 		return nil, err
 	}
-	drafts, err := c.Pick(dpicks)
+	var drafts []int
+	if ah != nil && ah.AheadOK(true) {
+		// Everything the next step forwards is known here but the drafts:
+		// each continuing slot's token at seqLen and its draft at
+		// seqLen+1 (as step builds its rows), the drafts taken on the
+		// device.
+		var next []Row
+		var from []int
+		k := 0
+		for i, s := range act {
+			if mlast[i] < 0 {
+				continue
+			}
+			next = append(next, Row{Slot: s.id, Tok: s.next, Pos: s.seqLen})
+			from = append(from, -1)
+			if s.seqLen+2 < b.cfg.MaxSeq {
+				next = append(next, Row{Slot: s.id, Tok: -1, Pos: s.seqLen + 1})
+				from = append(from, k)
+			}
+			k++
+		}
+		drafts, err = ah.PickAhead(dpicks, next, from)
+	} else {
+		drafts, err = c.Pick(dpicks)
+	}
 	if err != nil {
 		return nil, err
 	}

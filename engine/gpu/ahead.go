@@ -33,16 +33,22 @@ import (
 // call.
 
 // pipeOn: TILERT_GPU_PIPELINE=0 turns the pipelined step off (each step
-// then waits for its tokens before the next is recorded). On by default:
+// then waits for its tokens before the next is recorded); =2 also starts
+// the next step's forward after an MTP step's draft picks (pipeMTP; not
+// yet measured on a device, so opt-in). The plain step's is on by default:
 // on the H200 it took the 1-slot step at 8192 from 3.349 to 3.128 ms (the
 // graphs' device time, 3.126 ms) and 4 slots from 9.184 to 8.813 ms,
 // same binary, same run (docs/measured/h200-2026-12-01-async).
-var pipeOn = os.Getenv("TILERT_GPU_PIPELINE") != "0"
+var (
+	pipeOn  = os.Getenv("TILERT_GPU_PIPELINE") != "0"
+	pipeMTP = os.Getenv("TILERT_GPU_PIPELINE") == "2"
+)
 
 // aheadState is the backend's pipelined-step state.
 type aheadState struct {
-	// off: pipelining turned off for this engine (pipeOn at build; tests).
-	off bool
+	// off: pipelining turned off for this engine (pipeOn at build; tests);
+	// mtp: also after an MTP step's draft picks (pipeMTP at build).
+	off, mtp bool
 	// loose (tests only: the check that the discard path is tested) takes
 	// any forward of as many rows as the one started ahead for it.
 	loose bool
@@ -131,8 +137,8 @@ func (e *backend) freeAheadPins() error {
 
 // AheadOK implements engine.Ahead: a decode step, pipelining on, not a
 // profiled step (ProfileStep times the step's own runs).
-func (c *compute) AheadOK() bool {
-	return c.step && !c.e.ah.off && !c.e.graphs.hold && c.e.graphs.keep == nil
+func (c *compute) AheadOK(mtp bool) bool {
+	return c.step && !c.e.ah.off && (!mtp || c.e.ah.mtp) && !c.e.graphs.hold && c.e.graphs.keep == nil
 }
 
 // takeAhead says whether rows are the forward started ahead, consuming it;
@@ -157,20 +163,25 @@ func (e *backend) takeAhead(rs []engine.Row, logits []bool) bool {
 }
 
 // PickAhead implements engine.Ahead.
-func (c *compute) PickAhead(picks []engine.Pick, next []engine.Row) ([]int, error) {
+func (c *compute) PickAhead(picks []engine.Pick, next []engine.Row, from []int) ([]int, error) {
 	e, o := c.e, c.o
 	if o.err != nil {
 		return nil, o.err
 	}
 	e.dropAhead()
 	n := len(picks)
-	if len(next) != n || n > e.maxRows {
-		return nil, errors.Newf("pick ahead: %d picks for %d next rows", n, len(next))
+	if len(from) != len(next) || n > e.maxRows {
+		return nil, errors.Newf("pick ahead: %d picks, %d next rows, %d sources", n, len(next), len(from))
+	}
+	for i, j := range from {
+		if j >= n {
+			return nil, errors.Newf("pick ahead: next row %d takes pick %d of %d", i, j, n)
+		}
 	}
 	reqs := make([]pickReq, n)
 	for i, p := range picks {
-		if p.Row != i || p.Adjust != nil || p.LP != nil {
-			return nil, errors.Newf("pick ahead: pick %d is not plain (row %d, adjustments or logprobs)", i, p.Row)
+		if p.Adjust != nil || p.LP != nil {
+			return nil, errors.Newf("pick ahead: pick %d needs the host (adjustments or logprobs)", i)
 		}
 		reqs[i] = pickReq{row: p.Row, p: p.Params, pos: p.Pos}
 	}
@@ -189,7 +200,7 @@ func (c *compute) PickAhead(picks []engine.Pick, next []engine.Row) ([]int, erro
 	rows := c.rows(next)
 	meta := e.ah.metaPin[e.ah.k]
 	e.ah.k ^= 1
-	e.forwardFrom(e.beginMeta(o, rows, meta), false, nil)
+	e.forwardFrom(e.beginMeta(o, rows, meta, from), false, nil)
 	o.do(o.b.launchQueued())
 	// Wait for the ids even after an error: pin must not be rewritten
 	// while the copy may still run.
@@ -201,8 +212,10 @@ func (c *compute) PickAhead(picks []engine.Pick, next []engine.Row) ([]int, erro
 	if err != nil {
 		return nil, err
 	}
-	for i := range rows {
-		rows[i].tok = toks[i]
+	for i, j := range from {
+		if j >= 0 {
+			rows[i].tok = toks[j]
+		}
 	}
 	e.ah.rows = rows
 	e.ah.started++

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -25,39 +26,41 @@ func testPipelineMatches(t *testing.T, kind deviceKind, presets []string) {
 		gpuDevice(t)
 	}
 	for _, pr := range presets {
-		t.Run(pr, func(t *testing.T) {
-			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
-			vocab := w.Config().VocabSize
-			opts := engine.Options{MaxSeqLen: 96, Slots: enginetest.ScheduleSlots}
-			run := func(off, loose bool, stop int) ([]string, []int, *Engine) {
-				e := newTestEngine(t, kind, src, opts)
-				e.m.ah.off, e.m.ah.loose = off, loose
-				tr, s0 := enginetest.Schedule(t, e, vocab, stop)
-				return tr, s0, e
-			}
-			_, s0, _ := run(true, false, -1)
-			stop := enginetest.StopFrom(s0, 8)
-			if stop < 0 {
-				t.Fatalf("no stop id to choose from slot 0's tokens %v", s0)
-			}
-			want, _, _ := run(true, false, stop)
-			got, _, e := run(false, false, stop)
-			if i := firstLineDiff(got, want); i >= 0 {
-				t.Fatalf("pipelined transcript differs at line %d:\n got %s\nwant %s", i, lineAt(got, i), lineAt(want, i))
-			}
-			if !strings.Contains(strings.Join(want, "\n"), `finish "stop"`) {
-				t.Errorf("the schedule never ended a slot at its stop id %d", stop)
-			}
-			st := e.m.ah
-			t.Logf("%s %s: %d transcript lines, %d forwards started ahead, %d taken", kind, pr, len(got), st.started, st.taken)
-			if st.taken < len(want)/4 || st.started-st.taken < 3 {
-				t.Errorf("%d forwards started ahead, %d taken: the schedule does not exercise both paths", st.started, st.taken)
-			}
-			broken, _, _ := run(false, true, stop)
-			if firstLineDiff(broken, want) < 0 {
-				t.Errorf("with the discard path broken the transcript is unchanged: the check cannot fail")
-			}
-		})
+		for _, mtp := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/mtp=%v", pr, mtp), func(t *testing.T) {
+				w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+				vocab := w.Config().VocabSize
+				opts := engine.Options{MaxSeqLen: 96, Slots: enginetest.ScheduleSlots, MTP: mtp}
+				run := func(off, loose bool, stop int) ([]string, []int, *Engine) {
+					e := newTestEngine(t, kind, src, opts)
+					e.m.ah.off, e.m.ah.mtp, e.m.ah.loose = off, !off, loose
+					tr, s0 := enginetest.Schedule(t, e, vocab, stop)
+					return tr, s0, e
+				}
+				_, s0, _ := run(true, false, -1)
+				stop := enginetest.StopFrom(s0, 12)
+				if stop < 0 {
+					t.Fatalf("no stop id to choose from slot 0's tokens %v", s0)
+				}
+				want, _, _ := run(true, false, stop)
+				got, _, e := run(false, false, stop)
+				if i := firstLineDiff(got, want); i >= 0 {
+					t.Fatalf("pipelined transcript differs at line %d:\n got %s\nwant %s", i, lineAt(got, i), lineAt(want, i))
+				}
+				if !strings.Contains(strings.Join(want, "\n"), `finish "stop"`) {
+					t.Errorf("the schedule never ended a slot at its stop id %d", stop)
+				}
+				st := e.m.ah
+				t.Logf("%s %s mtp=%v: %d transcript lines, %d forwards started ahead, %d taken", kind, pr, mtp, len(got), st.started, st.taken)
+				if st.taken < len(want)/5 || st.started-st.taken < 2 {
+					t.Errorf("%d forwards started ahead, %d taken: the schedule does not exercise both paths", st.started, st.taken)
+				}
+				broken, _, _ := run(false, true, stop)
+				if firstLineDiff(broken, want) < 0 {
+					t.Errorf("with the discard path broken the transcript is unchanged: the check cannot fail")
+				}
+			})
+		}
 	}
 }
 

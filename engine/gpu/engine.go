@@ -175,7 +175,7 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 		cfg: cfg, opts: opts, layout: lay, r: r, maxSeq: maxSeq,
 		scale:  float32(cfg.SoftmaxScale()),
 		graphs: newGraphs(),
-		ah:     aheadState{off: !pipeOn},
+		ah:     aheadState{off: !pipeOn, mtp: pipeMTP},
 	}
 	// No more rows a chunk than a prompt can have (rounded to 256).
 	e.chunkLen = min(prefillChunk(), (maxSeq+255)/256*256)

@@ -173,13 +173,14 @@ type group struct {
 
 // begin uploads rows' ids, positions and lengths and groups them per
 // slot: the state of one forward (nil after an error).
-func (e *backend) begin(o *ops, rows []fwdRow) *fwd { return e.beginMeta(o, rows, nil) }
+func (e *backend) begin(o *ops, rows []fwdRow) *fwd { return e.beginMeta(o, rows, nil, nil) }
 
 // beginMeta is begin; with pin set (host memory from hostAlloc, 3*4*maxRows
 // bytes, not reused before the upload has run) the meta goes up from pin
-// and the rows' token ids are copied on the device from ws.tok, where the
-// last pick left them (the forward started ahead, ahead.go).
-func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte) *fwd {
+// and row i's token id, where from[i] >= 0, is copied on the device from
+// ws.tok[from[i]], where the last pick left it (the forward started ahead,
+// ahead.go).
+func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte, from []int) *fwd {
 	if o.err != nil {
 		return nil
 	}
@@ -210,8 +211,17 @@ func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte) *fwd {
 	}
 	o.do(o.b.upload(ws.meta, meta))
 	ids, pos, lens := ws.meta, fptr(ws.meta, e.maxRows), fptr(ws.meta, 2*e.maxRows)
-	if pin != nil {
-		o.do(o.b.copyDD(ids, ws.tok, int64(4*M)))
+	for i := 0; i < len(from); {
+		if from[i] < 0 {
+			i++
+			continue
+		}
+		k := i + 1 // a run of consecutive picks: one copy
+		for k < len(from) && from[k] == from[k-1]+1 {
+			k++
+		}
+		o.do(o.b.copyDD(fptr(ids, i), fptr(ws.tok, from[i]), int64(4*(k-i))))
+		i = k
 	}
 	return &fwd{e: e, o: o, M: M, groups: groups, ids: ids, pos: pos, lens: lens}
 }

@@ -13,29 +13,30 @@ const ScheduleSlots = 3
 
 // Schedule drives e (ScheduleSlots slots, room for prompt + 48 positions)
 // through a serving-like run in which the set of stepped slots keeps
-// changing, and returns its transcript: every step's tokens and finish
-// reasons and every slot event, one line each. Two engines that decode the
-// same must give the same transcript. It is what a pipelined step
+// changing, and returns its transcript: every step's tokens, finish reasons
+// and logprobs and every slot event, one line each. Two engines that decode
+// the same must give the same transcript. It is what a pipelined step
 // (engine.Ahead) must not change:
-//   - slot 0 greedy, ending at stop id stop (-1: none) or MaxTokens 40;
-//     slot 1 sampled (seeded), leaving after step 6 without finishing
-//     (Release while a step started ahead may still run), and the saved
-//     prefill state of slot 2 imported into it at once, then greedy to
-//     MaxTokens 30;
-//   - slot 2 prefilled at step 3 (state exported, left loaded), started
-//     the moment slot 0 ends, so that the next step has as many rows as
-//     the one before but another slot in them, then with a presence
-//     penalty and logprobs ending by MaxTokens 6;
-//   - when slot 2 ends, slot 0 prefilled again with a new prompt (a join
-//     while others run), greedy to MaxTokens 8.
+//   - slot 0 greedy, ending at stop id stop (-1: none) or by MaxTokens 40;
+//   - slot 1 sampled (seeded) leaves after step 6 without finishing
+//     (Release while a step started ahead may still run) and slot 2's
+//     saved prefill state is imported into it at once, then greedy;
+//   - after step 9 slot 1 leaves again and slot 2 (prefilled at step 3,
+//     left loaded) joins at the same moment: the next step has as many
+//     rows as the one before, another slot in them; slot 2 ends by
+//     MaxTokens 6;
+//   - when slot 2 ends, slot 1 is prefilled with a new prompt (a join
+//     while others run) and decodes with a presence penalty and logprobs
+//     (steps that need the host) to MaxTokens 8.
 //
-// slot0 returns slot 0's tokens of its first request (first included):
-// run once with stop -1 and choose a stop id from them.
+// slot0 returns slot 0's tokens (first included): run once with stop -1
+// and choose a stop id from them (StopFrom(slot0, 12) ends it after the
+// leave-and-join).
 func Schedule(t testing.TB, e engine.Engine, vocab int, stop int) (transcript []string, slot0 []int) {
 	t.Helper()
 	log := func(f string, a ...any) { transcript = append(transcript, fmt.Sprintf(f, a...)) }
 	prompts := [][]int{Prompt(23, vocab, 101), Prompt(17, vocab, 102), Prompt(29, vocab, 103), Prompt(13, vocab, 104)}
-	greedy := func(n int, stops ...int) engine.Params { return engine.Params{MaxTokens: n, StopIDs: stops} }
+	greedy := func(n int) engine.Params { return engine.Params{MaxTokens: n} }
 	var active []int
 	start := func(slot, first int, p engine.Params) {
 		t.Helper()
@@ -47,6 +48,12 @@ func Schedule(t testing.TB, e engine.Engine, vocab int, stop int) (transcript []
 		if fin == engine.FinishNone {
 			active = append(active, slot)
 		}
+	}
+	leave := func(slot int) {
+		t.Helper()
+		e.Release(slot)
+		active = slices.DeleteFunc(active, func(s int) bool { return s == slot })
+		log("release slot %d", slot)
 	}
 	prefill := func(slot int, prompt []int, p engine.Params) int {
 		t.Helper()
@@ -66,13 +73,7 @@ func Schedule(t testing.TB, e engine.Engine, vocab int, stop int) (transcript []
 	slot0 = []int{first0}
 	start(0, first0, p0)
 	start(1, prefill(1, prompts[1], p1), p1)
-	var (
-		saved     []engine.Segment
-		savedMeta engine.SlotMeta
-		first2    int
-		phase0    = 1 // slot 0's request: 1 first, 2 after slot 2 ended
-		loaded2   bool
-	)
+	var first2 int
 	for step := 0; len(active) > 0; step++ {
 		if step > 200 {
 			t.Fatal("schedule did not end")
@@ -81,62 +82,41 @@ func Schedule(t testing.TB, e engine.Engine, vocab int, stop int) (transcript []
 		if err != nil {
 			t.Fatalf("step %d over %v: %+v", step, active, err)
 		}
-		var next []int
-		var ended []engine.StepResult
+		var ended []int
 		for _, r := range res {
 			log("step %d slot %d tokens %v finish %q logprobs %v", step, r.Slot, r.Tokens, r.Finish, r.Logprobs)
-			if r.Slot == 0 && phase0 == 1 {
+			if r.Slot == 0 {
 				slot0 = append(slot0, r.Tokens...)
 			}
-			if r.Finish == engine.FinishNone {
-				next = append(next, r.Slot)
-			} else {
-				ended = append(ended, r)
+			if r.Finish != engine.FinishNone {
+				ended = append(ended, r.Slot)
 			}
 		}
-		active = next
-		if step == 3 {
+		for _, s := range ended {
+			leave(s)
+			if s == 2 {
+				p := engine.Params{MaxTokens: 8, PresencePenalty: 0.5, Logprobs: true, TopLogprobs: 2}
+				start(1, prefill(1, prompts[3], p), p)
+			}
+		}
+		switch {
+		case step == 3:
 			first2 = prefill(2, prompts[2], greedy(6))
+		case step == 6 && slices.Contains(active, 1):
 			meta, segs, err := e.Export(2)
 			if err != nil {
 				t.Fatalf("export slot 2: %+v", err)
 			}
-			saved, savedMeta, loaded2 = segs, meta, true
 			log("export slot 2 seq %d", meta.SeqLen)
-		}
-		if step == 6 && slices.Contains(active, 1) {
-			// Slot 1 leaves; its slot takes slot 2's saved state at once.
-			e.Release(1)
-			active = slices.DeleteFunc(active, func(s int) bool { return s == 1 })
-			if err := e.Import(1, savedMeta, saved); err != nil {
+			leave(1)
+			if err := e.Import(1, meta, segs); err != nil {
 				t.Fatalf("import into slot 1: %+v", err)
 			}
-			log("release slot 1, import slot 2's state")
+			log("import slot 2's state into slot 1")
 			start(1, first2, greedy(30))
-		}
-		for _, r := range ended {
-			switch r.Slot {
-			case 0:
-				e.Release(0)
-				log("release slot 0")
-				if phase0 == 1 && loaded2 {
-					// Penalties and logprobs need the host's view of
-					// each token: these steps are not pipelined.
-					start(2, first2, engine.Params{MaxTokens: 6, PresencePenalty: 0.5, Logprobs: true, TopLogprobs: 2})
-					loaded2 = false
-				}
-			case 2:
-				e.Release(2)
-				log("release slot 2")
-				if phase0 == 1 {
-					phase0 = 2
-					p := greedy(8)
-					start(0, prefill(0, prompts[3], p), p)
-				}
-			default:
-				e.Release(r.Slot)
-				log("release slot %d", r.Slot)
-			}
+		case step == 9 && slices.Contains(active, 1):
+			leave(1)
+			start(2, first2, greedy(6))
 		}
 	}
 	return transcript, slot0

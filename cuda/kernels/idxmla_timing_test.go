@@ -61,7 +61,7 @@ func timeIdxTopK(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s c
 	finals := []struct {
 		name string
 		f    TopKRadixFinal
-	}{{"list", TopKRadixList}, {"bitmaps", TopKRadixBitmaps}}
+	}{{"one block", TopKRadixOne}, {"list", TopKRadixList}, {"bitmaps", TopKRadixBitmaps}}
 	for _, T := range []int{8192, 131072} {
 		nPages := T / 64
 		const copies = 4 // 4 x 17 MB at 131072: more than the L2
@@ -150,6 +150,31 @@ func timeMLATC(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, add 
 		if nq == 1 {
 			splits = []int{16, ns, 64}
 		}
+		// mla_decode_tcp over the splits, and its stage-dropped variants at
+		// the planned split (where the time of a tile goes).
+		tsplits := []int{ns, 2 * ns}
+		if nq == 1 {
+			tsplits = []int{8, 16, 24, ns, 48, 64}
+		}
+		for _, sp := range tsplits {
+			us := graphUsRot(c, s, 8, 15, func(i int) {
+				chk(k.launchMLATiledParts(mlaTCPKernel, s, out[i], 0, qn[i], qp[i], cache, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, sp, 0.1, true, true))
+			})
+			add(fmtName("graph: %s nq=%d H=%d split=%d", mlaTCPKernel.name, nq, H, sp), nb, us, "decode + combine")
+			us = graphUsRot(c, s, 8, 15, func(i int) {
+				chk(k.launchMLATiledParts(mlaTCPKernel, s, out[i], 0, qn[i], qp[i], cache, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, sp, 0.1, true, false))
+			})
+			add(fmtName("graph: %s nq=%d H=%d split=%d decode only", mlaTCPKernel.name, nq, H, sp), nb, us, "")
+			if sp != ns {
+				continue
+			}
+			for _, d := range mlaTCPDiag {
+				us = graphUsRot(c, s, 8, 15, func(i int) {
+					chk(k.launchMLATiledParts(d, s, out[i], 0, qn[i], qp[i], cache, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, sp, 0.1, true, false))
+				})
+				add(fmtName("graph: %s nq=%d H=%d split=%d decode only", d.name, nq, H, sp), nb, us, "wrong results: timing only")
+			}
+		}
 		for _, sp := range splits {
 			for _, d := range []mlaTiled{mlaTCKernel, mlaTCv3Kernel, mlaTC32Kernel} {
 				us := graphUsRot(c, s, 8, 15, func(i int) {
@@ -181,7 +206,7 @@ func timeMLATC(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, add 
 	qn, qp, ip, lens, out := devMLAQueries(a, r, 1, 16, nidx, T)
 	ws := a.raw(MLAWorkspaceBytes(1, 16, mlaHeadsSplits))
 	ns := k.MLATCSplits(1, 16, nidx)
-	for _, d := range []mlaTiled{mlaTCKernel, mlaTCv3Kernel, mlaTC32Kernel} {
+	for _, d := range []mlaTiled{mlaTCKernel, mlaTCv3Kernel, mlaTC32Kernel, mlaTCPKernel} {
 		us := graphUsRot(c, s, 8, 15, func(int) {
 			chk(k.launchMLATiledParts(d, s, out, 0, qn, qp, cache, 0, ip, lens, ws, 1, 16, nidx, nidx, ns, 0.1, true, true))
 		})
@@ -200,16 +225,16 @@ func TestKernelMLATCStaging(t *testing.T) {
 		}
 		const nidx, T = 2048, 8192
 		cache := devMLACache(c, a, r, T)
-		for _, cs := range []struct{ nq, H, nsplit int }{{1, 128, 32}, {2, 20, 5}, {1, 128, 1}, {3, 40, 7}} {
+		for _, cs := range []struct{ nq, H, nsplit int }{{1, 128, 32}, {2, 20, 5}, {1, 128, 1}, {3, 40, 7}, {1, 128, 16}, {4, 128, 8}, {1, 24, 13}} {
 			qn, qp, ip, lens, _ := devMLAQueries(a, r, cs.nq, cs.H, nidx, T)
 			ws := a.raw(MLAWorkspaceBytes(cs.nq, cs.H, cs.nsplit))
-			var got [3][]float32
-			for i, d := range []mlaTiled{mlaTCKernel, mlaTCv3Kernel, mlaTC32Kernel} {
+			var got [4][]float32
+			for i, d := range []mlaTiled{mlaTCKernel, mlaTCv3Kernel, mlaTC32Kernel, mlaTCPKernel} {
 				out, lse := a.poisoned(cs.nq*cs.H*MLALatentDim), a.poisoned(cs.nq*cs.H)
 				chk(k.launchMLATiled(d, s, out, lse, qn, qp, cache, 0, ip, lens, ws, cs.nq, cs.H, nidx, nidx, cs.nsplit, 0.07))
 				got[i] = append(downF32(c, out, cs.nq*cs.H*MLALatentDim), downF32(c, lse, cs.nq*cs.H)...)
 			}
-			for i, name := range []string{"v3", "tc32"} {
+			for i, name := range []string{"v3", "tc32", "tcp"} {
 				bad := 0
 				for j := range got[0] {
 					if math.Float32bits(got[0][j]) != math.Float32bits(got[i+1][j]) || math.IsNaN(float64(got[0][j])) {
@@ -245,7 +270,7 @@ func TestKernelTopKRadixScratchShapes(t *testing.T) {
 				ls[j] = int32(sh.T - r.IntN(sh.T/2+1))
 			}
 			xp, lp := a.up(x), a.up(ls)
-			final := []TopKRadixFinal{TopKRadixList, TopKRadixBitmaps, TopKRadixGlobal}[i%3]
+			final := []TopKRadixFinal{TopKRadixList, TopKRadixBitmaps, TopKRadixGlobal, TopKRadixOne}[i%4]
 			for range 2 {
 				op := a.poisoned(sh.rows * K)
 				chk(k.TopKRadixWith(s, op, xp, lp, scratch, sh.rows, sh.T, K, sh.T, K, final))

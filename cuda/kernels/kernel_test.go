@@ -656,11 +656,13 @@ func TestKernelIndexer(t *testing.T) {
 			scratch := a.up(make([]byte, TopKWideScratchBytes(cs.rows)))
 			// TopKRadix likewise (its histogram must be left zeroed).
 			rscratch := a.up(make([]byte, TopKRadixScratchBytes(cs.rows, cs.T)))
-			for _, v := range []string{"", " (wide)", " (wide, scratch reused)", " (radix)", " (radix, scratch reused)", " (radix, bitmaps)", " (radix, global final)"} {
+			for _, v := range []string{"", " (wide)", " (wide, scratch reused)", " (radix)", " (radix, scratch reused)", " (radix, bitmaps)", " (radix, global final)", " (radix, one block)", " (radix, one block, scratch reused)"} {
 				op := a.poisoned(cs.rows * cs.K)
 				switch {
 				case v == "":
 					chk(k.TopK(s, op, xp, lp, cs.rows, cs.T, cs.K, cs.T, cs.K))
+				case strings.Contains(v, "one block"):
+					chk(k.topkRadix(s, op, xp, lp, rscratch, cs.rows, cs.T, cs.K, cs.T, cs.K, TopKRadixOne))
 				case strings.Contains(v, "global final"):
 					chk(k.topkRadix(s, op, xp, lp, rscratch, cs.rows, cs.T, cs.K, cs.T, cs.K, TopKRadixGlobal))
 				case strings.Contains(v, "bitmaps"):
@@ -787,7 +789,8 @@ func TestKernelMLA(t *testing.T) {
 			nsplit int
 		}{{true, 0, 1}, {false, 0, 1}, {true, 0, 3}, {false, 0, 5},
 			{true, 1, 1}, {false, 1, 1}, {true, 1, 3}, {false, 1, 5}, {true, 1, 8},
-			{true, 2, 1}, {false, 2, 1}, {true, 2, 3}, {false, 2, 5}, {true, 2, 8}} {
+			{true, 2, 1}, {false, 2, 1}, {true, 2, 3}, {false, 2, 5}, {true, 2, 8},
+			{true, 3, 1}, {false, 3, 1}, {true, 3, 3}, {false, 3, 5}, {true, 3, 8}} {
 			sparse := cs.sparse
 			op, lp := a.poisoned(nq*H*512), a.poisoned(nq*H)
 			ip := cuda.DevPtr(0)
@@ -804,6 +807,8 @@ func TestKernelMLA(t *testing.T) {
 				chk(k.MLADecodeHeads(s, op, lp, a.up(qn), a.up(qp), a.up(cache), a.up(bt), ip, a.up(lens), ws, nq, H, n, ldIdx, cs.nsplit, scale))
 			case 2:
 				chk(k.MLADecodeTC(s, op, lp, a.up(qn), a.up(qp), a.up(cache), a.up(bt), ip, a.up(lens), ws, nq, H, n, ldIdx, cs.nsplit, scale))
+			case 3:
+				chk(k.MLADecodeTCP(s, op, lp, a.up(qn), a.up(qp), a.up(cache), a.up(bt), ip, a.up(lens), ws, nq, H, n, ldIdx, cs.nsplit, scale))
 			default:
 				chk(k.MLADecode(s, op, lp, a.up(qn), a.up(qp), a.up(cache), a.up(bt), ip, a.up(lens), ws, nq, H, n, ldIdx, cs.nsplit, scale))
 			}
@@ -839,8 +844,8 @@ func TestKernelMLA(t *testing.T) {
 					worstL = math.Max(worstL, math.Abs(gl-lse)/math.Max(1, math.Abs(lse)))
 				}
 			}
-			kname, bound := []string{"mla_decode", "mla_decode_heads", "mla_decode_tc"}[cs.kern], boundF32
-			if cs.kern == 2 {
+			kname, bound := []string{"mla_decode", "mla_decode_heads", "mla_decode_tc", "mla_decode_tcp"}[cs.kern], boundF32
+			if cs.kern >= 2 {
 				bound = boundTC
 			}
 			name := fmt.Sprintf("%s dense nq=2 H=20 len=300/270 paged split=%d", kname, cs.nsplit)

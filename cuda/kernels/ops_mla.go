@@ -91,7 +91,20 @@ var (
 	// each tile of entries fetched and converted once per 32 heads.
 	mlaTC32Kernel = mlaTiled{"mla_decode_tc32", "mla tc", 256, MLATC32SmemBytes,
 		"mla_decode_tc32 needs ~147 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 2 * mlaHeadsGroup}
+	// mlaTCPKernel is mla_decode_tc (the same bits) with the query
+	// fragments split once into registers, MTP_NR tiles in flight and the
+	// P.V fragments by ldmatrix.trans: a shorter chain per tile.
+	mlaTCPKernel = mlaTiled{"mla_decode_tcp", "mla tcp", 128, MLATCPSmemBytes,
+		"mla_decode_tcp needs ~108 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0}
 )
+
+// mlaTCPDiag are mla_decode_tcp with one stage dropped each (conversion,
+// score mma, P.V mma): wrong results, for the timing table only.
+var mlaTCPDiag = []mlaTiled{
+	{"mla_decode_tcp_noconv", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0},
+	{"mla_decode_tcp_nos", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0},
+	{"mla_decode_tcp_nopv", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0},
+}
 
 func (d mlaTiled) checkArgs(indices, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int) error {
 	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) || nsplit <= 0 || nsplit > mlaHeadsSplits || (nsplit > 1 && ws == 0) {
@@ -164,6 +177,10 @@ const (
 	MLATCSmemBytes = mlaTCTile*41*16 + mlaTCTile*584*2 + mlaHeadsGroup*584*4 + 4*mlaHeadsGroup*mlaTCTile*4 + 3*mlaTCTile*4 + mlaTCTile*4*4
 	// MLATC32SmemBytes is mla_decode_tc32's (MT_SMEM(2)).
 	MLATC32SmemBytes = mlaTCTile*41*16 + mlaTCTile*584*2 + 2*mlaHeadsGroup*584*4 + 2*4*mlaHeadsGroup*mlaTCTile*4 + 3*mlaTCTile*4 + mlaTCTile*4*4
+	// mlaTCPRaw is mla_decode_tcp's raw tile buffers (MTP_NR).
+	mlaTCPRaw = 3
+	// MLATCPSmemBytes is mla_decode_tcp's (MTP_SMEM_BYTES).
+	MLATCPSmemBytes = mlaTCPRaw*mlaTCTile*41*16 + mlaTCTile*584*2 + 4*mlaHeadsGroup*mlaTCTile*4 + (mlaTCPRaw+2)*mlaTCTile*4 + mlaTCTile*4*4
 )
 
 // MLATCSplits picks MLADecodeTC's token ranges: two blocks per SM fit its
@@ -185,6 +202,19 @@ func (k *Set) MLADecodeTC(s cuda.Stream, out, lse, qn, qp, cache, blockTable, in
 			"mla_decode_tc needs sm_80 or newer; use MLADecodeHeads")
 	}
 	return k.launchMLATiled(mlaTCKernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
+}
+
+// MLADecodeTCP is MLADecodeTC (same arguments, the same bits) with a
+// shorter chain per tile (mla_decode_tcp). Split as MLATCSplits plans.
+func (k *Set) MLADecodeTCP(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	if err := mlaTCPKernel.checkArgs(indices, ws, nq, H, nidx, ldIdx, nsplit); err != nil {
+		return err
+	}
+	if k.c.Info().CCMajor < 8 {
+		return errors.WithHint(errors.Newf("mla tcp: compute capability %d.%d", k.c.Info().CCMajor, k.c.Info().CCMinor),
+			"mla_decode_tcp needs sm_80 or newer; use MLADecodeHeads")
+	}
+	return k.launchMLATiled(mlaTCPKernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
 }
 
 // MLATC32Splits picks MLADecodeTC32's token ranges: one block per SM fits

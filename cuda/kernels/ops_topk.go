@@ -183,7 +183,28 @@ const (
 	TopKRadixBitmaps
 	// TopKRadixGlobal: the bitmaps walked in global memory (topk_radix_mark).
 	TopKRadixGlobal
+	// TopKRadixOne: rows of at most TopKRadixOneMaxT keys in one block
+	// each (topk_radix_one*: keys in registers, the three radix digits
+	// and the ordered emit without leaving the block); longer rows take
+	// TopKRadixList.
+	TopKRadixOne
 )
+
+// TopKRadixOneMaxT is the longest row TopKRadixOne selects in one block
+// (1024 threads x 32 keys in registers).
+const TopKRadixOneMaxT = 1024 * 32
+
+// topkRadixOneKernel is the topk_radix_one variant whose keys per thread
+// cover T (8, 16 or 32).
+func topkRadixOneKernel(T int) string {
+	switch {
+	case T <= 1024*8:
+		return "topk_radix_one8"
+	case T <= 1024*16:
+		return "topk_radix_one16"
+	}
+	return "topk_radix_one32"
+}
 
 // topkRadixCap is the threshold-bin keys the shared-memory final stage
 // lists (more: it walks the bitmaps instead, same result);
@@ -205,8 +226,11 @@ func (k *Set) TopKRadixAfterHistWith(s cuda.Stream, out, scores, lens, scratch c
 	hist, cnt, sure := TopKRadixHist(scratch), scratch.Add(int64(l.cnt)), scratch.Add(int64(l.sure))
 	name, dyn := "", 0
 	var args []any
+	if final == TopKRadixOne && T <= TopKRadixOneMaxT {
+		return k.launch(topkRadixOneKernel(T), cuda.D1(rows), cuda.D1(1024), 0, s, scores, ld, lens, T, K, hist, out, ldOut)
+	}
 	switch {
-	case final == TopKRadixList && 4*2*l.ldw <= topkRadixMaxSmem:
+	case (final == TopKRadixList || final == TopKRadixOne) && 4*2*l.ldw <= topkRadixMaxSmem:
 		name, dyn = "topk_radix_mark_l", 4*2*l.ldw
 		args = []any{scores, ld, lens, T, K, chunk, hist, cnt, sure, l.ldw, scratch.Add(int64(l.l2)), scratch.Add(int64(l.ccnt)),
 			scratch.Add(int64(l.list)), T, out, ldOut}

@@ -415,6 +415,9 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 			return b.k.MLADecodeTC32(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
 		}
 		ns := b.k.MLATCSplits(nq, H, nidx)
+		if mlaTCPOn {
+			return b.k.MLADecodeTCP(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
+		}
 		return b.k.MLADecodeTC(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
 	}
 	if ws != 0 && mlaHeadsOn {
@@ -430,6 +433,9 @@ var (
 	// mlaTC32On: TILERT_GPU_MLA_TC32=1 runs the tensor-core decode with 32
 	// heads a block (the same bits; each tile converted once per 32 heads).
 	mlaTC32On = os.Getenv("TILERT_GPU_MLA_TC32") == "1"
+	// mlaTCPOn: TILERT_GPU_MLA_TCP=1 runs mla_decode_tcp (the same bits as
+	// mla_decode_tc; query fragments in registers, 3 tiles in flight).
+	mlaTCPOn = os.Getenv("TILERT_GPU_MLA_TCP") == "1"
 	// absorbWideOn: TILERT_GPU_ABSORB_WIDE=0 keeps the one-block-per-head
 	// absorb kernels for fp8 W_UK / W_UV (comparisons).
 	absorbWideOn = os.Getenv("TILERT_GPU_ABSORB_WIDE") != "0"
@@ -448,7 +454,12 @@ var topkRadixOn = os.Getenv("TILERT_GPU_TOPK_RADIX") != "0"
 // topkRadixFinal: TILERT_GPU_TOPK_LIST=0 keeps the radix top-k's final
 // stage on the candidate bitmaps (topk_radix_mark_s) instead of the
 // candidate list and second-level histogram (topk_radix_mark_l).
+// TILERT_GPU_TOPK_ONE=1 selects rows of up to kernels.TopKRadixOneMaxT
+// keys in one block each (topk_radix_one: no mark blocks, no ticket).
 var topkRadixFinal = func() kernels.TopKRadixFinal {
+	if os.Getenv("TILERT_GPU_TOPK_ONE") == "1" {
+		return kernels.TopKRadixOne
+	}
 	if os.Getenv("TILERT_GPU_TOPK_LIST") == "0" {
 		return kernels.TopKRadixBitmaps
 	}

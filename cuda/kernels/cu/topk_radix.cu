@@ -593,3 +593,129 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_l(const float
     }
   }
 }
+
+// topk_radix_one: the whole selection of a row of n <= 1024 * KPT keys in
+// one block (grid: rows; 1024 threads), after its 12-bit histogram (the
+// scores kernel's, fused, or topk_radix_hist's). Thread t holds keys
+// [t*KPT, (t+1)*KPT) in registers, loaded at once with the histogram, so
+// the chain is one round trip, three radix scans (bin from the histogram,
+// then 10 + 10 bits over the bin's keys in shared memory) and one scan for
+// the ordered emit: no mark blocks, global atomics, ticket or second launch
+// of topk_radix_mark_l (whose chain is ~13 us at any length). The same
+// selection; the histogram is left zeroed.
+template <int KPT>
+__device__ __forceinline__ void tko_body(const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T,
+                                         int K, u32* hist, int* out, int ld_out) {
+  __shared__ u32 h[1024];
+  __shared__ int shs[32];
+  __shared__ int sres[2];
+  const int row = blockIdx.x, tid = threadIdx.x;
+  const int n = tkr_n(lens, row, T);
+  u32* gh = hist + (size_t)row * TKR_BINS;
+  int* o = out + (size_t)row * ld_out;
+  if (n <= K) {
+    for (int j = tid; j < K; j += blockDim.x) o[j] = j < n ? j : -1;
+    for (int i = tid; i < TKR_BINS; i += blockDim.x) gh[i] = 0;
+    return;
+  }
+  const int i0 = tid * KPT;
+  const int nv = max(0, min(KPT, n - i0));  // this thread's valid keys
+  const float* x = scores + (size_t)row * ld + i0;
+  u32 k[KPT];
+  if (nv == KPT && ((size_t)x & 15) == 0) {
+#pragma unroll
+    for (int j = 0; j < KPT; j += 4) {
+      const float4 v = __ldcg((const float4*)(x + j));
+      k[j] = float_key(v.x);
+      k[j + 1] = float_key(v.y);
+      k[j + 2] = float_key(v.z);
+      k[j + 3] = float_key(v.w);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < KPT; j++) k[j] = j < nv ? float_key(__ldcg(x + j)) : 0u;
+  }
+  int b, above;
+  tkr_find_bin(gh, K, shs, sres, &b, &above);  // ends with a barrier: gh read by all
+  for (int i = tid; i < TKR_BINS; i += 1024) gh[i] = 0;
+  // Second digit (key bits 19..10) over the bin's keys.
+  h[tid] = 0;
+  __syncthreads();
+  const u32 ub = (u32)b;
+#pragma unroll
+  for (int j = 0; j < KPT; j++)
+    if (j < nv && (k[j] >> TKR_SHIFT) == ub) atomicAdd(&h[(k[j] >> 10) & 1023u], 1u);
+  __syncthreads();
+  int rem = K - above;
+  {
+    const int dg = 1023 - tid;
+    const int cntd = (int)h[dg];
+    int tot;
+    const int cum = block_excl_scan(cntd, shs, &tot);
+    if (cum < rem && cum + cntd >= rem) {
+      sres[0] = dg;
+      sres[1] = rem - cum;
+    }
+  }
+  __syncthreads();
+  const u32 p22 = (ub << 10) | (u32)sres[0];
+  rem = sres[1];
+  h[tid] = 0;
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < KPT; j++)
+    if (j < nv && (k[j] >> 10) == p22) atomicAdd(&h[k[j] & 1023u], 1u);
+  __syncthreads();
+  {
+    const int dg = 1023 - tid;
+    const int cntd = (int)h[dg];
+    int tot;
+    const int cum = block_excl_scan(cntd, shs, &tot);
+    if (cum < rem && cum + cntd >= rem) {
+      sres[0] = dg;
+      sres[1] = rem - cum;
+    }
+  }
+  __syncthreads();
+  const u32 thr = (p22 << 10) | (u32)sres[0];  // the K-th largest key
+  rem = sres[1];                                // how many keys equal to it to take
+  // Ordered emit: keys above thr (< K of them) in the high half, keys equal
+  // to it (<= n <= 65535) in the low half of one scan.
+  int nsel = 0, neq = 0;
+#pragma unroll
+  for (int j = 0; j < KPT; j++) {
+    if (j < nv) {
+      nsel += k[j] > thr;
+      neq += k[j] == thr;
+    }
+  }
+  int tot;
+  const int before = block_excl_scan((nsel << 16) | neq, shs, &tot);
+  int eq_before = before & 0xffff;
+  int pos = (before >> 16) + min(eq_before, rem);
+#pragma unroll
+  for (int j = 0; j < KPT; j++) {
+    if (j < nv) {
+      bool take = k[j] > thr;
+      if (k[j] == thr) {
+        take = eq_before < rem;
+        eq_before++;
+      }
+      if (take) {
+        if (pos < K) o[pos] = i0 + j;
+        pos++;
+      }
+    }
+  }
+}
+
+#define TKO_KERNEL(KPT)                                                                                          \
+  extern "C" __global__ void __launch_bounds__(1024) topk_radix_one##KPT(                                        \
+      const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T, int K, u32* hist, int* out, \
+      int ld_out) {                                                                                              \
+    PDL_WAIT();                                                                                                  \
+    tko_body<KPT>(scores, ld, lens, T, K, hist, out, ld_out);                                                    \
+  }
+TKO_KERNEL(8)
+TKO_KERNEL(16)
+TKO_KERNEL(32)

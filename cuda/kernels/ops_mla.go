@@ -75,35 +75,36 @@ type mlaTiled struct {
 	tile    int    // tokens a range is a multiple of
 	combine string // the merge of the ranges ("": mlaCombineFor's pick)
 	group   int    // heads a block (0: mlaHeadsGroup)
+	rows    bool   // takes a last argument of per-row cache bases (mla_decode_tcp)
 }
 
 var (
 	mlaHeadsKernel = mlaTiled{"mla_decode_heads", "mla heads", 256, MLAHeadsSmemBytes,
-		"mla_decode_heads needs ~127 KiB of shared memory per block (sm_80 or newer)", mlaHeadsTile, "", 0}
+		"mla_decode_heads needs ~127 KiB of shared memory per block (sm_80 or newer)", mlaHeadsTile, "", 0, false}
 	mlaTCKernel = mlaTiled{"mla_decode_tc", "mla tc", 128, MLATCSmemBytes,
-		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0}
+		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0, false}
 	// mlaTCv3Kernel is mla_decode_tc and mla_combine_wide before their
 	// loads were issued together (the same results; kept for the timing
 	// comparison).
 	mlaTCv3Kernel = mlaTiled{"mla_decode_tc_v3", "mla tc", 128, MLATCSmemBytes,
-		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "mla_combine_wide_v1", 0}
+		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "mla_combine_wide_v1", 0, false}
 	// mlaTC32Kernel is mla_decode_tc with 32 heads a block (256 threads):
 	// each tile of entries fetched and converted once per 32 heads.
 	mlaTC32Kernel = mlaTiled{"mla_decode_tc32", "mla tc", 256, MLATC32SmemBytes,
-		"mla_decode_tc32 needs ~147 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 2 * mlaHeadsGroup}
+		"mla_decode_tc32 needs ~147 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 2 * mlaHeadsGroup, false}
 	// mlaTCPKernel is mla_decode_tc (the same bits) with the query
 	// fragments split once into registers, MTP_NR tiles in flight and the
 	// P.V fragments by ldmatrix.trans: a shorter chain per tile.
 	mlaTCPKernel = mlaTiled{"mla_decode_tcp", "mla tcp", 128, MLATCPSmemBytes,
-		"mla_decode_tcp needs ~108 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0}
+		"mla_decode_tcp needs ~108 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0, true}
 )
 
 // mlaTCPDiag are mla_decode_tcp with one stage dropped each (conversion,
 // score mma, P.V mma): wrong results, for the timing table only.
 var mlaTCPDiag = []mlaTiled{
-	{"mla_decode_tcp_noconv", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0},
-	{"mla_decode_tcp_nos", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0},
-	{"mla_decode_tcp_nopv", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0},
+	{"mla_decode_tcp_noconv", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true},
+	{"mla_decode_tcp_nos", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true},
+	{"mla_decode_tcp_nopv", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true},
 }
 
 func (d mlaTiled) checkArgs(indices, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int) error {
@@ -134,6 +135,15 @@ func (k *Set) launchMLATiled(d mlaTiled, s cuda.Stream, out, lse, qn, qp, cache,
 // launchMLATiledParts launches the decode kernel (decode) and the combine
 // (combine) of launchMLATiled; the timing tests time them apart.
 func (k *Set) launchMLATiledParts(d mlaTiled, s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32, decode, combine bool) error {
+	return k.launchMLATiledRows(d, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, 0, nq, H, nidx, ldIdx, nsplit, scale, decode, combine)
+}
+
+// launchMLATiledRows is launchMLATiledParts with per-row cache bases
+// (rowBase != 0: d.rows kernels only).
+func (k *Set) launchMLATiledRows(d mlaTiled, s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws, rowBase cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32, decode, combine bool) error {
+	if rowBase != 0 && !d.rows {
+		return errors.Newf("%s: no per-row cache bases", d.name)
+	}
 	f, err := k.fn(d.name)
 	if err != nil {
 		return err
@@ -152,8 +162,11 @@ func (k *Set) launchMLATiledParts(d mlaTiled, s cuda.Stream, out, lse, qn, qp, c
 		if group == 0 {
 			group = mlaHeadsGroup
 		}
-		if err := k.launchFn(f, cuda.D3(nsplit, nq, cdiv(H, group)), cuda.D1(d.threads), d.smem, s,
-			qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML); err != nil {
+		args := []any{qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML}
+		if d.rows {
+			args = append(args, rowBase)
+		}
+		if err := k.launchFn(f, cuda.D3(nsplit, nq, cdiv(H, group)), cuda.D1(d.threads), d.smem, s, args...); err != nil {
 			return err
 		}
 	}
@@ -215,6 +228,21 @@ func (k *Set) MLADecodeTCP(s cuda.Stream, out, lse, qn, qp, cache, blockTable, i
 			"mla_decode_tcp needs sm_80 or newer; use MLADecodeHeads")
 	}
 	return k.launchMLATiled(mlaTCPKernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
+}
+
+// MLADecodeTCPRows is MLADecodeTCP over rows of different caches (slots)
+// in one launch: row r's entries start at rowBase[r] + cacheOff (rowBase:
+// nq int64 in device memory; cacheOff the layer's offset in every slot's
+// region); no block table.
+func (k *Set) MLADecodeTCPRows(s cuda.Stream, out, lse, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	if err := mlaTCPKernel.checkArgs(indices, ws, nq, H, nidx, ldIdx, nsplit); err != nil {
+		return err
+	}
+	if rowBase == 0 || k.c.Info().CCMajor < 8 {
+		return errors.WithHint(errors.Newf("mla tcp rows: row bases %#x, compute capability %d.%d", uint64(rowBase), k.c.Info().CCMajor, k.c.Info().CCMinor),
+			"one launch per slot (TILERT_GPU_SLOT_MERGE=0) on devices below sm_80")
+	}
+	return k.launchMLATiledRows(mlaTCPKernel, s, out, lse, qn, qp, cuda.DevPtr(cacheOff), 0, indices, lens, ws, rowBase, nq, H, nidx, ldIdx, nsplit, scale, true, true)
 }
 
 // MLATC32Splits picks MLADecodeTC32's token ranges: one block per SM fits

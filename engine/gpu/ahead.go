@@ -117,7 +117,7 @@ func (e *backend) aheadPins(b device) error {
 		return err
 	}
 	for k := range e.ah.metaPin {
-		if e.ah.metaPin[k], err = alloc(3 * 4 * e.maxRows); err != nil {
+		if e.ah.metaPin[k], err = alloc(6 * 4 * e.maxRows); err != nil { // beginMeta: row bases with TILERT_GPU_SLOT_MERGE=1
 			e.ah.tokPin = nil
 			return err
 		}

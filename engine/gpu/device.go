@@ -92,6 +92,13 @@ type device interface {
 	// float32); ws (kernels.MLAHeadsWorkspaceBytes(rows, H), or 0) is
 	// scratch for the split fp8 kernel.
 	mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error
+	// mlaDecodeRows is mlaDecode over the fp8_ds_mla caches of several
+	// slots in one launch: row r's region starts at rowBase[r] + cacheOff
+	// (rowBase: nq int64 in device memory).
+	mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error
+	// indexerScoresQRows is indexerScoresQ over several slots' pages in one
+	// launch (row r's at rowBase[r] + cacheOff).
+	indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error
 	// argmax with scratch != 0 (kernels.ArgmaxScratchBytes(rows), zeroed)
 	// spreads each row over many blocks; the result is the same.
 	argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error
@@ -426,6 +433,20 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 	}
 	return b.k.MLADecode(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 }
+
+func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	ns := b.k.MLATCSplits(nq, H, nidx)
+	return b.k.MLADecodeTCPRows(b.s, out, 0, qn, qp, cacheOff, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
+}
+
+func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
+	return b.k.IndexerScoresMMARows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
+}
+
+// slotMergeOn: TILERT_GPU_SLOT_MERGE=1 runs the indexer scores, the top-k
+// and the fp8 MLA decode once for the rows of all slots (per-row cache
+// bases in the step's metadata) instead of once per slot.
+var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") == "1"
 
 var (
 	mlaHeadsOn = os.Getenv("TILERT_GPU_MLA_HEADS") != "0"

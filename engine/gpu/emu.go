@@ -678,6 +678,33 @@ func (m *emuDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, _
 	return nil
 }
 
+// mlaDecodeRows is mlaDecode row by row, each on its slot's region.
+func (m *emuDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, _ cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	const R, P = kernels.MLALatentDim, kernels.MLARopeDim
+	bases := m.mem(rowBase, 8*nq)
+	for i := 0; i < nq; i++ {
+		cache := cuda.DevPtr(binary.LittleEndian.Uint64(bases[8*i:]) + uint64(cacheOff))
+		if err := m.mlaDecode(mlaFP8, out.Add(int64(4*i*H*R)), qn.Add(int64(4*i*H*R)), qp.Add(int64(4*i*H*P)), cache,
+			indices.Add(int64(4*i*ldIdx)), lens.Add(int64(4*i)), 0, 1, H, nidx, ldIdx, scale); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// indexerScoresQRows is indexerScoresQ row by row, each on its slot's pages.
+func (m *emuDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, _ cuda.DevPtr, nq, T, ldOut int) error {
+	bases := m.mem(rowBase, 8*nq)
+	for i := 0; i < nq; i++ {
+		cache := cuda.DevPtr(binary.LittleEndian.Uint64(bases[8*i:]) + uint64(cacheOff))
+		if err := m.indexerScoresQ(out.Add(int64(4*i*ldOut)), qh.Add(int64(i*kernels.IndexerQRowBytes)),
+			wq.Add(int64(4*i*kernels.IndexerQHeads)), cache, lens.Add(int64(4*i)), 0, 1, T, ldOut); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // argmax needs no scratch: every block split gives the same arg-max.
 func (m *emuDevice) argmax(out, x, _ cuda.DevPtr, rows, n, ld int) error {
 	o := m.i32(out, rows)

@@ -67,7 +67,7 @@ func (o *ops) copyRow(dst, src cuda.DevPtr, row, n int) {
 
 // workspace holds the forward's activations for up to maxRows rows.
 type workspace struct {
-	meta                     cuda.DevPtr // int32: ids [maxRows], pos [maxRows], lens [maxRows]
+	meta                     cuda.DevPtr // int32: ids [maxRows], pos [maxRows], lens [maxRows], pad; then int64 row bases [maxRows] (the row's slot buffer)
 	x, h, tmp, mo, hid, mhid cuda.DevPtr // [rows][hidden]
 	hin                      cuda.DevPtr // MTP input hidden [rows][hidden]
 	cat                      cuda.DevPtr // [rows][2*hidden]
@@ -109,7 +109,7 @@ func newWorkspace(e *backend, b device) (*workspace, error) {
 			err = b.zero(*p, int64(4*max(n, 1)))
 		}
 	}
-	f(&ws.meta, 3*M)
+	f(&ws.meta, 6*M)
 	for _, p := range []*cuda.DevPtr{&ws.x, &ws.h, &ws.tmp, &ws.mo, &ws.hid, &ws.mhid, &ws.hin} {
 		f(p, M*H)
 	}
@@ -175,7 +175,7 @@ type group struct {
 // slot: the state of one forward (nil after an error).
 func (e *backend) begin(o *ops, rows []fwdRow) *fwd { return e.beginMeta(o, rows, nil, nil) }
 
-// beginMeta is begin; with pin set (host memory from hostAlloc, 3*4*maxRows
+// beginMeta is begin; with pin set (host memory from hostAlloc, 6*4*maxRows
 // bytes, not reused before the upload has run) the meta goes up from pin
 // and row i's token id, where from[i] >= 0, is copied on the device from
 // ws.tok[from[i]], where the last pick left it (the forward started ahead,
@@ -190,10 +190,17 @@ func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte, from []int) *fwd 
 		o.do(errors.Newf("forward of %d rows (at most %d)", M, e.maxRows))
 		return nil
 	}
+	// The row bases (for the launches across slots) only when those run:
+	// otherwise the upload is the ids, positions and lengths alone.
+	n := 3 * 4 * e.maxRows
+	if slotMergeOn {
+		n = 6 * 4 * e.maxRows
+	}
 	meta := pin
 	if meta == nil {
-		meta = make([]byte, 3*4*e.maxRows)
+		meta = make([]byte, n)
 	} else {
+		meta = meta[:n]
 		clear(meta)
 	}
 	var groups []group
@@ -201,6 +208,9 @@ func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte, from []int) *fwd 
 		binary.LittleEndian.PutUint32(meta[4*i:], uint32(r.tok))
 		binary.LittleEndian.PutUint32(meta[4*(e.maxRows+i):], uint32(r.pos))
 		binary.LittleEndian.PutUint32(meta[4*(2*e.maxRows+i):], uint32(r.pos+1))
+		if slotMergeOn {
+			binary.LittleEndian.PutUint64(meta[4*(4*e.maxRows)+8*i:], uint64(r.s.buf))
+		}
 		if n := len(groups); n > 0 && groups[n-1].s == r.s && r.pos == groups[n-1].last+1 {
 			groups[n-1].n++
 			groups[n-1].last = r.pos
@@ -223,7 +233,7 @@ func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte, from []int) *fwd 
 		o.do(o.b.copyDD(fptr(ids, i), fptr(ws.tok, from[i]), int64(4*(k-i))))
 		i = k
 	}
-	return &fwd{e: e, o: o, M: M, groups: groups, ids: ids, pos: pos, lens: lens}
+	return &fwd{e: e, o: o, M: M, groups: groups, ids: ids, pos: pos, lens: lens, bases: fptr(ws.meta, 4*e.maxRows)}
 }
 
 // forward runs rows through the main layers (mtp false) or the MTP layer
@@ -306,6 +316,7 @@ type fwd struct {
 	M              int
 	groups         []group
 	ids, pos, lens cuda.DevPtr
+	bases          cuda.DevPtr // int64 per row: its slot's buffer (the *Rows launches)
 	// idxKW, idxQB: attnProj's grouped launches already wrote this layer's
 	// indexer keys and head weights (ik, iw), its query (iq); qaRaw: they
 	// left ws.qa unnormed.
@@ -577,6 +588,10 @@ func (f *fwd) epilogue(lw *dlayer, kv, idx bool) {
 	}
 }
 
+// merge says whether the attention kernels run once for the rows of all
+// slots (TILERT_GPU_SLOT_MERGE=1 and more than one slot in the step).
+func (f *fwd) merge() bool { return slotMergeOn && len(f.groups) > 1 }
+
 // idxWScale is the factor indexerQPrep folds into the head weights:
 // H^-0.5 times the softmax scale.
 func (f *fwd) idxWScale() float32 {
@@ -589,14 +604,25 @@ func (f *fwd) idxWScale() float32 {
 func (f *fwd) attnOut(lw *dlayer) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
-	H, M := c.HiddenSize, f.M
+	M := f.M
 	R, P := c.KVLoraRank, c.QKRopeHeadDim
-	NH, nope, vd := c.NumHeads, c.QKNopeHeadDim, c.VHeadDim
+	NH, nope := c.NumHeads, c.QKNopeHeadDim
 	qk := nope + P
 	TK := c.IndexTopK
 	// One launch: q_nope through W_UK, and q's RoPE part rotated into ws.qpe.
 	o.do(o.b.absorbQ(ws.qlat, ws.qpe, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, M, NH, nope, R, NH*qk, qk, P,
 		kernels.QRope{Pos: f.pos, Cos: e.ropeCos, Sin: e.ropeSin, Interleaved: c.RopeInterleave}))
+	if f.merge() && e.mla == mlaFP8 && ws.mla != 0 && mlaTCOn {
+		// All slots' rows in one launch, each row on its slot's region
+		// (nidx as below, the widest of the groups').
+		nidx := 0
+		for _, g := range f.groups {
+			nidx = max(nidx, min(TK, lenBucket(g.maxLen, e.maxSeq)))
+		}
+		o.do(o.b.mlaDecodeRows(ws.olat, ws.qlat, ws.qpe, e.mlaOff[lw.Idx], f.bases, ws.topk, f.lens, ws.mla, M, NH, nidx, TK, e.scale))
+		f.attnProjOut(lw)
+		return
+	}
 	for _, g := range f.groups {
 		// Only the first min(index_topk, length bucket) selections can be
 		// valid (topK pads with -1 past each row's length), and a tile of
@@ -606,6 +632,16 @@ func (f *fwd) attnOut(lw *dlayer) {
 		o.do(o.b.mlaDecode(e.mla, fptr(ws.olat, g.first*NH*R), fptr(ws.qlat, g.first*NH*R), fptr(ws.qpe, g.first*NH*P),
 			g.s.buf.Add(e.mlaOff[lw.Idx]), fptr(ws.topk, g.first*TK), fptr(f.lens, g.first), ws.mla, g.n, NH, nidx, TK, e.scale))
 	}
+	f.attnProjOut(lw)
+}
+
+// attnProjOut projects the attention's latent output through W_UV and
+// o_proj into ws.tmp.
+func (f *fwd) attnProjOut(lw *dlayer) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	H, M := c.HiddenSize, f.M
+	R, NH, vd := c.KVLoraRank, c.NumHeads, c.VHeadDim
 	o.do(o.b.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
 	o.lin(lw.O, ws.tmp, ws.ao, M, NH*vd, H)
 }
@@ -684,6 +720,24 @@ func (f *fwd) idxSelect(lw *dlayer) {
 	IH, ID, TK := c.IndexNHeads, c.IndexHeadDim, c.IndexTopK
 	sm := float32(c.IndexerSoftmaxScale())
 	useQ := e.idxQ()
+	if f.merge() && useQ && topkRadixOn {
+		// All slots' rows in one scores launch (each row on its slot's
+		// pages) and one top-k; rows at <= index_topk positions get 0..pos
+		// from the top-k (which also clears their histogram rows).
+		maxLen := 0
+		for _, g := range f.groups {
+			maxLen = max(maxLen, g.maxLen)
+		}
+		T := lenBucket(maxLen, ws.ldScores)
+		if maxLen <= TK {
+			o.do(o.b.topK(ws.topk, ws.scores, f.lens, ws.tkw, f.M, T, TK, ws.ldScores, TK))
+			return
+		}
+		hist := kernels.TopKRadixHist(ws.tkw)
+		o.do(o.b.indexerScoresQRows(ws.scores, ws.iqh, ws.iwq, e.idxOff[lw.Idx], f.bases, f.lens, hist, f.M, T, ws.ldScores))
+		o.do(o.b.topKAfterHist(ws.topk, ws.scores, f.lens, ws.tkw, f.M, T, TK, ws.ldScores, TK))
+		return
+	}
 	for _, g := range f.groups {
 		// T is the length bucket, not maxLen: both kernels stop at each
 		// row's lens (scores past it are -inf and never read), so the

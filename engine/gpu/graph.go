@@ -458,6 +458,19 @@ func (gb *graphDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens
 	return gb.shaped(nq, H, nidx)
 }
 
+func (gb *graphDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	_ = gb.rec("mlaDecode", int64(nq)*int64(H)*(kernels.MLALatentDim+kernels.MLARopeDim)*8, func(b device) error {
+		return b.mlaDecodeRows(out, qn, qp, cacheOff, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, scale)
+	}, 1<<32, ku(out), ku(qn), ku(qp), uint64(cacheOff), ku(rowBase), ku(indices), ku(lens), ku(ws), ki(nq), ki(H), ki(nidx), ki(ldIdx), kf(scale))
+	return gb.shaped(nq, H, nidx)
+}
+
+func (gb *graphDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
+	return gb.rec("indexerScoresQ", int64(nq)*int64(T)*(kernels.IndexerPageBytes/64), func(b device) error {
+		return b.indexerScoresQRows(out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
+	}, 1<<32, ku(out), ku(qh), ku(wq), uint64(cacheOff), ku(rowBase), ku(lens), ku(hist), ki(nq), ki(T), ki(ldOut))
+}
+
 func (gb *graphDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error {
 	return gb.rec("argmax", int64(4*rows*n), func(b device) error { return b.argmax(out, x, scratch, rows, n, ld) },
 		ku(out), ku(x), ku(scratch), ki(rows), ki(n), ki(ld))

@@ -142,12 +142,15 @@ template <bool PF>
 __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const float* __restrict__ wq,
                                                 const u8* __restrict__ cache, const int* __restrict__ block_table,
                                                 const int* __restrict__ lens, float* out, int T, int ld_out,
-                                                u32* hist) {
+                                                u32* hist, const long long* __restrict__ row_base) {
   __shared__ uint4 qa[4 * 8 * 32];  // [mt][ks][lane] f16 A fragments, 16 KB
   __shared__ u32 hs[IDXM_BINS];      // score histogram (hist != null), 16 KB
   const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int n = min(lens[row], T);
+  // Rows of several slots in one launch: row's pages start at
+  // row_base[row] + cache (cache then holds the layer's offset).
+  if (row_base) cache += row_base[row];
   float* orow = out + (size_t)row * ld_out;
   for (int t = max(n, 0) + blockIdx.x * 256 + tid; t < T; t += gridDim.x * 256) orow[t] = NEG_INF;
   const int ngroups = (n + 15) >> 4;
@@ -253,9 +256,10 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores_mma(const u8* _
                                                                      const u8* __restrict__ cache,
                                                                      const int* __restrict__ block_table,
                                                                      const int* __restrict__ lens, float* out, int T,
-                                                                     int ld_out, u32* hist) {
+                                                                     int ld_out, u32* hist,
+                                                                     const long long* __restrict__ row_base) {
   PDL_WAIT();
-  idx_scores_body<false>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
+  idx_scores_body<false>(qh, wq, cache, block_table, lens, out, T, ld_out, hist, row_base);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_pf(const u8* __restrict__ qh,
@@ -263,7 +267,8 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_pf(const
                                                                            const u8* __restrict__ cache,
                                                                            const int* __restrict__ block_table,
                                                                            const int* __restrict__ lens, float* out,
-                                                                           int T, int ld_out, u32* hist) {
+                                                                           int T, int ld_out, u32* hist,
+                                                                           const long long* __restrict__ row_base) {
   PDL_WAIT();
-  idx_scores_body<true>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
+  idx_scores_body<true>(qh, wq, cache, block_table, lens, out, T, ld_out, hist, row_base);
 }

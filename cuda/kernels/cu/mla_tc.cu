@@ -413,7 +413,8 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
                                          const u8* __restrict__ cache, const int* __restrict__ block_table,
                                          const int* __restrict__ indices, int ld_idx, int nidx,
                                          const int* __restrict__ lens, float* out, float* lse, int H, float scale,
-                                         int tps, float* part_o, float* part_ml) {
+                                         int tps, float* part_o, float* part_ml,
+                                         const long long* __restrict__ row_base) {
   extern __shared__ uint4 mt_smem[];
   uint4* raw = mt_smem;                                // [NR][TT][41] raw entries
   u16* Kt = (u16*)(raw + MTP_NR * MT_TT * MT_CH);      // [TT][KS] bf16 entries (fp8 values unscaled)
@@ -422,6 +423,9 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
   float* scl = (float*)(slots + MTP_NS * MT_TT);       // [TT][4] group scales (0 for skipped slots)
   const int z = blockIdx.x, qi = blockIdx.y, h0 = blockIdx.z * MT_HG;
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
+  // Rows of several slots in one launch: row qi's cache region is
+  // row_base[qi] + cache (cache then holds the layer's offset).
+  if (row_base) cache += row_base[qi];
   const int len = lens[qi];
   const int begin = z * tps;
   const int count = min(indices ? nidx : len, begin + tps);
@@ -660,26 +664,26 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp(MT_ARGS) {
+extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp(MT_ARGS, const long long* __restrict__ row_base) {
   PDL_WAIT();
-  mtp_body<0>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
+  mtp_body<0>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
 }
 // Timing only (wrong results): one stage dropped each.
-extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_noconv(MT_ARGS) {
-  mtp_body<1>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
+extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_noconv(MT_ARGS, const long long* __restrict__ row_base) {
+  mtp_body<1>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
 }
-extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_nos(MT_ARGS) {
-  mtp_body<2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
+extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_nos(MT_ARGS, const long long* __restrict__ row_base) {
+  mtp_body<2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
 }
-extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_nopv(MT_ARGS) {
-  mtp_body<4>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
+extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_nopv(MT_ARGS, const long long* __restrict__ row_base) {
+  mtp_body<4>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
 }
 #else
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp(MT_ARGS) {
+extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp(MT_ARGS, const long long* __restrict__ row_base) {
   PDL_WAIT();
   __trap();
 }
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_noconv(MT_ARGS) { __trap(); }
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_nos(MT_ARGS) { __trap(); }
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_nopv(MT_ARGS) { __trap(); }
+extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_noconv(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
+extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_nos(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
+extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_nopv(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 #endif

@@ -165,6 +165,14 @@ func timeMLATC(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, add 
 				chk(k.launchMLATiledParts(mlaTCPKernel, s, out[i], 0, qn[i], qp[i], cache, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, sp, 0.1, true, false))
 			})
 			add(fmtName("graph: %s nq=%d H=%d split=%d decode only", mlaTCPKernel.name, nq, H, sp), nb, us, "")
+			if k.PDLSupported() {
+				mlaCombinePDL = true
+				us = graphUsRot(c, s, 8, 15, func(i int) {
+					chk(k.launchMLATiledParts(mlaTCPKernel, s, out[i], 0, qn[i], qp[i], cache, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, sp, 0.1, true, true))
+				})
+				mlaCombinePDL = false
+				add(fmtName("graph: %s nq=%d H=%d split=%d, combine PDL", mlaTCPKernel.name, nq, H, sp), nb, us, "decode + combine")
+			}
 			if sp != ns {
 				continue
 			}
@@ -228,13 +236,15 @@ func TestKernelMLATCStaging(t *testing.T) {
 		for _, cs := range []struct{ nq, H, nsplit int }{{1, 128, 32}, {2, 20, 5}, {1, 128, 1}, {3, 40, 7}, {1, 128, 16}, {4, 128, 8}, {1, 24, 13}} {
 			qn, qp, ip, lens, _ := devMLAQueries(a, r, cs.nq, cs.H, nidx, T)
 			ws := a.raw(MLAWorkspaceBytes(cs.nq, cs.H, cs.nsplit))
-			var got [4][]float32
-			for i, d := range []mlaTiled{mlaTCKernel, mlaTCv3Kernel, mlaTC32Kernel, mlaTCPKernel} {
+			var got [5][]float32
+			for i, d := range []mlaTiled{mlaTCKernel, mlaTCv3Kernel, mlaTC32Kernel, mlaTCPKernel, mlaTCPKernel} {
 				out, lse := a.poisoned(cs.nq*cs.H*MLALatentDim), a.poisoned(cs.nq*cs.H)
+				mlaCombinePDL = i == 4 // the combine launched programmatically after tcp
 				chk(k.launchMLATiled(d, s, out, lse, qn, qp, cache, 0, ip, lens, ws, cs.nq, cs.H, nidx, nidx, cs.nsplit, 0.07))
+				mlaCombinePDL = false
 				got[i] = append(downF32(c, out, cs.nq*cs.H*MLALatentDim), downF32(c, lse, cs.nq*cs.H)...)
 			}
-			for i, name := range []string{"v3", "tc32", "tcp"} {
+			for i, name := range []string{"v3", "tc32", "tcp", "tcp + combine PDL"} {
 				bad := 0
 				for j := range got[0] {
 					if math.Float32bits(got[0][j]) != math.Float32bits(got[i+1][j]) || math.IsNaN(float64(got[0][j])) {

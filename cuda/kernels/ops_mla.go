@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"os"
 	"sync"
 
 	"github.com/cockroachdb/errors"
@@ -177,8 +178,23 @@ func (k *Set) launchMLATiledRows(d mlaTiled, s cuda.Stream, out, lse, qn, qp, ca
 	if comb == "" {
 		comb = mlaCombineFor(k.c.Info().SMs, nq*H)
 	}
+	if d.rows && mlaCombinePDL && k.c.PDLSupported() {
+		// The combine's blocks are scheduled while the decode drains (its
+		// griddepcontrol.wait holds them until the partials are written):
+		// the launch gap between the two leaves the chain.
+		f, err := k.fn(comb)
+		if err != nil {
+			return err
+		}
+		return k.c.LaunchEx(f, cuda.D1(nq*H), cuda.D1(128), 0, s, true, partO, partML, nsplit, out, lse)
+	}
 	return k.launch(comb, cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
 }
+
+// mlaCombinePDL: TILERT_GPU_MLA_COMBINE_PDL=1 launches the combine after
+// mla_decode_tcp programmatically (whatever TILERT_GPU_PDL says; both
+// kernels begin with PDL_WAIT).
+var mlaCombinePDL = os.Getenv("TILERT_GPU_MLA_COMBINE_PDL") == "1"
 
 // Tensor-core MLA decode (cu/mla_tc.cu): mla_decode's semantics, 16 heads a
 // block, each 32-token tile converted once into shared memory as bf16 (fp8

@@ -154,8 +154,9 @@ const (
 	attrComputeCapMinor        = 76
 	attrMaxSharedPerBlockOptin = 97
 
-	funcAttrMaxDynamicShared = 8
-	funcAttrNumRegs          = 4
+	funcAttrMaxDynamicShared   = 8
+	funcAttrNonPortableCluster = 14 // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+	funcAttrNumRegs            = 4
 
 	memHostAllocPortable = 1
 

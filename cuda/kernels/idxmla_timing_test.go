@@ -176,6 +176,14 @@ func timeMLATC(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, add 
 			if sp != ns {
 				continue
 			}
+			if k.c.Info().CCMajor >= 9 {
+				for _, cl := range []int{8, 16} {
+					us = graphUsRot(c, s, 8, 15, func(i int) {
+						chk(k.MLADecodeTCC(s, out[i], 0, qn[i], qp[i], cache, 0, 0, ip[i], lens[i], nq, H, nidx, nidx, cl, 0.1))
+					})
+					add(fmtName("graph: mla_decode_tcc%d nq=%d H=%d (cluster combine)", cl, nq, H), nb, us, "decode + in-cluster combine")
+				}
+			}
 			for _, d := range mlaTCPDiag {
 				us = graphUsRot(c, s, 8, 15, func(i int) {
 					chk(k.launchMLATiledParts(d, s, out[i], 0, qn[i], qp[i], cache, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, sp, 0.1, true, false))
@@ -220,6 +228,14 @@ func timeMLATC(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, add 
 		})
 		add(fmtName("graph: %s nq=1 H=16 split=%d", d.name, ns), float64(nidx*MLATokenBytes), us, "TP-8 shard")
 	}
+	if k.c.Info().CCMajor >= 9 {
+		for _, cl := range []int{8, 16} {
+			us := graphUsRot(c, s, 8, 15, func(int) {
+				chk(k.MLADecodeTCC(s, out, 0, qn, qp, cache, 0, 0, ip, lens, 1, 16, nidx, nidx, cl, 0.1))
+			})
+			add(fmtName("graph: mla_decode_tcc%d nq=1 H=16", cl), float64(nidx*MLATokenBytes), us, "TP-8 shard")
+		}
+	}
 }
 
 // TestKernelMLATCStaging: mla_decode_tc (queries staged by cp.async) gives
@@ -243,6 +259,25 @@ func TestKernelMLATCStaging(t *testing.T) {
 				chk(k.launchMLATiled(d, s, out, lse, qn, qp, cache, 0, ip, lens, ws, cs.nq, cs.H, nidx, nidx, cs.nsplit, 0.07))
 				mlaCombinePDL = false
 				got[i] = append(downF32(c, out, cs.nq*cs.H*MLALatentDim), downF32(c, lse, cs.nq*cs.H)...)
+			}
+			// The cluster kernels merge in split order (the combine adds
+			// the sums as a tree): float32 rounding apart from tcp.
+			if c.Info().CCMajor >= 9 {
+				for _, cl := range []int{8, 16} {
+					out, lse := a.poisoned(cs.nq*cs.H*MLALatentDim), a.poisoned(cs.nq*cs.H)
+					chk(k.MLADecodeTCC(s, out, lse, qn, qp, cache, 0, 0, ip, lens, cs.nq, cs.H, nidx, nidx, cl, 0.07))
+					g := append(downF32(c, out, cs.nq*cs.H*MLALatentDim), downF32(c, lse, cs.nq*cs.H)...)
+					var worst, scale float64
+					for j, v := range got[3] {
+						scale = math.Max(scale, math.Abs(float64(v)))
+						d := math.Abs(float64(g[j]) - float64(v))
+						if math.IsNaN(d) {
+							d = math.Inf(1)
+						}
+						worst = math.Max(worst, d)
+					}
+					record(t, fmtName("mla_decode_tcc%d vs tcp nq=%d H=%d", cl, cs.nq, cs.H), "max|d|/max|tcp|", worst/scale, 1e-5)
+				}
 			}
 			for i, name := range []string{"v3", "tc32", "tcp", "tcp + combine PDL"} {
 				bad := 0

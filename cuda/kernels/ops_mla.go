@@ -77,35 +77,43 @@ type mlaTiled struct {
 	combine string // the merge of the ranges ("": mlaCombineFor's pick)
 	group   int    // heads a block (0: mlaHeadsGroup)
 	rows    bool   // takes a last argument of per-row cache bases (mla_decode_tcp)
+	cluster int    // > 0: the splits are one thread block cluster of this many blocks, merged inside it (no combine)
 }
 
 var (
 	mlaHeadsKernel = mlaTiled{"mla_decode_heads", "mla heads", 256, MLAHeadsSmemBytes,
-		"mla_decode_heads needs ~127 KiB of shared memory per block (sm_80 or newer)", mlaHeadsTile, "", 0, false}
+		"mla_decode_heads needs ~127 KiB of shared memory per block (sm_80 or newer)", mlaHeadsTile, "", 0, false, 0}
 	mlaTCKernel = mlaTiled{"mla_decode_tc", "mla tc", 128, MLATCSmemBytes,
-		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0, false}
+		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0, false, 0}
 	// mlaTCv3Kernel is mla_decode_tc and mla_combine_wide before their
 	// loads were issued together (the same results; kept for the timing
 	// comparison).
 	mlaTCv3Kernel = mlaTiled{"mla_decode_tc_v3", "mla tc", 128, MLATCSmemBytes,
-		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "mla_combine_wide_v1", 0, false}
+		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "mla_combine_wide_v1", 0, false, 0}
 	// mlaTC32Kernel is mla_decode_tc with 32 heads a block (256 threads):
 	// each tile of entries fetched and converted once per 32 heads.
 	mlaTC32Kernel = mlaTiled{"mla_decode_tc32", "mla tc", 256, MLATC32SmemBytes,
-		"mla_decode_tc32 needs ~147 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 2 * mlaHeadsGroup, false}
+		"mla_decode_tc32 needs ~147 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 2 * mlaHeadsGroup, false, 0}
 	// mlaTCPKernel is mla_decode_tc (the same bits) with the query
 	// fragments split once into registers, MTP_NR tiles in flight and the
 	// P.V fragments by ldmatrix.trans: a shorter chain per tile.
 	mlaTCPKernel = mlaTiled{"mla_decode_tcp", "mla tcp", 128, MLATCPSmemBytes,
-		"mla_decode_tcp needs ~108 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0, true}
+		"mla_decode_tcp needs ~108 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0, true, 0}
 )
+
+// mlaTCCKernels are mla_decode_tcp with the split combine inside a
+// thread block cluster of 8 or 16 splits (sm_90).
+var mlaTCCKernels = []mlaTiled{
+	{"mla_decode_tcc8", "mla tcc", 128, MLATCPSmemBytes, "mla_decode_tcc8 needs ~108 KiB of shared memory per block (sm_90)", mlaTCTile, "", 0, true, 8},
+	{"mla_decode_tcc16", "mla tcc", 128, MLATCPSmemBytes, "mla_decode_tcc16 needs ~108 KiB of shared memory per block (sm_90)", mlaTCTile, "", 0, true, 16},
+}
 
 // mlaTCPDiag are mla_decode_tcp with one stage dropped each (conversion,
 // score mma, P.V mma): wrong results, for the timing table only.
 var mlaTCPDiag = []mlaTiled{
-	{"mla_decode_tcp_noconv", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true},
-	{"mla_decode_tcp_nos", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true},
-	{"mla_decode_tcp_nopv", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true},
+	{"mla_decode_tcp_noconv", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true, 0},
+	{"mla_decode_tcp_nos", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true, 0},
+	{"mla_decode_tcp_nopv", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true, 0},
 }
 
 func (d mlaTiled) checkArgs(indices, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int) error {
@@ -153,10 +161,21 @@ func (k *Set) launchMLATiledRows(d mlaTiled, s cuda.Stream, out, lse, qn, qp, ca
 		if err := k.c.SetMaxDynamicShared(f, d.smem); err != nil {
 			return errors.WithHint(err, d.hint)
 		}
+		if d.cluster > 8 {
+			if err := k.c.AllowNonPortableCluster(f); err != nil {
+				return errors.WithHint(err, d.hint)
+			}
+		}
 		bigShared.Store(f, true)
 	}
 	tps := cdiv(cdiv(nidx, nsplit), d.tile) * d.tile
 	nsplit = cdiv(nidx, tps)
+	if d.cluster > 0 {
+		// grid.x is the cluster, whatever ranges stay empty.
+		tps = cdiv(cdiv(nidx, d.cluster), d.tile) * d.tile
+		nsplit = d.cluster
+		combine = false
+	}
 	partO, partML := ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
 	if decode {
 		group := d.group
@@ -173,6 +192,9 @@ func (k *Set) launchMLATiledRows(d mlaTiled, s cuda.Stream, out, lse, qn, qp, ca
 	}
 	if nsplit == 1 || !combine {
 		return nil
+	}
+	if ws == 0 {
+		return errors.Newf("%s: %d splits need the workspace", d.name, nsplit)
 	}
 	comb := d.combine
 	if comb == "" {
@@ -259,6 +281,39 @@ func (k *Set) MLADecodeTCPRows(s cuda.Stream, out, lse, qn, qp cuda.DevPtr, cach
 			"one launch per slot (TILERT_GPU_SLOT_MERGE=0) on devices below sm_80")
 	}
 	return k.launchMLATiledRows(mlaTCPKernel, s, out, lse, qn, qp, cuda.DevPtr(cacheOff), 0, indices, lens, ws, rowBase, nq, H, nidx, ldIdx, nsplit, scale, true, true)
+}
+
+// MLADecodeTCC is MLADecodeTCP with its splits merged inside a thread
+// block cluster of d.cluster blocks (cl 8 or 16; sm_90): one launch, no
+// partials in global memory. rowBase != 0: per-row cache bases as in
+// MLADecodeTCPRows (cache then the layer's offset). The combine's sums
+// in split order (mla_combine adds the sums as a tree): float32 rounding
+// apart from MLADecodeTCP.
+func (k *Set) MLADecodeTCC(s cuda.Stream, out, lse, qn, qp, cache, blockTable, rowBase, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx, cl int, scale float32) error {
+	var d mlaTiled
+	for _, x := range mlaTCCKernels {
+		if x.cluster == cl {
+			d = x
+		}
+	}
+	if d.name == "" || nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) {
+		return errors.Newf("mla tcc: cluster %d (8 or 16) nq=%d H=%d nidx=%d ldIdx=%d", cl, nq, H, nidx, ldIdx)
+	}
+	if i := k.c.Info(); i.CCMajor < 9 {
+		return errors.WithHint(errors.Newf("mla tcc: compute capability %d.%d", i.CCMajor, i.CCMinor),
+			"thread block clusters need sm_90; use MLADecodeTCP")
+	}
+	return k.launchMLATiledRows(d, s, out, lse, qn, qp, cache, blockTable, indices, lens, 0, rowBase, nq, H, nidx, ldIdx, cl, scale, true, false)
+}
+
+// MLATCCCluster picks MLADecodeTCC's cluster for nq rows of H heads: 16
+// splits while the blocks fit the SMs once (one row of 128 heads: 128
+// blocks), else 8.
+func (k *Set) MLATCCCluster(nq, H int) int {
+	if nq*cdiv(H, mlaHeadsGroup)*16 <= k.c.Info().SMs {
+		return 16
+	}
+	return 8
 }
 
 // MLATC32Splits picks MLADecodeTC32's token ranges: one block per SM fits

@@ -421,6 +421,9 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 			ns := b.k.MLATC32Splits(nq, H, nidx)
 			return b.k.MLADecodeTC32(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
 		}
+		if mlaTCCOn && b.c.Info().CCMajor >= 9 {
+			return b.k.MLADecodeTCC(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCCCluster(nq, H), scale)
+		}
 		ns := b.k.MLATCSplits(nq, H, nidx)
 		if mlaTCPOn {
 			return b.k.MLADecodeTCP(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
@@ -435,6 +438,9 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 }
 
 func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	if mlaTCCOn && b.c.Info().CCMajor >= 9 {
+		return b.k.MLADecodeTCC(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCCCluster(nq, H), scale)
+	}
 	ns := b.k.MLATCSplits(nq, H, nidx)
 	return b.k.MLADecodeTCPRows(b.s, out, 0, qn, qp, cacheOff, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
 }
@@ -457,6 +463,9 @@ var (
 	// mlaTCPOn: TILERT_GPU_MLA_TCP=1 runs mla_decode_tcp (the same bits as
 	// mla_decode_tc; query fragments in registers, 3 tiles in flight).
 	mlaTCPOn = os.Getenv("TILERT_GPU_MLA_TCP") == "1"
+	// mlaTCCOn: TILERT_GPU_MLA_TCC=1 runs mla_decode_tcp with its splits
+	// merged inside a thread block cluster (sm_90; no combine launch).
+	mlaTCCOn = os.Getenv("TILERT_GPU_MLA_TCC") == "1"
 	// absorbWideOn: TILERT_GPU_ABSORB_WIDE=0 keeps the one-block-per-head
 	// absorb kernels for fp8 W_UK / W_UV (comparisons).
 	absorbWideOn = os.Getenv("TILERT_GPU_ABSORB_WIDE") != "0"

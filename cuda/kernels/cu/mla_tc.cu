@@ -408,7 +408,30 @@ __device__ __forceinline__ void mtp_ldsm4t(u32 addr, u32& r0, u32& r1, u32& r2, 
                : "r"(addr));
 }
 
-template <int DIAG>
+// Thread block clusters (sm_90): the address of p in cluster block rank's
+// shared memory, loads from there, and the cluster-wide barrier.
+__device__ __forceinline__ u32 mtc_map(const void* p, u32 rank) {
+  u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(mt_smem_addr(p)), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ float mtc_ld(u32 a) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ float4 mtc_ld4(u32 a) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a) : "memory");
+  return v;
+}
+// (arrive defaults to release and wait to acquire semantics: the partials
+// written before are visible to the cluster after it.)
+__device__ __forceinline__ void mtc_sync() {
+  asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+}
+
+template <int DIAG, int CL = 0>
 __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const float* __restrict__ qp,
                                          const u8* __restrict__ cache, const int* __restrict__ block_table,
                                          const int* __restrict__ indices, int ld_idx, int nidx,
@@ -639,6 +662,61 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (CL > 0) {
+    // The cluster is every split of (qi, head group) (gridDim.x == CL):
+    // each block leaves its unnormalised partial in its shared memory (the
+    // tiles' room), then block z merges columns [z*512/CL, +512/CL) of the
+    // 16 heads from all CL partials (mla_combine's arithmetic, the sums
+    // in split order) and writes them: no partials in global memory and
+    // no combine launch.
+    float* Os = (float*)mt_smem;     // [HG][512]
+    float* MLs = Os + MT_HG * MLA_LAT;  // [HG][2] (max, sum)
+    __syncthreads();                 // every warp is done with the tiles
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+      float* po = Os + (g + 8 * hr) * MLA_LAT + 128 * w + 2 * t4;
+#pragma unroll
+      for (int j = 0; j < 16; j++) *(float2*)(po + 8 * j) = make_float2(o[j][2 * hr], o[j][2 * hr + 1]);
+      if (w == 0 && t4 == 0) {
+        MLs[2 * (g + 8 * hr)] = hr ? m1 : m0;
+        MLs[2 * (g + 8 * hr) + 1] = hr ? l1 : l0;
+      }
+    }
+    mtc_sync();
+    constexpr int CN = CL > 0 ? CL : 1;
+    constexpr int CW = MLA_LAT / CN;  // columns a block merges
+    for (int e = tid; e < MT_HG * CW / 4; e += 128) {
+      const int hh = e / (CW / 4), col = z * CW + (e - hh * (CW / 4)) * 4;
+      float mz[CN];
+      float M = NEG_INF;
+#pragma unroll
+      for (int r = 0; r < CN; r++) {
+        mz[r] = mtc_ld(mtc_map(MLs + 2 * hh, r));
+        M = fmaxf(M, mz[r]);
+      }
+      float L = 0.0f;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int r = 0; r < CN; r++) {
+        const float wz = mz[r] == NEG_INF ? 0.0f : expf(mz[r] - M);
+        L += mtc_ld(mtc_map(MLs + 2 * hh + 1, r)) * wz;
+        const float4 v = mtc_ld4(mtc_map(Os + hh * MLA_LAT + col, r));
+        acc.x = fmaf(v.x, wz, acc.x);
+        acc.y = fmaf(v.y, wz, acc.y);
+        acc.z = fmaf(v.z, wz, acc.z);
+        acc.w = fmaf(v.w, wz, acc.w);
+      }
+      const int h = h0 + hh;
+      if (h < H) {
+        const size_t qh = (size_t)qi * H + h;
+        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        *(float4*)(out + qh * MLA_LAT + col) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+        if (lse && col == 0) lse[qh] = L > 0.0f ? M + logf(L) : NEG_INF;
+      }
+    }
+    mtc_sync();  // no block leaves while another reads its shared memory
+    return;
+  }
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
     const int h = h0 + g + 8 * hr;
@@ -668,6 +746,16 @@ extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp(MT_ARGS, con
   PDL_WAIT();
   mtp_body<0>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
 }
+// mla_decode_tcp with the split combine inside a thread block cluster of
+// every split (the launcher sets nsplit = CL): 8 (portable) or 16 splits.
+extern "C" __global__ __cluster_dims__(8, 1, 1) void __launch_bounds__(128, 2) mla_decode_tcc8(MT_ARGS, const long long* __restrict__ row_base) {
+  PDL_WAIT();
+  mtp_body<0, 8>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
+}
+extern "C" __global__ __cluster_dims__(16, 1, 1) void __launch_bounds__(128, 2) mla_decode_tcc16(MT_ARGS, const long long* __restrict__ row_base) {
+  PDL_WAIT();
+  mtp_body<0, 16>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
+}
 // Timing only (wrong results): one stage dropped each.
 extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_noconv(MT_ARGS, const long long* __restrict__ row_base) {
   mtp_body<1>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
@@ -684,6 +772,8 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp(MT_ARGS, const 
   __trap();
 }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_noconv(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
+extern "C" __global__ void __launch_bounds__(128) mla_decode_tcc8(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
+extern "C" __global__ void __launch_bounds__(128) mla_decode_tcc16(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_nos(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_nopv(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 #endif

@@ -484,16 +484,19 @@ var topkRadixOn = os.Getenv("TILERT_GPU_TOPK_RADIX") != "0"
 // topkRadixFinal: TILERT_GPU_TOPK_LIST=0 keeps the radix top-k's final
 // stage on the candidate bitmaps (topk_radix_mark_s) instead of the
 // candidate list and second-level histogram (topk_radix_mark_l).
-// TILERT_GPU_TOPK_ONE=1 selects rows of up to kernels.TopKRadixOneMaxT
-// keys in one block each (topk_radix_one: no mark blocks, no ticket).
+// Rows of up to kernels.TopKRadixOneMaxT keys are selected in one block
+// each (topk_radix_one: no mark blocks, no ticket; H200, graph-timed, the
+// scores + top-k pair at 8192 keys 14.7 us against 17.8 for the list,
+// docs/measured/h200-2026-12-01-attn); TILERT_GPU_TOPK_ONE=0 keeps the
+// list (or the bitmaps) there too.
 var topkRadixFinal = func() kernels.TopKRadixFinal {
-	if os.Getenv("TILERT_GPU_TOPK_ONE") == "1" {
-		return kernels.TopKRadixOne
-	}
 	if os.Getenv("TILERT_GPU_TOPK_LIST") == "0" {
 		return kernels.TopKRadixBitmaps
 	}
-	return kernels.TopKRadixList
+	if os.Getenv("TILERT_GPU_TOPK_ONE") == "0" {
+		return kernels.TopKRadixList
+	}
+	return kernels.TopKRadixOne
 }()
 
 // idxMMAOn: TILERT_GPU_IDX_MMA=0 keeps the serving indexer on RoPE,

@@ -183,7 +183,24 @@ func timeMLATC(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, add 
 					})
 					add(fmtName("graph: mla_decode_tcc%d nq=%d H=%d (cluster combine)", cl, nq, H), nb, us, "decode + in-cluster combine")
 				}
+				for _, cl := range []int{16, 8, 4, 2} {
+					if nq*8*cl > 2*c.Info().SMs {
+						continue
+					}
+					if err := k.MLADecodeTCQ(s, out[0], 0, qn[0], qp[0], cache, 0, 0, ip[0], lens[0], nq, H, nidx, nidx, cl, 0.1); err != nil {
+						add(fmtName("graph: mla_decode_tcq%d nq=%d H=%d: %v", cl, nq, H, err), nb, 0, "launch error")
+						continue
+					}
+					us = graphUsRot(c, s, 8, 15, func(i int) {
+						chk(k.MLADecodeTCQ(s, out[i], 0, qn[i], qp[i], cache, 0, 0, ip[i], lens[i], nq, H, nidx, nidx, cl, 0.1))
+					})
+					add(fmtName("graph: mla_decode_tcq%d nq=%d H=%d (2 quads, cluster combine)", cl, nq, H), nb, us, "decode + in-cluster combine")
+				}
 			}
+			us = graphUsRot(c, s, 8, 15, func(i int) {
+				chk(k.launchMLATiledParts(mlaTCPSAKernel, s, out[i], 0, qn[i], qp[i], cache, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, sp, 0.1, true, true))
+			})
+			add(fmtName("graph: mla_decode_tcp_sa nq=%d H=%d split=%d", nq, H, sp), nb, us, "decode + combine, two score chains")
 			for _, d := range mlaTCPDiag {
 				us = graphUsRot(c, s, 8, 15, func(i int) {
 					chk(k.launchMLATiledParts(d, s, out[i], 0, qn[i], qp[i], cache, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, sp, 0.1, true, false))
@@ -234,6 +251,13 @@ func timeMLATC(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, add 
 				chk(k.MLADecodeTCC(s, out, 0, qn, qp, cache, 0, 0, ip, lens, 1, 16, nidx, nidx, cl, 0.1))
 			})
 			add(fmtName("graph: mla_decode_tcc%d nq=1 H=16", cl), float64(nidx*MLATokenBytes), us, "TP-8 shard")
+			if err := k.MLADecodeTCQ(s, out, 0, qn, qp, cache, 0, 0, ip, lens, 1, 16, nidx, nidx, cl, 0.1); err != nil {
+				continue
+			}
+			us = graphUsRot(c, s, 8, 15, func(int) {
+				chk(k.MLADecodeTCQ(s, out, 0, qn, qp, cache, 0, 0, ip, lens, 1, 16, nidx, nidx, cl, 0.1))
+			})
+			add(fmtName("graph: mla_decode_tcq%d nq=1 H=16", cl), float64(nidx*MLATokenBytes), us, "TP-8 shard")
 		}
 	}
 }
@@ -277,6 +301,30 @@ func TestKernelMLATCStaging(t *testing.T) {
 						worst = math.Max(worst, d)
 					}
 					record(t, fmtName("mla_decode_tcc%d vs tcp nq=%d H=%d", cl, cs.nq, cs.H), "max|d|/max|tcp|", worst/scale, 1e-5)
+				}
+				for _, cl := range []int{2, 4, 8, 16, 0} {
+					out, lse := a.poisoned(cs.nq*cs.H*MLALatentDim), a.poisoned(cs.nq*cs.H)
+					name := fmtName("mla_decode_tcq%d", cl)
+					if cl == 0 {
+						name = "mla_decode_tcp_sa"
+						chk(k.launchMLATiled(mlaTCPSAKernel, s, out, lse, qn, qp, cache, 0, ip, lens, ws, cs.nq, cs.H, nidx, nidx, cs.nsplit, 0.07))
+					} else if err := k.MLADecodeTCQ(s, out, lse, qn, qp, cache, 0, 0, ip, lens, cs.nq, cs.H, nidx, nidx, cl, 0.07); err != nil {
+						// A cluster the device cannot place is an error of the launch.
+						t.Logf("%s: %v", name, err)
+						record(t, name+" launch", "error", 1, 0)
+						continue
+					}
+					g := append(downF32(c, out, cs.nq*cs.H*MLALatentDim), downF32(c, lse, cs.nq*cs.H)...)
+					var worst, scale float64
+					for j, v := range got[3] {
+						scale = math.Max(scale, math.Abs(float64(v)))
+						d := math.Abs(float64(g[j]) - float64(v))
+						if math.IsNaN(d) {
+							d = math.Inf(1)
+						}
+						worst = math.Max(worst, d)
+					}
+					record(t, fmtName("%s vs tcp nq=%d H=%d split=%d", name, cs.nq, cs.H, cs.nsplit), "max|d|/max|tcp|", worst/scale, 1e-5)
 				}
 			}
 			for i, name := range []string{"v3", "tc32", "tcp", "tcp + combine PDL"} {

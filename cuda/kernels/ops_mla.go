@@ -108,6 +108,51 @@ var mlaTCCKernels = []mlaTiled{
 	{"mla_decode_tcc16", "mla tcc", 128, MLATCPSmemBytes, "mla_decode_tcc16 needs ~108 KiB of shared memory per block (sm_90)", mlaTCTile, "", 0, true, 16},
 }
 
+// mlaTCQKernels are mla_decode_tcc with two quads of 128 threads per block
+// (each on half of the block's range with its own tiles; 8 warps and one
+// block per SM) and the score mma in two chains; clusters of 2..16.
+var mlaTCQKernels = []mlaTiled{
+	{"mla_decode_tcq2", "mla tcq", 256, 2 * MLATCPSmemBytes, mlaTCQHint, 2 * mlaTCTile, "", 0, true, 2},
+	{"mla_decode_tcq4", "mla tcq", 256, 2 * MLATCPSmemBytes, mlaTCQHint, 2 * mlaTCTile, "", 0, true, 4},
+	{"mla_decode_tcq8", "mla tcq", 256, 2 * MLATCPSmemBytes, mlaTCQHint, 2 * mlaTCTile, "", 0, true, 8},
+	{"mla_decode_tcq16", "mla tcq", 256, 2 * MLATCPSmemBytes, mlaTCQHint, 2 * mlaTCTile, "", 0, true, 16},
+}
+
+const mlaTCQHint = "mla_decode_tcq needs ~215 KiB of shared memory per block and thread block clusters (sm_90)"
+
+// mlaTCPSAKernel is mla_decode_tcp with the score mma in two chains
+// (float32 rounding apart; timing comparison).
+var mlaTCPSAKernel = mlaTiled{"mla_decode_tcp_sa", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true, 0}
+
+// MLADecodeTCQ is MLADecodeTCC on mla_decode_tcq (cl 2, 4, 8 or 16).
+func (k *Set) MLADecodeTCQ(s cuda.Stream, out, lse, qn, qp, cache, blockTable, rowBase, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx, cl int, scale float32) error {
+	var d mlaTiled
+	for _, x := range mlaTCQKernels {
+		if x.cluster == cl {
+			d = x
+		}
+	}
+	if d.name == "" || nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) {
+		return errors.Newf("mla tcq: cluster %d (2, 4, 8 or 16) nq=%d H=%d nidx=%d ldIdx=%d", cl, nq, H, nidx, ldIdx)
+	}
+	if i := k.c.Info(); i.CCMajor < 9 {
+		return errors.WithHint(errors.Newf("mla tcq: compute capability %d.%d", i.CCMajor, i.CCMinor),
+			"thread block clusters need sm_90; use MLADecodeTCP")
+	}
+	return k.launchMLATiledRows(d, s, out, lse, qn, qp, cache, blockTable, indices, lens, 0, rowBase, nq, H, nidx, ldIdx, cl, scale, true, false)
+}
+
+// MLATCQCluster picks MLADecodeTCQ's cluster: the largest of 16, 8, 4, 2
+// whose blocks (one per SM) fit the SMs once.
+func (k *Set) MLATCQCluster(nq, H int) int {
+	for _, cl := range []int{16, 8, 4} {
+		if nq*cdiv(H, mlaHeadsGroup)*cl <= k.c.Info().SMs {
+			return cl
+		}
+	}
+	return 2
+}
+
 // mlaTCPDiag are mla_decode_tcp with one stage dropped each (conversion,
 // score mma, P.V mma): wrong results, for the timing table only.
 var mlaTCPDiag = []mlaTiled{

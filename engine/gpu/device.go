@@ -421,6 +421,9 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 			ns := b.k.MLATC32Splits(nq, H, nidx)
 			return b.k.MLADecodeTC32(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
 		}
+		if mlaTCQOn && b.c.Info().CCMajor >= 9 {
+			return b.k.MLADecodeTCQ(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCQCluster(nq, H), scale)
+		}
 		if mlaTCCOn && b.c.Info().CCMajor >= 9 {
 			return b.k.MLADecodeTCC(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCCCluster(nq, H), scale)
 		}
@@ -438,6 +441,9 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 }
 
 func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	if mlaTCQOn && b.c.Info().CCMajor >= 9 {
+		return b.k.MLADecodeTCQ(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCQCluster(nq, H), scale)
+	}
 	if mlaTCCOn && b.c.Info().CCMajor >= 9 {
 		return b.k.MLADecodeTCC(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCCCluster(nq, H), scale)
 	}
@@ -466,6 +472,9 @@ var (
 	// mlaTCCOn: TILERT_GPU_MLA_TCC=1 runs mla_decode_tcp with its splits
 	// merged inside a thread block cluster (sm_90; no combine launch).
 	mlaTCCOn = os.Getenv("TILERT_GPU_MLA_TCC") == "1"
+	// mlaTCQOn: TILERT_GPU_MLA_TCQ=1 runs mla_decode_tcq (two quads of 128
+	// threads per block, one block per SM, splits merged in a cluster).
+	mlaTCQOn = os.Getenv("TILERT_GPU_MLA_TCQ") == "1"
 	// absorbWideOn: TILERT_GPU_ABSORB_WIDE=0 keeps the one-block-per-head
 	// absorb kernels for fp8 W_UK / W_UV (comparisons).
 	absorbWideOn = os.Getenv("TILERT_GPU_ABSORB_WIDE") != "0"

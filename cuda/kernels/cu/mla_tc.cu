@@ -431,35 +431,63 @@ __device__ __forceinline__ void mtc_sync() {
   asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
-template <int DIAG, int CL = 0>
+// The barrier of a quad: the whole block when it is one quad, else named
+// barrier 1 + quad over its 128 threads.
+#define MTQ_BAR()                                                              \
+  do {                                                                         \
+    if (QD == 1)                                                               \
+      __syncthreads();                                                         \
+    else                                                                       \
+      asm volatile("bar.sync %0, 128;" ::"r"(1 + quad) : "memory");            \
+  } while (0)
+
+// mt_issue by the 128 threads of one quad (tid: its thread).
+__device__ __forceinline__ void mtp_issue(int tid, uint4* raw, const u8* __restrict__ cache, const int* slots) {
+  for (int c = tid; c < MT_TT * MT_CH; c += 128) {
+    const int j = c / MT_CH, p = c - j * MT_CH;
+    const int t = slots[j];
+    if (t < 0) continue;
+    const u8* src = cache + (size_t)t * MLA_TOK_BYTES + p * 16;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(mt_smem_addr(raw + c)), "l"(src) : "memory");
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int DIAG, int CL = 0, int QD = 1, bool SA = false>
 __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const float* __restrict__ qp,
                                          const u8* __restrict__ cache, const int* __restrict__ block_table,
                                          const int* __restrict__ indices, int ld_idx, int nidx,
                                          const int* __restrict__ lens, float* out, float* lse, int H, float scale,
                                          int tps, float* part_o, float* part_ml,
                                          const long long* __restrict__ row_base) {
+  static_assert(QD == 1 || CL > 0, "two quads per block merge inside a cluster");
   extern __shared__ uint4 mt_smem[];
-  uint4* raw = mt_smem;                                // [NR][TT][41] raw entries
+  // QD quads of 128 threads, each on its own half of the block's range
+  // with its own copy of everything below (named barrier 1 + quad).
+  const int quad = QD > 1 ? (int)(threadIdx.x >> 7) : 0;
+  uint4* const qbase = mt_smem + quad * (MTP_SMEM_BYTES / 16);
+  uint4* raw = qbase;                                  // [NR][TT][41] raw entries
   u16* Kt = (u16*)(raw + MTP_NR * MT_TT * MT_CH);      // [TT][KS] bf16 entries (fp8 values unscaled)
   float* red = (float*)(Kt + MT_TT * MT_KS);           // [4 warps][HG][TT] partial scores
   int* slots = (int*)(red + 4 * MT_HG * MT_TT);        // [NS][TT] cache slot of each tile slot, -1 skipped
   float* scl = (float*)(slots + MTP_NS * MT_TT);       // [TT][4] group scales (0 for skipped slots)
   const int z = blockIdx.x, qi = blockIdx.y, h0 = blockIdx.z * MT_HG;
-  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
+  const int tid = threadIdx.x & 127, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
   // Rows of several slots in one launch: row qi's cache region is
   // row_base[qi] + cache (cache then holds the layer's offset).
   if (row_base) cache += row_base[qi];
   const int len = lens[qi];
-  const int begin = z * tps;
-  const int count = min(indices ? nidx : len, begin + tps);
+  const int tq = tps / QD;  // tokens of a quad (whole tiles: the launcher's tile is QD x 32)
+  const int begin = z * tps + quad * tq;
+  const int count = min(indices ? nidx : len, begin + tq);
   // Slots of tiles 0..NR (the prologue's issues and tile 0's).
   for (int j = tid; j < (MTP_NR + 1) * MT_TT; j += 128)
     slots[j] = mt_slot(indices, block_table, ld_idx, qi, len, count, begin + j);
-  __syncthreads();
+  MTQ_BAR();
 #pragma unroll
   for (int b = 0; b < MTP_NR; b++) {
     if (begin + b * MT_TT < count) {
-      mt_issue(raw + b * MT_TT * MT_CH, cache, slots + b * MT_TT);
+      mtp_issue(tid, raw + b * MT_TT * MT_CH, cache, slots + b * MT_TT);
     } else {
       asm volatile("cp.async.commit_group;" ::: "memory");
     }
@@ -500,7 +528,7 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
     const int fut = base + (MTP_NR + 1) * MT_TT;
     if (tid < MT_TT && fut < count) nslot = mt_slot(indices, block_table, ld_idx, qi, len, count, fut + tid);
     asm volatile("cp.async.wait_group %0;" ::"n"(MTP_NR - 1) : "memory");
-    __syncthreads();  // tile it has landed; the previous tile's Kt, scl and red are consumed
+    MTQ_BAR();  // tile it has landed; the previous tile's Kt, scl and red are consumed
     const int* sl = slots + (it % MTP_NS) * MT_TT;
     if (!(DIAG & 1)) {
       const int j = tid >> 2, qq = tid & 3;
@@ -534,22 +562,31 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
         dst[64 + 2 * qq + 1] = zero;
       }
     }
-    __syncthreads();
+    MTQ_BAR();
     // Tile it+NR into the raw buffer just converted (an empty group past the end).
     if (base + MTP_NR * MT_TT < count) {
-      mt_issue(raw + rb * MT_TT * MT_CH, cache, slots + ((it + MTP_NR) % MTP_NS) * MT_TT);
+      mtp_issue(tid, raw + rb * MT_TT * MT_CH, cache, slots + ((it + MTP_NR) % MTP_NS) * MT_TT);
     } else {
       asm volatile("cp.async.commit_group;" ::: "memory");
     }
     float s[4][4];
 #pragma unroll
     for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    // SA: the odd latent k-steps into a second set of accumulators (two
+    // chains of mma half as long), added before the group scale.
+    float s2[SA ? 4 : 1][4];
+#pragma unroll
+    for (int n = 0; n < (SA ? 4 : 1); n++) s2[n][0] = s2[n][1] = s2[n][2] = s2[n][3] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < 9; ks++) {
       const int d0 = ks < 8 ? 128 * w + 16 * ks : MLA_LAT + 16 * w;
       if (ks == 8) {
 #pragma unroll
         for (int n = 0; n < 4; n++) {
+          if (SA) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] += s2[SA ? n : 0][e];
+          }
           const float sa = scl[(8 * n + 2 * t4) * 4 + w], sb = scl[(8 * n + 2 * t4 + 1) * 4 + w];
           s[n][0] *= sa;
           s[n][1] *= sb;
@@ -569,7 +606,7 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
         for (int p = 0; p < 3; p++) {
           const u32 a[4] = {qa[ks][0][p], qa[ks][1][p], qa[ks][2][p], qa[ks][3][p]};
 #pragma unroll
-          for (int n = 0; n < 4; n++) mt_mma(s[n], a, kb[n][0], kb[n][1]);
+          for (int n = 0; n < 4; n++) mt_mma(SA && (ks & 1) && ks < 8 ? s2[SA ? n : 0] : s[n], a, kb[n][0], kb[n][1]);
         }
       }
     }
@@ -579,7 +616,7 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
       *(float2*)(rw + g * MT_TT + 8 * n + 2 * t4) = make_float2(s[n][0], s[n][1]);
       *(float2*)(rw + (g + 8) * MT_TT + 8 * n + 2 * t4) = make_float2(s[n][2], s[n][3]);
     }
-    __syncthreads();
+    MTQ_BAR();
     float mx0 = NEG_INF, mx1 = NEG_INF;
 #pragma unroll
     for (int n = 0; n < 4; n++) {
@@ -669,9 +706,9 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
     // 16 heads from all CL partials (mla_combine's arithmetic, the sums
     // in split order) and writes them: no partials in global memory and
     // no combine launch.
-    float* Os = (float*)mt_smem;     // [HG][512]
+    float* Os = (float*)qbase;          // [HG][512] (this quad's)
     float* MLs = Os + MT_HG * MLA_LAT;  // [HG][2] (max, sum)
-    __syncthreads();                 // every warp is done with the tiles
+    MTQ_BAR();                 // every warp is done with the tiles
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
       float* po = Os + (g + 8 * hr) * MLA_LAT + 128 * w + 2 * t4;
@@ -685,22 +722,25 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
     mtc_sync();
     constexpr int CN = CL > 0 ? CL : 1;
     constexpr int CW = MLA_LAT / CN;  // columns a block merges
-    for (int e = tid; e < MT_HG * CW / 4; e += 128) {
+    for (int e = threadIdx.x; e < MT_HG * CW / 4; e += 128 * QD) {
       const int hh = e / (CW / 4), col = z * CW + (e - hh * (CW / 4)) * 4;
-      float mz[CN];
+      // Partial r*QD + qd: cluster block r, quad qd (split order).
+      float mz[CN * QD];
       float M = NEG_INF;
 #pragma unroll
-      for (int r = 0; r < CN; r++) {
-        mz[r] = mtc_ld(mtc_map(MLs + 2 * hh, r));
+      for (int r = 0; r < CN * QD; r++) {
+        const float* ml = (const float*)(mt_smem + (r % QD) * (MTP_SMEM_BYTES / 16)) + MT_HG * MLA_LAT;
+        mz[r] = mtc_ld(mtc_map(ml + 2 * hh, r / QD));
         M = fmaxf(M, mz[r]);
       }
       float L = 0.0f;
       float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-      for (int r = 0; r < CN; r++) {
+      for (int r = 0; r < CN * QD; r++) {
+        const float* os = (const float*)(mt_smem + (r % QD) * (MTP_SMEM_BYTES / 16));
         const float wz = mz[r] == NEG_INF ? 0.0f : expf(mz[r] - M);
-        L += mtc_ld(mtc_map(MLs + 2 * hh + 1, r)) * wz;
-        const float4 v = mtc_ld4(mtc_map(Os + hh * MLA_LAT + col, r));
+        L += mtc_ld(mtc_map(os + MT_HG * MLA_LAT + 2 * hh + 1, r / QD)) * wz;
+        const float4 v = mtc_ld4(mtc_map(os + hh * MLA_LAT + col, r / QD));
         acc.x = fmaf(v.x, wz, acc.x);
         acc.y = fmaf(v.y, wz, acc.y);
         acc.z = fmaf(v.z, wz, acc.z);
@@ -756,6 +796,26 @@ extern "C" __global__ __cluster_dims__(16, 1, 1) void __launch_bounds__(128, 2) 
   PDL_WAIT();
   mtp_body<0, 16>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
 }
+// mla_decode_tcq*: two quads of 128 threads per block (each a half of the
+// block's range, with its own tiles: 2 x MTP_SMEM_BYTES, one block per SM
+// of 8 warps) and the splits merged inside a cluster of CL blocks; the
+// score mma in two chains (SA). Rows: 16 / CL of 128 heads fill the SMs.
+#define MTQ_KERNEL(CLN)                                                                                            \
+  extern "C" __global__ __cluster_dims__(CLN, 1, 1) void __launch_bounds__(256, 1)                                 \
+      mla_decode_tcq##CLN(MT_ARGS, const long long* __restrict__ row_base) {                                      \
+    PDL_WAIT();                                                                                                    \
+    mtp_body<0, CLN, 2, true>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps,    \
+                              part_o, part_ml, row_base);                                                          \
+  }
+MTQ_KERNEL(2)
+MTQ_KERNEL(4)
+MTQ_KERNEL(8)
+MTQ_KERNEL(16)
+// mla_decode_tcp with the two-chain score mma (timing comparison).
+extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_sa(MT_ARGS, const long long* __restrict__ row_base) {
+  PDL_WAIT();
+  mtp_body<0, 0, 1, true>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
+}
 // Timing only (wrong results): one stage dropped each.
 extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_noconv(MT_ARGS, const long long* __restrict__ row_base) {
   mtp_body<1>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
@@ -773,6 +833,11 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp(MT_ARGS, const 
 }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_noconv(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcc8(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
+extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_sa(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
+extern "C" __global__ void __launch_bounds__(256) mla_decode_tcq2(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
+extern "C" __global__ void __launch_bounds__(256) mla_decode_tcq4(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
+extern "C" __global__ void __launch_bounds__(256) mla_decode_tcq8(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
+extern "C" __global__ void __launch_bounds__(256) mla_decode_tcq16(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcc16(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_nos(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_nopv(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }

@@ -101,14 +101,7 @@ var (
 		"mla_decode_tcp needs ~108 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0, true, 0}
 )
 
-// mlaTCCKernels are mla_decode_tcp with the split combine inside a
-// thread block cluster of 8 or 16 splits (sm_90).
-var mlaTCCKernels = []mlaTiled{
-	{"mla_decode_tcc8", "mla tcc", 128, MLATCPSmemBytes, "mla_decode_tcc8 needs ~108 KiB of shared memory per block (sm_90)", mlaTCTile, "", 0, true, 8},
-	{"mla_decode_tcc16", "mla tcc", 128, MLATCPSmemBytes, "mla_decode_tcc16 needs ~108 KiB of shared memory per block (sm_90)", mlaTCTile, "", 0, true, 16},
-}
-
-// mlaTCQKernels are mla_decode_tcc with two quads of 128 threads per block
+// mlaTCQKernels are mla_decode_tcp with two quads of 128 threads per block
 // (each on half of the block's range with its own tiles; 8 warps and one
 // block per SM) and the score mma in two chains; clusters of 2..16.
 var mlaTCQKernels = []mlaTiled{
@@ -124,7 +117,13 @@ const mlaTCQHint = "mla_decode_tcq needs ~215 KiB of shared memory per block and
 // (float32 rounding apart; timing comparison).
 var mlaTCPSAKernel = mlaTiled{"mla_decode_tcp_sa", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true, 0}
 
-// MLADecodeTCQ is MLADecodeTCC on mla_decode_tcq (cl 2, 4, 8 or 16).
+// MLADecodeTCQ is MLADecodeTCP with its splits merged inside a thread
+// block cluster of cl blocks (2, 4, 8 or 16; sm_90), two quads of 128
+// threads per block: one launch, no partials in global memory. rowBase !=
+// 0: per-row cache bases as in MLADecodeTCPRows (cache then the layer's
+// offset). The merge adds the partials in split order (mla_combine as a
+// tree) and the scores run in two chains: float32 rounding apart from
+// MLADecodeTCP.
 func (k *Set) MLADecodeTCQ(s cuda.Stream, out, lse, qn, qp, cache, blockTable, rowBase, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx, cl int, scale float32) error {
 	var d mlaTiled
 	for _, x := range mlaTCQKernels {
@@ -153,13 +152,6 @@ func (k *Set) MLATCQCluster(nq, H int) int {
 	return 2
 }
 
-// mlaTCPDiag are mla_decode_tcp with one stage dropped each (conversion,
-// score mma, P.V mma): wrong results, for the timing table only.
-var mlaTCPDiag = []mlaTiled{
-	{"mla_decode_tcp_noconv", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true, 0},
-	{"mla_decode_tcp_nos", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true, 0},
-	{"mla_decode_tcp_nopv", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true, 0},
-}
 
 func (d mlaTiled) checkArgs(indices, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int) error {
 	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) || nsplit <= 0 || nsplit > mlaHeadsSplits || (nsplit > 1 && ws == 0) {
@@ -326,39 +318,6 @@ func (k *Set) MLADecodeTCPRows(s cuda.Stream, out, lse, qn, qp cuda.DevPtr, cach
 			"one launch per slot (TILERT_GPU_SLOT_MERGE=0) on devices below sm_80")
 	}
 	return k.launchMLATiledRows(mlaTCPKernel, s, out, lse, qn, qp, cuda.DevPtr(cacheOff), 0, indices, lens, ws, rowBase, nq, H, nidx, ldIdx, nsplit, scale, true, true)
-}
-
-// MLADecodeTCC is MLADecodeTCP with its splits merged inside a thread
-// block cluster of d.cluster blocks (cl 8 or 16; sm_90): one launch, no
-// partials in global memory. rowBase != 0: per-row cache bases as in
-// MLADecodeTCPRows (cache then the layer's offset). The combine's sums
-// in split order (mla_combine adds the sums as a tree): float32 rounding
-// apart from MLADecodeTCP.
-func (k *Set) MLADecodeTCC(s cuda.Stream, out, lse, qn, qp, cache, blockTable, rowBase, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx, cl int, scale float32) error {
-	var d mlaTiled
-	for _, x := range mlaTCCKernels {
-		if x.cluster == cl {
-			d = x
-		}
-	}
-	if d.name == "" || nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) {
-		return errors.Newf("mla tcc: cluster %d (8 or 16) nq=%d H=%d nidx=%d ldIdx=%d", cl, nq, H, nidx, ldIdx)
-	}
-	if i := k.c.Info(); i.CCMajor < 9 {
-		return errors.WithHint(errors.Newf("mla tcc: compute capability %d.%d", i.CCMajor, i.CCMinor),
-			"thread block clusters need sm_90; use MLADecodeTCP")
-	}
-	return k.launchMLATiledRows(d, s, out, lse, qn, qp, cache, blockTable, indices, lens, 0, rowBase, nq, H, nidx, ldIdx, cl, scale, true, false)
-}
-
-// MLATCCCluster picks MLADecodeTCC's cluster for nq rows of H heads: 16
-// splits while the blocks fit the SMs once (one row of 128 heads: 128
-// blocks), else 8.
-func (k *Set) MLATCCCluster(nq, H int) int {
-	if nq*cdiv(H, mlaHeadsGroup)*16 <= k.c.Info().SMs {
-		return 16
-	}
-	return 8
 }
 
 // MLATC32Splits picks MLADecodeTC32's token ranges: one block per SM fits

@@ -424,9 +424,6 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 		if mlaTCQOn && b.c.Info().CCMajor >= 9 {
 			return b.k.MLADecodeTCQ(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCQCluster(nq, H), scale)
 		}
-		if mlaTCCOn && b.c.Info().CCMajor >= 9 {
-			return b.k.MLADecodeTCC(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCCCluster(nq, H), scale)
-		}
 		ns := b.k.MLATCSplits(nq, H, nidx)
 		if mlaTCPOn {
 			return b.k.MLADecodeTCP(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
@@ -443,9 +440,6 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	if mlaTCQOn && b.c.Info().CCMajor >= 9 {
 		return b.k.MLADecodeTCQ(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCQCluster(nq, H), scale)
-	}
-	if mlaTCCOn && b.c.Info().CCMajor >= 9 {
-		return b.k.MLADecodeTCC(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCCCluster(nq, H), scale)
 	}
 	ns := b.k.MLATCSplits(nq, H, nidx)
 	return b.k.MLADecodeTCPRows(b.s, out, 0, qn, qp, cacheOff, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
@@ -469,9 +463,6 @@ var (
 	// mlaTCPOn: TILERT_GPU_MLA_TCP=1 runs mla_decode_tcp (the same bits as
 	// mla_decode_tc; query fragments in registers, 3 tiles in flight).
 	mlaTCPOn = os.Getenv("TILERT_GPU_MLA_TCP") == "1"
-	// mlaTCCOn: TILERT_GPU_MLA_TCC=1 runs mla_decode_tcp with its splits
-	// merged inside a thread block cluster (sm_90; no combine launch).
-	mlaTCCOn = os.Getenv("TILERT_GPU_MLA_TCC") == "1"
 	// mlaTCQOn: TILERT_GPU_MLA_TCQ=1 runs mla_decode_tcq (two quads of 128
 	// threads per block, one block per SM, splits merged in a cluster).
 	mlaTCQOn = os.Getenv("TILERT_GPU_MLA_TCQ") == "1"

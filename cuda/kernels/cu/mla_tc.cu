@@ -393,7 +393,8 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(MT_ARGS) {
 // - The P.V B fragments come from ldmatrix.trans (8 per k-step instead of
 //   64 two-byte loads).
 // DIAG (timing only, wrong results): 1 skips the conversion, 2 the score
-// mma, 4 the P.V mma.
+// mma, 4 the P.V mma (H200, 128 heads, 32 splits: 20.8 us -> 17.3 / 15.2 /
+// 19.4; docs/measured/h200-2026-12-01-attn/run1).
 #define MTP_NR 3
 #define MTP_NS (MTP_NR + 2)
 // Dynamic shared memory of mla_decode_tcp in bytes (MLATCPSmemBytes in ops_mla.go):
@@ -786,16 +787,6 @@ extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp(MT_ARGS, con
   PDL_WAIT();
   mtp_body<0>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
 }
-// mla_decode_tcp with the split combine inside a thread block cluster of
-// every split (the launcher sets nsplit = CL): 8 (portable) or 16 splits.
-extern "C" __global__ __cluster_dims__(8, 1, 1) void __launch_bounds__(128, 2) mla_decode_tcc8(MT_ARGS, const long long* __restrict__ row_base) {
-  PDL_WAIT();
-  mtp_body<0, 8>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
-}
-extern "C" __global__ __cluster_dims__(16, 1, 1) void __launch_bounds__(128, 2) mla_decode_tcc16(MT_ARGS, const long long* __restrict__ row_base) {
-  PDL_WAIT();
-  mtp_body<0, 16>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
-}
 // mla_decode_tcq*: two quads of 128 threads per block (each a half of the
 // block's range, with its own tiles: 2 x MTP_SMEM_BYTES, one block per SM
 // of 8 warps) and the splits merged inside a cluster of CL blocks; the
@@ -816,29 +807,14 @@ extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_sa(MT_ARGS, 
   PDL_WAIT();
   mtp_body<0, 0, 1, true>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
 }
-// Timing only (wrong results): one stage dropped each.
-extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_noconv(MT_ARGS, const long long* __restrict__ row_base) {
-  mtp_body<1>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
-}
-extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_nos(MT_ARGS, const long long* __restrict__ row_base) {
-  mtp_body<2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
-}
-extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_nopv(MT_ARGS, const long long* __restrict__ row_base) {
-  mtp_body<4>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
-}
 #else
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp(MT_ARGS, const long long* __restrict__ row_base) {
   PDL_WAIT();
   __trap();
 }
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_noconv(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tcc8(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_sa(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(256) mla_decode_tcq2(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(256) mla_decode_tcq4(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(256) mla_decode_tcq8(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(256) mla_decode_tcq16(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tcc16(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_nos(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_nopv(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 #endif

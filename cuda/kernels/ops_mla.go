@@ -152,7 +152,6 @@ func (k *Set) MLATCQCluster(nq, H int) int {
 	return 2
 }
 
-
 func (d mlaTiled) checkArgs(indices, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int) error {
 	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) || nsplit <= 0 || nsplit > mlaHeadsSplits || (nsplit > 1 && ws == 0) {
 		return errors.Newf("%s: nq=%d H=%d nidx=%d ldIdx=%d nsplit=%d (1..%d) ws=%#x", d.what, nq, H, nidx, ldIdx, nsplit, mlaHeadsSplits, uint64(ws))

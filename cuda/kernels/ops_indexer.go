@@ -71,7 +71,7 @@ func indexerMMABlocks(sms, perSM, nq, T int) int {
 // in there). hist != 0 (TopKRadixHist of a TopKRadix scratch for nq rows):
 // also build TopKRadix's histogram of the scores, for TopKRadixAfterHist.
 func (k *Set) IndexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
-	return k.indexerScoresMMARows(s, out, qh, wq, cache, blockTable, lens, hist, 0, nq, T, ldOut, true)
+	return k.indexerScoresMMA(s, out, qh, wq, cache, blockTable, lens, hist, nq, T, ldOut, true)
 }
 
 // IndexerScoresMMARows is IndexerScoresMMA over rows of different caches
@@ -82,17 +82,21 @@ func (k *Set) IndexerScoresMMARows(s cuda.Stream, out, qh, wq cuda.DevPtr, cache
 	if rowBase == 0 {
 		return errors.New("indexer mma rows: no row bases")
 	}
-	return k.indexerScoresMMARows(s, out, qh, wq, cuda.DevPtr(cacheOff), 0, lens, hist, rowBase, nq, T, ldOut, true)
+	if nq <= 0 || T <= 0 || ldOut < T {
+		return errors.Newf("indexer mma rows: nq=%d T=%d ldOut=%d", nq, T, ldOut)
+	}
+	if !k.IndexerMMASupported() {
+		i := k.c.Info()
+		return errors.WithHint(errors.Newf("indexer mma rows: device %s is below sm_89", i.Arch()), "one launch per slot (TILERT_GPU_SLOT_MERGE=0)")
+	}
+	nbx := indexerMMABlocks(k.c.Info().SMs, 2, nq, T)
+	return k.launch("indexer_scores_mma_rows", cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cuda.DevPtr(cacheOff), rowBase, lens, out, T, ldOut, hist)
 }
 
 // indexerScoresMMA runs indexer_scores_mma_pf (pf: the next key group
 // loaded before this one's products, two blocks per SM) or
 // indexer_scores_mma (three blocks per SM).
 func (k *Set) indexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, lens, hist cuda.DevPtr, nq, T, ldOut int, pf bool) error {
-	return k.indexerScoresMMARows(s, out, qh, wq, cache, blockTable, lens, hist, 0, nq, T, ldOut, pf)
-}
-
-func (k *Set) indexerScoresMMARows(s cuda.Stream, out, qh, wq, cache, blockTable, lens, hist, rowBase cuda.DevPtr, nq, T, ldOut int, pf bool) error {
 	if nq <= 0 || T <= 0 || ldOut < T {
 		return errors.Newf("indexer mma: nq=%d T=%d ldOut=%d", nq, T, ldOut)
 	}
@@ -105,5 +109,5 @@ func (k *Set) indexerScoresMMARows(s cuda.Stream, out, qh, wq, cache, blockTable
 		name, perSM = "indexer_scores_mma_pf", 2
 	}
 	nbx := indexerMMABlocks(k.c.Info().SMs, perSM, nq, T)
-	return k.launch(name, cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist, rowBase)
+	return k.launch(name, cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
 }

@@ -54,7 +54,7 @@ var pdlKernels = setOf(
 	"gemv_group_r4_m1", "gemv_group_r4_m2", "gemv_group_r4_m4", "gemv_group_r4_m8",
 	"gemv_group_r8_m1", "gemv_group_r8_m2", "gemv_group_r8_m4",
 	// indexer.cu, indexer_mma.cu, indexer_wide.cu, topk_radix.cu, topk_wide.cu
-	"indexer_scores", "topk_rows", "idx_q_prep", "indexer_scores_mma", "indexer_scores_mma_pf", "indexer_scores_wide",
+	"indexer_scores", "topk_rows", "idx_q_prep", "indexer_scores_mma", "indexer_scores_mma_pf", "indexer_scores_mma_rows", "indexer_scores_wide",
 	"topk_radix_hist", "topk_radix_mark", "topk_radix_mark_s", "topk_radix_mark_l",
 	"topk_wide_hist", "topk_wide_pick", "topk_wide_count", "topk_wide_emit",
 	// mla*.cu

@@ -138,19 +138,20 @@ extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __rest
 // [TKR_BINS], the top 12 bits of its order-preserving key), which saves
 // TopKRadix its first pass. PF: load the warp's next key group before the
 // products of this one (two groups in flight). grid (nbx, nq), 256 threads.
-template <bool PF>
+// ROWS (indexer_scores_mma_rows, one launch over several slots' caches):
+// row's pages start at row_base[row] + cache (cache then holds the layer's
+// offset); without it the body is the one measured before.
+template <bool PF, bool ROWS = false>
 __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const float* __restrict__ wq,
                                                 const u8* __restrict__ cache, const int* __restrict__ block_table,
                                                 const int* __restrict__ lens, float* out, int T, int ld_out,
-                                                u32* hist, const long long* __restrict__ row_base) {
+                                                u32* hist, const long long* __restrict__ row_base = nullptr) {
   __shared__ uint4 qa[4 * 8 * 32];  // [mt][ks][lane] f16 A fragments, 16 KB
   __shared__ u32 hs[IDXM_BINS];      // score histogram (hist != null), 16 KB
   const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int n = min(lens[row], T);
-  // Rows of several slots in one launch: row's pages start at
-  // row_base[row] + cache (cache then holds the layer's offset).
-  if (row_base) cache += row_base[row];
+  if (ROWS) cache += row_base[row];
   float* orow = out + (size_t)row * ld_out;
   for (int t = max(n, 0) + blockIdx.x * 256 + tid; t < T; t += gridDim.x * 256) orow[t] = NEG_INF;
   const int ngroups = (n + 15) >> 4;
@@ -256,10 +257,9 @@ extern "C" __global__ void __launch_bounds__(256) indexer_scores_mma(const u8* _
                                                                      const u8* __restrict__ cache,
                                                                      const int* __restrict__ block_table,
                                                                      const int* __restrict__ lens, float* out, int T,
-                                                                     int ld_out, u32* hist,
-                                                                     const long long* __restrict__ row_base) {
+                                                                     int ld_out, u32* hist) {
   PDL_WAIT();
-  idx_scores_body<false>(qh, wq, cache, block_table, lens, out, T, ld_out, hist, row_base);
+  idx_scores_body<false>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_pf(const u8* __restrict__ qh,
@@ -267,8 +267,19 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_pf(const
                                                                            const u8* __restrict__ cache,
                                                                            const int* __restrict__ block_table,
                                                                            const int* __restrict__ lens, float* out,
-                                                                           int T, int ld_out, u32* hist,
-                                                                           const long long* __restrict__ row_base) {
+                                                                           int T, int ld_out, u32* hist) {
   PDL_WAIT();
-  idx_scores_body<true>(qh, wq, cache, block_table, lens, out, T, ld_out, hist, row_base);
+  idx_scores_body<true>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
+}
+
+// indexer_scores_mma_pf over rows of several slots' caches (row_base[row]
+// + cache: see idx_scores_body's ROWS).
+extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_rows(const u8* __restrict__ qh,
+                                                                             const float* __restrict__ wq,
+                                                                             const u8* __restrict__ cache,
+                                                                             const long long* __restrict__ row_base,
+                                                                             const int* __restrict__ lens, float* out,
+                                                                             int T, int ld_out, u32* hist) {
+  PDL_WAIT();
+  idx_scores_body<true, true>(qh, wq, cache, nullptr, lens, out, T, ld_out, hist, row_base);
 }

@@ -603,70 +603,11 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_l(const float
 // the ordered emit: no mark blocks, global atomics, ticket or second launch
 // of topk_radix_mark_l (whose chain is ~13 us at any length). The same
 // selection; the histogram is left zeroed.
-// block_excl_scan with the warp totals scanned by warp 0 (one more
-// barrier, no 32-step loop per thread): sh holds 33 ints.
-__device__ __forceinline__ int tko_scan(int v, int* sh, int* tot) {
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  int x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
-  __syncthreads();  // sh is free
-  if (lane == 31) sh[w] = x;
-  __syncthreads();
-  if (w == 0) {
-    const int y = lane < nw ? sh[lane] : 0;
-    int z = y;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int u = __shfl_up_sync(0xffffffffu, z, o);
-      if (lane >= o) z += u;
-    }
-    sh[lane] = z - y;
-    if (lane == 31) sh[32] = z;
-  }
-  __syncthreads();
-  *tot = sh[32];
-  return sh[w] + x - v;
-}
-
-// tkr_find_bin on tko_scan.
-__device__ __forceinline__ void tko_find_bin(const u32* h, int K, int* shs, int* sres, int* bin, int* above) {
-  const int tid = threadIdx.x;
-  const int hi = TKR_BINS - 1 - tid * 4;
-  const uint4 v = __ldcg((const uint4*)(h + hi - 3));  // bins hi-3 .. hi
-  const int c0 = (int)v.w, c1 = (int)v.z, c2 = (int)v.y, c3 = (int)v.x;
-  const int sum = c0 + c1 + c2 + c3;
-  if (tid == 0) sres[0] = 0, sres[1] = 0;
-  int tot;
-  const int cum = tko_scan(sum, shs, &tot);
-  if (cum < K && cum + sum >= K) {
-    int bb, ab;
-    if (cum + c0 >= K) {
-      bb = hi, ab = cum;
-    } else if (cum + c0 + c1 >= K) {
-      bb = hi - 1, ab = cum + c0;
-    } else if (cum + c0 + c1 + c2 >= K) {
-      bb = hi - 2, ab = cum + c0 + c1;
-    } else {
-      bb = hi - 3, ab = cum + c0 + c1 + c2;
-    }
-    sres[0] = bb;
-    sres[1] = ab;
-  }
-  __syncthreads();
-  *bin = sres[0];
-  *above = sres[1];
-  __syncthreads();
-}
-
 template <int KPT>
 __device__ __forceinline__ void tko_body(const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T,
                                          int K, u32* hist, int* out, int ld_out) {
   __shared__ u32 h[1024];
-  __shared__ int shs[33];
+  __shared__ int shs[32];
   __shared__ int sres[2];
   const int row = blockIdx.x, tid = threadIdx.x;
   const int n = tkr_n(lens, row, T);
@@ -695,7 +636,7 @@ __device__ __forceinline__ void tko_body(const float* __restrict__ scores, int l
     for (int j = 0; j < KPT; j++) k[j] = j < nv ? float_key(__ldcg(x + j)) : 0u;
   }
   int b, above;
-  tko_find_bin(gh, K, shs, sres, &b, &above);  // ends with a barrier: gh read by all
+  tkr_find_bin(gh, K, shs, sres, &b, &above);  // ends with a barrier: gh read by all
   for (int i = tid; i < TKR_BINS; i += 1024) gh[i] = 0;
   // Second digit (key bits 19..10) over the bin's keys.
   h[tid] = 0;
@@ -710,7 +651,7 @@ __device__ __forceinline__ void tko_body(const float* __restrict__ scores, int l
     const int dg = 1023 - tid;
     const int cntd = (int)h[dg];
     int tot;
-    const int cum = tko_scan(cntd, shs, &tot);
+    const int cum = block_excl_scan(cntd, shs, &tot);
     if (cum < rem && cum + cntd >= rem) {
       sres[0] = dg;
       sres[1] = rem - cum;
@@ -729,7 +670,7 @@ __device__ __forceinline__ void tko_body(const float* __restrict__ scores, int l
     const int dg = 1023 - tid;
     const int cntd = (int)h[dg];
     int tot;
-    const int cum = tko_scan(cntd, shs, &tot);
+    const int cum = block_excl_scan(cntd, shs, &tot);
     if (cum < rem && cum + cntd >= rem) {
       sres[0] = dg;
       sres[1] = rem - cum;
@@ -749,7 +690,7 @@ __device__ __forceinline__ void tko_body(const float* __restrict__ scores, int l
     }
   }
   int tot;
-  const int before = tko_scan((nsel << 16) | neq, shs, &tot);
+  const int before = block_excl_scan((nsel << 16) | neq, shs, &tot);
   int eq_before = before & 0xffff;
   int pos = (before >> 16) + min(eq_before, rem);
 #pragma unroll

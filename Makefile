@@ -16,8 +16,10 @@ build:
 # go test's JSON goes through internal/testsum: a line per package, the
 # output of failed tests, and at the end every skipped test with its reason
 # (GPU-only tests, NIXL without its library, goldens not generated yet...).
+# -timeout 30m: the kernel and engine packages' emulator tests take 5-9
+# minutes on a loaded 2-core machine, near go test's 10-minute default.
 test: lint
-	$(GO) test -json ./... | $(GO) run ./internal/testsum
+	$(GO) test -json -timeout 30m ./... | $(GO) run ./internal/testsum
 	@$(MAKE) --no-print-directory test-python
 
 # The vLLM connector plugin's tests (python/): CPU torch + pytest, no vLLM

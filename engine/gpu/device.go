@@ -227,6 +227,9 @@ func (b *cudaDevice) sync() error { return b.c.SyncStream(b.s) }
 // keeps the warp-per-row kernels everywhere, =1 takes the wide ones everywhere
 // but the head (comparisons). Those take at most 4 rows a launch.
 func (b *cudaDevice) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if b.useMMA(x, w, N, K, M, ldx, 1) {
+		return b.k.GemvFP8MMA(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
+	}
 	if gemvTileOn {
 		return b.k.GemvFP8Tile(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
 	}
@@ -289,6 +292,9 @@ func gemvWide(rows int) bool {
 }
 
 func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if b.useMMA(x, w, N, K, M, ldx, 2) {
+		return b.k.GemvBF16MMA(b.s, y, x, w, 0, N, K, M, ldx, ldy)
+	}
 	// bf16 (router, indexer weights_proj: small N): the tile kernel measured
 	// 0.8-0.9x the wide one up to 4 rows, so it takes only more rows.
 	if gemvTileOn && M > 4 && N <= gemvBF16WideMaxN {
@@ -300,6 +306,25 @@ func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error 
 		}
 		return b.k.GemvBF16(b.s, y, x, w, 0, N, K, m, ldx, ldy)
 	})
+}
+
+// gemvMMAOn: TILERT_GPU_GEMV_MMA=1 runs the fp8 and bf16 GEMVs (and the
+// paired gate/up) of 2..8 rows on the tensor cores (kernels.GemvFP8MMA:
+// each weight converted once to bf16 and multiplied with every row by
+// mma.sync, x in three bf16 parts so the products are float32's), where
+// the tile kernels spend M FMAs per weight; =0 or unset keeps the tile
+// kernels. Only matrices of at least mmaMinN rows: below, the MMA grid
+// (16-32 rows a block) leaves SMs idle; =all takes every shape (the tiny
+// models' checks).
+var (
+	gemvMMAMode = os.Getenv("TILERT_GPU_GEMV_MMA")
+	gemvMMAOn   = gemvMMAMode == "1" || gemvMMAMode == "all"
+)
+
+const mmaMinN = 2048
+
+func (b *cudaDevice) useMMA(x, w cuda.DevPtr, N, K, M, ldx, esize int) bool {
+	return gemvMMAOn && M >= 2 && (N >= mmaMinN || gemvMMAMode == "all") && b.k.MMAOK(x, w, K, ldx, M, esize)
 }
 
 func (b *cudaDevice) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
@@ -320,6 +345,9 @@ func (b *cudaDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.Grou
 }
 
 func (b *cudaDevice) gateUp(y, x, wg, sg, wu, su cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if b.useMMA(x, wg, N, K, M, ldx, 1) && uint64(wu)%16 == 0 {
+		return b.k.GateUpFP8MMA(b.s, y, x, wg, sg, wu, su, N, K, M, ldx, ldy)
+	}
 	return b.k.GateUpFP8(b.s, y, x, wg, sg, wu, su, N, K, M, ldx, ldy)
 }
 

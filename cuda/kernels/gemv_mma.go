@@ -1,0 +1,126 @@
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// Tensor-core GEMVs for a few input rows (gemv_mma.cu): each weight is
+// converted once to bf16 and multiplied with every row by mma.sync, x split
+// into three bf16 parts so that the products are float32's. For M >= 2
+// rows, where the CUDA-core tile GEMV spends M FMAs per weight.
+
+// forceMMART and forceMMAU pin the row tiles per block and chunks in flight
+// per warp (tests and timing sweeps; 0: mmaShape chooses).
+var forceMMART, forceMMAU int
+
+// mmaVariants are the compiled (RT, U) pairs.
+var mmaVariants = [][2]int{{1, 2}, {1, 4}, {2, 1}, {2, 2}, {2, 4}, {4, 1}, {4, 2}}
+
+func mmaCompiled(rt, u int) bool {
+	for _, v := range mmaVariants {
+		if v[0] == rt && v[1] == u {
+			return true
+		}
+	}
+	return false
+}
+
+// mmaShape picks the row tiles per block and chunks in flight: two row
+// tiles share each chunk's x fragments (the split costs ~90 instructions a
+// chunk per thread), halved while the grid has fewer blocks than SMs; paired
+// gate/up needs two tiles or more.
+func mmaShape(sms, N int, pair bool) (RT, U int) {
+	RT, U = 2, 2
+	if !pair {
+		for RT > 1 && cdiv(N, 16*RT) < max(1, sms) {
+			RT /= 2
+		}
+		if RT == 1 {
+			U = 4
+		}
+	}
+	if f := forceMMART; f == 1 || f == 2 || f == 4 {
+		RT = f
+	}
+	if f := forceMMAU; f > 0 {
+		U = f
+	}
+	if pair && RT < 2 {
+		RT = 2
+	}
+	if !mmaCompiled(RT, U) {
+		RT, U = 2, 2
+	}
+	return RT, U
+}
+
+// MMAOK says whether the tensor-core GEMV takes the shape: rows of whole
+// 16-byte pieces (fp8 K % 16, bf16 K % 8), 16-byte aligned x rows and
+// weights, 1..MaxTileM rows, and a device with bf16 mma.sync (sm_80+).
+func (k *Set) MMAOK(x, w cuda.DevPtr, K, ldx, M, esize int) bool {
+	info := k.c.Info()
+	return info.CCMajor >= 8 && M >= 1 && M <= MaxTileM && K > 0 && (K*esize)%16 == 0 && ldx%4 == 0 &&
+		uint64(x)%16 == 0 && uint64(w)%16 == 0
+}
+
+func (k *Set) mma(s cuda.Stream, bf16 bool, y, x, w0, s0, w1, s1, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if err := checkTile(N, K, M, ldx, ldy); err != nil {
+		return err
+	}
+	esize := 1
+	if bf16 {
+		esize = 2
+	}
+	pair := w1 != 0
+	if !k.MMAOK(x, w0, K, ldx, M, esize) || (pair && uint64(w1)%16 != 0) {
+		return errors.Newf("gemv mma: K=%d ldx=%d M=%d x=%#x: needs K*%d %% 16 == 0, ldx %% 4 == 0, aligned x and w, sm_80+",
+			K, ldx, M, uint64(x), esize)
+	}
+	if !bf16 && (s0 == 0 || (pair && s1 == 0)) {
+		return errors.Newf("gemv mma: fp8 weights need their block scales")
+	}
+	RT, U := mmaShape(k.c.Info().SMs, N, pair)
+	tout := RT
+	if pair {
+		tout = RT / 2
+	}
+	grid := cuda.D1(cdiv(N, 16*tout))
+	if bf16 {
+		return k.launch(fmt.Sprintf("gemv_mma_bf16_r%d_u%d", RT, U), grid, cuda.D1(256), 0, s,
+			w0, w1, x, ldx, y, ldy, resid, N, K, M)
+	}
+	return k.launch(fmt.Sprintf("gemv_mma_fp8_r%d_u%d", RT, U), grid, cuda.D1(256), 0, s,
+		w0, s0, w1, s1, x, ldx, y, ldy, resid, N, K, M)
+}
+
+// GemvFP8MMA is GemvFP8Tile on the tensor cores (same result up to float32
+// summation order, reproducible run to run); shapes MMAOK refuses run
+// GemvFP8Tile.
+func (k *Set) GemvFP8MMA(s cuda.Stream, y, x, w, scale, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if !k.MMAOK(x, w, K, ldx, M, 1) {
+		return k.GemvFP8Tile(s, y, x, w, scale, resid, N, K, M, ldx, ldy)
+	}
+	return k.mma(s, false, y, x, w, scale, 0, 0, resid, N, K, M, ldx, ldy)
+}
+
+// GemvBF16MMA is GemvBF16Tile on the tensor cores; shapes MMAOK refuses
+// run GemvBF16Tile.
+func (k *Set) GemvBF16MMA(s cuda.Stream, y, x, w, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if !k.MMAOK(x, w, K, ldx, M, 2) {
+		return k.GemvBF16Tile(s, y, x, w, resid, N, K, M, ldx, ldy)
+	}
+	return k.mma(s, true, y, x, w, 0, 0, 0, resid, N, K, M, ldx, ldy)
+}
+
+// GateUpFP8MMA is GateUpFP8 on the tensor cores; shapes MMAOK refuses run
+// GateUpFP8.
+func (k *Set) GateUpFP8MMA(s cuda.Stream, y, x, wg, sg, wu, su cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	if !k.MMAOK(x, wg, K, ldx, M, 1) || uint64(wu)%16 != 0 || wu == 0 {
+		return k.GateUpFP8(s, y, x, wg, sg, wu, su, N, K, M, ldx, ldy)
+	}
+	return k.mma(s, false, y, x, wg, sg, wu, su, 0, N, K, M, ldx, ldy)
+}

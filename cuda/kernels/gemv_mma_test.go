@@ -1,0 +1,102 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// TestKernelGemvMMA checks the tensor-core GEMVs (fp8 and bf16 weights,
+// gate/up/SwiGLU paired) for every row count 1..8 and every compiled row
+// tile / chunk depth against the float64 reference on fresh random inputs,
+// odd row counts and padded x rows included, and that two runs agree bit
+// for bit.
+func TestKernelGemvMMA(t *testing.T) {
+	defer func() { forceMMART, forceMMAU = 0, 0 }()
+	cfgs := append([][2]int{{0, 0}}, mmaVariants...)
+	for _, cf := range cfgs {
+		tag := fmt.Sprintf(" RT=%d U=%d", cf[0], cf[1])
+		t.Run(fmt.Sprintf("RT%d_U%d", cf[0], cf[1]), func(t *testing.T) {
+			forceMMART, forceMMAU = cf[0], cf[1]
+			onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+				if !k.MMAOK(a.raw(64), a.raw(64), 64, 64, 1, 1) {
+					t.Skip("no bf16 mma.sync on this device")
+				}
+				s := c.Stream()
+				Ms := []int{1, 2, 3, 4, 5, 6, 7, 8}
+				if cf[0] != 0 {
+					Ms = []int{2, 5, 8} // pinned variants: fewer row counts
+				}
+				for _, M := range Ms {
+					for _, cs := range []gemvCase{{300, 1536, M, 0, M%2 == 0}, {129, 2048, M, 8, M == 3}, {16, 7168, M, 0, false},
+						{160, 288, M, 0, M == 2}, {96, 160, M, 4, false}, {40, 16, M, 0, true}} {
+						checkGemvFP8(t, c, a, r, k.GemvFP8MMA, cs, "gemv_mma_fp8 "+cs.dims()+tag, true)
+					}
+					for _, cs := range []gemvCase{{77, 1024, M, 4, M == 5}, {520, 7168, M, 0, false}, {1024, 160, M, 0, false}, {33, 8, M, 0, false}} {
+						checkGemvBF16(t, c, a, r, k.GemvBF16MMA, cs, "gemv_mma_bf16 "+cs.dims()+tag)
+					}
+					for _, cs := range []gemvCase{{130, 2048, M, 4, false}, {64, 7168, M, 0, false}, {96, 160, M, 0, false}} {
+						N, K := cs.N, cs.K
+						ldx := K + cs.pad
+						wg, wu := randFP8(r, N*K), randFP8(r, N*K)
+						sg, su := randScales(r, cdiv(N, 128)*cdiv(K, 128), -8), randScales(r, cdiv(N, 128)*cdiv(K, 128), -8)
+						x := randF32(r, M*ldx, 1)
+						yp := a.poisoned(M * N)
+						chk(k.GateUpFP8MMA(s, yp, a.up(x), a.up(wg), a.up(sg), a.up(wu), a.up(su), N, K, M, ldx, N))
+						ref := refSiluMul(refGemv(fp8At(wg, sg, K), x, nil, N, K, M, ldx, N), refGemv(fp8At(wu, su, K), x, nil, N, K, M, ldx, N))
+						record(t, fmt.Sprintf("gate_up_mma N=%d K=%d M=%d ldx=%d", N, K, M, ldx)+tag, relMetric, relErr(downF32(c, yp, M*N), ref), boundF32)
+					}
+				}
+				// Rows of very different magnitude: the three parts carry every
+				// bit of each x value whatever its exponent.
+				N, K, M := 200, 2048, 4
+				w := randFP8(r, N*K)
+				sc := randScales(r, cdiv(N, 128)*cdiv(K, 128), -8)
+				x := randF32(r, M*K, 1)
+				for i := range x {
+					switch i / K {
+					case 1:
+						x[i] *= 3e4
+					case 2:
+						x[i] *= 1e-7
+					case 3:
+						if i%5 == 0 {
+							x[i] *= 1e6
+						}
+					}
+				}
+				yp := a.poisoned(M * N)
+				chk(k.GemvFP8MMA(s, yp, a.up(x), a.up(w), a.up(sc), 0, N, K, M, K, N))
+				got := downF32(c, yp, M*N)
+				ref := refGemv(fp8At(w, sc, K), x, nil, N, K, M, K, N)
+				for m := range M {
+					record(t, fmt.Sprintf("gemv_mma_fp8 wide-range x row %d N=%d K=%d M=%d", m, N, K, M)+tag, relMetric,
+						relErr(got[m*N:(m+1)*N], ref[m*N:(m+1)*N]), boundF32)
+				}
+				// K not whole 16-byte pieces: the tile GEMV's fallback takes it.
+				checkGemvFP8(t, c, a, r, k.GemvFP8MMA, gemvCase{50, 100, 3, 0, true}, "gemv_mma_fp8 fallback N=50 K=100 M=3"+tag, true)
+			})
+		})
+	}
+}
+
+// TestMMAShape pins the launcher's choice on the decode shapes (132 SMs).
+func TestMMAShape(t *testing.T) {
+	for _, cs := range []struct {
+		N     int
+		pair  bool
+		RT, U int
+	}{
+		{7168, false, 2, 2}, {24576, false, 2, 2}, {129280, false, 2, 2}, {8192, false, 2, 2}, {18432, true, 2, 2},
+		{2048, false, 1, 4}, {4224, false, 2, 2}, {4192, false, 1, 4},
+	} {
+		if RT, U := mmaShape(132, cs.N, cs.pair); RT != cs.RT || U != cs.U {
+			t.Errorf("N=%d pair=%v: RT=%d U=%d, want %d %d", cs.N, cs.pair, RT, U, cs.RT, cs.U)
+		}
+		if RT, U := mmaShape(132, cs.N, cs.pair); !mmaCompiled(RT, U) {
+			t.Errorf("N=%d: RT=%d U=%d not compiled", cs.N, RT, U)
+		}
+	}
+}

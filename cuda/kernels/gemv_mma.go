@@ -18,7 +18,7 @@ import (
 var forceMMART, forceMMAU int
 
 // mmaVariants are the compiled (RT, U) pairs.
-var mmaVariants = [][2]int{{1, 2}, {1, 4}, {2, 1}, {2, 2}, {2, 4}, {4, 1}, {4, 2}}
+var mmaVariants = [][2]int{{1, 2}, {1, 4}, {2, 1}, {2, 2}, {2, 4}, {4, 1}}
 
 func mmaCompiled(rt, u int) bool {
 	for _, v := range mmaVariants {

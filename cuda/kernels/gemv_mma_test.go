@@ -90,7 +90,7 @@ func TestMMAShape(t *testing.T) {
 		RT, U int
 	}{
 		{7168, false, 2, 2}, {24576, false, 2, 2}, {129280, false, 2, 2}, {8192, false, 2, 2}, {18432, true, 2, 2},
-		{2048, false, 1, 4}, {4224, false, 2, 2}, {4192, false, 1, 4},
+		{2048, false, 1, 4}, {4224, false, 2, 2}, {4192, false, 1, 4}, {7168, true, 2, 2},
 	} {
 		if RT, U := mmaShape(132, cs.N, cs.pair); RT != cs.RT || U != cs.U {
 			t.Errorf("N=%d pair=%v: RT=%d U=%d, want %d %d", cs.N, cs.pair, RT, U, cs.RT, cs.U)

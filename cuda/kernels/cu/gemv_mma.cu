@@ -139,6 +139,24 @@ __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const
 #pragma unroll
     for (int i = 0; i < 4; i++) acc[rt][i] = 0.0f;
 
+  // This thread's x values of chunk c (row g; zeros past M or K).
+  auto ldx_chunk = [&](int c, float* xv) {
+    if (xr && c < C && c * 4 + t < KE) {
+      const float* p = xr + (size_t)c * 4 * E;
+#pragma unroll
+      for (int q = 0; q < E / 4; q++) {
+        const float4 v = __ldg((const float4*)(p + 4 * q));
+        xv[4 * q] = v.x;
+        xv[4 * q + 1] = v.y;
+        xv[4 * q + 2] = v.z;
+        xv[4 * q + 3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < E; q++) xv[q] = 0.0f;
+    }
+  };
+
   for (int c0 = warp; c0 < C; c0 += GM_WARPS * U) {
     uint4 wv[U][RT][2];
 #pragma unroll
@@ -150,40 +168,34 @@ __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const
         for (int h = 0; h < 2; h++)
           wv[u][rt][h] = c * 4 + t < KE ? gm_ld16(wr[rt][h] + (size_t)c * 64) : make_uint4(0u, 0u, 0u, 0u);
     }
+    float scg[U], scu[U];  // the chunks' block scales (gate or plain rows, up rows)
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int c = min(c0 + u * GM_WARPS, C - 1);
+      const int kc = (c * 4 * E) >> 7;
+      scg[u] = FP8 ? __ldg(sg + kc) : 1.0f;
+      scu[u] = FP8 && pair ? __ldg(su + kc) : 1.0f;
+    }
+    // x of the first chunk now (its L2 round trip overlaps the weights'),
+    // of each next chunk while this one is multiplied.
+    float xv[2][E];
+    ldx_chunk(c0, xv[0]);
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int c = c0 + u * GM_WARPS;
       if (c >= C) break;
-      // This thread's x values of the chunk (row g), split into parts.
-      float xv[E];
-      if (xr && c * 4 + t < KE) {
-        const float* p = xr + (size_t)c * 4 * E;
+      if (u + 1 < U) ldx_chunk(c + GM_WARPS, xv[(u + 1) & 1]);
+      float part[RT][4];
 #pragma unroll
-        for (int q = 0; q < E / 4; q++) {
-          const float4 v = __ldg((const float4*)(p + 4 * q));
-          xv[4 * q] = v.x;
-          xv[4 * q + 1] = v.y;
-          xv[4 * q + 2] = v.z;
-          xv[4 * q + 3] = v.w;
-        }
-      } else {
+      for (int rt = 0; rt < RT; rt++)
 #pragma unroll
-        for (int q = 0; q < E; q++) xv[q] = 0.0f;
-      }
-      u32 b[KS][3][2];
+        for (int i = 0; i < 4; i++) part[rt][i] = 0.0f;
 #pragma unroll
-      for (int j = 0; j < KS; j++) gm_split4(xv + 4 * j, b[j]);
-      float scg = 1.0f, scu = 1.0f;
-      if (FP8) {
-        const int kc = (c * 4 * E) >> 7;
-        scg = __ldg(sg + kc);
-        if (pair) scu = __ldg(su + kc);
-      }
+      for (int j = 0; j < KS; j++) {
+        u32 b[3][2];  // k-step j of x split into parts, shared by the row tiles
+        gm_split4(xv[u & 1] + 4 * j, b);
 #pragma unroll
-      for (int rt = 0; rt < RT; rt++) {
-        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int j = 0; j < KS; j++) {
+        for (int rt = 0; rt < RT; rt++) {
           u32 a0, a1, a2, a3;  // (row g, k lo), (g+8, lo), (g, hi), (g+8, hi)
           if (FP8) {
             gm_fp8x4_bf16(gm_word(wv[u][rt][0], j), a0, a2);
@@ -195,11 +207,14 @@ __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const
             a3 = gm_word(wv[u][rt][1], 2 * j + 1);
           }
 #pragma unroll
-          for (int s = 0; s < 3; s++) gm_mma(part, a0, a1, a2, a3, b[j][s][0], b[j][s][1]);
+          for (int s = 0; s < 3; s++) gm_mma(part[rt], a0, a1, a2, a3, b[s][0], b[s][1]);
         }
-        const float sc = (pair && rt >= tout) ? scu : scg;
+      }
 #pragma unroll
-        for (int i = 0; i < 4; i++) acc[rt][i] = fmaf(part[i], sc, acc[rt][i]);
+      for (int rt = 0; rt < RT; rt++) {
+        const float sc = (pair && rt >= tout) ? scu[u] : scg[u];
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[rt][i] = fmaf(part[rt][i], sc, acc[rt][i]);
       }
     }
   }
@@ -254,4 +269,4 @@ GEMV_MMA_KERNELS(2, 1)
 GEMV_MMA_KERNELS(2, 2)
 GEMV_MMA_KERNELS(2, 4)
 GEMV_MMA_KERNELS(4, 1)
-GEMV_MMA_KERNELS(4, 2)
+

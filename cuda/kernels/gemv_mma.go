@@ -124,3 +124,58 @@ func (k *Set) GateUpFP8MMA(s cuda.Stream, y, x, wg, sg, wu, su cuda.DevPtr, N, K
 	}
 	return k.mma(s, false, y, x, wg, sg, wu, su, 0, N, K, M, ldx, ldy)
 }
+
+// GroupMMAOK says whether GemvGroupMMA takes the segments (no norm): each
+// segment's rows whole 16-byte pieces of K, aligned x rows and weights,
+// fp8 segments with scales, 1..MaxGroupSegs segments.
+func (k *Set) GroupMMAOK(x cuda.DevPtr, K, ldx, M int, segs []GroupSeg) bool {
+	if len(segs) == 0 || len(segs) > MaxGroupSegs {
+		return false
+	}
+	for _, sg := range segs {
+		esize := 1
+		if sg.BF16 {
+			esize = 2
+		}
+		if !k.MMAOK(x, sg.W, K, ldx, M, esize) || (!sg.BF16 && sg.S == 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// GemvGroupMMA is GemvGroup (without the norm) on the tensor cores: every
+// segment's GEMV of the same M input rows in one launch, 16 rows a block.
+// Same results up to float32 summation order, reproducible run to run.
+func (k *Set) GemvGroupMMA(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []GroupSeg) error {
+	if K <= 0 || M <= 0 || M > MaxTileM || ldx < K {
+		return errors.Newf("gemv group mma: K=%d M=%d ldx=%d (M must be 1..%d, ldx >= K)", K, M, ldx, MaxTileM)
+	}
+	if !k.GroupMMAOK(x, K, ldx, M, segs) {
+		return errors.Newf("gemv group mma: %d segments, K=%d ldx=%d x=%#x: needs 1..%d segments, K*esize %% 16 == 0, ldx %% 4 == 0, aligned x and weights, fp8 scales, sm_80+",
+			len(segs), K, ldx, uint64(x), MaxGroupSegs)
+	}
+	args := make([]any, 0, 4+6*MaxGroupSegs)
+	args = append(args, x, ldx, K, M)
+	blocks := 0
+	for i := range MaxGroupSegs {
+		if i >= len(segs) {
+			args = append(args, cuda.DevPtr(0), cuda.DevPtr(0), cuda.DevPtr(0), 0, 0, 0)
+			continue
+		}
+		sg := segs[i]
+		if sg.N <= 0 || sg.Y == 0 || (M > 1 && sg.LdY < sg.N) {
+			return errors.Newf("gemv group mma: segment %d: N=%d LdY=%d Y=%#x (M > 1 needs LdY >= N)", i, sg.N, sg.LdY, uint64(sg.Y))
+		}
+		if x < sg.Y+cuda.DevPtr(4*((M-1)*sg.LdY+sg.N)) && sg.Y < x+cuda.DevPtr(4*((M-1)*ldx+K)) {
+			return errors.Newf("gemv group mma: segment %d's output overlaps the input", i)
+		}
+		blocks += cdiv(sg.N, 16)
+		args = append(args, sg.W, sg.S, sg.Y, sg.N, sg.LdY, b2i(sg.BF16))
+	}
+	U := 2
+	if forceMMAU == 4 {
+		U = 4
+	}
+	return k.launch(fmt.Sprintf("gemv_mma_group_u%d", U), cuda.D1(blocks), cuda.D1(256), 0, s, args...)
+}

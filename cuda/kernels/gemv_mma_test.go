@@ -82,6 +82,71 @@ func TestKernelGemvMMA(t *testing.T) {
 	}
 }
 
+// TestKernelGemvGroupMMA checks the grouped tensor-core GEMV (fp8 and bf16
+// segments of one input) against the float64 reference on fresh random
+// inputs, and that two runs agree bit for bit.
+func TestKernelGemvGroupMMA(t *testing.T) {
+	defer func() { forceMMAU = 0 }()
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		if !k.MMAOK(a.raw(64), a.raw(64), 64, 64, 1, 1) {
+			t.Skip("no bf16 mma.sync on this device")
+		}
+		s := c.Stream()
+		type segc struct {
+			N    int
+			bf16 bool
+		}
+		for _, cs := range []struct {
+			K, M, pad, U int
+			segs         []segc
+		}{
+			{1024, 1, 0, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
+			{1024, 2, 4, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
+			{160, 4, 0, 4, []segc{{96, false}, {33, true}}},
+			{1024, 7, 0, 4, []segc{{17, true}, {300, false}}},
+			{1024, 8, 8, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
+			{7168, 4, 0, 0, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
+		} {
+			forceMMAU = cs.U
+			K, M := cs.K, cs.M
+			ldx := K + cs.pad
+			x := randF32(r, M*ldx, 1)
+			xp := a.up(x)
+			segs := make([]GroupSeg, len(cs.segs))
+			refs := make([][]float64, len(cs.segs))
+			for i, sc := range cs.segs {
+				N := sc.N
+				if sc.bf16 {
+					w := randBF16(r, N*K, 0.05)
+					segs[i] = GroupSeg{W: a.up(w), N: N, LdY: N, BF16: true}
+					refs[i] = refGemv(func(n, kk int) float64 { return bf16ToF64(w[n*K+kk]) }, x, nil, N, K, M, ldx, N)
+				} else {
+					w, scl := randFP8(r, N*K), randScales(r, cdiv(N, 128)*cdiv(K, 128), -8)
+					segs[i] = GroupSeg{W: a.up(w), S: a.up(scl), N: N, LdY: N}
+					refs[i] = refGemv(fp8At(w, scl, K), x, nil, N, K, M, ldx, N)
+				}
+			}
+			var first [][]float32
+			for rep := range 2 {
+				for i := range segs {
+					segs[i].Y = a.poisoned(M * segs[i].N)
+				}
+				chk(k.GemvGroupMMA(s, xp, K, M, ldx, segs))
+				for i, sg := range segs {
+					got := downF32(c, sg.Y, M*sg.N)
+					name := fmt.Sprintf("gemv_group_mma K=%d M=%d ldx=%d U=%d segment %d N=%d bf16=%v", K, M, ldx, cs.U, i, sg.N, sg.BF16)
+					if rep == 0 {
+						first = append(first, got)
+						record(t, name, relMetric, relErr(got, refs[i]), boundF32)
+					} else {
+						record(t, name+" repeat", "differing outputs", float64(diffCount(got, first[i])), 0)
+					}
+				}
+			}
+		}
+	})
+}
+
 // TestMMAShape pins the launcher's choice on the decode shapes (132 SMs).
 func TestMMAShape(t *testing.T) {
 	for _, cs := range []struct {

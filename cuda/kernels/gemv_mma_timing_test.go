@@ -68,6 +68,38 @@ func TestKernelMMATiming(t *testing.T) {
 		fp8("dense down", 7168, 18432)
 		fp8("q_a", 1536, 7168)
 		{
+			// The attention inputs of a layer: q_a, kv_a, indexer wk (fp8),
+			// indexer weights_proj (bf16) over the same rows.
+			const K = 7168
+			Ns := []int{1536, 576, 128, 64}
+			nc := coldCopies(int64(2304 * K))
+			sets := make([][]GroupSeg, nc)
+			for i := range sets {
+				for j, N := range Ns {
+					if j == 3 {
+						sets[i] = append(sets[i], GroupSeg{W: devBF16s(c, a, r, 1, N, K)[0], Y: y.Add(int64(4 * 8 * 4096 * j)), N: N, LdY: N, BF16: true})
+						continue
+					}
+					w, sc := devFP8(c, a, r, N, K)
+					sets[i] = append(sets[i], GroupSeg{W: w, S: sc, Y: y.Add(int64(4 * 8 * 4096 * j)), N: N, LdY: N})
+				}
+			}
+			old := func(i, M int) { chk(k.GemvGroup(s, x, K, M, K, sets[i], GroupNorm{})) }
+			mma := func(i, M int) { chk(k.GemvGroupMMA(s, x, K, M, K, sets[i])) }
+			inner := max(2, min(16, nc))
+			for _, M := range []int{1, 2, 4, 8} {
+				bytes := float64((1536+576+128)*K + 2*64*K + 4*M*(K+2304))
+				o := graphUsRot(c, s, inner, 7, func(i int) { old(i%nc, M) })
+				add(fmtName("attn-in group 2304x%d M=%d before", K, M), bytes, o, "")
+				for _, u := range []int{2, 4} {
+					forceMMAU = u
+					m := graphUsRot(c, s, inner, 7, func(i int) { mma(i%nc, M) })
+					add(fmtName("attn-in group 2304x%d M=%d mma U=%d", K, M, u), bytes, m, fmtName("%.2fx before", o/m))
+				}
+				forceMMAU = 0
+			}
+		}
+		{
 			const N, K = 18432, 7168
 			nc := coldCopies(int64(2 * N * K))
 			wg, sg := devFP8s(c, a, r, nc, N, K)

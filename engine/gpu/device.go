@@ -341,6 +341,15 @@ func (b *cudaDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, 
 }
 
 func (b *cudaDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.GroupSeg, norm kernels.GroupNorm) error {
+	if gemvMMAOn && M >= 2 && norm.W == 0 && b.k.GroupMMAOK(x, K, ldx, M, segs) {
+		rows := 0
+		for _, sg := range segs {
+			rows += sg.N
+		}
+		if rows >= mmaMinN || gemvMMAMode == "all" {
+			return b.k.GemvGroupMMA(b.s, x, K, M, ldx, segs)
+		}
+	}
 	return b.k.GemvGroup(b.s, x, K, M, ldx, segs, norm)
 }
 

@@ -100,7 +100,7 @@ template <bool FP8, int RT, int U>
 __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const float* __restrict__ S0,
                                               const void* __restrict__ W1, const float* __restrict__ S1,
                                               const float* __restrict__ x, int ldx, float* y, int ldy,
-                                              const float* resid, int N, int K, int M) {
+                                              const float* resid, int N, int K, int M, int bx) {
   constexpr int E = FP8 ? 16 : 8;  // values per 16-byte load
   constexpr int KS = E / 4;        // k-steps per chunk
   constexpr int ES = FP8 ? 1 : 2;  // bytes per weight
@@ -109,7 +109,7 @@ __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const
   const int g = lane >> 2, t = lane & 3;
   const bool pair = W1 != 0;
   const int tout = pair ? RT / 2 : RT;  // output row tiles per block
-  const int n0 = blockIdx.x * tout * 16;
+  const int n0 = bx * tout * 16;
   const int KE = K / E;         // 16-byte pieces of a row
   const int C = (KE + 3) >> 2;  // chunks of 4 pieces (64 bytes of a row); the last may be short
   const int kb = (K + 127) >> 7;
@@ -254,13 +254,14 @@ __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const
       const float* __restrict__ S1, const float* __restrict__ x, int ldx, float* y, int ldy,                 \
       const float* resid, int N, int K, int M) {                                                             \
     PDL_WAIT();                                                                                              \
-    gemv_mma_body<true, RT, U>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M);                              \
+    gemv_mma_body<true, RT, U>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M, blockIdx.x);                              \
   }                                                                                                          \
   extern "C" __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_bf16_r##RT##_u##U(                   \
       const u16* __restrict__ W0, const u16* __restrict__ W1, const float* __restrict__ x, int ldx, float* y, \
       int ldy, const float* resid, int N, int K, int M) {                                                    \
     PDL_WAIT();                                                                                              \
-    gemv_mma_body<false, RT, U>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M);   \
+    gemv_mma_body<false, RT, U>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M, \
+                                 blockIdx.x);   \
   }
 
 GEMV_MMA_KERNELS(1, 2)
@@ -270,3 +271,47 @@ GEMV_MMA_KERNELS(2, 2)
 GEMV_MMA_KERNELS(2, 4)
 GEMV_MMA_KERNELS(4, 1)
 
+
+// Grouped: up to 4 projections of the same input rows (the attention
+// inputs q_a, kv_a and the indexer's wk, weights_proj), fp8 or bf16 each,
+// in one launch; blocks take 16 rows of one segment in segment order.
+// Segment i: weights W, scales S (fp8), output Y (row stride ldy), N rows,
+// bf16 flag.
+#define GM_SEG(i) const void *W##i, const float *S##i, float *Y##i, int N##i, int ldy##i, int bf##i
+#define GM_SEG_RUN(i)                                                                                     \
+  if (b < (N##i + 15) / 16) {                                                                             \
+    if (bf##i)                                                                                            \
+      gemv_mma_body<false, 1, U>(W##i, (const float*)0, (const void*)0, (const float*)0, x, ldx, Y##i,   \
+                                 ldy##i, (const float*)0, N##i, K, M, b);                                 \
+    else                                                                                                  \
+      gemv_mma_body<true, 1, U>(W##i, S##i, (const void*)0, (const float*)0, x, ldx, Y##i, ldy##i,       \
+                                (const float*)0, N##i, K, M, b);                                          \
+    return;                                                                                               \
+  }                                                                                                       \
+  b -= (N##i + 15) / 16;
+
+template <int U>
+__device__ __forceinline__ void gemv_mma_group_body(const float* __restrict__ x, int ldx, int K, int M, GM_SEG(0),
+                                                    GM_SEG(1), GM_SEG(2), GM_SEG(3)) {
+  int b = blockIdx.x;
+  GM_SEG_RUN(0)
+  GM_SEG_RUN(1)
+  GM_SEG_RUN(2)
+  GM_SEG_RUN(3)
+}
+
+extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
+    gemv_mma_group_u2(const float* __restrict__ x, int ldx, int K, int M, GM_SEG(0), GM_SEG(1), GM_SEG(2),
+                      GM_SEG(3)) {
+  PDL_WAIT();
+  gemv_mma_group_body<2>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2, ldy2,
+                         bf2, W3, S3, Y3, N3, ldy3, bf3);
+}
+
+extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
+    gemv_mma_group_u4(const float* __restrict__ x, int ldx, int K, int M, GM_SEG(0), GM_SEG(1), GM_SEG(2),
+                      GM_SEG(3)) {
+  PDL_WAIT();
+  gemv_mma_group_body<4>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2, ldy2,
+                         bf2, W3, S3, Y3, N3, ldy3, bf3);
+}

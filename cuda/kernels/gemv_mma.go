@@ -13,49 +13,66 @@ import (
 // into three bf16 parts so that the products are float32's. For M >= 2
 // rows, where the CUDA-core tile GEMV spends M FMAs per weight.
 
-// forceMMART and forceMMAU pin the row tiles per block and chunks in flight
-// per warp (tests and timing sweeps; 0: mmaShape chooses).
-var forceMMART, forceMMAU int
+// forceMMART, forceMMAU and forceMMAP pin the row tiles per block, chunks
+// per stage and the two-stage pipeline (tests and timing sweeps; 0 / -1:
+// mmaShape chooses).
+var (
+	forceMMART, forceMMAU int
+	forceMMAP             = -1
+)
 
-// mmaVariants are the compiled (RT, U) pairs.
-var mmaVariants = [][2]int{{1, 2}, {1, 4}, {2, 1}, {2, 2}, {2, 4}, {4, 1}}
+// mmaVariant is a compiled kernel: RT row tiles of 16 per block, U chunks
+// per stage, P two stages in flight (the _p kernels).
+type mmaVariant struct{ RT, U, P int }
 
-func mmaCompiled(rt, u int) bool {
-	for _, v := range mmaVariants {
-		if v[0] == rt && v[1] == u {
+func (v mmaVariant) suffix() string {
+	if v.P == 1 {
+		return fmt.Sprintf("_r%d_u%d_p", v.RT, v.U)
+	}
+	return fmt.Sprintf("_r%d_u%d", v.RT, v.U)
+}
+
+// mmaVariants are the compiled variants.
+var mmaVariants = []mmaVariant{{1, 2, 0}, {1, 4, 0}, {2, 1, 0}, {2, 2, 0}, {2, 4, 0}, {4, 1, 0}, {1, 1, 1}, {2, 1, 1}}
+
+func mmaCompiled(v mmaVariant) bool {
+	for _, c := range mmaVariants {
+		if c == v {
 			return true
 		}
 	}
 	return false
 }
 
-// mmaShape picks the row tiles per block and chunks in flight: two row
-// tiles share each chunk's x fragments (the split costs ~90 instructions a
-// chunk per thread), halved while the grid has fewer blocks than SMs; paired
-// gate/up needs two tiles or more.
-func mmaShape(sms, N int, pair bool) (RT, U int) {
-	RT, U = 2, 2
+// mmaShape picks the variant: two row tiles share each chunk's x fragments
+// (the split costs ~90 instructions a chunk per thread), halved while the
+// grid has fewer blocks than SMs; paired gate/up needs two tiles or more.
+func mmaShape(sms, N int, pair bool) mmaVariant {
+	v := mmaVariant{2, 2, 0}
 	if !pair {
-		for RT > 1 && cdiv(N, 16*RT) < max(1, sms) {
-			RT /= 2
+		for v.RT > 1 && cdiv(N, 16*v.RT) < max(1, sms) {
+			v.RT /= 2
 		}
-		if RT == 1 {
-			U = 4
+		if v.RT == 1 {
+			v.U = 4
 		}
 	}
 	if f := forceMMART; f == 1 || f == 2 || f == 4 {
-		RT = f
+		v.RT = f
 	}
 	if f := forceMMAU; f > 0 {
-		U = f
+		v.U = f
 	}
-	if pair && RT < 2 {
-		RT = 2
+	if f := forceMMAP; f == 0 || f == 1 {
+		v.P = f
 	}
-	if !mmaCompiled(RT, U) {
-		RT, U = 2, 2
+	if pair && v.RT < 2 {
+		v.RT = 2
 	}
-	return RT, U
+	if !mmaCompiled(v) {
+		v = mmaVariant{2, 2, 0}
+	}
+	return v
 }
 
 // MMAOK says whether the tensor-core GEMV takes the shape: rows of whole
@@ -83,18 +100,16 @@ func (k *Set) mma(s cuda.Stream, bf16 bool, y, x, w0, s0, w1, s1, resid cuda.Dev
 	if !bf16 && (s0 == 0 || (pair && s1 == 0)) {
 		return errors.Newf("gemv mma: fp8 weights need their block scales")
 	}
-	RT, U := mmaShape(k.c.Info().SMs, N, pair)
-	tout := RT
+	v := mmaShape(k.c.Info().SMs, N, pair)
+	tout := v.RT
 	if pair {
-		tout = RT / 2
+		tout = v.RT / 2
 	}
 	grid := cuda.D1(cdiv(N, 16*tout))
 	if bf16 {
-		return k.launch(fmt.Sprintf("gemv_mma_bf16_r%d_u%d", RT, U), grid, cuda.D1(256), 0, s,
-			w0, w1, x, ldx, y, ldy, resid, N, K, M)
+		return k.launch("gemv_mma_bf16"+v.suffix(), grid, cuda.D1(256), 0, s, w0, w1, x, ldx, y, ldy, resid, N, K, M)
 	}
-	return k.launch(fmt.Sprintf("gemv_mma_fp8_r%d_u%d", RT, U), grid, cuda.D1(256), 0, s,
-		w0, s0, w1, s1, x, ldx, y, ldy, resid, N, K, M)
+	return k.launch("gemv_mma_fp8"+v.suffix(), grid, cuda.D1(256), 0, s, w0, s0, w1, s1, x, ldx, y, ldy, resid, N, K, M)
 }
 
 // GemvFP8MMA is GemvFP8Tile on the tensor cores (same result up to float32

@@ -151,3 +151,49 @@ func TestGemvMMALayout(t *testing.T) {
 		}
 	}
 }
+
+// TestGemvMMAChunkWalk replays gemv_mma_body's chunk loops (plain: U
+// chunks a stage; _p: two stages in flight) for every warp and checks that
+// each chunk of a row is multiplied exactly once.
+func TestGemvMMAChunkWalk(t *testing.T) {
+	const warps = 8
+	for _, v := range mmaVariants {
+		for C := 1; C <= 70; C++ {
+			seen := make([]int, C)
+			for warp := range warps {
+				step := warps * v.U
+				run := func(c0 int) {
+					for u := range v.U {
+						if c := c0 + u*warps; c < C {
+							seen[c]++
+						}
+					}
+				}
+				if v.P == 1 {
+					for c0 := warp; c0 < C; c0 += 2 * step {
+						run(c0)
+						if c0+step >= C {
+							break
+						}
+						run(c0 + step)
+					}
+				} else {
+					for c0 := warp; c0 < C; c0 += step {
+						for u := range v.U {
+							c := c0 + u*warps
+							if c >= C {
+								break
+							}
+							seen[c]++
+						}
+					}
+				}
+			}
+			for c, n := range seen {
+				if n != 1 {
+					t.Fatalf("%+v C=%d: chunk %d multiplied %d times", v, C, c, n)
+				}
+			}
+		}
+	}
+}

@@ -14,19 +14,19 @@ import (
 // odd row counts and padded x rows included, and that two runs agree bit
 // for bit.
 func TestKernelGemvMMA(t *testing.T) {
-	defer func() { forceMMART, forceMMAU = 0, 0 }()
-	cfgs := append([][2]int{{0, 0}}, mmaVariants...)
+	defer func() { forceMMART, forceMMAU, forceMMAP = 0, 0, -1 }()
+	cfgs := append([]mmaVariant{{0, 0, -1}}, mmaVariants...)
 	for _, cf := range cfgs {
-		tag := fmt.Sprintf(" RT=%d U=%d", cf[0], cf[1])
-		t.Run(fmt.Sprintf("RT%d_U%d", cf[0], cf[1]), func(t *testing.T) {
-			forceMMART, forceMMAU = cf[0], cf[1]
+		tag := fmt.Sprintf(" RT=%d U=%d P=%d", cf.RT, cf.U, cf.P)
+		t.Run(fmt.Sprintf("RT%d_U%d_P%d", cf.RT, cf.U, cf.P), func(t *testing.T) {
+			forceMMART, forceMMAU, forceMMAP = cf.RT, cf.U, cf.P
 			onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 				if !k.MMAOK(a.raw(64), a.raw(64), 64, 64, 1, 1) {
 					t.Skip("no bf16 mma.sync on this device")
 				}
 				s := c.Stream()
 				Ms := []int{1, 2, 3, 4, 5, 6, 7, 8}
-				if cf[0] != 0 {
+				if cf.RT != 0 {
 					Ms = []int{2, 5, 8} // pinned variants: fewer row counts
 				}
 				for _, M := range Ms {
@@ -150,18 +150,20 @@ func TestKernelGemvGroupMMA(t *testing.T) {
 // TestMMAShape pins the launcher's choice on the decode shapes (132 SMs).
 func TestMMAShape(t *testing.T) {
 	for _, cs := range []struct {
-		N     int
-		pair  bool
-		RT, U int
+		N    int
+		pair bool
+		want mmaVariant
 	}{
-		{7168, false, 2, 2}, {24576, false, 2, 2}, {129280, false, 2, 2}, {8192, false, 2, 2}, {18432, true, 2, 2},
-		{2048, false, 1, 4}, {4224, false, 2, 2}, {4192, false, 1, 4}, {7168, true, 2, 2},
+		{7168, false, mmaVariant{2, 2, 0}}, {24576, false, mmaVariant{2, 2, 0}}, {129280, false, mmaVariant{2, 2, 0}},
+		{8192, false, mmaVariant{2, 2, 0}}, {18432, true, mmaVariant{2, 2, 0}}, {2048, false, mmaVariant{1, 4, 0}},
+		{4224, false, mmaVariant{2, 2, 0}}, {4192, false, mmaVariant{1, 4, 0}}, {7168, true, mmaVariant{2, 2, 0}},
 	} {
-		if RT, U := mmaShape(132, cs.N, cs.pair); RT != cs.RT || U != cs.U {
-			t.Errorf("N=%d pair=%v: RT=%d U=%d, want %d %d", cs.N, cs.pair, RT, U, cs.RT, cs.U)
+		v := mmaShape(132, cs.N, cs.pair)
+		if v != cs.want {
+			t.Errorf("N=%d pair=%v: %+v, want %+v", cs.N, cs.pair, v, cs.want)
 		}
-		if RT, U := mmaShape(132, cs.N, cs.pair); !mmaCompiled(RT, U) {
-			t.Errorf("N=%d: RT=%d U=%d not compiled", cs.N, RT, U)
+		if !mmaCompiled(v) {
+			t.Errorf("N=%d: %+v not compiled", cs.N, v)
 		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 // asserted (TILERT_GPU_TIMING=1).
 func TestKernelMMATiming(t *testing.T) {
 	needTiming(t)
-	defer func() { forceMMART, forceMMAU = 0, 0 }()
+	defer func() { forceMMART, forceMMAU, forceMMAP = 0, 0, -1 }()
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		add := timingTable(t, c, a, r, 1<<30, "mma: device-to-device copy 1 GiB (read+write)", "reference")
@@ -37,21 +37,24 @@ func TestKernelMMATiming(t *testing.T) {
 				if M == 1 {
 					one = o
 				}
-				forceMMART, forceMMAU = 0, 0
+				forceMMART, forceMMAU, forceMMAP = 0, 0, -1
 				m := graphUsRot(c, s, inner, 7, func(i int) { mma(i%nc, M) })
-				RT, U := mmaShape(k.c.Info().SMs, N, pair)
-				add(fmtName("%s N=%d K=%d M=%d mma RT=%d U=%d", what, N, K, M, RT, U), bytes, m,
+				v := mmaShape(k.c.Info().SMs, N, pair)
+				add(fmtName("%s N=%d K=%d M=%d mma%s", what, N, K, M, v.suffix()), bytes, m,
 					fmtName("%.2fx before, %.2fx before M=1", o/m, m/one))
 				if M == 1 {
 					continue
 				}
 				line += fmt.Sprintf(" | M=%d", M)
 				for _, v := range mmaVariants {
-					forceMMART, forceMMAU = v[0], v[1]
+					if pair && v.RT < 2 {
+						continue
+					}
+					forceMMART, forceMMAU, forceMMAP = v.RT, v.U, v.P
 					us := graphUsRot(c, s, inner, 5, func(i int) { mma(i%nc, M) })
-					line += fmt.Sprintf(" R%dU%d:%.1f", v[0], v[1], us)
+					line += fmt.Sprintf(" %s:%.1f", v.suffix()[1:], us)
 				}
-				forceMMART, forceMMAU = 0, 0
+				forceMMART, forceMMAU, forceMMAP = 0, 0, -1
 			}
 			t.Logf("mma sweep %s N=%d K=%d us:%s", what, N, K, line)
 		}

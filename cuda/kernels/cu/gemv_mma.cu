@@ -96,7 +96,7 @@ __device__ __forceinline__ void gm_split4(const float* v, u32 (*b)[2]) {
   b[2][1] = gm_pack_rn(l[2], l[3]);
 }
 
-template <bool FP8, int RT, int U>
+template <bool FP8, int RT, int U, bool P = false>
 __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const float* __restrict__ S0,
                                               const void* __restrict__ W1, const float* __restrict__ S1,
                                               const float* __restrict__ x, int ldx, float* y, int ldy,
@@ -157,64 +157,94 @@ __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const
     }
   };
 
-  for (int c0 = warp; c0 < C; c0 += GM_WARPS * U) {
-    uint4 wv[U][RT][2];
+  // Chunk c's products for every row tile, promoted with the block scales.
+  auto mul = [&](int c, const uint4 (*wv)[2], const float* xv, float scg, float scu) {
+    float part[RT][4];
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int c = c0 + u * GM_WARPS;
+    for (int rt = 0; rt < RT; rt++)
 #pragma unroll
-      for (int rt = 0; rt < RT; rt++)
+      for (int i = 0; i < 4; i++) part[rt][i] = 0.0f;
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-          wv[u][rt][h] = c * 4 + t < KE ? gm_ld16(wr[rt][h] + (size_t)c * 64) : make_uint4(0u, 0u, 0u, 0u);
-    }
-    float scg[U], scu[U];  // the chunks' block scales (gate or plain rows, up rows)
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int c = min(c0 + u * GM_WARPS, C - 1);
-      const int kc = (c * 4 * E) >> 7;
-      scg[u] = FP8 ? __ldg(sg + kc) : 1.0f;
-      scu[u] = FP8 && pair ? __ldg(su + kc) : 1.0f;
-    }
-    // x of the first chunk now (its L2 round trip overlaps the weights'),
-    // of each next chunk while this one is multiplied.
-    float xv[2][E];
-    ldx_chunk(c0, xv[0]);
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int c = c0 + u * GM_WARPS;
-      if (c >= C) break;
-      if (u + 1 < U) ldx_chunk(c + GM_WARPS, xv[(u + 1) & 1]);
-      float part[RT][4];
-#pragma unroll
-      for (int rt = 0; rt < RT; rt++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) part[rt][i] = 0.0f;
-#pragma unroll
-      for (int j = 0; j < KS; j++) {
-        u32 b[3][2];  // k-step j of x split into parts, shared by the row tiles
-        gm_split4(xv[u & 1] + 4 * j, b);
-#pragma unroll
-        for (int rt = 0; rt < RT; rt++) {
-          u32 a0, a1, a2, a3;  // (row g, k lo), (g+8, lo), (g, hi), (g+8, hi)
-          if (FP8) {
-            gm_fp8x4_bf16(gm_word(wv[u][rt][0], j), a0, a2);
-            gm_fp8x4_bf16(gm_word(wv[u][rt][1], j), a1, a3);
-          } else {
-            a0 = gm_word(wv[u][rt][0], 2 * j);
-            a2 = gm_word(wv[u][rt][0], 2 * j + 1);
-            a1 = gm_word(wv[u][rt][1], 2 * j);
-            a3 = gm_word(wv[u][rt][1], 2 * j + 1);
-          }
-#pragma unroll
-          for (int s = 0; s < 3; s++) gm_mma(part[rt], a0, a1, a2, a3, b[s][0], b[s][1]);
-        }
-      }
+    for (int j = 0; j < KS; j++) {
+      u32 b[3][2];  // k-step j of x split into parts, shared by the row tiles
+      gm_split4(xv + 4 * j, b);
 #pragma unroll
       for (int rt = 0; rt < RT; rt++) {
-        const float sc = (pair && rt >= tout) ? scu[u] : scg[u];
+        u32 a0, a1, a2, a3;  // (row g, k lo), (g+8, lo), (g, hi), (g+8, hi)
+        if (FP8) {
+          gm_fp8x4_bf16(gm_word(wv[rt][0], j), a0, a2);
+          gm_fp8x4_bf16(gm_word(wv[rt][1], j), a1, a3);
+        } else {
+          a0 = gm_word(wv[rt][0], 2 * j);
+          a2 = gm_word(wv[rt][0], 2 * j + 1);
+          a1 = gm_word(wv[rt][1], 2 * j);
+          a3 = gm_word(wv[rt][1], 2 * j + 1);
+        }
 #pragma unroll
-        for (int i = 0; i < 4; i++) acc[rt][i] = fmaf(part[rt][i], sc, acc[rt][i]);
+        for (int s = 0; s < 3; s++) gm_mma(part[rt], a0, a1, a2, a3, b[s][0], b[s][1]);
+      }
+    }
+#pragma unroll
+    for (int rt = 0; rt < RT; rt++) {
+      const float sc = (pair && rt >= tout) ? scu : scg;
+#pragma unroll
+      for (int i = 0; i < 4; i++) acc[rt][i] = fmaf(part[rt][i], sc, acc[rt][i]);
+    }
+  };
+  // Weights of chunk c (zeros past K) and its block scales.
+  auto ldw = [&](int c, uint4 (*wv)[2], float& scg, float& scu) {
+#pragma unroll
+    for (int rt = 0; rt < RT; rt++)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+        wv[rt][h] = c * 4 + t < KE ? gm_ld16(wr[rt][h] + (size_t)c * 64) : make_uint4(0u, 0u, 0u, 0u);
+    const int kc = (min(c, C - 1) * 4 * E) >> 7;
+    scg = FP8 ? __ldg(sg + kc) : 1.0f;
+    scu = FP8 && pair ? __ldg(su + kc) : 1.0f;
+  };
+  constexpr int STEP = GM_WARPS * U;
+
+  if (P) {
+    // Two stages of U chunks: the next stage's weights and x are in flight
+    // while this one is multiplied.
+    uint4 wv[2][U][RT][2];
+    float xv[2][U][E], scg[2][U], scu[2][U];
+    auto ld = [&](int st, int c0) {
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        ldw(c0 + u * GM_WARPS, wv[st][u], scg[st][u], scu[st][u]);
+        ldx_chunk(c0 + u * GM_WARPS, xv[st][u]);
+      }
+    };
+    auto run = [&](int st, int c0) {
+#pragma unroll
+      for (int u = 0; u < U; u++)
+        if (c0 + u * GM_WARPS < C) mul(c0 + u * GM_WARPS, wv[st][u], xv[st][u], scg[st][u], scu[st][u]);
+    };
+    ld(0, warp);
+    for (int c0 = warp; c0 < C; c0 += 2 * STEP) {
+      ld(1, c0 + STEP);
+      run(0, c0);
+      if (c0 + STEP >= C) break;
+      ld(0, c0 + 2 * STEP);
+      run(1, c0 + STEP);
+    }
+  } else {
+    for (int c0 = warp; c0 < C; c0 += STEP) {
+      uint4 wv[U][RT][2];
+      float scg[U], scu[U];
+#pragma unroll
+      for (int u = 0; u < U; u++) ldw(c0 + u * GM_WARPS, wv[u], scg[u], scu[u]);
+      // x of the first chunk now (its L2 round trip overlaps the
+      // weights'), of each next chunk while this one is multiplied.
+      float xv[2][E];
+      ldx_chunk(c0, xv[0]);
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const int c = c0 + u * GM_WARPS;
+        if (c >= C) break;
+        if (u + 1 < U) ldx_chunk(c + GM_WARPS, xv[(u + 1) & 1]);
+        mul(c, wv[u], xv[u & 1], scg[u], scu[u]);
       }
     }
   }
@@ -247,29 +277,32 @@ __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const
   }
 }
 
-// grid ceil(N / (16*RT)) (paired: ceil(N / (8*RT))), 256 threads.
-#define GEMV_MMA_KERNELS(RT, U)                                                                              \
-  extern "C" __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_fp8_r##RT##_u##U(                    \
+// grid ceil(N / (16*RT)) (paired: ceil(N / (8*RT))), 256 threads. The _p
+// variants pipeline two stages of U chunks.
+#define GEMV_MMA_KERNELS(RT, U, P, SUF)                                                                      \
+  extern "C" __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_fp8_r##RT##_u##U##SUF(               \
       const u8* __restrict__ W0, const float* __restrict__ S0, const u8* __restrict__ W1,                    \
       const float* __restrict__ S1, const float* __restrict__ x, int ldx, float* y, int ldy,                 \
       const float* resid, int N, int K, int M) {                                                             \
     PDL_WAIT();                                                                                              \
-    gemv_mma_body<true, RT, U>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M, blockIdx.x);                              \
+    gemv_mma_body<true, RT, U, P>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M, blockIdx.x);               \
   }                                                                                                          \
-  extern "C" __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_bf16_r##RT##_u##U(                   \
+  extern "C" __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_bf16_r##RT##_u##U##SUF(              \
       const u16* __restrict__ W0, const u16* __restrict__ W1, const float* __restrict__ x, int ldx, float* y, \
       int ldy, const float* resid, int N, int K, int M) {                                                    \
     PDL_WAIT();                                                                                              \
-    gemv_mma_body<false, RT, U>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M, \
-                                 blockIdx.x);   \
+    gemv_mma_body<false, RT, U, P>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M, \
+                                   blockIdx.x);                                                              \
   }
 
-GEMV_MMA_KERNELS(1, 2)
-GEMV_MMA_KERNELS(1, 4)
-GEMV_MMA_KERNELS(2, 1)
-GEMV_MMA_KERNELS(2, 2)
-GEMV_MMA_KERNELS(2, 4)
-GEMV_MMA_KERNELS(4, 1)
+GEMV_MMA_KERNELS(1, 2, false, )
+GEMV_MMA_KERNELS(1, 4, false, )
+GEMV_MMA_KERNELS(2, 1, false, )
+GEMV_MMA_KERNELS(2, 2, false, )
+GEMV_MMA_KERNELS(2, 4, false, )
+GEMV_MMA_KERNELS(4, 1, false, )
+GEMV_MMA_KERNELS(1, 1, true, _p)
+GEMV_MMA_KERNELS(2, 1, true, _p)
 
 
 // Grouped: up to 4 projections of the same input rows (the attention

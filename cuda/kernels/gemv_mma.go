@@ -26,14 +26,32 @@ var (
 type mmaVariant struct{ RT, U, P int }
 
 func (v mmaVariant) suffix() string {
-	if v.P == 1 {
+	switch v.P {
+	case 1:
 		return fmt.Sprintf("_r%d_u%d_p", v.RT, v.U)
+	case 2:
+		return fmt.Sprintf("_r%d_u%d_a", v.RT, v.U)
 	}
 	return fmt.Sprintf("_r%d_u%d", v.RT, v.U)
 }
 
-// mmaVariants are the compiled variants.
-var mmaVariants = []mmaVariant{{1, 2, 0}, {1, 4, 0}, {2, 1, 0}, {2, 2, 0}, {2, 4, 0}, {4, 1, 0}, {1, 1, 1}, {2, 1, 1}}
+// mmaStages is GM_STAGES: chunks in flight per thread in the cp.async
+// variants (P = 2), each RT*2 16-byte slots per thread of shared memory.
+const mmaStages = 4
+
+// smem is the dynamic shared memory of a variant's launch.
+func (v mmaVariant) smem() int {
+	if v.P != 2 {
+		return 0
+	}
+	return mmaStages * v.RT * 2 * 256 * 16
+}
+
+// mmaVariants are the compiled variants: P = 1 (_p) keeps two stages of
+// U chunks in registers, the next in flight while one is multiplied; P = 2
+// (_a) streams GM_STAGES chunks ahead through cp.async into shared memory.
+var mmaVariants = []mmaVariant{{1, 2, 0}, {1, 4, 0}, {2, 1, 0}, {2, 2, 0}, {2, 4, 0}, {4, 1, 0},
+	{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 1, 2}}
 
 func mmaCompiled(v mmaVariant) bool {
 	for _, c := range mmaVariants {
@@ -44,18 +62,27 @@ func mmaCompiled(v mmaVariant) bool {
 	return false
 }
 
-// mmaShape picks the variant: two row tiles share each chunk's x fragments
-// (the split costs ~90 instructions a chunk per thread), halved while the
-// grid has fewer blocks than SMs; paired gate/up needs two tiles or more.
-func mmaShape(sms, N int, pair bool) mmaVariant {
+// mmaShape picks the variant for N rows of kbytes bytes. From the H200
+// sweep (docs/measured/h200-2026-12-01-mrows run 1, M = 2..8 alike): two
+// row tiles a block sharing each chunk's x fragments, two chunks a stage on
+// long fp8 rows (o_proj 49.3 us against 51.5 with one; dense down 54.9 /
+// 57.3), one on bf16 rows (head 461 against 505) and on short rows where
+// the grid is large (q_b: four tiles, 17.3 against 19.0 / 18.2); one tile
+// and four chunks where two tiles leave SMs idle (q_a 1536 rows: 11.4 us
+// against 15.6); paired gate/up four tiles (two gate, two up: 93.5 against
+// 95.7).
+func mmaShape(sms, N, kbytes int, bf16, pair bool) mmaVariant {
+	sms = max(1, sms)
 	v := mmaVariant{2, 2, 0}
-	if !pair {
-		for v.RT > 1 && cdiv(N, 16*v.RT) < max(1, sms) {
-			v.RT /= 2
-		}
-		if v.RT == 1 {
-			v.U = 4
-		}
+	switch {
+	case pair:
+		v = mmaVariant{4, 1, 0}
+	case kbytes < 4096 && cdiv(N, 64) >= sms:
+		v = mmaVariant{4, 1, 0}
+	case cdiv(N, 32) < sms:
+		v = mmaVariant{1, 4, 0}
+	case kbytes < 4096 || bf16:
+		v = mmaVariant{2, 1, 0}
 	}
 	if f := forceMMART; f == 1 || f == 2 || f == 4 {
 		v.RT = f
@@ -63,7 +90,7 @@ func mmaShape(sms, N int, pair bool) mmaVariant {
 	if f := forceMMAU; f > 0 {
 		v.U = f
 	}
-	if f := forceMMAP; f == 0 || f == 1 {
+	if f := forceMMAP; f >= 0 && f <= 2 {
 		v.P = f
 	}
 	if pair && v.RT < 2 {
@@ -100,16 +127,32 @@ func (k *Set) mma(s cuda.Stream, bf16 bool, y, x, w0, s0, w1, s1, resid cuda.Dev
 	if !bf16 && (s0 == 0 || (pair && s1 == 0)) {
 		return errors.Newf("gemv mma: fp8 weights need their block scales")
 	}
-	v := mmaShape(k.c.Info().SMs, N, pair)
+	v := mmaShape(k.c.Info().SMs, N, K*esize, bf16, pair)
 	tout := v.RT
 	if pair {
 		tout = v.RT / 2
 	}
 	grid := cuda.D1(cdiv(N, 16*tout))
+	name := "gemv_mma_fp8" + v.suffix()
 	if bf16 {
-		return k.launch("gemv_mma_bf16"+v.suffix(), grid, cuda.D1(256), 0, s, w0, w1, x, ldx, y, ldy, resid, N, K, M)
+		name = "gemv_mma_bf16" + v.suffix()
 	}
-	return k.launch("gemv_mma_fp8"+v.suffix(), grid, cuda.D1(256), 0, s, w0, s0, w1, s1, x, ldx, y, ldy, resid, N, K, M)
+	f, err := k.fn(name)
+	if err != nil {
+		return err
+	}
+	if sm := v.smem(); sm > 48<<10 {
+		if _, ok := bigShared.Load(f); !ok {
+			if err := k.c.SetMaxDynamicShared(f, sm); err != nil {
+				return errors.WithHint(err, "the cp.async GEMV variants need 64 KiB of shared memory a block: pick another with forceMMAP")
+			}
+			bigShared.Store(f, true)
+		}
+	}
+	if bf16 {
+		return k.launchFn(f, grid, cuda.D1(256), v.smem(), s, w0, w1, x, ldx, y, ldy, resid, N, K, M)
+	}
+	return k.launchFn(f, grid, cuda.D1(256), v.smem(), s, w0, s0, w1, s1, x, ldx, y, ldy, resid, N, K, M)
 }
 
 // GemvFP8MMA is GemvFP8Tile on the tensor cores (same result up to float32

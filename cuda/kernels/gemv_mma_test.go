@@ -150,17 +150,21 @@ func TestKernelGemvGroupMMA(t *testing.T) {
 // TestMMAShape pins the launcher's choice on the decode shapes (132 SMs).
 func TestMMAShape(t *testing.T) {
 	for _, cs := range []struct {
-		N    int
-		pair bool
-		want mmaVariant
+		N, kbytes  int
+		bf16, pair bool
+		want       mmaVariant
 	}{
-		{7168, false, mmaVariant{2, 2, 0}}, {24576, false, mmaVariant{2, 2, 0}}, {129280, false, mmaVariant{2, 2, 0}},
-		{8192, false, mmaVariant{2, 2, 0}}, {18432, true, mmaVariant{2, 2, 0}}, {2048, false, mmaVariant{1, 4, 0}},
-		{4224, false, mmaVariant{2, 2, 0}}, {4192, false, mmaVariant{1, 4, 0}}, {7168, true, mmaVariant{2, 2, 0}},
+		{7168, 16384, false, false, mmaVariant{2, 2, 0}},  // o_proj
+		{7168, 18432, false, false, mmaVariant{2, 2, 0}},  // dense down
+		{24576, 1536, false, false, mmaVariant{4, 1, 0}},  // q_b
+		{8192, 1536, false, false, mmaVariant{2, 1, 0}},   // indexer wq_b
+		{1536, 7168, false, false, mmaVariant{1, 4, 0}},   // q_a alone
+		{18432, 7168, false, true, mmaVariant{4, 1, 0}},   // dense gate/up
+		{129280, 14336, true, false, mmaVariant{2, 1, 0}}, // head
 	} {
-		v := mmaShape(132, cs.N, cs.pair)
+		v := mmaShape(132, cs.N, cs.kbytes, cs.bf16, cs.pair)
 		if v != cs.want {
-			t.Errorf("N=%d pair=%v: %+v, want %+v", cs.N, cs.pair, v, cs.want)
+			t.Errorf("N=%d kbytes=%d bf16=%v pair=%v: %+v, want %+v", cs.N, cs.kbytes, cs.bf16, cs.pair, v, cs.want)
 		}
 		if !mmaCompiled(v) {
 			t.Errorf("N=%d: %+v not compiled", cs.N, v)

@@ -26,7 +26,7 @@ func TestKernelMMATiming(t *testing.T) {
 		x := a.up(randF32(r, MaxTileM*18432, 1))
 		y := a.raw(int64(4 * MaxTileM * 129280))
 		// one shape: old(i, M) and mma(i, M) run copy i of the weights.
-		shape := func(what string, N, K int, pair bool, wbytes int64, nc int, old, mma func(i, M int)) {
+		shape := func(what string, N, K int, bf16, pair bool, wbytes int64, nc int, old, mma func(i, M int)) {
 			inner := max(2, min(16, nc))
 			var one float64
 			line := ""
@@ -39,7 +39,11 @@ func TestKernelMMATiming(t *testing.T) {
 				}
 				forceMMART, forceMMAU, forceMMAP = 0, 0, -1
 				m := graphUsRot(c, s, inner, 7, func(i int) { mma(i%nc, M) })
-				v := mmaShape(k.c.Info().SMs, N, pair)
+				esz := 1
+				if bf16 {
+					esz = 2
+				}
+				v := mmaShape(k.c.Info().SMs, N, K*esz, bf16, pair)
 				add(fmtName("%s N=%d K=%d M=%d mma%s", what, N, K, M, v.suffix()), bytes, m,
 					fmtName("%.2fx before, %.2fx before M=1", o/m, m/one))
 				if M == 1 {
@@ -61,7 +65,7 @@ func TestKernelMMATiming(t *testing.T) {
 		fp8 := func(what string, N, K int) {
 			nc := coldCopies(int64(N * K))
 			ws, ss := devFP8s(c, a, r, nc, N, K)
-			shape(what, N, K, false, int64(N*K+4*cdiv(N, 128)*cdiv(K, 128)), nc,
+			shape(what, N, K, false, false, int64(N*K+4*cdiv(N, 128)*cdiv(K, 128)), nc,
 				func(i, M int) { chk(k.GemvFP8Tile(s, y, x, ws[i], ss[i], 0, N, K, M, K, N)) },
 				func(i, M int) { chk(k.GemvFP8MMA(s, y, x, ws[i], ss[i], 0, N, K, M, K, N)) })
 		}
@@ -107,14 +111,14 @@ func TestKernelMMATiming(t *testing.T) {
 			nc := coldCopies(int64(2 * N * K))
 			wg, sg := devFP8s(c, a, r, nc, N, K)
 			wu, su := devFP8s(c, a, r, nc, N, K)
-			shape("dense gate/up", N, K, true, int64(2*N*K), nc,
+			shape("dense gate/up", N, K, false, true, int64(2*N*K), nc,
 				func(i, M int) { chk(k.GateUpFP8(s, y, x, wg[i], sg[i], wu[i], su[i], N, K, M, K, N)) },
 				func(i, M int) { chk(k.GateUpFP8MMA(s, y, x, wg[i], sg[i], wu[i], su[i], N, K, M, K, N)) })
 		}
 		{
 			const N, K = 129280, 7168
 			ws := devBF16s(c, a, r, 1, N, K)
-			shape("head bf16", N, K, false, int64(2*N*K), 1,
+			shape("head bf16", N, K, true, false, int64(2*N*K), 1,
 				func(i, M int) {
 					for r0 := 0; r0 < M; r0 += 4 {
 						chk(k.GemvBF16(s, y.Add(int64(4*r0*N)), x.Add(int64(4*r0*K)), ws[0], 0, N, K, min(4, M-r0), K, N))

@@ -324,8 +324,17 @@ var (
 const mmaMinN = 2048
 
 func (b *cudaDevice) useMMA(x, w cuda.DevPtr, N, K, M, ldx, esize int) bool {
-	return gemvMMAOn && M >= 2 && (N >= mmaMinN || gemvMMAMode == "all") && b.k.MMAOK(x, w, K, ldx, M, esize)
+	if !gemvMMAOn || M < 2 || !b.k.MMAOK(x, w, K, ldx, M, esize) {
+		return false
+	}
+	return gemvMMAMode == "all" || (N >= mmaMinN && (M > 2 || K*esize < mmaM2MaxKBytes))
 }
+
+// mmaM2MaxKBytes: at 2 rows the tile kernels still stream long rows faster
+// (H200, docs/measured/h200-2026-12-01-mrows run 1: o_proj 40.4 us against
+// 49.1, dense down 44.9 / 54.9, gate/up 87.8 / 96.1, head 496 / 505), short
+// ones slower (q_b 22.1 / 19.0, indexer wq_b 8.8 / 8.0).
+const mmaM2MaxKBytes = 4096
 
 func (b *cudaDevice) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	return rows4(y, x, M, ldx, ldy, func(y, x cuda.DevPtr, m int) error {

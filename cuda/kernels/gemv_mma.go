@@ -231,9 +231,12 @@ func (k *Set) GemvGroupMMA(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []G
 		blocks += cdiv(sg.N, 16)
 		args = append(args, sg.W, sg.S, sg.Y, sg.N, sg.LdY, b2i(sg.BF16))
 	}
-	U := 2
-	if forceMMAU == 4 {
-		U = 4
+	name, smem := "gemv_mma_group_u2", 0
+	switch {
+	case forceMMAP == 2:
+		name, smem = "gemv_mma_group_a", mmaVariant{1, 1, 2}.smem()
+	case forceMMAU == 4:
+		name = "gemv_mma_group_u4"
 	}
-	return k.launch(fmt.Sprintf("gemv_mma_group_u%d", U), cuda.D1(blocks), cuda.D1(256), 0, s, args...)
+	return k.launch(name, cuda.D1(blocks), cuda.D1(256), smem, s, args...)
 }

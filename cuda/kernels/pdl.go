@@ -41,7 +41,7 @@ var pdlKernels = setOf(
 	"gemv_mma_fp8_r1_u2", "gemv_mma_fp8_r1_u4", "gemv_mma_fp8_r2_u1", "gemv_mma_fp8_r2_u2", "gemv_mma_fp8_r2_u4",
 	"gemv_mma_fp8_r4_u1",
 	"gemv_mma_bf16_r1_u2", "gemv_mma_bf16_r1_u4", "gemv_mma_bf16_r2_u1", "gemv_mma_bf16_r2_u2", "gemv_mma_bf16_r2_u4",
-	"gemv_mma_bf16_r4_u1", "gemv_mma_group_u2", "gemv_mma_group_u4",
+	"gemv_mma_bf16_r4_u1", "gemv_mma_group_u2", "gemv_mma_group_u4", "gemv_mma_group_a",
 	"gemv_mma_fp8_r2_u1_p", "gemv_mma_fp8_r1_u2_p", "gemv_mma_bf16_r2_u1_p", "gemv_mma_bf16_r1_u2_p",
 	"gemv_mma_fp8_r1_u1_a", "gemv_mma_fp8_r2_u1_a", "gemv_mma_bf16_r1_u1_a", "gemv_mma_bf16_r2_u1_a",
 	// gemv_tile.cu

@@ -308,17 +308,19 @@ func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error 
 	})
 }
 
-// gemvMMAOn: TILERT_GPU_GEMV_MMA=1 runs the fp8 and bf16 GEMVs (and the
-// paired gate/up) of 2..8 rows on the tensor cores (kernels.GemvFP8MMA:
-// each weight converted once to bf16 and multiplied with every row by
-// mma.sync, x in three bf16 parts so the products are float32's), where
-// the tile kernels spend M FMAs per weight; =0 or unset keeps the tile
-// kernels. Only matrices of at least mmaMinN rows: below, the MMA grid
-// (16-32 rows a block) leaves SMs idle; =all takes every shape (the tiny
-// models' checks).
+// gemvMMAOn: the fp8 and bf16 GEMVs (the paired gate/up and the grouped
+// attention inputs too) of 2..8 rows run on the tensor cores
+// (kernels.GemvFP8MMA: each weight converted once to bf16 and multiplied
+// with every row by mma.sync, x in three bf16 parts so the products are
+// float32's), where the tile kernels spend M FMAs per weight and are
+// issue-bound (H200, docs/measured/h200-2026-12-01-mrows run 1: o_proj x4
+// 76.6 -> 50.2 us, q_b x4 48.4 -> 19.4, head x4 965 -> 506; 4-slot step
+// 9.16 -> 8.00 ms). TILERT_GPU_GEMV_MMA=0 keeps the tile kernels. Only
+// matrices of at least mmaMinN rows: below, the MMA grid (16-32 rows a
+// block) leaves SMs idle; =all takes every shape (the tiny models' checks).
 var (
 	gemvMMAMode = os.Getenv("TILERT_GPU_GEMV_MMA")
-	gemvMMAOn   = gemvMMAMode == "1" || gemvMMAMode == "all"
+	gemvMMAOn   = gemvMMAMode != "0"
 )
 
 const mmaMinN = 2048

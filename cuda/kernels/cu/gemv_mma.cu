@@ -368,16 +368,16 @@ GEMV_MMA_KERNELS(2, 1, 2, _a)
 #define GM_SEG_RUN(i)                                                                                     \
   if (b < (N##i + 15) / 16) {                                                                             \
     if (bf##i)                                                                                            \
-      gemv_mma_body<false, 1, U>(W##i, (const float*)0, (const void*)0, (const float*)0, x, ldx, Y##i,   \
-                                 ldy##i, (const float*)0, N##i, K, M, b);                                 \
+      gemv_mma_body<false, 1, U, P>(W##i, (const float*)0, (const void*)0, (const float*)0, x, ldx, Y##i, \
+                                    ldy##i, (const float*)0, N##i, K, M, b);                              \
     else                                                                                                  \
-      gemv_mma_body<true, 1, U>(W##i, S##i, (const void*)0, (const float*)0, x, ldx, Y##i, ldy##i,       \
-                                (const float*)0, N##i, K, M, b);                                          \
+      gemv_mma_body<true, 1, U, P>(W##i, S##i, (const void*)0, (const float*)0, x, ldx, Y##i, ldy##i,    \
+                                   (const float*)0, N##i, K, M, b);                                       \
     return;                                                                                               \
   }                                                                                                       \
   b -= (N##i + 15) / 16;
 
-template <int U>
+template <int U, int P = 0>
 __device__ __forceinline__ void gemv_mma_group_body(const float* __restrict__ x, int ldx, int K, int M, GM_SEG(0),
                                                     GM_SEG(1), GM_SEG(2), GM_SEG(3)) {
   int b = blockIdx.x;
@@ -401,4 +401,14 @@ extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
   PDL_WAIT();
   gemv_mma_group_body<4>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2, ldy2,
                          bf2, W3, S3, Y3, N3, ldy3, bf3);
+}
+
+// cp.async variant (P = 2): 4 chunks in flight per thread, 32 KiB of
+// dynamic shared memory a block.
+extern "C" __global__ void __launch_bounds__(GM_THREADS, 3)
+    gemv_mma_group_a(const float* __restrict__ x, int ldx, int K, int M, GM_SEG(0), GM_SEG(1), GM_SEG(2),
+                     GM_SEG(3)) {
+  PDL_WAIT();
+  gemv_mma_group_body<1, 2>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2,
+                            ldy2, bf2, W3, S3, Y3, N3, ldy3, bf3);
 }

@@ -2,6 +2,8 @@ package kernels
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/cockroachdb/errors"
 
@@ -13,26 +15,46 @@ import (
 // into three bf16 parts so that the products are float32's. For M >= 2
 // rows, where the CUDA-core tile GEMV spends M FMAs per weight.
 
-// forceMMART, forceMMAU and forceMMAP pin the row tiles per block, chunks
-// per stage and the two-stage pipeline (tests and timing sweeps; 0 / -1:
-// mmaShape chooses).
+// forceMMART, forceMMAU, forceMMAP and forceMMAX pin the row tiles per
+// block, chunks per stage, pipeline mode and kernel generation (tests and
+// timing sweeps; 0 / -1: mmaShape chooses).
 var (
 	forceMMART, forceMMAU int
-	forceMMAP             = -1
+	forceMMAP, forceMMAX  = -1, -1
 )
 
-// mmaVariant is a compiled kernel: RT row tiles of 16 per block, U chunks
-// per stage, P two stages in flight (the _p kernels).
-type mmaVariant struct{ RT, U, P int }
+// MMAx selects the second-iteration kernels (gemv_mma_x.cu: hi and mid+lo
+// accumulators, pipelined and cp.async variants) in the launchers' choice.
+// They have not run on a GPU yet; the engine sets it from
+// TILERT_GPU_GEMV_MMA=x.
+var MMAx bool
 
-func (v mmaVariant) suffix() string {
+// mmaVariant is a compiled kernel: RT row tiles of 16 per block, U chunks
+// per stage, P the pipeline (0: load a stage, then multiply it; 1 (_p):
+// two register stages, the next in flight while one is multiplied; 2
+// (_a): GM_STAGES chunks in flight through cp.async into shared memory),
+// X the second-iteration kernels of gemv_mma_x.cu.
+type mmaVariant struct {
+	RT, U, P int
+	X        bool
+}
+
+func (v mmaVariant) name(bf16 bool) string {
+	n := "gemv_mma_fp8"
+	if bf16 {
+		n = "gemv_mma_bf16"
+	}
+	if v.X {
+		n = strings.Replace(n, "mma", "mmx", 1)
+	}
+	n += fmt.Sprintf("_r%d_u%d", v.RT, v.U)
 	switch v.P {
 	case 1:
-		return fmt.Sprintf("_r%d_u%d_p", v.RT, v.U)
+		n += "_p"
 	case 2:
-		return fmt.Sprintf("_r%d_u%d_a", v.RT, v.U)
+		n += "_a"
 	}
-	return fmt.Sprintf("_r%d_u%d", v.RT, v.U)
+	return n
 }
 
 // mmaStages is GM_STAGES: chunks in flight per thread in the cp.async
@@ -47,42 +69,52 @@ func (v mmaVariant) smem() int {
 	return mmaStages * v.RT * 2 * 256 * 16
 }
 
-// mmaVariants are the compiled variants: P = 1 (_p) keeps two stages of
-// U chunks in registers, the next in flight while one is multiplied; P = 2
-// (_a) streams GM_STAGES chunks ahead through cp.async into shared memory.
-var mmaVariants = []mmaVariant{{1, 2, 0}, {1, 4, 0}, {2, 1, 0}, {2, 2, 0}, {2, 4, 0}, {4, 1, 0},
-	{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 1, 2}}
+// mmaVariants are gemv_mma.cu's kernels (run on the H200: checked and
+// timed, docs/measured/h200-2026-12-01-mrows/run1); mmxVariants
+// gemv_mma_x.cu's (not yet run on a GPU).
+var (
+	mmaVariants = []mmaVariant{{1, 2, 0, false}, {1, 4, 0, false}, {2, 1, 0, false}, {2, 2, 0, false}, {2, 4, 0, false},
+		{4, 1, 0, false}}
+	mmxVariants = []mmaVariant{{2, 2, 0, true}, {4, 1, 0, true}, {2, 1, 0, true}, {1, 4, 0, true},
+		{2, 1, 1, true}, {1, 2, 1, true}, {1, 1, 2, true}, {2, 1, 2, true}}
+)
 
 func mmaCompiled(v mmaVariant) bool {
-	for _, c := range mmaVariants {
-		if c == v {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(mmaVariants, v) || slices.Contains(mmxVariants, v)
 }
 
-// mmaShape picks the variant for N rows of kbytes bytes. From the H200
-// sweep (docs/measured/h200-2026-12-01-mrows run 1, M = 2..8 alike): two
-// row tiles a block sharing each chunk's x fragments, two chunks a stage on
-// long fp8 rows (o_proj 49.3 us against 51.5 with one; dense down 54.9 /
-// 57.3), one on bf16 rows (head 461 against 505) and on short rows where
-// the grid is large (q_b: four tiles, 17.3 against 19.0 / 18.2); one tile
-// and four chunks where two tiles leave SMs idle (q_a 1536 rows: 11.4 us
-// against 15.6); paired gate/up four tiles (two gate, two up: 93.5 against
-// 95.7).
+// mmaShape picks the variant for N rows of kbytes bytes. gemv_mma.cu's,
+// from its H200 sweep (run 1, the fastest at M = 2, 4 and 8 alike): four
+// row tiles a block for the paired gate/up (93.5 us against 95.7 with
+// two) and for short rows with a large grid (q_b 24576x1536: 17.3 against
+// 19.0-25.8); two tiles and one chunk a stage for other short rows (indexer
+// wq_b 8192x1536: 7.4 against 8.0-10.2) and for bf16 (head: 461 against
+// 475-562); two tiles and two chunks for long fp8 rows (o_proj 49.3 against
+// 50.6-66.8, dense down 54.9 against 56.8-74.0); one tile and four chunks
+// where two tiles leave SMs idle (q_a 1536 rows: 11.4 against 15.6). With
+// MMAx the second iteration's cp.async variants (unmeasured).
 func mmaShape(sms, N, kbytes int, bf16, pair bool) mmaVariant {
 	sms = max(1, sms)
-	v := mmaVariant{2, 2, 0}
+	x := MMAx
+	if f := forceMMAX; f >= 0 {
+		x = f == 1
+	}
+	var v mmaVariant
 	switch {
+	case x && cdiv(N, 32) < sms && !pair:
+		v = mmaVariant{1, 1, 2, true}
+	case x:
+		v = mmaVariant{2, 1, 2, true}
 	case pair:
-		v = mmaVariant{4, 1, 0}
+		v = mmaVariant{4, 1, 0, false}
 	case kbytes < 4096 && cdiv(N, 64) >= sms:
-		v = mmaVariant{4, 1, 0}
+		v = mmaVariant{4, 1, 0, false}
 	case cdiv(N, 32) < sms:
-		v = mmaVariant{1, 4, 0}
+		v = mmaVariant{1, 4, 0, false}
 	case kbytes < 4096 || bf16:
-		v = mmaVariant{2, 1, 0}
+		v = mmaVariant{2, 1, 0, false}
+	default:
+		v = mmaVariant{2, 2, 0, false}
 	}
 	if f := forceMMART; f == 1 || f == 2 || f == 4 {
 		v.RT = f
@@ -97,7 +129,7 @@ func mmaShape(sms, N, kbytes int, bf16, pair bool) mmaVariant {
 		v.RT = 2
 	}
 	if !mmaCompiled(v) {
-		v = mmaVariant{2, 2, 0}
+		v = mmaVariant{2, 2, 0, v.X}
 	}
 	return v
 }
@@ -133,11 +165,7 @@ func (k *Set) mma(s cuda.Stream, bf16 bool, y, x, w0, s0, w1, s1, resid cuda.Dev
 		tout = v.RT / 2
 	}
 	grid := cuda.D1(cdiv(N, 16*tout))
-	name := "gemv_mma_fp8" + v.suffix()
-	if bf16 {
-		name = "gemv_mma_bf16" + v.suffix()
-	}
-	f, err := k.fn(name)
+	f, err := k.fn(v.name(bf16))
 	if err != nil {
 		return err
 	}
@@ -203,8 +231,9 @@ func (k *Set) GroupMMAOK(x cuda.DevPtr, K, ldx, M int, segs []GroupSeg) bool {
 }
 
 // GemvGroupMMA is GemvGroup (without the norm) on the tensor cores: every
-// segment's GEMV of the same M input rows in one launch, 16 rows a block.
-// Same results up to float32 summation order, reproducible run to run.
+// segment's GEMV of the same M input rows in one launch, 16 rows a block
+// (gemv_mma_x.cu: not yet run on a GPU). Same results up to float32
+// summation order, reproducible run to run.
 func (k *Set) GemvGroupMMA(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []GroupSeg) error {
 	if K <= 0 || M <= 0 || M > MaxTileM || ldx < K {
 		return errors.Newf("gemv group mma: K=%d M=%d ldx=%d (M must be 1..%d, ldx >= K)", K, M, ldx, MaxTileM)
@@ -231,12 +260,12 @@ func (k *Set) GemvGroupMMA(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []G
 		blocks += cdiv(sg.N, 16)
 		args = append(args, sg.W, sg.S, sg.Y, sg.N, sg.LdY, b2i(sg.BF16))
 	}
-	name, smem := "gemv_mma_group_u2", 0
+	name, smem := "gemv_mmx_group_a", mmaVariant{1, 1, 2, true}.smem()
 	switch {
-	case forceMMAP == 2:
-		name, smem = "gemv_mma_group_a", mmaVariant{1, 1, 2}.smem()
-	case forceMMAU == 4:
-		name = "gemv_mma_group_u4"
+	case forceMMAP == 0 && forceMMAU == 4:
+		name, smem = "gemv_mmx_group_u4", 0
+	case forceMMAP == 0:
+		name, smem = "gemv_mmx_group_u2", 0
 	}
 	return k.launch(name, cuda.D1(blocks), cuda.D1(256), smem, s, args...)
 }

@@ -157,7 +157,7 @@ func TestGemvMMALayout(t *testing.T) {
 // each chunk of a row is multiplied exactly once.
 func TestGemvMMAChunkWalk(t *testing.T) {
 	const warps = 8
-	for _, v := range mmaVariants {
+	for _, v := range append(append([]mmaVariant(nil), mmaVariants...), mmxVariants...) {
 		for C := 1; C <= 70; C++ {
 			seen := make([]int, C)
 			for warp := range warps {

@@ -14,12 +14,14 @@ import (
 // odd row counts and padded x rows included, and that two runs agree bit
 // for bit.
 func TestKernelGemvMMA(t *testing.T) {
-	defer func() { forceMMART, forceMMAU, forceMMAP = 0, 0, -1 }()
-	cfgs := append([]mmaVariant{{0, 0, -1}}, mmaVariants...)
+	defer func() { forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, -1 }()
+	// The launcher's choice of both generations, then every variant.
+	cfgs := []mmaVariant{{0, 0, -1, false}, {0, 0, -1, true}}
+	cfgs = append(append(cfgs, mmaVariants...), mmxVariants...)
 	for _, cf := range cfgs {
-		tag := fmt.Sprintf(" RT=%d U=%d P=%d", cf.RT, cf.U, cf.P)
-		t.Run(fmt.Sprintf("RT%d_U%d_P%d", cf.RT, cf.U, cf.P), func(t *testing.T) {
-			forceMMART, forceMMAU, forceMMAP = cf.RT, cf.U, cf.P
+		tag := fmt.Sprintf(" RT=%d U=%d P=%d X=%v", cf.RT, cf.U, cf.P, cf.X)
+		t.Run(fmt.Sprintf("RT%d_U%d_P%d_X%v", cf.RT, cf.U, cf.P, cf.X), func(t *testing.T) {
+			forceMMART, forceMMAU, forceMMAP, forceMMAX = cf.RT, cf.U, cf.P, b2i(cf.X)
 			onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 				if !k.MMAOK(a.raw(64), a.raw(64), 64, 64, 1, 1) {
 					t.Skip("no bf16 mma.sync on this device")
@@ -104,14 +106,14 @@ func TestKernelGemvGroupMMA(t *testing.T) {
 			K, M, pad, U, P int
 			segs            []segc
 		}{
-			{1024, 1, 0, 0, -1, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
-			{1024, 2, 4, 0, 2, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
-			{160, 4, 0, 4, -1, []segc{{96, false}, {33, true}}},
-			{160, 3, 0, 0, 2, []segc{{96, false}, {33, true}}},
-			{1024, 7, 0, 4, -1, []segc{{17, true}, {300, false}}},
-			{1024, 8, 8, 0, -1, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
+			{1024, 1, 0, 0, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
+			{1024, 2, 4, 0, -1, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
+			{160, 4, 0, 4, 0, []segc{{96, false}, {33, true}}},
+			{160, 3, 0, 0, -1, []segc{{96, false}, {33, true}}},
+			{1024, 7, 0, 4, 0, []segc{{17, true}, {300, false}}},
+			{1024, 8, 8, 0, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
+			{7168, 4, 0, 0, 0, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
 			{7168, 4, 0, 0, -1, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
-			{7168, 4, 0, 0, 2, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
 		} {
 			forceMMAU, forceMMAP = cs.U, cs.P
 			K, M := cs.K, cs.M
@@ -155,25 +157,78 @@ func TestKernelGemvGroupMMA(t *testing.T) {
 
 // TestMMAShape pins the launcher's choice on the decode shapes (132 SMs).
 func TestMMAShape(t *testing.T) {
+	defer func(x bool) { MMAx = x }(MMAx)
 	for _, cs := range []struct {
-		N, kbytes  int
-		bf16, pair bool
-		want       mmaVariant
+		N, kbytes     int
+		bf16, pair, x bool
+		want          mmaVariant
 	}{
-		{7168, 16384, false, false, mmaVariant{2, 2, 0}},  // o_proj
-		{7168, 18432, false, false, mmaVariant{2, 2, 0}},  // dense down
-		{24576, 1536, false, false, mmaVariant{4, 1, 0}},  // q_b
-		{8192, 1536, false, false, mmaVariant{2, 1, 0}},   // indexer wq_b
-		{1536, 7168, false, false, mmaVariant{1, 4, 0}},   // q_a alone
-		{18432, 7168, false, true, mmaVariant{4, 1, 0}},   // dense gate/up
-		{129280, 14336, true, false, mmaVariant{2, 1, 0}}, // head
+		{7168, 16384, false, false, false, mmaVariant{2, 2, 0, false}},  // o_proj
+		{7168, 18432, false, false, false, mmaVariant{2, 2, 0, false}},  // dense down
+		{24576, 1536, false, false, false, mmaVariant{4, 1, 0, false}},  // q_b
+		{8192, 1536, false, false, false, mmaVariant{2, 1, 0, false}},   // indexer wq_b
+		{1536, 7168, false, false, false, mmaVariant{1, 4, 0, false}},   // q_a alone
+		{18432, 7168, false, true, false, mmaVariant{4, 1, 0, false}},   // dense gate/up
+		{129280, 14336, true, false, false, mmaVariant{2, 1, 0, false}}, // head
+		{7168, 16384, false, false, true, mmaVariant{2, 1, 2, true}},
+		{18432, 7168, false, true, true, mmaVariant{2, 1, 2, true}},
+		{1536, 7168, false, false, true, mmaVariant{1, 1, 2, true}},
 	} {
+		MMAx = cs.x
 		v := mmaShape(132, cs.N, cs.kbytes, cs.bf16, cs.pair)
 		if v != cs.want {
-			t.Errorf("N=%d kbytes=%d bf16=%v pair=%v: %+v, want %+v", cs.N, cs.kbytes, cs.bf16, cs.pair, v, cs.want)
+			t.Errorf("N=%d kbytes=%d bf16=%v pair=%v x=%v: %+v, want %+v", cs.N, cs.kbytes, cs.bf16, cs.pair, cs.x, v, cs.want)
 		}
 		if !mmaCompiled(v) {
 			t.Errorf("N=%d: %+v not compiled", cs.N, v)
 		}
 	}
+}
+
+// TestKernelMMAVariantsBitwise: every variant of one generation runs each
+// warp's chunks in the same order with the same arithmetic per row tile,
+// so it must write the same floats, bit for bit, as the launcher's choice
+// (fp8, paired gate/up and bf16, fresh random inputs): the engine checks
+// of one variant hold for all of them.
+func TestKernelMMAVariantsBitwise(t *testing.T) {
+	defer func() { forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, -1 }()
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		if !k.MMAOK(a.raw(64), a.raw(64), 64, 64, 1, 1) {
+			t.Skip("no bf16 mma.sync on this device")
+		}
+		s := c.Stream()
+		const N, K, M = 1000, 2048, 5
+		w8, sc := a.up(randFP8(r, N*K)), a.up(randScales(r, cdiv(N, 128)*cdiv(K, 128), -8))
+		wu, su := a.up(randFP8(r, N*K)), a.up(randScales(r, cdiv(N, 128)*cdiv(K, 128), -8))
+		wb := a.up(randBF16(r, N*K, 0.05))
+		x := a.up(randF32(r, M*K, 1))
+		run := func() [3][]float32 {
+			var out [3][]float32
+			for i := range out {
+				y := a.poisoned(M * N)
+				switch i {
+				case 0:
+					chk(k.GemvFP8MMA(s, y, x, w8, sc, 0, N, K, M, K, N))
+				case 1:
+					chk(k.GateUpFP8MMA(s, y, x, w8, sc, wu, su, N, K, M, K, N))
+				case 2:
+					chk(k.GemvBF16MMA(s, y, x, wb, 0, N, K, M, K, N))
+				}
+				out[i] = downF32(c, y, M*N)
+			}
+			return out
+		}
+		for _, gen := range [][]mmaVariant{mmaVariants, mmxVariants} {
+			forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, b2i(gen[0].X)
+			ref := run()
+			for _, v := range gen {
+				forceMMART, forceMMAU, forceMMAP = v.RT, v.U, v.P
+				got := run()
+				for i, what := range []string{"fp8", "gate/up", "bf16"} {
+					record(t, fmt.Sprintf("gemv mma variant %s == launcher's choice: %s N=%d K=%d M=%d", v.name(i == 2), what, N, K, M),
+						"differing outputs", float64(diffCount(got[i], ref[i])), 0)
+				}
+			}
+		}
+	})
 }

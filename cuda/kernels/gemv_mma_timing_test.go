@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -16,7 +17,7 @@ import (
 // asserted (TILERT_GPU_TIMING=1).
 func TestKernelMMATiming(t *testing.T) {
 	needTiming(t)
-	defer func() { forceMMART, forceMMAU, forceMMAP = 0, 0, -1 }()
+	defer func() { forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, -1 }()
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		add := timingTable(t, c, a, r, 1<<30, "mma: device-to-device copy 1 GiB (read+write)", "reference")
@@ -37,28 +38,28 @@ func TestKernelMMATiming(t *testing.T) {
 				if M == 1 {
 					one = o
 				}
-				forceMMART, forceMMAU, forceMMAP = 0, 0, -1
+				forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, 0
 				m := graphUsRot(c, s, inner, 7, func(i int) { mma(i%nc, M) })
 				esz := 1
 				if bf16 {
 					esz = 2
 				}
 				v := mmaShape(k.c.Info().SMs, N, K*esz, bf16, pair)
-				add(fmtName("%s N=%d K=%d M=%d mma%s", what, N, K, M, v.suffix()), bytes, m,
+				add(fmtName("%s N=%d K=%d M=%d %s", what, N, K, M, v.name(bf16)), bytes, m,
 					fmtName("%.2fx before, %.2fx before M=1", o/m, m/one))
 				if M == 1 {
 					continue
 				}
 				line += fmt.Sprintf(" | M=%d", M)
-				for _, v := range mmaVariants {
+				for _, v := range append(append([]mmaVariant(nil), mmaVariants...), mmxVariants...) {
 					if pair && v.RT < 2 {
 						continue
 					}
-					forceMMART, forceMMAU, forceMMAP = v.RT, v.U, v.P
+					forceMMART, forceMMAU, forceMMAP, forceMMAX = v.RT, v.U, v.P, b2i(v.X)
 					us := graphUsRot(c, s, inner, 5, func(i int) { mma(i%nc, M) })
-					line += fmt.Sprintf(" %s:%.1f", v.suffix()[1:], us)
+					line += fmt.Sprintf(" %s:%.1f", strings.TrimPrefix(v.name(bf16), "gemv_"), us)
 				}
-				forceMMART, forceMMAU, forceMMAP = 0, 0, -1
+				forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, -1
 			}
 			t.Logf("mma sweep %s N=%d K=%d us:%s", what, N, K, line)
 		}
@@ -98,7 +99,7 @@ func TestKernelMMATiming(t *testing.T) {
 				bytes := float64((1536+576+128)*K + 2*64*K + 4*M*(K+2304))
 				o := graphUsRot(c, s, inner, 7, func(i int) { old(i%nc, M) })
 				add(fmtName("attn-in group 2304x%d M=%d before", K, M), bytes, o, "")
-				for _, v := range [][2]int{{2, -1}, {4, -1}, {0, 2}} {
+				for _, v := range [][2]int{{2, 0}, {4, 0}, {0, -1}} {
 					forceMMAU, forceMMAP = v[0], v[1]
 					m := graphUsRot(c, s, inner, 7, func(i int) { mma(i%nc, M) })
 					add(fmtName("attn-in group 2304x%d M=%d mma U=%d P=%d", K, M, v[0], v[1]), bytes, m, fmtName("%.2fx before", o/m))

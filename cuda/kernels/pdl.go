@@ -37,13 +37,16 @@ var pdlKernels = setOf(
 	"gemv_fp8_wide_r1", "gemv_fp8_wide_r2", "gemv_fp8_wide_r4", "gemv_fp8_wide_r8",
 	"gemv_bf16_wide_r1", "gemv_bf16_wide_r2", "gemv_bf16_wide_r4", "gemv_bf16_wide_r8",
 	"gemv_fp8_experts_wide_r1", "gemv_fp8_experts_wide_r2", "gemv_fp8_experts_wide_r4", "gemv_fp8_experts_wide_r8",
-	// gemv_mma.cu
+	// gemv_mma.cu, gemv_mma_x.cu
 	"gemv_mma_fp8_r1_u2", "gemv_mma_fp8_r1_u4", "gemv_mma_fp8_r2_u1", "gemv_mma_fp8_r2_u2", "gemv_mma_fp8_r2_u4",
 	"gemv_mma_fp8_r4_u1",
 	"gemv_mma_bf16_r1_u2", "gemv_mma_bf16_r1_u4", "gemv_mma_bf16_r2_u1", "gemv_mma_bf16_r2_u2", "gemv_mma_bf16_r2_u4",
-	"gemv_mma_bf16_r4_u1", "gemv_mma_group_u2", "gemv_mma_group_u4", "gemv_mma_group_a",
-	"gemv_mma_fp8_r2_u1_p", "gemv_mma_fp8_r1_u2_p", "gemv_mma_bf16_r2_u1_p", "gemv_mma_bf16_r1_u2_p",
-	"gemv_mma_fp8_r1_u1_a", "gemv_mma_fp8_r2_u1_a", "gemv_mma_bf16_r1_u1_a", "gemv_mma_bf16_r2_u1_a",
+	"gemv_mma_bf16_r4_u1",
+	"gemv_mmx_fp8_r2_u2", "gemv_mmx_fp8_r4_u1", "gemv_mmx_fp8_r2_u1", "gemv_mmx_fp8_r1_u4",
+	"gemv_mmx_fp8_r2_u1_p", "gemv_mmx_fp8_r1_u2_p", "gemv_mmx_fp8_r1_u1_a", "gemv_mmx_fp8_r2_u1_a",
+	"gemv_mmx_bf16_r2_u2", "gemv_mmx_bf16_r4_u1", "gemv_mmx_bf16_r2_u1", "gemv_mmx_bf16_r1_u4",
+	"gemv_mmx_bf16_r2_u1_p", "gemv_mmx_bf16_r1_u2_p", "gemv_mmx_bf16_r1_u1_a", "gemv_mmx_bf16_r2_u1_a",
+	"gemv_mmx_group_u2", "gemv_mmx_group_u4", "gemv_mmx_group_a",
 	// gemv_tile.cu
 	"gemv_tile_fp8_r1_m1", "gemv_tile_fp8_r2_m1", "gemv_tile_fp8_r4_m1", "gemv_tile_fp8_r8_m1",
 	"gemv_tile_fp8_r1_m2", "gemv_tile_fp8_r2_m2", "gemv_tile_fp8_r4_m2", "gemv_tile_fp8_r8_m2",

@@ -308,20 +308,33 @@ func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error 
 	})
 }
 
-// gemvMMAOn: the fp8 and bf16 GEMVs (the paired gate/up and the grouped
-// attention inputs too) of 2..8 rows run on the tensor cores
-// (kernels.GemvFP8MMA: each weight converted once to bf16 and multiplied
-// with every row by mma.sync, x in three bf16 parts so the products are
-// float32's), where the tile kernels spend M FMAs per weight and are
-// issue-bound (H200, docs/measured/h200-2026-12-01-mrows run 1: o_proj x4
-// 76.6 -> 50.2 us, q_b x4 48.4 -> 19.4, head x4 965 -> 506; 4-slot step
-// 9.16 -> 8.00 ms). TILERT_GPU_GEMV_MMA=0 keeps the tile kernels. Only
-// matrices of at least mmaMinN rows: below, the MMA grid (16-32 rows a
-// block) leaves SMs idle; =all takes every shape (the tiny models' checks).
+// gemvMMAOn: the fp8 and bf16 GEMVs (and the paired gate/up) of 2..8
+// rows run on the tensor cores (kernels.GemvFP8MMA, cu/gemv_mma.cu: each
+// weight converted once to bf16 and multiplied with every row by mma.sync,
+// x in three bf16 parts so the products are float32's), where the tile
+// kernels spend M FMAs per weight and are issue-bound. H200, docs/measured/
+// h200-2026-12-01-mrows run 1 (these kernels; graph-timed, weights cold):
+// at 4 rows o_proj 76.6 -> 50.2 us, q_b 48.4 -> 19.4, head 965 -> 506,
+// dense gate/up 164.5 -> 97.7; 4-slot step 8.000 ms (9.163 on main before,
+// another session). Only matrices of at least mmaMinN rows (below, the
+// MMA grid of 16-64 rows a block leaves SMs idle), and at 2 rows only
+// short fp8 rows and bf16 (mmaM2MaxKBytes).
+// TILERT_GPU_GEMV_MMA=0 keeps the tile kernels; =all takes every shape
+// (the tiny models' checks); =x the second iteration (cu/gemv_mma_x.cu:
+// cp.async variants, hi/lo accumulators, and the grouped attention inputs
+// on the tensor cores), not yet run on a GPU; =xall both.
 var (
 	gemvMMAMode = os.Getenv("TILERT_GPU_GEMV_MMA")
 	gemvMMAOn   = gemvMMAMode != "0"
+	gemvMMAX    = gemvMMAMode == "x" || gemvMMAMode == "xall"
+	gemvMMAAll  = gemvMMAMode == "all" || gemvMMAMode == "xall"
 )
+
+func init() {
+	if gemvMMAX {
+		kernels.MMAx = true
+	}
+}
 
 const mmaMinN = 2048
 
@@ -329,13 +342,13 @@ func (b *cudaDevice) useMMA(x, w cuda.DevPtr, N, K, M, ldx, esize int) bool {
 	if !gemvMMAOn || M < 2 || !b.k.MMAOK(x, w, K, ldx, M, esize) {
 		return false
 	}
-	return gemvMMAMode == "all" || (N >= mmaMinN && (M > 2 || K*esize < mmaM2MaxKBytes))
+	return gemvMMAAll || (N >= mmaMinN && (M > 2 || K*esize < mmaM2MaxKBytes || esize == 2))
 }
 
-// mmaM2MaxKBytes: at 2 rows the tile kernels still stream long rows faster
-// (H200, docs/measured/h200-2026-12-01-mrows run 1: o_proj 40.4 us against
-// 49.1, dense down 44.9 / 54.9, gate/up 87.8 / 96.1, head 496 / 505), short
-// ones slower (q_b 22.1 / 19.0, indexer wq_b 8.8 / 8.0).
+// mmaM2MaxKBytes: at 2 rows the tile kernels still stream long fp8 rows
+// faster (run 1: o_proj 40.4 us against 49.3, dense down 44.9 / 54.9,
+// gate/up 87.8 / 93.5), short ones and the bf16 head slower (q_b 22.1 /
+// 17.4, indexer wq_b 8.8 / 7.4, head 496 / 461).
 const mmaM2MaxKBytes = 4096
 
 func (b *cudaDevice) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
@@ -352,12 +365,12 @@ func (b *cudaDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, 
 }
 
 func (b *cudaDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.GroupSeg, norm kernels.GroupNorm) error {
-	if gemvMMAOn && M >= 2 && norm.W == 0 && b.k.GroupMMAOK(x, K, ldx, M, segs) {
+	if gemvMMAX && M >= 2 && norm.W == 0 && b.k.GroupMMAOK(x, K, ldx, M, segs) {
 		rows := 0
 		for _, sg := range segs {
 			rows += sg.N
 		}
-		if rows >= mmaMinN || gemvMMAMode == "all" {
+		if rows >= mmaMinN || gemvMMAAll {
 			return b.k.GemvGroupMMA(b.s, x, K, M, ldx, segs)
 		}
 	}

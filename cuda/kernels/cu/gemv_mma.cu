@@ -33,7 +33,6 @@
 
 #define GM_THREADS 256
 #define GM_WARPS 8
-#define GM_STAGES 4  // chunks in flight per thread in the cp.async variants
 
 __device__ __forceinline__ uint4 gm_ld16(const void* p) {
   uint4 v;
@@ -97,17 +96,11 @@ __device__ __forceinline__ void gm_split4(const float* v, u32 (*b)[2]) {
   b[2][1] = gm_pack_rn(l[2], l[3]);
 }
 
-// cp.async of 16 bytes (src_bytes 0: zero fill, nothing read).
-__device__ __forceinline__ void gm_cp16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((u32)__cvta_generic_to_shared(dst)), "l"(src),
-               "r"(src_bytes));
-}
-
-template <bool FP8, int RT, int U, int P = 0>
+template <bool FP8, int RT, int U>
 __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const float* __restrict__ S0,
                                               const void* __restrict__ W1, const float* __restrict__ S1,
                                               const float* __restrict__ x, int ldx, float* y, int ldy,
-                                              const float* resid, int N, int K, int M, int bx) {
+                                              const float* resid, int N, int K, int M) {
   constexpr int E = FP8 ? 16 : 8;  // values per 16-byte load
   constexpr int KS = E / 4;        // k-steps per chunk
   constexpr int ES = FP8 ? 1 : 2;  // bytes per weight
@@ -116,7 +109,7 @@ __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const
   const int g = lane >> 2, t = lane & 3;
   const bool pair = W1 != 0;
   const int tout = pair ? RT / 2 : RT;  // output row tiles per block
-  const int n0 = bx * tout * 16;
+  const int n0 = blockIdx.x * tout * 16;
   const int KE = K / E;         // 16-byte pieces of a row
   const int C = (KE + 3) >> 2;  // chunks of 4 pieces (64 bytes of a row); the last may be short
   const int kb = (K + 127) >> 7;
@@ -164,60 +157,27 @@ __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const
     }
   };
 
-  // Chunk c's products for every row tile, promoted with the block scales.
-  // The hi part's products and the mid and lo parts' accumulate apart: two
-  // independent MMA chains, and the tensor cores' truncating additions
-  // onto the hi sum happen 4 times a chunk, not 12.
-  auto mul = [&](int c, const uint4 (*wv)[2], const float* xv, float scg, float scu) {
-    float part[RT][4], pl[RT][4];
+  for (int c0 = warp; c0 < C; c0 += GM_WARPS * U) {
+    uint4 wv[U][RT][2];
 #pragma unroll
-    for (int rt = 0; rt < RT; rt++)
+    for (int u = 0; u < U; u++) {
+      const int c = c0 + u * GM_WARPS;
 #pragma unroll
-      for (int i = 0; i < 4; i++) part[rt][i] = pl[rt][i] = 0.0f;
+      for (int rt = 0; rt < RT; rt++)
 #pragma unroll
-    for (int j = 0; j < KS; j++) {
-      u32 b[3][2];  // k-step j of x split into parts, shared by the row tiles
-      gm_split4(xv + 4 * j, b);
-#pragma unroll
-      for (int rt = 0; rt < RT; rt++) {
-        u32 a0, a1, a2, a3;  // (row g, k lo), (g+8, lo), (g, hi), (g+8, hi)
-        if (FP8) {
-          gm_fp8x4_bf16(gm_word(wv[rt][0], j), a0, a2);
-          gm_fp8x4_bf16(gm_word(wv[rt][1], j), a1, a3);
-        } else {
-          a0 = gm_word(wv[rt][0], 2 * j);
-          a2 = gm_word(wv[rt][0], 2 * j + 1);
-          a1 = gm_word(wv[rt][1], 2 * j);
-          a3 = gm_word(wv[rt][1], 2 * j + 1);
-        }
-        gm_mma(pl[rt], a0, a1, a2, a3, b[2][0], b[2][1]);
-        gm_mma(part[rt], a0, a1, a2, a3, b[0][0], b[0][1]);
-        gm_mma(pl[rt], a0, a1, a2, a3, b[1][0], b[1][1]);
-      }
+        for (int h = 0; h < 2; h++)
+          wv[u][rt][h] = c * 4 + t < KE ? gm_ld16(wr[rt][h] + (size_t)c * 64) : make_uint4(0u, 0u, 0u, 0u);
     }
+    float scg[U], scu[U];  // the chunks' block scales (gate or plain rows, up rows)
 #pragma unroll
-    for (int rt = 0; rt < RT; rt++) {
-      const float sc = (pair && rt >= tout) ? scu : scg;
-#pragma unroll
-      for (int i = 0; i < 4; i++) acc[rt][i] = fmaf(part[rt][i] + pl[rt][i], sc, acc[rt][i]);
+    for (int u = 0; u < U; u++) {
+      const int c = min(c0 + u * GM_WARPS, C - 1);
+      const int kc = (c * 4 * E) >> 7;
+      scg[u] = FP8 ? __ldg(sg + kc) : 1.0f;
+      scu[u] = FP8 && pair ? __ldg(su + kc) : 1.0f;
     }
-  };
-  // Weights of chunk c (zeros past K) and its block scales.
-  auto ldw = [&](int c, uint4 (*wv)[2], float& scg, float& scu) {
-#pragma unroll
-    for (int rt = 0; rt < RT; rt++)
-#pragma unroll
-      for (int h = 0; h < 2; h++)
-        wv[rt][h] = c * 4 + t < KE ? gm_ld16(wr[rt][h] + (size_t)c * 64) : make_uint4(0u, 0u, 0u, 0u);
-    const int kc = (min(c, C - 1) * 4 * E) >> 7;
-    scg = FP8 ? __ldg(sg + kc) : 1.0f;
-    scu = FP8 && pair ? __ldg(su + kc) : 1.0f;
-  };
-  constexpr int STEP = GM_WARPS * U;
-
-  // x of stage c0's chunks (first now, each next while one is
-  // multiplied), then the chunks' products.
-  auto run = [&](int c0, const uint4 (*const*wv)[2], const float* scg, const float* scu) {
+    // x of the first chunk now (its L2 round trip overlaps the weights'),
+    // of each next chunk while this one is multiplied.
     float xv[2][E];
     ldx_chunk(c0, xv[0]);
 #pragma unroll
@@ -225,79 +185,37 @@ __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const
       const int c = c0 + u * GM_WARPS;
       if (c >= C) break;
       if (u + 1 < U) ldx_chunk(c + GM_WARPS, xv[(u + 1) & 1]);
-      mul(c, wv[u], xv[u & 1], scg[u], scu[u]);
-    }
-  };
-  if (P == 2) {
-    // GM_STAGES chunks' weights in flight per thread through cp.async into
-    // this thread's own slots of shared memory (no registers held, no
-    // barrier: a thread reads only what it copied), one chunk a stage.
-    extern __shared__ uint4 gm_stg[];  // [GM_STAGES][RT*2][GM_THREADS]
-    auto issue = [&](int c, int st) {
-      const bool in = c < C && c * 4 + t < KE;
+      float part[RT][4];
 #pragma unroll
       for (int rt = 0; rt < RT; rt++)
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-          gm_cp16(&gm_stg[(st * RT * 2 + rt * 2 + h) * GM_THREADS + threadIdx.x],
-                  wr[rt][h] + (in ? (size_t)c * 64 : 0), in ? 16 : 0);
-      asm volatile("cp.async.commit_group;");
-    };
+        for (int i = 0; i < 4; i++) part[rt][i] = 0.0f;
 #pragma unroll
-    for (int st = 0; st < GM_STAGES - 1; st++) issue(warp + st * GM_WARPS, st);
-    float xv[2][E];
-    ldx_chunk(warp, xv[0]);
-    int st = 0;
-    for (int c = warp, i = 0; c < C; c += GM_WARPS, i++) {
-      issue(c + (GM_STAGES - 1) * GM_WARPS, (st + GM_STAGES - 1) % GM_STAGES);
-      ldx_chunk(c + GM_WARPS, xv[(i + 1) & 1]);
-      const int kc = (c * 4 * E) >> 7;
-      const float scg = FP8 ? __ldg(sg + kc) : 1.0f;
-      const float scu = FP8 && pair ? __ldg(su + kc) : 1.0f;
-      asm volatile("cp.async.wait_group %0;" ::"n"(GM_STAGES - 1) : "memory");
-      uint4 wv[RT][2];
+      for (int j = 0; j < KS; j++) {
+        u32 b[3][2];  // k-step j of x split into parts, shared by the row tiles
+        gm_split4(xv[u & 1] + 4 * j, b);
 #pragma unroll
-      for (int rt = 0; rt < RT; rt++)
+        for (int rt = 0; rt < RT; rt++) {
+          u32 a0, a1, a2, a3;  // (row g, k lo), (g+8, lo), (g, hi), (g+8, hi)
+          if (FP8) {
+            gm_fp8x4_bf16(gm_word(wv[u][rt][0], j), a0, a2);
+            gm_fp8x4_bf16(gm_word(wv[u][rt][1], j), a1, a3);
+          } else {
+            a0 = gm_word(wv[u][rt][0], 2 * j);
+            a2 = gm_word(wv[u][rt][0], 2 * j + 1);
+            a1 = gm_word(wv[u][rt][1], 2 * j);
+            a3 = gm_word(wv[u][rt][1], 2 * j + 1);
+          }
 #pragma unroll
-        for (int h = 0; h < 2; h++) wv[rt][h] = gm_stg[(st * RT * 2 + rt * 2 + h) * GM_THREADS + threadIdx.x];
-      mul(c, wv, xv[i & 1], scg, scu);
-      st = (st + 1) % GM_STAGES;
-    }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-  } else if (P == 1) {
-    // Two stages of U chunks' weights: the next stage's are in flight while
-    // this one is multiplied.
-    uint4 wv[2][U][RT][2];
-    float scg[2][U], scu[2][U];
-    auto ld = [&](int st, int c0) {
+          for (int s = 0; s < 3; s++) gm_mma(part[rt], a0, a1, a2, a3, b[s][0], b[s][1]);
+        }
+      }
 #pragma unroll
-      for (int u = 0; u < U; u++) ldw(c0 + u * GM_WARPS, wv[st][u], scg[st][u], scu[st][u]);
-    };
-    const uint4 (*w0p[U])[2];
-    const uint4 (*w1p[U])[2];
+      for (int rt = 0; rt < RT; rt++) {
+        const float sc = (pair && rt >= tout) ? scu[u] : scg[u];
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      w0p[u] = wv[0][u];
-      w1p[u] = wv[1][u];
-    }
-    ld(0, warp);
-    for (int c0 = warp; c0 < C; c0 += 2 * STEP) {
-      ld(1, c0 + STEP);
-      run(c0, w0p, scg[0], scu[0]);
-      if (c0 + STEP >= C) break;
-      ld(0, c0 + 2 * STEP);
-      run(c0 + STEP, w1p, scg[1], scu[1]);
-    }
-  } else {
-    for (int c0 = warp; c0 < C; c0 += STEP) {
-      uint4 wv[U][RT][2];
-      float scg[U], scu[U];
-#pragma unroll
-      for (int u = 0; u < U; u++) ldw(c0 + u * GM_WARPS, wv[u], scg[u], scu[u]);
-      const uint4 (*wp[U])[2];
-#pragma unroll
-      for (int u = 0; u < U; u++) wp[u] = wv[u];
-      run(c0, wp, scg, scu);
+        for (int i = 0; i < 4; i++) acc[rt][i] = fmaf(part[rt][i], sc, acc[rt][i]);
+      }
     }
   }
 
@@ -329,86 +247,26 @@ __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const
   }
 }
 
-// grid ceil(N / (16*RT)) (paired: ceil(N / (8*RT))), 256 threads. The _p
-// variants pipeline two stages of U chunks.
-#define GEMV_MMA_KERNELS(RT, U, P, SUF)                                                                      \
-  extern "C" __global__ void __launch_bounds__(GM_THREADS, P == 2 ? 3 : 2) gemv_mma_fp8_r##RT##_u##U##SUF(   \
+// grid ceil(N / (16*RT)) (paired: ceil(N / (8*RT))), 256 threads.
+#define GEMV_MMA_KERNELS(RT, U)                                                                              \
+  extern "C" __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_fp8_r##RT##_u##U(                    \
       const u8* __restrict__ W0, const float* __restrict__ S0, const u8* __restrict__ W1,                    \
       const float* __restrict__ S1, const float* __restrict__ x, int ldx, float* y, int ldy,                 \
       const float* resid, int N, int K, int M) {                                                             \
     PDL_WAIT();                                                                                              \
-    gemv_mma_body<true, RT, U, P>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M, blockIdx.x);               \
+    gemv_mma_body<true, RT, U>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M);                              \
   }                                                                                                          \
-  extern "C" __global__ void __launch_bounds__(GM_THREADS, P == 2 ? 3 : 2) gemv_mma_bf16_r##RT##_u##U##SUF(  \
+  extern "C" __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_bf16_r##RT##_u##U(                   \
       const u16* __restrict__ W0, const u16* __restrict__ W1, const float* __restrict__ x, int ldx, float* y, \
       int ldy, const float* resid, int N, int K, int M) {                                                    \
     PDL_WAIT();                                                                                              \
-    gemv_mma_body<false, RT, U, P>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M, \
-                                   blockIdx.x);                                                              \
+    gemv_mma_body<false, RT, U>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M);   \
   }
 
-GEMV_MMA_KERNELS(1, 2, 0, )
-GEMV_MMA_KERNELS(1, 4, 0, )
-GEMV_MMA_KERNELS(2, 1, 0, )
-GEMV_MMA_KERNELS(2, 2, 0, )
-GEMV_MMA_KERNELS(2, 4, 0, )
-GEMV_MMA_KERNELS(4, 1, 0, )
-GEMV_MMA_KERNELS(2, 1, 1, _p)
-GEMV_MMA_KERNELS(1, 2, 1, _p)
-GEMV_MMA_KERNELS(1, 1, 2, _a)
-GEMV_MMA_KERNELS(2, 1, 2, _a)
+GEMV_MMA_KERNELS(1, 2)
+GEMV_MMA_KERNELS(1, 4)
+GEMV_MMA_KERNELS(2, 1)
+GEMV_MMA_KERNELS(2, 2)
+GEMV_MMA_KERNELS(2, 4)
+GEMV_MMA_KERNELS(4, 1)
 
-
-// Grouped: up to 4 projections of the same input rows (the attention
-// inputs q_a, kv_a and the indexer's wk, weights_proj), fp8 or bf16 each,
-// in one launch; blocks take 16 rows of one segment in segment order.
-// Segment i: weights W, scales S (fp8), output Y (row stride ldy), N rows,
-// bf16 flag.
-#define GM_SEG(i) const void *W##i, const float *S##i, float *Y##i, int N##i, int ldy##i, int bf##i
-#define GM_SEG_RUN(i)                                                                                     \
-  if (b < (N##i + 15) / 16) {                                                                             \
-    if (bf##i)                                                                                            \
-      gemv_mma_body<false, 1, U, P>(W##i, (const float*)0, (const void*)0, (const float*)0, x, ldx, Y##i, \
-                                    ldy##i, (const float*)0, N##i, K, M, b);                              \
-    else                                                                                                  \
-      gemv_mma_body<true, 1, U, P>(W##i, S##i, (const void*)0, (const float*)0, x, ldx, Y##i, ldy##i,    \
-                                   (const float*)0, N##i, K, M, b);                                       \
-    return;                                                                                               \
-  }                                                                                                       \
-  b -= (N##i + 15) / 16;
-
-template <int U, int P = 0>
-__device__ __forceinline__ void gemv_mma_group_body(const float* __restrict__ x, int ldx, int K, int M, GM_SEG(0),
-                                                    GM_SEG(1), GM_SEG(2), GM_SEG(3)) {
-  int b = blockIdx.x;
-  GM_SEG_RUN(0)
-  GM_SEG_RUN(1)
-  GM_SEG_RUN(2)
-  GM_SEG_RUN(3)
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mma_group_u2(const float* __restrict__ x, int ldx, int K, int M, GM_SEG(0), GM_SEG(1), GM_SEG(2),
-                      GM_SEG(3)) {
-  PDL_WAIT();
-  gemv_mma_group_body<2>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2, ldy2,
-                         bf2, W3, S3, Y3, N3, ldy3, bf3);
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mma_group_u4(const float* __restrict__ x, int ldx, int K, int M, GM_SEG(0), GM_SEG(1), GM_SEG(2),
-                      GM_SEG(3)) {
-  PDL_WAIT();
-  gemv_mma_group_body<4>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2, ldy2,
-                         bf2, W3, S3, Y3, N3, ldy3, bf3);
-}
-
-// cp.async variant (P = 2): 4 chunks in flight per thread, 32 KiB of
-// dynamic shared memory a block.
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 3)
-    gemv_mma_group_a(const float* __restrict__ x, int ldx, int K, int M, GM_SEG(0), GM_SEG(1), GM_SEG(2),
-                     GM_SEG(3)) {
-  PDL_WAIT();
-  gemv_mma_group_body<1, 2>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2,
-                            ldy2, bf2, W3, S3, Y3, N3, ldy3, bf3);
-}

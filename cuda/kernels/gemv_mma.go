@@ -75,8 +75,7 @@ func (v mmaVariant) smem() int {
 var (
 	mmaVariants = []mmaVariant{{1, 2, 0, false}, {1, 4, 0, false}, {2, 1, 0, false}, {2, 2, 0, false}, {2, 4, 0, false},
 		{4, 1, 0, false}}
-	mmxVariants = []mmaVariant{{2, 2, 0, true}, {4, 1, 0, true}, {2, 1, 0, true}, {1, 4, 0, true},
-		{2, 1, 1, true}, {1, 2, 1, true}, {1, 1, 2, true}, {2, 1, 2, true}}
+	mmxVariants = []mmaVariant{{2, 2, 0, true}, {2, 1, 1, true}, {1, 1, 2, true}, {2, 1, 2, true}}
 )
 
 func mmaCompiled(v mmaVariant) bool {
@@ -261,10 +260,7 @@ func (k *Set) GemvGroupMMA(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []G
 		args = append(args, sg.W, sg.S, sg.Y, sg.N, sg.LdY, b2i(sg.BF16))
 	}
 	name, smem := "gemv_mmx_group_a", mmaVariant{1, 1, 2, true}.smem()
-	switch {
-	case forceMMAP == 0 && forceMMAU == 4:
-		name, smem = "gemv_mmx_group_u4", 0
-	case forceMMAP == 0:
+	if forceMMAP == 0 {
 		name, smem = "gemv_mmx_group_u2", 0
 	}
 	return k.launch(name, cuda.D1(blocks), cuda.D1(256), smem, s, args...)

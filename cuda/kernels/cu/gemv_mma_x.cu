@@ -267,12 +267,8 @@ __device__ __forceinline__ void gemv_mmx_body(const void* __restrict__ W0, const
                                    blockIdx.x);                                                              \
   }
 
-GEMV_MMX_KERNELS(1, 4, 0, )
-GEMV_MMX_KERNELS(2, 1, 0, )
 GEMV_MMX_KERNELS(2, 2, 0, )
-GEMV_MMX_KERNELS(4, 1, 0, )
 GEMV_MMX_KERNELS(2, 1, 1, _p)
-GEMV_MMX_KERNELS(1, 2, 1, _p)
 GEMV_MMX_KERNELS(1, 1, 2, _a)
 GEMV_MMX_KERNELS(2, 1, 2, _a)
 
@@ -310,14 +306,6 @@ extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
                       GX_SEG(3)) {
   PDL_WAIT();
   gemv_mmx_group_body<2>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2, ldy2,
-                         bf2, W3, S3, Y3, N3, ldy3, bf3);
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mmx_group_u4(const float* __restrict__ x, int ldx, int K, int M, GX_SEG(0), GX_SEG(1), GX_SEG(2),
-                      GX_SEG(3)) {
-  PDL_WAIT();
-  gemv_mmx_group_body<4>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2, ldy2,
                          bf2, W3, S3, Y3, N3, ldy3, bf3);
 }
 

@@ -339,10 +339,16 @@ func init() {
 const mmaMinN = 2048
 
 func (b *cudaDevice) useMMA(x, w cuda.DevPtr, N, K, M, ldx, esize int) bool {
-	if !gemvMMAOn || M < 2 || !b.k.MMAOK(x, w, K, ldx, M, esize) {
+	return mmaRule(N, K*esize, M, esize == 2) && b.k.MMAOK(x, w, K, ldx, M, esize)
+}
+
+// mmaRule says whether a GEMV of M rows over N weight rows of kbytes bytes
+// takes the tensor-core kernels (before the shape checks).
+func mmaRule(N, kbytes, M int, bf16 bool) bool {
+	if !gemvMMAOn || M < 2 {
 		return false
 	}
-	return gemvMMAAll || (N >= mmaMinN && (M > 2 || K*esize < mmaM2MaxKBytes || esize == 2))
+	return gemvMMAAll || (N >= mmaMinN && (M > 2 || kbytes < mmaM2MaxKBytes || bf16))
 }
 
 // mmaM2MaxKBytes: at 2 rows the tile kernels still stream long fp8 rows

@@ -43,7 +43,7 @@ type AttnEpilogue struct {
 	// Prefetch: byte ranges (weights) that extra blocks of the launch ask
 	// the L2 to fetch, for kernels later in the step whose weights would
 	// otherwise come from HBM while nothing else streams (zero ranges
-	// skipped).
+	// skipped; any set: attn_epilogue_pf, not yet run on a GPU).
 	Prefetch [MaxL2Prefetch]L2Range
 }
 
@@ -103,12 +103,16 @@ func (k *Set) AttnEpilogue(s cuda.Stream, a AttnEpilogue) error {
 	if a.QH != 0 {
 		gx += IndexerQHeads / 16
 	}
-	pf := a.Prefetch
-	return k.launch("attn_epilogue", cuda.D3(gx+l2PrefetchBlocks(pf[:]), a.Rows, 1), cuda.D1(512), 0, s,
-		a.KVA, a.LdKV, a.KVNorm, a.KVEps, a.MLACache, b2i(a.KVInterleaved),
+	args := []any{a.KVA, a.LdKV, a.KVNorm, a.KVEps, a.MLACache, b2i(a.KVInterleaved),
 		a.IK, a.LdIK, a.IKNormW, a.IKNormB, a.IKEps, a.IdxCache, b2i(a.IdxInterleaved),
-		a.IQ, a.IW, a.QH, a.WQ, a.IH, a.WScale, a.Pos, a.Cos, a.Sin, a.Rot,
-		gx, pf[0].P, pf[0].Bytes, pf[1].P, pf[1].Bytes, pf[2].P, pf[2].Bytes, pf[3].P, pf[3].Bytes)
+		a.IQ, a.IW, a.QH, a.WQ, a.IH, a.WScale, a.Pos, a.Cos, a.Sin, a.Rot}
+	pf := a.Prefetch
+	if npf := l2PrefetchBlocks(pf[:]); npf > 0 {
+		// attn_epilogue_pf: the same work plus npf prefetch blocks.
+		args = append(args, gx, pf[0].P, pf[0].Bytes, pf[1].P, pf[1].Bytes, pf[2].P, pf[2].Bytes, pf[3].P, pf[3].Bytes)
+		return k.launch("attn_epilogue_pf", cuda.D3(gx+npf, a.Rows, 1), cuda.D1(512), 0, s, args...)
+	}
+	return k.launch("attn_epilogue", cuda.D3(gx, a.Rows, 1), cuda.D1(512), 0, s, args...)
 }
 
 // RouterRouteMaxRows and RouterRouteMaxExperts bound RouterRoute's shapes.

@@ -20,12 +20,14 @@ import (
 // 47.2 us at 4x the blocks), and with rule 3's group sizes (twice rule 1's
 // blocks for K = 1536) it was not measured, so it stays opt-in.
 //
-// Since then (helper fuse, docs/measured/h200-2026-12-01-fuse run 1, tile
-// rule 3, graph-timed, weights cold, 1 row) the default also groups q_b and
-// wq_b, without the prologue, after the separate rmsnorm of q_a: 22.98 us
-// against 24.47 for rmsnorm + the two tile GEMVs, and 25.48 for mode 2 (its
-// prologue, with its loads issued four at a time, still costs more than the
-// 1.9 us rmsnorm launch). "1" keeps the two separate tile GEMVs.
+// "3" groups q_b and wq_b too, without the prologue, after the separate
+// rmsnorm of q_a (3 launches). Graph-timed on the H200 (helper fuse,
+// docs/measured/h200-2026-12-01-fuse run 1, tile rule 3, weights cold, 1
+// row): rmsnorm + that grouped launch 22.98 us against 24.47 for rmsnorm +
+// the two tile GEMVs (the default) and 25.48 for mode 2 (its prologue,
+// with its loads issued four at a time, still costs more than the 1.9 us
+// rmsnorm launch). The engine wiring of mode 3 has not run on a GPU (the
+// emulator checks it), so it is opt-in.
 var groupMode = os.Getenv("TILERT_GPU_GROUP")
 
 // projGroup runs the attention-input projections of ws.h as grouped
@@ -49,8 +51,8 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 	}
 	normed := groupMode == "2"
 	// After the separate rmsnorm, q_b (and wq_b) as one grouped launch
-	// (the default) or as tile GEMVs (mode 1).
-	qbGroup := !normed && groupMode != "1"
+	// (mode 3) or as tile GEMVs (the default).
+	qbGroup := groupMode == "3"
 	in := []dlin{lw.QA, lw.KVA}
 	qb := []dlin{lw.QB}
 	if withIdx {

@@ -32,11 +32,11 @@ func testGroupedProjections(t *testing.T, kind deviceKind) {
 			n := 12
 			prompt := enginetest.Prompt(min(40, w.Config().IndexTopK-n-4), vocab, 7)
 			for _, mtp := range []bool{false, true} {
-				// Mode "0" is the reference; "1" (one grouped launch, the
-				// normed q_a's GEMVs separate), "" (the default: rmsnorm,
+				// Mode "0" is the reference; "" (the default: one grouped
+				// launch, the normed q_a's GEMVs separate), "3" (rmsnorm,
 				// then q_b and wq_b grouped too) and "2" (both grouped, the
 				// norm in the prologue) must match it.
-				modes := []string{"0", "1", "", "2"}
+				modes := []string{"0", "", "3", "2"}
 				opts := engine.Options{MTP: mtp, MaxSeqLen: len(prompt) + n + 16, Slots: 2}
 				toks := make([][]int, len(modes))
 				caches := make([][]byte, len(modes))

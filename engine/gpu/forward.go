@@ -341,7 +341,11 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr, next *dlayer) {
 	} else {
 		f.ffn(lw.Gate, lw.Up, lw.Down, ws.mo)
 	}
-	o.do(o.b.addRMSNormPF(nextY, ws.x, ws.mo, nextW, M, H, H, H, H, eps, f.l2PrefetchIn(next)))
+	if pf := f.l2PrefetchIn(next); pf != (l2Ranges{}) {
+		o.do(o.b.addRMSNormPF(nextY, ws.x, ws.mo, nextW, M, H, H, H, H, eps, pf))
+		return
+	}
+	o.do(o.b.addRMSNorm(nextY, ws.x, ws.mo, nextW, M, H, H, H, H, eps))
 }
 
 // normTo is where a block's closing addRMSNorm writes (y) with which

@@ -24,10 +24,13 @@ var (
 	l2pfOProjMB = envInt("TILERT_GPU_L2PF_OPROJ_MB", 16)
 )
 
+// l2Ranges is what one launch prefetches (zero: nothing).
+type l2Ranges = [kernels.MaxL2Prefetch]kernels.L2Range
+
 // l2Prefetch is the ranges the first epilogue launch of layer lw prefetches
 // (none unless l2pfMode is "1" and the weights are fp8 / bf16 as the
 // serving path keeps them).
-func (f *fwd) l2Prefetch(lw *dlayer) (r [kernels.MaxL2Prefetch]kernels.L2Range) {
+func (f *fwd) l2Prefetch(lw *dlayer) (r l2Ranges) {
 	if !l2pfAttn {
 		return r
 	}
@@ -61,7 +64,7 @@ func linBytes(l dlin) int64 {
 
 // l2PrefetchIn is the ranges the closing norm before layer next prefetches:
 // its q_a, kv_a and (with its own indexer) wk and weights_proj.
-func (f *fwd) l2PrefetchIn(next *dlayer) (r [kernels.MaxL2Prefetch]kernels.L2Range) {
+func (f *fwd) l2PrefetchIn(next *dlayer) (r l2Ranges) {
 	if !l2pfIn || next == nil {
 		return r
 	}

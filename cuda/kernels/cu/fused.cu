@@ -32,24 +32,17 @@ __device__ __forceinline__ void fz_rope_pair(float* x, int i, int half, float c,
 //    layernorm kernel's 32 threads), RoPE of its first rot values, written
 //    back and stored in the indexer pages at idxc (eng_indexer_cache_write);
 //  blocks x = 1..4 (qh != null): idx_q_prep of row m.
-//  blocks x >= pfx (row 0): L2 prefetches of up to 4 byte ranges.
 // A negative position writes nothing (as the cache writes skip it).
-// grid (1 or 5, + prefetch blocks, rows), 512 threads.
-extern "C" __global__ void __launch_bounds__(512)
-    attn_epilogue(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps, u8* mla, int kv_il, float* ik,
-                  int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb, float ik_eps, u8* idxc,
+// grid (1 or 5, rows), 512 threads.
+// attn_epilogue's work, shared with attn_epilogue_pf (inlined: the
+// attn_epilogue kernel compiles to the code measured on the H200; nvcc 11.8
+// gives byte-identical SASS).
+__device__ __forceinline__ void attn_epilogue_body(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps,
+                                                  u8* mla, int kv_il, float* ik, int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb, float ik_eps, u8* idxc,
                   int ik_il, const float* __restrict__ iq, const float* __restrict__ iw, u8* qh, float* wq, int IH,
                   float wscale, const int* __restrict__ pos, const float* __restrict__ cos_t,
-                  const float* __restrict__ sin_t, int rot, int pfx, const char* pf0, long long pfn0, const char* pf1,
-                  long long pfn1, const char* pf2, long long pfn2, const char* pf3, long long pfn3) {
-  PDL_WAIT();
+                  const float* __restrict__ sin_t, int rot) {
   const int m = blockIdx.y;
-  if (blockIdx.x >= pfx) {
-    // Ask the L2 for weights that bandwidth-light kernels after this one
-    // read (l2_prefetch_ranges); row 0's blocks only.
-    if (m == 0) l2_prefetch_ranges(pf0, pfn0, pf1, pfn1, pf2, pfn2, pf3, pfn3, blockIdx.x - pfx, gridDim.x - pfx);
-    return;
-  }
   if (blockIdx.x > 0) {
     idx_q_prep_body(iq, iw, pos, cos_t, sin_t, qh, wq, IH, rot, ik_il, wscale, blockIdx.x - 1, m);
     return;
@@ -141,6 +134,38 @@ extern "C" __global__ void __launch_bounds__(512)
     if (lane == 0) ((float*)(page + 64 * 128))[off] = sc;
     ((float4*)ir)[lane] = v4;
   }
+}
+
+extern "C" __global__ void __launch_bounds__(512)
+    attn_epilogue(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps, u8* mla, int kv_il, float* ik,
+                  int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb, float ik_eps, u8* idxc,
+                  int ik_il, const float* __restrict__ iq, const float* __restrict__ iw, u8* qh, float* wq, int IH,
+                  float wscale, const int* __restrict__ pos, const float* __restrict__ cos_t,
+                  const float* __restrict__ sin_t, int rot) {
+  PDL_WAIT();
+  attn_epilogue_body(kva, ldkv, kvw, kv_eps, mla, kv_il, ik, ldik, ikw, ikb, ik_eps, idxc, ik_il, iq, iw, qh, wq, IH,
+                     wscale, pos, cos_t, sin_t, rot);
+}
+
+// attn_epilogue plus extra blocks (x >= pfx, row 0's) that ask the L2 for up
+// to 4 byte ranges: weights that kernels after the latency-bound indexer
+// and MLA read (l2_prefetch_ranges; nothing waits for them). Not yet run
+// on a GPU (TILERT_GPU_L2PF, opt-in).
+extern "C" __global__ void __launch_bounds__(512)
+    attn_epilogue_pf(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps, u8* mla, int kv_il, float* ik,
+                  int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb, float ik_eps, u8* idxc,
+                  int ik_il, const float* __restrict__ iq, const float* __restrict__ iw, u8* qh, float* wq, int IH,
+                  float wscale, const int* __restrict__ pos, const float* __restrict__ cos_t,
+                  const float* __restrict__ sin_t, int rot, int pfx, const char* pf0, long long pfn0, const char* pf1, long long pfn1,
+                     const char* pf2, long long pfn2, const char* pf3, long long pfn3) {
+  PDL_WAIT();
+  if ((int)blockIdx.x >= pfx) {
+    if (blockIdx.y == 0)
+      l2_prefetch_ranges(pf0, pfn0, pf1, pfn1, pf2, pfn2, pf3, pfn3, blockIdx.x - pfx, gridDim.x - pfx);
+    return;
+  }
+  attn_epilogue_body(kva, ldkv, kvw, kv_eps, mla, kv_il, ik, ldik, ikw, ikb, ik_eps, idxc, ik_il, iq, iw, qh, wq, IH,
+                     wscale, pos, cos_t, sin_t, rot);
 }
 
 // Router GEMV of bf16 W [E][K] for M <= 8 rows, then moe_route, in one launch:

@@ -112,7 +112,7 @@ extern "C" __global__ void __launch_bounds__(1024) moe_route(const float* __rest
 // router_route.
 __device__ void moe_route_rank_row(const float* lg, const float* __restrict__ bias, int* idx, float* wts, int E,
                                    int K, int ngroup, int topk_group, int norm, float scale) {
-  __shared__ __align__(16) float c[1024];
+  __shared__ float c[1024];
   __shared__ float gsc[32];
   __shared__ int keepg[32];
   __shared__ int chosen[64];
@@ -174,23 +174,10 @@ __device__ void moe_route_rank_row(const float* lg, const float* __restrict__ bi
     // Only kept groups can beat a finite c; otherwise scan every expert.
     const bool all = !(ct > NEG_INF) || !grouped;
     int r = 0;
-    const int span = all ? E : gs;
     for (int g = 0; g < (all ? 1 : ngroup); g++) {
       if (!all && !keepg[g]) continue;
-      const int j0 = all ? 0 : g * gs, j1 = j0 + span;
-      int j = j0;
-      if ((span & 3) == 0 && (j0 & 3) == 0) {
-        // four experts a shared-memory load
-#pragma unroll 4
-        for (; j < j1; j += 4) {
-          const float4 v = *(const float4*)(c + j);
-          r += (v.x > ct || (v.x == ct && j < t)) ? 1 : 0;
-          r += (v.y > ct || (v.y == ct && j + 1 < t)) ? 1 : 0;
-          r += (v.z > ct || (v.z == ct && j + 2 < t)) ? 1 : 0;
-          r += (v.w > ct || (v.w == ct && j + 3 < t)) ? 1 : 0;
-        }
-      }
-      for (; j < j1; j++) {
+      const int j0 = all ? 0 : g * gs, j1 = all ? E : (g + 1) * gs;
+      for (int j = j0; j < j1; j++) {
         const float v = c[j];
         r += (v > ct || (v == ct && j < t)) ? 1 : 0;
       }

@@ -190,9 +190,10 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm_reg(const float* x, c
   }
 }
 
-// add_rmsnorm_reg's row (blockIdx.x < rows), shared with add_rmsnorm_pf.
-__device__ __forceinline__ void add_rmsnorm_reg_row(float* x, const float* b, const float* __restrict__ w, float* y,
-                                                    int D, int ldx, int ldb, int ldy, float eps) {
+extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_reg(float* x, const float* b,
+                                                                   const float* __restrict__ w, float* y, int D,
+                                                                   int ldx, int ldb, int ldy, float eps) {
+  PDL_WAIT();
   __shared__ float sh[32];
   float* xr = x + (size_t)blockIdx.x * ldx;
   const float* br = b + (size_t)blockIdx.x * ldb;
@@ -225,26 +226,50 @@ __device__ __forceinline__ void add_rmsnorm_reg_row(float* x, const float* b, co
   }
 }
 
-extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_reg(float* x, const float* b,
-                                                                   const float* __restrict__ w, float* y, int D,
-                                                                   int ldx, int ldb, int ldy, float eps) {
-  PDL_WAIT();
-  add_rmsnorm_reg_row(x, b, w, y, D, ldx, ldb, ldy, eps);
-}
-
 // add_rmsnorm_reg plus npf extra blocks (the last ones of the grid) that ask
 // the L2 for up to 4 byte ranges: the weights of the next launches, which
-// then start from the L2 (l2_prefetch_ranges; nothing waits for them).
+// then start from the L2 (l2_prefetch_ranges; nothing waits for them). The
+// row blocks run add_rmsnorm_reg's code, repeated here so that
+// add_rmsnorm_reg stays the code measured on the H200. Not yet run on a
+// GPU (TILERT_GPU_L2PF, opt-in).
 extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_pf(float* x, const float* b, const float* __restrict__ w,
                                                                   float* y, int D, int ldx, int ldb, int ldy,
                                                                   float eps, int npf, const char* pf0, long long pfn0,
                                                                   const char* pf1, long long pfn1, const char* pf2,
                                                                   long long pfn2, const char* pf3, long long pfn3) {
   PDL_WAIT();
-  const int rows = gridDim.x - npf;
-  if ((int)blockIdx.x >= rows) {
-    l2_prefetch_ranges(pf0, pfn0, pf1, pfn1, pf2, pfn2, pf3, pfn3, blockIdx.x - rows, npf);
+  if ((int)blockIdx.x >= (int)gridDim.x - npf) {
+    l2_prefetch_ranges(pf0, pfn0, pf1, pfn1, pf2, pfn2, pf3, pfn3, blockIdx.x - (gridDim.x - npf), npf);
     return;
   }
-  add_rmsnorm_reg_row(x, b, w, y, D, ldx, ldb, ldy, eps);
+  __shared__ float sh[32];
+  float* xr = x + (size_t)blockIdx.x * ldx;
+  const float* br = b + (size_t)blockIdx.x * ldb;
+  float* yr = y + (size_t)blockIdx.x * ldy;
+  const int t = threadIdx.x, nt = blockDim.x;
+  float v[NORM_REGS], bv[NORM_REGS], wv[NORM_REGS];
+#pragma unroll
+  for (int j = 0; j < NORM_REGS; j++) {
+    const int i = t + j * nt;
+    v[j] = i < D ? xr[i] : 0.0f;
+    bv[j] = i < D ? br[i] : 0.0f;
+    wv[j] = i < D ? ld_early(w + i) : 0.0f;
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NORM_REGS; j++) {
+    const int i = t + j * nt;
+    if (i < D) {
+      v[j] = v[j] + bv[j];
+      xr[i] = v[j];
+      ss += v[j] * v[j];
+    }
+  }
+  ss = block_sum(ss, sh);
+  const float r = rsqrtf(ss / (float)D + eps);
+#pragma unroll
+  for (int j = 0; j < NORM_REGS; j++) {
+    const int i = t + j * nt;
+    if (i < D) yr[i] = wv[j] * (v[j] * r);
+  }
 }

@@ -627,6 +627,12 @@ func (b *cudaDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope
 	if err := b.k.EngAbsorbQ(b.s, out, q, w, s, fp8, M, H, nope, R, ldq, hs); err != nil || qpe == 0 {
 		return err
 	}
+	return b.qpeOut(qpe, q, M, H, nope, ldq, hs, P, rope)
+}
+
+// qpeOut copies q's RoPE part (P values after nope in each head of hs) out
+// to qpe [M][H][P] and rotates it, for the absorb products that leave it.
+func (b *cudaDevice) qpeOut(qpe, q cuda.DevPtr, M, H, nope, ldq, hs, P int, rope kernels.QRope) error {
 	if ldq == H*hs { // the rows' heads are evenly strided: one copy
 		if err := b.k.EngCopy2D(b.s, qpe, q.Add(int64(4*nope)), M*H, P, P, hs); err != nil {
 			return err

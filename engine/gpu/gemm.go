@@ -128,21 +128,7 @@ func (b *cudaDevice) absorbQTC(out, qpe, q, w, s cuda.DevPtr, M, H, nope, R, ldq
 	if err := b.k.AbsorbQTC(b.s, out, q, w, s, M, H, nope, R, ldq, hs); err != nil || qpe == 0 {
 		return err
 	}
-	if ldq == H*hs { // the rows' heads are evenly strided: one copy
-		if err := b.k.EngCopy2D(b.s, qpe, q.Add(int64(4*nope)), M*H, P, P, hs); err != nil {
-			return err
-		}
-	} else {
-		for m := 0; m < M; m++ {
-			if err := b.k.EngCopy2D(b.s, qpe.Add(int64(4*m*H*P)), q.Add(int64(4*(m*ldq+nope))), H, P, P, hs); err != nil {
-				return err
-			}
-		}
-	}
-	if rope.Pos == 0 {
-		return nil
-	}
-	return b.rope(qpe, rope.Pos, rope.Cos, rope.Sin, M*H, H, P, 0, P, rope.Interleaved)
+	return b.qpeOut(qpe, q, M, H, nope, ldq, hs, P, rope)
 }
 
 // h2BlockRows picks the dense fp16-part GEMM's block rows: 128 (one block

@@ -89,40 +89,17 @@ func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 		if !ok {
 			return errors.New("ProfileStep needs the GPU backend")
 		}
-		c, s := cb.c, cb.s
 		timeIt := func(f func() error) (float64, error) {
-			e0, err := c.NewEvent()
-			if err != nil {
-				return 0, err
-			}
-			defer c.DestroyEvent(e0)
-			e1, err := c.NewEvent()
-			if err != nil {
-				return 0, err
-			}
-			defer c.DestroyEvent(e1)
-			if err := f(); err != nil {
+			if err := f(); err != nil { // warm: first launches, caches
 				return 0, err
 			}
 			ts := make([]float64, reps)
 			for r := range ts {
-				if err := c.Record(e0, s); err != nil {
-					return 0, err
-				}
-				if err := f(); err != nil {
-					return 0, err
-				}
-				if err := c.Record(e1, s); err != nil {
-					return 0, err
-				}
-				if err := c.EventSync(e1); err != nil {
-					return 0, err
-				}
-				ms, err := c.Elapsed(e0, e1)
+				us, err := cb.timeOnce(f)
 				if err != nil {
 					return 0, err
 				}
-				ts[r] = float64(ms) * 1000
+				ts[r] = us
 			}
 			sort.Float64s(ts)
 			return ts[len(ts)/2], nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/engine"
 )
 
@@ -203,8 +204,11 @@ func (t *opTimer) run(b device, pend []gop) error {
 }
 
 // timeOnce runs f once between two events and returns its device time.
-func (b *cudaDevice) timeOnce(f func() error) (float64, error) {
-	c, s := b.c, b.s
+func (b *cudaDevice) timeOnce(f func() error) (float64, error) { return eventUs(b.c, b.s, f) }
+
+// eventUs runs f once on s between two events: its device time in
+// microseconds.
+func eventUs(c *cuda.Ctx, s cuda.Stream, f func() error) (float64, error) {
 	e0, err := c.NewEvent()
 	if err != nil {
 		return 0, err

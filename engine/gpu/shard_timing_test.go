@@ -151,16 +151,6 @@ func measureCopy(t *testing.T, dev *cuda.Device) float64 {
 // eventMedian times inner back-to-back runs of f between two events, reps
 // times: the median of one run in microseconds.
 func eventMedian(c *cuda.Ctx, s cuda.Stream, inner, reps int, f func() error) (float64, error) {
-	e0, err := c.NewEvent()
-	if err != nil {
-		return 0, err
-	}
-	defer c.DestroyEvent(e0)
-	e1, err := c.NewEvent()
-	if err != nil {
-		return 0, err
-	}
-	defer c.DestroyEvent(e1)
 	for range 3 {
 		if err := f(); err != nil {
 			return 0, err
@@ -168,25 +158,18 @@ func eventMedian(c *cuda.Ctx, s cuda.Stream, inner, reps int, f func() error) (f
 	}
 	ts := make([]float64, reps)
 	for i := range ts {
-		if err := c.Record(e0, s); err != nil {
-			return 0, err
-		}
-		for range inner {
-			if err := f(); err != nil {
-				return 0, err
+		us, err := eventUs(c, s, func() error {
+			for range inner {
+				if err := f(); err != nil {
+					return err
+				}
 			}
-		}
-		if err := c.Record(e1, s); err != nil {
-			return 0, err
-		}
-		if err := c.EventSync(e1); err != nil {
-			return 0, err
-		}
-		ms, err := c.Elapsed(e0, e1)
+			return nil
+		})
 		if err != nil {
 			return 0, err
 		}
-		ts[i] = float64(ms) * 1000 / float64(inner)
+		ts[i] = us / float64(inner)
 	}
 	sort.Float64s(ts)
 	return ts[len(ts)/2], nil

@@ -1,0 +1,252 @@
+// mla_prefill_tc: mla_decode_tc (mla_tc.cu, whose helpers it uses: this
+// file sorts after it in the module) for the many rows of a prefill chunk.
+// The decode kernel runs 16 heads a block and splits its float32 queries
+// into three bf16 parts again for every 32-token tile; over a prefill
+// chunk (256 rows, each with its own top-k of up to 2048 entries) that
+// made each tile's conversion 8 times per row and the splits most of the
+// per-tile issue. Here:
+// - 32 heads a block (256 threads; warp w: latent group w % 4 of head
+//   group w / 4), so each gathered tile is fetched and converted once per
+//   32 heads (4 times per row of 128 heads instead of 8). All 128 heads a
+//   block would need the row's queries on chip: 128 x 576 x 3 bf16 parts
+//   = 442 KB, twice the shared memory of an SM, and 2 parts (fp16,
+//   per-head scaled) still 295 KB, so 32 it is.
+// - The queries are split into their three bf16 parts once per block into
+//   shared memory (3 x 32 x 584 bf16 = 112 KB); the k-steps read the parts
+//   as they are, nothing is split per tile.
+// The arithmetic is mla_decode_tc's: the same parts (the split is
+// elementwise, so splitting once gives the same values), the same mma in
+// the same order, the same online softmax with the same scale, skipped
+// entries (-1, past the row's length) masked, a row reads only its own
+// indices. With gridDim.x == 1 (the prefill launch: enough blocks from the
+// rows) the output is normalised here; with more, partials for
+// mla_combine as mla_decode_tc writes them.
+// Grid: x = token split, y = query row, z = group of 32 heads. NOT yet run
+// on a GPU (see cuda/kernels/NOTES.md).
+
+#define MP_HP 2                     // head groups of 16 per block
+#define MP_QS 584                   // bf16 per head row of a query part (conflict-free fragments)
+// Dynamic shared memory in bytes (MLAPrefillSmemBytes in ops_mla_prefill.go):
+// raw tile, bf16 tile, 3 query parts, partial scores, 3 x token slots, scales.
+#define MP_SMEM_BYTES                                                                                   \
+  (MT_TT * MT_CH * 16 + MT_TT * MT_KS * 2 + 3 * MP_HP * MT_HG * MP_QS * 2 + MP_HP * 4 * MT_HG * MT_TT * 4 + \
+   3 * MT_TT * 4 + MT_TT * 4 * 4)
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+extern "C" __global__ void __launch_bounds__(256) mla_prefill_tc(MT_ARGS) {
+  PDL_WAIT();
+  extern __shared__ uint4 mt_smem[];
+  uint4* raw = mt_smem;                               // [TT][41] raw entries
+  u16* Kt = (u16*)(raw + MT_TT * MT_CH);              // [TT][KS] bf16 entries (fp8 values unscaled)
+  u16* Qh = Kt + MT_TT * MT_KS;                       // [3 parts][HP*HG][QS] bf16 query parts
+  float* red = (float*)(Qh + 3 * MP_HP * MT_HG * MP_QS);  // [HP][4 warps][HG][TT] partial scores
+  int* slots = (int*)(red + MP_HP * 4 * MT_HG * MT_TT);   // [3][TT] cache slot of each tile slot, -1 skipped
+  float* scl = (float*)(slots + 3 * MT_TT);           // [TT][4] group scales (0 for skipped slots)
+  const int z = blockIdx.x, qi = blockIdx.y, h0 = blockIdx.z * MT_HG * MP_HP;
+  const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3, hp = tid >> 7, g = lane >> 2, t4 = lane & 3;
+  const int len = lens[qi];
+  const int begin = z * tps;
+  const int count = min(indices ? nidx : len, begin + tps);
+  if (tid < MT_TT) slots[tid] = mt_slot(indices, block_table, ld_idx, qi, len, count, begin + tid);
+  // The queries' three bf16 parts, once per block (heads past H: zeros).
+  for (int i = tid; i < MP_HP * MT_HG * 288; i += MP_HP * 128) {
+    const int hh = i / 288, d = (i - hh * 288) * 2, h = h0 + hh;
+    u32 p[3] = {0u, 0u, 0u};
+    if (h < H) {
+      const size_t qh = (size_t)qi * H + h;
+      const float2 v = *(const float2*)(d < MLA_LAT ? qn + qh * MLA_LAT + d : qp + qh * MLA_ROPE + d - MLA_LAT);
+      mt_split3(v.x, v.y, p);
+    }
+#pragma unroll
+    for (int pp = 0; pp < 3; pp++) *(u32*)(Qh + (pp * MP_HP * MT_HG + hh) * MP_QS + d) = p[pp];
+  }
+  __syncthreads();
+  if (begin < count) mt_issue(raw, cache, slots);
+  float o[16][4];
+#pragma unroll
+  for (int j = 0; j < 16; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;  // heads g and g+8 (l: this lane's share)
+  int cur = 0;
+  for (int base = begin; base < count; base += MT_TT) {
+    const int nxt = cur == 2 ? 0 : cur + 1;
+    const bool more = base + MT_TT < count;
+    if (more && tid < MT_TT) slots[nxt * MT_TT + tid] = mt_slot(indices, block_table, ld_idx, qi, len, count, base + MT_TT + tid);
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();  // the tile has landed; the previous tile's Kt, scl and red are consumed
+    const int* sl = slots + cur * MT_TT;
+    {
+      // Convert: thread takes slot j, latent group qq and half of it (part).
+      const int j = tid / (4 * MP_HP), qq = (tid / MP_HP) & 3, part = tid % MP_HP;
+      uint4* dst = (uint4*)(Kt + j * MT_KS);
+      const uint4* src = raw + j * MT_CH;
+      if (sl[j] >= 0) {
+        if (part == 0) scl[j * 4 + qq] = ((const float*)(src + 32))[qq];
+#pragma unroll
+        for (int bp = 0; bp < 8 / MP_HP; bp++) {
+          const int b = part * (8 / MP_HP) + bp;
+          const uint4 v = src[qq * 8 + b];
+          const u32 ws[4] = {v.x, v.y, v.z, v.w};
+          u32 hv[8];
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            float f[4];
+            fp8x4_to_f32(ws[e], f);
+            hv[2 * e] = mt_bf16x2(f[0], f[1]);
+            hv[2 * e + 1] = mt_bf16x2(f[2], f[3]);
+          }
+          dst[qq * 16 + 2 * b] = make_uint4(hv[0], hv[1], hv[2], hv[3]);
+          dst[qq * 16 + 2 * b + 1] = make_uint4(hv[4], hv[5], hv[6], hv[7]);
+        }
+        dst[64 + 2 * qq + part] = src[33 + 2 * qq + part];  // RoPE part: bf16 as stored
+      } else {
+        if (part == 0) scl[j * 4 + qq] = 0.0f;
+        const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int b = 0; b < 16 / MP_HP; b++) dst[qq * 16 + part * (16 / MP_HP) + b] = zero;
+        dst[64 + 2 * qq + part] = zero;
+      }
+    }
+    __syncthreads();
+    if (more) mt_issue(raw, cache, slots + nxt * MT_TT);
+    float s[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    // k-steps 0..7: latent group w (its scale applied before step 8); 8:
+    // RoPE dims [512+16w, +16). Query fragments read as split.
+#pragma unroll
+    for (int ks = 0; ks < 9; ks++) {
+      const int d0 = ks < 8 ? 128 * w + 16 * ks : MLA_LAT + 16 * w;
+      if (ks == 8) {
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+          const float sa = scl[(8 * n + 2 * t4) * 4 + w], sb = scl[(8 * n + 2 * t4 + 1) * 4 + w];
+          s[n][0] *= sa;
+          s[n][1] *= sb;
+          s[n][2] *= sa;
+          s[n][3] *= sb;
+        }
+      }
+#pragma unroll
+      for (int p = 0; p < 3; p++) {
+        const u16* q0 = Qh + (p * MP_HP * MT_HG + hp * MT_HG + g) * MP_QS + d0 + 2 * t4;
+        const u32 a[4] = {*(const u32*)q0, *(const u32*)(q0 + 8 * MP_QS), *(const u32*)(q0 + 8),
+                          *(const u32*)(q0 + 8 * MP_QS + 8)};
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+          const u16* kr = Kt + (8 * n + g) * MT_KS + d0 + 2 * t4;
+          mt_mma(s[n], a, *(const u32*)kr, *(const u32*)(kr + 8));
+        }
+      }
+    }
+    float* rw = red + (hp * 4 + w) * MT_HG * MT_TT;
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+      *(float2*)(rw + g * MT_TT + 8 * n + 2 * t4) = make_float2(s[n][0], s[n][1]);
+      *(float2*)(rw + (g + 8) * MT_TT + 8 * n + 2 * t4) = make_float2(s[n][2], s[n][3]);
+    }
+    __syncthreads();
+    // Full scores (the four warps' partials in a fixed order), masked and scaled.
+    float mx0 = NEG_INF, mx1 = NEG_INF;
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int row = g + (e >> 1) * 8, col = 8 * n + 2 * t4 + (e & 1);
+        float v = 0.0f;
+#pragma unroll
+        for (int ww = 0; ww < 4; ww++) v += red[((hp * 4 + ww) * MT_HG + row) * MT_TT + col];
+        s[n][e] = sl[col] >= 0 ? v * scale : NEG_INF;
+      }
+      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float nm0 = fmaxf(m0, mx0), nm1 = fmaxf(m1, mx1);
+    const float c0 = nm0 == NEG_INF ? 1.0f : expf(m0 - nm0);
+    const float c1 = nm1 == NEG_INF ? 1.0f : expf(m1 - nm1);
+    float ls0 = 0.0f, ls1 = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+      s[n][0] = nm0 == NEG_INF ? 0.0f : expf(s[n][0] - nm0);
+      s[n][1] = nm0 == NEG_INF ? 0.0f : expf(s[n][1] - nm0);
+      s[n][2] = nm1 == NEG_INF ? 0.0f : expf(s[n][2] - nm1);
+      s[n][3] = nm1 == NEG_INF ? 0.0f : expf(s[n][3] - nm1);
+      ls0 += s[n][0] + s[n][1];
+      ls1 += s[n][2] + s[n][3];
+    }
+    l0 = l0 * c0 + ls0;
+    l1 = l1 * c1 + ls1;
+    m0 = nm0;
+    m1 = nm1;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+      o[j][0] *= c0;
+      o[j][1] *= c0;
+      o[j][2] *= c1;
+      o[j][3] *= c1;
+    }
+    // O += (P times the group-w scale of each token) C over this warp's 128
+    // latent columns: 2 k-steps of 16 tokens, P split in three bf16 parts.
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+      const int ta = 16 * kk + 2 * t4;
+      const float sa = scl[ta * 4 + w], sb = scl[(ta + 1) * 4 + w];
+      const float sc = scl[(ta + 8) * 4 + w], sd = scl[(ta + 9) * 4 + w];
+      u32 pp[4][3];
+      mt_split3(s[2 * kk][0] * sa, s[2 * kk][1] * sb, pp[0]);
+      mt_split3(s[2 * kk][2] * sa, s[2 * kk][3] * sb, pp[1]);
+      mt_split3(s[2 * kk + 1][0] * sc, s[2 * kk + 1][1] * sd, pp[2]);
+      mt_split3(s[2 * kk + 1][2] * sc, s[2 * kk + 1][3] * sd, pp[3]);
+      const u32 p0[4] = {pp[0][0], pp[1][0], pp[2][0], pp[3][0]};
+      const u32 p1[4] = {pp[0][1], pp[1][1], pp[2][1], pp[3][1]};
+      const u32 p2[4] = {pp[0][2], pp[1][2], pp[2][2], pp[3][2]};
+      const u16* k0 = Kt + ta * MT_KS + 128 * w + g;
+#pragma unroll
+      for (int j = 0; j < 16; j++) {
+        const u16* kc = k0 + 8 * j;
+        const u32 b0 = (u32)kc[0] | ((u32)kc[MT_KS] << 16);
+        const u32 b1 = (u32)kc[8 * MT_KS] | ((u32)kc[9 * MT_KS] << 16);
+        mt_mma(o[j], p0, b0, b1);
+        mt_mma(o[j], p1, b0, b1);
+        mt_mma(o[j], p2, b0, b1);
+      }
+    }
+    cur = nxt;
+  }
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    const int h = h0 + hp * MT_HG + g + 8 * hr;
+    if (h >= H) continue;
+    const size_t qh = (size_t)qi * H + h;
+    const float m = hr ? m1 : m0, l = hr ? l1 : l0;
+    if (gridDim.x > 1) {
+      const size_t pz = qh * gridDim.x + z;
+      float* po = part_o + pz * MLA_LAT + 128 * w + 2 * t4;
+#pragma unroll
+      for (int j = 0; j < 16; j++) *(float2*)(po + 8 * j) = make_float2(o[j][2 * hr], o[j][2 * hr + 1]);
+      if (w == 0 && t4 == 0) {
+        part_ml[2 * pz] = m;
+        part_ml[2 * pz + 1] = l;
+      }
+      continue;
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float* po = out + qh * MLA_LAT + 128 * w + 2 * t4;
+#pragma unroll
+    for (int j = 0; j < 16; j++) *(float2*)(po + 8 * j) = make_float2(o[j][2 * hr] * inv, o[j][2 * hr + 1] * inv);
+    if (lse && w == 0 && t4 == 0) lse[qh] = l > 0.0f ? m + logf(l) : NEG_INF;
+  }
+}
+#else
+extern "C" __global__ void __launch_bounds__(256) mla_prefill_tc(MT_ARGS) {
+  PDL_WAIT();
+  __trap();
+}
+#endif

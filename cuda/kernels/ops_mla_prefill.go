@@ -1,0 +1,43 @@
+package kernels
+
+import (
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// Sparse MLA for the many rows of a prefill chunk (cu/mla_tc_prefill.cu):
+// mla_decode_tc's arithmetic with 32 heads a block and the queries split
+// into their bf16 parts once per block. NOT yet run on a GPU.
+const (
+	mlaPrefillHeads = 2 * mlaHeadsGroup // MP_HP * MT_HG
+	// MLAPrefillSmemBytes is mla_prefill_tc's dynamic shared memory
+	// (MP_SMEM_BYTES): raw tile, bf16 tile, 3 bf16 query parts of 32
+	// heads, partial scores, token slots, scales.
+	MLAPrefillSmemBytes = mlaTCTile*41*16 + mlaTCTile*584*2 + 3*mlaPrefillHeads*584*2 + 2*4*mlaHeadsGroup*mlaTCTile*4 + 3*mlaTCTile*4 + mlaTCTile*4*4
+)
+
+var mlaPrefillKernel = mlaTiled{"mla_prefill_tc", "mla prefill", 256, MLAPrefillSmemBytes,
+	"mla_prefill_tc needs ~184 KiB of shared memory per block (sm_80 or newer); leave TILERT_GPU_MLA_PREFILL unset",
+	mlaTCTile, "", mlaPrefillHeads, false, 0}
+
+// MLAPrefillTC is MLADecodeTC (same arguments, results of the same
+// arithmetic) for many query rows: a prefill chunk's rows each attend to
+// their own selection (indices row qi, ld ldIdx; -1 and entries at or past
+// lens[qi] skipped). nsplit = 1 needs no workspace (the rows fill the
+// SMs: nq x H/32 blocks); nsplit > 1 needs ws of MLAWorkspaceBytes(nq, H,
+// nsplit) bytes and merges with mla_combine like MLADecodeTC.
+func (k *Set) MLAPrefillTC(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	if err := mlaPrefillKernel.checkArgs(indices, ws, nq, H, nidx, ldIdx, nsplit); err != nil {
+		return errors.WithHint(err, "nq, H and nidx must be positive, ldIdx >= nidx when indices are given, nsplit in range with a workspace past 1")
+	}
+	if out == 0 || qn == 0 || qp == 0 || cache == 0 || lens == 0 {
+		return errors.WithHint(errors.Newf("mla prefill: out %#x qn %#x qp %#x cache %#x lens %#x", uint64(out), uint64(qn), uint64(qp), uint64(cache), uint64(lens)),
+			"pass device buffers for the output, the queries, the cache and the row lengths")
+	}
+	if k.c.Info().CCMajor < 8 {
+		return errors.WithHint(errors.Newf("mla prefill: compute capability %d.%d", k.c.Info().CCMajor, k.c.Info().CCMinor),
+			"mla_prefill_tc needs sm_80 or newer; leave TILERT_GPU_MLA_PREFILL unset")
+	}
+	return k.launchMLATiled(mlaPrefillKernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
+}

@@ -96,6 +96,11 @@ type device interface {
 	// slots in one launch: row r's region starts at rowBase[r] + cacheOff
 	// (rowBase: nq int64 in device memory).
 	mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error
+	// mlaPrefill is mlaDecode over the fp8_ds_mla cache for the many rows
+	// of one slot's prefill chunk (TILERT_GPU_MLA_PREFILL=1, groups of
+	// mlaPrefillMinRows rows or more): the same results, one kernel shaped
+	// for many rows (mla_prefill_tc).
+	mlaPrefill(out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error
 	// indexerScoresQRows is indexerScoresQ over several slots' pages in one
 	// launch (row r's at rowBase[r] + cacheOff).
 	indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error
@@ -504,6 +509,15 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 	return b.k.MLADecode(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 }
 
+// mlaPrefill runs mla_prefill_tc unsplit (the rows fill the SMs); below
+// sm_80 it is mlaDecode.
+func (b *cudaDevice) mlaPrefill(out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	if b.c.Info().CCMajor < 8 {
+		return b.mlaDecode(mlaFP8, out, qn, qp, cache, indices, lens, ws, nq, H, nidx, ldIdx, scale)
+	}
+	return b.k.MLAPrefillTC(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
+}
+
 func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	if mlaTCQOn && b.c.Info().CCMajor >= 9 {
 		return b.k.MLADecodeTCQ(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCQCluster(nq, H), scale)
@@ -520,6 +534,16 @@ func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64,
 // and the fp8 MLA decode once for the rows of all slots (per-row cache
 // bases in the step's metadata) instead of once per slot.
 var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") == "1"
+
+// mlaPrefillOn: TILERT_GPU_MLA_PREFILL=1 runs the fp8 MLA of a slot's
+// group of at least mlaPrefillMinRows rows (a prefill chunk) on
+// mla_prefill_tc (32 heads a block, queries split once per block) instead
+// of mla_decode_tc. Off by default: NOT yet run on a GPU.
+var mlaPrefillOn = os.Getenv("TILERT_GPU_MLA_PREFILL") == "1"
+
+// mlaPrefillMinRows: from 16 rows of 128 heads the unsplit launch has
+// 64+ blocks per 16 rows, enough to fill the SMs at prefill's 256 rows.
+const mlaPrefillMinRows = 16
 
 var (
 	mlaHeadsOn = os.Getenv("TILERT_GPU_MLA_HEADS") != "0"

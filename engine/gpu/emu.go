@@ -678,6 +678,24 @@ func (m *emuDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, _
 	return nil
 }
 
+// mlaPrefill is mla_prefill_tc: mla_decode_tc's arithmetic (float32
+// products, online softmax with the same scale, skipped and past-length
+// entries masked) for many rows, each row on its own selection, so the
+// same float32 transcription as mlaDecode's fp8 path row by row.
+func (m *emuDevice) mlaPrefill(out, qn, qp, cache, indices, lens, _ cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	const R, P = kernels.MLALatentDim, kernels.MLARopeDim
+	if nq <= 0 || H <= 0 || nidx <= 0 || ldIdx < nidx || indices == 0 {
+		return errors.Newf("emu mlaPrefill: nq=%d H=%d nidx=%d ldIdx=%d indices=%#x", nq, H, nidx, ldIdx, uint64(indices))
+	}
+	for i := 0; i < nq; i++ {
+		if err := m.mlaDecode(mlaFP8, out.Add(int64(4*i*H*R)), qn.Add(int64(4*i*H*R)), qp.Add(int64(4*i*H*P)), cache,
+			indices.Add(int64(4*i*ldIdx)), lens.Add(int64(4*i)), 0, 1, H, nidx, ldIdx, scale); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // mlaDecodeRows is mlaDecode row by row, each on its slot's region.
 func (m *emuDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, _ cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	const R, P = kernels.MLALatentDim, kernels.MLARopeDim

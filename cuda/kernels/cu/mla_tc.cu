@@ -102,6 +102,76 @@ __device__ __forceinline__ void mt_issue(uint4* raw, const u8* __restrict__ cach
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
+// mt_softmax_step is one tile's online-softmax update for a warp's 16 heads
+// (rows g and g + 8 of the m16n8 fragments s): the quad's row maxima mx0/mx1
+// joined, the running max m and sum l rescaled, s replaced by exp(s - m) (0
+// for a skipped slot) and the output o rescaled. mt_body keeps its own copy
+// inline: through this function nvcc 11.8 schedules mla_decode_tc's same
+// instructions in another order, and that kernel's code is the one the
+// H200 measured (checked by comparing the cubins' SASS).
+__device__ __forceinline__ void mt_softmax_step(float (&s)[4][4], float mx0, float mx1, float& m0, float& m1,
+                                                float& l0, float& l1, float (&o)[16][4]) {
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  const float nm0 = fmaxf(m0, mx0), nm1 = fmaxf(m1, mx1);
+  const float c0 = nm0 == NEG_INF ? 1.0f : expf(m0 - nm0);  // first valid tile: 0 (o and l are 0)
+  const float c1 = nm1 == NEG_INF ? 1.0f : expf(m1 - nm1);
+  float ls0 = 0.0f, ls1 = 0.0f;
+#pragma unroll
+  for (int n = 0; n < 4; n++) {
+    s[n][0] = nm0 == NEG_INF ? 0.0f : expf(s[n][0] - nm0);  // skipped slot: 0
+    s[n][1] = nm0 == NEG_INF ? 0.0f : expf(s[n][1] - nm0);
+    s[n][2] = nm1 == NEG_INF ? 0.0f : expf(s[n][2] - nm1);
+    s[n][3] = nm1 == NEG_INF ? 0.0f : expf(s[n][3] - nm1);
+    ls0 += s[n][0] + s[n][1];
+    ls1 += s[n][2] + s[n][3];
+  }
+  l0 = l0 * c0 + ls0;
+  l1 = l1 * c1 + ls1;
+  m0 = nm0;
+  m1 = nm1;
+#pragma unroll
+  for (int j = 0; j < 16; j++) {
+    o[j][0] *= c0;
+    o[j][1] *= c0;
+    o[j][2] *= c1;
+    o[j][3] *= c1;
+  }
+}
+
+// mt_pv_tile adds P times the tile's latent columns to o: this warp's 128
+// columns of Kt, 2 k-steps of 16 tokens, P (times each token's group-w scale
+// in scl) split in three bf16 parts.
+__device__ __forceinline__ void mt_pv_tile(float (&o)[16][4], const float (&s)[4][4], const float* scl,
+                                           const u16* Kt, int w, int g, int t4) {
+#pragma unroll
+  for (int kk = 0; kk < 2; kk++) {
+    const int ta = 16 * kk + 2 * t4;
+    const float sa = scl[ta * 4 + w], sb = scl[(ta + 1) * 4 + w];
+    const float sc = scl[(ta + 8) * 4 + w], sd = scl[(ta + 9) * 4 + w];
+    u32 pp[4][3];
+    mt_split3(s[2 * kk][0] * sa, s[2 * kk][1] * sb, pp[0]);
+    mt_split3(s[2 * kk][2] * sa, s[2 * kk][3] * sb, pp[1]);
+    mt_split3(s[2 * kk + 1][0] * sc, s[2 * kk + 1][1] * sd, pp[2]);
+    mt_split3(s[2 * kk + 1][2] * sc, s[2 * kk + 1][3] * sd, pp[3]);
+    const u32 p0[4] = {pp[0][0], pp[1][0], pp[2][0], pp[3][0]};
+    const u32 p1[4] = {pp[0][1], pp[1][1], pp[2][1], pp[3][1]};
+    const u32 p2[4] = {pp[0][2], pp[1][2], pp[2][2], pp[3][2]};
+    const u16* k0 = Kt + ta * MT_KS + 128 * w + g;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+      const u16* kc = k0 + 8 * j;
+      const u32 b0 = (u32)kc[0] | ((u32)kc[MT_KS] << 16);
+      const u32 b1 = (u32)kc[8 * MT_KS] | ((u32)kc[9 * MT_KS] << 16);
+      mt_mma(o[j], p0, b0, b1);
+      mt_mma(o[j], p1, b0, b1);
+      mt_mma(o[j], p2, b0, b1);
+    }
+  }
+}
+
 // QA: the queries staged with cp.async in the first tile's group (every
 // load in flight at once); else with plain loads, which the compiler
 // issued one L2 round trip at a time (v3, kept for the timing comparison).
@@ -290,32 +360,7 @@ __device__ __forceinline__ void mt_body(const float* __restrict__ qn, const floa
       o[j][2] *= c1;
       o[j][3] *= c1;
     }
-    // O += (P times the group-w scale of each token) C over this warp's 128
-    // latent columns: 2 k-steps of 16 tokens, P split in three bf16 parts.
-#pragma unroll
-    for (int kk = 0; kk < 2; kk++) {
-      const int ta = 16 * kk + 2 * t4;
-      const float sa = scl[ta * 4 + w], sb = scl[(ta + 1) * 4 + w];
-      const float sc = scl[(ta + 8) * 4 + w], sd = scl[(ta + 9) * 4 + w];
-      u32 pp[4][3];
-      mt_split3(s[2 * kk][0] * sa, s[2 * kk][1] * sb, pp[0]);
-      mt_split3(s[2 * kk][2] * sa, s[2 * kk][3] * sb, pp[1]);
-      mt_split3(s[2 * kk + 1][0] * sc, s[2 * kk + 1][1] * sd, pp[2]);
-      mt_split3(s[2 * kk + 1][2] * sc, s[2 * kk + 1][3] * sd, pp[3]);
-      const u32 p0[4] = {pp[0][0], pp[1][0], pp[2][0], pp[3][0]};
-      const u32 p1[4] = {pp[0][1], pp[1][1], pp[2][1], pp[3][1]};
-      const u32 p2[4] = {pp[0][2], pp[1][2], pp[2][2], pp[3][2]};
-      const u16* k0 = Kt + ta * MT_KS + 128 * w + g;
-#pragma unroll
-      for (int j = 0; j < 16; j++) {
-        const u16* kc = k0 + 8 * j;
-        const u32 b0 = (u32)kc[0] | ((u32)kc[MT_KS] << 16);
-        const u32 b1 = (u32)kc[8 * MT_KS] | ((u32)kc[9 * MT_KS] << 16);
-        mt_mma(o[j], p0, b0, b1);
-        mt_mma(o[j], p1, b0, b1);
-        mt_mma(o[j], p2, b0, b1);
-      }
-    }
+    mt_pv_tile(o, s, scl, Kt, w, g, t4);
     cur = nxt;
   }
   if (QA) asm volatile("cp.async.wait_all;" ::: "memory");  // an empty range's query copies
@@ -632,34 +677,7 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
       mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
       mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
     }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float nm0 = fmaxf(m0, mx0), nm1 = fmaxf(m1, mx1);
-    const float c0 = nm0 == NEG_INF ? 1.0f : expf(m0 - nm0);
-    const float c1 = nm1 == NEG_INF ? 1.0f : expf(m1 - nm1);
-    float ls0 = 0.0f, ls1 = 0.0f;
-#pragma unroll
-    for (int n = 0; n < 4; n++) {
-      s[n][0] = nm0 == NEG_INF ? 0.0f : expf(s[n][0] - nm0);
-      s[n][1] = nm0 == NEG_INF ? 0.0f : expf(s[n][1] - nm0);
-      s[n][2] = nm1 == NEG_INF ? 0.0f : expf(s[n][2] - nm1);
-      s[n][3] = nm1 == NEG_INF ? 0.0f : expf(s[n][3] - nm1);
-      ls0 += s[n][0] + s[n][1];
-      ls1 += s[n][2] + s[n][3];
-    }
-    l0 = l0 * c0 + ls0;
-    l1 = l1 * c1 + ls1;
-    m0 = nm0;
-    m1 = nm1;
-#pragma unroll
-    for (int j = 0; j < 16; j++) {
-      o[j][0] *= c0;
-      o[j][1] *= c0;
-      o[j][2] *= c1;
-      o[j][3] *= c1;
-    }
+    mt_softmax_step(s, mx0, mx1, m0, m1, l0, l1, o);
 #pragma unroll
     for (int kk = 0; kk < 2; kk++) {
       const int ta = 16 * kk + 2 * t4;

@@ -190,10 +190,11 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm_reg(const float* x, c
   }
 }
 
-extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_reg(float* x, const float* b,
-                                                                   const float* __restrict__ w, float* y, int D,
-                                                                   int ldx, int ldb, int ldy, float eps) {
-  PDL_WAIT();
+// add_rmsnorm_row: row blockIdx.x of x += b, then y = rmsnorm(x) * w, every
+// load issued before the first store (the body of add_rmsnorm_reg and of
+// add_rmsnorm_pf's row blocks).
+__device__ __forceinline__ void add_rmsnorm_row(float* x, const float* b, const float* __restrict__ w, float* y,
+                                                int D, int ldx, int ldb, int ldy, float eps) {
   __shared__ float sh[32];
   float* xr = x + (size_t)blockIdx.x * ldx;
   const float* br = b + (size_t)blockIdx.x * ldb;
@@ -226,11 +227,17 @@ extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_reg(float* x, con
   }
 }
 
+extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_reg(float* x, const float* b,
+                                                                   const float* __restrict__ w, float* y, int D,
+                                                                   int ldx, int ldb, int ldy, float eps) {
+  PDL_WAIT();
+  add_rmsnorm_row(x, b, w, y, D, ldx, ldb, ldy, eps);
+}
+
 // add_rmsnorm_reg plus npf extra blocks (the last ones of the grid) that ask
 // the L2 for up to 4 byte ranges: the weights of the next launches, which
 // then start from the L2 (l2_prefetch_ranges; nothing waits for them). The
-// row blocks run add_rmsnorm_reg's code, repeated here so that
-// add_rmsnorm_reg stays the code measured on the H200. Not yet run on a
+// row blocks run add_rmsnorm_reg's body (add_rmsnorm_row). Not yet run on a
 // GPU (TILERT_GPU_L2PF, opt-in).
 extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_pf(float* x, const float* b, const float* __restrict__ w,
                                                                   float* y, int D, int ldx, int ldb, int ldy,
@@ -242,34 +249,5 @@ extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_pf(float* x, cons
     l2_prefetch_ranges(pf0, pfn0, pf1, pfn1, pf2, pfn2, pf3, pfn3, blockIdx.x - (gridDim.x - npf), npf);
     return;
   }
-  __shared__ float sh[32];
-  float* xr = x + (size_t)blockIdx.x * ldx;
-  const float* br = b + (size_t)blockIdx.x * ldb;
-  float* yr = y + (size_t)blockIdx.x * ldy;
-  const int t = threadIdx.x, nt = blockDim.x;
-  float v[NORM_REGS], bv[NORM_REGS], wv[NORM_REGS];
-#pragma unroll
-  for (int j = 0; j < NORM_REGS; j++) {
-    const int i = t + j * nt;
-    v[j] = i < D ? xr[i] : 0.0f;
-    bv[j] = i < D ? br[i] : 0.0f;
-    wv[j] = i < D ? ld_early(w + i) : 0.0f;
-  }
-  float ss = 0.0f;
-#pragma unroll
-  for (int j = 0; j < NORM_REGS; j++) {
-    const int i = t + j * nt;
-    if (i < D) {
-      v[j] = v[j] + bv[j];
-      xr[i] = v[j];
-      ss += v[j] * v[j];
-    }
-  }
-  ss = block_sum(ss, sh);
-  const float r = rsqrtf(ss / (float)D + eps);
-#pragma unroll
-  for (int j = 0; j < NORM_REGS; j++) {
-    const int i = t + j * nt;
-    if (i < D) yr[i] = wv[j] * (v[j] * r);
-  }
+  add_rmsnorm_row(x, b, w, y, D, ldx, ldb, ldy, eps);
 }

@@ -493,6 +493,9 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 			ns := b.k.MLATC32Splits(nq, H, nidx)
 			return b.k.MLADecodeTC32(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
 		}
+		if mlaTCF != "" && b.c.Info().CCMajor >= 9 {
+			return b.mlaDecodeTCF(out, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, scale)
+		}
 		if mlaTCQOn && b.c.Info().CCMajor >= 9 {
 			return b.k.MLADecodeTCQ(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCQCluster(nq, H), scale)
 		}
@@ -519,6 +522,9 @@ func (b *cudaDevice) mlaPrefill(out, qn, qp, cache, indices, lens, ws cuda.DevPt
 }
 
 func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	if mlaTCF != "" && b.c.Info().CCMajor >= 9 {
+		return b.mlaDecodeTCF(out, qn, qp, cuda.DevPtr(cacheOff), rowBase, indices, lens, ws, nq, H, nidx, ldIdx, scale)
+	}
 	if mlaTCQOn && b.c.Info().CCMajor >= 9 {
 		return b.k.MLADecodeTCQ(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCQCluster(nq, H), scale)
 	}
@@ -528,6 +534,25 @@ func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowB
 
 func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
 	return b.k.IndexerScoresMMARows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
+}
+
+// mlaTCF: TILERT_GPU_MLA_TCF=1 runs the fp8 MLA decode on mla_decode_tcf
+// (fp16 fragments straight from the raw tiles) split over the SMs with
+// the combine; =q on mla_decode_tcfq (two quads a block, the splits merged
+// inside a cluster: one launch). Float32 rounding apart from tc/tcp.
+var mlaTCF = os.Getenv("TILERT_GPU_MLA_TCF")
+
+// mlaDecodeTCF runs mla_decode_tcf as mlaTCF says; rowBase != 0: rows of
+// several slots (cache then the layer's offset).
+func (b *cudaDevice) mlaDecodeTCF(out, qn, qp, cache, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	if mlaTCF == "q" {
+		return b.k.MLADecodeTCFQ(b.s, out, 0, qn, qp, cache, 0, rowBase, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCQCluster(nq, H), scale)
+	}
+	ns := b.k.MLATCSplits(nq, H, nidx)
+	if rowBase != 0 {
+		return b.k.MLADecodeTCFRows(b.s, out, 0, qn, qp, int64(cache), rowBase, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
+	}
+	return b.k.MLADecodeTCF(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
 }
 
 // slotMergeOn: TILERT_GPU_SLOT_MERGE=1 runs the indexer scores, the top-k

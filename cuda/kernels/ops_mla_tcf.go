@@ -1,0 +1,86 @@
+package kernels
+
+import (
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// mla_decode_tcf (cu/mla_tcf.cu): mla_decode_tcp's launch, splits, partials
+// and cluster merge with the cache entries fed to the tensor cores as fp16
+// straight from the raw tiles (no converted tile in shared memory, two
+// barriers a tile instead of three, 4 tiles in flight). Float32-exact
+// products as tcp; sums in another order, so float32 rounding apart.
+
+// MLATCFSmemBytes is mla_decode_tcf's dynamic shared memory per quad of
+// 128 threads (MTF_SMEM_BYTES): 4 raw tiles, partial scores, 5 x token slots.
+const MLATCFSmemBytes = 4*mlaTCTile*41*16 + 4*mlaHeadsGroup*mlaTCTile*4 + 5*mlaTCTile*4
+
+const mlaTCFHint = "mla_decode_tcf needs sm_90 (fp8 conversions, clusters) and ~91 KiB of shared memory per 128 threads"
+
+var mlaTCFKernel = mlaTiled{"mla_decode_tcf", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true, 0}
+
+// mlaTCFQKernels are mla_decode_tcf with two quads a block merged inside a
+// thread block cluster of 2..16 blocks (mla_decode_tcq's layout).
+var mlaTCFQKernels = []mlaTiled{
+	{"mla_decode_tcfq2", "mla tcfq", 256, 2 * MLATCFSmemBytes, mlaTCFHint, 2 * mlaTCTile, "", 0, true, 2},
+	{"mla_decode_tcfq4", "mla tcfq", 256, 2 * MLATCFSmemBytes, mlaTCFHint, 2 * mlaTCTile, "", 0, true, 4},
+	{"mla_decode_tcfq8", "mla tcfq", 256, 2 * MLATCFSmemBytes, mlaTCFHint, 2 * mlaTCTile, "", 0, true, 8},
+	{"mla_decode_tcfq16", "mla tcfq", 256, 2 * MLATCFSmemBytes, mlaTCFHint, 2 * mlaTCTile, "", 0, true, 16},
+}
+
+func (k *Set) needSM90(what string) error {
+	if i := k.c.Info(); i.CCMajor < 9 {
+		return errors.WithHint(errors.Newf("%s: compute capability %d.%d", what, i.CCMajor, i.CCMinor),
+			"mla_decode_tcf needs sm_90; use MLADecodeTCP")
+	}
+	return nil
+}
+
+// MLADecodeTCF is MLADecodeTCP (same arguments and results to float32
+// rounding) on mla_decode_tcf. Split as MLATCSplits plans (two blocks per
+// SM); nsplit > 1 needs ws of MLAWorkspaceBytes(nq, H, nsplit) bytes.
+func (k *Set) MLADecodeTCF(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	if err := mlaTCFKernel.checkArgs(indices, ws, nq, H, nidx, ldIdx, nsplit); err != nil {
+		return err
+	}
+	if err := k.needSM90("mla tcf"); err != nil {
+		return err
+	}
+	return k.launchMLATiled(mlaTCFKernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
+}
+
+// MLADecodeTCFRows is MLADecodeTCF over rows of different caches (slots)
+// in one launch, as MLADecodeTCPRows.
+func (k *Set) MLADecodeTCFRows(s cuda.Stream, out, lse, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	if err := mlaTCFKernel.checkArgs(indices, ws, nq, H, nidx, ldIdx, nsplit); err != nil {
+		return err
+	}
+	if err := k.needSM90("mla tcf rows"); err != nil {
+		return err
+	}
+	if rowBase == 0 {
+		return errors.New("mla tcf rows: no row bases")
+	}
+	return k.launchMLATiledRows(mlaTCFKernel, s, out, lse, qn, qp, cuda.DevPtr(cacheOff), 0, indices, lens, ws, rowBase, nq, H, nidx, ldIdx, nsplit, scale, true, true)
+}
+
+// MLADecodeTCFQ is MLADecodeTCQ (cluster cl of 2, 4, 8 or 16 blocks of two
+// quads, merged inside the cluster: one launch, no workspace) on
+// mla_decode_tcf's tiles. rowBase != 0: per-row cache bases, cache then the
+// layer's offset.
+func (k *Set) MLADecodeTCFQ(s cuda.Stream, out, lse, qn, qp, cache, blockTable, rowBase, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx, cl int, scale float32) error {
+	var d mlaTiled
+	for _, x := range mlaTCFQKernels {
+		if x.cluster == cl {
+			d = x
+		}
+	}
+	if d.name == "" || nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) {
+		return errors.Newf("mla tcfq: cluster %d (2, 4, 8 or 16) nq=%d H=%d nidx=%d ldIdx=%d", cl, nq, H, nidx, ldIdx)
+	}
+	if err := k.needSM90("mla tcfq"); err != nil {
+		return err
+	}
+	return k.launchMLATiledRows(d, s, out, lse, qn, qp, cache, blockTable, indices, lens, 0, rowBase, nq, H, nidx, ldIdx, cl, scale, true, false)
+}

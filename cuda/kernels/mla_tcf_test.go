@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -179,6 +180,36 @@ func TestKernelTimingMLATCF(t *testing.T) {
 					add(fmtName("graph: %s nq=%d H=%d", name, nq, H), nb, us, "decode + in-cluster combine")
 				}
 			}
+		}
+	})
+}
+
+// TestKernelProfileMLA (TILERT_GPU_PROFILE_MLA=1): one launch each of the
+// tensor-core MLA decodes at 128 heads x 2048 tokens (1 row, the planned
+// split) and the 16-head shard, for a profiler run (ncu -k regex:mla_).
+func TestKernelProfileMLA(t *testing.T) {
+	if os.Getenv("TILERT_GPU_PROFILE_MLA") != "1" {
+		t.Skip("TILERT_GPU_PROFILE_MLA=1 launches the MLA decodes once each for a profiler")
+	}
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		const nidx, T = 2048, 131072
+		cache := devMLACache(c, a, r, T)
+		for _, H := range []int{128, 16} {
+			qn, qp, ip, lens, out := devMLAQueries(a, r, 1, H, nidx, T)
+			ws := a.raw(MLAWorkspaceBytes(1, H, mlaHeadsSplits))
+			ns := k.MLATCSplits(1, H, nidx)
+			for _, d := range []mlaTiled{mlaTCKernel, mlaTCPKernel, mlaTCFKernel} {
+				chk(k.launchMLATiled(d, s, out, 0, qn, qp, cache, 0, ip, lens, ws, 1, H, nidx, nidx, ns, 0.1))
+			}
+			cl := k.MLATCQCluster(1, H)
+			if err := k.MLADecodeTCQ(s, out, 0, qn, qp, cache, 0, 0, ip, lens, 1, H, nidx, nidx, cl, 0.1); err != nil {
+				t.Logf("tcq%d: %v", cl, err)
+			}
+			if err := k.MLADecodeTCFQ(s, out, 0, qn, qp, cache, 0, 0, ip, lens, 1, H, nidx, nidx, cl, 0.1); err != nil {
+				t.Logf("tcfq%d: %v", cl, err)
+			}
+			chk(c.SyncStream(s))
 		}
 	})
 }

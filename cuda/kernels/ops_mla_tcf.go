@@ -14,7 +14,7 @@ import (
 
 // MLATCFSmemBytes is mla_decode_tcf's dynamic shared memory per quad of
 // 128 threads (MTF_SMEM_BYTES): 4 raw tiles, partial scores, 5 x token slots.
-const MLATCFSmemBytes = 4*mlaTCTile*41*16 + 4*mlaHeadsGroup*mlaTCTile*4 + 5*mlaTCTile*4
+const MLATCFSmemBytes = 4*mlaTCTile*41*16 + 4*mlaHeadsGroup*mlaTCTile*4 + 5*mlaTCTile*4 + 4*12*32*4
 
 const mlaTCFHint = "mla_decode_tcf needs sm_90 (fp8 conversions, clusters) and ~91 KiB of shared memory per 128 threads"
 

@@ -27,8 +27,9 @@
 #define MTF_NR 4
 #define MTF_NS (MTF_NR + 1)
 // Dynamic shared memory of one quad in bytes (MLATCFSmemBytes in
-// ops_mla_tcf.go): NR raw tiles, partial scores, NS x token slots.
-#define MTF_SMEM_BYTES (MTF_NR * MT_TT * MT_CH * 16 + 4 * MT_HG * MT_TT * 4 + MTF_NS * MT_TT * 4)
+// ops_mla_tcf.go): NR raw tiles, partial scores, NS x token slots, the
+// RoPE query parts ([4 warps][12][32 lanes] words: registers are short).
+#define MTF_SMEM_BYTES (MTF_NR * MT_TT * MT_CH * 16 + 4 * MT_HG * MT_TT * 4 + MTF_NS * MT_TT * 4 + 4 * 12 * 32 * 4)
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // Two e4m3 bytes (low byte -> low half) to exact fp16s.
@@ -111,6 +112,7 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
   uint4* raw = qbase;                                // [NR][TT][41] raw entries
   float* red = (float*)(raw + MTF_NR * MT_TT * MT_CH);  // [4 warps][HG][TT] partial scores
   int* slots = (int*)(red + 4 * MT_HG * MT_TT);     // [NS][TT] cache slot of each tile slot, -1 skipped
+  u32* qrs = (u32*)(slots + MTF_NS * MT_TT);        // [4 warps][12][32] RoPE query parts
   const int z = blockIdx.x, qi = blockIdx.y, h0 = blockIdx.z * MT_HG;
   const int tid = threadIdx.x & 127, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
   if (row_base) cache += row_base[qi];
@@ -133,7 +135,7 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
   // w = dims 128w + 16ks + 4t4 .. +3 (permuted k), scaled by 2^ea / 2^eb
   // and split into fp16 parts; the RoPE k-step (dims 512 + 16w + 4t4 ..)
   // in bf16 parts, unscaled.
-  u32 qa[8][4][3], qr[4][3];
+  u32 qa[8][4][3];
   float ia, ib;  // 2^-ea, 2^-eb
   {
     const int ha = h0 + g, hb = h0 + g + 8;
@@ -169,11 +171,15 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
       mtf_split3h(va[ks].z * fa, va[ks].w * fa, qa[ks][2]);
       mtf_split3h(vb[ks].z * fb, vb[ks].w * fb, qa[ks][3]);
     }
+    u32 qr[4][3];
     mt_split3(ra.x, ra.y, qr[0]);
     mt_split3(rb.x, rb.y, qr[1]);
     mt_split3(ra.z, ra.w, qr[2]);
     mt_split3(rb.z, rb.w, qr[3]);
+#pragma unroll
+    for (int i = 0; i < 12; i++) qrs[(w * 12 + i) * 32 + lane] = qr[i / 3][i % 3];
   }
+  __syncwarp();
   float o[16][4];
 #pragma unroll
   for (int j = 0; j < 16; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
@@ -234,7 +240,8 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
       const uint2 kv = *(const uint2*)(tb + (8 * n + g) * MLA_TOK_BYTES + MLA_LAT + 16 + 32 * w + 8 * t4);
 #pragma unroll
       for (int p = 0; p < 3; p++) {
-        const u32 a[4] = {qr[0][p], qr[1][p], qr[2][p], qr[3][p]};
+        const u32* qw = qrs + w * 12 * 32 + lane;
+        const u32 a[4] = {qw[(0 * 3 + p) * 32], qw[(1 * 3 + p) * 32], qw[(2 * 3 + p) * 32], qw[(3 * 3 + p) * 32]};
         mt_mma(s[n], a, kv.x, kv.y);
       }
     }

@@ -61,6 +61,15 @@ func TestKernelMLATCF(t *testing.T) {
 				}
 			}
 			record(t, fmtName("mla_decode_tcf repeat nq=%d H=%d split=%d", cs.nq, cs.H, cs.nsplit), "mismatched outputs", float64(bad), 0)
+			for _, d := range mlaTCF2Kernels {
+				if d.cluster > 0 && cs.nq*cdiv(cs.H, 16)*d.cluster > c.Info().SMs {
+					continue
+				}
+				g := run(func(out, lse cuda.DevPtr) {
+					chk(k.launchMLATiledRows(d, s, out, lse, qn, qp, cache, 0, ip, lens, ws, 0, cs.nq, cs.H, nidx, nidx, cs.nsplit, 0.07, true, true))
+				})
+				record(t, fmtName("%s (2 fp16 parts) vs tcp nq=%d H=%d split=%d", d.name, cs.nq, cs.H, cs.nsplit), "max|d|/max|tcp|", diff(g, want), 1e-5)
+			}
 			for _, cl := range []int{2, 4, 8, 16} {
 				var err error
 				g := run(func(out, lse cuda.DevPtr) {
@@ -156,6 +165,15 @@ func TestKernelTimingMLATCF(t *testing.T) {
 						add(fmtName("graph: %s nq=%d H=%d split=%d decode only", d.name, nq, H, sp), nb, us, "")
 					}
 				}
+			}
+			for _, d := range mlaTCF2Kernels {
+				if d.cluster > 0 && nq*cdiv(H, 16)*d.cluster > c.Info().SMs {
+					continue
+				}
+				us := graphUsRot(c, s, 8, 15, func(i int) {
+					chk(k.launchMLATiledRows(d, s, out[i], 0, qn[i], qp[i], cache, 0, ip[i], lens[i], ws, 0, nq, H, nidx, nidx, ns, 0.1, true, true))
+				})
+				add(fmtName("graph: %s nq=%d H=%d split=%d", d.name, nq, H, ns), nb, us, "2 fp16 parts")
 			}
 			for _, cl := range []int{16, 8, 4} {
 				if nq*cdiv(H, 16)*cl > c.Info().SMs {

@@ -29,6 +29,15 @@ var mlaTCFQKernels = []mlaTiled{
 	{"mla_decode_tcfq16", "mla tcfq", 256, 2 * MLATCFSmemBytes, mlaTCFHint, 2 * mlaTCTile, "", 0, true, 16},
 }
 
+// mlaTCF2Kernels: mla_decode_tcf with two fp16 parts of the queries and
+// probabilities (a third fewer mma; products ~2^-22 relative, not
+// float32-exact): split + combine, and cluster-merged of 8 and 16.
+var mlaTCF2Kernels = []mlaTiled{
+	{"mla_decode_tcf2", "mla tcf2", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true, 0},
+	{"mla_decode_tcf2q8", "mla tcf2q", 256, 2 * MLATCFSmemBytes, mlaTCFHint, 2 * mlaTCTile, "", 0, true, 8},
+	{"mla_decode_tcf2q16", "mla tcf2q", 256, 2 * MLATCFSmemBytes, mlaTCFHint, 2 * mlaTCTile, "", 0, true, 16},
+}
+
 func (k *Set) needSM90(what string) error {
 	if i := k.c.Info(); i.CCMajor < 9 {
 		return errors.WithHint(errors.Newf("%s: compute capability %d.%d", what, i.CCMajor, i.CCMinor),

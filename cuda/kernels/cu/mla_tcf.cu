@@ -63,6 +63,20 @@ __device__ __forceinline__ void mtf_split3h(float a, float b, u32* p) {
   p[2] = mtf_f16x2(a, b);
 }
 
+// NP = 2: hi + lo only (22 bits: ~2^-22 of the largest value of the
+// scaled group, not float32-exact; the timing comparison of mma counts).
+template <int NP>
+__device__ __forceinline__ void mtf_splith(float a, float b, u32* p) {
+  if (NP == 3) {
+    mtf_split3h(a, b, p);
+  } else {
+    p[0] = mtf_f16x2(a, b);
+    a -= mtf_h2f(p[0]);
+    b -= mtf_h2f(p[0] >> 16);
+    p[1] = mtf_f16x2(a, b);
+  }
+}
+
 __device__ __forceinline__ void mtf_mma_h(float* c, const u32* a, u32 b0, u32 b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -98,7 +112,7 @@ __device__ __forceinline__ void mtf_issue(int tid, uint4* raw, const u8* __restr
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-template <int CL, int QD>
+template <int CL, int QD, int NP = 3>
 __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const float* __restrict__ qp,
                                          const u8* __restrict__ cache, const int* __restrict__ block_table,
                                          const int* __restrict__ indices, int ld_idx, int nidx,
@@ -135,7 +149,7 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
   // w = dims 128w + 16ks + 4t4 .. +3 (permuted k), scaled by 2^ea / 2^eb
   // and split into fp16 parts; the RoPE k-step (dims 512 + 16w + 4t4 ..)
   // in bf16 parts, unscaled.
-  u32 qa[8][4][3];
+  u32 qa[8][4][NP];
   float ia, ib;  // 2^-ea, 2^-eb
   {
     const int ha = h0 + g, hb = h0 + g + 8;
@@ -166,10 +180,10 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
     ib = mtf_pow2(-eb);
 #pragma unroll
     for (int ks = 0; ks < 8; ks++) {
-      mtf_split3h(va[ks].x * fa, va[ks].y * fa, qa[ks][0]);
-      mtf_split3h(vb[ks].x * fb, vb[ks].y * fb, qa[ks][1]);
-      mtf_split3h(va[ks].z * fa, va[ks].w * fa, qa[ks][2]);
-      mtf_split3h(vb[ks].z * fb, vb[ks].w * fb, qa[ks][3]);
+      mtf_splith<NP>(va[ks].x * fa, va[ks].y * fa, qa[ks][0]);
+      mtf_splith<NP>(vb[ks].x * fb, vb[ks].y * fb, qa[ks][1]);
+      mtf_splith<NP>(va[ks].z * fa, va[ks].w * fa, qa[ks][2]);
+      mtf_splith<NP>(vb[ks].z * fb, vb[ks].w * fb, qa[ks][3]);
     }
     u32 qr[4][3];
     mt_split3(ra.x, ra.y, qr[0]);
@@ -218,7 +232,7 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
         kb[n][1] = mtf_e4m3x2(x >> 16);
       }
 #pragma unroll
-      for (int p = 0; p < 3; p++) {
+      for (int p = 0; p < NP; p++) {
         const u32 a[4] = {qa[ks][0][p], qa[ks][1][p], qa[ks][2][p], qa[ks][3][p]};
 #pragma unroll
         for (int n = 0; n < 4; n++) mtf_mma_h(s[n], a, kb[n][0], kb[n][1]);
@@ -301,14 +315,14 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
       // token's scale and 2^(14-E), in three fp16 parts.
       const float fa0 = sc[2 * kk][0] * fe, fa1 = sc[2 * kk][1] * fe;
       const float fb0 = sc[2 * kk + 1][0] * fe, fb1 = sc[2 * kk + 1][1] * fe;
-      u32 pp[4][3];
-      mtf_split3h(s[2 * kk][0] * fa0, s[2 * kk][1] * fa1, pp[0]);
-      mtf_split3h(s[2 * kk][2] * fa0, s[2 * kk][3] * fa1, pp[1]);
-      mtf_split3h(s[2 * kk + 1][0] * fb0, s[2 * kk + 1][1] * fb1, pp[2]);
-      mtf_split3h(s[2 * kk + 1][2] * fb0, s[2 * kk + 1][3] * fb1, pp[3]);
+      u32 pp[4][NP];
+      mtf_splith<NP>(s[2 * kk][0] * fa0, s[2 * kk][1] * fa1, pp[0]);
+      mtf_splith<NP>(s[2 * kk][2] * fa0, s[2 * kk][3] * fa1, pp[1]);
+      mtf_splith<NP>(s[2 * kk + 1][0] * fb0, s[2 * kk + 1][1] * fb1, pp[2]);
+      mtf_splith<NP>(s[2 * kk + 1][2] * fb0, s[2 * kk + 1][3] * fb1, pp[3]);
       const u32 p0[4] = {pp[0][0], pp[1][0], pp[2][0], pp[3][0]};
       const u32 p1[4] = {pp[0][1], pp[1][1], pp[2][1], pp[3][1]};
-      const u32 p2[4] = {pp[0][2], pp[1][2], pp[2][2], pp[3][2]};
+      const u32 p2[4] = {pp[0][NP - 1], pp[1][NP - 1], pp[2][NP - 1], pp[3][NP - 1]};
       // ldmatrix.trans x4 over the raw rows: matrix mi = tokens 16kk +
       // 8(mi&1) .. +7, bytes 128w + 16(cc + (mi>>1)) .. +15. Thread (g, t4)
       // gets, per matrix, bytes 2g, 2g+1 of tokens 2t4 and 2t4+1: permuted
@@ -332,10 +346,12 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
         mtf_mma_h(o[4 * cp + 1], p1, d0, d1);
         mtf_mma_h(o[4 * cp + 2], p1, e2, e3);
         mtf_mma_h(o[4 * cp + 3], p1, d2, d3);
-        mtf_mma_h(o[4 * cp], p2, e0, e1);
-        mtf_mma_h(o[4 * cp + 1], p2, d0, d1);
-        mtf_mma_h(o[4 * cp + 2], p2, e2, e3);
-        mtf_mma_h(o[4 * cp + 3], p2, d2, d3);
+        if (NP == 3) {
+          mtf_mma_h(o[4 * cp], p2, e0, e1);
+          mtf_mma_h(o[4 * cp + 1], p2, d0, d1);
+          mtf_mma_h(o[4 * cp + 2], p2, e2, e3);
+          mtf_mma_h(o[4 * cp + 3], p2, d2, d3);
+        }
       }
     }
     if (tid < MT_TT) slots[((it + MTF_NR) % MTF_NS) * MT_TT + tid] = nslot;
@@ -447,7 +463,26 @@ MTFQ_KERNEL(2)
 MTFQ_KERNEL(4)
 MTFQ_KERNEL(8)
 MTFQ_KERNEL(16)
+// Two fp16 parts of the queries and probabilities (timing comparison:
+// a third fewer mma; ~2^-22 relative products, not float32-exact).
+extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcf2(MT_ARGS, const long long* __restrict__ row_base) {
+  PDL_WAIT();
+  mtf_body<0, 1, 2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
+}
+extern "C" __global__ __cluster_dims__(8, 1, 1) void __launch_bounds__(256, 1)
+    mla_decode_tcf2q8(MT_ARGS, const long long* __restrict__ row_base) {
+  PDL_WAIT();
+  mtf_body<8, 2, 2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
+}
+extern "C" __global__ __cluster_dims__(16, 1, 1) void __launch_bounds__(256, 1)
+    mla_decode_tcf2q16(MT_ARGS, const long long* __restrict__ row_base) {
+  PDL_WAIT();
+  mtf_body<16, 2, 2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
+}
 #else
+extern "C" __global__ void __launch_bounds__(128) mla_decode_tcf2(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
+extern "C" __global__ void __launch_bounds__(256) mla_decode_tcf2q8(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
+extern "C" __global__ void __launch_bounds__(256) mla_decode_tcf2q16(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcf(MT_ARGS, const long long* __restrict__ row_base) {
   PDL_WAIT();
   __trap();

@@ -166,6 +166,15 @@ func TestKernelTimingMLATCF(t *testing.T) {
 					}
 				}
 			}
+			for _, d := range mlaTCFDiag {
+				if nq != 1 || H == 8 {
+					continue
+				}
+				us := graphUsRot(c, s, 8, 15, func(i int) {
+					chk(k.launchMLATiledParts(d, s, out[i], 0, qn[i], qp[i], cache, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, ns, 0.1, true, false))
+				})
+				add(fmtName("graph: %s nq=%d H=%d split=%d decode only", d.name, nq, H, ns), nb, us, "wrong results: stages dropped")
+			}
 			for _, d := range mlaTCF2Kernels {
 				if d.cluster > 0 && nq*cdiv(H, 16)*d.cluster > c.Info().SMs {
 					continue

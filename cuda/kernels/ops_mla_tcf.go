@@ -38,6 +38,15 @@ var mlaTCF2Kernels = []mlaTiled{
 	{"mla_decode_tcf2q16", "mla tcf2q", 256, 2 * MLATCFSmemBytes, mlaTCFHint, 2 * mlaTCTile, "", 0, true, 16},
 }
 
+// mlaTCFDiag: mla_decode_tcf without its score mma (and so without the
+// query loads), without its P.V mma, without both: wrong results, for the
+// timing table only (where a tile's time goes).
+var mlaTCFDiag = []mlaTiled{
+	{"mla_decode_tcf_d1", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true, 0},
+	{"mla_decode_tcf_d2", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true, 0},
+	{"mla_decode_tcf_d3", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true, 0},
+}
+
 func (k *Set) needSM90(what string) error {
 	if i := k.c.Info(); i.CCMajor < 9 {
 		return errors.WithHint(errors.Newf("%s: compute capability %d.%d", what, i.CCMajor, i.CCMinor),

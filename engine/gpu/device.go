@@ -66,8 +66,8 @@ type device interface {
 	addRMSNormPF(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32, pf [kernels.MaxL2Prefetch]kernels.L2Range) error
 	siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error
 	// embed gathers rows ids of a bf16 [V][D] table; an id outside [0, V)
-	// gives a NaN row with TILERT_GPU_EMBED_CHECK=1 (embedCheckOn; the
-	// emulator always), else reads outside the table.
+	// gives a NaN row (embedCheckOn, the default; the emulator always);
+	// TILERT_GPU_EMBED_CHECK=0 reads outside the table instead.
 	embed(out, table, ids cuda.DevPtr, T, D, V int) error
 	moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error
 	moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error
@@ -719,14 +719,16 @@ func (b *cudaDevice) moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D
 	return b.k.MoECombineAddRMSNorm(b.s, out, x, y, w, resid, nw, M, k, D, ldx, ldy, eps)
 }
 
-// embedCheckOn: TILERT_GPU_EMBED_CHECK=1 takes embed_bf16_checked, which
-// writes a NaN row for an id outside the vocabulary instead of reading
-// outside the table. It matters for the pipelined step (ahead.go): a pick
-// over non-finite logits (arg-max 0x7fffffff) reaches the next forward on
-// the device before the host refuses it, and the plain kernel's read faults
-// the context. Opt-in until a device run has checked it (written after the
-// last one of 2026-12-01).
-var embedCheckOn = os.Getenv("TILERT_GPU_EMBED_CHECK") == "1"
+// embedCheckOn: embed_bf16_checked writes a NaN row for an id outside the
+// vocabulary instead of reading outside the table. It matters for the
+// pipelined step (ahead.go, on by default): a pick over non-finite logits
+// (arg-max 0x7fffffff) reaches the next forward on the device before the
+// host refuses it, and the plain kernel's read would fault the context
+// for every slot. One compare per row; checked on the H200 against its CPU
+// reference and in the pipelined engine tests (docs/measured/
+// h200-2026-12-01-s4-round2/async). TILERT_GPU_EMBED_CHECK=0 takes the
+// unchecked kernel.
+var embedCheckOn = os.Getenv("TILERT_GPU_EMBED_CHECK") != "0"
 
 // fuseOn: the attention side's per-row work after the projections runs as
 // one attnEpilogue launch per group (on the H200 3.2 us per layer in a

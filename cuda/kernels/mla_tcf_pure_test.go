@@ -191,3 +191,193 @@ func TestMLATCFLayout(t *testing.T) {
 		t.Fatalf("fragment mapping: scores off by %g, outputs by %g", worstS, worstO)
 	}
 }
+
+// f16RoundT rounds v to the nearest fp16 (ties to even, subnormals kept;
+// the kernels' cvt.rn.f16x2.f32).
+func f16RoundT(v float32) float32 {
+	a := math.Abs(float64(v))
+	if a == 0 {
+		return v
+	}
+	q := math.Ldexp(1, -24)
+	if a >= math.Ldexp(1, -14) {
+		q = math.Ldexp(1, math.Ilogb(a)-10)
+	}
+	return float32(math.RoundToEven(float64(v)/q) * q)
+}
+
+// splitH is mtf_splith: np fp16 parts, each the rounding of what the
+// previous leave (float32 arithmetic, as on the device).
+func splitH(v float32, np int) []float32 {
+	p := make([]float32, np)
+	for i := range p {
+		p[i] = f16RoundT(v)
+		v -= p[i]
+	}
+	return p
+}
+
+// TestMLATCFArithmetic transcribes mla_decode_tcf's value arithmetic (not
+// its fragments: TestMLATCFLayout) in Go: the queries of each (head,
+// latent group) scaled by 2^e into [2^14, 2^15) and split in fp16 parts,
+// the partial scores scaled back and by the group scale, the RoPE part
+// added, the online softmax over 32-token tiles with the P.V exponent E
+// (a running max of the group scales, o rescaled when it grows),
+// P x scale x 2^(14-E) in fp16 parts, the output scaled by 2^(E-14) / l;
+// against float64 over cache rows whose group scales span 2^-20..2^6 (E
+// grows across tiles). Three parts: float32-level; two parts: ~2^-22.
+func TestMLATCFArithmetic(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 5))
+	const H, T, TB = 16, 96, MLATokenBytes
+	rows := randFP8(r, T*TB)
+	for tok := range T {
+		for g := range 4 {
+			putF32(rows[tok*TB+512+4*g:], float32(math.Ldexp(0.5+r.Float64(), -20+r.IntN(27)*tok/T)))
+		}
+		for i := range 64 {
+			u := bf16Round(float32(r.NormFloat64()))
+			rows[tok*TB+528+2*i], rows[tok*TB+529+2*i] = byte(u), byte(u>>8)
+		}
+	}
+	scl := func(tok, g int) float32 { return getF32(rows[tok*TB+512+4*g:]) }
+	raw := func(tok, d int) float64 { return fp8Table[rows[tok*TB+d]] }
+	rope := func(tok, i int) float64 { return bf16ToF64(uint16(rows[tok*TB+528+2*i]) | uint16(rows[tok*TB+529+2*i])<<8) }
+	q := make([][]float32, H)
+	for h := range q {
+		q[h] = make([]float32, 576)
+		mag := math.Ldexp(1, r.IntN(12)-6)
+		for d := range q[h] {
+			q[h][d] = float32(r.NormFloat64() * mag)
+		}
+	}
+	const scale = 0.05
+	for _, np := range []int{3, 2} {
+		var worst float64
+		for h := range H {
+			// Reference in float64.
+			sc := make([]float64, T)
+			mx := math.Inf(-1)
+			for tok := range T {
+				var d float64
+				for i := range 512 {
+					d += float64(q[h][i]) * raw(tok, i) * float64(scl(tok, i/128))
+				}
+				for i := range 64 {
+					d += float64(q[h][512+i]) * rope(tok, i)
+				}
+				sc[tok] = d * scale
+				mx = math.Max(mx, sc[tok])
+			}
+			want := make([]float64, 512)
+			var l float64
+			for tok := range T {
+				p := math.Exp(sc[tok] - mx)
+				l += p
+				for i := range 512 {
+					want[i] += p * raw(tok, i) * float64(scl(tok, i/128))
+				}
+			}
+			var maxC float64
+			for i := range want {
+				want[i] /= l
+				maxC = math.Max(maxC, math.Abs(want[i]))
+			}
+			// The kernel's arithmetic: per group w, split queries.
+			var qs [4][]float32
+			var ie [4]float32
+			for w := range 4 {
+				var m float32
+				for i := 128 * w; i < 128*w+128; i++ {
+					m = float32(math.Max(float64(m), math.Abs(float64(q[h][i]))))
+				}
+				e := 0
+				if m > 0 {
+					e = max(-126, min(126, 14-(math.Ilogb(float64(m)))))
+				}
+				f := float32(math.Ldexp(1, e))
+				ie[w] = float32(math.Ldexp(1, -e))
+				qs[w] = make([]float32, 128*np)
+				for i := range 128 {
+					copy(qs[w][i*np:], splitH(q[h][128*w+i]*f, np))
+				}
+			}
+			o := make([]float64, 512)
+			m0, l0 := math.Inf(-1), 0.0
+			E := [4]int{-126, -126, -126, -126}
+			for t0 := 0; t0 < T; t0 += 32 {
+				s := make([]float64, 32)
+				for j := range 32 {
+					tok := t0 + j
+					var tot float32
+					for w := range 4 {
+						var part float64 // the tensor cores' f32 sum (float64 here: far inside the bound)
+						for i := range 128 {
+							for p := range np {
+								part += float64(qs[w][i*np+p]) * raw(tok, 128*w+i)
+							}
+						}
+						v := float32(part) * ie[w] * scl(tok, w)
+						var rp float64
+						for i := 16 * w; i < 16*w+16; i++ {
+							rp += float64(q[h][512+i]) * rope(tok, i)
+						}
+						tot += v + float32(rp)
+					}
+					s[j] = float64(tot * scale)
+				}
+				nm := m0
+				for _, v := range s {
+					nm = math.Max(nm, v)
+				}
+				c := math.Exp(m0 - nm)
+				if math.IsInf(m0, -1) {
+					c = 1
+				}
+				l0 *= c
+				for i := range o {
+					o[i] *= c
+				}
+				for w := range 4 {
+					var smax float32
+					for j := range 32 {
+						smax = float32(math.Max(float64(smax), float64(scl(t0+j, w))))
+					}
+					et := math.Ilogb(float64(smax)) + 1
+					if et > E[w] {
+						rr := math.Ldexp(1, max(-126, E[w]-et))
+						for i := 128 * w; i < 128*w+128; i++ {
+							o[i] *= rr
+						}
+						E[w] = min(et, 140)
+					}
+				}
+				for j := range 32 {
+					p := float32(math.Exp(s[j] - nm))
+					l0 += float64(p)
+					for w := range 4 {
+						fe := float32(math.Ldexp(1, max(-126, min(127, 14-E[w]))))
+						pp := splitH(p*(scl(t0+j, w)*fe), np)
+						for i := 128 * w; i < 128*w+128; i++ {
+							for _, v := range pp {
+								o[i] += float64(v) * raw(t0+j, i)
+							}
+						}
+					}
+				}
+				m0 = nm
+			}
+			for i := range o {
+				got := o[i] * math.Ldexp(1, max(-126, min(127, E[i/128]-14))) / l0
+				worst = math.Max(worst, math.Abs(got-want[i])/maxC)
+			}
+		}
+		bound := 1e-6
+		if np == 2 {
+			bound = 1e-5
+		}
+		t.Logf("%d fp16 parts: max|d|/max|ref| = %.3g (bound %.g)", np, worst, bound)
+		if !(worst <= bound) {
+			t.Errorf("%d fp16 parts: max|d|/max|ref| = %.3g, bound %.g", np, worst, bound)
+		}
+	}
+}

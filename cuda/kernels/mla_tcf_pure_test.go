@@ -241,7 +241,9 @@ func TestMLATCFArithmetic(t *testing.T) {
 	}
 	scl := func(tok, g int) float32 { return getF32(rows[tok*TB+512+4*g:]) }
 	raw := func(tok, d int) float64 { return fp8Table[rows[tok*TB+d]] }
-	rope := func(tok, i int) float64 { return bf16ToF64(uint16(rows[tok*TB+528+2*i]) | uint16(rows[tok*TB+529+2*i])<<8) }
+	rope := func(tok, i int) float64 {
+		return bf16ToF64(uint16(rows[tok*TB+528+2*i]) | uint16(rows[tok*TB+529+2*i])<<8)
+	}
 	q := make([][]float32, H)
 	for h := range q {
 		q[h] = make([]float32, 576)

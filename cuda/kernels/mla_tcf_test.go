@@ -50,7 +50,7 @@ func TestKernelMLATCF(t *testing.T) {
 				chk(k.MLADecodeTCP(s, out, lse, qn, qp, cache, 0, ip, lens, ws, cs.nq, cs.H, nidx, nidx, cs.nsplit, 0.07))
 			})
 			tcf := func(out, lse cuda.DevPtr) {
-				chk(k.MLADecodeTCF(s, out, lse, qn, qp, cache, 0, ip, lens, ws, cs.nq, cs.H, nidx, nidx, cs.nsplit, 0.07))
+				chk(k.MLADecodeTCF(s, MLATCF3, out, lse, qn, qp, cache, 0, 0, ip, lens, ws, cs.nq, cs.H, nidx, nidx, cs.nsplit, 0.07))
 			}
 			got, again := run(tcf), run(tcf)
 			record(t, fmtName("mla_decode_tcf vs tcp nq=%d H=%d split=%d", cs.nq, cs.H, cs.nsplit), "max|d|/max|tcp|", diff(got, want), 1e-5)
@@ -61,14 +61,14 @@ func TestKernelMLATCF(t *testing.T) {
 				}
 			}
 			record(t, fmtName("mla_decode_tcf repeat nq=%d H=%d split=%d", cs.nq, cs.H, cs.nsplit), "mismatched outputs", float64(bad), 0)
-			for _, d := range mlaTCF2Kernels {
+			for _, d := range append([]mlaTiled{mlaTCF8Kernel}, mlaTCF2Kernels...) {
 				if d.cluster > 0 && cs.nq*cdiv(cs.H, 16)*d.cluster > c.Info().SMs {
 					continue
 				}
 				g := run(func(out, lse cuda.DevPtr) {
 					chk(k.launchMLATiledRows(d, s, out, lse, qn, qp, cache, 0, ip, lens, ws, 0, cs.nq, cs.H, nidx, nidx, cs.nsplit, 0.07, true, true))
 				})
-				record(t, fmtName("%s (2 fp16 parts) vs tcp nq=%d H=%d split=%d", d.name, cs.nq, cs.H, cs.nsplit), "max|d|/max|tcp|", diff(g, want), 1e-5)
+				record(t, fmtName("%s vs tcp nq=%d H=%d split=%d", d.name, cs.nq, cs.H, cs.nsplit), "max|d|/max|tcp|", diff(g, want), 1e-5)
 			}
 			for _, cl := range []int{2, 4, 8, 16} {
 				var err error
@@ -96,15 +96,21 @@ func TestKernelMLATCF(t *testing.T) {
 		qn, qp, ip, lens, _ := devMLAQueries(a, r, nq, H, nidx, T)
 		ws := a.raw(MLAWorkspaceBytes(nq, H, mlaHeadsSplits))
 		ns := k.MLATCSplits(nq, H, nidx)
-		rowsOut, perOut := a.poisoned(nq*H*MLALatentDim), a.poisoned(nq*H*MLALatentDim)
-		chk(k.MLADecodeTCFRows(s, rowsOut, 0, qn, qp, int64(cache), bp, ip, lens, ws, nq, H, nidx, nidx, ns, 0.07))
 		qAt := func(p cuda.DevPtr, i, w int) cuda.DevPtr { return p.Add(int64(4 * i * H * w)) }
-		for i := range nq {
-			chk(k.MLADecodeTCF(s, qAt(perOut, i, MLALatentDim), 0, qAt(qn, i, MLALatentDim), qAt(qp, i, MLARopeDim), regions[i], 0,
-				ip.Add(int64(4*i*nidx)), lens.Add(int64(4*i)), ws, 1, H, nidx, nidx, k.MLATCSplits(1, H, nidx), 0.07))
+		var a2 []float32
+		for _, v := range []MLATCF{MLATCF3, MLATCF2, MLATCF8} {
+			rowsOut, perOut := a.poisoned(nq*H*MLALatentDim), a.poisoned(nq*H*MLALatentDim)
+			chk(k.MLADecodeTCF(s, v, rowsOut, 0, qn, qp, cuda.DevPtr(int64(cache)), 0, bp, ip, lens, ws, nq, H, nidx, nidx, ns, 0.07))
+			for i := range nq {
+				chk(k.MLADecodeTCF(s, v, qAt(perOut, i, MLALatentDim), 0, qAt(qn, i, MLALatentDim), qAt(qp, i, MLARopeDim), regions[i], 0, 0,
+					ip.Add(int64(4*i*nidx)), lens.Add(int64(4*i)), ws, 1, H, nidx, nidx, k.MLATCSplits(1, H, nidx), 0.07))
+			}
+			a1, per := downF32(c, rowsOut, nq*H*MLALatentDim), downF32(c, perOut, nq*H*MLALatentDim)
+			if v == MLATCF3 {
+				a2 = per
+			}
+			record(t, fmtName("%s rows (3 slots) vs one launch per row", v.kernel().name), "max|d|/max|row|", diff(a1, per), 1e-5)
 		}
-		a1, a2 := downF32(c, rowsOut, nq*H*MLALatentDim), downF32(c, perOut, nq*H*MLALatentDim)
-		record(t, "mla_decode_tcf rows (3 slots) vs one launch per row", "max|d|/max|row|", diff(a1, a2), 1e-5)
 		for _, cl := range []int{8, 4} {
 			if nq*8*cl > c.Info().SMs {
 				continue
@@ -122,9 +128,11 @@ func TestKernelMLATCF(t *testing.T) {
 
 // TestKernelTimingMLATCF (TILERT_GPU_TIMING=1): graph-timed sparse MLA
 // decode, 2048 selected of 131072 tokens (86 MB of cache, more than the L2),
-// 8 query sets rotating: tc (the engine's default), tcp, tcf at the planned
-// split and its neighbours, tcq / tcfq per cluster; 1 and 4 rows of 128
-// heads and the TP-8 shards' 16 (DeepSeek) and 8 (GLM) heads.
+// 8 query sets rotating: tc (the engine's default before tcf), tcp, tcf
+// (three parts), tcf2 (two parts: the engine's default) and tcf8 at the
+// planned split and its neighbours, tcf's stage-dropped variants; 1 and 4
+// rows of 128 heads and the TP-8 shards' 16 (DeepSeek) and 8 (GLM) heads.
+// (The cluster-merged tcq / tcfq were timed in run 1: 1.5-2.5x slower.)
 func TestKernelTimingMLATCF(t *testing.T) {
 	needTiming(t)
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
@@ -145,9 +153,9 @@ func TestKernelTimingMLATCF(t *testing.T) {
 			ws := a.raw(MLAWorkspaceBytes(nq, H, mlaHeadsSplits))
 			nb := float64(nq * (nidx*MLATokenBytes + 4*H*(512+64+512)))
 			ns := k.MLATCSplits(nq, H, nidx)
-			for _, d := range []mlaTiled{mlaTCKernel, mlaTCPKernel, mlaTCFKernel} {
+			for _, d := range []mlaTiled{mlaTCKernel, mlaTCPKernel, mlaTCFKernel, mlaTCF2Kernels[0], mlaTCF8Kernel} {
 				sps := []int{ns}
-				if d.name == mlaTCFKernel.name {
+				if d.name != mlaTCKernel.name && d.name != mlaTCPKernel.name {
 					sps = []int{ns / 2, ns, 2 * ns}
 				}
 				for _, sp := range sps {
@@ -175,38 +183,6 @@ func TestKernelTimingMLATCF(t *testing.T) {
 				})
 				add(fmtName("graph: %s nq=%d H=%d split=%d decode only", d.name, nq, H, ns), nb, us, "wrong results: stages dropped")
 			}
-			for _, d := range mlaTCF2Kernels {
-				if d.cluster > 0 && nq*cdiv(H, 16)*d.cluster > c.Info().SMs {
-					continue
-				}
-				us := graphUsRot(c, s, 8, 15, func(i int) {
-					chk(k.launchMLATiledRows(d, s, out[i], 0, qn[i], qp[i], cache, 0, ip[i], lens[i], ws, 0, nq, H, nidx, nidx, ns, 0.1, true, true))
-				})
-				add(fmtName("graph: %s nq=%d H=%d split=%d", d.name, nq, H, ns), nb, us, "2 fp16 parts")
-			}
-			for _, cl := range []int{16, 8, 4} {
-				if nq*cdiv(H, 16)*cl > c.Info().SMs {
-					continue
-				}
-				for _, q := range []bool{false, true} {
-					name := fmtName("mla_decode_tcq%d", cl)
-					f := func(i int) error {
-						return k.MLADecodeTCQ(s, out[i], 0, qn[i], qp[i], cache, 0, 0, ip[i], lens[i], nq, H, nidx, nidx, cl, 0.1)
-					}
-					if q {
-						name = fmtName("mla_decode_tcfq%d", cl)
-						f = func(i int) error {
-							return k.MLADecodeTCFQ(s, out[i], 0, qn[i], qp[i], cache, 0, 0, ip[i], lens[i], nq, H, nidx, nidx, cl, 0.1)
-						}
-					}
-					if err := f(0); err != nil {
-						add(fmtName("graph: %s nq=%d H=%d: %v", name, nq, H, err), nb, 0, "launch error")
-						continue
-					}
-					us := graphUsRot(c, s, 8, 15, func(i int) { chk(f(i)) })
-					add(fmtName("graph: %s nq=%d H=%d", name, nq, H), nb, us, "decode + in-cluster combine")
-				}
-			}
 		}
 	})
 }
@@ -226,7 +202,7 @@ func TestKernelProfileMLA(t *testing.T) {
 			qn, qp, ip, lens, out := devMLAQueries(a, r, 1, H, nidx, T)
 			ws := a.raw(MLAWorkspaceBytes(1, H, mlaHeadsSplits))
 			ns := k.MLATCSplits(1, H, nidx)
-			for _, d := range []mlaTiled{mlaTCKernel, mlaTCPKernel, mlaTCFKernel} {
+			for _, d := range []mlaTiled{mlaTCKernel, mlaTCPKernel, mlaTCFKernel, mlaTCF8Kernel} {
 				chk(k.launchMLATiled(d, s, out, 0, qn, qp, cache, 0, ip, lens, ws, 1, H, nidx, nidx, ns, 0.1))
 			}
 			cl := k.MLATCQCluster(1, H)

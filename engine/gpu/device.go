@@ -536,29 +536,48 @@ func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64,
 	return b.k.IndexerScoresMMARows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
 }
 
-// mlaTCF: TILERT_GPU_MLA_TCF=1 runs the fp8 MLA decode on mla_decode_tcf
-// (fp16 fragments straight from the raw tiles) split over the SMs with
-// the combine; =q on mla_decode_tcfq (two quads a block, the splits merged
-// inside a cluster: one launch). Float32 rounding apart from tc/tcp.
-var mlaTCF = os.Getenv("TILERT_GPU_MLA_TCF")
+// mlaTCF: the fp8 MLA decode runs on mla_decode_tcf (fp16 fragments
+// straight from the raw fp8 tiles; H200: 128 heads x 2048 tokens 24.3 ->
+// 17.5 us with the combine, the TP-8 shard's 16 heads 13.4 -> 11.0, 4 rows
+// 70.8 -> 45.0) split over the SMs with the combine: unset or =2 two fp16
+// parts of the queries and probabilities (float32 rounding apart from tc),
+// =3 three parts, =8 two parts with 8 warps per head group, =q three parts
+// merged inside a cluster (one launch; slower); =0 keeps mla_decode_tc (or
+// TILERT_GPU_MLA_TCP / TCQ / TC32 as they say).
+var mlaTCF = tcfSwitch(os.Getenv("TILERT_GPU_MLA_TCF"))
+
+func tcfSwitch(v string) string {
+	switch v {
+	case "":
+		return "2"
+	case "0":
+		return ""
+	}
+	return v
+}
 
 // mlaDecodeTCF runs mla_decode_tcf as mlaTCF says; rowBase != 0: rows of
 // several slots (cache then the layer's offset).
 func (b *cudaDevice) mlaDecodeTCF(out, qn, qp, cache, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
-	if mlaTCF == "q" {
+	v := kernels.MLATCF2
+	switch mlaTCF {
+	case "q":
 		return b.k.MLADecodeTCFQ(b.s, out, 0, qn, qp, cache, 0, rowBase, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCQCluster(nq, H), scale)
+	case "1", "3":
+		v = kernels.MLATCF3
+	case "8":
+		v = kernels.MLATCF8
 	}
-	ns := b.k.MLATCSplits(nq, H, nidx)
-	if rowBase != 0 {
-		return b.k.MLADecodeTCFRows(b.s, out, 0, qn, qp, int64(cache), rowBase, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
-	}
-	return b.k.MLADecodeTCF(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
+	return b.k.MLADecodeTCF(b.s, v, out, 0, qn, qp, cache, 0, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, b.k.MLATCSplits(nq, H, nidx), scale)
 }
 
-// slotMergeOn: TILERT_GPU_SLOT_MERGE=1 runs the indexer scores, the top-k
-// and the fp8 MLA decode once for the rows of all slots (per-row cache
-// bases in the step's metadata) instead of once per slot.
-var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") == "1"
+// slotMergeOn: with more than one slot in a step, the indexer scores, the
+// top-k and the fp8 MLA decode run once for the rows of all slots (per-row
+// cache bases in the step's metadata) instead of once per slot (H200, 4
+// slots at 8192: step 7.40 -> 7.15 ms with the cluster MLA of that run,
+// whose 4 rows took 132 us a layer against mla_decode_tcf2's 45).
+// TILERT_GPU_SLOT_MERGE=0 keeps one launch per slot.
+var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") != "0"
 
 // mlaPrefillOn: TILERT_GPU_MLA_PREFILL=1 runs the fp8 MLA of a slot's
 // group of at least mlaPrefillMinRows rows (a prefill chunk) on

@@ -96,20 +96,46 @@ __device__ __forceinline__ int mtf_qexp(float mx) {
   return min(126, max(-126, 14 - ex));
 }
 
-// The cp.async of one quad's tile (slots from shared memory); a skipped
+// The cp.async of one tile by NT threads (slots from shared memory): NT/32
+// threads a token, each a fixed share of its 41 chunks, so the slot is
+// read and the row address formed once per thread and tile. A skipped
 // slot's row is zero-filled (its scale 0, its bytes no NaN).
-__device__ __forceinline__ void mtf_issue(int tid, uint4* raw, const u8* __restrict__ cache, const int* slots) {
-  for (int c = tid; c < MT_TT * MT_CH; c += 128) {
-    const int j = c / MT_CH, p = c - j * MT_CH;
-    const int t = slots[j];
-    if (t < 0) {
-      raw[c] = make_uint4(0u, 0u, 0u, 0u);
-      continue;
-    }
-    const u8* src = cache + (size_t)t * MLA_TOK_BYTES + p * 16;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(mt_smem_addr(raw + c)), "l"(src) : "memory");
+template <int NT>
+__device__ __forceinline__ void mtf_issue_n(int tid, uint4* raw, const u8* __restrict__ cache, const int* slots) {
+  constexpr int TPJ = NT / MT_TT;  // threads a token
+  const int j = tid / TPJ, p0 = tid - j * TPJ;
+  const int t = slots[j];
+  uint4* dst = raw + j * MT_CH;
+  if (t < 0) {
+#pragma unroll
+    for (int p = p0; p < MT_CH; p += TPJ) dst[p] = make_uint4(0u, 0u, 0u, 0u);
+  } else {
+    const u8* src = cache + (size_t)t * MLA_TOK_BYTES;
+    const u32 d = mt_smem_addr(dst);
+#pragma unroll
+    for (int p = p0; p < MT_CH; p += TPJ)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + 16u * p), "l"(src + 16 * p) : "memory");
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void mtf_issue(int tid, uint4* raw, const u8* __restrict__ cache, const int* slots) {
+  mtf_issue_n<128>(tid, raw, cache, slots);
+}
+
+// mt_slot for the prologue's tiles: with a selection, the index loads do
+// not wait for the row's length (only the range check does), so the
+// lengths' and the indices' L2 round trips overlap instead of following
+// each other before the first gather. The same slots as mt_slot.
+__device__ __forceinline__ void mtf_slots0(int* slots, int n, int stride, int tid, const int* __restrict__ indices,
+                                           const int* __restrict__ block_table, int ld_idx, int nidx, int qi,
+                                           int len, int count, int begin, int end) {
+  const int sel = min(nidx, end);  // the selection's count, whatever len is
+  for (int j = tid; j < n; j += stride) {
+    int t = begin + j;
+    if (indices) t = t < sel ? indices[(size_t)qi * ld_idx + t] : -1;
+    if (begin + j >= count || t < 0 || t >= len) t = -1;
+    slots[j] = t >= 0 && block_table ? block_table[t >> 6] * 64 + (t & 63) : t;
+  }
 }
 
 // DIAG (timing only, wrong results): 1 skips the score mma, 2 the P.V mma.
@@ -136,7 +162,7 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
   const int begin = z * tps + quad * tq;
   const int count = min(indices ? nidx : len, begin + tq);
   // Slots of tiles 0..NR-1 (the prologue's issues and tile 0's).
-  for (int j = tid; j < MTF_NR * MT_TT; j += 128) slots[j] = mt_slot(indices, block_table, ld_idx, qi, len, count, begin + j);
+  mtf_slots0(slots, MTF_NR * MT_TT, 128, tid, indices, block_table, ld_idx, nidx, qi, len, count, begin, begin + tq);
   MTQ_BAR();
 #pragma unroll
   for (int b = 0; b < MTF_NR - 1; b++) {

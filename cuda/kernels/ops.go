@@ -77,7 +77,8 @@ func (k *Set) gemv(base string, s cuda.Stream, y, x, w, scale, resid cuda.DevPtr
 		return err
 	}
 	name, r := k.gemvName(base, N, 1)
-	return k.launch(name, cuda.D1(cdiv(N, gemvRowsPerBlock*r)), cuda.D1(256), 0, s, w, scale, x, y, resid, N, K, M, ldx, ldy)
+	blocks := cdiv(N, gemvRowsPerBlock*r)
+	return k.launch(name, cuda.D1(blocks), cuda.D1(256), 0, s, w, scale, x, y, resid, N, K, M, ldx, ldy, k.pdlArg(blocks))
 }
 
 // GemvFP8 computes y[m][n] = sum_k w[n][k]*scale[n/128][k/128]*x[m][k] (+ resid[m][n])

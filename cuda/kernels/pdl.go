@@ -91,8 +91,9 @@ func setOf(names ...string) map[string]bool {
 // pdlEnv is TILERT_GPU_PDL, read when a context loads the kernels: 0
 // (unset) launches plainly; 1 launches the listed kernels programmatically,
 // each letting the next one launch at its top (PDL_WAIT); 2 does that for
-// the small kernels, while the weight-streaming ones (the tile and grouped
-// GEMVs: dense projections, experts' gate/up and down, the shared expert)
+// the small kernels, while the weight-streaming ones (the tile, grouped and
+// warp-per-row GEMVs: dense projections, experts' gate/up and down with the
+// shared expert, the head)
 // first prefetch a capped share of their own weights into L2 and let the
 // next kernel launch only after their last weight loads (common.cuh
 // PDL_WAIT_LATE); 3 is 2 without the prefetch. Off by default: on merged
@@ -172,7 +173,10 @@ func (k *Set) pdlArg(pfBlocks int) int {
 	if k.pdlKind == 3 || pfBlocks <= 0 {
 		return 0
 	}
-	return pdlPFBytes / pfBlocks
+	// Only blocks resident before the wait prefetch early (those of later
+	// waves start after it): the budget is shared by about two blocks per
+	// SM, and each block stops at its own share.
+	return pdlPFBytes / min(pfBlocks, 2*max(1, k.c.Info().SMs))
 }
 
 // launchFn queues f: programmatically when it is a listed kernel and PDL is

@@ -41,6 +41,10 @@ func TestKernelPDLModesBitwise(t *testing.T) {
 		fillRandom(c, r, wpj, 2*64*H, "bf16")
 		wbf := a.raw(2 * 1024 * H)
 		fillRandom(c, r, wbf, 2*1024*H, "bf16")
+		const NH = 16384 // a head-like warp-per-row GEMV
+		whd := a.raw(2 * NH * H)
+		fillRandom(c, r, whd, 2*NH*H, "bf16")
+		wf8, sf8 := devFP8(c, a, r, 2048, H)
 		wg, sg := devFP8(c, a, r, I, H)
 		wu, su := devFP8(c, a, r, I, H)
 		wd, sd := devFP8(c, a, r, H, I)
@@ -73,6 +77,8 @@ func TestKernelPDLModesBitwise(t *testing.T) {
 			{"experts gate/up 8+1 slots", a.raw(4 * (top + 1) * I), (top + 1) * I},
 			{"experts down 8+1 slots", a.raw(4 * (top + 1) * H), (top + 1) * H},
 			{"bf16 tile 1024x7168", a.raw(4 * 1024), 1024},
+			{"bf16 warp-per-row 16384x7168", a.raw(4 * NH), NH},
+			{"fp8 warp-per-row 2048x7168", a.raw(4 * 2048), 2048},
 		}
 		const eps = 1e-6
 		run := func() {
@@ -102,6 +108,10 @@ func TestKernelPDLModesBitwise(t *testing.T) {
 				[2]cuda.DevPtr{wd}, [2]cuda.DevPtr{sd}, 1, H, I))
 			chk(k.RMSNorm(s, xb, inH, nwH, 1, H, H, H, eps))
 			chk(k.GemvBF16Tile(s, outs[10].p, xb, wbf, 0, 1024, H, 1, H, 1024))
+			chk(k.RMSNorm(s, xb, inH, nwH, 1, H, H, H, eps))
+			chk(k.GemvBF16(s, outs[11].p, xb, whd, 0, NH, H, 1, H, NH))
+			chk(k.RMSNorm(s, xh, inH, nwH, 1, H, H, H, eps))
+			chk(k.GemvFP8(s, outs[12].p, xh, wf8, sf8, 0, 2048, H, 1, H, 2048))
 		}
 		poison := func() {
 			for _, o := range outs {

@@ -223,16 +223,19 @@ const pdlEntry = "PDL_WAIT();"
 var pdlWeightParams = map[string][]string{
 	"gemv_tile_":  {"W0", "W1"},
 	"gemv_group_": {"w0", "w1", "w2", "w3"},
+	"gemv_fp8_r":  {"W"},
+	"gemv_bf16_r": {"W"},
+	"gemv_f32_r":  {"W"},
 }
 
 // pdlHelpers are the device functions a prologue may call (and they call):
 // their bodies may only compute addresses from scalars and issue
 // prefetch.global.L2.
-var pdlHelpers = []string{"pdl_pf_range", "pdl_pf_tile", "pdl_pf_group", "group_blocks"}
+var pdlHelpers = []string{"pdl_pf_range", "pdl_pf_tile", "pdl_pf_group", "pdl_pf_rows", "group_blocks"}
 
 var (
 	pdlLateRe  = regexp.MustCompile(`^PDL_WAIT_LATE\((\w+)>=0\);$`)
-	pdlCallRe  = regexp.MustCompile(`^(pdl_pf_\w+)(<[\w,]*>)?\((.*)\);$`)
+	pdlCallRe  = regexp.MustCompile(`^(pdl_pf_\w+)(<[\w,:]*>)?\((.*)\);$`)
 	identRe    = regexp.MustCompile(`^[A-Za-z_]\w*$`)
 	asmRe      = regexp.MustCompile(`asm\s+volatile\s*\(\s*"([^"]*)"[^;]*;`)
 	derefRe    = regexp.MustCompile(`(^|[=(,;{}+\-?:!&|<>])\s*\*\s*[A-Za-z_(]`)

@@ -53,7 +53,7 @@ struct WF32 {
 template <class T, int R>
 __device__ __forceinline__ void gemv_rows(const void* __restrict__ W, const float* __restrict__ S,
                                           const float* __restrict__ x, float* y, const float* resid, int N, int K,
-                                          int M, int ldx, int ldy, int n0) {
+                                          int M, int ldx, int ldy, int n0, int pdl = -1) {
   const int lane = threadIdx.x & 31;
   const int kb = (K + 127) >> 7;
   const char* wr[R];
@@ -116,6 +116,8 @@ __device__ __forceinline__ void gemv_rows(const void* __restrict__ W, const floa
       }
     }
   }
+  // PDL mode 2/3: the warp's weight loads are issued (common.cuh).
+  if (pdl >= 0) PDL_TRIGGER();
 #pragma unroll
   for (int r = 0; r < R; r++)
 #pragma unroll
@@ -137,16 +139,28 @@ __device__ __forceinline__ void gemv_rows(const void* __restrict__ W, const floa
   }
 }
 
+// PDL mode 2 prologue (common.cuh PDL_WAIT_LATE): up to pdl bytes of the
+// block's rows of W (its warps' rows are contiguous).
+template <int BYTES, int R>
+__device__ __forceinline__ void pdl_pf_rows(const void* W, int N, int K, int pdl) {
+  if (pdl <= 0) return;
+  const int per = (blockDim.x >> 5) * R, r0 = blockIdx.x * per;
+  if (r0 >= N) return;
+  const long long rb = (long long)K * BYTES, n = (long long)(N - r0 < per ? N - r0 : per) * rb;
+  pdl_pf_range(W, r0 * rb, n < pdl ? n : (long long)pdl);
+}
+
 // One kernel per weight type and rows-per-warp R (the launcher picks R so
 // small N still spreads over every SM).
 #define GEMV_KERNELS(NAME, T, WT, R)                                                                          \
   extern "C" __global__ void __launch_bounds__(256)                                                          \
       NAME(const WT* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,     \
-           const float* resid, int N, int K, int M, int ldx, int ldy) {                                     \
-    PDL_WAIT();                                                                                             \
+           const float* resid, int N, int K, int M, int ldx, int ldy, int pdl) {                            \
+    pdl_pf_rows<T::BYTES, R>(W, N, K, pdl);                                                                  \
+    PDL_WAIT_LATE(pdl >= 0);                                                                                \
     const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;                                \
     if (n0 >= N) return;                                                                                     \
-    gemv_rows<T, R>(W, S, x, y, resid, N, K, M, ldx, ldy, n0);                                               \
+    gemv_rows<T, R>(W, S, x, y, resid, N, K, M, ldx, ldy, n0, pdl);                                          \
   }
 
 GEMV_KERNELS(gemv_fp8_r1, WFP8, u8, 1)

@@ -30,6 +30,8 @@ func TestKernelPDLModesBitwise(t *testing.T) {
 		in := func(n int) cuda.DevPtr { return a.up(randF32(r, n, 1)) }
 		nw := func(n int) cuda.DevPtr { return a.up(randF32(r, n, 0.5)) }
 		inQ, inH, inO := in(QL), in(H), in(O)
+		inH4, inO4 := in(4*H), in(4*O)
+		xh4, xo4 := a.raw(4*4*H), a.raw(4*4*O)
 		nwQ, nwH, nwO := nw(QL), nw(H), nw(O)
 		xq, xh, xh2, xh3, xo, xb := a.raw(4*QL), a.raw(4*H), a.raw(4*H), a.raw(4*H), a.raw(4*O), a.raw(4*H)
 		wqb, sqb := devFP8(c, a, r, 24576, QL)
@@ -79,13 +81,16 @@ func TestKernelPDLModesBitwise(t *testing.T) {
 			{"bf16 tile 1024x7168", a.raw(4 * 1024), 1024},
 			{"bf16 warp-per-row 16384x7168", a.raw(4 * NH), NH},
 			{"fp8 warp-per-row 2048x7168", a.raw(4 * 2048), 2048},
+			{"fp8 mma 4 rows o_proj", a.raw(4 * 4 * H), 4 * H},
+			{"fp8 mma 4 rows gate/up", a.raw(4 * 4 * I), 4 * I},
+			{"bf16 mma 4 rows 16384x7168", a.raw(4 * 4 * NH), 4 * NH},
 		}
 		const eps = 1e-6
 		run := func() {
 			for _, x := range []struct {
 				p cuda.DevPtr
 				n int
-			}{{xq, QL}, {xh, H}, {xh2, H}, {xh3, H}, {xo, O}, {xb, H}} {
+			}{{xq, QL}, {xh, H}, {xh2, H}, {xh3, H}, {xo, O}, {xb, H}, {xh4, 4 * H}, {xo4, 4 * O}} {
 				chk(c.MemsetD32(x.p, 0x7fc00000, int64(x.n), s))
 			}
 			chk(k.RMSNorm(s, xq, inQ, nwQ, 1, QL, QL, QL, eps))
@@ -112,6 +117,11 @@ func TestKernelPDLModesBitwise(t *testing.T) {
 			chk(k.GemvBF16(s, outs[11].p, xb, whd, 0, NH, H, 1, H, NH))
 			chk(k.RMSNorm(s, xh, inH, nwH, 1, H, H, H, eps))
 			chk(k.GemvFP8(s, outs[12].p, xh, wf8, sf8, 0, 2048, H, 1, H, 2048))
+			chk(k.RMSNorm(s, xo4, inO4, nwO, 4, O, O, O, eps))
+			chk(k.GemvFP8MMA(s, outs[13].p, xo4, wo, so, 0, H, O, 4, O, H))
+			chk(k.RMSNorm(s, xh4, inH4, nwH, 4, H, H, H, eps))
+			chk(k.GateUpFP8MMA(s, outs[14].p, xh4, wg, sg, wu, su, I, H, 4, H, I))
+			chk(k.GemvBF16MMA(s, outs[15].p, xh4, whd, 0, NH, H, 4, H, NH))
 		}
 		poison := func() {
 			for _, o := range outs {

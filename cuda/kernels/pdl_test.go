@@ -226,12 +226,13 @@ var pdlWeightParams = map[string][]string{
 	"gemv_fp8_r":  {"W"},
 	"gemv_bf16_r": {"W"},
 	"gemv_f32_r":  {"W"},
+	"gemv_mma_":   {"W0", "W1"},
 }
 
 // pdlHelpers are the device functions a prologue may call (and they call):
 // their bodies may only compute addresses from scalars and issue
 // prefetch.global.L2.
-var pdlHelpers = []string{"pdl_pf_range", "pdl_pf_tile", "pdl_pf_group", "pdl_pf_rows", "group_blocks"}
+var pdlHelpers = []string{"pdl_pf_range", "pdl_pf_tile", "pdl_pf_group", "pdl_pf_rows", "pdl_pf_mma", "group_blocks"}
 
 var (
 	pdlLateRe  = regexp.MustCompile(`^PDL_WAIT_LATE\((\w+)>=0\);$`)

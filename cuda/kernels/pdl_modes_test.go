@@ -84,6 +84,8 @@ func TestKernelPDLModesBitwise(t *testing.T) {
 			{"fp8 mma 4 rows o_proj", a.raw(4 * 4 * H), 4 * H},
 			{"fp8 mma 4 rows gate/up", a.raw(4 * 4 * I), 4 * I},
 			{"bf16 mma 4 rows 16384x7168", a.raw(4 * 4 * NH), 4 * NH},
+			{"bf16 wide router 256x7168", a.raw(4 * 256), 256},
+			{"fp8 wide 576x7168", a.raw(4 * 576), 576},
 		}
 		const eps = 1e-6
 		run := func() {
@@ -122,6 +124,10 @@ func TestKernelPDLModesBitwise(t *testing.T) {
 			chk(k.RMSNorm(s, xh4, inH4, nwH, 4, H, H, H, eps))
 			chk(k.GateUpFP8MMA(s, outs[14].p, xh4, wg, sg, wu, su, I, H, 4, H, I))
 			chk(k.GemvBF16MMA(s, outs[15].p, xh4, whd, 0, NH, H, 4, H, NH))
+			chk(k.RMSNorm(s, xb, inH, nwH, 1, H, H, H, eps))
+			chk(k.GemvBF16Wide(s, outs[16].p, xb, whd, 0, 256, H, 1, H, 256))
+			chk(k.RMSNorm(s, xh, inH, nwH, 1, H, H, H, eps))
+			chk(k.GemvFP8Wide(s, outs[17].p, xh, wkv, skv, 0, 576, H, 1, H, 576))
 		}
 		poison := func() {
 			for _, o := range outs {

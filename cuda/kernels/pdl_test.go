@@ -221,18 +221,20 @@ const pdlEntry = "PDL_WAIT();"
 // weights (never written during a step): the only pointers a prologue
 // before PDL_WAIT_LATE may hand to a prefetch helper (common.cuh).
 var pdlWeightParams = map[string][]string{
-	"gemv_tile_":  {"W0", "W1"},
-	"gemv_group_": {"w0", "w1", "w2", "w3"},
-	"gemv_fp8_r":  {"W"},
-	"gemv_bf16_r": {"W"},
-	"gemv_f32_r":  {"W"},
-	"gemv_mma_":   {"W0", "W1"},
+	"gemv_tile_":       {"W0", "W1"},
+	"gemv_group_":      {"w0", "w1", "w2", "w3"},
+	"gemv_fp8_r":       {"W"},
+	"gemv_bf16_r":      {"W"},
+	"gemv_f32_r":       {"W"},
+	"gemv_mma_":        {"W0", "W1"},
+	"gemv_fp8_wide_r":  {"W"},
+	"gemv_bf16_wide_r": {"W"},
 }
 
 // pdlHelpers are the device functions a prologue may call (and they call):
 // their bodies may only compute addresses from scalars and issue
 // prefetch.global.L2.
-var pdlHelpers = []string{"pdl_pf_range", "pdl_pf_tile", "pdl_pf_group", "pdl_pf_rows", "pdl_pf_mma", "group_blocks"}
+var pdlHelpers = []string{"pdl_pf_range", "pdl_pf_tile", "pdl_pf_group", "pdl_pf_rows", "pdl_pf_mma", "pdl_pf_wide", "group_blocks"}
 
 var (
 	pdlLateRe  = regexp.MustCompile(`^PDL_WAIT_LATE\((\w+)>=0\);$`)

@@ -240,6 +240,7 @@ var (
 	pdlLateRe  = regexp.MustCompile(`^PDL_WAIT_LATE\((\w+)>=0\);$`)
 	pdlCallRe  = regexp.MustCompile(`^(pdl_pf_\w+)(<[\w,:]*>)?\((.*)\);$`)
 	identRe    = regexp.MustCompile(`^[A-Za-z_]\w*$`)
+	intRe      = regexp.MustCompile(`^[0-9]+$`)
 	asmRe      = regexp.MustCompile(`asm\s+volatile\s*\(\s*"([^"]*)"[^;]*;`)
 	derefRe    = regexp.MustCompile(`(^|[=(,;{}+\-?:!&|<>])\s*\*\s*[A-Za-z_(]`)
 	callNameRe = regexp.MustCompile(`\b([A-Za-z_]\w*)\s*(<[^<>;()]*>)?\s*\(`)
@@ -259,8 +260,9 @@ func paramTypes(params string) map[string]bool {
 
 // checkPDLEntry says why a listed kernel's definition may not be launched
 // programmatically: it must begin with PDL_WAIT(), or with calls of the
-// prefetch helpers whose pointer arguments are the kernel's weight
-// parameters (weights) followed by PDL_WAIT_LATE(p >= 0) on a scalar p.
+// prefetch helpers whose arguments are the kernel's weight parameters,
+// its scalar parameters or integer constants, followed by
+// PDL_WAIT_LATE(p >= 0) on a scalar p.
 func checkPDLEntry(name string, d kernelDef, weights map[string][]string) error {
 	if len(d.stmts) > 0 && d.stmts[0] == pdlEntry {
 		return nil
@@ -284,6 +286,9 @@ func checkPDLEntry(name string, d kernelDef, weights map[string][]string) error 
 			return fmt.Errorf("statement %d %q before the wait is not a prefetch helper call (PDL_WAIT() or PDL_WAIT_LATE(p >= 0) must come first)", i+1, st)
 		}
 		for _, a := range splitArgs(m[3]) {
+			if intRe.MatchString(a) {
+				continue // a constant
+			}
 			ptr, ok := params[a]
 			if !identRe.MatchString(a) || !ok {
 				return fmt.Errorf("prologue %s passes %q, not a parameter of the kernel", m[1], a)

@@ -3,6 +3,7 @@ package kernels
 import (
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/cockroachdb/errors"
 
@@ -102,17 +103,35 @@ func setOf(names ...string) map[string]bool {
 // 8192; 8945 / 8778 us at 4 slots): each kernel lets the next one's blocks
 // in at its start, and those take SM room from the bandwidth-bound GEMVs
 // they wait on. Modes 2 and 3 address exactly that.
+//
+// 4 and 5 launch only the weight-streaming kernels programmatically (each
+// overlaps its launch with the small kernel before it, whose trigger is at
+// its top) with the late trigger, 5 also with the prefetch; every other
+// kernel launches plainly, so nothing launched early takes SM room.
 func pdlEnv() int {
-	switch os.Getenv("TILERT_GPU_PDL") {
-	case "1":
-		return 1
-	case "2":
-		return 2
-	case "3":
-		return 3
+	if m, err := strconv.Atoi(os.Getenv("TILERT_GPU_PDL")); err == nil && m >= 1 && m <= maxPDLMode {
+		return m
 	}
 	return 0
 }
+
+const maxPDLMode = 5
+
+// pdlBigKernels are the weight-streaming kernels with the pdl argument
+// (common.cuh PDL_WAIT_LATE): modes 4 and 5 launch only these
+// programmatically.
+var pdlBigKernels = func() map[string]bool {
+	m := map[string]bool{}
+	for n := range pdlKernels {
+		for _, p := range []string{"gemv_tile_", "gemv_group_", "gemv_fp8_r", "gemv_bf16_r", "gemv_f32_r", "gemv_mma_",
+			"gemv_mmx_fp8_r", "gemv_mmx_bf16_r", "gemv_fp8_wide_r", "gemv_bf16_wide_r"} {
+			if strings.HasPrefix(n, p) {
+				m[n] = true
+			}
+		}
+	}
+	return m
+}()
 
 // pdlPFBytes is what one launch prefetches at most in mode 2, over all its
 // blocks (TILERT_GPU_PDL_PF_MB, default 16): about what the HBM moves
@@ -140,7 +159,7 @@ func (k *Set) PDLSupported() bool { return k.c.PDLSupported() }
 // the launches they were captured with.
 func (k *Set) SetPDL(on bool) { k.pdl = on && k.c.PDLSupported() }
 
-// PDLMode is the launch mode in effect (0 plain, else pdlEnv's 1..3).
+// PDLMode is the launch mode in effect (0 plain, else pdlEnv's 1..5).
 func (k *Set) PDLMode() int {
 	if !k.pdl {
 		return 0
@@ -152,8 +171,8 @@ func (k *Set) PDLMode() int {
 // mode above 0 where the device has no programmatic launch launches
 // plainly.
 func (k *Set) SetPDLMode(m int) error {
-	if m < 0 || m > 3 {
-		return errors.WithHint(errors.Newf("programmatic launch mode %d", m), "use 0 (plain), 1 (trigger at the top), 2 (weight prefetch + late trigger) or 3 (late trigger)")
+	if m < 0 || m > maxPDLMode {
+		return errors.WithHint(errors.Newf("programmatic launch mode %d", m), "use 0 (plain), 1 (trigger at the top), 2 (weight prefetch + late trigger), 3 (late trigger), 4 or 5 (3 or 2 for the weight-streaming kernels only)")
 	}
 	if m > 0 {
 		k.pdlKind = m
@@ -170,7 +189,7 @@ func (k *Set) pdlArg(pfBlocks int) int {
 	if !k.pdl || k.pdlKind < 2 {
 		return -1
 	}
-	if k.pdlKind == 3 || pfBlocks <= 0 {
+	if k.pdlKind == 3 || k.pdlKind == 4 || pfBlocks <= 0 {
 		return 0
 	}
 	// Only blocks resident before the wait prefetch early (those of later
@@ -182,5 +201,5 @@ func (k *Set) pdlArg(pfBlocks int) int {
 // launchFn queues f: programmatically when it is a listed kernel and PDL is
 // on.
 func (k *Set) launchFn(f *cuda.Function, grid, block cuda.Dim3, smem int, s cuda.Stream, args ...any) error {
-	return k.c.LaunchEx(f, grid, block, smem, s, k.pdl && pdlKernels[f.Name], args...)
+	return k.c.LaunchEx(f, grid, block, smem, s, k.pdl && pdlKernels[f.Name] && (k.pdlKind < 4 || pdlBigKernels[f.Name]), args...)
 }

@@ -15,8 +15,9 @@ import (
 // the grouped GEMV), each right after a small kernel that writes its input
 // (poisoned before, so a read before the wait would show), launched in
 // every PDL mode (0 plain, 1 trigger at the top, 2 weight prefetch + late
-// trigger, 3 late trigger alone), eagerly and as a graph: all outputs must
-// be byte for byte the plain launches'.
+// trigger, 3 late trigger alone, 4 and 5: 3 and 2 with only these kernels
+// launched programmatically), eagerly and as a graph: all outputs must be
+// byte for byte the plain launches'.
 func TestKernelPDLModesBitwise(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		if !k.PDLSupported() {
@@ -143,7 +144,7 @@ func TestKernelPDLModesBitwise(t *testing.T) {
 			return b
 		}
 		var ref [][]byte
-		for _, mode := range []int{0, 1, 2, 3, 2} {
+		for _, mode := range []int{0, 1, 2, 3, 4, 5, 2} {
 			chk(k.SetPDLMode(mode))
 			for _, graph := range []bool{false, true} {
 				poison()

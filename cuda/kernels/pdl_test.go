@@ -533,3 +533,21 @@ extern "C" __global__ void gemv_tile_no_wait(const void* W0, int pdl) {
 		}
 	}
 }
+
+// Modes 4 and 5 launch exactly the kernels that take the pdl argument
+// programmatically: pdlBigKernels must be those.
+func TestPDLBigKernels(t *testing.T) {
+	defs := kernelDefs(KernelSource())
+	for n := range pdlKernels {
+		for _, d := range defs[n] {
+			params := splitArgs(d.params)
+			hasArg := len(params) > 0 && strings.Fields(params[len(params)-1])[len(strings.Fields(params[len(params)-1]))-1] == "pdl"
+			if hasArg != pdlBigKernels[n] {
+				t.Errorf("kernel %s: pdl argument %v, in pdlBigKernels %v", n, hasArg, pdlBigKernels[n])
+			}
+		}
+	}
+	if len(pdlBigKernels) < 60 {
+		t.Errorf("only %d weight-streaming kernels found", len(pdlBigKernels))
+	}
+}

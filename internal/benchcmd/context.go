@@ -91,8 +91,8 @@ func parseModes(s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		m, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || m < 0 || m > 3 {
-			return nil, errors.Newf("launch mode %q: want 0, 1, 2 or 3", f)
+		if err != nil || m < 0 || m > 5 {
+			return nil, errors.Newf("launch mode %q: want 0 to 5", f)
 		}
 		out = append(out, m)
 	}
@@ -402,7 +402,7 @@ func runContexts(c *cli.Context, ctxs []int) error {
 		ps, ok := e.(interface{ SetPDLMode(int) error })
 		modes, err := parseModes(pm)
 		if err != nil || !ok {
-			return cliutil.WithExitCode(errors.WithHint(errors.Newf("--pdl-modes %q: not a list of launch modes 0-3, or not the unsharded GPU engine", pm),
+			return cliutil.WithExitCode(errors.WithHint(errors.Newf("--pdl-modes %q: not a list of launch modes 0-5, or not the unsharded GPU engine", pm),
 				"e.g. --pdl-modes 0,1,2 with --device cuda and no --devices (TILERT_GPU_PDL's values)"), cliutil.ExitUsage)
 		}
 		pdlModes, pdlSetter = modes, ps

@@ -139,7 +139,8 @@ func TestParseModes(t *testing.T) {
 		{"0,1,2", []int{0, 1, 2}, true},
 		{"3", []int{3}, true},
 		{" 2 , 0", []int{2, 0}, true},
-		{"4", nil, false},
+		{"4,5", []int{4, 5}, true},
+		{"6", nil, false},
 		{"1,x", nil, false},
 		{"", nil, false},
 	} {

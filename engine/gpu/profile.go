@@ -282,3 +282,41 @@ func (g *Engine) ProfilePrefill(slot int, prompt []int, p engine.Params) (int, *
 	})
 	return first, prof, nil
 }
+
+// SetPDLMode switches how later steps launch their kernels (cuda/kernels
+// pdl.go: 0 plain, 1 programmatic with the trigger at each kernel's top, 2
+// with the weight-streaming kernels' L2 prefetch and late trigger, 3 the
+// late trigger alone) and drops the captured graphs, which keep the
+// launches they were captured with; bench decode --pdl-modes compares the
+// modes in one process. GPU only; the outputs do not depend on the mode.
+func (g *Engine) SetPDLMode(m int) error {
+	e := g.m
+	if err := e.settle(); err != nil {
+		return err
+	}
+	return e.r.run(func(b device) error {
+		cb, ok := b.(*cudaDevice)
+		if !ok {
+			return errors.New("SetPDLMode needs the GPU backend")
+		}
+		if err := cb.k.SetPDLMode(m); err != nil {
+			return err
+		}
+		if gr := grapherOf(b); gr != nil && e.graphs != nil {
+			return e.graphs.clear(gr)
+		}
+		return nil
+	})
+}
+
+// PDLMode is the launch mode in effect (SetPDLMode; 0 off the GPU).
+func (g *Engine) PDLMode() int {
+	m := 0
+	_ = g.m.r.run(func(b device) error {
+		if cb, ok := b.(*cudaDevice); ok {
+			m = cb.k.PDLMode()
+		}
+		return nil
+	})
+	return m
+}

@@ -518,6 +518,9 @@ func (b *cudaDevice) mlaPrefill(out, qn, qp, cache, indices, lens, ws cuda.DevPt
 	if b.c.Info().CCMajor < 8 {
 		return b.mlaDecode(mlaFP8, out, qn, qp, cache, indices, lens, ws, nq, H, nidx, ldIdx, scale)
 	}
+	if mlaPrefillTCPOn {
+		return b.k.MLAPrefillTCP(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
+	}
 	return b.k.MLAPrefillTC(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 }
 
@@ -563,8 +566,14 @@ var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") == "1"
 // mlaPrefillOn: TILERT_GPU_MLA_PREFILL=1 runs the fp8 MLA of a slot's
 // group of at least mlaPrefillMinRows rows (a prefill chunk) on
 // mla_prefill_tc (32 heads a block, queries split once per block) instead
-// of mla_decode_tc. Off by default: NOT yet run on a GPU.
-var mlaPrefillOn = os.Getenv("TILERT_GPU_MLA_PREFILL") == "1"
+// of mla_decode_tc: as fast as mla_decode_tc on the H200 (3.74 ms for 256
+// rows, docs/measured/h200-2026-12-01-s4-pfill2). =2 runs it on
+// mla_prefill_tcp (mlaPrefillTCPOn).
+var mlaPrefillOn = os.Getenv("TILERT_GPU_MLA_PREFILL") == "1" || mlaPrefillTCPOn
+
+// mlaPrefillTCPOn: TILERT_GPU_MLA_PREFILL=2, mla_prefill_tcp (query
+// fragments in registers, ldmatrix fragments, conflict-free partial scores).
+var mlaPrefillTCPOn = os.Getenv("TILERT_GPU_MLA_PREFILL") == "2"
 
 // mlaPrefillMinRows: from 16 rows of 128 heads the unsplit launch has
 // 64+ blocks per 16 rows, enough to fill the SMs at prefill's 256 rows.

@@ -28,6 +28,17 @@ func TestGPUMLAPrefillGreedy(t *testing.T) {
 	testGreedyMatchesCPU(t, onGPU, engine.CacheFP8DSMLA)
 }
 
+// The same on mla_prefill_tcp (TILERT_GPU_MLA_PREFILL=2), and the prefill
+// caches against the CPU's with it.
+func TestGPUMLAPrefillTCPGreedy(t *testing.T) {
+	withMLAPrefill(t)
+	old := mlaPrefillTCPOn
+	mlaPrefillTCPOn = true
+	t.Cleanup(func() { mlaPrefillTCPOn = old })
+	testGreedyMatchesCPU(t, onGPU, engine.CacheFP8DSMLA)
+	testCachesMatchCPU(t, onGPU)
+}
+
 // A prefill takes mlaPrefill only with the switch on (the default path
 // stays mlaDecode), and gives the same first token either way.
 func TestEmuMLAPrefillRouted(t *testing.T) { testMLAPrefillRouted(t, onEmu) }

@@ -64,11 +64,12 @@ func TestKernelMLAPrefill(t *testing.T) {
 				maxC = math.Max(maxC, math.Abs(v))
 			}
 		}
+		outs := map[string][]float32{} // nsplit 1's output per kernel
 		type launch func(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error
 		for _, kc := range []struct {
 			name string
 			f    launch
-		}{{"mla_prefill_tc", k.MLAPrefillTC}, {"mla_prefill_tcp", k.MLAPrefillTCP}} {
+		}{{"mla_prefill_tc", k.MLAPrefillTC}, {"mla_prefill_tcp", k.MLAPrefillTCP}, {"mla_prefill_tcpi", k.MLAPrefillTCPI}} {
 			for _, nsplit := range []int{1, 3} {
 				op, lp := a.poisoned(nq*H*512), a.poisoned(nq*H)
 				ws := cuda.DevPtr(0)
@@ -77,6 +78,9 @@ func TestKernelMLAPrefill(t *testing.T) {
 				}
 				chk(kc.f(s, op, lp, a.up(qn), a.up(qp), a.up(cache), 0, a.up(idx), a.up(lens), ws, nq, H, nidx, ldIdx, nsplit, scale))
 				got, gotL := downF32(c, op, nq*H*512), downF32(c, lp, nq*H)
+			if nsplit == 1 {
+				outs[kc.name] = got
+			}
 				var worst, worstL float64
 				for qi := range nq {
 					for h := range H {
@@ -134,6 +138,14 @@ func TestKernelMLAPrefill(t *testing.T) {
 				record(t, name+" (lse)", "|d|/max(1,|lse|)", worstL, boundTC)
 			}
 		}
+		// The integer conversion gives the same bf16 values: the same bits.
+		diff := 0
+		for i, v := range outs["mla_prefill_tcp"] {
+			if math.Float32bits(v) != math.Float32bits(outs["mla_prefill_tcpi"][i]) {
+				diff++
+			}
+		}
+		record(t, "mla_prefill_tcpi vs mla_prefill_tcp nq=37 H=40 split=1", "values differing", float64(diff), 0)
 		// Bad arguments are refused before any launch.
 		for _, bad := range []struct{ nq, H, nidx, ldIdx, nsplit int }{
 			{0, H, nidx, ldIdx, 1}, {nq, 0, nidx, ldIdx, 1}, {nq, H, nidx, nidx - 1, 1}, {nq, H, nidx, ldIdx, 2},
@@ -171,6 +183,10 @@ func TestKernelTimingMLAPrefill(t *testing.T) {
 			chk(k.MLAPrefillTCP(s, out, 0, qn, qp, cache, 0, ip, lens, 0, nq, H, nidx, nidx, 1, 0.1))
 		})
 		add(fmtName("mla_prefill_tcp H=%d topk=2048 nq=%d", H, nq), nb, us, "TILERT_GPU_MLA_PREFILL=2")
+		us = medianUs(c, s, 3, 7, func() {
+			chk(k.MLAPrefillTCPI(s, out, 0, qn, qp, cache, 0, ip, lens, 0, nq, H, nidx, nidx, 1, 0.1))
+		})
+		add(fmtName("mla_prefill_tcpi H=%d topk=2048 nq=%d", H, nq), nb, us, "integer fp8 conversion")
 		us = medianUs(c, s, 3, 7, func() {
 			chk(k.MLADecodeTCP(s, out, 0, qn, qp, cache, 0, ip, lens, ws, nq, H, nidx, nidx, 1, 0.1))
 		})

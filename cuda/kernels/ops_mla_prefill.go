@@ -50,21 +50,37 @@ var mlaPrefillTCPKernel = mlaTiled{"mla_prefill_tcp", "mla prefill tcp", 128, ML
 	"mla_prefill_tcp needs ~110 KiB of shared memory per block (sm_80 or newer); leave TILERT_GPU_MLA_PREFILL unset",
 	mlaTCTile, "", 0, false, 0}
 
+// mlaPrefillTCPIKernel is mla_prefill_tcp with the tile converted by
+// integer operations (the same values).
+var mlaPrefillTCPIKernel = mlaTiled{"mla_prefill_tcpi", "mla prefill tcp", 128, MLAPrefillTCPSmemBytes,
+	"mla_prefill_tcpi needs ~110 KiB of shared memory per block (sm_80 or newer); leave TILERT_GPU_MLA_PREFILL unset",
+	mlaTCTile, "", 0, false, 0}
+
 // MLAPrefillTCP is MLAPrefillTC (the same arguments and results) on
 // mla_prefill_tcp: mla_decode_tcp's arithmetic (query fragments in
 // registers, tiles in flight, ldmatrix fragments) with conflict-free
 // partial scores, 16 heads a block, two blocks an SM.
 func (k *Set) MLAPrefillTCP(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
-	if err := mlaPrefillTCPKernel.checkArgs(indices, ws, nq, H, nidx, ldIdx, nsplit); err != nil {
+	return k.mlaPrefillTCP(mlaPrefillTCPKernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
+}
+
+// MLAPrefillTCPI is MLAPrefillTCP on mla_prefill_tcpi (the entries' fp8
+// bytes converted to bf16 by integer operations: the same values).
+func (k *Set) MLAPrefillTCPI(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	return k.mlaPrefillTCP(mlaPrefillTCPIKernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
+}
+
+func (k *Set) mlaPrefillTCP(d mlaTiled, s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	if err := d.checkArgs(indices, ws, nq, H, nidx, ldIdx, nsplit); err != nil {
 		return errors.WithHint(err, "nq, H and nidx must be positive, ldIdx >= nidx when indices are given, nsplit in range with a workspace past 1")
 	}
 	if out == 0 || qn == 0 || qp == 0 || cache == 0 || lens == 0 {
-		return errors.WithHint(errors.Newf("mla prefill tcp: out %#x qn %#x qp %#x cache %#x lens %#x", uint64(out), uint64(qn), uint64(qp), uint64(cache), uint64(lens)),
+		return errors.WithHint(errors.Newf("%s: out %#x qn %#x qp %#x cache %#x lens %#x", d.name, uint64(out), uint64(qn), uint64(qp), uint64(cache), uint64(lens)),
 			"pass device buffers for the output, the queries, the cache and the row lengths")
 	}
 	if k.c.Info().CCMajor < 8 {
-		return errors.WithHint(errors.Newf("mla prefill tcp: compute capability %d.%d", k.c.Info().CCMajor, k.c.Info().CCMinor),
-			"mla_prefill_tcp needs sm_80 or newer; leave TILERT_GPU_MLA_PREFILL unset")
+		return errors.WithHint(errors.Newf("%s: compute capability %d.%d", d.name, k.c.Info().CCMajor, k.c.Info().CCMinor),
+			"it needs sm_80 or newer; TILERT_GPU_MLA_PREFILL=0 keeps mla_decode_tc")
 	}
-	return k.launchMLATiled(mlaPrefillTCPKernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
+	return k.launchMLATiled(d, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
 }

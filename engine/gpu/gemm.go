@@ -22,12 +22,10 @@ import (
 // products are float32's and exact mode keeps its float32 numerics;
 // TILERT_GPU_GEMM_SPLITS=2 trades 8 bits of x for a third less tensor work.
 //
-// TILERT_GPU_GEMM=1 turns this on. It stays off by default until the engine
-// checks (make gpu-check) have passed with it on the H200: the first run
-// (docs/measured/h200-2026-12-01-prefill/run1) had the bf16 GEMM
-// accumulating all of K in the tensor cores, 3e-5 off, and two engine checks
-// failed on the tiny random models; the kernels now promote every K tile.
-// Off, prefill runs 4-row GEMVs over chunks of 32 rows as before.
+// On by default (its engine checks passed on the H200 in session 3's round
+// 1 and session 4, docs/measured/h200-2026-12-01-s4-pfill2; an 8192-token
+// prefill 806 ms against 1528 with the GEMVs); TILERT_GPU_GEMM=0 runs
+// prefill as 4-row GEMVs over chunks of 32 rows as before.
 // TILERT_GPU_PREFILL_CHUNK sets the rows per prefill forward (default
 // defaultChunkLen with the GEMMs, 32 without). Larger chunks should pay
 // (not yet measured): every chunk streams all 256 experts' weights through
@@ -62,14 +60,17 @@ const (
 )
 
 var (
-	gemmOn     = os.Getenv("TILERT_GPU_GEMM") == "1"
+	gemmOn     = os.Getenv("TILERT_GPU_GEMM") != "0"
 	gemmSplits = envInt("TILERT_GPU_GEMM_SPLITS", 3)
 	// gemmH2On: TILERT_GPU_GEMM_H2=1 runs the fp8 GEMMs on x split into
 	// fp16 parts with a power-of-two scale per row (kernels.GemmFP8H2: a
 	// 3-stage cp.async pipeline, e4m3 pairs converted in the fragment
-	// loads, x split once per call). Opt-in: written after the session's
-	// last device run, never run on a GPU yet (NOTES.md); off, the fp8
-	// GEMMs are gemm_tc.cu's three bf16 parts, measured.
+	// loads, x split once per call). Opt-in: on the H200 its 3 parts run
+	// no faster than gemm_tc.cu's three bf16 parts (89 vs 91 TFLOP/s at
+	// 2048 rows) and with 2 or 3 parts it moves the tiny models' prefill
+	// caches past their bound (glm-5-tiny 1.55% of bytes against 0.90%
+	// with gemm_tc: the same with 2 parts as with 3, so the third part adds
+	// nothing there), NOTES.md.
 	gemmH2On = os.Getenv("TILERT_GPU_GEMM_H2") == "1"
 	// gemmH2BM: block rows of the dense fp8 GEMM (64 or 128; 0 picks).
 	gemmH2BM = envInt("TILERT_GPU_GEMM_BM", 0)
@@ -139,11 +140,11 @@ func (b *cudaDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) 
 	return b.k.GemmFP8(b.s, y, x, w, scale, N, K, M, ldx, ldy, gemmSplits)
 }
 
-// absorbTCOn: TILERT_GPU_ABSORB_TC=1 runs the prefill's absorbed-MLA
-// products on tensor cores (kernels.AbsorbQTC / AbsorbVTC). Opt-in: never
-// run on a GPU yet (NOTES.md); off, absorb_q_fp8 / absorb_v_fp8 as
-// measured.
-var absorbTCOn = os.Getenv("TILERT_GPU_ABSORB_TC") == "1"
+// absorbTCOn: the prefill's absorbed-MLA products on tensor cores
+// (kernels.AbsorbQTC / AbsorbVTC; 23 ms against 65 for an 8192-token
+// prefill, engine checks passed on the H200: NOTES.md). TILERT_GPU_ABSORB_TC=0
+// keeps absorb_q_fp8 / absorb_v_fp8.
+var absorbTCOn = os.Getenv("TILERT_GPU_ABSORB_TC") != "0"
 
 // absorbMany says whether the absorbed-MLA products of M rows run as
 // tensor-core products (kernels.AbsorbQTC / AbsorbVTC, three fp16 parts:

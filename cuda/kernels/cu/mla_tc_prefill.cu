@@ -226,8 +226,30 @@ __device__ __forceinline__ void mpp_ldsm4(u32 addr, u32& r0, u32& r1, u32& r2, u
                : "r"(addr));
 }
 
-extern "C" __global__ void __launch_bounds__(128, 2) mla_prefill_tcp(MT_ARGS) {
-  PDL_WAIT();
+// Four e4m3 bytes to two bf16 pairs with integer operations: a normal e4m3
+// (exponent e >= 1) is bf16 with exponent e + 120 and its three mantissa
+// bits on top, exactly; a word with a zero, subnormal (exponent 0) or NaN
+// byte takes the conversion through float (rare in a quantized cache).
+__device__ __forceinline__ void mpp_fp8x4_bf16(u32 w, u32& lo, u32& hi) {
+  const u32 a = __byte_perm(w, 0u, 0x4140), b = __byte_perm(w, 0u, 0x4342);  // bytes into 16-bit lanes
+  const u32 ea = a & 0x00780078u, eb = b & 0x00780078u;
+  const u32 na = (a & 0x007f007fu) ^ 0x007f007fu, nb = (b & 0x007f007fu) ^ 0x007f007fu;  // a lane 0: NaN
+  if ((ea & 0xffffu) && (ea >> 16) && (eb & 0xffffu) && (eb >> 16) && (na & 0xffffu) && (na >> 16) && (nb & 0xffffu) &&
+      (nb >> 16)) {
+    lo = (((a & 0x007f007fu) << 4) + 0x3c003c00u) | ((a & 0x00800080u) << 8);
+    hi = (((b & 0x007f007fu) << 4) + 0x3c003c00u) | ((b & 0x00800080u) << 8);
+  } else {
+    float f[4];
+    fp8x4_to_f32(w, f);
+    lo = mt_bf16x2(f[0], f[1]);
+    hi = mt_bf16x2(f[2], f[3]);
+  }
+}
+
+// IC: the tile conversion by mpp_fp8x4_bf16 (integer) instead of through
+// float (the same bf16 values).
+template <bool IC>
+__device__ __forceinline__ void mpp_body(MT_ARGS) {
   extern __shared__ uint4 mt_smem[];
   uint4* raw = mt_smem;                              // [NR][TT][41] raw entries
   u16* Kt = (u16*)(raw + MTP_NR * MT_TT * MT_CH);    // [TT][KS] bf16 entries (fp8 values unscaled)
@@ -302,10 +324,14 @@ extern "C" __global__ void __launch_bounds__(128, 2) mla_prefill_tcp(MT_ARGS) {
           u32 hv[8];
 #pragma unroll
           for (int e = 0; e < 4; e++) {
-            float f[4];
-            fp8x4_to_f32(ws[e], f);
-            hv[2 * e] = mt_bf16x2(f[0], f[1]);
-            hv[2 * e + 1] = mt_bf16x2(f[2], f[3]);
+            if (IC) {
+              mpp_fp8x4_bf16(ws[e], hv[2 * e], hv[2 * e + 1]);
+            } else {
+              float f[4];
+              fp8x4_to_f32(ws[e], f);
+              hv[2 * e] = mt_bf16x2(f[0], f[1]);
+              hv[2 * e + 1] = mt_bf16x2(f[2], f[3]);
+            }
           }
           dst[qq * 16 + 2 * b] = make_uint4(hv[0], hv[1], hv[2], hv[3]);
           dst[qq * 16 + 2 * b + 1] = make_uint4(hv[4], hv[5], hv[6], hv[7]);
@@ -441,8 +467,22 @@ extern "C" __global__ void __launch_bounds__(128, 2) mla_prefill_tcp(MT_ARGS) {
     if (lse && w == 0 && t4 == 0) lse[qh] = l > 0.0f ? m + logf(l) : NEG_INF;
   }
 }
+
+extern "C" __global__ void __launch_bounds__(128, 2) mla_prefill_tcp(MT_ARGS) {
+  PDL_WAIT();
+  mpp_body<false>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
+}
+// mla_prefill_tcpi: the tile converted with integer operations.
+extern "C" __global__ void __launch_bounds__(128, 2) mla_prefill_tcpi(MT_ARGS) {
+  PDL_WAIT();
+  mpp_body<true>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
+}
 #else
 extern "C" __global__ void __launch_bounds__(128) mla_prefill_tcp(MT_ARGS) {
+  PDL_WAIT();
+  __trap();
+}
+extern "C" __global__ void __launch_bounds__(128) mla_prefill_tcpi(MT_ARGS) {
   PDL_WAIT();
   __trap();
 }

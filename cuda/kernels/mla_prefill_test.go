@@ -78,9 +78,9 @@ func TestKernelMLAPrefill(t *testing.T) {
 				}
 				chk(kc.f(s, op, lp, a.up(qn), a.up(qp), a.up(cache), 0, a.up(idx), a.up(lens), ws, nq, H, nidx, ldIdx, nsplit, scale))
 				got, gotL := downF32(c, op, nq*H*512), downF32(c, lp, nq*H)
-			if nsplit == 1 {
-				outs[kc.name] = got
-			}
+				if nsplit == 1 {
+					outs[kc.name] = got
+				}
 				var worst, worstL float64
 				for qi := range nq {
 					for h := range H {

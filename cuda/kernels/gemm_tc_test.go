@@ -215,7 +215,7 @@ func TestKernelGemmExpertsH2(t *testing.T) {
 			t.Skip("gemm h2 needs sm_89+")
 		}
 		s := c.Stream()
-		for _, ec := range []struct{ E, K, rows, topk, N, D int }{{8, 3, 150, 3, 200, 384}, {16, 8, 70, 8, 256, 2048}, {5, 2, 40, 2, 130, 112}} {
+		for _, ec := range []struct{ E, K, rows, topk, N, D int }{{8, 3, 150, 3, 200, 384}, {16, 8, 70, 8, 256, 2048}, {5, 2, 40, 2, 130, 112}, {4, 2, 300, 2, 136, 256}} {
 			E, T, N, D := ec.E, ec.rows, ec.N, ec.D
 			ex := randFP8Experts(r, a, E, N, D)
 			K := ec.topk
@@ -232,13 +232,9 @@ func TestKernelGemmExpertsH2(t *testing.T) {
 			}
 			slices.SortStableFunc(pairs, func(p, q int) int { return int(ids[p]) - int(ids[q]) })
 			xrows := make([]int32, len(pairs))
-			var tiles []int32
+			eid := make([]int32, len(pairs))
 			for i, p := range pairs {
-				xrows[i] = int32(p / K)
-				if i == 0 || ids[pairs[i-1]] != ids[p] || tiles[len(tiles)-1] == GemmTileRows {
-					tiles = append(tiles, ids[p], int32(i), 0)
-				}
-				tiles[len(tiles)-1]++
+				xrows[i], eid[i] = int32(p/K), ids[p]
 			}
 			x := randF32(r, T*D, 1)
 			P := len(pairs)
@@ -248,11 +244,16 @@ func TestKernelGemmExpertsH2(t *testing.T) {
 				e, m := ids[p], p/K
 				copy(ref[i*N:], refGemv(ex.at(int(e)), x[m*D:], nil, N, D, 1, D, N))
 			}
-			for _, parts := range []int{2, 3} {
+			for _, v := range []struct {
+				parts int
+				big   bool
+			}{{2, false}, {3, false}, {2, true}, {3, true}} {
+				tiles, nbig := ExpertTiles(eid, v.big)
 				yp := a.poisoned(P * N)
 				chk(k.GemmFP8ExpertsH2(s, yp, a.up(x), D, T, a.up(ex.wp), a.up(ex.sp), a.up(tiles), a.up(xrows), a.raw(scratchBytes), scratchBytes,
-					len(tiles)/3, N, D, parts))
-				record(t, fmt.Sprintf("gemm_fp8_experts_h2 parts=%d E=%d rows=%d top%d N=%d K=%d", parts, E, T, K, N, D), relMetric, relErr(downF32(c, yp, P*N), ref), boundF32)
+					len(tiles)/3, nbig, N, D, v.parts))
+				record(t, fmt.Sprintf("gemm_fp8_experts_h2 parts=%d big=%v (%d of %d tiles) E=%d rows=%d top%d N=%d K=%d", v.parts, v.big, nbig, len(tiles)/3, E, T, K, N, D),
+					relMetric, relErr(downF32(c, yp, P*N), ref), boundF32)
 			}
 		}
 	})

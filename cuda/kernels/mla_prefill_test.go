@@ -64,70 +64,88 @@ func TestKernelMLAPrefill(t *testing.T) {
 				maxC = math.Max(maxC, math.Abs(v))
 			}
 		}
-		for _, nsplit := range []int{1, 3} {
-			op, lp := a.poisoned(nq*H*512), a.poisoned(nq*H)
-			ws := cuda.DevPtr(0)
-			if nsplit > 1 {
-				ws = a.poisoned(int(MLAWorkspaceBytes(nq, H, nsplit) / 4))
-			}
-			chk(k.MLAPrefillTC(s, op, lp, a.up(qn), a.up(qp), a.up(cache), 0, a.up(idx), a.up(lens), ws, nq, H, nidx, ldIdx, nsplit, scale))
-			got, gotL := downF32(c, op, nq*H*512), downF32(c, lp, nq*H)
-			var worst, worstL float64
-			for qi := range nq {
-				for h := range H {
-					o := make([]float64, 512)
-					lse := math.Inf(-1)
-					if tl := toks[qi]; len(tl) > 0 {
-						sc := make([]float64, len(tl))
-						mx := math.Inf(-1)
-						for j, tk := range tl {
-							var d float64
-							for i := range 512 {
-								d += float64(qn[(qi*H+h)*512+i]) * cvs[tk][i]
+		outs := map[string][]float32{} // nsplit 1's output per kernel
+		type launch func(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error
+		for _, kc := range []struct {
+			name string
+			f    launch
+		}{{"mla_prefill_tc", k.MLAPrefillTC}, {"mla_prefill_tcp", k.MLAPrefillTCP}, {"mla_prefill_tcpi", k.MLAPrefillTCPI}} {
+			for _, nsplit := range []int{1, 3} {
+				op, lp := a.poisoned(nq*H*512), a.poisoned(nq*H)
+				ws := cuda.DevPtr(0)
+				if nsplit > 1 {
+					ws = a.poisoned(int(MLAWorkspaceBytes(nq, H, nsplit) / 4))
+				}
+				chk(kc.f(s, op, lp, a.up(qn), a.up(qp), a.up(cache), 0, a.up(idx), a.up(lens), ws, nq, H, nidx, ldIdx, nsplit, scale))
+				got, gotL := downF32(c, op, nq*H*512), downF32(c, lp, nq*H)
+				if nsplit == 1 {
+					outs[kc.name] = got
+				}
+				var worst, worstL float64
+				for qi := range nq {
+					for h := range H {
+						o := make([]float64, 512)
+						lse := math.Inf(-1)
+						if tl := toks[qi]; len(tl) > 0 {
+							sc := make([]float64, len(tl))
+							mx := math.Inf(-1)
+							for j, tk := range tl {
+								var d float64
+								for i := range 512 {
+									d += float64(qn[(qi*H+h)*512+i]) * cvs[tk][i]
+								}
+								for i := range 64 {
+									d += float64(qp[(qi*H+h)*64+i]) * rvs[tk][i]
+								}
+								sc[j] = d * scale
+								mx = math.Max(mx, sc[j])
 							}
-							for i := range 64 {
-								d += float64(qp[(qi*H+h)*64+i]) * rvs[tk][i]
+							var l float64
+							for j, tk := range tl {
+								p := math.Exp(sc[j] - mx)
+								l += p
+								for i := range 512 {
+									o[i] += p * cvs[tk][i]
+								}
 							}
-							sc[j] = d * scale
-							mx = math.Max(mx, sc[j])
-						}
-						var l float64
-						for j, tk := range tl {
-							p := math.Exp(sc[j] - mx)
-							l += p
-							for i := range 512 {
-								o[i] += p * cvs[tk][i]
+							for i := range o {
+								o[i] /= l
 							}
+							lse = mx + math.Log(l)
 						}
-						for i := range o {
-							o[i] /= l
+						for i := range 512 {
+							g := float64(got[(qi*H+h)*512+i])
+							if math.IsNaN(g) {
+								worst = math.Inf(1)
+							}
+							worst = math.Max(worst, math.Abs(g-o[i])/maxC)
 						}
-						lse = mx + math.Log(l)
-					}
-					for i := range 512 {
-						g := float64(got[(qi*H+h)*512+i])
-						if math.IsNaN(g) {
-							worst = math.Inf(1)
+						gl := float64(gotL[qi*H+h])
+						switch {
+						case math.IsInf(lse, -1):
+							if !math.IsInf(gl, -1) {
+								worstL = math.Inf(1) // an empty row's lse is -inf
+							}
+						case math.IsNaN(gl):
+							worstL = math.Inf(1)
+						default:
+							worstL = math.Max(worstL, math.Abs(gl-lse)/math.Max(1, math.Abs(lse)))
 						}
-						worst = math.Max(worst, math.Abs(g-o[i])/maxC)
-					}
-					gl := float64(gotL[qi*H+h])
-					switch {
-					case math.IsInf(lse, -1):
-						if !math.IsInf(gl, -1) {
-							worstL = math.Inf(1) // an empty row's lse is -inf
-						}
-					case math.IsNaN(gl):
-						worstL = math.Inf(1)
-					default:
-						worstL = math.Max(worstL, math.Abs(gl-lse)/math.Max(1, math.Abs(lse)))
 					}
 				}
+				name := fmt.Sprintf("%s nq=37 H=40 top-k idx (-1, past len, empty row) split=%d", kc.name, nsplit)
+				record(t, name, "max|d|/max|c|", worst, boundTC)
+				record(t, name+" (lse)", "|d|/max(1,|lse|)", worstL, boundTC)
 			}
-			name := fmt.Sprintf("mla_prefill_tc nq=37 H=40 top-k idx (-1, past len, empty row) split=%d", nsplit)
-			record(t, name, "max|d|/max|c|", worst, boundTC)
-			record(t, name+" (lse)", "|d|/max(1,|lse|)", worstL, boundTC)
 		}
+		// The integer conversion gives the same bf16 values: the same bits.
+		diff := 0
+		for i, v := range outs["mla_prefill_tcp"] {
+			if math.Float32bits(v) != math.Float32bits(outs["mla_prefill_tcpi"][i]) {
+				diff++
+			}
+		}
+		record(t, "mla_prefill_tcpi vs mla_prefill_tcp nq=37 H=40 split=1", "values differing", float64(diff), 0)
 		// Bad arguments are refused before any launch.
 		for _, bad := range []struct{ nq, H, nidx, ldIdx, nsplit int }{
 			{0, H, nidx, ldIdx, 1}, {nq, 0, nidx, ldIdx, 1}, {nq, H, nidx, nidx - 1, 1}, {nq, H, nidx, ldIdx, 2},
@@ -161,5 +179,17 @@ func TestKernelTimingMLAPrefill(t *testing.T) {
 			chk(k.MLAPrefillTC(s, out, 0, qn, qp, cache, 0, ip, lens, 0, nq, H, nidx, nidx, 1, 0.1))
 		})
 		add(fmtName("mla_prefill_tc H=%d topk=2048 nq=%d", H, nq), nb, us, "TILERT_GPU_MLA_PREFILL=1")
+		us = medianUs(c, s, 3, 7, func() {
+			chk(k.MLAPrefillTCP(s, out, 0, qn, qp, cache, 0, ip, lens, 0, nq, H, nidx, nidx, 1, 0.1))
+		})
+		add(fmtName("mla_prefill_tcp H=%d topk=2048 nq=%d", H, nq), nb, us, "TILERT_GPU_MLA_PREFILL=2")
+		us = medianUs(c, s, 3, 7, func() {
+			chk(k.MLAPrefillTCPI(s, out, 0, qn, qp, cache, 0, ip, lens, 0, nq, H, nidx, nidx, 1, 0.1))
+		})
+		add(fmtName("mla_prefill_tcpi H=%d topk=2048 nq=%d", H, nq), nb, us, "integer fp8 conversion")
+		us = medianUs(c, s, 3, 7, func() {
+			chk(k.MLADecodeTCP(s, out, 0, qn, qp, cache, 0, ip, lens, ws, nq, H, nidx, nidx, 1, 0.1))
+		})
+		add(fmtName("mla_decode_tcp H=%d topk=2048 nq=%d split=1", H, nq), nb, us, "its decode twin, unsplit")
 	})
 }

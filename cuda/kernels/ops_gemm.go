@@ -169,15 +169,50 @@ func (k *Set) GemmFP8H2(s cuda.Stream, y, x, w, scale, scratch cuda.DevPtr, scra
 		w, scale, xs, pstride, cdiv(K, gemmH2K)*gemmH2K, rs, y, N, K, M, ldy)
 }
 
+// GemmExpertBigRows is the pairs a "big" expert tile holds (the 128-row
+// blocks of gemm_fp8_experts_h2_b4); other tiles hold at most GemmTileRows.
+const GemmExpertBigRows = 128
+
+// ExpertTiles cuts the expert-sorted pairs (eid[i]: the expert of sorted
+// pair i, non-decreasing) into the grouped GEMM's tiles, (expert, first
+// pair, pairs) each: with big set, every expert's pairs run as tiles of
+// GemmExpertBigRows, and a rest of at most GemmTileRows as one small tile;
+// big tiles come first (nbig of them). Without big, tiles of at most
+// GemmTileRows (nbig 0).
+func ExpertTiles(eid []int32, big bool) (tiles []int32, nbig int) {
+	var small []int32
+	for i := 0; i < len(eid); {
+		j := i
+		for j < len(eid) && eid[j] == eid[i] {
+			j++
+		}
+		for i < j {
+			n := j - i
+			switch {
+			case big && n > GemmTileRows:
+				n = min(n, GemmExpertBigRows)
+				tiles = append(tiles, eid[i], int32(i), int32(n))
+				nbig++
+			default:
+				n = min(n, GemmTileRows)
+				small = append(small, eid[i], int32(i), int32(n))
+			}
+			i += n
+		}
+	}
+	return append(tiles, small...), nbig
+}
+
 // GemmFP8ExpertsH2 is GemmFP8Experts with x (xRows rows) in parts fp16
-// parts through scratch (GemmH2ScratchBytes(xRows, K) bytes); tiles hold
-// at most GemmTileRows pairs.
-func (k *Set) GemmFP8ExpertsH2(s cuda.Stream, y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows, scratch cuda.DevPtr, scratchBytes int64, ntiles, N, K, parts int) error {
+// parts through scratch (GemmH2ScratchBytes(xRows, K) bytes): tiles
+// [0, nbig) hold at most GemmExpertBigRows pairs (128-row blocks), the
+// rest at most GemmTileRows (64-row blocks); x is split once for both.
+func (k *Set) GemmFP8ExpertsH2(s cuda.Stream, y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows, scratch cuda.DevPtr, scratchBytes int64, ntiles, nbig, N, K, parts int) error {
 	if err := checkGemm(N, K, 1, ldx, N, 2); err != nil {
 		return err
 	}
-	if ntiles <= 0 || ntiles > 65535 {
-		return errors.Newf("gemm experts h2: %d tiles (1..65535)", ntiles)
+	if ntiles <= 0 || ntiles > 65535 || nbig < 0 || nbig > ntiles {
+		return errors.Newf("gemm experts h2: %d tiles (1..65535), %d of them big", ntiles, nbig)
 	}
 	if !k.GemmH2OK(0, K) {
 		return errors.Newf("gemm experts h2: K=%d (multiple of 16), sm_89+", K)
@@ -186,12 +221,21 @@ func (k *Set) GemmFP8ExpertsH2(s cuda.Stream, y, x cuda.DevPtr, ldx, xRows int, 
 	if err != nil {
 		return err
 	}
-	f, err := k.gemmH2Fn("gemm_fp8_experts_h2", GemmTileRows, parts)
-	if err != nil {
-		return err
+	Kp := cdiv(K, gemmH2K) * gemmH2K
+	for _, l := range []struct{ bm, first, n int }{{GemmExpertBigRows, 0, nbig}, {GemmTileRows, nbig, ntiles - nbig}} {
+		if l.n == 0 {
+			continue
+		}
+		f, err := k.gemmH2Fn("gemm_fp8_experts_h2", l.bm, parts)
+		if err != nil {
+			return err
+		}
+		if err := k.launchFn(f, cuda.D3(cdiv(N, gemmTileN), l.n, 1), cuda.D1(256), gemmH2Smem(l.bm, parts), s,
+			wTable, sTable, tiles.Add(12*int64(l.first)), xrows, xs, pstride, Kp, rs, y, N, K); err != nil {
+			return err
+		}
 	}
-	return k.launchFn(f, cuda.D3(cdiv(N, gemmTileN), ntiles, 1), cuda.D1(256), gemmH2Smem(GemmTileRows, parts), s,
-		wTable, sTable, tiles, xrows, xs, pstride, cdiv(K, gemmH2K)*gemmH2K, rs, y, N, K)
+	return nil
 }
 
 // absorbTCSmem is absorb_tc's dynamic shared memory (AT_SMEM).

@@ -41,3 +41,46 @@ func (k *Set) MLAPrefillTC(s cuda.Stream, out, lse, qn, qp, cache, blockTable, i
 	}
 	return k.launchMLATiled(mlaPrefillKernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
 }
+
+// MLAPrefillTCPSmemBytes is mla_prefill_tcp's dynamic shared memory
+// (MPP_SMEM_BYTES): mla_decode_tcp's with partial-score rows of 40 floats.
+const MLAPrefillTCPSmemBytes = mlaTCPRaw*mlaTCTile*41*16 + mlaTCTile*584*2 + 4*mlaHeadsGroup*40*4 + (mlaTCPRaw+2)*mlaTCTile*4 + mlaTCTile*4*4
+
+var mlaPrefillTCPKernel = mlaTiled{"mla_prefill_tcp", "mla prefill tcp", 128, MLAPrefillTCPSmemBytes,
+	"mla_prefill_tcp needs ~110 KiB of shared memory per block (sm_80 or newer); leave TILERT_GPU_MLA_PREFILL unset",
+	mlaTCTile, "", 0, false, 0}
+
+// mlaPrefillTCPIKernel is mla_prefill_tcp with the tile converted by
+// integer operations (the same values).
+var mlaPrefillTCPIKernel = mlaTiled{"mla_prefill_tcpi", "mla prefill tcp", 128, MLAPrefillTCPSmemBytes,
+	"mla_prefill_tcpi needs ~110 KiB of shared memory per block (sm_80 or newer); leave TILERT_GPU_MLA_PREFILL unset",
+	mlaTCTile, "", 0, false, 0}
+
+// MLAPrefillTCP is MLAPrefillTC (the same arguments and results) on
+// mla_prefill_tcp: mla_decode_tcp's arithmetic (query fragments in
+// registers, tiles in flight, ldmatrix fragments) with conflict-free
+// partial scores, 16 heads a block, two blocks an SM.
+func (k *Set) MLAPrefillTCP(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	return k.mlaPrefillTCP(mlaPrefillTCPKernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
+}
+
+// MLAPrefillTCPI is MLAPrefillTCP on mla_prefill_tcpi (the entries' fp8
+// bytes converted to bf16 by integer operations: the same values).
+func (k *Set) MLAPrefillTCPI(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	return k.mlaPrefillTCP(mlaPrefillTCPIKernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
+}
+
+func (k *Set) mlaPrefillTCP(d mlaTiled, s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	if err := d.checkArgs(indices, ws, nq, H, nidx, ldIdx, nsplit); err != nil {
+		return errors.WithHint(err, "nq, H and nidx must be positive, ldIdx >= nidx when indices are given, nsplit in range with a workspace past 1")
+	}
+	if out == 0 || qn == 0 || qp == 0 || cache == 0 || lens == 0 {
+		return errors.WithHint(errors.Newf("%s: out %#x qn %#x qp %#x cache %#x lens %#x", d.name, uint64(out), uint64(qn), uint64(qp), uint64(cache), uint64(lens)),
+			"pass device buffers for the output, the queries, the cache and the row lengths")
+	}
+	if k.c.Info().CCMajor < 8 {
+		return errors.WithHint(errors.Newf("%s: compute capability %d.%d", d.name, k.c.Info().CCMajor, k.c.Info().CCMinor),
+			"it needs sm_80 or newer; TILERT_GPU_MLA_PREFILL=0 keeps mla_decode_tc")
+	}
+	return k.launchMLATiled(d, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
+}

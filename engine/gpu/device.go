@@ -512,11 +512,17 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 	return b.k.MLADecode(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 }
 
-// mlaPrefill runs mla_prefill_tc unsplit (the rows fill the SMs); below
-// sm_80 it is mlaDecode.
+// mlaPrefill runs mlaPrefillMode's kernel unsplit (the rows fill the SMs);
+// below sm_80 it is mlaDecode.
 func (b *cudaDevice) mlaPrefill(out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	if b.c.Info().CCMajor < 8 {
 		return b.mlaDecode(mlaFP8, out, qn, qp, cache, indices, lens, ws, nq, H, nidx, ldIdx, scale)
+	}
+	switch mlaPrefillMode {
+	case 2:
+		return b.k.MLAPrefillTCP(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
+	case 3:
+		return b.k.MLAPrefillTCPI(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 	}
 	return b.k.MLAPrefillTC(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 }
@@ -579,11 +585,28 @@ func (b *cudaDevice) mlaDecodeTCF(out, qn, qp, cache, rowBase, indices, lens, ws
 // TILERT_GPU_SLOT_MERGE=0 keeps one launch per slot.
 var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") != "0"
 
-// mlaPrefillOn: TILERT_GPU_MLA_PREFILL=1 runs the fp8 MLA of a slot's
-// group of at least mlaPrefillMinRows rows (a prefill chunk) on
-// mla_prefill_tc (32 heads a block, queries split once per block) instead
-// of mla_decode_tc. Off by default: NOT yet run on a GPU.
-var mlaPrefillOn = os.Getenv("TILERT_GPU_MLA_PREFILL") == "1"
+// mlaPrefillOn: the fp8 MLA of a slot's group of at least
+// mlaPrefillMinRows rows (a prefill chunk) runs on mlaPrefill instead of
+// mlaDecode (mla_decode_tc): by default on mla_prefill_tcpi (mlaPrefillMode;
+// its kernel check and the engine checks ran on the H200,
+// docs/measured/h200-2026-12-01-s4-pfill2). TILERT_GPU_MLA_PREFILL=0
+// keeps mla_decode_tc, =1 mla_prefill_tc (32 heads a block: no faster than
+// mla_decode_tc there, 3.74 ms for 256 rows), =2 mla_prefill_tcp, =3
+// mla_prefill_tcpi (tcp with the tile converted by integer operations: the
+// same bits).
+var mlaPrefillOn = mlaPrefillMode != 0
+
+var mlaPrefillMode = func() int {
+	switch os.Getenv("TILERT_GPU_MLA_PREFILL") {
+	case "0":
+		return 0
+	case "1":
+		return 1
+	case "2":
+		return 2
+	}
+	return 3
+}()
 
 // mlaPrefillMinRows: from 16 rows of 128 heads the unsplit launch has
 // 64+ blocks per 16 rows, enough to fill the SMs at prefill's 256 rows.

@@ -177,8 +177,7 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 		graphs: newGraphs(),
 		ah:     aheadState{off: !pipeOn, mtp: pipeMTP},
 	}
-	// No more rows a chunk than a prompt can have (rounded to 256).
-	e.chunkLen = min(prefillChunk(), (maxSeq+255)/256*256)
+	e.chunkLen = e.pickChunk(src)
 	e.maxRows = max(e.chunkLen, 2*opts.Slots)
 	e.setCacheLayout(engine.IndexerLayers(cfg))
 	err = r.run(func(b device) error {

@@ -88,8 +88,36 @@ type workspace struct {
 }
 
 func newWorkspace(e *backend, b device) (*workspace, error) {
+	ws := &workspace{ldScores: e.maxSeq}
+	var err error
+	for _, a := range ws.bufs(e, e.maxRows) {
+		if err == nil {
+			*a.p, err = e.alloc(b, int64(4*max(a.n, 1)))
+		}
+		if err == nil {
+			// Zeroed: no buffer ever holds stale NaN patterns.
+			err = b.zero(*a.p, int64(4*max(a.n, 1)))
+		}
+	}
+	if err == nil {
+		err = ws.allocGroup(e, b, e.maxRows)
+	}
+	if err == nil {
+		err = e.allocGemmScratch(b, e.maxRows)
+	}
+	return ws, err
+}
+
+// wsBuf is one workspace buffer: where its pointer goes and its float32s.
+type wsBuf struct {
+	p *cuda.DevPtr
+	n int
+}
+
+// bufs lists the workspace's buffers for M rows (newWorkspace allocates
+// them; workspaceBytes adds them up to size the prefill chunk).
+func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 	c := e.cfg
-	M := e.maxRows
 	H, NH := c.HiddenSize, c.NumHeads
 	qk := c.QKNopeHeadDim + c.QKRopeHeadDim
 	R, P := c.KVLoraRank, c.QKRopeHeadDim
@@ -98,62 +126,61 @@ func newWorkspace(e *backend, b device) (*workspace, error) {
 		inter = max(inter, c.MoEIntermediateSize*c.NSharedExperts)
 	}
 	K := max(1, c.NumExpertsPerTok)
-	ws := &workspace{ldScores: e.maxSeq}
-	var err error
-	f := func(p *cuda.DevPtr, n int) {
-		if err == nil {
-			*p, err = e.alloc(b, int64(4*max(n, 1)))
-		}
-		if err == nil {
-			// Zeroed: no buffer ever holds stale NaN patterns.
-			err = b.zero(*p, int64(4*max(n, 1)))
-		}
-	}
-	f(&ws.meta, 6*M)
-	for _, p := range []*cuda.DevPtr{&ws.x, &ws.h, &ws.tmp, &ws.mo, &ws.hid, &ws.mhid, &ws.hin} {
-		f(p, M*H)
-	}
-	f(&ws.cat, M*2*H)
-	f(&ws.qa, M*c.QLoraRank)
-	f(&ws.q, M*NH*qk)
-	f(&ws.kva, M*(R+P))
-	f(&ws.qlat, M*NH*R)
-	f(&ws.qpe, M*NH*P)
-	f(&ws.olat, M*NH*R)
-	f(&ws.ao, M*NH*c.VHeadDim)
-	f(&ws.iq, M*c.IndexNHeads*c.IndexHeadDim)
-	f(&ws.ik, M*c.IndexHeadDim)
-	f(&ws.iw, M*c.IndexNHeads)
-	f(&ws.scores, M*ws.ldScores)
-	f(&ws.topk, M*c.IndexTopK)
-	f(&ws.g, M*inter)
-	f(&ws.u, M*inter)
-	f(&ws.rlog, M*max(1, c.NRoutedExperts))
-	f(&ws.eidx, M*K)
-	f(&ws.ewts, M*K)
 	// The tile MoE runs up to MaxTileM rows' slots plus their shared
 	// expert rows per launch.
 	tileSlots := min(M, kernels.MaxTileM) * (K + 1)
-	f(&ws.eg, max(K, tileSlots)*max(1, c.MoEIntermediateSize))
-	f(&ws.eu, K*max(1, c.MoEIntermediateSize))
-	f(&ws.ey, max(K, tileSlots)*H)
-	f(&ws.logits, M*c.VocabSize)
-	f(&ws.tok, M)
-	f(&ws.ctr, 1)
-	f(&ws.amax, int(kernels.ArgmaxScratchBytes(M)/4))
-	f(&ws.mla, int(kernels.MLAHeadsWorkspaceBytes(M, NH)/4))
-	f(&ws.tkw, int(kernels.TopKRadixScratchBytes(M, ws.ldScores)/4))
+	bs := []wsBuf{{&ws.meta, 6 * M}}
+	for _, p := range []*cuda.DevPtr{&ws.x, &ws.h, &ws.tmp, &ws.mo, &ws.hid, &ws.mhid, &ws.hin} {
+		bs = append(bs, wsBuf{p, M * H})
+	}
+	bs = append(bs, []wsBuf{
+		{&ws.cat, M * 2 * H},
+		{&ws.qa, M * c.QLoraRank},
+		{&ws.q, M * NH * qk},
+		{&ws.kva, M * (R + P)},
+		{&ws.qlat, M * NH * R},
+		{&ws.qpe, M * NH * P},
+		{&ws.olat, M * NH * R},
+		{&ws.ao, M * NH * c.VHeadDim},
+		{&ws.iq, M * c.IndexNHeads * c.IndexHeadDim},
+		{&ws.ik, M * c.IndexHeadDim},
+		{&ws.iw, M * c.IndexNHeads},
+		{&ws.scores, M * ws.ldScores},
+		{&ws.topk, M * c.IndexTopK},
+		{&ws.g, M * inter},
+		{&ws.u, M * inter},
+		{&ws.rlog, M * max(1, c.NRoutedExperts)},
+		{&ws.eidx, M * K},
+		{&ws.ewts, M * K},
+		{&ws.eg, max(K, tileSlots) * max(1, c.MoEIntermediateSize)},
+		{&ws.eu, K * max(1, c.MoEIntermediateSize)},
+		{&ws.ey, max(K, tileSlots) * H},
+		{&ws.logits, M * c.VocabSize},
+		{&ws.tok, M},
+		{&ws.ctr, 1},
+		{&ws.amax, int(kernels.ArgmaxScratchBytes(M) / 4)},
+		{&ws.mla, int(kernels.MLAHeadsWorkspaceBytes(M, NH) / 4)},
+		{&ws.tkw, int(kernels.TopKRadixScratchBytes(M, ws.ldScores) / 4)},
+	}...)
 	if e.idxQ() {
-		f(&ws.iqh, M*kernels.IndexerQRowBytes/4)
-		f(&ws.iwq, M*kernels.IndexerQHeads)
+		bs = append(bs, wsBuf{&ws.iqh, M * kernels.IndexerQRowBytes / 4}, wsBuf{&ws.iwq, M * kernels.IndexerQHeads})
 	}
-	if err == nil {
-		err = ws.allocGroup(e, b, M)
+	return bs
+}
+
+// workspaceBytes is the device memory newWorkspace takes for M rows
+// (the grouped MoE's buffers and the fp16-part GEMM scratch included).
+func workspaceBytes(e *backend, M int) int64 {
+	ws := &workspace{ldScores: e.maxSeq}
+	var n int64
+	for _, a := range ws.bufs(e, M) {
+		n += int64(4 * max(a.n, 1))
 	}
-	if err == nil {
-		err = e.allocGemmScratch(b, M)
+	n += groupBytes(e.cfg, M)
+	if gemmOn && gemmH2On && M >= gemmMinRows {
+		n += gemmScratchBytes(e.cfg, M)
 	}
-	return ws, err
+	return n
 }
 
 // fwdRow is one position forwarded: token tok of slot s at position pos.

@@ -22,12 +22,10 @@ import (
 // products are float32's and exact mode keeps its float32 numerics;
 // TILERT_GPU_GEMM_SPLITS=2 trades 8 bits of x for a third less tensor work.
 //
-// TILERT_GPU_GEMM=1 turns this on. It stays off by default until the engine
-// checks (make gpu-check) have passed with it on the H200: the first run
-// (docs/measured/h200-2026-12-01-prefill/run1) had the bf16 GEMM
-// accumulating all of K in the tensor cores, 3e-5 off, and two engine checks
-// failed on the tiny random models; the kernels now promote every K tile.
-// Off, prefill runs 4-row GEMVs over chunks of 32 rows as before.
+// On by default (its engine checks passed on the H200 in session 3's round
+// 1 and session 4, docs/measured/h200-2026-12-01-s4-pfill2; an 8192-token
+// prefill 806 ms against 1528 with the GEMVs); TILERT_GPU_GEMM=0 runs
+// prefill as 4-row GEMVs over chunks of 32 rows as before.
 // TILERT_GPU_PREFILL_CHUNK sets the rows per prefill forward (default
 // defaultChunkLen with the GEMMs, 32 without). Larger chunks should pay
 // (not yet measured): every chunk streams all 256 experts' weights through
@@ -47,26 +45,32 @@ type gemmDevice interface {
 	// first pair, pairs), xrows [pairs], y [pairs][N].
 	// xRows is how many rows x has (the fp16 two-part split converts them
 	// once).
-	gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error
+	// The first nbig tiles hold up to kernels.GemmExpertBigRows pairs
+	// (kernels.ExpertTiles; only with the fp16-part kernels).
+	gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, nbig, N, K int) error
 	// moeCombineRows is kernels.MoECombineRows.
 	moeCombineRows(out, ey, wts, pos cuda.DevPtr, rows, k, N int) error
 }
 
 const (
 	gemmMinRows     = 16  // below, the GEMVs (helper-tuned for 1..8 rows) stay
-	defaultChunkLen = 256 // prefill rows per forward with the GEMMs on (capped by max_seq_len)
+	defaultChunkLen = 256 // prefill rows per forward with the GEMMs on (capped by max_seq_len; pickChunk)
 	oldChunkLen     = 32
+	maxChunkLen     = 8192
 )
 
 var (
-	gemmOn     = os.Getenv("TILERT_GPU_GEMM") == "1"
+	gemmOn     = os.Getenv("TILERT_GPU_GEMM") != "0"
 	gemmSplits = envInt("TILERT_GPU_GEMM_SPLITS", 3)
 	// gemmH2On: TILERT_GPU_GEMM_H2=1 runs the fp8 GEMMs on x split into
 	// fp16 parts with a power-of-two scale per row (kernels.GemmFP8H2: a
 	// 3-stage cp.async pipeline, e4m3 pairs converted in the fragment
-	// loads, x split once per call). Opt-in: written after the session's
-	// last device run, never run on a GPU yet (NOTES.md); off, the fp8
-	// GEMMs are gemm_tc.cu's three bf16 parts, measured.
+	// loads, x split once per call). Opt-in: on the H200 its 3 parts run
+	// no faster than gemm_tc.cu's three bf16 parts (89 vs 91 TFLOP/s at
+	// 2048 rows) and with 2 or 3 parts it moves the tiny models' prefill
+	// caches past their bound (glm-5-tiny 1.55% of bytes against 0.90%
+	// with gemm_tc: the same with 2 parts as with 3, so the third part adds
+	// nothing there), NOTES.md.
 	gemmH2On = os.Getenv("TILERT_GPU_GEMM_H2") == "1"
 	// gemmH2BM: block rows of the dense fp8 GEMM (64 or 128; 0 picks).
 	gemmH2BM = envInt("TILERT_GPU_GEMM_BM", 0)
@@ -74,6 +78,11 @@ var (
 	// (products exact, as the bf16 three-part kernels), 2 carries 22 (a
 	// third less tensor work; the tiny models' cache checks move).
 	gemmH2Parts = envInt("TILERT_GPU_GEMM_H2_PARTS", 3)
+	// expertBig: TILERT_GPU_EXPERT_BM=128 runs the grouped experts' pairs
+	// in tiles of 128 (the b4 fp16-part kernels; a rest of <= 64 pairs in
+	// a 64-row tile), so that an expert's weights are read by half the
+	// tiles once a chunk routes >= 128 pairs to it; 64: every tile <= 64.
+	expertBig = envInt("TILERT_GPU_EXPERT_BM", 64) == 128
 )
 
 func envInt(name string, def int) int {
@@ -83,13 +92,36 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// prefillChunk is the rows of one prefill forward.
+// prefillChunk is the rows of one prefill forward as the environment or
+// the defaults give it (before pickChunk's memory rule).
 func prefillChunk() int {
 	def := defaultChunkLen
 	if !gemmOn {
 		def = oldChunkLen
 	}
-	return min(envInt("TILERT_GPU_PREFILL_CHUNK", def), 4096)
+	return min(envInt("TILERT_GPU_PREFILL_CHUNK", def), maxChunkLen)
+}
+
+// pickChunk is the backend's prefill rows per forward: the environment's
+// TILERT_GPU_PREFILL_CHUNK when set; with the GEMMs on, on a GPU and
+// outside a sharded engine, the largest power of two up to maxChunkLen
+// whose workspace takes at most a quarter of the device's memory (one
+// chunk streams every routed expert's weights once, so an 8192-token
+// prompt in one chunk reads them once instead of 32 times at 256 rows);
+// else prefillChunk's default. Never more rows than a prompt can have
+// (max_seq_len rounded up to 256).
+func (e *backend) pickChunk(src Source) int {
+	most := (e.maxSeq + 255) / 256 * 256
+	n := prefillChunk()
+	cr, onGPU := e.r.(*cudaRunner)
+	_, sharded := src.(*shardSource)
+	if os.Getenv("TILERT_GPU_PREFILL_CHUNK") != "" || !gemmOn || !onGPU || sharded || cr.info.TotalMem <= 0 {
+		return min(n, most)
+	}
+	budget := cr.info.TotalMem / 4
+	for n = maxChunkLen; n > defaultChunkLen && (n/2 >= most || workspaceBytes(e, n) > budget); n /= 2 {
+	}
+	return min(n, most)
 }
 
 // useGemm says whether a linear layer of M rows runs as a GEMM.
@@ -108,11 +140,11 @@ func (b *cudaDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) 
 	return b.k.GemmFP8(b.s, y, x, w, scale, N, K, M, ldx, ldy, gemmSplits)
 }
 
-// absorbTCOn: TILERT_GPU_ABSORB_TC=1 runs the prefill's absorbed-MLA
-// products on tensor cores (kernels.AbsorbQTC / AbsorbVTC). Opt-in: never
-// run on a GPU yet (NOTES.md); off, absorb_q_fp8 / absorb_v_fp8 as
-// measured.
-var absorbTCOn = os.Getenv("TILERT_GPU_ABSORB_TC") == "1"
+// absorbTCOn: the prefill's absorbed-MLA products on tensor cores
+// (kernels.AbsorbQTC / AbsorbVTC; 23 ms against 65 for an 8192-token
+// prefill, engine checks passed on the H200: NOTES.md). TILERT_GPU_ABSORB_TC=0
+// keeps absorb_q_fp8 / absorb_v_fp8.
+var absorbTCOn = os.Getenv("TILERT_GPU_ABSORB_TC") != "0"
 
 // absorbMany says whether the absorbed-MLA products of M rows run as
 // tensor-core products (kernels.AbsorbQTC / AbsorbVTC, three fp16 parts:
@@ -151,9 +183,13 @@ func (b *cudaDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error 
 	return b.k.GemmBF16(b.s, y, x, w, N, K, M, ldx, ldy, gemmSplits)
 }
 
-func (b *cudaDevice) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error {
+func (b *cudaDevice) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, nbig, N, K int) error {
 	if b.h2(0, K, xRows) {
-		return b.k.GemmFP8ExpertsH2(b.s, y, x, ldx, xRows, wTable, sTable, tiles, xrows, b.gemmWS, b.gemmWSBytes, ntiles, N, K, gemmH2Parts)
+		return b.k.GemmFP8ExpertsH2(b.s, y, x, ldx, xRows, wTable, sTable, tiles, xrows, b.gemmWS, b.gemmWSBytes, ntiles, nbig, N, K, gemmH2Parts)
+	}
+	if nbig > 0 {
+		return errors.WithHint(errors.Newf("grouped experts: %d tiles of up to %d pairs without the fp16-part kernels", nbig, kernels.GemmExpertBigRows),
+			"TILERT_GPU_EXPERT_BM=64 keeps every tile at 64 pairs")
 	}
 	return b.k.GemmFP8Experts(b.s, y, x, ldx, wTable, sTable, tiles, xrows, ntiles, N, K, gemmSplits)
 }
@@ -250,7 +286,7 @@ func emuRows(M, ldx, ldy int, x, y cuda.DevPtr, f func(yy, xx cuda.DevPtr, rows 
 	return nil
 }
 
-func (m *emuDevice) gemmExperts(y, x cuda.DevPtr, ldx, _ int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error {
+func (m *emuDevice) gemmExperts(y, x cuda.DevPtr, ldx, _ int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, _, N, K int) error {
 	ts := m.i32(tiles, 3*ntiles)
 	for t := 0; t < ntiles; t++ {
 		e, start, n := int(ts[3*t]), int(ts[3*t+1]), int(ts[3*t+2])
@@ -316,10 +352,10 @@ func (gb *graphDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) erro
 	return gb.shaped(N, K, M)
 }
 
-func (gb *graphDevice) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error {
+func (gb *graphDevice) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, nbig, N, K int) error {
 	_ = gb.rec("gemmExperts", int64(N)*int64(K), func(b device) error {
-		return b.gemmExperts(y, x, ldx, xRows, wTable, sTable, tiles, xrows, ntiles, N, K)
-	}, ku(y), ku(x), ki(ldx), ki(xRows), ku(wTable), ku(sTable), ku(tiles), ku(xrows), ki(ntiles), ki(N), ki(K))
+		return b.gemmExperts(y, x, ldx, xRows, wTable, sTable, tiles, xrows, ntiles, nbig, N, K)
+	}, ku(y), ku(x), ki(ldx), ki(xRows), ku(wTable), ku(sTable), ku(tiles), ku(xrows), ki(ntiles), ki(nbig), ki(N), ki(K))
 	return gb.shaped(ntiles, N, K)
 }
 
@@ -377,51 +413,41 @@ func (f *fwd) moeGrouped(lw *dlayer) {
 	}
 	slices.SortStableFunc(pairs, func(p, q int) int { return int(ids[p]) - int(ids[q]) })
 	g := &ws.grp
+	eid := make([]int32, P)
+	for i, p := range pairs {
+		eid[i] = ids[p]
+	}
+	tl, nbig := kernels.ExpertTiles(eid, expertBig && gemmH2On)
+	nt := len(tl) / 3
+	if nt > g.maxTiles {
+		o.do(errors.Newf("grouped MoE: %d tiles for %d pairs (at most %d)", nt, P, g.maxTiles))
+		return
+	}
 	// One upload: tiles [maxTiles][3], xrows [P], pos [P], identity [P].
 	xrowsAt, posAt, identAt := 3*g.maxTiles, 3*g.maxTiles+P, 3*g.maxTiles+2*P
 	meta := make([]byte, 4*(3*g.maxTiles+3*P))
 	put := func(i int, v int) { binary.LittleEndian.PutUint32(meta[4*i:], uint32(int32(v))) }
-	nt, cnt := 0, 0
+	for i, v := range tl {
+		put(i, int(v))
+	}
 	for i, p := range pairs {
 		put(xrowsAt+i, p/K)
 		put(posAt+p, i)
 		put(identAt+i, i)
-		if i == 0 || ids[pairs[i-1]] != ids[p] || cnt == kernels.GemmTileRows {
-			if nt == g.maxTiles {
-				o.do(errors.Newf("grouped MoE: more than %d tiles for %d pairs", g.maxTiles, P))
-				return
-			}
-			put(3*nt, int(ids[p]))
-			put(3*nt+1, i)
-			nt, cnt = nt+1, 0
-		}
-		cnt++
-		put(3*(nt-1)+2, cnt)
 	}
 	o.do(o.b.upload(g.meta, meta))
 	tiles, xrows, pos, ident := g.meta, fptr(g.meta, xrowsAt), fptr(g.meta, posAt), fptr(g.meta, identAt)
-	o.do(o.b.gemmExperts(g.eg, ws.h, H, M, lw.expW[0], lw.expS[0], tiles, xrows, nt, MI, H))
-	o.do(o.b.gemmExperts(g.eu, ws.h, H, M, lw.expW[1], lw.expS[1], tiles, xrows, nt, MI, H))
+	o.do(o.b.gemmExperts(g.eg, ws.h, H, M, lw.expW[0], lw.expS[0], tiles, xrows, nt, nbig, MI, H))
+	o.do(o.b.gemmExperts(g.eu, ws.h, H, M, lw.expW[1], lw.expS[1], tiles, xrows, nt, nbig, MI, H))
 	o.do(o.b.siluMul(g.eg, g.eg, g.eu, P, MI, MI, MI, MI))
 	// The down projection reads pair i's own row of eg.
-	o.do(o.b.gemmExperts(g.ey, g.eg, MI, P, lw.expW[2], lw.expS[2], tiles, ident, nt, H, MI))
+	o.do(o.b.gemmExperts(g.ey, g.eg, MI, P, lw.expW[2], lw.expS[2], tiles, ident, nt, nbig, H, MI))
 	o.do(o.b.moeCombineRows(ws.mo, g.ey, ws.ewts, pos, M, K, H))
 }
 
 // allocGroup allocates the grouped MoE's buffers for M rows.
 func (ws *workspace) allocGroup(e *backend, b device, M int) error {
-	c := e.cfg
-	if !gemmOn || M < gemmMinRows || c.NRoutedExperts == 0 {
-		return nil
-	}
-	K := max(1, c.NumExpertsPerTok)
-	P := M * K
-	g := &ws.grp
-	g.maxTiles = P/kernels.GemmTileRows + c.NRoutedExperts + 1
-	for _, a := range []struct {
-		p *cuda.DevPtr
-		n int
-	}{{&g.meta, 3*g.maxTiles + 3*P}, {&g.eg, P * c.MoEIntermediateSize}, {&g.eu, P * c.MoEIntermediateSize}, {&g.ey, P * c.HiddenSize}} {
+	for _, a := range ws.grp.bufs(e.cfg, M) {
 		p, err := e.alloc(b, int64(4*max(1, a.n)))
 		if err != nil {
 			return err
@@ -429,6 +455,27 @@ func (ws *workspace) allocGroup(e *backend, b device, M int) error {
 		*a.p = p
 	}
 	return nil
+}
+
+// bufs lists the grouped MoE's buffers for M rows of model c (none when
+// the GEMMs are off or c has no routed experts) and sets maxTiles.
+func (g *moeGroupWorkspace) bufs(c *model.Config, M int) []wsBuf {
+	if !gemmOn || M < gemmMinRows || c.NRoutedExperts == 0 {
+		return nil
+	}
+	K := max(1, c.NumExpertsPerTok)
+	P := M * K
+	g.maxTiles = P/kernels.GemmTileRows + c.NRoutedExperts + 1
+	return []wsBuf{{&g.meta, 3*g.maxTiles + 3*P}, {&g.eg, P * c.MoEIntermediateSize}, {&g.eu, P * c.MoEIntermediateSize}, {&g.ey, P * c.HiddenSize}}
+}
+
+// groupBytes is what allocGroup takes for M rows of model c.
+func groupBytes(c *model.Config, M int) int64 {
+	var n int64
+	for _, a := range new(moeGroupWorkspace).bufs(c, M) {
+		n += int64(4 * max(1, a.n))
+	}
+	return n
 }
 
 // gemmScratchBytes is the fp16-part GEMM scratch a forward of M rows of

@@ -5,8 +5,10 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
+	"github.com/tilert-go/tilert/model/synth"
 
 	"github.com/tilert-go/tilert/engine"
 )
@@ -139,5 +141,46 @@ func TestGemmScratchCovers(t *testing.T) {
 				t.Errorf("expert pairs need %d scratch bytes, have %d", need, have)
 			}
 		})
+	}
+}
+
+// TestPickChunk pins pickChunk on the deepseek-v3.2-moe shape (issue 10's
+// prefill command): with the GEMMs on a 141 GB GPU an 8192-token prompt
+// runs as one chunk; a smaller one gets the largest power of two whose
+// workspace fits a quarter of it; the environment and sharded engines keep
+// their chunks; never more than max_seq_len (rounded to 256).
+func TestPickChunk(t *testing.T) {
+	p, err := synth.Lookup("deepseek-v3.2-moe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := synth.Build(p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := gemmOn
+	t.Cleanup(func() { gemmOn = old })
+	gemmOn = true
+	for _, c := range []struct {
+		mem    int64
+		maxSeq int
+		env    string
+		want   int
+	}{
+		{141 << 30, 8200, "", 8192},
+		{141 << 30, 1100, "", 1280},
+		{141 << 30, 131072, "", 8192},
+		{80 << 30, 131072, "", 4096},
+		{40 << 30, 8200, "", 4096},
+		{16 << 30, 8200, "", 1024},
+		{141 << 30, 8200, "512", 512},
+	} {
+		t.Setenv("TILERT_GPU_PREFILL_CHUNK", c.env)
+		e := &backend{cfg: b.Config, maxSeq: c.maxSeq, r: &cudaRunner{info: cuda.DeviceInfo{TotalMem: c.mem}}}
+		got := e.pickChunk(nil)
+		t.Logf("mem %d GiB, max_seq %d: chunk %d, workspace %.2f GB", c.mem>>30, c.maxSeq, got, float64(workspaceBytes(e, got))/1e9)
+		if got != c.want {
+			t.Errorf("mem %d GiB, max_seq %d, env %q: chunk %d, want %d", c.mem>>30, c.maxSeq, c.env, got, c.want)
+		}
 	}
 }

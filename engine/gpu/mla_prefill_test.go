@@ -28,6 +28,20 @@ func TestGPUMLAPrefillGreedy(t *testing.T) {
 	testGreedyMatchesCPU(t, onGPU, engine.CacheFP8DSMLA)
 }
 
+// The same on each prefill kernel (TILERT_GPU_MLA_PREFILL=1, 2, 3), and
+// the prefill caches against the CPU's with it.
+func TestGPUMLAPrefillKernels(t *testing.T) {
+	withMLAPrefill(t)
+	old := mlaPrefillMode
+	t.Cleanup(func() { mlaPrefillMode = old })
+	for _, m := range []int{1, 2, 3} {
+		mlaPrefillMode = m
+		t.Logf("TILERT_GPU_MLA_PREFILL=%d", m)
+		testGreedyMatchesCPU(t, onGPU, engine.CacheFP8DSMLA)
+		testCachesMatchCPU(t, onGPU)
+	}
+}
+
 // A prefill takes mlaPrefill only with the switch on (the default path
 // stays mlaDecode), and gives the same first token either way.
 func TestEmuMLAPrefillRouted(t *testing.T) { testMLAPrefillRouted(t, onEmu) }

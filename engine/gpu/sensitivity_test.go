@@ -76,8 +76,8 @@ func (m *noisyEmu) experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.D
 }
 
 // The grouped experts' GEMM too (every pair's row of its tiles).
-func (m *noisyEmu) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, N, K int) error {
-	err := m.emuDevice.gemmExperts(y, x, ldx, xRows, wTable, sTable, tiles, xrows, ntiles, N, K)
+func (m *noisyEmu) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, nbig, N, K int) error {
+	err := m.emuDevice.gemmExperts(y, x, ldx, xRows, wTable, sTable, tiles, xrows, ntiles, nbig, N, K)
 	ts := m.i32(tiles, 3*ntiles)
 	for t := 0; t < ntiles; t++ {
 		if n := int(ts[3*t+2]); n > 0 {

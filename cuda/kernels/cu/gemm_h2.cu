@@ -9,9 +9,9 @@
 // to within ~2^-22 per product (float32's own summation order moves a K =
 // 7168 dot product by more). Every e4m3 weight is exactly an fp16.
 //
-// gemm_fp8_h2_b{64,128}: y[m][n] = 2^-s[m] * sum over 128-wide K blocks of
-// S[n/128][kb] * (the block's tensor-core partial), promoted into a float32
-// total per block as DeepSeek's FP8 GEMM does. Block tile BM x 128 x 32,
+// gemm_fp8_h2_b{64,128}: y[m][n] = 2^-s[m] * sum over 32-wide K tiles of
+// S[n/128][k/128] * (the tile's tensor-core partial), promoted into a
+// float32 total per tile (DeepSeek's FP8 GEMM promotes per 128). Block tile BM x 128 x 32,
 // 8 warps as 2 x 4 (each BM/2 x 32); x parts and raw fp8 weights stream
 // through a 3-stage cp.async pipeline; the B fragments convert e4m3 pairs
 // to fp16 pairs (cvt.rn.f16x2.e4m3x2) straight from the raw tile. x parts
@@ -202,9 +202,13 @@ __device__ __forceinline__ void gemm_h2_tile(const u8* __restrict__ W, const flo
         }
       }
     }
-    // Promote at the end of each 128-wide K block (and of K): the block's
-    // partial times its scale into the float32 total.
-    if (((t + 1) & 3) == 0 || t + 1 == nk) {
+    // Promote every 32-wide K tile (gemm_tc.cu's cadence): the partial
+    // times its block's scale into the float32 total. The tensor cores'
+    // float32 accumulation truncates; promoting once per 128-wide block (24
+    // mma of 3 parts into one accumulator) moved the tiny models' prefill
+    // caches past their bound on the H200 (session 4, NOTES.md), with 2
+    // parts as with 3. Changed after that run: NOT yet run on a GPU.
+    {
       const float sc = __ldg(srow + (t >> 2));
 #pragma unroll
       for (int i = 0; i < MT; i++)

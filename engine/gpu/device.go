@@ -542,21 +542,22 @@ func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64,
 	return b.k.IndexerScoresMMARows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
 }
 
-// mlaTCF: the fp8 MLA decode runs on mla_decode_tcf (fp16 fragments
-// straight from the raw fp8 tiles; H200: 128 heads x 2048 tokens 24.3 ->
-// 17.5 us with the combine, the TP-8 shard's 16 heads 13.4 -> 11.0, 4 rows
-// 70.8 -> 45.0) split over the SMs with the combine: unset or =2 two fp16
-// parts of the queries and probabilities (float32 rounding apart from tc),
-// =3 three parts, =8 two parts with 8 warps per head group, =q three parts
-// merged inside a cluster (one launch; slower); =0 keeps mla_decode_tc (or
-// TILERT_GPU_MLA_TCP / TCQ / TC32 as they say).
+// mlaTCF: TILERT_GPU_MLA_TCF runs the fp8 MLA decode on mla_decode_tcf
+// (fp16 fragments straight from the raw fp8 tiles) split over the SMs with
+// the combine: =1 or =3 three fp16 parts of the queries and probabilities
+// (float32-exact products), =2 two parts (float32 rounding apart from tc),
+// =8 two parts with 8 warps per head group, =q three parts merged inside a
+// cluster (one launch; slower). Unset or =0: mla_decode_tc (or
+// TILERT_GPU_MLA_TCP / TCQ / TC32 as they say). Opt-in: on the H200
+// (docs/measured/h200-2026-12-01-s4-mla/run1) 128 heads x 2048 tokens took
+// 18.7 us (=1) and 17.5 us (=2) with the combine against tcp's 22.6, and
+// the engine's greedy, penalties and golden checks passed with =1 and =q;
+// the whole gpu-check has not run with it, nor the engine with =2 or =8,
+// nor the later tile-issue change (run2.sh there is that run).
 var mlaTCF = tcfSwitch(os.Getenv("TILERT_GPU_MLA_TCF"))
 
 func tcfSwitch(v string) string {
-	switch v {
-	case "":
-		return "2"
-	case "0":
+	if v == "0" {
 		return ""
 	}
 	return v
@@ -577,23 +578,20 @@ func (b *cudaDevice) mlaDecodeTCF(out, qn, qp, cache, rowBase, indices, lens, ws
 	return b.k.MLADecodeTCF(b.s, v, out, 0, qn, qp, cache, 0, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, b.k.MLATCSplits(nq, H, nidx), scale)
 }
 
-// slotMergeOn: with more than one slot in a step, the indexer scores, the
-// top-k and the fp8 MLA decode run once for the rows of all slots (per-row
-// cache bases in the step's metadata) instead of once per slot (H200, 4
-// slots at 8192: step 7.40 -> 7.15 ms with the cluster MLA of that run,
-// whose 4 rows took 132 us a layer against mla_decode_tcf2's 45).
-// TILERT_GPU_SLOT_MERGE=0 keeps one launch per slot.
-var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") != "0"
+// slotMergeOn: TILERT_GPU_SLOT_MERGE=1 runs the indexer scores, the top-k
+// and the fp8 MLA decode once for the rows of all slots (per-row cache
+// bases in the step's metadata) instead of once per slot. Opt-in: on the
+// H200 it was timed only together with the cluster MLA (4 slots at 8192:
+// 7.40 -> 7.15 ms) and its engine checks have not run as a default.
+var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") == "1"
 
-// mlaPrefillOn: the fp8 MLA of a slot's group of at least
-// mlaPrefillMinRows rows (a prefill chunk) runs on mlaPrefill instead of
-// mlaDecode (mla_decode_tc): by default on mla_prefill_tcpi (mlaPrefillMode;
-// its kernel check and the engine checks ran on the H200,
-// docs/measured/h200-2026-12-01-s4-pfill2). TILERT_GPU_MLA_PREFILL=0
-// keeps mla_decode_tc, =1 mla_prefill_tc (32 heads a block: no faster than
-// mla_decode_tc there, 3.74 ms for 256 rows), =2 mla_prefill_tcp, =3
-// mla_prefill_tcpi (tcp with the tile converted by integer operations: the
-// same bits).
+// mlaPrefillOn: TILERT_GPU_MLA_PREFILL runs the fp8 MLA of a slot's group
+// of at least mlaPrefillMinRows rows (a prefill chunk) on mlaPrefill
+// instead of mlaDecode (mla_decode_tc): =1 mla_prefill_tc (32 heads a
+// block: no faster than mla_decode_tc on the H200, 3.74 ms for 256 rows),
+// =2 mla_prefill_tcp, =3 mla_prefill_tcpi (tcp with the tile converted by
+// integer operations: the same bits). Opt-in: tcp and tcpi have NOT run on
+// a GPU (docs/measured/h200-2026-12-01-s4-pfill2/run2.sh is their run).
 var mlaPrefillOn = mlaPrefillMode != 0
 
 var mlaPrefillMode = func() int {
@@ -604,8 +602,10 @@ var mlaPrefillMode = func() int {
 		return 1
 	case "2":
 		return 2
+	case "3":
+		return 3
 	}
-	return 3
+	return 0
 }()
 
 // mlaPrefillMinRows: from 16 rows of 128 heads the unsplit launch has

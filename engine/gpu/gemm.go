@@ -22,10 +22,11 @@ import (
 // products are float32's and exact mode keeps its float32 numerics;
 // TILERT_GPU_GEMM_SPLITS=2 trades 8 bits of x for a third less tensor work.
 //
-// On by default (its engine checks passed on the H200 in session 3's round
-// 1 and session 4, docs/measured/h200-2026-12-01-s4-pfill2; an 8192-token
-// prefill 806 ms against 1528 with the GEMVs); TILERT_GPU_GEMM=0 runs
-// prefill as 4-row GEMVs over chunks of 32 rows as before.
+// Opt-in (TILERT_GPU_GEMM=1): gpu-check's TestGPUPrefillGemm* turn it on
+// and passed on the H200 (session 3 round 1, session 4,
+// docs/measured/h200-2026-12-01-s4-pfill2; an 8192-token prefill 806 ms
+// against 1528 with the GEMVs), but the whole gpu-check has not run with it
+// as the default. Off, prefill runs as 4-row GEMVs over chunks of 32 rows.
 // TILERT_GPU_PREFILL_CHUNK sets the rows per prefill forward (default
 // defaultChunkLen with the GEMMs, 32 without). Larger chunks should pay
 // (not yet measured): every chunk streams all 256 experts' weights through
@@ -60,7 +61,7 @@ const (
 )
 
 var (
-	gemmOn     = os.Getenv("TILERT_GPU_GEMM") != "0"
+	gemmOn     = os.Getenv("TILERT_GPU_GEMM") == "1"
 	gemmSplits = envInt("TILERT_GPU_GEMM_SPLITS", 3)
 	// gemmH2On: TILERT_GPU_GEMM_H2=1 runs the fp8 GEMMs on x split into
 	// fp16 parts with a power-of-two scale per row (kernels.GemmFP8H2: a
@@ -140,11 +141,12 @@ func (b *cudaDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) 
 	return b.k.GemmFP8(b.s, y, x, w, scale, N, K, M, ldx, ldy, gemmSplits)
 }
 
-// absorbTCOn: the prefill's absorbed-MLA products on tensor cores
-// (kernels.AbsorbQTC / AbsorbVTC; 23 ms against 65 for an 8192-token
-// prefill, engine checks passed on the H200: NOTES.md). TILERT_GPU_ABSORB_TC=0
-// keeps absorb_q_fp8 / absorb_v_fp8.
-var absorbTCOn = os.Getenv("TILERT_GPU_ABSORB_TC") != "0"
+// absorbTCOn: TILERT_GPU_ABSORB_TC=1 runs the prefill's absorbed-MLA
+// products on tensor cores (kernels.AbsorbQTC / AbsorbVTC; 23 ms against
+// 65 for an 8192-token prefill; the prefill cache checks passed with it on
+// the H200, NOTES.md). Opt-in with the GEMMs it goes with: the whole
+// gpu-check has not run with them on; off, absorb_q_fp8 / absorb_v_fp8.
+var absorbTCOn = os.Getenv("TILERT_GPU_ABSORB_TC") == "1"
 
 // absorbMany says whether the absorbed-MLA products of M rows run as
 // tensor-core products (kernels.AbsorbQTC / AbsorbVTC, three fp16 parts:

@@ -86,13 +86,14 @@ type ContextResult struct {
 	Rows         []ContextRow `json:"contexts"`
 }
 
-// parseModes reads --pdl-modes: comma-separated launch modes 0..3.
+// parseModes reads --pdl-modes: comma-separated launch modes 0..5.
 func parseModes(s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		m, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || m < 0 || m > 5 {
-			return nil, errors.Newf("launch mode %q: want 0 to 5", f)
+			return nil, cliutil.WithExitCode(errors.WithHint(errors.Newf("--pdl-modes %q: launch mode %q is not 0 to 5", s, f),
+				"e.g. --pdl-modes 0,1,2,3 (TILERT_GPU_PDL's values: 0 plain, 1-5 the programmatic launch modes)"), cliutil.ExitUsage)
 		}
 		out = append(out, m)
 	}

@@ -176,14 +176,10 @@ func (k *Set) mma(s cuda.Stream, bf16 bool, y, x, w0, s0, w1, s1, resid cuda.Dev
 			bigShared.Store(f, true)
 		}
 	}
-	pdl := k.pdlArg(grid.X)
-	if v.X && pdl > 0 {
-		pdl = 0 // the second-iteration kernels have the late trigger (at exit) only
-	}
 	if bf16 {
-		return k.launchFn(f, grid, cuda.D1(256), v.smem(), s, w0, w1, x, ldx, y, ldy, resid, N, K, M, pdl)
+		return k.launchFn(f, grid, cuda.D1(256), v.smem(), s, w0, w1, x, ldx, y, ldy, resid, N, K, M)
 	}
-	return k.launchFn(f, grid, cuda.D1(256), v.smem(), s, w0, s0, w1, s1, x, ldx, y, ldy, resid, N, K, M, pdl)
+	return k.launchFn(f, grid, cuda.D1(256), v.smem(), s, w0, s0, w1, s1, x, ldx, y, ldy, resid, N, K, M)
 }
 
 // GemvFP8MMA is GemvFP8Tile on the tensor cores (same result up to float32

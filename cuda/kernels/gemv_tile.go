@@ -225,10 +225,8 @@ func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
 	name := fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), tileVariant(G, R, a.K*esize, a.M, esize))
 	sms := k.c.Info().SMs
 	grid := cuda.D3(tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), tileCap(), sms, nslots), nslots, 1)
-	// Only the dense slots' blocks prefetch (routed weights depend on ids).
 	return k.launch(name, grid, cuda.D1(tileThreads), 0, s, a.t0, a.ts0, a.t1, a.ts1, a.ids, a.slots,
-		a.w0, a.s0, a.w1, a.s1, a.x, a.ldx, max(1, a.xdiv), a.xsh, a.y, a.ldy, a.resid, a.N, a.K, a.M, G, b2i(TileRule >= 2),
-		k.pdlArg(grid.X*a.dense))
+		a.w0, a.s0, a.w1, a.s1, a.x, a.ldx, max(1, a.xdiv), a.xsh, a.y, a.ldy, a.resid, a.N, a.K, a.M, G, b2i(TileRule >= 2))
 }
 
 func checkTile(N, K, M, ldx, ldy int) error {

@@ -64,10 +64,6 @@ type Set struct {
 	mod   *cuda.Module
 	Build *cuda.Compiled
 	pdl   bool // programmatic launches of pdlKernels (pdl.go)
-	// pdlKind: what a programmatic launch of the weight-streaming kernels
-	// does (pdl.go: 1 trigger at the top, 2 weight prefetch before the wait
-	// and trigger after the last loads, 3 the late trigger alone).
-	pdlKind int
 }
 
 type setKey struct{}
@@ -90,8 +86,7 @@ func Load(c *cuda.Ctx) (*Set, error) {
 			return nil, err
 		}
 		slog.Debug("cuda: kernels loaded", "arch", ck.Arch, "cubin", ck.Cubin, "cache_hit", ck.CacheHit, "took", ck.Took, "nvrtc", nv.Version())
-		kind := pdlEnv()
-		return &Set{c: c, mod: m, Build: ck, pdl: kind > 0 && c.PDLSupported(), pdlKind: max(kind, 1)}, nil
+		return &Set{c: c, mod: m, Build: ck, pdl: pdlEnv() && c.PDLSupported()}, nil
 	})
 	if err != nil {
 		return nil, err

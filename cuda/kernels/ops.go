@@ -77,8 +77,7 @@ func (k *Set) gemv(base string, s cuda.Stream, y, x, w, scale, resid cuda.DevPtr
 		return err
 	}
 	name, r := k.gemvName(base, N, 1)
-	blocks := cdiv(N, gemvRowsPerBlock*r)
-	return k.launch(name, cuda.D1(blocks), cuda.D1(256), 0, s, w, scale, x, y, resid, N, K, M, ldx, ldy, k.pdlArg(blocks))
+	return k.launch(name, cuda.D1(cdiv(N, gemvRowsPerBlock*r)), cuda.D1(256), 0, s, w, scale, x, y, resid, N, K, M, ldx, ldy)
 }
 
 // GemvFP8 computes y[m][n] = sum_k w[n][k]*scale[n/128][k/128]*x[m][k] (+ resid[m][n])
@@ -160,7 +159,7 @@ func (k *Set) GemvFP8Wide(s cuda.Stream, y, x, w, scale, resid cuda.DevPtr, N, K
 		return k.GemvFP8(s, y, x, w, scale, resid, N, K, M, ldx, ldy)
 	}
 	r := k.gemvWideRows(N, K, 1, 1)
-	return k.launch(fmt.Sprintf("gemv_fp8_wide_r%d", r), cuda.D1(cdiv(N, r)), cuda.D1(256), 0, s, w, scale, x, y, resid, N, K, M, ldx, ldy, k.pdlArg(cdiv(N, r)))
+	return k.launch(fmt.Sprintf("gemv_fp8_wide_r%d", r), cuda.D1(cdiv(N, r)), cuda.D1(256), 0, s, w, scale, x, y, resid, N, K, M, ldx, ldy)
 }
 
 // GemvBF16Wide is GemvBF16 through the wide kernels, with the same
@@ -173,7 +172,7 @@ func (k *Set) GemvBF16Wide(s cuda.Stream, y, x, w, resid cuda.DevPtr, N, K, M, l
 		return k.GemvBF16(s, y, x, w, resid, N, K, M, ldx, ldy)
 	}
 	r := k.gemvWideRows(N, K, 2, 1)
-	return k.launch(fmt.Sprintf("gemv_bf16_wide_r%d", r), cuda.D1(cdiv(N, r)), cuda.D1(256), 0, s, w, cuda.DevPtr(0), x, y, resid, N, K, M, ldx, ldy, k.pdlArg(cdiv(N, r)))
+	return k.launch(fmt.Sprintf("gemv_bf16_wide_r%d", r), cuda.D1(cdiv(N, r)), cuda.D1(256), 0, s, w, cuda.DevPtr(0), x, y, resid, N, K, M, ldx, ldy)
 }
 
 // GemvFP8ExpertsWide is GemvFP8Experts through the wide kernels (expert

@@ -96,7 +96,7 @@ func (k *Set) GemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 			len(segs), K, ldx, uint64(x), MaxGroupSegs)
 	}
 	sms := k.c.Info().SMs
-	args := make([]any, 0, 32)
+	args := make([]any, 0, 31)
 	nthr := normThreads(K)
 	// bit 17: the norm prologue issues its loads several at a time
 	// (smallFast; the same sums).
@@ -121,5 +121,5 @@ func (k *Set) GemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 		args = append(args, sg.W, sg.S, sg.Y, sg.N, sg.LdY, G|b2i(sg.BF16)<<14)
 	}
 	name := fmt.Sprintf("gemv_group_r%d_m%d", R, tileMM(M))
-	return k.launch(name, cuda.D1(blocks), cuda.D1(tileThreads), 0, s, append(args, k.pdlArg(blocks))...)
+	return k.launch(name, cuda.D1(blocks), cuda.D1(tileThreads), 0, s, args...)
 }

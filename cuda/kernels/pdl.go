@@ -2,10 +2,6 @@ package kernels
 
 import (
 	"os"
-	"strconv"
-	"strings"
-
-	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
 )
@@ -89,64 +85,16 @@ func setOf(names ...string) map[string]bool {
 	return m
 }
 
-// pdlEnv is TILERT_GPU_PDL, read when a context loads the kernels: 0
-// (unset) launches plainly; 1 launches the listed kernels programmatically,
-// each letting the next one launch at its top (PDL_WAIT); 2 does that for
-// the small kernels, while the weight-streaming ones (the tile, grouped and
-// warp-per-row GEMVs: dense projections, experts' gate/up and down with the
-// shared expert, the head)
-// first prefetch a capped share of their own weights into L2 and let the
-// next kernel launch only after their last weight loads (common.cuh
-// PDL_WAIT_LATE); 3 is 2 without the prefetch. Off by default: on merged
-// main (2026-12-01, docs/measured/h200-2026-12-01-merged2) the decode
-// step's graphs took 3169 us with 1 and 3105 us without (1 slot, context
-// 8192; 8945 / 8778 us at 4 slots): each kernel lets the next one's blocks
-// in at its start, and those take SM room from the bandwidth-bound GEMVs
-// they wait on. Modes 2 and 3 address exactly that.
-//
-// 4 and 5 launch only the weight-streaming kernels programmatically (each
-// overlaps its launch with the small kernel before it, whose trigger is at
-// its top) with the late trigger, 5 also with the prefetch; every other
-// kernel launches plainly, so nothing launched early takes SM room.
-func pdlEnv() int {
-	if m, err := strconv.Atoi(os.Getenv("TILERT_GPU_PDL")); err == nil && m >= 1 && m <= maxPDLMode {
-		return m
-	}
-	return 0
-}
-
-const maxPDLMode = 5
-
-// pdlBigKernels are the weight-streaming kernels with the pdl argument
-// (common.cuh PDL_WAIT_LATE): modes 4 and 5 launch only these
-// programmatically.
-var pdlBigKernels = func() map[string]bool {
-	m := map[string]bool{}
-	for n := range pdlKernels {
-		for _, p := range []string{"gemv_tile_", "gemv_group_", "gemv_fp8_r", "gemv_bf16_r", "gemv_f32_r", "gemv_mma_",
-			"gemv_mmx_fp8_r", "gemv_mmx_bf16_r", "gemv_fp8_wide_r", "gemv_bf16_wide_r"} {
-			if strings.HasPrefix(n, p) {
-				m[n] = true
-			}
-		}
-	}
-	return m
-}()
-
-// pdlPFBytes is what one launch prefetches at most in mode 2, over all its
-// blocks (TILERT_GPU_PDL_PF_MB, default 16): about what the HBM moves
-// during the 3-5 us small kernel before a big GEMV, and a third of the
-// H200's 50 MB L2, so the prefetch neither outlasts the overlap by much
-// nor evicts the small kernel's few MB of activations and norm weights.
-var pdlPFBytes = func() int {
-	if v, err := strconv.Atoi(os.Getenv("TILERT_GPU_PDL_PF_MB")); err == nil && v >= 0 && v <= 48 {
-		return v << 20
-	}
-	return 16 << 20
-}()
+// pdlEnv: TILERT_GPU_PDL=1 turns programmatic launches on; read when a
+// context loads the kernels. Off by default: on merged main (2026-12-01,
+// docs/measured/h200-2026-12-01-merged2) the decode step's graphs took 3169
+// us with them and 3105 us without (1 slot, context 8192; 8945 / 8778 us
+// at 4 slots): each kernel lets the next one's blocks in at its start, and
+// those take SM room from the bandwidth-bound GEMVs they wait on.
+func pdlEnv() bool { return os.Getenv("TILERT_GPU_PDL") == "1" }
 
 // PDL reports whether this Set launches its listed kernels programmatically
-// (Hopper or newer, a driver with cuLaunchKernelEx, TILERT_GPU_PDL >= 1).
+// (Hopper or newer, a driver with cuLaunchKernelEx, TILERT_GPU_PDL=1).
 func (k *Set) PDL() bool { return k.pdl }
 
 // PDLSupported reports whether programmatic launches are possible here
@@ -154,52 +102,12 @@ func (k *Set) PDL() bool { return k.pdl }
 func (k *Set) PDLSupported() bool { return k.c.PDLSupported() }
 
 // SetPDL turns programmatic launches on or off for later launches (where
-// the device supports them), keeping the mode they use when on;
-// measurements compare both in one process. Graphs captured before keep
-// the launches they were captured with.
+// the device supports them); measurements compare both in one process.
+// Graphs captured before keep the launches they were captured with.
 func (k *Set) SetPDL(on bool) { k.pdl = on && k.c.PDLSupported() }
-
-// PDLMode is the launch mode in effect (0 plain, else pdlEnv's 1..5).
-func (k *Set) PDLMode() int {
-	if !k.pdl {
-		return 0
-	}
-	return k.pdlKind
-}
-
-// SetPDLMode sets the launch mode (pdlEnv's values) for later launches; a
-// mode above 0 where the device has no programmatic launch launches
-// plainly.
-func (k *Set) SetPDLMode(m int) error {
-	if m < 0 || m > maxPDLMode {
-		return errors.WithHint(errors.Newf("programmatic launch mode %d", m), "use 0 (plain), 1 (trigger at the top), 2 (weight prefetch + late trigger), 3 (late trigger), 4 or 5 (3 or 2 for the weight-streaming kernels only)")
-	}
-	if m > 0 {
-		k.pdlKind = m
-	}
-	k.SetPDL(m > 0)
-	return nil
-}
-
-// pdlArg is the pdl argument of a weight-streaming kernel (common.cuh
-// PDL_WAIT_LATE) whose launch has pfBlocks blocks that prefetch: -1 in
-// plain launches and mode 1; 0 (late trigger only) in mode 3; in mode 2
-// each block's byte budget.
-func (k *Set) pdlArg(pfBlocks int) int {
-	if !k.pdl || k.pdlKind < 2 {
-		return -1
-	}
-	if k.pdlKind == 3 || k.pdlKind == 4 || pfBlocks <= 0 {
-		return 0
-	}
-	// Only blocks resident before the wait prefetch early (those of later
-	// waves start after it): the budget is shared by about two blocks per
-	// SM, and each block stops at its own share.
-	return pdlPFBytes / min(pfBlocks, 2*max(1, k.c.Info().SMs))
-}
 
 // launchFn queues f: programmatically when it is a listed kernel and PDL is
 // on.
 func (k *Set) launchFn(f *cuda.Function, grid, block cuda.Dim3, smem int, s cuda.Stream, args ...any) error {
-	return k.c.LaunchEx(f, grid, block, smem, s, k.pdl && pdlKernels[f.Name] && (k.pdlKind < 4 || pdlBigKernels[f.Name]), args...)
+	return k.c.LaunchEx(f, grid, block, smem, s, k.pdl && pdlKernels[f.Name], args...)
 }

@@ -1,9 +1,7 @@
 package kernels
 
 import (
-	"fmt"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -91,57 +89,6 @@ var (
 // (whitespace squeezed). Function-like macros that define kernels are
 // expanded one level, with ## pasting, which is how cu/*.cu writes them.
 func kernelEntries(src string) map[string][]string {
-	out := map[string][]string{}
-	for n, defs := range kernelDefs(src) {
-		for _, d := range defs {
-			first := ""
-			if len(d.stmts) > 0 {
-				first = d.stmts[0]
-			}
-			out[n] = append(out[n], first)
-		}
-	}
-	return out
-}
-
-// kernelDef is one definition of a kernel: its parameter list and the
-// first statements of its body (whitespace squeezed; up to the first
-// compound statement, at most 4).
-type kernelDef struct {
-	params string
-	stmts  []string
-}
-
-// firstStatements splits the start of a body at top-level semicolons.
-func firstStatements(body string) []string {
-	var out []string
-	d, start := 0, 0
-	for i := 0; i < len(body) && len(out) < 4; i++ {
-		switch body[i] {
-		case '(':
-			d++
-		case ')':
-			d--
-		case '{', '}':
-			if d == 0 {
-				if st := strings.Join(strings.Fields(body[start:i+1]), ""); st != "" {
-					out = append(out, st)
-				}
-				return out
-			}
-		case ';':
-			if d == 0 {
-				out = append(out, strings.Join(strings.Fields(body[start:i+1]), ""))
-				start = i + 1
-			}
-		}
-	}
-	return out
-}
-
-// kernelDefs is kernelEntries with each definition's parameters and first
-// statements.
-func kernelDefs(src string) map[string][]kernelDef {
 	s := strings.ReplaceAll(stripComments(src), "\\\n", " ")
 	type macro struct {
 		params []string
@@ -176,7 +123,7 @@ func kernelDefs(src string) map[string][]kernelDef {
 			s = s[:loc[0]] + body + s[end+1:]
 		}
 	}
-	out := map[string][]kernelDef{}
+	out := map[string][]string{}
 	for off := 0; ; {
 		i := strings.Index(s[off:], "__global__")
 		if i < 0 {
@@ -209,7 +156,12 @@ func kernelDefs(src string) map[string][]kernelDef {
 		if b < 0 {
 			break
 		}
-		out[nm[1]] = append(out[nm[1]], kernelDef{params: s[p+1 : q], stmts: firstStatements(s[q+b+1:])})
+		body := s[q+b+1:]
+		first := body
+		if e := strings.IndexAny(body, ";}"); e >= 0 {
+			first = body[:e+1]
+		}
+		out[nm[1]] = append(out[nm[1]], strings.Join(strings.Fields(first), ""))
 		off = q
 	}
 	return out
@@ -217,154 +169,10 @@ func kernelDefs(src string) map[string][]kernelDef {
 
 const pdlEntry = "PDL_WAIT();"
 
-// pdlWeightParams: per kernel-name prefix, the parameters that hold
-// weights (never written during a step): the only pointers a prologue
-// before PDL_WAIT_LATE may hand to a prefetch helper (common.cuh).
-var pdlWeightParams = map[string][]string{
-	"gemv_tile_":       {"W0", "W1"},
-	"gemv_group_":      {"w0", "w1", "w2", "w3"},
-	"gemv_fp8_r":       {"W"},
-	"gemv_bf16_r":      {"W"},
-	"gemv_f32_r":       {"W"},
-	"gemv_mma_":        {"W0", "W1"},
-	"gemv_fp8_wide_r":  {"W"},
-	"gemv_bf16_wide_r": {"W"},
-}
-
-// pdlHelpers are the device functions a prologue may call (and they call):
-// their bodies may only compute addresses from scalars and issue
-// prefetch.global.L2.
-var pdlHelpers = []string{"pdl_pf_range", "pdl_pf_tile", "pdl_pf_group", "pdl_pf_rows", "pdl_pf_mma", "pdl_pf_wide", "group_blocks"}
-
-var (
-	pdlLateRe  = regexp.MustCompile(`^PDL_WAIT_LATE\((\w+)>=0\);$`)
-	pdlCallRe  = regexp.MustCompile(`^(pdl_pf_\w+)(<[\w,:]*>)?\((.*)\);$`)
-	identRe    = regexp.MustCompile(`^[A-Za-z_]\w*$`)
-	intRe      = regexp.MustCompile(`^[0-9]+$`)
-	asmRe      = regexp.MustCompile(`asm\s+volatile\s*\(\s*"([^"]*)"[^;]*;`)
-	derefRe    = regexp.MustCompile(`(^|[=(,;{}+\-?:!&|<>])\s*\*\s*[A-Za-z_(]`)
-	callNameRe = regexp.MustCompile(`\b([A-Za-z_]\w*)\s*(<[^<>;()]*>)?\s*\(`)
-)
-
-// paramTypes maps a kernel's parameter names to whether each is a pointer.
-func paramTypes(params string) map[string]bool {
-	out := map[string]bool{}
-	for _, p := range splitArgs(params) {
-		m := nameRe.FindStringSubmatch(p)
-		if m != nil {
-			out[m[1]] = strings.Contains(p, "*")
-		}
-	}
-	return out
-}
-
-// checkPDLEntry says why a listed kernel's definition may not be launched
-// programmatically: it must begin with PDL_WAIT(), or with calls of the
-// prefetch helpers whose arguments are the kernel's weight parameters,
-// its scalar parameters or integer constants, followed by
-// PDL_WAIT_LATE(p >= 0) on a scalar p.
-func checkPDLEntry(name string, d kernelDef, weights map[string][]string) error {
-	if len(d.stmts) > 0 && d.stmts[0] == pdlEntry {
-		return nil
-	}
-	params := paramTypes(d.params)
-	var allowed []string
-	for pre, ws := range weights {
-		if strings.HasPrefix(name, pre) {
-			allowed = ws
-		}
-	}
-	for i, st := range d.stmts {
-		if m := pdlLateRe.FindStringSubmatch(st); m != nil {
-			if ptr, ok := params[m[1]]; !ok || ptr {
-				return fmt.Errorf("PDL_WAIT_LATE's argument %s is not a scalar parameter", m[1])
-			}
-			return nil
-		}
-		m := pdlCallRe.FindStringSubmatch(st)
-		if m == nil || !slices.Contains(pdlHelpers, m[1]) {
-			return fmt.Errorf("statement %d %q before the wait is not a prefetch helper call (PDL_WAIT() or PDL_WAIT_LATE(p >= 0) must come first)", i+1, st)
-		}
-		for _, a := range splitArgs(m[3]) {
-			if intRe.MatchString(a) {
-				continue // a constant
-			}
-			ptr, ok := params[a]
-			if !identRe.MatchString(a) || !ok {
-				return fmt.Errorf("prologue %s passes %q, not a parameter of the kernel", m[1], a)
-			}
-			if ptr && !slices.Contains(allowed, a) {
-				return fmt.Errorf("prologue %s touches %s before the wait: only the weights (%s) may be prefetched", m[1], a, strings.Join(allowed, ", "))
-			}
-		}
-	}
-	return fmt.Errorf("no PDL_WAIT() or PDL_WAIT_LATE(p >= 0) among the first statements %q", d.stmts)
-}
-
-// helperBody returns the body of the device function name in src.
-func helperBody(src, name string) (string, bool) {
-	re := regexp.MustCompile(`__device__[^;{}]*\b` + name + `\s*\(`)
-	loc := re.FindStringIndex(src)
-	if loc == nil {
-		return "", false
-	}
-	q := matchParen(src, loc[1]-1)
-	if q < 0 {
-		return "", false
-	}
-	b := strings.IndexByte(src[q:], '{')
-	if b < 0 {
-		return "", false
-	}
-	start, d := q+b, 0
-	for i := start; i < len(src); i++ {
-		switch src[i] {
-		case '{':
-			d++
-		case '}':
-			d--
-			if d == 0 {
-				return src[start+1 : i], true
-			}
-		}
-	}
-	return "", false
-}
-
-// checkPDLHelper says why a prologue helper's body could read or write
-// memory: only prefetch.global.L2 asm, no indexing, member access through
-// pointers, dereference or load intrinsic, and calls of pdlHelpers only.
-func checkPDLHelper(body string) error {
-	for _, m := range asmRe.FindAllStringSubmatch(body, -1) {
-		if !strings.HasPrefix(strings.TrimSpace(m[1]), "prefetch.global.L2 ") {
-			return fmt.Errorf("asm %q is not an L2 prefetch", m[1])
-		}
-	}
-	rest := asmRe.ReplaceAllString(body, ";")
-	for _, bad := range []string{"[", "->", "__ldg", "atomic", "asm"} {
-		if strings.Contains(rest, bad) {
-			return fmt.Errorf("%q in a prologue helper", bad)
-		}
-	}
-	if derefRe.MatchString(rest) {
-		return fmt.Errorf("a dereference (%q) in a prologue helper", derefRe.FindString(rest))
-	}
-	for _, m := range callNameRe.FindAllStringSubmatch(rest, -1) {
-		switch m[1] {
-		case "if", "for", "while", "return":
-		default:
-			if !slices.Contains(pdlHelpers, m[1]) {
-				return fmt.Errorf("a prologue helper calls %s", m[1])
-			}
-		}
-	}
-	return nil
-}
-
 // Every kernel launched programmatically must start with PDL_WAIT(): see
 // pdl.go for why a listed kernel without it would race.
 func TestPDLKernelsWait(t *testing.T) {
-	entries := kernelDefs(KernelSource())
+	entries := kernelEntries(KernelSource())
 	var names []string
 	for n := range pdlKernels {
 		names = append(names, n)
@@ -376,21 +184,10 @@ func TestPDLKernelsWait(t *testing.T) {
 			t.Errorf("pdl.go lists %s, but no cu/*.cu defines that kernel", n)
 			continue
 		}
-		for i, d := range defs {
-			if err := checkPDLEntry(n, d, pdlWeightParams); err != nil {
-				t.Errorf("kernel %s (definition %d of %d): %v; begin it with PDL_WAIT() (or a weight prefetch and PDL_WAIT_LATE) or take it off pdl.go's list", n, i+1, len(defs), err)
+		for i, first := range defs {
+			if first != pdlEntry {
+				t.Errorf("kernel %s (definition %d of %d) starts with %q, not PDL_WAIT(); add the wait as its first statement or take it off pdl.go's list", n, i+1, len(defs), first)
 			}
-		}
-	}
-	src := stripComments(KernelSource())
-	for _, h := range pdlHelpers {
-		body, ok := helperBody(src, h)
-		if !ok {
-			t.Errorf("prologue helper %s not found in the kernel source", h)
-			continue
-		}
-		if err := checkPDLHelper(body); err != nil {
-			t.Errorf("prologue helper %s: %v", h, err)
 		}
 	}
 	var plain []string
@@ -459,95 +256,5 @@ extern "C" __global__ void twice(int* p) { __trap(); }
 		if strings.Join(g, "|") != strings.Join(w, "|") {
 			t.Errorf("kernel %s: first statements %q, want %q", n, g, w)
 		}
-	}
-}
-
-// The prologue check admits a weight prefetch before PDL_WAIT_LATE and
-// fails for anything else before the wait, and the helper check fails for
-// a helper that loads.
-func TestPDLPrologueCheck(t *testing.T) {
-	src := `
-extern "C" __global__ void gemv_tile_ok(const float* x, const void* W0, const void* W1, int N, int pdl) {
-  pdl_pf_tile<TFP8, 4>(W0, W1, N, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  use(x);
-}
-extern "C" __global__ void gemv_tile_plain(const float* x, const void* W0) { PDL_WAIT(); use(x); }
-extern "C" __global__ void gemv_tile_reads_x(const float* x, const void* W0, int N, int pdl) {
-  pdl_pf_tile<TFP8, 4>(x, W0, N, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-}
-extern "C" __global__ void gemv_group_not_helper(const float* x, const void* w0, int pdl) {
-  float v = x[0];
-  PDL_WAIT_LATE(pdl >= 0);
-}
-extern "C" __global__ void gemv_group_other_fn(const void* w0, int pdl) {
-  my_loader(w0);
-  PDL_WAIT_LATE(pdl >= 0);
-}
-extern "C" __global__ void gemv_group_expr(const void* w0, int pdl) {
-  pdl_pf_range(w0 + 4, 0, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-}
-extern "C" __global__ void other_kernel_w(const void* W0, int pdl) {
-  pdl_pf_range(W0, 0, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-}
-extern "C" __global__ void gemv_tile_ptr_late(const void* W0, const int* flag) {
-  PDL_WAIT_LATE(flag >= 0);
-}
-extern "C" __global__ void gemv_tile_no_wait(const void* W0, int pdl) {
-  pdl_pf_range(W0, 0, pdl);
-  y[0] = 1;
-}
-`
-	want := map[string]bool{"gemv_tile_ok": true, "gemv_tile_plain": true, "gemv_tile_reads_x": false,
-		"gemv_group_not_helper": false, "gemv_group_other_fn": false, "gemv_group_expr": false,
-		"other_kernel_w": false, "gemv_tile_ptr_late": false, "gemv_tile_no_wait": false}
-	defs := kernelDefs(src)
-	if len(defs) != len(want) {
-		t.Fatalf("parsed %d kernels, want %d", len(defs), len(want))
-	}
-	for n, ok := range want {
-		err := checkPDLEntry(n, defs[n][0], pdlWeightParams)
-		if (err == nil) != ok {
-			t.Errorf("%s: admitted %v (err %v), want %v", n, err == nil, err, ok)
-		}
-	}
-	helpers := []struct {
-		body string
-		ok   bool
-	}{
-		{`const char* p = (const char*)w + off; for (long long o = threadIdx.x * 128; o < n; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));`, true},
-		{`if (pdl <= 0) return; pdl_pf_range(W, r0 * rb, n);`, true},
-		{`float v = p[0];`, false},
-		{`float v = *p;`, false},
-		{`x = __ldg(p);`, false},
-		{`asm volatile("ld.global.u32 %0, [%1];" : "=r"(v) : "l"(p));`, false},
-		{`v = s->n;`, false},
-		{`load_row(p);`, false},
-	}
-	for _, h := range helpers {
-		if err := checkPDLHelper(h.body); (err == nil) != h.ok {
-			t.Errorf("helper %q: admitted %v (err %v), want %v", h.body, err == nil, err, h.ok)
-		}
-	}
-}
-
-// Modes 4 and 5 launch exactly the kernels that take the pdl argument
-// programmatically: pdlBigKernels must be those.
-func TestPDLBigKernels(t *testing.T) {
-	defs := kernelDefs(KernelSource())
-	for n := range pdlKernels {
-		for _, d := range defs[n] {
-			params := splitArgs(d.params)
-			hasArg := len(params) > 0 && strings.Fields(params[len(params)-1])[len(strings.Fields(params[len(params)-1]))-1] == "pdl"
-			if hasArg != pdlBigKernels[n] {
-				t.Errorf("kernel %s: pdl argument %v, in pdlBigKernels %v", n, hasArg, pdlBigKernels[n])
-			}
-		}
-	}
-	if len(pdlBigKernels) < 60 {
-		t.Errorf("only %d weight-streaming kernels found", len(pdlBigKernels))
 	}
 }

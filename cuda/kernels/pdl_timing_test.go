@@ -60,7 +60,7 @@ extern "C" __global__ void __launch_bounds__(1024) pdl_small(float* a, int n) {
 }
 
 extern "C" __global__ void __launch_bounds__(256) pdl_stream(const uint4* W, long long nvec, const float* a, u32* out,
-                                                              int pf, int late) {
+                                                              int pf) {
   const long long per = (nvec + gridDim.x - 1) / gridDim.x;
   const long long lo = (long long)blockIdx.x * per, hi = min(nvec, lo + per);
   if (pf == 1) {
@@ -71,7 +71,7 @@ extern "C" __global__ void __launch_bounds__(256) pdl_stream(const uint4* W, lon
   } else if (pf == 2) {
     for (long long i = lo + 8 * threadIdx.x; i < hi; i += 8 * blockDim.x) asm volatile("prefetch.global.L2 [%0];" ::"l"(W + i));
   }
-  PDL_WAIT_LATE(late);
+  PDL_WAIT();
   u32 acc = __float_as_uint(a[0]);
   for (long long i = lo + threadIdx.x; i < hi; i += 4 * blockDim.x) {
     uint4 v[4];
@@ -83,7 +83,6 @@ extern "C" __global__ void __launch_bounds__(256) pdl_stream(const uint4* W, lon
 #pragma unroll
     for (int u = 0; u < 4; u++) acc ^= v[u].x + v[u].y + v[u].z + v[u].w;
   }
-  if (late) PDL_TRIGGER();  // after the block's last loads
   out[(size_t)blockIdx.x * blockDim.x + threadIdx.x] = acc;
 }
 `
@@ -204,31 +203,28 @@ func TestKernelTimingPDLPrefetch(t *testing.T) {
 				ws[i] = a.raw(bytes)
 				fillRandom(c, r, ws[i], bytes, "fp8")
 			}
-			run := func(pdl bool, pf, late int) {
+			run := func(pdl bool, pf int) {
 				for i := range pairs {
 					chk(c.LaunchEx(small, cuda.D1(1), cuda.D1(1024), 0, s, pdl, x, D))
-					chk(c.LaunchEx(stream, cuda.D1(blocks), cuda.D1(256), 0, s, pdl, ws[i], bytes/16, x, out, pf, late))
+					chk(c.LaunchEx(stream, cuda.D1(blocks), cuda.D1(256), 0, s, pdl, ws[i], bytes/16, x, out, pf))
 				}
 			}
-			// plain, PDL, + first loads prefetched, + whole share, + whole
-			// share and the trigger after the last loads (TILERT_GPU_PDL=2),
-			// the late trigger alone (=3).
-			var us [6]float64
-			for v := range 6 {
-				pdl, pf, late := v > 0, []int{0, 0, 1, 2, 2, 0}[v], b2i(v >= 4)
+			var us [4]float64
+			for v := range 4 {
+				pdl, pf := v > 0, max(v-1, 0)
 				chk(c.BeginCapture(s))
-				run(pdl, pf, late)
+				run(pdl, pf)
 				g, err := c.EndCapture(s)
 				chk(err)
 				us[v] = medianUs(c, s, 5, 11, func() { chk(c.LaunchGraph(g, s)) }) / pairs
 				chk(c.DestroyGraph(g))
 			}
-			t.Logf("small kernel + %2d MB stream, per pair as a graph: plain %.2f us, PDL %.2f us, PDL + prefetch of the first loads %.2f us, PDL + prefetch of the whole share %.2f us, + late trigger %.2f us, late trigger alone %.2f us",
-				mb, us[0], us[1], us[2], us[3], us[4], us[5])
+			t.Logf("small kernel + %2d MB stream, per pair as a graph: plain %.2f us, PDL %.2f us, PDL + prefetch of the first loads %.2f us, PDL + prefetch of the whole share %.2f us",
+				mb, us[0], us[1], us[2], us[3])
 			reportMu.Lock()
 			timingRows = append(timingRows, timingRow{Name: fmt.Sprintf("pdl small kernel + %d MB stream (pair, graph)", mb),
-				Bytes: float64(bytes), Median: us[4], GBps: float64(bytes) / us[4] / 1e3,
-				Comment: fmt.Sprintf("plain %.2f, PDL %.2f, +first-loads prefetch %.2f, +whole-share prefetch %.2f, +late trigger %.2f, late trigger alone %.2f us", us[0], us[1], us[2], us[3], us[4], us[5])})
+				Bytes: float64(bytes), Median: us[3], GBps: float64(bytes) / us[3] / 1e3,
+				Comment: fmt.Sprintf("plain %.2f, PDL %.2f, +first-loads prefetch %.2f, +whole-share prefetch %.2f us", us[0], us[1], us[2], us[3])})
 			reportMu.Unlock()
 		}
 	})

@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
@@ -42,39 +41,5 @@ func TestDummySourceRuns(t *testing.T) {
 				t.Fatalf("step result %+v", res)
 			}
 		})
-	}
-}
-
-// SetPDLMode is a GPU-only switch: on the emulator it says so and the
-// engine keeps stepping (the launch mode is orchestration only).
-func TestEmuSetPDLModeNeedsGPU(t *testing.T) {
-	p, err := synth.Lookup("deepseek-v3.2-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := synth.Build(p, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := NewEmulated(Dummy(b.Config, 3), engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	if err := e.SetPDLMode(2); err == nil || !strings.Contains(err.Error(), "GPU backend") {
-		t.Errorf("SetPDLMode(2) on the emulator: %v, want a GPU-backend error", err)
-	}
-	if m := e.PDLMode(); m != 0 {
-		t.Errorf("PDLMode() = %d on the emulator, want 0", m)
-	}
-	first, err := e.Prefill(0, []int{5, 9, 200, 17}, engine.Params{MaxTokens: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Start(0, first, engine.Params{MaxTokens: 4}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Step([]int{0}); err != nil {
-		t.Fatalf("step after SetPDLMode: %v", err)
 	}
 }

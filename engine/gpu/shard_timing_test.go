@@ -63,11 +63,7 @@ func TestGPUShardLayerTiming(t *testing.T) {
 				if !pdlOn {
 					with, without = usOther, us
 				}
-				mode := os.Getenv("TILERT_GPU_PDL") // its mode when on (cuda/kernels pdl.go)
-				if mode == "" || mode == "0" {
-					mode = "1"
-				}
-				add("    programmatic dependent launch (TILERT_GPU_PDL=%s): %.1f us graphed with it, %.1f us without (%+.1f us)", mode, with, without, with-without)
+				add("    programmatic dependent launch (TILERT_GPU_PDL=1): %.1f us graphed with it, %.1f us without (%+.1f us)", with, without, with-without)
 			}
 			add("    with its communication: %.1f us graphed (both residual adds + norms replaced by the fused one-shot all-reduce over %d partial buffers on this device: %+.1f us; a node adds the NVLink crossing)",
 				withComm, shardBenchRanks, withComm-us)

@@ -59,9 +59,6 @@ type ContextRow struct {
 	// expert and of the vocabulary, the replicated parts, the caches.
 	RankFloorBytes int64   `json:"rank_floor_bytes,omitempty"`
 	RankFloorMS    float64 `json:"rank_floor_ms,omitempty"`
-	// PDLMode: with --pdl-modes, the launch mode of this row's steps
-	// (TILERT_GPU_PDL's values).
-	PDLMode *int `json:"pdl_mode,omitempty"`
 }
 
 // ContextResult is a context-mode run.
@@ -84,20 +81,6 @@ type ContextResult struct {
 	SharedDevice bool         `json:"ranks_share_a_device,omitempty"`
 	Note         string       `json:"note,omitempty"`
 	Rows         []ContextRow `json:"contexts"`
-}
-
-// parseModes reads --pdl-modes: comma-separated launch modes 0..5.
-func parseModes(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		m, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || m < 0 || m > 5 {
-			return nil, cliutil.WithExitCode(errors.WithHint(errors.Newf("--pdl-modes %q: launch mode %q is not 0 to 5", s, f),
-				"e.g. --pdl-modes 0,1,2,3 (TILERT_GPU_PDL's values: 0 plain, 1-5 the programmatic launch modes)"), cliutil.ExitUsage)
-		}
-		out = append(out, m)
-	}
-	return out, nil
 }
 
 func parseContexts(s string) ([]int, error) {
@@ -397,128 +380,107 @@ func runContexts(c *cli.Context, ctxs []int) error {
 	for i := range ids {
 		ids[i] = i
 	}
-	pdlModes := []int{-1} // -1: as the environment says
-	var pdlSetter interface{ SetPDLMode(int) error }
-	if pm := c.String("pdl-modes"); pm != "" {
-		ps, ok := e.(interface{ SetPDLMode(int) error })
-		modes, err := parseModes(pm)
-		if err != nil || !ok {
-			return cliutil.WithExitCode(errors.WithHint(errors.Newf("--pdl-modes %q: not a list of launch modes 0-5, or not the unsharded GPU engine", pm),
-				"e.g. --pdl-modes 0,1,2 with --device cuda and no --devices (TILERT_GPU_PDL's values)"), cliutil.ExitUsage)
-		}
-		pdlModes, pdlSetter = modes, ps
-	}
 	for _, C := range ctxs {
 		segs := syntheticState(lay, C, rng)
 		for _, slots := range batches {
-			for _, pm := range pdlModes {
-				if pm >= 0 {
-					if err := pdlSetter.SetPDLMode(pm); err != nil {
-						return err
-					}
+			p := engine.Params{MaxTokens: ntok}
+			ids := ids[:slots]
+			for s := range slots {
+				last := rng.IntN(cfg.VocabSize * 3 / 4)
+				if err := e.Import(s, engine.SlotMeta{SeqLen: C, MTPLen: C, LastToken: last}, segs); err != nil {
+					return errors.Wrapf(err, "importing a %d-position state into slot %d", C, s)
 				}
-				p := engine.Params{MaxTokens: ntok}
-				ids := ids[:slots]
-				for s := range slots {
-					last := rng.IntN(cfg.VocabSize * 3 / 4)
-					if err := e.Import(s, engine.SlotMeta{SeqLen: C, MTPLen: C, LastToken: last}, segs); err != nil {
-						return errors.Wrapf(err, "importing a %d-position state into slot %d", C, s)
-					}
-					if _, err := e.Start(s, rng.IntN(cfg.VocabSize*3/4), p); err != nil {
-						return err
-					}
+				if _, err := e.Start(s, rng.IntN(cfg.VocabSize*3/4), p); err != nil {
+					return err
 				}
-				row := ContextRow{Context: C, Slots: slots}
-				if pm >= 0 {
-					row.PDLMode = &pm
-				}
-				var steps []float64
-				var toks, drafted, accepted []int // per step, over its slots
-				active := slices.Clone(ids)
-				pr, canProfile := e.(profiler)
-				for len(active) > 0 {
-					if canProfile && c.Bool("profile") && len(steps) == 2 {
-						pr.HostTimes() // the count starts after the graph captures
-					}
-					t := time.Now()
-					out, err := e.Step(active)
-					if err != nil {
-						return err
-					}
-					steps = append(steps, float64(time.Since(t).Microseconds())/1e3)
-					nt, nd, na := 0, 0, 0
-					for _, sr := range out {
-						nt, nd, na = nt+len(sr.Tokens), nd+sr.Drafted, na+sr.Accepted
-					}
-					toks, drafted, accepted = append(toks, nt), append(drafted, nd), append(accepted, na)
-					next := active[:0]
-					for _, sr := range out {
-						if sr.Finish == engine.FinishNone {
-							next = append(next, sr.Slot)
-						}
-					}
-					active = next
-					// The profile re-runs one step's work after the timed steps
-					// (it steps the slots once more and rewrites their latest
-					// cache entries), then the slots are done.
-					if c.Bool("profile") && len(active) == slots && len(steps) == ntok-3 && canProfile {
-						if n := len(steps) - 2; n > 0 {
-							h := pr.HostTimes()
-							us := func(ns int64) float64 { return float64(ns) / 1e3 / float64(n) }
-							row.Host = &HostPerStep{RecordUs: us(h.RecordNs), UploadUs: us(h.UploadNs), LaunchUs: us(h.LaunchNs),
-								WaitUs: us(h.WaitNs), Steps: n}
-						}
-						if row.Profile, err = pr.ProfileStep(active, 11); err != nil {
-							return err
-						}
-						break
-					}
-				}
-				for s := range slots {
-					e.Release(s)
-				}
-				row.Steps = len(steps)
-				// Steady state: the first two steps capture the CUDA graphs.
-				skip := 0
-				if len(steps) > 4 {
-					skip = 2
-				}
-				timed := slices.Clone(steps[skip:])
-				slices.Sort(timed)
-				row.StepP50MS = timed[len(timed)/2]
-				row.StepP90MS = timed[len(timed)*9/10]
-				row.TokensPerSec = float64(slots) / (row.StepP50MS * 1e-3)
-				row.CacheBytes = int64(slots) * cacheFloorBytes(cfg, lay, C)
-				row.FloorBytes = weightFloorBytes(cfg, slots) + row.CacheBytes
-				if mtp {
-					nt, nd, na := 0, 0, 0
-					for i := skip; i < len(steps); i++ {
-						nt, nd, na = nt+toks[i], nd+drafted[i], na+accepted[i]
-					}
-					row.MTP = true
-					row.TokensPerStep = float64(nt) / float64(slots*(len(steps)-skip))
-					if nd > 0 {
-						row.AcceptRate = float64(na) / float64(nd)
-					}
-					row.TokensPerSec = row.TokensPerStep * float64(slots) / (row.StepP50MS * 1e-3)
-					row.CacheBytes = int64(slots) * cacheFloorBytesMTP(cfg, lay, C, true)
-					row.FloorBytes = weightFloorBytesMTP(cfg, 2*slots, slots) + row.CacheBytes
-				}
-				if res.CopyGBps > 0 {
-					row.FloorMS = float64(row.FloorBytes) / (res.CopyGBps * 1e9) * 1e3
-					row.Efficiency = row.FloorMS / row.StepP50MS
-				}
-				if rankCfg != nil {
-					row.RankFloorBytes = weightFloorBytes(rankCfg, slots) + row.CacheBytes
-					if res.CopyGBps > 0 {
-						row.RankFloorMS = float64(row.RankFloorBytes) / (res.CopyGBps * 1e9) * 1e3
-					}
-				}
-				row.GBps = float64(row.FloorBytes) / (row.StepP50MS * 1e-3) / 1e9
-				row.UsPerLayer = row.StepP50MS * 1e3 / float64(cfg.NumLayers)
-				res.Rows = append(res.Rows, row)
-				reportRow(c.App.Writer, res, row, len(res.Rows) == 1)
 			}
+			row := ContextRow{Context: C, Slots: slots}
+			var steps []float64
+			var toks, drafted, accepted []int // per step, over its slots
+			active := slices.Clone(ids)
+			pr, canProfile := e.(profiler)
+			for len(active) > 0 {
+				if canProfile && c.Bool("profile") && len(steps) == 2 {
+					pr.HostTimes() // the count starts after the graph captures
+				}
+				t := time.Now()
+				out, err := e.Step(active)
+				if err != nil {
+					return err
+				}
+				steps = append(steps, float64(time.Since(t).Microseconds())/1e3)
+				nt, nd, na := 0, 0, 0
+				for _, sr := range out {
+					nt, nd, na = nt+len(sr.Tokens), nd+sr.Drafted, na+sr.Accepted
+				}
+				toks, drafted, accepted = append(toks, nt), append(drafted, nd), append(accepted, na)
+				next := active[:0]
+				for _, sr := range out {
+					if sr.Finish == engine.FinishNone {
+						next = append(next, sr.Slot)
+					}
+				}
+				active = next
+				// The profile re-runs one step's work after the timed steps
+				// (it steps the slots once more and rewrites their latest
+				// cache entries), then the slots are done.
+				if c.Bool("profile") && len(active) == slots && len(steps) == ntok-3 && canProfile {
+					if n := len(steps) - 2; n > 0 {
+						h := pr.HostTimes()
+						us := func(ns int64) float64 { return float64(ns) / 1e3 / float64(n) }
+						row.Host = &HostPerStep{RecordUs: us(h.RecordNs), UploadUs: us(h.UploadNs), LaunchUs: us(h.LaunchNs),
+							WaitUs: us(h.WaitNs), Steps: n}
+					}
+					if row.Profile, err = pr.ProfileStep(active, 11); err != nil {
+						return err
+					}
+					break
+				}
+			}
+			for s := range slots {
+				e.Release(s)
+			}
+			row.Steps = len(steps)
+			// Steady state: the first two steps capture the CUDA graphs.
+			skip := 0
+			if len(steps) > 4 {
+				skip = 2
+			}
+			timed := slices.Clone(steps[skip:])
+			slices.Sort(timed)
+			row.StepP50MS = timed[len(timed)/2]
+			row.StepP90MS = timed[len(timed)*9/10]
+			row.TokensPerSec = float64(slots) / (row.StepP50MS * 1e-3)
+			row.CacheBytes = int64(slots) * cacheFloorBytes(cfg, lay, C)
+			row.FloorBytes = weightFloorBytes(cfg, slots) + row.CacheBytes
+			if mtp {
+				nt, nd, na := 0, 0, 0
+				for i := skip; i < len(steps); i++ {
+					nt, nd, na = nt+toks[i], nd+drafted[i], na+accepted[i]
+				}
+				row.MTP = true
+				row.TokensPerStep = float64(nt) / float64(slots*(len(steps)-skip))
+				if nd > 0 {
+					row.AcceptRate = float64(na) / float64(nd)
+				}
+				row.TokensPerSec = row.TokensPerStep * float64(slots) / (row.StepP50MS * 1e-3)
+				row.CacheBytes = int64(slots) * cacheFloorBytesMTP(cfg, lay, C, true)
+				row.FloorBytes = weightFloorBytesMTP(cfg, 2*slots, slots) + row.CacheBytes
+			}
+			if res.CopyGBps > 0 {
+				row.FloorMS = float64(row.FloorBytes) / (res.CopyGBps * 1e9) * 1e3
+				row.Efficiency = row.FloorMS / row.StepP50MS
+			}
+			if rankCfg != nil {
+				row.RankFloorBytes = weightFloorBytes(rankCfg, slots) + row.CacheBytes
+				if res.CopyGBps > 0 {
+					row.RankFloorMS = float64(row.RankFloorBytes) / (res.CopyGBps * 1e9) * 1e3
+				}
+			}
+			row.GBps = float64(row.FloorBytes) / (row.StepP50MS * 1e-3) / 1e9
+			row.UsPerLayer = row.StepP50MS * 1e3 / float64(cfg.NumLayers)
+			res.Rows = append(res.Rows, row)
+			reportRow(c.App.Writer, res, row, len(res.Rows) == 1)
 		}
 	}
 	if f := c.String("json"); f != "" {
@@ -550,9 +512,6 @@ func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
 		row.TokensPerSec, float64(row.FloorBytes)/1e9, row.FloorMS, row.GBps, 100*row.Efficiency, row.UsPerLayer)
 	if row.RankFloorBytes > 0 {
 		fmt.Fprintf(w, " %13.3f %13.3f", float64(row.RankFloorBytes)/1e9, row.RankFloorMS)
-	}
-	if row.PDLMode != nil {
-		fmt.Fprintf(w, "  TILERT_GPU_PDL=%d", *row.PDLMode)
 	}
 	fmt.Fprintln(w)
 	if row.MTP {

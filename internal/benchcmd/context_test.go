@@ -1,7 +1,6 @@
 package benchcmd
 
 import (
-	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -126,27 +125,6 @@ func TestPlacementRefusals(t *testing.T) {
 		err := app.Run(args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err = %v, want one containing %q", tc.args, err, tc.want)
-		}
-	}
-}
-
-func TestParseModes(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []int
-		ok   bool
-	}{
-		{"0,1,2", []int{0, 1, 2}, true},
-		{"3", []int{3}, true},
-		{" 2 , 0", []int{2, 0}, true},
-		{"4,5", []int{4, 5}, true},
-		{"6", nil, false},
-		{"1,x", nil, false},
-		{"", nil, false},
-	} {
-		got, err := parseModes(tc.in)
-		if (err == nil) != tc.ok || fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Errorf("parseModes(%q) = %v, %v; want %v (ok %v)", tc.in, got, err, tc.want, tc.ok)
 		}
 	}
 }

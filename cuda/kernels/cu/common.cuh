@@ -20,45 +20,11 @@ typedef unsigned long long u64;
     asm volatile("griddepcontrol.wait;" ::: "memory");      \
     asm volatile("griddepcontrol.launch_dependents;");      \
   } while (0)
-#define PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;")
 #else
 #define PDL_WAIT() \
   do {             \
   } while (0)
-#define PDL_TRIGGER() \
-  do {                \
-  } while (0)
 #endif
-
-// Weight-streaming kernels in PDL mode 2/3 (pdl.go, TILERT_GPU_PDL=2 or 3)
-// take an int pdl argument: -1 is PDL_WAIT() as above; pdl >= 0 leaves the
-// trigger to PDL_TRIGGER() after the block's last weight loads (so the next
-// kernel's blocks do not take SM room the stream still needs), and before
-// the wait the kernel may prefetch up to pdl bytes of ITS OWN WEIGHTS into
-// L2 (pdl_pf_* helpers below: weights never change during a step, and a
-// prefetch reads and writes nothing), overlapping its stream with the small
-// kernel before it. Nothing else may run before the wait (TestPDLKernelsWait
-// checks the prologue's arguments are weight pointers or scalars).
-#define PDL_WAIT_LATE(late)                                                         \
-  do {                                                                              \
-    PDL_WAIT_ONLY();                                                                \
-    if (!(late)) PDL_TRIGGER();                                                     \
-  } while (0)
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define PDL_WAIT_ONLY() asm volatile("griddepcontrol.wait;" ::: "memory")
-#else
-#define PDL_WAIT_ONLY() \
-  do {                  \
-  } while (0)
-#endif
-
-// L2 prefetch of bytes [off, off+n) of weights w: one line of 128 bytes per
-// thread and step. Issues prefetches only (no load, no store).
-__device__ __forceinline__ void pdl_pf_range(const void* w, long long off, long long n) {
-  const char* p = (const char*)w + off;
-  for (long long o = (long long)threadIdx.x * 128; o < n; o += (long long)blockDim.x * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
-}
 
 #define NEG_INF __int_as_float(0xff800000)
 #define POS_INF __int_as_float(0x7f800000)

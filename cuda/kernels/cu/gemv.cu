@@ -53,7 +53,7 @@ struct WF32 {
 template <class T, int R>
 __device__ __forceinline__ void gemv_rows(const void* __restrict__ W, const float* __restrict__ S,
                                           const float* __restrict__ x, float* y, const float* resid, int N, int K,
-                                          int M, int ldx, int ldy, int n0, int pdl) {
+                                          int M, int ldx, int ldy, int n0) {
   const int lane = threadIdx.x & 31;
   const int kb = (K + 127) >> 7;
   const char* wr[R];
@@ -116,8 +116,6 @@ __device__ __forceinline__ void gemv_rows(const void* __restrict__ W, const floa
       }
     }
   }
-  // PDL mode 2/3: the warp's weight loads are issued (common.cuh).
-  if (pdl >= 0) PDL_TRIGGER();
 #pragma unroll
   for (int r = 0; r < R; r++)
 #pragma unroll
@@ -139,91 +137,26 @@ __device__ __forceinline__ void gemv_rows(const void* __restrict__ W, const floa
   }
 }
 
-// PDL mode 2 prologue (common.cuh PDL_WAIT_LATE): up to pdl bytes of the
-// block's rows of W (its warps' rows are contiguous).
-__device__ __forceinline__ void pdl_pf_rows(const void* W, int N, int K, int bytes, int R, int pdl) {
-  if (pdl <= 0) return;
-  const int per = (blockDim.x >> 5) * R, r0 = blockIdx.x * per;
-  if (r0 >= N) return;
-  const long long rb = (long long)K * bytes, n = (long long)(N - r0 < per ? N - r0 : per) * rb;
-  pdl_pf_range(W, r0 * rb, n < pdl ? n : (long long)pdl);
-}
-
 // One kernel per weight type and rows-per-warp R (the launcher picks R so
-// small N still spreads over every SM), written out: NVRTC 11.8 crashed on
-// the prefetch prologue in macro-generated kernels.
-extern "C" __global__ void __launch_bounds__(256) gemv_fp8_r1(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
-         const float* resid, int N, int K, int M, int ldx, int ldy, int pdl) {
-  pdl_pf_rows(W, N, K, 1, 1, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 1;
-  if (n0 >= N) return;
-  gemv_rows<WFP8, 1>(W, S, x, y, resid, N, K, M, ldx, ldy, n0, pdl);
-}
+// small N still spreads over every SM).
+#define GEMV_KERNELS(NAME, T, WT, R)                                                                          \
+  extern "C" __global__ void __launch_bounds__(256)                                                          \
+      NAME(const WT* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,     \
+           const float* resid, int N, int K, int M, int ldx, int ldy) {                                     \
+    PDL_WAIT();                                                                                             \
+    const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R;                                \
+    if (n0 >= N) return;                                                                                     \
+    gemv_rows<T, R>(W, S, x, y, resid, N, K, M, ldx, ldy, n0);                                               \
+  }
 
-extern "C" __global__ void __launch_bounds__(256) gemv_fp8_r2(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
-         const float* resid, int N, int K, int M, int ldx, int ldy, int pdl) {
-  pdl_pf_rows(W, N, K, 1, 2, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 2;
-  if (n0 >= N) return;
-  gemv_rows<WFP8, 2>(W, S, x, y, resid, N, K, M, ldx, ldy, n0, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(256) gemv_fp8_r4(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
-         const float* resid, int N, int K, int M, int ldx, int ldy, int pdl) {
-  pdl_pf_rows(W, N, K, 1, 4, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 4;
-  if (n0 >= N) return;
-  gemv_rows<WFP8, 4>(W, S, x, y, resid, N, K, M, ldx, ldy, n0, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_r1(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
-         const float* resid, int N, int K, int M, int ldx, int ldy, int pdl) {
-  pdl_pf_rows(W, N, K, 2, 1, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 1;
-  if (n0 >= N) return;
-  gemv_rows<WBF16, 1>(W, S, x, y, resid, N, K, M, ldx, ldy, n0, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_r2(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
-         const float* resid, int N, int K, int M, int ldx, int ldy, int pdl) {
-  pdl_pf_rows(W, N, K, 2, 2, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 2;
-  if (n0 >= N) return;
-  gemv_rows<WBF16, 2>(W, S, x, y, resid, N, K, M, ldx, ldy, n0, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_r4(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
-         const float* resid, int N, int K, int M, int ldx, int ldy, int pdl) {
-  pdl_pf_rows(W, N, K, 2, 4, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 4;
-  if (n0 >= N) return;
-  gemv_rows<WBF16, 4>(W, S, x, y, resid, N, K, M, ldx, ldy, n0, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(256) gemv_f32_r1(const float* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
-         const float* resid, int N, int K, int M, int ldx, int ldy, int pdl) {
-  pdl_pf_rows(W, N, K, 4, 1, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 1;
-  if (n0 >= N) return;
-  gemv_rows<WF32, 1>(W, S, x, y, resid, N, K, M, ldx, ldy, n0, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(256) gemv_f32_r4(const float* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
-         const float* resid, int N, int K, int M, int ldx, int ldy, int pdl) {
-  pdl_pf_rows(W, N, K, 4, 4, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 4;
-  if (n0 >= N) return;
-  gemv_rows<WF32, 4>(W, S, x, y, resid, N, K, M, ldx, ldy, n0, pdl);
-}
-
+GEMV_KERNELS(gemv_fp8_r1, WFP8, u8, 1)
+GEMV_KERNELS(gemv_fp8_r2, WFP8, u8, 2)
+GEMV_KERNELS(gemv_fp8_r4, WFP8, u8, 4)
+GEMV_KERNELS(gemv_bf16_r1, WBF16, u16, 1)
+GEMV_KERNELS(gemv_bf16_r2, WBF16, u16, 2)
+GEMV_KERNELS(gemv_bf16_r4, WBF16, u16, 4)
+GEMV_KERNELS(gemv_f32_r1, WF32, float, 1)
+GEMV_KERNELS(gemv_f32_r4, WF32, float, 4)
 
 // Routed experts without a host round trip: blockIdx.y is the slot j of the
 // top-k; its expert e = ids[j] picks W = Wt[e], S = St[e] from device tables
@@ -237,8 +170,7 @@ __device__ __forceinline__ void gemv_experts(const u8* const* __restrict__ Wt, c
   if (n0 >= N) return;
   const int j = blockIdx.y;
   const int e = ids[j];
-  gemv_rows<WFP8, R>(Wt[e], St[e], x + (size_t)j * xstride, y + (size_t)j * N, (const float*)0, N, K, 1, K, N, n0,
-                     -1);
+  gemv_rows<WFP8, R>(Wt[e], St[e], x + (size_t)j * xstride, y + (size_t)j * N, (const float*)0, N, K, 1, K, N, n0);
 }
 
 extern "C" __global__ void __launch_bounds__(256) gemv_fp8_experts_r1(const u8* const* __restrict__ Wt,

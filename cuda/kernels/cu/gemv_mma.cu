@@ -100,7 +100,7 @@ template <bool FP8, int RT, int U>
 __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const float* __restrict__ S0,
                                               const void* __restrict__ W1, const float* __restrict__ S1,
                                               const float* __restrict__ x, int ldx, float* y, int ldy,
-                                              const float* resid, int N, int K, int M, int pdl) {
+                                              const float* resid, int N, int K, int M) {
   constexpr int E = FP8 ? 16 : 8;  // values per 16-byte load
   constexpr int KS = E / 4;        // k-steps per chunk
   constexpr int ES = FP8 ? 1 : 2;  // bytes per weight
@@ -219,9 +219,6 @@ __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const
     }
   }
 
-  // PDL mode 2/3: the block's weight loads are issued (common.cuh).
-  if (pdl >= 0) PDL_TRIGGER();
-
   // C fragment: acc[rt][0..1] rows g, columns (input rows) 2t, 2t+1;
   // acc[rt][2..3] rows g+8.
 #pragma unroll
@@ -250,120 +247,26 @@ __device__ __forceinline__ void gemv_mma_body(const void* __restrict__ W0, const
   }
 }
 
-// PDL mode 2 prologue (common.cuh PDL_WAIT_LATE): up to pdl bytes of the
-// block's rows of W0 (and the same rows of W1).
-__device__ __forceinline__ void pdl_pf_mma(const void* W0, const void* W1, int N, int K, int ES, int RT, int pdl) {
-  if (pdl <= 0) return;
-  const int tout = W1 ? RT / 2 : RT, n0 = blockIdx.x * tout * 16;
-  if (n0 >= N) return;
-  const long long rb = (long long)K * ES, n = (long long)(N - n0 < tout * 16 ? N - n0 : tout * 16) * rb;
-  const long long cap = W1 ? pdl / 2 : pdl, m = n < cap ? n : cap;
-  pdl_pf_range(W0, n0 * rb, m);
-  if (W1) pdl_pf_range(W1, n0 * rb, m);
-}
+// grid ceil(N / (16*RT)) (paired: ceil(N / (8*RT))), 256 threads.
+#define GEMV_MMA_KERNELS(RT, U)                                                                              \
+  extern "C" __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_fp8_r##RT##_u##U(                    \
+      const u8* __restrict__ W0, const float* __restrict__ S0, const u8* __restrict__ W1,                    \
+      const float* __restrict__ S1, const float* __restrict__ x, int ldx, float* y, int ldy,                 \
+      const float* resid, int N, int K, int M) {                                                             \
+    PDL_WAIT();                                                                                              \
+    gemv_mma_body<true, RT, U>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M);                              \
+  }                                                                                                          \
+  extern "C" __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_bf16_r##RT##_u##U(                   \
+      const u16* __restrict__ W0, const u16* __restrict__ W1, const float* __restrict__ x, int ldx, float* y, \
+      int ldy, const float* resid, int N, int K, int M) {                                                    \
+    PDL_WAIT();                                                                                              \
+    gemv_mma_body<false, RT, U>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M);   \
+  }
 
-// grid ceil(N / (16*RT)) (paired: ceil(N / (8*RT))), 256 threads. Written
-// out: NVRTC 11.8 crashed on the prefetch prologue in macro-generated
-// kernels (gemv.cu).
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mma_fp8_r1_u2(const u8* __restrict__ W0, const float* __restrict__ S0, const u8* __restrict__ W1,
-                      const float* __restrict__ S1, const float* __restrict__ x, int ldx, float* y, int ldy,
-                      const float* resid, int N, int K, int M, int pdl) {
-  pdl_pf_mma(W0, W1, N, K, 1, 1, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  gemv_mma_body<true, 1, 2>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mma_bf16_r1_u2(const u16* __restrict__ W0, const u16* __restrict__ W1, const float* __restrict__ x,
-                       int ldx, float* y, int ldy, const float* resid, int N, int K, int M, int pdl) {
-  pdl_pf_mma(W0, W1, N, K, 2, 1, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  gemv_mma_body<false, 1, 2>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mma_fp8_r1_u4(const u8* __restrict__ W0, const float* __restrict__ S0, const u8* __restrict__ W1,
-                      const float* __restrict__ S1, const float* __restrict__ x, int ldx, float* y, int ldy,
-                      const float* resid, int N, int K, int M, int pdl) {
-  pdl_pf_mma(W0, W1, N, K, 1, 1, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  gemv_mma_body<true, 1, 4>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mma_bf16_r1_u4(const u16* __restrict__ W0, const u16* __restrict__ W1, const float* __restrict__ x,
-                       int ldx, float* y, int ldy, const float* resid, int N, int K, int M, int pdl) {
-  pdl_pf_mma(W0, W1, N, K, 2, 1, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  gemv_mma_body<false, 1, 4>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mma_fp8_r2_u1(const u8* __restrict__ W0, const float* __restrict__ S0, const u8* __restrict__ W1,
-                      const float* __restrict__ S1, const float* __restrict__ x, int ldx, float* y, int ldy,
-                      const float* resid, int N, int K, int M, int pdl) {
-  pdl_pf_mma(W0, W1, N, K, 1, 2, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  gemv_mma_body<true, 2, 1>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mma_bf16_r2_u1(const u16* __restrict__ W0, const u16* __restrict__ W1, const float* __restrict__ x,
-                       int ldx, float* y, int ldy, const float* resid, int N, int K, int M, int pdl) {
-  pdl_pf_mma(W0, W1, N, K, 2, 2, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  gemv_mma_body<false, 2, 1>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mma_fp8_r2_u2(const u8* __restrict__ W0, const float* __restrict__ S0, const u8* __restrict__ W1,
-                      const float* __restrict__ S1, const float* __restrict__ x, int ldx, float* y, int ldy,
-                      const float* resid, int N, int K, int M, int pdl) {
-  pdl_pf_mma(W0, W1, N, K, 1, 2, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  gemv_mma_body<true, 2, 2>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mma_bf16_r2_u2(const u16* __restrict__ W0, const u16* __restrict__ W1, const float* __restrict__ x,
-                       int ldx, float* y, int ldy, const float* resid, int N, int K, int M, int pdl) {
-  pdl_pf_mma(W0, W1, N, K, 2, 2, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  gemv_mma_body<false, 2, 2>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mma_fp8_r2_u4(const u8* __restrict__ W0, const float* __restrict__ S0, const u8* __restrict__ W1,
-                      const float* __restrict__ S1, const float* __restrict__ x, int ldx, float* y, int ldy,
-                      const float* resid, int N, int K, int M, int pdl) {
-  pdl_pf_mma(W0, W1, N, K, 1, 2, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  gemv_mma_body<true, 2, 4>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mma_bf16_r2_u4(const u16* __restrict__ W0, const u16* __restrict__ W1, const float* __restrict__ x,
-                       int ldx, float* y, int ldy, const float* resid, int N, int K, int M, int pdl) {
-  pdl_pf_mma(W0, W1, N, K, 2, 2, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  gemv_mma_body<false, 2, 4>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mma_fp8_r4_u1(const u8* __restrict__ W0, const float* __restrict__ S0, const u8* __restrict__ W1,
-                      const float* __restrict__ S1, const float* __restrict__ x, int ldx, float* y, int ldy,
-                      const float* resid, int N, int K, int M, int pdl) {
-  pdl_pf_mma(W0, W1, N, K, 1, 4, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  gemv_mma_body<true, 4, 1>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M, pdl);
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mma_bf16_r4_u1(const u16* __restrict__ W0, const u16* __restrict__ W1, const float* __restrict__ x,
-                       int ldx, float* y, int ldy, const float* resid, int N, int K, int M, int pdl) {
-  pdl_pf_mma(W0, W1, N, K, 2, 4, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
-  gemv_mma_body<false, 4, 1>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M, pdl);
-}
+GEMV_MMA_KERNELS(1, 2)
+GEMV_MMA_KERNELS(1, 4)
+GEMV_MMA_KERNELS(2, 1)
+GEMV_MMA_KERNELS(2, 2)
+GEMV_MMA_KERNELS(2, 4)
+GEMV_MMA_KERNELS(4, 1)
 

@@ -255,14 +255,14 @@ __device__ __forceinline__ void gemv_mmx_body(const void* __restrict__ W0, const
   extern "C" __global__ void __launch_bounds__(GM_THREADS, P == 2 ? 3 : 2) gemv_mmx_fp8_r##RT##_u##U##SUF(   \
       const u8* __restrict__ W0, const float* __restrict__ S0, const u8* __restrict__ W1,                    \
       const float* __restrict__ S1, const float* __restrict__ x, int ldx, float* y, int ldy,                 \
-      const float* resid, int N, int K, int M, int pdl) {                                                    \
-    PDL_WAIT_LATE(pdl >= 0); /* mode 2/3: dependents launch as it exits */                                   \
+      const float* resid, int N, int K, int M) {                                                             \
+    PDL_WAIT();                                                                                              \
     gemv_mmx_body<true, RT, U, P>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M, blockIdx.x);               \
   }                                                                                                          \
   extern "C" __global__ void __launch_bounds__(GM_THREADS, P == 2 ? 3 : 2) gemv_mmx_bf16_r##RT##_u##U##SUF(  \
       const u16* __restrict__ W0, const u16* __restrict__ W1, const float* __restrict__ x, int ldx, float* y, \
-      int ldy, const float* resid, int N, int K, int M, int pdl) {                                           \
-    PDL_WAIT_LATE(pdl >= 0);                                                                                 \
+      int ldy, const float* resid, int N, int K, int M) {                                                    \
+    PDL_WAIT();                                                                                              \
     gemv_mmx_body<false, RT, U, P>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M, \
                                    blockIdx.x);                                                              \
   }

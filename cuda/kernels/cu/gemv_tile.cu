@@ -75,7 +75,7 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
                                                const float* S0, const void* W1, const float* S1,
                                                const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                                                int ldy, const float* resid, int N, int K, int M, int G,
-                                               int fold, int pdl) {
+                                               int fold) {
   constexpr int NI = LD / R;  // chunks per row per round: R*NI = LD loads in flight
   __shared__ float part[TILE_THREADS / 32][R * MM];
   const int j = blockIdx.y;
@@ -234,9 +234,6 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
       }
     }
   }
-  // PDL mode 2/3: this block's last weight loads are issued; let the next
-  // kernel launch (its wait still covers this whole grid).
-  if (pdl >= 0 && bx + gridDim.x >= tiles) PDL_TRIGGER();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < R; r++)
@@ -269,27 +266,6 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   }
 }
 
-// PDL mode 2 prologue (common.cuh PDL_WAIT_LATE): up to pdl bytes of this
-// block's row tiles of the dense weights W0 (and W1), in the order the block
-// streams them. Routed slots' weights depend on ids, written in this step:
-// not prefetched.
-template <class T, int R>
-__device__ __forceinline__ void pdl_pf_tile(const void* W0, const void* W1, int slots, int N, int K, int G, int pdl) {
-  if (pdl <= 0 || (int)blockIdx.y < slots) return;
-  const int rout = W1 ? R / 2 : R;
-  const int per = (TILE_THREADS / G) * rout;
-  const int tiles = ((N + rout - 1) / rout + TILE_THREADS / G - 1) / (TILE_THREADS / G);
-  const long long rb = (long long)K * T::BYTES;
-  long long left = W1 ? pdl / 2 : pdl;
-  for (int bx = blockIdx.x; bx < tiles && left > 0; bx += gridDim.x) {
-    const int r0 = bx * per, rows = N - r0 < per ? N - r0 : per;
-    const long long n = (long long)rows * rb < left ? (long long)rows * rb : left;
-    pdl_pf_range(W0, r0 * rb, n);
-    if (W1) pdl_pf_range(W1, r0 * rb, n);
-    left -= n;
-  }
-}
-
 // The launchable variants, written out (NVRTC 11.8 crashes on macro-generated
 // kernel definitions).
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -297,11 +273,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 1>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 1, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -309,11 +284,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 2>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -321,11 +295,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 4>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -333,11 +306,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 8>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -345,11 +317,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 1>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 1, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -357,11 +328,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 2>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -369,11 +339,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 4>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -381,11 +350,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 8>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -393,11 +361,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 1>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 1, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -405,11 +372,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 2>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -417,11 +383,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 4>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -429,11 +394,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 8>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -441,11 +405,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 1>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -453,11 +416,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 2>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -465,11 +427,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 4>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -477,11 +438,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 8>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -489,11 +449,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 1>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 1, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -501,11 +460,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 2>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 2, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -513,11 +471,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 4>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 4, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -525,11 +482,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 8>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 8, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -537,11 +493,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 1>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 1, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -549,11 +504,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 2>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 2, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -561,11 +515,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 4>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 4, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -573,11 +526,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 8>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 8, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -585,11 +537,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 1>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 1, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -597,11 +548,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 2>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 2, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -609,11 +559,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 4>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 4, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -621,11 +570,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 8>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 8, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -633,11 +581,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 1>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -645,11 +592,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 2>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 2, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -657,11 +603,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 4>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 4, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -669,11 +614,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TBF16, 8>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TBF16, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 // One input row, 16 loads in flight per thread (two rounds' worth of the
@@ -684,11 +628,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 2>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
@@ -696,11 +639,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 4>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
@@ -708,11 +650,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 8>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 // One input row, 8 loads in flight, at most 64 registers so four blocks
@@ -722,11 +663,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 4)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 4>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS, 4)
@@ -734,11 +674,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 4)
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold, int pdl) {
-  pdl_pf_tile<TFP8, 8>(W0, W1, slots, N, K, G, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold, pdl);
+                                 K, M, G, fold);
 }
 
 // out[m][n] = (resid ? resid[m][n] : 0) + sum_j w[m][j] * y[m*k + j][n]: the

@@ -34,8 +34,7 @@ template <class T, int R, int MM>
 __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, float* y, int ldy, int N, int G,
                                                 int blk, const float* __restrict__ x, int ldx, int K, int M,
                                                 const float* __restrict__ nw, float eps, int nthr, int fold,
-                                                int fastnorm, float (*part)[32], float (*nsh)[32], float* rs,
-                                                int pdl) {
+                                                int fastnorm, float (*part)[32], float (*nsh)[32], float* rs) {
   constexpr int NI = 8 / R;
   const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
   const int n0 = (blk * (TILE_THREADS / G) + grp) * R;
@@ -226,8 +225,6 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
       }
     }
   }
-  // PDL mode 2/3: the block's weight loads are issued (common.cuh).
-  if (pdl >= 0) PDL_TRIGGER();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < R; r++)
@@ -257,38 +254,6 @@ __device__ __forceinline__ int group_blocks(int N, int cfg) {
   return N > 0 ? ((N + R - 1) / R + TILE_THREADS / G - 1) / (TILE_THREADS / G) : 0;
 }
 
-// PDL mode 2 prologue (common.cuh PDL_WAIT_LATE): up to pdl bytes of the
-// weight rows this block streams (its segment found as gemv_group_run does).
-template <int R>
-__device__ __forceinline__ void pdl_pf_group(int K, const void* w0, int n0, int cfg0, const void* w1, int n1,
-                                             int cfg1, const void* w2, int n2, int cfg2, const void* w3, int n3,
-                                             int cfg3, int pdl) {
-  if (pdl <= 0) return;
-  int blk = blockIdx.x;
-  const void* W = w0;
-  int N = n0, cfg = cfg0;
-  int nb = group_blocks<R>(n0, cfg0);
-  if (blk >= nb) {
-    blk -= nb;
-    W = w1, N = n1, cfg = cfg1;
-    nb = group_blocks<R>(n1, cfg1);
-    if (blk >= nb) {
-      blk -= nb;
-      W = w2, N = n2, cfg = cfg2;
-      nb = group_blocks<R>(n2, cfg2);
-      if (blk >= nb) {
-        blk -= nb;
-        W = w3, N = n3, cfg = cfg3;
-      }
-    }
-  }
-  const int G = cfg & 1023, per = (TILE_THREADS / G) * R, r0 = blk * per;
-  if (r0 >= N) return;
-  const int rows = N - r0 < per ? N - r0 : per;
-  const long long rb = (long long)K * (((cfg >> 14) & 1) ? 2 : 1);
-  pdl_pf_range(W, r0 * rb, (long long)rows * rb < pdl ? (long long)rows * rb : (long long)pdl);
-}
-
 // cfg_s = G | bf16 << 14; nf = nthr | fold << 16 (nthr: the rmsnorm launch's
 // block size for K, a multiple of 32 up to 1024). Every segment of a launch
 // takes R rows per group (its G is its own).
@@ -299,7 +264,7 @@ __device__ __forceinline__ void gemv_group_run(const float* __restrict__ x, int 
                                                const void* w1, const float* s1, float* y1, int n1, int ldy1,
                                                int cfg1, const void* w2, const float* s2, float* y2, int n2,
                                                int ldy2, int cfg2, const void* w3, const float* s3, float* y3,
-                                               int n3, int ldy3, int cfg3, int pdl) {
+                                               int n3, int ldy3, int cfg3) {
   __shared__ float part[TILE_THREADS / 32][32];
   __shared__ float nsh[MM][32];
   __shared__ float rs[MM];
@@ -326,9 +291,9 @@ __device__ __forceinline__ void gemv_group_run(const float* __restrict__ x, int 
   }
   const int G = cfg & 1023, fold = (nf >> 16) & 1, fastnorm = (nf >> 17) & 1, nthr = nf & 0xffff;
   if ((cfg >> 14) & 1) {
-    gemv_group_body<TBF16, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh, rs, pdl);
+    gemv_group_body<TBF16, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh, rs);
   } else {
-    gemv_group_body<TFP8, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh, rs, pdl);
+    gemv_group_body<TFP8, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh, rs);
   }
 }
 
@@ -339,11 +304,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
-                      int ldy3, int cfg3, int pdl) {
-  pdl_pf_group<2>(K, w0, n0, cfg0, w1, n1, cfg1, w2, n2, cfg2, w3, n3, cfg3, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                      int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<2, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
-                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3, pdl);
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -351,11 +315,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
-                      int ldy3, int cfg3, int pdl) {
-  pdl_pf_group<2>(K, w0, n0, cfg0, w1, n1, cfg1, w2, n2, cfg2, w3, n3, cfg3, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                      int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<2, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
-                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3, pdl);
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -363,11 +326,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
-                      int ldy3, int cfg3, int pdl) {
-  pdl_pf_group<2>(K, w0, n0, cfg0, w1, n1, cfg1, w2, n2, cfg2, w3, n3, cfg3, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                      int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<2, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
-                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3, pdl);
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -375,11 +337,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
-                      int ldy3, int cfg3, int pdl) {
-  pdl_pf_group<2>(K, w0, n0, cfg0, w1, n1, cfg1, w2, n2, cfg2, w3, n3, cfg3, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                      int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<2, 8>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
-                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3, pdl);
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -387,11 +348,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
-                      int ldy3, int cfg3, int pdl) {
-  pdl_pf_group<4>(K, w0, n0, cfg0, w1, n1, cfg1, w2, n2, cfg2, w3, n3, cfg3, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                      int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<4, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
-                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3, pdl);
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -399,11 +359,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
-                      int ldy3, int cfg3, int pdl) {
-  pdl_pf_group<4>(K, w0, n0, cfg0, w1, n1, cfg1, w2, n2, cfg2, w3, n3, cfg3, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                      int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<4, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
-                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3, pdl);
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -411,11 +370,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
-                      int ldy3, int cfg3, int pdl) {
-  pdl_pf_group<4>(K, w0, n0, cfg0, w1, n1, cfg1, w2, n2, cfg2, w3, n3, cfg3, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                      int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<4, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
-                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3, pdl);
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -423,11 +381,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
-                      int ldy3, int cfg3, int pdl) {
-  pdl_pf_group<4>(K, w0, n0, cfg0, w1, n1, cfg1, w2, n2, cfg2, w3, n3, cfg3, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                      int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<4, 8>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
-                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3, pdl);
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -435,11 +392,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
-                      int ldy3, int cfg3, int pdl) {
-  pdl_pf_group<8>(K, w0, n0, cfg0, w1, n1, cfg1, w2, n2, cfg2, w3, n3, cfg3, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                      int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<8, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
-                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3, pdl);
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -447,11 +403,10 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
-                      int ldy3, int cfg3, int pdl) {
-  pdl_pf_group<8>(K, w0, n0, cfg0, w1, n1, cfg1, w2, n2, cfg2, w3, n3, cfg3, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                      int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<8, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
-                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3, pdl);
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -459,10 +414,9 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
-                      int ldy3, int cfg3, int pdl) {
-  pdl_pf_group<8>(K, w0, n0, cfg0, w1, n1, cfg1, w2, n2, cfg2, w3, n3, cfg3, pdl);
-  PDL_WAIT_LATE(pdl >= 0);
+                      int ldy3, int cfg3) {
+  PDL_WAIT();
   gemv_group_run<8, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
-                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3, pdl);
+                        y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
 

@@ -1,7 +1,7 @@
 # The device plan for the next session with H200 time (NOT RUN: session 4's budget ran out, session 5 had
 # none). One command, ~550 s. It decides the defaults the session-4 helpers proposed and that stay opt-in:
 # sparse MLA on mla_decode_tcf2 with launches across slots (helper mla), the prefill GEMMs with absorb_tc,
-# the one-chunk rule and mla_prefill_tcpi (helper pfill2), PDL modes 4/5 (helper pdl2).
+# the one-chunk rule and mla_prefill_tcpi (helper pfill2).
 # Build from main (repo root):
 #   mkdir -p .device/next
 #   CGO_ENABLED=0 go test -c -ldflags="-s -w" -trimpath -o .device/next/kernels.test ./cuda/kernels
@@ -37,8 +37,6 @@ for e in "" "TILERT_GPU_MLA_TCF=2" "TILERT_GPU_MLA_TCF=2 TILERT_GPU_SLOT_MERGE=1
 done
 TILERT_GPU_MLA_TCF=2 TILERT_GPU_SLOT_MERGE=1 timeout 40 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 9 \
   --context 8192,131072 --batches 1,4 --json $R/bench-glm-tcf2.json > $R/bench-glm-tcf2.txt 2>&1
-timeout 40 $D/tilert bench decode --device cuda --dummy-weights deepseek-v3.2 --layers 9 --context 8192 --batches 1 \
-  --tokens 48 --pdl-modes 0,4,5,0,4 --json $R/bench-pdl45.json > $R/bench-pdl45.txt 2>&1
 step c
 # 4. local prefill candidates (issue 10: at least HF's 141 ms at 8192): engine checks, then the timing
 P="TILERT_GPU_GEMM=1 TILERT_GPU_ABSORB_TC=1 TILERT_GPU_MLA_PREFILL=3"

@@ -21,6 +21,20 @@
 #define TKR_BINS 4096
 #define TKR_SHIFT 20
 
+// radix_pick: each of the block's 1024 threads owns one 10-bit digit dg,
+// counted cntd times among the keys still in play, digits taken from the
+// top; the thread whose digit holds the rem-th largest key writes that
+// digit and how many of its keys are still to take to sres (the caller
+// syncs before reading them).
+__device__ __forceinline__ void radix_pick(int dg, int cntd, int rem, int* shs, int* sres) {
+  int tot;
+  const int cum = block_excl_scan(cntd, shs, &tot);
+  if (cum < rem && cum + cntd >= rem) {
+    sres[0] = dg;
+    sres[1] = rem - cum;
+  }
+}
+
 // The bin b (of h, TKR_BINS counts in global memory) holding the K-th
 // largest key, and the count of keys in bins above it. Every thread of the
 // block (1024 threads) gets the result.
@@ -108,14 +122,7 @@ __device__ __forceinline__ void tkr_final(const float* __restrict__ x, int n, in
     }
     __syncthreads();
     // Digit from the top: thread tid owns digit 1023 - tid.
-    const int dg = 1023 - tid;
-    const int cntd = (int)h[dg];
-    int tot;
-    const int cum = block_excl_scan(cntd, shs, &tot);
-    if (cum < rem && cum + cntd >= rem) {
-      sres[0] = dg;
-      sres[1] = rem - cum;
-    }
+    radix_pick(1023 - tid, (int)h[1023 - tid], rem, shs, sres);
     __syncthreads();
     prefix |= (u32)sres[0] << shift;
     mask |= 1023u << shift;
@@ -287,14 +294,7 @@ __device__ __forceinline__ void tkr_final_s(const float* __restrict__ x, int n, 
       }
     }
     __syncthreads();
-    const int dg = 1023 - tid;
-    const int cntd = (int)h[dg];
-    int tot;
-    const int cum = block_excl_scan(cntd, shs, &tot);
-    if (cum < rem && cum + cntd >= rem) {
-      sres[0] = dg;
-      sres[1] = rem - cum;
-    }
+    radix_pick(1023 - tid, (int)h[1023 - tid], rem, shs, sres);
     __syncthreads();
     prefix |= (u32)sres[0] << shift;
     mask |= 1023u << shift;
@@ -514,12 +514,7 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_l(const float
     const int dg = 1023 - tid;
     const int cntd = (int)__ldcg(g2 + dg);
     g2[dg] = 0;
-    int tot;
-    const int cum = block_excl_scan(cntd, shs, &tot);
-    if (cum < rem && cum + cntd >= rem) {
-      sres[0] = dg;
-      sres[1] = rem - cum;
-    }
+    radix_pick(dg, cntd, rem, shs, sres);
   }
   const int C = (int)__ldcg(ccnt + row);
   h[tid] = 0;
@@ -538,16 +533,7 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_l(const float
     }
   }
   __syncthreads();
-  {
-    const int dg = 1023 - tid;
-    const int cntd = (int)h[dg];
-    int tot;
-    const int cum = block_excl_scan(cntd, shs, &tot);
-    if (cum < rem && cum + cntd >= rem) {
-      sres[0] = dg;
-      sres[1] = rem - cum;
-    }
-  }
+  radix_pick(1023 - tid, (int)h[1023 - tid], rem, shs, sres);
   __syncthreads();
   const u32 thr = (p22 << 10) | (u32)sres[0];  // the K-th largest key
   rem = sres[1];                                // how many keys equal to it to take
@@ -647,16 +633,7 @@ __device__ __forceinline__ void tko_body(const float* __restrict__ scores, int l
     if (j < nv && (k[j] >> TKR_SHIFT) == ub) atomicAdd(&h[(k[j] >> 10) & 1023u], 1u);
   __syncthreads();
   int rem = K - above;
-  {
-    const int dg = 1023 - tid;
-    const int cntd = (int)h[dg];
-    int tot;
-    const int cum = block_excl_scan(cntd, shs, &tot);
-    if (cum < rem && cum + cntd >= rem) {
-      sres[0] = dg;
-      sres[1] = rem - cum;
-    }
-  }
+  radix_pick(1023 - tid, (int)h[1023 - tid], rem, shs, sres);
   __syncthreads();
   const u32 p22 = (ub << 10) | (u32)sres[0];
   rem = sres[1];
@@ -666,16 +643,7 @@ __device__ __forceinline__ void tko_body(const float* __restrict__ scores, int l
   for (int j = 0; j < KPT; j++)
     if (j < nv && (k[j] >> 10) == p22) atomicAdd(&h[k[j] & 1023u], 1u);
   __syncthreads();
-  {
-    const int dg = 1023 - tid;
-    const int cntd = (int)h[dg];
-    int tot;
-    const int cum = block_excl_scan(cntd, shs, &tot);
-    if (cum < rem && cum + cntd >= rem) {
-      sres[0] = dg;
-      sres[1] = rem - cum;
-    }
-  }
+  radix_pick(1023 - tid, (int)h[1023 - tid], rem, shs, sres);
   __syncthreads();
   const u32 thr = (p22 << 10) | (u32)sres[0];  // the K-th largest key
   rem = sres[1];                                // how many keys equal to it to take

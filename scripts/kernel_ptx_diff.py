@@ -28,6 +28,10 @@ import tempfile
 KDIR = "cuda/kernels/cu"
 
 
+class CompileError(Exception):
+    pass
+
+
 def sources(repo, rev):
     """common.cuh and the .cu files of rev (WORKTREE: the files on disk)."""
     files = {}
@@ -59,7 +63,7 @@ def ptx(src, arch, tmp, tag):
     r = subprocess.run(["nvcc", "-arch=" + arch, "-std=c++17", "-ptx", "-o", px, cu], capture_output=True, text=True)
     if r.returncode != 0:
         sys.stderr.write(r.stderr[-4000:])
-        raise SystemExit("nvcc failed on %s (the errors above); fix the kernels or pass a revision that compiles" % tag)
+        raise CompileError("nvcc failed on %s (the errors above): fix the kernels or pass a revision that compiles" % tag)
     with open(px, encoding="utf-8") as f:
         return f.read()
 
@@ -90,6 +94,9 @@ def main():
             eb = entries(ptx(module(sources(args.repo, args.b)), args.arch, tmp, "b"))
         except subprocess.CalledProcessError as e:
             print("git archive failed: %s (is the revision spelled right?)" % e.stderr.decode().strip(), file=sys.stderr)
+            return 2
+        except CompileError as e:
+            print(e, file=sys.stderr)
             return 2
     diff = sorted(k for k in set(ea) & set(eb) if ea[k] != eb[k])
     print("%s: %d kernels, %s: %d kernels" % (args.a, len(ea), args.b, len(eb)))

@@ -542,25 +542,29 @@ func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64,
 	return b.k.IndexerScoresMMARows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
 }
 
-// mlaTCF: TILERT_GPU_MLA_TCF runs the fp8 MLA decode on mla_decode_tcf
-// (fp16 fragments straight from the raw fp8 tiles) split over the SMs with
-// the combine: =1 or =3 three fp16 parts of the queries and probabilities
-// (float32-exact products), =2 two parts (float32 rounding apart from tc),
-// =8 two parts with 8 warps per head group, =q three parts merged inside a
-// cluster (one launch; slower). Unset or =0: mla_decode_tc (or
-// TILERT_GPU_MLA_TCP / TCQ / TC32 as they say). Opt-in: on the H200
-// (docs/measured/h200-2026-12-01-s4-mla/run1) 128 heads x 2048 tokens took
-// 18.7 us (=1) and 17.5 us (=2) with the combine against tcp's 22.6, and
-// the engine's greedy, penalties and golden checks passed with =1 and =q;
-// the whole gpu-check has not run with it, nor the engine with =2 or =8,
-// nor the later tile-issue change (run2.sh there is that run).
-var mlaTCF = tcfSwitch(os.Getenv("TILERT_GPU_MLA_TCF"))
+// mlaTCF: the fp8 MLA decode runs on mla_decode_tcf (fp16 fragments
+// straight from the raw fp8 tiles) split over the SMs with the combine. The
+// default is =2 (two fp16 parts of the queries and probabilities: float32
+// rounding apart from tc): on the H200 (docs/measured/h200-2026-12-02)
+// 128 heads x 2048 tokens take 18.7 us with the combine against tc's 24.1,
+// and the whole gpu-check passed with it. =1 or =3 three parts
+// (float32-exact products), =8 two parts with 8 warps per head group, =q
+// three parts merged inside a cluster (one launch; slower); =0 runs
+// mla_decode_tc, as does asking for another variant
+// (TILERT_GPU_MLA_TCP / TCQ / TC32).
+var mlaTCF = tcfSwitch(os.Getenv("TILERT_GPU_MLA_TCF"), os.Getenv("TILERT_GPU_MLA_TCP") == "1" ||
+	os.Getenv("TILERT_GPU_MLA_TCQ") == "1" || os.Getenv("TILERT_GPU_MLA_TC32") == "1")
 
-func tcfSwitch(v string) string {
-	if v == "0" {
+func tcfSwitch(v string, other bool) string {
+	switch {
+	case v == "0":
+		return ""
+	case v != "":
+		return v
+	case other:
 		return ""
 	}
-	return v
+	return "2"
 }
 
 // mlaDecodeTCF runs mla_decode_tcf as mlaTCF says; rowBase != 0: rows of
@@ -578,12 +582,12 @@ func (b *cudaDevice) mlaDecodeTCF(out, qn, qp, cache, rowBase, indices, lens, ws
 	return b.k.MLADecodeTCF(b.s, v, out, 0, qn, qp, cache, 0, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, b.k.MLATCSplits(nq, H, nidx), scale)
 }
 
-// slotMergeOn: TILERT_GPU_SLOT_MERGE=1 runs the indexer scores, the top-k
-// and the fp8 MLA decode once for the rows of all slots (per-row cache
-// bases in the step's metadata) instead of once per slot. Opt-in: on the
-// H200 it was timed only together with the cluster MLA (4 slots at 8192:
-// 7.40 -> 7.15 ms) and its engine checks have not run as a default.
-var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") == "1"
+// slotMergeOn: the indexer scores, the top-k and the fp8 MLA decode run
+// once for the rows of all slots (per-row cache bases in the step's
+// metadata) instead of once per slot; TILERT_GPU_SLOT_MERGE=0 goes back to a
+// launch per slot. On the H200 with tcf2 (docs/measured/h200-2026-12-02):
+// 4 slots at 8192 7.17 -> 6.36 ms, and the whole gpu-check passed.
+var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") != "0"
 
 // mlaPrefillOn: TILERT_GPU_MLA_PREFILL runs the fp8 MLA of a slot's group
 // of at least mlaPrefillMinRows rows (a prefill chunk) on mlaPrefill

@@ -258,6 +258,7 @@ func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte, from []int) *fwd 
 		}
 		groups = append(groups, group{s: r.s, first: i, n: 1, maxLen: r.pos + 1, last: r.pos})
 	}
+	o.parts = forwardParts(o.parts, groups)
 	o.do(o.b.upload(ws.meta, meta))
 	ids, pos, lens := ws.meta, fptr(ws.meta, e.maxRows), fptr(ws.meta, 2*e.maxRows)
 	for i := 0; i < len(from); {

@@ -151,6 +151,24 @@ func (e *backend) gemmParts() int {
 	return gemmSplits
 }
 
+// forwardParts is the parts of x a forward of these groups runs its GEMMs
+// with, given the engine's (gemmParts): one part only for prefill, i.e.
+// where some slot forwards a prompt chunk of at least gemmMinRows
+// consecutive positions; a decode batch (1..3 rows a slot, MTP included)
+// keeps 3 parts even when its many slots make it a GEMM, so decode stays
+// the float32 forward greedy == CPU checks.
+func forwardParts(parts int, groups []group) int {
+	if parts != 1 {
+		return parts
+	}
+	for _, g := range groups {
+		if g.n >= gemmMinRows {
+			return 1
+		}
+	}
+	return 3
+}
+
 // gemmScratchOn says whether the forward needs the split scratch of the
 // fp16-part (gemm_h2.cu) or one-part (gemm_p1.cu) GEMMs.
 func (e *backend) gemmScratchOn() bool {

@@ -83,6 +83,28 @@ func TestGemmPartsExactMode(t *testing.T) {
 
 // TestEmuPrefillGemmP1Caches runs the cache comparison with the
 // emulator's transcription of the one-part rounding (CI).
+// TestForwardParts pins forwardParts: one part only where a slot forwards
+// a prompt chunk (>= gemmMinRows consecutive positions).
+func TestForwardParts(t *testing.T) {
+	dec := make([]group, 20) // 20 slots of 1 row: a GEMM of 20 rows, decode
+	for i := range dec {
+		dec[i] = group{first: i, n: 1}
+	}
+	mtp := []group{{n: 3}, {first: 3, n: 3}, {first: 6, n: 3}, {first: 9, n: 3}, {first: 12, n: 3}, {first: 15, n: 3}}
+	for _, c := range []struct {
+		parts  int
+		groups []group
+		want   int
+	}{
+		{1, []group{{n: 48}}, 1}, {1, []group{{n: gemmMinRows}}, 1}, {1, append([]group{{n: 2}}, group{first: 2, n: 30}), 1},
+		{1, dec, 3}, {1, mtp, 3}, {1, []group{{n: gemmMinRows - 1}}, 3}, {3, []group{{n: 48}}, 3}, {2, dec, 2},
+	} {
+		if got := forwardParts(c.parts, c.groups); got != c.want {
+			t.Errorf("parts %d, %d groups (first %d rows): %d, want %d", c.parts, len(c.groups), c.groups[0].n, got, c.want)
+		}
+	}
+}
+
 func TestEmuPrefillGemmP1Caches(t *testing.T) {
 	withP1(t)
 	testCachesP1(t, onEmu)

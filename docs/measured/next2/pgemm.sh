@@ -24,7 +24,7 @@ env $P TILERT_GPU_GEMM_SPLITS=1 timeout $(pg_left 30) $D/tilert bench decode --d
 #    emulated one-part forward; exact mode keeps 3 parts: its HF goldens with the switch at 1)
 (cd engine/gpu && env TILERT_GPU_GEMM=1 TILERT_GPU_GEMM_SPLITS=1 TILERT_ENGINE_REPORT=$R/pgemm/engine-report.txt \
   timeout $(pg_left 60) $D/engine.test -test.count=1 -test.v \
-  -test.run 'TestGPUPrefillGemmP1Greedy$|TestGPUPrefillGemmP1Caches$|TestGPUPrefillGemmP1Logits$|TestGPUPrefillGemmGoldenExact$|TestGemmPartsExactMode$' \
+  -test.run 'TestGPUPrefillGemmP1Greedy$|TestGPUPrefillGemmP1Caches$|TestGPUPrefillGemmP1Logits$|TestGPUPrefillGemmGoldenExact$|TestGemmPartsExactMode$|TestForwardParts$' \
   > $R/pgemm/engine.log 2>&1; echo rc=$? >> $R/pgemm/engine.log)
 # 4. the same bench with today's 3 parts (the baseline in the same run: 440 ms at 8192 last time)
 env $P timeout $(pg_left 30) $D/tilert bench decode --device cuda --dummy-weights deepseek-v3.2 \

@@ -371,3 +371,84 @@ func TestKernelGemmP1Timing(t *testing.T) {
 		}
 	})
 }
+
+// TestOnePartBoundFits shows (without a GPU) that the one-part check's
+// bound holds for a faithful CPU transcription of gemm_p1 (x scaled per row
+// by a power of two, rounded to fp16, float32 partials per 128-wide K block
+// promoted with the block scale) at the kernel test's shapes, and fails for
+// the bugs it exists to catch: two k of a tile swapped in x (a wrong
+// permutation), one scale block off, the last K tile dropped.
+func TestOnePartBoundFits(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	f16 := func(v float64) float64 { // round to nearest fp16 (normal range suffices here)
+		if v == 0 {
+			return 0
+		}
+		e := math.Floor(math.Log2(math.Abs(v)))
+		q := math.Ldexp(1, int(e)-10)
+		return math.RoundToEven(v/q) * q
+	}
+	for _, cs := range []struct{ N, K, M int }{{130, 2112, 17}, {256, 1536, 40}, {64, 208, 33}, {129, 96, 16}} {
+		N, K, M := cs.N, cs.K, cs.M
+		w := randFP8(r, N*K)
+		sc := randScales(r, cdiv(N, 128)*cdiv(K, 128), -8)
+		x := randF32(r, M*K, 1)
+		at := fp8At(w, sc, K)
+		ref := refGemv(at, x, nil, N, K, M, K, N)
+		abs := absGemv(at, x, N, K, M, K, N)
+		kb := cdiv(K, 128)
+		sim := func(bug int) []float32 {
+			y := make([]float32, M*N)
+			for m := range M {
+				xr := x[m*K : (m+1)*K]
+				mx := 0.0
+				for _, v := range xr {
+					mx = math.Max(mx, math.Abs(float64(v)))
+				}
+				_, e := math.Frexp(mx)
+				s := math.Ldexp(1, 15-e)
+				xs := make([]float64, K)
+				for k, v := range xr {
+					xs[k] = f16(float64(v) * s)
+				}
+				if bug == 1 {
+					xs[3], xs[5] = xs[5], xs[3]
+				}
+				for n := range N {
+					var acc float32
+					for b := range kb {
+						var part float32
+						for k := b * 128; k < min(K, b*128+128); k++ {
+							if bug == 3 && k >= (K-1)/64*64 {
+								break
+							}
+							part += float32(fp8Table[w[n*K+k]] * xs[k])
+						}
+						bs := b
+						if bug == 2 && b == 0 {
+							bs = 1
+						}
+						acc = float32(math.FMA(float64(part), float64(sc[(n/128)*kb+bs]), float64(acc)))
+					}
+					y[m*N+n] = acc * float32(math.Ldexp(1, e-15))
+				}
+			}
+			return y
+		}
+		if e := onePartErr(sim(0), ref, abs, M, N, N, uF16); e > 1 {
+			t.Errorf("N=%d K=%d M=%d: a faithful one-part product at %.3g of the bound", N, K, M, e)
+		} else {
+			t.Logf("N=%d K=%d M=%d: faithful %.3g of the bound", N, K, M, e)
+		}
+		for bug, what := range map[int]string{1: "swapped k", 2: "wrong scale block", 3: "last tile dropped"} {
+			if bug == 2 && kb == 1 {
+				continue
+			}
+			if e := onePartErr(sim(bug), ref, abs, M, N, N, uF16); e <= 1 {
+				t.Errorf("N=%d K=%d M=%d: %s passes (%.3g of the bound)", N, K, M, what, e)
+			} else {
+				t.Logf("N=%d K=%d M=%d: %s at %.3g of the bound", N, K, M, what, e)
+			}
+		}
+	}
+}

@@ -12,7 +12,7 @@ mkdir -p $R/pgemm
 #    each output within its own one-part bound (gemm_p1_test.go derives it); then the timings at the
 #    8192-token shapes next to the 3-part kernel and a 1 GiB device-to-device copy.
 (cd cuda/kernels && TILERT_GPU_TIMING=1 TILERT_GPU_REPORT=$R/pgemm/kernels-report.txt timeout $(pg_left 80) $D/kernels.test \
-  -test.count=1 -test.v -test.run 'TestGemmP1Permutation$|TestKernelGemmP1$|TestKernelGemmExpertsP1$|TestKernelGemmP1Timing$' \
+  -test.count=1 -test.v -test.run 'TestGemmP1Permutation$|TestOnePartBoundFits$|TestKernelGemmP1$|TestKernelGemmExpertsP1$|TestKernelGemmP1Timing$' \
   > $R/pgemm/kernels.log 2>&1; echo rc=$? >> $R/pgemm/kernels.log)
 # 2. the prefill bench with one part (the headline: gemmFP8 18432x7168x8192 target <= 8 ms, was 23.6)
 P="TILERT_GPU_GEMM=1 TILERT_GPU_ABSORB_TC=1 TILERT_GPU_MLA_PREFILL=2"

@@ -16,15 +16,17 @@ const (
 
 // GemmSplits is how many bf16 parts x is split into (gemm_tc.cu): 3 keeps
 // every bit of a float32 (the result is the float32 GEMV's up to summation
-// order), 2 keeps 16 bits of mantissa (relative error ~2^-17 per product).
-var gemmSplitsOK = map[int]bool{2: true, 3: true}
+// order), 2 keeps 16 bits of mantissa (relative error ~2^-17 per product),
+// 1 rounds x to bf16 once (2^-9 relative per value: serving-mode prefill
+// only, as HF's bf16 prefill; the fp8 GEMMs then take gemm_p1.cu).
+var gemmSplitsOK = map[int]bool{1: true, 2: true, 3: true}
 
 func checkGemm(N, K, M, ldx, ldy, splits int) error {
 	if N <= 0 || K <= 0 || M <= 0 || ldx < K || ldy < N {
 		return errors.Newf("gemm: N=%d K=%d M=%d ldx=%d ldy=%d (need positive sizes, ldx >= K, ldy >= N)", N, K, M, ldx, ldy)
 	}
 	if !gemmSplitsOK[splits] {
-		return errors.Newf("gemm: %d splits of x (2 or 3)", splits)
+		return errors.Newf("gemm: %d splits of x (1, 2 or 3)", splits)
 	}
 	return nil
 }
@@ -286,4 +288,129 @@ func (k *Set) AbsorbVTC(s cuda.Stream, out, x, w, scale cuda.DevPtr, M, H, vd, R
 		return errors.Newf("absorb v tc: ldo=%d < H*vd=%d", ldo, H*vd)
 	}
 	return k.absorbTC(s, out, x, w, scale, 1, M, H, R, vd, R, 0, 0, ldo)
+}
+
+// The one-part FP8 GEMMs (gemm_p1.cu, serving-mode prefill): x rounded once
+// to fp16 after a power-of-two scale per row (2^-11 relative per value),
+// K permuted inside 64-wide tiles so that one shared load gives a thread
+// the weight bytes of four k16 steps; BM x 128 x 64 block tiles, a 4-stage
+// cp.async ring.
+const (
+	gemmP1K      = 64 // Kp: K rounded up to this
+	gemmP1Stages = 4
+	// GemmP1DenseRows is the dense kernel's larger block height (the
+	// other is 64).
+	GemmP1DenseRows = 128
+)
+
+func gemmP1Smem(bm int) int { return gemmP1Stages * (bm*72*2 + gemmTileN*64) }
+
+// GemmP1ScratchBytes is the scratch GemmFP8P1 / GemmFP8ExpertsP1 need for
+// rows rows of x of K values: the fp16 rows (K rounded up to 64) and a
+// float32 scale per row. Never more than GemmH2ScratchBytes(rows, K).
+func GemmP1ScratchBytes(rows, K int) int64 {
+	return 2*int64(rows)*int64(cdiv(K, gemmP1K)*gemmP1K) + 4*int64(rows) + 256
+}
+
+// GemmP1OK says whether the one-part FP8 GEMM takes a weight of K inputs
+// at w here: sm_89 or newer (e4m3 conversions), K % 16 == 0, 16-byte
+// aligned (GemmH2OK's conditions).
+func (k *Set) GemmP1OK(w cuda.DevPtr, K int) bool { return k.GemmH2OK(w, K) }
+
+// gemmSplitP1 rounds rows rows of x into scratch (gemm_split_p1); it
+// returns the fp16 rows, their stride Kp in halves and the row scales.
+func (k *Set) gemmSplitP1(s cuda.Stream, x, scratch cuda.DevPtr, scratchBytes int64, rows, K, ldx int) (xs cuda.DevPtr, Kp int, rs cuda.DevPtr, err error) {
+	if rows <= 0 || K <= 0 || ldx < K {
+		return 0, 0, 0, errors.Newf("gemm p1: rows=%d K=%d ldx=%d", rows, K, ldx)
+	}
+	if need := GemmP1ScratchBytes(rows, K); scratch == 0 || scratchBytes < need {
+		return 0, 0, 0, errors.Newf("gemm p1: scratch of %d bytes for %d rows of %d (need %d)", scratchBytes, rows, K, need)
+	}
+	Kp = cdiv(K, gemmP1K) * gemmP1K
+	rs = scratch.Add(2 * int64(rows) * int64(Kp))
+	err = k.launch("gemm_split_p1", cuda.D1(rows), cuda.D1(256), 0, s, x, ldx, K, Kp, scratch, rs)
+	return scratch, Kp, rs, err
+}
+
+func (k *Set) gemmP1Fn(name string, bm int) (*cuda.Function, error) {
+	f, err := k.fn(fmt.Sprintf("%s_b%d", name, bm/32))
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := bigShared.Load(f); !ok {
+		if err := k.c.SetMaxDynamicShared(f, gemmP1Smem(bm)); err != nil {
+			return nil, errors.WithHint(err, "the one-part GEMM needs "+fmt.Sprint(gemmP1Smem(bm))+" bytes of shared memory a block; TILERT_GPU_GEMM_SPLITS=3 uses the three-part kernels")
+		}
+		bigShared.Store(f, true)
+	}
+	return f, nil
+}
+
+// GemmFP8P1 is GemmFP8 with x rounded once to fp16 (per-row power-of-two
+// scale; 2^-11 relative per value) through scratch (GemmP1ScratchBytes(M,
+// K) bytes); bm is the block rows, 64 or 128 (GemmP1DenseRows).
+func (k *Set) GemmFP8P1(s cuda.Stream, y, x, w, scale, scratch cuda.DevPtr, scratchBytes int64, N, K, M, ldx, ldy, bm int) error {
+	if err := checkGemm(N, K, M, ldx, ldy, 1); err != nil {
+		return err
+	}
+	if !k.GemmP1OK(w, K) || (bm != 64 && bm != 128) {
+		return errors.Newf("gemm p1: K=%d (multiple of 16), w aligned to 16 bytes, sm_89+, block rows %d (64 or 128)", K, bm)
+	}
+	xs, Kp, rs, err := k.gemmSplitP1(s, x, scratch, scratchBytes, M, K, ldx)
+	if err != nil {
+		return err
+	}
+	f, err := k.gemmP1Fn("gemm_fp8_p1", bm)
+	if err != nil {
+		return err
+	}
+	blocks := cdiv(N, gemmTileN) * cdiv(M, bm)
+	if blocks > 1<<31-1 {
+		return errors.Newf("gemm p1: %d blocks", blocks)
+	}
+	return k.launchFn(f, cuda.D1(blocks), cuda.D1(256), gemmP1Smem(bm), s, w, scale, xs, Kp, rs, y, N, K, M, ldy)
+}
+
+// P1BlockRows picks the dense one-part GEMM's block rows: 128 (one block
+// an SM, twice the reuse of each weight tile) while that still gives every
+// SM two blocks, else 64 (two blocks an SM, twice the blocks).
+func P1BlockRows(N, M, sms int) int {
+	if cdiv(N, gemmTileN)*cdiv(M, GemmP1DenseRows) >= 2*sms {
+		return GemmP1DenseRows
+	}
+	return 64
+}
+
+// GemmFP8ExpertsP1 is GemmFP8Experts with x (xRows rows) rounded once to
+// fp16 through scratch (GemmP1ScratchBytes(xRows, K) bytes): tiles [0,
+// nbig) hold at most GemmExpertBigRows pairs (128-row blocks), the rest at
+// most GemmTileRows (64-row blocks); x is rounded once for both.
+func (k *Set) GemmFP8ExpertsP1(s cuda.Stream, y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows, scratch cuda.DevPtr, scratchBytes int64, ntiles, nbig, N, K int) error {
+	if err := checkGemm(N, K, 1, ldx, N, 1); err != nil {
+		return err
+	}
+	if ntiles <= 0 || ntiles > 65535 || nbig < 0 || nbig > ntiles {
+		return errors.Newf("gemm experts p1: %d tiles (1..65535), %d of them big", ntiles, nbig)
+	}
+	if !k.GemmP1OK(0, K) {
+		return errors.Newf("gemm experts p1: K=%d (multiple of 16), sm_89+", K)
+	}
+	xs, Kp, rs, err := k.gemmSplitP1(s, x, scratch, scratchBytes, xRows, K, ldx)
+	if err != nil {
+		return err
+	}
+	for _, l := range []struct{ bm, first, n int }{{GemmExpertBigRows, 0, nbig}, {GemmTileRows, nbig, ntiles - nbig}} {
+		if l.n == 0 {
+			continue
+		}
+		f, err := k.gemmP1Fn("gemm_fp8_experts_p1", l.bm)
+		if err != nil {
+			return err
+		}
+		if err := k.launchFn(f, cuda.D3(cdiv(N, gemmTileN), l.n, 1), cuda.D1(256), gemmP1Smem(l.bm), s,
+			wTable, sTable, tiles.Add(12*int64(l.first)), xrows, xs, Kp, rs, y, N, K); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -29,6 +29,7 @@ var pdlKernels = setOf(
 	// norm.cu, moe.cu register-staged / rank variants
 	"rmsnorm_reg", "add_rmsnorm_reg", "add_rmsnorm_pf", "moe_route_rank",
 	// gemm_tc.cu (prefill)
+	"gemm_fp8_tc_s1", "gemm_bf16_tc_s1", "gemm_fp8_experts_tc_s1",
 	"gemm_fp8_tc_s2", "gemm_bf16_tc_s2", "gemm_fp8_experts_tc_s2",
 	"gemm_fp8_tc_s3", "gemm_bf16_tc_s3", "gemm_fp8_experts_tc_s3", "moe_combine_rows",
 	// gemv.cu, gemv_wide.cu

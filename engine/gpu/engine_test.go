@@ -48,6 +48,12 @@ func TestEmuGreedyMatchesCPUBF16(t *testing.T) { testGreedyMatchesCPU(t, onEmu, 
 func TestGPUGreedyMatchesCPUBF16(t *testing.T) { testGreedyMatchesCPU(t, onGPU, engine.CacheBF16) }
 
 func testGreedyMatchesCPU(t *testing.T, kind deviceKind, dt engine.CacheDType) {
+	testGreedyCases(t, kind, dt, genCases, "")
+}
+
+// testGreedyCases is testGreedyMatchesCPU over the prompts cases gives;
+// tag goes into the recorded check's name.
+func testGreedyCases(t *testing.T, kind deviceKind, dt engine.CacheDType, cases func(vocab int) []genCase, tag string) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
@@ -61,7 +67,7 @@ func testGreedyMatchesCPU(t *testing.T, kind deviceKind, dt engine.CacheDType) {
 				ge := newTestEngine(t, kind, src, opts)
 				diff := 0
 				var prompts [][]int
-				for _, c := range genCases(vocab) {
+				for _, c := range cases(vocab) {
 					want := enginetest.Generate(t, ce, 0, c.prompt, engine.Params{}, genTokens)
 					got := enginetest.Generate(t, ge, 0, c.prompt, engine.Params{}, genTokens)
 					if i := enginetest.FirstDiff(got, want); i >= 0 {
@@ -84,7 +90,7 @@ func testGreedyMatchesCPU(t *testing.T, kind deviceKind, dt engine.CacheDType) {
 				if mtp && st.DraftTokens == 0 {
 					t.Errorf("MTP on but nothing drafted")
 				}
-				name := fmt.Sprintf("%s %s greedy == CPU serving", kind, pr)
+				name := fmt.Sprintf("%s %s greedy == CPU serving%s", kind, pr, tag)
 				if dt != engine.CacheFP8DSMLA {
 					name += " (" + string(dt) + " MLA cache)"
 				}

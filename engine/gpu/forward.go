@@ -27,6 +27,17 @@ func fptr(p cuda.DevPtr, n int) cuda.DevPtr { return p.Add(4 * int64(n)) }
 type ops struct {
 	b   device
 	err error
+	// parts: the bf16/fp16 parts of x in this forward's GEMMs (backend
+	// gemmParts, set by beginMeta; 0 reads as 3).
+	parts int
+}
+
+// gemmParts is o.parts, 3 where unset.
+func (o *ops) gemmParts() int {
+	if o.parts == 0 {
+		return 3
+	}
+	return o.parts
 }
 
 func (o *ops) do(err error) {
@@ -41,9 +52,9 @@ func (o *ops) do(err error) {
 func (o *ops) lin(l dlin, y, x cuda.DevPtr, M, ldx, ldy int) {
 	if useGemm(l, M) {
 		if l.kind == linFP8 {
-			o.do(o.b.gemmFP8(y, x, l.w, l.s, l.out, l.in, M, ldx, ldy))
+			o.do(o.b.gemmFP8(y, x, l.w, l.s, l.out, l.in, M, ldx, ldy, o.gemmParts()))
 		} else {
-			o.do(o.b.gemmBF16(y, x, l.w, l.out, l.in, M, ldx, ldy))
+			o.do(o.b.gemmBF16(y, x, l.w, l.out, l.in, M, ldx, ldy, o.gemmParts()))
 		}
 		return
 	}
@@ -177,7 +188,7 @@ func workspaceBytes(e *backend, M int) int64 {
 		n += int64(4 * max(a.n, 1))
 	}
 	n += groupBytes(e.cfg, M)
-	if gemmOn && gemmH2On && M >= gemmMinRows {
+	if e.gemmScratchOn() && M >= gemmMinRows {
 		n += gemmScratchBytes(e.cfg, M)
 	}
 	return n
@@ -211,6 +222,7 @@ func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte, from []int) *fwd 
 	if o.err != nil {
 		return nil
 	}
+	o.parts = e.gemmParts()
 	ws := e.ws
 	M := len(rows)
 	if M == 0 || M > e.maxRows {
@@ -246,6 +258,7 @@ func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte, from []int) *fwd 
 		}
 		groups = append(groups, group{s: r.s, first: i, n: 1, maxLen: r.pos + 1, last: r.pos})
 	}
+	o.parts = forwardParts(o.parts, groups)
 	o.do(o.b.upload(ws.meta, meta))
 	ids, pos, lens := ws.meta, fptr(ws.meta, e.maxRows), fptr(ws.meta, 2*e.maxRows)
 	for i := 0; i < len(from); {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/cuda/kernels"
+	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/model"
 )
 
@@ -20,7 +21,11 @@ import (
 // and runs every routed expert's rows as one grouped GEMM
 // (kernels.GemmFP8Experts). x is split into 3 bf16 parts by default, so the
 // products are float32's and exact mode keeps its float32 numerics;
-// TILERT_GPU_GEMM_SPLITS=2 trades 8 bits of x for a third less tensor work.
+// TILERT_GPU_GEMM_SPLITS=2 trades 8 bits of x for a third less tensor work,
+// and TILERT_GPU_GEMM_SPLITS=1 rounds x once (serving-mode prefill as HF and
+// vLLM run it in bf16: the fp8 GEMMs on gemm_p1.cu, fp16 x with a
+// power-of-two row scale, 4-stage cp.async, ~3x less tensor work than 3
+// parts). Exact mode keeps 3 parts whatever the switch says (gemmParts).
 //
 // Opt-in (TILERT_GPU_GEMM=1): gpu-check's TestGPUPrefillGemm* turn it on
 // and passed on the H200 (session 3 round 1, session 4,
@@ -39,16 +44,18 @@ import (
 
 // gemmDevice is the GEMM part of device.
 type gemmDevice interface {
-	// gemmFP8 and gemmBF16 compute what gemvFP8/gemvBF16 do, for any M.
-	gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error
-	gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
+	// gemmFP8 and gemmBF16 compute what gemvFP8/gemvBF16 do, for any M,
+	// with x in parts bf16 parts (3: float32-exact products; 1: x rounded
+	// once, serving mode only: backend.gemmParts).
+	gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy, parts int) error
+	gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy, parts int) error
 	// gemmExperts is kernels.GemmFP8Experts: tiles [ntiles][3] (expert,
 	// first pair, pairs), xrows [pairs], y [pairs][N].
 	// xRows is how many rows x has (the fp16 two-part split converts them
 	// once).
 	// The first nbig tiles hold up to kernels.GemmExpertBigRows pairs
 	// (kernels.ExpertTiles; only with the fp16-part kernels).
-	gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, nbig, N, K int) error
+	gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, nbig, N, K, parts int) error
 	// moeCombineRows is kernels.MoECombineRows.
 	moeCombineRows(out, ey, wts, pos cuda.DevPtr, rows, k, N int) error
 }
@@ -61,8 +68,16 @@ const (
 )
 
 var (
-	gemmOn     = os.Getenv("TILERT_GPU_GEMM") == "1"
+	gemmOn = os.Getenv("TILERT_GPU_GEMM") == "1"
+	// gemmSplits: TILERT_GPU_GEMM_SPLITS, the parts of x in serving mode's
+	// GEMMs (3 default, 2, or 1: x rounded once, as HF's and vLLM's bf16
+	// prefill; the fp8 GEMMs then run gemm_p1.cu, fp16 x with a
+	// power-of-two scale per row, the bf16 ones gemm_tc's one-part
+	// kernels). Exact mode ignores it (gemmParts).
 	gemmSplits = envInt("TILERT_GPU_GEMM_SPLITS", 3)
+	// expertBMEnv: TILERT_GPU_EXPERT_BM as set (0 unset); with one part
+	// the grouped experts run tiles of 128 pairs unless it says 64.
+	expertBMEnv = envInt("TILERT_GPU_EXPERT_BM", 0)
 	// gemmH2On: TILERT_GPU_GEMM_H2=1 runs the fp8 GEMMs on x split into
 	// fp16 parts with a power-of-two scale per row (kernels.GemmFP8H2: a
 	// 3-stage cp.async pipeline, e4m3 pairs converted in the fragment
@@ -125,12 +140,67 @@ func (e *backend) pickChunk(src Source) int {
 	return min(n, most)
 }
 
+// gemmParts is the parts of x this engine's GEMMs split into: exact mode
+// (float32 caches, the HF-golden checks) always 3, whatever
+// TILERT_GPU_GEMM_SPLITS says, so its products stay float32's; serving mode
+// (fp8_ds_mla or bf16 caches) the switch's value.
+func (e *backend) gemmParts() int {
+	if e.exact() || e.opts.Mode == engine.ModeExact {
+		return 3
+	}
+	return gemmSplits
+}
+
+// forwardParts is the parts of x a forward of these groups runs its GEMMs
+// with, given the engine's (gemmParts): one part only for prefill, i.e.
+// where some slot forwards a prompt chunk of at least gemmMinRows
+// consecutive positions; a decode batch (1..3 rows a slot, MTP included)
+// keeps 3 parts even when its many slots make it a GEMM, so decode stays
+// the float32 forward greedy == CPU checks.
+func forwardParts(parts int, groups []group) int {
+	if parts != 1 {
+		return parts
+	}
+	for _, g := range groups {
+		if g.n >= gemmMinRows {
+			return 1
+		}
+	}
+	return 3
+}
+
+// gemmScratchOn says whether the forward needs the split scratch of the
+// fp16-part (gemm_h2.cu) or one-part (gemm_p1.cu) GEMMs.
+func (e *backend) gemmScratchOn() bool {
+	return gemmOn && (gemmH2On || e.gemmParts() == 1)
+}
+
+// expertTilesBig says whether the grouped experts run tiles of up to
+// kernels.GemmExpertBigRows pairs (kernels.ExpertTiles) in a forward with
+// parts parts of x.
+func expertTilesBig(parts int) bool {
+	if parts == 1 {
+		return expertBMEnv != 64
+	}
+	return expertBig && gemmH2On
+}
+
 // useGemm says whether a linear layer of M rows runs as a GEMM.
 func useGemm(l dlin, M int) bool {
 	return gemmOn && M >= gemmMinRows && l.kind != linF32
 }
 
-func (b *cudaDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
+func (b *cudaDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy, parts int) error {
+	if parts == 1 {
+		if b.p1(w, K, M) {
+			bm := gemmH2BM
+			if bm != 64 && bm != 128 {
+				bm = kernels.P1BlockRows(N, M, b.c.Info().SMs)
+			}
+			return b.k.GemmFP8P1(b.s, y, x, w, scale, b.gemmWS, b.gemmWSBytes, N, K, M, ldx, ldy, bm)
+		}
+		return b.k.GemmFP8(b.s, y, x, w, scale, N, K, M, ldx, ldy, 1)
+	}
 	if b.h2(w, K, M) {
 		bm := gemmH2BM
 		if bm != 64 && bm != 128 {
@@ -138,7 +208,13 @@ func (b *cudaDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) 
 		}
 		return b.k.GemmFP8H2(b.s, y, x, w, scale, b.gemmWS, b.gemmWSBytes, N, K, M, ldx, ldy, bm, gemmH2Parts)
 	}
-	return b.k.GemmFP8(b.s, y, x, w, scale, N, K, M, ldx, ldy, gemmSplits)
+	return b.k.GemmFP8(b.s, y, x, w, scale, N, K, M, ldx, ldy, parts)
+}
+
+// p1 says whether an fp8 GEMM of M rows of K takes the one-part kernels
+// (gemm_p1.cu): the device has them and the scratch holds the rounded x.
+func (b *cudaDevice) p1(w cuda.DevPtr, K, M int) bool {
+	return b.gemmWS != 0 && b.k.GemmP1OK(w, K) && kernels.GemmP1ScratchBytes(M, K) <= b.gemmWSBytes
 }
 
 // absorbTCOn: TILERT_GPU_ABSORB_TC=1 runs the prefill's absorbed-MLA
@@ -181,19 +257,22 @@ func (b *cudaDevice) h2(w cuda.DevPtr, K, M int) bool {
 	return gemmH2On && b.gemmWS != 0 && b.k.GemmH2OK(w, K) && kernels.GemmH2ScratchBytes(M, K) <= b.gemmWSBytes
 }
 
-func (b *cudaDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	return b.k.GemmBF16(b.s, y, x, w, N, K, M, ldx, ldy, gemmSplits)
+func (b *cudaDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy, parts int) error {
+	return b.k.GemmBF16(b.s, y, x, w, N, K, M, ldx, ldy, parts)
 }
 
-func (b *cudaDevice) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, nbig, N, K int) error {
-	if b.h2(0, K, xRows) {
+func (b *cudaDevice) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, nbig, N, K, parts int) error {
+	if parts == 1 && b.p1(0, K, xRows) {
+		return b.k.GemmFP8ExpertsP1(b.s, y, x, ldx, xRows, wTable, sTable, tiles, xrows, b.gemmWS, b.gemmWSBytes, ntiles, nbig, N, K)
+	}
+	if parts != 1 && b.h2(0, K, xRows) {
 		return b.k.GemmFP8ExpertsH2(b.s, y, x, ldx, xRows, wTable, sTable, tiles, xrows, b.gemmWS, b.gemmWSBytes, ntiles, nbig, N, K, gemmH2Parts)
 	}
 	if nbig > 0 {
 		return errors.WithHint(errors.Newf("grouped experts: %d tiles of up to %d pairs without the fp16-part kernels", nbig, kernels.GemmExpertBigRows),
 			"TILERT_GPU_EXPERT_BM=64 keeps every tile at 64 pairs")
 	}
-	return b.k.GemmFP8Experts(b.s, y, x, ldx, wTable, sTable, tiles, xrows, ntiles, N, K, gemmSplits)
+	return b.k.GemmFP8Experts(b.s, y, x, ldx, wTable, sTable, tiles, xrows, ntiles, N, K, parts)
 }
 
 func (b *cudaDevice) moeCombineRows(out, ey, wts, pos cuda.DevPtr, rows, k, N int) error {
@@ -202,9 +281,18 @@ func (b *cudaDevice) moeCombineRows(out, ey, wts, pos cuda.DevPtr, rows, k, N in
 
 // The emulator computes the float32 GEMV's result (what the 3-part split
 // reproduces up to summation order), 4 rows at a time; with the fp16
-// two-part kernels on, of x as gemm_split_h2 leaves it (h2Rows).
-func (m *emuDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	if emuH2() && K%16 == 0 {
+// two-part kernels on, of x as gemm_split_h2 leaves it (h2Rows); with one
+// part, of x as gemm_split_p1 leaves it (p1Rows: fp16 after a power-of-two
+// row scale; K % 16 != 0 takes gemm_fp8_tc_s1 on the GPU, bf16 x).
+func (m *emuDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy, parts int) error {
+	if parts == 1 {
+		xs, err := m.p1Rows(x, M, K, ldx, K%16 == 0)
+		if err != nil {
+			return err
+		}
+		defer m.free(xs)
+		x, ldx = xs, K
+	} else if emuH2() && K%16 == 0 {
 		xs, err := m.h2Rows(x, M, K, ldx)
 		if err != nil {
 			return err
@@ -257,6 +345,59 @@ func h2Split(dst, src []float32) {
 	}
 }
 
+// p1Rows is x as the one-part GEMMs multiply it: with f16 set,
+// gemm_split_p1's rounding (each row scaled by the power of two that brings
+// its largest |x| into [2^14, 2^15), rounded to fp16, scaled back), else
+// gemm_tc's one bf16 part (round to nearest even). A new allocation of rows
+// x K floats.
+func (m *emuDevice) p1Rows(x cuda.DevPtr, rows, K, ldx int, f16 bool) (cuda.DevPtr, error) {
+	out, err := m.alloc(int64(4 * rows * K))
+	if err != nil {
+		return 0, err
+	}
+	os := m.f32(out, rows*K)
+	for r := 0; r < rows; r++ {
+		src := m.f32(fptr(x, r*ldx), K)
+		if f16 {
+			p1Split(os[r*K:(r+1)*K], src)
+			continue
+		}
+		for i, v := range src {
+			os[r*K+i] = bf16RoundF32(v)
+		}
+	}
+	return out, nil
+}
+
+// p1Split writes gemm_split_p1's fp16(x 2^s) 2^-s of src into dst.
+func p1Split(dst, src []float32) {
+	var mx float32
+	for _, v := range src {
+		if a := float32(math.Abs(float64(v))); a > mx {
+			mx = a
+		}
+	}
+	e := 15
+	if mx > 0 && mx <= math.MaxFloat32 {
+		_, e = math.Frexp(float64(mx))
+		e = max(-100, min(100, e))
+	}
+	sc, inv := float32(math.Ldexp(1, 15-e)), float32(math.Ldexp(1, e-15))
+	for i, v := range src {
+		dst[i] = f16Round(v*sc) * inv
+	}
+}
+
+// bf16RoundF32 rounds v to bf16 (nearest, ties to even; NaN kept).
+func bf16RoundF32(v float32) float32 {
+	if v != v {
+		return v
+	}
+	b := math.Float32bits(v)
+	b += 0x7fff + (b>>16)&1
+	return math.Float32frombits(b &^ 0xffff)
+}
+
 // f16Round rounds v to the nearest fp16 value (ties to even, fp16's
 // subnormals; NaN and inf as they are).
 func f16Round(v float32) float32 {
@@ -275,7 +416,15 @@ func f16Round(v float32) float32 {
 	return float32(r)
 }
 
-func (m *emuDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
+func (m *emuDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy, parts int) error {
+	if parts == 1 {
+		xs, err := m.p1Rows(x, M, K, ldx, false)
+		if err != nil {
+			return err
+		}
+		defer m.free(xs)
+		x, ldx = xs, K
+	}
 	return emuRows(M, ldx, ldy, x, y, func(yy, xx cuda.DevPtr, r int) error { return m.gemvBF16(yy, xx, w, N, K, r, ldx, ldy) })
 }
 
@@ -288,7 +437,7 @@ func emuRows(M, ldx, ldy int, x, y cuda.DevPtr, f func(yy, xx cuda.DevPtr, rows 
 	return nil
 }
 
-func (m *emuDevice) gemmExperts(y, x cuda.DevPtr, ldx, _ int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, _, N, K int) error {
+func (m *emuDevice) gemmExperts(y, x cuda.DevPtr, ldx, _ int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, _, N, K, parts int) error {
 	ts := m.i32(tiles, 3*ntiles)
 	for t := 0; t < ntiles; t++ {
 		e, start, n := int(ts[3*t]), int(ts[3*t+1]), int(ts[3*t+2])
@@ -299,6 +448,20 @@ func (m *emuDevice) gemmExperts(y, x cuda.DevPtr, ldx, _ int, wTable, sTable, ti
 		xr := m.i32(xrows, start+n)
 		for i := start; i < start+n; i++ {
 			xx := fptr(x, int(xr[i])*ldx)
+			if parts == 1 {
+				xs, err := m.p1Rows(xx, 1, K, K, K%16 == 0)
+				if err != nil {
+					return err
+				}
+				err = m.gemvFP8(fptr(y, i*N), xs, wt[e], st[e], N, K, 1, K, N)
+				if ferr := m.free(xs); err == nil {
+					err = ferr
+				}
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			if emuH2() && K%16 == 0 {
 				xs, err := m.h2Rows(xx, 1, K, K)
 				if err != nil {
@@ -342,22 +505,22 @@ func (m *emuDevice) moeCombineRows(out, ey, wts, pos cuda.DevPtr, rows, k, N int
 	return nil
 }
 
-func (gb *graphDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	_ = gb.rec("gemmFP8", int64(N)*int64(K), func(b device) error { return b.gemmFP8(y, x, w, scale, N, K, M, ldx, ldy) },
-		ku(y), ku(x), ku(w), ku(scale), ki(N), ki(K), ki(M), ki(ldx), ki(ldy))
+func (gb *graphDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy, parts int) error {
+	_ = gb.rec("gemmFP8", int64(N)*int64(K), func(b device) error { return b.gemmFP8(y, x, w, scale, N, K, M, ldx, ldy, parts) },
+		ku(y), ku(x), ku(w), ku(scale), ki(N), ki(K), ki(M), ki(ldx), ki(ldy), ki(parts))
 	return gb.shaped(N, K, M)
 }
 
-func (gb *graphDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	_ = gb.rec("gemmBF16", 2*int64(N)*int64(K), func(b device) error { return b.gemmBF16(y, x, w, N, K, M, ldx, ldy) },
-		ku(y), ku(x), ku(w), ki(N), ki(K), ki(M), ki(ldx), ki(ldy))
+func (gb *graphDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy, parts int) error {
+	_ = gb.rec("gemmBF16", 2*int64(N)*int64(K), func(b device) error { return b.gemmBF16(y, x, w, N, K, M, ldx, ldy, parts) },
+		ku(y), ku(x), ku(w), ki(N), ki(K), ki(M), ki(ldx), ki(ldy), ki(parts))
 	return gb.shaped(N, K, M)
 }
 
-func (gb *graphDevice) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, nbig, N, K int) error {
+func (gb *graphDevice) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, nbig, N, K, parts int) error {
 	_ = gb.rec("gemmExperts", int64(N)*int64(K), func(b device) error {
-		return b.gemmExperts(y, x, ldx, xRows, wTable, sTable, tiles, xrows, ntiles, nbig, N, K)
-	}, ku(y), ku(x), ki(ldx), ki(xRows), ku(wTable), ku(sTable), ku(tiles), ku(xrows), ki(ntiles), ki(nbig), ki(N), ki(K))
+		return b.gemmExperts(y, x, ldx, xRows, wTable, sTable, tiles, xrows, ntiles, nbig, N, K, parts)
+	}, ku(y), ku(x), ki(ldx), ki(xRows), ku(wTable), ku(sTable), ku(tiles), ku(xrows), ki(ntiles), ki(nbig), ki(N), ki(K), ki(parts))
 	return gb.shaped(ntiles, N, K)
 }
 
@@ -419,7 +582,8 @@ func (f *fwd) moeGrouped(lw *dlayer) {
 	for i, p := range pairs {
 		eid[i] = ids[p]
 	}
-	tl, nbig := kernels.ExpertTiles(eid, expertBig && gemmH2On)
+	parts := o.gemmParts()
+	tl, nbig := kernels.ExpertTiles(eid, expertTilesBig(parts))
 	nt := len(tl) / 3
 	if nt > g.maxTiles {
 		o.do(errors.Newf("grouped MoE: %d tiles for %d pairs (at most %d)", nt, P, g.maxTiles))
@@ -439,11 +603,11 @@ func (f *fwd) moeGrouped(lw *dlayer) {
 	}
 	o.do(o.b.upload(g.meta, meta))
 	tiles, xrows, pos, ident := g.meta, fptr(g.meta, xrowsAt), fptr(g.meta, posAt), fptr(g.meta, identAt)
-	o.do(o.b.gemmExperts(g.eg, ws.h, H, M, lw.expW[0], lw.expS[0], tiles, xrows, nt, nbig, MI, H))
-	o.do(o.b.gemmExperts(g.eu, ws.h, H, M, lw.expW[1], lw.expS[1], tiles, xrows, nt, nbig, MI, H))
+	o.do(o.b.gemmExperts(g.eg, ws.h, H, M, lw.expW[0], lw.expS[0], tiles, xrows, nt, nbig, MI, H, parts))
+	o.do(o.b.gemmExperts(g.eu, ws.h, H, M, lw.expW[1], lw.expS[1], tiles, xrows, nt, nbig, MI, H, parts))
 	o.do(o.b.siluMul(g.eg, g.eg, g.eu, P, MI, MI, MI, MI))
 	// The down projection reads pair i's own row of eg.
-	o.do(o.b.gemmExperts(g.ey, g.eg, MI, P, lw.expW[2], lw.expS[2], tiles, ident, nt, nbig, H, MI))
+	o.do(o.b.gemmExperts(g.ey, g.eg, MI, P, lw.expW[2], lw.expS[2], tiles, ident, nt, nbig, H, MI, parts))
 	o.do(o.b.moeCombineRows(ws.mo, g.ey, ws.ewts, pos, M, K, H))
 }
 
@@ -491,7 +655,8 @@ func gemmScratchBytes(c *model.Config, M int) int64 {
 	return max(kernels.GemmH2ScratchBytes(M, kmax), kernels.GemmH2ScratchBytes(M*max(1, c.NumExpertsPerTok), c.MoEIntermediateSize))
 }
 
-// allocGemmScratch gives the GPU the fp16 two-part GEMM's scratch for the
+// allocGemmScratch gives the GPU the fp16-part (or one-part: the smaller
+// kernels.GemmP1ScratchBytes fits in it) GEMM's scratch for the
 // largest split a forward of M rows makes: M rows of the widest linear
 // input, or the routed pairs of the expert down projection. It belongs to
 // the runner (one stream): ranks sharing a runner run one after another on
@@ -500,7 +665,7 @@ func (e *backend) allocGemmScratch(b device, M int) error {
 	cd, ok := b.(*cudaDevice)
 	cr, rok := e.r.(*cudaRunner)
 	c := e.cfg
-	if !ok || !rok || !gemmOn || !gemmH2On || M < gemmMinRows {
+	if !ok || !rok || !e.gemmScratchOn() || M < gemmMinRows {
 		return nil
 	}
 	n := gemmScratchBytes(c, M)

@@ -51,14 +51,14 @@ func (m *noisyEmu) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 
 // The prefill GEMMs are nudged alike (they differ from the CPU by the same
 // summation-order noise).
-func (m *noisyEmu) gemmFP8(y, x, w, s cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	err := m.emuDevice.gemmFP8(y, x, w, s, N, K, M, ldx, ldy)
+func (m *noisyEmu) gemmFP8(y, x, w, s cuda.DevPtr, N, K, M, ldx, ldy, parts int) error {
+	err := m.emuDevice.gemmFP8(y, x, w, s, N, K, M, ldx, ldy, parts)
 	m.nudge(y, N, M, ldy)
 	return err
 }
 
-func (m *noisyEmu) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	err := m.emuDevice.gemmBF16(y, x, w, N, K, M, ldx, ldy)
+func (m *noisyEmu) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy, parts int) error {
+	err := m.emuDevice.gemmBF16(y, x, w, N, K, M, ldx, ldy, parts)
 	m.nudge(y, N, M, ldy)
 	return err
 }
@@ -76,8 +76,8 @@ func (m *noisyEmu) experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.D
 }
 
 // The grouped experts' GEMM too (every pair's row of its tiles).
-func (m *noisyEmu) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, nbig, N, K int) error {
-	err := m.emuDevice.gemmExperts(y, x, ldx, xRows, wTable, sTable, tiles, xrows, ntiles, nbig, N, K)
+func (m *noisyEmu) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, nbig, N, K, parts int) error {
+	err := m.emuDevice.gemmExperts(y, x, ldx, xRows, wTable, sTable, tiles, xrows, ntiles, nbig, N, K, parts)
 	ts := m.i32(tiles, 3*ntiles)
 	for t := 0; t < ntiles; t++ {
 		if n := int(ts[3*t+2]); n > 0 {

@@ -6,7 +6,10 @@
 // bf16, so the weights lose nothing; x is split into GT_SPLIT bf16 parts
 // (hi + mid + lo holds all 24 bits of a float32) and each part is multiplied
 // against the same weight fragment, so the product is the float32 GEMV's up
-// to summation order, not a bf16 GEMM's. Partial sums over each 32-wide K
+// to summation order, not a bf16 GEMM's. SPLIT 1 (serving-mode prefill
+// only, TILERT_GPU_GEMM_SPLITS=1) rounds x to bf16 once, as a bf16 GEMM; the
+// fp8 GEMMs then normally take gemm_p1.cu instead (these _s1 kernels stay
+// for bf16 weights and K % 16 != 0). Partial sums over each 32-wide K
 // tile are scaled into a float32 total (the block scale never touches a
 // bf16), as DeepSeek's FP8 GEMM promotes its partials.
 //
@@ -259,6 +262,7 @@ __device__ __forceinline__ void gemm_tc_tile(const void* __restrict__ W, const f
                               vec != 0);                                                                       \
   }
 
+GEMM_TC_KERNELS(1)
 GEMM_TC_KERNELS(2)
 GEMM_TC_KERNELS(3)
 

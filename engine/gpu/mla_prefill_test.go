@@ -103,13 +103,18 @@ func testMLAPrefillRouted(t *testing.T, kind deviceKind) {
 //
 // So the device is checked against the emulator with the same roundings
 // (both engines in the same mode; the decode steps after the prefill run
-// the usual kernels on the GPU and the float path on the emulator): greedy
-// tokens equal (batched, with and without MTP) and prefill caches within
-// the usual GPU bound (1% of bytes). The two differ by float32 summation
-// order in the scores and sums and by exp2 vs exp, which flips an fp16
-// rounding of a probability now and then. A real kernel bug (a wrong,
-// missing or extra entry, a wrong scale, head or row) moves the outputs
-// by far more than the roundings. Bugs planted in the emulator's
+// the usual kernels on the GPU and the float path on the emulator):
+// greedy tokens equal (batched, with and without MTP). Its caches cannot
+// be held to the usual 1% either: the device's queries differ from the
+// emulator's by float32 order upstream, which flips an fp16 rounding of a
+// query element or probability now and then, and each flip is a 2^-11 step
+// the tiny models amplify like the one-part effect itself. Measured here
+// with the emulator against itself, relative noise on the queries before
+// the rounding: 2e-6 -> 3.1% / 0.6% of prefill cache bytes, 2e-5 -> 4.2% /
+// 3.7%; greedy tokens stayed equal at both. So the caches against the
+// emulator and against the CPU both get h1CacheBoundCPU. A real kernel or
+// routing bug (a wrong, missing or extra entry, a wrong scale, head, row
+// or pointer) moves the outputs by far more. Bugs planted in the emulator's
 // transcription moved the prefill caches against the CPU by: first
 // selected entry of each row dropped 32.9% / 34.2% of bytes, every group
 // on group 0's scale 38.6% / 37.1%, RoPE part dropped 41.9% / 39.3%,
@@ -145,7 +150,7 @@ func TestGPUMLAPrefillH1(t *testing.T) {
 	gpuDevice(t)
 	withMLAPrefillH1(t)
 	testGreedyMatchesRef(t, onGPU, onEmu)
-	testCachesMatchRef(t, onGPU, onEmu, cacheBound(onGPU))
+	testCachesMatchRef(t, onGPU, onEmu, h1CacheBoundCPU)
 	testMLAPrefillH1VsCPU(t, onGPU)
 	testMLAPrefillRouted(t, onGPU)
 	testMLAPrefillH1NotExact(t, onGPU)
@@ -158,8 +163,7 @@ func TestEmuMLAPrefillH1NotExact(t *testing.T) { testMLAPrefillH1NotExact(t, onE
 func testMLAPrefillH1NotExact(t *testing.T, kind deviceKind) {
 	withMLAPrefillH1(t)
 	pr := enginetest.Presets[0]
-	_, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
-	w, _ := hfSourceOf(t, enginetest.PresetDir(t, pr))
+	w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
 	prompt := genCases(w.Config().VocabSize)[1].prompt
 	n := 0
 	for _, mode := range []engine.Mode{engine.ModeExact, engine.ModeServing} {
@@ -244,8 +248,7 @@ func testGreedyMatchesRef(t *testing.T, kind, ref deviceKind) {
 func testCachesMatchRef(t *testing.T, kind, ref deviceKind, bound float64) {
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
-			_, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
-			w, _ := hfSourceOf(t, enginetest.PresetDir(t, pr))
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
 			opts := engine.Options{MTP: true, MaxSeqLen: maxSeq}
 			d := prefillCacheDiff(t, newTestEngine(t, ref, src, opts), newTestEngine(t, kind, src, opts), genCases(w.Config().VocabSize)[1].prompt, true)
 			record(t, fmt.Sprintf("%s %s prefill caches vs %s (MLA prefill mode %d)", kind, pr, ref, mlaPrefillMode), "fraction of bytes differing", d, bound)

@@ -134,7 +134,8 @@ type h1Case struct {
 
 // newH1Case: rows of a causal chunk (row i's length base + 3i), each with
 // its own number of valid selections (one row none, one row exactly nidx,
-// others 1..nidx) at random positions among -1 padding, one entry at or
+// one row 5 in the first positions as the engine's top-k pads a short
+// row, others 1..nidx) at random positions among -1 padding, one entry at or
 // past the row's length (skipped), and entries past nidx (up to ldIdx)
 // that must never be read.
 func newH1Case(r *rand.Rand, nq, H, nidx, ldIdx int, scale float32) *h1Case {
@@ -163,6 +164,14 @@ func newH1Case(r *rand.Rand, nq, H, nidx, ldIdx int, scale float32) *h1Case {
 			nv = 1 + r.IntN(nidx-1)
 		}
 		pos := r.Perm(nidx)
+		if qi == 3 {
+			// A causal row's short selection: valid entries first, then
+			// -1 (later tiles have no valid slot and are skipped).
+			nv = min(5, nidx)
+			for i := range pos {
+				pos[i] = i
+			}
+		}
 		for i, tk := range r.Perm(l)[:nv] {
 			row[pos[i]] = int32(tk)
 		}
@@ -453,8 +462,17 @@ func h1Block(c *h1Case, qi, z, tps int, out, lse []float32) {
 	for k := range nt {
 		slk := sl[k%3]
 		var nslot [64]int32
+		any := false
 		for tid := range 64 {
 			nslot[tid] = slot((k+2)*64 + tid)
+			any = any || slk[tid] >= 0
+		}
+		if !any {
+			if k+1 < nt {
+				issue(&sl[(k+1)%3])
+			}
+			sl[(k+2)%3] = nslot
+			continue
 		}
 		// Conversion.
 		for tid := range 256 {

@@ -28,6 +28,8 @@
 //   (36 k-steps of 16, ldmatrix fragments); the two warps of a head group
 //   exchange their row maxima through shared memory, compute the same new
 //   running max, and write exp2(s - m) as fp16 P into shared memory.
+// - Tiles without a valid slot are skipped (the same bits: they change
+//   nothing), so a causal prefill's short rows cost only their valid tiles.
 // - P.V: warp w takes output columns [64w, 64w+64) for all 64 heads
 //   (4 m-tiles x 8 n-tiles, 128 float accumulators a thread): P and V by
 //   ldmatrix (V transposed), O rescaled by the per-head factor first.
@@ -193,9 +195,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) mla_prefill_h1(MT_ARGS) {
     int nslot = -1;
     if (tid < MH_T) nslot = mt_slot(indices, block_table, ld_idx, qi, len, count, (k + 2) * MH_T + tid);
     asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();  // tile k has landed; the previous tile's P.V is done with Kt
+    // Tile k has landed; the previous tile's P.V is done with Kt. A tile
+    // with no valid slot (the -1 padding of a causal row's short
+    // selection) would leave m, l and O exactly as they are (max with
+    // -inf, factor 1, P = 0): skip its math, issue the next tile.
+    if (!__syncthreads_or(tid < MH_T && slk[tid] >= 0)) {
+      if (k + 1 < nt) mh_issue(raw, cache, sl + ((k + 1) % 3) * MH_T);
+      if (tid < MH_T) sl[((k + 2) % 3) * MH_T + tid] = nslot;
+      continue;
+    }
     // Latent: 16 units of 8 bytes a thread (token 4i + tid/64, unit tid%64, group (tid%64)/16).
-#pragma unroll 4
+#pragma unroll 2
     for (int i = 0; i < 16; i++) {
       const int j = 4 * i + (tid >> 6), s8 = tid & 63;
       uint4 hv = make_uint4(0u, 0u, 0u, 0u);

@@ -109,7 +109,7 @@ func h1QExp(mx float32) int {
 	return min(max(e, -126), 126)
 }
 
-// h1ScaleParts is mh_scale: fp16(scale x 2^-E) and 2^E.
+// h1ScaleParts is mh1_scale: fp16(scale x 2^-E) and 2^E.
 func h1ScaleParts(sc float32) (m16, p2 float64) {
 	E := int(math.Float32bits(sc)>>23&0xff) - 127
 	E = min(max(E, -24), 15)

@@ -91,10 +91,10 @@ func (k *Set) mlaPrefillTCP(d mlaTiled, s cuda.Stream, out, lse, qn, qp, cache, 
 // single mma.sync per product. Serving mode only: ~2^-11 relative
 // roundings, not the float32-exact products of the kernels above.
 const (
-	mlaPrefillH1Tile  = 64 // MH_T
-	mlaPrefillH1Heads = 64 // MH_HB
+	mlaPrefillH1Tile  = 64 // MH1_T
+	mlaPrefillH1Heads = 64 // MH1_HB
 	// MLAPrefillH1SmemBytes is mla_prefill_h1's dynamic shared memory
-	// (MH_SMEM_BYTES): raw tile, fp16 tile, fp16 queries, P, row maxima,
+	// (MH1_SMEM_BYTES): raw tile, fp16 tile, fp16 queries, P, row maxima,
 	// rescale factors, score factors, row sums, 3 x token slots.
 	MLAPrefillH1SmemBytes = mlaPrefillH1Tile*MLATokenBytes + mlaPrefillH1Tile*584*2 + mlaPrefillH1Heads*584*2 +
 		mlaPrefillH1Heads*72*2 + 2*mlaPrefillH1Heads*4 + mlaPrefillH1Heads*4 + mlaPrefillH1Heads*4 + 2*mlaPrefillH1Heads*4 + 3*mlaPrefillH1Tile*4

@@ -84,3 +84,52 @@ func (k *Set) mlaPrefillTCP(d mlaTiled, s cuda.Stream, out, lse, qn, qp, cache, 
 	}
 	return k.launchMLATiled(d, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
 }
+
+// Sparse MLA for prefill chunks with one fp16 part (cu/mla_tc_prefill_h1.cu):
+// 64 heads of one query row a block, queries (scaled per head by a power
+// of two), dequantised entries and probabilities rounded once to fp16,
+// single mma.sync per product. Serving mode only: ~2^-11 relative
+// roundings, not the float32-exact products of the kernels above.
+const (
+	mlaPrefillH1Tile  = 64 // MH1_T
+	mlaPrefillH1Heads = 64 // MH1_HB
+	// MLAPrefillH1SmemBytes is mla_prefill_h1's dynamic shared memory
+	// (MH1_SMEM_BYTES): raw tile, fp16 tile, fp16 queries, P, row maxima,
+	// rescale factors, score factors, row sums, 3 x token slots.
+	MLAPrefillH1SmemBytes = mlaPrefillH1Tile*MLATokenBytes + mlaPrefillH1Tile*584*2 + mlaPrefillH1Heads*584*2 +
+		mlaPrefillH1Heads*72*2 + 2*mlaPrefillH1Heads*4 + mlaPrefillH1Heads*4 + mlaPrefillH1Heads*4 + 2*mlaPrefillH1Heads*4 + 3*mlaPrefillH1Tile*4
+)
+
+var mlaPrefillH1Kernel = mlaTiled{"mla_prefill_h1", "mla prefill h1", 256, MLAPrefillH1SmemBytes,
+	"mla_prefill_h1 needs ~199 KiB of shared memory per block (sm_89 or newer); leave TILERT_GPU_MLA_PREFILL unset or below 4",
+	mlaPrefillH1Tile, "", mlaPrefillH1Heads, false, 0}
+
+// MLAPrefillH1 is MLAPrefillTC's operation (the same arguments less the
+// split: always one range, no workspace) with one fp16 part: for query
+// row qi (of nq) and head h, softmax over the row's selected entries
+// (indices row qi, ld ldIdx; -1 and entries at or past lens[qi] skipped)
+// of scale x (qn.latent + qp.rope), times the latent; out [nq][H][512],
+// lse [nq][H] (natural log; optional). Each query row's heads in blocks
+// of 64; needs sm_89+ (fp8 -> fp16 conversion in hardware).
+func (k *Set) MLAPrefillH1(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	d := mlaPrefillH1Kernel
+	if err := d.checkArgs(indices, 0, nq, H, nidx, ldIdx, 1); err != nil || nq > 65535 {
+		return errors.WithHint(errors.Newf("%s: nq=%d (1..65535) H=%d nidx=%d ldIdx=%d", d.name, nq, H, nidx, ldIdx),
+			"nq, H and nidx must be positive, ldIdx >= nidx when indices are given")
+	}
+	if out == 0 || qn == 0 || qp == 0 || cache == 0 || lens == 0 {
+		return errors.WithHint(errors.Newf("%s: out %#x qn %#x qp %#x cache %#x lens %#x", d.name, uint64(out), uint64(qn), uint64(qp), uint64(cache), uint64(lens)),
+			"pass device buffers for the output, the queries, the cache and the row lengths")
+	}
+	if i := k.c.Info(); i.CCMajor < 8 || (i.CCMajor == 8 && i.CCMinor < 9) {
+		return errors.WithHint(errors.Newf("%s: compute capability %d.%d", d.name, i.CCMajor, i.CCMinor),
+			"it needs sm_89 or newer (cvt.rn.f16x2.e4m3x2); TILERT_GPU_MLA_PREFILL=2 runs mla_prefill_tcp")
+	}
+	return k.launchMLATiled(d, s, out, lse, qn, qp, cache, blockTable, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
+}
+
+// MLAPrefillH1Supported says whether MLAPrefillH1 runs on this device.
+func (k *Set) MLAPrefillH1Supported() bool {
+	i := k.c.Info()
+	return i.CCMajor > 8 || (i.CCMajor == 8 && i.CCMinor >= 9)
+}

@@ -523,6 +523,11 @@ func (b *cudaDevice) mlaPrefill(out, qn, qp, cache, indices, lens, ws cuda.DevPt
 		return b.k.MLAPrefillTCP(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 	case 3:
 		return b.k.MLAPrefillTCPI(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
+	case 4:
+		if b.k.MLAPrefillH1Supported() {
+			return b.k.MLAPrefillH1(b.s, out, 0, qn, qp, cache, 0, indices, lens, nq, H, nidx, ldIdx, scale)
+		}
+		return b.k.MLAPrefillTCP(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 	}
 	return b.k.MLAPrefillTC(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 }
@@ -594,8 +599,13 @@ var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") != "0"
 // instead of mlaDecode (mla_decode_tc): =1 mla_prefill_tc (32 heads a
 // block: no faster than mla_decode_tc on the H200, 3.74 ms for 256 rows),
 // =2 mla_prefill_tcp, =3 mla_prefill_tcpi (tcp with the tile converted by
-// integer operations: the same bits). Opt-in: tcp and tcpi have NOT run on
-// a GPU (docs/measured/h200-2026-12-01-s4-pfill2/run2.sh is their run).
+// integer operations: the same bits), =4 mla_prefill_h1 (one fp16 part of
+// the queries, entries and probabilities: serving-mode accuracy, ~2^-11
+// relative, not float32-exact; sm_89+, else tcp). Exact mode never runs
+// any of them (its caches are not fp8_ds_mla: forward.go takes this path
+// only for e.mla == mlaFP8). Opt-in: tcp and tcpi have NOT run on a GPU
+// (docs/measured/h200-2026-12-01-s4-pfill2/run2.sh is their run), nor has
+// h1 (docs/measured/next2/pmla.sh).
 var mlaPrefillOn = mlaPrefillMode != 0
 
 var mlaPrefillMode = func() int {
@@ -608,6 +618,8 @@ var mlaPrefillMode = func() int {
 		return 2
 	case "3":
 		return 3
+	case "4":
+		return 4
 	}
 	return 0
 }()

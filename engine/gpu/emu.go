@@ -687,6 +687,9 @@ func (m *emuDevice) mlaPrefill(out, qn, qp, cache, indices, lens, _ cuda.DevPtr,
 	if nq <= 0 || H <= 0 || nidx <= 0 || ldIdx < nidx || indices == 0 {
 		return errors.Newf("emu mlaPrefill: nq=%d H=%d nidx=%d ldIdx=%d indices=%#x", nq, H, nidx, ldIdx, uint64(indices))
 	}
+	if mlaPrefillMode == 4 {
+		return m.mlaPrefillH1(out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
+	}
 	for i := 0; i < nq; i++ {
 		if err := m.mlaDecode(mlaFP8, out.Add(int64(4*i*H*R)), qn.Add(int64(4*i*H*R)), qp.Add(int64(4*i*H*P)), cache,
 			indices.Add(int64(4*i*ldIdx)), lens.Add(int64(4*i)), 0, 1, H, nidx, ldIdx, scale); err != nil {

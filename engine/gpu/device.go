@@ -54,6 +54,10 @@ type device interface {
 	// moeCombineSlots is moeCombine over M rows of k slots each, resid rows
 	// of N (kernels.MoECombineSlots).
 	moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error
+	// moeCombineRes adds what moeCombineSlots would write into the residual
+	// rows x (rows N apart) in place (kernels.MoECombineSlotsRes; x as
+	// moeCombineSlots then addRMSNorm leave it, bit for bit).
+	moeCombineRes(x, y, w, resid cuda.DevPtr, M, k, N int) error
 	rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
 	layernorm(y, x, w, b cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
 	rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error
@@ -401,6 +405,10 @@ func (b *cudaDevice) experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda
 
 func (b *cudaDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error {
 	return b.k.MoECombineSlots(b.s, out, y, w, resid, M, k, N)
+}
+
+func (b *cudaDevice) moeCombineRes(x, y, w, resid cuda.DevPtr, M, k, N int) error {
+	return b.k.MoECombineSlotsRes(b.s, x, y, w, resid, M, k, N)
 }
 
 func (b *cudaDevice) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {

@@ -310,6 +310,19 @@ func (m *emuDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) e
 	return nil
 }
 
+// moeCombineRes is moeCombineSlots into scratch, then that added into x.
+func (m *emuDevice) moeCombineRes(x, y, w, resid cuda.DevPtr, M, k, N int) error {
+	tmp, err := m.alloc(int64(4 * M * N))
+	if err != nil {
+		return err
+	}
+	defer m.free(tmp)
+	if err := m.moeCombineSlots(tmp, y, w, resid, M, k, N); err != nil {
+		return err
+	}
+	return m.add(x, x, tmp, M*N)
+}
+
 func (m *emuDevice) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
 	ws := m.f32(w, D)
 	for r := 0; r < rows; r++ {

@@ -295,6 +295,7 @@ func (e *backend) forwardFrom(f *fwd, mtp bool, want []bool) {
 	c := e.cfg
 	ws := e.ws
 	M, H := f.M, c.HiddenSize
+	f.deferNorm = normFuseOn
 	layers, hid, norm, head := f.input(mtp)
 	for i, lw := range layers {
 		y, w := hid, norm
@@ -304,6 +305,7 @@ func (e *backend) forwardFrom(f *fwd, mtp bool, want []bool) {
 		}
 		f.block(lw, y, w, next)
 	}
+
 	all := want == nil
 	for _, w := range want {
 		all = all && w
@@ -344,7 +346,12 @@ func (f *fwd) input(mtp bool) (layers []*dlayer, hid, norm cuda.DevPtr, head dli
 		o.do(o.b.embed(ws.x, e.w.embed, f.ids, M, H, c.VocabSize))
 	}
 	// Each block ends with its residual add fused into the next norm: the
-	// next block's input norm, or the final norm after the last.
+	// next block's input norm, or the final norm after the last. With
+	// f.deferNorm (norm_fuse.go) the first layer's input launch norms ws.x.
+	if f.deferNorm {
+		f.xNorm = layers[0].InNorm
+		return layers, hid, norm, head
+	}
 	o.do(o.b.rmsnorm(ws.h, ws.x, layers[0].InNorm, M, H, H, H, float32(c.RMSNormEps)))
 	return layers, hid, norm, head
 }
@@ -361,6 +368,13 @@ type fwd struct {
 	// indexer keys and head weights (ik, iw), its query (iq); qaRaw: they
 	// left ws.qa unnormed.
 	idxKW, idxQB, qaRaw bool
+	// deferNorm: the layer input norms may be deferred (normFuseOn, the
+	// single-engine forward); xNorm, when set, is such a norm's weights:
+	// ws.h does not hold rmsnorm(ws.x) yet, and the next layer's grouped
+	// input launch takes it in its prologue or flushNorm runs it
+	// (norm_fuse.go).
+	deferNorm bool
+	xNorm     cuda.DevPtr
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and
@@ -373,9 +387,17 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr, next *dlayer) {
 	H, M := c.HiddenSize, f.M
 	eps := float32(c.RMSNormEps)
 	f.attention(lw)
+	if f.xNorm != 0 {
+		// attnProj takes or runs a deferred input norm; ws.h was read.
+		o.do(errors.New("gpu forward: a deferred input norm was not run before attention"))
+	}
 	o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
 	if lw.MoE {
-		if f.moeThen(lw, &normTo{y: nextY, w: nextW}) {
+		// The norm into the next layer's input may be deferred (normFuseOn,
+		// norm_fuse.go; not with the opt-in L2 prefetch of that norm's
+		// launch).
+		dfr := f.deferNorm && next != nil && nextY == ws.h && f.l2PrefetchIn(next) == (l2Ranges{})
+		if f.moeThen(lw, &normTo{y: nextY, w: nextW, deferOK: dfr}) {
 			return // the residual add and norm rode in the MoE's combine
 		}
 	} else {
@@ -389,8 +411,12 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr, next *dlayer) {
 }
 
 // normTo is where a block's closing addRMSNorm writes (y) with which
-// weights (w).
-type normTo struct{ y, w cuda.DevPtr }
+// weights (w); deferOK: y is ws.h, the next layer's input, and the norm may
+// be left to that layer (f.xNorm, norm_fuse.go).
+type normTo struct {
+	y, w    cuda.DevPtr
+	deferOK bool
+}
 
 // ffn writes down(silu(gate h) * up h) of ws.h into out.
 func (f *fwd) ffn(g, u, d dlin, out cuda.DevPtr) {
@@ -491,6 +517,9 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 	shared := lw.HasShared && tileFFN(lw.ShGate, lw.ShUp) && lw.ShGate.out == MI && lw.ShDown.kind == linFP8 &&
 		lw.ShDown.in == MI && lw.ShDown.out == H
 	fuse := nrm != nil && fuseMoE && (shared || !lw.HasShared)
+	// normFuseOn: the combine adds into the residual and the norm waits for
+	// the next layer's input launch (norm_fuse.go).
+	dfr := nrm != nil && !fuse && nrm.deferOK && (shared || !lw.HasShared)
 	for r := 0; r < M && o.err == nil; r += kernels.MaxTileM {
 		m := min(kernels.MaxTileM, M-r)
 		slots, dense := m*K, 0
@@ -513,10 +542,18 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 				float32(c.RMSNormEps)))
 			continue
 		}
+		if dfr {
+			o.do(o.b.moeCombineRes(fptr(ws.x, r*H), ws.ey, fptr(ws.ewts, r*K), resid, m, K, H))
+			continue
+		}
 		o.do(o.b.moeCombineSlots(fptr(ws.mo, r*H), ws.ey, fptr(ws.ewts, r*K), resid, m, K, H))
 	}
 	if lw.HasShared && !shared {
 		f.addSharedFFN(lw)
+	}
+	if dfr {
+		f.xNorm = nrm.w
+		return true
 	}
 	return fuse
 }
@@ -550,6 +587,7 @@ func (f *fwd) attnProj(lw *dlayer, withIdx bool) {
 	if f.projGroup(lw, withIdx) {
 		return
 	}
+	f.flushNorm() // a deferred input norm (norm_fuse.go) the group did not take
 	o.lin(lw.QA, ws.qa, ws.h, M, H, QL)
 	o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.QANorm, M, QL, QL, QL, subEps))
 	o.lin(lw.QB, ws.q, ws.qa, M, QL, NH*qk)

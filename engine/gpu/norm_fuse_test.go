@@ -1,0 +1,108 @@
+package gpu
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
+)
+
+// TILERT_GPU_NORM_FUSE=1 (norm_fuse.go) must give the default path's bits:
+// greedy tokens and cache bytes of one slot (with and without MTP), three
+// slots batched (3 rows a step without MTP: the grouped launch norms the
+// residual; 6 with MTP: past GroupNormRows, the norm runs as its own launch),
+// and every teacher-forced logit (prefill chunks of many rows: the norm as
+// its own launch) and MTP logit, bit for bit. The decode steps must launch
+// fewer addRMSNorm and use the residual combine and the normed grouped
+// launch.
+func TestEmuNormFuseEqualDefault(t *testing.T) { testNormFuse(t, onEmu) }
+func TestGPUNormFuseEqualDefault(t *testing.T) { testNormFuse(t, onGPU) }
+
+func testNormFuse(t *testing.T, kind deviceKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	defer func(on bool) { normFuseOn = on }(normFuseOn)
+	for _, pr := range enginetest.Presets {
+		for _, mtp := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s mtp=%v", pr, mtp), func(t *testing.T) {
+				w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+				vocab := w.Config().VocabSize
+				n := 12
+				prompt := enginetest.Prompt(min(40, w.Config().IndexTopK-n-4), vocab, 7)
+				long := enginetest.Prompt(w.Config().IndexTopK+20, vocab, 9)
+				prompts := [][]int{prompt[:len(prompt)/2], prompt, long}
+				opts := engine.Options{MTP: mtp, MaxSeqLen: len(long) + n + 16, Slots: 3}
+				var toks [2][]int
+				var caches [2][]byte
+				var batch [2][][]int
+				var lg, ml [2][][]float32
+				var count [2]map[string]int
+				for k, on := range []bool{false, true} {
+					normFuseOn = on
+					e := newTestEngine(t, kind, src, opts)
+					var err error
+					if lg[k], ml[k], err = e.TeacherForce(0, long[:len(long)-5]); err != nil {
+						t.Fatalf("%+v", err)
+					}
+					e.m.graphs.on, e.m.graphs.hold = true, true
+					toks[k] = enginetest.GenerateKeep(t, e, 0, prompt, engine.Params{}, n)
+					caches[k] = exportBytes(t, e, 0)
+					e.Release(0)
+					count[k] = map[string]int{}
+					for _, run := range e.m.graphs.keep {
+						for _, op := range run {
+							count[k][op.name]++
+						}
+					}
+					e.m.graphs.hold, e.m.graphs.keep = false, nil
+					batch[k] = generateBatch(t, e, prompts, engine.Params{}, n)
+				}
+				t.Logf("%s launches off/on: addRMSNorm %d/%d rmsnorm %d/%d gemvGroup %d/%d moeCombine %d/%d moeCombineRes %d/%d",
+					kind, count[0]["addRMSNorm"], count[1]["addRMSNorm"], count[0]["rmsnorm"], count[1]["rmsnorm"],
+					count[0]["gemvGroup"], count[1]["gemvGroup"], count[0]["moeCombine"], count[1]["moeCombine"],
+					count[0]["moeCombineRes"], count[1]["moeCombineRes"])
+				if count[1]["moeCombineRes"] == 0 || count[1]["addRMSNorm"] >= count[0]["addRMSNorm"] || count[0]["moeCombineRes"] != 0 {
+					t.Errorf("launches off/on: addRMSNorm %d/%d, moeCombineRes %d/%d: want the residual combine and fewer norms with the switch only",
+						count[0]["addRMSNorm"], count[1]["addRMSNorm"], count[0]["moeCombineRes"], count[1]["moeCombineRes"])
+				}
+				if count[1]["gemvGroup"] != count[0]["gemvGroup"] {
+					t.Errorf("grouped launches off/on %d/%d: want the same", count[0]["gemvGroup"], count[1]["gemvGroup"])
+				}
+				if i := enginetest.FirstDiff(toks[1], toks[0]); i >= 0 {
+					t.Errorf("tokens differ from the default at %d:\n got %v\nwant %v", i, toks[1], toks[0])
+				}
+				if !bytes.Equal(caches[1], caches[0]) {
+					t.Errorf("caches differ from the default")
+				}
+				for s := range batch[0] {
+					if i := enginetest.FirstDiff(batch[1][s], batch[0][s]); i >= 0 {
+						t.Errorf("batched slot %d: tokens differ from the default at %d:\n got %v\nwant %v", s, i, batch[1][s], batch[0][s])
+					}
+				}
+				for _, c := range []struct {
+					name string
+					a, b [][]float32
+				}{{"logits", lg[1], lg[0]}, {"MTP logits", ml[1], ml[0]}} {
+					if len(c.a) != len(c.b) {
+						t.Fatalf("%s: %d positions, default %d", c.name, len(c.a), len(c.b))
+					}
+					diff := 0
+					for i := range c.a {
+						for j := range c.a[i] {
+							if math.Float32bits(c.a[i][j]) != math.Float32bits(c.b[i][j]) {
+								diff++
+							}
+						}
+					}
+					if diff > 0 {
+						t.Errorf("%s: %d values differ from the default", c.name, diff)
+					}
+				}
+			})
+		}
+	}
+}

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -61,6 +62,62 @@ func TestKernelMoECombineSlotsRes(t *testing.T) {
 		}
 		if err := k.MoECombineSlotsRes(s, 0, a.raw(64), a.raw(64), 0, 1, 1, 16); err == nil {
 			t.Errorf("MoECombineSlotsRes accepted a null residual")
+		}
+	})
+}
+
+// TestKernelGemvBF16WideNorm checks gemv_bf16_wide_norm_r* (norm_fuse.cu)
+// on fresh random inputs: h bit for bit RMSNorm's output and y bit for bit
+// GemvBF16Wide of it (rows per block forced 1, 2, 4, 8 and the launcher's
+// own), y within float32 bounds of float64; 1..4 rows, padded x rows, the
+// router's shape (256 x 7168), GLM-5's (256 x 6144) and odd N.
+func TestKernelGemvBF16WideNorm(t *testing.T) {
+	defer func(f int) { forceGemvWideRows = f }(forceGemvWideRows)
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		for _, tc := range []struct{ N, K, M, pad int }{
+			{256, 7168, 1, 0}, {256, 7168, 4, 4}, {256, 6144, 2, 0}, {77, 1024, 3, 8}, {160, 96, 1, 0},
+		} {
+			N, K, M := tc.N, tc.K, tc.M
+			ldx := K + tc.pad
+			x := randF32(r, M*ldx, 1)
+			nw := randF32(r, K, 1)
+			w := randBF16(r, N*K, 0.05)
+			xp, nwp, wp := a.up(x), a.up(nw), a.up(w)
+			for _, fr := range []int{0, 1, 2, 4, 8} {
+				forceGemvWideRows = fr
+				// The default pair: RMSNorm into h, the wide GEMV of h.
+				h0, y0 := a.poisoned(M*K), a.poisoned(M*N)
+				chk(k.RMSNorm(s, h0, xp, nwp, M, K, ldx, K, 1e-6))
+				chk(k.GemvBF16Wide(s, y0, h0, wp, 0, N, K, M, K, N))
+				h1, y1 := a.poisoned(M*K), a.poisoned(M*N)
+				if !GemvBF16WideNormOK(xp, wp, nwp, K, M, ldx) {
+					t.Errorf("N=%d K=%d M=%d: GemvBF16WideNormOK false", N, K, M)
+				}
+				chk(k.GemvBF16WideNorm(s, y1, h1, xp, wp, nwp, N, K, M, ldx, N, K, 1e-6))
+				hGot, yGot := downF32(c, h1, M*K), downF32(c, y1, M*N)
+				xn := make([]float32, M*K)
+				for m := range M {
+					var ss float64
+					for i := range K {
+						v := float64(x[m*ldx+i])
+						ss += v * v
+					}
+					inv := 1 / math.Sqrt(ss/float64(K)+1e-6)
+					for i := range K {
+						xn[m*K+i] = float32(float64(x[m*ldx+i]) * inv * float64(nw[i]))
+					}
+				}
+				ref := refGemv(func(n, kk int) float64 { return bf16ToF64(w[n*K+kk]) }, xn, nil, N, K, M, K, N)
+				name := fmt.Sprintf("gemv_bf16_wide_norm N=%d K=%d M=%d ldx=%d rows/block=%d", N, K, M, ldx, fr)
+				record(t, name, relMetric, relErr(yGot, ref), boundF32)
+				record(t, name+" y vs rmsnorm + gemv_bf16_wide", "differing outputs", float64(diffCount(yGot, downF32(c, y0, M*N))), 0)
+				record(t, name+" h vs rmsnorm", "differing outputs", float64(diffCount(hGot, downF32(c, h0, M*K))), 0)
+			}
+		}
+		forceGemvWideRows = 0
+		if err := k.GemvBF16WideNorm(s, a.raw(64), a.raw(64), a.raw(64), a.raw(64), a.raw(64), 16, 16, 5, 16, 16, 16, 1e-6); err == nil {
+			t.Errorf("GemvBF16WideNorm accepted 5 rows")
 		}
 	})
 }
@@ -156,6 +213,33 @@ func TestKernelTimingNormFuse(t *testing.T) {
 			}
 		}
 		run("in (combine, add+norm, q_a kv_a wk wproj)", H, true, []seg{{1536, false}, {576, false}, {128, false}, {64, true}})
+		// post: o_proj into scratch, add_rmsnorm, the router's wide GEMV (the
+		// default) against o_proj adding into the residual and the router's
+		// normed launch (=2).
+		{
+			const NO, KO, E = 7168, 16384, 256
+			nc := coldCopies(int64(NO*KO + 2*E*H))
+			wo, so := devFP8s(c, a, r, nc, NO, KO)
+			wr := devBF16s(c, a, r, nc, E, H)
+			ao := a.up(randF32(r, 4*KO, 1))
+			x := a.up(randF32(r, 4*H, 1))
+			tmp, h, lg := a.raw(int64(4*4*H)), a.raw(int64(4*4*H)), a.raw(int64(4*4*E))
+			nw := a.up(randF32(r, H, 1))
+			for _, M := range []int{1, 4} {
+				b := float64(NO*KO+2*E*H) + float64(4*M*(KO+H))
+				old := groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) {
+					chk(k.GemvFP8Tile(s, tmp, ao, wo[i%nc], so[i%nc], 0, NO, KO, M, KO, H))
+					chk(k.AddRMSNorm(s, h, x, tmp, nw, M, H, H, H, H, 1e-6))
+					chk(k.GemvBF16Wide(s, lg, h, wr[i%nc], 0, E, H, M, H, E))
+				})
+				add(fmtName("post (o_proj, add+norm, router) default M=%d cold, graph", M), b, old, "tile o_proj; M=4 runs the MMA one in the engine")
+				us := groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) {
+					chk(k.GemvFP8Tile(s, x, ao, wo[i%nc], so[i%nc], x, NO, KO, M, KO, H))
+					chk(k.GemvBF16WideNorm(s, lg, h, x, wr[i%nc], nw, E, H, M, H, E, H, 1e-6))
+				})
+				add(fmtName("post o_proj+resid, router wide_norm M=%d cold, graph", M), b, us, fmtName("%.2fx default", old/us))
+			}
+		}
 		run("qb (rmsnorm, q_b + wq_b grouped)", 1536, false, []seg{{24576, false}, {8192, false}})
 	})
 }

@@ -375,6 +375,11 @@ type fwd struct {
 	// (norm_fuse.go).
 	deferNorm bool
 	xNorm     cuda.DevPtr
+	// oRes: attnProjOut adds o_proj's output into ws.x (postFuse); postNorm,
+	// when set, is the post-attention norm's weights, left to the router's
+	// launch (ws.h not yet written; norm_fuse.go).
+	oRes     bool
+	postNorm cuda.DevPtr
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and
@@ -386,12 +391,18 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr, next *dlayer) {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	eps := float32(c.RMSNormEps)
+	f.oRes = f.postFuse(lw)
 	f.attention(lw)
 	if f.xNorm != 0 {
 		// attnProj takes or runs a deferred input norm; ws.h was read.
 		o.do(errors.New("gpu forward: a deferred input norm was not run before attention"))
 	}
-	o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
+	if f.oRes {
+		// o_proj added into ws.x; the router's launch norms it (moeThen).
+		f.oRes, f.postNorm = false, lw.PostNorm
+	} else {
+		o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
+	}
 	if lw.MoE {
 		// The norm into the next layer's input may be deferred (normFuseOn,
 		// norm_fuse.go; not with the opt-in L2 prefetch of that norm's
@@ -456,10 +467,20 @@ func (f *fwd) moeThen(lw *dlayer, nrm *normTo) bool {
 	if fuseRouter && lw.Router.kind == linBF16 && !useGemm(lw.Router, M) && lw.Router.out == E && lw.Router.in == H &&
 		kernels.RouterRouteOK(ws.h, lw.Router.w, E, H, M, H, K, c.NGroup, c.TopKGroup) {
 		// the router GEMV and the routing in one launch
+		if f.postNorm != 0 {
+			o.do(errors.New("gpu forward: the post-attention norm was left to a router launch that does not take it"))
+		}
 		o.do(o.b.routerRoute(ws.eidx, ws.ewts, ws.rlog, ws.h, lw.Router.w, lw.Bias, ws.ctr, E, H, M, H, K, c.NGroup, c.TopKGroup,
 			c.NormTopKProb, float32(c.RoutedScalingFactor)))
 	} else {
-		o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
+		if f.postNorm != 0 {
+			// ws.h = the post-attention norm of ws.x, in the router's launch
+			// (postFuse: at most 4 rows).
+			o.do(o.b.routerNorm(ws.rlog, ws.h, ws.x, lw.Router.w, f.postNorm, E, H, M, float32(c.RMSNormEps)))
+			f.postNorm = 0
+		} else {
+			o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
+		}
 		o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
 	}
 	switch {
@@ -730,6 +751,10 @@ func (f *fwd) attnProjOut(lw *dlayer) {
 	H, M := c.HiddenSize, f.M
 	R, NH, vd := c.KVLoraRank, c.NumHeads, c.VHeadDim
 	o.do(o.b.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
+	if f.oRes {
+		f.linRes(lw.O, ws.x, ws.ao, ws.x, M, NH*vd, H) // ws.x += o_proj (postFuse)
+		return
+	}
 	o.lin(lw.O, ws.tmp, ws.ao, M, NH*vd, H)
 }
 

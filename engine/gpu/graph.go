@@ -310,6 +310,18 @@ func (gb *graphDevice) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int
 	return gb.shaped(N, K, M)
 }
 
+func (gb *graphDevice) gemvFP8Res(y, x, w, scale, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
+	_ = gb.rec("gemvFP8", int64(N)*int64(K), func(b device) error { return b.gemvFP8Res(y, x, w, scale, resid, N, K, M, ldx, ldy) },
+		ku(y), ku(x), ku(w), ku(scale), ku(resid), ki(N), ki(K), ki(M), ki(ldx), ki(ldy))
+	return gb.shaped(N, K, M)
+}
+
+func (gb *graphDevice) routerNorm(y, h, x, w, nw cuda.DevPtr, N, K, M int, eps float32) error {
+	_ = gb.rec("routerNorm", 2*int64(N)*int64(K), func(b device) error { return b.routerNorm(y, h, x, w, nw, N, K, M, eps) },
+		ku(y), ku(h), ku(x), ku(w), ku(nw), ki(N), ki(K), ki(M), kf(eps))
+	return gb.shaped(N, K, M)
+}
+
 func (gb *graphDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	_ = gb.rec("gemvBF16", 2*int64(N)*int64(K), func(b device) error { return b.gemvBF16(y, x, w, N, K, M, ldx, ldy) },
 		ku(y), ku(x), ku(w), ki(N), ki(K), ki(M), ki(ldx), ki(ldy))

@@ -28,9 +28,9 @@ import (
 // caches and logits equal the default's; launches per 1-slot DeepSeek-V3.2
 // step: 8 addRMSNorm (the MoE layers but the last) and the input rmsnorm
 // fewer. The last layer keeps its closing add + final norm (the head and
-// the MTP input read ws.hid), the dense layers their addRMSNorm, and the
-// post-attention addRMSNorm stays (its consumers, the router and the
-// experts, read ws.h).
+// the MTP input read ws.hid), the dense layers their addRMSNorm, and (at
+// =1) the post-attention addRMSNorm stays (its consumers, the router and
+// the experts, read ws.h).
 //
 // TILERT_GPU_NORM_FUSE=2 also takes the post-attention addRMSNorm of a MoE
 // layer off its launch (postFuse): o_proj adds its output into ws.x (the

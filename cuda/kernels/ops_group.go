@@ -28,6 +28,20 @@ type GroupSeg struct {
 type GroupNorm struct {
 	W   cuda.DevPtr
 	Eps float32
+	// Staged takes the gemv_group_sn_* kernels (norm_fuse.cu) where they
+	// fit (K <= GroupStagedMaxK, at most 4 input rows): the prologue stages
+	// each row in shared memory with one round of loads. The same bits.
+	Staged bool
+}
+
+// GroupStagedMaxK is GROUP_SN_MAXK (gemv_tile_group.cu): the longest row the
+// staged norm prologue holds.
+const GroupStagedMaxK = 8192
+
+// groupStaged says whether a grouped launch of M rows of K with norm runs
+// the staged prologue.
+func groupStaged(norm GroupNorm, K, M int) bool {
+	return norm.W != 0 && norm.Staged && K <= GroupStagedMaxK && tileMM(M) <= 4
 }
 
 // forceGroupR pins the rows per group (2, 4 or 8; timing sweeps); 0 takes
@@ -121,5 +135,8 @@ func (k *Set) GemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 		args = append(args, sg.W, sg.S, sg.Y, sg.N, sg.LdY, G|b2i(sg.BF16)<<14)
 	}
 	name := fmt.Sprintf("gemv_group_r%d_m%d", R, tileMM(M))
+	if groupStaged(norm, K, M) {
+		name = fmt.Sprintf("gemv_group_sn_r%d_m%d", R, tileMM(M))
+	}
 	return k.launch(name, cuda.D1(blocks), cuda.D1(tileThreads), 0, s, args...)
 }

@@ -6,8 +6,10 @@
 #   CGO_ENABLED=0 go test -c -ldflags="-s -w" -trimpath -o .device/next2/engine.test ./engine/gpu
 #   CGO_ENABLED=0 go test -c -ldflags="-s -w" -trimpath -o .device/next2/decode.test ./roles/decode
 #   CGO_ENABLED=0 go build -ldflags="-s -w" -trimpath -o .device/next2/tilert . && gzip -9 .device/next2/*
-# then carry [".device/next2"] and run `STEPS=a bash docs/measured/next2/run.sh`, then at once
-# `STEPS=b CAND="..." bash docs/measured/next2/run.sh` (two back-to-back calls; each step tars $R into $OUT).
+# then carry [".device/next2"] and run `STEPS=a bash docs/measured/next2/run.sh` (the prefill candidates),
+# then at once `STEPS=b CAND="..." bash docs/measured/next2/run.sh` (the norm fusion, then the whole
+# gpu-check with $CAND, the switches chosen from call a's results); two back-to-back calls, each step
+# tars $R into $OUT.
 set -x
 cd .device/next2 && gunzip -f *.gz; chmod +x *; cd ../..
 D=$PWD/.device/next2
@@ -17,7 +19,7 @@ step() { tar czf $OUT/$1.tgz -C $R . ; }
 want() { case ${STEPS:-ab} in *$1*) return 0;; esac; return 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > $R/smi.txt 2>&1
 if want a; then
-  for f in pgemm pmla dnorm; do
+  for f in pgemm pmla; do
     [ -f docs/measured/next2/$f.sh ] || continue
     mkdir -p $R/$f
     (R=$R/$f; . docs/measured/next2/$f.sh) > $R/$f/console.txt 2>&1
@@ -33,17 +35,16 @@ if want a; then
   step a
 fi
 if want b; then
+  # the decode norm fusion (bit for bit the default; its own checks and bench off / on)
+  mkdir -p $R/dnorm
+  (R=$R/dnorm; . docs/measured/next2/dnorm.sh) > $R/dnorm/console.txt 2>&1
+  step b
   # the whole gpu-check with the candidates that are to become defaults ($CAND: env assignments)
+  echo "$CAND" > $R/cand.env
   env $CAND TILERT_GPU_TIMING=0 GPU_CHECK_NOBUILD=1 GPU_TEST_BIN=$D/kernels.test ENGINE_TEST_BIN=$D/engine.test \
     DECODE_TEST_BIN=$D/decode.test OUT=$R/gc timeout 260 scripts/gpu-check.sh > $R/gpu-check.txt 2>&1
   echo "gpu-check rc=$?" >> $R/gpu-check.txt
   step b
-  for e in "" "$CAND"; do
-    n=$(echo "x $e" | md5sum | cut -c1-8)
-    echo "$e" > $R/bench-$n.env
-    env $e timeout 45 $D/tilert bench decode --device cuda --dummy-weights deepseek-v3.2 --layers 9 --context 8192,131072 \
-      --batches 1,4 --json $R/bench-ds-$n.json > $R/bench-ds-$n.txt 2>&1
-  done
   env $CAND timeout 45 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 9 --context 8192,131072 \
     --batches 1,4 --json $R/bench-glm-cand.json > $R/bench-glm-cand.txt 2>&1
   step b

@@ -341,6 +341,7 @@ func testLogitsP1(t *testing.T, kind deviceKind) {
 	withGemm(t)
 	old := gemmSplits
 	t.Cleanup(func() { gemmSplits = old })
+	pinModelledPrefill(t)
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
 			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
@@ -409,4 +410,21 @@ func noiseBaselineAt(t *testing.T, src Source, toks []int, el, em [][]float32, l
 		t.Fatal(err)
 	}
 	return compareRuns(el, em, bl, bm)
+}
+
+// pinModelledPrefill turns off, for one test, the opt-in prefill paths the
+// emulated one-part forward does not transcribe (the tensor-core absorb, the
+// sparse MLA prefill kernels other than mode 4): this test's GPU-vs-emulator
+// bounds are float32-sized. On the H200 (docs/measured/h200-2026-12-02/run3)
+// the gpu-check run with TILERT_GPU_ABSORB_TC=1 TILERT_GPU_MLA_PREFILL=2 in
+// the environment moved deepseek-v3.2-tiny's one-part logits from the
+// emulated ones past them (top-1 0.111 against a bound of 0.065) while the
+// same test passed with only the GEMM switches set (run2).
+func pinModelledPrefill(t *testing.T) {
+	oldTC, oldOn, oldMode := absorbTCOn, mlaPrefillOn, mlaPrefillMode
+	absorbTCOn = false
+	if mlaPrefillMode != 4 {
+		mlaPrefillOn, mlaPrefillMode = false, 0
+	}
+	t.Cleanup(func() { absorbTCOn, mlaPrefillOn, mlaPrefillMode = oldTC, oldOn, oldMode })
 }

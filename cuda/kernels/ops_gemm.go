@@ -371,15 +371,14 @@ func (k *Set) GemmFP8P1(s cuda.Stream, y, x, w, scale, scratch cuda.DevPtr, scra
 	return k.launchFn(f, cuda.D1(blocks), cuda.D1(256), gemmP1Smem(bm), s, w, scale, xs, Kp, rs, y, N, K, M, ldy)
 }
 
-// P1BlockRows picks the dense one-part GEMM's block rows: 128 (one block
-// an SM, twice the reuse of each weight tile) while that still gives every
-// SM two blocks, else 64 (two blocks an SM, twice the blocks).
-func P1BlockRows(N, M, sms int) int {
-	if cdiv(N, gemmTileN)*cdiv(M, GemmP1DenseRows) >= 2*sms {
-		return GemmP1DenseRows
-	}
-	return 64
-}
+// P1BlockRows picks the dense one-part GEMM's block rows: 64. On the H200
+// (docs/measured/h200-2026-12-02/run2, gemm_p1 at every 8192-row prefill
+// shape) 64-row blocks, two an SM, beat 128-row ones, one an SM, at every
+// shape (18432x7168: 7.86 against 8.70 ms; 24576x1536: 2.21 against 2.90):
+// the second block hides the other's pipeline stalls, which was worth more
+// than the 128-row tile's doubled weight reuse. TILERT_GPU_GEMM_BM=128
+// still asks for 128.
+func P1BlockRows(N, M, sms int) int { return 64 }
 
 // GemmFP8ExpertsP1 is GemmFP8Experts with x (xRows rows) rounded once to
 // fp16 through scratch (GemmP1ScratchBytes(xRows, K) bytes): tiles [0,

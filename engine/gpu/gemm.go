@@ -76,7 +76,9 @@ var (
 	// kernels). Exact mode ignores it (gemmParts).
 	gemmSplits = envInt("TILERT_GPU_GEMM_SPLITS", 3)
 	// expertBMEnv: TILERT_GPU_EXPERT_BM as set (0 unset); with one part
-	// the grouped experts run tiles of 128 pairs unless it says 64.
+	// the grouped experts run tiles of 64 pairs unless it says 128 (on the
+	// H200 64-pair tiles were faster: gate/up 8.06 against 8.76 ms, down
+	// 8.46 against 9.23 at 8192 tokens; docs/measured/h200-2026-12-02/run2).
 	expertBMEnv = envInt("TILERT_GPU_EXPERT_BM", 0)
 	// gemmH2On: TILERT_GPU_GEMM_H2=1 runs the fp8 GEMMs on x split into
 	// fp16 parts with a power-of-two scale per row (kernels.GemmFP8H2: a
@@ -180,7 +182,7 @@ func (e *backend) gemmScratchOn() bool {
 // parts parts of x.
 func expertTilesBig(parts int) bool {
 	if parts == 1 {
-		return expertBMEnv != 64
+		return expertBMEnv == 128
 	}
 	return expertBig && gemmH2On
 }

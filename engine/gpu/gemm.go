@@ -327,6 +327,19 @@ func (m *emuDevice) h2Rows(x cuda.DevPtr, rows, K, ldx int) (cuda.DevPtr, error)
 
 // h2Split writes gemm_split_h2's (hi + lo) 2^-s of src into dst.
 func h2Split(dst, src []float32) {
+	sc, inv := rowScale(src)
+	for i, v := range src {
+		v *= sc
+		hi := f16Round(v)
+		lo := f16Round(v - hi)
+		dst[i] = (hi + lo) * inv
+	}
+}
+
+// rowScale is the power of two 2^s that the fp16 splits (gemm_split_h2,
+// gemm_split_p1) scale a row by, bringing its largest |x| into
+// [2^14, 2^15), and its inverse.
+func rowScale(src []float32) (sc, inv float32) {
 	var mx float32
 	for _, v := range src {
 		if a := float32(math.Abs(float64(v))); a > mx {
@@ -338,13 +351,7 @@ func h2Split(dst, src []float32) {
 		_, e = math.Frexp(float64(mx))
 		e = max(-100, min(100, e))
 	}
-	sc, inv := float32(math.Ldexp(1, 15-e)), float32(math.Ldexp(1, e-15))
-	for i, v := range src {
-		v *= sc
-		hi := f16Round(v)
-		lo := f16Round(v - hi)
-		dst[i] = (hi + lo) * inv
-	}
+	return float32(math.Ldexp(1, 15-e)), float32(math.Ldexp(1, e-15))
 }
 
 // p1Rows is x as the one-part GEMMs multiply it: with f16 set,
@@ -373,18 +380,7 @@ func (m *emuDevice) p1Rows(x cuda.DevPtr, rows, K, ldx int, f16 bool) (cuda.DevP
 
 // p1Split writes gemm_split_p1's fp16(x 2^s) 2^-s of src into dst.
 func p1Split(dst, src []float32) {
-	var mx float32
-	for _, v := range src {
-		if a := float32(math.Abs(float64(v))); a > mx {
-			mx = a
-		}
-	}
-	e := 15
-	if mx > 0 && mx <= math.MaxFloat32 {
-		_, e = math.Frexp(float64(mx))
-		e = max(-100, min(100, e))
-	}
-	sc, inv := float32(math.Ldexp(1, 15-e)), float32(math.Ldexp(1, e-15))
+	sc, inv := rowScale(src)
 	for i, v := range src {
 		dst[i] = f16Round(v*sc) * inv
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -218,18 +217,7 @@ func TestKernelGemmExpertsP1(t *testing.T) {
 			E, T, N, D := ec.E, ec.rows, ec.N, ec.D
 			ex := randFP8Experts(r, a, E, N, D)
 			K := ec.topk
-			ids := make([]int32, T*K)
-			for m := range T {
-				perm := r.Perm(E)
-				for j := range K {
-					ids[m*K+j] = int32(perm[j])
-				}
-			}
-			pairs := make([]int, T*K)
-			for i := range pairs {
-				pairs[i] = i
-			}
-			slices.SortStableFunc(pairs, func(p, q int) int { return int(ids[p]) - int(ids[q]) })
+			ids, pairs := randRouting(r, E, T, K)
 			xrows := make([]int32, len(pairs))
 			eid := make([]int32, len(pairs))
 			for i, p := range pairs {
@@ -312,18 +300,7 @@ func TestKernelGemmP1Timing(t *testing.T) {
 		// (7168 x 2048) shapes.
 		const E, topk = 256, 8
 		P := M * topk
-		ids := make([]int32, P)
-		for m := range M {
-			perm := r.Perm(E)
-			for j := range topk {
-				ids[m*topk+j] = int32(perm[j])
-			}
-		}
-		pairs := make([]int, P)
-		for i := range pairs {
-			pairs[i] = i
-		}
-		slices.SortStableFunc(pairs, func(p, q int) int { return int(ids[p]) - int(ids[q]) })
+		ids, pairs := randRouting(r, E, M, topk)
 		xrows := make([]int32, P)
 		ident := make([]int32, P)
 		eid := make([]int32, P)

@@ -72,19 +72,8 @@ func TestKernelGemmExpertsTC(t *testing.T) {
 			E, T, N, D := ec.E, ec.rows, ec.N, ec.D
 			ex := randFP8Experts(r, a, E, N, D)
 			K := ec.topk
-			ids := make([]int32, T*K)
-			for m := range T {
-				perm := r.Perm(E)
-				for j := range K {
-					ids[m*K+j] = int32(perm[j])
-				}
-			}
-			// Sort pairs by expert; tiles of at most GemmTileRows pairs.
-			pairs := make([]int, T*K)
-			for i := range pairs {
-				pairs[i] = i
-			}
-			slices.SortStableFunc(pairs, func(p, q int) int { return int(ids[p]) - int(ids[q]) })
+			// Pairs sorted by expert; tiles of at most GemmTileRows pairs.
+			ids, pairs := randRouting(r, E, T, K)
 			xrows := make([]int32, len(pairs))
 			pos := make([]int32, len(pairs))
 			var tiles []int32
@@ -219,18 +208,7 @@ func TestKernelGemmExpertsH2(t *testing.T) {
 			E, T, N, D := ec.E, ec.rows, ec.N, ec.D
 			ex := randFP8Experts(r, a, E, N, D)
 			K := ec.topk
-			ids := make([]int32, T*K)
-			for m := range T {
-				perm := r.Perm(E)
-				for j := range K {
-					ids[m*K+j] = int32(perm[j])
-				}
-			}
-			pairs := make([]int, T*K)
-			for i := range pairs {
-				pairs[i] = i
-			}
-			slices.SortStableFunc(pairs, func(p, q int) int { return int(ids[p]) - int(ids[q]) })
+			ids, pairs := randRouting(r, E, T, K)
 			xrows := make([]int32, len(pairs))
 			eid := make([]int32, len(pairs))
 			for i, p := range pairs {
@@ -308,4 +286,23 @@ func TestKernelGemmH2Timing(t *testing.T) {
 		us1 = medianUs(c, s, 2, 3, func() { chk(k.AbsorbVTC(s, vo, x, uv, uvs, M, H, vd, R, H*vd)) })
 		t.Logf("absorb v M=%d H=%d: absorb_v_fp8 %8.1f us, absorb_tc %8.1f us (%.1f TFLOP/s)", M, H, us0, us1, flopQ/us1/1e6)
 	})
+}
+
+// randRouting routes T rows to k distinct experts of E each at random and
+// sorts the T*k pairs by expert (stable): ids [T*k] (row m's j-th expert at
+// m*k+j), pairs (the pair indices in expert order).
+func randRouting(r *rand.Rand, E, T, k int) (ids []int32, pairs []int) {
+	ids = make([]int32, T*k)
+	for m := range T {
+		perm := r.Perm(E)
+		for j := range k {
+			ids[m*k+j] = int32(perm[j])
+		}
+	}
+	pairs = make([]int, T*k)
+	for i := range pairs {
+		pairs[i] = i
+	}
+	slices.SortStableFunc(pairs, func(p, q int) int { return int(ids[p]) - int(ids[q]) })
+	return ids, pairs
 }

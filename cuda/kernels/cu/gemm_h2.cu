@@ -41,15 +41,13 @@ __device__ __forceinline__ float gh_f32(u16 h) {
   return f;
 }
 
-// grid (rows), 256 threads: xs[p][m][0..Kp) (p = 0 hi, then the parts of
-// what is left; pstride halves apart), rs[m] = 2^-s. np: 2 or 3 parts
-// (three carry 33 bits: float32-exact products, like gemm_tc's three bf16).
-extern "C" __global__ void __launch_bounds__(256) gemm_split_h2(const float* __restrict__ x, int ldx, int K, int Kp,
-                                                                u16* xs, size_t pstride, float* rs, int np) {
-  PDL_WAIT();
-  __shared__ float red[8];
-  const int m = blockIdx.x, tid = threadIdx.x;
-  const float* xr = x + (size_t)m * ldx;
+// row_exp2 (256 threads, all calling): the e with |x| max of the K values
+// of xr = f 2^e, f in [0.5, 1), clamped to [-100, 100]; 15 (scale 1) for a
+// zero, inf or NaN row, so NaN and inf carry through. red: 8 floats of
+// shared memory. The fp16 splits (gemm_split_h2, gemm_split_p1) scale the
+// row by 2^(15-e), bringing its largest |x| into [2^14, 2^15).
+__device__ __forceinline__ int row_exp2(const float* __restrict__ xr, int K, float* red) {
+  const int tid = threadIdx.x;
   float mx = 0.0f;
   for (int k = tid; k < K; k += 256) mx = fmaxf(mx, fabsf(xr[k]));
 #pragma unroll
@@ -64,8 +62,21 @@ extern "C" __global__ void __launch_bounds__(256) gemm_split_h2(const float* __r
     frexpf(mx, &e);  // mx = f 2^e, f in [0.5, 1)
     e = max(-100, min(100, e));
   } else {
-    e = 15;  // zero, inf or NaN rows: scale 1 (NaN and inf carry through)
+    e = 15;
   }
+  return e;
+}
+
+// grid (rows), 256 threads: xs[p][m][0..Kp) (p = 0 hi, then the parts of
+// what is left; pstride halves apart), rs[m] = 2^-s. np: 2 or 3 parts
+// (three carry 33 bits: float32-exact products, like gemm_tc's three bf16).
+extern "C" __global__ void __launch_bounds__(256) gemm_split_h2(const float* __restrict__ x, int ldx, int K, int Kp,
+                                                                u16* xs, size_t pstride, float* rs, int np) {
+  PDL_WAIT();
+  __shared__ float red[8];
+  const int m = blockIdx.x, tid = threadIdx.x;
+  const float* xr = x + (size_t)m * ldx;
+  const int e = row_exp2(xr, K, red);
   const float sc = ldexpf(1.0f, 15 - e);
   if (tid == 0) rs[m] = ldexpf(1.0f, e - 15);
   u16* dst = xs + (size_t)m * Kp;

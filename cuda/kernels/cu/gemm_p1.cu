@@ -53,22 +53,7 @@ extern "C" __global__ void __launch_bounds__(256) gemm_split_p1(const float* __r
   __shared__ float red[8];
   const int m = blockIdx.x, tid = threadIdx.x;
   const float* xr = x + (size_t)m * ldx;
-  float mx = 0.0f;
-  for (int k = tid; k < K; k += 256) mx = fmaxf(mx, fabsf(xr[k]));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if ((tid & 31) == 0) red[tid >> 5] = mx;
-  __syncthreads();
-  mx = red[0];
-#pragma unroll
-  for (int i = 1; i < 8; i++) mx = fmaxf(mx, red[i]);
-  int e = 0;
-  if (mx > 0.0f && mx <= 3.4e38f) {
-    frexpf(mx, &e);  // mx = f 2^e, f in [0.5, 1)
-    e = max(-100, min(100, e));
-  } else {
-    e = 15;  // zero, inf or NaN rows: scale 1 (NaN and inf carry through)
-  }
+  const int e = row_exp2(xr, K, red);
   const float sc = ldexpf(1.0f, 15 - e);
   if (tid == 0) rs[m] = ldexpf(1.0f, e - 15);
   u16* dst = xs + (size_t)m * Kp;

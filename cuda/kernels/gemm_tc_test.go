@@ -161,16 +161,7 @@ func TestKernelGemmH2(t *testing.T) {
 			ldx, ldy := K+cs.pad, N+cs.pad
 			w := randFP8(r, N*K)
 			sc := randScales(r, cdiv(N, 128)*cdiv(K, 128), -8)
-			x := randF32(r, M*ldx, 1)
-			for m := range M {
-				f := float32(math.Ldexp(1, r.IntN(81)-40))
-				if m == M/2 {
-					f = 0
-				}
-				for kk := range K {
-					x[m*ldx+kk] *= f
-				}
-			}
+			x := randScaledRows(r, M, K, ldx)
 			scratchBytes := GemmH2ScratchBytes(M, K)
 			scratch := a.raw(scratchBytes)
 			ref := refGemv(fp8At(w, sc, K), x, nil, N, K, M, ldx, ldy)
@@ -305,4 +296,22 @@ func randRouting(r *rand.Rand, E, T, k int) (ids []int32, pairs []int) {
 	}
 	slices.SortStableFunc(pairs, func(p, q int) int { return int(ids[p]) - int(ids[q]) })
 	return ids, pairs
+}
+
+// randScaledRows is M rows of K random values (row stride ldx), each row
+// scaled by its own power of two in [2^-40, 2^40] and the middle row zero:
+// the row scales of the fp16-split GEMMs (gemm_h2, gemm_p1) must hold
+// across the range and on a zero row.
+func randScaledRows(r *rand.Rand, M, K, ldx int) []float32 {
+	x := randF32(r, M*ldx, 1)
+	for m := range M {
+		f := float32(math.Ldexp(1, r.IntN(81)-40))
+		if m == M/2 {
+			f = 0
+		}
+		for kk := range K {
+			x[m*ldx+kk] *= f
+		}
+	}
+	return x
 }

@@ -430,6 +430,21 @@ func (c *Ctx) NewEvent() (Event, error) {
 	return Event(e), err
 }
 
+// NewSyncEvent creates an event without timing, for ordering streams (the
+// cheap kind: recording it captures no timestamp).
+func (c *Ctx) NewSyncEvent() (Event, error) {
+	var e uintptr
+	err := c.check("cuEventCreate", call(c.drv.cuEventCreate, uintptr(unsafe.Pointer(&e)), eventDisableTiming))
+	return Event(e), err
+}
+
+// WaitEvent makes the work queued on s after this call wait for e's last
+// record. Under graph capture a record on one stream and a wait on another
+// fork and join the captured graph's branches.
+func (c *Ctx) WaitEvent(s Stream, e Event) error {
+	return c.check("cuStreamWaitEvent", call(c.drv.cuStreamWaitEvent, uintptr(s), uintptr(e), 0))
+}
+
 // Record queues the event on s.
 func (c *Ctx) Record(e Event, s Stream) error {
 	return c.check("cuEventRecord", call(c.drv.cuEventRecord, uintptr(e), uintptr(s)))

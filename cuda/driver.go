@@ -31,7 +31,7 @@ type driver struct {
 	cuStreamBeginCapture, cuStreamEndCapture                                  uintptr
 	cuGraphInstantiate, cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy     uintptr
 	cuEventCreate, cuEventRecord, cuEventSynchronize, cuEventElapsedTime      uintptr
-	cuEventDestroy                                                            uintptr
+	cuEventDestroy, cuStreamWaitEvent                                         uintptr
 	cuCtxEnablePeerAccess, cuDeviceCanAccessPeer                              uintptr // optional (peer.go)
 	cuLaunchKernelEx                                                          uintptr // optional (launch.go; CUDA 11.8+)
 }
@@ -107,6 +107,7 @@ func openDriver() (*driver, error) {
 		{&d.cuEventSynchronize, []string{"cuEventSynchronize"}},
 		{&d.cuEventElapsedTime, []string{"cuEventElapsedTime_v2", "cuEventElapsedTime"}},
 		{&d.cuEventDestroy, []string{"cuEventDestroy_v2"}},
+		{&d.cuStreamWaitEvent, []string{"cuStreamWaitEvent"}},
 	}
 	for _, r := range req {
 		if err := s.must(r.dst, r.names...); err != nil {
@@ -163,6 +164,7 @@ const (
 	streamNonBlocking      = 1
 	captureModeThreadLocal = 1
 	eventDefault           = 0
+	eventDisableTiming     = 2 // CU_EVENT_DISABLE_TIMING
 )
 
 // DeviceCount reports how many CUDA devices the driver sees. It fails with an

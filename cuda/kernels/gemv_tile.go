@@ -207,6 +207,10 @@ type tileLaunch struct {
 	ldy              int
 	resid            cuda.DevPtr
 	N, K, M          int
+	// shapeSlots, when set, picks the launch's shape (G, R) as for that
+	// many slots: a launch that runs part of another's slots then gives
+	// them that launch's bits (ExpertsFP8Shaped).
+	shapeSlots int
 }
 
 func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
@@ -216,7 +220,11 @@ func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
 	}
 	pair := a.w1 != 0 || a.t1 != 0
 	nslots := a.slots + a.dense
-	G, R := tileShape(k.c.Info().SMs, a.N, a.K*esize, a.M, nslots, pair)
+	shapeAs := nslots
+	if a.shapeSlots > 0 {
+		shapeAs = a.shapeSlots
+	}
+	G, R := tileShape(k.c.Info().SMs, a.N, a.K*esize, a.M, shapeAs, pair)
 
 	rout := R
 	if pair {
@@ -304,6 +312,15 @@ func (k *Set) GateUpFP8(s cuda.Stream, y, x, wg, sg, wu, su cuda.DevPtr, N, K, M
 // writes silu(gate)*up instead.
 func (k *Set) ExpertsFP8(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int,
 	w, ws [2]cuda.DevPtr, dense, N, K int) error {
+	return k.ExpertsFP8Shaped(s, y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K, 0)
+}
+
+// ExpertsFP8Shaped is ExpertsFP8 whose launch shape is chosen as for
+// shapeSlots slots (0: its own): the routed slots and the shared expert run
+// as two launches (on two streams) give each slot the bits of the one
+// launch over all of them.
+func (k *Set) ExpertsFP8Shaped(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int,
+	w, ws [2]cuda.DevPtr, dense, N, K, shapeSlots int) error {
 	if N <= 0 || K <= 0 || slots < 0 || dense < 0 || slots+dense == 0 || xdiv <= 0 || xsh < 0 || ldx < K {
 		return errors.Newf("experts: N=%d K=%d slots=%d dense=%d xdiv=%d xsh=%d ldx=%d", N, K, slots, dense, xdiv, xsh, ldx)
 	}
@@ -317,7 +334,8 @@ func (k *Set) ExpertsFP8(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv, xsh int, t,
 		return errors.Newf("experts: K=%d ldx=%d x=%#x: needs K %% 16 == 0, ldx %% 4 == 0 and aligned x", K, ldx, uint64(x))
 	}
 	return k.tile(s, tileLaunch{t0: t[0], ts0: ts[0], t1: t[1], ts1: ts[1], ids: ids, slots: slots,
-		w0: w[0], s0: ws[0], w1: w[1], s1: ws[1], dense: dense, x: x, ldx: ldx, xdiv: xdiv, xsh: xsh, y: y, ldy: N, N: N, K: K, M: 1})
+		w0: w[0], s0: ws[0], w1: w[1], s1: ws[1], dense: dense, x: x, ldx: ldx, xdiv: xdiv, xsh: xsh, y: y, ldy: N, N: N, K: K, M: 1,
+		shapeSlots: shapeSlots})
 }
 
 // MoECombineSlots is MoECombine for M rows: out[m][n] = resid[m][n] (0 if

@@ -188,6 +188,20 @@ func testGemvTile(t *testing.T, tag string) {
 				copy(ydRef[j*H:], refGemv(ex[2].at(e), guGot[j*I:], nil, H, I, 1, I, H))
 			}
 			record(t, fmt.Sprintf("experts_down E=%d top=%d M=%d H=%d I=%d", E, top, M, H, I)+tag, relMetric, relErr(ydGot, ydRef), boundF32)
+			// The routed slots and the shared expert as two launches shaped
+			// as the one above (the engine's side stream, side.go): the same
+			// bits, slot by slot.
+			gu2, yd2 := a.poisoned((slots+M)*I), a.poisoned((slots+M)*H)
+			chk(k.ExpertsFP8Shaped(s, gu2.Add(int64(4*slots*I)), hp, H, top, 0, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, 0,
+				[2]cuda.DevPtr{sharedW[0], sharedW[1]}, [2]cuda.DevPtr{sharedS[0], sharedS[1]}, M, I, H, slots+M))
+			chk(k.ExpertsFP8Shaped(s, gu2, hp, H, top, 0, [2]cuda.DevPtr{tabW[0], tabW[1]}, [2]cuda.DevPtr{tabS[0], tabS[1]}, idp, slots,
+				[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, I, H, slots+M))
+			chk(k.ExpertsFP8Shaped(s, yd2.Add(int64(4*slots*H)), gu, I, 1, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, 0,
+				[2]cuda.DevPtr{sharedW[2]}, [2]cuda.DevPtr{sharedS[2]}, M, H, I, slots+M))
+			chk(k.ExpertsFP8Shaped(s, yd2, gu, I, 1, slots, [2]cuda.DevPtr{tabW[2]}, [2]cuda.DevPtr{tabS[2]}, idp, slots,
+				[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, H, I, slots+M))
+			record(t, fmt.Sprintf("experts split routed | shared, shaped as one E=%d top=%d M=%d", E, top, M)+tag, "differing outputs",
+				float64(diffCount(downF32(c, gu2, (slots+M)*I), guGot)+diffCount(downF32(c, yd2, (slots+M)*H), ydGot)), 0)
 			out := a.poisoned(M * H)
 			chk(k.MoECombineSlots(s, out, yd, a.up(wsum), yd.Add(int64(4*slots*H)), M, top, H))
 			cRef := make([]float64, M*H)

@@ -132,6 +132,16 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 		f.idxQB = withIdx
 		return true
 	}
+	if sideOn && withIdx && M <= kernels.MaxTileM {
+		// q_b and the query absorption beside the indexer's chain (side.go;
+		// attnOut joins before the MLA).
+		o.do(o.b.fork())
+		o.lin(lw.QB, ws.q, ws.qa, M, QL, lw.QB.out)
+		f.absorbQ(lw)
+		o.do(o.b.unfork())
+		f.sideQ = true
+		return true
+	}
 	o.lin(lw.QB, ws.q, ws.qa, M, QL, lw.QB.out)
 	return true
 }

@@ -30,6 +30,11 @@ type device interface {
 	// (graphDevice defers calls until a host sync point; the others run
 	// every call as it comes).
 	launchQueued() error
+	// fork, unfork and join run the calls between fork and unfork on a
+	// second stream beside those between unfork and join (side.go).
+	fork() error
+	unfork() error
+	join() error
 	copyDD(dst, src cuda.DevPtr, n int64) error
 	zero(dst cuda.DevPtr, n int64) error
 	sync() error
@@ -60,6 +65,10 @@ type device interface {
 	// expert) slots in one launch; gate-up paired when t[1], w[1] are set
 	// (kernels.ExpertsFP8).
 	experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K int) error
+	// expertsShaped is experts whose launch is shaped as one over
+	// shapeSlots slots (kernels.ExpertsFP8Shaped): the same bits per slot
+	// as that launch.
+	expertsShaped(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K, shapeSlots int) error
 	// moeCombineSlots is moeCombine over M rows of k slots each, resid rows
 	// of N (kernels.MoECombineSlots).
 	moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error
@@ -166,6 +175,9 @@ type cudaDevice struct {
 	// gemmWS is the fp16 two-part GEMM's scratch (its runner's).
 	gemmWS      cuda.DevPtr
 	gemmWSBytes int64
+	// side is the runner's second stream (side.go; nil: none, fork runs
+	// the calls in order).
+	side *sideStream
 }
 
 var _ device = (*cudaDevice)(nil)
@@ -412,6 +424,10 @@ func (b *cudaDevice) experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda
 	return b.k.ExpertsFP8(b.s, y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K)
 }
 
+func (b *cudaDevice) expertsShaped(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K, shapeSlots int) error {
+	return b.k.ExpertsFP8Shaped(b.s, y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K, shapeSlots)
+}
+
 func (b *cudaDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error {
 	return b.k.MoECombineSlots(b.s, out, y, w, resid, M, k, N)
 }
@@ -648,11 +664,11 @@ var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") != "0"
 // the queries, entries and probabilities: serving-mode accuracy, ~2^-11
 // relative, not float32-exact; sm_89+, else tcp). Exact mode never runs
 // any of them (its caches are not fp8_ds_mla: forward.go takes this path
-// only for e.mla == mlaFP8). Opt-in. On the H200
-// (docs/measured/h200-2026-12-02): an 8192-token prefill with the GEMMs
-// and absorb_tc takes 448 ms with =2 and 307 ms with =4, and the engine
-// checks passed with =3 (the same bits as =2) and =4; the whole gpu-check
-// has not completed with any of them.
+// only for e.mla == mlaFP8). =2 is the default (=0 goes back to
+// mla_decode_tc): the whole gpu-check passed with it and the GEMMs on
+// (docs/measured/h200-2026-12-02-s7). On the H200 an 8192-token prefill
+// with the GEMMs and absorb_tc takes 447 ms with =2 and 168 ms with =4 and
+// one-part GEMMs (TILERT_GPU_GEMM_SPLITS=1; both serving-mode opt-ins).
 var mlaPrefillOn = mlaPrefillMode != 0
 
 var mlaPrefillMode = func() int {
@@ -668,7 +684,7 @@ var mlaPrefillMode = func() int {
 	case "4":
 		return 4
 	}
-	return 0
+	return 2
 }()
 
 // mlaPrefillMinRows: from 16 rows of 128 heads the unsplit launch has
@@ -879,6 +895,7 @@ type cudaRunner struct {
 	// (gemm.go allocGemmScratch), handed to every run's cudaDevice.
 	gemmWS      cuda.DevPtr
 	gemmWSBytes int64
+	side        sideStream // the second stream of a step's forks (side.go)
 }
 
 func (r *cudaRunner) run(f func(b device) error) error {
@@ -891,11 +908,12 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		if err != nil {
 			return err
 		}
-		b := &cudaDevice{c: c, k: k, s: c.Stream(), ev: &r.ev, gemmWS: r.gemmWS, gemmWSBytes: r.gemmWSBytes}
+		b := &cudaDevice{c: c, k: k, s: c.Stream(), ev: &r.ev, gemmWS: r.gemmWS, gemmWSBytes: r.gemmWSBytes, side: &r.side}
 		if r.stream != 0 {
 			b.s = r.stream
 		}
 		ahead, err := f(b)
+		err = errors.CombineErrors(err, b.settle())
 		if err != nil {
 			// Let queued work finish before the caller looks at anything.
 			return errors.CombineErrors(err, c.SyncStream(b.s))
@@ -908,6 +926,11 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 }
 
 func (r *cudaRunner) close() error {
+	if r.side.s != 0 {
+		if err := r.dev.Do(func(c *cuda.Ctx) error { return r.side.destroy(c) }); err != nil {
+			return err
+		}
+	}
 	if r.ev != 0 {
 		ev := r.ev
 		r.ev = 0

@@ -258,6 +258,12 @@ func (m *emuDevice) gateUp(y, x, wg, sg, wu, su cuda.DevPtr, N, K, M, ldx, ldy i
 	return m.siluMul(y, gp, up, M, N, N, N, ldy)
 }
 
+// expertsShaped is experts: the emulator's slots do not depend on the
+// launch's shape.
+func (m *emuDevice) expertsShaped(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K, _ int) error {
+	return m.experts(y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K)
+}
+
 // experts is kernels.ExpertsFP8 slot by slot.
 func (m *emuDevice) experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K int) error {
 	if N <= 0 || K <= 0 || slots < 0 || dense < 0 || xdiv <= 0 || ldx < K {

@@ -368,6 +368,10 @@ type fwd struct {
 	// indexer keys and head weights (ik, iw), its query (iq); qaRaw: they
 	// left ws.qa unnormed.
 	idxKW, idxQB, qaRaw bool
+	// sideQ: q_b and the query absorption run on the side stream, joined
+	// before the MLA (side.go); sideSh: the shared expert does, joined
+	// before the MoE's combine.
+	sideQ, sideSh bool
 	// deferNorm: the layer input norms may be deferred (normFuseOn, the
 	// single-engine forward); xNorm, when set, is such a norm's weights:
 	// ws.h does not hold rmsnorm(ws.x) yet, and the next layer's grouped
@@ -464,6 +468,7 @@ func (f *fwd) moeThen(lw *dlayer, nrm *normTo) bool {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	E, K := c.NRoutedExperts, c.NumExpertsPerTok
+	f.sideSh = f.sharedBeside(lw)
 	if fuseRouter && lw.Router.kind == linBF16 && !useGemm(lw.Router, M) && lw.Router.out == E && lw.Router.in == H &&
 		kernels.RouterRouteOK(ws.h, lw.Router.w, E, H, M, H, K, c.NGroup, c.TopKGroup) {
 		// the router GEMV and the routing in one launch
@@ -495,6 +500,40 @@ func (f *fwd) moeThen(lw *dlayer, nrm *normTo) bool {
 		f.addSharedFFN(lw)
 	}
 	return false
+}
+
+// tileShared says whether moeTile runs the shared expert as dense slots of
+// its expert launches: it has the routed experts' shape.
+func (f *fwd) tileShared(lw *dlayer) bool {
+	H, MI := f.e.cfg.HiddenSize, f.e.cfg.MoEIntermediateSize
+	return lw.HasShared && tileFFN(lw.ShGate, lw.ShUp) && lw.ShGate.out == MI && lw.ShDown.kind == linFP8 &&
+		lw.ShDown.in == MI && lw.ShDown.out == H
+}
+
+// sharedBeside queues the shared expert's gate/up and down of ws.h on the
+// side stream (side.go), beside the router and the routing, when moeTile
+// will take the layer in one round of launches; moeTile then runs the
+// routed slots alone and joins. The launches are shaped as the one over
+// all slots, so every output keeps its bits. It says whether it did.
+func (f *fwd) sharedBeside(lw *dlayer) bool {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	H, M := c.HiddenSize, f.M
+	K, MI := c.NumExpertsPerTok, c.MoEIntermediateSize
+	// Not when the router's launch writes ws.h (postNorm: the shared
+	// expert would read it before).
+	if !sideOn || f.postNorm != 0 || M > kernels.MaxTileM || f.groupedMoE() || !gemvTileOn || H%16 != 0 || MI%16 != 0 ||
+		!f.tileShared(lw) {
+		return false
+	}
+	slots := M * K
+	o.do(o.b.fork())
+	o.do(o.b.expertsShaped(fptr(ws.eg, slots*MI), ws.h, H, K, 0, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, 0,
+		[2]cuda.DevPtr{lw.ShGate.w, lw.ShUp.w}, [2]cuda.DevPtr{lw.ShGate.s, lw.ShUp.s}, M, MI, H, slots+M))
+	o.do(o.b.expertsShaped(fptr(ws.ey, slots*H), ws.eg, MI, 1, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, 0,
+		[2]cuda.DevPtr{lw.ShDown.w}, [2]cuda.DevPtr{lw.ShDown.s}, M, H, MI, slots+M))
+	o.do(o.b.unfork())
+	return true
 }
 
 // addSharedFFN adds the shared expert of ws.h, run as a dense FFN, to ws.mo.
@@ -534,9 +573,11 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	K, MI := c.NumExpertsPerTok, c.MoEIntermediateSize
-	// The shared expert rides along when it has the routed experts' shape.
-	shared := lw.HasShared && tileFFN(lw.ShGate, lw.ShUp) && lw.ShGate.out == MI && lw.ShDown.kind == linFP8 &&
-		lw.ShDown.in == MI && lw.ShDown.out == H
+	// The shared expert rides along when it has the routed experts' shape
+	// (in its own launches on the side stream when sideSh).
+	shared := f.tileShared(lw)
+	beside := f.sideSh
+	f.sideSh = false
 	fuse := nrm != nil && fuseMoE && (shared || !lw.HasShared)
 	// normFuseOn: the combine adds into the residual and the norm waits for
 	// the next layer's input launch (norm_fuse.go).
@@ -551,9 +592,20 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 			dw, ds = [2]cuda.DevPtr{lw.ShDown.w}, [2]cuda.DevPtr{lw.ShDown.s}
 		}
 		ids := fptr(ws.eidx, r*K)
-		o.do(o.b.experts(ws.eg, fptr(ws.h, r*H), H, K, 0, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]}, [2]cuda.DevPtr{lw.expS[0], lw.expS[1]},
-			ids, slots, gw, gs, dense, MI, H))
-		o.do(o.b.experts(ws.ey, ws.eg, MI, 1, slots, [2]cuda.DevPtr{lw.expW[2]}, [2]cuda.DevPtr{lw.expS[2]}, ids, slots, dw, ds, dense, H, MI))
+		if beside {
+			// The shared expert's rows are already on the side stream
+			// (sharedBeside): the routed slots alone, shaped as the launch
+			// with them, then the join.
+			o.do(o.b.expertsShaped(ws.eg, fptr(ws.h, r*H), H, K, 0, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]},
+				[2]cuda.DevPtr{lw.expS[0], lw.expS[1]}, ids, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, MI, H, slots+dense))
+			o.do(o.b.expertsShaped(ws.ey, ws.eg, MI, 1, slots, [2]cuda.DevPtr{lw.expW[2]}, [2]cuda.DevPtr{lw.expS[2]}, ids, slots,
+				[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, H, MI, slots+dense))
+			o.do(o.b.join())
+		} else {
+			o.do(o.b.experts(ws.eg, fptr(ws.h, r*H), H, K, 0, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]}, [2]cuda.DevPtr{lw.expS[0], lw.expS[1]},
+				ids, slots, gw, gs, dense, MI, H))
+			o.do(o.b.experts(ws.ey, ws.eg, MI, 1, slots, [2]cuda.DevPtr{lw.expW[2]}, [2]cuda.DevPtr{lw.expS[2]}, ids, slots, dw, ds, dense, H, MI))
+		}
 		resid := cuda.DevPtr(0)
 		if shared {
 			resid = fptr(ws.ey, slots*H)
@@ -709,12 +761,14 @@ func (f *fwd) attnOut(lw *dlayer) {
 	c := e.cfg
 	M := f.M
 	R, P := c.KVLoraRank, c.QKRopeHeadDim
-	NH, nope := c.NumHeads, c.QKNopeHeadDim
-	qk := nope + P
+	NH := c.NumHeads
 	TK := c.IndexTopK
-	// One launch: q_nope through W_UK, and q's RoPE part rotated into ws.qpe.
-	o.do(o.b.absorbQ(ws.qlat, ws.qpe, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, M, NH, nope, R, NH*qk, qk, P,
-		kernels.QRope{Pos: f.pos, Cos: e.ropeCos, Sin: e.ropeSin, Interleaved: c.RopeInterleave}))
+	if f.sideQ {
+		f.sideQ = false
+		o.do(o.b.join()) // q_b and absorbQ ran beside the indexer
+	} else {
+		f.absorbQ(lw)
+	}
 	if f.merge() && e.mla == mlaFP8 && ws.mla != 0 && mlaTCOn {
 		// All slots' rows in one launch, each row on its slot's region
 		// (nidx as below, the widest of the groups').
@@ -741,6 +795,18 @@ func (f *fwd) attnOut(lw *dlayer) {
 			g.s.buf.Add(e.mlaOff[lw.Idx]), fptr(ws.topk, g.first*TK), fptr(f.lens, g.first), ws.mla, g.n, NH, nidx, TK, e.scale))
 	}
 	f.attnProjOut(lw)
+}
+
+// absorbQ runs q_nope of ws.q through W_UK into ws.qlat and rotates q's
+// RoPE part into ws.qpe, in one launch.
+func (f *fwd) absorbQ(lw *dlayer) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	R, P := c.KVLoraRank, c.QKRopeHeadDim
+	NH, nope := c.NumHeads, c.QKNopeHeadDim
+	qk := nope + P
+	o.do(o.b.absorbQ(ws.qlat, ws.qpe, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, f.M, NH, nope, R, NH*qk, qk, P,
+		kernels.QRope{Pos: f.pos, Cos: e.ropeCos, Sin: e.ropeSin, Interleaved: c.RopeInterleave}))
 }
 
 // attnProjOut projects the attention's latent output through W_UV and

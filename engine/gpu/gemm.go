@@ -27,11 +27,11 @@ import (
 // power-of-two row scale, 4-stage cp.async, ~3x less tensor work than 3
 // parts). Exact mode keeps 3 parts whatever the switch says (gemmParts).
 //
-// Opt-in (TILERT_GPU_GEMM=1): gpu-check's TestGPUPrefillGemm* turn it on
-// and passed on the H200 (session 3 round 1, session 4,
-// docs/measured/h200-2026-12-01-s4-pfill2; an 8192-token prefill 806 ms
-// against 1528 with the GEMVs), but the whole gpu-check has not run with it
-// as the default. Off, prefill runs as 4-row GEMVs over chunks of 32 rows.
+// On by default (TILERT_GPU_GEMM=0 goes back to 4-row GEMVs over chunks of
+// 32 rows): the whole gpu-check passed with it, absorb_tc and
+// mla_prefill_tcp as the defaults (docs/measured/h200-2026-12-02-s7); an
+// 8192-token prefill of one dense + one MoE layer takes 447 ms, where the
+// GEMVs did not finish within 40 s.
 // TILERT_GPU_PREFILL_CHUNK sets the rows per prefill forward (default
 // defaultChunkLen with the GEMMs, 32 without). Larger chunks should pay
 // (not yet measured): every chunk streams all 256 experts' weights through
@@ -68,7 +68,7 @@ const (
 )
 
 var (
-	gemmOn = os.Getenv("TILERT_GPU_GEMM") == "1"
+	gemmOn = os.Getenv("TILERT_GPU_GEMM") != "0"
 	// gemmSplits: TILERT_GPU_GEMM_SPLITS, the parts of x in serving mode's
 	// GEMMs (3 default, 2, or 1: x rounded once, as HF's and vLLM's bf16
 	// prefill; the fp8 GEMMs then run gemm_p1.cu, fp16 x with a
@@ -219,12 +219,12 @@ func (b *cudaDevice) p1(w cuda.DevPtr, K, M int) bool {
 	return b.gemmWS != 0 && b.k.GemmP1OK(w, K) && kernels.GemmP1ScratchBytes(M, K) <= b.gemmWSBytes
 }
 
-// absorbTCOn: TILERT_GPU_ABSORB_TC=1 runs the prefill's absorbed-MLA
-// products on tensor cores (kernels.AbsorbQTC / AbsorbVTC; 23 ms against
-// 65 for an 8192-token prefill; the prefill cache checks passed with it on
-// the H200, NOTES.md). Opt-in with the GEMMs it goes with: the whole
-// gpu-check has not run with them on; off, absorb_q_fp8 / absorb_v_fp8.
-var absorbTCOn = os.Getenv("TILERT_GPU_ABSORB_TC") == "1"
+// absorbTCOn runs the prefill's absorbed-MLA products on tensor cores
+// (kernels.AbsorbQTC / AbsorbVTC; 23 ms against 65 for an 8192-token
+// prefill). The default with the GEMMs it goes with (the whole gpu-check
+// passed with both, docs/measured/h200-2026-12-02-s7);
+// TILERT_GPU_ABSORB_TC=0 goes back to absorb_q_fp8 / absorb_v_fp8.
+var absorbTCOn = os.Getenv("TILERT_GPU_ABSORB_TC") != "0"
 
 // absorbMany says whether the absorbed-MLA products of M rows run as
 // tensor-core products (kernels.AbsorbQTC / AbsorbVTC, three fp16 parts:

@@ -95,6 +95,9 @@ type gop struct {
 	// after the scores kernel's histogram, which it zeroes for the next
 	// step), so timing it alone must re-run that call first (opAlone).
 	afterPrev bool
+	// ctl: a stream fork, unfork or join (side.go), no device work of its
+	// own; timing calls alone skips it.
+	ctl bool
 }
 
 // opAlone returns what timing run[i] alone runs: the call, preceded by the
@@ -182,6 +185,14 @@ func (gb *graphDevice) flush() error {
 	}
 	if gs.keep != nil || gs.hold {
 		gs.keep = append(gs.keep, pend)
+	}
+	if _, emu := gb.g.(emuGrapher); emu {
+		// The emulator runs each side chain after the main chain it
+		// overlaps (side.go).
+		var err error
+		if pend, err = sideLast(pend); err != nil {
+			return err
+		}
 	}
 	direct := func() error {
 		gs.eager++
@@ -419,6 +430,18 @@ func (gb *graphDevice) experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cu
 		return b.experts(y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K)
 	}, ku(y), ku(x), ki(ldx), ki(xdiv), ki(xsh), ku(t[0]), ku(t[1]), ku(ts[0]), ku(ts[1]), ku(ids), ki(slots),
 		ku(w[0]), ku(w[1]), ku(ws[0]), ku(ws[1]), ki(dense), ki(N), ki(K))
+	return gb.shaped(slots+dense, N, K)
+}
+
+func (gb *graphDevice) expertsShaped(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K, shapeSlots int) error {
+	name, per := "experts", int64(1)
+	if t[1] != 0 || w[1] != 0 {
+		name, per = "expertsGateUp", 2
+	}
+	_ = gb.rec(name, per*int64(slots+dense)*int64(N)*int64(K), func(b device) error {
+		return b.expertsShaped(y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K, shapeSlots)
+	}, ku(y), ku(x), ki(ldx), ki(xdiv), ki(xsh), ku(t[0]), ku(t[1]), ku(ts[0]), ku(ts[1]), ku(ids), ki(slots),
+		ku(w[0]), ku(w[1]), ku(ws[0]), ku(ws[1]), ki(dense), ki(N), ki(K), ki(shapeSlots))
 	return gb.shaped(slots+dense, N, K)
 }
 

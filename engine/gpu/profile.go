@@ -148,6 +148,9 @@ func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 			}
 			prevUs := 0.0
 			for i, op := range run {
+				if op.ctl {
+					continue // a stream fork or join: timed alone, calls run in order
+				}
 				f, paired := opAlone(run, i, b)
 				t, err := timeIt(f)
 				if err != nil {
@@ -187,6 +190,9 @@ type opTimer struct {
 func (t *opTimer) run(b device, pend []gop) error {
 	cb, ok := b.(*cudaDevice)
 	for _, op := range pend {
+		if op.ctl {
+			continue // a stream fork or join: timed alone, calls run in order
+		}
 		us := 0.0
 		if ok {
 			var err error

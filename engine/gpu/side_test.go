@@ -1,0 +1,149 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
+)
+
+func TestSideLast(t *testing.T) {
+	ops := func(names string) []gop {
+		var run []gop
+		for _, n := range strings.Fields(names) {
+			run = append(run, gop{name: n, ctl: n == "fork" || n == "unfork" || n == "join"})
+		}
+		return run
+	}
+	names := func(run []gop) string {
+		var s []string
+		for _, op := range run {
+			s = append(s, op.name)
+		}
+		return strings.Join(s, " ")
+	}
+	for _, tc := range []struct{ in, want, err string }{
+		{in: "a b c", want: "a b c"},
+		{in: "a fork s1 s2 unfork m1 m2 join c", want: "a m1 m2 s1 s2 c"},
+		{in: "fork s unfork join", want: "s"},
+		{in: "fork s1 unfork m1 join fork s2 unfork m2 join x", want: "m1 s1 m2 s2 x"},
+		{in: "a fork s1 fork", err: "fork inside a fork"},
+		{in: "a unfork", err: "unfork without a fork"},
+		{in: "fork s join", err: "join without a fork and unfork"},
+		{in: "fork s unfork m", err: "not joined"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := sideLast(ops(tc.in))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("sideLast(%q): error %v, want one saying %q", tc.in, err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if names(got) != tc.want {
+				t.Errorf("sideLast(%q) = %q, want %q", tc.in, names(got), tc.want)
+			}
+		})
+	}
+}
+
+// TestEmuSideOrderShowsAHazard: a main-stream call that reads what the
+// side chain writes, without a join between them, computes something else
+// on the emulator than in call order: the engine checks that run with the
+// side stream on would catch a missing join.
+func TestEmuSideOrderShowsAHazard(t *testing.T) {
+	m := newEmu()
+	gs := newGraphs()
+	gs.on = true
+	x, err := m.alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, _ := m.alloc(16)
+	one := make([]byte, 16)
+	for i := 0; i < 4; i++ {
+		binary.LittleEndian.PutUint32(one[4*i:], math.Float32bits(1))
+	}
+	if err := m.upload(x, one); err != nil {
+		t.Fatal(err)
+	}
+	gb := &graphDevice{device: m, gs: gs, g: emuGrapher{}, mark: time.Now()}
+	for _, err := range []error{gb.fork(), gb.scale(x, 2, 4), gb.unfork(), gb.copyDD(y, x, 16), gb.join(), gb.flush()} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make([]byte, 16)
+	if err := m.download(got, y); err != nil {
+		t.Fatal(err)
+	}
+	if v := math.Float32frombits(binary.LittleEndian.Uint32(got)); v != 1 {
+		t.Errorf("the copy read %v: the side chain's scale ran before the main chain (want 1, the value before it)", v)
+	}
+}
+
+// TILERT_GPU_SIDE=1: q_b with the query absorption, and the shared expert,
+// run on a second stream beside the indexer's chain and the router; the
+// tokens must be those of one stream (on the GPU the same kernels give the
+// same bits; on the emulator each side chain runs after the chain it
+// overlaps, so a read of the other chain's output would show). Three slots
+// (one within index_topk, two past it) and one, with and without MTP.
+func TestEmuSideStreamSameTokens(t *testing.T) { testSideStream(t, onEmu) }
+func TestGPUSideStreamSameTokens(t *testing.T) { testSideStream(t, onGPU) }
+
+func testSideStream(t *testing.T, kind deviceKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	defer func(on bool) { sideOn = on }(sideOn)
+	for _, pr := range enginetest.Presets {
+		for _, mtp := range []bool{false, true} {
+			for _, slots := range []int{1, 3} {
+				t.Run(fmt.Sprintf("%s mtp=%v slots=%d", pr, mtp, slots), func(t *testing.T) {
+					w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+					vocab := w.Config().VocabSize
+					tk := w.Config().IndexTopK
+					prompt := enginetest.Prompt(tk+30, vocab, 11)
+					prompts := [][]int{prompt[:tk-10], prompt, prompt[:tk+7]}[:slots]
+					if slots == 1 {
+						prompts = [][]int{prompt}
+					}
+					n := 10
+					opts := engine.Options{MTP: mtp, MaxSeqLen: len(prompt) + n + 16, Slots: slots}
+					var batch [2][][]int
+					var forks [2]int
+					for k, on := range []bool{false, true} {
+						sideOn = on
+						e := newTestEngine(t, kind, src, opts)
+						e.m.graphs.keep = [][]gop{}
+						batch[k] = generateBatch(t, e, prompts, engine.Params{}, n)
+						for _, run := range e.m.graphs.keep {
+							for _, op := range run {
+								if op.name == "fork" {
+									forks[k]++
+								}
+							}
+						}
+					}
+					for s := range batch[0] {
+						if i := enginetest.FirstDiff(batch[1][s], batch[0][s]); i >= 0 {
+							t.Errorf("slot %d: tokens with the side stream differ at %d:\n got %v\nwant %v", s, i, batch[1][s], batch[0][s])
+						}
+					}
+					t.Logf("%s forks: %d off, %d on", kind, forks[0], forks[1])
+					if forks[0] != 0 || forks[1] == 0 {
+						t.Errorf("forks: %d with the side stream off (want 0), %d on (want some)", forks[0], forks[1])
+					}
+				})
+			}
+		}
+	}
+}

@@ -713,7 +713,7 @@ func (f *fwd) attnOut(lw *dlayer) {
 	qk := nope + P
 	TK := c.IndexTopK
 	// One launch: q_nope through W_UK, and q's RoPE part rotated into ws.qpe.
-	o.do(o.b.absorbQ(ws.qlat, ws.qpe, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, M, NH, nope, R, NH*qk, qk, P,
+	o.do(o.absorbQ(ws.qlat, ws.qpe, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, M, NH, nope, R, NH*qk, qk, P,
 		kernels.QRope{Pos: f.pos, Cos: e.ropeCos, Sin: e.ropeSin, Interleaved: c.RopeInterleave}))
 	if f.merge() && e.mla == mlaFP8 && ws.mla != 0 && mlaTCOn {
 		// All slots' rows in one launch, each row on its slot's region
@@ -750,7 +750,7 @@ func (f *fwd) attnProjOut(lw *dlayer) {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	R, NH, vd := c.KVLoraRank, c.NumHeads, c.VHeadDim
-	o.do(o.b.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
+	o.do(o.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
 	if f.oRes {
 		f.linRes(lw.O, ws.x, ws.ao, ws.x, M, NH*vd, H) // ws.x += o_proj (postFuse)
 		return

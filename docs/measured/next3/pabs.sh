@@ -14,7 +14,7 @@ P1="TILERT_GPU_GEMM=1 TILERT_GPU_ABSORB_TC=1 TILERT_GPU_MLA_PREFILL=4 TILERT_GPU
 #    float32 summation noise; tails (rows, nope 192, vd 48 / 256), padded / unaligned strides, rows 2^+-40 apart.
 #    Then the timing at the 8192-token DeepSeek-V3.2 shapes against absorb_tc (3 parts) next to a d2d copy.
 (cd cuda/kernels && TILERT_GPU_TIMING=1 TILERT_GPU_REPORT=$R/pabs/kernels-report.txt timeout $(pa_left 80) $D/kernels.test \
-  -test.count=1 -test.v -test.run 'TestAbsorbP1BoundFails$|TestKernelAbsorbP1$|TestKernelAbsorbP1Timing$' \
+  -test.count=1 -test.v -test.run 'TestAbsorbP1BoundFails$|TestAbsorbP1Transcribed$|TestKernelAbsorbP1$|TestKernelAbsorbP1Timing$' \
   > $R/pabs/kernels.log 2>&1; echo rc=$? >> $R/pabs/kernels.log)
 # 2. the 8192-token prefill with every one-part switch (issue 10: HF 141 ms; run 2 of 2026-12-02: 184.8 ms with
 #    absorbQ + absorbV 22.5 ms on absorb_tc; target here <= 8 ms for the two layers' absorbs)

@@ -805,7 +805,7 @@ func (f *fwd) absorbQ(lw *dlayer) {
 	R, P := c.KVLoraRank, c.QKRopeHeadDim
 	NH, nope := c.NumHeads, c.QKNopeHeadDim
 	qk := nope + P
-	o.do(o.b.absorbQ(ws.qlat, ws.qpe, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, f.M, NH, nope, R, NH*qk, qk, P,
+	o.do(o.absorbQ(ws.qlat, ws.qpe, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, f.M, NH, nope, R, NH*qk, qk, P,
 		kernels.QRope{Pos: f.pos, Cos: e.ropeCos, Sin: e.ropeSin, Interleaved: c.RopeInterleave}))
 }
 
@@ -816,7 +816,7 @@ func (f *fwd) attnProjOut(lw *dlayer) {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	R, NH, vd := c.KVLoraRank, c.NumHeads, c.VHeadDim
-	o.do(o.b.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
+	o.do(o.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
 	if f.oRes {
 		f.linRes(lw.O, ws.x, ws.ao, ws.x, M, NH*vd, H) // ws.x += o_proj (postFuse)
 		return

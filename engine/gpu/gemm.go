@@ -58,6 +58,10 @@ type gemmDevice interface {
 	gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, nbig, N, K, parts int) error
 	// moeCombineRows is kernels.MoECombineRows.
 	moeCombineRows(out, ey, wts, pos cuda.DevPtr, rows, k, N int) error
+	// absorbQP1 / absorbVP1 are absorbQ / absorbV over fp8 weights with x
+	// rounded once (serving-mode prefill with one part: absorb_p1.go).
+	absorbQP1(out, qpe, q, w, s cuda.DevPtr, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error
+	absorbVP1(out, x, w, s cuda.DevPtr, M, H, vd, R, ldo int) error
 }
 
 const (

@@ -132,7 +132,7 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 		f.idxQB = withIdx
 		return true
 	}
-	if sideOn && withIdx && M <= kernels.MaxTileM {
+	if sideQOn && withIdx && M <= kernels.MaxTileM {
 		// q_b and the query absorption beside the indexer's chain (side.go;
 		// attnOut joins before the MLA).
 		o.do(o.b.fork())

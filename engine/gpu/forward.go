@@ -522,7 +522,7 @@ func (f *fwd) sharedBeside(lw *dlayer) bool {
 	K, MI := c.NumExpertsPerTok, c.MoEIntermediateSize
 	// Not when the router's launch writes ws.h (postNorm: the shared
 	// expert would read it before).
-	if !sideOn || f.postNorm != 0 || M > kernels.MaxTileM || f.groupedMoE() || !gemvTileOn || H%16 != 0 || MI%16 != 0 ||
+	if !sideShOn || f.postNorm != 0 || M > kernels.MaxTileM || f.groupedMoE() || !gemvTileOn || H%16 != 0 || MI%16 != 0 ||
 		!f.tileShared(lw) {
 		return false
 	}

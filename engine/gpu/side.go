@@ -18,12 +18,27 @@ import (
 // main stream and join makes the main stream wait for the side's calls.
 // Captured into a step's graph these are a fork and a join of its branches.
 //
-// TILERT_GPU_SIDE=1 turns it on (opt-in until measured). The emulator runs
+// TILERT_GPU_SIDE=1 turns both on, =q only the attention's fork, =moe only
+// the shared expert's (opt-in: on the H200 both together gave 2.928 ms
+// against one stream's ~2.95 at 8192, 1 slot, and 6.47 against ~6.36 at 4
+// slots, docs/measured/h200-2026-12-02-s7). The emulator runs
 // each side chain after the main chain it overlaps (sideLast): a chain
 // that read what the other writes would then compute something else, so
 // the emulated engine checks catch an ordering mistake that the GPU would
 // only show as a rare race.
-var sideOn = os.Getenv("TILERT_GPU_SIDE") == "1"
+var sideQOn, sideShOn = sideMode(os.Getenv("TILERT_GPU_SIDE"))
+
+func sideMode(v string) (q, sh bool) {
+	switch v {
+	case "1":
+		return true, true
+	case "q":
+		return true, false
+	case "moe":
+		return false, true
+	}
+	return false, false
+}
 
 // sideStream is a runner's second stream and the events that order it
 // against the main one (created on first use, on the device thread).

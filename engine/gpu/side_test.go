@@ -103,7 +103,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(on bool) { sideOn = on }(sideOn)
+	defer func(q, sh bool) { sideQOn, sideShOn = q, sh }(sideQOn, sideShOn)
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
 			for _, slots := range []int{1, 3} {
@@ -121,7 +121,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					var batch [2][][]int
 					var forks [2]int
 					for k, on := range []bool{false, true} {
-						sideOn = on
+						sideQOn, sideShOn = on, on
 						e := newTestEngine(t, kind, src, opts)
 						e.m.graphs.keep = [][]gop{}
 						batch[k] = generateBatch(t, e, prompts, engine.Params{}, n)

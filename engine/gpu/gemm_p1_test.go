@@ -263,19 +263,29 @@ func testCachesOnePart(t *testing.T, kind deviceKind, tag string) {
 			if kind == onEmu {
 				return
 			}
-			nb1, err := build(&noisyRunner{m: &noisyEmu{emuDevice: newEmu()}}, src, opts)
-			if err != nil {
-				t.Fatal(err)
+			// The noise baseline: the emulated one-part forward against itself
+			// nudged, the largest effect of p1NoiseSeeds nudge patterns (one
+			// pattern is one draw of a chaotic process: on the H200 the GPU
+			// landed at 1.6x one draw's "beyond" fraction).
+			nzBeyond, nzDiffer := 0.0, 0.0
+			for _, seed := range p1NoiseSeeds {
+				nb1, err := build(&noisyRunner{m: &noisyEmu{emuDevice: newEmu(), n: seed}}, src, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, sn1 := prefillExport(t, nb1, prompt)
+				nz, _ := compareCaches(t, ge.Layout(), se, sn1, false)
+				if err := nb1.Close(); err != nil {
+					t.Error(err)
+				}
+				t.Logf("emulated one-part vs itself nudged by %.0e (seed %#x): beyond %.4f, differing %.4f", noiseLevel, seed, nz.beyondFrac(), nz.differFrac())
+				nzBeyond, nzDiffer = max(nzBeyond, nz.beyondFrac()), max(nzDiffer, nz.differFrac())
 			}
-			defer nb1.Close()
-			_, sn1 := prefillExport(t, nb1, prompt)
-			nz, _ := compareCaches(t, ge.Layout(), se, sn1, false)
 			t.Logf("%s vs emulated one-part, per region:", kind)
 			ge1, ge10 := compareCaches(t, ge.Layout(), se, s2, true)
-			t.Logf("emulated one-part vs itself nudged by %.0e: beyond %.4f, differing %.4f", noiseLevel, nz.beyondFrac(), nz.differFrac())
 			name = fmt.Sprintf("%s %s one-part prefill caches vs emulated one-part%s", kind, pr, tag)
-			record(t, name, "fraction of values beyond one step", ge1.beyondFrac(), max(p1BeyondFloor, p1NoiseFactor*nz.beyondFrac()))
-			record(t, name, "fraction of values differing", ge1.differFrac(), max(p1DifferFloor, min(1, p1NoiseFactor*nz.differFrac())))
+			record(t, name, "fraction of values beyond one step", ge1.beyondFrac(), max(p1BeyondFloor, p1NoiseFactor*nzBeyond))
+			record(t, name, "fraction of values differing", ge1.differFrac(), max(p1DifferFloor, min(1, p1NoiseFactor*nzDiffer)))
 			// The first layer's caches come from GEMMs of the embeddings alone:
 			// the same roundings on both sides, only summation order apart.
 			record(t, name+", first layer", "fraction of values beyond one step", ge10.beyondFrac(), p1Layer0BeyondBound)
@@ -422,7 +432,13 @@ func testLogitsOnePart(t *testing.T, kind deviceKind, tag string) {
 			}
 			// float32-sized noise on the one-part forward (its fp16 roundings
 			// then flip where an input sits on a boundary, as on the GPU).
-			base1 := noiseBaselineAt(t, src, toks, l1, m1, 0)
+			// The one-part forward's own noise: the largest effect of
+			// p1NoiseSeeds nudge patterns (see the caches' check).
+			var base1Med, base1Big, base1Dis float64
+			for _, seed := range p1NoiseSeeds {
+				b := noiseBaselineSeed(t, src, toks, l1, m1, 0, seed)
+				base1Med, base1Big, base1Dis = max(base1Med, b.quantile(0.5)), max(base1Big, b.bigFrac()), max(base1Dis, b.disFrac())
+			}
 			ge := newTestEngine(t, kind, src, opts)
 			if got := ge.m.gemmParts(); got != 1 {
 				t.Fatalf("serving engine with the switch on: %d parts", got)
@@ -447,16 +463,17 @@ func testLogitsOnePart(t *testing.T, kind deviceKind, tag string) {
 			recordP1(t, kind, tag, name, "median max|d|/max|ref|", st.quantile(0.5), medB)
 			recordP1(t, kind, tag, name, fmt.Sprintf("positions with err > %.0e", flipErr), st.bigFrac(), bigB)
 			recordP1(t, kind, tag, name, "top-1 disagreeing", st.disFrac(), disB)
-			t.Logf("baseline, one-part forward nudged by %.0e: p50 %.3g; > %.0e: %d; top-1 changed %d", noiseLevel, base1.quantile(0.5), flipErr, base1.big, base1.dis)
+			t.Logf("baseline, one-part forward nudged by %.0e (largest of %d patterns): p50 %.3g; > %.0e: %.3g; top-1 changed %.3g",
+				noiseLevel, len(p1NoiseSeeds), base1Med, flipErr, base1Big, base1Dis)
 			if kind == onEmu {
 				return
 			}
 			s1 := compareRuns(l1, m1, gl, gm)
 			t.Logf("gpu one-part vs emulated one-part: p50 %.3g max %.3g; > %.0e: %d; top-1 changed %d", s1.quantile(0.5), s1.quantile(1), flipErr, s1.big, s1.dis)
 			tag := fmt.Sprintf("%s %s one-part prefill logits vs emulated one-part forward%s", kind, pr, tag)
-			record(t, tag, "median max|d|/max|ref|", s1.quantile(0.5), max(medianBound, p1NoiseFactor*base1.quantile(0.5)))
-			record(t, tag, fmt.Sprintf("positions with err > %.0e", flipErr), s1.bigFrac(), max(flipFraction, base1.bigFrac()))
-			record(t, tag, "top-1 disagreeing", s1.disFrac(), max(flipFraction, base1.disFrac()))
+			record(t, tag, "median max|d|/max|ref|", s1.quantile(0.5), max(medianBound, p1NoiseFactor*base1Med))
+			record(t, tag, fmt.Sprintf("positions with err > %.0e", flipErr), s1.bigFrac(), max(flipFraction, base1Big))
+			record(t, tag, "top-1 disagreeing", s1.disFrac(), max(flipFraction, base1Dis))
 		})
 	}
 }
@@ -464,8 +481,18 @@ func testLogitsOnePart(t *testing.T, kind deviceKind, tag string) {
 // noiseBaselineAt is noiseBaseline with every GEMV/GEMM output nudged by a
 // relative level (0: noiseLevel).
 func noiseBaselineAt(t *testing.T, src Source, toks []int, el, em [][]float32, level float64) flipStats {
+	return noiseBaselineSeed(t, src, toks, el, em, level, 0)
+}
+
+// p1NoiseSeeds start the noisy emulator's nudge pattern (noisyEmu.n) of
+// the one-part checks' baselines.
+var p1NoiseSeeds = []uint64{0, 0x9e3779b97f4a7c15, 0xd1b54a32d192ed03}
+
+// noiseBaselineSeed is noiseBaselineAt with the nudge pattern started at
+// seed.
+func noiseBaselineSeed(t *testing.T, src Source, toks []int, el, em [][]float32, level float64, seed uint64) flipStats {
 	t.Helper()
-	b, err := build(&noisyRunner{m: &noisyEmu{emuDevice: newEmu(), level: level}}, src, engine.Options{MaxSeqLen: maxSeq})
+	b, err := build(&noisyRunner{m: &noisyEmu{emuDevice: newEmu(), level: level, n: seed}}, src, engine.Options{MaxSeqLen: maxSeq})
 	if err != nil {
 		t.Fatal(err)
 	}

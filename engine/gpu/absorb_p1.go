@@ -85,15 +85,8 @@ func (gb *graphDevice) absorbVP1(out, x, w, s cuda.DevPtr, M, H, vd, R, ldo int)
 // (fp16 after the power of two that brings the block's largest |x| into
 // [2^14, 2^15)), times the raw e4m3 weights; q's RoPE part as absorbQ.
 func (m *emuDevice) absorbQP1(out, qpe, q, w, s cuda.DevPtr, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error {
-	for r := 0; r < M && qpe != 0; r++ {
-		if err := m.copy2D(qpe.Add(int64(4*r*H*P)), q.Add(int64(4*(r*ldq+nope))), H, P, P, hs); err != nil {
-			return err
-		}
-	}
-	if qpe != 0 && rope.Pos != 0 {
-		if err := m.rope(qpe, rope.Pos, rope.Cos, rope.Sin, M*H, H, P, 0, P, rope.Interleaved); err != nil {
-			return err
-		}
+	if err := m.qRopePart(qpe, q, M, H, nope, ldq, hs, P, rope); err != nil {
+		return err
 	}
 	rb := (R + 127) / 128
 	ones := make([]float32, rb)

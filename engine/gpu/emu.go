@@ -887,8 +887,10 @@ func (m *emuDevice) headRow(dst []float32, w, s cuda.DevPtr, fp8 bool, idx, R in
 	copy(dst, m.f32(w.Add(int64(4*idx*R)), R))
 }
 
-func (m *emuDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error {
-	row := make([]float32, R)
+// qRopePart copies q's RoPE part (the last P of each head's hs values,
+// rows ldq apart) into qpe ([M][H][P]) and rotates it: absorbQ's second
+// output, the same in every absorb kernel (none when qpe is 0).
+func (m *emuDevice) qRopePart(qpe, q cuda.DevPtr, M, H, nope, ldq, hs, P int, rope kernels.QRope) error {
 	for r := 0; r < M && qpe != 0; r++ {
 		if err := m.copy2D(qpe.Add(int64(4*r*H*P)), q.Add(int64(4*(r*ldq+nope))), H, P, P, hs); err != nil {
 			return err
@@ -898,6 +900,14 @@ func (m *emuDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope,
 		if err := m.rope(qpe, rope.Pos, rope.Cos, rope.Sin, M*H, H, P, 0, P, rope.Interleaved); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+func (m *emuDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error {
+	row := make([]float32, R)
+	if err := m.qRopePart(qpe, q, M, H, nope, ldq, hs, P, rope); err != nil {
+		return err
 	}
 	for r := 0; r < M; r++ {
 		qs := m.f32(q.Add(int64(4*r*ldq)), (H-1)*hs+nope)

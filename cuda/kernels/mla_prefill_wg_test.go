@@ -138,3 +138,67 @@ func TestKernelTimingMLAPrefillWG(t *testing.T) {
 		}
 	})
 }
+
+// The kernel's two wgmma uses on the hardware, alone (mwg_probe): the
+// N-major B of P.V and the K-major A/B of QK^T with the kernel's
+// descriptors and MWG_OFF layout, on small-integer fp16 inputs (exact
+// float32 sums, so any wrong element shows). Mode 1 (the N-major B's LBO
+// and SBO swapped) is logged only: if the kernel's convention failed, it
+// says whether the other reading is the hardware's.
+func TestKernelWGMMAProbe(t *testing.T) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		needWG(t, c, k)
+		mod, err := k.wg()
+		chk(err)
+		f, err := k.c.Function(mod, "mwg_probe")
+		chk(err)
+		const smem = 8*8*128 + 64*8*128 // a: 64 x 64, b: 64 x 512 halves (MWG_OFF)
+		chk(k.c.SetMaxDynamicShared(f, smem))
+		av, bv := make([]float64, 64*64), make([]float64, 64*512)
+		ah, bh := make([]uint16, len(av)), make([]uint16, len(bv))
+		for i := range av {
+			av[i] = float64(r.IntN(9)-4) / 4
+			ah[i] = h1Bits(av[i])
+		}
+		for i := range bv {
+			bv[i] = float64(r.IntN(9)-4) / 4
+			bh[i] = h1Bits(bv[i])
+		}
+		ap, bp := a.up(ah), a.up(bh)
+		s := c.Stream()
+		for mode := range 3 {
+			dp := a.poisoned(64 * 512)
+			chk(k.launchFn(f, cuda.D1(1), cuda.D1(256), smem, s, ap, bp, dp, mode))
+			chk(c.SyncStream(s))
+			got := downF32(c, dp, 64*512)
+			wrong := 0
+			for h := range 64 {
+				cols := 512
+				if mode == 2 {
+					cols = 64
+				}
+				for n := range cols {
+					var want float64
+					for kk := range 64 {
+						if mode == 2 {
+							want += av[h*64+kk] * bv[n*512+kk]
+						} else {
+							want += av[h*64+kk] * bv[kk*512+n]
+						}
+					}
+					if float64(got[h*512+n]) != want {
+						wrong++
+					}
+				}
+			}
+			name := [3]string{"wgmma probe P.V (m64n256k16, B N-major, LBO 128 SBO 1024: the kernel's)",
+				"wgmma probe P.V with B's LBO/SBO swapped (not the kernel's)",
+				"wgmma probe QK^T (m64n32k16, A and B K-major, LBO 1024 SBO 128: the kernel's)"}[mode]
+			if mode == 1 {
+				t.Logf("%s: %d of %d values wrong", name, wrong, 64*512)
+				continue
+			}
+			record(t, name, "values wrong (exact sums)", float64(wrong), 0)
+		}
+	})
+}

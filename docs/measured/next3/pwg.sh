@@ -10,13 +10,14 @@ pw_left() { local l=$((120 - (SECONDS - pw_t0))); [ $l -lt 1 ] && l=1; [ $l -lt 
 mkdir -p $R/pwg
 WG="TILERT_GPU_GEMM_SPLITS=1 TILERT_GPU_MLA_PREFILL=5"
 # 1. kernel: the sm_90a module compiles with the device's NVRTC (ptxas -v: registers, spills in the log); the
-#    pure-Go transcription (wgmma descriptor / fragment model); the GPU check vs the float64 references on exact
+#    pure-Go transcription (wgmma descriptor / fragment model); the hardware probe of the kernel's two wgmma
+#    descriptor conventions alone (exact sums; if P.V's fails it logs whether LBO/SBO swapped is right); the GPU check vs the float64 references on exact
 #    and kernel-rounded inputs (h1's one-part bounds), vs mla_prefill_h1 on the same inputs (<= 2^-10 max|v|),
 #    repeated launch bit-identical, bad arguments refused; shapes 37x72 / 24x4 / 9x128 paged / 6x128 top-k 2048.
 #    Then the timing at issue 10's shape (128 heads, top-k 2048 of 8192; 256 and 1024 rows) beside mla_prefill_h1
 #    and a d2d copy. Expect: every row PASS; wg faster than h1's ~26.8 ms / 8192 rows (~155 TFLOP/s).
 (cd cuda/kernels && TILERT_GPU_TIMING=1 TILERT_GPU_REPORT=$R/pwg/kernels-report.txt timeout $(pw_left 55) $D/kernels.test \
-  -test.count=1 -test.v -test.run 'TestNVRTCCompilesWGModule$|TestMLAPrefillWGTranscribed$|TestKernelMLAPrefillWG$|TestKernelTimingMLAPrefillWG$' \
+  -test.count=1 -test.v -test.run 'TestNVRTCCompilesWGModule$|TestMLAPrefillWGTranscribed$|TestKernelWGMMAProbe$|TestKernelMLAPrefillWG$|TestKernelTimingMLAPrefillWG$' \
   > $R/pwg/kernels.log 2>&1; echo rc=$? >> $R/pwg/kernels.log)
 # 2. the 8192-token prefill with every one-part switch and mla_prefill_wg (HF 141 ms; =4 in s7 run 3: 157.7 ms, of
 #    which mlaPrefill 53.7 ms for 2 layers). The log says once whether =5 ran mla_prefill_wg or fell back to =4.

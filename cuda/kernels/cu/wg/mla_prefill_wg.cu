@@ -418,7 +418,64 @@ extern "C" __global__ void __launch_bounds__(256, 1) mla_prefill_wg(MT_ARGS) {
     for (int i = 0; i < 32; i++) *(float2*)(po + 8 * i) = make_float2(o[4 * i + 2 * hr] * inv, o[4 * i + 2 * hr + 1] * inv);
   }
 }
+
+// mwg_probe: the kernel's two wgmma uses alone, for the GPU test to pin the
+// descriptor conventions on the hardware (mla_prefill_wg_test.go). 256
+// threads (two warpgroups, th as in the kernel); a [64][64] and b [64][512]
+// fp16 row-major in global memory, stored at MWG_OFF as the kernel stores
+// P / the queries (a) and the tile (b). mode 0: P.V as the kernel (d[h][n]
+// = sum_t a[h][t] b[t][n], warpgroup th columns [256 th, +256)); mode 1:
+// the same with the N-major B's LBO and SBO swapped (the other reading of
+// the PTX text); mode 2: QK^T as the kernel over 64 dims (d[h][t] = sum_k
+// a[h][k] b[t][k], t < 64, warpgroup th tokens [32 th, +32)). d: [64][512].
+extern "C" __global__ void __launch_bounds__(256, 1) mwg_probe(const u16* __restrict__ a, const u16* __restrict__ b, float* d, int mode) {
+  extern __shared__ uint4 mwg_smem[];
+  u8* As = (u8*)mwg_smem;  // 64 x 64 halves
+  u8* Bs = As + MWG_P_BYTES;  // 64 x 512 halves
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3, th = w >> 2, hg = w & 3;
+  for (int i = tid; i < 64 * 64; i += 256) *(u16*)(As + MWG_OFF(i >> 6, i & 63)) = a[i];
+  for (int i = tid; i < 64 * 512; i += 256) *(u16*)(Bs + MWG_OFF(i >> 9, i & 511)) = b[i];
+  mwg_fence_async();
+  __syncthreads();
+  const u32 as_a = mwg_smem_addr(As), bs_a = mwg_smem_addr(Bs);
+  const int r0 = 16 * hg + g;
+  if (mode == 2) {
+    float s[16];
+#pragma unroll
+    for (int i = 0; i < 16; i++) s[i] = 0.0f;
+    mwg_pin<16>(s);
+    mwg_wg_fence();
+    const u32 b0 = bs_a + (u32)(4 * th) * 128u;
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) mwg_m64n32<0>(s, mwg_desc(as_a + 2048u * ks, 1024u, 128u), mwg_desc(b0 + 2048u * ks, 1024u, 128u));
+    mwg_wg_commit();
+    mwg_wg_wait0();
+    mwg_pin<16>(s);
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) d[(r0 + 8 * (c >> 1)) * 512 + 32 * th + 8 * n + 2 * t4 + (c & 1)] = s[4 * n + c];
+    return;
+  }
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; i++) o[i] = 0.0f;
+  mwg_pin<128>(o);
+  mwg_wg_fence();
+  const u32 b0 = bs_a + (u32)(32 * th * 8) * 128u;
+  const u32 lbo = mode == 1 ? 1024u : 128u, sbo = mode == 1 ? 128u : 1024u;
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) mwg_m64n256<1>(o, mwg_desc(as_a + 2048u * kk, 1024u, 128u), mwg_desc(b0 + 256u * kk, lbo, sbo));
+  mwg_wg_commit();
+  mwg_wg_wait0();
+  mwg_pin<128>(o);
+#pragma unroll
+  for (int i = 0; i < 32; i++)
+#pragma unroll
+    for (int c = 0; c < 4; c++) d[(r0 + 8 * (c >> 1)) * 512 + 256 * th + 8 * i + 2 * t4 + (c & 1)] = o[4 * i + c];
+}
 #else
+extern "C" __global__ void __launch_bounds__(256) mwg_probe(const u16* a, const u16* b, float* d, int mode) { __trap(); }
 // Without sm_90a's wgmma (the module is only built for sm_90a; this keeps
 // a host or other-arch parse of the file valid).
 extern "C" __global__ void __launch_bounds__(256) mla_prefill_wg(MT_ARGS) { __trap(); }

@@ -16,7 +16,7 @@ WG="TILERT_GPU_GEMM_SPLITS=1 TILERT_GPU_MLA_PREFILL=5"
 #    repeated launch bit-identical, bad arguments refused; shapes 37x72 / 24x4 / 9x128 paged / 6x128 top-k 2048.
 #    Then the timing at issue 10's shape (128 heads, top-k 2048 of 8192; 256 and 1024 rows) beside mla_prefill_h1
 #    and a d2d copy. Expect: every row PASS; wg faster than h1's ~26.8 ms / 8192 rows (~155 TFLOP/s).
-(cd cuda/kernels && TILERT_GPU_TIMING=1 TILERT_GPU_REPORT=$R/pwg/kernels-report.txt timeout $(pw_left 55) $D/kernels.test \
+(cd cuda/kernels && TILERT_GPU_TIMING=1 TILERT_GPU_REPORT=$R/pwg/kernels-report.txt timeout $(pw_left 60) $D/kernels.test \
   -test.count=1 -test.v -test.run 'TestNVRTCCompilesWGModule$|TestMLAPrefillWGTranscribed$|TestKernelWGMMAProbe$|TestKernelMLAPrefillWG$|TestKernelTimingMLAPrefillWG$' \
   > $R/pwg/kernels.log 2>&1; echo rc=$? >> $R/pwg/kernels.log)
 # 2. the 8192-token prefill with every one-part switch and mla_prefill_wg (HF 141 ms; =4 in s7 run 3: 157.7 ms, of
@@ -28,5 +28,5 @@ echo rc=$? >> $R/pwg/prefill.txt
 #    TestGPUMLAPrefillH1's (greedy and caches vs the emulated one-part forward, caches vs CPU, routing, exact mode
 #    never runs it; GEMMs pinned to 3 parts); TestGPUPrefillOnePartAllWG is TestGPUPrefillOnePartAll's (every
 #    one-part switch together, bounds for all roundings) with =5.
-(cd engine/gpu && env $WG TILERT_ENGINE_REPORT=$R/pwg/engine-report.txt timeout $(pw_left 40) $D/engine.test -test.count=1 -test.v \
+(cd engine/gpu && env $WG TILERT_ENGINE_REPORT=$R/pwg/engine-report.txt timeout $(pw_left 35) $D/engine.test -test.count=1 -test.v \
   -test.run 'TestGPUPrefillOnePartAllWG$|TestGPUMLAPrefillWG$' > $R/pwg/engine.log 2>&1; echo rc=$? >> $R/pwg/engine.log)

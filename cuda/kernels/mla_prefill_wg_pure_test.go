@@ -39,6 +39,9 @@ import (
 
 // wgSourceLines are the kernel lines the transcription below copies.
 var wgSourceLines = []string{
+	"// 2,304 = 199,936 bytes (one block an SM).",
+	"#define MWG_TILE_BYTES (72 * 8 * 128)  // 64 rows x 576 halves",
+	"#define MWG_P_BYTES (8 * 8 * 128)      // 64 heads x 64 tokens halves",
 	"#define MWG_OFF(r, c) (((((c) >> 3) * 8 + ((r) >> 3)) << 7) + (((r) & 7) << 4) + (((c) & 7) << 1))",
 	"return (u64)((addr & 0x3ffffu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32);",
 	"*(uint2*)(Qs + MWG_OFF(hh, d)) =",
@@ -441,6 +444,9 @@ func TestMLAPrefillWGTranscribed(t *testing.T) {
 		if !strings.Contains(src, l) {
 			t.Errorf("transcribed line no longer in cu/wg/mla_prefill_wg.cu: %s", l)
 		}
+	}
+	if wgOffLsum+2*64*4+3*64*4 != MLAPrefillWGSmemBytes || MLAPrefillWGSmemBytes != 199936 {
+		t.Errorf("shared memory: offsets end at %d, MLAPrefillWGSmemBytes %d, MWG_SMEM_BYTES 199936", wgOffLsum+2*64*4+3*64*4, MLAPrefillWGSmemBytes)
 	}
 	r := rand.New(rand.NewPCG(13, 9))
 	for _, cs := range []struct{ nq, H, nidx, ldIdx int }{{4, 72, 150, 160}, {3, 4, 32, 32}, {2, 128, 300, 304}} {

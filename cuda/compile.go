@@ -30,6 +30,32 @@ func CompileModule(nv *NVRTC, major, minor int, src, name string, options func(a
 	if err != nil {
 		return nil, err
 	}
+	return compileModule(nv, arch, cubin, src, name, options, cache)
+}
+
+// ErrNoSM90a: this NVRTC cannot build for sm_90a (Hopper's arch-specific
+// target, which wgmma and setmaxnreg need): NVRTC 12.0 or newer can.
+var ErrNoSM90a = errors.New("this NVRTC cannot compile for sm_90a")
+
+// CanCompileSM90a says whether nv builds sm_90a images (NVRTC 12+ that
+// lists sm_90, with cubin output).
+func (n *NVRTC) CanCompileSM90a() bool {
+	return n.Major >= 12 && n.cubinSize != 0 && slices.Contains(n.archs, 90)
+}
+
+// CompileModuleSM90a compiles src for sm_90a (a cubin) whatever arch
+// CompileModule would pick: a module of kernels that need Hopper's
+// arch-specific instructions, beside the main module. It fails with
+// ErrNoSM90a when nv cannot build for sm_90a.
+func CompileModuleSM90a(nv *NVRTC, src, name string, options func(arch string) []string, cache KernelCache) (*Compiled, error) {
+	if !nv.CanCompileSM90a() {
+		return nil, errors.WithHintf(errors.Wrapf(ErrNoSM90a, "NVRTC %s (%s), archs %v", nv.Version(), nv.Lib, nv.SupportedArchs()),
+			"set TILERT_NVRTC to a libnvrtc.so of CUDA 12 or newer")
+	}
+	return compileModule(nv, "sm_90a", true, src, name, options, cache)
+}
+
+func compileModule(nv *NVRTC, arch string, cubin bool, src, name string, options func(arch string) []string, cache KernelCache) (*Compiled, error) {
 	split, err := splitCompileOption(nv.Major, nv.Minor, os.Getenv(envNVRTCThreads))
 	if err != nil {
 		return nil, err

@@ -128,10 +128,17 @@ func chooseArch(major, minor int, supported []int, nvrtcMajor int, haveCubin boo
 // Compile builds src for arch (sm_XY gives a cubin, compute_XY PTX).
 // The compile log comes back with the error on failure.
 func (n *NVRTC) Compile(src, name string, opts []string, cubin bool) ([]byte, error) {
+	img, _, err := n.CompileLog(src, name, opts, cubin)
+	return img, err
+}
+
+// CompileLog is Compile that also returns NVRTC's log on success (with
+// -Xptxas -v among opts: ptxas's registers, shared memory and spills).
+func (n *NVRTC) CompileLog(src, name string, opts []string, cubin bool) ([]byte, string, error) {
 	var prog uintptr
 	csrc, cname := cstr(src), cstr(name)
 	if r := call(n.create, uintptr(unsafe.Pointer(&prog)), uintptr(unsafe.Pointer(csrc)), uintptr(unsafe.Pointer(cname)), 0, 0, 0); r != 0 {
-		return nil, newNVRTCError("nvrtcCreateProgram", NVRTCResult(r))
+		return nil, "", newNVRTCError("nvrtcCreateProgram", NVRTCResult(r))
 	}
 	defer func() { call(n.destroy, uintptr(unsafe.Pointer(&prog))) }()
 
@@ -148,24 +155,24 @@ func (n *NVRTC) Compile(src, name string, opts []string, cubin bool) ([]byte, er
 	log := n.log(prog)
 	if r != 0 {
 		err := newNVRTCError("nvrtcCompileProgram "+name, NVRTCResult(r))
-		return nil, errors.WithDetailf(err, "options: %s\n%s", strings.Join(opts, " "), log)
+		return nil, log, errors.WithDetailf(err, "options: %s\n%s", strings.Join(opts, " "), log)
 	}
 	sizeFn, getFn, what := n.ptxSize, n.getPTX, "PTX"
 	if cubin {
 		if n.cubinSize == 0 {
-			return nil, errors.New("this NVRTC cannot emit cubins (needs 11.1+)")
+			return nil, log, errors.New("this NVRTC cannot emit cubins (needs 11.1+)")
 		}
 		sizeFn, getFn, what = n.cubinSize, n.getCubin, "CUBIN"
 	}
 	var size uint64
 	if r := call(sizeFn, prog, uintptr(unsafe.Pointer(&size))); r != 0 {
-		return nil, newNVRTCError("nvrtcGet"+what+"Size", NVRTCResult(r))
+		return nil, "", newNVRTCError("nvrtcGet"+what+"Size", NVRTCResult(r))
 	}
 	out := make([]byte, size+1) // +1: PTX is loaded as a NUL-terminated string
 	if r := call(getFn, prog, uintptr(unsafe.Pointer(&out[0]))); r != 0 {
-		return nil, newNVRTCError("nvrtcGet"+what, NVRTCResult(r))
+		return nil, "", newNVRTCError("nvrtcGet"+what, NVRTCResult(r))
 	}
-	return out[:size], nil
+	return out[:size], log, nil
 }
 
 func (n *NVRTC) log(prog uintptr) string {

@@ -33,18 +33,20 @@ class CompileError(Exception):
 
 
 def sources(repo, rev):
-    """common.cuh and the .cu files of rev (WORKTREE: the files on disk)."""
+    """common.cuh and the .cu files of rev (WORKTREE: the files on disk), cu/ only (as kernels.KernelSource)."""
     files = {}
     if rev == "WORKTREE":
         d = os.path.join(repo, KDIR)
         for n in os.listdir(d):
+            if not os.path.isfile(os.path.join(d, n)):
+                continue  # cu/wg/: the sm_90a module, not the main one
             with open(os.path.join(d, n), encoding="utf-8") as f:
                 files[n] = f.read()
         return files
     tar = subprocess.run(["git", "-C", repo, "archive", rev, KDIR], check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         for m in t.getmembers():
-            if m.isfile():
+            if m.isfile() and os.path.dirname(m.name) == KDIR:  # cu/*: the main module (cu/wg/ is the sm_90a one)
                 files[os.path.basename(m.name)] = t.extractfile(m).read().decode("utf-8")
     return files
 

@@ -1,7 +1,10 @@
 package gpu
 
 import (
+	"log/slog"
 	"os"
+	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 
@@ -584,6 +587,12 @@ func (b *cudaDevice) mlaPrefill(out, qn, qp, cache, indices, lens, ws cuda.DevPt
 		return b.k.MLAPrefillTCP(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 	case 3:
 		return b.k.MLAPrefillTCPI(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
+	case 5:
+		if b.mlaPrefillWGOK() {
+			wgLaunches.Add(1)
+			return b.k.MLAPrefillWG(b.s, out, 0, qn, qp, cache, 0, indices, lens, nq, H, nidx, ldIdx, scale)
+		}
+		fallthrough
 	case 4:
 		if b.k.MLAPrefillH1Supported() {
 			return b.k.MLAPrefillH1(b.s, out, 0, qn, qp, cache, 0, indices, lens, nq, H, nidx, ldIdx, scale)
@@ -591,6 +600,29 @@ func (b *cudaDevice) mlaPrefill(out, qn, qp, cache, indices, lens, ws cuda.DevPt
 		return b.k.MLAPrefillTCP(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 	}
 	return b.k.MLAPrefillTC(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
+}
+
+var (
+	// wgOnce: mla_prefill_wg's availability is logged once a process.
+	wgOnce sync.Once
+	// wgLaunches counts mlaPrefill calls that ran mla_prefill_wg (tests:
+	// =5 did not fall back).
+	wgLaunches atomic.Int64
+)
+
+// mlaPrefillWGOK says whether TILERT_GPU_MLA_PREFILL=5's mla_prefill_wg
+// runs here: the sm_90a module (compute capability 9.0, NVRTC 12+) loads.
+// Otherwise =5 runs mla_prefill_h1 (=4), said once in the log.
+func (b *cudaDevice) mlaPrefillWGOK() bool {
+	err := b.k.WGSupported()
+	wgOnce.Do(func() {
+		if err != nil {
+			slog.Warn("TILERT_GPU_MLA_PREFILL=5: mla_prefill_wg is unavailable (needs sm_90a: an H100/H200 and NVRTC 12+); running mla_prefill_h1 (=4) instead", "err", err)
+			return
+		}
+		slog.Info("TILERT_GPU_MLA_PREFILL=5: mla_prefill_wg (sm_90a module, wgmma) runs the MLA prefill")
+	})
+	return err == nil
 }
 
 func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
@@ -662,7 +694,10 @@ var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") != "0"
 // =2 mla_prefill_tcp, =3 mla_prefill_tcpi (tcp with the tile converted by
 // integer operations: the same bits), =4 mla_prefill_h1 (one fp16 part of
 // the queries, entries and probabilities: serving-mode accuracy, ~2^-11
-// relative, not float32-exact; sm_89+, else tcp). Exact mode never runs
+// relative, not float32-exact; sm_89+, else tcp), =5 mla_prefill_wg
+// (=4's function and roundings on Hopper's wgmma, its own sm_90a module;
+// elsewhere, or where NVRTC cannot build sm_90a, it runs =4 and says so in
+// the log; the emulator transcribes both as mlaPrefillH1). Exact mode never runs
 // any of them (its caches are not fp8_ds_mla: forward.go takes this path
 // only for e.mla == mlaFP8). =2 is the default (=0 goes back to
 // mla_decode_tc): the whole gpu-check passed with it and the GEMMs on
@@ -683,6 +718,8 @@ var mlaPrefillMode = func() int {
 		return 3
 	case "4":
 		return 4
+	case "5":
+		return 5
 	}
 	return 2
 }()
@@ -909,6 +946,9 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 			return err
 		}
 		b := &cudaDevice{c: c, k: k, s: c.Stream(), ev: &r.ev, gemmWS: r.gemmWS, gemmWSBytes: r.gemmWSBytes, side: &r.side}
+		if mlaPrefillMode == 5 {
+			b.mlaPrefillWGOK() // the sm_90a module compiled and loaded before any graph capture
+		}
 		if r.stream != 0 {
 			b.s = r.stream
 		}

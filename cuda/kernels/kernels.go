@@ -21,7 +21,11 @@ var kernelFS embed.FS
 
 // KernelSource is the module NVRTC compiles: common.cuh, then every .cu in
 // name order, each marked with #line so compile errors name the right file.
-func KernelSource() string {
+func KernelSource() string { return moduleSource(kernelFS, "cu/*.cu") }
+
+// moduleSource is common.cuh, then every file of fsys matching glob in name
+// order, each after a #line naming it.
+func moduleSource(fsys embed.FS, glob string) string {
 	var b strings.Builder
 	common, err := kernelFS.ReadFile("cu/common.cuh")
 	if err != nil {
@@ -29,13 +33,13 @@ func KernelSource() string {
 	}
 	b.WriteString("#line 1 \"common.cuh\"\n")
 	b.Write(common)
-	names, err := fs.Glob(kernelFS, "cu/*.cu")
+	names, err := fs.Glob(fsys, glob)
 	if err != nil {
 		panic(err)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		src, err := kernelFS.ReadFile(n)
+		src, err := fsys.ReadFile(n)
 		if err != nil {
 			panic(err)
 		}

@@ -2,10 +2,7 @@ package kernels
 
 import (
 	"embed"
-	"io/fs"
 	"log/slog"
-	"sort"
-	"strings"
 
 	"github.com/cockroachdb/errors"
 
@@ -25,29 +22,7 @@ var wgFS embed.FS
 
 // WGKernelSource is the sm_90a module's source: common.cuh, then every
 // cu/wg/*.cu in name order, each marked with #line.
-func WGKernelSource() string {
-	var b strings.Builder
-	common, err := kernelFS.ReadFile("cu/common.cuh")
-	if err != nil {
-		panic(err) // embedded at build time
-	}
-	b.WriteString("#line 1 \"common.cuh\"\n")
-	b.Write(common)
-	names, err := fs.Glob(wgFS, "cu/wg/*.cu")
-	if err != nil {
-		panic(err)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		src, err := wgFS.ReadFile(n)
-		if err != nil {
-			panic(err)
-		}
-		b.WriteString("\n#line 1 \"" + strings.TrimPrefix(n, "cu/") + "\"\n")
-		b.Write(src)
-	}
-	return b.String()
-}
+func WGKernelSource() string { return moduleSource(wgFS, "cu/wg/*.cu") }
 
 // CompileWG compiles the sm_90a module through the cache (NVRTC 12+, no
 // GPU needed); cuda.ErrNoSM90a when nv cannot.

@@ -5,6 +5,7 @@
 # 120 s; steps in order of importance. A cold NVRTC cache costs the first kernel step ~50 s (the main module;
 # the sm_90a module is one kernel, ~1-2 s); TILERT_KERNEL_CACHE is shared by the steps.
 export TILERT_KERNEL_CACHE=${TILERT_KERNEL_CACHE:-/tmp/tilert-kernels}
+export TILERT_GPU_WG_CHECK=1 # the wg checks are opt-in until this fragment has run
 pw_t0=$SECONDS
 pw_left() { local l=$((120 - (SECONDS - pw_t0))); [ $l -lt 1 ] && l=1; [ $l -lt $1 ] && echo $l || echo $1; }
 mkdir -p $R/pwg

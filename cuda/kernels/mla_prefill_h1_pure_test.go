@@ -400,54 +400,80 @@ func h1MMA(c *[32][4]float32, a [32][4]uint32, b [32][2]uint32) {
 	}
 }
 
+// h1Gather is a block's view of query row qi's selections: slot(j) is the
+// cache token of selection j (-1 past the first min(nidx, tps), outside
+// the row's length, or padding), sl the three 64-slot rings primed with
+// tiles 0 and 1, and issue copies a ring's raw entries into the shared
+// tile, as the kernels' cp.async gather does (mla_prefill_h1, _wg).
+type h1Gather struct {
+	c         *h1Case
+	qi, count int
+	nt        int
+	sl        [3][64]int32
+}
+
+func newH1Gather(c *h1Case, qi, tps int) *h1Gather {
+	g := &h1Gather{c: c, qi: qi, count: min(c.nidx, tps)}
+	g.nt = cdiv(g.count, 64)
+	for j := range 128 {
+		g.sl[j/64][j%64] = g.slot(j)
+	}
+	return g
+}
+
+func (g *h1Gather) slot(j int) int32 {
+	if j >= g.count {
+		return -1
+	}
+	t := g.c.idx[g.qi*g.c.ldIdx+j]
+	if t < 0 || int(t) >= int(g.c.lens[g.qi]) {
+		return -1
+	}
+	return t
+}
+
+func (g *h1Gather) issue(m h1Smem, s *[64]int32) {
+	for j, t := range s {
+		if t >= 0 {
+			copy(m[j*MLATokenBytes:(j+1)*MLATokenBytes], g.c.cache[int(t)*MLATokenBytes:])
+		}
+	}
+}
+
+// h1QueryRow is head h's query of row qi (576 values, zero past c.H), the
+// power of two f that brings its largest |value| to the fp16 range the
+// kernels round at, and the softmax factor they keep for it (scale x
+// log2(e) / f).
+func h1QueryRow(c *h1Case, qi, h int) (v []float32, f, qsc float32) {
+	v = make([]float32, 576)
+	if h < c.H {
+		copy(v, c.qn[(qi*c.H+h)*512:(qi*c.H+h+1)*512])
+		copy(v[512:], c.qp[(qi*c.H+h)*64:(qi*c.H+h+1)*64])
+	}
+	var mx float32
+	for _, x := range v {
+		mx = max(mx, float32(math.Abs(float64(x))))
+	}
+	e := h1QExp(mx)
+	return v, float32(math.Ldexp(1, e)), c.scale * float32(1.4426950408889634) * float32(math.Ldexp(1, -e))
+}
+
 func h1Block(c *h1Case, qi, z, tps int, out, lse []float32) {
 	m := make(h1Smem, MLAPrefillH1SmemBytes)
 	for i := range h1OffKt {
 		m[i] = 0xff // stale raw bytes: NaN entries and scales
 	}
 	h0 := z * 64
-	ln := int(c.lens[qi])
-	count := min(c.nidx, tps)
-	nt := cdiv(count, 64)
-	slot := func(j int) int32 {
-		if j >= count {
-			return -1
-		}
-		t := c.idx[qi*c.ldIdx+j]
-		if t < 0 || int(t) >= ln {
-			return -1
-		}
-		return t
-	}
-	var sl [3][64]int32
-	for j := range 128 {
-		sl[j/64][j%64] = slot(j)
-	}
-	issue := func(s *[64]int32) {
-		for j, t := range s {
-			if t >= 0 {
-				copy(m[j*MLATokenBytes:(j+1)*MLATokenBytes], c.cache[int(t)*MLATokenBytes:])
-			}
-		}
-	}
+	g := newH1Gather(c, qi, tps)
+	nt, sl, slot := g.nt, g.sl, g.slot
+	issue := func(s *[64]int32) { g.issue(m, s) }
 	if nt > 0 {
 		issue(&sl[0])
 	}
 	// Queries.
 	for hh := range 64 {
-		h := h0 + hh
-		v := make([]float32, 576)
-		if h < c.H {
-			copy(v, c.qn[(qi*c.H+h)*512:(qi*c.H+h+1)*512])
-			copy(v[512:], c.qp[(qi*c.H+h)*64:(qi*c.H+h+1)*64])
-		}
-		var mx float32
-		for _, x := range v {
-			mx = max(mx, float32(math.Abs(float64(x))))
-		}
-		e := h1QExp(mx)
-		f := float32(math.Ldexp(1, e))
-		m.setF(h1OffQsc+4*hh, c.scale*float32(1.4426950408889634)*float32(math.Ldexp(1, -e)))
+		v, f, qsc := h1QueryRow(c, qi, h0+hh)
+		m.setF(h1OffQsc+4*hh, qsc)
 		for d, x := range v {
 			m.setH(h1OffQs+2*(hh*584+d), h1Bits(h1Round(float64(x*f))))
 		}

@@ -168,48 +168,16 @@ func wgBlock(t testing.TB, c *h1Case, kn wgKnobs, qi, z, tps int, out, lse []flo
 		m[i] = 0xfe // stale fp16 tiles: NaN
 	}
 	h0 := z * 64
-	ln := int(c.lens[qi])
-	count := min(c.nidx, tps)
-	nt := cdiv(count, 64)
-	slot := func(j int) int32 {
-		if j >= count {
-			return -1
-		}
-		t := c.idx[qi*c.ldIdx+j]
-		if t < 0 || int(t) >= ln {
-			return -1
-		}
-		return t
-	}
-	var sl [3][64]int32
-	for j := range 128 {
-		sl[j/64][j%64] = slot(j)
-	}
-	issue := func(s *[64]int32) {
-		for j, t := range s {
-			if t >= 0 {
-				copy(m[j*MLATokenBytes:(j+1)*MLATokenBytes], c.cache[int(t)*MLATokenBytes:])
-			}
-		}
-	}
+	g := newH1Gather(c, qi, tps)
+	nt, sl, slot := g.nt, g.sl, g.slot
+	issue := func(s *[64]int32) { g.issue(m, s) }
 	if nt > 0 {
 		issue(&sl[0])
 	}
 	// Queries: 4 halves at MWG_OFF(hh, d), d a multiple of 4.
 	for hh := range 64 {
-		h := h0 + hh
-		v := make([]float32, 576)
-		if h < c.H {
-			copy(v, c.qn[(qi*c.H+h)*512:(qi*c.H+h+1)*512])
-			copy(v[512:], c.qp[(qi*c.H+h)*64:(qi*c.H+h+1)*64])
-		}
-		var mx float32
-		for _, x := range v {
-			mx = max(mx, float32(math.Abs(float64(x))))
-		}
-		e := h1QExp(mx)
-		f := float32(math.Ldexp(1, e))
-		m.setF(wgOffQsc+4*hh, c.scale*float32(1.4426950408889634)*float32(math.Ldexp(1, -e)))
+		v, f, qsc := h1QueryRow(c, qi, h0+hh)
+		m.setF(wgOffQsc+4*hh, qsc)
 		for d := 0; d < 576; d += 4 {
 			for e := range 4 {
 				m.setH(wgOffQs+mwgOff(hh, d)+2*e, h1Bits(h1Round(float64(v[d+e]*f))))

@@ -8,7 +8,6 @@ package kernels
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -60,13 +59,7 @@ func TestKernelMLAPrefillH1(t *testing.T) {
 			op2 := a.poisoned(cs.nq * cs.H * 512)
 			chk(k.MLAPrefillH1(s, op2, 0, a.up(cc.qn), a.up(cc.qp), cache, bt, a.up(cc.idx), a.up(cc.lens), cs.nq, cs.H, cs.nidx, cs.ldIdx, cs.scale))
 			got2 := downF32(c, op2, cs.nq*cs.H*512)
-			diff := 0
-			for i := range got {
-				if math.Float32bits(got[i]) != math.Float32bits(got2[i]) {
-					diff++
-				}
-			}
-			record(t, name+" repeated launch", "values differing", float64(diff), 0)
+			record(t, name+" repeated launch", "values differing", float64(diffCount(got, got2)), 0)
 		}
 		// Bad arguments are refused before any launch.
 		for _, bad := range []struct{ nq, H, nidx, ldIdx int }{{0, 128, 64, 64}, {4, 0, 64, 64}, {4, 128, 64, 63}, {70000, 128, 64, 64}} {

@@ -100,13 +100,7 @@ func TestKernelMLAPrefillWG(t *testing.T) {
 			op2 := a.poisoned(cs.nq * cs.H * 512)
 			chk(k.MLAPrefillWG(s, op2, 0, qn, qp, cache, bt, ip, lp, cs.nq, cs.H, cs.nidx, cs.ldIdx, cs.scale))
 			got2 := downF32(c, op2, cs.nq*cs.H*512)
-			diff := 0
-			for i := range got {
-				if math.Float32bits(got[i]) != math.Float32bits(got2[i]) {
-					diff++
-				}
-			}
-			record(t, name+" repeated launch", "values differing", float64(diff), 0)
+			record(t, name+" repeated launch", "values differing", float64(diffCount(got, got2)), 0)
 		}
 		for _, bad := range []struct{ nq, H, nidx, ldIdx int }{{0, 128, 64, 64}, {4, 0, 64, 64}, {4, 128, 64, 63}, {70000, 128, 64, 64}} {
 			if err := k.MLAPrefillWG(s, a.raw(4), 0, a.raw(4), a.raw(4), a.raw(4), 0, a.raw(4), a.raw(4), bad.nq, bad.H, bad.nidx, bad.ldIdx, 0.1); err == nil {

@@ -95,9 +95,6 @@ type gop struct {
 	// after the scores kernel's histogram, which it zeroes for the next
 	// step), so timing it alone must re-run that call first (opAlone).
 	afterPrev bool
-	// ctl: a stream fork, unfork or join (side.go), no device work of its
-	// own; timing calls alone skips it.
-	ctl bool
 }
 
 // opAlone returns what timing run[i] alone runs: the call, preceded by the

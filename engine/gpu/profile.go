@@ -148,7 +148,7 @@ func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 			}
 			prevUs := 0.0
 			for i, op := range run {
-				if op.ctl {
+				if op.ctl() {
 					continue // a stream fork or join: timed alone, calls run in order
 				}
 				f, paired := opAlone(run, i, b)
@@ -190,7 +190,7 @@ type opTimer struct {
 func (t *opTimer) run(b device, pend []gop) error {
 	cb, ok := b.(*cudaDevice)
 	for _, op := range pend {
-		if op.ctl {
+		if op.ctl() {
 			continue // a stream fork or join: timed alone, calls run in order
 		}
 		us := 0.0

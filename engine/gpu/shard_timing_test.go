@@ -259,7 +259,7 @@ func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx 
 		for _, run := range runs {
 			prevUs := 0.0
 			for i, op := range run {
-				if op.ctl {
+				if op.ctl() {
 					continue // a stream fork or join (side.go): alone, the calls run in order
 				}
 				f, paired := opAlone(run, i, b)

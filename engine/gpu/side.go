@@ -147,22 +147,20 @@ func (m *emuDevice) unfork() error { return nil }
 func (m *emuDevice) join() error   { return nil }
 
 func (gb *graphDevice) fork() error {
-	err := gb.rec("fork", 0, func(b device) error { return b.fork() })
-	gb.pend[len(gb.pend)-1].ctl = true
-	return err
+	return gb.rec("fork", 0, func(b device) error { return b.fork() })
 }
 
 func (gb *graphDevice) unfork() error {
-	err := gb.rec("unfork", 0, func(b device) error { return b.unfork() })
-	gb.pend[len(gb.pend)-1].ctl = true
-	return err
+	return gb.rec("unfork", 0, func(b device) error { return b.unfork() })
 }
 
 func (gb *graphDevice) join() error {
-	err := gb.rec("join", 0, func(b device) error { return b.join() })
-	gb.pend[len(gb.pend)-1].ctl = true
-	return err
+	return gb.rec("join", 0, func(b device) error { return b.join() })
 }
+
+// ctl says whether op is a stream fork, unfork or join: no device work of
+// its own (timing calls alone skips it).
+func (op gop) ctl() bool { return op.name == "fork" || op.name == "unfork" || op.name == "join" }
 
 // sideLast returns run with every side chain (the calls between a fork
 // and its unfork) moved to its join, after the main chain it overlaps: the

@@ -16,7 +16,7 @@ func TestSideLast(t *testing.T) {
 	ops := func(names string) []gop {
 		var run []gop
 		for _, n := range strings.Fields(names) {
-			run = append(run, gop{name: n, ctl: n == "fork" || n == "unfork" || n == "join"})
+			run = append(run, gop{name: n})
 		}
 		return run
 	}

@@ -34,7 +34,7 @@ type Device struct {
 	drv    *driver
 	mu     sync.RWMutex
 	closed bool
-	work   chan func()
+	work   chan job
 	done   chan struct{}
 	ctx    *Ctx
 	cerr   error
@@ -55,7 +55,7 @@ func Open(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: dr, work: make(chan func()), done: make(chan struct{})}
+	d := &Device{drv: dr, work: make(chan job), done: make(chan struct{})}
 	init := make(chan error, 1)
 	go d.loop(ordinal, init)
 	if err := <-init; err != nil {
@@ -70,16 +70,41 @@ func (d *Device) loop(ordinal int, init chan<- error) {
 	// Never unlocked: when this goroutine ends the runtime retires the
 	// thread, so no other goroutine inherits the context.
 	runtime.LockOSThread()
-	defer close(d.done)
 	c, err := d.setup(ordinal)
 	init <- err
 	if err != nil {
+		close(d.done)
 		return
 	}
-	for f := range d.work {
-		f()
+	d.serve(c)
+}
+
+// serve runs the queued work until Close, then tears the context down.
+func (d *Device) serve(c *Ctx) {
+	for j := range d.work {
+		runJob(c, j, d.rethread)
 	}
 	d.cerr = c.teardown()
+	close(d.done)
+}
+
+// rethread continues serving on a new locked thread after a job ended the
+// executor's goroutine (runtime.Goexit: a test's t.Fatal or t.Skip inside
+// Do). The primary context is made current there; if that fails, every
+// later Do gets the error.
+func (d *Device) rethread() {
+	runtime.LockOSThread()
+	c := d.ctx
+	if err := d.drv.check("cuCtxSetCurrent", call(d.drv.cuCtxSetCurrent, c.handle)); err != nil {
+		slog.Error("gpu: the device thread could not be replaced", "err", err)
+		for j := range d.work {
+			j.res <- errors.Wrap(err, "gpu: device thread lost")
+		}
+		d.cerr = c.teardown()
+		close(d.done)
+		return
+	}
+	d.serve(c)
 }
 
 func (d *Device) setup(ordinal int) (*Ctx, error) {
@@ -147,25 +172,51 @@ func (d *Device) setup(ordinal int) (*Ctx, error) {
 
 // Do runs f on the device's thread and waits for it. f must not call Do
 // (that would deadlock) and must not keep c after returning. A panic in f
-// comes back as an error; the device stays usable.
+// comes back as an error; the device stays usable. So does f ending its
+// goroutine (runtime.Goexit, as t.Fatal or t.Skip called inside f do): Do
+// returns ErrGoexit and a new thread takes over the context.
 func (d *Device) Do(f func(c *Ctx) error) error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.closed {
 		return errors.New("gpu: device is closed")
 	}
-	res := make(chan error, 1)
-	d.work <- func() { res <- d.run(f) }
-	return <-res
+	j := job{f: f, res: make(chan error, 1)}
+	d.work <- j
+	return <-j.res
 }
 
-func (d *Device) run(f func(c *Ctx) error) (err error) {
+// ErrGoexit is Do's error when f ended the device thread's goroutine
+// (runtime.Goexit) instead of returning. A test helper that runs test
+// code inside Do sees it after a t.Skip or t.Fatal there, and should end
+// the test the same way on its own goroutine.
+var ErrGoexit = errors.New("gpu: the function run on the device thread called runtime.Goexit (t.Fatal or t.Skip inside Device.Do?)")
+
+// job is one Do call: the function and where its result goes.
+type job struct {
+	f   func(c *Ctx) error
+	res chan error
+}
+
+// runJob runs j.f(c) and always answers j.res: with f's error, a panic as
+// an error, or ErrGoexit when f ended this goroutine, after which
+// onGoexit (started on a new goroutine) has to take over the queue.
+func runJob(c *Ctx, j job, onGoexit func()) {
+	returned := false
 	defer func() {
-		if r := recover(); r != nil {
-			err = errors.Newf("gpu: panic on device thread: %v\n%s", r, debug.Stack())
+		if returned {
+			return
 		}
+		if r := recover(); r != nil {
+			j.res <- errors.Newf("gpu: panic on device thread: %v\n%s", r, debug.Stack())
+			return
+		}
+		j.res <- ErrGoexit
+		go onGoexit()
 	}()
-	return f(d.ctx)
+	err := j.f(c)
+	returned = true
+	j.res <- err
 }
 
 // Close synchronises, frees every pooled buffer and module, and releases the

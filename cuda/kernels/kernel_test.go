@@ -149,7 +149,20 @@ func onGPU(t *testing.T, f func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand)) {
 		f(c, k, a, rand.New(rand.NewPCG(seed, 0x7113)))
 		return c.SyncStream(c.Stream())
 	})
-	if err != nil {
+	endLikeDeviceThread(t, err)
+}
+
+// endLikeDeviceThread ends the test as f did on the device thread: a
+// t.Skip or t.Fatal there ends only that goroutine (Do then returns
+// cuda.ErrGoexit), so the test goroutine skips or fails here in turn.
+func endLikeDeviceThread(t *testing.T, err error) {
+	t.Helper()
+	switch {
+	case errors.Is(err, cuda.ErrGoexit) && t.Skipped():
+		t.SkipNow()
+	case errors.Is(err, cuda.ErrGoexit):
+		t.FailNow()
+	case err != nil:
 		t.Fatalf("%+v", err)
 	}
 }

@@ -11,22 +11,17 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
 )
 
 // needWG skips off compute capability 9.0 and fails on 9.0 when the sm_90a
-// module does not load (on an H100/H200 with NVRTC 12+ it must). Until the
-// kernel has run on a GPU its checks are opt-in (TILERT_GPU_WG_CHECK=1,
-// docs/measured/next3/pwg.sh), so that an unmeasured opt-in kernel cannot
-// turn make gpu-check red for the default paths.
+// module does not load (on an H100/H200 with NVRTC 12+ it must). The checks
+// ran on the H200 in session 8 (docs/measured/h200-2026-12-02-s8) and are no
+// longer opt-in.
 func needWG(t *testing.T, c *cuda.Ctx, k *Set) {
 	t.Helper()
-	if os.Getenv("TILERT_GPU_WG_CHECK") != "1" {
-		t.Skip("opt-in until mla_prefill_wg has run on a GPU: TILERT_GPU_WG_CHECK=1 (docs/measured/next3/pwg.sh)")
-	}
 	if i := c.Info(); i.CCMajor != 9 || i.CCMinor != 0 {
 		t.Skipf("mla_prefill_wg needs compute capability 9.0 (this device is %d.%d)", i.CCMajor, i.CCMinor)
 	}

@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"os"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -22,11 +21,6 @@ func withMLAPrefillWG(t *testing.T, kind deviceKind) {
 	mlaPrefillMode = 5
 	if kind != onGPU {
 		return
-	}
-	if os.Getenv("TILERT_GPU_WG_CHECK") != "1" {
-		// As the kernel checks (cuda/kernels needWG): opt-in until it has
-		// run on a GPU.
-		t.Skip("opt-in until mla_prefill_wg has run on a GPU: TILERT_GPU_WG_CHECK=1 (docs/measured/next3/pwg.sh)")
 	}
 	var cc [2]int
 	var wgErr error

@@ -23,7 +23,7 @@
 # TILERT_GPU_SEED (reproduce inputs), TILERT_NVRTC / NVRTC_PATH (libnvrtc),
 # GPU_CHECK_RUN (a -test.run pattern, default all), ENGINE_CHECK_RUN (the
 # engine tests' pattern, default the GPU ones: '^TestGPU'; "skip" skips them),
-# ENGINE_TEST_BIN.
+# ENGINE_TEST_BIN, DECODE_TEST_BIN, CUDA_TEST_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -33,6 +33,8 @@ ebin=${ENGINE_TEST_BIN:-.device/gpu/engine.test}
 case $ebin in /*) ;; *) ebin=$root/$ebin ;; esac
 dbin=${DECODE_TEST_BIN:-.device/gpu/decode.test}
 case $dbin in /*) ;; *) dbin=$root/$dbin ;; esac
+cbin=${CUDA_TEST_BIN:-.device/gpu/cuda.test}
+case $cbin in /*) ;; *) cbin=$root/$cbin ;; esac
 out=${OUT:-.device/gpu-check}
 case $out in /*) ;; *) out=$root/$out ;; esac
 mkdir -p "$(dirname "$bin")" "$out"
@@ -41,6 +43,7 @@ if command -v go >/dev/null 2>&1 && [ "${GPU_CHECK_NOBUILD:-0}" != 1 ]; then
 	echo "== building $bin"
 	CGO_ENABLED=0 go vet ./cuda ./cuda/kernels
 	CGO_ENABLED=0 go test -c -o "$bin" ./cuda/kernels
+	CGO_ENABLED=0 go test -c -o "$cbin" ./cuda
 	CGO_ENABLED=0 go vet ./engine/gpu
 	CGO_ENABLED=0 go test -c -o "$ebin" ./engine/gpu
 	CGO_ENABLED=0 go test -c -o "$dbin" ./roles/decode
@@ -62,6 +65,13 @@ export TILERT_GPU_REPORT=$out/report.txt
 export TILERT_KERNEL_CACHE=${TILERT_KERNEL_CACHE:-${TMPDIR:-/tmp}/tilert-kernels}
 rm -f "$TILERT_GPU_REPORT"
 set +e
+# The binding's own device tests first (a few seconds): zero-copy gathers,
+# the device thread surviving a t.Skip/t.Fatal inside Do.
+crc=0
+if [ -x "$cbin" ]; then
+	(cd cuda && "$cbin" -test.v -test.count=1 -test.timeout=2m) > "$out/cuda-test.log" 2>&1
+	crc=$?
+fi
 # The tests read their package's files, so run in cuda/kernels/ as go test would.
 (cd cuda/kernels && "$bin" -test.v -test.count=1 -test.timeout=9m -test.run "${GPU_CHECK_RUN:-.}") 2>&1 | tee "$out/gpu-test.log"
 rc=${PIPESTATUS[0]}
@@ -96,6 +106,9 @@ if [ "$drun" != skip ] && [ -x "$dbin" ]; then
 fi
 count() { grep -c -- "$1" "$2" 2>/dev/null || true; }
 echo
+if [ -f "$out/cuda-test.log" ]; then
+	echo "== gpu-check: cuda binding tests $(count '^--- PASS' "$out/cuda-test.log") passed, $(count '^--- FAIL' "$out/cuda-test.log") failed, $(count '^--- SKIP' "$out/cuda-test.log") skipped (exit $crc); full log $out/cuda-test.log"
+fi
 echo "== gpu-check: kernel tests $(count '^--- PASS' "$out/gpu-test.log") passed, $(count '^--- FAIL' "$out/gpu-test.log") failed, $(count '^--- SKIP' "$out/gpu-test.log") skipped (exit $rc); full log $out/gpu-test.log"
 if [ -f "$out/engine-test.log" ]; then
 	echo "== gpu-check: engine tests $(count '^--- PASS' "$out/engine-test.log") passed, $(count '^--- FAIL' "$out/engine-test.log") failed, $(count '^--- SKIP' "$out/engine-test.log") skipped (exit $erc); full log $out/engine-test.log"
@@ -120,6 +133,7 @@ if grep -q -- 'no GPU here' "$out/gpu-test.log"; then
 	echo "gpu-check: kernel tests were skipped: no usable GPU here" >&2
 	[ "$rc" = 0 ] && rc=3
 fi
+[ "$rc" = 0 ] && rc=$crc
 [ "$rc" = 0 ] && rc=$erc
 [ "$rc" = 0 ] && rc=$drc
 exit "$rc"

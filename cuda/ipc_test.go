@@ -13,20 +13,13 @@ import (
 // uploaded; then exports the allocation as an IPC handle (opening it needs
 // another process: roles/prefillshim's GPU test does that with PyTorch).
 func TestGatherDtoH(t *testing.T) {
-	d, err := Open(0)
-	if errors.Is(err, ErrNoGPU) {
-		t.Skip("no GPU")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTestDevice(t)
 	rng := rand.New(rand.NewPCG(11, 12))
 	src := make([]byte, 3<<20)
 	for i := range src {
 		src[i] = byte(rng.Uint32())
 	}
-	err = d.Do(func(c *Ctx) error {
+	err := d.Do(func(c *Ctx) error {
 		p, err := c.memAlloc(int64(len(src)))
 		if err != nil {
 			return err

@@ -63,20 +63,13 @@ func TestRunJob(t *testing.T) {
 // t.Skip inside Do does) returns ErrGoexit instead of hanging the caller,
 // and the device keeps working on the thread that takes over.
 func TestDoAfterGoexit(t *testing.T) {
-	d, err := Open(0)
-	if errors.Is(err, ErrNoGPU) {
-		t.Skip("no GPU")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTestDevice(t)
 	if err := d.Do(func(*Ctx) error { runtime.Goexit(); return nil }); !errors.Is(err, ErrGoexit) {
 		t.Fatalf("Do after Goexit: %v, want ErrGoexit", err)
 	}
 	want := []byte("still usable after the executor's goroutine ended")
 	got := make([]byte, len(want))
-	err = d.Do(func(c *Ctx) error {
+	err := d.Do(func(c *Ctx) error {
 		p, err := c.memAlloc(int64(len(want)))
 		if err != nil {
 			return err
@@ -96,4 +89,18 @@ func TestDoAfterGoexit(t *testing.T) {
 	if string(got) != string(want) {
 		t.Fatalf("read back %q", got)
 	}
+}
+
+// openTestDevice opens GPU 0 for a test, closed at its end; skips without one.
+func openTestDevice(t *testing.T) *Device {
+	t.Helper()
+	d, err := Open(0)
+	if errors.Is(err, ErrNoGPU) {
+		t.Skip("no GPU")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
 }

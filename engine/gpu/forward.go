@@ -490,7 +490,8 @@ func (f *fwd) moeThen(lw *dlayer, nrm *normTo) bool {
 	}
 	switch {
 	case f.groupedMoE():
-		f.moeGrouped(lw)
+		f.moeGrouped(lw) // the shared expert included
+		return false
 	case gemvTileOn && H%16 == 0 && c.MoEIntermediateSize%16 == 0:
 		return f.moeTile(lw, nrm) // the shared expert included
 	default:

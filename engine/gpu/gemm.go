@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"os"
-	"slices"
 	"strconv"
 
 	"github.com/cockroachdb/errors"
@@ -537,6 +536,11 @@ type moeGroupWorkspace struct {
 	meta       cuda.DevPtr // int32: tiles [maxTiles][3], xrows, pos, identity [pairs] each
 	eg, eu, ey cuda.DevPtr // [pairs][moe intermediate], [pairs][hidden]
 	maxTiles   int
+	// The host side of moeGrouped, reused: the ids as downloaded and
+	// decoded, the order, the meta before its upload.
+	rawHost, metaHost []byte
+	ids               []int32
+	order             expertOrderBufs
 }
 
 // groupedMoE says whether a MoE layer of M rows sorts its pairs by expert:
@@ -550,39 +554,47 @@ func (f *fwd) groupedMoE() bool {
 	return !graphed || gb.timed != nil
 }
 
-// moeGrouped is moe's routed part for many rows: ws.eidx comes back to the
-// host, the pairs are sorted by expert (stable: by row inside an expert)
-// into tiles of at most kernels.GemmTileRows, and gate, up, SiLU, down and
-// the weighted combine run once over all pairs. Results equal the per-row
-// path's up to the GEMMs' summation order.
+// moeGrouped is moe's routed part for many rows, the shared expert
+// included (moeThen adds none after it): ws.eidx comes back to the host,
+// the pairs are ordered by expert (stable: by row inside an expert;
+// expertOrder) into tiles of at most kernels.GemmTileRows, and gate, up,
+// SiLU, down and the weighted combine run once over all pairs. Results
+// equal the per-row path's up to the GEMMs' summation order.
+//
+// The ids download is the one host round trip of a prefill's MoE layer:
+// the device idles from the routing until the host has ordered the pairs
+// and queued the grouped GEMMs. So the shared expert (which needs no ids)
+// is queued right after the download, into ws.tmp, and runs while the host
+// orders the pairs; it is added into ws.mo after the combine, as
+// addSharedFFN does (the same launches on the same inputs, so the same
+// bits). The order is a counting sort, O(pairs): the stable comparison
+// sort it replaces took 13-19 ms for the 65536 pairs of an 8192-row chunk
+// (8 experts a row), the whole gap between an 8192-token prefill's wall
+// time and its device time on the H200 (docs/measured/next5/pgap.sh).
 func (f *fwd) moeGrouped(lw *dlayer) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	K, MI := c.NumExpertsPerTok, c.MoEIntermediateSize
 	P := M * K
-	raw := make([]byte, 4*P)
+	g := &ws.grp
+	raw := g.hostBuf(&g.rawHost, 4*P)
 	o.do(o.b.download(raw, ws.eidx))
 	if o.err != nil {
 		return
 	}
-	ids := make([]int32, P)
-	for i := range ids {
-		ids[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
-		if ids[i] < 0 || int(ids[i]) >= c.NRoutedExperts {
-			o.do(errors.Newf("moe routing chose expert %d (of %d): the router logits are not finite", ids[i], c.NRoutedExperts))
-			return
-		}
+	if lw.HasShared {
+		f.ffn(lw.ShGate, lw.ShUp, lw.ShDown, ws.tmp) // on the device while the host orders the pairs
 	}
-	pairs := make([]int, P)
-	for i := range pairs {
-		pairs[i] = i
+	ids := g.ids[:0]
+	for i := 0; i < P; i++ {
+		ids = append(ids, int32(binary.LittleEndian.Uint32(raw[4*i:])))
 	}
-	slices.SortStableFunc(pairs, func(p, q int) int { return int(ids[p]) - int(ids[q]) })
-	g := &ws.grp
-	eid := make([]int32, P)
-	for i, p := range pairs {
-		eid[i] = ids[p]
+	g.ids = ids
+	pairs, eid, err := expertOrder(ids, c.NRoutedExperts, &g.order)
+	if err != nil {
+		o.do(err)
+		return
 	}
 	parts := o.gemmParts()
 	tl, nbig := kernels.ExpertTiles(eid, expertTilesBig(parts))
@@ -593,14 +605,15 @@ func (f *fwd) moeGrouped(lw *dlayer) {
 	}
 	// One upload: tiles [maxTiles][3], xrows [P], pos [P], identity [P].
 	xrowsAt, posAt, identAt := 3*g.maxTiles, 3*g.maxTiles+P, 3*g.maxTiles+2*P
-	meta := make([]byte, 4*(3*g.maxTiles+3*P))
+	meta := g.hostBuf(&g.metaHost, 4*(3*g.maxTiles+3*P))
+	clear(meta[:4*3*g.maxTiles])
 	put := func(i int, v int) { binary.LittleEndian.PutUint32(meta[4*i:], uint32(int32(v))) }
 	for i, v := range tl {
 		put(i, int(v))
 	}
 	for i, p := range pairs {
-		put(xrowsAt+i, p/K)
-		put(posAt+p, i)
+		put(xrowsAt+i, int(p)/K)
+		put(posAt+int(p), i)
 		put(identAt+i, i)
 	}
 	o.do(o.b.upload(g.meta, meta))
@@ -611,6 +624,65 @@ func (f *fwd) moeGrouped(lw *dlayer) {
 	// The down projection reads pair i's own row of eg.
 	o.do(o.b.gemmExperts(g.ey, g.eg, MI, P, lw.expW[2], lw.expS[2], tiles, ident, nt, nbig, H, MI, parts))
 	o.do(o.b.moeCombineRows(ws.mo, g.ey, ws.ewts, pos, M, K, H))
+	if lw.HasShared {
+		o.do(o.b.add(ws.mo, ws.mo, ws.tmp, M*H))
+	}
+}
+
+// expertOrder orders the pairs (row-major (row, slot) indices into ids) by
+// expert, stably (by pair index inside an expert), as a counting sort: the
+// same order as slices.SortStableFunc by ids[p] (TestExpertOrder). It
+// returns the ordered pairs and their experts, both in order's buffers
+// (reused across calls), or an error for an id outside [0, E) (non-finite
+// router logits).
+func expertOrder(ids []int32, E int, order *expertOrderBufs) (pairs, eid []int32, err error) {
+	cnt := order.cnt[:0]
+	for range E + 1 {
+		cnt = append(cnt, 0)
+	}
+	order.cnt = cnt
+	for _, id := range ids {
+		if id < 0 || int(id) >= E {
+			return nil, nil, errors.Newf("moe routing chose expert %d (of %d): the router logits are not finite", id, E)
+		}
+		cnt[id+1]++
+	}
+	for x := 1; x <= E; x++ {
+		cnt[x] += cnt[x-1] // cnt[x]: the first place of expert x's pairs
+	}
+	P := len(ids)
+	pairs, eid = growI32(&order.pairs, P), growI32(&order.eid, P)
+	for p, id := range ids {
+		at := cnt[id]
+		cnt[id]++
+		pairs[at], eid[at] = int32(p), id
+	}
+	return pairs, eid, nil
+}
+
+// expertOrderBufs are expertOrder's buffers, kept between calls.
+type expertOrderBufs struct {
+	cnt        []int
+	pairs, eid []int32
+}
+
+// growI32 returns (*b)[:n], growing *b when it is shorter.
+func growI32(b *[]int32, n int) []int32 {
+	if cap(*b) < n {
+		*b = make([]int32, n)
+	}
+	return (*b)[:n]
+}
+
+// hostBuf returns (*b)[:n], growing *b when it is shorter: the grouped
+// MoE's host copies of the ids and the meta, reused layer after layer
+// (the device has read the last upload from it: the next use follows a
+// download, which waits for the stream).
+func (g *moeGroupWorkspace) hostBuf(b *[]byte, n int) []byte {
+	if cap(*b) < n {
+		*b = make([]byte, n)
+	}
+	return (*b)[:n]
 }
 
 // allocGroup allocates the grouped MoE's buffers for M rows.

@@ -2,7 +2,9 @@ package gpu
 
 import (
 	"math"
+	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -181,6 +183,62 @@ func TestPickChunk(t *testing.T) {
 		t.Logf("mem %d GiB, max_seq %d: chunk %d, workspace %.2f GB", c.mem>>30, c.maxSeq, got, float64(workspaceBytes(e, got))/1e9)
 		if got != c.want {
 			t.Errorf("mem %d GiB, max_seq %d, env %q: chunk %d, want %d", c.mem>>30, c.maxSeq, c.env, got, c.want)
+		}
+	}
+}
+
+// TestExpertOrder: the grouped MoE's counting sort gives the order the
+// stable comparison sort gave (by expert, then by pair index), on random,
+// skewed and single-expert routings, with its buffers reused across calls
+// of different sizes; an expert id outside [0, E) is refused.
+func TestExpertOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	var bufs expertOrderBufs
+	for _, c := range []struct{ P, E, hot int }{{65536, 256, 0}, {8, 4, 0}, {4096, 256, 3}, {1, 1, 0}, {777, 160, 1}, {48 * 8, 16, 0}} {
+		ids := make([]int32, c.P)
+		for i := range ids {
+			ids[i] = int32(rng.IntN(c.E))
+			if c.hot > 0 && rng.IntN(2) == 0 {
+				ids[i] = int32(rng.IntN(c.hot)) // most pairs on a few experts
+			}
+		}
+		want := make([]int, c.P)
+		for i := range want {
+			want[i] = i
+		}
+		slices.SortStableFunc(want, func(p, q int) int { return int(ids[p]) - int(ids[q]) })
+		pairs, eid, err := expertOrder(ids, c.E, &bufs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pairs) != c.P || len(eid) != c.P {
+			t.Fatalf("P=%d: %d pairs, %d experts", c.P, len(pairs), len(eid))
+		}
+		for i := range want {
+			if int(pairs[i]) != want[i] || eid[i] != ids[want[i]] {
+				t.Fatalf("P=%d E=%d: place %d holds pair %d (expert %d), want pair %d (expert %d)", c.P, c.E, i, pairs[i], eid[i], want[i], ids[want[i]])
+			}
+		}
+	}
+	for _, bad := range []int32{-1, 16} {
+		if _, _, err := expertOrder([]int32{0, bad, 3}, 16, &bufs); err == nil {
+			t.Errorf("expert id %d of 16 accepted", bad)
+		}
+	}
+}
+
+// BenchmarkExpertOrder: the host's share of an 8192-row chunk's grouped
+// MoE (65536 pairs of 256 experts).
+func BenchmarkExpertOrder(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	ids := make([]int32, 65536)
+	for i := range ids {
+		ids[i] = int32(rng.IntN(256))
+	}
+	var bufs expertOrderBufs
+	for b.Loop() {
+		if _, _, err := expertOrder(ids, 256, &bufs); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

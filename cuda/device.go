@@ -261,6 +261,27 @@ type Ctx struct {
 	stream  Stream
 	modules map[string]*Module
 	values  map[any]any // Value's store
+	// queueHook, when set, runs before each call of this context that
+	// queues work on a stream (SetQueueHook).
+	queueHook func()
+}
+
+// SetQueueHook makes f run before every call of c that queues work on a
+// stream (kernel launches, asynchronous copies, memsets, graph launches;
+// not event records or waits) and returns the hook it replaces; nil
+// removes it. A timer's way to see where device work starts after an idle
+// stream (engine/gpu clock.go). f runs on the device thread and must not
+// queue work itself.
+func (c *Ctx) SetQueueHook(f func()) (prev func()) {
+	prev, c.queueHook = c.queueHook, f
+	return prev
+}
+
+// queued runs the queue hook, if any.
+func (c *Ctx) queued() {
+	if c.queueHook != nil {
+		c.queueHook()
+	}
 }
 
 // Info describes the device.
@@ -430,6 +451,7 @@ func (c *Ctx) CopyHtoDAsync(dst DevPtr, src []byte, s Stream) error {
 	if len(src) == 0 {
 		return nil
 	}
+	c.queued()
 	return c.check("cuMemcpyHtoDAsync_v2", call(c.drv.cuMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), uintptr(s)))
 }
 
@@ -438,21 +460,25 @@ func (c *Ctx) CopyDtoHAsync(dst []byte, src DevPtr, s Stream) error {
 	if len(dst) == 0 {
 		return nil
 	}
+	c.queued()
 	return c.check("cuMemcpyDtoHAsync_v2", call(c.drv.cuMemcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), uintptr(s)))
 }
 
 // CopyDtoD queues a device-to-device copy of n bytes.
 func (c *Ctx) CopyDtoD(dst, src DevPtr, n int64, s Stream) error {
+	c.queued()
 	return c.check("cuMemcpyDtoDAsync_v2", call(c.drv.cuMemcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(n), uintptr(s)))
 }
 
 // MemsetD32 fills n 32-bit words at dst with v.
 func (c *Ctx) MemsetD32(dst DevPtr, v uint32, n int64, s Stream) error {
+	c.queued()
 	return c.check("cuMemsetD32Async", call(c.drv.cuMemsetD32Async, uintptr(dst), uintptr(v), uintptr(n), uintptr(s)))
 }
 
 // MemsetD8 fills n bytes at dst with v.
 func (c *Ctx) MemsetD8(dst DevPtr, v byte, n int64, s Stream) error {
+	c.queued()
 	return c.check("cuMemsetD8Async", call(c.drv.cuMemsetD8Async, uintptr(dst), uintptr(v), uintptr(n), uintptr(s)))
 }
 
@@ -543,6 +569,7 @@ func (c *Ctx) EndCapture(s Stream) (*Graph, error) {
 
 // LaunchGraph replays g on s.
 func (c *Ctx) LaunchGraph(g *Graph, s Stream) error {
+	c.queued()
 	return c.check("cuGraphLaunch", call(c.drv.cuGraphLaunch, g.exec, uintptr(s)))
 }
 

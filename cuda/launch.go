@@ -67,6 +67,7 @@ func (c *Ctx) LaunchEx(f *Function, grid, block Dim3, smem int, s Stream, pdl bo
 	if err != nil {
 		return errors.Wrapf(err, "launch %s", f.Name)
 	}
+	c.queued()
 	if !pdl || !c.PDLSupported() {
 		r := call(c.drv.cuLaunchKernel, f.h,
 			uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z),

@@ -181,6 +181,8 @@ type cudaDevice struct {
 	// side is the runner's second stream (side.go; nil: none, fork runs
 	// the calls in order).
 	side *sideStream
+	// clk, when set, is cut before every host wait (ClockPrefill, clock.go).
+	clk *devClock
 }
 
 var _ device = (*cudaDevice)(nil)
@@ -208,7 +210,15 @@ func (b *cudaDevice) download(dst []byte, src cuda.DevPtr) error {
 	if err := b.c.CopyDtoHAsync(dst, src, b.s); err != nil {
 		return err
 	}
+	b.cut()
 	return b.c.SyncStream(b.s)
+}
+
+// cut closes the clock's segment before a host wait (clock.go).
+func (b *cudaDevice) cut() {
+	if b.clk != nil {
+		b.clk.cut()
+	}
 }
 
 func (b *cudaDevice) downloadAsync(dst []byte, src cuda.DevPtr) (func() error, error) {
@@ -222,6 +232,7 @@ func (b *cudaDevice) downloadAsync(dst []byte, src cuda.DevPtr) (func() error, e
 	if err := b.c.CopyDtoHAsync(dst, src, b.s); err != nil {
 		return nil, err
 	}
+	b.cut()
 	ev, c := *b.ev, b.c
 	if err := c.Record(ev, b.s); err != nil {
 		return nil, err
@@ -245,7 +256,10 @@ func (b *cudaDevice) zero(dst cuda.DevPtr, n int64) error {
 	return b.c.MemsetD8(dst, 0, n, b.s)
 }
 
-func (b *cudaDevice) sync() error { return b.c.SyncStream(b.s) }
+func (b *cudaDevice) sync() error {
+	b.cut()
+	return b.c.SyncStream(b.s)
+}
 
 // gemvFP8, gemvBF16 and gemvExperts choose the GEMV kernel. The tile
 // kernels (kernels.GemvFP8Tile: x reused across the rows a thread streams,
@@ -933,6 +947,8 @@ type cudaRunner struct {
 	gemmWS      cuda.DevPtr
 	gemmWSBytes int64
 	side        sideStream // the second stream of a step's forks (side.go)
+	// clk, when set, times the runs' device work (ClockPrefill, clock.go).
+	clk *devClock
 }
 
 func (r *cudaRunner) run(f func(b device) error) error {
@@ -952,8 +968,14 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		if r.stream != 0 {
 			b.s = r.stream
 		}
+		if r.clk != nil {
+			b.clk = r.clk
+			r.clk.bind(c, b.s)
+			defer c.SetQueueHook(c.SetQueueHook(r.clk.touch))
+		}
 		ahead, err := f(b)
 		err = errors.CombineErrors(err, b.settle())
+		b.cut() // before the closing sync, or with work left ahead
 		if err != nil {
 			// Let queued work finish before the caller looks at anything.
 			return errors.CombineErrors(err, c.SyncStream(b.s))

@@ -46,7 +46,7 @@ func Command() *cli.Command {
 				&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompts"},
 				&cli.StringFlag{Name: "prompt-file", Usage: "text file: each slot's prompt is a --prompt-len window of it (tokenized with the model's tokenizer.json) instead of random ids, so MTP acceptance is that of real text"},
 				&cli.StringFlag{Name: "json", Usage: "also write the result as JSON to this file"},
-				&cli.StringFlag{Name: "prefill-lens", Usage: "comma-separated prompt lengths also prefilled (timed, into slot 0, after the decode run) in the same engine, e.g. 1024,8192 (each at most --prompt-len)"},
+				&cli.StringFlag{Name: "prefill-lens", Usage: "comma-separated prompt lengths also prefilled (timed, into slot 0, after the decode run) in the same engine, e.g. 1024,8192 (each at most --prompt-len); on the GPU engine each also gets a line with the device time of the same run (busy, span) beside its wall time"},
 				&cli.StringFlag{Name: "context", Usage: "comma-separated context lengths (e.g. 1024,8192,32768,131072): each slot gets an imported cache of that many positions (random valid entries) instead of a prefill, and each row is held against the step's byte floor at the copy rate measured in the same run"},
 				&cli.StringFlag{Name: "dummy-weights", Usage: "random weights with the real dimensions of " + strings.Join(engineload.DummyModels, " or ") + ", made here and uploaded to the GPU (no files; replaces --model-dir)"},
 				&cli.IntFlag{Name: "layers", Value: 8, Usage: "with --dummy-weights: MoE layers after the model's dense ones"},
@@ -85,6 +85,10 @@ type Result struct {
 	PrefillProfile *gpu.PrefillProfile `json:"prefill_profile,omitempty"`
 	// PrefillMSByLen: --prefill-lens, prefill ms per prompt length.
 	PrefillMSByLen map[string]float64 `json:"prefill_ms_by_len,omitempty"`
+	// PrefillClockByLen: --prefill-lens on the GPU engine, each of those
+	// prefills' wall time beside the device time of the same run
+	// (gpu.PrefillClock).
+	PrefillClockByLen map[string]gpu.PrefillClock `json:"prefill_clock_by_len,omitempty"`
 }
 
 func runDecode(c *cli.Context) error {
@@ -243,6 +247,23 @@ func runDecode(c *cli.Context) error {
 					"raise --prompt-len to the longest prefill length"), cliutil.ExitUsage)
 			}
 			e.Release(0)
+			if ck, ok := e.(prefillClocker); ok {
+				// The same prefill, its device time taken beside (two
+				// event records per host wait).
+				t0 := time.Now()
+				_, pc, err := ck.ClockPrefill(0, prompt0[:L], p)
+				if err != nil {
+					return err
+				}
+				r.PrefillMSByLen[strconv.Itoa(L)] = float64(time.Since(t0).Microseconds()) / 1e3
+				if pc.Segments > 0 {
+					if r.PrefillClockByLen == nil {
+						r.PrefillClockByLen = map[string]gpu.PrefillClock{}
+					}
+					r.PrefillClockByLen[strconv.Itoa(L)] = pc
+				}
+				continue
+			}
 			t0 := time.Now()
 			if _, err := e.Prefill(0, prompt0[:L], p); err != nil {
 				return err
@@ -330,9 +351,20 @@ func report(w io.Writer, r Result) {
 	for _, L := range lens {
 		fmt.Fprintf(w, "  prefill %6d %9.2f ms (--prefill-lens)\n", L, r.PrefillMSByLen[strconv.Itoa(L)])
 	}
+	for _, L := range lens {
+		if pc, ok := r.PrefillClockByLen[strconv.Itoa(L)]; ok {
+			fmt.Fprintf(w, "  prefill %6d wall %.2f ms, device busy %.2f ms in %d runs between host waits, span %.2f ms: device idle at host waits %.2f ms, host outside the span %.2f ms\n",
+				L, pc.WallMs, pc.BusyMs, pc.Segments, pc.SpanMs, pc.IdleMs(), pc.HostMs())
+		}
+	}
 	if p := r.PrefillProfile; p != nil {
 		reportPrefillProfile(w, p, r.PromptLen)
 	}
+}
+
+// prefillClocker is the GPU engine's ClockPrefill.
+type prefillClocker interface {
+	ClockPrefill(slot int, prompt []int, p engine.Params) (int, gpu.PrefillClock, error)
 }
 
 // prefillProfiler is the GPU engine's ProfilePrefill.

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/tilert-go/tilert/engine/gpu"
 )
 
 func TestTextIDs(t *testing.T) {
@@ -77,5 +79,28 @@ func TestDecodePrefillLens(t *testing.T) {
 				t.Errorf("output lacks %q:\n%s", tc.out, out.String())
 			}
 		})
+	}
+}
+
+// The GPU engine's --prefill-lens rows carry the device time of the same
+// run: one line per length with the wall time, the device's busy time and
+// span, and the differences (device idle at host waits, host outside).
+func TestReportPrefillClock(t *testing.T) {
+	var out strings.Builder
+	report(&out, Result{
+		PrefillMSByLen:    map[string]float64{"1024": 17.8, "8192": 145.45},
+		PrefillClockByLen: map[string]gpu.PrefillClock{"8192": {WallMs: 145.4, SpanMs: 144.9, BusyMs: 130.5, Segments: 3}},
+	})
+	s := out.String()
+	for _, want := range []string{
+		"prefill   8192    145.45 ms (--prefill-lens)",
+		"prefill   8192 wall 145.40 ms, device busy 130.50 ms in 3 runs between host waits, span 144.90 ms: device idle at host waits 14.40 ms, host outside the span 0.50 ms",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "prefill   1024 wall") {
+		t.Errorf("a clock line for a length without a clock:\n%s", s)
 	}
 }

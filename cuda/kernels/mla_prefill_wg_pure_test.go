@@ -140,6 +140,12 @@ type wgKnobs struct {
 	pvNoTr  bool // P.V's B read K-major (imm-trans-b 0)
 	qkHalf  bool // QK^T's B at the other warpgroup's tokens
 	outCols bool // the output columns of the two warpgroups swapped
+	// wg2: the tile written by mla_prefill_wg2's producer (wg2Fill, from
+	// the cache in global memory) instead of wg's conversion; the
+	// consumers are wg's code (TestMLAPrefillWG2ConsumersAreWG).
+	wg2 bool
+	// wg2Bad plants a mistake in wg2Fill (see there); 0 none.
+	wg2Bad int
 }
 
 func wgTranscribe(t testing.TB, c *h1Case, kn wgKnobs) (out, lse []float32) {
@@ -209,7 +215,13 @@ func wgBlock(t testing.TB, c *h1Case, kn wgKnobs, qi, z, tps int, out, lse []flo
 			continue
 		}
 		// Conversion: token j = tid % 64, units 4i + tid/64.
+		if kn.wg2 {
+			wg2Fill(t, m, c.cache, &slk, kn.wg2Bad)
+		}
 		for tid := range 256 {
+			if kn.wg2 {
+				break
+			}
 			j := tid & 63
 			ok := slk[j] >= 0
 			rj := j * MLATokenBytes

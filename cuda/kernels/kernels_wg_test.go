@@ -35,8 +35,17 @@ func TestNVRTCCompilesWGModule(t *testing.T) {
 		return
 	}
 	t.Logf("ptxas -v (%d bytes):\n%s", len(img), log)
-	if strings.Contains(log, "bytes spill stores") && !strings.Contains(log, " 0 bytes spill stores") {
-		t.Errorf("mla_prefill_wg spills:\n%s", log)
+	// Per function (the module-wide test passed a spilling kernel as long
+	// as another one did not spill).
+	sp, fns := ptxasSpills(log)
+	for name, n := range sp {
+		t.Errorf("%s spills (%s bytes of spill stores)", name, n)
+	}
+	if fns < 3 {
+		t.Errorf("ptxas -v named %d entry functions, want mla_prefill_wg, mla_prefill_wg2, mwg_probe", fns)
+	}
+	if !strings.Contains(log, "USETMAXREG") && strings.Contains(log, "setmaxnreg") && strings.Contains(strings.ToLower(log), "ignored") {
+		t.Errorf("ptxas ignored mla_prefill_wg2's setmaxnreg:\n%s", log)
 	}
 	if strings.Contains(log, "wgmma") && strings.Contains(strings.ToLower(log), "serializ") {
 		t.Logf("NOTE: ptxas serialises the wgmma pipeline (see the log above)")
@@ -66,5 +75,37 @@ func TestWGModuleSeparate(t *testing.T) {
 	}
 	if !strings.Contains(WGKernelSource(), "extern \"C\" __global__ void __launch_bounds__(256, 1) mla_prefill_wg(") {
 		t.Fatal("the sm_90a module lacks mla_prefill_wg")
+	}
+	if strings.Contains(KernelSource(), "mla_prefill_wg2") || !strings.Contains(WGKernelSource(), "extern \"C\" __global__ void __launch_bounds__(384, 1) mla_prefill_wg2(") {
+		t.Fatal("mla_prefill_wg2 is not (only) in the sm_90a module")
+	}
+}
+
+// ptxasSpills reads ptxas -v's log: the functions with spill stores (and
+// how many bytes), and how many entry functions it names.
+func ptxasSpills(log string) (spills map[string]string, fns int) {
+	spills = map[string]string{}
+	for _, part := range strings.Split(log, "Compiling entry function '")[1:] {
+		name, _, _ := strings.Cut(part, "'")
+		fns++
+		if i := strings.Index(part, " bytes spill stores"); i >= 0 {
+			f := strings.Fields(part[:i])
+			if n := f[len(f)-1]; n != "0" {
+				spills[name] = n
+			}
+		}
+	}
+	return spills, fns
+}
+
+func TestPtxasSpills(t *testing.T) {
+	log := `ptxas info    : Compiling entry function 'a' for 'sm_90a'
+ptxas         .     104 bytes stack frame, 116 bytes spill stores, 140 bytes spill loads
+ptxas info    : Compiling entry function 'b' for 'sm_90a'
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+`
+	sp, n := ptxasSpills(log)
+	if n != 2 || len(sp) != 1 || sp["a"] != "116" {
+		t.Fatalf("%v %d", sp, n)
 	}
 }

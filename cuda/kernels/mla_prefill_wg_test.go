@@ -107,7 +107,8 @@ func TestKernelMLAPrefillWG(t *testing.T) {
 
 // Issue 10's prefill shape (TestKernelTimingMLAPrefillH1's): 128 heads,
 // top-k 2048 of an 8192-token cache, 256 and 1024 rows; mla_prefill_h1
-// beside it and a device copy for scale.
+// and mla_prefill_wg2 (TILERT_GPU_MLA_PREFILL=6) beside it and a device
+// copy for scale.
 func TestKernelTimingMLAPrefillWG(t *testing.T) {
 	needTiming(t)
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
@@ -131,6 +132,10 @@ func TestKernelTimingMLAPrefillWG(t *testing.T) {
 				chk(k.MLAPrefillWG(s, out, 0, qn, qp, cache, 0, ip, lens, nq, H, nidx, nidx, 0.1))
 			})
 			add(fmtName("mla_prefill_wg H=%d topk=2048 nq=%d", H, nq), nb, us, "TILERT_GPU_MLA_PREFILL=5, "+tf(us))
+			us = medianUs(c, s, 3, 7, func() {
+				chk(k.MLAPrefillWG2(s, out, 0, qn, qp, cache, 0, ip, lens, nq, H, nidx, nidx, 0.1))
+			})
+			add(fmtName("mla_prefill_wg2 H=%d topk=2048 nq=%d", H, nq), nb, us, "TILERT_GPU_MLA_PREFILL=6, "+tf(us))
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -601,6 +602,12 @@ func (b *cudaDevice) mlaPrefill(out, qn, qp, cache, indices, lens, ws cuda.DevPt
 		return b.k.MLAPrefillTCP(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 	case 3:
 		return b.k.MLAPrefillTCPI(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
+	case 6:
+		if b.mlaPrefillWGOK() {
+			wg2Launches.Add(1)
+			return b.k.MLAPrefillWG2(b.s, out, 0, qn, qp, cache, 0, indices, lens, nq, H, nidx, ldIdx, scale)
+		}
+		return b.mlaPrefillH1(out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
 	case 5:
 		if b.mlaPrefillWGOK() {
 			wgLaunches.Add(1)
@@ -608,12 +615,18 @@ func (b *cudaDevice) mlaPrefill(out, qn, qp, cache, indices, lens, ws cuda.DevPt
 		}
 		fallthrough
 	case 4:
-		if b.k.MLAPrefillH1Supported() {
-			return b.k.MLAPrefillH1(b.s, out, 0, qn, qp, cache, 0, indices, lens, nq, H, nidx, ldIdx, scale)
-		}
-		return b.k.MLAPrefillTCP(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
+		return b.mlaPrefillH1(out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
 	}
 	return b.k.MLAPrefillTC(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
+}
+
+// mlaPrefillH1 is TILERT_GPU_MLA_PREFILL=4 (and =5 / =6 without sm_90a):
+// mla_prefill_h1 from sm_89, else mla_prefill_tcp.
+func (b *cudaDevice) mlaPrefillH1(out, qn, qp, cache, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	if b.k.MLAPrefillH1Supported() {
+		return b.k.MLAPrefillH1(b.s, out, 0, qn, qp, cache, 0, indices, lens, nq, H, nidx, ldIdx, scale)
+	}
+	return b.k.MLAPrefillTCP(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 }
 
 var (
@@ -622,19 +635,26 @@ var (
 	// wgLaunches counts mlaPrefill calls that ran mla_prefill_wg (tests:
 	// =5 did not fall back).
 	wgLaunches atomic.Int64
+	// wg2Launches: the same for mla_prefill_wg2 (=6).
+	wg2Launches atomic.Int64
 )
 
 // mlaPrefillWGOK says whether TILERT_GPU_MLA_PREFILL=5's mla_prefill_wg
-// runs here: the sm_90a module (compute capability 9.0, NVRTC 12+) loads.
-// Otherwise =5 runs mla_prefill_h1 (=4), said once in the log.
+// (or =6's mla_prefill_wg2) runs here: the sm_90a module (compute
+// capability 9.0, NVRTC 12+) loads. Otherwise =5 / =6 run mla_prefill_h1
+// (=4), said once in the log.
 func (b *cudaDevice) mlaPrefillWGOK() bool {
 	err := b.k.WGSupported()
 	wgOnce.Do(func() {
+		name := "mla_prefill_wg"
+		if mlaPrefillMode == 6 {
+			name = "mla_prefill_wg2"
+		}
 		if err != nil {
-			slog.Warn("TILERT_GPU_MLA_PREFILL=5: mla_prefill_wg is unavailable (needs sm_90a: an H100/H200 and NVRTC 12+); running mla_prefill_h1 (=4) instead", "err", err)
+			slog.Warn(fmt.Sprintf("TILERT_GPU_MLA_PREFILL=%d: %s is unavailable (needs sm_90a: an H100/H200 and NVRTC 12+); running mla_prefill_h1 (=4) instead", mlaPrefillMode, name), "err", err)
 			return
 		}
-		slog.Info("TILERT_GPU_MLA_PREFILL=5: mla_prefill_wg (sm_90a module, wgmma) runs the MLA prefill")
+		slog.Info(fmt.Sprintf("TILERT_GPU_MLA_PREFILL=%d: %s (sm_90a module, wgmma) runs the MLA prefill", mlaPrefillMode, name))
 	})
 	return err == nil
 }
@@ -711,7 +731,10 @@ var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") != "0"
 // relative, not float32-exact; sm_89+, else tcp), =5 mla_prefill_wg
 // (=4's function and roundings on Hopper's wgmma, its own sm_90a module;
 // elsewhere, or where NVRTC cannot build sm_90a, it runs =4 and says so in
-// the log; the emulator transcribes both as mlaPrefillH1). Exact mode never runs
+// the log), =6 mla_prefill_wg2 (=5's arithmetic, the same bits, with a
+// producer warpgroup filling a second fp16 stage while the MMAs run; the
+// same sm_90a rule and fallback); the emulator transcribes all three as
+// mlaPrefillH1. Exact mode never runs
 // any of them (its caches are not fp8_ds_mla: forward.go takes this path
 // only for e.mla == mlaFP8). =2 is the default (=0 goes back to
 // mla_decode_tc): the whole gpu-check passed with it and the GEMMs on
@@ -734,6 +757,8 @@ var mlaPrefillMode = func() int {
 		return 4
 	case "5":
 		return 5
+	case "6":
+		return 6
 	}
 	return 2
 }()
@@ -962,7 +987,7 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 			return err
 		}
 		b := &cudaDevice{c: c, k: k, s: c.Stream(), ev: &r.ev, gemmWS: r.gemmWS, gemmWSBytes: r.gemmWSBytes, side: &r.side}
-		if mlaPrefillMode == 5 {
+		if mlaPrefillMode == 5 || mlaPrefillMode == 6 {
 			b.mlaPrefillWGOK() // the sm_90a module compiled and loaded before any graph capture
 		}
 		if r.stream != 0 {

@@ -732,7 +732,7 @@ func (m *emuDevice) mlaPrefill(out, qn, qp, cache, indices, lens, _ cuda.DevPtr,
 	if nq <= 0 || H <= 0 || nidx <= 0 || ldIdx < nidx || indices == 0 {
 		return errors.Newf("emu mlaPrefill: nq=%d H=%d nidx=%d ldIdx=%d indices=%#x", nq, H, nidx, ldIdx, uint64(indices))
 	}
-	if mlaPrefillMode == 4 || mlaPrefillMode == 5 { // mla_prefill_wg: mla_prefill_h1's function and roundings
+	if mlaPrefillMode == 4 || mlaPrefillMode == 5 || mlaPrefillMode == 6 { // mla_prefill_wg / wg2: mla_prefill_h1's function and roundings
 		return m.mlaPrefillH1(out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
 	}
 	for i := 0; i < nq; i++ {

@@ -137,14 +137,15 @@ func pinGemmParts3(t *testing.T) {
 	t.Cleanup(func() { gemmSplits = old })
 }
 
-// withMLAPrefillH1 is TILERT_GPU_MLA_PREFILL=4 for one test; =5 (from the
-// environment or withMLAPrefillWG) stays: mla_prefill_wg is the same
-// function with the same roundings and the same emulated transcription,
-// so every mla_prefill_h1 check runs on either kernel.
+// withMLAPrefillH1 is TILERT_GPU_MLA_PREFILL=4 for one test; =5 or =6
+// (from the environment or withMLAPrefillWG / WG2) stays: mla_prefill_wg
+// and mla_prefill_wg2 are the same function with the same roundings and
+// the same emulated transcription, so every mla_prefill_h1 check runs on
+// any of the three kernels.
 func withMLAPrefillH1(t *testing.T) {
 	withMLAPrefill(t)
 	old := mlaPrefillMode
-	if old != 5 {
+	if old != 5 && old != 6 {
 		mlaPrefillMode = 4
 	}
 	t.Cleanup(func() { mlaPrefillMode = old })

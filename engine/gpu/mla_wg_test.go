@@ -16,9 +16,13 @@ import (
 // withMLAPrefillWG is TILERT_GPU_MLA_PREFILL=5 for one test; on the GPU it
 // skips off compute capability 9.0 and fails when the sm_90a module does
 // not load there.
-func withMLAPrefillWG(t *testing.T, kind deviceKind) {
+func withMLAPrefillWG(t *testing.T, kind deviceKind) { withMLAPrefillWGMode(t, kind, 5) }
+
+// withMLAPrefillWGMode is TILERT_GPU_MLA_PREFILL=mode (5: mla_prefill_wg,
+// 6: mla_prefill_wg2) for one test, with withMLAPrefillWG's GPU rules.
+func withMLAPrefillWGMode(t *testing.T, kind deviceKind, mode int) {
 	withMLAPrefillH1(t)
-	mlaPrefillMode = 5
+	mlaPrefillMode = mode
 	if kind != onGPU {
 		return
 	}
@@ -90,5 +94,66 @@ func TestEmuMLAPrefillWGIsH1(t *testing.T) {
 	testMLAPrefillH1NotExact(t, onEmu)
 	if mlaPrefillMode != 5 {
 		t.Fatalf("withMLAPrefillH1 inside the test moved =5 to %d", mlaPrefillMode)
+	}
+}
+
+// TILERT_GPU_MLA_PREFILL=6 (mla_prefill_wg2: =5's arithmetic with a
+// producer warpgroup) through the engine: =5's checks, counted on
+// wg2Launches (no silent fallback to =4 or =5).
+
+// withMLAPrefillWG2 is TILERT_GPU_MLA_PREFILL=6 for one test (the GPU
+// rules of withMLAPrefillWG).
+func withMLAPrefillWG2(t *testing.T, kind deviceKind) { withMLAPrefillWGMode(t, kind, 6) }
+
+// wg2Ran fails the test unless mla_prefill_wg2 ran since n0 launches.
+func wg2Ran(t *testing.T, n0 int64) {
+	t.Helper()
+	n := wg2Launches.Load() - n0
+	if n == 0 {
+		t.Fatal("TILERT_GPU_MLA_PREFILL=6: no mlaPrefill call ran mla_prefill_wg2")
+	}
+	t.Logf("mla_prefill_wg2 ran %d times", n)
+}
+
+// TestGPUMLAPrefillWG's checks with =6.
+func TestGPUMLAPrefillWG2(t *testing.T) {
+	pinGemmParts3(t)
+	gpuDevice(t)
+	withMLAPrefillWG2(t, onGPU)
+	n0, w0 := wg2Launches.Load(), wgLaunches.Load()
+	testGreedyMatchesRef(t, onGPU, onEmu)
+	testCachesMatchRef(t, onGPU, onEmu, h1CacheBoundCPU)
+	testMLAPrefillH1VsCPU(t, onGPU)
+	testMLAPrefillRouted(t, onGPU)
+	testMLAPrefillH1NotExact(t, onGPU)
+	wg2Ran(t, n0)
+	if n := wgLaunches.Load() - w0; n != 0 {
+		t.Fatalf("TILERT_GPU_MLA_PREFILL=6 ran mla_prefill_wg %d times", n)
+	}
+}
+
+const onePartAllWG2Tag = " (all one-part: GEMMs, absorbs, MLA prefill wg2)"
+
+// TestGPUPrefillOnePartAll with =6: every one-part switch together.
+func TestGPUPrefillOnePartAllWG2(t *testing.T) {
+	gpuDevice(t)
+	withOnePartAll(t)
+	withMLAPrefillWG2(t, onGPU)
+	n0 := wg2Launches.Load()
+	testCachesOnePart(t, onGPU, onePartAllWG2Tag)
+	testLogitsOnePart(t, onGPU, onePartAllWG2Tag)
+	wg2Ran(t, n0)
+}
+
+// The emulator runs =6 as =4 (mlaPrefillH1): the same first tokens; and
+// withMLAPrefillH1 inside a test keeps =6.
+func TestEmuMLAPrefillWG2IsH1(t *testing.T) {
+	withMLAPrefillWG2(t, onEmu)
+	if mlaPrefillMode != 6 {
+		t.Fatalf("mode %d", mlaPrefillMode)
+	}
+	testMLAPrefillH1NotExact(t, onEmu)
+	if mlaPrefillMode != 6 {
+		t.Fatalf("withMLAPrefillH1 inside the test moved =6 to %d", mlaPrefillMode)
 	}
 }

@@ -89,6 +89,18 @@ __device__ __forceinline__ bool mw2_bar_or(bool p) {
   return r != 0;
 }
 
+// mwg_slot's first half: selection j's token (-1 past count).
+__device__ __forceinline__ int mw2_token(const int* __restrict__ indices, int ld_idx, int qi, int count, int j) {
+  if (j >= count) return -1;
+  return indices ? __ldg(indices + (size_t)qi * ld_idx + j) : j;
+}
+
+// mwg_slot's second half: the token's cache slot, -1 outside [0, len).
+__device__ __forceinline__ int mw2_slot(int t, int len, const int* __restrict__ block_table) {
+  if (t < 0 || t >= len) return -1;
+  return block_table ? block_table[t >> 6] * 64 + (t & 63) : t;
+}
+
 // Four fp8 (one u32) of a group to four fp16 (a uint2), wg's conversion.
 __device__ __forceinline__ uint2 mw2_cvt4(u32 b, u32 m2, u32 p2) {
   return make_uint2(mwg_hmul2(mwg_hmul2(mwg_e4m3x2(b), m2), p2), mwg_hmul2(mwg_hmul2(mwg_e4m3x2(b >> 16), m2), p2));
@@ -170,8 +182,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) mla_prefill_wg2(MT_ARGS) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 " MW2_STR(MW2_PREG) ";" ::: "memory");
     const int pt = tid - 256, pw = pt >> 5;
     int n = 0;  // handoffs so far
+    // mwg_slot in two halves: the selection's raw token is loaded one tile
+    // ahead (its latency hidden behind this tile's fill), then checked and
+    // mapped through the block table.
+    int traw = pt < MWG_T ? mw2_token(indices, ld_idx, qi, count, pt) : -1;
     for (int k = 0; k < nt; k++) {
-      const int slot = pt < MWG_T ? mwg_slot(indices, block_table, ld_idx, qi, len, count, k * MWG_T + pt) : -1;
+      const int slot = mw2_slot(traw, len, block_table);
+      traw = pt < MWG_T && k + 1 < nt ? mw2_token(indices, ld_idx, qi, count, (k + 1) * MWG_T + pt) : -1;
       // A tile with no valid slot leaves m, l and O as they are (h1 skips its math): not handed off.
       if (!mw2_bar_or<MW2_BAR_P, 128>(slot >= 0)) continue;
       const int st = n & 1;

@@ -33,7 +33,9 @@ import (
 // wg2SourceLines are the lines of mw2_fill and the block that wg2Fill and
 // the handoff model transcribe.
 var wg2SourceLines = []string{
-	"const int q = 4 * (8 * b + u) + pw, j = 8 * (q & 7) + (lane & 7), c = 4 * (q >> 3) + (lane >> 3);",
+	"const int q = NPW * (PB * b + u) + pw, j = 8 * (q & 7) + (lane & 7), c = 4 * (q >> 3) + (lane >> 3);",
+	"for (int b = 0; b < 64 / NPW / PB; b++) {",
+	"mw2_block<4, 8, MW2_PREG, MW2_CREG>(",
 	"const u8* e = cache + (size_t)max(ts[u], 0) * MLA_TOK_BYTES;",
 	"v[u] = __ldg((const uint4*)(e + 16 * c));",
 	"sc[u] = __ldg((const float*)(e + MLA_LAT + 4 * (c >> 3)));",
@@ -41,20 +43,22 @@ var wg2SourceLines = []string{
 	"const uint2 cc = mw2_cvt4(v[u].z, m2, p2), d = mw2_cvt4(v[u].w, m2, p2);",
 	"*(uint4*)(Kt + MWG_OFF(j, 16 * c)) = ts[u] >= 0 ? make_uint4(a.x, a.y, bb.x, bb.y) : z4;",
 	"*(uint4*)(Kt + MWG_OFF(j, 16 * c + 8)) = ts[u] >= 0 ? make_uint4(cc.x, cc.y, d.x, d.y) : z4;",
-	"const int q = 4 * i + pw, j = 8 * (q & 7) + (lane & 7), r = 4 * (q >> 3) + (lane >> 3);",
+	"const int q = NPW * i + pw, j = 8 * (q & 7) + (lane & 7), r = 4 * (q >> 3) + (lane >> 3);",
+	"for (int i = 0; i < 16 / NPW; i++) {",
 	"rv[i] = __ldg((const uint4*)(cache + (size_t)max(rt[i], 0) * MLA_TOK_BYTES + 528 + 16 * r));",
 	"*(uint4*)(Kt + MWG_OFF(j, MLA_LAT + 8 * r)) = rt[i] >= 0 ? hv : z4;",
 	"return make_uint2(mwg_hmul2(mwg_hmul2(mwg_e4m3x2(b), m2), p2), mwg_hmul2(mwg_hmul2(mwg_e4m3x2(b >> 16), m2), p2));",
 	// The handoff (TestMLAPrefillWG2Handoff's model).
-	"if (!mw2_bar_or<MW2_BAR_P, 128>(slot >= 0)) continue;",
-	"if (n >= 2) mw2_bar_sync_st<MW2_BAR_EMPTY>(st);  // the consumers are done with handoff n - 2",
-	"mw2_fill(Kt0 + st * MWG_TILE_BYTES, cache, sls, pw, lane);",
-	"mw2_bar_arrive_st<MW2_BAR_FULL>(st);",
+	"if (!mw2_bar_or<MW2_BAR_P, 32 * NPW>(slot >= 0)) continue;",
+	"constexpr int NT = 256 + 32 * NPW;  // the block's threads (FULL / EMPTY count)",
+	"if (n >= 2) mw2_bar_sync_st<MW2_BAR_EMPTY, NT>(st);  // the consumers are done with handoff n - 2",
+	"mw2_fill<NPW, PB>(Kt0 + st * MWG_TILE_BYTES, cache, sls, pw, lane);",
+	"mw2_bar_arrive_st<MW2_BAR_FULL, NT>(st);",
 	"if (pt == 0) done[st] = 1;",
-	"if (n >= 1) mw2_bar_sync_st<MW2_BAR_EMPTY>(((n - 1) & 1));  // the last tile's release",
-	"mw2_bar_sync_st<MW2_BAR_FULL>(st);  // stage st is filled (or done)",
+	"if (n >= 1) mw2_bar_sync_st<MW2_BAR_EMPTY, NT>(((n - 1) & 1));  // the last tile's release",
+	"mw2_bar_sync_st<MW2_BAR_FULL, NT>(st);  // stage st is filled (or done)",
 	"if (done[st]) break;",
-	"mw2_bar_arrive_st<MW2_BAR_EMPTY>(st);  // this warpgroup is done with stage st",
+	"mw2_bar_arrive_st<MW2_BAR_EMPTY, NT>(st);  // this warpgroup is done with stage st",
 	"const u32 kt_a = kt_a0 + (u32)st * (u32)MWG_TILE_BYTES;",
 	"#define MW2_PREG 120",
 	"#define MW2_CREG 192",
@@ -167,9 +171,9 @@ func wg2Fill(t testing.TB, m h1Smem, cache []byte, sls *[64]int32, bad int) {
 // lines, __syncthreads() replaced by the consumers' named barrier.
 func TestMLAPrefillWG2ConsumersAreWG(t *testing.T) {
 	src := WGKernelSource()
-	i2 := strings.Index(src, "mla_prefill_wg2(MT_ARGS) {")
-	if i2 < 0 {
-		t.Fatal("mla_prefill_wg2 not in the sm_90a module")
+	i2 := strings.Index(src, "__device__ __forceinline__ void mw2_block(MT_ARGS) {")
+	if i2 < 0 || !strings.Contains(src[i2:], "mla_prefill_wg2(MT_ARGS) {") {
+		t.Fatal("mla_prefill_wg2 (mw2_block) not in the sm_90a module")
 	}
 	wg, wg2 := src[:i2], src[i2:]
 	norm := func(s string) string {

@@ -53,8 +53,6 @@
 #ifndef MW2_CREG
 #define MW2_CREG 192  // consumer registers a thread after setmaxnreg.inc (2 x 192 + 120 = 3 x 168)
 #endif
-#define MW2_STR2(x) #x
-#define MW2_STR(x) MW2_STR2(x)
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // Named barriers (ids and counts immediates, so ptxas reserves only those used).
@@ -66,16 +64,16 @@ template <int ID, int N>
 __device__ __forceinline__ void mw2_bar_arrive() {
   asm volatile("bar.arrive %0, %1;" ::"n"(ID), "n"(N) : "memory");
 }
-// The stage's FULL / EMPTY barrier, st in {0, 1}.
-template <int BASE>
+// The stage's FULL / EMPTY barrier, st in {0, 1}, N threads.
+template <int BASE, int N>
 __device__ __forceinline__ void mw2_bar_sync_st(int st) {
-  if (st) mw2_bar_sync<BASE + 1, 384>();
-  else mw2_bar_sync<BASE, 384>();
+  if (st) mw2_bar_sync<BASE + 1, N>();
+  else mw2_bar_sync<BASE, N>();
 }
-template <int BASE>
+template <int BASE, int N>
 __device__ __forceinline__ void mw2_bar_arrive_st(int st) {
-  if (st) mw2_bar_arrive<BASE + 1, 384>();
-  else mw2_bar_arrive<BASE, 384>();
+  if (st) mw2_bar_arrive<BASE + 1, N>();
+  else mw2_bar_arrive<BASE, N>();
 }
 // bar.red.or over n threads of barrier id: whether any of them has p.
 template <int ID, int N>
@@ -114,24 +112,25 @@ __device__ __forceinline__ uint2 mw2_cvt4(u32 b, u32 m2, u32 p2) {
 // conversion (a skipped slot loads row 0 of the cache, always there, and
 // stores zeros): three round trips to L2 a tile. (Fully unrolled, ptxas
 // interleaves loads and conversions and spills at 120 registers.)
+template <int NPW, int PB>
 __device__ __forceinline__ void mw2_fill(u8* Kt, const u8* __restrict__ cache, const int* sls, int pw, int lane) {
   const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll 1
-  for (int b = 0; b < 2; b++) {
-    uint4 v[8];
-    float sc[8];
-    int ts[8];
+  for (int b = 0; b < 64 / NPW / PB; b++) {
+    uint4 v[PB];
+    float sc[PB];
+    int ts[PB];
 #pragma unroll
-    for (int u = 0; u < 8; u++) {
-      const int q = 4 * (8 * b + u) + pw, j = 8 * (q & 7) + (lane & 7), c = 4 * (q >> 3) + (lane >> 3);
+    for (int u = 0; u < PB; u++) {
+      const int q = NPW * (PB * b + u) + pw, j = 8 * (q & 7) + (lane & 7), c = 4 * (q >> 3) + (lane >> 3);
       ts[u] = sls[j];
       const u8* e = cache + (size_t)max(ts[u], 0) * MLA_TOK_BYTES;
       v[u] = __ldg((const uint4*)(e + 16 * c));
       sc[u] = __ldg((const float*)(e + MLA_LAT + 4 * (c >> 3)));
     }
 #pragma unroll
-    for (int u = 0; u < 8; u++) {
-      const int q = 4 * (8 * b + u) + pw, j = 8 * (q & 7) + (lane & 7), c = 4 * (q >> 3) + (lane >> 3);
+    for (int u = 0; u < PB; u++) {
+      const int q = NPW * (PB * b + u) + pw, j = 8 * (q & 7) + (lane & 7), c = 4 * (q >> 3) + (lane >> 3);
       u32 m2, p2;
       mwg_scale(sc[u], m2, p2);
       const uint2 a = mw2_cvt4(v[u].x, m2, p2), bb = mw2_cvt4(v[u].y, m2, p2);
@@ -140,17 +139,17 @@ __device__ __forceinline__ void mw2_fill(u8* Kt, const u8* __restrict__ cache, c
       *(uint4*)(Kt + MWG_OFF(j, 16 * c + 8)) = ts[u] >= 0 ? make_uint4(cc.x, cc.y, d.x, d.y) : z4;
     }
   }
-  uint4 rv[4];
-  int rt[4];
+  uint4 rv[16 / NPW];
+  int rt[16 / NPW];
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const int q = 4 * i + pw, j = 8 * (q & 7) + (lane & 7), r = 4 * (q >> 3) + (lane >> 3);
+  for (int i = 0; i < 16 / NPW; i++) {
+    const int q = NPW * i + pw, j = 8 * (q & 7) + (lane & 7), r = 4 * (q >> 3) + (lane >> 3);
     rt[i] = sls[j];
     rv[i] = __ldg((const uint4*)(cache + (size_t)max(rt[i], 0) * MLA_TOK_BYTES + 528 + 16 * r));
   }
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const int q = 4 * i + pw, j = 8 * (q & 7) + (lane & 7), r = 4 * (q >> 3) + (lane >> 3);
+  for (int i = 0; i < 16 / NPW; i++) {
+    const int q = NPW * i + pw, j = 8 * (q & 7) + (lane & 7), r = 4 * (q >> 3) + (lane >> 3);
     const uint4 x = rv[i];
     uint4 hv;
     hv.x = mwg_f16x2(__uint_as_float(x.x << 16), __uint_as_float(x.x & 0xffff0000u));
@@ -161,9 +160,17 @@ __device__ __forceinline__ void mw2_fill(u8* Kt, const u8* __restrict__ cache, c
   }
 }
 
-extern "C" __global__ void __launch_bounds__(384, 1) mla_prefill_wg2(MT_ARGS) {
-  extern __shared__ uint4 mwg_smem[];
-  u8* Kt0 = (u8*)mwg_smem;                            // 2 stages: 64 tokens x 576 dims, MWG_OFF
+// The block with NPW producer warps (mla_prefill_wg2: 4, 384 threads), PB
+// latent chunks a producer thread has in flight, PREG / CREG the
+// producer's and the consumers' registers after setmaxnreg (the consumers
+// gain what the producers give up: 256 (CREG - R0) = 32 NPW (R0 - PREG),
+// R0 = 168 the launch's). (8 producer warps, 512 threads, do not compile:
+// at 128 registers a thread at launch ptxas refuses P.V's m64n256k16.)
+template <int NPW, int PB, int PREG, int CREG>
+__device__ __forceinline__ void mw2_block(MT_ARGS) {
+  constexpr int NT = 256 + 32 * NPW;  // the block's threads (FULL / EMPTY count)
+  extern __shared__ uint4 mw2_smem[];
+  u8* Kt0 = (u8*)mw2_smem;                            // 2 stages: 64 tokens x 576 dims, MWG_OFF
   u8* Qs = Kt0 + 2 * MWG_TILE_BYTES;                  // queries x 2^e: 64 heads x 576 dims, MWG_OFF
   u8* Ps = Qs + MWG_TILE_BYTES;                       // P: 64 heads x 64 tokens, MWG_OFF
   float* redm = (float*)(Ps + MWG_P_BYTES);           // [2 token halves][HB] row maxima
@@ -178,8 +185,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) mla_prefill_wg2(MT_ARGS) {
   const int count = min(indices ? nidx : len, tps);
   const int nt = (count + MWG_T - 1) / MWG_T;
   if (tid >= 256) {
-    // The producer warpgroup.
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 " MW2_STR(MW2_PREG) ";" ::: "memory");
+    // The producer warps.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PREG) : "memory");
     const int pt = tid - 256, pw = pt >> 5;
     int n = 0;  // handoffs so far
     // mwg_slot in two halves: the selection's raw token is loaded one tile
@@ -190,26 +197,26 @@ extern "C" __global__ void __launch_bounds__(384, 1) mla_prefill_wg2(MT_ARGS) {
       const int slot = mw2_slot(traw, len, block_table);
       traw = pt < MWG_T && k + 1 < nt ? mw2_token(indices, ld_idx, qi, count, (k + 1) * MWG_T + pt) : -1;
       // A tile with no valid slot leaves m, l and O as they are (h1 skips its math): not handed off.
-      if (!mw2_bar_or<MW2_BAR_P, 128>(slot >= 0)) continue;
+      if (!mw2_bar_or<MW2_BAR_P, 32 * NPW>(slot >= 0)) continue;
       const int st = n & 1;
-      if (n >= 2) mw2_bar_sync_st<MW2_BAR_EMPTY>(st);  // the consumers are done with handoff n - 2
+      if (n >= 2) mw2_bar_sync_st<MW2_BAR_EMPTY, NT>(st);  // the consumers are done with handoff n - 2
       int* sls = sl + st * MWG_T;
       if (pt < MWG_T) sls[pt] = slot;
       if (pt == 0) done[st] = 0;
-      mw2_bar_sync<MW2_BAR_P, 128>();  // the slots are in
-      mw2_fill(Kt0 + st * MWG_TILE_BYTES, cache, sls, pw, lane);
+      mw2_bar_sync<MW2_BAR_P, 32 * NPW>();  // the slots are in
+      mw2_fill<NPW, PB>(Kt0 + st * MWG_TILE_BYTES, cache, sls, pw, lane);
       mwg_fence_async();  // the tile visible to wgmma
-      mw2_bar_arrive_st<MW2_BAR_FULL>(st);
+      mw2_bar_arrive_st<MW2_BAR_FULL, NT>(st);
       n++;
     }
     const int st = n & 1;
-    if (n >= 2) mw2_bar_sync_st<MW2_BAR_EMPTY>(st);
+    if (n >= 2) mw2_bar_sync_st<MW2_BAR_EMPTY, NT>(st);
     if (pt == 0) done[st] = 1;
-    mw2_bar_arrive_st<MW2_BAR_FULL>(st);
-    if (n >= 1) mw2_bar_sync_st<MW2_BAR_EMPTY>(((n - 1) & 1));  // the last tile's release
+    mw2_bar_arrive_st<MW2_BAR_FULL, NT>(st);
+    if (n >= 1) mw2_bar_sync_st<MW2_BAR_EMPTY, NT>(((n - 1) & 1));  // the last tile's release
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 " MW2_STR(MW2_CREG) ";" ::: "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CREG) : "memory");
   // Queries, as mla_prefill_wg: warp w takes heads 8w..8w+7, two at a time.
   for (int hp = 0; hp < 8; hp += 2) {
     float4 v[2][5];
@@ -262,7 +269,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) mla_prefill_wg2(MT_ARGS) {
   float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;  // rows hr0, hr1 (l: this lane's share of this half)
   for (int k = 0;; k++) {
     const int st = k & 1;
-    mw2_bar_sync_st<MW2_BAR_FULL>(st);  // stage st is filled (or done)
+    mw2_bar_sync_st<MW2_BAR_FULL, NT>(st);  // stage st is filled (or done)
     if (done[st]) break;
     const int* slk = sl + st * MWG_T;
     const u32 kt_a = kt_a0 + (u32)st * (u32)MWG_TILE_BYTES;
@@ -351,7 +358,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) mla_prefill_wg2(MT_ARGS) {
     mwg_wg_commit();
     mwg_wg_wait0();
     mwg_pin<128>(o);
-    mw2_bar_arrive_st<MW2_BAR_EMPTY>(st);  // this warpgroup is done with stage st
+    mw2_bar_arrive_st<MW2_BAR_EMPTY, NT>(st);  // this warpgroup is done with stage st
   }
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -380,6 +387,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) mla_prefill_wg2(MT_ARGS) {
 #pragma unroll
     for (int i = 0; i < 32; i++) *(float2*)(po + 8 * i) = make_float2(o[4 * i + 2 * hr] * inv, o[4 * i + 2 * hr + 1] * inv);
   }
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1) mla_prefill_wg2(MT_ARGS) {
+  mw2_block<4, 8, MW2_PREG, MW2_CREG>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o,
+                                      part_ml);
 }
 #else
 extern "C" __global__ void __launch_bounds__(384) mla_prefill_wg2(MT_ARGS) { __trap(); }

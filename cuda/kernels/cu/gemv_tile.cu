@@ -68,6 +68,45 @@ __device__ __forceinline__ void tile_ldx(const float* p, float* o) {
   }
 }
 
+#ifdef TILERT_PDL_EARLY
+// PDL mode 2 (TILERT_PDL_EARLY; common.cuh): the first round of weight
+// loads of a dense slot's first row tile, issued before the kernel's
+// griddepcontrol.wait. It takes the weights (W0, S0, W1, S1: constants
+// during a step) and scalars only, and computes the rows, scale blocks and
+// chunks exactly as gemv_tile_body does for the tile bx = blockIdx.x, c0 =
+// tg, so the main loop consumes these registers in place of its first
+// loads (same values, same order: same sums).
+template <class T, int R, int NI>
+__device__ __forceinline__ void tile_pre(const void* W0, const float* S0, const void* W1, const float* S1, int N,
+                                         int K, int G, uint4 (&wv)[NI][R], float (&scg)[NI], float (&scu)[NI]) {
+  const bool pair = W1 != 0;
+  const int rout = pair ? R / 2 : R;
+  const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
+  const int kb = (K + 127) >> 7;
+  const int n0 = (blockIdx.x * (TILE_THREADS / G) + grp) * rout;
+  const char* wr[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    const bool second = pair && r >= rout;
+    const int n = min(n0 + (second ? r - rout : r), N - 1);
+    const char* base = (const char*)(second ? W1 : W0);
+    wr[r] = base + (size_t)n * K * T::BYTES;
+  }
+  const int nsc = min(n0, N - 1) >> 7;
+  const float* sg = S0 ? S0 + (size_t)nsc * kb : (const float*)0;
+  const float* su = pair && S1 ? S1 + (size_t)nsc * kb : (const float*)0;
+  const int C = n0 < N ? K / T::E : 0;
+#pragma unroll
+  for (int i = 0; i < NI; i++) {
+    const int c = tg + i * G;
+#pragma unroll
+    for (int r = 0; r < R; r++) wv[i][r] = c < C ? tile_ld16(wr[r] + (size_t)c * 16) : make_uint4(0u, 0u, 0u, 0u);
+    scg[i] = c < C ? (sg ? __ldg(sg + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
+    scu[i] = c < C ? (su ? __ldg(su + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
+  }
+}
+#endif
+
 template <class T, int R, int MM, int LD = 8>
 __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
                                                const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
@@ -79,6 +118,15 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   constexpr int NI = LD / R;  // chunks per row per round: R*NI = LD loads in flight
   __shared__ float part[TILE_THREADS / 32][R * MM];
   const int j = blockIdx.y;
+#ifdef TILERT_PDL_EARLY
+  // A dense slot loads its first round before the wait (tile_pre); a routed
+  // slot's weights follow ids, written in the step: nothing before the wait.
+  uint4 pwv[NI][R];
+  float pscg[NI], pscu[NI];
+  const bool pre = j >= slots;
+  if (pre) tile_pre<T, R, NI>(W0, S0, W1, S1, N, K, G, pwv, pscg, pscu);
+  PDL_STREAM_WAIT();
+#endif
   const void* w0;
   const void* w1;
   const float* s0;
@@ -132,6 +180,18 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   for (int c0 = tg; c0 < C; c0 += G * NI) {
     uint4 wv[NI][R];
     float scg[NI], scu[NI];
+#ifdef TILERT_PDL_EARLY
+    if (pre && bx == (int)blockIdx.x && c0 == tg) {  // loaded before the wait
+#pragma unroll
+      for (int i = 0; i < NI; i++) {
+#pragma unroll
+        for (int r = 0; r < R; r++) wv[i][r] = pwv[i][r];
+        scg[i] = pscg[i];
+        scu[i] = pscu[i];
+      }
+    } else
+#endif
+    {
 #pragma unroll
     for (int i = 0; i < NI; i++) {
       const int c = c0 + i * G;
@@ -139,6 +199,7 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
       for (int r = 0; r < R; r++) wv[i][r] = c < C ? tile_ld16(wr[r] + (size_t)c * 16) : make_uint4(0u, 0u, 0u, 0u);
       scg[i] = c < C ? (sg ? __ldg(sg + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
       scu[i] = c < C ? (su ? __ldg(su + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
+    }
     }
 #pragma unroll
     for (int i = 0; i < NI; i++) {
@@ -234,6 +295,9 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
       }
     }
   }
+#ifdef TILERT_PDL_EARLY
+  if (bx + (int)gridDim.x >= tiles) PDL_STREAM_TRIGGER();  // this block's last weight loads are issued
+#endif
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < R; r++)
@@ -274,7 +338,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 1, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -285,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 2, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -296,7 +360,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 4, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -307,7 +371,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 8, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -318,7 +382,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 1, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -329,7 +393,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 2, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -340,7 +404,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 4, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -351,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 8, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -362,7 +426,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 1, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -373,7 +437,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 2, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -384,7 +448,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 4, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -395,7 +459,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 8, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -406,7 +470,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -417,7 +481,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 2, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -428,7 +492,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 4, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -439,7 +503,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -450,7 +514,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 1, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -461,7 +525,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 2, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -472,7 +536,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 4, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -483,7 +547,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 8, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -494,7 +558,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 1, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -505,7 +569,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 2, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -516,7 +580,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 4, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -527,7 +591,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 8, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -538,7 +602,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 1, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -549,7 +613,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 2, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -560,7 +624,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 4, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -571,7 +635,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 8, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -582,7 +646,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -593,7 +657,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 2, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -604,7 +668,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 4, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -615,7 +679,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TBF16, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -629,7 +693,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 2, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -640,7 +704,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 4, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -651,7 +715,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 8, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -664,7 +728,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 4)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 4, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -675,7 +739,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 4)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_tile_body<TFP8, 8, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }

@@ -37,9 +37,39 @@ __device__ __forceinline__ void gemv_wide_rows(const void* __restrict__ W, const
   float acc[GEMV_MAXM];
 #pragma unroll
   for (int m = 0; m < GEMV_MAXM; m++) acc[m] = 0.0f;
+#ifdef TILERT_PDL_EARLY
+  // PDL mode 2: the first round of weights (W, S: constants during a step)
+  // before the wait; x, y and resid only after it. (The experts variant has
+  // waited at its top already, before it read ids: this wait is then a
+  // no-op.)
+  uint4 pwv[GEMV_WIDE_U];
+  float psc[GEMV_WIDE_U];
+#pragma unroll
+  for (int u = 0; u < GEMV_WIDE_U; u++) {
+    const int c = tr + u * TPR;
+    if (c < C) {
+      pwv[u] = ldg_stream16(wr + (size_t)c * 16);
+      psc[u] = S ? __ldg(sr + ((c * T::E) >> 7)) : 1.0f;
+    } else {
+      pwv[u] = make_uint4(0u, 0u, 0u, 0u);
+      psc[u] = 0.0f;
+    }
+  }
+  PDL_STREAM_WAIT();
+#endif
   for (int c0 = tr; c0 < C; c0 += TPR * GEMV_WIDE_U) {
     uint4 wv[GEMV_WIDE_U];
     float sc[GEMV_WIDE_U];
+#ifdef TILERT_PDL_EARLY
+    if (c0 == tr) {  // loaded before the wait
+#pragma unroll
+      for (int u = 0; u < GEMV_WIDE_U; u++) {
+        wv[u] = pwv[u];
+        sc[u] = psc[u];
+      }
+    } else
+#endif
+    {
 #pragma unroll
     for (int u = 0; u < GEMV_WIDE_U; u++) {
       const int c = c0 + u * TPR;
@@ -50,6 +80,7 @@ __device__ __forceinline__ void gemv_wide_rows(const void* __restrict__ W, const
         wv[u] = make_uint4(0u, 0u, 0u, 0u);
         sc[u] = 0.0f;
       }
+    }
     }
 #pragma unroll
     for (int u = 0; u < GEMV_WIDE_U; u++) {
@@ -76,6 +107,9 @@ __device__ __forceinline__ void gemv_wide_rows(const void* __restrict__ W, const
       }
     }
   }
+#ifdef TILERT_PDL_EARLY
+  PDL_STREAM_TRIGGER();  // this block's last weight loads are issued
+#endif
 #pragma unroll
   for (int m = 0; m < GEMV_MAXM; m++) acc[m] = warp_sum(acc[m]);
   const int w = t >> 5;
@@ -102,14 +136,14 @@ __device__ __forceinline__ void gemv_wide_rows(const void* __restrict__ W, const
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_wide_r1(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                       const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_wide_rows<WFP8, 1>(W, S, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 1);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_bf16_wide_r1(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                        const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_wide_rows<WBF16, 1>(W, (const float*)0, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 1);
 }
 
@@ -127,14 +161,14 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_wide_r2(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                       const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_wide_rows<WFP8, 2>(W, S, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 2);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_bf16_wide_r2(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                        const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_wide_rows<WBF16, 2>(W, (const float*)0, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 2);
 }
 
@@ -152,14 +186,14 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_wide_r4(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                       const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_wide_rows<WFP8, 4>(W, S, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 4);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_bf16_wide_r4(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                        const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_wide_rows<WBF16, 4>(W, (const float*)0, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 4);
 }
 
@@ -177,14 +211,14 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_wide_r8(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                       const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_wide_rows<WFP8, 8>(W, S, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 8);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_bf16_wide_r8(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                        const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT();
+  PDL_WAIT_STREAM();
   gemv_wide_rows<WBF16, 8>(W, (const float*)0, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 8);
 }
 

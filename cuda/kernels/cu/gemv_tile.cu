@@ -189,9 +189,8 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
         scg[i] = pscg[i];
         scu[i] = pscu[i];
       }
-    } else
+    } else {
 #endif
-    {
 #pragma unroll
     for (int i = 0; i < NI; i++) {
       const int c = c0 + i * G;
@@ -200,7 +199,9 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
       scg[i] = c < C ? (sg ? __ldg(sg + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
       scu[i] = c < C ? (su ? __ldg(su + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
     }
+#ifdef TILERT_PDL_EARLY
     }
+#endif
 #pragma unroll
     for (int i = 0; i < NI; i++) {
       const int c = c0 + i * G;

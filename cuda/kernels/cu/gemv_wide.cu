@@ -67,9 +67,8 @@ __device__ __forceinline__ void gemv_wide_rows(const void* __restrict__ W, const
         wv[u] = pwv[u];
         sc[u] = psc[u];
       }
-    } else
+    } else {
 #endif
-    {
 #pragma unroll
     for (int u = 0; u < GEMV_WIDE_U; u++) {
       const int c = c0 + u * TPR;
@@ -81,7 +80,9 @@ __device__ __forceinline__ void gemv_wide_rows(const void* __restrict__ W, const
         sc[u] = 0.0f;
       }
     }
+#ifdef TILERT_PDL_EARLY
     }
+#endif
 #pragma unroll
     for (int u = 0; u < GEMV_WIDE_U; u++) {
       const int c = c0 + u * TPR;

@@ -284,6 +284,12 @@ func TestPDLEarlyPrologue(t *testing.T) {
 			}
 		}
 	}
+	// The peeled first round of each body is the loop's arithmetic block,
+	// token for token (same sums, same bits), and the default module has
+	// the loop's block alone.
+	for _, e := range peeledRoundErrors(clean, preprocessEarly(KernelSource(), false)) {
+		t.Error(e)
+	}
 	// In the default module the macros leave no early code behind.
 	def := preprocessEarly(KernelSource(), false)
 	for _, bad := range []string{"tile_pre", "pwv"} {
@@ -407,6 +413,19 @@ __device__ void gemv_group_run_sn(const float* x, const void* w0, const float* s
 			t.Logf("%s: %s", name, errs[0])
 		}
 	}
+	// A peeled round that sums in another order fails.
+	src := preprocessEarly(KernelSource(), true)
+	clean := ppLineRe.ReplaceAllString(strings.ReplaceAll(stripComments(src), "\\\n", " "), "")
+	const sum = "p[r] = fmaf(wf[e], xv[e], p[r]);"
+	if !strings.Contains(clean, sum) {
+		t.Fatalf("no %q in the early source", sum)
+	}
+	swapped := strings.Replace(clean, sum, "p[r] = fmaf(xv[e], wf[e], p[r]);", 1)
+	if errs := peeledRoundErrors(swapped, preprocessEarly(KernelSource(), false)); len(errs) == 0 {
+		t.Errorf("a peeled round with swapped operands passed the check")
+	} else {
+		t.Logf("swapped operands: %s", errs[0])
+	}
 	// preprocessEarly keeps the right branch.
 	pp := "a\n#ifdef TILERT_PDL_EARLY\nb\n#if X\nc\n#endif\n#else\nd\n#endif\n#ifndef TILERT_PDL_EARLY\ne\n#endif\nf\n"
 	if got := strings.Fields(preprocessEarly(pp, true)); strings.Join(got, "") != "ab#ifXc#endiff" {
@@ -434,4 +453,71 @@ func TestNVRTCCompilesEarlyModule(t *testing.T) {
 		t.Fatalf("image %d bytes", len(ck.Image))
 	}
 	t.Logf("NVRTC %s: the early module for %s (cubin %v), %d bytes, cache hit %v, %v", nv.Version(), ck.Arch, ck.Cubin, len(ck.Image), ck.CacheHit, ck.Took)
+}
+
+// roundBlocks: the bodies whose first round is peeled in the early module,
+// and how their arithmetic block (a for over the round's chunks) begins.
+var roundBlocks = map[string]string{
+	"gemv_tile_body":  "for(inti=0;i<NI;i++){constintc=c0+i*G;if(c<C){constfloat*xc=xb+",
+	"gemv_group_body": "for(inti=0;i<NI;i++){constintc=c0+i*G;if(c<C){constfloat*xc=x+",
+	"gemv_wide_rows":  "for(intu=0;u<GEMV_WIDE_U;u++){constintc=c0+u*TPR;if(c<C){floatwf[T::E];",
+}
+
+// blocksOf returns each for-block of squeezed text s beginning with sig, up
+// to its closing brace.
+func blocksOf(s, sig string) []string {
+	var out []string
+	for off := 0; ; {
+		i := strings.Index(s[off:], sig)
+		if i < 0 {
+			return out
+		}
+		i += off
+		d, e := 0, -1
+		for j := i; j < len(s); j++ {
+			if s[j] == '{' {
+				d++
+			} else if s[j] == '}' {
+				d--
+				if d == 0 {
+					e = j
+					break
+				}
+			}
+		}
+		if e < 0 {
+			return out
+		}
+		out = append(out, s[i:e+1])
+		off = e + 1
+	}
+}
+
+// peeledRoundErrors: in early (the TILERT_PDL_EARLY view, comments and
+// preprocessor lines gone) each roundBlocks body holds its arithmetic block
+// twice, identical; in def (the default view) once.
+func peeledRoundErrors(early, def string) []string {
+	defClean := ppLineRe.ReplaceAllString(strings.ReplaceAll(stripComments(def), "\\\n", " "), "")
+	var errs []string
+	for fn, sig := range roundBlocks {
+		f, ok := findFunc(early, fn)
+		if !ok {
+			errs = append(errs, fmt.Sprintf("%s: no definition in the early source", fn))
+			continue
+		}
+		b := blocksOf(strings.Join(strings.Fields(f.body), ""), sig)
+		if len(b) != 2 || b[0] != b[1] {
+			errs = append(errs, fmt.Sprintf("%s: the early module's peeled round and loop differ (%d blocks beginning %q)", fn, len(b), sig))
+		}
+		g, ok := findFunc(defClean, fn)
+		if !ok {
+			errs = append(errs, fmt.Sprintf("%s: no definition in the default source", fn))
+			continue
+		}
+		if d := blocksOf(strings.Join(strings.Fields(g.body), ""), sig); len(d) != 1 || len(b) > 0 && d[0] != b[0] {
+			errs = append(errs, fmt.Sprintf("%s: the default module has %d arithmetic blocks, or its block is not the early one's", fn, len(d)))
+		}
+	}
+	sort.Strings(errs)
+	return errs
 }

@@ -177,20 +177,118 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
 #pragma unroll
     for (int m = 0; m < MM; m++) acc[r][m] = 0.0f;
   const int C = n0 < N ? K / T::E : 0;  // idle groups past N load nothing
-  for (int c0 = tg; c0 < C; c0 += G * NI) {
-    uint4 wv[NI][R];
-    float scg[NI], scu[NI];
 #ifdef TILERT_PDL_EARLY
-    if (pre && bx == (int)blockIdx.x && c0 == tg) {  // loaded before the wait
+  // The round loaded before the wait (tile_pre): the loop's first trip,
+  // peeled so those registers die here (held across the loop they would
+  // spill). Its arithmetic block is the loop's, token for token
+  // (TestPDLEarlyPrologue compares them).
+  int c0s = tg;
+  if (pre && bx == (int)blockIdx.x && tg < C) {
+    const int c0 = tg;
+    const uint4 (&wv)[NI][R] = pwv;
+    const float (&scg)[NI] = pscg;
+    const float (&scu)[NI] = pscu;
 #pragma unroll
       for (int i = 0; i < NI; i++) {
+        const int c = c0 + i * G;
+        if (c < C) {
+          const float* xc = xb + (size_t)c * T::E;
+          if (MM == 1) {
+            // One row: sum the chunk, then scale it (one multiply per chunk).
+            float p[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) wv[i][r] = pwv[i][r];
-        scg[i] = pscg[i];
-        scu[i] = pscu[i];
+            for (int r = 0; r < R; r++) p[r] = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+              float xv[T::EW];
+              tile_ldx<T::EW>(xc + q * T::EW, xv);
+#pragma unroll
+              for (int r = 0; r < R; r++) {
+                float wf[T::EW];
+                T::word(tile_word(wv[i][r], q), wf);
+#pragma unroll
+                for (int e = 0; e < T::EW; e++) p[r] = fmaf(wf[e], xv[e], p[r]);
+              }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r][0] = fmaf(p[r], (pair && r >= rout ? scu[i] : scg[i]), acc[r][0]);
+          } else if (fold) {
+            // Several rows: scale each weight once and feed it to every row,
+            // so no per-chunk partials hold registers.
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+              float xv[MM][T::EW];
+#pragma unroll
+              for (int m = 0; m < MM; m++) {
+                if (m < M) {
+                  tile_ldx<T::EW>(xc + (size_t)m * ldx + q * T::EW, xv[m]);
+                } else {
+#pragma unroll
+                  for (int e = 0; e < T::EW; e++) xv[m][e] = 0.0f;
+                }
+              }
+#pragma unroll
+              for (int r = 0; r < R; r++) {
+                float wf[T::EW];
+                T::word(tile_word(wv[i][r], q), wf);
+#pragma unroll
+                for (int e = 0; e < T::EW; e++) wf[e] *= (pair && r >= rout ? scu[i] : scg[i]);
+#pragma unroll
+                for (int m = 0; m < MM; m++) {
+                  if (m < M) {
+#pragma unroll
+                    for (int e = 0; e < T::EW; e++) acc[r][m] = fmaf(wf[e], xv[m][e], acc[r][m]);
+                  }
+                }
+              }
+            }
+          } else {
+            // Several rows, per-chunk partials scaled once per chunk (rule 1).
+            float p[R][MM];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+              for (int m = 0; m < MM; m++) p[r][m] = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+              float xv[MM][T::EW];
+#pragma unroll
+              for (int m = 0; m < MM; m++) {
+                if (m < M) {
+                  tile_ldx<T::EW>(xc + (size_t)m * ldx + q * T::EW, xv[m]);
+                } else {
+#pragma unroll
+                  for (int e = 0; e < T::EW; e++) xv[m][e] = 0.0f;
+                }
+              }
+#pragma unroll
+              for (int r = 0; r < R; r++) {
+                float wf[T::EW];
+                T::word(tile_word(wv[i][r], q), wf);
+#pragma unroll
+                for (int m = 0; m < MM; m++) {
+                  if (m < M) {
+#pragma unroll
+                    for (int e = 0; e < T::EW; e++) p[r][m] = fmaf(wf[e], xv[m][e], p[r][m]);
+                  }
+                }
+              }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+              for (int m = 0; m < MM; m++) acc[r][m] = fmaf(p[r][m], (pair && r >= rout ? scu[i] : scg[i]), acc[r][m]);
+          }
+        }
       }
-    } else {
+    c0s = tg + G * NI;
+  }
+  for (int c0 = c0s; c0 < C; c0 += G * NI) {
+#else
+  for (int c0 = tg; c0 < C; c0 += G * NI) {
 #endif
+    uint4 wv[NI][R];
+    float scg[NI], scu[NI];
 #pragma unroll
     for (int i = 0; i < NI; i++) {
       const int c = c0 + i * G;
@@ -199,9 +297,6 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
       scg[i] = c < C ? (sg ? __ldg(sg + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
       scu[i] = c < C ? (su ? __ldg(su + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
     }
-#ifdef TILERT_PDL_EARLY
-    }
-#endif
 #pragma unroll
     for (int i = 0; i < NI; i++) {
       const int c = c0 + i * G;

@@ -57,18 +57,58 @@ __device__ __forceinline__ void gemv_wide_rows(const void* __restrict__ W, const
   }
   PDL_STREAM_WAIT();
 #endif
-  for (int c0 = tr; c0 < C; c0 += TPR * GEMV_WIDE_U) {
-    uint4 wv[GEMV_WIDE_U];
-    float sc[GEMV_WIDE_U];
 #ifdef TILERT_PDL_EARLY
-    if (c0 == tr) {  // loaded before the wait
+  // The round loaded before the wait: the loop's first trip, peeled so
+  // those registers die here; its arithmetic block is the loop's, token for
+  // token (TestPDLEarlyPrologue compares them).
+  int c0s = tr;
+  if (tr < C) {
+    const int c0 = tr;
+    const uint4 (&wv)[GEMV_WIDE_U] = pwv;
+    const float (&sc)[GEMV_WIDE_U] = psc;
 #pragma unroll
       for (int u = 0; u < GEMV_WIDE_U; u++) {
-        wv[u] = pwv[u];
-        sc[u] = psc[u];
+        const int c = c0 + u * TPR;
+        if (c < C) {
+          wv[u] = ldg_stream16(wr + (size_t)c * 16);
+          sc[u] = S ? __ldg(sr + ((c * T::E) >> 7)) : 1.0f;
+        } else {
+          wv[u] = make_uint4(0u, 0u, 0u, 0u);
+          sc[u] = 0.0f;
+        }
       }
-    } else {
+#pragma unroll
+      for (int u = 0; u < GEMV_WIDE_U; u++) {
+        const int c = c0 + u * TPR;
+        if (c < C) {
+          float wf[T::E];
+          T::dec(wv[u], wf);
+#pragma unroll
+          for (int m = 0; m < GEMV_MAXM; m++) {
+            if (m < M) {
+              const float4* xp = (const float4*)(x + (size_t)m * ldx + (size_t)c * T::E);
+              float p = 0.0f;
+#pragma unroll
+              for (int q = 0; q < T::E / 4; q++) {
+                const float4 v = __ldg(xp + q);
+                p += wf[4 * q] * v.x;
+                p += wf[4 * q + 1] * v.y;
+                p += wf[4 * q + 2] * v.z;
+                p += wf[4 * q + 3] * v.w;
+              }
+              acc[m] += p * sc[u];
+            }
+          }
+        }
+      }
+    c0s = tr + TPR * GEMV_WIDE_U;
+  }
+  for (int c0 = c0s; c0 < C; c0 += TPR * GEMV_WIDE_U) {
+#else
+  for (int c0 = tr; c0 < C; c0 += TPR * GEMV_WIDE_U) {
 #endif
+    uint4 wv[GEMV_WIDE_U];
+    float sc[GEMV_WIDE_U];
 #pragma unroll
     for (int u = 0; u < GEMV_WIDE_U; u++) {
       const int c = c0 + u * TPR;
@@ -80,9 +120,6 @@ __device__ __forceinline__ void gemv_wide_rows(const void* __restrict__ W, const
         sc[u] = 0.0f;
       }
     }
-#ifdef TILERT_PDL_EARLY
-    }
-#endif
 #pragma unroll
     for (int u = 0; u < GEMV_WIDE_U; u++) {
       const int c = c0 + u * TPR;

@@ -14,7 +14,8 @@ import (
 // TILERT_PDL_EARLY module: short kernels trigger before their wait, the
 // weight-streaming GEMVs load their first weights before it and trigger
 // after their last weight loads) changes no bit. A layer-like chain
-// (rmsnorm -> staged-norm grouped GEMV -> grouped GEMV -> tile GEMV with a
+// (rmsnorm -> staged-norm grouped GEMV -> the same with the loop norm
+// prologue -> grouped GEMV -> tile GEMV with a
 // residual -> rmsnorm -> router GEMV -> moe_route -> paired gate/up over
 // routed slots and the shared expert -> down -> combine, with add_rmsnorm
 // at the end) runs with the default module's kernels launched plainly, and
@@ -55,7 +56,7 @@ func TestKernelPDLEarlyChain(t *testing.T) {
 			tabW[p], tabS[p] = a.up(ex.wp[:E]), a.up(ex.sp[:E])
 			shW[p], shS[p] = ex.wp[E], ex.sp[E]
 		}
-		for _, M := range []int{1, 2, 4} {
+		run := func(M int, tag string) {
 			h0 := a.up(randF32(r, M*H, 1))
 			type buf struct {
 				name string
@@ -70,6 +71,7 @@ func TestKernelPDLEarlyChain(t *testing.T) {
 			}
 			xn := nb("rmsnorm", M*H)
 			yqa, ykv, yiw := nb("group_sn q_a", M*QA), nb("group_sn kv_a", M*KV), nb("group_sn bf16", M*IW)
+			yqa2 := nb("group (loop-norm prologue) q_a", M*QA)
 			yqb, yq2 := nb("group q_b", M*QB), nb("group wq_b", M*256)
 			yo := nb("tile o_proj+resid", M*H)
 			xn2 := nb("rmsnorm 2", M*H)
@@ -86,6 +88,7 @@ func TestKernelPDLEarlyChain(t *testing.T) {
 				chk(k.GemvGroup(s, h0, H, M, H, []GroupSeg{
 					{W: wqa, S: sqa, Y: yqa, N: QA, LdY: QA}, {W: wkv, S: skv, Y: ykv, N: KV, LdY: KV},
 					{W: wiw, Y: yiw, N: IW, LdY: IW, BF16: true}}, GroupNorm{W: nw1, Eps: 1e-6, Staged: true}))
+				chk(k.GemvGroup(s, h0, H, M, H, []GroupSeg{{W: wqa, S: sqa, Y: yqa2, N: QA, LdY: QA}}, GroupNorm{W: nw1, Eps: 1e-6}))
 				chk(k.GemvGroup(s, yqa, QA, M, QA, []GroupSeg{
 					{W: wqb, S: sqb, Y: yqb, N: QB, LdY: QB}, {W: wq2, S: sq2, Y: yq2, N: 256, LdY: 256}}, GroupNorm{}))
 				chk(k.GemvFP8Tile(s, yo, yqb, wo, so, h0, H, QB, M, QB, H))
@@ -136,7 +139,7 @@ func TestKernelPDLEarlyChain(t *testing.T) {
 					if nan > 0 {
 						t.Errorf("M=%d %s: the plain run left %d NaN words (poison not overwritten)", M, b.name, nan)
 					}
-					record(t, fmt.Sprintf("pdl2 chain M=%d %s: %s", M, how, b.name), "differing words", float64(diff), 0)
+					record(t, fmt.Sprintf("pdl2 chain M=%d%s %s: %s", M, tag, how, b.name), "differing words", float64(diff), 0)
 				}
 			}
 			poison()
@@ -152,6 +155,23 @@ func TestKernelPDLEarlyChain(t *testing.T) {
 				compare(fmt.Sprintf("early module, graph replay %d", rep+1), read())
 			}
 			chk(c.DestroyGraph(g))
+		}
+		for _, M := range []int{1, 2, 4} {
+			run(M, "")
+		}
+		// The tile kernels' other shapes at one row: 16 loads in flight, 4
+		// blocks an SM, and grids capped so a block takes several row tiles
+		// in turn (only its first is loaded before the wait).
+		defer func(r int) { TileRule = r }(TileRule)
+		defer func() { forceTileG, forceTileR, forceTileV, forceTileB = 0, 0, "", 0 }()
+		for _, cf := range []struct {
+			G, R int
+			v    string
+			B    int
+		}{{64, 8, "_d16", 0}, {64, 8, "_o4", -2}, {128, 2, "_d16", -3}, {64, 4, "-", -2}} {
+			TileRule = 3
+			forceTileG, forceTileR, forceTileV, forceTileB = cf.G, cf.R, cf.v, cf.B
+			run(1, fmt.Sprintf(" G=%d R=%d%s B=%d", cf.G, cf.R, cf.v, cf.B))
 		}
 	})
 }

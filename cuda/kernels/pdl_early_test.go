@@ -505,7 +505,15 @@ func peeledRoundErrors(early, def string) []string {
 			errs = append(errs, fmt.Sprintf("%s: no definition in the early source", fn))
 			continue
 		}
-		b := blocksOf(strings.Join(strings.Fields(f.body), ""), sig)
+		body := strings.Join(strings.Fields(f.body), "")
+		// The peeled round (from its c0 to the loop's new start) loads
+		// nothing: it runs on the registers loaded before the wait.
+		if i := strings.Index(body, "constintc0="); i < 0 || !strings.Contains(body[i:], "c0s=") {
+			errs = append(errs, fmt.Sprintf("%s: no peeled round (const int c0 = ...; ... c0s = ...)", fn))
+		} else if peel := body[i : i+strings.Index(body[i:], "c0s=")]; strings.Contains(peel, "ld16(") || strings.Contains(peel, "load(") || strings.Contains(peel, "ldg_stream16(") {
+			errs = append(errs, fmt.Sprintf("%s: the peeled round loads weights again", fn))
+		}
+		b := blocksOf(body, sig)
 		if len(b) != 2 || b[0] != b[1] {
 			errs = append(errs, fmt.Sprintf("%s: the early module's peeled round and loop differ (%d blocks beginning %q)", fn, len(b), sig))
 		}

@@ -70,17 +70,6 @@ __device__ __forceinline__ void gemv_wide_rows(const void* __restrict__ W, const
       for (int u = 0; u < GEMV_WIDE_U; u++) {
         const int c = c0 + u * TPR;
         if (c < C) {
-          wv[u] = ldg_stream16(wr + (size_t)c * 16);
-          sc[u] = S ? __ldg(sr + ((c * T::E) >> 7)) : 1.0f;
-        } else {
-          wv[u] = make_uint4(0u, 0u, 0u, 0u);
-          sc[u] = 0.0f;
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < GEMV_WIDE_U; u++) {
-        const int c = c0 + u * TPR;
-        if (c < C) {
           float wf[T::E];
           T::dec(wv[u], wf);
 #pragma unroll

@@ -148,7 +148,7 @@ func preWait(body string) (string, bool) {
 
 // pdlPrologueCalls are what may be called before the wait: weight loads,
 // index arithmetic, and the pre-wait helpers checked themselves below.
-var pdlPrologueCalls = setOf("if", "for", "min", "max", "make_uint4", "tile_ld16", "ldg_stream16", "__ldg", "tile_pre", "load")
+var pdlPrologueCalls = setOf("if", "for", "min", "max", "make_uint4", "tile_ld16", "ldg_stream16", "__ldg", "tile_pre", "load", "prefetchL2", "__trap")
 
 var nullPtrRe = regexp.MustCompile(`^\(const\w*\*\)0$`)
 
@@ -169,6 +169,8 @@ func earlyPrologueErrors(src, fn string, wait bool, weights ...string) []string 
 			return []string{fmt.Sprintf("%s: no PDL_STREAM_WAIT(); at the top level of its body", fn)}
 		}
 	}
+	// An L2 prefetch (of the weight rows) is the one asm admitted.
+	pre = strings.ReplaceAll(pre, `asmvolatile("prefetch.global.L2[%0];"::"l"(`, "prefetchL2(")
 	var errs []string
 	named := map[string]bool{}
 	for _, m := range identRe.FindAllStringSubmatch(pre, -1) {
@@ -458,9 +460,8 @@ func TestNVRTCCompilesEarlyModule(t *testing.T) {
 // roundBlocks: the bodies whose first round is peeled in the early module,
 // and how their arithmetic block (a for over the round's chunks) begins.
 var roundBlocks = map[string]string{
-	"gemv_tile_body":  "for(inti=0;i<NI;i++){constintc=c0+i*G;if(c<C){constfloat*xc=xb+",
-	"gemv_group_body": "for(inti=0;i<NI;i++){constintc=c0+i*G;if(c<C){constfloat*xc=x+",
-	"gemv_wide_rows":  "for(intu=0;u<GEMV_WIDE_U;u++){constintc=c0+u*TPR;if(c<C){floatwf[T::E];",
+	"gemv_tile_body": "for(inti=0;i<NI;i++){constintc=c0+i*G;if(c<C){constfloat*xc=xb+",
+	"gemv_wide_rows": "for(intu=0;u<GEMV_WIDE_U;u++){constintc=c0+u*TPR;if(c<C){floatwf[T::E];",
 }
 
 // blocksOf returns each for-block of squeezed text s beginning with sig, up

@@ -155,7 +155,16 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   // launcher caps the grid (the slot's pointers then load once per block);
   // a row's arithmetic is the same either way.
   const int tiles = (((N + rout - 1) / rout) + TILE_THREADS / G - 1) / (TILE_THREADS / G);
+#ifdef TILERT_PDL_EARLY
+  // One row tile per block: the early module's launches are never capped
+  // (Set.tileCap), so the registers loaded before the wait die in the
+  // peeled round below (a loop over tiles would keep them live across it:
+  // 180-540 bytes of spills at 64-128 registers).
+  if ((int)gridDim.x < tiles) __trap();
+  for (int bx = blockIdx.x; bx < tiles; bx = tiles) {
+#else
   for (int bx = blockIdx.x; bx < tiles; bx += gridDim.x) {
+#endif
   const int n0 = (bx * (TILE_THREADS / G) + grp) * rout;
   const char* wr[R];
 #pragma unroll

@@ -99,10 +99,18 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
     }
   };
 #ifdef TILERT_PDL_EARLY
-  // PDL mode 2: the first round of weights (and scales) into the registers
-  // the main loop consumes first, before the wait (W and S are constants
-  // during a step; nothing else is read, nothing written).
-  load(tg);
+  // PDL mode 2: the first round's weights into L2 before the wait (W is
+  // constant during a step; nothing else is read, nothing written). Not
+  // into registers: held across the norm prologue they took the 1-row
+  // kernels from 48-64 to 92-104 registers (nvcc 11.8), half the blocks an
+  // SM, two waves for the layer-input projection.
+#pragma unroll
+  for (int i = 0; i < NI; i++) {
+    const int c = tg + i * G;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+      if (c < C) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + (size_t)c * 16));
+  }
   PDL_STREAM_WAIT();
 #endif
   if (nw) {
@@ -182,108 +190,7 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
   for (int r = 0; r < R; r++)
 #pragma unroll
     for (int m = 0; m < MM; m++) acc[r][m] = 0.0f;
-#ifdef TILERT_PDL_EARLY
-  // The round loaded before the wait (load(tg) above): the loop's first
-  // trip, peeled; its arithmetic block is the loop's, token for token
-  // (TestPDLEarlyPrologue compares them).
-  int c0s = tg;
-  if (tg < C) {
-    const int c0 = tg;
-#pragma unroll
-      for (int i = 0; i < NI; i++) {
-        const int c = c0 + i * G;
-        if (c < C) {
-          const float* xc = x + (size_t)c * T::E;
-          const float* wc = nw ? nw + (size_t)c * T::E : (const float*)0;
-          if (MM == 1) {
-            float p[R];
-#pragma unroll
-            for (int r = 0; r < R; r++) p[r] = 0.0f;
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-              float xv[T::EW];
-              tile_ldx<T::EW>(xc + q * T::EW, xv);
-              if (wc) {
-                float nv[T::EW];
-                tile_ldx<T::EW>(wc + q * T::EW, nv);
-#pragma unroll
-                for (int e = 0; e < T::EW; e++) xv[e] = nv[e] * (xv[e] * rr[0]);
-              }
-#pragma unroll
-              for (int r = 0; r < R; r++) {
-                float wf[T::EW];
-                T::word(tile_word(wv[i][r], q), wf);
-#pragma unroll
-                for (int e = 0; e < T::EW; e++) p[r] = fmaf(wf[e], xv[e], p[r]);
-              }
-            }
-#pragma unroll
-            for (int r = 0; r < R; r++) acc[r][0] = fmaf(p[r], sc[i], acc[r][0]);
-          } else {
-            float p[R][MM];
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-              for (int m = 0; m < MM; m++) p[r][m] = 0.0f;
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-              float xv[MM][T::EW];
-              float nv[T::EW];
-              if (wc) tile_ldx<T::EW>(wc + q * T::EW, nv);
-#pragma unroll
-              for (int m = 0; m < MM; m++) {
-                if (m < M) {
-                  tile_ldx<T::EW>(xc + (size_t)m * ldx + q * T::EW, xv[m]);
-                  if (wc) {
-#pragma unroll
-                    for (int e = 0; e < T::EW; e++) xv[m][e] = nv[e] * (xv[m][e] * rr[m]);
-                  }
-                } else {
-#pragma unroll
-                  for (int e = 0; e < T::EW; e++) xv[m][e] = 0.0f;
-                }
-              }
-#pragma unroll
-              for (int r = 0; r < R; r++) {
-                float wf[T::EW];
-                T::word(tile_word(wv[i][r], q), wf);
-                if (fold) {
-                  // TileRule 2: scale each weight once, feed every row.
-#pragma unroll
-                  for (int e = 0; e < T::EW; e++) wf[e] *= sc[i];
-#pragma unroll
-                  for (int m = 0; m < MM; m++) {
-                    if (m < M) {
-#pragma unroll
-                      for (int e = 0; e < T::EW; e++) acc[r][m] = fmaf(wf[e], xv[m][e], acc[r][m]);
-                    }
-                  }
-                } else {
-#pragma unroll
-                  for (int m = 0; m < MM; m++) {
-                    if (m < M) {
-#pragma unroll
-                      for (int e = 0; e < T::EW; e++) p[r][m] = fmaf(wf[e], xv[m][e], p[r][m]);
-                    }
-                  }
-                }
-              }
-            }
-            if (!fold) {
-#pragma unroll
-              for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int m = 0; m < MM; m++) acc[r][m] = fmaf(p[r][m], sc[i], acc[r][m]);
-            }
-          }
-        }
-      }
-    c0s = tg + G * NI;
-  }
-  for (int c0 = c0s; c0 < C; c0 += G * NI) {
-#else
   for (int c0 = tg; c0 < C; c0 += G * NI) {
-#endif
     load(c0);
 #pragma unroll
     for (int i = 0; i < NI; i++) {

@@ -160,8 +160,9 @@ func TestKernelPDLEarlyChain(t *testing.T) {
 			run(M, "")
 		}
 		// The tile kernels' other shapes at one row: 16 loads in flight, 4
-		// blocks an SM, and grids capped so a block takes several row tiles
-		// in turn (only its first is loaded before the wait).
+		// blocks an SM, and grids capped so a block of the default module
+		// takes several row tiles in turn (the early module never caps:
+		// one tile a block; a row's sums are the same either way).
 		defer func(r int) { TileRule = r }(TileRule)
 		defer func() { forceTileG, forceTileR, forceTileV, forceTileB = 0, 0, "", 0 }()
 		for _, cf := range []struct {

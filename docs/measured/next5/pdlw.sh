@@ -11,11 +11,13 @@ pl_t0=$SECONDS
 pl_left() { local l=$((150 - (SECONDS - pl_t0))); [ $l -lt 1 ] && l=1; [ $l -lt $1 ] && echo $l || echo $1; }
 mkdir -p $R/pdlw
 # 1. kernels. In the background (CPU only) the early module compiles into the cache; in front, the pure source
-#    checks (the early prologues read only weights; PDL_WAIT_STREAM only where the body waits; planted bad
-#    prologues fail) and the device chain: rmsnorm -> staged-norm group -> group -> tile + residual -> rmsnorm
-#    -> router -> moe_route -> gate/up (routed + shared) -> down -> combine -> add_rmsnorm, default module plain
-#    vs early module programmatic, eager and graph x3, poisoned buffers. Expect: every row PASS with 0
-#    differing words; "early Set: mode 2, programmatic launches true".
+#    checks (the early prologues read only weights; PDL_WAIT_STREAM only where the body waits; the peeled
+#    first rounds are the loops' arithmetic; planted bad prologues fail) and the device chain: rmsnorm ->
+#    staged-norm group -> loop-norm group -> group -> tile + residual -> rmsnorm -> router (wide) -> moe_route
+#    -> gate/up (routed + shared) -> down -> combine -> add_rmsnorm at 1, 2, 4 rows, and at 1 row with the
+#    tile shapes _d16, _o4 and (default module) capped grids; default module plain vs early module
+#    programmatic, eager and graph x3, poisoned buffers. Expect: every row PASS with 0 differing words; the
+#    log's "early Set: mode 2, programmatic launches true".
 (cd cuda/kernels && unset TILERT_GPU_PDL && timeout $(pl_left 100) $D/kernels.test -test.count=1 -test.v \
   -test.run 'TestNVRTCCompilesEarlyModule$' > $R/pdlw/early-compile.log 2>&1; echo rc=$? >> $R/pdlw/early-compile.log) &
 pl_bg=$!

@@ -16,7 +16,8 @@ import (
 // inputs before they are written, and the kernel after it, whose wait
 // covers only the kernels it depends on directly, could overtake it. New
 // kernels launch plainly until they have the wait and are added.
-// TILERT_GPU_PDL=1 turns it on (off by default: see pdlEnv).
+// TILERT_GPU_PDL=1 turns it on (off by default: see pdlEnv); =2 loads the
+// TILERT_PDL_EARLY compile of the module instead (pdlMode, common.cuh).
 var pdlKernels = setOf(
 	// cache.cu, engine.cu, exact.cu
 	"mla_cache_write", "indexer_cache_write",
@@ -62,6 +63,9 @@ var pdlKernels = setOf(
 	"gemv_group_r2_m1", "gemv_group_r2_m2", "gemv_group_r2_m4", "gemv_group_r2_m8",
 	"gemv_group_r4_m1", "gemv_group_r4_m2", "gemv_group_r4_m4", "gemv_group_r4_m8",
 	"gemv_group_r8_m1", "gemv_group_r8_m2", "gemv_group_r8_m4",
+	// gemv_wide.cu (dense; the experts variants wait before reading ids)
+	"gemv_fp8_wide_r1", "gemv_fp8_wide_r2", "gemv_fp8_wide_r4", "gemv_fp8_wide_r8",
+	"gemv_bf16_wide_r1", "gemv_bf16_wide_r2", "gemv_bf16_wide_r4", "gemv_bf16_wide_r8",
 	// norm_fuse.cu
 	"gemv_group_sn_r2_m1", "gemv_group_sn_r2_m2", "gemv_group_sn_r2_m4",
 	"gemv_group_sn_r4_m1", "gemv_group_sn_r4_m2", "gemv_group_sn_r4_m4",
@@ -98,7 +102,57 @@ func setOf(names ...string) map[string]bool {
 // us with them and 3105 us without (1 slot, context 8192; 8945 / 8778 us
 // at 4 slots): each kernel lets the next one's blocks in at its start, and
 // those take SM room from the bandwidth-bound GEMVs they wait on.
-func pdlEnv() bool { return os.Getenv("TILERT_GPU_PDL") == "1" }
+func pdlEnv() bool { return pdlMode() != 0 }
+
+// pdlMode is TILERT_GPU_PDL: 1 programmatic launches of main's kernels
+// (each waits, then triggers, at its top); 2 programmatic launches of the
+// same sources compiled with TILERT_PDL_EARLY (EarlyKernelSource: short
+// kernels trigger before their wait, the weight-streaming GEMVs load their
+// first round of weights before it and trigger after their last weight
+// loads); anything else 0 (plain launches of the default module).
+func pdlMode() int {
+	switch os.Getenv("TILERT_GPU_PDL") {
+	case "1":
+		return 1
+	case "2":
+		return 2
+	}
+	return 0
+}
+
+// pdlStreamKernels are the weight-streaming kernels of the TILERT_PDL_EARLY
+// module: their first statement is PDL_WAIT_STREAM() (empty there), and
+// their body issues weight loads before its own PDL_STREAM_WAIT()
+// (TestPDLEarlyPrologue checks what those loads may touch). Each is in
+// pdlKernels too.
+var pdlStreamKernels = setOf(
+	// gemv_tile.cu
+	"gemv_tile_fp8_r1_m1", "gemv_tile_fp8_r2_m1", "gemv_tile_fp8_r4_m1", "gemv_tile_fp8_r8_m1",
+	"gemv_tile_fp8_r1_m2", "gemv_tile_fp8_r2_m2", "gemv_tile_fp8_r4_m2", "gemv_tile_fp8_r8_m2",
+	"gemv_tile_fp8_r1_m4", "gemv_tile_fp8_r2_m4", "gemv_tile_fp8_r4_m4", "gemv_tile_fp8_r8_m4",
+	"gemv_tile_fp8_r1_m8", "gemv_tile_fp8_r2_m8", "gemv_tile_fp8_r4_m8", "gemv_tile_fp8_r8_m8",
+	"gemv_tile_bf16_r1_m1", "gemv_tile_bf16_r2_m1", "gemv_tile_bf16_r4_m1", "gemv_tile_bf16_r8_m1",
+	"gemv_tile_bf16_r1_m2", "gemv_tile_bf16_r2_m2", "gemv_tile_bf16_r4_m2", "gemv_tile_bf16_r8_m2",
+	"gemv_tile_bf16_r1_m4", "gemv_tile_bf16_r2_m4", "gemv_tile_bf16_r4_m4", "gemv_tile_bf16_r8_m4",
+	"gemv_tile_bf16_r1_m8", "gemv_tile_bf16_r2_m8", "gemv_tile_bf16_r4_m8", "gemv_tile_bf16_r8_m8",
+	"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16",
+	"gemv_tile_fp8_r4_m1_o4", "gemv_tile_fp8_r8_m1_o4",
+	// gemv_tile_group.cu
+	"gemv_group_r2_m1", "gemv_group_r2_m2", "gemv_group_r2_m4", "gemv_group_r2_m8",
+	"gemv_group_r4_m1", "gemv_group_r4_m2", "gemv_group_r4_m4", "gemv_group_r4_m8",
+	"gemv_group_r8_m1", "gemv_group_r8_m2", "gemv_group_r8_m4",
+	// gemv_wide.cu (dense; the experts variants wait before reading ids)
+	"gemv_fp8_wide_r1", "gemv_fp8_wide_r2", "gemv_fp8_wide_r4", "gemv_fp8_wide_r8",
+	"gemv_bf16_wide_r1", "gemv_bf16_wide_r2", "gemv_bf16_wide_r4", "gemv_bf16_wide_r8",
+	// norm_fuse.cu
+	"gemv_group_sn_r2_m1", "gemv_group_sn_r2_m2", "gemv_group_sn_r2_m4",
+	"gemv_group_sn_r4_m1", "gemv_group_sn_r4_m2", "gemv_group_sn_r4_m4",
+	"gemv_group_sn_r8_m1", "gemv_group_sn_r8_m2", "gemv_group_sn_r8_m4",
+)
+
+// PDLMode is the mode this Set was loaded in (pdlMode; 2 only where the
+// device can launch programmatically).
+func (k *Set) PDLMode() int { return k.mode }
 
 // PDL reports whether this Set launches its listed kernels programmatically
 // (Hopper or newer, a driver with cuLaunchKernelEx, TILERT_GPU_PDL=1).

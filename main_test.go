@@ -129,6 +129,46 @@ func TestLaunchPostCommandLinesParse(t *testing.T) {
 	})
 }
 
+// TestDecodePrefillPrecision: decode.prefill_precision by flag, by
+// environment and by default, and a value it does not know refused.
+func TestDecodePrefillPrecision(t *testing.T) {
+	weights := t.TempDir()
+	for _, tc := range []struct {
+		name, env string
+		args      []string
+		want      string
+		bad       bool
+	}{
+		{name: "default", want: "float32"},
+		{name: "flag", args: []string{"--prefill-precision", "fast"}, want: "fast"},
+		{name: "env", env: "fast", want: "fast"},
+		{name: "flag over env", env: "fast", args: []string{"--prefill-precision", "float32"}, want: "float32"},
+		{name: "unknown", args: []string{"--prefill-precision", "bf16"}, bad: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("TILERT_DECODE_PREFILL_PRECISION", tc.env) // restored after the test
+			if tc.env == "" {
+				os.Unsetenv("TILERT_DECODE_PREFILL_PRECISION")
+			}
+			app := newApp()
+			got := capture(t, findCmd(app, "decode"), decode.Flags)
+			err := app.Run(append([]string{"tilert", "decode", "--model-weights-dir", weights}, tc.args...))
+			if tc.bad {
+				if err == nil || !strings.Contains(err.Error(), "prefill_precision") {
+					t.Fatalf("err %v, want one naming decode.prefill_precision", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := (*got).Decode.PrefillPrec; p != tc.want {
+				t.Errorf("prefill_precision %q, want %q", p, tc.want)
+			}
+		})
+	}
+}
+
 func findCmd(app *cli.App, name string) *cli.Command {
 	for _, c := range app.Commands {
 		if c.Name == name {

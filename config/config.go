@@ -62,6 +62,7 @@ type Decode struct {
 	CtrlPort       int     `toml:"ctrl_port" help:"Ctrl port: state handoff protocol with the connector sidecar (0: kernel-chosen)."`
 	HTTPPort       int     `toml:"http_port" help:"HTTP port: /pd/decode token streams, /health, /metrics (0: kernel-chosen)."`
 	MaxInflight    int     `toml:"max_inflight" help:"Requests decoded together in one batched step; 1 is latency-optimal."`
+	PrefillPrec    string  `toml:"prefill_precision" help:"Arithmetic of prompts this node prefills itself (states from vLLM arrive prefilled): float32 (products exact: greedy tokens equal the CPU engine's) or fast (x rounded once to fp16 per GEMM and the MLA operands once, as a bf16 prefill; GPU serving mode, ~3.5x faster). generate and bench take --prefill-precision too."`
 	StateTimeoutS  float64 `toml:"state_timeout_s" help:"Seconds /pd/decode waits for a request's state before 504 kv_transfer_timeout."`
 	SlotReserveTTL float64 `toml:"slot_reserve_ttl_s" help:"Seconds an admitted slot may wait for its writes before it expires."`
 }
@@ -127,7 +128,7 @@ func Default() *Config {
 		Convert: Convert{Devices: 1, AppendMTP: true},
 		Decode: Decode{
 			Engine: "tilert", Device: "auto", Host: "", Comm: "auto",
-			CtrlPort: 5556, HTTPPort: 5557, MaxInflight: 1,
+			CtrlPort: 5556, HTTPPort: 5557, MaxInflight: 1, PrefillPrec: "float32",
 			StateTimeoutS: 30, SlotReserveTTL: 10,
 		},
 		Router: Router{

@@ -127,6 +127,7 @@ func TestValidation(t *testing.T) {
 		{"decode.ctrl_port", 70000},
 		{"decode.http_port", 5556}, // equals ctrl_port
 		{"decode.max_inflight", 0},
+		{"decode.prefill_precision", "bf16"},
 		{"decode.state_timeout_s", 0.0},
 		{"decode.slot_reserve_ttl_s", -1.0},
 		{"router.port", 70000},

@@ -147,6 +147,7 @@ func (c *Config) Validate() error {
 		k.bad("decode.http_port", "give the ctrl and http ports different numbers", "same as decode.ctrl_port (%d)", c.Decode.CtrlPort)
 	}
 	k.between("decode.max_inflight", c.Decode.MaxInflight, 1, 256)
+	k.oneOf("decode.prefill_precision", c.Decode.PrefillPrec, "float32", "fast")
 	k.positive("decode.state_timeout_s", c.Decode.StateTimeoutS)
 	k.positive("decode.slot_reserve_ttl_s", c.Decode.SlotReserveTTL)
 

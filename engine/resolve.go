@@ -22,6 +22,11 @@ func Resolve(cfg *model.Config, opts Options, defMode Mode) (Options, Layout, in
 		return opts, Layout{}, 0, err
 	}
 	opts.MLACache = dt
+	pp, err := ParsePrefillPrecision(string(opts.Prefill))
+	if err != nil {
+		return opts, Layout{}, 0, err
+	}
+	opts.Prefill = pp
 	if opts.Slots <= 0 {
 		opts.Slots = 1
 	}

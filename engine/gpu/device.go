@@ -126,7 +126,9 @@ type device interface {
 	// of one slot's prefill chunk (TILERT_GPU_MLA_PREFILL=1, groups of
 	// mlaPrefillMinRows rows or more): the same results, one kernel shaped
 	// for many rows (mla_prefill_tc).
-	mlaPrefill(out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error
+	// mlaPrefill's mode is TILERT_GPU_MLA_PREFILL's value for this call
+	// (forward's prefillMLAMode: the fast prefill picks 6).
+	mlaPrefill(mode int, out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error
 	// indexerScoresQRows is indexerScoresQ over several slots' pages in one
 	// launch (row r's at rowBase[r] + cacheOff).
 	indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error
@@ -591,25 +593,25 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 	return b.k.MLADecode(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 }
 
-// mlaPrefill runs mlaPrefillMode's kernel unsplit (the rows fill the SMs);
-// below sm_80 it is mlaDecode.
-func (b *cudaDevice) mlaPrefill(out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+// mlaPrefill runs mode's kernel (TILERT_GPU_MLA_PREFILL's values) unsplit
+// (the rows fill the SMs); below sm_80 it is mlaDecode.
+func (b *cudaDevice) mlaPrefill(mode int, out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	if b.c.Info().CCMajor < 8 {
 		return b.mlaDecode(mlaFP8, out, qn, qp, cache, indices, lens, ws, nq, H, nidx, ldIdx, scale)
 	}
-	switch mlaPrefillMode {
+	switch mode {
 	case 2:
 		return b.k.MLAPrefillTCP(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 	case 3:
 		return b.k.MLAPrefillTCPI(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
 	case 6:
-		if b.mlaPrefillWGOK() {
+		if b.mlaPrefillWGOK(6) {
 			wg2Launches.Add(1)
 			return b.k.MLAPrefillWG2(b.s, out, 0, qn, qp, cache, 0, indices, lens, nq, H, nidx, ldIdx, scale)
 		}
 		return b.mlaPrefillH1(out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
 	case 5:
-		if b.mlaPrefillWGOK() {
+		if b.mlaPrefillWGOK(5) {
 			wgLaunches.Add(1)
 			return b.k.MLAPrefillWG(b.s, out, 0, qn, qp, cache, 0, indices, lens, nq, H, nidx, ldIdx, scale)
 		}
@@ -643,18 +645,18 @@ var (
 // (or =6's mla_prefill_wg2) runs here: the sm_90a module (compute
 // capability 9.0, NVRTC 12+) loads. Otherwise =5 / =6 run mla_prefill_h1
 // (=4), said once in the log.
-func (b *cudaDevice) mlaPrefillWGOK() bool {
+func (b *cudaDevice) mlaPrefillWGOK(mode int) bool {
 	err := b.k.WGSupported()
 	wgOnce.Do(func() {
 		name := "mla_prefill_wg"
-		if mlaPrefillMode == 6 {
+		if mode == 6 {
 			name = "mla_prefill_wg2"
 		}
 		if err != nil {
-			slog.Warn(fmt.Sprintf("TILERT_GPU_MLA_PREFILL=%d: %s is unavailable (needs sm_90a: an H100/H200 and NVRTC 12+); running mla_prefill_h1 (=4) instead", mlaPrefillMode, name), "err", err)
+			slog.Warn(fmt.Sprintf("MLA prefill mode %d: %s is unavailable (needs sm_90a: an H100/H200 and NVRTC 12+); running mla_prefill_h1 (=4) instead", mode, name), "err", err)
 			return
 		}
-		slog.Info(fmt.Sprintf("TILERT_GPU_MLA_PREFILL=%d: %s (sm_90a module, wgmma) runs the MLA prefill", mlaPrefillMode, name))
+		slog.Info(fmt.Sprintf("MLA prefill mode %d: %s (sm_90a module, wgmma) runs the MLA prefill", mode, name))
 	})
 	return err == nil
 }
@@ -762,6 +764,25 @@ var mlaPrefillMode = func() int {
 	}
 	return 2
 }()
+
+// mlaPrefillModeSet: TILERT_GPU_MLA_PREFILL is set, so it wins over the
+// fast prefill's choice (comparisons).
+var mlaPrefillModeSet = os.Getenv("TILERT_GPU_MLA_PREFILL") != ""
+
+// prefillMLAMode is the MLA prefill mode of a forward whose GEMMs take
+// parts parts of x (0: off, mlaDecode runs the rows): with the fast prefill
+// (engine.PrefillFast, one part) mla_prefill_wg2, the fastest kernel of
+// the one-part roundings (it runs mla_prefill_h1 where the sm_90a module
+// cannot load), unless the environment names a mode.
+func (e *backend) prefillMLAMode(parts int) int {
+	if !mlaPrefillOn {
+		return 0
+	}
+	if parts == 1 && e.fastPrefill() && !mlaPrefillModeSet {
+		return 6
+	}
+	return mlaPrefillMode
+}
 
 // mlaPrefillMinRows: from 16 rows of 128 heads the unsplit launch has
 // 64+ blocks per 16 rows, enough to fill the SMs at prefill's 256 rows.
@@ -972,6 +993,9 @@ type cudaRunner struct {
 	gemmWS      cuda.DevPtr
 	gemmWSBytes int64
 	side        sideStream // the second stream of a step's forks (side.go)
+	// wgMode: the MLA prefill mode of this runner's engine when it is a
+	// wgmma one (5 or 6; newBackend), whose module loads before any capture.
+	wgMode int
 	// clk, when set, times the runs' device work (ClockPrefill, clock.go).
 	clk *devClock
 }
@@ -987,8 +1011,8 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 			return err
 		}
 		b := &cudaDevice{c: c, k: k, s: c.Stream(), ev: &r.ev, gemmWS: r.gemmWS, gemmWSBytes: r.gemmWSBytes, side: &r.side}
-		if mlaPrefillMode == 5 || mlaPrefillMode == 6 {
-			b.mlaPrefillWGOK() // the sm_90a module compiled and loaded before any graph capture
+		if r.wgMode != 0 {
+			b.mlaPrefillWGOK(r.wgMode) // the sm_90a module compiled and loaded before any graph capture
 		}
 		if r.stream != 0 {
 			b.s = r.stream

@@ -727,12 +727,12 @@ func (m *emuDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, _
 // products, online softmax with the same scale, skipped and past-length
 // entries masked) for many rows, each row on its own selection, so the
 // same float32 transcription as mlaDecode's fp8 path row by row.
-func (m *emuDevice) mlaPrefill(out, qn, qp, cache, indices, lens, _ cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+func (m *emuDevice) mlaPrefill(mode int, out, qn, qp, cache, indices, lens, _ cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	const R, P = kernels.MLALatentDim, kernels.MLARopeDim
 	if nq <= 0 || H <= 0 || nidx <= 0 || ldIdx < nidx || indices == 0 {
 		return errors.Newf("emu mlaPrefill: nq=%d H=%d nidx=%d ldIdx=%d indices=%#x", nq, H, nidx, ldIdx, uint64(indices))
 	}
-	if mlaPrefillMode == 4 || mlaPrefillMode == 5 || mlaPrefillMode == 6 { // mla_prefill_wg / wg2: mla_prefill_h1's function and roundings
+	if mode == 4 || mode == 5 || mode == 6 { // mla_prefill_wg / wg2: mla_prefill_h1's function and roundings
 		return m.mlaPrefillH1(out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
 	}
 	for i := 0; i < nq; i++ {

@@ -171,11 +171,20 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 	if err := checkSupported(cfg, opts); err != nil {
 		return nil, err
 	}
+	if opts.Prefill == engine.PrefillFast && opts.Mode == engine.ModeExact {
+		return nil, errors.WithHint(errors.New("prefill precision fast with exact mode"),
+			"exact mode keeps float32 products everywhere: drop --prefill-precision fast, or serve in serving mode")
+	}
 	e := &backend{
 		cfg: cfg, opts: opts, layout: lay, r: r, maxSeq: maxSeq,
 		scale:  float32(cfg.SoftmaxScale()),
 		graphs: newGraphs(),
 		ah:     aheadState{off: !pipeOn, mtp: pipeMTP},
+	}
+	if cr, ok := r.(*cudaRunner); ok {
+		if m := e.prefillMLAMode(e.gemmParts()); m == 5 || m == 6 {
+			cr.wgMode = m
+		}
 	}
 	e.chunkLen = e.pickChunk(src)
 	e.maxRows = max(e.chunkLen, 2*opts.Slots)

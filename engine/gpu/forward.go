@@ -787,8 +787,8 @@ func (f *fwd) attnOut(lw *dlayer) {
 		// skipped entries leaves the softmax state exactly as it was: the
 		// same output without scanning index_topk entries per head.
 		nidx := min(TK, lenBucket(g.maxLen, e.maxSeq))
-		if mlaPrefillOn && e.mla == mlaFP8 && g.n >= mlaPrefillMinRows {
-			o.do(o.b.mlaPrefill(fptr(ws.olat, g.first*NH*R), fptr(ws.qlat, g.first*NH*R), fptr(ws.qpe, g.first*NH*P),
+		if mode := e.prefillMLAMode(o.gemmParts()); mode != 0 && e.mla == mlaFP8 && g.n >= mlaPrefillMinRows {
+			o.do(o.b.mlaPrefill(mode, fptr(ws.olat, g.first*NH*R), fptr(ws.qlat, g.first*NH*R), fptr(ws.qpe, g.first*NH*P),
 				g.s.buf.Add(e.mlaOff[lw.Idx]), fptr(ws.topk, g.first*TK), fptr(f.lens, g.first), ws.mla, g.n, NH, nidx, TK, e.scale))
 			continue
 		}

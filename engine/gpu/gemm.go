@@ -78,6 +78,9 @@ var (
 	// power-of-two scale per row, the bf16 ones gemm_tc's one-part
 	// kernels). Exact mode ignores it (gemmParts).
 	gemmSplits = envInt("TILERT_GPU_GEMM_SPLITS", 3)
+	// gemmSplitsSet: the variable is set, so it wins over the fast
+	// prefill's one part (comparisons).
+	gemmSplitsSet = os.Getenv("TILERT_GPU_GEMM_SPLITS") != ""
 	// expertBMEnv: TILERT_GPU_EXPERT_BM as set (0 unset); with one part
 	// the grouped experts run tiles of 64 pairs unless it says 128 (on the
 	// H200 64-pair tiles were faster: gate/up 8.06 against 8.76 ms, down
@@ -153,8 +156,15 @@ func (e *backend) gemmParts() int {
 	if e.exact() || e.opts.Mode == engine.ModeExact {
 		return 3
 	}
+	if e.fastPrefill() && !gemmSplitsSet {
+		return 1
+	}
 	return gemmSplits
 }
+
+// fastPrefill: the engine was asked for engine.PrefillFast (serving mode
+// only: newBackend refuses it with exact mode).
+func (e *backend) fastPrefill() bool { return e.opts.Prefill == engine.PrefillFast }
 
 // forwardParts is the parts of x a forward of these groups runs its GEMMs
 // with, given the engine's (gemmParts): one part only for prefill, i.e.

@@ -495,10 +495,10 @@ func (gb *graphDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens
 	return gb.shaped(nq, H, nidx)
 }
 
-func (gb *graphDevice) mlaPrefill(out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+func (gb *graphDevice) mlaPrefill(mode int, out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	_ = gb.rec("mlaPrefill", int64(nq)*int64(H)*(kernels.MLALatentDim+kernels.MLARopeDim)*8, func(b device) error {
-		return b.mlaPrefill(out, qn, qp, cache, indices, lens, ws, nq, H, nidx, ldIdx, scale)
-	}, 2<<32, ku(out), ku(qn), ku(qp), ku(cache), ku(indices), ku(lens), ku(ws), ki(nq), ki(H), ki(nidx), ki(ldIdx), kf(scale))
+		return b.mlaPrefill(mode, out, qn, qp, cache, indices, lens, ws, nq, H, nidx, ldIdx, scale)
+	}, 2<<32|uint64(mode), ku(out), ku(qn), ku(qp), ku(cache), ku(indices), ku(lens), ku(ws), ki(nq), ki(H), ki(nidx), ki(ldIdx), kf(scale))
 	return gb.shaped(nq, H, nidx)
 }
 

@@ -110,8 +110,8 @@ func (m *noisyEmu) absorbVP1(out, x, w, s cuda.DevPtr, M, H, vd, R, ldo int) err
 	return err
 }
 
-func (m *noisyEmu) mlaPrefill(out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
-	err := m.emuDevice.mlaPrefill(out, qn, qp, cache, indices, lens, ws, nq, H, nidx, ldIdx, scale)
+func (m *noisyEmu) mlaPrefill(mode int, out, qn, qp, cache, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	err := m.emuDevice.mlaPrefill(mode, out, qn, qp, cache, indices, lens, ws, nq, H, nidx, ldIdx, scale)
 	m.nudge(out, H*kernels.MLALatentDim, nq, H*kernels.MLALatentDim)
 	return err
 }

@@ -43,6 +43,7 @@ func Command() *cli.Command {
 				&cli.IntFlag{Name: "tokens", Value: 64, Usage: "tokens generated per slot"},
 				&cli.IntFlag{Name: "slots", Value: 1, Usage: "requests decoded together (--max-inflight)"},
 				&cli.BoolFlag{Name: "mtp", Usage: "speculative decoding with the MTP layer"},
+				&cli.StringFlag{Name: "prefill-precision", Value: "float32", Usage: "prompt arithmetic: float32 (products exact) or fast (x rounded once to fp16, as a bf16 prefill; GPU serving mode)"},
 				&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompts"},
 				&cli.StringFlag{Name: "prompt-file", Usage: "text file: each slot's prompt is a --prompt-len window of it (tokenized with the model's tokenizer.json) instead of random ids, so MTP acceptance is that of real text"},
 				&cli.StringFlag{Name: "json", Usage: "also write the result as JSON to this file"},
@@ -67,6 +68,7 @@ type Result struct {
 	Model         string  `json:"model"`
 	Mode          string  `json:"mode"`
 	KVCacheDType  string  `json:"kv_cache_dtype"`
+	Prefill       string  `json:"prefill_precision"`
 	MTP           bool    `json:"mtp"`
 	Slots         int     `json:"slots"`
 	PromptLen     int     `json:"prompt_len"`
@@ -103,6 +105,10 @@ func runDecode(c *cli.Context) error {
 	if err != nil {
 		return cliutil.WithExitCode(err, cliutil.ExitUsage)
 	}
+	prec, err := engine.ParsePrefillPrecision(c.String("prefill-precision"))
+	if err != nil {
+		return cliutil.WithExitCode(err, cliutil.ExitUsage)
+	}
 	if cs := c.String("context"); cs != "" {
 		ctxs, err := parseContexts(cs)
 		if err != nil {
@@ -116,7 +122,7 @@ func runDecode(c *cli.Context) error {
 			"e.g. --slots 1 --prompt-len 128 --tokens 64"), cliutil.ExitUsage)
 	}
 	dir, dummy := c.String("model-dir"), c.String("dummy-weights")
-	opts := engine.Options{Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: plen + ntok + 4, MTP: c.Bool("mtp")}
+	opts := engine.Options{Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: plen + ntok + 4, MTP: c.Bool("mtp"), Prefill: prec}
 	var (
 		e           engine.Engine
 		cfg         *model.Config
@@ -161,7 +167,7 @@ func runDecode(c *cli.Context) error {
 
 	r := Result{
 		Version: buildinfo.Version, Device: device, Model: string(cfg.Family), Mode: string(mode),
-		KVCacheDType: string(cache), MTP: c.Bool("mtp"), Slots: slots, PromptLen: plen, Tokens: ntok,
+		KVCacheDType: string(cache), Prefill: string(prec), MTP: c.Bool("mtp"), Slots: slots, PromptLen: plen, Tokens: ntok,
 	}
 	rng := rand.New(rand.NewPCG(c.Uint64("seed"), 7))
 	var text []int
@@ -334,8 +340,12 @@ func report(w io.Writer, r Result) {
 	if r.PromptFile != "" {
 		src = "text from " + r.PromptFile
 	}
-	fmt.Fprintf(w, "bench decode: %s on %s, mode %s, cache %s, mtp %v, %d slot(s), prompt %d (%s), %d tokens/slot\n",
-		r.Model, r.Device, r.Mode, r.KVCacheDType, r.MTP, r.Slots, r.PromptLen, src, r.Tokens)
+	prec := ""
+	if r.Prefill != "" && r.Prefill != string(engine.PrefillFloat32) {
+		prec = ", prefill " + r.Prefill
+	}
+	fmt.Fprintf(w, "bench decode: %s on %s, mode %s, cache %s%s, mtp %v, %d slot(s), prompt %d (%s), %d tokens/slot\n",
+		r.Model, r.Device, r.Mode, r.KVCacheDType, prec, r.MTP, r.Slots, r.PromptLen, src, r.Tokens)
 	fmt.Fprintf(w, "  prefill      %9.2f ms/slot\n", r.PrefillMS)
 	fmt.Fprintf(w, "  decode step  %9.3f ms p50, %.3f ms p90 (%d steps)\n", r.StepP50MS, r.StepP90MS, r.Steps)
 	fmt.Fprintf(w, "  throughput   %9.1f tok/s total, %.1f tok/s per user\n", r.TokensPerSec, r.PerUserTokS)

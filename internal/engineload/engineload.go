@@ -5,6 +5,7 @@ package engineload
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -155,6 +156,9 @@ func OpenOn(device, dir string, opts engine.Options, pl Placement) (engine.Engin
 	}
 	switch device {
 	case "cpu":
+		if opts.Prefill == engine.PrefillFast {
+			slog.Warn("prefill precision fast applies to the GPU backend; the CPU engine prefills in float32")
+		}
 		w, cfg, closeW, err := Weights(dir)
 		if err != nil {
 			return nil, nil, nil, err

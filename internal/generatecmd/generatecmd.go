@@ -35,6 +35,7 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "mode", Value: "serving", Usage: "exact (float32 caches) or serving (caches in vLLM's layouts)"},
 			&cli.StringFlag{Name: "kv-cache-dtype", Value: "fp8", Usage: "serving-mode MLA cache: fp8 (fp8_ds_mla) or bf16"},
 			&cli.BoolFlag{Name: "mtp", Usage: "speculative decoding with the MTP layer"},
+			&cli.StringFlag{Name: "prefill-precision", Value: "float32", Usage: "prompt arithmetic: float32 (products exact) or fast (x rounded once to fp16, as a bf16 prefill; GPU serving mode)"},
 			&cli.Float64Flag{Name: "temperature", Value: 0, Usage: "0 is greedy"},
 			&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling threshold"},
 			&cli.IntFlag{Name: "top-k", Value: 0, Usage: "keep the k most likely tokens; 0 disables"},
@@ -78,6 +79,10 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return cliutil.WithExitCode(err, cliutil.ExitUsage)
 	}
+	prec, err := engine.ParsePrefillPrecision(c.String("prefill-precision"))
+	if err != nil {
+		return cliutil.WithExitCode(err, cliutil.ExitUsage)
+	}
 
 	var tok *tokenizer.Tokenizer
 	if modelDir != "" {
@@ -97,7 +102,7 @@ func run(c *cli.Context) error {
 		return errors.WithHint(usage("--max-tokens %d is not positive", maxTokens), "ask for at least one token")
 	}
 	opts := engine.Options{
-		Mode: mode, MLACache: cache, Slots: 1, MaxSeqLen: len(prompt) + maxTokens + 2, MTP: c.Bool("mtp"),
+		Mode: mode, MLACache: cache, Slots: 1, MaxSeqLen: len(prompt) + maxTokens + 2, MTP: c.Bool("mtp"), Prefill: prec,
 	}
 	dir := weightsDir
 	if dir == "" {

@@ -46,6 +46,7 @@ var Flags = []config.Flag{
 	{Key: "decode.devices", Name: "devices"},
 	{Key: "decode.comm", Name: "comm"},
 	{Key: "decode.max_inflight", Name: "max-inflight"},
+	{Key: "decode.prefill_precision", Name: "prefill-precision"},
 	{Key: "decode.state_timeout_s", Name: "state-timeout"},
 	{Key: "transfer.engine", Name: "transfer-engine"},
 	{Key: "transfer.listen", Name: "transfer-listen"},
@@ -95,6 +96,10 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 	if err != nil {
 		return usage(err)
 	}
+	pp, err := engine.ParsePrefillPrecision(d.PrefillPrec)
+	if err != nil {
+		return usage(err)
+	}
 	t0 := time.Now()
 	if cfg.Model.WeightsDir == "" {
 		return usage(errors.WithHint(errors.New("no model weights directory"),
@@ -110,7 +115,7 @@ func Run(ctx context.Context, cfg *config.Config, addrFile string) error {
 		return usage(errors.WithHint(err, "list GPU ordinals separated by commas, e.g. --devices 0,1,2,3,4,5,6,7"))
 	}
 	eng, mcfg, closeEngine, err := engineload.OpenOn(device, cfg.Model.WeightsDir, engine.Options{Mode: engine.ModeServing,
-		MLACache: dt, Slots: d.MaxInflight, MaxSeqLen: cfg.Model.MaxSeqLen, MTP: cfg.Model.WithMTP},
+		MLACache: dt, Slots: d.MaxInflight, MaxSeqLen: cfg.Model.MaxSeqLen, MTP: cfg.Model.WithMTP, Prefill: pp},
 		engineload.Placement{Devices: devs, Comm: d.Comm})
 	if err != nil {
 		return err

@@ -1,6 +1,9 @@
 package gpu
 
 import (
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -13,13 +16,9 @@ import (
 // device where the sm_90a module must load, and counted: the kernel must
 // actually have run (no silent fallback to =4).
 
-// withMLAPrefillWG is TILERT_GPU_MLA_PREFILL=5 for one test; on the GPU it
-// skips off compute capability 9.0 and fails when the sm_90a module does
-// not load there.
-func withMLAPrefillWG(t *testing.T, kind deviceKind) { withMLAPrefillWGMode(t, kind, 5) }
-
 // withMLAPrefillWGMode is TILERT_GPU_MLA_PREFILL=mode (5: mla_prefill_wg,
-// 6: mla_prefill_wg2) for one test, with withMLAPrefillWG's GPU rules.
+// 6: mla_prefill_wg2) for one test; on the GPU it skips off compute
+// capability 9.0 and fails when the sm_90a module does not load there.
 func withMLAPrefillWGMode(t *testing.T, kind deviceKind, mode int) {
 	withMLAPrefillH1(t)
 	mlaPrefillMode = mode
@@ -47,113 +46,87 @@ func withMLAPrefillWGMode(t *testing.T, kind deviceKind, mode int) {
 	}
 }
 
-// wgRan fails the test unless mla_prefill_wg ran since n0 launches.
-func wgRan(t *testing.T, n0 int64) {
-	t.Helper()
-	n := wgLaunches.Load() - n0
-	if n == 0 {
-		t.Fatal("TILERT_GPU_MLA_PREFILL=5: no mlaPrefill call ran mla_prefill_wg")
+// wgKernels: the engine's wgmma MLA prefill modes, their kernels' names
+// and launch counters.
+var wgKernels = map[int]struct {
+	name string
+	n    *atomic.Int64
+}{5: {"mla_prefill_wg", &wgLaunches}, 6: {"mla_prefill_wg2", &wg2Launches}}
+
+// wgLaunchCounts reads every wgmma mode's launch counter.
+func wgLaunchCounts() map[int]int64 {
+	n := map[int]int64{}
+	for m, k := range wgKernels {
+		n[m] = k.n.Load()
 	}
-	t.Logf("mla_prefill_wg ran %d times", n)
+	return n
 }
 
-// TestGPUMLAPrefillH1's checks with =5: greedy and caches against the
-// emulated one-part forward, caches against the CPU, routing, exact mode.
-func TestGPUMLAPrefillWG(t *testing.T) {
+// wgModeRan fails the test unless mode's kernel ran since n0 and no other
+// wgmma kernel did (no silent fallback).
+func wgModeRan(t *testing.T, mode int, n0 map[int]int64) {
+	t.Helper()
+	for m, k := range wgKernels {
+		n := k.n.Load() - n0[m]
+		switch {
+		case m == mode && n == 0:
+			t.Fatalf("TILERT_GPU_MLA_PREFILL=%d: no mlaPrefill call ran %s", mode, k.name)
+		case m == mode:
+			t.Logf("%s ran %d times", k.name, n)
+		case n != 0:
+			t.Fatalf("TILERT_GPU_MLA_PREFILL=%d ran %s %d times", mode, k.name, n)
+		}
+	}
+}
+
+// testGPUMLAPrefillWGMode is TestGPUMLAPrefillH1's checks with a wgmma
+// mode: greedy and caches against the emulated one-part forward, caches
+// against the CPU, routing, exact mode.
+func testGPUMLAPrefillWGMode(t *testing.T, mode int) {
 	pinGemmParts3(t)
 	gpuDevice(t)
-	withMLAPrefillWG(t, onGPU)
-	n0 := wgLaunches.Load()
+	withMLAPrefillWGMode(t, onGPU, mode)
+	n0 := wgLaunchCounts()
 	testGreedyMatchesRef(t, onGPU, onEmu)
 	testCachesMatchRef(t, onGPU, onEmu, h1CacheBoundCPU)
 	testMLAPrefillH1VsCPU(t, onGPU)
 	testMLAPrefillRouted(t, onGPU)
 	testMLAPrefillH1NotExact(t, onGPU)
-	wgRan(t, n0)
+	wgModeRan(t, mode, n0)
 }
 
-const onePartAllWGTag = " (all one-part: GEMMs, absorbs, MLA prefill wg)"
-
-// TestGPUPrefillOnePartAll with =5: every one-part switch together.
-func TestGPUPrefillOnePartAllWG(t *testing.T) {
+// testGPUPrefillOnePartAllWGMode is TestGPUPrefillOnePartAll with a wgmma
+// mode: every one-part switch together.
+func testGPUPrefillOnePartAllWGMode(t *testing.T, mode int) {
 	gpuDevice(t)
 	withOnePartAll(t)
-	withMLAPrefillWG(t, onGPU)
-	n0 := wgLaunches.Load()
-	testCachesOnePart(t, onGPU, onePartAllWGTag)
-	testLogitsOnePart(t, onGPU, onePartAllWGTag)
-	wgRan(t, n0)
+	withMLAPrefillWGMode(t, onGPU, mode)
+	n0 := wgLaunchCounts()
+	tag := fmt.Sprintf(" (all one-part: GEMMs, absorbs, MLA prefill %s)", strings.TrimPrefix(wgKernels[mode].name, "mla_prefill_"))
+	testCachesOnePart(t, onGPU, tag)
+	testLogitsOnePart(t, onGPU, tag)
+	wgModeRan(t, mode, n0)
 }
 
-// The emulator runs =5 as =4 (mlaPrefillH1): the same first tokens.
-func TestEmuMLAPrefillWGIsH1(t *testing.T) {
-	withMLAPrefillWG(t, onEmu)
-	if mlaPrefillMode != 5 {
+// testEmuMLAPrefillWGModeIsH1: the emulator runs a wgmma mode as =4
+// (mlaPrefillH1): the same first tokens; and withMLAPrefillH1 inside a
+// test keeps the mode.
+func testEmuMLAPrefillWGModeIsH1(t *testing.T, mode int) {
+	withMLAPrefillWGMode(t, onEmu, mode)
+	if mlaPrefillMode != mode {
 		t.Fatalf("mode %d", mlaPrefillMode)
 	}
 	testMLAPrefillH1NotExact(t, onEmu)
-	if mlaPrefillMode != 5 {
-		t.Fatalf("withMLAPrefillH1 inside the test moved =5 to %d", mlaPrefillMode)
+	if mlaPrefillMode != mode {
+		t.Fatalf("withMLAPrefillH1 inside the test moved =%d to %d", mode, mlaPrefillMode)
 	}
 }
 
-// TILERT_GPU_MLA_PREFILL=6 (mla_prefill_wg2: =5's arithmetic with a
-// producer warpgroup) through the engine: =5's checks, counted on
-// wg2Launches (no silent fallback to =4 or =5).
-
-// withMLAPrefillWG2 is TILERT_GPU_MLA_PREFILL=6 for one test (the GPU
-// rules of withMLAPrefillWG).
-func withMLAPrefillWG2(t *testing.T, kind deviceKind) { withMLAPrefillWGMode(t, kind, 6) }
-
-// wg2Ran fails the test unless mla_prefill_wg2 ran since n0 launches.
-func wg2Ran(t *testing.T, n0 int64) {
-	t.Helper()
-	n := wg2Launches.Load() - n0
-	if n == 0 {
-		t.Fatal("TILERT_GPU_MLA_PREFILL=6: no mlaPrefill call ran mla_prefill_wg2")
-	}
-	t.Logf("mla_prefill_wg2 ran %d times", n)
-}
-
-// TestGPUMLAPrefillWG's checks with =6.
-func TestGPUMLAPrefillWG2(t *testing.T) {
-	pinGemmParts3(t)
-	gpuDevice(t)
-	withMLAPrefillWG2(t, onGPU)
-	n0, w0 := wg2Launches.Load(), wgLaunches.Load()
-	testGreedyMatchesRef(t, onGPU, onEmu)
-	testCachesMatchRef(t, onGPU, onEmu, h1CacheBoundCPU)
-	testMLAPrefillH1VsCPU(t, onGPU)
-	testMLAPrefillRouted(t, onGPU)
-	testMLAPrefillH1NotExact(t, onGPU)
-	wg2Ran(t, n0)
-	if n := wgLaunches.Load() - w0; n != 0 {
-		t.Fatalf("TILERT_GPU_MLA_PREFILL=6 ran mla_prefill_wg %d times", n)
-	}
-}
-
-const onePartAllWG2Tag = " (all one-part: GEMMs, absorbs, MLA prefill wg2)"
-
-// TestGPUPrefillOnePartAll with =6: every one-part switch together.
-func TestGPUPrefillOnePartAllWG2(t *testing.T) {
-	gpuDevice(t)
-	withOnePartAll(t)
-	withMLAPrefillWG2(t, onGPU)
-	n0 := wg2Launches.Load()
-	testCachesOnePart(t, onGPU, onePartAllWG2Tag)
-	testLogitsOnePart(t, onGPU, onePartAllWG2Tag)
-	wg2Ran(t, n0)
-}
-
-// The emulator runs =6 as =4 (mlaPrefillH1): the same first tokens; and
-// withMLAPrefillH1 inside a test keeps =6.
-func TestEmuMLAPrefillWG2IsH1(t *testing.T) {
-	withMLAPrefillWG2(t, onEmu)
-	if mlaPrefillMode != 6 {
-		t.Fatalf("mode %d", mlaPrefillMode)
-	}
-	testMLAPrefillH1NotExact(t, onEmu)
-	if mlaPrefillMode != 6 {
-		t.Fatalf("withMLAPrefillH1 inside the test moved =6 to %d", mlaPrefillMode)
-	}
-}
+// =5: mla_prefill_wg. =6: mla_prefill_wg2 (=5's arithmetic with a producer
+// warpgroup).
+func TestGPUMLAPrefillWG(t *testing.T)         { testGPUMLAPrefillWGMode(t, 5) }
+func TestGPUMLAPrefillWG2(t *testing.T)        { testGPUMLAPrefillWGMode(t, 6) }
+func TestGPUPrefillOnePartAllWG(t *testing.T)  { testGPUPrefillOnePartAllWGMode(t, 5) }
+func TestGPUPrefillOnePartAllWG2(t *testing.T) { testGPUPrefillOnePartAllWGMode(t, 6) }
+func TestEmuMLAPrefillWGIsH1(t *testing.T)     { testEmuMLAPrefillWGModeIsH1(t, 5) }
+func TestEmuMLAPrefillWG2IsH1(t *testing.T)    { testEmuMLAPrefillWGModeIsH1(t, 6) }

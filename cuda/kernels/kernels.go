@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/cockroachdb/errors"
 	"github.com/tilert-go/tilert/cuda"
 )
 
@@ -128,6 +129,12 @@ func loadSet(c *cuda.Ctx, early, pdl bool) (*Set, error) {
 		mode = 1
 	}
 	if early {
+		if !nv.CanCompileSM90a() {
+			// NVRTC 11.8 dies with SIGSEGV compiling the early module (CI,
+			// session 8): refuse before the crash.
+			return nil, errors.WithHintf(errors.Newf("TILERT_GPU_PDL=2 needs NVRTC 12 or newer to build its module; this is NVRTC %s (%s)", nv.Version(), nv.Lib),
+				"unset TILERT_GPU_PDL (or set it to 1), or point TILERT_NVRTC at a libnvrtc.so.12 or newer")
+		}
 		compile, name, mode = CompileEarly, "tilert_kernels_early", 2
 	}
 	ck, err := compile(nv, info.CCMajor, info.CCMinor, cuda.DefaultKernelCache())

@@ -447,6 +447,13 @@ func TestNVRTCCompilesEarlyModule(t *testing.T) {
 	if err != nil {
 		t.Skipf("no NVRTC here, compile check skipped: %v", err)
 	}
+	if !nv.CanCompileSM90a() {
+		// Seen in CI (session 8): NVRTC 11.8 died with SIGSEGV inside
+		// nvrtcCompileProgram after ~3 minutes on this module (the default
+		// module compiles). The H200's NVRTC 13 and 12.9 build it; .ci/run
+		// runs this test with 12.9.
+		t.Skipf("NVRTC %s (%s): the early module is checked with NVRTC 12 or newer (11.8 crashes compiling it); set TILERT_NVRTC to a libnvrtc.so.12", nv.Version(), nv.Lib)
+	}
 	ck, err := CompileEarly(nv, 9, 0, cuda.DefaultKernelCache())
 	if err != nil {
 		t.Fatalf("%+v", err)

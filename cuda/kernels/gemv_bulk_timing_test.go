@@ -79,11 +79,11 @@ func TestKernelBulkTiming(t *testing.T) {
 		slots := top + 1
 		type launch func(s cuda.Stream, i int)
 		for _, p := range []struct {
-			what         string
-			bytes        float64
-			tile, bulk   launch
-			N, K         int
-			pair, shared bool
+			what       string
+			bytes      float64
+			tile, bulk launch
+			N, K       int
+			pair       bool
 		}{
 			{"experts gate-up 8+1 slots (2x2048x7168 paired)", float64(slots * 2 * I * H),
 				func(s cuda.Stream, i int) {
@@ -93,7 +93,7 @@ func TestKernelBulkTiming(t *testing.T) {
 				func(s cuda.Stream, i int) {
 					chk(k.ExpertsFP8Bulk(s, eg, h, H, top, 0, [2]cuda.DevPtr{gT, uT}, [2]cuda.DevPtr{gS, uS}, idps[i%sets], top,
 						[2]cuda.DevPtr{gW, uW}, [2]cuda.DevPtr{gSW, uSW}, 1, I, H, 0))
-				}, I, H, true, true},
+				}, I, H, true},
 			{"experts down 8+1 slots (7168x2048)", float64(slots * I * H),
 				func(s cuda.Stream, i int) {
 					chk(k.ExpertsFP8(s, ey, eg, I, 1, top, [2]cuda.DevPtr{dT}, [2]cuda.DevPtr{dS}, idps[i%sets], top,
@@ -102,7 +102,7 @@ func TestKernelBulkTiming(t *testing.T) {
 				func(s cuda.Stream, i int) {
 					chk(k.ExpertsFP8Bulk(s, ey, eg, I, 1, top, [2]cuda.DevPtr{dT}, [2]cuda.DevPtr{dS}, idps[i%sets], top,
 						[2]cuda.DevPtr{dW}, [2]cuda.DevPtr{dSW}, 1, H, I, 0))
-				}, H, I, false, true},
+				}, H, I, false},
 		} {
 			tile := groupGraphUs(c, sets, 11, p.tile)
 			G, R := tileShape(k.c.Info().SMs, p.N, p.K, 1, slots, p.pair)

@@ -16,6 +16,7 @@ import (
 // a sweep of group sizes and blocks per SM. Reported, never asserted.
 func TestKernelBulkTiming(t *testing.T) {
 	needTiming(t)
+	needBulkCheck(t)
 	defer func() { forceBulkG, forceBulkB = 0, 0 }()
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		if err := k.WGSupported(); err != nil {

@@ -40,14 +40,7 @@ func tileGridX(tiles, B, sms, nslots int) int {
 }
 
 // tileCap is the blocks per SM budget for the launch (0: a block per tile).
-// The TILERT_PDL_EARLY module's tile kernels take one row tile per block
-// (their first round is loaded before the wait): never capped.
-func (k *Set) tileCap() int {
-	if k.mode == 2 {
-		return 0
-	}
-	return forceTileB
-}
+func tileCap() int { return forceTileB }
 
 // Tile variants of one input row of fp8 weights, each with the plain
 // kernel's per-thread chunk order (so the same sums bit for bit): "_d16"
@@ -239,7 +232,7 @@ func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
 	}
 	name := fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), tileVariant(G, R, a.K*esize, a.M, esize))
 	sms := k.c.Info().SMs
-	grid := cuda.D3(tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), k.tileCap(), sms, nslots), nslots, 1)
+	grid := cuda.D3(tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), tileCap(), sms, nslots), nslots, 1)
 	return k.launch(name, grid, cuda.D1(tileThreads), 0, s, a.t0, a.ts0, a.t1, a.ts1, a.ids, a.slots,
 		a.w0, a.s0, a.w1, a.s1, a.x, a.ldx, max(1, a.xdiv), a.xsh, a.y, a.ldy, a.resid, a.N, a.K, a.M, G, b2i(TileRule >= 2))
 }

@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cockroachdb/errors"
 	"github.com/tilert-go/tilert/cuda"
 )
 
@@ -50,12 +49,6 @@ func moduleSource(fsys embed.FS, glob string) string {
 	return b.String()
 }
 
-// EarlyKernelSource is KernelSource compiled with TILERT_PDL_EARLY
-// defined (TILERT_GPU_PDL=2; common.cuh, pdl.go): the same kernels, whose
-// PDL macros expand to early triggers and pre-wait weight loads. A second
-// module (its own cache entry); the default module is untouched.
-func EarlyKernelSource() string { return "#define TILERT_PDL_EARLY 1\n" + KernelSource() }
-
 // kernelOptions are the NVRTC flags for arch. No fast-math: the kernels are
 // checked against float64 references at float32 bounds.
 func kernelOptions(arch string) []string {
@@ -68,11 +61,6 @@ func Compile(nv *cuda.NVRTC, major, minor int, cache cuda.KernelCache) (*cuda.Co
 	return cuda.CompileModule(nv, major, minor, KernelSource(), "tilert_kernels.cu", kernelOptions, cache)
 }
 
-// CompileEarly compiles EarlyKernelSource as Compile does the default one.
-func CompileEarly(nv *cuda.NVRTC, major, minor int, cache cuda.KernelCache) (*cuda.Compiled, error) {
-	return cuda.CompileModule(nv, major, minor, EarlyKernelSource(), "tilert_kernels_early.cu", kernelOptions, cache)
-}
-
 // Set is the embedded kernels loaded in one context, with their typed
 // launchers (ops.go, engine_ops.go).
 type Set struct {
@@ -80,73 +68,38 @@ type Set struct {
 	mod   *cuda.Module
 	Build *cuda.Compiled
 	pdl   bool // programmatic launches of pdlKernels (pdl.go)
-	mode  int  // pdlMode this Set was loaded in: 2 = the TILERT_PDL_EARLY module
 }
 
 type setKey struct{}
 
-type earlyKey struct{}
-
 // Load compiles (or loads from the cache) and loads the embedded kernels in
 // c on first use; later calls in the same context return the same Set.
-// With TILERT_GPU_PDL=2 on a device that launches programmatically it is
-// LoadEarly's Set.
 func Load(c *cuda.Ctx) (*Set, error) {
-	if pdlMode() == 2 && c.PDLSupported() {
-		return LoadEarly(c)
+	pdl, err := pdlEnv()
+	if err != nil {
+		return nil, err
 	}
 	v, err := c.Value(setKey{}, func() (any, error) {
-		return loadSet(c, false, pdlEnv() && c.PDLSupported())
-	})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*Set), nil
-}
-
-// LoadEarly loads the TILERT_PDL_EARLY module (EarlyKernelSource) in c on
-// first use, as a Set of its own that launches programmatically where the
-// device can (PDL mode 2, whatever TILERT_GPU_PDL says; tests compare it
-// with Load's Set in one context).
-func LoadEarly(c *cuda.Ctx) (*Set, error) {
-	v, err := c.Value(earlyKey{}, func() (any, error) {
-		return loadSet(c, true, c.PDLSupported())
-	})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*Set), nil
-}
-
-func loadSet(c *cuda.Ctx, early, pdl bool) (*Set, error) {
-	nv, err := cuda.LoadNVRTC()
-	if err != nil {
-		return nil, err
-	}
-	info := c.Info()
-	compile, name, mode := Compile, "tilert_kernels", 0
-	if pdl {
-		mode = 1
-	}
-	if early {
-		if !nv.CanCompileSM90a() {
-			// NVRTC 11.8 dies with SIGSEGV compiling the early module (CI,
-			// session 8): refuse before the crash.
-			return nil, errors.WithHintf(errors.Newf("TILERT_GPU_PDL=2 needs NVRTC 12 or newer to build its module; this is NVRTC %s (%s)", nv.Version(), nv.Lib),
-				"unset TILERT_GPU_PDL (or set it to 1), or point TILERT_NVRTC at a libnvrtc.so.12 or newer")
+		nv, err := cuda.LoadNVRTC()
+		if err != nil {
+			return nil, err
 		}
-		compile, name, mode = CompileEarly, "tilert_kernels_early", 2
-	}
-	ck, err := compile(nv, info.CCMajor, info.CCMinor, cuda.DefaultKernelCache())
+		info := c.Info()
+		ck, err := Compile(nv, info.CCMajor, info.CCMinor, cuda.DefaultKernelCache())
+		if err != nil {
+			return nil, err
+		}
+		m, err := c.LoadModule("tilert_kernels", ck.Image)
+		if err != nil {
+			return nil, err
+		}
+		slog.Debug("cuda: kernels loaded", "arch", ck.Arch, "cubin", ck.Cubin, "cache_hit", ck.CacheHit, "took", ck.Took, "nvrtc", nv.Version())
+		return &Set{c: c, mod: m, Build: ck, pdl: pdl && c.PDLSupported()}, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	m, err := c.LoadModule(name, ck.Image)
-	if err != nil {
-		return nil, err
-	}
-	slog.Debug("cuda: kernels loaded", "module", name, "arch", ck.Arch, "cubin", ck.Cubin, "cache_hit", ck.CacheHit, "took", ck.Took, "nvrtc", nv.Version())
-	return &Set{c: c, mod: m, Build: ck, pdl: pdl, mode: mode}, nil
+	return v.(*Set), nil
 }
 
 // fn returns a kernel of the module.

@@ -3,6 +3,7 @@ package kernels
 import (
 	"os"
 
+	"github.com/cockroachdb/errors"
 	"github.com/tilert-go/tilert/cuda"
 )
 
@@ -16,8 +17,7 @@ import (
 // inputs before they are written, and the kernel after it, whose wait
 // covers only the kernels it depends on directly, could overtake it. New
 // kernels launch plainly until they have the wait and are added.
-// TILERT_GPU_PDL=1 turns it on (off by default: see pdlEnv); =2 loads the
-// TILERT_PDL_EARLY compile of the module instead (pdlMode, common.cuh).
+// TILERT_GPU_PDL=1 turns it on (off by default: see pdlEnv).
 var pdlKernels = setOf(
 	// cache.cu, engine.cu, exact.cu
 	"mla_cache_write", "indexer_cache_write",
@@ -102,57 +102,27 @@ func setOf(names ...string) map[string]bool {
 // us with them and 3105 us without (1 slot, context 8192; 8945 / 8778 us
 // at 4 slots): each kernel lets the next one's blocks in at its start, and
 // those take SM room from the bandwidth-bound GEMVs they wait on.
-func pdlEnv() bool { return pdlMode() != 0 }
+func pdlEnv() (bool, error) { return pdlSwitch(os.Getenv("TILERT_GPU_PDL")) }
 
-// pdlMode is TILERT_GPU_PDL: 1 programmatic launches of main's kernels
-// (each waits, then triggers, at its top); 2 programmatic launches of the
-// same sources compiled with TILERT_PDL_EARLY (EarlyKernelSource: short
-// kernels trigger before their wait, the weight-streaming GEMVs load their
-// first round of weights before it and trigger after their last weight
-// loads); anything else 0 (plain launches of the default module).
-func pdlMode() int {
-	switch os.Getenv("TILERT_GPU_PDL") {
+// pdlSwitch is TILERT_GPU_PDL's value: unset or 0 plain launches, 1
+// programmatic launches of pdlKernels; anything else is refused. =2 (the
+// module compiled a second time with early triggers and GEMV weight loads
+// before the wait, helper pdlw) was measured on the H200 in session 9,
+// gained nothing and was removed (cuda/kernels/NOTES.md "PDL mode 2 (pdlw)").
+func pdlSwitch(v string) (bool, error) {
+	switch v {
+	case "", "0":
+		return false, nil
 	case "1":
-		return 1
+		return true, nil
 	case "2":
-		return 2
+		return false, errors.WithHint(
+			errors.New("TILERT_GPU_PDL=2 (early triggers, GEMV weight loads before griddepcontrol.wait) was removed: measured on the H200 in session 9 it gained nothing (decode p50 2.966 ms against 2.967 ms plain)"),
+			"unset TILERT_GPU_PDL (or set it to 0) for plain launches, or set it to 1 for programmatic launches; the record is in cuda/kernels/NOTES.md \"PDL mode 2 (pdlw)\"")
 	}
-	return 0
+	return false, errors.WithHintf(errors.Newf("TILERT_GPU_PDL=%q is not a launch mode", v),
+		"unset TILERT_GPU_PDL (or set it to 0) for plain launches, or set it to 1 for programmatic launches")
 }
-
-// pdlStreamKernels are the weight-streaming kernels of the TILERT_PDL_EARLY
-// module: their first statement is PDL_WAIT_STREAM() (empty there), and
-// their body issues weight loads before its own PDL_STREAM_WAIT()
-// (TestPDLEarlyPrologue checks what those loads may touch). Each is in
-// pdlKernels too.
-var pdlStreamKernels = setOf(
-	// gemv_tile.cu
-	"gemv_tile_fp8_r1_m1", "gemv_tile_fp8_r2_m1", "gemv_tile_fp8_r4_m1", "gemv_tile_fp8_r8_m1",
-	"gemv_tile_fp8_r1_m2", "gemv_tile_fp8_r2_m2", "gemv_tile_fp8_r4_m2", "gemv_tile_fp8_r8_m2",
-	"gemv_tile_fp8_r1_m4", "gemv_tile_fp8_r2_m4", "gemv_tile_fp8_r4_m4", "gemv_tile_fp8_r8_m4",
-	"gemv_tile_fp8_r1_m8", "gemv_tile_fp8_r2_m8", "gemv_tile_fp8_r4_m8", "gemv_tile_fp8_r8_m8",
-	"gemv_tile_bf16_r1_m1", "gemv_tile_bf16_r2_m1", "gemv_tile_bf16_r4_m1", "gemv_tile_bf16_r8_m1",
-	"gemv_tile_bf16_r1_m2", "gemv_tile_bf16_r2_m2", "gemv_tile_bf16_r4_m2", "gemv_tile_bf16_r8_m2",
-	"gemv_tile_bf16_r1_m4", "gemv_tile_bf16_r2_m4", "gemv_tile_bf16_r4_m4", "gemv_tile_bf16_r8_m4",
-	"gemv_tile_bf16_r1_m8", "gemv_tile_bf16_r2_m8", "gemv_tile_bf16_r4_m8", "gemv_tile_bf16_r8_m8",
-	"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16",
-	"gemv_tile_fp8_r4_m1_o4", "gemv_tile_fp8_r8_m1_o4",
-	// gemv_tile_group.cu
-	"gemv_group_r2_m1", "gemv_group_r2_m2", "gemv_group_r2_m4", "gemv_group_r2_m8",
-	"gemv_group_r4_m1", "gemv_group_r4_m2", "gemv_group_r4_m4", "gemv_group_r4_m8",
-	"gemv_group_r8_m1", "gemv_group_r8_m2", "gemv_group_r8_m4",
-	// gemv_wide.cu (dense; the experts variants wait before reading ids)
-	"gemv_fp8_wide_r1", "gemv_fp8_wide_r2", "gemv_fp8_wide_r4", "gemv_fp8_wide_r8",
-	"gemv_bf16_wide_r1", "gemv_bf16_wide_r2", "gemv_bf16_wide_r4", "gemv_bf16_wide_r8",
-	// norm_fuse.cu
-	"gemv_group_sn_r2_m1", "gemv_group_sn_r2_m2", "gemv_group_sn_r2_m4",
-	"gemv_group_sn_r4_m1", "gemv_group_sn_r4_m2", "gemv_group_sn_r4_m4",
-	"gemv_group_sn_r8_m1", "gemv_group_sn_r8_m2", "gemv_group_sn_r8_m4",
-)
-
-// PDLMode is the mode this Set was loaded in (pdlMode; 2 only where the
-// device can launch programmatically).
-func (k *Set) PDLMode() int { return k.mode }
 
 // PDL reports whether this Set launches its listed kernels programmatically
 // (Hopper or newer, a driver with cuLaunchKernelEx, TILERT_GPU_PDL=1).

@@ -1,10 +1,16 @@
 package kernels
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/errors"
+	"github.com/tilert-go/tilert/cuda"
 )
 
 // stripComments removes // and /* */ comments, leaving string literals alone.
@@ -167,10 +173,7 @@ func kernelEntries(src string) map[string][]string {
 	return out
 }
 
-const (
-	pdlEntry       = "PDL_WAIT();"
-	pdlStreamEntry = "PDL_WAIT_STREAM();"
-)
+const pdlEntry = "PDL_WAIT();"
 
 // Every kernel launched programmatically must start with PDL_WAIT(): see
 // pdl.go for why a listed kernel without it would race.
@@ -188,30 +191,8 @@ func TestPDLKernelsWait(t *testing.T) {
 			continue
 		}
 		for i, first := range defs {
-			if first == pdlStreamEntry && pdlStreamKernels[n] {
-				continue // its body waits (TestPDLEarlyPrologue)
-			}
 			if first != pdlEntry {
 				t.Errorf("kernel %s (definition %d of %d) starts with %q, not PDL_WAIT(); add the wait as its first statement or take it off pdl.go's list", n, i+1, len(defs), first)
-			}
-		}
-	}
-	// PDL_WAIT_STREAM() is empty in the TILERT_PDL_EARLY module: a kernel
-	// beginning with it must be one whose body TestPDLEarlyPrologue checks.
-	for n, defs := range entries {
-		for _, first := range defs {
-			if first == pdlStreamEntry && !pdlStreamKernels[n] {
-				t.Errorf("kernel %s starts with PDL_WAIT_STREAM() but is not in pdl.go's pdlStreamKernels (in the TILERT_PDL_EARLY module it would never wait)", n)
-			}
-		}
-	}
-	for n := range pdlStreamKernels {
-		if !pdlKernels[n] {
-			t.Errorf("pdlStreamKernels lists %s, which pdlKernels does not", n)
-		}
-		for _, first := range entries[n] {
-			if first != pdlStreamEntry {
-				t.Errorf("pdlStreamKernels lists %s, which starts with %q, not PDL_WAIT_STREAM()", n, first)
 			}
 		}
 	}
@@ -282,4 +263,56 @@ extern "C" __global__ void twice(int* p) { __trap(); }
 			t.Errorf("kernel %s: first statements %q, want %q", n, g, w)
 		}
 	}
+}
+
+// TestPDLSwitch: TILERT_GPU_PDL takes unset, 0 (plain launches) and 1
+// (programmatic launches); 2 (removed in session 9) and anything else is
+// refused with a hint naming the values that work.
+func TestPDLSwitch(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		on   bool
+		fail string // part of the error's message, "" where it is accepted
+	}{
+		{"", false, ""},
+		{"0", false, ""},
+		{"1", true, ""},
+		{"2", false, "removed"},
+		{"3", false, "not a launch mode"},
+		{"true", false, "not a launch mode"},
+		{" 1", false, "not a launch mode"},
+	} {
+		on, err := pdlSwitch(c.v)
+		if c.fail == "" {
+			if err != nil || on != c.on {
+				t.Errorf("TILERT_GPU_PDL=%q: %v, %v; want %v, no error", c.v, on, err, c.on)
+			}
+			continue
+		}
+		if err == nil || on {
+			t.Errorf("TILERT_GPU_PDL=%q: %v, %v; want an error", c.v, on, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.fail) {
+			t.Errorf("TILERT_GPU_PDL=%q: error %q does not say %q", c.v, err, c.fail)
+		}
+		if h := errors.FlattenHints(err); !strings.Contains(h, "set it to 1") || !strings.Contains(h, "unset TILERT_GPU_PDL") {
+			t.Errorf("TILERT_GPU_PDL=%q: hint %q does not name the accepted values", c.v, h)
+		}
+	}
+}
+
+// TestKernelPDLModeEnv (device): Load's Set launches programmatically
+// exactly when TILERT_GPU_PDL=1 and the device can, so engine runs with
+// the switch set do run that way.
+func TestKernelPDLModeEnv(t *testing.T) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		want := os.Getenv("TILERT_GPU_PDL") == "1" && c.PDLSupported()
+		t.Logf("TILERT_GPU_PDL=%q: programmatic %v (device supports it: %v)", os.Getenv("TILERT_GPU_PDL"), k.PDL(), c.PDLSupported())
+		bad := 0.0
+		if k.PDL() != want {
+			bad = 1
+		}
+		record(t, fmt.Sprintf("pdl from TILERT_GPU_PDL=%q (want programmatic %v)", os.Getenv("TILERT_GPU_PDL"), want), "mismatch", bad, 0)
+	})
 }

@@ -280,9 +280,6 @@ func (b *cudaDevice) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) 
 	if b.useMMA(x, w, N, K, M, ldx, 1) {
 		return b.k.GemvFP8MMA(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
 	}
-	if b.bulkRow(x, K, M, ldx, w) {
-		return b.k.GemvFP8Bulk(b.s, y, x, w, scale, 0, N, K)
-	}
 	if gemvTileOn {
 		return b.k.GemvFP8Tile(b.s, y, x, w, scale, 0, N, K, M, ldx, ldy)
 	}
@@ -440,23 +437,14 @@ func (b *cudaDevice) gateUp(y, x, wg, sg, wu, su cuda.DevPtr, N, K, M, ldx, ldy 
 	if b.useMMA(x, wg, N, K, M, ldx, 1) && uint64(wu)%16 == 0 {
 		return b.k.GateUpFP8MMA(b.s, y, x, wg, sg, wu, su, N, K, M, ldx, ldy)
 	}
-	if wg != 0 && wu != 0 && b.bulkRow(x, K, M, ldx, wg, wu) {
-		return b.k.GateUpFP8Bulk(b.s, y, x, wg, sg, wu, su, N, K)
-	}
 	return b.k.GateUpFP8(b.s, y, x, wg, sg, wu, su, N, K, M, ldx, ldy)
 }
 
 func (b *cudaDevice) experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K int) error {
-	if b.bulkRow(x, K, 1, ldx, w[0], w[1]) {
-		return b.k.ExpertsFP8Bulk(b.s, y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K, 0)
-	}
 	return b.k.ExpertsFP8(b.s, y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K)
 }
 
 func (b *cudaDevice) expertsShaped(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K, shapeSlots int) error {
-	if b.bulkRow(x, K, 1, ldx, w[0], w[1]) {
-		return b.k.ExpertsFP8Bulk(b.s, y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K, shapeSlots)
-	}
 	return b.k.ExpertsFP8Shaped(b.s, y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K, shapeSlots)
 }
 
@@ -467,9 +455,6 @@ func (b *cudaDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) 
 func (b *cudaDevice) gemvFP8Res(y, x, w, scale, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	if b.useMMA(x, w, N, K, M, ldx, 1) {
 		return b.k.GemvFP8MMA(b.s, y, x, w, scale, resid, N, K, M, ldx, ldy)
-	}
-	if b.bulkRow(x, K, M, ldx, w) {
-		return b.k.GemvFP8Bulk(b.s, y, x, w, scale, resid, N, K)
 	}
 	if gemvTileOn {
 		return b.k.GemvFP8Tile(b.s, y, x, w, scale, resid, N, K, M, ldx, ldy)
@@ -1028,9 +1013,6 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		b := &cudaDevice{c: c, k: k, s: c.Stream(), ev: &r.ev, gemmWS: r.gemmWS, gemmWSBytes: r.gemmWSBytes, side: &r.side}
 		if r.wgMode != 0 {
 			b.mlaPrefillWGOK(r.wgMode) // the sm_90a module compiled and loaded before any graph capture
-		}
-		if gemvBulkOn {
-			b.gemvBulkReady() // likewise
 		}
 		if r.stream != 0 {
 			b.s = r.stream

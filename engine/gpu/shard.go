@@ -526,9 +526,6 @@ func queue(r runner, f func(b device) error) error {
 			return err
 		}
 		b := &cudaDevice{c: cc, k: k, s: cc.Stream(), gemmWS: cr.gemmWS, gemmWSBytes: cr.gemmWSBytes}
-		if gemvBulkOn {
-			b.gemvBulkReady() // the sm_90a module loaded before any graph capture
-		}
 		if cr.stream != 0 {
 			b.s = cr.stream
 		}

@@ -14,49 +14,15 @@ typedef unsigned long long u64;
 // writes, or write anything), and launch_dependents then lets the next kernel
 // launch, so its blocks are scheduled while this one runs and sit in their
 // own PDL_WAIT. Launched plainly, both instructions do nothing.
-//
-// TILERT_PDL_EARLY (the second compile of this module, loaded only with
-// TILERT_GPU_PDL=2; pdl.go): PDL_WAIT() triggers first and then waits, so
-// the kernel after a short kernel is launched (and streams its first
-// weights) while that one runs; the weight-streaming GEMVs begin with
-// PDL_WAIT_STREAM() instead, which is empty there: their body issues its
-// first round of weight loads (constants during a step), then
-// PDL_STREAM_WAIT(), and PDL_STREAM_TRIGGER() after its last weight loads.
-// In the default compile PDL_WAIT_STREAM() is PDL_WAIT() and the two
-// others are empty, so that module is what it was. Why early triggers stay
-// correct: cuda/kernels/NOTES.md "PDL mode 2 (pdlw)".
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#ifdef TILERT_PDL_EARLY
-#define PDL_WAIT()                                          \
-  do {                                                      \
-    asm volatile("griddepcontrol.launch_dependents;");      \
-    asm volatile("griddepcontrol.wait;" ::: "memory");      \
-  } while (0)
-#define PDL_WAIT_STREAM() \
-  do {                    \
-  } while (0)
-#define PDL_STREAM_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
-#define PDL_STREAM_TRIGGER() asm volatile("griddepcontrol.launch_dependents;")
-#else
 #define PDL_WAIT()                                          \
   do {                                                      \
     asm volatile("griddepcontrol.wait;" ::: "memory");      \
     asm volatile("griddepcontrol.launch_dependents;");      \
   } while (0)
-#define PDL_WAIT_STREAM() PDL_WAIT()
-#endif
 #else
 #define PDL_WAIT() \
   do {             \
-  } while (0)
-#define PDL_WAIT_STREAM() PDL_WAIT()
-#endif
-#ifndef PDL_STREAM_WAIT
-#define PDL_STREAM_WAIT() \
-  do {                    \
-  } while (0)
-#define PDL_STREAM_TRIGGER() \
-  do {                       \
   } while (0)
 #endif
 

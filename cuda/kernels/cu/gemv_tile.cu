@@ -68,45 +68,6 @@ __device__ __forceinline__ void tile_ldx(const float* p, float* o) {
   }
 }
 
-#ifdef TILERT_PDL_EARLY
-// PDL mode 2 (TILERT_PDL_EARLY; common.cuh): the first round of weight
-// loads of a dense slot's first row tile, issued before the kernel's
-// griddepcontrol.wait. It takes the weights (W0, S0, W1, S1: constants
-// during a step) and scalars only, and computes the rows, scale blocks and
-// chunks exactly as gemv_tile_body does for the tile bx = blockIdx.x, c0 =
-// tg, so the main loop consumes these registers in place of its first
-// loads (same values, same order: same sums).
-template <class T, int R, int NI>
-__device__ __forceinline__ void tile_pre(const void* W0, const float* S0, const void* W1, const float* S1, int N,
-                                         int K, int G, uint4 (&wv)[NI][R], float (&scg)[NI], float (&scu)[NI]) {
-  const bool pair = W1 != 0;
-  const int rout = pair ? R / 2 : R;
-  const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
-  const int kb = (K + 127) >> 7;
-  const int n0 = (blockIdx.x * (TILE_THREADS / G) + grp) * rout;
-  const char* wr[R];
-#pragma unroll
-  for (int r = 0; r < R; r++) {
-    const bool second = pair && r >= rout;
-    const int n = min(n0 + (second ? r - rout : r), N - 1);
-    const char* base = (const char*)(second ? W1 : W0);
-    wr[r] = base + (size_t)n * K * T::BYTES;
-  }
-  const int nsc = min(n0, N - 1) >> 7;
-  const float* sg = S0 ? S0 + (size_t)nsc * kb : (const float*)0;
-  const float* su = pair && S1 ? S1 + (size_t)nsc * kb : (const float*)0;
-  const int C = n0 < N ? K / T::E : 0;
-#pragma unroll
-  for (int i = 0; i < NI; i++) {
-    const int c = tg + i * G;
-#pragma unroll
-    for (int r = 0; r < R; r++) wv[i][r] = c < C ? tile_ld16(wr[r] + (size_t)c * 16) : make_uint4(0u, 0u, 0u, 0u);
-    scg[i] = c < C ? (sg ? __ldg(sg + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
-    scu[i] = c < C ? (su ? __ldg(su + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
-  }
-}
-#endif
-
 template <class T, int R, int MM, int LD = 8>
 __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
                                                const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
@@ -118,15 +79,6 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   constexpr int NI = LD / R;  // chunks per row per round: R*NI = LD loads in flight
   __shared__ float part[TILE_THREADS / 32][R * MM];
   const int j = blockIdx.y;
-#ifdef TILERT_PDL_EARLY
-  // A dense slot loads its first round before the wait (tile_pre); a routed
-  // slot's weights follow ids, written in the step: nothing before the wait.
-  uint4 pwv[NI][R];
-  float pscg[NI], pscu[NI];
-  const bool pre = j >= slots;
-  if (pre) tile_pre<T, R, NI>(W0, S0, W1, S1, N, K, G, pwv, pscg, pscu);
-  PDL_STREAM_WAIT();
-#endif
   const void* w0;
   const void* w1;
   const float* s0;
@@ -155,16 +107,7 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   // launcher caps the grid (the slot's pointers then load once per block);
   // a row's arithmetic is the same either way.
   const int tiles = (((N + rout - 1) / rout) + TILE_THREADS / G - 1) / (TILE_THREADS / G);
-#ifdef TILERT_PDL_EARLY
-  // One row tile per block: the early module's launches are never capped
-  // (Set.tileCap), so the registers loaded before the wait die in the
-  // peeled round below (a loop over tiles would keep them live across it:
-  // 180-540 bytes of spills at 64-128 registers).
-  if ((int)gridDim.x < tiles) __trap();
-  for (int bx = blockIdx.x; bx < tiles; bx = tiles) {
-#else
   for (int bx = blockIdx.x; bx < tiles; bx += gridDim.x) {
-#endif
   const int n0 = (bx * (TILE_THREADS / G) + grp) * rout;
   const char* wr[R];
 #pragma unroll
@@ -186,116 +129,7 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
 #pragma unroll
     for (int m = 0; m < MM; m++) acc[r][m] = 0.0f;
   const int C = n0 < N ? K / T::E : 0;  // idle groups past N load nothing
-#ifdef TILERT_PDL_EARLY
-  // The round loaded before the wait (tile_pre): the loop's first trip,
-  // peeled so those registers die here (held across the loop they would
-  // spill). Its arithmetic block is the loop's, token for token
-  // (TestPDLEarlyPrologue compares them).
-  int c0s = tg;
-  if (pre && bx == (int)blockIdx.x && tg < C) {
-    const int c0 = tg;
-    const uint4 (&wv)[NI][R] = pwv;
-    const float (&scg)[NI] = pscg;
-    const float (&scu)[NI] = pscu;
-#pragma unroll
-      for (int i = 0; i < NI; i++) {
-        const int c = c0 + i * G;
-        if (c < C) {
-          const float* xc = xb + (size_t)c * T::E;
-          if (MM == 1) {
-            // One row: sum the chunk, then scale it (one multiply per chunk).
-            float p[R];
-#pragma unroll
-            for (int r = 0; r < R; r++) p[r] = 0.0f;
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-              float xv[T::EW];
-              tile_ldx<T::EW>(xc + q * T::EW, xv);
-#pragma unroll
-              for (int r = 0; r < R; r++) {
-                float wf[T::EW];
-                T::word(tile_word(wv[i][r], q), wf);
-#pragma unroll
-                for (int e = 0; e < T::EW; e++) p[r] = fmaf(wf[e], xv[e], p[r]);
-              }
-            }
-#pragma unroll
-            for (int r = 0; r < R; r++) acc[r][0] = fmaf(p[r], (pair && r >= rout ? scu[i] : scg[i]), acc[r][0]);
-          } else if (fold) {
-            // Several rows: scale each weight once and feed it to every row,
-            // so no per-chunk partials hold registers.
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-              float xv[MM][T::EW];
-#pragma unroll
-              for (int m = 0; m < MM; m++) {
-                if (m < M) {
-                  tile_ldx<T::EW>(xc + (size_t)m * ldx + q * T::EW, xv[m]);
-                } else {
-#pragma unroll
-                  for (int e = 0; e < T::EW; e++) xv[m][e] = 0.0f;
-                }
-              }
-#pragma unroll
-              for (int r = 0; r < R; r++) {
-                float wf[T::EW];
-                T::word(tile_word(wv[i][r], q), wf);
-#pragma unroll
-                for (int e = 0; e < T::EW; e++) wf[e] *= (pair && r >= rout ? scu[i] : scg[i]);
-#pragma unroll
-                for (int m = 0; m < MM; m++) {
-                  if (m < M) {
-#pragma unroll
-                    for (int e = 0; e < T::EW; e++) acc[r][m] = fmaf(wf[e], xv[m][e], acc[r][m]);
-                  }
-                }
-              }
-            }
-          } else {
-            // Several rows, per-chunk partials scaled once per chunk (rule 1).
-            float p[R][MM];
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-              for (int m = 0; m < MM; m++) p[r][m] = 0.0f;
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-              float xv[MM][T::EW];
-#pragma unroll
-              for (int m = 0; m < MM; m++) {
-                if (m < M) {
-                  tile_ldx<T::EW>(xc + (size_t)m * ldx + q * T::EW, xv[m]);
-                } else {
-#pragma unroll
-                  for (int e = 0; e < T::EW; e++) xv[m][e] = 0.0f;
-                }
-              }
-#pragma unroll
-              for (int r = 0; r < R; r++) {
-                float wf[T::EW];
-                T::word(tile_word(wv[i][r], q), wf);
-#pragma unroll
-                for (int m = 0; m < MM; m++) {
-                  if (m < M) {
-#pragma unroll
-                    for (int e = 0; e < T::EW; e++) p[r][m] = fmaf(wf[e], xv[m][e], p[r][m]);
-                  }
-                }
-              }
-            }
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-              for (int m = 0; m < MM; m++) acc[r][m] = fmaf(p[r][m], (pair && r >= rout ? scu[i] : scg[i]), acc[r][m]);
-          }
-        }
-      }
-    c0s = tg + G * NI;
-  }
-  for (int c0 = c0s; c0 < C; c0 += G * NI) {
-#else
   for (int c0 = tg; c0 < C; c0 += G * NI) {
-#endif
     uint4 wv[NI][R];
     float scg[NI], scu[NI];
 #pragma unroll
@@ -400,9 +234,6 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
       }
     }
   }
-#ifdef TILERT_PDL_EARLY
-  if (bx + (int)gridDim.x >= tiles) PDL_STREAM_TRIGGER();  // this block's last weight loads are issued
-#endif
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < R; r++)
@@ -443,7 +274,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 1, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -454,7 +285,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -465,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -476,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -487,7 +318,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 1, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -498,7 +329,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -509,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -520,7 +351,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -531,7 +362,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 1, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -542,7 +373,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -553,7 +384,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -564,7 +395,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -575,7 +406,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -586,7 +417,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -597,7 +428,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -608,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -619,7 +450,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 1, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -630,7 +461,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 2, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -641,7 +472,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 4, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -652,7 +483,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 8, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -663,7 +494,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 1, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -674,7 +505,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 2, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -685,7 +516,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 4, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -696,7 +527,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 8, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -707,7 +538,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 1, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -718,7 +549,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 2, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -729,7 +560,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 4, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -740,7 +571,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 8, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -751,7 +582,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -762,7 +593,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 2, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -773,7 +604,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 4, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -784,7 +615,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TBF16, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -798,7 +629,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 2, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -809,7 +640,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -820,7 +651,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -833,7 +664,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 4)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 4, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
@@ -844,7 +675,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 4)
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
                             const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_tile_body<TFP8, 8, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }

@@ -98,23 +98,7 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
       sc[i] = c < C ? (sr ? __ldg(sr + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
     }
   };
-#ifdef TILERT_PDL_EARLY
-  // PDL mode 2: the first round's weights into L2 before the wait (W is
-  // constant during a step; nothing else is read, nothing written). Not
-  // into registers: held across the norm prologue they took the 1-row
-  // kernels from 48-64 to 92-104 registers (nvcc 11.8), half the blocks an
-  // SM, two waves for the layer-input projection.
-#pragma unroll
-  for (int i = 0; i < NI; i++) {
-    const int c = tg + i * G;
-#pragma unroll
-    for (int r = 0; r < R; r++)
-      if (c < C) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + (size_t)c * 16));
-  }
-  PDL_STREAM_WAIT();
-#endif
   if (nw) {
-#ifndef TILERT_PDL_EARLY
     // The first round's weights stream into L2 while the prologue runs
     // (a prefetch holds no registers; a load would keep them live).
 #pragma unroll
@@ -124,7 +108,6 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
       for (int r = 0; r < R; r++)
         if (c < C) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + (size_t)c * 16));
     }
-#endif
     // rmsnorm's sum of squares for each input row, in its order: virtual
     // thread v of nthr sums x[v], x[v+nthr], ...; warps butterfly-sum; the
     // warp sums add up in warp order.
@@ -282,9 +265,6 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
       }
     }
   }
-#ifdef TILERT_PDL_EARLY
-  PDL_STREAM_TRIGGER();  // this block's last weight loads are issued
-#endif
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < R; r++)
@@ -365,7 +345,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run<2, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -376,7 +356,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run<2, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -387,7 +367,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run<2, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -398,7 +378,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run<2, 8>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -409,7 +389,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run<4, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -420,7 +400,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run<4, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -431,7 +411,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run<4, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -442,7 +422,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run<4, 8>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -453,7 +433,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run<8, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -464,7 +444,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run<8, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -475,7 +455,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                       const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                       float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                       int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run<8, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }

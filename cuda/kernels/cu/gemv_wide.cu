@@ -37,65 +37,7 @@ __device__ __forceinline__ void gemv_wide_rows(const void* __restrict__ W, const
   float acc[GEMV_MAXM];
 #pragma unroll
   for (int m = 0; m < GEMV_MAXM; m++) acc[m] = 0.0f;
-#ifdef TILERT_PDL_EARLY
-  // PDL mode 2: the first round of weights (W, S: constants during a step)
-  // before the wait; x, y and resid only after it. (The experts variant has
-  // waited at its top already, before it read ids: this wait is then a
-  // no-op.)
-  uint4 pwv[GEMV_WIDE_U];
-  float psc[GEMV_WIDE_U];
-#pragma unroll
-  for (int u = 0; u < GEMV_WIDE_U; u++) {
-    const int c = tr + u * TPR;
-    if (c < C) {
-      pwv[u] = ldg_stream16(wr + (size_t)c * 16);
-      psc[u] = S ? __ldg(sr + ((c * T::E) >> 7)) : 1.0f;
-    } else {
-      pwv[u] = make_uint4(0u, 0u, 0u, 0u);
-      psc[u] = 0.0f;
-    }
-  }
-  PDL_STREAM_WAIT();
-#endif
-#ifdef TILERT_PDL_EARLY
-  // The round loaded before the wait: the loop's first trip, peeled so
-  // those registers die here; its arithmetic block is the loop's, token for
-  // token (TestPDLEarlyPrologue compares them).
-  int c0s = tr;
-  if (tr < C) {
-    const int c0 = tr;
-    const uint4 (&wv)[GEMV_WIDE_U] = pwv;
-    const float (&sc)[GEMV_WIDE_U] = psc;
-#pragma unroll
-      for (int u = 0; u < GEMV_WIDE_U; u++) {
-        const int c = c0 + u * TPR;
-        if (c < C) {
-          float wf[T::E];
-          T::dec(wv[u], wf);
-#pragma unroll
-          for (int m = 0; m < GEMV_MAXM; m++) {
-            if (m < M) {
-              const float4* xp = (const float4*)(x + (size_t)m * ldx + (size_t)c * T::E);
-              float p = 0.0f;
-#pragma unroll
-              for (int q = 0; q < T::E / 4; q++) {
-                const float4 v = __ldg(xp + q);
-                p += wf[4 * q] * v.x;
-                p += wf[4 * q + 1] * v.y;
-                p += wf[4 * q + 2] * v.z;
-                p += wf[4 * q + 3] * v.w;
-              }
-              acc[m] += p * sc[u];
-            }
-          }
-        }
-      }
-    c0s = tr + TPR * GEMV_WIDE_U;
-  }
-  for (int c0 = c0s; c0 < C; c0 += TPR * GEMV_WIDE_U) {
-#else
   for (int c0 = tr; c0 < C; c0 += TPR * GEMV_WIDE_U) {
-#endif
     uint4 wv[GEMV_WIDE_U];
     float sc[GEMV_WIDE_U];
 #pragma unroll
@@ -134,9 +76,6 @@ __device__ __forceinline__ void gemv_wide_rows(const void* __restrict__ W, const
       }
     }
   }
-#ifdef TILERT_PDL_EARLY
-  PDL_STREAM_TRIGGER();  // this block's last weight loads are issued
-#endif
 #pragma unroll
   for (int m = 0; m < GEMV_MAXM; m++) acc[m] = warp_sum(acc[m]);
   const int w = t >> 5;
@@ -163,14 +102,14 @@ __device__ __forceinline__ void gemv_wide_rows(const void* __restrict__ W, const
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_wide_r1(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                       const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_wide_rows<WFP8, 1>(W, S, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 1);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_bf16_wide_r1(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                        const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_wide_rows<WBF16, 1>(W, (const float*)0, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 1);
 }
 
@@ -188,14 +127,14 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_wide_r2(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                       const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_wide_rows<WFP8, 2>(W, S, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 2);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_bf16_wide_r2(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                        const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_wide_rows<WBF16, 2>(W, (const float*)0, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 2);
 }
 
@@ -213,14 +152,14 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_wide_r4(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                       const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_wide_rows<WFP8, 4>(W, S, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 4);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_bf16_wide_r4(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                        const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_wide_rows<WBF16, 4>(W, (const float*)0, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 4);
 }
 
@@ -238,14 +177,14 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_fp8_wide_r8(const u8* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                       const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_wide_rows<WFP8, 8>(W, S, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 8);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     gemv_bf16_wide_r8(const u16* __restrict__ W, const float* __restrict__ S, const float* __restrict__ x, float* y,
                        const float* resid, int N, int K, int M, int ldx, int ldy) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_wide_rows<WBF16, 8>(W, (const float*)0, x, y, resid, N, K, M, ldx, ldy, blockIdx.x * 8);
 }
 

@@ -68,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                         const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                         float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                         int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run_sn<2, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                           y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -79,7 +79,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                         const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                         float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                         int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run_sn<2, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                           y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -90,7 +90,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                         const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                         float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                         int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run_sn<2, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                           y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -101,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                         const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                         float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                         int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run_sn<4, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                           y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -112,7 +112,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                         const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                         float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                         int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run_sn<4, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                           y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -123,7 +123,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                         const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                         float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                         int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run_sn<4, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                           y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -134,7 +134,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                         const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                         float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                         int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run_sn<8, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                           y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -145,7 +145,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                         const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                         float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                         int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run_sn<8, 2>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                           y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
@@ -156,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                         const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
                         float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
                         int ldy3, int cfg3) {
-  PDL_WAIT_STREAM();
+  PDL_WAIT();
   gemv_group_run_sn<8, 4>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                           y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }

@@ -1,11 +1,8 @@
 # The device plan for the next session with H200 time (NOT RUN). Session 8 spent its 30 minutes on runs 1-5
 # (docs/measured/h200-2026-12-02-s8); two tries of a call were lost to the device pool. Two calls:
-#  A. `bash docs/measured/next5/run6.sh` (~130 s): helper pdlw's TILERT_GPU_PDL=2 (the chain check bit for bit,
-#     then the decode bench unset and =2 at 8192, 1 slot); if =2 wins, its engine checks from
-#     docs/measured/next5/pdlw.sh and the 4-slot bench.
-#  A2. `source docs/measured/next5/gbulk.sh` with D/R set as in run6.sh (<= 120 s): helper gbulk's
-#     TILERT_GPU_GEMV_BULK=1 (one-row fp8 GEMVs and the MoE experts on cp.async.bulk into a shared-memory ring;
-#     predicted 2.95 -> ~2.65 ms at 8192, 1 slot; its GPU tests are opt-in, TILERT_GPU_BULK_CHECK=1, until then).
+#  A. ran in session 9 (call A): `bash docs/measured/next5/run6.sh` (helper pdlw's TILERT_GPU_PDL=2) and helper
+#     gbulk's fragment (TILERT_GPU_GEMV_BULK=1). Both correct, neither faster; both removed since (helper prune;
+#     outcomes in cuda/kernels/NOTES.md "PDL mode 2 (pdlw)" and "Bulk-copy GEMV").
 #  B. this file (~450 s): the whole default gpu-check on main, which since session 8 also runs the cuda binding's
 #     device tests (Do after a Goexit), mla_prefill_wg / wg2's kernel checks (no longer opt-in), TestGPUFastPrefill
 #     (--prefill-precision fast == the pinned one-part switches, wg2 launched), wg2's engine checks, and the

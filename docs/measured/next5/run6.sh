@@ -1,3 +1,5 @@
+# Ran as session 9 call A (the outcome: cuda/kernels/NOTES.md "PDL mode 2 (pdlw)"). Kept as the record of what
+# ran: TILERT_GPU_PDL=2 and TestKernelPDLEarlyChain were removed afterwards, so it no longer runs on main.
 # Session 8, call 6 (the last ~225 s of device time, a cold start included): helper pdlw's TILERT_GPU_PDL=2 (GEMV
 # weight loads issued before griddepcontrol.wait, early triggers), trimmed from docs/measured/next5/pdlw.sh: the
 # chain check (default module + plain launches against the early module + programmatic launches, eager and

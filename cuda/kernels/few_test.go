@@ -42,7 +42,12 @@ func mlaRef64(cache []byte, slot func(tk int) int, qn, qp []float32, toks []int,
 	}
 	sc := make([]float64, len(toks))
 	mx := math.Inf(-1)
+	type entry struct{ cv, rv []float64 }
+	memo := map[int]entry{}
 	ent := func(tk int) ([]float64, []float64) {
+		if e, ok := memo[tk]; ok {
+			return e.cv, e.rv
+		}
 		row := cache[slot(tk)*MLATokenBytes:]
 		cv := make([]float64, 512)
 		for d := range 512 {
@@ -52,6 +57,7 @@ func mlaRef64(cache []byte, slot func(tk int) int, qn, qp []float32, toks []int,
 		for i := range 64 {
 			rv[i] = bf16ToF64(uint16(row[528+2*i]) | uint16(row[529+2*i])<<8)
 		}
+		memo[tk] = entry{cv, rv}
 		return cv, rv
 	}
 	for j, tk := range toks {

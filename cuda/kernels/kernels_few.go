@@ -138,7 +138,7 @@ func (k *Set) MLADecodeFew(s cuda.Stream, out, lse, qn, qp, cache, blockTable, r
 	if err != nil {
 		return err
 	}
-	return k.launchFn(c, cuda.D3(nq*H, 4, 1), cuda.D1(128), 0, s, partO, partML, ns, out, lse)
+	return k.launchFn(c, cuda.D3(nq*H, MLALatentDim/32, 1), cuda.D1(128), 0, s, partO, partML, ns, out, lse)
 }
 
 // TopKFastMaxT is the longest row TopKFastAfterHist selects (512 threads x

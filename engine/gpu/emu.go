@@ -604,7 +604,9 @@ func (m *emuDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H, 
 	return nil
 }
 
-// topKAfterHist is topK: the emulator keeps no histogram.
+// topKAfterHist is topK: the emulator keeps no histogram. It stands for
+// every top-k kernel (topk_radix_one, TILERT_GPU_TOPK_FAST's topk_fast: the
+// same selection, element for element, checked against refTopK on the GPU).
 func (m *emuDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
 	return m.topK(out, scores, lens, scratch, rows, T, K, ld, ldOut)
 }
@@ -689,6 +691,9 @@ func (m *emuDevice) mlaEntry(kind mlaKind, cache cuda.DevPtr, t int, lat, rp []f
 	}
 }
 
+// mlaDecode stands for every fp8 MLA decode kernel (mla_decode_tc / tcf2,
+// TILERT_GPU_MLA_FEW's mla_decode_few: the same operation, float32 rounding
+// apart; each checked against float64 on the GPU).
 func (m *emuDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, _ cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	const R, P = kernels.MLALatentDim, kernels.MLARopeDim
 	ls := m.i32(lens, nq)

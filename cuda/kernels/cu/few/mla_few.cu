@@ -19,7 +19,7 @@
 // - P.V: thread t owns output columns 2t, 2t+1 of the 8 heads.
 // Partials (unnormalised o, max, sum) in mla_decode_tc's workspace layout;
 // mla_combine_few merges them (the same weights exp(m_z - M), sum and lse
-// as mla_combine_wide, the splits summed in 4 interleaved chains then in a
+// as mla_combine_wide, the splits summed in 16 interleaved chains then in a
 // fixed order: run-to-run identical). One split: out and lse written
 // directly.
 
@@ -104,7 +104,16 @@ extern "C" __global__ void __launch_bounds__(256) mla_decode_few(
   const int len = lens[qi];
   const int begin = z * tps;
   const int count = min(indices ? nidx : len, begin + tps);
-  if (tid < MFW_TT) slots[0][tid] = mfw_slot(indices, block_table, ld_idx, qi, len, count, begin + tid);
+  if (tid < MFW_TT) {
+    // The first chunk's slots: with a selection the index load does not
+    // wait for the row's length (only the range check does), so the two
+    // round trips overlap. The same slots as mfw_slot.
+    const int j = begin + tid;
+    int t = j;
+    if (indices) t = j < min(nidx, begin + tps) ? indices[(size_t)qi * ld_idx + j] : -1;
+    if (j >= count || t < 0 || t >= len) t = -1;
+    slots[0][tid] = t >= 0 && block_table ? block_table[t >> 6] * 64 + (t & 63) : t;
+  }
   if (tid < MFW_HB) {
     mrun[tid] = NEG_INF;
     lrun[tid] = 0.0f;
@@ -280,59 +289,85 @@ extern "C" __global__ void __launch_bounds__(256) mla_decode_few(
 // mla_combine_few: the partials of mla_decode_few (part_o [q*H+h][nsplit][512],
 // part_ml [..][2] = (max, sum)) merged as mla_combine_wide merges them
 // (weights exp(m_z - M), an empty range weight 0, out = sum w o / L, lse =
-// M + log L), spread wider: grid (nq*H, 4 column quarters), 128 threads;
-// thread (c = tid & 31, r = tid >> 5) sums float4 column c of the quarter
-// over splits r, r+4, ... (independent loads, 4 in flight), then the 4
-// chains are added in order r = 0..3. nsplit <= 1024.
+// M + log L), spread wider: grid (nq*H, 16 chunks of 32 columns), 128
+// threads; thread (c = tid & 7, r = tid >> 3) sums float4 column c of the
+// chunk over splits r, r+16, ...: the first 8 of them (all of 128 splits)
+// loaded before the weights are computed, so their round trip overlaps the
+// max / sum; then the 16 chains are added in order r = 0..15 (run-to-run
+// identical). nsplit <= 1024.
+#define MFC_R 16  // split chains
+#define MFC_PRE 8 // loads a chain issues first
 extern "C" __global__ void __launch_bounds__(128) mla_combine_few(const float* __restrict__ part_o,
                                                                   const float* __restrict__ part_ml, int nsplit,
                                                                   float* out, float* lse) {
   PDL_WAIT();
   __shared__ float wz[1024];
   __shared__ float red[4];
-  __shared__ __align__(16) float4 sacc[4][32];
+  __shared__ __align__(16) float4 sacc[MFC_R][8];
   const size_t qh = blockIdx.x;
-  const int tid = threadIdx.x, lane = tid & 31, r = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, c = tid & 7, r = tid >> 3;
+  const int col = blockIdx.y * 32 + 4 * c;
+  const float* po = part_o + qh * nsplit * MFW_LAT + col;
+  float4 pre[MFC_PRE];
+#pragma unroll
+  for (int i = 0; i < MFC_PRE; i++) {
+    const int z = r + MFC_R * i;
+    pre[i] = z < nsplit ? *(const float4*)(po + (size_t)z * MFW_LAT) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
   const float* ml = part_ml + 2 * qh * nsplit;
   float mz = NEG_INF;
   for (int z = tid; z < nsplit; z += 128) mz = fmaxf(mz, ml[2 * z]);
 #pragma unroll
   for (int o = 16; o >= 1; o >>= 1) mz = fmaxf(mz, __shfl_xor_sync(0xffffffffu, mz, o));
-  if (lane == 0) red[r] = mz;
+  if (lane == 0) red[w] = mz;
   __syncthreads();
   const float M = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
   float lz = 0.0f;
   for (int z = tid; z < nsplit; z += 128) {
     const float m = ml[2 * z];
-    const float w = m == NEG_INF ? 0.0f : expf(m - M);
-    wz[z] = w;
-    lz += ml[2 * z + 1] * w;
+    const float wt = m == NEG_INF ? 0.0f : expf(m - M);
+    wz[z] = wt;
+    lz += ml[2 * z + 1] * wt;
   }
 #pragma unroll
   for (int o = 16; o >= 1; o >>= 1) lz += __shfl_xor_sync(0xffffffffu, lz, o);
   __syncthreads();  // red's maxima read by all; wz written
-  if (lane == 0) red[r] = lz;
+  if (lane == 0) red[w] = lz;
   __syncthreads();
   const float L = (red[0] + red[1]) + (red[2] + red[3]);
-  const int col = blockIdx.y * 128 + 4 * lane;
-  const float* po = part_o + qh * nsplit * MFW_LAT + col;
   float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-  for (int z = r; z < nsplit; z += 4) {
-    const float w = wz[z];
-    const float4 v = *(const float4*)(po + (size_t)z * MFW_LAT);
-    a.x = fmaf(v.x, w, a.x);
-    a.y = fmaf(v.y, w, a.y);
-    a.z = fmaf(v.z, w, a.z);
-    a.w = fmaf(v.w, w, a.w);
+#pragma unroll
+  for (int i = 0; i < MFC_PRE; i++) {
+    const int z = r + MFC_R * i;
+    const float wt = z < nsplit ? wz[z] : 0.0f;
+    a.x = fmaf(pre[i].x, wt, a.x);
+    a.y = fmaf(pre[i].y, wt, a.y);
+    a.z = fmaf(pre[i].z, wt, a.z);
+    a.w = fmaf(pre[i].w, wt, a.w);
   }
-  sacc[r][lane] = a;
+#pragma unroll 4
+  for (int z = r + MFC_R * MFC_PRE; z < nsplit; z += MFC_R) {
+    const float wt = wz[z];
+    const float4 v = *(const float4*)(po + (size_t)z * MFW_LAT);
+    a.x = fmaf(v.x, wt, a.x);
+    a.y = fmaf(v.y, wt, a.y);
+    a.z = fmaf(v.z, wt, a.z);
+    a.w = fmaf(v.w, wt, a.w);
+  }
+  sacc[r][c] = a;
   __syncthreads();
-  if (r == 0) {
-    const float4 b = sacc[1][lane], c = sacc[2][lane], d = sacc[3][lane];
+  if (tid < 8) {
+    float4 t = sacc[0][c];
+#pragma unroll
+    for (int i = 1; i < MFC_R; i++) {
+      const float4 b = sacc[i][c];
+      t.x += b.x;
+      t.y += b.y;
+      t.z += b.z;
+      t.w += b.w;
+    }
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    *(float4*)(out + qh * MFW_LAT + col) = make_float4((((a.x + b.x) + c.x) + d.x) * inv, (((a.y + b.y) + c.y) + d.y) * inv,
-                                                       (((a.z + b.z) + c.z) + d.z) * inv, (((a.w + b.w) + c.w) + d.w) * inv);
-    if (lse && blockIdx.y == 0 && lane == 0) lse[qh] = L > 0.0f ? M + logf(L) : NEG_INF;
+    *(float4*)(out + qh * MFW_LAT + col) = make_float4(t.x * inv, t.y * inv, t.z * inv, t.w * inv);
+    if (lse && blockIdx.y == 0 && tid == 0) lse[qh] = L > 0.0f ? M + logf(L) : NEG_INF;
   }
 }

@@ -1,0 +1,249 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestMLAFewButterfly (CI): mla_decode_few's score reduction transcribed
+// lane by lane: xor 16 adds all 16 values, then mfw_bfly<8/4/2/1> (a lane
+// keeps the upper half of its values where it has the step's bit and adds
+// the partner's same half): lane l must end with value l & 15 summed over
+// the 32 lanes (the kernel writes it as head l & 7 of token l >> 3).
+func TestMLAFewButterfly(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var v [32][16]float64
+	var want [16]float64
+	for l := range 32 {
+		for i := range 16 {
+			v[l][i] = float64(r.IntN(1000))
+			want[i] += v[l][i]
+		}
+	}
+	var nv [32][16]float64
+	for l := range 32 {
+		for i := range 16 {
+			nv[l][i] = v[l][i] + v[l^16][i]
+		}
+	}
+	v = nv
+	for _, s := range []int{8, 4, 2, 1} {
+		send := func(l, i int) float64 {
+			if l&s != 0 {
+				return v[l][i]
+			}
+			return v[l][i+s]
+		}
+		for l := range 32 {
+			for i := range s {
+				keep := v[l][i]
+				if l&s != 0 {
+					keep = v[l][i+s]
+				}
+				nv[l][i] = keep + send(l^s, i)
+			}
+		}
+		v = nv
+	}
+	for l := range 32 {
+		if v[l][0] != want[l&15] {
+			t.Fatalf("lane %d: %v, want value %d's sum %v", l, v[l][0], l&15, want[l&15])
+		}
+	}
+}
+
+// tkfModel transcribes topk_fast's phases (512 threads, KPT keys each; a
+// barrier between phases, so each phase runs thread by thread) on one row,
+// with the 12-bit histogram built as the scores kernel builds it.
+func tkfModel(x []float32, n, K, kpt int) []int32 {
+	const nt = 512
+	out := make([]int32, K)
+	for j := range out {
+		out[j] = math.MaxInt32 // unwritten
+	}
+	if n <= K {
+		for j := range K {
+			out[j] = -1
+			if j < n {
+				out[j] = int32(j)
+			}
+		}
+		return out
+	}
+	key := func(f float32) uint32 {
+		if f != f {
+			return 0
+		}
+		b := math.Float32bits(f)
+		if b&0x80000000 != 0 {
+			return ^b
+		}
+		return b | 0x80000000
+	}
+	gh := make([]int, 4096)
+	for i := range n {
+		gh[key(x[i])>>20]++
+	}
+	k := make([][]uint32, nt)
+	nv := make([]int, nt)
+	for tid := range nt {
+		i0 := tid * kpt
+		nv[tid] = max(0, min(kpt, n-i0))
+		k[tid] = make([]uint32, kpt)
+		for j := range nv[tid] {
+			k[tid][j] = key(x[i0+j])
+		}
+	}
+	// exclusive scan over threads
+	scan := func(v []int) []int {
+		out := make([]int, len(v))
+		s := 0
+		for i, a := range v {
+			out[i] = s
+			s += a
+		}
+		return out
+	}
+	// 12-bit bin
+	sums := make([]int, nt)
+	cs := make([][8]int, nt)
+	for tid := range nt {
+		hi := 4095 - 8*tid
+		for j := range 8 {
+			cs[tid][j] = gh[hi-j]
+			sums[tid] += cs[tid][j]
+		}
+	}
+	cum := scan(sums)
+	b, above := 0, 0
+	for tid := range nt {
+		if cum[tid] < K && cum[tid]+sums[tid] >= K {
+			a, bb := cum[tid], 4095-8*tid
+			for j := range 8 {
+				if a+cs[tid][j] >= K {
+					break
+				}
+				a += cs[tid][j]
+				bb--
+			}
+			b, above = bb, a
+		}
+	}
+	pick := func(h []int, rem int) (int, int) {
+		s := make([]int, nt)
+		for tid := range nt {
+			s[tid] = h[1023-2*tid] + h[1022-2*tid]
+		}
+		c := scan(s)
+		for tid := range nt {
+			ca, cb := h[1023-2*tid], h[1022-2*tid]
+			if c[tid] < rem && c[tid]+ca+cb >= rem {
+				if c[tid]+ca >= rem {
+					return 1023 - 2*tid, rem - c[tid]
+				}
+				return 1022 - 2*tid, rem - c[tid] - ca
+			}
+		}
+		return 0, 0
+	}
+	h := make([]int, 1024)
+	for tid := range nt {
+		for j := range nv[tid] {
+			if k[tid][j]>>20 == uint32(b) {
+				h[(k[tid][j]>>10)&1023]++
+			}
+		}
+	}
+	d2, rem := pick(h, K-above)
+	p22 := uint32(b)<<10 | uint32(d2)
+	h = make([]int, 1024)
+	for tid := range nt {
+		for j := range nv[tid] {
+			if k[tid][j]>>10 == p22 {
+				h[k[tid][j]&1023]++
+			}
+		}
+	}
+	d3, rem := pick(h, rem)
+	thr := p22<<10 | uint32(d3)
+	packed := make([]int, nt)
+	for tid := range nt {
+		nsel, neq := 0, 0
+		for j := range nv[tid] {
+			if k[tid][j] > thr {
+				nsel++
+			}
+			if k[tid][j] == thr {
+				neq++
+			}
+		}
+		packed[tid] = nsel<<16 | neq
+	}
+	before := scan(packed)
+	for tid := range nt {
+		eq := before[tid] & 0xffff
+		pos := before[tid]>>16 + min(eq, rem)
+		for j := range nv[tid] {
+			take := k[tid][j] > thr
+			if k[tid][j] == thr {
+				take = eq < rem
+				eq++
+			}
+			if take {
+				if pos < K {
+					out[pos] = int32(tid*kpt + j)
+				}
+				pos++
+			}
+		}
+	}
+	return out
+}
+
+// TestTopKFastModel (CI): tkfModel (topk_fast transcribed) equals refTopK
+// element for element on normal, tied, narrow, all-equal, offset and short
+// rows at 16/32/64 keys a thread (the phases' logic; the GPU test checks the
+// kernel itself).
+func TestTopKFastModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	const K = 2048
+	for _, c := range []struct {
+		dist string
+		n    int
+	}{{"normal", 8192}, {"normal", 8000}, {"ties", 8192}, {"narrow", 16384}, {"equal", 5000}, {"normal", 32768},
+		{"ties", 30000}, {"normal", 2049}, {"normal", 1000}, {"offset", 20000}} {
+		x := make([]float32, c.n)
+		for i := range x {
+			switch c.dist {
+			case "ties":
+				x[i] = float32(r.IntN(64)) / 8
+			case "narrow":
+				x[i] = 1 + float32(r.IntN(1<<12))/(1<<22)
+			case "equal":
+				x[i] = 0.25
+			case "offset":
+				x[i] = 10 + float32(r.NormFloat64())
+			default:
+				x[i] = float32(r.NormFloat64())
+			}
+		}
+		kpt := 16
+		switch {
+		case c.n > 512*32:
+			kpt = 64
+		case c.n > 512*16:
+			kpt = 32
+		}
+		got, want := tkfModel(x, c.n, K, kpt), refTopK(x, c.n, K)
+		bad := 0
+		for j := range want {
+			if got[j] != want[j] {
+				bad++
+			}
+		}
+		if bad != 0 {
+			t.Errorf("%s n=%d: %d of %d indices differ", c.dist, c.n, bad, K)
+		}
+	}
+}

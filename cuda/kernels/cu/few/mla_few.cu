@@ -118,18 +118,29 @@ extern "C" __global__ void __launch_bounds__(256) mla_decode_few(
     mrun[tid] = NEG_INF;
     lrun[tid] = 0.0f;
   }
-  // Queries of heads h0 .. h0+7 (zeros past H).
-  for (int i = tid; i < MFW_HB * (MFW_QD / 4); i += 256) {
+  // Queries of heads h0 .. h0+7 (zeros past H) loaded into registers now,
+  // stored after the first chunk's gather is issued: the two round trips
+  // overlap (the loop's first barrier orders the stores before the reads).
+  constexpr int QV = MFW_HB * (MFW_QD / 4);  // float4 of the block's queries
+  float4 qv[(QV + 255) / 256];
+#pragma unroll
+  for (int u = 0; u < (QV + 255) / 256; u++) {
+    const int i = tid + 256 * u;
     const int hh = i / (MFW_QD / 4), d = (i - hh * (MFW_QD / 4)) * 4, h = h0 + hh;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (h < H) {
+    qv[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < QV && h < H) {
       const size_t qh = (size_t)qi * H + h;
-      v = d < MFW_LAT ? *(const float4*)(qn + qh * MFW_LAT + d) : *(const float4*)(qp + qh * MFW_ROPE + d - MFW_LAT);
+      qv[u] = d < MFW_LAT ? *(const float4*)(qn + qh * MFW_LAT + d) : *(const float4*)(qp + qh * MFW_ROPE + d - MFW_LAT);
     }
-    *(float4*)(Qs + hh * MFW_QD + d) = v;
   }
-  __syncthreads();
+  __syncthreads();  // the first chunk's slots
   if (begin < count) mfw_issue(tid, raw[0], cache, slots[0]);
+#pragma unroll
+  for (int u = 0; u < (QV + 255) / 256; u++) {
+    const int i = tid + 256 * u;
+    const int hh = i / (MFW_QD / 4), d = (i - hh * (MFW_QD / 4)) * 4;
+    if (i < QV) *(float4*)(Qs + hh * MFW_QD + d) = qv[u];
+  }
   float acc[MFW_HB][2];
 #pragma unroll
   for (int h = 0; h < MFW_HB; h++) acc[h][0] = acc[h][1] = 0.0f;

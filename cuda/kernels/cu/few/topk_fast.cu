@@ -5,18 +5,17 @@
 // - 512 threads instead of 1024 (KPT = 16 / 32 / 64 keys a thread in
 //   registers for rows up to 8192 / 16384 / 32768 keys): half the warps at
 //   each of the ~14 block barriers;
-// - every block scan is a warp scan, one barrier, warp 0 scanning the 16
-//   warp totals by shuffles and one barrier (block_excl_scan has each thread
+// - every block scan is a warp scan, one barrier, warp 0 scanning the warp
+//   totals by shuffles and one barrier (block_excl_scan has each thread
 //   loop over all 32 warp totals: ~100 instructions a thread a scan);
 // - each scan has its own shared words (no barrier needed between one
 //   scan's reads and the next one's writes).
 // The digits are topk_radix_one's (12-bit bin from the histogram, then 10 +
 // 10 bits over the bin's keys), so the threshold, the count of equal keys
 // taken and the ordered emit are the same: the same output, element for
-// element.
+// element. tkf_body is generic in the block size NT (256: the fused tail of
+// topk_fused.cu, run by the scores kernel's last block).
 
-#define TKF_NT 512
-#define TKF_NW (TKF_NT / 32)
 #define TKF_BINS 4096
 #define TKF_SHIFT 20
 
@@ -26,9 +25,11 @@ __device__ __forceinline__ u32 tkf_key(float f) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-// Exclusive block scan of v over the 512 threads; *tot the block total.
-// sh: TKF_NW + 1 ints used by this scan alone.
+// Exclusive block scan of v over the NT threads; *tot the block total.
+// sh: NT/32 + 1 ints used by this scan alone.
+template <int NT>
 __device__ __forceinline__ int tkf_scan(int v, int* sh, int* tot) {
+  constexpr int NW = NT / 32;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   int x = v;
 #pragma unroll
@@ -39,56 +40,71 @@ __device__ __forceinline__ int tkf_scan(int v, int* sh, int* tot) {
   if (lane == 31) sh[w] = x;
   __syncthreads();
   if (w == 0) {
-    const int t = lane < TKF_NW ? sh[lane] : 0;
+    const int t = lane < NW ? sh[lane] : 0;
     int y = t;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const int u = __shfl_up_sync(0xffffffffu, y, o);
       if (lane >= o) y += u;
     }
-    if (lane < TKF_NW) sh[lane] = y - t;  // warps before lane's
-    if (lane == 31) sh[TKF_NW] = y;       // all
+    if (lane < NW) sh[lane] = y - t;  // warps before lane's
+    if (lane == 31) sh[NW] = y;       // all
   }
   __syncthreads();
-  *tot = sh[TKF_NW];
+  *tot = sh[NW];
   return sh[w] + x - v;
 }
 
-// Digit pick over 1024 digits (thread t owns digits 1023-2t, 1022-2t with
-// counts ca, cb): the digit holding the rem-th largest key and how many of
-// its keys are still to take, into sres.
-__device__ __forceinline__ void tkf_pick(int ca, int cb, int rem, int* sh, int* sres) {
+// Digit pick over the 1024 digits of h (thread t owns the DPT = 1024/NT
+// digits 1023 - DPT t .. from the top): the digit holding the rem-th largest
+// key and how many of its keys are still to take, into sres.
+template <int NT>
+__device__ __forceinline__ void tkf_pick(const u32* h, int rem, int* sh, int* sres) {
+  constexpr int DPT = 1024 / NT;
   const int tid = threadIdx.x;
+  const int hi = 1023 - DPT * tid;
+  int c[DPT];
+  int sum = 0;
+#pragma unroll
+  for (int j = 0; j < DPT; j++) {
+    c[j] = (int)h[hi - j];
+    sum += c[j];
+  }
   int tot;
-  const int cum = tkf_scan(ca + cb, sh, &tot);
-  if (cum < rem && cum + ca + cb >= rem) {
-    if (cum + ca >= rem) {
-      sres[0] = 1023 - 2 * tid;
-      sres[1] = rem - cum;
-    } else {
-      sres[0] = 1022 - 2 * tid;
-      sres[1] = rem - cum - ca;
+  const int cum = tkf_scan<NT>(sum, sh, &tot);
+  if (cum < rem && cum + sum >= rem) {
+    int a = cum, d = hi;
+#pragma unroll
+    for (int j = 0; j < DPT; j++) {
+      if (a + c[j] >= rem) break;
+      a += c[j];
+      d--;
     }
+    sres[0] = d;
+    sres[1] = rem - a;
   }
 }
 
 // DIAG (timing only, wrong output): 4 returns after the key and histogram
 // loads, 1 after the 12-bit bin (histogram zeroed), 2 after the second
 // digit, 3 after the third (no emit): where the chain's time goes.
-template <int KPT, int DIAG = 0>
+// The row's scores and histogram are read through L2 (__ldcg): the fused
+// tail reads what other blocks of its grid wrote.
+template <int KPT, int NT, int DIAG = 0>
 __device__ __forceinline__ void tkf_body(const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T,
-                                         int K, u32* hist, int* out, int ld_out) {
+                                         int K, u32* hist, int* out, int ld_out, int row) {
+  constexpr int BPT = TKF_BINS / NT;  // histogram bins a thread (8 or 16)
   __shared__ u32 h[1024];
-  __shared__ int shs[4][TKF_NW + 1];
+  __shared__ int shs[4][NT / 32 + 1];
   __shared__ int sres[6];
-  const int row = blockIdx.x, tid = threadIdx.x;
+  const int tid = threadIdx.x;
   int n = T;
   if (lens && lens[row] < n) n = lens[row];
   u32* gh = hist + (size_t)row * TKF_BINS;
   int* o = out + (size_t)row * ld_out;
   if (n <= K) {
-    for (int j = tid; j < K; j += TKF_NT) o[j] = j < n ? j : -1;
-    for (int i = tid; i < TKF_BINS; i += TKF_NT) gh[i] = 0;
+    for (int j = tid; j < K; j += NT) o[j] = j < n ? j : -1;
+    for (int i = tid; i < TKF_BINS; i += NT) gh[i] = 0;
     return;
   }
   const int i0 = tid * KPT;
@@ -108,13 +124,20 @@ __device__ __forceinline__ void tkf_body(const float* __restrict__ scores, int l
 #pragma unroll
     for (int j = 0; j < KPT; j++) k[j] = j < nv ? tkf_key(__ldcg(x + j)) : 0u;
   }
-  // The 12-bit bin: thread t owns bins 4095-8t .. 4088-8t (from the top).
-  const int hi = TKF_BINS - 1 - 8 * tid;
-  const uint4 va = *(const uint4*)(gh + hi - 7), vb = *(const uint4*)(gh + hi - 3);
-  const int c[8] = {(int)vb.w, (int)vb.z, (int)vb.y, (int)vb.x, (int)va.w, (int)va.z, (int)va.y, (int)va.x};
+  // The 12-bit bin: thread t owns bins 4095 - BPT t .. (from the top).
+  const int hi = TKF_BINS - 1 - BPT * tid;
+  int c[BPT];
+#pragma unroll
+  for (int q = 0; q < BPT / 4; q++) {
+    const uint4 v = __ldcg((const uint4*)(gh + hi - 4 * q - 3));  // bins hi-4q-3 .. hi-4q
+    c[4 * q] = (int)v.w;
+    c[4 * q + 1] = (int)v.z;
+    c[4 * q + 2] = (int)v.y;
+    c[4 * q + 3] = (int)v.x;
+  }
   int sum = 0;
 #pragma unroll
-  for (int j = 0; j < 8; j++) sum += c[j];
+  for (int j = 0; j < BPT; j++) sum += c[j];
   u32 kx = 0;  // DIAG: keeps the key loads live
   if (DIAG) {
 #pragma unroll
@@ -126,11 +149,11 @@ __device__ __forceinline__ void tkf_body(const float* __restrict__ scores, int l
   }
   if (tid == 0) sres[0] = 0, sres[1] = 0;  // a histogram of fewer than K keys: bin 0 (no write past K below)
   int tot;
-  const int cum = tkf_scan(sum, shs[0], &tot);  // also orders sres's init before the writes below
+  const int cum = tkf_scan<NT>(sum, shs[0], &tot);  // also orders sres's init before the writes below
   if (cum < K && cum + sum >= K) {
     int a = cum, bb = hi;
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < BPT; j++) {
       if (a + c[j] >= K) break;
       a += c[j];
       bb--;
@@ -138,12 +161,12 @@ __device__ __forceinline__ void tkf_body(const float* __restrict__ scores, int l
     sres[0] = bb;
     sres[1] = a;
   }
-  h[tid] = 0;
-  h[tid + TKF_NT] = 0;
+#pragma unroll
+  for (int i = 0; i < 1024 / NT; i++) h[tid + i * NT] = 0;
   __syncthreads();
   const u32 ub = (u32)sres[0];
   int rem = K - sres[1];
-  for (int i = tid; i < TKF_BINS; i += TKF_NT) gh[i] = 0;  // every thread read its bins before the scan's barriers
+  for (int i = tid; i < TKF_BINS; i += NT) gh[i] = 0;  // every thread read its bins before the scan's barriers
   if (DIAG == 1) {
     if (kx == 0x9e3779b9u && rem == -1) o[0] = -2;
     return;
@@ -153,7 +176,7 @@ __device__ __forceinline__ void tkf_body(const float* __restrict__ scores, int l
   for (int j = 0; j < KPT; j++)
     if (j < nv && (k[j] >> TKF_SHIFT) == ub) atomicAdd(&h[(k[j] >> 10) & 1023u], 1u);
   __syncthreads();
-  tkf_pick((int)h[1023 - 2 * tid], (int)h[1022 - 2 * tid], rem, shs[1], sres + 2);
+  tkf_pick<NT>(h, rem, shs[1], sres + 2);  // reads h before its scan's barriers
   __syncthreads();
   const u32 p22 = (ub << 10) | (u32)sres[2];
   rem = sres[3];
@@ -161,14 +184,14 @@ __device__ __forceinline__ void tkf_body(const float* __restrict__ scores, int l
     if (kx == 0x9e3779b9u && rem == -1) o[0] = (int)p22;
     return;
   }
-  h[tid] = 0;
-  h[tid + TKF_NT] = 0;
+#pragma unroll
+  for (int i = 0; i < 1024 / NT; i++) h[tid + i * NT] = 0;
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < KPT; j++)
     if (j < nv && (k[j] >> 10) == p22) atomicAdd(&h[k[j] & 1023u], 1u);
   __syncthreads();
-  tkf_pick((int)h[1023 - 2 * tid], (int)h[1022 - 2 * tid], rem, shs[2], sres + 4);
+  tkf_pick<NT>(h, rem, shs[2], sres + 4);
   __syncthreads();
   const u32 thr = (p22 << 10) | (u32)sres[4];  // the K-th largest key
   rem = sres[5];                               // how many keys equal to it to take
@@ -184,7 +207,7 @@ __device__ __forceinline__ void tkf_body(const float* __restrict__ scores, int l
       neq += k[j] == thr;
     }
   }
-  const int before = tkf_scan((nsel << 16) | neq, shs[3], &tot);
+  const int before = tkf_scan<NT>((nsel << 16) | neq, shs[3], &tot);
   int eq_before = before & 0xffff;
   int pos = (before >> 16) + min(eq_before, rem);
 #pragma unroll
@@ -204,21 +227,21 @@ __device__ __forceinline__ void tkf_body(const float* __restrict__ scores, int l
 }
 
 #define TKF_KERNEL(KPT)                                                                                          \
-  extern "C" __global__ void __launch_bounds__(TKF_NT) topk_fast##KPT(                                           \
+  extern "C" __global__ void __launch_bounds__(512) topk_fast##KPT(                                              \
       const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T, int K, u32* hist, int* out, \
       int ld_out) {                                                                                              \
     PDL_WAIT();                                                                                                  \
-    tkf_body<KPT>(scores, ld, lens, T, K, hist, out, ld_out);                                                    \
+    tkf_body<KPT, 512>(scores, ld, lens, T, K, hist, out, ld_out, blockIdx.x);                                   \
   }
 TKF_KERNEL(16)
 TKF_KERNEL(32)
 TKF_KERNEL(64)
 #define TKF_DIAG(D)                                                                                              \
-  extern "C" __global__ void __launch_bounds__(TKF_NT) topk_fast16_d##D(                                         \
+  extern "C" __global__ void __launch_bounds__(512) topk_fast16_d##D(                                            \
       const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T, int K, u32* hist, int* out, \
       int ld_out) {                                                                                              \
     PDL_WAIT();                                                                                                  \
-    tkf_body<16, D>(scores, ld, lens, T, K, hist, out, ld_out);                                                  \
+    tkf_body<16, 512, D>(scores, ld, lens, T, K, hist, out, ld_out, blockIdx.x);                                 \
   }
 TKF_DIAG(1)
 TKF_DIAG(2)

@@ -22,10 +22,10 @@ rm -rf $R/sattn; mkdir -p $R/sattn
 #    arguments refused; topk_fast vs the CPU reference and vs topk_radix_one element for element (normal, 64-value
 #    ties, one 12-bit bin, all equal, rows shorter than K with -1 padding, T 1500..32768, 1-8 rows, scratch reused,
 #    after indexer_scores_mma's fused histogram); indexer_scores_topk: scores == indexer_scores_mma bit for bit,
-#    selection == CPU == topk_radix_one, plain and per-row cache bases, T 2304..16384, run twice on one scratch;
-#    the module compiles with no spills.
-(cd cuda/kernels && TILERT_GPU_REPORT=$R/sattn/kernels-report.txt timeout $(sa_left 35) $D/kernels.test -test.count=1 -test.v \
-  -test.run 'TestKernelMLAFew$|TestKernelTopKFast$|TestKernelIndexerScoresTopK$|TestMLAFewSplits$|TestNVRTCCompilesFewModule$' \
+#    selection == CPU == topk_radix_one, plain and per-row cache bases, T 2304..16384, run twice on one scratch.
+#    (The module's compile / no-spill check, TestNVRTCCompilesFewModule, runs in CI: it would compile twice more.)
+(cd cuda/kernels && TILERT_GPU_REPORT=$R/sattn/kernels-report.txt timeout $(sa_left 30) $D/kernels.test -test.count=1 -test.v \
+  -test.run 'TestKernelMLAFew$|TestKernelTopKFast$|TestKernelIndexerScoresTopK$|TestMLAFewSplits$' \
   > $R/sattn/kernels.log 2>&1; echo rc=$? >> $R/sattn/kernels.log)
 sa_ok=1; grep -q '^rc=0$' $R/sattn/kernels.log || sa_ok=0
 # 2. timing (graph-timed, beside a 256 MiB d2d copy): MLA 2048 of 131072 tokens (cache beyond the L2), 1 row of

@@ -53,11 +53,11 @@ func TestMLAFewButterfly(t *testing.T) {
 	}
 }
 
-// tkfModel transcribes topk_fast's phases (512 threads, KPT keys each; a
+// tkfModel transcribes tkf_body's phases (nt threads, kpt keys each; a
 // barrier between phases, so each phase runs thread by thread) on one row,
 // with the 12-bit histogram built as the scores kernel builds it.
-func tkfModel(x []float32, n, K, kpt int) []int32 {
-	const nt = 512
+func tkfModel(x []float32, n, K, kpt, nt int) []int32 {
+	bpt, dpt := 4096/nt, 1024/nt
 	out := make([]int32, K)
 	for j := range out {
 		out[j] = math.MaxInt32 // unwritten
@@ -107,10 +107,11 @@ func tkfModel(x []float32, n, K, kpt int) []int32 {
 	}
 	// 12-bit bin
 	sums := make([]int, nt)
-	cs := make([][8]int, nt)
+	cs := make([][]int, nt)
 	for tid := range nt {
-		hi := 4095 - 8*tid
-		for j := range 8 {
+		hi := 4095 - bpt*tid
+		cs[tid] = make([]int, bpt)
+		for j := range bpt {
 			cs[tid][j] = gh[hi-j]
 			sums[tid] += cs[tid][j]
 		}
@@ -119,8 +120,8 @@ func tkfModel(x []float32, n, K, kpt int) []int32 {
 	b, above := 0, 0
 	for tid := range nt {
 		if cum[tid] < K && cum[tid]+sums[tid] >= K {
-			a, bb := cum[tid], 4095-8*tid
-			for j := range 8 {
+			a, bb := cum[tid], 4095-bpt*tid
+			for j := range bpt {
 				if a+cs[tid][j] >= K {
 					break
 				}
@@ -133,16 +134,22 @@ func tkfModel(x []float32, n, K, kpt int) []int32 {
 	pick := func(h []int, rem int) (int, int) {
 		s := make([]int, nt)
 		for tid := range nt {
-			s[tid] = h[1023-2*tid] + h[1022-2*tid]
+			for j := range dpt {
+				s[tid] += h[1023-dpt*tid-j]
+			}
 		}
 		c := scan(s)
 		for tid := range nt {
-			ca, cb := h[1023-2*tid], h[1022-2*tid]
-			if c[tid] < rem && c[tid]+ca+cb >= rem {
-				if c[tid]+ca >= rem {
-					return 1023 - 2*tid, rem - c[tid]
+			if c[tid] < rem && c[tid]+s[tid] >= rem {
+				a, d := c[tid], 1023-dpt*tid
+				for j := range dpt {
+					if a+h[1023-dpt*tid-j] >= rem {
+						break
+					}
+					a += h[1023-dpt*tid-j]
+					d--
 				}
-				return 1022 - 2*tid, rem - c[tid] - ca
+				return d, rem - a
 			}
 		}
 		return 0, 0
@@ -203,11 +210,18 @@ func tkfModel(x []float32, n, K, kpt int) []int32 {
 
 // TestTopKFastModel (CI): tkfModel (topk_fast transcribed) equals refTopK
 // element for element on normal, tied, narrow, all-equal, offset and short
-// rows at 16/32/64 keys a thread (the phases' logic; the GPU test checks the
-// kernel itself).
+// rows, for topk_fast (512 threads x 16/32/64 keys) and the fused tail (256
+// threads x 32/48/64: 16 bins and 4 digits a thread) - the phases' logic;
+// the GPU tests check the kernels themselves.
 func TestTopKFastModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	const K = 2048
+	ran := 0
+	defer func() {
+		if ran < 15 {
+			t.Errorf("only %d model runs", ran)
+		}
+	}()
 	for _, c := range []struct {
 		dist string
 		n    int
@@ -228,22 +242,33 @@ func TestTopKFastModel(t *testing.T) {
 				x[i] = float32(r.NormFloat64())
 			}
 		}
-		kpt := 16
-		switch {
-		case c.n > 512*32:
-			kpt = 64
-		case c.n > 512*16:
-			kpt = 32
-		}
-		got, want := tkfModel(x, c.n, K, kpt), refTopK(x, c.n, K)
-		bad := 0
-		for j := range want {
-			if got[j] != want[j] {
-				bad++
+		want := refTopK(x, c.n, K)
+		// topk_fast (512 threads) and the fused tail (256 threads, rows up
+		// to 16384 keys), each at the keys a thread its launcher picks.
+		for _, v := range []struct {
+			nt   int
+			kpts []int
+		}{{512, []int{16, 32, 64}}, {256, []int{32, 48, 64}}} {
+			nt, kpt := v.nt, 0
+			for _, k := range v.kpts {
+				if kpt == 0 && c.n <= nt*k {
+					kpt = k
+				}
 			}
-		}
-		if bad != 0 {
-			t.Errorf("%s n=%d: %d of %d indices differ", c.dist, c.n, bad, K)
+			if kpt == 0 {
+				continue
+			}
+			ran++
+			got := tkfModel(x, c.n, K, kpt, nt)
+			bad := 0
+			for j := range want {
+				if got[j] != want[j] {
+					bad++
+				}
+			}
+			if bad != 0 {
+				t.Errorf("%s n=%d, %d threads x %d keys: %d of %d indices differ", c.dist, c.n, nt, kpt, bad, K)
+			}
 		}
 	}
 }

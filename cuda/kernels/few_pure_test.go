@@ -272,3 +272,115 @@ func TestTopKFastModel(t *testing.T) {
 		}
 	}
 }
+
+// TestMLAFewSoftmaxModel (CI): mla_decode_few's per-block recurrence (16-token
+// chunks: chunk max, m' = max(m, chunk max), p = exp(s - m'), corr =
+// exp(m - m') on l and o, skipped slots p = 0, an all-skipped chunk leaving m
+// at -Inf) over MLAFewSplits' ranges (1, 4 and 8 chunks a range at 2048
+// tokens), then mla_combine_few's merge (M = max m_z, w_z = exp(m_z - M) or
+// 0, L = sum w_z l_z, out = sum w_z o_z / L, lse = M + log L), transcribed
+// on scalar values against one softmax over all tokens: ranges with skipped
+// slots, empty ranges, a row with none valid.
+func TestMLAFewSoftmaxModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, sh := range [][2]int{{1, 16}, {4, 32}, {16, 8}} {
+		for _, nidx := range []int{1, 16, 17, 300, 2048} {
+			for _, skip := range []float64{0, 0.3, 1} {
+				mlaFewSoftmaxCase(t, r, sh[0], sh[1], nidx, skip)
+			}
+		}
+	}
+}
+
+func mlaFewSoftmaxCase(t *testing.T, r *rand.Rand, nq, H, nidx int, skip float64) {
+	s := make([]float64, nidx)
+	v := make([]float64, nidx)
+	valid := make([]bool, nidx)
+	for i := range s {
+		s[i], v[i] = 4*r.NormFloat64(), r.NormFloat64()
+		valid[i] = r.Float64() >= skip
+	}
+	// Reference.
+	mx, any := math.Inf(-1), false
+	for i := range s {
+		if valid[i] {
+			mx, any = math.Max(mx, s[i]), true
+		}
+	}
+	var l, o float64
+	for i := range s {
+		if valid[i] {
+			p := math.Exp(s[i] - mx)
+			l += p
+			o += p * v[i]
+		}
+	}
+	wantOut, wantLse := 0.0, math.Inf(-1)
+	if any {
+		wantOut, wantLse = o/l, mx+math.Log(l)
+	}
+	// The kernel's recurrence, range by range.
+	ns := MLAFewSplits(nq, H, nidx)
+	tps := cdiv(cdiv(nidx, ns), mlaFewChunk) * mlaFewChunk
+	ms, ls, os := make([]float64, ns), make([]float64, ns), make([]float64, ns)
+	for z := range ns {
+		end := min(nidx, z*tps+tps)
+		m, lz, acc := math.Inf(-1), 0.0, 0.0
+		for base := z * tps; base < end; base += mlaFewChunk {
+			var sc [mlaFewChunk]float64
+			cm := math.Inf(-1)
+			for j := range mlaFewChunk {
+				sc[j] = math.Inf(-1)
+				if i := base + j; i < end && valid[i] {
+					sc[j] = s[i]
+				}
+				cm = math.Max(cm, sc[j])
+			}
+			mn := math.Max(m, cm)
+			c, sp := 1.0, 0.0
+			if !math.IsInf(mn, -1) {
+				c = math.Exp(m - mn)
+			}
+			acc *= c
+			for j := range mlaFewChunk {
+				p := 0.0
+				if !math.IsInf(mn, -1) {
+					p = math.Exp(sc[j] - mn)
+				}
+				sp += p
+				if p != 0 {
+					acc += p * v[base+j]
+				}
+			}
+			m, lz = mn, lz*c+sp
+		}
+		ms[z], ls[z], os[z] = m, lz, acc
+	}
+	gotOut, gotLse := 0.0, math.Inf(-1)
+	if ns == 1 {
+		if ls[0] > 0 {
+			gotOut, gotLse = os[0]/ls[0], ms[0]+math.Log(ls[0])
+		}
+	} else {
+		M := math.Inf(-1)
+		for _, m := range ms {
+			M = math.Max(M, m)
+		}
+		var L, acc float64
+		for z := range ns {
+			w := 0.0
+			if !math.IsInf(ms[z], -1) {
+				w = math.Exp(ms[z] - M)
+			}
+			L += ls[z] * w
+			acc += os[z] * w
+		}
+		if L > 0 {
+			gotOut, gotLse = acc/L, M+math.Log(L)
+		}
+	}
+	if math.Abs(gotOut-wantOut) > 1e-12*math.Max(1, math.Abs(wantOut)) ||
+		!(gotLse == wantLse || math.Abs(gotLse-wantLse) < 1e-12*math.Max(1, math.Abs(wantLse))) {
+		t.Errorf("nq=%d H=%d nidx=%d skip=%v (%d ranges of %d): out %v lse %v, want %v %v", nq, H, nidx, skip, ns, tps, gotOut, gotLse, wantOut, wantLse)
+	}
+}

@@ -132,6 +132,12 @@ type device interface {
 	// indexerScoresQRows is indexerScoresQ over several slots' pages in one
 	// launch (row r's at rowBase[r] + cacheOff).
 	indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error
+	// indexerScoresTopK is indexerScoresQ over cache (rowBase == 0) or
+	// indexerScoresQRows over cacheOff (rowBase != 0) with the radix
+	// histogram in scratch, then topKAfterHist into sel: one launch
+	// (indexer_scores_topk) where TILERT_GPU_TOPK_FAST=2 and the device
+	// allow it, else those two calls. The same scores and selection.
+	indexerScoresTopK(out, sel, qh, wq, cache cuda.DevPtr, cacheOff int64, rowBase, lens, scratch cuda.DevPtr, nq, T, K, ldOut, ldSel int) error
 	// argmax with scratch != 0 (kernels.ArgmaxScratchBytes(rows), zeroed)
 	// spreads each row over many blocks; the result is the same.
 	argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error
@@ -544,10 +550,18 @@ func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, 
 }
 
 func (b *cudaDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	if b.topkFastOK(T, K) {
+		fastTopKLaunches.Add(1)
+		return b.k.TopKFastAfterHist(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
+	}
 	return b.k.TopKRadixAfterHistWith(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut, topkRadixFinal)
 }
 
 func (b *cudaDevice) topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	if scratch != 0 && T > K && topkRadixOn && b.topkFastOK(T, K) {
+		fastTopKLaunches.Add(1)
+		return b.k.TopKFast(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
+	}
 	if scratch != 0 && T > K && topkRadixOn {
 		return b.k.TopKRadixWith(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut, topkRadixFinal)
 	}
@@ -568,6 +582,10 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 		return b.k.EngMLADecodeF32(b.s, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
 	case mlaBF16:
 		return b.k.EngMLADecodeBF16(b.s, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
+	}
+	if ws != 0 && b.mlaFewOK(H) {
+		fewMLALaunches.Add(1)
+		return b.k.MLADecodeFew(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, ws, nq, H, nidx, ldIdx, scale)
 	}
 	if ws != 0 && mlaTCOn && b.c.Info().CCMajor >= 8 {
 		if mlaTC32On {
@@ -662,6 +680,10 @@ func (b *cudaDevice) mlaPrefillWGOK(mode int) bool {
 }
 
 func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
+	if ws != 0 && b.mlaFewOK(H) {
+		fewMLALaunches.Add(1)
+		return b.k.MLADecodeFew(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, scale)
+	}
 	if mlaTCF != "" && b.c.Info().CCMajor >= 9 {
 		return b.mlaDecodeTCF(out, qn, qp, cuda.DevPtr(cacheOff), rowBase, indices, lens, ws, nq, H, nidx, ldIdx, scale)
 	}
@@ -670,6 +692,28 @@ func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowB
 	}
 	ns := b.k.MLATCSplits(nq, H, nidx)
 	return b.k.MLADecodeTCPRows(b.s, out, 0, qn, qp, cacheOff, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
+}
+
+func (b *cudaDevice) indexerScoresTopK(out, sel, qh, wq, cache cuda.DevPtr, cacheOff int64, rowBase, lens, scratch cuda.DevPtr, nq, T, K, ldOut, ldSel int) error {
+	if b.topkFusedOK(T, K) {
+		fusedTopKLaunches.Add(1)
+		c := cache
+		if rowBase != 0 {
+			c = cuda.DevPtr(cacheOff)
+		}
+		return b.k.IndexerScoresTopK(b.s, out, sel, qh, wq, c, 0, rowBase, lens, scratch, nq, T, K, ldOut, ldSel)
+	}
+	hist := kernels.TopKRadixHist(scratch)
+	var err error
+	if rowBase != 0 {
+		err = b.indexerScoresQRows(out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
+	} else {
+		err = b.indexerScoresQ(out, qh, wq, cache, lens, hist, nq, T, ldOut)
+	}
+	if err != nil {
+		return err
+	}
+	return b.topKAfterHist(sel, out, lens, scratch, nq, T, K, ldOut, ldSel)
 }
 
 func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
@@ -1014,6 +1058,9 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		if r.wgMode != 0 {
 			b.mlaPrefillWGOK(r.wgMode) // the sm_90a module compiled and loaded before any graph capture
 		}
+		if mlaFewOn || topkFastOn {
+			b.fewReady() // the few-heads module likewise
+		}
 		if r.stream != 0 {
 			b.s = r.stream
 		}
@@ -1060,4 +1107,74 @@ func (r *cudaRunner) close() error {
 		return r.dev.Close()
 	}
 	return nil
+}
+
+// mlaFewOn: TILERT_GPU_MLA_FEW=1 runs the fp8 MLA decode of up to
+// kernels.MLAFewMaxHeads heads (a TP-8 shard's 16 or 8) on mla_decode_few
+// (cu/few/mla_few.cu: 8 heads x 16 tokens a block, the tokens split over
+// many blocks, mla_combine_few) instead of mla_decode_tcf2 (one 32-token
+// tile of 16 heads a block: 64 blocks for 16 heads x 2048 tokens). Same
+// results to float32 rounding (float32 products). Needs sm_90 and the
+// few-heads module (kernels_few.go); otherwise the default path runs, said
+// once in the log. More heads keep the default path.
+var mlaFewOn = os.Getenv("TILERT_GPU_MLA_FEW") == "1"
+
+// topkFastOn: TILERT_GPU_TOPK_FAST=1 runs the indexer's top-k of rows up to
+// kernels.TopKFastMaxT keys on topk_fast (cu/few/topk_fast.cu:
+// topk_radix_one's selection, element for element, with 512 threads and
+// warp-0 block scans) instead of topk_radix_one (whatever
+// TILERT_GPU_TOPK_ONE / _LIST say); longer rows keep the default path.
+// =2 (topkFusedOn) also runs the tensor-core scores and the selection of
+// rows up to kernels.TopKFusedMaxT keys as one launch
+// (cu/few/topk_fused.cu: the row's last scores block selects), topk_fast
+// where that does not apply.
+var (
+	topkFastOn  = os.Getenv("TILERT_GPU_TOPK_FAST") == "1" || os.Getenv("TILERT_GPU_TOPK_FAST") == "2"
+	topkFusedOn = os.Getenv("TILERT_GPU_TOPK_FAST") == "2"
+)
+
+// topkFusedFits: forward runs indexerScoresTopK for rows of T keys (the
+// host's side of the choice; the device may still run the two launches).
+func topkFusedFits(T, K int) bool {
+	return topkFusedOn && T <= kernels.TopKFusedMaxT && K <= 32767
+}
+
+var (
+	// fewOnce: the few-heads module's availability is logged once.
+	fewOnce sync.Once
+	// fewMLALaunches / fastTopKLaunches count the engine's launches of
+	// mla_decode_few and topk_fast (tests: the switch did not fall back).
+	fewMLALaunches   atomic.Int64
+	fastTopKLaunches atomic.Int64
+	// fusedTopKLaunches: indexer_scores_topk (TILERT_GPU_TOPK_FAST=2).
+	fusedTopKLaunches atomic.Int64
+)
+
+// fewReady loads the few-heads module (before any graph capture) and says
+// whether it is there.
+func (b *cudaDevice) fewReady() bool {
+	err := b.k.FewSupported()
+	fewOnce.Do(func() {
+		if err != nil {
+			slog.Warn("TILERT_GPU_MLA_FEW / TILERT_GPU_TOPK_FAST: the few-heads kernels are unavailable (need sm_90); running the default kernels", "err", err)
+			return
+		}
+		slog.Info("few-heads kernels loaded", "mla_few", mlaFewOn, "topk_fast", topkFastOn)
+	})
+	return err == nil
+}
+
+// mlaFewOK: mla_decode_few takes this decode of H heads.
+func (b *cudaDevice) mlaFewOK(H int) bool {
+	return mlaFewOn && H <= kernels.MLAFewMaxHeads && b.c.Info().CCMajor >= 9 && b.fewReady()
+}
+
+// topkFastOK: topk_fast takes this top-k of T keys.
+func (b *cudaDevice) topkFastOK(T, K int) bool {
+	return topkFastOn && T <= kernels.TopKFastMaxT && K <= 32767 && b.c.Info().CCMajor >= 9 && b.fewReady()
+}
+
+// topkFusedOK: indexer_scores_topk takes this scores + top-k of T keys.
+func (b *cudaDevice) topkFusedOK(T, K int) bool {
+	return topkFusedFits(T, K) && b.c.Info().CCMajor >= 9 && b.k.IndexerMMASupported() && b.fewReady()
 }

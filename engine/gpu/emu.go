@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/cockroachdb/errors"
@@ -604,7 +605,27 @@ func (m *emuDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H, 
 	return nil
 }
 
-// topKAfterHist is topK: the emulator keeps no histogram.
+// indexerScoresTopK is its two calls (the fused launch's operation);
+// emuFusedCalls counts them (TestEmuTopKFusedWiring).
+func (m *emuDevice) indexerScoresTopK(out, sel, qh, wq, cache cuda.DevPtr, cacheOff int64, rowBase, lens, scratch cuda.DevPtr, nq, T, K, ldOut, ldSel int) error {
+	emuFusedCalls.Add(1)
+	var err error
+	if rowBase != 0 {
+		err = m.indexerScoresQRows(out, qh, wq, cacheOff, rowBase, lens, 0, nq, T, ldOut)
+	} else {
+		err = m.indexerScoresQ(out, qh, wq, cache, lens, 0, nq, T, ldOut)
+	}
+	if err != nil {
+		return err
+	}
+	return m.topKAfterHist(sel, out, lens, scratch, nq, T, K, ldOut, ldSel)
+}
+
+var emuFusedCalls atomic.Int64
+
+// topKAfterHist is topK: the emulator keeps no histogram. It stands for
+// every top-k kernel (topk_radix_one, TILERT_GPU_TOPK_FAST's topk_fast: the
+// same selection, element for element, checked against refTopK on the GPU).
 func (m *emuDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
 	return m.topK(out, scores, lens, scratch, rows, T, K, ld, ldOut)
 }
@@ -689,6 +710,9 @@ func (m *emuDevice) mlaEntry(kind mlaKind, cache cuda.DevPtr, t int, lat, rp []f
 	}
 }
 
+// mlaDecode stands for every fp8 MLA decode kernel (mla_decode_tc / tcf2,
+// TILERT_GPU_MLA_FEW's mla_decode_few: the same operation, float32 rounding
+// apart; each checked against float64 on the GPU).
 func (m *emuDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, _ cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	const R, P = kernels.MLALatentDim, kernels.MLARopeDim
 	ls := m.i32(lens, nq)

@@ -526,6 +526,9 @@ func queue(r runner, f func(b device) error) error {
 			return err
 		}
 		b := &cudaDevice{c: cc, k: k, s: cc.Stream(), gemmWS: cr.gemmWS, gemmWSBytes: cr.gemmWSBytes}
+		if mlaFewOn || topkFastOn {
+			b.fewReady() // the few-heads module loaded before any graph capture
+		}
 		if cr.stream != 0 {
 			b.s = cr.stream
 		}

@@ -52,7 +52,8 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 	normed := groupMode == "2"
 	// After the separate rmsnorm, q_b (and wq_b) as one grouped launch
 	// (mode 3) or as tile GEMVs (the default).
-	qbGroup := groupMode == "3"
+	// TILERT_GPU_GEMV_MID=1 (gemv_mid.go) groups them at one row as well.
+	qbGroup := groupMode == "3" || midRows(M)
 	in := []dlin{lw.QA, lw.KVA}
 	qb := []dlin{lw.QB}
 	if withIdx {

@@ -433,6 +433,10 @@ func (b *cudaDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.Grou
 			return b.k.GemvGroupMMA(b.s, x, K, M, ldx, segs)
 		}
 	}
+	if midRows(M) {
+		_, err := b.k.GemvGroupMid(b.s, x, K, M, ldx, segs, norm, gemvMidShape)
+		return err
+	}
 	return b.k.GemvGroup(b.s, x, K, M, ldx, segs, norm)
 }
 

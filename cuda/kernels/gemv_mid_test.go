@@ -23,7 +23,7 @@ func midShapes() []string {
 
 // TestKernelGemvGroupMid checks every gemv_mid_group variant (one input
 // row; fp8 and bf16 segments, odd row counts, partial scale blocks, padded
-// x, with and without the loop norm prologue) against the float64
+// x) against the float64
 // reference on fresh random inputs, against the default grouped launch
 // (GemvGroup) bit for bit, and run to run bit for bit, at the decode shapes
 // (the layer input's four projections, q_b + wq_b) and odd ones, with the
@@ -36,8 +36,6 @@ func TestKernelGemvGroupMid(t *testing.T) {
 		for _, gc := range []groupCase{
 			{K: 7168, M: 1, segs: []groupSegCase{{1536, false}, {576, false}, {128, false}, {64, true}}},
 			{K: 1536, M: 1, segs: []groupSegCase{{24576, false}, {8192, false}}},
-			{K: 1536, M: 1, norm: true, segs: []groupSegCase{{3000, false}, {1027, false}}},
-			{K: 7168, M: 1, norm: true, segs: []groupSegCase{{1536, false}, {576, false}, {128, false}, {64, true}}},
 			{K: 2048, M: 1, pad: 4, segs: []groupSegCase{{301, false}, {77, true}, {130, false}}},
 			{K: 1040, M: 1, pad: 8, segs: []groupSegCase{{5, false}, {131, true}, {1, false}}},
 			{K: 512, M: 1, segs: []groupSegCase{{1, false}}},
@@ -116,49 +114,81 @@ func TestKernelGemvGroupMid(t *testing.T) {
 			}
 			forceTileG = 0
 		}
-		// Where it does not apply it is GemvGroup: 2 rows, an unknown shape.
+		// Where it does not apply it is GemvGroup: 2 rows, an unknown shape,
+		// a norm prologue.
 		w := a.up(randFP8(r, 64*64))
 		sc := a.up(randScales(r, 1, -8))
 		xb := a.up(randF32(r, 64*2, 1))
+		nw := a.up(randF32(r, 64, 1))
 		y := a.poisoned(64 * 2)
 		for _, bad := range []struct {
 			M     int
 			shape string
-		}{{2, GroupMidDefault}, {1, "r3_d16"}, {1, ""}} {
-			ran, err := k.GemvGroupMid(s, xb, 64, bad.M, 64, []GroupSeg{{W: w, S: sc, Y: y, N: 64, LdY: 64}}, GroupNorm{}, bad.shape)
+			norm  GroupNorm
+		}{{2, GroupMidDefault, GroupNorm{}}, {1, "r3_d16", GroupNorm{}}, {1, "", GroupNorm{}}, {1, GroupMidDefault, GroupNorm{W: nw, Eps: 1e-6}}} {
+			ran, err := k.GemvGroupMid(s, xb, 64, bad.M, 64, []GroupSeg{{W: w, S: sc, Y: y, N: 64, LdY: 64}}, bad.norm, bad.shape)
 			chk(err)
 			if ran {
-				t.Errorf("GemvGroupMid(M=%d, shape %q) ran the mid kernel", bad.M, bad.shape)
+				t.Errorf("GemvGroupMid(M=%d, shape %q, norm %v) ran the mid kernel", bad.M, bad.shape, bad.norm.W != 0)
 			}
 		}
 	})
 }
 
 // TestGroupMidKernelsDefined: every GroupMidShapes variant is defined in the
-// kernel source with its rows per group, and the default is one of them
-// (no GPU needed).
+// mid module's source with its rows per group and loads a round, the
+// default is one of them, and the main module holds none of them (no GPU
+// needed).
 func TestGroupMidKernelsDefined(t *testing.T) {
-	src := KernelSource()
+	src := MidKernelSource()
 	if _, ok := GroupMidShapes[GroupMidDefault]; !ok {
 		t.Errorf("GroupMidDefault %q is not a shape", GroupMidDefault)
 	}
+	if strings.Contains(KernelSource(), "gemv_mid_") {
+		t.Errorf("the main module holds gemv_mid kernels: they belong to the mid module")
+	}
 	for name, R := range GroupMidShapes {
 		fn := groupMidKernel(name) + "("
-		if !strings.Contains(src, fn) {
+		i := strings.Index(src, fn)
+		if i < 0 {
 			t.Errorf("%s not defined", fn)
 			continue
 		}
 		if !strings.HasPrefix(name, fmt.Sprintf("r%d_", R)) {
 			t.Errorf("shape %s: R=%d", name, R)
 		}
-		ld := 8
+		ld, mb := 8, 4
 		if strings.HasSuffix(name, "_d16") {
-			ld = 16
+			ld, mb = 16, 2
 		}
-		if want := fmt.Sprintf("gemv_mid_run<%d, %d>", R, ld); !strings.Contains(src[strings.Index(src, fn):], want) {
+		body := src[i:]
+		if j := strings.Index(body, "extern"); j > 0 {
+			body = body[:j]
+		}
+		if want := fmt.Sprintf("gemv_mid_run<%d, %d>", R, ld); !strings.Contains(body, want) {
 			t.Errorf("%s does not run %s", fn, want)
 		}
+		if want := fmt.Sprintf("__launch_bounds__(MID_THREADS, %d)", mb); !strings.Contains(src[max(0, i-80):i], want) {
+			t.Errorf("%s: not %s", fn, want)
+		}
 	}
+}
+
+// TestNVRTCCompilesMidKernels compiles the mid module with this machine's
+// NVRTC for sm_90 (no GPU needed).
+func TestNVRTCCompilesMidKernels(t *testing.T) {
+	nv, err := cuda.LoadNVRTC()
+	if err != nil {
+		t.Skipf("no NVRTC here, compile check skipped: %v", err)
+	}
+	ck, err := CompileMid(nv, 9, 0, cuda.KernelCache{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	if len(ck.Image) < 1000 {
+		t.Fatalf("image %d bytes", len(ck.Image))
+	}
+	t.Logf("NVRTC %s: mid module for %s (cubin %v) in %v, %d bytes", nv.Version(), ck.Arch, ck.Cubin, ck.Took, len(ck.Image))
 }
 
 // TestKernelGroupMidTiming (TILERT_GPU_TIMING=1) times, weights cold,

@@ -108,7 +108,7 @@ func (k *Set) GemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 	return err
 }
 
-// GroupMidShapes are the gemv_mid_group variants (gemv_tile_mid.cu) by
+// GroupMidShapes are the gemv_mid_group variants (cu/mid/gemv_mid.cu) by
 // name: rows per group and loads a thread issues per round ("d16": 16, at
 // most 128 registers, 2 blocks an SM; "o4": 8, at most 64, 4 blocks an SM).
 var GroupMidShapes = map[string]int{"r8_d16": 8, "r4_d16": 4, "r4_o4": 4, "r2_o4": 2}
@@ -130,12 +130,12 @@ func groupMidKernel(shape string) string {
 var GroupMidLaunches atomic.Int64
 
 // GemvGroupMid is GemvGroup on the gemv_mid_group_<shape>_m1 kernel
-// (gemv_tile_mid.cu) where it applies: one input row, no staged norm
-// prologue, shape one of GroupMidShapes. Each segment keeps its group size
+// (cu/mid/gemv_mid.cu, the mid module) where it applies: one input row, no
+// norm prologue, shape one of GroupMidShapes. Each segment keeps its group size
 // G (groupShape), so the outputs are GemvGroup's bit for bit; elsewhere it
 // is GemvGroup. It reports whether the mid kernel ran.
 func (k *Set) GemvGroupMid(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []GroupSeg, norm GroupNorm, shape string) (bool, error) {
-	if _, ok := GroupMidShapes[shape]; !ok || M != 1 || groupStaged(norm, K, M) {
+	if _, ok := GroupMidShapes[shape]; !ok || M != 1 || norm.W != 0 {
 		shape = ""
 	}
 	return k.gemvGroup(s, x, K, M, ldx, segs, norm, shape)
@@ -184,11 +184,23 @@ func (k *Set) gemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 	if mid != "" {
 		name = groupMidKernel(mid)
 	}
+	if mid != "" {
+		mod, err := k.mid()
+		if err != nil {
+			return false, errors.Wrap(err, "gemv group: the mid module")
+		}
+		f, err := k.c.Function(mod, name)
+		if err != nil {
+			return false, err
+		}
+		if err := k.launchFn(f, cuda.D1(blocks), cuda.D1(tileThreads), 0, s, args...); err != nil {
+			return false, err
+		}
+		GroupMidLaunches.Add(1)
+		return true, nil
+	}
 	if err := k.launch(name, cuda.D1(blocks), cuda.D1(tileThreads), 0, s, args...); err != nil {
 		return false, err
 	}
-	if mid != "" {
-		GroupMidLaunches.Add(1)
-	}
-	return mid != "", nil
+	return false, nil
 }

@@ -433,7 +433,7 @@ func (b *cudaDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.Grou
 			return b.k.GemvGroupMMA(b.s, x, K, M, ldx, segs)
 		}
 	}
-	if midRows(M) {
+	if midRows(M) && b.gemvMidReady() {
 		_, err := b.k.GemvGroupMid(b.s, x, K, M, ldx, segs, norm, gemvMidShape)
 		return err
 	}
@@ -1035,6 +1035,9 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		}
 		if gemvBulkOn {
 			b.gemvBulkReady() // likewise
+		}
+		if gemvMidOn {
+			b.gemvMidReady() // the mid module likewise
 		}
 		if r.stream != 0 {
 			b.s = r.stream

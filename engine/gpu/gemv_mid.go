@@ -3,13 +3,15 @@ package gpu
 import (
 	"log/slog"
 	"os"
+	"sync"
 
 	"github.com/tilert-go/tilert/cuda/kernels"
 )
 
 // TILERT_GPU_GEMV_MID=1 (opt-in; helper gmid, issue 10): the one-row
 // attention-input projections of a decode step run on the gemv_mid_group
-// kernels (cuda/kernels/cu/gemv_tile_mid.cu): the layer input's grouped
+// kernels (cuda/kernels/cu/mid/gemv_mid.cu, a module of its own loaded on
+// first use): the layer input's grouped
 // launch (q_a, kv_a, indexer wk, weights_proj) and, after q_a's rmsnorm,
 // q_b and the indexer's wq_b as one grouped launch (projGroup; mode 3's
 // grouping) in place of two tile GEMVs. The kernels are the grouped
@@ -24,7 +26,25 @@ import (
 var (
 	gemvMidOn    = os.Getenv("TILERT_GPU_GEMV_MID") == "1" && gemvTileOn
 	gemvMidShape = midShape(os.Getenv("TILERT_GPU_GEMV_MID_SHAPE"))
+	// gemvMidOnce: the switch's outcome is logged once a process.
+	gemvMidOnce sync.Once
 )
+
+// gemvMidReady says whether the mid module (kernels.MidSupported) loads
+// here; with the switch on, the runners call it before any capture. Where
+// it does not, the default grouped kernels run (the same bits), said once
+// in the log.
+func (b *cudaDevice) gemvMidReady() bool {
+	err := b.k.MidSupported()
+	gemvMidOnce.Do(func() {
+		if err != nil {
+			slog.Warn("TILERT_GPU_GEMV_MID=1: the mid module does not load; the default grouped GEMVs run", "err", err)
+			return
+		}
+		slog.Info("TILERT_GPU_GEMV_MID=1: one-row attention-input projections on gemv_mid_group", "shape", gemvMidShape)
+	})
+	return err == nil
+}
 
 // midShape is the variant TILERT_GPU_GEMV_MID_SHAPE names, or the default
 // (said in the log when the name is unknown).

@@ -529,6 +529,9 @@ func queue(r runner, f func(b device) error) error {
 		if gemvBulkOn {
 			b.gemvBulkReady() // the sm_90a module loaded before any graph capture
 		}
+		if gemvMidOn {
+			b.gemvMidReady() // the mid module likewise
+		}
 		if cr.stream != 0 {
 			b.s = cr.stream
 		}

@@ -67,16 +67,13 @@ __device__ __forceinline__ void gg_staged_sumsq(const float* __restrict__ x, int
 // gemv_group_sn_* kernels): the prologue stages each input row in xs
 // (shared memory, K floats) with one round of cp.async and takes the same
 // sums from there.
-// LD (gemv_tile_mid.cu's kernels): weight loads a thread issues per round
-// (R rows x LD/R chunks); a thread's chunks, their order and the combine do
-// not depend on it, so neither do the sums.
-template <class T, int R, int MM, bool SN = false, int LD = 8>
+template <class T, int R, int MM, bool SN = false>
 __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, float* y, int ldy, int N, int G,
                                                 int blk, const float* __restrict__ x, int ldx, int K, int M,
                                                 const float* __restrict__ nw, float eps, int nthr, int fold,
                                                 int fastnorm, float (*part)[32], float (*nsh)[32], float* rs,
                                                 float* xs = nullptr) {
-  constexpr int NI = LD / R;
+  constexpr int NI = 8 / R;
   const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
   const int n0 = (blk * (TILE_THREADS / G) + grp) * R;
   const int kb = (K + 127) >> 7;

@@ -130,12 +130,14 @@ func groupMidKernel(shape string) string {
 var GroupMidLaunches atomic.Int64
 
 // GemvGroupMid is GemvGroup on the gemv_mid_group_<shape>_m1 kernel
-// (cu/mid/gemv_mid.cu, the mid module) where it applies: one input row, no
-// norm prologue, shape one of GroupMidShapes. Each segment keeps its group size
-// G (groupShape), so the outputs are GemvGroup's bit for bit; elsewhere it
-// is GemvGroup. It reports whether the mid kernel ran.
+// (cu/mid/gemv_mid.cu, the mid module; its _n twin with a norm, whose
+// weights' first round is issued before the prologue) where it applies:
+// one input row, shape one of GroupMidShapes. Each segment keeps its group
+// size G (groupShape) and the norm is rmsnorm's (norm.Staged is moot: the
+// same bits), so the outputs are GemvGroup's bit for bit; elsewhere it is
+// GemvGroup. It reports whether the mid kernel ran.
 func (k *Set) GemvGroupMid(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []GroupSeg, norm GroupNorm, shape string) (bool, error) {
-	if _, ok := GroupMidShapes[shape]; !ok || M != 1 || norm.W != 0 {
+	if _, ok := GroupMidShapes[shape]; !ok || M != 1 {
 		shape = ""
 	}
 	return k.gemvGroup(s, x, K, M, ldx, segs, norm, shape)
@@ -182,7 +184,12 @@ func (k *Set) gemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 		name = fmt.Sprintf("gemv_group_sn_r%d_m%d", R, tileMM(M))
 	}
 	if mid != "" {
+		// With a norm, the _n twin: the prologue (the same sums as the
+		// loop, fast and staged ones) after the weights' first round.
 		name = groupMidKernel(mid)
+		if norm.W != 0 {
+			name += "n"
+		}
 	}
 	if mid != "" {
 		mod, err := k.mid()

@@ -1036,7 +1036,7 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		if gemvBulkOn {
 			b.gemvBulkReady() // likewise
 		}
-		if gemvMidOn {
+		if gemvMidMode != "" {
 			b.gemvMidReady() // the mid module likewise
 		}
 		if r.stream != 0 {

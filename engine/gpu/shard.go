@@ -529,7 +529,7 @@ func queue(r runner, f func(b device) error) error {
 		if gemvBulkOn {
 			b.gemvBulkReady() // the sm_90a module loaded before any graph capture
 		}
-		if gemvMidOn {
+		if gemvMidMode != "" {
 			b.gemvMidReady() // the mid module likewise
 		}
 		if cr.stream != 0 {

@@ -22,6 +22,14 @@
 //   gemv_mid_group_r4_m1_o4:  R = 4, 8 loads, <= 64 registers (4 blocks an SM)
 //   gemv_mid_group_r2_m1_o4:  R = 2, 8 loads, <= 64 registers
 //
+// Each has a twin named with a trailing n (gemv_mid_group_r8_m1_d16n, ...)
+// that takes a norm weight: x is then the raw row, normalised as rmsnorm
+// writes it (the sums in rmsnorm's order, each value nw[k]*(x[k]*r)), as
+// gemv_group's prologue does, with the weights' first round (the whole
+// share of a thread at the decode shapes) issued BEFORE the prologue, so
+// its round trip overlaps the prologue's (gemv_group's prologue runs first
+// and only asks the L2 for that round).
+//
 // Arguments: gemv_group_*'s (x, ldx, K, M = 1, nw = 0, eps, nf, then four
 // segments of w, s, y, n, ldy, cfg = G | bf16 << 14); the launcher is
 // GemvGroupMid (ops_group.go). Needs K % 16 == 0 (fp8) / % 8 (bf16), 16-byte
@@ -73,10 +81,52 @@ __device__ __forceinline__ void mid_ldx(const float* p, float* o) {
 
 // One segment's block: rows [n0, ...) of W, G threads per group, R rows
 // per group, one input row x.
-template <class T, int R, int LD>
+// rmsnorm's sum of squares of the row x[0..K) in its own order (nthr
+// virtual threads: v sums x[v], x[v+nthr], ...; warp butterflies; the
+// virtual warps added in order; gemv_tile_group.cu's prologue, its
+// GROUP_NORM_REGS = 4 loads at a time), then r = rsqrt(ss/K + eps) as
+// rmsnorm takes it. Every thread gets r.
+__device__ __forceinline__ float mid_norm_scale(const float* __restrict__ x, int K, int nthr, float eps,
+                                                float* nsh, float* rs) {
+  const int nvw = nthr >> 5;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll 1
+  for (int vw = warp; vw < nvw; vw += MID_THREADS / 32) {
+    float ss = 0.0f;
+#pragma unroll 1
+    for (int i0 = vw * 32 + lane; i0 < K; i0 += 4 * nthr) {
+      float v[4];
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int i = i0 + j * nthr;
+        v[j] = i < K ? x[i] : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+        if (i0 + j * nthr < K) ss += v[j] * v[j];
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) nsh[vw] = ss;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float ss = 0.0f;
+    for (int i = 0; i < nvw; i++) ss += nsh[i];
+    rs[0] = rsqrtf(ss / (float)K + eps);
+  }
+  __syncthreads();
+  return rs[0];
+}
+
+// NORM: the kernel's _n twin, which takes a norm weight nw (without, nw is
+// ignored and no prologue is compiled in: the loads held across it would
+// cost the 64-register variants spills).
+template <class T, int R, int LD, bool NORM>
 __device__ __forceinline__ void gemv_mid_body(const void* W, const float* S, float* y, int N, int G, int blk,
-                                              const float* __restrict__ x, int K, float (*part)[32]) {
+                                              const float* __restrict__ x, int K, const float* __restrict__ nw_,
+                                              float eps, int nthr, float (*part)[32], float* nsh, float* rs) {
   constexpr int NI = LD / R;
+  const float* __restrict__ nw = NORM ? nw_ : (const float*)0;
   const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
   const int n0 = (blk * (MID_THREADS / G) + grp) * R;
   const int kb = (K + 127) >> 7;
@@ -93,9 +143,9 @@ __device__ __forceinline__ void gemv_mid_body(const void* W, const float* S, flo
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; r++) acc[r] = 0.0f;
-  for (int c0 = tg; c0 < C; c0 += G * NI) {
-    uint4 wv[NI][R];
-    float sc[NI];
+  uint4 wv[NI][R];
+  float sc[NI];
+  auto load = [&](int c0) {
 #pragma unroll
     for (int i = 0; i < NI; i++) {
       const int c = c0 + i * G;
@@ -103,11 +153,22 @@ __device__ __forceinline__ void gemv_mid_body(const void* W, const float* S, flo
       for (int r = 0; r < R; r++) wv[i][r] = c < C ? mid_ld16(wr[r] + (size_t)c * 16) : make_uint4(0u, 0u, 0u, 0u);
       sc[i] = c < C ? (sr ? __ldg(sr + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
     }
+  };
+  // The first round's weights (the whole share at the decode shapes) go out
+  // before the norm: they do not depend on x, so their round trip overlaps
+  // the prologue's (gemv_group's prologue runs first and only asks the L2).
+  if (NORM) load(tg);
+  // With a norm weight nw: x is the raw row; each value is used as rmsnorm
+  // writes it, nw[k]*(x[k]*r), as gemv_group's prologue does.
+  const float r0 = nw ? mid_norm_scale(x, K, nthr, eps, nsh, rs) : 1.0f;
+  for (int c0 = tg; c0 < C; c0 += G * NI) {
+    if (!NORM || c0 != tg) load(c0);
 #pragma unroll
     for (int i = 0; i < NI; i++) {
       const int c = c0 + i * G;
       if (c < C) {
         const float* xc = x + (size_t)c * T::E;
+        const float* wc = nw ? nw + (size_t)c * T::E : (const float*)0;
         float p[R];
 #pragma unroll
         for (int r = 0; r < R; r++) p[r] = 0.0f;
@@ -115,6 +176,12 @@ __device__ __forceinline__ void gemv_mid_body(const void* W, const float* S, flo
         for (int q = 0; q < 4; q++) {
           float xv[T::EW];
           mid_ldx<T::EW>(xc + q * T::EW, xv);
+          if (wc) {
+            float nv[T::EW];
+            mid_ldx<T::EW>(wc + q * T::EW, nv);
+#pragma unroll
+            for (int e = 0; e < T::EW; e++) xv[e] = nv[e] * (xv[e] * r0);
+          }
 #pragma unroll
           for (int r = 0; r < R; r++) {
             float wf[T::EW];
@@ -152,13 +219,16 @@ __device__ __forceinline__ int mid_blocks(int N, int cfg) {
 
 // The blocks spread over the segments' rows, segment 0's first (as
 // gemv_group_run).
-template <int R, int LD>
-__device__ __forceinline__ void gemv_mid_run(const float* __restrict__ x, int K, const void* w0, const float* s0,
+template <int R, int LD, bool NORM>
+__device__ __forceinline__ void gemv_mid_run(const float* __restrict__ x, int K, const float* __restrict__ nw,
+                                             float eps, int nf, const void* w0, const float* s0,
                                              float* y0, int n0, int cfg0, const void* w1, const float* s1, float* y1,
                                              int n1, int cfg1, const void* w2, const float* s2, float* y2, int n2,
                                              int cfg2, const void* w3, const float* s3, float* y3, int n3,
                                              int cfg3) {
   __shared__ float part[MID_THREADS / 32][32];
+  __shared__ float nsh[32];
+  __shared__ float rs[1];
   int blk = blockIdx.x;
   const void* W = w0;
   const float* S = s0;
@@ -179,17 +249,18 @@ __device__ __forceinline__ void gemv_mid_run(const float* __restrict__ x, int K,
       }
     }
   }
-  const int G = cfg & 1023;
+  const int G = cfg & 1023, nthr = nf & 0xffff;
   if ((cfg >> 14) & 1) {
-    gemv_mid_body<MBF16, R, LD>(W, S, y, N, G, blk, x, K, part);
+    gemv_mid_body<MBF16, R, LD, NORM>(W, S, y, N, G, blk, x, K, nw, eps, nthr, part, nsh, rs);
   } else {
-    gemv_mid_body<MFP8, R, LD>(W, S, y, N, G, blk, x, K, part);
+    gemv_mid_body<MFP8, R, LD, NORM>(W, S, y, N, G, blk, x, K, nw, eps, nthr, part, nsh, rs);
   }
 }
 
 // The launchable variants, written out (NVRTC 11.8 crashes on
-// macro-generated kernel definitions). ldx, M, nw, eps, nf and the
-// segments' ldy are gemv_group_*'s arguments, unused here (one row).
+// macro-generated kernel definitions). ldx, M and the segments' ldy are
+// gemv_group_*'s arguments, unused here (one row); nf's low 16 bits are the
+// norm's virtual threads (normThreads(K)).
 extern "C" __global__ void __launch_bounds__(MID_THREADS, 2)
     gemv_mid_group_r8_m1_d16(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw,
                              float eps, int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0,
@@ -197,7 +268,19 @@ extern "C" __global__ void __launch_bounds__(MID_THREADS, 2)
                              const void* w2, const float* s2, float* y2, int n2, int ldy2, int cfg2, const void* w3,
                              const float* s3, float* y3, int n3, int ldy3, int cfg3) {
   PDL_WAIT();
-  gemv_mid_run<8, 16>(x, K, w0, s0, y0, n0, cfg0, w1, s1, y1, n1, cfg1, w2, s2, y2, n2, cfg2, w3, s3, y3, n3, cfg3);
+  gemv_mid_run<8, 16, false>(x, K, nw, eps, nf, w0, s0, y0, n0, cfg0, w1, s1, y1, n1, cfg1, w2, s2, y2, n2, cfg2,
+                            w3, s3, y3, n3, cfg3);
+}
+
+extern "C" __global__ void __launch_bounds__(MID_THREADS, 2)
+    gemv_mid_group_r8_m1_d16n(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw,
+                             float eps, int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0,
+                             int cfg0, const void* w1, const float* s1, float* y1, int n1, int ldy1, int cfg1,
+                             const void* w2, const float* s2, float* y2, int n2, int ldy2, int cfg2, const void* w3,
+                             const float* s3, float* y3, int n3, int ldy3, int cfg3) {
+  PDL_WAIT();
+  gemv_mid_run<8, 16, true>(x, K, nw, eps, nf, w0, s0, y0, n0, cfg0, w1, s1, y1, n1, cfg1, w2, s2, y2, n2, cfg2,
+                            w3, s3, y3, n3, cfg3);
 }
 
 extern "C" __global__ void __launch_bounds__(MID_THREADS, 2)
@@ -207,7 +290,19 @@ extern "C" __global__ void __launch_bounds__(MID_THREADS, 2)
                              const void* w2, const float* s2, float* y2, int n2, int ldy2, int cfg2, const void* w3,
                              const float* s3, float* y3, int n3, int ldy3, int cfg3) {
   PDL_WAIT();
-  gemv_mid_run<4, 16>(x, K, w0, s0, y0, n0, cfg0, w1, s1, y1, n1, cfg1, w2, s2, y2, n2, cfg2, w3, s3, y3, n3, cfg3);
+  gemv_mid_run<4, 16, false>(x, K, nw, eps, nf, w0, s0, y0, n0, cfg0, w1, s1, y1, n1, cfg1, w2, s2, y2, n2, cfg2,
+                            w3, s3, y3, n3, cfg3);
+}
+
+extern "C" __global__ void __launch_bounds__(MID_THREADS, 2)
+    gemv_mid_group_r4_m1_d16n(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw,
+                             float eps, int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0,
+                             int cfg0, const void* w1, const float* s1, float* y1, int n1, int ldy1, int cfg1,
+                             const void* w2, const float* s2, float* y2, int n2, int ldy2, int cfg2, const void* w3,
+                             const float* s3, float* y3, int n3, int ldy3, int cfg3) {
+  PDL_WAIT();
+  gemv_mid_run<4, 16, true>(x, K, nw, eps, nf, w0, s0, y0, n0, cfg0, w1, s1, y1, n1, cfg1, w2, s2, y2, n2, cfg2,
+                            w3, s3, y3, n3, cfg3);
 }
 
 extern "C" __global__ void __launch_bounds__(MID_THREADS, 4)
@@ -217,7 +312,19 @@ extern "C" __global__ void __launch_bounds__(MID_THREADS, 4)
                             const void* w2, const float* s2, float* y2, int n2, int ldy2, int cfg2, const void* w3,
                             const float* s3, float* y3, int n3, int ldy3, int cfg3) {
   PDL_WAIT();
-  gemv_mid_run<4, 8>(x, K, w0, s0, y0, n0, cfg0, w1, s1, y1, n1, cfg1, w2, s2, y2, n2, cfg2, w3, s3, y3, n3, cfg3);
+  gemv_mid_run<4, 8, false>(x, K, nw, eps, nf, w0, s0, y0, n0, cfg0, w1, s1, y1, n1, cfg1, w2, s2, y2, n2, cfg2,
+                            w3, s3, y3, n3, cfg3);
+}
+
+extern "C" __global__ void __launch_bounds__(MID_THREADS, 4)
+    gemv_mid_group_r4_m1_o4n(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw,
+                            float eps, int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0,
+                            int cfg0, const void* w1, const float* s1, float* y1, int n1, int ldy1, int cfg1,
+                            const void* w2, const float* s2, float* y2, int n2, int ldy2, int cfg2, const void* w3,
+                            const float* s3, float* y3, int n3, int ldy3, int cfg3) {
+  PDL_WAIT();
+  gemv_mid_run<4, 8, true>(x, K, nw, eps, nf, w0, s0, y0, n0, cfg0, w1, s1, y1, n1, cfg1, w2, s2, y2, n2, cfg2,
+                            w3, s3, y3, n3, cfg3);
 }
 
 extern "C" __global__ void __launch_bounds__(MID_THREADS, 4)
@@ -227,5 +334,17 @@ extern "C" __global__ void __launch_bounds__(MID_THREADS, 4)
                             const void* w2, const float* s2, float* y2, int n2, int ldy2, int cfg2, const void* w3,
                             const float* s3, float* y3, int n3, int ldy3, int cfg3) {
   PDL_WAIT();
-  gemv_mid_run<2, 8>(x, K, w0, s0, y0, n0, cfg0, w1, s1, y1, n1, cfg1, w2, s2, y2, n2, cfg2, w3, s3, y3, n3, cfg3);
+  gemv_mid_run<2, 8, false>(x, K, nw, eps, nf, w0, s0, y0, n0, cfg0, w1, s1, y1, n1, cfg1, w2, s2, y2, n2, cfg2,
+                            w3, s3, y3, n3, cfg3);
+}
+
+extern "C" __global__ void __launch_bounds__(MID_THREADS, 4)
+    gemv_mid_group_r2_m1_o4n(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw,
+                            float eps, int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0,
+                            int cfg0, const void* w1, const float* s1, float* y1, int n1, int ldy1, int cfg1,
+                            const void* w2, const float* s2, float* y2, int n2, int ldy2, int cfg2, const void* w3,
+                            const float* s3, float* y3, int n3, int ldy3, int cfg3) {
+  PDL_WAIT();
+  gemv_mid_run<2, 8, true>(x, K, nw, eps, nf, w0, s0, y0, n0, cfg0, w1, s1, y1, n1, cfg1, w2, s2, y2, n2, cfg2,
+                            w3, s3, y3, n3, cfg3);
 }

@@ -113,7 +113,7 @@ func (k *Set) GemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 // most 128 registers, 2 blocks an SM; "o4": 8, at most 64, 4 blocks an SM).
 var GroupMidShapes = map[string]int{"r8_d16": 8, "r4_d16": 4, "r4_o4": 4, "r2_o4": 2}
 
-// GroupMidDefault is the variant TILERT_GPU_GEMV_MID=1 takes unless
+// GroupMidDefault is the variant TILERT_GPU_GEMV_MID=1|2 takes unless
 // TILERT_GPU_GEMV_MID_SHAPE names another: every thread's share of its 8
 // rows in flight at once (one round at K = 7168 with G = 256, as at K =
 // 1536 with G = 64).
@@ -190,8 +190,6 @@ func (k *Set) gemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 		if norm.W != 0 {
 			name += "n"
 		}
-	}
-	if mid != "" {
 		mod, err := k.mid()
 		if err != nil {
 			return false, errors.Wrap(err, "gemv group: the mid module")

@@ -1,4 +1,4 @@
-// Mid-size grouped GEMVs of one input row (TILERT_GPU_GEMV_MID=1; helper
+// Mid-size grouped GEMVs of one input row (TILERT_GPU_GEMV_MID=1|2; helper
 // gmid, issue 10), a module of their own (cu/mid/, after common.cuh; loaded
 // on first use, so the default module and its kernel cache entry stay as
 // they are): the attention inputs of a decode step (q_a, kv_a, indexer wk
@@ -10,8 +10,8 @@
 // with the layer input's G = 256 and R = 8 a thread streams its two chunks
 // of each row in two round trips one after the other (288 blocks of 57 KB);
 // with q_b's G = 64 likewise (the tile GEMV's _d16 runs q_b in one). These
-// kernels are gemv_group_body (gemv_tile_group.cu) for one input row and no
-// norm prologue, transcribed, with LD loads a round (R rows x LD/R chunks):
+// kernels are gemv_group_body (gemv_tile_group.cu) for one input row,
+// transcribed, with LD loads a round (R rows x LD/R chunks):
 // a thread's chunks (c = tg + i*G), their order, the FMA order within a
 // chunk, the per-chunk scale and the fixed-order combine depend on G alone,
 // so every output is bit for bit the default grouped launch's
@@ -30,9 +30,9 @@
 // its round trip overlaps the prologue's (gemv_group's prologue runs first
 // and only asks the L2 for that round).
 //
-// Arguments: gemv_group_*'s (x, ldx, K, M = 1, nw = 0, eps, nf, then four
-// segments of w, s, y, n, ldy, cfg = G | bf16 << 14); the launcher is
-// GemvGroupMid (ops_group.go). Needs K % 16 == 0 (fp8) / % 8 (bf16), 16-byte
+// Arguments: gemv_group_*'s (x, ldx, K, M = 1, nw (the _n twins only),
+// eps, nf, then four segments of w, s, y, n, ldy, cfg = G | bf16 << 14);
+// the launcher is GemvGroupMid (ops_group.go). Needs K % 16 == 0 (fp8) / % 8 (bf16), 16-byte
 // aligned W rows and x.
 
 #define MID_THREADS 256
@@ -79,8 +79,6 @@ __device__ __forceinline__ void mid_ldx(const float* p, float* o) {
   }
 }
 
-// One segment's block: rows [n0, ...) of W, G threads per group, R rows
-// per group, one input row x.
 // rmsnorm's sum of squares of the row x[0..K) in its own order (nthr
 // virtual threads: v sums x[v], x[v+nthr], ...; warp butterflies; the
 // virtual warps added in order; gemv_tile_group.cu's prologue, its
@@ -118,6 +116,8 @@ __device__ __forceinline__ float mid_norm_scale(const float* __restrict__ x, int
   return rs[0];
 }
 
+// One segment's block: rows [n0, ...) of W, G threads per group, R rows
+// per group, one input row x.
 // NORM: the kernel's _n twin, which takes a norm weight nw (without, nw is
 // ignored and no prologue is compiled in: the loads held across it would
 // cost the 64-register variants spills).

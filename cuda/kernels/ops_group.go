@@ -2,6 +2,8 @@ package kernels
 
 import (
 	"fmt"
+	"strings"
+	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 
@@ -102,11 +104,51 @@ func GroupOK(x cuda.DevPtr, K, ldx int, segs []GroupSeg) bool {
 // GemvBF16Tile writes for it alone (after RMSNorm, with norm), and
 // reproducible run to run. The input must not alias any output.
 func (k *Set) GemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []GroupSeg, norm GroupNorm) error {
+	_, err := k.gemvGroup(s, x, K, M, ldx, segs, norm, "")
+	return err
+}
+
+// GroupMidShapes are the gemv_mid_group variants (cu/mid/gemv_mid.cu) by
+// name: rows per group and loads a thread issues per round ("d16": 16, at
+// most 128 registers, 2 blocks an SM; "o4": 8, at most 64, 4 blocks an SM).
+var GroupMidShapes = map[string]int{"r8_d16": 8, "r4_d16": 4, "r4_o4": 4, "r2_o4": 2}
+
+// GroupMidDefault is the variant TILERT_GPU_GEMV_MID=1|2 takes unless
+// TILERT_GPU_GEMV_MID_SHAPE names another: every thread's share of its 8
+// rows in flight at once (one round at K = 7168 with G = 256, as at K =
+// 1536 with G = 64).
+const GroupMidDefault = "r8_d16"
+
+// groupMidKernel is the kernel of a GroupMidShapes name: "r8_d16" ->
+// gemv_mid_group_r8_m1_d16.
+func groupMidKernel(shape string) string {
+	return "gemv_mid_group_" + strings.Replace(shape, "_", "_m1_", 1)
+}
+
+// GroupMidLaunches counts grouped launches that ran a gemv_mid_group
+// kernel (tests).
+var GroupMidLaunches atomic.Int64
+
+// GemvGroupMid is GemvGroup on the gemv_mid_group_<shape>_m1 kernel
+// (cu/mid/gemv_mid.cu, the mid module; its _n twin with a norm, whose
+// weights' first round is issued before the prologue) where it applies:
+// one input row, shape one of GroupMidShapes. Each segment keeps its group
+// size G (groupShape) and the norm is rmsnorm's (norm.Staged is moot: the
+// same bits), so the outputs are GemvGroup's bit for bit; elsewhere it is
+// GemvGroup. It reports whether the mid kernel ran.
+func (k *Set) GemvGroupMid(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []GroupSeg, norm GroupNorm, shape string) (bool, error) {
+	if _, ok := GroupMidShapes[shape]; !ok || M != 1 {
+		shape = ""
+	}
+	return k.gemvGroup(s, x, K, M, ldx, segs, norm, shape)
+}
+
+func (k *Set) gemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []GroupSeg, norm GroupNorm, mid string) (bool, error) {
 	if K <= 0 || M <= 0 || M > MaxTileM || ldx < K {
-		return errors.Newf("gemv group: K=%d M=%d ldx=%d (M must be 1..%d, ldx >= K)", K, M, ldx, MaxTileM)
+		return false, errors.Newf("gemv group: K=%d M=%d ldx=%d (M must be 1..%d, ldx >= K)", K, M, ldx, MaxTileM)
 	}
 	if !GroupOK(x, K, ldx, segs) {
-		return errors.Newf("gemv group: %d segments, K=%d ldx=%d x=%#x: needs 1..%d segments, K*esize %% 16 == 0, ldx %% 4 == 0, aligned x and weights",
+		return false, errors.Newf("gemv group: %d segments, K=%d ldx=%d x=%#x: needs 1..%d segments, K*esize %% 16 == 0, ldx %% 4 == 0, aligned x and weights",
 			len(segs), K, ldx, uint64(x), MaxGroupSegs)
 	}
 	sms := k.c.Info().SMs
@@ -123,13 +165,16 @@ func (k *Set) GemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 		}
 		sg := segs[i]
 		if sg.N <= 0 || sg.Y == 0 || sg.W == 0 || (M > 1 && sg.LdY < sg.N) || (!sg.BF16 && sg.S == 0) {
-			return errors.Newf("gemv group: segment %d: N=%d LdY=%d W=%#x S=%#x Y=%#x (fp8 needs scales; M > 1 needs LdY >= N)",
+			return false, errors.Newf("gemv group: segment %d: N=%d LdY=%d W=%#x S=%#x Y=%#x (fp8 needs scales; M > 1 needs LdY >= N)",
 				i, sg.N, sg.LdY, uint64(sg.W), uint64(sg.S), uint64(sg.Y))
 		}
 		if x < sg.Y+cuda.DevPtr(4*((M-1)*sg.LdY+sg.N)) && sg.Y < x+cuda.DevPtr(4*((M-1)*ldx+K)) {
-			return errors.Newf("gemv group: segment %d's output overlaps the input", i)
+			return false, errors.Newf("gemv group: segment %d's output overlaps the input", i)
 		}
 		G, r := groupShape(sms, sg, K, M)
+		if mid != "" {
+			r = GroupMidShapes[mid] // G (the sums) stays
+		}
 		R = r // the same for every segment
 		blocks += cdiv(cdiv(sg.N, R), tileThreads/G)
 		args = append(args, sg.W, sg.S, sg.Y, sg.N, sg.LdY, G|b2i(sg.BF16)<<14)
@@ -138,5 +183,29 @@ func (k *Set) GemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 	if groupStaged(norm, K, M) {
 		name = fmt.Sprintf("gemv_group_sn_r%d_m%d", R, tileMM(M))
 	}
-	return k.launch(name, cuda.D1(blocks), cuda.D1(tileThreads), 0, s, args...)
+	if mid != "" {
+		// With a norm, the _n twin: the prologue (the same sums as the
+		// loop, fast and staged ones) after the weights' first round.
+		name = groupMidKernel(mid)
+		if norm.W != 0 {
+			name += "n"
+		}
+		mod, err := k.mid()
+		if err != nil {
+			return false, errors.Wrap(err, "gemv group: the mid module")
+		}
+		f, err := k.c.Function(mod, name)
+		if err != nil {
+			return false, err
+		}
+		if err := k.launchFn(f, cuda.D1(blocks), cuda.D1(tileThreads), 0, s, args...); err != nil {
+			return false, err
+		}
+		GroupMidLaunches.Add(1)
+		return true, nil
+	}
+	if err := k.launch(name, cuda.D1(blocks), cuda.D1(tileThreads), 0, s, args...); err != nil {
+		return false, err
+	}
+	return false, nil
 }

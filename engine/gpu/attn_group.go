@@ -49,10 +49,12 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 	if groupMode == "0" || !gemvTileOn || QL == 0 {
 		return false
 	}
-	normed := groupMode == "2"
+	// TILERT_GPU_GEMV_MID=1 (gemv_mid.go) takes this form at one row.
+	normed := groupMode == "2" || midNormed(M)
 	// After the separate rmsnorm, q_b (and wq_b) as one grouped launch
 	// (mode 3) or as tile GEMVs (the default).
-	qbGroup := groupMode == "3"
+	// TILERT_GPU_GEMV_MID=2 (gemv_mid.go) groups them at one row as well.
+	qbGroup := groupMode == "3" || midQBGroup(M)
 	in := []dlin{lw.QA, lw.KVA}
 	qb := []dlin{lw.QB}
 	if withIdx {

@@ -436,6 +436,10 @@ func (b *cudaDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.Grou
 			return b.k.GemvGroupMMA(b.s, x, K, M, ldx, segs)
 		}
 	}
+	if midRows(M) && b.gemvMidReady() {
+		_, err := b.k.GemvGroupMid(b.s, x, K, M, ldx, segs, norm, gemvMidShape)
+		return err
+	}
 	return b.k.GemvGroup(b.s, x, K, M, ldx, segs, norm)
 }
 
@@ -1060,6 +1064,9 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		}
 		if mlaFewOn || topkFastOn {
 			b.fewReady() // the few-heads module likewise
+		}
+		if gemvMidMode != "" {
+			b.gemvMidReady() // the mid module likewise
 		}
 		if r.stream != 0 {
 			b.s = r.stream

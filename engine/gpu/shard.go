@@ -529,6 +529,9 @@ func queue(r runner, f func(b device) error) error {
 		if mlaFewOn || topkFastOn {
 			b.fewReady() // the few-heads module loaded before any graph capture
 		}
+		if gemvMidMode != "" {
+			b.gemvMidReady() // the mid module likewise
+		}
 		if cr.stream != 0 {
 			b.s = cr.stream
 		}

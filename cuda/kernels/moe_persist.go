@@ -1,0 +1,245 @@
+package kernels
+
+import (
+	"embed"
+	"io/fs"
+	"log/slog"
+	"sort"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// The persistent MoE kernel (cu/persist/moe_persist.cu; TILERT_GPU_MOE_PERSIST=1
+// in the engine): the MoE half of a decode layer for one input row as one
+// launch of co-resident blocks with device-wide barriers between its
+// phases (post-attention norm + router + shared gate/up, routing + routed
+// gate/up + shared down, routed down, combine + residual + next norm). Its
+// own module (common.cuh, moe.cu for the routing, then cu/persist/*.cu),
+// compiled on first use: the default module's source stays as it is.
+
+//go:embed cu/persist/*.cu
+var persistFS embed.FS
+
+// PersistKernelSource is the persistent module's source.
+func PersistKernelSource() string {
+	var b strings.Builder
+	for _, n := range []string{"cu/common.cuh", "cu/moe.cu"} {
+		src, err := kernelFS.ReadFile(n)
+		if err != nil {
+			panic(err) // embedded at build time
+		}
+		b.WriteString("#line 1 \"" + strings.TrimPrefix(n, "cu/") + "\"\n")
+		b.Write(src)
+		b.WriteString("\n")
+	}
+	names, err := fs.Glob(persistFS, "cu/persist/*.cu")
+	if err != nil {
+		panic(err)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		src, err := persistFS.ReadFile(n)
+		if err != nil {
+			panic(err)
+		}
+		b.WriteString("#line 1 \"" + strings.TrimPrefix(n, "cu/") + "\"\n")
+		b.Write(src)
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// CompilePersist compiles the persistent module as Compile does the default one.
+func CompilePersist(nv *cuda.NVRTC, major, minor int, cache cuda.KernelCache) (*cuda.Compiled, error) {
+	return cuda.CompileModule(nv, major, minor, PersistKernelSource(), "tilert_kernels_persist.cu", kernelOptions, cache)
+}
+
+type persistKey struct{}
+
+type persistState struct {
+	mod *cuda.Module
+	err error
+}
+
+// persist loads the persistent module in k's context on first use (a
+// failure is kept, not retried).
+func (k *Set) persist() (*cuda.Module, error) {
+	v, _ := k.c.Value(persistKey{}, func() (any, error) {
+		st := &persistState{}
+		nv, err := cuda.LoadNVRTC()
+		if err != nil {
+			st.err = err
+			return st, nil
+		}
+		i := k.c.Info()
+		ck, err := CompilePersist(nv, i.CCMajor, i.CCMinor, cuda.DefaultKernelCache())
+		if err != nil {
+			st.err = err
+			return st, nil
+		}
+		st.mod, st.err = k.c.LoadModule("tilert_kernels_persist", ck.Image)
+		slog.Debug("cuda: persistent MoE kernel loaded", "arch", ck.Arch, "cache_hit", ck.CacheHit, "took", ck.Took, "err", st.err)
+		return st, nil
+	})
+	st := v.(*persistState)
+	return st.mod, st.err
+}
+
+const (
+	moePersistName    = "moe_persist_m1"
+	moePersistThreads = 256
+	// MoEPersistMaxH is MP_MAXH: the hidden row held in shared memory.
+	MoEPersistMaxH = 8192
+	// moePersistBlocksPerSM is the kernel's __launch_bounds__ minimum
+	// (MP_THREADS, 2): at most 128 registers, ~40 KB of static shared
+	// memory a block (nvcc -Xptxas -v, cuda/kernels/NOTES.md), so two
+	// blocks fit on every SM of a device with 64K registers and 2x40 KB of
+	// shared memory an SM.
+	moePersistBlocksPerSM = 2
+	// MoEPersistCtlBytes is the control buffer a launch needs: the barrier's
+	// two counters and the norm's partial sums (zeroed once when allocated,
+	// then left as the kernel leaves it).
+	MoEPersistCtlBytes = 256
+)
+
+// MoEPersistArgs is one row's MoE half (M = 1). Pointers are device
+// pointers; 0 where optional.
+type MoEPersistArgs struct {
+	// X is the residual row (read; left as x + B + moe). B, when set, is
+	// added to it first (o_proj's output; 0: already added). PostNorm is the
+	// post-attention RMSNorm's weights; H receives that norm's row.
+	X, B, PostNorm, H cuda.DevPtr
+	Eps               float32
+	// Router: bf16 [E][Hidden]; RLog [E] receives its logits; Bias the
+	// routing's correction bias (may be 0); Idx/Wts [K] receive the choice.
+	Router, RLog, Bias, Idx, Wts cuda.DevPtr
+	E, K, NGroup, TopKGroup      int
+	NormTopK                     bool
+	Scale                        float32
+	// Expert tables (device arrays of per-expert pointers, fp8 weights
+	// [MI][Hidden] for gate/up, [Hidden][MI] for down, and their scales).
+	TGate, TGateS, TUp, TUpS, TDown, TDownS cuda.DevPtr
+	// The shared expert (fp8, the routed experts' shape); all 0: none.
+	ShGate, ShGateS, ShUp, ShUpS, ShDown, ShDownS cuda.DevPtr
+	// EG [K+1][MI] and EY [K+1][Hidden] are scratch (left as the chain
+	// of launches leaves them).
+	EG, EY        cuda.DevPtr
+	Hidden, Inter int
+	// Y, when set, receives rmsnorm(x) * NextNorm (the next layer's input);
+	// 0: the norm is left to the next layer (moe_combine_slots_res).
+	Y, NextNorm cuda.DevPtr
+	// Ctl is MoEPersistCtlBytes of device memory, zeroed once.
+	Ctl cuda.DevPtr
+}
+
+// MoEPersistPlan is the host-side shape of a launch: group sizes of the
+// tile arithmetic (the chain's, so the same bits), router rows per task,
+// norm threads and the grid.
+type MoEPersistPlan struct {
+	Ggu, Gd, RR, NT, Grid int
+}
+
+// moePersistPlan computes the plan for sms SMs (pure; tests run it here).
+func moePersistPlan(sms, E, K, H, MI int, shared bool) MoEPersistPlan {
+	nslots := K
+	if shared {
+		nslots++
+	}
+	ggu, _ := tileShape(sms, MI, H, 1, nslots, true)
+	gd, _ := tileShape(sms, H, MI, 1, nslots, false)
+	return MoEPersistPlan{Ggu: ggu, Gd: gd, RR: gemvWideRowsFor(sms, E, H*2, 1), NT: normThreads(H),
+		Grid: max(1, sms) * moePersistBlocksPerSM}
+}
+
+// MoEPersistShapeOK says whether the kernel takes the dimensions (the
+// engine checks it before choosing the persistent path).
+func MoEPersistShapeOK(E, K, H, MI int) error {
+	switch {
+	case H <= 0 || H > MoEPersistMaxH || H%16 != 0:
+		return errors.Newf("moe persist: hidden %d (needs a multiple of 16 up to %d)", H, MoEPersistMaxH)
+	case MI <= 0 || MI%16 != 0:
+		return errors.Newf("moe persist: intermediate %d (needs a multiple of 16)", MI)
+	case E <= 0 || E > moePersistThreads:
+		return errors.Newf("moe persist: %d experts (at most %d)", E, moePersistThreads)
+	case K <= 0 || K > min(E, maxRouteTopK, 64):
+		return errors.Newf("moe persist: top-k %d of %d experts", K, E)
+	case cdiv(H, normThreads(H)) > normRegs:
+		return errors.Newf("moe persist: hidden %d is past the register norm's %d elements a thread", H, normRegs)
+	}
+	return nil
+}
+
+// MoEPersist runs a's MoE half in one launch (see moe_persist.cu): every
+// output (H, RLog, Idx, Wts, EG, EY, X, Y) is bit for bit what the default
+// chain of launches writes at one row (AddRMSNorm or RMSNorm, GemvBF16Wide,
+// MoERoute, ExpertsFP8 twice, MoECombineSlots, AddRMSNorm; or
+// MoECombineSlotsRes without Y).
+func (k *Set) MoEPersist(s cuda.Stream, a MoEPersistArgs) error {
+	if err := MoEPersistShapeOK(a.E, a.K, a.Hidden, a.Inter); err != nil {
+		return err
+	}
+	if a.NGroup > maxRouteGroups || (a.NGroup > 1 && (a.E%a.NGroup != 0 || a.TopKGroup <= 0)) {
+		return errors.Newf("moe persist: E=%d in %d groups, topk_group %d", a.E, a.NGroup, a.TopKGroup)
+	}
+	for _, p := range []struct {
+		name string
+		v    cuda.DevPtr
+	}{{"x", a.X}, {"post norm", a.PostNorm}, {"h", a.H}, {"router", a.Router}, {"rlog", a.RLog}, {"idx", a.Idx},
+		{"wts", a.Wts}, {"gate table", a.TGate}, {"up table", a.TUp}, {"down table", a.TDown}, {"eg", a.EG},
+		{"ey", a.EY}, {"ctl", a.Ctl}} {
+		if p.v == 0 {
+			return errors.Newf("moe persist: no %s pointer", p.name)
+		}
+	}
+	if (a.Y == 0) != (a.NextNorm == 0) {
+		return errors.Newf("moe persist: the next norm needs both y and its weights (y=%#x w=%#x)", uint64(a.Y), uint64(a.NextNorm))
+	}
+	shared := a.ShGate != 0
+	if shared && (a.ShUp == 0 || a.ShDown == 0) || !shared && (a.ShUp != 0 || a.ShDown != 0) {
+		return errors.Newf("moe persist: the shared expert needs gate, up and down weights")
+	}
+	for _, p := range []cuda.DevPtr{a.X, a.B, a.H, a.Router, a.ShGate, a.ShUp, a.ShDown, a.EG, a.EY} {
+		if uint64(p)%16 != 0 {
+			return errors.Newf("moe persist: pointer %#x is not 16-byte aligned", uint64(p))
+		}
+	}
+	if a.Y != 0 && (a.Y == a.X || a.Y == a.B) {
+		return errors.Newf("moe persist: y must not alias x or b")
+	}
+	mod, err := k.persist()
+	if err != nil {
+		return errors.Wrap(err, "moe persist: loading its module")
+	}
+	f, err := k.c.Function(mod, moePersistName)
+	if err != nil {
+		return err
+	}
+	if f.NumRegs > 65536/(moePersistThreads*moePersistBlocksPerSM) {
+		// The grid assumes two resident blocks an SM: never launch more
+		// blocks than fit (the barriers would wait for ever).
+		return errors.Newf("moe persist: %s uses %d registers; %d blocks an SM need at most %d", moePersistName, f.NumRegs,
+			moePersistBlocksPerSM, 65536/(moePersistThreads*moePersistBlocksPerSM))
+	}
+	pl := moePersistPlan(k.c.Info().SMs, a.E, a.K, a.Hidden, a.Inter, shared)
+	if pl.Grid < pl.NT/32 {
+		return errors.Newf("moe persist: grid %d below the norm's %d blocks", pl.Grid, pl.NT/32)
+	}
+	ctl := a.Ctl
+	bar, npart := ctl, ctl.Add(64)
+	return k.c.LaunchEx(f, cuda.D1(pl.Grid), cuda.D1(moePersistThreads), 0, s, false,
+		a.X, a.B, a.PostNorm, a.H, a.Eps,
+		a.Router, a.RLog, a.Bias, a.Idx, a.Wts,
+		a.E, a.K, a.NGroup, a.TopKGroup, b2i(a.NormTopK), a.Scale, pl.RR,
+		a.TGate, a.TGateS, a.TUp, a.TUpS, a.TDown, a.TDownS,
+		a.ShGate, a.ShGateS, a.ShUp, a.ShUpS, a.ShDown, a.ShDownS,
+		a.EG, a.EY, a.Hidden, a.Inter, pl.Ggu, pl.Gd, a.Y, a.NextNorm, pl.NT, npart, bar)
+}
+
+// MoEPersistPlanFor is the plan the launcher uses on this device (tests
+// and the timing report).
+func (k *Set) MoEPersistPlanFor(E, K, H, MI int, shared bool) MoEPersistPlan {
+	return moePersistPlan(k.c.Info().SMs, E, K, H, MI, shared)
+}

@@ -133,6 +133,11 @@ type MoEPersistArgs struct {
 	Y, NextNorm cuda.DevPtr
 	// Ctl is MoEPersistCtlBytes of device memory, zeroed once.
 	Ctl cuda.DevPtr
+	// Mo, when set, receives the combine alone (moe_combine_slots: the
+	// shared expert plus the weighted routed slots) and X is read as the
+	// normed row itself (PostNorm, B, H, Y must be 0): the tensor-parallel
+	// shard's MoE, whose norms ride in its all-reduce.
+	Mo cuda.DevPtr
 }
 
 // MoEPersistPlan is the host-side shape of a launch: group sizes of the
@@ -184,10 +189,16 @@ func (k *Set) MoEPersist(s cuda.Stream, a MoEPersistArgs) error {
 	if a.NGroup > maxRouteGroups || (a.NGroup > 1 && (a.E%a.NGroup != 0 || a.TopKGroup <= 0)) {
 		return errors.Newf("moe persist: E=%d in %d groups, topk_group %d", a.E, a.NGroup, a.TopKGroup)
 	}
+	if a.Mo != 0 && (a.PostNorm != 0 || a.B != 0 || a.H != 0 || a.Y != 0) {
+		return errors.Newf("moe persist: the combine-only form (mo) takes the normed row in x, no norms, b, h or y")
+	}
+	if a.Mo == 0 && (a.PostNorm == 0 || a.H == 0) {
+		return errors.Newf("moe persist: no post-attention norm weights or h (needed unless mo is set)")
+	}
 	for _, p := range []struct {
 		name string
 		v    cuda.DevPtr
-	}{{"x", a.X}, {"post norm", a.PostNorm}, {"h", a.H}, {"router", a.Router}, {"rlog", a.RLog}, {"idx", a.Idx},
+	}{{"x", a.X}, {"router", a.Router}, {"rlog", a.RLog}, {"idx", a.Idx},
 		{"wts", a.Wts}, {"gate table", a.TGate}, {"up table", a.TUp}, {"down table", a.TDown}, {"eg", a.EG},
 		{"ey", a.EY}, {"ctl", a.Ctl}} {
 		if p.v == 0 {
@@ -205,6 +216,9 @@ func (k *Set) MoEPersist(s cuda.Stream, a MoEPersistArgs) error {
 		if uint64(p)%16 != 0 {
 			return errors.Newf("moe persist: pointer %#x is not 16-byte aligned", uint64(p))
 		}
+	}
+	if a.Mo != 0 && a.Mo == a.X {
+		return errors.Newf("moe persist: mo must not alias x")
 	}
 	if a.Y != 0 && (a.Y == a.X || a.Y == a.B) {
 		return errors.Newf("moe persist: y must not alias x or b")
@@ -235,7 +249,7 @@ func (k *Set) MoEPersist(s cuda.Stream, a MoEPersistArgs) error {
 		a.E, a.K, a.NGroup, a.TopKGroup, b2i(a.NormTopK), a.Scale, pl.RR,
 		a.TGate, a.TGateS, a.TUp, a.TUpS, a.TDown, a.TDownS,
 		a.ShGate, a.ShGateS, a.ShUp, a.ShUpS, a.ShDown, a.ShDownS,
-		a.EG, a.EY, a.Hidden, a.Inter, pl.Ggu, pl.Gd, a.Y, a.NextNorm, pl.NT, npart, bar)
+		a.EG, a.EY, a.Hidden, a.Inter, pl.Ggu, pl.Gd, a.Y, a.NextNorm, pl.NT, npart, bar, a.Mo)
 }
 
 // MoEPersistPlanFor is the plan the launcher uses on this device (tests

@@ -24,8 +24,9 @@ var moePersistShapes = []moePersistShape{
 	{"deepseek-v3.2", 256, 8, 8, 4, 7168, 2048},
 	{"tp8-shard", 256, 8, 8, 4, 7168, 256},
 	{"glm-like", 256, 8, 1, 1, 6144, 2048},
-	{"tiny", 16, 4, 4, 2, 256, 128},
-	{"tiny-odd", 24, 6, 1, 1, 400, 96},
+	{"ds-tiny", 16, 4, 4, 2, 160, 96},
+	{"glm-tiny", 16, 4, 1, 1, 288, 80},
+	{"odd", 24, 6, 1, 1, 400, 112},
 }
 
 // moeLayer is one random MoE layer on the device (expert E is the shared
@@ -46,6 +47,7 @@ type moeLayer struct {
 	eps, scale        float32
 	np                int // distinct routed experts (pool)
 	withB, withY, shr bool
+	raw               bool // the shard's form: x is the normed row, the combine alone into mo
 }
 
 func newMoELayer(c *cuda.Ctx, a *allocs, r *rand.Rand, sh moePersistShape) *moeLayer {
@@ -90,12 +92,16 @@ func (L *moeLayer) reset(c *cuda.Ctx, s cuda.Stream) {
 func (L *moeLayer) chain(k *Set, s cuda.Stream) {
 	sh := L.sh
 	E, K, H, MI := sh.E, sh.K, sh.H, sh.MI
-	if L.withB {
+	hin := L.h
+	switch {
+	case L.raw:
+		hin = L.x
+	case L.withB:
 		chk(k.AddRMSNorm(s, L.h, L.x, L.bp, L.pwp, 1, H, H, H, H, L.eps))
-	} else {
+	default:
 		chk(k.RMSNorm(s, L.h, L.x, L.pwp, 1, H, H, H, L.eps))
 	}
-	chk(k.GemvBF16Wide(s, L.rlog, L.h, L.rp, 0, E, H, 1, H, E))
+	chk(k.GemvBF16Wide(s, L.rlog, hin, L.rp, 0, E, H, 1, H, E))
 	chk(k.MoERoute(s, L.idx, L.wts, L.rlog, L.biasp, 1, E, K, sh.NGroup, sh.TopKGroup, true, L.scale))
 	var gw, gs, dw, ds [2]cuda.DevPtr
 	dense := 0
@@ -104,12 +110,16 @@ func (L *moeLayer) chain(k *Set, s cuda.Stream) {
 		gw, gs = [2]cuda.DevPtr{L.shW[0], L.shW[1]}, [2]cuda.DevPtr{L.shS[0], L.shS[1]}
 		dw, ds = [2]cuda.DevPtr{L.shW[2]}, [2]cuda.DevPtr{L.shS[2]}
 	}
-	chk(k.ExpertsFP8(s, L.eg, L.h, H, K, 0, [2]cuda.DevPtr{L.tab[0], L.tab[1]}, [2]cuda.DevPtr{L.tabS[0], L.tabS[1]}, L.idx, K,
+	chk(k.ExpertsFP8(s, L.eg, hin, H, K, 0, [2]cuda.DevPtr{L.tab[0], L.tab[1]}, [2]cuda.DevPtr{L.tabS[0], L.tabS[1]}, L.idx, K,
 		gw, gs, dense, MI, H))
 	chk(k.ExpertsFP8(s, L.ey, L.eg, MI, 1, K, [2]cuda.DevPtr{L.tab[2]}, [2]cuda.DevPtr{L.tabS[2]}, L.idx, K, dw, ds, dense, H, MI))
 	resid := cuda.DevPtr(0)
 	if L.shr {
 		resid = L.ey.Add(int64(4 * K * H))
+	}
+	if L.raw {
+		chk(k.MoECombineSlots(s, L.mo, L.ey, L.wts, resid, 1, K, H))
+		return
 	}
 	if L.withY {
 		chk(k.MoECombineSlots(s, L.mo, L.ey, L.wts, resid, 1, K, H))
@@ -135,13 +145,16 @@ func (L *moeLayer) args() MoEPersistArgs {
 	if L.withY {
 		a.Y, a.NextNorm = L.y, L.nwp
 	}
+	if L.raw {
+		a.PostNorm, a.H, a.B, a.Y, a.NextNorm, a.Mo = 0, 0, 0, 0, 0, L.mo
+	}
 	return a
 }
 
 // outs is every output of one MoE half, downloaded.
 type moeOuts struct {
-	x, h, rlog, wts, eg, ey, y []float32
-	idx                        []int32
+	x, h, rlog, wts, eg, ey, y, mo []float32
+	idx                            []int32
 }
 
 func (L *moeLayer) download(c *cuda.Ctx) moeOuts {
@@ -156,6 +169,9 @@ func (L *moeLayer) download(c *cuda.Ctx) moeOuts {
 	if L.withY {
 		o.y = downF32(c, L.y, sh.H)
 	}
+	if L.raw {
+		o.mo = downF32(c, L.mo, sh.H)
+	}
 	return o
 }
 
@@ -166,7 +182,7 @@ func (L *moeLayer) poison(c *cuda.Ctx, s cuda.Stream) {
 	for _, p := range []struct {
 		p cuda.DevPtr
 		n int
-	}{{L.h, sh.H}, {L.rlog, sh.E}, {L.idx, sh.K}, {L.wts, sh.K}, {L.eg, (sh.K + 1) * sh.MI}, {L.ey, (sh.K + 1) * sh.H}, {L.y, sh.H}} {
+	}{{L.h, sh.H}, {L.rlog, sh.E}, {L.idx, sh.K}, {L.wts, sh.K}, {L.eg, (sh.K + 1) * sh.MI}, {L.ey, (sh.K + 1) * sh.H}, {L.y, sh.H}, {L.mo, sh.H}} {
 		chk(c.MemsetD32(p.p, 0x7fc00000, int64(p.n), s))
 	}
 }
@@ -176,7 +192,7 @@ func moeOutsDiff(a, b moeOuts) (int, string) {
 	for _, f := range []struct {
 		name string
 		a, b []float32
-	}{{"x", a.x, b.x}, {"h", a.h, b.h}, {"rlog", a.rlog, b.rlog}, {"wts", a.wts, b.wts}, {"eg", a.eg, b.eg}, {"ey", a.ey, b.ey}, {"y", a.y, b.y}} {
+	}{{"x", a.x, b.x}, {"h", a.h, b.h}, {"rlog", a.rlog, b.rlog}, {"wts", a.wts, b.wts}, {"eg", a.eg, b.eg}, {"ey", a.ey, b.ey}, {"y", a.y, b.y}, {"mo", a.mo, b.mo}} {
 		if d := diffCount(f.a, f.b); d > 0 {
 			n += d
 			what += fmt.Sprintf(" %s:%d", f.name, d)
@@ -207,12 +223,14 @@ func TestKernelMoEPersist(t *testing.T) {
 			L := newMoELayer(c, a, r, sh)
 			pl := k.MoEPersistPlanFor(sh.E, sh.K, sh.H, sh.MI, true)
 			t.Logf("%s: plan %+v", sh.name, pl)
-			for _, mode := range []struct{ b, y, sh bool }{{true, true, true}, {false, true, true}, {true, false, true}, {true, true, false}} {
-				if !mode.sh && sh.name != "tiny" {
+			for _, mode := range []struct{ b, y, sh, raw bool }{{true, true, true, false}, {false, true, true, false},
+				{true, false, true, false}, {true, true, false, false}, {false, false, true, true}} {
+				if !mode.sh && sh.name != "ds-tiny" {
 					continue
 				}
-				L.withB, L.withY, L.shr = mode.b, mode.y, mode.sh
-				tag := fmt.Sprintf("%s E=%d K=%d H=%d MI=%d b=%v y=%v shared=%v", sh.name, sh.E, sh.K, sh.H, sh.MI, mode.b, mode.y, mode.sh)
+				L.withB, L.withY, L.shr, L.raw = mode.b, mode.y, mode.sh, mode.raw
+				tag := fmt.Sprintf("%s E=%d K=%d H=%d MI=%d b=%v y=%v shared=%v combine-only=%v", sh.name, sh.E, sh.K, sh.H, sh.MI,
+					mode.b, mode.y, mode.sh, mode.raw)
 				L.poison(c, s)
 				L.reset(c, s)
 				L.chain(k, s)
@@ -227,7 +245,7 @@ func TestKernelMoEPersist(t *testing.T) {
 					t.Logf("%s: differing outputs:%s", tag, what)
 				}
 				record(t, "moe_persist vs chain "+tag, "differing outputs", float64(n), 0)
-				if mode.b && mode.y && mode.sh {
+				if (mode.b && mode.y && mode.sh) || mode.raw {
 					checkMoERef(t, L, got, "moe_persist "+tag)
 				}
 				// Replays: direct launches, then a graph of (reset, launch).
@@ -273,8 +291,13 @@ func checkMoERef(t *testing.T, L *moeLayer, got moeOuts, name string) {
 			x1[i] += L.b[i]
 		}
 	}
-	record(t, name+" h", relMetric, relErr(got.h, refRMSNorm(x1, L.pw, 1, H, float64(L.eps))), boundF32)
-	record(t, name+" router", relMetric, relErr(got.rlog, refGemv(func(n, k int) float64 { return bf16ToF64(L.router[n*H+k]) }, got.h, nil, E, H, 1, H, E)), boundF32)
+	hin := got.h
+	if L.raw {
+		hin = L.x0
+	} else {
+		record(t, name+" h", relMetric, relErr(got.h, refRMSNorm(x1, L.pw, 1, H, float64(L.eps))), boundF32)
+	}
+	record(t, name+" router", relMetric, relErr(got.rlog, refGemv(func(n, k int) float64 { return bf16ToF64(L.router[n*H+k]) }, hin, nil, E, H, 1, H, E)), boundF32)
 	ids, wts, _ := refMoERoute(got.rlog, L.bias, E, K, sh.NGroup, sh.TopKGroup, true, float64(L.scale))
 	bad := 0
 	for j := range K {
@@ -297,8 +320,8 @@ func checkMoERef(t *testing.T, L *moeLayer, got moeOuts, name string) {
 		if j < K {
 			e = int(got.idx[j]) % L.np
 		}
-		g := refGemv(L.ex[0].at(e), got.h, nil, MI, H, 1, H, MI)
-		u := refGemv(L.ex[1].at(e), got.h, nil, MI, H, 1, H, MI)
+		g := refGemv(L.ex[0].at(e), hin, nil, MI, H, 1, H, MI)
+		u := refGemv(L.ex[1].at(e), hin, nil, MI, H, 1, H, MI)
 		copy(egRef[j*MI:], refSiluMul(g, u))
 		copy(eyRef[j*H:], refGemv(L.ex[2].at(e), got.eg[j*MI:], nil, H, MI, 1, MI, H))
 	}
@@ -306,8 +329,12 @@ func checkMoERef(t *testing.T, L *moeLayer, got moeOuts, name string) {
 	record(t, name+" down", relMetric, relErr(got.ey, eyRef), boundF32)
 	xRef := make([]float64, H)
 	x2 := make([]float32, H)
+	base := x1
+	if L.raw {
+		base = make([]float32, H) // the combine alone
+	}
 	for i := range H {
-		v := float64(x1[i])
+		v := float64(base[i])
 		if L.shr {
 			v += float64(got.ey[K*H+i])
 		}
@@ -316,6 +343,10 @@ func checkMoERef(t *testing.T, L *moeLayer, got moeOuts, name string) {
 		}
 		xRef[i] = v
 		x2[i] = got.x[i]
+	}
+	if L.raw {
+		record(t, name+" combine", relMetric, relErr(got.mo, xRef), boundF32)
+		return
 	}
 	record(t, name+" residual", relMetric, relErr(got.x, xRef), boundF32)
 	if L.withY {
@@ -388,10 +419,22 @@ func TestKernelMoEPersistTiming(t *testing.T) {
 			for i := range layers {
 				layers[i] = newMoELayer(c, a, r, sh)
 			}
-			chainUs := graphUsRot(c, s, 2*nc, 21, func(j int) { L := layers[j%nc]; L.reset(c, s); L.chain(k, s) })
-			add(fmtName("%s chain (norm, router, route, 2 expert launches, combine, norm) + x reset", sh.name), bytes, chainUs, "")
-			persUs := graphUsRot(c, s, 2*nc, 21, func(j int) { L := layers[j%nc]; L.reset(c, s); chk(k.MoEPersist(s, L.args())) })
-			add(fmtName("%s moe_persist_m1 + x reset", sh.name), bytes, persUs, fmtName("%.2fx the chain", chainUs/persUs))
+			for _, raw := range []bool{false, true} {
+				if raw && MI >= 1024 {
+					continue
+				}
+				form := "norm, router, route, 2 expert launches, combine, norm"
+				if raw {
+					form = "shard form: router, route, 2 expert launches, combine"
+				}
+				for _, L := range layers {
+					L.raw = raw
+				}
+				chainUs := graphUsRot(c, s, 2*nc, 21, func(j int) { L := layers[j%nc]; L.reset(c, s); L.chain(k, s) })
+				add(fmtName("%s chain (%s) + x reset", sh.name, form), bytes, chainUs, "")
+				persUs := graphUsRot(c, s, 2*nc, 21, func(j int) { L := layers[j%nc]; L.reset(c, s); chk(k.MoEPersist(s, L.args())) })
+				add(fmtName("%s moe_persist_m1 (%s) + x reset", sh.name, form), bytes, persUs, fmtName("%.2fx the chain", chainUs/persUs))
+			}
 			resetUs := graphUsRot(c, s, 2*nc, 21, func(j int) { layers[j%nc].reset(c, s) })
 			add(fmtName("%s x reset alone", sh.name), float64(8*H), resetUs, "subtract from both rows")
 		}

@@ -12,7 +12,9 @@
 //      redundantly (moe_route_rank_row; block 0 writes eidx/ewts) and runs the routed
 //      slots' gate/up tiles -> eg rows 0..K-1.                             barrier 2
 //   C  the routed slots' down tiles -> ey rows 0..K-1.                     barrier 3
-//   D  block v < nt/32 (one norm "virtual warp" of add_rmsnorm's nt threads):
+//   D  (mo set: every block, mo = shared + sum_j w_j ey_j, moe_combine_slots; x is then the
+//      normed row itself, pw = 0, no norm in A: the TP shard's h in, its partial out.) Else
+//      block v < nt/32 (one norm "virtual warp" of add_rmsnorm's nt threads):
 //      x = x' + (shared + sum_j w_j ey_j) for its elements, the warp's sum of squares
 //      -> part[v]; (y != 0) the nt/32 blocks meet at barrier 4, sum part[] in order and
 //      write y = nw * (x * r). y == 0: the deferred norm (moe_combine_slots_res).
@@ -280,7 +282,7 @@ extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
                    const void* const* __restrict__ T2, const float* const* __restrict__ TS2, const void* shg,
                    const float* shgs, const void* shu, const float* shus, const void* shd, const float* shds,
                    float* eg, float* ey, int H, int MI, int Ggu, int Gd, float* y, const float* __restrict__ nw,
-                   int nt, float* npart, unsigned* bar) {
+                   int nt, float* npart, unsigned* bar, float* mo) {
   __shared__ __align__(16) float hs[MP_MAXH];
   __shared__ float red[32];
   __shared__ float part[MP_THREADS / 32][MP_R];
@@ -295,9 +297,15 @@ extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
   const int tdPer = (((H + MP_R - 1) / MP_R) + MP_THREADS / Gd - 1) / (MP_THREADS / Gd);               // down tiles a slot
 
   // ---- A: norm, router, shared gate/up
-  mp_norm(x, b, pw, hs, H, nt, eps, red);
-  if (bid == 0) {
-    for (int i = t; i < H; i += MP_THREADS) h[i] = hs[i];
+  if (pw) {
+    mp_norm(x, b, pw, hs, H, nt, eps, red);
+    if (bid == 0) {
+      for (int i = t; i < H; i += MP_THREADS) h[i] = hs[i];
+    }
+  } else {
+    // x is the normed row already (the shard's h).
+    for (int i = t; i < H; i += MP_THREADS) hs[i] = __ldcg(x + i);
+    __syncthreads();
   }
   {
     const int nr = (E + RR - 1) / RR;
@@ -343,6 +351,15 @@ extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
   mp_barrier(bar, nb);
 
   // ---- D: combine + residual (+ norm)
+  if (mo) {
+    // The combine alone (moe_combine_slots): mo = shared + sum_j w_j ey_j.
+    for (int i = bid * MP_THREADS + t; i < H; i += nb * MP_THREADS) {
+      float s = 0.0f;
+      for (int jj = 0; jj < K; jj++) s += swts[jj] * __ldcg(ey + (size_t)jj * H + i);
+      mo[i] = (hasSh ? __ldcg(ey + (size_t)K * H + i) : 0.0f) + s;
+    }
+    return;
+  }
   const int nvw = nt / 32, per = (H + nt - 1) / nt;
   if (bid >= nvw) return;
   const int lane = t & 31, wp = t >> 5;

@@ -245,7 +245,7 @@ func TestKernelMoEPersist(t *testing.T) {
 					t.Logf("%s: differing outputs:%s", tag, what)
 				}
 				record(t, "moe_persist vs chain "+tag, "differing outputs", float64(n), 0)
-				if (mode.b && mode.y && mode.sh) || mode.raw {
+				if ((mode.b && mode.y && mode.sh) || mode.raw) && sh.name != "glm-like" { // float64 refs cost seconds at full dims
 					checkMoERef(t, L, got, "moe_persist "+tag)
 				}
 				// Replays: direct launches, then a graph of (reset, launch).

@@ -51,6 +51,13 @@ type moeLayer struct {
 }
 
 func newMoELayer(c *cuda.Ctx, a *allocs, r *rand.Rand, sh moePersistShape) *moeLayer {
+	return newMoELayerOf(c, a, r, sh, false)
+}
+
+// newMoELayerOf is newMoELayer; dev: every one of the E experts distinct,
+// filled on the device without host copies (timing: real routing reads
+// 9 distinct experts' weights; no float64 references).
+func newMoELayerOf(c *cuda.Ctx, a *allocs, r *rand.Rand, sh moePersistShape, dev bool) *moeLayer {
 	E, H, MI := sh.E, sh.H, sh.MI
 	L := &moeLayer{sh: sh, eps: 1e-6, scale: 2.5, withB: true, withY: true, shr: true}
 	L.x0, L.b = randF32(r, H, 1), randF32(r, H, 1)
@@ -63,7 +70,26 @@ func newMoELayer(c *cuda.Ctx, a *allocs, r *rand.Rand, sh moePersistShape) *moeL
 	np := min(E, moePersistPool)
 	L.np = np
 	dims := [3][2]int{{MI, H}, {MI, H}, {H, MI}}
+	if dev {
+		L.np = E
+		for p := range 3 {
+			N, K := dims[p][0], dims[p][1]
+			nsc := cdiv(N, 128) * cdiv(K, 128)
+			wb, sb := a.raw(int64((E+1)*N*K)), a.raw(int64(4*(E+1)*nsc))
+			fillRandom(c, r, wb, int64((E+1)*N*K), "fp8")
+			fillRandom(c, r, sb, int64(4*(E+1)*nsc), "f32")
+			tw, ts := make([]cuda.DevPtr, E), make([]cuda.DevPtr, E)
+			for e := range E {
+				tw[e], ts[e] = wb.Add(int64(e*N*K)), sb.Add(int64(4*e*nsc))
+			}
+			L.tab[p], L.tabS[p] = a.up(tw), a.up(ts)
+			L.shW[p], L.shS[p] = wb.Add(int64(E*N*K)), sb.Add(int64(4*E*nsc))
+		}
+	}
 	for p := range 3 {
+		if dev {
+			break
+		}
 		L.ex[p] = randFP8Experts(r, a, np+1, dims[p][0], dims[p][1])
 		tw, ts := make([]cuda.DevPtr, E), make([]cuda.DevPtr, E)
 		for e := range E {
@@ -408,16 +434,16 @@ func TestKernelMoEPersistTiming(t *testing.T) {
 			// Bytes one row's MoE half must read: the router, the 8 routed
 			// experts' and the shared expert's gate/up/down (+ scales).
 			bytes := float64(2*E*H + (K+1)*3*MI*H + (K+1)*3*4*cdiv(MI, 128)*cdiv(H, 128))
-			// Layers rotated so the experts' weights come from HBM: the
-			// pool (moePersistPool routed + shared) of each is 220 MB at
-			// DeepSeek-V3.2 dims, 27 MB in the shard (6 layers: 165 MB).
+			// All 256 experts distinct (device-filled), layers rotated so
+			// the 9 slots' weights come from HBM: 396 MB a run at
+			// DeepSeek-V3.2 dims, 50 MB in the shard (4 layers: 200 MB).
 			nc := 1
 			if MI < 1024 {
-				nc = 6
+				nc = 4
 			}
 			layers := make([]*moeLayer, nc)
 			for i := range layers {
-				layers[i] = newMoELayer(c, a, r, sh)
+				layers[i] = newMoELayerOf(c, a, r, sh, true)
 			}
 			for _, raw := range []bool{false, true} {
 				if raw && MI >= 1024 {

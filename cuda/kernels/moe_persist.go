@@ -4,6 +4,7 @@ import (
 	"embed"
 	"io/fs"
 	"log/slog"
+	"os"
 	"sort"
 	"strings"
 
@@ -88,17 +89,36 @@ func (k *Set) persist() (*cuda.Module, error) {
 	return st.mod, st.err
 }
 
+// moePersistVariant is one compiled shape of the kernel (the same sums:
+// they depend on the chain's group sizes only): its name and the blocks an
+// SM its __launch_bounds__ promise (the grid is that many per SM).
+type moePersistVariant struct {
+	name string
+	bps  int
+}
+
+// moePersistVariants: "" (8 tile rows a group, 8 loads in flight a thread,
+// 2 blocks an SM), "d16" (4 rows, 16 loads, 2 blocks), "b3" (4 rows, 8
+// loads, 3 blocks); TILERT_GPU_MOE_PERSIST_V picks one (the timing test
+// times them all).
+var moePersistVariants = map[string]moePersistVariant{
+	"":    {"moe_persist_m1", 2},
+	"d16": {"moe_persist_m1_d16", 2},
+	"b3":  {"moe_persist_m1_b3", 3},
+}
+
+// MoEPersistVariant is the variant MoEPersist launches (a variable so
+// tests can run each).
+var MoEPersistVariant = os.Getenv("TILERT_GPU_MOE_PERSIST_V")
+
 const (
-	moePersistName    = "moe_persist_m1"
 	moePersistThreads = 256
 	// MoEPersistMaxH is MP_MAXH: the hidden row held in shared memory.
 	MoEPersistMaxH = 8192
-	// moePersistBlocksPerSM is the kernel's __launch_bounds__ minimum
-	// (MP_THREADS, 2): at most 128 registers, ~40 KB of static shared
-	// memory a block (nvcc -Xptxas -v, cuda/kernels/NOTES.md), so two
-	// blocks fit on every SM of a device with 64K registers and 2x40 KB of
-	// shared memory an SM.
-	moePersistBlocksPerSM = 2
+	// moePersistSmem bounds a block's static shared memory (40576 bytes,
+	// nvcc -Xptxas -v; cuda/kernels/NOTES.md): 3 blocks an SM fit in an
+	// H100/H200 SM's 228 KB.
+	moePersistSmem = 41 << 10
 	// MoEPersistCtlBytes is the control buffer a launch needs: the barrier's
 	// two counters and the norm's partial sums (zeroed once when allocated,
 	// then left as the kernel leaves it).
@@ -149,6 +169,11 @@ type MoEPersistPlan struct {
 
 // moePersistPlan computes the plan for sms SMs (pure; tests run it here).
 func moePersistPlan(sms, E, K, H, MI int, shared bool) MoEPersistPlan {
+	return moePersistPlanB(sms, E, K, H, MI, shared, 2)
+}
+
+// moePersistPlanB is moePersistPlan for bps blocks an SM.
+func moePersistPlanB(sms, E, K, H, MI int, shared bool, bps int) MoEPersistPlan {
 	nslots := K
 	if shared {
 		nslots++
@@ -156,7 +181,7 @@ func moePersistPlan(sms, E, K, H, MI int, shared bool) MoEPersistPlan {
 	ggu, _ := tileShape(sms, MI, H, 1, nslots, true)
 	gd, _ := tileShape(sms, H, MI, 1, nslots, false)
 	return MoEPersistPlan{Ggu: ggu, Gd: gd, RR: gemvWideRowsFor(sms, E, H*2, 1), NT: normThreads(H),
-		Grid: max(1, sms) * moePersistBlocksPerSM}
+		Grid: max(1, sms) * bps}
 }
 
 // MoEPersistShapeOK says whether the kernel takes the dimensions (the
@@ -227,17 +252,20 @@ func (k *Set) MoEPersist(s cuda.Stream, a MoEPersistArgs) error {
 	if err != nil {
 		return errors.Wrap(err, "moe persist: loading its module")
 	}
-	f, err := k.c.Function(mod, moePersistName)
+	v, ok := moePersistVariants[MoEPersistVariant]
+	if !ok {
+		return errors.Newf("moe persist: TILERT_GPU_MOE_PERSIST_V=%q (want unset, d16 or b3)", MoEPersistVariant)
+	}
+	f, err := k.c.Function(mod, v.name)
 	if err != nil {
 		return err
 	}
-	if f.NumRegs > 65536/(moePersistThreads*moePersistBlocksPerSM) {
-		// The grid assumes two resident blocks an SM: never launch more
-		// blocks than fit (the barriers would wait for ever).
-		return errors.Newf("moe persist: %s uses %d registers; %d blocks an SM need at most %d", moePersistName, f.NumRegs,
-			moePersistBlocksPerSM, 65536/(moePersistThreads*moePersistBlocksPerSM))
+	if err := moePersistFits(f.NumRegs, v.bps, k.c.Info().MaxSharedOptin); err != nil {
+		// The grid assumes bps resident blocks an SM: never launch more
+		// blocks than fit (the barriers would wait until the trap).
+		return errors.Wrapf(err, "moe persist: %s", v.name)
 	}
-	pl := moePersistPlan(k.c.Info().SMs, a.E, a.K, a.Hidden, a.Inter, shared)
+	pl := moePersistPlanB(k.c.Info().SMs, a.E, a.K, a.Hidden, a.Inter, shared, v.bps)
 	if pl.Grid < pl.NT/32 {
 		return errors.Newf("moe persist: grid %d below the norm's %d blocks", pl.Grid, pl.NT/32)
 	}
@@ -252,8 +280,27 @@ func (k *Set) MoEPersist(s cuda.Stream, a MoEPersistArgs) error {
 		a.EG, a.EY, a.Hidden, a.Inter, pl.Ggu, pl.Gd, a.Y, a.NextNorm, pl.NT, npart, bar, a.Mo)
 }
 
+// moePersistFits says whether bps blocks of 256 threads at regs registers
+// (and moePersistSmem of shared memory) fit one SM of 64K registers.
+// optin: the device's shared memory a block may opt into (0: unknown).
+func moePersistFits(regs, bps, optin int) error {
+	// Registers are allocated per warp in units of 256.
+	perWarp := cdiv(regs*32, 256) * 256
+	if regs <= 0 || perWarp*(moePersistThreads/32)*bps > 65536 {
+		return errors.Newf("%d registers a thread: %d blocks of %d threads do not fit an SM's 65536", regs, bps, moePersistThreads)
+	}
+	if optin > 0 && bps*(moePersistSmem+1024) > optin+1024 {
+		return errors.Newf("%d blocks of %d bytes of shared memory do not fit an SM", bps, moePersistSmem)
+	}
+	return nil
+}
+
 // MoEPersistPlanFor is the plan the launcher uses on this device (tests
 // and the timing report).
 func (k *Set) MoEPersistPlanFor(E, K, H, MI int, shared bool) MoEPersistPlan {
-	return moePersistPlan(k.c.Info().SMs, E, K, H, MI, shared)
+	bps := 2
+	if v, ok := moePersistVariants[MoEPersistVariant]; ok {
+		bps = v.bps
+	}
+	return moePersistPlanB(k.c.Info().SMs, E, K, H, MI, shared, bps)
 }

@@ -243,6 +243,7 @@ func moeOutsDiff(a, b moeOuts) (int, string) {
 // times directly and 40 times from a CUDA graph (the barrier counters
 // carry over between launches) and checks every replay's bits.
 func TestKernelMoEPersist(t *testing.T) {
+	defer func(v string) { MoEPersistVariant = v }(MoEPersistVariant)
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		for _, sh := range moePersistShapes {
@@ -261,48 +262,62 @@ func TestKernelMoEPersist(t *testing.T) {
 				L.reset(c, s)
 				L.chain(k, s)
 				want := L.download(c)
-				L.poison(c, s)
-				L.reset(c, s)
-				chk(k.MoEPersist(s, L.args()))
-				chk(c.SyncStream(s))
-				got := L.download(c)
-				n, what := moeOutsDiff(got, want)
-				if n > 0 {
-					t.Logf("%s: differing outputs:%s", tag, what)
-				}
-				record(t, "moe_persist vs chain "+tag, "differing outputs", float64(n), 0)
-				if ((mode.b && mode.y && mode.sh) || mode.raw) && sh.name != "glm-like" { // float64 refs cost seconds at full dims
-					checkMoERef(t, L, got, "moe_persist "+tag)
-				}
-				// Replays: direct launches, then a graph of (reset, launch).
-				bad := 0
-				for range 40 {
+				for _, v := range []string{"", "d16", "b3"} {
+					MoEPersistVariant = v
+					vtag := tag
+					if v != "" {
+						vtag += " variant " + v
+					}
+					L.poison(c, s)
 					L.reset(c, s)
 					chk(k.MoEPersist(s, L.args()))
-				}
-				chk(c.SyncStream(s))
-				if d, _ := moeOutsDiff(L.download(c), want); d > 0 {
-					bad++
-				}
-				chk(c.BeginCapture(s))
-				L.reset(c, s)
-				chk(k.MoEPersist(s, L.args()))
-				g, err := c.EndCapture(s)
-				chk(err)
-				for i := range 40 {
-					chk(c.LaunchGraph(g, s))
-					if i%10 == 9 {
-						chk(c.SyncStream(s))
-						if d, _ := moeOutsDiff(L.download(c), want); d > 0 {
-							bad++
-						}
+					chk(c.SyncStream(s))
+					got := L.download(c)
+					n, what := moeOutsDiff(got, want)
+					if n > 0 {
+						t.Logf("%s: differing outputs:%s", vtag, what)
 					}
+					record(t, "moe_persist vs chain "+vtag, "differing outputs", float64(n), 0)
+					if v == "" && ((mode.b && mode.y && mode.sh) || mode.raw) && sh.name != "glm-like" { // float64 refs cost seconds at full dims
+						checkMoERef(t, L, got, "moe_persist "+vtag)
+					}
+					moePersistReplays(t, c, k, L, want, vtag)
 				}
-				chk(c.DestroyGraph(g))
-				record(t, "moe_persist replays (40 direct, 40 graph) "+tag, "replays with differing outputs", float64(bad), 0)
 			}
 		}
 	})
+}
+
+// moePersistReplays launches the kernel 40 times directly and 40 times
+// from a CUDA graph (each after resetting x) and checks every output's
+// bits after each batch of 10 against want.
+func moePersistReplays(t *testing.T, c *cuda.Ctx, k *Set, L *moeLayer, want moeOuts, tag string) {
+	s := c.Stream()
+	bad := 0
+	for range 40 {
+		L.reset(c, s)
+		chk(k.MoEPersist(s, L.args()))
+	}
+	chk(c.SyncStream(s))
+	if d, _ := moeOutsDiff(L.download(c), want); d > 0 {
+		bad++
+	}
+	chk(c.BeginCapture(s))
+	L.reset(c, s)
+	chk(k.MoEPersist(s, L.args()))
+	g, err := c.EndCapture(s)
+	chk(err)
+	for i := range 40 {
+		chk(c.LaunchGraph(g, s))
+		if i%10 == 9 {
+			chk(c.SyncStream(s))
+			if d, _ := moeOutsDiff(L.download(c), want); d > 0 {
+				bad++
+			}
+		}
+	}
+	chk(c.DestroyGraph(g))
+	record(t, "moe_persist replays (40 direct, 40 graph) "+tag, "replays with differing outputs", float64(bad), 0)
 }
 
 // checkMoERef checks each stage of got against float64 references fed the
@@ -407,6 +422,22 @@ func TestMoEPersistPlan(t *testing.T) {
 			t.Errorf("grid %d below the norm's %d blocks", got.Grid, got.NT/32)
 		}
 	}
+	for _, tc := range []struct {
+		regs, bps int
+		ok        bool
+	}{{128, 2, true}, {129, 2, false}, {80, 3, true}, {85, 3, false}, {255, 1, true}, {0, 2, false}} {
+		if err := moePersistFits(tc.regs, tc.bps, 232448); (err == nil) != tc.ok {
+			t.Errorf("%d registers, %d blocks an SM: %v (want ok %v)", tc.regs, tc.bps, err, tc.ok)
+		}
+	}
+	if err := moePersistFits(64, 6, 232448); err == nil {
+		t.Errorf("6 blocks of 41 KB shared memory accepted")
+	}
+	for v, pv := range moePersistVariants {
+		if !strings.Contains(PersistKernelSource(), "void __launch_bounds__(MP_THREADS, "+fmt.Sprint(pv.bps)+")\n    "+pv.name+"(") {
+			t.Errorf("variant %q: %s with __launch_bounds__(MP_THREADS, %d) not in the source", v, pv.name, pv.bps)
+		}
+	}
 	for _, sh := range moePersistShapes {
 		if err := MoEPersistShapeOK(sh.E, sh.K, sh.H, sh.MI); err != nil {
 			t.Errorf("%s: %v", sh.name, err)
@@ -426,6 +457,7 @@ func TestMoEPersistPlan(t *testing.T) {
 // asserted.
 func TestKernelMoEPersistTiming(t *testing.T) {
 	needTiming(t)
+	defer func(v string) { MoEPersistVariant = v }(MoEPersistVariant)
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		add := timingTable(t, c, a, r, 256<<20, "moe persist: device-to-device copy 256 MiB (read+write)", "reference")
@@ -458,8 +490,13 @@ func TestKernelMoEPersistTiming(t *testing.T) {
 				}
 				chainUs := graphUsRot(c, s, 2*nc, 21, func(j int) { L := layers[j%nc]; L.reset(c, s); L.chain(k, s) })
 				add(fmtName("%s chain (%s) + x reset", sh.name, form), bytes, chainUs, "")
-				persUs := graphUsRot(c, s, 2*nc, 21, func(j int) { L := layers[j%nc]; L.reset(c, s); chk(k.MoEPersist(s, L.args())) })
-				add(fmtName("%s moe_persist_m1 (%s) + x reset", sh.name, form), bytes, persUs, fmtName("%.2fx the chain", chainUs/persUs))
+				for _, v := range []string{"", "d16", "b3"} {
+					MoEPersistVariant = v
+					persUs := graphUsRot(c, s, 2*nc, 21, func(j int) { L := layers[j%nc]; L.reset(c, s); chk(k.MoEPersist(s, L.args())) })
+					add(fmtName("%s %s (%s) + x reset", sh.name, moePersistVariants[v].name, form), bytes, persUs,
+						fmtName("%.2fx the chain", chainUs/persUs))
+				}
+				MoEPersistVariant = ""
 			}
 			resetUs := graphUsRot(c, s, 2*nc, 21, func(j int) { layers[j%nc].reset(c, s) })
 			add(fmtName("%s x reset alone", sh.name), float64(8*H), resetUs, "subtract from both rows")

@@ -31,8 +31,11 @@
 
 #define MP_THREADS 256
 #define MP_MAXH 8192   // hidden size bound (shared h row)
-#define MP_R 8         // tile rows per group (gate 4 + up 4 when paired)
-#define MP_LD 8        // 16-byte loads in flight per thread in a tile round (16 spilled at 128 registers)
+// Variants (template R = tile rows per group, gate R/2 + up R/2 when paired; LD = 16-byte loads in
+// flight a thread in a tile round; B = blocks an SM): the same sums (they do not depend on R or LD).
+//   moe_persist_m1      R 8, LD 8,  B 2: 128 registers, no spills (nvcc 11.8)   64 KB in flight an SM
+//   moe_persist_m1_d16  R 4, LD 16, B 2: 128 registers, 12 B spilled             128 KB
+//   moe_persist_m1_b3   R 4, LD 8,  B 3:  80 registers, 20 B spilled              96 KB
 #define MP_TIMEOUT_NS 2000000000ull
 
 __device__ __forceinline__ uint4 mp_ld16(const void* p) {
@@ -177,10 +180,10 @@ __device__ void mp_router_task(const u16* __restrict__ W, const float* hs, float
 // (tile bx: groups' rows n0 = (bx*(256/G) + grp)*rout), x a row of K floats (shared
 // memory when XS, else global memory written in this launch, read through L2).
 // Paired (w1 != 0): silu(gate)*up.
-template <bool XS>
+template <bool XS, int R, int LD>
 __device__ void mp_tile_task(const void* w0, const float* s0, const void* w1, const float* s1, const float* xb, float* y,
-                             int N, int K, int G, int bx, float (*part)[MP_R]) {
-  constexpr int R = MP_R, NI = MP_LD / MP_R;
+                             int N, int K, int G, int bx, float (*part)[8]) {
+  constexpr int NI = LD / R;
   const bool pair = w1 != 0;
   const int rout = pair ? R / 2 : R;
   const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
@@ -273,8 +276,8 @@ struct MPW {
   const float* s1;
 };
 
-extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
-    moe_persist_m1(float* x, const float* b, const float* __restrict__ pw, float* h, float eps,
+template <int R, int LD>
+__device__ __forceinline__ void moe_persist_body(float* x, const float* b, const float* __restrict__ pw, float* h, float eps,
                    const u16* __restrict__ rw, float* rlog, const float* __restrict__ bias, int* eidx, float* ewts,
                    int E, int K, int ngroup, int topk_group, int normtopk, float rscale, int RR,
                    const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
@@ -285,7 +288,7 @@ extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
                    int nt, float* npart, unsigned* bar, float* mo) {
   __shared__ __align__(16) float hs[MP_MAXH];
   __shared__ float red[32];
-  __shared__ float part[MP_THREADS / 32][MP_R];
+  __shared__ float part[MP_THREADS / 32][8];
   __shared__ float lg[256];
   __shared__ int sidx[64];
   __shared__ float swts[64];
@@ -293,8 +296,8 @@ extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
   const unsigned nb = gridDim.x;
   const int bid = blockIdx.x, t = threadIdx.x;
   const bool hasSh = shg != 0;
-  const int tguPer = (((MI + MP_R / 2 - 1) / (MP_R / 2)) + MP_THREADS / Ggu - 1) / (MP_THREADS / Ggu);  // gate/up tiles a slot
-  const int tdPer = (((H + MP_R - 1) / MP_R) + MP_THREADS / Gd - 1) / (MP_THREADS / Gd);               // down tiles a slot
+  const int tguPer = (((MI + R / 2 - 1) / (R / 2)) + MP_THREADS / Ggu - 1) / (MP_THREADS / Ggu);  // gate/up tiles a slot
+  const int tdPer = (((H + R - 1) / R) + MP_THREADS / Gd - 1) / (MP_THREADS / Gd);               // down tiles a slot
 
   // ---- A: norm, router, shared gate/up
   if (pw) {
@@ -314,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
       if (task < nr) {
         mp_router_task(rw, hs, rlog, E, H, RR, task * RR, &part[0][0]);
       } else {
-        mp_tile_task<true>(shg, shgs, shu, shus, hs, eg + (size_t)K * MI, MI, H, Ggu, task - nr, part);
+        mp_tile_task<true, R, LD>(shg, shgs, shu, shus, hs, eg + (size_t)K * MI, MI, H, Ggu, task - nr, part);
       }
     }
   }
@@ -323,7 +326,7 @@ extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
   // ---- B: shared down, routing, routed gate/up
   if (hasSh) {
     for (int task = bid; task < tdPer; task += nb)
-      mp_tile_task<false>(shd, shds, 0, 0, eg + (size_t)K * MI, ey + (size_t)K * H, H, MI, Gd, task, part);
+      mp_tile_task<false, R, LD>(shd, shds, 0, 0, eg + (size_t)K * MI, ey + (size_t)K * H, H, MI, Gd, task, part);
   }
   for (int i = t; i < E; i += MP_THREADS) lg[i] = __ldcg(rlog + i);
   __syncthreads();
@@ -336,7 +339,7 @@ extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
   for (int task = bid; task < K * tguPer; task += nb) {
     const int j = task / tguPer, bx = task - j * tguPer;
     const int e = sidx[j];
-    mp_tile_task<true>(T0[e], TS0 ? TS0[e] : (const float*)0, T1[e], TS1 ? TS1[e] : (const float*)0, hs,
+    mp_tile_task<true, R, LD>(T0[e], TS0 ? TS0[e] : (const float*)0, T1[e], TS1 ? TS1[e] : (const float*)0, hs,
                        eg + (size_t)j * MI, MI, H, Ggu, bx, part);
   }
   mp_barrier(bar, nb);
@@ -345,7 +348,7 @@ extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
   for (int task = bid; task < K * tdPer; task += nb) {
     const int j = task / tdPer, bx = task - j * tdPer;
     const int e = sidx[j];
-    mp_tile_task<false>(T2[e], TS2 ? TS2[e] : (const float*)0, 0, 0, eg + (size_t)j * MI, ey + (size_t)j * H, H, MI,
+    mp_tile_task<false, R, LD>(T2[e], TS2 ? TS2[e] : (const float*)0, 0, 0, eg + (size_t)j * MI, ey + (size_t)j * H, H, MI,
                         Gd, bx, part);
   }
   mp_barrier(bar, nb);
@@ -395,4 +398,46 @@ extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
     const int i = bid * 32 + lane + j * nt;
     if (i < H) y[i] = nw[i] * (sv[j][lane] * rr);
   }
+}
+
+extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
+    moe_persist_m1(float* x, const float* b, const float* __restrict__ pw, float* h, float eps,
+                   const u16* __restrict__ rw, float* rlog, const float* __restrict__ bias, int* eidx, float* ewts,
+                   int E, int K, int ngroup, int topk_group, int normtopk, float rscale, int RR,
+                   const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                   const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                   const void* const* __restrict__ T2, const float* const* __restrict__ TS2, const void* shg,
+                   const float* shgs, const void* shu, const float* shus, const void* shd, const float* shds,
+                   float* eg, float* ey, int H, int MI, int Ggu, int Gd, float* y, const float* __restrict__ nw,
+                   int nt, float* npart, unsigned* bar, float* mo) {
+  moe_persist_body<8, 8>(x, b, pw, h, eps, rw, rlog, bias, eidx, ewts, E, K, ngroup, topk_group, normtopk, rscale, RR, T0, TS0, T1, TS1, T2,
+      TS2, shg, shgs, shu, shus, shd, shds, eg, ey, H, MI, Ggu, Gd, y, nw, nt, npart, bar, mo);
+}
+
+extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
+    moe_persist_m1_d16(float* x, const float* b, const float* __restrict__ pw, float* h, float eps,
+                   const u16* __restrict__ rw, float* rlog, const float* __restrict__ bias, int* eidx, float* ewts,
+                   int E, int K, int ngroup, int topk_group, int normtopk, float rscale, int RR,
+                   const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                   const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                   const void* const* __restrict__ T2, const float* const* __restrict__ TS2, const void* shg,
+                   const float* shgs, const void* shu, const float* shus, const void* shd, const float* shds,
+                   float* eg, float* ey, int H, int MI, int Ggu, int Gd, float* y, const float* __restrict__ nw,
+                   int nt, float* npart, unsigned* bar, float* mo) {
+  moe_persist_body<4, 16>(x, b, pw, h, eps, rw, rlog, bias, eidx, ewts, E, K, ngroup, topk_group, normtopk, rscale, RR, T0, TS0, T1, TS1, T2,
+      TS2, shg, shgs, shu, shus, shd, shds, eg, ey, H, MI, Ggu, Gd, y, nw, nt, npart, bar, mo);
+}
+
+extern "C" __global__ void __launch_bounds__(MP_THREADS, 3)
+    moe_persist_m1_b3(float* x, const float* b, const float* __restrict__ pw, float* h, float eps,
+                   const u16* __restrict__ rw, float* rlog, const float* __restrict__ bias, int* eidx, float* ewts,
+                   int E, int K, int ngroup, int topk_group, int normtopk, float rscale, int RR,
+                   const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                   const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                   const void* const* __restrict__ T2, const float* const* __restrict__ TS2, const void* shg,
+                   const float* shgs, const void* shu, const float* shus, const void* shd, const float* shds,
+                   float* eg, float* ey, int H, int MI, int Ggu, int Gd, float* y, const float* __restrict__ nw,
+                   int nt, float* npart, unsigned* bar, float* mo) {
+  moe_persist_body<4, 8>(x, b, pw, h, eps, rw, rlog, bias, eidx, ewts, E, K, ngroup, topk_group, normtopk, rscale, RR, T0, TS0, T1, TS1, T2,
+      TS2, shg, shgs, shu, shus, shd, shds, eg, ey, H, MI, Ggu, Gd, y, nw, nt, npart, bar, mo);
 }

@@ -295,6 +295,14 @@ func moePersistFits(regs, bps, optin int) error {
 	return nil
 }
 
+// MoEPersistLoad compiles (or takes from the cache) and loads the
+// persistent module now, so that no later launch loads it inside a graph
+// capture; the error says why the kernel cannot run here.
+func (k *Set) MoEPersistLoad() error {
+	_, err := k.persist()
+	return err
+}
+
 // MoEPersistPlanFor is the plan the launcher uses on this device (tests
 // and the timing report).
 func (k *Set) MoEPersistPlanFor(E, K, H, MI int, shared bool) MoEPersistPlan {

@@ -1017,6 +1017,9 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		if r.wgMode != 0 {
 			b.mlaPrefillWGOK(r.wgMode) // the sm_90a module compiled and loaded before any graph capture
 		}
+		if moePersistOn {
+			b.moePersistReady() // the persistent MoE module loaded before any graph capture (moe_persist.go)
+		}
 		if r.stream != 0 {
 			b.s = r.stream
 		}

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 
@@ -32,12 +33,30 @@ import (
 // Everything else keeps its launches.
 var moePersistOn = os.Getenv("TILERT_GPU_MOE_PERSIST") == "1"
 
-var moePersistLog, moePersistNoLog sync.Once
+var (
+	moePersistLog, moePersistNoLog, moePersistLoadLog sync.Once
+	// moePersistFailed: the persistent module did not load here (said
+	// once); the chain runs.
+	moePersistFailed atomic.Bool
+)
+
+// moePersistReady loads the persistent module (the runners call it before
+// any graph capture when the switch is on) and says whether it runs here.
+func (b *cudaDevice) moePersistReady() bool {
+	err := b.k.MoEPersistLoad()
+	if err != nil {
+		moePersistFailed.Store(true)
+		moePersistLoadLog.Do(func() {
+			slog.Warn("TILERT_GPU_MOE_PERSIST=1: the persistent MoE kernel's module did not load; the chain of launches runs", "err", err)
+		})
+	}
+	return err == nil
+}
 
 // moePersistFits says whether layer lw's MoE half runs as the persistent
 // launch in this forward.
 func (f *fwd) moePersistFits(lw *dlayer) bool {
-	if !moePersistOn || f.M != 1 || !lw.MoE {
+	if !moePersistOn || f.M != 1 || !lw.MoE || moePersistFailed.Load() {
 		return false
 	}
 	c := f.e.cfg

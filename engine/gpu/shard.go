@@ -526,6 +526,9 @@ func queue(r runner, f func(b device) error) error {
 			return err
 		}
 		b := &cudaDevice{c: cc, k: k, s: cc.Stream(), gemmWS: cr.gemmWS, gemmWSBytes: cr.gemmWSBytes}
+		if moePersistOn {
+			b.moePersistReady() // the persistent MoE module loaded before any graph capture (moe_persist.go)
+		}
 		if cr.stream != 0 {
 			b.s = cr.stream
 		}

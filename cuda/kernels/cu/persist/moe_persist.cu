@@ -268,14 +268,6 @@ __device__ void mp_tile_task(const void* w0, const float* s0, const void* w1, co
   __syncthreads();  // part is reused by the next task
 }
 
-// Slot j's weights: routed (j < K: expert ids[j] of the tables) or the shared expert.
-struct MPW {
-  const void* w0;
-  const float* s0;
-  const void* w1;
-  const float* s1;
-};
-
 template <int R, int LD>
 __device__ __forceinline__ void moe_persist_body(float* x, const float* b, const float* __restrict__ pw, float* h, float eps,
                    const u16* __restrict__ rw, float* rlog, const float* __restrict__ bias, int* eidx, float* ewts,
@@ -371,10 +363,10 @@ __device__ __forceinline__ void moe_persist_body(float* x, const float* b, const
     if (i < H) {
       float s = 0.0f;
       for (int jj = 0; jj < K; jj++) s += swts[jj] * __ldcg(ey + (size_t)jj * H + i);
-      const float mo = (hasSh ? __ldcg(ey + (size_t)K * H + i) : 0.0f) + s;
+      const float mv = (hasSh ? __ldcg(ey + (size_t)K * H + i) : 0.0f) + s;
       float xv = __ldcg(x + i);
       if (b) xv = xv + __ldcg(b + i);
-      const float v = xv + mo;
+      const float v = xv + mv;
       x[i] = v;
       sv[j][lane] = v;
     }

@@ -115,6 +115,8 @@ const (
 	moePersistThreads = 256
 	// MoEPersistMaxH is MP_MAXH: the hidden row held in shared memory.
 	MoEPersistMaxH = 8192
+	// moePersistMaxK is MP_MAXK: the routed slots the combine loads at once.
+	moePersistMaxK = 16
 	// moePersistSmem bounds a block's static shared memory (40576 bytes,
 	// nvcc -Xptxas -v; cuda/kernels/NOTES.md): 3 blocks an SM fit in an
 	// H100/H200 SM's 228 KB.
@@ -194,7 +196,7 @@ func MoEPersistShapeOK(E, K, H, MI int) error {
 		return errors.Newf("moe persist: intermediate %d (needs a multiple of 16)", MI)
 	case E <= 0 || E > moePersistThreads:
 		return errors.Newf("moe persist: %d experts (at most %d)", E, moePersistThreads)
-	case K <= 0 || K > min(E, maxRouteTopK, 64):
+	case K <= 0 || K > min(E, maxRouteTopK, moePersistMaxK):
 		return errors.Newf("moe persist: top-k %d of %d experts", K, E)
 	case cdiv(H, normThreads(H)) > normRegs:
 		return errors.Newf("moe persist: hidden %d is past the register norm's %d elements a thread", H, normRegs)

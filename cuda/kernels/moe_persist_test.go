@@ -443,7 +443,7 @@ func TestMoEPersistPlan(t *testing.T) {
 			t.Errorf("%s: %v", sh.name, err)
 		}
 	}
-	for _, bad := range [][4]int{{300, 8, 7168, 2048}, {256, 8, 9216, 2048}, {256, 8, 7160, 2048}, {256, 0, 7168, 2048}, {256, 8, 7168, 100}} {
+	for _, bad := range [][4]int{{300, 8, 7168, 2048}, {256, 8, 9216, 2048}, {256, 8, 7160, 2048}, {256, 0, 7168, 2048}, {256, 8, 7168, 100}, {256, 17, 7168, 2048}} {
 		if MoEPersistShapeOK(bad[0], bad[1], bad[2], bad[3]) == nil {
 			t.Errorf("shape %v accepted", bad)
 		}

@@ -26,8 +26,8 @@
 // orders. What differs is only which block computes a value and how many loads are
 // in flight, which the sums do not depend on (gemv_tile.cu's variants rely on the same).
 //
-// Data written inside the launch is read with ld.global.cg (L2), never through the
-// non-coherent path.
+// Data written inside the launch is read with ld.global.cg (L2) or plain loads after the
+// barrier's acquire, never through the non-coherent (__ldg / .nc) path.
 
 #define MP_THREADS 256
 #define MP_MAXH 8192   // hidden size bound (shared h row)
@@ -37,6 +37,7 @@
 //   moe_persist_m1_d16  R 4, LD 16, B 2: 128 registers, 12 B spilled             128 KB
 //   moe_persist_m1_b3   R 4, LD 8,  B 3:  80 registers, 20 B spilled              96 KB
 #define MP_TIMEOUT_NS 2000000000ull
+#define MP_MAXK 16     // routed slots (top-k) at most
 
 __device__ __forceinline__ uint4 mp_ld16(const void* p) {
   uint4 v;
@@ -87,6 +88,33 @@ __device__ void mp_barrier(unsigned* bar, unsigned n) {
   __syncthreads();
 }
 
+// dst[i] = src[i] (+ add[i]) for i < D: each thread issues 16 loads of a round (32 with add)
+// before it uses any (a loop of single loads would wait one L2 round trip each).
+__device__ __forceinline__ void mp_stage(const float* src, const float* add, float* dst, int D) {
+  for (int i0 = threadIdx.x; i0 < D; i0 += 16 * MP_THREADS) {
+    float v[16], a[16];
+#pragma unroll
+    for (int u = 0; u < 16; u++) {
+      const int i = i0 + u * MP_THREADS;
+      v[u] = i < D ? __ldcg(src + i) : 0.0f;
+    }
+    if (add) {
+#pragma unroll
+      for (int u = 0; u < 16; u++) {
+        const int i = i0 + u * MP_THREADS;
+        a[u] = i < D ? __ldcg(add + i) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < 16; u++) v[u] = v[u] + a[u];  // add_rmsnorm's x + b
+    }
+#pragma unroll
+    for (int u = 0; u < 16; u++) {
+      const int i = i0 + u * MP_THREADS;
+      if (i < D) dst[i] = v[u];
+    }
+  }
+}
+
 // rmsnorm / add_rmsnorm_reg of one row of D for a block of nt threads (nt % 32 == 0,
 // nt <= 1024), emulated by this block's 256: virtual thread v owns elements
 // v + j*nt in j order, warp sums of virtual warps, their sum in virtual-warp order.
@@ -95,15 +123,15 @@ __device__ void mp_norm(const float* x, const float* b, const float* __restrict_
                         float eps, float* red) {
   const int t = threadIdx.x, lane = t & 31, wp = t >> 5;
   const int per = (D + nt - 1) / nt;
+  mp_stage(x, b, hs, D);
+  __syncthreads();
   for (int v0 = wp * 32; v0 < nt; v0 += MP_THREADS) {  // warp-uniform
     const int vt = v0 + lane;
     float ss = 0.0f;
     for (int j = 0; j < per; j++) {
       const int i = vt + j * nt;
       if (i < D) {
-        float v = __ldcg(x + i);
-        if (b) v = v + __ldcg(b + i);
-        hs[i] = v;
+        const float v = hs[i];
         ss += v * v;
       }
     }
@@ -114,11 +142,17 @@ __device__ void mp_norm(const float* x, const float* b, const float* __restrict_
   float r = 0.0f;
   for (int i = 0; i < nt / 32; i++) r += red[i];
   const float rr = rsqrtf(r / (float)D + eps);
-  for (int v0 = wp * 32; v0 < nt; v0 += MP_THREADS) {
-    const int vt = v0 + lane;
-    for (int j = 0; j < per; j++) {
-      const int i = vt + j * nt;
-      if (i < D) hs[i] = w[i] * (hs[i] * rr);
+  for (int i0 = t; i0 < D; i0 += 16 * MP_THREADS) {
+    float wv[16];
+#pragma unroll
+    for (int u = 0; u < 16; u++) {
+      const int i = i0 + u * MP_THREADS;
+      wv[u] = i < D ? __ldg(w + i) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 16; u++) {
+      const int i = i0 + u * MP_THREADS;
+      if (i < D) hs[i] = wv[u] * (hs[i] * rr);
     }
   }
   __syncthreads();
@@ -225,12 +259,10 @@ __device__ void mp_tile_task(const void* w0, const float* s0, const void* w1, co
         for (int r = 0; r < R; r++) p[r] = 0.0f;
 #pragma unroll
         for (int q = 0; q < 4; q++) {
-          float4 x4;
-          if (XS) {
-            x4 = *(const float4*)(xc + q * 4);
-          } else {
-            x4 = __ldcg((const float4*)(xc + q * 4));
-          }
+          // Shared memory (XS), or an eg row written before the last barrier: a plain
+          // (L1-cached) load, which the barrier's acquire orders after those writes
+          // (never the non-coherent path).
+          const float4 x4 = *(const float4*)(xc + q * 4);
           const float xv[4] = {x4.x, x4.y, x4.z, x4.w};
 #pragma unroll
           for (int r = 0; r < R; r++) {
@@ -299,7 +331,7 @@ __device__ __forceinline__ void moe_persist_body(float* x, const float* b, const
     }
   } else {
     // x is the normed row already (the shard's h).
-    for (int i = t; i < H; i += MP_THREADS) hs[i] = __ldcg(x + i);
+    mp_stage(x, (const float*)0, hs, H);
     __syncthreads();
   }
   {
@@ -349,9 +381,15 @@ __device__ __forceinline__ void moe_persist_body(float* x, const float* b, const
   if (mo) {
     // The combine alone (moe_combine_slots): mo = shared + sum_j w_j ey_j.
     for (int i = bid * MP_THREADS + t; i < H; i += nb * MP_THREADS) {
+      float yv[MP_MAXK];
+#pragma unroll
+      for (int jj = 0; jj < MP_MAXK; jj++) yv[jj] = jj < K ? __ldcg(ey + (size_t)jj * H + i) : 0.0f;
+      const float shv = hasSh ? __ldcg(ey + (size_t)K * H + i) : 0.0f;
       float s = 0.0f;
-      for (int jj = 0; jj < K; jj++) s += swts[jj] * __ldcg(ey + (size_t)jj * H + i);
-      mo[i] = (hasSh ? __ldcg(ey + (size_t)K * H + i) : 0.0f) + s;
+#pragma unroll
+      for (int jj = 0; jj < MP_MAXK; jj++)
+        if (jj < K) s += swts[jj] * yv[jj];
+      mo[i] = (hasSh ? shv : 0.0f) + s;
     }
     return;
   }
@@ -361,11 +399,20 @@ __device__ __forceinline__ void moe_persist_body(float* x, const float* b, const
   for (int j = wp; j < per; j += MP_THREADS / 32) {
     const int i = bid * 32 + lane + j * nt;
     if (i < H) {
-      float s = 0.0f;
-      for (int jj = 0; jj < K; jj++) s += swts[jj] * __ldcg(ey + (size_t)jj * H + i);
-      const float mv = (hasSh ? __ldcg(ey + (size_t)K * H + i) : 0.0f) + s;
+      // Every load first (one L2 round trip), then moe_combine_slots' and add_rmsnorm's
+      // arithmetic in their order.
+      float yv[MP_MAXK];
+#pragma unroll
+      for (int jj = 0; jj < MP_MAXK; jj++) yv[jj] = jj < K ? __ldcg(ey + (size_t)jj * H + i) : 0.0f;
+      const float shv = hasSh ? __ldcg(ey + (size_t)K * H + i) : 0.0f;
       float xv = __ldcg(x + i);
-      if (b) xv = xv + __ldcg(b + i);
+      const float bv = b ? __ldcg(b + i) : 0.0f;
+      float s = 0.0f;
+#pragma unroll
+      for (int jj = 0; jj < MP_MAXK; jj++)
+        if (jj < K) s += swts[jj] * yv[jj];
+      const float mv = (hasSh ? shv : 0.0f) + s;
+      if (b) xv = xv + bv;
       const float v = xv + mv;
       x[i] = v;
       sv[j][lane] = v;
@@ -383,8 +430,10 @@ __device__ __forceinline__ void moe_persist_body(float* x, const float* b, const
     if (lane == 0) npart[bid] = ss;
   }
   mp_barrier(bar, (unsigned)nvw);
+  if (t < nvw) red[t] = __ldcg(npart + t);  // one round trip, then the in-order sum
+  __syncthreads();
   float r = 0.0f;
-  for (int i = 0; i < nvw; i++) r += __ldcg(npart + i);
+  for (int i = 0; i < nvw; i++) r += red[i];
   const float rr = rsqrtf(r / (float)H + eps);
   for (int j = wp; j < per; j += MP_THREADS / 32) {
     const int i = bid * 32 + lane + j * nt;

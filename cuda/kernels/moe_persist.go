@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/cockroachdb/errors"
 
@@ -262,12 +263,11 @@ func (k *Set) MoEPersist(s cuda.Stream, a MoEPersistArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := moePersistFits(f.NumRegs, v.bps, k.c.Info().MaxSharedOptin); err != nil {
-		// The grid assumes bps resident blocks an SM: never launch more
-		// blocks than fit (the barriers would wait until the trap).
-		return errors.Wrapf(err, "moe persist: %s", v.name)
+	bps, err := k.moePersistBPS(f, v.bps)
+	if err != nil {
+		return err
 	}
-	pl := moePersistPlanB(k.c.Info().SMs, a.E, a.K, a.Hidden, a.Inter, shared, v.bps)
+	pl := moePersistPlanB(k.c.Info().SMs, a.E, a.K, a.Hidden, a.Inter, shared, bps)
 	if pl.Grid < pl.NT/32 {
 		return errors.Newf("moe persist: grid %d below the norm's %d blocks", pl.Grid, pl.NT/32)
 	}
@@ -280,6 +280,44 @@ func (k *Set) MoEPersist(s cuda.Stream, a MoEPersistArgs) error {
 		a.TGate, a.TGateS, a.TUp, a.TUpS, a.TDown, a.TDownS,
 		a.ShGate, a.ShGateS, a.ShUp, a.ShUpS, a.ShDown, a.ShDownS,
 		a.EG, a.EY, a.Hidden, a.Inter, pl.Ggu, pl.Gd, a.Y, a.NextNorm, pl.NT, npart, bar, a.Mo)
+}
+
+// moePersistOcc caches moePersistBPS per function.
+var moePersistOcc sync.Map // *cuda.Function -> int
+
+// moePersistBPS is the blocks an SM the grid of f may have: never more than
+// fit at once (the barriers would wait for blocks that cannot start, until
+// the trap). The driver's occupancy query decides (after asking for the most
+// shared memory an SM); without it, the variant's __launch_bounds__ promise
+// checked against f's registers.
+func (k *Set) moePersistBPS(f *cuda.Function, want int) (int, error) {
+	if v, ok := moePersistOcc.Load(f); ok {
+		return v.(int), nil
+	}
+	if err := k.c.PreferMaxShared(f); err != nil {
+		return 0, errors.Wrapf(err, "moe persist: %s", f.Name)
+	}
+	bps := want
+	occ, err := k.c.MaxActiveBlocks(f, moePersistThreads, 0)
+	switch {
+	case errors.Is(err, cuda.ErrNoOccupancy):
+		if err := moePersistFits(f.NumRegs, want, k.c.Info().MaxSharedOptin); err != nil {
+			return 0, errors.Wrapf(err, "moe persist: %s", f.Name)
+		}
+	case err != nil:
+		return 0, errors.Wrapf(err, "moe persist: %s", f.Name)
+	case occ < 1:
+		return 0, errors.Newf("moe persist: %s: no block fits an SM", f.Name)
+	default:
+		bps = min(want, occ)
+	}
+	if bps != want {
+		slog.Warn("moe persist: fewer blocks an SM than the variant's bound", "kernel", f.Name, "blocks_per_sm", bps, "bound", want,
+			"registers", f.NumRegs)
+	}
+	slog.Debug("moe persist: grid", "kernel", f.Name, "blocks_per_sm", bps, "registers", f.NumRegs, "occupancy", occ)
+	moePersistOcc.Store(f, bps)
+	return bps, nil
 }
 
 // moePersistFits says whether bps blocks of 256 threads at regs registers
@@ -305,12 +343,24 @@ func (k *Set) MoEPersistLoad() error {
 	return err
 }
 
-// MoEPersistPlanFor is the plan the launcher uses on this device (tests
-// and the timing report).
-func (k *Set) MoEPersistPlanFor(E, K, H, MI int, shared bool) MoEPersistPlan {
-	bps := 2
-	if v, ok := moePersistVariants[MoEPersistVariant]; ok {
-		bps = v.bps
+// MoEPersistPlanFor is the plan the launcher uses on this device for the
+// current variant (tests and the timing report; loads the module).
+func (k *Set) MoEPersistPlanFor(E, K, H, MI int, shared bool) (MoEPersistPlan, error) {
+	v, ok := moePersistVariants[MoEPersistVariant]
+	if !ok {
+		return MoEPersistPlan{}, errors.Newf("moe persist: TILERT_GPU_MOE_PERSIST_V=%q", MoEPersistVariant)
 	}
-	return moePersistPlanB(k.c.Info().SMs, E, K, H, MI, shared, bps)
+	mod, err := k.persist()
+	if err != nil {
+		return MoEPersistPlan{}, err
+	}
+	f, err := k.c.Function(mod, v.name)
+	if err != nil {
+		return MoEPersistPlan{}, err
+	}
+	bps, err := k.moePersistBPS(f, v.bps)
+	if err != nil {
+		return MoEPersistPlan{}, err
+	}
+	return moePersistPlanB(k.c.Info().SMs, E, K, H, MI, shared, bps), nil
 }

@@ -248,8 +248,13 @@ func TestKernelMoEPersist(t *testing.T) {
 		s := c.Stream()
 		for _, sh := range moePersistShapes {
 			L := newMoELayer(c, a, r, sh)
-			pl := k.MoEPersistPlanFor(sh.E, sh.K, sh.H, sh.MI, true)
-			t.Logf("%s: plan %+v", sh.name, pl)
+			for _, v := range []string{"", "d16", "b3"} {
+				MoEPersistVariant = v
+				pl, err := k.MoEPersistPlanFor(sh.E, sh.K, sh.H, sh.MI, true)
+				chk(err)
+				t.Logf("%s variant %q: plan %+v (blocks an SM: occupancy query, at most the variant's bound %d)", sh.name, v, pl,
+					moePersistVariants[v].bps)
+			}
 			for _, mode := range []struct{ b, y, sh, raw bool }{{true, true, true, false}, {false, true, true, false},
 				{true, false, true, false}, {true, true, false, false}, {false, false, true, true}} {
 				if !mode.sh && sh.name != "ds-tiny" {

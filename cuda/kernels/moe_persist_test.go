@@ -283,7 +283,9 @@ func TestKernelMoEPersist(t *testing.T) {
 						t.Logf("%s: differing outputs:%s", vtag, what)
 					}
 					record(t, "moe_persist vs chain "+vtag, "differing outputs", float64(n), 0)
-					if v == "" && ((mode.b && mode.y && mode.sh) || mode.raw) && sh.name != "glm-like" { // float64 refs cost seconds at full dims
+					// float64 references cost seconds at full dims: the full form at
+					// DeepSeek-V3.2's, both forms at the others but GLM-like's.
+					if v == "" && ((mode.b && mode.y && mode.sh) || (mode.raw && sh.MI < 2048)) && sh.name != "glm-like" {
 						checkMoERef(t, L, got, "moe_persist "+vtag)
 					}
 					moePersistReplays(t, c, k, L, want, vtag)

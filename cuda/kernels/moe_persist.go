@@ -271,15 +271,20 @@ func (k *Set) MoEPersist(s cuda.Stream, a MoEPersistArgs) error {
 	if pl.Grid < pl.NT/32 {
 		return errors.Newf("moe persist: grid %d below the norm's %d blocks", pl.Grid, pl.NT/32)
 	}
-	ctl := a.Ctl
-	bar, npart := ctl, ctl.Add(64)
-	return k.c.LaunchEx(f, cuda.D1(pl.Grid), cuda.D1(moePersistThreads), 0, s, false,
+	return k.c.LaunchEx(f, cuda.D1(pl.Grid), cuda.D1(moePersistThreads), 0, s, false, moePersistLaunchArgs(a, pl)...)
+}
+
+// moePersistLaunchArgs is the kernel's argument list, in its signature's
+// order (TestMoEPersistLaunchArgs compares them with the source).
+func moePersistLaunchArgs(a MoEPersistArgs, pl MoEPersistPlan) []any {
+	bar, npart := a.Ctl, a.Ctl.Add(64)
+	return []any{
 		a.X, a.B, a.PostNorm, a.H, a.Eps,
 		a.Router, a.RLog, a.Bias, a.Idx, a.Wts,
 		a.E, a.K, a.NGroup, a.TopKGroup, b2i(a.NormTopK), a.Scale, pl.RR,
 		a.TGate, a.TGateS, a.TUp, a.TUpS, a.TDown, a.TDownS,
 		a.ShGate, a.ShGateS, a.ShUp, a.ShUpS, a.ShDown, a.ShDownS,
-		a.EG, a.EY, a.Hidden, a.Inter, pl.Ggu, pl.Gd, a.Y, a.NextNorm, pl.NT, npart, bar, a.Mo)
+		a.EG, a.EY, a.Hidden, a.Inter, pl.Ggu, pl.Gd, a.Y, a.NextNorm, pl.NT, npart, bar, a.Mo}
 }
 
 // moePersistOcc caches moePersistBPS per function.

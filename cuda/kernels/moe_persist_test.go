@@ -528,3 +528,43 @@ func TestNVRTCCompilesPersist(t *testing.T) {
 	}
 	t.Logf("persistent module for %s in %v, %d bytes", ck.Arch, ck.Took, len(ck.Image))
 }
+
+// TestMoEPersistLaunchArgs checks the launcher's argument list against
+// every variant's signature in the source: the count, and a float32 where
+// the kernel takes a float, a Go int where it takes an int, a device
+// pointer where it takes a pointer (the binding packs each by its Go type).
+func TestMoEPersistLaunchArgs(t *testing.T) {
+	src := PersistKernelSource()
+	args := moePersistLaunchArgs(MoEPersistArgs{Ctl: 1 << 20}, MoEPersistPlan{})
+	for _, v := range moePersistVariants {
+		i := strings.Index(src, v.name+"(")
+		if i < 0 {
+			t.Fatalf("%s not in the source", v.name)
+		}
+		j := strings.Index(src[i:], ")")
+		params := strings.Split(src[i+len(v.name)+1:i+j], ",")
+		if len(params) != len(args) {
+			t.Fatalf("%s takes %d parameters, the launcher passes %d", v.name, len(params), len(args))
+		}
+		for n, p := range params {
+			p = strings.TrimSpace(p)
+			var want string
+			switch {
+			case strings.Contains(p, "*"):
+				want = "cuda.DevPtr"
+			case strings.HasPrefix(p, "float "):
+				want = "float32"
+			case strings.HasPrefix(p, "int "):
+				want = "int"
+			default:
+				t.Fatalf("%s parameter %d %q: unknown type", v.name, n, p)
+			}
+			if got := fmt.Sprintf("%T", args[n]); got != want {
+				t.Errorf("%s parameter %d %q: the launcher passes a %s", v.name, n, p, got)
+			}
+		}
+	}
+	if len(args) > 64 {
+		t.Errorf("%d arguments: past the binding's bound", len(args))
+	}
+}

@@ -22,7 +22,7 @@ rm -rf $R/pmoe; mkdir -p $R/pmoe
 #    outputs, rel err ~1e-7 <= 1e-5. rc != 0 (a trap = a barrier wait past 2 s, or a mismatch) skips the
 #    later =1 steps.
 (cd cuda/kernels && TILERT_GPU_REPORT=$R/pmoe/kernels-report.txt timeout $(pm_left 45) $D/kernels.test -test.count=1 -test.v \
-  -test.run 'TestKernelMoEPersist$|TestMoEPersistPlan$' > $R/pmoe/kernels.log 2>&1; echo rc=$? >> $R/pmoe/kernels.log)
+  -test.run 'TestKernelMoEPersist$|TestMoEPersistPlan$|TestMoEPersistLaunchArgs$' > $R/pmoe/kernels.log 2>&1; echo rc=$? >> $R/pmoe/kernels.log)
 pm_ok=1; grep -q '^rc=0$' $R/pmoe/kernels.log || pm_ok=0
 # 2. timing (graph-timed, beside a 256 MiB d2d copy): the chain vs each variant on the same inputs,
 #    DeepSeek-V3.2 full dims (all 256 experts distinct, device-filled: the 9 slots read 396 MB from HBM) and

@@ -54,4 +54,11 @@ pm_bench unset
 [ $pm_ok = 1 ] && (cd engine/gpu && TILERT_GPU_MOE_PERSIST=1 TILERT_ENGINE_REPORT=$R/pmoe/engine-report.txt timeout $(pm_left 30) \
   $D/engine.test -test.count=1 -test.v -test.run 'TestGPUMoEPersistEqual$|TestGPUGreedyMatchesCPU$' \
   > $R/pmoe/engine.log 2>&1; echo rc=$? >> $R/pmoe/engine.log)
+# 6. (what time is left) the HF goldens with the switch, teacher-forced one row a forward
+#    (TILERT_GPU_PREFILL_CHUNK=1, so every position runs the persistent launch; TeacherForce otherwise prefills
+#    in chunks, where it never runs). Expect PASS (the emulator, whose moePersist is the chain, gives dense
+#    20/20, 20/20, 19/20, 17/20 this way).
+[ $pm_ok = 1 ] && (cd engine/gpu && TILERT_GPU_PREFILL_CHUNK=1 TILERT_GPU_MOE_PERSIST=1 TILERT_ENGINE_REPORT=$R/pmoe/golden-report.txt \
+  timeout $(pm_left 15) $D/engine.test -test.count=1 -test.v -test.run 'TestGPUGolden$' > $R/pmoe/golden.log 2>&1
+  echo rc=$? >> $R/pmoe/golden.log)
 true

@@ -19,11 +19,13 @@ rm -rf $R/pmoe; mkdir -p $R/pmoe
 #    GLM-like 6144x2048, the two tiny presets' dims and an odd shape; with and without o_proj's output to add,
 #    the deferred norm, no shared expert, and the shard's combine-only form; each stage vs a float64
 #    reference; 40 direct + 40 graph replays per case (barrier reuse). Expect: every row PASS, 0 differing
-#    outputs, rel err ~1e-7 <= 1e-5. rc != 0 (a trap = a barrier wait past 2 s, or a mismatch) skips the
-#    later =1 steps.
+#    outputs, rel err ~1e-7 <= 1e-5.
 (cd cuda/kernels && TILERT_GPU_REPORT=$R/pmoe/kernels-report.txt timeout $(pm_left 45) $D/kernels.test -test.count=1 -test.v \
   -test.run 'TestKernelMoEPersist$|TestMoEPersistPlan$|TestMoEPersistLaunchArgs$' > $R/pmoe/kernels.log 2>&1; echo rc=$? >> $R/pmoe/kernels.log)
-pm_ok=1; grep -q '^rc=0$' $R/pmoe/kernels.log || pm_ok=0
+# A device error (a trap from a barrier wait, a fault) or a timeout skips the =1 steps; a numeric mismatch alone
+# (check rows FAIL, no CUDA error) does not: the timings still tell whether the design pays.
+pm_ok=1; grep -q '^rc=0$' $R/pmoe/kernels.log || { grep -Eq 'CUDA_ERROR|^rc=12[4-9]$|^rc=13[0-9]$' $R/pmoe/kernels.log && pm_ok=0; }
+echo "pm_ok=$pm_ok" >> $R/pmoe/kernels.log
 # 2. timing (graph-timed, beside a 256 MiB d2d copy): the chain vs each variant on the same inputs,
 #    DeepSeek-V3.2 full dims (all 256 experts distinct, device-filled: the 9 slots read 396 MB from HBM) and
 #    the TP-8 shard dims (full form and the shard's combine-only form; 4 layers rotated), each with the x

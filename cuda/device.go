@@ -639,6 +639,32 @@ func (c *Ctx) SetMaxDynamicShared(f *Function, n int) error {
 	return c.check("cuFuncSetAttribute", call(c.drv.cuFuncSetAttribute, f.h, funcAttrMaxDynamicShared, uintptr(n)))
 }
 
+// PreferMaxShared asks the driver to give f's SMs the most shared memory
+// (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 100), so that shared
+// memory does not lower how many of its blocks an SM holds.
+func (c *Ctx) PreferMaxShared(f *Function) error {
+	return c.check("cuFuncSetAttribute", call(c.drv.cuFuncSetAttribute, f.h, funcAttrPreferredCarveout, 100))
+}
+
+// ErrNoOccupancy: the driver has no cuOccupancyMaxActiveBlocksPerMultiprocessor.
+var ErrNoOccupancy = errors.New("the driver has no occupancy query")
+
+// MaxActiveBlocks is how many blocks of f (block threads, smem bytes of
+// dynamic shared memory) one SM holds at once
+// (cuOccupancyMaxActiveBlocksPerMultiprocessor): a grid of that many
+// blocks per SM is co-resident on an otherwise idle device.
+func (c *Ctx) MaxActiveBlocks(f *Function, block, smem int) (int, error) {
+	if c.drv.cuOccupancyMaxActiveBlocksPerMultiprocessor == 0 {
+		return 0, ErrNoOccupancy
+	}
+	var n int32
+	if err := c.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", call(c.drv.cuOccupancyMaxActiveBlocksPerMultiprocessor,
+		uintptr(unsafe.Pointer(&n)), f.h, uintptr(block), uintptr(smem))); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
 // AllowNonPortableCluster lets f (compiled with a cluster of more than 8
 // blocks, __cluster_dims__) launch (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED).
 func (c *Ctx) AllowNonPortableCluster(f *Function) error {

@@ -34,6 +34,7 @@ type driver struct {
 	cuEventDestroy, cuStreamWaitEvent                                         uintptr
 	cuCtxEnablePeerAccess, cuDeviceCanAccessPeer                              uintptr // optional (peer.go)
 	cuLaunchKernelEx                                                          uintptr // optional (launch.go; CUDA 11.8+)
+	cuOccupancyMaxActiveBlocksPerMultiprocessor                               uintptr // optional (device.go MaxActiveBlocks)
 }
 
 var (
@@ -119,6 +120,7 @@ func openDriver() (*driver, error) {
 	s.optional(&d.cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess")
 	s.optional(&d.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer")
 	s.optional(&d.cuLaunchKernelEx, "cuLaunchKernelEx")
+	s.optional(&d.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
 	if err := d.check("cuInit", call(d.cuInit, 0)); err != nil {
 		return nil, errors.WithHint(errors.Mark(err, ErrNoGPU), cpuHint)
 	}
@@ -158,6 +160,7 @@ const (
 	funcAttrMaxDynamicShared   = 8
 	funcAttrNonPortableCluster = 14 // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 	funcAttrNumRegs            = 4
+	funcAttrPreferredCarveout  = 9 // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (percent of the maximum)
 
 	memHostAllocPortable = 1
 

@@ -8,8 +8,9 @@ import (
 	"github.com/cockroachdb/errors"
 )
 
-// maxKernelParams bounds the arguments of one launch.
-const maxKernelParams = 32
+// maxKernelParams bounds the arguments of one launch (the persistent MoE
+// kernel, cuda/kernels/cu/persist, takes 41).
+const maxKernelParams = 64
 
 // paramBits encodes one kernel argument as the little-endian bits CUDA reads
 // from its slot: 4 bytes for int/int32/uint32/float32, 8 for pointers and

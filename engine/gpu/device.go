@@ -174,6 +174,9 @@ type fusedDevice interface {
 	// moeCombineNorm is moeCombineSlots(tmp, y, w, resid, M, k, D) then
 	// addRMSNorm(out, x, tmp, nw, M, D, ldx, D, ldy, eps); tmp is not kept.
 	moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error
+	// moePersist is one row's MoE half in one persistent launch
+	// (kernels.MoEPersist; moe_persist.go), the chain's bits.
+	moePersist(a kernels.MoEPersistArgs) error
 }
 
 // cudaDevice runs on the device thread (valid only inside Device.Do); all
@@ -1067,6 +1070,9 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		}
 		if gemvMidMode != "" {
 			b.gemvMidReady() // the mid module likewise
+		}
+		if moePersistOn {
+			b.moePersistReady() // the persistent MoE module loaded before any graph capture (moe_persist.go)
 		}
 		if r.stream != 0 {
 			b.s = r.stream

@@ -439,7 +439,11 @@ func (b *cudaDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.Grou
 			return b.k.GemvGroupMMA(b.s, x, K, M, ldx, segs)
 		}
 	}
-	if midRows(M) && b.gemvMidReady() {
+	// The mid kernels take the K = 1536 launch of q_b + wq_b (with the
+	// rmsnorm before it: 20.65 against 24.50 us for today's three launches,
+	// H200, session 9); the layer input's 2304 x 7168 group stays on
+	// gemv_group, which measured faster (9.70 against 11.22 us).
+	if midRows(M) && K <= midMaxK && b.gemvMidReady() {
 		_, err := b.k.GemvGroupMid(b.s, x, K, M, ldx, segs, norm, gemvMidShape)
 		return err
 	}
@@ -590,7 +594,7 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 	case mlaBF16:
 		return b.k.EngMLADecodeBF16(b.s, out, qn, qp, cache, indices, lens, nq, H, nidx, ldIdx, scale)
 	}
-	if ws != 0 && b.mlaFewOK(H) {
+	if ws != 0 && b.mlaFewOK(nq, H) {
 		fewMLALaunches.Add(1)
 		return b.k.MLADecodeFew(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, ws, nq, H, nidx, ldIdx, scale)
 	}
@@ -687,7 +691,7 @@ func (b *cudaDevice) mlaPrefillWGOK(mode int) bool {
 }
 
 func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
-	if ws != 0 && b.mlaFewOK(H) {
+	if ws != 0 && b.mlaFewOK(nq, H) {
 		fewMLALaunches.Add(1)
 		return b.k.MLADecodeFew(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, scale)
 	}
@@ -1177,15 +1181,29 @@ func (b *cudaDevice) fewReady() bool {
 	return err == nil
 }
 
-// mlaFewOK: mla_decode_few takes this decode of H heads.
-func (b *cudaDevice) mlaFewOK(H int) bool {
-	return mlaFewOn && H <= kernels.MLAFewMaxHeads && b.c.Info().CCMajor >= 9 && b.fewReady()
+// mlaFewOK: mla_decode_few takes this decode of nq rows of H heads: one
+// row of at most mlaFewBestHeads heads, where it measured faster than tcf2
+// (H200, session 9, graph-timed with the combine: 16 heads 9.54 against
+// 11.42 us, 8 heads 7.55 against 10.84); 32 heads (16.75 against 12.38) and
+// 4 rows of 16 (25.87 against 15.72) keep tcf2.
+func (b *cudaDevice) mlaFewOK(nq, H int) bool {
+	return mlaFewOn && nq == 1 && H <= min(mlaFewBestHeads, kernels.MLAFewMaxHeads) && b.c.Info().CCMajor >= 9 && b.fewReady()
 }
 
-// topkFastOK: topk_fast takes this top-k of T keys.
+// mlaFewBestHeads is the most heads mla_decode_few takes in the engine.
+const mlaFewBestHeads = 16
+
+// topkFastOK: topk_fast takes this top-k of T keys: rows of at most
+// topkFastBestT keys, where it measured faster than topk_radix_one (H200,
+// session 9, scores + selection graph-timed at 8192 keys: 13.05 against
+// 14.91 us for 1 row, 14.31 against 16.23 for 4); at 16384 keys it was
+// slower (22.43 against 20.68).
 func (b *cudaDevice) topkFastOK(T, K int) bool {
-	return topkFastOn && T <= kernels.TopKFastMaxT && K <= 32767 && b.c.Info().CCMajor >= 9 && b.fewReady()
+	return topkFastOn && T <= min(topkFastBestT, kernels.TopKFastMaxT) && K <= 32767 && b.c.Info().CCMajor >= 9 && b.fewReady()
 }
+
+// topkFastBestT is the longest row topk_fast takes in the engine.
+const topkFastBestT = 8192
 
 // topkFusedOK: indexer_scores_topk takes this scores + top-k of T keys.
 func (b *cudaDevice) topkFusedOK(T, K int) bool {

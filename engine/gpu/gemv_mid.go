@@ -9,11 +9,11 @@ import (
 )
 
 // TILERT_GPU_GEMV_MID=1|2 (opt-in; helper gmid, issue 10): the one-row
-// attention-input projections of a decode step run on the gemv_mid_group
+// q_b + wq_b projections of a decode step run on the gemv_mid_group
 // kernels (cuda/kernels/cu/mid/gemv_mid.cu, a module of its own loaded on
-// first use): the layer input's grouped launch (q_a, kv_a, indexer wk,
-// weights_proj) with every thread's share of its rows in one round trip,
-// then
+// first use; every thread's share of its rows in one round trip); the layer
+// input's grouped launch (K = 7168) keeps gemv_group, faster there on the
+// H200 (gemvGroup, midMaxK):
 //   - =1: q_b and the indexer's wq_b as one launch over the raw q_a with
 //     q_a's RMSNorm in its prologue (projGroup's mode-2 form; the _n
 //     kernels issue the weights' round before the prologue), so the layer's
@@ -71,8 +71,12 @@ func midShape(v string) string {
 	return v
 }
 
+// midMaxK is the longest input row a grouped launch takes the mid kernels
+// for (gemvGroup).
+const midMaxK = 2048
+
 // midRows says whether a grouped launch of M input rows takes the mid
-// kernels.
+// kernels (of rows up to midMaxK long).
 func midRows(M int) bool { return gemvMidMode != "" && M == 1 }
 
 // midNormed: projGroup runs q_b + wq_b with q_a's norm in the launch (=1).

@@ -1134,7 +1134,10 @@ func (r *cudaRunner) close() error {
 // results to float32 rounding (float32 products). Needs sm_90 and the
 // few-heads module (kernels_few.go); otherwise the default path runs, said
 // once in the log. More heads keep the default path.
-var mlaFewOn = os.Getenv("TILERT_GPU_MLA_FEW") == "1"
+// On by default since session 9 (the whole gpu-check passed with it, the
+// TP-8 shard's rank 0 faster: 113.1 -> 109.7 us with the two switches
+// below); TILERT_GPU_MLA_FEW=0 goes back to tcf2.
+var mlaFewOn = os.Getenv("TILERT_GPU_MLA_FEW") != "0"
 
 // topkFastOn: TILERT_GPU_TOPK_FAST=1 runs the indexer's top-k of rows up to
 // kernels.TopKFastMaxT keys on topk_fast (cu/few/topk_fast.cu:
@@ -1145,8 +1148,11 @@ var mlaFewOn = os.Getenv("TILERT_GPU_MLA_FEW") == "1"
 // rows up to kernels.TopKFusedMaxT keys as one launch
 // (cu/few/topk_fused.cu: the row's last scores block selects), topk_fast
 // where that does not apply.
+// topk_fast is on by default since session 9 (=0 goes back to
+// topk_radix_one); =2, measured slower than the two launches (17.69 against
+// 14.91 us at 8192 keys), stays opt-in.
 var (
-	topkFastOn  = os.Getenv("TILERT_GPU_TOPK_FAST") == "1" || os.Getenv("TILERT_GPU_TOPK_FAST") == "2"
+	topkFastOn  = os.Getenv("TILERT_GPU_TOPK_FAST") != "0"
 	topkFusedOn = os.Getenv("TILERT_GPU_TOPK_FAST") == "2"
 )
 

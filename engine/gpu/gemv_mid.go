@@ -8,7 +8,8 @@ import (
 	"github.com/tilert-go/tilert/cuda/kernels"
 )
 
-// TILERT_GPU_GEMV_MID=1|2 (opt-in; helper gmid, issue 10): the one-row
+// TILERT_GPU_GEMV_MID=0|1|2 (helper gmid, issue 10; =2 the default since
+// session 9, =0 the tile GEMVs as before): the one-row
 // q_b + wq_b projections of a decode step run on the gemv_mid_group
 // kernels (cuda/kernels/cu/mid/gemv_mid.cu, a module of its own loaded on
 // first use; every thread's share of its rows in one round trip); the layer
@@ -34,12 +35,17 @@ var (
 	gemvMidOnce sync.Once
 )
 
-// midMode is the switch's mode ("1", "2"), "" when off.
+// midMode is the switch's mode ("1", "2"), "" when off: "2" unless the
+// switch says 0 or 1 (the step with it: 2.935 against 2.961 ms at 8192, one
+// slot, DeepSeek-V3.2 dims, H200, session 9; the whole gpu-check passed).
 func midMode(v string) string {
-	if (v == "1" || v == "2") && gemvTileOn {
+	if !gemvTileOn || v == "0" {
+		return ""
+	}
+	if v == "1" {
 		return v
 	}
-	return ""
+	return "2"
 }
 
 // gemvMidReady says whether the mid module (kernels.MidSupported) loads

@@ -1,12 +1,14 @@
-# The device plan for the next session with H200 time (NOT RUN). Session 8 spent its 30 minutes on runs 1-5
-# (docs/measured/h200-2026-12-02-s8); two tries of a call were lost to the device pool. Two calls:
-#  A. ran in session 9 (call A): `bash docs/measured/next5/run6.sh` (helper pdlw's TILERT_GPU_PDL=2) and helper
-#     gbulk's fragment (TILERT_GPU_GEMV_BULK=1). Both correct, neither faster; both removed since (helper prune;
-#     outcomes in cuda/kernels/NOTES.md "PDL mode 2 (pdlw)" and "Bulk-copy GEMV").
-#  B. this file (~450 s): the whole default gpu-check on main, which since session 8 also runs the cuda binding's
-#     device tests (Do after a Goexit), mla_prefill_wg / wg2's kernel checks (no longer opt-in), TestGPUFastPrefill
-#     (--prefill-precision fast == the pinned one-part switches, wg2 launched), wg2's engine checks, and the
-#     default prefill after helper pgap's MoE reordering; then the HF comparison in the same call if time is left.
+# The device plan for the next session with H200 time (NOT RUN). Session 9 ran this file's whole gpu-check on
+# 8924ce8 (call B, PASS) and then made three kernels default after a narrowed gpu-check with them in the
+# environment (call D: the new modules' kernel checks, every engine test, the hand-off); docs/measured/h200-2026-12-02-s9.
+# Next, in order:
+#  A. this file (~450 s): the whole default gpu-check on main (the defaults of session 9: gemv_mid_group for
+#     q_b + wq_b, topk_fast, mla_decode_few), kernel checks unnarrowed.
+#  B. the issue-10 table with today's defaults, one command each (README "Against the floor"):
+#     tilert bench decode --device cuda --dummy-weights deepseek-v3.2 --layers 9 --context 8192,131072 --batches 1,4 --profile
+#     tilert bench decode --device cuda --dummy-weights glm-5 --layers 9 --context 8192,131072 --batches 1,4
+#     (give each 120 s: a 9-layer bench is 25-40 s a context and the first process compiles the new modules).
+#  C. branch absorb (helper absorb, session 9, not merged): merge, build, `source docs/measured/next7/absorb.sh`.
 # Build from main (repo root):
 #   mkdir -p .device/next
 #   for p in kernels:./cuda/kernels engine:./engine/gpu decode:./roles/decode cuda:./cuda; do

@@ -1,0 +1,171 @@
+package kernels
+
+import (
+	"embed"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// The absorb module (TILERT_GPU_ABSORB_FAST=1; helper absorb, issue 10):
+// absorb_q_fast / absorb_v_fast (cu/absorb/absorb_fast.cu), the one-row
+// forms of absorb_q_fp8 / absorb_v_fp8 with the same sums, compiled after
+// common.cuh with the main module's flags for the device's own arch and
+// loaded on first use, so the main module's source (its kernel cache entry
+// and PTX) stays main's.
+
+//go:embed cu/absorb/*.cu
+var absorbFS embed.FS
+
+// AbsorbKernelSource is the absorb module's source: common.cuh, then every
+// cu/absorb/*.cu in name order, each marked with #line.
+func AbsorbKernelSource() string { return moduleSource(absorbFS, "cu/absorb/*.cu") }
+
+// CompileAbsorb compiles the absorb module for a device of compute
+// capability major.minor through the cache (no GPU needed).
+func CompileAbsorb(nv *cuda.NVRTC, major, minor int, cache cuda.KernelCache) (*cuda.Compiled, error) {
+	return cuda.CompileModule(nv, major, minor, AbsorbKernelSource(), "tilert_kernels_absorb.cu", kernelOptions, cache)
+}
+
+type absorbKey struct{}
+
+type absorbState struct {
+	mod *cuda.Module
+	err error
+}
+
+// absorbMod loads the absorb module in k's context on first use (a failure
+// is kept).
+func (k *Set) absorbMod() (*cuda.Module, error) {
+	v, _ := k.c.Value(absorbKey{}, func() (any, error) {
+		st := &absorbState{}
+		i := k.c.Info()
+		if i.CCMajor < 9 {
+			// fp8x4_to_f32 takes the sm_89+ conversions; the engine's fp8
+			// absorbs run on the H200.
+			st.err = errors.Newf("the one-row absorb kernels need sm_90; this device is %d.%d", i.CCMajor, i.CCMinor)
+			return st, nil
+		}
+		nv, err := cuda.LoadNVRTC()
+		if err != nil {
+			st.err = err
+			return st, nil
+		}
+		ck, err := CompileAbsorb(nv, i.CCMajor, i.CCMinor, cuda.DefaultKernelCache())
+		if err != nil {
+			st.err = err
+			return st, nil
+		}
+		st.mod, st.err = k.c.LoadModule("tilert_kernels_absorb", ck.Image)
+		slog.Debug("cuda: absorb kernels loaded", "arch", ck.Arch, "cache_hit", ck.CacheHit, "took", ck.Took, "nvrtc", nv.Version(), "err", st.err)
+		return st, nil
+	})
+	st := v.(*absorbState)
+	return st.mod, st.err
+}
+
+// AbsorbFastSupported says whether the absorb module loads here, and if not
+// why (the engine's runners ask before any graph capture).
+func (k *Set) AbsorbFastSupported() error {
+	_, err := k.absorbMod()
+	return err
+}
+
+// AbsorbFastLaunches counts launches of the one-row absorb kernels (the
+// engine checks ask that they ran).
+var AbsorbFastLaunches atomic.Int64
+
+// absorbQFastKernel names the one-row absorb_q kernel for 16*g columns a
+// block and nope rows (the fewest rows a thread that cover nope: 4, else
+// 8), or "" where none takes the shape (g in 2, 4, 8; nope <= 8*256/g).
+func absorbQFastKernel(g, nope int) string {
+	if g != 2 && g != 4 && g != 8 {
+		return ""
+	}
+	for _, nr := range []int{4, 8} {
+		if nope <= nr*256/g {
+			return fmt.Sprintf("absorb_q_fast_g%d_r%d", g, nr)
+		}
+	}
+	return ""
+}
+
+// absorbVFastKernel names the one-row absorb_v kernel for rw rows a warp
+// (1, 2, 4 or 8), "" otherwise.
+func absorbVFastKernel(rw int) string {
+	switch rw {
+	case 1, 2, 4, 8:
+		return fmt.Sprintf("absorb_v_fast_rw%d", rw)
+	}
+	return ""
+}
+
+// AbsorbQFastOK says whether AbsorbQFast takes one row of this shape (the
+// same conditions as AbsorbQFP8 plus P/2 <= 256).
+func AbsorbQFastOK(nope, R, hs, P int, qpe bool) bool {
+	if nope <= 0 || nope > 256 || R <= 0 || R%32 != 0 || hs < nope {
+		return false
+	}
+	return !qpe || (P > 0 && P%2 == 0 && P <= 512 && hs >= nope+P)
+}
+
+// AbsorbQFast is AbsorbQFP8 for ONE query row (rows ldq apart do not
+// matter), launched as absorb_q_fast with AbsorbQFP8's columns a block
+// (absorbCols): the same outputs bit for bit.
+func (k *Set) AbsorbQFast(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, H, nope, R, hs, P int, rope QRope) error {
+	return k.absorbQFast(s, out, qpe, q, w, scale, H, nope, R, hs, P, rope, absorbCols(k.c.Info().SMs, H, R))
+}
+
+// absorbQFast launches absorb_q_fast with 16*g columns a block (g other
+// than absorbCols' changes the sums' order: the timing sweep's knob).
+func (k *Set) absorbQFast(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, H, nope, R, hs, P int, rope QRope, g int) error {
+	name := absorbQFastKernel(g, nope)
+	if H <= 0 || !AbsorbQFastOK(nope, R, hs, P, qpe != 0) || name == "" || R%(16*g) != 0 {
+		return errors.Newf("absorb q fast: H=%d nope=%d R=%d hs=%d P=%d with %d columns a block", H, nope, R, hs, P, 16*g)
+	}
+	mod, err := k.absorbMod()
+	if err != nil {
+		return errors.Wrap(err, "absorb q fast: the absorb module")
+	}
+	f, err := k.c.Function(mod, name)
+	if err != nil {
+		return err
+	}
+	if err := k.launchFn(f, cuda.D1(H*(R/(16*g))), cuda.D1(256), 0, s, out, qpe, q, w, scale, H, nope, R, hs, P,
+		rope.Pos, rope.Cos, rope.Sin, b2i(rope.Interleaved)); err != nil {
+		return err
+	}
+	AbsorbFastLaunches.Add(1)
+	return nil
+}
+
+// AbsorbVFast is AbsorbVFP8 for ONE row written at out (R = 512), with
+// AbsorbVFP8's rows a warp (absorbRows; every choice gives the same bits).
+func (k *Set) AbsorbVFast(s cuda.Stream, out, x, w, scale cuda.DevPtr, H, vd, R int) error {
+	return k.absorbVFast(s, out, x, w, scale, H, vd, R, absorbRows(k.c.Info().SMs, H, vd))
+}
+
+// absorbVFast launches absorb_v_fast with rw rows a warp.
+func (k *Set) absorbVFast(s cuda.Stream, out, x, w, scale cuda.DevPtr, H, vd, R, rw int) error {
+	name := absorbVFastKernel(rw)
+	if H <= 0 || vd <= 0 || R != MLALatentDim || name == "" {
+		return errors.Newf("absorb v fast: H=%d vd=%d R=%d (must be %d) rows a warp %d", H, vd, R, MLALatentDim, rw)
+	}
+	mod, err := k.absorbMod()
+	if err != nil {
+		return errors.Wrap(err, "absorb v fast: the absorb module")
+	}
+	f, err := k.c.Function(mod, name)
+	if err != nil {
+		return err
+	}
+	if err := k.launchFn(f, cuda.D1(H*cdiv(vd, 8*rw)), cuda.D1(256), 0, s, out, x, w, scale, H, vd); err != nil {
+		return err
+	}
+	AbsorbFastLaunches.Add(1)
+	return nil
+}

@@ -943,6 +943,9 @@ func (b *cudaDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope
 	if b.absorbMany(fp8, w, M, R) { // prefill rows on tensor cores (gemm.go)
 		return b.absorbQTC(out, qpe, q, w, s, M, H, nope, R, ldq, hs, P, rope)
 	}
+	if b.absorbFastQ(fp8, M, nope, R, hs, P, qpe != 0) { // one row (absorb_fast.go)
+		return b.k.AbsorbQFast(b.s, out, qpe, q, w, s, H, nope, R, hs, P, rope)
+	}
 	if fp8 && absorbWideOn && nope <= 256 && R%32 == 0 && P%2 == 0 {
 		return b.k.AbsorbQFP8(b.s, out, qpe, q, w, s, M, H, nope, R, ldq, hs, P, rope)
 	}
@@ -975,6 +978,9 @@ func (b *cudaDevice) qpeOut(qpe, q cuda.DevPtr, M, H, nope, ldq, hs, P int, rope
 func (b *cudaDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {
 	if b.absorbMany(fp8, w, M, R) { // prefill rows on tensor cores (gemm.go)
 		return b.k.AbsorbVTC(b.s, out, x, w, s, M, H, vd, R, ldo)
+	}
+	if b.absorbFastV(fp8, M, R) { // one row (absorb_fast.go)
+		return b.k.AbsorbVFast(b.s, out, x, w, s, H, vd, R)
 	}
 	if fp8 && absorbWideOn && R == kernels.MLALatentDim {
 		return b.k.AbsorbVFP8(b.s, out, x, w, s, M, H, vd, R, ldo)
@@ -1074,6 +1080,9 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		}
 		if gemvMidMode != "" {
 			b.gemvMidReady() // the mid module likewise
+		}
+		if absorbFastOn {
+			b.absorbFastReady() // the one-row absorb module likewise
 		}
 		if moePersistOn {
 			b.moePersistReady() // the persistent MoE module loaded before any graph capture (moe_persist.go)

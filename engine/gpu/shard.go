@@ -532,6 +532,9 @@ func queue(r runner, f func(b device) error) error {
 		if gemvMidMode != "" {
 			b.gemvMidReady() // the mid module likewise
 		}
+		if absorbFastOn {
+			b.absorbFastReady() // the one-row absorb module likewise
+		}
 		if moePersistOn {
 			b.moePersistReady() // the persistent MoE module loaded before any graph capture (moe_persist.go)
 		}

@@ -1,0 +1,50 @@
+package gpu
+
+import (
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/tilert-go/tilert/cuda/kernels"
+)
+
+// absorbFastOn (TILERT_GPU_ABSORB_FAST=1, opt-in; helper absorb, issue 10):
+// the one-row absorb products of a decode step (absorbQ with q's RoPE part,
+// absorbV) over fp8 W_UK / W_UV run on absorb_q_fast / absorb_v_fast
+// (cuda/kernels/cu/absorb/absorb_fast.cu, a module of its own loaded before
+// any graph capture): absorb_q_fp8 / absorb_v_fp8's block shapes and sums
+// with a shorter latency chain, so every output is the default kernels'
+// bit for bit and the emulator (emu.go), the goldens and every tolerance
+// stand unchanged. Applies to one query row (a 1-slot step without MTP,
+// and the TP-8 shard's 16 heads); several rows, float32 weights (exact
+// mode), prefill and TILERT_GPU_ABSORB_WIDE=0 keep their kernels.
+var absorbFastOn = os.Getenv("TILERT_GPU_ABSORB_FAST") == "1"
+
+var absorbFastOnce sync.Once
+
+// absorbFastReady says whether the absorb module (kernels.
+// AbsorbFastSupported) loads here; with the switch on, the runners call it
+// before any capture. Where it does not, the default kernels run (the same
+// bits), said once in the log.
+func (b *cudaDevice) absorbFastReady() bool {
+	err := b.k.AbsorbFastSupported()
+	absorbFastOnce.Do(func() {
+		if err != nil {
+			slog.Warn("TILERT_GPU_ABSORB_FAST=1: the absorb module does not load; the default absorb kernels run", "err", err)
+			return
+		}
+		slog.Info("TILERT_GPU_ABSORB_FAST=1: one-row absorb products on absorb_q_fast / absorb_v_fast")
+	})
+	return err == nil
+}
+
+// absorbFastQ says whether a decode absorbQ of M rows over fp8 weights
+// takes absorb_q_fast (after absorbMany said no).
+func (b *cudaDevice) absorbFastQ(fp8 bool, M, nope, R, hs, P int, qpe bool) bool {
+	return absorbFastOn && fp8 && absorbWideOn && M == 1 && kernels.AbsorbQFastOK(nope, R, hs, P, qpe) && b.absorbFastReady()
+}
+
+// absorbFastV: the same for absorbV (R = 512).
+func (b *cudaDevice) absorbFastV(fp8 bool, M, R int) bool {
+	return absorbFastOn && fp8 && absorbWideOn && M == 1 && R == kernels.MLALatentDim && b.absorbFastReady()
+}

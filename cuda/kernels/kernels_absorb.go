@@ -143,10 +143,14 @@ func (k *Set) absorbQFast(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, H, n
 	return nil
 }
 
-// AbsorbVFast is AbsorbVFP8 for ONE row written at out (R = 512), with
-// AbsorbVFP8's rows a warp (absorbRows; every choice gives the same bits).
-func (k *Set) AbsorbVFast(s cuda.Stream, out, x, w, scale cuda.DevPtr, H, vd, R int) error {
-	return k.absorbVFast(s, out, x, w, scale, H, vd, R, absorbRows(k.c.Info().SMs, H, vd))
+// AbsorbVFast is AbsorbVFP8 for ONE row written at out (R = 512), with rw
+// rows a warp (1, 2, 4 or 8; 0: AbsorbVFP8's, absorbRows). Every rw gives
+// the same bits.
+func (k *Set) AbsorbVFast(s cuda.Stream, out, x, w, scale cuda.DevPtr, H, vd, R, rw int) error {
+	if rw == 0 {
+		rw = absorbRows(k.c.Info().SMs, H, vd)
+	}
+	return k.absorbVFast(s, out, x, w, scale, H, vd, R, rw)
 }
 
 // absorbVFast launches absorb_v_fast with rw rows a warp.

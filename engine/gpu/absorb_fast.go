@@ -20,6 +20,20 @@ import (
 // mode), prefill and TILERT_GPU_ABSORB_WIDE=0 keep their kernels.
 var absorbFastOn = os.Getenv("TILERT_GPU_ABSORB_FAST") == "1"
 
+// absorbFastRW: absorb_v_fast's rows a warp (TILERT_GPU_ABSORB_FAST_RW =
+// 1, 2, 4 or 8; unset or anything else: absorb_v_fp8's rule, 4 at 128
+// heads, 1 at 16). Every choice gives the same bits: a knob for a device
+// sweep of the step (2 keeps all 1024 blocks of 128 heads resident).
+var absorbFastRW = absorbRW(os.Getenv("TILERT_GPU_ABSORB_FAST_RW"))
+
+func absorbRW(v string) int {
+	switch v {
+	case "1", "2", "4", "8":
+		return int(v[0] - '0')
+	}
+	return 0
+}
+
 var absorbFastOnce sync.Once
 
 // absorbFastReady says whether the absorb module (kernels.

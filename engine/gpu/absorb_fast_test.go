@@ -60,3 +60,13 @@ func TestGPUAbsorbFast(t *testing.T) {
 		})
 	}
 }
+
+// TILERT_GPU_ABSORB_FAST_RW's parse: only the rows a warp absorb_v_fast
+// has a kernel for; anything else is the rule (0).
+func TestAbsorbFastRW(t *testing.T) {
+	for v, want := range map[string]int{"": 0, "1": 1, "2": 2, "4": 4, "8": 8, "3": 0, "16": 0, "x": 0, "0": 0} {
+		if got := absorbRW(v); got != want {
+			t.Errorf("absorbRW(%q) = %d, want %d", v, got, want)
+		}
+	}
+}

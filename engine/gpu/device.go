@@ -980,7 +980,7 @@ func (b *cudaDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ld
 		return b.k.AbsorbVTC(b.s, out, x, w, s, M, H, vd, R, ldo)
 	}
 	if b.absorbFastV(fp8, M, R) { // one row (absorb_fast.go)
-		return b.k.AbsorbVFast(b.s, out, x, w, s, H, vd, R)
+		return b.k.AbsorbVFast(b.s, out, x, w, s, H, vd, R, absorbFastRW)
 	}
 	if fp8 && absorbWideOn && R == kernels.MLALatentDim {
 		return b.k.AbsorbVFP8(b.s, out, x, w, s, M, H, vd, R, ldo)

@@ -43,10 +43,13 @@ grep -q '^rc=0$' $R/absorb/kernels.log || ab_ok=0
   echo rc=$? >> $R/absorb/engine-shard.log)
 fi
 # 4. the step, 1 slot at 8192, DeepSeek-V3.2 dims, 9 MoE layers, each its own process (60 s cap): unset, then =1.
-#    AB_PROFILE=1 adds --profile (the absorbQ / absorbV rows "each call alone"; a longer process).
+#    AB_PROFILE=1 adds --profile (the absorbQ / absorbV rows "each call alone"; a longer process); AB_RW=2 (1/2/4/8)
+#    runs the =1 benches with TILERT_GPU_ABSORB_FAST_RW (absorb_v_fast's rows a warp; the same bits) if the timing
+#    sweep says another than the rule's is faster.
 #    Expect p50 -20..-50 us with =1 (see NOTES), the absorb rows of a profile ~3-4 us a call lower.
 ab_bench() {
-  if [ $1 = unset ]; then ab_env="env -u TILERT_GPU_ABSORB_FAST"; else ab_env="env TILERT_GPU_ABSORB_FAST=$1"; fi
+  if [ $1 = unset ]; then ab_env="env -u TILERT_GPU_ABSORB_FAST -u TILERT_GPU_ABSORB_FAST_RW"
+  else ab_env="env TILERT_GPU_ABSORB_FAST=$1 ${AB_RW:+TILERT_GPU_ABSORB_FAST_RW=$AB_RW}"; fi
   ab_n=$((${ab_n:-0} + 1))
   $ab_env timeout $(ab_left 60) $D/tilert bench decode --device cuda --dummy-weights deepseek-v3.2 --layers 9 \
     --context 8192 --batches 1 ${AB_PROFILE:+--profile} --json $R/absorb/bench-$1-$ab_n.json > $R/absorb/bench-$1-$ab_n.txt 2>&1

@@ -188,6 +188,6 @@ __device__ __forceinline__ void absorb_v_fast_body(float* out, const float* __re
   }
 
 ABSORB_V_FAST(1, 4)
-ABSORB_V_FAST(2, 4)
+ABSORB_V_FAST(2, 8)
 ABSORB_V_FAST(4, 4)
 ABSORB_V_FAST(8, 2)

@@ -8,7 +8,8 @@
 #     tilert bench decode --device cuda --dummy-weights deepseek-v3.2 --layers 9 --context 8192,131072 --batches 1,4 --profile
 #     tilert bench decode --device cuda --dummy-weights glm-5 --layers 9 --context 8192,131072 --batches 1,4
 #     (give each 120 s: a 9-layer bench is 25-40 s a context and the first process compiles the new modules).
-#  C. branch absorb (helper absorb, session 9, not merged): merge, build, `source docs/measured/next7/absorb.sh`.
+#  C. helper absorb's TILERT_GPU_ABSORB_FAST=1 (session 9, merged opt-in, not run): build, `source docs/measured/next7/absorb.sh`
+#     (then `AB_PART=bench` for the remaining bench pairs).
 # Build from main (repo root):
 #   mkdir -p .device/next
 #   for p in kernels:./cuda/kernels engine:./engine/gpu decode:./roles/decode cuda:./cuda; do

@@ -10,6 +10,9 @@
 #     (give each 120 s: a 9-layer bench is 25-40 s a context and the first process compiles the new modules).
 #  C. helper absorb's TILERT_GPU_ABSORB_FAST=1 (session 9, merged opt-in, not run): build, `source docs/measured/next7/absorb.sh`
 #     (then `AB_PART=bench` for the remaining bench pairs).
+#  D. branch pmoe2 (helper pmoe2, session 9, not merged, not run): the persistent MoE half without grid barriers
+#     (TILERT_GPU_MOE_PERSIST_V=flow: ticketed tasks, per-slot readiness counters); merge, build,
+#     `source docs/measured/next7/pmoe2.sh` (PM2_PART=bench for the bench pairs).
 # Build from main (repo root):
 #   mkdir -p .device/next
 #   for p in kernels:./cuda/kernels engine:./engine/gpu decode:./roles/decode cuda:./cuda; do

@@ -3,7 +3,6 @@ package kernels
 import (
 	"embed"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
@@ -31,42 +30,24 @@ func CompileAbsorb(nv *cuda.NVRTC, major, minor int, cache cuda.KernelCache) (*c
 	return cuda.CompileModule(nv, major, minor, AbsorbKernelSource(), "tilert_kernels_absorb.cu", kernelOptions, cache)
 }
 
-type absorbKey struct{}
-
-type absorbState struct {
-	mod *cuda.Module
-	err error
+// absorbModule: fp8x4_to_f32 takes the sm_89+ conversions; the engine's
+// fp8 absorbs run on the H200.
+var absorbModule = &extraModule{
+	name: "tilert_kernels_absorb",
+	need: func(i cuda.DeviceInfo) error {
+		if i.CCMajor < 9 {
+			return errors.Newf("the one-row absorb kernels need sm_90; this device is %d.%d", i.CCMajor, i.CCMinor)
+		}
+		return nil
+	},
+	compile: func(nv *cuda.NVRTC, i cuda.DeviceInfo) (*cuda.Compiled, error) {
+		return CompileAbsorb(nv, i.CCMajor, i.CCMinor, cuda.DefaultKernelCache())
+	},
 }
 
 // absorbMod loads the absorb module in k's context on first use (a failure
 // is kept).
-func (k *Set) absorbMod() (*cuda.Module, error) {
-	v, _ := k.c.Value(absorbKey{}, func() (any, error) {
-		st := &absorbState{}
-		i := k.c.Info()
-		if i.CCMajor < 9 {
-			// fp8x4_to_f32 takes the sm_89+ conversions; the engine's fp8
-			// absorbs run on the H200.
-			st.err = errors.Newf("the one-row absorb kernels need sm_90; this device is %d.%d", i.CCMajor, i.CCMinor)
-			return st, nil
-		}
-		nv, err := cuda.LoadNVRTC()
-		if err != nil {
-			st.err = err
-			return st, nil
-		}
-		ck, err := CompileAbsorb(nv, i.CCMajor, i.CCMinor, cuda.DefaultKernelCache())
-		if err != nil {
-			st.err = err
-			return st, nil
-		}
-		st.mod, st.err = k.c.LoadModule("tilert_kernels_absorb", ck.Image)
-		slog.Debug("cuda: absorb kernels loaded", "arch", ck.Arch, "cache_hit", ck.CacheHit, "took", ck.Took, "nvrtc", nv.Version(), "err", st.err)
-		return st, nil
-	})
-	st := v.(*absorbState)
-	return st.mod, st.err
-}
+func (k *Set) absorbMod() (*cuda.Module, error) { return absorbModule.load(k) }
 
 // AbsorbFastSupported says whether the absorb module loads here, and if not
 // why (the engine's runners ask before any graph capture).

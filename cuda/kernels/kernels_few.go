@@ -4,7 +4,6 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"sort"
 	"strings"
 
@@ -63,39 +62,21 @@ func CompileFew(nv *cuda.NVRTC, major, minor int, cache cuda.KernelCache) (*cuda
 	return cuda.CompileModule(nv, major, minor, FewKernelSource(), "tilert_kernels_few.cu", kernelOptions, cache)
 }
 
-type fewKey struct{}
-
-type fewState struct {
-	mod *cuda.Module
-	err error
+var fewModule = &extraModule{
+	name: "tilert_kernels_few",
+	need: func(i cuda.DeviceInfo) error {
+		if i.CCMajor < 9 {
+			return errors.Newf("the few-heads kernels need sm_90 (fp8 conversions); this device is %d.%d", i.CCMajor, i.CCMinor)
+		}
+		return nil
+	},
+	compile: func(nv *cuda.NVRTC, i cuda.DeviceInfo) (*cuda.Compiled, error) {
+		return CompileFew(nv, i.CCMajor, i.CCMinor, cuda.DefaultKernelCache())
+	},
 }
 
 // few loads the module in k's context on first use (a failure is kept).
-func (k *Set) few() (*cuda.Module, error) {
-	v, _ := k.c.Value(fewKey{}, func() (any, error) {
-		st := &fewState{}
-		if i := k.c.Info(); i.CCMajor < 9 {
-			st.err = errors.Newf("the few-heads kernels need sm_90 (fp8 conversions); this device is %d.%d", i.CCMajor, i.CCMinor)
-			return st, nil
-		}
-		nv, err := cuda.LoadNVRTC()
-		if err != nil {
-			st.err = err
-			return st, nil
-		}
-		info := k.c.Info()
-		ck, err := CompileFew(nv, info.CCMajor, info.CCMinor, cuda.DefaultKernelCache())
-		if err != nil {
-			st.err = err
-			return st, nil
-		}
-		st.mod, st.err = k.c.LoadModule("tilert_kernels_few", ck.Image)
-		slog.Debug("cuda: few-heads kernels loaded", "arch", ck.Arch, "cache_hit", ck.CacheHit, "took", ck.Took, "err", st.err)
-		return st, nil
-	})
-	st := v.(*fewState)
-	return st.mod, st.err
-}
+func (k *Set) few() (*cuda.Module, error) { return fewModule.load(k) }
 
 // FewSupported says whether the module loads here, and if not why.
 func (k *Set) FewSupported() error {

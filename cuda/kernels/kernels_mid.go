@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"embed"
-	"log/slog"
 
 	"github.com/tilert-go/tilert/cuda"
 )
@@ -26,37 +25,15 @@ func CompileMid(nv *cuda.NVRTC, major, minor int, cache cuda.KernelCache) (*cuda
 	return cuda.CompileModule(nv, major, minor, MidKernelSource(), "tilert_kernels_mid.cu", kernelOptions, cache)
 }
 
-type midKey struct{}
-
-// midState is the mid module of a context, or why there is none (kept, so
-// a failed compile is not retried on every launch).
-type midState struct {
-	mod *cuda.Module
-	err error
+var midModule = &extraModule{
+	name: "tilert_kernels_mid",
+	compile: func(nv *cuda.NVRTC, i cuda.DeviceInfo) (*cuda.Compiled, error) {
+		return CompileMid(nv, i.CCMajor, i.CCMinor, cuda.DefaultKernelCache())
+	},
 }
 
 // mid loads the mid module in k's context on first use.
-func (k *Set) mid() (*cuda.Module, error) {
-	v, _ := k.c.Value(midKey{}, func() (any, error) {
-		st := &midState{}
-		nv, err := cuda.LoadNVRTC()
-		if err != nil {
-			st.err = err
-			return st, nil
-		}
-		i := k.c.Info()
-		ck, err := CompileMid(nv, i.CCMajor, i.CCMinor, cuda.DefaultKernelCache())
-		if err != nil {
-			st.err = err
-			return st, nil
-		}
-		st.mod, st.err = k.c.LoadModule("tilert_kernels_mid", ck.Image)
-		slog.Debug("cuda: mid kernels loaded", "arch", ck.Arch, "cache_hit", ck.CacheHit, "took", ck.Took, "nvrtc", nv.Version(), "err", st.err)
-		return st, nil
-	})
-	st := v.(*midState)
-	return st.mod, st.err
-}
+func (k *Set) mid() (*cuda.Module, error) { return midModule.load(k) }
 
 // MidSupported says whether the mid module loads here, and if not why
 // (the engine's runners ask before any graph capture).

@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"embed"
-	"log/slog"
 
 	"github.com/cockroachdb/errors"
 
@@ -30,40 +29,22 @@ func CompileWG(nv *cuda.NVRTC, cache cuda.KernelCache) (*cuda.Compiled, error) {
 	return cuda.CompileModuleSM90a(nv, WGKernelSource(), "tilert_kernels_wg.cu", kernelOptions, cache)
 }
 
-type wgKey struct{}
-
-// wgState is the sm_90a module of a context, or why there is none (kept,
-// so a failed compile is not retried on every launch).
-type wgState struct {
-	mod *cuda.Module
-	err error
+// wgModule: the sm_90a module needs a compute capability 9.0 device.
+var wgModule = &extraModule{
+	name: "tilert_kernels_wg",
+	need: func(i cuda.DeviceInfo) error {
+		if i.CCMajor != 9 || i.CCMinor != 0 {
+			return errors.Newf("the sm_90a module needs a compute capability 9.0 device (this one is %d.%d)", i.CCMajor, i.CCMinor)
+		}
+		return nil
+	},
+	compile: func(nv *cuda.NVRTC, _ cuda.DeviceInfo) (*cuda.Compiled, error) {
+		return CompileWG(nv, cuda.DefaultKernelCache())
+	},
 }
 
 // wg loads the sm_90a module in k's context on first use.
-func (k *Set) wg() (*cuda.Module, error) {
-	v, _ := k.c.Value(wgKey{}, func() (any, error) {
-		st := &wgState{}
-		if i := k.c.Info(); i.CCMajor != 9 || i.CCMinor != 0 {
-			st.err = errors.Newf("the sm_90a module needs a compute capability 9.0 device (this one is %d.%d)", i.CCMajor, i.CCMinor)
-			return st, nil
-		}
-		nv, err := cuda.LoadNVRTC()
-		if err != nil {
-			st.err = err
-			return st, nil
-		}
-		ck, err := CompileWG(nv, cuda.DefaultKernelCache())
-		if err != nil {
-			st.err = err
-			return st, nil
-		}
-		st.mod, st.err = k.c.LoadModule("tilert_kernels_wg", ck.Image)
-		slog.Debug("cuda: sm_90a kernels loaded", "arch", ck.Arch, "cache_hit", ck.CacheHit, "took", ck.Took, "nvrtc", nv.Version(), "err", st.err)
-		return st, nil
-	})
-	st := v.(*wgState)
-	return st.mod, st.err
-}
+func (k *Set) wg() (*cuda.Module, error) { return wgModule.load(k) }
 
 // WGSupported says whether the sm_90a module loads here, and if not why.
 func (k *Set) WGSupported() error {

@@ -59,36 +59,16 @@ func CompilePersist(nv *cuda.NVRTC, major, minor int, cache cuda.KernelCache) (*
 	return cuda.CompileModule(nv, major, minor, PersistKernelSource(), "tilert_kernels_persist.cu", kernelOptions, cache)
 }
 
-type persistKey struct{}
-
-type persistState struct {
-	mod *cuda.Module
-	err error
+var persistModule = &extraModule{
+	name: "tilert_kernels_persist",
+	compile: func(nv *cuda.NVRTC, i cuda.DeviceInfo) (*cuda.Compiled, error) {
+		return CompilePersist(nv, i.CCMajor, i.CCMinor, cuda.DefaultKernelCache())
+	},
 }
 
 // persist loads the persistent module in k's context on first use (a
 // failure is kept, not retried).
-func (k *Set) persist() (*cuda.Module, error) {
-	v, _ := k.c.Value(persistKey{}, func() (any, error) {
-		st := &persistState{}
-		nv, err := cuda.LoadNVRTC()
-		if err != nil {
-			st.err = err
-			return st, nil
-		}
-		i := k.c.Info()
-		ck, err := CompilePersist(nv, i.CCMajor, i.CCMinor, cuda.DefaultKernelCache())
-		if err != nil {
-			st.err = err
-			return st, nil
-		}
-		st.mod, st.err = k.c.LoadModule("tilert_kernels_persist", ck.Image)
-		slog.Debug("cuda: persistent MoE kernel loaded", "arch", ck.Arch, "cache_hit", ck.CacheHit, "took", ck.Took, "err", st.err)
-		return st, nil
-	})
-	st := v.(*persistState)
-	return st.mod, st.err
-}
+func (k *Set) persist() (*cuda.Module, error) { return persistModule.load(k) }
 
 // moePersistVariant is one compiled shape of the kernel (the same sums:
 // they depend on the chain's group sizes only): its name and the blocks an

@@ -1061,6 +1061,29 @@ type cudaRunner struct {
 	clk *devClock
 }
 
+// readyModules compiles and loads the modules beside the default one that
+// the switches use, on the device thread before any graph capture (a
+// capture cannot load a module). After the first run each is a lookup of
+// the context's loaded module; tests flip the switches in-process, so it
+// is asked at every run.
+func (r *cudaRunner) readyModules(b *cudaDevice) {
+	if r.wgMode != 0 {
+		b.mlaPrefillWGOK(r.wgMode) // the sm_90a module
+	}
+	if mlaFewOn || topkFastOn {
+		b.fewReady()
+	}
+	if gemvMidMode != "" {
+		b.gemvMidReady()
+	}
+	if absorbFastOn {
+		b.absorbFastReady()
+	}
+	if moePersistOn {
+		b.moePersistReady() // moe_persist.go
+	}
+}
+
 func (r *cudaRunner) run(f func(b device) error) error {
 	return r.runAhead(func(b device) (bool, error) { return false, f(b) })
 }
@@ -1072,21 +1095,7 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 			return err
 		}
 		b := &cudaDevice{c: c, k: k, s: c.Stream(), ev: &r.ev, gemmWS: r.gemmWS, gemmWSBytes: r.gemmWSBytes, side: &r.side}
-		if r.wgMode != 0 {
-			b.mlaPrefillWGOK(r.wgMode) // the sm_90a module compiled and loaded before any graph capture
-		}
-		if mlaFewOn || topkFastOn {
-			b.fewReady() // the few-heads module likewise
-		}
-		if gemvMidMode != "" {
-			b.gemvMidReady() // the mid module likewise
-		}
-		if absorbFastOn {
-			b.absorbFastReady() // the one-row absorb module likewise
-		}
-		if moePersistOn {
-			b.moePersistReady() // the persistent MoE module loaded before any graph capture (moe_persist.go)
-		}
+		r.readyModules(b)
 		if r.stream != 0 {
 			b.s = r.stream
 		}

@@ -526,18 +526,7 @@ func queue(r runner, f func(b device) error) error {
 			return err
 		}
 		b := &cudaDevice{c: cc, k: k, s: cc.Stream(), gemmWS: cr.gemmWS, gemmWSBytes: cr.gemmWSBytes}
-		if mlaFewOn || topkFastOn {
-			b.fewReady() // the few-heads module loaded before any graph capture
-		}
-		if gemvMidMode != "" {
-			b.gemvMidReady() // the mid module likewise
-		}
-		if absorbFastOn {
-			b.absorbFastReady() // the one-row absorb module likewise
-		}
-		if moePersistOn {
-			b.moePersistReady() // the persistent MoE module loaded before any graph capture (moe_persist.go)
-		}
+		cr.readyModules(b)
 		if cr.stream != 0 {
 			b.s = cr.stream
 		}

@@ -201,7 +201,9 @@ func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx 
 		}
 	}()
 	lw := e.w.layers[0]
-	lw.HasIdx = withIdx
+	if !lw.HasIdx {
+		t.Fatalf("%s: layer 0 has no indexer to select the shard's tokens", full.Family)
+	}
 	err = e.r.run(func(b device) error {
 		cd := b.(*cudaDevice)
 		o := &ops{b: b}
@@ -214,9 +216,14 @@ func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx 
 			f.block(lw, e.ws.h, lw.InNorm, lw)
 			return o.err
 		}
-		if err := block(); err != nil { // the topk stays valid for the no-indexer shard
+		// The first block runs the indexer either way: a rank without it
+		// attends over rank 0's selection (broadcast in a node), so its
+		// timing must read a real top-k, not a never-written buffer.
+		if err := block(); err != nil {
 			return err
 		}
+		lw.HasIdx = withIdx
+		defer func() { lw.HasIdx = true }()
 		var err error
 		if plain, err = eventMedian(cd.c, cd.s, 5, 9, block); err != nil {
 			return err

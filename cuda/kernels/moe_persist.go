@@ -22,7 +22,7 @@ import (
 // own module (common.cuh, moe.cu for the routing, then cu/persist/*.cu),
 // compiled on first use: the default module's source stays as it is.
 
-//go:embed cu/persist/*.cu
+//go:embed cu/persist/*.cu cu/persist/*.cuh
 var persistFS embed.FS
 
 // PersistKernelSource is the persistent module's source.
@@ -42,6 +42,8 @@ func PersistKernelSource() string {
 		panic(err)
 	}
 	sort.Strings(names)
+	// The shared device functions first (both kernels' files call them).
+	names = append([]string{"cu/persist/persist.cuh"}, names...)
 	for _, n := range names {
 		src, err := persistFS.ReadFile(n)
 		if err != nil {
@@ -78,15 +80,30 @@ type moePersistVariant struct {
 	bps  int
 }
 
+// flow says whether v is the dataflow kernel (no barriers: any grid works).
+func (v moePersistVariant) flow() bool { return strings.HasPrefix(v.name, "moe_flow") }
+
 // moePersistVariants: "" (8 tile rows a group, 8 loads in flight a thread,
 // 2 blocks an SM), "d16" (4 rows, 16 loads, 2 blocks), "b3" (4 rows, 8
 // loads, 3 blocks); TILERT_GPU_MOE_PERSIST_V picks one (the timing test
 // times them all).
+//
+// "flow" (moe_flow.cu, moe_flow.go): the same tasks without grid barriers,
+// ticketed in a fixed order with readiness counters, each tile's weights
+// prefetched into L2 before its task waits and the next ticket's first
+// lines while the current task runs; "flow_pf" the first prefetch only,
+// "flow_np" neither.
 var moePersistVariants = map[string]moePersistVariant{
-	"":    {"moe_persist_m1", 2},
-	"d16": {"moe_persist_m1_d16", 2},
-	"b3":  {"moe_persist_m1_b3", 3},
+	"":        {"moe_persist_m1", 2},
+	"d16":     {"moe_persist_m1_d16", 2},
+	"b3":      {"moe_persist_m1_b3", 3},
+	"flow":    {"moe_flow_m1", 2},
+	"flow_pf": {"moe_flow_m1_pf", 2},
+	"flow_np": {"moe_flow_m1_np", 2},
 }
+
+// moePersistVariantNames is every variant, in the order tests run them.
+var moePersistVariantNames = []string{"", "d16", "b3", "flow", "flow_pf", "flow_np"}
 
 // MoEPersistVariant is the variant MoEPersist launches (a variable so
 // tests can run each).
@@ -104,7 +121,9 @@ const (
 	moePersistSmem = 41 << 10
 	// MoEPersistCtlBytes is the control buffer a launch needs: the barrier's
 	// two counters and the norm's partial sums (zeroed once when allocated,
-	// then left as the kernel leaves it).
+	// then left as the kernel leaves it); the flow variant's ticket and
+	// readiness counters in words 2-7 and 48-63, its launch count in word 15
+	// (moe_flow.cu).
 	MoEPersistCtlBytes = 256
 )
 
@@ -237,7 +256,7 @@ func (k *Set) MoEPersist(s cuda.Stream, a MoEPersistArgs) error {
 	}
 	v, ok := moePersistVariants[MoEPersistVariant]
 	if !ok {
-		return errors.Newf("moe persist: TILERT_GPU_MOE_PERSIST_V=%q (want unset, d16 or b3)", MoEPersistVariant)
+		return errors.Newf("moe persist: TILERT_GPU_MOE_PERSIST_V=%q (want unset, d16, b3, flow, flow_pf or flow_np)", MoEPersistVariant)
 	}
 	f, err := k.c.Function(mod, v.name)
 	if err != nil {
@@ -248,7 +267,7 @@ func (k *Set) MoEPersist(s cuda.Stream, a MoEPersistArgs) error {
 		return err
 	}
 	pl := moePersistPlanB(k.c.Info().SMs, a.E, a.K, a.Hidden, a.Inter, shared, bps)
-	if pl.Grid < pl.NT/32 {
+	if pl.Grid < pl.NT/32 && !v.flow() {
 		return errors.Newf("moe persist: grid %d below the norm's %d blocks", pl.Grid, pl.NT/32)
 	}
 	return k.c.LaunchEx(f, cuda.D1(pl.Grid), cuda.D1(moePersistThreads), 0, s, false, moePersistLaunchArgs(a, pl)...)

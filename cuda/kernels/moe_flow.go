@@ -22,6 +22,7 @@ const (
 	moeFlowSharedGU
 	moeFlowDown
 	moeFlowComb
+	moeFlowRoute
 	moeFlowSlot // + j
 )
 
@@ -32,6 +33,8 @@ type moeFlowTask struct {
 	idx  int    // row block, tile or virtual warp within its kind
 	// wait: the counter the task waits for (moeFlowNone: none) and the count.
 	wait, need int
+	// wait2, need2: a second counter (the combine waits for the route task too).
+	wait2, need2 int
 	// routed: the task needs the routing (it waits for the router rows).
 	routed bool
 	signal int // the counter it counts on when done (moeFlowNone: none)
@@ -65,7 +68,7 @@ func moeFlowSchedule(s moeFlowShape) []moeFlowTask {
 			add(moeFlowTask{kind: "shgu", slot: -1, idx: i, signal: moeFlowSharedGU})
 		}
 	}
-	add(moeFlowTask{kind: "route", slot: -1, routed: true})
+	add(moeFlowTask{kind: "route", slot: -1, routed: true, signal: moeFlowRoute})
 	for j := range s.K {
 		for i := range tgu {
 			add(moeFlowTask{kind: "gu", slot: j, idx: i, routed: true, signal: moeFlowSlot + j})
@@ -90,7 +93,7 @@ func moeFlowSchedule(s moeFlowShape) []moeFlowTask {
 		nc = cdiv(s.H, moePersistThreads)
 	}
 	for v := range nc {
-		t := moeFlowTask{kind: "combine", slot: -1, idx: v, routed: true, wait: moeFlowDown, need: ns * td}
+		t := moeFlowTask{kind: "combine", slot: -1, idx: v, routed: true, wait: moeFlowDown, need: ns * td, wait2: moeFlowRoute, need2: 1}
 		if !s.mo && s.y {
 			t.signal = moeFlowComb
 		}
@@ -125,13 +128,16 @@ func moeFlowCheckTasks(s moeFlowShape, ts []moeFlowTask, nb int) error {
 		if t.routed && signalled[moeFlowRouter] < nr {
 			return errors.Newf("ticket %d (%s): needs the routing with %d of %d router rows before it", tk, t.kind, signalled[moeFlowRouter], nr)
 		}
-		if t.wait != moeFlowNone {
-			if signalled[t.wait] < t.need {
-				return errors.Newf("ticket %d (%s %d/%d): waits for %d on counter %d, lower tickets give %d", tk, t.kind, t.slot, t.idx,
-					t.need, t.wait, signalled[t.wait])
+		for _, w := range [][2]int{{t.wait, t.need}, {t.wait2, t.need2}} {
+			if w[0] == moeFlowNone {
+				continue
 			}
-			if total[t.wait] != t.need {
-				return errors.Newf("ticket %d (%s): waits for %d on counter %d, %d tasks signal it", tk, t.kind, t.need, t.wait, total[t.wait])
+			if signalled[w[0]] < w[1] {
+				return errors.Newf("ticket %d (%s %d/%d): waits for %d on counter %d, lower tickets give %d", tk, t.kind, t.slot, t.idx,
+					w[1], w[0], signalled[w[0]])
+			}
+			if total[w[0]] != w[1] {
+				return errors.Newf("ticket %d (%s): waits for %d on counter %d, %d tasks signal it", tk, t.kind, w[1], w[0], total[w[0]])
 			}
 		}
 		if t.signal >= moeFlowSlot+moePersistMaxK {
@@ -269,7 +275,8 @@ func moeFlowCheckTasks(s moeFlowShape, ts []moeFlowTask, nb int) error {
 				continue
 			}
 			t := ts[cur[bi]]
-			if t.routed && cnt[moeFlowRouter] < nr || t.wait != moeFlowNone && cnt[t.wait] < t.need {
+			if t.routed && cnt[moeFlowRouter] < nr || t.wait != moeFlowNone && cnt[t.wait] < t.need ||
+				t.wait2 != moeFlowNone && cnt[t.wait2] < t.need2 {
 				continue
 			}
 			if t.signal != moeFlowNone {

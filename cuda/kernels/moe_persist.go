@@ -122,7 +122,7 @@ const (
 	// MoEPersistCtlBytes is the control buffer a launch needs: the barrier's
 	// two counters and the norm's partial sums (zeroed once when allocated,
 	// then left as the kernel leaves it); the flow variant's ticket and
-	// readiness counters in words 2-7 and 48-63, its launch count in word 15
+	// readiness counters in words 2-8 and 48-63, its launch count in word 15
 	// (moe_flow.cu).
 	MoEPersistCtlBytes = 256
 )

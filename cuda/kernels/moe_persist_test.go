@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 
@@ -251,7 +252,7 @@ func TestKernelMoEPersist(t *testing.T) {
 		s := c.Stream()
 		for _, sh := range moePersistShapes {
 			L := newMoELayer(c, a, r, sh)
-			for _, v := range moePersistVariantNames {
+			for _, v := range moePersistTestVariants() {
 				MoEPersistVariant = v
 				pl, err := k.MoEPersistPlanFor(sh.E, sh.K, sh.H, sh.MI, true)
 				chk(err)
@@ -270,7 +271,7 @@ func TestKernelMoEPersist(t *testing.T) {
 				L.reset(c, s)
 				L.chain(k, s)
 				want := L.download(c)
-				for _, v := range moePersistVariantNames {
+				for _, v := range moePersistTestVariants() {
 					MoEPersistVariant = v
 					vtag := tag
 					if v != "" {
@@ -312,14 +313,25 @@ func TestKernelMoEPersist(t *testing.T) {
 	})
 }
 
+// moePersistTestVariants is the variants the GPU tests run:
+// TILERT_GPU_MOE_PERSIST_VS (a comma list, "" for the default one, e.g.
+// ",flow" or "flow,flow_np") or all of them.
+func moePersistTestVariants() []string {
+	vs, ok := os.LookupEnv("TILERT_GPU_MOE_PERSIST_VS")
+	if !ok {
+		return moePersistVariantNames
+	}
+	return strings.Split(vs, ",")
+}
+
 // moeFlowCtl reads the flow kernel's launch count (control word 15) and
-// how many of its ticket and readiness counters (words 2-7, 48-63) are not
+// how many of its ticket and readiness counters (words 2-8, 48-63) are not
 // 0 (each launch must leave them at 0).
 func moeFlowCtl(c *cuda.Ctx, L *moeLayer) (runs uint32, dirty int) {
 	chk(c.SyncStream(c.Stream()))
 	w := downI32(c, L.ctl, MoEPersistCtlBytes/4)
 	for i, v := range w {
-		if (i >= 2 && i <= 7 || i >= 48) && v != 0 {
+		if (i >= 2 && i <= 8 || i >= 48) && v != 0 {
 			dirty++
 		}
 	}
@@ -528,7 +540,7 @@ func TestKernelMoEPersistTiming(t *testing.T) {
 				}
 				chainUs := graphUsRot(c, s, 2*nc, 21, func(j int) { L := layers[j%nc]; L.reset(c, s); L.chain(k, s) })
 				add(fmtName("%s chain (%s) + x reset", sh.name, form), bytes, chainUs, "")
-				for _, v := range moePersistVariantNames {
+				for _, v := range moePersistTestVariants() {
 					MoEPersistVariant = v
 					persUs := graphUsRot(c, s, 2*nc, 21, func(j int) { L := layers[j%nc]; L.reset(c, s); chk(k.MoEPersist(s, L.args())) })
 					add(fmtName("%s %s (%s) + x reset", sh.name, moePersistVariants[v].name, form), bytes, persUs,

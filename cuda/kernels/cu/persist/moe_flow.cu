@@ -10,16 +10,17 @@
 //   router rows (nr)        wait nothing; the block's norm is computed lazily under the
 //                           first task's weight loads                -> ROUTER
 //   shared gate/up (tgu)    wait nothing (the block's norm)          -> SHGU
-//   route                   wait ROUTER; writes eidx/ewts (and h)
+//   route                   wait ROUTER; writes eidx/ewts (and h)    -> RT
 //   routed gate/up (K*tgu)  wait ROUTER (the block routes once, redundantly, as
 //                           moe_persist's phase B), then the expert's weights -> SLOT[j]
 //   shared down (td)        weights first, then wait SHGU == tgu    -> DOWN
 //   routed down (K*td)      routing (done long before), weights, wait SLOT[j] == tgu -> DOWN
-//   combine (nc)            wait DOWN == (K+sh)*td                   -> COMB
+//   combine (nc)            wait DOWN == (K+sh)*td and RT (the route task's norm may
+//                           read x late; the combine rewrites it)    -> COMB
 //   next norm (ny)          wait COMB == nc
 // Control words (ctl = the launch's 256-byte control buffer; moe_persist's barrier uses
 // words 0-1, its norm partials bytes 64-191): 2 ticket, 3 exits, 4 ROUTER, 5 SHGU, 6 DOWN,
-// 7 COMB, 15 launches done (advanced by the last block out: the engine test's proof that
+// 7 COMB, 8 RT, 15 launches done (advanced by the last block out: the engine test's proof that
 // this kernel ran), 48..63 SLOT[j]. The last block to leave puts every counter back to 0
 // (all others have left: none reads them again), so launches and graph replays need no
 // host reset.
@@ -36,6 +37,7 @@
 #define MF_SHGU 5
 #define MF_DOWN 6
 #define MF_COMB 7
+#define MF_RT 8
 #define MF_RUNS 15
 #define MF_SLOT 48
 
@@ -64,8 +66,7 @@ __device__ __forceinline__ void mf_signal(unsigned* c) {
 }
 
 // The block's h row (norm of x (+ b) by pw, or the shard's normed row x as it is) in
-// shared memory. Not inlined: each block runs it at most once, and four inlined copies
-// (one a task kind) made the module's compile 4x longer.
+// shared memory (inlined: as a call, its ABI cost moe_flow_m1 12 B of spills).
 __device__ __forceinline__ void mf_norm(const float* x, const float* b, const float* pw, float* hs, int H, int nt, float eps,
                                      float* red) {
   if (pw) {
@@ -77,7 +78,8 @@ __device__ __forceinline__ void mf_norm(const float* x, const float* b, const fl
 }
 
 // The routing in shared memory once every router row is counted (moe_persist's phase B
-// in one block). Not inlined, as mf_norm.
+// in one block). Not inlined: inlined into its four task kinds (with the norm) the
+// module took 50 s instead of 19 s to compile with NVRTC 12.9 here; it runs once a block.
 __device__ __noinline__ void mf_route(const unsigned* c, unsigned n, const float* rlog, float* lg, const float* bias,
                                       int* sidx, float* swts, int E, int K, int ngroup, int topk_group, int normtopk,
                                       float rscale) {
@@ -205,6 +207,8 @@ __device__ __forceinline__ void moe_flow_body(float* x, const float* b, const fl
         ensureH();
         for (int i = t; i < H; i += MP_THREADS) h[i] = hs[i];
       }
+      // The combine rewrites x, which this task's norm may just have read.
+      mf_signal(ctl + MF_RT);
     } else if (tk < tSD) {
       const int j = (tk - tGU) / tgu, bx = (tk - tGU) - j * tgu;
       ensureRoute();
@@ -227,6 +231,7 @@ __device__ __forceinline__ void moe_flow_body(float* x, const float* b, const fl
       const int v = tk - tC;
       ensureRoute();
       mf_wait(ctl + MF_DOWN, (unsigned)((K + (hasSh ? 1 : 0)) * td));
+      mf_wait(ctl + MF_RT, 1u);
       if (mo) {
         // moe_combine_slots for elements v*256 + t.
         const int i = v * MP_THREADS + t;
@@ -310,6 +315,7 @@ __device__ __forceinline__ void moe_flow_body(float* x, const float* b, const fl
       atomicExch(ctl + MF_SHGU, 0u);
       atomicExch(ctl + MF_DOWN, 0u);
       atomicExch(ctl + MF_COMB, 0u);
+      atomicExch(ctl + MF_RT, 0u);
       for (int j = 0; j < MP_MAXK; j++) atomicExch(ctl + MF_SLOT + j, 0u);
       atomicExch(ctl + MF_EXIT, 0u);
       atomicAdd(ctl + MF_RUNS, 1u);

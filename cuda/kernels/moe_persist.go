@@ -21,6 +21,8 @@ import (
 // gate/up + shared down, routed down, combine + residual + next norm). Its
 // own module (common.cuh, moe.cu for the routing, then cu/persist/*.cu),
 // compiled on first use: the default module's source stays as it is.
+// TILERT_GPU_MOE_PERSIST_V=flow launches the dataflow form of the same
+// tasks instead (cu/persist/moe_flow.cu, moe_flow.go: no grid barriers).
 
 //go:embed cu/persist/*.cu cu/persist/*.cuh
 var persistFS embed.FS

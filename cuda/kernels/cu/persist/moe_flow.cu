@@ -207,7 +207,8 @@ __device__ __forceinline__ void moe_flow_body(float* x, const float* b, const fl
         ensureH();
         for (int i = t; i < H; i += MP_THREADS) h[i] = hs[i];
       }
-      // The combine rewrites x, which this task's norm may just have read.
+      // The combine rewrites x, which this task's norm may just have read, and the next
+      // norm's y may be the same buffer as h (the engine's ws.h): both wait for RT.
       mf_signal(ctl + MF_RT);
     } else if (tk < tSD) {
       const int j = (tk - tGU) / tgu, bx = (tk - tGU) - j * tgu;

@@ -231,8 +231,8 @@ __device__ __forceinline__ void moe_flow_body(float* x, const float* b, const fl
     } else if (tk < tY) {
       const int v = tk - tC;
       ensureRoute();
+      mf_wait(ctl + MF_RT, 1u);  // long done: its acquire round trip before DOWN's, off the critical path
       mf_wait(ctl + MF_DOWN, (unsigned)((K + (hasSh ? 1 : 0)) * td));
-      mf_wait(ctl + MF_RT, 1u);
       if (mo) {
         // moe_combine_slots for elements v*256 + t.
         const int i = v * MP_THREADS + t;

@@ -12,7 +12,8 @@ import (
 // no task waits on a counter that a task of a higher ticket signals (that is
 // what makes any number of resident blocks >= 1 finish).
 
-// moeFlowRows is the tile rows a group of the flow kernels (their R).
+// moeFlowRows is the tile rows a group of the flow kernels (their R; 4 for
+// moe_flow_m1_r4).
 const moeFlowRows = 8
 
 // Readiness counters (moe_flow.cu's MF_*; slot j is moeFlowSlot + j).
@@ -43,12 +44,21 @@ type moeFlowTask struct {
 // moeFlowShape is what the schedule depends on.
 type moeFlowShape struct {
 	E, K, H, MI, RR, Ggu, Gd, NT int
+	R                            int // tile rows a group (0: moeFlowRows)
 	shared, mo, y                bool
+}
+
+// rows is the kernel's R.
+func (s moeFlowShape) rows() int {
+	if s.R == 0 {
+		return moeFlowRows
+	}
+	return s.R
 }
 
 // tiles returns the gate/up and down tiles a slot (moe_flow_body's tgu, td).
 func (s moeFlowShape) tiles() (tgu, td int) {
-	R := moeFlowRows
+	R := s.rows()
 	tgu = cdiv(cdiv(s.MI, R/2), moePersistThreads/s.Ggu)
 	td = cdiv(cdiv(s.H, R), moePersistThreads/s.Gd)
 	return tgu, td
@@ -192,7 +202,7 @@ func moeFlowCheckTasks(s moeFlowShape, ts []moeFlowTask, nb int) error {
 		if err := cover(kindGU+" rows", s.MI, func(yield func(int)) {
 			for _, t := range ts {
 				if t.kind == kindGU && (t.slot == j || j == s.K) {
-					tileRows(s.MI, s.Ggu, moeFlowRows/2, t.idx, yield)
+					tileRows(s.MI, s.Ggu, s.rows()/2, t.idx, yield)
 				}
 			}
 		}); err != nil {
@@ -201,7 +211,7 @@ func moeFlowCheckTasks(s moeFlowShape, ts []moeFlowTask, nb int) error {
 		if err := cover(kindD+" rows", s.H, func(yield func(int)) {
 			for _, t := range ts {
 				if t.kind == kindD && (t.slot == j || j == s.K) {
-					tileRows(s.H, s.Gd, moeFlowRows, t.idx, yield)
+					tileRows(s.H, s.Gd, s.rows(), t.idx, yield)
 				}
 			}
 		}); err != nil {

@@ -12,7 +12,7 @@ import (
 // norm element covered exactly once; every counter a task waits on complete
 // from lower tickets alone; a simulation with 1, 2, 5, 132 and 264 blocks
 // finishes. Shapes: the decode shapes and tiny presets on 132, 78 and 8
-// SMs, with and without the shared expert, the next norm and the
+// SMs, tile rows 8 and 4 (moe_flow_m1_r4), with and without the shared expert, the next norm and the
 // combine-only (shard) form. Then a schedule broken on purpose must fail.
 func TestMoEFlowSchedule(t *testing.T) {
 	n, bad := 0, 0
@@ -21,14 +21,16 @@ func TestMoEFlowSchedule(t *testing.T) {
 			for _, shared := range []bool{true, false} {
 				for _, form := range []struct{ mo, y bool }{{false, true}, {false, false}, {true, false}} {
 					pl := moePersistPlanB(sms, sh.E, sh.K, sh.H, sh.MI, shared, 2)
-					s := moeFlowShape{E: sh.E, K: sh.K, H: sh.H, MI: sh.MI, RR: pl.RR, Ggu: pl.Ggu, Gd: pl.Gd, NT: pl.NT,
-						shared: shared, mo: form.mo, y: form.y}
-					for _, nb := range []int{1, 2, 5, 132, 264} {
-						if err := moeFlowCheck(s, nb); err != nil {
-							bad++
-							t.Errorf("%s sms=%d shared=%v mo=%v y=%v blocks=%d: %+v", sh.name, sms, shared, form.mo, form.y, nb, err)
+					for _, R := range []int{8, 4} {
+						s := moeFlowShape{E: sh.E, K: sh.K, H: sh.H, MI: sh.MI, RR: pl.RR, Ggu: pl.Ggu, Gd: pl.Gd, NT: pl.NT,
+							R: R, shared: shared, mo: form.mo, y: form.y}
+						for _, nb := range []int{1, 2, 5, 132, 264} {
+							if err := moeFlowCheck(s, nb); err != nil {
+								bad++
+								t.Errorf("%s sms=%d R=%d shared=%v mo=%v y=%v blocks=%d: %+v", sh.name, sms, R, shared, form.mo, form.y, nb, err)
+							}
+							n++
 						}
-						n++
 					}
 				}
 			}
@@ -77,6 +79,7 @@ func TestMoEFlowSchedule(t *testing.T) {
 		fmt.Sprintf("moe_flow_body<%d, 8, true, true>(", moeFlowRows),
 		fmt.Sprintf("moe_flow_body<%d, 8, true, false>(", moeFlowRows),
 		fmt.Sprintf("moe_flow_body<%d, 8, false, false>(", moeFlowRows),
+		"moe_flow_body<4, 8, true, true>(",
 	} {
 		if !strings.Contains(string(src), line) {
 			t.Errorf("moe_flow.cu lacks %q (moeFlowSchedule's order)", line)

@@ -94,7 +94,8 @@ func (v moePersistVariant) flow() bool { return strings.HasPrefix(v.name, "moe_f
 // ticketed in a fixed order with readiness counters, each tile's weights
 // prefetched into L2 before its task waits and the next ticket's first
 // lines while the current task runs; "flow_pf" the first prefetch only,
-// "flow_np" neither.
+// "flow_np" neither; "flow_r4" flow's with 4 tile rows a group (twice
+// the tasks, half the size: the shard's gate/up).
 var moePersistVariants = map[string]moePersistVariant{
 	"":        {"moe_persist_m1", 2},
 	"d16":     {"moe_persist_m1_d16", 2},
@@ -102,10 +103,11 @@ var moePersistVariants = map[string]moePersistVariant{
 	"flow":    {"moe_flow_m1", 2},
 	"flow_pf": {"moe_flow_m1_pf", 2},
 	"flow_np": {"moe_flow_m1_np", 2},
+	"flow_r4": {"moe_flow_m1_r4", 2},
 }
 
 // moePersistVariantNames is every variant, in the order tests run them.
-var moePersistVariantNames = []string{"", "d16", "b3", "flow", "flow_pf", "flow_np"}
+var moePersistVariantNames = []string{"", "d16", "b3", "flow", "flow_pf", "flow_np", "flow_r4"}
 
 // MoEPersistVariant is the variant MoEPersist launches (a variable so
 // tests can run each).
@@ -258,7 +260,7 @@ func (k *Set) MoEPersist(s cuda.Stream, a MoEPersistArgs) error {
 	}
 	v, ok := moePersistVariants[MoEPersistVariant]
 	if !ok {
-		return errors.Newf("moe persist: TILERT_GPU_MOE_PERSIST_V=%q (want unset, d16, b3, flow, flow_pf or flow_np)", MoEPersistVariant)
+		return errors.Newf("moe persist: TILERT_GPU_MOE_PERSIST_V=%q (want unset, d16, b3, flow, flow_pf, flow_np or flow_r4)", MoEPersistVariant)
 	}
 	f, err := k.c.Function(mod, v.name)
 	if err != nil {

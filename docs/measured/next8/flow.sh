@@ -3,17 +3,18 @@
 # cu/persist/moe_flow.cu in the persistent module; the default module is unchanged, its cache entry stays warm):
 # blocks take tasks in a fixed order from a ticket counter, wait only on the readiness counters of their inputs,
 # and issue their own weight loads (plus an L2 prefetch of the rest of the tile, and of the next ticket's first
-# lines) before they wait. Variants: flow (both prefetches), flow_pf (the tile's own only), flow_np (neither).
+# lines) before they wait. Variants: flow (both prefetches), flow_pf (the tile's own only), flow_np (neither),
+# flow_r4 (flow with tiles of 4 rows a group: twice the tasks at half the size; the same sums).
 # NOT YET RUN ON A GPU. Needs $D (kernels.test, engine.test, tilert built from the branch) and $R (results dir);
 # run from the repo root. <= 90 s: each step's timeout is the smaller of its own cap and what is left of 90 s.
-# Step 1 compiles the persistent module (6 kernels; NVRTC 12.9 for sm_90a: ~19 s on this 2-core machine, where
-# main's 3 took 10.8 s; NOTES measured 4.3 s for main's on the device machine, so expect ~8 s) into the cache the
-# later steps share.
+# Step 1 compiles the persistent module (7 kernels; NVRTC 12.9 for sm_90a: 14-21 s on this 2-core machine, where
+# main's 3 took 10.8 s; NOTES measured 4.3 s for main's on the device machine, so expect ~6-9 s) into the cache
+# the later steps share.
 export TILERT_KERNEL_CACHE=${TILERT_KERNEL_CACHE:-/tmp/tilert-kernels}
 fl_t0=$SECONDS
 fl_left() { local l=$((90 - (SECONDS - fl_t0))); [ $l -lt 1 ] && l=1; [ $l -lt $1 ] && echo $l || echo $1; }
 rm -rf $R/flow; mkdir -p $R/flow
-# 1. kernel checks. TestMoEFlowSchedule (pure Go: the ticket order covers every row once, no task waits on a
+# 1. kernel checks (four flow variants). TestMoEFlowSchedule (pure Go: the ticket order covers every row once, no task waits on a
 #    higher ticket, 1/2/5/132/264 blocks finish; a broken order fails). TestKernelMoEPersist with the three flow
 #    variants vs the chain of launches, every output bit for bit (h, router logits, ids, weights, gate/up, down,
 #    x, next norm / combine) on fresh random layers: DeepSeek-V3.2 (256 experts, 7168x2048), the TP-8 shard
@@ -21,7 +22,7 @@ rm -rf $R/flow; mkdir -p $R/flow
 #    odd shape; with/without o_proj's output, deferred norm, no shared expert, combine-only; 40 direct + 40 graph
 #    replays each; and per flow launch: control word 15 (launch count) +1 and every ticket/readiness counter (words 2-8, 48-63)
 #    back at 0 ("moe_flow launch counted, counters reset" rows). Expect every row PASS, 0 differing outputs.
-(cd cuda/kernels && TILERT_GPU_MOE_PERSIST_VS=flow,flow_pf,flow_np TILERT_GPU_REPORT=$R/flow/kernels-report.txt \
+(cd cuda/kernels && TILERT_GPU_MOE_PERSIST_VS=flow,flow_pf,flow_np,flow_r4 TILERT_GPU_REPORT=$R/flow/kernels-report.txt \
   timeout $(fl_left 45) $D/kernels.test -test.count=1 -test.v \
   -test.run 'TestKernelMoEPersist$|TestMoEFlowSchedule$|TestMoEPersistPlan$|TestMoEPersistLaunchArgs$' > $R/flow/kernels.log 2>&1
   echo rc=$? >> $R/flow/kernels.log)
@@ -33,8 +34,10 @@ echo "fl_ok=$fl_ok" >> $R/flow/kernels.log
 #    variants on the same inputs, DeepSeek-V3.2 dims (396 MB from HBM) and the TP-8 shard (full form and the
 #    shard's combine-only form). Prediction (NOTES "moe_flow"): full dims chain 129.9 / persist 139.0 ->
 #    flow ~118-128 us; shard form chain 38.8 / persist 51.6 -> flow ~24-30 us; shard full form chain 45.8 ->
-#    flow ~28-34 us. flow vs flow_pf says what the next-ticket prefetch gives, flow_pf vs flow_np the tile's own.
-[ $fl_ok = 1 ] && (cd cuda/kernels && TILERT_GPU_MOE_PERSIST_VS=,flow,flow_pf,flow_np TILERT_GPU_TIMING=1 \
+#    flow ~28-34 us. flow vs flow_pf says what the next-ticket prefetch gives, flow_pf vs flow_np the tile's own,
+#    flow_r4 vs flow the task size (expect r4 ~2-4 us faster on the shard; if so, rerun steps 4-5 with
+#    TILERT_GPU_MOE_PERSIST_V=flow_r4).
+[ $fl_ok = 1 ] && (cd cuda/kernels && TILERT_GPU_MOE_PERSIST_VS=,flow,flow_pf,flow_np,flow_r4 TILERT_GPU_TIMING=1 \
   TILERT_GPU_REPORT=$R/flow/timing-report.txt timeout $(fl_left 15) $D/kernels.test -test.count=1 -test.v \
   -test.run 'TestKernelMoEPersistTiming$' > $R/flow/timing.log 2>&1; echo rc=$? >> $R/flow/timing.log)
 # 3. engine: TestGPUMoEFlowEqual (off vs on in-process with the flow variant, TILERT_GPU_NORM_FUSE unset/1/2, both

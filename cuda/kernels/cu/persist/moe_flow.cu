@@ -329,7 +329,7 @@ __device__ __forceinline__ void moe_flow_body(float* x, const float* b, const fl
 // 2 blocks an SM; PF: the rest of each tile's weight lines prefetched into L2 before its
 // task waits; NX: the next ticket's first weight lines prefetched during the current
 // task), moe_flow_m1_pf (PF only), moe_flow_m1_np (neither: only the first round of
-// loads is in flight while a task waits).
+// loads is in flight while a task waits); moe_flow_m1_r4 at the end of the file.
 extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
     moe_flow_m1(float* x, const float* b, const float* __restrict__ pw, float* h, float eps,
                    const u16* __restrict__ rw, float* rlog, const float* __restrict__ bias, int* eidx, float* ewts,
@@ -369,5 +369,23 @@ extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
                    float* eg, float* ey, int H, int MI, int Ggu, int Gd, float* y, const float* __restrict__ nw,
                    int nt, float* npart, unsigned* bar, float* mo) {
   moe_flow_body<8, 8, true, false>(x, b, pw, h, eps, rw, rlog, bias, eidx, ewts, E, K, ngroup, topk_group, normtopk, rscale, RR, T0, TS0,
+      T1, TS1, T2, TS2, shg, shgs, shu, shus, shd, shds, eg, ey, H, MI, Ggu, Gd, y, nw, nt, npart, bar, mo);
+}
+
+// moe_flow_m1_r4: moe_flow_m1 with 4 tile rows a group (gate 2 + up 2), two rounds of
+// loads a thread in flight (LD 8): twice the tasks of half the size (the same sums: they
+// depend on the group size G only) for the TP-8 shard, whose 144 gate/up tiles of 229 KB
+// leave most of the 264 blocks without one.
+extern "C" __global__ void __launch_bounds__(MP_THREADS, 2)
+    moe_flow_m1_r4(float* x, const float* b, const float* __restrict__ pw, float* h, float eps,
+                   const u16* __restrict__ rw, float* rlog, const float* __restrict__ bias, int* eidx, float* ewts,
+                   int E, int K, int ngroup, int topk_group, int normtopk, float rscale, int RR,
+                   const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                   const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                   const void* const* __restrict__ T2, const float* const* __restrict__ TS2, const void* shg,
+                   const float* shgs, const void* shu, const float* shus, const void* shd, const float* shds,
+                   float* eg, float* ey, int H, int MI, int Ggu, int Gd, float* y, const float* __restrict__ nw,
+                   int nt, float* npart, unsigned* bar, float* mo) {
+  moe_flow_body<4, 8, true, true>(x, b, pw, h, eps, rw, rlog, bias, eidx, ewts, E, K, ngroup, topk_group, normtopk, rscale, RR, T0, TS0,
       T1, TS1, T2, TS2, shg, shgs, shu, shus, shd, shds, eg, ey, H, MI, Ggu, Gd, y, nw, nt, npart, bar, mo);
 }

@@ -158,17 +158,21 @@ func TestKernelAbsorbFP8(t *testing.T) {
 // warp) that still gives each of the 132 SMs a block, at the real head
 // counts and their TP-8 shards.
 func TestAbsorbPlan(t *testing.T) {
-	for _, tc := range []struct{ H, R, vd, g, rw int }{
-		{128, 512, 128, 8, 4}, // DeepSeek-V3.2: 512 blocks each
-		{64, 512, 256, 8, 4},  // GLM-5
-		{16, 512, 128, 2, 1},  // DeepSeek TP-8 shard
-		{8, 512, 256, 2, 1},   // GLM-5 TP-8 shard
+	for _, tc := range []struct{ H, R, vd, g, rw, rwFast int }{
+		{128, 512, 128, 8, 4, 4}, // DeepSeek-V3.2: 512 blocks each
+		{64, 512, 256, 8, 4, 4},  // GLM-5
+		{16, 512, 128, 2, 1, 2},  // DeepSeek TP-8 shard: 128 blocks at rw 2 (measured faster than 1)
+		{8, 512, 256, 2, 1, 2},   // GLM-5 TP-8 shard: the same 128 blocks
+		{4, 512, 128, 2, 1, 1},   // a 32-way shard: rw 2 would leave most SMs idle
 	} {
 		if g := absorbCols(132, tc.H, tc.R); g != tc.g {
 			t.Errorf("absorbCols(H=%d) = %d, want %d", tc.H, g, tc.g)
 		}
 		if rw := absorbRows(132, tc.H, tc.vd); rw != tc.rw {
 			t.Errorf("absorbRows(H=%d vd=%d) = %d, want %d", tc.H, tc.vd, rw, tc.rw)
+		}
+		if rw := absorbFastRows(132, tc.H, tc.vd); rw != tc.rwFast {
+			t.Errorf("absorbFastRows(H=%d vd=%d) = %d, want %d", tc.H, tc.vd, rw, tc.rwFast)
 		}
 	}
 }

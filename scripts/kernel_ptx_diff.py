@@ -1,22 +1,29 @@
 #!/usr/bin/env python3
 """Which kernels' code differs between two revisions, without a GPU.
 
-Compiles the embedded kernel module (cuda/kernels/cu: common.cuh, then every
-.cu in name order, as kernels.KernelSource does) of each revision to PTX with
-nvcc for sm_90, and compares the kernels entry by entry after dropping what
-changes with unrelated code (debug line info, comments, the module-wide
-numbering of labels and local depots). A refactor that lists no default-path
-kernel has not changed what the device runs, so the last device checks of
-those kernels still hold; a listed kernel needs its device check again.
+Compiles a kernel module of each revision to PTX with nvcc for sm_90 - its
+source as that revision's kernels package assembles it (KernelSource for the
+default module; --module mid / few / absorb / persist for the modules beside
+it, or all), printed by a throwaway Go program built against the revision's
+tree - and compares the kernels entry by entry after dropping what changes
+with unrelated code (debug line info, comments, the module-wide numbering of
+labels and local depots). A refactor that lists no kernel has not changed
+what the device runs, so the last device checks of those kernels still hold;
+a listed kernel needs its device check again.
 
     python3 scripts/kernel_ptx_diff.py d8895c1 main
     python3 scripts/kernel_ptx_diff.py main WORKTREE   # uncommitted edits
+    python3 scripts/kernel_ptx_diff.py main WORKTREE --module all --strict
 
-Needs git and nvcc (Debian: nvidia-cuda-toolkit from contrib/non-free, 11.8
-is enough). Exit status 0 whether or not kernels differ; 2 on usage or
-compile errors.
+Needs git, go and nvcc (Debian: nvidia-cuda-toolkit from contrib/non-free,
+11.8 is enough). Compiled PTX is kept by source hash in --cache (default
+~/.cache/kernel_ptx_diff), so an unchanged side costs no compile. Exit
+status 0 whether or not kernels differ (--strict: 1 when any does or is in
+one revision only); 2 on usage or compile errors.
 """
 import argparse
+import difflib
+import hashlib
 import io
 import os
 import re
@@ -25,40 +32,71 @@ import sys
 import tarfile
 import tempfile
 
-KDIR = "cuda/kernels/cu"
+# The modules whose source the kernels package assembles (kernels.go,
+# kernels_mid.go, kernels_few.go, kernels_absorb.go, moe_persist.go): the
+# function that returns each one's source. wg is sm_90a only (nvcc 12+).
+MODULES = {
+    "main": "KernelSource",
+    "mid": "MidKernelSource",
+    "few": "FewKernelSource",
+    "absorb": "AbsorbKernelSource",
+    "persist": "PersistKernelSource",
+}
+
+# A throwaway main program printing one module's source, built against the
+# revision's own tree so the revision's assembly (its headers, their order)
+# is what gets compiled.
+GO_MAIN = """package main
+
+import (
+\t"os"
+
+\t"github.com/tilert-go/tilert/cuda/kernels"
+)
+
+func main() {
+\tos.Stdout.WriteString(kernels.%s())
+}
+"""
 
 
 class CompileError(Exception):
     pass
 
 
-def sources(repo, rev):
-    """common.cuh and the .cu files of rev (WORKTREE: the files on disk), cu/ only (as kernels.KernelSource)."""
-    files = {}
-    if rev == "WORKTREE":
-        d = os.path.join(repo, KDIR)
-        for n in os.listdir(d):
-            if not os.path.isfile(os.path.join(d, n)):
-                continue  # cu/wg/: the sm_90a module, not the main one
-            with open(os.path.join(d, n), encoding="utf-8") as f:
-                files[n] = f.read()
-        return files
-    tar = subprocess.run(["git", "-C", repo, "archive", rev, KDIR], check=True, capture_output=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
-        for m in t.getmembers():
-            if m.isfile() and os.path.dirname(m.name) == KDIR:  # cu/*: the main module (cu/wg/ is the sm_90a one)
-                files[os.path.basename(m.name)] = t.extractfile(m).read().decode("utf-8")
-    return files
+def module_source(repo, rev, module, tmp):
+    """The module's source as the kernels package of rev assembles it (WORKTREE: the files on disk)."""
+    root = os.path.abspath(repo)
+    if rev != "WORKTREE":
+        root = os.path.join(tmp, "tree-" + re.sub(r"\W", "_", rev))
+        if not os.path.isdir(root):
+            os.makedirs(root)
+            tar = subprocess.run(["git", "-C", repo, "archive", rev, "go.mod", "go.sum", "cuda"], check=True,
+                                 capture_output=True).stdout
+            with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+                t.extractall(root)
+    prog = os.path.join(tmp, "source_%s.go" % module)
+    with open(prog, "w", encoding="utf-8") as f:
+        f.write(GO_MAIN % MODULES[module])
+    # A file named on go run's command line builds against the module of
+    # the directory it runs in: the revision's tree.
+    r = subprocess.run(["go", "run", prog], cwd=root, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stderr[-4000:])
+        raise CompileError("go run failed assembling %s's %s module (the errors above)" % (rev, module))
+    return r.stdout
 
 
-def module(files):
-    out = ['#line 1 "common.cuh"\n', files["common.cuh"]]
-    for n in sorted(k for k in files if k.endswith(".cu")):
-        out += ['\n#line 1 "%s"\n' % n, files[n]]
-    return "".join(out)
-
-
-def ptx(src, arch, tmp, tag):
+def ptx(src, arch, tmp, tag, cache):
+    """src compiled to PTX; cache (a directory or None) keeps each result under the hash of nvcc's
+    version, arch and the source, so an unchanged revision is not compiled again (~1 minute a module)."""
+    key = None
+    if cache:
+        ver = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout
+        key = os.path.join(cache, hashlib.sha256((ver + "\0" + arch + "\0" + src).encode()).hexdigest() + ".ptx")
+        if os.path.isfile(key):
+            with open(key, encoding="utf-8") as f:
+                return f.read()
     cu, px = os.path.join(tmp, tag + ".cu"), os.path.join(tmp, tag + ".ptx")
     with open(cu, "w", encoding="utf-8") as f:
         f.write(src)
@@ -67,7 +105,13 @@ def ptx(src, arch, tmp, tag):
         sys.stderr.write(r.stderr[-4000:])
         raise CompileError("nvcc failed on %s (the errors above): fix the kernels or pass a revision that compiles" % tag)
     with open(px, encoding="utf-8") as f:
-        return f.read()
+        text = f.read()
+    if key:
+        os.makedirs(cache, exist_ok=True)
+        with open(key + ".tmp", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(key + ".tmp", key)
+    return text
 
 
 def entries(text):
@@ -78,35 +122,59 @@ def entries(text):
     return {m.group(1): m.group(0) for m in re.finditer(r"\.entry\s+(\w+)\(.*?\n\}\n", text, flags=re.S)}
 
 
+def compare(args, module, tmp):
+    """Prints one module's comparison; returns the differing kernels plus those only in one revision."""
+    ea = entries(ptx(module_source(args.repo, args.a, module, tmp), args.arch, tmp, module + "_a", args.cache))
+    eb = entries(ptx(module_source(args.repo, args.b, module, tmp), args.arch, tmp, module + "_b", args.cache))
+    diff = sorted(k for k in set(ea) & set(eb) if ea[k] != eb[k])
+    tag = "" if args.module == ["main"] else "[%s] " % module
+    print("%s%s: %d kernels, %s: %d kernels" % (tag, args.a, len(ea), args.b, len(eb)))
+    print("%sonly in %s: %s" % (tag, args.a, " ".join(sorted(set(ea) - set(eb))) or "-"))
+    print("%sonly in %s: %s" % (tag, args.b, " ".join(sorted(set(eb) - set(ea))) or "-"))
+    print("%sdiffering: %s" % (tag, " ".join(diff) or "-"))
+    print("%sidentical: %d" % (tag, len(set(ea) & set(eb)) - len(diff)))
+    for k in args.show or []:
+        if k in diff:
+            sys.stdout.writelines(difflib.unified_diff(ea[k].splitlines(True), eb[k].splitlines(True),
+                                                       "%s:%s" % (args.a, k), "%s:%s" % (args.b, k), n=2))
+    return diff + sorted(set(ea) ^ set(eb))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("a", help="revision (or WORKTREE)")
     ap.add_argument("b", help="revision (or WORKTREE)")
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--repo", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    ap.add_argument("--module", action="append", choices=sorted(MODULES) + ["all"],
+                    help="module to compare (repeatable; all: every one; default main, the default module)")
+    ap.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache", "kernel_ptx_diff"),
+                    help="directory keeping compiled PTX by source hash ('' for none)")
+    ap.add_argument("--show", action="append", metavar="KERNEL",
+                    help="print the normalised PTX diff of a differing kernel (repeatable)")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when any kernel differs or is only in one revision")
     args = ap.parse_args()
-    try:
-        subprocess.run(["nvcc", "--version"], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError):
-        print("nvcc not found: install a CUDA toolkit (Debian: add contrib non-free, apt-get install nvidia-cuda-toolkit)", file=sys.stderr)
-        return 2
+    mods = args.module or ["main"]
+    args.module = sorted(MODULES, key=list(MODULES).index) if "all" in mods else list(dict.fromkeys(mods))
+    for tool, hint in (("nvcc", "install a CUDA toolkit (Debian: add contrib non-free, apt-get install nvidia-cuda-toolkit)"),
+                       ("go", "the modules' sources are assembled by the kernels package: install Go")):
+        try:
+            subprocess.run([tool, "version" if tool == "go" else "--version"], check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError):
+            print("%s not found: %s" % (tool, hint), file=sys.stderr)
+            return 2
+    changed = []
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            ea = entries(ptx(module(sources(args.repo, args.a)), args.arch, tmp, "a"))
-            eb = entries(ptx(module(sources(args.repo, args.b)), args.arch, tmp, "b"))
+            for m in args.module:
+                changed += compare(args, m, tmp)
         except subprocess.CalledProcessError as e:
             print("git archive failed: %s (is the revision spelled right?)" % e.stderr.decode().strip(), file=sys.stderr)
             return 2
         except CompileError as e:
             print(e, file=sys.stderr)
             return 2
-    diff = sorted(k for k in set(ea) & set(eb) if ea[k] != eb[k])
-    print("%s: %d kernels, %s: %d kernels" % (args.a, len(ea), args.b, len(eb)))
-    print("only in %s: %s" % (args.a, " ".join(sorted(set(ea) - set(eb))) or "-"))
-    print("only in %s: %s" % (args.b, " ".join(sorted(set(eb) - set(ea))) or "-"))
-    print("differing: %s" % (" ".join(diff) or "-"))
-    print("identical: %d" % (len(set(ea) & set(eb)) - len(diff)))
-    return 0
+    return 1 if args.strict and changed else 0
 
 
 if __name__ == "__main__":

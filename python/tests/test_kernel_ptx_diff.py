@@ -1,7 +1,7 @@
 """scripts/kernel_ptx_diff.py's comparison: what it treats as the same kernel and what as a change.
 
-The nvcc run itself needs a CUDA toolkit; these tests feed PTX text straight to entries() and the
-module assembly, so they run anywhere.
+The nvcc run itself needs a CUDA toolkit; these tests feed PTX text straight to entries() and fake
+nvcc for the PTX cache, so they run anywhere.
 """
 
 import importlib.util
@@ -46,7 +46,35 @@ def test_an_instruction_change_is_a_change():
     assert a["k"] != b["k"]
 
 
-def test_module_order_is_kernel_source_order():
-    src = kpd.module({"b.cu": "B", "common.cuh": "C", "a.cu": "A"})
-    assert src.index("C") < src.index("A") < src.index("B")
-    assert '#line 1 "a.cu"' in src
+def test_every_module_names_its_go_source_function():
+    """Each module's source comes from the kernels package's own assembly (its headers, their order)."""
+    kernels_go = "".join(p.read_text() for p in (ROOT / "cuda" / "kernels").glob("*.go") if not p.name.endswith("_test.go"))
+    assert kpd.MODULES["main"] == "KernelSource"
+    for mod, fn in kpd.MODULES.items():
+        assert "func %s() string" % fn in kernels_go, (mod, fn)
+        assert "kernels.%s()" % fn in kpd.GO_MAIN % fn
+
+
+def test_the_cache_key_is_the_source(tmp_path, monkeypatch):
+    """A cached PTX is reused for the same source only: another source compiles again."""
+    calls = []
+
+    def fake_run(cmd, **kw):
+        class R:
+            returncode = 0
+            stdout = "nvcc 11.8"
+            stderr = ""
+
+        if "-ptx" in cmd:
+            calls.append(cmd)
+            out = cmd[cmd.index("-o") + 1]
+            src = open(cmd[-1]).read()
+            open(out, "w").write("PTX of " + src)
+        return R()
+
+    monkeypatch.setattr(kpd.subprocess, "run", fake_run)
+    cache = str(tmp_path / "cache")
+    assert kpd.ptx("A", "sm_90", str(tmp_path), "a", cache) == "PTX of A"
+    assert kpd.ptx("A", "sm_90", str(tmp_path), "b", cache) == "PTX of A"
+    assert kpd.ptx("B", "sm_90", str(tmp_path), "c", cache) == "PTX of B"
+    assert len(calls) == 2

@@ -19,20 +19,40 @@ import (
 //go:embed cu/*.cu cu/*.cuh
 var kernelFS embed.FS
 
-// KernelSource is the module NVRTC compiles: common.cuh, then every .cu in
+// KernelSource is the module NVRTC compiles: common.cuh, the headers it
+// shares with the modules beside it (defaultHeaders), then every .cu in
 // name order, each marked with #line so compile errors name the right file.
-func KernelSource() string { return moduleSource(kernelFS, "cu/*.cu") }
+func KernelSource() string { return moduleSource(kernelFS, "cu/*.cu", defaultHeaders...) }
 
-// moduleSource is common.cuh, then every file of fsys matching glob in name
-// order, each after a #line naming it.
-func moduleSource(fsys embed.FS, glob string) string {
+// Headers of cu/ holding device code that the default module and a module
+// beside it both run (one text, so the extra module's kernels keep the
+// default ones' bits without a transcribed copy): the default module takes
+// them all; an extra module names those it needs after common.cuh. Each
+// needs only common.cuh.
+const (
+	gemvTileHeader  = "cu/gemv_tile.cuh"  // tile / grouped GEMV pieces (mid)
+	mlaAbsorbHeader = "cu/mla_absorb.cuh" // absorb products' loads and sums (absorb)
+	topkRadixHeader = "cu/topk_radix.cuh" // top-k keys, digits and emit (few)
+)
+
+var defaultHeaders = []string{gemvTileHeader, mlaAbsorbHeader, topkRadixHeader}
+
+// moduleSource is common.cuh, then headers (cu/ files, in the order given),
+// then every file of fsys matching glob in name order, each after a #line
+// naming it.
+func moduleSource(fsys embed.FS, glob string, headers ...string) string {
 	var b strings.Builder
-	common, err := kernelFS.ReadFile("cu/common.cuh")
-	if err != nil {
-		panic(err) // embedded at build time
+	for i, h := range append([]string{"cu/common.cuh"}, headers...) {
+		src, err := kernelFS.ReadFile(h)
+		if err != nil {
+			panic(err) // embedded at build time
+		}
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString("#line 1 \"" + strings.TrimPrefix(h, "cu/") + "\"\n")
+		b.Write(src)
 	}
-	b.WriteString("#line 1 \"common.cuh\"\n")
-	b.Write(common)
 	names, err := fs.Glob(fsys, glob)
 	if err != nil {
 		panic(err)

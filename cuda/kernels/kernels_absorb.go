@@ -20,9 +20,11 @@ import (
 //go:embed cu/absorb/*.cu
 var absorbFS embed.FS
 
-// AbsorbKernelSource is the absorb module's source: common.cuh, then every
-// cu/absorb/*.cu in name order, each marked with #line.
-func AbsorbKernelSource() string { return moduleSource(absorbFS, "cu/absorb/*.cu") }
+// AbsorbKernelSource is the absorb module's source: common.cuh,
+// mla_absorb.cuh (the absorb products' loads and sums, the default
+// module's text), then every cu/absorb/*.cu in name order, each marked
+// with #line.
+func AbsorbKernelSource() string { return moduleSource(absorbFS, "cu/absorb/*.cu", mlaAbsorbHeader) }
 
 // CompileAbsorb compiles the absorb module for a device of compute
 // capability major.minor through the cache (no GPU needed).

@@ -22,16 +22,18 @@ import (
 //go:embed cu/few/*.cu cu/few/prelude.cuh
 var fewFS embed.FS
 
-// FewKernelSource is the module's source: common.cuh, cu/few/prelude.cuh
-// (what indexer_mma.cu takes from the default module's other files), the
-// default module's cu/indexer_mma.cu as it is (topk_fused.cu runs its scores
-// body), then every cu/few/*.cu in name order, each marked with #line.
+// FewKernelSource is the module's source: common.cuh, topk_radix.cuh (the
+// top-k selection's key loads, digit counts and ordered emit, the default
+// module's text), cu/few/prelude.cuh (what indexer_mma.cu takes from the
+// default module's other files), the default module's cu/indexer_mma.cu as
+// it is (topk_fused.cu runs its scores body), then every cu/few/*.cu in
+// name order, each marked with #line.
 func FewKernelSource() string {
 	var b strings.Builder
 	for _, f := range []struct {
 		fs   embed.FS
 		name string
-	}{{kernelFS, "cu/common.cuh"}, {fewFS, "cu/few/prelude.cuh"}, {kernelFS, "cu/indexer_mma.cu"}} {
+	}{{kernelFS, "cu/common.cuh"}, {kernelFS, topkRadixHeader}, {fewFS, "cu/few/prelude.cuh"}, {kernelFS, "cu/indexer_mma.cu"}} {
 		src, err := f.fs.ReadFile(f.name)
 		if err != nil {
 			panic(err) // embedded at build time

@@ -15,9 +15,10 @@ import (
 //go:embed cu/mid/*.cu
 var midFS embed.FS
 
-// MidKernelSource is the mid module's source: common.cuh, then every
+// MidKernelSource is the mid module's source: common.cuh, gemv_tile.cuh
+// (the grouped GEMV's pieces, the default module's text), then every
 // cu/mid/*.cu in name order, each marked with #line.
-func MidKernelSource() string { return moduleSource(midFS, "cu/mid/*.cu") }
+func MidKernelSource() string { return moduleSource(midFS, "cu/mid/*.cu", gemvTileHeader) }
 
 // CompileMid compiles the mid module for a device of compute capability
 // major.minor through the cache (no GPU needed).

@@ -25,48 +25,8 @@
 // Needs K % T::E == 0, 16-byte aligned W rows, x and ldx % 4 == 0 (the
 // launchers check and fall back).
 
-#define TILE_THREADS 256
-
-__device__ __forceinline__ uint4 tile_ld16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ u32 tile_word(uint4 v, int q) {
-  return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
-}
-
-// Weight formats: EW weights per 32-bit word, E per 16-byte chunk.
-struct TFP8 {
-  enum { E = 16, EW = 4, BYTES = 1 };
-  static __device__ __forceinline__ void word(u32 w, float* o) { fp8x4_to_f32(w, o); }
-};
-
-struct TBF16 {
-  enum { E = 8, EW = 2, BYTES = 2 };
-  static __device__ __forceinline__ void word(u32 w, float* o) {
-    o[0] = __uint_as_float(w << 16);
-    o[1] = __uint_as_float(w & 0xffff0000u);
-  }
-};
-
-template <int EW>
-__device__ __forceinline__ void tile_ldx(const float* p, float* o) {
-  if (EW == 4) {
-    const float4 v = __ldg((const float4*)p);
-    o[0] = v.x;
-    o[1] = v.y;
-    o[2] = v.z;
-    o[3] = v.w;
-  } else {
-    const float2 v = __ldg((const float2*)p);
-    o[0] = v.x;
-    o[1] = v.y;
-  }
-}
+// TILE_THREADS, the loads, the weight formats (TFP8, TBF16) and a chunk's
+// one-row sums (TILE_CHUNK_M1): gemv_tile.cuh, shared with the mid module.
 
 template <class T, int R, int MM, int LD = 8>
 __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
@@ -148,20 +108,7 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
         if (MM == 1) {
           // One row: sum the chunk, then scale it (one multiply per chunk).
           float p[R];
-#pragma unroll
-          for (int r = 0; r < R; r++) p[r] = 0.0f;
-#pragma unroll
-          for (int q = 0; q < 4; q++) {
-            float xv[T::EW];
-            tile_ldx<T::EW>(xc + q * T::EW, xv);
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-              float wf[T::EW];
-              T::word(tile_word(wv[i][r], q), wf);
-#pragma unroll
-              for (int e = 0; e < T::EW; e++) p[r] = fmaf(wf[e], xv[e], p[r]);
-            }
-          }
+          TILE_CHUNK_M1(T, R, xc, (const float*)0, 1.0f, wv[i], p)
 #pragma unroll
           for (int r = 0; r < R; r++) acc[r][0] = fmaf(p[r], (pair && r >= rout ? scu[i] : scg[i]), acc[r][0]);
         } else if (fold) {

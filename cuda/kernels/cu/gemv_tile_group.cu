@@ -16,17 +16,14 @@
 // and rows per group R as gemv_tile_body does for a dense slot (same loads,
 // same FMA order, same fixed-order combine). A thread's chunks and their
 // order depend on G alone, so a segment's output is bit-for-bit what the
-// tile GEMV with the same G writes, whatever R each of them takes. This file
-// sorts after gemv_tile.cu and reuses its helpers (the .cu files form one
-// module in name order).
+// tile GEMV with the same G writes, whatever R each of them takes. Its
+// helpers (loads, formats, a chunk's sums, the segment map) are
+// gemv_tile.cuh's, shared with the mid module.
 //
 // Needs K % 16 == 0 (fp8) / % 8 (bf16), 16-byte aligned W rows, x and
 // ldx % 4 == 0 (the launcher checks).
 
 #define GROUP_SEGS 4
-// Elements of a row each virtual thread of the norm prologue loads at once
-// (fastnorm).
-#define GROUP_NORM_REGS 4
 
 // Largest K the staged norm prologue takes (its shared-memory row: 32 KB).
 #define GROUP_SN_MAXK 8192
@@ -74,30 +71,9 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
                                                 int fastnorm, float (*part)[32], float (*nsh)[32], float* rs,
                                                 float* xs = nullptr) {
   constexpr int NI = 8 / R;
-  const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
-  const int n0 = (blk * (TILE_THREADS / G) + grp) * R;
-  const int kb = (K + 127) >> 7;
-  const char* wr[R];
-#pragma unroll
-  for (int r = 0; r < R; r++) {
-    const int n = min(n0 + r, N - 1);  // rows past N repeat the last one; not written
-    wr[r] = (const char*)W + (size_t)n * K * T::BYTES;
-  }
-  // A group's rows lie in one 128-row scale block (R divides 128, n0 is a
-  // multiple of R; clamped rows repeat row N-1 >= n0): one scale per chunk.
-  const float* sr = S ? S + (size_t)(min(n0, N - 1) >> 7) * kb : (const float*)0;
-  const int C = n0 < N ? K / T::E : 0;  // idle groups past N load nothing
+  GROUP_ROWS(T, R)
   uint4 wv[NI][R];
   float sc[NI];
-  auto load = [&](int c0) {
-#pragma unroll
-    for (int i = 0; i < NI; i++) {
-      const int c = c0 + i * G;
-#pragma unroll
-      for (int r = 0; r < R; r++) wv[i][r] = c < C ? tile_ld16(wr[r] + (size_t)c * 16) : make_uint4(0u, 0u, 0u, 0u);
-      sc[i] = c < C ? (sr ? __ldg(sr + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
-    }
-  };
   if (nw) {
     // The first round's weights stream into L2 while the prologue runs
     // (a prefetch holds no registers; a load would keep them live).
@@ -116,33 +92,8 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
     if (SN) {
       gg_staged_sumsq(x, ldx, K, M, nvw, nthr, warp, lane, nsh, xs);
     } else if (fastnorm) {
-      // The same sums with the loads of a virtual thread's elements
-      // issued GROUP_NORM_REGS at a time: the loop below waits one L2
-      // round trip per element, times the virtual warps a warp plays (28
-      // in a row at K = 7168; here 8, and 2 at K = 1536). Few at a time
-      // keeps the registers of the GEMV around it (all 32 of a warp's
-      // elements at once: 52-76 -> 120-127).
-      for (int m = 0; m < M; m++) {
-        const float* xr = x + (size_t)m * ldx;
-#pragma unroll 1
-        for (int vw = warp; vw < nvw; vw += TILE_THREADS / 32) {
-          float ss = 0.0f;
-#pragma unroll 1
-          for (int i0 = vw * 32 + lane; i0 < K; i0 += GROUP_NORM_REGS * nthr) {
-            float v[GROUP_NORM_REGS];
-#pragma unroll
-            for (int j = 0; j < GROUP_NORM_REGS; j++) {
-              const int i = i0 + j * nthr;
-              v[j] = i < K ? xr[i] : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < GROUP_NORM_REGS; j++)
-              if (i0 + j * nthr < K) ss += v[j] * v[j];
-          }
-          ss = warp_sum(ss);
-          if (lane == 0) nsh[m][vw] = ss;
-        }
-      }
+      // The same sums, GROUP_NORM_REGS loads at a time (gemv_tile.cuh).
+      for (int m = 0; m < M; m++) group_sumsq_fast(x + (size_t)m * ldx, K, nvw, nthr, warp, lane, nsh[m]);
     } else {
       for (int m = 0; m < M; m++) {
         const float* xr = x + (size_t)m * ldx;
@@ -174,7 +125,7 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
 #pragma unroll
     for (int m = 0; m < MM; m++) acc[r][m] = 0.0f;
   for (int c0 = tg; c0 < C; c0 += G * NI) {
-    load(c0);
+    group_load<T, R, NI>(wr, sr, c0, G, C, wv, sc);
 #pragma unroll
     for (int i = 0; i < NI; i++) {
       const int c = c0 + i * G;
@@ -183,26 +134,7 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
         const float* wc = nw ? nw + (size_t)c * T::E : (const float*)0;
         if (MM == 1) {
           float p[R];
-#pragma unroll
-          for (int r = 0; r < R; r++) p[r] = 0.0f;
-#pragma unroll
-          for (int q = 0; q < 4; q++) {
-            float xv[T::EW];
-            tile_ldx<T::EW>(xc + q * T::EW, xv);
-            if (wc) {
-              float nv[T::EW];
-              tile_ldx<T::EW>(wc + q * T::EW, nv);
-#pragma unroll
-              for (int e = 0; e < T::EW; e++) xv[e] = nv[e] * (xv[e] * rr[0]);
-            }
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-              float wf[T::EW];
-              T::word(tile_word(wv[i][r], q), wf);
-#pragma unroll
-              for (int e = 0; e < T::EW; e++) p[r] = fmaf(wf[e], xv[e], p[r]);
-            }
-          }
+          TILE_CHUNK_M1(T, R, xc, wc, rr[0], wv[i], p)
 #pragma unroll
           for (int r = 0; r < R; r++) acc[r][0] = fmaf(p[r], sc[i], acc[r][0]);
         } else {
@@ -287,13 +219,6 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
   }
 }
 
-// Blocks of a segment of N rows: R rows per group, TILE_THREADS/G groups.
-template <int R>
-__device__ __forceinline__ int group_blocks(int N, int cfg) {
-  const int G = cfg & 1023;
-  return N > 0 ? ((N + R - 1) / R + TILE_THREADS / G - 1) / (TILE_THREADS / G) : 0;
-}
-
 // cfg_s = G | bf16 << 14; nf = nthr | fold << 16 (nthr: the rmsnorm launch's
 // block size for K, a multiple of 32 up to 1024). Every segment of a launch
 // takes R rows per group (its G is its own).
@@ -309,26 +234,7 @@ __device__ __forceinline__ void gemv_group_run(const float* __restrict__ x, int 
   __shared__ float nsh[MM][32];
   __shared__ float rs[MM];
   // This block's segment (segment 0's blocks first).
-  int blk = blockIdx.x;
-  const void* W = w0;
-  const float* S = s0;
-  float* y = y0;
-  int N = n0, ldy = ldy0, cfg = cfg0;
-  int nb = group_blocks<R>(n0, cfg0);
-  if (blk >= nb) {
-    blk -= nb;
-    W = w1, S = s1, y = y1, N = n1, ldy = ldy1, cfg = cfg1;
-    nb = group_blocks<R>(n1, cfg1);
-    if (blk >= nb) {
-      blk -= nb;
-      W = w2, S = s2, y = y2, N = n2, ldy = ldy2, cfg = cfg2;
-      nb = group_blocks<R>(n2, cfg2);
-      if (blk >= nb) {
-        blk -= nb;
-        W = w3, S = s3, y = y3, N = n3, ldy = ldy3, cfg = cfg3;
-      }
-    }
-  }
+  GROUP_SEGMENT(R)
   const int G = cfg & 1023, fold = (nf >> 16) & 1, fastnorm = (nf >> 17) & 1, nthr = nf & 0xffff;
   if ((cfg >> 14) & 1) {
     gemv_group_body<TBF16, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh, rs);

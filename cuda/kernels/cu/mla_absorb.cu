@@ -29,12 +29,7 @@ __device__ __forceinline__ void absorb_q_body(float* out, float* qpe, const floa
   const int rb = (R + 127) >> 7;
   // Issue every weight load of this thread first.
   uint4 wv[NR];
-#pragma unroll
-  for (int i = 0; i < NR; i++) {
-    const int d = r + i * RL;
-    wv[i] = make_uint4(0u, 0u, 0u, 0u);
-    if (d < nope) wv[i] = *(const uint4*)(W + ((size_t)h * nope + d) * R + c0 + g * 16);
-  }
+  absorb_q_load<NR>(W, h, nope, R, c0, g, r, RL, wv);
   if (qpe && c0 == 0) {
     const int half = P >> 1;
     for (int i = tid; i < M * half; i += 256) {
@@ -70,17 +65,7 @@ __device__ __forceinline__ void absorb_q_body(float* out, float* qpe, const floa
 #pragma unroll
       for (int i = 0; i < NR; i++) {
         const int d = r + i * RL;
-        if (d < nope) {
-          const float a = coef[mm * 256 + d];
-          const u32 ws[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
-#pragma unroll
-          for (int b = 0; b < 4; b++) {
-            float f[4];
-            fp8x4_to_f32(ws[b], f);
-#pragma unroll
-            for (int k = 0; k < 4; k++) acc[4 * b + k] = fmaf(a, f[k], acc[4 * b + k]);
-          }
-        }
+        if (d < nope) absorb_fma16(wv[i], coef[mm * 256 + d], acc);
       }
       for (int off = G; off < 32; off <<= 1) {
 #pragma unroll
@@ -154,26 +139,11 @@ extern "C" __global__ void __launch_bounds__(256) absorb_v_fp8(float* out, const
   for (int m = 0; m < M; m++) {
     const float4* xp = (const float4*)(x + ((size_t)m * H + h) * R + lane * 16);
     float xv[16];
-#pragma unroll
-    for (int b = 0; b < 4; b++) {
-      const float4 f = xp[b];
-      xv[4 * b] = f.x;
-      xv[4 * b + 1] = f.y;
-      xv[4 * b + 2] = f.z;
-      xv[4 * b + 3] = f.w;
-    }
+    ABSORB_X16(xv, xp[b])
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       if (j >= RW) break;
-      const u32 ws[4] = {wv[j].x, wv[j].y, wv[j].z, wv[j].w};
-      float acc = 0.0f;
-#pragma unroll
-      for (int b = 0; b < 4; b++) {
-        float f[4];
-        fp8x4_to_f32(ws[b], f);
-#pragma unroll
-        for (int k = 0; k < 4; k++) acc = fmaf(f[k], xv[4 * b + k], acc);
-      }
+      ABSORB_DOT16(acc, wv[j], xv)
       const float a = warp_sum(acc * sc[j]);
       if (lane == 0 && v0 + j < vd) out[(size_t)m * ldo + (size_t)h * vd + v0 + j] = a;
     }

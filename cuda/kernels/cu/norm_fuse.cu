@@ -32,26 +32,7 @@ __device__ __forceinline__ void gemv_group_run_sn(const float* __restrict__ x, i
   __shared__ float rs[MM];
   __shared__ __align__(16) float xs[GROUP_SN_MAXK];
   // This block's segment (segment 0's blocks first), as gemv_group_run.
-  int blk = blockIdx.x;
-  const void* W = w0;
-  const float* S = s0;
-  float* y = y0;
-  int N = n0, ldy = ldy0, cfg = cfg0;
-  int nb = group_blocks<R>(n0, cfg0);
-  if (blk >= nb) {
-    blk -= nb;
-    W = w1, S = s1, y = y1, N = n1, ldy = ldy1, cfg = cfg1;
-    nb = group_blocks<R>(n1, cfg1);
-    if (blk >= nb) {
-      blk -= nb;
-      W = w2, S = s2, y = y2, N = n2, ldy = ldy2, cfg = cfg2;
-      nb = group_blocks<R>(n2, cfg2);
-      if (blk >= nb) {
-        blk -= nb;
-        W = w3, S = s3, y = y3, N = n3, ldy = ldy3, cfg = cfg3;
-      }
-    }
-  }
+  GROUP_SEGMENT(R)
   const int G = cfg & 1023, fold = (nf >> 16) & 1, fastnorm = (nf >> 17) & 1, nthr = nf & 0xffff;
   if ((cfg >> 14) & 1) {
     gemv_group_body<TBF16, R, MM, true>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part,

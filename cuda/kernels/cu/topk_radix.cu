@@ -18,8 +18,8 @@
 // bitmap words it read, the last block its counter), so calls with other
 // row counts or lengths, and graph replays, find it clean.
 
-#define TKR_BINS 4096
-#define TKR_SHIFT 20
+// TKR_BINS, TKR_SHIFT, tkr_n and topk_radix_one's key loads, digit counts
+// and ordered emit: topk_radix.cuh, shared with the few module's topk_fast.
 
 // radix_pick: each of the block's 1024 threads owns one 10-bit digit dg,
 // counted cntd times among the keys still in play, digits taken from the
@@ -68,12 +68,6 @@ __device__ __forceinline__ void tkr_find_bin(const u32* h, int K, int* shs, int*
   *bin = sres[0];
   *above = sres[1];
   __syncthreads();
-}
-
-__device__ __forceinline__ int tkr_n(const int* lens, int row, int T) {
-  int n = T;
-  if (lens && lens[row] < n) n = lens[row];
-  return n;
 }
 
 // grid (nb, rows), 256 threads; chunk a multiple of 256.
@@ -606,21 +600,8 @@ __device__ __forceinline__ void tko_body(const float* __restrict__ scores, int l
   }
   const int i0 = tid * KPT;
   const int nv = max(0, min(KPT, n - i0));  // this thread's valid keys
-  const float* x = scores + (size_t)row * ld + i0;
   u32 k[KPT];
-  if (nv == KPT && ((size_t)x & 15) == 0) {
-#pragma unroll
-    for (int j = 0; j < KPT; j += 4) {
-      const float4 v = __ldcg((const float4*)(x + j));
-      k[j] = float_key(v.x);
-      k[j + 1] = float_key(v.y);
-      k[j + 2] = float_key(v.z);
-      k[j + 3] = float_key(v.w);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < KPT; j++) k[j] = j < nv ? float_key(__ldcg(x + j)) : 0u;
-  }
+  tk_load_keys<KPT>(scores + (size_t)row * ld + i0, nv, k);
   int b, above;
   tkr_find_bin(gh, K, shs, sres, &b, &above);  // ends with a barrier: gh read by all
   for (int i = tid; i < TKR_BINS; i += 1024) gh[i] = 0;
@@ -628,9 +609,7 @@ __device__ __forceinline__ void tko_body(const float* __restrict__ scores, int l
   h[tid] = 0;
   __syncthreads();
   const u32 ub = (u32)b;
-#pragma unroll
-  for (int j = 0; j < KPT; j++)
-    if (j < nv && (k[j] >> TKR_SHIFT) == ub) atomicAdd(&h[(k[j] >> 10) & 1023u], 1u);
+  tk_digit_count<KPT>(k, nv, ub, 10, h);
   __syncthreads();
   int rem = K - above;
   radix_pick(1023 - tid, (int)h[1023 - tid], rem, shs, sres);
@@ -639,9 +618,7 @@ __device__ __forceinline__ void tko_body(const float* __restrict__ scores, int l
   rem = sres[1];
   h[tid] = 0;
   __syncthreads();
-#pragma unroll
-  for (int j = 0; j < KPT; j++)
-    if (j < nv && (k[j] >> 10) == p22) atomicAdd(&h[k[j] & 1023u], 1u);
+  tk_digit_count<KPT>(k, nv, p22, 0, h);
   __syncthreads();
   radix_pick(1023 - tid, (int)h[1023 - tid], rem, shs, sres);
   __syncthreads();
@@ -649,32 +626,9 @@ __device__ __forceinline__ void tko_body(const float* __restrict__ scores, int l
   rem = sres[1];                                // how many keys equal to it to take
   // Ordered emit: keys above thr (< K of them) in the high half, keys equal
   // to it (<= n <= 65535) in the low half of one scan.
-  int nsel = 0, neq = 0;
-#pragma unroll
-  for (int j = 0; j < KPT; j++) {
-    if (j < nv) {
-      nsel += k[j] > thr;
-      neq += k[j] == thr;
-    }
-  }
   int tot;
-  const int before = block_excl_scan((nsel << 16) | neq, shs, &tot);
-  int eq_before = before & 0xffff;
-  int pos = (before >> 16) + min(eq_before, rem);
-#pragma unroll
-  for (int j = 0; j < KPT; j++) {
-    if (j < nv) {
-      bool take = k[j] > thr;
-      if (k[j] == thr) {
-        take = eq_before < rem;
-        eq_before++;
-      }
-      if (take) {
-        if (pos < K) o[pos] = i0 + j;
-        pos++;
-      }
-    }
-  }
+  const int before = block_excl_scan(tk_counts<KPT>(k, nv, thr), shs, &tot);
+  tk_emit<KPT>(k, nv, thr, before, rem, K, o, i0);
 }
 
 #define TKO_KERNEL(KPT)                                                                                          \

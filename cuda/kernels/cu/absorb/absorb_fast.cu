@@ -1,8 +1,10 @@
 // One-row absorb products (TILERT_GPU_ABSORB_FAST=1; helper absorb, issue
 // 10): absorb_q_fp8 / absorb_v_fp8 (mla_absorb.cu) for ONE query row, in a
 // module of their own (kernels_absorb.go). Same block shapes, the same
-// element-to-thread map, FMA order and reductions, so every output is the
-// default kernels' bit for bit; what changes is the latency chain:
+// element-to-thread map, FMA order and reductions (the weight loads and a
+// thread's sums are mla_absorb.cuh's, the default kernels' own text), so
+// every output is the default kernels' bit for bit; what changes is the
+// latency chain:
 //   - absorb_q_fast: no shared-memory staging of the coefficients (each
 //     thread loads q[d] and the row's scale for its own rows right behind
 //     its weight loads, no barrier before the FMAs); the RoPE part's
@@ -40,12 +42,7 @@ __device__ __forceinline__ void absorb_q_fast_body(float* out, float* qpe, const
   if (rope && pos) p = pos[0];
   // Every weight load of this thread.
   uint4 wv[NR];
-#pragma unroll
-  for (int i = 0; i < NR; i++) {
-    const int d = r + i * RL;
-    wv[i] = make_uint4(0u, 0u, 0u, 0u);
-    if (d < nope) wv[i] = *(const uint4*)(W + ((size_t)h * nope + d) * R + c0 + g * 16);
-  }
+  absorb_q_load<NR>(W, h, nope, R, c0, g, r, RL, wv);
   // This thread's coefficients: q times the row's scale (absorb_q_fp8's coef).
   const float* Sh = S + (size_t)h * nope * rb + (c0 >> 7);
   float cf[NR];
@@ -73,17 +70,7 @@ __device__ __forceinline__ void absorb_q_fast_body(float* out, float* qpe, const
 #pragma unroll
   for (int i = 0; i < NR; i++) {
     const int d = r + i * RL;
-    if (d < nope) {
-      const float a = cf[i];
-      const u32 ws[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
-#pragma unroll
-      for (int b = 0; b < 4; b++) {
-        float f[4];
-        fp8x4_to_f32(ws[b], f);
-#pragma unroll
-        for (int k = 0; k < 4; k++) acc[4 * b + k] = fmaf(a, f[k], acc[4 * b + k]);
-      }
-    }
+    if (d < nope) absorb_fma16(wv[i], cf[i], acc);
   }
 #pragma unroll
   for (int off = G; off < 32; off <<= 1) {
@@ -156,25 +143,10 @@ __device__ __forceinline__ void absorb_v_fast_body(float* out, const float* __re
   if (threadIdx.x < 128) xs[threadIdx.x] = ((const float4*)(x + (size_t)h * R))[threadIdx.x];
   __syncthreads();
   float xv[16];
-#pragma unroll
-  for (int b = 0; b < 4; b++) {
-    const float4 f = xs[lane * 4 + b];
-    xv[4 * b] = f.x;
-    xv[4 * b + 1] = f.y;
-    xv[4 * b + 2] = f.z;
-    xv[4 * b + 3] = f.w;
-  }
+  ABSORB_X16(xv, xs[lane * 4 + b])
 #pragma unroll
   for (int j = 0; j < RW; j++) {
-    const u32 ws[4] = {wv[j].x, wv[j].y, wv[j].z, wv[j].w};
-    float acc = 0.0f;
-#pragma unroll
-    for (int b = 0; b < 4; b++) {
-      float f[4];
-      fp8x4_to_f32(ws[b], f);
-#pragma unroll
-      for (int k = 0; k < 4; k++) acc = fmaf(f[k], xv[4 * b + k], acc);
-    }
+    ABSORB_DOT16(acc, wv[j], xv)
     const float a = warp_sum(acc * sc[j]);
     if (lane == 0 && v0 + j < vd) out[(size_t)h * vd + v0 + j] = a;
   }

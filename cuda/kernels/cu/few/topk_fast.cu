@@ -16,14 +16,9 @@
 // element. tkf_body is generic in the block size NT (256: the fused tail of
 // topk_fused.cu, run by the scores kernel's last block).
 
-#define TKF_BINS 4096
-#define TKF_SHIFT 20
-
-__device__ __forceinline__ u32 tkf_key(float f) {
-  if (f != f) return 0u;
-  const u32 b = __float_as_uint(f);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
+// The row length, key loads, digit counts and ordered emit are
+// topk_radix_one's own text (topk_radix.cuh, which this module's source
+// puts after common.cuh: kernels_few.go).
 
 // Exclusive block scan of v over the NT threads; *tot the block total.
 // sh: NT/32 + 1 ints used by this scan alone.
@@ -93,39 +88,25 @@ __device__ __forceinline__ void tkf_pick(const u32* h, int rem, int* sh, int* sr
 template <int KPT, int NT, int DIAG = 0>
 __device__ __forceinline__ void tkf_body(const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T,
                                          int K, u32* hist, int* out, int ld_out, int row) {
-  constexpr int BPT = TKF_BINS / NT;  // histogram bins a thread (8 or 16)
+  constexpr int BPT = TKR_BINS / NT;  // histogram bins a thread (8 or 16)
   __shared__ u32 h[1024];
   __shared__ int shs[4][NT / 32 + 1];
   __shared__ int sres[6];
   const int tid = threadIdx.x;
-  int n = T;
-  if (lens && lens[row] < n) n = lens[row];
-  u32* gh = hist + (size_t)row * TKF_BINS;
+  const int n = tkr_n(lens, row, T);
+  u32* gh = hist + (size_t)row * TKR_BINS;
   int* o = out + (size_t)row * ld_out;
   if (n <= K) {
     for (int j = tid; j < K; j += NT) o[j] = j < n ? j : -1;
-    for (int i = tid; i < TKF_BINS; i += NT) gh[i] = 0;
+    for (int i = tid; i < TKR_BINS; i += NT) gh[i] = 0;
     return;
   }
   const int i0 = tid * KPT;
   const int nv = max(0, min(KPT, n - i0));
-  const float* x = scores + (size_t)row * ld + i0;
   u32 k[KPT];
-  if (nv == KPT && ((size_t)x & 15) == 0) {
-#pragma unroll
-    for (int j = 0; j < KPT; j += 4) {
-      const float4 v = __ldcg((const float4*)(x + j));
-      k[j] = tkf_key(v.x);
-      k[j + 1] = tkf_key(v.y);
-      k[j + 2] = tkf_key(v.z);
-      k[j + 3] = tkf_key(v.w);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < KPT; j++) k[j] = j < nv ? tkf_key(__ldcg(x + j)) : 0u;
-  }
+  tk_load_keys<KPT>(scores + (size_t)row * ld + i0, nv, k);
   // The 12-bit bin: thread t owns bins 4095 - BPT t .. (from the top).
-  const int hi = TKF_BINS - 1 - BPT * tid;
+  const int hi = TKR_BINS - 1 - BPT * tid;
   int c[BPT];
 #pragma unroll
   for (int q = 0; q < BPT / 4; q++) {
@@ -166,15 +147,13 @@ __device__ __forceinline__ void tkf_body(const float* __restrict__ scores, int l
   __syncthreads();
   const u32 ub = (u32)sres[0];
   int rem = K - sres[1];
-  for (int i = tid; i < TKF_BINS; i += NT) gh[i] = 0;  // every thread read its bins before the scan's barriers
+  for (int i = tid; i < TKR_BINS; i += NT) gh[i] = 0;  // every thread read its bins before the scan's barriers
   if (DIAG == 1) {
     if (kx == 0x9e3779b9u && rem == -1) o[0] = -2;
     return;
   }
   // Second digit (key bits 19..10) over the bin's keys.
-#pragma unroll
-  for (int j = 0; j < KPT; j++)
-    if (j < nv && (k[j] >> TKF_SHIFT) == ub) atomicAdd(&h[(k[j] >> 10) & 1023u], 1u);
+  tk_digit_count<KPT>(k, nv, ub, 10, h);
   __syncthreads();
   tkf_pick<NT>(h, rem, shs[1], sres + 2);  // reads h before its scan's barriers
   __syncthreads();
@@ -187,9 +166,7 @@ __device__ __forceinline__ void tkf_body(const float* __restrict__ scores, int l
 #pragma unroll
   for (int i = 0; i < 1024 / NT; i++) h[tid + i * NT] = 0;
   __syncthreads();
-#pragma unroll
-  for (int j = 0; j < KPT; j++)
-    if (j < nv && (k[j] >> 10) == p22) atomicAdd(&h[k[j] & 1023u], 1u);
+  tk_digit_count<KPT>(k, nv, p22, 0, h);
   __syncthreads();
   tkf_pick<NT>(h, rem, shs[2], sres + 4);
   __syncthreads();
@@ -199,31 +176,8 @@ __device__ __forceinline__ void tkf_body(const float* __restrict__ scores, int l
     if (kx == 0x9e3779b9u && rem == -1) o[0] = (int)thr;
     return;
   }
-  int nsel = 0, neq = 0;
-#pragma unroll
-  for (int j = 0; j < KPT; j++) {
-    if (j < nv) {
-      nsel += k[j] > thr;
-      neq += k[j] == thr;
-    }
-  }
-  const int before = tkf_scan<NT>((nsel << 16) | neq, shs[3], &tot);
-  int eq_before = before & 0xffff;
-  int pos = (before >> 16) + min(eq_before, rem);
-#pragma unroll
-  for (int j = 0; j < KPT; j++) {
-    if (j < nv) {
-      bool take = k[j] > thr;
-      if (k[j] == thr) {
-        take = eq_before < rem;
-        eq_before++;
-      }
-      if (take) {
-        if (pos < K) o[pos] = i0 + j;
-        pos++;
-      }
-    }
-  }
+  const int before = tkf_scan<NT>(tk_counts<KPT>(k, nv, thr), shs[3], &tot);
+  tk_emit<KPT>(k, nv, thr, before, rem, K, o, i0);
 }
 
 #define TKF_KERNEL(KPT)                                                                                          \

@@ -16,7 +16,8 @@ a listed kernel needs its device check again.
     python3 scripts/kernel_ptx_diff.py main WORKTREE --module all --strict
 
 Needs git, go and nvcc (Debian: nvidia-cuda-toolkit from contrib/non-free,
-11.8 is enough). Compiled PTX is kept by source hash in --cache (default
+11.8 is enough); --compiler nvrtc compiles with NVRTC instead, as the engine
+does (TILERT_NVRTC=/opt/nvrtc12/libnvrtc.so.12; no PTX cache). Compiled PTX is kept by source hash in --cache (default
 ~/.cache/kernel_ptx_diff), so an unchanged side costs no compile. Exit
 status 0 whether or not kernels differ (--strict: 1 when any does or is in
 one revision only); 2 on usage or compile errors.
@@ -46,16 +47,37 @@ MODULES = {
 # A throwaway main program printing one module's source, built against the
 # revision's own tree so the revision's assembly (its headers, their order)
 # is what gets compiled.
+# With an argument (an arch, compute_XY) it prints the PTX that NVRTC
+# (TILERT_NVRTC or the system's) builds from that source with the kernels
+# package's options (kernelOptions), as the engine compiles it.
 GO_MAIN = """package main
 
 import (
+\t"fmt"
 \t"os"
 
+\t"github.com/tilert-go/tilert/cuda"
 \t"github.com/tilert-go/tilert/cuda/kernels"
 )
 
 func main() {
-\tos.Stdout.WriteString(kernels.%s())
+\tsrc := kernels.%s()
+\tif len(os.Args) < 2 {
+\t\tos.Stdout.WriteString(src)
+\t\treturn
+\t}
+\tnv, err := cuda.LoadNVRTC()
+\tif err != nil {
+\t\tfmt.Fprintf(os.Stderr, "%%+v\\n", err)
+\t\tos.Exit(1)
+\t}
+\tptx, err := nv.Compile(src, "module.cu", []string{"--gpu-architecture=" + os.Args[1], "--std=c++17", "-default-device", "-lineinfo"}, false)
+\tif err != nil {
+\t\tfmt.Fprintf(os.Stderr, "%%+v\\n", err)
+\t\tos.Exit(1)
+\t}
+\tfmt.Fprintf(os.Stderr, "NVRTC %%s\\n", nv.Version())
+\tos.Stdout.Write(ptx)
 }
 """
 
@@ -64,8 +86,9 @@ class CompileError(Exception):
     pass
 
 
-def module_source(repo, rev, module, tmp):
-    """The module's source as the kernels package of rev assembles it (WORKTREE: the files on disk)."""
+def module_source(repo, rev, module, tmp, nvrtc_arch=None):
+    """The module's source as the kernels package of rev assembles it (WORKTREE: the files on disk);
+    with nvrtc_arch, the PTX NVRTC builds from it instead."""
     root = os.path.abspath(repo)
     if rev != "WORKTREE":
         root = os.path.join(tmp, "tree-" + re.sub(r"\W", "_", rev))
@@ -80,7 +103,8 @@ def module_source(repo, rev, module, tmp):
         f.write(GO_MAIN % MODULES[module])
     # A file named on go run's command line builds against the module of
     # the directory it runs in: the revision's tree.
-    r = subprocess.run(["go", "run", prog], cwd=root, capture_output=True, text=True)
+    r = subprocess.run(["go", "run", prog] + ([nvrtc_arch] if nvrtc_arch else []), cwd=root, capture_output=True,
+                       text=True)
     if r.returncode != 0:
         sys.stderr.write(r.stderr[-4000:])
         raise CompileError("go run failed assembling %s's %s module (the errors above)" % (rev, module))
@@ -119,13 +143,19 @@ def entries(text):
     text = re.sub(r"^\s*//.*$", "", text, flags=re.M)
     text = re.sub(r"\$L__BB\d+_", "$L__BB_", text)
     text = re.sub(r"__local_depot\d+", "__local_depot", text)
+    text = re.sub(r"\n\s*(?=\n)", "", text)  # blank lines (where .loc lines were: -lineinfo numbers them per source line)
     return {m.group(1): m.group(0) for m in re.finditer(r"\.entry\s+(\w+)\(.*?\n\}\n", text, flags=re.S)}
 
 
 def compare(args, module, tmp):
     """Prints one module's comparison; returns the differing kernels plus those only in one revision."""
-    ea = entries(ptx(module_source(args.repo, args.a, module, tmp), args.arch, tmp, module + "_a", args.cache))
-    eb = entries(ptx(module_source(args.repo, args.b, module, tmp), args.arch, tmp, module + "_b", args.cache))
+    if args.compiler == "nvrtc":
+        arch = args.arch.replace("sm_", "compute_")
+        ea = entries(module_source(args.repo, args.a, module, tmp, arch))
+        eb = entries(module_source(args.repo, args.b, module, tmp, arch))
+    else:
+        ea = entries(ptx(module_source(args.repo, args.a, module, tmp), args.arch, tmp, module + "_a", args.cache))
+        eb = entries(ptx(module_source(args.repo, args.b, module, tmp), args.arch, tmp, module + "_b", args.cache))
     diff = sorted(k for k in set(ea) & set(eb) if ea[k] != eb[k])
     tag = "" if args.module == ["main"] else "[%s] " % module
     print("%s%s: %d kernels, %s: %d kernels" % (tag, args.a, len(ea), args.b, len(eb)))
@@ -148,6 +178,8 @@ def main():
     ap.add_argument("--repo", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     ap.add_argument("--module", action="append", choices=sorted(MODULES) + ["all"],
                     help="module to compare (repeatable; all: every one; default main, the default module)")
+    ap.add_argument("--compiler", choices=["nvcc", "nvrtc"], default="nvcc",
+                    help="nvrtc: NVRTC through the cuda package (TILERT_NVRTC=...libnvrtc.so.12), the engine's compiler")
     ap.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache", "kernel_ptx_diff"),
                     help="directory keeping compiled PTX by source hash ('' for none)")
     ap.add_argument("--show", action="append", metavar="KERNEL",
@@ -156,8 +188,10 @@ def main():
     args = ap.parse_args()
     mods = args.module or ["main"]
     args.module = sorted(MODULES, key=list(MODULES).index) if "all" in mods else list(dict.fromkeys(mods))
-    for tool, hint in (("nvcc", "install a CUDA toolkit (Debian: add contrib non-free, apt-get install nvidia-cuda-toolkit)"),
-                       ("go", "the modules' sources are assembled by the kernels package: install Go")):
+    tools = [("go", "the modules' sources are assembled by the kernels package: install Go")]
+    if args.compiler == "nvcc":
+        tools.append(("nvcc", "install a CUDA toolkit (Debian: add contrib non-free, apt-get install nvidia-cuda-toolkit)"))
+    for tool, hint in tools:
         try:
             subprocess.run([tool, "version" if tool == "go" else "--version"], check=True, capture_output=True)
         except (OSError, subprocess.CalledProcessError):

@@ -21,10 +21,8 @@ import (
 // gate/up + shared down, routed down, combine + residual + next norm). Its
 // own module (common.cuh, moe.cu for the routing, then cu/persist/*.cu),
 // compiled on first use: the default module's source stays as it is.
-// TILERT_GPU_MOE_PERSIST_V=flow launches the dataflow form of the same
-// tasks instead (cu/persist/moe_flow.cu, moe_flow.go: no grid barriers).
 
-//go:embed cu/persist/*.cu cu/persist/*.cuh
+//go:embed cu/persist/*.cu
 var persistFS embed.FS
 
 // PersistKernelSource is the persistent module's source.
@@ -44,8 +42,6 @@ func PersistKernelSource() string {
 		panic(err)
 	}
 	sort.Strings(names)
-	// The shared device functions first (both kernels' files call them).
-	names = append([]string{"cu/persist/persist.cuh"}, names...)
 	for _, n := range names {
 		src, err := persistFS.ReadFile(n)
 		if err != nil {
@@ -82,32 +78,15 @@ type moePersistVariant struct {
 	bps  int
 }
 
-// flow says whether v is the dataflow kernel (no barriers: any grid works).
-func (v moePersistVariant) flow() bool { return strings.HasPrefix(v.name, "moe_flow") }
-
 // moePersistVariants: "" (8 tile rows a group, 8 loads in flight a thread,
 // 2 blocks an SM), "d16" (4 rows, 16 loads, 2 blocks), "b3" (4 rows, 8
 // loads, 3 blocks); TILERT_GPU_MOE_PERSIST_V picks one (the timing test
 // times them all).
-//
-// "flow" (moe_flow.cu, moe_flow.go): the same tasks without grid barriers,
-// ticketed in a fixed order with readiness counters, each tile's weights
-// prefetched into L2 before its task waits and the next ticket's first
-// lines while the current task runs; "flow_pf" the first prefetch only,
-// "flow_np" neither; "flow_r4" flow's with 4 tile rows a group (twice
-// the tasks, half the size: the shard's gate/up).
 var moePersistVariants = map[string]moePersistVariant{
-	"":        {"moe_persist_m1", 2},
-	"d16":     {"moe_persist_m1_d16", 2},
-	"b3":      {"moe_persist_m1_b3", 3},
-	"flow":    {"moe_flow_m1", 2},
-	"flow_pf": {"moe_flow_m1_pf", 2},
-	"flow_np": {"moe_flow_m1_np", 2},
-	"flow_r4": {"moe_flow_m1_r4", 2},
+	"":    {"moe_persist_m1", 2},
+	"d16": {"moe_persist_m1_d16", 2},
+	"b3":  {"moe_persist_m1_b3", 3},
 }
-
-// moePersistVariantNames is every variant, in the order tests run them.
-var moePersistVariantNames = []string{"", "d16", "b3", "flow", "flow_pf", "flow_np", "flow_r4"}
 
 // MoEPersistVariant is the variant MoEPersist launches (a variable so
 // tests can run each).
@@ -125,9 +104,7 @@ const (
 	moePersistSmem = 41 << 10
 	// MoEPersistCtlBytes is the control buffer a launch needs: the barrier's
 	// two counters and the norm's partial sums (zeroed once when allocated,
-	// then left as the kernel leaves it); the flow variant's ticket and
-	// readiness counters in words 2-8 and 48-63, its launch count in word 15
-	// (moe_flow.cu).
+	// then left as the kernel leaves it).
 	MoEPersistCtlBytes = 256
 )
 
@@ -260,7 +237,7 @@ func (k *Set) MoEPersist(s cuda.Stream, a MoEPersistArgs) error {
 	}
 	v, ok := moePersistVariants[MoEPersistVariant]
 	if !ok {
-		return errors.Newf("moe persist: TILERT_GPU_MOE_PERSIST_V=%q (want unset, d16, b3, flow, flow_pf, flow_np or flow_r4)", MoEPersistVariant)
+		return errors.Newf("moe persist: TILERT_GPU_MOE_PERSIST_V=%q (want unset, d16 or b3)", MoEPersistVariant)
 	}
 	f, err := k.c.Function(mod, v.name)
 	if err != nil {
@@ -271,7 +248,7 @@ func (k *Set) MoEPersist(s cuda.Stream, a MoEPersistArgs) error {
 		return err
 	}
 	pl := moePersistPlanB(k.c.Info().SMs, a.E, a.K, a.Hidden, a.Inter, shared, bps)
-	if pl.Grid < pl.NT/32 && !v.flow() {
+	if pl.Grid < pl.NT/32 {
 		return errors.Newf("moe persist: grid %d below the norm's %d blocks", pl.Grid, pl.NT/32)
 	}
 	return k.c.LaunchEx(f, cuda.D1(pl.Grid), cuda.D1(moePersistThreads), 0, s, false, moePersistLaunchArgs(a, pl)...)

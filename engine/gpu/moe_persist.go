@@ -30,10 +30,7 @@ import (
 // none), the bf16 router on its wide GEMV (not TILERT_GPU_FUSE=2/3's
 // router_route, whose sums differ), the sizes MoEPersistShapeOK takes
 // (DeepSeek-V3.2, GLM-5, the tiny presets, the shard's 256-row experts).
-// Everything else keeps its launches. TILERT_GPU_MOE_PERSIST_V picks the
-// kernel (read by kernels.MoEPersist): unset, d16, b3 (grid barriers between
-// phases), or flow / flow_pf / flow_np (moe_flow.cu: ticketed tasks and
-// readiness counters, no barriers; the same bits).
+// Everything else keeps its launches.
 var moePersistOn = os.Getenv("TILERT_GPU_MOE_PERSIST") == "1"
 
 var (

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"strings"
 	"testing"
 
-	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
@@ -20,23 +18,13 @@ import (
 // runs and, on the GPU, reads the barrier's generation counter, which only
 // the kernel itself advances (4 barriers a launch with the next norm, 3
 // deferred).
-func TestEmuMoEPersistEqual(t *testing.T) { testMoEPersistEqual(t, onEmu, "") }
-func TestGPUMoEPersistEqual(t *testing.T) { testMoEPersistEqual(t, onGPU, "") }
+func TestEmuMoEPersistEqual(t *testing.T) { testMoEPersistEqual(t, onEmu) }
+func TestGPUMoEPersistEqual(t *testing.T) { testMoEPersistEqual(t, onGPU) }
 
-// TestGPUMoEFlowEqual is TestGPUMoEPersistEqual with the dataflow variant
-// (TILERT_GPU_MOE_PERSIST_V=flow, cuda/kernels/cu/persist/moe_flow.cu): it
-// has no barrier generation; its last block out counts the launch in
-// control word 15 (and puts its ticket and readiness counters back to 0),
-// so that count moving proves the flow kernel ran.
-func TestGPUMoEFlowEqual(t *testing.T) { testMoEPersistEqual(t, onGPU, "flow") }
-
-func testMoEPersistEqual(t *testing.T, kind deviceKind, variant string) {
+func testMoEPersistEqual(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(v string) { kernels.MoEPersistVariant = v }(kernels.MoEPersistVariant)
-	kernels.MoEPersistVariant = variant
-	flow := strings.HasPrefix(variant, "flow")
 	defer func(on bool) { moePersistOn = on }(moePersistOn)
 	defer func(on, post bool) { normFuseOn, normFusePost = on, post }(normFuseOn, normFusePost)
 	type tcase struct{ pr, norm string }
@@ -77,20 +65,11 @@ func testMoEPersistEqual(t *testing.T, kind deviceKind, variant string) {
 						}
 					}
 				}
-				ctl := make([]byte, kernels.MoEPersistCtlBytes)
+				ctl := make([]byte, 8)
 				if err := e.m.r.run(func(b device) error { return b.download(ctl, e.m.ws.pctl) }); err != nil {
 					t.Fatalf("%+v", err)
 				}
 				gen[k] = binary.LittleEndian.Uint32(ctl[4:])
-				if flow {
-					// the flow kernel's launch count; its counters must be back at 0
-					gen[k] = binary.LittleEndian.Uint32(ctl[60:])
-					for w := range kernels.MoEPersistCtlBytes / 4 {
-						if v := binary.LittleEndian.Uint32(ctl[4*w:]); (w >= 2 && w <= 8 || w >= 48) && v != 0 {
-							t.Errorf("flow counter word %d left at %d after the run", w, v)
-						}
-					}
-				}
 			}
 			if i := enginetest.FirstDiff(toks[1], toks[0]); i >= 0 {
 				t.Errorf("persistent MoE tokens differ from the chain's at %d:\n got %v\nwant %v", i, toks[1], toks[0])
@@ -109,22 +88,12 @@ func testMoEPersistEqual(t *testing.T, kind deviceKind, variant string) {
 			if kind == onGPU && (gen[0] != 0 || gen[1] == 0) {
 				t.Errorf("barrier generation: %d with the switch off, %d on (want 0 and some: the kernel did not run)", gen[0], gen[1])
 			}
-			t.Logf("%s %s norm_fuse=%q variant %q: %d moePersist launches recorded, barrier generation (flow: launch count) %d", kind, pr,
-				tc.norm, variant, count[1], gen[1])
+			t.Logf("%s %s norm_fuse=%q: %d moePersist launches recorded, barrier generation %d", kind, pr, tc.norm, count[1], gen[1])
 			after := 0
 			if i := enginetest.FirstDiff(toks[1], toks[0]); i >= 0 {
 				after = len(toks[0]) - i
 			}
-			record(t, fmt.Sprintf("%s %s persistent MoE%s == chain (1-slot tokens, norm_fuse=%q)", kind, pr, vtag(variant), tc.norm),
-				"tokens after first mismatch", float64(after), 0)
+			record(t, fmt.Sprintf("%s %s persistent MoE == chain (1-slot tokens, norm_fuse=%q)", kind, pr, tc.norm), "tokens after first mismatch", float64(after), 0)
 		})
 	}
-}
-
-// vtag names a persistent variant in a report row ("" for the default).
-func vtag(v string) string {
-	if v == "" {
-		return ""
-	}
-	return " (variant " + v + ")"
 }

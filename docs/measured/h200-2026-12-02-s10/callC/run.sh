@@ -11,8 +11,8 @@ D=$PWD/.device/next
 R=$OUT/c; rm -rf $R; mkdir -p $R/gc   # straight under $OUT: whatever a cap cuts still comes back
 export TILERT_KERNEL_CACHE=/tmp/tilert-kernels
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > $R/smi.txt 2>&1
-sed -e 's/90 - (SECONDS - fl_t0)/130 - (SECONDS - fl_t0)/g' -e 's/fl_left 45/fl_left 80/' docs/measured/next8/flow.sh > /tmp/flow130.sh
-source /tmp/flow130.sh
+sed -e 's/90 - (SECONDS - fl_t0)/130 - (SECONDS - fl_t0)/g' -e 's/fl_left 45/fl_left 80/' docs/measured/next8/flow.sh > /tmp/flow130.sh  # now callC/flow.sh
+source /tmp/flow130.sh   # flow.sh beside this file (moved here from docs/measured/next8 after the call)
 TILERT_GPU_TIMING=0 GPU_CHECK_NOBUILD=1 GPU_TEST_BIN=$D/kernels.test ENGINE_TEST_BIN=$D/engine.test \
   DECODE_TEST_BIN=$D/decode.test CUDA_TEST_BIN=$D/cuda.test OUT=$R/gc GPU_CHECK_RUN='^TestNVRTCCompilesAbsorbKernels$' \
   ENGINE_CHECK_RUN='^TestGPU(GreedyMatchesCPU|Golden|GoldenExact|GraphsEqualEager|ShardGreedy|AbsorbFast)$' \

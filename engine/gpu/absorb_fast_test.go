@@ -1,7 +1,7 @@
 package gpu
 
 import (
-	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda/kernels"
@@ -29,33 +29,12 @@ func TestGPUAbsorbFast(t *testing.T) {
 	}
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
-			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
-			vocab := w.Config().VocabSize
-			n := 12
-			prompt := enginetest.Prompt(min(40, w.Config().IndexTopK-n-4), vocab, 7)
+			c := newSwitchCase(t, pr)
 			for _, mtp := range []bool{false, true} {
-				var toks [2][]int
-				var caches [2][]byte
-				var batch [2][][]int
-				for k, on := range []bool{false, true} {
-					absorbFastOn = on
-					e := newTestEngine(t, onGPU, src, engine.Options{MTP: mtp, MaxSeqLen: len(prompt) + n + 16, Slots: 2})
-					toks[k] = enginetest.GenerateKeep(t, e, 0, prompt, engine.Params{}, n)
-					caches[k] = exportBytes(t, e, 0)
-					e.Release(0)
-					batch[k] = generateBatch(t, e, [][]int{prompt[:len(prompt)/2], prompt}, engine.Params{}, n)
-				}
-				if i := enginetest.FirstDiff(toks[1], toks[0]); i >= 0 {
-					t.Errorf("mtp=%v: tokens differ from the switch off at %d:\n got %v\nwant %v", mtp, i, toks[1], toks[0])
-				}
-				if !bytes.Equal(caches[1], caches[0]) {
-					t.Errorf("mtp=%v: caches differ from the switch off", mtp)
-				}
-				for s := range batch[0] {
-					if i := enginetest.FirstDiff(batch[1][s], batch[0][s]); i >= 0 {
-						t.Errorf("mtp=%v batched slot %d: tokens differ from the switch off at %d", mtp, s, i)
-					}
-				}
+				absorbFastOn = false
+				off := c.run(t, onGPU, mtp)
+				absorbFastOn = true
+				c.run(t, onGPU, mtp).sameAs(t, off, fmt.Sprintf("mtp=%v", mtp), "the switch off")
 			}
 		})
 	}

@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"bytes"
 	"fmt"
 	"testing"
 
@@ -29,10 +28,7 @@ func testGemvMidProjections(t *testing.T, kind deviceKind) {
 	n0 := kernels.GroupMidLaunches.Load()
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
-			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
-			vocab := w.Config().VocabSize
-			n := 12
-			prompt := enginetest.Prompt(min(40, w.Config().IndexTopK-n-4), vocab, 7)
+			c := newSwitchCase(t, pr)
 			for _, mtp := range []bool{false, true} {
 				// (group mode, mid mode): the separate launches, the default,
 				// mid =1 (q_a's norm in the q_b + wq_b launch), mid =2
@@ -41,47 +37,20 @@ func testGemvMidProjections(t *testing.T, kind deviceKind) {
 					group, mid string
 				}
 				modes := []mode{{"0", ""}, {"", ""}, {"", "1"}, {"", "2"}}
-				opts := engine.Options{MTP: mtp, MaxSeqLen: len(prompt) + n + 16, Slots: 2}
-				toks := make([][]int, len(modes))
-				caches := make([][]byte, len(modes))
-				batch := make([][][]int, len(modes))
 				groups := make([]int, len(modes))
 				norms := make([]int, len(modes))
+				var ref switchRun
 				for k, md := range modes {
 					groupMode, gemvMidMode = md.group, md.mid
-					e := newTestEngine(t, kind, src, opts)
-					e.m.graphs.on, e.m.graphs.hold = true, true
-					toks[k] = enginetest.GenerateKeep(t, e, 0, prompt, engine.Params{}, n)
-					caches[k] = exportBytes(t, e, 0)
-					e.Release(0)
-					batch[k] = generateBatch(t, e, [][]int{prompt[:len(prompt)/2], prompt}, engine.Params{}, n)
-					for _, run := range e.m.graphs.keep {
-						for _, op := range run {
-							switch op.name {
-							case "gemvGroup":
-								groups[k]++
-							case "rmsnorm":
-								norms[k]++
-							}
-						}
-					}
-					e.m.graphs.hold, e.m.graphs.keep = false, nil
+					r := c.run(t, kind, mtp)
+					groups[k], norms[k] = r.ops["gemvGroup"], r.ops["rmsnorm"]
 					name := fmt.Sprintf("mtp=%v TILERT_GPU_GROUP=%q TILERT_GPU_GEMV_MID=%q", mtp, md.group, md.mid)
 					t.Logf("%s %s: %d grouped launches, %d rmsnorm launches", kind, name, groups[k], norms[k])
 					if k == 0 {
+						ref = r
 						continue
 					}
-					if i := enginetest.FirstDiff(toks[k], toks[0]); i >= 0 {
-						t.Errorf("%s: tokens differ from separate launches at %d:\n got %v\nwant %v", name, i, toks[k], toks[0])
-					}
-					if !bytes.Equal(caches[k], caches[0]) {
-						t.Errorf("%s: caches differ from separate launches", name)
-					}
-					for s := range batch[0] {
-						if i := enginetest.FirstDiff(batch[k][s], batch[0][s]); i >= 0 {
-							t.Errorf("%s batched slot %d: tokens differ from separate launches at %d", name, s, i)
-						}
-					}
+					r.sameAs(t, ref, name, "separate launches")
 				}
 				// One-row steps (no MTP) group q_b + wq_b too: more grouped
 				// launches; with =1 the q_a rmsnorm goes into that launch.

@@ -26,20 +26,11 @@ func TestKernelAbsorbFast(t *testing.T) {
 		s := c.Stream()
 		n0 := AbsorbFastLaunches.Load()
 		const R, P = 512, 64
-		rb := R / 128
 		for _, sh := range []struct{ H, nope, vd int }{{128, 128, 128}, {16, 128, 128}, {64, 192, 256}, {8, 192, 256}, {5, 32, 48}, {3, 200, 40}} {
 			H, nope, vd := sh.H, sh.nope, sh.vd
 			hs := nope + P
 			q := randF32(r, H*hs+4, 1)
-			wk := func(n int) (cuda.DevPtr, cuda.DevPtr, func(row, c int) float64) {
-				w, sc := randFP8(r, n*R), randF32(r, n*rb, 0.01)
-				for i := range sc {
-					sc[i] = float32(math.Abs(float64(sc[i]))) + 1e-3
-				}
-				return a.up(w), a.up(sc), func(row, col int) float64 {
-					return fp8Table[w[row*R+col]] * float64(sc[row*rb+col/128])
-				}
-			}
+			wk := func(n int) (cuda.DevPtr, cuda.DevPtr, func(row, c int) float64) { return randFP8Rows(r, a, n, R) }
 			ukp, uks, uk := wk(H * nope)
 			ref := make([]float64, H*R)
 			for h := range H {

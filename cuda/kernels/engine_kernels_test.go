@@ -112,19 +112,12 @@ func TestKernelEngineAbsorbCopyScale(t *testing.T) {
 		for _, sh := range []struct{ M, H, nope, vd, R int }{{1, 4, 32, 32, 512}, {3, 5, 64, 48, 512}, {2, 16, 128, 128, 512}} {
 			for _, fp8 := range []bool{true, false} {
 				M, H, nope, vd, R := sh.M, sh.H, sh.nope, sh.vd, sh.R
-				rb := (R + 127) / 128
 				hs := nope + 64
 				ldq := H*hs + 4
 				q := randF32(r, M*ldq, 1)
 				wk := func(n int) (cuda.DevPtr, cuda.DevPtr, func(row, c int) float64) {
 					if fp8 {
-						w, sc := randFP8(r, n*R), randF32(r, n*rb, 0.01)
-						for i := range sc {
-							sc[i] = float32(math.Abs(float64(sc[i]))) + 1e-3
-						}
-						return a.up(w), a.up(sc), func(row, col int) float64 {
-							return float64(fp8Table[w[row*R+col]]) * float64(sc[row*rb+col/128])
-						}
+						return randFP8Rows(r, a, n, R)
 					}
 					w := randF32(r, n*R, 0.05)
 					return a.up(w), 0, func(row, col int) float64 { return float64(w[row*R+col]) }

@@ -44,19 +44,10 @@ func TestKernelAbsorbFP8(t *testing.T) {
 		const R, P = 512, 64
 		for _, sh := range []struct{ M, H, nope, vd int }{{1, 4, 32, 32}, {3, 5, 128, 48}, {12, 3, 128, 128}, {2, 8, 192, 256}} {
 			M, H, nope, vd := sh.M, sh.H, sh.nope, sh.vd
-			rb := R / 128
 			hs := nope + P
 			ldq := H*hs + 4
 			q := randF32(r, M*ldq, 1)
-			wk := func(n int) (cuda.DevPtr, cuda.DevPtr, func(row, c int) float64) {
-				w, sc := randFP8(r, n*R), randF32(r, n*rb, 0.01)
-				for i := range sc {
-					sc[i] = float32(math.Abs(float64(sc[i]))) + 1e-3
-				}
-				return a.up(w), a.up(sc), func(row, col int) float64 {
-					return fp8Table[w[row*R+col]] * float64(sc[row*rb+col/128])
-				}
-			}
+			wk := func(n int) (cuda.DevPtr, cuda.DevPtr, func(row, c int) float64) { return randFP8Rows(r, a, n, R) }
 			ukp, uks, uk := wk(H * nope)
 			ref := make([]float64, M*H*R)
 			for m := range M {
@@ -191,7 +182,6 @@ func TestKernelAbsorbTC(t *testing.T) {
 		const R, P = 512, 64
 		for _, sh := range []struct{ M, H, nope, vd int }{{1, 4, 32, 32}, {70, 5, 128, 48}, {130, 3, 128, 128}, {65, 4, 192, 256}} {
 			M, H, nope, vd := sh.M, sh.H, sh.nope, sh.vd
-			rb := R / 128
 			hs := nope + P
 			ldq := H*hs + 4
 			q := randF32(r, M*ldq, 1)
@@ -201,15 +191,7 @@ func TestKernelAbsorbTC(t *testing.T) {
 					q[m*ldq+i] *= f
 				}
 			}
-			wk := func(n int) (cuda.DevPtr, cuda.DevPtr, func(row, c int) float64) {
-				w, sc := randFP8(r, n*R), randF32(r, n*rb, 0.01)
-				for i := range sc {
-					sc[i] = float32(math.Abs(float64(sc[i]))) + 1e-3
-				}
-				return a.up(w), a.up(sc), func(row, col int) float64 {
-					return fp8Table[w[row*R+col]] * float64(sc[row*rb+col/128])
-				}
-			}
+			wk := func(n int) (cuda.DevPtr, cuda.DevPtr, func(row, c int) float64) { return randFP8Rows(r, a, n, R) }
 			ukp, uks, uk := wk(H * nope)
 			ref := make([]float64, M*H*R)
 			for m := range M {

@@ -8,6 +8,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+
+	"github.com/tilert-go/tilert/cuda"
 )
 
 // fp8Table decodes e4m3fn codes: bias 7, subnormals m*2^-9, 0x7f/0xff NaN.
@@ -372,4 +374,18 @@ func refSampleSet(x []float32, temp float64, topK int, topP float64) []float64 {
 		}
 	}
 	return p
+}
+
+// randFP8Rows is n rows of R fp8 weights with one positive float32 scale per
+// 128 columns of a row (the layout of the absorb products' W_UK / W_UV), on
+// the device, and the dequantised weight at (row, col) for the references.
+func randFP8Rows(r *rand.Rand, a *allocs, n, R int) (cuda.DevPtr, cuda.DevPtr, func(row, col int) float64) {
+	rb := (R + 127) / 128
+	w, sc := randFP8(r, n*R), randF32(r, n*rb, 0.01)
+	for i := range sc {
+		sc[i] = float32(math.Abs(float64(sc[i]))) + 1e-3
+	}
+	return a.up(w), a.up(sc), func(row, col int) float64 {
+		return fp8Table[w[row*R+col]] * float64(sc[row*rb+col/128])
+	}
 }

@@ -18,15 +18,25 @@ type OpTime struct {
 	Count int
 	Bytes int64
 	Us    float64
+	// InGraphUs is what the step's graphs lose when every call of this
+	// row (and a call paired with one, opAlone's afterPrev) is left out:
+	// the row's share of the graphed step's critical path, launch gaps
+	// included, net of what other work hides (ProfileStep).
+	InGraphUs float64
+}
+
+// opKey is op's profile row: its kind and, for GEMVs, its shape.
+func opKey(op gop) string {
+	if op.shape != [3]int{} {
+		return fmt.Sprintf("%s %dx%dx%d", op.name, op.shape[0], op.shape[1], op.shape[2])
+	}
+	return op.name
 }
 
 // addOpTime adds one timed call of op to its row in byName (ops of one
 // kind and shape share a row).
 func addOpTime(byName map[string]*OpTime, op gop, us float64) {
-	name := op.name
-	if op.shape != [3]int{} {
-		name = fmt.Sprintf("%s %dx%dx%d", name, op.shape[0], op.shape[1], op.shape[2])
-	}
+	name := opKey(op)
 	o := byName[name]
 	if o == nil {
 		o = &OpTime{Name: name}
@@ -165,6 +175,20 @@ func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 				prof.Calls++
 			}
 		}
+		// Each row left out of every run's graph in turn: the graphs'
+		// loss is the row's cost on the critical path.
+		g := cudaGrapher{cb}
+		_, costs, err := inGraphCosts(runs, func(run []gop) (float64, error) {
+			return graphUs(g, b, run, timeIt)
+		})
+		if err != nil {
+			return err
+		}
+		for key, us := range costs {
+			if o := byName[key]; o != nil && key != "" {
+				o.InGraphUs = us
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -175,6 +199,104 @@ func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 	}
 	sort.Slice(prof.Ops, func(i, j int) bool { return prof.Ops[i].Us > prof.Ops[j].Us })
 	return prof, nil
+}
+
+// graphUs captures run's calls as one graph and times its replays with
+// timeIt.
+func graphUs(g cudaGrapher, b device, run []gop, timeIt func(func() error) (float64, error)) (float64, error) {
+	x, err := g.capture(func() error {
+		for _, op := range run {
+			if err := op.run(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	t, err := timeIt(func() error { return g.launch(x) })
+	return t, errors.CombineErrors(err, g.destroy(x))
+}
+
+// inGraphCosts times runs as graphs (timeRun, each run alone) whole and
+// with each profile row left out in turn; costs[key] is what leaving the
+// row out saves, costs[""] the whole runs' time. The buffers keep the
+// recorded step's values, so the calls left in read what they read then.
+func inGraphCosts(runs [][]gop, timeRun func([]gop) (float64, error)) (base float64, costs map[string]float64, err error) {
+	sum := func(key string) (float64, error) {
+		total := 0.0
+		for _, run := range runs {
+			r := run
+			if key != "" {
+				r = knockOut(run, key)
+			}
+			t, err := timeRun(r)
+			if err != nil {
+				if key == "" {
+					return 0, errors.Wrap(err, "timing the whole runs as graphs")
+				}
+				return 0, errors.Wrapf(err, "timing the runs without %s", key)
+			}
+			total += t
+		}
+		return total, nil
+	}
+	if base, err = sum(""); err != nil {
+		return 0, nil, err
+	}
+	costs = map[string]float64{"": base}
+	for _, key := range knockKeys(runs) {
+		t, err := sum(key)
+		if err != nil {
+			return 0, nil, err
+		}
+		costs[key] = base - t
+	}
+	return base, costs, nil
+}
+
+// knockKeys lists the profile rows of runs' calls (stream forks and joins
+// are not rows), in first-seen order.
+func knockKeys(runs [][]gop) []string {
+	var keys []string
+	seen := map[string]bool{}
+	for _, run := range runs {
+		for _, op := range run {
+			if k := opKey(op); !op.ctl() && !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}
+
+// knockOut returns run without the calls of row key. A call that reads
+// state its predecessor leaves (afterPrev: the top-k after the scores
+// kernel's histogram, which it zeroes again) goes with that predecessor
+// and takes it along, so no replay leaves the pair's scratch half-written.
+func knockOut(run []gop, key string) []gop {
+	drop := make([]bool, len(run))
+	for i, op := range run {
+		if op.ctl() || opKey(op) != key {
+			continue
+		}
+		drop[i] = true
+		if op.afterPrev && i > 0 {
+			drop[i-1] = true
+		}
+		if i+1 < len(run) && run[i+1].afterPrev {
+			drop[i+1] = true
+		}
+	}
+	kept := make([]gop, 0, len(run))
+	for i, op := range run {
+		if !drop[i] {
+			kept = append(kept, op)
+		}
+	}
+	return kept
 }
 
 // opTimer times calls one at a time (ProfilePrefill): each between two

@@ -67,11 +67,9 @@ func TestGPUShardLayerTiming(t *testing.T) {
 			}
 			add("    with its communication: %.1f us graphed (both residual adds + norms replaced by the fused one-shot all-reduce over %d partial buffers on this device: %+.1f us; a node adds the NVLink crossing)",
 				withComm, shardBenchRanks, withComm-us)
-			for i, o := range ops {
-				if i == 10 {
-					break
-				}
-				add("    %-34s x%-2d %8.1f us  %8.2f MB  %6.0f GB/s", o.Name, o.Count, o.Us, float64(o.Bytes)/1e6, float64(o.Bytes)/o.Us/1e3)
+			add("    %-34s %-3s %8s  %8s  %9s  %s", "call", "n", "alone", "weights", "rate", "in graph (what the graph loses without it)")
+			for _, o := range ops {
+				add("    %-34s x%-2d %8.1f us  %8.2f MB  %6.0f GB/s  %6.1f us", o.Name, o.Count, o.Us, float64(o.Bytes)/1e6, float64(o.Bytes)/o.Us/1e3, o.InGraphUs)
 			}
 			if idx {
 				// Projection (not a measurement): L layers, each the shard
@@ -281,7 +279,15 @@ func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx 
 				addOpTime(byName, op, us)
 			}
 		}
-		for _, ot := range byName {
+		// Each row's share of the graphed block (profile.go).
+		_, costs, err := inGraphCosts(runs, func(run []gop) (float64, error) {
+			return graphUs(cudaGrapher{cd}, b, run, func(f func() error) (float64, error) { return eventMedian(cd.c, cd.s, 20, 9, f) })
+		})
+		if err != nil {
+			return err
+		}
+		for key, ot := range byName {
+			ot.InGraphUs = costs[key]
 			prof = append(prof, *ot)
 		}
 		sort.Slice(prof, func(i, j int) bool { return prof[i].Us > prof[j].Us })

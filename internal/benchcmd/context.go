@@ -530,13 +530,14 @@ func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
 		case p.GraphPDLUs > 0:
 			pdl = fmt.Sprintf("plain launches; %.0f us as graphs of programmatic launches (TILERT_GPU_PDL=1)", p.GraphPDLUs)
 		}
-		fmt.Fprintf(w, "  profile (each call alone; device %.0f us eager, %.0f us as graphs; %s):\n", p.EagerUs, p.GraphUs, pdl)
+		fmt.Fprintf(w, "  profile (each call alone; device %.0f us eager, %.0f us as graphs; %s;\n", p.EagerUs, p.GraphUs, pdl)
+		fmt.Fprintf(w, "  in graph: what the graphs lose without the row's calls, its share of the critical path):\n")
 		for _, op := range p.Ops {
 			gbps := 0.0
 			if op.Us > 0 {
 				gbps = float64(op.Bytes) / (op.Us * 1e-6) / 1e9
 			}
-			fmt.Fprintf(w, "    %-22s %4d calls %9.1f us %8.0f GB/s\n", op.Name, op.Count, op.Us, gbps)
+			fmt.Fprintf(w, "    %-22s %4d calls %9.1f us %8.0f GB/s   in graph %7.1f us\n", op.Name, op.Count, op.Us, gbps, op.InGraphUs)
 		}
 	}
 }

@@ -39,8 +39,25 @@ func tileGridX(tiles, B, sms, nslots int) int {
 	return min(tiles, max(1, cdiv(B*max(1, sms), nslots)))
 }
 
-// tileCap is the blocks per SM budget for the launch (0: a block per tile).
-func tileCap() int { return forceTileB }
+// tileCap is the blocks per SM budget for the launch (0: a block per tile):
+// a test's forceTileB, else SetTileCap's.
+func (k *Set) tileCap() int {
+	if forceTileB != 0 {
+		return forceTileB
+	}
+	return k.tileB
+}
+
+// SetTileCap caps the grids of later tile GEMV launches at b blocks per SM
+// (0: a block per row tile, the default) and returns the previous cap. The
+// blocks then take several row tiles in turn, each thread summing its
+// chunks in the same order, so the outputs keep their bits. A capped
+// weight stream leaves SM room to a latency-bound chain on another stream
+// (engine/gpu side.go).
+func (k *Set) SetTileCap(b int) (prev int) {
+	prev, k.tileB = k.tileB, max(0, b)
+	return prev
+}
 
 // Tile variants of one input row of fp8 weights, each with the plain
 // kernel's per-thread chunk order (so the same sums bit for bit): "_d16"
@@ -232,7 +249,7 @@ func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
 	}
 	name := fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), tileVariant(G, R, a.K*esize, a.M, esize))
 	sms := k.c.Info().SMs
-	grid := cuda.D3(tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), tileCap(), sms, nslots), nslots, 1)
+	grid := cuda.D3(tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), k.tileCap(), sms, nslots), nslots, 1)
 	return k.launch(name, grid, cuda.D1(tileThreads), 0, s, a.t0, a.ts0, a.t1, a.ts1, a.ids, a.slots,
 		a.w0, a.s0, a.w1, a.s1, a.x, a.ldx, max(1, a.xdiv), a.xsh, a.y, a.ldy, a.resid, a.N, a.K, a.M, G, b2i(TileRule >= 2))
 }

@@ -54,7 +54,10 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 	// After the separate rmsnorm, q_b (and wq_b) as one grouped launch
 	// (mode 3) or as tile GEMVs (the default).
 	// TILERT_GPU_GEMV_MID=2 (gemv_mid.go) groups them at one row as well.
-	qbGroup := groupMode == "3" || midQBGroup(M)
+	// With the side stream's q_b (sideQ, below) q_b leaves the group: it
+	// streams beside the indexer's chain, whose wq_b stays on the main
+	// stream.
+	qbGroup := (groupMode == "3" || midQBGroup(M)) && !(sideQOn && withIdx && M <= kernels.MaxTileM)
 	in := []dlin{lw.QA, lw.KVA}
 	qb := []dlin{lw.QB}
 	if withIdx {

@@ -28,6 +28,21 @@ import (
 // only show as a rare race.
 var sideQOn, sideShOn = sideMode(os.Getenv("TILERT_GPU_SIDE"))
 
+// Two chains only overlap if the weight stream leaves the latency-bound
+// chain room on the SMs: a tile GEMV's grid fills every SM (two blocks of
+// 128 registers take all of an SM's registers), so the other stream's
+// kernels wait for its last wave. TILERT_GPU_SIDE_PRIO=1 launches the main
+// stream's calls between an unfork and its join (the chain the side work
+// overlaps, the critical path) at the context's greatest priority, so
+// their blocks take the first room a retiring side block leaves;
+// TILERT_GPU_SIDE_CAP=B caps the side stream's tile GEMVs at B blocks per
+// SM (kernels.SetTileCap: the same bits), leaving the rest of each SM to
+// the main chain. Both only change scheduling; opt-in while measured.
+var (
+	sidePrioOn = os.Getenv("TILERT_GPU_SIDE_PRIO") == "1"
+	sideCap    = envInt("TILERT_GPU_SIDE_CAP", 0)
+)
+
 func sideMode(v string) (q, sh bool) {
 	switch v {
 	case "1":
@@ -48,6 +63,7 @@ type sideStream struct {
 	main       cuda.Stream // the stream unfork returns to
 	active     bool        // calls go to s
 	pending    bool        // s has calls the main stream has not waited for
+	cap        int         // the tile cap fork replaced (TILERT_GPU_SIDE_CAP)
 }
 
 func (sd *sideStream) ensure(c *cuda.Ctx) error {
@@ -98,7 +114,24 @@ func (b *cudaDevice) fork() error {
 		return err
 	}
 	sd.main, b.s, sd.active = b.s, sd.s, true
+	b.c.SetLaunchPriority(0) // the side's calls: the default priority
+	if sideCap > 0 {
+		sd.cap = b.k.SetTileCap(sideCap)
+	}
 	return nil
+}
+
+// mainPriority is the scheduling priority of the main stream's calls that
+// run beside side work (TILERT_GPU_SIDE_PRIO): the context's greatest.
+func (b *cudaDevice) mainPriority() int {
+	if !sidePrioOn {
+		return 0
+	}
+	_, greatest, err := b.c.StreamPriorityRange()
+	if err != nil {
+		return 0
+	}
+	return greatest
 }
 
 func (b *cudaDevice) unfork() error {
@@ -107,10 +140,14 @@ func (b *cudaDevice) unfork() error {
 		return nil
 	}
 	b.s, sd.active = sd.main, false
+	if sideCap > 0 {
+		b.k.SetTileCap(sd.cap)
+	}
 	if err := b.c.Record(sd.join, sd.s); err != nil {
 		return err
 	}
 	sd.pending = true
+	b.c.SetLaunchPriority(b.mainPriority())
 	return nil
 }
 
@@ -128,6 +165,7 @@ func (b *cudaDevice) join() error {
 		return nil
 	}
 	sd.pending = false
+	b.c.SetLaunchPriority(0) // past the join nothing runs beside the main stream
 	return b.c.WaitEvent(b.s, sd.join)
 }
 

@@ -103,7 +103,18 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(q, sh bool) { sideQOn, sideShOn = q, sh }(sideQOn, sideShOn)
+	defer func(q, sh, pr bool, cp int) { sideQOn, sideShOn, sidePrioOn, sideCap = q, sh, pr, cp }(sideQOn, sideShOn, sidePrioOn, sideCap)
+	// side streams off, on, and (GPU: scheduling only, the same bits) on
+	// with the main chain's priority and the side GEMVs capped at a block
+	// per SM (TILERT_GPU_SIDE_PRIO / _CAP)
+	type sideCfg struct {
+		on, prio bool
+		cap      int
+	}
+	cfgs := []sideCfg{{}, {on: true}}
+	if kind == onGPU {
+		cfgs = append(cfgs, sideCfg{on: true, prio: true, cap: 1})
+	}
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
 			for _, slots := range []int{1, 3} {
@@ -118,10 +129,10 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					}
 					n := 10
 					opts := engine.Options{MTP: mtp, MaxSeqLen: len(prompt) + n + 16, Slots: slots}
-					var batch [2][][]int
-					var forks [2]int
-					for k, on := range []bool{false, true} {
-						sideQOn, sideShOn = on, on
+					batch := make([][][]int, len(cfgs))
+					forks := make([]int, len(cfgs))
+					for k, cf := range cfgs {
+						sideQOn, sideShOn, sidePrioOn, sideCap = cf.on, cf.on, cf.prio, cf.cap
 						e := newTestEngine(t, kind, src, opts)
 						e.m.graphs.keep = [][]gop{}
 						batch[k] = generateBatch(t, e, prompts, engine.Params{}, n)
@@ -133,14 +144,19 @@ func testSideStream(t *testing.T, kind deviceKind) {
 							}
 						}
 					}
-					for s := range batch[0] {
-						if i := enginetest.FirstDiff(batch[1][s], batch[0][s]); i >= 0 {
-							t.Errorf("slot %d: tokens with the side stream differ at %d:\n got %v\nwant %v", s, i, batch[1][s], batch[0][s])
+					for k := 1; k < len(cfgs); k++ {
+						for s := range batch[0] {
+							if i := enginetest.FirstDiff(batch[k][s], batch[0][s]); i >= 0 {
+								t.Errorf("slot %d: tokens with the side stream (%+v) differ at %d:\n got %v\nwant %v", s, cfgs[k], i, batch[k][s], batch[0][s])
+							}
+						}
+						if forks[k] == 0 {
+							t.Errorf("no fork with the side stream on (%+v)", cfgs[k])
 						}
 					}
-					t.Logf("%s forks: %d off, %d on", kind, forks[0], forks[1])
-					if forks[0] != 0 || forks[1] == 0 {
-						t.Errorf("forks: %d with the side stream off (want 0), %d on (want some)", forks[0], forks[1])
+					t.Logf("%s forks: %v (configurations %+v)", kind, forks, cfgs)
+					if forks[0] != 0 {
+						t.Errorf("forks: %d with the side stream off (want 0)", forks[0])
 					}
 				})
 			}

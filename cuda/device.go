@@ -264,9 +264,6 @@ type Ctx struct {
 	// queueHook, when set, runs before each call of this context that
 	// queues work on a stream (SetQueueHook).
 	queueHook func()
-	// prio: the scheduling priority of later launches (SetLaunchPriority;
-	// 0: none given).
-	prio int
 }
 
 // SetQueueHook makes f run before every call of c that queues work on a

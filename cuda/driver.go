@@ -35,7 +35,6 @@ type driver struct {
 	cuCtxEnablePeerAccess, cuDeviceCanAccessPeer                              uintptr // optional (peer.go)
 	cuLaunchKernelEx                                                          uintptr // optional (launch.go; CUDA 11.8+)
 	cuOccupancyMaxActiveBlocksPerMultiprocessor                               uintptr // optional (device.go MaxActiveBlocks)
-	cuCtxGetStreamPriorityRange                                               uintptr // optional (launch.go)
 }
 
 var (
@@ -122,7 +121,6 @@ func openDriver() (*driver, error) {
 	s.optional(&d.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer")
 	s.optional(&d.cuLaunchKernelEx, "cuLaunchKernelEx")
 	s.optional(&d.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
-	s.optional(&d.cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange")
 	if err := d.check("cuInit", call(d.cuInit, 0)); err != nil {
 		return nil, errors.WithHint(errors.Mark(err, ErrNoGPU), cpuHint)
 	}

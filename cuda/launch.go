@@ -44,11 +44,6 @@ const (
 	// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION; its value is
 	// the int programmaticStreamSerializationAllowed at the union's start.
 	launchAttrProgrammaticStreamSerialization = 6
-	// CU_LAUNCH_ATTRIBUTE_PRIORITY: the int priority at the union's start
-	// (kept by stream capture as the kernel node's priority).
-	launchAttrPriority = 8
-	// the most attributes one launch carries (programmatic, priority)
-	maxLaunchAttrs = 2
 	// Programmatic launch needs the grid dependency control of sm_90.
 	pdlMinCCMajor = 9
 )
@@ -61,38 +56,9 @@ func (c *Ctx) PDLSupported() bool {
 	return c.drv.cuLaunchKernelEx != 0 && c.dev.Info.CCMajor >= pdlMinCCMajor
 }
 
-// StreamPriorityRange returns the context's least and greatest scheduling
-// priorities (numerically, greatest <= least: lower runs first); 0, 0
-// where the driver has no cuCtxGetStreamPriorityRange.
-func (c *Ctx) StreamPriorityRange() (least, greatest int, err error) {
-	if c.drv.cuCtxGetStreamPriorityRange == 0 {
-		return 0, 0, nil
-	}
-	var l, g int32
-	err = c.check("cuCtxGetStreamPriorityRange", call(c.drv.cuCtxGetStreamPriorityRange,
-		uintptr(unsafe.Pointer(&l)), uintptr(unsafe.Pointer(&g))))
-	return int(l), int(g), err
-}
-
-// SetLaunchPriority makes every later launch carry scheduling priority p
-// (CU_LAUNCH_ATTRIBUTE_PRIORITY; 0, the default priority, launches
-// without it) and returns the previous setting. When kernels of two
-// streams compete for SMs, the block scheduler starts the higher
-// priority's blocks first as room frees up: a latency-bound chain beside
-// a weight stream then waits for one retiring block, not the whole grid.
-// Without cuLaunchKernelEx it does nothing.
-func (c *Ctx) SetLaunchPriority(p int) (prev int) {
-	prev = c.prio
-	if c.drv.cuLaunchKernelEx != 0 {
-		c.prio = p
-	}
-	return prev
-}
-
 // LaunchEx queues f on s like Launch; with pdl (and PDLSupported) it is a
 // programmatic dependent launch, which f must support: griddepcontrol.wait
 // before touching anything the previous kernel writes, and before any write.
-// A priority set by SetLaunchPriority rides along.
 func (c *Ctx) LaunchEx(f *Function, grid, block Dim3, smem int, s Stream, pdl bool, args ...any) error {
 	if grid.X <= 0 || grid.Y <= 0 || grid.Z <= 0 || block.X <= 0 || block.Y <= 0 || block.Z <= 0 {
 		return errors.Newf("gpu: launch of %s with empty shape grid=%v block=%v", f.Name, grid, block)
@@ -102,8 +68,7 @@ func (c *Ctx) LaunchEx(f *Function, grid, block Dim3, smem int, s Stream, pdl bo
 		return errors.Wrapf(err, "launch %s", f.Name)
 	}
 	c.queued()
-	pdl = pdl && c.PDLSupported()
-	if !pdl && c.prio == 0 {
+	if !pdl || !c.PDLSupported() {
 		r := call(c.drv.cuLaunchKernel, f.h,
 			uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z),
 			uintptr(block.X), uintptr(block.Y), uintptr(block.Z),
@@ -118,22 +83,13 @@ func (c *Ctx) LaunchEx(f *Function, grid, block Dim3, smem int, s Stream, pdl bo
 	a.cfg.blockDimX, a.cfg.blockDimY, a.cfg.blockDimZ = uint32(block.X), uint32(block.Y), uint32(block.Z)
 	a.cfg.sharedMemBytes = uint32(smem)
 	a.cfg.hStream = uintptr(s)
-	n := 0
-	if pdl {
-		a.attr[n] = launchAttribute{id: launchAttrProgrammaticStreamSerialization}
-		a.attr[n].value[0] = 1 // programmaticStreamSerializationAllowed (int, little-endian)
-		n++
-	}
-	if c.prio != 0 {
-		a.attr[n] = launchAttribute{id: launchAttrPriority}
-		a.attr[n].value[0] = uint64(uint32(int32(c.prio))) // int priority, little-endian
-		n++
-	}
-	a.cfg.numAttrs = uint32(n)
+	a.cfg.numAttrs = 1
+	a.attr = launchAttribute{id: launchAttrProgrammaticStreamSerialization}
+	a.attr.value[0] = 1 // programmaticStreamSerializationAllowed (int, little-endian)
 	r := call(c.drv.cuLaunchKernelEx, uintptr(unsafe.Pointer(&a.cfg)), f.h, p, 0)
 	if r != 0 {
-		err := errors.Wrapf(c.check("cuLaunchKernelEx", r), "kernel %s grid=%v block=%v (programmatic %v, priority %d)", f.Name, grid, block, pdl, c.prio)
-		return errors.WithHint(err, "unset TILERT_GPU_PDL and TILERT_GPU_SIDE_PRIO (or set them to 0) to launch every kernel plainly")
+		err := errors.Wrapf(c.check("cuLaunchKernelEx", r), "kernel %s grid=%v block=%v, programmatic dependent launch", f.Name, grid, block)
+		return errors.WithHint(err, "unset TILERT_GPU_PDL (or set it to 0) to launch every kernel plainly")
 	}
 	return nil
 }

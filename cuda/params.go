@@ -56,10 +56,10 @@ func paramBits(v any) (uint64, error) {
 type paramArena struct {
 	vals [maxKernelParams]uint64
 	ptrs [maxKernelParams]uintptr
-	// cuLaunchKernelEx's config and its attributes (launch.go), here so
+	// cuLaunchKernelEx's config and its one attribute (launch.go), here so
 	// they are pinned too: cfg.attrs holds attr's address as a uintptr.
 	cfg  launchConfig
-	attr [maxLaunchAttrs]launchAttribute
+	attr launchAttribute
 	pin  runtime.Pinner
 }
 
@@ -69,7 +69,7 @@ func newParamArena() *paramArena {
 	for i := range a.vals {
 		a.ptrs[i] = uintptr(unsafe.Pointer(&a.vals[i]))
 	}
-	a.cfg.attrs = uintptr(unsafe.Pointer(&a.attr[0]))
+	a.cfg.attrs = uintptr(unsafe.Pointer(&a.attr))
 	return a
 }
 

@@ -1059,7 +1059,20 @@ type cudaRunner struct {
 	wgMode int
 	// clk, when set, times the runs' device work (ClockPrefill, clock.go).
 	clk *devClock
+	// pdlSet: the engine's launch kind was given to the context's kernels
+	// (enginePDL).
+	pdlSet bool
 }
+
+// enginePDL: the engine launches its listed kernels programmatically (PDL)
+// unless TILERT_GPU_PDL=0. The kernels package launches plainly unless
+// TILERT_GPU_PDL=1 (its callers' default); the decode step with its side
+// streams runs faster with them (side.go: 2.844 against 2.895 ms, 2.764
+// with the side GEMVs capped, docs/measured/h200-2026-12-02-s11 call C).
+// Programmatic launches only schedule: every kernel waits for its
+// predecessor before it reads or writes (cuda/kernels pdl.go), so the
+// outputs keep their bits.
+var enginePDL = os.Getenv("TILERT_GPU_PDL") != "0"
 
 // readyModules compiles and loads the modules beside the default one that
 // the switches use, on the device thread before any graph capture (a
@@ -1067,6 +1080,12 @@ type cudaRunner struct {
 // the context's loaded module; tests flip the switches in-process, so it
 // is asked at every run.
 func (r *cudaRunner) readyModules(b *cudaDevice) {
+	if !r.pdlSet {
+		r.pdlSet = true
+		if enginePDL && !b.k.PDL() {
+			b.k.SetPDL(true)
+		}
+	}
 	if r.wgMode != 0 {
 		b.mlaPrefillWGOK(r.wgMode) // the sm_90a module
 	}

@@ -25,6 +25,10 @@ func testGemvMidProjections(t *testing.T, kind deviceKind) {
 		t.Skip("TILERT_GPU_GEMV_TILE=0: the switch is off with the tile kernels")
 	}
 	defer func(m, mid string) { groupMode, gemvMidMode = m, mid }(groupMode, gemvMidMode)
+	// q_b on the side stream (side.go) leaves the q_b + wq_b group; the
+	// group is what this test counts.
+	defer func(q bool) { sideQOn = q }(sideQOn)
+	sideQOn = false
 	n0 := kernels.GroupMidLaunches.Load()
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {

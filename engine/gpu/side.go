@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"os"
+	"strconv"
 
 	"github.com/cockroachdb/errors"
 
@@ -18,10 +19,12 @@ import (
 // main stream and join makes the main stream wait for the side's calls.
 // Captured into a step's graph these are a fork and a join of its branches.
 //
-// TILERT_GPU_SIDE=1 turns both on, =q only the attention's fork, =moe only
-// the shared expert's (opt-in: on the H200 both together gave 2.928 ms
-// against one stream's ~2.95 at 8192, 1 slot, and 6.47 against ~6.36 at 4
-// slots, docs/measured/h200-2026-12-02-s7). The emulator runs
+// Both forks are on by default (TILERT_GPU_SIDE=0 turns them off, =q
+// keeps only the attention's, =moe only the shared expert's): with
+// programmatic launches and the side GEMVs capped (below) the 1-slot step
+// at 8192 took 2.764 ms against 2.902 on one stream (docs/measured/
+// h200-2026-12-02-s11 call C; session 7, uncapped and plain: 2.928 against
+// ~2.95, and 6.47 against ~6.36 at 4 slots). The emulator runs
 // each side chain after the main chain it overlaps (sideLast): a chain
 // that read what the other writes would then compute something else, so
 // the emulated engine checks catch an ordering mistake that the GPU would
@@ -31,21 +34,41 @@ var sideQOn, sideShOn = sideMode(os.Getenv("TILERT_GPU_SIDE"))
 // Two chains only overlap if the weight stream leaves the latency-bound
 // chain room on the SMs: a tile GEMV's grid fills every SM (two blocks of
 // 128 registers take all of an SM's registers), so the other stream's
-// kernels wait for its last wave. TILERT_GPU_SIDE_PRIO=1 launches the main
-// stream's calls between an unfork and its join (the chain the side work
-// overlaps, the critical path) at the context's greatest priority, so
-// their blocks take the first room a retiring side block leaves;
-// TILERT_GPU_SIDE_CAP=B caps the side stream's tile GEMVs at B blocks per
-// SM (kernels.SetTileCap: the same bits), leaving the rest of each SM to
-// the main chain. Both only change scheduling; opt-in while measured.
+// kernels wait for its last wave. TILERT_GPU_SIDE_CAP=B caps the side
+// stream's tile GEMVs at B blocks per SM (kernels.SetTileCap: the same
+// bits), leaving the rest of each SM to the main chain; 0 leaves them
+// uncapped. Unset: 1 where the kernels launch programmatically (PDL), else
+// 0. Measured on the H200 (docs/measured/h200-2026-12-02-s11 calls B-C,
+// DeepSeek-V3.2 dims, 9 MoE layers, 8192, 1 slot, p50): one stream 2.916
+// ms; side streams 2.895; with the cap 2.938; PDL 2.902; PDL + side
+// streams 2.844; PDL + side streams + cap 2.764-2.769. A priority for the
+// main chain's launches (CU_LAUNCH_ATTRIBUTE_PRIORITY) changed nothing
+// (2.842 / 2.764 with it) and was dropped.
 var (
-	sidePrioOn = os.Getenv("TILERT_GPU_SIDE_PRIO") == "1"
-	sideCap    = envInt("TILERT_GPU_SIDE_CAP", 0)
+	sideCapEnv = os.Getenv("TILERT_GPU_SIDE_CAP")
+	// sideCapTest, when >= 0, overrides the environment (tests).
+	sideCapTest = -1
 )
+
+// sideCap is the blocks per SM of the side stream's tile GEMVs (0: as
+// many as the grid has), from TILERT_GPU_SIDE_CAP or, unset, from whether
+// the kernels launch programmatically.
+func (b *cudaDevice) sideCap() int {
+	if sideCapTest >= 0 {
+		return sideCapTest
+	}
+	if v, err := strconv.Atoi(sideCapEnv); err == nil && v >= 0 {
+		return v
+	}
+	if b.k.PDL() {
+		return 1
+	}
+	return 0
+}
 
 func sideMode(v string) (q, sh bool) {
 	switch v {
-	case "1":
+	case "", "1":
 		return true, true
 	case "q":
 		return true, false
@@ -63,7 +86,7 @@ type sideStream struct {
 	main       cuda.Stream // the stream unfork returns to
 	active     bool        // calls go to s
 	pending    bool        // s has calls the main stream has not waited for
-	cap        int         // the tile cap fork replaced (TILERT_GPU_SIDE_CAP)
+	cap        int         // the tile cap fork replaced (sideCap)
 }
 
 func (sd *sideStream) ensure(c *cuda.Ctx) error {
@@ -114,24 +137,8 @@ func (b *cudaDevice) fork() error {
 		return err
 	}
 	sd.main, b.s, sd.active = b.s, sd.s, true
-	b.c.SetLaunchPriority(0) // the side's calls: the default priority
-	if sideCap > 0 {
-		sd.cap = b.k.SetTileCap(sideCap)
-	}
+	sd.cap = b.k.SetTileCap(b.sideCap())
 	return nil
-}
-
-// mainPriority is the scheduling priority of the main stream's calls that
-// run beside side work (TILERT_GPU_SIDE_PRIO): the context's greatest.
-func (b *cudaDevice) mainPriority() int {
-	if !sidePrioOn {
-		return 0
-	}
-	_, greatest, err := b.c.StreamPriorityRange()
-	if err != nil {
-		return 0
-	}
-	return greatest
 }
 
 func (b *cudaDevice) unfork() error {
@@ -140,14 +147,11 @@ func (b *cudaDevice) unfork() error {
 		return nil
 	}
 	b.s, sd.active = sd.main, false
-	if sideCap > 0 {
-		b.k.SetTileCap(sd.cap)
-	}
+	b.k.SetTileCap(sd.cap)
 	if err := b.c.Record(sd.join, sd.s); err != nil {
 		return err
 	}
 	sd.pending = true
-	b.c.SetLaunchPriority(b.mainPriority())
 	return nil
 }
 
@@ -165,7 +169,6 @@ func (b *cudaDevice) join() error {
 		return nil
 	}
 	sd.pending = false
-	b.c.SetLaunchPriority(0) // past the join nothing runs beside the main stream
 	return b.c.WaitEvent(b.s, sd.join)
 }
 

@@ -103,17 +103,17 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(q, sh, pr bool, cp int) { sideQOn, sideShOn, sidePrioOn, sideCap = q, sh, pr, cp }(sideQOn, sideShOn, sidePrioOn, sideCap)
+	defer func(q, sh bool, cp int) { sideQOn, sideShOn, sideCapTest = q, sh, cp }(sideQOn, sideShOn, sideCapTest)
 	// side streams off, on, and (GPU: scheduling only, the same bits) on
-	// with the main chain's priority and the side GEMVs capped at a block
-	// per SM (TILERT_GPU_SIDE_PRIO / _CAP)
+	// with the side GEMVs uncapped and capped at a block per SM
+	// (TILERT_GPU_SIDE_CAP)
 	type sideCfg struct {
-		on, prio bool
-		cap      int
+		on  bool
+		cap int
 	}
-	cfgs := []sideCfg{{}, {on: true}}
+	cfgs := []sideCfg{{cap: -1}, {on: true, cap: -1}}
 	if kind == onGPU {
-		cfgs = append(cfgs, sideCfg{on: true, prio: true, cap: 1})
+		cfgs = []sideCfg{{cap: -1}, {on: true, cap: 0}, {on: true, cap: 1}}
 	}
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
@@ -132,7 +132,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					batch := make([][][]int, len(cfgs))
 					forks := make([]int, len(cfgs))
 					for k, cf := range cfgs {
-						sideQOn, sideShOn, sidePrioOn, sideCap = cf.on, cf.on, cf.prio, cf.cap
+						sideQOn, sideShOn, sideCapTest = cf.on, cf.on, cf.cap
 						e := newTestEngine(t, kind, src, opts)
 						e.m.graphs.keep = [][]gop{}
 						batch[k] = generateBatch(t, e, prompts, engine.Params{}, n)

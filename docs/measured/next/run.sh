@@ -1,12 +1,11 @@
-# The device plan for the next session with H200 time (NOT RUN). Session 10 (docs/measured/h200-2026-12-02-s10)
-# ran the whole gpu-check with session 9's defaults (calls A + B: PASS), made the one-row absorb kernels the default
-# (TILERT_GPU_ABSORB_FAST) after the core engine checks passed with them (call C), and measured and removed the
-# dataflow MoE kernel (moe_flow). Next, in order:
-#  A. this file (~450-550 s on a fresh machine: the NVRTC cache is cold there, the kernel checks alone took 343 s):
-#     the whole default gpu-check, unnarrowed, with absorb on by default (call C ran only the core engine tests).
-#  B. the issue-10 tables with today's defaults, one command each (README "Against the floor"), ~45 s each:
-#     tilert bench decode --device cuda --dummy-weights deepseek-v3.2 --layers 9 --context 8192,131072 --batches 1,4 --profile
-#     tilert bench decode --device cuda --dummy-weights glm-5 --layers 9 --context 8192,131072 --batches 1,4
+# The device plan for the next session with H200 time (NOT RUN). Session 11 (docs/measured/h200-2026-12-02-s11)
+# made side streams with capped side GEMVs and programmatic launches the engine's default (2.916 -> 2.764 ms at
+# 8192, 1 slot) after the whole ENGINE part of gpu-check passed with them (call D); the kernel checks were not
+# re-run (no kernel changed). Next, in order:
+#  A. this file: the whole default gpu-check, unnarrowed (~450-550 s on a fresh machine: the NVRTC cache is cold).
+#  B. docs/measured/h200-2026-12-02-s11/callF/run.sh (~220 s): the opt-in switches (NORM_FUSE=1, FUSE=3,
+#     TOPK_FAST=2, SIDE_CAP=2, GROUP=3) under the new defaults, and GLM-5 with each fork alone (GLM gained 80 us
+#     against DeepSeek's 133: its layers without their own indexer have no attention fork).
 # Device budget facts (session 10): a refused machine start still costs ~90 s of device time; results written
 # straight under $OUT come back even when a cap cuts the call, but not more than a few dozen files: tar them.
 # Test binaries must run from their package directory (cd engine/gpu && $D/engine.test ...).

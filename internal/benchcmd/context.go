@@ -539,5 +539,21 @@ func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
 			}
 			fmt.Fprintf(w, "    %-22s %4d calls %9.1f us %8.0f GB/s   in graph %7.1f us\n", op.Name, op.Count, op.Us, gbps, op.InGraphUs)
 		}
+		fmt.Fprintf(w, "  %s\n", inGraphSummary(p))
 	}
+}
+
+// inGraphSummary says how the profile's in-graph shares add up against the
+// graphs' time: near it, the step is one serial chain; well below, calls
+// overlap (side streams), and each share is only what that overlap leaves.
+func inGraphSummary(p *gpu.StepProfile) string {
+	sum := 0.0
+	for _, op := range p.Ops {
+		sum += op.InGraphUs
+	}
+	if p.GraphUs <= 0 {
+		return fmt.Sprintf("in-graph shares add up to %.0f us", sum)
+	}
+	return fmt.Sprintf("in-graph shares add up to %.0f us of the graphs' %.0f us (%.0f%%; well under 100%%: calls overlap, and leaving one out also changes what overlaps)",
+		sum, p.GraphUs, 100*sum/p.GraphUs)
 }

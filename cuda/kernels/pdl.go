@@ -137,8 +137,44 @@ func (k *Set) PDLSupported() bool { return k.c.PDLSupported() }
 // Graphs captured before keep the launches they were captured with.
 func (k *Set) SetPDL(on bool) { k.pdl = on && k.c.PDLSupported() }
 
+// pdlMoreKernels are kernels of the decode step's default path that begin
+// with PDL_WAIT() but launch plainly unless TILERT_GPU_PDL_MORE=1: the
+// sparse MLA decode (mla_decode_tcf2, the default at more than 16 heads)
+// and the extra modules' kernels (absorb, few, mid), which were written
+// with the wait while programmatic launches were opt-in and never ran that
+// way. Since session 11 the engine launches programmatically by default;
+// whether these gain too is the next device run's question (a plain launch
+// in a programmatic chain waits for its predecessor to drain and breaks
+// the overlap there, ~4 of them a layer). TestPDLMoreKernelsWait checks
+// the wait in every definition and that every extra-module kernel is on
+// one of the two lists.
+var pdlMoreKernels = setOf(
+	"mla_decode_tcf", "mla_decode_tcf2",
+	// cu/absorb
+	"absorb_q_fast_g2_r4", "absorb_q_fast_g2_r8", "absorb_q_fast_g4_r4", "absorb_q_fast_g4_r8",
+	"absorb_q_fast_g8_r4", "absorb_q_fast_g8_r8",
+	"absorb_v_fast_rw1", "absorb_v_fast_rw2", "absorb_v_fast_rw4", "absorb_v_fast_rw8",
+	// cu/few (the default module's idx_q_prep and indexer_scores_mma* are
+	// compiled into it too and already listed)
+	"mla_decode_few", "mla_combine_few",
+	"topk_fast16", "topk_fast32", "topk_fast64", "topk_fast16_d1", "topk_fast16_d2", "topk_fast16_d3", "topk_fast16_d4",
+	"indexer_scores_topk32", "indexer_scores_topk48", "indexer_scores_topk64",
+	"indexer_scores_topk_rows32", "indexer_scores_topk_rows48", "indexer_scores_topk_rows64",
+	// cu/mid
+	"gemv_mid_group_r2_m1_o4", "gemv_mid_group_r2_m1_o4n", "gemv_mid_group_r4_m1_d16", "gemv_mid_group_r4_m1_d16n",
+	"gemv_mid_group_r4_m1_o4", "gemv_mid_group_r4_m1_o4n", "gemv_mid_group_r8_m1_d16", "gemv_mid_group_r8_m1_d16n",
+)
+
+// pdlMoreOn: TILERT_GPU_PDL_MORE=1 launches pdlMoreKernels
+// programmatically as well (opt-in until measured).
+var pdlMoreOn = os.Getenv("TILERT_GPU_PDL_MORE") == "1"
+
+// pdlFor says whether a kernel named name launches programmatically when
+// PDL is on.
+func pdlFor(name string) bool { return pdlKernels[name] || (pdlMoreOn && pdlMoreKernels[name]) }
+
 // launchFn queues f: programmatically when it is a listed kernel and PDL is
 // on.
 func (k *Set) launchFn(f *cuda.Function, grid, block cuda.Dim3, smem int, s cuda.Stream, args ...any) error {
-	return k.c.LaunchEx(f, grid, block, smem, s, k.pdl && pdlKernels[f.Name], args...)
+	return k.c.LaunchEx(f, grid, block, smem, s, k.pdl && pdlFor(f.Name), args...)
 }

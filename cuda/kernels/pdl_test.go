@@ -316,3 +316,63 @@ func TestKernelPDLModeEnv(t *testing.T) {
 		record(t, fmt.Sprintf("pdl from TILERT_GPU_PDL=%q (want programmatic %v)", os.Getenv("TILERT_GPU_PDL"), want), "mismatch", bad, 0)
 	})
 }
+
+// TestPDLMoreKernelsWait: every kernel TILERT_GPU_PDL_MORE=1 launches
+// programmatically begins with PDL_WAIT() in every definition (a __trap()
+// stub for an architecture without the kernel reads nothing), and every
+// kernel of the extra modules is on pdl.go's list or pdlMoreKernels, so a
+// new one is decided, not forgotten.
+func TestPDLMoreKernelsWait(t *testing.T) {
+	entries := map[string][]string{}
+	extra := map[string]bool{}
+	for i, src := range []string{KernelSource(), AbsorbKernelSource(), FewKernelSource(), MidKernelSource()} {
+		for n, defs := range kernelEntries(src) {
+			entries[n] = append(entries[n], defs...)
+			if i > 0 {
+				extra[n] = true
+			}
+		}
+	}
+	var names []string
+	for n := range pdlMoreKernels {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		defs, ok := entries[n]
+		if !ok {
+			t.Errorf("pdlMoreKernels lists %s, but no module source defines that kernel", n)
+			continue
+		}
+		for i, first := range defs {
+			if first != pdlEntry && first != "__trap();" {
+				t.Errorf("kernel %s (definition %d of %d) starts with %q, not PDL_WAIT(); add the wait as its first statement or take it off pdlMoreKernels", n, i+1, len(defs), first)
+			}
+		}
+		if pdlKernels[n] {
+			t.Errorf("kernel %s is on both lists", n)
+		}
+	}
+	for n := range extra {
+		if !pdlKernels[n] && !pdlMoreKernels[n] {
+			t.Errorf("extra-module kernel %s is on neither pdl.go's list nor pdlMoreKernels: decide how it launches", n)
+		}
+	}
+	for _, c := range []struct {
+		name       string
+		more, want bool
+	}{
+		{"gemv_tile_fp8_r8_m1_d16", false, true},
+		{"absorb_q_fast_g4_r8", false, false},
+		{"absorb_q_fast_g4_r8", true, true},
+		{"mla_decode_tcf2", true, true},
+		{"allreduce_oneshot_f32", true, false},
+	} {
+		prev := pdlMoreOn
+		pdlMoreOn = c.more
+		if got := pdlFor(c.name); got != c.want {
+			t.Errorf("pdlFor(%s) with TILERT_GPU_PDL_MORE=%v = %v, want %v", c.name, c.more, got, c.want)
+		}
+		pdlMoreOn = prev
+	}
+}

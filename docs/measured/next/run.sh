@@ -3,9 +3,9 @@
 # 8192, 1 slot) after the whole ENGINE part of gpu-check passed with them (call D); the kernel checks were not
 # re-run (no kernel changed). Next, in order:
 #  A. this file: the whole default gpu-check, unnarrowed (~450-550 s on a fresh machine: the NVRTC cache is cold).
-#  B. docs/measured/h200-2026-12-02-s11/callF/run.sh (~220 s): the opt-in switches (NORM_FUSE=1, FUSE=3,
-#     TOPK_FAST=2, SIDE_CAP=2, GROUP=3) under the new defaults, and GLM-5 with each fork alone (GLM gained 80 us
-#     against DeepSeek's 133: its layers without their own indexer have no attention fork).
+#  B. docs/measured/next/sweep.sh (~300 s): TILERT_GPU_PDL_MORE=1 (the MLA, absorbs, top-k and mid GEMVs launched
+#     programmatically too) and NORM_FUSE=1 under the new defaults, GLM-5 too, and the engine checks with
+#     PDL_MORE=1. If it wins and passes, make it the default (pdlFor) and run the whole gpu-check again.
 # Device budget facts (session 10): a refused machine start still costs ~90 s of device time; results written
 # straight under $OUT come back even when a cap cuts the call, but not more than a few dozen files: tar them.
 # Test binaries must run from their package directory (cd engine/gpu && $D/engine.test ...).

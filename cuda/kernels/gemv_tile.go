@@ -59,6 +59,9 @@ func (k *Set) SetTileCap(b int) (prev int) {
 	return prev
 }
 
+// TileCap is SetTileCap's current cap.
+func (k *Set) TileCap() int { return k.tileB }
+
 // Tile variants of one input row of fp8 weights, each with the plain
 // kernel's per-thread chunk order (so the same sums bit for bit): "_d16"
 // keeps 16 loads in flight per thread (two rounds' worth, 128 registers,

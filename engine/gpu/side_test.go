@@ -3,6 +3,7 @@ package gpu
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/cockroachdb/errors"
 	"math"
 	"strings"
 	"testing"
@@ -160,6 +161,44 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// The side stream's tile cap holds between a fork and its unfork only: a
+// cap left behind would slow every main-stream GEMV after it.
+func TestGPUSideCapScoped(t *testing.T) {
+	dev := gpuDevice(t)
+	defer func(cp int) { sideCapTest = cp }(sideCapTest)
+	r := &cudaRunner{dev: dev, info: dev.Info}
+	defer func() {
+		if err := r.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	for _, want := range []int{0, 1, 3} {
+		sideCapTest = want
+		err := r.run(func(b device) error {
+			cb := b.(*cudaDevice)
+			if got := cb.k.TileCap(); got != 0 {
+				return errors.Newf("cap %d before the fork, want 0", got)
+			}
+			if err := cb.fork(); err != nil {
+				return err
+			}
+			if got := cb.k.TileCap(); got != want {
+				return errors.Newf("cap %d on the side stream, want %d", got, want)
+			}
+			if err := cb.unfork(); err != nil {
+				return err
+			}
+			if got := cb.k.TileCap(); got != 0 {
+				return errors.Newf("cap %d after the unfork, want 0", got)
+			}
+			return cb.join()
+		})
+		if err != nil {
+			t.Errorf("side cap %d: %v", want, err)
 		}
 	}
 }

@@ -3,11 +3,12 @@ package gpu
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/cockroachdb/errors"
 	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"

@@ -374,6 +374,9 @@ type fwd struct {
 	// before the MLA (side.go); sideSh: the shared expert does, joined
 	// before the MoE's combine.
 	sideQ, sideSh bool
+	// sideJoined: with sideSh, the side work is already joined
+	// (routeBeside), so moeTile does not join
+	sideJoined bool
 	// deferNorm: the layer input norms may be deferred (normFuseOn, the
 	// single-engine forward); xNorm, when set, is such a norm's weights:
 	// ws.h does not hold rmsnorm(ws.x) yet, and the next layer's grouped
@@ -472,15 +475,43 @@ func (f *fwd) moe(lw *dlayer) { f.moeThen(lw, nil) }
 // addRMSNorm(nrm.y, ws.x, ws.mo, nrm.w) fused into the combine (ws.mo then
 // not written), and says whether it did.
 func (f *fwd) moeThen(lw *dlayer, nrm *normTo) bool {
-	e, o, ws := f.e, f.o, f.e.ws
-	c := e.cfg
-	H, M := c.HiddenSize, f.M
-	E, K := c.NRoutedExperts, c.NumExpertsPerTok
+	c := f.e.cfg
+	H := c.HiddenSize
 	if nrm == nil && f.moePersistFits(lw) {
 		f.moePersistCombine(lw) // the shard's MoE: ws.h in, ws.mo out (moe_persist.go)
 		return false
 	}
-	f.sideSh = f.sharedBeside(lw)
+	if f.routeBeside(lw) {
+		// the routing ran on the side stream beside the shared expert,
+		// joined: moeTile runs the routed slots alone, with no join
+		f.sideSh, f.sideJoined = true, true
+	} else {
+		f.sideSh = f.sharedBeside(lw)
+		f.route(lw)
+	}
+	switch {
+	case f.groupedMoE():
+		f.moeGrouped(lw) // the shared expert included
+		return false
+	case gemvTileOn && H%16 == 0 && c.MoEIntermediateSize%16 == 0:
+		return f.moeTile(lw, nrm) // the shared expert included
+	default:
+		f.moeRows(lw)
+	}
+	if lw.HasShared {
+		f.addSharedFFN(lw)
+	}
+	return false
+}
+
+// route runs the router GEMV and the routing of ws.h into ws.eidx and
+// ws.ewts (one launch where fuseRouter takes them; with a deferred
+// post-attention norm, the router's launch norms ws.x into ws.h first).
+func (f *fwd) route(lw *dlayer) {
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	H, M := c.HiddenSize, f.M
+	E, K := c.NRoutedExperts, c.NumExpertsPerTok
 	if fuseRouter && lw.Router.kind == linBF16 && !useGemm(lw.Router, M) && lw.Router.out == E && lw.Router.in == H &&
 		kernels.RouterRouteOK(ws.h, lw.Router.w, E, H, M, H, K, c.NGroup, c.TopKGroup) {
 		// the router GEMV and the routing in one launch
@@ -500,19 +531,6 @@ func (f *fwd) moeThen(lw *dlayer, nrm *normTo) bool {
 		}
 		o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
 	}
-	switch {
-	case f.groupedMoE():
-		f.moeGrouped(lw) // the shared expert included
-		return false
-	case gemvTileOn && H%16 == 0 && c.MoEIntermediateSize%16 == 0:
-		return f.moeTile(lw, nrm) // the shared expert included
-	default:
-		f.moeRows(lw)
-	}
-	if lw.HasShared {
-		f.addSharedFFN(lw)
-	}
-	return false
 }
 
 // tileShared says whether moeTile runs the shared expert as dense slots of
@@ -529,23 +547,56 @@ func (f *fwd) tileShared(lw *dlayer) bool {
 // routed slots alone and joins. The launches are shaped as the one over
 // all slots, so every output keeps its bits. It says whether it did.
 func (f *fwd) sharedBeside(lw *dlayer) bool {
+	if !sideShOn || sideRouteOn || !f.moeForkOK(lw) {
+		return false
+	}
+	o := f.o
+	o.do(o.b.fork())
+	f.sharedShaped(lw)
+	o.do(o.b.unfork())
+	return true
+}
+
+// moeForkOK says whether the MoE half may fork: one round of tile
+// launches, the shared expert of the routed shape, and no router launch
+// that writes ws.h (postNorm: the shared expert would read it before).
+func (f *fwd) moeForkOK(lw *dlayer) bool {
+	c := f.e.cfg
+	H, M := c.HiddenSize, f.M
+	MI := c.MoEIntermediateSize
+	return f.postNorm == 0 && M <= kernels.MaxTileM && !f.groupedMoE() && gemvTileOn && H%16 == 0 && MI%16 == 0 &&
+		f.tileShared(lw)
+}
+
+// sharedShaped queues the shared expert's gate/up and down of ws.h as
+// moeTile's launch over all slots would run them (so the same bits).
+func (f *fwd) sharedShaped(lw *dlayer) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	K, MI := c.NumExpertsPerTok, c.MoEIntermediateSize
-	// Not when the router's launch writes ws.h (postNorm: the shared
-	// expert would read it before).
-	if !sideShOn || f.postNorm != 0 || M > kernels.MaxTileM || f.groupedMoE() || !gemvTileOn || H%16 != 0 || MI%16 != 0 ||
-		!f.tileShared(lw) {
-		return false
-	}
 	slots := M * K
-	o.do(o.b.fork())
 	o.do(o.b.expertsShaped(fptr(ws.eg, slots*MI), ws.h, H, K, 0, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, 0,
 		[2]cuda.DevPtr{lw.ShGate.w, lw.ShUp.w}, [2]cuda.DevPtr{lw.ShGate.s, lw.ShUp.s}, M, MI, H, slots+M))
 	o.do(o.b.expertsShaped(fptr(ws.ey, slots*H), ws.eg, MI, 1, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, 0,
 		[2]cuda.DevPtr{lw.ShDown.w}, [2]cuda.DevPtr{lw.ShDown.s}, M, H, MI, slots+M))
+}
+
+// routeBeside is sharedBeside the other way round (TILERT_GPU_SIDE_MOE=
+// route): the router and the routing, a latency-bound chain, on the side
+// stream, the shared expert's weights streaming on the main stream at its
+// full grid (not capped), then the join before the routed experts. It
+// says whether it did (route and the shared launches are then queued).
+func (f *fwd) routeBeside(lw *dlayer) bool {
+	if !sideShOn || !sideRouteOn || !f.moeForkOK(lw) {
+		return false
+	}
+	o := f.o
+	o.do(o.b.fork())
+	f.route(lw)
 	o.do(o.b.unfork())
+	f.sharedShaped(lw)
+	o.do(o.b.join())
 	return true
 }
 
@@ -589,8 +640,8 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 	// The shared expert rides along when it has the routed experts' shape
 	// (in its own launches on the side stream when sideSh).
 	shared := f.tileShared(lw)
-	beside := f.sideSh
-	f.sideSh = false
+	beside, joined := f.sideSh, f.sideJoined
+	f.sideSh, f.sideJoined = false, false
 	fuse := nrm != nil && fuseMoE && (shared || !lw.HasShared)
 	// normFuseOn: the combine adds into the residual and the norm waits for
 	// the next layer's input launch (norm_fuse.go).
@@ -613,7 +664,9 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 				[2]cuda.DevPtr{lw.expS[0], lw.expS[1]}, ids, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, MI, H, slots+dense))
 			o.do(o.b.expertsShaped(ws.ey, ws.eg, MI, 1, slots, [2]cuda.DevPtr{lw.expW[2]}, [2]cuda.DevPtr{lw.expS[2]}, ids, slots,
 				[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, H, MI, slots+dense))
-			o.do(o.b.join())
+			if !joined {
+				o.do(o.b.join())
+			}
 		} else {
 			o.do(o.b.experts(ws.eg, fptr(ws.h, r*H), H, K, 0, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]}, [2]cuda.DevPtr{lw.expS[0], lw.expS[1]},
 				ids, slots, gw, gs, dense, MI, H))

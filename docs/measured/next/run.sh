@@ -3,7 +3,7 @@
 # 8192, 1 slot) after the whole ENGINE part of gpu-check passed with them (call D); the kernel checks were not
 # re-run (no kernel changed). Next, in order:
 #  A. this file: the whole default gpu-check, unnarrowed (~450-550 s on a fresh machine: the NVRTC cache is cold).
-#  B. docs/measured/next/sweep.sh (~300 s): TILERT_GPU_PDL_MORE=1 (the MLA, absorbs, top-k and mid GEMVs launched
+#  B. docs/measured/next/sweep.sh (~360 s): TILERT_GPU_SIDE_MOE=route, TILERT_GPU_PDL_MORE=1 (the MLA, absorbs, top-k and mid GEMVs launched
 #     programmatically too) and NORM_FUSE=1 under the new defaults, GLM-5 too, and the engine checks with
 #     PDL_MORE=1. If it wins and passes, make it the default (pdlFor) and run the whole gpu-check again.
 # Device budget facts (session 10): a refused machine start still costs ~90 s of device time; results written

@@ -6,6 +6,10 @@
 # TILERT_GPU_PDL_MORE=1 (cuda/kernels pdl.go pdlMoreKernels): the MLA decode (tcf2 / few), the absorbs, topk_fast and
 # the mid GEMVs launch programmatically too (~4 plain launches a layer today in a programmatic chain). Prediction:
 # -1 us each, ~-40 us a step; if slower, the early-resident blocks take SM room from the q_b stream beside them.
+# TILERT_GPU_SIDE_MOE=route (forward.go routeBeside): the MoE fork turned round, the router + routing on the side
+# stream and the shared expert on the main one at its full grid. Session 11's call E charged the router and the
+# routing ~10 us a layer each with the capped shared expert beside them; prediction -5..-10 us a layer. SIDE=q
+# alone tells what the MoE fork is worth today. The engine checks below run with both switches.
 set -x
 cd .device/next && for f in *.xz; do xz -d -f "$f"; done; chmod +x *; cd ../..
 D=$PWD/.device/next
@@ -15,11 +19,15 @@ bn() { local m=$1 n=$2 t=$3; shift 3; env "$@" timeout $t $D/tilert bench decode
 bn deepseek-v3.2 base 120
 bn deepseek-v3.2 pdlmore 45 TILERT_GPU_PDL_MORE=1
 bn deepseek-v3.2 normfuse1 45 TILERT_GPU_NORM_FUSE=1
+bn deepseek-v3.2 moeroute 45 TILERT_GPU_SIDE_MOE=route
+bn deepseek-v3.2 sideq 45 TILERT_GPU_SIDE=q
+bn deepseek-v3.2 moeroute-pdlmore 45 TILERT_GPU_SIDE_MOE=route TILERT_GPU_PDL_MORE=1
 bn deepseek-v3.2 base2 45
 bn deepseek-v3.2 pdlmore2 45 TILERT_GPU_PDL_MORE=1
 bn glm-5 glm-base 60
 bn glm-5 glm-pdlmore 45 TILERT_GPU_PDL_MORE=1
-(cd engine/gpu && TILERT_GPU_PDL_MORE=1 timeout 150 $D/engine.test -test.run 'TestGPUGreedyMatchesCPU|TestGPUGraphsEqualEager|TestGPUSideStreamSameTokens|TestGPUAbsorbFast|TestGPUFewKernels|TestGPUShardGreedy' -test.v > $R/engine-pdlmore.log 2>&1; echo "rc=$?" >> $R/engine-pdlmore.log)
+bn glm-5 glm-moeroute 45 TILERT_GPU_SIDE_MOE=route
+(cd engine/gpu && TILERT_GPU_PDL_MORE=1 TILERT_GPU_SIDE_MOE=route timeout 150 $D/engine.test -test.run 'TestGPUGreedyMatchesCPU|TestGPUGraphsEqualEager|TestGPUSideStreamSameTokens|TestGPUAbsorbFast|TestGPUFewKernels|TestGPUShardGreedy' -test.v > $R/engine-pdlmore.log 2>&1; echo "rc=$?" >> $R/engine-pdlmore.log)
 grep -E "^--- (PASS|FAIL)|^rc=" $R/engine-pdlmore.log | tail -12
 (cd engine/gpu && TILERT_GPU_PDL_MORE=1 TILERT_GPU_TIMING=1 timeout 60 $D/engine.test -test.run 'TestGPUShardLayerTiming$' -test.v > $R/shard-pdlmore.log 2>&1)
 grep -E "graphed" $R/shard-pdlmore.log | cut -c1-200

@@ -95,7 +95,6 @@ type workspace struct {
 	tkw                      cuda.DevPtr // top-k scratch (kernels.TopKRadixScratchBytes(maxRows, ldScores), zeroed)
 	grp                      moeGroupWorkspace
 	ctr                      cuda.DevPtr // routerRoute's block counter (zeroed; each launch leaves it zeroed)
-	pctl                     cuda.DevPtr // the persistent MoE's barrier and norm scratch (kernels.MoEPersistCtlBytes, zeroed)
 	ldScores                 int
 }
 
@@ -170,7 +169,6 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 		{&ws.logits, M * c.VocabSize},
 		{&ws.tok, M},
 		{&ws.ctr, 1},
-		{&ws.pctl, kernels.MoEPersistCtlBytes / 4},
 		{&ws.amax, int(kernels.ArgmaxScratchBytes(M) / 4)},
 		{&ws.mla, int(kernels.MLAHeadsWorkspaceBytes(M, NH) / 4)},
 		{&ws.tkw, int(kernels.TopKRadixScratchBytes(M, ws.ldScores) / 4)},
@@ -403,12 +401,6 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr, next *dlayer) {
 		// attnProj takes or runs a deferred input norm; ws.h was read.
 		o.do(errors.New("gpu forward: a deferred input norm was not run before attention"))
 	}
-	if f.moePersistFits(lw) {
-		// the post-attention norm through the next layer's input norm in
-		// one launch (moe_persist.go)
-		f.moePersistBlock(lw, nextY, nextW, next)
-		return
-	}
 	if f.oRes {
 		// o_proj added into ws.x; the router's launch norms it (moeThen).
 		f.oRes, f.postNorm = false, lw.PostNorm
@@ -476,10 +468,6 @@ func (f *fwd) moeThen(lw *dlayer, nrm *normTo) bool {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	E, K := c.NRoutedExperts, c.NumExpertsPerTok
-	if nrm == nil && f.moePersistFits(lw) {
-		f.moePersistCombine(lw) // the shard's MoE: ws.h in, ws.mo out (moe_persist.go)
-		return false
-	}
 	f.sideSh = f.sharedBeside(lw)
 	if fuseRouter && lw.Router.kind == linBF16 && !useGemm(lw.Router, M) && lw.Router.out == E && lw.Router.in == H &&
 		kernels.RouterRouteOK(ws.h, lw.Router.w, E, H, M, H, K, c.NGroup, c.TopKGroup) {

@@ -3,9 +3,10 @@
 
 Compiles a kernel module of each revision to PTX with nvcc for sm_90 - its
 source as that revision's kernels package assembles it (KernelSource for the
-default module; --module mid / few / absorb / persist for the modules beside
-it, or all), printed by a throwaway Go program built against the revision's
-tree - and compares the kernels entry by entry after dropping what changes
+default module; --module mid / few / absorb for the modules beside it, or
+all; --module persist for revisions up to b36a736, the last with the
+persistent MoE module), printed by a throwaway Go program built against the
+revision's tree - and compares the kernels entry by entry after dropping what changes
 with unrelated code (debug line info, comments, the module-wide numbering of
 labels and local depots). A refactor that lists no kernel has not changed
 what the device runs, so the last device checks of those kernels still hold;
@@ -34,13 +35,20 @@ import tarfile
 import tempfile
 
 # The modules whose source the kernels package assembles (kernels.go,
-# kernels_mid.go, kernels_few.go, kernels_absorb.go, moe_persist.go): the
-# function that returns each one's source. wg is sm_90a only (nvcc 12+).
+# kernels_mid.go, kernels_few.go, kernels_absorb.go): the function that
+# returns each one's source. wg is sm_90a only (nvcc 12+). --module all
+# compares these.
 MODULES = {
     "main": "KernelSource",
     "mid": "MidKernelSource",
     "few": "FewKernelSource",
     "absorb": "AbsorbKernelSource",
+}
+
+# Modules the kernels package no longer has, still comparable between older
+# revisions (by name only: all leaves them out). persist: the persistent
+# MoE kernel (moe_persist.go), removed in session 11; last in b36a736.
+REMOVED_MODULES = {
     "persist": "PersistKernelSource",
 }
 
@@ -86,9 +94,14 @@ class CompileError(Exception):
     pass
 
 
+def source_func(module):
+    return MODULES.get(module) or REMOVED_MODULES[module]
+
+
 def module_source(repo, rev, module, tmp, nvrtc_arch=None):
     """The module's source as the kernels package of rev assembles it (WORKTREE: the files on disk);
-    with nvrtc_arch, the PTX NVRTC builds from it instead."""
+    with nvrtc_arch, the PTX NVRTC builds from it instead. None when rev's kernels package has no such
+    module (its source function is undefined there: added later, or removed)."""
     root = os.path.abspath(repo)
     if rev != "WORKTREE":
         root = os.path.join(tmp, "tree-" + re.sub(r"\W", "_", rev))
@@ -100,11 +113,13 @@ def module_source(repo, rev, module, tmp, nvrtc_arch=None):
                 t.extractall(root)
     prog = os.path.join(tmp, "source_%s.go" % module)
     with open(prog, "w", encoding="utf-8") as f:
-        f.write(GO_MAIN % MODULES[module])
+        f.write(GO_MAIN % source_func(module))
     # A file named on go run's command line builds against the module of
     # the directory it runs in: the revision's tree.
     r = subprocess.run(["go", "run", prog] + ([nvrtc_arch] if nvrtc_arch else []), cwd=root, capture_output=True,
                        text=True)
+    if r.returncode != 0 and "undefined: kernels.%s" % source_func(module) in r.stderr:
+        return None
     if r.returncode != 0:
         sys.stderr.write(r.stderr[-4000:])
         raise CompileError("go run failed assembling %s's %s module (the errors above)" % (rev, module))
@@ -149,16 +164,23 @@ def entries(text):
 
 def compare(args, module, tmp):
     """Prints one module's comparison; returns the differing kernels plus those only in one revision."""
-    if args.compiler == "nvrtc":
-        arch = args.arch.replace("sm_", "compute_")
-        ea = entries(module_source(args.repo, args.a, module, tmp, arch))
-        eb = entries(module_source(args.repo, args.b, module, tmp, arch))
-    else:
-        ea = entries(ptx(module_source(args.repo, args.a, module, tmp), args.arch, tmp, module + "_a", args.cache))
-        eb = entries(ptx(module_source(args.repo, args.b, module, tmp), args.arch, tmp, module + "_b", args.cache))
-    diff = sorted(k for k in set(ea) & set(eb) if ea[k] != eb[k])
     tag = "" if args.module == ["main"] else "[%s] " % module
-    print("%s%s: %d kernels, %s: %d kernels" % (tag, args.a, len(ea), args.b, len(eb)))
+    side = {}
+    for rev, name in ((args.a, "a"), (args.b, "b")):
+        if args.compiler == "nvrtc":
+            text = module_source(args.repo, rev, module, tmp, args.arch.replace("sm_", "compute_"))
+        else:
+            src = module_source(args.repo, rev, module, tmp)
+            text = None if src is None else ptx(src, args.arch, tmp, module + "_" + name, args.cache)
+        side[name] = text
+    if side["a"] is None and side["b"] is None:
+        print("%sno such module in %s or %s" % (tag, args.a, args.b))
+        return []
+    # A module one revision lacks: all its kernels are only in the other.
+    ea, eb = entries(side["a"] or ""), entries(side["b"] or "")
+    diff = sorted(k for k in set(ea) & set(eb) if ea[k] != eb[k])
+    count = {n: "no such module" if side[n] is None else "%d kernels" % len(e) for n, e in (("a", ea), ("b", eb))}
+    print("%s%s: %s, %s: %s" % (tag, args.a, count["a"], args.b, count["b"]))
     print("%sonly in %s: %s" % (tag, args.a, " ".join(sorted(set(ea) - set(eb))) or "-"))
     print("%sonly in %s: %s" % (tag, args.b, " ".join(sorted(set(eb) - set(ea))) or "-"))
     print("%sdiffering: %s" % (tag, " ".join(diff) or "-"))
@@ -176,8 +198,8 @@ def main():
     ap.add_argument("b", help="revision (or WORKTREE)")
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--repo", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    ap.add_argument("--module", action="append", choices=sorted(MODULES) + ["all"],
-                    help="module to compare (repeatable; all: every one; default main, the default module)")
+    ap.add_argument("--module", action="append", choices=sorted(MODULES) + sorted(REMOVED_MODULES) + ["all"],
+                    help="module to compare (repeatable; all: every current one; default main, the default module)")
     ap.add_argument("--compiler", choices=["nvcc", "nvrtc"], default="nvcc",
                     help="nvrtc: NVRTC through the cuda package (TILERT_NVRTC=...libnvrtc.so.12), the engine's compiler")
     ap.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache", "kernel_ptx_diff"),
@@ -187,7 +209,7 @@ def main():
     ap.add_argument("--strict", action="store_true", help="exit 1 when any kernel differs or is only in one revision")
     args = ap.parse_args()
     mods = args.module or ["main"]
-    args.module = sorted(MODULES, key=list(MODULES).index) if "all" in mods else list(dict.fromkeys(mods))
+    args.module = list(dict.fromkeys(x for m in mods for x in (list(MODULES) if m == "all" else [m])))
     tools = [("go", "the modules' sources are assembled by the kernels package: install Go")]
     if args.compiler == "nvcc":
         tools.append(("nvcc", "install a CUDA toolkit (Debian: add contrib non-free, apt-get install nvidia-cuda-toolkit)"))

@@ -7,7 +7,7 @@ import (
 )
 
 // extraModule is one of the modules compiled beside the default one and
-// loaded on first use (wg, mid, few, absorb, persist): their own sources,
+// loaded on first use (wg, mid, few, absorb): their own sources,
 // so the default module's source and its kernel cache entry stay as they
 // are.
 type extraModule struct {

@@ -174,9 +174,6 @@ type fusedDevice interface {
 	// moeCombineNorm is moeCombineSlots(tmp, y, w, resid, M, k, D) then
 	// addRMSNorm(out, x, tmp, nw, M, D, ldx, D, ldy, eps); tmp is not kept.
 	moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error
-	// moePersist is one row's MoE half in one persistent launch
-	// (kernels.MoEPersist; moe_persist.go), the chain's bits.
-	moePersist(a kernels.MoEPersistArgs) error
 }
 
 // cudaDevice runs on the device thread (valid only inside Device.Do); all
@@ -1097,9 +1094,6 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 	}
 	if absorbFastOn {
 		b.absorbFastReady()
-	}
-	if moePersistOn {
-		b.moePersistReady() // moe_persist.go
 	}
 }
 

@@ -163,6 +163,9 @@ func build(r runner, src Source, opts engine.Options) (*Engine, error) {
 // newBackend loads src onto r's device and allocates every slot's caches
 // (one rank of a sharded engine is one backend over its shard's weights).
 func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
+	if err := removedSwitchesEnv(); err != nil {
+		return nil, err
+	}
 	cfg := src.Config()
 	opts, lay, maxSeq, err := engine.Resolve(cfg, opts, engine.ModeServing)
 	if err != nil {

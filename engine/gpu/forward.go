@@ -95,7 +95,6 @@ type workspace struct {
 	tkw                      cuda.DevPtr // top-k scratch (kernels.TopKRadixScratchBytes(maxRows, ldScores), zeroed)
 	grp                      moeGroupWorkspace
 	ctr                      cuda.DevPtr // routerRoute's block counter (zeroed; each launch leaves it zeroed)
-	pctl                     cuda.DevPtr // the persistent MoE's barrier and norm scratch (kernels.MoEPersistCtlBytes, zeroed)
 	ldScores                 int
 }
 
@@ -170,7 +169,6 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 		{&ws.logits, M * c.VocabSize},
 		{&ws.tok, M},
 		{&ws.ctr, 1},
-		{&ws.pctl, kernels.MoEPersistCtlBytes / 4},
 		{&ws.amax, int(kernels.ArgmaxScratchBytes(M) / 4)},
 		{&ws.mla, int(kernels.MLAHeadsWorkspaceBytes(M, NH) / 4)},
 		{&ws.tkw, int(kernels.TopKRadixScratchBytes(M, ws.ldScores) / 4)},
@@ -406,12 +404,6 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr, next *dlayer) {
 		// attnProj takes or runs a deferred input norm; ws.h was read.
 		o.do(errors.New("gpu forward: a deferred input norm was not run before attention"))
 	}
-	if f.moePersistFits(lw) {
-		// the post-attention norm through the next layer's input norm in
-		// one launch (moe_persist.go)
-		f.moePersistBlock(lw, nextY, nextW, next)
-		return
-	}
 	if f.oRes {
 		// o_proj added into ws.x; the router's launch norms it (moeThen).
 		f.oRes, f.postNorm = false, lw.PostNorm
@@ -477,10 +469,6 @@ func (f *fwd) moe(lw *dlayer) { f.moeThen(lw, nil) }
 func (f *fwd) moeThen(lw *dlayer, nrm *normTo) bool {
 	c := f.e.cfg
 	H := c.HiddenSize
-	if nrm == nil && f.moePersistFits(lw) {
-		f.moePersistCombine(lw) // the shard's MoE: ws.h in, ws.mo out (moe_persist.go)
-		return false
-	}
 	if f.routeBeside(lw) {
 		// the routing ran on the side stream beside the shared expert,
 		// joined: moeTile runs the routed slots alone, with no join

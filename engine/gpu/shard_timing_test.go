@@ -551,9 +551,6 @@ func TestEmuShardRealLayerShapes(t *testing.T) {
 				}
 			}
 			least := 15 // 21 with the fused attention epilogue, 27 without
-			if moePersistOn {
-				least = 10 // the MoE half is one launch (moe_persist.go): 12
-			}
 			if n < least {
 				return errors.Newf("recorded %d calls of a block", n)
 			}

@@ -12,7 +12,7 @@ timeout 120 $D/tilert bench decode --device cuda --dummy-weights deepseek-v3.2 -
 tar czf $OUT/c0.tgz -C $R .
 source docs/measured/next6/sattn.sh; tar czf $OUT/c1.tgz -C $R .
 source docs/measured/next6/gmid.sh; tar czf $OUT/c2.tgz -C $R .
-source docs/measured/next6/pmoe.sh; tar czf $OUT/c3.tgz -C $R .
+source docs/measured/next6/pmoe.sh; tar czf $OUT/c3.tgz -C $R .   # pmoe.sh now beside this file (moved in session 11, when moe_persist was removed)
 ALL=""
 grep -q '^rc=0$' $R/sattn/kernels.log && ALL="$ALL TILERT_GPU_MLA_FEW=1 TILERT_GPU_TOPK_FAST=2"
 grep -q '^rc=0$' $R/gmid/kernels.log && ALL="$ALL TILERT_GPU_GEMV_MID=1"

@@ -1,3 +1,5 @@
+# Ran in session 9 call C (results in pmoe/ beside this file). The kernel was removed in session 11 (the code last
+# exists at b36a736); later revisions refuse TILERT_GPU_MOE_PERSIST, so this only records what ran.
 # Fragment of helper pmoe (branch pmoe), issues 10 and 11: TILERT_GPU_MOE_PERSIST=1, the MoE half of a one-row
 # decode layer (post-attention norm, router, routing, 8 routed + shared experts' gate/up and down, combine,
 # residual add, next layer's input norm) as ONE persistent launch (moe_persist_m1, its own module

@@ -1,0 +1,30 @@
+package gpu
+
+import (
+	"os"
+
+	"github.com/cockroachdb/errors"
+)
+
+// removedSwitches refuses environment switches whose code was removed, so
+// a script that still sets one is told so at backend creation instead of
+// silently measuring the default path. getenv is os.Getenv outside tests.
+func removedSwitches(getenv func(string) string) error {
+	// TILERT_GPU_MOE_PERSIST=1 ran the MoE half of a one-row decode layer
+	// as one persistent launch with device-wide barriers (moe_persist_m1,
+	// sessions 9-10); it was bit-identical to the launch chain but slower
+	// on the H200 every time, and was removed in session 11.
+	// TILERT_GPU_MOE_PERSIST_V picked its variants.
+	for _, name := range []string{"TILERT_GPU_MOE_PERSIST", "TILERT_GPU_MOE_PERSIST_V"} {
+		v := getenv(name)
+		if v == "" || name == "TILERT_GPU_MOE_PERSIST" && v == "0" {
+			continue // unset, or the default asked for by name
+		}
+		return errors.WithHint(
+			errors.Newf("%s=%q: the persistent MoE kernel (moe_persist) was removed in session 11: measured on the H200 it was slower than the chain of launches (138.98 against 129.92 us at DeepSeek-V3.2 dims, 58.62 against 45.76 us on the TP-8 shard)", name, v),
+			"unset "+name+": the MoE half runs as the chain of launches; the record is in cuda/kernels/NOTES.md \"Persistent MoE half\"")
+	}
+	return nil
+}
+
+func removedSwitchesEnv() error { return removedSwitches(os.Getenv) }

@@ -1,0 +1,76 @@
+package gpu
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/model/synth"
+)
+
+// TestRemovedSwitchRefused: the switches of the removed persistent MoE
+// kernel are refused with an error naming the measurement and a hint
+// naming the record (cuda/kernels/NOTES.md); unset (and =0, the default
+// asked for by name) pass. The last part sets the environment and checks
+// that backend creation itself refuses.
+func TestRemovedSwitchRefused(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		fail string // part of the error's message, "" where it is accepted
+	}{
+		{nil, ""},
+		{map[string]string{"TILERT_GPU_MOE_PERSIST": "0"}, ""},
+		{map[string]string{"TILERT_GPU_MOE_PERSIST": "1"}, `TILERT_GPU_MOE_PERSIST="1"`},
+		{map[string]string{"TILERT_GPU_MOE_PERSIST": "2"}, `TILERT_GPU_MOE_PERSIST="2"`},
+		{map[string]string{"TILERT_GPU_MOE_PERSIST": "1", "TILERT_GPU_MOE_PERSIST_V": "d16"}, `TILERT_GPU_MOE_PERSIST="1"`},
+		{map[string]string{"TILERT_GPU_MOE_PERSIST_V": "b3"}, `TILERT_GPU_MOE_PERSIST_V="b3"`},
+		{map[string]string{"TILERT_GPU_MOE_PERSIST_V": "0"}, `TILERT_GPU_MOE_PERSIST_V="0"`},
+		{map[string]string{"TILERT_GPU_MOE": "1", "TILERT_GPU_PERSIST": "1"}, ""},
+	} {
+		err := removedSwitches(func(k string) string { return c.env[k] })
+		if c.fail == "" {
+			if err != nil {
+				t.Errorf("%v: %v, want no error", c.env, err)
+			}
+			continue
+		}
+		checkRemovedErr(t, fmt.Sprint(c.env), err, c.fail)
+	}
+
+	t.Setenv("TILERT_GPU_MOE_PERSIST", "1")
+	p, err := synth.Lookup("deepseek-v3.2-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := synth.Build(p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEmulated(Dummy(b.Config, 3), engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
+	if err == nil {
+		e.Close()
+	}
+	checkRemovedErr(t, "NewEmulated with TILERT_GPU_MOE_PERSIST=1", err, `TILERT_GPU_MOE_PERSIST="1"`)
+}
+
+func checkRemovedErr(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: accepted, want a refusal", what)
+		return
+	}
+	for _, s := range []string{want, "removed in session 11", "138.98 against 129.92 us", "58.62 against 45.76 us"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("%s: error %q does not say %q", what, err, s)
+		}
+	}
+	h := errors.FlattenHints(err)
+	for _, s := range []string{"unset TILERT_GPU_MOE_PERSIST", "cuda/kernels/NOTES.md", `"Persistent MoE half"`} {
+		if !strings.Contains(h, s) {
+			t.Errorf("%s: hint %q does not say %q", what, h, s)
+		}
+	}
+}

@@ -179,23 +179,7 @@ const pdlEntry = "PDL_WAIT();"
 // pdl.go for why a listed kernel without it would race.
 func TestPDLKernelsWait(t *testing.T) {
 	entries := kernelEntries(KernelSource())
-	var names []string
-	for n := range pdlKernels {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		defs, ok := entries[n]
-		if !ok {
-			t.Errorf("pdl.go lists %s, but no cu/*.cu defines that kernel", n)
-			continue
-		}
-		for i, first := range defs {
-			if first != pdlEntry {
-				t.Errorf("kernel %s (definition %d of %d) starts with %q, not PDL_WAIT(); add the wait as its first statement or take it off pdl.go's list", n, i+1, len(defs), first)
-			}
-		}
-	}
+	names := checkWaits(t, entries, pdlKernels, "pdl.go's list", false)
 	var plain []string
 	for n := range entries {
 		if !pdlKernels[n] {
@@ -211,6 +195,31 @@ func TestPDLKernelsWait(t *testing.T) {
 	if !strings.Contains(string(common), "griddepcontrol.wait;") {
 		t.Errorf("common.cuh's PDL_WAIT no longer executes griddepcontrol.wait")
 	}
+}
+
+// checkWaits fails for every kernel of list that entries lacks or whose
+// definitions do not all begin with PDL_WAIT() (or, with stubs, a
+// __trap() stub that reads nothing), and returns list's names sorted.
+func checkWaits(t *testing.T, entries map[string][]string, list map[string]bool, what string, stubs bool) []string {
+	t.Helper()
+	var names []string
+	for n := range list {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		defs, ok := entries[n]
+		if !ok {
+			t.Errorf("%s lists %s, but no module source defines that kernel", what, n)
+			continue
+		}
+		for i, first := range defs {
+			if first != pdlEntry && !(stubs && first == "__trap();") {
+				t.Errorf("kernel %s (definition %d of %d) starts with %q, not PDL_WAIT(); add the wait as its first statement or take it off %s", n, i+1, len(defs), first, what)
+			}
+		}
+	}
+	return names
 }
 
 // The parser itself: kernels written out, with __launch_bounds__, in
@@ -333,22 +342,7 @@ func TestPDLMoreKernelsWait(t *testing.T) {
 			}
 		}
 	}
-	var names []string
-	for n := range pdlMoreKernels {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		defs, ok := entries[n]
-		if !ok {
-			t.Errorf("pdlMoreKernels lists %s, but no module source defines that kernel", n)
-			continue
-		}
-		for i, first := range defs {
-			if first != pdlEntry && first != "__trap();" {
-				t.Errorf("kernel %s (definition %d of %d) starts with %q, not PDL_WAIT(); add the wait as its first statement or take it off pdlMoreKernels", n, i+1, len(defs), first)
-			}
-		}
+	for _, n := range checkWaits(t, entries, pdlMoreKernels, "pdlMoreKernels", true) {
 		if pdlKernels[n] {
 			t.Errorf("kernel %s is on both lists", n)
 		}

@@ -178,14 +178,14 @@ func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 		// Each row left out of every run's graph in turn: the graphs'
 		// loss is the row's cost on the critical path.
 		g := cudaGrapher{cb}
-		_, costs, err := inGraphCosts(runs, func(run []gop) (float64, error) {
+		costs, err := inGraphCosts(runs, func(run []gop) (float64, error) {
 			return graphUs(g, b, run, timeIt)
 		})
 		if err != nil {
 			return err
 		}
 		for key, us := range costs {
-			if o := byName[key]; o != nil && key != "" {
+			if o := byName[key]; o != nil {
 				o.InGraphUs = us
 			}
 		}
@@ -221,9 +221,9 @@ func graphUs(g cudaGrapher, b device, run []gop, timeIt func(func() error) (floa
 
 // inGraphCosts times runs as graphs (timeRun, each run alone) whole and
 // with each profile row left out in turn; costs[key] is what leaving the
-// row out saves, costs[""] the whole runs' time. The buffers keep the
-// recorded step's values, so the calls left in read what they read then.
-func inGraphCosts(runs [][]gop, timeRun func([]gop) (float64, error)) (base float64, costs map[string]float64, err error) {
+// row out saves. The buffers keep the recorded step's values, so the calls
+// left in read what they read then.
+func inGraphCosts(runs [][]gop, timeRun func([]gop) (float64, error)) (map[string]float64, error) {
 	sum := func(key string) (float64, error) {
 		total := 0.0
 		for _, run := range runs {
@@ -242,18 +242,19 @@ func inGraphCosts(runs [][]gop, timeRun func([]gop) (float64, error)) (base floa
 		}
 		return total, nil
 	}
-	if base, err = sum(""); err != nil {
-		return 0, nil, err
+	base, err := sum("")
+	if err != nil {
+		return nil, err
 	}
-	costs = map[string]float64{"": base}
+	costs := map[string]float64{}
 	for _, key := range knockKeys(runs) {
 		t, err := sum(key)
 		if err != nil {
-			return 0, nil, err
+			return nil, err
 		}
 		costs[key] = base - t
 	}
-	return base, costs, nil
+	return costs, nil
 }
 
 // knockKeys lists the profile rows of runs' calls (stream forks and joins

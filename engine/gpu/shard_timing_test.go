@@ -280,7 +280,7 @@ func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx 
 			}
 		}
 		// Each row's share of the graphed block (profile.go).
-		_, costs, err := inGraphCosts(runs, func(run []gop) (float64, error) {
+		costs, err := inGraphCosts(runs, func(run []gop) (float64, error) {
 			return graphUs(cudaGrapher{cd}, b, run, func(f func() error) (float64, error) { return eventMedian(cd.c, cd.s, 20, 9, f) })
 		})
 		if err != nil {

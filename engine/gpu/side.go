@@ -53,22 +53,32 @@ var sideRouteOn = os.Getenv("TILERT_GPU_SIDE_MOE") == "route"
 // main chain's launches (CU_LAUNCH_ATTRIBUTE_PRIORITY) changed nothing
 // (2.842 / 2.764 with it) and was dropped.
 var (
-	sideCapEnv = os.Getenv("TILERT_GPU_SIDE_CAP")
+	// sideCapSet is TILERT_GPU_SIDE_CAP read once (-1: unset or not a
+	// count, the default).
+	sideCapSet = envCount("TILERT_GPU_SIDE_CAP")
 	// sideCapTest, when >= 0, overrides the environment (tests).
 	sideCapTest = -1
 )
+
+// envCount is a non-negative count from the environment, -1 when unset or
+// not one.
+func envCount(name string) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
+		return v
+	}
+	return -1
+}
 
 // sideCap is the blocks per SM of the side stream's tile GEMVs (0: as
 // many as the grid has), from TILERT_GPU_SIDE_CAP or, unset, from whether
 // the kernels launch programmatically.
 func (b *cudaDevice) sideCap() int {
-	if sideCapTest >= 0 {
+	switch {
+	case sideCapTest >= 0:
 		return sideCapTest
-	}
-	if v, err := strconv.Atoi(sideCapEnv); err == nil && v >= 0 {
-		return v
-	}
-	if b.k.PDL() {
+	case sideCapSet >= 0:
+		return sideCapSet
+	case b.k.PDL():
 		return 1
 	}
 	return 0

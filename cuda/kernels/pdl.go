@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"os"
+	"strings"
 
 	"github.com/cockroachdb/errors"
 	"github.com/tilert-go/tilert/cuda"
@@ -102,7 +103,12 @@ func setOf(names ...string) map[string]bool {
 // us with them and 3105 us without (1 slot, context 8192; 8945 / 8778 us
 // at 4 slots): each kernel lets the next one's blocks in at its start, and
 // those take SM room from the bandwidth-bound GEMVs they wait on.
-func pdlEnv() (bool, error) { return pdlSwitch(os.Getenv("TILERT_GPU_PDL")) }
+func pdlEnv() (bool, error) {
+	if pdlSelErr != nil {
+		return false, pdlSelErr
+	}
+	return pdlSwitch(os.Getenv("TILERT_GPU_PDL"))
+}
 
 // pdlSwitch is TILERT_GPU_PDL's value: unset or 0 plain launches, 1
 // programmatic launches of pdlKernels; anything else is refused. =2 (the
@@ -138,14 +144,12 @@ func (k *Set) PDLSupported() bool { return k.c.PDLSupported() }
 func (k *Set) SetPDL(on bool) { k.pdl = on && k.c.PDLSupported() }
 
 // pdlMoreKernels are kernels of the decode step's default path that begin
-// with PDL_WAIT() but launch plainly unless TILERT_GPU_PDL_MORE=1: the
+// with PDL_WAIT() but launch programmatically only as pdlSel says: the
 // sparse MLA decode (mla_decode_tcf2, the default at more than 16 heads)
 // and the extra modules' kernels (absorb, few, mid), which were written
-// with the wait while programmatic launches were opt-in and never ran that
-// way. Since session 11 the engine launches programmatically by default;
-// whether these gain too is the next device run's question (a plain launch
-// in a programmatic chain waits for its predecessor to drain and breaks
-// the overlap there, ~4 of them a layer). TestPDLMoreKernelsWait checks
+// with the wait while programmatic launches were opt-in. They are apart
+// because one of them (absorb_q) measured slower launched so, and the
+// rest were measured one family at a time. TestPDLMoreKernelsWait checks
 // the wait in every definition and that every extra-module kernel is on
 // one of the two lists.
 var pdlMoreKernels = setOf(
@@ -165,13 +169,84 @@ var pdlMoreKernels = setOf(
 	"gemv_mid_group_r4_m1_o4", "gemv_mid_group_r4_m1_o4n", "gemv_mid_group_r8_m1_d16", "gemv_mid_group_r8_m1_d16n",
 )
 
-// pdlMoreOn: TILERT_GPU_PDL_MORE=1 launches pdlMoreKernels
-// programmatically as well (opt-in until measured).
-var pdlMoreOn = os.Getenv("TILERT_GPU_PDL_MORE") == "1"
+// pdlSel is which kernels launch programmatically when PDL is on beyond
+// and against pdlKernels, from two comma-separated lists of kernel-name
+// prefixes read once (parsePDLSel; an entry matching no kernel of its list
+// is refused at Load):
+//   - TILERT_GPU_PDL_MORE: pdlMoreKernels that launch programmatically too
+//     ("1": all of them; "0": none; unset: pdlMoreDefault). H200, session
+//     12 (docs/measured/h200-2026-12-02-s12, 8192, 1 slot, p50): all of
+//     them cost 150 us a step (call A: 2.771 -> 2.928 ms), and call B
+//     found it all in absorb_q (2.913 against base 2.756-2.758 ms): its
+//     early-resident grid waits beside the indexer chain it is forked
+//     from. The MLA decode 2.749, the mid GEMVs 2.751, absorb_v 2.755, the
+//     few-heads kernels 2.757: those three launch programmatically by
+//     default since;
+//   - TILERT_GPU_PDL_PLAIN: pdlKernels that launch plainly after all, to
+//     find which programmatic launches cost more than they save (an early
+//     resident grid holds SM room that a side stream's kernel waits for).
+type pdlSelection struct {
+	more, plain []string
+	moreAll     bool
+}
+
+var pdlSel, pdlSelErr = parsePDLSel(os.Getenv("TILERT_GPU_PDL_MORE"), os.Getenv("TILERT_GPU_PDL_PLAIN"))
+
+// pdlMoreDefault is TILERT_GPU_PDL_MORE's unset value (see pdlSelection).
+const pdlMoreDefault = "mla_decode_tcf,gemv_mid,absorb_v"
+
+func parsePDLSel(more, plain string) (pdlSelection, error) {
+	var sel pdlSelection
+	if more == "" {
+		more = pdlMoreDefault
+	}
+	split := func(env, v string, list map[string]bool) ([]string, error) {
+		var out []string
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			hit := false
+			for n := range list {
+				hit = hit || strings.HasPrefix(n, p)
+			}
+			if !hit {
+				return nil, errors.WithHintf(errors.Newf("%s: %q is the start of no kernel name it can switch", env, p),
+					"name kernels by a prefix of their names (cuda/kernels/pdl.go lists them: pdlMoreKernels for TILERT_GPU_PDL_MORE, pdlKernels for TILERT_GPU_PDL_PLAIN), separated by commas")
+			}
+			out = append(out, p)
+		}
+		return out, nil
+	}
+	var err error
+	if more == "1" {
+		sel.moreAll = true
+	} else if more != "0" {
+		if sel.more, err = split("TILERT_GPU_PDL_MORE", more, pdlMoreKernels); err != nil {
+			return sel, err
+		}
+	}
+	sel.plain, err = split("TILERT_GPU_PDL_PLAIN", plain, pdlKernels)
+	return sel, err
+}
+
+func hasPrefixIn(name string, ps []string) bool {
+	for _, p := range ps {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // pdlFor says whether a kernel named name launches programmatically when
 // PDL is on.
-func pdlFor(name string) bool { return pdlKernels[name] || (pdlMoreOn && pdlMoreKernels[name]) }
+func pdlFor(name string) bool {
+	if pdlKernels[name] {
+		return !hasPrefixIn(name, pdlSel.plain)
+	}
+	return pdlMoreKernels[name] && (pdlSel.moreAll || hasPrefixIn(name, pdlSel.more))
+}
 
 // launchFn queues f: programmatically when it is a listed kernel and PDL is
 // on.

@@ -353,20 +353,44 @@ func TestPDLMoreKernelsWait(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		name       string
-		more, want bool
+		name, more, plain string
+		want              bool
 	}{
-		{"gemv_tile_fp8_r8_m1_d16", false, true},
-		{"absorb_q_fast_g4_r8", false, false},
-		{"absorb_q_fast_g4_r8", true, true},
-		{"mla_decode_tcf2", true, true},
-		{"allreduce_oneshot_f32", true, false},
+		{"gemv_tile_fp8_r8_m1_d16", "", "", true},
+		{"gemv_tile_fp8_r8_m1_d16", "1", "gemv_tile_fp8", false},
+		{"gemv_tile_bf16_r8_m1", "", "gemv_tile_fp8,moe_route", true},
+		{"moe_route_rank", "", "gemv_tile_fp8,moe_route", false},
+		{"absorb_q_fast_g4_r8", "", "", false},
+		{"absorb_v_fast_rw4", "", "", true},
+		{"mla_decode_tcf2", "", "", true},
+		{"gemv_mid_group_r4_m1_d16n", "", "", true},
+		{"topk_fast16", "", "", false},
+		{"mla_decode_tcf2", "0", "", false},
+		{"absorb_q_fast_g4_r8", "0", "", false},
+		{"absorb_q_fast_g4_r8", "1", "", true},
+		{"absorb_q_fast_g4_r8", "absorb_v,mla_decode_tcf2", "", false},
+		{"absorb_v_fast_rw4", "absorb_v, mla_decode_tcf2", "", true},
+		{"mla_decode_tcf2", "1", "", true},
+		{"mla_decode_tcf2", "mla_decode_tcf2", "", true},
+		{"allreduce_oneshot_f32", "1", "", false},
 	} {
-		prev := pdlMoreOn
-		pdlMoreOn = c.more
-		if got := pdlFor(c.name); got != c.want {
-			t.Errorf("pdlFor(%s) with TILERT_GPU_PDL_MORE=%v = %v, want %v", c.name, c.more, got, c.want)
+		sel, err := parsePDLSel(c.more, c.plain)
+		if err != nil {
+			t.Fatalf("TILERT_GPU_PDL_MORE=%q TILERT_GPU_PDL_PLAIN=%q: %v", c.more, c.plain, err)
 		}
-		pdlMoreOn = prev
+		prev := pdlSel
+		pdlSel = sel
+		if got := pdlFor(c.name); got != c.want {
+			t.Errorf("pdlFor(%s) with TILERT_GPU_PDL_MORE=%q TILERT_GPU_PDL_PLAIN=%q = %v, want %v", c.name, c.more, c.plain, got, c.want)
+		}
+		pdlSel = prev
+	}
+	for _, c := range []struct{ more, plain string }{
+		{"absorb_x", ""}, {"gemv_tile_fp8", ""}, {"", "absorb_q_fast"}, {"", "nonsense"}, {"2", ""},
+	} {
+		_, err := parsePDLSel(c.more, c.plain)
+		if err == nil || len(errors.GetAllHints(err)) == 0 {
+			t.Errorf("TILERT_GPU_PDL_MORE=%q TILERT_GPU_PDL_PLAIN=%q: error %v, want one with a hint", c.more, c.plain, err)
+		}
 	}
 }

@@ -372,9 +372,6 @@ type fwd struct {
 	// before the MLA (side.go); sideSh: the shared expert does, joined
 	// before the MoE's combine.
 	sideQ, sideSh bool
-	// sideJoined: with sideSh, the side work is already joined
-	// (routeBeside), so moeTile does not join
-	sideJoined bool
 	// deferNorm: the layer input norms may be deferred (normFuseOn, the
 	// single-engine forward); xNorm, when set, is such a norm's weights:
 	// ws.h does not hold rmsnorm(ws.x) yet, and the next layer's grouped
@@ -469,14 +466,8 @@ func (f *fwd) moe(lw *dlayer) { f.moeThen(lw, nil) }
 func (f *fwd) moeThen(lw *dlayer, nrm *normTo) bool {
 	c := f.e.cfg
 	H := c.HiddenSize
-	if f.routeBeside(lw) {
-		// the routing ran on the side stream beside the shared expert,
-		// joined: moeTile runs the routed slots alone, with no join
-		f.sideSh, f.sideJoined = true, true
-	} else {
-		f.sideSh = f.sharedBeside(lw)
-		f.route(lw)
-	}
+	f.sideSh = f.sharedBeside(lw)
+	f.route(lw)
 	switch {
 	case f.groupedMoE():
 		f.moeGrouped(lw) // the shared expert included
@@ -535,7 +526,7 @@ func (f *fwd) tileShared(lw *dlayer) bool {
 // routed slots alone and joins. The launches are shaped as the one over
 // all slots, so every output keeps its bits. It says whether it did.
 func (f *fwd) sharedBeside(lw *dlayer) bool {
-	if !sideShOn || sideRouteOn || !f.moeForkOK(lw) {
+	if !sideShOn || !f.moeForkOK(lw) {
 		return false
 	}
 	o := f.o
@@ -568,24 +559,6 @@ func (f *fwd) sharedShaped(lw *dlayer) {
 		[2]cuda.DevPtr{lw.ShGate.w, lw.ShUp.w}, [2]cuda.DevPtr{lw.ShGate.s, lw.ShUp.s}, M, MI, H, slots+M))
 	o.do(o.b.expertsShaped(fptr(ws.ey, slots*H), ws.eg, MI, 1, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, 0,
 		[2]cuda.DevPtr{lw.ShDown.w}, [2]cuda.DevPtr{lw.ShDown.s}, M, H, MI, slots+M))
-}
-
-// routeBeside is sharedBeside the other way round (TILERT_GPU_SIDE_MOE=
-// route): the router and the routing, a latency-bound chain, on the side
-// stream, the shared expert's weights streaming on the main stream at its
-// full grid (not capped), then the join before the routed experts. It
-// says whether it did (route and the shared launches are then queued).
-func (f *fwd) routeBeside(lw *dlayer) bool {
-	if !sideShOn || !sideRouteOn || !f.moeForkOK(lw) {
-		return false
-	}
-	o := f.o
-	o.do(o.b.fork())
-	f.route(lw)
-	o.do(o.b.unfork())
-	f.sharedShaped(lw)
-	o.do(o.b.join())
-	return true
 }
 
 // addSharedFFN adds the shared expert of ws.h, run as a dense FFN, to ws.mo.
@@ -628,8 +601,8 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 	// The shared expert rides along when it has the routed experts' shape
 	// (in its own launches on the side stream when sideSh).
 	shared := f.tileShared(lw)
-	beside, joined := f.sideSh, f.sideJoined
-	f.sideSh, f.sideJoined = false, false
+	beside := f.sideSh
+	f.sideSh = false
 	fuse := nrm != nil && fuseMoE && (shared || !lw.HasShared)
 	// normFuseOn: the combine adds into the residual and the norm waits for
 	// the next layer's input launch (norm_fuse.go).
@@ -652,9 +625,7 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 				[2]cuda.DevPtr{lw.expS[0], lw.expS[1]}, ids, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, MI, H, slots+dense))
 			o.do(o.b.expertsShaped(ws.ey, ws.eg, MI, 1, slots, [2]cuda.DevPtr{lw.expW[2]}, [2]cuda.DevPtr{lw.expS[2]}, ids, slots,
 				[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, H, MI, slots+dense))
-			if !joined {
-				o.do(o.b.join())
-			}
+			o.do(o.b.join())
 		} else {
 			o.do(o.b.experts(ws.eg, fptr(ws.h, r*H), H, K, 0, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]}, [2]cuda.DevPtr{lw.expS[0], lw.expS[1]},
 				ids, slots, gw, gs, dense, MI, H))

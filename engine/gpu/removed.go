@@ -24,6 +24,15 @@ func removedSwitches(getenv func(string) string) error {
 			errors.Newf("%s=%q: the persistent MoE kernel (moe_persist) was removed in session 11: measured on the H200 it was slower than the chain of launches (138.98 against 129.92 us at DeepSeek-V3.2 dims, 58.62 against 45.76 us on the TP-8 shard)", name, v),
 			"unset "+name+": the MoE half runs as the chain of launches; the record is in cuda/kernels/NOTES.md \"Persistent MoE half\"")
 	}
+	// TILERT_GPU_SIDE_MOE=route turned the MoE fork round (the router and
+	// the routing on the side stream, the shared expert on the main one at
+	// its full grid; session 11); measured slower on both models in
+	// session 12 and removed.
+	if v := getenv("TILERT_GPU_SIDE_MOE"); v != "" {
+		return errors.WithHint(
+			errors.Newf("TILERT_GPU_SIDE_MOE=%q: the turned-round MoE fork (router and routing on the side stream) was removed in session 12: measured on the H200 it was slower (decode p50 at 8192, 1 slot: DeepSeek-V3.2 dims 2.809 against 2.771 ms, GLM-5 dims 2.973 against 2.933)", v),
+			"unset TILERT_GPU_SIDE_MOE: the shared expert runs on the side stream beside the routing (TILERT_GPU_SIDE=q keeps only the attention's fork); the record is in docs/measured/h200-2026-12-02-s12")
+	}
 	return nil
 }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/tilert-go/tilert/model/synth"
 )
 
-// TestRemovedSwitchRefused: the switches of the removed persistent MoE
-// kernel are refused with an error naming the measurement and a hint
+// TestRemovedSwitchRefused: the switches of removed paths (the persistent
+// MoE kernel, the turned-round MoE fork) are refused with an error naming the measurement and a hint
 // naming the record (cuda/kernels/NOTES.md); unset (and =0, the default
 // asked for by name) pass. The last part sets the environment and checks
 // that backend creation itself refuses.
@@ -29,6 +29,9 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_MOE_PERSIST_V": "b3"}, `TILERT_GPU_MOE_PERSIST_V="b3"`},
 		{map[string]string{"TILERT_GPU_MOE_PERSIST_V": "0"}, `TILERT_GPU_MOE_PERSIST_V="0"`},
 		{map[string]string{"TILERT_GPU_MOE": "1", "TILERT_GPU_PERSIST": "1"}, ""},
+		{map[string]string{"TILERT_GPU_SIDE_MOE": "route"}, `TILERT_GPU_SIDE_MOE="route"`},
+		{map[string]string{"TILERT_GPU_SIDE_MOE": "0"}, `TILERT_GPU_SIDE_MOE="0"`},
+		{map[string]string{"TILERT_GPU_SIDE": "moe"}, ""},
 	} {
 		err := removedSwitches(func(k string) string { return c.env[k] })
 		if c.fail == "" {
@@ -56,19 +59,34 @@ func TestRemovedSwitchRefused(t *testing.T) {
 	checkRemovedErr(t, "NewEmulated with TILERT_GPU_MOE_PERSIST=1", err, `TILERT_GPU_MOE_PERSIST="1"`)
 }
 
+// removedSays is what each removed switch's refusal must name: parts of
+// the message (the measurement) and of the hint (what to do, where the
+// record is), by the switch's name.
+var removedSays = map[string][2][]string{
+	"TILERT_GPU_MOE_PERSIST": {{"removed in session 11", "138.98 against 129.92 us", "58.62 against 45.76 us"},
+		{"unset TILERT_GPU_MOE_PERSIST", "cuda/kernels/NOTES.md", `"Persistent MoE half"`}},
+	"TILERT_GPU_SIDE_MOE": {{"removed in session 12", "2.809 against 2.771 ms", "2.973 against 2.933"},
+		{"unset TILERT_GPU_SIDE_MOE", "docs/measured/h200-2026-12-02-s12"}},
+}
+
 func checkRemovedErr(t *testing.T, what string, err error, want string) {
 	t.Helper()
 	if err == nil {
 		t.Errorf("%s: accepted, want a refusal", what)
 		return
 	}
-	for _, s := range []string{want, "removed in session 11", "138.98 against 129.92 us", "58.62 against 45.76 us"} {
+	name, _, _ := strings.Cut(want, "=")
+	says, ok := removedSays[strings.TrimSuffix(name, "_V")]
+	if !ok {
+		t.Fatalf("%s: no removedSays entry for %s", what, name)
+	}
+	for _, s := range append([]string{want}, says[0]...) {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("%s: error %q does not say %q", what, err, s)
 		}
 	}
 	h := errors.FlattenHints(err)
-	for _, s := range []string{"unset TILERT_GPU_MOE_PERSIST", "cuda/kernels/NOTES.md", `"Persistent MoE half"`} {
+	for _, s := range says[1] {
 		if !strings.Contains(h, s) {
 			t.Errorf("%s: hint %q does not say %q", what, h, s)
 		}

@@ -31,14 +31,6 @@ import (
 // only show as a rare race.
 var sideQOn, sideShOn = sideMode(os.Getenv("TILERT_GPU_SIDE"))
 
-// sideRouteOn: TILERT_GPU_SIDE_MOE=route turns the MoE fork round
-// (forward.go routeBeside): the router and the routing on the side stream,
-// the shared expert on the main one at its full grid. Opt-in until
-// measured: session 11's profile (call E) charged the router and the
-// routing ~10 us a layer each on the critical path with the capped shared
-// expert beside them, several times their own time.
-var sideRouteOn = os.Getenv("TILERT_GPU_SIDE_MOE") == "route"
-
 // Two chains only overlap if the weight stream leaves the latency-bound
 // chain room on the SMs: a tile GEMV's grid fills every SM (two blocks of
 // 128 registers take all of an SM's registers), so the other stream's

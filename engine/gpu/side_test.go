@@ -105,18 +105,17 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(q, sh, rt bool, cp int) { sideQOn, sideShOn, sideRouteOn, sideCapTest = q, sh, rt, cp }(sideQOn, sideShOn, sideRouteOn, sideCapTest)
-	// side streams off, on, on with the MoE fork turned round (the routing
-	// beside the shared expert, TILERT_GPU_SIDE_MOE=route), and (GPU:
-	// scheduling only, the same bits) on with the side GEMVs uncapped and
-	// capped at a block per SM (TILERT_GPU_SIDE_CAP)
+	defer func(q, sh bool, cp int) { sideQOn, sideShOn, sideCapTest = q, sh, cp }(sideQOn, sideShOn, sideCapTest)
+	// side streams off, on, and (GPU: scheduling only, the same bits) on
+	// with the side GEMVs uncapped and capped at a block per SM
+	// (TILERT_GPU_SIDE_CAP)
 	type sideCfg struct {
-		on, route bool
-		cap       int
+		on  bool
+		cap int
 	}
-	cfgs := []sideCfg{{cap: -1}, {on: true, cap: -1}, {on: true, route: true, cap: -1}}
+	cfgs := []sideCfg{{cap: -1}, {on: true, cap: -1}}
 	if kind == onGPU {
-		cfgs = []sideCfg{{cap: -1}, {on: true, cap: 0}, {on: true, cap: 1}, {on: true, route: true, cap: 1}}
+		cfgs = []sideCfg{{cap: -1}, {on: true, cap: 0}, {on: true, cap: 1}}
 	}
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
@@ -134,9 +133,9 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					opts := engine.Options{MTP: mtp, MaxSeqLen: len(prompt) + n + 16, Slots: slots}
 					batch := make([][][]int, len(cfgs))
 					forks := make([]int, len(cfgs))
-					sideRoutes := make([]int, len(cfgs)) // routings queued on the side stream
+					sideRoutes := make([]int, len(cfgs)) // routings queued on the side stream (none: the shared expert is the side chain)
 					for k, cf := range cfgs {
-						sideQOn, sideShOn, sideRouteOn, sideCapTest = cf.on, cf.on, cf.route, cf.cap
+						sideQOn, sideShOn, sideCapTest = cf.on, cf.on, cf.cap
 						e := newTestEngine(t, kind, src, opts)
 						e.m.graphs.keep = [][]gop{}
 						batch[k] = generateBatch(t, e, prompts, engine.Params{}, n)
@@ -156,7 +155,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 								}
 							}
 						}
-						if (sideRoutes[k] > 0) != cf.route {
+						if sideRoutes[k] > 0 {
 							t.Errorf("%+v: %d routings on the side stream", cf, sideRoutes[k])
 						}
 					}

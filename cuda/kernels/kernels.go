@@ -88,6 +88,7 @@ type Set struct {
 	mod   *cuda.Module
 	Build *cuda.Compiled
 	pdl   bool // programmatic launches of pdlKernels (pdl.go)
+	plain bool // SetPlain: every launch plain for now
 	// tileB caps the tile GEMVs' grids at tileB blocks per SM (SetTileCap;
 	// 0: a block per row tile).
 	tileB int

@@ -248,8 +248,28 @@ func pdlFor(name string) bool {
 	return pdlMoreKernels[name] && (pdlSel.moreAll || hasPrefixIn(name, pdlSel.more))
 }
 
-// launchFn queues f: programmatically when it is a listed kernel and PDL is
-// on.
+// SetPlain makes later launches plain (on) or as pdlFor says (off) and
+// returns the previous setting. A programmatic launch lets its grid become
+// resident while the kernel before it still runs, and its blocks then hold
+// their registers in griddepcontrol.wait; on a side stream beside a
+// latency-bound chain that room is what the other stream needs (session
+// 12: absorb_q launched so behind the capped q_b cost 150 us a step). The
+// engine holds plain launches between a fork and its unfork where
+// TILERT_GPU_SIDE_PDL=0 (engine/gpu side.go).
+func (k *Set) SetPlain(on bool) (prev bool) {
+	prev, k.plain = k.plain, on
+	return prev
+}
+
+// Plain is SetPlain's current setting.
+func (k *Set) Plain() bool { return k.plain }
+
+// programmatic says whether a launch of the kernel named name is
+// programmatic now.
+func (k *Set) programmatic(name string) bool { return k.pdl && !k.plain && pdlFor(name) }
+
+// launchFn queues f: programmatically when it is a listed kernel, PDL is
+// on and no SetPlain holds.
 func (k *Set) launchFn(f *cuda.Function, grid, block cuda.Dim3, smem int, s cuda.Stream, args ...any) error {
-	return k.c.LaunchEx(f, grid, block, smem, s, k.pdl && pdlFor(f.Name), args...)
+	return k.c.LaunchEx(f, grid, block, smem, s, k.programmatic(f.Name), args...)
 }

@@ -394,3 +394,27 @@ func TestPDLMoreKernelsWait(t *testing.T) {
 		}
 	}
 }
+
+// SetPlain holds every launch plain and gives back what it replaced; off,
+// launches are as pdlFor says (and plain without PDL whatever it holds).
+func TestSetPlainHold(t *testing.T) {
+	for _, pdl := range []bool{false, true} {
+		k := &Set{pdl: pdl}
+		const listed, unlisted = "gemv_tile_fp8_r8_m1_d16", "allreduce_oneshot_f32"
+		if got := k.programmatic(listed); got != pdl {
+			t.Errorf("pdl=%v: %s programmatic %v before any hold", pdl, listed, got)
+		}
+		if prev := k.SetPlain(true); prev {
+			t.Errorf("pdl=%v: SetPlain(true) replaced a hold", pdl)
+		}
+		if k.programmatic(listed) || k.programmatic(unlisted) || !k.Plain() {
+			t.Errorf("pdl=%v: a launch is programmatic under the hold", pdl)
+		}
+		if prev := k.SetPlain(false); !prev {
+			t.Errorf("pdl=%v: SetPlain(false) did not report the hold it lifted", pdl)
+		}
+		if got := k.programmatic(listed); got != pdl || k.programmatic(unlisted) {
+			t.Errorf("pdl=%v: after the hold %s programmatic %v, %s %v", pdl, listed, got, unlisted, k.programmatic(unlisted))
+		}
+	}
+}

@@ -44,6 +44,19 @@ var sideQOn, sideShOn = sideMode(os.Getenv("TILERT_GPU_SIDE"))
 // streams 2.844; PDL + side streams + cap 2.764-2.769. A priority for the
 // main chain's launches (CU_LAUNCH_ATTRIBUTE_PRIORITY) changed nothing
 // (2.842 / 2.764 with it) and was dropped.
+//
+// TILERT_GPU_SIDE_PDL=0 launches the side stream's kernels plainly
+// (kernels.Set.SetPlain between fork and unfork; opt-in until measured).
+// A programmatic launch makes its grid resident while the kernel before it
+// runs, and the waiting blocks keep their registers: the capped shared
+// expert's down GEMV, launched so behind its gate/up, would hold the
+// second half of every SM's registers for the whole of the gate/up, and
+// the router and the routing on the main stream would find no room. Session
+// 12 measured that kind of cost once (absorb_q launched programmatically
+// behind the capped q_b: +150 us a step) and charged the router and the
+// routing ~11 us a layer each in the graph, ~3-4 us each timed alone.
+var sidePlainOn = os.Getenv("TILERT_GPU_SIDE_PDL") == "0"
+
 var (
 	// sideCapSet is TILERT_GPU_SIDE_CAP read once (-1: unset or not a
 	// count, the default).
@@ -97,6 +110,7 @@ type sideStream struct {
 	active     bool        // calls go to s
 	pending    bool        // s has calls the main stream has not waited for
 	cap        int         // the tile cap fork replaced (sideCap)
+	plain      bool        // the plain-launch hold fork replaced (sidePlainOn)
 }
 
 func (sd *sideStream) ensure(c *cuda.Ctx) error {
@@ -148,6 +162,7 @@ func (b *cudaDevice) fork() error {
 	}
 	sd.main, b.s, sd.active = b.s, sd.s, true
 	sd.cap = b.k.SetTileCap(b.sideCap())
+	sd.plain = b.k.SetPlain(sidePlainOn || b.k.Plain())
 	return nil
 }
 
@@ -158,6 +173,7 @@ func (b *cudaDevice) unfork() error {
 	}
 	b.s, sd.active = sd.main, false
 	b.k.SetTileCap(sd.cap)
+	b.k.SetPlain(sd.plain)
 	if err := b.c.Record(sd.join, sd.s); err != nil {
 		return err
 	}

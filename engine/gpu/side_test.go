@@ -105,17 +105,18 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(q, sh bool, cp int) { sideQOn, sideShOn, sideCapTest = q, sh, cp }(sideQOn, sideShOn, sideCapTest)
+	defer func(q, sh, pl bool, cp int) { sideQOn, sideShOn, sidePlainOn, sideCapTest = q, sh, pl, cp }(sideQOn, sideShOn, sidePlainOn, sideCapTest)
 	// side streams off, on, and (GPU: scheduling only, the same bits) on
 	// with the side GEMVs uncapped and capped at a block per SM
 	// (TILERT_GPU_SIDE_CAP)
+	// and capped with its launches plain (TILERT_GPU_SIDE_PDL=0)
 	type sideCfg struct {
-		on  bool
-		cap int
+		on, plain bool
+		cap       int
 	}
 	cfgs := []sideCfg{{cap: -1}, {on: true, cap: -1}}
 	if kind == onGPU {
-		cfgs = []sideCfg{{cap: -1}, {on: true, cap: 0}, {on: true, cap: 1}}
+		cfgs = []sideCfg{{cap: -1}, {on: true, cap: 0}, {on: true, cap: 1}, {on: true, plain: true, cap: 1}}
 	}
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
@@ -135,7 +136,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					forks := make([]int, len(cfgs))
 					sideRoutes := make([]int, len(cfgs)) // routings queued on the side stream (none: the shared expert is the side chain)
 					for k, cf := range cfgs {
-						sideQOn, sideShOn, sideCapTest = cf.on, cf.on, cf.cap
+						sideQOn, sideShOn, sidePlainOn, sideCapTest = cf.on, cf.on, cf.plain, cf.cap
 						e := newTestEngine(t, kind, src, opts)
 						e.m.graphs.keep = [][]gop{}
 						batch[k] = generateBatch(t, e, prompts, engine.Params{}, n)
@@ -183,7 +184,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 // cap left behind would slow every main-stream GEMV after it.
 func TestGPUSideCapScoped(t *testing.T) {
 	dev := gpuDevice(t)
-	defer func(cp int) { sideCapTest = cp }(sideCapTest)
+	defer func(cp int, pl bool) { sideCapTest, sidePlainOn = cp, pl }(sideCapTest, sidePlainOn)
 	r := &cudaRunner{dev: dev, info: dev.Info}
 	defer func() {
 		if err := r.close(); err != nil {
@@ -191,11 +192,14 @@ func TestGPUSideCapScoped(t *testing.T) {
 		}
 	}()
 	for _, want := range []int{0, 1, 3} {
-		sideCapTest = want
+		sideCapTest, sidePlainOn = want, want == 1 // and TILERT_GPU_SIDE_PDL=0's hold
 		err := r.run(func(b device) error {
 			cb := b.(*cudaDevice)
 			if got := cb.k.TileCap(); got != 0 {
 				return errors.Newf("cap %d before the fork, want 0", got)
+			}
+			if cb.k.Plain() {
+				return errors.New("plain launches held before the fork")
 			}
 			if err := cb.fork(); err != nil {
 				return err
@@ -203,11 +207,17 @@ func TestGPUSideCapScoped(t *testing.T) {
 			if got := cb.k.TileCap(); got != want {
 				return errors.Newf("cap %d on the side stream, want %d", got, want)
 			}
+			if cb.k.Plain() != sidePlainOn {
+				return errors.Newf("plain launches held on the side stream: %v, want %v", cb.k.Plain(), sidePlainOn)
+			}
 			if err := cb.unfork(); err != nil {
 				return err
 			}
 			if got := cb.k.TileCap(); got != 0 {
 				return errors.Newf("cap %d after the unfork, want 0", got)
+			}
+			if cb.k.Plain() {
+				return errors.New("plain launches still held after the unfork")
 			}
 			return cb.join()
 		})

@@ -1,4 +1,4 @@
-# The device plan for the next session with H200 time (NOT RUN). Session 11 (docs/measured/h200-2026-12-02-s11)
+# The whole gpu-check (RAN in session 12 as docs/measured/h200-2026-12-02-s12 calls C-D, split in two). Session 11 (docs/measured/h200-2026-12-02-s11)
 # made side streams with capped side GEMVs and programmatic launches the engine's default (2.916 -> 2.764 ms at
 # 8192, 1 slot) after the whole ENGINE part of gpu-check passed with them (call D); the kernel checks were not
 # re-run (no kernel changed). Next, in order:

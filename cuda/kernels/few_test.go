@@ -416,8 +416,7 @@ func TestKernelTopKFast(t *testing.T) {
 // 16: mla_decode_tcf2 (the default) at its planned split with the combine
 // against mla_decode_few + mla_combine_few. Top-k: the engine's pair
 // (indexer_scores_mma with the fused histogram, then the selection) with
-// topk_radix_one, with topk_fast and fused (indexer_scores_topk, up to
-// 16384 keys), and the scores alone, at 8192, 16384 and 32768 keys, 1 and
+// topk_radix_one and with topk_fast, and the scores alone, at 8192, 16384 and 32768 keys, 1 and
 // 4 rows; at 8192 also topk_fast16 stopped after each
 // stage (the key loads, the 12-bit bin, the second digit, the third digit:
 // where the chain's time goes).
@@ -489,18 +488,7 @@ func TestKernelTimingFew(t *testing.T) {
 					chk(c.MemsetD32(TopKRadixHist(scratch), 0, int64(M*topkRadixBins), s))
 				})
 				add(fmtName("graph: indexer_scores_mma+hist rows=%d T=%d", M, T), float64(M)*kb, usS-usZ, "memset subtracted")
-				for _, v := range []string{"topk_radix_one", "topk_fast", "indexer_scores_topk (fused, one launch)"} {
-					if strings.HasPrefix(v, "indexer_scores_topk") {
-						if T > TopKFusedMaxT {
-							continue
-						}
-						us := graphUsRot(c, s, 8, 15, func(i int) {
-							chk(k.IndexerScoresTopK(s, sc, idx, qh, wq, caches[i%copies], 0, 0, lens, scratch, M, T, K, T, K))
-						})
-						add(fmtName("graph: %s rows=%d T=%d", v, M, T), float64(M)*kb, us,
-							fmtName("TILERT_GPU_TOPK_FAST=2; selection ~%.2f us", us-(usS-usZ)))
-						continue
-					}
+				for _, v := range []string{"topk_radix_one", "topk_fast"} {
 					us := graphUsRot(c, s, 8, 15, func(i int) {
 						chk(k.IndexerScoresMMA(s, sc, qh, wq, caches[i%copies], 0, lens, TopKRadixHist(scratch), M, T, T))
 						if strings.HasSuffix(v, "fast") {
@@ -531,109 +519,5 @@ func TestKernelTimingFew(t *testing.T) {
 				}
 			}
 		}
-	})
-}
-
-// TestKernelIndexerScoresTopK: indexer_scores_topk (TILERT_GPU_TOPK_FAST=2,
-// the scores kernel whose last block of each row selects) against the two
-// launches it replaces on fresh random pages: the scores equal
-// indexer_scores_mma's bit for bit (plain, 4 rows, and over per-row cache
-// bases, 3 rows on their own caches), the selection equals refTopK and
-// topk_radix_one element for element (rows of T, T-37, < K and just > K
-// keys; T = 2048+256, 8192, 8448, 12288, 16384: each keys-a-thread
-// variant), and a second run on the same scratch (tickets and histogram
-// left zeroed) gives the same selection.
-func TestKernelIndexerScoresTopK(t *testing.T) {
-	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
-		s := c.Stream()
-		if err := k.FewSupported(); err != nil {
-			t.Skipf("few-heads module: %v", err)
-		}
-		if !k.IndexerMMASupported() {
-			t.Skip("indexer mma unsupported")
-		}
-		const H, K, M = 64, 2048, 4
-		q, w := a.up(randF32(r, M*H*128, 1)), a.up(randF32(r, M*H, 1))
-		pos := a.up([]int32{100, 200, 300, 400})
-		cosT, sinT := a.up(randF32(r, 1024*32, 1)), a.up(randF32(r, 1024*32, 1))
-		qh, wq := a.raw(M*IndexerQRowBytes), a.raw(4*M*IndexerQHeads)
-		chk(k.IndexerQPrep(s, qh, wq, q, w, pos, cosT, sinT, M, H, 64, false, 0.011))
-		for _, T := range []int{2304, 8192, 8448, 12288, 16384} {
-			nPages := T / 64
-			caches := make([]cuda.DevPtr, 3)
-			for i := range caches {
-				caches[i] = a.up(randIndexerCache(r, nPages))
-			}
-			ls := []int32{int32(T), int32(T - 37), 1000, K + 1}
-			lens := a.up(ls)
-			scratch := a.up(make([]byte, TopKRadixScratchBytes(M, T)))
-			for _, rows := range []bool{false, true} {
-				nq := M
-				base := caches[0]
-				bases := cuda.DevPtr(0)
-				if rows {
-					nq = 3
-					b := make([]int64, nq)
-					for i := range b {
-						b[i] = int64(caches[i])
-					}
-					bases = a.up(b)
-					base = 0
-				}
-				// The two launches.
-				sc0, sel0 := a.poisoned(nq*T), a.poisoned(nq*K)
-				if rows {
-					chk(k.IndexerScoresMMARows(s, sc0, qh, wq, 0, bases, lens, TopKRadixHist(scratch), nq, T, T))
-				} else {
-					chk(k.IndexerScoresMMA(s, sc0, qh, wq, base, 0, lens, TopKRadixHist(scratch), nq, T, T))
-				}
-				chk(k.TopKRadixAfterHistWith(s, sel0, sc0, lens, scratch, nq, T, K, T, K, TopKRadixOne))
-				x0, want0 := downF32(c, sc0, nq*T), downI32(c, sel0, nq*K)
-				var first []int32
-				for rep := range 2 {
-					sc, sel := a.poisoned(nq*T), a.poisoned(nq*K)
-					chk(k.IndexerScoresTopK(s, sc, sel, qh, wq, base, 0, bases, lens, scratch, nq, T, K, T, K))
-					x, got := downF32(c, sc, nq*T), downI32(c, sel, nq*K)
-					name := fmtName("indexer_scores_topk T=%d rows=%v nq=%d", T, rows, nq)
-					if rep == 1 {
-						name += " (again, same scratch)"
-						diff := 0
-						for j := range got {
-							if got[j] != first[j] {
-								diff++
-							}
-						}
-						record(t, name+" repeat", "mismatched indices", float64(diff), 0)
-					}
-					first = got
-					bits := 0
-					for j := range x {
-						if math.Float32bits(x[j]) != math.Float32bits(x0[j]) {
-							bits++
-						}
-					}
-					record(t, name+" scores vs indexer_scores_mma", "differing scores", float64(bits), 0)
-					mism, vsOne := 0, 0
-					for row := range nq {
-						want := refTopK(x0[row*T:(row+1)*T], min(int(ls[row]), T), K)
-						for j := range K {
-							if got[row*K+j] != want[j] {
-								mism++
-							}
-							if got[row*K+j] != want0[row*K+j] {
-								vsOne++
-							}
-						}
-					}
-					record(t, name+" vs CPU", "mismatched indices", float64(mism), 0)
-					record(t, name+" vs topk_radix_one", "mismatched indices", float64(vsOne), 0)
-				}
-			}
-		}
-		bad := 0
-		if k.IndexerScoresTopK(s, a.raw(4*K), a.raw(4*K), qh, wq, a.raw(64), 0, 0, a.raw(4), a.raw(64), 1, TopKFusedMaxT+256, K, TopKFusedMaxT+256, K) == nil {
-			bad++
-		}
-		record(t, "indexer_scores_topk T > TopKFusedMaxT refused", "accepted", float64(bad), 0)
 	})
 }

@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"embed"
-	"fmt"
 	"io/fs"
 	"sort"
 	"strings"
@@ -19,21 +18,20 @@ import (
 // first use, so the default module's source (and its kernel cache entry and
 // PTX) stays as it is.
 
-//go:embed cu/few/*.cu cu/few/prelude.cuh
+//go:embed cu/few/*.cu
 var fewFS embed.FS
 
 // FewKernelSource is the module's source: common.cuh, topk_radix.cuh (the
 // top-k selection's key loads, digit counts and ordered emit, the default
-// module's text), cu/few/prelude.cuh (what indexer_mma.cu takes from the
-// default module's other files), the default module's cu/indexer_mma.cu as
-// it is (topk_fused.cu runs its scores body), then every cu/few/*.cu in
-// name order, each marked with #line.
+// module's text), then every cu/few/*.cu in name order, each marked with
+// #line. (Until session 12 it also held indexer_mma.cu and a prelude for
+// the fused scores + top-k, indexer_scores_topk: removed, slower.)
 func FewKernelSource() string {
 	var b strings.Builder
 	for _, f := range []struct {
 		fs   embed.FS
 		name string
-	}{{kernelFS, "cu/common.cuh"}, {kernelFS, topkRadixHeader}, {fewFS, "cu/few/prelude.cuh"}, {kernelFS, "cu/indexer_mma.cu"}} {
+	}{{kernelFS, "cu/common.cuh"}, {kernelFS, topkRadixHeader}} {
 		src, err := f.fs.ReadFile(f.name)
 		if err != nil {
 			panic(err) // embedded at build time
@@ -204,53 +202,4 @@ func (k *Set) TopKFast(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, ro
 		return err
 	}
 	return k.TopKFastAfterHist(s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
-}
-
-// TopKFusedMaxT is the longest row IndexerScoresTopK selects in its last
-// block (256 threads x 64 keys in registers).
-const TopKFusedMaxT = 256 * 64
-
-// topkFusedKPT is indexer_scores_topk's keys a thread for rows of T keys.
-func topkFusedKPT(T int) int {
-	switch {
-	case T <= 256*32:
-		return 32
-	case T <= 256*48:
-		return 48
-	}
-	return 64
-}
-
-// IndexerScoresTopK is IndexerScoresMMA (rowBase == 0; blockTable as there)
-// or IndexerScoresMMARows (rowBase != 0: cache is the layer's offset) with
-// hist = TopKRadixHist(scratch), followed by TopKRadixAfterHistWith(...,
-// TopKRadixOne) into sel [nq][ldSel] - the same scores, bit for bit, and the
-// same selection, element for element - in one launch (indexer_scores_topk:
-// the row's last block selects). scratch: TopKRadixScratchBytes(>= nq, >= T)
-// bytes, zeroed before first use and left zeroed. T <= TopKFusedMaxT,
-// K <= 32767.
-func (k *Set) IndexerScoresTopK(s cuda.Stream, out, sel, qh, wq, cache, blockTable, rowBase, lens, scratch cuda.DevPtr, nq, T, K, ldOut, ldSel int) error {
-	if nq <= 0 || nq > 65535 || T <= 0 || ldOut < T || K <= 0 || K > 32767 || ldSel < K || T > TopKFusedMaxT || scratch == 0 {
-		return errors.Newf("indexer scores topk: nq=%d T=%d (<= %d) K=%d ldOut=%d ldSel=%d scratch=%#x", nq, T, TopKFusedMaxT, K, ldOut, ldSel, uint64(scratch))
-	}
-	if rowBase != 0 && blockTable != 0 {
-		return errors.New("indexer scores topk: per-row cache bases take no block table")
-	}
-	if !k.IndexerMMASupported() {
-		return errors.New("indexer scores topk: the tensor-core indexer needs sm_89+")
-	}
-	name := fmt.Sprintf("indexer_scores_topk%d", topkFusedKPT(T))
-	tab := blockTable
-	if rowBase != 0 {
-		name = fmt.Sprintf("indexer_scores_topk_rows%d", topkFusedKPT(T))
-		tab = rowBase
-	}
-	f, err := k.fewFn(name)
-	if err != nil {
-		return err
-	}
-	l, _ := topkRadixLayout(nq, T)
-	nbx := indexerMMABlocks(k.c.Info().SMs, 2, nq, T)
-	return k.launchFn(f, cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cache, tab, lens, out, T, ldOut,
-		TopKRadixHist(scratch), scratch.Add(int64(l.cnt)), K, sel, ldSel)
 }

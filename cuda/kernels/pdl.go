@@ -158,12 +158,9 @@ var pdlMoreKernels = setOf(
 	"absorb_q_fast_g2_r4", "absorb_q_fast_g2_r8", "absorb_q_fast_g4_r4", "absorb_q_fast_g4_r8",
 	"absorb_q_fast_g8_r4", "absorb_q_fast_g8_r8",
 	"absorb_v_fast_rw1", "absorb_v_fast_rw2", "absorb_v_fast_rw4", "absorb_v_fast_rw8",
-	// cu/few (the default module's idx_q_prep and indexer_scores_mma* are
-	// compiled into it too and already listed)
+	// cu/few
 	"mla_decode_few", "mla_combine_few",
 	"topk_fast16", "topk_fast32", "topk_fast64", "topk_fast16_d1", "topk_fast16_d2", "topk_fast16_d3", "topk_fast16_d4",
-	"indexer_scores_topk32", "indexer_scores_topk48", "indexer_scores_topk64",
-	"indexer_scores_topk_rows32", "indexer_scores_topk_rows48", "indexer_scores_topk_rows64",
 	// cu/mid
 	"gemv_mid_group_r2_m1_o4", "gemv_mid_group_r2_m1_o4n", "gemv_mid_group_r4_m1_d16", "gemv_mid_group_r4_m1_d16n",
 	"gemv_mid_group_r4_m1_o4", "gemv_mid_group_r4_m1_o4n", "gemv_mid_group_r8_m1_d16", "gemv_mid_group_r8_m1_d16n",

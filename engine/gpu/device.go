@@ -132,12 +132,6 @@ type device interface {
 	// indexerScoresQRows is indexerScoresQ over several slots' pages in one
 	// launch (row r's at rowBase[r] + cacheOff).
 	indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error
-	// indexerScoresTopK is indexerScoresQ over cache (rowBase == 0) or
-	// indexerScoresQRows over cacheOff (rowBase != 0) with the radix
-	// histogram in scratch, then topKAfterHist into sel: one launch
-	// (indexer_scores_topk) where TILERT_GPU_TOPK_FAST=2 and the device
-	// allow it, else those two calls. The same scores and selection.
-	indexerScoresTopK(out, sel, qh, wq, cache cuda.DevPtr, cacheOff int64, rowBase, lens, scratch cuda.DevPtr, nq, T, K, ldOut, ldSel int) error
 	// argmax with scratch != 0 (kernels.ArgmaxScratchBytes(rows), zeroed)
 	// spreads each row over many blocks; the result is the same.
 	argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error
@@ -702,28 +696,6 @@ func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowB
 	return b.k.MLADecodeTCPRows(b.s, out, 0, qn, qp, cacheOff, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
 }
 
-func (b *cudaDevice) indexerScoresTopK(out, sel, qh, wq, cache cuda.DevPtr, cacheOff int64, rowBase, lens, scratch cuda.DevPtr, nq, T, K, ldOut, ldSel int) error {
-	if b.topkFusedOK(T, K) {
-		fusedTopKLaunches.Add(1)
-		c := cache
-		if rowBase != 0 {
-			c = cuda.DevPtr(cacheOff)
-		}
-		return b.k.IndexerScoresTopK(b.s, out, sel, qh, wq, c, 0, rowBase, lens, scratch, nq, T, K, ldOut, ldSel)
-	}
-	hist := kernels.TopKRadixHist(scratch)
-	var err error
-	if rowBase != 0 {
-		err = b.indexerScoresQRows(out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
-	} else {
-		err = b.indexerScoresQ(out, qh, wq, cache, lens, hist, nq, T, ldOut)
-	}
-	if err != nil {
-		return err
-	}
-	return b.topKAfterHist(sel, out, lens, scratch, nq, T, K, ldOut, ldSel)
-}
-
 func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
 	return b.k.IndexerScoresMMARows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
 }
@@ -1175,23 +1147,11 @@ var mlaFewOn = os.Getenv("TILERT_GPU_MLA_FEW") != "0"
 // topk_radix_one's selection, element for element, with 512 threads and
 // warp-0 block scans) instead of topk_radix_one (whatever
 // TILERT_GPU_TOPK_ONE / _LIST say); longer rows keep the default path.
-// =2 (topkFusedOn) also runs the tensor-core scores and the selection of
-// rows up to kernels.TopKFusedMaxT keys as one launch
-// (cu/few/topk_fused.cu: the row's last scores block selects), topk_fast
-// where that does not apply.
 // topk_fast is on by default since session 9 (=0 goes back to
-// topk_radix_one); =2, measured slower than the two launches (17.69 against
-// 14.91 us at 8192 keys), stays opt-in.
-var (
-	topkFastOn  = os.Getenv("TILERT_GPU_TOPK_FAST") != "0"
-	topkFusedOn = os.Getenv("TILERT_GPU_TOPK_FAST") == "2"
-)
-
-// topkFusedFits: forward runs indexerScoresTopK for rows of T keys (the
-// host's side of the choice; the device may still run the two launches).
-func topkFusedFits(T, K int) bool {
-	return topkFusedOn && T <= kernels.TopKFusedMaxT && K <= 32767
-}
+// topk_radix_one). =2 (the scores and the selection in one launch,
+// indexer_scores_topk) was removed in session 12, measured slower
+// (removed.go).
+var topkFastOn = os.Getenv("TILERT_GPU_TOPK_FAST") != "0"
 
 var (
 	// fewOnce: the few-heads module's availability is logged once.
@@ -1200,8 +1160,6 @@ var (
 	// mla_decode_few and topk_fast (tests: the switch did not fall back).
 	fewMLALaunches   atomic.Int64
 	fastTopKLaunches atomic.Int64
-	// fusedTopKLaunches: indexer_scores_topk (TILERT_GPU_TOPK_FAST=2).
-	fusedTopKLaunches atomic.Int64
 )
 
 // fewReady loads the few-heads module (before any graph capture) and says
@@ -1241,8 +1199,3 @@ func (b *cudaDevice) topkFastOK(T, K int) bool {
 
 // topkFastBestT is the longest row topk_fast takes in the engine.
 const topkFastBestT = 8192
-
-// topkFusedOK: indexer_scores_topk takes this scores + top-k of T keys.
-func (b *cudaDevice) topkFusedOK(T, K int) bool {
-	return topkFusedFits(T, K) && b.c.Info().CCMajor >= 9 && b.k.IndexerMMASupported() && b.fewReady()
-}

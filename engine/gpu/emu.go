@@ -5,7 +5,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/cockroachdb/errors"
@@ -604,24 +603,6 @@ func (m *emuDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H, 
 	}
 	return nil
 }
-
-// indexerScoresTopK is its two calls (the fused launch's operation);
-// emuFusedCalls counts them (TestEmuTopKFusedWiring).
-func (m *emuDevice) indexerScoresTopK(out, sel, qh, wq, cache cuda.DevPtr, cacheOff int64, rowBase, lens, scratch cuda.DevPtr, nq, T, K, ldOut, ldSel int) error {
-	emuFusedCalls.Add(1)
-	var err error
-	if rowBase != 0 {
-		err = m.indexerScoresQRows(out, qh, wq, cacheOff, rowBase, lens, 0, nq, T, ldOut)
-	} else {
-		err = m.indexerScoresQ(out, qh, wq, cache, lens, 0, nq, T, ldOut)
-	}
-	if err != nil {
-		return err
-	}
-	return m.topKAfterHist(sel, out, lens, scratch, nq, T, K, ldOut, ldSel)
-}
-
-var emuFusedCalls atomic.Int64
 
 // topKAfterHist is topK: the emulator keeps no histogram. It stands for
 // every top-k kernel (topk_radix_one, TILERT_GPU_TOPK_FAST's topk_fast: the

@@ -936,10 +936,6 @@ func (f *fwd) idxSelect(lw *dlayer) {
 			o.do(o.b.topK(ws.topk, ws.scores, f.lens, ws.tkw, f.M, T, TK, ws.ldScores, TK))
 			return
 		}
-		if topkFusedFits(T, TK) { // TILERT_GPU_TOPK_FAST=2: one launch
-			o.do(o.b.indexerScoresTopK(ws.scores, ws.topk, ws.iqh, ws.iwq, 0, e.idxOff[lw.Idx], f.bases, f.lens, ws.tkw, f.M, T, TK, ws.ldScores, TK))
-			return
-		}
 		hist := kernels.TopKRadixHist(ws.tkw)
 		o.do(o.b.indexerScoresQRows(ws.scores, ws.iqh, ws.iwq, e.idxOff[lw.Idx], f.bases, f.lens, hist, f.M, T, ws.ldScores))
 		o.do(o.b.topKAfterHist(ws.topk, ws.scores, f.lens, ws.tkw, f.M, T, TK, ws.ldScores, TK))
@@ -957,10 +953,6 @@ func (f *fwd) idxSelect(lw *dlayer) {
 			// Every row at <= index_topk positions: the top-k kernel
 			// writes 0..pos without reading the scores.
 			o.do(o.b.topK(sel, scores, lens, ws.tkw, g.n, T, TK, ws.ldScores, TK))
-		case useQ && topkRadixOn && topkFusedFits(T, TK):
-			// TILERT_GPU_TOPK_FAST=2: the scores and the selection in one launch.
-			o.do(o.b.indexerScoresTopK(scores, sel, ws.iqh.Add(int64(g.first*kernels.IndexerQRowBytes)),
-				fptr(ws.iwq, g.first*kernels.IndexerQHeads), g.s.buf.Add(e.idxOff[lw.Idx]), 0, 0, lens, ws.tkw, g.n, T, TK, ws.ldScores, TK))
 		case useQ:
 			// The scores kernel also builds the radix top-k's histogram
 			// (unless that top-k is turned off).

@@ -515,12 +515,6 @@ func (gb *graphDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int6
 	}, 1<<32, ku(out), ku(qh), ku(wq), uint64(cacheOff), ku(rowBase), ku(lens), ku(hist), ki(nq), ki(T), ki(ldOut))
 }
 
-func (gb *graphDevice) indexerScoresTopK(out, sel, qh, wq, cache cuda.DevPtr, cacheOff int64, rowBase, lens, scratch cuda.DevPtr, nq, T, K, ldOut, ldSel int) error {
-	return gb.rec("indexerScoresTopK", int64(nq)*int64(T)*(kernels.IndexerPageBytes/64), func(b device) error {
-		return b.indexerScoresTopK(out, sel, qh, wq, cache, cacheOff, rowBase, lens, scratch, nq, T, K, ldOut, ldSel)
-	}, 1<<32, ku(out), ku(sel), ku(qh), ku(wq), ku(cache), uint64(cacheOff), ku(rowBase), ku(lens), ku(scratch), ki(nq), ki(T), ki(K), ki(ldOut), ki(ldSel))
-}
-
 func (gb *graphDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error {
 	return gb.rec("argmax", int64(4*rows*n), func(b device) error { return b.argmax(out, x, scratch, rows, n, ld) },
 		ku(out), ku(x), ku(scratch), ki(rows), ki(n), ki(ld))

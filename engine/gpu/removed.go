@@ -24,6 +24,14 @@ func removedSwitches(getenv func(string) string) error {
 			errors.Newf("%s=%q: the persistent MoE kernel (moe_persist) was removed in session 11: measured on the H200 it was slower than the chain of launches (138.98 against 129.92 us at DeepSeek-V3.2 dims, 58.62 against 45.76 us on the TP-8 shard)", name, v),
 			"unset "+name+": the MoE half runs as the chain of launches; the record is in cuda/kernels/NOTES.md \"Persistent MoE half\"")
 	}
+	// TILERT_GPU_TOPK_FAST=2 ran the indexer's scores and its top-k in one
+	// launch (indexer_scores_topk, sessions 9-11); slower than the two
+	// launches every time, removed in session 12. 0 and 1 stay.
+	if v := getenv("TILERT_GPU_TOPK_FAST"); v != "" && v != "0" && v != "1" {
+		return errors.WithHint(
+			errors.Newf("TILERT_GPU_TOPK_FAST=%q: the one-launch scores + top-k (=2, indexer_scores_topk) was removed in session 12: measured on the H200 it was slower (17.69 against 14.91 us at 8192 keys; decode p50 2.792 against 2.772 ms)", v),
+			"unset TILERT_GPU_TOPK_FAST (topk_fast after the scores, the default) or set it to 0 (topk_radix_one); the record is in cuda/kernels/NOTES.md \"Few-heads sparse MLA\"")
+	}
 	// TILERT_GPU_SIDE_MOE=route turned the MoE fork round (the router and
 	// the routing on the side stream, the shared expert on the main one at
 	// its full grid; session 11); measured slower on both models in

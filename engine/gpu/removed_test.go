@@ -32,6 +32,9 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_SIDE_MOE": "route"}, `TILERT_GPU_SIDE_MOE="route"`},
 		{map[string]string{"TILERT_GPU_SIDE_MOE": "0"}, `TILERT_GPU_SIDE_MOE="0"`},
 		{map[string]string{"TILERT_GPU_SIDE": "moe"}, ""},
+		{map[string]string{"TILERT_GPU_TOPK_FAST": "0"}, ""},
+		{map[string]string{"TILERT_GPU_TOPK_FAST": "1"}, ""},
+		{map[string]string{"TILERT_GPU_TOPK_FAST": "2"}, `TILERT_GPU_TOPK_FAST="2"`},
 	} {
 		err := removedSwitches(func(k string) string { return c.env[k] })
 		if c.fail == "" {
@@ -65,6 +68,8 @@ func TestRemovedSwitchRefused(t *testing.T) {
 var removedSays = map[string][2][]string{
 	"TILERT_GPU_MOE_PERSIST": {{"removed in session 11", "138.98 against 129.92 us", "58.62 against 45.76 us"},
 		{"unset TILERT_GPU_MOE_PERSIST", "cuda/kernels/NOTES.md", `"Persistent MoE half"`}},
+	"TILERT_GPU_TOPK_FAST": {{"removed in session 12", "17.69 against 14.91 us", "2.792 against 2.772 ms"},
+		{"unset TILERT_GPU_TOPK_FAST", "cuda/kernels/NOTES.md"}},
 	"TILERT_GPU_SIDE_MOE": {{"removed in session 12", "2.809 against 2.771 ms", "2.973 against 2.933"},
 		{"unset TILERT_GPU_SIDE_MOE", "docs/measured/h200-2026-12-02-s12"}},
 }

@@ -1,6 +1,6 @@
 // The top-k selection's pieces shared by the default module's
 // topk_radix.cu (topk_radix_one) and the few module's cu/few/topk_fast.cu
-// (topk_fast, the fused tail of indexer_scores_topk); each module's source
+// (topk_fast); each module's source
 // puts this after common.cuh (kernels.go, kernels_few.go). One text for the
 // row length, the keys a thread holds, the digit counts over them and the
 // ordered emit, so topk_fast's selection stays topk_radix_one's element for

@@ -13,8 +13,8 @@
 // The digits are topk_radix_one's (12-bit bin from the histogram, then 10 +
 // 10 bits over the bin's keys), so the threshold, the count of equal keys
 // taken and the ordered emit are the same: the same output, element for
-// element. tkf_body is generic in the block size NT (256: the fused tail of
-// topk_fused.cu, run by the scores kernel's last block).
+// element. tkf_body is generic in the block size NT (256 was the fused tail
+// of indexer_scores_topk, removed in session 12: slower).
 
 // The row length, key loads, digit counts and ordered emit are
 // topk_radix_one's own text (topk_radix.cuh, which this module's source

@@ -667,12 +667,6 @@ func (c *Ctx) MaxActiveBlocks(f *Function, block, smem int) (int, error) {
 	return int(n), nil
 }
 
-// AllowNonPortableCluster lets f (compiled with a cluster of more than 8
-// blocks, __cluster_dims__) launch (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED).
-func (c *Ctx) AllowNonPortableCluster(f *Function) error {
-	return c.check("cuFuncSetAttribute", call(c.drv.cuFuncSetAttribute, f.h, funcAttrNonPortableCluster, 1))
-}
-
 // Launch queues f on s. Arguments follow paramBits (DevPtr, int as C int,
 // float32, ...). Launch-configuration errors come back here; faults inside
 // the kernel at the next synchronisation.

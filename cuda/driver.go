@@ -157,10 +157,9 @@ const (
 	attrComputeCapMinor        = 76
 	attrMaxSharedPerBlockOptin = 97
 
-	funcAttrMaxDynamicShared   = 8
-	funcAttrNonPortableCluster = 14 // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
-	funcAttrNumRegs            = 4
-	funcAttrPreferredCarveout  = 9 // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (percent of the maximum)
+	funcAttrMaxDynamicShared  = 8
+	funcAttrNumRegs           = 4
+	funcAttrPreferredCarveout = 9 // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (percent of the maximum)
 
 	memHostAllocPortable = 1
 

@@ -77,80 +77,32 @@ type mlaTiled struct {
 	combine string // the merge of the ranges ("": mlaCombineFor's pick)
 	group   int    // heads a block (0: mlaHeadsGroup)
 	rows    bool   // takes a last argument of per-row cache bases (mla_decode_tcp)
-	cluster int    // > 0: the splits are one thread block cluster of this many blocks, merged inside it (no combine)
 }
 
 var (
 	mlaHeadsKernel = mlaTiled{"mla_decode_heads", "mla heads", 256, MLAHeadsSmemBytes,
-		"mla_decode_heads needs ~127 KiB of shared memory per block (sm_80 or newer)", mlaHeadsTile, "", 0, false, 0}
+		"mla_decode_heads needs ~127 KiB of shared memory per block (sm_80 or newer)", mlaHeadsTile, "", 0, false}
 	mlaTCKernel = mlaTiled{"mla_decode_tc", "mla tc", 128, MLATCSmemBytes,
-		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0, false, 0}
+		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0, false}
 	// mlaTCv3Kernel is mla_decode_tc and mla_combine_wide before their
 	// loads were issued together (the same results; kept for the timing
 	// comparison).
 	mlaTCv3Kernel = mlaTiled{"mla_decode_tc_v3", "mla tc", 128, MLATCSmemBytes,
-		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "mla_combine_wide_v1", 0, false, 0}
+		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "mla_combine_wide_v1", 0, false}
 	// mlaTC32Kernel is mla_decode_tc with 32 heads a block (256 threads):
 	// each tile of entries fetched and converted once per 32 heads.
 	mlaTC32Kernel = mlaTiled{"mla_decode_tc32", "mla tc", 256, MLATC32SmemBytes,
-		"mla_decode_tc32 needs ~147 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 2 * mlaHeadsGroup, false, 0}
+		"mla_decode_tc32 needs ~147 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 2 * mlaHeadsGroup, false}
 	// mlaTCPKernel is mla_decode_tc (the same bits) with the query
 	// fragments split once into registers, MTP_NR tiles in flight and the
 	// P.V fragments by ldmatrix.trans: a shorter chain per tile.
 	mlaTCPKernel = mlaTiled{"mla_decode_tcp", "mla tcp", 128, MLATCPSmemBytes,
-		"mla_decode_tcp needs ~108 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0, true, 0}
+		"mla_decode_tcp needs ~108 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0, true}
 )
-
-// mlaTCQKernels are mla_decode_tcp with two quads of 128 threads per block
-// (each on half of the block's range with its own tiles; 8 warps and one
-// block per SM) and the score mma in two chains; clusters of 2..16.
-var mlaTCQKernels = []mlaTiled{
-	{"mla_decode_tcq2", "mla tcq", 256, 2 * MLATCPSmemBytes, mlaTCQHint, 2 * mlaTCTile, "", 0, true, 2},
-	{"mla_decode_tcq4", "mla tcq", 256, 2 * MLATCPSmemBytes, mlaTCQHint, 2 * mlaTCTile, "", 0, true, 4},
-	{"mla_decode_tcq8", "mla tcq", 256, 2 * MLATCPSmemBytes, mlaTCQHint, 2 * mlaTCTile, "", 0, true, 8},
-	{"mla_decode_tcq16", "mla tcq", 256, 2 * MLATCPSmemBytes, mlaTCQHint, 2 * mlaTCTile, "", 0, true, 16},
-}
-
-const mlaTCQHint = "mla_decode_tcq needs ~215 KiB of shared memory per block and thread block clusters (sm_90)"
 
 // mlaTCPSAKernel is mla_decode_tcp with the score mma in two chains
 // (float32 rounding apart; timing comparison).
-var mlaTCPSAKernel = mlaTiled{"mla_decode_tcp_sa", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true, 0}
-
-// MLADecodeTCQ is MLADecodeTCP with its splits merged inside a thread
-// block cluster of cl blocks (2, 4, 8 or 16; sm_90), two quads of 128
-// threads per block: one launch, no partials in global memory. rowBase !=
-// 0: per-row cache bases as in MLADecodeTCPRows (cache then the layer's
-// offset). The merge adds the partials in split order (mla_combine as a
-// tree) and the scores run in two chains: float32 rounding apart from
-// MLADecodeTCP.
-func (k *Set) MLADecodeTCQ(s cuda.Stream, out, lse, qn, qp, cache, blockTable, rowBase, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx, cl int, scale float32) error {
-	var d mlaTiled
-	for _, x := range mlaTCQKernels {
-		if x.cluster == cl {
-			d = x
-		}
-	}
-	if d.name == "" || nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) {
-		return errors.Newf("mla tcq: cluster %d (2, 4, 8 or 16) nq=%d H=%d nidx=%d ldIdx=%d", cl, nq, H, nidx, ldIdx)
-	}
-	if i := k.c.Info(); i.CCMajor < 9 {
-		return errors.WithHint(errors.Newf("mla tcq: compute capability %d.%d", i.CCMajor, i.CCMinor),
-			"thread block clusters need sm_90; use MLADecodeTCP")
-	}
-	return k.launchMLATiledRows(d, s, out, lse, qn, qp, cache, blockTable, indices, lens, 0, rowBase, nq, H, nidx, ldIdx, cl, scale, true, false)
-}
-
-// MLATCQCluster picks MLADecodeTCQ's cluster: the largest of 16, 8, 4, 2
-// whose blocks (one per SM) fit the SMs once.
-func (k *Set) MLATCQCluster(nq, H int) int {
-	for _, cl := range []int{16, 8, 4} {
-		if nq*cdiv(H, mlaHeadsGroup)*cl <= k.c.Info().SMs {
-			return cl
-		}
-	}
-	return 2
-}
+var mlaTCPSAKernel = mlaTiled{"mla_decode_tcp_sa", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true}
 
 func (d mlaTiled) checkArgs(indices, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int) error {
 	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) || nsplit <= 0 || nsplit > mlaHeadsSplits || (nsplit > 1 && ws == 0) {
@@ -197,21 +149,10 @@ func (k *Set) launchMLATiledRows(d mlaTiled, s cuda.Stream, out, lse, qn, qp, ca
 		if err := k.c.SetMaxDynamicShared(f, d.smem); err != nil {
 			return errors.WithHint(err, d.hint)
 		}
-		if d.cluster > 8 {
-			if err := k.c.AllowNonPortableCluster(f); err != nil {
-				return errors.WithHint(err, d.hint)
-			}
-		}
 		bigShared.Store(f, true)
 	}
 	tps := cdiv(cdiv(nidx, nsplit), d.tile) * d.tile
 	nsplit = cdiv(nidx, tps)
-	if d.cluster > 0 {
-		// grid.x is the cluster, whatever ranges stay empty.
-		tps = cdiv(cdiv(nidx, d.cluster), d.tile) * d.tile
-		nsplit = d.cluster
-		combine = false
-	}
 	partO, partML := ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
 	if decode {
 		group := d.group

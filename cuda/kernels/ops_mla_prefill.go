@@ -19,7 +19,7 @@ const (
 
 var mlaPrefillKernel = mlaTiled{"mla_prefill_tc", "mla prefill", 256, MLAPrefillSmemBytes,
 	"mla_prefill_tc needs ~184 KiB of shared memory per block (sm_80 or newer); leave TILERT_GPU_MLA_PREFILL unset",
-	mlaTCTile, "", mlaPrefillHeads, false, 0}
+	mlaTCTile, "", mlaPrefillHeads, false}
 
 // MLAPrefillTC is MLADecodeTC (same arguments, results of the same
 // arithmetic) for many query rows: a prefill chunk's rows each attend to
@@ -48,13 +48,13 @@ const MLAPrefillTCPSmemBytes = mlaTCPRaw*mlaTCTile*41*16 + mlaTCTile*584*2 + 4*m
 
 var mlaPrefillTCPKernel = mlaTiled{"mla_prefill_tcp", "mla prefill tcp", 128, MLAPrefillTCPSmemBytes,
 	"mla_prefill_tcp needs ~110 KiB of shared memory per block (sm_80 or newer); leave TILERT_GPU_MLA_PREFILL unset",
-	mlaTCTile, "", 0, false, 0}
+	mlaTCTile, "", 0, false}
 
 // mlaPrefillTCPIKernel is mla_prefill_tcp with the tile converted by
 // integer operations (the same values).
 var mlaPrefillTCPIKernel = mlaTiled{"mla_prefill_tcpi", "mla prefill tcp", 128, MLAPrefillTCPSmemBytes,
 	"mla_prefill_tcpi needs ~110 KiB of shared memory per block (sm_80 or newer); leave TILERT_GPU_MLA_PREFILL unset",
-	mlaTCTile, "", 0, false, 0}
+	mlaTCTile, "", 0, false}
 
 // MLAPrefillTCP is MLAPrefillTC (the same arguments and results) on
 // mla_prefill_tcp: mla_decode_tcp's arithmetic (query fragments in
@@ -102,7 +102,7 @@ const (
 
 var mlaPrefillH1Kernel = mlaTiled{"mla_prefill_h1", "mla prefill h1", 256, MLAPrefillH1SmemBytes,
 	"mla_prefill_h1 needs ~199 KiB of shared memory per block (sm_89 or newer); leave TILERT_GPU_MLA_PREFILL unset or below 4",
-	mlaPrefillH1Tile, "", mlaPrefillH1Heads, false, 0}
+	mlaPrefillH1Tile, "", mlaPrefillH1Heads, false}
 
 // MLAPrefillH1 is MLAPrefillTC's operation (the same arguments less the
 // split: always one range, no workspace) with one fp16 part: for query

@@ -6,28 +6,19 @@ import (
 	"github.com/tilert-go/tilert/cuda"
 )
 
-// mla_decode_tcf (cu/mla_tcf.cu): mla_decode_tcp's launch, splits, partials
-// and cluster merge with the cache entries fed to the tensor cores as fp16
+// mla_decode_tcf (cu/mla_tcf.cu): mla_decode_tcp's launch, splits and
+// partials with the cache entries fed to the tensor cores as fp16
 // straight from the raw tiles (no converted tile in shared memory, two
 // barriers a tile instead of three, 4 tiles in flight). Float32-exact
 // products as tcp; sums in another order, so float32 rounding apart.
 
-// MLATCFSmemBytes is mla_decode_tcf's dynamic shared memory per quad of
-// 128 threads (MTF_SMEM_BYTES): 4 raw tiles, partial scores, 5 x token slots.
+// MLATCFSmemBytes is mla_decode_tcf's dynamic shared memory
+// (MTF_SMEM_BYTES): 4 raw tiles, partial scores, 5 x token slots.
 const MLATCFSmemBytes = 4*mlaTCTile*41*16 + 4*mlaHeadsGroup*mlaTCTile*4 + 5*mlaTCTile*4 + 4*12*32*4
 
-const mlaTCFHint = "mla_decode_tcf needs sm_90 (fp8 conversions, clusters) and ~91 KiB of shared memory per 128 threads"
+const mlaTCFHint = "mla_decode_tcf needs sm_90 (fp8 conversions) and ~91 KiB of shared memory per 128 threads"
 
-var mlaTCFKernel = mlaTiled{"mla_decode_tcf", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true, 0}
-
-// mlaTCFQKernels are mla_decode_tcf with two quads a block merged inside a
-// thread block cluster of 2..16 blocks (mla_decode_tcq's layout).
-var mlaTCFQKernels = []mlaTiled{
-	{"mla_decode_tcfq2", "mla tcfq", 256, 2 * MLATCFSmemBytes, mlaTCFHint, 2 * mlaTCTile, "", 0, true, 2},
-	{"mla_decode_tcfq4", "mla tcfq", 256, 2 * MLATCFSmemBytes, mlaTCFHint, 2 * mlaTCTile, "", 0, true, 4},
-	{"mla_decode_tcfq8", "mla tcfq", 256, 2 * MLATCFSmemBytes, mlaTCFHint, 2 * mlaTCTile, "", 0, true, 8},
-	{"mla_decode_tcfq16", "mla tcfq", 256, 2 * MLATCFSmemBytes, mlaTCFHint, 2 * mlaTCTile, "", 0, true, 16},
-}
+var mlaTCFKernel = mlaTiled{"mla_decode_tcf", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true}
 
 // MLATCF8SmemBytes is mla_decode_tcf8's dynamic shared memory
 // (MT8_SMEM_BYTES): 4 raw tiles, 8 warps' partial scores, 5 x token slots,
@@ -37,24 +28,20 @@ const MLATCF8SmemBytes = 4*mlaTCTile*41*16 + 8*mlaHeadsGroup*mlaTCTile*4 + 5*mla
 // mlaTCF8Kernel is mla_decode_tcf with 8 warps per head group (64 latent
 // dims and output columns a warp, <= 128 registers: two blocks of 8 warps
 // an SM), split + combine.
-var mlaTCF8Kernel = mlaTiled{"mla_decode_tcf8", "mla tcf8", 256, MLATCF8SmemBytes, mlaTCFHint, mlaTCTile, "", 0, true, 0}
+var mlaTCF8Kernel = mlaTiled{"mla_decode_tcf8", "mla tcf8", 256, MLATCF8SmemBytes, mlaTCFHint, mlaTCTile, "", 0, true}
 
-// mlaTCF2Kernels: mla_decode_tcf with two fp16 parts of the queries and
+// mlaTCF2Kernel: mla_decode_tcf with two fp16 parts of the queries and
 // probabilities (a third fewer mma; products ~2^-22 relative, not
-// float32-exact): split + combine, and cluster-merged of 8 and 16.
-var mlaTCF2Kernels = []mlaTiled{
-	{"mla_decode_tcf2", "mla tcf2", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true, 0},
-	{"mla_decode_tcf2q8", "mla tcf2q", 256, 2 * MLATCFSmemBytes, mlaTCFHint, 2 * mlaTCTile, "", 0, true, 8},
-	{"mla_decode_tcf2q16", "mla tcf2q", 256, 2 * MLATCFSmemBytes, mlaTCFHint, 2 * mlaTCTile, "", 0, true, 16},
-}
+// float32-exact), split + combine.
+var mlaTCF2Kernel = mlaTiled{"mla_decode_tcf2", "mla tcf2", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true}
 
 // mlaTCFDiag: mla_decode_tcf without its score mma (and so without the
 // query loads), without its P.V mma, without both: wrong results, for the
 // timing table only (where a tile's time goes).
 var mlaTCFDiag = []mlaTiled{
-	{"mla_decode_tcf_d1", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true, 0},
-	{"mla_decode_tcf_d2", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true, 0},
-	{"mla_decode_tcf_d3", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true, 0},
+	{"mla_decode_tcf_d1", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true},
+	{"mla_decode_tcf_d2", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true},
+	{"mla_decode_tcf_d3", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true},
 }
 
 func (k *Set) needSM90(what string) error {
@@ -87,7 +74,7 @@ func (v MLATCF) kernel() mlaTiled {
 	case MLATCF8:
 		return mlaTCF8Kernel
 	}
-	return mlaTCF2Kernels[0]
+	return mlaTCF2Kernel
 }
 
 // MLADecodeTCF is MLADecodeTCP (same arguments and results to float32
@@ -108,24 +95,4 @@ func (k *Set) MLADecodeTCF(s cuda.Stream, v MLATCF, out, lse, qn, qp, cache, blo
 		return errors.New("mla tcf: per-row cache bases take no block table")
 	}
 	return k.launchMLATiledRows(d, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, rowBase, nq, H, nidx, ldIdx, nsplit, scale, true, true)
-}
-
-// MLADecodeTCFQ is MLADecodeTCQ (cluster cl of 2, 4, 8 or 16 blocks of two
-// quads, merged inside the cluster: one launch, no workspace) on
-// mla_decode_tcf's tiles. rowBase != 0: per-row cache bases, cache then the
-// layer's offset.
-func (k *Set) MLADecodeTCFQ(s cuda.Stream, out, lse, qn, qp, cache, blockTable, rowBase, indices, lens cuda.DevPtr, nq, H, nidx, ldIdx, cl int, scale float32) error {
-	var d mlaTiled
-	for _, x := range mlaTCFQKernels {
-		if x.cluster == cl {
-			d = x
-		}
-	}
-	if d.name == "" || nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) {
-		return errors.Newf("mla tcfq: cluster %d (2, 4, 8 or 16) nq=%d H=%d nidx=%d ldIdx=%d", cl, nq, H, nidx, ldIdx)
-	}
-	if err := k.needSM90("mla tcfq"); err != nil {
-		return err
-	}
-	return k.launchMLATiledRows(d, s, out, lse, qn, qp, cache, blockTable, indices, lens, 0, rowBase, nq, H, nidx, ldIdx, cl, scale, true, false)
 }

@@ -66,31 +66,6 @@ func TestKernelSlotRows(t *testing.T) {
 				}
 				record(t, fmtName("mla_decode_tcp rows of 3 caches vs one launch per row split=%d", nsplit), "mismatched outputs", float64(bad), 0)
 			}
-			if c.Info().CCMajor >= 9 {
-				for _, cl := range []int{4, 8} {
-					out, lse := a.poisoned(M*H*MLALatentDim), a.poisoned(M*H)
-					chk(k.MLADecodeTCQ(s, out, lse, qn, qp, off, 0, bases, ip, lens, M, H, nidx, nidx, cl, 0.07))
-					got := append(downF32(c, out, M*H*MLALatentDim), downF32(c, lse, M*H)...)
-					bad := 0
-					for m := range M {
-						o1, l1 := a.poisoned(H*MLALatentDim), a.poisoned(H)
-						chk(k.MLADecodeTCQ(s, o1, l1, qn.Add(int64(4*m*H*MLALatentDim)), qp.Add(int64(4*m*H*MLARopeDim)), caches[m], 0, 0,
-							ip.Add(int64(4*m*nidx)), lens.Add(int64(4*m)), 1, H, nidx, nidx, cl, 0.07))
-						want := append(downF32(c, o1, H*MLALatentDim), downF32(c, l1, H)...)
-						for i, v := range want[:H*MLALatentDim] {
-							if math.Float32bits(got[m*H*MLALatentDim+i]) != math.Float32bits(v) {
-								bad++
-							}
-						}
-						for i, v := range want[H*MLALatentDim:] {
-							if math.Float32bits(got[M*H*MLALatentDim+m*H+i]) != math.Float32bits(v) {
-								bad++
-							}
-						}
-					}
-					record(t, fmtName("mla_decode_tcq%d rows of 3 caches vs one launch per row", cl), "mismatched outputs", float64(bad), 0)
-				}
-			}
 		}
 		// Indexer scores (+ the radix histogram, then the top-k) over rows of
 		// 3 caches against one launch per row.

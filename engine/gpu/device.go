@@ -597,9 +597,6 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 		if mlaTCF != "" && b.c.Info().CCMajor >= 9 {
 			return b.mlaDecodeTCF(out, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, scale)
 		}
-		if mlaTCQOn && b.c.Info().CCMajor >= 9 {
-			return b.k.MLADecodeTCQ(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCQCluster(nq, H), scale)
-		}
 		ns := b.k.MLATCSplits(nq, H, nidx)
 		if mlaTCPOn {
 			return b.k.MLADecodeTCP(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
@@ -689,9 +686,6 @@ func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowB
 	if mlaTCF != "" && b.c.Info().CCMajor >= 9 {
 		return b.mlaDecodeTCF(out, qn, qp, cuda.DevPtr(cacheOff), rowBase, indices, lens, ws, nq, H, nidx, ldIdx, scale)
 	}
-	if mlaTCQOn && b.c.Info().CCMajor >= 9 {
-		return b.k.MLADecodeTCQ(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCQCluster(nq, H), scale)
-	}
 	ns := b.k.MLATCSplits(nq, H, nidx)
 	return b.k.MLADecodeTCPRows(b.s, out, 0, qn, qp, cacheOff, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
 }
@@ -706,12 +700,12 @@ func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64,
 // rounding apart from tc): on the H200 (docs/measured/h200-2026-12-02)
 // 128 heads x 2048 tokens take 18.7 us with the combine against tc's 24.1,
 // and the whole gpu-check passed with it. =1 or =3 three parts
-// (float32-exact products), =8 two parts with 8 warps per head group, =q
-// three parts merged inside a cluster (one launch; slower); =0 runs
-// mla_decode_tc, as does asking for another variant
-// (TILERT_GPU_MLA_TCP / TCQ / TC32).
+// (float32-exact products), =8 two parts with 8 warps per head group; =0
+// runs mla_decode_tc, as does asking for another variant
+// (TILERT_GPU_MLA_TCP / TC32). =q (tcf merged inside a cluster) and
+// TILERT_GPU_MLA_TCQ were removed in session 12 (removed.go).
 var mlaTCF = tcfSwitch(os.Getenv("TILERT_GPU_MLA_TCF"), os.Getenv("TILERT_GPU_MLA_TCP") == "1" ||
-	os.Getenv("TILERT_GPU_MLA_TCQ") == "1" || os.Getenv("TILERT_GPU_MLA_TC32") == "1")
+	os.Getenv("TILERT_GPU_MLA_TC32") == "1")
 
 func tcfSwitch(v string, other bool) string {
 	switch {
@@ -730,8 +724,6 @@ func tcfSwitch(v string, other bool) string {
 func (b *cudaDevice) mlaDecodeTCF(out, qn, qp, cache, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx int, scale float32) error {
 	v := kernels.MLATCF2
 	switch mlaTCF {
-	case "q":
-		return b.k.MLADecodeTCFQ(b.s, out, 0, qn, qp, cache, 0, rowBase, indices, lens, nq, H, nidx, ldIdx, b.k.MLATCQCluster(nq, H), scale)
 	case "1", "3":
 		v = kernels.MLATCF3
 	case "8":
@@ -821,9 +813,6 @@ var (
 	// mlaTCPOn: TILERT_GPU_MLA_TCP=1 runs mla_decode_tcp (the same bits as
 	// mla_decode_tc; query fragments in registers, 3 tiles in flight).
 	mlaTCPOn = os.Getenv("TILERT_GPU_MLA_TCP") == "1"
-	// mlaTCQOn: TILERT_GPU_MLA_TCQ=1 runs mla_decode_tcq (two quads of 128
-	// threads per block, one block per SM, splits merged in a cluster).
-	mlaTCQOn = os.Getenv("TILERT_GPU_MLA_TCQ") == "1"
 	// absorbWideOn: TILERT_GPU_ABSORB_WIDE=0 keeps the one-block-per-head
 	// absorb kernels for fp8 W_UK / W_UV (comparisons).
 	absorbWideOn = os.Getenv("TILERT_GPU_ABSORB_WIDE") != "0"

@@ -14,7 +14,7 @@ func TestTCFSwitch(t *testing.T) {
 		{"0", false, ""},
 		{"", true, ""},
 		{"1", false, "1"},
-		{"q", true, "q"},
+		{"1", true, "1"},
 		{"8", false, "8"},
 	} {
 		if got := tcfSwitch(c.env, c.other); got != c.want {

@@ -10,6 +10,9 @@ import (
 // a script that still sets one is told so at backend creation instead of
 // silently measuring the default path. getenv is os.Getenv outside tests.
 func removedSwitches(getenv func(string) string) error {
+	if err := removedClusterMLA(getenv); err != nil {
+		return err
+	}
 	// TILERT_GPU_MOE_PERSIST=1 ran the MoE half of a one-row decode layer
 	// as one persistent launch with device-wide barriers (moe_persist_m1,
 	// sessions 9-10); it was bit-identical to the launch chain but slower
@@ -40,6 +43,29 @@ func removedSwitches(getenv func(string) string) error {
 		return errors.WithHint(
 			errors.Newf("TILERT_GPU_SIDE_MOE=%q: the turned-round MoE fork (router and routing on the side stream) was removed in session 12: measured on the H200 it was slower (decode p50 at 8192, 1 slot: DeepSeek-V3.2 dims 2.809 against 2.771 ms, GLM-5 dims 2.973 against 2.933)", v),
 			"unset TILERT_GPU_SIDE_MOE: the shared expert runs on the side stream beside the routing (TILERT_GPU_SIDE=q keeps only the attention's fork); the record is in docs/measured/h200-2026-12-02-s12")
+	}
+	return nil
+}
+
+// removedClusterMLA: TILERT_GPU_MLA_TCQ=1 ran mla_decode_tcq and
+// TILERT_GPU_MLA_TCF=q mla_decode_tcfq, the sparse MLA decode with its
+// splits merged inside a thread block cluster (one launch, no combine;
+// sessions 3-4). Correct, but slower than tcf2 + combine at every shape
+// the H200 timed; removed in session 12, last in commit 0781d7c.
+func removedClusterMLA(getenv func(string) string) error {
+	const measured = "measured on the H200 it was slower than mla_decode_tcf2 with its combine at every shape " +
+		"(1 x 128 heads: tcq8/tcq16 36.4/46.3 us, tcfq8/tcfq16 28.5/37.8 us against 17.50; " +
+		"16 heads: 36.0/23.5 and 28.1/19.1 us against 11.02; 4 x 128 heads: tcq4 127 us, tcfq4 99 us against 44.98)"
+	const record = "; the record is in cuda/kernels/NOTES.md \"Sparse MLA with fp16 fragments from the raw fp8 tiles\", the code last in commit 0781d7c"
+	if v := getenv("TILERT_GPU_MLA_TCQ"); v != "" && v != "0" {
+		return errors.WithHint(
+			errors.Newf("TILERT_GPU_MLA_TCQ=%q: the cluster-merged sparse MLA decode (mla_decode_tcq) was removed in session 12: %s", v, measured),
+			"unset TILERT_GPU_MLA_TCQ: the MLA decode runs mla_decode_tcf2 with its combine (the default)"+record)
+	}
+	if v := getenv("TILERT_GPU_MLA_TCF"); v == "q" {
+		return errors.WithHint(
+			errors.Newf("TILERT_GPU_MLA_TCF=%q: the cluster-merged sparse MLA decode (mla_decode_tcfq) was removed in session 12: %s", v, measured),
+			"unset TILERT_GPU_MLA_TCF for mla_decode_tcf2 with its combine (the default), or set it to 1 / 3 (three fp16 parts) or 8 (8 warps a head group)"+record)
 	}
 	return nil
 }

@@ -97,3 +97,67 @@ func checkRemovedErr(t *testing.T, what string, err error, want string) {
 		}
 	}
 }
+
+// TestRemovedMLATCQRefused: the switches of the removed cluster-merged
+// sparse MLA decode (TILERT_GPU_MLA_TCQ, TILERT_GPU_MLA_TCF=q) are refused
+// with the measurement and a hint naming the default, the record and the
+// last commit; unset, TILERT_GPU_MLA_TCQ=0 and the other TILERT_GPU_MLA_TCF
+// values pass. The last part checks that backend creation refuses.
+func TestRemovedMLATCQRefused(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		fail string
+	}{
+		{nil, ""},
+		{map[string]string{"TILERT_GPU_MLA_TCQ": "0"}, ""},
+		{map[string]string{"TILERT_GPU_MLA_TCF": "2"}, ""},
+		{map[string]string{"TILERT_GPU_MLA_TCF": "8"}, ""},
+		{map[string]string{"TILERT_GPU_MLA_TCF": "0"}, ""},
+		{map[string]string{"TILERT_GPU_MLA_TCQ": "1"}, `TILERT_GPU_MLA_TCQ="1"`},
+		{map[string]string{"TILERT_GPU_MLA_TCQ": "yes"}, `TILERT_GPU_MLA_TCQ="yes"`},
+		{map[string]string{"TILERT_GPU_MLA_TCF": "q"}, `TILERT_GPU_MLA_TCF="q"`},
+	} {
+		err := removedSwitches(func(k string) string { return c.env[k] })
+		if c.fail == "" {
+			if err != nil {
+				t.Errorf("%v: %v, want no error", c.env, err)
+			}
+			continue
+		}
+		checkRemovedMLAErr(t, fmt.Sprint(c.env), err, c.fail)
+	}
+
+	t.Setenv("TILERT_GPU_MLA_TCQ", "1")
+	p, err := synth.Lookup("deepseek-v3.2-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := synth.Build(p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEmulated(Dummy(b.Config, 3), engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
+	if err == nil {
+		e.Close()
+	}
+	checkRemovedMLAErr(t, "NewEmulated with TILERT_GPU_MLA_TCQ=1", err, `TILERT_GPU_MLA_TCQ="1"`)
+}
+
+func checkRemovedMLAErr(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: accepted, want a refusal", what)
+		return
+	}
+	for _, s := range []string{want, "removed in session 12", "46.3", "against 17.50", "against 44.98"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("%s: error %q does not say %q", what, err, s)
+		}
+	}
+	h := errors.FlattenHints(err)
+	for _, s := range []string{"mla_decode_tcf2", "cuda/kernels/NOTES.md", "0781d7c"} {
+		if !strings.Contains(h, s) {
+			t.Errorf("%s: hint %q does not say %q", what, h, s)
+		}
+	}
+}

@@ -454,40 +454,7 @@ __device__ __forceinline__ void mtp_ldsm4t(u32 addr, u32& r0, u32& r1, u32& r2, 
                : "r"(addr));
 }
 
-// Thread block clusters (sm_90): the address of p in cluster block rank's
-// shared memory, loads from there, and the cluster-wide barrier.
-__device__ __forceinline__ u32 mtc_map(const void* p, u32 rank) {
-  u32 r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(mt_smem_addr(p)), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float mtc_ld(u32 a) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
-  return v;
-}
-__device__ __forceinline__ float4 mtc_ld4(u32 a) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a) : "memory");
-  return v;
-}
-// (arrive defaults to release and wait to acquire semantics: the partials
-// written before are visible to the cluster after it.)
-__device__ __forceinline__ void mtc_sync() {
-  asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
-}
-
-// The barrier of a quad: the whole block when it is one quad, else named
-// barrier 1 + quad over its 128 threads.
-#define MTQ_BAR()                                                              \
-  do {                                                                         \
-    if (QD == 1)                                                               \
-      __syncthreads();                                                         \
-    else                                                                       \
-      asm volatile("bar.sync %0, 128;" ::"r"(1 + quad) : "memory");            \
-  } while (0)
-
-// mt_issue by the 128 threads of one quad (tid: its thread).
+// mt_issue by 128 threads (tid: the caller's thread, < 128).
 __device__ __forceinline__ void mtp_issue(int tid, uint4* raw, const u8* __restrict__ cache, const int* slots) {
   for (int c = tid; c < MT_TT * MT_CH; c += 128) {
     const int j = c / MT_CH, p = c - j * MT_CH;
@@ -499,20 +466,15 @@ __device__ __forceinline__ void mtp_issue(int tid, uint4* raw, const u8* __restr
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-template <int DIAG, int CL = 0, int QD = 1, bool SA = false>
+template <int DIAG, bool SA = false>
 __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const float* __restrict__ qp,
                                          const u8* __restrict__ cache, const int* __restrict__ block_table,
                                          const int* __restrict__ indices, int ld_idx, int nidx,
                                          const int* __restrict__ lens, float* out, float* lse, int H, float scale,
                                          int tps, float* part_o, float* part_ml,
                                          const long long* __restrict__ row_base) {
-  static_assert(QD == 1 || CL > 0, "two quads per block merge inside a cluster");
   extern __shared__ uint4 mt_smem[];
-  // QD quads of 128 threads, each on its own half of the block's range
-  // with its own copy of everything below (named barrier 1 + quad).
-  const int quad = QD > 1 ? (int)(threadIdx.x >> 7) : 0;
-  uint4* const qbase = mt_smem + quad * (MTP_SMEM_BYTES / 16);
-  uint4* raw = qbase;                                  // [NR][TT][41] raw entries
+  uint4* raw = mt_smem;                                // [NR][TT][41] raw entries
   u16* Kt = (u16*)(raw + MTP_NR * MT_TT * MT_CH);      // [TT][KS] bf16 entries (fp8 values unscaled)
   float* red = (float*)(Kt + MT_TT * MT_KS);           // [4 warps][HG][TT] partial scores
   int* slots = (int*)(red + 4 * MT_HG * MT_TT);        // [NS][TT] cache slot of each tile slot, -1 skipped
@@ -523,13 +485,12 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
   // row_base[qi] + cache (cache then holds the layer's offset).
   if (row_base) cache += row_base[qi];
   const int len = lens[qi];
-  const int tq = tps / QD;  // tokens of a quad (whole tiles: the launcher's tile is QD x 32)
-  const int begin = z * tps + quad * tq;
-  const int count = min(indices ? nidx : len, begin + tq);
+  const int begin = z * tps;
+  const int count = min(indices ? nidx : len, begin + tps);
   // Slots of tiles 0..NR (the prologue's issues and tile 0's).
   for (int j = tid; j < (MTP_NR + 1) * MT_TT; j += 128)
     slots[j] = mt_slot(indices, block_table, ld_idx, qi, len, count, begin + j);
-  MTQ_BAR();
+  __syncthreads();
 #pragma unroll
   for (int b = 0; b < MTP_NR; b++) {
     if (begin + b * MT_TT < count) {
@@ -574,7 +535,7 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
     const int fut = base + (MTP_NR + 1) * MT_TT;
     if (tid < MT_TT && fut < count) nslot = mt_slot(indices, block_table, ld_idx, qi, len, count, fut + tid);
     asm volatile("cp.async.wait_group %0;" ::"n"(MTP_NR - 1) : "memory");
-    MTQ_BAR();  // tile it has landed; the previous tile's Kt, scl and red are consumed
+    __syncthreads();  // tile it has landed; the previous tile's Kt, scl and red are consumed
     const int* sl = slots + (it % MTP_NS) * MT_TT;
     if (!(DIAG & 1)) {
       const int j = tid >> 2, qq = tid & 3;
@@ -608,7 +569,7 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
         dst[64 + 2 * qq + 1] = zero;
       }
     }
-    MTQ_BAR();
+    __syncthreads();
     // Tile it+NR into the raw buffer just converted (an empty group past the end).
     if (base + MTP_NR * MT_TT < count) {
       mtp_issue(tid, raw + rb * MT_TT * MT_CH, cache, slots + ((it + MTP_NR) % MTP_NS) * MT_TT);
@@ -662,7 +623,7 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
       *(float2*)(rw + g * MT_TT + 8 * n + 2 * t4) = make_float2(s[n][0], s[n][1]);
       *(float2*)(rw + (g + 8) * MT_TT + 8 * n + 2 * t4) = make_float2(s[n][2], s[n][3]);
     }
-    MTQ_BAR();
+    __syncthreads();
     float mx0 = NEG_INF, mx1 = NEG_INF;
 #pragma unroll
     for (int n = 0; n < 4; n++) {
@@ -718,64 +679,6 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  if (CL > 0) {
-    // The cluster is every split of (qi, head group) (gridDim.x == CL):
-    // each block leaves its unnormalised partial in its shared memory (the
-    // tiles' room), then block z merges columns [z*512/CL, +512/CL) of the
-    // 16 heads from all CL partials (mla_combine's arithmetic, the sums
-    // in split order) and writes them: no partials in global memory and
-    // no combine launch.
-    float* Os = (float*)qbase;          // [HG][512] (this quad's)
-    float* MLs = Os + MT_HG * MLA_LAT;  // [HG][2] (max, sum)
-    MTQ_BAR();                 // every warp is done with the tiles
-#pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-      float* po = Os + (g + 8 * hr) * MLA_LAT + 128 * w + 2 * t4;
-#pragma unroll
-      for (int j = 0; j < 16; j++) *(float2*)(po + 8 * j) = make_float2(o[j][2 * hr], o[j][2 * hr + 1]);
-      if (w == 0 && t4 == 0) {
-        MLs[2 * (g + 8 * hr)] = hr ? m1 : m0;
-        MLs[2 * (g + 8 * hr) + 1] = hr ? l1 : l0;
-      }
-    }
-    mtc_sync();
-    constexpr int CN = CL > 0 ? CL : 1;
-    constexpr int CW = MLA_LAT / CN;  // columns a block merges
-    for (int e = threadIdx.x; e < MT_HG * CW / 4; e += 128 * QD) {
-      const int hh = e / (CW / 4), col = z * CW + (e - hh * (CW / 4)) * 4;
-      // Partial r*QD + qd: cluster block r, quad qd (split order).
-      float mz[CN * QD];
-      float M = NEG_INF;
-#pragma unroll
-      for (int r = 0; r < CN * QD; r++) {
-        const float* ml = (const float*)(mt_smem + (r % QD) * (MTP_SMEM_BYTES / 16)) + MT_HG * MLA_LAT;
-        mz[r] = mtc_ld(mtc_map(ml + 2 * hh, r / QD));
-        M = fmaxf(M, mz[r]);
-      }
-      float L = 0.0f;
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (int r = 0; r < CN * QD; r++) {
-        const float* os = (const float*)(mt_smem + (r % QD) * (MTP_SMEM_BYTES / 16));
-        const float wz = mz[r] == NEG_INF ? 0.0f : expf(mz[r] - M);
-        L += mtc_ld(mtc_map(os + MT_HG * MLA_LAT + 2 * hh + 1, r / QD)) * wz;
-        const float4 v = mtc_ld4(mtc_map(os + hh * MLA_LAT + col, r / QD));
-        acc.x = fmaf(v.x, wz, acc.x);
-        acc.y = fmaf(v.y, wz, acc.y);
-        acc.z = fmaf(v.z, wz, acc.z);
-        acc.w = fmaf(v.w, wz, acc.w);
-      }
-      const int h = h0 + hh;
-      if (h < H) {
-        const size_t qh = (size_t)qi * H + h;
-        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-        *(float4*)(out + qh * MLA_LAT + col) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-        if (lse && col == 0) lse[qh] = L > 0.0f ? M + logf(L) : NEG_INF;
-      }
-    }
-    mtc_sync();  // no block leaves while another reads its shared memory
-    return;
-  }
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
     const int h = h0 + g + 8 * hr;
@@ -805,25 +708,10 @@ extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp(MT_ARGS, con
   PDL_WAIT();
   mtp_body<0>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
 }
-// mla_decode_tcq*: two quads of 128 threads per block (each a half of the
-// block's range, with its own tiles: 2 x MTP_SMEM_BYTES, one block per SM
-// of 8 warps) and the splits merged inside a cluster of CL blocks; the
-// score mma in two chains (SA). Rows: 16 / CL of 128 heads fill the SMs.
-#define MTQ_KERNEL(CLN)                                                                                            \
-  extern "C" __global__ __cluster_dims__(CLN, 1, 1) void __launch_bounds__(256, 1)                                 \
-      mla_decode_tcq##CLN(MT_ARGS, const long long* __restrict__ row_base) {                                      \
-    PDL_WAIT();                                                                                                    \
-    mtp_body<0, CLN, 2, true>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps,    \
-                              part_o, part_ml, row_base);                                                          \
-  }
-MTQ_KERNEL(2)
-MTQ_KERNEL(4)
-MTQ_KERNEL(8)
-MTQ_KERNEL(16)
 // mla_decode_tcp with the two-chain score mma (timing comparison).
 extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_sa(MT_ARGS, const long long* __restrict__ row_base) {
   PDL_WAIT();
-  mtp_body<0, 0, 1, true>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
+  mtp_body<0, true>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
 }
 #else
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp(MT_ARGS, const long long* __restrict__ row_base) {
@@ -831,8 +719,4 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp(MT_ARGS, const 
   __trap();
 }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_sa(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(256) mla_decode_tcq2(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(256) mla_decode_tcq4(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(256) mla_decode_tcq8(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(256) mla_decode_tcq16(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 #endif

@@ -1,5 +1,5 @@
 // mla_decode_tcf: the sparse MLA decode of mla_decode_tcp (same launch,
-// arguments, splits, partials and cluster merge) with the cache entries fed
+// arguments, splits and partials) with the cache entries fed
 // to the tensor cores as fp16 straight from the raw tile, with no converted
 // bf16 tile in shared memory:
 // - e4m3 -> f16 is exact and one cvt per two values (tcp: e4m3 -> f16 ->
@@ -26,8 +26,7 @@
 
 #define MTF_NR 4
 #define MTF_NS (MTF_NR + 1)
-// Dynamic shared memory of one quad in bytes (MLATCFSmemBytes in
-// ops_mla_tcf.go): NR raw tiles, partial scores, NS x token slots, the
+// Dynamic shared memory in bytes (MLATCFSmemBytes in ops_mla_tcf.go): NR raw tiles, partial scores, NS x token slots, the
 // RoPE query parts ([4 warps][12][32 lanes] words: registers are short).
 #define MTF_SMEM_BYTES (MTF_NR * MT_TT * MT_CH * 16 + 4 * MT_HG * MT_TT * 4 + MTF_NS * MT_TT * 4 + 4 * 12 * 32 * 4)
 
@@ -139,18 +138,15 @@ __device__ __forceinline__ void mtf_slots0(int* slots, int n, int stride, int ti
 }
 
 // DIAG (timing only, wrong results): 1 skips the score mma, 2 the P.V mma.
-template <int CL, int QD, int NP = 3, int DIAG = 0>
+template <int NP = 3, int DIAG = 0>
 __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const float* __restrict__ qp,
                                          const u8* __restrict__ cache, const int* __restrict__ block_table,
                                          const int* __restrict__ indices, int ld_idx, int nidx,
                                          const int* __restrict__ lens, float* out, float* lse, int H, float scale,
                                          int tps, float* part_o, float* part_ml,
                                          const long long* __restrict__ row_base) {
-  static_assert(QD == 1 || CL > 0, "two quads per block merge inside a cluster");
   extern __shared__ uint4 mt_smem[];
-  const int quad = QD > 1 ? (int)(threadIdx.x >> 7) : 0;
-  uint4* const qbase = mt_smem + quad * (MTF_SMEM_BYTES / 16);
-  uint4* raw = qbase;                                // [NR][TT][41] raw entries
+  uint4* raw = mt_smem;                              // [NR][TT][41] raw entries
   float* red = (float*)(raw + MTF_NR * MT_TT * MT_CH);  // [4 warps][HG][TT] partial scores
   int* slots = (int*)(red + 4 * MT_HG * MT_TT);     // [NS][TT] cache slot of each tile slot, -1 skipped
   u32* qrs = (u32*)(slots + MTF_NS * MT_TT);        // [4 warps][12][32] RoPE query parts
@@ -158,12 +154,11 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
   const int tid = threadIdx.x & 127, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
   if (row_base) cache += row_base[qi];
   const int len = lens[qi];
-  const int tq = tps / QD;
-  const int begin = z * tps + quad * tq;
-  const int count = min(indices ? nidx : len, begin + tq);
+  const int begin = z * tps;
+  const int count = min(indices ? nidx : len, begin + tps);
   // Slots of tiles 0..NR-1 (the prologue's issues and tile 0's).
-  mtf_slots0(slots, MTF_NR * MT_TT, 128, tid, indices, block_table, ld_idx, nidx, qi, len, count, begin, begin + tq);
-  MTQ_BAR();
+  mtf_slots0(slots, MTF_NR * MT_TT, 128, tid, indices, block_table, ld_idx, nidx, qi, len, count, begin, begin + tps);
+  __syncthreads();
 #pragma unroll
   for (int b = 0; b < MTF_NR - 1; b++) {
     if (begin + b * MT_TT < count) {
@@ -236,7 +231,7 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
     const int fut = base + MTF_NR * MT_TT;
     if (tid < MT_TT && fut < count) nslot = mt_slot(indices, block_table, ld_idx, qi, len, count, fut + tid);
     asm volatile("cp.async.wait_group %0;" ::"n"(MTF_NR - 2) : "memory");
-    MTQ_BAR();  // tile it has landed; tile it-1's raw buffer and red are consumed
+    __syncthreads();  // tile it has landed; tile it-1's raw buffer and red are consumed
     // Tile it+NR-1 into tile it-1's buffer (an empty group past the end).
     if (base + (MTF_NR - 1) * MT_TT < count) {
       mtf_issue(tid, raw + ((it + MTF_NR - 1) % MTF_NR) * MT_TT * MT_CH, cache,
@@ -292,7 +287,7 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
       *(float2*)(rw + g * MT_TT + 8 * n + 2 * t4) = make_float2(s[n][0], s[n][1]);
       *(float2*)(rw + (g + 8) * MT_TT + 8 * n + 2 * t4) = make_float2(s[n][2], s[n][3]);
     }
-    MTQ_BAR();
+    __syncthreads();
     float mx0 = NEG_INF, mx1 = NEG_INF;
 #pragma unroll
     for (int n = 0; n < 4; n++) {
@@ -391,61 +386,6 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
   // o back to the true scale; o[2cc + par][e] holds column 128w + 16cc +
   // 4t4 + par + 2(e & 1) of head g (e < 2) or g + 8.
   const float ue = mtf_pow2(max(-126, min(127, E - 14)));
-  if (CL > 0) {
-    // The cluster merge of mla_decode_tcq (mtp_body): partials in this
-    // quad's shared memory, block z merges columns [z*512/CL, +512/CL).
-    float* Os = (float*)qbase;          // [HG][512] (this quad's)
-    float* MLs = Os + MT_HG * MLA_LAT;  // [HG][2] (max, sum)
-    MTQ_BAR();                          // every warp is done with the tiles
-#pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-      float* po = Os + (g + 8 * hr) * MLA_LAT + 128 * w + 4 * t4;
-#pragma unroll
-      for (int cc = 0; cc < 8; cc++)
-        *(float4*)(po + 16 * cc) = make_float4(o[2 * cc][2 * hr] * ue, o[2 * cc + 1][2 * hr] * ue,
-                                               o[2 * cc][2 * hr + 1] * ue, o[2 * cc + 1][2 * hr + 1] * ue);
-      if (w == 0 && t4 == 0) {
-        MLs[2 * (g + 8 * hr)] = hr ? m1 : m0;
-        MLs[2 * (g + 8 * hr) + 1] = hr ? l1 : l0;
-      }
-    }
-    mtc_sync();
-    constexpr int CN = CL > 0 ? CL : 1;
-    constexpr int CW = MLA_LAT / CN;
-    for (int e = threadIdx.x; e < MT_HG * CW / 4; e += 128 * QD) {
-      const int hh = e / (CW / 4), col = z * CW + (e - hh * (CW / 4)) * 4;
-      float mz[CN * QD];
-      float M = NEG_INF;
-#pragma unroll
-      for (int r = 0; r < CN * QD; r++) {
-        const float* ml = (const float*)(mt_smem + (r % QD) * (MTF_SMEM_BYTES / 16)) + MT_HG * MLA_LAT;
-        mz[r] = mtc_ld(mtc_map(ml + 2 * hh, r / QD));
-        M = fmaxf(M, mz[r]);
-      }
-      float L = 0.0f;
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (int r = 0; r < CN * QD; r++) {
-        const float* os = (const float*)(mt_smem + (r % QD) * (MTF_SMEM_BYTES / 16));
-        const float wz = mz[r] == NEG_INF ? 0.0f : expf(mz[r] - M);
-        L += mtc_ld(mtc_map(os + MT_HG * MLA_LAT + 2 * hh + 1, r / QD)) * wz;
-        const float4 v = mtc_ld4(mtc_map(os + hh * MLA_LAT + col, r / QD));
-        acc.x = fmaf(v.x, wz, acc.x);
-        acc.y = fmaf(v.y, wz, acc.y);
-        acc.z = fmaf(v.z, wz, acc.z);
-        acc.w = fmaf(v.w, wz, acc.w);
-      }
-      const int h = h0 + hh;
-      if (h < H) {
-        const size_t qh = (size_t)qi * H + h;
-        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-        *(float4*)(out + qh * MLA_LAT + col) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-        if (lse && col == 0) lse[qh] = L > 0.0f ? M + logf(L) : NEG_INF;
-      }
-    }
-    mtc_sync();  // no block leaves while another reads its shared memory
-    return;
-  }
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
     const int h = h0 + g + 8 * hr;
@@ -475,42 +415,19 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
 
 extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcf(MT_ARGS, const long long* __restrict__ row_base) {
   PDL_WAIT();
-  mtf_body<0, 1>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
+  mtf_body<>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
 }
-// mla_decode_tcfq*: two quads a block merged in a cluster (mla_decode_tcq's
-// layout with tcf's tiles).
-#define MTFQ_KERNEL(CLN)                                                                                           \
-  extern "C" __global__ __cluster_dims__(CLN, 1, 1) void __launch_bounds__(256, 1)                                 \
-      mla_decode_tcfq##CLN(MT_ARGS, const long long* __restrict__ row_base) {                                     \
-    PDL_WAIT();                                                                                                    \
-    mtf_body<CLN, 2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o,     \
-                     part_ml, row_base);                                                                           \
-  }
-MTFQ_KERNEL(2)
-MTFQ_KERNEL(4)
-MTFQ_KERNEL(8)
-MTFQ_KERNEL(16)
 // Two fp16 parts of the queries and probabilities (timing comparison:
 // a third fewer mma; ~2^-22 relative products, not float32-exact).
 extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcf2(MT_ARGS, const long long* __restrict__ row_base) {
   PDL_WAIT();
-  mtf_body<0, 1, 2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
-}
-extern "C" __global__ __cluster_dims__(8, 1, 1) void __launch_bounds__(256, 1)
-    mla_decode_tcf2q8(MT_ARGS, const long long* __restrict__ row_base) {
-  PDL_WAIT();
-  mtf_body<8, 2, 2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
-}
-extern "C" __global__ __cluster_dims__(16, 1, 1) void __launch_bounds__(256, 1)
-    mla_decode_tcf2q16(MT_ARGS, const long long* __restrict__ row_base) {
-  PDL_WAIT();
-  mtf_body<16, 2, 2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
+  mtf_body<2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
 }
 #define MTF_DIAG(D)                                                                                                  \
   extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcf_d##D(MT_ARGS, const long long* __restrict__ row_base) { \
     PDL_WAIT();                                                                                                    \
-    mtf_body<0, 1, 3, D>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o,  \
-                         part_ml, row_base);                                                                       \
+    mtf_body<3, D>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o,        \
+                   part_ml, row_base);                                                                             \
   }
 MTF_DIAG(1)
 MTF_DIAG(2)
@@ -520,14 +437,8 @@ extern "C" __global__ void __launch_bounds__(128) mla_decode_tcf_d1(MT_ARGS, con
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcf_d2(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcf_d3(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcf2(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(256) mla_decode_tcf2q8(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(256) mla_decode_tcf2q16(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcf(MT_ARGS, const long long* __restrict__ row_base) {
   PDL_WAIT();
   __trap();
 }
-extern "C" __global__ void __launch_bounds__(256) mla_decode_tcfq2(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(256) mla_decode_tcfq4(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(256) mla_decode_tcfq8(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(256) mla_decode_tcfq16(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 #endif

@@ -35,21 +35,7 @@ func TestKernelGemvGroup(t *testing.T) {
 		TileRule = 3
 		withSmall(false, func() { testGemvGroup(t, " rule=3 loop norm") })
 	})
-	// The staged prologue (GroupNorm.Staged: gemv_group_sn_*, norm_fuse.cu;
-	// rows of 8 and K past GroupStagedMaxK fall back to the plain kernels).
-	for _, fr := range []int{0, 2, 4} {
-		t.Run(fmt.Sprintf("rule=3_staged_R=%d", fr), func(t *testing.T) {
-			TileRule = 3
-			forceGroupR = fr
-			groupTestStaged = true
-			defer func() { forceGroupR, groupTestStaged = 0, false }()
-			testGemvGroup(t, fmt.Sprintf(" rule=3 staged R=%d", fr))
-		})
-	}
 }
-
-// groupTestStaged: testGemvGroup's norm cases ask for the staged prologue.
-var groupTestStaged bool
 
 type groupSegCase struct {
 	N    int
@@ -93,7 +79,7 @@ func testGemvGroup(t *testing.T, tag string) {
 			xsep := xp
 			if gc.norm {
 				nw := randF32(r, K, 1)
-				norm = GroupNorm{W: a.up(nw), Eps: 1e-6, Staged: groupTestStaged}
+				norm = GroupNorm{W: a.up(nw), Eps: 1e-6}
 				xn := a.poisoned(M * ldx)
 				chk(k.RMSNorm(s, xn, xp, norm.W, M, K, ldx, ldx, norm.Eps))
 				xsep = xn
@@ -145,9 +131,6 @@ func testGemvGroup(t *testing.T, tag string) {
 			}
 			for i, sg := range segs {
 				name := fmt.Sprintf("gemv_group K=%d M=%d ldx=%d norm=%v seg %d/%d N=%d bf16=%v", K, M, ldx, gc.norm, i, len(segs), sg.N, sg.BF16) + tag
-				if groupStaged(norm, K, M) {
-					name += " (gemv_group_sn)"
-				}
 				record(t, name, relMetric, relErr(runs[0][i], rowsOf64(refs[i], M, sg.N, sg.LdY)), boundF32)
 				record(t, name+" vs separate launches", "differing outputs", float64(diffCount(runs[0][i], seps[i])), 0)
 				record(t, name+" repeat", "differing outputs", float64(diffCount(runs[0][i], runs[1][i])), 0)
@@ -206,21 +189,6 @@ func TestGroupKernelVariants(t *testing.T) {
 				t.Errorf("kernel %s defined: %v, want %v", name, has, r*mm <= 32)
 			}
 		}
-	}
-	// The staged-norm variants the launcher can pick (at most 4 rows).
-	for _, r := range []int{2, 4, 8} {
-		for _, mm := range []int{1, 2, 4} {
-			if name := fmt.Sprintf("gemv_group_sn_r%d_m%d(", r, mm); !strings.Contains(src, name) {
-				t.Errorf("kernel %s not defined", name)
-			}
-		}
-	}
-	if !groupStaged(GroupNorm{W: 1, Staged: true}, GroupStagedMaxK, GroupNormRows) || groupStaged(GroupNorm{W: 1, Staged: true}, GroupStagedMaxK+16, 1) ||
-		groupStaged(GroupNorm{W: 1, Staged: true}, 1024, 5) || groupStaged(GroupNorm{Staged: true}, 1024, 1) || groupStaged(GroupNorm{W: 1}, 1024, 1) {
-		t.Errorf("groupStaged: wrong range")
-	}
-	if !strings.Contains(src, fmt.Sprintf("#define GROUP_SN_MAXK %d", GroupStagedMaxK)) {
-		t.Errorf("GROUP_SN_MAXK != GroupStagedMaxK (%d)", GroupStagedMaxK)
 	}
 	// The launcher's shapes stay within the compiled variants.
 	for _, M := range []int{1, 2, 3, 4, 5, 8} {

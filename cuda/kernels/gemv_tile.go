@@ -367,14 +367,3 @@ func (k *Set) MoECombineSlots(s cuda.Stream, out, y, w, resid cuda.DevPtr, M, ks
 	}
 	return k.launch("moe_combine_slots", cuda.D3(cdiv(N, 256), M, 1), cuda.D1(256), 0, s, y, w, resid, out, kslots, N)
 }
-
-// MoECombineSlotsRes adds what MoECombineSlots would write into the residual
-// rows x in place: x[m][n] += resid[m][n] (0 if resid is 0) + sum_j
-// w[m][j]*y[m*kslots+j][n] (norm_fuse.cu's moe_combine_slots_res; x is
-// bit for bit MoECombineSlots then AddRMSNorm's x). Rows of x are N apart.
-func (k *Set) MoECombineSlotsRes(s cuda.Stream, x, y, w, resid cuda.DevPtr, M, kslots, N int) error {
-	if M <= 0 || kslots <= 0 || N <= 0 || x == 0 {
-		return errors.Newf("moe_combine_slots_res: M=%d k=%d N=%d x=%#x", M, kslots, N, uint64(x))
-	}
-	return k.launch("moe_combine_slots_res", cuda.D3(cdiv(N, 256), M, 1), cuda.D1(256), 0, s, y, w, resid, x, kslots, N)
-}

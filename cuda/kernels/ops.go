@@ -175,35 +175,6 @@ func (k *Set) GemvBF16Wide(s cuda.Stream, y, x, w, resid cuda.DevPtr, N, K, M, l
 	return k.launch(fmt.Sprintf("gemv_bf16_wide_r%d", r), cuda.D1(cdiv(N, r)), cuda.D1(256), 0, s, w, cuda.DevPtr(0), x, y, resid, N, K, M, ldx, ldy)
 }
 
-// GemvBF16WideNormOK says whether GemvBF16WideNorm takes M rows of K with
-// these pointers in one launch (else it runs RMSNorm then GemvBF16Wide).
-func GemvBF16WideNormOK(x, w, nw cuda.DevPtr, K, M, ldx int) bool {
-	return M >= 1 && M <= 4 && K <= GroupStagedMaxK && gemvWideOK(x, K, ldx, 2) && uint64(w)%16 == 0 && uint64(nw)%16 == 0
-}
-
-// GemvBF16WideNorm writes h = RMSNorm(x, nw, eps) (M rows of K, row stride
-// ldh) and y = h W^T through the wide bf16 kernel, bit for bit RMSNorm then
-// GemvBF16Wide (the same rows per block), in one launch
-// (gemv_bf16_wide_norm_r*, norm_fuse.cu) where GemvBF16WideNormOK, else as
-// those two launches. h must not alias x; M <= 4.
-func (k *Set) GemvBF16WideNorm(s cuda.Stream, y, h, x, w, nw cuda.DevPtr, N, K, M, ldx, ldy, ldh int, eps float32) error {
-	if err := checkGemv(N, K, M, ldx, ldy); err != nil {
-		return err
-	}
-	if M > 4 || ldh < K || h == 0 || nw == 0 {
-		return errors.Newf("gemv bf16 wide norm: M=%d (at most 4) ldh=%d K=%d h=%#x nw=%#x", M, ldh, K, uint64(h), uint64(nw))
-	}
-	if !GemvBF16WideNormOK(x, w, nw, K, M, ldx) {
-		if err := k.RMSNorm(s, h, x, nw, M, K, ldx, ldh, eps); err != nil {
-			return err
-		}
-		return k.GemvBF16Wide(s, y, h, w, 0, N, K, M, ldh, ldy)
-	}
-	r := k.gemvWideRows(N, K, 2, 1)
-	return k.launch(fmt.Sprintf("gemv_bf16_wide_norm_r%d", r), cuda.D1(cdiv(N, r)), cuda.D1(256), 0, s, w, x, nw, eps, y, h,
-		N, K, M, ldx, ldy, ldh, normThreads(K))
-}
-
 // GemvFP8ExpertsWide is GemvFP8Experts through the wide kernels (expert
 // weights must be 16-byte aligned, as device allocations are); shapes they
 // cannot take run GemvFP8Experts.

@@ -30,20 +30,6 @@ type GroupSeg struct {
 type GroupNorm struct {
 	W   cuda.DevPtr
 	Eps float32
-	// Staged takes the gemv_group_sn_* kernels (norm_fuse.cu) where they
-	// fit (K <= GroupStagedMaxK, at most 4 input rows): the prologue stages
-	// each row in shared memory with one round of loads. The same bits.
-	Staged bool
-}
-
-// GroupStagedMaxK is GROUP_SN_MAXK (gemv_tile_group.cu): the longest row the
-// staged norm prologue holds.
-const GroupStagedMaxK = 8192
-
-// groupStaged says whether a grouped launch of M rows of K with norm runs
-// the staged prologue.
-func groupStaged(norm GroupNorm, K, M int) bool {
-	return norm.W != 0 && norm.Staged && K <= GroupStagedMaxK && tileMM(M) <= 4
 }
 
 // forceGroupR pins the rows per group (2, 4 or 8; timing sweeps); 0 takes
@@ -133,8 +119,7 @@ var GroupMidLaunches atomic.Int64
 // (cu/mid/gemv_mid.cu, the mid module; its _n twin with a norm, whose
 // weights' first round is issued before the prologue) where it applies:
 // one input row, shape one of GroupMidShapes. Each segment keeps its group
-// size G (groupShape) and the norm is rmsnorm's (norm.Staged is moot: the
-// same bits), so the outputs are GemvGroup's bit for bit; elsewhere it is
+// size G (groupShape) and the norm is rmsnorm's, so the outputs are GemvGroup's bit for bit; elsewhere it is
 // GemvGroup. It reports whether the mid kernel ran.
 func (k *Set) GemvGroupMid(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []GroupSeg, norm GroupNorm, shape string) (bool, error) {
 	if _, ok := GroupMidShapes[shape]; !ok || M != 1 {
@@ -180,12 +165,9 @@ func (k *Set) gemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 		args = append(args, sg.W, sg.S, sg.Y, sg.N, sg.LdY, G|b2i(sg.BF16)<<14)
 	}
 	name := fmt.Sprintf("gemv_group_r%d_m%d", R, tileMM(M))
-	if groupStaged(norm, K, M) {
-		name = fmt.Sprintf("gemv_group_sn_r%d_m%d", R, tileMM(M))
-	}
 	if mid != "" {
 		// With a norm, the _n twin: the prologue (the same sums as the
-		// loop, fast and staged ones) after the weights' first round.
+		// loop and fast ones) after the weights' first round.
 		name = groupMidKernel(mid)
 		if norm.W != 0 {
 			name += "n"

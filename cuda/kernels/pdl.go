@@ -67,12 +67,6 @@ var pdlKernels = setOf(
 	// gemv_wide.cu (dense; the experts variants wait before reading ids)
 	"gemv_fp8_wide_r1", "gemv_fp8_wide_r2", "gemv_fp8_wide_r4", "gemv_fp8_wide_r8",
 	"gemv_bf16_wide_r1", "gemv_bf16_wide_r2", "gemv_bf16_wide_r4", "gemv_bf16_wide_r8",
-	// norm_fuse.cu
-	"gemv_group_sn_r2_m1", "gemv_group_sn_r2_m2", "gemv_group_sn_r2_m4",
-	"gemv_group_sn_r4_m1", "gemv_group_sn_r4_m2", "gemv_group_sn_r4_m4",
-	"gemv_group_sn_r8_m1", "gemv_group_sn_r8_m2", "gemv_group_sn_r8_m4",
-	"moe_combine_slots_res",
-	"gemv_bf16_wide_norm_r1", "gemv_bf16_wide_norm_r2", "gemv_bf16_wide_norm_r4", "gemv_bf16_wide_norm_r8",
 	// indexer.cu, indexer_mma.cu, indexer_wide.cu, topk_radix.cu, topk_wide.cu
 	"indexer_scores", "topk_rows", "idx_q_prep", "indexer_scores_mma", "indexer_scores_mma_pf", "indexer_scores_mma_rows", "indexer_scores_wide",
 	"topk_radix_hist", "topk_radix_mark", "topk_radix_mark_s", "topk_radix_mark_l",

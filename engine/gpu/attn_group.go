@@ -89,19 +89,8 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 		norm kernels.GroupNorm
 	}
 	stages := []stage{{ptrOf{ws.h, H}, H, ins, kernels.GroupNorm{}}}
-	if f.xNorm != 0 {
-		// A deferred input norm (normFuseOn, norm_fuse.go): the launch norms
-		// the residual ws.x in its prologue, up to GroupNormRows rows (more
-		// would split the launch and read the weights again: the norm then
-		// runs as its own launch).
-		if M <= kernels.GroupNormRows && kernels.GroupOK(ws.x, H, H, ins) {
-			stages[0] = stage{ptrOf{ws.x, H}, H, ins, kernels.GroupNorm{W: f.normTake(), Eps: float32(c.RMSNormEps), Staged: true}}
-		} else {
-			f.flushNorm()
-		}
-	}
 	if normed {
-		stages = append(stages, stage{ptrOf{ws.qa, QL}, QL, qbs, kernels.GroupNorm{W: lw.QANorm, Eps: subEps, Staged: normFuseOn}})
+		stages = append(stages, stage{ptrOf{ws.qa, QL}, QL, qbs, kernels.GroupNorm{W: lw.QANorm, Eps: subEps}})
 	}
 	for _, st := range stages {
 		rows := kernels.MaxTileM

@@ -44,15 +44,6 @@ type device interface {
 	sync() error
 
 	gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error
-	// gemvFP8Res is gemvFP8 with resid (rows ldy apart, may be y) added to
-	// every output, y = W x + resid: the same kernel as gemvFP8 with its
-	// resid argument (norm_fuse.go: o_proj into the residual stream).
-	gemvFP8Res(y, x, w, scale, resid cuda.DevPtr, N, K, M, ldx, ldy int) error
-	// routerNorm writes h = rmsnorm(x, nw) ([M][K], x and h rows K apart)
-	// and y = gemvBF16 of h ([M][N]) in one launch where the router's GEMV
-	// is the wide kernel (kernels.GemvBF16WideNorm), else as those two
-	// launches; bit for bit either way (norm_fuse.go).
-	routerNorm(y, h, x, w, nw cuda.DevPtr, N, K, M int, eps float32) error
 	gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
 	gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
 	gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error
@@ -76,10 +67,6 @@ type device interface {
 	// moeCombineSlots is moeCombine over M rows of k slots each, resid rows
 	// of N (kernels.MoECombineSlots).
 	moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error
-	// moeCombineRes adds what moeCombineSlots would write into the residual
-	// rows x (rows N apart) in place (kernels.MoECombineSlotsRes; x as
-	// moeCombineSlots then addRMSNorm leave it, bit for bit).
-	moeCombineRes(x, y, w, resid cuda.DevPtr, M, k, N int) error
 	rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
 	layernorm(y, x, w, b cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
 	rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error
@@ -458,38 +445,6 @@ func (b *cudaDevice) expertsShaped(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [
 
 func (b *cudaDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error {
 	return b.k.MoECombineSlots(b.s, out, y, w, resid, M, k, N)
-}
-
-func (b *cudaDevice) gemvFP8Res(y, x, w, scale, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	if b.useMMA(x, w, N, K, M, ldx, 1) {
-		return b.k.GemvFP8MMA(b.s, y, x, w, scale, resid, N, K, M, ldx, ldy)
-	}
-	if gemvTileOn {
-		return b.k.GemvFP8Tile(b.s, y, x, w, scale, resid, N, K, M, ldx, ldy)
-	}
-	return rows4(y, x, M, ldx, ldy, func(yy, xx cuda.DevPtr, m int) error {
-		rr := resid + (yy - y) // resid's rows are ldy apart too
-		if gemvWide(N) {
-			return b.k.GemvFP8Wide(b.s, yy, xx, w, scale, rr, N, K, m, ldx, ldy)
-		}
-		return b.k.GemvFP8(b.s, yy, xx, w, scale, rr, N, K, m, ldx, ldy)
-	})
-}
-
-// routerNorm takes the fused launch exactly where gemvBF16 would take the
-// wide kernel for the normed rows.
-func (b *cudaDevice) routerNorm(y, h, x, w, nw cuda.DevPtr, N, K, M int, eps float32) error {
-	if !b.useMMA(h, w, N, K, M, K, 2) && M <= 4 && N <= gemvBF16WideMaxN && gemvWide(N) {
-		return b.k.GemvBF16WideNorm(b.s, y, h, x, w, nw, N, K, M, K, N, K, eps)
-	}
-	if err := b.rmsnorm(h, x, nw, M, K, K, K, eps); err != nil {
-		return err
-	}
-	return b.gemvBF16(y, h, w, N, K, M, K, N)
-}
-
-func (b *cudaDevice) moeCombineRes(x, y, w, resid cuda.DevPtr, M, k, N int) error {
-	return b.k.MoECombineSlotsRes(b.s, x, y, w, resid, M, k, N)
 }
 
 func (b *cudaDevice) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {

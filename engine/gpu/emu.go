@@ -316,45 +316,6 @@ func (m *emuDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) e
 	return nil
 }
 
-// gemvFP8Res is gemvFP8 into scratch, then resid + that into y.
-func (m *emuDevice) gemvFP8Res(y, x, w, scale, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	tmp, err := m.alloc(int64(4 * M * N))
-	if err != nil {
-		return err
-	}
-	defer m.free(tmp)
-	if err := m.gemvFP8(tmp, x, w, scale, N, K, M, ldx, N); err != nil {
-		return err
-	}
-	for r := 0; r < M; r++ {
-		if err := m.add(fptr(y, r*ldy), fptr(resid, r*ldy), fptr(tmp, r*N), N); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// routerNorm is rmsnorm then gemvBF16.
-func (m *emuDevice) routerNorm(y, h, x, w, nw cuda.DevPtr, N, K, M int, eps float32) error {
-	if err := m.rmsnorm(h, x, nw, M, K, K, K, eps); err != nil {
-		return err
-	}
-	return m.gemvBF16(y, h, w, N, K, M, K, N)
-}
-
-// moeCombineRes is moeCombineSlots into scratch, then that added into x.
-func (m *emuDevice) moeCombineRes(x, y, w, resid cuda.DevPtr, M, k, N int) error {
-	tmp, err := m.alloc(int64(4 * M * N))
-	if err != nil {
-		return err
-	}
-	defer m.free(tmp)
-	if err := m.moeCombineSlots(tmp, y, w, resid, M, k, N); err != nil {
-		return err
-	}
-	return m.add(x, x, tmp, M*N)
-}
-
 func (m *emuDevice) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
 	ws := m.f32(w, D)
 	for r := 0; r < rows; r++ {

@@ -295,7 +295,6 @@ func (e *backend) forwardFrom(f *fwd, mtp bool, want []bool) {
 	c := e.cfg
 	ws := e.ws
 	M, H := f.M, c.HiddenSize
-	f.deferNorm = normFuseOn
 	layers, hid, norm, head := f.input(mtp)
 	for i, lw := range layers {
 		y, w := hid, norm
@@ -346,12 +345,7 @@ func (f *fwd) input(mtp bool) (layers []*dlayer, hid, norm cuda.DevPtr, head dli
 		o.do(o.b.embed(ws.x, e.w.embed, f.ids, M, H, c.VocabSize))
 	}
 	// Each block ends with its residual add fused into the next norm: the
-	// next block's input norm, or the final norm after the last. With
-	// f.deferNorm (norm_fuse.go) the first layer's input launch norms ws.x.
-	if f.deferNorm {
-		f.xNorm = layers[0].InNorm
-		return layers, hid, norm, head
-	}
+	// next block's input norm, or the final norm after the last.
 	o.do(o.b.rmsnorm(ws.h, ws.x, layers[0].InNorm, M, H, H, H, float32(c.RMSNormEps)))
 	return layers, hid, norm, head
 }
@@ -372,18 +366,6 @@ type fwd struct {
 	// before the MLA (side.go); sideSh: the shared expert does, joined
 	// before the MoE's combine.
 	sideQ, sideSh bool
-	// deferNorm: the layer input norms may be deferred (normFuseOn, the
-	// single-engine forward); xNorm, when set, is such a norm's weights:
-	// ws.h does not hold rmsnorm(ws.x) yet, and the next layer's grouped
-	// input launch takes it in its prologue or flushNorm runs it
-	// (norm_fuse.go).
-	deferNorm bool
-	xNorm     cuda.DevPtr
-	// oRes: attnProjOut adds o_proj's output into ws.x (postFuse); postNorm,
-	// when set, is the post-attention norm's weights, left to the router's
-	// launch (ws.h not yet written; norm_fuse.go).
-	oRes     bool
-	postNorm cuda.DevPtr
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and
@@ -395,24 +377,10 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr, next *dlayer) {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	eps := float32(c.RMSNormEps)
-	f.oRes = f.postFuse(lw)
 	f.attention(lw)
-	if f.xNorm != 0 {
-		// attnProj takes or runs a deferred input norm; ws.h was read.
-		o.do(errors.New("gpu forward: a deferred input norm was not run before attention"))
-	}
-	if f.oRes {
-		// o_proj added into ws.x; the router's launch norms it (moeThen).
-		f.oRes, f.postNorm = false, lw.PostNorm
-	} else {
-		o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
-	}
+	o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
 	if lw.MoE {
-		// The norm into the next layer's input may be deferred (normFuseOn,
-		// norm_fuse.go; not with the opt-in L2 prefetch of that norm's
-		// launch).
-		dfr := f.deferNorm && next != nil && nextY == ws.h && f.l2PrefetchIn(next) == (l2Ranges{})
-		if f.moeThen(lw, &normTo{y: nextY, w: nextW, deferOK: dfr}) {
+		if f.moeThen(lw, &normTo{y: nextY, w: nextW}) {
 			return // the residual add and norm rode in the MoE's combine
 		}
 	} else {
@@ -426,11 +394,9 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr, next *dlayer) {
 }
 
 // normTo is where a block's closing addRMSNorm writes (y) with which
-// weights (w); deferOK: y is ws.h, the next layer's input, and the norm may
-// be left to that layer (f.xNorm, norm_fuse.go).
+// weights (w).
 type normTo struct {
-	y, w    cuda.DevPtr
-	deferOK bool
+	y, w cuda.DevPtr
 }
 
 // ffn writes down(silu(gate h) * up h) of ws.h into out.
@@ -484,8 +450,7 @@ func (f *fwd) moeThen(lw *dlayer, nrm *normTo) bool {
 }
 
 // route runs the router GEMV and the routing of ws.h into ws.eidx and
-// ws.ewts (one launch where fuseRouter takes them; with a deferred
-// post-attention norm, the router's launch norms ws.x into ws.h first).
+// ws.ewts (one launch where fuseRouter takes them).
 func (f *fwd) route(lw *dlayer) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
@@ -494,20 +459,10 @@ func (f *fwd) route(lw *dlayer) {
 	if fuseRouter && lw.Router.kind == linBF16 && !useGemm(lw.Router, M) && lw.Router.out == E && lw.Router.in == H &&
 		kernels.RouterRouteOK(ws.h, lw.Router.w, E, H, M, H, K, c.NGroup, c.TopKGroup) {
 		// the router GEMV and the routing in one launch
-		if f.postNorm != 0 {
-			o.do(errors.New("gpu forward: the post-attention norm was left to a router launch that does not take it"))
-		}
 		o.do(o.b.routerRoute(ws.eidx, ws.ewts, ws.rlog, ws.h, lw.Router.w, lw.Bias, ws.ctr, E, H, M, H, K, c.NGroup, c.TopKGroup,
 			c.NormTopKProb, float32(c.RoutedScalingFactor)))
 	} else {
-		if f.postNorm != 0 {
-			// ws.h = the post-attention norm of ws.x, in the router's launch
-			// (postFuse: at most 4 rows).
-			o.do(o.b.routerNorm(ws.rlog, ws.h, ws.x, lw.Router.w, f.postNorm, E, H, M, float32(c.RMSNormEps)))
-			f.postNorm = 0
-		} else {
-			o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
-		}
+		o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
 		o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
 	}
 }
@@ -537,13 +492,12 @@ func (f *fwd) sharedBeside(lw *dlayer) bool {
 }
 
 // moeForkOK says whether the MoE half may fork: one round of tile
-// launches, the shared expert of the routed shape, and no router launch
-// that writes ws.h (postNorm: the shared expert would read it before).
+// launches and the shared expert of the routed shape.
 func (f *fwd) moeForkOK(lw *dlayer) bool {
 	c := f.e.cfg
 	H, M := c.HiddenSize, f.M
 	MI := c.MoEIntermediateSize
-	return f.postNorm == 0 && M <= kernels.MaxTileM && !f.groupedMoE() && gemvTileOn && H%16 == 0 && MI%16 == 0 &&
+	return M <= kernels.MaxTileM && !f.groupedMoE() && gemvTileOn && H%16 == 0 && MI%16 == 0 &&
 		f.tileShared(lw)
 }
 
@@ -604,9 +558,6 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 	beside := f.sideSh
 	f.sideSh = false
 	fuse := nrm != nil && fuseMoE && (shared || !lw.HasShared)
-	// normFuseOn: the combine adds into the residual and the norm waits for
-	// the next layer's input launch (norm_fuse.go).
-	dfr := nrm != nil && !fuse && nrm.deferOK && (shared || !lw.HasShared)
 	for r := 0; r < M && o.err == nil; r += kernels.MaxTileM {
 		m := min(kernels.MaxTileM, M-r)
 		slots, dense := m*K, 0
@@ -640,18 +591,10 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 				float32(c.RMSNormEps)))
 			continue
 		}
-		if dfr {
-			o.do(o.b.moeCombineRes(fptr(ws.x, r*H), ws.ey, fptr(ws.ewts, r*K), resid, m, K, H))
-			continue
-		}
 		o.do(o.b.moeCombineSlots(fptr(ws.mo, r*H), ws.ey, fptr(ws.ewts, r*K), resid, m, K, H))
 	}
 	if lw.HasShared && !shared {
 		f.addSharedFFN(lw)
-	}
-	if dfr {
-		f.xNorm = nrm.w
-		return true
 	}
 	return fuse
 }
@@ -685,7 +628,6 @@ func (f *fwd) attnProj(lw *dlayer, withIdx bool) {
 	if f.projGroup(lw, withIdx) {
 		return
 	}
-	f.flushNorm() // a deferred input norm (norm_fuse.go) the group did not take
 	o.lin(lw.QA, ws.qa, ws.h, M, H, QL)
 	o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.QANorm, M, QL, QL, QL, subEps))
 	o.lin(lw.QB, ws.q, ws.qa, M, QL, NH*qk)
@@ -842,10 +784,6 @@ func (f *fwd) attnProjOut(lw *dlayer) {
 	H, M := c.HiddenSize, f.M
 	R, NH, vd := c.KVLoraRank, c.NumHeads, c.VHeadDim
 	o.do(o.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
-	if f.oRes {
-		f.linRes(lw.O, ws.x, ws.ao, ws.x, M, NH*vd, H) // ws.x += o_proj (postFuse)
-		return
-	}
 	o.lin(lw.O, ws.tmp, ws.ao, M, NH*vd, H)
 }
 

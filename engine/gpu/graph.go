@@ -318,18 +318,6 @@ func (gb *graphDevice) gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int
 	return gb.shaped(N, K, M)
 }
 
-func (gb *graphDevice) gemvFP8Res(y, x, w, scale, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	_ = gb.rec("gemvFP8", int64(N)*int64(K), func(b device) error { return b.gemvFP8Res(y, x, w, scale, resid, N, K, M, ldx, ldy) },
-		ku(y), ku(x), ku(w), ku(scale), ku(resid), ki(N), ki(K), ki(M), ki(ldx), ki(ldy))
-	return gb.shaped(N, K, M)
-}
-
-func (gb *graphDevice) routerNorm(y, h, x, w, nw cuda.DevPtr, N, K, M int, eps float32) error {
-	_ = gb.rec("routerNorm", 2*int64(N)*int64(K), func(b device) error { return b.routerNorm(y, h, x, w, nw, N, K, M, eps) },
-		ku(y), ku(h), ku(x), ku(w), ku(nw), ki(N), ki(K), ki(M), kf(eps))
-	return gb.shaped(N, K, M)
-}
-
 func (gb *graphDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	_ = gb.rec("gemvBF16", 2*int64(N)*int64(K), func(b device) error { return b.gemvBF16(y, x, w, N, K, M, ldx, ldy) },
 		ku(y), ku(x), ku(w), ki(N), ki(K), ki(M), ki(ldx), ki(ldy))
@@ -351,7 +339,7 @@ func (gb *graphDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable
 
 func (gb *graphDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.GroupSeg, norm kernels.GroupNorm) error {
 	segs = append([]kernels.GroupSeg(nil), segs...) // the deferred call owns its table
-	args := []uint64{ku(x), ki(K), ki(M), ki(ldx), ku(norm.W), kf(norm.Eps), kb(norm.Staged)}
+	args := []uint64{ku(x), ki(K), ki(M), ki(ldx), ku(norm.W), kf(norm.Eps)}
 	var bytes int64
 	rows := 0
 	for _, sg := range segs {
@@ -445,11 +433,6 @@ func (gb *graphDevice) expertsShaped(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts
 func (gb *graphDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error {
 	return gb.rec("moeCombine", int64(4*M*(k+2)*N), func(b device) error { return b.moeCombineSlots(out, y, w, resid, M, k, N) },
 		ku(out), ku(y), ku(w), ku(resid), ki(M), ki(k), ki(N))
-}
-
-func (gb *graphDevice) moeCombineRes(x, y, w, resid cuda.DevPtr, M, k, N int) error {
-	return gb.rec("moeCombineRes", int64(4*M*(k+3)*N), func(b device) error { return b.moeCombineRes(x, y, w, resid, M, k, N) },
-		ku(x), ku(y), ku(w), ku(resid), ki(M), ki(k), ki(N))
 }
 
 func (gb *graphDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {

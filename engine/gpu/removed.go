@@ -44,6 +44,16 @@ func removedSwitches(getenv func(string) string) error {
 			errors.Newf("TILERT_GPU_SIDE_MOE=%q: the turned-round MoE fork (router and routing on the side stream) was removed in session 12: measured on the H200 it was slower (decode p50 at 8192, 1 slot: DeepSeek-V3.2 dims 2.809 against 2.771 ms, GLM-5 dims 2.973 against 2.933)", v),
 			"unset TILERT_GPU_SIDE_MOE: the shared expert runs on the side stream beside the routing (TILERT_GPU_SIDE=q keeps only the attention's fork); the record is in docs/measured/h200-2026-12-02-s12")
 	}
+	// TILERT_GPU_NORM_FUSE=1|2 deferred a MoE layer's closing norm into the
+	// next layer's grouped input launch (staged prologue, residual combine)
+	// and, at =2, the post-attention norm into the router's launch (session
+	// 6); bit for bit the default but slower on the H200 in sessions 6 and
+	// 12, removed in session 12.
+	if v := getenv("TILERT_GPU_NORM_FUSE"); v != "" && v != "0" {
+		return errors.WithHint(
+			errors.Newf("TILERT_GPU_NORM_FUSE=%q: the deferred norms (residual MoE combine, staged grouped-launch prologue, normed router launch) were removed in session 12: bit for bit the default but slower on the H200 (decode p50 at 8192, 1 slot: session 6, =2, 2.987 against 2.975 ms; session 12, =1 at DeepSeek-V3.2 dims, 2.802 against 2.771 ms)", v),
+			"unset TILERT_GPU_NORM_FUSE: each norm runs in its own launch or fused with its residual add (add_rmsnorm); the code last exists at 84f17b3, the record is in docs/measured/h200-2026-12-02-s12 and engine/gpu/NOTES.md")
+	}
 	return nil
 }
 

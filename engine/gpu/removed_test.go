@@ -35,6 +35,10 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_TOPK_FAST": "0"}, ""},
 		{map[string]string{"TILERT_GPU_TOPK_FAST": "1"}, ""},
 		{map[string]string{"TILERT_GPU_TOPK_FAST": "2"}, `TILERT_GPU_TOPK_FAST="2"`},
+		{map[string]string{"TILERT_GPU_NORM_FUSE": "0"}, ""},
+		{map[string]string{"TILERT_GPU_NORM_FUSE": "1"}, `TILERT_GPU_NORM_FUSE="1"`},
+		{map[string]string{"TILERT_GPU_NORM_FUSE": "2"}, `TILERT_GPU_NORM_FUSE="2"`},
+		{map[string]string{"TILERT_GPU_NORM_FUSE": "on"}, `TILERT_GPU_NORM_FUSE="on"`},
 	} {
 		err := removedSwitches(func(k string) string { return c.env[k] })
 		if c.fail == "" {
@@ -72,6 +76,8 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_TOPK_FAST", "cuda/kernels/NOTES.md"}},
 	"TILERT_GPU_SIDE_MOE": {{"removed in session 12", "2.809 against 2.771 ms", "2.973 against 2.933"},
 		{"unset TILERT_GPU_SIDE_MOE", "docs/measured/h200-2026-12-02-s12"}},
+	"TILERT_GPU_NORM_FUSE": {{"removed in session 12", "2.987 against 2.975 ms", "2.802 against 2.771 ms"},
+		{"unset TILERT_GPU_NORM_FUSE", "84f17b3", "docs/measured/h200-2026-12-02-s12"}},
 }
 
 func checkRemovedErr(t *testing.T, what string, err error, want string) {

@@ -1,10 +1,10 @@
-// The tile GEMV's pieces shared by the default module's gemv_tile.cu,
-// gemv_tile_group.cu and norm_fuse.cu and by the mid module's grouped
-// GEMVs (cu/mid/; each module's source puts this right after common.cuh:
-// kernels.go, kernels_mid.go). One text for the loads, the
-// weight formats, a chunk's FMA order and the grouped launch's segment map,
-// so the mid kernels' sums stay the default grouped kernels' bit for bit
-// without a transcription to keep in step.
+// The tile GEMV's pieces shared by the default module's gemv_tile.cu and
+// gemv_tile_group.cu and by the mid module's grouped GEMVs (cu/mid/; each
+// module's source puts this right after common.cuh: kernels.go,
+// kernels_mid.go). One text for the loads, the weight formats, a chunk's
+// FMA order and the grouped launch's segment map, so the mid kernels' sums
+// stay the default grouped kernels' bit for bit without a transcription to
+// keep in step.
 
 #define TILE_THREADS 256
 

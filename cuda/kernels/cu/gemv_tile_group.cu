@@ -25,51 +25,13 @@
 
 #define GROUP_SEGS 4
 
-// Largest K the staged norm prologue takes (its shared-memory row: 32 KB).
-#define GROUP_SN_MAXK 8192
-
-// The staged norm prologue (SN; norm_fuse.cu's gemv_group_sn_* kernels):
-// for each input row m, the block copies x[m][0..K) into xs with one round
-// of 16-byte cp.async (every load in flight at once: one L2 round trip,
-// where the loop prologue waits one per element a virtual thread owns), then
-// takes rmsnorm's sum of squares from xs in rmsnorm's own order (virtual
-// thread v of nthr sums x[v], x[v+nthr], ...; warp butterflies; nsh[m][vw]
-// per virtual warp), so the sums are the other prologues' bits. K % 4 == 0
-// and 16-byte aligned rows (GroupOK), K <= GROUP_SN_MAXK (the launcher).
-__device__ __forceinline__ void gg_staged_sumsq(const float* __restrict__ x, int ldx, int K, int M, int nvw,
-                                                int nthr, int warp, int lane, float (*nsh)[32], float* xs) {
-  const unsigned xs0 = (unsigned)__cvta_generic_to_shared(xs);
-  for (int m = 0; m < M; m++) {
-    const float* xr = x + (size_t)m * ldx;
-    for (int i = threadIdx.x; i < (K >> 2); i += TILE_THREADS)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(xs0 + 16u * (unsigned)i), "l"(xr + 4 * i)
-                   : "memory");
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();
-    for (int vw = warp; vw < nvw; vw += TILE_THREADS / 32) {
-      float ss = 0.0f;
-      for (int i = vw * 32 + lane; i < K; i += nthr) {
-        const float v = xs[i];
-        ss += v * v;
-      }
-      ss = warp_sum(ss);
-      if (lane == 0) nsh[m][vw] = ss;
-    }
-    __syncthreads();  // xs is rewritten by the next row
-  }
-}
-
 // One segment's block: rows [n0, ...) of W, G threads per group, R rows per
-// group, rr[m] the row scales of the norm (nw != 0). SN (norm_fuse.cu's
-// gemv_group_sn_* kernels): the prologue stages each input row in xs
-// (shared memory, K floats) with one round of cp.async and takes the same
-// sums from there.
-template <class T, int R, int MM, bool SN = false>
+// group, rr[m] the row scales of the norm (nw != 0).
+template <class T, int R, int MM>
 __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, float* y, int ldy, int N, int G,
                                                 int blk, const float* __restrict__ x, int ldx, int K, int M,
                                                 const float* __restrict__ nw, float eps, int nthr, int fold,
-                                                int fastnorm, float (*part)[32], float (*nsh)[32], float* rs,
-                                                float* xs = nullptr) {
+                                                int fastnorm, float (*part)[32], float (*nsh)[32], float* rs) {
   constexpr int NI = 8 / R;
   GROUP_ROWS(T, R)
   uint4 wv[NI][R];
@@ -89,9 +51,7 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
     // warp sums add up in warp order.
     const int nvw = nthr >> 5;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (SN) {
-      gg_staged_sumsq(x, ldx, K, M, nvw, nthr, warp, lane, nsh, xs);
-    } else if (fastnorm) {
+    if (fastnorm) {
       // The same sums, GROUP_NORM_REGS loads at a time (gemv_tile.cuh).
       for (int m = 0; m < M; m++) group_sumsq_fast(x + (size_t)m * ldx, K, nvw, nthr, warp, lane, nsh[m]);
     } else {

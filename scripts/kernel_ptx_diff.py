@@ -8,7 +8,7 @@ all; --module persist for revisions up to b36a736, the last with the
 persistent MoE module), printed by a throwaway Go program built against the
 revision's tree - and compares the kernels entry by entry after dropping what changes
 with unrelated code (debug line info, comments, the module-wide numbering of
-labels and local depots). A refactor that lists no kernel has not changed
+labels and local depots, where a static shared array is declared). A refactor that lists no kernel has not changed
 what the device runs, so the last device checks of those kernels still hold;
 a listed kernel needs its device check again.
 
@@ -159,7 +159,19 @@ def entries(text):
     text = re.sub(r"\$L__BB\d+_", "$L__BB_", text)
     text = re.sub(r"__local_depot\d+", "__local_depot", text)
     text = re.sub(r"\n\s*(?=\n)", "", text)  # blank lines (where .loc lines were: -lineinfo numbers them per source line)
-    return {m.group(1): m.group(0) for m in re.finditer(r"\.entry\s+(\w+)\(.*?\n\}\n", text, flags=re.S)}
+    # A static __shared__ array is declared at module scope while several kernels use it and inside the
+    # kernel once only one does (removing a kernel that shared an inlined body moves it): each kernel's
+    # declarations, wherever they stand, are compared by their text, appended to its entry in order
+    # (module-scope ones first), not by their place.
+    top = [(m.group(2), m.group(1)) for m in re.finditer(r"^(\.shared\s[^;\n]*?([\w$]+)(?:\[\d*\])?;)$", text, flags=re.M)]
+    out = {}
+    for m in re.finditer(r"\.entry\s+(\w+)\(.*?\n\}\n", text, flags=re.S):
+        body = m.group(0)
+        local = re.findall(r"^\s*(\.shared\s[^;\n]*;)\n", body, flags=re.M)
+        body = re.sub(r"^\s*\.shared\s[^;\n]*;\n", "", body, flags=re.M)
+        used = [d for n, d in top if re.search(r"(?<![\w$])" + re.escape(n) + r"(?![\w$])", body)]
+        out[m.group(1)] = body + "".join("shared: %s\n" % d for d in used + local)
+    return out
 
 
 def compare(args, module, tmp):

@@ -40,37 +40,6 @@ type AttnEpilogue struct {
 	WScale         float32
 	Pos, Cos, Sin  cuda.DevPtr
 	Rot, Rows      int
-	// Prefetch: byte ranges (weights) that extra blocks of the launch ask
-	// the L2 to fetch, for kernels later in the step whose weights would
-	// otherwise come from HBM while nothing else streams (zero ranges
-	// skipped; any set: attn_epilogue_pf, not yet run on a GPU).
-	Prefetch [MaxL2Prefetch]L2Range
-}
-
-// MaxL2Prefetch is the number of ranges AttnEpilogue.Prefetch holds.
-const MaxL2Prefetch = 4
-
-// L2Range is Bytes bytes of device memory from P.
-type L2Range struct {
-	P     cuda.DevPtr
-	Bytes int64
-}
-
-// l2PrefetchBlocks is the prefetch blocks of 512 threads for ranges: 8
-// lines a thread, at most 132.
-func l2PrefetchBlocks(rs []L2Range) int { return l2PrefetchBlocksOf(rs, 512) }
-
-// l2PrefetchBlocksOf is the prefetch blocks of threads threads for ranges: 8
-// lines a thread, at most 132 (0: nothing to prefetch).
-func l2PrefetchBlocksOf(rs []L2Range, threads int) int {
-	var lines int64
-	for _, r := range rs {
-		if r.P != 0 && r.Bytes > 0 {
-			lines += (r.Bytes + 127) / 128
-		}
-	}
-	per := int64(threads) * 8
-	return int(min(132, (lines+per-1)/per))
 }
 
 // Check says what is wrong with a's shapes, or nil.
@@ -103,16 +72,10 @@ func (k *Set) AttnEpilogue(s cuda.Stream, a AttnEpilogue) error {
 	if a.QH != 0 {
 		gx += IndexerQHeads / 16
 	}
-	args := []any{a.KVA, a.LdKV, a.KVNorm, a.KVEps, a.MLACache, b2i(a.KVInterleaved),
+	return k.launch("attn_epilogue", cuda.D3(gx, a.Rows, 1), cuda.D1(512), 0, s,
+		a.KVA, a.LdKV, a.KVNorm, a.KVEps, a.MLACache, b2i(a.KVInterleaved),
 		a.IK, a.LdIK, a.IKNormW, a.IKNormB, a.IKEps, a.IdxCache, b2i(a.IdxInterleaved),
-		a.IQ, a.IW, a.QH, a.WQ, a.IH, a.WScale, a.Pos, a.Cos, a.Sin, a.Rot}
-	pf := a.Prefetch
-	if npf := l2PrefetchBlocks(pf[:]); npf > 0 {
-		// attn_epilogue_pf: the same work plus npf prefetch blocks.
-		args = append(args, gx, pf[0].P, pf[0].Bytes, pf[1].P, pf[1].Bytes, pf[2].P, pf[2].Bytes, pf[3].P, pf[3].Bytes)
-		return k.launch("attn_epilogue_pf", cuda.D3(gx+npf, a.Rows, 1), cuda.D1(512), 0, s, args...)
-	}
-	return k.launch("attn_epilogue", cuda.D3(gx, a.Rows, 1), cuda.D1(512), 0, s, args...)
+		a.IQ, a.IW, a.QH, a.WQ, a.IH, a.WScale, a.Pos, a.Cos, a.Sin, a.Rot)
 }
 
 // RouterRouteMaxRows and RouterRouteMaxExperts bound RouterRoute's shapes.

@@ -235,23 +235,6 @@ func (k *Set) AddRMSNorm(s cuda.Stream, y, x, b, w cuda.DevPtr, rows, D, ldx, ld
 	return k.launch(name, cuda.D1(rows), cuda.D1(normThreads(D)), 0, s, x, b, w, y, D, ldx, ldb, ldy, eps)
 }
 
-// AddRMSNormPF is AddRMSNorm, the same bits, with extra blocks in the same
-// launch asking the L2 for the byte ranges in pf (the weights the next
-// launches read; zero ranges skipped). Without the register kernel
-// (TILERT_GPU_SMALL=0, rows too long) or ranges it is AddRMSNorm.
-func (k *Set) AddRMSNormPF(s cuda.Stream, y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32, pf [MaxL2Prefetch]L2Range) error {
-	nt := normThreads(D)
-	npf := l2PrefetchBlocksOf(pf[:], nt)
-	if npf == 0 || !normRegsFit(D) {
-		return k.AddRMSNorm(s, y, x, b, w, rows, D, ldx, ldb, ldy, eps)
-	}
-	if rows <= 0 || D <= 0 || ldx < D || ldb < D || ldy < D {
-		return errors.Newf("add_rmsnorm: rows=%d D=%d ldx=%d ldb=%d ldy=%d", rows, D, ldx, ldb, ldy)
-	}
-	return k.launch("add_rmsnorm_pf", cuda.D1(rows+npf), cuda.D1(nt), 0, s, x, b, w, y, D, ldx, ldb, ldy, eps,
-		npf, pf[0].P, pf[0].Bytes, pf[1].P, pf[1].Bytes, pf[2].P, pf[2].Bytes, pf[3].P, pf[3].Bytes)
-}
-
 // LayerNorm normalises rows: y = (x-mean)*rsqrt(var+eps)*w + b (w, b may be 0).
 func (k *Set) LayerNorm(s cuda.Stream, y, x, w, b cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
 	if rows <= 0 || D <= 0 || ldx < D || ldy < D {

@@ -27,9 +27,9 @@ var pdlKernels = setOf(
 	"eng_mla_cache_write_f32", "eng_mla_cache_write_bf16", "eng_indexer_cache_write_f32",
 	"eng_indexer_scores_f32", "eng_mla_decode_f32", "eng_mla_decode_bf16",
 	// fused.cu
-	"attn_epilogue", "attn_epilogue_pf", "router_route", "moe_combine_add_rmsnorm",
+	"attn_epilogue", "router_route", "moe_combine_add_rmsnorm",
 	// norm.cu, moe.cu register-staged / rank variants
-	"rmsnorm_reg", "add_rmsnorm_reg", "add_rmsnorm_pf", "moe_route_rank",
+	"rmsnorm_reg", "add_rmsnorm_reg", "moe_route_rank",
 	// gemm_tc.cu (prefill)
 	"gemm_fp8_tc_s1", "gemm_bf16_tc_s1", "gemm_fp8_experts_tc_s1",
 	"gemm_fp8_tc_s2", "gemm_bf16_tc_s2", "gemm_fp8_experts_tc_s2",

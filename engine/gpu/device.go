@@ -74,9 +74,6 @@ type device interface {
 	// addRMSNorm is add(x, x, b) then rmsnorm(y, x, w) over rows rows in
 	// one launch (bit-identical); y must not alias x or b.
 	addRMSNorm(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error
-	// addRMSNormPF is addRMSNorm whose launch also asks the L2 for the
-	// byte ranges pf (the next launches' weights; values unchanged).
-	addRMSNormPF(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32, pf [kernels.MaxL2Prefetch]kernels.L2Range) error
 	siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error
 	// embed gathers rows ids of a bf16 [V][D] table; an id outside [0, V)
 	// gives a NaN row (embedCheckOn, the default; the emulator always);
@@ -460,10 +457,6 @@ func (b *cudaDevice) rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, of
 }
 
 func (b *cudaDevice) add(y, a, bb cuda.DevPtr, n int) error { return b.k.Add(b.s, y, a, bb, n) }
-
-func (b *cudaDevice) addRMSNormPF(y, x, bb, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32, pf [kernels.MaxL2Prefetch]kernels.L2Range) error {
-	return b.k.AddRMSNormPF(b.s, y, x, bb, w, rows, D, ldx, ldb, ldy, eps, pf)
-}
 
 func (b *cudaDevice) addRMSNorm(y, x, bb, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
 	return b.k.AddRMSNorm(b.s, y, x, bb, w, rows, D, ldx, ldb, ldy, eps)

@@ -361,11 +361,6 @@ func (m *emuDevice) add(y, a, b cuda.DevPtr, n int) error {
 	return nil
 }
 
-// addRMSNormPF is addRMSNorm: its L2 prefetches move no values.
-func (m *emuDevice) addRMSNormPF(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32, _ [kernels.MaxL2Prefetch]kernels.L2Range) error {
-	return m.addRMSNorm(y, x, b, w, rows, D, ldx, ldb, ldy, eps)
-}
-
 // addRMSNorm is the two operations it fuses, row by row.
 func (m *emuDevice) addRMSNorm(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
 	for r := 0; r < rows; r++ {
@@ -934,8 +929,7 @@ func (r *emuRunner) runWith(b device, f func(b device) error) (err error) {
 func (r *emuRunner) close() error { return nil }
 
 // attnEpilogue is the launches it fuses, row by row (a row at a negative
-// position is left alone, as the kernel does), then indexerQPrep. Its L2
-// prefetches (a.Prefetch) move no values: nothing to transcribe.
+// position is left alone, as the kernel does), then indexerQPrep.
 func (m *emuDevice) attnEpilogue(a kernels.AttnEpilogue) error {
 	if err := a.Check(); err != nil {
 		return err

@@ -298,11 +298,10 @@ func (e *backend) forwardFrom(f *fwd, mtp bool, want []bool) {
 	layers, hid, norm, head := f.input(mtp)
 	for i, lw := range layers {
 		y, w := hid, norm
-		var next *dlayer
 		if i+1 < len(layers) {
-			y, w, next = ws.h, layers[i+1].InNorm, layers[i+1]
+			y, w = ws.h, layers[i+1].InNorm
 		}
-		f.block(lw, y, w, next)
+		f.block(lw, y, w)
 	}
 
 	all := want == nil
@@ -369,10 +368,8 @@ type fwd struct {
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and
-// leaves x + attention + mlp in ws.x and its norm by nextW in nextY; next
-// is the layer after it (nil after the last), whose first weights the
-// closing norm's launch may prefetch (prefetch.go).
-func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr, next *dlayer) {
+// leaves x + attention + mlp in ws.x and its norm by nextW in nextY.
+func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
@@ -385,10 +382,6 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr, next *dlayer) {
 		}
 	} else {
 		f.ffn(lw.Gate, lw.Up, lw.Down, ws.mo)
-	}
-	if pf := f.l2PrefetchIn(next); pf != (l2Ranges{}) {
-		o.do(o.b.addRMSNormPF(nextY, ws.x, ws.mo, nextW, M, H, H, H, H, eps, pf))
-		return
 	}
 	o.do(o.b.addRMSNorm(nextY, ws.x, ws.mo, nextW, M, H, H, H, H, eps))
 }
@@ -691,11 +684,8 @@ func (f *fwd) epilogue(lw *dlayer, kv, idx bool) {
 	c := e.cfg
 	R, P := c.KVLoraRank, c.QKRopeHeadDim
 	IH, ID := c.IndexNHeads, c.IndexHeadDim
-	for i, g := range f.groups {
+	for _, g := range f.groups {
 		a := kernels.AttnEpilogue{Pos: fptr(f.pos, g.first), Cos: e.ropeCos, Sin: e.ropeSin, Rot: P, Rows: g.n}
-		if i == 0 && kv {
-			a.Prefetch = f.l2Prefetch(lw) // prefetch.go
-		}
 		if kv {
 			a.KVA, a.LdKV, a.KVNorm, a.KVEps = fptr(ws.kva, g.first*(R+P)), R+P, lw.KVANorm, subEps
 			a.MLACache, a.KVInterleaved = g.s.buf.Add(e.mlaOff[lw.Idx]), c.RopeInterleave

@@ -375,12 +375,6 @@ func (gb *graphDevice) add(y, a, bb cuda.DevPtr, n int) error {
 	return gb.rec("add", int64(12*n), func(b device) error { return b.add(y, a, bb, n) }, ku(y), ku(a), ku(bb), ki(n))
 }
 
-func (gb *graphDevice) addRMSNormPF(y, x, bb, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32, pf [kernels.MaxL2Prefetch]kernels.L2Range) error {
-	return gb.rec("addRMSNorm", int64(16*rows*D), func(b device) error { return b.addRMSNormPF(y, x, bb, w, rows, D, ldx, ldb, ldy, eps, pf) },
-		ku(y), ku(x), ku(bb), ku(w), ki(rows), ki(D), ki(ldx), ki(ldb), ki(ldy), kf(eps),
-		ku(pf[0].P), uint64(pf[0].Bytes), ku(pf[1].P), uint64(pf[1].Bytes), ku(pf[2].P), uint64(pf[2].Bytes), ku(pf[3].P), uint64(pf[3].Bytes))
-}
-
 func (gb *graphDevice) addRMSNorm(y, x, bb, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error {
 	return gb.rec("addRMSNorm", int64(16*rows*D), func(b device) error { return b.addRMSNorm(y, x, bb, w, rows, D, ldx, ldb, ldy, eps) },
 		ku(y), ku(x), ku(bb), ku(w), ki(rows), ki(D), ki(ldx), ki(ldb), ki(ldy), kf(eps))
@@ -566,9 +560,7 @@ func (gb *graphDevice) attnEpilogue(a kernels.AttnEpilogue) error {
 		return b.attnEpilogue(a)
 	}, ku(a.KVA), ki(a.LdKV), ku(a.KVNorm), kf(a.KVEps), ku(a.MLACache), kb(a.KVInterleaved),
 		ku(a.IK), ki(a.LdIK), ku(a.IKNormW), ku(a.IKNormB), kf(a.IKEps), ku(a.IdxCache), kb(a.IdxInterleaved),
-		ku(a.IQ), ku(a.IW), ku(a.QH), ku(a.WQ), ki(a.IH), kf(a.WScale), ku(a.Pos), ku(a.Cos), ku(a.Sin), ki(a.Rot), ki(a.Rows),
-		ku(a.Prefetch[0].P), uint64(a.Prefetch[0].Bytes), ku(a.Prefetch[1].P), uint64(a.Prefetch[1].Bytes),
-		ku(a.Prefetch[2].P), uint64(a.Prefetch[2].Bytes), ku(a.Prefetch[3].P), uint64(a.Prefetch[3].Bytes))
+		ku(a.IQ), ku(a.IW), ku(a.QH), ku(a.WQ), ki(a.IH), kf(a.WScale), ku(a.Pos), ku(a.Cos), ku(a.Sin), ki(a.Rot), ki(a.Rows))
 }
 
 func (gb *graphDevice) routerRoute(idx, wts, logits, x, w, bias, counter cuda.DevPtr, E, K, M, ldx, topk, ngroup, topkGroup int, norm bool, scale float32) error {

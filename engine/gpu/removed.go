@@ -54,6 +54,19 @@ func removedSwitches(getenv func(string) string) error {
 			errors.Newf("TILERT_GPU_NORM_FUSE=%q: the deferred norms (residual MoE combine, staged grouped-launch prologue, normed router launch) were removed in session 12: bit for bit the default but slower on the H200 (decode p50 at 8192, 1 slot: session 6, =2, 2.987 against 2.975 ms; session 12, =1 at DeepSeek-V3.2 dims, 2.802 against 2.771 ms)", v),
 			"unset TILERT_GPU_NORM_FUSE: each norm runs in its own launch or fused with its residual add (add_rmsnorm); the code last exists at 84f17b3, the record is in docs/measured/h200-2026-12-02-s12 and engine/gpu/NOTES.md")
 	}
+	// TILERT_GPU_L2PF=1|attn|in added blocks that prefetched weights into
+	// the L2 to the attention epilogue (attn_epilogue_pf) and a layer's
+	// closing add+norm (add_rmsnorm_pf); TILERT_GPU_L2PF_OPROJ_MB sized the
+	// o_proj share. Slower on the H200 (session 4), removed in session 12.
+	for _, name := range []string{"TILERT_GPU_L2PF", "TILERT_GPU_L2PF_OPROJ_MB"} {
+		v := getenv(name)
+		if v == "" || name == "TILERT_GPU_L2PF" && v == "0" {
+			continue // unset, or the default asked for by name
+		}
+		return errors.WithHint(
+			errors.Newf("%s=%q: the L2 weight prefetch (attn_epilogue_pf, add_rmsnorm_pf) was removed in session 12: measured on the H200 it was slower (decode step at 8192 3.012 against 2.998 ms; attention tail 99.54-104.86 against 97.61 us with 0-48 MB of o_proj prefetched; layer end 39.29 against 38.00 us)", name, v),
+			"unset "+name+": nothing is prefetched; the record is in cuda/kernels/NOTES.md \"Small per-layer kernels\" and docs/measured/h200-2026-12-01-s4-round2; the code last exists at commit 0781d7c")
+	}
 	return nil
 }
 

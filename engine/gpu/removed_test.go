@@ -12,7 +12,7 @@ import (
 )
 
 // TestRemovedSwitchRefused: the switches of removed paths (the persistent
-// MoE kernel, the turned-round MoE fork) are refused with an error naming the measurement and a hint
+// MoE kernel, the turned-round MoE fork, the L2 weight prefetch) are refused with an error naming the measurement and a hint
 // naming the record (cuda/kernels/NOTES.md); unset (and =0, the default
 // asked for by name) pass. The last part sets the environment and checks
 // that backend creation itself refuses.
@@ -39,6 +39,14 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_NORM_FUSE": "1"}, `TILERT_GPU_NORM_FUSE="1"`},
 		{map[string]string{"TILERT_GPU_NORM_FUSE": "2"}, `TILERT_GPU_NORM_FUSE="2"`},
 		{map[string]string{"TILERT_GPU_NORM_FUSE": "on"}, `TILERT_GPU_NORM_FUSE="on"`},
+		{map[string]string{"TILERT_GPU_L2PF": "0"}, ""},
+		{map[string]string{"TILERT_GPU_L2PF": "1"}, `TILERT_GPU_L2PF="1"`},
+		{map[string]string{"TILERT_GPU_L2PF": "attn"}, `TILERT_GPU_L2PF="attn"`},
+		{map[string]string{"TILERT_GPU_L2PF": "in"}, `TILERT_GPU_L2PF="in"`},
+		{map[string]string{"TILERT_GPU_L2PF_OPROJ_MB": "16"}, `TILERT_GPU_L2PF_OPROJ_MB="16"`},
+		{map[string]string{"TILERT_GPU_L2PF_OPROJ_MB": "0"}, `TILERT_GPU_L2PF_OPROJ_MB="0"`},
+		{map[string]string{"TILERT_GPU_L2PF": "0", "TILERT_GPU_L2PF_OPROJ_MB": "32"}, `TILERT_GPU_L2PF_OPROJ_MB="32"`},
+		{map[string]string{"TILERT_GPU_L2": "1", "TILERT_GPU_PF": "1"}, ""},
 	} {
 		err := removedSwitches(func(k string) string { return c.env[k] })
 		if c.fail == "" {
@@ -64,6 +72,13 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		e.Close()
 	}
 	checkRemovedErr(t, "NewEmulated with TILERT_GPU_MOE_PERSIST=1", err, `TILERT_GPU_MOE_PERSIST="1"`)
+	t.Setenv("TILERT_GPU_MOE_PERSIST", "")
+	t.Setenv("TILERT_GPU_L2PF", "1")
+	e, err = NewEmulated(Dummy(b.Config, 3), engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
+	if err == nil {
+		e.Close()
+	}
+	checkRemovedErr(t, "NewEmulated with TILERT_GPU_L2PF=1", err, `TILERT_GPU_L2PF="1"`)
 }
 
 // removedSays is what each removed switch's refusal must name: parts of
@@ -78,6 +93,13 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_SIDE_MOE", "docs/measured/h200-2026-12-02-s12"}},
 	"TILERT_GPU_NORM_FUSE": {{"removed in session 12", "2.987 against 2.975 ms", "2.802 against 2.771 ms"},
 		{"unset TILERT_GPU_NORM_FUSE", "84f17b3", "docs/measured/h200-2026-12-02-s12"}},
+	"TILERT_GPU_L2PF":          l2pfSays,
+	"TILERT_GPU_L2PF_OPROJ_MB": l2pfSays,
+}
+
+var l2pfSays = [2][]string{
+	{"removed in session 12", "3.012 against 2.998 ms", "99.54-104.86 against 97.61 us", "39.29 against 38.00 us"},
+	{"unset TILERT_GPU_L2PF", "cuda/kernels/NOTES.md", "docs/measured/h200-2026-12-01-s4-round2", "commit 0781d7c"},
 }
 
 func checkRemovedErr(t *testing.T, what string, err error, want string) {

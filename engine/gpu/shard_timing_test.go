@@ -211,7 +211,7 @@ func timeShardLayer(t *testing.T, dev *cuda.Device, full *model.Config, withIdx 
 		}
 		f.input(false)
 		block := func() error {
-			f.block(lw, e.ws.h, lw.InNorm, lw)
+			f.block(lw, e.ws.h, lw.InNorm)
 			return o.err
 		}
 		// The first block runs the indexer either way: a rank without it
@@ -532,7 +532,7 @@ func TestEmuShardRealLayerShapes(t *testing.T) {
 				return o.err
 			}
 			f.input(false)
-			f.block(e.w.layers[0], e.ws.h, e.w.layers[0].InNorm, e.w.layers[0])
+			f.block(e.w.layers[0], e.ws.h, e.w.layers[0].InNorm)
 			if o.err != nil {
 				return o.err
 			}
@@ -582,7 +582,7 @@ func recordBlock(b device, f *fwd, lw *dlayer) ([][]gop, error) {
 	o := f.o
 	defer func() { f.o = o }()
 	f.o = &ops{b: gd}
-	f.block(lw, f.e.ws.h, lw.InNorm, lw)
+	f.block(lw, f.e.ws.h, lw.InNorm)
 	if err := errors.CombineErrors(f.o.err, gd.flush()); err != nil {
 		return nil, err
 	}

@@ -212,24 +212,3 @@ __device__ __forceinline__ float rng_uniform(u64 seed, u64 step, u64 i) {
   u64 h = mix64(seed ^ mix64(step ^ mix64(i)));
   return ((float)(h >> 41) + 0.5f) * (1.0f / 8388608.0f);  // exact in float32
 }
-
-// l2_prefetch_ranges: block b of nb issues prefetch.global.L2 for its share
-// of the 128-byte lines of up to 4 ranges (null or empty ranges skipped).
-// Nothing waits for them; the data is only read later by other kernels (the
-// weights of a step never change while it runs), so an unfinished or
-// dropped prefetch costs only speed.
-__device__ __forceinline__ void l2_prefetch_range(const char* p, long long n, int b, int nb) {
-  if (!p || n <= 0) return;
-  const long long lines = (n + 127) >> 7;
-  for (long long l = (long long)b * blockDim.x + threadIdx.x; l < lines; l += (long long)nb * blockDim.x)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + (l << 7)));
-}
-
-__device__ __forceinline__ void l2_prefetch_ranges(const char* p0, long long n0, const char* p1, long long n1,
-                                                   const char* p2, long long n2, const char* p3, long long n3, int b,
-                                                   int nb) {
-  l2_prefetch_range(p0, n0, b, nb);
-  l2_prefetch_range(p1, n1, b, nb);
-  l2_prefetch_range(p2, n2, b, nb);
-  l2_prefetch_range(p3, n3, b, nb);
-}

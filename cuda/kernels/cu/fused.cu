@@ -34,9 +34,8 @@ __device__ __forceinline__ void fz_rope_pair(float* x, int i, int half, float c,
 //  blocks x = 1..4 (qh != null): idx_q_prep of row m.
 // A negative position writes nothing (as the cache writes skip it).
 // grid (1 or 5, rows), 512 threads.
-// attn_epilogue's work, shared with attn_epilogue_pf (inlined: the
-// attn_epilogue kernel compiles to the code measured on the H200; nvcc 11.8
-// gives byte-identical SASS).
+// attn_epilogue's work (a separate inlined body since attn_epilogue_pf
+// shared it; kept so the kernel's PTX stays the code measured on the H200).
 __device__ __forceinline__ void attn_epilogue_body(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps,
                                                   u8* mla, int kv_il, float* ik, int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb, float ik_eps, u8* idxc,
                   int ik_il, const float* __restrict__ iq, const float* __restrict__ iw, u8* qh, float* wq, int IH,
@@ -143,27 +142,6 @@ extern "C" __global__ void __launch_bounds__(512)
                   float wscale, const int* __restrict__ pos, const float* __restrict__ cos_t,
                   const float* __restrict__ sin_t, int rot) {
   PDL_WAIT();
-  attn_epilogue_body(kva, ldkv, kvw, kv_eps, mla, kv_il, ik, ldik, ikw, ikb, ik_eps, idxc, ik_il, iq, iw, qh, wq, IH,
-                     wscale, pos, cos_t, sin_t, rot);
-}
-
-// attn_epilogue plus extra blocks (x >= pfx, row 0's) that ask the L2 for up
-// to 4 byte ranges: weights that kernels after the latency-bound indexer
-// and MLA read (l2_prefetch_ranges; nothing waits for them). Not yet run
-// on a GPU (TILERT_GPU_L2PF, opt-in).
-extern "C" __global__ void __launch_bounds__(512)
-    attn_epilogue_pf(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps, u8* mla, int kv_il, float* ik,
-                  int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb, float ik_eps, u8* idxc,
-                  int ik_il, const float* __restrict__ iq, const float* __restrict__ iw, u8* qh, float* wq, int IH,
-                  float wscale, const int* __restrict__ pos, const float* __restrict__ cos_t,
-                  const float* __restrict__ sin_t, int rot, int pfx, const char* pf0, long long pfn0, const char* pf1, long long pfn1,
-                     const char* pf2, long long pfn2, const char* pf3, long long pfn3) {
-  PDL_WAIT();
-  if ((int)blockIdx.x >= pfx) {
-    if (blockIdx.y == 0)
-      l2_prefetch_ranges(pf0, pfn0, pf1, pfn1, pf2, pfn2, pf3, pfn3, blockIdx.x - pfx, gridDim.x - pfx);
-    return;
-  }
   attn_epilogue_body(kva, ldkv, kvw, kv_eps, mla, kv_il, ik, ldik, ikw, ikb, ik_eps, idxc, ik_il, iq, iw, qh, wq, IH,
                      wscale, pos, cos_t, sin_t, rot);
 }

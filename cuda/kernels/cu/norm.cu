@@ -191,8 +191,9 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm_reg(const float* x, c
 }
 
 // add_rmsnorm_row: row blockIdx.x of x += b, then y = rmsnorm(x) * w, every
-// load issued before the first store (the body of add_rmsnorm_reg and of
-// add_rmsnorm_pf's row blocks).
+// load issued before the first store (add_rmsnorm_reg's body; a separate
+// inlined body since add_rmsnorm_pf shared it, kept so the kernel's PTX stays
+// the code measured on the H200).
 __device__ __forceinline__ void add_rmsnorm_row(float* x, const float* b, const float* __restrict__ w, float* y,
                                                 int D, int ldx, int ldb, int ldy, float eps) {
   __shared__ float sh[32];
@@ -231,23 +232,5 @@ extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_reg(float* x, con
                                                                    const float* __restrict__ w, float* y, int D,
                                                                    int ldx, int ldb, int ldy, float eps) {
   PDL_WAIT();
-  add_rmsnorm_row(x, b, w, y, D, ldx, ldb, ldy, eps);
-}
-
-// add_rmsnorm_reg plus npf extra blocks (the last ones of the grid) that ask
-// the L2 for up to 4 byte ranges: the weights of the next launches, which
-// then start from the L2 (l2_prefetch_ranges; nothing waits for them). The
-// row blocks run add_rmsnorm_reg's body (add_rmsnorm_row). Not yet run on a
-// GPU (TILERT_GPU_L2PF, opt-in).
-extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_pf(float* x, const float* b, const float* __restrict__ w,
-                                                                  float* y, int D, int ldx, int ldb, int ldy,
-                                                                  float eps, int npf, const char* pf0, long long pfn0,
-                                                                  const char* pf1, long long pfn1, const char* pf2,
-                                                                  long long pfn2, const char* pf3, long long pfn3) {
-  PDL_WAIT();
-  if ((int)blockIdx.x >= (int)gridDim.x - npf) {
-    l2_prefetch_ranges(pf0, pfn0, pf1, pfn1, pf2, pfn2, pf3, pfn3, blockIdx.x - (gridDim.x - npf), npf);
-    return;
-  }
   add_rmsnorm_row(x, b, w, y, D, ldx, ldb, ldy, eps);
 }

@@ -245,8 +245,8 @@ func pdlFor(name string) bool {
 // their registers in griddepcontrol.wait; on a side stream beside a
 // latency-bound chain that room is what the other stream needs (session
 // 12: absorb_q launched so behind the capped q_b cost 150 us a step). The
-// engine holds plain launches between a fork and its unfork where
-// TILERT_GPU_SIDE_PDL=0 (engine/gpu side.go).
+// engine holds plain launches between a fork and its unfork unless
+// TILERT_GPU_SIDE_PDL=1 (engine/gpu side.go).
 func (k *Set) SetPlain(on bool) (prev bool) {
 	prev, k.plain = k.plain, on
 	return prev

@@ -45,17 +45,18 @@ var sideQOn, sideShOn = sideMode(os.Getenv("TILERT_GPU_SIDE"))
 // main chain's launches (CU_LAUNCH_ATTRIBUTE_PRIORITY) changed nothing
 // (2.842 / 2.764 with it) and was dropped.
 //
-// TILERT_GPU_SIDE_PDL=0 launches the side stream's kernels plainly
-// (kernels.Set.SetPlain between fork and unfork; opt-in until measured).
-// A programmatic launch makes its grid resident while the kernel before it
-// runs, and the waiting blocks keep their registers: the capped shared
-// expert's down GEMV, launched so behind its gate/up, would hold the
-// second half of every SM's registers for the whole of the gate/up, and
-// the router and the routing on the main stream would find no room. Session
-// 12 measured that kind of cost once (absorb_q launched programmatically
-// behind the capped q_b: +150 us a step) and charged the router and the
-// routing ~11 us a layer each in the graph, ~3-4 us each timed alone.
-var sidePlainOn = os.Getenv("TILERT_GPU_SIDE_PDL") == "0"
+// The side stream's kernels launch plainly by default (kernels.Set.SetPlain
+// between fork and unfork; TILERT_GPU_SIDE_PDL=1 launches them
+// programmatically as on the main stream). A programmatic launch makes its
+// grid resident while the kernel before it runs, and the waiting blocks
+// keep their registers: the capped shared expert's down GEMV, launched so
+// behind its gate/up, held the second half of every SM's registers for the
+// whole of the gate/up, and the router and the routing on the main stream
+// found no room (~11 us a layer each in the graph, ~3-4 us timed alone).
+// Measured on the H200 (docs/measured/h200-2026-12-02-s13 call A, 9 MoE
+// layers, 8192, 1 slot, p50): DeepSeek-V3.2 dims 2.761 / 2.760 ms
+// programmatic, 2.702 / 2.701 plain; GLM-5 dims 2.954 against 2.915.
+var sidePlainOn = os.Getenv("TILERT_GPU_SIDE_PDL") != "1"
 
 var (
 	// sideCapSet is TILERT_GPU_SIDE_CAP read once (-1: unset or not a

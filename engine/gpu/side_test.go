@@ -109,7 +109,8 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	// side streams off, on, and (GPU: scheduling only, the same bits) on
 	// with the side GEMVs uncapped and capped at a block per SM
 	// (TILERT_GPU_SIDE_CAP)
-	// and capped with its launches plain (TILERT_GPU_SIDE_PDL=0)
+	// and capped with its launches plain (the default; TILERT_GPU_SIDE_PDL=1
+	// launches them programmatically)
 	type sideCfg struct {
 		on, plain bool
 		cap       int
@@ -192,7 +193,7 @@ func TestGPUSideCapScoped(t *testing.T) {
 		}
 	}()
 	for _, want := range []int{0, 1, 3} {
-		sideCapTest, sidePlainOn = want, want == 1 // and TILERT_GPU_SIDE_PDL=0's hold
+		sideCapTest, sidePlainOn = want, want == 1 // and the side stream's plain-launch hold
 		err := r.run(func(b device) error {
 			cb := b.(*cudaDevice)
 			if got := cb.k.TileCap(); got != 0 {

@@ -167,7 +167,7 @@ __device__ __forceinline__ void tkc_body(const float* __restrict__ scores, int l
 }
 
 #define TKC_KERNEL(KPT)                                                                                          \
-  extern "C" __global__ void __cluster_dims__(TKC_CL, 1, 1) __launch_bounds__(TKC_NT) topk_cl##KPT(              \
+  extern "C" __cluster_dims__(TKC_CL, 1, 1) __global__ void __launch_bounds__(TKC_NT) topk_cl##KPT(              \
       const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T, int K, u32* hist, int* out, \
       int ld_out) {                                                                                              \
     PDL_WAIT();                                                                                                  \

@@ -245,3 +245,20 @@ func (k *Set) TopKClusterAfterHist(s cuda.Stream, out, scores, lens, scratch cud
 	}
 	return k.launchFn(f, cuda.D3(topkClusterBlocks, rows, 1), cuda.D1(topkClusterThreads), 0, s, scores, ld, lens, T, K, TopKRadixHist(scratch), out, ldOut)
 }
+
+// TopKCluster is TopKRadixWith(..., TopKRadixOne) on topk_cl: the 12-bit
+// histogram (topk_radix_hist, the default module) then the cluster
+// selection (TopKClusterAfterHist's limits).
+func (k *Set) TopKCluster(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
+	if err := topkRadixCheck(rows, T, K, ld, ldOut, scratch); err != nil {
+		return err
+	}
+	if T > TopKClusterMaxT || K > 32767 {
+		return errors.Newf("topk cluster: T=%d (<= %d) K=%d (<= 32767)", T, TopKClusterMaxT, K)
+	}
+	nb, chunk := topkRadixPlan(k.c.Info().SMs, rows, T)
+	if err := k.launch("topk_radix_hist", cuda.D3(nb, rows, 1), cuda.D1(256), 0, s, scores, ld, lens, T, K, chunk, TopKRadixHist(scratch)); err != nil {
+		return err
+	}
+	return k.TopKClusterAfterHist(s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
+}

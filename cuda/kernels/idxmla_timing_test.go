@@ -38,6 +38,7 @@ func TestKernelTimingIdxMLA(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		add := timingTable(t, c, a, r, 256<<20, "device-to-device copy 256 MiB (read+write)", "reference of this table")
+		timeIdxLong(t, c, k, a, r, s, add)
 		timeIdxTopK(t, c, k, a, r, s, add)
 		timeMLATC(c, k, a, r, s, add)
 	})

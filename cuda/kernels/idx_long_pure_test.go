@@ -72,8 +72,9 @@ func TestTopKClusterKernelPick(t *testing.T) {
 	for _, c := range []struct {
 		T    int
 		want string
-	}{{1, "topk_cl8"}, {32768, "topk_cl8"}, {32769, "topk_cl16"}, {40000, "topk_cl16"}, {65536, "topk_cl16"},
-		{65537, "topk_cl32"}, {131072, "topk_cl32"}, {131073, "topk_cl64"}, {TopKClusterMaxT, "topk_cl64"}} {
+	}{{1, "topk_cl8"}, {32768, "topk_cl8"}, {32769, "topk_cl12"}, {33024, "topk_cl12"}, {40000, "topk_cl12"},
+		{49153, "topk_cl16"}, {65536, "topk_cl16"}, {65537, "topk_cl24"}, {98305, "topk_cl32"}, {131072, "topk_cl32"},
+		{131073, "topk_cl40"}, {131328, "topk_cl40"}, {163841, "topk_cl48"}, {196609, "topk_cl64"}, {TopKClusterMaxT, "topk_cl64"}} {
 		if got := topkClusterKernel(c.T); got != c.want {
 			t.Errorf("T=%d: %s, want %s", c.T, got, c.want)
 		}
@@ -82,9 +83,12 @@ func TestTopKClusterKernelPick(t *testing.T) {
 		t.Errorf("TopKClusterMaxT %d", TopKClusterMaxT)
 	}
 	src := FewKernelSource()
-	for _, kpt := range []string{"8", "16", "32", "64"} {
-		if !strings.Contains(src, "TKC_KERNEL("+kpt+")") {
-			t.Errorf("topk_cl%s not instantiated", kpt)
+	for _, kpt := range topkClusterKPT {
+		if kpt%4 != 0 || !strings.Contains(src, fmtName("TKC_KERNEL(%d)", kpt)) {
+			t.Errorf("topk_cl%d not instantiated (or not a multiple of 4: tk_load_keys's float4 loads)", kpt)
+		}
+		if !pdlMoreKernels[fmtName("topk_cl%d", kpt)] {
+			t.Errorf("topk_cl%d is on neither PDL list", kpt)
 		}
 	}
 }

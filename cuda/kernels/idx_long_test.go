@@ -54,6 +54,9 @@ func TestKernelTopKCluster(t *testing.T) {
 			{"normal", 2, 200000, []int32{200000, 150001}},
 			{"normal", 1, 32768, nil},
 			{"normal", 1, 32769, nil},
+			{"normal", 2, 131328, []int32{131073, 131328}},
+			{"ties", 1, 98305, nil},
+			{"normal", 1, 163841, nil},
 		} {
 			x := make([]float32, cs.rows*cs.T)
 			for i := range x {
@@ -151,6 +154,7 @@ func TestKernelIndexerDeep(t *testing.T) {
 			paged bool
 		}{
 			{131072, []int32{131072}, false},
+			{131328, []int32{131073}, false},
 			{131072, []int32{131072, 131000, 99999, 40007}, false},
 			{65536, []int32{65536, 65535}, true},
 			{40007, []int32{40007}, false},

@@ -57,8 +57,8 @@ func TestKernelTimingIdxLong(t *testing.T) {
 // timeIdxLong: the engine's scores + top-k pair before TILERT_GPU_IDX_LONG
 // (indexer_scores_mma_pf, then topk_fast / topk_radix_one / mark_l by
 // length) against the deep scores (each depth) and topk_cl, alone and in
-// every pairing, at 8192, 32768 and 131072 keys (1 row) and 131072 x 4
-// rows; cold keys (4 cache copies, 68 MB at 131072: beyond the L2).
+// every pairing, at 8192, 32768 and 131072 keys (1 row), 131328 (the
+// engine's length bucket at 131072 tokens) and 131072 x 4 rows; cold keys (4 cache copies, 68 MB at 131072: beyond the L2).
 func timeIdxLong(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, add func(string, float64, float64, string)) {
 	if !k.IndexerMMASupported() {
 		t.Log("indexer mma unsupported: skipped")
@@ -74,14 +74,14 @@ func timeIdxLong(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s c
 	chk(k.IndexerQPrep(s, qh, wq, q, w, pos, cosT, sinT, 8, H, 64, false, 0.011))
 	const copies = 4
 	var caches [copies]cuda.DevPtr
-	maxPages := 131072 / 64
+	maxPages := 131328 / 64
 	for i := range caches {
 		caches[i] = a.raw(int64(maxPages * IndexerPageBytes))
 		for p := 0; p < maxPages; p += 64 {
 			chk(c.Upload(caches[i].Add(int64(p*IndexerPageBytes)), img))
 		}
 	}
-	for _, sh := range []struct{ T, M int }{{8192, 1}, {32768, 1}, {131072, 1}, {131072, 4}} {
+	for _, sh := range []struct{ T, M int }{{8192, 1}, {32768, 1}, {131072, 1}, {131328, 1}, {131072, 4}} {
 		T, M := sh.T, sh.M
 		kb := float64(M) * float64(T/64*IndexerPageBytes+4*T)
 		ls := make([]int32, M)

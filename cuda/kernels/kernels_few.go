@@ -215,10 +215,16 @@ const (
 	TopKClusterMaxT = topkClusterBlocks * topkClusterThreads * 64
 )
 
-// topkClusterKernel is the topk_cl variant whose keys per thread cover T
-// (8, 16, 32 or 64: rows up to 32768, 65536, 131072, 262144 keys).
+// topkClusterKPT are the keys a thread of the topk_cl variants (rows up to
+// 4096 x KPT keys). The steps are fine because the engine's rows are
+// 256-key length buckets: 131328 at 131072 tokens takes 40 (20480 keys a
+// block), not 64.
+var topkClusterKPT = []int{8, 12, 16, 24, 32, 40, 48, 64}
+
+// topkClusterKernel is the topk_cl variant with the fewest keys per thread
+// that cover T.
 func topkClusterKernel(T int) string {
-	for _, kpt := range []int{8, 16, 32} {
+	for _, kpt := range topkClusterKPT {
 		if T <= topkClusterBlocks*topkClusterThreads*kpt {
 			return "topk_cl" + strconv.Itoa(kpt)
 		}

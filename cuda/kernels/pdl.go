@@ -157,7 +157,7 @@ var pdlMoreKernels = setOf(
 	// cu/few
 	"mla_decode_few", "mla_combine_few",
 	"topk_fast16", "topk_fast32", "topk_fast64", "topk_fast16_d1", "topk_fast16_d2", "topk_fast16_d3", "topk_fast16_d4",
-	"topk_cl8", "topk_cl16", "topk_cl32", "topk_cl64",
+	"topk_cl8", "topk_cl12", "topk_cl16", "topk_cl24", "topk_cl32", "topk_cl40", "topk_cl48", "topk_cl64",
 	// cu/mid
 	"gemv_mid_group_r2_m1_o4", "gemv_mid_group_r2_m1_o4n", "gemv_mid_group_r4_m1_d16", "gemv_mid_group_r4_m1_d16n",
 	"gemv_mid_group_r4_m1_o4", "gemv_mid_group_r4_m1_o4n", "gemv_mid_group_r8_m1_d16", "gemv_mid_group_r8_m1_d16n",

@@ -3,7 +3,9 @@
 // ascending indices, ties at the threshold to the lower indices; n <= K:
 // 0..n-1 then -1; the 12-bit histogram read from the scratch and left
 // zeroed) for rows too long for one block: a cluster of TKC_CL blocks a
-// row, block r holding keys [r * 512 KPT, (r + 1) * 512 KPT) in registers.
+// row, block r holding keys [r * 512 KPT, (r + 1) * 512 KPT) in registers
+// (KPT a multiple of 4 from 8 to 64: the engine's rows are 256-key length
+// buckets, 131328 at 131072 tokens and more, so 40 rather than 64).
 // Each digit's counts are summed over the cluster's shared memory
 // (distributed shared memory, barrier.cluster), so every block picks the
 // same digits as one block holding the whole row would; the ordered emit
@@ -174,6 +176,10 @@ __device__ __forceinline__ void tkc_body(const float* __restrict__ scores, int l
     tkc_body<KPT>(scores, ld, lens, T, K, hist, out, ld_out);                                                    \
   }
 TKC_KERNEL(8)
+TKC_KERNEL(12)
 TKC_KERNEL(16)
+TKC_KERNEL(24)
 TKC_KERNEL(32)
+TKC_KERNEL(40)
+TKC_KERNEL(48)
 TKC_KERNEL(64)

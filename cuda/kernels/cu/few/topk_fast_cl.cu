@@ -18,8 +18,10 @@
 #define TKC_CL 8
 #define TKC_NT 512
 
-__device__ __forceinline__ void tkc_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void tkc_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// barrier.cluster's default semantics are arrive = release, wait = acquire
+// (PTX 7.8, NVRTC 11.8, takes no explicit .release / .acquire).
+__device__ __forceinline__ void tkc_arrive() { asm volatile("barrier.cluster.arrive.aligned;" ::: "memory"); }
+__device__ __forceinline__ void tkc_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
 __device__ __forceinline__ void tkc_sync() {
   tkc_arrive();
   tkc_wait();

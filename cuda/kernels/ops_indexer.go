@@ -176,6 +176,12 @@ func (k *Set) launchDeep(name string, depth int, s cuda.Stream, nq, T int, args 
 		if err := k.c.SetMaxDynamicShared(f, smem); err != nil {
 			return errors.WithHint(errors.Wrapf(err, "%s: %d bytes of dynamic shared memory", name, smem), "a smaller depth, or TILERT_GPU_IDX_LONG=0")
 		}
+		// Two blocks an SM need 2 x (32 KB static + the ring): at depth 4
+		// 224 of the H200's 228 KB, so ask for the most shared memory
+		// rather than leave the split to the driver.
+		if err := k.c.PreferMaxShared(f); err != nil {
+			return errors.WithHint(errors.Wrap(err, name), "TILERT_GPU_IDX_LONG=0 runs the scores kernel before")
+		}
 		bigShared.Store(f, true)
 	}
 	nbx := indexerMMABlocks(k.c.Info().SMs, 2, nq, T)

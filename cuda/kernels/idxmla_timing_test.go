@@ -38,9 +38,107 @@ func TestKernelTimingIdxMLA(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		add := timingTable(t, c, a, r, 256<<20, "device-to-device copy 256 MiB (read+write)", "reference of this table")
+		timeIdxLong(t, c, k, a, r, s, add)
 		timeIdxTopK(t, c, k, a, r, s, add)
 		timeMLATC(c, k, a, r, s, add)
 	})
+}
+
+// TestKernelTimingIdxLong (TILERT_GPU_TIMING=1): timeIdxLong alone.
+func TestKernelTimingIdxLong(t *testing.T) {
+	needTiming(t)
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		add := timingTable(t, c, a, r, 256<<20, "device-to-device copy 256 MiB (read+write)", "reference of this table")
+		timeIdxLong(t, c, k, a, r, s, add)
+	})
+}
+
+// timeIdxLong: the engine's scores + top-k pair before TILERT_GPU_IDX_LONG
+// (indexer_scores_mma_pf, then topk_fast / topk_radix_one / mark_l by
+// length) against the deep scores (each depth) and topk_cl, alone and in
+// every pairing, at 8192, 32768 and 131072 keys (1 row), 131328 (the
+// engine's length bucket at 131072 tokens) and 131072 x 4 rows; cold keys (4 cache copies, 68 MB at 131072: beyond the L2).
+func timeIdxLong(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, add func(string, float64, float64, string)) {
+	if !k.IndexerMMASupported() {
+		t.Log("indexer mma unsupported: skipped")
+		return
+	}
+	fewOK := k.FewSupported() == nil
+	const H, K = 64, 2048
+	img := randIndexerCache(r, 64)
+	q, w := a.up(randF32(r, 8*H*128, 1)), a.up(randF32(r, 8*H, 1))
+	pos := a.up([]int32{100, 200, 300, 400, 500, 600, 700, 800})
+	cosT, sinT := a.up(randF32(r, 1024*32, 1)), a.up(randF32(r, 1024*32, 1))
+	qh, wq := a.raw(8*IndexerQRowBytes), a.raw(4*8*IndexerQHeads)
+	chk(k.IndexerQPrep(s, qh, wq, q, w, pos, cosT, sinT, 8, H, 64, false, 0.011))
+	const copies = 4
+	var caches [copies]cuda.DevPtr
+	maxPages := 131328 / 64
+	for i := range caches {
+		caches[i] = a.raw(int64(maxPages * IndexerPageBytes))
+		for p := 0; p < maxPages; p += 64 {
+			chk(c.Upload(caches[i].Add(int64(p*IndexerPageBytes)), img))
+		}
+	}
+	for _, sh := range []struct{ T, M int }{{8192, 1}, {32768, 1}, {131072, 1}, {131328, 1}, {131072, 4}} {
+		T, M := sh.T, sh.M
+		kb := float64(M) * float64(T/64*IndexerPageBytes+4*T)
+		ls := make([]int32, M)
+		for i := range ls {
+			ls[i] = int32(T - 37*i)
+		}
+		lens := a.up(ls)
+		out := a.raw(int64(4 * M * T))
+		idx := a.raw(int64(4 * M * K))
+		scratch := a.up(make([]byte, TopKRadixScratchBytes(M, T)))
+		oldScores := func(i int) {
+			chk(k.IndexerScoresMMA(s, out, qh, wq, caches[i%copies], 0, lens, TopKRadixHist(scratch), M, T, T))
+		}
+		deepScores := func(d int) func(int) {
+			return func(i int) {
+				chk(k.IndexerScoresMMADeep(s, out, qh, wq, caches[i%copies], 0, lens, TopKRadixHist(scratch), M, T, T, d))
+			}
+		}
+		// The engine's selection before (device.go topKAfterHist).
+		oldTopK := func() {
+			if T <= 8192 && fewOK && c.Info().CCMajor >= 9 {
+				chk(k.TopKFastAfterHist(s, idx, out, lens, scratch, M, T, K, T, K))
+				return
+			}
+			chk(k.TopKRadixAfterHistWith(s, idx, out, lens, scratch, M, T, K, T, K, TopKRadixOne))
+		}
+		clTopK := func() { chk(k.TopKClusterAfterHist(s, idx, out, lens, scratch, M, T, K, T, K)) }
+		clear := func() { chk(c.MemsetD32(TopKRadixHist(scratch), 0, int64(M*topkRadixBins), s)) }
+		usz := graphUsRot(c, s, 8, 15, func(int) { clear() })
+		tag := fmtName("rows=%d T=%d", M, T)
+		us := graphUsRot(c, s, 8, 15, func(i int) { oldScores(i); clear() })
+		add("graph long: scores pf+hist "+tag, kb, us-usz, "memset subtracted")
+		for _, d := range IndexerMMADepths {
+			us := graphUsRot(c, s, 8, 15, func(i int) { deepScores(d)(i); clear() })
+			add(fmtName("graph long: scores d%d+hist %s", d, tag), kb, us-usz, "memset subtracted")
+		}
+		us = graphUsRot(c, s, 8, 15, func(i int) { oldScores(i); oldTopK() })
+		add("graph long: OLD pair pf + topk (engine before) "+tag, kb, us, "the engine's pair before")
+		for _, d := range IndexerMMADepths {
+			us := graphUsRot(c, s, 8, 15, func(i int) { deepScores(d)(i); oldTopK() })
+			add(fmtName("graph long: d%d + topk before %s", d, tag), kb, us, "")
+		}
+		if !fewOK {
+			t.Log("few module unavailable: topk_cl not timed")
+			continue
+		}
+		us = graphUsRot(c, s, 8, 15, func(i int) { oldScores(i); clTopK() })
+		add("graph long: pf + topk_cl "+tag, kb, us, "")
+		for _, d := range IndexerMMADepths {
+			us := graphUsRot(c, s, 8, 15, func(i int) { deepScores(d)(i); clTopK() })
+			note := ""
+			if d == IndexerMMADeepDepth {
+				note = "NEW pair (TILERT_GPU_IDX_LONG default for T > 32768)"
+			}
+			add(fmtName("graph long: d%d + topk_cl %s", d, tag), kb, us, note)
+		}
+	}
 }
 
 // timeIdxTopK: the tensor-core scores (+ histogram) and the radix top-k

@@ -283,3 +283,169 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_rows(con
   PDL_WAIT();
   idx_scores_body<true, true>(qh, wq, cache, nullptr, lens, out, T, ld_out, hist, row_base);
 }
+
+// idx_scores_body's scores (the same products and the same float32 sums, so
+// the same bits) with D of the warp's 16-key groups in flight, keys and
+// scales, through a per-warp cp.async ring in shared memory
+// (TILERT_GPU_IDX_LONG; long rows). idx_scores_body keeps one group in
+// flight and loads a group's scales only after its products: at 131072
+// keys a warp's four groups cost about two memory latencies each. Here the
+// warp's groups (gi, gi + gs, ...) stream through D slots: the first D are
+// issued before the query's conversion to shared, and each slot is refilled
+// with the group D ahead once its products are done. Each lane copies and
+// reads back only its own bytes (slot [D][warp][5][lane] 16-byte words:
+// keys g, g + 8 at 16c and 64 + 16c, then the four scales of keys 2c,
+// 2c + 1, 8 + 2c, 9 + 2c), so cp.async.wait_group alone orders them: no
+// barrier. Registers stay idx_scores_body's (the ring is not in them).
+// Dynamic shared memory: IDXD_SLOT_BYTES * 8 * D. The histogram as
+// idx_scores_body's.
+#define IDXD_SLOT_BYTES (5 * 32 * 16)
+
+__device__ __forceinline__ void idxd_cp16(u32 dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void idxd_cp8(u32 dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
+}
+
+template <int D, bool ROWS>
+__device__ __forceinline__ void idx_scores_deep_body(const u8* __restrict__ qh, const float* __restrict__ wq,
+                                                     const u8* __restrict__ cache,
+                                                     const int* __restrict__ block_table,
+                                                     const int* __restrict__ lens, float* out, int T, int ld_out,
+                                                     u32* hist, const long long* __restrict__ row_base) {
+  __shared__ uint4 qa[4 * 8 * 32];  // [mt][ks][lane] f16 A fragments, 16 KB
+  __shared__ u32 hs[IDXM_BINS];      // score histogram (hist != null), 16 KB
+  extern __shared__ uint4 idxd_ring[];  // [D][8 warps][5][32]
+  const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int n = min(lens[row], T);
+  if (ROWS) cache += row_base[row];
+  float* orow = out + (size_t)row * ld_out;
+  for (int t = max(n, 0) + blockIdx.x * 256 + tid; t < T; t += gridDim.x * 256) orow[t] = NEG_INF;
+  const int ngroups = (n + 15) >> 4;
+  if (blockIdx.x * 8 >= ngroups) return;  // block-uniform
+  const int gs = gridDim.x * 8;
+  uint4* my = idxd_ring + wid * 5 * 32 + lane;  // slot j word q: my[(j * 8 * 5 + q) * 32]
+  const u32 my_s = (u32)__cvta_generic_to_shared(my);
+  // Issue group gg into slot j (and always commit: the wait counts groups).
+  auto issue = [&](int j, int gg) {
+    if (gg < ngroups) {
+      const int page = block_table ? block_table[gg >> 2] : (gg >> 2);
+      const u8* pg = cache + (size_t)page * IDX_PAGE_BYTES;
+      const int tp = (gg << 4) & 63;
+      const u8* kp = pg + (tp + g) * IDX_D + 16 * c;
+      const u32 d = my_s + (u32)(j * 8 * 5 * 32 * 16);
+      idxd_cp16(d, kp);
+      idxd_cp16(d + 32 * 16, kp + 64);
+      idxd_cp16(d + 2 * 32 * 16, kp + 8 * IDX_D);
+      idxd_cp16(d + 3 * 32 * 16, kp + 8 * IDX_D + 64);
+      const float* scl = (const float*)(pg + IDX_PAGE * IDX_D) + tp;
+      idxd_cp8(d + 4 * 32 * 16, scl + 2 * c);
+      idxd_cp8(d + 4 * 32 * 16 + 8, scl + 8 + 2 * c);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  int gi = blockIdx.x * 8 + wid;
+#pragma unroll
+  for (int j = 0; j < D; j++) issue(j, gi + j * gs);
+  const uint2* src = (const uint2*)(qh + (size_t)row * IDXQ_ROW_BYTES);
+  for (int i = tid; i < 4 * 8 * 32; i += 256) {
+    const uint2 v = src[i];
+    uint4 f;
+    f.x = e4m3x2_to_f16x2(v.x & 0xffffu);
+    f.y = e4m3x2_to_f16x2(v.x >> 16);
+    f.z = e4m3x2_to_f16x2(v.y & 0xffffu);
+    f.w = e4m3x2_to_f16x2(v.y >> 16);
+    qa[i] = f;
+  }
+  if (hist)
+    for (int i = tid; i < IDXM_BINS; i += 256) hs[i] = 0;
+  float wlo[4], whi[4];
+#pragma unroll
+  for (int mt = 0; mt < 4; mt++) {
+    wlo[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + g];
+    whi[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + 8 + g];
+  }
+  __syncthreads();
+  for (int j = 0; gi < ngroups; gi += gs, j = j + 1 == D ? 0 : j + 1) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(D - 1) : "memory");  // this group's copies are done
+    const uint4* sl = my + j * 8 * 5 * 32;
+    const uint4 a0 = sl[0], a1 = sl[32], b0 = sl[64], b1 = sl[96], sc = sl[128];
+    const int t0 = gi << 4;
+    float acc[4][2][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) acc[mt][0][i] = acc[mt][1][i] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < 8; ks++) {
+      const u32 wa = u4_word(ks < 4 ? a0 : a1, ks & 3), wb = u4_word(ks < 4 ? b0 : b1, ks & 3);
+      const u32 ba0 = e4m3x2_to_f16x2(wa & 0xffffu), ba1 = e4m3x2_to_f16x2(wa >> 16);
+      const u32 bb0 = e4m3x2_to_f16x2(wb & 0xffffu), bb1 = e4m3x2_to_f16x2(wb >> 16);
+#pragma unroll
+      for (int mt = 0; mt < 4; mt++) {
+        const uint4 A = qa[(mt * 8 + ks) * 32 + lane];
+        mma_f16_16816(acc[mt][0], A, ba0, ba1);
+        mma_f16_16816(acc[mt][1], A, bb0, bb1);
+      }
+    }
+    // The slot's words are in registers: refill it with the group D ahead.
+    issue(j, gi + D * gs);
+    float sv[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+      for (int jj = 0; jj < 2; jj++) {
+        float s = 0.0f;
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++)
+          s += wlo[mt] * fmaxf(acc[mt][nt][jj], 0.0f) + whi[mt] * fmaxf(acc[mt][nt][2 + jj], 0.0f);
+        s += __shfl_xor_sync(0xffffffffu, s, 4);
+        s += __shfl_xor_sync(0xffffffffu, s, 8);
+        s += __shfl_xor_sync(0xffffffffu, s, 16);
+        sv[nt][jj] = s;
+      }
+    if (g == 0) {
+      const float scl[4] = {__uint_as_float(sc.x), __uint_as_float(sc.y), __uint_as_float(sc.z),
+                            __uint_as_float(sc.w)};
+#pragma unroll
+      for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int jj = 0; jj < 2; jj++) {
+          const int tt = 8 * nt + 2 * c + jj;
+          if (t0 + tt < n) {
+            const float v = sv[nt][jj] * scl[2 * nt + jj];
+            orow[t0 + tt] = v;
+            if (hist) atomicAdd(&hs[float_key(v) >> 20], 1u);
+          }
+        }
+    }
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");  // nothing left in flight at exit
+  if (hist) {
+    __syncthreads();
+    u32* gh = hist + (size_t)row * IDXM_BINS;
+    for (int i = tid; i < IDXM_BINS; i += 256)
+      if (hs[i]) atomicAdd(&gh[i], hs[i]);
+  }
+}
+
+#define IDX_DEEP_KERNELS(D)                                                                                         \
+  extern "C" __global__ void __launch_bounds__(256, 2)                                                              \
+      indexer_scores_mma_d##D(const u8* __restrict__ qh, const float* __restrict__ wq, const u8* __restrict__ cache, \
+                              const int* __restrict__ block_table, const int* __restrict__ lens, float* out, int T,  \
+                              int ld_out, u32* hist) {                                                              \
+    PDL_WAIT();                                                                                                     \
+    idx_scores_deep_body<D, false>(qh, wq, cache, block_table, lens, out, T, ld_out, hist, nullptr);               \
+  }                                                                                                                 \
+  extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_rows_d##D(                                \
+      const u8* __restrict__ qh, const float* __restrict__ wq, const u8* __restrict__ cache,                        \
+      const long long* __restrict__ row_base, const int* __restrict__ lens, float* out, int T, int ld_out,          \
+      u32* hist) {                                                                                                  \
+    PDL_WAIT();                                                                                                     \
+    idx_scores_deep_body<D, true>(qh, wq, cache, nullptr, lens, out, T, ld_out, hist, row_base);                   \
+  }
+IDX_DEEP_KERNELS(2)
+IDX_DEEP_KERNELS(3)
+IDX_DEEP_KERNELS(4)

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 
@@ -112,6 +113,10 @@ func splitR() int {
 	return GroupSplitMaxRows
 }
 
+// GroupSplitLaunches counts launches that ran a gemv_group_split kernel
+// (tests).
+var GroupSplitLaunches atomic.Int64
+
 // splitShared holds the split kernels whose shared-memory attributes are set.
 var splitShared sync.Map
 
@@ -157,6 +162,7 @@ func (k *Set) GemvGroupSplit(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs [
 	if err := k.launchFn(f, cuda.D1(blocks), cuda.D1(tileThreads), smem, s, args...); err != nil {
 		return false, err
 	}
+	GroupSplitLaunches.Add(1)
 	return true, nil
 }
 

@@ -141,8 +141,8 @@ __device__ __forceinline__ void gemv_split_run(const float* __restrict__ x, int 
   }
 }
 
-#define GEMV_SPLIT_KERNEL(RM)                                                                                     \
-  extern "C" __global__ void __launch_bounds__(TILE_THREADS) gemv_group_split_r##RM(                              \
+#define GEMV_SPLIT_KERNEL(RM, MINB)                                                                               \
+  extern "C" __global__ void __launch_bounds__(TILE_THREADS, MINB) gemv_group_split_r##RM(                        \
       const float* __restrict__ x, int K, const void* w0, const float* s0, float* y0, int n0, int cfg0,           \
       const void* w1, const float* s1, float* y1, int n1, int cfg1, const void* w2, const float* s2, float* y2,   \
       int n2, int cfg2, const void* w3, const float* s3, float* y3, int n3, int cfg3) {                           \
@@ -151,7 +151,11 @@ __device__ __forceinline__ void gemv_split_run(const float* __restrict__ x, int 
                        cfg3);                                                                                     \
   }
 
-GEMV_SPLIT_KERNEL(1)
-GEMV_SPLIT_KERNEL(2)
-GEMV_SPLIT_KERNEL(4)
-GEMV_SPLIT_KERNEL(8)
+// Blocks an SM holds at least (the register bound): six of 40 registers
+// take the layer inputs' 592 (DeepSeek-V3.2) and 720 (GLM-5) blocks of 4
+// rows in one wave on 132 SMs (at 52 registers, unbounded, four: two waves);
+// at 8 rows a block of 57 KiB shared memory bounds it to three.
+GEMV_SPLIT_KERNEL(1, 6)
+GEMV_SPLIT_KERNEL(2, 6)
+GEMV_SPLIT_KERNEL(4, 6)
+GEMV_SPLIT_KERNEL(8, 3)

@@ -13,7 +13,7 @@
 // waits once, then sums them exactly as the tile GEMV does.
 //
 // Bits: a segment keeps its group size G (the thread's chunks c = tg, tg+G,
-// ..., in that order, each chunk's sums by TILE_CHUNK_M1, scaled by fmaf
+// ..., in that order, each chunk's sums as TILE_CHUNK_M1's, scaled by fmaf
 // into the thread's accumulator; warp butterflies; the group's warps summed
 // in order from 0.0f), so every output equals gemv_group's and the tile
 // GEMV's whatever R is. R (rows a group) is the segment's own (cfg >> 16),
@@ -21,8 +21,8 @@
 //
 // Shared memory (dynamic): the block's groups' rows, row-major, C chunks of
 // 16 bytes a row (a thread reads back only the chunks it copied: no barrier
-// before the sums), then each group's scale row (fp8; kb floats, read by
-// every thread of the group: one barrier).
+// for them), then each group's scale row (fp8; kb floats, read by every
+// thread of the group: one barrier).
 
 __device__ __forceinline__ void split_cp16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((u32)__cvta_generic_to_shared(dst)), "l"(src)
@@ -49,27 +49,57 @@ __device__ __forceinline__ void gemv_split_body(const void* W, const float* S, f
   uint4* gw = wsm + (size_t)grp * R * CK;
   // The scale rows after every group's weights.
   float* gsc = (float*)(wsm + (size_t)(TILE_THREADS / G) * R * CK) + grp * kb;
-  for (int c = tg; c < C; c += G) {
-#pragma unroll
-    for (int r = 0; r < R; r++) split_cp16(gw + (size_t)r * CK + c, wr[r] + (size_t)c * 16);
-  }
+  // Two cp.async groups: the scale row and the thread's first chunk of each
+  // row, then the rest, so the first chunks' sums run while the rest fly.
   if (sr && C > 0)
     for (int i = tg; i < kb; i += G) split_cp4(gsc + i, sr + i);
-  asm volatile("cp.async.wait_all;" ::: "memory");
+  for (int c = tg; c < C; c += G) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      // The row pointer here, not GROUP_ROWS' wr[R] (kept live, it spilled).
+      const char* wrow = (const char*)W + (size_t)min(n0 + r, N - 1) * K * T::BYTES;
+      split_cp16(gw + (size_t)r * CK + c, wrow + (size_t)c * 16);
+    }
+    if (c == tg) asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  // A chunk's x is loaded before waiting for its weights (an L2 round trip
+  // not added after them).
+  float xv[4][T::EW];
+  if (tg < C) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) tile_ldx<T::EW>(x + (size_t)tg * T::E + q * T::EW, xv[q]);
+  }
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
+  // Every thread's scale copies landed (they were in its first group).
   __syncthreads();
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; r++) acc[r] = 0.0f;
   for (int c = tg; c < C; c += G) {
-    uint4 wv[R];
+    if (c != tg) {
 #pragma unroll
-    for (int r = 0; r < R; r++) wv[r] = gw[(size_t)r * CK + c];
+      for (int q = 0; q < 4; q++) tile_ldx<T::EW>(x + (size_t)c * T::E + q * T::EW, xv[q]);
+      if (c == tg + G) asm volatile("cp.async.wait_group 0;" ::: "memory");
+    }
     const float sc = sr ? gsc[(c * T::E) >> 7] : 1.0f;
-    const float* xc = x + (size_t)c * T::E;
-    float p[R];
-    TILE_CHUNK_M1(T, R, xc, (const float*)0, 1.0f, wv, p)
+    // TILE_CHUNK_M1's sums a row at a time: each row's p is the same fmaf
+    // chain (q, then e, in order; the rows never mix), with one row's
+    // chunk live instead of R (at R = 4 under the 40-register bound
+    // TILE_CHUNK_M1 spilled).
 #pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = fmaf(p[r], sc, acc[r]);
+    for (int r = 0; r < R; r++) {
+      const uint4 wv = gw[(size_t)r * CK + c];
+      float p = 0.0f;
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        float wf[T::EW];
+        T::word(tile_word(wv, q), wf);
+#pragma unroll
+        for (int e = 0; e < T::EW; e++) p = fmaf(wf[e], xv[q][e], p);
+      }
+      acc[r] = fmaf(p, sc, acc[r]);
+    }
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll

@@ -184,6 +184,13 @@ func TestKernelGroupSplitTiming(t *testing.T) {
 			_, rm, blocks, smem, _ := groupSplitPlan(c.Info().SMs, K, gsegs(0), splitSmem(), splitR())
 			add(fmtName("%s: gemv_group_split_r%d (%d blocks, %d B shared), cold, graph", what, splitRMax(rm), blocks, smem), b, us,
 				fmtName("%.2fx gemv_group, %.2fx copy time", def/us, us/cp))
+			// The one-wave premise: blocks an SM holds (registers, shared
+			// memory), against the launch's blocks.
+			f, err := k.fn(fmt.Sprintf("gemv_group_split_r%d", splitRMax(rm)))
+			chk(err)
+			occ, err := c.MaxActiveBlocks(f, tileThreads, smem)
+			t.Logf("%s: gemv_group_split_r%d holds %d blocks an SM (%d regs): %d slots for %d blocks (err %v)",
+				what, splitRMax(rm), occ, f.NumRegs, occ*c.Info().SMs, blocks, err)
 			line := ""
 			for _, v := range [][2]int{{32 << 10, 1}, {32 << 10, 2}, {32 << 10, 4}, {64 << 10, 4}, {64 << 10, 8}, {100 << 10, 8}} {
 				forceSplitSmem, forceSplitR = v[0], v[1]

@@ -117,7 +117,8 @@ func splitR() int {
 // (tests).
 var GroupSplitLaunches atomic.Int64
 
-// splitShared holds the split kernels whose shared-memory attributes are set.
+// splitShared holds the split kernels' dynamic shared memory limits set
+// (above 48 KiB).
 var splitShared sync.Map
 
 // GemvGroupSplit is GemvGroup on the split kernel (gemv_group_split_r*)
@@ -136,16 +137,12 @@ func (k *Set) GemvGroupSplit(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs [
 	if err != nil {
 		return false, err
 	}
-	if v, ok := splitShared.Load(f); !ok || v.(int) < smem {
-		// The most shared memory an SM has for its blocks (they hold no
-		// weights in registers; shared memory bounds how many fit).
-		if err := k.c.PreferMaxShared(f); err != nil {
-			return false, err
-		}
-		if smem > 48<<10 {
-			if err := k.c.SetMaxDynamicShared(f, smem); err != nil {
-				return false, errors.WithHint(err, "the split grouped GEMV's shared memory is over the device's: lower forceSplitSmem, or TILERT_GPU_GROUP_SPLIT=0")
-			}
+	// The driver picks each launch's shared-memory carveout for the most
+	// blocks an SM (no preference set: the L1 left over keeps x, which
+	// every block reads, near its SM).
+	if v, ok := splitShared.Load(f); smem > 48<<10 && (!ok || v.(int) < smem) {
+		if err := k.c.SetMaxDynamicShared(f, smem); err != nil {
+			return false, errors.WithHint(err, "the split grouped GEMV's shared memory is over the device's: lower forceSplitSmem, or set TILERT_GPU_GROUP_SPLIT=0")
 		}
 		splitShared.Store(f, smem)
 	}

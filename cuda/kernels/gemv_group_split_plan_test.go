@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -65,6 +67,16 @@ func TestGroupSplitPlan(t *testing.T) {
 		}
 		if smem > tc.smem {
 			t.Errorf("%s: %d B of shared memory over the %d given", tc.name, smem, tc.smem)
+		}
+	}
+	// Every variant the launcher names is compiled and launched
+	// programmatically (it starts with PDL_WAIT, TestPDLKernelsWait).
+	src := KernelSource()
+	for _, r := range []int{1, 2, 4, 8} {
+		// (written out by GEMV_SPLIT_KERNEL(R, min blocks))
+		name, def := fmt.Sprintf("gemv_group_split_r%d", r), fmt.Sprintf("GEMV_SPLIT_KERNEL(%d,", r)
+		if !strings.Contains(src, def) || !pdlKernels[name] {
+			t.Errorf("%s: compiled %v, in pdlKernels %v", name, strings.Contains(src, def), pdlKernels[name])
 		}
 	}
 	for r, want := range map[int]int{1: 1, 2: 2, 3: 4, 4: 4, 5: 8, 8: 8} {

@@ -33,3 +33,8 @@ bn deepseek-v3.2 ds-split-2 45
 #    the grouped and mid projections' equalities under the new default.
 (cd engine/gpu && timeout 200 $D/engine.test -test.run 'TestGPUGroupSplit$|TestGPUGroupedProjectionsEqualSeparate$|TestGPUGemvMidProjections$|TestGPUGreedyMatchesCPU$' -test.v > $R/engine.log 2>&1; echo "rc=$?" >> $R/engine.log)
 grep -E "^--- |^rc=|gemv_group_split ran" $R/engine.log | tail -10 | tee -a $R/summary.txt; save
+# 5. Optional (GRP_PROFILE=1, ~2 x 60 s): the step's profile with and without the switch, for the in-graph
+#    "gemvGroup 2304x7168x1" line (87 us for 10 calls on gemv_group).
+if [ "$GRP_PROFILE" = 1 ]; then
+  for v in 0 1; do (TILERT_GPU_GROUP_SPLIT=$v timeout 100 $D/tilert bench decode --device cuda --dummy-weights deepseek-v3.2 --layers 9 --context 8192 --batches 1 --profile > $R/profile-split$v.txt 2>&1); grep -i "gemvGroup" $R/profile-split$v.txt | head -4 | sed "s/^/profile split=$v: /" >> $R/summary.txt; save; done
+fi

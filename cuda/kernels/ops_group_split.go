@@ -166,19 +166,20 @@ func (k *Set) GemvGroupSplit(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs [
 // groupArgsErr is GemvGroup's argument check.
 func groupArgsErr(x cuda.DevPtr, K, M, ldx int, segs []GroupSeg) error {
 	if K <= 0 || M <= 0 || M > MaxTileM || ldx < K {
-		return errors.Newf("gemv group: K=%d M=%d ldx=%d (M must be 1..%d, ldx >= K)", K, M, ldx, MaxTileM)
+		return errors.WithHint(errors.Newf("gemv group: K=%d M=%d ldx=%d (M must be 1..%d, ldx >= K)", K, M, ldx, MaxTileM),
+			"split the rows into launches of at most MaxTileM")
 	}
 	if !GroupOK(x, K, ldx, segs) {
-		return errors.Newf("gemv group: %d segments, K=%d ldx=%d x=%#x: needs 1..%d segments, K*esize %% 16 == 0, ldx %% 4 == 0, aligned x and weights",
-			len(segs), K, ldx, uint64(x), MaxGroupSegs)
+		return errors.WithHint(errors.Newf("gemv group: %d segments, K=%d ldx=%d x=%#x: needs 1..%d segments, K*esize %% 16 == 0, ldx %% 4 == 0, aligned x and weights",
+			len(segs), K, ldx, uint64(x), MaxGroupSegs), "check GroupOK first and run the separate GEMVs where it says no")
 	}
 	for i, sg := range segs {
 		if sg.N <= 0 || sg.Y == 0 || sg.W == 0 || (M > 1 && sg.LdY < sg.N) || (!sg.BF16 && sg.S == 0) {
-			return errors.Newf("gemv group: segment %d: N=%d LdY=%d W=%#x S=%#x Y=%#x (fp8 needs scales; M > 1 needs LdY >= N)",
-				i, sg.N, sg.LdY, uint64(sg.W), uint64(sg.S), uint64(sg.Y))
+			return errors.WithHint(errors.Newf("gemv group: segment %d: N=%d LdY=%d W=%#x S=%#x Y=%#x (fp8 needs scales; M > 1 needs LdY >= N)",
+				i, sg.N, sg.LdY, uint64(sg.W), uint64(sg.S), uint64(sg.Y)), "give every segment rows, weights, an output and (fp8) its block scales")
 		}
 		if x < sg.Y+cuda.DevPtr(4*((M-1)*sg.LdY+sg.N)) && sg.Y < x+cuda.DevPtr(4*((M-1)*ldx+K)) {
-			return errors.Newf("gemv group: segment %d's output overlaps the input", i)
+			return errors.WithHint(errors.Newf("gemv group: segment %d's output overlaps the input", i), "write the outputs outside x")
 		}
 	}
 	return nil

@@ -118,3 +118,89 @@ func TestKernelGroupTiming(t *testing.T) {
 		run("q_b + idx wq_b after rmsnorm", 1536, true, []seg{{24576, 1536, false}, {8192, 1536, false}})
 	})
 }
+
+// TestKernelGroupSplitTiming times the split grouped GEMV (GemvGroupSplit,
+// TILERT_GPU_GROUP_SPLIT) against gemv_group (GemvGroup) on the one-row
+// layer inputs of DeepSeek-V3.2 (q_a 1536, kv_a 576, indexer wk 128 fp8,
+// weights_proj 64 bf16 x 7168: 16.9 MB) and GLM-5 (2048, 576, 128, 64 x
+// 6144: 17.7 MB), weights cold, in a CUDA graph, beside a copy of the same
+// bytes; logs a sweep of the split plan's shared memory and rows per
+// group. Reported, never asserted.
+func TestKernelGroupSplitTiming(t *testing.T) {
+	needTiming(t)
+	defer func(sm, sr int) { forceSplitSmem, forceSplitR = sm, sr }(forceSplitSmem, forceSplitR)
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		add := timingTable(t, c, a, r, 1<<30, "split: device-to-device copy 1 GiB (read+write)", "reference")
+		type seg struct {
+			N    int
+			bf16 bool
+		}
+		run := func(what string, K int, segs []seg) {
+			var bytes int64
+			for _, sg := range segs {
+				bytes += int64(sg.N*K) * int64(1+b2i(sg.bf16))
+			}
+			nc := coldCopies(bytes)
+			ws := make([][]cuda.DevPtr, len(segs))
+			ss := make([][]cuda.DevPtr, len(segs))
+			ys := make([]cuda.DevPtr, len(segs))
+			for i, sg := range segs {
+				if sg.bf16 {
+					ws[i] = devBF16s(c, a, r, nc, sg.N, K)
+					ss[i] = make([]cuda.DevPtr, nc)
+				} else {
+					ws[i], ss[i] = devFP8s(c, a, r, nc, sg.N, K)
+				}
+				ys[i] = a.raw(int64(4 * sg.N))
+			}
+			x := a.up(randF32(r, K, 1))
+			gsegs := func(i int) []GroupSeg {
+				gs := make([]GroupSeg, len(segs))
+				for j, sg := range segs {
+					gs[j] = GroupSeg{W: ws[j][i%nc], S: ss[j][i%nc], Y: ys[j], N: sg.N, LdY: sg.N, BF16: sg.bf16}
+				}
+				return gs
+			}
+			b := float64(bytes) + float64(4*K)
+			// The copy: bytes/2 read and bytes/2 written, sources cycled cold.
+			half := (bytes / 2) &^ 255
+			srcs := make([]cuda.DevPtr, nc)
+			for i := range srcs {
+				srcs[i] = a.raw(half)
+			}
+			dst := a.raw(half)
+			cp := groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) { chk(c.CopyDtoD(dst, srcs[i%nc], half, s)) })
+			add(fmtName("%s: d2d copy of the same bytes, cold, graph", what), float64(2*half), cp, "floor for this size")
+			def := groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) { chk(k.GemvGroup(s, x, K, 1, K, gsegs(i), GroupNorm{})) })
+			add(fmtName("%s: gemv_group (GROUP_SPLIT=0), cold, graph", what), b, def, fmtName("%.2fx copy time", def/cp))
+			split := func(s cuda.Stream, i int) {
+				ran, err := k.GemvGroupSplit(s, x, K, 1, K, gsegs(i), GroupNorm{})
+				chk(err)
+				if !ran {
+					t.Fatalf("%s: the split plan does not take the launch", what)
+				}
+			}
+			us := groupGraphUs(c, 2*nc, 11, split)
+			_, rm, blocks, smem, _ := groupSplitPlan(c.Info().SMs, K, gsegs(0), splitSmem(), splitR())
+			add(fmtName("%s: gemv_group_split_r%d (%d blocks, %d B shared), cold, graph", what, splitRMax(rm), blocks, smem), b, us,
+				fmtName("%.2fx gemv_group, %.2fx copy time", def/us, us/cp))
+			// The one-wave premise: blocks an SM holds (registers, shared
+			// memory), against the launch's blocks.
+			f, err := k.fn(fmt.Sprintf("gemv_group_split_r%d", splitRMax(rm)))
+			chk(err)
+			occ, err := c.MaxActiveBlocks(f, tileThreads, smem)
+			t.Logf("%s: gemv_group_split_r%d holds %d blocks an SM (%d regs): %d slots for %d blocks (err %v)",
+				what, splitRMax(rm), occ, f.NumRegs, occ*c.Info().SMs, blocks, err)
+			line := ""
+			for _, v := range [][2]int{{32 << 10, 1}, {32 << 10, 2}, {32 << 10, 4}, {64 << 10, 4}, {64 << 10, 8}, {100 << 10, 8}} {
+				forceSplitSmem, forceSplitR = v[0], v[1]
+				_, rm, blocks, _, _ := groupSplitPlan(c.Info().SMs, K, gsegs(0), splitSmem(), splitR())
+				line += fmt.Sprintf(" | smem=%dK R<=%d (r%d, %d blocks): %.2f", v[0]>>10, v[1], splitRMax(rm), blocks, groupGraphUs(c, 2*nc, 5, split))
+			}
+			forceSplitSmem, forceSplitR = 0, 0
+			t.Logf("sweep %s split graph us (copy %.2f, gemv_group %.2f):%s", what, cp, def, line)
+		}
+		run("deepseek attn in 2304x7168", 7168, []seg{{1536, false}, {576, false}, {128, false}, {64, true}})
+		run("glm-5 attn in 2816x6144", 6144, []seg{{2048, false}, {576, false}, {128, false}, {64, true}})
+	})
+}

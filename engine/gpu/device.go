@@ -422,6 +422,13 @@ func (b *cudaDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.Grou
 		_, err := b.k.GemvGroupMid(b.s, x, K, M, ldx, segs, norm, gemvMidShape)
 		return err
 	}
+	// One row without a norm (the layer input's group): the split kernel
+	// where its plan takes the launch (one wave), the same bits
+	// (group_split.go).
+	if groupSplitOn && M == 1 && norm.W == 0 {
+		_, err := b.k.GemvGroupSplit(b.s, x, K, M, ldx, segs, norm)
+		return err
+	}
 	return b.k.GemvGroup(b.s, x, K, M, ldx, segs, norm)
 }
 

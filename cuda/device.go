@@ -653,9 +653,8 @@ var ErrNoOccupancy = errors.New("the driver has no occupancy query")
 // dynamic shared memory) one SM holds at once
 // (cuOccupancyMaxActiveBlocksPerMultiprocessor): a grid of that many
 // blocks per SM is co-resident on an otherwise idle device. Nothing calls
-// it since the persistent MoE kernel, which sized its grid by it, was
-// removed in session 11: kept as generic API. (PreferMaxShared: the deep
-// indexer scores kernels, session 14.)
+// it (nor PreferMaxShared) since the persistent MoE kernel, which sized
+// its grid by them, was removed in session 11: kept as generic API.
 func (c *Ctx) MaxActiveBlocks(f *Function, block, smem int) (int, error) {
 	if c.drv.cuOccupancyMaxActiveBlocksPerMultiprocessor == 0 {
 		return 0, ErrNoOccupancy

@@ -4,7 +4,6 @@ import (
 	"embed"
 	"io/fs"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/cockroachdb/errors"
@@ -203,68 +202,4 @@ func (k *Set) TopKFast(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, ro
 		return err
 	}
 	return k.TopKFastAfterHist(s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
-}
-
-// Cluster top-k (cu/few/topk_fast_cl.cu): topk_fast's selection with a
-// row spread over a cluster of topkClusterBlocks blocks of 512 threads.
-const (
-	topkClusterBlocks  = 8
-	topkClusterThreads = 512
-	// TopKClusterMaxT is the longest row TopKClusterAfterHist selects
-	// (8 blocks x 512 threads x 64 keys in registers).
-	TopKClusterMaxT = topkClusterBlocks * topkClusterThreads * 64
-)
-
-// topkClusterKPT are the keys a thread of the topk_cl variants (rows up to
-// 4096 x KPT keys). The steps are fine because the engine's rows are
-// 256-key length buckets: 131328 at 131072 tokens takes 40 (20480 keys a
-// block), not 64.
-var topkClusterKPT = []int{8, 12, 16, 24, 32, 40, 48, 64}
-
-// topkClusterKernel is the topk_cl variant with the fewest keys per thread
-// that cover T.
-func topkClusterKernel(T int) string {
-	for _, kpt := range topkClusterKPT {
-		if T <= topkClusterBlocks*topkClusterThreads*kpt {
-			return "topk_cl" + strconv.Itoa(kpt)
-		}
-	}
-	return "topk_cl64"
-}
-
-// TopKClusterAfterHist is TopKRadixAfterHistWith(..., TopKRadixOne) (the
-// same arguments and output, element for element; the histogram in scratch
-// left zeroed) on topk_cl: one cluster of 8 blocks a row, the digits
-// counted over the cluster's shared memory, for T <= TopKClusterMaxT and K
-// <= 32767 (sm_90: thread block clusters).
-func (k *Set) TopKClusterAfterHist(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
-	if err := topkRadixCheck(rows, T, K, ld, ldOut, scratch); err != nil {
-		return err
-	}
-	if T > TopKClusterMaxT || K > 32767 || rows > 65535 {
-		return errors.WithHint(errors.Newf("topk cluster: T=%d (<= %d) K=%d (<= 32767) rows=%d (<= 65535)", T, TopKClusterMaxT, K, rows),
-			"longer rows take TopKRadixAfterHist (TILERT_GPU_IDX_LONG=0)")
-	}
-	f, err := k.fewFn(topkClusterKernel(T))
-	if err != nil {
-		return err
-	}
-	return k.launchFn(f, cuda.D3(topkClusterBlocks, rows, 1), cuda.D1(topkClusterThreads), 0, s, scores, ld, lens, T, K, TopKRadixHist(scratch), out, ldOut)
-}
-
-// TopKCluster is TopKRadixWith(..., TopKRadixOne) on topk_cl: the 12-bit
-// histogram (topk_radix_hist, the default module) then the cluster
-// selection (TopKClusterAfterHist's limits).
-func (k *Set) TopKCluster(s cuda.Stream, out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
-	if err := topkRadixCheck(rows, T, K, ld, ldOut, scratch); err != nil {
-		return err
-	}
-	if T > TopKClusterMaxT || K > 32767 {
-		return errors.Newf("topk cluster: T=%d (<= %d) K=%d (<= 32767)", T, TopKClusterMaxT, K)
-	}
-	nb, chunk := topkRadixPlan(k.c.Info().SMs, rows, T)
-	if err := k.launch("topk_radix_hist", cuda.D3(nb, rows, 1), cuda.D1(256), 0, s, scores, ld, lens, T, K, chunk, TopKRadixHist(scratch)); err != nil {
-		return err
-	}
-	return k.TopKClusterAfterHist(s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
 }

@@ -64,15 +64,11 @@ var pdlKernels = setOf(
 	"gemv_group_r2_m1", "gemv_group_r2_m2", "gemv_group_r2_m4", "gemv_group_r2_m8",
 	"gemv_group_r4_m1", "gemv_group_r4_m2", "gemv_group_r4_m4", "gemv_group_r4_m8",
 	"gemv_group_r8_m1", "gemv_group_r8_m2", "gemv_group_r8_m4",
-	// gemv_group_split.cu
-	"gemv_group_split_r1", "gemv_group_split_r2", "gemv_group_split_r4", "gemv_group_split_r8",
 	// gemv_wide.cu (dense; the experts variants wait before reading ids)
 	"gemv_fp8_wide_r1", "gemv_fp8_wide_r2", "gemv_fp8_wide_r4", "gemv_fp8_wide_r8",
 	"gemv_bf16_wide_r1", "gemv_bf16_wide_r2", "gemv_bf16_wide_r4", "gemv_bf16_wide_r8",
 	// indexer.cu, indexer_mma.cu, indexer_wide.cu, topk_radix.cu, topk_wide.cu
 	"indexer_scores", "topk_rows", "idx_q_prep", "indexer_scores_mma", "indexer_scores_mma_pf", "indexer_scores_mma_rows", "indexer_scores_wide",
-	"indexer_scores_mma_d2", "indexer_scores_mma_d3", "indexer_scores_mma_d4",
-	"indexer_scores_mma_rows_d2", "indexer_scores_mma_rows_d3", "indexer_scores_mma_rows_d4",
 	"topk_radix_hist", "topk_radix_mark", "topk_radix_mark_s", "topk_radix_mark_l",
 	"topk_wide_hist", "topk_wide_pick", "topk_wide_count", "topk_wide_emit",
 	// mla*.cu
@@ -159,7 +155,6 @@ var pdlMoreKernels = setOf(
 	// cu/few
 	"mla_decode_few", "mla_combine_few",
 	"topk_fast16", "topk_fast32", "topk_fast64", "topk_fast16_d1", "topk_fast16_d2", "topk_fast16_d3", "topk_fast16_d4",
-	"topk_cl8", "topk_cl12", "topk_cl16", "topk_cl24", "topk_cl32", "topk_cl40", "topk_cl48", "topk_cl64",
 	// cu/mid
 	"gemv_mid_group_r2_m1_o4", "gemv_mid_group_r2_m1_o4n", "gemv_mid_group_r4_m1_d16", "gemv_mid_group_r4_m1_d16n",
 	"gemv_mid_group_r4_m1_o4", "gemv_mid_group_r4_m1_o4n", "gemv_mid_group_r8_m1_d16", "gemv_mid_group_r8_m1_d16n",

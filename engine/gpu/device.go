@@ -422,13 +422,6 @@ func (b *cudaDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.Grou
 		_, err := b.k.GemvGroupMid(b.s, x, K, M, ldx, segs, norm, gemvMidShape)
 		return err
 	}
-	// One row without a norm (the layer input's group): the split kernel
-	// where its plan takes the launch (one wave), the same bits
-	// (group_split.go).
-	if groupSplitOn && M == 1 && norm.W == 0 {
-		_, err := b.k.GemvGroupSplit(b.s, x, K, M, ldx, segs, norm)
-		return err
-	}
 	return b.k.GemvGroup(b.s, x, K, M, ldx, segs, norm)
 }
 
@@ -503,18 +496,10 @@ func (b *cudaDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H,
 }
 
 func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
-	if idxLongScoresOK(T) {
-		idxLongLaunches.Add(1)
-		return b.k.IndexerScoresMMADeep(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut, kernels.IndexerMMADeepDepth)
-	}
 	return b.k.IndexerScoresMMA(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
 }
 
 func (b *cudaDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
-	if b.topkClusterOK(T, K) {
-		idxLongLaunches.Add(1)
-		return b.k.TopKClusterAfterHist(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
-	}
 	if b.topkFastOK(T, K) {
 		fastTopKLaunches.Add(1)
 		return b.k.TopKFastAfterHist(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
@@ -654,10 +639,6 @@ func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowB
 }
 
 func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
-	if idxLongScoresOK(T) {
-		idxLongLaunches.Add(1)
-		return b.k.IndexerScoresMMARowsDeep(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut, kernels.IndexerMMADeepDepth)
-	}
 	return b.k.IndexerScoresMMARows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
 }
 
@@ -1014,7 +995,7 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 	if r.wgMode != 0 {
 		b.mlaPrefillWGOK(r.wgMode) // the sm_90a module
 	}
-	if mlaFewOn || topkFastOn || idxLongOn {
+	if mlaFewOn || topkFastOn {
 		b.fewReady()
 	}
 	if gemvMidMode != "" {
@@ -1155,35 +1136,3 @@ func (b *cudaDevice) topkFastOK(T, K int) bool {
 
 // topkFastBestT is the longest row topk_fast takes in the engine.
 const topkFastBestT = 8192
-
-// idxLongOn: TILERT_GPU_IDX_LONG (default on; =0 off) runs the indexer's
-// serving pair for rows longer than idxLongMinT keys on the long-row
-// kernels: the scores on indexer_scores_mma_d4 (indexer_mma.cu: the same
-// score bits and histogram as indexer_scores_mma_pf, each warp's 16-key
-// groups streamed four deep through a cp.async ring instead of one group
-// in flight and the scales loaded after the products) and the top-k after
-// them on topk_cl (cu/few/topk_fast_cl.cu: topk_fast's selection, element
-// for element, over a cluster of 8 blocks a row; needs sm_90 and the
-// few-heads module) instead of topk_radix_mark_l. Each half falls back
-// alone: without the few module the top-k keeps mark_l. Issue 10: at
-// 131072 keys the old pair took ~34 us of the step's critical path a
-// layer (H200, session 13: 23.3 scores + 23.5 top-k graph-timed with
-// their overlap); rows of up to 32768 keys keep their kernels (the deep
-// ring has no second group to overlap there: a warp holds one).
-var idxLongOn = os.Getenv("TILERT_GPU_IDX_LONG") != "0"
-
-// idxLongMinT: rows of more keys take TILERT_GPU_IDX_LONG's kernels (rows
-// up to it fit topk_radix_one / topk_fast's one block). A variable only so
-// that TestGPUIdxLong runs the tiny presets' short rows on them.
-var idxLongMinT = kernels.TopKRadixOneMaxT
-
-// idxLongLaunches counts the engine's launches of the long-row kernels
-// (tests: the switch did not fall back).
-var idxLongLaunches atomic.Int64
-
-func idxLongScoresOK(T int) bool { return idxLongOn && T > idxLongMinT }
-
-// topkClusterOK: topk_cl takes this top-k (TILERT_GPU_IDX_LONG).
-func (b *cudaDevice) topkClusterOK(T, K int) bool {
-	return idxLongOn && T > idxLongMinT && T <= kernels.TopKClusterMaxT && K <= 32767 && b.c.Info().CCMajor >= 9 && b.fewReady()
-}

@@ -67,6 +67,21 @@ func removedSwitches(getenv func(string) string) error {
 			errors.Newf("%s=%q: the L2 weight prefetch (attn_epilogue_pf, add_rmsnorm_pf) was removed in session 12: measured on the H200 it was slower (decode step at 8192 3.012 against 2.998 ms; attention tail 99.54-104.86 against 97.61 us with 0-48 MB of o_proj prefetched; layer end 39.29 against 38.00 us)", name, v),
 			"unset "+name+": nothing is prefetched; the record is in cuda/kernels/NOTES.md \"Small per-layer kernels\" and docs/measured/h200-2026-12-01-s4-round2; the code last exists at commit 0781d7c")
 	}
+	// TILERT_GPU_IDX_LONG (the indexer's long rows on a cp.async-ring score
+	// kernel and a cluster top-k) and TILERT_GPU_GROUP_SPLIT (the layer
+	// input's grouped GEMV with every block's weights in flight through
+	// shared memory) were built and measured in session 14, slower both,
+	// and never kept; =0 named the path that runs.
+	for _, r := range []struct{ name, what, hint string }{
+		{"TILERT_GPU_IDX_LONG", "the long-row indexer pair (indexer_scores_mma_d2..d4 + topk_cl) was measured slower on the H200 in session 14 and not kept (graph-timed pair at 131072 keys 38.5 against 27.6 us; decode p50 at 131072, 1 slot, 3.210 against 2.920 ms)",
+			"unset TILERT_GPU_IDX_LONG: indexer_scores_mma_pf and the radix top-k run; the code is at commit ad57728, the record in docs/measured/h200-2026-12-03-s14 call B"},
+		{"TILERT_GPU_GROUP_SPLIT", "the split grouped GEMV (gemv_group_split) was measured slower on the H200 in session 14 and not kept (2304 x 7168 one row 10.29 against gemv_group's 9.74 us; decode p50 at 8192, 1 slot, 2.726 against 2.699 ms DeepSeek-V3.2 dims, 2.972 against 2.918 GLM-5)",
+			"unset TILERT_GPU_GROUP_SPLIT: gemv_group runs; the code is at commit ad57728, the record in docs/measured/h200-2026-12-03-s14 call C"},
+	} {
+		if v := getenv(r.name); v != "" && v != "0" {
+			return errors.WithHint(errors.Newf("%s=%q: %s", r.name, v, r.what), r.hint)
+		}
+	}
 	return nil
 }
 

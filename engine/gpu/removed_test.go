@@ -54,6 +54,10 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_MLA_TCQ": "1"}, `TILERT_GPU_MLA_TCQ="1"`},
 		{map[string]string{"TILERT_GPU_MLA_TCQ": "yes"}, `TILERT_GPU_MLA_TCQ="yes"`},
 		{map[string]string{"TILERT_GPU_MLA_TCF": "q"}, `TILERT_GPU_MLA_TCF="q"`},
+		{map[string]string{"TILERT_GPU_IDX_LONG": "0"}, ""},
+		{map[string]string{"TILERT_GPU_IDX_LONG": "1"}, `TILERT_GPU_IDX_LONG="1"`},
+		{map[string]string{"TILERT_GPU_GROUP_SPLIT": "0"}, ""},
+		{map[string]string{"TILERT_GPU_GROUP_SPLIT": "1"}, `TILERT_GPU_GROUP_SPLIT="1"`},
 	} {
 		err := removedSwitches(func(k string) string { return c.env[k] })
 		if c.fail == "" {
@@ -104,6 +108,10 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_SIDE_MOE", "docs/measured/h200-2026-12-02-s12"}},
 	"TILERT_GPU_NORM_FUSE": {{"removed in session 12", "2.987 against 2.975 ms", "2.802 against 2.771 ms"},
 		{"unset TILERT_GPU_NORM_FUSE", "84f17b3", "docs/measured/h200-2026-12-02-s12"}},
+	"TILERT_GPU_IDX_LONG": {{"session 14", "38.5 against 27.6 us", "3.210 against 2.920 ms"},
+		{"unset TILERT_GPU_IDX_LONG", "ad57728", "docs/measured/h200-2026-12-03-s14"}},
+	"TILERT_GPU_GROUP_SPLIT": {{"session 14", "10.29 against gemv_group's 9.74 us", "2.726 against 2.699 ms", "2.972 against 2.918"},
+		{"unset TILERT_GPU_GROUP_SPLIT", "ad57728", "docs/measured/h200-2026-12-03-s14"}},
 	"TILERT_GPU_L2PF":          l2pfSays,
 	"TILERT_GPU_L2PF_OPROJ_MB": l2pfSays,
 }

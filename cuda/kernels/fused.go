@@ -7,7 +7,9 @@ import (
 )
 
 // Launchers for cu/fused.cu: per-row epilogues that each replace a run of
-// small launches with one, bit-identical to that run.
+// small launches with one, bit-identical to that run. RouterRoute and
+// MoECombineAddRMSNorm (router_route, moe_combine_add_rmsnorm) were removed
+// in session 15, slower on the H200; they last exist at commit ca3f1b5.
 
 // AttnEpilogue is the attention side's per-row work once the projections
 // exist, for Rows rows at positions Pos[m] (int32 on the device; a negative
@@ -76,44 +78,4 @@ func (k *Set) AttnEpilogue(s cuda.Stream, a AttnEpilogue) error {
 		a.KVA, a.LdKV, a.KVNorm, a.KVEps, a.MLACache, b2i(a.KVInterleaved),
 		a.IK, a.LdIK, a.IKNormW, a.IKNormB, a.IKEps, a.IdxCache, b2i(a.IdxInterleaved),
 		a.IQ, a.IW, a.QH, a.WQ, a.IH, a.WScale, a.Pos, a.Cos, a.Sin, a.Rot)
-}
-
-// RouterRouteMaxRows and RouterRouteMaxExperts bound RouterRoute's shapes.
-const (
-	RouterRouteMaxRows    = 8
-	RouterRouteMaxExperts = 256
-)
-
-// RouterRouteOK says whether RouterRoute takes the shape: at most 8 rows
-// and 256 experts, whole 16-byte chunks of bf16 in K, float4-aligned rows
-// of x and 16-byte aligned x and w, and what MoERoute takes.
-func RouterRouteOK(x, w cuda.DevPtr, E, K, M, ldx, topk, ngroup, topkGroup int) bool {
-	return M > 0 && M <= RouterRouteMaxRows && E > 0 && E <= RouterRouteMaxExperts && K > 0 && K%8 == 0 &&
-		ldx >= K && ldx%4 == 0 && uint64(x)%16 == 0 && uint64(w)%16 == 0 &&
-		topk > 0 && topk <= min(E, maxRouteTopK) && ngroup <= maxRouteGroups &&
-		(ngroup <= 1 || (E%ngroup == 0 && topkGroup > 0))
-}
-
-// RouterRoute is GemvBF16Wide(logits, x, w, E, K, M, ldx, E) then
-// MoERoute(idx, wts, logits, bias, M, E, topk, ...) in one launch, with the
-// same results bit for bit (the last block routes). counter is a zeroed
-// uint32 on the device that the launch leaves zeroed; launches sharing it
-// must not run concurrently.
-func (k *Set) RouterRoute(s cuda.Stream, idx, wts, logits, x, w, bias, counter cuda.DevPtr, E, K, M, ldx, topk, ngroup, topkGroup int, norm bool, scale float32) error {
-	if !RouterRouteOK(x, w, E, K, M, ldx, topk, ngroup, topkGroup) || counter == 0 {
-		return errors.Newf("router route: E=%d K=%d M=%d ldx=%d topk=%d ngroup=%d topk_group=%d (M <= %d, E <= %d, K %% 8 == 0, aligned x and w, a counter)",
-			E, K, M, ldx, topk, ngroup, topkGroup, RouterRouteMaxRows, RouterRouteMaxExperts)
-	}
-	return k.launch("router_route", cuda.D1(E), cuda.D1(256), 0, s, w, x, logits, E, K, M, ldx, bias, idx, wts, topk, ngroup,
-		topkGroup, b2i(norm), scale, counter, b2i(smallFast))
-}
-
-// MoECombineAddRMSNorm is MoECombineSlots(tmp, y, w, resid, M, k, D) then
-// AddRMSNorm(out, x, tmp, nw, M, D, ldx, D, ldy, eps) in one launch, the same
-// bits (tmp not stored): one block per row.
-func (k *Set) MoECombineAddRMSNorm(s cuda.Stream, out, x, y, w, resid, nw cuda.DevPtr, M, kslots, D, ldx, ldy int, eps float32) error {
-	if M <= 0 || kslots <= 0 || D <= 0 || ldx < D || ldy < D {
-		return errors.Newf("moe combine add rmsnorm: M=%d k=%d D=%d ldx=%d ldy=%d", M, kslots, D, ldx, ldy)
-	}
-	return k.launch("moe_combine_add_rmsnorm", cuda.D1(M), cuda.D1(normThreads(D)), 0, s, y, w, resid, x, nw, out, kslots, D, ldx, ldy, eps)
 }

@@ -150,14 +150,10 @@ func TestKernelSmallTiming(t *testing.T) {
 			const K = 7168
 			w := a.up(randBF16(r, E*K, 0.05))
 			x := a.up(randF32(r, M*K, 1))
-			counter := a.up([]uint32{0})
 			rb := float64(2*E*K + 4*M*K + 4*M*E)
 			both(fmtName("router gemv_bf16_wide + moe_route (2 launches) M=%d", M), rb, func() {
 				chk(k.GemvBF16Wide(s, lg, x, w, 0, E, K, M, K, E))
 				chk(k.MoERoute(s, ids, wts, lg, bias, M, E, topk, 8, 4, true, 2.5))
-			})
-			both(fmtName("router_route fused M=%d", M), rb, func() {
-				chk(k.RouterRoute(s, ids, wts, lg, x, w, bias, counter, E, K, M, K, topk, 8, 4, true, 2.5))
 			})
 			const D = 7168
 			y := a.up(randF32(r, M*topk*D, 1))

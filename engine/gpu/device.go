@@ -138,20 +138,14 @@ type device interface {
 	commDevice // comm.go
 }
 
-// fusedDevice holds the fused per-row launches (kernels/fused.go), each the
-// same bits as the run of launches it replaces (TILERT_GPU_FUSE=0 keeps
-// those runs).
+// fusedDevice holds the fused per-row launch (kernels/fused.go), the same
+// bits as the run of launches it replaces (TILERT_GPU_FUSE=0 keeps that
+// run).
 type fusedDevice interface {
 	// attnEpilogue is rmsnorm + rope + mlaCacheWrite (fp8) of the latent
 	// rows, layernorm + rope + idxCacheWrite (fp8) of the indexer keys and
 	// indexerQPrep, each part when its output is set (kernels.AttnEpilogue).
 	attnEpilogue(a kernels.AttnEpilogue) error
-	// routerRoute is gemvBF16 of the router into logits then moeRoute;
-	// counter is a zeroed uint32 the launch leaves zeroed.
-	routerRoute(idx, wts, logits, x, w, bias, counter cuda.DevPtr, E, K, M, ldx, topk, ngroup, topkGroup int, norm bool, scale float32) error
-	// moeCombineNorm is moeCombineSlots(tmp, y, w, resid, M, k, D) then
-	// addRMSNorm(out, x, tmp, nw, M, D, ldx, D, ldy, eps); tmp is not kept.
-	moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error
 }
 
 // cudaDevice runs on the device thread (valid only inside Device.Do); all
@@ -896,14 +890,6 @@ func (b *cudaDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ld
 
 func (b *cudaDevice) attnEpilogue(a kernels.AttnEpilogue) error { return b.k.AttnEpilogue(b.s, a) }
 
-func (b *cudaDevice) routerRoute(idx, wts, logits, x, w, bias, counter cuda.DevPtr, E, K, M, ldx, topk, ngroup, topkGroup int, norm bool, scale float32) error {
-	return b.k.RouterRoute(b.s, idx, wts, logits, x, w, bias, counter, E, K, M, ldx, topk, ngroup, topkGroup, norm, scale)
-}
-
-func (b *cudaDevice) moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error {
-	return b.k.MoECombineAddRMSNorm(b.s, out, x, y, w, resid, nw, M, k, D, ldx, ldy, eps)
-}
-
 // embedCheckOn: embed_bf16_checked writes a NaN row for an id outside the
 // vocabulary instead of reading outside the table. It matters for the
 // pipelined step (ahead.go, on by default): a pick over non-finite logits
@@ -918,21 +904,11 @@ var embedCheckOn = os.Getenv("TILERT_GPU_EMBED_CHECK") != "0"
 // fuseOn: the attention side's per-row work after the projections runs as
 // one attnEpilogue launch per group (on the H200 3.2 us per layer in a
 // graph against 14.4 us for the 7 launches it replaces,
-// docs/measured/h200-2026-12-01-post). fuseMoE: the router GEMV with the
-// routing, and the MoE combine with the block's closing norm, each as one
-// launch: measured slower there (router 12.2 vs 10.9 us at 1 row, 34 vs 12
-// at 4 rows: the last block routes the rows one after another; combine +
-// norm 9.5 vs 6.2 us: one block per row reads the slots alone), so only on
-// request. TILERT_GPU_FUSE=0 keeps every unfused launch (comparisons),
-// =2 also takes fuseMoE's; =3 only the router's (fuseRouter: its last
-// block routes by rank, kernels' moe_route_rank_row, unless
-// TILERT_GPU_SMALL=0).
-var (
-	fuseMode   = os.Getenv("TILERT_GPU_FUSE")
-	fuseOn     = fuseMode != "0"
-	fuseMoE    = fuseMode == "2"
-	fuseRouter = fuseMode == "2" || fuseMode == "3"
-)
+// docs/measured/h200-2026-12-01-post). TILERT_GPU_FUSE=0 keeps the unfused
+// launches (comparisons). Its =2 and =3 (the router GEMV with the routing,
+// the MoE combine with the closing norm) were removed in session 15 and
+// are refused (removed.go).
+var fuseOn = os.Getenv("TILERT_GPU_FUSE") != "0"
 
 // runner executes engine work on a backend: the GPU's device thread or the
 // emulator.

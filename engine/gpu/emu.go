@@ -967,30 +967,3 @@ func (m *emuDevice) attnEpilogue(a kernels.AttnEpilogue) error {
 	}
 	return m.indexerQPrep(a.QH, a.WQ, a.IQ, a.IW, a.Pos, a.Cos, a.Sin, a.Rows, a.IH, a.Rot, a.IdxInterleaved, a.WScale)
 }
-
-// routerRoute is the router GEMV then moeRoute, with the kernel's limits.
-func (m *emuDevice) routerRoute(idx, wts, logits, x, w, bias, counter cuda.DevPtr, E, K, M, ldx, topk, ngroup, topkGroup int, norm bool, scale float32) error {
-	if !kernels.RouterRouteOK(x, w, E, K, M, ldx, topk, ngroup, topkGroup) || counter == 0 {
-		return errors.Newf("emu router route: E=%d K=%d M=%d ldx=%d topk=%d", E, K, M, ldx, topk)
-	}
-	if c := m.i32(counter, 1)[0]; c != 0 {
-		return errors.Newf("emu router route: counter %d, not zeroed", c)
-	}
-	if err := m.gemvBF16(logits, x, w, E, K, M, ldx, E); err != nil {
-		return err
-	}
-	return m.moeRoute(idx, wts, logits, bias, M, E, topk, ngroup, topkGroup, norm, scale)
-}
-
-// moeCombineNorm is moeCombineSlots into scratch then addRMSNorm.
-func (m *emuDevice) moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error {
-	tmp, err := m.alloc(int64(4 * M * D))
-	if err != nil {
-		return err
-	}
-	defer m.free(tmp)
-	if err := m.moeCombineSlots(tmp, y, w, resid, M, k, D); err != nil {
-		return err
-	}
-	return m.addRMSNorm(out, x, tmp, nw, M, D, ldx, D, ldy, eps)
-}

@@ -94,7 +94,6 @@ type workspace struct {
 	mla                      cuda.DevPtr // split MLA partials (kernels.MLAHeadsWorkspaceBytes(maxRows, heads))
 	tkw                      cuda.DevPtr // top-k scratch (kernels.TopKRadixScratchBytes(maxRows, ldScores), zeroed)
 	grp                      moeGroupWorkspace
-	ctr                      cuda.DevPtr // routerRoute's block counter (zeroed; each launch leaves it zeroed)
 	ldScores                 int
 }
 
@@ -168,7 +167,6 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 		{&ws.ey, max(K, tileSlots) * H},
 		{&ws.logits, M * c.VocabSize},
 		{&ws.tok, M},
-		{&ws.ctr, 1},
 		{&ws.amax, int(kernels.ArgmaxScratchBytes(M) / 4)},
 		{&ws.mla, int(kernels.MLAHeadsWorkspaceBytes(M, NH) / 4)},
 		{&ws.tkw, int(kernels.TopKRadixScratchBytes(M, ws.ldScores) / 4)},
@@ -377,19 +375,11 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr) {
 	f.attention(lw)
 	o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
 	if lw.MoE {
-		if f.moeThen(lw, &normTo{y: nextY, w: nextW}) {
-			return // the residual add and norm rode in the MoE's combine
-		}
+		f.moe(lw)
 	} else {
 		f.ffn(lw.Gate, lw.Up, lw.Down, ws.mo)
 	}
 	o.do(o.b.addRMSNorm(nextY, ws.x, ws.mo, nextW, M, H, H, H, H, eps))
-}
-
-// normTo is where a block's closing addRMSNorm writes (y) with which
-// weights (w).
-type normTo struct {
-	y, w cuda.DevPtr
 }
 
 // ffn writes down(silu(gate h) * up h) of ws.h into out.
@@ -417,12 +407,7 @@ func tileFFN(g, u dlin) bool {
 
 // moe writes the routed experts' weighted sum plus the shared expert of
 // ws.h into ws.mo; expert ids stay on the device.
-func (f *fwd) moe(lw *dlayer) { f.moeThen(lw, nil) }
-
-// moeThen is moe; with nrm set it may also run the block's closing
-// addRMSNorm(nrm.y, ws.x, ws.mo, nrm.w) fused into the combine (ws.mo then
-// not written), and says whether it did.
-func (f *fwd) moeThen(lw *dlayer, nrm *normTo) bool {
+func (f *fwd) moe(lw *dlayer) {
 	c := f.e.cfg
 	H := c.HiddenSize
 	f.sideSh = f.sharedBeside(lw)
@@ -430,34 +415,25 @@ func (f *fwd) moeThen(lw *dlayer, nrm *normTo) bool {
 	switch {
 	case f.groupedMoE():
 		f.moeGrouped(lw) // the shared expert included
-		return false
 	case gemvTileOn && H%16 == 0 && c.MoEIntermediateSize%16 == 0:
-		return f.moeTile(lw, nrm) // the shared expert included
+		f.moeTile(lw) // the shared expert included
 	default:
 		f.moeRows(lw)
+		if lw.HasShared {
+			f.addSharedFFN(lw)
+		}
 	}
-	if lw.HasShared {
-		f.addSharedFFN(lw)
-	}
-	return false
 }
 
 // route runs the router GEMV and the routing of ws.h into ws.eidx and
-// ws.ewts (one launch where fuseRouter takes them).
+// ws.ewts.
 func (f *fwd) route(lw *dlayer) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	E, K := c.NRoutedExperts, c.NumExpertsPerTok
-	if fuseRouter && lw.Router.kind == linBF16 && !useGemm(lw.Router, M) && lw.Router.out == E && lw.Router.in == H &&
-		kernels.RouterRouteOK(ws.h, lw.Router.w, E, H, M, H, K, c.NGroup, c.TopKGroup) {
-		// the router GEMV and the routing in one launch
-		o.do(o.b.routerRoute(ws.eidx, ws.ewts, ws.rlog, ws.h, lw.Router.w, lw.Bias, ws.ctr, E, H, M, H, K, c.NGroup, c.TopKGroup,
-			c.NormTopKProb, float32(c.RoutedScalingFactor)))
-	} else {
-		o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
-		o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
-	}
+	o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
+	o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
 }
 
 // tileShared says whether moeTile runs the shared expert as dense slots of
@@ -537,10 +513,8 @@ func (f *fwd) moeRows(lw *dlayer) {
 // gate/up/SwiGLU of every routed slot and the shared expert (a dense slot
 // per row), down likewise, and the weighted combine with the shared
 // expert's output added (routed sum first, then the shared expert, as the
-// per-row path adds them). With nrm set (and the shared expert in the tile
-// launches, or none) the combine also runs the block's closing addRMSNorm
-// (moeThen); it says whether it did.
-func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
+// per-row path adds them).
+func (f *fwd) moeTile(lw *dlayer) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
@@ -550,7 +524,6 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 	shared := f.tileShared(lw)
 	beside := f.sideSh
 	f.sideSh = false
-	fuse := nrm != nil && fuseMoE && (shared || !lw.HasShared)
 	for r := 0; r < M && o.err == nil; r += kernels.MaxTileM {
 		m := min(kernels.MaxTileM, M-r)
 		slots, dense := m*K, 0
@@ -579,17 +552,11 @@ func (f *fwd) moeTile(lw *dlayer, nrm *normTo) bool {
 		if shared {
 			resid = fptr(ws.ey, slots*H)
 		}
-		if fuse {
-			o.do(o.b.moeCombineNorm(fptr(nrm.y, r*H), fptr(ws.x, r*H), ws.ey, fptr(ws.ewts, r*K), resid, nrm.w, m, K, H, H, H,
-				float32(c.RMSNormEps)))
-			continue
-		}
 		o.do(o.b.moeCombineSlots(fptr(ws.mo, r*H), ws.ey, fptr(ws.ewts, r*K), resid, m, K, H))
 	}
 	if lw.HasShared && !shared {
 		f.addSharedFFN(lw)
 	}
-	return fuse
 }
 
 // attnIn computes the queries and the rows' latent cache entries (written

@@ -2,18 +2,16 @@ package gpu
 
 import (
 	"bytes"
-	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
 
-// The fused per-row launches (TILERT_GPU_FUSE, kernels/fused.go) must give
-// what the launches they replace give: the same tokens and cache bytes, one
+// The fused per-row launch (TILERT_GPU_FUSE, kernels/fused.go) must give
+// what the launches it replaces give: the same tokens and cache bytes, one
 // slot and two slots with MTP (several rows and groups per step). The step
-// must actually run them: the test counts their launches.
+// must actually run it: the test counts its launches.
 func TestEmuFusedEqualUnfused(t *testing.T) { testFusedEqualUnfused(t, onEmu) }
 func TestGPUFusedEqualUnfused(t *testing.T) { testFusedEqualUnfused(t, onGPU) }
 
@@ -21,19 +19,9 @@ func testFusedEqualUnfused(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(on, moe, rt bool) { fuseOn, fuseMoE, fuseRouter = on, moe, rt }(fuseOn, fuseMoE, fuseRouter)
-	for _, tc := range []struct {
-		pr   string
-		moe  bool // TILERT_GPU_FUSE=2: the router and combine fusions too
-		want []string
-	}{
-		{enginetest.Presets[0], false, []string{"attnEpilogue"}},
-		{enginetest.Presets[1], false, []string{"attnEpilogue"}},
-		{enginetest.Presets[0], true, []string{"attnEpilogue", "routerRoute", "moeCombineNorm"}},
-		{enginetest.Presets[1], true, []string{"attnEpilogue", "routerRoute", "moeCombineNorm"}},
-	} {
-		pr := tc.pr
-		t.Run(fmt.Sprintf("%s moe=%v", pr, tc.moe), func(t *testing.T) {
+	defer func(on bool) { fuseOn = on }(fuseOn)
+	for _, pr := range enginetest.Presets {
+		t.Run(pr, func(t *testing.T) {
 			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
 			vocab := w.Config().VocabSize
 			// past index_topk, so the indexer scores and selects
@@ -45,7 +33,7 @@ func testFusedEqualUnfused(t *testing.T, kind deviceKind) {
 			var batch [2][][]int
 			var count [2]map[string]int
 			for k, on := range []bool{false, true} {
-				fuseOn, fuseMoE, fuseRouter = on, on && tc.moe, on && tc.moe
+				fuseOn = on
 				e := newTestEngine(t, kind, src, opts)
 				e.m.graphs.keep = [][]gop{}
 				toks[k] = enginetest.GenerateKeep(t, e, 0, prompt, engine.Params{}, n)
@@ -70,18 +58,12 @@ func testFusedEqualUnfused(t *testing.T, kind deviceKind) {
 					t.Errorf("batched slot %d: fused tokens differ from unfused at %d", s, i)
 				}
 			}
-			for _, name := range []string{"attnEpilogue", "routerRoute", "moeCombineNorm"} {
-				want := slices.Contains(tc.want, name)
-				if count[0][name] != 0 || (count[1][name] > 0) != want {
-					t.Errorf("%s launches: %d unfused, %d fused (want 0 and %s)", name, count[0][name], count[1][name],
-						map[bool]string{true: "some", false: "none"}[want])
-				}
+			if n := count[0]["attnEpilogue"]; n != 0 || count[1]["attnEpilogue"] == 0 {
+				t.Errorf("attnEpilogue launches: %d unfused, %d fused (want 0 and some)", n, count[1]["attnEpilogue"])
 			}
-			fused := []string{"attnEpilogue", "routerRoute", "moeCombineNorm"}
-			t.Logf("%s launches unfused/fused: rmsnorm %d/%d rope %d/%d mlaCacheWrite %d/%d moeRoute %d/%d addRMSNorm %d/%d; fused %d %d %d",
+			t.Logf("%s launches unfused/fused: rmsnorm %d/%d rope %d/%d mlaCacheWrite %d/%d; attnEpilogue %d",
 				kind, count[0]["rmsnorm"], count[1]["rmsnorm"], count[0]["rope"], count[1]["rope"], count[0]["mlaCacheWrite"],
-				count[1]["mlaCacheWrite"], count[0]["moeRoute"], count[1]["moeRoute"], count[0]["addRMSNorm"], count[1]["addRMSNorm"],
-				count[1][fused[0]], count[1][fused[1]], count[1][fused[2]])
+				count[1]["mlaCacheWrite"], count[1]["attnEpilogue"])
 		})
 	}
 }

@@ -565,7 +565,7 @@ func (f *fwd) groupedMoE() bool {
 }
 
 // moeGrouped is moe's routed part for many rows, the shared expert
-// included (moeThen adds none after it): ws.eidx comes back to the host,
+// included (moe adds none after it): ws.eidx comes back to the host,
 // the pairs are ordered by expert (stable: by row inside an expert;
 // expertOrder) into tiles of at most kernels.GemmTileRows, and gate, up,
 // SiLU, down and the weighted combine run once over all pairs. Results

@@ -563,20 +563,6 @@ func (gb *graphDevice) attnEpilogue(a kernels.AttnEpilogue) error {
 		ku(a.IQ), ku(a.IW), ku(a.QH), ku(a.WQ), ki(a.IH), kf(a.WScale), ku(a.Pos), ku(a.Cos), ku(a.Sin), ki(a.Rot), ki(a.Rows))
 }
 
-func (gb *graphDevice) routerRoute(idx, wts, logits, x, w, bias, counter cuda.DevPtr, E, K, M, ldx, topk, ngroup, topkGroup int, norm bool, scale float32) error {
-	_ = gb.rec("routerRoute", 2*int64(E)*int64(K), func(b device) error {
-		return b.routerRoute(idx, wts, logits, x, w, bias, counter, E, K, M, ldx, topk, ngroup, topkGroup, norm, scale)
-	}, ku(idx), ku(wts), ku(logits), ku(x), ku(w), ku(bias), ku(counter), ki(E), ki(K), ki(M), ki(ldx), ki(topk), ki(ngroup),
-		ki(topkGroup), kb(norm), kf(scale))
-	return gb.shaped(E, K, M)
-}
-
-func (gb *graphDevice) moeCombineNorm(out, x, y, w, resid, nw cuda.DevPtr, M, k, D, ldx, ldy int, eps float32) error {
-	return gb.rec("moeCombineNorm", int64(4*M*(k+4)*D), func(b device) error {
-		return b.moeCombineNorm(out, x, y, w, resid, nw, M, k, D, ldx, ldy, eps)
-	}, ku(out), ku(x), ku(y), ku(w), ku(resid), ku(nw), ki(M), ki(k), ki(D), ki(ldx), ki(ldy), kf(eps))
-}
-
 // cudaGrapher captures on the backend's stream (thread-local capture: only
 // the device thread's own calls are recorded).
 type cudaGrapher struct{ b *cudaDevice }

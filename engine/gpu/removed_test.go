@@ -58,6 +58,10 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_IDX_LONG": "1"}, `TILERT_GPU_IDX_LONG="1"`},
 		{map[string]string{"TILERT_GPU_GROUP_SPLIT": "0"}, ""},
 		{map[string]string{"TILERT_GPU_GROUP_SPLIT": "1"}, `TILERT_GPU_GROUP_SPLIT="1"`},
+		{map[string]string{"TILERT_GPU_FUSE": "0"}, ""},
+		{map[string]string{"TILERT_GPU_FUSE": "1"}, ""},
+		{map[string]string{"TILERT_GPU_FUSE": "2"}, `TILERT_GPU_FUSE="2"`},
+		{map[string]string{"TILERT_GPU_FUSE": "3"}, `TILERT_GPU_FUSE="3"`},
 	} {
 		err := removedSwitches(func(k string) string { return c.env[k] })
 		if c.fail == "" {
@@ -112,6 +116,8 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_IDX_LONG", "ad57728", "docs/measured/h200-2026-12-03-s14"}},
 	"TILERT_GPU_GROUP_SPLIT": {{"session 14", "10.29 against gemv_group's 9.74 us", "2.726 against 2.699 ms", "2.972 against 2.918"},
 		{"unset TILERT_GPU_GROUP_SPLIT", "ad57728", "docs/measured/h200-2026-12-03-s14"}},
+	"TILERT_GPU_FUSE": {{"removed in session 15", "=3 2.746, =2 2.808 against 2.697 ms", "10.62 against 8.31 us", "9.5 against 6.2 us"},
+		{"unset TILERT_GPU_FUSE", "ca3f1b5", "docs/measured/h200-2026-12-03-s14"}},
 	"TILERT_GPU_L2PF":          l2pfSays,
 	"TILERT_GPU_L2PF_OPROJ_MB": l2pfSays,
 }

@@ -150,7 +150,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 									side = true
 								case "unfork", "join":
 									side = false
-								case "moeRoute", "routerRoute":
+								case "moeRoute":
 									if side {
 										sideRoutes[k]++
 									}

@@ -4,14 +4,10 @@
 // computed by the same expressions in the same order (the same per-thread
 // element assignment and reduction trees as those kernels' launches).
 
-// Defined later in the module (indexer_mma.cu, moe.cu).
+// Defined later in the module (indexer_mma.cu).
 __device__ void idx_q_prep_body(const float* __restrict__ q, const float* __restrict__ w, const int* __restrict__ pos,
                                 const float* __restrict__ cos_t, const float* __restrict__ sin_t, u8* qh, float* wq,
                                 int H, int rot, int interleaved, float wscale, int hb, int m);
-__device__ void moe_route_row(const float* lg, const float* __restrict__ bias, int* idx, float* wts, int E, int K,
-                              int ngroup, int topk_group, int norm, float scale);
-__device__ void moe_route_rank_row(const float* lg, const float* __restrict__ bias, int* idx, float* wts, int E,
-                                   int K, int ngroup, int topk_group, int norm, float scale);
 
 // One RoPE pair of the rope kernel (same expressions, so the same rounding).
 __device__ __forceinline__ void fz_rope_pair(float* x, int i, int half, float c, float s, int interleaved) {
@@ -144,138 +140,4 @@ extern "C" __global__ void __launch_bounds__(512)
   PDL_WAIT();
   attn_epilogue_body(kva, ldkv, kvw, kv_eps, mla, kv_il, ik, ldik, ikw, ikb, ik_eps, idxc, ik_il, iq, iw, qh, wq, IH,
                      wscale, pos, cos_t, sin_t, rot);
-}
-
-// Router GEMV of bf16 W [E][K] for M <= 8 rows, then moe_route, in one launch:
-// block n computes logits[m][n] for every row with gemv_bf16_wide_r1's
-// arithmetic (256 threads split K in 16-byte chunks, 4 loads in flight,
-// fixed-order combine); the last block to finish (a counter the block resets
-// for the next launch, so graph replays stay valid) routes every row with
-// moe_route's rule over the logits (rank != 0: moe_route_rank_row, the same
-// bits). grid E, 256 threads, E <= 256.
-#define RR_MAXM 8
-
-__device__ __forceinline__ uint4 fz_ldg_stream16(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-extern "C" __global__ void __launch_bounds__(256)
-    router_route(const u16* __restrict__ W, const float* __restrict__ x, float* logits, int E, int K, int M, int ldx,
-                 const float* __restrict__ bias, int* idx, float* wts, int topk, int ngroup, int topk_group, int norm,
-                 float scale, unsigned* counter, int rank) {
-  PDL_WAIT();
-  __shared__ float part[8][RR_MAXM];
-  __shared__ float lg[RR_MAXM * 256];
-  __shared__ int last;
-  const int n = blockIdx.x, t = threadIdx.x;
-  const char* wr = (const char*)W + (size_t)n * K * 2;
-  const int C = K / 8;
-  float acc[RR_MAXM];
-#pragma unroll
-  for (int m = 0; m < RR_MAXM; m++) acc[m] = 0.0f;
-  for (int c0 = t; c0 < C; c0 += 256 * 4) {
-    uint4 wv[4];
-    float sc[4];
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-      const int c = c0 + u * 256;
-      if (c < C) {
-        wv[u] = fz_ldg_stream16(wr + (size_t)c * 16);
-        sc[u] = 1.0f;
-      } else {
-        wv[u] = make_uint4(0u, 0u, 0u, 0u);
-        sc[u] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-      const int c = c0 + u * 256;
-      if (c < C) {
-        float wf[8];
-        const u32 ws[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
-#pragma unroll
-        for (int j = 0; j < 8; j++) wf[j] = bf16_to_f32(ws[j >> 1] >> ((j & 1) * 16));
-#pragma unroll
-        for (int m = 0; m < RR_MAXM; m++) {
-          if (m < M) {
-            const float4* xp = (const float4*)(x + (size_t)m * ldx + (size_t)c * 8);
-            float pp = 0.0f;
-#pragma unroll
-            for (int q = 0; q < 2; q++) {
-              const float4 v = __ldg(xp + q);
-              pp += wf[4 * q] * v.x;
-              pp += wf[4 * q + 1] * v.y;
-              pp += wf[4 * q + 2] * v.z;
-              pp += wf[4 * q + 3] * v.w;
-            }
-            acc[m] += pp * sc[u];
-          }
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int m = 0; m < RR_MAXM; m++) acc[m] = warp_sum(acc[m]);
-  if ((t & 31) == 0) {
-#pragma unroll
-    for (int m = 0; m < RR_MAXM; m++) part[t >> 5][m] = acc[m];
-  }
-  __syncthreads();
-  if (t < M) {
-    float v = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; i++) v += part[i][t];
-    logits[(size_t)t * E + n] = v + 0.0f;
-    __threadfence();
-  }
-  __syncthreads();
-  if (t == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int i = t; i < M * E; i += 256) lg[i] = __ldcg(logits + i);
-  __syncthreads();
-  for (int m = 0; m < M; m++) {
-    if (rank)
-      moe_route_rank_row(lg + m * E, bias, idx + (size_t)m * topk, wts + (size_t)m * topk, E, topk, ngroup,
-                         topk_group, norm, scale);
-    else
-      moe_route_row(lg + m * E, bias, idx + (size_t)m * topk, wts + (size_t)m * topk, E, topk, ngroup, topk_group,
-                    norm, scale);
-    __syncthreads();
-  }
-  if (t == 0) *counter = 0u;
-}
-
-// moe_combine_slots then add_rmsnorm of its output, one block per row
-// (blockDim as add_rmsnorm's launch): b = resid[m] + sum_j w[m][j] * y[m][j]
-// (resid may be null), x[m] += b, out[m] = rmsnorm(x[m]) * nw. The combined
-// row is not stored (the fused launches' scratch).
-extern "C" __global__ void __launch_bounds__(1024)
-    moe_combine_add_rmsnorm(const float* __restrict__ y, const float* __restrict__ w, const float* __restrict__ resid,
-                            float* x, const float* __restrict__ nw, float* out, int k, int D, int ldx, int ldy,
-                            float eps) {
-  PDL_WAIT();
-  __shared__ float sh[32];
-  const int m = blockIdx.x;
-  const float* ym = y + (size_t)m * k * D;
-  const float* wm = w + (size_t)m * k;
-  float* xr = x + (size_t)m * ldx;
-  float* yr = out + (size_t)m * ldy;
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < D; i += blockDim.x) {
-    float s = 0.0f;
-    for (int jj = 0; jj < k; jj++) s += wm[jj] * ym[(size_t)jj * D + i];
-    const float b = (resid ? resid[(size_t)m * D + i] : 0.0f) + s;
-    const float v = xr[i] + b;
-    xr[i] = v;
-    ss += v * v;
-  }
-  ss = block_sum(ss, sh);
-  const float r = rsqrtf(ss / (float)D + eps);
-  for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = nw[i] * (xr[i] * r);
 }

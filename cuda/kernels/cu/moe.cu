@@ -6,8 +6,7 @@
 //   pick K experts by c (descending, ties to the lower index);
 //   weight = s[e], normalised by their sum (+1e-20) when norm != 0, times scale.
 // Outputs idx[t][K] (int32) and wts[t][K] in selection order.
-// moe_route_row is one token's block (lg, idx, wts: that token's rows), also
-// run by the last block of fused.cu's router_route.
+// moe_route_row is one token's block (lg, idx, wts: that token's rows).
 __device__ void moe_route_row(const float* lg, const float* __restrict__ bias, int* idx, float* wts, int E, int K,
                               int ngroup, int topk_group, int norm, float scale) {
   __shared__ float c[1024];
@@ -108,8 +107,7 @@ extern "C" __global__ void __launch_bounds__(1024) moe_route(const float* __rest
 // Replaces ~8 block arg-max rounds (2 barriers each) and two one-thread
 // loops with 3 barriers and one pass over the kept experts per thread.
 // moe_route_rank_row is one token's block (blockDim >= E, every thread
-// calls it; lg may be in shared memory), also run by fused.cu's
-// router_route.
+// calls it).
 __device__ void moe_route_rank_row(const float* lg, const float* __restrict__ bias, int* idx, float* wts, int E,
                                    int K, int ngroup, int topk_group, int norm, float scale) {
   __shared__ float c[1024];

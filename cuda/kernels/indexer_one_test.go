@@ -95,7 +95,7 @@ func TestKernelIndexerTopKOne(t *testing.T) {
 				chk(k.IndexerScoresMMA(s, outP, in.qh, in.wq, cp, btp, lp, TopKRadixHist(scratch), M, cs.T, ld))
 				chk(k.TopKRadixAfterHistWith(s, selP, outP, lp, scratch, M, cs.T, K, ld, ldSel, TopKRadixOne))
 				outO, selO := a.poisoned(M*ld), a.poisoned(M*ldSel)
-				chk(k.IndexerTopKOne(s, selO, outO, in.qh, in.wq, cp, btp, lp, scratch, M, cs.T, K, ld, ldSel))
+				chk(k.IndexerTopKOne(s, selO, outO, in.qh, in.wq, cp, btp, lp, scratch, M, cs.T, K, ld, ldSel, rep == 1))
 				sp, so := downF32(c, outP, M*ld), downF32(c, outO, M*ld)
 				ip, io := downI32(c, selP, M*ldSel), downI32(c, selO, M*ldSel)
 				scoreBad, vsPair, vsRef := 0, 0, 0
@@ -115,7 +115,7 @@ func TestKernelIndexerTopKOne(t *testing.T) {
 						}
 					}
 				}
-				name := fmtName("indexer_topk_one %s T=%d lens=%v (case %d call %d)", cs.name, cs.T, cs.lens, ci, rep+1)
+				name := fmtName("indexer_topk_one %s T=%d lens=%v (case %d, %s)", cs.name, cs.T, cs.lens, ci, map[int]string{0: "plain", 1: "cooperative"}[rep])
 				record(t, name+" scores vs _pf", "mismatched scores (bits)", float64(scoreBad), 0)
 				record(t, name+" vs pair", "mismatched indices", float64(vsPair), 0)
 				record(t, name+" vs refTopK", "mismatched indices", float64(vsRef), 0)
@@ -132,43 +132,43 @@ func TestKernelIndexerTopKOne(t *testing.T) {
 		record(t, "indexer_topk_one: scratch left zeroed after every case", "nonzero words", float64(nz), 0)
 
 		// Graph replays, the lengths changed between them (as a decode step's
-		// graph sees them).
+		// graph sees them), plain and cooperative launches captured.
 		const T = 131328
-		cache := randIndexerCache(r, cdiv(T, IndexerPageTokens))
-		cp := a.up(cache)
-		ls := []int32{131000, 90000}
-		lp := a.up(ls)
+		cp := a.up(randIndexerCache(r, cdiv(T, IndexerPageTokens)))
+		lp := a.up([]int32{131000, 90000})
 		ld := T
-		outO, selO := a.poisoned(2*ld), a.poisoned(2*K)
 		outP, selP := a.poisoned(2*ld), a.poisoned(2*K)
-		chk(c.SyncStream(s))
-		chk(c.BeginCapture(s))
-		chk(k.IndexerTopKOne(s, selO, outO, in.qh, in.wq, cp, 0, lp, scratch, 2, T, K, ld, K))
-		g, err := c.EndCapture(s)
-		chk(err)
-		defer func() { chk(c.DestroyGraph(g)) }()
-		for rep, l := range [][]int32{{131000, 90000}, {131001, 2048}, {33000, 131328}, {131328, 131328}} {
-			chk(c.Upload(lp, l))
-			chk(c.LaunchGraph(g, s))
-			chk(k.IndexerScoresMMA(s, outP, in.qh, in.wq, cp, 0, lp, TopKRadixHist(scratch), 2, T, ld))
-			chk(k.TopKRadixAfterHistWith(s, selP, outP, lp, scratch, 2, T, K, ld, K, TopKRadixOne))
-			sp := downF32(c, outP, 2*ld)
-			ip, io := downI32(c, selP, 2*K), downI32(c, selO, 2*K)
-			vsPair, vsRef := 0, 0
-			for m := range 2 {
-				want := refTopK(sp[m*ld:(m+1)*ld], int(l[m]), K)
-				for j := range K {
-					if io[m*K+j] != ip[m*K+j] {
-						vsPair++
-					}
-					if io[m*K+j] != want[j] {
-						vsRef++
+		for _, coop := range []bool{false, true} {
+			outO, selO := a.poisoned(2*ld), a.poisoned(2*K)
+			chk(c.SyncStream(s))
+			chk(c.BeginCapture(s))
+			chk(k.IndexerTopKOne(s, selO, outO, in.qh, in.wq, cp, 0, lp, scratch, 2, T, K, ld, K, coop))
+			g, err := c.EndCapture(s)
+			chk(err)
+			for rep, l := range [][]int32{{131000, 90000}, {131001, 2048}, {33000, 131328}, {131328, 131328}} {
+				chk(c.Upload(lp, l))
+				chk(c.LaunchGraph(g, s))
+				chk(k.IndexerScoresMMA(s, outP, in.qh, in.wq, cp, 0, lp, TopKRadixHist(scratch), 2, T, ld))
+				chk(k.TopKRadixAfterHistWith(s, selP, outP, lp, scratch, 2, T, K, ld, K, TopKRadixOne))
+				sp := downF32(c, outP, 2*ld)
+				ip, io := downI32(c, selP, 2*K), downI32(c, selO, 2*K)
+				vsPair, vsRef := 0, 0
+				for m := range 2 {
+					want := refTopK(sp[m*ld:(m+1)*ld], int(l[m]), K)
+					for j := range K {
+						if io[m*K+j] != ip[m*K+j] {
+							vsPair++
+						}
+						if io[m*K+j] != want[j] {
+							vsRef++
+						}
 					}
 				}
+				name := fmtName("indexer_topk_one graph replay %d (coop %v) lens=%v", rep+1, coop, l)
+				record(t, name+" vs pair", "mismatched indices", float64(vsPair), 0)
+				record(t, name+" vs refTopK", "mismatched indices", float64(vsRef), 0)
 			}
-			name := fmtName("indexer_topk_one graph replay %d lens=%v", rep+1, l)
-			record(t, name+" vs pair", "mismatched indices", float64(vsPair), 0)
-			record(t, name+" vs refTopK", "mismatched indices", float64(vsRef), 0)
+			chk(c.DestroyGraph(g))
 		}
 	})
 }

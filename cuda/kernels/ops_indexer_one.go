@@ -52,8 +52,15 @@ func (k *Set) IndexerTopKOneFits(nq, T int) bool {
 // (sel [nq][ldSel], element for element the same) in one launch. scratch:
 // TopKRadixScratchBytes(nq, T), zeroed before its first use and left
 // zeroed, one call at a time. The grid is one wave: every block must be
-// resident at once (the launcher sizes it from the occupancy query).
-func (k *Set) IndexerTopKOne(s cuda.Stream, sel, out, qh, wq, cache, blockTable, lens, scratch cuda.DevPtr, nq, T, K, ldOut, ldSel int) error {
+// resident at once: the launcher sizes it from the occupancy query, and
+// coop launches it cooperatively (cuda.Ctx.LaunchCooperative), which the
+// driver runs only with every block resident. A plain launch (coop false)
+// relies on the device being otherwise free enough to take the whole grid
+// at once: kernels beside it (another stream) end by themselves, so the
+// waiting blocks get the SMs they need, but two grid-barrier launches on
+// streams of one device (several ranks sharing a GPU) could hold SMs each
+// other's blocks need.
+func (k *Set) IndexerTopKOne(s cuda.Stream, sel, out, qh, wq, cache, blockTable, lens, scratch cuda.DevPtr, nq, T, K, ldOut, ldSel int, coop bool) error {
 	if nq <= 0 || T <= 0 || K <= 0 || ldOut < T || ldSel < K || scratch == 0 {
 		return errors.Newf("indexer topk one: nq=%d T=%d K=%d ldOut=%d ldSel=%d scratch=%#x", nq, T, K, ldOut, ldSel, uint64(scratch))
 	}
@@ -88,7 +95,13 @@ func (k *Set) IndexerTopKOne(s cuda.Stream, sel, out, qh, wq, cache, blockTable,
 			"check IndexerTopKOneFits first, or unset TILERT_GPU_IDX_ONE")
 	}
 	l, _ := topkRadixLayout(nq, T)
-	return k.launchFn(f, cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cache, blockTable, lens, out, T, ldOut, K,
+	args := []any{qh, wq, cache, blockTable, lens, out, T, ldOut, K,
 		TopKRadixHist(scratch), scratch.Add(int64(l.sure)), l.ldw, scratch.Add(int64(l.l2)), scratch.Add(int64(l.list)), T,
-		sel, ldSel)
+		sel, ldSel}
+	if coop {
+		return k.c.LaunchCooperative(f, cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, args...)
+	}
+	// Plain, never programmatic: the kernel triggers its dependents itself,
+	// after its last grid barrier (not listed in pdl.go).
+	return k.launchFn(f, cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, args...)
 }

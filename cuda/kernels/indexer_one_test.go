@@ -172,3 +172,79 @@ func TestKernelIndexerTopKOne(t *testing.T) {
 		}
 	})
 }
+
+// TestKernelTimingIdxOne (TILERT_GPU_TIMING=1): graph-timed, the engine's
+// pair (IndexerScoresMMA with the histogram, then TopKRadixAfterHist with
+// the engine's final: topk_radix_one32 at 32768, mark_l above) against
+// indexer_topk_one launched plainly and cooperatively; keys cold (4 copies
+// of the cache, more than the L2 at 131072).
+func TestKernelTimingIdxOne(t *testing.T) {
+	needTiming(t)
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		if !k.IndexerMMASupported() {
+			t.Skip("indexer mma unsupported")
+		}
+		add := timingTable(t, c, a, r, 256<<20, "device-to-device copy 256 MiB (read+write)", "reference of this table")
+		const K, maxM = 2048, 4
+		in := newIdxOneInputs(a, r, maxM)
+		img := randIndexerCache(r, 64)
+		for _, sh := range []struct{ M, T int }{{1, 32768}, {1, 65536}, {1, 131072}, {1, 131328}, {4, 131072}} {
+			M, T := sh.M, sh.T
+			nPages := cdiv(T, 64)
+			const copies = 4
+			caches := make([]cuda.DevPtr, copies)
+			for i := range caches {
+				caches[i] = a.raw(int64(nPages * IndexerPageBytes))
+				for p := 0; p < nPages; p += 64 {
+					chk(c.Upload(caches[i].Add(int64(p*IndexerPageBytes)), img[:min(64, nPages-p)*IndexerPageBytes]))
+				}
+			}
+			ls := make([]int32, M)
+			for i := range ls {
+				ls[i] = int32(T - 37*i)
+			}
+			lens := a.up(ls)
+			out, idx := a.raw(int64(4*M*T)), a.raw(int64(4*M*K))
+			scratch := a.up(make([]byte, TopKRadixScratchBytes(M, T)))
+			kb := float64(M) * float64(nPages*IndexerPageBytes+4*T)
+			pair := graphUsRot(c, s, 8, 15, func(i int) {
+				chk(k.IndexerScoresMMA(s, out, in.qh, in.wq, caches[i%copies], 0, lens, TopKRadixHist(scratch), M, T, T))
+				chk(k.TopKRadixAfterHistWith(s, idx, out, lens, scratch, M, T, K, T, K, TopKRadixOne))
+			})
+			add(fmtName("graph: pair scores+hist, topk after hist rows=%d T=%d", M, T), kb, pair, "today's engine pair")
+			if !k.IndexerTopKOneFits(M, T) {
+				t.Logf("indexer_topk_one: rows=%d T=%d does not fit one wave", M, T)
+				continue
+			}
+			for _, coop := range []bool{false, true} {
+				us := graphUsRot(c, s, 8, 15, func(i int) {
+					chk(k.IndexerTopKOne(s, idx, out, in.qh, in.wq, caches[i%copies], 0, lens, scratch, M, T, K, T, K, coop))
+				})
+				add(fmtName("graph: indexer_topk_one (%s) rows=%d T=%d", map[bool]string{false: "plain", true: "coop"}[coop], M, T), kb, us,
+					fmtName("vs pair %.2f us", pair))
+			}
+		}
+		// The slow path: every key equal (one bin holds the row: the list
+		// read three times from L2 by every block).
+		const T = 131072
+		pg := randIndexerCache(r, 1)
+		for tok := 1; tok < IndexerPageTokens; tok++ {
+			copy(pg[tok*128:(tok+1)*128], pg[:128])
+			copy(pg[64*128+4*tok:64*128+4*tok+4], pg[64*128:64*128+4])
+		}
+		bt := make([]int32, T/64)
+		cp, btp, lens := a.up(pg), a.up(bt), a.up([]int32{T})
+		out, idx := a.raw(int64(4*T)), a.raw(int64(4*K))
+		scratch := a.up(make([]byte, TopKRadixScratchBytes(1, T)))
+		pair := graphUsRot(c, s, 4, 9, func(int) {
+			chk(k.IndexerScoresMMA(s, out, in.qh, in.wq, cp, btp, lens, TopKRadixHist(scratch), 1, T, T))
+			chk(k.TopKRadixAfterHistWith(s, idx, out, lens, scratch, 1, T, K, T, K, TopKRadixOne))
+		})
+		add("graph: pair, all keys equal rows=1 T=131072", 0, pair, "one bin")
+		one := graphUsRot(c, s, 4, 9, func(int) {
+			chk(k.IndexerTopKOne(s, idx, out, in.qh, in.wq, cp, btp, lens, scratch, 1, T, K, T, K, false))
+		})
+		add("graph: indexer_topk_one (plain), all keys equal rows=1 T=131072", 0, one, "one bin: the list path")
+	})
+}

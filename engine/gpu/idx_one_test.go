@@ -50,3 +50,16 @@ func TestGPUIdxOne(t *testing.T) {
 		t.Errorf("idx-one: the fused kernel never ran in the shard")
 	}
 }
+
+// TestEmuIdxOneWiring (CI): forward's TILERT_GPU_IDX_ONE path (one op for
+// the scores and the top-k) on the emulator, every row past index_topk
+// taking it: greedy output equals the CPU engine's.
+func TestEmuIdxOneWiring(t *testing.T) {
+	defer func(on bool, minT int) { idxOneOn, idxOneMinT = on, minT }(idxOneOn, idxOneMinT)
+	idxOneOn, idxOneMinT = true, 0
+	n0 := idxOneLaunches.Load()
+	testGreedyCases(t, onEmu, engine.CacheFP8DSMLA, genCases, " idx-one")
+	if idxOneLaunches.Load() == n0 {
+		t.Fatal("TILERT_GPU_IDX_ONE: forward never took the fused op")
+	}
+}

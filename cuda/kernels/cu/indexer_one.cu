@@ -117,16 +117,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_topk_one(
   const float* x = scores + (size_t)row * ld;
   idx1_bar(c + 0, (u32)nb);  // also makes this block's score writes visible to its threads
 
-  // The block's keys (segments s = b + kk*nb < nseg), from its own writes.
+  // Threshold bin from the finished histogram (thread t: bins 4080 - 16t ..
+  // 4095 - 16t), its loads issued before the block's keys are staged
+  // (segments s = b + kk*nb < nseg, from the block's own score writes).
   const int nseg = (n + 127) >> 7;
   const int myseg = b < nseg ? (nseg - 1 - b) / nb + 1 : 0;
   const int nk = myseg * 128;
-  for (int j = tid; j < nk; j += 256) {
-    const int t = (b + (j >> 7) * nb) * 128 + (j & 127);
-    keys[j] = t < n ? float_key(x[t]) : 0u;
-  }
-  // Threshold bin from the finished histogram: thread t holds bins
-  // 4080 - 16t .. 4095 - 16t.
   {
     u32 hc[16];
     const uint4* hp = (const uint4*)(gh + IDXM_BINS - 16 * (tid + 1));
@@ -138,6 +134,15 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_topk_one(
       hc[4 * q + 2] = v.z;
       hc[4 * q + 3] = v.w;
     }
+    float kv[IDX1_KMAX / 256];  // all of a thread's loads in flight at once
+#pragma unroll
+    for (int i = 0; i < IDX1_KMAX / 256; i++) {
+      const int j = tid + 256 * i, t = (b + (j >> 7) * nb) * 128 + (j & 127);
+      kv[i] = j < nk && t < n ? x[t] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < IDX1_KMAX / 256; i++)
+      if (tid + 256 * i < nk) keys[tid + 256 * i] = float_key(kv[i]);
     if (tid < 16) sAbove[tid] = 0;
     idx1_pick<16>(hc, IDXM_BINS - 1 - 16 * tid, K, shs, sres);
   }

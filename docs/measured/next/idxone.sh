@@ -22,7 +22,7 @@ save() { tar czf $OUT/idxone.tgz -C $R .; cp $R/summary.txt $OUT/summary.txt 2>/
 grep -E "^--- |^rc=|FAIL" $R/kernels.log | head -20 | tee -a $R/summary.txt; save
 # 2. Timing: the pair vs indexer_topk_one (plain, coop) at 32768, 65536, 131072, 131328 x 1 row, 131072 x 4; one bin.
 (cd cuda/kernels && TILERT_GPU_TIMING=1 timeout 90 $D/kernels.test -test.run 'TestKernelTimingIdxOne$' -test.v > $R/timing.log 2>&1; echo "rc=$?" >> $R/timing.log)
-grep -E "^graph|^rc=|does not fit" $R/timing.log | tee -a $R/summary.txt; save
+grep -E "timing_test.go:[0-9]+: graph: |^rc=|does not fit|panic" $R/timing.log | tee -a $R/summary.txt; save
 # 3. Decode, off then =1 (cooperative), 8192 and 131072; 3b =plain if time is left.
 bn() { local n=$1; shift; env "$@" timeout 100 $D/tilert bench decode --device cuda --dummy-weights deepseek-v3.2 --layers 9 --context 8192,131072 --batches 1 --json $R/$n.json > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -A3 "p50 ms" $R/$n.txt | sed "s/^/$n $* /" >> $R/summary.txt; save; }
 bn one-off

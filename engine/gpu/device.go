@@ -95,6 +95,11 @@ type device interface {
 	// topKAfterHist is topK of scores that indexerScoresQ scored with
 	// hist = scratch.
 	topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error
+	// indexerTopKOne is indexerScoresQ (hist = scratch) then
+	// topKAfterHist into sel, in one launch where the kernel takes the
+	// shape (TILERT_GPU_IDX_ONE=1; idx_one.go): the same scores and
+	// selection.
+	indexerTopKOne(sel, out, qh, wq, cache, lens, scratch cuda.DevPtr, nq, T, K, ldOut, ldSel int) error
 	// topK with scratch != 0 (kernels.TopKRadixScratchBytes(rows, T),
 	// zeroed) spreads long rows over many blocks; the result is the same.
 	topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error

@@ -497,6 +497,7 @@ func (b *cudaDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H,
 
 func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
 	if idxF8On {
+		idxF8Launches.Add(1)
 		return b.k.IndexerScoresF8(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
 	}
 	return b.k.IndexerScoresMMA(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
@@ -643,6 +644,7 @@ func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowB
 
 func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
 	if idxF8On {
+		idxF8Launches.Add(1)
 		return b.k.IndexerScoresF8Rows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
 	}
 	return b.k.IndexerScoresMMARows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
@@ -804,14 +806,6 @@ var topkRadixFinal = func() kernels.TopKRadixFinal {
 // quantisation and scaling as three launches and the float score kernels
 // instead of indexerQPrep and the tensor-core indexerScoresQ.
 var idxMMAOn = os.Getenv("TILERT_GPU_IDX_MMA") != "0"
-
-// idxF8On: TILERT_GPU_IDX_F8=1 scores the serving indexer (one slot's rows
-// and the launch across slots) on the fp8 tensor-core instruction
-// (kernels.Set.IndexerScoresF8, mma.sync m16n8k32 e4m3: no f16
-// conversions, half the mma) instead of IndexerScoresMMA's f16 one. Opt-in
-// until measured: its head sums are the instruction's own accumulation
-// (TestKernelIndexerF8 measures it and the selections it changes).
-var idxF8On = os.Getenv("TILERT_GPU_IDX_F8") == "1"
 
 func (b *cudaDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error {
 	if scratch != 0 {

@@ -102,3 +102,103 @@ func TestIndexerF8FragmentOrder(t *testing.T) {
 		t.Fatalf("%d of %d (head, key) dot products differ: the query's and the keys' k orders disagree", bad, IndexerQHeads*16)
 	}
 }
+
+// TestIndexerWGTranscription transcribes indexer_scores_wg's index
+// arithmetic: the query prologue's two 2-byte reads per (head, 4
+// dimensions) are IndexerQByte's bytes, WGI_OFF places every (row, byte)
+// of a 64 x 128 matrix once, and the epilogue's shuffle reduce-scatter
+// leaves each of a warp's 64 keys summed over the 8 lane groups exactly
+// once.
+func TestIndexerWGTranscription(t *testing.T) {
+	for i := range IndexerQHeads * (IndexerHeadDim / 4) {
+		h, d := i>>5, (i&31)*4
+		mt, rr := h>>4, h&15
+		hg, hi, dd := rr&7, rr>>3, d&63
+		kst, cg := (d>>6)<<2+(dd&15)>>2, dd>>4
+		e := ((mt*8+kst)*32 + hg*4 + cg) * 8
+		for j, b := range []int{e + 2*hi, e + 2*hi + 1, e + 4 + 2*hi, e + 5 + 2*hi} {
+			if want := IndexerQByte(h, d+j); b != want {
+				t.Fatalf("query (%d, %d): byte %d, IndexerQByte %d", h, d+j, b, want)
+			}
+		}
+	}
+	off := func(r, k int) int { return ((k>>4)*8+(r>>3))<<7 + (r&7)<<4 + k&15 }
+	seen := make([]bool, 64*128)
+	for r := range 64 {
+		for k := range 128 {
+			o := off(r, k)
+			if seen[o] {
+				t.Fatalf("WGI_OFF(%d, %d) = %d taken twice", r, k, o)
+			}
+			seen[o] = true
+		}
+	}
+	// Reduce-scatter: lane (g, c) starts with v[2j+e] = value of key
+	// 8j+2c+e from lane group g; the sum over g must land once per key.
+	var v [32][16]float64
+	want := make([]float64, 64)
+	r := rand.New(rand.NewPCG(5, 6))
+	for lane := range 32 {
+		for idx := range 16 {
+			x := float64(r.IntN(1000))
+			v[lane][idx] = x
+			want[8*(idx>>1)+2*(lane&3)+idx&1] += x
+		}
+	}
+	sel := func(b bool, x, y float64) float64 {
+		if b {
+			return x
+		}
+		return y
+	}
+	shfl := func(vals [32]float64, m int) [32]float64 {
+		var o [32]float64
+		for l := range 32 {
+			o[l] = vals[l^m]
+		}
+		return o
+	}
+	var u [32][8]float64
+	for i := range 8 {
+		var snd [32]float64
+		for l := range 32 {
+			snd[l] = sel((l>>2)&1 != 0, v[l][i], v[l][8+i])
+		}
+		got := shfl(snd, 4)
+		for l := range 32 {
+			u[l][i] = sel((l>>2)&1 != 0, v[l][8+i], v[l][i]) + got[l]
+		}
+	}
+	var x4 [32][4]float64
+	for i := range 4 {
+		var snd [32]float64
+		for l := range 32 {
+			snd[l] = sel((l>>2)&2 != 0, u[l][i], u[l][4+i])
+		}
+		got := shfl(snd, 8)
+		for l := range 32 {
+			x4[l][i] = sel((l>>2)&2 != 0, u[l][4+i], u[l][i]) + got[l]
+		}
+	}
+	got := make([]float64, 64)
+	hits := make([]int, 64)
+	for i := range 2 {
+		var snd [32]float64
+		for l := range 32 {
+			snd[l] = sel((l>>2)&4 != 0, x4[l][i], x4[l][2+i])
+		}
+		gs := shfl(snd, 16)
+		for l := range 32 {
+			g, c := l>>2, l&3
+			jj := 4*(g&1) + (g & 2) + (g>>2)&1
+			key := 8*jj + 2*c + i
+			got[key] = sel(g&4 != 0, x4[l][2+i], x4[l][i]) + gs[l]
+			hits[key]++
+		}
+	}
+	for key := range 64 {
+		if hits[key] != 1 || got[key] != want[key] {
+			t.Fatalf("key %d: written %d times, %v want %v", key, hits[key], got[key], want[key])
+		}
+	}
+}

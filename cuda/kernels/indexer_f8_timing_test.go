@@ -8,7 +8,7 @@ import (
 )
 
 // TestKernelTimingIdxF8: indexer_scores_mma_pf against indexer_scores_f8
-// graph-timed (graphUsRot, TestKernelTimingIdxMLA's style: cold keys over 4
+// and indexer_scores_wg (sm_90a) graph-timed (graphUsRot, TestKernelTimingIdxMLA's style: cold keys over 4
 // copies), the scores + histogram alone (memset subtracted) and the pair
 // with the top-k the engine runs after them (topk_radix_one up to
 // TopKRadixOneMaxT keys, topk_radix_mark_l above), 1 and 4 rows at 8192,
@@ -33,6 +33,14 @@ func TestKernelTimingIdxF8(t *testing.T) {
 			name string
 			f    scoresFn
 		}{{"indexer_scores_mma_pf", k.IndexerScoresMMA}, {"indexer_scores_f8", k.IndexerScoresF8}}
+		if err := k.WGSupported(); err == nil {
+			kernels = append(kernels, struct {
+				name string
+				f    scoresFn
+			}{"indexer_scores_wg", k.IndexerScoresWG})
+		} else {
+			t.Logf("indexer_scores_wg not timed: %v", err)
+		}
 		for _, T := range []int{8192, 32768, 131072} {
 			nPages := T / 64
 			const copies = 4

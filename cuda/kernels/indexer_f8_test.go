@@ -39,15 +39,6 @@ func TestKernelIndexerF8(t *testing.T) {
 // e4m3Pow2 is the e4m3 code of 2^e (-9 <= e <= 8).
 func e4m3Pow2(e int) byte { return numeric.Float32ToFP8E4M3(float32(math.Ldexp(1, e))) }
 
-// randE4M3 is a random e4m3 code, never NaN.
-func randE4M3(r *rand.Rand) byte {
-	for {
-		if b := byte(r.IntN(256)); b&0x7f != 0x7f {
-			return b
-		}
-	}
-}
-
 // The accumulation probes: the e4m3 mma.sync (f8_mma_probe), the f16 path
 // of IndexerScoresMMA (f16_mma_probe), wgmma m64n8k32 e4m3 (wgi_probe).
 const (
@@ -148,13 +139,7 @@ func checkF8Accumulation(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.R
 	// Random codes: how far from the exact sum, and how often exactly
 	// float32's rounding of it.
 	const N = 4096
-	A, B := make([]byte, N*16*32), make([]byte, N*8*32)
-	for i := range A {
-		A[i] = randE4M3(r)
-	}
-	for i := range B {
-		B[i] = randE4M3(r)
-	}
+	A, B := randFP8(r, N*16*32), randFP8(r, N*8*32) // every code but NaN
 	C := make([]float32, N*128)
 	for i := N / 2 * 128; i < len(C); i++ { // half with C (a previous k-step's sum)
 		C[i] = float32(r.NormFloat64() * math.Ldexp(1, r.IntN(20)))

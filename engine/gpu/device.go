@@ -1011,6 +1011,9 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 	if r.wgMode != 0 {
 		b.mlaPrefillWGOK(r.wgMode) // the sm_90a module
 	}
+	if idxF8Mode == "wg" {
+		_ = b.k.WGSupported() // the sm_90a module for IndexerScoresWG (its launch returns the error)
+	}
 	if mlaFewOn || topkFastOn {
 		b.fewReady()
 	}

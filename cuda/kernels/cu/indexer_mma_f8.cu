@@ -15,6 +15,10 @@
 // s is its own idx_q_prep entries (mt, 2s) and (mt, 2s+1), bytes {0,1,4,5}
 // (head g) and {2,3,6,7} (head g+8): no other lane's bytes.
 
+// The e4m3 mma.sync is PTX ISA 8.4 (CUDA 12.4): an older NVRTC (11.8 in CI)
+// builds the module without this file's kernels (their launchers say so).
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4)
+
 __device__ __forceinline__ void mma_e4m3_16832(float* d, const uint4& a, u32 b0, u32 b1) {
 #if __CUDA_ARCH__ >= 890
   asm volatile(
@@ -192,6 +196,8 @@ extern "C" __global__ void f8_mma_probe(const u8* __restrict__ a, const u8* __re
     D[(g + 8) * 8 + 2 * q + 1] = acc[3];
   }
 }
+
+#endif  // CUDA 12.4
 
 // f8_mma_probe's product through the f16 path of indexer_scores_mma_pf (the
 // e4m3 bytes converted to f16, two m16n8k16 with f32 accumulation, k 0..15

@@ -4,7 +4,7 @@
 # TILERT_GPU_IDX_F8=wg). Both opt-in. Predictions (cuda/kernels/NOTES.md, "The indexer scores on the fp8 mma.sync
 # and on wgmma"):
 #  - f8: SLOWER (ptxas lowers the e4m3 mma.sync on sm_90 to e4m3->f16 conversions + two HMMA.16816.F32 + 4 FADD,
-#    read in the SASS): 131072 keys 12.9 -> ~17-20 us; accumulation f32 like the f16 path; selection = _pf's or
+#    read in the SASS): 131072 keys 12.9 -> ~14-20 us; accumulation f32 like the f16 path; selection = _pf's or
 #    0-2 keys apart.
 #  - wg: native QGMMA: 131072 12.9 -> ~6-8 us, 8192 ~3-4 us; accumulation ~14 bits (DeepSeek-V3's figure for fp8
 #    wgmma); scores ~1e-4 off, top-2048 a few keys from _pf's at 8192, ~5-20 at 131072 on random keys. The engine

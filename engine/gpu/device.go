@@ -495,6 +495,14 @@ func (b *cudaDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H,
 }
 
 func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
+	switch idxF8Mode {
+	case "1":
+		idxF8Launches.Add(1)
+		return b.k.IndexerScoresF8(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
+	case "wg":
+		idxF8Launches.Add(1)
+		return b.k.IndexerScoresWG(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
+	}
 	return b.k.IndexerScoresMMA(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
 }
 
@@ -638,6 +646,14 @@ func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowB
 }
 
 func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
+	switch idxF8Mode {
+	case "1":
+		idxF8Launches.Add(1)
+		return b.k.IndexerScoresF8Rows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
+	case "wg":
+		idxF8Launches.Add(1)
+		return b.k.IndexerScoresWGRows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
+	}
 	return b.k.IndexerScoresMMARows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
 }
 
@@ -975,6 +991,9 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 	}
 	if r.wgMode != 0 {
 		b.mlaPrefillWGOK(r.wgMode) // the sm_90a module
+	}
+	if idxF8Mode == "wg" {
+		_ = b.k.WGSupported() // the sm_90a module for IndexerScoresWG (its launch returns the error)
 	}
 	if mlaFewOn || topkFastOn {
 		b.fewReady()

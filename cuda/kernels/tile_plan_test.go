@@ -193,11 +193,21 @@ func TestKernelTimingOProj(t *testing.T) {
 			return out
 		}
 		for _, sh := range oprojShapes {
-			what := "o_proj DeepSeek-V3.2"
+			what, model := "o_proj DeepSeek-V3.2", "deepseek-v3.2"
 			if sh[0] == 6144 {
-				what = "o_proj GLM-5"
+				what, model = "o_proj GLM-5", "glm-5"
 			}
 			out := sweep(sh[0], sh[1], what, tilePlans([]int{0, 2, 4}), true)
+			// For docs/measured/next/oproj.sh: the fastest plan other than
+			// today's that keeps today's bits (its TILERT_GPU_OPROJ run),
+			// and the fastest of all.
+			p0 := defaultPlan(sms, sh[0], sh[1])
+			for _, o := range out {
+				if o.p.G == p0.G && o.p != p0 {
+					t.Logf("oproj-best %s %v %.2f us; fastest of all %v %.2f us", model, o.p, o.us, out[0].p, out[0].us)
+					break
+				}
+			}
 			top := ""
 			for i := 0; i < min(5, len(out)); i++ {
 				top += fmt.Sprintf(" %v %.2f", out[i].p, out[i].us)

@@ -8,8 +8,10 @@ import (
 )
 
 // TilePlan pins the launch of a one-row fp8 tile GEMV: G threads a group
-// (splitting K), R rows a group, the kernel variant V ("", "_d16", "_o4")
-// and B blocks per SM (0: a block per row tile; SetTileCap). Its text is
+// (splitting K), R rows a group, the kernel variant V ("", "_d16", "_o4",
+// or "_d16s": _d16 with the groups' row tiles dealt out, a block's groups
+// gridDim.x tiles apart, on B blocks an SM, 2 if B is 0) and B blocks per
+// SM (0: a block per row tile; SetTileCap). Its text is
 // the timing sweeps' "G64/R8_d16/B0". For one G every R, V and B gives the
 // same floats bit for bit (each thread sums its chunks tg, tg+G, ... in
 // that order and the group's warps meet in a fixed order whatever the rows
@@ -33,8 +35,8 @@ func ParseTilePlan(s string) (TilePlan, error) {
 		return p, nil
 	}
 	bad := func() (TilePlan, error) {
-		return TilePlan{}, errors.WithHint(errors.Newf("tile plan %q is not G<32|64|128|256>/R<1|2|4|8>[_d16|_o4]/B<blocks per SM>", s),
-			"write it as the o_proj timing sweep names plans (TestKernelTimingOProj), e.g. G64/R4_o4/B0; _d16 needs R >= 2, _o4 R >= 4")
+		return TilePlan{}, errors.WithHint(errors.Newf("tile plan %q is not G<32|64|128|256>/R<1|2|4|8>[_d16|_o4|_d16s]/B<blocks per SM>", s),
+			"write it as the o_proj timing sweep names plans (TestKernelTimingOProj), e.g. G64/R4_o4/B0; _d16 needs R >= 2, _o4 and _d16s R >= 4")
 	}
 	parts := strings.Split(s, "/")
 	if len(parts) != 3 {
@@ -49,7 +51,7 @@ func ParseTilePlan(s string) (TilePlan, error) {
 	}
 	okG := p.G == 32 || p.G == 64 || p.G == 128 || p.G == 256
 	okR := p.R == 1 || p.R == 2 || p.R == 4 || p.R == 8
-	okV := p.V == "" || (p.V == "_d16" && p.R >= 2) || (p.V == "_o4" && p.R >= 4)
+	okV := p.V == "" || (p.V == "_d16" && p.R >= 2) || (p.V == "_o4" && p.R >= 4) || (p.V == "_d16s" && p.R >= 4)
 	if !okG || !okR || !okV || p.B < 0 || p.B > 16 || p.String() != s {
 		return bad()
 	}
@@ -81,4 +83,19 @@ func (k *Set) tilePlan(a tileLaunch, pair bool) (TilePlan, bool) {
 	}
 	p, ok := k.plans[[2]int{a.N, a.K}]
 	return p, ok
+}
+
+// tilePlanGrid is the blocks of a one-slot launch under p of N rows (rout
+// rows a group): _d16s launches B (default 2) blocks an SM, at most one a
+// group tile; the others as tileGridX.
+func tilePlanGrid(p TilePlan, N, sms, capB int) int {
+	gtiles := cdiv(N, p.R)
+	if p.V == "_d16s" {
+		b := p.B
+		if b == 0 {
+			b = 2
+		}
+		return max(1, min(b*max(1, sms), gtiles))
+	}
+	return tileGridX(cdiv(gtiles, tileThreads/p.G), capB, sms, 1)
 }

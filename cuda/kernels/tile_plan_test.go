@@ -27,6 +27,9 @@ func tilePlans(bs []int) []TilePlan {
 					ps = append(ps, TilePlan{G: g, R: rr, V: v, B: b})
 				}
 			}
+			if rr >= 4 { // group-strided tiles: 2 blocks an SM (B 0) or 1
+				ps = append(ps, TilePlan{G: g, R: rr, V: "_d16s"}, TilePlan{G: g, R: rr, V: "_d16s", B: 1})
+			}
 		}
 	}
 	return ps
@@ -43,11 +46,19 @@ func defaultPlan(sms, N, K int) TilePlan {
 // block per row tile: the next free SM, the same count) and a capped
 // block takes its tiles b, b+grid, ...: the launch's balance across SMs.
 func planRowsPerSM(sms, N int, p TilePlan) (most int, mean float64) {
-	rows := p.R * (tileThreads / p.G)
+	ng := tileThreads / p.G
+	rows := p.R * ng
 	tiles := cdiv(N, rows)
-	grid := tileGridX(tiles, p.B, sms, 1)
+	grid := tilePlanGrid(p, N, sms, p.B)
 	per := make([]int, sms)
 	for b := range grid {
+		if p.V == "_d16s" {
+			// block b's groups: group tiles (it*ng + grp)*grid + b
+			for gt := b; gt < cdiv(N, p.R); gt += grid {
+				per[b%sms] += p.R
+			}
+			continue
+		}
 		per[b%sms] += cdiv(tiles-b, grid) * rows
 	}
 	for _, n := range per {
@@ -68,7 +79,7 @@ func TestTilePlanParse(t *testing.T) {
 			t.Errorf("ParseTilePlan(%q) = %v, %v: want no plan", s, p, err)
 		}
 	}
-	for _, s := range []string{"G64/R8_d16", "G48/R8/B0", "G64/R3/B0", "G64/R1_d16/B0", "G64/R2_o4/B0", "G64/R8_x/B0",
+	for _, s := range []string{"G64/R8_d16", "G48/R8/B0", "G64/R3/B0", "G64/R1_d16/B0", "G64/R2_o4/B0", "G64/R8_x/B0", "G64/R2_d16s/B0",
 		"G64/R8/B-1", "g64/r8/b0", "G64/R8_d16/B0/", "G064/R8/B0"} {
 		if p, err := ParseTilePlan(s); err == nil {
 			t.Errorf("ParseTilePlan(%q) = %v: want an error", s, p)
@@ -85,6 +96,8 @@ func TestTilePlanParse(t *testing.T) {
 		{6144, TilePlan{G: 64, R: 4, V: "_o4"}, 48}, {7168, TilePlan{G: 64, R: 4, V: "_o4"}, 64},
 		{7168, TilePlan{G: 64, R: 2, V: "_d16"}, 56}, {7168, TilePlan{G: 128, R: 4, V: "_o4", B: 4}, 56},
 		{7168, TilePlan{G: 64, R: 8, V: "_d16", B: 1}, 64},
+		{7168, TilePlan{G: 64, R: 8, V: "_d16s"}, 56}, {6144, TilePlan{G: 64, R: 8, V: "_d16s"}, 48},
+		{7168, TilePlan{G: 64, R: 8, V: "_d16s", B: 1}, 56}, {6144, TilePlan{G: 64, R: 8, V: "_d16s", B: 1}, 48},
 	} {
 		if got, _ := planRowsPerSM(132, c.N, c.p); got != c.most {
 			t.Errorf("planRowsPerSM(132, %d, %v) = %d, want %d", c.N, c.p, got, c.most)

@@ -28,7 +28,7 @@
 // TILE_THREADS, the loads, the weight formats (TFP8, TBF16) and a chunk's
 // one-row sums (TILE_CHUNK_M1): gemv_tile.cuh, shared with the mid module.
 
-template <class T, int R, int MM, int LD = 8>
+template <class T, int R, int MM, int LD = 8, bool GS = false>
 __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
                                                const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                                                const int* __restrict__ ids, int slots, const void* W0,
@@ -66,9 +66,15 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   // Row tiles of this slot: one per block, or several in turn when the
   // launcher caps the grid (the slot's pointers then load once per block);
   // a row's arithmetic is the same either way.
-  const int tiles = (((N + rout - 1) / rout) + TILE_THREADS / G - 1) / (TILE_THREADS / G);
+  // GS (group-strided, the _d16s kernels): the row tiles dealt out are the
+  // groups' (rout rows), a block's groups gridDim.x tiles apart, every block
+  // the same trips (groups past N idle), so a launch of 2 blocks an SM
+  // leaves each SM within one group tile of the mean.
+  const int tiles = GS ? (((N + rout - 1) / rout) + gridDim.x * (TILE_THREADS / G) - 1) / (gridDim.x * (TILE_THREADS / G)) * gridDim.x
+                       : (((N + rout - 1) / rout) + TILE_THREADS / G - 1) / (TILE_THREADS / G);
   for (int bx = blockIdx.x; bx < tiles; bx += gridDim.x) {
-  const int n0 = (bx * (TILE_THREADS / G) + grp) * rout;
+  const int n0 = (GS ? (bx - (int)blockIdx.x) * (TILE_THREADS / G) + grp * (int)gridDim.x + (int)blockIdx.x
+                     : bx * (TILE_THREADS / G) + grp) * rout;
   const char* wr[R];
 #pragma unroll
   for (int r = 0; r < R; r++) {
@@ -601,6 +607,32 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
   PDL_WAIT();
   gemv_tile_body<TFP8, 8, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
+}
+
+// gemv_tile_fp8_r*_m1_d16 with group-strided row tiles (GS above): the same
+// per-thread chunk order and reduction, so the same sums bit for bit; for
+// one-row GEMVs whose 32-row block tiles leave some SMs twice the rows of
+// others (o_proj: cuda/kernels/NOTES.md "o_proj's tail").
+extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
+    gemv_tile_fp8_r4_m1_d16s(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
+  gemv_tile_body<TFP8, 4, 1, 16, true>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid,
+                                       N, K, M, G, fold);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
+    gemv_tile_fp8_r8_m1_d16s(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
+  gemv_tile_body<TFP8, 8, 1, 16, true>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid,
+                                       N, K, M, G, fold);
 }
 
 // One input row, 8 loads in flight, at most 64 registers so four blocks

@@ -11,7 +11,7 @@ import (
 )
 
 // oprojPlan: TILERT_GPU_OPROJ=<plan> (opt-in; kernels.TilePlan's text, e.g.
-// G64/R4_o4/B0) launches o_proj's one-row GEMV with that tile plan instead
+// G64/R8_d16s/B0) launches o_proj's one-row GEMV with that tile plan instead
 // of tileShape's (G64/R8_d16 at both models' shapes). Why (cuda/kernels/
 // NOTES.md "o_proj's tail"): its 7168 (GLM-5: 6144) rows in 32-row blocks
 // leave some SMs twice the rows of others, and an SM streams at about its

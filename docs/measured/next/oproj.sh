@@ -5,8 +5,9 @@
 # 2. `tilert bench decode` at 8192, 1 slot, 9 MoE layers, DeepSeek-V3.2 and GLM-5 dims, TILERT_GPU_OPROJ off / on,
 #    "on" being the fastest same-bits (G64) plan other than today's that step 1 found for that shape (its
 #    "oproj-best" log line; G64/R4_o4/B0, the predicted GLM-5 win, if the line is missing).
-# Prediction: GLM-5's o_proj 32.3 -> ~24-25 us a call with G64/R4_o4/B0 (48 rows an SM instead of 64), step -80..-100
-# us; DeepSeek-V3.2: no G64 plan below 64 rows an SM but R<=2 (x reuse halved), so within the spread.
+# Prediction: the new group-strided kernel G64/R8_d16s/B0 (or /B1) the fastest same-bits plan at both shapes:
+# DeepSeek-V3.2 o_proj 32.9 -> ~29 us (56 rows on the busiest SM instead of 64; step ~-40 us), GLM-5 32.3 -> ~24-25 us
+# (48 rows; step ~-90 us); of today's kernels GLM-5's G64/R4_o4/B0 about as good, DeepSeek's none (R<=2 halves x reuse).
 # ~2 minutes warm (kernel test ~15 s: its limit 90 s covers a cold NVRTC cache; four benches ~25-30 s each). Build from the branch (repo root):
 #   mkdir -p .device/next
 #   CGO_ENABLED=0 go test -c -ldflags="-s -w" -trimpath -o .device/next/kernels.test ./cuda/kernels

@@ -70,7 +70,8 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   // groups' (rout rows), a block's groups gridDim.x tiles apart, every block
   // the same trips (groups past N idle), so a launch of 2 blocks an SM
   // leaves each SM within one group tile of the mean.
-  const int tiles = GS ? (((N + rout - 1) / rout) + gridDim.x * (TILE_THREADS / G) - 1) / (gridDim.x * (TILE_THREADS / G)) * gridDim.x
+  const int tiles = GS ? (((N + rout - 1) / rout) + (int)gridDim.x * (TILE_THREADS / G) - 1) /
+                            ((int)gridDim.x * (TILE_THREADS / G)) * (int)gridDim.x
                        : (((N + rout - 1) / rout) + TILE_THREADS / G - 1) / (TILE_THREADS / G);
   for (int bx = blockIdx.x; bx < tiles; bx += gridDim.x) {
   const int n0 = (GS ? (bx - (int)blockIdx.x) * (TILE_THREADS / G) + grp * (int)gridDim.x + (int)blockIdx.x

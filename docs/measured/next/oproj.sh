@@ -4,7 +4,7 @@
 #    plan at 7168x16384 and 6144x16384, the experts' down of the same bytes, the dense downs; a copy in the same test).
 # 2. `tilert bench decode` at 8192, 1 slot, 9 MoE layers, DeepSeek-V3.2 and GLM-5 dims, TILERT_GPU_OPROJ off / on,
 #    "on" being the fastest same-bits (G64) plan other than today's that step 1 found for that shape (its
-#    "oproj-best" log line; G64/R4_o4/B0, the predicted GLM-5 win, if the line is missing).
+#    "oproj-best" log line; G64/R8_d16s/B0, the predicted win, if the line is missing).
 # Prediction: the new group-strided kernel G64/R8_d16s/B0 (or /B1) the fastest same-bits plan at both shapes:
 # DeepSeek-V3.2 o_proj 32.9 -> ~29 us (56 rows on the busiest SM instead of 64; step ~-40 us), GLM-5 32.3 -> ~24-25 us
 # (48 rows; step ~-90 us); of today's kernels GLM-5's G64/R4_o4/B0 about as good, DeepSeek's none (R<=2 halves x reuse).
@@ -25,7 +25,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > 
 echo "rc=$?" >> $R/kernels.log
 grep -E -- '--- (PASS|FAIL|SKIP)|FAIL|oproj-best|fastest plans|of copy' $R/kernels.log > $OUT/kernels-summary.txt
 tar czf $OUT/oproj.tgz -C $R .
-best() { local p; p=$(awk -v m="$1" '{for (i = 1; i < NF; i++) if ($i == "oproj-best" && $(i+1) == m) print $(i+2)}' $R/kernels.log | head -1); echo "${p:-G64/R4_o4/B0}"; }
+best() { local p; p=$(awk -v m="$1" '{for (i = 1; i < NF; i++) if ($i == "oproj-best" && $(i+1) == m) print $(i+2)}' $R/kernels.log | head -1); echo "${p:-G64/R8_d16s/B0}"; }
 DSP=$(best deepseek-v3.2); GLP=$(best glm-5)
 bn() { local m=$1 n=$2 t=$3; shift 3; env "$@" timeout $t $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context 8192 --batches 1 --json $R/$n.json > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -A1 "p50 ms" $R/$n.txt | tail -1 | sed "s|^|$n $* |" >> $R/summary.txt; cp $R/summary.txt $OUT/summary.txt; tar czf $OUT/oproj.tgz -C $R .; }
 bn deepseek-v3.2 ds-off 45

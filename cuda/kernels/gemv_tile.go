@@ -250,9 +250,19 @@ func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
 	if pair {
 		rout = R / 2
 	}
-	name := fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), tileVariant(G, R, a.K*esize, a.M, esize))
+	v := tileVariant(G, R, a.K*esize, a.M, esize)
 	sms := k.c.Info().SMs
-	grid := cuda.D3(tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), k.tileCap(), sms, nslots), nslots, 1)
+	gx := tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), k.tileCap(), sms, nslots)
+	if p, ok := k.tilePlan(a, pair); ok {
+		// One dense slot, not paired: rout is R.
+		capB := k.tileCap()
+		if p.B != 0 {
+			capB = p.B
+		}
+		G, R, v, gx = p.G, p.R, p.V, tilePlanGrid(p, a.N, sms, capB)
+	}
+	name := fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), v)
+	grid := cuda.D3(gx, nslots, 1)
 	return k.launch(name, grid, cuda.D1(tileThreads), 0, s, a.t0, a.ts0, a.t1, a.ts1, a.ids, a.slots,
 		a.w0, a.s0, a.w1, a.s1, a.x, a.ldx, max(1, a.xdiv), a.xsh, a.y, a.ldy, a.resid, a.N, a.K, a.M, G, b2i(TileRule >= 2))
 }

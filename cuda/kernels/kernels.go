@@ -92,6 +92,8 @@ type Set struct {
 	// tileB caps the tile GEMVs' grids at tileB blocks per SM (SetTileCap;
 	// 0: a block per row tile).
 	tileB int
+	// plans pins one-row tile GEMVs' launches by shape (SetTilePlan).
+	plans map[[2]int]TilePlan
 }
 
 type setKey struct{}

@@ -965,6 +965,9 @@ type cudaRunner struct {
 	// pdlSet: the engine's launch kind was given to the context's kernels
 	// (enginePDL).
 	pdlSet bool
+	// oproj: o_proj's shape, pinned to TILERT_GPU_OPROJ's plan (oproj.go;
+	// zero: not pinned).
+	oproj [2]int
 }
 
 // enginePDL: the engine launches its listed kernels programmatically (PDL)
@@ -994,6 +997,9 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 	}
 	if idxF8Mode == "wg" {
 		_ = b.k.WGSupported() // the sm_90a module for IndexerScoresWG (its launch returns the error)
+	}
+	if r.oproj != [2]int{} {
+		b.k.SetTilePlan(r.oproj[0], r.oproj[1], oprojPlan)
 	}
 	if mlaFewOn || topkFastOn {
 		b.fewReady()

@@ -184,6 +184,9 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 		graphs: newGraphs(),
 		ah:     aheadState{off: !pipeOn, mtp: pipeMTP},
 	}
+	if err := oprojPin(r, cfg); err != nil {
+		return nil, err
+	}
 	if cr, ok := r.(*cudaRunner); ok {
 		if m := e.prefillMLAMode(e.gemmParts()); m == 5 || m == 6 {
 			cr.wgMode = m

@@ -213,6 +213,79 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   }
 }
 
+// gemv_tile_body for one dense input row (MM 1, not paired, no routed slots)
+// with group-strided row tiles: the tiles dealt out are the groups' (R
+// rows), a block's groups gridDim.x tiles apart, every block the same trips
+// (groups past N idle, so its barrier stays uniform); a grid of 2 blocks an
+// SM then leaves each SM within one group tile of the mean where the
+// blocks' 32-row tiles leave some SMs twice the rows of others (o_proj:
+// cuda/kernels/NOTES.md "o_proj's tail"). A thread's chunks, their sums
+// (TILE_CHUNK_M1, then the scale) and the group's reduction are
+// gemv_tile_body's MM 1 path statement for statement, so the same floats
+// bit for bit (TestKernelTilePlanBitwise); a body of its own keeps every
+// other tile kernel's PTX as it was.
+template <class T, int R, int LD>
+__device__ __forceinline__ void gemv_tile_gs_body(const void* W0, const float* S0, const float* __restrict__ x, int ldx,
+                                                  int xsh, float* y, const float* resid, int N, int K, int G) {
+  constexpr int NI = LD / R;
+  __shared__ float part[TILE_THREADS / 32][R];
+  const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
+  const int ng = TILE_THREADS / G;
+  const int kb = (K + 127) >> 7;
+  const float* xb = x + (size_t)xsh * ldx;
+  const int gtiles = (N + R - 1) / R;
+  const int grid = (int)gridDim.x, b = (int)blockIdx.x;
+  const int iters = (gtiles + grid * ng - 1) / (grid * ng);
+  for (int it = 0; it < iters; it++) {
+    const int n0 = ((it * ng + grp) * grid + b) * R;
+    const char* wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) wr[r] = (const char*)W0 + (size_t)min(n0 + r, N - 1) * K * T::BYTES;
+    const float* sg = S0 ? S0 + (size_t)(min(n0, N - 1) >> 7) * kb : (const float*)0;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    const int C = n0 < N ? K / T::E : 0;
+    for (int c0 = tg; c0 < C; c0 += G * NI) {
+      uint4 wv[NI][R];
+      float scg[NI];
+#pragma unroll
+      for (int i = 0; i < NI; i++) {
+        const int c = c0 + i * G;
+#pragma unroll
+        for (int r = 0; r < R; r++) wv[i][r] = c < C ? tile_ld16(wr[r] + (size_t)c * 16) : make_uint4(0u, 0u, 0u, 0u);
+        scg[i] = c < C ? (sg ? __ldg(sg + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < NI; i++) {
+        const int c = c0 + i * G;
+        if (c < C) {
+          const float* xc = xb + (size_t)c * T::E;
+          float p[R];
+          TILE_CHUNK_M1(T, R, xc, (const float*)0, 1.0f, wv[i], p)
+#pragma unroll
+          for (int r = 0; r < R; r++) acc[r] = fmaf(p[r], scg[i], acc[r]);
+        }
+      }
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; r++) part[warp][r] = acc[r];
+    }
+    __syncthreads();
+    for (int t = tg; t < R; t += G) {
+      const int wpg = G >> 5, w0i = grp * wpg;
+      float v = 0.0f;
+      for (int i = 0; i < wpg; i++) v += part[w0i + i][t];
+      if (n0 + t < N) y[n0 + t] = v + (resid ? resid[n0 + t] : 0.0f);
+    }
+    if (it + 1 < iters) __syncthreads();  // part is reused by the next tile
+  }
+}
+
 // The launchable variants, written out (NVRTC 11.8 crashes on macro-generated
 // kernel definitions).
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
@@ -601,6 +674,28 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
   PDL_WAIT();
   gemv_tile_body<TFP8, 8, 1, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
+}
+
+// gemv_tile_fp8_r*_m1_d16 with group-strided row tiles (gemv_tile_gs_body):
+// one dense input row (the launcher passes slots 0, dense 1, M 1).
+extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
+    gemv_tile_fp8_r4_m1_d16s(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
+  gemv_tile_gs_body<TFP8, 4, 16>(W0, S0, x, ldx, xsh, y, resid, N, K, G);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
+    gemv_tile_fp8_r8_m1_d16s(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
+  gemv_tile_gs_body<TFP8, 8, 16>(W0, S0, x, ldx, xsh, y, resid, N, K, G);
 }
 
 // One input row, 8 loads in flight, at most 64 registers so four blocks

@@ -1,0 +1,101 @@
+package kernels
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+)
+
+// TilePlan pins the launch of a one-row fp8 tile GEMV: G threads a group
+// (splitting K), R rows a group, the kernel variant V ("", "_d16", "_o4",
+// or "_d16s": _d16 with the groups' row tiles dealt out, a block's groups
+// gridDim.x tiles apart, on B blocks an SM, 2 if B is 0) and B blocks per
+// SM (0: a block per row tile; SetTileCap). Its text is
+// the timing sweeps' "G64/R8_d16/B0". For one G every R, V and B gives the
+// same floats bit for bit (each thread sums its chunks tg, tg+G, ... in
+// that order and the group's warps meet in a fixed order whatever the rows
+// per group or loads in flight: TestKernelTilePlanBitwise); another G is
+// another summation order.
+type TilePlan struct {
+	G, R int
+	V    string
+	B    int
+}
+
+// On says whether p pins anything (the zero plan does not).
+func (p TilePlan) On() bool { return p.G != 0 }
+
+func (p TilePlan) String() string { return fmt.Sprintf("G%d/R%d%s/B%d", p.G, p.R, p.V, p.B) }
+
+// ParseTilePlan reads a plan as String writes it ("" and "0": none).
+func ParseTilePlan(s string) (TilePlan, error) {
+	var p TilePlan
+	if s = strings.TrimSpace(s); s == "" || s == "0" {
+		return p, nil
+	}
+	bad := func() (TilePlan, error) {
+		return TilePlan{}, errors.WithHint(errors.Newf("tile plan %q is not G<32|64|128|256>/R<1|2|4|8>[_d16|_o4|_d16s]/B<blocks per SM>", s),
+			"write it as the o_proj timing sweep names plans (TestKernelTimingOProj), e.g. G64/R4_o4/B0; _d16 needs R >= 2, _o4 and _d16s R >= 4")
+	}
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 {
+		return bad()
+	}
+	rv := parts[1]
+	if i := strings.IndexByte(rv, '_'); i >= 0 {
+		p.V, rv = rv[i:], rv[:i]
+	}
+	if _, err := fmt.Sscanf(parts[0]+" "+rv+" "+parts[2], "G%d R%d B%d", &p.G, &p.R, &p.B); err != nil {
+		return bad()
+	}
+	okG := p.G == 32 || p.G == 64 || p.G == 128 || p.G == 256
+	okR := p.R == 1 || p.R == 2 || p.R == 4 || p.R == 8
+	okV := p.V == "" || (p.V == "_d16" && p.R >= 2) || (p.V == "_o4" && p.R >= 4) || (p.V == "_d16s" && p.R >= 4)
+	if !okG || !okR || !okV || p.B < 0 || p.B > 16 || p.String() != s {
+		return bad()
+	}
+	return p, nil
+}
+
+// SetTilePlan makes later one-row dense fp8 tile GEMVs of N rows of K
+// (GemvFP8Tile with M = 1; not paired, no routed slots) launch with plan p
+// (a zero p: tileShape's choice again) and returns the previous plan for
+// that shape. The engine pins o_proj's so (TILERT_GPU_OPROJ).
+func (k *Set) SetTilePlan(N, K int, p TilePlan) (prev TilePlan) {
+	key := [2]int{N, K}
+	prev = k.plans[key]
+	if !p.On() {
+		delete(k.plans, key)
+		return prev
+	}
+	if k.plans == nil {
+		k.plans = map[[2]int]TilePlan{}
+	}
+	k.plans[key] = p
+	return prev
+}
+
+// tilePlan is the pinned plan of launch a, if any.
+func (k *Set) tilePlan(a tileLaunch, pair bool) (TilePlan, bool) {
+	if len(k.plans) == 0 || a.bf16 || pair || a.slots != 0 || a.dense != 1 || a.M != 1 || a.shapeSlots != 0 {
+		return TilePlan{}, false
+	}
+	p, ok := k.plans[[2]int{a.N, a.K}]
+	return p, ok
+}
+
+// tilePlanGrid is the blocks of a one-slot launch under p of N rows (rout
+// rows a group): _d16s launches B (default 2) blocks an SM, at most one a
+// group tile; the others as tileGridX.
+func tilePlanGrid(p TilePlan, N, sms, capB int) int {
+	gtiles := cdiv(N, p.R)
+	if p.V == "_d16s" {
+		b := p.B
+		if b == 0 {
+			b = 2
+		}
+		return max(1, min(b*max(1, sms), gtiles))
+	}
+	return tileGridX(cdiv(gtiles, tileThreads/p.G), capB, sms, 1)
+}

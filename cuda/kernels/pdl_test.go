@@ -373,6 +373,8 @@ func TestPDLMoreKernelsWait(t *testing.T) {
 		{"mla_decode_tcf2", "1", "", true},
 		{"mla_decode_tcf2", "mla_decode_tcf2", "", true},
 		{"allreduce_oneshot_f32", "1", "", false},
+		{"gemv_tile_fp8_r8_m1_d16s", "", "", false}, // SpreadPlan's o_proj: plain by default (session 15 call C)
+		{"gemv_tile_fp8_r8_m1_d16s", "gemv_tile_fp8_r8_m1_d16s", "", true},
 	} {
 		sel, err := parsePDLSel(c.more, c.plain)
 		if err != nil {
@@ -386,7 +388,7 @@ func TestPDLMoreKernelsWait(t *testing.T) {
 		pdlSel = prev
 	}
 	for _, c := range []struct{ more, plain string }{
-		{"absorb_x", ""}, {"gemv_tile_fp8", ""}, {"", "absorb_q_fast"}, {"", "nonsense"}, {"2", ""},
+		{"absorb_x", ""}, {"gemv_tile_bf16", ""}, {"", "absorb_q_fast"}, {"", "nonsense"}, {"2", ""},
 	} {
 		_, err := parsePDLSel(c.more, c.plain)
 		if err == nil || len(errors.GetAllHints(err)) == 0 {

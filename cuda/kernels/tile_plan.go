@@ -99,3 +99,64 @@ func tilePlanGrid(p TilePlan, N, sms, capB int) int {
 	}
 	return tileGridX(cdiv(gtiles, tileThreads/p.G), capB, sms, 1)
 }
+
+// defaultPlan is the plan tileShape and tileVariant give one row of N x K.
+func defaultPlan(sms, N, K int) TilePlan {
+	G, R := tileShape(sms, N, K, 1, 1, false)
+	return TilePlan{G: G, R: R, V: tileVariant(G, R, K, 1, 1)}
+}
+
+// planRowsPerSM is the most and the mean weight rows an SM streams under
+// p, if the blocks go to the SMs round robin (block b on SM b % sms; a
+// block per row tile: the next free SM, the same count) and a capped
+// block takes its tiles b, b+grid, ...: the launch's balance across SMs.
+func planRowsPerSM(sms, N int, p TilePlan) (most int, mean float64) {
+	ng := tileThreads / p.G
+	rows := p.R * ng
+	tiles := cdiv(N, rows)
+	grid := tilePlanGrid(p, N, sms, p.B)
+	per := make([]int, sms)
+	for b := range grid {
+		if p.V == "_d16s" {
+			// block b's groups: group tiles (it*ng + grp)*grid + b
+			for gt := b; gt < cdiv(N, p.R); gt += grid {
+				per[b%sms] += p.R
+			}
+			continue
+		}
+		per[b%sms] += cdiv(tiles-b, grid) * rows
+	}
+	for _, n := range per {
+		most = max(most, n)
+	}
+	return most, float64(N) / float64(sms)
+}
+
+// SpreadPlan is the plan that deals the row tiles of a one-row N x K fp8
+// tile GEMV out over two blocks an SM (_d16s, tileShape's G and R, so the
+// same floats bit for bit) where that cuts the rows of the busiest SM by a
+// fifth or more against tileShape's launch; otherwise the zero plan. Why:
+// an SM streams at about its share of the copy rate however early the
+// others finish, so a launch takes its busiest SM's bytes. H200, session
+// 15 (docs/measured/h200-2026-12-03-s15 calls B-C), o_proj at 8192, 1 slot:
+// GLM-5's 6144 rows go from 64 to 48 a busiest SM, 29.98 -> 28.75 us alone
+// and 2.898 -> 2.862 ms a step (launched plainly); DeepSeek-V3.2's 7168
+// from 64 to 56, 33.74 -> 31.78 us alone but no faster a step (2.685 ->
+// 2.687), so the rule leaves it.
+func (k *Set) SpreadPlan(N, K int) TilePlan {
+	return spreadPlan(k.c.Info().SMs, N, K)
+}
+
+func spreadPlan(sms, N, K int) TilePlan {
+	p := defaultPlan(sms, N, K)
+	if p.V != "_d16" || p.R < 4 {
+		return TilePlan{}
+	}
+	s := TilePlan{G: p.G, R: p.R, V: "_d16s"}
+	was, _ := planRowsPerSM(sms, N, p)
+	now, _ := planRowsPerSM(sms, N, s)
+	if 5*now > 4*was {
+		return TilePlan{}
+	}
+	return s
+}

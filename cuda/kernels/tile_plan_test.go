@@ -35,36 +35,24 @@ func tilePlans(bs []int) []TilePlan {
 	return ps
 }
 
-// defaultPlan is the plan tileShape and tileVariant give one row of N x K.
-func defaultPlan(sms, N, K int) TilePlan {
-	G, R := tileShape(sms, N, K, 1, 1, false)
-	return TilePlan{G: G, R: R, V: tileVariant(G, R, K, 1, 1)}
-}
-
-// planRowsPerSM is the most and the mean weight rows an SM streams under
-// p, if the blocks go to the SMs round robin (block b on SM b % sms; a
-// block per row tile: the next free SM, the same count) and a capped
-// block takes its tiles b, b+grid, ...: the launch's balance across SMs.
-func planRowsPerSM(sms, N int, p TilePlan) (most int, mean float64) {
-	ng := tileThreads / p.G
-	rows := p.R * ng
-	tiles := cdiv(N, rows)
-	grid := tilePlanGrid(p, N, sms, p.B)
-	per := make([]int, sms)
-	for b := range grid {
-		if p.V == "_d16s" {
-			// block b's groups: group tiles (it*ng + grp)*grid + b
-			for gt := b; gt < cdiv(N, p.R); gt += grid {
-				per[b%sms] += p.R
-			}
-			continue
+// TestSpreadPlan: the o_proj default (SpreadPlan) spreads GLM-5's 6144 rows
+// (64 -> 48 on the busiest of 132 SMs) and leaves DeepSeek-V3.2's 7168
+// (64 -> 56: under a fifth, and measured no faster a step) and shapes
+// whose launch is not _d16.
+func TestSpreadPlan(t *testing.T) {
+	for _, c := range []struct {
+		N, K int
+		want TilePlan
+	}{
+		{6144, 16384, TilePlan{G: 64, R: 8, V: "_d16s"}},
+		{7168, 16384, TilePlan{}},
+		{7168, 18432, TilePlan{}},
+		{64, 256, TilePlan{}},
+	} {
+		if got := spreadPlan(132, c.N, c.K); got != c.want {
+			t.Errorf("spreadPlan(132, %d, %d) = %v, want %v", c.N, c.K, got, c.want)
 		}
-		per[b%sms] += cdiv(tiles-b, grid) * rows
 	}
-	for _, n := range per {
-		most = max(most, n)
-	}
-	return most, float64(N) / float64(sms)
 }
 
 func TestTilePlanParse(t *testing.T) {

@@ -965,8 +965,8 @@ type cudaRunner struct {
 	// pdlSet: the engine's launch kind was given to the context's kernels
 	// (enginePDL).
 	pdlSet bool
-	// oproj: o_proj's shape, pinned to TILERT_GPU_OPROJ's plan (oproj.go;
-	// zero: not pinned).
+	// oproj: o_proj's shape, pinned to TILERT_GPU_OPROJ's or SpreadPlan's
+	// plan (oproj.go; zero: not pinned).
 	oproj [2]int
 }
 
@@ -999,7 +999,7 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 		_ = b.k.WGSupported() // the sm_90a module for IndexerScoresWG (its launch returns the error)
 	}
 	if r.oproj != [2]int{} {
-		b.k.SetTilePlan(r.oproj[0], r.oproj[1], oprojPlan)
+		b.k.SetTilePlan(r.oproj[0], r.oproj[1], oprojFor(b.k, r.oproj))
 	}
 	if mlaFewOn || topkFastOn {
 		b.fewReady()

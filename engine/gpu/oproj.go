@@ -3,6 +3,7 @@ package gpu
 import (
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/cockroachdb/errors"
 
@@ -10,15 +11,21 @@ import (
 	"github.com/tilert-go/tilert/model"
 )
 
-// oprojPlan: TILERT_GPU_OPROJ=<plan> (opt-in; kernels.TilePlan's text, e.g.
+// oprojPlan: TILERT_GPU_OPROJ=<plan> (kernels.TilePlan's text, e.g.
 // G64/R8_d16s/B0) launches o_proj's one-row GEMV with that tile plan instead
-// of tileShape's (G64/R8_d16 at both models' shapes). Why (cuda/kernels/
-// NOTES.md "o_proj's tail"): its 7168 (GLM-5: 6144) rows in 32-row blocks
-// leave some SMs twice the rows of others, and an SM streams at about its
-// share of the copy rate however little the others have left. A plan with
-// G64 keeps every output bit (TestKernelTilePlanBitwise); another G sums in
-// another order.
-var oprojPlan, oprojPlanErr = kernels.ParseTilePlan(os.Getenv("TILERT_GPU_OPROJ"))
+// of tileShape's (G64/R8_d16 at both models' shapes); =0 keeps tileShape's.
+// Unset (oprojAuto): kernels.Set.SpreadPlan, which deals the row tiles out
+// where that cuts the busiest SM's rows by a fifth (GLM-5's o_proj; not
+// DeepSeek-V3.2's). Why (cuda/kernels/NOTES.md "o_proj's tail"): 32-row
+// blocks leave some SMs twice the rows of others, and an SM streams at
+// about its share of the copy rate however little the others have left. A
+// plan with tileShape's G keeps every output bit (TestKernelTilePlanBitwise);
+// another G sums in another order.
+var (
+	oprojEnv                = strings.TrimSpace(os.Getenv("TILERT_GPU_OPROJ"))
+	oprojAuto               = oprojEnv == ""
+	oprojPlan, oprojPlanErr = kernels.ParseTilePlan(oprojEnv)
+)
 
 // oprojShape is o_proj's [rows, K] in cfg: the shape the plan is pinned to
 // (a launch of it with more than one row keeps tileShape's choice).
@@ -33,11 +40,22 @@ func oprojPin(r runner, cfg *model.Config) error {
 		return errors.Wrap(oprojPlanErr, "TILERT_GPU_OPROJ")
 	}
 	cr, ok := r.(*cudaRunner)
-	if !ok || !oprojPlan.On() {
+	if !ok || (!oprojAuto && !oprojPlan.On()) {
 		return nil
 	}
 	cr.oproj = oprojShape(cfg)
-	slog.Info("TILERT_GPU_OPROJ: o_proj's one-row GEMV on a pinned tile plan", "plan", oprojPlan.String(),
-		"rows", cr.oproj[0], "k", cr.oproj[1])
+	if !oprojAuto {
+		slog.Info("TILERT_GPU_OPROJ: o_proj's one-row GEMV on a pinned tile plan", "plan", oprojPlan.String(),
+			"rows", cr.oproj[0], "k", cr.oproj[1])
+	}
 	return nil
+}
+
+// oprojFor is the plan o_proj's shape gets on k: TILERT_GPU_OPROJ's, or
+// unset, SpreadPlan's (the zero plan: tileShape's launch).
+func oprojFor(k *kernels.Set, shape [2]int) kernels.TilePlan {
+	if oprojAuto {
+		return k.SpreadPlan(shape[0], shape[1])
+	}
+	return oprojPlan
 }

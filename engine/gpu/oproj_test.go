@@ -8,10 +8,12 @@ import (
 )
 
 // TestOProjPin: TILERT_GPU_OPROJ's plan reaches a CUDA runner as o_proj's
-// shape (hidden x heads*v_head_dim), nothing without a plan, and a value
+// shape (hidden x heads*v_head_dim), also unset (SpreadPlan decides), nothing
+// with =0, and a value
 // that does not parse is refused.
 func TestOProjPin(t *testing.T) {
-	defer func(p kernels.TilePlan, e error) { oprojPlan, oprojPlanErr = p, e }(oprojPlan, oprojPlanErr)
+	defer func(p kernels.TilePlan, e error, a bool) { oprojPlan, oprojPlanErr, oprojAuto = p, e, a }(oprojPlan, oprojPlanErr, oprojAuto)
+	oprojAuto = false
 	for _, c := range []struct {
 		cfg  model.Config
 		want [2]int
@@ -29,6 +31,12 @@ func TestOProjPin(t *testing.T) {
 		if err := oprojPin(cr, &c.cfg); err != nil || cr.oproj != [2]int{} {
 			t.Errorf("no plan: pinned %v, %v", cr.oproj, err)
 		}
+		oprojAuto = true // unset: SpreadPlan's choice, asked at readyModules
+		cr = &cudaRunner{}
+		if err := oprojPin(cr, &c.cfg); err != nil || cr.oproj != c.want {
+			t.Errorf("auto: pinned %v, %v; want %v", cr.oproj, err, c.want)
+		}
+		oprojAuto = false
 		oprojPlan, oprojPlanErr = kernels.ParseTilePlan("G64/R3/B0")
 		if err := oprojPin(&cudaRunner{}, &c.cfg); err == nil {
 			t.Errorf("G64/R3/B0 was not refused")

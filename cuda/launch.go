@@ -46,43 +46,7 @@ const (
 	launchAttrProgrammaticStreamSerialization = 6
 	// Programmatic launch needs the grid dependency control of sm_90.
 	pdlMinCCMajor = 9
-	// CU_LAUNCH_ATTRIBUTE_COOPERATIVE; its value is the int cooperative.
-	launchAttrCooperative = 2
 )
-
-// ErrNoLaunchEx: the driver has no cuLaunchKernelEx (LaunchCooperative).
-var ErrNoLaunchEx = errors.New("the driver has no cuLaunchKernelEx")
-
-// LaunchCooperative queues f on s as a cooperative launch
-// (CU_LAUNCH_ATTRIBUTE_COOPERATIVE through cuLaunchKernelEx): the driver
-// runs every block of the grid at once or refuses the launch
-// (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE), so blocks may wait on one
-// another (grid barriers) even while other kernels share the device.
-func (c *Ctx) LaunchCooperative(f *Function, grid, block Dim3, smem int, s Stream, args ...any) error {
-	if grid.X <= 0 || grid.Y <= 0 || grid.Z <= 0 || block.X <= 0 || block.Y <= 0 || block.Z <= 0 {
-		return errors.Newf("gpu: launch of %s with empty shape grid=%v block=%v", f.Name, grid, block)
-	}
-	if c.drv.cuLaunchKernelEx == 0 {
-		return errors.Wrapf(ErrNoLaunchEx, "cooperative launch of %s", f.Name)
-	}
-	p, err := c.params.pack(args)
-	if err != nil {
-		return errors.Wrapf(err, "launch %s", f.Name)
-	}
-	c.queued()
-	a := c.params
-	a.cfg.gridDimX, a.cfg.gridDimY, a.cfg.gridDimZ = uint32(grid.X), uint32(grid.Y), uint32(grid.Z)
-	a.cfg.blockDimX, a.cfg.blockDimY, a.cfg.blockDimZ = uint32(block.X), uint32(block.Y), uint32(block.Z)
-	a.cfg.sharedMemBytes = uint32(smem)
-	a.cfg.hStream = uintptr(s)
-	a.cfg.numAttrs = 1
-	a.attr = launchAttribute{id: launchAttrCooperative}
-	a.attr.value[0] = 1 // cooperative (int, little-endian)
-	if r := call(c.drv.cuLaunchKernelEx, uintptr(unsafe.Pointer(&a.cfg)), f.h, p, 0); r != 0 {
-		return errors.Wrapf(c.check("cuLaunchKernelEx", r), "kernel %s grid=%v block=%v, cooperative launch", f.Name, grid, block)
-	}
-	return nil
-}
 
 // PDLSupported reports whether LaunchEx can launch with the programmatic
 // attribute here: the driver has cuLaunchKernelEx and the device is Hopper

@@ -199,7 +199,7 @@ func TestKernelTimingOProj(t *testing.T) {
 				what, model = "o_proj GLM-5", "glm-5"
 			}
 			out := sweep(sh[0], sh[1], what, tilePlans([]int{0, 2, 4}), true)
-			// For docs/measured/next/oproj.sh: the fastest plan other than
+			// For docs/measured/h200-2026-12-03-s15/b.sh: the fastest plan other than
 			// today's that keeps today's bits (its TILERT_GPU_OPROJ run),
 			// and the fastest of all.
 			p0 := defaultPlan(sms, sh[0], sh[1])

@@ -95,11 +95,6 @@ type device interface {
 	// topKAfterHist is topK of scores that indexerScoresQ scored with
 	// hist = scratch.
 	topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error
-	// indexerTopKOne is indexerScoresQ (hist = scratch) then
-	// topKAfterHist into sel, in one launch where the kernel takes the
-	// shape (TILERT_GPU_IDX_ONE=1; idx_one.go): the same scores and
-	// selection.
-	indexerTopKOne(sel, out, qh, wq, cache, lens, scratch cuda.DevPtr, nq, T, K, ldOut, ldSel int) error
 	// topK with scratch != 0 (kernels.TopKRadixScratchBytes(rows, T),
 	// zeroed) spreads long rows over many blocks; the result is the same.
 	topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error
@@ -495,14 +490,6 @@ func (b *cudaDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H,
 }
 
 func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
-	switch idxF8Mode {
-	case "1":
-		idxF8Launches.Add(1)
-		return b.k.IndexerScoresF8(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
-	case "wg":
-		idxF8Launches.Add(1)
-		return b.k.IndexerScoresWG(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
-	}
 	return b.k.IndexerScoresMMA(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
 }
 
@@ -646,14 +633,6 @@ func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowB
 }
 
 func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
-	switch idxF8Mode {
-	case "1":
-		idxF8Launches.Add(1)
-		return b.k.IndexerScoresF8Rows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
-	case "wg":
-		idxF8Launches.Add(1)
-		return b.k.IndexerScoresWGRows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
-	}
 	return b.k.IndexerScoresMMARows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
 }
 
@@ -994,9 +973,6 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 	}
 	if r.wgMode != 0 {
 		b.mlaPrefillWGOK(r.wgMode) // the sm_90a module
-	}
-	if idxF8Mode == "wg" {
-		_ = b.k.WGSupported() // the sm_90a module for IndexerScoresWG (its launch returns the error)
 	}
 	if r.oproj != [2]int{} {
 		b.k.SetTilePlan(r.oproj[0], r.oproj[1], oprojFor(b.k, r.oproj))

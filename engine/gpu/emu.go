@@ -567,16 +567,6 @@ func (m *emuDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, 
 	return m.topK(out, scores, lens, scratch, rows, T, K, ld, ldOut)
 }
 
-// indexerTopKOne is the pair it fuses (the same scores and selection);
-// counted in idxOneLaunches as the GPU's fused launch is (wiring tests).
-func (m *emuDevice) indexerTopKOne(sel, out, qh, wq, cache, lens, scratch cuda.DevPtr, nq, T, K, ldOut, ldSel int) error {
-	idxOneLaunches.Add(1)
-	if err := m.indexerScoresQ(out, qh, wq, cache, lens, scratch, nq, T, ldOut); err != nil {
-		return err
-	}
-	return m.topKAfterHist(sel, out, lens, scratch, nq, T, K, ldOut, ldSel)
-}
-
 func (m *emuDevice) indexerScoresQ(out, qh, wq, cache, lens, _ cuda.DevPtr, nq, T, ldOut int) error {
 	const D, PB = kernels.IndexerHeadDim, kernels.IndexerPageBytes
 	ls := m.i32(lens, nq)

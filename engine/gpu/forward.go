@@ -848,10 +848,6 @@ func (f *fwd) idxSelect(lw *dlayer) {
 			// Every row at <= index_topk positions: the top-k kernel
 			// writes 0..pos without reading the scores.
 			o.do(o.b.topK(sel, scores, lens, ws.tkw, g.n, T, TK, ws.ldScores, TK))
-		case useQ && topkRadixOn && idxOneOK(T):
-			// Scores and top-k in one launch (TILERT_GPU_IDX_ONE=1).
-			o.do(o.b.indexerTopKOne(sel, scores, ws.iqh.Add(int64(g.first*kernels.IndexerQRowBytes)),
-				fptr(ws.iwq, g.first*kernels.IndexerQHeads), g.s.buf.Add(e.idxOff[lw.Idx]), lens, ws.tkw, g.n, T, TK, ws.ldScores, TK))
 		case useQ:
 			// The scores kernel also builds the radix top-k's histogram
 			// (unless that top-k is turned off).

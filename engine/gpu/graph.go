@@ -460,12 +460,6 @@ func (gb *graphDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, row
 	return err
 }
 
-func (gb *graphDevice) indexerTopKOne(sel, out, qh, wq, cache, lens, scratch cuda.DevPtr, nq, T, K, ldOut, ldSel int) error {
-	return gb.rec("indexerTopKOne", int64(T)*(kernels.IndexerPageBytes/64), func(b device) error {
-		return b.indexerTopKOne(sel, out, qh, wq, cache, lens, scratch, nq, T, K, ldOut, ldSel)
-	}, ku(sel), ku(out), ku(qh), ku(wq), ku(cache), ku(lens), ku(scratch), ki(nq), ki(T), ki(K), ki(ldOut), ki(ldSel))
-}
-
 func (gb *graphDevice) topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
 	return gb.rec("topK", int64(4*rows*K), func(b device) error { return b.topK(out, scores, lens, scratch, rows, T, K, ld, ldOut) },
 		ku(out), ku(scores), ku(lens), ku(scratch), ki(rows), ki(T), ki(K), ki(ld), ki(ldOut))

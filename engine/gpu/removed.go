@@ -78,6 +78,15 @@ func removedSwitches(getenv func(string) string) error {
 			errors.Newf("TILERT_GPU_FUSE=%q: the fused router (=2 and =3, router_route) and the fused MoE combine + norm (=2, moe_combine_add_rmsnorm) were removed in session 15: measured on the H200 they were slower (decode p50 at 8192, 1 slot, DeepSeek-V3.2 dims, session 14: =3 2.746, =2 2.808 against 2.697 ms; graph-timed at 1 row: router_route 10.62 against 8.31 us for its two launches, combine + norm 9.5 against 6.2 us)", v),
 			"unset TILERT_GPU_FUSE (the attention epilogue fused, the default) or set it to 0 (no fusion); the code last exists at commit ca3f1b5, the record is in docs/measured/h200-2026-12-03-s14 call D, docs/measured/h200-2026-12-01-fuse and -post, and cuda/kernels/NOTES.md \"Fused per-row epilogues\"")
 	}
+	// TILERT_GPU_IDX_ONE=1|plain ran the indexer's scores and the top-k of
+	// rows over 32768 keys as one launch with two grid barriers
+	// (indexer_topk_one, cooperative at =1), and TILERT_GPU_IDX_F8=1|wg the
+	// indexer's scores on the fp8 mma.sync (indexer_scores_f8) or on wgmma
+	// e4m3 (indexer_scores_wg); both session 15, correct, slower on the H200
+	// in its calls A1 / A2, and removed in session 15.
+	if err := removedIdx(getenv); err != nil {
+		return err
+	}
 	// TILERT_GPU_IDX_LONG (the indexer's long rows on a cp.async-ring score
 	// kernel and a cluster top-k) and TILERT_GPU_GROUP_SPLIT (the layer
 	// input's grouped GEMV with every block's weights in flight through
@@ -92,6 +101,23 @@ func removedSwitches(getenv func(string) string) error {
 		if v := getenv(r.name); v != "" && v != "0" {
 			return errors.WithHint(errors.Newf("%s=%q: %s", r.name, v, r.what), r.hint)
 		}
+	}
+	return nil
+}
+
+// removedIdx: the session-15 indexer variants (see removedSwitches); the
+// code last exists at 99c4e9a. =0 asks for the path that runs.
+func removedIdx(getenv func(string) string) error {
+	const record = "; the code last exists at commit 99c4e9a, the record is in docs/measured/h200-2026-12-03-s15 and cuda/kernels/NOTES.md "
+	if v := getenv("TILERT_GPU_IDX_ONE"); v != "" && v != "0" {
+		return errors.WithHint(
+			errors.Newf("TILERT_GPU_IDX_ONE=%q: the one-launch indexer scores + long-row top-k (indexer_topk_one, =1 cooperative, =plain) was removed in session 15: correct, but measured on the H200 (call A1) it was slower (graph-timed 1 row x 131072 keys 29.8 against the pair's 28.3 us; decode p50 at 131072, 1 slot, 3.030 (=1) / 3.015 (=plain) against 2.904 ms)", v),
+			"unset TILERT_GPU_IDX_ONE: indexer_scores_mma_pf and the radix top-k run as two launches"+record+`"Scores and the long-row top-k in one launch"`)
+	}
+	if v := getenv("TILERT_GPU_IDX_F8"); v != "" && v != "0" {
+		return errors.WithHint(
+			errors.Newf("TILERT_GPU_IDX_F8=%q: the indexer scores on fp8 tensor cores (=1 indexer_scores_f8, mma.sync e4m3; =wg indexer_scores_wg, wgmma e4m3) were removed in session 15: measured on the H200 (call A2) they were slower (graph-timed at 131072 keys 13.96 (=1) / 27.14 (=wg) against indexer_scores_mma_pf's 13.00 us; decode p50 at 131072, 1 slot, 2.923 / 3.159 against 2.910 ms), and wgmma e4m3 accumulates with ~13 bits", v),
+			"unset TILERT_GPU_IDX_F8: indexer_scores_mma_pf (f16 mma.sync, f32 accumulation) runs"+record+`"The indexer scores on the fp8 mma.sync and on wgmma"`)
 	}
 	return nil
 }

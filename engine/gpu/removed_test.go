@@ -58,6 +58,13 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_IDX_LONG": "1"}, `TILERT_GPU_IDX_LONG="1"`},
 		{map[string]string{"TILERT_GPU_GROUP_SPLIT": "0"}, ""},
 		{map[string]string{"TILERT_GPU_GROUP_SPLIT": "1"}, `TILERT_GPU_GROUP_SPLIT="1"`},
+		{map[string]string{"TILERT_GPU_IDX_ONE": "0"}, ""},
+		{map[string]string{"TILERT_GPU_IDX_ONE": "1"}, `TILERT_GPU_IDX_ONE="1"`},
+		{map[string]string{"TILERT_GPU_IDX_ONE": "plain"}, `TILERT_GPU_IDX_ONE="plain"`},
+		{map[string]string{"TILERT_GPU_IDX_F8": "0"}, ""},
+		{map[string]string{"TILERT_GPU_IDX_F8": "1"}, `TILERT_GPU_IDX_F8="1"`},
+		{map[string]string{"TILERT_GPU_IDX_F8": "wg"}, `TILERT_GPU_IDX_F8="wg"`},
+		{map[string]string{"TILERT_GPU_IDX_MMA": "0", "TILERT_GPU_TOPK_ONE": "0"}, ""},
 		{map[string]string{"TILERT_GPU_FUSE": "0"}, ""},
 		{map[string]string{"TILERT_GPU_FUSE": "1"}, ""},
 		{map[string]string{"TILERT_GPU_FUSE": "2"}, `TILERT_GPU_FUSE="2"`},
@@ -94,6 +101,13 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		e.Close()
 	}
 	checkRemovedErr(t, "NewEmulated with TILERT_GPU_L2PF=1", err, `TILERT_GPU_L2PF="1"`)
+	t.Setenv("TILERT_GPU_L2PF", "")
+	t.Setenv("TILERT_GPU_IDX_F8", "wg")
+	e, err = NewEmulated(Dummy(b.Config, 3), engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
+	if err == nil {
+		e.Close()
+	}
+	checkRemovedErr(t, "NewEmulated with TILERT_GPU_IDX_F8=wg", err, `TILERT_GPU_IDX_F8="wg"`)
 }
 
 // removedSays is what each removed switch's refusal must name: parts of
@@ -118,6 +132,10 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_GROUP_SPLIT", "ad57728", "docs/measured/h200-2026-12-03-s14"}},
 	"TILERT_GPU_FUSE": {{"removed in session 15", "=3 2.746, =2 2.808 against 2.697 ms", "10.62 against 8.31 us", "9.5 against 6.2 us"},
 		{"unset TILERT_GPU_FUSE", "ca3f1b5", "docs/measured/h200-2026-12-03-s14"}},
+	"TILERT_GPU_IDX_ONE": {{"removed in session 15", "call A1", "29.8 against the pair's 28.3 us", "3.030 (=1) / 3.015 (=plain) against 2.904 ms"},
+		{"unset TILERT_GPU_IDX_ONE", "99c4e9a", "docs/measured/h200-2026-12-03-s15", `"Scores and the long-row top-k in one launch"`}},
+	"TILERT_GPU_IDX_F8": {{"removed in session 15", "call A2", "13.96 (=1) / 27.14 (=wg) against indexer_scores_mma_pf's 13.00 us", "2.923 / 3.159 against 2.910 ms", "~13 bits"},
+		{"unset TILERT_GPU_IDX_F8", "99c4e9a", "docs/measured/h200-2026-12-03-s15", `"The indexer scores on the fp8 mma.sync and on wgmma"`}},
 	"TILERT_GPU_L2PF":          l2pfSays,
 	"TILERT_GPU_L2PF_OPROJ_MB": l2pfSays,
 }

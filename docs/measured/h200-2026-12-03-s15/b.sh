@@ -1,3 +1,5 @@
+# Ran as session 15 call B (binaries of 2b96528). Since then the d16s kernels launch plainly by default, so the
+# TILERT_GPU_PDL_PLAIN=...d16s run below would be refused today: TILERT_GPU_PDL_MORE=gemv_tile_fp8_r8_m1_d16s is its opposite.
 # o_proj's tail (issue 10, helper oproj, session 15; NOT RUN yet): cuda/kernels/NOTES.md "o_proj's tail".
 # 1. TestTilePlanParse + TestKernelTilePlanBitwise (every plan at both o_proj shapes on fresh random inputs: G64
 #    plans bit for bit today's, other G within the GEMV bound) + TestKernelTimingOProj (graph-timed, cold, every

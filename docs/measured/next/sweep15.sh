@@ -9,9 +9,9 @@ set -x
 if ls .device/next/*.xz >/dev/null 2>&1; then (cd .device/next && for f in *.xz; do xz -d -f "$f"; done); fi
 chmod +x .device/next/* 2>/dev/null
 D=$PWD/.device/next
-R=/tmp/sweep15-$1; rm -rf $R; mkdir -p $R
+P=$1; R=/tmp/sweep15-$P; rm -rf $R; mkdir -p $R
 export TILERT_KERNEL_CACHE=/tmp/tilert-kernels
-bn() { local m=$1 c=$2 n=$3; shift 3; env "$@" timeout 40 $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context $c --batches 1 > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -A1 "p50 ms" $R/$n.txt | tail -1 | sed "s/^/$n $* /" | tee -a $R/summary.txt; cp $R/summary.txt $OUT/summary-$1.txt 2>/dev/null; tar czf $OUT/sweep15-$1.tgz -C $R .; }
+bn() { local m=$1 c=$2 n=$3; shift 3; env "$@" timeout 40 $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context $c --batches 1 > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -A1 "p50 ms" $R/$n.txt | tail -1 | sed "s/^/$n $* /" | tee -a $R/summary.txt; cp $R/summary.txt $OUT/summary-$P.txt 2>/dev/null; tar czf $OUT/sweep15-$P.tgz -C $R .; }
 fams="gemv_tile_fp8_r8_m1_o4 gemv_tile_fp8_r4_m1_o4 gemv_tile_bf16 add_rmsnorm rmsnorm attn_epilogue idx_q_prep indexer_scores_mma topk_radix mla_combine moe_combine moe_route"
 case "$1" in
 ds|glm)

@@ -945,8 +945,11 @@ type cudaRunner struct {
 	// (enginePDL).
 	pdlSet bool
 	// oproj: o_proj's shape, pinned to TILERT_GPU_OPROJ's or SpreadPlan's
-	// plan (oproj.go; zero: not pinned).
-	oproj [2]int
+	// plan (oproj.go; zero: not pinned); oprojPlan that plan, worked out at
+	// the first run (oprojOK) rather than at every step.
+	oproj     [2]int
+	oprojPlan kernels.TilePlan
+	oprojOK   bool
 }
 
 // enginePDL: the engine launches its listed kernels programmatically (PDL)
@@ -975,7 +978,10 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 		b.mlaPrefillWGOK(r.wgMode) // the sm_90a module
 	}
 	if r.oproj != [2]int{} {
-		b.k.SetTilePlan(r.oproj[0], r.oproj[1], oprojFor(b.k, r.oproj))
+		if !r.oprojOK {
+			r.oprojPlan, r.oprojOK = oprojFor(b.k, r.oproj), true
+		}
+		b.k.SetTilePlan(r.oproj[0], r.oproj[1], r.oprojPlan)
 	}
 	if mlaFewOn || topkFastOn {
 		b.fewReady()

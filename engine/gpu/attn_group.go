@@ -129,7 +129,7 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 	if sideQOn && withIdx && M <= kernels.MaxTileM {
 		// q_b and the query absorption beside the indexer's chain (side.go;
 		// attnOut joins before the MLA).
-		o.do(o.b.fork())
+		o.do(o.b.fork(chainQ))
 		o.lin(lw.QB, ws.q, ws.qa, M, QL, lw.QB.out)
 		f.absorbQ(lw)
 		o.do(o.b.unfork())

@@ -36,7 +36,7 @@ type device interface {
 	launchQueued() error
 	// fork, unfork and join run the calls between fork and unfork on a
 	// second stream beside those between unfork and join (side.go).
-	fork() error
+	fork(ch sideChain) error
 	unfork() error
 	join() error
 	copyDD(dst, src cuda.DevPtr, n int64) error

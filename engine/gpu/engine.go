@@ -166,6 +166,9 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 	if err := removedSwitchesEnv(); err != nil {
 		return nil, err
 	}
+	if sideCapErr != nil {
+		return nil, sideCapErr
+	}
 	cfg := src.Config()
 	opts, lay, maxSeq, err := engine.Resolve(cfg, opts, engine.ModeServing)
 	if err != nil {

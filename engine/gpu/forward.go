@@ -454,7 +454,7 @@ func (f *fwd) sharedBeside(lw *dlayer) bool {
 		return false
 	}
 	o := f.o
-	o.do(o.b.fork())
+	o.do(o.b.fork(chainSh))
 	f.sharedShaped(lw)
 	o.do(o.b.unfork())
 	return true

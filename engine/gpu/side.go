@@ -1,8 +1,11 @@
 package gpu
 
 import (
+	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/cockroachdb/errors"
 
@@ -58,32 +61,70 @@ var sideQOn, sideShOn = sideMode(os.Getenv("TILERT_GPU_SIDE"))
 // programmatic, 2.702 / 2.701 plain; GLM-5 dims 2.954 against 2.915.
 var sidePlainOn = os.Getenv("TILERT_GPU_SIDE_PDL") != "1"
 
-var (
-	// sideCapSet is TILERT_GPU_SIDE_CAP read once (-1: unset or not a
-	// count, the default).
-	sideCapSet = envCount("TILERT_GPU_SIDE_CAP")
-	// sideCapTest, when >= 0, overrides the environment (tests).
-	sideCapTest = -1
+// sideChain names a fork's chain: each has its own tile cap, since what
+// a capped side GEMV costs depends on whether its chain or the main one is
+// the longer.
+type sideChain int
+
+const (
+	chainQ  sideChain = iota // q_b and the query absorption beside the indexer's chain
+	chainSh                  // the shared expert beside the router and the routing
+	nChains
 )
 
-// envCount is a non-negative count from the environment, -1 when unset or
-// not one.
-func envCount(name string) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
-		return v
+var chainNames = [nChains]string{chainQ: "q", chainSh: "sh"}
+
+var (
+	// sideCapSet is TILERT_GPU_SIDE_CAP read once (-1: unset, the
+	// default); sideCapErr says why a value was refused (at backend
+	// creation, so that a mistyped cap is not silently the default).
+	sideCapSet, sideCapErr = parseSideCap(os.Getenv("TILERT_GPU_SIDE_CAP"))
+	// sideCapTest, where >= 0, overrides the environment (tests).
+	sideCapTest = [nChains]int{-1, -1}
+)
+
+// parseSideCap reads TILERT_GPU_SIDE_CAP: "B" caps both chains' tile GEMVs
+// at B blocks per SM, "q=B,sh=B" (either part alone) each chain; 0 is
+// uncapped, a chain not named keeps its default (-1).
+func parseSideCap(v string) ([nChains]int, error) {
+	caps := [nChains]int{-1, -1}
+	if v == "" {
+		return caps, nil
 	}
-	return -1
+	bad := func(why string) ([nChains]int, error) {
+		return [nChains]int{-1, -1}, errors.WithHint(errors.Newf("TILERT_GPU_SIDE_CAP=%q: %s", v, why),
+			"set it to a block count per SM for both side chains (0: uncapped), or per chain as q=B,sh=B (q: q_b and the query absorption; sh: the shared expert), or unset it for the default")
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		if n < 0 {
+			return bad("a negative block count")
+		}
+		return [nChains]int{n, n}, nil
+	}
+	for _, part := range strings.Split(v, ",") {
+		name, num, ok := strings.Cut(strings.TrimSpace(part), "=")
+		n, err := strconv.Atoi(num)
+		if !ok || err != nil || n < 0 {
+			return bad(fmt.Sprintf("%q is not chain=count", part))
+		}
+		i := slices.Index(chainNames[:], name)
+		if i < 0 {
+			return bad(fmt.Sprintf("no side chain %q (q, sh)", name))
+		}
+		caps[i] = n
+	}
+	return caps, nil
 }
 
-// sideCap is the blocks per SM of the side stream's tile GEMVs (0: as
-// many as the grid has), from TILERT_GPU_SIDE_CAP or, unset, from whether
-// the kernels launch programmatically.
-func (b *cudaDevice) sideCap() int {
+// sideCap is the blocks per SM of a side chain's tile GEMVs (0: as many
+// as the grid has), from TILERT_GPU_SIDE_CAP or, unset, from whether the
+// kernels launch programmatically.
+func (b *cudaDevice) sideCap(ch sideChain) int {
 	switch {
-	case sideCapTest >= 0:
-		return sideCapTest
-	case sideCapSet >= 0:
-		return sideCapSet
+	case sideCapTest[ch] >= 0:
+		return sideCapTest[ch]
+	case sideCapSet[ch] >= 0:
+		return sideCapSet[ch]
 	case b.k.PDL():
 		return 1
 	}
@@ -144,7 +185,7 @@ func (sd *sideStream) destroy(c *cuda.Ctx) error {
 	return err
 }
 
-func (b *cudaDevice) fork() error {
+func (b *cudaDevice) fork(ch sideChain) error {
 	sd := b.side
 	if sd == nil {
 		return nil // no second stream (a sharded phase): the calls stay in order
@@ -162,7 +203,7 @@ func (b *cudaDevice) fork() error {
 		return err
 	}
 	sd.main, b.s, sd.active = b.s, sd.s, true
-	sd.cap = b.k.SetTileCap(b.sideCap())
+	sd.cap = b.k.SetTileCap(b.sideCap(ch))
 	sd.plain = b.k.SetPlain(sidePlainOn || b.k.Plain())
 	return nil
 }
@@ -210,12 +251,12 @@ func (b *cudaDevice) settle() error {
 
 // The emulator runs in call order; graphDevice reorders its side chains
 // (sideLast).
-func (m *emuDevice) fork() error   { return nil }
+func (m *emuDevice) fork(sideChain) error { return nil }
 func (m *emuDevice) unfork() error { return nil }
 func (m *emuDevice) join() error   { return nil }
 
-func (gb *graphDevice) fork() error {
-	return gb.rec("fork", 0, func(b device) error { return b.fork() })
+func (gb *graphDevice) fork(ch sideChain) error {
+	return gb.rec("fork", 0, func(b device) error { return b.fork(ch) })
 }
 
 func (gb *graphDevice) unfork() error {

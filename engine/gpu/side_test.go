@@ -78,7 +78,7 @@ func TestEmuSideOrderShowsAHazard(t *testing.T) {
 		t.Fatal(err)
 	}
 	gb := &graphDevice{device: m, gs: gs, g: emuGrapher{}, mark: time.Now()}
-	for _, err := range []error{gb.fork(), gb.scale(x, 2, 4), gb.unfork(), gb.copyDD(y, x, 16), gb.join(), gb.flush()} {
+	for _, err := range []error{gb.fork(chainQ), gb.scale(x, 2, 4), gb.unfork(), gb.copyDD(y, x, 16), gb.join(), gb.flush()} {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,19 +105,23 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(q, sh, pl bool, cp int) { sideQOn, sideShOn, sidePlainOn, sideCapTest = q, sh, pl, cp }(sideQOn, sideShOn, sidePlainOn, sideCapTest)
+	defer func(q, sh, pl bool, cp [nChains]int) { sideQOn, sideShOn, sidePlainOn, sideCapTest = q, sh, pl, cp }(sideQOn, sideShOn, sidePlainOn, sideCapTest)
 	// side streams off, on, and (GPU: scheduling only, the same bits) on
 	// with the side GEMVs uncapped and capped at a block per SM
 	// (TILERT_GPU_SIDE_CAP)
 	// and capped with its launches plain (the default; TILERT_GPU_SIDE_PDL=1
 	// launches them programmatically)
+	// and each chain capped alone
 	type sideCfg struct {
 		on, plain bool
-		cap       int
+		cap       [nChains]int
 	}
-	cfgs := []sideCfg{{cap: -1}, {on: true, cap: -1}}
+	dflt := [nChains]int{-1, -1}
+	cfgs := []sideCfg{{cap: dflt}, {on: true, cap: dflt}}
 	if kind == onGPU {
-		cfgs = []sideCfg{{cap: -1}, {on: true, cap: 0}, {on: true, cap: 1}, {on: true, plain: true, cap: 1}}
+		cfgs = []sideCfg{{cap: dflt}, {on: true, cap: [nChains]int{0, 0}}, {on: true, cap: [nChains]int{1, 1}},
+			{on: true, plain: true, cap: [nChains]int{1, 1}}, {on: true, plain: true, cap: [nChains]int{0, 1}},
+			{on: true, plain: true, cap: [nChains]int{1, 0}}}
 	}
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
@@ -185,15 +189,17 @@ func testSideStream(t *testing.T, kind deviceKind) {
 // cap left behind would slow every main-stream GEMV after it.
 func TestGPUSideCapScoped(t *testing.T) {
 	dev := gpuDevice(t)
-	defer func(cp int, pl bool) { sideCapTest, sidePlainOn = cp, pl }(sideCapTest, sidePlainOn)
+	defer func(cp [nChains]int, pl bool) { sideCapTest, sidePlainOn = cp, pl }(sideCapTest, sidePlainOn)
 	r := &cudaRunner{dev: dev, info: dev.Info}
 	defer func() {
 		if err := r.close(); err != nil {
 			t.Error(err)
 		}
 	}()
-	for _, want := range []int{0, 1, 3} {
-		sideCapTest, sidePlainOn = want, want == 1 // and the side stream's plain-launch hold
+	for i, want := range []int{0, 1, 3, 2} {
+		ch := sideChain(i % int(nChains))
+		sideCapTest, sidePlainOn = [nChains]int{-1, -1}, want == 1 // and the side stream's plain-launch hold
+		sideCapTest[ch] = want
 		err := r.run(func(b device) error {
 			cb := b.(*cudaDevice)
 			if got := cb.k.TileCap(); got != 0 {
@@ -202,7 +208,7 @@ func TestGPUSideCapScoped(t *testing.T) {
 			if cb.k.Plain() {
 				return errors.New("plain launches held before the fork")
 			}
-			if err := cb.fork(); err != nil {
+			if err := cb.fork(ch); err != nil {
 				return err
 			}
 			if got := cb.k.TileCap(); got != want {
@@ -223,7 +229,42 @@ func TestGPUSideCapScoped(t *testing.T) {
 			return cb.join()
 		})
 		if err != nil {
-			t.Errorf("side cap %d: %v", want, err)
+			t.Errorf("side cap %d on chain %s: %v", want, chainNames[ch], err)
+		}
+	}
+}
+
+func TestParseSideCap(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want [nChains]int
+		bad  string // a part of the error, "" when accepted
+	}{
+		{"", [nChains]int{-1, -1}, ""},
+		{"0", [nChains]int{0, 0}, ""},
+		{"2", [nChains]int{2, 2}, ""},
+		{"q=0", [nChains]int{0, -1}, ""},
+		{"sh=1", [nChains]int{-1, 1}, ""},
+		{"q=0,sh=1", [nChains]int{0, 1}, ""},
+		{" sh=3 , q=2", [nChains]int{2, 3}, ""},
+		{"-1", [nChains]int{-1, -1}, "negative"},
+		{"q", [nChains]int{-1, -1}, "not chain=count"},
+		{"q=x", [nChains]int{-1, -1}, "not chain=count"},
+		{"q=-2", [nChains]int{-1, -1}, "not chain=count"},
+		{"kv=1", [nChains]int{-1, -1}, "no side chain"},
+		{"one", [nChains]int{-1, -1}, "not chain=count"},
+	} {
+		got, err := parseSideCap(tc.in)
+		switch {
+		case tc.bad == "" && err != nil:
+			t.Errorf("%q: %v", tc.in, err)
+		case tc.bad != "" && (err == nil || !strings.Contains(err.Error(), tc.bad)):
+			t.Errorf("%q: error %v, want one saying %q", tc.in, err, tc.bad)
+		case got != tc.want:
+			t.Errorf("%q: caps %v, want %v", tc.in, got, tc.want)
+		}
+		if err != nil && len(errors.GetAllHints(err)) == 0 {
+			t.Errorf("%q: error without a hint", tc.in)
 		}
 	}
 }

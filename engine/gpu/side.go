@@ -252,8 +252,8 @@ func (b *cudaDevice) settle() error {
 // The emulator runs in call order; graphDevice reorders its side chains
 // (sideLast).
 func (m *emuDevice) fork(sideChain) error { return nil }
-func (m *emuDevice) unfork() error { return nil }
-func (m *emuDevice) join() error   { return nil }
+func (m *emuDevice) unfork() error        { return nil }
+func (m *emuDevice) join() error          { return nil }
 
 func (gb *graphDevice) fork(ch sideChain) error {
 	return gb.rec("fork", 0, func(b device) error { return b.fork(ch) })

@@ -100,6 +100,11 @@ func tilePlanGrid(p TilePlan, N, sms, capB int) int {
 	return tileGridX(cdiv(gtiles, tileThreads/p.G), capB, sms, 1)
 }
 
+// TileVariantOf is the kernel variant ("", "_d16" or "_o4") that a one-row
+// fp8 tile GEMV of N rows of K launches with when no plan is pinned: how
+// many blocks an SM it was shaped to stream with (two, four for _o4).
+func (k *Set) TileVariantOf(N, K int) string { return defaultPlan(k.c.Info().SMs, N, K).V }
+
 // defaultPlan is the plan tileShape and tileVariant give one row of N x K.
 func defaultPlan(sms, N, K int) TilePlan {
 	G, R := tileShape(sms, N, K, 1, 1, false)

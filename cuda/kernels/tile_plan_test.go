@@ -55,6 +55,23 @@ func TestSpreadPlan(t *testing.T) {
 	}
 }
 
+// TestTileVariantOfQB: the variants the engine's side cap is decided by
+// (engine/gpu sideOpen): GLM-5's q_b launches _o4 (four blocks an SM),
+// DeepSeek-V3.2's _d16 (two).
+func TestTileVariantOfQB(t *testing.T) {
+	for _, c := range []struct {
+		N, K int
+		want string
+	}{
+		{16384, 2048, "_o4"},  // GLM-5 q_b: 64 heads x 256, q_lora 2048
+		{24576, 1536, "_d16"}, // DeepSeek-V3.2 q_b: 128 heads x 192, q_lora 1536
+	} {
+		if got := defaultPlan(132, c.N, c.K).V; got != c.want {
+			t.Errorf("one-row %d x %d launches %q, want %q", c.N, c.K, got, c.want)
+		}
+	}
+}
+
 func TestTilePlanParse(t *testing.T) {
 	for _, p := range tilePlans([]int{0, 2, 4}) {
 		got, err := ParseTilePlan(p.String())

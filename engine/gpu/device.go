@@ -164,6 +164,9 @@ type cudaDevice struct {
 	side *sideStream
 	// clk, when set, is cut before every host wait (ClockPrefill, clock.go).
 	clk *devClock
+	// capOpen: the side chains that a tile cap would starve, uncapped by
+	// default (side.go sideCap; the runner's, worked out once).
+	capOpen [nChains]bool
 }
 
 var _ device = (*cudaDevice)(nil)
@@ -950,6 +953,12 @@ type cudaRunner struct {
 	oproj     [2]int
 	oprojPlan kernels.TilePlan
 	oprojOK   bool
+	// qb: q_b's shape (sidePin; zero: none), whose one-row launch decides
+	// whether the q chain is capped by default (capOpen, worked out at the
+	// first run).
+	qb        [2]int
+	capOpen   [nChains]bool
+	capOpenOK bool
 }
 
 // enginePDL: the engine launches its listed kernels programmatically (PDL)
@@ -983,6 +992,14 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 		}
 		b.k.SetTilePlan(r.oproj[0], r.oproj[1], r.oprojPlan)
 	}
+	if !r.capOpenOK {
+		v := ""
+		if r.qb != [2]int{} {
+			v = b.k.TileVariantOf(r.qb[0], r.qb[1])
+		}
+		r.capOpen, r.capOpenOK = sideOpen(v), true
+	}
+	b.capOpen = r.capOpen
 	if mlaFewOn || topkFastOn {
 		b.fewReady()
 	}

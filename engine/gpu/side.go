@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/model"
 )
 
 // A decode layer has chains of work that do not depend on each other: q_b
@@ -40,13 +41,19 @@ var sideQOn, sideShOn = sideMode(os.Getenv("TILERT_GPU_SIDE"))
 // kernels wait for its last wave. TILERT_GPU_SIDE_CAP=B caps the side
 // stream's tile GEMVs at B blocks per SM (kernels.SetTileCap: the same
 // bits), leaving the rest of each SM to the main chain; 0 leaves them
-// uncapped. Unset: 1 where the kernels launch programmatically (PDL), else
-// 0. Measured on the H200 (docs/measured/h200-2026-12-02-s11 calls B-C,
-// DeepSeek-V3.2 dims, 9 MoE layers, 8192, 1 slot, p50): one stream 2.916
-// ms; side streams 2.895; with the cap 2.938; PDL 2.902; PDL + side
-// streams 2.844; PDL + side streams + cap 2.764-2.769. A priority for the
-// main chain's launches (CU_LAUNCH_ATTRIBUTE_PRIORITY) changed nothing
-// (2.842 / 2.764 with it) and was dropped.
+// uncapped; q=B,sh=B sets each chain's. Unset: 1 where the kernels launch
+// programmatically (PDL), else 0, except for a chain that the cap would
+// starve (sideOpen). Measured on the H200 (docs/measured/h200-2026-12-02-s11
+// calls B-C, DeepSeek-V3.2 dims, 9 MoE layers, 8192, 1 slot, p50): one
+// stream 2.916 ms; side streams 2.895; with the cap 2.938; PDL 2.902; PDL +
+// side streams 2.844; PDL + side streams + cap 2.764-2.769. A priority for
+// the main chain's launches (CU_LAUNCH_ATTRIBUTE_PRIORITY) changed nothing
+// (2.842 / 2.764 with it) and was dropped. Per chain (session 16, docs/
+// measured/h200-2026-12-03-s16 call D, side launches plain): the q chain's
+// cap is worth ~80 us a step on DeepSeek-V3.2 dims (2.697 capped against
+// 2.783 uncapped at 8192) and costs ~100 us on GLM-5 dims (2.878 against
+// 2.774; 3.027 against 2.930 at 131072); the shared expert's cap changes
+// nothing measurable on either.
 //
 // The side stream's kernels launch plainly by default (kernels.Set.SetPlain
 // between fork and unfork; TILERT_GPU_SIDE_PDL=1 launches them
@@ -118,17 +125,39 @@ func parseSideCap(v string) ([nChains]int, error) {
 
 // sideCap is the blocks per SM of a side chain's tile GEMVs (0: as many
 // as the grid has), from TILERT_GPU_SIDE_CAP or, unset, from whether the
-// kernels launch programmatically.
-func (b *cudaDevice) sideCap(ch sideChain) int {
+// kernels launch programmatically and the cap would starve the chain.
+func (b *cudaDevice) sideCap(ch sideChain) int { return sideCapFor(ch, b.k.PDL(), b.capOpen) }
+
+func sideCapFor(ch sideChain, pdl bool, open [nChains]bool) int {
 	switch {
 	case sideCapTest[ch] >= 0:
 		return sideCapTest[ch]
 	case sideCapSet[ch] >= 0:
 		return sideCapSet[ch]
-	case b.k.PDL():
+	case pdl && !open[ch]:
 		return 1
 	}
 	return 0
+}
+
+// sidePin gives a CUDA runner q_b's shape, the q chain's big GEMV.
+func sidePin(r runner, cfg *model.Config) {
+	if cr, ok := r.(*cudaRunner); ok {
+		cr.qb = [2]int{cfg.NumHeads * cfg.QKHeadDim(), cfg.QLoraRank}
+	}
+}
+
+// sideOpen says which side chains a cap of one block per SM would starve,
+// from qbVariant (kernels.Set.TileVariantOf q_b's shape; "" without one):
+// the q chain where q_b's one-row launch is an _o4 one, shaped to stream
+// with four blocks of 64 registers an SM, so that one block keeps a
+// quarter of its loads in flight and the chain outlasts the indexer's
+// beside it. GLM-5's q_b (16384 x 2048) is, DeepSeek-V3.2's (24576 x 1536,
+// _d16: two blocks an SM, so half) is not: the measured split above. The
+// shared expert stays capped (neutral on both).
+func sideOpen(qbVariant string) (open [nChains]bool) {
+	open[chainQ] = qbVariant == "_o4"
+	return open
 }
 
 func sideMode(v string) (q, sh bool) {

@@ -234,6 +234,78 @@ func TestGPUSideCapScoped(t *testing.T) {
 	}
 }
 
+// The default cap per chain (sideOpen): a q chain whose q_b launches _o4
+// (GLM-5's shape) stays uncapped, one that launches _d16 (DeepSeek-V3.2's)
+// is capped at a block per SM, and the shared expert is capped either way.
+func TestGPUSideCapDefault(t *testing.T) {
+	dev := gpuDevice(t)
+	if sideCapSet != [nChains]int{-1, -1} || !enginePDL {
+		t.Skip("TILERT_GPU_SIDE_CAP or TILERT_GPU_PDL=0 set: the defaults are not in play")
+	}
+	defer func(cp [nChains]int) { sideCapTest = cp }(sideCapTest)
+	sideCapTest = [nChains]int{-1, -1}
+	for _, c := range []struct {
+		name string
+		qb   [2]int
+		want [nChains]int
+	}{
+		{"glm-5", [2]int{16384, 2048}, [nChains]int{0, 1}},
+		{"deepseek-v3.2", [2]int{24576, 1536}, [nChains]int{1, 1}},
+		{"no q_b", [2]int{}, [nChains]int{1, 1}},
+	} {
+		r := &cudaRunner{dev: dev, info: dev.Info, qb: c.qb}
+		err := r.run(func(b device) error {
+			cb := b.(*cudaDevice)
+			for ch := range nChains {
+				if err := cb.fork(ch); err != nil {
+					return err
+				}
+				if got := cb.k.TileCap(); got != c.want[ch] {
+					return errors.Newf("chain %s: cap %d, want %d", chainNames[ch], got, c.want[ch])
+				}
+				if err := cb.unfork(); err != nil {
+					return err
+				}
+			}
+			return cb.join()
+		})
+		if err != nil {
+			t.Errorf("%s q_b %v: %v", c.name, c.qb, err)
+		}
+		if err := r.close(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestSideCapFor(t *testing.T) {
+	defer func(cp, set [nChains]int) { sideCapTest, sideCapSet = cp, set }(sideCapTest, sideCapSet)
+	sideCapTest, sideCapSet = [nChains]int{-1, -1}, [nChains]int{-1, -1}
+	for _, c := range []struct {
+		pdl     bool
+		variant string // q_b's one-row launch
+		set     [nChains]int
+		want    [nChains]int
+	}{
+		{true, "_o4", [nChains]int{-1, -1}, [nChains]int{0, 1}},  // GLM-5
+		{true, "_d16", [nChains]int{-1, -1}, [nChains]int{1, 1}}, // DeepSeek-V3.2
+		{true, "", [nChains]int{-1, -1}, [nChains]int{1, 1}},
+		{false, "_o4", [nChains]int{-1, -1}, [nChains]int{0, 0}},
+		{false, "_d16", [nChains]int{-1, -1}, [nChains]int{0, 0}},
+		{true, "_o4", [nChains]int{2, -1}, [nChains]int{2, 1}}, // TILERT_GPU_SIDE_CAP=q=2
+		{true, "_d16", [nChains]int{0, 0}, [nChains]int{0, 0}},
+		{false, "_d16", [nChains]int{-1, 3}, [nChains]int{0, 3}},
+	} {
+		sideCapSet = c.set
+		open := sideOpen(c.variant)
+		for ch := range nChains {
+			if got := sideCapFor(ch, c.pdl, open); got != c.want[ch] {
+				t.Errorf("pdl %v, q_b %q, set %v: chain %s capped at %d, want %d", c.pdl, c.variant, c.set, chainNames[ch], got, c.want[ch])
+			}
+		}
+	}
+}
+
 func TestParseSideCap(t *testing.T) {
 	for _, tc := range []struct {
 		in   string

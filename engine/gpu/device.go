@@ -959,6 +959,9 @@ type cudaRunner struct {
 	qb        [2]int
 	capOpen   [nChains]bool
 	capOpenOK bool
+	// plans: TILERT_GPU_TILE_PLANS's pins (tileplans.go), set at every run
+	// after o_proj's.
+	plans map[[2]int]kernels.TilePlan
 }
 
 // enginePDL: the engine launches its listed kernels programmatically (PDL)
@@ -991,6 +994,9 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 			r.oprojPlan, r.oprojOK = oprojFor(b.k, r.oproj), true
 		}
 		b.k.SetTilePlan(r.oproj[0], r.oproj[1], r.oprojPlan)
+	}
+	for shape, p := range r.plans {
+		b.k.SetTilePlan(shape[0], shape[1], p)
 	}
 	if !r.capOpenOK {
 		v := ""

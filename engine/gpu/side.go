@@ -140,7 +140,9 @@ func sideCapFor(ch sideChain, pdl bool, open [nChains]bool) int {
 	return 0
 }
 
-// sidePin gives a CUDA runner q_b's shape, the q chain's big GEMV.
+// sidePin gives a CUDA runner q_b's shape, the q chain's big GEMV. A
+// sharded rank's runner (wrapped, shard.go) gets none and keeps the cap on
+// both chains: the rule was measured on whole models only.
 func sidePin(r runner, cfg *model.Config) {
 	if cr, ok := r.(*cudaRunner); ok {
 		cr.qb = [2]int{cfg.NumHeads * cfg.QKHeadDim(), cfg.QLoraRank}

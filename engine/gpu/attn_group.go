@@ -128,12 +128,13 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 	}
 	if sideQOn && withIdx && M <= kernels.MaxTileM {
 		// q_b and the query absorption beside the indexer's chain (side.go;
-		// attnOut joins before the MLA).
-		o.do(o.b.fork(chainQ))
-		o.lin(lw.QB, ws.q, ws.qa, M, QL, lw.QB.out)
-		f.absorbQ(lw)
-		o.do(o.b.unfork())
-		f.sideQ = true
+		// attnOut joins before the MLA), or beside its top-k alone
+		// (qLate: idxSelect forks them after the scores launch).
+		if f.qLate() {
+			f.qPending = true
+			return true
+		}
+		f.qBeside(lw)
 		return true
 	}
 	o.lin(lw.QB, ws.q, ws.qa, M, QL, lw.QB.out)
@@ -144,4 +145,15 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 type ptrOf struct {
 	p  cuda.DevPtr
 	ld int
+}
+
+// qBeside queues q_b and the query absorption of ws.qa on the side stream
+// (attnOut joins before the MLA).
+func (f *fwd) qBeside(lw *dlayer) {
+	o, ws := f.o, f.e.ws
+	o.do(o.b.fork(chainQ))
+	o.lin(lw.QB, ws.q, ws.qa, f.M, f.e.cfg.QLoraRank, lw.QB.out)
+	f.absorbQ(lw)
+	o.do(o.b.unfork())
+	f.sideQ = true
 }

@@ -169,6 +169,9 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 	if sideCapErr != nil {
 		return nil, sideCapErr
 	}
+	if sideQAtErr != nil {
+		return nil, sideQAtErr
+	}
 	cfg := src.Config()
 	opts, lay, maxSeq, err := engine.Resolve(cfg, opts, engine.ModeServing)
 	if err != nil {

@@ -363,6 +363,10 @@ type fwd struct {
 	// before the MLA (side.go); sideSh: the shared expert does, joined
 	// before the MoE's combine.
 	sideQ, sideSh bool
+	// qPending: q_b and the query absorption wait for the indexer's scores
+	// launch, to fork beside its top-k (qLate); attnOut runs them in line
+	// if nothing forked them.
+	qPending bool
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and
@@ -687,10 +691,16 @@ func (f *fwd) attnOut(lw *dlayer) {
 	R, P := c.KVLoraRank, c.QKRopeHeadDim
 	NH := c.NumHeads
 	TK := c.IndexTopK
-	if f.sideQ {
+	switch {
+	case f.qPending:
+		// No scores launch forked them (rows within index_topk).
+		f.qPending = false
+		o.lin(lw.QB, ws.q, ws.qa, M, c.QLoraRank, lw.QB.out)
+		f.absorbQ(lw)
+	case f.sideQ:
 		f.sideQ = false
 		o.do(o.b.join()) // q_b and absorbQ ran beside the indexer
-	} else {
+	default:
 		f.absorbQ(lw)
 	}
 	if f.merge() && e.mla == mlaFP8 && ws.mla != 0 && mlaTCOn {
@@ -833,6 +843,7 @@ func (f *fwd) idxSelect(lw *dlayer) {
 		}
 		hist := kernels.TopKRadixHist(ws.tkw)
 		o.do(o.b.indexerScoresQRows(ws.scores, ws.iqh, ws.iwq, e.idxOff[lw.Idx], f.bases, f.lens, hist, f.M, T, ws.ldScores))
+		f.qAfterScores(lw)
 		o.do(o.b.topKAfterHist(ws.topk, ws.scores, f.lens, ws.tkw, f.M, T, TK, ws.ldScores, TK))
 		return
 	}
@@ -857,6 +868,7 @@ func (f *fwd) idxSelect(lw *dlayer) {
 			}
 			o.do(o.b.indexerScoresQ(scores, ws.iqh.Add(int64(g.first*kernels.IndexerQRowBytes)),
 				fptr(ws.iwq, g.first*kernels.IndexerQHeads), g.s.buf.Add(e.idxOff[lw.Idx]), lens, hist, g.n, T, ws.ldScores))
+			f.qAfterScores(lw)
 			if hist != 0 {
 				o.do(o.b.topKAfterHist(sel, scores, lens, ws.tkw, g.n, T, TK, ws.ldScores, TK))
 			} else {

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/model"
 )
 
@@ -160,6 +161,57 @@ func sidePin(r runner, cfg *model.Config) {
 func sideOpen(qbVariant string) (open [nChains]bool) {
 	open[chainQ] = qbVariant == "_o4"
 	return open
+}
+
+// Where the q chain forks (TILERT_GPU_SIDE_Q_AT): "" or "qa" as soon as
+// q_a is normed, beside the whole of the indexer's chain (its wq_b, the
+// query preparation, the scores and the top-k); "topk" after the indexer's
+// scores launch, beside the top-k alone, where a row's length bucket is
+// over kernels.TopKRadixOneMaxT keys (the long rows whose scores are on the
+// step's critical path); "topk-all" after the scores at every length. Why
+// try it: at 131072 keys the scores run at 33% of the copy rate, bound by
+// their instructions, and timed alone take ~13-17 us against ~22 inside the
+// step, where the capped q_b holds half of every SM beside them; the top-k
+// is a latency chain of few blocks that leaves the SMs to a weight stream.
+// Opt-in until measured (docs/measured/next/s16.sh).
+var sideQAt, sideQAtErr = parseSideQAt(os.Getenv("TILERT_GPU_SIDE_Q_AT"))
+
+func parseSideQAt(v string) (string, error) {
+	switch v {
+	case "", "qa":
+		return "", nil
+	case "topk", "topk-all":
+		return v, nil
+	}
+	return "", errors.WithHint(errors.Newf("TILERT_GPU_SIDE_Q_AT=%q: no such fork point", v),
+		"set it to qa (beside the whole indexer chain, the default), topk (beside the top-k where rows are over 32768 keys) or topk-all (beside the top-k at every length)")
+}
+
+// qLate says whether this layer's q chain forks after the indexer's
+// scores launch (sideQAt) rather than at once: the serving indexer scores
+// some row (longer than index_topk), over 32768 keys for "topk".
+func (f *fwd) qLate() bool {
+	e := f.e
+	if sideQAt == "" || !e.idxQ() {
+		return false
+	}
+	maxLen := 0
+	for _, g := range f.groups {
+		maxLen = max(maxLen, g.maxLen)
+	}
+	if maxLen <= e.cfg.IndexTopK {
+		return false
+	}
+	return sideQAt == "topk-all" || lenBucket(maxLen, e.ws.ldScores) > kernels.TopKRadixOneMaxT
+}
+
+// qAfterScores forks the q chain that qLate held back, right after the
+// first scores launch.
+func (f *fwd) qAfterScores(lw *dlayer) {
+	if f.qPending {
+		f.qPending = false
+		f.qBeside(lw)
+	}
 }
 
 func sideMode(v string) (q, sh bool) {

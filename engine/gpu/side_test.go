@@ -105,23 +105,28 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(q, sh, pl bool, cp [nChains]int) { sideQOn, sideShOn, sidePlainOn, sideCapTest = q, sh, pl, cp }(sideQOn, sideShOn, sidePlainOn, sideCapTest)
+	defer func(q, sh, pl bool, cp [nChains]int, at string) {
+		sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt = q, sh, pl, cp, at
+	}(sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt)
 	// side streams off, on, and (GPU: scheduling only, the same bits) on
 	// with the side GEMVs uncapped and capped at a block per SM
 	// (TILERT_GPU_SIDE_CAP)
 	// and capped with its launches plain (the default; TILERT_GPU_SIDE_PDL=1
 	// launches them programmatically)
-	// and each chain capped alone
+	// and each chain capped alone, and the q chain forked beside the
+	// indexer's top-k alone (TILERT_GPU_SIDE_Q_AT=topk-all: the tiny
+	// presets' rows are far under topk's 32768 keys)
 	type sideCfg struct {
 		on, plain bool
 		cap       [nChains]int
+		qAt       string
 	}
 	dflt := [nChains]int{-1, -1}
-	cfgs := []sideCfg{{cap: dflt}, {on: true, cap: dflt}}
+	cfgs := []sideCfg{{cap: dflt}, {on: true, cap: dflt}, {on: true, cap: dflt, qAt: "topk-all"}}
 	if kind == onGPU {
 		cfgs = []sideCfg{{cap: dflt}, {on: true, cap: [nChains]int{0, 0}}, {on: true, cap: [nChains]int{1, 1}},
 			{on: true, plain: true, cap: [nChains]int{1, 1}}, {on: true, plain: true, cap: [nChains]int{0, 1}},
-			{on: true, plain: true, cap: [nChains]int{1, 0}}}
+			{on: true, plain: true, cap: [nChains]int{1, 0}}, {on: true, plain: true, cap: dflt, qAt: "topk-all"}}
 	}
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
@@ -141,17 +146,21 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					forks := make([]int, len(cfgs))
 					sideRoutes := make([]int, len(cfgs)) // routings queued on the side stream (none: the shared expert is the side chain)
 					for k, cf := range cfgs {
-						sideQOn, sideShOn, sidePlainOn, sideCapTest = cf.on, cf.on, cf.plain, cf.cap
+						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt = cf.on, cf.on, cf.plain, cf.cap, cf.qAt
 						e := newTestEngine(t, kind, src, opts)
 						e.m.graphs.keep = [][]gop{}
 						batch[k] = generateBatch(t, e, prompts, engine.Params{}, n)
+						afterScores := 0 // forks right after a scores launch
 						for _, run := range e.m.graphs.keep {
 							side := false
-							for _, op := range run {
+							for i, op := range run {
 								switch op.name {
 								case "fork":
 									forks[k]++
 									side = true
+									if i > 0 && run[i-1].name == "indexerScoresQ" {
+										afterScores++
+									}
 								case "unfork", "join":
 									side = false
 								case "moeRoute":
@@ -163,6 +172,9 @@ func testSideStream(t *testing.T, kind deviceKind) {
 						}
 						if sideRoutes[k] > 0 {
 							t.Errorf("%+v: %d routings on the side stream", cf, sideRoutes[k])
+						}
+						if (cf.qAt != "") != (afterScores > 0) {
+							t.Errorf("%+v: %d forks right after a scores launch", cf, afterScores)
 						}
 					}
 					for k := 1; k < len(cfgs); k++ {
@@ -302,6 +314,21 @@ func TestSideCapFor(t *testing.T) {
 			if got := sideCapFor(ch, c.pdl, open); got != c.want[ch] {
 				t.Errorf("pdl %v, q_b %q, set %v: chain %s capped at %d, want %d", c.pdl, c.variant, c.set, chainNames[ch], got, c.want[ch])
 			}
+		}
+	}
+}
+
+func TestParseSideQAt(t *testing.T) {
+	for _, c := range []struct{ in, want, bad string }{
+		{"", "", ""}, {"qa", "", ""}, {"topk", "topk", ""}, {"topk-all", "topk-all", ""},
+		{"scores", "", "no such fork point"}, {"TOPK", "", "no such fork point"},
+	} {
+		got, err := parseSideQAt(c.in)
+		switch {
+		case c.bad == "" && (err != nil || got != c.want):
+			t.Errorf("%q: %q, %v; want %q", c.in, got, err, c.want)
+		case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad) || len(errors.GetAllHints(err)) == 0):
+			t.Errorf("%q: error %v, want one saying %q with a hint", c.in, err, c.bad)
 		}
 	}
 }

@@ -1,6 +1,6 @@
 # Session 16's plan for the next device session (issue 10; NOT RUN). Binaries of main (tilert, engine.test,
 # kernels.test, decode.test, cuda.test; the build line in docs/measured/next/README.md), xz'd or not, in .device/next.
-# Usage: bash docs/measured/next/s16.sh check|bench|slots
+# Usage: bash docs/measured/next/s16.sh check|bench|long|slots
 #  check (~330 s warm, ~420 cold): the engine, decode-node and cuda parts of gpu-check on the per-chain side cap
 #        (GLM-5's q chain uncapped since e966366), TestGPUSideCapDefault among them.
 #  bench (~5 min warm): the reading behind the cap rule, and GLM-5's dense down spread, env only
@@ -10,6 +10,11 @@
 #        - GLM-5's dense down (6144 x 12288, the 3 dense layers) spread as o_proj is (busiest SM 64 -> 48 rows):
 #          predicted a few us a layer, ~-10 us a step at most.
 #        - DeepSeek-V3.2 q_b (24576 x 1536) on _o4 capped (the converse: predicted slower than its default).
+#  long (~4 min): the q chain forked beside the indexer's top-k alone (TILERT_GPU_SIDE_Q_AT=topk: after the scores
+#        launch, rows over 32768 keys) at 131072, each chain cap, both models; =topk-all at 8192. Predicted: the
+#        scores run near their alone time (~13-17 us, not ~22) with the SMs to themselves, the q chain beside the
+#        top-k's few blocks; 131072 ~-50..-90 us a step if q_b + absorb (~12-20 us) still fit beside the top-k. At
+#        8192 the top-k is too short to hide q_b: expected slower there (why topk leaves rows <= 32768 alone).
 #  slots (~2 min): the 4-slot rows under today's defaults (the README's are session 14's, GLM-5's with the q chain
 #        capped).
 set -x
@@ -40,10 +45,21 @@ bench)
   bn deepseek-v3.2 8192 1 ds-qb-o4-capped TILERT_GPU_TILE_PLANS=24576x1536=G64/R8_o4/B0
   bn deepseek-v3.2 8192 1 ds-qb-o4-open TILERT_GPU_TILE_PLANS=24576x1536=G64/R8_o4/B0 TILERT_GPU_SIDE_CAP=q=0,sh=1
   bn deepseek-v3.2 8192 1 ds-base2 ;;
+long)
+  warm
+  bn deepseek-v3.2 131072 1 ds-long-base
+  bn deepseek-v3.2 131072 1 ds-long-qtopk TILERT_GPU_SIDE_Q_AT=topk
+  bn deepseek-v3.2 131072 1 ds-long-qtopk-open TILERT_GPU_SIDE_Q_AT=topk TILERT_GPU_SIDE_CAP=q=0,sh=1
+  bn glm-5 131072 1 glm-long-base
+  bn glm-5 131072 1 glm-long-qtopk TILERT_GPU_SIDE_Q_AT=topk
+  bn glm-5 131072 1 glm-long-qtopk-capped TILERT_GPU_SIDE_Q_AT=topk TILERT_GPU_SIDE_CAP=q=1,sh=1
+  bn deepseek-v3.2 8192 1 ds-8k-qtopk-all TILERT_GPU_SIDE_Q_AT=topk-all
+  bn glm-5 8192 1 glm-8k-qtopk-all TILERT_GPU_SIDE_Q_AT=topk-all
+  bn deepseek-v3.2 131072 1 ds-long-base2 ;;
 slots)
   warm
   bn deepseek-v3.2 8192 4 ds-4
   bn glm-5 8192 4 glm-4
   bn glm-5 8192 4 glm-4-qcapped TILERT_GPU_SIDE_CAP=q=1,sh=1 ;;
-*) echo "usage: s16.sh check|bench|slots" >&2; exit 2 ;;
+*) echo "usage: s16.sh check|bench|long|slots" >&2; exit 2 ;;
 esac

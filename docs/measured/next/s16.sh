@@ -44,6 +44,7 @@ bench)
   bn deepseek-v3.2 8192 1 ds-base
   bn deepseek-v3.2 8192 1 ds-qb-o4-capped TILERT_GPU_TILE_PLANS=24576x1536=G64/R8_o4/B0
   bn deepseek-v3.2 8192 1 ds-qb-o4-open TILERT_GPU_TILE_PLANS=24576x1536=G64/R8_o4/B0 TILERT_GPU_SIDE_CAP=q=0,sh=1
+  bn deepseek-v3.2 8192 1 ds-q2 TILERT_GPU_SIDE_CAP=q=2,sh=1
   bn deepseek-v3.2 8192 1 ds-base2 ;;
 long)
   warm

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"os"
@@ -1004,6 +1005,11 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 			v = b.k.TileVariantOf(r.qb[0], r.qb[1])
 		}
 		r.capOpen, r.capOpenOK = sideOpen(v), true
+		if r.qb != [2]int{} && (sideQOn || sideShOn) {
+			slog.Info("side streams: tile GEMV caps (blocks an SM, 0: uncapped; TILERT_GPU_SIDE_CAP)",
+				"q_chain", sideCapFor(chainQ, b.k.PDL(), r.capOpen), "shared_expert", sideCapFor(chainSh, b.k.PDL(), r.capOpen),
+				"q_b", fmt.Sprintf("%dx%d%s", r.qb[0], r.qb[1], v), "q_fork_at", cmp.Or(sideQAt, "qa"))
+		}
 	}
 	b.capOpen = r.capOpen
 	if mlaFewOn || topkFastOn {

@@ -151,7 +151,7 @@ type ptrOf struct {
 // (attnOut joins before the MLA).
 func (f *fwd) qBeside(lw *dlayer) {
 	o, ws := f.o, f.e.ws
-	o.do(o.b.fork(chainQ))
+	o.do(o.b.fork(chainQ, f.M))
 	o.lin(lw.QB, ws.q, ws.qa, f.M, f.e.cfg.QLoraRank, lw.QB.out)
 	f.absorbQ(lw)
 	o.do(o.b.unfork())

@@ -36,8 +36,9 @@ type device interface {
 	// every call as it comes).
 	launchQueued() error
 	// fork, unfork and join run the calls between fork and unfork on a
-	// second stream beside those between unfork and join (side.go).
-	fork(ch sideChain) error
+	// second stream beside those between unfork and join (side.go); rows
+	// is the step's rows (the side chain's cap depends on it).
+	fork(ch sideChain, rows int) error
 	unfork() error
 	join() error
 	copyDD(dst, src cuda.DevPtr, n int64) error
@@ -1007,7 +1008,8 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 		r.capOpen, r.capOpenOK = sideOpen(v), true
 		if r.qb != [2]int{} && (sideQOn || sideShOn) {
 			slog.Info("side streams: tile GEMV caps (blocks an SM, 0: uncapped; TILERT_GPU_SIDE_CAP)",
-				"q_chain", sideCapFor(chainQ, b.k.PDL(), r.capOpen), "shared_expert", sideCapFor(chainSh, b.k.PDL(), r.capOpen),
+				"q_chain_1row", sideCapFor(chainQ, b.k.PDL(), r.capOpen, 1), "q_chain_rows", sideCapFor(chainQ, b.k.PDL(), r.capOpen, 2),
+				"shared_expert", sideCapFor(chainSh, b.k.PDL(), r.capOpen, 1),
 				"q_b", fmt.Sprintf("%dx%d%s", r.qb[0], r.qb[1], v), "q_fork_at", cmp.Or(sideQAt, "qa"))
 		}
 	}

@@ -458,7 +458,7 @@ func (f *fwd) sharedBeside(lw *dlayer) bool {
 		return false
 	}
 	o := f.o
-	o.do(o.b.fork(chainSh))
+	o.do(o.b.fork(chainSh, f.M))
 	f.sharedShaped(lw)
 	o.do(o.b.unfork())
 	return true

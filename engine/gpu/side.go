@@ -124,18 +124,23 @@ func parseSideCap(v string) ([nChains]int, error) {
 	return caps, nil
 }
 
-// sideCap is the blocks per SM of a side chain's tile GEMVs (0: as many
-// as the grid has), from TILERT_GPU_SIDE_CAP or, unset, from whether the
-// kernels launch programmatically and the cap would starve the chain.
-func (b *cudaDevice) sideCap(ch sideChain) int { return sideCapFor(ch, b.k.PDL(), b.capOpen) }
+// sideCap is the blocks per SM of a side chain's tile GEMVs in a step of
+// rows rows (0: as many as the grid has), from TILERT_GPU_SIDE_CAP or,
+// unset, from whether the kernels launch programmatically and the cap
+// would starve the chain. The open chains (sideOpen) were measured at one
+// row; a step of several rows launches q_b on another kernel and keeps
+// the cap, as measured before (session 14's 4-slot rows).
+func (b *cudaDevice) sideCap(ch sideChain, rows int) int {
+	return sideCapFor(ch, b.k.PDL(), b.capOpen, rows)
+}
 
-func sideCapFor(ch sideChain, pdl bool, open [nChains]bool) int {
+func sideCapFor(ch sideChain, pdl bool, open [nChains]bool, rows int) int {
 	switch {
 	case sideCapTest[ch] >= 0:
 		return sideCapTest[ch]
 	case sideCapSet[ch] >= 0:
 		return sideCapSet[ch]
-	case pdl && !open[ch]:
+	case pdl && !(open[ch] && rows == 1):
 		return 1
 	}
 	return 0
@@ -268,7 +273,7 @@ func (sd *sideStream) destroy(c *cuda.Ctx) error {
 	return err
 }
 
-func (b *cudaDevice) fork(ch sideChain) error {
+func (b *cudaDevice) fork(ch sideChain, rows int) error {
 	sd := b.side
 	if sd == nil {
 		return nil // no second stream (a sharded phase): the calls stay in order
@@ -286,7 +291,7 @@ func (b *cudaDevice) fork(ch sideChain) error {
 		return err
 	}
 	sd.main, b.s, sd.active = b.s, sd.s, true
-	sd.cap = b.k.SetTileCap(b.sideCap(ch))
+	sd.cap = b.k.SetTileCap(b.sideCap(ch, rows))
 	sd.plain = b.k.SetPlain(sidePlainOn || b.k.Plain())
 	return nil
 }
@@ -334,12 +339,12 @@ func (b *cudaDevice) settle() error {
 
 // The emulator runs in call order; graphDevice reorders its side chains
 // (sideLast).
-func (m *emuDevice) fork(sideChain) error { return nil }
-func (m *emuDevice) unfork() error        { return nil }
-func (m *emuDevice) join() error          { return nil }
+func (m *emuDevice) fork(sideChain, int) error { return nil }
+func (m *emuDevice) unfork() error             { return nil }
+func (m *emuDevice) join() error               { return nil }
 
-func (gb *graphDevice) fork(ch sideChain) error {
-	return gb.rec("fork", 0, func(b device) error { return b.fork(ch) })
+func (gb *graphDevice) fork(ch sideChain, rows int) error {
+	return gb.rec("fork", 0, func(b device) error { return b.fork(ch, rows) })
 }
 
 func (gb *graphDevice) unfork() error {

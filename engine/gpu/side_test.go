@@ -78,7 +78,7 @@ func TestEmuSideOrderShowsAHazard(t *testing.T) {
 		t.Fatal(err)
 	}
 	gb := &graphDevice{device: m, gs: gs, g: emuGrapher{}, mark: time.Now()}
-	for _, err := range []error{gb.fork(chainQ), gb.scale(x, 2, 4), gb.unfork(), gb.copyDD(y, x, 16), gb.join(), gb.flush()} {
+	for _, err := range []error{gb.fork(chainQ, 1), gb.scale(x, 2, 4), gb.unfork(), gb.copyDD(y, x, 16), gb.join(), gb.flush()} {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +220,7 @@ func TestGPUSideCapScoped(t *testing.T) {
 			if cb.k.Plain() {
 				return errors.New("plain launches held before the fork")
 			}
-			if err := cb.fork(ch); err != nil {
+			if err := cb.fork(ch, 1); err != nil {
 				return err
 			}
 			if got := cb.k.TileCap(); got != want {
@@ -246,9 +246,10 @@ func TestGPUSideCapScoped(t *testing.T) {
 	}
 }
 
-// The default cap per chain (sideOpen): a q chain whose q_b launches _o4
-// (GLM-5's shape) stays uncapped, one that launches _d16 (DeepSeek-V3.2's)
-// is capped at a block per SM, and the shared expert is capped either way.
+// The default cap per chain (sideOpen): in a one-row step a q chain whose
+// q_b launches _o4 (GLM-5's shape) stays uncapped, one that launches _d16
+// (DeepSeek-V3.2's) is capped at a block per SM, and the shared expert is
+// capped either way; steps of several rows keep every cap.
 func TestGPUSideCapDefault(t *testing.T) {
 	dev := gpuDevice(t)
 	if sideCapSet != [nChains]int{-1, -1} || !enginePDL {
@@ -268,15 +269,21 @@ func TestGPUSideCapDefault(t *testing.T) {
 		r := &cudaRunner{dev: dev, info: dev.Info, qb: c.qb}
 		err := r.run(func(b device) error {
 			cb := b.(*cudaDevice)
-			for ch := range nChains {
-				if err := cb.fork(ch); err != nil {
-					return err
-				}
-				if got := cb.k.TileCap(); got != c.want[ch] {
-					return errors.Newf("chain %s: cap %d, want %d", chainNames[ch], got, c.want[ch])
-				}
-				if err := cb.unfork(); err != nil {
-					return err
+			for _, rows := range []int{1, 4} {
+				for ch := range nChains {
+					if err := cb.fork(ch, rows); err != nil {
+						return err
+					}
+					want := c.want[ch]
+					if rows > 1 {
+						want = 1
+					}
+					if got := cb.k.TileCap(); got != want {
+						return errors.Newf("chain %s, %d rows: cap %d, want %d", chainNames[ch], rows, got, want)
+					}
+					if err := cb.unfork(); err != nil {
+						return err
+					}
 				}
 			}
 			return cb.join()
@@ -296,23 +303,26 @@ func TestSideCapFor(t *testing.T) {
 	for _, c := range []struct {
 		pdl     bool
 		variant string // q_b's one-row launch
+		rows    int
 		set     [nChains]int
 		want    [nChains]int
 	}{
-		{true, "_o4", [nChains]int{-1, -1}, [nChains]int{0, 1}},  // GLM-5
-		{true, "_d16", [nChains]int{-1, -1}, [nChains]int{1, 1}}, // DeepSeek-V3.2
-		{true, "", [nChains]int{-1, -1}, [nChains]int{1, 1}},
-		{false, "_o4", [nChains]int{-1, -1}, [nChains]int{0, 0}},
-		{false, "_d16", [nChains]int{-1, -1}, [nChains]int{0, 0}},
-		{true, "_o4", [nChains]int{2, -1}, [nChains]int{2, 1}}, // TILERT_GPU_SIDE_CAP=q=2
-		{true, "_d16", [nChains]int{0, 0}, [nChains]int{0, 0}},
-		{false, "_d16", [nChains]int{-1, 3}, [nChains]int{0, 3}},
+		{true, "_o4", 1, [nChains]int{-1, -1}, [nChains]int{0, 1}},  // GLM-5
+		{true, "_o4", 4, [nChains]int{-1, -1}, [nChains]int{1, 1}},  // GLM-5, 4 slots: capped as measured before
+		{true, "_d16", 1, [nChains]int{-1, -1}, [nChains]int{1, 1}}, // DeepSeek-V3.2
+		{true, "", 1, [nChains]int{-1, -1}, [nChains]int{1, 1}},
+		{false, "_o4", 1, [nChains]int{-1, -1}, [nChains]int{0, 0}},
+		{false, "_d16", 1, [nChains]int{-1, -1}, [nChains]int{0, 0}},
+		{true, "_o4", 1, [nChains]int{2, -1}, [nChains]int{2, 1}}, // TILERT_GPU_SIDE_CAP=q=2
+		{true, "_o4", 4, [nChains]int{0, -1}, [nChains]int{0, 1}}, // =q=0 at 4 slots
+		{true, "_d16", 1, [nChains]int{0, 0}, [nChains]int{0, 0}},
+		{false, "_d16", 1, [nChains]int{-1, 3}, [nChains]int{0, 3}},
 	} {
 		sideCapSet = c.set
 		open := sideOpen(c.variant)
 		for ch := range nChains {
-			if got := sideCapFor(ch, c.pdl, open); got != c.want[ch] {
-				t.Errorf("pdl %v, q_b %q, set %v: chain %s capped at %d, want %d", c.pdl, c.variant, c.set, chainNames[ch], got, c.want[ch])
+			if got := sideCapFor(ch, c.pdl, open, c.rows); got != c.want[ch] {
+				t.Errorf("pdl %v, q_b %q, %d rows, set %v: chain %s capped at %d, want %d", c.pdl, c.variant, c.rows, c.set, chainNames[ch], got, c.want[ch])
 			}
 		}
 	}

@@ -15,8 +15,8 @@
 #        scores run near their alone time (~13-17 us, not ~22) with the SMs to themselves, the q chain beside the
 #        top-k's few blocks; 131072 ~-50..-90 us a step if q_b + absorb (~12-20 us) still fit beside the top-k. At
 #        8192 the top-k is too short to hide q_b: expected slower there (why topk leaves rows <= 32768 alone).
-#  slots (~2 min): the 4-slot rows under today's defaults (the README's are session 14's, GLM-5's with the q chain
-#        capped).
+#  slots (~2 min): the 4-slot rows under today's defaults (the README's are session 14's; several rows keep the q
+#        chain capped) and GLM-5's 4 slots with it uncapped (whether the one-row rule should reach them).
 set -x
 if ls .device/next/*.xz >/dev/null 2>&1; then (cd .device/next && for f in *.xz; do xz -d -f "$f"; done); fi
 chmod +x .device/next/* 2>/dev/null
@@ -61,6 +61,6 @@ slots)
   warm
   bn deepseek-v3.2 8192 4 ds-4
   bn glm-5 8192 4 glm-4
-  bn glm-5 8192 4 glm-4-qcapped TILERT_GPU_SIDE_CAP=q=1,sh=1 ;;
+  bn glm-5 8192 4 glm-4-qopen TILERT_GPU_SIDE_CAP=q=0,sh=1 ;;
 *) echo "usage: s16.sh check|bench|long|slots" >&2; exit 2 ;;
 esac

@@ -193,6 +193,9 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 	if err := oprojPin(r, cfg); err != nil {
 		return nil, err
 	}
+	if err := tilePlansPin(r); err != nil {
+		return nil, err
+	}
 	sidePin(r, cfg)
 	if cr, ok := r.(*cudaRunner); ok {
 		if m := e.prefillMLAMode(e.gemmParts()); m == 5 || m == 6 {

@@ -39,18 +39,8 @@ func oprojPin(r runner, cfg *model.Config) error {
 	if oprojPlanErr != nil {
 		return errors.Wrap(oprojPlanErr, "TILERT_GPU_OPROJ")
 	}
-	if tilePlansErr != nil {
-		return tilePlansErr
-	}
 	cr, ok := r.(*cudaRunner)
-	if !ok {
-		return nil
-	}
-	cr.plans = tilePlansSet
-	for shape, p := range cr.plans {
-		slog.Info("TILERT_GPU_TILE_PLANS: a one-row GEMV shape on a pinned tile plan", "rows", shape[0], "k", shape[1], "plan", p.String())
-	}
-	if !oprojAuto && !oprojPlan.On() {
+	if !ok || (!oprojAuto && !oprojPlan.On()) {
 		return nil
 	}
 	cr.oproj = oprojShape(cfg)

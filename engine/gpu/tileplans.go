@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -55,4 +56,22 @@ func parseTilePlans(v string) (map[[2]int]kernels.TilePlan, error) {
 		pins[[2]int{n, k}] = p
 	}
 	return pins, nil
+}
+
+// tilePlansPin gives a CUDA runner TILERT_GPU_TILE_PLANS's pins
+// (readyModules sets them after o_proj's), or refuses a value that did not
+// parse.
+func tilePlansPin(r runner) error {
+	if tilePlansErr != nil {
+		return tilePlansErr
+	}
+	cr, ok := r.(*cudaRunner)
+	if !ok {
+		return nil
+	}
+	cr.plans = tilePlansSet
+	for shape, p := range cr.plans {
+		slog.Info("TILERT_GPU_TILE_PLANS: a one-row GEMV shape on a pinned tile plan", "rows", shape[0], "k", shape[1], "plan", p.String())
+	}
+	return nil
 }

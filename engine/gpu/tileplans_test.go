@@ -7,7 +7,6 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda/kernels"
-	"github.com/tilert-go/tilert/model"
 )
 
 func TestParseTilePlans(t *testing.T) {
@@ -59,14 +58,13 @@ func TestParseTilePlans(t *testing.T) {
 // a value that did not parse is refused at engine creation.
 func TestTilePlansPin(t *testing.T) {
 	defer func(p map[[2]int]kernels.TilePlan, e error) { tilePlansSet, tilePlansErr = p, e }(tilePlansSet, tilePlansErr)
-	cfg := model.Config{HiddenSize: 6144, NumHeads: 64, VHeadDim: 256}
 	tilePlansSet, tilePlansErr = parseTilePlans("6144x12288=G64/R8_d16s/B0")
 	cr := &cudaRunner{}
-	if err := oprojPin(cr, &cfg); err != nil || len(cr.plans) != 1 || !cr.plans[[2]int{6144, 12288}].On() {
+	if err := tilePlansPin(cr); err != nil || len(cr.plans) != 1 || !cr.plans[[2]int{6144, 12288}].On() {
 		t.Errorf("pins %v, %v", cr.plans, err)
 	}
 	tilePlansSet, tilePlansErr = parseTilePlans("6144x12288")
-	if err := oprojPin(&cudaRunner{}, &cfg); err == nil {
+	if err := tilePlansPin(&cudaRunner{}); err == nil {
 		t.Error("a malformed TILERT_GPU_TILE_PLANS was not refused")
 	}
 }

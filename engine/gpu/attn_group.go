@@ -134,7 +134,7 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 			f.qPending = true
 			return true
 		}
-		f.qBeside(lw)
+		f.qBeside(lw, chainQ)
 		return true
 	}
 	o.lin(lw.QB, ws.q, ws.qa, M, QL, lw.QB.out)
@@ -149,9 +149,9 @@ type ptrOf struct {
 
 // qBeside queues q_b and the query absorption of ws.qa on the side stream
 // (attnOut joins before the MLA).
-func (f *fwd) qBeside(lw *dlayer) {
+func (f *fwd) qBeside(lw *dlayer, ch sideChain) {
 	o, ws := f.o, f.e.ws
-	o.do(o.b.fork(chainQ, f.M))
+	o.do(o.b.fork(ch, f.M))
 	o.lin(lw.QB, ws.q, ws.qa, f.M, f.e.cfg.QLoraRank, lw.QB.out)
 	f.absorbQ(lw)
 	o.do(o.b.unfork())

@@ -39,6 +39,9 @@ type device interface {
 	// second stream beside those between unfork and join (side.go); rows
 	// is the step's rows (the side chain's cap depends on it).
 	fork(ch sideChain, rows int) error
+	// qOpen: the q chain forked at q_a runs uncapped in a one-row step
+	// (side.go sideOpen).
+	qOpen() bool
 	unfork() error
 	join() error
 	copyDD(dst, src cuda.DevPtr, n int64) error
@@ -1009,8 +1012,9 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 		if r.qb != [2]int{} && (sideQOn || sideShOn) {
 			slog.Info("side streams: tile GEMV caps (blocks an SM, 0: uncapped; TILERT_GPU_SIDE_CAP)",
 				"q_chain_1row", sideCapFor(chainQ, b.k.PDL(), r.capOpen, 1), "q_chain_rows", sideCapFor(chainQ, b.k.PDL(), r.capOpen, 2),
+				"q_chain_late_1row", sideCapFor(chainQLate, b.k.PDL(), r.capOpen, 1),
 				"shared_expert", sideCapFor(chainSh, b.k.PDL(), r.capOpen, 1),
-				"q_b", fmt.Sprintf("%dx%d%s", r.qb[0], r.qb[1], v), "q_fork_at", cmp.Or(sideQAt, "qa"))
+				"q_b", fmt.Sprintf("%dx%d%s", r.qb[0], r.qb[1], v), "q_fork_at", cmp.Or(sideQAt, "auto"))
 		}
 	}
 	b.capOpen = r.capOpen

@@ -78,6 +78,10 @@ const (
 	chainQ  sideChain = iota // q_b and the query absorption beside the indexer's chain
 	chainSh                  // the shared expert beside the router and the routing
 	nChains
+	// chainQLate is the q chain forked after the indexer's scores (qLate),
+	// beside the top-k alone. TILERT_GPU_SIDE_CAP's q sets it as chainQ's;
+	// its default differs (sideCapFor).
+	chainQLate = nChains
 )
 
 var chainNames = [nChains]string{chainQ: "q", chainSh: "sh"}
@@ -135,15 +139,26 @@ func (b *cudaDevice) sideCap(ch sideChain, rows int) int {
 }
 
 func sideCapFor(ch sideChain, pdl bool, open [nChains]bool, rows int) int {
-	switch {
-	case sideCapTest[ch] >= 0:
-		return sideCapTest[ch]
-	case sideCapSet[ch] >= 0:
-		return sideCapSet[ch]
-	case pdl && !(open[ch] && rows == 1):
-		return 1
+	set := ch
+	if ch == chainQLate {
+		set = chainQ
 	}
-	return 0
+	switch {
+	case sideCapTest[set] >= 0:
+		return sideCapTest[set]
+	case sideCapSet[set] >= 0:
+		return sideCapSet[set]
+	case !pdl:
+		return 0
+	case rows == 1 && (ch == chainQLate || open[ch]):
+		// Beside the top-k alone the scores no longer share the SMs, and
+		// a capped q_b would outlast the top-k: the late q chain runs
+		// uncapped on both models (session 17: DeepSeek-V3.2 dims at
+		// 131072, 2.884 ms capped against 2.837-2.841 uncapped; GLM-5
+		// dims 3.021 against 2.888).
+		return 0
+	}
+	return 1
 }
 
 // sidePin gives a CUDA runner q_b's shape, the q chain's big GEMV. A
@@ -168,28 +183,36 @@ func sideOpen(qbVariant string) (open [nChains]bool) {
 	return open
 }
 
-// Where the q chain forks (TILERT_GPU_SIDE_Q_AT): "" or "qa" as soon as
-// q_a is normed, beside the whole of the indexer's chain (its wq_b, the
-// query preparation, the scores and the top-k); "topk" after the indexer's
+// Where the q chain forks (TILERT_GPU_SIDE_Q_AT): "qa" as soon as q_a is
+// normed, beside the whole of the indexer's chain (its wq_b, the query
+// preparation, the scores and the top-k); "topk" after the indexer's
 // scores launch, beside the top-k alone, where a row's length bucket is
 // over kernels.TopKRadixOneMaxT keys (the long rows whose scores are on the
-// step's critical path); "topk-all" after the scores at every length. Why
-// try it: at 131072 keys the scores run at 33% of the copy rate, bound by
-// their instructions, and timed alone take ~13-17 us against ~22 inside the
-// step, where the capped q_b holds half of every SM beside them; the top-k
-// is a latency chain of few blocks that leaves the SMs to a weight stream.
-// Opt-in until measured (docs/measured/next/s16.sh).
+// step's critical path); "topk-all" after the scores at every length over
+// index_topk. Unset ("auto"): in a one-row step, "topk"'s rule, and
+// "topk-all"'s where the q chain at q_a would run uncapped (qOpen: GLM-5's
+// q_b, whose indexer pair is on the critical path already at 8192); steps
+// of several rows fork at q_a (not measured late). Why late: at 131072
+// keys the scores run at 33% of the copy rate, bound by their
+// instructions, and timed alone take ~13-17 us against ~22 inside the
+// step, where q_b holds SMs beside them; the top-k is a latency chain of
+// few blocks that leaves the SMs to a weight stream. Measured (session 17,
+// docs/measured/h200-2026-12-03-s17, 9 MoE layers, 1 slot, p50): 131072
+// DeepSeek-V3.2 dims 2.895-2.898 ms at q_a, 2.837-2.841 late (uncapped);
+// GLM-5 dims 2.919-2.922 against 2.888-2.894; GLM-5 at 8192 2.755-2.760
+// against 2.738-2.745; DeepSeek-V3.2 at 8192 late is slower (2.685 against
+// 2.712 uncapped, 2.775 capped), so its rows within 32768 keys keep q_a.
 var sideQAt, sideQAtErr = parseSideQAt(os.Getenv("TILERT_GPU_SIDE_Q_AT"))
 
 func parseSideQAt(v string) (string, error) {
 	switch v {
-	case "", "qa":
+	case "", "auto":
 		return "", nil
-	case "topk", "topk-all":
+	case "qa", "topk", "topk-all":
 		return v, nil
 	}
 	return "", errors.WithHint(errors.Newf("TILERT_GPU_SIDE_Q_AT=%q: no such fork point", v),
-		"set it to qa (beside the whole indexer chain, the default), topk (beside the top-k where rows are over 32768 keys) or topk-all (beside the top-k at every length)")
+		"set it to auto (the default), qa (beside the whole indexer chain), topk (beside the top-k where rows are over 32768 keys) or topk-all (beside the top-k at every length)")
 }
 
 // qLate says whether this layer's q chain forks after the indexer's
@@ -197,7 +220,7 @@ func parseSideQAt(v string) (string, error) {
 // some row (longer than index_topk), over 32768 keys for "topk".
 func (f *fwd) qLate() bool {
 	e := f.e
-	if sideQAt == "" || !e.idxQ() {
+	if sideQAt == "qa" || !e.idxQ() {
 		return false
 	}
 	maxLen := 0
@@ -207,7 +230,14 @@ func (f *fwd) qLate() bool {
 	if maxLen <= e.cfg.IndexTopK {
 		return false
 	}
-	return sideQAt == "topk-all" || lenBucket(maxLen, e.ws.ldScores) > kernels.TopKRadixOneMaxT
+	long := lenBucket(maxLen, e.ws.ldScores) > kernels.TopKRadixOneMaxT
+	switch sideQAt {
+	case "topk-all":
+		return true
+	case "topk":
+		return long
+	}
+	return f.M == 1 && (long || f.o.b.qOpen())
 }
 
 // qAfterScores forks the q chain that qLate held back, right after the
@@ -215,7 +245,7 @@ func (f *fwd) qLate() bool {
 func (f *fwd) qAfterScores(lw *dlayer) {
 	if f.qPending {
 		f.qPending = false
-		f.qBeside(lw)
+		f.qBeside(lw, chainQLate)
 	}
 }
 
@@ -340,8 +370,17 @@ func (b *cudaDevice) settle() error {
 // The emulator runs in call order; graphDevice reorders its side chains
 // (sideLast).
 func (m *emuDevice) fork(sideChain, int) error { return nil }
-func (m *emuDevice) unfork() error             { return nil }
-func (m *emuDevice) join() error               { return nil }
+func (m *emuDevice) qOpen() bool               { return qOpenForce }
+
+// qOpenForce makes qOpen true (tests: the emulator has no tile kernels to
+// ask, and the tiny presets' q_b is not an _o4 launch).
+var qOpenForce bool
+
+// qOpen says whether the q chain forked at q_a runs uncapped in a one-row
+// step (sideOpen, as the runner worked it out at this run's start).
+func (b *cudaDevice) qOpen() bool  { return b.capOpen[chainQ] || qOpenForce }
+func (m *emuDevice) unfork() error { return nil }
+func (m *emuDevice) join() error   { return nil }
 
 func (gb *graphDevice) fork(ch sideChain, rows int) error {
 	return gb.rec("fork", 0, func(b device) error { return b.fork(ch, rows) })

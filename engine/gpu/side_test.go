@@ -105,9 +105,9 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(q, sh, pl bool, cp [nChains]int, at string) {
-		sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt = q, sh, pl, cp, at
-	}(sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt)
+	defer func(q, sh, pl bool, cp [nChains]int, at string, qo bool) {
+		sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce = q, sh, pl, cp, at, qo
+	}(sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce)
 	// side streams off, on, and (GPU: scheduling only, the same bits) on
 	// with the side GEMVs uncapped and capped at a block per SM
 	// (TILERT_GPU_SIDE_CAP)
@@ -115,18 +115,22 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	// launches them programmatically)
 	// and each chain capped alone, and the q chain forked beside the
 	// indexer's top-k alone (TILERT_GPU_SIDE_Q_AT=topk-all: the tiny
-	// presets' rows are far under topk's 32768 keys)
+	// presets' rows are far under topk's 32768 keys), and the default
+	// (auto) where the q chain is open (qOpen: GLM-5's q_b), which forks
+	// late in one-row steps
 	type sideCfg struct {
 		on, plain bool
 		cap       [nChains]int
 		qAt       string
+		qOpen     bool
 	}
 	dflt := [nChains]int{-1, -1}
-	cfgs := []sideCfg{{cap: dflt}, {on: true, cap: dflt}, {on: true, cap: dflt, qAt: "topk-all"}}
+	cfgs := []sideCfg{{cap: dflt}, {on: true, cap: dflt}, {on: true, cap: dflt, qAt: "topk-all"}, {on: true, cap: dflt, qOpen: true}}
 	if kind == onGPU {
 		cfgs = []sideCfg{{cap: dflt}, {on: true, cap: [nChains]int{0, 0}}, {on: true, cap: [nChains]int{1, 1}},
 			{on: true, plain: true, cap: [nChains]int{1, 1}}, {on: true, plain: true, cap: [nChains]int{0, 1}},
-			{on: true, plain: true, cap: [nChains]int{1, 0}}, {on: true, plain: true, cap: dflt, qAt: "topk-all"}}
+			{on: true, plain: true, cap: [nChains]int{1, 0}}, {on: true, plain: true, cap: dflt, qAt: "topk-all"},
+			{on: true, plain: true, cap: dflt, qOpen: true}}
 	}
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
@@ -146,7 +150,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					forks := make([]int, len(cfgs))
 					sideRoutes := make([]int, len(cfgs)) // routings queued on the side stream (none: the shared expert is the side chain)
 					for k, cf := range cfgs {
-						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt = cf.on, cf.on, cf.plain, cf.cap, cf.qAt
+						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce = cf.on, cf.on, cf.plain, cf.cap, cf.qAt, cf.qOpen
 						e := newTestEngine(t, kind, src, opts)
 						e.m.graphs.keep = [][]gop{}
 						batch[k] = generateBatch(t, e, prompts, engine.Params{}, n)
@@ -173,7 +177,11 @@ func testSideStream(t *testing.T, kind deviceKind) {
 						if sideRoutes[k] > 0 {
 							t.Errorf("%+v: %d routings on the side stream", cf, sideRoutes[k])
 						}
-						if (cf.qAt != "") != (afterScores > 0) {
+						// Late forks: every step with topk-all; with auto and an
+						// open q chain the one-row steps (a lone slot without
+						// MTP certainly; others may have one-row forwards too).
+						late := cf.qAt == "topk-all" || cf.qOpen && slots == 1 && !mtp
+						if late && afterScores == 0 || !late && !cf.qOpen && afterScores > 0 {
 							t.Errorf("%+v: %d forks right after a scores launch", cf, afterScores)
 						}
 					}
@@ -306,17 +314,19 @@ func TestSideCapFor(t *testing.T) {
 		rows    int
 		set     [nChains]int
 		want    [nChains]int
+		late    int // the q chain forked after the scores (chainQLate)
 	}{
-		{true, "_o4", 1, [nChains]int{-1, -1}, [nChains]int{0, 1}},  // GLM-5
-		{true, "_o4", 4, [nChains]int{-1, -1}, [nChains]int{1, 1}},  // GLM-5, 4 slots: capped as measured before
-		{true, "_d16", 1, [nChains]int{-1, -1}, [nChains]int{1, 1}}, // DeepSeek-V3.2
-		{true, "", 1, [nChains]int{-1, -1}, [nChains]int{1, 1}},
-		{false, "_o4", 1, [nChains]int{-1, -1}, [nChains]int{0, 0}},
-		{false, "_d16", 1, [nChains]int{-1, -1}, [nChains]int{0, 0}},
-		{true, "_o4", 1, [nChains]int{2, -1}, [nChains]int{2, 1}}, // TILERT_GPU_SIDE_CAP=q=2
-		{true, "_o4", 4, [nChains]int{0, -1}, [nChains]int{0, 1}}, // =q=0 at 4 slots
-		{true, "_d16", 1, [nChains]int{0, 0}, [nChains]int{0, 0}},
-		{false, "_d16", 1, [nChains]int{-1, 3}, [nChains]int{0, 3}},
+		{true, "_o4", 1, [nChains]int{-1, -1}, [nChains]int{0, 1}, 0},  // GLM-5
+		{true, "_o4", 4, [nChains]int{-1, -1}, [nChains]int{1, 1}, 1},  // GLM-5, 4 slots: capped as measured before
+		{true, "_d16", 1, [nChains]int{-1, -1}, [nChains]int{1, 1}, 0}, // DeepSeek-V3.2: late, uncapped
+		{true, "_d16", 2, [nChains]int{-1, -1}, [nChains]int{1, 1}, 1},
+		{true, "", 1, [nChains]int{-1, -1}, [nChains]int{1, 1}, 0},
+		{false, "_o4", 1, [nChains]int{-1, -1}, [nChains]int{0, 0}, 0},
+		{false, "_d16", 4, [nChains]int{-1, -1}, [nChains]int{0, 0}, 0},
+		{true, "_o4", 1, [nChains]int{2, -1}, [nChains]int{2, 1}, 2}, // TILERT_GPU_SIDE_CAP=q=2: wherever q forks
+		{true, "_o4", 4, [nChains]int{0, -1}, [nChains]int{0, 1}, 0}, // =q=0 at 4 slots
+		{true, "_d16", 1, [nChains]int{1, 0}, [nChains]int{1, 0}, 1}, // =q=1,sh=0: the late chain capped too
+		{false, "_d16", 1, [nChains]int{-1, 3}, [nChains]int{0, 3}, 0},
 	} {
 		sideCapSet = c.set
 		open := sideOpen(c.variant)
@@ -325,12 +335,15 @@ func TestSideCapFor(t *testing.T) {
 				t.Errorf("pdl %v, q_b %q, %d rows, set %v: chain %s capped at %d, want %d", c.pdl, c.variant, c.rows, c.set, chainNames[ch], got, c.want[ch])
 			}
 		}
+		if got := sideCapFor(chainQLate, c.pdl, open, c.rows); got != c.late {
+			t.Errorf("pdl %v, q_b %q, %d rows, set %v: the late q chain capped at %d, want %d", c.pdl, c.variant, c.rows, c.set, got, c.late)
+		}
 	}
 }
 
 func TestParseSideQAt(t *testing.T) {
 	for _, c := range []struct{ in, want, bad string }{
-		{"", "", ""}, {"qa", "", ""}, {"topk", "topk", ""}, {"topk-all", "topk-all", ""},
+		{"", "", ""}, {"auto", "", ""}, {"qa", "qa", ""}, {"topk", "topk", ""}, {"topk-all", "topk-all", ""},
 		{"scores", "", "no such fork point"}, {"TOPK", "", "no such fork point"},
 	} {
 		got, err := parseSideQAt(c.in)

@@ -11,6 +11,6 @@ timeout 100 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 
 bn deepseek-v3.2 131072 ds-long
 bn glm-5 8192 glm-8k
 bn glm-5 131072 glm-long
-bn deepseek-v3.2 8192 ds-8k
-(cd engine/gpu && timeout 80 $D/engine.test -test.run 'TestGPUSideStreamSameTokens|TestGPUSideCap' -test.v > $R/side.txt 2>&1; echo "rc=$?" >> $R/side.txt)
+(cd engine/gpu && timeout 60 $D/engine.test -test.run 'TestGPUSideStreamSameTokens|TestGPUSideCap' -test.v > $R/side.txt 2>&1; echo "rc=$?" >> $R/side.txt)
 grep -E "^(--- |ok|FAIL|rc=)" $R/side.txt | tee -a $R/summary.txt; save
+bn deepseek-v3.2 8192 ds-8k

@@ -190,8 +190,8 @@ func sideOpen(qbVariant string) (open [nChains]bool) {
 // over kernels.TopKRadixOneMaxT keys (the long rows whose scores are on the
 // step's critical path); "topk-all" after the scores at every length over
 // index_topk. Unset ("auto"): in a one-row step, "topk"'s rule, and
-// "topk-all"'s where the q chain at q_a would run uncapped (qOpen: GLM-5's
-// q_b, whose indexer pair is on the critical path already at 8192); steps
+// "topk-all"'s where q_b's one-row launch is _o4 (qOpen: GLM-5's q_b, whose
+// indexer pair is on the critical path already at 8192); steps
 // of several rows fork at q_a (not measured late). Why late: at 131072
 // keys the scores run at 33% of the copy rate, bound by their
 // instructions, and timed alone take ~13-17 us against ~22 inside the
@@ -371,16 +371,17 @@ func (b *cudaDevice) settle() error {
 // (sideLast).
 func (m *emuDevice) fork(sideChain, int) error { return nil }
 func (m *emuDevice) qOpen() bool               { return qOpenForce }
+func (m *emuDevice) unfork() error             { return nil }
+func (m *emuDevice) join() error               { return nil }
 
 // qOpenForce makes qOpen true (tests: the emulator has no tile kernels to
 // ask, and the tiny presets' q_b is not an _o4 launch).
 var qOpenForce bool
 
 // qOpen says whether the q chain forked at q_a runs uncapped in a one-row
-// step (sideOpen, as the runner worked it out at this run's start).
-func (b *cudaDevice) qOpen() bool  { return b.capOpen[chainQ] || qOpenForce }
-func (m *emuDevice) unfork() error { return nil }
-func (m *emuDevice) join() error   { return nil }
+// step by default: q_b's one-row launch is _o4 (sideOpen, as the runner
+// worked it out at this run's start; TILERT_GPU_SIDE_CAP does not change it).
+func (b *cudaDevice) qOpen() bool { return b.capOpen[chainQ] || qOpenForce }
 
 func (gb *graphDevice) fork(ch sideChain, rows int) error {
 	return gb.rec("fork", 0, func(b device) error { return b.fork(ch, rows) })

@@ -171,7 +171,7 @@ type cudaDevice struct {
 	clk *devClock
 	// capOpen: the side chains that a tile cap would starve, uncapped by
 	// default (side.go sideCap; the runner's, worked out once).
-	capOpen [nChains]bool
+	capOpen openSet
 }
 
 var _ device = (*cudaDevice)(nil)
@@ -962,7 +962,7 @@ type cudaRunner struct {
 	// whether the q chain is capped by default (capOpen, worked out at the
 	// first run).
 	qb        [2]int
-	capOpen   [nChains]bool
+	capOpen   openSet
 	capOpenOK bool
 	// plans: TILERT_GPU_TILE_PLANS's pins (tileplans.go), set at every run
 	// after o_proj's.

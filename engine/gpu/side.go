@@ -86,6 +86,10 @@ const (
 
 var chainNames = [nChains]string{chainQ: "q", chainSh: "sh"}
 
+// openSet says which chains (chainQLate among them) run uncapped in a
+// one-row step by default (sideOpen).
+type openSet [nChains + 1]bool
+
 var (
 	// sideCapSet is TILERT_GPU_SIDE_CAP read once (-1: unset, the
 	// default); sideCapErr says why a value was refused (at backend
@@ -138,7 +142,7 @@ func (b *cudaDevice) sideCap(ch sideChain, rows int) int {
 	return sideCapFor(ch, b.k.PDL(), b.capOpen, rows)
 }
 
-func sideCapFor(ch sideChain, pdl bool, open [nChains]bool, rows int) int {
+func sideCapFor(ch sideChain, pdl bool, open openSet, rows int) int {
 	set := ch
 	if ch == chainQLate {
 		set = chainQ
@@ -150,12 +154,7 @@ func sideCapFor(ch sideChain, pdl bool, open [nChains]bool, rows int) int {
 		return sideCapSet[set]
 	case !pdl:
 		return 0
-	case rows == 1 && (ch == chainQLate || open[ch]):
-		// Beside the top-k alone the scores no longer share the SMs, and
-		// a capped q_b would outlast the top-k: the late q chain runs
-		// uncapped on both models (session 17: DeepSeek-V3.2 dims at
-		// 131072, 2.884 ms capped against 2.837-2.841 uncapped; GLM-5
-		// dims 3.021 against 2.888).
+	case rows == 1 && open[ch]:
 		return 0
 	}
 	return 1
@@ -177,9 +176,15 @@ func sidePin(r runner, cfg *model.Config) {
 // quarter of its loads in flight and the chain outlasts the indexer's
 // beside it. GLM-5's q_b (16384 x 2048) is, DeepSeek-V3.2's (24576 x 1536,
 // _d16: two blocks an SM, so half) is not: the measured split above. The
-// shared expert stays capped (neutral on both).
-func sideOpen(qbVariant string) (open [nChains]bool) {
+// shared expert stays capped (neutral on both). The q chain forked after
+// the indexer's scores is uncapped on both models: beside the top-k alone
+// the scores no longer share the SMs, and a capped q_b would outlast the
+// top-k (session 17: DeepSeek-V3.2 dims at 131072, 2.884 ms capped against
+// 2.837-2.841 uncapped; GLM-5 dims 3.021 against 2.888). A runner without
+// q_b's shape (a sharded rank) keeps every cap: measured on whole models.
+func sideOpen(qbVariant string) (open openSet) {
 	open[chainQ] = qbVariant == "_o4"
+	open[chainQLate] = qbVariant != ""
 	return open
 }
 

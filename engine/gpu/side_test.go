@@ -320,7 +320,7 @@ func TestSideCapFor(t *testing.T) {
 		{true, "_o4", 4, [nChains]int{-1, -1}, [nChains]int{1, 1}, 1},  // GLM-5, 4 slots: capped as measured before
 		{true, "_d16", 1, [nChains]int{-1, -1}, [nChains]int{1, 1}, 0}, // DeepSeek-V3.2: late, uncapped
 		{true, "_d16", 2, [nChains]int{-1, -1}, [nChains]int{1, 1}, 1},
-		{true, "", 1, [nChains]int{-1, -1}, [nChains]int{1, 1}, 0},
+		{true, "", 1, [nChains]int{-1, -1}, [nChains]int{1, 1}, 1}, // no q_b (a sharded rank): every cap
 		{false, "_o4", 1, [nChains]int{-1, -1}, [nChains]int{0, 0}, 0},
 		{false, "_d16", 4, [nChains]int{-1, -1}, [nChains]int{0, 0}, 0},
 		{true, "_o4", 1, [nChains]int{2, -1}, [nChains]int{2, 1}, 2}, // TILERT_GPU_SIDE_CAP=q=2: wherever q forks

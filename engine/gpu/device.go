@@ -358,12 +358,15 @@ func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error 
 // TILERT_GPU_GEMV_MMA=0 keeps the tile kernels; =all takes every shape
 // (the tiny models' checks); =x the second iteration (cu/gemv_mma_x.cu:
 // cp.async variants, hi/lo accumulators, and the grouped attention inputs
-// on the tensor cores), not yet run on a GPU; =xall both.
+// on the tensor cores), not yet run on a GPU; =xall both; =g only the
+// grouped attention inputs on the tensor cores (GemvGroupMMA), the other
+// shapes on the first iteration's kernels.
 var (
-	gemvMMAMode = os.Getenv("TILERT_GPU_GEMV_MMA")
-	gemvMMAOn   = gemvMMAMode != "0"
-	gemvMMAX    = gemvMMAMode == "x" || gemvMMAMode == "xall"
-	gemvMMAAll  = gemvMMAMode == "all" || gemvMMAMode == "xall"
+	gemvMMAMode  = os.Getenv("TILERT_GPU_GEMV_MMA")
+	gemvMMAOn    = gemvMMAMode != "0"
+	gemvMMAX     = gemvMMAMode == "x" || gemvMMAMode == "xall"
+	gemvMMAAll   = gemvMMAMode == "all" || gemvMMAMode == "xall"
+	gemvMMAGroup = gemvMMAX || gemvMMAMode == "g"
 )
 
 func init() {
@@ -407,7 +410,7 @@ func (b *cudaDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, 
 }
 
 func (b *cudaDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.GroupSeg, norm kernels.GroupNorm) error {
-	if gemvMMAX && M >= 2 && norm.W == 0 && b.k.GroupMMAOK(x, K, ldx, M, segs) {
+	if gemvMMAGroup && M >= 2 && norm.W == 0 && b.k.GroupMMAOK(x, K, ldx, M, segs) {
 		rows := 0
 		for _, sg := range segs {
 			rows += sg.N

@@ -17,8 +17,10 @@ TILERT_GPU_GEMV_MMA=x timeout 120 $D/tilert bench decode --device cuda --dummy-w
 echo "checks: $(grep -c '^--- PASS' $R/check.log) PASS, $(grep -c '^--- FAIL' $R/check.log) FAIL, $(grep -c '^--- SKIP' $R/check.log) SKIP; $(tail -1 $R/check.log)" | tee -a $R/summary.txt; save
 bn deepseek-v3.2 8192 4 ds-4
 bn deepseek-v3.2 8192 4 ds-4-x TILERT_GPU_GEMV_MMA=x
+bn deepseek-v3.2 8192 4 ds-4-g TILERT_GPU_GEMV_MMA=g
 bn glm-5 8192 4 glm-4
 bn glm-5 8192 4 glm-4-x TILERT_GPU_GEMV_MMA=x
+bn glm-5 8192 4 glm-4-g TILERT_GPU_GEMV_MMA=g
 MTP=1 bn deepseek-v3.2 8192 1 ds-mtp
 MTP=1 bn deepseek-v3.2 8192 1 ds-mtp-x TILERT_GPU_GEMV_MMA=x
 (cd engine/gpu && TILERT_GPU_GEMV_MMA=xall timeout 150 $D/engine.test -test.v -test.count=1 -test.run '^TestGPU(GreedyMatchesCPU|CachesMatchCPU|LogitsMatchEmulator|PenaltiesMatchCPU|ForcedDrafts|GraphsEqualEager)$' > $R/engine-xall.log 2>&1; echo "rc=$?" >> $R/engine-xall.log)

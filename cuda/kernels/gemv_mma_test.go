@@ -114,6 +114,7 @@ func TestKernelGemvGroupMMA(t *testing.T) {
 			{1024, 8, 8, 0, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
 			{7168, 4, 0, 0, 0, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
 			{7168, 4, 0, 0, -1, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
+			{7168, 1, 0, 0, -1, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
 		} {
 			forceMMAU, forceMMAP = cs.U, cs.P
 			K, M := cs.K, cs.M

@@ -360,13 +360,15 @@ func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error 
 // cp.async variants, hi/lo accumulators, and the grouped attention inputs
 // on the tensor cores), not yet run on a GPU; =xall both; =g only the
 // grouped attention inputs on the tensor cores (GemvGroupMMA), the other
-// shapes on the first iteration's kernels.
+// shapes on the first iteration's kernels; =g1 that group on the tensor
+// cores at one row too (its cp.async stream against gemv_group's).
 var (
-	gemvMMAMode  = os.Getenv("TILERT_GPU_GEMV_MMA")
-	gemvMMAOn    = gemvMMAMode != "0"
-	gemvMMAX     = gemvMMAMode == "x" || gemvMMAMode == "xall"
-	gemvMMAAll   = gemvMMAMode == "all" || gemvMMAMode == "xall"
-	gemvMMAGroup = gemvMMAX || gemvMMAMode == "g"
+	gemvMMAMode   = os.Getenv("TILERT_GPU_GEMV_MMA")
+	gemvMMAOn     = gemvMMAMode != "0"
+	gemvMMAX      = gemvMMAMode == "x" || gemvMMAMode == "xall"
+	gemvMMAAll    = gemvMMAMode == "all" || gemvMMAMode == "xall"
+	gemvMMAGroup  = gemvMMAX || gemvMMAMode == "g" || gemvMMAMode == "g1"
+	gemvMMAGroup1 = gemvMMAMode == "g1"
 )
 
 func init() {
@@ -410,7 +412,7 @@ func (b *cudaDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, 
 }
 
 func (b *cudaDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.GroupSeg, norm kernels.GroupNorm) error {
-	if gemvMMAGroup && M >= 2 && norm.W == 0 && b.k.GroupMMAOK(x, K, ldx, M, segs) {
+	if gemvMMAGroup && (M >= 2 || gemvMMAGroup1) && norm.W == 0 && b.k.GroupMMAOK(x, K, ldx, M, segs) {
 		rows := 0
 		for _, sg := range segs {
 			rows += sg.N

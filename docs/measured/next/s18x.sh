@@ -21,6 +21,8 @@ bn deepseek-v3.2 8192 4 ds-4-g TILERT_GPU_GEMV_MMA=g
 bn glm-5 8192 4 glm-4
 bn glm-5 8192 4 glm-4-x TILERT_GPU_GEMV_MMA=x
 bn glm-5 8192 4 glm-4-g TILERT_GPU_GEMV_MMA=g
+bn deepseek-v3.2 8192 1 ds-1
+bn deepseek-v3.2 8192 1 ds-1-g1 TILERT_GPU_GEMV_MMA=g1
 MTP=1 bn deepseek-v3.2 8192 1 ds-mtp
 MTP=1 bn deepseek-v3.2 8192 1 ds-mtp-x TILERT_GPU_GEMV_MMA=x
 (cd engine/gpu && TILERT_GPU_GEMV_MMA=xall timeout 150 $D/engine.test -test.v -test.count=1 -test.run '^TestGPU(GreedyMatchesCPU|CachesMatchCPU|LogitsMatchEmulator|PenaltiesMatchCPU|ForcedDrafts|GraphsEqualEager)$' > $R/engine-xall.log 2>&1; echo "rc=$?" >> $R/engine-xall.log)

@@ -23,6 +23,13 @@ import (
 //     EngIndexerCacheWrite);
 //   - QH != 0: IndexerQPrep(QH, WQ, IQ, IW, Pos, Cos, Sin, Rows, IH, Rot,
 //     IdxInterleaved, WScale).
+//
+// Rows of several caches (slots) in one launch (attn_epilogue_rows):
+// Bases != 0 is int64 per row on the device, the row's slot buffer; row
+// r's MLA cache is then Bases[r]+MLAOff (the kv part on when MLARows) and
+// its indexer pages Bases[r]+IdxOff (on when IdxRows), and MLACache and
+// IdxCache stay 0. Every row's output is the one-cache launch's on that
+// row's caches.
 type AttnEpilogue struct {
 	KVA            cuda.DevPtr
 	LdKV           int
@@ -42,30 +49,53 @@ type AttnEpilogue struct {
 	WScale         float32
 	Pos, Cos, Sin  cuda.DevPtr
 	Rot, Rows      int
+
+	Bases            cuda.DevPtr
+	MLAOff, IdxOff   int64
+	MLARows, IdxRows bool
 }
+
+// kvOn and idxOn say whether the latent rows' and the indexer keys' parts
+// run (a cache given, directly or per row).
+func (a *AttnEpilogue) kvOn() bool  { return a.MLACache != 0 || a.MLARows }
+func (a *AttnEpilogue) idxOn() bool { return a.IdxCache != 0 || a.IdxRows }
 
 // Check says what is wrong with a's shapes, or nil.
 func (a *AttnEpilogue) Check() error {
 	if a.Rows <= 0 || a.Rot <= 0 || a.Rot%8 != 0 || a.Rot > IndexerHeadDim {
 		return errors.Newf("attn epilogue: rows=%d rot=%d (a multiple of 8 up to %d)", a.Rows, a.Rot, IndexerHeadDim)
 	}
-	if a.MLACache != 0 && (a.Rot != MLARopeDim || a.LdKV < MLALatentDim+MLARopeDim || a.LdKV%4 != 0 || a.KVNorm == 0) {
+	if a.Bases == 0 && (a.MLARows || a.IdxRows || a.MLAOff != 0 || a.IdxOff != 0) {
+		return errors.WithHint(errors.Newf("attn epilogue: per-row caches (MLARows=%v IdxRows=%v, offsets %d and %d) without row bases",
+			a.MLARows, a.IdxRows, a.MLAOff, a.IdxOff), "set Bases (int64 per row), or give MLACache / IdxCache for one cache")
+	}
+	if a.Bases != 0 {
+		if a.MLACache != 0 || a.IdxCache != 0 {
+			return errors.WithHint(errors.Newf("attn epilogue: row bases with MLACache %#x / IdxCache %#x",
+				uint64(a.MLACache), uint64(a.IdxCache)), "with Bases the caches are Bases[r]+MLAOff / +IdxOff (MLARows, IdxRows); leave MLACache and IdxCache 0")
+		}
+		if a.MLAOff < 0 || a.IdxOff < 0 || (!a.MLARows && a.MLAOff != 0) || (!a.IdxRows && a.IdxOff != 0) {
+			return errors.Newf("attn epilogue: cache offsets %d (MLARows=%v) and %d (IdxRows=%v): non-negative, and only for a part that is on",
+				a.MLAOff, a.MLARows, a.IdxOff, a.IdxRows)
+		}
+	}
+	if a.kvOn() && (a.Rot != MLARopeDim || a.LdKV < MLALatentDim+MLARopeDim || a.LdKV%4 != 0 || a.KVNorm == 0) {
 		return errors.Newf("attn epilogue: kv part needs rot %d (got %d), ld >= 576 and a multiple of 4 (got %d) and norm weights",
 			MLARopeDim, a.Rot, a.LdKV)
 	}
-	if a.IdxCache != 0 && (a.LdIK < IndexerHeadDim || a.LdIK%4 != 0) {
+	if a.idxOn() && (a.LdIK < IndexerHeadDim || a.LdIK%4 != 0) {
 		return errors.Newf("attn epilogue: indexer key ld=%d (>= 128, a multiple of 4)", a.LdIK)
 	}
 	if a.QH != 0 && (a.IH <= 0 || a.IH > IndexerQHeads || a.WQ == 0 || a.IQ == 0 || a.IW == 0) {
 		return errors.Newf("attn epilogue: indexer query of %d heads (1..%d) needs IQ, IW and WQ", a.IH, IndexerQHeads)
 	}
-	if a.MLACache == 0 && a.IdxCache == 0 && a.QH == 0 {
+	if !a.kvOn() && !a.idxOn() && a.QH == 0 {
 		return errors.New("attn epilogue: nothing to do (no MLA cache, indexer cache or query output)")
 	}
 	return nil
 }
 
-// AttnEpilogue launches attn_epilogue.
+// AttnEpilogue launches attn_epilogue (attn_epilogue_rows with Bases).
 func (k *Set) AttnEpilogue(s cuda.Stream, a AttnEpilogue) error {
 	if err := a.Check(); err != nil {
 		return err
@@ -73,6 +103,12 @@ func (k *Set) AttnEpilogue(s cuda.Stream, a AttnEpilogue) error {
 	gx := 1
 	if a.QH != 0 {
 		gx += IndexerQHeads / 16
+	}
+	if a.Bases != 0 {
+		return k.launch("attn_epilogue_rows", cuda.D3(gx, a.Rows, 1), cuda.D1(512), 0, s,
+			a.KVA, a.LdKV, a.KVNorm, a.KVEps, a.MLAOff, b2i(a.MLARows), b2i(a.KVInterleaved),
+			a.IK, a.LdIK, a.IKNormW, a.IKNormB, a.IKEps, a.IdxOff, b2i(a.IdxRows), b2i(a.IdxInterleaved),
+			a.IQ, a.IW, a.QH, a.WQ, a.IH, a.WScale, a.Pos, a.Cos, a.Sin, a.Rot, a.Bases)
 	}
 	return k.launch("attn_epilogue", cuda.D3(gx, a.Rows, 1), cuda.D1(512), 0, s,
 		a.KVA, a.LdKV, a.KVNorm, a.KVEps, a.MLACache, b2i(a.KVInterleaved),

@@ -132,6 +132,175 @@ func TestKernelFusedAttnEpilogue(t *testing.T) {
 	})
 }
 
+// TestKernelFusedAttnEpilogueRows: the rows form (attn_epilogue_rows, one
+// launch for rows of several slots, each row's caches at its slot buffer's
+// base + the layer's offsets) against the one-cache form launched per
+// group of consecutive same-slot rows, as the engine does without the
+// merge: four slot buffers allocated apart (random spacers, shuffled
+// order), rows of the slots interleaved at different positions (one at
+// -1 where no query is prepared). Every byte of every slot buffer (caches and what lies around
+// them) and every output row compared bit for bit.
+func TestKernelFusedAttnEpilogueRows(t *testing.T) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		const maxPos, rot, nPages, IH, nSlots = 4096, 64, 64, 64, 4
+		cosT, sinT := ropeTables(maxPos, rot)
+		cp, sp := a.up(cosT), a.up(sinT)
+		// the layer's offsets in every slot's buffer (the engine's
+		// mlaOff / idxOff); bytes before and between them must stay
+		const mlaOff = 4096 + 256
+		idxOff := int64(mlaOff + nPages*64*MLATokenBytes + 512)
+		bufBytes := int(idxOff) + nPages*IndexerPageBytes + 256
+		// the rows' slots: groups of consecutive same-slot rows, a slot in
+		// several groups
+		slotOf := []int{2, 2, 0, 3, 1, 1, 1, 0, 2, 3}
+		for _, cs := range []struct {
+			kv, idx, q  bool
+			kvIL, idxIL bool
+			ldkvPad     int
+		}{
+			{true, true, true, true, false, 0},
+			{true, true, true, false, true, 4},
+			{true, false, false, true, false, 0}, // attnIn alone
+			{false, true, true, false, false, 8}, // the indexer alone
+			{false, true, false, true, true, 0},
+		} {
+			M := len(slotOf)
+			ldkv, ldik := 576+cs.ldkvPad, 128+cs.ldkvPad
+			// distinct positions within a slot; one row at -1 (writes
+			// nothing) where no query is prepared (idx_q_prep reads the
+			// RoPE tables at the row's position)
+			pos := make([]int32, M)
+			perm := r.Perm(nPages * 64)
+			for i := range pos {
+				pos[i] = int32(perm[i])
+			}
+			if !cs.q {
+				pos[r.IntN(M)] = -1
+			}
+			pp := a.up(pos)
+			kva := randF32(r, M*ldkv, 2)
+			ik := randF32(r, M*ldik, 1.5)
+			iq, iw := a.up(randF32(r, M*IH*128, 1)), a.up(randF32(r, M*IH, 1))
+			kvw := a.up(randF32(r, 512, 1))
+			ikw, ikb := a.up(randF32(r, 128, 1)), a.up(randF32(r, 128, 0.3))
+			init := make([][]byte, nSlots)
+			for i := range init {
+				init[i] = make([]byte, bufBytes)
+				for j := range init[i] {
+					init[i][j] = byte(r.Uint32())
+				}
+			}
+			// per-group launches' and the rows launch's slot buffers, apart
+			var buf1, buf2 [nSlots]cuda.DevPtr
+			for _, i := range r.Perm(2 * nSlots) {
+				a.raw(int64(256 * (1 + r.IntN(64))))
+				if i < nSlots {
+					buf1[i] = a.up(init[i])
+				} else {
+					buf2[i-nSlots] = a.up(init[i-nSlots])
+				}
+			}
+			const wscale = 0.0123
+			base := func(ep *AttnEpilogue, first, n int, kv, ik, qh, wq cuda.DevPtr) {
+				*ep = AttnEpilogue{KVA: kv.Add(int64(4 * first * ldkv)), LdKV: ldkv, KVNorm: kvw, KVEps: 1e-6, KVInterleaved: cs.kvIL,
+					IK: ik.Add(int64(4 * first * ldik)), LdIK: ldik, IKNormW: ikw, IKNormB: ikb, IKEps: 1e-6, IdxInterleaved: cs.idxIL,
+					IQ: iq.Add(int64(4 * first * IH * 128)), IW: iw.Add(int64(4 * first * IH)), IH: IH, WScale: wscale,
+					Pos: pp.Add(int64(4 * first)), Cos: cp, Sin: sp, Rot: rot, Rows: n}
+				if cs.q {
+					ep.QH, ep.WQ = qh.Add(int64(first*IndexerQRowBytes)), wq.Add(int64(4*first*IndexerQHeads))
+				}
+			}
+			// per group
+			kv1, ik1 := a.up(kva), a.up(ik)
+			qh1, wq1 := a.raw(int64(M*IndexerQRowBytes)), a.poisoned(M*IndexerQHeads)
+			groups := 0
+			for first := 0; first < M; {
+				n := 1
+				for first+n < M && slotOf[first+n] == slotOf[first] {
+					n++
+				}
+				var ep AttnEpilogue
+				base(&ep, first, n, kv1, ik1, qh1, wq1)
+				if cs.kv {
+					ep.MLACache = buf1[slotOf[first]].Add(mlaOff)
+				}
+				if cs.idx {
+					ep.IdxCache = buf1[slotOf[first]].Add(idxOff)
+				}
+				chk(k.AttnEpilogue(s, ep))
+				first += n
+				groups++
+			}
+			// rows: one launch
+			kv2, ik2 := a.up(kva), a.up(ik)
+			qh2, wq2 := a.raw(int64(M*IndexerQRowBytes)), a.poisoned(M*IndexerQHeads)
+			bases := make([]int64, M)
+			for i, sl := range slotOf {
+				bases[i] = int64(buf2[sl])
+			}
+			var ep AttnEpilogue
+			base(&ep, 0, M, kv2, ik2, qh2, wq2)
+			ep.Bases = a.up(bases)
+			if cs.kv {
+				ep.MLARows, ep.MLAOff = true, mlaOff
+			}
+			if cs.idx {
+				ep.IdxRows, ep.IdxOff = true, idxOff
+			}
+			chk(k.AttnEpilogue(s, ep))
+			tag := fmt.Sprintf("rows=%d groups=%d kv=%v idx=%v q=%v il=%v/%v", M, groups, cs.kv, cs.idx, cs.q, cs.kvIL, cs.idxIL)
+			bad := diffF32Bits(downF32(c, kv1, M*ldkv), downF32(c, kv2, M*ldkv)) +
+				diffF32Bits(downF32(c, ik1, M*ldik), downF32(c, ik2, M*ldik))
+			changed := 0
+			for i := range nSlots {
+				b1 := downBytes(c, buf1[i], bufBytes)
+				bad += diffBytes(b1, downBytes(c, buf2[i], bufBytes))
+				changed += diffBytes(b1, init[i])
+			}
+			if cs.q {
+				bad += diffBytes(downBytes(c, qh1, M*IndexerQRowBytes), downBytes(c, qh2, M*IndexerQRowBytes))
+				bad += diffF32Bits(downF32(c, wq1, M*IndexerQHeads), downF32(c, wq2, M*IndexerQHeads))
+			}
+			if changed == 0 && (cs.kv || cs.idx) {
+				t.Errorf("%s: the per-group launches wrote no cache byte", tag)
+			}
+			record(t, "attn_epilogue_rows vs attn_epilogue per group "+tag, "mismatched values", float64(bad), 0)
+		}
+	})
+}
+
+// TestAttnEpilogueCheckRows: Check refuses a rows form mixed with the
+// one-cache form, offsets without row bases or for a part that is off.
+func TestAttnEpilogueCheckRows(t *testing.T) {
+	ok := AttnEpilogue{KVA: 1, LdKV: 576, KVNorm: 1, IK: 1, LdIK: 128, Pos: 1, Cos: 1, Sin: 1, Rot: 64, Rows: 3,
+		Bases: 8, MLARows: true, MLAOff: 4096, IdxRows: true, IdxOff: 1 << 20}
+	if err := ok.Check(); err != nil {
+		t.Fatalf("rows form refused: %v", err)
+	}
+	for _, bad := range []func(a *AttnEpilogue){
+		func(a *AttnEpilogue) { a.Bases = 0 },
+		func(a *AttnEpilogue) { a.Bases, a.MLARows, a.IdxRows, a.IdxOff = 0, false, false, 0 },
+		func(a *AttnEpilogue) { a.MLACache = 64 },
+		func(a *AttnEpilogue) { a.IdxCache = 64 },
+		func(a *AttnEpilogue) { a.MLARows = false },
+		func(a *AttnEpilogue) { a.MLAOff = -8 },
+		func(a *AttnEpilogue) { a.IdxRows, a.IdxOff, a.LdIK = true, 0, 64 },
+	} {
+		a := ok
+		bad(&a)
+		if err := a.Check(); err == nil {
+			t.Errorf("accepted %+v", a)
+		}
+	}
+	// the kv part from MLARows alone still needs its shapes
+	a := ok
+	a.IdxRows, a.IdxOff, a.Rot = false, 0, 32
+	if err := a.Check(); err == nil {
+		t.Errorf("kv part with rot 32 accepted")
+	}
+}
+
 // graphUs captures n runs of f into one graph and returns the median time
 // of one run over replays (what the engine's decode graphs see).
 func graphUs(c *cuda.Ctx, s cuda.Stream, n int, f func()) float64 {

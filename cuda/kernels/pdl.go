@@ -27,7 +27,7 @@ var pdlKernels = setOf(
 	"eng_mla_cache_write_f32", "eng_mla_cache_write_bf16", "eng_indexer_cache_write_f32",
 	"eng_indexer_scores_f32", "eng_mla_decode_f32", "eng_mla_decode_bf16",
 	// fused.cu
-	"attn_epilogue",
+	"attn_epilogue", "attn_epilogue_rows",
 	// norm.cu, moe.cu register-staged / rank variants
 	"rmsnorm_reg", "add_rmsnorm_reg", "moe_route_rank",
 	// gemm_tc.cu (prefill)

@@ -929,35 +929,50 @@ func (r *emuRunner) runWith(b device, f func(b device) error) (err error) {
 func (r *emuRunner) close() error { return nil }
 
 // attnEpilogue is the launches it fuses, row by row (a row at a negative
-// position is left alone, as the kernel does), then indexerQPrep.
+// position is left alone, as the kernel does), then indexerQPrep. With
+// row bases each row writes its own slot's caches.
 func (m *emuDevice) attnEpilogue(a kernels.AttnEpilogue) error {
 	if err := a.Check(); err != nil {
 		return err
 	}
 	ps := m.i32(a.Pos, a.Rows)
+	var bases []byte
+	if a.Bases != 0 {
+		bases = m.mem(a.Bases, 8*a.Rows)
+	}
 	for i := 0; i < a.Rows; i++ {
 		if ps[i] < 0 {
 			continue
 		}
 		pos := fptr(a.Pos, i)
-		if a.MLACache != 0 {
+		mla, idx := a.MLACache, a.IdxCache
+		if bases != nil {
+			b := cuda.DevPtr(binary.LittleEndian.Uint64(bases[8*i:]))
+			if a.MLARows {
+				mla = b.Add(a.MLAOff)
+			}
+			if a.IdxRows {
+				idx = b.Add(a.IdxOff)
+			}
+		}
+		if mla != 0 {
 			kv := fptr(a.KVA, i*a.LdKV)
 			if err := errors.CombineErrors(m.rmsnorm(kv, kv, a.KVNorm, 1, kernels.MLALatentDim, a.LdKV, a.LdKV, a.KVEps),
 				m.rope(kv, pos, a.Cos, a.Sin, 1, 1, a.LdKV, kernels.MLALatentDim, a.Rot, a.KVInterleaved)); err != nil {
 				return err
 			}
-			if err := m.mlaCacheWrite(mlaFP8, a.MLACache, kv, pos, 1, a.LdKV); err != nil {
+			if err := m.mlaCacheWrite(mlaFP8, mla, kv, pos, 1, a.LdKV); err != nil {
 				return err
 			}
 		}
-		if a.IdxCache != 0 {
+		if idx != 0 {
 			ik := fptr(a.IK, i*a.LdIK)
 			const D = kernels.IndexerHeadDim
 			if err := errors.CombineErrors(m.layernorm(ik, ik, a.IKNormW, a.IKNormB, 1, D, a.LdIK, a.LdIK, a.IKEps),
 				m.rope(ik, pos, a.Cos, a.Sin, 1, 1, a.LdIK, 0, a.Rot, a.IdxInterleaved)); err != nil {
 				return err
 			}
-			if err := m.idxCacheWrite(false, a.IdxCache, ik, pos, 1, a.LdIK); err != nil {
+			if err := m.idxCacheWrite(false, idx, ik, pos, 1, a.LdIK); err != nil {
 				return err
 			}
 		}

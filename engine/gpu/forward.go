@@ -649,26 +649,55 @@ func (f *fwd) fuseKV() bool {
 func (f *fwd) fuseIdx() bool { return fuseOn && f.e.idxQ() }
 
 // epilogue runs attnEpilogue per group: the latent rows (kv) and the
-// indexer keys and query (idx) of the group's rows.
+// indexer keys and query (idx) of the group's rows. With several groups
+// merged (f.merge) one launch takes all rows, each writing its own slot's
+// caches through the step's row bases: every other operand is already
+// row-contiguous, and on the H200 (4 slots at 8192, DeepSeek-V3.2 dims) the
+// per-group launches were 40 a step, ~155 us of the step's critical path.
 func (f *fwd) epilogue(lw *dlayer, kv, idx bool) {
-	e, o, ws := f.e, f.o, f.e.ws
+	if f.merge() {
+		a := f.epilogueArgs(lw, kv, idx, group{first: 0, n: f.M})
+		a.Bases = f.bases
+		if kv {
+			a.MLARows, a.MLAOff = true, f.e.mlaOff[lw.Idx]
+		}
+		if idx {
+			a.IdxRows, a.IdxOff = true, f.e.idxOff[lw.Idx]
+		}
+		f.o.do(f.o.b.attnEpilogue(a))
+		return
+	}
+	for _, g := range f.groups {
+		a := f.epilogueArgs(lw, kv, idx, g)
+		if kv {
+			a.MLACache = g.s.buf.Add(f.e.mlaOff[lw.Idx])
+		}
+		if idx {
+			a.IdxCache = g.s.buf.Add(f.e.idxOff[lw.Idx])
+		}
+		f.o.do(f.o.b.attnEpilogue(a))
+	}
+}
+
+// epilogueArgs is attnEpilogue's launch for rows g.first..g.first+g.n
+// without the caches (one cache or per-row bases: the caller's).
+func (f *fwd) epilogueArgs(lw *dlayer, kv, idx bool, g group) kernels.AttnEpilogue {
+	e, ws := f.e, f.e.ws
 	c := e.cfg
 	R, P := c.KVLoraRank, c.QKRopeHeadDim
 	IH, ID := c.IndexNHeads, c.IndexHeadDim
-	for _, g := range f.groups {
-		a := kernels.AttnEpilogue{Pos: fptr(f.pos, g.first), Cos: e.ropeCos, Sin: e.ropeSin, Rot: P, Rows: g.n}
-		if kv {
-			a.KVA, a.LdKV, a.KVNorm, a.KVEps = fptr(ws.kva, g.first*(R+P)), R+P, lw.KVANorm, subEps
-			a.MLACache, a.KVInterleaved = g.s.buf.Add(e.mlaOff[lw.Idx]), c.RopeInterleave
-		}
-		if idx {
-			a.IK, a.LdIK, a.IKNormW, a.IKNormB, a.IKEps = fptr(ws.ik, g.first*ID), ID, lw.IKNormW, lw.IKNormB, indexerNormEps
-			a.IdxCache, a.IdxInterleaved = g.s.buf.Add(e.idxOff[lw.Idx]), c.IndexerRopeInterleave
-			a.IQ, a.IW, a.IH, a.WScale = fptr(ws.iq, g.first*IH*ID), fptr(ws.iw, g.first*IH), IH, f.idxWScale()
-			a.QH, a.WQ = ws.iqh.Add(int64(g.first*kernels.IndexerQRowBytes)), fptr(ws.iwq, g.first*kernels.IndexerQHeads)
-		}
-		o.do(o.b.attnEpilogue(a))
+	a := kernels.AttnEpilogue{Pos: fptr(f.pos, g.first), Cos: e.ropeCos, Sin: e.ropeSin, Rot: P, Rows: g.n}
+	if kv {
+		a.KVA, a.LdKV, a.KVNorm, a.KVEps = fptr(ws.kva, g.first*(R+P)), R+P, lw.KVANorm, subEps
+		a.KVInterleaved = c.RopeInterleave
 	}
+	if idx {
+		a.IK, a.LdIK, a.IKNormW, a.IKNormB, a.IKEps = fptr(ws.ik, g.first*ID), ID, lw.IKNormW, lw.IKNormB, indexerNormEps
+		a.IdxInterleaved = c.IndexerRopeInterleave
+		a.IQ, a.IW, a.IH, a.WScale = fptr(ws.iq, g.first*IH*ID), fptr(ws.iw, g.first*IH), IH, f.idxWScale()
+		a.QH, a.WQ = ws.iqh.Add(int64(g.first*kernels.IndexerQRowBytes)), fptr(ws.iwq, g.first*kernels.IndexerQHeads)
+	}
+	return a
 }
 
 // merge says whether the attention kernels run once for the rows of all

@@ -41,9 +41,17 @@ func testFusedEqualUnfused(t *testing.T, kind deviceKind) {
 				e.Release(0)
 				batch[k] = generateBatch(t, e, [][]int{prompt[:len(prompt)-3], prompt}, engine.Params{}, n)
 				count[k] = map[string]int{}
-				for _, run := range e.m.graphs.keep {
+				for r, run := range e.m.graphs.keep {
+					c := map[string]int{}
 					for _, op := range run {
+						c[op.name]++
 						count[k][op.name]++
+					}
+					// fused: one epilogue per MLA decode (per layer
+					// with the slot merge, else per group; the MLA
+					// merges only on mla_decode_tc's family)
+					if on && (!slotMergeOn || mlaTCOn) && c["attnEpilogue"] != c["mlaDecode"] {
+						t.Errorf("run %d: %d attnEpilogue launches, %d mlaDecode (slot merge %v)", r, c["attnEpilogue"], c["mlaDecode"], slotMergeOn)
 					}
 				}
 			}

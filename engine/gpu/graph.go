@@ -560,7 +560,8 @@ func (gb *graphDevice) attnEpilogue(a kernels.AttnEpilogue) error {
 		return b.attnEpilogue(a)
 	}, ku(a.KVA), ki(a.LdKV), ku(a.KVNorm), kf(a.KVEps), ku(a.MLACache), kb(a.KVInterleaved),
 		ku(a.IK), ki(a.LdIK), ku(a.IKNormW), ku(a.IKNormB), kf(a.IKEps), ku(a.IdxCache), kb(a.IdxInterleaved),
-		ku(a.IQ), ku(a.IW), ku(a.QH), ku(a.WQ), ki(a.IH), kf(a.WScale), ku(a.Pos), ku(a.Cos), ku(a.Sin), ki(a.Rot), ki(a.Rows))
+		ku(a.IQ), ku(a.IW), ku(a.QH), ku(a.WQ), ki(a.IH), kf(a.WScale), ku(a.Pos), ku(a.Cos), ku(a.Sin), ki(a.Rot), ki(a.Rows),
+		ku(a.Bases), uint64(a.MLAOff), uint64(a.IdxOff), kb(a.MLARows), kb(a.IdxRows))
 }
 
 // cudaGrapher captures on the backend's stream (thread-local capture: only

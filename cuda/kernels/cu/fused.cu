@@ -141,3 +141,24 @@ extern "C" __global__ void __launch_bounds__(512)
   attn_epilogue_body(kva, ldkv, kvw, kv_eps, mla, kv_il, ik, ldik, ikw, ikb, ik_eps, idxc, ik_il, iq, iw, qh, wq, IH,
                      wscale, pos, cos_t, sin_t, rot);
 }
+
+// attn_epilogue over the rows of several slots in one launch (the engine's
+// steps with TILERT_GPU_SLOT_MERGE): row m's MLA cache is row_base[m] +
+// mla_off and its indexer pages row_base[m] + idx_off (row_base: int64 per
+// row, the row's slot buffer), each part on when its flag is set. The rest
+// is attn_epilogue_body as it is, so every row's output is attn_epilogue's
+// on that row's caches; attn_epilogue keeps its own code.
+extern "C" __global__ void __launch_bounds__(512)
+    attn_epilogue_rows(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps, long long mla_off, int has_mla,
+                       int kv_il, float* ik, int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb,
+                       float ik_eps, long long idx_off, int has_idx, int ik_il, const float* __restrict__ iq,
+                       const float* __restrict__ iw, u8* qh, float* wq, int IH, float wscale,
+                       const int* __restrict__ pos, const float* __restrict__ cos_t, const float* __restrict__ sin_t,
+                       int rot, const long long* __restrict__ row_base) {
+  PDL_WAIT();
+  const long long b = row_base[blockIdx.y];
+  u8* mla = has_mla ? (u8*)(b + mla_off) : nullptr;
+  u8* idxc = has_idx ? (u8*)(b + idx_off) : nullptr;
+  attn_epilogue_body(kva, ldkv, kvw, kv_eps, mla, kv_il, ik, ldik, ikw, ikb, ik_eps, idxc, ik_il, iq, iw, qh, wq, IH,
+                     wscale, pos, cos_t, sin_t, rot);
+}

@@ -89,6 +89,17 @@ func Batch(t testing.TB, e engine.Engine, prompts [][]int, params []engine.Param
 // active slots and the tokens so far.
 func BatchHook(t testing.TB, e engine.Engine, prompts [][]int, params []engine.Params, before func(active []int, out [][]int)) [][]int {
 	t.Helper()
+	out := BatchKeep(t, e, prompts, params, before)
+	for i := range prompts {
+		e.Release(i)
+	}
+	return out
+}
+
+// BatchKeep is BatchHook leaving the slots held (their caches can be
+// exported); the caller releases them.
+func BatchKeep(t testing.TB, e engine.Engine, prompts [][]int, params []engine.Params, before func(active []int, out [][]int)) [][]int {
+	t.Helper()
 	out := make([][]int, len(prompts))
 	var active []int
 	for i, pr := range prompts {
@@ -121,9 +132,6 @@ func BatchHook(t testing.TB, e engine.Engine, prompts [][]int, params []engine.P
 			}
 		}
 		active = next
-	}
-	for i := range prompts {
-		e.Release(i)
 	}
 	return out
 }

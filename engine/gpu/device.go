@@ -694,6 +694,11 @@ func (b *cudaDevice) mlaDecodeTCF(out, qn, qp, cache, rowBase, indices, lens, ws
 // 4 slots at 8192 7.17 -> 6.36 ms, and the whole gpu-check passed.
 var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") != "0"
 
+// epiRowsOn: with the slot merge, the attention epilogue runs once for
+// all rows (attn_epilogue_rows); TILERT_GPU_EPI_ROWS=0 keeps a launch per
+// slot with the other merged launches (to time the one against the other).
+var epiRowsOn = os.Getenv("TILERT_GPU_EPI_ROWS") != "0"
+
 // mlaPrefillOn: TILERT_GPU_MLA_PREFILL runs the fp8 MLA of a slot's group
 // of at least mlaPrefillMinRows rows (a prefill chunk) on mlaPrefill
 // instead of mlaDecode (mla_decode_tc): =1 mla_prefill_tc (32 heads a

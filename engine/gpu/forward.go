@@ -655,7 +655,7 @@ func (f *fwd) fuseIdx() bool { return fuseOn && f.e.idxQ() }
 // row-contiguous, and on the H200 (4 slots at 8192, DeepSeek-V3.2 dims) the
 // per-group launches were 40 a step, ~155 us of the step's critical path.
 func (f *fwd) epilogue(lw *dlayer, kv, idx bool) {
-	if f.merge() {
+	if f.merge() && epiRowsOn {
 		a := f.epilogueArgs(lw, kv, idx, group{first: 0, n: f.M})
 		a.Bases = f.bases
 		if kv {

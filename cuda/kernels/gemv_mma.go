@@ -23,6 +23,13 @@ var (
 	forceMMAP, forceMMAX  = -1, -1
 )
 
+// MMARun1 keeps run 1's choices (gemv_mma.cu's variants everywhere;
+// TILERT_GPU_GEMV_MMA=1); otherwise the launchers take run 2's fastest
+// (docs/measured/h200-2026-12-03-s18 call B: gemv_mmx's two-register-stage
+// `_p` variant for long fp8 rows, the paired gate/up and the indexer's
+// wq_b; the grouped attention inputs on gemv_mmx_group_u2).
+var MMARun1 bool
+
 // MMAx selects the second-iteration kernels (gemv_mma_x.cu: hi and mid+lo
 // accumulators, pipelined and cp.async variants) in the launchers' choice.
 // They have not run on a GPU yet; the engine sets it from
@@ -98,19 +105,31 @@ func mmaShape(sms, N, kbytes int, bf16, pair bool) mmaVariant {
 	if f := forceMMAX; f >= 0 {
 		x = f == 1
 	}
+	// run2p: the second iteration's `_p` (the next stage's loads in flight
+	// while one is multiplied), fastest in run 2's sweep at M = 2, 4 and 8
+	// on o_proj (43.8 against 49.7 us at 4 rows), dense down (48.8 / 55.2),
+	// the paired gate/up (88.2 / 93.6) and wq_b (6.8 / 7.3); q_b (r4),
+	// q_a alone (r1 u4) and the bf16 head (r2 u1) keep run 1's.
+	run2p := mmaVariant{2, 1, 1, true}
 	var v mmaVariant
 	switch {
 	case x && cdiv(N, 32) < sms && !pair:
 		v = mmaVariant{1, 1, 2, true}
 	case x:
 		v = mmaVariant{2, 1, 2, true}
+	case pair && !MMARun1:
+		v = run2p
 	case pair:
 		v = mmaVariant{4, 1, 0, false}
 	case kbytes < 4096 && cdiv(N, 64) >= sms:
 		v = mmaVariant{4, 1, 0, false}
 	case cdiv(N, 32) < sms:
 		v = mmaVariant{1, 4, 0, false}
-	case kbytes < 4096 || bf16:
+	case bf16:
+		v = mmaVariant{2, 1, 0, false}
+	case !MMARun1:
+		v = run2p
+	case kbytes < 4096:
 		v = mmaVariant{2, 1, 0, false}
 	default:
 		v = mmaVariant{2, 2, 0, false}
@@ -231,7 +250,7 @@ func (k *Set) GroupMMAOK(x cuda.DevPtr, K, ldx, M int, segs []GroupSeg) bool {
 
 // GemvGroupMMA is GemvGroup (without the norm) on the tensor cores: every
 // segment's GEMV of the same M input rows in one launch, 16 rows a block
-// (gemv_mma_x.cu: not yet run on a GPU). Same results up to float32
+// (gemv_mma_x.cu; checked and timed on the H200 in session 18). Same results up to float32
 // summation order, reproducible run to run.
 func (k *Set) GemvGroupMMA(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []GroupSeg) error {
 	if K <= 0 || M <= 0 || M > MaxTileM || ldx < K {
@@ -259,9 +278,12 @@ func (k *Set) GemvGroupMMA(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []G
 		blocks += cdiv(sg.N, 16)
 		args = append(args, sg.W, sg.S, sg.Y, sg.N, sg.LdY, b2i(sg.BF16))
 	}
-	name, smem := "gemv_mmx_group_a", mmaVariant{1, 1, 2, true}.smem()
-	if forceMMAP == 0 {
-		name, smem = "gemv_mmx_group_u2", 0
+	// u2 (two chunks a stage from registers) measured faster than the
+	// cp.async `_a` in run 2 (2304 x 7168 at 4 rows: 18.9 against 23.4 us;
+	// the tile group kernel 34.4); forceMMAP 2 takes `_a`.
+	name, smem := "gemv_mmx_group_u2", 0
+	if forceMMAP == 2 {
+		name, smem = "gemv_mmx_group_a", mmaVariant{1, 1, 2, true}.smem()
 	}
 	return k.launch(name, cuda.D1(blocks), cuda.D1(256), smem, s, args...)
 }

@@ -107,14 +107,14 @@ func TestKernelGemvGroupMMA(t *testing.T) {
 			segs            []segc
 		}{
 			{1024, 1, 0, 0, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
-			{1024, 2, 4, 0, -1, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
+			{1024, 2, 4, 0, 2, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
 			{160, 4, 0, 0, 0, []segc{{96, false}, {33, true}}},
 			{160, 3, 0, 0, -1, []segc{{96, false}, {33, true}}},
 			{1024, 7, 0, 0, 0, []segc{{17, true}, {300, false}}},
 			{1024, 8, 8, 0, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
 			{7168, 4, 0, 0, 0, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
-			{7168, 4, 0, 0, -1, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
-			{7168, 1, 0, 0, -1, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
+			{7168, 4, 0, 0, 2, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
+			{7168, 1, 0, 0, 2, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
 		} {
 			forceMMAU, forceMMAP = cs.U, cs.P
 			K, M := cs.K, cs.M
@@ -158,27 +158,35 @@ func TestKernelGemvGroupMMA(t *testing.T) {
 
 // TestMMAShape pins the launcher's choice on the decode shapes (132 SMs).
 func TestMMAShape(t *testing.T) {
-	defer func(x bool) { MMAx = x }(MMAx)
+	defer func(x, r1 bool) { MMAx, MMARun1 = x, r1 }(MMAx, MMARun1)
+	p := mmaVariant{2, 1, 1, true}
 	for _, cs := range []struct {
-		N, kbytes     int
-		bf16, pair, x bool
-		want          mmaVariant
+		N, kbytes           int
+		bf16, pair, x, run1 bool
+		want                mmaVariant
 	}{
-		{7168, 16384, false, false, false, mmaVariant{2, 2, 0, false}},  // o_proj
-		{7168, 18432, false, false, false, mmaVariant{2, 2, 0, false}},  // dense down
-		{24576, 1536, false, false, false, mmaVariant{4, 1, 0, false}},  // q_b
-		{8192, 1536, false, false, false, mmaVariant{2, 1, 0, false}},   // indexer wq_b
-		{1536, 7168, false, false, false, mmaVariant{1, 4, 0, false}},   // q_a alone
-		{18432, 7168, false, true, false, mmaVariant{4, 1, 0, false}},   // dense gate/up
-		{129280, 14336, true, false, false, mmaVariant{2, 1, 0, false}}, // head
-		{7168, 16384, false, false, true, mmaVariant{2, 1, 2, true}},
-		{18432, 7168, false, true, true, mmaVariant{2, 1, 2, true}},
-		{1536, 7168, false, false, true, mmaVariant{1, 1, 2, true}},
+		{7168, 16384, false, false, false, false, p},                           // o_proj
+		{7168, 18432, false, false, false, false, p},                           // dense down
+		{24576, 1536, false, false, false, false, mmaVariant{4, 1, 0, false}},  // q_b
+		{8192, 1536, false, false, false, false, p},                            // indexer wq_b
+		{1536, 7168, false, false, false, false, mmaVariant{1, 4, 0, false}},   // q_a alone
+		{18432, 7168, false, true, false, false, p},                            // dense gate/up
+		{129280, 14336, true, false, false, false, mmaVariant{2, 1, 0, false}}, // head
+		{7168, 16384, false, false, false, true, mmaVariant{2, 2, 0, false}},
+		{7168, 18432, false, false, false, true, mmaVariant{2, 2, 0, false}},
+		{24576, 1536, false, false, false, true, mmaVariant{4, 1, 0, false}},
+		{8192, 1536, false, false, false, true, mmaVariant{2, 1, 0, false}},
+		{1536, 7168, false, false, false, true, mmaVariant{1, 4, 0, false}},
+		{18432, 7168, false, true, false, true, mmaVariant{4, 1, 0, false}},
+		{129280, 14336, true, false, false, true, mmaVariant{2, 1, 0, false}},
+		{7168, 16384, false, false, true, false, mmaVariant{2, 1, 2, true}},
+		{18432, 7168, false, true, true, false, mmaVariant{2, 1, 2, true}},
+		{1536, 7168, false, false, true, false, mmaVariant{1, 1, 2, true}},
 	} {
-		MMAx = cs.x
+		MMAx, MMARun1 = cs.x, cs.run1
 		v := mmaShape(132, cs.N, cs.kbytes, cs.bf16, cs.pair)
 		if v != cs.want {
-			t.Errorf("N=%d kbytes=%d bf16=%v pair=%v x=%v: %+v, want %+v", cs.N, cs.kbytes, cs.bf16, cs.pair, cs.x, v, cs.want)
+			t.Errorf("N=%d kbytes=%d bf16=%v pair=%v x=%v run1=%v: %+v, want %+v", cs.N, cs.kbytes, cs.bf16, cs.pair, cs.x, cs.run1, v, cs.want)
 		}
 		if !mmaCompiled(v) {
 			t.Errorf("N=%d: %+v not compiled", cs.N, v)

@@ -355,25 +355,34 @@ func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error 
 // another session). Only matrices of at least mmaMinN rows (below, the
 // MMA grid of 16-64 rows a block leaves SMs idle), and at 2 rows only
 // short fp8 rows and bf16 (mmaM2MaxKBytes).
-// TILERT_GPU_GEMV_MMA=0 keeps the tile kernels; =all takes every shape
-// (the tiny models' checks); =x the second iteration (cu/gemv_mma_x.cu:
-// cp.async variants, hi/lo accumulators, and the grouped attention inputs
-// on the tensor cores), not yet run on a GPU; =xall both; =g only the
-// grouped attention inputs on the tensor cores (GemvGroupMMA), the other
-// shapes on the first iteration's kernels; =g1 that group on the tensor
-// cores at one row too (its cp.async stream against gemv_group's).
+// TILERT_GPU_GEMV_MMA unset takes run 2's fastest variant per shape
+// (docs/measured/h200-2026-12-03-s18 call B; kernels.mmaShape: the second
+// iteration's `_p` for long fp8 rows, the paired gate/up and wq_b) and
+// puts the grouped attention inputs (q_a, kv_a, indexer wk and
+// weights_proj, no norm) of 2..8 rows on the tensor cores
+// (kernels.GemvGroupMMA: 2304 x 7168 at 4 rows 18.9 against 34.4 us on the
+// tile group kernel; 4-slot step at 8192, DeepSeek-V3.2 dims, 6.013 ->
+// 5.860 ms with its cp.async variant, GLM-5 5.723 -> 5.538). =1 goes back
+// to run 1's choices (gemv_mma.cu everywhere, the group on the tile
+// kernel); =0 keeps the tile kernels; =all takes every shape (the tiny
+// models' checks); =x the second iteration's cp.async variants everywhere
+// (slower: 6.503 ms); =xall both; =g1 the group on the tensor cores at one
+// row too (slower: 2.883 against 2.679 ms at 1 slot).
 var (
 	gemvMMAMode   = os.Getenv("TILERT_GPU_GEMV_MMA")
 	gemvMMAOn     = gemvMMAMode != "0"
 	gemvMMAX      = gemvMMAMode == "x" || gemvMMAMode == "xall"
 	gemvMMAAll    = gemvMMAMode == "all" || gemvMMAMode == "xall"
-	gemvMMAGroup  = gemvMMAX || gemvMMAMode == "g" || gemvMMAMode == "g1"
+	gemvMMAGroup  = gemvMMAOn && gemvMMAMode != "1"
 	gemvMMAGroup1 = gemvMMAMode == "g1"
 )
 
 func init() {
 	if gemvMMAX {
 		kernels.MMAx = true
+	}
+	if gemvMMAMode == "1" {
+		kernels.MMARun1 = true
 	}
 }
 

@@ -359,10 +359,10 @@ func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error 
 // (docs/measured/h200-2026-12-03-s18 call B; kernels.mmaShape: the second
 // iteration's `_p` for long fp8 rows, the paired gate/up and wq_b) and
 // puts the grouped attention inputs (q_a, kv_a, indexer wk and
-// weights_proj, no norm) of 2..8 rows on the tensor cores
+// weights_proj, no norm) of 3..8 rows on the tensor cores (groupMinM)
 // (kernels.GemvGroupMMA: 2304 x 7168 at 4 rows 18.9 against 34.4 us on the
-// tile group kernel; 4-slot step at 8192, DeepSeek-V3.2 dims, 6.013 ->
-// 5.860 ms with its cp.async variant, GLM-5 5.723 -> 5.538). =1 goes back
+// tile group kernel). 4-slot step at 8192 (call C, the same run):
+// DeepSeek-V3.2 dims 6.009 -> 5.718 ms, GLM-5 5.719 -> 5.367. =1 goes back
 // to run 1's choices (gemv_mma.cu everywhere, the group on the tile
 // kernel); =0 keeps the tile kernels; =all takes every shape (the tiny
 // models' checks); =x the second iteration's cp.async variants everywhere
@@ -374,8 +374,22 @@ var (
 	gemvMMAX      = gemvMMAMode == "x" || gemvMMAMode == "xall"
 	gemvMMAAll    = gemvMMAMode == "all" || gemvMMAMode == "xall"
 	gemvMMAGroup  = gemvMMAOn && gemvMMAMode != "1"
-	gemvMMAGroup1 = gemvMMAMode == "g1"
+	gemvGroupMinM = groupMinM(gemvMMAMode)
 )
+
+// groupMinM is the fewest rows whose attention-input group takes the
+// tensor cores: 3 by default (call C: the MTP step, whose main layers run 2
+// rows, measured 5.055 ms with the group there against 4.906 without, so
+// M = 2 keeps the tile and mid kernels), 2 with =g, =x or =xall, 1 with =g1.
+func groupMinM(mode string) int {
+	switch mode {
+	case "g1":
+		return 1
+	case "g", "x", "xall":
+		return 2
+	}
+	return 3
+}
 
 func init() {
 	if gemvMMAX {
@@ -421,7 +435,7 @@ func (b *cudaDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, 
 }
 
 func (b *cudaDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.GroupSeg, norm kernels.GroupNorm) error {
-	if gemvMMAGroup && (M >= 2 || gemvMMAGroup1) && norm.W == 0 && b.k.GroupMMAOK(x, K, ldx, M, segs) {
+	if gemvMMAGroup && M >= gemvGroupMinM && norm.W == 0 && b.k.GroupMMAOK(x, K, ldx, M, segs) {
 		rows := 0
 		for _, sg := range segs {
 			rows += sg.N

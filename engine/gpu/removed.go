@@ -145,4 +145,34 @@ func removedClusterMLA(getenv func(string) string) error {
 	return nil
 }
 
-func removedSwitchesEnv() error { return removedSwitches(os.Getenv) }
+func removedSwitchesEnv() error {
+	if err := removedSwitches(os.Getenv); err != nil {
+		return err
+	}
+	return switchValues(os.Getenv)
+}
+
+// switchValues refuses a value a kept switch does not know, so that a typo
+// is not measured as the default path.
+func switchValues(getenv func(string) string) error {
+	for _, sw := range []struct {
+		name  string
+		known []string
+		hint  string
+	}{
+		{"TILERT_GPU_GEMV_MMA", []string{"", "0", "1", "all", "x", "xall", "g", "g1"},
+			"unset it for run 2's tensor-core GEMVs of 2..8 rows (the default); 1 run 1's choices, 0 the tile kernels, all every shape, x / xall the cp.async variants, g / g1 the attention-input group from 2 / 1 rows (engine/gpu/device.go)"},
+		{"TILERT_GPU_EPI_ROWS", []string{"", "0", "1"},
+			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
+	} {
+		v := getenv(sw.name)
+		known := false
+		for _, k := range sw.known {
+			known = known || v == k
+		}
+		if !known {
+			return errors.WithHint(errors.Newf("%s=%q: not a value this switch knows", sw.name, v), sw.hint)
+		}
+	}
+	return nil
+}

@@ -168,3 +168,35 @@ func checkRemovedErr(t *testing.T, what string, err error, want string) {
 		}
 	}
 }
+
+// TestSwitchValues: a kept switch refuses values it does not know, with a
+// hint naming the ones it does.
+func TestSwitchValues(t *testing.T) {
+	for _, c := range []struct {
+		name, v string
+		ok      bool
+	}{
+		{"TILERT_GPU_GEMV_MMA", "", true},
+		{"TILERT_GPU_GEMV_MMA", "1", true},
+		{"TILERT_GPU_GEMV_MMA", "g1", true},
+		{"TILERT_GPU_GEMV_MMA", "xall", true},
+		{"TILERT_GPU_GEMV_MMA", "X", false},
+		{"TILERT_GPU_GEMV_MMA", "on", false},
+		{"TILERT_GPU_EPI_ROWS", "0", true},
+		{"TILERT_GPU_EPI_ROWS", "off", false},
+	} {
+		err := switchValues(func(k string) string {
+			if k == c.name {
+				return c.v
+			}
+			return ""
+		})
+		if c.ok != (err == nil) {
+			t.Errorf("%s=%q: %v, want ok=%v", c.name, c.v, err, c.ok)
+			continue
+		}
+		if err != nil && (!strings.Contains(err.Error(), c.name) || len(errors.GetAllHints(err)) == 0) {
+			t.Errorf("%s=%q: %v (hints %q): want the switch named and a hint", c.name, c.v, err, errors.GetAllHints(err))
+		}
+	}
+}

@@ -82,7 +82,8 @@ func (v mmaVariant) smem() int {
 var (
 	mmaVariants = []mmaVariant{{1, 2, 0, false}, {1, 4, 0, false}, {2, 1, 0, false}, {2, 2, 0, false}, {2, 4, 0, false},
 		{4, 1, 0, false}}
-	mmxVariants = []mmaVariant{{2, 2, 0, true}, {2, 1, 1, true}, {1, 1, 2, true}, {2, 1, 2, true}}
+	mmxVariants = []mmaVariant{{2, 2, 0, true}, {2, 1, 1, true}, {1, 1, 2, true}, {2, 1, 2, true},
+		{1, 1, 1, true}, {4, 1, 1, true}, {2, 2, 1, true}}
 )
 
 func mmaCompiled(v mmaVariant) bool {
@@ -282,7 +283,10 @@ func (k *Set) GemvGroupMMA(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []G
 	// cp.async `_a` in run 2 (2304 x 7168 at 4 rows: 18.9 against 23.4 us;
 	// the tile group kernel 34.4); forceMMAP 2 takes `_a`.
 	name, smem := "gemv_mmx_group_u2", 0
-	if forceMMAP == 2 {
+	switch forceMMAP {
+	case 1:
+		name = "gemv_mmx_group_p" // not timed yet (session 18 added it)
+	case 2:
 		name, smem = "gemv_mmx_group_a", mmaVariant{1, 1, 2, true}.smem()
 	}
 	return k.launch(name, cuda.D1(blocks), cuda.D1(256), smem, s, args...)

@@ -269,6 +269,11 @@ __device__ __forceinline__ void gemv_mmx_body(const void* __restrict__ W0, const
 
 GEMV_MMX_KERNELS(2, 2, 0, )
 GEMV_MMX_KERNELS(2, 1, 1, _p)
+// More `_p` shapes for the next sweep (session 18: `_p` r2 u1 was the
+// fastest measured on long fp8 rows, and only that one shape had run).
+GEMV_MMX_KERNELS(1, 1, 1, _p)
+GEMV_MMX_KERNELS(4, 1, 1, _p)
+GEMV_MMX_KERNELS(2, 2, 1, _p)
 GEMV_MMX_KERNELS(1, 1, 2, _a)
 GEMV_MMX_KERNELS(2, 1, 2, _a)
 
@@ -316,5 +321,15 @@ extern "C" __global__ void __launch_bounds__(GM_THREADS, 3)
                      GX_SEG(3)) {
   PDL_WAIT();
   gemv_mmx_group_body<1, 2>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2,
+                            ldy2, bf2, W3, S3, Y3, N3, ldy3, bf3);
+}
+
+// Pipelined variant (P = 1): two register stages of one chunk, the next in
+// flight while one is multiplied (the GEMVs' fastest form in session 18).
+extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
+    gemv_mmx_group_p(const float* __restrict__ x, int ldx, int K, int M, GX_SEG(0), GX_SEG(1), GX_SEG(2),
+                     GX_SEG(3)) {
+  PDL_WAIT();
+  gemv_mmx_group_body<1, 1>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2,
                             ldy2, bf2, W3, S3, Y3, N3, ldy3, bf3);
 }

@@ -1,8 +1,11 @@
 # Session 18's plan for the next device session (issue 10; NOT RUN). Binaries of main (tilert, kernels.test,
 # engine.test; the build line in docs/measured/next/README.md), xz'd or not, in .device/next. Ask `status` first.
 # Usage: bash docs/measured/next/s19.sh check|steps
-#  check (~6 min cold): gpu-check's engine and decode-node parts with session 18's defaults at several rows (the
-#        merged epilogue, run 2's GEMVs, the group on the tensor cores from 3 rows); the kernel checks of those kernels.
+#  check (~7 min cold): gpu-check's engine part with session 18's defaults at several rows (the merged epilogue,
+#        run 2's GEMVs, the group on the tensor cores from 3 rows); the kernel checks of those kernels, including the
+#        `_p` shapes added after session 18's calls (r1 u1, r4 u1, r2 u2; gemv_mmx_group_p, forceMMAP 1), and their
+#        graph-timed sweep (TestKernelMMATiming): a faster `_p` shape or the group on `_p` goes into mmaShape /
+#        GemvGroupMMA where it wins at M = 4 and 8.
 #  steps (~4 min): the MTP step with the group from 3 rows (not timed in session 18), the 4-slot in-graph profile
 #        of the new defaults (both models, 8192), and the late q fork at 4 slots (s18.sh rows).
 set -x
@@ -18,6 +21,8 @@ case "$P" in
 check)
   (cd cuda/kernels && timeout 200 $D/kernels.test -test.v -test.count=1 -test.run 'TestKernelGemvMMA$|TestKernelGemvGroupMMA|TestKernelMMAVariantsBitwise|TestKernelFusedAttnEpilogue' > $R/kernels.log 2>&1; echo "rc=$?" >> $R/kernels.log)
   (cd engine/gpu && timeout 300 $D/engine.test -test.v -test.count=1 -test.run '^TestGPU' > $R/engine.log 2>&1; echo "rc=$?" >> $R/engine.log)
+  (cd cuda/kernels && TILERT_GPU_TIMING=1 timeout 120 $D/kernels.test -test.v -test.count=1 -test.run 'TestKernelMMATiming' > $R/timing.log 2>&1; echo "rc=$?" >> $R/timing.log)
+  grep "mma sweep\|attn-in group" $R/timing.log | cut -c1-900 >> $R/summary.txt
   for f in kernels engine; do echo "$f: $(grep -c '^--- PASS' $R/$f.log) PASS, $(grep -c '^--- FAIL' $R/$f.log) FAIL, $(grep -c '^--- SKIP' $R/$f.log) SKIP; $(tail -1 $R/$f.log)" | tee -a $R/summary.txt; done; save ;;
 steps)
   MTP=1 bn deepseek-v3.2 8192 1 ds-mtp

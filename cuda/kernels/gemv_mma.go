@@ -283,11 +283,15 @@ func (k *Set) GemvGroupMMA(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []G
 	// cp.async `_a` in run 2 (2304 x 7168 at 4 rows: 18.9 against 23.4 us;
 	// the tile group kernel 34.4); forceMMAP 2 takes `_a`.
 	name, smem := "gemv_mmx_group_u2", 0
-	switch forceMMAP {
-	case 1:
-		name = "gemv_mmx_group_p" // not timed yet (session 18 added it)
-	case 2:
+	switch {
+	case forceMMAP == 1 && forceMMAU == 2:
+		name = "gemv_mmx_group_p2" // p2, p and u4: not timed yet (session 18 added them)
+	case forceMMAP == 1:
+		name = "gemv_mmx_group_p"
+	case forceMMAP == 2:
 		name, smem = "gemv_mmx_group_a", mmaVariant{1, 1, 2, true}.smem()
+	case forceMMAU == 4:
+		name = "gemv_mmx_group_u4"
 	}
 	return k.launch(name, cuda.D1(blocks), cuda.D1(256), smem, s, args...)
 }

@@ -117,6 +117,9 @@ func TestKernelGemvGroupMMA(t *testing.T) {
 			{7168, 1, 0, 0, 2, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
 			{7168, 4, 0, 0, 1, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
 			{1024, 3, 4, 0, 1, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
+			{7168, 4, 0, 2, 1, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
+			{7168, 8, 0, 4, 0, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
+			{1024, 5, 0, 4, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
 		} {
 			forceMMAU, forceMMAP = cs.U, cs.P
 			K, M := cs.K, cs.M

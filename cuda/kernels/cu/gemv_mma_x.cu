@@ -333,3 +333,23 @@ extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
   gemv_mmx_group_body<1, 1>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2,
                             ldy2, bf2, W3, S3, Y3, N3, ldy3, bf3);
 }
+
+// Deeper register stages for the group's sweep: at 4 rows its 144 blocks
+// put about one block (8 KB of loads in flight with u2) on each SM, far
+// under what the copy rate needs in flight; u4 doubles that, p2 keeps two
+// stages of two chunks.
+extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
+    gemv_mmx_group_u4(const float* __restrict__ x, int ldx, int K, int M, GX_SEG(0), GX_SEG(1), GX_SEG(2),
+                      GX_SEG(3)) {
+  PDL_WAIT();
+  gemv_mmx_group_body<4>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2, ldy2,
+                         bf2, W3, S3, Y3, N3, ldy3, bf3);
+}
+
+extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
+    gemv_mmx_group_p2(const float* __restrict__ x, int ldx, int K, int M, GX_SEG(0), GX_SEG(1), GX_SEG(2),
+                      GX_SEG(3)) {
+  PDL_WAIT();
+  gemv_mmx_group_body<2, 1>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2,
+                            ldy2, bf2, W3, S3, Y3, N3, ldy3, bf3);
+}

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"os"
+	"slices"
 
 	"github.com/cockroachdb/errors"
 )
@@ -165,12 +166,7 @@ func switchValues(getenv func(string) string) error {
 		{"TILERT_GPU_EPI_ROWS", []string{"", "0", "1"},
 			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
 	} {
-		v := getenv(sw.name)
-		known := false
-		for _, k := range sw.known {
-			known = known || v == k
-		}
-		if !known {
+		if v := getenv(sw.name); !slices.Contains(sw.known, v) {
 			return errors.WithHint(errors.Newf("%s=%q: not a value this switch knows", sw.name, v), sw.hint)
 		}
 	}

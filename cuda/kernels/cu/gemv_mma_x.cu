@@ -306,50 +306,21 @@ __device__ __forceinline__ void gemv_mmx_group_body(const float* __restrict__ x,
   GX_SEG_RUN(3)
 }
 
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mmx_group_u2(const float* __restrict__ x, int ldx, int K, int M, GX_SEG(0), GX_SEG(1), GX_SEG(2),
-                      GX_SEG(3)) {
-  PDL_WAIT();
-  gemv_mmx_group_body<2>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2, ldy2,
-                         bf2, W3, S3, Y3, N3, ldy3, bf3);
-}
+// The group's variants (U chunks a stage; P as the GEMVs': 0 one register
+// stage, 1 (`_p`) two, 2 (`_a`) cp.async with 32 KiB of dynamic shared
+// memory a block). u2 is the default (session 18); p, p2 and u4 are for
+// the sweep: at 4 rows the 144 blocks put about one block (8 KB of loads in
+// flight with u2) on each SM, under what the copy rate needs in flight.
+#define GEMV_MMX_GROUP(U, P, SUF)                                                                                  \
+  extern "C" __global__ void __launch_bounds__(GM_THREADS, P == 2 ? 3 : 2) gemv_mmx_group_##SUF(                   \
+      const float* __restrict__ x, int ldx, int K, int M, GX_SEG(0), GX_SEG(1), GX_SEG(2), GX_SEG(3)) {             \
+    PDL_WAIT();                                                                                                    \
+    gemv_mmx_group_body<U, P>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2, \
+                              ldy2, bf2, W3, S3, Y3, N3, ldy3, bf3);                                               \
+  }
 
-// cp.async variant (P = 2): 4 chunks in flight per thread, 32 KiB of
-// dynamic shared memory a block.
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 3)
-    gemv_mmx_group_a(const float* __restrict__ x, int ldx, int K, int M, GX_SEG(0), GX_SEG(1), GX_SEG(2),
-                     GX_SEG(3)) {
-  PDL_WAIT();
-  gemv_mmx_group_body<1, 2>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2,
-                            ldy2, bf2, W3, S3, Y3, N3, ldy3, bf3);
-}
-
-// Pipelined variant (P = 1): two register stages of one chunk, the next in
-// flight while one is multiplied (the GEMVs' fastest form in session 18).
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mmx_group_p(const float* __restrict__ x, int ldx, int K, int M, GX_SEG(0), GX_SEG(1), GX_SEG(2),
-                     GX_SEG(3)) {
-  PDL_WAIT();
-  gemv_mmx_group_body<1, 1>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2,
-                            ldy2, bf2, W3, S3, Y3, N3, ldy3, bf3);
-}
-
-// Deeper register stages for the group's sweep: at 4 rows its 144 blocks
-// put about one block (8 KB of loads in flight with u2) on each SM, far
-// under what the copy rate needs in flight; u4 doubles that, p2 keeps two
-// stages of two chunks.
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mmx_group_u4(const float* __restrict__ x, int ldx, int K, int M, GX_SEG(0), GX_SEG(1), GX_SEG(2),
-                      GX_SEG(3)) {
-  PDL_WAIT();
-  gemv_mmx_group_body<4>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2, ldy2,
-                         bf2, W3, S3, Y3, N3, ldy3, bf3);
-}
-
-extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
-    gemv_mmx_group_p2(const float* __restrict__ x, int ldx, int K, int M, GX_SEG(0), GX_SEG(1), GX_SEG(2),
-                      GX_SEG(3)) {
-  PDL_WAIT();
-  gemv_mmx_group_body<2, 1>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2,
-                            ldy2, bf2, W3, S3, Y3, N3, ldy3, bf3);
-}
+GEMV_MMX_GROUP(2, 0, u2)
+GEMV_MMX_GROUP(1, 2, a)
+GEMV_MMX_GROUP(1, 1, p)
+GEMV_MMX_GROUP(4, 0, u4)
+GEMV_MMX_GROUP(2, 1, p2)

@@ -27,8 +27,12 @@ var (
 // TILERT_GPU_GEMV_MMA=1); otherwise the launchers take run 2's fastest
 // (docs/measured/h200-2026-12-03-s18 call B: gemv_mmx's two-register-stage
 // `_p` variant for long fp8 rows, the paired gate/up and the indexer's
-// wq_b; the grouped attention inputs on gemv_mmx_group_u2).
+// wq_b; the grouped attention inputs on gemv_mmx_group_u4 since session 19).
 var MMARun1 bool
+
+// MMAGroupU2 puts the grouped attention inputs back on session 18's
+// gemv_mmx_group_u2 (TILERT_GPU_GEMV_MMA=u2).
+var MMAGroupU2 bool
 
 // MMAx selects the second-iteration kernels (gemv_mma_x.cu: hi and mid+lo
 // accumulators, pipelined and cp.async variants) in the launchers' choice.
@@ -279,19 +283,22 @@ func (k *Set) GemvGroupMMA(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []G
 		blocks += cdiv(sg.N, 16)
 		args = append(args, sg.W, sg.S, sg.Y, sg.N, sg.LdY, b2i(sg.BF16))
 	}
-	// u2 (two chunks a stage from registers) measured faster than the
-	// cp.async `_a` in run 2 (2304 x 7168 at 4 rows: 18.9 against 23.4 us;
-	// the tile group kernel 34.4); forceMMAP 2 takes `_a`.
-	name, smem := "gemv_mmx_group_u2", 0
+	// u4 (four chunks a stage from registers) is the fastest at every row
+	// count (session 19, TestKernelMMATiming, 2304 x 7168: 15.9 us at 4 rows
+	// against 18.8 for u2, 23.4 for the cp.async `_a` and 34.3 for the tile
+	// group kernel; 17.6 / 19.7 / 25.3 / 67.7 at 8). MMAGroupU2 or forceMMAU 2
+	// take session 18's u2, forceMMAP 2 `_a`, forceMMAP 1 `_p` (p2 with
+	// forceMMAU 2): both slower.
+	name, smem := "gemv_mmx_group_u4", 0
 	switch {
 	case forceMMAP == 1 && forceMMAU == 2:
-		name = "gemv_mmx_group_p2" // p2, p and u4: not timed yet (session 18 added them)
+		name = "gemv_mmx_group_p2"
 	case forceMMAP == 1:
 		name = "gemv_mmx_group_p"
 	case forceMMAP == 2:
 		name, smem = "gemv_mmx_group_a", mmaVariant{1, 1, 2, true}.smem()
-	case forceMMAU == 4:
-		name = "gemv_mmx_group_u4"
+	case forceMMAU == 2, forceMMAU == 0 && MMAGroupU2:
+		name = "gemv_mmx_group_u2"
 	}
 	return k.launch(name, cuda.D1(blocks), cuda.D1(256), smem, s, args...)
 }

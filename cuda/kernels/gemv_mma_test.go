@@ -108,8 +108,9 @@ func TestKernelGemvGroupMMA(t *testing.T) {
 		}{
 			{1024, 1, 0, 0, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
 			{1024, 2, 4, 0, 2, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
-			{160, 4, 0, 0, 0, []segc{{96, false}, {33, true}}},
+			{160, 4, 0, 2, 0, []segc{{96, false}, {33, true}}},
 			{160, 3, 0, 0, -1, []segc{{96, false}, {33, true}}},
+			{1024, 7, 0, 2, 0, []segc{{17, true}, {300, false}}},
 			{1024, 7, 0, 0, 0, []segc{{17, true}, {300, false}}},
 			{1024, 8, 8, 0, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
 			{7168, 4, 0, 0, 0, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},

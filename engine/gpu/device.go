@@ -359,15 +359,18 @@ func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error 
 // (docs/measured/h200-2026-12-03-s18 call B; kernels.mmaShape: the second
 // iteration's `_p` for long fp8 rows, the paired gate/up and wq_b) and
 // puts the grouped attention inputs (q_a, kv_a, indexer wk and
-// weights_proj, no norm) of 3..8 rows on the tensor cores (groupMinM)
-// (kernels.GemvGroupMMA: 2304 x 7168 at 4 rows 18.9 against 34.4 us on the
+// weights_proj, no norm) of 2..8 rows on the tensor cores (groupMinM)
+// (kernels.GemvGroupMMA: 2304 x 7168 at 4 rows 15.9 against 34.3 us on the
 // tile group kernel). 4-slot step at 8192 (call C, the same run):
 // DeepSeek-V3.2 dims 6.009 -> 5.718 ms, GLM-5 5.719 -> 5.367. =1 goes back
 // to run 1's choices (gemv_mma.cu everywhere, the group on the tile
 // kernel); =0 keeps the tile kernels; =all takes every shape (the tiny
 // models' checks); =x the second iteration's cp.async variants everywhere
 // (slower: 6.503 ms); =xall both; =g1 the group on the tensor cores at one
-// row too (slower: 2.883 against 2.679 ms at 1 slot).
+// row too (slower: 2.883 against 2.679 ms at 1 slot); =u2 session 18's
+// group (gemv_mmx_group_u2 from 3 rows; session 19 made u4 from 2 rows the
+// default: 2304 x 7168 at 4 rows 15.9 against 18.8 us, the MTP step 4.887
+// against 5.121 ms); =g3 the group from 3 rows.
 var (
 	gemvMMAMode   = os.Getenv("TILERT_GPU_GEMV_MMA")
 	gemvMMAOn     = gemvMMAMode != "0"
@@ -378,17 +381,18 @@ var (
 )
 
 // groupMinM is the fewest rows whose attention-input group takes the
-// tensor cores: 3 by default (call C: the MTP step, whose main layers run 2
-// rows, measured 5.055 ms with the group there against 4.906 without, so
-// M = 2 keeps the tile and mid kernels), 2 with =g, =x or =xall, 1 with =g1.
+// tensor cores: 2 by default since session 19 (call B, the same run: the
+// MTP step, whose main layers run 2 rows, 4.887 ms with the group there on
+// u4 against 5.055 without; session 18's 5.055 / 4.906 was with u2), 3 with
+// =g3 or =u2 (session 18's default), 1 with =g1; =g is the default's 2.
 func groupMinM(mode string) int {
 	switch mode {
 	case "g1":
 		return 1
-	case "g", "x", "xall":
-		return 2
+	case "g3", "u2":
+		return 3
 	}
-	return 3
+	return 2
 }
 
 func init() {
@@ -397,6 +401,9 @@ func init() {
 	}
 	if gemvMMAMode == "1" {
 		kernels.MMARun1 = true
+	}
+	if gemvMMAMode == "u2" {
+		kernels.MMAGroupU2 = true
 	}
 }
 

@@ -179,6 +179,7 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_GEMV_MMA", "", true},
 		{"TILERT_GPU_GEMV_MMA", "1", true},
 		{"TILERT_GPU_GEMV_MMA", "g1", true},
+		{"TILERT_GPU_GEMV_MMA", "u2", true},
 		{"TILERT_GPU_GEMV_MMA", "xall", true},
 		{"TILERT_GPU_GEMV_MMA", "X", false},
 		{"TILERT_GPU_GEMV_MMA", "on", false},

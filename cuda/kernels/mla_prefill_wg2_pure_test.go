@@ -171,11 +171,18 @@ func wg2Fill(t testing.TB, m h1Smem, cache []byte, sls *[64]int32, bad int) {
 // lines, __syncthreads() replaced by the consumers' named barrier.
 func TestMLAPrefillWG2ConsumersAreWG(t *testing.T) {
 	src := WGKernelSource()
-	i2 := strings.Index(src, "__device__ __forceinline__ void mw2_block(MT_ARGS) {")
+	i2 := strings.Index(src, "__device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__ row_base = nullptr) {")
 	if i2 < 0 || !strings.Contains(src[i2:], "mla_prefill_wg2(MT_ARGS) {") {
 		t.Fatal("mla_prefill_wg2 (mw2_block) not in the sm_90a module")
 	}
 	wg, wg2 := src[:i2], src[i2:]
+	// mla_decode_wg2's split partials (DEC only: the prefill kernel's
+	// gridDim.x is 1) leave the epilogue before wg's lines.
+	if i, j := strings.Index(wg2, "if (DEC && gridDim.x > 1) {"), strings.Index(wg2, "    return;\n  }\n  if (lse && th == 0"); i < 0 || j < i {
+		t.Fatal("mw2_block's split partials (DEC) not found before the epilogue")
+	} else {
+		wg2 = wg2[:i] + wg2[j+len("    return;\n  }\n"):]
+	}
 	norm := func(s string) string {
 		s = strings.ReplaceAll(s, "mw2_bar_sync<MW2_BAR_C, 256>();", "__syncthreads();")
 		s = regexp.MustCompile(`//[^\n]*`).ReplaceAllString(s, "")

@@ -97,3 +97,79 @@ func (k *Set) MLAPrefillWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, 
 	return k.launchFn(f, cuda.D3(1, nq, cdiv(H, mlaPrefillH1Heads)), cuda.D1(mlaPrefillWG2Threads), MLAPrefillWG2SmemBytes, s,
 		qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, cuda.DevPtr(0), cuda.DevPtr(0))
 }
+
+// mla_decode_wg2 (cu/wg/mla_prefill_wg2.cu, the sm_90a module): the decode
+// step's sparse MLA on mla_prefill_wg2's block (64 heads x one query row a
+// block, the products on wgmma with one fp16 part, a producer warpgroup
+// gathering and converting the next 64-token tile), the selections split
+// over the SMs (one block an SM: 226 KiB of shared memory) and merged by
+// mla_combine. Opt-in in the engine (TILERT_GPU_MLA_WG=1).
+const (
+	mlaDecodeWG2Name = "mla_decode_wg2"
+	mlaWG2MaxSplits  = 32 // a 2048-token selection in one-tile ranges
+)
+
+func mlaWG2SplitsFor(sms, nq, H, nidx int) int {
+	blocks := max(1, nq*cdiv(H, mlaPrefillH1Heads))
+	want := cdiv(min(max(1, sms), mlaHeadsMaxSMs), blocks)
+	return max(1, min(want, cdiv(nidx, mlaPrefillH1Tile), mlaWG2MaxSplits))
+}
+
+// MLAWG2Splits picks how many token ranges MLADecodeWG2 splits nidx
+// selections into: the blocks (rows x head blocks x ranges) fill the SMs
+// once, whole 64-token tiles a range, at most mlaWG2MaxSplits.
+func (k *Set) MLAWG2Splits(nq, H, nidx int) int {
+	return mlaWG2SplitsFor(k.c.Info().SMs, nq, H, nidx)
+}
+
+// MLAWG2WorkspaceBytes bounds the partials MLADecodeWG2 writes with the
+// splits of MLAWG2Splits for any nq <= maxRows, any nidx and any device.
+func MLAWG2WorkspaceBytes(maxRows, H int) int64 {
+	var most int64
+	for nq := 1; nq <= maxRows; nq++ {
+		most = max(most, MLAWorkspaceBytes(nq, H, mlaWG2SplitsFor(mlaHeadsMaxSMs, nq, H, 1<<30)))
+	}
+	return most
+}
+
+// MLADecodeWG2 is MLADecode over the fp8_ds_mla cache (same arguments and
+// results, to one fp16 part's rounding: mla_prefill_wg2's arithmetic) with
+// nsplit token ranges (ws of MLAWorkspaceBytes(nq, H, nsplit) bytes when
+// nsplit > 1). blockTable: 64-entry pages as MLADecode's; rowBase != 0:
+// row r's cache region is rowBase[r] + cache (int64 offsets in device
+// memory; cache then holds the layer's offset).
+func (k *Set) MLADecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
+	if err := mlaPrefillH1Kernel.checkArgs(indices, ws, nq, H, nidx, ldIdx, nsplit); err != nil || nq > 65535 || nsplit > 256 {
+		return errors.WithHint(errors.Newf("%s: nq=%d (1..65535) H=%d nidx=%d ldIdx=%d nsplit=%d (1..256)", mlaDecodeWG2Name, nq, H, nidx, ldIdx, nsplit),
+			"nq, H and nidx must be positive, ldIdx >= nidx when indices are given, and splits need the workspace")
+	}
+	if out == 0 || qn == 0 || qp == 0 || (cache == 0 && rowBase == 0) || lens == 0 {
+		return errors.WithHint(errors.Newf("%s: out %#x qn %#x qp %#x cache %#x lens %#x", mlaDecodeWG2Name, uint64(out), uint64(qn), uint64(qp), uint64(cache), uint64(lens)),
+			"pass device buffers for the output, the queries, the cache and the row lengths")
+	}
+	mod, err := k.wg()
+	if err != nil {
+		return errors.WithHint(errors.Wrap(err, mlaDecodeWG2Name), "it needs an H100/H200 (sm_90a) and NVRTC 12+; unset TILERT_GPU_MLA_WG for the default kernel")
+	}
+	f, err := k.c.Function(mod, mlaDecodeWG2Name)
+	if err != nil {
+		return err
+	}
+	if _, ok := bigShared.Load(f); !ok {
+		if err := k.c.SetMaxDynamicShared(f, MLAPrefillWG2SmemBytes); err != nil {
+			return errors.WithHint(err, "mla_decode_wg2 needs 231,432 bytes (226 KiB) of shared memory per block")
+		}
+		bigShared.Store(f, true)
+	}
+	tps := cdiv(cdiv(nidx, max(1, nsplit)), mlaPrefillH1Tile) * mlaPrefillH1Tile
+	nsplit = cdiv(nidx, tps)
+	partO, partML := ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
+	if err := k.launchFn(f, cuda.D3(nsplit, nq, cdiv(H, mlaPrefillH1Heads)), cuda.D1(mlaPrefillWG2Threads), MLAPrefillWG2SmemBytes, s,
+		qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML, rowBase); err != nil {
+		return err
+	}
+	if nsplit == 1 {
+		return nil
+	}
+	return k.launch(mlaCombineFor(k.c.Info().SMs, nq*H), cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
+}

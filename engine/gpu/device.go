@@ -574,6 +574,10 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 		fewMLALaunches.Add(1)
 		return b.k.MLADecodeFew(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, ws, nq, H, nidx, ldIdx, scale)
 	}
+	if ws != 0 && b.mlaWGOK(nq, H) {
+		mlaWGLaunches.Add(1)
+		return b.k.MLADecodeWG2(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, ws, nq, H, nidx, ldIdx, b.k.MLAWG2Splits(nq, H, nidx), scale)
+	}
 	if ws != 0 && mlaTCOn && b.c.Info().CCMajor >= 8 {
 		if mlaTC32On {
 			ns := b.k.MLATC32Splits(nq, H, nidx)
@@ -643,6 +647,55 @@ var (
 	wg2Launches atomic.Int64
 )
 
+// mlaWG: the decode step's fp8 sparse MLA on mla_decode_wg2 (the sm_90a
+// module: mla_prefill_wg2's block, products on wgmma with one fp16 part,
+// the selections split over the SMs, kernels.MLADecodeWG2) instead of
+// mla_decode_tcf2 (two fp16 parts, mma.sync). Unset: where it measured
+// faster (session 19 call C, graph-timed with the combine, 2048
+// selections: 128 heads 1 row 16.4 against 18.8 us, 2 rows 21.0 / 28.4,
+// 4 rows 26.3 / 46.0; 64 heads 1 row 15.6 / 15.0, 4 rows 21.3 / 28.8): 128
+// heads or more, or 64 and more at 2 rows and more (mlaWGRule); the step,
+// 8192, 9 MoE layers: DeepSeek-V3.2 dims 1 slot 2.702 -> 2.678 ms, 4 slots
+// 5.757 -> 5.611; GLM-5 4 slots 5.407 -> 5.360. =1 takes every launch of
+// more heads than mla_decode_few's (the tiny models' checks), =0 none.
+// Where the module does not load, the default kernel runs, said once in
+// the log.
+var mlaWG = os.Getenv("TILERT_GPU_MLA_WG")
+
+// mlaWGRule: the launches mla_decode_wg2 takes by default (above).
+func mlaWGRule(mode string, nq, H int) bool {
+	switch mode {
+	case "0":
+		return false
+	case "1":
+		return H > 0
+	}
+	return H >= 128 || (H >= 64 && nq >= 2)
+}
+
+// mlaWGLaunches counts the decode launches on mla_decode_wg2 (tests: no
+// silent fallback).
+var mlaWGLaunches atomic.Int64
+
+var mlaWGOnce sync.Once
+
+// mlaWGOK: mla_decode_wg2 takes this launch (mlaWGRule, and the sm_90a
+// module loaded).
+func (b *cudaDevice) mlaWGOK(nq, H int) bool {
+	if !mlaWGRule(mlaWG, nq, H) {
+		return false
+	}
+	err := b.k.WGSupported()
+	mlaWGOnce.Do(func() {
+		if err != nil {
+			slog.Warn("mla_decode_wg2 is unavailable (needs sm_90a: an H100/H200 and NVRTC 12+); the decode step's MLA runs on mla_decode_tcf2", "err", err)
+			return
+		}
+		slog.Info("the decode step's sparse MLA on mla_decode_wg2 (sm_90a module, wgmma, one fp16 part; TILERT_GPU_MLA_WG=0 goes back to mla_decode_tcf2)")
+	})
+	return err == nil
+}
+
 // mlaPrefillWGOK says whether TILERT_GPU_MLA_PREFILL=5's mla_prefill_wg
 // (or =6's mla_prefill_wg2) runs here: the sm_90a module (compute
 // capability 9.0, NVRTC 12+) loads. Otherwise =5 / =6 run mla_prefill_h1
@@ -667,6 +720,10 @@ func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowB
 	if ws != 0 && b.mlaFewOK(nq, H) {
 		fewMLALaunches.Add(1)
 		return b.k.MLADecodeFew(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, scale)
+	}
+	if ws != 0 && b.mlaWGOK(nq, H) {
+		mlaWGLaunches.Add(1)
+		return b.k.MLADecodeWG2(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, b.k.MLAWG2Splits(nq, H, nidx), scale)
 	}
 	if mlaTCF != "" && b.c.Info().CCMajor >= 9 {
 		return b.mlaDecodeTCF(out, qn, qp, cuda.DevPtr(cacheOff), rowBase, indices, lens, ws, nq, H, nidx, ldIdx, scale)

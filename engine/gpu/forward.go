@@ -168,7 +168,7 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 		{&ws.logits, M * c.VocabSize},
 		{&ws.tok, M},
 		{&ws.amax, int(kernels.ArgmaxScratchBytes(M) / 4)},
-		{&ws.mla, int(kernels.MLAHeadsWorkspaceBytes(M, NH) / 4)},
+		{&ws.mla, int(mlaWorkspaceBytes(M, NH) / 4)},
 		{&ws.tkw, int(kernels.TopKRadixScratchBytes(M, ws.ldScores) / 4)},
 	}...)
 	if e.idxQ() {
@@ -1091,4 +1091,15 @@ func (e *backend) tokensOf(b []byte, n int) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// mlaWorkspaceBytes is the split MLA partials' scratch of M rows of NH
+// heads: the default kernels' splits, or mla_decode_wg2's (more ranges a
+// row: one block an SM) where it may run (mlaWGRule).
+func mlaWorkspaceBytes(M, NH int) int64 {
+	n := kernels.MLAHeadsWorkspaceBytes(M, NH)
+	if mlaWGRule(mlaWG, M, NH) || mlaWGRule(mlaWG, 2, NH) {
+		n = max(n, kernels.MLAWG2WorkspaceBytes(M, NH))
+	}
+	return n
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/cuda/kernels"
+	"github.com/tilert-go/tilert/engine"
 )
 
 // TILERT_GPU_MLA_PREFILL=5 (mla_prefill_wg, wgmma) through the engine: the
@@ -25,6 +26,13 @@ func withMLAPrefillWGMode(t *testing.T, kind deviceKind, mode int) {
 	if kind != onGPU {
 		return
 	}
+	needSM90a(t)
+}
+
+// needSM90a skips off compute capability 9.0 and fails when the sm_90a
+// module does not load there.
+func needSM90a(t *testing.T) {
+	t.Helper()
 	var cc [2]int
 	var wgErr error
 	if err := gpuDevice(t).Do(func(c *cuda.Ctx) error {
@@ -39,7 +47,7 @@ func withMLAPrefillWGMode(t *testing.T, kind deviceKind, mode int) {
 		t.Fatalf("%+v", err)
 	}
 	if cc != [2]int{9, 0} {
-		t.Skipf("mla_prefill_wg needs compute capability 9.0 (this device is %d.%d)", cc[0], cc[1])
+		t.Skipf("the sm_90a module (wgmma) needs compute capability 9.0 (this device is %d.%d)", cc[0], cc[1])
 	}
 	if wgErr != nil {
 		t.Fatalf("the sm_90a module does not load on this 9.0 device: %+v", wgErr)
@@ -130,3 +138,37 @@ func TestGPUPrefillOnePartAllWG(t *testing.T)  { testGPUPrefillOnePartAllWGMode(
 func TestGPUPrefillOnePartAllWG2(t *testing.T) { testGPUPrefillOnePartAllWGMode(t, 6) }
 func TestEmuMLAPrefillWGIsH1(t *testing.T)     { testEmuMLAPrefillWGModeIsH1(t, 5) }
 func TestEmuMLAPrefillWG2IsH1(t *testing.T)    { testEmuMLAPrefillWGModeIsH1(t, 6) }
+
+// TestGPUMLADecodeWG: TILERT_GPU_MLA_WG=1 (the decode step's sparse MLA
+// on mla_decode_wg2 for every head count; one fp16 part) keeps greedy ==
+// CPU and the goldens; the few-heads kernel is off so that the tiny
+// models' heads take it, and the test fails unless it ran.
+func TestGPUMLADecodeWG(t *testing.T) {
+	needSM90a(t)
+	defer func(w string, f bool) { mlaWG, mlaFewOn = w, f }(mlaWG, mlaFewOn)
+	mlaWG, mlaFewOn = "1", false
+	n0 := mlaWGLaunches.Load()
+	testGreedyCases(t, onGPU, engine.CacheFP8DSMLA, genCases, " mla wg")
+	testGolden(t, onGPU)
+	n := mlaWGLaunches.Load() - n0
+	if n == 0 {
+		t.Fatal("TILERT_GPU_MLA_WG=1: no decode launch ran mla_decode_wg2")
+	}
+	t.Logf("TILERT_GPU_MLA_WG=1: mla_decode_wg2 ran %d launches", n)
+}
+
+// TestMLAWGRule: mla_decode_wg2 by default where it measured faster (128
+// heads at any rows, 64 from 2 rows), never for a TP-8 shard's 16 / 8
+// heads; =1 everywhere, =0 nowhere.
+func TestMLAWGRule(t *testing.T) {
+	for _, c := range []struct {
+		mode  string
+		nq, H int
+		want  bool
+	}{{"", 1, 128, true}, {"", 4, 128, true}, {"", 1, 64, false}, {"", 2, 64, true}, {"", 4, 16, false}, {"", 1, 8, false},
+		{"1", 1, 8, true}, {"1", 1, 0, false}, {"0", 4, 128, false}} {
+		if got := mlaWGRule(c.mode, c.nq, c.H); got != c.want {
+			t.Errorf("TILERT_GPU_MLA_WG=%q nq=%d H=%d: %v, want %v", c.mode, c.nq, c.H, got, c.want)
+		}
+	}
+}

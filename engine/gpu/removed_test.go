@@ -180,6 +180,8 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_GEMV_MMA", "1", true},
 		{"TILERT_GPU_GEMV_MMA", "g1", true},
 		{"TILERT_GPU_GEMV_MMA", "u2", true},
+		{"TILERT_GPU_MLA_WG", "0", true},
+		{"TILERT_GPU_MLA_WG", "on", false},
 		{"TILERT_GPU_GEMV_MMA", "xall", true},
 		{"TILERT_GPU_GEMV_MMA", "X", false},
 		{"TILERT_GPU_GEMV_MMA", "on", false},

@@ -166,8 +166,8 @@ __device__ __forceinline__ void mw2_fill(u8* Kt, const u8* __restrict__ cache, c
 // gain what the producers give up: 256 (CREG - R0) = 32 NPW (R0 - PREG),
 // R0 = 168 the launch's). (8 producer warps, 512 threads, do not compile:
 // at 128 registers a thread at launch ptxas refuses P.V's m64n256k16.)
-template <int NPW, int PB, int PREG, int CREG>
-__device__ __forceinline__ void mw2_block(MT_ARGS) {
+template <int NPW, int PB, int PREG, int CREG, bool DEC = false>
+__device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__ row_base = nullptr) {
   constexpr int NT = 256 + 32 * NPW;  // the block's threads (FULL / EMPTY count)
   extern __shared__ uint4 mw2_smem[];
   u8* Kt0 = (u8*)mw2_smem;                            // 2 stages: 64 tokens x 576 dims, MWG_OFF
@@ -181,9 +181,14 @@ __device__ __forceinline__ void mw2_block(MT_ARGS) {
   int* done = sl + 2 * MWG_T;                         // [2 stages] 1: no more tiles
   const int qi = blockIdx.y, h0 = blockIdx.z * MWG_HB;
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
+  // DEC (mla_decode_wg2): block x takes the selections [x tps, x tps + tps)
+  // and, split, writes its unnormalised partial; row qi's cache region is
+  // row_base[qi] + cache where row bases are given (rows of several slots).
+  if (DEC && row_base) cache += row_base[qi];
   const int len = lens[qi];
-  const int count = min(indices ? nidx : len, tps);
-  const int nt = (count + MWG_T - 1) / MWG_T;
+  const int begin = DEC ? (int)blockIdx.x * tps : 0;
+  const int count = min(indices ? nidx : len, begin + tps);
+  const int nt = count > begin ? (count - begin + MWG_T - 1) / MWG_T : 0;
   if (tid >= 256) {
     // The producer warps.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PREG) : "memory");
@@ -192,10 +197,10 @@ __device__ __forceinline__ void mw2_block(MT_ARGS) {
     // mwg_slot in two halves: the selection's raw token is loaded one tile
     // ahead (its latency hidden behind this tile's fill), then checked and
     // mapped through the block table.
-    int traw = pt < MWG_T ? mw2_token(indices, ld_idx, qi, count, pt) : -1;
+    int traw = pt < MWG_T ? mw2_token(indices, ld_idx, qi, count, begin + pt) : -1;
     for (int k = 0; k < nt; k++) {
       const int slot = mw2_slot(traw, len, block_table);
-      traw = pt < MWG_T && k + 1 < nt ? mw2_token(indices, ld_idx, qi, count, (k + 1) * MWG_T + pt) : -1;
+      traw = pt < MWG_T && k + 1 < nt ? mw2_token(indices, ld_idx, qi, count, begin + (k + 1) * MWG_T + pt) : -1;
       // A tile with no valid slot leaves m, l and O as they are (h1 skips its math): not handed off.
       if (!mw2_bar_or<MW2_BAR_P, 32 * NPW>(slot >= 0)) continue;
       const int st = n & 1;
@@ -369,6 +374,26 @@ __device__ __forceinline__ void mw2_block(MT_ARGS) {
     lsum[th * MWG_HB + hr1] = l1;
   }
   mw2_bar_sync<MW2_BAR_C, 256>();
+  if (DEC && gridDim.x > 1) {
+    // mla_combine's layout: part_o [q H + h][split][512] unnormalised,
+    // part_ml [..][2] = (max in natural-log units, sum); m is kept in log2
+    // units here (scores x log2 e), so the max is scaled back by ln 2.
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+      const int hb = hr ? hr1 : hr0, h = h0 + hb;
+      if (h >= H) continue;
+      const size_t pz = ((size_t)qi * H + h) * gridDim.x + blockIdx.x;
+      float* po = part_o + pz * MLA_LAT + 256 * th + 2 * t4;
+#pragma unroll
+      for (int i = 0; i < 32; i++) *(float2*)(po + 8 * i) = make_float2(o[4 * i + 2 * hr], o[4 * i + 2 * hr + 1]);
+      if (th == 0 && t4 == 0) {
+        const float m = hr ? m1 : m0;
+        part_ml[2 * pz] = m == NEG_INF ? NEG_INF : m * 0.6931471805599453f;
+        part_ml[2 * pz + 1] = lsum[hb] + lsum[MWG_HB + hb];
+      }
+    }
+    return;
+  }
   if (lse && th == 0 && t4 == 0) {
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
@@ -393,6 +418,17 @@ extern "C" __global__ void __launch_bounds__(384, 1) mla_prefill_wg2(MT_ARGS) {
   mw2_block<4, 8, MW2_PREG, MW2_CREG>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o,
                                       part_ml);
 }
+
+// mla_decode_wg2: the decode step's sparse MLA on mla_prefill_wg2's block
+// (the same one-fp16-part arithmetic), the selections split over blockIdx.x
+// (tps each, whole 64-token tiles) so that a row's two head blocks fill the
+// SMs; each split writes its partial for mla_combine (gridDim.x > 1).
+// row_base: per-row cache bases of rows of several slots (or null).
+extern "C" __global__ void __launch_bounds__(384, 1) mla_decode_wg2(MT_ARGS, const long long* __restrict__ row_base) {
+  mw2_block<4, 8, MW2_PREG, MW2_CREG, true>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps,
+                                            part_o, part_ml, row_base);
+}
 #else
 extern "C" __global__ void __launch_bounds__(384) mla_prefill_wg2(MT_ARGS) { __trap(); }
+extern "C" __global__ void __launch_bounds__(384) mla_decode_wg2(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 #endif

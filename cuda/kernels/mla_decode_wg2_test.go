@@ -6,8 +6,8 @@ package kernels
 // bounds of mla_prefill_h1's checks (fresh random inputs), bit for bit
 // against mla_prefill_wg2 unsplit (the same block), near it split (only
 // the partials' merge differs), per-row cache bases against the same rows
-// launched alone, repeated launches and bad arguments. Timing beside the
-// default mla_decode_tcf2: TestKernelTimingMLADecodeWG2.
+// launched alone, repeated launches and bad arguments. Timing beside
+// mla_decode_tcf2: TestKernelTimingMLADecodeWG2.
 
 import (
 	"fmt"
@@ -128,8 +128,8 @@ func TestKernelMLADecodeWG2(t *testing.T) {
 
 // TestKernelTimingMLADecodeWG2: graph-timed, the cache (131072 entries, 86
 // MB) larger than the L2 and 8 query sets rotating, 1 and 4 rows of 128 and
-// 64 heads (DeepSeek-V3.2, GLM-5) x 2048 selections: the default
-// mla_decode_tcf2 + combine at its planned split against mla_decode_wg2 +
+// 64 heads (DeepSeek-V3.2, GLM-5) x 2048 selections: mla_decode_tcf2
+// + combine (the default before session 19) at its planned split against mla_decode_wg2 +
 // combine at MLAWG2Splits and at half and twice that.
 func TestKernelTimingMLADecodeWG2(t *testing.T) {
 	needTiming(t)
@@ -151,13 +151,13 @@ func TestKernelTimingMLADecodeWG2(t *testing.T) {
 			us := graphUsRot(c, s, 8, 15, func(i int) {
 				chk(k.MLADecodeTCF(s, MLATCF2, out[i], 0, qn[i], qp[i], cache, 0, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, ns, 0.1))
 			})
-			add(fmtName("graph: mla_decode_tcf2 nq=%d H=%d split=%d", nq, H, ns), nb, us, "decode + combine (the default)")
+			add(fmtName("graph: mla_decode_tcf2 nq=%d H=%d split=%d", nq, H, ns), nb, us, "decode + combine (tcf2)")
 			w := k.MLAWG2Splits(nq, H, nidx)
 			for _, sp := range []int{w, max(1, w/2), 2 * w} {
 				us := graphUsRot(c, s, 8, 15, func(i int) {
 					chk(k.MLADecodeWG2(s, out[i], 0, qn[i], qp[i], cache, 0, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, sp, 0.1))
 				})
-				add(fmtName("graph: mla_decode_wg2 nq=%d H=%d split=%d", nq, H, sp), nb, us, "decode + combine (TILERT_GPU_MLA_WG=1)")
+				add(fmtName("graph: mla_decode_wg2 nq=%d H=%d split=%d", nq, H, sp), nb, us, "decode + combine (mla_decode_wg2)")
 			}
 		}
 	})

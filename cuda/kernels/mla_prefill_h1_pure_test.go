@@ -406,15 +406,19 @@ func h1MMA(c *[32][4]float32, a [32][4]uint32, b [32][2]uint32) {
 // tiles 0 and 1, and issue copies a ring's raw entries into the shared
 // tile, as the kernels' cp.async gather does (mla_prefill_h1, _wg).
 type h1Gather struct {
-	c         *h1Case
-	qi, count int
-	nt        int
-	sl        [3][64]int32
+	c                *h1Case
+	qi, begin, count int
+	nt               int
+	sl               [3][64]int32
 }
 
-func newH1Gather(c *h1Case, qi, tps int) *h1Gather {
-	g := &h1Gather{c: c, qi: qi, count: min(c.nidx, tps)}
-	g.nt = cdiv(g.count, 64)
+func newH1Gather(c *h1Case, qi, tps int) *h1Gather { return newH1GatherAt(c, qi, 0, tps) }
+
+// newH1GatherAt gathers the selections [begin, begin + tps) of row qi (a
+// split decode block's range; slot j is selection begin + j).
+func newH1GatherAt(c *h1Case, qi, begin, tps int) *h1Gather {
+	g := &h1Gather{c: c, qi: qi, begin: begin, count: min(c.nidx, begin+tps)}
+	g.nt = cdiv(max(0, g.count-begin), 64)
 	for j := range 128 {
 		g.sl[j/64][j%64] = g.slot(j)
 	}
@@ -422,10 +426,10 @@ func newH1Gather(c *h1Case, qi, tps int) *h1Gather {
 }
 
 func (g *h1Gather) slot(j int) int32 {
-	if j >= g.count {
+	if g.begin+j >= g.count {
 		return -1
 	}
-	t := g.c.idx[g.qi*g.c.ldIdx+j]
+	t := g.c.idx[g.qi*g.c.ldIdx+g.begin+j]
 	if t < 0 || int(t) >= int(g.c.lens[g.qi]) {
 		return -1
 	}

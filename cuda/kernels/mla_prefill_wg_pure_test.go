@@ -146,6 +146,17 @@ type wgKnobs struct {
 	wg2 bool
 	// wg2Bad plants a mistake in wg2Fill (see there); 0 none.
 	wg2Bad int
+	// part: mla_decode_wg2's split block (DEC): the selections from
+	// part.begin, the unnormalised partial written at split x of n.
+	part *wgPart
+}
+
+// wgPart is one split of mla_decode_wg2: its range and mla_combine's
+// partial buffers ([q H + h][n][512] and [..][2] = (max, sum)).
+type wgPart struct {
+	begin, x, n int
+	o, ml       []float32
+	bad         int // 1: the max left in log2 units; 2: the range's start ignored
 }
 
 func wgTranscribe(t testing.TB, c *h1Case, kn wgKnobs) (out, lse []float32) {
@@ -175,6 +186,13 @@ func wgBlock(t testing.TB, c *h1Case, kn wgKnobs, qi, z, tps int, out, lse []flo
 	}
 	h0 := z * 64
 	g := newH1Gather(c, qi, tps)
+	if kn.part != nil {
+		begin := kn.part.begin
+		if kn.part.bad == 2 {
+			begin = 0
+		}
+		g = newH1GatherAt(c, qi, begin, tps)
+	}
 	nt, sl, slot := g.nt, g.sl, g.slot
 	issue := func(s *[64]int32) { g.issue(m, s) }
 	if nt > 0 {
@@ -365,6 +383,36 @@ func wgBlock(t testing.TB, c *h1Case, kn wgKnobs, qi, z, tps int, out, lse []flo
 		s1 := (l1[tid] + l1[tid+1]) + (l1[tid+2] + l1[tid+3])
 		m.setF(wgOffLsum+4*(th*64+16*hg+g), s0)
 		m.setF(wgOffLsum+4*(th*64+16*hg+g+8), s1)
+	}
+	if p := kn.part; p != nil {
+		// mla_decode_wg2's split partials (the kernel's DEC block).
+		for tid := range 256 {
+			th, hg, l := tid>>7, (tid>>5)&3, tid&31
+			g, t4 := l/4, l%4
+			for hr := range 2 {
+				hb := 16*hg + g + 8*hr
+				h := h0 + hb
+				if h >= c.H {
+					continue
+				}
+				pz := (qi*c.H+h)*p.n + p.x
+				for i := range 32 {
+					col := 256*th + 8*i + 2*t4
+					p.o[pz*512+col], p.o[pz*512+col+1] = o[tid][4*i+2*hr], o[tid][4*i+2*hr+1]
+				}
+				if th == 0 && t4 == 0 {
+					mm := m0[tid]
+					if hr == 1 {
+						mm = m1[tid]
+					}
+					if mm != ninf && p.bad != 1 {
+						mm *= 0.6931471805599453
+					}
+					p.ml[2*pz], p.ml[2*pz+1] = mm, m.f(wgOffLsum+4*hb)+m.f(wgOffLsum+4*(64+hb))
+				}
+			}
+		}
+		return
 	}
 	for tid := range 128 {
 		if tid&3 != 0 {

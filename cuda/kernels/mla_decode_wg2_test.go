@@ -30,18 +30,7 @@ func TestKernelMLADecodeWG2(t *testing.T) {
 		}{{1, 128, 2048, 2048, 0.07, false, 0}, {4, 128, 2048, 2048, 0.07, false, 0}, {4, 128, 2048, 2048, 0.07, false, 3},
 			{3, 72, 192, 200, 0.1, false, 0}, {2, 128, 300, 304, 0.06, true, 0}, {5, 64, 512, 512, 0.08, false, 1}} {
 			cc := newH1Case(r, cs.nq, cs.H, cs.nidx, cs.ldIdx, cs.scale)
-			cache, bt := a.up(cc.cache), cuda.DevPtr(0)
-			if cs.paged {
-				np := cdiv(cc.T, 64)
-				img := make([]byte, np*64*MLATokenBytes)
-				tbl := make([]int32, np)
-				for p := range np {
-					tbl[p] = int32(np - 1 - p)
-					n := min(64, cc.T-64*p)
-					copy(img[int(tbl[p])*64*MLATokenBytes:], cc.cache[64*p*MLATokenBytes:(64*p+n)*MLATokenBytes])
-				}
-				cache, bt = a.up(img), a.up(tbl)
-			}
+			cache, bt := cc.devCache(a, cs.paged)
 			ns := cs.split
 			if ns == 0 {
 				ns = k.MLAWG2Splits(cs.nq, cs.H, cs.nidx)

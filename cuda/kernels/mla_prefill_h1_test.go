@@ -33,19 +33,7 @@ func TestKernelMLAPrefillH1(t *testing.T) {
 			paged              bool
 		}{{37, 72, 192, 200, 0.1, false}, {24, 4, 32, 32, 0.1, false}, {9, 128, 300, 304, 0.06, true}} {
 			cc := newH1Case(r, cs.nq, cs.H, cs.nidx, cs.ldIdx, cs.scale)
-			cache, bt := a.up(cc.cache), cuda.DevPtr(0)
-			if cs.paged {
-				// Pages of 64 tokens in reverse order: slot = bt[t/64]*64 + t%64.
-				np := cdiv(cc.T, 64)
-				img := make([]byte, np*64*MLATokenBytes)
-				tbl := make([]int32, np)
-				for p := range np {
-					tbl[p] = int32(np - 1 - p)
-					n := min(64, cc.T-64*p)
-					copy(img[int(tbl[p])*64*MLATokenBytes:], cc.cache[64*p*MLATokenBytes:(64*p+n)*MLATokenBytes])
-				}
-				cache, bt = a.up(img), a.up(tbl)
-			}
+			cache, bt := cc.devCache(a, cs.paged)
 			op, lp := a.poisoned(cs.nq*cs.H*512), a.poisoned(cs.nq*cs.H)
 			chk(k.MLAPrefillH1(s, op, lp, a.up(cc.qn), a.up(cc.qp), cache, bt, a.up(cc.idx), a.up(cc.lens), cs.nq, cs.H, cs.nidx, cs.ldIdx, cs.scale))
 			got, gotL := downF32(c, op, cs.nq*cs.H*512), downF32(c, lp, cs.nq*cs.H)
@@ -103,4 +91,21 @@ func TestKernelTimingMLAPrefillH1(t *testing.T) {
 			add(fmtName("mla_prefill_h1 H=%d topk=2048 nq=%d", H, nq), nb, us, "TILERT_GPU_MLA_PREFILL=4, "+tf(us))
 		}
 	})
+}
+
+// devCache uploads the case's cache: as is, or paged (pages of 64 tokens in
+// reverse order, slot = bt[t/64]*64 + t%64) with its block table.
+func (cc *h1Case) devCache(a *allocs, paged bool) (cache, bt cuda.DevPtr) {
+	if !paged {
+		return a.up(cc.cache), 0
+	}
+	np := cdiv(cc.T, 64)
+	img := make([]byte, np*64*MLATokenBytes)
+	tbl := make([]int32, np)
+	for p := range np {
+		tbl[p] = int32(np - 1 - p)
+		n := min(64, cc.T-64*p)
+		copy(img[int(tbl[p])*64*MLATokenBytes:], cc.cache[64*p*MLATokenBytes:(64*p+n)*MLATokenBytes])
+	}
+	return a.up(img), a.up(tbl)
 }

@@ -42,18 +42,7 @@ func TestKernelMLAPrefillWG2(t *testing.T) {
 					}
 				}
 			}
-			cache, bt := a.up(cc.cache), cuda.DevPtr(0)
-			if cs.paged {
-				np := cdiv(cc.T, 64)
-				img := make([]byte, np*64*MLATokenBytes)
-				tbl := make([]int32, np)
-				for p := range np {
-					tbl[p] = int32(np - 1 - p)
-					n := min(64, cc.T-64*p)
-					copy(img[int(tbl[p])*64*MLATokenBytes:], cc.cache[64*p*MLATokenBytes:(64*p+n)*MLATokenBytes])
-				}
-				cache, bt = a.up(img), a.up(tbl)
-			}
+			cache, bt := cc.devCache(a, cs.paged)
 			qn, qp, ip, lp := a.up(cc.qn), a.up(cc.qp), a.up(cc.idx), a.up(cc.lens)
 			op, lsp := a.poisoned(cs.nq*cs.H*512), a.poisoned(cs.nq*cs.H)
 			chk(k.MLAPrefillWG2(s, op, lsp, qn, qp, cache, bt, ip, lp, cs.nq, cs.H, cs.nidx, cs.ldIdx, cs.scale))

@@ -45,18 +45,7 @@ func TestKernelMLAPrefillWG(t *testing.T) {
 			paged              bool
 		}{{37, 72, 192, 200, 0.1, false}, {24, 4, 32, 32, 0.1, false}, {9, 128, 300, 304, 0.06, true}, {6, 128, 2048, 2048, 0.07, false}} {
 			cc := newH1Case(r, cs.nq, cs.H, cs.nidx, cs.ldIdx, cs.scale)
-			cache, bt := a.up(cc.cache), cuda.DevPtr(0)
-			if cs.paged {
-				np := cdiv(cc.T, 64)
-				img := make([]byte, np*64*MLATokenBytes)
-				tbl := make([]int32, np)
-				for p := range np {
-					tbl[p] = int32(np - 1 - p)
-					n := min(64, cc.T-64*p)
-					copy(img[int(tbl[p])*64*MLATokenBytes:], cc.cache[64*p*MLATokenBytes:(64*p+n)*MLATokenBytes])
-				}
-				cache, bt = a.up(img), a.up(tbl)
-			}
+			cache, bt := cc.devCache(a, cs.paged)
 			qn, qp, ip, lp := a.up(cc.qn), a.up(cc.qp), a.up(cc.idx), a.up(cc.lens)
 			op, lsp := a.poisoned(cs.nq*cs.H*512), a.poisoned(cs.nq*cs.H)
 			chk(k.MLAPrefillWG(s, op, lsp, qn, qp, cache, bt, ip, lp, cs.nq, cs.H, cs.nidx, cs.ldIdx, cs.scale))

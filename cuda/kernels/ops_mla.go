@@ -29,9 +29,26 @@ var bigShared sync.Map
 const mlaHeadsMaxSMs = 256
 
 func mlaHeadsSplitsFor(sms, nq, H, nidx int) int {
-	blocks := max(1, nq*cdiv(H, mlaHeadsGroup)) // H = 0: a tensor-parallel rank without heads
+	return mlaSplitsFor(sms, nq, H, nidx, mlaHeadsGroup, mlaHeadsTile, mlaHeadsSplits)
+}
+
+// mlaSplitsFor: the token ranges of a split MLA decode whose blocks (query
+// rows x groups of group heads x ranges) fill sms SMs once, whole tiles of
+// tile tokens a range, at most most ranges.
+func mlaSplitsFor(sms, nq, H, nidx, group, tile, most int) int {
+	blocks := max(1, nq*cdiv(H, group)) // H = 0: a tensor-parallel rank without heads
 	want := cdiv(min(max(1, sms), mlaHeadsMaxSMs), blocks)
-	return max(1, min(want, cdiv(nidx, mlaHeadsTile), mlaHeadsSplits))
+	return max(1, min(want, cdiv(nidx, tile), most))
+}
+
+// mlaWorkspaceFor bounds the partials of splits(nq) ranges for any nq <=
+// maxRows (splits planned for mlaHeadsMaxSMs and any nidx).
+func mlaWorkspaceFor(maxRows, H int, splits func(sms, nq, H, nidx int) int) int64 {
+	var most int64
+	for nq := 1; nq <= maxRows; nq++ {
+		most = max(most, MLAWorkspaceBytes(nq, H, splits(mlaHeadsMaxSMs, nq, H, 1<<30)))
+	}
+	return most
 }
 
 // MLAHeadsSplits picks how many token ranges MLADecodeHeads splits nidx
@@ -45,11 +62,7 @@ func (k *Set) MLAHeadsSplits(nq, H, nidx int) int {
 // MLAHeadsWorkspaceBytes bounds the scratch MLADecodeHeads needs with the
 // splits of MLAHeadsSplits for any nq <= maxRows, any nidx and any device.
 func MLAHeadsWorkspaceBytes(maxRows, H int) int64 {
-	var most int64
-	for nq := 1; nq <= maxRows; nq++ {
-		most = max(most, MLAWorkspaceBytes(nq, H, mlaHeadsSplitsFor(mlaHeadsMaxSMs, nq, H, 1<<30)))
-	}
-	return most
+	return mlaWorkspaceFor(maxRows, H, mlaHeadsSplitsFor)
 }
 
 // MLADecodeHeads is MLADecode (same arguments and results) computed with

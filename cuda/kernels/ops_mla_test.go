@@ -35,6 +35,32 @@ func TestMLAHeadsPlan(t *testing.T) {
 	}
 }
 
+// mla_decode_wg2's split plan: 64 heads a block, one block an SM, whole
+// 64-token tiles, at most 32 ranges, and a scratch bound that covers every
+// plan up to maxRows rows.
+func TestMLAWG2Plan(t *testing.T) {
+	for _, tc := range []struct{ sms, nq, H, nidx, want int }{
+		{132, 1, 128, 2048, 32}, // 2 head blocks x 32 one-tile ranges (66 wanted, 32 tiles)
+		{132, 4, 128, 2048, 17}, // 8 blocks x 17 -> 136 (ranges of 2 tiles: 16 in the launch)
+		{132, 2, 128, 2048, 32},
+		{132, 1, 64, 2048, 32},
+		{132, 8, 128, 2048, 9},
+		{132, 1, 128, 100, 2},
+		{132, 1, 0, 2048, 32},
+		{1000, 1, 64, 1 << 20, mlaWG2MaxSplits},
+	} {
+		got := mlaWG2SplitsFor(tc.sms, tc.nq, tc.H, tc.nidx)
+		if got != tc.want {
+			t.Errorf("splits(sms=%d nq=%d H=%d nidx=%d) = %d, want %d", tc.sms, tc.nq, tc.H, tc.nidx, got, tc.want)
+		}
+		for maxRows := tc.nq; maxRows <= tc.nq+4; maxRows += 4 {
+			if tc.H > 0 && MLAWorkspaceBytes(tc.nq, tc.H, got) > MLAWG2WorkspaceBytes(maxRows, tc.H) {
+				t.Errorf("nq=%d H=%d: plan needs %d bytes, bound for %d rows %d", tc.nq, tc.H, MLAWorkspaceBytes(tc.nq, tc.H, got), maxRows, MLAWG2WorkspaceBytes(maxRows, tc.H))
+			}
+		}
+	}
+}
+
 // The wide fp8 absorb kernels against float64 references: every block shape
 // (columns a block, rows a warp), query rows past one staging chunk (8),
 // GLM-5's nope 192 / vd 256, and the RoPE copy of absorb_q_fp8.

@@ -111,9 +111,7 @@ const (
 )
 
 func mlaWG2SplitsFor(sms, nq, H, nidx int) int {
-	blocks := max(1, nq*cdiv(H, mlaPrefillH1Heads))
-	want := cdiv(min(max(1, sms), mlaHeadsMaxSMs), blocks)
-	return max(1, min(want, cdiv(nidx, mlaPrefillH1Tile), mlaWG2MaxSplits))
+	return mlaSplitsFor(sms, nq, H, nidx, mlaPrefillH1Heads, mlaPrefillH1Tile, mlaWG2MaxSplits)
 }
 
 // MLAWG2Splits picks how many token ranges MLADecodeWG2 splits nidx
@@ -126,11 +124,7 @@ func (k *Set) MLAWG2Splits(nq, H, nidx int) int {
 // MLAWG2WorkspaceBytes bounds the partials MLADecodeWG2 writes with the
 // splits of MLAWG2Splits for any nq <= maxRows, any nidx and any device.
 func MLAWG2WorkspaceBytes(maxRows, H int) int64 {
-	var most int64
-	for nq := 1; nq <= maxRows; nq++ {
-		most = max(most, MLAWorkspaceBytes(nq, H, mlaWG2SplitsFor(mlaHeadsMaxSMs, nq, H, 1<<30)))
-	}
-	return most
+	return mlaWorkspaceFor(maxRows, H, mlaWG2SplitsFor)
 }
 
 // MLADecodeWG2 is MLADecode over the fp8_ds_mla cache (same arguments and

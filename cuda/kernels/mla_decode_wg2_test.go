@@ -73,10 +73,10 @@ func TestKernelMLADecodeWG2(t *testing.T) {
 				}
 			}
 		}
-		// Rows of several slots: each row's cache at its own base in one
-		// arena (rowBase, int64 offsets; cache = the layer's offset), against
-		// each row launched alone on its own cache, the same splits: the
-		// same bits.
+		// Rows of several slots: each row's cache in its own region, found
+		// through the row-base table (region - off) plus the launch's cache
+		// argument off (the layer's offset in the engine), against each row
+		// launched alone on its own region, the same splits: the same bits.
 		{
 			const nq, H, nidx, ns = 3, 128, 512, 4
 			cc := newH1Case(r, nq, H, nidx, nidx, 0.08)

@@ -287,18 +287,11 @@ func (k *Set) GemvGroupMMA(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []G
 	// count (session 19, TestKernelMMATiming, 2304 x 7168: 15.9 us at 4 rows
 	// against 18.8 for u2, 23.4 for the cp.async `_a` and 34.3 for the tile
 	// group kernel; 17.6 / 19.7 / 25.3 / 67.7 at 8). MMAGroupU2 or forceMMAU 2
-	// take session 18's u2, forceMMAP 2 `_a`, forceMMAP 1 `_p` (p2 with
-	// forceMMAU 2): both slower.
-	name, smem := "gemv_mmx_group_u4", 0
-	switch {
-	case forceMMAP == 1 && forceMMAU == 2:
-		name = "gemv_mmx_group_p2"
-	case forceMMAP == 1:
-		name = "gemv_mmx_group_p"
-	case forceMMAP == 2:
-		name, smem = "gemv_mmx_group_a", mmaVariant{1, 1, 2, true}.smem()
-	case forceMMAU == 2, forceMMAU == 0 && MMAGroupU2:
+	// take session 18's u2. The `_a`, `_p` and p2 variants (all slower) were
+	// removed in session 19; the code last lives in commit cb41896.
+	name := "gemv_mmx_group_u4"
+	if forceMMAU == 2 || forceMMAU == 0 && MMAGroupU2 {
 		name = "gemv_mmx_group_u2"
 	}
-	return k.launch(name, cuda.D1(blocks), cuda.D1(256), smem, s, args...)
+	return k.launch(name, cuda.D1(blocks), cuda.D1(256), 0, s, args...)
 }

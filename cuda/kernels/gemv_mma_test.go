@@ -92,7 +92,7 @@ func TestKernelGemvMMA(t *testing.T) {
 // segments of one input) against the float64 reference on fresh random
 // inputs, and that two runs agree bit for bit.
 func TestKernelGemvGroupMMA(t *testing.T) {
-	defer func() { forceMMAU, forceMMAP = 0, -1 }()
+	defer func() { forceMMAU = 0 }()
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		if !k.MMAOK(a.raw(64), a.raw(64), 64, 64, 1, 1) {
 			t.Skip("no bf16 mma.sync on this device")
@@ -102,27 +102,25 @@ func TestKernelGemvGroupMMA(t *testing.T) {
 			N    int
 			bf16 bool
 		}
+		// U: 0 the launcher's choice (u4), 2 u2, 4 u4 pinned.
 		for _, cs := range []struct {
-			K, M, pad, U, P int
-			segs            []segc
+			K, M, pad, U int
+			segs         []segc
 		}{
-			{1024, 1, 0, 0, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
-			{1024, 2, 4, 0, 2, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
-			{160, 4, 0, 2, 0, []segc{{96, false}, {33, true}}},
-			{160, 3, 0, 0, -1, []segc{{96, false}, {33, true}}},
-			{1024, 7, 0, 2, 0, []segc{{17, true}, {300, false}}},
-			{1024, 7, 0, 0, 0, []segc{{17, true}, {300, false}}},
-			{1024, 8, 8, 0, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
-			{7168, 4, 0, 0, 0, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
-			{7168, 4, 0, 0, 2, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
-			{7168, 1, 0, 0, 2, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
-			{7168, 4, 0, 0, 1, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
-			{1024, 3, 4, 0, 1, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
-			{7168, 4, 0, 2, 1, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
-			{7168, 8, 0, 4, 0, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
-			{1024, 5, 0, 4, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
+			{1024, 1, 0, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
+			{1024, 2, 4, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
+			{160, 4, 0, 2, []segc{{96, false}, {33, true}}},
+			{160, 3, 0, 0, []segc{{96, false}, {33, true}}},
+			{1024, 7, 0, 2, []segc{{17, true}, {300, false}}},
+			{1024, 7, 0, 0, []segc{{17, true}, {300, false}}},
+			{1024, 8, 8, 0, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
+			{7168, 4, 0, 0, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
+			{1024, 3, 4, 2, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
+			{7168, 4, 0, 2, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
+			{7168, 8, 0, 4, []segc{{1536, false}, {576, false}, {128, false}, {64, true}}},
+			{1024, 5, 0, 4, []segc{{300, false}, {96, false}, {40, false}, {17, true}}},
 		} {
-			forceMMAU, forceMMAP = cs.U, cs.P
+			forceMMAU = cs.U
 			K, M := cs.K, cs.M
 			ldx := K + cs.pad
 			x := randF32(r, M*ldx, 1)
@@ -149,7 +147,7 @@ func TestKernelGemvGroupMMA(t *testing.T) {
 				chk(k.GemvGroupMMA(s, xp, K, M, ldx, segs))
 				for i, sg := range segs {
 					got := downF32(c, sg.Y, M*sg.N)
-					name := fmt.Sprintf("gemv_group_mma K=%d M=%d ldx=%d U=%d P=%d segment %d N=%d bf16=%v", K, M, ldx, cs.U, cs.P, i, sg.N, sg.BF16)
+					name := fmt.Sprintf("gemv_group_mma K=%d M=%d ldx=%d U=%d segment %d N=%d bf16=%v", K, M, ldx, cs.U, i, sg.N, sg.BF16)
 					if rep == 0 {
 						first = append(first, got)
 						record(t, name, relMetric, relErr(got, refs[i]), boundF32)

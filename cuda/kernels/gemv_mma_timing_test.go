@@ -99,12 +99,12 @@ func TestKernelMMATiming(t *testing.T) {
 				bytes := float64((1536+576+128)*K + 2*64*K + 4*M*(K+2304))
 				o := graphUsRot(c, s, inner, 7, func(i int) { old(i%nc, M) })
 				add(fmtName("attn-in group 2304x%d M=%d before", K, M), bytes, o, "")
-				for _, v := range [][2]int{{2, 0}, {0, 2}, {0, 1}, {2, 1}, {4, 0}} {
-					forceMMAU, forceMMAP = v[0], v[1]
+				for _, u := range []int{2, 4} {
+					forceMMAU = u
 					m := graphUsRot(c, s, inner, 7, func(i int) { mma(i%nc, M) })
-					add(fmtName("attn-in group 2304x%d M=%d mma U=%d P=%d", K, M, v[0], v[1]), bytes, m, fmtName("%.2fx before", o/m))
+					add(fmtName("attn-in group 2304x%d M=%d mma U=%d P=0", K, M, u), bytes, m, fmtName("%.2fx before", o/m))
 				}
-				forceMMAU, forceMMAP = 0, -1
+				forceMMAU = 0
 			}
 		}
 		{

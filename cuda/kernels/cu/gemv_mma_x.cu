@@ -306,11 +306,10 @@ __device__ __forceinline__ void gemv_mmx_group_body(const float* __restrict__ x,
   GX_SEG_RUN(3)
 }
 
-// The group's variants (U chunks a stage; P as the GEMVs': 0 one register
-// stage, 1 (`_p`) two, 2 (`_a`) cp.async with 32 KiB of dynamic shared
-// memory a block). u2 is the default (session 18); p, p2 and u4 are for
-// the sweep: at 4 rows the 144 blocks put about one block (8 KB of loads in
-// flight with u2) on each SM, under what the copy rate needs in flight.
+// The group's variants (U chunks a stage from registers): u4 is the
+// default (session 19: the fastest at every row count), u2 session 18's
+// (TILERT_GPU_GEMV_MMA=u2). The `_a`, `_p` and p2 variants measured slower
+// and were removed in session 19 (last in commit cb41896).
 #define GEMV_MMX_GROUP(U, P, SUF)                                                                                  \
   extern "C" __global__ void __launch_bounds__(GM_THREADS, P == 2 ? 3 : 2) gemv_mmx_group_##SUF(                   \
       const float* __restrict__ x, int ldx, int K, int M, GX_SEG(0), GX_SEG(1), GX_SEG(2), GX_SEG(3)) {             \
@@ -320,7 +319,4 @@ __device__ __forceinline__ void gemv_mmx_group_body(const float* __restrict__ x,
   }
 
 GEMV_MMX_GROUP(2, 0, u2)
-GEMV_MMX_GROUP(1, 2, a)
-GEMV_MMX_GROUP(1, 1, p)
 GEMV_MMX_GROUP(4, 0, u4)
-GEMV_MMX_GROUP(2, 1, p2)

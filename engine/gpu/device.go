@@ -365,17 +365,17 @@ func (b *cudaDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error 
 // DeepSeek-V3.2 dims 6.009 -> 5.718 ms, GLM-5 5.719 -> 5.367. =1 goes back
 // to run 1's choices (gemv_mma.cu everywhere, the group on the tile
 // kernel); =0 keeps the tile kernels; =all takes every shape (the tiny
-// models' checks); =x the second iteration's cp.async variants everywhere
-// (slower: 6.503 ms); =xall both; =g1 the group on the tensor cores at one
+// models' checks); =g1 the group on the tensor cores at one
 // row too (slower: 2.883 against 2.679 ms at 1 slot); =u2 session 18's
 // group (gemv_mmx_group_u2 from 3 rows; session 19 made u4 from 2 rows the
 // default: 2304 x 7168 at 4 rows 15.9 against 18.8 us, the MTP step 4.887
-// against 5.121 ms); =g3 the group from 3 rows.
+// against 5.121 ms); =g3 the group from 3 rows. =x / =xall (the cp.async
+// variants, slower: 6.503 against 6.013 ms) were removed in session 19
+// (removed.go refuses them).
 var (
 	gemvMMAMode   = os.Getenv("TILERT_GPU_GEMV_MMA")
 	gemvMMAOn     = gemvMMAMode != "0"
-	gemvMMAX      = gemvMMAMode == "x" || gemvMMAMode == "xall"
-	gemvMMAAll    = gemvMMAMode == "all" || gemvMMAMode == "xall"
+	gemvMMAAll    = gemvMMAMode == "all"
 	gemvMMAGroup  = gemvMMAOn && gemvMMAMode != "1"
 	gemvGroupMinM = groupMinM(gemvMMAMode)
 )
@@ -396,9 +396,6 @@ func groupMinM(mode string) int {
 }
 
 func init() {
-	if gemvMMAX {
-		kernels.MMAx = true
-	}
 	if gemvMMAMode == "1" {
 		kernels.MMARun1 = true
 	}

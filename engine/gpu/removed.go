@@ -88,6 +88,15 @@ func removedSwitches(getenv func(string) string) error {
 	if err := removedIdx(getenv); err != nil {
 		return err
 	}
+	// TILERT_GPU_GEMV_MMA=x put the GEMVs of 2..8 rows on the second
+	// iteration's cp.async variants (gemv_mmx_*_a; =xall with every shape
+	// on the tensor cores); slower on the H200 in sessions 18 and 19, and
+	// removed in session 19 with the other unpicked gemv_mma_x.cu variants.
+	if v := getenv("TILERT_GPU_GEMV_MMA"); v == "x" || v == "xall" {
+		return errors.WithHint(
+			errors.Newf("TILERT_GPU_GEMV_MMA=%q: the cp.async tensor-core GEMVs (gemv_mmx_fp8/bf16_r1_u1_a, _r2_u1_a) were removed in session 19: measured on the H200 they were the slowest variants (graph-timed o_proj at 4 rows 69.9 / 118.1 against 44.0 us for the default `_p`, session 19 call A; decode p50 at 8192, 4 slots, DeepSeek-V3.2 dims 6.503 against 6.013 ms, session 18 call B)", v),
+			"unset TILERT_GPU_GEMV_MMA for run 2's tensor-core GEMVs (the default), or set it to all for every shape on the tensor cores (=xall's other half); the code last exists at commit cb41896, the record is in docs/measured/h200-2026-12-03-s18 call B, docs/measured/h200-2026-12-03-s19 call A and cuda/kernels/NOTES.md")
+	}
 	// TILERT_GPU_IDX_LONG (the indexer's long rows on a cp.async-ring score
 	// kernel and a cluster top-k) and TILERT_GPU_GROUP_SPLIT (the layer
 	// input's grouped GEMV with every block's weights in flight through
@@ -161,8 +170,8 @@ func switchValues(getenv func(string) string) error {
 		known []string
 		hint  string
 	}{
-		{"TILERT_GPU_GEMV_MMA", []string{"", "0", "1", "all", "x", "xall", "g", "g1", "g3", "u2"},
-			"unset it for run 2's tensor-core GEMVs of 2..8 rows (the default); 1 run 1's choices, 0 the tile kernels, all every shape, x / xall the cp.async variants, g1 / g3 the attention-input group from 1 / 3 rows (g: the default's 2), u2 session 18's group (u2 kernel from 3 rows) (engine/gpu/device.go)"},
+		{"TILERT_GPU_GEMV_MMA", []string{"", "0", "1", "all", "g", "g1", "g3", "u2"},
+			"unset it for run 2's tensor-core GEMVs of 2..8 rows (the default); 1 run 1's choices, 0 the tile kernels, all every shape, g1 / g3 the attention-input group from 1 / 3 rows (g: the default's 2), u2 session 18's group (u2 kernel from 3 rows) (engine/gpu/device.go)"},
 		{"TILERT_GPU_MLA_WG", []string{"", "0", "1"},
 			"unset it for the decode MLA on mla_decode_wg2 where it measured faster (128 heads, or 64 from 2 rows), 1 for every launch, 0 for mla_decode_tcf2"},
 		{"TILERT_GPU_EPI_ROWS", []string{"", "0", "1"},

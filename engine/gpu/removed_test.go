@@ -69,6 +69,10 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_FUSE": "1"}, ""},
 		{map[string]string{"TILERT_GPU_FUSE": "2"}, `TILERT_GPU_FUSE="2"`},
 		{map[string]string{"TILERT_GPU_FUSE": "3"}, `TILERT_GPU_FUSE="3"`},
+		{map[string]string{"TILERT_GPU_GEMV_MMA": "all"}, ""},
+		{map[string]string{"TILERT_GPU_GEMV_MMA": "u2"}, ""},
+		{map[string]string{"TILERT_GPU_GEMV_MMA": "x"}, `TILERT_GPU_GEMV_MMA="x"`},
+		{map[string]string{"TILERT_GPU_GEMV_MMA": "xall"}, `TILERT_GPU_GEMV_MMA="xall"`},
 	} {
 		err := removedSwitches(func(k string) string { return c.env[k] })
 		if c.fail == "" {
@@ -136,6 +140,8 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_IDX_ONE", "99c4e9a", "docs/measured/h200-2026-12-03-s15", `"Scores and the long-row top-k in one launch"`}},
 	"TILERT_GPU_IDX_F8": {{"removed in session 15", "call A2", "13.96 (=1) / 27.14 (=wg) against indexer_scores_mma_pf's 13.00 us", "2.923 / 3.159 against 2.910 ms", "~13 bits"},
 		{"unset TILERT_GPU_IDX_F8", "99c4e9a", "docs/measured/h200-2026-12-03-s15", `"The indexer scores on the fp8 mma.sync and on wgmma"`}},
+	"TILERT_GPU_GEMV_MMA": {{"removed in session 19", "gemv_mmx_fp8/bf16_r1_u1_a", "69.9 / 118.1 against 44.0 us", "6.503 against 6.013 ms"},
+		{"unset TILERT_GPU_GEMV_MMA", "cb41896", "docs/measured/h200-2026-12-03-s18", "docs/measured/h200-2026-12-03-s19", "cuda/kernels/NOTES.md"}},
 	"TILERT_GPU_L2PF":          l2pfSays,
 	"TILERT_GPU_L2PF_OPROJ_MB": l2pfSays,
 }
@@ -182,7 +188,9 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_GEMV_MMA", "u2", true},
 		{"TILERT_GPU_MLA_WG", "0", true},
 		{"TILERT_GPU_MLA_WG", "on", false},
-		{"TILERT_GPU_GEMV_MMA", "xall", true},
+		{"TILERT_GPU_GEMV_MMA", "all", true},
+		{"TILERT_GPU_GEMV_MMA", "xall", false},
+		{"TILERT_GPU_GEMV_MMA", "x", false},
 		{"TILERT_GPU_GEMV_MMA", "X", false},
 		{"TILERT_GPU_GEMV_MMA", "on", false},
 		{"TILERT_GPU_EPI_ROWS", "0", true},

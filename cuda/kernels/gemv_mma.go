@@ -16,8 +16,9 @@ import (
 // rows, where the CUDA-core tile GEMV spends M FMAs per weight.
 
 // forceMMART, forceMMAU, forceMMAP and forceMMAX pin the row tiles per
-// block, chunks per stage, pipeline mode and kernel generation (tests and
-// timing sweeps; 0 / -1: mmaShape chooses).
+// block, chunks per stage, pipeline mode and kernel generation (X: 1
+// gemv_mma_x.cu, 0 gemv_mma.cu) (tests and timing sweeps; 0 / -1:
+// mmaShape chooses).
 var (
 	forceMMART, forceMMAU int
 	forceMMAP, forceMMAX  = -1, -1
@@ -34,17 +35,12 @@ var MMARun1 bool
 // gemv_mmx_group_u2 (TILERT_GPU_GEMV_MMA=u2).
 var MMAGroupU2 bool
 
-// MMAx selects the second-iteration kernels (gemv_mma_x.cu: hi and mid+lo
-// accumulators, pipelined and cp.async variants) in the launchers' choice.
-// They have not run on a GPU yet; the engine sets it from
-// TILERT_GPU_GEMV_MMA=x.
-var MMAx bool
-
 // mmaVariant is a compiled kernel: RT row tiles of 16 per block, U chunks
 // per stage, P the pipeline (0: load a stage, then multiply it; 1 (_p):
-// two register stages, the next in flight while one is multiplied; 2
-// (_a): GM_STAGES chunks in flight through cp.async into shared memory),
-// X the second-iteration kernels of gemv_mma_x.cu.
+// two register stages, the next in flight while one is multiplied), X the
+// second-iteration kernels of gemv_mma_x.cu. The cp.async pipeline (P 2,
+// `_a`) was removed in session 19 (slowest of all on the H200; the code
+// last lives in commit cb41896).
 type mmaVariant struct {
 	RT, U, P int
 	X        bool
@@ -59,35 +55,24 @@ func (v mmaVariant) name(bf16 bool) string {
 		n = strings.Replace(n, "mma", "mmx", 1)
 	}
 	n += fmt.Sprintf("_r%d_u%d", v.RT, v.U)
-	switch v.P {
-	case 1:
+	if v.P == 1 {
 		n += "_p"
-	case 2:
-		n += "_a"
 	}
 	return n
 }
 
-// mmaStages is GM_STAGES: chunks in flight per thread in the cp.async
-// variants (P = 2), each RT*2 16-byte slots per thread of shared memory.
-const mmaStages = 4
-
-// smem is the dynamic shared memory of a variant's launch.
-func (v mmaVariant) smem() int {
-	if v.P != 2 {
-		return 0
-	}
-	return mmaStages * v.RT * 2 * 256 * 16
-}
-
 // mmaVariants are gemv_mma.cu's kernels (run on the H200: checked and
 // timed, docs/measured/h200-2026-12-01-mrows/run1); mmxVariants
-// gemv_mma_x.cu's (not yet run on a GPU).
+// gemv_mma_x.cu's (run 2, docs/measured/h200-2026-12-03-s18 call B). Of
+// gemv_mma_x.cu's GEMVs only `_p` r2 u1 is left: r2 u2, the other `_p`
+// shapes (r1 u1, r4 u1, r2 u2) and the cp.async `_a` (r1 u1, r2 u1) were
+// slower than it at every shape timed (session 19 call A) and no
+// default or switch took them; removed in session 19, last in commit
+// cb41896.
 var (
 	mmaVariants = []mmaVariant{{1, 2, 0, false}, {1, 4, 0, false}, {2, 1, 0, false}, {2, 2, 0, false}, {2, 4, 0, false},
 		{4, 1, 0, false}}
-	mmxVariants = []mmaVariant{{2, 2, 0, true}, {2, 1, 1, true}, {1, 1, 2, true}, {2, 1, 2, true},
-		{1, 1, 1, true}, {4, 1, 1, true}, {2, 2, 1, true}}
+	mmxVariants = []mmaVariant{{2, 1, 1, true}}
 )
 
 func mmaCompiled(v mmaVariant) bool {
@@ -102,14 +87,9 @@ func mmaCompiled(v mmaVariant) bool {
 // wq_b 8192x1536: 7.4 against 8.0-10.2) and for bf16 (head: 461 against
 // 475-562); two tiles and two chunks for long fp8 rows (o_proj 49.3 against
 // 50.6-66.8, dense down 54.9 against 56.8-74.0); one tile and four chunks
-// where two tiles leave SMs idle (q_a 1536 rows: 11.4 against 15.6). With
-// MMAx the second iteration's cp.async variants (unmeasured).
+// where two tiles leave SMs idle (q_a 1536 rows: 11.4 against 15.6).
 func mmaShape(sms, N, kbytes int, bf16, pair bool) mmaVariant {
 	sms = max(1, sms)
-	x := MMAx
-	if f := forceMMAX; f >= 0 {
-		x = f == 1
-	}
 	// run2p: the second iteration's `_p` (the next stage's loads in flight
 	// while one is multiplied), fastest in run 2's sweep at M = 2, 4 and 8
 	// on o_proj (43.8 against 49.7 us at 4 rows), dense down (48.8 / 55.2),
@@ -118,10 +98,6 @@ func mmaShape(sms, N, kbytes int, bf16, pair bool) mmaVariant {
 	run2p := mmaVariant{2, 1, 1, true}
 	var v mmaVariant
 	switch {
-	case x && cdiv(N, 32) < sms && !pair:
-		v = mmaVariant{1, 1, 2, true}
-	case x:
-		v = mmaVariant{2, 1, 2, true}
 	case pair && !MMARun1:
 		v = run2p
 	case pair:
@@ -145,14 +121,21 @@ func mmaShape(sms, N, kbytes int, bf16, pair bool) mmaVariant {
 	if f := forceMMAU; f > 0 {
 		v.U = f
 	}
-	if f := forceMMAP; f >= 0 && f <= 2 {
+	if f := forceMMAP; f == 0 || f == 1 {
 		v.P = f
+	}
+	if f := forceMMAX; f >= 0 {
+		v.X = f == 1
 	}
 	if pair && v.RT < 2 {
 		v.RT = 2
 	}
-	if !mmaCompiled(v) {
-		v = mmaVariant{2, 2, 0, v.X}
+	// A pinned shape that is not compiled: each generation's long-row
+	// kernel (only tests pin; every choice above is compiled).
+	if !mmaCompiled(v) && v.X {
+		v = run2p
+	} else if !mmaCompiled(v) {
+		v = mmaVariant{2, 2, 0, false}
 	}
 	return v
 }
@@ -192,18 +175,10 @@ func (k *Set) mma(s cuda.Stream, bf16 bool, y, x, w0, s0, w1, s1, resid cuda.Dev
 	if err != nil {
 		return err
 	}
-	if sm := v.smem(); sm > 48<<10 {
-		if _, ok := bigShared.Load(f); !ok {
-			if err := k.c.SetMaxDynamicShared(f, sm); err != nil {
-				return errors.WithHint(err, "the cp.async GEMV variants need 64 KiB of shared memory a block: pick another with forceMMAP")
-			}
-			bigShared.Store(f, true)
-		}
-	}
 	if bf16 {
-		return k.launchFn(f, grid, cuda.D1(256), v.smem(), s, w0, w1, x, ldx, y, ldy, resid, N, K, M)
+		return k.launchFn(f, grid, cuda.D1(256), 0, s, w0, w1, x, ldx, y, ldy, resid, N, K, M)
 	}
-	return k.launchFn(f, grid, cuda.D1(256), v.smem(), s, w0, s0, w1, s1, x, ldx, y, ldy, resid, N, K, M)
+	return k.launchFn(f, grid, cuda.D1(256), 0, s, w0, s0, w1, s1, x, ldx, y, ldy, resid, N, K, M)
 }
 
 // GemvFP8MMA is GemvFP8Tile on the tensor cores (same result up to float32

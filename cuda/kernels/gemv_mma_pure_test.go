@@ -169,11 +169,7 @@ func TestGemvMMAChunkWalk(t *testing.T) {
 						}
 					}
 				}
-				if v.P == 2 { // one chunk a stage, in order
-					for c := warp; c < C; c += warps {
-						seen[c]++
-					}
-				} else if v.P == 1 {
+				if v.P == 1 {
 					for c0 := warp; c0 < C; c0 += 2 * step {
 						run(c0)
 						if c0+step >= C {

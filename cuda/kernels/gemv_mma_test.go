@@ -15,13 +15,15 @@ import (
 // for bit.
 func TestKernelGemvMMA(t *testing.T) {
 	defer func() { forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, -1 }()
-	// The launcher's choice of both generations, then every variant.
-	cfgs := []mmaVariant{{0, 0, -1, false}, {0, 0, -1, true}}
-	cfgs = append(append(cfgs, mmaVariants...), mmxVariants...)
+	// The launcher's choice (RT 0: nothing pinned), then every variant.
+	cfgs := append(append([]mmaVariant{{0, 0, -1, false}}, mmaVariants...), mmxVariants...)
 	for _, cf := range cfgs {
 		tag := fmt.Sprintf(" RT=%d U=%d P=%d X=%v", cf.RT, cf.U, cf.P, cf.X)
 		t.Run(fmt.Sprintf("RT%d_U%d_P%d_X%v", cf.RT, cf.U, cf.P, cf.X), func(t *testing.T) {
 			forceMMART, forceMMAU, forceMMAP, forceMMAX = cf.RT, cf.U, cf.P, b2i(cf.X)
+			if cf.RT == 0 {
+				forceMMAX = -1
+			}
 			onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 				if !k.MMAOK(a.raw(64), a.raw(64), 64, 64, 1, 1) {
 					t.Skip("no bf16 mma.sync on this device")
@@ -160,41 +162,50 @@ func TestKernelGemvGroupMMA(t *testing.T) {
 	})
 }
 
-// TestMMAShape pins the launcher's choice on the decode shapes (132 SMs).
+// TestMMAShape pins the launcher's choice on the decode shapes (132 SMs),
+// and that a pinned variant (tests, sweeps) runs itself, or a compiled
+// kernel of its generation where the shape forbids it (the pair's two
+// row tiles).
 func TestMMAShape(t *testing.T) {
-	defer func(x, r1 bool) { MMAx, MMARun1 = x, r1 }(MMAx, MMARun1)
+	defer func(r1 bool) { MMARun1 = r1 }(MMARun1)
+	defer func() { forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, -1 }()
 	p := mmaVariant{2, 1, 1, true}
 	for _, cs := range []struct {
-		N, kbytes           int
-		bf16, pair, x, run1 bool
-		want                mmaVariant
+		N, kbytes        int
+		bf16, pair, run1 bool
+		want             mmaVariant
 	}{
-		{7168, 16384, false, false, false, false, p},                           // o_proj
-		{7168, 18432, false, false, false, false, p},                           // dense down
-		{24576, 1536, false, false, false, false, mmaVariant{4, 1, 0, false}},  // q_b
-		{8192, 1536, false, false, false, false, p},                            // indexer wq_b
-		{1536, 7168, false, false, false, false, mmaVariant{1, 4, 0, false}},   // q_a alone
-		{18432, 7168, false, true, false, false, p},                            // dense gate/up
-		{129280, 14336, true, false, false, false, mmaVariant{2, 1, 0, false}}, // head
-		{7168, 16384, false, false, false, true, mmaVariant{2, 2, 0, false}},
-		{7168, 18432, false, false, false, true, mmaVariant{2, 2, 0, false}},
-		{24576, 1536, false, false, false, true, mmaVariant{4, 1, 0, false}},
-		{8192, 1536, false, false, false, true, mmaVariant{2, 1, 0, false}},
-		{1536, 7168, false, false, false, true, mmaVariant{1, 4, 0, false}},
-		{18432, 7168, false, true, false, true, mmaVariant{4, 1, 0, false}},
-		{129280, 14336, true, false, false, true, mmaVariant{2, 1, 0, false}},
-		{7168, 16384, false, false, true, false, mmaVariant{2, 1, 2, true}},
-		{18432, 7168, false, true, true, false, mmaVariant{2, 1, 2, true}},
-		{1536, 7168, false, false, true, false, mmaVariant{1, 1, 2, true}},
+		{7168, 16384, false, false, false, p},                           // o_proj
+		{7168, 18432, false, false, false, p},                           // dense down
+		{24576, 1536, false, false, false, mmaVariant{4, 1, 0, false}},  // q_b
+		{8192, 1536, false, false, false, p},                            // indexer wq_b
+		{1536, 7168, false, false, false, mmaVariant{1, 4, 0, false}},   // q_a alone
+		{18432, 7168, false, true, false, p},                            // dense gate/up
+		{129280, 14336, true, false, false, mmaVariant{2, 1, 0, false}}, // head
+		{7168, 16384, false, false, true, mmaVariant{2, 2, 0, false}},
+		{7168, 18432, false, false, true, mmaVariant{2, 2, 0, false}},
+		{24576, 1536, false, false, true, mmaVariant{4, 1, 0, false}},
+		{8192, 1536, false, false, true, mmaVariant{2, 1, 0, false}},
+		{1536, 7168, false, false, true, mmaVariant{1, 4, 0, false}},
+		{18432, 7168, false, true, true, mmaVariant{4, 1, 0, false}},
+		{129280, 14336, true, false, true, mmaVariant{2, 1, 0, false}},
 	} {
-		MMAx, MMARun1 = cs.x, cs.run1
+		MMARun1 = cs.run1
 		v := mmaShape(132, cs.N, cs.kbytes, cs.bf16, cs.pair)
 		if v != cs.want {
-			t.Errorf("N=%d kbytes=%d bf16=%v pair=%v x=%v run1=%v: %+v, want %+v", cs.N, cs.kbytes, cs.bf16, cs.pair, cs.x, cs.run1, v, cs.want)
+			t.Errorf("N=%d kbytes=%d bf16=%v pair=%v run1=%v: %+v, want %+v", cs.N, cs.kbytes, cs.bf16, cs.pair, cs.run1, v, cs.want)
 		}
 		if !mmaCompiled(v) {
 			t.Errorf("N=%d: %+v not compiled", cs.N, v)
 		}
+		for _, pin := range append(append([]mmaVariant(nil), mmaVariants...), mmxVariants...) {
+			forceMMART, forceMMAU, forceMMAP, forceMMAX = pin.RT, pin.U, pin.P, b2i(pin.X)
+			v := mmaShape(132, cs.N, cs.kbytes, cs.bf16, cs.pair)
+			if !mmaCompiled(v) || v.X != pin.X || (v != pin && (!cs.pair || pin.RT >= 2)) {
+				t.Errorf("N=%d pair=%v run1=%v pinned %+v: %+v", cs.N, cs.pair, cs.run1, pin, v)
+			}
+		}
+		forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, -1
 	}
 }
 

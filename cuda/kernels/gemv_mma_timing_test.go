@@ -38,7 +38,7 @@ func TestKernelMMATiming(t *testing.T) {
 				if M == 1 {
 					one = o
 				}
-				forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, 0
+				forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, -1
 				m := graphUsRot(c, s, inner, 7, func(i int) { mma(i%nc, M) })
 				esz := 1
 				if bf16 {

@@ -45,10 +45,7 @@ var pdlKernels = setOf(
 	"gemv_mma_fp8_r4_u1",
 	"gemv_mma_bf16_r1_u2", "gemv_mma_bf16_r1_u4", "gemv_mma_bf16_r2_u1", "gemv_mma_bf16_r2_u2", "gemv_mma_bf16_r2_u4",
 	"gemv_mma_bf16_r4_u1",
-	"gemv_mmx_fp8_r2_u2", "gemv_mmx_fp8_r2_u1_p", "gemv_mmx_fp8_r1_u1_a", "gemv_mmx_fp8_r2_u1_a",
-	"gemv_mmx_bf16_r2_u2", "gemv_mmx_bf16_r2_u1_p", "gemv_mmx_bf16_r1_u1_a", "gemv_mmx_bf16_r2_u1_a",
-	"gemv_mmx_fp8_r1_u1_p", "gemv_mmx_fp8_r4_u1_p", "gemv_mmx_fp8_r2_u2_p",
-	"gemv_mmx_bf16_r1_u1_p", "gemv_mmx_bf16_r4_u1_p", "gemv_mmx_bf16_r2_u2_p",
+	"gemv_mmx_fp8_r2_u1_p", "gemv_mmx_bf16_r2_u1_p",
 	"gemv_mmx_group_u2", "gemv_mmx_group_u4",
 	// gemv_tile.cu
 	"gemv_tile_fp8_r1_m1", "gemv_tile_fp8_r2_m1", "gemv_tile_fp8_r4_m1", "gemv_tile_fp8_r8_m1",

@@ -1,27 +1,21 @@
-// Tensor-core GEMV, second iteration (not yet run on a GPU; opt-in with
-// TILERT_GPU_GEMV_MMA=x, see gemv_mma.go): gemv_mma.cu's scheme with
+// Tensor-core GEMV, second iteration (run on the H200 since session 18;
+// the launchers' default where gemv_mma.go's mmaShape says): gemv_mma.cu's
+// scheme with
 // - the hi part's products and the mid + lo parts' in two accumulators
 //   (two independent MMA chains; the tensor cores' truncating additions
 //   onto the hi sum happen 4 times a chunk instead of 12: gemv_mma.cu
 //   measured 9.75e-7 of max|ref| against ~2e-7 for the CUDA-core GEMVs),
 // - _p: two register stages of U chunks, the next stage's weights in
 //   flight while one is multiplied,
-// - _a: GM_STAGES chunks in flight per thread through cp.async into the
-//   thread's own shared-memory slots (no registers held, no barrier),
 // - a grouped launch of up to 4 projections of one input (the attention
 //   inputs q_a, kv_a, indexer wk, weights_proj; fp8 or bf16 each).
+// The cp.async variants (_a: chunks in flight through shared memory), the
+// other `_p` shapes and r2 u2 measured slower on the H200 and were removed
+// in session 19; the code last lives in commit cb41896.
 // The H200 run of gemv_mma.cu streamed fp8 weights at 55-65% of copy with
 // the time flat in M: each warp issued its loads, waited, then multiplied,
 // so the bytes in flight idled during the multiply; these variants keep
 // loads in flight across it. Uses gemv_mma.cu's helpers (sorted before).
-
-#define GM_STAGES 4  // chunks in flight per thread in the cp.async variants
-
-// cp.async of 16 bytes (src_bytes 0: zero fill, nothing read).
-__device__ __forceinline__ void gm_cp16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((u32)__cvta_generic_to_shared(dst)), "l"(src),
-               "r"(src_bytes));
-}
 
 template <bool FP8, int RT, int U, int P = 0>
 __device__ __forceinline__ void gemv_mmx_body(const void* __restrict__ W0, const float* __restrict__ S0,
@@ -148,43 +142,7 @@ __device__ __forceinline__ void gemv_mmx_body(const void* __restrict__ W0, const
       mul(c, wv[u], xv[u & 1], scg[u], scu[u]);
     }
   };
-  if (P == 2) {
-    // GM_STAGES chunks' weights in flight per thread through cp.async into
-    // this thread's own slots of shared memory (no registers held, no
-    // barrier: a thread reads only what it copied), one chunk a stage.
-    extern __shared__ uint4 gm_stg[];  // [GM_STAGES][RT*2][GM_THREADS]
-    auto issue = [&](int c, int st) {
-      const bool in = c < C && c * 4 + t < KE;
-#pragma unroll
-      for (int rt = 0; rt < RT; rt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-          gm_cp16(&gm_stg[(st * RT * 2 + rt * 2 + h) * GM_THREADS + threadIdx.x],
-                  wr[rt][h] + (in ? (size_t)c * 64 : 0), in ? 16 : 0);
-      asm volatile("cp.async.commit_group;");
-    };
-#pragma unroll
-    for (int st = 0; st < GM_STAGES - 1; st++) issue(warp + st * GM_WARPS, st);
-    float xv[2][E];
-    ldx_chunk(warp, xv[0]);
-    int st = 0;
-    for (int c = warp, i = 0; c < C; c += GM_WARPS, i++) {
-      issue(c + (GM_STAGES - 1) * GM_WARPS, (st + GM_STAGES - 1) % GM_STAGES);
-      ldx_chunk(c + GM_WARPS, xv[(i + 1) & 1]);
-      const int kc = (c * 4 * E) >> 7;
-      const float scg = FP8 ? __ldg(sg + kc) : 1.0f;
-      const float scu = FP8 && pair ? __ldg(su + kc) : 1.0f;
-      asm volatile("cp.async.wait_group %0;" ::"n"(GM_STAGES - 1) : "memory");
-      uint4 wv[RT][2];
-#pragma unroll
-      for (int rt = 0; rt < RT; rt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) wv[rt][h] = gm_stg[(st * RT * 2 + rt * 2 + h) * GM_THREADS + threadIdx.x];
-      mul(c, wv, xv[i & 1], scg, scu);
-      st = (st + 1) % GM_STAGES;
-    }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-  } else if (P == 1) {
+  if (P == 1) {
     // Two stages of U chunks' weights: the next stage's are in flight while
     // this one is multiplied.
     uint4 wv[2][U][RT][2];
@@ -250,16 +208,16 @@ __device__ __forceinline__ void gemv_mmx_body(const void* __restrict__ W0, const
 }
 
 // grid ceil(N / (16*RT)) (paired: ceil(N / (8*RT))), 256 threads. The _p
-// variants pipeline two stages of U chunks.
+// variant pipelines two stages of U chunks.
 #define GEMV_MMX_KERNELS(RT, U, P, SUF)                                                                      \
-  extern "C" __global__ void __launch_bounds__(GM_THREADS, P == 2 ? 3 : 2) gemv_mmx_fp8_r##RT##_u##U##SUF(   \
+  extern "C" __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mmx_fp8_r##RT##_u##U##SUF(                \
       const u8* __restrict__ W0, const float* __restrict__ S0, const u8* __restrict__ W1,                    \
       const float* __restrict__ S1, const float* __restrict__ x, int ldx, float* y, int ldy,                 \
       const float* resid, int N, int K, int M) {                                                             \
     PDL_WAIT();                                                                                              \
     gemv_mmx_body<true, RT, U, P>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M, blockIdx.x);               \
   }                                                                                                          \
-  extern "C" __global__ void __launch_bounds__(GM_THREADS, P == 2 ? 3 : 2) gemv_mmx_bf16_r##RT##_u##U##SUF(  \
+  extern "C" __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mmx_bf16_r##RT##_u##U##SUF(                \
       const u16* __restrict__ W0, const u16* __restrict__ W1, const float* __restrict__ x, int ldx, float* y, \
       int ldy, const float* resid, int N, int K, int M) {                                                    \
     PDL_WAIT();                                                                                              \
@@ -267,16 +225,7 @@ __device__ __forceinline__ void gemv_mmx_body(const void* __restrict__ W0, const
                                    blockIdx.x);                                                              \
   }
 
-GEMV_MMX_KERNELS(2, 2, 0, )
 GEMV_MMX_KERNELS(2, 1, 1, _p)
-// More `_p` shapes for the next sweep (session 18: `_p` r2 u1 was the
-// fastest measured on long fp8 rows, and only that one shape had run).
-GEMV_MMX_KERNELS(1, 1, 1, _p)
-GEMV_MMX_KERNELS(4, 1, 1, _p)
-GEMV_MMX_KERNELS(2, 2, 1, _p)
-GEMV_MMX_KERNELS(1, 1, 2, _a)
-GEMV_MMX_KERNELS(2, 1, 2, _a)
-
 
 // Grouped: up to 4 projections of the same input rows (the attention
 // inputs q_a, kv_a and the indexer's wk, weights_proj), fp8 or bf16 each,
@@ -311,7 +260,7 @@ __device__ __forceinline__ void gemv_mmx_group_body(const float* __restrict__ x,
 // (TILERT_GPU_GEMV_MMA=u2). The `_a`, `_p` and p2 variants measured slower
 // and were removed in session 19 (last in commit cb41896).
 #define GEMV_MMX_GROUP(U, P, SUF)                                                                                  \
-  extern "C" __global__ void __launch_bounds__(GM_THREADS, P == 2 ? 3 : 2) gemv_mmx_group_##SUF(                   \
+  extern "C" __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mmx_group_##SUF(                                 \
       const float* __restrict__ x, int ldx, int K, int M, GX_SEG(0), GX_SEG(1), GX_SEG(2), GX_SEG(3)) {             \
     PDL_WAIT();                                                                                                    \
     gemv_mmx_group_body<U, P>(x, ldx, K, M, W0, S0, Y0, N0, ldy0, bf0, W1, S1, Y1, N1, ldy1, bf1, W2, S2, Y2, N2, \

@@ -66,9 +66,9 @@ func (v mmaVariant) name(bf16 bool) string {
 // gemv_mma_x.cu's (run 2, docs/measured/h200-2026-12-03-s18 call B). Of
 // gemv_mma_x.cu's GEMVs only `_p` r2 u1 is left: r2 u2, the other `_p`
 // shapes (r1 u1, r4 u1, r2 u2) and the cp.async `_a` (r1 u1, r2 u1) were
-// slower than it at every shape timed (session 19 call A) and no
-// default or switch took them; removed in session 19, last in commit
-// cb41896.
+// slower than mmaShape's choice at every shape timed (session 19 call A;
+// r1 u1 `_p` on the bf16 head at 2 rows within the spread) and no default
+// or switch took them; removed in session 19, last in commit cb41896.
 var (
 	mmaVariants = []mmaVariant{{1, 2, 0, false}, {1, 4, 0, false}, {2, 1, 0, false}, {2, 2, 0, false}, {2, 4, 0, false},
 		{4, 1, 0, false}}

@@ -213,7 +213,9 @@ func TestMMAShape(t *testing.T) {
 // warp's chunks in the same order with the same arithmetic per row tile,
 // so it must write the same floats, bit for bit, as the launcher's choice
 // (fp8, paired gate/up and bf16, fresh random inputs): the engine checks
-// of one variant hold for all of them.
+// of one variant hold for all of them. gemv_mma_x.cu has one GEMV variant
+// left since session 19 (its pass compares it with the launcher's choice,
+// itself).
 func TestKernelMMAVariantsBitwise(t *testing.T) {
 	defer func() { forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, -1 }()
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {

@@ -132,9 +132,11 @@ func mmaShape(sms, N, kbytes int, bf16, pair bool) mmaVariant {
 	}
 	// A pinned shape that is not compiled: each generation's long-row
 	// kernel (only tests pin; every choice above is compiled).
-	if !mmaCompiled(v) && v.X {
+	switch {
+	case mmaCompiled(v):
+	case v.X:
 		v = run2p
-	} else if !mmaCompiled(v) {
+	default:
 		v = mmaVariant{2, 2, 0, false}
 	}
 	return v

@@ -383,7 +383,8 @@ var (
 // groupMinM is the fewest rows whose attention-input group takes the
 // tensor cores: 2 by default since session 19 (call B, the same run: the
 // MTP step, whose main layers run 2 rows, 4.887 ms with the group there on
-// u4 against 5.055 without; session 18's 5.055 / 4.906 was with u2), 3 with
+// u4 against 5.055 without; session 18's call C had reported the opposite,
+// 5.055 with the group on u2 against 4.906), 3 with
 // =g3 or =u2 (session 18's default), 1 with =g1; =g is the default's 2.
 func groupMinM(mode string) int {
 	switch mode {

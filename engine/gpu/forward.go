@@ -1095,10 +1095,11 @@ func (e *backend) tokensOf(b []byte, n int) ([]int, error) {
 
 // mlaWorkspaceBytes is the split MLA partials' scratch of M rows of NH
 // heads: the default kernels' splits, or mla_decode_wg2's (more ranges a
-// row: one block an SM) where it may run (mlaWGRule).
+// row: one block an SM) where it may run (mlaWGRule; it takes more rows
+// no less often than fewer, so M rows decide).
 func mlaWorkspaceBytes(M, NH int) int64 {
 	n := kernels.MLAHeadsWorkspaceBytes(M, NH)
-	if mlaWGRule(mlaWG, M, NH) || mlaWGRule(mlaWG, 2, NH) {
+	if mlaWGRule(mlaWG, M, NH) {
 		n = max(n, kernels.MLAWG2WorkspaceBytes(M, NH))
 	}
 	return n

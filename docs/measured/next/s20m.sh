@@ -18,7 +18,7 @@ cnt engine $R/engine.log; grep -E "fused merge|mla_decode_wg2 ran" $R/engine.log
 bn deepseek-v3.2 8192 1 ds-new
 bn deepseek-v3.2 8192 1 ds-nocomb TILERT_GPU_ABSORB_COMB=0
 bn deepseek-v3.2 8192 1 ds-wg2 TILERT_GPU_ABSORB_COMB=0 TILERT_GPU_MLA_WG2B=0
-bn deepseek-v3.2 8192 1 ds-wg2b-plain TILERT_GPU_PDL_MORE=mla_decode_tcf,gemv_mid,absorb_v_fast
+bn deepseek-v3.2 8192 1 ds-wg2b-plain TILERT_GPU_PDL_MORE=mla_decode_tcf,gemv_mid,absorb_v
 bn glm-5 8192 1 glm-wg1 TILERT_GPU_MLA_WG=1
 bn glm-5 8192 1 glm-new
 bn deepseek-v3.2 131072 1 ds-long

@@ -172,37 +172,3 @@ func (k *Set) absorbVFast(s cuda.Stream, out, x, w, scale cuda.DevPtr, H, vd, R,
 	AbsorbFastLaunches.Add(1)
 	return nil
 }
-
-// absorbVCombRW: v rows a warp of absorb_v_comb (8 warps: 128 rows a
-// block, every row of a DeepSeek-V3.2 head).
-const absorbVCombRW = 16
-
-// AbsorbVComb merges one row's split sparse-MLA partials (mla_combine's
-// layout: partO [H][nsplit][512] unnormalised, partML [H][nsplit][2] =
-// (max in natural-log units, sum)) and multiplies the merged latent rows by
-// W_UV (AbsorbVFast's operands), in one launch (absorb_v_comb,
-// cu/absorb/absorb_comb.cu): out gets mla_combine_wide then AbsorbVFast's
-// bits. xout, when not 0, gets the merged latent rows too ([H][512]).
-func (k *Set) AbsorbVComb(s cuda.Stream, out, xout, partO, partML, w, scale cuda.DevPtr, nsplit, H, vd, R int) error {
-	if H <= 0 || vd <= 0 || R != MLALatentDim || nsplit < 2 || nsplit > 256 {
-		return errors.WithHint(errors.Newf("absorb v comb: H=%d vd=%d R=%d nsplit=%d", H, vd, R, nsplit),
-			"heads and v rows must be positive, R the MLA latent width (512), and 2..256 split partials (one split needs no merge: AbsorbVFast)")
-	}
-	if out == 0 || partO == 0 || partML == 0 || w == 0 || scale == 0 {
-		return errors.WithHint(errors.Newf("absorb v comb: out %#x partials %#x / %#x weights %#x scales %#x", uint64(out), uint64(partO), uint64(partML), uint64(w), uint64(scale)),
-			"pass device buffers for the output, both partial arrays, W_UV and its scales")
-	}
-	mod, err := k.absorbMod()
-	if err != nil {
-		return errors.Wrap(err, "absorb v comb: the absorb module")
-	}
-	f, err := k.c.Function(mod, "absorb_v_comb_rw16")
-	if err != nil {
-		return err
-	}
-	if err := k.launchFn(f, cuda.D1(H*cdiv(vd, 8*absorbVCombRW)), cuda.D1(256), 0, s, out, xout, partO, partML, nsplit, w, scale, H, vd); err != nil {
-		return err
-	}
-	AbsorbFastLaunches.Add(1)
-	return nil
-}

@@ -144,42 +144,17 @@ func MLAWG2WorkspaceBytes(maxRows, H int) int64 {
 // row r's cache region is rowBase[r] + cache (int64 offsets in device
 // memory; cache then holds the layer's offset).
 func (k *Set) MLADecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
-	_, _, _, err := k.mlaDecodeWG2(s, out, lse, qn, qp, cache, blockTable, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale, true)
-	return err
-}
-
-// MLAWG2Ranges is how many token ranges MLADecodeWG2 launches for nidx
-// selections asked in nsplit (whole 64-token tiles a range).
-func MLAWG2Ranges(nidx, nsplit int) int {
-	return cdiv(nidx, cdiv(cdiv(nidx, max(1, nsplit)), mlaPrefillH1Tile)*mlaPrefillH1Tile)
-}
-
-// MLADecodeWG2Split is MLADecodeWG2's decode launch without the merge: it
-// leaves the unnormalised partials of nsplit > 1 token ranges in ws and
-// returns where (partO, partML: mla_combine's layout) and how many ranges
-// it wrote (nsplit rounded to whole tiles), for AbsorbVComb to merge. A
-// selection that fits one range is refused: it needs no merge.
-func (k *Set) MLADecodeWG2Split(s cuda.Stream, qn, qp, cache, blockTable, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) (partO, partML cuda.DevPtr, ns int, err error) {
-	if nidx <= 0 || MLAWG2Ranges(nidx, nsplit) < 2 {
-		return 0, 0, 0, errors.WithHint(errors.Newf("%s: nidx=%d in %d splits is one range", mlaDecodeWG2Name, nidx, nsplit),
-			"MLADecodeWG2 takes a selection of one range (it writes the output directly)")
-	}
-	return k.mlaDecodeWG2(s, 0, 0, qn, qp, cache, blockTable, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale, false)
-}
-
-// mlaDecodeWG2 launches the decode kernel and, with combine, the merge.
-func (k *Set) mlaDecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, rowBase, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32, combine bool) (partO, partML cuda.DevPtr, ns int, err error) {
 	if err := mlaPrefillH1Kernel.checkArgs(indices, ws, nq, H, nidx, ldIdx, nsplit); err != nil || nq > 65535 || nsplit > 256 {
-		return 0, 0, 0, errors.WithHint(errors.Newf("%s: nq=%d (1..65535) H=%d nidx=%d ldIdx=%d nsplit=%d (1..256)", mlaDecodeWG2Name, nq, H, nidx, ldIdx, nsplit),
+		return errors.WithHint(errors.Newf("%s: nq=%d (1..65535) H=%d nidx=%d ldIdx=%d nsplit=%d (1..256)", mlaDecodeWG2Name, nq, H, nidx, ldIdx, nsplit),
 			"nq, H and nidx must be positive, ldIdx >= nidx when indices are given, and splits need the workspace")
 	}
-	if (out == 0 && combine) || qn == 0 || qp == 0 || (cache == 0 && rowBase == 0) || lens == 0 {
-		return 0, 0, 0, errors.WithHint(errors.Newf("%s: out %#x qn %#x qp %#x cache %#x lens %#x", mlaDecodeWG2Name, uint64(out), uint64(qn), uint64(qp), uint64(cache), uint64(lens)),
+	if out == 0 || qn == 0 || qp == 0 || (cache == 0 && rowBase == 0) || lens == 0 {
+		return errors.WithHint(errors.Newf("%s: out %#x qn %#x qp %#x cache %#x lens %#x", mlaDecodeWG2Name, uint64(out), uint64(qn), uint64(qp), uint64(cache), uint64(lens)),
 			"pass device buffers for the output, the queries, the cache and the row lengths")
 	}
 	mod, err := k.wg()
 	if err != nil {
-		return 0, 0, 0, errors.WithHint(errors.Wrap(err, mlaDecodeWG2Name), "it needs an H100/H200 (sm_90a) and NVRTC 12+; unset TILERT_GPU_MLA_WG for the default kernel")
+		return errors.WithHint(errors.Wrap(err, mlaDecodeWG2Name), "it needs an H100/H200 (sm_90a) and NVRTC 12+; unset TILERT_GPU_MLA_WG for the default kernel")
 	}
 	name := mlaDecodeWG2Name
 	if MLAWG2B {
@@ -187,23 +162,23 @@ func (k *Set) mlaDecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, r
 	}
 	f, err := k.c.Function(mod, name)
 	if err != nil {
-		return 0, 0, 0, err
+		return err
 	}
 	if _, ok := bigShared.Load(f); !ok {
 		if err := k.c.SetMaxDynamicShared(f, MLAPrefillWG2SmemBytes); err != nil {
-			return 0, 0, 0, errors.WithHint(err, name+" needs 231,432 bytes (226 KiB) of shared memory per block")
+			return errors.WithHint(err, name+" needs 231,432 bytes (226 KiB) of shared memory per block")
 		}
 		bigShared.Store(f, true)
 	}
 	tps := cdiv(cdiv(nidx, max(1, nsplit)), mlaPrefillH1Tile) * mlaPrefillH1Tile
-	nsplit = MLAWG2Ranges(nidx, nsplit)
-	partO, partML = ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
+	nsplit = cdiv(nidx, tps)
+	partO, partML := ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
 	if err := k.launchFn(f, cuda.D3(nsplit, nq, cdiv(H, mlaPrefillH1Heads)), cuda.D1(mlaPrefillWG2Threads), MLAPrefillWG2SmemBytes, s,
 		qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML, rowBase); err != nil {
-		return 0, 0, 0, err
+		return err
 	}
-	if nsplit == 1 || !combine {
-		return partO, partML, nsplit, nil
+	if nsplit == 1 {
+		return nil
 	}
-	return partO, partML, nsplit, k.launch(mlaCombineFor(k.c.Info().SMs, nq*H), cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
+	return k.launch(mlaCombineFor(k.c.Info().SMs, nq*H), cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
 }

@@ -156,7 +156,7 @@ var pdlMoreKernels = setOf(
 	// cu/absorb
 	"absorb_q_fast_g2_r4", "absorb_q_fast_g2_r8", "absorb_q_fast_g4_r4", "absorb_q_fast_g4_r8",
 	"absorb_q_fast_g8_r4", "absorb_q_fast_g8_r8",
-	"absorb_v_fast_rw1", "absorb_v_fast_rw2", "absorb_v_fast_rw4", "absorb_v_fast_rw8", "absorb_v_comb_rw16",
+	"absorb_v_fast_rw1", "absorb_v_fast_rw2", "absorb_v_fast_rw4", "absorb_v_fast_rw8",
 	// cu/few
 	"mla_decode_few", "mla_combine_few",
 	"topk_fast16", "topk_fast32", "topk_fast64", "topk_fast16_d1", "topk_fast16_d2", "topk_fast16_d3", "topk_fast16_d4",

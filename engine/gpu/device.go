@@ -139,11 +139,6 @@ type device interface {
 	// semantics, one position per row; the zero value: not rotated).
 	absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error
 	absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error
-	// mlaAbsorbV is mlaDecode over the fp8_ds_mla cache of one row into
-	// olat, then absorbV of it by W_UV (fp8) into out: on the GPU, where
-	// mla_decode_wg2 takes the row split, the merge of its partials runs in
-	// the W_UV launch (kernels.AbsorbVComb) and olat is not written.
-	mlaAbsorbV(out, olat, qn, qp, cache, indices, lens, ws, uvW, uvS cuda.DevPtr, H, nidx, ldIdx, vd, R int, scale float32) error
 	fusedDevice
 	commDevice // comm.go
 }
@@ -600,32 +595,6 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 		return b.k.MLADecodeHeads(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
 	}
 	return b.k.MLADecode(b.s, out, 0, qn, qp, cache, 0, indices, lens, 0, nq, H, nidx, ldIdx, 1, scale)
-}
-
-// absorbCombOn: TILERT_GPU_ABSORB_COMB=0 keeps the one-row merge of the
-// MLA's split partials in its own launch (mla_combine_wide) before W_UV.
-var absorbCombOn = os.Getenv("TILERT_GPU_ABSORB_COMB") != "0"
-
-// absorbCombLaunches counts the fused merge + W_UV launches (tests: no
-// silent fallback).
-var absorbCombLaunches atomic.Int64
-
-func (b *cudaDevice) mlaAbsorbV(out, olat, qn, qp, cache, indices, lens, ws, uvW, uvS cuda.DevPtr, H, nidx, ldIdx, vd, R int, scale float32) error {
-	if absorbCombOn && ws != 0 && !b.mlaFewOK(1, H) && b.mlaWGOK(1, H) && b.absorbFastV(true, 1, R) {
-		if ns := b.k.MLAWG2Splits(1, H, nidx); ns > 1 && kernels.MLAWG2Ranges(nidx, ns) > 1 {
-			mlaWGLaunches.Add(1)
-			pO, pML, n, err := b.k.MLADecodeWG2Split(b.s, qn, qp, cache, 0, 0, indices, lens, ws, 1, H, nidx, ldIdx, ns, scale)
-			if err != nil {
-				return err
-			}
-			absorbCombLaunches.Add(1)
-			return b.k.AbsorbVComb(b.s, out, 0, pO, pML, uvW, uvS, n, H, vd, R)
-		}
-	}
-	if err := b.mlaDecode(mlaFP8, olat, qn, qp, cache, indices, lens, ws, 1, H, nidx, ldIdx, scale); err != nil {
-		return err
-	}
-	return b.absorbV(out, olat, uvW, uvS, true, 1, H, vd, R, H*vd)
 }
 
 // mlaPrefill runs mode's kernel (TILERT_GPU_MLA_PREFILL's values) unsplit

@@ -884,15 +884,6 @@ func (m *emuDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope,
 	return nil
 }
 
-// mlaAbsorbV: the two operations in sequence (the GPU's fused launch has
-// their bits).
-func (m *emuDevice) mlaAbsorbV(out, olat, qn, qp, cache, indices, lens, ws, uvW, uvS cuda.DevPtr, H, nidx, ldIdx, vd, R int, scale float32) error {
-	if err := m.mlaDecode(mlaFP8, olat, qn, qp, cache, indices, lens, ws, 1, H, nidx, ldIdx, scale); err != nil {
-		return err
-	}
-	return m.absorbV(out, olat, uvW, uvS, true, 1, H, vd, R, H*vd)
-}
-
 func (m *emuDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {
 	row := make([]float32, R)
 	for r := 0; r < M; r++ {

@@ -743,15 +743,6 @@ func (f *fwd) attnOut(lw *dlayer) {
 		f.attnProjOut(lw)
 		return
 	}
-	if g := f.groups[0]; len(f.groups) == 1 && f.M == 1 && g.n == 1 && e.mla == mlaFP8 && lw.uv.fp8 && !o.absorbP1(true, 1, R) {
-		// One row: the MLA and W_UV as one device op, so that the GPU can
-		// merge the split partials inside the W_UV launch (mlaAbsorbV).
-		nidx := min(TK, lenBucket(g.maxLen, e.maxSeq))
-		o.do(o.b.mlaAbsorbV(ws.ao, ws.olat, ws.qlat, ws.qpe, g.s.buf.Add(e.mlaOff[lw.Idx]), ws.topk, f.lens, ws.mla,
-			lw.uv.w, lw.uv.s, NH, nidx, TK, c.VHeadDim, R, e.scale))
-		o.lin(lw.O, ws.tmp, ws.ao, f.M, NH*c.VHeadDim, c.HiddenSize)
-		return
-	}
 	for _, g := range f.groups {
 		// Only the first min(index_topk, length bucket) selections can be
 		// valid (topK pads with -1 past each row's length), and a tile of

@@ -545,13 +545,6 @@ func (gb *graphDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, no
 		ku(rope.Pos), ku(rope.Cos), ku(rope.Sin), kb(rope.Interleaved))
 }
 
-func (gb *graphDevice) mlaAbsorbV(out, olat, qn, qp, cache, indices, lens, ws, uvW, uvS cuda.DevPtr, H, nidx, ldIdx, vd, R int, scale float32) error {
-	_ = gb.rec("mlaAbsorbV", int64(H)*(kernels.MLALatentDim+kernels.MLARopeDim)*8+int64(H*vd*R), func(b device) error {
-		return b.mlaAbsorbV(out, olat, qn, qp, cache, indices, lens, ws, uvW, uvS, H, nidx, ldIdx, vd, R, scale)
-	}, ku(out), ku(olat), ku(qn), ku(qp), ku(cache), ku(indices), ku(lens), ku(ws), ku(uvW), ku(uvS), ki(H), ki(nidx), ki(ldIdx), ki(vd), ki(R), kf(scale))
-	return gb.shaped(1, H, nidx)
-}
-
 func (gb *graphDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {
 	wb := int64(4)
 	if fp8 {

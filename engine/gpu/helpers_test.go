@@ -169,7 +169,3 @@ func median(v []float64) float64 {
 	sort.Float64s(s)
 	return s[len(s)/2]
 }
-
-// mlaCalls counts a recording's sparse-MLA decodes: mlaDecode calls and
-// the one-row mlaAbsorbV, which holds one.
-func mlaCalls(c map[string]int) int { return c["mlaDecode"] + c["mlaAbsorbV"] }

@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -10,8 +9,6 @@ import (
 	"github.com/tilert-go/tilert/cuda"
 	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
-	"github.com/tilert-go/tilert/engine/internal/enginetest"
-	"github.com/tilert-go/tilert/model/synth"
 )
 
 // TILERT_GPU_MLA_PREFILL=5 (mla_prefill_wg, wgmma) through the engine: the
@@ -173,57 +170,5 @@ func TestMLAWGRule(t *testing.T) {
 		if got := mlaWGRule(c.mode, c.nq, c.H); got != c.want {
 			t.Errorf("TILERT_GPU_MLA_WG=%q nq=%d H=%d: %v, want %v", c.mode, c.nq, c.H, got, c.want)
 		}
-	}
-}
-
-// TestGPUMLAAbsorbComb: the one-row MLA with the merge of its split
-// partials inside the W_UV launch (mlaAbsorbV -> kernels.AbsorbVComb, the
-// default) gives the bits of the merge in its own launch
-// (TILERT_GPU_ABSORB_COMB=0): the same greedy tokens and the same exported
-// cache (later layers' entries depend on every earlier attention output).
-// The tiny preset with 128 heads on mla_decode_wg2 (few-heads kernel off)
-// and index_topk 256, so a 300-token prompt selects four ranges; fails
-// unless the fused launch ran.
-func TestGPUMLAAbsorbComb(t *testing.T) {
-	needSM90a(t)
-	p, err := synth.Lookup("deepseek-v3.2-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.NumHeads, p.IndexTopK = 128, 256
-	b, err := synth.Build(p, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func(w string, f, c bool) { mlaWG, mlaFewOn, absorbCombOn = w, f, c }(mlaWG, mlaFewOn, absorbCombOn)
-	mlaWG, mlaFewOn = "1", false
-	prompt := make([]int, 300)
-	for i := range prompt {
-		prompt[i] = (i*7919 + 13) % b.Config.VocabSize
-	}
-	opts := engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 512}
-	var toks [2][]int
-	var caches [2][]byte
-	n0 := absorbCombLaunches.Load()
-	for k, on := range []bool{false, true} {
-		absorbCombOn = on
-		e := newTestEngine(t, onGPU, Dummy(b.Config, 3), opts)
-		toks[k] = enginetest.GenerateKeep(t, e, 0, prompt, engine.Params{}, 12)
-		caches[k] = exportBytes(t, e, 0)
-		e.Release(0)
-		if !on && absorbCombLaunches.Load() != n0 {
-			t.Fatalf("TILERT_GPU_ABSORB_COMB=0 still ran %d fused launches", absorbCombLaunches.Load()-n0)
-		}
-	}
-	n := absorbCombLaunches.Load() - n0
-	t.Logf("fused merge + W_UV launches: %d; tokens %v", n, toks[1])
-	if n == 0 {
-		t.Fatal("no decode step ran the fused merge + W_UV launch")
-	}
-	if i := enginetest.FirstDiff(toks[1], toks[0]); i >= 0 {
-		t.Errorf("fused tokens differ from the separate merge's at %d:\n got %v\nwant %v", i, toks[1], toks[0])
-	}
-	if !bytes.Equal(caches[1], caches[0]) {
-		t.Error("the exported cache differs between the fused and the separate merge (want the same bits)")
 	}
 }

@@ -176,8 +176,6 @@ func switchValues(getenv func(string) string) error {
 			"unset it for the decode MLA on mla_decode_wg2 where it measured faster (128 heads, or 64 from 2 rows), 1 for every launch, 0 for mla_decode_tcf2"},
 		{"TILERT_GPU_MLA_WG2B", []string{"", "0", "1"},
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
-		{"TILERT_GPU_ABSORB_COMB", []string{"", "0", "1"},
-			"unset it (or 1) for the one-row MLA merge inside the W_UV launch (absorb_v_comb), 0 for the merge in its own launch"},
 		{"TILERT_GPU_EPI_ROWS", []string{"", "0", "1"},
 			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
 	} {

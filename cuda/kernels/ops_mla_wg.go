@@ -111,13 +111,18 @@ const (
 	mlaWG2MaxSplits   = 32 // a 2048-token selection in one-tile ranges
 )
 
-// MLAWG2B makes MLADecodeWG2 launch mla_decode_wg2b: mla_decode_wg2's
+// MLAWG2B makes MLADecodeWG2 launch mla_decode_wg2b where each block
+// takes one 64-token tile (one or two rows of 2048 selections): mla_decode_wg2's
 // arithmetic, so the same bits, with shorter latency chains where the
 // session 20 profile (ncu, one row of 128 heads) found the block's time:
-// the queries' loads four heads a round instead of two, a one-tile
-// block's gather in one cp.async round trip instead of three, the split
-// partial stored as whole 2 KB rows through shared memory, and a
-// programmatic launch. The engine clears it with TILERT_GPU_MLA_WG2B=0.
+// the queries' loads four heads a round instead of two, the tile's gather
+// in one cp.async round trip instead of three, the split partial stored
+// as whole 2 KB rows through shared memory, and a programmatic launch.
+// H200, session 20 call B0, graph-timed decode + combine: 1 x 128 heads
+// 16.63 -> 16.06 us, 2 x 128 20.94 -> 20.28, 1 x 64 15.63 -> 15.28; but 4
+// x 128 (two tiles a block, no one-round gather) 26.32 -> 28.78, so blocks
+// of several tiles keep mla_decode_wg2. The engine clears it with
+// TILERT_GPU_MLA_WG2B=0.
 var MLAWG2B = true
 
 func mlaWG2SplitsFor(sms, nq, H, nidx int) int {
@@ -156,8 +161,9 @@ func (k *Set) MLADecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, r
 	if err != nil {
 		return errors.WithHint(errors.Wrap(err, mlaDecodeWG2Name), "it needs an H100/H200 (sm_90a) and NVRTC 12+; unset TILERT_GPU_MLA_WG for the default kernel")
 	}
+	tps := cdiv(cdiv(nidx, max(1, nsplit)), mlaPrefillH1Tile) * mlaPrefillH1Tile
 	name := mlaDecodeWG2Name
-	if MLAWG2B {
+	if MLAWG2B && tps == mlaPrefillH1Tile {
 		name = mlaDecodeWG2BName
 	}
 	f, err := k.c.Function(mod, name)
@@ -170,7 +176,6 @@ func (k *Set) MLADecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, r
 		}
 		bigShared.Store(f, true)
 	}
-	tps := cdiv(cdiv(nidx, max(1, nsplit)), mlaPrefillH1Tile) * mlaPrefillH1Tile
 	nsplit = cdiv(nidx, tps)
 	partO, partML := ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
 	if err := k.launchFn(f, cuda.D3(nsplit, nq, cdiv(H, mlaPrefillH1Heads)), cuda.D1(mlaPrefillWG2Threads), MLAPrefillWG2SmemBytes, s,

@@ -378,7 +378,7 @@ func (k *Set) MoECombineSlots(s cuda.Stream, out, y, w, resid cuda.DevPtr, M, ks
 	return k.launch("moe_combine_slots", cuda.D3(cdiv(N, 256), M, 1), cuda.D1(256), 0, s, y, w, resid, out, kslots, N)
 }
 
-// Fused MoE combine + residual add + RMSNorm (moe_combine_add_rmsnorm in
+// Fused MoE combine + residual add + RMSNorm (moe_combine_norm_cl in
 // cu/norm.cu): a cluster of moeNormCluster blocks a row, each playing
 // add_rmsnorm_reg's warps [c*wpb, (c+1)*wpb), at most moeNormKMax slots a
 // row (the kernel's MCN_CL, MCN_KMAX).
@@ -387,7 +387,7 @@ const (
 	moeNormKMax    = 8
 )
 
-// MoENormFused says whether MoECombineAddRMSNorm runs as one launch for
+// MoENormFused says whether MoECombineNorm runs as one launch for
 // rows of N floats with kslots slots (otherwise it runs MoECombineSlots and
 // AddRMSNorm): the add_rmsnorm_reg shape (the fused kernel reproduces its
 // reduction), k <= 8, an sm_90 device (thread block clusters).
@@ -403,29 +403,29 @@ func moeNormShapeOK(kslots, N int) bool {
 // add_rmsnorm_reg launch's warps spread over the cluster.
 func moeNormBlock(N int) int { return 32 * cdiv(normThreads(N)/32, moeNormCluster) }
 
-// moeNormCheck refuses what MoECombineAddRMSNorm cannot run.
+// moeNormCheck refuses what MoECombineNorm cannot run.
 func moeNormCheck(ny, x, out, y, w, nw cuda.DevPtr, M, kslots, N int) error {
 	if M <= 0 || kslots <= 0 || N <= 0 || M > 65535 {
-		return errors.WithHint(errors.Newf("moe_combine_add_rmsnorm: M=%d k=%d N=%d", M, kslots, N),
+		return errors.WithHint(errors.Newf("moe_combine_norm_cl: M=%d k=%d N=%d", M, kslots, N),
 			"M in 1..65535 rows, k >= 1 slots a row, N >= 1")
 	}
 	if ny == 0 || x == 0 || out == 0 || y == 0 || w == 0 || nw == 0 {
-		return errors.WithHint(errors.Newf("moe_combine_add_rmsnorm: null pointer (y %#x, x %#x, out %#x, slots %#x, weights %#x, norm %#x)",
+		return errors.WithHint(errors.Newf("moe_combine_norm_cl: null pointer (y %#x, x %#x, out %#x, slots %#x, weights %#x, norm %#x)",
 			uint64(ny), uint64(x), uint64(out), uint64(y), uint64(w), uint64(nw)), "every pointer but resid is needed (resid 0: no residual rows)")
 	}
 	if ny == x || ny == out || x == out {
-		return errors.WithHint(errors.Newf("moe_combine_add_rmsnorm: y %#x, x %#x and out %#x must be distinct", uint64(ny), uint64(x), uint64(out)),
+		return errors.WithHint(errors.Newf("moe_combine_norm_cl: y %#x, x %#x and out %#x must be distinct", uint64(ny), uint64(x), uint64(out)),
 			"the norm output, the residual stream and the combine's output are three buffers")
 	}
 	return nil
 }
 
-// MoECombineAddRMSNorm is MoECombineSlots(out, y, w, resid, M, kslots, N)
+// MoECombineNorm is MoECombineSlots(out, y, w, resid, M, kslots, N)
 // then AddRMSNorm(ny, x, out, nw, M, N, N, N, N, eps) in one launch (rows
 // of N contiguous floats): out = resid + the slots' weighted sum, x += out,
 // ny = rmsnorm(x) * nw, bit-identical to the two. Where MoENormFused says
 // no, it runs the two.
-func (k *Set) MoECombineAddRMSNorm(s cuda.Stream, ny, x, out, y, w, resid, nw cuda.DevPtr, M, kslots, N int, eps float32) error {
+func (k *Set) MoECombineNorm(s cuda.Stream, ny, x, out, y, w, resid, nw cuda.DevPtr, M, kslots, N int, eps float32) error {
 	if err := moeNormCheck(ny, x, out, y, w, nw, M, kslots, N); err != nil {
 		return err
 	}
@@ -435,6 +435,6 @@ func (k *Set) MoECombineAddRMSNorm(s cuda.Stream, ny, x, out, y, w, resid, nw cu
 		}
 		return k.AddRMSNorm(s, ny, x, out, nw, M, N, N, N, N, eps)
 	}
-	return k.launch("moe_combine_add_rmsnorm", cuda.D3(moeNormCluster, M, 1), cuda.D1(moeNormBlock(N)), 0, s,
+	return k.launch("moe_combine_norm_cl", cuda.D3(moeNormCluster, M, 1), cuda.D1(moeNormBlock(N)), 0, s,
 		y, w, resid, out, x, nw, ny, kslots, N, normThreads(N), eps)
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/tilert-go/tilert/cuda"
 )
 
-// The fused MoE combine + add + RMSNorm (moe_combine_add_rmsnorm,
-// MoECombineAddRMSNorm) against moe_combine_slots then add_rmsnorm_reg.
+// The fused MoE combine + add + RMSNorm (moe_combine_norm_cl,
+// MoECombineNorm) against moe_combine_slots then add_rmsnorm_reg.
 
 // TestMoENormShape: the Go side's constants are the kernel's, and the
 // shapes that take the one launch are add_rmsnorm_reg's with k <= 8.
@@ -26,8 +26,8 @@ func TestMoENormShape(t *testing.T) {
 			t.Errorf("%s = %d in the kernels, %d in Go", name, v, want)
 		}
 	}
-	if !regexp.MustCompile(`__cluster_dims__\(MCN_CL, 1, 1\) __launch_bounds__\(128\)\s+moe_combine_add_rmsnorm\(`).MatchString(src) {
-		t.Errorf("moe_combine_add_rmsnorm is not a cluster of MCN_CL blocks of at most 128 threads")
+	if !regexp.MustCompile(`__cluster_dims__\(MCN_CL, 1, 1\) __launch_bounds__\(128\)\s+moe_combine_norm_cl\(`).MatchString(src) {
+		t.Errorf("moe_combine_norm_cl is not a cluster of MCN_CL blocks of at most 128 threads")
 	}
 	withSmall(true, func() {
 		for _, c := range []struct {
@@ -78,7 +78,7 @@ func TestMoENormArgs(t *testing.T) {
 		{"y is out", p(3), p(2), p(3), p(4), p(5), p(6), 1, 8, 7168},
 		{"x is out", p(1), p(3), p(3), p(4), p(5), p(6), 1, 8, 7168},
 	} {
-		err := k.MoECombineAddRMSNorm(0, c.ny, c.x, c.out, c.y, c.w, 0, c.nw, c.M, c.kslots, c.N, 1e-6)
+		err := k.MoECombineNorm(0, c.ny, c.x, c.out, c.y, c.w, 0, c.nw, c.M, c.kslots, c.N, 1e-6)
 		if err == nil {
 			t.Errorf("%s: accepted", c.name)
 		}
@@ -117,7 +117,7 @@ func TestKernelMoECombineNorm(t *testing.T) {
 					run := func(fused bool) res {
 						x, out, ny := a.up(x0), a.poisoned(M*N), a.poisoned(M*N)
 						if fused {
-							chk(k.MoECombineAddRMSNorm(s, ny, x, out, y, ew, resid, nw, M, K, N, eps))
+							chk(k.MoECombineNorm(s, ny, x, out, y, ew, resid, nw, M, K, N, eps))
 						} else {
 							chk(k.MoECombineSlots(s, out, y, ew, resid, M, K, N))
 							chk(k.AddRMSNorm(s, ny, x, out, nw, M, N, N, N, N, eps))
@@ -134,7 +134,7 @@ func TestKernelMoECombineNorm(t *testing.T) {
 					x, out, ny := a.raw(int64(4*M*N)), a.poisoned(M*N), a.poisoned(M*N)
 					chk(c.SyncStream(s))
 					chk(c.BeginCapture(s))
-					chk(k.MoECombineAddRMSNorm(s, ny, x, out, y, ew, resid, nw, M, K, N, eps))
+					chk(k.MoECombineNorm(s, ny, x, out, y, ew, resid, nw, M, K, N, eps))
 					g, err := c.EndCapture(s)
 					chk(err)
 					bad := 0
@@ -151,9 +151,9 @@ func TestKernelMoECombineNorm(t *testing.T) {
 						t.Errorf("N=%d k=%d: two launches on an sm_90 device", N, K)
 					}
 					tag := fmt.Sprintf("N=%d k=%d M=%d resid=%v one launch=%v", N, K, M, withRes, one)
-					record(t, "moe_combine_add_rmsnorm vs moe_combine_slots + add_rmsnorm "+tag, "mismatched values", float64(diff(got, want)), 0)
-					record(t, "moe_combine_add_rmsnorm second launch "+tag, "mismatched values", float64(diff(again, want)), 0)
-					record(t, "moe_combine_add_rmsnorm graph x3 "+tag, "mismatched values", float64(bad), 0)
+					record(t, "moe_combine_norm_cl vs moe_combine_slots + add_rmsnorm "+tag, "mismatched values", float64(diff(got, want)), 0)
+					record(t, "moe_combine_norm_cl second launch "+tag, "mismatched values", float64(diff(again, want)), 0)
+					record(t, "moe_combine_norm_cl graph x3 "+tag, "mismatched values", float64(bad), 0)
 				}
 			}
 		}
@@ -181,8 +181,8 @@ func TestKernelMoECombineNormTiming(t *testing.T) {
 					chk(k.MoECombineSlots(s, mo, y, ew, res, M, topk, D))
 					chk(k.AddRMSNorm(s, out, xr, mo, nw, M, D, D, D, D, 1e-6))
 				}), "")
-				add(fmtName("moe_combine_add_rmsnorm (fused) D=%d M=%d graph", D, M), bytes, graphUs(c, s, 20, func() {
-					chk(k.MoECombineAddRMSNorm(s, out, xr, mo, y, ew, res, nw, M, topk, D, 1e-6))
+				add(fmtName("moe_combine_norm_cl (fused) D=%d M=%d graph", D, M), bytes, graphUs(c, s, 20, func() {
+					chk(k.MoECombineNorm(s, out, xr, mo, y, ew, res, nw, M, topk, D, 1e-6))
 				}), fmt.Sprintf("one launch %v", k.MoENormFused(topk, D)))
 			}
 		}

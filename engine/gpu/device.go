@@ -74,7 +74,7 @@ type device interface {
 	moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error
 	// moeCombineNorm is moeCombineSlots(out, y, w, resid, M, k, N) then
 	// addRMSNorm(ny, x, out, nw, M, N, N, N, N, eps), one launch where it
-	// fits (kernels.MoECombineAddRMSNorm; bit-identical to the two).
+	// fits (kernels.MoECombineNorm; bit-identical to the two).
 	moeCombineNorm(ny, x, out, y, w, resid, nw cuda.DevPtr, M, k, N int, eps float32) error
 	rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
 	layernorm(y, x, w, b cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
@@ -484,7 +484,7 @@ func (b *cudaDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) 
 }
 
 func (b *cudaDevice) moeCombineNorm(ny, x, out, y, w, resid, nw cuda.DevPtr, M, k, N int, eps float32) error {
-	return b.k.MoECombineAddRMSNorm(b.s, ny, x, out, y, w, resid, nw, M, k, N, eps)
+	return b.k.MoECombineNorm(b.s, ny, x, out, y, w, resid, nw, M, k, N, eps)
 }
 
 func (b *cudaDevice) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
@@ -795,7 +795,7 @@ var epiRowsOn = os.Getenv("TILERT_GPU_EPI_ROWS") != "0"
 // moeNormOn: a MoE layer whose routed and shared experts moeTile runs in
 // one round (M <= MaxTileM rows) ends with one launch, the combine fused
 // with the next norm's residual add and RMSNorm
-// (kernels.MoECombineAddRMSNorm; bit-identical to the two launches, which
+// (kernels.MoECombineNorm; bit-identical to the two launches, which
 // cost ~5.5 us a layer in the H200 profile); TILERT_GPU_MOE_NORM_FUSED=0
 // keeps moeCombineSlots then addRMSNorm.
 var moeNormOn = os.Getenv("TILERT_GPU_MOE_NORM_FUSED") != "0"

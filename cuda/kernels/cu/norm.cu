@@ -235,11 +235,11 @@ extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_reg(float* x, con
   add_rmsnorm_row(x, b, w, y, D, ldx, ldb, ldy, eps);
 }
 
-// moe_combine_add_rmsnorm: moe_combine_slots (mo = resid + the weighted sum
+// moe_combine_norm_cl: moe_combine_slots (mo = resid + the weighted sum
 // of each row's k <= MCN_KMAX slots) then add_rmsnorm_reg (x += mo in place,
 // y = rmsnorm(x) * w) in one launch, for the decode rows that end a MoE
-// layer: the two launches cost ~5.5 us a layer in a graph, and the combine
-// alone keeps one SM busy per row reading all k + 1 slot vectors.
+// layer: two dependent launches (~1.7 + 3.8 us a layer on the H200 decode
+// graph's critical path), the second one block (one SM) a row.
 //
 // Row m (blockIdx.y) is a cluster of MCN_CL blocks. add_rmsnorm_reg runs
 // nt = normThreads(D) threads on the row (thread t owns elements
@@ -251,9 +251,13 @@ extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_reg(float* x, con
 // same warp_sum. The warp partials meet in distributed shared memory; every
 // block sums all nt / 32 of them serially from 0, as block_sum does, so r,
 // x, y and mo carry add_rmsnorm_reg's and moe_combine_slots' bits. The
-// fma / add / mul are written as the intrinsics the two kernels' PTX shows
-// (fma.rn for the products summed, add.rn, mul.rn), so contraction cannot
-// differ. sm_90 (clusters); kernels.MoECombineAddRMSNorm launches it.
+// two kernels' PTX has fma.rn for the products summed and add.f32 /
+// mul.f32 elsewhere with no product feeding a sum; the intrinsics here give
+// the same operations (fma.rn, add.rn, mul.rn) with nothing left for the
+// compiler to contract differently. sm_90 (clusters); kernels.MoECombineNorm launches it. Session
+// 15 removed a one-block-a-row form (the 9 slot rows through one SM, the
+// slot loop not unrolled: slower than the two launches); here the reads
+// are spread over 8 SMs and every load is in flight at once.
 #define MCN_CL 8
 #define MCN_KMAX 8
 
@@ -273,7 +277,7 @@ __device__ __forceinline__ float mcn_ld(const float* p, u32 rank) {
 }
 
 extern "C" __global__ void __cluster_dims__(MCN_CL, 1, 1) __launch_bounds__(128)
-    moe_combine_add_rmsnorm(const float* __restrict__ ey, const float* __restrict__ ew, const float* resid,
+    moe_combine_norm_cl(const float* __restrict__ ey, const float* __restrict__ ew, const float* resid,
                             float* mo, float* x, const float* __restrict__ w, float* y, int k, int D, int nt,
                             float eps) {
   PDL_WAIT();

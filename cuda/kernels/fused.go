@@ -8,7 +8,7 @@ import (
 
 // Launchers for cu/fused.cu: per-row epilogues that each replace a run of
 // small launches with one, bit-identical to that run. RouterRoute and
-// MoECombineNorm (router_route, moe_combine_norm_cl) were removed
+// MoECombineAddRMSNorm (router_route, moe_combine_add_rmsnorm) were removed
 // in session 15, slower on the H200; they last exist at commit ca3f1b5.
 
 // AttnEpilogue is the attention side's per-row work once the projections

@@ -70,13 +70,13 @@ func removedSwitches(getenv func(string) string) error {
 	}
 	// TILERT_GPU_FUSE=2 ran the router GEMV with the routing (router_route:
 	// the last block routes) and the MoE combine with the block's closing
-	// norm (moe_combine_norm_cl) each as one launch, =3 only the
+	// norm (moe_combine_add_rmsnorm) each as one launch, =3 only the
 	// router's (issue 10, 2026-12-01); bit for bit the default but slower on
 	// the H200 every time measured, removed in session 15. 0 and 1 stay (the
 	// attention epilogue's fusion, the default, off or on).
 	if v := getenv("TILERT_GPU_FUSE"); v != "" && v != "0" && v != "1" {
 		return errors.WithHint(
-			errors.Newf("TILERT_GPU_FUSE=%q: the fused router (=2 and =3, router_route) and the fused MoE combine + norm (=2, moe_combine_norm_cl) were removed in session 15: measured on the H200 they were slower (decode p50 at 8192, 1 slot, DeepSeek-V3.2 dims, session 14: =3 2.746, =2 2.808 against 2.697 ms; graph-timed at 1 row: router_route 10.62 against 8.31 us for its two launches, combine + norm 9.5 against 6.2 us)", v),
+			errors.Newf("TILERT_GPU_FUSE=%q: the fused router (=2 and =3, router_route) and the fused MoE combine + norm (=2, moe_combine_add_rmsnorm) were removed in session 15: measured on the H200 they were slower (decode p50 at 8192, 1 slot, DeepSeek-V3.2 dims, session 14: =3 2.746, =2 2.808 against 2.697 ms; graph-timed at 1 row: router_route 10.62 against 8.31 us for its two launches, combine + norm 9.5 against 6.2 us)", v),
 			"unset TILERT_GPU_FUSE (the attention epilogue fused, the default) or set it to 0 (no fusion); the code last exists at commit ca3f1b5, the record is in docs/measured/h200-2026-12-03-s14 call D, docs/measured/h200-2026-12-01-fuse and -post, and cuda/kernels/NOTES.md \"Fused per-row epilogues\"")
 	}
 	// TILERT_GPU_IDX_ONE=1|plain ran the indexer's scores and the top-k of

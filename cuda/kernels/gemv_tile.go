@@ -377,3 +377,64 @@ func (k *Set) MoECombineSlots(s cuda.Stream, out, y, w, resid cuda.DevPtr, M, ks
 	}
 	return k.launch("moe_combine_slots", cuda.D3(cdiv(N, 256), M, 1), cuda.D1(256), 0, s, y, w, resid, out, kslots, N)
 }
+
+// Fused MoE combine + residual add + RMSNorm (moe_combine_norm_cl in
+// cu/norm.cu): a cluster of moeNormCluster blocks a row, each playing
+// add_rmsnorm_reg's warps [c*wpb, (c+1)*wpb), at most moeNormKMax slots a
+// row (the kernel's MCN_CL, MCN_KMAX).
+const (
+	moeNormCluster = 8
+	moeNormKMax    = 8
+)
+
+// MoENormFused says whether MoECombineNorm runs as one launch for
+// rows of N floats with kslots slots (otherwise it runs MoECombineSlots and
+// AddRMSNorm): the add_rmsnorm_reg shape (the fused kernel reproduces its
+// reduction), k <= 8, an sm_90 device (thread block clusters).
+func (k *Set) MoENormFused(kslots, N int) bool {
+	return moeNormShapeOK(kslots, N) && k.c.Info().CCMajor >= 9
+}
+
+func moeNormShapeOK(kslots, N int) bool {
+	return kslots >= 1 && kslots <= moeNormKMax && N > 0 && normRegsFit(N)
+}
+
+// moeNormBlock is the fused kernel's block for rows of N floats: the
+// add_rmsnorm_reg launch's warps spread over the cluster.
+func moeNormBlock(N int) int { return 32 * cdiv(normThreads(N)/32, moeNormCluster) }
+
+// moeNormCheck refuses what MoECombineNorm cannot run.
+func moeNormCheck(ny, x, out, y, w, nw cuda.DevPtr, M, kslots, N int) error {
+	if M <= 0 || kslots <= 0 || N <= 0 || M > 65535 {
+		return errors.WithHint(errors.Newf("moe_combine_norm_cl: M=%d k=%d N=%d", M, kslots, N),
+			"M in 1..65535 rows, k >= 1 slots a row, N >= 1")
+	}
+	if ny == 0 || x == 0 || out == 0 || y == 0 || w == 0 || nw == 0 {
+		return errors.WithHint(errors.Newf("moe_combine_norm_cl: null pointer (y %#x, x %#x, out %#x, slots %#x, weights %#x, norm %#x)",
+			uint64(ny), uint64(x), uint64(out), uint64(y), uint64(w), uint64(nw)), "every pointer but resid is needed (resid 0: no residual rows)")
+	}
+	if ny == x || ny == out || x == out {
+		return errors.WithHint(errors.Newf("moe_combine_norm_cl: y %#x, x %#x and out %#x must be distinct", uint64(ny), uint64(x), uint64(out)),
+			"the norm output, the residual stream and the combine's output are three buffers")
+	}
+	return nil
+}
+
+// MoECombineNorm is MoECombineSlots(out, y, w, resid, M, kslots, N)
+// then AddRMSNorm(ny, x, out, nw, M, N, N, N, N, eps) in one launch (rows
+// of N contiguous floats): out = resid + the slots' weighted sum, x += out,
+// ny = rmsnorm(x) * nw, bit-identical to the two. Where MoENormFused says
+// no, it runs the two.
+func (k *Set) MoECombineNorm(s cuda.Stream, ny, x, out, y, w, resid, nw cuda.DevPtr, M, kslots, N int, eps float32) error {
+	if err := moeNormCheck(ny, x, out, y, w, nw, M, kslots, N); err != nil {
+		return err
+	}
+	if !k.MoENormFused(kslots, N) {
+		if err := k.MoECombineSlots(s, out, y, w, resid, M, kslots, N); err != nil {
+			return err
+		}
+		return k.AddRMSNorm(s, ny, x, out, nw, M, N, N, N, N, eps)
+	}
+	return k.launch("moe_combine_norm_cl", cuda.D3(moeNormCluster, M, 1), cuda.D1(moeNormBlock(N)), 0, s,
+		y, w, resid, out, x, nw, ny, kslots, N, normThreads(N), eps)
+}

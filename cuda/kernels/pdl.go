@@ -59,6 +59,8 @@ var pdlKernels = setOf(
 	"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16",
 	"gemv_tile_fp8_r4_m1_o4", "gemv_tile_fp8_r8_m1_o4",
 	"moe_combine_slots",
+	// norm.cu: the fused MoE combine + add + RMSNorm (sm_90 clusters)
+	"moe_combine_norm_cl",
 	// gemv_tile_group.cu
 	"gemv_group_r2_m1", "gemv_group_r2_m2", "gemv_group_r2_m4", "gemv_group_r2_m8",
 	"gemv_group_r4_m1", "gemv_group_r4_m2", "gemv_group_r4_m4", "gemv_group_r4_m8",

@@ -142,7 +142,13 @@ func kernelEntries(src string) map[string][]string {
 			break
 		}
 		p += i
-		if strings.HasSuffix(strings.TrimSpace(s[i:p]), "__launch_bounds__") {
+		// Attributes with arguments before the name (__launch_bounds__,
+		// __cluster_dims__, in either order).
+		for {
+			pre := strings.TrimSpace(s[i:p])
+			if !strings.HasSuffix(pre, "__launch_bounds__") && !strings.HasSuffix(pre, "__cluster_dims__") {
+				break
+			}
 			q := matchParen(s, p)
 			if q < 0 {
 				break

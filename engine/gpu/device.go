@@ -72,6 +72,10 @@ type device interface {
 	// moeCombineSlots is moeCombine over M rows of k slots each, resid rows
 	// of N (kernels.MoECombineSlots).
 	moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error
+	// moeCombineNorm is moeCombineSlots(out, y, w, resid, M, k, N) then
+	// addRMSNorm(ny, x, out, nw, M, N, N, N, N, eps), one launch where it
+	// fits (kernels.MoECombineNorm; bit-identical to the two).
+	moeCombineNorm(ny, x, out, y, w, resid, nw cuda.DevPtr, M, k, N int, eps float32) error
 	rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
 	layernorm(y, x, w, b cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error
 	rope(x, pos, cos, sin cuda.DevPtr, rows, rowsPerTok, ld, off, rot int, interleaved bool) error
@@ -479,6 +483,10 @@ func (b *cudaDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) 
 	return b.k.MoECombineSlots(b.s, out, y, w, resid, M, k, N)
 }
 
+func (b *cudaDevice) moeCombineNorm(ny, x, out, y, w, resid, nw cuda.DevPtr, M, k, N int, eps float32) error {
+	return b.k.MoECombineNorm(b.s, ny, x, out, y, w, resid, nw, M, k, N, eps)
+}
+
 func (b *cudaDevice) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
 	return b.k.RMSNorm(b.s, y, x, w, rows, D, ldx, ldy, eps)
 }
@@ -792,6 +800,14 @@ var slotMergeOn = os.Getenv("TILERT_GPU_SLOT_MERGE") != "0"
 // all rows (attn_epilogue_rows); TILERT_GPU_EPI_ROWS=0 keeps a launch per
 // slot with the other merged launches (to time the one against the other).
 var epiRowsOn = os.Getenv("TILERT_GPU_EPI_ROWS") != "0"
+
+// moeNormOn: a MoE layer whose routed and shared experts moeTile runs in
+// one round (M <= MaxTileM rows) ends with one launch, the combine fused
+// with the next norm's residual add and RMSNorm
+// (kernels.MoECombineNorm; bit-identical to the two launches, which
+// cost ~5.5 us a layer in the H200 profile); TILERT_GPU_MOE_NORM_FUSED=0
+// keeps moeCombineSlots then addRMSNorm.
+var moeNormOn = os.Getenv("TILERT_GPU_MOE_NORM_FUSED") != "0"
 
 // mlaPrefillOn: TILERT_GPU_MLA_PREFILL runs the fp8 MLA of a slot's group
 // of at least mlaPrefillMinRows rows (a prefill chunk) on mlaPrefill

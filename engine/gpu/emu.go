@@ -316,6 +316,14 @@ func (m *emuDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) e
 	return nil
 }
 
+// moeCombineNorm is the two operations it fuses.
+func (m *emuDevice) moeCombineNorm(ny, x, out, y, w, resid, nw cuda.DevPtr, M, k, N int, eps float32) error {
+	if err := m.moeCombineSlots(out, y, w, resid, M, k, N); err != nil {
+		return err
+	}
+	return m.addRMSNorm(ny, x, out, nw, M, N, N, N, N, eps)
+}
+
 func (m *emuDevice) rmsnorm(y, x, w cuda.DevPtr, rows, D, ldx, ldy int, eps float32) error {
 	ws := m.f32(w, D)
 	for r := 0; r < rows; r++ {

@@ -367,6 +367,11 @@ type fwd struct {
 	// launch, to fork beside its top-k (qLate); attnOut runs them in line
 	// if nothing forked them.
 	qPending bool
+	// closeY, closeW: the norm that closes the layer (block's nextY,
+	// nextW) while its MoE runs; closed: moeTile ran it, fused into the
+	// combine (moeNormOn).
+	closeY, closeW cuda.DevPtr
+	closed         bool
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and
@@ -378,12 +383,17 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr) {
 	eps := float32(c.RMSNormEps)
 	f.attention(lw)
 	o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
+	f.closed = false
 	if lw.MoE {
+		f.closeY, f.closeW = nextY, nextW
 		f.moe(lw)
+		f.closeY, f.closeW = 0, 0
 	} else {
 		f.ffn(lw.Gate, lw.Up, lw.Down, ws.mo)
 	}
-	o.do(o.b.addRMSNorm(nextY, ws.x, ws.mo, nextW, M, H, H, H, H, eps))
+	if !f.closed {
+		o.do(o.b.addRMSNorm(nextY, ws.x, ws.mo, nextW, M, H, H, H, H, eps))
+	}
 }
 
 // ffn writes down(silu(gate h) * up h) of ws.h into out.
@@ -556,11 +566,26 @@ func (f *fwd) moeTile(lw *dlayer) {
 		if shared {
 			resid = fptr(ws.ey, slots*H)
 		}
+		if f.closeNorm(lw, shared) {
+			// The combine is the layer's last op: block's closing add and
+			// norm fused into it (the same place, after the side join).
+			o.do(o.b.moeCombineNorm(f.closeY, ws.x, ws.mo, ws.ey, ws.ewts, resid, f.closeW, m, K, H, float32(c.RMSNormEps)))
+			f.closed = true
+			continue
+		}
 		o.do(o.b.moeCombineSlots(fptr(ws.mo, r*H), ws.ey, fptr(ws.ewts, r*K), resid, m, K, H))
 	}
 	if lw.HasShared && !shared {
 		f.addSharedFFN(lw)
 	}
+}
+
+// closeNorm says whether moeTile's combine runs with block's closing add
+// and norm (moeCombineNorm): switched on, block asked for it (f.closeY),
+// one round of rows (the combine is then the MoE's last launch), and no
+// shared expert left to add after it.
+func (f *fwd) closeNorm(lw *dlayer, shared bool) bool {
+	return moeNormOn && f.closeY != 0 && f.M <= kernels.MaxTileM && (shared || !lw.HasShared)
 }
 
 // attnIn computes the queries and the rows' latent cache entries (written

@@ -429,6 +429,12 @@ func (gb *graphDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int
 		ku(out), ku(y), ku(w), ku(resid), ki(M), ki(k), ki(N))
 }
 
+func (gb *graphDevice) moeCombineNorm(ny, x, out, y, w, resid, nw cuda.DevPtr, M, k, N int, eps float32) error {
+	return gb.rec("moeCombineNorm", int64(4*M*(k+5)*N), func(b device) error {
+		return b.moeCombineNorm(ny, x, out, y, w, resid, nw, M, k, N, eps)
+	}, ku(ny), ku(x), ku(out), ku(y), ku(w), ku(resid), ku(nw), ki(M), ki(k), ki(N), kf(eps))
+}
+
 func (gb *graphDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
 	return gb.rec("moeRoute", int64(8*T*E), func(b device) error {
 		return b.moeRoute(idx, wts, logits, bias, T, E, K, ngroup, topkGroup, norm, scale)

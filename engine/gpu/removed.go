@@ -178,6 +178,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
 		{"TILERT_GPU_EPI_ROWS", []string{"", "0", "1"},
 			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
+		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},
+			"unset it (or 1) for a decode MoE layer's combine fused with the next add + RMSNorm (one launch), 0 for the two launches"},
 	} {
 		if v := getenv(sw.name); !slices.Contains(sw.known, v) {
 			return errors.WithHint(errors.Newf("%s=%q: not a value this switch knows", sw.name, v), sw.hint)

@@ -195,6 +195,9 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_GEMV_MMA", "on", false},
 		{"TILERT_GPU_EPI_ROWS", "0", true},
 		{"TILERT_GPU_EPI_ROWS", "off", false},
+		{"TILERT_GPU_MOE_NORM_FUSED", "0", true},
+		{"TILERT_GPU_MOE_NORM_FUSED", "1", true},
+		{"TILERT_GPU_MOE_NORM_FUSED", "off", false},
 	} {
 		err := switchValues(func(k string) string {
 			if k == c.name {

@@ -234,3 +234,111 @@ extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_reg(float* x, con
   PDL_WAIT();
   add_rmsnorm_row(x, b, w, y, D, ldx, ldb, ldy, eps);
 }
+
+// moe_combine_norm_cl: moe_combine_slots (mo = resid + the weighted sum
+// of each row's k <= MCN_KMAX slots) then add_rmsnorm_reg (x += mo in place,
+// y = rmsnorm(x) * w) in one launch, for the decode rows that end a MoE
+// layer: two dependent launches (~1.7 + 3.8 us a layer on the H200 decode
+// graph's critical path), the second one block (one SM) a row.
+//
+// Row m (blockIdx.y) is a cluster of MCN_CL blocks. add_rmsnorm_reg runs
+// nt = normThreads(D) threads on the row (thread t owns elements
+// t + j * nt); block c here plays its warps [c * wpb, (c + 1) * wpb) with
+// wpb = blockDim.x / 32 (threads t >= nt own nothing): each thread owns the
+// same elements, computes each element's combine with moe_combine_slots'
+// operations in its order (fma over the slots from 0, then + resid), adds
+// and squares in add_rmsnorm_row's order, and reduces its warp with the
+// same warp_sum. The warp partials meet in distributed shared memory; every
+// block sums all nt / 32 of them serially from 0, as block_sum does, so r,
+// x, y and mo carry add_rmsnorm_reg's and moe_combine_slots' bits. The
+// two kernels' PTX has fma.rn for the products summed and add.f32 /
+// mul.f32 elsewhere with no product feeding a sum; the intrinsics here give
+// the same operations (fma.rn, add.rn, mul.rn) with nothing left for the
+// compiler to contract differently. sm_90 (clusters); kernels.MoECombineNorm launches it. Session
+// 15 removed a one-block-a-row form (the 9 slot rows through one SM, the
+// slot loop not unrolled: slower than the two launches); here the reads
+// are spread over 8 SMs and every load is in flight at once.
+#define MCN_CL 8
+#define MCN_KMAX 8
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// barrier.cluster's default semantics: arrive = release, wait = acquire.
+__device__ __forceinline__ void mcn_arrive() { asm volatile("barrier.cluster.arrive.aligned;" ::: "memory"); }
+__device__ __forceinline__ void mcn_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+
+// The float at p (this block's shared memory) in block rank's copy.
+__device__ __forceinline__ float mcn_ld(const float* p, u32 rank) {
+  const u32 a = (u32)__cvta_generic_to_shared(p);
+  u32 r;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
+  return v;
+}
+
+extern "C" __global__ void __cluster_dims__(MCN_CL, 1, 1) __launch_bounds__(128)
+    moe_combine_norm_cl(const float* __restrict__ ey, const float* __restrict__ ew, const float* resid,
+                            float* mo, float* x, const float* __restrict__ w, float* y, int k, int D, int nt,
+                            float eps) {
+  PDL_WAIT();
+  __shared__ float part[4];  // this block's warp partials (read by the cluster)
+  __shared__ float all[32];  // the row's warp partials, in warp order
+  const int lane = threadIdx.x & 31, wl = threadIdx.x >> 5, wpb = blockDim.x >> 5;
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;  // add_rmsnorm_reg's thread
+  const int m = blockIdx.y, nw = nt >> 5;
+  const size_t ro = (size_t)m * D;
+  const float* ym = ey + (size_t)m * k * D;
+  const float* wm = ew + (size_t)m * k;
+  float* xr = x + ro;
+  float* mr = mo + ro;
+  float* yr = y + ro;
+  const bool own = t < nt;
+  float wk[MCN_KMAX];
+#pragma unroll
+  for (int jj = 0; jj < MCN_KMAX; jj++) wk[jj] = jj < k ? wm[jj] : 0.0f;
+  // Every load of the thread's elements issued before the first use.
+  float v[NORM_REGS], rv[NORM_REGS], wv[NORM_REGS], yv[NORM_REGS][MCN_KMAX];
+#pragma unroll
+  for (int j = 0; j < NORM_REGS; j++) {
+    const int i = t + j * nt;
+    const bool in = own && i < D;
+    v[j] = in ? xr[i] : 0.0f;
+    rv[j] = in && resid ? resid[ro + i] : 0.0f;
+    wv[j] = in ? ld_early(w + i) : 0.0f;
+#pragma unroll
+    for (int jj = 0; jj < MCN_KMAX; jj++) yv[j][jj] = in && jj < k ? ym[(size_t)jj * D + i] : 0.0f;
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NORM_REGS; j++) {
+    const int i = t + j * nt;
+    if (own && i < D) {
+      float s = 0.0f;
+#pragma unroll
+      for (int jj = 0; jj < MCN_KMAX; jj++)
+        if (jj < k) s = __fmaf_rn(wk[jj], yv[j][jj], s);
+      const float c = __fadd_rn(s, rv[j]);  // moe_combine_slots' out
+      mr[i] = c;
+      v[j] = __fadd_rn(v[j], c);
+      xr[i] = v[j];
+      ss = __fmaf_rn(v[j], v[j], ss);
+    }
+  }
+  ss = warp_sum(ss);
+  if (lane == 0) part[wl] = ss;
+  mcn_arrive();
+  mcn_wait();
+  if (threadIdx.x < nw) all[threadIdx.x] = mcn_ld(&part[threadIdx.x % wpb], (u32)(threadIdx.x / wpb));
+  mcn_arrive();  // done reading the cluster's shared memory; waited for before exit
+  __syncthreads();
+  float r = 0.0f;
+  for (int g = 0; g < nw; g++) r += all[g];
+  r = rsqrtf(r / (float)D + eps);
+#pragma unroll
+  for (int j = 0; j < NORM_REGS; j++) {
+    const int i = t + j * nt;
+    if (own && i < D) yr[i] = __fmul_rn(wv[j], __fmul_rn(v[j], r));
+  }
+  mcn_wait();
+}
+#endif

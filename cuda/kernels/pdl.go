@@ -232,10 +232,17 @@ func hasPrefixIn(name string, ps []string) bool {
 	return false
 }
 
+// pdlWeightsFirst are kernels that launch as pdlKernels do but whose body
+// starts with loads of weights (never written during a step) and only then
+// PDL_WAIT(): the fused router (cu/router.cu), its first round of router
+// weight loads in flight while the kernel before it runs.
+// TestPDLWeightsFirst checks each entry's first statement.
+var pdlWeightsFirst = setOf("moe_router_route_r1", "moe_router_route_r2", "moe_router_route_r4", "moe_router_route_r8")
+
 // pdlFor says whether a kernel named name launches programmatically when
 // PDL is on.
 func pdlFor(name string) bool {
-	if pdlKernels[name] {
+	if pdlKernels[name] || pdlWeightsFirst[name] {
 		return !hasPrefixIn(name, pdlSel.plain)
 	}
 	return pdlMoreKernels[name] && (pdlSel.moreAll || hasPrefixIn(name, pdlSel.more))

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"maps"
 	"os"
 	"strings"
 
@@ -205,7 +206,7 @@ func parsePDLSel(more, plain string) (pdlSelection, error) {
 			}
 			if !hit {
 				return nil, errors.WithHintf(errors.Newf("%s: %q is the start of no kernel name it can switch", env, p),
-					"name kernels by a prefix of their names (cuda/kernels/pdl.go lists them: pdlMoreKernels for TILERT_GPU_PDL_MORE, pdlKernels for TILERT_GPU_PDL_PLAIN), separated by commas")
+					"name kernels by a prefix of their names (cuda/kernels/pdl.go lists them: pdlMoreKernels for TILERT_GPU_PDL_MORE, pdlKernels and pdlWeightsFirst for TILERT_GPU_PDL_PLAIN), separated by commas")
 			}
 			out = append(out, p)
 		}
@@ -219,7 +220,9 @@ func parsePDLSel(more, plain string) (pdlSelection, error) {
 			return sel, err
 		}
 	}
-	sel.plain, err = split("TILERT_GPU_PDL_PLAIN", plain, pdlKernels)
+	plainable := maps.Clone(pdlKernels)
+	maps.Copy(plainable, pdlWeightsFirst)
+	sel.plain, err = split("TILERT_GPU_PDL_PLAIN", plain, plainable)
 	return sel, err
 }
 

@@ -240,7 +240,8 @@ func hasPrefixIn(name string, ps []string) bool {
 // PDL_WAIT(): the fused router (cu/router.cu), its first round of router
 // weight loads in flight while the kernel before it runs.
 // TestPDLWeightsFirst checks each entry's first statement.
-var pdlWeightsFirst = setOf("moe_router_route_r1", "moe_router_route_r2", "moe_router_route_r4", "moe_router_route_r8")
+var pdlWeightsFirst = setOf("moe_router_route_r1_m4", "moe_router_route_r2_m4", "moe_router_route_r4_m4", "moe_router_route_r8_m4",
+	"moe_router_route_r1_m8", "moe_router_route_r2_m8", "moe_router_route_r4_m8", "moe_router_route_r8_m8")
 
 // pdlFor says whether a kernel named name launches programmatically when
 // PDL is on.

@@ -375,8 +375,8 @@ func TestPDLMoreKernelsWait(t *testing.T) {
 		{"allreduce_oneshot_f32", "1", "", false},
 		{"gemv_tile_fp8_r8_m1_d16s", "", "", false}, // SpreadPlan's o_proj: plain by default (session 15 call C)
 		{"gemv_tile_fp8_r8_m1_d16s", "gemv_tile_fp8_r8_m1_d16s", "", true},
-		{"moe_router_route_r1", "", "", true}, // pdlWeightsFirst
-		{"moe_router_route_r1", "", "moe_router_route", false},
+		{"moe_router_route_r1_m4", "", "", true}, // pdlWeightsFirst
+		{"moe_router_route_r1_m8", "", "moe_router_route", false},
 	} {
 		sel, err := parsePDLSel(c.more, c.plain)
 		if err != nil {

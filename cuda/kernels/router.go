@@ -51,7 +51,8 @@ func checkRouterRoute(M, E, H, K, ldx, ldy int) error {
 // ws is RouterRouteWorkspaceBytes of device memory, zeroed before the
 // first launch; launches sharing it must run one after another (one stream).
 // The grid is GemvBF16Wide's (rows per block from gemvWideRows); the block
-// finishing last routes.
+// finishing last routes. The kernel's 4-row form takes M <= 4, its 8-row
+// form (more registers) the rest.
 func (k *Set) RouterRoute(s cuda.Stream, logits, idx, wts, x, w, bias, ws cuda.DevPtr, M, E, H, K, ldx, ldy, ngroup, topkGroup int, norm bool, scale float32) error {
 	if err := checkRouterRoute(M, E, H, K, ldx, ldy); err != nil {
 		return err
@@ -72,7 +73,10 @@ func (k *Set) RouterRoute(s cuda.Stream, logits, idx, wts, x, w, bias, ws cuda.D
 	if norm {
 		nv = 1
 	}
-	r := k.gemvWideRows(E, H, 2, 1)
-	return k.launch(fmt.Sprintf("moe_router_route_r%d", r), cuda.D1(cdiv(E, r)), cuda.D1(256), 0, s,
+	r, mm := k.gemvWideRows(E, H, 2, 1), 4
+	if M > 4 {
+		mm = 8
+	}
+	return k.launch(fmt.Sprintf("moe_router_route_r%d_m%d", r, mm), cuda.D1(cdiv(E, r)), cuda.D1(256), 0, s,
 		w, x, logits, bias, idx, wts, ws, E, H, M, ldx, ldy, K, ngroup, topkGroup, nv, scale)
 }

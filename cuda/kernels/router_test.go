@@ -212,8 +212,14 @@ func TestRouterRouteChecks(t *testing.T) {
 	}
 	src := KernelSource()
 	for _, r := range []int{1, 2, 4, 8} {
-		if name := fmt.Sprintf("moe_router_route_r%d(", r); !strings.Contains(src, name) {
-			t.Errorf("%s not defined in the kernels", name)
+		for _, mm := range []int{4, 8} {
+			name := fmt.Sprintf("moe_router_route_r%d_m%d", r, mm)
+			if !strings.Contains(src, name+"(") {
+				t.Errorf("%s not defined in the kernels", name)
+			}
+			if !pdlWeightsFirst[name] {
+				t.Errorf("%s not on pdlWeightsFirst", name)
+			}
 		}
 	}
 }

@@ -1,4 +1,4 @@
-// Fused MoE router for decode rows (M <= ROUTER_MAXM): the router GEMV and
+// Fused MoE router for decode rows (M <= 8): the router GEMV and
 // the routing in one launch, where the engine ran gemv_bf16_wide_r<R> and
 // then moe_route_rank (two short, latency-bound launches a MoE layer).
 //
@@ -10,8 +10,9 @@
 // the loop's first trip is peeled onto those registers, which changes no
 // arithmetic), and up to 8 rows of x run in one pass (a row's sums never mix
 // with another row's, so a row has the same bits as in the <= 4-row
-// launches the engine splits 8 rows into). The logits are still written to
-// y.
+// launches the engine splits 8 rows into; MM = 4 or 8 sizes the
+// accumulators: the 8-row form needs more registers). The logits are still
+// written to y.
 //
 // Routing part: each block fences its writes and takes a ticket on ctr; the
 // block that takes the last one routes the M rows one after the other with
@@ -20,7 +21,6 @@
 // and puts ctr back to 0, so the next launch or graph replay needs no memset.
 // Needs E <= 256 (one thread per expert in a 256-thread block).
 
-#define ROUTER_MAXM 8
 
 __device__ __forceinline__ float ld_cg_f32(const float* p) {
   float v;
@@ -28,7 +28,7 @@ __device__ __forceinline__ float ld_cg_f32(const float* p) {
   return v;
 }
 
-template <int R>
+template <int R, int MM>
 __device__ __forceinline__ void router_route(const u16* __restrict__ W, const float* __restrict__ x, float* y,
                                              const float* __restrict__ bias, int* idx, float* wts,
                                              unsigned* ctr, int N, int K, int M, int ldx, int ldy, int RK,
@@ -36,7 +36,7 @@ __device__ __forceinline__ void router_route(const u16* __restrict__ W, const fl
   typedef WBF16 T;
   constexpr int TPR = 256 / R;  // threads per row
   constexpr int WPR = TPR / 32;  // warps per row
-  __shared__ float part[8][ROUTER_MAXM];
+  __shared__ float part[8][MM];
   __shared__ float lgs[256];
   __shared__ int last;
   const int n0 = blockIdx.x * R;
@@ -53,9 +53,9 @@ __device__ __forceinline__ void router_route(const u16* __restrict__ W, const fl
     w0[u] = c < C ? ldg_stream16(wr + (size_t)c * 16) : make_uint4(0u, 0u, 0u, 0u);
   }
   PDL_WAIT();
-  float acc[ROUTER_MAXM];
+  float acc[MM];
 #pragma unroll
-  for (int m = 0; m < ROUTER_MAXM; m++) acc[m] = 0.0f;
+  for (int m = 0; m < MM; m++) acc[m] = 0.0f;
   for (int c0 = tr; c0 < C; c0 += TPR * GEMV_WIDE_U) {
     uint4 wv[GEMV_WIDE_U];
     if (c0 == tr) {
@@ -75,7 +75,7 @@ __device__ __forceinline__ void router_route(const u16* __restrict__ W, const fl
         float wf[T::E];
         T::dec(wv[u], wf);
 #pragma unroll
-        for (int m = 0; m < ROUTER_MAXM; m++) {
+        for (int m = 0; m < MM; m++) {
           if (m < M) {
             const float4* xp = (const float4*)(x + (size_t)m * ldx + (size_t)c * T::E);
             float p = 0.0f;
@@ -95,11 +95,11 @@ __device__ __forceinline__ void router_route(const u16* __restrict__ W, const fl
     }
   }
 #pragma unroll
-  for (int m = 0; m < ROUTER_MAXM; m++) acc[m] = warp_sum(acc[m]);
+  for (int m = 0; m < MM; m++) acc[m] = warp_sum(acc[m]);
   const int w = t >> 5;
   if ((t & 31) == 0) {
 #pragma unroll
-    for (int m = 0; m < ROUTER_MAXM; m++) part[w][m] = acc[m];
+    for (int m = 0; m < MM; m++) part[w][m] = acc[m];
   }
   __syncthreads();
   if (t < R * M) {
@@ -131,34 +131,66 @@ __device__ __forceinline__ void router_route(const u16* __restrict__ W, const fl
   }
 }
 
-// Written out per R (NVRTC 11.8 crashed on macro-generated definitions in
-// gemv_wide.cu). The first statement is router_route's pre-wait weight
-// loads, not PDL_WAIT(): pdl.go's pdlWeightsFirst lists these.
+// Written out per R and MM (NVRTC 11.8 crashed on macro-generated
+// definitions in gemv_wide.cu). The first statement is router_route's
+// pre-wait weight loads, not PDL_WAIT(): pdl.go's pdlWeightsFirst lists
+// these. Launch bounds (ptxas 12.9, sm_90a): capped at 64 registers (4
+// blocks an SM, as gemv_bf16_wide) the 4-row forms spilled 8 bytes and the
+// 8-row forms 32; at 3 blocks an SM the 4-row forms take 80 and at 2 the
+// 8-row forms 114, no spills, and E = 256 one-row blocks still fit 132 SMs.
 
-extern "C" __global__ void __launch_bounds__(256, 4)
-    moe_router_route_r1(const u16* __restrict__ W, const float* __restrict__ x, float* y,
-                        const float* __restrict__ bias, int* idx, float* wts, unsigned* ctr, int N, int K, int M,
-                        int ldx, int ldy, int RK, int ngroup, int topk_group, int norm, float scale) {
-  router_route<1>(W, x, y, bias, idx, wts, ctr, N, K, M, ldx, ldy, RK, ngroup, topk_group, norm, scale);
+extern "C" __global__ void __launch_bounds__(256, 3)
+    moe_router_route_r1_m4(const u16* __restrict__ W, const float* __restrict__ x, float* y,
+                           const float* __restrict__ bias, int* idx, float* wts, unsigned* ctr, int N, int K, int M,
+                           int ldx, int ldy, int RK, int ngroup, int topk_group, int norm, float scale) {
+  router_route<1, 4>(W, x, y, bias, idx, wts, ctr, N, K, M, ldx, ldy, RK, ngroup, topk_group, norm, scale);
 }
 
-extern "C" __global__ void __launch_bounds__(256, 4)
-    moe_router_route_r2(const u16* __restrict__ W, const float* __restrict__ x, float* y,
-                        const float* __restrict__ bias, int* idx, float* wts, unsigned* ctr, int N, int K, int M,
-                        int ldx, int ldy, int RK, int ngroup, int topk_group, int norm, float scale) {
-  router_route<2>(W, x, y, bias, idx, wts, ctr, N, K, M, ldx, ldy, RK, ngroup, topk_group, norm, scale);
+extern "C" __global__ void __launch_bounds__(256, 2)
+    moe_router_route_r1_m8(const u16* __restrict__ W, const float* __restrict__ x, float* y,
+                           const float* __restrict__ bias, int* idx, float* wts, unsigned* ctr, int N, int K, int M,
+                           int ldx, int ldy, int RK, int ngroup, int topk_group, int norm, float scale) {
+  router_route<1, 8>(W, x, y, bias, idx, wts, ctr, N, K, M, ldx, ldy, RK, ngroup, topk_group, norm, scale);
 }
 
-extern "C" __global__ void __launch_bounds__(256, 4)
-    moe_router_route_r4(const u16* __restrict__ W, const float* __restrict__ x, float* y,
-                        const float* __restrict__ bias, int* idx, float* wts, unsigned* ctr, int N, int K, int M,
-                        int ldx, int ldy, int RK, int ngroup, int topk_group, int norm, float scale) {
-  router_route<4>(W, x, y, bias, idx, wts, ctr, N, K, M, ldx, ldy, RK, ngroup, topk_group, norm, scale);
+extern "C" __global__ void __launch_bounds__(256, 3)
+    moe_router_route_r2_m4(const u16* __restrict__ W, const float* __restrict__ x, float* y,
+                           const float* __restrict__ bias, int* idx, float* wts, unsigned* ctr, int N, int K, int M,
+                           int ldx, int ldy, int RK, int ngroup, int topk_group, int norm, float scale) {
+  router_route<2, 4>(W, x, y, bias, idx, wts, ctr, N, K, M, ldx, ldy, RK, ngroup, topk_group, norm, scale);
 }
 
-extern "C" __global__ void __launch_bounds__(256, 4)
-    moe_router_route_r8(const u16* __restrict__ W, const float* __restrict__ x, float* y,
-                        const float* __restrict__ bias, int* idx, float* wts, unsigned* ctr, int N, int K, int M,
-                        int ldx, int ldy, int RK, int ngroup, int topk_group, int norm, float scale) {
-  router_route<8>(W, x, y, bias, idx, wts, ctr, N, K, M, ldx, ldy, RK, ngroup, topk_group, norm, scale);
+extern "C" __global__ void __launch_bounds__(256, 2)
+    moe_router_route_r2_m8(const u16* __restrict__ W, const float* __restrict__ x, float* y,
+                           const float* __restrict__ bias, int* idx, float* wts, unsigned* ctr, int N, int K, int M,
+                           int ldx, int ldy, int RK, int ngroup, int topk_group, int norm, float scale) {
+  router_route<2, 8>(W, x, y, bias, idx, wts, ctr, N, K, M, ldx, ldy, RK, ngroup, topk_group, norm, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    moe_router_route_r4_m4(const u16* __restrict__ W, const float* __restrict__ x, float* y,
+                           const float* __restrict__ bias, int* idx, float* wts, unsigned* ctr, int N, int K, int M,
+                           int ldx, int ldy, int RK, int ngroup, int topk_group, int norm, float scale) {
+  router_route<4, 4>(W, x, y, bias, idx, wts, ctr, N, K, M, ldx, ldy, RK, ngroup, topk_group, norm, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    moe_router_route_r4_m8(const u16* __restrict__ W, const float* __restrict__ x, float* y,
+                           const float* __restrict__ bias, int* idx, float* wts, unsigned* ctr, int N, int K, int M,
+                           int ldx, int ldy, int RK, int ngroup, int topk_group, int norm, float scale) {
+  router_route<4, 8>(W, x, y, bias, idx, wts, ctr, N, K, M, ldx, ldy, RK, ngroup, topk_group, norm, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    moe_router_route_r8_m4(const u16* __restrict__ W, const float* __restrict__ x, float* y,
+                           const float* __restrict__ bias, int* idx, float* wts, unsigned* ctr, int N, int K, int M,
+                           int ldx, int ldy, int RK, int ngroup, int topk_group, int norm, float scale) {
+  router_route<8, 4>(W, x, y, bias, idx, wts, ctr, N, K, M, ldx, ldy, RK, ngroup, topk_group, norm, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    moe_router_route_r8_m8(const u16* __restrict__ W, const float* __restrict__ x, float* y,
+                           const float* __restrict__ bias, int* idx, float* wts, unsigned* ctr, int N, int K, int M,
+                           int ldx, int ldy, int RK, int ngroup, int topk_group, int norm, float scale) {
+  router_route<8, 8>(W, x, y, bias, idx, wts, ctr, N, K, M, ldx, ldy, RK, ngroup, topk_group, norm, scale);
 }

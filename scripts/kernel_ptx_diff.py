@@ -45,6 +45,12 @@ MODULES = {
     "absorb": "AbsorbKernelSource",
 }
 
+# sm_90a-only modules, compared by name only (all leaves them out): wg
+# (kernels_wg.go) needs --arch sm_90a --compiler nvrtc with NVRTC 12+.
+ARCH_MODULES = {
+    "wg": "WGKernelSource",
+}
+
 # Modules the kernels package no longer has, still comparable between older
 # revisions (by name only: all leaves them out). persist: the persistent
 # MoE kernel (moe_persist.go), removed in session 11; last in b36a736.
@@ -95,7 +101,7 @@ class CompileError(Exception):
 
 
 def source_func(module):
-    return MODULES.get(module) or REMOVED_MODULES[module]
+    return MODULES.get(module) or ARCH_MODULES.get(module) or REMOVED_MODULES[module]
 
 
 def module_source(repo, rev, module, tmp, nvrtc_arch=None):
@@ -210,7 +216,7 @@ def main():
     ap.add_argument("b", help="revision (or WORKTREE)")
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--repo", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    ap.add_argument("--module", action="append", choices=sorted(MODULES) + sorted(REMOVED_MODULES) + ["all"],
+    ap.add_argument("--module", action="append", choices=sorted(MODULES) + sorted(ARCH_MODULES) + sorted(REMOVED_MODULES) + ["all"],
                     help="module to compare (repeatable; all: every current one; default main, the default module)")
     ap.add_argument("--compiler", choices=["nvcc", "nvrtc"], default="nvcc",
                     help="nvrtc: NVRTC through the cuda package (TILERT_NVRTC=...libnvrtc.so.12), the engine's compiler")

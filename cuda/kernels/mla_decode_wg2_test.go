@@ -18,6 +18,22 @@ import (
 	"github.com/tilert-go/tilert/cuda"
 )
 
+// wg2Name is the kernel MLADecodeWG2 launches now.
+func wg2Name() string {
+	if MLAWG2B {
+		return mlaDecodeWG2BName
+	}
+	return mlaDecodeWG2Name
+}
+
+// withWG2B runs f with MLAWG2B set to on.
+func withWG2B(on bool, f func()) {
+	old := MLAWG2B
+	MLAWG2B = on
+	defer func() { MLAWG2B = old }()
+	f()
+}
+
 func TestKernelMLADecodeWG2(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		needWG(t, c, k)
@@ -27,7 +43,7 @@ func TestKernelMLADecodeWG2(t *testing.T) {
 			scale              float32
 			paged              bool
 			split              int // 0: MLAWG2Splits
-		}{{1, 128, 2048, 2048, 0.07, false, 0}, {4, 128, 2048, 2048, 0.07, false, 0}, {4, 128, 2048, 2048, 0.07, false, 3},
+		}{{1, 128, 2048, 2048, 0.07, false, 0}, {1, 64, 2048, 2048, 0.07, false, 0}, {4, 128, 2048, 2048, 0.07, false, 0}, {4, 128, 2048, 2048, 0.07, false, 3},
 			{3, 72, 192, 200, 0.1, false, 0}, {2, 128, 300, 304, 0.06, true, 0}, {5, 64, 512, 512, 0.08, false, 1}} {
 			cc := newH1Case(r, cs.nq, cs.H, cs.nidx, cs.ldIdx, cs.scale)
 			cache, bt := cc.devCache(a, cs.paged)
@@ -39,9 +55,19 @@ func TestKernelMLADecodeWG2(t *testing.T) {
 			qn, qp, ip, lp := a.up(cc.qn), a.up(cc.qp), a.up(cc.idx), a.up(cc.lens)
 			n := cs.nq * cs.H
 			op, lsp := a.poisoned(n*512), a.poisoned(n)
-			name := fmt.Sprintf("mla_decode_wg2 nq=%d H=%d nidx=%d paged=%v split=%d", cs.nq, cs.H, cs.nidx, cs.paged, ns)
+			name := fmt.Sprintf("%s nq=%d H=%d nidx=%d paged=%v split=%d", wg2Name(), cs.nq, cs.H, cs.nidx, cs.paged, ns)
 			chk(k.MLADecodeWG2(s, op, lsp, qn, qp, cache, bt, 0, ip, lp, ws, cs.nq, cs.H, cs.nidx, cs.ldIdx, ns, cs.scale))
 			got, gotL := downF32(c, op, n*512), downF32(c, lsp, n)
+			// mla_decode_wg2b against mla_decode_wg2: the same arithmetic,
+			// so the same bits (the one-tile gather, the query rounds and
+			// the staged partial rows change only when values move).
+			if MLAWG2B {
+				o0, l0 := a.poisoned(n*512), a.poisoned(n)
+				withWG2B(false, func() {
+					chk(k.MLADecodeWG2(s, o0, l0, qn, qp, cache, bt, 0, ip, lp, ws, cs.nq, cs.H, cs.nidx, cs.ldIdx, ns, cs.scale))
+				})
+				record(t, name+" vs mla_decode_wg2", "values differing (bits)", float64(bitDiff(got, downF32(c, o0, n*512))+bitDiff(gotL, downF32(c, l0, n))), 0)
+			}
 			we, wh, wl, rel := cc.check(got, gotL)
 			t.Logf("%s: max|d|/max|v| vs float64 %.3g", name, rel)
 			record(t, name+" vs float64", "max |d|/bound (one fp16 part)", we, 1)
@@ -142,11 +168,17 @@ func TestKernelTimingMLADecodeWG2(t *testing.T) {
 			})
 			add(fmtName("graph: mla_decode_tcf2 nq=%d H=%d split=%d", nq, H, ns), nb, us, "decode + combine (tcf2)")
 			w := k.MLAWG2Splits(nq, H, nidx)
+			withWG2B(false, func() {
+				us := graphUsRot(c, s, 8, 15, func(i int) {
+					chk(k.MLADecodeWG2(s, out[i], 0, qn[i], qp[i], cache, 0, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, w, 0.1))
+				})
+				add(fmtName("graph: mla_decode_wg2 nq=%d H=%d split=%d", nq, H, w), nb, us, "decode + combine (session 19's mla_decode_wg2)")
+			})
 			for _, sp := range []int{w, max(1, w/2), 2 * w} {
 				us := graphUsRot(c, s, 8, 15, func(i int) {
 					chk(k.MLADecodeWG2(s, out[i], 0, qn[i], qp[i], cache, 0, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, sp, 0.1))
 				})
-				add(fmtName("graph: mla_decode_wg2 nq=%d H=%d split=%d", nq, H, sp), nb, us, "decode + combine (mla_decode_wg2)")
+				add(fmtName("graph: %s nq=%d H=%d split=%d", wg2Name(), nq, H, sp), nb, us, "decode + combine (MLADecodeWG2's default)")
 			}
 		}
 	})

@@ -158,7 +158,8 @@ func TestKernelTimingMLATCF(t *testing.T) {
 
 // TestKernelProfileMLA (TILERT_GPU_PROFILE_MLA=1): one launch each of the
 // tensor-core MLA decodes at 128 heads x 2048 tokens (1 row, the planned
-// split) and the 16-head shard, for a profiler run (ncu -k regex:mla_).
+// split), 64 heads and the 16-head shard (mla_decode_wg2 + combine twice where
+// it runs), for a profiler run (ncu -k regex:mla_).
 func TestKernelProfileMLA(t *testing.T) {
 	if os.Getenv("TILERT_GPU_PROFILE_MLA") != "1" {
 		t.Skip("TILERT_GPU_PROFILE_MLA=1 launches the MLA decodes once each for a profiler")
@@ -167,12 +168,20 @@ func TestKernelProfileMLA(t *testing.T) {
 		s := c.Stream()
 		const nidx, T = 2048, 131072
 		cache := devMLACache(c, a, r, T)
-		for _, H := range []int{128, 16} {
+		for _, H := range []int{128, 64, 16} {
 			qn, qp, ip, lens, out := devMLAQueries(a, r, 1, H, nidx, T)
 			ws := a.raw(MLAWorkspaceBytes(1, H, mlaHeadsSplits))
 			ns := k.MLATCSplits(1, H, nidx)
 			for _, d := range []mlaTiled{mlaTCKernel, mlaTCPKernel, mlaTCFKernel, mlaTCF8Kernel} {
 				chk(k.launchMLATiled(d, s, out, 0, qn, qp, cache, 0, ip, lens, ws, 1, H, nidx, nidx, ns, 0.1))
+			}
+			if k.WGSupported() == nil && H >= 64 {
+				// The decode default for 128 heads (engine mlaWGRule), twice:
+				// the second launch finds its code and the cache's page tables warm.
+				wws := a.raw(MLAWorkspaceBytes(1, H, mlaWG2MaxSplits))
+				for range 2 {
+					chk(k.MLADecodeWG2(s, out, 0, qn, qp, cache, 0, 0, ip, lens, wws, 1, H, nidx, nidx, k.MLAWG2Splits(1, H, nidx), 0.1))
+				}
 			}
 			chk(c.SyncStream(s))
 		}

@@ -106,9 +106,19 @@ func (k *Set) MLAPrefillWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, 
 // mla_combine. The engine's default for 128 heads, or 64 from 2 rows
 // (engine/gpu mlaWGRule; TILERT_GPU_MLA_WG=0 goes back to mla_decode_tcf2).
 const (
-	mlaDecodeWG2Name = "mla_decode_wg2"
-	mlaWG2MaxSplits  = 32 // a 2048-token selection in one-tile ranges
+	mlaDecodeWG2Name  = "mla_decode_wg2"
+	mlaDecodeWG2BName = "mla_decode_wg2b"
+	mlaWG2MaxSplits   = 32 // a 2048-token selection in one-tile ranges
 )
+
+// MLAWG2B makes MLADecodeWG2 launch mla_decode_wg2b: mla_decode_wg2's
+// arithmetic, so the same bits, with shorter latency chains where the
+// session 20 profile (ncu, one row of 128 heads) found the block's time:
+// the queries' loads four heads a round instead of two, a one-tile
+// block's gather in one cp.async round trip instead of three, the split
+// partial stored as whole 2 KB rows through shared memory, and a
+// programmatic launch. The engine clears it with TILERT_GPU_MLA_WG2B=0.
+var MLAWG2B = true
 
 func mlaWG2SplitsFor(sms, nq, H, nidx int) int {
 	return mlaSplitsFor(sms, nq, H, nidx, mlaPrefillH1Heads, mlaPrefillH1Tile, mlaWG2MaxSplits)
@@ -146,13 +156,17 @@ func (k *Set) MLADecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, r
 	if err != nil {
 		return errors.WithHint(errors.Wrap(err, mlaDecodeWG2Name), "it needs an H100/H200 (sm_90a) and NVRTC 12+; unset TILERT_GPU_MLA_WG for the default kernel")
 	}
-	f, err := k.c.Function(mod, mlaDecodeWG2Name)
+	name := mlaDecodeWG2Name
+	if MLAWG2B {
+		name = mlaDecodeWG2BName
+	}
+	f, err := k.c.Function(mod, name)
 	if err != nil {
 		return err
 	}
 	if _, ok := bigShared.Load(f); !ok {
 		if err := k.c.SetMaxDynamicShared(f, MLAPrefillWG2SmemBytes); err != nil {
-			return errors.WithHint(err, "mla_decode_wg2 needs 231,432 bytes (226 KiB) of shared memory per block")
+			return errors.WithHint(err, name+" needs 231,432 bytes (226 KiB) of shared memory per block")
 		}
 		bigShared.Store(f, true)
 	}

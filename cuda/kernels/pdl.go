@@ -148,6 +148,9 @@ func (k *Set) SetPDL(on bool) { k.pdl = on && k.c.PDLSupported() }
 // one of the two lists.
 var pdlMoreKernels = setOf(
 	"mla_decode_tcf", "mla_decode_tcf2",
+	// cu/wg (mla_prefill_wg, mla_prefill_wg2 and mla_decode_wg2 have no
+	// wait: wgPlainKernels)
+	"mla_decode_wg2b",
 	// SpreadPlan's o_proj: plainly by default (session 15 call C, GLM-5, 8192:
 	// 2.862 ms a step against 2.880 launched programmatically).
 	"gemv_tile_fp8_r4_m1_d16s", "gemv_tile_fp8_r8_m1_d16s",
@@ -187,7 +190,11 @@ type pdlSelection struct {
 var pdlSel, pdlSelErr = parsePDLSel(os.Getenv("TILERT_GPU_PDL_MORE"), os.Getenv("TILERT_GPU_PDL_PLAIN"))
 
 // pdlMoreDefault is TILERT_GPU_PDL_MORE's unset value (see pdlSelection).
-const pdlMoreDefault = "mla_decode_tcf,gemv_mid,absorb_v"
+const pdlMoreDefault = "mla_decode_tcf,gemv_mid,absorb_v,mla_decode_wg2b"
+
+// wgPlainKernels: the sm_90a module's kernels without PDL_WAIT, launched
+// plainly whatever the lists say.
+var wgPlainKernels = setOf("mla_prefill_wg", "mla_prefill_wg2", "mla_decode_wg2", "mwg_probe")
 
 func parsePDLSel(more, plain string) (pdlSelection, error) {
 	var sel pdlSelection

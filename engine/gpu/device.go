@@ -689,6 +689,15 @@ var (
 // the log.
 var mlaWG = os.Getenv("TILERT_GPU_MLA_WG")
 
+// TILERT_GPU_MLA_WG2B=0: mla_decode_wg2 as session 19 ran it; unset (or
+// 1), mla_decode_wg2b, the same bits with shorter latency chains at one
+// tile a block (kernels.MLAWG2B).
+func init() {
+	if os.Getenv("TILERT_GPU_MLA_WG2B") == "0" {
+		kernels.MLAWG2B = false
+	}
+}
+
 // mlaWGRule: the launches mla_decode_wg2 takes by default (above).
 func mlaWGRule(mode string, nq, H int) bool {
 	switch mode {

@@ -160,13 +160,60 @@ __device__ __forceinline__ void mw2_fill(u8* Kt, const u8* __restrict__ cache, c
   }
 }
 
+// mw2_fill's conversion (the same per-element operations, so the same
+// bits) from the raw tile the producer gathered into shared memory with
+// cp.async (raw: 64 rows of MLA_TOK_BYTES, row j = tile slot j; a skipped
+// slot's row is never written and its output is zeros, as mw2_fill's).
+template <int NPW, int PB>
+__device__ __forceinline__ void mw2_fill_raw(u8* Kt, const u8* raw, const int* sls, int pw, int lane) {
+  const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll 1
+  for (int b = 0; b < 64 / NPW / PB; b++) {
+#pragma unroll
+    for (int u = 0; u < PB; u++) {
+      const int q = NPW * (PB * b + u) + pw, j = 8 * (q & 7) + (lane & 7), c = 4 * (q >> 3) + (lane >> 3);
+      const int ts = sls[j];
+      const u8* e = raw + j * MLA_TOK_BYTES;
+      const uint4 v = *(const uint4*)(e + 16 * c);
+      u32 m2, p2;
+      mwg_scale(*(const float*)(e + MLA_LAT + 4 * (c >> 3)), m2, p2);
+      const uint2 a = mw2_cvt4(v.x, m2, p2), bb = mw2_cvt4(v.y, m2, p2);
+      const uint2 cc = mw2_cvt4(v.z, m2, p2), d = mw2_cvt4(v.w, m2, p2);
+      *(uint4*)(Kt + MWG_OFF(j, 16 * c)) = ts >= 0 ? make_uint4(a.x, a.y, bb.x, bb.y) : z4;
+      *(uint4*)(Kt + MWG_OFF(j, 16 * c + 8)) = ts >= 0 ? make_uint4(cc.x, cc.y, d.x, d.y) : z4;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 16 / NPW; i++) {
+    const int q = NPW * i + pw, j = 8 * (q & 7) + (lane & 7), r = 4 * (q >> 3) + (lane >> 3);
+    const uint4 x = *(const uint4*)(raw + j * MLA_TOK_BYTES + 528 + 16 * r);
+    uint4 hv;
+    hv.x = mwg_f16x2(__uint_as_float(x.x << 16), __uint_as_float(x.x & 0xffff0000u));
+    hv.y = mwg_f16x2(__uint_as_float(x.y << 16), __uint_as_float(x.y & 0xffff0000u));
+    hv.z = mwg_f16x2(__uint_as_float(x.z << 16), __uint_as_float(x.z & 0xffff0000u));
+    hv.w = mwg_f16x2(__uint_as_float(x.w << 16), __uint_as_float(x.w & 0xffff0000u));
+    *(uint4*)(Kt + MWG_OFF(j, MLA_LAT + 8 * r)) = sls[j] >= 0 ? hv : z4;
+  }
+}
+
+// mla_decode_wg2b's row stride (floats) of the block's output staged in
+// shared memory: 520 = 8 mod 32 banks, so a half-warp's float2 stores
+// (rows g, g+1, .. 8 apart in banks) do not conflict.
+#define MW2_OSTRIDE 520
+
 // The block with NPW producer warps (mla_prefill_wg2: 4, 384 threads), PB
 // latent chunks a producer thread has in flight, PREG / CREG the
 // producer's and the consumers' registers after setmaxnreg (the consumers
 // gain what the producers give up: 256 (CREG - R0) = 32 NPW (R0 - PREG),
 // R0 = 168 the launch's). (8 producer warps, 512 threads, do not compile:
 // at 128 registers a thread at launch ptxas refuses P.V's m64n256k16.)
-template <int NPW, int PB, int PREG, int CREG, bool DEC = false>
+// V (mla_decode_wg2b; 0 everywhere else): bit 1, the queries' loads four
+// heads at a time (two round trips a warp, not four); bit 2, a block of
+// one tile gathers it with cp.async into the unused second stage in one
+// round trip and converts it from there (mw2_fill: three); bit 4, a split
+// block's partial staged in shared memory and stored as whole rows. The
+// same arithmetic on the same values: the same bits as V = 0.
+template <int NPW, int PB, int PREG, int CREG, bool DEC = false, int V = 0>
 __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__ row_base = nullptr) {
   constexpr int NT = 256 + 32 * NPW;  // the block's threads (FULL / EMPTY count)
   extern __shared__ uint4 mw2_smem[];
@@ -209,7 +256,24 @@ __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__
       if (pt < MWG_T) sls[pt] = slot;
       if (pt == 0) done[st] = 0;
       mw2_bar_sync<MW2_BAR_P, 32 * NPW>();  // the slots are in
-      mw2_fill<NPW, PB>(Kt0 + st * MWG_TILE_BYTES, cache, sls, pw, lane);
+      if ((V & 2) && nt == 1) {
+        // One tile: stage 1 is free, so the raw tile lands there in one round trip.
+        u8* raw = Kt0 + MWG_TILE_BYTES;
+        const u32 rb = mwg_smem_addr(raw);
+        for (int c = pt; c < MWG_T * MWG_CH; c += 32 * NPW) {
+          const int j = c / MWG_CH, p = c - j * MWG_CH, t = sls[j];
+          if (t < 0) continue;
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(rb + (u32)(j * MLA_TOK_BYTES + p * 16)),
+                       "l"(cache + (size_t)t * MLA_TOK_BYTES + p * 16)
+                       : "memory");
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        mw2_bar_sync<MW2_BAR_P, 32 * NPW>();  // every producer thread's rows are in
+        mw2_fill_raw<NPW, PB>(Kt0, raw, sls, pw, lane);
+      } else {
+        mw2_fill<NPW, PB>(Kt0 + st * MWG_TILE_BYTES, cache, sls, pw, lane);
+      }
       mwg_fence_async();  // the tile visible to wgmma
       mw2_bar_arrive_st<MW2_BAR_FULL, NT>(st);
       n++;
@@ -222,11 +286,13 @@ __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CREG) : "memory");
-  // Queries, as mla_prefill_wg: warp w takes heads 8w..8w+7, two at a time.
-  for (int hp = 0; hp < 8; hp += 2) {
-    float4 v[2][5];
+  // Queries, as mla_prefill_wg: warp w takes heads 8w..8w+7, two at a time
+  // (V & 1: four).
+  constexpr int QR = (V & 1) ? 4 : 2;
+  for (int hp = 0; hp < 8; hp += QR) {
+    float4 v[QR][5];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < QR; r++) {
       const int h = h0 + 8 * w + hp + r;
       const float4 z4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
@@ -239,7 +305,7 @@ __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__
       }
     }
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < QR; r++) {
       const int hh = 8 * w + hp + r;
       float mx = 0.0f;
 #pragma unroll
@@ -378,14 +444,36 @@ __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__
     // mla_combine's layout: part_o [q H + h][split][512] unnormalised,
     // part_ml [..][2] = (max in natural-log units, sum); m is kept in log2
     // units here (scores x log2 e), so the max is scaled back by ln 2.
+    if (V & 4) {
+      // The stages are free (every wgmma waited on): O goes through them so
+      // that each head's 2 KB leaves as whole rows of 16-byte stores.
+      float* os = (float*)Kt0;
+#pragma unroll
+      for (int hr = 0; hr < 2; hr++) {
+        float* orow = os + (hr ? hr1 : hr0) * MW2_OSTRIDE + 256 * th + 2 * t4;
+#pragma unroll
+        for (int i = 0; i < 32; i++) *(float2*)(orow + 8 * i) = make_float2(o[4 * i + 2 * hr], o[4 * i + 2 * hr + 1]);
+      }
+      mw2_bar_sync<MW2_BAR_C, 256>();
+      const int c4 = tid & 127;
+#pragma unroll 4
+      for (int hb = tid >> 7; hb < MWG_HB; hb += 2) {
+        const int h = h0 + hb;
+        if (h >= H) break;
+        const size_t pz = ((size_t)qi * H + h) * gridDim.x + blockIdx.x;
+        ((float4*)(part_o + pz * MLA_LAT))[c4] = *(const float4*)(os + hb * MW2_OSTRIDE + 4 * c4);
+      }
+    }
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
       const int hb = hr ? hr1 : hr0, h = h0 + hb;
       if (h >= H) continue;
       const size_t pz = ((size_t)qi * H + h) * gridDim.x + blockIdx.x;
       float* po = part_o + pz * MLA_LAT + 256 * th + 2 * t4;
+      if (!(V & 4)) {
 #pragma unroll
-      for (int i = 0; i < 32; i++) *(float2*)(po + 8 * i) = make_float2(o[4 * i + 2 * hr], o[4 * i + 2 * hr + 1]);
+        for (int i = 0; i < 32; i++) *(float2*)(po + 8 * i) = make_float2(o[4 * i + 2 * hr], o[4 * i + 2 * hr + 1]);
+      }
       if (th == 0 && t4 == 0) {
         const float m = hr ? m1 : m0;
         part_ml[2 * pz] = m == NEG_INF ? NEG_INF : m * 0.6931471805599453f;
@@ -428,7 +516,17 @@ extern "C" __global__ void __launch_bounds__(384, 1) mla_decode_wg2(MT_ARGS, con
   mw2_block<4, 8, MW2_PREG, MW2_CREG, true>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps,
                                             part_o, part_ml, row_base);
 }
+
+// mla_decode_wg2b: mla_decode_wg2 (the same bits) with mw2_block's V = 7
+// (queries four heads a round, a one-tile block's gather in one cp.async
+// round trip, the partial stored as whole rows) and a programmatic launch.
+extern "C" __global__ void __launch_bounds__(384, 1) mla_decode_wg2b(MT_ARGS, const long long* __restrict__ row_base) {
+  PDL_WAIT();
+  mw2_block<4, 8, MW2_PREG, MW2_CREG, true, 7>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale,
+                                               tps, part_o, part_ml, row_base);
+}
 #else
+extern "C" __global__ void __launch_bounds__(384) mla_decode_wg2b(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(384) mla_prefill_wg2(MT_ARGS) { __trap(); }
 extern "C" __global__ void __launch_bounds__(384) mla_decode_wg2(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 #endif

@@ -14,8 +14,9 @@
 // accumulators: the 8-row form needs more registers). The logits are still
 // written to y.
 //
-// Routing part: each block fences its writes and takes a ticket on ctr; the
-// block that takes the last one routes the M rows one after the other with
+// Routing part: each block takes a ticket on ctr (an acq_rel atomic add
+// after a barrier, so its stores are released with it); the block that
+// takes the last one routes the M rows one after the other with
 // moe_route_rank_row (moe_route_rank's bits), reading the logits through L2
 // (ld.global.cg: other blocks wrote them in this launch) into shared memory,
 // and puts ctr back to 0, so the next launch or graph replay needs no memset.
@@ -24,8 +25,14 @@
 
 __device__ __forceinline__ float ld_cg_f32(const float* p) {
   float v;
-  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
   return v;
+}
+
+__device__ __forceinline__ unsigned atom_add_acq_rel(unsigned* p) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
+  return old;
 }
 
 template <int R, int MM>
@@ -110,18 +117,19 @@ __device__ __forceinline__ void router_route(const u16* __restrict__ W, const fl
     if (n0 + rr < N) {
       // gemv_wide_rows with resid = 0 stores v + 0.0f (-0 becomes +0).
       y[(size_t)m * ldy + n0 + rr] = v + 0.0f;
-      __threadfence();
     }
   }
+  // The ticket: the barrier orders the block's logit stores before thread
+  // 0's acq_rel add at GPU scope (release: they are visible to whoever
+  // acquires a later value of ctr; acquire: the last block then sees every
+  // block's stores, and its barrier passes that on to its threads). A
+  // cooperative grid sync's pattern, with acq_rel in place of
+  // __threadfence()'s sequentially consistent fences, which cost more.
   __syncthreads();
-  if (t == 0) {
-    __threadfence();
-    last = atomicAdd(ctr, 1u) == gridDim.x - 1;
-  }
+  if (t == 0) last = atom_add_acq_rel(ctr) == gridDim.x - 1;
   __syncthreads();
   if (!last) return;
-  __threadfence();
-  if (t == 0) *ctr = 0u;
+  if (t == 0) *ctr = 0u;  // every block has taken its ticket
   for (int m = 0; m < M; m++) {
     if (t < N) lgs[t] = ld_cg_f32(y + (size_t)m * ldy + t);
     __syncthreads();

@@ -20,7 +20,7 @@ func testRouteFusedEqualUnfused(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(on bool) { routeFusedOn = on }(routeFusedOn)
+	defer func(n int) { routeFusedMaxM = n }(routeFusedMaxM)
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
 			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
@@ -32,8 +32,8 @@ func testRouteFusedEqualUnfused(t *testing.T, kind deviceKind) {
 			var caches [2][]byte
 			var batch [2][][]int
 			var count [2]map[string]int
-			for k, on := range []bool{false, true} {
-				routeFusedOn = on
+			for k, rows := range []int{0, 4} {
+				routeFusedMaxM = rows
 				e := newTestEngine(t, kind, src, opts)
 				e.m.graphs.keep = [][]gop{}
 				toks[k] = enginetest.GenerateKeep(t, e, 0, prompt, engine.Params{}, n)
@@ -71,10 +71,16 @@ func testRouteFusedEqualUnfused(t *testing.T, kind deviceKind) {
 	}
 }
 
-// routeFused follows gemvBF16's kernel choice: the wide kernel's rows only.
+// routeFused follows gemvBF16's kernel choice: the wide kernel's rows only,
+// up to TILERT_GPU_ROUTE_FUSED's rows.
 func TestRouteFusedRule(t *testing.T) {
-	defer func(on, tile bool, wide string) { routeFusedOn, gemvTileOn, gemvWideMode = on, tile, wide }(routeFusedOn, gemvTileOn, gemvWideMode)
-	routeFusedOn, gemvTileOn, gemvWideMode = true, true, ""
+	defer func(n int, tile bool, wide string) { routeFusedMaxM, gemvTileOn, gemvWideMode = n, tile, wide }(routeFusedMaxM, gemvTileOn, gemvWideMode)
+	for v, want := range map[string]int{"": 4, "0": 0, "1": 1, "2": 2, "4": 4, "8": 8, "9": 4, "on": 4, "-1": 4} {
+		if got := routeFusedRows(v); got != want {
+			t.Errorf("TILERT_GPU_ROUTE_FUSED=%q: %d rows, want %d", v, got, want)
+		}
+	}
+	routeFusedMaxM, gemvTileOn, gemvWideMode = 4, true, ""
 	r := dlin{kind: linBF16, out: 256, in: 7168}
 	for M := 1; M <= 4; M++ {
 		if !routeFused(r, M, 256, 7168) {
@@ -90,14 +96,22 @@ func TestRouteFusedRule(t *testing.T) {
 		t.Errorf("fused a non-bf16 router or a router of another shape")
 	}
 	gemvTileOn = false
+	if routeFused(r, 8, 256, 7168) {
+		t.Errorf("8 rows fused with TILERT_GPU_ROUTE_FUSED unset (4 rows at most)")
+	}
+	routeFusedMaxM = 8
 	if !routeFused(r, 8, 256, 7168) {
-		t.Errorf("tile kernels off: 8 rows run the wide kernel, not fused")
+		t.Errorf("tile kernels off, TILERT_GPU_ROUTE_FUSED=8: 8 rows run the wide kernel, not fused")
 	}
 	gemvWideMode = "0"
 	if routeFused(r, 1, 256, 7168) {
 		t.Errorf("TILERT_GPU_GEMV_WIDE=0: fused though the warp-per-row GEMV computes the logits")
 	}
-	gemvWideMode, routeFusedOn = "", false
+	gemvWideMode, gemvTileOn, routeFusedMaxM = "", true, 1
+	if routeFused(r, 2, 256, 7168) || !routeFused(r, 1, 256, 7168) {
+		t.Errorf("TILERT_GPU_ROUTE_FUSED=1: not exactly the one-row steps fused")
+	}
+	routeFusedMaxM = 0
 	if routeFused(r, 1, 256, 7168) {
 		t.Errorf("TILERT_GPU_ROUTE_FUSED=0: fused")
 	}

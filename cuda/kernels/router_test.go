@@ -134,9 +134,10 @@ func diffBits(a, b []uint32) int {
 	return n
 }
 
-// TestKernelTimingRouterRoute: the two launches against RouterRoute at 1
-// and 4 rows, DeepSeek-V3.2 and GLM-5 dims, graph-timed (as the engine's
-// decode graphs run them), plain and programmatic launches.
+// TestKernelTimingRouterRoute: the two launches against RouterRoute at 1,
+// 2 and 4 rows (for TILERT_GPU_ROUTE_FUSED's limit), DeepSeek-V3.2 and
+// GLM-5 dims, graph-timed (as the engine's decode graphs run them), plain
+// and programmatic launches.
 func TestKernelTimingRouterRoute(t *testing.T) {
 	needTiming(t)
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
@@ -151,7 +152,7 @@ func TestKernelTimingRouterRoute(t *testing.T) {
 		for _, cs := range routerCases[:2] {
 			w := a.up(randBF16(r, cs.E*cs.H, 0.05))
 			bias := a.up(randF32(r, cs.E, 0.1))
-			for _, M := range []int{1, 4} {
+			for _, M := range []int{1, 2, 4} {
 				x := a.up(randF32(r, M*cs.H, 1))
 				lg, idx, wts := a.raw(int64(4*M*cs.E)), a.raw(int64(4*M*cs.K)), a.raw(int64(4*M*cs.K))
 				bytes := float64(2*cs.E*cs.H + 4*M*cs.H + 4*M*cs.E)

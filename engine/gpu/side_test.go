@@ -167,7 +167,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 									}
 								case "unfork", "join":
 									side = false
-								case "moeRoute":
+								case "moeRoute", "routerRoute":
 									if side {
 										sideRoutes[k]++
 									}

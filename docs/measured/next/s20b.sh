@@ -24,10 +24,8 @@ grep -E "^graph|us " $R/timing.log | grep -v "^ *$" | head -40 >> $R/summary.txt
 bn deepseek-v3.2 8192 1 ds-new
 bn deepseek-v3.2 8192 1 ds-noroute TILERT_GPU_ROUTE_FUSED=0
 bn deepseek-v3.2 8192 1 ds-nonorm TILERT_GPU_MOE_NORM_FUSED=0
-bn deepseek-v3.2 8192 1 ds-old TILERT_GPU_ROUTE_FUSED=0 TILERT_GPU_MOE_NORM_FUSED=0
 bn glm-5 8192 1 glm-new
 bn glm-5 8192 1 glm-old TILERT_GPU_ROUTE_FUSED=0 TILERT_GPU_MOE_NORM_FUSED=0
 bn deepseek-v3.2 131072 1 ds-long
 bn glm-5 131072 1 glm-long
 bn deepseek-v3.2 8192 4 ds-4
-bn deepseek-v3.2 8192 4 ds-4-old TILERT_GPU_ROUTE_FUSED=0 TILERT_GPU_MOE_NORM_FUSED=0

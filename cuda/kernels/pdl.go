@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"maps"
 	"os"
 	"strings"
 
@@ -215,7 +214,7 @@ func parsePDLSel(more, plain string) (pdlSelection, error) {
 			}
 			if !hit {
 				return nil, errors.WithHintf(errors.Newf("%s: %q is the start of no kernel name it can switch", env, p),
-					"name kernels by a prefix of their names (cuda/kernels/pdl.go lists them: pdlMoreKernels for TILERT_GPU_PDL_MORE, pdlKernels and pdlWeightsFirst for TILERT_GPU_PDL_PLAIN), separated by commas")
+					"name kernels by a prefix of their names (cuda/kernels/pdl.go lists them: pdlMoreKernels for TILERT_GPU_PDL_MORE, pdlKernels for TILERT_GPU_PDL_PLAIN), separated by commas")
 			}
 			out = append(out, p)
 		}
@@ -229,9 +228,7 @@ func parsePDLSel(more, plain string) (pdlSelection, error) {
 			return sel, err
 		}
 	}
-	plainable := maps.Clone(pdlKernels)
-	maps.Copy(plainable, pdlWeightsFirst)
-	sel.plain, err = split("TILERT_GPU_PDL_PLAIN", plain, plainable)
+	sel.plain, err = split("TILERT_GPU_PDL_PLAIN", plain, pdlKernels)
 	return sel, err
 }
 
@@ -244,18 +241,10 @@ func hasPrefixIn(name string, ps []string) bool {
 	return false
 }
 
-// pdlWeightsFirst are kernels that launch as pdlKernels do but whose body
-// starts with loads of weights (never written during a step) and only then
-// PDL_WAIT(): the fused router (cu/router.cu), its first round of router
-// weight loads in flight while the kernel before it runs.
-// TestPDLWeightsFirst checks each entry's first statement.
-var pdlWeightsFirst = setOf("moe_router_route_r1_m4", "moe_router_route_r2_m4", "moe_router_route_r4_m4", "moe_router_route_r8_m4",
-	"moe_router_route_r1_m8", "moe_router_route_r2_m8", "moe_router_route_r4_m8", "moe_router_route_r8_m8")
-
 // pdlFor says whether a kernel named name launches programmatically when
 // PDL is on.
 func pdlFor(name string) bool {
-	if pdlKernels[name] || pdlWeightsFirst[name] {
+	if pdlKernels[name] {
 		return !hasPrefixIn(name, pdlSel.plain)
 	}
 	return pdlMoreKernels[name] && (pdlSel.moreAll || hasPrefixIn(name, pdlSel.more))

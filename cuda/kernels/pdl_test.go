@@ -381,8 +381,6 @@ func TestPDLMoreKernelsWait(t *testing.T) {
 		{"allreduce_oneshot_f32", "1", "", false},
 		{"gemv_tile_fp8_r8_m1_d16s", "", "", false}, // SpreadPlan's o_proj: plain by default (session 15 call C)
 		{"gemv_tile_fp8_r8_m1_d16s", "gemv_tile_fp8_r8_m1_d16s", "", true},
-		{"moe_router_route_r1_m4", "", "", true}, // pdlWeightsFirst
-		{"moe_router_route_r1_m8", "", "moe_router_route", false},
 	} {
 		sel, err := parsePDLSel(c.more, c.plain)
 		if err != nil {
@@ -426,49 +424,5 @@ func TestSetPlainHold(t *testing.T) {
 		if got := k.programmatic(listed); got != pdl || k.programmatic(unlisted) {
 			t.Errorf("pdl=%v: after the hold %s programmatic %v, %s %v", pdl, listed, got, unlisted, k.programmatic(unlisted))
 		}
-	}
-}
-
-// The fused router's kernels (pdlWeightsFirst) start with router_route,
-// whose body reads nothing but the weights before its PDL_WAIT().
-func TestPDLWeightsFirst(t *testing.T) {
-	entries := kernelEntries(KernelSource())
-	for n := range pdlWeightsFirst {
-		defs, ok := entries[n]
-		if !ok {
-			t.Errorf("pdlWeightsFirst lists %s, but no module source defines that kernel", n)
-			continue
-		}
-		for _, first := range defs {
-			if !strings.HasPrefix(first, "router_route<") {
-				t.Errorf("kernel %s starts with %q, not router_route", n, first)
-			}
-		}
-		if pdlKernels[n] || pdlMoreKernels[n] {
-			t.Errorf("%s is on pdlWeightsFirst and another PDL list", n)
-		}
-	}
-	src, err := kernelFS.ReadFile("cu/router.cu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := stripComments(string(src))
-	i := strings.Index(s, "void router_route(")
-	if i < 0 {
-		t.Fatal("cu/router.cu defines no router_route")
-	}
-	b := strings.IndexByte(s[i:], '{')
-	w := strings.Index(s[i:], "PDL_WAIT();")
-	if b < 0 || w < b {
-		t.Fatal("router_route has no PDL_WAIT() in its body")
-	}
-	pre := s[i+b : i+w]
-	for _, bad := range []string{"__ldg", "x +", "y +", "y[", "bias", "ctr", "idx", "wts", "ld_cg", "atomic"} {
-		if strings.Contains(pre, bad) {
-			t.Errorf("router_route touches %q before PDL_WAIT(): only weights may be read there", bad)
-		}
-	}
-	if !strings.Contains(pre, "ldg_stream16(wr") {
-		t.Errorf("router_route issues no weight loads before PDL_WAIT()")
 	}
 }

@@ -90,11 +90,6 @@ type device interface {
 	embed(out, table, ids cuda.DevPtr, T, D, V int) error
 	moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error
 	moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error
-	// routerRoute is gemvBF16(logits, x, w, E, H, M, H, E) then moeRoute of
-	// the M rows, in one launch (kernels.RouterRoute; x rows of H floats,
-	// logits rows of E); ctr is kernels.RouterRouteWorkspaceBytes, zeroed,
-	// which every launch leaves zeroed.
-	routerRoute(logits, idx, wts, x, w, bias, ctr cuda.DevPtr, M, E, H, K, ngroup, topkGroup int, norm bool, scale float32) error
 	// indexerScores reads the fp8 indexer pages, or (f32) the float32 key
 	// cache of exact mode.
 	indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error
@@ -527,40 +522,6 @@ func (b *cudaDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
 
 func (b *cudaDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
 	return b.k.MoERoute(b.s, idx, wts, logits, bias, T, E, K, ngroup, topkGroup, norm, scale)
-}
-
-func (b *cudaDevice) routerRoute(logits, idx, wts, x, w, bias, ctr cuda.DevPtr, M, E, H, K, ngroup, topkGroup int, norm bool, scale float32) error {
-	return b.k.RouterRoute(b.s, logits, idx, wts, x, w, bias, ctr, M, E, H, K, H, E, ngroup, topkGroup, norm, scale)
-}
-
-// routeFusedMaxM: the router GEMV and the routing of up to this many decode
-// rows run as one launch (kernels.RouterRoute: the wide GEMV's grid, the
-// block that finishes last routes, the first round of weight loads before
-// the PDL wait) where routeFused allows. TILERT_GPU_ROUTE_FUSED=0 keeps the
-// two launches; =1..8 sets the most rows (unset or anything else: 4; the
-// last block routes the rows one after another, so more rows lengthen its
-// tail; past 4 rows only with the tile kernels off). Bit for bit the same
-// logits, ids and weights either way. Session 20, NOT yet run on a GPU; the
-// same design without the pre-wait loads measured slower in session 14
-// (cuda/kernels/NOTES.md, "Fused MoE router, again").
-var routeFusedMaxM = routeFusedRows(os.Getenv("TILERT_GPU_ROUTE_FUSED"))
-
-// routeFusedRows is TILERT_GPU_ROUTE_FUSED's row limit (0: off).
-func routeFusedRows(v string) int {
-	if len(v) == 1 && v[0] >= '0' && v[0] <= '8' {
-		return int(v[0] - '0')
-	}
-	return 4
-}
-
-// routeFused says whether the router l of M rows (E experts of H) runs as
-// one routerRoute launch: M <= routeFusedMaxM, bf16, and gemvBF16 would run the
-// wide kernel over it (the fused kernel's logits are that kernel's bits):
-// not the tensor-core GEMV (mmaRule), not the tile kernel (more than 4
-// rows while it is on), not a GEMM.
-func routeFused(l dlin, M, E, H int) bool {
-	return M >= 1 && M <= min(routeFusedMaxM, kernels.RouterRouteMaxM) && l.kind == linBF16 && l.out == E && l.in == H &&
-		!useGemm(l, M) && !mmaRule(E, 2*H, M, true) && !(gemvTileOn && M > 4) && E <= gemvBF16WideMaxN && gemvWide(E)
 }
 
 func (b *cudaDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {

@@ -427,21 +427,6 @@ func (m *emuDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
 	return nil
 }
 
-// routerRoute is gemvBF16 then moeRoute, with the kernel's limits and its
-// counter's contract (zero before, zero after).
-func (m *emuDevice) routerRoute(logits, idx, wts, x, w, bias, ctr cuda.DevPtr, M, E, H, K, ngroup, topkGroup int, norm bool, scale float32) error {
-	if !kernels.RouterRouteOK(x, w, M, E, H, K, H, E) || ctr == 0 {
-		return errors.Newf("emu router route: M=%d E=%d H=%d K=%d ctr %#x", M, E, H, K, uint64(ctr))
-	}
-	if c := m.i32(ctr, 1)[0]; c != 0 {
-		return errors.Newf("emu router route: counter %d, not zeroed", c)
-	}
-	if err := m.gemvBF16(logits, x, w, E, H, M, H, E); err != nil {
-		return err
-	}
-	return m.moeRoute(idx, wts, logits, bias, M, E, K, ngroup, topkGroup, norm, scale)
-}
-
 // moeRoute is the CPU engine's router rule (sigmoid, bias for the choice,
 // DeepSeek group limiting, normalised weights times the scaling factor).
 func (m *emuDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {

@@ -88,7 +88,6 @@ type workspace struct {
 	iqh, iwq                 cuda.DevPtr // indexerQPrep's query codes [rows][kernels.IndexerQRowBytes] and weights [rows][64]
 	g, u                     cuda.DevPtr // [rows][max intermediate]
 	rlog, eidx, ewts         cuda.DevPtr
-	rctr                     cuda.DevPtr // routerRoute's block counter (kernels.RouterRouteWorkspaceBytes, zeroed; every launch leaves it zeroed)
 	eg, eu, ey               cuda.DevPtr // [top-k][moe intermediate or hidden]
 	logits, tok              cuda.DevPtr
 	amax                     cuda.DevPtr // arg-max scratch (kernels.ArgmaxScratchBytes(maxRows))
@@ -163,7 +162,6 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 		{&ws.rlog, M * max(1, c.NRoutedExperts)},
 		{&ws.eidx, M * K},
 		{&ws.ewts, M * K},
-		{&ws.rctr, kernels.RouterRouteWorkspaceBytes / 4},
 		{&ws.eg, max(K, tileSlots) * max(1, c.MoEIntermediateSize)},
 		{&ws.eu, K * max(1, c.MoEIntermediateSize)},
 		{&ws.ey, max(K, tileSlots) * H},
@@ -442,19 +440,12 @@ func (f *fwd) moe(lw *dlayer) {
 }
 
 // route runs the router GEMV and the routing of ws.h into ws.eidx and
-// ws.ewts (logits in ws.rlog): one routerRoute launch where routeFused
-// says its logits are the GEMV's bits, else o.lin then moeRoute.
+// ws.ewts.
 func (f *fwd) route(lw *dlayer) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	E, K := c.NRoutedExperts, c.NumExpertsPerTok
-	if routeFused(lw.Router, M, E, H) && kernels.RouterRouteOK(ws.h, lw.Router.w, M, E, H, K, H, E) {
-		// One launch: the router GEMV's grid, the last block routing.
-		o.do(o.b.routerRoute(ws.rlog, ws.eidx, ws.ewts, ws.h, lw.Router.w, lw.Bias, ws.rctr, M, E, H, K, c.NGroup,
-			c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
-		return
-	}
 	o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
 	o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
 }

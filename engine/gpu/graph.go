@@ -441,13 +441,6 @@ func (gb *graphDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngr
 	}, ku(idx), ku(wts), ku(logits), ku(bias), ki(T), ki(E), ki(K), ki(ngroup), ki(topkGroup), kb(norm), kf(scale))
 }
 
-func (gb *graphDevice) routerRoute(logits, idx, wts, x, w, bias, ctr cuda.DevPtr, M, E, H, K, ngroup, topkGroup int, norm bool, scale float32) error {
-	return gb.rec("routerRoute", 2*int64(E)*int64(H), func(b device) error {
-		return b.routerRoute(logits, idx, wts, x, w, bias, ctr, M, E, H, K, ngroup, topkGroup, norm, scale)
-	}, ku(logits), ku(idx), ku(wts), ku(x), ku(w), ku(bias), ku(ctr), ki(M), ki(E), ki(H), ki(K), ki(ngroup), ki(topkGroup),
-		kb(norm), kf(scale))
-}
-
 func (gb *graphDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
 	return gb.rec("indexerScores", int64(T)*(kernels.IndexerPageBytes/64), func(b device) error {
 		return b.indexerScores(f32, out, q, w, cache, lens, nq, H, T, ldOut, qkScale)

@@ -167,7 +167,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 									}
 								case "unfork", "join":
 									side = false
-								case "moeRoute", "routerRoute":
+								case "moeRoute":
 									if side {
 										sideRoutes[k]++
 									}

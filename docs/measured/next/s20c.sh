@@ -8,7 +8,7 @@ chmod +x .device/next/* 2>/dev/null
 D=$PWD/.device/next; R=/tmp/s20c; rm -rf $R; mkdir -p $R
 export TILERT_KERNEL_CACHE=/tmp/tilert-kernels
 save() { tar czf $OUT/s20c.tgz -C $R .; cp $R/summary.txt $OUT/summary.txt 2>/dev/null; }
-bn() { local m=$1 c=$2 b=$3 n=$4; shift 4; env X=1 "$@" timeout 120 $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context $c --batches $b ${MTP:+--mtp} ${PROF:+--profile} ${JS:+--json} > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " $R/$n.txt | sed "s|^|$n $* |" | tee -a $R/summary.txt; save; }
+bn() { local m=$1 c=$2 b=$3 n=$4; shift 4; env X=1 "$@" timeout 120 $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context $c --batches $b ${MTP:+--mtp} ${PROF:+--profile} ${JS:+--json $R/$n.json} > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " $R/$n.txt | sed "s|^|$n $* |" | tee -a $R/summary.txt; save; }
 timeout 120 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm.txt 2>&1
 bn deepseek-v3.2 8192,131072 1,4 ds
 bn glm-5 8192,131072 1,4 glm

@@ -28,6 +28,20 @@ func removedSwitches(getenv func(string) string) error {
 			errors.Newf("%s=%q: the persistent MoE kernel (moe_persist) was removed in session 11: measured on the H200 it was slower than the chain of launches (138.98 against 129.92 us at DeepSeek-V3.2 dims, 58.62 against 45.76 us on the TP-8 shard)", name, v),
 			"unset "+name+": the MoE half runs as the chain of launches; the record is in cuda/kernels/NOTES.md \"Persistent MoE half\"")
 	}
+	// Session 20 measured two one-launch fusions bit for bit the default
+	// and slower, and removed them: the router GEMV + routing
+	// (TILERT_GPU_ROUTE_FUSED, moe_router_route) and the one-row MLA merge
+	// inside the W_UV launch (TILERT_GPU_ABSORB_COMB, absorb_v_comb).
+	if v := getenv("TILERT_GPU_ROUTE_FUSED"); v != "" && v != "0" {
+		return errors.WithHint(
+			errors.Newf("TILERT_GPU_ROUTE_FUSED=%q: the router GEMV and the routing in one launch (moe_router_route) was removed in session 20: measured on the H200 it was slower graph-timed at every row count (1 row 7.71 -> 8.45 us, 4 rows 10.75 -> 24.30)", v),
+			"unset TILERT_GPU_ROUTE_FUSED: the router GEMV and moe_route_rank run as two launches; the code last exists at 5643518, the record is in cuda/kernels/NOTES.md \"moe_router_route\"")
+	}
+	if v := getenv("TILERT_GPU_ABSORB_COMB"); v != "" && v != "0" {
+		return errors.WithHint(
+			errors.Newf("TILERT_GPU_ABSORB_COMB=%q: the one-row MLA merge inside the W_UV launch (absorb_v_comb) was removed in session 20: measured on the H200 the step was slower (2.720 against 2.657 ms, DeepSeek-V3.2 dims, 8192, 1 slot)", v),
+			"unset TILERT_GPU_ABSORB_COMB: mla_combine_wide merges the split partials before absorb_v_fast; the code last exists at 5048476, the record is in cuda/kernels/NOTES.md \"mla_decode_wg2b and absorb_v_comb\"")
+	}
 	// TILERT_GPU_TOPK_FAST=2 ran the indexer's scores and its top-k in one
 	// launch (indexer_scores_topk, sessions 9-11); slower than the two
 	// launches every time, removed in session 12. 0 and 1 stay.

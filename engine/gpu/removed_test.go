@@ -32,6 +32,10 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_SIDE_MOE": "route"}, `TILERT_GPU_SIDE_MOE="route"`},
 		{map[string]string{"TILERT_GPU_SIDE_MOE": "0"}, `TILERT_GPU_SIDE_MOE="0"`},
 		{map[string]string{"TILERT_GPU_SIDE": "moe"}, ""},
+		{map[string]string{"TILERT_GPU_ROUTE_FUSED": "1"}, `TILERT_GPU_ROUTE_FUSED="1"`},
+		{map[string]string{"TILERT_GPU_ROUTE_FUSED": "0"}, ""},
+		{map[string]string{"TILERT_GPU_ABSORB_COMB": "1"}, `TILERT_GPU_ABSORB_COMB="1"`},
+		{map[string]string{"TILERT_GPU_ABSORB_COMB": "0"}, ""},
 		{map[string]string{"TILERT_GPU_TOPK_FAST": "0"}, ""},
 		{map[string]string{"TILERT_GPU_TOPK_FAST": "1"}, ""},
 		{map[string]string{"TILERT_GPU_TOPK_FAST": "2"}, `TILERT_GPU_TOPK_FAST="2"`},
@@ -118,6 +122,10 @@ func TestRemovedSwitchRefused(t *testing.T) {
 // the message (the measurement) and of the hint (what to do, where the
 // record is), by the switch's name.
 var removedSays = map[string][2][]string{
+	"TILERT_GPU_ROUTE_FUSED": {{"removed in session 20", "7.71 -> 8.45 us", "10.75 -> 24.30"},
+		{"unset TILERT_GPU_ROUTE_FUSED", "5643518", "cuda/kernels/NOTES.md"}},
+	"TILERT_GPU_ABSORB_COMB": {{"removed in session 20", "2.720 against 2.657 ms"},
+		{"unset TILERT_GPU_ABSORB_COMB", "5048476", "cuda/kernels/NOTES.md"}},
 	"TILERT_GPU_MOE_PERSIST": {{"removed in session 11", "138.98 against 129.92 us", "58.62 against 45.76 us"},
 		{"unset TILERT_GPU_MOE_PERSIST", "cuda/kernels/NOTES.md", `"Persistent MoE half"`}},
 	"TILERT_GPU_TOPK_FAST": {{"removed in session 12", "17.69 against 14.91 us", "2.792 against 2.772 ms"},

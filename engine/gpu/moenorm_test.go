@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"bytes"
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
@@ -23,53 +22,25 @@ func testMoENormFusedEqual(t *testing.T, kind deviceKind) {
 	defer func(on bool) { moeNormOn = on }(moeNormOn)
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
-			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
-			vocab := w.Config().VocabSize
-			prompt := enginetest.Prompt(w.Config().IndexTopK+20, vocab, 7)
-			n := 12
-			opts := engine.Options{MTP: true, MaxSeqLen: len(prompt) + n + 16, Slots: 2}
-			var toks [2][]int
-			var caches [2][]byte
-			var batch [2][][]int
-			var count [2]map[string]int
+			c := newSwitchCasePast(t, pr)
+			var r [2]switchRun
 			for k, on := range []bool{false, true} {
 				moeNormOn = on
-				e := newTestEngine(t, kind, src, opts)
-				e.m.graphs.keep = [][]gop{}
-				toks[k] = enginetest.GenerateKeep(t, e, 0, prompt, engine.Params{}, n)
-				caches[k] = exportBytes(t, e, 0)
-				e.Release(0)
-				batch[k] = generateBatch(t, e, [][]int{prompt[:len(prompt)-3], prompt}, engine.Params{}, n)
-				count[k] = map[string]int{}
-				for _, run := range e.m.graphs.keep {
-					for _, op := range run {
-						count[k][op.name]++
-					}
-				}
+				r[k] = c.run(t, kind, true)
 			}
-			if i := enginetest.FirstDiff(toks[1], toks[0]); i >= 0 {
-				t.Errorf("fused tokens differ from two launches at %d:\n got %v\nwant %v", i, toks[1], toks[0])
-			}
-			if !bytes.Equal(caches[0], caches[1]) {
-				t.Errorf("caches differ between the fused launch and the two")
-			}
-			for s := range batch[0] {
-				if i := enginetest.FirstDiff(batch[1][s], batch[0][s]); i >= 0 {
-					t.Errorf("batched slot %d: fused tokens differ from two launches at %d", s, i)
-				}
-			}
-			f := count[1]["moeCombineNorm"]
-			if count[0]["moeCombineNorm"] != 0 || f == 0 {
-				t.Errorf("moeCombineNorm launches: %d off, %d on (want 0 and some)", count[0]["moeCombineNorm"], f)
+			r[1].sameAs(t, r[0], "fused", "two launches")
+			f := r[1].ops["moeCombineNorm"]
+			if r[0].ops["moeCombineNorm"] != 0 || f == 0 {
+				t.Errorf("moeCombineNorm launches: %d off, %d on (want 0 and some)", r[0].ops["moeCombineNorm"], f)
 			}
 			for _, name := range []string{"moeCombine", "addRMSNorm"} {
-				if count[1][name]+f != count[0][name] {
+				if r[1].ops[name]+f != r[0].ops[name] {
 					t.Errorf("%s: %d launches off, %d on beside %d fused (want each fused launch to replace one)",
-						name, count[0][name], count[1][name], f)
+						name, r[0].ops[name], r[1].ops[name], f)
 				}
 			}
 			t.Logf("%s launches off/on: moeCombine %d/%d addRMSNorm %d/%d; moeCombineNorm %d", kind,
-				count[0]["moeCombine"], count[1]["moeCombine"], count[0]["addRMSNorm"], count[1]["addRMSNorm"], f)
+				r[0].ops["moeCombine"], r[1].ops["moeCombine"], r[0].ops["addRMSNorm"], r[1].ops["addRMSNorm"], f)
 		})
 	}
 }

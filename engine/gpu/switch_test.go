@@ -24,14 +24,24 @@ func newSwitchCase(t *testing.T, preset string) switchCase {
 	return switchCase{src: src, prompt: enginetest.Prompt(min(40, w.Config().IndexTopK-n-4), w.Config().VocabSize, 7), n: n}
 }
 
+// newSwitchCasePast is newSwitchCase with a prompt past index_topk, so
+// that the indexer scores and selects (the fused attention and MoE paths).
+func newSwitchCasePast(t *testing.T, preset string) switchCase {
+	t.Helper()
+	w, src := hfSourceOf(t, enginetest.PresetDir(t, preset))
+	return switchCase{src: src, prompt: enginetest.Prompt(w.Config().IndexTopK+20, w.Config().VocabSize, 7), n: 12}
+}
+
 // switchRun is what one setting produced: slot 0's greedy tokens and cache
 // bytes, two batched slots' tokens (half the prompt and all of it), and the
-// recorded step graphs' launches counted by op name.
+// recorded step graphs' launches counted by op name, in all (ops) and per
+// graph run (runs).
 type switchRun struct {
 	toks  []int
 	cache []byte
 	batch [][]int
 	ops   map[string]int
+	runs  []map[string]int
 }
 
 // run decodes the case on a new engine (two slots, graphs on and kept),
@@ -47,9 +57,12 @@ func (c switchCase) run(t *testing.T, kind deviceKind, mtp bool) switchRun {
 	r.batch = generateBatch(t, e, [][]int{c.prompt[:len(c.prompt)/2], c.prompt}, engine.Params{}, c.n)
 	r.ops = map[string]int{}
 	for _, run := range e.m.graphs.keep {
+		c := map[string]int{}
 		for _, op := range run {
 			r.ops[op.name]++
+			c[op.name]++
 		}
+		r.runs = append(r.runs, c)
 	}
 	e.m.graphs.hold, e.m.graphs.keep = false, nil
 	return r

@@ -104,6 +104,32 @@ __device__ __forceinline__ uint2 mw2_cvt4(u32 b, u32 m2, u32 p2) {
   return make_uint2(mwg_hmul2(mwg_hmul2(mwg_e4m3x2(b), m2), p2), mwg_hmul2(mwg_hmul2(mwg_e4m3x2(b >> 16), m2), p2));
 }
 
+// One latent chunk (16 fp8 of tile slot j, dims 16c..16c+15) with its
+// group scale sc into the fp16 stage Kt, wg's conversion; zeros for a
+// skipped slot (its cache slot ts < 0).
+__device__ __forceinline__ void mw2_put_lat(u8* Kt, int j, int c, uint4 v, float sc, int ts) {
+  const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
+  u32 m2, p2;
+  mwg_scale(sc, m2, p2);
+  const uint2 a = mw2_cvt4(v.x, m2, p2), bb = mw2_cvt4(v.y, m2, p2);
+  const uint2 cc = mw2_cvt4(v.z, m2, p2), d = mw2_cvt4(v.w, m2, p2);
+  *(uint4*)(Kt + MWG_OFF(j, 16 * c)) = ts >= 0 ? make_uint4(a.x, a.y, bb.x, bb.y) : z4;
+  *(uint4*)(Kt + MWG_OFF(j, 16 * c + 8)) = ts >= 0 ? make_uint4(cc.x, cc.y, d.x, d.y) : z4;
+}
+
+// One RoPE chunk (8 bf16 of tile slot j, chunk r) as fp16 into Kt; zeros
+// for a skipped slot (*ts < 0; read after the conversion, where both
+// callers' code read it).
+__device__ __forceinline__ void mw2_put_rope(u8* Kt, int j, int r, uint4 x, const int* ts) {
+  const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
+  uint4 hv;
+  hv.x = mwg_f16x2(__uint_as_float(x.x << 16), __uint_as_float(x.x & 0xffff0000u));
+  hv.y = mwg_f16x2(__uint_as_float(x.y << 16), __uint_as_float(x.y & 0xffff0000u));
+  hv.z = mwg_f16x2(__uint_as_float(x.z << 16), __uint_as_float(x.z & 0xffff0000u));
+  hv.w = mwg_f16x2(__uint_as_float(x.w << 16), __uint_as_float(x.w & 0xffff0000u));
+  *(uint4*)(Kt + MWG_OFF(j, MLA_LAT + 8 * r)) = *ts >= 0 ? hv : z4;
+}
+
 // The producer's conversion of one tile into the stage Kt: latent chunk c
 // (16 bytes, dims 16c..16c+15) of token j for i = 0..15 (q = 4i + pw: row
 // 8(q%8) + lane%8, chunk 4(q/8) + lane/8), RoPE chunk r (8 bf16) of token j
@@ -114,7 +140,6 @@ __device__ __forceinline__ uint2 mw2_cvt4(u32 b, u32 m2, u32 p2) {
 // interleaves loads and conversions and spills at 120 registers.)
 template <int NPW, int PB>
 __device__ __forceinline__ void mw2_fill(u8* Kt, const u8* __restrict__ cache, const int* sls, int pw, int lane) {
-  const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll 1
   for (int b = 0; b < 64 / NPW / PB; b++) {
     uint4 v[PB];
@@ -131,12 +156,7 @@ __device__ __forceinline__ void mw2_fill(u8* Kt, const u8* __restrict__ cache, c
 #pragma unroll
     for (int u = 0; u < PB; u++) {
       const int q = NPW * (PB * b + u) + pw, j = 8 * (q & 7) + (lane & 7), c = 4 * (q >> 3) + (lane >> 3);
-      u32 m2, p2;
-      mwg_scale(sc[u], m2, p2);
-      const uint2 a = mw2_cvt4(v[u].x, m2, p2), bb = mw2_cvt4(v[u].y, m2, p2);
-      const uint2 cc = mw2_cvt4(v[u].z, m2, p2), d = mw2_cvt4(v[u].w, m2, p2);
-      *(uint4*)(Kt + MWG_OFF(j, 16 * c)) = ts[u] >= 0 ? make_uint4(a.x, a.y, bb.x, bb.y) : z4;
-      *(uint4*)(Kt + MWG_OFF(j, 16 * c + 8)) = ts[u] >= 0 ? make_uint4(cc.x, cc.y, d.x, d.y) : z4;
+      mw2_put_lat(Kt, j, c, v[u], sc[u], ts[u]);
     }
   }
   uint4 rv[16 / NPW];
@@ -150,13 +170,7 @@ __device__ __forceinline__ void mw2_fill(u8* Kt, const u8* __restrict__ cache, c
 #pragma unroll
   for (int i = 0; i < 16 / NPW; i++) {
     const int q = NPW * i + pw, j = 8 * (q & 7) + (lane & 7), r = 4 * (q >> 3) + (lane >> 3);
-    const uint4 x = rv[i];
-    uint4 hv;
-    hv.x = mwg_f16x2(__uint_as_float(x.x << 16), __uint_as_float(x.x & 0xffff0000u));
-    hv.y = mwg_f16x2(__uint_as_float(x.y << 16), __uint_as_float(x.y & 0xffff0000u));
-    hv.z = mwg_f16x2(__uint_as_float(x.z << 16), __uint_as_float(x.z & 0xffff0000u));
-    hv.w = mwg_f16x2(__uint_as_float(x.w << 16), __uint_as_float(x.w & 0xffff0000u));
-    *(uint4*)(Kt + MWG_OFF(j, MLA_LAT + 8 * r)) = rt[i] >= 0 ? hv : z4;
+    mw2_put_rope(Kt, j, r, rv[i], rt + i);
   }
 }
 
@@ -166,7 +180,6 @@ __device__ __forceinline__ void mw2_fill(u8* Kt, const u8* __restrict__ cache, c
 // slot's row is never written and its output is zeros, as mw2_fill's).
 template <int NPW, int PB>
 __device__ __forceinline__ void mw2_fill_raw(u8* Kt, const u8* raw, const int* sls, int pw, int lane) {
-  const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll 1
   for (int b = 0; b < 64 / NPW / PB; b++) {
 #pragma unroll
@@ -174,25 +187,13 @@ __device__ __forceinline__ void mw2_fill_raw(u8* Kt, const u8* raw, const int* s
       const int q = NPW * (PB * b + u) + pw, j = 8 * (q & 7) + (lane & 7), c = 4 * (q >> 3) + (lane >> 3);
       const int ts = sls[j];
       const u8* e = raw + j * MLA_TOK_BYTES;
-      const uint4 v = *(const uint4*)(e + 16 * c);
-      u32 m2, p2;
-      mwg_scale(*(const float*)(e + MLA_LAT + 4 * (c >> 3)), m2, p2);
-      const uint2 a = mw2_cvt4(v.x, m2, p2), bb = mw2_cvt4(v.y, m2, p2);
-      const uint2 cc = mw2_cvt4(v.z, m2, p2), d = mw2_cvt4(v.w, m2, p2);
-      *(uint4*)(Kt + MWG_OFF(j, 16 * c)) = ts >= 0 ? make_uint4(a.x, a.y, bb.x, bb.y) : z4;
-      *(uint4*)(Kt + MWG_OFF(j, 16 * c + 8)) = ts >= 0 ? make_uint4(cc.x, cc.y, d.x, d.y) : z4;
+      mw2_put_lat(Kt, j, c, *(const uint4*)(e + 16 * c), *(const float*)(e + MLA_LAT + 4 * (c >> 3)), ts);
     }
   }
 #pragma unroll
   for (int i = 0; i < 16 / NPW; i++) {
     const int q = NPW * i + pw, j = 8 * (q & 7) + (lane & 7), r = 4 * (q >> 3) + (lane >> 3);
-    const uint4 x = *(const uint4*)(raw + j * MLA_TOK_BYTES + 528 + 16 * r);
-    uint4 hv;
-    hv.x = mwg_f16x2(__uint_as_float(x.x << 16), __uint_as_float(x.x & 0xffff0000u));
-    hv.y = mwg_f16x2(__uint_as_float(x.y << 16), __uint_as_float(x.y & 0xffff0000u));
-    hv.z = mwg_f16x2(__uint_as_float(x.z << 16), __uint_as_float(x.z & 0xffff0000u));
-    hv.w = mwg_f16x2(__uint_as_float(x.w << 16), __uint_as_float(x.w & 0xffff0000u));
-    *(uint4*)(Kt + MWG_OFF(j, MLA_LAT + 8 * r)) = sls[j] >= 0 ? hv : z4;
+    mw2_put_rope(Kt, j, r, *(const uint4*)(raw + j * MLA_TOK_BYTES + 528 + 16 * r), sls + j);
   }
 }
 

@@ -149,8 +149,8 @@ func (k *Set) SetPDL(on bool) { k.pdl = on && k.c.PDLSupported() }
 // one of the two lists.
 var pdlMoreKernels = setOf(
 	"mla_decode_tcf", "mla_decode_tcf2",
-	// cu/wg (mla_prefill_wg, mla_prefill_wg2 and mla_decode_wg2 have no
-	// wait: wgPlainKernels)
+	// cu/wg (mla_prefill_wg, mla_prefill_wg2, mla_decode_wg2 and mwg_probe
+	// have no wait and are on neither list: launched plainly)
 	"mla_decode_wg2b",
 	// SpreadPlan's o_proj: plainly by default (session 15 call C, GLM-5, 8192:
 	// 2.862 ms a step against 2.880 launched programmatically).
@@ -192,10 +192,6 @@ var pdlSel, pdlSelErr = parsePDLSel(os.Getenv("TILERT_GPU_PDL_MORE"), os.Getenv(
 
 // pdlMoreDefault is TILERT_GPU_PDL_MORE's unset value (see pdlSelection).
 const pdlMoreDefault = "mla_decode_tcf,gemv_mid,absorb_v,mla_decode_wg2b"
-
-// wgPlainKernels: the sm_90a module's kernels without PDL_WAIT, launched
-// plainly whatever the lists say.
-var wgPlainKernels = setOf("mla_prefill_wg", "mla_prefill_wg2", "mla_decode_wg2", "mwg_probe")
 
 func parsePDLSel(more, plain string) (pdlSelection, error) {
 	var sel pdlSelection

@@ -18,10 +18,10 @@ import (
 	"github.com/tilert-go/tilert/cuda"
 )
 
-// wg2Name is the kernel MLADecodeWG2 launches for nidx selections in
-// nsplit ranges.
-func wg2Name(nidx, nsplit int) string {
-	if MLAWG2B && cdiv(cdiv(nidx, max(1, nsplit)), mlaPrefillH1Tile) == 1 {
+// wg2Name is the kernel MLADecodeWG2 launches for nq rows of H heads and
+// nidx selections in nsplit ranges.
+func wg2Name(nq, H, nidx, nsplit int) string {
+	if useWG2B(nq, H, cdiv(cdiv(nidx, max(1, nsplit)), mlaPrefillH1Tile)*mlaPrefillH1Tile) {
 		return mlaDecodeWG2BName
 	}
 	return mlaDecodeWG2Name
@@ -56,13 +56,13 @@ func TestKernelMLADecodeWG2(t *testing.T) {
 			qn, qp, ip, lp := a.up(cc.qn), a.up(cc.qp), a.up(cc.idx), a.up(cc.lens)
 			n := cs.nq * cs.H
 			op, lsp := a.poisoned(n*512), a.poisoned(n)
-			name := fmt.Sprintf("%s nq=%d H=%d nidx=%d paged=%v split=%d", wg2Name(cs.nidx, ns), cs.nq, cs.H, cs.nidx, cs.paged, ns)
+			name := fmt.Sprintf("%s nq=%d H=%d nidx=%d paged=%v split=%d", wg2Name(cs.nq, cs.H, cs.nidx, ns), cs.nq, cs.H, cs.nidx, cs.paged, ns)
 			chk(k.MLADecodeWG2(s, op, lsp, qn, qp, cache, bt, 0, ip, lp, ws, cs.nq, cs.H, cs.nidx, cs.ldIdx, ns, cs.scale))
 			got, gotL := downF32(c, op, n*512), downF32(c, lsp, n)
 			// mla_decode_wg2b against mla_decode_wg2: the same arithmetic,
 			// so the same bits (the one-tile gather, the query rounds and
 			// the staged partial rows change only when values move).
-			if wg2Name(cs.nidx, ns) == mlaDecodeWG2BName {
+			if wg2Name(cs.nq, cs.H, cs.nidx, ns) == mlaDecodeWG2BName {
 				o0, l0 := a.poisoned(n*512), a.poisoned(n)
 				withWG2B(false, func() {
 					chk(k.MLADecodeWG2(s, o0, l0, qn, qp, cache, bt, 0, ip, lp, ws, cs.nq, cs.H, cs.nidx, cs.ldIdx, ns, cs.scale))
@@ -179,7 +179,7 @@ func TestKernelTimingMLADecodeWG2(t *testing.T) {
 				us := graphUsRot(c, s, 8, 15, func(i int) {
 					chk(k.MLADecodeWG2(s, out[i], 0, qn[i], qp[i], cache, 0, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, sp, 0.1))
 				})
-				add(fmtName("graph: %s nq=%d H=%d split=%d", wg2Name(nidx, sp), nq, H, sp), nb, us, "decode + combine (MLADecodeWG2's default)")
+				add(fmtName("graph: %s nq=%d H=%d split=%d", wg2Name(nq, H, nidx, sp), nq, H, sp), nb, us, "decode + combine (MLADecodeWG2's default)")
 			}
 		}
 	})

@@ -523,3 +523,23 @@ func wg2Handoff(valid []bool, bad int, r *rand.Rand) error {
 	}
 	return nil
 }
+
+// TestUseWG2B pins where MLADecodeWG2 launches mla_decode_wg2b: one-tile
+// blocks of at most one row of 128 heads (session 21: slower in the step at
+// 128 blocks, GLM-5's 4 slots and the DeepSeek-V3.2 MTP step).
+func TestUseWG2B(t *testing.T) {
+	for _, c := range []struct {
+		nq, H, tps int
+		on, want   bool
+	}{
+		{1, 128, 64, true, true}, {1, 64, 64, true, true}, {2, 64, 64, true, true},
+		{2, 128, 64, true, false}, {4, 64, 64, true, false}, {4, 128, 64, true, false},
+		{1, 128, 128, true, false}, {1, 128, 64, false, false},
+	} {
+		withWG2B(c.on, func() {
+			if got := useWG2B(c.nq, c.H, c.tps); got != c.want {
+				t.Errorf("useWG2B(nq=%d, H=%d, tps=%d) with MLAWG2B=%v = %v, want %v", c.nq, c.H, c.tps, c.on, got, c.want)
+			}
+		})
+	}
+}

@@ -112,18 +112,33 @@ const (
 )
 
 // MLAWG2B makes MLADecodeWG2 launch mla_decode_wg2b where each block
-// takes one 64-token tile (one or two rows of 2048 selections): mla_decode_wg2's
-// arithmetic, so the same bits, with shorter latency chains where the
-// session 20 profile (ncu, one row of 128 heads) found the block's time:
-// the queries' loads four heads a round instead of two, the tile's gather
-// in one cp.async round trip instead of three, the split partial stored
-// as whole 2 KB rows through shared memory, and a programmatic launch.
-// H200, session 20 call B0, graph-timed decode + combine: 1 x 128 heads
-// 16.63 -> 16.06 us, 2 x 128 20.94 -> 20.28, 1 x 64 15.63 -> 15.28; but 4
-// x 128 (two tiles a block, no one-round gather) 26.32 -> 28.78, so blocks
-// of several tiles keep mla_decode_wg2. The engine clears it with
-// TILERT_GPU_MLA_WG2B=0.
+// takes one 64-token tile and the launch holds at most
+// mlaWG2BMaxHeadBlocks rows x head blocks (one row of 128 heads):
+// mla_decode_wg2's arithmetic, so the same bits, with shorter latency
+// chains where the session 20 profile (ncu, one row of 128 heads) found
+// the block's time: the queries' loads four heads a round instead of two,
+// the tile's gather in one cp.async round trip instead of three, the split
+// partial stored as whole 2 KB rows through shared memory, and a
+// programmatic launch. H200, session 20 call B0, graph-timed decode +
+// combine: 1 x 128 heads 16.63 -> 16.06 us; 4 x 128 (two tiles a block)
+// 26.32 -> 28.78. In the step (session 21, docs/measured/h200-2026-12-03-s21)
+// it gains at one row of 128 heads (DeepSeek-V3.2 dims, 8192: 2.656 ->
+// 2.648 ms) but loses wherever the grid is 128 one-tile blocks, although
+// it was faster there graph-timed alone: GLM-5 4 slots (4 x 64 heads)
+// 5.366 -> 5.547 ms, the DeepSeek-V3.2 MTP step (2 x 128) 4.875 -> 5.018,
+// the same with a plain launch, so the kernel and not its launch. The
+// engine clears it with TILERT_GPU_MLA_WG2B=0.
 var MLAWG2B = true
+
+// mlaWG2BMaxHeadBlocks is the most rows x 64-head blocks a launch of
+// mla_decode_wg2b holds (see MLAWG2B).
+const mlaWG2BMaxHeadBlocks = 2
+
+// useWG2B says whether MLADecodeWG2 launches mla_decode_wg2b for nq rows
+// of H heads in ranges of tps tokens.
+func useWG2B(nq, H, tps int) bool {
+	return MLAWG2B && tps == mlaPrefillH1Tile && nq*cdiv(H, mlaPrefillH1Heads) <= mlaWG2BMaxHeadBlocks
+}
 
 func mlaWG2SplitsFor(sms, nq, H, nidx int) int {
 	return mlaSplitsFor(sms, nq, H, nidx, mlaPrefillH1Heads, mlaPrefillH1Tile, mlaWG2MaxSplits)
@@ -163,7 +178,7 @@ func (k *Set) MLADecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, r
 	}
 	tps := cdiv(cdiv(nidx, max(1, nsplit)), mlaPrefillH1Tile) * mlaPrefillH1Tile
 	name := mlaDecodeWG2Name
-	if MLAWG2B && tps == mlaPrefillH1Tile {
+	if useWG2B(nq, H, tps) {
 		name = mlaDecodeWG2BName
 	}
 	f, err := k.c.Function(mod, name)

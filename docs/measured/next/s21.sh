@@ -48,10 +48,10 @@ check)
   (find / -xdev \( -name 'libcupti.so*' -o -name cupti_activity.h -o -name 'cupti_*.h' \) 2>/dev/null | head -40 > $R/cupti-find.txt
    H=$(grep -m1 'cupti_activity.h$' $R/cupti-find.txt); [ -n "$H" ] && cp "$H" $R/ && cp "$(dirname $H)"/cupti_result.h "$(dirname $H)"/cupti_activity_deprecated.h $R/ 2>/dev/null; true)
   (cd cuda && timeout 120 $D/cuda.test -test.v -test.count=1 -test.timeout=2m > $R/cuda.log 2>&1; echo "rc=$?" >> $R/cuda.log)
-  (cd cuda/kernels && timeout 500 $D/kernels.test -test.v -test.count=1 -test.timeout=9m > $R/kernels.log 2>&1; echo "rc=$?" >> $R/kernels.log) &
-  (cd engine/gpu && timeout 500 $D/engine.test -test.v -test.count=1 -test.timeout=9m -test.run '^TestGPU' > $R/engine.log 2>&1; echo "rc=$?" >> $R/engine.log) &
+  (cd cuda/kernels && timeout 420 $D/kernels.test -test.v -test.count=1 -test.timeout=9m > $R/kernels.log 2>&1; echo "rc=$?" >> $R/kernels.log) &
+  (cd engine/gpu && timeout 420 $D/engine.test -test.v -test.count=1 -test.timeout=9m -test.run '^TestGPU' > $R/engine.log 2>&1; echo "rc=$?" >> $R/engine.log) &
   wait
-  (cd roles/decode && timeout 100 $D/decode.test -test.v -test.count=1 -test.timeout=2m -test.run 'TestHandoff(EqualsLocalGeneration|MTPLen)/cuda' > $R/decode.log 2>&1; echo "rc=$?" >> $R/decode.log)
+  (cd roles/decode && timeout 90 $D/decode.test -test.v -test.count=1 -test.timeout=2m -test.run 'TestHandoff(EqualsLocalGeneration|MTPLen)/cuda' > $R/decode.log 2>&1; echo "rc=$?" >> $R/decode.log)
   for f in cuda kernels engine decode; do
     echo "$f: $(grep -c -- '--- PASS' $R/$f.log) PASS, $(grep -c -- '--- FAIL' $R/$f.log) FAIL, $(grep -c -- '--- SKIP' $R/$f.log) SKIP; $(tail -1 $R/$f.log)" | tee -a $R/summary.txt
     grep -E -- '--- FAIL' -A5 $R/$f.log | head -30 >> $R/summary.txt

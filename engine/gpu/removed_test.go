@@ -123,6 +123,57 @@ func TestRemovedSwitchRefused(t *testing.T) {
 	checkRemovedErr(t, "NewEmulated with TILERT_GPU_IDX_F8=wg", err, `TILERT_GPU_IDX_F8="wg"`)
 }
 
+// TestRemovedTable: every entry of removedTable, set alone, is refused for
+// a value outside its kept ones (or for each of its only ones) with its
+// name, its measurement and its hint (removedSays), and accepted unset and
+// at each kept value. Every entry must also be pinned in removedGolden.
+func TestRemovedTable(t *testing.T) {
+	pinned := map[string]bool{}
+	for _, c := range removedGolden {
+		pinned[c.name] = true
+	}
+	seen := map[string]bool{}
+	for _, r := range removedTable {
+		if seen[r.name] {
+			t.Errorf("%s: twice in removedTable", r.name)
+		}
+		seen[r.name] = true
+		if r.keep != nil && r.only != nil || r.what == "" || r.hint == "" {
+			t.Errorf("%s: want keep or only (not both), and what and hint", r.name)
+		}
+		if !pinned[r.name] {
+			t.Errorf("%s: not in removedGolden (add it, then go test -run RemovedGolden -update)", r.name)
+		}
+		alone := func(v string) error {
+			return removedSwitches(func(k string) string {
+				if k == r.name {
+					return v
+				}
+				return ""
+			})
+		}
+		refused, kept := r.only, append([]string{""}, r.keep...)
+		if r.only == nil {
+			for _, v := range []string{"1", "2", "on", "0"} {
+				if !slices.Contains(r.keep, v) {
+					refused = append(refused, v)
+				}
+			}
+		} else {
+			kept = append(kept, "0", "1") // the kept switch's own values
+		}
+		for _, v := range refused {
+			w := fmt.Sprintf("%s=%q", r.name, v)
+			checkRemovedErr(t, w, alone(v), w)
+		}
+		for _, v := range kept {
+			if err := alone(v); err != nil {
+				t.Errorf("%s=%q: %v, want no error", r.name, v, err)
+			}
+		}
+	}
+}
+
 // removedSays is what each removed switch's refusal must name: parts of
 // the message (the measurement) and of the hint (what to do, where the
 // record is), by the switch's name.

@@ -7,164 +7,141 @@ import (
 	"github.com/cockroachdb/errors"
 )
 
-// removedSwitches refuses environment switches whose code was removed, so
-// a script that still sets one is told so at backend creation instead of
-// silently measuring the default path. getenv is os.Getenv outside tests.
-func removedSwitches(getenv func(string) string) error {
-	if err := removedClusterMLA(getenv); err != nil {
-		return err
-	}
-	// TILERT_GPU_MOE_PERSIST=1 ran the MoE half of a one-row decode layer
-	// as one persistent launch with device-wide barriers (moe_persist_m1,
-	// sessions 9-10); it was bit-identical to the launch chain but slower
-	// on the H200 every time, and was removed in session 11.
-	// TILERT_GPU_MOE_PERSIST_V picked its variants.
-	for _, name := range []string{"TILERT_GPU_MOE_PERSIST", "TILERT_GPU_MOE_PERSIST_V"} {
-		v := getenv(name)
-		if v == "" || name == "TILERT_GPU_MOE_PERSIST" && v == "0" {
-			continue // unset, or the default asked for by name
-		}
-		return errors.WithHint(
-			errors.Newf("%s=%q: the persistent MoE kernel (moe_persist) was removed in session 11: measured on the H200 it was slower than the chain of launches (138.98 against 129.92 us at DeepSeek-V3.2 dims, 58.62 against 45.76 us on the TP-8 shard)", name, v),
-			"unset "+name+": the MoE half runs as the chain of launches; the record is in cuda/kernels/NOTES.md \"Persistent MoE half\"")
-	}
-	// Session 20 measured two one-launch fusions bit for bit the default
-	// and slower, and removed them: the router GEMV + routing
-	// (TILERT_GPU_ROUTE_FUSED, moe_router_route) and the one-row MLA merge
-	// inside the W_UV launch (TILERT_GPU_ABSORB_COMB, absorb_v_comb).
-	if v := getenv("TILERT_GPU_ROUTE_FUSED"); v != "" && v != "0" {
-		return errors.WithHint(
-			errors.Newf("TILERT_GPU_ROUTE_FUSED=%q: the router GEMV and the routing in one launch (moe_router_route) was removed in session 20: measured on the H200 it was slower graph-timed at every row count (1 row 7.71 -> 8.45 us, 4 rows 10.75 -> 24.30)", v),
-			"unset TILERT_GPU_ROUTE_FUSED: the router GEMV and moe_route_rank run as two launches; the code last exists at 5643518, the record is in cuda/kernels/NOTES.md \"moe_router_route\"")
-	}
-	if v := getenv("TILERT_GPU_ABSORB_COMB"); v != "" && v != "0" {
-		return errors.WithHint(
-			errors.Newf("TILERT_GPU_ABSORB_COMB=%q: the one-row MLA merge inside the W_UV launch (absorb_v_comb) was removed in session 20: measured on the H200 the step was slower (2.720 against 2.657 ms, DeepSeek-V3.2 dims, 8192, 1 slot)", v),
-			"unset TILERT_GPU_ABSORB_COMB: mla_combine_wide merges the split partials before absorb_v_fast; the code last exists at 5048476, the record is in cuda/kernels/NOTES.md \"mla_decode_wg2b and absorb_v_comb\"")
-	}
+// removedSwitch is an environment switch whose code was removed. A value
+// other than "" and keep is refused with the message name+"="+%q+": "+what
+// (what was removed, when, what it measured) and the hint "unset "+name+hint
+// (what runs instead, where the code and the record are). Where only is set,
+// just those values are refused: the switch itself is kept, and its other
+// values are checked elsewhere (switchValues, device.go).
+type removedSwitch struct {
+	name       string
+	keep, only []string
+	what, hint string
+}
+
+// removedTable is checked in order and the first refusal wins, so a script
+// that still sets a removed switch is told so at backend creation instead of
+// silently measuring the default path.
+var removedTable = []removedSwitch{
+	// TILERT_GPU_MLA_TCQ=1 ran mla_decode_tcq and TILERT_GPU_MLA_TCF=q
+	// mla_decode_tcfq, the sparse MLA decode with its splits merged inside a
+	// thread block cluster (one launch, no combine; sessions 3-4). Correct,
+	// but slower than tcf2 + combine at every shape the H200 timed; removed in
+	// session 12. TILERT_GPU_MLA_TCF's other values stay.
+	{name: "TILERT_GPU_MLA_TCQ", keep: zero,
+		what: "the cluster-merged sparse MLA decode (mla_decode_tcq) was removed in session 12: " + clusterMLAMeasured,
+		hint: ": the MLA decode runs mla_decode_tcf2 with its combine (the default)" + clusterMLARecord},
+	{name: "TILERT_GPU_MLA_TCF", only: []string{"q"},
+		what: "the cluster-merged sparse MLA decode (mla_decode_tcfq) was removed in session 12: " + clusterMLAMeasured,
+		hint: " for mla_decode_tcf2 with its combine (the default), or set it to 1 / 3 (three fp16 parts) or 8 (8 warps a head group)" + clusterMLARecord},
+	// TILERT_GPU_MOE_PERSIST=1 ran the MoE half of a one-row decode layer as
+	// one persistent launch with device-wide barriers (moe_persist_m1,
+	// sessions 9-10; TILERT_GPU_MOE_PERSIST_V picked its variants):
+	// bit-identical to the launch chain but slower on the H200 every time,
+	// removed in session 11.
+	{name: "TILERT_GPU_MOE_PERSIST", keep: zero, what: moePersistWhat, hint: moePersistHint},
+	{name: "TILERT_GPU_MOE_PERSIST_V", what: moePersistWhat, hint: moePersistHint},
+	// Session 20 measured two one-launch fusions bit for bit the default and
+	// slower, and removed them: the router GEMV + routing (moe_router_route)
+	// and the one-row MLA merge inside the W_UV launch (absorb_v_comb).
+	{name: "TILERT_GPU_ROUTE_FUSED", keep: zero,
+		what: "the router GEMV and the routing in one launch (moe_router_route) was removed in session 20: measured on the H200 it was slower graph-timed at every row count (1 row 7.71 -> 8.45 us, 4 rows 10.75 -> 24.30)",
+		hint: `: the router GEMV and moe_route_rank run as two launches; the code last exists at 5643518, the record is in cuda/kernels/NOTES.md "moe_router_route"`},
+	{name: "TILERT_GPU_ABSORB_COMB", keep: zero,
+		what: "the one-row MLA merge inside the W_UV launch (absorb_v_comb) was removed in session 20: measured on the H200 the step was slower (2.720 against 2.657 ms, DeepSeek-V3.2 dims, 8192, 1 slot)",
+		hint: `: mla_combine_wide merges the split partials before absorb_v_fast; the code last exists at 5048476, the record is in cuda/kernels/NOTES.md "mla_decode_wg2b and absorb_v_comb"`},
 	// TILERT_GPU_TOPK_FAST=2 ran the indexer's scores and its top-k in one
 	// launch (indexer_scores_topk, sessions 9-11); slower than the two
 	// launches every time, removed in session 12. 0 and 1 stay.
-	if v := getenv("TILERT_GPU_TOPK_FAST"); v != "" && v != "0" && v != "1" {
-		return errors.WithHint(
-			errors.Newf("TILERT_GPU_TOPK_FAST=%q: the one-launch scores + top-k (=2, indexer_scores_topk) was removed in session 12: measured on the H200 it was slower (17.69 against 14.91 us at 8192 keys; decode p50 2.792 against 2.772 ms)", v),
-			"unset TILERT_GPU_TOPK_FAST (topk_fast after the scores, the default) or set it to 0 (topk_radix_one); the record is in cuda/kernels/NOTES.md \"Few-heads sparse MLA\"")
-	}
-	// TILERT_GPU_SIDE_MOE=route turned the MoE fork round (the router and
-	// the routing on the side stream, the shared expert on the main one at
-	// its full grid; session 11); measured slower on both models in
-	// session 12 and removed.
-	if v := getenv("TILERT_GPU_SIDE_MOE"); v != "" {
-		return errors.WithHint(
-			errors.Newf("TILERT_GPU_SIDE_MOE=%q: the turned-round MoE fork (router and routing on the side stream) was removed in session 12: measured on the H200 it was slower (decode p50 at 8192, 1 slot: DeepSeek-V3.2 dims 2.809 against 2.771 ms, GLM-5 dims 2.973 against 2.933)", v),
-			"unset TILERT_GPU_SIDE_MOE: the shared expert runs on the side stream beside the routing (TILERT_GPU_SIDE=q keeps only the attention's fork); the record is in docs/measured/h200-2026-12-02-s12")
-	}
+	{name: "TILERT_GPU_TOPK_FAST", keep: []string{"0", "1"},
+		what: "the one-launch scores + top-k (=2, indexer_scores_topk) was removed in session 12: measured on the H200 it was slower (17.69 against 14.91 us at 8192 keys; decode p50 2.792 against 2.772 ms)",
+		hint: ` (topk_fast after the scores, the default) or set it to 0 (topk_radix_one); the record is in cuda/kernels/NOTES.md "Few-heads sparse MLA"`},
+	// TILERT_GPU_SIDE_MOE=route turned the MoE fork round (the router and the
+	// routing on the side stream, the shared expert on the main one at its
+	// full grid; session 11); slower on both models in session 12, removed
+	// then. No value stays.
+	{name: "TILERT_GPU_SIDE_MOE",
+		what: "the turned-round MoE fork (router and routing on the side stream) was removed in session 12: measured on the H200 it was slower (decode p50 at 8192, 1 slot: DeepSeek-V3.2 dims 2.809 against 2.771 ms, GLM-5 dims 2.973 against 2.933)",
+		hint: ": the shared expert runs on the side stream beside the routing (TILERT_GPU_SIDE=q keeps only the attention's fork); the record is in docs/measured/h200-2026-12-02-s12"},
 	// TILERT_GPU_NORM_FUSE=1|2 deferred a MoE layer's closing norm into the
-	// next layer's grouped input launch (staged prologue, residual combine)
-	// and, at =2, the post-attention norm into the router's launch (session
-	// 6); bit for bit the default but slower on the H200 in sessions 6 and
-	// 12, removed in session 12.
-	if v := getenv("TILERT_GPU_NORM_FUSE"); v != "" && v != "0" {
-		return errors.WithHint(
-			errors.Newf("TILERT_GPU_NORM_FUSE=%q: the deferred norms (residual MoE combine, staged grouped-launch prologue, normed router launch) were removed in session 12: bit for bit the default but slower on the H200 (decode p50 at 8192, 1 slot: session 6, =2, 2.987 against 2.975 ms; session 12, =1 at DeepSeek-V3.2 dims, 2.802 against 2.771 ms)", v),
-			"unset TILERT_GPU_NORM_FUSE: each norm runs in its own launch or fused with its residual add (add_rmsnorm); the code last exists at 84f17b3, the record is in docs/measured/h200-2026-12-02-s12 and engine/gpu/NOTES.md")
-	}
-	// TILERT_GPU_L2PF=1|attn|in added blocks that prefetched weights into
-	// the L2 to the attention epilogue (attn_epilogue_pf) and a layer's
-	// closing add+norm (add_rmsnorm_pf); TILERT_GPU_L2PF_OPROJ_MB sized the
-	// o_proj share. Slower on the H200 (session 4), removed in session 12.
-	for _, name := range []string{"TILERT_GPU_L2PF", "TILERT_GPU_L2PF_OPROJ_MB"} {
-		v := getenv(name)
-		if v == "" || name == "TILERT_GPU_L2PF" && v == "0" {
-			continue // unset, or the default asked for by name
-		}
-		return errors.WithHint(
-			errors.Newf("%s=%q: the L2 weight prefetch (attn_epilogue_pf, add_rmsnorm_pf) was removed in session 12: measured on the H200 it was slower (decode step at 8192 3.012 against 2.998 ms; attention tail 99.54-104.86 against 97.61 us with 0-48 MB of o_proj prefetched; layer end 39.29 against 38.00 us)", name, v),
-			"unset "+name+": nothing is prefetched; the record is in cuda/kernels/NOTES.md \"Small per-layer kernels\" and docs/measured/h200-2026-12-01-s4-round2; the code last exists at commit 0781d7c")
-	}
-	// TILERT_GPU_FUSE=2 ran the router GEMV with the routing (router_route:
-	// the last block routes) and the MoE combine with the block's closing
-	// norm (moe_combine_add_rmsnorm) each as one launch, =3 only the
-	// router's (issue 10, 2026-12-01); bit for bit the default but slower on
-	// the H200 every time measured, removed in session 15. 0 and 1 stay (the
-	// attention epilogue's fusion, the default, off or on).
-	if v := getenv("TILERT_GPU_FUSE"); v != "" && v != "0" && v != "1" {
-		return errors.WithHint(
-			errors.Newf("TILERT_GPU_FUSE=%q: the fused router (=2 and =3, router_route) and the fused MoE combine + norm (=2, moe_combine_add_rmsnorm) were removed in session 15: measured on the H200 they were slower (decode p50 at 8192, 1 slot, DeepSeek-V3.2 dims, session 14: =3 2.746, =2 2.808 against 2.697 ms; graph-timed at 1 row: router_route 10.62 against 8.31 us for its two launches, combine + norm 9.5 against 6.2 us)", v),
-			"unset TILERT_GPU_FUSE (the attention epilogue fused, the default) or set it to 0 (no fusion); the code last exists at commit ca3f1b5, the record is in docs/measured/h200-2026-12-03-s14 call D, docs/measured/h200-2026-12-01-fuse and -post, and cuda/kernels/NOTES.md \"Fused per-row epilogues\"")
-	}
+	// next layer's grouped input launch and, at =2, the post-attention norm
+	// into the router's launch (session 6); bit for bit the default but
+	// slower on the H200 in sessions 6 and 12, removed in session 12.
+	{name: "TILERT_GPU_NORM_FUSE", keep: zero,
+		what: "the deferred norms (residual MoE combine, staged grouped-launch prologue, normed router launch) were removed in session 12: bit for bit the default but slower on the H200 (decode p50 at 8192, 1 slot: session 6, =2, 2.987 against 2.975 ms; session 12, =1 at DeepSeek-V3.2 dims, 2.802 against 2.771 ms)",
+		hint: ": each norm runs in its own launch or fused with its residual add (add_rmsnorm); the code last exists at 84f17b3, the record is in docs/measured/h200-2026-12-02-s12 and engine/gpu/NOTES.md"},
+	// TILERT_GPU_L2PF=1|attn|in added blocks that prefetched weights into the
+	// L2 to the attention epilogue (attn_epilogue_pf) and a layer's closing
+	// add+norm (add_rmsnorm_pf); TILERT_GPU_L2PF_OPROJ_MB sized the o_proj
+	// share. Slower on the H200 (session 4), removed in session 12.
+	{name: "TILERT_GPU_L2PF", keep: zero, what: l2pfWhat, hint: l2pfHint},
+	{name: "TILERT_GPU_L2PF_OPROJ_MB", what: l2pfWhat, hint: l2pfHint},
+	// TILERT_GPU_FUSE=2 ran the router GEMV with the routing (router_route)
+	// and the MoE combine with the block's closing norm
+	// (moe_combine_add_rmsnorm) each as one launch, =3 only the router's
+	// (issue 10); bit for bit the default but slower on the H200 every time
+	// measured, removed in session 15. 0 and 1 stay (the attention
+	// epilogue's fusion, the default, off or on).
+	{name: "TILERT_GPU_FUSE", keep: []string{"0", "1"},
+		what: "the fused router (=2 and =3, router_route) and the fused MoE combine + norm (=2, moe_combine_add_rmsnorm) were removed in session 15: measured on the H200 they were slower (decode p50 at 8192, 1 slot, DeepSeek-V3.2 dims, session 14: =3 2.746, =2 2.808 against 2.697 ms; graph-timed at 1 row: router_route 10.62 against 8.31 us for its two launches, combine + norm 9.5 against 6.2 us)",
+		hint: ` (the attention epilogue fused, the default) or set it to 0 (no fusion); the code last exists at commit ca3f1b5, the record is in docs/measured/h200-2026-12-03-s14 call D, docs/measured/h200-2026-12-01-fuse and -post, and cuda/kernels/NOTES.md "Fused per-row epilogues"`},
 	// TILERT_GPU_IDX_ONE=1|plain ran the indexer's scores and the top-k of
 	// rows over 32768 keys as one launch with two grid barriers
-	// (indexer_topk_one, cooperative at =1), and TILERT_GPU_IDX_F8=1|wg the
-	// indexer's scores on the fp8 mma.sync (indexer_scores_f8) or on wgmma
-	// e4m3 (indexer_scores_wg); both session 15, correct, slower on the H200
-	// in its calls A1 / A2, and removed in session 15.
-	if err := removedIdx(getenv); err != nil {
-		return err
-	}
+	// (indexer_topk_one), TILERT_GPU_IDX_F8=1|wg the indexer's scores on the
+	// fp8 mma.sync or on wgmma e4m3; both session 15, correct, slower on the
+	// H200 in its calls A1 / A2, removed in session 15.
+	{name: "TILERT_GPU_IDX_ONE", keep: zero,
+		what: "the one-launch indexer scores + long-row top-k (indexer_topk_one, =1 cooperative, =plain) was removed in session 15: correct, but measured on the H200 (call A1) it was slower (graph-timed 1 row x 131072 keys 29.8 against the pair's 28.3 us; decode p50 at 131072, 1 slot, 3.030 (=1) / 3.015 (=plain) against 2.904 ms)",
+		hint: ": indexer_scores_mma_pf and the radix top-k run as two launches" + idxRecord + `"Scores and the long-row top-k in one launch"`},
+	{name: "TILERT_GPU_IDX_F8", keep: zero,
+		what: "the indexer scores on fp8 tensor cores (=1 indexer_scores_f8, mma.sync e4m3; =wg indexer_scores_wg, wgmma e4m3) were removed in session 15: measured on the H200 (call A2) they were slower (graph-timed at 131072 keys 13.96 (=1) / 27.14 (=wg) against indexer_scores_mma_pf's 13.00 us; decode p50 at 131072, 1 slot, 2.923 / 3.159 against 2.910 ms), and wgmma e4m3 accumulates with ~13 bits",
+		hint: ": indexer_scores_mma_pf (f16 mma.sync, f32 accumulation) runs" + idxRecord + `"The indexer scores on the fp8 mma.sync and on wgmma"`},
 	// TILERT_GPU_GEMV_MMA=x put the GEMVs of 2..8 rows on the second
-	// iteration's cp.async variants (gemv_mmx_*_a; =xall with every shape
-	// on the tensor cores); slower on the H200 in sessions 18 and 19, and
-	// removed in session 19 with the other unpicked gemv_mma_x.cu variants.
-	if v := getenv("TILERT_GPU_GEMV_MMA"); v == "x" || v == "xall" {
-		return errors.WithHint(
-			errors.Newf("TILERT_GPU_GEMV_MMA=%q: the cp.async tensor-core GEMVs (gemv_mmx_fp8/bf16_r1_u1_a, _r2_u1_a) were removed in session 19: measured on the H200 they were the slowest variants (graph-timed o_proj at 4 rows 69.9 / 118.1 against 44.0 us for the default `_p`, session 19 call A; decode p50 at 8192, 4 slots, DeepSeek-V3.2 dims 6.503 against 6.013 ms, session 18 call B)", v),
-			"unset TILERT_GPU_GEMV_MMA for run 2's tensor-core GEMVs (the default), or set it to all for every shape on the tensor cores (=xall's other half); the code last exists at commit cb41896, the record is in docs/measured/h200-2026-12-03-s18 call B, docs/measured/h200-2026-12-03-s19 call A and cuda/kernels/NOTES.md")
-	}
+	// iteration's cp.async variants (=xall with every shape on the tensor
+	// cores); slower on the H200 in sessions 18 and 19, removed in session 19
+	// with the other unpicked gemv_mma_x.cu variants. The switch's other
+	// values stay (switchValues).
+	{name: "TILERT_GPU_GEMV_MMA", only: []string{"x", "xall"},
+		what: "the cp.async tensor-core GEMVs (gemv_mmx_fp8/bf16_r1_u1_a, _r2_u1_a) were removed in session 19: measured on the H200 they were the slowest variants (graph-timed o_proj at 4 rows 69.9 / 118.1 against 44.0 us for the default `_p`, session 19 call A; decode p50 at 8192, 4 slots, DeepSeek-V3.2 dims 6.503 against 6.013 ms, session 18 call B)",
+		hint: " for run 2's tensor-core GEMVs (the default), or set it to all for every shape on the tensor cores (=xall's other half); the code last exists at commit cb41896, the record is in docs/measured/h200-2026-12-03-s18 call B, docs/measured/h200-2026-12-03-s19 call A and cuda/kernels/NOTES.md"},
 	// TILERT_GPU_IDX_LONG (the indexer's long rows on a cp.async-ring score
 	// kernel and a cluster top-k) and TILERT_GPU_GROUP_SPLIT (the layer
 	// input's grouped GEMV with every block's weights in flight through
-	// shared memory) were built and measured in session 14, slower both,
-	// and never kept; =0 named the path that runs.
-	for _, r := range []struct{ name, what, hint string }{
-		{"TILERT_GPU_IDX_LONG", "the long-row indexer pair (indexer_scores_mma_d2..d4 + topk_cl) was measured slower on the H200 in session 14 and not kept (graph-timed pair at 131072 keys 38.5 against 27.6 us; decode p50 at 131072, 1 slot, 3.210 against 2.920 ms)",
-			"unset TILERT_GPU_IDX_LONG: indexer_scores_mma_pf and the radix top-k run; the code is at commit ad57728, the record in docs/measured/h200-2026-12-03-s14 call B"},
-		{"TILERT_GPU_GROUP_SPLIT", "the split grouped GEMV (gemv_group_split) was measured slower on the H200 in session 14 and not kept (2304 x 7168 one row 10.29 against gemv_group's 9.74 us; decode p50 at 8192, 1 slot, 2.726 against 2.699 ms DeepSeek-V3.2 dims, 2.972 against 2.918 GLM-5)",
-			"unset TILERT_GPU_GROUP_SPLIT: gemv_group runs; the code is at commit ad57728, the record in docs/measured/h200-2026-12-03-s14 call C"},
-	} {
-		if v := getenv(r.name); v != "" && v != "0" {
-			return errors.WithHint(errors.Newf("%s=%q: %s", r.name, v, r.what), r.hint)
-		}
-	}
-	return nil
+	// shared memory) were built and measured in session 14, slower both, and
+	// never kept; =0 named the path that runs.
+	{name: "TILERT_GPU_IDX_LONG", keep: zero,
+		what: "the long-row indexer pair (indexer_scores_mma_d2..d4 + topk_cl) was measured slower on the H200 in session 14 and not kept (graph-timed pair at 131072 keys 38.5 against 27.6 us; decode p50 at 131072, 1 slot, 3.210 against 2.920 ms)",
+		hint: ": indexer_scores_mma_pf and the radix top-k run; the code is at commit ad57728, the record in docs/measured/h200-2026-12-03-s14 call B"},
+	{name: "TILERT_GPU_GROUP_SPLIT", keep: zero,
+		what: "the split grouped GEMV (gemv_group_split) was measured slower on the H200 in session 14 and not kept (2304 x 7168 one row 10.29 against gemv_group's 9.74 us; decode p50 at 8192, 1 slot, 2.726 against 2.699 ms DeepSeek-V3.2 dims, 2.972 against 2.918 GLM-5)",
+		hint: ": gemv_group runs; the code is at commit ad57728, the record in docs/measured/h200-2026-12-03-s14 call C"},
 }
 
-// removedIdx: the session-15 indexer variants (see removedSwitches); the
-// code last exists at 99c4e9a. =0 asks for the path that runs.
-func removedIdx(getenv func(string) string) error {
-	const record = "; the code last exists at commit 99c4e9a, the record is in docs/measured/h200-2026-12-03-s15 and cuda/kernels/NOTES.md "
-	if v := getenv("TILERT_GPU_IDX_ONE"); v != "" && v != "0" {
-		return errors.WithHint(
-			errors.Newf("TILERT_GPU_IDX_ONE=%q: the one-launch indexer scores + long-row top-k (indexer_topk_one, =1 cooperative, =plain) was removed in session 15: correct, but measured on the H200 (call A1) it was slower (graph-timed 1 row x 131072 keys 29.8 against the pair's 28.3 us; decode p50 at 131072, 1 slot, 3.030 (=1) / 3.015 (=plain) against 2.904 ms)", v),
-			"unset TILERT_GPU_IDX_ONE: indexer_scores_mma_pf and the radix top-k run as two launches"+record+`"Scores and the long-row top-k in one launch"`)
-	}
-	if v := getenv("TILERT_GPU_IDX_F8"); v != "" && v != "0" {
-		return errors.WithHint(
-			errors.Newf("TILERT_GPU_IDX_F8=%q: the indexer scores on fp8 tensor cores (=1 indexer_scores_f8, mma.sync e4m3; =wg indexer_scores_wg, wgmma e4m3) were removed in session 15: measured on the H200 (call A2) they were slower (graph-timed at 131072 keys 13.96 (=1) / 27.14 (=wg) against indexer_scores_mma_pf's 13.00 us; decode p50 at 131072, 1 slot, 2.923 / 3.159 against 2.910 ms), and wgmma e4m3 accumulates with ~13 bits", v),
-			"unset TILERT_GPU_IDX_F8: indexer_scores_mma_pf (f16 mma.sync, f32 accumulation) runs"+record+`"The indexer scores on the fp8 mma.sync and on wgmma"`)
-	}
-	return nil
-}
+// zero: the switch's =0 asked for the path that runs, by name.
+var zero = []string{"0"}
 
-// removedClusterMLA: TILERT_GPU_MLA_TCQ=1 ran mla_decode_tcq and
-// TILERT_GPU_MLA_TCF=q mla_decode_tcfq, the sparse MLA decode with its
-// splits merged inside a thread block cluster (one launch, no combine;
-// sessions 3-4). Correct, but slower than tcf2 + combine at every shape
-// the H200 timed; removed in session 12, last in commit 0781d7c.
-func removedClusterMLA(getenv func(string) string) error {
-	const measured = "measured on the H200 it was slower than mla_decode_tcf2 with its combine at every shape " +
+// Texts shared by more than one entry of removedTable.
+const (
+	clusterMLAMeasured = "measured on the H200 it was slower than mla_decode_tcf2 with its combine at every shape " +
 		"(1 x 128 heads: tcq8/tcq16 36.4/46.3 us, tcfq8/tcfq16 28.5/37.8 us against 17.50; " +
 		"16 heads: 36.0/23.5 and 28.1/19.1 us against 11.02; 4 x 128 heads: tcq4 127 us, tcfq4 99 us against 44.98)"
-	const record = "; the record is in cuda/kernels/NOTES.md \"Sparse MLA with fp16 fragments from the raw fp8 tiles\", the code last in commit 0781d7c"
-	if v := getenv("TILERT_GPU_MLA_TCQ"); v != "" && v != "0" {
-		return errors.WithHint(
-			errors.Newf("TILERT_GPU_MLA_TCQ=%q: the cluster-merged sparse MLA decode (mla_decode_tcq) was removed in session 12: %s", v, measured),
-			"unset TILERT_GPU_MLA_TCQ: the MLA decode runs mla_decode_tcf2 with its combine (the default)"+record)
-	}
-	if v := getenv("TILERT_GPU_MLA_TCF"); v == "q" {
-		return errors.WithHint(
-			errors.Newf("TILERT_GPU_MLA_TCF=%q: the cluster-merged sparse MLA decode (mla_decode_tcfq) was removed in session 12: %s", v, measured),
-			"unset TILERT_GPU_MLA_TCF for mla_decode_tcf2 with its combine (the default), or set it to 1 / 3 (three fp16 parts) or 8 (8 warps a head group)"+record)
+	clusterMLARecord = `; the record is in cuda/kernels/NOTES.md "Sparse MLA with fp16 fragments from the raw fp8 tiles", the code last in commit 0781d7c`
+	moePersistWhat   = "the persistent MoE kernel (moe_persist) was removed in session 11: measured on the H200 it was slower than the chain of launches (138.98 against 129.92 us at DeepSeek-V3.2 dims, 58.62 against 45.76 us on the TP-8 shard)"
+	moePersistHint   = `: the MoE half runs as the chain of launches; the record is in cuda/kernels/NOTES.md "Persistent MoE half"`
+	l2pfWhat         = "the L2 weight prefetch (attn_epilogue_pf, add_rmsnorm_pf) was removed in session 12: measured on the H200 it was slower (decode step at 8192 3.012 against 2.998 ms; attention tail 99.54-104.86 against 97.61 us with 0-48 MB of o_proj prefetched; layer end 39.29 against 38.00 us)"
+	l2pfHint         = `: nothing is prefetched; the record is in cuda/kernels/NOTES.md "Small per-layer kernels" and docs/measured/h200-2026-12-01-s4-round2; the code last exists at commit 0781d7c`
+	idxRecord        = "; the code last exists at commit 99c4e9a, the record is in docs/measured/h200-2026-12-03-s15 and cuda/kernels/NOTES.md "
+)
+
+// removedSwitches refuses the first switch of removedTable set to a value
+// whose code was removed. getenv is os.Getenv outside tests.
+func removedSwitches(getenv func(string) string) error {
+	for _, r := range removedTable {
+		v := getenv(r.name)
+		if v == "" || slices.Contains(r.keep, v) || r.only != nil && !slices.Contains(r.only, v) {
+			continue
+		}
+		return errors.WithHint(errors.Newf("%s=%q: %s", r.name, v, r.what), "unset "+r.name+r.hint)
 	}
 	return nil
 }

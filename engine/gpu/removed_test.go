@@ -1,7 +1,12 @@
 package gpu
 
 import (
+	"flag"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -118,6 +123,57 @@ func TestRemovedSwitchRefused(t *testing.T) {
 	checkRemovedErr(t, "NewEmulated with TILERT_GPU_IDX_F8=wg", err, `TILERT_GPU_IDX_F8="wg"`)
 }
 
+// TestRemovedTable: every entry of removedTable, set alone, is refused for
+// a value outside its kept ones (or for each of its only ones) with its
+// name, its measurement and its hint (removedSays), and accepted unset and
+// at each kept value. Every entry must also be pinned in removedGolden.
+func TestRemovedTable(t *testing.T) {
+	pinned := map[string]bool{}
+	for _, c := range removedGolden {
+		pinned[c.name] = true
+	}
+	seen := map[string]bool{}
+	for _, r := range removedTable {
+		if seen[r.name] {
+			t.Errorf("%s: twice in removedTable", r.name)
+		}
+		seen[r.name] = true
+		if r.keep != nil && r.only != nil || r.what == "" || r.hint == "" {
+			t.Errorf("%s: want keep or only (not both), and what and hint", r.name)
+		}
+		if !pinned[r.name] {
+			t.Errorf("%s: not in removedGolden (add it, then go test -run RemovedGolden -update)", r.name)
+		}
+		alone := func(v string) error {
+			return removedSwitches(func(k string) string {
+				if k == r.name {
+					return v
+				}
+				return ""
+			})
+		}
+		refused, kept := r.only, append([]string{""}, r.keep...)
+		if r.only == nil {
+			for _, v := range []string{"1", "2", "on", "0"} {
+				if !slices.Contains(r.keep, v) {
+					refused = append(refused, v)
+				}
+			}
+		} else {
+			kept = append(kept, "0", "1") // the kept switch's own values
+		}
+		for _, v := range refused {
+			w := fmt.Sprintf("%s=%q", r.name, v)
+			checkRemovedErr(t, w, alone(v), w)
+		}
+		for _, v := range kept {
+			if err := alone(v); err != nil {
+				t.Errorf("%s=%q: %v, want no error", r.name, v, err)
+			}
+		}
+	}
+}
+
 // removedSays is what each removed switch's refusal must name: parts of
 // the message (the measurement) and of the hint (what to do, where the
 // record is), by the switch's name.
@@ -220,5 +276,100 @@ func TestSwitchValues(t *testing.T) {
 		if err != nil && (!strings.Contains(err.Error(), c.name) || len(errors.GetAllHints(err)) == 0) {
 			t.Errorf("%s=%q: %v (hints %q): want the switch named and a hint", c.name, c.v, err, errors.GetAllHints(err))
 		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
+
+// removedGolden: refused values of every removed switch, each set alone;
+// testdata/removed.golden holds each one's message and hint as the code
+// wrote them before the switches became one table (removedTable), so that
+// rewriting how they are refused cannot change what a user reads.
+var removedGolden = []struct{ name, v string }{
+	{"TILERT_GPU_MLA_TCQ", "1"}, {"TILERT_GPU_MLA_TCQ", "yes"},
+	{"TILERT_GPU_MLA_TCF", "q"},
+	{"TILERT_GPU_MOE_PERSIST", "1"}, {"TILERT_GPU_MOE_PERSIST", "2"},
+	{"TILERT_GPU_MOE_PERSIST_V", "0"}, {"TILERT_GPU_MOE_PERSIST_V", "b3"},
+	{"TILERT_GPU_ROUTE_FUSED", "1"},
+	{"TILERT_GPU_ABSORB_COMB", "1"},
+	{"TILERT_GPU_TOPK_FAST", "2"}, {"TILERT_GPU_TOPK_FAST", `a"b`},
+	{"TILERT_GPU_SIDE_MOE", "route"}, {"TILERT_GPU_SIDE_MOE", "0"},
+	{"TILERT_GPU_NORM_FUSE", "1"}, {"TILERT_GPU_NORM_FUSE", "2"},
+	{"TILERT_GPU_L2PF", "1"}, {"TILERT_GPU_L2PF", "attn"}, {"TILERT_GPU_L2PF", "in"},
+	{"TILERT_GPU_L2PF_OPROJ_MB", "16"}, {"TILERT_GPU_L2PF_OPROJ_MB", "0"},
+	{"TILERT_GPU_FUSE", "2"}, {"TILERT_GPU_FUSE", "3"},
+	{"TILERT_GPU_IDX_ONE", "1"}, {"TILERT_GPU_IDX_ONE", "plain"},
+	{"TILERT_GPU_IDX_F8", "1"}, {"TILERT_GPU_IDX_F8", "wg"},
+	{"TILERT_GPU_GEMV_MMA", "x"}, {"TILERT_GPU_GEMV_MMA", "xall"},
+	{"TILERT_GPU_IDX_LONG", "1"},
+	{"TILERT_GPU_GROUP_SPLIT", "1"},
+}
+
+// TestRemovedGolden pins every refusal's message and hint byte for byte
+// (testdata/removed.golden; -update rewrites it), and which switch wins
+// when several are set: every switch set at once (in name order, so the
+// list does not carry the code's order), the refused one is unset and the
+// next refusal read, until none is left.
+func TestRemovedGolden(t *testing.T) {
+	var buf strings.Builder
+	say := func(err error) {
+		fmt.Fprintf(&buf, "\terror: %s\n\thint: %s\n", err.Error(), errors.FlattenHints(err))
+	}
+	env := map[string]string{}
+	for _, c := range removedGolden {
+		fmt.Fprintf(&buf, "%s=%q\n", c.name, c.v)
+		err := removedSwitches(func(k string) string {
+			if k == c.name {
+				return c.v
+			}
+			return ""
+		})
+		if err == nil {
+			t.Fatalf("%s=%q: accepted, want a refusal", c.name, c.v)
+		}
+		say(err)
+		if _, ok := env[c.name]; !ok {
+			env[c.name] = c.v
+		}
+	}
+	names := slices.Sorted(maps.Keys(env))
+	fmt.Fprintf(&buf, "\nall of them set (%d), the refused one unset each time:\n", len(names))
+	for range names {
+		err := removedSwitches(func(k string) string { return env[k] })
+		if err == nil {
+			t.Fatalf("accepted with %v set, want a refusal", env)
+		}
+		var won string
+		for _, n := range names {
+			if v, ok := env[n]; ok && strings.HasPrefix(err.Error(), fmt.Sprintf("%s=%q: ", n, v)) {
+				won = n
+			}
+		}
+		if won == "" {
+			t.Fatalf("refusal %q names none of %v", err, env)
+		}
+		fmt.Fprintf(&buf, "%s=%q\n", won, env[won])
+		say(err)
+		delete(env, won)
+	}
+	if err := removedSwitches(func(k string) string { return env[k] }); err != nil || len(env) != 0 {
+		t.Fatalf("left %v: %v, want none set and no error", env, err)
+	}
+
+	golden := filepath.Join("testdata", "removed.golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(golden, []byte(buf.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if buf.String() != string(want) {
+		t.Fatalf("refusals differ from %s:\n%s", golden, buf.String())
 	}
 }

@@ -245,13 +245,13 @@ func (t *Tracer) Start() error {
 	}
 	bufs.done, bufs.lost = nil, 0
 	bufs.mu.Unlock()
-	var n uintptr // reading the count resets it
-	if err := t.l.check("cuptiActivityGetNumDroppedRecords", call(t.l.dropped, 0, 0, uintptr(unsafe.Pointer(&n)))); err != nil {
-		return err
-	}
 	if err := t.l.check("cuptiActivityEnable(CONCURRENT_KERNEL)", call(t.l.enable, kindConcurrentKernel)); err != nil {
 		return errors.WithHint(err, "another profiler (nsys, ncu) may hold CUPTI; run without it")
 	}
+	// Reading the dropped count resets it; nothing ran yet, so a failure
+	// here loses nothing and Stop's reading reports.
+	var n uintptr
+	_ = call(t.l.dropped, 0, 0, uintptr(unsafe.Pointer(&n)))
 	t.on = true
 	return nil
 }
@@ -274,11 +274,13 @@ func (t *Tracer) Stop() ([]KernelRecord, error) {
 	}
 	t.on = false
 	err := t.l.check("cuptiActivityFlushAll", call(t.l.flushAll, flushForced))
-	err = errors.CombineErrors(err, t.l.check("cuptiActivityDisable(CONCURRENT_KERNEL)", call(t.l.disable, kindConcurrentKernel)))
 	var dropped uintptr
 	err = errors.CombineErrors(err, t.l.check("cuptiActivityGetNumDroppedRecords", call(t.l.dropped, 0, 0, uintptr(unsafe.Pointer(&dropped)))))
+	err = errors.CombineErrors(err, t.l.check("cuptiActivityDisable(CONCURRENT_KERNEL)", call(t.l.disable, kindConcurrentKernel)))
+	// Buffers CUPTI still holds (empty ones it keeps for later) stay in
+	// bufs.out, alive, for it to fill and hand back in a later trace.
 	bufs.mu.Lock()
-	done, lost, pending := bufs.done, bufs.lost, len(bufs.out)
+	done, lost := bufs.done, bufs.lost
 	bufs.done, bufs.lost = nil, 0
 	bufs.mu.Unlock()
 	defer func() {
@@ -294,11 +296,6 @@ func (t *Tracer) Stop() ([]KernelRecord, error) {
 	if dropped > 0 || lost > 0 {
 		return nil, errors.WithHint(errors.Newf("cupti: %d kernel records dropped, %d buffers lost", dropped, lost),
 			"trace fewer kernels at a time")
-	}
-	if pending > 0 {
-		// A forced flush hands back every buffer; one still out may be
-		// written later, so none of this trace can be trusted complete.
-		return nil, errors.Newf("cupti: %d activity buffers not handed back after a forced flush", pending)
 	}
 	var recs []KernelRecord
 	for _, f := range done {

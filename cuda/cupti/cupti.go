@@ -185,6 +185,21 @@ var (
 	registerErr  error
 )
 
+var (
+	cbOnce        sync.Once
+	cbReq, cbDone uintptr
+)
+
+// callbacks returns the C function pointers of bufferRequested and
+// bufferCompleted, made once per process (purego never frees callbacks).
+func callbacks() (req, done uintptr) {
+	cbOnce.Do(func() {
+		cbReq = purego.NewCallback(bufferRequested)
+		cbDone = purego.NewCallback(bufferCompleted)
+	})
+	return cbReq, cbDone
+}
+
 // bufferRequested is CUpti_BuffersCallbackRequestFunc.
 func bufferRequested(buffer *uintptr, size *uintptr, maxNumRecords *uintptr) {
 	bufs.mu.Lock()
@@ -231,9 +246,7 @@ func (t *Tracer) Start() error {
 		return errors.New("cupti: Start while a trace is running")
 	}
 	registerOnce.Do(func() {
-		// purego callbacks are never freed: register them once per process.
-		req := purego.NewCallback(bufferRequested)
-		done := purego.NewCallback(bufferCompleted)
+		req, done := callbacks()
 		registerErr = t.l.check("cuptiActivityRegisterCallbacks", call(t.l.register, req, done))
 	})
 	if registerErr != nil {

@@ -46,8 +46,12 @@ func candidates(getenv func(string) string, glob func(string) []string) []string
 		"/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so",
 		"libcupti.so.13", "libcupti.so",
 	)
-	// CUPTI from pip wheels (nvidia-cuda-cupti), e.g. next to PyTorch.
+	// CUPTI from pip wheels (nvidia-cuda-cupti; CUDA 13's put it in
+	// nvidia/cu13/lib), e.g. next to PyTorch.
 	for _, pat := range []string{
+		"/opt/*/.venv/lib/python3*/site-packages/nvidia/cu13/lib/libcupti.so*",
+		"/usr/local/lib/python3*/dist-packages/nvidia/cu13/lib/libcupti.so*",
+		"/usr/local/lib/python3*/site-packages/nvidia/cu13/lib/libcupti.so*",
 		"/opt/*/.venv/lib/python3*/site-packages/nvidia/cuda_cupti/lib/libcupti.so*",
 		"/usr/local/lib/python3*/dist-packages/nvidia/cuda_cupti/lib/libcupti.so*",
 		"/usr/local/lib/python3*/site-packages/nvidia/cuda_cupti/lib/libcupti.so*",
@@ -259,7 +263,7 @@ func (t *Tracer) Start() error {
 	bufs.done, bufs.lost = nil, 0
 	bufs.mu.Unlock()
 	if err := t.l.check("cuptiActivityEnable(CONCURRENT_KERNEL)", call(t.l.enable, kindConcurrentKernel)); err != nil {
-		return errors.WithHint(err, "another profiler (nsys, ncu) may hold CUPTI; run without it")
+		return errors.WithHint(err, "CUPTI needs the NVIDIA driver and no other profiler (nsys, ncu) holding it")
 	}
 	// Reading the dropped count resets it; nothing ran yet, so a failure
 	// here loses nothing and Stop's reading reports.

@@ -443,7 +443,7 @@ func runContexts(c *cli.Context, ctxs []int) error {
 				// The timeline (like the profile below) re-runs one step's
 				// work after the timed steps, then the slots are done.
 				if tlPath != "" && len(active) == slots && len(steps) == traceAfter(ntok, mtp) {
-					tr, err := traceRow(tl, active, C, cfg.NumLayers)
+					tr, err := traceRow(tl, active, C, cfg.NumLayers, cfg.NumAllLayers())
 					if err != nil {
 						return err
 					}

@@ -89,21 +89,21 @@ func traceAfter(ntok int, mtp bool) int {
 }
 
 // traceRow traces one step of ids and analyses it.
-func traceRow(tl timeliner, ids []int, context, layers int) (TimelineRow, error) {
+func traceRow(tl timeliner, ids []int, context int, layers ...int) (TimelineRow, error) {
 	recs, err := tl.TimelineStep(ids, 2)
 	if err != nil {
 		return TimelineRow{}, errors.Wrapf(err, "--timeline at context %d, %d slots", context, len(ids))
 	}
-	return analyseRow(recs, context, len(ids), layers)
+	return analyseRow(recs, context, len(ids), layers...)
 }
 
-func analyseRow(recs []cupti.KernelRecord, context, slots, layers int) (TimelineRow, error) {
+func analyseRow(recs []cupti.KernelRecord, context, slots int, layers ...int) (TimelineRow, error) {
 	a, err := cupti.Analyze(recs, cupti.Options{Gaps: 5})
 	if err != nil {
 		return TimelineRow{}, err
 	}
 	row := TimelineRow{Context: context, Slots: slots, Kernels: recs, Analysis: a}
-	if row.LayerMark = layerMark(a, layers); row.LayerMark != "" {
+	if row.LayerMark = layerMark(a, layers...); row.LayerMark != "" {
 		if row.Analysis, err = cupti.Analyze(recs, cupti.Options{Gaps: 5, LayerMark: row.LayerMark}); err != nil {
 			return TimelineRow{}, err
 		}
@@ -112,16 +112,16 @@ func analyseRow(recs []cupti.KernelRecord, context, slots, layers int) (Timeline
 }
 
 // layerMark picks the kernel that opens each layer: of the names that run
-// exactly once per main layer, the one that first runs earliest in the
-// step ("" when none does, or with fewer than two layers).
-func layerMark(a *cupti.Timeline, layers int) string {
-	if layers < 2 {
-		return ""
-	}
+// exactly once per layer (as many times as one of layers says: the main
+// layers, with MTP also those plus the MTP layer), the one that first runs
+// earliest in the step ("" when none does; counts under two are no layers).
+func layerMark(a *cupti.Timeline, layers ...int) string {
 	once := map[string]bool{}
 	for _, n := range a.Names {
-		if n.Count == layers {
-			once[n.Name] = true
+		for _, l := range layers {
+			if l >= 2 && n.Count == l {
+				once[n.Name] = true
+			}
 		}
 	}
 	for _, k := range a.Order {

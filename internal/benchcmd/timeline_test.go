@@ -88,6 +88,10 @@ func TestAnalyseRowReport(t *testing.T) {
 	if one, _ := analyseRow(twoLayers(), 8192, 4, 1); one.LayerMark != "" {
 		t.Errorf("one layer: mark %q", one.LayerMark)
 	}
+	// One main layer and an MTP one: two of each layer's kernels.
+	if mtp, _ := analyseRow(twoLayers(), 8192, 4, 1, 2); mtp.LayerMark != "norm" {
+		t.Errorf("1 + MTP layers: mark %q, want norm", mtp.LayerMark)
+	}
 	var b strings.Builder
 	reportTimeline(&b, row)
 	out := b.String()

@@ -1,6 +1,8 @@
 package gpu
 
 import (
+	"sort"
+
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda/cupti"
@@ -9,7 +11,6 @@ import (
 // kernelTracer is what traceRuns needs of cupti.Tracer.
 type kernelTracer interface {
 	Start() error
-	Now() (uint64, error)
 	Stop() ([]cupti.KernelRecord, error)
 }
 
@@ -55,8 +56,11 @@ func (g *Engine) TimelineStep(ids []int, warm int) ([]cupti.KernelRecord, error)
 // traceRuns captures each run as a graph with the tracer on (CUPTI then
 // sees the graphs made: graphs instantiated before CUPTI first attached
 // are the case its users report trouble with), replays them all warm
-// times, waits, and replays them once more: the kernels that start after
-// that last wait are the step's. The tracer is stopped on every path.
+// times, waits, and replays them once more. Every replay runs the same
+// kernels, so the records are warm+1 equal shares and the last share by
+// start time (after the wait) is the traced step's; a count that does not
+// split evenly is an error (records lost or foreign). The tracer is
+// stopped on every path.
 func traceRuns(tr kernelTracer, gr grapher, b device, runs [][]gop, warm int, sync func() error) ([]cupti.KernelRecord, error) {
 	if len(runs) == 0 {
 		return nil, errors.New("timeline: the step queued no device work")
@@ -65,7 +69,8 @@ func traceRuns(tr kernelTracer, gr grapher, b device, runs [][]gop, warm int, sy
 		return nil, err
 	}
 	var xs []graphExec
-	t0, err := func() (uint64, error) {
+	reps := max(warm, 1) + 1
+	err := func() error {
 		for _, run := range runs {
 			x, err := gr.capture(func() error {
 				for _, op := range run {
@@ -76,7 +81,7 @@ func traceRuns(tr kernelTracer, gr grapher, b device, runs [][]gop, warm int, sy
 				return nil
 			})
 			if err != nil {
-				return 0, errors.Wrap(err, "timeline: capturing the step's runs")
+				return errors.Wrap(err, "timeline: capturing the step's runs")
 			}
 			xs = append(xs, x)
 		}
@@ -88,22 +93,19 @@ func traceRuns(tr kernelTracer, gr grapher, b device, runs [][]gop, warm int, sy
 			}
 			return nil
 		}
-		for range max(warm, 1) {
+		for range reps - 1 {
 			if err := launchAll(); err != nil {
-				return 0, err
+				return err
 			}
 		}
+		// The wait puts the traced replay after every warm kernel.
 		if err := sync(); err != nil {
-			return 0, err
-		}
-		t0, err := tr.Now()
-		if err != nil {
-			return 0, err
+			return err
 		}
 		if err := launchAll(); err != nil {
-			return 0, err
+			return err
 		}
-		return t0, sync()
+		return sync()
 	}()
 	recs, serr := tr.Stop()
 	for _, x := range xs {
@@ -112,15 +114,10 @@ func traceRuns(tr kernelTracer, gr grapher, b device, runs [][]gop, warm int, sy
 	if err = errors.CombineErrors(err, serr); err != nil {
 		return nil, err
 	}
-	out := recs[:0]
-	for _, r := range recs {
-		if r.Start >= t0 {
-			out = append(out, r)
-		}
+	if len(recs) == 0 || len(recs)%reps != 0 {
+		return nil, errors.WithHint(errors.Newf("timeline: CUPTI recorded %d kernels over %d replays of the same graphs: not the same number each", len(recs), reps),
+			"check that no other profiler (nsys, ncu) holds CUPTI and that nothing else runs on the GPU")
 	}
-	if len(out) == 0 {
-		return nil, errors.WithHint(errors.Newf("timeline: CUPTI recorded no kernel of the traced replay (%d before it)", len(recs)),
-			"check that no other profiler (nsys, ncu) holds CUPTI")
-	}
-	return out, nil
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Start < recs[j].Start })
+	return recs[len(recs)-len(recs)/reps:], nil
 }

@@ -22,8 +22,7 @@ type clockTracer struct {
 	events []string
 }
 
-func (c *clockTracer) Start() error         { c.on = true; c.events = append(c.events, "start"); return nil }
-func (c *clockTracer) Now() (uint64, error) { return c.now + 1, nil } // after the last end
+func (c *clockTracer) Start() error { c.on = true; c.events = append(c.events, "start"); return nil }
 func (c *clockTracer) Stop() ([]cupti.KernelRecord, error) {
 	c.on = false
 	c.events = append(c.events, "stop")
@@ -83,6 +82,20 @@ func TestTraceRuns(t *testing.T) {
 	}
 	if _, err := traceRuns(&clockTracer{}, emuGrapher{}, nil, nil, 1, func() error { return nil }); err == nil {
 		t.Error("no runs: want an error")
+	}
+	// A kernel lost (or one from elsewhere): the replays do not split.
+	tr3 := &clockTracer{}
+	tr, fail = tr3, false
+	calls := 0
+	lose := gop{name: "lost", run: func(device) error {
+		if calls++; calls == 1 {
+			tr3.kernel("lost") // recorded in the first replay only
+		}
+		return nil
+	}}
+	if _, err := traceRuns(tr3, emuGrapher{}, nil, [][]gop{{op("a", nil), lose}}, 2, func() error { return nil }); err == nil ||
+		!strings.Contains(err.Error(), "not the same number each") {
+		t.Errorf("uneven replays: err %v", err)
 	}
 }
 

@@ -117,7 +117,7 @@ func loadLib() (*lib, error) {
 		msg += " (" + strings.Join(fails, "; ") + ")"
 	}
 	return nil, errors.WithHint(errors.New(msg),
-		"install the CUDA toolkit's CUPTI (e.g. /usr/local/cuda/extras/CUPTI/lib64, or pip install nvidia-cuda-cupti-cu13) or set "+EnvLib+"=/path/to/libcupti.so")
+		"install the CUDA toolkit's CUPTI (e.g. /usr/local/cuda/extras/CUPTI/lib64, or pip install nvidia-cuda-cupti: CUDA 13 wheels put it in nvidia/cu13/lib) or set "+EnvLib+"=/path/to/libcupti.so")
 }
 
 // call invokes a C function returning a CUptiResult. uintptrescapes keeps

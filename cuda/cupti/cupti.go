@@ -86,7 +86,8 @@ func loadLib() (*lib, error) {
 				continue
 			}
 		}
-		h, err := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		// Local: CUPTI's symbols are only looked up here.
+		h, err := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err != nil {
 			fails = append(fails, p+": "+err.Error())
 			continue

@@ -317,6 +317,9 @@ func (t *Tracer) Stop() ([]KernelRecord, error) {
 	}
 	var recs []KernelRecord
 	for _, f := range done {
+		if f.valid == 0 {
+			continue // a forced flush hands back empty buffers too
+		}
 		rs, err := walk(f.b[:f.valid], t.nextRecord(f.b[:f.valid]))
 		if err != nil {
 			return nil, err

@@ -52,6 +52,7 @@ func Command() *cli.Command {
 				&cli.StringFlag{Name: "dummy-weights", Usage: "random weights with the real dimensions of " + strings.Join(engineload.DummyModels, " or ") + ", made here and uploaded to the GPU (no files; replaces --model-dir)"},
 				&cli.IntFlag{Name: "layers", Value: 8, Usage: "with --dummy-weights: MoE layers after the model's dense ones"},
 				&cli.StringFlag{Name: "batches", Usage: "with --context: comma-separated slot counts timed at each context in one engine (e.g. 1,4; default --slots)"},
+				&cli.StringFlag{Name: "timeline", Usage: "with --context on the GPU: after each row's timed steps, trace one step's kernels as the GPU ran them (CUPTI: libcupti of the CUDA toolkit, or the file $TILERT_CUPTI names) and write them with their analysis (span, busy, idle gaps, time by kernel, layers) as JSON to this file; a summary prints under each row"},
 				&cli.BoolFlag{Name: "profile", Usage: "on the GPU: with --context a per-kernel breakdown of a step at each context; without, of a prefill of --prompt-len tokens"},
 				&cli.StringFlag{Name: "devices", Usage: "GPUs of the tensor-parallel engine, one per rank (e.g. 0,1,2,3,4,5,6,7; as decode --devices); an ordinal may repeat (0,0,0,0: four ranks on GPU 0); empty: GPU 0, unsharded"},
 				&cli.StringFlag{Name: "comm", Value: "auto", Usage: "with --devices: collective between ranks: auto (oneshot on one GPU, nccl across GPUs), oneshot (the fused one-shot all-reduce; across GPUs over peer-mapped memory), local or nccl (one rank per GPU)"},
@@ -108,6 +109,9 @@ func runDecode(c *cli.Context) error {
 	prec, err := engine.ParsePrefillPrecision(c.String("prefill-precision"))
 	if err != nil {
 		return cliutil.WithExitCode(err, cliutil.ExitUsage)
+	}
+	if err := checkTimeline(c); err != nil {
+		return err
 	}
 	if cs := c.String("context"); cs != "" {
 		ctxs, err := parseContexts(cs)

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/urfave/cli/v2"
 
+	"github.com/tilert-go/tilert/cuda/cupti"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/gpu"
 	"github.com/tilert-go/tilert/internal/buildinfo"
@@ -301,6 +302,17 @@ func runContexts(c *cli.Context, ctxs []int) error {
 	if err != nil {
 		return err
 	}
+	// --timeline: CUPTI is found before the model loads (checkTimeline
+	// has refused the uses it cannot serve).
+	tlPath := c.String("timeline")
+	var tlFile TimelineFile
+	if tlPath != "" {
+		tr, err := cupti.Open()
+		if err != nil {
+			return errors.Wrap(err, "--timeline")
+		}
+		tlFile = TimelineFile{Version: buildinfo.Version, CUPTI: tr.Path()}
+	}
 	maxSeq := slices.Max(ctxs) + ntok + 4
 	mtp := c.Bool("mtp")
 	opts := engine.Options{Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: maxSeq, MTP: mtp}
@@ -374,6 +386,12 @@ func runContexts(c *cli.Context, ctxs []int) error {
 			return err
 		}
 	}
+	tl, canTrace := e.(timeliner)
+	if tlPath != "" && !canTrace {
+		return cliutil.WithExitCode(errors.WithHint(errors.New("--timeline needs the unsharded GPU engine"),
+			"run with --device cuda and one GPU"), cliutil.ExitUsage)
+	}
+	tlFile.Model, tlFile.Weights = string(cfg.Family), res.Weights
 	lay := e.Layout()
 	rng := rand.New(rand.NewPCG(c.Uint64("seed"), 11))
 	ids := make([]int, slots)
@@ -395,6 +413,7 @@ func runContexts(c *cli.Context, ctxs []int) error {
 				}
 			}
 			row := ContextRow{Context: C, Slots: slots}
+			var tlRow *TimelineRow
 			var steps []float64
 			var toks, drafted, accepted []int // per step, over its slots
 			active := slices.Clone(ids)
@@ -421,6 +440,16 @@ func runContexts(c *cli.Context, ctxs []int) error {
 					}
 				}
 				active = next
+				// The timeline (like the profile below) re-runs one step's
+				// work after the timed steps, then the slots are done.
+				if tlPath != "" && len(active) == slots && len(steps) == traceAfter(ntok, mtp) {
+					tr, err := traceRow(tl, active, C, cfg.NumLayers, cfg.NumAllLayers())
+					if err != nil {
+						return err
+					}
+					tlRow = &tr
+					break
+				}
 				// The profile re-runs one step's work after the timed steps
 				// (it steps the slots once more and rewrites their latest
 				// cache entries), then the slots are done.
@@ -481,6 +510,19 @@ func runContexts(c *cli.Context, ctxs []int) error {
 			row.UsPerLayer = row.StepP50MS * 1e3 / float64(cfg.NumLayers)
 			res.Rows = append(res.Rows, row)
 			reportRow(c.App.Writer, res, row, len(res.Rows) == 1)
+			if tlRow != nil {
+				tlRow.StepP50MS = row.StepP50MS
+				reportTimeline(c.App.Writer, *tlRow)
+				tlFile.Rows = append(tlFile.Rows, *tlRow)
+			} else if tlPath != "" {
+				return errors.WithHint(errors.Newf("--timeline: the slots at context %d, %d slots finished before the step to trace", C, slots),
+					"give more --tokens")
+			}
+		}
+	}
+	if tlPath != "" {
+		if err := writeTimeline(tlPath, tlFile); err != nil {
+			return err
 		}
 	}
 	if f := c.String("json"); f != "" {

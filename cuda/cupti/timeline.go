@@ -1,0 +1,219 @@
+package cupti
+
+import (
+	"slices"
+	"sort"
+
+	"github.com/cockroachdb/errors"
+)
+
+// Timeline is what one traced step's kernels say about the step as the
+// GPU ran it. Times are ns; offsets are from the first kernel's start.
+type Timeline struct {
+	Kernels int `json:"kernels"`
+	// SpanNs runs from the first start to the last end; BusyNs is the
+	// time at least one kernel ran (the union of the kernels' intervals),
+	// IdleNs the rest. SumNs adds every kernel's duration: above BusyNs by
+	// what ran concurrently (side streams, graph branches).
+	SpanNs uint64 `json:"span_ns"`
+	BusyNs uint64 `json:"busy_ns"`
+	IdleNs uint64 `json:"idle_ns"`
+	SumNs  uint64 `json:"sum_ns"`
+	// MaxConcurrent is the most kernels running at one instant.
+	MaxConcurrent int      `json:"max_concurrent"`
+	Streams       []uint32 `json:"streams"`
+	// Gaps are the longest idle gaps, longest first; IdleGaps counts all.
+	Gaps     []Gap      `json:"gaps"`
+	IdleGaps int        `json:"idle_gaps"`
+	Names    []NameStat `json:"names"`
+	Order    []Entry    `json:"order"`
+	// Layers: with a layer mark, one per run of kernels starting at a
+	// kernel of that name; LeadNs is the time before the first.
+	Layers []Layer `json:"layers,omitempty"`
+	LeadNs uint64  `json:"lead_ns,omitempty"`
+}
+
+// Gap is a time when no kernel ran: from AtNs, NS long, between the last
+// kernel to end before it and the first to start after it.
+type Gap struct {
+	AtNs   uint64 `json:"at_ns"`
+	Ns     uint64 `json:"ns"`
+	Before string `json:"before"`
+	After  string `json:"after"`
+}
+
+// NameStat is every run of one kernel name.
+type NameStat struct {
+	Name    string  `json:"name"`
+	Count   int     `json:"count"`
+	TotalNs uint64  `json:"total_ns"`
+	MeanNs  float64 `json:"mean_ns"`
+	// Share is TotalNs over the step's span.
+	Share float64 `json:"share_of_span"`
+}
+
+// Entry is one kernel in start order.
+type Entry struct {
+	Name        string `json:"name"`
+	AtNs        uint64 `json:"at_ns"`
+	Ns          uint64 `json:"ns"`
+	Stream      uint32 `json:"stream"`
+	GraphNodeID uint64 `json:"graph_node_id"`
+}
+
+// Layer is the kernels from one layer mark to the next (the last: to the
+// span's end).
+type Layer struct {
+	AtNs    uint64 `json:"at_ns"`
+	SpanNs  uint64 `json:"span_ns"`
+	BusyNs  uint64 `json:"busy_ns"`
+	Kernels int    `json:"kernels"`
+}
+
+// Options shape an analysis.
+type Options struct {
+	// Gaps is how many of the longest idle gaps to keep (0: 5).
+	Gaps int
+	// LayerMark, when set, names the kernel that opens each layer (e.g.
+	// the layer's first one); the layers are cut at its starts.
+	LayerMark string
+}
+
+// Analyze summarises the kernel records of one step.
+func Analyze(recs []KernelRecord, o Options) (*Timeline, error) {
+	if len(recs) == 0 {
+		return nil, errors.New("cupti: no kernel records to analyse")
+	}
+	if o.Gaps <= 0 {
+		o.Gaps = 5
+	}
+	rs := slices.Clone(recs)
+	sort.SliceStable(rs, func(i, j int) bool {
+		if rs[i].Start != rs[j].Start {
+			return rs[i].Start < rs[j].Start
+		}
+		return rs[i].End < rs[j].End
+	})
+	t0 := rs[0].Start
+	tl := &Timeline{Kernels: len(rs)}
+	byName := map[string]*NameStat{}
+	streams := map[uint32]bool{}
+	var gaps []Gap
+	var end uint64 // the latest end so far
+	last := 0      // the kernel that ends at end
+	for i, r := range rs {
+		if r.End < r.Start {
+			return nil, errors.Newf("cupti: kernel %s ends before it starts", r.Name)
+		}
+		d := r.End - r.Start
+		tl.SumNs += d
+		streams[r.Stream] = true
+		n := byName[r.Name]
+		if n == nil {
+			n = &NameStat{Name: r.Name}
+			byName[r.Name] = n
+		}
+		n.Count++
+		n.TotalNs += d
+		tl.Order = append(tl.Order, Entry{Name: r.Name, AtNs: r.Start - t0, Ns: d, Stream: r.Stream, GraphNodeID: r.GraphNodeID})
+		switch {
+		case i == 0:
+			tl.BusyNs, end, last = d, r.End, 0
+		case r.Start > end:
+			gaps = append(gaps, Gap{AtNs: end - t0, Ns: r.Start - end, Before: rs[last].Name, After: r.Name})
+			tl.BusyNs += d
+			end, last = r.End, i
+		case r.End > end:
+			tl.BusyNs += r.End - end
+			end, last = r.End, i
+		}
+	}
+	tl.SpanNs = end - t0
+	tl.IdleNs = tl.SpanNs - tl.BusyNs
+	tl.MaxConcurrent = maxConcurrent(rs)
+	for s := range streams {
+		tl.Streams = append(tl.Streams, s)
+	}
+	slices.Sort(tl.Streams)
+	tl.IdleGaps = len(gaps)
+	sort.SliceStable(gaps, func(i, j int) bool { return gaps[i].Ns > gaps[j].Ns })
+	tl.Gaps = gaps[:min(len(gaps), o.Gaps)]
+	for _, n := range byName {
+		n.MeanNs = float64(n.TotalNs) / float64(n.Count)
+		if tl.SpanNs > 0 {
+			n.Share = float64(n.TotalNs) / float64(tl.SpanNs)
+		}
+		tl.Names = append(tl.Names, *n)
+	}
+	sort.Slice(tl.Names, func(i, j int) bool {
+		if tl.Names[i].TotalNs != tl.Names[j].TotalNs {
+			return tl.Names[i].TotalNs > tl.Names[j].TotalNs
+		}
+		return tl.Names[i].Name < tl.Names[j].Name
+	})
+	if o.LayerMark != "" {
+		tl.Layers, tl.LeadNs = layers(rs, o.LayerMark, end)
+	}
+	return tl, nil
+}
+
+// maxConcurrent is the most intervals of rs (sorted by start) open at one
+// instant; one ending exactly when another starts does not overlap it.
+func maxConcurrent(rs []KernelRecord) int {
+	ends := make([]uint64, 0, len(rs))
+	best := 0
+	for _, r := range rs {
+		// Drop the kernels done by r's start.
+		k := 0
+		for _, e := range ends {
+			if e > r.Start {
+				ends[k] = e
+				k++
+			}
+		}
+		ends = append(ends[:k], r.End)
+		best = max(best, len(ends))
+	}
+	return best
+}
+
+// layers cuts rs (sorted by start) at each start of a kernel named mark.
+func layers(rs []KernelRecord, mark string, spanEnd uint64) ([]Layer, uint64) {
+	var cuts []int
+	for i, r := range rs {
+		if r.Name == mark {
+			cuts = append(cuts, i)
+		}
+	}
+	if len(cuts) == 0 {
+		return nil, 0
+	}
+	t0 := rs[0].Start
+	out := make([]Layer, len(cuts))
+	for li, c := range cuts {
+		hi := len(rs)
+		stop := spanEnd
+		if li+1 < len(cuts) {
+			hi = cuts[li+1]
+			stop = rs[hi].Start
+		}
+		seg := rs[c:hi]
+		out[li] = Layer{AtNs: rs[c].Start - t0, SpanNs: stop - rs[c].Start, Kernels: len(seg), BusyNs: busyWithin(seg, rs[c].Start, stop)}
+	}
+	return out, rs[cuts[0]].Start - t0
+}
+
+// busyWithin is the union of seg's intervals (sorted by start) clipped to
+// [lo, hi).
+func busyWithin(seg []KernelRecord, lo, hi uint64) uint64 {
+	var busy, end uint64
+	end = lo
+	for _, r := range seg {
+		s, e := max(r.Start, end), min(r.End, hi)
+		if e > s {
+			busy += e - s
+			end = e
+		}
+	}
+	return busy
+}

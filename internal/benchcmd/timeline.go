@@ -1,0 +1,192 @@
+package benchcmd
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+	"github.com/urfave/cli/v2"
+
+	"github.com/tilert-go/tilert/cuda/cupti"
+	"github.com/tilert-go/tilert/internal/cliutil"
+)
+
+// timeliner is the GPU engine's traced step (--timeline).
+type timeliner interface {
+	TimelineStep(ids []int, warm int) ([]cupti.KernelRecord, error)
+}
+
+// TimelineFile is what --timeline writes: one entry per (context, slots)
+// row, each one decode step's kernels as the GPU ran them (CUPTI; the
+// step's device work replayed as graphs) and their analysis.
+type TimelineFile struct {
+	Version string        `json:"version"`
+	Model   string        `json:"model"`
+	Weights string        `json:"weights"`
+	CUPTI   string        `json:"cupti_library"`
+	Rows    []TimelineRow `json:"rows"`
+}
+
+// TimelineRow is one row's traced step.
+type TimelineRow struct {
+	Context   int     `json:"context"`
+	Slots     int     `json:"slots"`
+	StepP50MS float64 `json:"step_p50_ms"`
+	// LayerMark is the kernel the layers were cut at: the first of the
+	// names that run exactly once per layer (empty: none does).
+	LayerMark string               `json:"layer_mark,omitempty"`
+	Analysis  *cupti.Timeline      `json:"analysis"`
+	Kernels   []cupti.KernelRecord `json:"kernels"`
+}
+
+// checkTimeline refuses --timeline where it cannot run, before anything
+// loads.
+func checkTimeline(c *cli.Context) error {
+	if c.String("timeline") == "" {
+		return nil
+	}
+	switch {
+	case c.String("context") == "":
+		return cliutil.WithExitCode(errors.WithHint(errors.New("--timeline needs --context"),
+			"e.g. bench decode --context 8192 --slots 4 --timeline step.json"), cliutil.ExitUsage)
+	case c.String("device") == "cpu":
+		return cliutil.WithExitCode(errors.WithHint(errors.New("--timeline traces GPU kernels; --device cpu has none"),
+			"run with --device cuda"), cliutil.ExitUsage)
+	case c.Bool("profile"):
+		return cliutil.WithExitCode(errors.WithHint(errors.New("--timeline and --profile each re-run a step at the end of a row"),
+			"run them in two benches"), cliutil.ExitUsage)
+	case len(pickDevices(c)) > 1:
+		return cliutil.WithExitCode(errors.WithHint(errors.New("--timeline traces the unsharded GPU engine"),
+			"drop --devices"), cliutil.ExitUsage)
+	}
+	return nil
+}
+
+// pickDevices lists --devices' entries (unparsed: placement checks them).
+func pickDevices(c *cli.Context) []string {
+	var out []string
+	for _, f := range strings.Split(c.String("devices"), ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// traceAfter is the number of timed steps after which --timeline traces
+// one: the profile's point (three tokens left) without MTP; with MTP, where
+// a step gives a slot up to two tokens, early enough that no slot can have
+// run out of tokens for the traced step.
+func traceAfter(ntok int, mtp bool) int {
+	if mtp {
+		return max(1, (ntok-4)/2)
+	}
+	return ntok - 3
+}
+
+// traceRow traces one step of ids and analyses it.
+func traceRow(tl timeliner, ids []int, context int, layers ...int) (TimelineRow, error) {
+	recs, err := tl.TimelineStep(ids, 2)
+	if err != nil {
+		return TimelineRow{}, errors.Wrapf(err, "--timeline at context %d, %d slots", context, len(ids))
+	}
+	return analyseRow(recs, context, len(ids), layers...)
+}
+
+func analyseRow(recs []cupti.KernelRecord, context, slots int, layers ...int) (TimelineRow, error) {
+	a, err := cupti.Analyze(recs, cupti.Options{Gaps: 5})
+	if err != nil {
+		return TimelineRow{}, err
+	}
+	row := TimelineRow{Context: context, Slots: slots, Kernels: recs, Analysis: a}
+	if row.LayerMark = layerMark(a, layers...); row.LayerMark != "" {
+		if row.Analysis, err = cupti.Analyze(recs, cupti.Options{Gaps: 5, LayerMark: row.LayerMark}); err != nil {
+			return TimelineRow{}, err
+		}
+	}
+	return row, nil
+}
+
+// layerMark picks the kernel that opens each layer: of the names that run
+// exactly once per layer (as many times as one of layers says: the main
+// layers, with MTP also those plus the MTP layer), the one that first runs
+// earliest in the step ("" when none does; counts under two are no layers).
+func layerMark(a *cupti.Timeline, layers ...int) string {
+	once := map[string]bool{}
+	for _, n := range a.Names {
+		for _, l := range layers {
+			if l >= 2 && n.Count == l {
+				once[n.Name] = true
+			}
+		}
+	}
+	for _, k := range a.Order {
+		if once[k.Name] {
+			return k.Name
+		}
+	}
+	return ""
+}
+
+// reportTimeline prints a row's traced step under the row.
+func reportTimeline(w io.Writer, r TimelineRow) {
+	a := r.Analysis
+	us := func(ns uint64) float64 { return float64(ns) / 1e3 }
+	busyPct := 0.0
+	if a.SpanNs > 0 {
+		busyPct = 100 * float64(a.BusyNs) / float64(a.SpanNs)
+	}
+	fmt.Fprintf(w, "  timeline (CUPTI, the step replayed as graphs): %d kernels, span %.1f us, busy %.1f us (%.0f%%), idle %.1f us in %d gaps; kernel time %.1f us, at most %d at once, streams %v\n",
+		a.Kernels, us(a.SpanNs), us(a.BusyNs), busyPct, us(a.IdleNs), a.IdleGaps, us(a.SumNs), a.MaxConcurrent, a.Streams)
+	for i, n := range a.Names {
+		if i == 8 {
+			break
+		}
+		fmt.Fprintf(w, "    %-40s %4d runs %9.1f us (mean %7.2f) %5.1f%% of span\n", clip(n.Name, 40), n.Count, us(n.TotalNs), n.MeanNs/1e3, 100*n.Share)
+	}
+	for _, g := range a.Gaps {
+		fmt.Fprintf(w, "    idle %7.2f us at +%.1f us: after %s, before %s\n", us(g.Ns), us(g.AtNs), clip(g.Before, 40), clip(g.After, 40))
+	}
+	if n := len(a.Layers); n > 0 {
+		var span, busy uint64
+		for _, l := range a.Layers {
+			span, busy = span+l.SpanNs, busy+l.BusyNs
+		}
+		fmt.Fprintf(w, "    %d layers (each from %s): mean %.1f us, busy %.1f us; %.1f us before the first\n",
+			n, clip(r.LayerMark, 40), us(span)/float64(n), us(busy)/float64(n), us(a.LeadNs))
+	}
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// writeTimeline writes f to path through a temporary file in the same
+// folder, so a failed run leaves no half-written file.
+func writeTimeline(path string, f TimelineFile) error {
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return errors.Wrap(err, "--timeline: encoding")
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return errors.Wrapf(err, "--timeline: writing %s", path)
+	}
+	_, err = tmp.Write(append(b, '\n'))
+	err = errors.CombineErrors(err, tmp.Close())
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return errors.Wrapf(err, "--timeline: writing %s", path)
+	}
+	return nil
+}

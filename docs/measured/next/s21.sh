@@ -66,18 +66,14 @@ check)
   done
   save ;;
 timeline)
-  # The critical path as the GPU ran it: every kernel of the captured graphs with its start and end (nsys, graph
-  # nodes traced), 1 slot at 8192, both models; what the knock-out profile cannot show (parallel branches, gaps).
-  NS=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
-  echo "nsys: ${NS:-none}" | tee -a $R/summary.txt
-  if [ -n "$NS" ]; then
-    for m in deepseek-v3.2 glm-5; do
-      timeout 200 $NS profile -o $R/tl-$m --force-overwrite true --cuda-graph-trace=node --trace=cuda --sample=none --cpuctxsw=none \
-        $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context 8192 --batches 1 --tokens 24 > $R/tl-$m.txt 2>&1
-      echo "rc=$?" >> $R/tl-$m.txt
-      timeout 200 $NS stats --report cuda_gpu_trace --format csv --output $R/tl-$m $R/tl-$m.nsys-rep >> $R/tl-$m.txt 2>&1
-      ls -la $R >> $R/tl-$m.txt; rm -f $R/tl-$m.nsys-rep $R/tl-$m.sqlite; xz -T4 $R/tl-$m*.csv 2>/dev/null; save
-    done
-  fi ;;
+  # The step as the GPU ran it (CUPTI kernel records, cuda/cupti; session 21): the tracer's GPU checks, then one
+  # traced step per row, both models at 8192 (1 and 4 slots for DeepSeek-V3.2 dims).
+  (cd cuda/cupti && timeout 120 $D/cupti.test -test.run '^(TestGPUTraceGraph|TestLibrary)$' -test.count=1 -test.v -test.timeout=2m > $R/cupti.log 2>&1; echo "rc=$?" >> $R/cupti.log)
+  (cd engine/gpu && timeout 200 $D/engine.test -test.run '^TestGPUTimelineStep$' -test.count=1 -test.v -test.timeout=3m > $R/engine-tl.log 2>&1; echo "rc=$?" >> $R/engine-tl.log)
+  for f in cupti engine-tl; do echo "$f: $(grep -c -- '--- PASS' $R/$f.log) PASS, $(grep -c -- '--- FAIL' $R/$f.log) FAIL, $(grep -c -- '--- SKIP' $R/$f.log) SKIP; $(tail -1 $R/$f.log)" | tee -a $R/summary.txt; done
+  save
+  timeout 150 $D/tilert bench decode --device cuda --dummy-weights deepseek-v3.2 --layers 9 --context 8192 --batches 1,4 --timeline $R/tl-ds.json > $R/tl-ds.txt 2>&1; echo "rc=$?" >> $R/tl-ds.txt; save
+  timeout 120 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 9 --context 8192 --batches 1 --timeline $R/tl-glm.json > $R/tl-glm.txt 2>&1; echo "rc=$?" >> $R/tl-glm.txt
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 *) echo "usage: s21.sh slots|pdl|check|final|kernels|timeline" >&2; exit 2 ;;
 esac

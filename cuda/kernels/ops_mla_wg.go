@@ -103,7 +103,7 @@ func (k *Set) MLAPrefillWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, 
 // block, the products on wgmma with one fp16 part, a producer warpgroup
 // gathering and converting the next 64-token tile), the selections split
 // over the SMs (one block an SM: 226 KiB of shared memory) and merged by
-// mla_combine. The engine's default for 128 heads, or 64 from 2 rows
+// mla_combine. The engine's default for 64 heads or more
 // (engine/gpu mlaWGRule; TILERT_GPU_MLA_WG=0 goes back to mla_decode_tcf2).
 const (
 	mlaDecodeWG2Name  = "mla_decode_wg2"

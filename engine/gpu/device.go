@@ -660,9 +660,13 @@ var (
 // faster (session 19 call C, graph-timed with the combine, 2048
 // selections: 128 heads 1 row 16.4 against 18.8 us, 2 rows 21.0 / 28.4,
 // 4 rows 26.3 / 46.0; 64 heads 1 row 15.6 / 15.0, 4 rows 21.3 / 28.8): 128
-// heads or more, or 64 and more at 2 rows and more (mlaWGRule); the step,
-// 8192, 9 MoE layers: DeepSeek-V3.2 dims 1 slot 2.702 -> 2.678 ms, 4 slots
-// 5.757 -> 5.611; GLM-5 4 slots 5.407 -> 5.360. =1 takes every launch of
+// heads or more, or 64 and more at 2 rows and more; the step, 8192, 9 MoE
+// layers: DeepSeek-V3.2 dims 1 slot 2.702 -> 2.678 ms, 4 slots 5.757 ->
+// 5.611; GLM-5 4 slots 5.407 -> 5.360. Since session 21 also one row of 64
+// heads (mlaWGRule: 64 heads or more at any rows), where the block is
+// mla_decode_wg2b: GLM-5 dims 1 slot 2.734 / 2.747 -> 2.719 ms at 8192,
+// 2.884 / 2.890 -> 2.860 at 131072 (call D, A/B/A in one run, through =1;
+// docs/measured/h200-2026-12-03-s21). =1 takes every launch of
 // more heads than mla_decode_few's (the tiny models' checks), =0 none.
 // Where the module does not load, the default kernel runs, said once in
 // the log.
@@ -685,7 +689,7 @@ func mlaWGRule(mode string, nq, H int) bool {
 	case "1":
 		return H > 0
 	}
-	return H >= 128 || (H >= 64 && nq >= 2)
+	return H >= 64
 }
 
 // mlaWGLaunches counts the decode launches on mla_decode_wg2 (tests: no

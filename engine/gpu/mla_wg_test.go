@@ -157,15 +157,15 @@ func TestGPUMLADecodeWG(t *testing.T) {
 	t.Logf("TILERT_GPU_MLA_WG=1: mla_decode_wg2 ran %d launches", n)
 }
 
-// TestMLAWGRule: mla_decode_wg2 by default where it measured faster (128
-// heads at any rows, 64 from 2 rows), never for a TP-8 shard's 16 / 8
-// heads; =1 everywhere, =0 nowhere.
+// TestMLAWGRule: mla_decode_wg2 by default where it measured faster (64
+// heads or more at any rows), never for a TP-8 shard's 16 / 8 heads; =1
+// everywhere, =0 nowhere.
 func TestMLAWGRule(t *testing.T) {
 	for _, c := range []struct {
 		mode  string
 		nq, H int
 		want  bool
-	}{{"", 1, 128, true}, {"", 4, 128, true}, {"", 1, 64, false}, {"", 2, 64, true}, {"", 4, 16, false}, {"", 1, 8, false},
+	}{{"", 1, 128, true}, {"", 4, 128, true}, {"", 1, 64, true}, {"", 1, 32, false}, {"", 2, 64, true}, {"", 4, 16, false}, {"", 1, 8, false},
 		{"1", 1, 8, true}, {"1", 1, 0, false}, {"0", 4, 128, false}} {
 		if got := mlaWGRule(c.mode, c.nq, c.H); got != c.want {
 			t.Errorf("TILERT_GPU_MLA_WG=%q nq=%d H=%d: %v, want %v", c.mode, c.nq, c.H, got, c.want)

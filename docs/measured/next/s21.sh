@@ -1,6 +1,6 @@
 # Session 20's plan for the next device session (issue 10; NOT RUN). Binaries of main (tilert, kernels.test) in
 # .device/next, xz'd or not (the build line in docs/measured/next/README.md). Ask `status` first.
-# Usage: bash docs/measured/next/s21.sh slots|pdl|check|final|kernels|timeline
+# Usage: bash docs/measured/next/s21.sh slots|pdl|check|final|glm|kernels|timeline
 #  slots (~4 min cold): the 4-slot steps at 8192 on session 20's defaults against each of its switches in the same
 #        run (GLM-5 dims read 5.507 ms in session 20 call C against 5.360 in session 19 on another machine, while both
 #        of its changed kernels measured faster at 4 rows), both models.
@@ -48,6 +48,12 @@ final)
   MTP=1 bn deepseek-v3.2 8192 1 ds-mtp
   bn glm-5 8192,131072 1 glm-wg1 TILERT_GPU_MLA_WG=1
   bn glm-5 8192,131072 1 glm-default ;;
+glm)
+  # GLM-5 dims on session 21's last default (mla_decode_wg2b at one row of 64 heads): the README's rows, then one
+  # traced step at 8192, 1 slot (a separate process: a traced row slows the rows after it a little).
+  JS=1 bn glm-5 8192,131072 1,4 glm
+  timeout 120 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 9 --context 8192 --batches 1 --timeline $R/tl-glm.json > $R/tl-glm.txt 2>&1; echo "rc=$?" >> $R/tl-glm.txt
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 check)
   # make gpu-check's correctness parts on main's binaries (kernels, cuda, engine, decode .test in .device/next):
   # the kernel checks (no timing tests) beside the engine's ^TestGPU, then the decode node's handoff; and where
@@ -75,5 +81,5 @@ timeline)
   timeout 150 $D/tilert bench decode --device cuda --dummy-weights deepseek-v3.2 --layers 9 --context 8192 --batches 1,4 --timeline $R/tl-ds.json > $R/tl-ds.txt 2>&1; echo "rc=$?" >> $R/tl-ds.txt; save
   timeout 120 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 9 --context 8192 --batches 1 --timeline $R/tl-glm.json > $R/tl-glm.txt 2>&1; echo "rc=$?" >> $R/tl-glm.txt
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
-*) echo "usage: s21.sh slots|pdl|check|final|kernels|timeline" >&2; exit 2 ;;
+*) echo "usage: s21.sh slots|pdl|check|final|glm|kernels|timeline" >&2; exit 2 ;;
 esac

@@ -26,11 +26,21 @@ type Timeline struct {
 	Gaps     []Gap      `json:"gaps"`
 	IdleGaps int        `json:"idle_gaps"`
 	Names    []NameStat `json:"names"`
-	Order    []Entry    `json:"order"`
+	// Charged is the span split at kernel completions, by name (see
+	// charge): unlike Names it does not count the time a kernel launched
+	// early (PDL) spends waiting on the one before. UnchargedNs is the rest
+	// of the span: idle time, and time only a kernel ending later ran.
+	Charged     []NameStat `json:"charged"`
+	UnchargedNs uint64     `json:"uncharged_ns"`
+	Order       []Entry    `json:"order"`
 	// Layers: with a layer mark, one per run of kernels starting at a
 	// kernel of that name; LeadNs is the time before the first.
 	Layers []Layer `json:"layers,omitempty"`
 	LeadNs uint64  `json:"lead_ns,omitempty"`
+	// MedianLayer is the layer of median span among all but the first and
+	// the last (which carry the step's head and tail), as it ran; with
+	// fewer than three layers there is none.
+	MedianLayer *LayerRun `json:"median_layer,omitempty"`
 }
 
 // Gap is a time when no kernel ran: from AtNs, NS long, between the last
@@ -68,6 +78,27 @@ type Layer struct {
 	SpanNs  uint64 `json:"span_ns"`
 	BusyNs  uint64 `json:"busy_ns"`
 	Kernels int    `json:"kernels"`
+}
+
+// LayerRun is one layer's kernels in the order they completed.
+type LayerRun struct {
+	// Index counts the layers from 0.
+	Index   int           `json:"index"`
+	AtNs    uint64        `json:"at_ns"`
+	SpanNs  uint64        `json:"span_ns"`
+	Kernels []LayerKernel `json:"kernels"`
+}
+
+// LayerKernel is one kernel of a LayerRun. StartNs and EndNs are from the
+// layer's start; ChargedNs is its share of the step's span (see charge).
+type LayerKernel struct {
+	Name      string   `json:"name"`
+	StartNs   uint64   `json:"start_ns"`
+	EndNs     uint64   `json:"end_ns"`
+	Ns        uint64   `json:"ns"`
+	ChargedNs uint64   `json:"charged_ns"`
+	Stream    uint32   `json:"stream"`
+	Grid      [3]int32 `json:"grid"`
 }
 
 // Options shape an analysis.
@@ -145,16 +176,104 @@ func Analyze(recs []KernelRecord, o Options) (*Timeline, error) {
 		}
 		tl.Names = append(tl.Names, *n)
 	}
-	sort.Slice(tl.Names, func(i, j int) bool {
-		if tl.Names[i].TotalNs != tl.Names[j].TotalNs {
-			return tl.Names[i].TotalNs > tl.Names[j].TotalNs
-		}
-		return tl.Names[i].Name < tl.Names[j].Name
-	})
+	sortNames(tl.Names)
+	charged := charge(rs)
+	tl.Charged = chargedByName(rs, charged, tl.SpanNs)
+	var sum uint64
+	for _, c := range charged {
+		sum += c
+	}
+	tl.UnchargedNs = tl.SpanNs - sum
 	if o.LayerMark != "" {
-		tl.Layers, tl.LeadNs = layers(rs, o.LayerMark, end)
+		var cuts []int
+		tl.Layers, tl.LeadNs, cuts = layers(rs, o.LayerMark, end)
+		tl.MedianLayer = medianLayer(rs, charged, tl.Layers, cuts)
 	}
 	return tl, nil
+}
+
+// charge splits the span at kernel completions: walking rs in end order
+// with a frontier f (at first the first start), each kernel is charged the
+// part of its interval past f, max(0, end - max(f, start)), and f moves to
+// its end. A kernel launched early (PDL) that waits for the one before is
+// so charged only from that one's end: its work, not its wait. The result
+// is indexed as rs (sorted by start); it sums to the span less the time
+// before a kernel's start past f (idle, or only a later-ending kernel ran).
+func charge(rs []KernelRecord) []uint64 {
+	byEnd := make([]int, len(rs))
+	for i := range byEnd {
+		byEnd[i] = i
+	}
+	// Stable: kernels ending together keep start order, the first charged.
+	sort.SliceStable(byEnd, func(a, b int) bool { return rs[byEnd[a]].End < rs[byEnd[b]].End })
+	out := make([]uint64, len(rs))
+	f := rs[0].Start
+	for _, i := range byEnd {
+		r := rs[i]
+		if from := max(f, r.Start); r.End > from {
+			out[i] = r.End - from
+		}
+		f = max(f, r.End)
+	}
+	return out
+}
+
+// chargedByName adds the charges up by name, largest total first.
+func chargedByName(rs []KernelRecord, charged []uint64, span uint64) []NameStat {
+	byName := map[string]*NameStat{}
+	for i, r := range rs {
+		n := byName[r.Name]
+		if n == nil {
+			n = &NameStat{Name: r.Name}
+			byName[r.Name] = n
+		}
+		n.Count++
+		n.TotalNs += charged[i]
+	}
+	out := make([]NameStat, 0, len(byName))
+	for _, n := range byName {
+		n.MeanNs = float64(n.TotalNs) / float64(n.Count)
+		if span > 0 {
+			n.Share = float64(n.TotalNs) / float64(span)
+		}
+		out = append(out, *n)
+	}
+	sortNames(out)
+	return out
+}
+
+func sortNames(ns []NameStat) {
+	sort.Slice(ns, func(i, j int) bool {
+		if ns[i].TotalNs != ns[j].TotalNs {
+			return ns[i].TotalNs > ns[j].TotalNs
+		}
+		return ns[i].Name < ns[j].Name
+	})
+}
+
+// medianLayer picks, of the layers but the first and the last, the one of
+// median span (of an even count the shorter middle one; equal spans
+// keep layer order), and lists its kernels (rs[cuts[i]:cuts[i+1]]) in end order.
+func medianLayer(rs []KernelRecord, charged []uint64, ls []Layer, cuts []int) *LayerRun {
+	if len(ls) < 3 {
+		return nil
+	}
+	mid := make([]int, 0, len(ls)-2)
+	for i := 1; i < len(ls)-1; i++ {
+		mid = append(mid, i)
+	}
+	sort.SliceStable(mid, func(a, b int) bool { return ls[mid[a]].SpanNs < ls[mid[b]].SpanNs })
+	li := mid[(len(mid)-1)/2]
+	lo, hi := cuts[li], cuts[li+1]
+	t := rs[lo].Start
+	run := &LayerRun{Index: li, AtNs: ls[li].AtNs, SpanNs: ls[li].SpanNs}
+	for i := lo; i < hi; i++ {
+		r := rs[i]
+		run.Kernels = append(run.Kernels, LayerKernel{Name: r.Name, StartNs: r.Start - t, EndNs: r.End - t, Ns: r.End - r.Start,
+			ChargedNs: charged[i], Stream: r.Stream, Grid: r.Grid})
+	}
+	sort.SliceStable(run.Kernels, func(a, b int) bool { return run.Kernels[a].EndNs < run.Kernels[b].EndNs })
+	return run
 }
 
 // maxConcurrent is the most intervals of rs (sorted by start) open at one
@@ -177,19 +296,19 @@ func maxConcurrent(rs []KernelRecord) int {
 	return best
 }
 
-// layers cuts rs (sorted by start) at each start of a kernel named mark.
-func layers(rs []KernelRecord, mark string, spanEnd uint64) ([]Layer, uint64) {
-	var cuts []int
+// layers cuts rs (sorted by start) at each start of a kernel named mark;
+// cuts are the indexes in rs where the layers begin.
+func layers(rs []KernelRecord, mark string, spanEnd uint64) (out []Layer, lead uint64, cuts []int) {
 	for i, r := range rs {
 		if r.Name == mark {
 			cuts = append(cuts, i)
 		}
 	}
 	if len(cuts) == 0 {
-		return nil, 0
+		return nil, 0, nil
 	}
 	t0 := rs[0].Start
-	out := make([]Layer, len(cuts))
+	out = make([]Layer, len(cuts))
 	for li, c := range cuts {
 		hi := len(rs)
 		stop := spanEnd
@@ -200,7 +319,7 @@ func layers(rs []KernelRecord, mark string, spanEnd uint64) ([]Layer, uint64) {
 		seg := rs[c:hi]
 		out[li] = Layer{AtNs: rs[c].Start - t0, SpanNs: stop - rs[c].Start, Kernels: len(seg), BusyNs: busyWithin(seg, rs[c].Start, stop)}
 	}
-	return out, rs[cuts[0]].Start - t0
+	return out, rs[cuts[0]].Start - t0, cuts
 }
 
 // busyWithin is the union of seg's intervals (sorted by start) clipped to

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -63,7 +64,124 @@ func TestAnalyze(t *testing.T) {
 	if len(tl.Streams) != 2 || tl.Order[0].Name != "embed" || tl.Order[len(tl.Order)-1].AtNs != 1000 {
 		t.Errorf("streams %v, order %+v", tl.Streams, tl.Order)
 	}
+	// Charged by hand, in end order (frontier after): embed 100 (1100),
+	// norm 50 (1150), gemv_kv 100 from its start (1300; 1150-1200 was idle
+	// or gemv_q alone), gemv_q 100 (1400), attn 250 (1700; 50 idle), norm
+	// 40 (1740), gemv_kv 90 (1900; 60 idle, 10 gemv_q alone), gemv_q 100,
+	// sample 20: 850 of the 1020 span.
+	wantCharged := []NameStat{
+		{Name: "attn", Count: 1, TotalNs: 250, MeanNs: 250}, {Name: "gemv_q", Count: 2, TotalNs: 200, MeanNs: 100},
+		{Name: "gemv_kv", Count: 2, TotalNs: 190, MeanNs: 95}, {Name: "embed", Count: 1, TotalNs: 100, MeanNs: 100},
+		{Name: "norm", Count: 2, TotalNs: 90, MeanNs: 45}, {Name: "sample", Count: 1, TotalNs: 20, MeanNs: 20},
+	}
+	checkCharged(t, tl, wantCharged, 170)
+	if tl.MedianLayer != nil {
+		t.Errorf("two layers: median layer %+v, want none (the first and last are left out)", tl.MedianLayer)
+	}
 	golden(t, "timeline.golden.json", tl)
+}
+
+// pdlRecords: a head, five layers opened by "a", each with a "b" launched
+// early (PDL) that waits for a's end, and a tail. Layer 3 also has "c" on
+// a side stream and "d" after b. Layer spans: 30 30 50 40 40.
+func pdlRecords() []KernelRecord {
+	k := func(name string, stream uint32, start, end uint64) KernelRecord {
+		return KernelRecord{Name: name, Stream: stream, Start: start, End: end, Grid: [3]int32{int32(end - start), 1, 1}}
+	}
+	return []KernelRecord{
+		k("head", 1, 0, 10),
+		k("a", 1, 10, 20), k("b", 1, 12, 40),
+		k("a", 1, 40, 50), k("b", 1, 41, 70),
+		k("a", 1, 70, 100), k("b", 1, 72, 120),
+		k("a", 1, 120, 130), k("b", 1, 121, 150), k("c", 2, 125, 140), k("d", 1, 150, 160),
+		k("a", 1, 160, 170), k("b", 1, 161, 180),
+		k("tail", 1, 180, 200),
+	}
+}
+
+func TestAnalyzeCharged(t *testing.T) {
+	tl, err := Analyze(pdlRecords(), Options{LayerMark: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b runs 153 ns start to end but works only from each a's end: 20 20
+	// 20 10 10. The charges cover the whole span (nothing starts past the
+	// frontier).
+	if n := tl.Names[0]; n.Name != "b" || n.TotalNs != 153 {
+		t.Errorf("top name by duration %+v, want b 153 ns", n)
+	}
+	wantCharged := []NameStat{
+		{Name: "b", Count: 5, TotalNs: 80, MeanNs: 16}, {Name: "a", Count: 5, TotalNs: 70, MeanNs: 14},
+		{Name: "tail", Count: 1, TotalNs: 20, MeanNs: 20}, {Name: "c", Count: 1, TotalNs: 10, MeanNs: 10},
+		{Name: "d", Count: 1, TotalNs: 10, MeanNs: 10}, {Name: "head", Count: 1, TotalNs: 10, MeanNs: 10},
+	}
+	checkCharged(t, tl, wantCharged, 0)
+	// Of layers 1-3 (spans 30 50 40) the median is layer 3; c, on the
+	// side stream, ends before b.
+	want := LayerRun{Index: 3, AtNs: 120, SpanNs: 40, Kernels: []LayerKernel{
+		{Name: "a", StartNs: 0, EndNs: 10, Ns: 10, ChargedNs: 10, Stream: 1, Grid: [3]int32{10, 1, 1}},
+		{Name: "c", StartNs: 5, EndNs: 20, Ns: 15, ChargedNs: 10, Stream: 2, Grid: [3]int32{15, 1, 1}},
+		{Name: "b", StartNs: 1, EndNs: 30, Ns: 29, ChargedNs: 10, Stream: 1, Grid: [3]int32{29, 1, 1}},
+		{Name: "d", StartNs: 30, EndNs: 40, Ns: 10, ChargedNs: 10, Stream: 1, Grid: [3]int32{10, 1, 1}},
+	}}
+	if m := tl.MedianLayer; m == nil || !reflect.DeepEqual(*m, want) {
+		t.Errorf("median layer %+v, want %+v", m, want)
+	}
+	golden(t, "timeline_pdl.golden.json", tl)
+}
+
+// checkCharged compares tl.Charged, less the shares (checked as total over
+// span), and the uncharged rest.
+func checkCharged(t *testing.T, tl *Timeline, want []NameStat, uncharged uint64) {
+	t.Helper()
+	var sum uint64
+	got := make([]NameStat, len(tl.Charged))
+	for i, n := range tl.Charged {
+		if n.Share != float64(n.TotalNs)/float64(tl.SpanNs) {
+			t.Errorf("%s: share %v of span %d", n.Name, n.Share, tl.SpanNs)
+		}
+		n.Share = 0
+		got[i] = n
+		sum += n.TotalNs
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("charged %+v, want %+v", got, want)
+	}
+	if tl.UnchargedNs != uncharged || sum+tl.UnchargedNs != tl.SpanNs {
+		t.Errorf("uncharged %d (charged %d, span %d), want %d", tl.UnchargedNs, sum, tl.SpanNs, uncharged)
+	}
+}
+
+func TestMedianLayer(t *testing.T) {
+	for _, tc := range []struct {
+		spans []uint64
+		want  int // -1: none
+	}{
+		{[]uint64{10, 30, 20, 40, 15}, 1}, // middles 30 20 40
+		{[]uint64{10, 30, 20, 40}, 2},     // middles 30 20: the shorter
+		{[]uint64{10, 25, 25, 25, 10}, 2}, // equal spans keep layer order
+		{[]uint64{50, 20, 50}, 1},
+		{[]uint64{10, 20}, -1},
+		{[]uint64{10}, -1},
+	} {
+		// One "m" per layer, lasting its layer (the last one sets the end).
+		var recs []KernelRecord
+		var at uint64 = 100
+		for _, s := range tc.spans {
+			recs = append(recs, KernelRecord{Name: "m", Start: at, End: at + s})
+			at += s
+		}
+		tl, err := Analyze(recs, Options{LayerMark: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := tl.MedianLayer; {
+		case tc.want < 0 && m != nil:
+			t.Errorf("spans %v: median layer %d, want none", tc.spans, m.Index)
+		case tc.want >= 0 && (m == nil || m.Index != tc.want || m.SpanNs != tc.spans[tc.want] || len(m.Kernels) != 1):
+			t.Errorf("spans %v: median layer %+v, want layer %d", tc.spans, m, tc.want)
+		}
+	}
 }
 
 func TestAnalyzeEdges(t *testing.T) {
@@ -84,6 +202,11 @@ func TestAnalyzeEdges(t *testing.T) {
 	}
 	if nested.BusyNs != 110 || nested.IdleGaps != 0 || nested.MaxConcurrent != 2 {
 		t.Errorf("nested: busy %d gaps %d concurrent %d", nested.BusyNs, nested.IdleGaps, nested.MaxConcurrent)
+	}
+	// b ends first and is charged 10; a then only 80 (from b's end): the
+	// 10 ns a ran alone before b started is left uncharged.
+	if nested.Charged[0].Name != "a" || nested.Charged[0].TotalNs != 80 || nested.UnchargedNs != 10 {
+		t.Errorf("nested: charged %+v, uncharged %d", nested.Charged, nested.UnchargedNs)
 	}
 	if _, err := Analyze([]KernelRecord{{Name: "bad", Start: 9, End: 5}}, Options{}); err == nil {
 		t.Error("end before start: want an error")

@@ -142,8 +142,16 @@ func reportTimeline(w io.Writer, r TimelineRow) {
 	}
 	fmt.Fprintf(w, "  timeline (CUPTI, the step replayed as graphs): %d kernels, span %.1f us, busy %.1f us (%.0f%%), idle %.1f us in %d gaps; kernel time %.1f us, at most %d at once, streams %v\n",
 		a.Kernels, us(a.SpanNs), us(a.BusyNs), busyPct, us(a.IdleNs), a.IdleGaps, us(a.SumNs), a.MaxConcurrent, a.Streams)
+	fmt.Fprintf(w, "    time start to end by name (a kernel launched early, PDL, counts its wait):\n")
 	for i, n := range a.Names {
 		if i == 8 {
+			break
+		}
+		fmt.Fprintf(w, "    %-40s %4d runs %9.1f us (mean %7.2f) %5.1f%% of span\n", clip(n.Name, 40), n.Count, us(n.TotalNs), n.MeanNs/1e3, 100*n.Share)
+	}
+	fmt.Fprintf(w, "    time charged at completion by name (the span split at kernel ends, to the kernel ending; %.1f us uncharged):\n", us(a.UnchargedNs))
+	for i, n := range a.Charged {
+		if i == 12 {
 			break
 		}
 		fmt.Fprintf(w, "    %-40s %4d runs %9.1f us (mean %7.2f) %5.1f%% of span\n", clip(n.Name, 40), n.Count, us(n.TotalNs), n.MeanNs/1e3, 100*n.Share)
@@ -158,6 +166,15 @@ func reportTimeline(w io.Writer, r TimelineRow) {
 		}
 		fmt.Fprintf(w, "    %d layers (each from %s): mean %.1f us, busy %.1f us; %.1f us before the first\n",
 			n, clip(r.LayerMark, 40), us(span)/float64(n), us(busy)/float64(n), us(a.LeadNs))
+	}
+	if m := a.MedianLayer; m != nil {
+		fmt.Fprintf(w, "    layer %d of 0-%d as it ran (median span of the %d between the first and the last): %.1f us; in end order, us from its start:\n",
+			m.Index, len(a.Layers)-1, len(a.Layers)-2, us(m.SpanNs))
+		fmt.Fprintf(w, "    %8s %8s %8s %8s %6s %-14s %s\n", "start", "end", "ran", "charged", "stream", "grid", "name")
+		for _, k := range m.Kernels {
+			fmt.Fprintf(w, "    %8.1f %8.1f %8.1f %8.1f %6d %-14s %s\n", us(k.StartNs), us(k.EndNs), us(k.Ns), us(k.ChargedNs), k.Stream,
+				fmt.Sprintf("%dx%dx%d", k.Grid[0], k.Grid[1], k.Grid[2]), k.Name)
+		}
 	}
 }
 

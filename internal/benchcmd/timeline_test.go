@@ -101,9 +101,94 @@ func TestAnalyseRowReport(t *testing.T) {
 		"gemv                                        2 runs      10.0 us",
 		"idle    0.50 us at +2.0 us: after embed, before norm",
 		"2 layers (each from norm): mean 6.8 us, busy 6.0 us; 2.5 us before the first", // the last runs to the span end
+		// Charged: attn 3+3, gemv 2+2 (from attn's end), embed 2, norm and
+		// sample 1; the three idle gaps are left.
+		"time charged at completion by name (the span split at kernel ends, to the kernel ending; 2.0 us uncharged):",
+		"attn                                        2 runs       6.0 us (mean    3.00)  37.5% of span",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "as it ran") {
+		t.Errorf("two layers have no middle one to show:\n%s", out)
+	}
+}
+
+// TestReportMedianLayer: three layers, each a norm, a GEMV launched early
+// (PDL) that waits for it, and an attention on a side stream; the middle
+// layer is printed in end order.
+func TestReportMedianLayer(t *testing.T) {
+	k := func(name string, stream uint32, start, end uint64) cupti.KernelRecord {
+		return cupti.KernelRecord{Name: name, Stream: stream, Start: start, End: end, Grid: [3]int32{132, 1, 1}}
+	}
+	recs := []cupti.KernelRecord{
+		k("embed", 1, 0, 2000),
+		k("norm", 1, 2000, 3000), k("gemv", 1, 2100, 6000), k("attn", 2, 3000, 5000),
+		k("norm", 1, 6000, 7000), k("gemv", 1, 6100, 10000), k("attn", 2, 7000, 9000),
+		k("norm", 1, 11000, 12000), k("gemv", 1, 11100, 14000), k("attn", 2, 12000, 13000),
+		k("sample", 1, 14000, 15000),
+	}
+	row, err := analyseRow(recs, 8192, 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	reportTimeline(&b, row)
+	out := b.String()
+	for _, want := range []string{
+		"layer 1 of 0-2 as it ran (median span of the 1 between the first and the last): 5.0 us; in end order, us from its start:",
+		"\n         0.0      1.0      1.0      1.0      1 132x1x1        norm\n" +
+			"         1.0      3.0      2.0      2.0      2 132x1x1        attn\n" +
+			"         0.1      4.0      3.9      1.0      1 132x1x1        gemv\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestTimelineFiles re-analyses the rows of real --timeline files (a glob
+// in TILERT_TIMELINE_FILES; skipped without) and logs the summaries, to
+// read them with -v after a change to the analysis.
+func TestTimelineFiles(t *testing.T) {
+	paths, _ := filepath.Glob(os.Getenv("TILERT_TIMELINE_FILES"))
+	if len(paths) == 0 {
+		t.Skip("set TILERT_TIMELINE_FILES to a glob of bench --timeline files")
+	}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f TimelineFile
+		if err := json.Unmarshal(b, &f); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		for _, r := range f.Rows {
+			// As many layers as the recorded mark ran.
+			nl := 0
+			for _, k := range r.Kernels {
+				if k.Name == r.LayerMark {
+					nl++
+				}
+			}
+			row, err := analyseRow(r.Kernels, r.Context, r.Slots, nl)
+			if err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			a := row.Analysis
+			var sum uint64
+			for _, n := range a.Charged {
+				sum += n.TotalNs
+			}
+			if row.LayerMark != r.LayerMark || sum+a.UnchargedNs != a.SpanNs || a.SpanNs != r.Analysis.SpanNs {
+				t.Errorf("%s context %d slots %d: mark %q (file %q), charged %d + %d of span %d (file %d)",
+					p, r.Context, r.Slots, row.LayerMark, r.LayerMark, sum, a.UnchargedNs, a.SpanNs, r.Analysis.SpanNs)
+			}
+			var out strings.Builder
+			reportTimeline(&out, row)
+			t.Logf("%s (%s) context %d, %d slots:\n%s", filepath.Base(p), f.Model, r.Context, r.Slots, out.String())
 		}
 	}
 }

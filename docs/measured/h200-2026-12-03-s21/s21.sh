@@ -1,6 +1,6 @@
 # Session 20's plan for the next device session (issue 10; NOT RUN). Binaries of main (tilert, kernels.test) in
 # .device/next, xz'd or not (the build line in docs/measured/next/README.md). Ask `status` first.
-# Usage: bash docs/measured/next/s21.sh slots|pdl|check|kernels|timeline
+# Usage: bash docs/measured/next/s21.sh slots|pdl|check|final|glm|kernels|timeline
 #  slots (~4 min cold): the 4-slot steps at 8192 on session 20's defaults against each of its switches in the same
 #        run (GLM-5 dims read 5.507 ms in session 20 call C against 5.360 in session 19 on another machine, while both
 #        of its changed kernels measured faster at 4 rows), both models.
@@ -12,7 +12,7 @@ D=$PWD/.device/next
 P=$1; R=/tmp/s21-$P; rm -rf $R; mkdir -p $R
 export TILERT_KERNEL_CACHE=/tmp/tilert-kernels
 save() { tar czf $OUT/s21-$P.tgz -C $R .; cp $R/summary.txt $OUT/summary-$P.txt 2>/dev/null; }
-bn() { local m=$1 c=$2 b=$3 n=$4; shift 4; env X=1 "$@" timeout 120 $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context $c --batches $b ${MTP:+--mtp} ${PROF:+--profile} > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " $R/$n.txt | sed "s|^|$n $* |" | tee -a $R/summary.txt; save; }
+bn() { local m=$1 c=$2 b=$3 n=$4; shift 4; env X=1 "$@" timeout 120 $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context $c --batches $b ${MTP:+--mtp} ${PROF:+--profile} ${JS:+--json $R/$n.json} > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " $R/$n.txt | sed "s|^|$n $* |" | tee -a $R/summary.txt; save; }
 timeout 120 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm.txt 2>&1
 case "$P" in
 slots)
@@ -40,6 +40,20 @@ pdl)
   bn glm-5 131072 1,4 glm-long-default
   bn glm-5 131072 1,4 glm-long-wg2 TILERT_GPU_MLA_WG2B=0
   bn glm-5 8192 4 glm-default2 ;;
+final)
+  # Session 21's defaults (mla_decode_wg2b at one row of 128 heads only): the README's tables, JSON, and GLM-5 at one
+  # row on mla_decode_wg2b (TILERT_GPU_MLA_WG=1; session 20 call B0 read 2.723 against 2.740 ms) A/B/A.
+  JS=1 bn deepseek-v3.2 8192,131072 1,4 ds
+  JS=1 bn glm-5 8192,131072 1,4 glm
+  MTP=1 bn deepseek-v3.2 8192 1 ds-mtp
+  bn glm-5 8192,131072 1 glm-wg1 TILERT_GPU_MLA_WG=1
+  bn glm-5 8192,131072 1 glm-default ;;
+glm)
+  # GLM-5 dims on session 21's last default (mla_decode_wg2b at one row of 64 heads): the README's rows, then one
+  # traced step at 8192, 1 slot (a separate process: a traced row slows the rows after it a little).
+  JS=1 bn glm-5 8192,131072 1,4 glm
+  timeout 120 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 9 --context 8192 --batches 1 --timeline $R/tl-glm.json > $R/tl-glm.txt 2>&1; echo "rc=$?" >> $R/tl-glm.txt
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 check)
   # make gpu-check's correctness parts on main's binaries (kernels, cuda, engine, decode .test in .device/next):
   # the kernel checks (no timing tests) beside the engine's ^TestGPU, then the decode node's handoff; and where
@@ -58,18 +72,14 @@ check)
   done
   save ;;
 timeline)
-  # The critical path as the GPU ran it: every kernel of the captured graphs with its start and end (nsys, graph
-  # nodes traced), 1 slot at 8192, both models; what the knock-out profile cannot show (parallel branches, gaps).
-  NS=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
-  echo "nsys: ${NS:-none}" | tee -a $R/summary.txt
-  if [ -n "$NS" ]; then
-    for m in deepseek-v3.2 glm-5; do
-      timeout 200 $NS profile -o $R/tl-$m --force-overwrite true --cuda-graph-trace=node --trace=cuda --sample=none --cpuctxsw=none \
-        $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context 8192 --batches 1 --tokens 24 > $R/tl-$m.txt 2>&1
-      echo "rc=$?" >> $R/tl-$m.txt
-      timeout 200 $NS stats --report cuda_gpu_trace --format csv --output $R/tl-$m $R/tl-$m.nsys-rep >> $R/tl-$m.txt 2>&1
-      ls -la $R >> $R/tl-$m.txt; rm -f $R/tl-$m.nsys-rep $R/tl-$m.sqlite; xz -T4 $R/tl-$m*.csv 2>/dev/null; save
-    done
-  fi ;;
-*) echo "usage: s21.sh slots|pdl|check|kernels|timeline" >&2; exit 2 ;;
+  # The step as the GPU ran it (CUPTI kernel records, cuda/cupti; session 21): the tracer's GPU checks, then one
+  # traced step per row, both models at 8192 (1 and 4 slots for DeepSeek-V3.2 dims).
+  (cd cuda/cupti && timeout 120 $D/cupti.test -test.run '^(TestGPUTraceGraph|TestLibrary)$' -test.count=1 -test.v -test.timeout=2m > $R/cupti.log 2>&1; echo "rc=$?" >> $R/cupti.log)
+  (cd engine/gpu && timeout 200 $D/engine.test -test.run '^TestGPUTimelineStep$' -test.count=1 -test.v -test.timeout=3m > $R/engine-tl.log 2>&1; echo "rc=$?" >> $R/engine-tl.log)
+  for f in cupti engine-tl; do echo "$f: $(grep -c -- '--- PASS' $R/$f.log) PASS, $(grep -c -- '--- FAIL' $R/$f.log) FAIL, $(grep -c -- '--- SKIP' $R/$f.log) SKIP; $(tail -1 $R/$f.log)" | tee -a $R/summary.txt; done
+  save
+  timeout 150 $D/tilert bench decode --device cuda --dummy-weights deepseek-v3.2 --layers 9 --context 8192 --batches 1,4 --timeline $R/tl-ds.json > $R/tl-ds.txt 2>&1; echo "rc=$?" >> $R/tl-ds.txt; save
+  timeout 120 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 9 --context 8192 --batches 1 --timeline $R/tl-glm.json > $R/tl-glm.txt 2>&1; echo "rc=$?" >> $R/tl-glm.txt
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+*) echo "usage: s21.sh slots|pdl|check|final|glm|kernels|timeline" >&2; exit 2 ;;
 esac

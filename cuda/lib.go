@@ -90,19 +90,9 @@ func nvrtcCandidates(getenv func(string) string, glob func(string) []string) []s
 	addDir("/usr/lib/x86_64-linux-gnu")
 	addDir("/usr/lib/aarch64-linux-gnu")
 	addDir("/usr/lib64")
-	// NVRTC from pip wheels (nvidia-cuda-nvrtc), e.g. next to PyTorch.
-	for _, pat := range []string{
-		"/opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib",
-		"/opt/*/.venv/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib",
-		"/usr/local/lib/python3*/dist-packages/nvidia/cu*/lib",
-		"/usr/local/lib/python3*/dist-packages/nvidia/cuda_nvrtc/lib",
-		"/usr/lib/python3/dist-packages/nvidia/cu*/lib",
-	} {
-		m := glob(pat)
-		sort.Sort(sort.Reverse(sort.StringSlice(m)))
-		for _, d := range m {
-			addDir(d)
-		}
+	// NVRTC from pip wheels (nvidia-cuda-nvrtc; CUDA 13's in nvidia/cu13).
+	for _, d := range WheelPaths(glob, "nvidia/cu*/lib", "nvidia/cuda_nvrtc/lib") {
+		addDir(d)
 	}
 	return out
 }
@@ -114,23 +104,56 @@ func osGlob(p string) []string {
 	return m
 }
 
-// dlopenFirst opens the first library in paths that loads; it reports every
-// failure when none does.
+// dlopenFirst opens the first library in paths that loads, its symbols
+// global (the driver, NVRTC, NCCL); see DlopenFirst.
 func dlopenFirst(paths []string) (uintptr, string, []string) {
-	var fails []string
+	return DlopenFirst(paths, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+}
+
+// DlopenFirst opens the first library in paths that loads with purego's
+// dlopen mode (absolute paths that do not exist are skipped, sonames go to
+// the loader's own search); it reports every failure when none does.
+func DlopenFirst(paths []string, mode int) (handle uintptr, path string, fails []string) {
 	for _, p := range paths {
 		if strings.HasPrefix(p, "/") {
 			if _, err := os.Stat(p); err != nil {
 				continue
 			}
 		}
-		h, err := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		h, err := purego.Dlopen(p, mode)
 		if err == nil {
 			return h, p, nil
 		}
 		fails = append(fails, p+": "+err.Error())
 	}
 	return 0, "", fails
+}
+
+// wheelSites are where pip puts NVIDIA's wheels (the nvidia/ folder), e.g.
+// next to PyTorch: a virtual environment under /opt or /work, the system
+// Python's dist-packages and site-packages.
+var wheelSites = []string{
+	"/opt/*/.venv/lib/python3*/site-packages",
+	"/usr/local/lib/python3*/dist-packages",
+	"/usr/local/lib/python3*/site-packages",
+	"/usr/lib/python3/dist-packages",
+	"/work/*/lib/python3*/site-packages",
+}
+
+// WheelPaths expands each of rels (a glob below site-packages, e.g.
+// "nvidia/nccl/lib/libnccl.so.2") in every place pip puts NVIDIA's
+// wheels: place by place, rels in order, the matches of one glob in
+// reverse name order (newest version first).
+func WheelPaths(glob func(string) []string, rels ...string) []string {
+	var out []string
+	for _, site := range wheelSites {
+		for _, rel := range rels {
+			m := glob(site + "/" + rel)
+			sort.Sort(sort.Reverse(sort.StringSlice(m)))
+			out = append(out, m...)
+		}
+	}
+	return out
 }
 
 // symbols resolves C function addresses from one library.

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"unsafe"
@@ -54,18 +53,7 @@ func ncclCandidates(getenv func(string) string, glob func(string) []string) []st
 	}
 	out = append(out, "libnccl.so.2", "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "/usr/lib/aarch64-linux-gnu/libnccl.so.2")
 	// NVIDIA's wheel (nvidia-nccl-cu12/cu13), e.g. next to PyTorch.
-	for _, pat := range []string{
-		"/opt/*/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2",
-		"/usr/local/lib/python3*/dist-packages/nvidia/nccl/lib/libnccl.so.2",
-		"/usr/local/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2",
-		"/usr/lib/python3/dist-packages/nvidia/nccl/lib/libnccl.so.2",
-		"/work/*/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2",
-	} {
-		m := glob(pat)
-		sort.Sort(sort.Reverse(sort.StringSlice(m)))
-		out = append(out, m...)
-	}
-	return out
+	return append(out, WheelPaths(glob, "nvidia/nccl/lib/libnccl.so.2")...)
 }
 
 // LoadNCCL opens libnccl.so.2 once per process (TILERT_NCCL first, then the

@@ -15,6 +15,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/ebitengine/purego"
+
+	"github.com/tilert-go/tilert/cuda"
 )
 
 // EnvLib names a libcupti file to load before the usual places.
@@ -48,19 +50,7 @@ func candidates(getenv func(string) string, glob func(string) []string) []string
 	)
 	// CUPTI from pip wheels (nvidia-cuda-cupti; CUDA 13's put it in
 	// nvidia/cu13/lib), e.g. next to PyTorch.
-	for _, pat := range []string{
-		"/opt/*/.venv/lib/python3*/site-packages/nvidia/cu13/lib/libcupti.so*",
-		"/usr/local/lib/python3*/dist-packages/nvidia/cu13/lib/libcupti.so*",
-		"/usr/local/lib/python3*/site-packages/nvidia/cu13/lib/libcupti.so*",
-		"/opt/*/.venv/lib/python3*/site-packages/nvidia/cuda_cupti/lib/libcupti.so*",
-		"/usr/local/lib/python3*/dist-packages/nvidia/cuda_cupti/lib/libcupti.so*",
-		"/usr/local/lib/python3*/site-packages/nvidia/cuda_cupti/lib/libcupti.so*",
-		"/usr/lib/python3/dist-packages/nvidia/cuda_cupti/lib/libcupti.so*",
-	} {
-		m := glob(pat)
-		sort.Sort(sort.Reverse(sort.StringSlice(m)))
-		out = append(out, m...)
-	}
+	out = append(out, cuda.WheelPaths(glob, "nvidia/cu13/lib/libcupti.so*", "nvidia/cuda_cupti/lib/libcupti.so*")...)
 	return out
 }
 
@@ -79,19 +69,9 @@ var (
 func loadLib() (*lib, error) {
 	glob := func(p string) []string { m, _ := filepath.Glob(p); return m }
 	paths := candidates(os.Getenv, glob)
-	var fails []string
-	for _, p := range paths {
-		if strings.HasPrefix(p, "/") {
-			if _, err := os.Stat(p); err != nil {
-				continue
-			}
-		}
-		// Local: CUPTI's symbols are only looked up here.
-		h, err := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_LOCAL)
-		if err != nil {
-			fails = append(fails, p+": "+err.Error())
-			continue
-		}
+	// Local: CUPTI's symbols are only looked up here.
+	h, p, fails := cuda.DlopenFirst(paths, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if h != 0 {
 		l := &lib{path: p}
 		for _, s := range []struct {
 			dst  *uintptr
@@ -106,6 +86,7 @@ func loadLib() (*lib, error) {
 			{&l.dropped, "cuptiActivityGetNumDroppedRecords"},
 			{&l.now, "cuptiGetTimestamp"},
 		} {
+			var err error
 			if *s.dst, err = purego.Dlsym(h, s.name); err != nil || *s.dst == 0 {
 				return nil, errors.WithHint(errors.Newf("cupti: %s has no %s", p, s.name),
 					"point "+EnvLib+" at the libcupti of the CUDA toolkit the driver supports (CUDA 12 or 13)")

@@ -24,6 +24,18 @@ import (
 // the recorded calls with the recorded arguments: the emulator does exactly
 // that (emuGrapher), so CI checks that every varying argument is in the key.
 
+// captureOps records ops' device work on b as one graph.
+func captureOps(g grapher, b device, ops []gop) (graphExec, error) {
+	return g.capture(func() error {
+		for _, op := range ops {
+			if err := op.run(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // grapher captures a run of backend calls into a replayable graph.
 type grapher interface {
 	// capture records run's device work without executing it.
@@ -219,14 +231,7 @@ func (gb *graphDevice) flush() error {
 			return err
 		}
 	}
-	x, err := gb.g.capture(func() error {
-		for _, op := range pend {
-			if err := op.run(gb.device); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	x, err := captureOps(gb.g, gb.device, pend)
 	if err != nil {
 		return errors.Wrap(err, "capturing a decode step into a CUDA graph")
 	}

@@ -204,14 +204,7 @@ func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 // graphUs captures run's calls as one graph and times its replays with
 // timeIt.
 func graphUs(g cudaGrapher, b device, run []gop, timeIt func(func() error) (float64, error)) (float64, error) {
-	x, err := g.capture(func() error {
-		for _, op := range run {
-			if err := op.run(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	x, err := captureOps(g, b, run)
 	if err != nil {
 		return 0, err
 	}

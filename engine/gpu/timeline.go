@@ -72,14 +72,7 @@ func traceRuns(tr kernelTracer, gr grapher, b device, runs [][]gop, warm int, sy
 	reps := max(warm, 1) + 1
 	err := func() error {
 		for _, run := range runs {
-			x, err := gr.capture(func() error {
-				for _, op := range run {
-					if err := op.run(b); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
+			x, err := captureOps(gr, b, run)
 			if err != nil {
 				return errors.Wrap(err, "timeline: capturing the step's runs")
 			}

@@ -2,7 +2,8 @@
 # make gpu-check: build the kernel package's (cuda/kernels) test binary (CGO_ENABLED=0) and run
 # every GPU check on the NVIDIA GPU of this machine: each kernel against its
 # CPU reference on fresh random inputs, the executor, pinned memory, CUDA
-# graphs, then kernel timings against a device-to-device copy; then the
+# graphs, then kernel timings against a device-to-device copy; the CUPTI
+# binding of the kernel timeline (a traced graph); then the
 # model checks of the GPU engine (engine/gpu) on both tiny presets: greedy
 # output == CPU serving with and without MTP (fp8_ds_mla and bf16 MLA
 # caches), exact mode (float32 caches) vs the HF goldens with the CPU exact
@@ -23,7 +24,8 @@
 # TILERT_GPU_SEED (reproduce inputs), TILERT_NVRTC / NVRTC_PATH (libnvrtc),
 # GPU_CHECK_RUN (a -test.run pattern, default all), ENGINE_CHECK_RUN (the
 # engine tests' pattern, default the GPU ones: '^TestGPU'; "skip" skips them),
-# ENGINE_TEST_BIN, DECODE_TEST_BIN, CUDA_TEST_BIN.
+# ENGINE_TEST_BIN, DECODE_TEST_BIN, CUDA_TEST_BIN, CUPTI_TEST_BIN (the kernel
+# timeline's CUPTI binding: skipped, saying so, without libcupti).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -35,6 +37,8 @@ dbin=${DECODE_TEST_BIN:-.device/gpu/decode.test}
 case $dbin in /*) ;; *) dbin=$root/$dbin ;; esac
 cbin=${CUDA_TEST_BIN:-.device/gpu/cuda.test}
 case $cbin in /*) ;; *) cbin=$root/$cbin ;; esac
+pbin=${CUPTI_TEST_BIN:-.device/gpu/cupti.test}
+case $pbin in /*) ;; *) pbin=$root/$pbin ;; esac
 out=${OUT:-.device/gpu-check}
 case $out in /*) ;; *) out=$root/$out ;; esac
 mkdir -p "$(dirname "$bin")" "$out"
@@ -44,6 +48,7 @@ if command -v go >/dev/null 2>&1 && [ "${GPU_CHECK_NOBUILD:-0}" != 1 ]; then
 	CGO_ENABLED=0 go vet ./cuda ./cuda/kernels
 	CGO_ENABLED=0 go test -c -o "$bin" ./cuda/kernels
 	CGO_ENABLED=0 go test -c -o "$cbin" ./cuda
+	CGO_ENABLED=0 go test -c -o "$pbin" ./cuda/cupti
 	CGO_ENABLED=0 go vet ./engine/gpu
 	CGO_ENABLED=0 go test -c -o "$ebin" ./engine/gpu
 	CGO_ENABLED=0 go test -c -o "$dbin" ./roles/decode
@@ -71,6 +76,12 @@ crc=0
 if [ -x "$cbin" ]; then
 	(cd cuda && "$cbin" -test.v -test.count=1 -test.timeout=2m) > "$out/cuda-test.log" 2>&1
 	crc=$?
+fi
+# The kernel timeline's CUPTI binding (a graph of three kernels traced twice).
+prc=0
+if [ -x "$pbin" ]; then
+	(cd cuda/cupti && "$pbin" -test.v -test.count=1 -test.timeout=2m -test.run '^(TestGPUTraceGraph|TestLibrary)$') > "$out/cupti-test.log" 2>&1
+	prc=$?
 fi
 # The tests read their package's files, so run in cuda/kernels/ as go test would.
 (cd cuda/kernels && "$bin" -test.v -test.count=1 -test.timeout=9m -test.run "${GPU_CHECK_RUN:-.}") 2>&1 | tee "$out/gpu-test.log"
@@ -109,6 +120,9 @@ echo
 if [ -f "$out/cuda-test.log" ]; then
 	echo "== gpu-check: cuda binding tests $(count '^--- PASS' "$out/cuda-test.log") passed, $(count '^--- FAIL' "$out/cuda-test.log") failed, $(count '^--- SKIP' "$out/cuda-test.log") skipped (exit $crc); full log $out/cuda-test.log"
 fi
+if [ -f "$out/cupti-test.log" ]; then
+	echo "== gpu-check: CUPTI binding tests $(count '^--- PASS' "$out/cupti-test.log") passed, $(count '^--- FAIL' "$out/cupti-test.log") failed, $(count '^--- SKIP' "$out/cupti-test.log") skipped (exit $prc); full log $out/cupti-test.log"
+fi
 echo "== gpu-check: kernel tests $(count '^--- PASS' "$out/gpu-test.log") passed, $(count '^--- FAIL' "$out/gpu-test.log") failed, $(count '^--- SKIP' "$out/gpu-test.log") skipped (exit $rc); full log $out/gpu-test.log"
 if [ -f "$out/engine-test.log" ]; then
 	echo "== gpu-check: engine tests $(count '^--- PASS' "$out/engine-test.log") passed, $(count '^--- FAIL' "$out/engine-test.log") failed, $(count '^--- SKIP' "$out/engine-test.log") skipped (exit $erc); full log $out/engine-test.log"
@@ -134,6 +148,7 @@ if grep -q -- 'no GPU here' "$out/gpu-test.log"; then
 	[ "$rc" = 0 ] && rc=3
 fi
 [ "$rc" = 0 ] && rc=$crc
+[ "$rc" = 0 ] && rc=$prc
 [ "$rc" = 0 ] && rc=$erc
 [ "$rc" = 0 ] && rc=$drc
 exit "$rc"

@@ -104,6 +104,9 @@ func TestTraceRuns(t *testing.T) {
 // analysis of them adds up.
 func TestGPUTimelineStep(t *testing.T) {
 	gpuDevice(t)
+	if _, err := cupti.Open(); err != nil {
+		t.Skipf("no libcupti here (set %s to its path): %v", cupti.EnvLib, err)
+	}
 	w, src := hfSourceOf(t, enginetest.PresetDir(t, enginetest.Presets[0]))
 	vocab := w.Config().VocabSize
 	e := newTestEngine(t, onGPU, src, engine.Options{MaxSeqLen: 64, Slots: 2})

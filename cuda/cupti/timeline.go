@@ -127,7 +127,7 @@ func Analyze(recs []KernelRecord, o Options) (*Timeline, error) {
 	})
 	t0 := rs[0].Start
 	tl := &Timeline{Kernels: len(rs)}
-	byName := map[string]*NameStat{}
+	durs := make([]uint64, len(rs))
 	streams := map[uint32]bool{}
 	var gaps []Gap
 	var end uint64 // the latest end so far
@@ -137,15 +137,9 @@ func Analyze(recs []KernelRecord, o Options) (*Timeline, error) {
 			return nil, errors.Newf("cupti: kernel %s ends before it starts", r.Name)
 		}
 		d := r.End - r.Start
+		durs[i] = d
 		tl.SumNs += d
 		streams[r.Stream] = true
-		n := byName[r.Name]
-		if n == nil {
-			n = &NameStat{Name: r.Name}
-			byName[r.Name] = n
-		}
-		n.Count++
-		n.TotalNs += d
 		tl.Order = append(tl.Order, Entry{Name: r.Name, AtNs: r.Start - t0, Ns: d, Stream: r.Stream, GraphNodeID: r.GraphNodeID})
 		switch {
 		case i == 0:
@@ -169,16 +163,9 @@ func Analyze(recs []KernelRecord, o Options) (*Timeline, error) {
 	tl.IdleGaps = len(gaps)
 	sort.SliceStable(gaps, func(i, j int) bool { return gaps[i].Ns > gaps[j].Ns })
 	tl.Gaps = gaps[:min(len(gaps), o.Gaps)]
-	for _, n := range byName {
-		n.MeanNs = float64(n.TotalNs) / float64(n.Count)
-		if tl.SpanNs > 0 {
-			n.Share = float64(n.TotalNs) / float64(tl.SpanNs)
-		}
-		tl.Names = append(tl.Names, *n)
-	}
-	sortNames(tl.Names)
+	tl.Names = byName(rs, durs, tl.SpanNs)
 	charged := charge(rs)
-	tl.Charged = chargedByName(rs, charged, tl.SpanNs)
+	tl.Charged = byName(rs, charged, tl.SpanNs)
 	var sum uint64
 	for _, c := range charged {
 		sum += c
@@ -218,37 +205,35 @@ func charge(rs []KernelRecord) []uint64 {
 	return out
 }
 
-// chargedByName adds the charges up by name, largest total first.
-func chargedByName(rs []KernelRecord, charged []uint64, span uint64) []NameStat {
-	byName := map[string]*NameStat{}
+// byName adds ns (one value per kernel of rs: its duration, or its charge)
+// up by kernel name, largest total first.
+func byName(rs []KernelRecord, ns []uint64, span uint64) []NameStat {
+	idx := map[string]int{}
+	var out []NameStat
 	for i, r := range rs {
-		n := byName[r.Name]
-		if n == nil {
-			n = &NameStat{Name: r.Name}
-			byName[r.Name] = n
+		j, ok := idx[r.Name]
+		if !ok {
+			j = len(out)
+			idx[r.Name] = j
+			out = append(out, NameStat{Name: r.Name})
 		}
-		n.Count++
-		n.TotalNs += charged[i]
+		out[j].Count++
+		out[j].TotalNs += ns[i]
 	}
-	out := make([]NameStat, 0, len(byName))
-	for _, n := range byName {
+	for i := range out {
+		n := &out[i]
 		n.MeanNs = float64(n.TotalNs) / float64(n.Count)
 		if span > 0 {
 			n.Share = float64(n.TotalNs) / float64(span)
 		}
-		out = append(out, *n)
 	}
-	sortNames(out)
-	return out
-}
-
-func sortNames(ns []NameStat) {
-	sort.Slice(ns, func(i, j int) bool {
-		if ns[i].TotalNs != ns[j].TotalNs {
-			return ns[i].TotalNs > ns[j].TotalNs
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].TotalNs != out[j].TotalNs {
+			return out[i].TotalNs > out[j].TotalNs
 		}
-		return ns[i].Name < ns[j].Name
+		return out[i].Name < out[j].Name
 	})
+	return out
 }
 
 // medianLayer picks, of the layers but the first and the last, the one of

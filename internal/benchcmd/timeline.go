@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
 
 	"github.com/cockroachdb/errors"
 	"github.com/urfave/cli/v2"
@@ -59,22 +59,16 @@ func checkTimeline(c *cli.Context) error {
 	case c.Bool("profile"):
 		return cliutil.WithExitCode(errors.WithHint(errors.New("--timeline and --profile each re-run a step at the end of a row"),
 			"run them in two benches"), cliutil.ExitUsage)
-	case len(pickDevices(c)) > 1:
+	}
+	pl, err := placement(c)
+	if err != nil {
+		return err
+	}
+	if len(pl.Devices) > 1 {
 		return cliutil.WithExitCode(errors.WithHint(errors.New("--timeline traces the unsharded GPU engine"),
 			"drop --devices"), cliutil.ExitUsage)
 	}
 	return nil
-}
-
-// pickDevices lists --devices' entries (unparsed: placement checks them).
-func pickDevices(c *cli.Context) []string {
-	var out []string
-	for _, f := range strings.Split(c.String("devices"), ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 // traceAfter is the number of timed steps after which --timeline traces
@@ -98,38 +92,35 @@ func traceRow(tl timeliner, ids []int, context int, layers ...int) (TimelineRow,
 }
 
 func analyseRow(recs []cupti.KernelRecord, context, slots int, layers ...int) (TimelineRow, error) {
-	a, err := cupti.Analyze(recs, cupti.Options{Gaps: 5})
+	mark := layerMark(recs, layers...)
+	a, err := cupti.Analyze(recs, cupti.Options{Gaps: 5, LayerMark: mark})
 	if err != nil {
 		return TimelineRow{}, err
 	}
-	row := TimelineRow{Context: context, Slots: slots, Kernels: recs, Analysis: a}
-	if row.LayerMark = layerMark(a, layers...); row.LayerMark != "" {
-		if row.Analysis, err = cupti.Analyze(recs, cupti.Options{Gaps: 5, LayerMark: row.LayerMark}); err != nil {
-			return TimelineRow{}, err
-		}
-	}
-	return row, nil
+	return TimelineRow{Context: context, Slots: slots, LayerMark: mark, Kernels: recs, Analysis: a}, nil
 }
 
 // layerMark picks the kernel that opens each layer: of the names that run
 // exactly once per layer (as many times as one of layers says: the main
 // layers, with MTP also those plus the MTP layer), the one that first runs
 // earliest in the step ("" when none does; counts under two are no layers).
-func layerMark(a *cupti.Timeline, layers ...int) string {
-	once := map[string]bool{}
-	for _, n := range a.Names {
-		for _, l := range layers {
-			if l >= 2 && n.Count == l {
-				once[n.Name] = true
-			}
+func layerMark(recs []cupti.KernelRecord, layers ...int) string {
+	count := map[string]int{}
+	first := map[string]uint64{}
+	for _, r := range recs {
+		if f, ok := first[r.Name]; !ok || r.Start < f {
+			first[r.Name] = r.Start
+		}
+		count[r.Name]++
+	}
+	mark := ""
+	for name, n := range count {
+		if slices.ContainsFunc(layers, func(l int) bool { return l >= 2 && n == l }) &&
+			(mark == "" || first[name] < first[mark] || first[name] == first[mark] && name < mark) {
+			mark = name
 		}
 	}
-	for _, k := range a.Order {
-		if once[k.Name] {
-			return k.Name
-		}
-	}
-	return ""
+	return mark
 }
 
 // reportTimeline prints a row's traced step under the row.
@@ -142,20 +133,15 @@ func reportTimeline(w io.Writer, r TimelineRow) {
 	}
 	fmt.Fprintf(w, "  timeline (CUPTI, the step replayed as graphs): %d kernels, span %.1f us, busy %.1f us (%.0f%%), idle %.1f us in %d gaps; kernel time %.1f us, at most %d at once, streams %v\n",
 		a.Kernels, us(a.SpanNs), us(a.BusyNs), busyPct, us(a.IdleNs), a.IdleGaps, us(a.SumNs), a.MaxConcurrent, a.Streams)
+	names := func(ns []cupti.NameStat, most int) {
+		for _, n := range ns[:min(len(ns), most)] {
+			fmt.Fprintf(w, "    %-40s %4d runs %9.1f us (mean %7.2f) %5.1f%% of span\n", clip(n.Name, 40), n.Count, us(n.TotalNs), n.MeanNs/1e3, 100*n.Share)
+		}
+	}
 	fmt.Fprintf(w, "    time start to end by name (a kernel launched early, PDL, counts its wait):\n")
-	for i, n := range a.Names {
-		if i == 8 {
-			break
-		}
-		fmt.Fprintf(w, "    %-40s %4d runs %9.1f us (mean %7.2f) %5.1f%% of span\n", clip(n.Name, 40), n.Count, us(n.TotalNs), n.MeanNs/1e3, 100*n.Share)
-	}
+	names(a.Names, 8)
 	fmt.Fprintf(w, "    time charged at completion by name (the span split at kernel ends, to the kernel ending; %.1f us uncharged):\n", us(a.UnchargedNs))
-	for i, n := range a.Charged {
-		if i == 12 {
-			break
-		}
-		fmt.Fprintf(w, "    %-40s %4d runs %9.1f us (mean %7.2f) %5.1f%% of span\n", clip(n.Name, 40), n.Count, us(n.TotalNs), n.MeanNs/1e3, 100*n.Share)
-	}
+	names(a.Charged, 12)
 	for _, g := range a.Gaps {
 		fmt.Fprintf(w, "    idle %7.2f us at +%.1f us: after %s, before %s\n", us(g.Ns), us(g.AtNs), clip(g.Before, 40), clip(g.After, 40))
 	}

@@ -74,13 +74,12 @@ func (g *Engine) HostTimes() HostTimes {
 	return h
 }
 
-// ProfileStep runs one Step over ids, then re-runs the device work that
-// step queued, timing every call alone and each run eagerly and as a graph.
-// A diagnostic (GPU only): the re-runs rewrite the slots' latest cache
-// entries, so release the slots afterwards.
-func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
+// stepRuns runs one Step over ids and returns the device work it queued,
+// run by run (graphs held, not replayed from the cache), for the profile
+// and the timeline to re-run. The step runs its own forward: AheadOK is
+// off while the graphs are held.
+func (g *Engine) stepRuns(ids []int) ([][]gop, error) {
 	e := g.m
-	// The profiled step runs its own forward (AheadOK is off while hold).
 	if err := e.settle(); err != nil {
 		return nil, err
 	}
@@ -89,6 +88,16 @@ func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
 	_, err := g.Step(ids)
 	runs := e.graphs.keep
 	e.graphs.on, e.graphs.hold, e.graphs.keep = on, false, nil
+	return runs, err
+}
+
+// ProfileStep runs one Step over ids, then re-runs the device work that
+// step queued, timing every call alone and each run eagerly and as a graph.
+// A diagnostic (GPU only): the re-runs rewrite the slots' latest cache
+// entries, so release the slots afterwards.
+func (g *Engine) ProfileStep(ids []int, reps int) (*StepProfile, error) {
+	e := g.m
+	runs, err := g.stepRuns(ids)
 	if err != nil {
 		return nil, err
 	}

@@ -28,15 +28,7 @@ func (g *Engine) TimelineStep(ids []int, warm int) ([]cupti.KernelRecord, error)
 		return nil, err
 	}
 	e := g.m
-	// The traced step runs its own forward (AheadOK is off while hold).
-	if err := e.settle(); err != nil {
-		return nil, err
-	}
-	on := e.graphs.on
-	e.graphs.on, e.graphs.hold = true, true
-	_, err = g.Step(ids)
-	runs := e.graphs.keep
-	e.graphs.on, e.graphs.hold, e.graphs.keep = on, false, nil
+	runs, err := g.stepRuns(ids)
 	if err != nil {
 		return nil, err
 	}

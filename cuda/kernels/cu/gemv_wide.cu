@@ -198,3 +198,155 @@ extern "C" __global__ void __launch_bounds__(256, 4)
   gemv_wide_rows<WFP8, 8>(Wt[e], St[e], x + (size_t)j * xstride, y + (size_t)j * N, (const float*)0, N, K, 1, K, N,
                            blockIdx.x * 8);
 }
+
+// Small bf16 GEMV with the whole matrix on chip (issue 10, session 22: the
+// MoE router, 256 x 7168 bf16 = 3.7 MB, 28 KB an SM): gemv_bf16_wide's
+// arguments and output contract (y[m][n] = sum_k W[n][k] x[m][k] (+ resid),
+// M <= GEMV_MAXM), summed in another order. A block of GSM_T threads owns R
+// consecutive rows and the grid has at most one block an SM, so every block
+// is resident at once. The weights are never written during a step: each
+// block copies its R rows into shared memory (cp.async) BEFORE PDL_WAIT,
+// while the kernel it depends on (the layer's add_rmsnorm) still runs;
+// after the wait it copies only x (from L2) and the dots read shared
+// memory. Thread t copies the 16-byte chunks c = t + j GSM_T of every row
+// (weights: 8 bf16; x: two float4) into slots of its own, so it reads back
+// only what it copied (cp.async.wait_all, no barrier) and a warp's shared
+// loads are 32 consecutive 16-byte slots (no bank conflicts). Layout, in
+// 16-byte slots, J = ceil(C / GSM_T) trips of C = K / 8 chunks:
+// weights [J][R][GSM_T], then x [J][M][2][GSM_T]. The launcher
+// (kernels.GemvBF16Smem) sizes the grid and the shared memory; needs K % 8
+// == 0, 16-byte aligned W and x, ldx % 4 == 0, sm_80+ (cp.async).
+
+#define GSM_T 256
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void gsm_cp16(u32 dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+
+// The pre-wait part: reads W only (TestPDLWeightsFirst checks it).
+template <int R>
+__device__ __forceinline__ void gemv_smem_stage(const u16* __restrict__ W, int N, int K) {
+  extern __shared__ uint4 gsm_buf[];
+  const int t = threadIdx.x, n0 = blockIdx.x * R, C = K >> 3;
+  const u32 base = (u32)__cvta_generic_to_shared(gsm_buf);
+#pragma unroll
+  for (int rr = 0; rr < R; rr++) {
+    if (n0 + rr < N) {
+      const char* wr = (const char*)W + (size_t)(n0 + rr) * K * 2;
+      for (int j = 0, c = t; c < C; j++, c += GSM_T) {
+        gsm_cp16(base + 16u * (u32)((j * R + rr) * GSM_T + t), wr + (size_t)c * 16);
+      }
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int R>
+__device__ __forceinline__ void gemv_smem_rows(const float* __restrict__ x, float* y, const float* resid, int N, int K,
+                                               int M, int ldx, int ldy) {
+  extern __shared__ uint4 gsm_buf[];
+  __shared__ float part[GSM_T / 32][R * GEMV_MAXM];
+  const int t = threadIdx.x, n0 = blockIdx.x * R, C = K >> 3;
+  const int J = (C + GSM_T - 1) / GSM_T;
+  const int xs0 = J * R * GSM_T;  // first x slot
+  const u32 xbase = (u32)__cvta_generic_to_shared(gsm_buf) + 16u * (u32)xs0;
+  for (int m = 0; m < M; m++) {
+    const float* xr = x + (size_t)m * ldx;
+    for (int j = 0, c = t; c < C; j++, c += GSM_T) {
+      const u32 d = xbase + 16u * (u32)((j * M + m) * 2 * GSM_T + t);
+      gsm_cp16(d, xr + (size_t)c * 8);
+      gsm_cp16(d + 16u * GSM_T, xr + (size_t)c * 8 + 4);
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  float acc[R][GEMV_MAXM];
+#pragma unroll
+  for (int rr = 0; rr < R; rr++) {
+#pragma unroll
+    for (int m = 0; m < GEMV_MAXM; m++) acc[rr][m] = 0.0f;
+  }
+  const float4* xs = (const float4*)(gsm_buf + xs0);
+  for (int j = 0, c = t; c < C; j++, c += GSM_T) {
+    float4 xv[GEMV_MAXM][2];
+#pragma unroll
+    for (int m = 0; m < GEMV_MAXM; m++) {
+      if (m < M) {
+        xv[m][0] = xs[(j * M + m) * 2 * GSM_T + t];
+        xv[m][1] = xs[((j * M + m) * 2 + 1) * GSM_T + t];
+      }
+    }
+#pragma unroll
+    for (int rr = 0; rr < R; rr++) {
+      if (n0 + rr < N) {
+        float wf[8];
+        WBF16::dec(gsm_buf[(j * R + rr) * GSM_T + t], wf);
+#pragma unroll
+        for (int m = 0; m < GEMV_MAXM; m++) {
+          if (m < M) {
+            float p = wf[0] * xv[m][0].x;
+            p += wf[1] * xv[m][0].y;
+            p += wf[2] * xv[m][0].z;
+            p += wf[3] * xv[m][0].w;
+            p += wf[4] * xv[m][1].x;
+            p += wf[5] * xv[m][1].y;
+            p += wf[6] * xv[m][1].z;
+            p += wf[7] * xv[m][1].w;
+            acc[rr][m] += p;
+          }
+        }
+      }
+    }
+  }
+  const int w = t >> 5;
+#pragma unroll
+  for (int rr = 0; rr < R; rr++) {
+#pragma unroll
+    for (int m = 0; m < GEMV_MAXM; m++) {
+      if (m < M) {  // uniform: only the rows there are
+        const float v = warp_sum(acc[rr][m]);
+        if ((t & 31) == 0) part[w][rr * GEMV_MAXM + m] = v;
+      }
+    }
+  }
+  __syncthreads();
+  if (t < R * M) {
+    const int rr = t / M, m = t - rr * M;
+    float v = 0.0f;
+#pragma unroll
+    for (int i = 0; i < GSM_T / 32; i++) v += part[i][rr * GEMV_MAXM + m];
+    if (n0 + rr < N) {
+      const size_t o = (size_t)m * ldy + n0 + rr;
+      y[o] = v + (resid ? resid[o] : 0.0f);
+    }
+  }
+}
+
+// Written out (see above). The first statement is the weights' staging,
+// the second PDL_WAIT(): pdl.go's pdlWeightsFirst lists these.
+
+extern "C" __global__ void __launch_bounds__(GSM_T, 1)
+    gemv_bf16_smem_r1(const u16* __restrict__ W, const float* __restrict__ x, float* y, const float* resid, int N,
+                      int K, int M, int ldx, int ldy) {
+  gemv_smem_stage<1>(W, N, K);
+  PDL_WAIT();
+  gemv_smem_rows<1>(x, y, resid, N, K, M, ldx, ldy);
+}
+
+extern "C" __global__ void __launch_bounds__(GSM_T, 1)
+    gemv_bf16_smem_r2(const u16* __restrict__ W, const float* __restrict__ x, float* y, const float* resid, int N,
+                      int K, int M, int ldx, int ldy) {
+  gemv_smem_stage<2>(W, N, K);
+  PDL_WAIT();
+  gemv_smem_rows<2>(x, y, resid, N, K, M, ldx, ldy);
+}
+
+extern "C" __global__ void __launch_bounds__(GSM_T, 1)
+    gemv_bf16_smem_r4(const u16* __restrict__ W, const float* __restrict__ x, float* y, const float* resid, int N,
+                      int K, int M, int ldx, int ldy) {
+  gemv_smem_stage<4>(W, N, K);
+  PDL_WAIT();
+  gemv_smem_rows<4>(x, y, resid, N, K, M, ldx, ldy);
+}
+#endif

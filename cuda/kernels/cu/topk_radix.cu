@@ -754,16 +754,38 @@ __device__ __forceinline__ bool tkw_act(int n) {
   return (int)(threadIdx.x & ~31u) * KPT < n;
 }
 
+// tk_load_keys without the key map: the scores' bits (j < nv; 0 past nv),
+// so that nothing waits on them before their first use.
 template <int KPT>
-__device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int K, u32* gh, int* o, TkwShared& sh) {
+__device__ __forceinline__ void tkw_load_raw(const float* x, int nv, u32* k) {
+  if (nv == KPT && ((size_t)x & 15) == 0) {
+#pragma unroll
+    for (int j = 0; j < KPT; j += 4) {
+      const float4 v = __ldcg((const float4*)(x + j));
+      k[j] = __float_as_uint(v.x);
+      k[j + 1] = __float_as_uint(v.y);
+      k[j + 2] = __float_as_uint(v.z);
+      k[j + 3] = __float_as_uint(v.w);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < KPT; j++) k[j] = j < nv ? __float_as_uint(__ldcg(x + j)) : 0u;
+  }
+}
+
+// hv: this thread's 4 histogram bins from the top, hi .. hi - 3 (loaded
+// by tkw_body before the row length).
+template <int KPT>
+__device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int K, u32* gh, const uint4 hv, int* o,
+                                         TkwShared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
   const int i0 = tid * KPT;
   const int nv = max(0, min(KPT, n - i0));  // this thread's valid keys
-  // The histogram: thread tid's 4 bins from the top, hi .. hi - 3.
   const int hi = TKR_BINS - 1 - 4 * tid;
-  const uint4 hv = __ldcg((const uint4*)(gh + hi - 3));
+  // The keys arrive while the bin is found (it needs the histogram alone);
+  // they are mapped after it.
   u32 k[KPT];
-  tk_load_keys<KPT>(x + i0, nv, k);
+  tkw_load_raw<KPT>(x + i0, nv, k);
   // Bin counts are <= n <= 32768: two a register across the barrier (the
   // 32-key body has no registers to spare).
   const u32 c01 = hv.w | (hv.z << 16), c23 = hv.y | (hv.x << 16);
@@ -802,6 +824,8 @@ __device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int
   __syncthreads();
   const u32 ub = (u32)sh.res[0];
   int rem = K - sh.res[1];  // keys still to take from bin ub
+#pragma unroll
+  for (int j = 0; j < KPT; j++) k[j] = j < nv ? float_key(__uint_as_float(k[j])) : 0u;  // tk_load_keys' keys
   // The selection: every valid key >= lo; with tie, every key > thr and the
   // first rem keys equal to it, in index order.
   u32 lo = ub << TKR_SHIFT, thr = 0;
@@ -862,8 +886,11 @@ __device__ __forceinline__ void tkw_body(const float* __restrict__ scores, int l
                                          int K, u32* hist, int* out, int ld_out) {
   __shared__ __align__(16) TkwShared sh;
   const int row = blockIdx.x, tid = threadIdx.x;
-  const int n = tkr_n(lens, row, T);
   u32* gh = hist + (size_t)row * TKR_BINS;
+  // The histogram does not depend on the row's length: its load goes out
+  // with lens' instead of one round trip after it.
+  const uint4 hv = __ldcg((const uint4*)(gh + TKR_BINS - 4 - 4 * tid));
+  const int n = tkr_n(lens, row, T);
   int* o = out + (size_t)row * ld_out;
   if (n <= K) {
     for (int j = tid; j < K; j += blockDim.x) o[j] = j < n ? j : -1;
@@ -872,9 +899,9 @@ __device__ __forceinline__ void tkw_body(const float* __restrict__ scores, int l
   }
   const float* x = scores + (size_t)row * ld;
   if (n <= 512 * KPT) {
-    tkw_core<KPT / 2>(x, n, K, gh, o, sh);
+    tkw_core<KPT / 2>(x, n, K, gh, hv, o, sh);
   } else {
-    tkw_core<KPT>(x, n, K, gh, o, sh);
+    tkw_core<KPT>(x, n, K, gh, hv, o, sh);
   }
 }
 

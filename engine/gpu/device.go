@@ -941,7 +941,9 @@ var topkRadixOn = os.Getenv("TILERT_GPU_TOPK_RADIX") != "0"
 // each (topk_radix_one: no mark blocks, no ticket; H200, graph-timed, the
 // scores + top-k pair at 8192 keys 14.7 us against 17.8 for the list,
 // docs/measured/h200-2026-12-01-attn); TILERT_GPU_TOPK_ONE=0 keeps the
-// list (or the bitmaps) there too.
+// list (or the bitmaps) there too. TILERT_GPU_TOPK_ONE=v1 keeps the
+// one-block selection on its first kernel (topk_radix_one instead of
+// topk_radix_one_w; read in cuda/kernels, for an A/B of the two).
 var topkRadixFinal = func() kernels.TopKRadixFinal {
 	if os.Getenv("TILERT_GPU_TOPK_LIST") == "0" {
 		return kernels.TopKRadixBitmaps

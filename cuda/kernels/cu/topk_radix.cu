@@ -641,3 +641,277 @@ __device__ __forceinline__ void tko_body(const float* __restrict__ scores, int l
 TKO_KERNEL(8)
 TKO_KERNEL(16)
 TKO_KERNEL(32)
+
+// topk_radix_one_w8/16/32: topk_radix_one's selection (the same digits,
+// threshold and ordered emit, so the same output element for element; the
+// histogram left zeroed) with a shorter chain, for the decode step's
+// critical path. topk_radix_one spends ~30% of its instructions in the
+// second level of block_excl_scan (each of 1024 threads loops over the 32
+// warp totals in shared memory; 4 scans), always runs both 10-bit passes,
+// and leaves half its warps without keys on rows of half its capacity.
+// Here:
+// - rows of n <= 512 * KPT keys take the KPT / 2 body (every warp holds
+//   keys; the engine's 8192-key rows in an 8448-key bucket: 8 a thread);
+// - the bin: warp totals by redux, one barrier, each warp's prefix from one
+//   shared load and one redux, a lane scan in the one warp holding the K-th
+//   key, one barrier; each thread zeroes the 4 histogram bins it read;
+// - a digit pick is one warp's: the 32 group sums of 32 digits, a shuffle
+//   scan, then the crossing group's 32 digits and a second shuffle scan;
+//   both digit histograms are zeroed before the first barrier;
+// - a pass is skipped when the bin (or digit) before it is taken whole:
+//   the selection is then every key >= that prefix, exactly K keys, the
+//   same set with no ties to split (random rows: the second 10-bit pass
+//   almost never runs);
+// - the emit: a lane scan of the per-thread counts, warp totals by redux,
+//   one barrier, each warp's prefix by redux; without ties to split, each
+//   thread stores its keys >= the prefix in order with no per-key bound
+//   check when its warp's run ends by K (always, for a histogram that
+//   keeps the contract).
+
+// Sum over the full warp (redux.sync on sm_80+).
+__device__ __forceinline__ int tkw_warp_sum(int v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  int r;
+  asm volatile("redux.sync.add.s32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+  return r;
+#else
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+#endif
+}
+
+// Inclusive scan over the full warp, lane order.
+__device__ __forceinline__ int tkw_warp_incl(int x, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  return x;
+}
+
+// One warp, all lanes: the digit of h (1024 counts, digit 1023 the top)
+// holding the rem-th largest counted key. res[0] = the digit, res[1] = how
+// many of its keys are still to take, res[2] = its count. Fewer than rem
+// keys counted (only a histogram that broke the contract) leaves res as it
+// was.
+__device__ __forceinline__ void tkw_pick(const u32* h, int rem, int* res) {
+  const int lane = threadIdx.x & 31;
+  // Lane l sums group l from the top (digits 1023 - 32 l down to 992 - 32 l)
+  // as 8 uint4 in a lane-rotated order: 4 lanes a bank quad, the 4
+  // wavefronts a warp's 512 bytes take anyway.
+  const uint4* g = (const uint4*)(h + 992 - 32 * lane);
+  int s = 0;
+#pragma unroll
+  for (int q = 0; q < 8; q++) {
+    const uint4 v = g[(q + lane) & 7];
+    s += (int)(v.x + v.y + v.z + v.w);
+  }
+  const int incl = tkw_warp_incl(s, lane);
+  const u32 m = __ballot_sync(0xffffffffu, incl >= rem);
+  if (m == 0) return;
+  const int L = __ffs(m) - 1;                                 // the group holding it
+  const int r = rem - __shfl_sync(0xffffffffu, incl - s, L);  // 1 .. its sum
+  const int d = 1023 - 32 * L - lane;                         // lane j: its j-th digit from the top
+  const int c = (int)h[d];
+  const int incl2 = tkw_warp_incl(c, lane);
+  const u32 m2 = __ballot_sync(0xffffffffu, incl2 >= r);  // lane 31's incl2 is the group's sum >= r
+  if (lane == __ffs(m2) - 1) {
+    res[0] = d;
+    res[1] = r - (incl2 - c);
+    res[2] = c;
+  }
+}
+
+struct TkwShared {
+  u32 a[1024];  // the second digit's counts (key bits 19..10)
+  u32 b[1024];  // the third digit's (bits 9..0)
+  int wt[32];   // warp totals: the bin search
+  int we[32];   // warp totals: the emit
+  int res[9];   // bin, keys above it, its count; then digit, still to take, its count, twice
+};
+
+// Exclusive scan of v over the block (v >= 0, the sum < 2^31; 1 barrier):
+// the lane scan, warp totals by redux into we, each warp's prefix by redux.
+// *wend: the sum up to the end of this thread's warp.
+__device__ __forceinline__ int tkw_scan(int v, int* we, int* wend) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int incl = tkw_warp_incl(v, lane);
+  const int wt = tkw_warp_sum(v);
+  if (lane == 0) we[w] = wt;
+  __syncthreads();
+  const int pre = tkw_warp_sum(lane < w ? we[lane] : 0);
+  *wend = pre + wt;
+  return pre + incl - v;
+}
+
+// Warp-uniform: some lane of this thread's warp holds keys of a row of n
+// (read from threadIdx each time: the 32-key body has no register to keep
+// it in).
+template <int KPT>
+__device__ __forceinline__ bool tkw_act(int n) {
+  return (int)(threadIdx.x & ~31u) * KPT < n;
+}
+
+// tk_load_keys without the key map: the scores' bits (j < nv; 0 past nv),
+// so that nothing waits on them before their first use.
+template <int KPT>
+__device__ __forceinline__ void tkw_load_raw(const float* x, int nv, u32* k) {
+  if (nv == KPT && ((size_t)x & 15) == 0) {
+#pragma unroll
+    for (int j = 0; j < KPT; j += 4) {
+      const float4 v = __ldcg((const float4*)(x + j));
+      k[j] = __float_as_uint(v.x);
+      k[j + 1] = __float_as_uint(v.y);
+      k[j + 2] = __float_as_uint(v.z);
+      k[j + 3] = __float_as_uint(v.w);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < KPT; j++) k[j] = j < nv ? __float_as_uint(__ldcg(x + j)) : 0u;
+  }
+}
+
+// hv: this thread's 4 histogram bins from the top, hi .. hi - 3 (loaded
+// by tkw_body before the row length).
+template <int KPT>
+__device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int K, u32* gh, const uint4 hv, int* o,
+                                         TkwShared& sh) {
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+  const int i0 = tid * KPT;
+  const int nv = max(0, min(KPT, n - i0));  // this thread's valid keys
+  const int hi = TKR_BINS - 1 - 4 * tid;
+  // The keys arrive while the bin is found (it needs the histogram alone);
+  // they are mapped after it.
+  u32 k[KPT];
+  tkw_load_raw<KPT>(x + i0, nv, k);
+  // Bin counts are <= n <= 32768: two a register across the barrier (the
+  // 32-key body has no registers to spare).
+  const u32 c01 = hv.w | (hv.z << 16), c23 = hv.y | (hv.x << 16);
+  const int sum = (int)(hv.x + hv.y + hv.z + hv.w);
+  const int wsum = tkw_warp_sum(sum);
+  sh.a[tid] = 0;
+  sh.b[tid] = 0;
+  if (lane == 0) sh.wt[w] = wsum;
+  // A histogram of fewer than K keys (a caller broke the contract) finds
+  // no bin: bin 0, then every valid key taken (never a write past K).
+  if (tid < 9) sh.res[tid] = 0;
+  __syncthreads();
+  *(uint4*)(gh + hi - 3) = make_uint4(0u, 0u, 0u, 0u);  // bins this thread alone read (and summed): left zeroed
+  {
+    const int pre = tkw_warp_sum(lane < w ? sh.wt[lane] : 0);  // keys in the warps above mine
+    if (pre < K && pre + wsum >= K) {                          // the one warp holding the K-th largest key
+      const int cum = pre + tkw_warp_incl(sum, lane) - sum;
+      if (cum < K && cum + sum >= K) {
+        const int c0 = (int)(c01 & 0xffffu), c1 = (int)(c01 >> 16), c2 = (int)(c23 & 0xffffu), c3 = (int)(c23 >> 16);
+        int bb, ab, cb;
+        if (cum + c0 >= K) {
+          bb = hi, ab = cum, cb = c0;
+        } else if (cum + c0 + c1 >= K) {
+          bb = hi - 1, ab = cum + c0, cb = c1;
+        } else if (cum + c0 + c1 + c2 >= K) {
+          bb = hi - 2, ab = cum + c0 + c1, cb = c2;
+        } else {
+          bb = hi - 3, ab = cum + c0 + c1 + c2, cb = c3;
+        }
+        sh.res[0] = bb;
+        sh.res[1] = ab;
+        sh.res[2] = cb;
+      }
+    }
+  }
+  __syncthreads();
+  const u32 ub = (u32)sh.res[0];
+  int rem = K - sh.res[1];  // keys still to take from bin ub
+#pragma unroll
+  for (int j = 0; j < KPT; j++) k[j] = j < nv ? float_key(__uint_as_float(k[j])) : 0u;  // tk_load_keys' keys
+  // The selection: every valid key >= lo; with tie, every key > thr and the
+  // first rem keys equal to it, in index order.
+  u32 lo = ub << TKR_SHIFT, thr = 0;
+  bool tie = false;
+  if (rem != sh.res[2]) {  // block-uniform: the bin is not taken whole
+    if (tkw_act<KPT>(n)) tk_digit_count<KPT>(k, nv, ub, 10, sh.a);
+    __syncthreads();
+    if (w == 0) tkw_pick(sh.a, rem, sh.res + 3);
+    __syncthreads();
+    const u32 p22 = (ub << 10) | (u32)sh.res[3];
+    rem = sh.res[4];
+    lo = p22 << 10;
+    if (rem != sh.res[5]) {  // the digit is not taken whole
+      if (tkw_act<KPT>(n)) tk_digit_count<KPT>(k, nv, p22, 0, sh.b);
+      __syncthreads();
+      if (w == 0) tkw_pick(sh.b, rem, sh.res + 6);
+      __syncthreads();
+      thr = (p22 << 10) | (u32)sh.res[6];  // the K-th largest key
+      rem = sh.res[7];                     // how many keys equal to it to take
+      lo = thr;
+      tie = rem != sh.res[8];  // some keys equal to thr are left out
+    }
+  }
+  int wend;
+  if (tie) {
+    // topk_radix_one's emit: above thr in the high half, equal in the low.
+    const int before = tkw_scan(tk_counts<KPT>(k, nv, thr), sh.we, &wend);
+    if (tkw_act<KPT>(n)) tk_emit<KPT>(k, nv, thr, before, rem, K, o, i0);
+    return;
+  }
+  int cnt = 0;
+#pragma unroll
+  for (int j = 0; j < KPT; j++) cnt += (j < nv && k[j] >= lo);
+  const int before = tkw_scan(cnt, sh.we, &wend);
+  if (!tkw_act<KPT>(n)) return;
+  if (wend <= K) {  // warp-uniform: no bound check per key
+    int* op = o + before;
+#pragma unroll
+    for (int j = 0; j < KPT; j++) {
+      if (j < nv && k[j] >= lo) *op++ = i0 + j;
+    }
+  } else {
+    int pos = before;
+#pragma unroll
+    for (int j = 0; j < KPT; j++) {
+      if (j < nv && k[j] >= lo) {
+        if (pos < K) o[pos] = i0 + j;
+        pos++;
+      }
+    }
+  }
+}
+
+// The block's body: rows of n <= 512 * KPT keys take the KPT / 2 body
+// instead of leaving half the warps without keys.
+template <int KPT>
+__device__ __forceinline__ void tkw_body(const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T,
+                                         int K, u32* hist, int* out, int ld_out) {
+  __shared__ __align__(16) TkwShared sh;
+  const int row = blockIdx.x, tid = threadIdx.x;
+  u32* gh = hist + (size_t)row * TKR_BINS;
+  // The histogram does not depend on the row's length: its load goes out
+  // with lens' instead of one round trip after it.
+  const uint4 hv = __ldcg((const uint4*)(gh + TKR_BINS - 4 - 4 * tid));
+  const int n = tkr_n(lens, row, T);
+  int* o = out + (size_t)row * ld_out;
+  if (n <= K) {
+    for (int j = tid; j < K; j += blockDim.x) o[j] = j < n ? j : -1;
+    for (int i = tid; i < TKR_BINS; i += blockDim.x) gh[i] = 0;
+    return;
+  }
+  const float* x = scores + (size_t)row * ld;
+  if (n <= 512 * KPT) {
+    tkw_core<KPT / 2>(x, n, K, gh, hv, o, sh);
+  } else {
+    tkw_core<KPT>(x, n, K, gh, hv, o, sh);
+  }
+}
+
+#define TKW_KERNEL(KPT)                                                                                          \
+  extern "C" __global__ void __launch_bounds__(1024) topk_radix_one_w##KPT(                                      \
+      const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T, int K, u32* hist, int* out, \
+      int ld_out) {                                                                                              \
+    PDL_WAIT();                                                                                                  \
+    tkw_body<KPT>(scores, ld, lens, T, K, hist, out, ld_out);                                                    \
+  }
+TKW_KERNEL(8)
+TKW_KERNEL(16)
+TKW_KERNEL(32)

@@ -128,44 +128,6 @@ func weightsFirstProblems(src string, names []string) []string {
 	return out
 }
 
-// absorbWeightsFirstProblems lists what is wrong with the kernels names of
-// src (the absorb module's source, macros expanded as kernelEntries does)
-// as pdlWeightsFirst kernels: each body must declare the weight and scale
-// registers, call absorb_v_wload on (W, S, H, vd, wv, sc), then PDL_WAIT(),
-// and the helper must take nothing but the weights, their scales, their
-// shape and the registers it fills.
-func absorbWeightsFirstProblems(src string, names []string) []string {
-	var out []string
-	leads := kernelLeads(src, 4)
-	want := regexp.MustCompile(`^uint4wv\[(\d+)\];floatsc\[(\d+)\];absorb_v_wload<(\d+)>\(W,S,H,vd,wv,sc\);PDL_WAIT\(\);$`)
-	for _, n := range names {
-		defs, ok := leads[n]
-		if !ok {
-			out = append(out, n+": not defined")
-			continue
-		}
-		for _, d := range defs {
-			m := want.FindStringSubmatch(d)
-			if m == nil || m[1] != m[2] || m[1] != m[3] {
-				out = append(out, fmt.Sprintf("%s: begins %q, not the weight registers, absorb_v_wload, then PDL_WAIT()", n, d))
-			}
-		}
-	}
-	s := stripComments(src)
-	loc := regexp.MustCompile(`void\s+absorb_v_wload\s*\(`).FindStringIndex(s)
-	if loc == nil {
-		return append(out, "absorb_v_wload: not defined")
-	}
-	end := matchParen(s, loc[1]-1)
-	if end < 0 {
-		return append(out, "absorb_v_wload: unbalanced parameters")
-	}
-	if p := strings.Join(strings.Fields(s[loc[1]:end]), ""); p != "constu8*__restrict__W,constfloat*__restrict__S,intH,intvd,uint4*wv,float*sc" {
-		out = append(out, fmt.Sprintf("absorb_v_wload takes %q: only the weights, their scales and shape may be read before the wait", p))
-	}
-	return out
-}
-
 // TestPDLWeightsFirst: the pdlWeightsFirst kernels read only weights
 // before PDL_WAIT(), are on no other PDL list, and the checker itself
 // finds the ways that could break.
@@ -185,46 +147,8 @@ func TestPDLWeightsFirst(t *testing.T) {
 			t.Errorf("the launcher's variant %s is not on pdlWeightsFirst", n)
 		}
 	}
-	var mainNames, absorbNames []string
-	for _, n := range names {
-		if strings.HasPrefix(n, "absorb_v_fastw_") {
-			absorbNames = append(absorbNames, n)
-		} else {
-			mainNames = append(mainNames, n)
-		}
-	}
-	if p := weightsFirstProblems(stripComments(KernelSource()), mainNames); len(p) > 0 {
+	if p := weightsFirstProblems(stripComments(KernelSource()), names); len(p) > 0 {
 		t.Errorf("the module's pdlWeightsFirst kernels:\n%s", strings.Join(p, "\n"))
-	}
-	if p := absorbWeightsFirstProblems(AbsorbKernelSource(), absorbNames); len(p) > 0 {
-		t.Errorf("the absorb module's pdlWeightsFirst kernels:\n%s", strings.Join(p, "\n"))
-	}
-	if len(absorbNames) != 4 {
-		t.Errorf("pdlWeightsFirst holds %d absorb_v_fastw kernels, want the 4 launch forms", len(absorbNames))
-	}
-	goodV := `
-template <int RW> __device__ void absorb_v_wload(const u8* __restrict__ W, const float* __restrict__ S, int H, int vd, uint4* wv, float* sc) { wv[0] = *(const uint4*)W; }
-#define KV(RW) extern "C" __global__ void kv##RW(float* out, const float* x, const u8* W, const float* S, int H, int vd) { \
-    uint4 wv[RW]; \
-    float sc[RW]; \
-    absorb_v_wload<RW>(W, S, H, vd, wv, sc); \
-    PDL_WAIT(); \
-    out[0] = x[0]; \
-  }
-KV(4)`
-	if p := absorbWeightsFirstProblems(goodV, []string{"kv4"}); len(p) > 0 {
-		t.Errorf("a good weights-first absorb kernel refused: %v", p)
-	}
-	for _, bad := range []struct{ name, src string }{
-		{"wait second", strings.Replace(goodV, "absorb_v_wload<RW>(W, S, H, vd, wv, sc); \\\n    PDL_WAIT();", "PDL_WAIT(); \\\n    absorb_v_wload<RW>(W, S, H, vd, wv, sc);", 1)},
-		{"x loaded first", strings.Replace(goodV, "float sc[RW];", "float sc[RW]; float v = x[0];", 1)},
-		{"x passed", strings.Replace(goodV, "absorb_v_wload<RW>(W, S, H, vd, wv, sc);", "absorb_v_wload<RW>(x, S, H, vd, wv, sc);", 1)},
-		{"helper takes x", strings.Replace(goodV, "uint4* wv, float* sc) {", "uint4* wv, float* sc, const float* x) {", 1)},
-		{"kernel missing", strings.Replace(goodV, "KV(4)", "", 1)},
-	} {
-		if p := absorbWeightsFirstProblems(bad.src, []string{"kv4"}); len(p) == 0 {
-			t.Errorf("absorb %s: not found", bad.name)
-		}
 	}
 	good := `
 template <int R> __device__ void gemv_smem_stage(const u16* __restrict__ W, int N, int K) { gsm_cp16(0, W); }

@@ -3,7 +3,6 @@ package kernels
 import (
 	"embed"
 	"fmt"
-	"strings"
 	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
@@ -88,20 +87,6 @@ func absorbVFastKernel(rw int) string {
 	return ""
 }
 
-// AbsorbVWeightsFirst makes AbsorbVFast launch absorb_v_fastw, whose
-// weights are loaded before its PDL wait (the same bits; engine/gpu clears
-// it with TILERT_GPU_ABSORB_V_PRE=0).
-var AbsorbVWeightsFirst = true
-
-// absorbVLaunchKernel is the kernel absorbVFast launches for rw rows a warp.
-func absorbVLaunchKernel(rw int) string {
-	n := absorbVFastKernel(rw)
-	if n != "" && AbsorbVWeightsFirst {
-		n = strings.Replace(n, "absorb_v_fast_", "absorb_v_fastw_", 1)
-	}
-	return n
-}
-
 // AbsorbQFastOK says whether AbsorbQFast takes one row of this shape (the
 // same conditions as AbsorbQFP8 plus P/2 <= 256).
 func AbsorbQFastOK(nope, R, hs, P int, qpe bool) bool {
@@ -169,7 +154,7 @@ func absorbFastRows(sms, H, vd int) int {
 
 // absorbVFast launches absorb_v_fast with rw rows a warp.
 func (k *Set) absorbVFast(s cuda.Stream, out, x, w, scale cuda.DevPtr, H, vd, R, rw int) error {
-	name := absorbVLaunchKernel(rw)
+	name := absorbVFastKernel(rw)
 	if H <= 0 || vd <= 0 || R != MLALatentDim || name == "" {
 		return errors.Newf("absorb v fast: H=%d vd=%d R=%d (must be %d) rows a warp %d", H, vd, R, MLALatentDim, rw)
 	}
@@ -178,11 +163,6 @@ func (k *Set) absorbVFast(s cuda.Stream, out, x, w, scale cuda.DevPtr, H, vd, R,
 		return errors.Wrap(err, "absorb v fast: the absorb module")
 	}
 	f, err := k.c.Function(mod, name)
-	if err != nil && name != absorbVFastKernel(rw) {
-		// A module compiled by NVRTC before 12 has no absorb_v_fastw
-		// (cu/absorb/absorb_fast.cu): the same sums, weights after the wait.
-		f, err = k.c.Function(mod, absorbVFastKernel(rw))
-	}
 	if err != nil {
 		return err
 	}

@@ -244,12 +244,9 @@ func hasPrefixIn(name string, ps []string) bool {
 // starts with copies of weights (never written during a step) into shared
 // memory and only then PDL_WAIT(): the on-chip bf16 GEMV (cu/gemv_wide.cu
 // gemv_bf16_smem_r*, the MoE router), whose whole matrix is on chip when
-// its wait returns, and the one-row W_UV product (cu/absorb absorb_v_fastw_rw*),
-// whose weights are in registers when its wait returns. TestPDLWeightsFirst checks that the statements before
+// its wait returns. TestPDLWeightsFirst checks that the statements before
 // each one's wait read nothing but the weights.
-var pdlWeightsFirst = setOf("gemv_bf16_smem_r1", "gemv_bf16_smem_r2", "gemv_bf16_smem_r4",
-	// cu/absorb: absorb_v_fastw_rw*, W_UV's rows into registers (absorb_v_wload)
-	"absorb_v_fastw_rw1", "absorb_v_fastw_rw2", "absorb_v_fastw_rw4", "absorb_v_fastw_rw8")
+var pdlWeightsFirst = setOf("gemv_bf16_smem_r1", "gemv_bf16_smem_r2", "gemv_bf16_smem_r4")
 
 // pdlFor says whether a kernel named name launches programmatically when
 // PDL is on.

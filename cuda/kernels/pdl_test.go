@@ -94,11 +94,7 @@ var (
 // returns, per kernel name, the first statement of each of its bodies
 // (whitespace squeezed). Function-like macros that define kernels are
 // expanded one level, with ## pasting, which is how cu/*.cu writes them.
-func kernelEntries(src string) map[string][]string { return kernelLeads(src, 1) }
-
-// kernelLeads is kernelEntries with each definition's first n statements
-// (squeezed, each with its ';').
-func kernelLeads(src string, n int) map[string][]string {
+func kernelEntries(src string) map[string][]string {
 	s := strings.ReplaceAll(stripComments(src), "\\\n", " ")
 	type macro struct {
 		params []string
@@ -173,20 +169,11 @@ func kernelLeads(src string, n int) map[string][]string {
 			break
 		}
 		body := s[q+b+1:]
-		var lead strings.Builder
-		for range n {
-			e := strings.IndexAny(body, ";}")
-			if e < 0 {
-				lead.WriteString(body)
-				break
-			}
-			lead.WriteString(body[:e+1])
-			if body[e] == '}' {
-				break
-			}
-			body = body[e+1:]
+		first := body
+		if e := strings.IndexAny(body, ";}"); e >= 0 {
+			first = body[:e+1]
 		}
-		out[nm[1]] = append(out[nm[1]], strings.Join(strings.Fields(lead.String()), ""))
+		out[nm[1]] = append(out[nm[1]], strings.Join(strings.Fields(first), ""))
 		off = q
 	}
 	return out
@@ -378,8 +365,8 @@ func TestPDLMoreKernelsWait(t *testing.T) {
 			}
 			continue
 		}
-		if !pdlKernels[n] && !pdlMoreKernels[n] && !pdlWeightsFirst[n] {
-			t.Errorf("extra-module kernel %s is on neither pdl.go's lists (pdlKernels, pdlWeightsFirst) nor pdlMoreKernels: decide how it launches", n)
+		if !pdlKernels[n] && !pdlMoreKernels[n] {
+			t.Errorf("extra-module kernel %s is on neither pdl.go's list nor pdlMoreKernels: decide how it launches", n)
 		}
 	}
 	for _, c := range []struct {

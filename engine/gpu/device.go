@@ -678,15 +678,10 @@ var mlaWG = os.Getenv("TILERT_GPU_MLA_WG")
 
 // TILERT_GPU_MLA_WG2B=0: mla_decode_wg2 as session 19 ran it; unset (or
 // 1), mla_decode_wg2b, the same bits with shorter latency chains at one
-// tile a block (kernels.MLAWG2B). TILERT_GPU_ABSORB_V_PRE=0: the one-row
-// W_UV product loads its weights after its PDL wait, as before session 22
-// (kernels.AbsorbVWeightsFirst).
+// tile a block (kernels.MLAWG2B).
 func init() {
 	if os.Getenv("TILERT_GPU_MLA_WG2B") == "0" {
 		kernels.MLAWG2B = false
-	}
-	if os.Getenv("TILERT_GPU_ABSORB_V_PRE") == "0" {
-		kernels.AbsorbVWeightsFirst = false
 	}
 }
 

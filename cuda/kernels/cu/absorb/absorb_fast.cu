@@ -120,21 +120,16 @@ ABSORB_Q_FAST(8, 8, 2)
 // absorb_v_fast<RW>: out[h*vd + v] = sum_c W[h][v][c] * x[h][c] for one row
 // (W_UV [H][vd][R], R = 512), absorb_v_fp8's warp-per-row sums.
 // grid (H * ceil(vd / (8*RW))), 256 threads.
-//
-// absorb_v_wload: this thread's weight rows and their scales, into
-// registers. W_UV and its scales are never written during a step, so
-// absorb_v_fastw loads them before its PDL wait: its grid is resident early
-// (it launches programmatically behind mla_combine) and the whole 8.4 MB
-// (128 heads) is in registers when the wait returns, leaving x's loads
-// (from L2), the sums and the stores after it. absorb_v_fast loads them
-// after the wait (its launch as before).
 template <int RW>
-__device__ __forceinline__ void absorb_v_wload(const u8* __restrict__ W, const float* __restrict__ S, int H, int vd,
-                                               uint4* wv, float* sc) {
+__device__ __forceinline__ void absorb_v_fast_body(float* out, const float* __restrict__ x, const u8* __restrict__ W,
+                                                   const float* __restrict__ S, int H, int vd) {
+  __shared__ float4 xs[128];  // x[h], 512 floats
   const int R = 512, rb = 4;
   const int nvb = (vd + 8 * RW - 1) / (8 * RW);
   const int h = blockIdx.x / nvb, v0 = (blockIdx.x % nvb) * 8 * RW + (threadIdx.x >> 5) * RW;
   const int lane = threadIdx.x & 31;
+  uint4 wv[RW];
+  float sc[RW];
 #pragma unroll
   for (int j = 0; j < RW; j++) {
     wv[j] = make_uint4(0u, 0u, 0u, 0u);
@@ -145,16 +140,6 @@ __device__ __forceinline__ void absorb_v_wload(const u8* __restrict__ W, const f
       sc[j] = S[row * rb + (lane >> 3)];
     }
   }
-}
-
-template <int RW>
-__device__ __forceinline__ void absorb_v_fast_rest(float* out, const float* __restrict__ x, int H, int vd,
-                                                   const uint4* wv, const float* sc) {
-  __shared__ float4 xs[128];  // x[h], 512 floats
-  const int R = 512;
-  const int nvb = (vd + 8 * RW - 1) / (8 * RW);
-  const int h = blockIdx.x / nvb, v0 = (blockIdx.x % nvb) * 8 * RW + (threadIdx.x >> 5) * RW;
-  const int lane = threadIdx.x & 31;
   if (threadIdx.x < 128) xs[threadIdx.x] = ((const float4*)(x + (size_t)h * R))[threadIdx.x];
   __syncthreads();
   float xv[16];
@@ -167,15 +152,6 @@ __device__ __forceinline__ void absorb_v_fast_rest(float* out, const float* __re
   }
 }
 
-template <int RW>
-__device__ __forceinline__ void absorb_v_fast_body(float* out, const float* __restrict__ x, const u8* __restrict__ W,
-                                                   const float* __restrict__ S, int H, int vd) {
-  uint4 wv[RW];
-  float sc[RW];
-  absorb_v_wload<RW>(W, S, H, vd, wv, sc);
-  absorb_v_fast_rest<RW>(out, x, H, vd, wv, sc);
-}
-
 #define ABSORB_V_FAST(RW, MINB)                                                                                     \
   extern "C" __global__ void __launch_bounds__(256, MINB) absorb_v_fast_rw##RW(                                     \
       float* out, const float* __restrict__ x, const u8* __restrict__ W, const float* __restrict__ S, int H, int vd) { \
@@ -183,30 +159,7 @@ __device__ __forceinline__ void absorb_v_fast_body(float* out, const float* __re
     absorb_v_fast_body<RW>(out, x, W, S, H, vd);                                                                    \
   }
 
-// absorb_v_fastw: absorb_v_fast with the weights loaded before the wait
-// (pdl.go pdlWeightsFirst; TestPDLWeightsFirst checks that nothing else is
-// read before it).
-#define ABSORB_V_FASTW(RW, MINB)                                                                                    \
-  extern "C" __global__ void __launch_bounds__(256, MINB) absorb_v_fastw_rw##RW(                                    \
-      float* out, const float* __restrict__ x, const u8* __restrict__ W, const float* __restrict__ S, int H, int vd) { \
-    uint4 wv[RW];                                                                                                   \
-    float sc[RW];                                                                                                   \
-    absorb_v_wload<RW>(W, S, H, vd, wv, sc);                                                                        \
-    PDL_WAIT();                                                                                                     \
-    absorb_v_fast_rest<RW>(out, x, H, vd, wv, sc);                                                                  \
-  }
-
 ABSORB_V_FAST(1, 4)
 ABSORB_V_FAST(2, 8)
 ABSORB_V_FAST(4, 4)
 ABSORB_V_FAST(8, 2)
-
-// NVRTC 11.8 does not finish compiling these (it recurses until its stack
-// or the memory runs out); AbsorbVFast launches absorb_v_fast where the
-// module has none.
-#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 12
-ABSORB_V_FASTW(1, 4)
-ABSORB_V_FASTW(2, 8)
-ABSORB_V_FASTW(4, 4)
-ABSORB_V_FASTW(8, 2)
-#endif

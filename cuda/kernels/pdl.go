@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"maps"
 	"os"
 	"strings"
 
@@ -181,7 +180,7 @@ var pdlMoreKernels = setOf(
 //     from. The MLA decode 2.749, the mid GEMVs 2.751, absorb_v 2.755, the
 //     few-heads kernels 2.757: those three launch programmatically by
 //     default since;
-//   - TILERT_GPU_PDL_PLAIN: pdlKernels (or pdlWeightsFirst) that launch plainly after all, to
+//   - TILERT_GPU_PDL_PLAIN: pdlKernels that launch plainly after all, to
 //     find which programmatic launches cost more than they save (an early
 //     resident grid holds SM room that a side stream's kernel waits for).
 type pdlSelection struct {
@@ -211,7 +210,7 @@ func parsePDLSel(more, plain string) (pdlSelection, error) {
 			}
 			if !hit {
 				return nil, errors.WithHintf(errors.Newf("%s: %q is the start of no kernel name it can switch", env, p),
-					"name kernels by a prefix of their names (cuda/kernels/pdl.go lists them: pdlMoreKernels for TILERT_GPU_PDL_MORE, pdlKernels and pdlWeightsFirst for TILERT_GPU_PDL_PLAIN), separated by commas")
+					"name kernels by a prefix of their names (cuda/kernels/pdl.go lists them: pdlMoreKernels for TILERT_GPU_PDL_MORE, pdlKernels for TILERT_GPU_PDL_PLAIN), separated by commas")
 			}
 			out = append(out, p)
 		}
@@ -225,9 +224,7 @@ func parsePDLSel(more, plain string) (pdlSelection, error) {
 			return sel, err
 		}
 	}
-	plainable := maps.Clone(pdlKernels)
-	maps.Copy(plainable, pdlWeightsFirst)
-	sel.plain, err = split("TILERT_GPU_PDL_PLAIN", plain, plainable)
+	sel.plain, err = split("TILERT_GPU_PDL_PLAIN", plain, pdlKernels)
 	return sel, err
 }
 
@@ -240,18 +237,10 @@ func hasPrefixIn(name string, ps []string) bool {
 	return false
 }
 
-// pdlWeightsFirst are kernels that launch as pdlKernels do but whose body
-// starts with copies of weights (never written during a step) into shared
-// memory and only then PDL_WAIT(): the on-chip bf16 GEMV (cu/gemv_wide.cu
-// gemv_bf16_smem_r*, the MoE router), whose whole matrix is on chip when
-// its wait returns. TestPDLWeightsFirst checks that the statements before
-// each one's wait read nothing but the weights.
-var pdlWeightsFirst = setOf("gemv_bf16_smem_r1", "gemv_bf16_smem_r2", "gemv_bf16_smem_r4")
-
 // pdlFor says whether a kernel named name launches programmatically when
 // PDL is on.
 func pdlFor(name string) bool {
-	if pdlKernels[name] || pdlWeightsFirst[name] {
+	if pdlKernels[name] {
 		return !hasPrefixIn(name, pdlSel.plain)
 	}
 	return pdlMoreKernels[name] && (pdlSel.moreAll || hasPrefixIn(name, pdlSel.more))

@@ -51,10 +51,6 @@ type device interface {
 	gemvFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy int) error
 	gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
 	gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
-	// gemvRouter is gemvBF16 for the MoE router (routerSmemOn): on the GPU
-	// the on-chip kernel where it fits, the same result up to float32
-	// summation order.
-	gemvRouter(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
 	gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error
 	// gemvGroup runs the GEMVs of segs over the same M <= kernels.MaxTileM
 	// input rows x in one launch, x RMS-normalised first when norm.W is set
@@ -817,29 +813,6 @@ var epiRowsOn = os.Getenv("TILERT_GPU_EPI_ROWS") != "0"
 // keeps moeCombineSlots then addRMSNorm.
 var moeNormOn = os.Getenv("TILERT_GPU_MOE_NORM_FUSED") != "0"
 
-// routerSmemOn: the MoE router's bf16 GEMV of 1..routerSmemMaxRows rows
-// goes through gemvRouter, which runs kernels.GemvBF16Smem where it takes
-// the shape: the matrix (256 x 7168 bf16, 3.7 MB) is staged in the SMs'
-// shared memory before the kernel's PDL wait, so after the norm only x
-// is read; the wide GEMV took 6.3 us after the norm in the H200 timeline
-// (session 21). TILERT_GPU_ROUTER_SMEM=0 keeps the router on gemvBF16
-// (the same run's A/B; not yet measured on the device).
-var routerSmemOn = os.Getenv("TILERT_GPU_ROUTER_SMEM") != "0"
-
-// routerSmemMaxRows: the on-chip kernel's row limit (its x rows sit in
-// shared memory beside the weights); more rows take gemvBF16.
-const routerSmemMaxRows = 4
-
-// gemvRouter is gemvBF16 for the router (up to float32 summation order):
-// kernels.GemvBF16Smem where it takes the shape, else gemvBF16.
-func (b *cudaDevice) gemvRouter(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	if M <= routerSmemMaxRows && b.k.GemvBF16SmemOK(x, w, N, K, M, ldx) {
-		routerSmemLaunches.Add(1)
-		return b.k.GemvBF16Smem(b.s, y, x, w, 0, N, K, M, ldx, ldy)
-	}
-	return b.gemvBF16(y, x, w, N, K, M, ldx, ldy)
-}
-
 // mlaPrefillOn: TILERT_GPU_MLA_PREFILL runs the fp8 MLA of a slot's group
 // of at least mlaPrefillMinRows rows (a prefill chunk) on mlaPrefill
 // instead of mlaDecode (mla_decode_tc): =1 mla_prefill_tc (32 heads a
@@ -1273,9 +1246,6 @@ var (
 	// mla_decode_few and topk_fast (tests: the switch did not fall back).
 	fewMLALaunches   atomic.Int64
 	fastTopKLaunches atomic.Int64
-	// routerSmemLaunches counts gemvRouter's launches of the on-chip
-	// kernel (tests: the router did not fall back).
-	routerSmemLaunches atomic.Int64
 )
 
 // fewReady loads the few-heads module (before any graph capture) and says

@@ -178,11 +178,6 @@ func (m *emuDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	})
 }
 
-// gemvRouter is gemvBF16: the emulator sums every GEMV one way.
-func (m *emuDevice) gemvRouter(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	return m.gemvBF16(y, x, w, N, K, M, ldx, ldy)
-}
-
 func (m *emuDevice) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	wb := m.f32(w, N*K)
 	return m.gemv(y, x, N, K, M, ldx, ldy, func(n int, dst []float32) { copy(dst, wb[n*K:(n+1)*K]) })

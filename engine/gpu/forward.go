@@ -446,11 +446,7 @@ func (f *fwd) route(lw *dlayer) {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	E, K := c.NRoutedExperts, c.NumExpertsPerTok
-	if routerSmemOn && lw.Router.kind == linBF16 && M <= routerSmemMaxRows && !useGemm(lw.Router, M) {
-		o.do(o.b.gemvRouter(ws.rlog, ws.h, lw.Router.w, E, H, M, H, E))
-	} else {
-		o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
-	}
+	o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
 	o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
 }
 

@@ -329,12 +329,6 @@ func (gb *graphDevice) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) erro
 	return gb.shaped(N, K, M)
 }
 
-func (gb *graphDevice) gemvRouter(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	_ = gb.rec("gemvRouter", 2*int64(N)*int64(K), func(b device) error { return b.gemvRouter(y, x, w, N, K, M, ldx, ldy) },
-		ku(y), ku(x), ku(w), ki(N), ki(K), ki(M), ki(ldx), ki(ldy))
-	return gb.shaped(N, K, M)
-}
-
 func (gb *graphDevice) gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	_ = gb.rec("gemvF32", 4*int64(N)*int64(K), func(b device) error { return b.gemvF32(y, x, w, N, K, M, ldx, ldy) },
 		ku(y), ku(x), ku(w), ki(N), ki(K), ki(M), ki(ldx), ki(ldy))

@@ -50,6 +50,16 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_ABSORB_COMB", keep: zero,
 		what: "the one-row MLA merge inside the W_UV launch (absorb_v_comb) was removed in session 20: measured on the H200 the step was slower (2.720 against 2.657 ms, DeepSeek-V3.2 dims, 8192, 1 slot)",
 		hint: `: mla_combine_wide merges the split partials before absorb_v_fast; the code last exists at 5048476, the record is in cuda/kernels/NOTES.md "mla_decode_wg2b and absorb_v_comb"`},
+	// Session 22 measured two pre-wait weight loads slower and removed
+	// them: the router GEMV with its matrix in shared memory
+	// (gemv_bf16_smem) and the one-row W_UV product with its weights in
+	// registers (absorb_v_fastw).
+	{name: "TILERT_GPU_ROUTER_SMEM", keep: []string{"0"},
+		what: "the router GEMV with its weights staged in shared memory before its PDL wait (gemv_bf16_smem) was removed in session 22: measured on the H200 it was slower (graph-timed 7.00 against 3.34 us after the norm; decode p50 2.719 against 2.665 ms, DeepSeek-V3.2 dims, 8192, 1 slot)",
+		hint: `: the router runs gemv_bf16_wide (the default); the code last exists at 27f493f, the record is in cuda/kernels/NOTES.md "gemv_bf16_smem"`},
+	{name: "TILERT_GPU_ABSORB_V_PRE", keep: []string{"0"},
+		what: "the one-row W_UV product with its weights loaded before its PDL wait (absorb_v_fastw) was removed in session 22: measured on the H200 the step was slower (2.719 against 2.710 ms, DeepSeek-V3.2 dims, 8192, 1 slot)",
+		hint: `: absorb_v_fast loads its weights after the wait (the default); the code last exists at ca9fc3f, the record is in cuda/kernels/NOTES.md "absorb_v_fastw"`},
 	// TILERT_GPU_TOPK_FAST=2 ran the indexer's scores and its top-k in one
 	// launch (indexer_scores_topk, sessions 9-11); slower than the two
 	// launches every time, removed in session 12. 0 and 1 stay.

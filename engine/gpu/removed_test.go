@@ -39,6 +39,10 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_SIDE": "moe"}, ""},
 		{map[string]string{"TILERT_GPU_ROUTE_FUSED": "1"}, `TILERT_GPU_ROUTE_FUSED="1"`},
 		{map[string]string{"TILERT_GPU_ROUTE_FUSED": "0"}, ""},
+		{map[string]string{"TILERT_GPU_ROUTER_SMEM": "1"}, `TILERT_GPU_ROUTER_SMEM="1"`},
+		{map[string]string{"TILERT_GPU_ROUTER_SMEM": "0"}, ""},
+		{map[string]string{"TILERT_GPU_ABSORB_V_PRE": "1"}, `TILERT_GPU_ABSORB_V_PRE="1"`},
+		{map[string]string{"TILERT_GPU_ABSORB_V_PRE": "0"}, ""},
 		{map[string]string{"TILERT_GPU_ABSORB_COMB": "1"}, `TILERT_GPU_ABSORB_COMB="1"`},
 		{map[string]string{"TILERT_GPU_ABSORB_COMB": "0"}, ""},
 		{map[string]string{"TILERT_GPU_TOPK_FAST": "0"}, ""},
@@ -178,6 +182,10 @@ func TestRemovedTable(t *testing.T) {
 // the message (the measurement) and of the hint (what to do, where the
 // record is), by the switch's name.
 var removedSays = map[string][2][]string{
+	"TILERT_GPU_ROUTER_SMEM": {{"removed in session 22", "7.00 against 3.34 us", "2.719 against 2.665 ms"},
+		{"unset TILERT_GPU_ROUTER_SMEM", "27f493f", "cuda/kernels/NOTES.md"}},
+	"TILERT_GPU_ABSORB_V_PRE": {{"removed in session 22", "2.719 against 2.710 ms"},
+		{"unset TILERT_GPU_ABSORB_V_PRE", "ca9fc3f", "cuda/kernels/NOTES.md"}},
 	"TILERT_GPU_ROUTE_FUSED": {{"removed in session 20", "7.71 -> 8.45 us", "10.75 -> 24.30"},
 		{"unset TILERT_GPU_ROUTE_FUSED", "5643518", "cuda/kernels/NOTES.md"}},
 	"TILERT_GPU_ABSORB_COMB": {{"removed in session 20", "2.720 against 2.657 ms"},
@@ -291,6 +299,8 @@ var removedGolden = []struct{ name, v string }{
 	{"TILERT_GPU_MOE_PERSIST", "1"}, {"TILERT_GPU_MOE_PERSIST", "2"},
 	{"TILERT_GPU_MOE_PERSIST_V", "0"}, {"TILERT_GPU_MOE_PERSIST_V", "b3"},
 	{"TILERT_GPU_ROUTE_FUSED", "1"},
+	{"TILERT_GPU_ROUTER_SMEM", "1"},
+	{"TILERT_GPU_ABSORB_V_PRE", "1"},
 	{"TILERT_GPU_ABSORB_COMB", "1"},
 	{"TILERT_GPU_TOPK_FAST", "2"}, {"TILERT_GPU_TOPK_FAST", `a"b`},
 	{"TILERT_GPU_SIDE_MOE", "route"}, {"TILERT_GPU_SIDE_MOE", "0"},

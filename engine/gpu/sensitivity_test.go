@@ -49,12 +49,6 @@ func (m *noisyEmu) gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	return err
 }
 
-func (m *noisyEmu) gemvRouter(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error {
-	err := m.emuDevice.gemvRouter(y, x, w, N, K, M, ldx, ldy)
-	m.nudge(y, N, M, ldy)
-	return err
-}
-
 // The prefill GEMMs are nudged alike (they differ from the CPU by the same
 // summation-order noise).
 func (m *noisyEmu) gemmFP8(y, x, w, s cuda.DevPtr, N, K, M, ldx, ldy, parts int) error {

@@ -30,13 +30,6 @@ import (
 // its indexer pages Bases[r]+IdxOff (on when IdxRows), and MLACache and
 // IdxCache stay 0. Every row's output is the one-cache launch's on that
 // row's caches.
-//
-// Norm.X != 0 (attn_epilogue_norm; one cache, no query part: QH == 0):
-// the launch also runs RMSNorm(Norm.Y, Norm.X, Norm.W, Rows, Norm.D, ...)
-// in a block of its own per row, with RMSNorm's arithmetic and its
-// elements on the threads RMSNorm puts them on (the same bits). The engine's one-row decode step puts q_a's norm there,
-// so that the kv and indexer-key part runs before the indexer's wq_b
-// without a launch on its chain, and IndexerScoresMMAQ prepares the query.
 type AttnEpilogue struct {
 	KVA            cuda.DevPtr
 	LdKV           int
@@ -60,26 +53,7 @@ type AttnEpilogue struct {
 	Bases            cuda.DevPtr
 	MLAOff, IdxOff   int64
 	MLARows, IdxRows bool
-
-	Norm RowNorm
 }
-
-// RowNorm is an RMSNorm of rows of D floats, x [rows][LdX] into y
-// [rows][LdY] (y may be x): y = x*rsqrt(mean(x^2)+Eps)*W.
-type RowNorm struct {
-	X, W, Y     cuda.DevPtr
-	D, LdX, LdY int
-	Eps         float32
-}
-
-// attnKeyThreads is the threads attn_epilogue's kv and indexer-key part
-// uses (four warps for the latent row, one for the key).
-const attnKeyThreads = 160
-
-// AttnEpilogueNormOK says whether an RMSNorm of D floats per row can share
-// attn_epilogue_norm's launch: rmsnorm_reg's shape (RMSNorm's thread count,
-// every element in registers).
-func AttnEpilogueNormOK(D int) bool { return D > 0 && cdiv(D, normThreads(D)) <= normRegs }
 
 // kvOn and idxOn say whether the latent rows' and the indexer keys' parts
 // run (a cache given, directly or per row).
@@ -118,31 +92,13 @@ func (a *AttnEpilogue) Check() error {
 	if !a.kvOn() && !a.idxOn() && a.QH == 0 {
 		return errors.New("attn epilogue: nothing to do (no MLA cache, indexer cache or query output)")
 	}
-	if n := a.Norm; n.X != 0 {
-		if a.QH != 0 || a.Bases != 0 {
-			return errors.WithHint(errors.Newf("attn epilogue: a norm with the query part (QH %#x) or row bases (%#x)", uint64(a.QH), uint64(a.Bases)),
-				"with Norm the query is prepared by IndexerScoresMMAQ and the caches are one (MLACache, IdxCache); leave QH and Bases 0, or launch RMSNorm apart")
-		}
-		if n.W == 0 || n.Y == 0 || !AttnEpilogueNormOK(n.D) || n.LdX < n.D || n.LdY < n.D {
-			return errors.Newf("attn epilogue: norm of D=%d (ldx %d, ldy %d; weights and output needed; AttnEpilogueNormOK)", n.D, n.LdX, n.LdY)
-		}
-	}
 	return nil
 }
 
-// AttnEpilogue launches attn_epilogue (attn_epilogue_rows with Bases,
-// attn_epilogue_norm with Norm).
+// AttnEpilogue launches attn_epilogue (attn_epilogue_rows with Bases).
 func (k *Set) AttnEpilogue(s cuda.Stream, a AttnEpilogue) error {
 	if err := a.Check(); err != nil {
 		return err
-	}
-	if n := a.Norm; n.X != 0 {
-		nt := normThreads(n.D)
-		return k.launch("attn_epilogue_norm", cuda.D3(2, a.Rows, 1), cuda.D1(max(nt, attnKeyThreads)), 0, s,
-			n.X, n.W, n.Y, n.D, n.LdX, n.LdY, n.Eps, nt,
-			a.KVA, a.LdKV, a.KVNorm, a.KVEps, a.MLACache, b2i(a.KVInterleaved),
-			a.IK, a.LdIK, a.IKNormW, a.IKNormB, a.IKEps, a.IdxCache, b2i(a.IdxInterleaved),
-			a.Pos, a.Cos, a.Sin, a.Rot)
 	}
 	gx := 1
 	if a.QH != 0 {

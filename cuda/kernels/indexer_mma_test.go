@@ -138,19 +138,6 @@ func checkIndexerMMA(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand)
 			}
 		}
 		record(t, "indexer_scores_mma (no prefetch) vs prefetch "+cs.name, "mismatched scores", float64(diff), 0)
-		// The query prepared in every block's prologue (IndexerScoresMMAQ,
-		// indexer_scores_mma_pfq): the same scores bit for bit.
-		opq := a.poisoned(M * ldOut)
-		iq := IdxQuery{Q: qp, W: wp, Pos: pp, Cos: cp, Sin: sp, H: cs.H, Rot: rot, Interleaved: cs.interleaved, WScale: wscale}
-		chk(k.IndexerScoresMMAQ(s, opq, iq, cp8, btp, lp, 0, M, cs.T, ldOut))
-		gotQ := downF32(c, opq, M*ldOut)
-		diff = 0
-		for i := range M * ldOut {
-			if i%ldOut < cs.T && math.Float32bits(gotQ[i]) != math.Float32bits(got[i]) {
-				diff++
-			}
-		}
-		record(t, "indexer_scores_mma_pfq (query prepared in the prologue) vs idx_q_prep + prefetch "+cs.name, "mismatched scores", float64(diff), 0)
 		// Fused: the same scores while building the radix top-k's
 		// histogram, then TopKRadixAfterHist (twice on one scratch).
 		scratch := a.up(make([]byte, TopKRadixScratchBytes(M, cs.T)))
@@ -179,58 +166,46 @@ func checkIndexerMMA(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand)
 				"mismatched scores/indices", float64(bad), 0)
 		}
 		var gotV []float32
+		var ref []float64
+		qdeq := make([]float64, M*cs.H*D)
 		for m := range M {
-			gotV = append(gotV, got[m*ldOut:m*ldOut+cs.T]...)
+			for h := range cs.H {
+				for i := range D {
+					qdeq[(m*cs.H+h)*D+i] = fp8Table[wantQ[m*IndexerQRowBytes+IndexerQByte(h, i)]] * float64(scales[m*cs.H+h])
+				}
+			}
 		}
-		ref := refIndexerScoresQ(wantQ, scales, w, M, cs.H, cs.T, cache, bt, cs.lens, qkScale)
+		kdeq := make([]float64, D)
+		for m := range M {
+			for tt := range cs.T {
+				gotV = append(gotV, got[m*ldOut+tt])
+				if tt >= int(cs.lens[m]) {
+					ref = append(ref, math.Inf(-1))
+					continue
+				}
+				pgi := tt / 64
+				if bt != nil {
+					pgi = int(bt[pgi])
+				}
+				pg := cache[pgi*IndexerPageBytes:]
+				ks := float64(getF32(pg[64*128+4*(tt%64):]))
+				for i := range D {
+					kdeq[i] = fp8Table[pg[(tt%64)*128+i]] * ks
+				}
+				var score float64
+				for h := range cs.H {
+					var d float64
+					qv := qdeq[(m*cs.H+h)*D : (m*cs.H+h+1)*D]
+					for i := range D {
+						d += qv[i] * kdeq[i]
+					}
+					score += float64(w[m*cs.H+h]) * math.Pow(float64(cs.H), -0.5) * math.Max(0, qkScale*d)
+				}
+				ref = append(ref, score)
+			}
+		}
 		record(t, "indexer_scores_mma "+cs.name, relMetric, relErr(gotV, ref), boundF32)
 	}
-}
-
-// refIndexerScoresQ is the float64 score (IndexerScores' formula) of the
-// dequantised query (codes qh in IndexerQByte order with per-head scales,
-// from refIndexerQPrep) against the fp8 pages of cache (block table bt, or
-// pages in order when nil): row m's T scores in turn, -inf from lens[m] on.
-func refIndexerScoresQ(qh []byte, scales, w []float32, M, H, T int, cache []byte, bt, lens []int32, qkScale float64) []float64 {
-	const D = IndexerHeadDim
-	var ref []float64
-	qdeq := make([]float64, M*H*D)
-	for m := range M {
-		for h := range H {
-			for i := range D {
-				qdeq[(m*H+h)*D+i] = fp8Table[qh[m*IndexerQRowBytes+IndexerQByte(h, i)]] * float64(scales[m*H+h])
-			}
-		}
-	}
-	kdeq := make([]float64, D)
-	for m := range M {
-		for tt := range T {
-			if tt >= int(lens[m]) {
-				ref = append(ref, math.Inf(-1))
-				continue
-			}
-			pgi := tt / 64
-			if bt != nil {
-				pgi = int(bt[pgi])
-			}
-			pg := cache[pgi*IndexerPageBytes:]
-			ks := float64(getF32(pg[64*128+4*(tt%64):]))
-			for i := range D {
-				kdeq[i] = fp8Table[pg[(tt%64)*128+i]] * ks
-			}
-			var score float64
-			for h := range H {
-				var d float64
-				qv := qdeq[(m*H+h)*D : (m*H+h+1)*D]
-				for i := range D {
-					d += qv[i] * kdeq[i]
-				}
-				score += float64(w[m*H+h]) * math.Pow(float64(H), -0.5) * math.Max(0, qkScale*d)
-			}
-			ref = append(ref, score)
-		}
-	}
-	return ref
 }
 
 // IndexerQByte must place every (head, dimension) of a row at its own byte.

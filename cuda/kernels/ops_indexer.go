@@ -93,48 +93,6 @@ func (k *Set) IndexerScoresMMARows(s cuda.Stream, out, qh, wq cuda.DevPtr, cache
 	return k.launch("indexer_scores_mma_rows", cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cuda.DevPtr(cacheOff), rowBase, lens, out, T, ldOut, hist)
 }
 
-// IdxQuery is IndexerQPrep's input, for IndexerScoresMMAQ: q [nq][H][128]
-// float32 (before RoPE), w [nq][H], the rows' positions (int32) and the
-// RoPE tables; Rot, Interleaved and WScale as IndexerQPrep's.
-type IdxQuery struct {
-	Q, W, Pos, Cos, Sin cuda.DevPtr
-	H, Rot              int
-	Interleaved         bool
-	WScale              float32
-}
-
-// check says what is wrong with q's shape, or nil (IndexerQPrep's rules).
-func (q IdxQuery) check() error {
-	if q.Q == 0 || q.W == 0 || q.Pos == 0 || q.Cos == 0 || q.Sin == 0 {
-		return errors.New("indexer query: Q, W, Pos, Cos and Sin are all needed")
-	}
-	if q.H <= 0 || q.H > IndexerQHeads || q.Rot < 0 || q.Rot > IndexerHeadDim || q.Rot%8 != 0 {
-		return errors.Newf("indexer query: H=%d (at most %d) rot=%d (a multiple of 8 up to %d)", q.H, IndexerQHeads, q.Rot, IndexerHeadDim)
-	}
-	return nil
-}
-
-// IndexerScoresMMAQ is IndexerQPrep then IndexerScoresMMA in one launch
-// (indexer_scores_mma_pfq): every block prepares the row's query from q
-// in its prologue (the same arithmetic, so the same scores bit for bit)
-// instead of reading IndexerQPrep's output, which takes that launch off
-// the chain from wq_b to the top-k. blockTable as IndexerScoresMMA's.
-func (k *Set) IndexerScoresMMAQ(s cuda.Stream, out cuda.DevPtr, q IdxQuery, cache, blockTable, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
-	if err := q.check(); err != nil {
-		return err
-	}
-	if nq <= 0 || T <= 0 || ldOut < T {
-		return errors.Newf("indexer mma q: nq=%d T=%d ldOut=%d", nq, T, ldOut)
-	}
-	if !k.IndexerMMASupported() {
-		i := k.c.Info()
-		return errors.WithHint(errors.Newf("indexer mma q: device %s is below sm_89", i.Arch()), "use IndexerScores (TILERT_GPU_IDX_MMA=0)")
-	}
-	nbx := indexerMMABlocks(k.c.Info().SMs, 2, nq, T)
-	return k.launch("indexer_scores_mma_pfq", cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s,
-		q.Q, q.W, q.Pos, q.Cos, q.Sin, q.H, q.Rot, b2i(q.Interleaved), q.WScale, cache, blockTable, lens, out, T, ldOut, hist)
-}
-
 // indexerScoresMMA runs indexer_scores_mma_pf (pf: the next key group
 // loaded before this one's products, two blocks per SM) or
 // indexer_scores_mma (three blocks per SM).

@@ -112,11 +112,7 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 		f.idxQB, f.qaRaw = withIdx, true
 		return true
 	}
-	if withIdx && f.qProWant {
-		f.normEpilogue(lw)
-	} else {
-		o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.QANorm, M, QL, QL, QL, subEps))
-	}
+	o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.QANorm, M, QL, QL, QL, subEps))
 	if qbGroup {
 		for r := 0; r < M && o.err == nil; r += kernels.MaxTileM {
 			m := min(kernels.MaxTileM, M-r)

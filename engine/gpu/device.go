@@ -101,10 +101,6 @@ type device interface {
 	// tensor cores (kernels.Set.IndexerScoresMMA); hist != 0 (a top-k
 	// scratch) also builds the radix top-k's histogram for topKAfterHist.
 	indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error
-	// indexerScoresQPro is indexerQPrep then indexerScoresQ in one launch,
-	// the query prepared from q in every block's prologue (the same
-	// scores; kernels.Set.IndexerScoresMMAQ).
-	indexerScoresQPro(out cuda.DevPtr, q kernels.IdxQuery, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error
 	// topKAfterHist is topK of scores that indexerScoresQ scored with
 	// hist = scratch.
 	topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error
@@ -157,8 +153,7 @@ type device interface {
 type fusedDevice interface {
 	// attnEpilogue is rmsnorm + rope + mlaCacheWrite (fp8) of the latent
 	// rows, layernorm + rope + idxCacheWrite (fp8) of the indexer keys and
-	// indexerQPrep, each part when its output is set, and with a.Norm an
-	// rmsnorm beside them (kernels.AttnEpilogue).
+	// indexerQPrep, each part when its output is set (kernels.AttnEpilogue).
 	attnEpilogue(a kernels.AttnEpilogue) error
 }
 
@@ -545,10 +540,6 @@ func (b *cudaDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H,
 
 func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
 	return b.k.IndexerScoresMMA(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
-}
-
-func (b *cudaDevice) indexerScoresQPro(out cuda.DevPtr, q kernels.IdxQuery, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
-	return b.k.IndexerScoresMMAQ(b.s, out, q, cache, 0, lens, hist, nq, T, ldOut)
 }
 
 func (b *cudaDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
@@ -1043,12 +1034,6 @@ func (b *cudaDevice) attnEpilogue(a kernels.AttnEpilogue) error { return b.k.Att
 // h200-2026-12-01-s4-round2/async). TILERT_GPU_EMBED_CHECK=0 takes the
 // unchecked kernel.
 var embedCheckOn = os.Getenv("TILERT_GPU_EMBED_CHECK") != "0"
-
-// idxQProOn: in a one-row decode step the indexer query is prepared in the
-// scores kernel's prologue and the kv and indexer-key epilogue runs in q_a's
-// norm launch (fwd.qProOK); TILERT_GPU_IDX_QPRO=0 keeps attnEpilogue's
-// query blocks after wq_b (the A/B on the device).
-var idxQProOn = os.Getenv("TILERT_GPU_IDX_QPRO") != "0"
 
 // fuseOn: the attention side's per-row work after the projections runs as
 // one attnEpilogue launch per group (on the H200 3.2 us per layer in a

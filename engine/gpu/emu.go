@@ -535,43 +535,37 @@ func (m *emuDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H, 
 	if H > kernels.IndexerQHeads || rot > D {
 		return errors.Newf("emu indexer q prep: H=%d rot=%d", H, rot)
 	}
+	half := rot / 2
 	ps := m.i32(pos, M)
+	v := make([]float32, D)
 	for r := 0; r < M; r++ {
 		codes := m.mem(qh.Add(int64(r*kernels.IndexerQRowBytes)), kernels.IndexerQRowBytes)
 		wo := m.f32(wq.Add(int64(4*r*kernels.IndexerQHeads)), kernels.IndexerQHeads)
-		m.qPrepRow(codes, wo, q.Add(int64(4*r*H*D)), w.Add(int64(4*r*H)), int(ps[r]), cos, sin, H, rot, interleaved, wscale)
+		clear(codes)
+		clear(wo)
+		p := int(ps[r])
+		c := m.f32(cos.Add(int64(4*p*half)), half)
+		s := m.f32(sin.Add(int64(4*p*half)), half)
+		ws := m.f32(w.Add(int64(4*r*H)), H)
+		for h := 0; h < H; h++ {
+			copy(v, m.f32(q.Add(int64(4*(r*H+h)*D)), D))
+			if interleaved {
+				kern.ApplyInterleaved(v[:rot], c, s)
+			} else {
+				kern.ApplyHalf(v[:rot], c, s)
+			}
+			var amax float32
+			for _, x := range v {
+				amax = max(amax, float32(math.Abs(float64(x))))
+			}
+			sc := engine.UE8M0Ceil(max(amax, 1e-10) / 448)
+			for d, x := range v {
+				codes[kernels.IndexerQByte(h, d)] = numeric.Float32ToFP8E4M3(x / sc)
+			}
+			wo[h] = ws[h] * wscale * sc
+		}
 	}
 	return nil
-}
-
-// qPrepRow is indexerQPrep of one row (q [H][128], w [H] at position p)
-// into codes [kernels.IndexerQRowBytes] and wo [kernels.IndexerQHeads].
-func (m *emuDevice) qPrepRow(codes []byte, wo []float32, q, w cuda.DevPtr, p int, cos, sin cuda.DevPtr, H, rot int, interleaved bool, wscale float32) {
-	const D = kernels.IndexerHeadDim
-	half := rot / 2
-	clear(codes)
-	clear(wo)
-	c := m.f32(cos.Add(int64(4*p*half)), half)
-	s := m.f32(sin.Add(int64(4*p*half)), half)
-	ws := m.f32(w, H)
-	v := make([]float32, D)
-	for h := 0; h < H; h++ {
-		copy(v, m.f32(q.Add(int64(4*h*D)), D))
-		if interleaved {
-			kern.ApplyInterleaved(v[:rot], c, s)
-		} else {
-			kern.ApplyHalf(v[:rot], c, s)
-		}
-		var amax float32
-		for _, x := range v {
-			amax = max(amax, float32(math.Abs(float64(x))))
-		}
-		sc := engine.UE8M0Ceil(max(amax, 1e-10) / 448)
-		for d, x := range v {
-			codes[kernels.IndexerQByte(h, d)] = numeric.Float32ToFP8E4M3(x / sc)
-		}
-		wo[h] = ws[h] * wscale * sc
-	}
 }
 
 // topKAfterHist is topK: the emulator keeps no histogram. It stands for
@@ -582,63 +576,40 @@ func (m *emuDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, 
 }
 
 func (m *emuDevice) indexerScoresQ(out, qh, wq, cache, lens, _ cuda.DevPtr, nq, T, ldOut int) error {
-	ls := m.i32(lens, nq)
-	cb := m.mem(cache, (T+engine.BlockSize-1)/engine.BlockSize*kernels.IndexerPageBytes)
-	for i := 0; i < nq; i++ {
-		codes := m.mem(qh.Add(int64(i*kernels.IndexerQRowBytes)), kernels.IndexerQRowBytes)
-		wi := m.f32(wq.Add(int64(4*i*kernels.IndexerQHeads)), kernels.IndexerQHeads)
-		m.scoresQRow(m.f32(out.Add(int64(4*i*ldOut)), T), codes, wi, cb, int(ls[i]))
-	}
-	return nil
-}
-
-// indexerScoresQPro is indexerQPrep of each row (into the emulator's own
-// buffers: the kernel keeps the query in shared memory) then
-// indexerScoresQ.
-func (m *emuDevice) indexerScoresQPro(out cuda.DevPtr, q kernels.IdxQuery, cache, lens, _ cuda.DevPtr, nq, T, ldOut int) error {
-	const D = kernels.IndexerHeadDim
-	if q.H > kernels.IndexerQHeads || q.Rot > D {
-		return errors.Newf("emu indexer scores q: H=%d rot=%d", q.H, q.Rot)
-	}
-	ls, ps := m.i32(lens, nq), m.i32(q.Pos, nq)
-	cb := m.mem(cache, (T+engine.BlockSize-1)/engine.BlockSize*kernels.IndexerPageBytes)
-	codes, wi := make([]byte, kernels.IndexerQRowBytes), make([]float32, kernels.IndexerQHeads)
-	for i := 0; i < nq; i++ {
-		m.qPrepRow(codes, wi, q.Q.Add(int64(4*i*q.H*D)), q.W.Add(int64(4*i*q.H)), int(ps[i]), q.Cos, q.Sin, q.H, q.Rot, q.Interleaved, q.WScale)
-		m.scoresQRow(m.f32(out.Add(int64(4*i*ldOut)), T), codes, wi, cb, int(ls[i]))
-	}
-	return nil
-}
-
-// scoresQRow is one row of indexerScoresQ: o [T] from the row's query codes
-// and weights over the pages cb, -inf from n on.
-func (m *emuDevice) scoresQRow(o []float32, codes []byte, wi []float32, cb []byte, n int) {
 	const D, PB = kernels.IndexerHeadDim, kernels.IndexerPageBytes
+	ls := m.i32(lens, nq)
+	cb := m.mem(cache, (T+engine.BlockSize-1)/engine.BlockSize*PB)
 	q := make([]float32, kernels.IndexerQHeads*D)
 	k := make([]float32, D)
-	for h := 0; h < kernels.IndexerQHeads; h++ {
-		for d := 0; d < D; d++ {
-			q[h*D+d] = numeric.FP8E4M3ToFloat32(codes[kernels.IndexerQByte(h, d)])
-		}
-	}
-	for t := range o {
-		if t >= n {
-			o[t] = float32(math.Inf(-1))
-			continue
-		}
-		pg := cb[t/engine.BlockSize*PB:]
-		tp := t % engine.BlockSize
-		for d := 0; d < D; d++ {
-			k[d] = numeric.FP8E4M3ToFloat32(pg[tp*D+d])
-		}
-		var s float32
+	for i := 0; i < nq; i++ {
+		codes := m.mem(qh.Add(int64(i*kernels.IndexerQRowBytes)), kernels.IndexerQRowBytes)
 		for h := 0; h < kernels.IndexerQHeads; h++ {
-			if d := kern.Dot(q[h*D:(h+1)*D], k); d > 0 {
-				s += wi[h] * d
+			for d := 0; d < D; d++ {
+				q[h*D+d] = numeric.FP8E4M3ToFloat32(codes[kernels.IndexerQByte(h, d)])
 			}
 		}
-		o[t] = s * math.Float32frombits(binary.LittleEndian.Uint32(pg[engine.BlockSize*D+4*tp:]))
+		wi := m.f32(wq.Add(int64(4*i*kernels.IndexerQHeads)), kernels.IndexerQHeads)
+		o := m.f32(out.Add(int64(4*i*ldOut)), T)
+		for t := 0; t < T; t++ {
+			if t >= int(ls[i]) {
+				o[t] = float32(math.Inf(-1))
+				continue
+			}
+			pg := cb[t/engine.BlockSize*PB:]
+			tp := t % engine.BlockSize
+			for d := 0; d < D; d++ {
+				k[d] = numeric.FP8E4M3ToFloat32(pg[tp*D+d])
+			}
+			var s float32
+			for h := 0; h < kernels.IndexerQHeads; h++ {
+				if d := kern.Dot(q[h*D:(h+1)*D], k); d > 0 {
+					s += wi[h] * d
+				}
+			}
+			o[t] = s * math.Float32frombits(binary.LittleEndian.Uint32(pg[engine.BlockSize*D+4*tp:]))
+		}
 	}
+	return nil
 }
 
 func (m *emuDevice) topK(out, scores, lens, _ cuda.DevPtr, rows, T, K, ld, ldOut int) error {
@@ -967,17 +938,10 @@ func (r *emuRunner) close() error { return nil }
 
 // attnEpilogue is the launches it fuses, row by row (a row at a negative
 // position is left alone, as the kernel does), then indexerQPrep. With
-// row bases each row writes its own slot's caches; with a norm
-// (attn_epilogue_norm) that RMSNorm first.
+// row bases each row writes its own slot's caches.
 func (m *emuDevice) attnEpilogue(a kernels.AttnEpilogue) error {
 	if err := a.Check(); err != nil {
 		return err
-	}
-	if n := a.Norm; n.X != 0 {
-		// attn_epilogue_norm's other block: RMSNorm's bits.
-		if err := m.rmsnorm(n.Y, n.X, n.W, a.Rows, n.D, n.LdX, n.LdY, n.Eps); err != nil {
-			return err
-		}
 	}
 	ps := m.i32(a.Pos, a.Rows)
 	var bases []byte

@@ -359,11 +359,6 @@ type fwd struct {
 	// indexer keys and head weights (ik, iw), its query (iq); qaRaw: they
 	// left ws.qa unnormed.
 	idxKW, idxQB, qaRaw bool
-	// qProWant: attention asks attnProj's grouped launches to run q_a's
-	// norm with the layer's kv and indexer-key epilogue (qProOK); qPro:
-	// they did (attn_epilogue_norm), so attention skips its epilogue and
-	// the scores prepare the indexer query themselves (indexerScoresQPro).
-	qProWant, qPro bool
 	// sideQ: q_b and the query absorption run on the side stream, joined
 	// before the MLA (side.go); sideSh: the shared expert does, joined
 	// before the MoE's combine.
@@ -648,19 +643,14 @@ func (f *fwd) kvEpilogue(lw *dlayer) {
 // group does the latent rows' and the indexer's per-row work.
 func (f *fwd) attention(lw *dlayer) {
 	if f.fuseKV() && (!lw.HasIdx || f.fuseIdx()) {
-		f.qProWant = f.qProOK(lw)
 		f.attnProj(lw, lw.HasIdx)
-		f.qProWant = false
 		if lw.HasIdx {
 			f.indexerProj(lw)
 		}
-		if !f.qPro {
-			f.epilogue(lw, true, lw.HasIdx)
-		}
+		f.epilogue(lw, true, lw.HasIdx)
 		if lw.HasIdx {
 			f.idxSelect(lw)
 		}
-		f.qPro = false
 	} else {
 		f.attnIn(lw, lw.HasIdx)
 		if lw.HasIdx {
@@ -682,36 +672,6 @@ func (f *fwd) fuseKV() bool {
 // query preparation run as attnEpilogue: the serving indexer on
 // indexerQPrep.
 func (f *fwd) fuseIdx() bool { return fuseOn && f.e.idxQ() }
-
-// qProOK says whether this layer's attention takes the indexer chain
-// group -> attn_epilogue_norm -> wq_b -> scores with the query prologue ->
-// top-k, one launch fewer than group -> rmsnorm -> wq_b -> attnEpilogue ->
-// scores -> top-k: the kv and indexer-key epilogue reads only the grouped
-// input projections, so it runs beside q_a's norm, and every scores block
-// prepares the query from wq_b's output. One-row steps (several rows keep
-// attnEpilogue's query blocks, whose work the scores would repeat per
-// row) with the fused epilogue and the serving indexer (idxQ); not yet
-// measured on the H200 (issue 10).
-func (f *fwd) qProOK(lw *dlayer) bool {
-	return idxQProOn && lw.HasIdx && f.M == 1 && len(f.groups) == 1 && f.fuseKV() && f.fuseIdx() &&
-		kernels.AttnEpilogueNormOK(f.e.cfg.QLoraRank)
-}
-
-// normEpilogue is q_a's RMSNorm (in place in ws.qa) with the layer's kv and
-// indexer-key epilogue in one launch (attention asked for it: qProWant),
-// and marks the query for the scores' prologue. Only attention's fused
-// branch may ask: it then skips its epilogue (attnIn, the sharded step's,
-// would run it again).
-func (f *fwd) normEpilogue(lw *dlayer) {
-	ws, g := f.e.ws, f.groups[0]
-	QL := f.e.cfg.QLoraRank
-	a := f.epilogueArgs(lw, true, true, g)
-	a.IQ, a.IW, a.QH, a.WQ, a.IH, a.WScale = 0, 0, 0, 0, 0, 0
-	a.MLACache, a.IdxCache = g.s.buf.Add(f.e.mlaOff[lw.Idx]), g.s.buf.Add(f.e.idxOff[lw.Idx])
-	a.Norm = kernels.RowNorm{X: ws.qa, W: lw.QANorm, Y: ws.qa, D: QL, LdX: QL, LdY: QL, Eps: subEps}
-	f.o.do(f.o.b.attnEpilogue(a))
-	f.qPro = true
-}
 
 // epilogue runs attnEpilogue per group: the latent rows (kv) and the
 // indexer keys and query (idx) of the group's rows. With several groups
@@ -960,14 +920,8 @@ func (f *fwd) idxSelect(lw *dlayer) {
 			if topkRadixOn {
 				hist = kernels.TopKRadixHist(ws.tkw)
 			}
-			if f.qPro {
-				q := kernels.IdxQuery{Q: fptr(ws.iq, g.first*IH*ID), W: fptr(ws.iw, g.first*IH), Pos: fptr(f.pos, g.first),
-					Cos: e.ropeCos, Sin: e.ropeSin, H: IH, Rot: c.QKRopeHeadDim, Interleaved: c.IndexerRopeInterleave, WScale: f.idxWScale()}
-				o.do(o.b.indexerScoresQPro(scores, q, g.s.buf.Add(e.idxOff[lw.Idx]), lens, hist, g.n, T, ws.ldScores))
-			} else {
-				o.do(o.b.indexerScoresQ(scores, ws.iqh.Add(int64(g.first*kernels.IndexerQRowBytes)),
-					fptr(ws.iwq, g.first*kernels.IndexerQHeads), g.s.buf.Add(e.idxOff[lw.Idx]), lens, hist, g.n, T, ws.ldScores))
-			}
+			o.do(o.b.indexerScoresQ(scores, ws.iqh.Add(int64(g.first*kernels.IndexerQRowBytes)),
+				fptr(ws.iwq, g.first*kernels.IndexerQHeads), g.s.buf.Add(e.idxOff[lw.Idx]), lens, hist, g.n, T, ws.ldScores))
 			f.qAfterScores(lw)
 			if hist != 0 {
 				o.do(o.b.topKAfterHist(sel, scores, lens, ws.tkw, g.n, T, TK, ws.ldScores, TK))

@@ -29,17 +29,11 @@ func testGemvMidProjections(t *testing.T, kind deviceKind) {
 	// group is what this test counts.
 	defer func(q bool) { sideQOn = q }(sideQOn)
 	sideQOn = false
-	// With the indexer query in the scores' prologue (qProOK, the default)
-	// the one-row default runs q_a's norm inside attnEpilogue's launch:
-	// the rmsnorm count below is checked with it off, the bits both ways.
-	defer func(on bool) { idxQProOn = on }(idxQProOn)
 	n0 := kernels.GroupMidLaunches.Load()
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
 			c := newSwitchCase(t, pr)
-			for _, tc := range []struct{ mtp, qpro bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
-				mtp := tc.mtp
-				idxQProOn = tc.qpro
+			for _, mtp := range []bool{false, true} {
 				// (group mode, mid mode): the separate launches, the default,
 				// mid =1 (q_a's norm in the q_b + wq_b launch), mid =2
 				// (rmsnorm, then q_b + wq_b grouped).
@@ -54,7 +48,7 @@ func testGemvMidProjections(t *testing.T, kind deviceKind) {
 					groupMode, gemvMidMode = md.group, md.mid
 					r := c.run(t, kind, mtp)
 					groups[k], norms[k] = r.ops["gemvGroup"], r.ops["rmsnorm"]
-					name := fmt.Sprintf("mtp=%v qpro=%v TILERT_GPU_GROUP=%q TILERT_GPU_GEMV_MID=%q", mtp, tc.qpro, md.group, md.mid)
+					name := fmt.Sprintf("mtp=%v TILERT_GPU_GROUP=%q TILERT_GPU_GEMV_MID=%q", mtp, md.group, md.mid)
 					t.Logf("%s %s: %d grouped launches, %d rmsnorm launches", kind, name, groups[k], norms[k])
 					if k == 0 {
 						ref = r
@@ -70,7 +64,7 @@ func testGemvMidProjections(t *testing.T, kind deviceKind) {
 							t.Errorf("mtp=false TILERT_GPU_GEMV_MID=%s: %d grouped launches, the default %d: q_b + wq_b not grouped", modes[k].mid, groups[k], groups[1])
 						}
 					}
-					if !tc.qpro && (norms[2] >= norms[1] || norms[3] != norms[1]) {
+					if norms[2] >= norms[1] || norms[3] != norms[1] {
 						t.Errorf("mtp=false: rmsnorm launches %d (=1), %d (=2), the default %d: want fewer with =1, as many with =2", norms[2], norms[3], norms[1])
 					}
 				}

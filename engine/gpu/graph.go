@@ -464,13 +464,6 @@ func (gb *graphDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr
 	}, ku(out), ku(qh), ku(wq), ku(cache), ku(lens), ku(hist), ki(nq), ki(T), ki(ldOut))
 }
 
-func (gb *graphDevice) indexerScoresQPro(out cuda.DevPtr, q kernels.IdxQuery, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
-	return gb.rec("indexerScoresQPro", int64(nq)*int64(T)*(kernels.IndexerPageBytes/64), func(b device) error {
-		return b.indexerScoresQPro(out, q, cache, lens, hist, nq, T, ldOut)
-	}, ku(out), ku(q.Q), ku(q.W), ku(q.Pos), ku(q.Cos), ku(q.Sin), ki(q.H), ki(q.Rot), kb(q.Interleaved), kf(q.WScale),
-		ku(cache), ku(lens), ku(hist), ki(nq), ki(T), ki(ldOut))
-}
-
 func (gb *graphDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
 	err := gb.rec("topK", int64(4*rows*K), func(b device) error { return b.topKAfterHist(out, scores, lens, scratch, rows, T, K, ld, ldOut) },
 		ku(out), ku(scores), ku(lens), ku(scratch), ki(rows), ki(T), ki(K), ki(ld), ki(ldOut), 1)
@@ -579,8 +572,7 @@ func (gb *graphDevice) attnEpilogue(a kernels.AttnEpilogue) error {
 	}, ku(a.KVA), ki(a.LdKV), ku(a.KVNorm), kf(a.KVEps), ku(a.MLACache), kb(a.KVInterleaved),
 		ku(a.IK), ki(a.LdIK), ku(a.IKNormW), ku(a.IKNormB), kf(a.IKEps), ku(a.IdxCache), kb(a.IdxInterleaved),
 		ku(a.IQ), ku(a.IW), ku(a.QH), ku(a.WQ), ki(a.IH), kf(a.WScale), ku(a.Pos), ku(a.Cos), ku(a.Sin), ki(a.Rot), ki(a.Rows),
-		ku(a.Bases), uint64(a.MLAOff), uint64(a.IdxOff), kb(a.MLARows), kb(a.IdxRows),
-		ku(a.Norm.X), ku(a.Norm.W), ku(a.Norm.Y), ki(a.Norm.D), ki(a.Norm.LdX), ki(a.Norm.LdY), kf(a.Norm.Eps))
+		ku(a.Bases), uint64(a.MLAOff), uint64(a.IdxOff), kb(a.MLARows), kb(a.IdxRows))
 }
 
 // cudaGrapher captures on the backend's stream (thread-local capture: only

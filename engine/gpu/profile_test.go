@@ -119,7 +119,7 @@ func TestEmuTopKAfterHistPairs(t *testing.T) {
 				if !op.afterPrev {
 					continue
 				}
-				if !paired || !scoresOp(run[i-1].name) {
+				if !paired || run[i-1].name != "indexerScoresQ" {
 					return fmt.Errorf("%s at %d of its run follows %q", op.name, i, run[max(i-1, 0)].name)
 				}
 				pairs++

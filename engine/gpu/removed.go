@@ -181,8 +181,6 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
 		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},
 			"unset it (or 1) for a decode MoE layer's combine fused with the next add + RMSNorm (one launch), 0 for the two launches"},
-		{"TILERT_GPU_IDX_QPRO", []string{"", "0", "1"},
-			"unset it (or 1) for the one-row step's indexer query prepared in the scores kernel's prologue (the kv and key epilogue beside q_a's norm), 0 for attn_epilogue's query blocks after wq_b"},
 	} {
 		if v := getenv(sw.name); !slices.Contains(sw.known, v) {
 			return errors.WithHint(errors.Newf("%s=%q: not a value this switch knows", sw.name, v), sw.hint)

@@ -270,9 +270,6 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_MOE_NORM_FUSED", "0", true},
 		{"TILERT_GPU_MOE_NORM_FUSED", "1", true},
 		{"TILERT_GPU_MOE_NORM_FUSED", "off", false},
-		{"TILERT_GPU_IDX_QPRO", "0", true},
-		{"TILERT_GPU_IDX_QPRO", "1", true},
-		{"TILERT_GPU_IDX_QPRO", "no", false},
 	} {
 		err := switchValues(func(k string) string {
 			if k == c.name {

@@ -162,7 +162,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 								case "fork":
 									forks[k]++
 									side = true
-									if i > 0 && scoresOp(run[i-1].name) {
+									if i > 0 && run[i-1].name == "indexerScoresQ" {
 										afterScores++
 									}
 								case "unfork", "join":

@@ -35,14 +35,13 @@ func newSwitchCasePast(t *testing.T, preset string) switchCase {
 // switchRun is what one setting produced: slot 0's greedy tokens and cache
 // bytes, two batched slots' tokens (half the prompt and all of it), and the
 // recorded step graphs' launches counted by op name, in all (ops) and per
-// graph run (runs), and each run's op names in order (seqs).
+// graph run (runs).
 type switchRun struct {
 	toks  []int
 	cache []byte
 	batch [][]int
 	ops   map[string]int
 	runs  []map[string]int
-	seqs  [][]string
 }
 
 // run decodes the case on a new engine (two slots, graphs on and kept),
@@ -59,14 +58,11 @@ func (c switchCase) run(t *testing.T, kind deviceKind, mtp bool) switchRun {
 	r.ops = map[string]int{}
 	for _, run := range e.m.graphs.keep {
 		c := map[string]int{}
-		seq := make([]string, 0, len(run))
 		for _, op := range run {
 			r.ops[op.name]++
 			c[op.name]++
-			seq = append(seq, op.name)
 		}
 		r.runs = append(r.runs, c)
-		r.seqs = append(r.seqs, seq)
 	}
 	e.m.graphs.hold, e.m.graphs.keep = false, nil
 	return r

@@ -4,13 +4,10 @@
 // computed by the same expressions in the same order (the same per-thread
 // element assignment and reduction trees as those kernels' launches).
 
-// Defined later in the module (indexer_mma.cu, norm.cu).
+// Defined later in the module (indexer_mma.cu).
 __device__ void idx_q_prep_body(const float* __restrict__ q, const float* __restrict__ w, const int* __restrict__ pos,
                                 const float* __restrict__ cos_t, const float* __restrict__ sin_t, u8* qh, float* wq,
                                 int H, int rot, int interleaved, float wscale, int hb, int m);
-template <bool SUB>
-__device__ __forceinline__ void rmsnorm_reg_row(const float* x, const float* __restrict__ w, float* y, int D, int ldx,
-                                                int ldy, float eps, unsigned row, int nt);
 
 // One RoPE pair of the rope kernel (same expressions, so the same rounding).
 __device__ __forceinline__ void fz_rope_pair(float* x, int i, int half, float c, float s, int interleaved) {
@@ -35,13 +32,16 @@ __device__ __forceinline__ void fz_rope_pair(float* x, int i, int half, float c,
 // grid (1 or 5, rows), 512 threads.
 // attn_epilogue's work (a separate inlined body since attn_epilogue_pf
 // shared it; kept so the kernel's PTX stays the code measured on the H200).
-// attn_key_body is block x = 0's part for row m (also attn_epilogue_norm's
-// block x = 1).
-__device__ __forceinline__ void attn_key_body(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps, u8* mla,
-                                              int kv_il, float* ik, int ldik, const float* __restrict__ ikw,
-                                              const float* __restrict__ ikb, float ik_eps, u8* idxc, int ik_il,
-                                              const int* __restrict__ pos, const float* __restrict__ cos_t,
-                                              const float* __restrict__ sin_t, int rot, int m) {
+__device__ __forceinline__ void attn_epilogue_body(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps,
+                                                  u8* mla, int kv_il, float* ik, int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb, float ik_eps, u8* idxc,
+                  int ik_il, const float* __restrict__ iq, const float* __restrict__ iw, u8* qh, float* wq, int IH,
+                  float wscale, const int* __restrict__ pos, const float* __restrict__ cos_t,
+                  const float* __restrict__ sin_t, int rot) {
+  const int m = blockIdx.y;
+  if (blockIdx.x > 0) {
+    idx_q_prep_body(iq, iw, pos, cos_t, sin_t, qh, wq, IH, rot, ik_il, wscale, blockIdx.x - 1, m);
+    return;
+  }
   __shared__ float kv[576];
   __shared__ float kk[128];
   __shared__ float sh[4];
@@ -131,19 +131,6 @@ __device__ __forceinline__ void attn_key_body(float* kva, int ldkv, const float*
   }
 }
 
-__device__ __forceinline__ void attn_epilogue_body(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps,
-                                                  u8* mla, int kv_il, float* ik, int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb, float ik_eps, u8* idxc,
-                  int ik_il, const float* __restrict__ iq, const float* __restrict__ iw, u8* qh, float* wq, int IH,
-                  float wscale, const int* __restrict__ pos, const float* __restrict__ cos_t,
-                  const float* __restrict__ sin_t, int rot) {
-  const int m = blockIdx.y;
-  if (blockIdx.x > 0) {
-    idx_q_prep_body(iq, iw, pos, cos_t, sin_t, qh, wq, IH, rot, ik_il, wscale, blockIdx.x - 1, m);
-    return;
-  }
-  attn_key_body(kva, ldkv, kvw, kv_eps, mla, kv_il, ik, ldik, ikw, ikb, ik_eps, idxc, ik_il, pos, cos_t, sin_t, rot, m);
-}
-
 extern "C" __global__ void __launch_bounds__(512)
     attn_epilogue(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps, u8* mla, int kv_il, float* ik,
                   int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb, float ik_eps, u8* idxc,
@@ -174,28 +161,4 @@ extern "C" __global__ void __launch_bounds__(512)
   u8* idxc = has_idx ? (u8*)(b + idx_off) : nullptr;
   attn_epilogue_body(kva, ldkv, kvw, kv_eps, mla, kv_il, ik, ldik, ikw, ikb, ik_eps, idxc, ik_il, iq, iw, qh, wq, IH,
                      wscale, pos, cos_t, sin_t, rot);
-}
-
-// attn_epilogue without the indexer query, beside an RMSNorm (the engine's
-// one-row decode step, TILERT_GPU_IDX_QPRO): block x = 0 is rmsnorm_reg of
-// row m of x over its first nt threads (q_a's norm; nt: rmsnorm_reg's
-// block size, so the same bits), block x = 1 attn_epilogue's block x = 0
-// (the latent row and the indexer key, into their caches). Both read only
-// the grouped input projections' outputs, so the key and cache work leaves
-// the indexer's chain (group -> this -> wq_b -> indexer_scores_mma_pfq,
-// which prepares the query itself) without a launch of its own. grid
-// (2, rows), max(nt, 160) threads (the key part's five warps).
-extern "C" __global__ void __launch_bounds__(1024)
-    attn_epilogue_norm(const float* x, const float* __restrict__ nw, float* y, int D, int ldx, int ldy, float eps, int nt,
-                       float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps, u8* mla, int kv_il, float* ik,
-                       int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb, float ik_eps, u8* idxc,
-                       int ik_il, const int* __restrict__ pos, const float* __restrict__ cos_t,
-                       const float* __restrict__ sin_t, int rot) {
-  PDL_WAIT();
-  if (blockIdx.x == 0) {
-    rmsnorm_reg_row<true>(x, nw, y, D, ldx, ldy, eps, blockIdx.y, nt);
-    return;
-  }
-  attn_key_body(kva, ldkv, kvw, kv_eps, mla, kv_il, ik, ldik, ikw, ikb, ik_eps, idxc, ik_il, pos, cos_t, sin_t, rot,
-                blockIdx.y);
 }

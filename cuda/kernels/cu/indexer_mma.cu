@@ -55,86 +55,67 @@ __device__ __forceinline__ u32 u4_word(const uint4& v, int i) { return i == 0 ? 
 // h >= H). q: [M][H][128] (before RoPE), w: [M][H], qh: [M][8192] bytes,
 // wq: [M][64]. grid (4, M), 512 threads: a warp per head, 4 values a lane.
 // idx_q_prep_body is one block's work (heads 16*hb.., row m), also run by
-// fused.cu's attn_epilogue; idx_q_prologue (below) runs the same per-head
-// pieces (idx_q_code, idx_q_frag) inside the scores kernel.
-
-// idx_q_code is one head's RoPE at row m's position and its quantisation:
-// v holds the lane's dimensions 4*lane..4*lane+3 before RoPE; it returns
-// their fp8 codes (byte j: dimension 4*lane+j) and the head's scale in sc.
-// Every lane of the warp calls it (shuffles).
-__device__ __forceinline__ u32 idx_q_code(const float* v, const int* __restrict__ pos,
-                                          const float* __restrict__ cos_t, const float* __restrict__ sin_t, int rot,
-                                          int interleaved, int m, float& sc) {
-  const int lane = threadIdx.x & 31;
-  const int half = rot >> 1, p = pos[m];
-  const float* ct = cos_t + (size_t)p * half;
-  const float* st = sin_t + (size_t)p * half;
-  float r[4] = {v[0], v[1], v[2], v[3]};
-  if (interleaved) {
-#pragma unroll
-    for (int b = 0; b < 4; b += 2) {
-      const int d = 4 * lane + b;
-      if (d < rot) {
-        const float c = ct[d >> 1], s = st[d >> 1];
-        const float a = v[b], bb = v[b + 1];
-        r[b] = a * c - bb * s;
-        r[b + 1] = bb * c + a * s;
-      }
-    }
-  } else {
-    // Partner of dimension d: d + half (d < half) or d - half, in the
-    // lane half/4 away (the launcher checks half % 4 == 0).
-    const int q4 = half >> 2;
-    const int src = (4 * lane < half) ? lane + q4 : (lane >= q4 ? lane - q4 : lane);
-    float pv[4];
-#pragma unroll
-    for (int b = 0; b < 4; b++) pv[b] = __shfl_sync(0xffffffffu, v[b], src);
-#pragma unroll
-    for (int b = 0; b < 4; b++) {
-      const int d = 4 * lane + b;
-      if (d < half) {
-        const float c = ct[d], s = st[d];
-        const float a = v[b], bb = pv[b];
-        r[b] = a * c - bb * s;
-      } else if (d < rot) {
-        const float c = ct[d - half], s = st[d - half];
-        const float a = pv[b], bb = v[b];
-        r[b] = bb * c + a * s;
-      }
-    }
-  }
-  const float amax = warp_max(fmaxf(fmaxf(fabsf(r[0]), fabsf(r[1])), fmaxf(fabsf(r[2]), fabsf(r[3]))));
-  sc = ue8m0_ceil_f32(fmaxf(amax, 1e-10f) / FP8_MAX);
-  return (u32)f32_to_fp8(r[0] / sc) | ((u32)f32_to_fp8(r[1] / sc) << 8) | ((u32)f32_to_fp8(r[2] / sc) << 16) |
-         ((u32)f32_to_fp8(r[3] / sc) << 24);
-}
-
-// idx_q_frag is where a lane's codes of head h go in a row: the 8-byte
-// fragment (mt*8 + ks)*32 + g*4 + c, codes 0-1 at its u16 slot hi and 2-3
-// at slot 2 + hi (dimensions 4*lane..4*lane+3 share k-step and column
-// group).
-__device__ __forceinline__ int idx_q_frag(int h, int lane, int& hi) {
-  const int d = 4 * lane, dd = d & 63;
-  const int ks = ((d >> 6) << 2) + ((dd & 15) >> 2), c = dd >> 4;
-  const int mt = h >> 4, rr = h & 15, g = rr & 7;
-  hi = rr >> 3;
-  return (mt * 8 + ks) * 32 + g * 4 + c;
-}
-
+// fused.cu's attn_epilogue.
 __device__ void idx_q_prep_body(const float* __restrict__ q, const float* __restrict__ w, const int* __restrict__ pos,
                                 const float* __restrict__ cos_t, const float* __restrict__ sin_t, u8* qh, float* wq,
                                 int H, int rot, int interleaved, float wscale, int hb, int m) {
   const int lane = threadIdx.x & 31, h = hb * 16 + (threadIdx.x >> 5);
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   float sc = 1.0f;
   u32 code = 0;
   if (h < H) {  // warp-uniform
     const float4 x = ((const float4*)(q + ((size_t)m * H + h) * IDX_D))[lane];
-    const float v[4] = {x.x, x.y, x.z, x.w};
-    code = idx_q_code(v, pos, cos_t, sin_t, rot, interleaved, m, sc);
+    v[0] = x.x;
+    v[1] = x.y;
+    v[2] = x.z;
+    v[3] = x.w;
+    const int half = rot >> 1, p = pos[m];
+    const float* ct = cos_t + (size_t)p * half;
+    const float* st = sin_t + (size_t)p * half;
+    float r[4] = {v[0], v[1], v[2], v[3]};
+    if (interleaved) {
+#pragma unroll
+      for (int b = 0; b < 4; b += 2) {
+        const int d = 4 * lane + b;
+        if (d < rot) {
+          const float c = ct[d >> 1], s = st[d >> 1];
+          const float a = v[b], bb = v[b + 1];
+          r[b] = a * c - bb * s;
+          r[b + 1] = bb * c + a * s;
+        }
+      }
+    } else {
+      // Partner of dimension d: d + half (d < half) or d - half, in the
+      // lane half/4 away (the launcher checks half % 4 == 0).
+      const int q4 = half >> 2;
+      const int src = (4 * lane < half) ? lane + q4 : (lane >= q4 ? lane - q4 : lane);
+      float pv[4];
+#pragma unroll
+      for (int b = 0; b < 4; b++) pv[b] = __shfl_sync(0xffffffffu, v[b], src);
+#pragma unroll
+      for (int b = 0; b < 4; b++) {
+        const int d = 4 * lane + b;
+        if (d < half) {
+          const float c = ct[d], s = st[d];
+          const float a = v[b], bb = pv[b];
+          r[b] = a * c - bb * s;
+        } else if (d < rot) {
+          const float c = ct[d - half], s = st[d - half];
+          const float a = pv[b], bb = v[b];
+          r[b] = bb * c + a * s;
+        }
+      }
+    }
+    const float amax = warp_max(fmaxf(fmaxf(fabsf(r[0]), fabsf(r[1])), fmaxf(fabsf(r[2]), fabsf(r[3]))));
+    sc = ue8m0_ceil_f32(fmaxf(amax, 1e-10f) / FP8_MAX);
+    code = (u32)f32_to_fp8(r[0] / sc) | ((u32)f32_to_fp8(r[1] / sc) << 8) | ((u32)f32_to_fp8(r[2] / sc) << 16) |
+           ((u32)f32_to_fp8(r[3] / sc) << 24);
   }
-  int hi;
-  const int f = idx_q_frag(h, lane, hi);
-  u8* o = qh + (size_t)m * IDXQ_ROW_BYTES + (size_t)f * 8;
+  // Dimensions 4*lane..4*lane+3 share k-step and column group.
+  const int d = 4 * lane, dd = d & 63;
+  const int ks = ((d >> 6) << 2) + ((dd & 15) >> 2), c = dd >> 4;
+  const int mt = h >> 4, rr = h & 15, g = rr & 7, hi = rr >> 3;
+  u8* o = qh + (size_t)m * IDXQ_ROW_BYTES + ((size_t)((mt * 8 + ks) * 32 + g * 4 + c)) * 8;
   ((u16*)o)[hi] = (u16)(code & 0xffffu);
   ((u16*)o)[2 + hi] = (u16)(code >> 16);
   if (lane == 0) wq[(size_t)m * IDXQ_HEADS + h] = h < H ? w[(size_t)m * H + h] * wscale * sc : 0.0f;
@@ -149,48 +130,6 @@ extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __rest
   idx_q_prep_body(q, w, pos, cos_t, sin_t, qh, wq, H, rot, interleaved, wscale, blockIdx.x, blockIdx.y);
 }
 
-// The query source of indexer_scores_mma_pfq: idx_q_prep's inputs.
-struct idx_qsrc {
-  const float* q;
-  const float* w;
-  const int* pos;
-  const float* cos_t;
-  const float* sin_t;
-  int H, rot, interleaved;
-  float wscale;
-};
-
-// idx_q_prologue is idx_q_prep of row m into a scores block's shared memory:
-// the f16 A fragments qa (what idx_scores_body makes of idx_q_prep's codes:
-// fragment word s is slot s's two codes converted) and the head weights wqs
-// [64]. Eight warps, head 8i + warp (fewer than 64 heads still spread over
-// every warp); every head's values are loaded before the first is
-// processed.
-__device__ __forceinline__ void idx_q_prologue(const idx_qsrc& qs, int m, uint4* qa, float* wqs) {
-  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-  float4 x[8];
-#pragma unroll
-  for (int i = 0; i < 8; i++) {
-    const int h = 8 * i + wid;
-    x[i] = h < qs.H ? __ldg((const float4*)(qs.q + ((size_t)m * qs.H + h) * IDX_D) + lane) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-#pragma unroll
-  for (int i = 0; i < 8; i++) {
-    const int h = 8 * i + wid;
-    float sc = 1.0f;
-    u32 code = 0;
-    if (h < qs.H) {  // warp-uniform
-      const float v[4] = {x[i].x, x[i].y, x[i].z, x[i].w};
-      code = idx_q_code(v, qs.pos, qs.cos_t, qs.sin_t, qs.rot, qs.interleaved, m, sc);
-    }
-    int hi;
-    u32* o = (u32*)(qa + idx_q_frag(h, lane, hi));
-    o[hi] = e4m3x2_to_f16x2(code & 0xffffu);
-    o[2 + hi] = e4m3x2_to_f16x2(code >> 16);
-    if (lane == 0) wqs[h] = h < qs.H ? qs.w[(size_t)m * qs.H + h] * qs.wscale * sc : 0.0f;
-  }
-}
-
 // Scores of nq rows over the fp8 pages (block_table as indexer_scores):
 // out[row][t] for t < n = min(lens[row], T), -inf for n <= t < T. Each warp
 // takes 16 keys at a time (two n-tiles) against all 64 heads (four
@@ -201,18 +140,14 @@ __device__ __forceinline__ void idx_q_prologue(const idx_qsrc& qs, int m, uint4*
 // products of this one (two groups in flight). grid (nbx, nq), 256 threads.
 // ROWS (indexer_scores_mma_rows, one launch over several slots' caches):
 // row's pages start at row_base[row] + cache (cache then holds the layer's
-// offset); without it the body is the one measured before. QPRO
-// (indexer_scores_mma_pfq): the query from qsrc through idx_q_prologue
-// instead of qh and wq.
-template <bool PF, bool ROWS = false, bool QPRO = false>
+// offset); without it the body is the one measured before.
+template <bool PF, bool ROWS = false>
 __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const float* __restrict__ wq,
                                                 const u8* __restrict__ cache, const int* __restrict__ block_table,
                                                 const int* __restrict__ lens, float* out, int T, int ld_out,
-                                                u32* hist, const long long* __restrict__ row_base = nullptr,
-                                                const idx_qsrc qsrc = idx_qsrc{}) {
+                                                u32* hist, const long long* __restrict__ row_base = nullptr) {
   __shared__ uint4 qa[4 * 8 * 32];  // [mt][ks][lane] f16 A fragments, 16 KB
   __shared__ u32 hs[IDXM_BINS];      // score histogram (hist != null), 16 KB
-  __shared__ float wqs[QPRO ? IDXQ_HEADS : 1];  // idx_q_prologue's head weights
   const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int n = min(lens[row], T);
@@ -221,38 +156,25 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
   for (int t = max(n, 0) + blockIdx.x * 256 + tid; t < T; t += gridDim.x * 256) orow[t] = NEG_INF;
   const int ngroups = (n + 15) >> 4;
   if (blockIdx.x * 8 >= ngroups) return;  // block-uniform
-  if (QPRO) {
-    idx_q_prologue(qsrc, row, qa, wqs);
-  } else {
-    const uint2* src = (const uint2*)(qh + (size_t)row * IDXQ_ROW_BYTES);
-    for (int i = tid; i < 4 * 8 * 32; i += 256) {
-      const uint2 v = src[i];
-      uint4 f;
-      f.x = e4m3x2_to_f16x2(v.x & 0xffffu);
-      f.y = e4m3x2_to_f16x2(v.x >> 16);
-      f.z = e4m3x2_to_f16x2(v.y & 0xffffu);
-      f.w = e4m3x2_to_f16x2(v.y >> 16);
-      qa[i] = f;
-    }
+  const uint2* src = (const uint2*)(qh + (size_t)row * IDXQ_ROW_BYTES);
+  for (int i = tid; i < 4 * 8 * 32; i += 256) {
+    const uint2 v = src[i];
+    uint4 f;
+    f.x = e4m3x2_to_f16x2(v.x & 0xffffu);
+    f.y = e4m3x2_to_f16x2(v.x >> 16);
+    f.z = e4m3x2_to_f16x2(v.y & 0xffffu);
+    f.w = e4m3x2_to_f16x2(v.y >> 16);
+    qa[i] = f;
   }
   if (hist)
     for (int i = tid; i < IDXM_BINS; i += 256) hs[i] = 0;
   float wlo[4], whi[4];
-  if (!QPRO) {
 #pragma unroll
-    for (int mt = 0; mt < 4; mt++) {
-      wlo[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + g];
-      whi[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + 8 + g];
-    }
+  for (int mt = 0; mt < 4; mt++) {
+    wlo[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + g];
+    whi[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + 8 + g];
   }
   __syncthreads();
-  if (QPRO) {
-#pragma unroll
-    for (int mt = 0; mt < 4; mt++) {
-      wlo[mt] = wqs[16 * mt + g];
-      whi[mt] = wqs[16 * mt + 8 + g];
-    }
-  }
   const int gs = gridDim.x * 8;
   uint4 na0, na1, nb0, nb1;
   const u8* npg = cache;
@@ -360,23 +282,4 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_rows(con
                                                                              int T, int ld_out, u32* hist) {
   PDL_WAIT();
   idx_scores_body<true, true>(qh, wq, cache, nullptr, lens, out, T, ld_out, hist, row_base);
-}
-
-// indexer_scores_mma_pf with the query prepared in every block's prologue
-// (idx_q_prologue; the engine's one-row decode step, TILERT_GPU_IDX_QPRO):
-// q [nq][H][128] straight from wq_b and the head weights w [nq][H], roped
-// at pos[row], quantised and scaled as idx_q_prep does them, into the
-// block's shared memory: the same A fragments and weights as from
-// idx_q_prep's output, so the same scores bit for bit, without that launch
-// (attn_epilogue's blocks 1..4) between wq_b and the scores. Each block
-// reads the row's 32 KB of q (L2) and redoes the 64 heads' work.
-extern "C" __global__ void __launch_bounds__(256, 2)
-    indexer_scores_mma_pfq(const float* __restrict__ q, const float* __restrict__ w, const int* __restrict__ pos,
-                           const float* __restrict__ cos_t, const float* __restrict__ sin_t, int H, int rot,
-                           int interleaved, float wscale, const u8* __restrict__ cache,
-                           const int* __restrict__ block_table, const int* __restrict__ lens, float* out, int T,
-                           int ld_out, u32* hist) {
-  PDL_WAIT();
-  const idx_qsrc qs = {q, w, pos, cos_t, sin_t, H, rot, interleaved, wscale};
-  idx_scores_body<true, false, true>(nullptr, nullptr, cache, block_table, lens, out, T, ld_out, hist, nullptr, qs);
 }

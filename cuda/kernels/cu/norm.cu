@@ -163,43 +163,31 @@ __device__ __forceinline__ float ld_early(const float* p) {
   return v;
 }
 
-// rmsnorm_reg_row is rmsnorm_reg's body for row `row`, its elements
-// spread over the first nt threads (rmsnorm_reg: the block). SUB (fused.cu's
-// attn_epilogue_norm, whose block may be larger than rmsnorm_reg's): the
-// threads from nt on hold nothing and add zeros to the block's sum, which
-// leaves it as it is, so the output is rmsnorm_reg's bit for bit.
-template <bool SUB>
-__device__ __forceinline__ void rmsnorm_reg_row(const float* x, const float* __restrict__ w, float* y, int D, int ldx,
-                                                int ldy, float eps, unsigned row, int nt) {
+extern "C" __global__ void __launch_bounds__(1024) rmsnorm_reg(const float* x, const float* __restrict__ w, float* y,
+                                                               int D, int ldx, int ldy, float eps) {
+  PDL_WAIT();
   __shared__ float sh[32];
-  const float* xr = x + (size_t)row * ldx;
-  float* yr = y + (size_t)row * ldy;
-  const int t = threadIdx.x;
-  const int Dt = SUB && t >= nt ? 0 : D;  // the elements bound for this thread
+  const float* xr = x + (size_t)blockIdx.x * ldx;
+  float* yr = y + (size_t)blockIdx.x * ldy;
+  const int t = threadIdx.x, nt = blockDim.x;
   float v[NORM_REGS], wv[NORM_REGS];
 #pragma unroll
   for (int j = 0; j < NORM_REGS; j++) {
     const int i = t + j * nt;
-    v[j] = i < Dt ? xr[i] : 0.0f;
-    wv[j] = i < Dt ? ld_early(w + i) : 0.0f;
+    v[j] = i < D ? xr[i] : 0.0f;
+    wv[j] = i < D ? ld_early(w + i) : 0.0f;
   }
   float ss = 0.0f;
 #pragma unroll
   for (int j = 0; j < NORM_REGS; j++)
-    if (t + j * nt < Dt) ss += v[j] * v[j];
+    if (t + j * nt < D) ss += v[j] * v[j];
   ss = block_sum(ss, sh);
   const float r = rsqrtf(ss / (float)D + eps);
 #pragma unroll
   for (int j = 0; j < NORM_REGS; j++) {
     const int i = t + j * nt;
-    if (i < Dt) yr[i] = wv[j] * (v[j] * r);
+    if (i < D) yr[i] = wv[j] * (v[j] * r);
   }
-}
-
-extern "C" __global__ void __launch_bounds__(1024) rmsnorm_reg(const float* x, const float* __restrict__ w, float* y,
-                                                               int D, int ldx, int ldy, float eps) {
-  PDL_WAIT();
-  rmsnorm_reg_row<false>(x, w, y, D, ldx, ldy, eps, blockIdx.x, blockDim.x);
 }
 
 // add_rmsnorm_row: row blockIdx.x of x += b, then y = rmsnorm(x) * w, every

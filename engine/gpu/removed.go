@@ -60,6 +60,12 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_ABSORB_V_PRE", keep: []string{"0"},
 		what: "the one-row W_UV product with its weights loaded before its PDL wait (absorb_v_fastw) was removed in session 22: measured on the H200 the step was slower (2.719 against 2.710 ms, DeepSeek-V3.2 dims, 8192, 1 slot)",
 		hint: `: absorb_v_fast loads its weights after the wait (the default); the code last exists at ca9fc3f, the record is in cuda/kernels/NOTES.md "absorb_v_fastw"`},
+	// TILERT_GPU_IDX_QPRO (session 22, helper epiq): the indexer query's
+	// preparation in every scores block, the q_a norm and the cache half of
+	// attn_epilogue in one launch; correct, slower, removed.
+	{name: "TILERT_GPU_IDX_QPRO", keep: []string{"0"},
+		what: "the indexer query prepared inside the scores kernel (indexer_scores_mma_pfq, attn_epilogue_norm) was removed in session 22: measured on the H200 it was slower (graph-timed 13.66 against 6.74 us after wq_b at 8192 keys; decode p50 at 8192, 1 slot: DeepSeek-V3.2 dims 2.707 against 2.688 ms, GLM-5 dims 2.764 against 2.717)",
+		hint: `: attn_epilogue prepares the query before indexer_scores_mma_pf (the default); the code last exists at 7599143, the record is in cuda/kernels/NOTES.md "The indexer query in the scores' prologue"`},
 	// TILERT_GPU_TOPK_FAST=2 ran the indexer's scores and its top-k in one
 	// launch (indexer_scores_topk, sessions 9-11); slower than the two
 	// launches every time, removed in session 12. 0 and 1 stay.

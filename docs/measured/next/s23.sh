@@ -1,0 +1,46 @@
+# Session 22's plan for the next device session (issue 10; NOT RUN). Binaries of main (tilert; kernels.test,
+# engine.test, decode.test, cuda.test, cupti.test for `check`) in .device/next, xz'd or not (the build line in
+# docs/measured/next/README.md). Ask `status` first.
+# Usage: bash docs/measured/next/s23.sh front|check|final
+#  front (~5 min cold): with session 22's one-block top-k (topk_radix_one_w ends ~6 us earlier), the attention front of
+#        DeepSeek-V3.2 dims at 8192, 1 slot is q_b on its capped side grid + absorb_q: q_b's side cap 2 / 0 and the
+#        late fork again (session 22 ran them only with the removed query prologue), A/B/A, then traced rows.
+#  check (~8 min, two parts in parallel): make gpu-check's correctness parts whole (the kernel checks: the top-k
+#        changed; the engine's ^TestGPU; the decode node's handoff; cuda; cupti).
+#  final (~4 min): the README's rows on the last default, both models, and the MTP step.
+set -x
+if ls .device/next/*.xz >/dev/null 2>&1; then (cd .device/next && for f in *.xz; do xz -d -f "$f"; done); fi
+chmod +x .device/next/* 2>/dev/null
+D=$PWD/.device/next
+P=$1; R=/tmp/s23-$P; rm -rf $R; mkdir -p $R
+export TILERT_KERNEL_CACHE=/tmp/tilert-kernels
+save() { tar czf $OUT/s23-$P.tgz -C $R .; cp $R/summary.txt $OUT/summary-$P.txt 2>/dev/null; }
+bn() { local m=$1 c=$2 b=$3 n=$4; shift 4; env X=1 "$@" timeout 150 $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context $c --batches $b ${MTP:+--mtp} ${JS:+--json $R/$n.json} ${TL:+--timeline $R/$n.json} > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " $R/$n.txt | sed "s|^|$n $* |" | tee -a $R/summary.txt; save; }
+cnt() { echo "$1: $(grep -c -- '--- PASS' $R/$1.log) PASS, $(grep -c -- '--- FAIL' $R/$1.log) FAIL, $(grep -c -- '--- SKIP' $R/$1.log) SKIP; $(tail -1 $R/$1.log)" | tee -a $R/summary.txt; grep -E -- '--- FAIL' -A8 $R/$1.log | head -40 >> $R/summary.txt; }
+timeout 120 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm.txt 2>&1
+case "$P" in
+front)
+  bn deepseek-v3.2 8192 1 ds-default
+  bn deepseek-v3.2 8192 1 ds-cap2 TILERT_GPU_SIDE_CAP=q=2
+  bn deepseek-v3.2 8192 1 ds-cap0 TILERT_GPU_SIDE_CAP=q=0
+  bn deepseek-v3.2 8192 1 ds-late TILERT_GPU_SIDE_Q_AT=topk-all
+  bn deepseek-v3.2 8192 1 ds-default2
+  TL=1 bn deepseek-v3.2 8192 1 tl-ds-default
+  TL=1 bn glm-5 8192 1 tl-glm-default
+  xz -T4 $R/*.json 2>/dev/null; save ;;
+check)
+  export TILERT_GPU_REPORT=$R/report.txt TILERT_ENGINE_REPORT=$R/engine-report.txt
+  (cd cuda && timeout 120 $D/cuda.test -test.v -test.count=1 -test.timeout=2m > $R/cuda.log 2>&1; echo "rc=$?" >> $R/cuda.log)
+  (cd cuda/kernels && timeout 480 $D/kernels.test -test.v -test.count=1 -test.timeout=9m > $R/kernels.log 2>&1; echo "rc=$?" >> $R/kernels.log) &
+  (cd engine/gpu && timeout 480 $D/engine.test -test.v -test.count=1 -test.timeout=9m -test.run '^TestGPU' > $R/engine.log 2>&1; echo "rc=$?" >> $R/engine.log) &
+  wait
+  (cd roles/decode && timeout 90 $D/decode.test -test.v -test.count=1 -test.timeout=2m -test.run 'TestHandoff(EqualsLocalGeneration|MTPLen)/cuda' > $R/decode.log 2>&1; echo "rc=$?" >> $R/decode.log)
+  (cd cuda/cupti && timeout 60 $D/cupti.test -test.v -test.count=1 -test.timeout=1m > $R/cupti.log 2>&1; echo "rc=$?" >> $R/cupti.log)
+  for f in cuda kernels engine decode cupti; do cnt $f; done
+  save ;;
+final)
+  JS=1 bn deepseek-v3.2 8192,131072 1,4 ds
+  JS=1 bn glm-5 8192,131072 1,4 glm
+  MTP=1 bn deepseek-v3.2 8192 1 ds-mtp ;;
+*) echo "usage: s23.sh front|check|final" >&2; exit 2 ;;
+esac

@@ -276,7 +276,7 @@ func TestKernelMLAFew(t *testing.T) {
 }
 
 // TestKernelTopKFast: topk_fast (TILERT_GPU_TOPK_FAST's selection) against
-// the CPU reference refTopK element for element and against topk_radix_one
+// the CPU reference refTopK element for element and against topk_radix_one_w
 // on fresh random rows: normal, ties (64 values), every key in one 12-bit
 // bin (narrow), every key equal, rows shorter than K (-1 padding), lengths
 // 1..T, several rows; T up to TopKFastMaxT. The scratch is reused across
@@ -362,7 +362,7 @@ func TestKernelTopKFast(t *testing.T) {
 				}
 				first = got
 				record(t, name+" vs CPU", "mismatched indices", float64(mism), 0)
-				record(t, name+" vs topk_radix_one", "mismatched indices", float64(vsOne), 0)
+				record(t, name+" vs topk_radix_one_w", "mismatched indices", float64(vsOne), 0)
 			}
 		}
 		// After the tensor-core scores' fused histogram (the engine's pair).
@@ -400,7 +400,7 @@ func TestKernelTopKFast(t *testing.T) {
 				}
 			}
 			record(t, "topk_fast after indexer_scores_mma's histogram (4 rows) vs CPU", "mismatched indices", float64(mism), 0)
-			record(t, "topk_fast after indexer_scores_mma's histogram (4 rows) vs topk_radix_one", "mismatched indices", float64(vsOne), 0)
+			record(t, "topk_fast after indexer_scores_mma's histogram (4 rows) vs topk_radix_one_w", "mismatched indices", float64(vsOne), 0)
 		}
 		bad := 0
 		if k.TopKFast(s, a.raw(4*K), a.raw(4*40000), 0, scratch, 1, 40000, K, 40000, K) == nil {
@@ -416,7 +416,7 @@ func TestKernelTopKFast(t *testing.T) {
 // 16: mla_decode_tcf2 (the default) at its planned split with the combine
 // against mla_decode_few + mla_combine_few. Top-k: the engine's pair
 // (indexer_scores_mma with the fused histogram, then the selection) with
-// topk_radix_one and with topk_fast, and the scores alone, at 8192, 16384 and 32768 keys, 1 and
+// topk_radix_one_w and with topk_fast, and the scores alone, at 8192, 16384 and 32768 keys, 1 and
 // 4 rows; at 8192 also topk_fast16 stopped after each
 // stage (the key loads, the 12-bit bin, the second digit, the third digit:
 // where the chain's time goes).
@@ -488,7 +488,7 @@ func TestKernelTimingFew(t *testing.T) {
 					chk(c.MemsetD32(TopKRadixHist(scratch), 0, int64(M*topkRadixBins), s))
 				})
 				add(fmtName("graph: indexer_scores_mma+hist rows=%d T=%d", M, T), float64(M)*kb, usS-usZ, "memset subtracted")
-				for _, v := range []string{"topk_radix_one", "topk_fast"} {
+				for _, v := range []string{"topk_radix_one_w", "topk_fast"} {
 					us := graphUsRot(c, s, 8, 15, func(i int) {
 						chk(k.IndexerScoresMMA(s, sc, qh, wq, caches[i%copies], 0, lens, TopKRadixHist(scratch), M, T, T))
 						if strings.HasSuffix(v, "fast") {

@@ -1,8 +1,6 @@
 package kernels
 
 import (
-	"os"
-
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -186,8 +184,7 @@ const (
 	// TopKRadixGlobal: the bitmaps walked in global memory (topk_radix_mark).
 	TopKRadixGlobal
 	// TopKRadixOne: rows of at most TopKRadixOneMaxT keys in one block
-	// each (topk_radix_one_w*, or topk_radix_one* with
-	// TILERT_GPU_TOPK_ONE=v1: keys in registers, the three radix digits
+	// each (topk_radix_one_w*: keys in registers, the three radix digits
 	// and the ordered emit without leaving the block); longer rows take
 	// TopKRadixList.
 	TopKRadixOne
@@ -197,28 +194,16 @@ const (
 // (1024 threads x 32 keys in registers).
 const TopKRadixOneMaxT = 1024 * 32
 
-// topkOneV1: TILERT_GPU_TOPK_ONE=v1 runs TopKRadixOne on topk_radix_one*
-// (block_excl_scan's scans, both 10-bit passes, a per-thread scan for the
-// emit) instead of topk_radix_one_w* (warp-level scans and picks, passes
-// that stop once a prefix is taken whole, a ballot emit): the same
-// selection, kept for a same-run A/B on the device. A variable so that
-// tests can run both.
-var topkOneV1 = os.Getenv("TILERT_GPU_TOPK_ONE") == "v1"
-
-// topkRadixOneKernel is the topk_radix_one kernel (topk_radix_one_w, or
-// topk_radix_one with v1) whose keys per thread cover T (8, 16 or 32).
-func topkRadixOneKernel(T int, v1 bool) string {
-	name := "topk_radix_one_w"
-	if v1 {
-		name = "topk_radix_one"
-	}
+// topkRadixOneKernel is the topk_radix_one_w kernel whose keys per thread
+// cover T (8, 16 or 32).
+func topkRadixOneKernel(T int) string {
 	switch {
 	case T <= 1024*8:
-		return name + "8"
+		return "topk_radix_one_w8"
 	case T <= 1024*16:
-		return name + "16"
+		return "topk_radix_one_w16"
 	}
-	return name + "32"
+	return "topk_radix_one_w32"
 }
 
 // topkRadixCap is the threshold-bin keys the shared-memory final stage
@@ -242,7 +227,7 @@ func (k *Set) TopKRadixAfterHistWith(s cuda.Stream, out, scores, lens, scratch c
 	name, dyn := "", 0
 	var args []any
 	if final == TopKRadixOne && T <= TopKRadixOneMaxT {
-		return k.launch(topkRadixOneKernel(T, topkOneV1), cuda.D1(rows), cuda.D1(1024), 0, s, scores, ld, lens, T, K, hist, out, ldOut)
+		return k.launch(topkRadixOneKernel(T), cuda.D1(rows), cuda.D1(1024), 0, s, scores, ld, lens, T, K, hist, out, ldOut)
 	}
 	switch {
 	case (final == TopKRadixList || final == TopKRadixOne) && 4*2*l.ldw <= topkRadixMaxSmem:

@@ -113,7 +113,7 @@ func TestKernelSlotRows(t *testing.T) {
 				}
 			}
 			record(t, "indexer_scores_mma rows of 3 caches vs one launch per row", "mismatched scores", float64(bad), 0)
-			record(t, "topk_radix_one after the rows' histogram vs CPU", "mismatched indices", float64(badSel), 0)
+			record(t, "topk_radix_one_w after the rows' histogram vs CPU", "mismatched indices", float64(badSel), 0)
 		}
 	})
 }

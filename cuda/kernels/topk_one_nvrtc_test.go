@@ -9,8 +9,8 @@ import (
 
 // TestNVRTCCompilesTopKOne: topk_radix.cu alone (after common.cuh and
 // topk_radix.cuh, as the default module has them) compiles with NVRTC for
-// sm_90 (no GPU needed), and neither topk_radix_one_w* nor topk_radix_one*
-// spills at 1024 threads (64 registers a thread at most; the 32-key body
+// sm_90 (no GPU needed), and topk_radix_one_w* does not spill at 1024
+// threads (64 registers a thread at most; the 32-key body
 // sits at the limit); the pre-sm_80 branch compiles to PTX.
 func TestNVRTCCompilesTopKOne(t *testing.T) {
 	nv, err := cuda.LoadNVRTC()
@@ -32,13 +32,13 @@ func TestNVRTCCompilesTopKOne(t *testing.T) {
 		return
 	}
 	sp, fns := ptxasSpills(log)
-	for _, name := range []string{"topk_radix_one_w8", "topk_radix_one_w16", "topk_radix_one_w32", "topk_radix_one8", "topk_radix_one16", "topk_radix_one32"} {
+	for _, name := range []string{"topk_radix_one_w8", "topk_radix_one_w16", "topk_radix_one_w32"} {
 		if n, ok := sp[name]; ok {
 			t.Errorf("%s spills (%s bytes of spill stores)", name, n)
 		}
 	}
-	if cubin && fns < 10 {
-		t.Errorf("ptxas -v named %d entry functions, want topk_radix.cu's 10", fns)
+	if cubin && fns < 7 {
+		t.Errorf("ptxas -v named %d entry functions, want topk_radix.cu's 7", fns)
 	}
 	t.Logf("NVRTC %s, %s: %d entry functions", nv.Version(), arch, fns)
 	// Below sm_80 tkw_warp_sum is shuffles instead of redux.sync: that

@@ -351,15 +351,14 @@ func TestTopKOneWKPT(t *testing.T) {
 			t.Errorf("T=%d n=%d: %d keys a thread, want %d", c.T, c.n, got, c.want)
 		}
 	}
-	// The kernel names the launcher picks, the new body and v1.
+	// The kernel names the launcher picks.
 	for _, c := range []struct {
 		T    int
-		v1   bool
 		want string
-	}{{8192, false, "topk_radix_one_w8"}, {8193, false, "topk_radix_one_w16"}, {32768, false, "topk_radix_one_w32"},
-		{8192, true, "topk_radix_one8"}, {16384, true, "topk_radix_one16"}, {16385, true, "topk_radix_one32"}} {
-		if got := topkRadixOneKernel(c.T, c.v1); got != c.want {
-			t.Errorf("T=%d v1=%v: %s, want %s", c.T, c.v1, got, c.want)
+	}{{2049, "topk_radix_one_w8"}, {8192, "topk_radix_one_w8"}, {8193, "topk_radix_one_w16"}, {16384, "topk_radix_one_w16"},
+		{16385, "topk_radix_one_w32"}, {32768, "topk_radix_one_w32"}} {
+		if got := topkRadixOneKernel(c.T); got != c.want {
+			t.Errorf("T=%d: %s, want %s", c.T, got, c.want)
 		}
 	}
 	for _, name := range []string{"topk_radix_one_w8", "topk_radix_one_w16", "topk_radix_one_w32"} {

@@ -8,18 +8,9 @@ import (
 )
 
 // GPU checks of topk_radix_one_w (TopKRadixOne's kernel) against the CPU
-// reference refTopK and against topk_radix_one (TILERT_GPU_TOPK_ONE=v1)
-// element for element, and its timing against v1 (TILERT_GPU_TIMING=1).
-// They skip without a GPU; topk_one_pure_test.go checks the same logic on
-// the CPU.
-
-// withTopKOneV1 runs f with topkOneV1 set to on and restores it.
-func withTopKOneV1(on bool, f func()) {
-	old := topkOneV1
-	topkOneV1 = on
-	defer func() { topkOneV1 = old }()
-	f()
-}
+// reference refTopK element for element, and its timing
+// (TILERT_GPU_TIMING=1). They skip without a GPU; topk_one_pure_test.go
+// checks the same logic on the CPU.
 
 // topkOneRows draws rows rows of T scores of dist: tkwRow over each row's
 // length (lens[row], or T without lens), then the rest of the row drawn
@@ -38,8 +29,7 @@ func topkOneRows(r *rand.Rand, dist string, rows, T, K int, lens []int32) []floa
 }
 
 // TestKernelTopKOneW: the one-block top-k after topk_radix_hist's histogram,
-// topk_radix_one_w and v1 on the same rows, each against refTopK and the two
-// against each other: normal, offset, 64-value ties, one 12-bit bin (narrow,
+// topk_radix_one_w against refTopK: normal, offset, 64-value ties, one 12-bit bin (narrow,
 // and distinct keys there: the third digit decides), every key equal, exactly
 // K keys in a higher bin (split: no digit pass), keys spread over ~1600 bins
 // (small bin), rows shorter than K (-1 padding), lengths not a multiple of
@@ -47,7 +37,7 @@ func topkOneRows(r *rand.Rand, dist string, rows, T, K int, lens []int32) []floa
 // 8448-key bucket (the KPT / 2 body), K 2048 and 64, 1 to 8 rows, a row
 // pitch off the 16-byte grid. Each case runs twice on one scratch (the
 // histogram must be left zeroed: checked, and the repeat must match). Then
-// the engine's pair: indexer_scores_mma's fused histogram, then each kernel.
+// the engine's pair: indexer_scores_mma's fused histogram, then the kernel.
 func TestKernelTopKOneW(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
@@ -91,14 +81,9 @@ func TestKernelTopKOneW(t *testing.T) {
 			name := fmtName("topk_radix_one_w %s rows=%d T=%d K=%d lens=%v ld=%d", cs.dist, cs.rows, cs.T, cs.K, cs.lens, ld)
 			var first []int32
 			for rep := range 2 {
-				var outs [2][]int32
-				for i, v1 := range []bool{false, true} {
-					withTopKOneV1(v1, func() {
-						op := a.poisoned(cs.rows * cs.K)
-						chk(k.topkRadix(s, op, xp, lp, scratch, cs.rows, cs.T, cs.K, ld, cs.K, TopKRadixOne))
-						outs[i] = downI32(c, op, cs.rows*cs.K)
-					})
-				}
+				op := a.poisoned(cs.rows * cs.K)
+				chk(k.topkRadix(s, op, xp, lp, scratch, cs.rows, cs.T, cs.K, ld, cs.K, TopKRadixOne))
+				got := downI32(c, op, cs.rows*cs.K)
 				hist := downI32(c, TopKRadixHist(scratch), cs.rows*topkRadixBins)
 				left := 0
 				for _, h := range hist {
@@ -106,7 +91,7 @@ func TestKernelTopKOneW(t *testing.T) {
 						left++
 					}
 				}
-				mism, vsV1 := 0, 0
+				mism := 0
 				for row := range cs.rows {
 					n := cs.T
 					if cs.lens != nil {
@@ -114,14 +99,9 @@ func TestKernelTopKOneW(t *testing.T) {
 					}
 					want := refTopK(x[row*ld:row*ld+cs.T], n, cs.K)
 					for j := range cs.K {
-						if outs[0][row*cs.K+j] != want[j] {
+						if got[row*cs.K+j] != want[j] {
 							mism++
 						}
-					}
-				}
-				for j := range outs[0] {
-					if outs[0][j] != outs[1][j] {
-						vsV1++
 					}
 				}
 				tag := name
@@ -129,15 +109,14 @@ func TestKernelTopKOneW(t *testing.T) {
 					tag += " (scratch reused)"
 					diff := 0
 					for j := range first {
-						if first[j] != outs[0][j] {
+						if first[j] != got[j] {
 							diff++
 						}
 					}
 					record(t, tag+" repeat", "mismatched indices", float64(diff), 0)
 				}
-				first = outs[0]
+				first = got
 				record(t, tag+" vs CPU", "mismatched indices", float64(mism), 0)
-				record(t, tag+" vs v1", "mismatched indices", float64(vsV1), 0)
 				record(t, tag+" histogram left zeroed", "nonzero bins", float64(left), 0)
 			}
 		}
@@ -148,9 +127,8 @@ func TestKernelTopKOneW(t *testing.T) {
 }
 
 // topkOnePairCheck: indexer_scores_mma with the fused histogram, then
-// TopKRadixAfterHistWith(TopKRadixOne), with each kernel, 4 rows in an
-// 8448-key bucket (the engine's 8192-key context), against refTopK of the
-// scores and against each other.
+// TopKRadixAfterHistWith(TopKRadixOne), 4 rows in an 8448-key bucket (the
+// engine's 8192-key context), against refTopK of the scores.
 func topkOnePairCheck(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream) {
 	const H, T, K = 64, 8448, 2048
 	ls := []int32{8192, 8192 - 37, 3000, 1000}
@@ -168,41 +146,31 @@ func topkOnePairCheck(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand
 	lens := a.up(ls)
 	scratch := a.up(make([]byte, TopKRadixScratchBytes(4, T)))
 	sc := a.raw(int64(4 * 4 * T))
-	var outs [2][]int32
-	for i, v1 := range []bool{false, true} {
-		withTopKOneV1(v1, func() {
-			op := a.poisoned(4 * K)
-			chk(k.IndexerScoresMMA(s, sc, qh, wq, cache, 0, lens, TopKRadixHist(scratch), 4, T, T))
-			chk(k.TopKRadixAfterHistWith(s, op, sc, lens, scratch, 4, T, K, T, K, TopKRadixOne))
-			outs[i] = downI32(c, op, 4*K)
-		})
-	}
+	op := a.poisoned(4 * K)
+	chk(k.IndexerScoresMMA(s, sc, qh, wq, cache, 0, lens, TopKRadixHist(scratch), 4, T, T))
+	chk(k.TopKRadixAfterHistWith(s, op, sc, lens, scratch, 4, T, K, T, K, TopKRadixOne))
+	got := downI32(c, op, 4*K)
 	x := downF32(c, sc, 4*T)
-	mism, vsV1 := 0, 0
+	mism := 0
 	for row, n := range ls {
 		want := refTopK(x[row*T:(row+1)*T], int(n), K)
 		for j := range K {
-			if outs[0][row*K+j] != want[j] {
+			if got[row*K+j] != want[j] {
 				mism++
-			}
-			if outs[0][row*K+j] != outs[1][row*K+j] {
-				vsV1++
 			}
 		}
 	}
 	record(t, "topk_radix_one_w after indexer_scores_mma's histogram (4 rows, T=8448) vs CPU", "mismatched indices", float64(mism), 0)
-	record(t, "topk_radix_one_w after indexer_scores_mma's histogram (4 rows, T=8448) vs v1", "mismatched indices", float64(vsV1), 0)
 }
 
 // TestKernelTimingTopKOne (TILERT_GPU_TIMING=1): the one-block top-k,
-// topk_radix_one (v1) against topk_radix_one_w, graph-timed (graphUsRot: 8
-// calls a graph, the median of 15 replays, microseconds a call). Each call
-// is topk_radix_hist (the histogram the kernel reads and zeroes) then the
-// kernel; the histogram launch alone is timed too, and each kernel's row
-// says the difference. Normal scores, K = 2048, rows of n = 2049, 8192,
-// 16384, 32768 keys (T = n) and 8192 keys in an 8448-key bucket (the
-// engine's 8192-token context: topk_radix_one16's half-empty warps against
-// the KPT / 2 body), 1 and 4 rows. Then the engine's pair
+// topk_radix_one_w, graph-timed (graphUsRot: 8 calls a graph, the median of
+// 15 replays, microseconds a call). Each call is topk_radix_hist (the
+// histogram the kernel reads and zeroes) then the kernel; the histogram
+// launch alone is timed too, and the kernel's row says the difference.
+// Normal scores, K = 2048, rows of n = 2049, 8192, 16384, 32768 keys
+// (T = n) and 8192 keys in an 8448-key bucket (the engine's 8192-token
+// context: the KPT / 2 body), 1 and 4 rows. Then the engine's pair
 // (indexer_scores_mma with the fused histogram, then the kernel) at 8192
 // keys in the 8448 bucket and at T = 8192.
 func TestKernelTimingTopKOne(t *testing.T) {
@@ -229,19 +197,12 @@ func TestKernelTimingTopKOne(t *testing.T) {
 				// The histogram alone accumulated over the replays: clear it.
 				chk(c.MemsetD32(TopKRadixHist(scratch), 0, int64(M*topkRadixBins), s))
 				add(fmtName("graph: topk_radix_hist rows=%d n=%d T=%d", M, sh.n, sh.T), float64(4*M*sh.n), base, "the histogram launch alone")
-				for _, v := range []struct {
-					name string
-					v1   bool
-				}{{"topk_radix_one (v1)", true}, {"topk_radix_one_w", false}} {
-					withTopKOneV1(v.v1, func() {
-						us := graphUsRot(c, s, 8, 15, func(int) {
-							hist()
-							chk(k.TopKRadixAfterHistWith(s, idx, xp, lp, scratch, M, sh.T, K, sh.T, K, TopKRadixOne))
-						})
-						add(fmtName("graph: hist + %s rows=%d n=%d T=%d", v.name, M, sh.n, sh.T), float64(4*M*sh.n), us,
-							fmtName("%s: %.2f us after the histogram launch", topkRadixOneKernel(sh.T, v.v1), us-base))
-					})
-				}
+				us := graphUsRot(c, s, 8, 15, func(int) {
+					hist()
+					chk(k.TopKRadixAfterHistWith(s, idx, xp, lp, scratch, M, sh.T, K, sh.T, K, TopKRadixOne))
+				})
+				add(fmtName("graph: hist + topk_radix_one_w rows=%d n=%d T=%d", M, sh.n, sh.T), float64(4*M*sh.n), us,
+					fmtName("%s: %.2f us after the histogram launch", topkRadixOneKernel(sh.T), us-base))
 			}
 		}
 		if k.IndexerMMASupported() {
@@ -251,7 +212,7 @@ func TestKernelTimingTopKOne(t *testing.T) {
 }
 
 // timeTopKOnePair: the engine's pair, indexer_scores_mma (+ histogram) then
-// the one-block top-k, v1 against topk_radix_one_w, and the scores alone
+// the one-block top-k (topk_radix_one_w), and the scores alone
 // (their histogram cleared by a memset, timed apart and subtracted), keys
 // rotating over 4 cache copies.
 func timeTopKOnePair(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, add func(string, float64, float64, string)) {
@@ -290,19 +251,12 @@ func timeTopKOnePair(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream
 			})
 			scores := us - usz
 			add(fmtName("graph: indexer_scores_mma+hist rows=%d T=%d", M, T), float64(M)*kb, scores, "cold keys (4 copies); memset subtracted")
-			for _, v := range []struct {
-				name string
-				v1   bool
-			}{{"topk_radix_one (v1)", true}, {"topk_radix_one_w", false}} {
-				withTopKOneV1(v.v1, func() {
-					us := graphUsRot(c, s, 8, 15, func(i int) {
-						chk(k.IndexerScoresMMA(s, out, qh, wq, caches[i%copies], 0, lens, TopKRadixHist(scratch), M, T, T))
-						chk(k.TopKRadixAfterHistWith(s, idx, out, lens, scratch, M, T, K, T, K, TopKRadixOne))
-					})
-					add(fmtName("graph: scores+hist, %s rows=%d lens 8192.. T=%d", v.name, M, T), float64(M)*kb, us,
-						fmtName("the engine's pair; %.2f us after the scores", us-scores))
-				})
-			}
+			pair := graphUsRot(c, s, 8, 15, func(i int) {
+				chk(k.IndexerScoresMMA(s, out, qh, wq, caches[i%copies], 0, lens, TopKRadixHist(scratch), M, T, T))
+				chk(k.TopKRadixAfterHistWith(s, idx, out, lens, scratch, M, T, K, T, K, TopKRadixOne))
+			})
+			add(fmtName("graph: scores+hist, topk_radix_one_w rows=%d lens 8192.. T=%d", M, T), float64(M)*kb, pair,
+				fmtName("the engine's pair; %.2f us after the scores", pair-scores))
 		}
 	}
 }

@@ -906,12 +906,11 @@ var topkRadixOn = os.Getenv("TILERT_GPU_TOPK_RADIX") != "0"
 // stage on the candidate bitmaps (topk_radix_mark_s) instead of the
 // candidate list and second-level histogram (topk_radix_mark_l).
 // Rows of up to kernels.TopKRadixOneMaxT keys are selected in one block
-// each (topk_radix_one: no mark blocks, no ticket; H200, graph-timed, the
-// scores + top-k pair at 8192 keys 14.7 us against 17.8 for the list,
-// docs/measured/h200-2026-12-01-attn); TILERT_GPU_TOPK_ONE=0 keeps the
-// list (or the bitmaps) there too. TILERT_GPU_TOPK_ONE=v1 keeps the
-// one-block selection on its first kernel (topk_radix_one instead of
-// topk_radix_one_w; read in cuda/kernels, for an A/B of the two).
+// each (topk_radix_one_w since session 22: no mark blocks, no ticket; H200,
+// graph-timed, the scores + top-k pair at 8192 keys 14.7 us against 17.8
+// for the list with its first kernel, docs/measured/h200-2026-12-01-attn);
+// TILERT_GPU_TOPK_ONE=0 keeps the list (or the bitmaps) there too. =v1,
+// that first kernel (topk_radix_one), is refused (removed.go).
 var topkRadixFinal = func() kernels.TopKRadixFinal {
 	if os.Getenv("TILERT_GPU_TOPK_LIST") == "0" {
 		return kernels.TopKRadixBitmaps
@@ -1230,11 +1229,11 @@ var mlaFewOn = os.Getenv("TILERT_GPU_MLA_FEW") != "0"
 
 // topkFastOn: TILERT_GPU_TOPK_FAST=1 runs the indexer's top-k of rows up to
 // kernels.TopKFastMaxT keys on topk_fast (cu/few/topk_fast.cu:
-// topk_radix_one's selection, element for element, with 512 threads and
-// warp-0 block scans) instead of topk_radix_one (whatever
+// the one-block top-k's selection, element for element, with 512 threads
+// and warp-0 block scans) instead of topk_radix_one_w (whatever
 // TILERT_GPU_TOPK_ONE / _LIST say); longer rows keep the default path.
 // topk_fast is on by default since session 9 (=0 goes back to
-// topk_radix_one). =2 (the scores and the selection in one launch,
+// topk_radix_one_w). =2 (the scores and the selection in one launch,
 // indexer_scores_topk) was removed in session 12, measured slower
 // (removed.go).
 var topkFastOn = os.Getenv("TILERT_GPU_TOPK_FAST") != "0"
@@ -1278,7 +1277,8 @@ const mlaFewBestHeads = 16
 // topkFastBestT keys, where it measured faster than topk_radix_one (H200,
 // session 9, scores + selection graph-timed at 8192 keys: 13.05 against
 // 14.91 us for 1 row, 14.31 against 16.23 for 4); at 16384 keys it was
-// slower (22.43 against 20.68).
+// slower (22.43 against 20.68). Those figures are against the one-block
+// top-k's first kernel (removed in session 22), not topk_radix_one_w.
 func (b *cudaDevice) topkFastOK(T, K int) bool {
 	return topkFastOn && T <= min(topkFastBestT, kernels.TopKFastMaxT) && K <= 32767 && b.c.Info().CCMajor >= 9 && b.fewReady()
 }

@@ -569,7 +569,7 @@ func (m *emuDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H, 
 }
 
 // topKAfterHist is topK: the emulator keeps no histogram. It stands for
-// every top-k kernel (topk_radix_one, TILERT_GPU_TOPK_FAST's topk_fast: the
+// every top-k kernel (topk_radix_one_w, TILERT_GPU_TOPK_FAST's topk_fast: the
 // same selection, element for element, checked against refTopK on the GPU).
 func (m *emuDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
 	return m.topK(out, scores, lens, scratch, rows, T, K, ld, ldOut)

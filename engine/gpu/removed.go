@@ -66,12 +66,20 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_IDX_QPRO", keep: []string{"0"},
 		what: "the indexer query prepared inside the scores kernel (indexer_scores_mma_pfq, attn_epilogue_norm) was removed in session 22: measured on the H200 it was slower (graph-timed 13.66 against 6.74 us after wq_b at 8192 keys; decode p50 at 8192, 1 slot: DeepSeek-V3.2 dims 2.707 against 2.688 ms, GLM-5 dims 2.764 against 2.717)",
 		hint: `: attn_epilogue prepares the query before indexer_scores_mma_pf (the default); the code last exists at 7599143, the record is in cuda/kernels/NOTES.md "The indexer query in the scores' prologue"`},
+	// TILERT_GPU_TOPK_ONE=v1 ran the one-block top-k on its first kernel
+	// (topk_radix_one8/16/32: block_excl_scan's scans, both 10-bit passes
+	// always) instead of topk_radix_one_w (session 22, helper topk1): the
+	// same selection, slower; removed in session 22. =0 (the candidate list)
+	// stays.
+	{name: "TILERT_GPU_TOPK_ONE", only: []string{"v1"},
+		what: "the first one-block top-k (=v1, topk_radix_one8/16/32 on block-wide scans) was removed in session 22: measured on the H200 topk_radix_one_w makes the same selection faster (graph-timed after the histogram, one row of 8192 keys in the 8448-key bucket, 13.40 -> 6.19 us; decode p50 at 8192, v1 -> topk_radix_one_w: DeepSeek-V3.2 dims 1 slot 2.692 -> 2.688 ms, 4 slots 5.597 -> 5.523; GLM-5 dims 1 slot 2.745 -> 2.717, 4 slots 5.360 -> 5.316)",
+		hint: ` for topk_radix_one_w (the one-block top-k, the default) or set it to 0 for the candidate list (topk_radix_mark_l); the code last exists at e0514ba, the record is in cuda/kernels/NOTES.md "topk_radix_one_w"`},
 	// TILERT_GPU_TOPK_FAST=2 ran the indexer's scores and its top-k in one
 	// launch (indexer_scores_topk, sessions 9-11); slower than the two
 	// launches every time, removed in session 12. 0 and 1 stay.
 	{name: "TILERT_GPU_TOPK_FAST", keep: []string{"0", "1"},
 		what: "the one-launch scores + top-k (=2, indexer_scores_topk) was removed in session 12: measured on the H200 it was slower (17.69 against 14.91 us at 8192 keys; decode p50 2.792 against 2.772 ms)",
-		hint: ` (topk_fast after the scores, the default) or set it to 0 (topk_radix_one); the record is in cuda/kernels/NOTES.md "Few-heads sparse MLA"`},
+		hint: ` (topk_fast after the scores, the default) or set it to 0 (topk_radix_one_w); the record is in cuda/kernels/NOTES.md "Few-heads sparse MLA"`},
 	// TILERT_GPU_SIDE_MOE=route turned the MoE fork round (the router and the
 	// routing on the side stream, the shared expert on the main one at its
 	// full grid; session 11); slower on both models in session 12, removed

@@ -18,8 +18,9 @@
 // bitmap words it read, the last block its counter), so calls with other
 // row counts or lengths, and graph replays, find it clean.
 
-// TKR_BINS, TKR_SHIFT, tkr_n and topk_radix_one's key loads, digit counts
-// and ordered emit: topk_radix.cuh, shared with the few module's topk_fast.
+// TKR_BINS, TKR_SHIFT, tkr_n and the one-block top-k's key loads, digit
+// counts and ordered emit: topk_radix.cuh, shared with the few module's
+// topk_fast.
 
 // radix_pick: each of the block's 1024 threads owns one 10-bit digit dg,
 // counted cntd times among the keys still in play, digits taken from the
@@ -574,81 +575,18 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_l(const float
   }
 }
 
-// topk_radix_one: the whole selection of a row of n <= 1024 * KPT keys in
-// one block (grid: rows; 1024 threads), after its 12-bit histogram (the
-// scores kernel's, fused, or topk_radix_hist's). Thread t holds keys
-// [t*KPT, (t+1)*KPT) in registers, loaded at once with the histogram, so
-// the chain is one round trip, three radix scans (bin from the histogram,
-// then 10 + 10 bits over the bin's keys in shared memory) and one scan for
-// the ordered emit: no mark blocks, global atomics, ticket or second launch
-// of topk_radix_mark_l (whose chain is ~13 us at any length). The same
-// selection; the histogram is left zeroed.
-template <int KPT>
-__device__ __forceinline__ void tko_body(const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T,
-                                         int K, u32* hist, int* out, int ld_out) {
-  __shared__ u32 h[1024];
-  __shared__ int shs[32];
-  __shared__ int sres[2];
-  const int row = blockIdx.x, tid = threadIdx.x;
-  const int n = tkr_n(lens, row, T);
-  u32* gh = hist + (size_t)row * TKR_BINS;
-  int* o = out + (size_t)row * ld_out;
-  if (n <= K) {
-    for (int j = tid; j < K; j += blockDim.x) o[j] = j < n ? j : -1;
-    for (int i = tid; i < TKR_BINS; i += blockDim.x) gh[i] = 0;
-    return;
-  }
-  const int i0 = tid * KPT;
-  const int nv = max(0, min(KPT, n - i0));  // this thread's valid keys
-  u32 k[KPT];
-  tk_load_keys<KPT>(scores + (size_t)row * ld + i0, nv, k);
-  int b, above;
-  tkr_find_bin(gh, K, shs, sres, &b, &above);  // ends with a barrier: gh read by all
-  for (int i = tid; i < TKR_BINS; i += 1024) gh[i] = 0;
-  // Second digit (key bits 19..10) over the bin's keys.
-  h[tid] = 0;
-  __syncthreads();
-  const u32 ub = (u32)b;
-  tk_digit_count<KPT>(k, nv, ub, 10, h);
-  __syncthreads();
-  int rem = K - above;
-  radix_pick(1023 - tid, (int)h[1023 - tid], rem, shs, sres);
-  __syncthreads();
-  const u32 p22 = (ub << 10) | (u32)sres[0];
-  rem = sres[1];
-  h[tid] = 0;
-  __syncthreads();
-  tk_digit_count<KPT>(k, nv, p22, 0, h);
-  __syncthreads();
-  radix_pick(1023 - tid, (int)h[1023 - tid], rem, shs, sres);
-  __syncthreads();
-  const u32 thr = (p22 << 10) | (u32)sres[0];  // the K-th largest key
-  rem = sres[1];                                // how many keys equal to it to take
-  // Ordered emit: keys above thr (< K of them) in the high half, keys equal
-  // to it (<= n <= 65535) in the low half of one scan.
-  int tot;
-  const int before = block_excl_scan(tk_counts<KPT>(k, nv, thr), shs, &tot);
-  tk_emit<KPT>(k, nv, thr, before, rem, K, o, i0);
-}
-
-#define TKO_KERNEL(KPT)                                                                                          \
-  extern "C" __global__ void __launch_bounds__(1024) topk_radix_one##KPT(                                        \
-      const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T, int K, u32* hist, int* out, \
-      int ld_out) {                                                                                              \
-    PDL_WAIT();                                                                                                  \
-    tko_body<KPT>(scores, ld, lens, T, K, hist, out, ld_out);                                                    \
-  }
-TKO_KERNEL(8)
-TKO_KERNEL(16)
-TKO_KERNEL(32)
-
-// topk_radix_one_w8/16/32: topk_radix_one's selection (the same digits,
-// threshold and ordered emit, so the same output element for element; the
-// histogram left zeroed) with a shorter chain, for the decode step's
-// critical path. topk_radix_one spends ~30% of its instructions in the
-// second level of block_excl_scan (each of 1024 threads loops over the 32
-// warp totals in shared memory; 4 scans), always runs both 10-bit passes,
-// and leaves half its warps without keys on rows of half its capacity.
+// topk_radix_one_w8/16/32: the whole selection of a row of n <= 1024 * KPT
+// keys in one block (grid: rows; 1024 threads), after its 12-bit histogram
+// (the scores kernel's, fused, or topk_radix_hist's), for the decode step's
+// critical path. Thread t holds keys [t*KPT, (t+1)*KPT) in registers, so
+// the chain is one round trip, up to three radix digits (bin from the
+// histogram, then 10 + 10 bits over the bin's keys) and the ordered emit
+// (topk_radix.cuh's): no mark blocks, global atomics, ticket or second
+// launch. The histogram is left zeroed. Its first version (topk_radix_one,
+// block_excl_scan's scans, both 10-bit passes always: ~30% of its
+// instructions in the scans' second level, half its warps without keys on
+// rows of half its capacity) was removed in session 22 (13.40 -> 6.19 us
+// after the histogram at 8192 keys; NOTES.md "topk_radix_one_w").
 // Here:
 // - rows of n <= 512 * KPT keys take the KPT / 2 body (every warp holds
 //   keys; the engine's 8192-key rows in an 8448-key bucket: 8 a thread);
@@ -851,7 +789,7 @@ __device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int
   }
   int wend;
   if (tie) {
-    // topk_radix_one's emit: above thr in the high half, equal in the low.
+    // The shared emit: above thr in the high half, equal in the low.
     const int before = tkw_scan(tk_counts<KPT>(k, nv, thr), sh.we, &wend);
     if (tkw_act<KPT>(n)) tk_emit<KPT>(k, nv, thr, before, rem, K, o, i0);
     return;

@@ -1,10 +1,10 @@
 // The top-k selection's pieces shared by the default module's
-// topk_radix.cu (topk_radix_one) and the few module's cu/few/topk_fast.cu
+// topk_radix.cu (topk_radix_one_w) and the few module's cu/few/topk_fast.cu
 // (topk_fast); each module's source
 // puts this after common.cuh (kernels.go, kernels_few.go). One text for the
 // row length, the keys a thread holds, the digit counts over them and the
-// ordered emit, so topk_fast's selection stays topk_radix_one's element for
-// element without a transcription to keep in step.
+// ordered emit, so topk_fast's selection stays topk_radix_one_w's element
+// for element without a transcription to keep in step.
 
 #define TKR_BINS 4096
 #define TKR_SHIFT 20

@@ -1,4 +1,4 @@
-// topk_fast (TILERT_GPU_TOPK_FAST=1; kernels_few.go): topk_radix_one's
+// topk_fast (TILERT_GPU_TOPK_FAST=1; kernels_few.go): topk_radix_one_w's
 // selection (the K largest of row[0..n), ascending indices, ties at the
 // threshold to the lower indices; n <= K: 0..n-1 then -1; the 12-bit
 // histogram read from the scratch and left zeroed) with a shorter chain:
@@ -10,15 +10,15 @@
 //   loop over all 32 warp totals: ~100 instructions a thread a scan);
 // - each scan has its own shared words (no barrier needed between one
 //   scan's reads and the next one's writes).
-// The digits are topk_radix_one's (12-bit bin from the histogram, then 10 +
+// The digits are topk_radix_one_w's (12-bit bin from the histogram, then 10 +
 // 10 bits over the bin's keys), so the threshold, the count of equal keys
 // taken and the ordered emit are the same: the same output, element for
 // element. tkf_body is generic in the block size NT (256 was the fused tail
 // of indexer_scores_topk, removed in session 12: slower).
 
 // The row length, key loads, digit counts and ordered emit are
-// topk_radix_one's own text (topk_radix.cuh, which this module's source
-// puts after common.cuh: kernels_few.go).
+// topk_radix.cuh's text (which this module's source puts after common.cuh:
+// kernels_few.go), shared with topk_radix_one_w.
 
 // Exclusive block scan of v over the NT threads; *tot the block total.
 // sh: NT/32 + 1 ints used by this scan alone.

@@ -58,43 +58,14 @@ func TestMLAFewButterfly(t *testing.T) {
 // with the 12-bit histogram built as the scores kernel builds it.
 func tkfModel(x []float32, n, K, kpt, nt int) []int32 {
 	bpt, dpt := 4096/nt, 1024/nt
+	if short, ok := topkModelShort(n, K); ok {
+		return short
+	}
 	out := make([]int32, K)
 	for j := range out {
 		out[j] = math.MaxInt32 // unwritten
 	}
-	if n <= K {
-		for j := range K {
-			out[j] = -1
-			if j < n {
-				out[j] = int32(j)
-			}
-		}
-		return out
-	}
-	key := func(f float32) uint32 {
-		if f != f {
-			return 0
-		}
-		b := math.Float32bits(f)
-		if b&0x80000000 != 0 {
-			return ^b
-		}
-		return b | 0x80000000
-	}
-	gh := make([]int, 4096)
-	for i := range n {
-		gh[key(x[i])>>20]++
-	}
-	k := make([][]uint32, nt)
-	nv := make([]int, nt)
-	for tid := range nt {
-		i0 := tid * kpt
-		nv[tid] = max(0, min(kpt, n-i0))
-		k[tid] = make([]uint32, kpt)
-		for j := range nv[tid] {
-			k[tid][j] = key(x[i0+j])
-		}
-	}
+	gh, k, nv := topkModelKeys(x, n, kpt, nt)
 	// exclusive scan over threads
 	scan := func(v []int) []int {
 		out := make([]int, len(v))

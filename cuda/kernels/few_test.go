@@ -367,23 +367,13 @@ func TestKernelTopKFast(t *testing.T) {
 		}
 		// After the tensor-core scores' fused histogram (the engine's pair).
 		if k.IndexerMMASupported() {
-			const H, T = 64, 8192
-			img := randIndexerCache(r, 64)
-			q, w := a.up(randF32(r, 4*H*128, 1)), a.up(randF32(r, 4*H, 1))
-			pos := a.up([]int32{100, 200, 300, 400})
-			cosT, sinT := a.up(randF32(r, 1024*32, 1)), a.up(randF32(r, 1024*32, 1))
-			qh, wq := a.raw(4*IndexerQRowBytes), a.raw(4*4*IndexerQHeads)
-			chk(k.IndexerQPrep(s, qh, wq, q, w, pos, cosT, sinT, 4, H, 64, false, 0.011))
-			cache := a.raw(int64(T / 64 * IndexerPageBytes))
-			for p := 0; p < T/64; p += 64 {
-				chk(c.Upload(cache.Add(int64(p*IndexerPageBytes)), img))
-			}
+			const T = 8192
 			lens := a.up([]int32{T, T - 37, 3000, 1000})
-			sc := a.raw(int64(4 * 4 * T))
+			score := indexerScores4(c, k, a, r, s, T, lens)
 			op, oo := a.poisoned(4*K), a.poisoned(4*K)
-			chk(k.IndexerScoresMMA(s, sc, qh, wq, cache, 0, lens, TopKRadixHist(scratch), 4, T, T))
+			sc := score(TopKRadixHist(scratch))
 			chk(k.TopKFastAfterHist(s, op, sc, lens, scratch, 4, T, K, T, K))
-			chk(k.IndexerScoresMMA(s, sc, qh, wq, cache, 0, lens, TopKRadixHist(scratch), 4, T, T))
+			score(TopKRadixHist(scratch))
 			chk(k.TopKRadixAfterHistWith(s, oo, sc, lens, scratch, 4, T, K, T, K, TopKRadixOne))
 			got, one := downI32(c, op, 4*K), downI32(c, oo, 4*K)
 			x := downF32(c, sc, 4*T)

@@ -34,6 +34,43 @@ func tkwFloatKey(f float32) uint32 {
 	return b | 0x80000000
 }
 
+// topkModelShort is a one-block top-k's output for a row of n <= K keys
+// (0..n-1, then -1); ok is false for longer rows.
+func topkModelShort(n, K int) (out []int32, ok bool) {
+	if n > K {
+		return nil, false
+	}
+	out = make([]int32, K)
+	for j := range K {
+		out[j] = -1
+		if j < n {
+			out[j] = int32(j)
+		}
+	}
+	return out, true
+}
+
+// topkModelKeys lays row x[0..n) out as a one-block top-k holds it: the
+// 12-bit histogram the scores kernel (or topk_radix_hist) leaves, and nt
+// threads' kpt keys each (nv[t] of them valid).
+func topkModelKeys(x []float32, n, kpt, nt int) (gh []int, k [][]uint32, nv []int) {
+	gh = make([]int, 4096)
+	for i := range n {
+		gh[tkwFloatKey(x[i])>>20]++
+	}
+	k = make([][]uint32, nt)
+	nv = make([]int, nt)
+	for tid := range nt {
+		i0 := tid * kpt
+		nv[tid] = max(0, min(kpt, n-i0))
+		k[tid] = make([]uint32, kpt)
+		for j := range nv[tid] {
+			k[tid][j] = tkwFloatKey(x[i0+j])
+		}
+	}
+	return gh, k, nv
+}
+
 // tkwKPT is the keys a thread the kernel's body holds for a row of n keys
 // in the kernel that topkRadixOneKernel picks for T.
 func tkwKPT(T, n int) int {
@@ -55,35 +92,15 @@ func tkwKPT(T, n int) int {
 // (the emit's warp fast path) would have gone past K.
 func tkwModel(x []float32, n, K, T int) (out []int32, path string, overflow bool) {
 	const nt, warps = 1024, 32
+	if short, ok := topkModelShort(n, K); ok {
+		return short, tkwShort, false
+	}
 	out = make([]int32, K)
 	for j := range out {
 		out[j] = math.MaxInt32
 	}
-	if n <= K {
-		for j := range K {
-			out[j] = -1
-			if j < n {
-				out[j] = int32(j)
-			}
-		}
-		return out, tkwShort, false
-	}
 	kpt := tkwKPT(T, n)
-	// The histogram the scores kernel (or topk_radix_hist) leaves.
-	gh := make([]int, 4096)
-	for i := range n {
-		gh[tkwFloatKey(x[i])>>20]++
-	}
-	k := make([][]uint32, nt)
-	nv := make([]int, nt)
-	for tid := range nt {
-		i0 := tid * kpt
-		nv[tid] = max(0, min(kpt, n-i0))
-		k[tid] = make([]uint32, kpt)
-		for j := range nv[tid] {
-			k[tid][j] = tkwFloatKey(x[i0+j])
-		}
-	}
+	gh, k, nv := topkModelKeys(x, n, kpt, nt)
 	act := func(tid int) bool { return (tid&^31)*kpt < n }
 	// The bin: warp totals, each warp's prefix, a lane scan in the warp
 	// holding the K-th key.

@@ -126,12 +126,13 @@ func TestKernelTopKOneW(t *testing.T) {
 	})
 }
 
-// topkOnePairCheck: indexer_scores_mma with the fused histogram, then
-// TopKRadixAfterHistWith(TopKRadixOne), 4 rows in an 8448-key bucket (the
-// engine's 8192-key context), against refTopK of the scores.
-func topkOnePairCheck(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream) {
-	const H, T, K = 64, 8448, 2048
-	ls := []int32{8192, 8192 - 37, 3000, 1000}
+// indexerScores4 prepares 4 indexer query rows (64 heads, random) against a
+// random fp8 key cache of T keys and returns a function that scores them
+// with indexer_scores_mma for the rows' lens, building its fused histogram
+// in hist, into the returned 4 x T float32 scores (the engine's pair's
+// first launch).
+func indexerScores4(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, T int, lens cuda.DevPtr) func(hist cuda.DevPtr) cuda.DevPtr {
+	const H = 64
 	img := randIndexerCache(r, 64)
 	q, w := a.up(randF32(r, 4*H*128, 1)), a.up(randF32(r, 4*H, 1))
 	pos := a.up([]int32{100, 200, 300, 400})
@@ -143,11 +144,24 @@ func topkOnePairCheck(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand
 	for p := 0; p < nPages; p += 64 {
 		chk(c.Upload(cache.Add(int64(p*IndexerPageBytes)), img))
 	}
+	sc := a.raw(int64(4 * 4 * T))
+	return func(hist cuda.DevPtr) cuda.DevPtr {
+		chk(k.IndexerScoresMMA(s, sc, qh, wq, cache, 0, lens, hist, 4, T, T))
+		return sc
+	}
+}
+
+// topkOnePairCheck: indexer_scores_mma with the fused histogram, then
+// TopKRadixAfterHistWith(TopKRadixOne), 4 rows in an 8448-key bucket (the
+// engine's 8192-key context), against refTopK of the scores.
+func topkOnePairCheck(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream) {
+	const T, K = 8448, 2048
+	ls := []int32{8192, 8192 - 37, 3000, 1000}
 	lens := a.up(ls)
 	scratch := a.up(make([]byte, TopKRadixScratchBytes(4, T)))
-	sc := a.raw(int64(4 * 4 * T))
 	op := a.poisoned(4 * K)
-	chk(k.IndexerScoresMMA(s, sc, qh, wq, cache, 0, lens, TopKRadixHist(scratch), 4, T, T))
+	score := indexerScores4(c, k, a, r, s, T, lens)
+	sc := score(TopKRadixHist(scratch))
 	chk(k.TopKRadixAfterHistWith(s, op, sc, lens, scratch, 4, T, K, T, K, TopKRadixOne))
 	got := downI32(c, op, 4*K)
 	x := downF32(c, sc, 4*T)

@@ -126,6 +126,18 @@ func TestKernelTopKOneW(t *testing.T) {
 	})
 }
 
+// indexerQRows4 prepares 4 random indexer query rows of 64 heads
+// (IndexerQPrep at positions 100..400) and returns their codes and weights.
+func indexerQRows4(k *Set, a *allocs, r *rand.Rand, s cuda.Stream) (qh, wq cuda.DevPtr) {
+	const H = 64
+	q, w := a.up(randF32(r, 4*H*128, 1)), a.up(randF32(r, 4*H, 1))
+	pos := a.up([]int32{100, 200, 300, 400})
+	cosT, sinT := a.up(randF32(r, 1024*32, 1)), a.up(randF32(r, 1024*32, 1))
+	qh, wq = a.raw(4*IndexerQRowBytes), a.raw(4*4*IndexerQHeads)
+	chk(k.IndexerQPrep(s, qh, wq, q, w, pos, cosT, sinT, 4, H, 64, false, 0.011))
+	return qh, wq
+}
+
 // indexerScores4 prepares 4 indexer query rows (64 heads, random) against a
 // random fp8 key cache of T keys and returns a function that scores them
 // with indexer_scores_mma for the rows' lens, building its fused histogram
@@ -134,11 +146,7 @@ func TestKernelTopKOneW(t *testing.T) {
 func indexerScores4(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, T int, lens cuda.DevPtr) func(hist cuda.DevPtr) cuda.DevPtr {
 	const H = 64
 	img := randIndexerCache(r, 64)
-	q, w := a.up(randF32(r, 4*H*128, 1)), a.up(randF32(r, 4*H, 1))
-	pos := a.up([]int32{100, 200, 300, 400})
-	cosT, sinT := a.up(randF32(r, 1024*32, 1)), a.up(randF32(r, 1024*32, 1))
-	qh, wq := a.raw(4*IndexerQRowBytes), a.raw(4*4*IndexerQHeads)
-	chk(k.IndexerQPrep(s, qh, wq, q, w, pos, cosT, sinT, 4, H, 64, false, 0.011))
+	qh, wq := indexerQRows4(k, a, r, s)
 	nPages := cdiv(cdiv(T, 64), 64) * 64
 	cache := a.raw(int64(nPages * IndexerPageBytes))
 	for p := 0; p < nPages; p += 64 {
@@ -232,11 +240,7 @@ func TestKernelTimingTopKOne(t *testing.T) {
 func timeTopKOnePair(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, add func(string, float64, float64, string)) {
 	const H, K, copies = 64, 2048, 4
 	img := randIndexerCache(r, 64)
-	q, w := a.up(randF32(r, 4*H*128, 1)), a.up(randF32(r, 4*H, 1))
-	pos := a.up([]int32{100, 200, 300, 400})
-	cosT, sinT := a.up(randF32(r, 1024*32, 1)), a.up(randF32(r, 1024*32, 1))
-	qh, wq := a.raw(4*IndexerQRowBytes), a.raw(4*4*IndexerQHeads)
-	chk(k.IndexerQPrep(s, qh, wq, q, w, pos, cosT, sinT, 4, H, 64, false, 0.011))
+	qh, wq := indexerQRows4(k, a, r, s)
 	for _, T := range []int{8448, 8192} {
 		nPages := cdiv(cdiv(T, 64), 64) * 64
 		caches := make([]cuda.DevPtr, copies)

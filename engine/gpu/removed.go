@@ -195,6 +195,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
 		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},
 			"unset it (or 1) for a decode MoE layer's combine fused with the next add + RMSNorm (one launch), 0 for the two launches"},
+		{"TILERT_GPU_ROUTE_IN_GEMV", []string{"", "0", "1"},
+			"unset it (or 0) for the router GEMV, moe_route_rank and the experts' gate/up as three launches (the default), 1 for the routing inside the gate/up launch at 1..4 rows"},
 	} {
 		if v := getenv(sw.name); !slices.Contains(sw.known, v) {
 			return errors.WithHint(errors.Newf("%s=%q: not a value this switch knows", sw.name, v), sw.hint)

@@ -1,13 +1,18 @@
 # Session 22's plan for the next device session (issue 10; NOT RUN). Binaries of main (tilert; kernels.test,
 # engine.test, decode.test, cuda.test, cupti.test for `check`) in .device/next, xz'd or not (the build line in
 # docs/measured/next/README.md). Ask `status` first.
-# Usage: bash docs/measured/next/s23.sh front|check|final
+# Usage: bash docs/measured/next/s23.sh front|check|final|route
 #  front (~5 min cold): with session 22's one-block top-k (topk_radix_one_w ends ~6 us earlier), the attention front of
 #        DeepSeek-V3.2 dims at 8192, 1 slot is q_b on its capped side grid + absorb_q: q_b's side cap 2 / 0 and the
 #        late fork again (session 22 ran them only with the removed query prologue), A/B/A, then traced rows.
 #  check (~8 min, two parts in parallel): make gpu-check's correctness parts whole (the kernel checks: the top-k
 #        changed; the engine's ^TestGPU; the decode node's handoff; cuda; cupti).
 #  final (~4 min): the README's rows on the last default, both models, and the MTP step.
+#  route (~9 min cold; helper routein, branch routein, NOT RUN): the routing inside the experts' gate/up
+#        (TILERT_GPU_ROUTE_IN_GEMV=1, cu/moe_tile_route.cu, default off): its kernel checks and the engine's GPU
+#        equality checks (in parallel), the graph-timed chain router -> moe_route_rank -> gate/up against
+#        router -> routed gate/up (both models, 1 and 4 rows, cap 0/2, PDL/plain), then the step A/B/A at 8192,
+#        1 and 4 slots, both models (A unset, B =1). Keep it only if the step is faster on both.
 set -x
 if ls .device/next/*.xz >/dev/null 2>&1; then (cd .device/next && for f in *.xz; do xz -d -f "$f"; done); fi
 chmod +x .device/next/* 2>/dev/null
@@ -42,5 +47,19 @@ final)
   JS=1 bn deepseek-v3.2 8192,131072 1,4 ds
   JS=1 bn glm-5 8192,131072 1,4 glm
   MTP=1 bn deepseek-v3.2 8192 1 ds-mtp ;;
-*) echo "usage: s23.sh front|check|final" >&2; exit 2 ;;
+route)
+  (cd cuda/kernels && timeout 300 $D/kernels.test -test.v -test.count=1 -test.timeout=5m -test.run '^(TestKernelRouteIn|TestKernelSmallFast|TestKernelMoERoute|TestKernelTileVariantsBitwise)$' > $R/kernels.log 2>&1; echo "rc=$?" >> $R/kernels.log) &
+  (cd engine/gpu && timeout 300 $D/engine.test -test.v -test.count=1 -test.timeout=5m -test.run '^(TestGPURouteInEqual|TestGPUGreedyMatchesCPURouteIn)$' > $R/engine.log 2>&1; echo "rc=$?" >> $R/engine.log) &
+  wait
+  (cd cuda/kernels && TILERT_GPU_TIMING=1 timeout 240 $D/kernels.test -test.v -test.count=1 -test.timeout=4m -test.run '^TestKernelRouteInTiming$' > $R/timing.log 2>&1; echo "rc=$?" >> $R/timing.log)
+  for f in kernels engine timing; do cnt $f; done
+  grep -E ' us ' $R/timing.log | sed 's/^ *[a-z_]*_test.go:[0-9]*: //' >> $R/summary.txt
+  save
+  bn deepseek-v3.2 8192 1,4 ds-A
+  bn deepseek-v3.2 8192 1,4 ds-B TILERT_GPU_ROUTE_IN_GEMV=1
+  bn deepseek-v3.2 8192 1,4 ds-A2
+  bn glm-5 8192 1,4 glm-A
+  bn glm-5 8192 1,4 glm-B TILERT_GPU_ROUTE_IN_GEMV=1
+  bn glm-5 8192 1,4 glm-A2 ;;
+*) echo "usage: s23.sh front|check|final|route" >&2; exit 2 ;;
 esac

@@ -279,6 +279,10 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_MOE_NORM_FUSED", "0", true},
 		{"TILERT_GPU_MOE_NORM_FUSED", "1", true},
 		{"TILERT_GPU_MOE_NORM_FUSED", "off", false},
+		{"TILERT_GPU_ROUTE_IN_GEMV", "0", true},
+		{"TILERT_GPU_ROUTE_IN_GEMV", "1", true},
+		{"TILERT_GPU_ROUTE_IN_GEMV", "2", false},
+		{"TILERT_GPU_ROUTE_IN_GEMV", "on", false},
 	} {
 		err := switchValues(func(k string) string {
 			if k == c.name {

@@ -43,14 +43,14 @@ func ptxasRegisters(log string) map[string]string {
 }
 
 // routeInSpillMax bounds the routed kernels' spill stores (bytes, as ptxas
-// -v counts them): the plain gemv_tile_fp8_r8_m1_d16 already sits at the
-// 128 registers of two blocks an SM and spills 4 (NVRTC 12.9) / 8 (11.8)
-// bytes; its routed form 24 / 40, r4 and r2 0-8. More than this means the
+// -v counts them): the plain _d16 kernels already sit at the 128 registers
+// of two blocks an SM (r8 spills 4 bytes with NVRTC 12.9, 8 with 11.8; r2
+// 8 / 0); the routed r8 24 / 40, r4 and r2 0-8. More than this means the
 // weight loop's registers no longer fit: look before measuring.
 const routeInSpillMax = 64
 
 // TestNVRTCCompilesRouteIn: the routed gate/up kernels compile with this
-// NVRTC for sm_90 (TILERT_NVRTC picks the library: 11.8 and 12.9 both)
+// NVRTC for sm_90a / sm_90 (TILERT_NVRTC picks the library: 11.8 and 12.9)
 // within routeInSpillMax bytes of spills at the 128 registers two blocks an
 // SM allow; moe_route_rank beside them does not spill.
 func TestNVRTCCompilesRouteIn(t *testing.T) {
@@ -59,9 +59,14 @@ func TestNVRTCCompilesRouteIn(t *testing.T) {
 		t.Skipf("no NVRTC here, compile check skipped: %v", err)
 	}
 	src := routeInSource(t)
+	// The engine's arch on an H200: sm_90a where this NVRTC builds it (12+),
+	// else sm_90.
 	cubin := slices.Contains(nv.SupportedArchs(), 90)
 	arch := "compute_90"
-	if cubin {
+	switch {
+	case nv.CanCompileSM90a():
+		arch = "sm_90a"
+	case cubin:
 		arch = "sm_90"
 	}
 	_, log, err := nv.CompileLog(src, "moe_tile_route.cu", append(kernelOptions(arch), "-Xptxas", "-v"), cubin)

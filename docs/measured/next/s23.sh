@@ -1,7 +1,10 @@
 # Session 22's plan for the next device session (issue 10; NOT RUN). Binaries of main (tilert; kernels.test,
 # engine.test, decode.test, cuda.test, cupti.test for `check`) in .device/next, xz'd or not (the build line in
 # docs/measured/next/README.md). Ask `status` first.
-# Usage: bash docs/measured/next/s23.sh front|check|final|route
+# Usage: bash docs/measured/next/s23.sh ab|front|check|final|route
+#  ab (~8 min cold; session 23's first call): route's checks, then one A/B/A run of both candidates at 8192: the
+#        routing inside gate/up (TILERT_GPU_ROUTE_IN_GEMV=1) at 1 and 4 slots on both models, and q_b's cap / late
+#        fork on DeepSeek-V3.2 dims at 1 slot (front without its traces), then route's graph timing.
 #  front (~5 min cold): with session 22's one-block top-k (topk_radix_one_w ends ~6 us earlier), the attention front of
 #        DeepSeek-V3.2 dims at 8192, 1 slot is q_b on its capped side grid + absorb_q: q_b's side cap 2 / 0 and the
 #        late fork again (session 22 ran them only with the removed query prologue), A/B/A, then traced rows.
@@ -24,6 +27,27 @@ bn() { local m=$1 c=$2 b=$3 n=$4; shift 4; env X=1 "$@" timeout 150 $D/tilert be
 cnt() { echo "$1: $(grep -c -- '--- PASS' $R/$1.log) PASS, $(grep -c -- '--- FAIL' $R/$1.log) FAIL, $(grep -c -- '--- SKIP' $R/$1.log) SKIP; $(tail -1 $R/$1.log)" | tee -a $R/summary.txt; grep -E -- '--- FAIL' -A8 $R/$1.log | head -40 >> $R/summary.txt; }
 timeout 120 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm.txt 2>&1
 case "$P" in
+ab)
+  (cd cuda/kernels && timeout 240 $D/kernels.test -test.v -test.count=1 -test.timeout=4m -test.run '^(TestKernelRouteIn|TestKernelSmallFast|TestKernelMoERoute|TestKernelTileVariantsBitwise)$' > $R/kernels.log 2>&1; echo "rc=$?" >> $R/kernels.log) &
+  (cd engine/gpu && timeout 240 $D/engine.test -test.v -test.count=1 -test.timeout=4m -test.run '^(TestGPURouteInEqual|TestGPUGreedyMatchesCPURouteIn)$' > $R/engine.log 2>&1; echo "rc=$?" >> $R/engine.log) &
+  wait
+  for f in kernels engine; do cnt $f; done; save
+  bn deepseek-v3.2 8192 1 ds-A
+  bn deepseek-v3.2 8192 1 ds-route TILERT_GPU_ROUTE_IN_GEMV=1
+  bn deepseek-v3.2 8192 1 ds-cap2 TILERT_GPU_SIDE_CAP=q=2
+  bn deepseek-v3.2 8192 1 ds-cap0 TILERT_GPU_SIDE_CAP=q=0
+  bn deepseek-v3.2 8192 1 ds-late TILERT_GPU_SIDE_Q_AT=topk-all
+  bn deepseek-v3.2 8192 1 ds-A2
+  bn glm-5 8192 1 glm-A
+  bn glm-5 8192 1 glm-route TILERT_GPU_ROUTE_IN_GEMV=1
+  bn glm-5 8192 1 glm-A2
+  bn deepseek-v3.2 8192 4 ds4-A
+  bn deepseek-v3.2 8192 4 ds4-route TILERT_GPU_ROUTE_IN_GEMV=1
+  bn glm-5 8192 4 glm4-A
+  bn glm-5 8192 4 glm4-route TILERT_GPU_ROUTE_IN_GEMV=1
+  (cd cuda/kernels && TILERT_GPU_TIMING=1 timeout 100 $D/kernels.test -test.v -test.count=1 -test.timeout=2m -test.run '^TestKernelRouteInTiming$' > $R/timing.log 2>&1; echo "rc=$?" >> $R/timing.log)
+  cnt timing; grep -E ' us ' $R/timing.log | sed 's/^ *[a-z_]*_test.go:[0-9]*: //' >> $R/summary.txt
+  save ;;
 front)
   bn deepseek-v3.2 8192 1 ds-default
   bn deepseek-v3.2 8192 1 ds-cap2 TILERT_GPU_SIDE_CAP=q=2
@@ -61,5 +85,5 @@ route)
   bn glm-5 8192 1,4 glm-A
   bn glm-5 8192 1,4 glm-B TILERT_GPU_ROUTE_IN_GEMV=1
   bn glm-5 8192 1,4 glm-A2 ;;
-*) echo "usage: s23.sh front|check|final|route" >&2; exit 2 ;;
+*) echo "usage: s23.sh ab|front|check|final|route" >&2; exit 2 ;;
 esac

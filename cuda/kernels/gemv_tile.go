@@ -234,31 +234,6 @@ type tileLaunch struct {
 }
 
 func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
-	name, grid, G := k.tileConf(a)
-	return k.launch(name, grid, cuda.D1(tileThreads), 0, s, a.t0, a.ts0, a.t1, a.ts1, a.ids, a.slots,
-		a.w0, a.s0, a.w1, a.s1, a.x, a.ldx, max(1, a.xdiv), a.xsh, a.y, a.ldy, a.resid, a.N, a.K, a.M, G, b2i(TileRule >= 2))
-}
-
-// tileConf is the kernel, grid and group size of tile's launch of a (the
-// routed launch, route_in.go, picks its variant by the same rule).
-func (k *Set) tileConf(a tileLaunch) (name string, grid cuda.Dim3, G int) {
-	sms := k.c.Info().SMs
-	wt, G, R, v, gx := tileConfOn(sms, k.tileCap(), a)
-	if p, ok := k.tilePlan(a, a.w1 != 0 || a.t1 != 0); ok {
-		// One dense slot, not paired: rout is R.
-		capB := k.tileCap()
-		if p.B != 0 {
-			capB = p.B
-		}
-		G, R, v, gx = p.G, p.R, p.V, tilePlanGrid(p, a.N, sms, capB)
-	}
-	return fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), v), cuda.D3(gx, a.slots+a.dense, 1), G
-}
-
-// tileConfOn is tileConf's shape rule without the pinned plans, for a
-// device of sms SMs and a cap of capB blocks an SM: the weights' name, the
-// group size and rows, the variant and the blocks a slot.
-func tileConfOn(sms, capB int, a tileLaunch) (wt string, G, R int, v string, gx int) {
 	esize, wt := 1, "fp8"
 	if a.bf16 {
 		esize, wt = 2, "bf16"
@@ -269,15 +244,27 @@ func tileConfOn(sms, capB int, a tileLaunch) (wt string, G, R int, v string, gx 
 	if a.shapeSlots > 0 {
 		shapeAs = a.shapeSlots
 	}
-	G, R = tileShape(sms, a.N, a.K*esize, a.M, shapeAs, pair)
+	G, R := tileShape(k.c.Info().SMs, a.N, a.K*esize, a.M, shapeAs, pair)
 
 	rout := R
 	if pair {
 		rout = R / 2
 	}
-	v = tileVariant(G, R, a.K*esize, a.M, esize)
-	gx = tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), capB, sms, nslots)
-	return wt, G, R, v, gx
+	v := tileVariant(G, R, a.K*esize, a.M, esize)
+	sms := k.c.Info().SMs
+	gx := tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), k.tileCap(), sms, nslots)
+	if p, ok := k.tilePlan(a, pair); ok {
+		// One dense slot, not paired: rout is R.
+		capB := k.tileCap()
+		if p.B != 0 {
+			capB = p.B
+		}
+		G, R, v, gx = p.G, p.R, p.V, tilePlanGrid(p, a.N, sms, capB)
+	}
+	name := fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), v)
+	grid := cuda.D3(gx, nslots, 1)
+	return k.launch(name, grid, cuda.D1(tileThreads), 0, s, a.t0, a.ts0, a.t1, a.ts1, a.ids, a.slots,
+		a.w0, a.s0, a.w1, a.s1, a.x, a.ldx, max(1, a.xdiv), a.xsh, a.y, a.ldy, a.resid, a.N, a.K, a.M, G, b2i(TileRule >= 2))
 }
 
 func checkTile(N, K, M, ldx, ldy int) error {
@@ -364,31 +351,21 @@ func (k *Set) ExpertsFP8(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv, xsh int, t,
 // launch over all of them.
 func (k *Set) ExpertsFP8Shaped(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int,
 	w, ws [2]cuda.DevPtr, dense, N, K, shapeSlots int) error {
-	a, err := expertsArgs(y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K, shapeSlots)
-	if err != nil {
-		return err
-	}
-	return k.tile(s, a)
-}
-
-// expertsArgs checks ExpertsFP8Shaped's arguments and returns its launch.
-func expertsArgs(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int,
-	w, ws [2]cuda.DevPtr, dense, N, K, shapeSlots int) (tileLaunch, error) {
 	if N <= 0 || K <= 0 || slots < 0 || dense < 0 || slots+dense == 0 || xdiv <= 0 || xsh < 0 || ldx < K {
-		return tileLaunch{}, errors.Newf("experts: N=%d K=%d slots=%d dense=%d xdiv=%d xsh=%d ldx=%d", N, K, slots, dense, xdiv, xsh, ldx)
+		return errors.Newf("experts: N=%d K=%d slots=%d dense=%d xdiv=%d xsh=%d ldx=%d", N, K, slots, dense, xdiv, xsh, ldx)
 	}
 	if slots > 0 && (t[0] == 0 || ids == 0) || dense > 0 && w[0] == 0 {
-		return tileLaunch{}, errors.Newf("experts: %d routed slots need tables and ids, %d dense slots weights", slots, dense)
+		return errors.Newf("experts: %d routed slots need tables and ids, %d dense slots weights", slots, dense)
 	}
 	if slots > 0 && dense > 0 && (t[1] == 0) != (w[1] == 0) {
-		return tileLaunch{}, errors.Newf("experts: gate-up pairing must hold for routed and dense slots alike")
+		return errors.Newf("experts: gate-up pairing must hold for routed and dense slots alike")
 	}
 	if !TileOK(x, K, ldx, 1) {
-		return tileLaunch{}, errors.Newf("experts: K=%d ldx=%d x=%#x: needs K %% 16 == 0, ldx %% 4 == 0 and aligned x", K, ldx, uint64(x))
+		return errors.Newf("experts: K=%d ldx=%d x=%#x: needs K %% 16 == 0, ldx %% 4 == 0 and aligned x", K, ldx, uint64(x))
 	}
-	return tileLaunch{t0: t[0], ts0: ts[0], t1: t[1], ts1: ts[1], ids: ids, slots: slots,
+	return k.tile(s, tileLaunch{t0: t[0], ts0: ts[0], t1: t[1], ts1: ts[1], ids: ids, slots: slots,
 		w0: w[0], s0: ws[0], w1: w[1], s1: ws[1], dense: dense, x: x, ldx: ldx, xdiv: xdiv, xsh: xsh, y: y, ldy: N, N: N, K: K, M: 1,
-		shapeSlots: shapeSlots}, nil
+		shapeSlots: shapeSlots})
 }
 
 // MoECombineSlots is MoECombine for M rows: out[m][n] = resid[m][n] (0 if

@@ -293,17 +293,6 @@ func (k *Set) EmbedBF16Checked(s cuda.Stream, out, table, ids cuda.DevPtr, T, D,
 	return k.launch("embed_bf16_checked", cuda.D1(T), cuda.D1(256), 0, s, table, ids, out, D, V)
 }
 
-// checkRoute refuses a routing of T rows that moe_route cannot run.
-func checkRoute(T, E, K, ngroup, topkGroup int) error {
-	if T <= 0 || E <= 0 || E > maxRouteExperts || K <= 0 || K > min(E, maxRouteTopK) || ngroup > maxRouteGroups {
-		return errors.Newf("moe_route: T=%d E=%d K=%d ngroup=%d (E<=%d, K<=%d, ngroup<=%d)", T, E, K, ngroup, maxRouteExperts, maxRouteTopK, maxRouteGroups)
-	}
-	if ngroup > 1 && (E%ngroup != 0 || topkGroup <= 0) {
-		return errors.Newf("moe_route: E=%d not divisible into %d groups or topk_group=%d", E, ngroup, topkGroup)
-	}
-	return nil
-}
-
 // MoECombine computes out[n] = resid[n] + sum_j w[j]*y[j][n] for kslots rows
 // of N (resid may be 0 or alias out).
 func (k *Set) MoECombine(s cuda.Stream, out, y, w, resid cuda.DevPtr, kslots, N int) error {
@@ -317,8 +306,11 @@ func (k *Set) MoECombine(s cuda.Stream, out, y, w, resid cuda.DevPtr, kslots, N 
 // [E] (e_score_correction_bias, may be 0). Writes idx [T][K] int32 and wts
 // [T][K] float32 (see moe.cu for the exact rule).
 func (k *Set) MoERoute(s cuda.Stream, idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
-	if err := checkRoute(T, E, K, ngroup, topkGroup); err != nil {
-		return err
+	if T <= 0 || E <= 0 || E > maxRouteExperts || K <= 0 || K > min(E, maxRouteTopK) || ngroup > maxRouteGroups {
+		return errors.Newf("moe_route: T=%d E=%d K=%d ngroup=%d (E<=%d, K<=%d, ngroup<=%d)", T, E, K, ngroup, maxRouteExperts, maxRouteTopK, maxRouteGroups)
+	}
+	if ngroup > 1 && (E%ngroup != 0 || topkGroup <= 0) {
+		return errors.Newf("moe_route: E=%d not divisible into %d groups or topk_group=%d", E, ngroup, topkGroup)
 	}
 	nv := 0
 	if norm {

@@ -59,9 +59,6 @@ var pdlKernels = setOf(
 	"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16",
 	"gemv_tile_fp8_r4_m1_o4", "gemv_tile_fp8_r8_m1_o4",
 	"moe_combine_slots",
-	// moe_tile_route.cu: the gate/up with the routing inside (it reads
-	// the router's logits after the wait)
-	"gemv_tile_fp8_r2_m1_d16_route", "gemv_tile_fp8_r4_m1_d16_route", "gemv_tile_fp8_r8_m1_d16_route",
 	// norm.cu: the fused MoE combine + add + RMSNorm (sm_90 clusters)
 	"moe_combine_norm_cl",
 	// gemv_tile_group.cu

@@ -69,10 +69,6 @@ type device interface {
 	// shapeSlots slots (kernels.ExpertsFP8Shaped): the same bits per slot
 	// as that launch.
 	expertsShaped(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K, shapeSlots int) error
-	// expertsRouted is moeRoute of rt's rows (slots / rt.K) then
-	// expertsShaped with xdiv = rt.K and ids = rt.Idx, the routing inside
-	// the launch where it fits (kernels.ExpertsFP8Routed; the same bits).
-	expertsRouted(y, x cuda.DevPtr, ldx, xsh int, t, ts [2]cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K, shapeSlots int, rt kernels.RouteIn) error
 	// moeCombineSlots is moeCombine over M rows of k slots each, resid rows
 	// of N (kernels.MoECombineSlots).
 	moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error
@@ -483,10 +479,6 @@ func (b *cudaDevice) expertsShaped(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [
 	return b.k.ExpertsFP8Shaped(b.s, y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K, shapeSlots)
 }
 
-func (b *cudaDevice) expertsRouted(y, x cuda.DevPtr, ldx, xsh int, t, ts [2]cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K, shapeSlots int, rt kernels.RouteIn) error {
-	return b.k.ExpertsFP8Routed(b.s, y, x, ldx, xsh, t, ts, slots, w, ws, dense, N, K, shapeSlots, rt)
-}
-
 func (b *cudaDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error {
 	return b.k.MoECombineSlots(b.s, out, y, w, resid, M, k, N)
 }
@@ -820,20 +812,6 @@ var epiRowsOn = os.Getenv("TILERT_GPU_EPI_ROWS") != "0"
 // cost ~5.5 us a layer in the H200 profile); TILERT_GPU_MOE_NORM_FUSED=0
 // keeps moeCombineSlots then addRMSNorm.
 var moeNormOn = os.Getenv("TILERT_GPU_MOE_NORM_FUSED") != "0"
-
-// routeInOn: TILERT_GPU_ROUTE_IN_GEMV=1 runs a MoE layer's routing of 1..
-// routeInMaxRows rows inside the experts' gate/up launch
-// (kernels.ExpertsFP8Routed: every block routes its row after its PDL
-// wait, moe_route_rank_row's code, so the same ids, weights and sums),
-// dropping moe_route_rank's launch from the chain router -> routing ->
-// gate/up. Off by default: not yet measured on a GPU (cuda/kernels/NOTES.md
-// "The routing inside the experts' gate/up").
-var routeInOn = os.Getenv("TILERT_GPU_ROUTE_IN_GEMV") == "1"
-
-// routeInMaxRows is the most rows whose routing routeInOn moves: each
-// block routes one row, so the routing's cost does not grow with the rows,
-// but past a few rows moe_route_rank's blocks run side by side anyway.
-const routeInMaxRows = 4
 
 // mlaPrefillOn: TILERT_GPU_MLA_PREFILL runs the fp8 MLA of a slot's group
 // of at least mlaPrefillMinRows rows (a prefill chunk) on mlaPrefill

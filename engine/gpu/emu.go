@@ -264,19 +264,6 @@ func (m *emuDevice) expertsShaped(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2
 	return m.experts(y, x, ldx, xdiv, xsh, t, ts, ids, slots, w, ws, dense, N, K)
 }
 
-// expertsRouted is kernels.ExpertsFP8Routed's contract: the routing of
-// slots / rt.K rows (moeRoute), then experts with slot j on row j / rt.K.
-func (m *emuDevice) expertsRouted(y, x cuda.DevPtr, ldx, xsh int, t, ts [2]cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K, _ int, rt kernels.RouteIn) error {
-	if slots <= 0 || rt.K <= 0 || slots%rt.K != 0 || rt.Idx == 0 || rt.Wts == 0 || rt.Logits == 0 {
-		return errors.Newf("emu experts routed: %d slots of K=%d (whole rows), idx %#x wts %#x logits %#x", slots, rt.K,
-			uint64(rt.Idx), uint64(rt.Wts), uint64(rt.Logits))
-	}
-	if err := m.moeRoute(rt.Idx, rt.Wts, rt.Logits, rt.Bias, slots/rt.K, rt.E, rt.K, rt.NGroup, rt.TopKGroup, rt.Norm, rt.Scale); err != nil {
-		return err
-	}
-	return m.experts(y, x, ldx, rt.K, xsh, t, ts, rt.Idx, slots, w, ws, dense, N, K)
-}
-
 // experts is kernels.ExpertsFP8 slot by slot.
 func (m *emuDevice) experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.DevPtr, ids cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K int) error {
 	if N <= 0 || K <= 0 || slots < 0 || dense < 0 || xdiv <= 0 || ldx < K {

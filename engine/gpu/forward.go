@@ -363,9 +363,6 @@ type fwd struct {
 	// before the MLA (side.go); sideSh: the shared expert does, joined
 	// before the MoE's combine.
 	sideQ, sideSh bool
-	// routeIn: the routing of this MoE layer runs inside the experts'
-	// gate/up launch (routeInOK); route then queues the router GEMV alone.
-	routeIn bool
 	// qPending: q_b and the query absorption wait for the indexer's scores
 	// launch, to fork beside its top-k (qLate); attnOut runs them in line
 	// if nothing forked them.
@@ -428,7 +425,6 @@ func (f *fwd) moe(lw *dlayer) {
 	c := f.e.cfg
 	H := c.HiddenSize
 	f.sideSh = f.sharedBeside(lw)
-	f.routeIn = f.routeInOK(lw)
 	f.route(lw)
 	switch {
 	case f.groupedMoE():
@@ -444,36 +440,14 @@ func (f *fwd) moe(lw *dlayer) {
 }
 
 // route runs the router GEMV and the routing of ws.h into ws.eidx and
-// ws.ewts (with f.routeIn, moeTile's gate/up launch does the routing).
+// ws.ewts.
 func (f *fwd) route(lw *dlayer) {
 	e, o, ws := f.e, f.o, f.e.ws
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
-	E := c.NRoutedExperts
-	o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
-	if f.routeIn {
-		return
-	}
-	o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, c.NumExpertsPerTok, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
-}
-
-// routeInOK says whether the layer's routing runs inside the experts'
-// gate/up launch (TILERT_GPU_ROUTE_IN_GEMV=1, routeInOn): 1..routeInMaxRows
-// rows, the tile experts in one round (moe's moeTile case), the router a
-// bf16 GEMV (the routing then follows one launch on the critical path).
-func (f *fwd) routeInOK(lw *dlayer) bool {
-	c := f.e.cfg
-	M := f.M
-	return routeInOn && M >= 1 && M <= routeInMaxRows && !f.groupedMoE() && gemvTileOn &&
-		c.HiddenSize%16 == 0 && c.MoEIntermediateSize%16 == 0 && lw.Router.kind == linBF16 && !useGemm(lw.Router, M)
-}
-
-// routeInArgs is the routing of rows r.. for expertsRouted.
-func (f *fwd) routeInArgs(lw *dlayer, r int) kernels.RouteIn {
-	c, ws := f.e.cfg, f.e.ws
 	E, K := c.NRoutedExperts, c.NumExpertsPerTok
-	return kernels.RouteIn{Idx: fptr(ws.eidx, r*K), Wts: fptr(ws.ewts, r*K), Logits: fptr(ws.rlog, r*E), Bias: lw.Bias,
-		E: E, K: K, NGroup: c.NGroup, TopKGroup: c.TopKGroup, Norm: c.NormTopKProb, Scale: float32(c.RoutedScalingFactor)}
+	o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
+	o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
 }
 
 // tileShared says whether moeTile runs the shared expert as dense slots of
@@ -562,8 +536,8 @@ func (f *fwd) moeTile(lw *dlayer) {
 	// The shared expert rides along when it has the routed experts' shape
 	// (in its own launches on the side stream when sideSh).
 	shared := f.tileShared(lw)
-	beside, routeIn := f.sideSh, f.routeIn
-	f.sideSh, f.routeIn = false, false
+	beside := f.sideSh
+	f.sideSh = false
 	for r := 0; r < M && o.err == nil; r += kernels.MaxTileM {
 		m := min(kernels.MaxTileM, M-r)
 		slots, dense := m*K, 0
@@ -574,28 +548,18 @@ func (f *fwd) moeTile(lw *dlayer) {
 			dw, ds = [2]cuda.DevPtr{lw.ShDown.w}, [2]cuda.DevPtr{lw.ShDown.s}
 		}
 		ids := fptr(ws.eidx, r*K)
-		gT, gS := [2]cuda.DevPtr{lw.expW[0], lw.expW[1]}, [2]cuda.DevPtr{lw.expS[0], lw.expS[1]}
 		if beside {
 			// The shared expert's rows are already on the side stream
 			// (sharedBeside): the routed slots alone, shaped as the launch
 			// with them, then the join.
-			if routeIn {
-				o.do(o.b.expertsRouted(ws.eg, fptr(ws.h, r*H), H, 0, gT, gS, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, MI, H,
-					slots+dense, f.routeInArgs(lw, r)))
-			} else {
-				o.do(o.b.expertsShaped(ws.eg, fptr(ws.h, r*H), H, K, 0, gT, gS, ids, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, MI, H, slots+dense))
-			}
+			o.do(o.b.expertsShaped(ws.eg, fptr(ws.h, r*H), H, K, 0, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]},
+				[2]cuda.DevPtr{lw.expS[0], lw.expS[1]}, ids, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, MI, H, slots+dense))
 			o.do(o.b.expertsShaped(ws.ey, ws.eg, MI, 1, slots, [2]cuda.DevPtr{lw.expW[2]}, [2]cuda.DevPtr{lw.expS[2]}, ids, slots,
 				[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, H, MI, slots+dense))
 			o.do(o.b.join())
 		} else {
-			if routeIn {
-				// xsh 0 as experts': the dense slots' rows follow the routed
-				// ones from row 0 of this round.
-				o.do(o.b.expertsRouted(ws.eg, fptr(ws.h, r*H), H, 0, gT, gS, slots, gw, gs, dense, MI, H, 0, f.routeInArgs(lw, r)))
-			} else {
-				o.do(o.b.experts(ws.eg, fptr(ws.h, r*H), H, K, 0, gT, gS, ids, slots, gw, gs, dense, MI, H))
-			}
+			o.do(o.b.experts(ws.eg, fptr(ws.h, r*H), H, K, 0, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]}, [2]cuda.DevPtr{lw.expS[0], lw.expS[1]},
+				ids, slots, gw, gs, dense, MI, H))
 			o.do(o.b.experts(ws.ey, ws.eg, MI, 1, slots, [2]cuda.DevPtr{lw.expW[2]}, [2]cuda.DevPtr{lw.expS[2]}, ids, slots, dw, ds, dense, H, MI))
 		}
 		resid := cuda.DevPtr(0)

@@ -429,19 +429,6 @@ func (gb *graphDevice) expertsShaped(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts
 	return gb.shaped(slots+dense, N, K)
 }
 
-func (gb *graphDevice) expertsRouted(y, x cuda.DevPtr, ldx, xsh int, t, ts [2]cuda.DevPtr, slots int, w, ws [2]cuda.DevPtr, dense, N, K, shapeSlots int, rt kernels.RouteIn) error {
-	per := int64(1)
-	if t[1] != 0 || w[1] != 0 {
-		per = 2
-	}
-	_ = gb.rec("expertsRouted", per*int64(slots+dense)*int64(N)*int64(K), func(b device) error {
-		return b.expertsRouted(y, x, ldx, xsh, t, ts, slots, w, ws, dense, N, K, shapeSlots, rt)
-	}, ku(y), ku(x), ki(ldx), ki(xsh), ku(t[0]), ku(t[1]), ku(ts[0]), ku(ts[1]), ki(slots),
-		ku(w[0]), ku(w[1]), ku(ws[0]), ku(ws[1]), ki(dense), ki(N), ki(K), ki(shapeSlots),
-		ku(rt.Idx), ku(rt.Wts), ku(rt.Logits), ku(rt.Bias), ki(rt.E), ki(rt.K), ki(rt.NGroup), ki(rt.TopKGroup), kb(rt.Norm), kf(rt.Scale))
-	return gb.shaped(slots+dense, N, K)
-}
-
 func (gb *graphDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error {
 	return gb.rec("moeCombine", int64(4*M*(k+2)*N), func(b device) error { return b.moeCombineSlots(out, y, w, resid, M, k, N) },
 		ku(out), ku(y), ku(w), ku(resid), ki(M), ki(k), ki(N))

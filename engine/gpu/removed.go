@@ -66,6 +66,13 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_IDX_QPRO", keep: []string{"0"},
 		what: "the indexer query prepared inside the scores kernel (indexer_scores_mma_pfq, attn_epilogue_norm) was removed in session 22: measured on the H200 it was slower (graph-timed 13.66 against 6.74 us after wq_b at 8192 keys; decode p50 at 8192, 1 slot: DeepSeek-V3.2 dims 2.707 against 2.688 ms, GLM-5 dims 2.764 against 2.717)",
 		hint: `: attn_epilogue prepares the query before indexer_scores_mma_pf (the default); the code last exists at 7599143, the record is in cuda/kernels/NOTES.md "The indexer query in the scores' prologue"`},
+	// TILERT_GPU_ROUTE_IN_GEMV=1 routed a MoE layer inside the experts'
+	// gate/up launch (gemv_tile_fp8_r*_m1_d16_route: every block ranked the
+	// router's logits itself, helper routein, session 22); correct, slower
+	// in session 23, removed.
+	{name: "TILERT_GPU_ROUTE_IN_GEMV", keep: zero,
+		what: "the routing inside the experts' gate/up launch (gemv_tile_fp8_r*_m1_d16_route) was removed in session 23: measured on the H200 it was slower (graph-timed router -> gate/up, DeepSeek-V3.2 1 row, uncapped: 85.13 against 71.03 us for the three launches; decode p50 at 8192: DeepSeek-V3.2 dims 1 slot 2.785 against 2.661 ms, 4 slots 6.032 against 5.514; GLM-5 dims 1 slot 2.892 against 2.699, 4 slots 6.006 against 5.315)",
+		hint: `: moe_route_rank routes in its own launch before the gate/up (the default); the code last exists at 6ef9bd6, the record is in cuda/kernels/NOTES.md "The routing inside the experts' gate/up"`},
 	// TILERT_GPU_TOPK_ONE=v1 ran the one-block top-k on its first kernel
 	// (topk_radix_one8/16/32: block_excl_scan's scans, both 10-bit passes
 	// always) instead of topk_radix_one_w (session 22, helper topk1): the
@@ -195,8 +202,6 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
 		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},
 			"unset it (or 1) for a decode MoE layer's combine fused with the next add + RMSNorm (one launch), 0 for the two launches"},
-		{"TILERT_GPU_ROUTE_IN_GEMV", []string{"", "0", "1"},
-			"unset it (or 0) for the router GEMV, moe_route_rank and the experts' gate/up as three launches (the default), 1 for the routing inside the gate/up launch at 1..4 rows"},
 	} {
 		if v := getenv(sw.name); !slices.Contains(sw.known, v) {
 			return errors.WithHint(errors.Newf("%s=%q: not a value this switch knows", sw.name, v), sw.hint)

@@ -81,6 +81,8 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_IDX_F8": "wg"}, `TILERT_GPU_IDX_F8="wg"`},
 		{map[string]string{"TILERT_GPU_IDX_MMA": "0", "TILERT_GPU_TOPK_ONE": "0"}, ""},
 		{map[string]string{"TILERT_GPU_TOPK_ONE": "1"}, ""},
+		{map[string]string{"TILERT_GPU_ROUTE_IN_GEMV": "0"}, ""},
+		{map[string]string{"TILERT_GPU_ROUTE_IN_GEMV": "1"}, `TILERT_GPU_ROUTE_IN_GEMV="1"`},
 		{map[string]string{"TILERT_GPU_TOPK_ONE": "v1"}, `TILERT_GPU_TOPK_ONE="v1"`},
 		{map[string]string{"TILERT_GPU_TOPK_ONE": "0", "TILERT_GPU_TOPK_FAST": "2"}, `TILERT_GPU_TOPK_FAST="2"`},
 		{map[string]string{"TILERT_GPU_FUSE": "0"}, ""},
@@ -193,6 +195,8 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_ABSORB_V_PRE", "ca9fc3f", "cuda/kernels/NOTES.md"}},
 	"TILERT_GPU_IDX_QPRO": {{"removed in session 22", "13.66 against 6.74 us", "2.764 against 2.717"},
 		{"unset TILERT_GPU_IDX_QPRO", "7599143", "cuda/kernels/NOTES.md"}},
+	"TILERT_GPU_ROUTE_IN_GEMV": {{"removed in session 23", "85.13 against 71.03 us", "2.785 against 2.661 ms", "2.892 against 2.699"},
+		{"unset TILERT_GPU_ROUTE_IN_GEMV", "6ef9bd6", "cuda/kernels/NOTES.md"}},
 	"TILERT_GPU_TOPK_ONE": {{"removed in session 22", "topk_radix_one8/16/32", "13.40 -> 6.19 us", "2.692 -> 2.688 ms", "5.597 -> 5.523", "2.745 -> 2.717", "5.360 -> 5.316"},
 		{"unset TILERT_GPU_TOPK_ONE", "topk_radix_one_w", "set it to 0", "e0514ba", "cuda/kernels/NOTES.md", `"topk_radix_one_w"`}},
 	"TILERT_GPU_ROUTE_FUSED": {{"removed in session 20", "7.71 -> 8.45 us", "10.75 -> 24.30"},
@@ -279,10 +283,6 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_MOE_NORM_FUSED", "0", true},
 		{"TILERT_GPU_MOE_NORM_FUSED", "1", true},
 		{"TILERT_GPU_MOE_NORM_FUSED", "off", false},
-		{"TILERT_GPU_ROUTE_IN_GEMV", "0", true},
-		{"TILERT_GPU_ROUTE_IN_GEMV", "1", true},
-		{"TILERT_GPU_ROUTE_IN_GEMV", "2", false},
-		{"TILERT_GPU_ROUTE_IN_GEMV", "on", false},
 	} {
 		err := switchValues(func(k string) string {
 			if k == c.name {
@@ -316,6 +316,7 @@ var removedGolden = []struct{ name, v string }{
 	{"TILERT_GPU_ABSORB_V_PRE", "1"},
 	{"TILERT_GPU_IDX_QPRO", "1"},
 	{"TILERT_GPU_TOPK_ONE", "v1"},
+	{"TILERT_GPU_ROUTE_IN_GEMV", "1"},
 	{"TILERT_GPU_ABSORB_COMB", "1"},
 	{"TILERT_GPU_TOPK_FAST", "2"}, {"TILERT_GPU_TOPK_FAST", `a"b`},
 	{"TILERT_GPU_SIDE_MOE", "route"}, {"TILERT_GPU_SIDE_MOE", "0"},

@@ -1,21 +1,14 @@
-# Session 22's plan for the next device session (issue 10; NOT RUN). Binaries of main (tilert; kernels.test,
-# engine.test, decode.test, cuda.test, cupti.test for `check`) in .device/next, xz'd or not (the build line in
-# docs/measured/next/README.md). Ask `status` first.
-# Usage: bash docs/measured/next/s23.sh ab|front|check|final|route
-#  ab (~8 min cold; session 23's first call): route's checks, then one A/B/A run of both candidates at 8192: the
-#        routing inside gate/up (TILERT_GPU_ROUTE_IN_GEMV=1) at 1 and 4 slots on both models, and q_b's cap / late
-#        fork on DeepSeek-V3.2 dims at 1 slot (front without its traces), then route's graph timing.
-#  front (~5 min cold): with session 22's one-block top-k (topk_radix_one_w ends ~6 us earlier), the attention front of
-#        DeepSeek-V3.2 dims at 8192, 1 slot is q_b on its capped side grid + absorb_q: q_b's side cap 2 / 0 and the
-#        late fork again (session 22 ran them only with the removed query prologue), A/B/A, then traced rows.
+# Session 23's device plan (issue 10). Binaries of main (tilert; kernels.test, engine.test, decode.test, cuda.test,
+# cupti.test for `check`) in .device/next, xz'd or not (the build line in docs/measured/next/README.md). Ask `status`.
+# Usage: bash docs/measured/next/s23.sh ab|check|final
+#  ab (RAN as session 23 call A, 334 s, on 4539646): helper routein's checks, then one A/B/A run at 8192: the routing
+#        inside the experts' gate/up (TILERT_GPU_ROUTE_IN_GEMV=1, since removed) at 1 and 4 slots on both models,
+#        q_b's side cap 2 / 0 and the late fork on DeepSeek-V3.2 dims at 1 slot, then the routed chain's graph timing.
 #  check (~8 min, two parts in parallel): make gpu-check's correctness parts whole (the kernel checks: the top-k
-#        changed; the engine's ^TestGPU; the decode node's handoff; cuda; cupti).
-#  final (~4 min): the README's rows on the last default, both models, and the MTP step.
-#  route (~9 min cold; helper routein, branch routein, NOT RUN): the routing inside the experts' gate/up
-#        (TILERT_GPU_ROUTE_IN_GEMV=1, cu/moe_tile_route.cu, default off): its kernel checks and the engine's GPU
-#        equality checks (in parallel), the graph-timed chain router -> moe_route_rank -> gate/up against
-#        router -> routed gate/up (both models, 1 and 4 rows, cap 0/2, PDL/plain), then the step A/B/A at 8192,
-#        1 and 4 slots, both models (A unset, B =1). Keep it only if the step is faster on both.
+#        changed in session 22; the engine's ^TestGPU; the decode node's handoff; cuda; cupti).
+#  final (~5 min): the README's rows on the last default (both models, 8192 and 131072, 1 and 4 slots; the MTP
+#        step), GLM-5's q chain forked at q_a again (the one-block top-k is 6 us now: session 17's late fork for
+#        GLM-5 at 8192 was measured against the 13 us one), uncapped and capped, A/B/A; a traced step of each model.
 set -x
 if ls .device/next/*.xz >/dev/null 2>&1; then (cd .device/next && for f in *.xz; do xz -d -f "$f"; done); fi
 chmod +x .device/next/* 2>/dev/null
@@ -48,15 +41,6 @@ ab)
   (cd cuda/kernels && TILERT_GPU_TIMING=1 timeout 100 $D/kernels.test -test.v -test.count=1 -test.timeout=2m -test.run '^TestKernelRouteInTiming$' > $R/timing.log 2>&1; echo "rc=$?" >> $R/timing.log)
   cnt timing; grep -E ' us ' $R/timing.log | sed 's/^ *[a-z_]*_test.go:[0-9]*: //' >> $R/summary.txt
   save ;;
-front)
-  bn deepseek-v3.2 8192 1 ds-default
-  bn deepseek-v3.2 8192 1 ds-cap2 TILERT_GPU_SIDE_CAP=q=2
-  bn deepseek-v3.2 8192 1 ds-cap0 TILERT_GPU_SIDE_CAP=q=0
-  bn deepseek-v3.2 8192 1 ds-late TILERT_GPU_SIDE_Q_AT=topk-all
-  bn deepseek-v3.2 8192 1 ds-default2
-  TL=1 bn deepseek-v3.2 8192 1 tl-ds-default
-  TL=1 bn glm-5 8192 1 tl-glm-default
-  xz -T4 $R/*.json 2>/dev/null; save ;;
 check)
   export TILERT_GPU_REPORT=$R/report.txt TILERT_ENGINE_REPORT=$R/engine-report.txt
   (cd cuda && timeout 120 $D/cuda.test -test.v -test.count=1 -test.timeout=2m > $R/cuda.log 2>&1; echo "rc=$?" >> $R/cuda.log)
@@ -70,20 +54,13 @@ check)
 final)
   JS=1 bn deepseek-v3.2 8192,131072 1,4 ds
   JS=1 bn glm-5 8192,131072 1,4 glm
-  MTP=1 bn deepseek-v3.2 8192 1 ds-mtp ;;
-route)
-  (cd cuda/kernels && timeout 300 $D/kernels.test -test.v -test.count=1 -test.timeout=5m -test.run '^(TestKernelRouteIn|TestKernelSmallFast|TestKernelMoERoute|TestKernelTileVariantsBitwise)$' > $R/kernels.log 2>&1; echo "rc=$?" >> $R/kernels.log) &
-  (cd engine/gpu && timeout 300 $D/engine.test -test.v -test.count=1 -test.timeout=5m -test.run '^(TestGPURouteInEqual|TestGPUGreedyMatchesCPURouteIn)$' > $R/engine.log 2>&1; echo "rc=$?" >> $R/engine.log) &
-  wait
-  (cd cuda/kernels && TILERT_GPU_TIMING=1 timeout 240 $D/kernels.test -test.v -test.count=1 -test.timeout=4m -test.run '^TestKernelRouteInTiming$' > $R/timing.log 2>&1; echo "rc=$?" >> $R/timing.log)
-  for f in kernels engine timing; do cnt $f; done
-  grep -E ' us ' $R/timing.log | sed 's/^ *[a-z_]*_test.go:[0-9]*: //' >> $R/summary.txt
-  save
-  bn deepseek-v3.2 8192 1,4 ds-A
-  bn deepseek-v3.2 8192 1,4 ds-B TILERT_GPU_ROUTE_IN_GEMV=1
-  bn deepseek-v3.2 8192 1,4 ds-A2
-  bn glm-5 8192 1,4 glm-A
-  bn glm-5 8192 1,4 glm-B TILERT_GPU_ROUTE_IN_GEMV=1
-  bn glm-5 8192 1,4 glm-A2 ;;
-*) echo "usage: s23.sh ab|front|check|final|route" >&2; exit 2 ;;
+  MTP=1 bn deepseek-v3.2 8192 1 ds-mtp
+  bn glm-5 8192 1 glm-A
+  bn glm-5 8192 1 glm-qa TILERT_GPU_SIDE_Q_AT=qa
+  bn glm-5 8192 1 glm-qa-cap2 TILERT_GPU_SIDE_Q_AT=qa TILERT_GPU_SIDE_CAP=q=2
+  bn glm-5 8192 1 glm-A2
+  TL=1 bn deepseek-v3.2 8192 1 tl-ds
+  TL=1 bn glm-5 8192 1 tl-glm
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+*) echo "usage: s23.sh ab|check|final" >&2; exit 2 ;;
 esac

@@ -6,6 +6,9 @@
 #        q_b's side cap 2 / 0 and the late fork on DeepSeek-V3.2 dims at 1 slot, then the routed chain's graph timing.
 #  check (~8 min, two parts in parallel): make gpu-check's correctness parts whole (the kernel checks: the top-k
 #        changed in session 22; the engine's ^TestGPU; the decode node's handoff; cuda; cupti).
+#  side (~4 min; session 23 call D): the MoE fork's settings again on today's defaults, A/B/A at 8192, 1 slot, both
+#        models: the shared expert on the main stream (TILERT_GPU_SIDE=q), its side GEMVs uncapped (SIDE_CAP=sh=0),
+#        the side stream's launches programmatic (SIDE_PDL=1); last measured in sessions 11-16 on older defaults.
 #  final (~5 min): the README's rows on the last default (both models, 8192 and 131072, 1 and 4 slots; the MTP
 #        step), GLM-5's q chain forked at q_a again (the one-block top-k is 6 us now: session 17's late fork for
 #        GLM-5 at 8192 was measured against the 13 us one), uncapped and capped, A/B/A; a traced step of each model.
@@ -62,5 +65,13 @@ final)
   TL=1 bn deepseek-v3.2 8192 1 tl-ds
   TL=1 bn glm-5 8192 1 tl-glm
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
-*) echo "usage: s23.sh ab|check|final" >&2; exit 2 ;;
+side)
+  for m in deepseek-v3.2 glm-5; do
+    bn $m 8192 1 $m-A
+    bn $m 8192 1 $m-sideq TILERT_GPU_SIDE=q
+    bn $m 8192 1 $m-sh0 TILERT_GPU_SIDE_CAP=sh=0
+    bn $m 8192 1 $m-sidepdl TILERT_GPU_SIDE_PDL=1
+    bn $m 8192 1 $m-A2
+  done ;;
+*) echo "usage: s23.sh ab|check|final|side" >&2; exit 2 ;;
 esac

@@ -10,16 +10,7 @@
 #        (TILERT_GPU_SIDE_CAP=sh=0: -5 / -6 us a step there, inside the spread), A/B/A/B at 8192, 1 slot on both
 #        models and A/B at 4 slots; change sideCapFor's default only if both models gain in both pairs.
 #  final (~5 min): the README's rows, GLM-5's q_a fork A/B/A, traced steps (as session 23 call C).
-set -x
-if ls .device/next/*.xz >/dev/null 2>&1; then (cd .device/next && for f in *.xz; do xz -d -f "$f"; done); fi
-chmod +x .device/next/* 2>/dev/null
-D=$PWD/.device/next
-P=$1; R=/tmp/s24-$P; rm -rf $R; mkdir -p $R
-export TILERT_KERNEL_CACHE=/tmp/tilert-kernels
-save() { tar czf $OUT/s24-$P.tgz -C $R .; cp $R/summary.txt $OUT/summary-$P.txt 2>/dev/null; }
-bn() { local m=$1 c=$2 b=$3 n=$4; shift 4; env X=1 "$@" timeout 150 $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context $c --batches $b ${MTP:+--mtp} ${JS:+--json $R/$n.json} ${TL:+--timeline $R/$n.json} > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " $R/$n.txt | sed "s|^|$n $* |" | tee -a $R/summary.txt; save; }
-cnt() { echo "$1: $(grep -c -- '--- PASS' $R/$1.log) PASS, $(grep -c -- '--- FAIL' $R/$1.log) FAIL, $(grep -c -- '--- SKIP' $R/$1.log) SKIP; $(tail -1 $R/$1.log)" | tee -a $R/summary.txt; grep -E -- '--- FAIL' -A8 $R/$1.log | head -40 >> $R/summary.txt; }
-timeout 120 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm.txt 2>&1
+NAME=s24; . docs/measured/next/plan.sh "$1"
 case "$P" in
 check)
   export TILERT_GPU_REPORT=$R/report.txt TILERT_ENGINE_REPORT=$R/engine-report.txt

@@ -3,17 +3,23 @@
 # limit: carry kernels.test, engine.test and tilert for `check` first, then decode.test, cuda.test, cupti.test (and
 # tilert) in a second, warm call that runs `check` again (the absent binaries' parts fail fast with rc=127).
 # Ask `status` first.
-# Usage: bash docs/measured/next/s24.sh check|sh|final
+# Usage: bash docs/measured/next/s24.sh check|sh|long|final
 #  check (~7 min; plan.sh gpucheck): make gpu-check's correctness parts (kernel checks; the engine's ^TestGPU; the decode node's
 #        handoff; cuda; cupti), for whatever changed since session 23's calls B-C (all PASS there).
 #  sh (~4 min): session 23 call D's one open question, the shared expert's side GEMVs uncapped
 #        (TILERT_GPU_SIDE_CAP=sh=0: -5 / -6 us a step there, inside the spread), A/B/A/B at 8192, 1 slot on both
 #        models and A/B at 4 slots; change sideCapFor's default only if both models gain in both pairs.
+#  long (~2 min): a traced step of each model at 131072, 1 slot (no trace at that length since session 14's profile):
+#        where the long rows' time goes, against the 1-3 points they miss 70% by.
 #  final (~4 min): the README's rows, the MTP step and a traced step of each model (plan.sh rows).
 NAME=s24; . docs/measured/next/plan.sh "$1"
 case "$P" in
 check) gpucheck ;;
 final) rows ;;
+long)
+  TL=1 bn deepseek-v3.2 131072 1 tl-ds-long
+  TL=1 bn glm-5 131072 1 tl-glm-long
+  xz -T4 $R/tl-*.json; save ;;
 sh)
   for m in deepseek-v3.2 glm-5; do
     bn $m 8192 1 $m-A
@@ -23,5 +29,5 @@ sh)
   done
   bn deepseek-v3.2 8192 4 ds4-A
   bn deepseek-v3.2 8192 4 ds4-sh0 TILERT_GPU_SIDE_CAP=sh=0 ;;
-*) echo "usage: s24.sh check|sh|final" >&2; exit 2 ;;
+*) echo "usage: s24.sh check|sh|long|final" >&2; exit 2 ;;
 esac

@@ -3,7 +3,7 @@
 # limit: carry kernels.test, engine.test and tilert for `check` first, then decode.test, cuda.test, cupti.test (and
 # tilert) in a second, warm call that runs `check` again (the absent binaries' parts fail fast with rc=127).
 # Ask `status` first.
-# Usage: bash docs/measured/next/s24.sh check|sh|long|final
+# Usage: bash docs/measured/next/s24.sh check|sh|long|ncu|final
 #  check (~7 min; plan.sh gpucheck): make gpu-check's correctness parts (kernel checks; the engine's ^TestGPU; the decode node's
 #        handoff; cuda; cupti), for whatever changed since session 23's calls B-C (all PASS there).
 #  sh (~4 min): session 23 call D's one open question, the shared expert's side GEMVs uncapped
@@ -11,11 +11,23 @@
 #        models and A/B at 4 slots; change sideCapFor's default only if both models gain in both pairs.
 #  long (~2 min): a traced step of each model at 131072, 1 slot (no trace at that length since session 14's profile):
 #        where the long rows' time goes, against the 1-3 points they miss 70% by.
+#  ncu (~3 min): the indexer scores and the long-row top-k at 131072, the layer input's group GEMV, the one-block
+#        top-k and absorb_q at 8192 under ncu (full set, SASS stall samples), 1 MoE layer: what binds each.
 #  final (~4 min): the README's rows, the MTP step and a traced step of each model (plan.sh rows).
 NAME=s24; . docs/measured/next/plan.sh "$1"
 case "$P" in
 check) gpucheck ;;
 final) rows ;;
+ncu)
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  nc() { local n=$1 c=$2 k=$3; timeout 200 $NCU --clock-control none --set full --import-source no --launch-skip 4 \
+      --launch-count $4 -k regex:"$k" -o $R/$n $D/tilert bench decode --device cuda --dummy-weights deepseek-v3.2 \
+      --layers 1 --context $c --batches 1 > $R/$n-run.txt 2>&1; echo rc=$? >> $R/$n-run.txt
+    $NCU -i $R/$n.ncu-rep --page details > $R/$n-details.txt 2>&1
+    $NCU -i $R/$n.ncu-rep --page source --csv --print-source sass > $R/$n-sass.csv 2>&1; xz -T4 $R/$n-sass.csv; save; }
+  nc long 131072 'indexer_scores_mma_pf|topk_radix_mark_l' 2
+  nc short 8192 'gemv_group_r8_m1|topk_radix_one_w|absorb_q_fast' 3
+  grep -E "^  [a-z_0-9]+|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible" $R/*-details.txt | tee -a $R/summary.txt; save ;;
 long)
   TL=1 bn deepseek-v3.2 131072 1 tl-ds-long
   TL=1 bn glm-5 131072 1 tl-glm-long
@@ -29,5 +41,5 @@ sh)
   done
   bn deepseek-v3.2 8192 4 ds4-A
   bn deepseek-v3.2 8192 4 ds4-sh0 TILERT_GPU_SIDE_CAP=sh=0 ;;
-*) echo "usage: s24.sh check|sh|long|final" >&2; exit 2 ;;
+*) echo "usage: s24.sh check|sh|long|ncu|final" >&2; exit 2 ;;
 esac

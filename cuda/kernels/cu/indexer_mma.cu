@@ -140,8 +140,10 @@ extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __rest
 // products of this one (two groups in flight). grid (nbx, nq), 256 threads.
 // ROWS (indexer_scores_mma_rows, one launch over several slots' caches):
 // row's pages start at row_base[row] + cache (cache then holds the layer's
-// offset); without it the body is the one measured before.
-template <bool PF, bool ROWS = false>
+// offset); without it the body is the one measured before. SL: each group's
+// key scales loaded after its products, as before session 24 (the
+// indexer_scores_mma_pfl A/B form; the same bits either way).
+template <bool PF, bool ROWS = false, bool SL = false>
 __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const float* __restrict__ wq,
                                                 const u8* __restrict__ cache, const int* __restrict__ block_table,
                                                 const int* __restrict__ lens, float* out, int T, int ld_out,
@@ -177,25 +179,37 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
   __syncthreads();
   const int gs = gridDim.x * 8;
   uint4 na0, na1, nb0, nb1;
+  float2 ns0, ns1;
   const u8* npg = cache;
   auto load = [&](int gg) {
     const int blk = gg >> 2;
     const int page = block_table ? block_table[blk] : blk;
-    npg = cache + (size_t)page * IDX_PAGE_BYTES;
-    const u8* ka = npg + (((gg << 4) & 63) + g) * IDX_D + 16 * c;
+    const u8* pg = cache + (size_t)page * IDX_PAGE_BYTES;
+    npg = pg;
+    const int tp = (gg << 4) & 63;
+    const u8* ka = pg + (tp + g) * IDX_D + 16 * c;
     na0 = *(const uint4*)ka;
     na1 = *(const uint4*)(ka + 64);
     nb0 = *(const uint4*)(ka + 8 * IDX_D);
     nb1 = *(const uint4*)(ka + 8 * IDX_D + 64);
+    // The group's key scales ride with its keys: loaded after the products
+    // they left every group waiting on memory a second time (ncu, session
+    // 24: a fifth of the stall samples at 131072 keys on that FMUL).
+    if (!SL) {
+      const float* scl = (const float*)(pg + IDX_PAGE * IDX_D) + tp + 2 * c;
+      ns0 = *(const float2*)scl;
+      ns1 = *(const float2*)(scl + 8);
+    }
   };
   int gi = blockIdx.x * 8 + wid;
   if (PF && gi < ngroups) load(gi);
   for (; gi < ngroups; gi += gs) {
     if (!PF) load(gi);
     const uint4 a0 = na0, a1 = na1, b0 = nb0, b1 = nb1;
+    float sk[2][2] = {{ns0.x, ns0.y}, {ns1.x, ns1.y}};
     const u8* pg = npg;
     if (PF && gi + gs < ngroups) load(gi + gs);
-    const int t0 = gi << 4, tp = t0 & 63;
+    const int t0 = gi << 4;
     float acc[4][2][4];
 #pragma unroll
     for (int mt = 0; mt < 4; mt++)
@@ -230,14 +244,20 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
         sv[nt][j] = s;
       }
     if (g == 0) {
-      const float* scl = (const float*)(pg + IDX_PAGE * IDX_D) + tp;
+      if (SL) {
+        const float* scl = (const float*)(pg + IDX_PAGE * IDX_D) + (t0 & 63) + 2 * c;
+        sk[0][0] = scl[0];
+        sk[0][1] = scl[1];
+        sk[1][0] = scl[8];
+        sk[1][1] = scl[9];
+      }
 #pragma unroll
       for (int nt = 0; nt < 2; nt++)
 #pragma unroll
         for (int j = 0; j < 2; j++) {
           const int tt = 8 * nt + 2 * c + j;
           if (t0 + tt < n) {
-            const float v = sv[nt][j] * scl[tt];
+            const float v = sv[nt][j] * sk[nt][j];
             orow[t0 + tt] = v;
             if (hist) atomicAdd(&hs[float_key(v) >> 20], 1u);
           }
@@ -270,6 +290,18 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_pf(const
                                                                            int T, int ld_out, u32* hist) {
   PDL_WAIT();
   idx_scores_body<true>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
+}
+
+// indexer_scores_mma_pf with the key scales loaded after the products, as
+// before session 24 (TILERT_GPU_IDX_SCALE_LATE=1, for the device A/B).
+extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_pfl(const u8* __restrict__ qh,
+                                                                            const float* __restrict__ wq,
+                                                                            const u8* __restrict__ cache,
+                                                                            const int* __restrict__ block_table,
+                                                                            const int* __restrict__ lens, float* out,
+                                                                            int T, int ld_out, u32* hist) {
+  PDL_WAIT();
+  idx_scores_body<true, false, true>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
 }
 
 // indexer_scores_mma_pf over rows of several slots' caches (row_base[row]

@@ -3,7 +3,7 @@
 # limit: carry kernels.test, engine.test and tilert for `check` first, then decode.test, cuda.test, cupti.test (and
 # tilert) in a second, warm call that runs `check` again (the absent binaries' parts fail fast with rc=127).
 # Ask `status` first.
-# Usage: bash docs/measured/next/s24.sh check|sh|long|ncu|final
+# Usage: bash docs/measured/next/s24.sh check|sh|long|ncu|sc|final
 #  check (~7 min; plan.sh gpucheck): make gpu-check's correctness parts (kernel checks; the engine's ^TestGPU; the decode node's
 #        handoff; cuda; cupti), for whatever changed since session 23's calls B-C (all PASS there).
 #  sh (~4 min): session 23 call D's one open question, the shared expert's side GEMVs uncapped
@@ -13,11 +13,25 @@
 #        where the long rows' time goes, against the 1-3 points they miss 70% by.
 #  ncu (~3 min): the indexer scores and the long-row top-k at 131072, the layer input's group GEMV, the one-block
 #        top-k and absorb_q at 8192 under ncu (full set, SASS stall samples), 1 MoE layer: what binds each.
+#  sc (~6 min; kernels.test + tilert of the scale-prefetch commit): the indexer checks (TestKernelIndexer: the scores
+#        against the CPU, pfl == pf bit for bit), the pair graph-timed with and without TILERT_GPU_IDX_SCALE_LATE=1,
+#        and the step A/B/A/B at 8192 and 131072, 1 slot, both models (default = scales with the keys).
 #  final (~4 min): the README's rows, the MTP step and a traced step of each model (plan.sh rows).
 NAME=s24; . docs/measured/next/plan.sh "$1"
 case "$P" in
 check) gpucheck ;;
 final) rows ;;
+sc)
+  tst kernels cuda/kernels 200 'TestKernelIndexer$|TestNVRTCIndexerScoresRegisters'; cnt kernels
+  for v in 0 1; do (cd cuda/kernels && TILERT_GPU_TIMING=1 TILERT_GPU_IDX_SCALE_LATE=$v timeout 200 $D/kernels.test \
+      -test.run 'TestKernelTimingIdxMLA$' -test.v -test.count=1 > $R/timing-late$v.log 2>&1)
+    grep -E "indexer_scores_mma\+hist|one block\) rows=1|list\) rows=1" $R/timing-late$v.log | sed "s|^|late=$v |" >> $R/summary.txt; done; save
+  for m in deepseek-v3.2 glm-5; do
+    bn $m 8192,131072 1 $m-A
+    bn $m 8192,131072 1 $m-late TILERT_GPU_IDX_SCALE_LATE=1
+    bn $m 8192,131072 1 $m-A2
+    bn $m 8192,131072 1 $m-late2 TILERT_GPU_IDX_SCALE_LATE=1
+  done ;;
 ncu)
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   nc() { local n=$1 c=$2 k=$3; timeout 200 $NCU --clock-control none --set full --import-source no --launch-skip 4 \
@@ -41,5 +55,5 @@ sh)
   done
   bn deepseek-v3.2 8192 4 ds4-A
   bn deepseek-v3.2 8192 4 ds4-sh0 TILERT_GPU_SIDE_CAP=sh=0 ;;
-*) echo "usage: s24.sh check|sh|long|ncu|final" >&2; exit 2 ;;
+*) echo "usage: s24.sh check|sh|long|ncu|sc|final" >&2; exit 2 ;;
 esac

@@ -3,7 +3,7 @@
 # limit: carry kernels.test, engine.test and tilert for `check` first, then decode.test, cuda.test, cupti.test (and
 # tilert) in a second, warm call that runs `check` again (the absent binaries' parts fail fast with rc=127).
 # Ask `status` first.
-# Usage: bash docs/measured/next/s24.sh check|sh|long|ncu|sc|final
+# Usage: bash docs/measured/next/s24.sh check|sh|long|ncu|sc|fin|final
 #  check (~7 min; plan.sh gpucheck): make gpu-check's correctness parts (kernel checks; the engine's ^TestGPU; the decode node's
 #        handoff; cuda; cupti), for whatever changed since session 23's calls B-C (all PASS there).
 #  sh (~4 min): session 23 call D's one open question, the shared expert's side GEMVs uncapped
@@ -16,11 +16,31 @@
 #  sc (~6 min; kernels.test + tilert of the scale-prefetch commit): the indexer checks (TestKernelIndexer: the scores
 #        against the CPU, pfl == pf bit for bit), the pair graph-timed with and without TILERT_GPU_IDX_SCALE_LATE=1,
 #        and the step A/B/A/B at 8192 and 131072, 1 slot, both models (default = scales with the keys).
+#  fin (~8 min; kernels.test, engine.test, tilert of the top-k commit: the carry holds three binaries): the kernel
+#        checks and the engine's ^TestGPU side by side (the decode node's handoff, cuda and cupti do not travel: none
+#        changed since session 23, where they passed), the indexer pair graph-timed with the session-23 forms
+#        (TILERT_GPU_IDX_SCALE_LATE=1 TILERT_GPU_TOPK_KEYS_LATE=1 TILERT_GPU_MARK_LOADS_LATE=1) and without, the README's
+#        rows (JSON) and the 1-slot rows with the session-23 forms A/B/A, and the MTP step.
 #  final (~4 min): the README's rows, the MTP step and a traced step of each model (plan.sh rows).
 NAME=s24; . docs/measured/next/plan.sh "$1"
 case "$P" in
 check) gpucheck ;;
 final) rows ;;
+fin)
+  export TILERT_GPU_REPORT=$R/report.txt TILERT_ENGINE_REPORT=$R/engine-report.txt
+  tst kernels cuda/kernels 400 & tst engine engine/gpu 400 '^TestGPU' & wait
+  for f in kernels engine; do cnt $f; done; save
+  L="TILERT_GPU_IDX_SCALE_LATE=1 TILERT_GPU_TOPK_KEYS_LATE=1 TILERT_GPU_MARK_LOADS_LATE=1"
+  for v in 0 1; do (cd cuda/kernels && env TILERT_GPU_TIMING=1 $([ $v = 1 ] && echo $L) timeout 100 $D/kernels.test \
+      -test.run 'TestKernelTimingIdxMLA$' -test.v -test.count=1 > $R/timing-late$v.log 2>&1)
+    grep -E "^graph: (indexer_scores_mma\+hist|scores\+hist, topk after hist \((one block|list)\)) rows=" $R/timing-late$v.log | sed "s|^|late=$v |" >> $R/summary.txt; done; save
+  JS=1 bn deepseek-v3.2 8192,131072 1,4 ds
+  bn deepseek-v3.2 8192,131072 1 ds-late $L
+  bn deepseek-v3.2 8192,131072 1 ds-A2
+  JS=1 bn glm-5 8192,131072 1,4 glm
+  bn glm-5 8192,131072 1 glm-late $L
+  bn glm-5 8192,131072 1 glm-A2
+  MTP=1 bn deepseek-v3.2 8192 1 ds-mtp ;;
 sc)
   tst kernels cuda/kernels 200 'TestKernelIndexer$|TestNVRTCIndexerScoresRegisters'; cnt kernels
   for v in 0 1; do (cd cuda/kernels && TILERT_GPU_TIMING=1 TILERT_GPU_IDX_SCALE_LATE=$v timeout 200 $D/kernels.test \
@@ -55,5 +75,5 @@ sh)
   done
   bn deepseek-v3.2 8192 4 ds4-A
   bn deepseek-v3.2 8192 4 ds4-sh0 TILERT_GPU_SIDE_CAP=sh=0 ;;
-*) echo "usage: s24.sh check|sh|long|ncu|sc|final" >&2; exit 2 ;;
+*) echo "usage: s24.sh check|sh|long|ncu|sc|fin|final" >&2; exit 2 ;;
 esac

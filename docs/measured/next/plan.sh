@@ -14,9 +14,9 @@ save() { tar czf $OUT/$NAME-$P.tgz -C $R .; cp $R/summary.txt $OUT/summary-$P.tx
 bn() { local m=$1 c=$2 b=$3 n=$4; shift 4; env X=1 "$@" timeout 150 $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context $c --batches $b ${MTP:+--mtp} ${JS:+--json $R/$n.json} ${TL:+--timeline $R/$n.json} > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " $R/$n.txt | sed "s|^|$n $* |" | tee -a $R/summary.txt; save; }
 cnt() { echo "$1: $(grep -c -- '--- PASS' $R/$1.log) PASS, $(grep -c -- '--- FAIL' $R/$1.log) FAIL, $(grep -c -- '--- SKIP' $R/$1.log) SKIP; $(tail -1 $R/$1.log)" | tee -a $R/summary.txt; grep -E -- '--- FAIL' -A8 $R/$1.log | head -40 >> $R/summary.txt; }
 timeout 120 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm.txt 2>&1
-# tst NAME DIR SECONDS [RUN]: one test binary $D/NAME.test run in DIR (verbose, -test.run RUN if given) into
-# $R/NAME.log with its exit status last; a binary that did not travel fails fast with rc=127.
-tst() { local n=$1 dir=$2 t=$3; (cd $dir && timeout $t $D/$n.test -test.v -test.count=1 -test.timeout=$((t - 10))s ${4:+-test.run "$4"} > $R/$n.log 2>&1; echo "rc=$?" >> $R/$n.log); }
+# tst NAME DIR SECONDS [RUN]: one test binary $D/NAME.test run in DIR (verbose, -test.run RUN if given, -test.skip
+# $TSKIP if set) into $R/NAME.log with its exit status last; a binary that did not travel fails fast with rc=127.
+tst() { local n=$1 dir=$2 t=$3; (cd $dir && timeout $t $D/$n.test -test.v -test.count=1 -test.timeout=$((t - 10))s ${4:+-test.run "$4"} ${TSKIP:+-test.skip "$TSKIP"} > $R/$n.log 2>&1; echo "rc=$?" >> $R/$n.log); }
 # gpucheck: make gpu-check's correctness parts (the kernel checks and the engine's ^TestGPU side by side, then the
 # decode node's handoff on cuda, cuda, cupti), counted into the summary.
 gpucheck() {

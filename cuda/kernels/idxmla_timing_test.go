@@ -280,41 +280,35 @@ func TestKernelTopKRadixScratchShapes(t *testing.T) {
 		s := c.Stream()
 		const K = 2048
 		scratch := a.up(make([]byte, TopKRadixScratchBytes(8, 65536)))
-		// late: the A/B forms with the loads after the row's length
-		// (topk_radix_mark_ll, topk_radix_one_w*l), on the same scratch.
-		defer func(m, o bool) { MarkLoadsLate, TopKKeysLate = m, o }(MarkLoadsLate, TopKKeysLate)
-		for _, late := range []bool{false, true} {
-			MarkLoadsLate, TopKKeysLate = late, late
-			bad := 0
-			for i, sh := range []struct{ rows, T int }{{1, 8192}, {2, 8192}, {1, 16384}, {8, 4096}, {3, 65536}, {1, 3000}, {2, 65536}, {1, 8192}} {
-				x := make([]float32, sh.rows*sh.T)
-				for j := range x {
-					x[j] = float32(r.IntN(512)) / 64 // ties
-					if i%2 == 1 {
-						x[j] = 10 + float32(r.IntN(1<<14))/(1<<13) // a bin of many keys
-					}
+		bad := 0
+		for i, sh := range []struct{ rows, T int }{{1, 8192}, {2, 8192}, {1, 16384}, {8, 4096}, {3, 65536}, {1, 3000}, {2, 65536}, {1, 8192}} {
+			x := make([]float32, sh.rows*sh.T)
+			for j := range x {
+				x[j] = float32(r.IntN(512)) / 64 // ties
+				if i%2 == 1 {
+					x[j] = 10 + float32(r.IntN(1<<14))/(1<<13) // a bin of many keys
 				}
-				ls := make([]int32, sh.rows)
-				for j := range ls {
-					ls[j] = int32(sh.T - r.IntN(sh.T/2+1))
-				}
-				xp, lp := a.up(x), a.up(ls)
-				final := []TopKRadixFinal{TopKRadixList, TopKRadixBitmaps, TopKRadixGlobal, TopKRadixOne}[i%4]
-				for range 2 {
-					op := a.poisoned(sh.rows * K)
-					chk(k.TopKRadixWith(s, op, xp, lp, scratch, sh.rows, sh.T, K, sh.T, K, final))
-					got := downI32(c, op, sh.rows*K)
-					for row := range sh.rows {
-						want := refTopK(x[row*sh.T:(row+1)*sh.T], int(ls[row]), K)
-						for j := range K {
-							if got[row*K+j] != want[j] {
-								bad++
-							}
+			}
+			ls := make([]int32, sh.rows)
+			for j := range ls {
+				ls[j] = int32(sh.T - r.IntN(sh.T/2+1))
+			}
+			xp, lp := a.up(x), a.up(ls)
+			final := []TopKRadixFinal{TopKRadixList, TopKRadixBitmaps, TopKRadixGlobal, TopKRadixOne}[i%4]
+			for range 2 {
+				op := a.poisoned(sh.rows * K)
+				chk(k.TopKRadixWith(s, op, xp, lp, scratch, sh.rows, sh.T, K, sh.T, K, final))
+				got := downI32(c, op, sh.rows*K)
+				for row := range sh.rows {
+					want := refTopK(x[row*sh.T:(row+1)*sh.T], int(ls[row]), K)
+					for j := range K {
+						if got[row*K+j] != want[j] {
+							bad++
 						}
 					}
 				}
 			}
-			record(t, fmtName("topk_radix one scratch, rows 1..8 and lengths changing between calls (loads late %v)", late), "mismatched indices", float64(bad), 0)
 		}
+		record(t, "topk_radix one scratch, rows 1..8 and lengths changing between calls", "mismatched indices", float64(bad), 0)
 	})
 }

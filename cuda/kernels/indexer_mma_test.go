@@ -138,21 +138,6 @@ func checkIndexerMMA(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand)
 			}
 		}
 		record(t, "indexer_scores_mma (no prefetch) vs prefetch "+cs.name, "mismatched scores", float64(diff), 0)
-		// The A/B form with each group's key scales loaded after its
-		// products (indexer_scores_mma_pfl): the same bits.
-		opl := a.poisoned(M * ldOut)
-		late := ScoresScaleLate
-		ScoresScaleLate = true
-		chk(k.IndexerScoresMMA(s, opl, qhp, wqp, cp8, btp, lp, 0, M, cs.T, ldOut))
-		ScoresScaleLate = late
-		gotL := downF32(c, opl, M*ldOut)
-		diff = 0
-		for i := range M * ldOut {
-			if i%ldOut < cs.T && math.Float32bits(gotL[i]) != math.Float32bits(got[i]) {
-				diff++
-			}
-		}
-		record(t, "indexer_scores_mma_pfl (scales after the products) vs pf "+cs.name, "mismatched scores", float64(diff), 0)
 		// Fused: the same scores while building the radix top-k's
 		// histogram, then TopKRadixAfterHist (twice on one scratch).
 		scratch := a.up(make([]byte, TopKRadixScratchBytes(M, cs.T)))

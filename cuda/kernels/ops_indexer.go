@@ -1,8 +1,6 @@
 package kernels
 
 import (
-	"os"
-
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -95,11 +93,6 @@ func (k *Set) IndexerScoresMMARows(s cuda.Stream, out, qh, wq cuda.DevPtr, cache
 	return k.launch("indexer_scores_mma_rows", cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cuda.DevPtr(cacheOff), rowBase, lens, out, T, ldOut, hist)
 }
 
-// ScoresScaleLate (TILERT_GPU_IDX_SCALE_LATE=1) runs indexer_scores_mma_pfl
-// for indexer_scores_mma_pf: each key group's scales loaded after its
-// products, as before session 24, for the device A/B (the same bits).
-var ScoresScaleLate = os.Getenv("TILERT_GPU_IDX_SCALE_LATE") == "1"
-
 // indexerScoresMMA runs indexer_scores_mma_pf (pf: the next key group
 // loaded before this one's products, two blocks per SM) or
 // indexer_scores_mma (three blocks per SM).
@@ -114,9 +107,6 @@ func (k *Set) indexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, le
 	name, perSM := "indexer_scores_mma", 3
 	if pf {
 		name, perSM = "indexer_scores_mma_pf", 2
-		if ScoresScaleLate {
-			name = "indexer_scores_mma_pfl"
-		}
 	}
 	nbx := indexerMMABlocks(k.c.Info().SMs, perSM, nq, T)
 	return k.launch(name, cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)

@@ -1,8 +1,6 @@
 package kernels
 
 import (
-	"os"
-
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -199,28 +197,14 @@ const TopKRadixOneMaxT = 1024 * 32
 // topkRadixOneKernel is the topk_radix_one_w kernel whose keys per thread
 // cover T (8, 16 or 32).
 func topkRadixOneKernel(T int) string {
-	name := "topk_radix_one_w32"
 	switch {
 	case T <= 1024*8:
-		name = "topk_radix_one_w8"
+		return "topk_radix_one_w8"
 	case T <= 1024*16:
-		name = "topk_radix_one_w16"
+		return "topk_radix_one_w16"
 	}
-	if TopKKeysLate {
-		name += "l"
-	}
-	return name
+	return "topk_radix_one_w32"
 }
-
-// TopKKeysLate (TILERT_GPU_TOPK_KEYS_LATE=1) runs topk_radix_one_w*l for
-// topk_radix_one_w*: the keys loaded one round trip after the row's length,
-// as before session 24, for the device A/B (the same selection).
-var TopKKeysLate = os.Getenv("TILERT_GPU_TOPK_KEYS_LATE") == "1"
-
-// MarkLoadsLate (TILERT_GPU_MARK_LOADS_LATE=1) runs topk_radix_mark_ll for
-// topk_radix_mark_l: the histogram and the first scores loaded after the
-// row's length and the bin search, as before session 24 (the A/B form).
-var MarkLoadsLate = os.Getenv("TILERT_GPU_MARK_LOADS_LATE") == "1"
 
 // topkRadixCap is the threshold-bin keys the shared-memory final stage
 // lists (more: it walks the bitmaps instead, same result);
@@ -248,9 +232,6 @@ func (k *Set) TopKRadixAfterHistWith(s cuda.Stream, out, scores, lens, scratch c
 	switch {
 	case (final == TopKRadixList || final == TopKRadixOne) && 4*2*l.ldw <= topkRadixMaxSmem:
 		name, dyn = "topk_radix_mark_l", 4*2*l.ldw
-		if MarkLoadsLate {
-			name = "topk_radix_mark_ll"
-		}
 		args = []any{scores, ld, lens, T, K, chunk, hist, cnt, sure, l.ldw, scratch.Add(int64(l.l2)), scratch.Add(int64(l.ccnt)),
 			scratch.Add(int64(l.list)), T, out, ldOut}
 	case final != TopKRadixGlobal && 4*(2*l.ldw+2*topkRadixCap) <= topkRadixMaxSmem:

@@ -69,13 +69,13 @@ var pdlKernels = setOf(
 	"gemv_fp8_wide_r1", "gemv_fp8_wide_r2", "gemv_fp8_wide_r4", "gemv_fp8_wide_r8",
 	"gemv_bf16_wide_r1", "gemv_bf16_wide_r2", "gemv_bf16_wide_r4", "gemv_bf16_wide_r8",
 	// indexer.cu, indexer_mma.cu, indexer_wide.cu, topk_radix.cu, topk_wide.cu
-	"indexer_scores", "topk_rows", "idx_q_prep", "indexer_scores_mma", "indexer_scores_mma_pf", "indexer_scores_mma_pfl", "indexer_scores_mma_rows", "indexer_scores_wide",
-	"topk_radix_hist", "topk_radix_mark", "topk_radix_mark_s", "topk_radix_mark_l", "topk_radix_mark_ll",
+	"indexer_scores", "topk_rows", "idx_q_prep", "indexer_scores_mma", "indexer_scores_mma_pf", "indexer_scores_mma_rows", "indexer_scores_wide",
+	"topk_radix_hist", "topk_radix_mark", "topk_radix_mark_s", "topk_radix_mark_l",
 	"topk_wide_hist", "topk_wide_pick", "topk_wide_count", "topk_wide_emit",
 	// mla*.cu
 	"mla_decode", "mla_combine", "mla_combine_wide", "mla_combine_wide_v1", "mla_decode_heads", "mla_decode_tc",
 	"mla_decode_tc_v3", "mla_decode_tc32", "mla_decode_tcp",
-	"topk_radix_one_w8", "topk_radix_one_w16", "topk_radix_one_w32", "topk_radix_one_w8l", "topk_radix_one_w16l", "topk_radix_one_w32l",
+	"topk_radix_one_w8", "topk_radix_one_w16", "topk_radix_one_w32",
 	"absorb_q_fp8", "absorb_q_fp8_r4", "absorb_v_fp8",
 	// moe.cu, norm.cu, sample.cu, logits.cu
 	"moe_route", "rmsnorm", "add_rmsnorm", "layernorm", "rope", "add_f32", "silu_mul", "embed_bf16", "embed_bf16_checked", "moe_combine",

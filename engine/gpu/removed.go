@@ -66,6 +66,12 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_IDX_QPRO", keep: []string{"0"},
 		what: "the indexer query prepared inside the scores kernel (indexer_scores_mma_pfq, attn_epilogue_norm) was removed in session 22: measured on the H200 it was slower (graph-timed 13.66 against 6.74 us after wq_b at 8192 keys; decode p50 at 8192, 1 slot: DeepSeek-V3.2 dims 2.707 against 2.688 ms, GLM-5 dims 2.764 against 2.717)",
 		hint: `: attn_epilogue prepares the query before indexer_scores_mma_pf (the default); the code last exists at 7599143, the record is in cuda/kernels/NOTES.md "The indexer query in the scores' prologue"`},
+	// TILERT_GPU_IDX_SCALE_LATE=1 ran the indexer scores with each key
+	// group's scales loaded after its products (indexer_scores_mma_pfl, the
+	// order before session 24), the A/B form of session 24's prefetch.
+	{name: "TILERT_GPU_IDX_SCALE_LATE", keep: zero,
+		what: "the indexer scores with each key group's scales loaded after its products (indexer_scores_mma_pfl, the order before session 24) was removed in session 24: measured on the H200 it was slower (graph-timed 12.06 against 11.41 us at 131072 keys, 1 row, 3.99 against 3.72 at 8192; decode p50 at 131072, 1 slot: DeepSeek-V3.2 dims 2.795 / 2.796 against 2.794 / 2.787 ms, GLM-5 dims 2.852 / 2.854 against 2.845 / 2.843)",
+		hint: `: indexer_scores_mma_pf loads the scales with the keys (the default); the code last exists at da477d2, the record is in cuda/kernels/NOTES.md "The indexer scores' key scales with the keys"`},
 	// TILERT_GPU_ROUTE_IN_GEMV=1 routed a MoE layer inside the experts'
 	// gate/up launch (gemv_tile_fp8_r*_m1_d16_route: every block ranked the
 	// router's logits itself, helper routein, session 22); correct, slower

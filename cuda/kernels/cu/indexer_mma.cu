@@ -140,10 +140,8 @@ extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __rest
 // products of this one (two groups in flight). grid (nbx, nq), 256 threads.
 // ROWS (indexer_scores_mma_rows, one launch over several slots' caches):
 // row's pages start at row_base[row] + cache (cache then holds the layer's
-// offset); without it the body is the one measured before. SL: each group's
-// key scales loaded after its products, as before session 24 (the
-// indexer_scores_mma_pfl A/B form; the same bits either way).
-template <bool PF, bool ROWS = false, bool SL = false>
+// offset); without it the body is the one measured before.
+template <bool PF, bool ROWS = false>
 __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const float* __restrict__ wq,
                                                 const u8* __restrict__ cache, const int* __restrict__ block_table,
                                                 const int* __restrict__ lens, float* out, int T, int ld_out,
@@ -180,12 +178,10 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
   const int gs = gridDim.x * 8;
   uint4 na0, na1, nb0, nb1;
   float2 ns0, ns1;
-  const u8* npg = cache;
   auto load = [&](int gg) {
     const int blk = gg >> 2;
     const int page = block_table ? block_table[blk] : blk;
     const u8* pg = cache + (size_t)page * IDX_PAGE_BYTES;
-    npg = pg;
     const int tp = (gg << 4) & 63;
     const u8* ka = pg + (tp + g) * IDX_D + 16 * c;
     na0 = *(const uint4*)ka;
@@ -195,19 +191,16 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
     // The group's key scales ride with its keys: loaded after the products
     // they left every group waiting on memory a second time (ncu, session
     // 24: a fifth of the stall samples at 131072 keys on that FMUL).
-    if (!SL) {
-      const float* scl = (const float*)(pg + IDX_PAGE * IDX_D) + tp + 2 * c;
-      ns0 = *(const float2*)scl;
-      ns1 = *(const float2*)(scl + 8);
-    }
+    const float* scl = (const float*)(pg + IDX_PAGE * IDX_D) + tp + 2 * c;
+    ns0 = *(const float2*)scl;
+    ns1 = *(const float2*)(scl + 8);
   };
   int gi = blockIdx.x * 8 + wid;
   if (PF && gi < ngroups) load(gi);
   for (; gi < ngroups; gi += gs) {
     if (!PF) load(gi);
     const uint4 a0 = na0, a1 = na1, b0 = nb0, b1 = nb1;
-    float sk[2][2] = {{ns0.x, ns0.y}, {ns1.x, ns1.y}};
-    const u8* pg = npg;
+    const float sk[2][2] = {{ns0.x, ns0.y}, {ns1.x, ns1.y}};
     if (PF && gi + gs < ngroups) load(gi + gs);
     const int t0 = gi << 4;
     float acc[4][2][4];
@@ -244,13 +237,6 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
         sv[nt][j] = s;
       }
     if (g == 0) {
-      if (SL) {
-        const float* scl = (const float*)(pg + IDX_PAGE * IDX_D) + (t0 & 63) + 2 * c;
-        sk[0][0] = scl[0];
-        sk[0][1] = scl[1];
-        sk[1][0] = scl[8];
-        sk[1][1] = scl[9];
-      }
 #pragma unroll
       for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -290,18 +276,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_pf(const
                                                                            int T, int ld_out, u32* hist) {
   PDL_WAIT();
   idx_scores_body<true>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
-}
-
-// indexer_scores_mma_pf with the key scales loaded after the products, as
-// before session 24 (TILERT_GPU_IDX_SCALE_LATE=1, for the device A/B).
-extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_pfl(const u8* __restrict__ qh,
-                                                                            const float* __restrict__ wq,
-                                                                            const u8* __restrict__ cache,
-                                                                            const int* __restrict__ block_table,
-                                                                            const int* __restrict__ lens, float* out,
-                                                                            int T, int ld_out, u32* hist) {
-  PDL_WAIT();
-  idx_scores_body<true, false, true>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
 }
 
 // indexer_scores_mma_pf over rows of several slots' caches (row_base[row]

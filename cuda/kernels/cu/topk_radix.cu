@@ -71,7 +71,6 @@ __device__ __forceinline__ void tkr_find_bin(const u32* h, int K, int* shs, int*
   __syncthreads();
 }
 
-
 // grid (nb, rows), 256 threads; chunk a multiple of 256.
 extern "C" __global__ void __launch_bounds__(256) topk_radix_hist(const float* __restrict__ scores, int ld,
                                                                   const int* __restrict__ lens, int T, int K,
@@ -420,15 +419,12 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_s(const float
 // Scratch beyond topk_radix_mark's: l2 [rows][1024], ccnt [rows], list
 // [rows][ldl] (ldl >= T), all left zeroed (the list's used entries too).
 // Dynamic shared memory: 2 * ldw u32.
-// EARLY: the block's first score goes out with the row's length (the
-// scores row holds T floats; nothing past n is used) instead of after the
-// bin search (session 24; topk_radix_mark_ll keeps the old order for the
-// A/B). The histogram's load stays after the length: held across it as
-// well, its 4 registers spill under NVRTC 11.8 at 1024 threads.
-template <bool EARLY>
-__device__ __forceinline__ void tkr_mark_l_body(const float* __restrict__ scores, int ld, const int* __restrict__ lens,
-                                                int T, int K, int chunk, u32* hist, u32* cnt, u32* sure, int ldw,
-                                                u32* l2, u32* ccnt, uint2* list, int ldl, int* out, int ld_out) {
+extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_l(const float* __restrict__ scores, int ld,
+                                                                     const int* __restrict__ lens, int T, int K,
+                                                                     int chunk, u32* hist, u32* cnt, u32* sure,
+                                                                     int ldw, u32* l2, u32* ccnt, uint2* list, int ldl,
+                                                                     int* out, int ld_out) {
+  PDL_WAIT();
   extern __shared__ u32 tkr_dyn[];
   __shared__ u32 h[1024];
   __shared__ int shs[32];
@@ -436,14 +432,8 @@ __device__ __forceinline__ void tkr_mark_l_body(const float* __restrict__ scores
   __shared__ int woff[32];
   __shared__ int last;
   const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
-  u32* gh = hist + (size_t)row * TKR_BINS;
-  const float* x = scores + (size_t)row * ld;
-  float x0 = 0.0f;
-  if (EARLY) {
-    const int i = blockIdx.x * chunk + tid;
-    if (i < T) x0 = x[i];
-  }
   const int n = tkr_n(lens, row, T);
+  u32* gh = hist + (size_t)row * TKR_BINS;
   int* o = out + (size_t)row * ld_out;
   if (n <= K) {
     if (blockIdx.x == 0) {
@@ -458,6 +448,7 @@ __device__ __forceinline__ void tkr_mark_l_body(const float* __restrict__ scores
   tkr_find_bin(gh, K, shs, sres, &b, &above);
   h[tid] = 0;
   __syncthreads();
+  const float* x = scores + (size_t)row * ld;
   u32* sw = sure + (size_t)row * ldw;
   u32* g2 = l2 + (size_t)row * 1024;
   uint2* lst = list + (size_t)row * ldl;
@@ -466,7 +457,7 @@ __device__ __forceinline__ void tkr_mark_l_body(const float* __restrict__ scores
     u32 k = 0;
     int kb = -1;
     if (i < end) {
-      k = float_key(EARLY && base == start ? x0 : x[i]);
+      k = float_key(x[i]);
       kb = (int)(k >> TKR_SHIFT);
     }
     const u32 s = __ballot_sync(0xffffffffu, kb > b);
@@ -582,18 +573,6 @@ __device__ __forceinline__ void tkr_mark_l_body(const float* __restrict__ scores
       }
     }
   }
-}
-
-#define TKR_MARK_L_ARGS                                                                                            \
-  const float *__restrict__ scores, int ld, const int *__restrict__ lens, int T, int K, int chunk, u32 *hist,     \
-      u32 *cnt, u32 *sure, int ldw, u32 *l2, u32 *ccnt, uint2 *list, int ldl, int *out, int ld_out
-extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_l(TKR_MARK_L_ARGS) {
-  PDL_WAIT();
-  tkr_mark_l_body<true>(scores, ld, lens, T, K, chunk, hist, cnt, sure, ldw, l2, ccnt, list, ldl, out, ld_out);
-}
-extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_ll(TKR_MARK_L_ARGS) {
-  PDL_WAIT();
-  tkr_mark_l_body<false>(scores, ld, lens, T, K, chunk, hist, cnt, sure, ldw, l2, ccnt, list, ldl, out, ld_out);
 }
 
 // topk_radix_one_w8/16/32: the whole selection of a row of n <= 1024 * KPT
@@ -734,18 +713,17 @@ __device__ __forceinline__ void tkw_load_raw(const float* x, int nv, u32* k) {
 
 // hv: this thread's 4 histogram bins from the top, hi .. hi - 3 (loaded
 // by tkw_body before the row length).
-// pre: the keys' raw bits already in k (tkw_body loaded them with the row's
-// length, past n as well); otherwise they are loaded here.
-template <int KPT, bool PRE = false>
+template <int KPT>
 __device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int K, u32* gh, const uint4 hv, int* o,
-                                         TkwShared& sh, u32 (&k)[KPT]) {
+                                         TkwShared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
   const int i0 = tid * KPT;
   const int nv = max(0, min(KPT, n - i0));  // this thread's valid keys
   const int hi = TKR_BINS - 1 - 4 * tid;
   // The keys arrive while the bin is found (it needs the histogram alone);
   // they are mapped after it.
-  if (!PRE) tkw_load_raw<KPT>(x + i0, nv, k);
+  u32 k[KPT];
+  tkw_load_raw<KPT>(x + i0, nv, k);
   // Bin counts are <= n <= 32768: two a register across the barrier (the
   // 32-key body has no registers to spare).
   const u32 c01 = hv.w | (hv.z << 16), c23 = hv.y | (hv.x << 16);
@@ -859,56 +837,14 @@ __device__ __forceinline__ void tkw_body(const float* __restrict__ scores, int l
   }
   const float* x = scores + (size_t)row * ld;
   if (n <= 512 * KPT) {
-    u32 k[KPT / 2];
-    tkw_core<KPT / 2>(x, n, K, gh, hv, o, sh, k);
+    tkw_core<KPT / 2>(x, n, K, gh, hv, o, sh);
   } else {
-    u32 k[KPT];
-    tkw_core<KPT>(x, n, K, gh, hv, o, sh, k);
-  }
-}
-
-// tkw_body where T says the row may take the KPT body (T > 512 * KPT):
-// the keys' loads go out with the length's and the histogram's (up to T,
-// inside the row; the scores kernel wrote -inf past n, and nothing past n
-// is used), saving the round trip after the length (session 24). A row
-// that turns out short enough for the KPT / 2 body loads its keys again.
-template <int KPT>
-__device__ __forceinline__ void tkw_body_pre(const float* __restrict__ scores, int ld, const int* __restrict__ lens,
-                                             int T, int K, u32* hist, int* out, int ld_out) {
-  __shared__ __align__(16) TkwShared sh;
-  const int row = blockIdx.x, tid = threadIdx.x;
-  u32* gh = hist + (size_t)row * TKR_BINS;
-  const uint4 hv = __ldcg((const uint4*)(gh + TKR_BINS - 4 - 4 * tid));
-  const float* x = scores + (size_t)row * ld;
-  u32 k[KPT];
-  tkw_load_raw<KPT>(x + tid * KPT, max(0, min(KPT, T - tid * KPT)), k);
-  const int n = tkr_n(lens, row, T);
-  int* o = out + (size_t)row * ld_out;
-  if (n <= K) {
-    for (int j = tid; j < K; j += blockDim.x) o[j] = j < n ? j : -1;
-    for (int i = tid; i < TKR_BINS; i += blockDim.x) gh[i] = 0;
-    return;
-  }
-  if (n <= 512 * KPT) {
-    u32 kh[KPT / 2];
-    tkw_core<KPT / 2>(x, n, K, gh, hv, o, sh, kh);
-  } else {
-    tkw_core<KPT, true>(x, n, K, gh, hv, o, sh, k);
+    tkw_core<KPT>(x, n, K, gh, hv, o, sh);
   }
 }
 
 #define TKW_KERNEL(KPT)                                                                                          \
   extern "C" __global__ void __launch_bounds__(1024) topk_radix_one_w##KPT(                                      \
-      const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T, int K, u32* hist, int* out, \
-      int ld_out) {                                                                                              \
-    PDL_WAIT();                                                                                                  \
-    if (KPT <= 16 && T > 512 * KPT) /* the 32-key body spills holding its keys across the length's load */       \
-      tkw_body_pre<KPT>(scores, ld, lens, T, K, hist, out, ld_out);                                              \
-    else                                                                                                         \
-      tkw_body<KPT>(scores, ld, lens, T, K, hist, out, ld_out);                                                  \
-  }                                                                                                              \
-  /* The keys loaded after the row's length, as before session 24 (the A/B form, TILERT_GPU_TOPK_KEYS_LATE=1). */ \
-  extern "C" __global__ void __launch_bounds__(1024) topk_radix_one_w##KPT##l(                                   \
       const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T, int K, u32* hist, int* out, \
       int ld_out) {                                                                                              \
     PDL_WAIT();                                                                                                  \

@@ -1,0 +1,24 @@
+# Session 24's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
+# (the build line in docs/measured/next/README.md). The working tree plus more than three xz'd binaries is over the
+# 64 MiB carry limit, so the checks take two calls: carry kernels.test, engine.test and tilert for `check1` (then
+# `final` in the same call if it fits: ~5 + ~4 min), then decode.test, cuda.test and cupti.test for `check2`.
+# Ask `status` first.
+# Usage: bash docs/measured/next/s25.sh check1|check2|final
+#  check1 (~5 min): the kernel checks (the NVRTC compile checks skipped: CI runs them) and the engine's ^TestGPU.
+#  check2 (~2 min): the decode node's handoff on cuda, the cuda and cupti packages' GPU tests.
+#  final (~4 min): the README's rows (both models, 8192 and 131072, 1 and 4 slots, JSON), MTP and a traced step of
+#        each model (plan.sh rows), on one machine, for the README's top rows.
+NAME=s25; . docs/measured/next/plan.sh "$1"
+case "$P" in
+check1)
+  export TILERT_GPU_REPORT=$R/report.txt TILERT_ENGINE_REPORT=$R/engine-report.txt
+  TSKIP='^TestNVRTC' tst kernels cuda/kernels 400 & tst engine engine/gpu 400 '^TestGPU' & wait
+  for f in kernels engine; do cnt $f; done; save ;;
+check2)
+  tst decode roles/decode 90 'TestHandoff(EqualsLocalGeneration|MTPLen)/cuda'
+  tst cuda cuda 120
+  tst cupti cuda/cupti 60
+  for f in decode cuda cupti; do cnt $f; done; save ;;
+final) rows ;;
+*) echo "usage: s25.sh check1|check2|final" >&2; exit 2 ;;
+esac

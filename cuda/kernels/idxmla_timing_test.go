@@ -91,6 +91,14 @@ func timeIdxTopK(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s c
 				chk(c.MemsetD32(TopKRadixHist(scratch), 0, int64(M*topkRadixBins), s))
 			})
 			add(fmtName("graph: indexer_scores_mma+hist rows=%d T=%d", M, T), float64(M)*kb, us-usz, "cold keys (4 copies); memset subtracted")
+			// Without the prefetch (80 registers, 3 blocks an SM against _pf's
+			// 124 and 2): with each group's scales loaded with its keys since
+			// session 24, one memory wait a group in both.
+			usn := graphUsRot(c, s, 8, 15, func(i int) {
+				chk(k.indexerScoresMMA(s, out, qh, wq, caches[i%copies], 0, lens, TopKRadixHist(scratch), M, T, T, false))
+				chk(c.MemsetD32(TopKRadixHist(scratch), 0, int64(M*topkRadixBins), s))
+			})
+			add(fmtName("graph: indexer_scores_mma (no prefetch)+hist rows=%d T=%d", M, T), float64(M)*kb, usn-usz, "cold keys (4 copies); memset subtracted")
 			for _, fn := range finals {
 				us := graphUsRot(c, s, 8, 15, func(i int) {
 					chk(k.IndexerScoresMMA(s, out, qh, wq, caches[i%copies], 0, lens, TopKRadixHist(scratch), M, T, T))

@@ -51,6 +51,14 @@ type groupCase struct {
 func testGemvGroup(t *testing.T, tag string) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
+		nn0 := GroupNNLaunches.Load()
+		defer func() {
+			// The layer input's case takes 8 rows a group unless pinned:
+			// gemv_group_r8_m1_nn must have run.
+			if forceGroupR == 0 && GroupNNLaunches.Load() == nn0 {
+				t.Errorf("gemv_group_r8_m1_nn never ran%s", tag)
+			}
+		}()
 		for _, gc := range []groupCase{
 			// The attention inputs of a layer (scaled down): q_a, kv_a (576:
 			// a partial scale block), indexer wk, weights_proj (bf16).
@@ -129,11 +137,28 @@ func testGemvGroup(t *testing.T, tag string) {
 					runs[run] = append(runs[run], rowsOf(downF32(c, sg.Y, M*sg.LdY), M, sg.N, sg.LdY))
 				}
 			}
+			// Without a norm at one row: gemv_group_r8_m1_nn (TILERT_GPU_GROUP_NN)
+			// must write the same bits.
+			var nn [][]float32
+			if !gc.norm && M == 1 {
+				for i := range segs {
+					segs[i].Y = a.poisoned(M * segs[i].LdY)
+				}
+				GroupNoNorm = true
+				chk(k.GemvGroup(s, xp, K, M, ldx, segs, norm))
+				GroupNoNorm = false
+				for _, sg := range segs {
+					nn = append(nn, rowsOf(downF32(c, sg.Y, M*sg.LdY), M, sg.N, sg.LdY))
+				}
+			}
 			for i, sg := range segs {
 				name := fmt.Sprintf("gemv_group K=%d M=%d ldx=%d norm=%v seg %d/%d N=%d bf16=%v", K, M, ldx, gc.norm, i, len(segs), sg.N, sg.BF16) + tag
 				record(t, name, relMetric, relErr(runs[0][i], rowsOf64(refs[i], M, sg.N, sg.LdY)), boundF32)
 				record(t, name+" vs separate launches", "differing outputs", float64(diffCount(runs[0][i], seps[i])), 0)
 				record(t, name+" repeat", "differing outputs", float64(diffCount(runs[0][i], runs[1][i])), 0)
+				if nn != nil {
+					record(t, name+" TILERT_GPU_GROUP_NN", "differing outputs", float64(diffCount(runs[0][i], nn[i])), 0)
+				}
 			}
 		}
 		// Bad calls fail with a message instead of a device fault.

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 
@@ -186,8 +187,22 @@ func (k *Set) gemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 		GroupMidLaunches.Add(1)
 		return true, nil
 	}
+	if GroupNoNorm && norm.W == 0 && name == "gemv_group_r8_m1" {
+		name += "_nn"
+		GroupNNLaunches.Add(1)
+	}
 	if err := k.launch(name, cuda.D1(blocks), cuda.D1(tileThreads), 0, s, args...); err != nil {
 		return false, err
 	}
 	return false, nil
 }
+
+// GroupNoNorm (TILERT_GPU_GROUP_NN=1, opt-in, NOT RUN on a GPU yet) runs a
+// one-row grouped launch without a norm weight (the layer input's q_a, kv_a,
+// wk and weights_proj) on gemv_group_r8_m1_nn: the same sums without the
+// loop's predicated norm multiplies, which ptxas placed between a round's
+// weight loads (cuda/kernels/NOTES.md, session 24). The same bits.
+var GroupNoNorm = os.Getenv("TILERT_GPU_GROUP_NN") == "1"
+
+// GroupNNLaunches counts launches of gemv_group_r8_m1_nn (tests).
+var GroupNNLaunches atomic.Int64

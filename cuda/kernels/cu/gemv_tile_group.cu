@@ -26,8 +26,12 @@
 #define GROUP_SEGS 4
 
 // One segment's block: rows [n0, ...) of W, G threads per group, R rows per
-// group, rr[m] the row scales of the norm (nw != 0).
-template <class T, int R, int MM>
+// group, rr[m] the row scales of the norm (nw != 0). NORM false (the _nn
+// kernels, launched without a norm only): nw is not read, so the loop has
+// no predicated norm multiplies. Predicated off they still wait for x's
+// loads, and ptxas placed them between a round's weight loads, so most of
+// a round's weights went out one L2 round trip late (session 24's SASS).
+template <class T, int R, int MM, bool NORM = true>
 __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, float* y, int ldy, int N, int G,
                                                 int blk, const float* __restrict__ x, int ldx, int K, int M,
                                                 const float* __restrict__ nw, float eps, int nthr, int fold,
@@ -36,6 +40,7 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
   GROUP_ROWS(T, R)
   uint4 wv[NI][R];
   float sc[NI];
+  if (!NORM) nw = nullptr;
   if (nw) {
     // The first round's weights stream into L2 while the prologue runs
     // (a prefetch holds no registers; a load would keep them live).
@@ -182,7 +187,7 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
 // cfg_s = G | bf16 << 14; nf = nthr | fold << 16 (nthr: the rmsnorm launch's
 // block size for K, a multiple of 32 up to 1024). Every segment of a launch
 // takes R rows per group (its G is its own).
-template <int R, int MM>
+template <int R, int MM, bool NORM = true>
 __device__ __forceinline__ void gemv_group_run(const float* __restrict__ x, int ldx, int K, int M,
                                                const float* __restrict__ nw, float eps, int nf, const void* w0,
                                                const float* s0, float* y0, int n0, int ldy0, int cfg0,
@@ -197,9 +202,11 @@ __device__ __forceinline__ void gemv_group_run(const float* __restrict__ x, int 
   GROUP_SEGMENT(R)
   const int G = cfg & 1023, fold = (nf >> 16) & 1, fastnorm = (nf >> 17) & 1, nthr = nf & 0xffff;
   if ((cfg >> 14) & 1) {
-    gemv_group_body<TBF16, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh, rs);
+    gemv_group_body<TBF16, R, MM, NORM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh,
+                                        rs);
   } else {
-    gemv_group_body<TFP8, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh, rs);
+    gemv_group_body<TFP8, R, MM, NORM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh,
+                                       rs);
   }
 }
 
@@ -302,6 +309,20 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
   PDL_WAIT();
   gemv_group_run<8, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
+}
+
+// gemv_group_r8_m1 without the norm (NORM false): for launches with no
+// norm weight only (TILERT_GPU_GROUP_NN=1, opt-in; the same sums, so the same
+// bits as gemv_group_r8_m1 without a norm).
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_group_r8_m1_nn(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
+                        int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
+                        const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
+                        float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
+                        int ldy3, int cfg3) {
+  PDL_WAIT();
+  gemv_group_run<8, 1, false>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2,
+                              s2, y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)

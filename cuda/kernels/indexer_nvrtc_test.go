@@ -1,19 +1,20 @@
 package kernels
 
 import (
-	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
 )
 
-// TestNVRTCIndexerScoresRegisters: the default module compiles with NVRTC
-// for sm_90 (no GPU needed) and the serving scores kernels keep their
-// occupancy: the _pf and _rows forms (launch bounds 256 threads, 2 blocks an
-// SM) fit 128 registers without spilling, now that each warp also holds its
-// next key group's scales (session 24).
+// TestNVRTCIndexerScoresRegisters: the indexer's kernels (cu/indexer*.cu
+// after the default module's headers and engine.cu, whose ue8m0_ceil_f32
+// they call) compile with NVRTC for sm_90 (no GPU needed) and the serving
+// scores kernels keep their occupancy: the _pf and _rows forms (launch
+// bounds 256 threads, 2 blocks an SM) fit 128 registers without spilling,
+// now that each warp also holds its next key group's scales (session 24).
 func TestNVRTCIndexerScoresRegisters(t *testing.T) {
 	nv, err := cuda.LoadNVRTC()
 	if err != nil {
@@ -22,7 +23,8 @@ func TestNVRTCIndexerScoresRegisters(t *testing.T) {
 	if !slices.Contains(nv.SupportedArchs(), 90) {
 		t.Skipf("NVRTC %s has no sm_90", nv.Version())
 	}
-	_, log, err := nv.CompileLog(KernelSource(), "tilert_kernels.cu", append(kernelOptions("sm_90"), "-Xptxas", "-v"), true)
+	src := moduleSource(kernelFS, "cu/indexer*.cu", append(slices.Clone(defaultHeaders), "cu/engine.cu")...)
+	_, log, err := nv.CompileLog(src, "indexer.cu", append(kernelOptions("sm_90"), "-Xptxas", "-v"), true)
 	if err != nil {
 		t.Skipf("NVRTC %s refused -Xptxas -v (registers not shown): %v", nv.Version(), err)
 	}
@@ -44,21 +46,32 @@ func TestNVRTCIndexerScoresRegisters(t *testing.T) {
 	}
 }
 
-var ptxasUsed = regexp.MustCompile(`Used (\d+) registers`)
-var ptxasFunc = regexp.MustCompile(`Compiling entry function '([^']+)'`)
-
 // ptxasRegisters reads each entry function's register count from a
-// ptxas -v log.
+// ptxas -v log (ptxasSpills' reading of the same log).
 func ptxasRegisters(log string) map[string]int {
 	regs := map[string]int{}
-	fn := ""
-	for _, line := range regexp.MustCompile(`\r?\n`).Split(log, -1) {
-		if m := ptxasFunc.FindStringSubmatch(line); m != nil {
-			fn = m[1]
-		}
-		if m := ptxasUsed.FindStringSubmatch(line); m != nil && fn != "" {
-			regs[fn], _ = strconv.Atoi(m[1])
+	for _, part := range strings.Split(log, "Compiling entry function '")[1:] {
+		name, rest, _ := strings.Cut(part, "'")
+		if _, after, ok := strings.Cut(rest, "Used "); ok {
+			if n, err := strconv.Atoi(strings.Fields(after)[0]); err == nil {
+				regs[name] = n
+			}
 		}
 	}
 	return regs
+}
+
+func TestPtxasRegisters(t *testing.T) {
+	log := `ptxas info    : Compiling entry function 'a' for 'sm_90'
+ptxas info    : Function properties for a
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 124 registers, used 1 barriers, 32768 bytes smem
+ptxas info    : Compiling entry function 'b' for 'sm_90'
+ptxas info    : Used 80 registers
+ptxas info    : Compiling entry function 'c' for 'sm_90'
+`
+	got := ptxasRegisters(log)
+	if len(got) != 2 || got["a"] != 124 || got["b"] != 80 {
+		t.Fatalf("%v, want a: 124, b: 80 (c names no count)", got)
+	}
 }

@@ -12,6 +12,9 @@ P=$1; R=/tmp/$NAME-$P; rm -rf $R; mkdir -p $R
 export TILERT_KERNEL_CACHE=/tmp/tilert-kernels
 save() { tar czf $OUT/$NAME-$P.tgz -C $R .; cp $R/summary.txt $OUT/summary-$P.txt 2>/dev/null; }
 bn() { local m=$1 c=$2 b=$3 n=$4; shift 4; env X=1 "$@" timeout 150 $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context $c --batches $b ${MTP:+--mtp} ${JS:+--json $R/$n.json} ${TL:+--timeline $R/$n.json} > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " $R/$n.txt | sed "s|^|$n $* |" | tee -a $R/summary.txt; save; }
+# abab MODEL CONTEXTS BATCHES NAME VAR=value...: the default and the variant in turn, twice (NAME-A, NAME-B, NAME-A2,
+# NAME-B2), the same-run A/B every switch gets before it changes a default.
+abab() { local m=$1 c=$2 b=$3 n=$4; shift 4; bn $m $c $b $n-A; bn $m $c $b $n-B "$@"; bn $m $c $b $n-A2; bn $m $c $b $n-B2 "$@"; }
 cnt() { echo "$1: $(grep -c -- '--- PASS' $R/$1.log) PASS, $(grep -c -- '--- FAIL' $R/$1.log) FAIL, $(grep -c -- '--- SKIP' $R/$1.log) SKIP; $(tail -1 $R/$1.log)" | tee -a $R/summary.txt; grep -E -- '--- FAIL' -A8 $R/$1.log | head -40 >> $R/summary.txt; }
 timeout 120 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm.txt 2>&1
 # tst NAME DIR SECONDS [RUN]: one test binary $D/NAME.test run in DIR (verbose, -test.run RUN if given, -test.skip

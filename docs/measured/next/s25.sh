@@ -31,21 +31,11 @@ nn)
   for v in 0 1; do (cd cuda/kernels && TILERT_GPU_TIMING=1 TILERT_GPU_GROUP_NN=$v timeout 100 $D/kernels.test \
       -test.run 'TestKernelGroupTiming$' -test.v -test.count=1 > $R/timing-nn$v.log 2>&1)
     grep -E "graph" $R/timing-nn$v.log | grep -v timing_test | head -30 | sed "s|^|nn=$v |" >> $R/summary.txt; done; save
-  for m in deepseek-v3.2 glm-5; do
-    bn $m 8192 1 $m-A
-    bn $m 8192 1 $m-nn TILERT_GPU_GROUP_NN=1
-    bn $m 8192 1 $m-A2
-    bn $m 8192 1 $m-nn2 TILERT_GPU_GROUP_NN=1
-  done ;;
+  for m in deepseek-v3.2 glm-5; do abab $m 8192 1 $m-nn TILERT_GPU_GROUP_NN=1; done ;;
 nopf)
   (cd cuda/kernels && TILERT_GPU_TIMING=1 timeout 100 $D/kernels.test -test.run 'TestKernelTimingIdxMLA$' -test.v \
       -test.count=1 > $R/timing.log 2>&1)
   grep -E "^graph: indexer_scores_mma" $R/timing.log >> $R/summary.txt; save
-  for m in deepseek-v3.2 glm-5; do
-    bn $m 8192,131072 1 $m-A
-    bn $m 8192,131072 1 $m-nopf TILERT_GPU_IDX_NOPF=1
-    bn $m 8192,131072 1 $m-A2
-    bn $m 8192,131072 1 $m-nopf2 TILERT_GPU_IDX_NOPF=1
-  done ;;
+  for m in deepseek-v3.2 glm-5; do abab $m 8192,131072 1 $m-nopf TILERT_GPU_IDX_NOPF=1; done ;;
 *) echo "usage: s25.sh check1|check2|nopf|nn|final" >&2; exit 2 ;;
 esac

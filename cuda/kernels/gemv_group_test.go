@@ -51,12 +51,14 @@ type groupCase struct {
 func testGemvGroup(t *testing.T, tag string) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
-		nn0 := GroupNNLaunches.Load()
+		nn0 := [4]int64{0, GroupNNLaunches[1].Load(), GroupNNLaunches[2].Load(), GroupNNLaunches[3].Load()}
 		defer func() {
 			// The layer input's case takes 8 rows a group unless pinned:
-			// gemv_group_r8_m1_nn must have run.
-			if forceGroupR == 0 && GroupNNLaunches.Load() == nn0 {
-				t.Errorf("gemv_group_r8_m1_nn never ran%s", tag)
+			// gemv_group_r8_m1_nn, _nn2 and _nn2b must have run.
+			for mode, name := range []string{1: "_nn", 2: "_nn2", 3: "_nn2b"} {
+				if mode > 0 && forceGroupR == 0 && GroupNNLaunches[mode].Load() == nn0[mode] {
+					t.Errorf("gemv_group_r8_m1%s never ran%s", name, tag)
+				}
 			}
 		}()
 		for _, gc := range []groupCase{
@@ -137,18 +139,20 @@ func testGemvGroup(t *testing.T, tag string) {
 					runs[run] = append(runs[run], rowsOf(downF32(c, sg.Y, M*sg.LdY), M, sg.N, sg.LdY))
 				}
 			}
-			// Without a norm at one row: gemv_group_r8_m1_nn (TILERT_GPU_GROUP_NN)
-			// must write the same bits.
-			var nn [][]float32
+			// Without a norm at one row: gemv_group_r8_m1_nn, _nn2 and _nn2b
+			// (TILERT_GPU_GROUP_NN=1, 2, 3) must write the same bits.
+			var nn [4][][]float32
 			if !gc.norm && M == 1 {
-				for i := range segs {
-					segs[i].Y = a.poisoned(M * segs[i].LdY)
-				}
-				GroupNoNorm = true
-				chk(k.GemvGroup(s, xp, K, M, ldx, segs, norm))
-				GroupNoNorm = false
-				for _, sg := range segs {
-					nn = append(nn, rowsOf(downF32(c, sg.Y, M*sg.LdY), M, sg.N, sg.LdY))
+				for mode := 1; mode <= 3; mode++ {
+					for i := range segs {
+						segs[i].Y = a.poisoned(M * segs[i].LdY)
+					}
+					GroupNoNorm = mode
+					chk(k.GemvGroup(s, xp, K, M, ldx, segs, norm))
+					GroupNoNorm = 0
+					for _, sg := range segs {
+						nn[mode] = append(nn[mode], rowsOf(downF32(c, sg.Y, M*sg.LdY), M, sg.N, sg.LdY))
+					}
 				}
 			}
 			for i, sg := range segs {
@@ -156,8 +160,10 @@ func testGemvGroup(t *testing.T, tag string) {
 				record(t, name, relMetric, relErr(runs[0][i], rowsOf64(refs[i], M, sg.N, sg.LdY)), boundF32)
 				record(t, name+" vs separate launches", "differing outputs", float64(diffCount(runs[0][i], seps[i])), 0)
 				record(t, name+" repeat", "differing outputs", float64(diffCount(runs[0][i], runs[1][i])), 0)
-				if nn != nil {
-					record(t, name+" TILERT_GPU_GROUP_NN", "differing outputs", float64(diffCount(runs[0][i], nn[i])), 0)
+				for mode := 1; mode <= 3; mode++ {
+					if nn[mode] != nil {
+						record(t, fmt.Sprintf("%s TILERT_GPU_GROUP_NN=%d", name, mode), "differing outputs", float64(diffCount(runs[0][i], nn[mode][i])), 0)
+					}
 				}
 			}
 		}

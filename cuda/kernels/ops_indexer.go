@@ -1,8 +1,6 @@
 package kernels
 
 import (
-	"os"
-
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -73,16 +71,8 @@ func indexerMMABlocks(sms, perSM, nq, T int) int {
 // in there). hist != 0 (TopKRadixHist of a TopKRadix scratch for nq rows):
 // also build TopKRadix's histogram of the scores, for TopKRadixAfterHist.
 func (k *Set) IndexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
-	return k.indexerScoresMMA(s, out, qh, wq, cache, blockTable, lens, hist, nq, T, ldOut, !ScoresNoPrefetch)
+	return k.indexerScoresMMA(s, out, qh, wq, cache, blockTable, lens, hist, nq, T, ldOut, true)
 }
-
-// ScoresNoPrefetch (TILERT_GPU_IDX_NOPF=1, opt-in, NOT RUN in the step)
-// makes IndexerScoresMMA run indexer_scores_mma, the form without the next
-// group's prefetch: 80 registers and 3 blocks an SM against _pf's 124 and 2,
-// one memory wait a group in both since session 24 loads the key scales
-// with the keys. The same bits (TestKernelIndexer); an A/B switch for the
-// next device session (docs/measured/next/README.md).
-var ScoresNoPrefetch = os.Getenv("TILERT_GPU_IDX_NOPF") == "1"
 
 // IndexerScoresMMARows is IndexerScoresMMA over rows of different caches
 // (slots) in one launch: row r's pages start at rowBase[r] + cacheOff

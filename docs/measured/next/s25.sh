@@ -3,7 +3,7 @@
 # 64 MiB carry limit, so the checks take two calls: carry kernels.test, engine.test and tilert for `check1` (then
 # `final` in the same call if it fits: ~5 + ~4 min), then decode.test, cuda.test and cupti.test for `check2`.
 # Ask `status` first.
-# Usage: bash docs/measured/next/s25.sh check1|check2|nopf|nn|final
+# Usage: bash docs/measured/next/s25.sh check1|check2|nopf|nn|final|d (d: session 25's last call, below)
 #  check1 (~5 min): the kernel checks (the NVRTC compile checks skipped: CI runs them) and the engine's ^TestGPU.
 #  check2 (~2 min): the decode node's handoff on cuda, the cuda and cupti packages' GPU tests.
 #  nopf (~5 min; kernels.test + tilert): the scores without the prefetch (indexer_scores_mma: 3 blocks an SM) graph-timed
@@ -37,5 +37,15 @@ nopf)
       -test.count=1 > $R/timing.log 2>&1)
   grep -E "^graph: indexer_scores_mma" $R/timing.log >> $R/summary.txt; save
   for m in deepseek-v3.2 glm-5; do abab $m 8192,131072 1 $m-nopf TILERT_GPU_IDX_NOPF=1; done ;;
-*) echo "usage: s25.sh check1|check2|nopf|nn|final" >&2; exit 2 ;;
+d)
+  # Session 25's last call: the two-rounds group kernels' bits and timing, the step with =2, the q chain forked at q_a
+  # at 131072 (the top-k's scores are faster since session 17 chose the late fork); the README's rows first.
+  tst kernels cuda/kernels 200 'TestKernelGemvGroup$'; cnt kernels
+  for v in 0 1 2 3; do (cd cuda/kernels && TILERT_GPU_TIMING=1 TILERT_GPU_GROUP_NN=$v timeout 60 $D/kernels.test \
+      -test.run 'TestKernelGroupTiming$' -test.v -test.count=1 > $R/timing-nn$v.log 2>&1)
+    grep -E "attn in .*gemv_group M=1 " $R/timing-nn$v.log | sed "s|^|nn=$v |" >> $R/summary.txt; done; save
+  rows
+  for m in deepseek-v3.2 glm-5; do abab $m 8192 1 $m-nn2 TILERT_GPU_GROUP_NN=2; done
+  abab deepseek-v3.2 131072 1 ds-qa TILERT_GPU_SIDE_Q_AT=qa ;;
+*) echo "usage: s25.sh check1|check2|nopf|nn|final|d" >&2; exit 2 ;;
 esac

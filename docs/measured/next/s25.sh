@@ -3,7 +3,7 @@
 # 64 MiB carry limit, so the checks take two calls: carry kernels.test, engine.test and tilert for `check1` (then
 # `final` in the same call if it fits: ~5 + ~4 min), then decode.test, cuda.test and cupti.test for `check2`.
 # Ask `status` first.
-# Usage: bash docs/measured/next/s25.sh check1|check2|nopf|nn|final|d (d: session 25's last call, below)
+# Usage: bash docs/measured/next/s25.sh check1|check2|nopf|nn|final|d|e (d, e: session 25's last calls, below)
 #  check1 (~5 min): the kernel checks (the NVRTC compile checks skipped: CI runs them) and the engine's ^TestGPU.
 #  check2 (~2 min): the decode node's handoff on cuda, the cuda and cupti packages' GPU tests.
 #  nopf (~5 min; kernels.test + tilert): the scores without the prefetch (indexer_scores_mma: 3 blocks an SM) graph-timed
@@ -47,5 +47,12 @@ d)
   rows
   for m in deepseek-v3.2 glm-5; do abab $m 8192 1 $m-nn2 TILERT_GPU_GROUP_NN=2; done
   abab deepseek-v3.2 131072 1 ds-qa TILERT_GPU_SIDE_Q_AT=qa ;;
-*) echo "usage: s25.sh check1|check2|nopf|nn|final|d" >&2; exit 2 ;;
+e)
+  # After d, warm (tilert still in .device/next): check2's tests, then GLM-5's q chain forked at q_a at 131072.
+  tst decode roles/decode 90 'TestHandoff(EqualsLocalGeneration|MTPLen)/cuda'
+  tst cuda cuda 120
+  tst cupti cuda/cupti 60
+  for f in decode cuda cupti; do cnt $f; done; save
+  abab glm-5 131072 1 glm-qa TILERT_GPU_SIDE_Q_AT=qa ;;
+*) echo "usage: s25.sh check1|check2|nopf|nn|final|d|e" >&2; exit 2 ;;
 esac

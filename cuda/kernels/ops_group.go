@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
 
@@ -187,38 +186,8 @@ func (k *Set) gemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 		GroupMidLaunches.Add(1)
 		return true, nil
 	}
-	if GroupNoNorm > 0 && norm.W == 0 && name == "gemv_group_r8_m1" {
-		name += [...]string{1: "_nn", 2: "_nn2", 3: "_nn2b"}[GroupNoNorm]
-		GroupNNLaunches[GroupNoNorm].Add(1)
-	}
 	if err := k.launch(name, cuda.D1(blocks), cuda.D1(tileThreads), 0, s, args...); err != nil {
 		return false, err
 	}
 	return false, nil
 }
-
-// GroupNoNorm (TILERT_GPU_GROUP_NN=1 or 2, opt-in) runs a one-row grouped
-// launch without a norm weight (the layer input's q_a, kv_a, wk and
-// weights_proj) on gemv_group_r8_m1_nn (1): the same sums without the
-// loop's predicated norm multiplies, which ptxas placed between a round's
-// weight loads (cuda/kernels/NOTES.md, session 24; session 25: 9.66 ->
-// 9.20 us graph-timed, the step unchanged), or on gemv_group_r8_m1_nn2 (2;
-// _nn2b: 3), which also issue two rounds' weight loads before either
-// round's sums. The same bits. Any other value is 0.
-var GroupNoNorm = groupNoNorm(os.Getenv("TILERT_GPU_GROUP_NN"))
-
-func groupNoNorm(v string) int {
-	switch v {
-	case "1":
-		return 1
-	case "2":
-		return 2
-	case "3":
-		return 3
-	}
-	return 0
-}
-
-// GroupNNLaunches counts launches of gemv_group_r8_m1_nn ([1]), _nn2 ([2])
-// and _nn2b ([3]) (tests).
-var GroupNNLaunches [4]atomic.Int64

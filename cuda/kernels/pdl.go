@@ -64,8 +64,7 @@ var pdlKernels = setOf(
 	// gemv_tile_group.cu
 	"gemv_group_r2_m1", "gemv_group_r2_m2", "gemv_group_r2_m4", "gemv_group_r2_m8",
 	"gemv_group_r4_m1", "gemv_group_r4_m2", "gemv_group_r4_m4", "gemv_group_r4_m8",
-	"gemv_group_r8_m1", "gemv_group_r8_m1_nn", "gemv_group_r8_m1_nn2", "gemv_group_r8_m1_nn2b",
-	"gemv_group_r8_m2", "gemv_group_r8_m4",
+	"gemv_group_r8_m1", "gemv_group_r8_m2", "gemv_group_r8_m4",
 	// gemv_wide.cu (dense; the experts variants wait before reading ids)
 	"gemv_fp8_wide_r1", "gemv_fp8_wide_r2", "gemv_fp8_wide_r4", "gemv_fp8_wide_r8",
 	"gemv_bf16_wide_r1", "gemv_bf16_wide_r2", "gemv_bf16_wide_r4", "gemv_bf16_wide_r8",

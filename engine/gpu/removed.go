@@ -79,6 +79,14 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_IDX_NOPF", keep: zero,
 		what: "the one-slot indexer scores without the prefetch (indexer_scores_mma in the step) was measured slower on the H200 in session 25 and the switch removed (graph-timed scores + histogram 12.96 against _pf's 11.50 us at 131072 keys, 1 row, 3.91 against 3.73 at 8192; decode p50 at 131072, 1 slot, A/B/A/B: DeepSeek-V3.2 dims 2.799 / 2.804 against 2.794 / 2.789 ms, GLM-5 dims 2.869 / 2.868 against 2.849 / 2.847)",
 		hint: `: indexer_scores_mma_pf runs (the default); the switch last exists at 6af7a79, the record is in docs/measured/h200-2026-12-04-s25`},
+	// TILERT_GPU_GROUP_NN=1/2/3 ran the layer input's one-row grouped GEMV
+	// without the norm's predicated multiplies (gemv_group_r8_m1_nn), also
+	// with two rounds' weight loads issued at once (_nn2 held to three
+	// blocks an SM, _nn2b unbounded); sessions 24-25. The same bits, faster
+	// alone (but _nn2b), never faster in the step.
+	{name: "TILERT_GPU_GROUP_NN", keep: zero,
+		what: "the layer input's grouped GEMV without the norm's multiplies (gemv_group_r8_m1_nn, =1) and with two rounds' loads at once (_nn2 =2, _nn2b =3) was measured on the H200 in session 25 and removed: graph-timed 9.69 us for gemv_group_r8_m1 against 9.18 (=1), 9.10 (=2), 11.41 (=3), but decode p50 at 8192, 1 slot, A/B/A/B no faster: =1 DeepSeek-V3.2 dims 2.666 / 2.659 against 2.660 / 2.662 ms, GLM-5 dims 2.688 / 2.692 against 2.685 / 2.694; =2 2.671 / 2.669 against 2.665 / 2.664, GLM-5 2.712 / 2.713 against 2.694 / 2.693",
+		hint: `: gemv_group_r8_m1 runs (the default); the code last exists at ba59126, the record is in docs/measured/h200-2026-12-04-s25 and cuda/kernels/NOTES.md "The indexer scores' key scales with the keys"`},
 	// TILERT_GPU_ROUTE_IN_GEMV=1 routed a MoE layer inside the experts'
 	// gate/up launch (gemv_tile_fp8_r*_m1_d16_route: every block ranked the
 	// router's logits itself, helper routein, session 22); correct, slower

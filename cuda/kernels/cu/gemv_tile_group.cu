@@ -26,12 +26,8 @@
 #define GROUP_SEGS 4
 
 // One segment's block: rows [n0, ...) of W, G threads per group, R rows per
-// group, rr[m] the row scales of the norm (nw != 0). NORM false (the _nn
-// kernels, launched without a norm only): nw is not read, so the loop has
-// no predicated norm multiplies. Predicated off they still wait for x's
-// loads, and ptxas placed them between a round's weight loads, so most of
-// a round's weights went out one L2 round trip late (session 24's SASS).
-template <class T, int R, int MM, bool NORM = true, bool D2 = false>
+// group, rr[m] the row scales of the norm (nw != 0).
+template <class T, int R, int MM>
 __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, float* y, int ldy, int N, int G,
                                                 int blk, const float* __restrict__ x, int ldx, int K, int M,
                                                 const float* __restrict__ nw, float eps, int nthr, int fold,
@@ -40,7 +36,6 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
   GROUP_ROWS(T, R)
   uint4 wv[NI][R];
   float sc[NI];
-  if (!NORM) nw = nullptr;
   if (nw) {
     // The first round's weights stream into L2 while the prologue runs
     // (a prefetch holds no registers; a load would keep them live).
@@ -89,31 +84,7 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
   for (int r = 0; r < R; r++)
 #pragma unroll
     for (int m = 0; m < MM; m++) acc[r][m] = 0.0f;
-  if (D2) {
-    // Two rounds' weight loads issued before either round's sums (the _nn2
-    // kernel: one row, no norm): a thread of the layer input's launch has
-    // 1-2 chunks a row at K = 7168, so its block waits on HBM once, not
-    // twice. The chunks are summed in the loop's order below: the same bits.
-    for (int c0 = tg; c0 < C; c0 += 2 * G * NI) {
-      uint4 wb[NI][R];
-      float sb[NI];
-      group_load<T, R, NI>(wr, sr, c0, G, C, wv, sc);
-      group_load<T, R, NI>(wr, sr, c0 + G * NI, G, C, wb, sb);
-#define GROUP_D2_ROUND(WV, SC, CB)                                                                 \
-  _Pragma("unroll") for (int i = 0; i < NI; i++) {                                                 \
-    const int c = (CB) + i * G;                                                                    \
-    if (c < C) {                                                                                   \
-      float p[R];                                                                                  \
-      TILE_CHUNK_M1(T, R, (x + (size_t)c * T::E), ((const float*)0), 1.0f, WV[i], p)               \
-      _Pragma("unroll") for (int r = 0; r < R; r++) acc[r][0] = fmaf(p[r], SC[i], acc[r][0]);      \
-    }                                                                                              \
-  }
-      GROUP_D2_ROUND(wv, sc, c0)
-      GROUP_D2_ROUND(wb, sb, c0 + G * NI)
-#undef GROUP_D2_ROUND
-    }
-  }
-  for (int c0 = tg; !D2 && c0 < C; c0 += G * NI) {
+  for (int c0 = tg; c0 < C; c0 += G * NI) {
     group_load<T, R, NI>(wr, sr, c0, G, C, wv, sc);
 #pragma unroll
     for (int i = 0; i < NI; i++) {
@@ -211,7 +182,7 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
 // cfg_s = G | bf16 << 14; nf = nthr | fold << 16 (nthr: the rmsnorm launch's
 // block size for K, a multiple of 32 up to 1024). Every segment of a launch
 // takes R rows per group (its G is its own).
-template <int R, int MM, bool NORM = true, bool D2 = false>
+template <int R, int MM>
 __device__ __forceinline__ void gemv_group_run(const float* __restrict__ x, int ldx, int K, int M,
                                                const float* __restrict__ nw, float eps, int nf, const void* w0,
                                                const float* s0, float* y0, int n0, int ldy0, int cfg0,
@@ -226,11 +197,9 @@ __device__ __forceinline__ void gemv_group_run(const float* __restrict__ x, int 
   GROUP_SEGMENT(R)
   const int G = cfg & 1023, fold = (nf >> 16) & 1, fastnorm = (nf >> 17) & 1, nthr = nf & 0xffff;
   if ((cfg >> 14) & 1) {
-    gemv_group_body<TBF16, R, MM, NORM, D2>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh,
-                                        rs);
+    gemv_group_body<TBF16, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh, rs);
   } else {
-    gemv_group_body<TFP8, R, MM, NORM, D2>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh,
-                                       rs);
+    gemv_group_body<TFP8, R, MM>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh, rs);
   }
 }
 
@@ -334,40 +303,6 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
   gemv_group_run<8, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
 }
-
-// gemv_group_r8_m1 without the norm (NORM false): for launches with no
-// norm weight only (TILERT_GPU_GROUP_NN=1, opt-in; the same sums, so the same
-// bits as gemv_group_r8_m1 without a norm).
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_group_r8_m1_nn(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
-                        int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
-                        const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
-                        float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
-                        int ldy3, int cfg3) {
-  PDL_WAIT();
-  gemv_group_run<8, 1, false>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2,
-                              s2, y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
-}
-
-// gemv_group_r8_m1_nn with two rounds' weight loads issued at once (D2;
-// the same sums, so the same bits; opt-in): _nn2 (TILERT_GPU_GROUP_NN=2)
-// held to three blocks an SM (80 registers: ~64 bytes of spill stores, the
-// row pointers), so the layer input's 288 blocks start in one wave; _nn2b
-// (=3) unbounded (~116 registers: two blocks an SM, 24 blocks a second
-// wave).
-#define GROUP_NN2_KERNEL(NAME, ...)                                                                             \
-  extern "C" __global__ void __launch_bounds__(__VA_ARGS__) NAME(                                               \
-      const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps, int nf,      \
-      const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1, const float* s1, \
-      float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2, float* y2, int n2, int ldy2,     \
-      int cfg2, const void* w3, const float* s3, float* y3, int n3, int ldy3, int cfg3) {                       \
-    PDL_WAIT();                                                                                                 \
-    gemv_group_run<8, 1, false, true>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1,  \
-                                      ldy1, cfg1, w2, s2, y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);     \
-  }
-GROUP_NN2_KERNEL(gemv_group_r8_m1_nn2, TILE_THREADS, 3)
-GROUP_NN2_KERNEL(gemv_group_r8_m1_nn2b, TILE_THREADS)
-#undef GROUP_NN2_KERNEL
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
     gemv_group_r8_m2(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,

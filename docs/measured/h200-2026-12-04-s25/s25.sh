@@ -3,7 +3,7 @@
 # 64 MiB carry limit, so the checks take two calls: carry kernels.test, engine.test and tilert for `check1` (then
 # `final` in the same call if it fits: ~5 + ~4 min), then decode.test, cuda.test and cupti.test for `check2`.
 # Ask `status` first.
-# Usage: bash docs/measured/next/s25.sh check1|check2|nopf|nn|final|d|e (d, e: session 25's last calls, below)
+# Usage: bash docs/measured/next/s25.sh check1|check2|nopf|nn|final|d|e|f (d, e, f: session 25's last calls, below)
 #  check1 (~5 min): the kernel checks (the NVRTC compile checks skipped: CI runs them) and the engine's ^TestGPU.
 #  check2 (~2 min): the decode node's handoff on cuda, the cuda and cupti packages' GPU tests.
 #  nopf (~5 min; kernels.test + tilert): the scores without the prefetch (indexer_scores_mma: 3 blocks an SM) graph-timed
@@ -54,5 +54,12 @@ e)
   tst cupti cuda/cupti 60
   for f in decode cuda cupti; do cnt $f; done; save
   abab glm-5 131072 1 glm-qa TILERT_GPU_SIDE_Q_AT=qa ;;
-*) echo "usage: s25.sh check1|check2|nopf|nn|final|d|e" >&2; exit 2 ;;
+f)
+  # The last of session 25's device time: GLM-5's q chain forked at q_a at 131072 (call D ran DeepSeek-V3.2's), then a
+  # traced step of each model at 131072 on today's code (session 24's traces predate the scores' scale prefetch).
+  abab glm-5 131072 1 glm-qa TILERT_GPU_SIDE_Q_AT=qa
+  TL=1 bn deepseek-v3.2 131072 1 tl-ds-long
+  TL=1 bn glm-5 131072 1 tl-glm-long
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+*) echo "usage: s25.sh check1|check2|nopf|nn|final|d|e|f" >&2; exit 2 ;;
 esac

@@ -61,7 +61,7 @@ func timeIdxTopK(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s c
 	finals := []struct {
 		name string
 		f    TopKRadixFinal
-	}{{"one block", TopKRadixOne}, {"list", TopKRadixList}, {"bitmaps", TopKRadixBitmaps}}
+	}{{"one block", TopKRadixOne}, {"list", TopKRadixList}, {"list w", TopKRadixListW}, {"bitmaps", TopKRadixBitmaps}}
 	for _, T := range []int{8192, 131072} {
 		nPages := T / 64
 		const copies = 4 // 4 x 17 MB at 131072: more than the L2

@@ -669,11 +669,17 @@ func TestKernelIndexer(t *testing.T) {
 			scratch := a.up(make([]byte, TopKWideScratchBytes(cs.rows)))
 			// TopKRadix likewise (its histogram must be left zeroed).
 			rscratch := a.up(make([]byte, TopKRadixScratchBytes(cs.rows, cs.T)))
-			for _, v := range []string{"", " (wide)", " (wide, scratch reused)", " (radix)", " (radix, scratch reused)", " (radix, bitmaps)", " (radix, global final)", " (radix, one block)", " (radix, one block, scratch reused)"} {
+			for _, v := range []string{"", " (wide)", " (wide, scratch reused)", " (radix)", " (radix, scratch reused)", " (radix, bitmaps)", " (radix, global final)", " (radix, one block)", " (radix, one block, scratch reused)", " (radix, list w)", " (radix, list w, scratch reused)"} {
 				op := a.poisoned(cs.rows * cs.K)
 				switch {
 				case v == "":
 					chk(k.TopK(s, op, xp, lp, cs.rows, cs.T, cs.K, cs.T, cs.K))
+				case strings.Contains(v, "list w"):
+					lw0 := TopKListWLaunches.Load()
+					chk(k.topkRadix(s, op, xp, lp, rscratch, cs.rows, cs.T, cs.K, cs.T, cs.K, TopKRadixListW))
+					if TopKListWLaunches.Load() == lw0 {
+						t.Errorf("%s%s: topk_radix_mark_lw did not run", cs.name, v)
+					}
 				case strings.Contains(v, "one block"):
 					chk(k.topkRadix(s, op, xp, lp, rscratch, cs.rows, cs.T, cs.K, cs.T, cs.K, TopKRadixOne))
 				case strings.Contains(v, "global final"):

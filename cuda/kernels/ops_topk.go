@@ -1,6 +1,9 @@
 package kernels
 
 import (
+	"os"
+	"sync/atomic"
+
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -188,7 +191,22 @@ const (
 	// and the ordered emit without leaving the block); longer rows take
 	// TopKRadixList.
 	TopKRadixOne
+	// TopKRadixListW: topk_radix_mark_l's selection on
+	// topk_radix_mark_lw (one-warp digit picks, the third digit's pass
+	// skipped when the second is taken whole; NOT RUN on a GPU yet).
+	TopKRadixListW
 )
+
+// TopKListW (TILERT_GPU_TOPK_LW=1, opt-in, NOT RUN on a GPU yet) runs the
+// rows that would take topk_radix_mark_l (TopKRadixList, and TopKRadixOne's
+// rows over TopKRadixOneMaxT keys) on topk_radix_mark_lw instead: the same
+// selection with a shorter chain in the mark blocks' bin search and the
+// last block's final stage (session 25's traces: the list top-k is on the
+// step's critical path by 3-5 us a layer at 131072).
+var TopKListW = os.Getenv("TILERT_GPU_TOPK_LW") == "1"
+
+// TopKListWLaunches counts topk_radix_mark_lw launches (tests).
+var TopKListWLaunches atomic.Int64
 
 // TopKRadixOneMaxT is the longest row TopKRadixOne selects in one block
 // (1024 threads x 32 keys in registers).
@@ -229,9 +247,16 @@ func (k *Set) TopKRadixAfterHistWith(s cuda.Stream, out, scores, lens, scratch c
 	if final == TopKRadixOne && T <= TopKRadixOneMaxT {
 		return k.launch(topkRadixOneKernel(T), cuda.D1(rows), cuda.D1(1024), 0, s, scores, ld, lens, T, K, hist, out, ldOut)
 	}
+	if TopKListW && (final == TopKRadixList || final == TopKRadixOne) {
+		final = TopKRadixListW
+	}
 	switch {
-	case (final == TopKRadixList || final == TopKRadixOne) && 4*2*l.ldw <= topkRadixMaxSmem:
+	case (final == TopKRadixList || final == TopKRadixOne || final == TopKRadixListW) && 4*2*l.ldw <= topkRadixMaxSmem:
 		name, dyn = "topk_radix_mark_l", 4*2*l.ldw
+		if final == TopKRadixListW {
+			name = "topk_radix_mark_lw"
+			TopKListWLaunches.Add(1)
+		}
 		args = []any{scores, ld, lens, T, K, chunk, hist, cnt, sure, l.ldw, scratch.Add(int64(l.l2)), scratch.Add(int64(l.ccnt)),
 			scratch.Add(int64(l.list)), T, out, ldOut}
 	case final != TopKRadixGlobal && 4*(2*l.ldw+2*topkRadixCap) <= topkRadixMaxSmem:

@@ -70,7 +70,7 @@ var pdlKernels = setOf(
 	"gemv_bf16_wide_r1", "gemv_bf16_wide_r2", "gemv_bf16_wide_r4", "gemv_bf16_wide_r8",
 	// indexer.cu, indexer_mma.cu, indexer_wide.cu, topk_radix.cu, topk_wide.cu
 	"indexer_scores", "topk_rows", "idx_q_prep", "indexer_scores_mma", "indexer_scores_mma_pf", "indexer_scores_mma_rows", "indexer_scores_wide",
-	"topk_radix_hist", "topk_radix_mark", "topk_radix_mark_s", "topk_radix_mark_l",
+	"topk_radix_hist", "topk_radix_mark", "topk_radix_mark_s", "topk_radix_mark_l", "topk_radix_mark_lw",
 	"topk_wide_hist", "topk_wide_pick", "topk_wide_count", "topk_wide_emit",
 	// mla*.cu
 	"mla_decode", "mla_combine", "mla_combine_wide", "mla_combine_wide_v1", "mla_decode_heads", "mla_decode_tc",

@@ -853,3 +853,225 @@ __device__ __forceinline__ void tkw_body(const float* __restrict__ scores, int l
 TKW_KERNEL(8)
 TKW_KERNEL(16)
 TKW_KERNEL(32)
+
+// topk_radix_mark_lw: topk_radix_mark_l's selection (the same indices, in
+// the same order) with topk_radix_one_w's shorter chain where the list
+// top-k is on the step's critical path (rows over TopKRadixOneMaxT keys;
+// session 25's traces at 131072: 3-5 us a layer past q_b):
+// - the histogram's 4 bins a thread are loaded before the row's length;
+//   the bin is found by warp totals and one lane scan (2 barriers where
+//   tkr_find_bin's block scan takes 4);
+// - the last block picks each digit in one warp (tkw_pick) instead of a
+//   block-wide scan, and skips the third digit's list pass when the second
+//   digit is taken whole (then every listed key with its 22-bit prefix or
+//   above is in: one list pass, no ties to split);
+// - without ties to split the ordered emit scans one count (one barrier).
+// The mark blocks' tile loop, list and ticket are mark_l's. Scratch and
+// dynamic shared memory as topk_radix_mark_l's, all left zeroed.
+extern "C" __global__ void __launch_bounds__(1024, 2) topk_radix_mark_lw(const float* __restrict__ scores, int ld,
+                                                                      const int* __restrict__ lens, int T, int K,
+                                                                      int chunk, u32* hist, u32* cnt, u32* sure,
+                                                                      int ldw, u32* l2, u32* ccnt, uint2* list,
+                                                                      int ldl, int* out, int ld_out) {
+  PDL_WAIT();
+  extern __shared__ u32 tkr_dyn[];
+  __shared__ __align__(16) u32 h[1024];
+  // The histogram's bins as the threads loaded them (the bin search), then
+  // the third digit's counts (the final stage): 32 registers a thread keep
+  // a mark block beside one of q_b's (128 registers x 256 threads) on an SM.
+  __shared__ __align__(16) u32 hb[TKR_BINS];
+  __shared__ int wt[32], we[32], we2[32], woff[32];
+  __shared__ int res[9];  // bin, keys above it; then digit, still to take, its count, twice
+  __shared__ int last;
+  const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+  u32* gh = hist + (size_t)row * TKR_BINS;
+  // Thread tid's 4 bins from the top (hi .. hi - 3), loaded with the length.
+  const int hi = TKR_BINS - 1 - 4 * tid;
+  const uint4 hv = __ldcg((const uint4*)(gh + hi - 3));
+  const int n = tkr_n(lens, row, T);
+  int* o = out + (size_t)row * ld_out;
+  if (n <= K) {
+    if (blockIdx.x == 0) {
+      for (int j = tid; j < K; j += blockDim.x) o[j] = j < n ? j : -1;
+      for (int i = tid; i < TKR_BINS; i += blockDim.x) gh[i] = 0;
+    }
+    return;
+  }
+  const int start = blockIdx.x * chunk, end = min(n, start + chunk);
+  if (start >= end) return;
+  // The bin b holding the K-th largest key (tkw_core's search; a histogram
+  // of fewer than K keys finds none: bin 0, as tkr_find_bin).
+  {
+    const int sum = (int)(hv.x + hv.y + hv.z + hv.w);
+    *(uint4*)(hb + hi - 3) = hv;
+    const int wsum = tkw_warp_sum(sum);
+    if (lane == 0) wt[wid] = wsum;
+    if (tid < 9) res[tid] = 0;
+    h[tid] = 0;
+    __syncthreads();
+    const int pre = tkw_warp_sum(lane < wid ? wt[lane] : 0);
+    if (pre < K && pre + wsum >= K) {
+      const int cum = pre + tkw_warp_incl(sum, lane) - sum;
+      if (cum < K && cum + sum >= K) {
+        const int c0 = (int)hb[hi], c1 = (int)hb[hi - 1], c2 = (int)hb[hi - 2];
+        if (cum + c0 >= K) {
+          res[0] = hi, res[1] = cum;
+        } else if (cum + c0 + c1 >= K) {
+          res[0] = hi - 1, res[1] = cum + c0;
+        } else if (cum + c0 + c1 + c2 >= K) {
+          res[0] = hi - 2, res[1] = cum + c0 + c1;
+        } else {
+          res[0] = hi - 3, res[1] = cum + c0 + c1 + c2;
+        }
+      }
+    }
+    __syncthreads();
+  }
+  const int b = res[0], above = res[1];
+  const float* x = scores + (size_t)row * ld;
+  u32* sw = sure + (size_t)row * ldw;
+  u32* g2 = l2 + (size_t)row * 1024;
+  uint2* lst = list + (size_t)row * ldl;
+  // mark_l's tile loop: sure bits, the threshold bin's keys listed and
+  // their second digits counted.
+#pragma unroll 1
+  for (int base = start; base < end; base += 1024) {
+    const int i = base + tid;
+    u32 k = 0;
+    int kb = -1;
+    if (i < end) {
+      k = float_key(x[i]);
+      kb = (int)(k >> TKR_SHIFT);
+    }
+    const u32 s = __ballot_sync(0xffffffffu, kb > b);
+    const bool c = kb == b;
+    const u32 cm = __ballot_sync(0xffffffffu, c);
+    if (lane == 0 && i < end) sw[i >> 5] = s;
+    if (c) atomicAdd(&h[(k >> 10) & 1023u], 1u);
+    if (lane == 0) woff[wid] = __popc(cm);
+    __syncthreads();
+    if (wid == 0) {
+      const int v = woff[lane];
+      const int incl = tkw_warp_incl(v, lane);
+      const int tot = __shfl_sync(0xffffffffu, incl, 31);
+      int at = 0;
+      if (lane == 0 && tot > 0) at = (int)atomicAdd(ccnt + row, (u32)tot);
+      at = __shfl_sync(0xffffffffu, at, 0);
+      woff[lane] = at + incl - v;
+    }
+    __syncthreads();
+    if (c) lst[woff[wid] + __popc(cm & ((1u << lane) - 1u))] = make_uint2((u32)i, k);
+  }
+  __syncthreads();
+  if (h[tid]) atomicAdd(&g2[tid], h[tid]);
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(&cnt[row], 1u) == (u32)((n + chunk - 1) / chunk - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (tid == 0) cnt[row] = 0;
+  // Final stage.
+  u32* sws = tkr_dyn;
+  u32* cws = sws + ldw;
+  const int C = (int)__ldcg(ccnt + row);
+  {
+    const u32 cd = __ldcg(g2 + tid);  // second digit tid's count
+    g2[tid] = 0;
+    h[tid] = cd;  // thread tid alone read h[tid] above
+    hb[tid] = 0;  // the third digit's counts
+  }
+  for (int i = tid; i < TKR_BINS; i += 1024) gh[i] = 0;
+  const int nw = (n + 31) >> 5;
+#pragma unroll 1
+  for (int w = tid; w < nw; w += 1024) {
+    sws[w] = __ldcg(sw + w);
+    cws[w] = 0;
+    sw[w] = 0;  // left zeroed for the next call
+  }
+  __syncthreads();
+  if (wid == 0) tkw_pick(h, K - above, res + 3);
+  __syncthreads();
+  if (tid == 0) ccnt[row] = 0;
+  const u32 p22 = ((u32)b << 10) | (u32)res[3];  // key >> 10 of the threshold
+  int rem = res[4];
+  bool tie = false;
+  u32 thr = 0;
+  if (rem == res[5]) {
+    // The digit is taken whole: every listed key of prefix >= p22 is in.
+#pragma unroll 1
+    for (int i = tid; i < C; i += 1024) {
+      const uint2 e = __ldcg(lst + i);
+      lst[i] = make_uint2(0u, 0u);
+      if ((e.y >> 10) >= p22) atomicOr(&sws[e.x >> 5], 1u << (e.x & 31));
+    }
+  } else {
+    // Third digit over the list; candidates above the 22-bit prefix are in.
+#pragma unroll 1
+    for (int i = tid; i < C; i += 1024) {
+      const uint2 e = __ldcg(lst + i);
+      const u32 pk = e.y >> 10;
+      if (pk == p22) {
+        atomicAdd(&hb[e.y & 1023u], 1u);
+      } else if (pk > p22) {
+        atomicOr(&sws[e.x >> 5], 1u << (e.x & 31));
+      }
+    }
+    __syncthreads();
+    if (wid == 0) tkw_pick(hb, rem, res + 6);
+    __syncthreads();
+    thr = (p22 << 10) | (u32)res[6];  // the K-th largest key
+    rem = res[7];                     // how many keys equal to it to take
+    tie = rem != res[8];              // some keys equal to thr are left out
+#pragma unroll 1
+    for (int i = tid; i < C; i += 1024) {
+      const uint2 e = __ldcg(lst + i);
+      lst[i] = make_uint2(0u, 0u);
+      if ((e.y >> 10) == p22) {
+        if (e.y > thr || (e.y == thr && !tie)) atomicOr(&sws[e.x >> 5], 1u << (e.x & 31));
+        if (e.y == thr && tie) atomicOr(&cws[e.x >> 5], 1u << (e.x & 31));
+      }
+    }
+  }
+  __syncthreads();
+  // Ordered emit (mark_l's): thread tid's words [w0, w1).
+  const int per = (nw + 1023) >> 10, w0 = min(nw, tid * per), w1 = min(nw, w0 + per);
+  int nsel = 0, wend;
+  for (int w = w0; w < w1; w++) nsel += __popc(sws[w]);
+  int pos = tkw_scan(nsel, we, &wend);
+  if (!tie) {
+    for (int w = w0; w < w1; w++) {
+      u32 s = sws[w];
+      while (s) {
+        const int bit = __ffs(s) - 1;
+        s &= s - 1;
+        if (pos < K) o[pos] = (w << 5) + bit;
+        pos++;
+      }
+    }
+    return;
+  }
+  int neq = 0;
+  for (int w = w0; w < w1; w++) neq += __popc(cws[w]);
+  int eq_before = tkw_scan(neq, we2, &wend);
+  pos += min(eq_before, rem);
+  for (int w = w0; w < w1; w++) {
+    const u32 s = sws[w], e = cws[w];
+    u32 all = s | e;
+    while (all) {
+      const int bit = __ffs(all) - 1;
+      const u32 bm = 1u << bit;
+      all &= all - 1;
+      if (s & bm) {
+        if (pos < K) o[pos] = (w << 5) + bit;
+        pos++;
+      } else {
+        if (eq_before < rem) {
+          if (pos < K) o[pos] = (w << 5) + bit;
+          pos++;
+        }
+        eq_before++;
+      }
+    }
+  }
+}

@@ -407,6 +407,80 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_s(const float
   tkr_final_s(x, n, K, b, above, gh, sw, cw, o, h, shs, sres, sws, cws, ci, ck, cap);
 }
 
+// The list top-k's mark blocks after the bin b is known (topk_radix_mark_l
+// and _lw; the names in scope): each 1024-key tile's "sure" bits, the
+// threshold bin's keys appended to the row's list with their second digits
+// counted in h, the counts added to g2, then the ticket; only the row's
+// last block goes on, its counter reset. A statement macro, not a
+// function, so that mark_l's code stays what the H200 ran.
+#define TKR_MARK_LIST()                                                                 \
+  for (int base = start; base < end; base += 1024) {                                    \
+    const int i = base + tid;                                                           \
+    u32 k = 0;                                                                          \
+    int kb = -1;                                                                        \
+    if (i < end) {                                                                      \
+      k = float_key(x[i]);                                                              \
+      kb = (int)(k >> TKR_SHIFT);                                                       \
+    }                                                                                   \
+    const u32 s = __ballot_sync(0xffffffffu, kb > b);                                   \
+    const bool c = kb == b;                                                             \
+    const u32 cm = __ballot_sync(0xffffffffu, c);                                       \
+    if (lane == 0 && i < end) sw[i >> 5] = s; /* lane 0: the warp's lowest index */    \
+    if (c) atomicAdd(&h[(k >> 10) & 1023u], 1u);                                        \
+    if (lane == 0) woff[wid] = __popc(cm);                                              \
+    __syncthreads();                                                                    \
+    if (wid == 0) {                                                                     \
+      const int v = woff[lane];                                                         \
+      int incl = v;                                                                     \
+_Pragma("unroll")                                                                       \
+      for (int d = 1; d < 32; d <<= 1) {                                                \
+        const int y = __shfl_up_sync(0xffffffffu, incl, d);                             \
+        if (lane >= d) incl += y;                                                       \
+      }                                                                                 \
+      const int tot = __shfl_sync(0xffffffffu, incl, 31);                               \
+      int at = 0;                                                                       \
+      if (lane == 0 && tot > 0) at = (int)atomicAdd(ccnt + row, (u32)tot);              \
+      at = __shfl_sync(0xffffffffu, at, 0);                                             \
+      woff[lane] = at + incl - v;                                                       \
+    }                                                                                   \
+    __syncthreads();                                                                    \
+    if (c) lst[woff[wid] + __popc(cm & ((1u << lane) - 1u))] = make_uint2((u32)i, k);   \
+  }                                                                                     \
+  __syncthreads();                                                                      \
+  if (h[tid]) atomicAdd(&g2[tid], h[tid]);                                              \
+  __threadfence();                                                                      \
+  __syncthreads();                                                                      \
+  if (tid == 0) last = atomicAdd(&cnt[row], 1u) == (u32)((n + chunk - 1) / chunk - 1);  \
+  __syncthreads();                                                                      \
+  if (!last) return;                                                                    \
+  __threadfence();                                                                      \
+  if (tid == 0) cnt[row] = 0;
+
+// The ordered emit with keys equal to the threshold to split (mark_l and
+// _lw; the names in scope): thread words [w0, w1), sure bits from sws, equal
+// keys from cws, the first rem of those by index taken; pos and eq_before
+// the thread's scans. A statement macro, as TKR_MARK_LIST.
+#define TKR_EMIT_EQ()                                       \
+  for (int w = w0; w < w1; w++) {                           \
+    const u32 s = sws[w], e = cws[w];                       \
+    u32 all = s | e;                                        \
+    while (all) {                                           \
+      const int bit = __ffs(all) - 1;                       \
+      const u32 bm = 1u << bit;                             \
+      all &= all - 1;                                       \
+      if (s & bm) {                                         \
+        if (pos < K) o[pos] = (w << 5) + bit;               \
+        pos++;                                              \
+      } else {                                              \
+        if (eq_before < rem) {                              \
+          if (pos < K) o[pos] = (w << 5) + bit;             \
+          pos++;                                            \
+        }                                                   \
+        eq_before++;                                        \
+      }                                                     \
+    }                                                       \
+  }
+
 // topk_radix_mark with a candidate list instead of the candidate bitmap:
 // each mark block appends the keys of the threshold bin to the row's list
 // (index, key; one atomic per 1024-key tile) and adds their next 10 key
@@ -452,47 +526,7 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_l(const float
   u32* sw = sure + (size_t)row * ldw;
   u32* g2 = l2 + (size_t)row * 1024;
   uint2* lst = list + (size_t)row * ldl;
-  for (int base = start; base < end; base += 1024) {
-    const int i = base + tid;
-    u32 k = 0;
-    int kb = -1;
-    if (i < end) {
-      k = float_key(x[i]);
-      kb = (int)(k >> TKR_SHIFT);
-    }
-    const u32 s = __ballot_sync(0xffffffffu, kb > b);
-    const bool c = kb == b;
-    const u32 cm = __ballot_sync(0xffffffffu, c);
-    if (lane == 0 && i < end) sw[i >> 5] = s;  // lane 0 holds the warp's lowest index
-    if (c) atomicAdd(&h[(k >> 10) & 1023u], 1u);
-    if (lane == 0) woff[wid] = __popc(cm);
-    __syncthreads();
-    if (wid == 0) {
-      const int v = woff[lane];
-      int incl = v;
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += y;
-      }
-      const int tot = __shfl_sync(0xffffffffu, incl, 31);
-      int at = 0;
-      if (lane == 0 && tot > 0) at = (int)atomicAdd(ccnt + row, (u32)tot);
-      at = __shfl_sync(0xffffffffu, at, 0);
-      woff[lane] = at + incl - v;
-    }
-    __syncthreads();
-    if (c) lst[woff[wid] + __popc(cm & ((1u << lane) - 1u))] = make_uint2((u32)i, k);
-  }
-  __syncthreads();
-  if (h[tid]) atomicAdd(&g2[tid], h[tid]);
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) last = atomicAdd(&cnt[row], 1u) == (u32)((n + chunk - 1) / chunk - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (tid == 0) cnt[row] = 0;
+  TKR_MARK_LIST()
   // Final stage.
   u32* sws = tkr_dyn;
   u32* cws = sws + ldw;
@@ -554,25 +588,7 @@ extern "C" __global__ void __launch_bounds__(1024) topk_radix_mark_l(const float
   const int sel_before = block_excl_scan(nsel, shs, &tot);
   int eq_before = block_excl_scan(neq, shs, &tot);
   int pos = sel_before + min(eq_before, rem);
-  for (int w = w0; w < w1; w++) {
-    const u32 s = sws[w], e = cws[w];
-    u32 all = s | e;
-    while (all) {
-      const int bit = __ffs(all) - 1;
-      const u32 bm = 1u << bit;
-      all &= all - 1;
-      if (s & bm) {
-        if (pos < K) o[pos] = (w << 5) + bit;
-        pos++;
-      } else {
-        if (eq_before < rem) {
-          if (pos < K) o[pos] = (w << 5) + bit;
-          pos++;
-        }
-        eq_before++;
-      }
-    }
-  }
+  TKR_EMIT_EQ()
 }
 
 // topk_radix_one_w8/16/32: the whole selection of a row of n <= 1024 * KPT
@@ -935,42 +951,7 @@ extern "C" __global__ void __launch_bounds__(1024, 2) topk_radix_mark_lw(const f
   // mark_l's tile loop: sure bits, the threshold bin's keys listed and
   // their second digits counted.
 #pragma unroll 1
-  for (int base = start; base < end; base += 1024) {
-    const int i = base + tid;
-    u32 k = 0;
-    int kb = -1;
-    if (i < end) {
-      k = float_key(x[i]);
-      kb = (int)(k >> TKR_SHIFT);
-    }
-    const u32 s = __ballot_sync(0xffffffffu, kb > b);
-    const bool c = kb == b;
-    const u32 cm = __ballot_sync(0xffffffffu, c);
-    if (lane == 0 && i < end) sw[i >> 5] = s;
-    if (c) atomicAdd(&h[(k >> 10) & 1023u], 1u);
-    if (lane == 0) woff[wid] = __popc(cm);
-    __syncthreads();
-    if (wid == 0) {
-      const int v = woff[lane];
-      const int incl = tkw_warp_incl(v, lane);
-      const int tot = __shfl_sync(0xffffffffu, incl, 31);
-      int at = 0;
-      if (lane == 0 && tot > 0) at = (int)atomicAdd(ccnt + row, (u32)tot);
-      at = __shfl_sync(0xffffffffu, at, 0);
-      woff[lane] = at + incl - v;
-    }
-    __syncthreads();
-    if (c) lst[woff[wid] + __popc(cm & ((1u << lane) - 1u))] = make_uint2((u32)i, k);
-  }
-  __syncthreads();
-  if (h[tid]) atomicAdd(&g2[tid], h[tid]);
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) last = atomicAdd(&cnt[row], 1u) == (u32)((n + chunk - 1) / chunk - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (tid == 0) cnt[row] = 0;
+  TKR_MARK_LIST()
   // Final stage.
   u32* sws = tkr_dyn;
   u32* cws = sws + ldw;
@@ -1055,23 +1036,5 @@ extern "C" __global__ void __launch_bounds__(1024, 2) topk_radix_mark_lw(const f
   for (int w = w0; w < w1; w++) neq += __popc(cws[w]);
   int eq_before = tkw_scan(neq, we2, &wend);
   pos += min(eq_before, rem);
-  for (int w = w0; w < w1; w++) {
-    const u32 s = sws[w], e = cws[w];
-    u32 all = s | e;
-    while (all) {
-      const int bit = __ffs(all) - 1;
-      const u32 bm = 1u << bit;
-      all &= all - 1;
-      if (s & bm) {
-        if (pos < K) o[pos] = (w << 5) + bit;
-        pos++;
-      } else {
-        if (eq_before < rem) {
-          if (pos < K) o[pos] = (w << 5) + bit;
-          pos++;
-        }
-        eq_before++;
-      }
-    }
-  }
+  TKR_EMIT_EQ()
 }

@@ -896,6 +896,7 @@ func (f *fwd) idxSelect(lw *dlayer) {
 			return
 		}
 		hist := kernels.TopKRadixHist(ws.tkw)
+		f.qBeforeScores(lw)
 		o.do(o.b.indexerScoresQRows(ws.scores, ws.iqh, ws.iwq, e.idxOff[lw.Idx], f.bases, f.lens, hist, f.M, T, ws.ldScores))
 		f.qAfterScores(lw)
 		o.do(o.b.topKAfterHist(ws.topk, ws.scores, f.lens, ws.tkw, f.M, T, TK, ws.ldScores, TK))
@@ -920,6 +921,7 @@ func (f *fwd) idxSelect(lw *dlayer) {
 			if topkRadixOn {
 				hist = kernels.TopKRadixHist(ws.tkw)
 			}
+			f.qBeforeScores(lw)
 			o.do(o.b.indexerScoresQ(scores, ws.iqh.Add(int64(g.first*kernels.IndexerQRowBytes)),
 				fptr(ws.iwq, g.first*kernels.IndexerQHeads), g.s.buf.Add(e.idxOff[lw.Idx]), lens, hist, g.n, T, ws.ldScores))
 			f.qAfterScores(lw)

@@ -194,7 +194,11 @@ func sideOpen(qbVariant string) (open openSet) {
 // scores launch, beside the top-k alone, where a row's length bucket is
 // over kernels.TopKRadixOneMaxT keys (the long rows whose scores are on the
 // step's critical path); "topk-all" after the scores at every length over
-// index_topk. Unset ("auto"): in a one-row step, "topk"'s rule, and
+// index_topk; "scores" and "scores-all" the same, but forked right before
+// the scores launch (the q chain beside the scores and the top-k, uncapped
+// unless TILERT_GPU_SIDE_CAP sets q; opt-in, NOT RUN on a GPU yet: at
+// 131072 the front ends with absorb_q after q_b, which the late fork
+// starts only when the scores end, session 25's traces). Unset ("auto"): in a one-row step, "topk"'s rule, and
 // "topk-all"'s where q_b's one-row launch is _o4 (qOpen: GLM-5's q_b, whose
 // indexer pair is on the critical path already at 8192); steps
 // of several rows fork at q_a (not measured late). Why late: at 131072
@@ -213,11 +217,11 @@ func parseSideQAt(v string) (string, error) {
 	switch v {
 	case "", "auto":
 		return "", nil
-	case "qa", "topk", "topk-all":
+	case "qa", "topk", "topk-all", "scores", "scores-all":
 		return v, nil
 	}
 	return "", errors.WithHint(errors.Newf("TILERT_GPU_SIDE_Q_AT=%q: no such fork point", v),
-		"set it to auto (the default), qa (beside the whole indexer chain), topk (beside the top-k where rows are over 32768 keys) or topk-all (beside the top-k at every length)")
+		"set it to auto (the default), qa (beside the whole indexer chain), topk (beside the top-k where rows are over 32768 keys), topk-all (beside the top-k at every length), scores or scores-all (as topk and topk-all, forked before the scores launch)")
 }
 
 // qLate says whether this layer's q chain forks after the indexer's
@@ -237,12 +241,21 @@ func (f *fwd) qLate() bool {
 	}
 	long := lenBucket(maxLen, e.ws.ldScores) > kernels.TopKRadixOneMaxT
 	switch sideQAt {
-	case "topk-all":
+	case "topk-all", "scores-all":
 		return true
-	case "topk":
+	case "topk", "scores":
 		return long
 	}
 	return f.M == 1 && (long || f.o.b.qOpen())
+}
+
+// qBeforeScores forks the q chain that qLate held back right before the
+// first scores launch, where TILERT_GPU_SIDE_Q_AT asks for it (scores,
+// scores-all); qAfterScores then finds nothing pending.
+func (f *fwd) qBeforeScores(lw *dlayer) {
+	if sideQAt == "scores" || sideQAt == "scores-all" {
+		f.qAfterScores(lw)
+	}
 }
 
 // qAfterScores forks the q chain that qLate held back, right after the

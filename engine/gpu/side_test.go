@@ -125,12 +125,13 @@ func testSideStream(t *testing.T, kind deviceKind) {
 		qOpen     bool
 	}
 	dflt := [nChains]int{-1, -1}
-	cfgs := []sideCfg{{cap: dflt}, {on: true, cap: dflt}, {on: true, cap: dflt, qAt: "topk-all"}, {on: true, cap: dflt, qOpen: true}}
+	cfgs := []sideCfg{{cap: dflt}, {on: true, cap: dflt}, {on: true, cap: dflt, qAt: "topk-all"}, {on: true, cap: dflt, qOpen: true},
+		{on: true, cap: dflt, qAt: "scores-all"}}
 	if kind == onGPU {
 		cfgs = []sideCfg{{cap: dflt}, {on: true, cap: [nChains]int{0, 0}}, {on: true, cap: [nChains]int{1, 1}},
 			{on: true, plain: true, cap: [nChains]int{1, 1}}, {on: true, plain: true, cap: [nChains]int{0, 1}},
 			{on: true, plain: true, cap: [nChains]int{1, 0}}, {on: true, plain: true, cap: dflt, qAt: "topk-all"},
-			{on: true, plain: true, cap: dflt, qOpen: true}}
+			{on: true, plain: true, cap: dflt, qOpen: true}, {on: true, plain: true, cap: dflt, qAt: "scores-all"}}
 	}
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
@@ -154,7 +155,8 @@ func testSideStream(t *testing.T, kind deviceKind) {
 						e := newTestEngine(t, kind, src, opts)
 						e.m.graphs.keep = [][]gop{}
 						batch[k] = generateBatch(t, e, prompts, engine.Params{}, n)
-						afterScores := 0 // forks right after a scores launch
+						afterScores := 0  // forks right after a scores launch
+						beforeScores := 0 // forks whose side chain the scores launch follows
 						for _, run := range e.m.graphs.keep {
 							side := false
 							for i, op := range run {
@@ -164,6 +166,14 @@ func testSideStream(t *testing.T, kind deviceKind) {
 									side = true
 									if i > 0 && run[i-1].name == "indexerScoresQ" {
 										afterScores++
+									}
+									for j := i + 1; j+1 < len(run); j++ {
+										if run[j].name == "unfork" || run[j].name == "join" {
+											if run[j+1].name == "indexerScoresQ" {
+												beforeScores++
+											}
+											break
+										}
 									}
 								case "unfork", "join":
 									side = false
@@ -183,6 +193,11 @@ func testSideStream(t *testing.T, kind deviceKind) {
 						late := cf.qAt == "topk-all" || cf.qOpen && slots == 1 && !mtp
 						if late && afterScores == 0 || !late && !cf.qOpen && afterScores > 0 {
 							t.Errorf("%+v: %d forks right after a scores launch", cf, afterScores)
+						}
+						// scores-all: every step forks right before its scores
+						// launch (the side chain recorded, then the scores).
+						if (cf.qAt == "scores-all") != (beforeScores > 0) {
+							t.Errorf("%+v: %d forks right before a scores launch", cf, beforeScores)
 						}
 					}
 					for k := 1; k < len(cfgs); k++ {
@@ -344,7 +359,8 @@ func TestSideCapFor(t *testing.T) {
 func TestParseSideQAt(t *testing.T) {
 	for _, c := range []struct{ in, want, bad string }{
 		{"", "", ""}, {"auto", "", ""}, {"qa", "qa", ""}, {"topk", "topk", ""}, {"topk-all", "topk-all", ""},
-		{"scores", "", "no such fork point"}, {"TOPK", "", "no such fork point"},
+		{"scores", "scores", ""}, {"scores-all", "scores-all", ""},
+		{"score", "", "no such fork point"}, {"TOPK", "", "no such fork point"},
 	} {
 		got, err := parseSideQAt(c.in)
 		switch {

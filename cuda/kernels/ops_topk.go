@@ -201,8 +201,9 @@ const (
 // rows that would take topk_radix_mark_l (TopKRadixList, and TopKRadixOne's
 // rows over TopKRadixOneMaxT keys) on topk_radix_mark_lw instead: the same
 // selection with a shorter chain in the mark blocks' bin search and the
-// last block's final stage (session 25's traces: the list top-k is on the
-// step's critical path by 3-5 us a layer at 131072).
+// last block's final stage (for the step at 131072 with q_b forked before
+// the scores, TILERT_GPU_SIDE_Q_AT=scores, where the top-k would become the
+// critical chain; today q_b and absorb_q are).
 var TopKListW = os.Getenv("TILERT_GPU_TOPK_LW") == "1"
 
 // TopKListWLaunches counts topk_radix_mark_lw launches (tests).

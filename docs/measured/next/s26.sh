@@ -30,15 +30,8 @@ long)
     bn $m 131072 1 $m-A2
     bn $m 131072 1 $m-sclw2 TILERT_GPU_SIDE_Q_AT=scores TILERT_GPU_TOPK_LW=1
   done ;;
-check1)
-  export TILERT_GPU_REPORT=$R/report.txt TILERT_ENGINE_REPORT=$R/engine-report.txt
-  TSKIP='^TestNVRTC' tst kernels cuda/kernels 400 & tst engine engine/gpu 400 '^TestGPU' & wait
-  for f in kernels engine; do cnt $f; done; save ;;
-check2)
-  tst decode roles/decode 90 'TestHandoff(EqualsLocalGeneration|MTPLen)/cuda'
-  tst cuda cuda 120
-  tst cupti cuda/cupti 60
-  for f in decode cuda cupti; do cnt $f; done; save ;;
+check1) check1 ;;
+check2) check2 ;;
 final) rows ;;
 *) echo "usage: s26.sh long|check1|check2|final" >&2; exit 2 ;;
 esac

@@ -189,22 +189,24 @@ const (
 	// TopKRadixOne: rows of at most TopKRadixOneMaxT keys in one block
 	// each (topk_radix_one_w*: keys in registers, the three radix digits
 	// and the ordered emit without leaving the block); longer rows take
-	// TopKRadixList.
+	// TopKRadixListW (TopKListW, the default) or TopKRadixList.
 	TopKRadixOne
 	// TopKRadixListW: topk_radix_mark_l's selection on
 	// topk_radix_mark_lw (one-warp digit picks, the third digit's pass
-	// skipped when the second is taken whole; NOT RUN on a GPU yet).
+	// skipped when the second is taken whole).
 	TopKRadixListW
 )
 
-// TopKListW (TILERT_GPU_TOPK_LW=1, opt-in, NOT RUN on a GPU yet) runs the
-// rows that would take topk_radix_mark_l (TopKRadixList, and TopKRadixOne's
-// rows over TopKRadixOneMaxT keys) on topk_radix_mark_lw instead: the same
-// selection with a shorter chain in the mark blocks' bin search and the
-// last block's final stage (for the step at 131072 with q_b forked before
-// the scores, TILERT_GPU_SIDE_Q_AT=scores, where the top-k would become the
-// critical chain; today q_b and absorb_q are).
-var TopKListW = os.Getenv("TILERT_GPU_TOPK_LW") == "1"
+// TopKListW (TILERT_GPU_TOPK_LW=0 turns it off) runs the rows that
+// TopKRadixOne leaves to the mark blocks (over TopKRadixOneMaxT keys) on
+// topk_radix_mark_lw instead of topk_radix_mark_l: the same selection with
+// a shorter chain in the mark blocks' bin search and the last block's
+// final stage. An explicit TopKRadixList keeps mark_l. H200, session 26
+// (docs/measured/h200-2026-12-04-s26), graph-timed at 131072 keys: the
+// top-k alone 12.02 us against 17.89, the scores + top-k pair 20.80
+// against 26.28; the step at 131072 (9 MoE layers, 1 slot) 10 us faster on
+// both models, 18 us with the q chain forked before the scores (qFork).
+var TopKListW = os.Getenv("TILERT_GPU_TOPK_LW") != "0"
 
 // TopKListWLaunches counts topk_radix_mark_lw launches (tests).
 var TopKListWLaunches atomic.Int64
@@ -248,7 +250,7 @@ func (k *Set) TopKRadixAfterHistWith(s cuda.Stream, out, scores, lens, scratch c
 	if final == TopKRadixOne && T <= TopKRadixOneMaxT {
 		return k.launch(topkRadixOneKernel(T), cuda.D1(rows), cuda.D1(1024), 0, s, scores, ld, lens, T, K, hist, out, ldOut)
 	}
-	if TopKListW && (final == TopKRadixList || final == TopKRadixOne) {
+	if TopKListW && final == TopKRadixOne {
 		final = TopKRadixListW
 	}
 	switch {

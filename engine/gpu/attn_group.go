@@ -130,8 +130,8 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 		// q_b and the query absorption beside the indexer's chain (side.go;
 		// attnOut joins before the MLA), or beside its top-k alone
 		// (qLate: idxSelect forks them after the scores launch).
-		if f.qLate() {
-			f.qPending = true
+		if late, before := f.qLate(); late {
+			f.qPending, f.qBefore = true, before
 			return true
 		}
 		f.qBeside(lw, chainQ)

@@ -547,16 +547,8 @@ func (b *cudaDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows,
 		fastTopKLaunches.Add(1)
 		return b.k.TopKFastAfterHist(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut)
 	}
-	if kernels.TopKListW && T > kernels.TopKRadixOneMaxT {
-		topkListWOnce.Do(func() {
-			slog.Info("the long rows' top-k on topk_radix_mark_lw (TILERT_GPU_TOPK_LW=1, opt-in: topk_radix_mark_l's selection, a shorter final stage)")
-		})
-	}
 	return b.k.TopKRadixAfterHistWith(b.s, out, scores, lens, scratch, rows, T, K, ld, ldOut, topkRadixFinal)
 }
-
-// topkListWOnce logs once that kernels.TopKListW took the long rows.
-var topkListWOnce sync.Once
 
 func (b *cudaDevice) topK(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
 	if scratch != 0 && T > K && topkRadixOn && b.topkFastOK(T, K) {

@@ -366,7 +366,8 @@ type fwd struct {
 	// qPending: q_b and the query absorption wait for the indexer's scores
 	// launch, to fork beside its top-k (qLate); attnOut runs them in line
 	// if nothing forked them.
-	qPending bool
+	// qBefore: it forks right before the scores launch instead (qLate).
+	qPending, qBefore bool
 	// closeY, closeW: the norm that closes the layer (block's nextY,
 	// nextW) while its MoE runs; closed: moeTile ran it, fused into the
 	// combine (moeNormOn).
@@ -748,7 +749,7 @@ func (f *fwd) attnOut(lw *dlayer) {
 	switch {
 	case f.qPending:
 		// No scores launch forked them (rows within index_topk).
-		f.qPending = false
+		f.qPending, f.qBefore = false, false
 		o.lin(lw.QB, ws.q, ws.qa, M, c.QLoraRank, lw.QB.out)
 		f.absorbQ(lw)
 	case f.sideQ:

@@ -196,12 +196,13 @@ func sideOpen(qbVariant string) (open openSet) {
 // step's critical path); "topk-all" after the scores at every length over
 // index_topk; "scores" and "scores-all" the same, but forked right before
 // the scores launch (the q chain beside the scores and the top-k, uncapped
-// unless TILERT_GPU_SIDE_CAP sets q; opt-in, NOT RUN on a GPU yet: at
-// 131072 the front ends with absorb_q after q_b, which the late fork
-// starts only when the scores end, session 25's traces). Unset ("auto"): in a one-row step, "topk"'s rule, and
-// "topk-all"'s where q_b's one-row launch is _o4 (qOpen: GLM-5's q_b, whose
-// indexer pair is on the critical path already at 8192); steps
-// of several rows fork at q_a (not measured late). Why late: at 131072
+// unless TILERT_GPU_SIDE_CAP sets q: at 131072 the front ends with
+// absorb_q after q_b, which the fork after the scores starts only when they
+// end, session 25's traces). Unset ("auto", qFork): in a one-row step,
+// "scores"'s rule (with the mark_lw top-k, the default; "topk"'s without),
+// and "topk-all"'s where q_b's one-row launch is _o4 (qOpen: GLM-5's q_b,
+// whose indexer pair is on the critical path already at 8192); steps of
+// several rows fork at q_a (not measured late). Why late: at 131072
 // keys the scores run at 33% of the copy rate, bound by their
 // instructions, and timed alone take ~13-17 us against ~22 inside the
 // step, where q_b holds SMs beside them; the top-k is a latency chain of
@@ -224,36 +225,60 @@ func parseSideQAt(v string) (string, error) {
 		"set it to auto (the default), qa (beside the whole indexer chain), topk (beside the top-k where rows are over 32768 keys), topk-all (beside the top-k at every length), scores or scores-all (as topk and topk-all, forked before the scores launch)")
 }
 
-// qLate says whether this layer's q chain forks after the indexer's
-// scores launch (sideQAt) rather than at once: the serving indexer scores
-// some row (longer than index_topk), over 32768 keys for "topk".
-func (f *fwd) qLate() bool {
+// qLate says whether this layer's q chain waits for the indexer's scores
+// launch (qPending) and, if so, whether it forks right before that launch
+// (before) rather than right after it: the serving indexer scores some row
+// (longer than index_topk); qFork decides.
+func (f *fwd) qLate() (late, before bool) {
 	e := f.e
 	if sideQAt == "qa" || !e.idxQ() {
-		return false
+		return false, false
 	}
 	maxLen := 0
 	for _, g := range f.groups {
 		maxLen = max(maxLen, g.maxLen)
 	}
 	if maxLen <= e.cfg.IndexTopK {
-		return false
+		return false, false
 	}
 	long := lenBucket(maxLen, e.ws.ldScores) > kernels.TopKRadixOneMaxT
-	switch sideQAt {
-	case "topk-all", "scores-all":
-		return true
-	case "topk", "scores":
-		return long
+	return qFork(sideQAt, f.M, long, f.o.b.qOpen(), kernels.TopKListW)
+}
+
+// qFork is qLate's rule for a layer whose indexer scores rows past
+// index_topk: at (TILERT_GPU_SIDE_Q_AT, "" for auto), the step's rows, long
+// (some row over kernels.TopKRadixOneMaxT keys, its top-k on the mark
+// blocks), open (q_b's one-row launch uncapped, qOpen) and listW (those
+// blocks are topk_radix_mark_lw, kernels.TopKListW). Auto forks one-row
+// steps late where long or open, and right before the scores where long
+// and listW: session 26 (docs/measured/h200-2026-12-04-s26), 131072 keys, 9
+// MoE layers, p50: DeepSeek-V3.2 dims 2.766 / 2.767 ms before the scores
+// with mark_lw, 2.774 after them with it, 2.784 / 2.785 after them with
+// mark_l, 2.812 before them with mark_l; GLM-5 dims 2.811 / 2.812, 2.817,
+// 2.826 / 2.830, 2.896. With mark_l the scores and q_b share the SMs for
+// nothing: the top-k after them is then the longer chain.
+func qFork(at string, rows int, long, open, listW bool) (late, before bool) {
+	switch at {
+	case "topk-all":
+		return true, false
+	case "scores-all":
+		return true, true
+	case "topk":
+		return long, false
+	case "scores":
+		return long, long
 	}
-	return f.M == 1 && (long || f.o.b.qOpen())
+	if rows != 1 {
+		return false, false
+	}
+	return long || open, long && listW
 }
 
 // qBeforeScores forks the q chain that qLate held back right before the
-// first scores launch, where TILERT_GPU_SIDE_Q_AT asks for it (scores,
-// scores-all); qAfterScores then finds nothing pending.
+// first scores launch, where qLate said so (f.qBefore); qAfterScores then
+// finds nothing pending.
 func (f *fwd) qBeforeScores(lw *dlayer) {
-	if sideQAt == "scores" || sideQAt == "scores-all" {
+	if f.qBefore {
 		f.qAfterScores(lw)
 	}
 }
@@ -262,7 +287,7 @@ func (f *fwd) qBeforeScores(lw *dlayer) {
 // first scores launch.
 func (f *fwd) qAfterScores(lw *dlayer) {
 	if f.qPending {
-		f.qPending = false
+		f.qPending, f.qBefore = false, false
 		f.qBeside(lw, chainQLate)
 	}
 }

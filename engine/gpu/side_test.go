@@ -372,6 +372,38 @@ func TestParseSideQAt(t *testing.T) {
 	}
 }
 
+// qFork's rule (qLate) where the indexer scores rows past index_topk.
+func TestQFork(t *testing.T) {
+	for _, c := range []struct {
+		at                string
+		rows              int
+		long, open, listW bool
+		late, before      bool
+	}{
+		// auto, one row: long rows fork before the scores with mark_lw,
+		// after them with mark_l; an open q chain forks after them.
+		{"", 1, true, false, true, true, true},
+		{"", 1, true, true, true, true, true},
+		{"", 1, true, false, false, true, false},
+		{"", 1, false, true, true, true, false},
+		{"", 1, false, false, true, false, false},
+		// auto, several rows: at q_a.
+		{"", 4, true, true, true, false, false},
+		// set: as asked, whatever the top-k.
+		{"topk", 1, true, false, true, true, false},
+		{"topk", 4, false, false, true, false, false},
+		{"topk-all", 4, false, false, false, true, false},
+		{"scores", 1, true, false, false, true, true},
+		{"scores", 1, false, true, true, false, false},
+		{"scores-all", 4, false, false, false, true, true},
+	} {
+		late, before := qFork(c.at, c.rows, c.long, c.open, c.listW)
+		if late != c.late || before != c.before {
+			t.Errorf("%+v: late %v before %v", c, late, before)
+		}
+	}
+}
+
 func TestParseSideCap(t *testing.T) {
 	for _, tc := range []struct {
 		in   string

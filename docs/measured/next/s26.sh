@@ -1,7 +1,7 @@
 # Session 25's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
 # (the build line in docs/measured/next/README.md); at most three xz'd binaries a call (the 64 MiB carry limit).
 # Ask `status` first.
-# Usage: bash docs/measured/next/s26.sh long|check1|check2|final
+# Usage: bash docs/measured/next/s26.sh long|ab|fin|check1|check2|final
 #  long (~7 min; kernels.test + tilert): the two opt-ins built in session 25 after its device time, not yet run.
 #      topk_radix_mark_lw (TILERT_GPU_TOPK_LW=1): TestKernelIndexer (its selections against refTopK on every top-k case,
 #      ties, narrow rows, lens, 8 rows, scratch reused; fails unless it ran), the pair and the top-k alone graph-timed
@@ -30,8 +30,17 @@ long)
     bn $m 131072 1 $m-A2
     bn $m 131072 1 $m-sclw2 TILERT_GPU_SIDE_Q_AT=scores TILERT_GPU_TOPK_LW=1
   done ;;
+ab) # after the long part: mark_lw and the fork before the scores the default (auto); the kernel and engine checks on
+    # that code, then the step at 131072, 1 slot, the new default against the old (TILERT_GPU_TOPK_LW=0: mark_l, auto
+    # then forks after the scores as before), A/B/A/B.
+  check1
+  for m in deepseek-v3.2 glm-5; do abab $m 131072 1 $m-lw TILERT_GPU_TOPK_LW=0; done ;;
+fin) # the rest: check2, the README's rows, and the 4-slot rows at 131072 A/B/A/B as in ab (mark_lw runs there too; the
+     # q chain forks at q_a). Binaries: decode, cuda, cupti tests in .device/next beside tilert (kept from ab when warm).
+  check2; rows
+  for m in deepseek-v3.2 glm-5; do abab $m 131072 4 $m-lw4 TILERT_GPU_TOPK_LW=0; done ;;
 check1) check1 ;;
 check2) check2 ;;
 final) rows ;;
-*) echo "usage: s26.sh long|check1|check2|final" >&2; exit 2 ;;
+*) echo "usage: s26.sh long|ab|fin|check1|check2|final" >&2; exit 2 ;;
 esac

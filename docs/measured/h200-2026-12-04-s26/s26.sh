@@ -1,7 +1,7 @@
 # Session 25's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
 # (the build line in docs/measured/next/README.md); at most three xz'd binaries a call (the 64 MiB carry limit).
 # Ask `status` first.
-# Usage: bash docs/measured/next/s26.sh long|ab|fin|check1|check2|final
+# Usage: bash docs/measured/next/s26.sh long|ab|fin|last|check1|check2|final
 #  long (~7 min; kernels.test + tilert): the two opt-ins built in session 25 after its device time, not yet run.
 #      topk_radix_mark_lw (TILERT_GPU_TOPK_LW=1): TestKernelIndexer (its selections against refTopK on every top-k case,
 #      ties, narrow rows, lens, 8 rows, scratch reused; fails unless it ran), the pair and the top-k alone graph-timed
@@ -35,12 +35,21 @@ ab) # after the long part: mark_lw and the fork before the scores the default (a
     # then forks after the scores as before), A/B/A/B.
   check1
   for m in deepseek-v3.2 glm-5; do abab $m 131072 1 $m-lw TILERT_GPU_TOPK_LW=0; done ;;
-fin) # the rest: check2, the README's rows, and the 4-slot rows at 131072 A/B/A/B as in ab (mark_lw runs there too; the
-     # q chain forks at q_a). Binaries: decode, cuda, cupti tests in .device/next beside tilert (kept from ab when warm).
-  check2; rows
+fin) # the README's rows, and the 4-slot rows at 131072 A/B/A/B as in ab (mark_lw runs there too; the q chain forks
+     # at q_a). tilert only; check2 follows in its own call (the carry limit).
+  rows
   for m in deepseek-v3.2 glm-5; do abab $m 131072 4 $m-lw4 TILERT_GPU_TOPK_LW=0; done ;;
+last) # fin's call was lost with the machine (no results); with the device time left: the decode node's handoff on cuda
+      # and the cuda tests (cupti's binary left out for the carry limit: its tests profile, nothing changed there), then
+      # the README's rows and MTP.
+  tst decode roles/decode 90 'TestHandoff(EqualsLocalGeneration|MTPLen)/cuda'
+  tst cuda cuda 120
+  for f in decode cuda; do cnt $f; done; save
+  JS=1 bn deepseek-v3.2 8192,131072 1,4 ds
+  JS=1 bn glm-5 8192,131072 1,4 glm
+  MTP=1 bn deepseek-v3.2 8192 1 ds-mtp ;;
 check1) check1 ;;
 check2) check2 ;;
 final) rows ;;
-*) echo "usage: s26.sh long|ab|fin|check1|check2|final" >&2; exit 2 ;;
+*) echo "usage: s26.sh long|ab|fin|last|check1|check2|final" >&2; exit 2 ;;
 esac

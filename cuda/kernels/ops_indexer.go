@@ -1,6 +1,9 @@
 package kernels
 
 import (
+	"os"
+	"sync/atomic"
+
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -71,7 +74,51 @@ func indexerMMABlocks(sms, perSM, nq, T int) int {
 // in there). hist != 0 (TopKRadixHist of a TopKRadix scratch for nq rows):
 // also build TopKRadix's histogram of the scores, for TopKRadixAfterHist.
 func (k *Set) IndexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
+	if IdxCP {
+		return k.indexerScoresMMACP(s, out, qh, wq, cache, blockTable, lens, hist, nq, T, ldOut)
+	}
 	return k.indexerScoresMMA(s, out, qh, wq, cache, blockTable, lens, hist, nq, T, ldOut, true)
+}
+
+// IdxCP (TILERT_GPU_IDX_CP=1, opt-in, NOT RUN on a GPU yet) runs
+// IndexerScoresMMA on indexer_scores_mma_cp: each warp's key groups staged
+// in shared memory by cp.async (IDXM_RING groups in flight from the start,
+// against one for _pf), the same products and bits. For 131072 keys, where
+// a warp takes ~4 groups and the scores (11.5 us alone for 17 MB: 35% of
+// the copy rate) wait on memory once a group (session 24's ncu: latency
+// bound, 0.55 eligible warps a scheduler).
+var IdxCP = os.Getenv("TILERT_GPU_IDX_CP") == "1"
+
+// IdxCPLaunches counts indexer_scores_mma_cp launches (tests).
+var IdxCPLaunches atomic.Int64
+
+// indexerCPSmemBytes is indexer_scores_mma_cp's dynamic shared memory: 8
+// warps x IDXM_RING groups x IDXM_GROUP_BYTES (16 keys' codes and scales).
+const indexerCPSmemBytes = 8 * 4 * (16*IndexerHeadDim + 16*4)
+
+// indexerScoresMMACP is indexerScoresMMA on indexer_scores_mma_cp (IdxCP),
+// with _pf's grid.
+func (k *Set) indexerScoresMMACP(s cuda.Stream, out, qh, wq, cache, blockTable, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
+	if nq <= 0 || T <= 0 || ldOut < T {
+		return errors.Newf("indexer mma cp: nq=%d T=%d ldOut=%d", nq, T, ldOut)
+	}
+	if !k.IndexerMMASupported() {
+		i := k.c.Info()
+		return errors.WithHint(errors.Newf("indexer mma cp: device %s is below sm_89", i.Arch()), "leave TILERT_GPU_IDX_CP unset")
+	}
+	f, err := k.fn("indexer_scores_mma_cp")
+	if err != nil {
+		return err
+	}
+	if _, ok := bigShared.Load(f); !ok {
+		if err := k.c.SetMaxDynamicShared(f, indexerCPSmemBytes); err != nil {
+			return errors.WithHint(err, "leave TILERT_GPU_IDX_CP unset")
+		}
+		bigShared.Store(f, true)
+	}
+	IdxCPLaunches.Add(1)
+	nbx := indexerMMABlocks(k.c.Info().SMs, 2, nq, T)
+	return k.launchFn(f, cuda.D3(nbx, nq, 1), cuda.D1(256), indexerCPSmemBytes, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
 }
 
 // IndexerScoresMMARows is IndexerScoresMMA over rows of different caches

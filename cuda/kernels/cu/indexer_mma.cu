@@ -130,6 +130,44 @@ extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __rest
   idx_q_prep_body(q, w, pos, cos_t, sin_t, qh, wq, H, rot, interleaved, wscale, blockIdx.x, blockIdx.y);
 }
 
+// One key group (16 keys of a page: their 2 KB of codes, then their 64
+// bytes of scales) as IDXM_GROUP_BYTES in shared memory, copied by a warp
+// with cp.async and committed as one group (empty past ngroups, so that
+// every warp commits one group a round). Odd rows' 16-byte chunks are
+// stored with bit 2 of the chunk index flipped: the fragment loads' lanes
+// (g, c) read chunks c and c + 4 of rows g and g + 8, and a quarter warp's
+// two rows then fall in different banks.
+#define IDXM_RING 4
+#define IDXM_GROUP_BYTES (16 * IDX_D + 16 * 4)
+__device__ __forceinline__ void idx_stage(u8* dst, const u8* __restrict__ cache, const int* __restrict__ block_table,
+                                          int gg, int ngroups, int lane) {
+#if __CUDA_ARCH__ >= 800
+  if (gg < ngroups) {
+    const int blk = gg >> 2;
+    const int page = block_table ? block_table[blk] : blk;
+    const u8* pg = cache + (size_t)page * IDX_PAGE_BYTES;
+    const int tp = (gg << 4) & 63;
+    const u8* keys = pg + tp * IDX_D;
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int q = lane + 32 * i, r = q >> 3, j = q & 7;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + r * IDX_D + ((j ^ ((r & 1) << 2)) << 4)),
+                   "l"(keys + r * IDX_D + 16 * j)
+                   : "memory");
+    }
+    if (lane < 4)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + 16 * IDX_D + 16 * lane),
+                   "l"(pg + IDX_PAGE * IDX_D + 4 * tp + 16 * lane)
+                   : "memory");
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#else
+  __trap();  // the launcher refuses devices below sm_89
+#endif
+}
+
+
 // Scores of nq rows over the fp8 pages (block_table as indexer_scores):
 // out[row][t] for t < n = min(lens[row], T), -inf for n <= t < T. Each warp
 // takes 16 keys at a time (two n-tiles) against all 64 heads (four
@@ -141,7 +179,13 @@ extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __rest
 // ROWS (indexer_scores_mma_rows, one launch over several slots' caches):
 // row's pages start at row_base[row] + cache (cache then holds the layer's
 // offset); without it the body is the one measured before.
-template <bool PF, bool ROWS = false>
+// RING > 0 (indexer_scores_mma_cp): each warp stages its next RING key
+// groups into shared memory with cp.async as soon as it knows the row's
+// length, before the query's fragments are built, and refills a group's
+// slot as it is used: at 131072 keys a warp has ~4 groups, and the
+// register prefetch (PF) keeps one in flight, so the loads wait on memory
+// once a group (idx_stage; the products and their order are PF's).
+template <bool PF, bool ROWS = false, int RING = 0>
 __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const float* __restrict__ wq,
                                                 const u8* __restrict__ cache, const int* __restrict__ block_table,
                                                 const int* __restrict__ lens, float* out, int T, int ld_out,
@@ -156,6 +200,15 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
   for (int t = max(n, 0) + blockIdx.x * 256 + tid; t < T; t += gridDim.x * 256) orow[t] = NEG_INF;
   const int ngroups = (n + 15) >> 4;
   if (blockIdx.x * 8 >= ngroups) return;  // block-uniform
+  u8* ring = nullptr;
+  if (RING) {
+    extern __shared__ __align__(16) u8 idx_ring[];
+    ring = idx_ring + wid * (RING * IDXM_GROUP_BYTES);
+#pragma unroll
+    for (int r = 0; r < RING; r++)
+      idx_stage(ring + r * IDXM_GROUP_BYTES, cache, block_table, blockIdx.x * 8 + wid + r * gridDim.x * 8, ngroups,
+                lane);
+  }
   const uint2* src = (const uint2*)(qh + (size_t)row * IDXQ_ROW_BYTES);
   for (int i = tid; i < 4 * 8 * 32; i += 256) {
     const uint2 v = src[i];
@@ -195,10 +248,35 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
     ns0 = *(const float2*)scl;
     ns1 = *(const float2*)(scl + 8);
   };
-  int gi = blockIdx.x * 8 + wid;
+  // The group in ring slot sl (RING): the same registers as load's.
+  auto load_s = [&](int sl) {
+    const u8* sg = ring + sl * IDXM_GROUP_BYTES;
+    const int sw = (g & 1) << 6;  // idx_stage's chunk flip, in bytes
+    na0 = *(const uint4*)(sg + g * IDX_D + ((16 * c) ^ sw));
+    na1 = *(const uint4*)(sg + g * IDX_D + ((16 * c + 64) ^ sw));
+    nb0 = *(const uint4*)(sg + (g + 8) * IDX_D + ((16 * c) ^ sw));
+    nb1 = *(const uint4*)(sg + (g + 8) * IDX_D + ((16 * c + 64) ^ sw));
+    const float* scl = (const float*)(sg + 16 * IDX_D) + 2 * c;
+    ns0 = *(const float2*)scl;
+    ns1 = *(const float2*)(scl + 8);
+  };
+  int gi = blockIdx.x * 8 + wid, sl = 0;
   if (PF && gi < ngroups) load(gi);
   for (; gi < ngroups; gi += gs) {
-    if (!PF) load(gi);
+    if (RING) {
+      // This warp's oldest group landed (one committed a round since);
+      // the slot is refilled once every lane holds its fragments.
+#if __CUDA_ARCH__ >= 800
+      asm volatile("cp.async.wait_group %0;" ::"n"(RING > 0 ? RING - 1 : 0) : "memory");
+#endif
+      __syncwarp();
+      load_s(sl);
+      __syncwarp();
+      idx_stage(ring + sl * IDXM_GROUP_BYTES, cache, block_table, gi + RING * gs, ngroups, lane);
+      sl = sl + 1 == RING ? 0 : sl + 1;
+    } else if (!PF) {
+      load(gi);
+    }
     const uint4 a0 = na0, a1 = na1, b0 = nb0, b1 = nb1;
     const float sk[2][2] = {{ns0.x, ns0.y}, {ns1.x, ns1.y}};
     if (PF && gi + gs < ngroups) load(gi + gs);
@@ -276,6 +354,18 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_pf(const
                                                                            int T, int ld_out, u32* hist) {
   PDL_WAIT();
   idx_scores_body<true>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
+}
+
+// indexer_scores_mma with the warps' key groups staged in shared memory
+// (RING; dynamic shared memory 8 * IDXM_RING * IDXM_GROUP_BYTES).
+extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_cp(const u8* __restrict__ qh,
+                                                                           const float* __restrict__ wq,
+                                                                           const u8* __restrict__ cache,
+                                                                           const int* __restrict__ block_table,
+                                                                           const int* __restrict__ lens, float* out,
+                                                                           int T, int ld_out, u32* hist) {
+  PDL_WAIT();
+  idx_scores_body<false, false, IDXM_RING>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
 }
 
 // indexer_scores_mma_pf over rows of several slots' caches (row_base[row]

@@ -30,7 +30,7 @@ func TestNVRTCIndexerScoresRegisters(t *testing.T) {
 	}
 	sp, _ := ptxasSpills(log)
 	regs := ptxasRegisters(log)
-	for _, name := range []string{"indexer_scores_mma_pf", "indexer_scores_mma_rows", "indexer_scores_mma_cp"} {
+	for _, name := range []string{"indexer_scores_mma_pf", "indexer_scores_mma_rows", "indexer_scores_mma_cp", "indexer_scores_mma_rows_cp"} {
 		r, ok := regs[name]
 		if !ok {
 			t.Errorf("%s: not in ptxas -v's log", name)

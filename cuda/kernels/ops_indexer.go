@@ -81,7 +81,8 @@ func (k *Set) IndexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, le
 }
 
 // IdxCP (TILERT_GPU_IDX_CP=1, opt-in, NOT RUN on a GPU yet) runs
-// IndexerScoresMMA on indexer_scores_mma_cp: each warp's key groups staged
+// IndexerScoresMMA on indexer_scores_mma_cp (IndexerScoresMMARows on
+// indexer_scores_mma_rows_cp): each warp's key groups staged
 // in shared memory by cp.async (IDXM_RING groups in flight from the start,
 // against one for _pf), the same products and bits. For 131072 keys, where
 // a warp takes ~4 groups and the scores (11.5 us alone for 17 MB: 35% of
@@ -106,19 +107,29 @@ func (k *Set) indexerScoresMMACP(s cuda.Stream, out, qh, wq, cache, blockTable, 
 		i := k.c.Info()
 		return errors.WithHint(errors.Newf("indexer mma cp: device %s is below sm_89", i.Arch()), "leave TILERT_GPU_IDX_CP unset")
 	}
-	f, err := k.fn("indexer_scores_mma_cp")
+	f, err := k.cpFn("indexer_scores_mma_cp")
 	if err != nil {
 		return err
 	}
+	nbx := indexerMMABlocks(k.c.Info().SMs, 2, nq, T)
+	return k.launchFn(f, cuda.D3(nbx, nq, 1), cuda.D1(256), indexerCPSmemBytes, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
+}
+
+// cpFn is a _cp scores kernel with its dynamic shared memory allowed
+// (once), counted in IdxCPLaunches.
+func (k *Set) cpFn(name string) (*cuda.Function, error) {
+	f, err := k.fn(name)
+	if err != nil {
+		return nil, err
+	}
 	if _, ok := bigShared.Load(f); !ok {
 		if err := k.c.SetMaxDynamicShared(f, indexerCPSmemBytes); err != nil {
-			return errors.WithHint(err, "leave TILERT_GPU_IDX_CP unset")
+			return nil, errors.WithHint(err, "leave TILERT_GPU_IDX_CP unset")
 		}
 		bigShared.Store(f, true)
 	}
 	IdxCPLaunches.Add(1)
-	nbx := indexerMMABlocks(k.c.Info().SMs, 2, nq, T)
-	return k.launchFn(f, cuda.D3(nbx, nq, 1), cuda.D1(256), indexerCPSmemBytes, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
+	return f, nil
 }
 
 // IndexerScoresMMARows is IndexerScoresMMA over rows of different caches
@@ -126,6 +137,12 @@ func (k *Set) indexerScoresMMACP(s cuda.Stream, out, qh, wq, cache, blockTable, 
 // (rowBase: nq int64 in device memory; cacheOff the layer's offset in
 // every slot's region). The same scores as one launch per cache.
 func (k *Set) IndexerScoresMMARows(s cuda.Stream, out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
+	return k.indexerScoresMMARows(s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut, IdxCP)
+}
+
+// indexerScoresMMARows runs indexer_scores_mma_rows, or its _cp twin (cp:
+// the key groups staged as IdxCP's kernel does).
+func (k *Set) indexerScoresMMARows(s cuda.Stream, out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int, cp bool) error {
 	if rowBase == 0 {
 		return errors.New("indexer mma rows: no row bases")
 	}
@@ -137,6 +154,13 @@ func (k *Set) IndexerScoresMMARows(s cuda.Stream, out, qh, wq cuda.DevPtr, cache
 		return errors.WithHint(errors.Newf("indexer mma rows: device %s is below sm_89", i.Arch()), "one launch per slot (TILERT_GPU_SLOT_MERGE=0)")
 	}
 	nbx := indexerMMABlocks(k.c.Info().SMs, 2, nq, T)
+	if cp {
+		f, err := k.cpFn("indexer_scores_mma_rows_cp")
+		if err != nil {
+			return err
+		}
+		return k.launchFn(f, cuda.D3(nbx, nq, 1), cuda.D1(256), indexerCPSmemBytes, s, qh, wq, cuda.DevPtr(cacheOff), rowBase, lens, out, T, ldOut, hist)
+	}
 	return k.launch("indexer_scores_mma_rows", cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cuda.DevPtr(cacheOff), rowBase, lens, out, T, ldOut, hist)
 }
 

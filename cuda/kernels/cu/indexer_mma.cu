@@ -379,3 +379,15 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_rows(con
   PDL_WAIT();
   idx_scores_body<true, true>(qh, wq, cache, nullptr, lens, out, T, ld_out, hist, row_base);
 }
+
+// indexer_scores_mma_rows with the key groups staged (RING, as _cp).
+extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_rows_cp(const u8* __restrict__ qh,
+                                                                                const float* __restrict__ wq,
+                                                                                const u8* __restrict__ cache,
+                                                                                const long long* __restrict__ row_base,
+                                                                                const int* __restrict__ lens,
+                                                                                float* out, int T, int ld_out,
+                                                                                u32* hist) {
+  PDL_WAIT();
+  idx_scores_body<false, true, IDXM_RING>(qh, wq, cache, nullptr, lens, out, T, ld_out, hist, row_base);
+}

@@ -1,0 +1,42 @@
+# Session 26's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
+# (the build line in docs/measured/next/README.md); at most three xz'd binaries a call (the 64 MiB carry limit with
+# the ~52 MB tree). Ask `status` first; issue each call right after the last (a machine stays warm ~30 s).
+# Usage: bash docs/measured/next/s27.sh cp|four|check1|check2|final
+#  cp (~7 min; kernels.test + tilert): indexer_scores_mma_cp and _rows_cp (TILERT_GPU_IDX_CP=1, built in session 26
+#      after its device time): TestKernelIndexer (the _cp scores bit for bit against _pf, with the ring refilled at
+#      2 x 140000 keys, and through the top-k; fails unless it launched) and TestKernelSlotRows (_rows_cp against
+#      _rows); graph-timed beside _pf and the prefetch-free kernel (TestKernelTimingIdxMLA rows "mma_cp", "scores_cp").
+#      Then the step A/B/A/B with TILERT_GPU_IDX_CP=1 at 131072 and at 8192, 1 slot, both models. Keep it the
+#      default only where both models gain (then check1 again).
+#  four (~6 min; tilert): what call C of session 26 lost: the 4-slot rows at 131072 A/B/A/B against
+#      TILERT_GPU_TOPK_LW=0, the q chain forked before the scores at 4 slots (TILERT_GPU_SIDE_Q_AT=scores; qFork forks
+#      several rows at q_a), IDX_CP at 4 slots, and a traced step of each model at 131072 on today's defaults (where
+#      the front ends now that q_b runs beside the scores and mark_lw).
+#  check1 (~5 min; kernels.test, engine.test, tilert) / check2 (~1 min; decode.test, cuda.test, cupti.test).
+#  final (~4 min; tilert): the README's rows, MTP and traced steps at 8192 (plan.sh rows).
+NAME=s27; . docs/measured/next/plan.sh "$1"
+case "$P" in
+cp)
+  tst kernels cuda/kernels 240 'TestKernel(Indexer|SlotRows)$'; cnt kernels
+  grep -E "_cp" $R/kernels.log | head -20 >> $R/summary.txt
+  (cd cuda/kernels && TILERT_GPU_TIMING=1 timeout 150 $D/kernels.test -test.run 'TestKernelTimingIdxMLA$' -test.v \
+      -test.count=1 > $R/timing.log 2>&1)
+  grep -E "graph: (indexer_scores_mma|scores)" $R/timing.log >> $R/summary.txt; save
+  for m in deepseek-v3.2 glm-5; do
+    abab $m 131072 1 $m-cp TILERT_GPU_IDX_CP=1
+    abab $m 8192 1 $m-cp8 TILERT_GPU_IDX_CP=1
+  done ;;
+four)
+  for m in deepseek-v3.2 glm-5; do
+    abab $m 131072 4 $m-lw4 TILERT_GPU_TOPK_LW=0
+    bn $m 131072 4 $m-sc4 TILERT_GPU_SIDE_Q_AT=scores
+    bn $m 131072 4 $m-cp4 TILERT_GPU_IDX_CP=1
+  done
+  TL=1 bn deepseek-v3.2 131072 1 tl-ds-long
+  TL=1 bn glm-5 131072 1 tl-glm-long
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+check1) check1 ;;
+check2) check2 ;;
+final) rows ;;
+*) echo "usage: s27.sh cp|four|check1|check2|final" >&2; exit 2 ;;
+esac

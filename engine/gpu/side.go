@@ -242,14 +242,21 @@ func (f *fwd) qLate() (late, before bool) {
 		return false, false
 	}
 	long := lenBucket(maxLen, e.ws.ldScores) > kernels.TopKRadixOneMaxT
-	return qFork(sideQAt, f.M, long, f.o.b.qOpen(), kernels.TopKListW)
+	return qFork(sideQAt, f.M, long, f.o.b.qOpen(), longTopKW())
 }
+
+// longTopKW says whether rows over kernels.TopKRadixOneMaxT keys take
+// their top-k on topk_radix_mark_lw: kernels.TopKListW, and the one-block
+// final stage that hands those rows to it (TILERT_GPU_TOPK_ONE=0 or
+// TILERT_GPU_TOPK_LIST=0 pick mark_l or the bitmaps, for which the fork
+// before the scores was measured slower).
+func longTopKW() bool { return kernels.TopKListW && topkRadixFinal == kernels.TopKRadixOne }
 
 // qFork is qLate's rule for a layer whose indexer scores rows past
 // index_topk: at (TILERT_GPU_SIDE_Q_AT, "" for auto), the step's rows, long
 // (some row over kernels.TopKRadixOneMaxT keys, its top-k on the mark
 // blocks), open (q_b's one-row launch uncapped, qOpen) and listW (those
-// blocks are topk_radix_mark_lw, kernels.TopKListW). Auto forks one-row
+// blocks are topk_radix_mark_lw, longTopKW). Auto forks one-row
 // steps late where long or open, and right before the scores where long
 // and listW: session 26 (docs/measured/h200-2026-12-04-s26), 131072 keys, 9
 // MoE layers, p50: DeepSeek-V3.2 dims 2.766 / 2.767 ms before the scores

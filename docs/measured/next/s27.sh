@@ -1,13 +1,18 @@
 # Session 26's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
 # (the build line in docs/measured/next/README.md); at most three xz'd binaries a call (the 64 MiB carry limit with
 # the ~52 MB tree). Ask `status` first; issue each call right after the last (a machine stays warm ~30 s).
-# Usage: bash docs/measured/next/s27.sh cp|four|check1|check2|final
+# Usage: bash docs/measured/next/s27.sh cp|short|four|check1|check2|final
 #  cp (~7 min; kernels.test + tilert): indexer_scores_mma_cp and _rows_cp (TILERT_GPU_IDX_CP=1, built in session 26
 #      after its device time): TestKernelIndexer (the _cp scores bit for bit against _pf, with the ring refilled at
 #      2 x 140000 keys, and through the top-k; fails unless it launched) and TestKernelSlotRows (_rows_cp against
 #      _rows); graph-timed beside _pf and the prefetch-free kernel (TestKernelTimingIdxMLA rows "mma_cp", "scores_cp").
-#      Then the step A/B/A/B with TILERT_GPU_IDX_CP=1 at 131072 and at 8192, 1 slot, both models. Keep it the
-#      default only where both models gain (then check1 again).
+#      Then the step A/B/A/B with TILERT_GPU_IDX_CP=1 at 131072, 1 slot, both models. Keep it the default only where
+#      both models gain (then check1 again).
+#  short (~6 min; tilert): 8192, 1 slot, A/B/A/B: TILERT_GPU_IDX_CP=1 on both models, and the q chain forked right
+#      before the scores at every length (TILERT_GPU_SIDE_Q_AT=scores-all). GLM-5's trace at 8192 (session 25 call D)
+#      has q_b start when the scores end (24.7 us into the layer) and absorb_q end at 40.7, with the one-block top-k
+#      ending at 34.8 beside it: forked before the scores, q_b would start ~6 us earlier, if the top-k does not slow
+#      by as much. DeepSeek-V3.2 forks at q_a there (capped); scores-all is its other arm.
 #  four (~6 min; tilert): what call C of session 26 lost: the 4-slot rows at 131072 A/B/A/B against
 #      TILERT_GPU_TOPK_LW=0, the q chain forked before the scores at 4 slots (TILERT_GPU_SIDE_Q_AT=scores; qFork forks
 #      several rows at q_a), IDX_CP at 4 slots, and a traced step of each model at 131072 on today's defaults (where
@@ -24,7 +29,11 @@ cp)
   grep -E "graph: (indexer_scores_mma|scores)" $R/timing.log >> $R/summary.txt; save
   for m in deepseek-v3.2 glm-5; do
     abab $m 131072 1 $m-cp TILERT_GPU_IDX_CP=1
+  done ;;
+short)
+  for m in glm-5 deepseek-v3.2; do
     abab $m 8192 1 $m-cp8 TILERT_GPU_IDX_CP=1
+    abab $m 8192 1 $m-sca TILERT_GPU_SIDE_Q_AT=scores-all
   done ;;
 four)
   for m in deepseek-v3.2 glm-5; do
@@ -38,5 +47,5 @@ four)
 check1) check1 ;;
 check2) check2 ;;
 final) rows ;;
-*) echo "usage: s27.sh cp|four|check1|check2|final" >&2; exit 2 ;;
+*) echo "usage: s27.sh cp|short|four|check1|check2|final" >&2; exit 2 ;;
 esac

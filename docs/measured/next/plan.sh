@@ -20,8 +20,8 @@ timeout 120 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 
 # tst NAME DIR SECONDS [RUN]: one test binary $D/NAME.test run in DIR (verbose, -test.run RUN if given, -test.skip
 # $TSKIP if set) into $R/NAME.log with its exit status last; a binary that did not travel fails fast with rc=127.
 tst() { local n=$1 dir=$2 t=$3; (cd $dir && timeout $t $D/$n.test -test.v -test.count=1 -test.timeout=$((t - 10))s ${4:+-test.run "$4"} ${TSKIP:+-test.skip "$TSKIP"} > $R/$n.log 2>&1; echo "rc=$?" >> $R/$n.log); }
-# gpucheck: make gpu-check's correctness parts, counted into the summary, in two halves for the carry limit (at most
-# three xz'd binaries a call with the working tree): check1 the kernel checks (the NVRTC compile checks skipped: CI runs
+# gpucheck: make gpu-check's correctness parts, counted into the summary, in two halves (the carry once held at most
+# three xz'd binaries with the working tree; since session 26 all six fit): check1 the kernel checks (the NVRTC compile checks skipped: CI runs
 # them) and the engine's ^TestGPU side by side (kernels.test, engine.test); check2 the decode node's handoff on cuda,
 # cuda and cupti (decode.test, cuda.test, cupti.test).
 check1() {

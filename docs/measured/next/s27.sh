@@ -1,6 +1,7 @@
 # Session 26's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
-# (the build line in docs/measured/next/README.md); at most three xz'd binaries a call (the 64 MiB carry limit with
-# the ~52 MB tree). Ask `status` first; issue each call right after the last (a machine stays warm ~30 s).
+# (the build line in docs/measured/next/README.md). All six xz'd binaries (~22 MB) fit one call's carry with the tree
+# (~39.5 MB since session 26 compressed the records' big logs; the limit is 64 MiB), so a call can run check1, check2
+# and a part. Ask `status` first; issue each call right after the last (a machine stays warm ~30 s).
 # Usage: bash docs/measured/next/s27.sh cp|short|four|check1|check2|final
 #  cp (~7 min; kernels.test + tilert): indexer_scores_mma_cp and _rows_cp (TILERT_GPU_IDX_CP=1, built in session 26
 #      after its device time): TestKernelIndexer (the _cp scores bit for bit against _pf, with the ring refilled at

@@ -56,13 +56,14 @@ def run_tilert(binary, args, env_extra=None):
     return p.stdout, time.time() - t0
 
 
-def tilert_bench(binary, model_dir, device, contexts, tokens, with_context, before):
-    out = {"prefill": {}, "context": None, "before": {}}
+def tilert_bench(binary, model_dir, device, contexts, tokens, with_context, before, precision="float32"):
+    out = {"prefill": {}, "context": None, "before": {}, "prefill_precision": precision}
     with tempfile.TemporaryDirectory(prefix="hf_bench_") as tmp:
         for L in contexts:
             js = os.path.join(tmp, f"prefill-{L}.json")
             _, wall = run_tilert(binary, ["bench", "decode", "--device", device, "--model-dir", model_dir,
-                                          "--prompt-len", str(L), "--tokens", str(tokens), "--json", js],
+                                          "--prompt-len", str(L), "--tokens", str(tokens), "--json", js,
+                                          "--prefill-precision", precision],
                                  {"TILERT_GPU_GEMM": os.environ.get("TILERT_GPU_GEMM", "1")})
             with open(js) as f:
                 r = json.load(f)
@@ -364,6 +365,9 @@ def main():
     ap.add_argument("--no-context-bench", action="store_true", help="skip tilert bench decode --context")
     ap.add_argument("--before", default="", help="contexts to also prefill with TILERT_GPU_GEMM=0 (the GEMV path); "
                     "the main runs take TILERT_GPU_GEMM from the environment, default 1 (tensor-core prefill)")
+    ap.add_argument("--prefill-precision", choices=("float32", "fast"), default="float32",
+                    help="tilert's prefill arithmetic in the per-context runs: float32 (products exact, tilert's "
+                         "default) or fast (x rounded once to fp16 per GEMM, as HF's bf16 prefill)")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--settings", default="sdpa:eager,eager:eager,sdpa:grouped_mm",
                     help="HF attention:experts implementations to try; the fastest working one is used "
@@ -392,7 +396,8 @@ def main():
            "host": platform.node()}
     tl = None
     if a.tilert:
-        tl = tilert_bench(a.tilert, a.model_dir, a.device, contexts, a.tokens, not a.no_context_bench, before)
+        tl = tilert_bench(a.tilert, a.model_dir, a.device, contexts, a.tokens, not a.no_context_bench, before,
+                          a.prefill_precision)
         res["tilert"] = tl
     hf = None
     if not a.skip_hf:
@@ -405,6 +410,8 @@ def main():
         text += (f"\nHF transformers {hf['transformers']} (torch {hf['torch']}, {hf['device']}): {hf['dtype']}, batch 1, "
                  f"fastest attn:experts per context ({per}) of {len(hf['trials'])} trials, "
                  f"best of {hf['repeats']} runs each, no torch.compile")
+    if tl:
+        text += f"\ntilert prefill precision: {a.prefill_precision} (--prefill-precision)"
     for L, r in (tl or {}).get("before", {}).items():
         how = "GEMVs, chunk 32" if a.device == "cuda" else "no effect on the CPU engine: the same path"
         text += f"\ntilert prefill {L} tokens before (TILERT_GPU_GEMM=0: {how}): {r['prefill_ms_per_slot']:.1f} ms"

@@ -70,7 +70,7 @@ def test_hf_bench_cpu(tmp_path, tilert_bin, preset, family):
     model_dir, out = tmp_path / "ckpt", tmp_path / "hf-bench.json"
     cmd = [sys.executable, str(ROOT / "scripts" / "hf_bench.py"), "--device", "cpu", "--tilert", tilert_bin,
            "--preset", preset, "--model-dir", str(model_dir), "--contexts", ",".join(map(str, CONTEXTS)),
-           "--tokens", str(TOKENS), "--before", str(CONTEXTS[0]), "--json", str(out)]
+           "--tokens", str(TOKENS), "--before", str(CONTEXTS[0]), "--prefill-precision", "fast", "--json", str(out)]
     p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     assert p.returncode == 0, f"{' '.join(cmd)}\nexit {p.returncode}\n{p.stderr[-4000:]}"
     res = json.loads(out.read_text())
@@ -78,6 +78,7 @@ def test_hf_bench_cpu(tmp_path, tilert_bin, preset, family):
 
     # tilert: a prefill run per context, the --before run and the --context bench, all on the CPU.
     tl = res["tilert"]
+    assert tl["prefill_precision"] == "fast" and "tilert prefill precision: fast" in res["table"]
     for L in CONTEXTS:
         r = tl["prefill"][str(L)]
         assert (r["device"], r["model"], r["prompt_len"], r["tokens_per_slot"]) == ("cpu", family, L, TOKENS)

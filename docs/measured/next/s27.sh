@@ -2,7 +2,7 @@
 # (the build line in docs/measured/next/README.md). All six xz'd binaries (~22 MB) fit one call's carry with the tree
 # (~39.5 MB since session 26 compressed the records' big logs; the limit is 64 MiB), so a call can run check1, check2
 # and a part. Ask `status` first; issue each call right after the last (a machine stays warm ~30 s).
-# Usage: bash docs/measured/next/s27.sh cp|short|four|check1|check2|final
+# Usage: bash docs/measured/next/s27.sh cp|short|four|hf|check1|check2|final
 #  cp (~7 min; kernels.test + tilert): indexer_scores_mma_cp and _rows_cp (TILERT_GPU_IDX_CP=1, built in session 26
 #      after its device time): TestKernelIndexer (the _cp scores bit for bit against _pf, with the ring refilled at
 #      2 x 140000 keys, and through the top-k; fails unless it launched) and TestKernelSlotRows (_rows_cp against
@@ -18,6 +18,9 @@
 #      TILERT_GPU_TOPK_LW=0, the q chain forked before the scores at 4 slots (TILERT_GPU_SIDE_Q_AT=scores; qFork forks
 #      several rows at q_a), IDX_CP at 4 slots, and a traced step of each model at 131072 on today's defaults (where
 #      the front ends now that q_b runs beside the scores and mark_lw).
+#  hf (~4 min; tilert): issue 10's HF comparison on today's code (last run in session 4: 9.34x / 9.14x against that
+#      run's HF, 5.9x / 5.8x against HF's best run), with tilert's prefill in both precisions: the float32 default and
+#      --prefill-precision fast (the issue's "local prefill at least as fast as HF's at 8192").
 #  check1 (~5 min; kernels.test, engine.test, tilert) / check2 (~1 min; decode.test, cuda.test, cupti.test).
 #  final (~4 min; tilert): the README's rows, MTP and traced steps at 8192 (plan.sh rows).
 NAME=s27; . docs/measured/next/plan.sh "$1"
@@ -45,8 +48,17 @@ four)
   TL=1 bn deepseek-v3.2 131072 1 tl-ds-long
   TL=1 bn glm-5 131072 1 tl-glm-long
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+hf)
+  PYTHONUNBUFFERED=1 timeout 280 python3 scripts/hf_bench.py --tilert $D/tilert --preset deepseek-v3.2-moe \
+      --model-dir /tmp/ds-moe --contexts 1024,8192 --tokens 32 --json $R/hf-bench.json > $R/hf-bench.log 2>&1
+  echo "rc=$?" >> $R/hf-bench.log
+  PYTHONUNBUFFERED=1 timeout 120 python3 scripts/hf_bench.py --tilert $D/tilert --model-dir /tmp/ds-moe \
+      --contexts 1024,8192 --tokens 8 --skip-hf --no-context-bench --prefill-precision fast \
+      --json $R/hf-fast.json > $R/hf-fast.log 2>&1
+  echo "rc=$?" >> $R/hf-fast.log
+  grep -E "^ +[0-9]+ |fastest|precision|rc=" $R/hf-bench.log $R/hf-fast.log >> $R/summary.txt; save ;;
 check1) check1 ;;
 check2) check2 ;;
 final) rows ;;
-*) echo "usage: s27.sh cp|short|four|check1|check2|final" >&2; exit 2 ;;
+*) echo "usage: s27.sh cp|short|four|hf|check1|check2|final" >&2; exit 2 ;;
 esac

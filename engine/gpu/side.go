@@ -246,11 +246,14 @@ func (f *fwd) qLate() (late, before bool) {
 }
 
 // longTopKW says whether rows over kernels.TopKRadixOneMaxT keys take
-// their top-k on topk_radix_mark_lw: kernels.TopKListW, and the one-block
-// final stage that hands those rows to it (TILERT_GPU_TOPK_ONE=0 or
-// TILERT_GPU_TOPK_LIST=0 pick mark_l or the bitmaps, for which the fork
-// before the scores was measured slower).
-func longTopKW() bool { return kernels.TopKListW && topkRadixFinal == kernels.TopKRadixOne }
+// their top-k on topk_radix_mark_lw: kernels.TopKListW, the radix top-k,
+// and the one-block final stage that hands those rows to it
+// (TILERT_GPU_TOPK_RADIX=0, TILERT_GPU_TOPK_ONE=0 or TILERT_GPU_TOPK_LIST=0
+// pick other kernels; with mark_l the fork before the scores was measured
+// slower).
+func longTopKW() bool {
+	return kernels.TopKListW && topkRadixOn && topkRadixFinal == kernels.TopKRadixOne
+}
 
 // qFork is qLate's rule for a layer whose indexer scores rows past
 // index_topk: at (TILERT_GPU_SIDE_Q_AT, "" for auto), the step's rows, long

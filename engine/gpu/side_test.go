@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
@@ -400,6 +401,30 @@ func TestQFork(t *testing.T) {
 		late, before := qFork(c.at, c.rows, c.long, c.open, c.listW)
 		if late != c.late || before != c.before {
 			t.Errorf("%+v: late %v before %v", c, late, before)
+		}
+	}
+}
+
+// longTopKW: mark_lw takes the long rows only with the radix top-k's
+// one-block final stage and kernels.TopKListW all on.
+func TestLongTopKW(t *testing.T) {
+	defer func(lw, on bool, fin kernels.TopKRadixFinal) {
+		kernels.TopKListW, topkRadixOn, topkRadixFinal = lw, on, fin
+	}(kernels.TopKListW, topkRadixOn, topkRadixFinal)
+	for _, c := range []struct {
+		lw, on bool
+		fin    kernels.TopKRadixFinal
+		want   bool
+	}{
+		{true, true, kernels.TopKRadixOne, true},
+		{false, true, kernels.TopKRadixOne, false},
+		{true, false, kernels.TopKRadixOne, false},
+		{true, true, kernels.TopKRadixList, false},
+		{true, true, kernels.TopKRadixBitmaps, false},
+	} {
+		kernels.TopKListW, topkRadixOn, topkRadixFinal = c.lw, c.on, c.fin
+		if got := longTopKW(); got != c.want {
+			t.Errorf("TopKListW %v, radix %v, final %v: %v, want %v", c.lw, c.on, c.fin, got, c.want)
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/errors"
+
 	"github.com/tilert-go/tilert/cuda"
 )
 
@@ -44,6 +46,18 @@ func TestNVRTCIndexerScoresRegisters(t *testing.T) {
 			t.Errorf("%s: %d registers, over the 128 of two 256-thread blocks an SM", name, r)
 		}
 	}
+	// The two-groups-a-warp kernels run one block an SM: no spills.
+	for _, name := range []string{"indexer_scores_mma_cp2", "indexer_scores_mma_rows_cp2"} {
+		r, ok := regs[name]
+		if !ok {
+			t.Errorf("%s: not in ptxas -v's log", name)
+			continue
+		}
+		t.Logf("%s: %d registers", name, r)
+		if n, ok := sp[name]; ok {
+			t.Errorf("%s spills (%s bytes of spill stores)", name, n)
+		}
+	}
 }
 
 // ptxasRegisters reads each entry function's register count from a
@@ -73,5 +87,21 @@ ptxas info    : Compiling entry function 'c' for 'sm_90'
 	got := ptxasRegisters(log)
 	if len(got) != 2 || got["a"] != 124 || got["b"] != 80 {
 		t.Fatalf("%v, want a: 124, b: 80 (c names no count)", got)
+	}
+}
+
+func TestParseIdxCP(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+		bad  bool
+	}{{"", 0, false}, {"0", 0, false}, {"1", 1, false}, {"2", 2, false}, {"3", 0, true}, {"on", 0, true}} {
+		got, err := ParseIdxCP(c.in)
+		if (err != nil) != c.bad || got != c.want {
+			t.Errorf("%q: %d, %v; want %d (error %v)", c.in, got, err, c.want, c.bad)
+		}
+		if err != nil && (!strings.Contains(err.Error(), c.in) || len(errors.GetAllHints(err)) == 0) {
+			t.Errorf("%q: error %v should name the value and carry a hint", c.in, err)
+		}
 	}
 }

@@ -74,21 +74,45 @@ func indexerMMABlocks(sms, perSM, nq, T int) int {
 // in there). hist != 0 (TopKRadixHist of a TopKRadix scratch for nq rows):
 // also build TopKRadix's histogram of the scores, for TopKRadixAfterHist.
 func (k *Set) IndexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
-	if IdxCP {
-		return k.indexerScoresMMACP(s, out, qh, wq, cache, blockTable, lens, hist, nq, T, ldOut)
+	if IdxCP > 0 {
+		return k.indexerScoresMMACP(s, out, qh, wq, cache, blockTable, lens, hist, nq, T, ldOut, IdxCP == 2 && T > TopKRadixOneMaxT)
 	}
 	return k.indexerScoresMMA(s, out, qh, wq, cache, blockTable, lens, hist, nq, T, ldOut, true)
 }
 
-// IdxCP (TILERT_GPU_IDX_CP=1, opt-in, NOT RUN on a GPU yet) runs
-// IndexerScoresMMA on indexer_scores_mma_cp (IndexerScoresMMARows on
-// indexer_scores_mma_rows_cp): each warp's key groups staged
-// in shared memory by cp.async (IDXM_RING groups in flight from the start,
-// against one for _pf), the same products and bits. For 131072 keys, where
-// a warp takes ~4 groups and the scores (11.5 us alone for 17 MB: 35% of
-// the copy rate) wait on memory once a group (session 24's ncu: latency
-// bound, 0.55 eligible warps a scheduler).
-var IdxCP = os.Getenv("TILERT_GPU_IDX_CP") == "1"
+// IdxCP (TILERT_GPU_IDX_CP, opt-in, NOT RUN on a GPU yet) picks the
+// indexer scores kernels that stage each warp's key groups in shared memory
+// by cp.async (IDXM_RING groups in flight from the start, against one for
+// _pf), with the same products and bits:
+//   - "1": IndexerScoresMMA on indexer_scores_mma_cp (IndexerScoresMMARows on
+//     indexer_scores_mma_rows_cp);
+//   - "2": the same, and rows over TopKRadixOneMaxT keys on _cp2, two
+//     groups a warp at a time, each query fragment loaded from shared memory
+//     feeding four MMAs instead of two (one block an SM).
+//
+// For 131072 keys, where a warp takes ~4 groups and the scores (11.5 us
+// alone for 17 MB: 35% of the copy rate) wait on memory once a group
+// (session 24's ncu: latency bound, 0.55 eligible warps a scheduler); their
+// fragment loads from shared memory then bound _cp (~4.5 us), which _cp2
+// halves. ParseIdxCP checks the value (the engine refuses a bad one).
+var IdxCP, idxCPErr = ParseIdxCP(os.Getenv("TILERT_GPU_IDX_CP"))
+
+// IdxCPErr is the error of a bad TILERT_GPU_IDX_CP, nil when it is good.
+func IdxCPErr() error { return idxCPErr }
+
+// ParseIdxCP reads TILERT_GPU_IDX_CP: "" or "0" (off, 0), "1" or "2".
+func ParseIdxCP(v string) (int, error) {
+	switch v {
+	case "", "0":
+		return 0, nil
+	case "1":
+		return 1, nil
+	case "2":
+		return 2, nil
+	}
+	return 0, errors.WithHint(errors.Newf("TILERT_GPU_IDX_CP=%q: no such indexer scores kernel", v),
+		"set it to 1 (key groups staged in shared memory), 2 (also two groups a warp on rows over 32768 keys) or leave it unset")
+}
 
 // IdxCPLaunches counts indexer_scores_mma_cp launches (tests).
 var IdxCPLaunches atomic.Int64
@@ -97,9 +121,20 @@ var IdxCPLaunches atomic.Int64
 // warps x IDXM_RING groups x IDXM_GROUP_BYTES (16 keys' codes and scales).
 const indexerCPSmemBytes = 8 * 4 * (16*IndexerHeadDim + 16*4)
 
+// indexerCP2SmemBytes is _cp2's: 8 warps x IDXM_RING2 pairs of groups.
+const indexerCP2SmemBytes = 8 * 4 * 2 * (16*IndexerHeadDim + 16*4)
+
+// indexerPairBlocks is _cp2's grid width: one block an SM, each warp
+// taking as many group pairs as spreads nq rows of T keys over them.
+func indexerPairBlocks(sms, nq, T int) int {
+	pairs := cdiv(cdiv(T, 16), 2)
+	ppw := max(1, cdiv(pairs*nq, max(1, sms)*8))
+	return max(1, cdiv(pairs, 8*ppw))
+}
+
 // indexerScoresMMACP is indexerScoresMMA on indexer_scores_mma_cp (IdxCP),
-// with _pf's grid.
-func (k *Set) indexerScoresMMACP(s cuda.Stream, out, qh, wq, cache, blockTable, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
+// with _pf's grid, or on _cp2 (pair) with indexerPairBlocks'.
+func (k *Set) indexerScoresMMACP(s cuda.Stream, out, qh, wq, cache, blockTable, lens, hist cuda.DevPtr, nq, T, ldOut int, pair bool) error {
 	if nq <= 0 || T <= 0 || ldOut < T {
 		return errors.Newf("indexer mma cp: nq=%d T=%d ldOut=%d", nq, T, ldOut)
 	}
@@ -107,7 +142,15 @@ func (k *Set) indexerScoresMMACP(s cuda.Stream, out, qh, wq, cache, blockTable, 
 		i := k.c.Info()
 		return errors.WithHint(errors.Newf("indexer mma cp: device %s is below sm_89", i.Arch()), "leave TILERT_GPU_IDX_CP unset")
 	}
-	f, err := k.cpFn("indexer_scores_mma_cp")
+	if pair {
+		f, err := k.cpFn("indexer_scores_mma_cp2", indexerCP2SmemBytes)
+		if err != nil {
+			return err
+		}
+		nbx := indexerPairBlocks(k.c.Info().SMs, nq, T)
+		return k.launchFn(f, cuda.D3(nbx, nq, 1), cuda.D1(256), indexerCP2SmemBytes, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
+	}
+	f, err := k.cpFn("indexer_scores_mma_cp", indexerCPSmemBytes)
 	if err != nil {
 		return err
 	}
@@ -115,15 +158,15 @@ func (k *Set) indexerScoresMMACP(s cuda.Stream, out, qh, wq, cache, blockTable, 
 	return k.launchFn(f, cuda.D3(nbx, nq, 1), cuda.D1(256), indexerCPSmemBytes, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
 }
 
-// cpFn is a _cp scores kernel with its dynamic shared memory allowed
-// (once), counted in IdxCPLaunches.
-func (k *Set) cpFn(name string) (*cuda.Function, error) {
+// cpFn is a _cp / _cp2 scores kernel with smem bytes of dynamic shared
+// memory allowed (once), counted in IdxCPLaunches.
+func (k *Set) cpFn(name string, smem int) (*cuda.Function, error) {
 	f, err := k.fn(name)
 	if err != nil {
 		return nil, err
 	}
 	if _, ok := bigShared.Load(f); !ok {
-		if err := k.c.SetMaxDynamicShared(f, indexerCPSmemBytes); err != nil {
+		if err := k.c.SetMaxDynamicShared(f, smem); err != nil {
 			return nil, errors.WithHint(err, "leave TILERT_GPU_IDX_CP unset")
 		}
 		bigShared.Store(f, true)
@@ -137,12 +180,13 @@ func (k *Set) cpFn(name string) (*cuda.Function, error) {
 // (rowBase: nq int64 in device memory; cacheOff the layer's offset in
 // every slot's region). The same scores as one launch per cache.
 func (k *Set) IndexerScoresMMARows(s cuda.Stream, out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
-	return k.indexerScoresMMARows(s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut, IdxCP)
+	return k.indexerScoresMMARows(s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut, IdxCP > 0, IdxCP == 2 && T > TopKRadixOneMaxT)
 }
 
 // indexerScoresMMARows runs indexer_scores_mma_rows, or its _cp twin (cp:
-// the key groups staged as IdxCP's kernel does).
-func (k *Set) indexerScoresMMARows(s cuda.Stream, out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int, cp bool) error {
+// the key groups staged as IdxCP's kernel does), or _cp2 (pair: two groups
+// a warp at a time).
+func (k *Set) indexerScoresMMARows(s cuda.Stream, out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int, cp, pair bool) error {
 	if rowBase == 0 {
 		return errors.New("indexer mma rows: no row bases")
 	}
@@ -154,8 +198,15 @@ func (k *Set) indexerScoresMMARows(s cuda.Stream, out, qh, wq cuda.DevPtr, cache
 		return errors.WithHint(errors.Newf("indexer mma rows: device %s is below sm_89", i.Arch()), "one launch per slot (TILERT_GPU_SLOT_MERGE=0)")
 	}
 	nbx := indexerMMABlocks(k.c.Info().SMs, 2, nq, T)
+	if pair {
+		f, err := k.cpFn("indexer_scores_mma_rows_cp2", indexerCP2SmemBytes)
+		if err != nil {
+			return err
+		}
+		return k.launchFn(f, cuda.D3(indexerPairBlocks(k.c.Info().SMs, nq, T), nq, 1), cuda.D1(256), indexerCP2SmemBytes, s, qh, wq, cuda.DevPtr(cacheOff), rowBase, lens, out, T, ldOut, hist)
+	}
 	if cp {
-		f, err := k.cpFn("indexer_scores_mma_rows_cp")
+		f, err := k.cpFn("indexer_scores_mma_rows_cp", indexerCPSmemBytes)
 		if err != nil {
 			return err
 		}

@@ -3,12 +3,13 @@
 # (~39.5 MB since session 26 compressed the records' big logs; the limit is 64 MiB), so a call can run check1, check2
 # and a part. Ask `status` first; issue each call right after the last (a machine stays warm ~30 s).
 # Usage: bash docs/measured/next/s27.sh cp|short|four|hf|check1|check2|final
-#  cp (~7 min; kernels.test + tilert): indexer_scores_mma_cp and _rows_cp (TILERT_GPU_IDX_CP=1, built in session 26
-#      after its device time): TestKernelIndexer (the _cp scores bit for bit against _pf, with the ring refilled at
-#      2 x 140000 keys, and through the top-k; fails unless it launched) and TestKernelSlotRows (_rows_cp against
-#      _rows); graph-timed beside _pf and the prefetch-free kernel (TestKernelTimingIdxMLA rows "mma_cp", "scores_cp").
-#      Then the step A/B/A/B with TILERT_GPU_IDX_CP=1 at 131072, 1 slot, both models. Keep it the default only where
-#      both models gain (then check1 again).
+#  cp (~8 min; kernels.test + tilert): indexer_scores_mma_cp / _rows_cp (TILERT_GPU_IDX_CP=1) and _cp2 / _rows_cp2
+#      (=2: two groups a warp on rows over 32768 keys), built in session 26 after its device time: TestKernelIndexer
+#      (both bit for bit against _pf, with the rings refilled at 2 x 140000 keys, and through the top-k; fails unless
+#      they launched) and TestKernelSlotRows (against _rows); graph-timed beside _pf and the prefetch-free kernel
+#      (TestKernelTimingIdxMLA rows "mma_cp", "mma_cp2", "scores_cp", "scores_cp2"). Then the step at 131072, 1 slot,
+#      both models: default, =1, =2, default, =1, =2. Keep one the default only where both models gain (then check1
+#      again).
 #  short (~6 min; tilert): 8192, 1 slot, A/B/A/B: TILERT_GPU_IDX_CP=1 on both models, and the q chain forked right
 #      before the scores at every length (TILERT_GPU_SIDE_Q_AT=scores-all). GLM-5's trace at 8192 (session 25 call D)
 #      has q_b start when the scores end (24.7 us into the layer) and absorb_q end at 40.7, with the one-block top-k
@@ -27,12 +28,16 @@ NAME=s27; . docs/measured/next/plan.sh "$1"
 case "$P" in
 cp)
   tst kernels cuda/kernels 240 'TestKernel(Indexer|SlotRows)$'; cnt kernels
-  grep -E "_cp" $R/kernels.log | head -20 >> $R/summary.txt
+  grep -E "_cp" $R/kernels.log | head -30 >> $R/summary.txt
   (cd cuda/kernels && TILERT_GPU_TIMING=1 timeout 150 $D/kernels.test -test.run 'TestKernelTimingIdxMLA$' -test.v \
       -test.count=1 > $R/timing.log 2>&1)
   grep -E "graph: (indexer_scores_mma|scores)" $R/timing.log >> $R/summary.txt; save
   for m in deepseek-v3.2 glm-5; do
-    abab $m 131072 1 $m-cp TILERT_GPU_IDX_CP=1
+    for r in A B; do
+      bn $m 131072 1 $m-$r
+      bn $m 131072 1 $m-cp1$r TILERT_GPU_IDX_CP=1
+      bn $m 131072 1 $m-cp2$r TILERT_GPU_IDX_CP=2
+    done
   done ;;
 short)
   for m in glm-5 deepseek-v3.2; do

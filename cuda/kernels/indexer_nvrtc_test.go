@@ -105,3 +105,23 @@ func TestParseIdxCP(t *testing.T) {
 		}
 	}
 }
+
+// indexerPairBlocks: _cp2's grid is one wave (a block an SM, nq rows of
+// blocks) that covers every group pair of a row, as the kernel's warp loop
+// takes pairs b*8 + w + r*8*nbx.
+func TestIndexerPairBlocks(t *testing.T) {
+	for _, sms := range []int{132, 78, 8, 1} {
+		for _, nq := range []int{1, 2, 4, 8} {
+			for _, T := range []int{16, 100, 8192, 32769, 131072, 140000, 163840} {
+				nbx := indexerPairBlocks(sms, nq, T)
+				pairs := cdiv(cdiv(T, 16), 2)
+				if nbx < 1 || nbx > pairs && nbx > 1 {
+					t.Errorf("sms %d, %d rows, T %d: %d blocks for %d pairs", sms, nq, T, nbx, pairs)
+				}
+				if nbx*nq > max(sms, nq) {
+					t.Errorf("sms %d, %d rows, T %d: %d blocks a row is over one wave", sms, nq, T, nbx)
+				}
+			}
+		}
+	}
+}

@@ -114,7 +114,7 @@ func ParseIdxCP(v string) (int, error) {
 		"set it to 1 (key groups staged in shared memory), 2 (also two groups a warp on rows over 32768 keys) or leave it unset")
 }
 
-// IdxCPLaunches counts indexer_scores_mma_cp launches (tests).
+// IdxCPLaunches counts the _cp and _cp2 scores launches (tests).
 var IdxCPLaunches atomic.Int64
 
 // indexerCPSmemBytes is indexer_scores_mma_cp's dynamic shared memory: 8
@@ -125,10 +125,16 @@ const indexerCPSmemBytes = 8 * 4 * (16*IndexerHeadDim + 16*4)
 const indexerCP2SmemBytes = 8 * 4 * 2 * (16*IndexerHeadDim + 16*4)
 
 // indexerPairBlocks is _cp2's grid width: one block an SM, each warp
-// taking as many group pairs as spreads nq rows of T keys over them.
+// taking as many group pairs as spreads nq rows of T keys over them, the
+// fewest that keeps the nq rows' blocks within one wave (the rounding up
+// of a row's blocks can otherwise put a few in a second).
 func indexerPairBlocks(sms, nq, T int) int {
 	pairs := cdiv(cdiv(T, 16), 2)
-	ppw := max(1, cdiv(pairs*nq, max(1, sms)*8))
+	wave := max(sms, nq)
+	ppw := max(1, cdiv(pairs*nq, wave*8))
+	for cdiv(pairs, 8*ppw)*nq > wave {
+		ppw++
+	}
 	return max(1, cdiv(pairs, 8*ppw))
 }
 

@@ -2,7 +2,7 @@
 # (the build line in docs/measured/next/README.md). All six xz'd binaries (~22 MB) fit one call's carry with the tree
 # (~39.5 MB since session 26 compressed the records' big logs; the limit is 64 MiB), so a call can run check1, check2
 # and a part. Ask `status` first; issue each call right after the last (a machine stays warm ~30 s).
-# Usage: bash docs/measured/next/s27.sh cp|short|four|hf|check1|check2|final
+# Usage: bash docs/measured/next/s27.sh cp|short|four|hf|check1|check2|gpucheck|final
 #  cp (~8 min; kernels.test + tilert): indexer_scores_mma_cp / _rows_cp (TILERT_GPU_IDX_CP=1) and _cp2 / _rows_cp2
 #      (=2: two groups a warp on rows over 32768 keys), built in session 26 after its device time: TestKernelIndexer
 #      (both bit for bit against _pf, with the rings refilled at 2 x 140000 keys, and through the top-k; fails unless
@@ -22,7 +22,8 @@
 #  hf (~4 min; tilert): issue 10's HF comparison on today's code (last run in session 4: 9.34x / 9.14x against that
 #      run's HF, 5.9x / 5.8x against HF's best run), with tilert's prefill in both precisions: the float32 default and
 #      --prefill-precision fast (the issue's "local prefill at least as fast as HF's at 8192").
-#  check1 (~5 min; kernels.test, engine.test, tilert) / check2 (~1 min; decode.test, cuda.test, cupti.test).
+#  check1 (~5 min; kernels.test, engine.test, tilert) / check2 (~1 min; decode.test, cuda.test, cupti.test) /
+#      gpucheck (both in one call: all six binaries fit the carry now).
 #  final (~4 min; tilert): the README's rows, MTP and traced steps at 8192 (plan.sh rows).
 NAME=s27; . docs/measured/next/plan.sh "$1"
 case "$P" in
@@ -64,6 +65,7 @@ hf)
   grep -E "^ +[0-9]+ |fastest|precision|rc=" $R/hf-bench.log $R/hf-fast.log >> $R/summary.txt; save ;;
 check1) check1 ;;
 check2) check2 ;;
+gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s27.sh cp|short|four|hf|check1|check2|final" >&2; exit 2 ;;
+*) echo "usage: s27.sh cp|short|four|hf|check1|check2|gpucheck|final" >&2; exit 2 ;;
 esac

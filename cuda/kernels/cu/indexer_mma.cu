@@ -193,6 +193,76 @@ __device__ __forceinline__ void idx_frags_s(const u8* sg, int g, int c, uint4& a
 }
 
 
+// The scores bodies' shared parts (idx_scores_body, idx_scores_pair_body).
+// idx_q_setup: the row's query codes as f16 A fragments in qa, the
+// histogram zeroed (hist != null), lane group g's head weights in wlo/whi.
+__device__ __forceinline__ void idx_q_setup(const u8* __restrict__ qh, const float* __restrict__ wq, int row, int tid,
+                                            int g, uint4* qa, u32* hs, const u32* hist, float* wlo, float* whi) {
+  const uint2* src = (const uint2*)(qh + (size_t)row * IDXQ_ROW_BYTES);
+  for (int i = tid; i < 4 * 8 * 32; i += 256) {
+    const uint2 v = src[i];
+    uint4 f;
+    f.x = e4m3x2_to_f16x2(v.x & 0xffffu);
+    f.y = e4m3x2_to_f16x2(v.x >> 16);
+    f.z = e4m3x2_to_f16x2(v.y & 0xffffu);
+    f.w = e4m3x2_to_f16x2(v.y >> 16);
+    qa[i] = f;
+  }
+  if (hist)
+    for (int i = tid; i < IDXM_BINS; i += 256) hs[i] = 0;
+#pragma unroll
+  for (int mt = 0; mt < 4; mt++) {
+    wlo[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + g];
+    whi[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + 8 + g];
+  }
+}
+
+// idx_group_out: one group's scores from its accumulators. Lane (g, c) holds
+// heads 16mt+g (acc 0, 1) and 16mt+g+8 (acc 2, 3) of keys 8nt + 2c + {0, 1}:
+// weight, sum its heads, then over g; lanes g = 0 write keys t0 + .. below n
+// (and count them in the histogram).
+__device__ __forceinline__ void idx_group_out(const float (*acc)[2][4], const float* wlo, const float* whi,
+                                              const float (*sk)[2], int t0, int n, int g, int c, float* orow,
+                                              const u32* hist, u32* hs) {
+  float sv[2][2];
+#pragma unroll
+  for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+      float s = 0.0f;
+#pragma unroll
+      for (int mt = 0; mt < 4; mt++)
+        s += wlo[mt] * fmaxf(acc[mt][nt][j], 0.0f) + whi[mt] * fmaxf(acc[mt][nt][2 + j], 0.0f);
+      s += __shfl_xor_sync(0xffffffffu, s, 4);
+      s += __shfl_xor_sync(0xffffffffu, s, 8);
+      s += __shfl_xor_sync(0xffffffffu, s, 16);
+      sv[nt][j] = s;
+    }
+  if (g == 0) {
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        const int tt = 8 * nt + 2 * c + j;
+        if (t0 + tt < n) {
+          const float v = sv[nt][j] * sk[nt][j];
+          orow[t0 + tt] = v;
+          if (hist) atomicAdd(&hs[float_key(v) >> 20], 1u);
+        }
+      }
+  }
+}
+
+// idx_hist_flush: the block's histogram added into the row's (hist != null).
+__device__ __forceinline__ void idx_hist_flush(u32* hist, const u32* hs, int row, int tid) {
+  if (hist) {
+    __syncthreads();
+    u32* gh = hist + (size_t)row * IDXM_BINS;
+    for (int i = tid; i < IDXM_BINS; i += 256)
+      if (hs[i]) atomicAdd(&gh[i], hs[i]);
+  }
+}
+
 // Scores of nq rows over the fp8 pages (block_table as indexer_scores):
 // out[row][t] for t < n = min(lens[row], T), -inf for n <= t < T. Each warp
 // takes 16 keys at a time (two n-tiles) against all 64 heads (four
@@ -234,24 +304,8 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
       idx_stage(ring + r * IDXM_GROUP_BYTES, cache, block_table, blockIdx.x * 8 + wid + r * gridDim.x * 8, ngroups,
                 lane);
   }
-  const uint2* src = (const uint2*)(qh + (size_t)row * IDXQ_ROW_BYTES);
-  for (int i = tid; i < 4 * 8 * 32; i += 256) {
-    const uint2 v = src[i];
-    uint4 f;
-    f.x = e4m3x2_to_f16x2(v.x & 0xffffu);
-    f.y = e4m3x2_to_f16x2(v.x >> 16);
-    f.z = e4m3x2_to_f16x2(v.y & 0xffffu);
-    f.w = e4m3x2_to_f16x2(v.y >> 16);
-    qa[i] = f;
-  }
-  if (hist)
-    for (int i = tid; i < IDXM_BINS; i += 256) hs[i] = 0;
   float wlo[4], whi[4];
-#pragma unroll
-  for (int mt = 0; mt < 4; mt++) {
-    wlo[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + g];
-    whi[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + 8 + g];
-  }
+  idx_q_setup(qh, wq, row, tid, g, qa, hs, hist, wlo, whi);
   __syncthreads();
   const int gs = gridDim.x * 8;
   uint4 na0, na1, nb0, nb1;
@@ -313,42 +367,9 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
         mma_f16_16816(acc[mt][1], A, bb0, bb1);
       }
     }
-    // Lane (g, c) holds heads 16mt+g (acc 0, 1) and 16mt+g+8 (acc 2, 3) of
-    // keys 8nt + 2c + {0, 1}: weight, sum its heads, then over g.
-    float sv[2][2];
-#pragma unroll
-    for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-      for (int j = 0; j < 2; j++) {
-        float s = 0.0f;
-#pragma unroll
-        for (int mt = 0; mt < 4; mt++)
-          s += wlo[mt] * fmaxf(acc[mt][nt][j], 0.0f) + whi[mt] * fmaxf(acc[mt][nt][2 + j], 0.0f);
-        s += __shfl_xor_sync(0xffffffffu, s, 4);
-        s += __shfl_xor_sync(0xffffffffu, s, 8);
-        s += __shfl_xor_sync(0xffffffffu, s, 16);
-        sv[nt][j] = s;
-      }
-    if (g == 0) {
-#pragma unroll
-      for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-          const int tt = 8 * nt + 2 * c + j;
-          if (t0 + tt < n) {
-            const float v = sv[nt][j] * sk[nt][j];
-            orow[t0 + tt] = v;
-            if (hist) atomicAdd(&hs[float_key(v) >> 20], 1u);
-          }
-        }
-    }
+    idx_group_out(acc, wlo, whi, sk, t0, n, g, c, orow, hist, hs);
   }
-  if (hist) {
-    __syncthreads();
-    u32* gh = hist + (size_t)row * IDXM_BINS;
-    for (int i = tid; i < IDXM_BINS; i += 256)
-      if (hs[i]) atomicAdd(&gh[i], hs[i]);
-  }
+  idx_hist_flush(hist, hs, row, tid);
 }
 
 extern "C" __global__ void __launch_bounds__(256) indexer_scores_mma(const u8* __restrict__ qh,
@@ -406,24 +427,8 @@ __device__ __forceinline__ void idx_scores_pair_body(const u8* __restrict__ qh, 
     idx_stage_copy(ring + (2 * r + 1) * IDXM_GROUP_BYTES, cache, block_table, 2 * p + 1, ngroups, lane);
     idx_commit();
   }
-  const uint2* src = (const uint2*)(qh + (size_t)row * IDXQ_ROW_BYTES);
-  for (int i = tid; i < 4 * 8 * 32; i += 256) {
-    const uint2 v = src[i];
-    uint4 f;
-    f.x = e4m3x2_to_f16x2(v.x & 0xffffu);
-    f.y = e4m3x2_to_f16x2(v.x >> 16);
-    f.z = e4m3x2_to_f16x2(v.y & 0xffffu);
-    f.w = e4m3x2_to_f16x2(v.y >> 16);
-    qa[i] = f;
-  }
-  if (hist)
-    for (int i = tid; i < IDXM_BINS; i += 256) hs[i] = 0;
   float wlo[4], whi[4];
-#pragma unroll
-  for (int mt = 0; mt < 4; mt++) {
-    wlo[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + g];
-    whi[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + 8 + g];
-  }
+  idx_q_setup(qh, wq, row, tid, g, qa, hs, hist, wlo, whi);
   __syncthreads();
   int sl = 0;
   for (int p = blockIdx.x * 8 + wid; p < npairs; p += ps) {
@@ -477,41 +482,10 @@ __device__ __forceinline__ void idx_scores_pair_body(const u8* __restrict__ qh, 
     for (int q = 0; q < 2; q++) {
       const int t0 = (2 * p + q) << 4;
       const float sk[2][2] = {{s0[q].x, s0[q].y}, {s1[q].x, s1[q].y}};
-      float sv[2][2];
-#pragma unroll
-      for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-          float s = 0.0f;
-#pragma unroll
-          for (int mt = 0; mt < 4; mt++)
-            s += wlo[mt] * fmaxf(acc[q][mt][nt][j], 0.0f) + whi[mt] * fmaxf(acc[q][mt][nt][2 + j], 0.0f);
-          s += __shfl_xor_sync(0xffffffffu, s, 4);
-          s += __shfl_xor_sync(0xffffffffu, s, 8);
-          s += __shfl_xor_sync(0xffffffffu, s, 16);
-          sv[nt][j] = s;
-        }
-      if (g == 0) {
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-          for (int j = 0; j < 2; j++) {
-            const int tt = 8 * nt + 2 * c + j;
-            if (t0 + tt < n) {
-              const float v = sv[nt][j] * sk[nt][j];
-              orow[t0 + tt] = v;
-              if (hist) atomicAdd(&hs[float_key(v) >> 20], 1u);
-            }
-          }
-      }
+      idx_group_out(acc[q], wlo, whi, sk, t0, n, g, c, orow, hist, hs);
     }
   }
-  if (hist) {
-    __syncthreads();
-    u32* gh = hist + (size_t)row * IDXM_BINS;
-    for (int i = tid; i < IDXM_BINS; i += 256)
-      if (hs[i]) atomicAdd(&gh[i], hs[i]);
-  }
+  idx_hist_flush(hist, hs, row, tid);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1) indexer_scores_mma_cp2(const u8* __restrict__ qh,

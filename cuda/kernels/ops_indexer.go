@@ -148,37 +148,29 @@ func (k *Set) indexerScoresMMACP(s cuda.Stream, out, qh, wq, cache, blockTable, 
 		i := k.c.Info()
 		return errors.WithHint(errors.Newf("indexer mma cp: device %s is below sm_89", i.Arch()), "leave TILERT_GPU_IDX_CP unset")
 	}
+	return k.launchStaged("indexer_scores_mma", pair, nq, T, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
+}
+
+// launchStaged launches base's staged twin (IdxCP): base_cp on _pf's grid,
+// or base_cp2 (pair) on indexerPairBlocks', with its dynamic shared memory
+// allowed once; counted in IdxCPLaunches.
+func (k *Set) launchStaged(base string, pair bool, nq, T int, s cuda.Stream, args ...any) error {
+	name, smem, nbx := base+"_cp", indexerCPSmemBytes, indexerMMABlocks(k.c.Info().SMs, 2, nq, T)
 	if pair {
-		f, err := k.cpFn("indexer_scores_mma_cp2", indexerCP2SmemBytes)
-		if err != nil {
-			return err
-		}
-		nbx := indexerPairBlocks(k.c.Info().SMs, nq, T)
-		return k.launchFn(f, cuda.D3(nbx, nq, 1), cuda.D1(256), indexerCP2SmemBytes, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
+		name, smem, nbx = base+"_cp2", indexerCP2SmemBytes, indexerPairBlocks(k.c.Info().SMs, nq, T)
 	}
-	f, err := k.cpFn("indexer_scores_mma_cp", indexerCPSmemBytes)
+	f, err := k.fn(name)
 	if err != nil {
 		return err
 	}
-	nbx := indexerMMABlocks(k.c.Info().SMs, 2, nq, T)
-	return k.launchFn(f, cuda.D3(nbx, nq, 1), cuda.D1(256), indexerCPSmemBytes, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
-}
-
-// cpFn is a _cp / _cp2 scores kernel with smem bytes of dynamic shared
-// memory allowed (once), counted in IdxCPLaunches.
-func (k *Set) cpFn(name string, smem int) (*cuda.Function, error) {
-	f, err := k.fn(name)
-	if err != nil {
-		return nil, err
-	}
 	if _, ok := bigShared.Load(f); !ok {
 		if err := k.c.SetMaxDynamicShared(f, smem); err != nil {
-			return nil, errors.WithHint(err, "leave TILERT_GPU_IDX_CP unset")
+			return errors.WithHint(err, "leave TILERT_GPU_IDX_CP unset")
 		}
 		bigShared.Store(f, true)
 	}
 	IdxCPLaunches.Add(1)
-	return f, nil
+	return k.launchFn(f, cuda.D3(nbx, nq, 1), cuda.D1(256), smem, s, args...)
 }
 
 // IndexerScoresMMARows is IndexerScoresMMA over rows of different caches
@@ -203,21 +195,10 @@ func (k *Set) indexerScoresMMARows(s cuda.Stream, out, qh, wq cuda.DevPtr, cache
 		i := k.c.Info()
 		return errors.WithHint(errors.Newf("indexer mma rows: device %s is below sm_89", i.Arch()), "one launch per slot (TILERT_GPU_SLOT_MERGE=0)")
 	}
+	if cp || pair {
+		return k.launchStaged("indexer_scores_mma_rows", pair, nq, T, s, qh, wq, cuda.DevPtr(cacheOff), rowBase, lens, out, T, ldOut, hist)
+	}
 	nbx := indexerMMABlocks(k.c.Info().SMs, 2, nq, T)
-	if pair {
-		f, err := k.cpFn("indexer_scores_mma_rows_cp2", indexerCP2SmemBytes)
-		if err != nil {
-			return err
-		}
-		return k.launchFn(f, cuda.D3(indexerPairBlocks(k.c.Info().SMs, nq, T), nq, 1), cuda.D1(256), indexerCP2SmemBytes, s, qh, wq, cuda.DevPtr(cacheOff), rowBase, lens, out, T, ldOut, hist)
-	}
-	if cp {
-		f, err := k.cpFn("indexer_scores_mma_rows_cp", indexerCPSmemBytes)
-		if err != nil {
-			return err
-		}
-		return k.launchFn(f, cuda.D3(nbx, nq, 1), cuda.D1(256), indexerCPSmemBytes, s, qh, wq, cuda.DevPtr(cacheOff), rowBase, lens, out, T, ldOut, hist)
-	}
 	return k.launch("indexer_scores_mma_rows", cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cuda.DevPtr(cacheOff), rowBase, lens, out, T, ldOut, hist)
 }
 

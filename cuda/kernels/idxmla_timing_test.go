@@ -99,22 +99,6 @@ func timeIdxTopK(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s c
 				chk(c.MemsetD32(TopKRadixHist(scratch), 0, int64(M*topkRadixBins), s))
 			})
 			add(fmtName("graph: indexer_scores_mma (no prefetch)+hist rows=%d T=%d", M, T), float64(M)*kb, usn-usz, "cold keys (4 copies); memset subtracted")
-			// The key groups staged in shared memory (IdxCP's kernels: _cp,
-			// and _cp2 two groups a warp at a time), then with the top-k after
-			// them as the engine would run them.
-			for _, pair := range []bool{false, true} {
-				v := map[bool]string{false: "cp", true: "cp2"}[pair]
-				usc := graphUsRot(c, s, 8, 15, func(i int) {
-					chk(k.indexerScoresMMACP(s, out, qh, wq, caches[i%copies], 0, lens, TopKRadixHist(scratch), M, T, T, pair))
-					chk(c.MemsetD32(TopKRadixHist(scratch), 0, int64(M*topkRadixBins), s))
-				})
-				add(fmtName("graph: indexer_scores_mma_%s+hist rows=%d T=%d", v, M, T), float64(M)*kb, usc-usz, "cold keys (4 copies); memset subtracted")
-				usc = graphUsRot(c, s, 8, 15, func(i int) {
-					chk(k.indexerScoresMMACP(s, out, qh, wq, caches[i%copies], 0, lens, TopKRadixHist(scratch), M, T, T, pair))
-					chk(k.TopKRadixAfterHistWith(s, idx, out, lens, scratch, M, T, K, T, K, TopKRadixOne))
-				})
-				add(fmtName("graph: scores_%s+hist, topk after hist (one block) rows=%d T=%d", v, M, T), float64(M)*kb, usc, "the engine's pair with IdxCP")
-			}
 			for _, fn := range finals {
 				us := graphUsRot(c, s, 8, 15, func(i int) {
 					chk(k.IndexerScoresMMA(s, out, qh, wq, caches[i%copies], 0, lens, TopKRadixHist(scratch), M, T, T))

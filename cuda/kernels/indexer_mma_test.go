@@ -70,9 +70,6 @@ func checkIndexerMMA(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand)
 		{"H=64 T=1000 paged", 64, 1000, 256, []int32{1000, 963, 100}, false, true},
 		{"H=20 T=300 interleaved", 20, 300, 64, []int32{300, 17}, true, false},
 		{"H=64 T=65836", 64, 65836, 2048, []int32{65836}, false, false},
-		// Two long rows: over IDXM_RING groups a warp, so that
-		// indexer_scores_mma_cp refills its ring slots.
-		{"H=64 T=140000 2 rows paged", 64, 140000, 2048, []int32{140000, 139001}, false, true},
 	} {
 		M := len(cs.lens)
 		q := randF32(r, M*cs.H*D, 1)
@@ -141,36 +138,12 @@ func checkIndexerMMA(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand)
 			}
 		}
 		record(t, "indexer_scores_mma (no prefetch) vs prefetch "+cs.name, "mismatched scores", float64(diff), 0)
-		// The key groups staged in shared memory, one group (_cp) or two
-		// (_cp2) a warp at a time: the same bits.
-		for _, pair := range []bool{false, true} {
-			name := map[bool]string{false: "indexer_scores_mma_cp", true: "indexer_scores_mma_cp2"}[pair]
-			opc := a.poisoned(M * ldOut)
-			cp0 := IdxCPLaunches.Load()
-			chk(k.indexerScoresMMACP(s, opc, qhp, wqp, cp8, btp, lp, 0, M, cs.T, ldOut, pair))
-			if IdxCPLaunches.Load() == cp0 {
-				t.Errorf("%s: %s did not run", cs.name, name)
-			}
-			gotC := downF32(c, opc, M*ldOut)
-			diff = 0
-			for i := range M * ldOut {
-				if i%ldOut < cs.T && math.Float32bits(gotC[i]) != math.Float32bits(got[i]) {
-					diff++
-				}
-			}
-			record(t, name+" vs prefetch "+cs.name, "mismatched scores", float64(diff), 0)
-		}
 		// Fused: the same scores while building the radix top-k's
 		// histogram, then TopKRadixAfterHist (twice on one scratch).
 		scratch := a.up(make([]byte, TopKRadixScratchBytes(M, cs.T)))
-		// Calls 1 and 2 on _pf, call 3 on _cp, call 4 on _cp2 (IdxCP's kernels).
-		for rep := range 4 {
+		for rep := range 2 {
 			opf := a.poisoned(M * ldOut)
-			if rep >= 2 {
-				chk(k.indexerScoresMMACP(s, opf, qhp, wqp, cp8, btp, lp, TopKRadixHist(scratch), M, cs.T, ldOut, rep == 3))
-			} else {
-				chk(k.IndexerScoresMMA(s, opf, qhp, wqp, cp8, btp, lp, TopKRadixHist(scratch), M, cs.T, ldOut))
-			}
+			chk(k.IndexerScoresMMA(s, opf, qhp, wqp, cp8, btp, lp, TopKRadixHist(scratch), M, cs.T, ldOut))
 			gotF := downF32(c, opf, M*ldOut)
 			bad := 0
 			for i := range M * ldOut {

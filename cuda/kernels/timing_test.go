@@ -325,10 +325,6 @@ func TestKernelTiming(t *testing.T) {
 				add(fmtName("indexer_scores_mma T=%d H=64", T), kb, us, "tensor cores, next key group prefetched")
 				us = medianUs(c, s, 10, 21, func() { chk(k.indexerScoresMMA(s, out, qh, wq, cache, 0, lens, 0, 1, T, T, false)) })
 				add(fmtName("indexer_scores_mma T=%d H=64 no prefetch", T), kb, us, "tensor cores")
-				us = medianUs(c, s, 10, 21, func() { chk(k.indexerScoresMMACP(s, out, qh, wq, cache, 0, lens, 0, 1, T, T, false)) })
-				add(fmtName("indexer_scores_mma_cp T=%d H=64", T), kb, us, "tensor cores, key groups staged by cp.async")
-				us = medianUs(c, s, 10, 21, func() { chk(k.indexerScoresMMACP(s, out, qh, wq, cache, 0, lens, 0, 1, T, T, true)) })
-				add(fmtName("indexer_scores_mma_cp2 T=%d H=64", T), kb, us, "as _cp, two key groups a warp at a time")
 				if T == 131072 {
 					us = medianUs(c, s, 5, 11, func() { chk(k.IndexerScoresWide(s, out, q, w, cache, 0, lens, 1, H, T, T, 0.088)) })
 					add(fmtName("indexer_scores_wide T=%d H=64", T), kb, us, "float kernel, for comparison")

@@ -172,9 +172,6 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 	if sideQAtErr != nil {
 		return nil, sideQAtErr
 	}
-	if err := kernels.IdxCPErr(); err != nil {
-		return nil, err
-	}
 	cfg := src.Config()
 	opts, lay, maxSeq, err := engine.Resolve(cfg, opts, engine.ModeServing)
 	if err != nil {

@@ -79,6 +79,14 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_IDX_NOPF", keep: zero,
 		what: "the one-slot indexer scores without the prefetch (indexer_scores_mma in the step) was measured slower on the H200 in session 25 and the switch removed (graph-timed scores + histogram 12.96 against _pf's 11.50 us at 131072 keys, 1 row, 3.91 against 3.73 at 8192; decode p50 at 131072, 1 slot, A/B/A/B: DeepSeek-V3.2 dims 2.799 / 2.804 against 2.794 / 2.789 ms, GLM-5 dims 2.869 / 2.868 against 2.849 / 2.847)",
 		hint: `: indexer_scores_mma_pf runs (the default); the switch last exists at 6af7a79, the record is in docs/measured/h200-2026-12-04-s25`},
+	// TILERT_GPU_IDX_CP=1/2 ran the indexer scores with each warp's key
+	// groups staged in shared memory by cp.async (indexer_scores_mma_cp /
+	// _rows_cp; =2 also _cp2 / _rows_cp2, two groups a warp at a time for
+	// rows over 32768 keys); session 26's opt-in, the same bits as _pf,
+	// slower in session 27.
+	{name: "TILERT_GPU_IDX_CP", keep: zero,
+		what: "the indexer scores with the key groups staged in shared memory by cp.async (indexer_scores_mma_cp / _rows_cp, =1; _cp2 / _rows_cp2 two groups a warp, =2) were measured slower on the H200 in session 27 and removed: graph-timed scores + histogram 14.42 (=1) and 14.48 (=2) against _pf's 11.39 us at 131072 keys, 1 row; decode p50 at 131072, 1 slot: DeepSeek-V3.2 dims 2.850 / 2.850 (=1) and 2.898 / 2.901 (=2) against 2.785 / 2.791 ms, GLM-5 dims 2.910 / 2.911 and 2.948 / 2.947 against 2.830 / 2.836",
+		hint: `: indexer_scores_mma_pf runs (the default); the code last exists at 6348421, the record is in docs/measured/h200-2026-12-04-s27`},
 	// TILERT_GPU_GROUP_NN=1/2/3 ran the layer input's one-row grouped GEMV
 	// without the norm's predicated multiplies (gemv_group_r8_m1_nn), also
 	// with two rounds' weight loads issued at once (_nn2 held to three

@@ -130,139 +130,6 @@ extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __rest
   idx_q_prep_body(q, w, pos, cos_t, sin_t, qh, wq, H, rot, interleaved, wscale, blockIdx.x, blockIdx.y);
 }
 
-// One key group (16 keys of a page: their 2 KB of codes, then their 64
-// bytes of scales) as IDXM_GROUP_BYTES in shared memory, copied by a warp
-// with cp.async and committed as one group (empty past ngroups, so that
-// every warp commits one group a round). Odd rows' 16-byte chunks are
-// stored with bit 2 of the chunk index flipped: the fragment loads' lanes
-// (g, c) read chunks c and c + 4 of rows g and g + 8, and a quarter warp's
-// two rows then fall in different banks.
-#define IDXM_RING 4
-#define IDXM_GROUP_BYTES (16 * IDX_D + 16 * 4)
-__device__ __forceinline__ void idx_stage_copy(u8* dst, const u8* __restrict__ cache,
-                                               const int* __restrict__ block_table, int gg, int ngroups, int lane) {
-#if __CUDA_ARCH__ >= 800
-  if (gg < ngroups) {
-    const int blk = gg >> 2;
-    const int page = block_table ? block_table[blk] : blk;
-    const u8* pg = cache + (size_t)page * IDX_PAGE_BYTES;
-    const int tp = (gg << 4) & 63;
-    const u8* keys = pg + tp * IDX_D;
-    const u32 d = (u32)__cvta_generic_to_shared(dst);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const int q = lane + 32 * i, r = q >> 3, j = q & 7;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + r * IDX_D + ((j ^ ((r & 1) << 2)) << 4)),
-                   "l"(keys + r * IDX_D + 16 * j)
-                   : "memory");
-    }
-    if (lane < 4)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + 16 * IDX_D + 16 * lane),
-                   "l"(pg + IDX_PAGE * IDX_D + 4 * tp + 16 * lane)
-                   : "memory");
-  }
-#else
-  __trap();  // the launcher refuses devices below sm_89
-#endif
-}
-
-__device__ __forceinline__ void idx_commit() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void idx_stage(u8* dst, const u8* __restrict__ cache, const int* __restrict__ block_table,
-                                          int gg, int ngroups, int lane) {
-  idx_stage_copy(dst, cache, block_table, gg, ngroups, lane);
-  idx_commit();
-}
-
-// A staged group's fragments (idx_stage's layout) for lane (g, c): the
-// registers idx_scores_body's global loads fill.
-__device__ __forceinline__ void idx_frags_s(const u8* sg, int g, int c, uint4& a0, uint4& a1, uint4& b0, uint4& b1,
-                                            float2& s0, float2& s1) {
-  const int sw = (g & 1) << 6;  // idx_stage's chunk flip, in bytes
-  a0 = *(const uint4*)(sg + g * IDX_D + ((16 * c) ^ sw));
-  a1 = *(const uint4*)(sg + g * IDX_D + ((16 * c + 64) ^ sw));
-  b0 = *(const uint4*)(sg + (g + 8) * IDX_D + ((16 * c) ^ sw));
-  b1 = *(const uint4*)(sg + (g + 8) * IDX_D + ((16 * c + 64) ^ sw));
-  const float* scl = (const float*)(sg + 16 * IDX_D) + 2 * c;
-  s0 = *(const float2*)scl;
-  s1 = *(const float2*)(scl + 8);
-}
-
-
-// The scores bodies' shared parts (idx_scores_body, idx_scores_pair_body).
-// idx_q_setup: the row's query codes as f16 A fragments in qa, the
-// histogram zeroed (hist != null), lane group g's head weights in wlo/whi.
-__device__ __forceinline__ void idx_q_setup(const u8* __restrict__ qh, const float* __restrict__ wq, int row, int tid,
-                                            int g, uint4* qa, u32* hs, const u32* hist, float* wlo, float* whi) {
-  const uint2* src = (const uint2*)(qh + (size_t)row * IDXQ_ROW_BYTES);
-  for (int i = tid; i < 4 * 8 * 32; i += 256) {
-    const uint2 v = src[i];
-    uint4 f;
-    f.x = e4m3x2_to_f16x2(v.x & 0xffffu);
-    f.y = e4m3x2_to_f16x2(v.x >> 16);
-    f.z = e4m3x2_to_f16x2(v.y & 0xffffu);
-    f.w = e4m3x2_to_f16x2(v.y >> 16);
-    qa[i] = f;
-  }
-  if (hist)
-    for (int i = tid; i < IDXM_BINS; i += 256) hs[i] = 0;
-#pragma unroll
-  for (int mt = 0; mt < 4; mt++) {
-    wlo[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + g];
-    whi[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + 8 + g];
-  }
-}
-
-// idx_group_out: one group's scores from its accumulators. Lane (g, c) holds
-// heads 16mt+g (acc 0, 1) and 16mt+g+8 (acc 2, 3) of keys 8nt + 2c + {0, 1}:
-// weight, sum its heads, then over g; lanes g = 0 write keys t0 + .. below n
-// (and count them in the histogram).
-__device__ __forceinline__ void idx_group_out(const float (*acc)[2][4], const float* wlo, const float* whi,
-                                              const float (*sk)[2], int t0, int n, int g, int c, float* orow,
-                                              const u32* hist, u32* hs) {
-  float sv[2][2];
-#pragma unroll
-  for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-      float s = 0.0f;
-#pragma unroll
-      for (int mt = 0; mt < 4; mt++)
-        s += wlo[mt] * fmaxf(acc[mt][nt][j], 0.0f) + whi[mt] * fmaxf(acc[mt][nt][2 + j], 0.0f);
-      s += __shfl_xor_sync(0xffffffffu, s, 4);
-      s += __shfl_xor_sync(0xffffffffu, s, 8);
-      s += __shfl_xor_sync(0xffffffffu, s, 16);
-      sv[nt][j] = s;
-    }
-  if (g == 0) {
-#pragma unroll
-    for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-      for (int j = 0; j < 2; j++) {
-        const int tt = 8 * nt + 2 * c + j;
-        if (t0 + tt < n) {
-          const float v = sv[nt][j] * sk[nt][j];
-          orow[t0 + tt] = v;
-          if (hist) atomicAdd(&hs[float_key(v) >> 20], 1u);
-        }
-      }
-  }
-}
-
-// idx_hist_flush: the block's histogram added into the row's (hist != null).
-__device__ __forceinline__ void idx_hist_flush(u32* hist, const u32* hs, int row, int tid) {
-  if (hist) {
-    __syncthreads();
-    u32* gh = hist + (size_t)row * IDXM_BINS;
-    for (int i = tid; i < IDXM_BINS; i += 256)
-      if (hs[i]) atomicAdd(&gh[i], hs[i]);
-  }
-}
-
 // Scores of nq rows over the fp8 pages (block_table as indexer_scores):
 // out[row][t] for t < n = min(lens[row], T), -inf for n <= t < T. Each warp
 // takes 16 keys at a time (two n-tiles) against all 64 heads (four
@@ -274,13 +141,7 @@ __device__ __forceinline__ void idx_hist_flush(u32* hist, const u32* hs, int row
 // ROWS (indexer_scores_mma_rows, one launch over several slots' caches):
 // row's pages start at row_base[row] + cache (cache then holds the layer's
 // offset); without it the body is the one measured before.
-// RING > 0 (indexer_scores_mma_cp): each warp stages its next RING key
-// groups into shared memory with cp.async as soon as it knows the row's
-// length, before the query's fragments are built, and refills a group's
-// slot as it is used: at 131072 keys a warp has ~4 groups, and the
-// register prefetch (PF) keeps one in flight, so the loads wait on memory
-// once a group (idx_stage; the products and their order are PF's).
-template <bool PF, bool ROWS = false, int RING = 0>
+template <bool PF, bool ROWS = false>
 __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const float* __restrict__ wq,
                                                 const u8* __restrict__ cache, const int* __restrict__ block_table,
                                                 const int* __restrict__ lens, float* out, int T, int ld_out,
@@ -295,17 +156,24 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
   for (int t = max(n, 0) + blockIdx.x * 256 + tid; t < T; t += gridDim.x * 256) orow[t] = NEG_INF;
   const int ngroups = (n + 15) >> 4;
   if (blockIdx.x * 8 >= ngroups) return;  // block-uniform
-  u8* ring = nullptr;
-  if (RING) {
-    extern __shared__ __align__(16) u8 idx_ring[];
-    ring = idx_ring + wid * (RING * IDXM_GROUP_BYTES);
-#pragma unroll
-    for (int r = 0; r < RING; r++)
-      idx_stage(ring + r * IDXM_GROUP_BYTES, cache, block_table, blockIdx.x * 8 + wid + r * gridDim.x * 8, ngroups,
-                lane);
+  const uint2* src = (const uint2*)(qh + (size_t)row * IDXQ_ROW_BYTES);
+  for (int i = tid; i < 4 * 8 * 32; i += 256) {
+    const uint2 v = src[i];
+    uint4 f;
+    f.x = e4m3x2_to_f16x2(v.x & 0xffffu);
+    f.y = e4m3x2_to_f16x2(v.x >> 16);
+    f.z = e4m3x2_to_f16x2(v.y & 0xffffu);
+    f.w = e4m3x2_to_f16x2(v.y >> 16);
+    qa[i] = f;
   }
+  if (hist)
+    for (int i = tid; i < IDXM_BINS; i += 256) hs[i] = 0;
   float wlo[4], whi[4];
-  idx_q_setup(qh, wq, row, tid, g, qa, hs, hist, wlo, whi);
+#pragma unroll
+  for (int mt = 0; mt < 4; mt++) {
+    wlo[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + g];
+    whi[mt] = wq[(size_t)row * IDXQ_HEADS + 16 * mt + 8 + g];
+  }
   __syncthreads();
   const int gs = gridDim.x * 8;
   uint4 na0, na1, nb0, nb1;
@@ -327,25 +195,10 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
     ns0 = *(const float2*)scl;
     ns1 = *(const float2*)(scl + 8);
   };
-  // The group in ring slot sl (RING): the same registers as load's.
-  auto load_s = [&](int sl) { idx_frags_s(ring + sl * IDXM_GROUP_BYTES, g, c, na0, na1, nb0, nb1, ns0, ns1); };
-  int gi = blockIdx.x * 8 + wid, sl = 0;
+  int gi = blockIdx.x * 8 + wid;
   if (PF && gi < ngroups) load(gi);
   for (; gi < ngroups; gi += gs) {
-    if (RING) {
-      // This warp's oldest group landed (one committed a round since);
-      // the slot is refilled once every lane holds its fragments.
-#if __CUDA_ARCH__ >= 800
-      asm volatile("cp.async.wait_group %0;" ::"n"(RING > 0 ? RING - 1 : 0) : "memory");
-#endif
-      __syncwarp();
-      load_s(sl);
-      __syncwarp();
-      idx_stage(ring + sl * IDXM_GROUP_BYTES, cache, block_table, gi + RING * gs, ngroups, lane);
-      sl = sl + 1 == RING ? 0 : sl + 1;
-    } else if (!PF) {
-      load(gi);
-    }
+    if (!PF) load(gi);
     const uint4 a0 = na0, a1 = na1, b0 = nb0, b1 = nb1;
     const float sk[2][2] = {{ns0.x, ns0.y}, {ns1.x, ns1.y}};
     if (PF && gi + gs < ngroups) load(gi + gs);
@@ -367,9 +220,42 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
         mma_f16_16816(acc[mt][1], A, bb0, bb1);
       }
     }
-    idx_group_out(acc, wlo, whi, sk, t0, n, g, c, orow, hist, hs);
+    // Lane (g, c) holds heads 16mt+g (acc 0, 1) and 16mt+g+8 (acc 2, 3) of
+    // keys 8nt + 2c + {0, 1}: weight, sum its heads, then over g.
+    float sv[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        float s = 0.0f;
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++)
+          s += wlo[mt] * fmaxf(acc[mt][nt][j], 0.0f) + whi[mt] * fmaxf(acc[mt][nt][2 + j], 0.0f);
+        s += __shfl_xor_sync(0xffffffffu, s, 4);
+        s += __shfl_xor_sync(0xffffffffu, s, 8);
+        s += __shfl_xor_sync(0xffffffffu, s, 16);
+        sv[nt][j] = s;
+      }
+    if (g == 0) {
+#pragma unroll
+      for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+          const int tt = 8 * nt + 2 * c + j;
+          if (t0 + tt < n) {
+            const float v = sv[nt][j] * sk[nt][j];
+            orow[t0 + tt] = v;
+            if (hist) atomicAdd(&hs[float_key(v) >> 20], 1u);
+          }
+        }
+    }
   }
-  idx_hist_flush(hist, hs, row, tid);
+  if (hist) {
+    __syncthreads();
+    u32* gh = hist + (size_t)row * IDXM_BINS;
+    for (int i = tid; i < IDXM_BINS; i += 256)
+      if (hs[i]) atomicAdd(&gh[i], hs[i]);
+  }
 }
 
 extern "C" __global__ void __launch_bounds__(256) indexer_scores_mma(const u8* __restrict__ qh,
@@ -392,135 +278,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_pf(const
   idx_scores_body<true>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
 }
 
-// idx_scores_body with RING staging and two key groups a warp at a time
-// (indexer_scores_mma_cp2, _rows_cp2): each query fragment loaded from
-// shared memory feeds four MMAs instead of two, which halves the fragment
-// traffic that bounds the long rows once their keys are staged (32 16-byte
-// loads a warp per 16 keys: ~4.5 us of shared-memory bandwidth at 131072
-// keys on the H200, against ~4 us of keys from DRAM). Every score is made by
-// the same MMAs in the same order as idx_scores_body's, so the bits are
-// theirs. Warp w of block b takes the group pairs b*8 + w + r*8*gridDim.x
-// (groups 2p, 2p + 1); one block an SM (registers), grid (nbx, nq).
-#define IDXM_RING2 4
-template <bool ROWS>
-__device__ __forceinline__ void idx_scores_pair_body(const u8* __restrict__ qh, const float* __restrict__ wq,
-                                                     const u8* __restrict__ cache, const int* __restrict__ block_table,
-                                                     const int* __restrict__ lens, float* out, int T, int ld_out,
-                                                     u32* hist, const long long* __restrict__ row_base) {
-  __shared__ uint4 qa[4 * 8 * 32];  // [mt][ks][lane] f16 A fragments, 16 KB
-  __shared__ u32 hs[IDXM_BINS];      // score histogram (hist != null), 16 KB
-  extern __shared__ __align__(16) u8 idx_ring[];
-  const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
-  const int g = lane >> 2, c = lane & 3;
-  const int n = min(lens[row], T);
-  if (ROWS) cache += row_base[row];
-  float* orow = out + (size_t)row * ld_out;
-  for (int t = max(n, 0) + blockIdx.x * 256 + tid; t < T; t += gridDim.x * 256) orow[t] = NEG_INF;
-  const int ngroups = (n + 15) >> 4, npairs = (ngroups + 1) >> 1;
-  if (blockIdx.x * 8 >= npairs) return;  // block-uniform
-  const int ps = gridDim.x * 8;
-  u8* ring = idx_ring + wid * (IDXM_RING2 * 2 * IDXM_GROUP_BYTES);
-#pragma unroll
-  for (int r = 0; r < IDXM_RING2; r++) {
-    const int p = blockIdx.x * 8 + wid + r * ps;
-    idx_stage_copy(ring + 2 * r * IDXM_GROUP_BYTES, cache, block_table, 2 * p, ngroups, lane);
-    idx_stage_copy(ring + (2 * r + 1) * IDXM_GROUP_BYTES, cache, block_table, 2 * p + 1, ngroups, lane);
-    idx_commit();
-  }
-  float wlo[4], whi[4];
-  idx_q_setup(qh, wq, row, tid, g, qa, hs, hist, wlo, whi);
-  __syncthreads();
-  int sl = 0;
-  for (int p = blockIdx.x * 8 + wid; p < npairs; p += ps) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(IDXM_RING2 - 1) : "memory");
-#endif
-    __syncwarp();
-    uint4 a0[2], a1[2], b0[2], b1[2];
-    float2 s0[2], s1[2];
-#pragma unroll
-    for (int q = 0; q < 2; q++)
-      idx_frags_s(ring + (2 * sl + q) * IDXM_GROUP_BYTES, g, c, a0[q], a1[q], b0[q], b1[q], s0[q], s1[q]);
-    __syncwarp();
-    {
-      const int pn = p + IDXM_RING2 * ps;
-      idx_stage_copy(ring + 2 * sl * IDXM_GROUP_BYTES, cache, block_table, 2 * pn, ngroups, lane);
-      idx_stage_copy(ring + (2 * sl + 1) * IDXM_GROUP_BYTES, cache, block_table, 2 * pn + 1, ngroups, lane);
-      idx_commit();
-    }
-    sl = sl + 1 == IDXM_RING2 ? 0 : sl + 1;
-    float acc[2][4][2][4];
-#pragma unroll
-    for (int q = 0; q < 2; q++)
-#pragma unroll
-      for (int mt = 0; mt < 4; mt++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[q][mt][0][i] = acc[q][mt][1][i] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < 8; ks++) {
-      u32 ba0[2], ba1[2], bb0[2], bb1[2];
-#pragma unroll
-      for (int q = 0; q < 2; q++) {
-        const u32 wa = u4_word(ks < 4 ? a0[q] : a1[q], ks & 3), wb = u4_word(ks < 4 ? b0[q] : b1[q], ks & 3);
-        ba0[q] = e4m3x2_to_f16x2(wa & 0xffffu);
-        ba1[q] = e4m3x2_to_f16x2(wa >> 16);
-        bb0[q] = e4m3x2_to_f16x2(wb & 0xffffu);
-        bb1[q] = e4m3x2_to_f16x2(wb >> 16);
-      }
-#pragma unroll
-      for (int mt = 0; mt < 4; mt++) {
-        const uint4 A = qa[(mt * 8 + ks) * 32 + lane];
-#pragma unroll
-        for (int q = 0; q < 2; q++) {
-          mma_f16_16816(acc[q][mt][0], A, ba0[q], ba1[q]);
-          mma_f16_16816(acc[q][mt][1], A, bb0[q], bb1[q]);
-        }
-      }
-    }
-    // idx_scores_body's epilogue for each of the two groups.
-#pragma unroll
-    for (int q = 0; q < 2; q++) {
-      const int t0 = (2 * p + q) << 4;
-      const float sk[2][2] = {{s0[q].x, s0[q].y}, {s1[q].x, s1[q].y}};
-      idx_group_out(acc[q], wlo, whi, sk, t0, n, g, c, orow, hist, hs);
-    }
-  }
-  idx_hist_flush(hist, hs, row, tid);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 1) indexer_scores_mma_cp2(const u8* __restrict__ qh,
-                                                                            const float* __restrict__ wq,
-                                                                            const u8* __restrict__ cache,
-                                                                            const int* __restrict__ block_table,
-                                                                            const int* __restrict__ lens, float* out,
-                                                                            int T, int ld_out, u32* hist) {
-  PDL_WAIT();
-  idx_scores_pair_body<false>(qh, wq, cache, block_table, lens, out, T, ld_out, hist, nullptr);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 1) indexer_scores_mma_rows_cp2(const u8* __restrict__ qh,
-                                                                                 const float* __restrict__ wq,
-                                                                                 const u8* __restrict__ cache,
-                                                                                 const long long* __restrict__ row_base,
-                                                                                 const int* __restrict__ lens,
-                                                                                 float* out, int T, int ld_out,
-                                                                                 u32* hist) {
-  PDL_WAIT();
-  idx_scores_pair_body<true>(qh, wq, cache, nullptr, lens, out, T, ld_out, hist, row_base);
-}
-
-// indexer_scores_mma with the warps' key groups staged in shared memory
-// (RING; dynamic shared memory 8 * IDXM_RING * IDXM_GROUP_BYTES).
-extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_cp(const u8* __restrict__ qh,
-                                                                           const float* __restrict__ wq,
-                                                                           const u8* __restrict__ cache,
-                                                                           const int* __restrict__ block_table,
-                                                                           const int* __restrict__ lens, float* out,
-                                                                           int T, int ld_out, u32* hist) {
-  PDL_WAIT();
-  idx_scores_body<false, false, IDXM_RING>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
-}
-
 // indexer_scores_mma_pf over rows of several slots' caches (row_base[row]
 // + cache: see idx_scores_body's ROWS).
 extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_rows(const u8* __restrict__ qh,
@@ -531,16 +288,4 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_rows(con
                                                                              int T, int ld_out, u32* hist) {
   PDL_WAIT();
   idx_scores_body<true, true>(qh, wq, cache, nullptr, lens, out, T, ld_out, hist, row_base);
-}
-
-// indexer_scores_mma_rows with the key groups staged (RING, as _cp).
-extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_rows_cp(const u8* __restrict__ qh,
-                                                                                const float* __restrict__ wq,
-                                                                                const u8* __restrict__ cache,
-                                                                                const long long* __restrict__ row_base,
-                                                                                const int* __restrict__ lens,
-                                                                                float* out, int T, int ld_out,
-                                                                                u32* hist) {
-  PDL_WAIT();
-  idx_scores_body<false, true, IDXM_RING>(qh, wq, cache, nullptr, lens, out, T, ld_out, hist, row_base);
 }

@@ -264,6 +264,9 @@ type Ctx struct {
 	// queueHook, when set, runs before each call of this context that
 	// queues work on a stream (SetQueueHook).
 	queueHook func()
+	// nodePrio: graphs instantiate with the kernel nodes' own priorities
+	// (SetGraphNodePriority, priority.go).
+	nodePrio bool
 }
 
 // SetQueueHook makes f run before every call of c that queues work on a
@@ -560,7 +563,11 @@ func (c *Ctx) EndCapture(s Stream) (*Graph, error) {
 		return nil, err
 	}
 	var e uintptr
-	if err := c.check("cuGraphInstantiateWithFlags", call(c.drv.cuGraphInstantiate, uintptr(unsafe.Pointer(&e)), g, 0)); err != nil {
+	var flags uintptr
+	if c.nodePrio {
+		flags = graphInstantiateUseNodePriority
+	}
+	if err := c.check("cuGraphInstantiateWithFlags", call(c.drv.cuGraphInstantiate, uintptr(unsafe.Pointer(&e)), g, flags)); err != nil {
 		_ = c.check("cuGraphDestroy", call(c.drv.cuGraphDestroy, g))
 		return nil, err
 	}

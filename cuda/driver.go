@@ -35,6 +35,7 @@ type driver struct {
 	cuCtxEnablePeerAccess, cuDeviceCanAccessPeer                              uintptr // optional (peer.go)
 	cuLaunchKernelEx                                                          uintptr // optional (launch.go; CUDA 11.8+)
 	cuOccupancyMaxActiveBlocksPerMultiprocessor                               uintptr // optional (device.go MaxActiveBlocks)
+	cuCtxGetStreamPriorityRange, cuStreamCreateWithPriority                   uintptr // optional (priority.go)
 }
 
 var (
@@ -121,6 +122,8 @@ func openDriver() (*driver, error) {
 	s.optional(&d.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer")
 	s.optional(&d.cuLaunchKernelEx, "cuLaunchKernelEx")
 	s.optional(&d.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+	s.optional(&d.cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange")
+	s.optional(&d.cuStreamCreateWithPriority, "cuStreamCreateWithPriority")
 	if err := d.check("cuInit", call(d.cuInit, 0)); err != nil {
 		return nil, errors.WithHint(errors.Mark(err, ErrNoGPU), cpuHint)
 	}

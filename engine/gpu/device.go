@@ -176,6 +176,8 @@ type cudaDevice struct {
 	// capOpen: the side chains that a tile cap would starve, uncapped by
 	// default (side.go sideCap; the runner's, worked out once).
 	capOpen openSet
+	// prio: graphs capture with their kernel nodes' priorities (prio.go).
+	prio bool
 }
 
 var _ device = (*cudaDevice)(nil)
@@ -1063,6 +1065,7 @@ type cudaRunner struct {
 	// context's.
 	stream    cuda.Stream
 	ownStream bool       // close destroys it
+	prio      bool       // stream is at the device's greatest priority (prioPin)
 	ev        cuda.Event // downloadAsync's event (0: none yet)
 	// gemmWS: the fp16-part GEMM's scratch for this runner's stream
 	// (gemm.go allocGemmScratch), handed to every run's cudaDevice.
@@ -1169,6 +1172,7 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		if r.stream != 0 {
 			b.s = r.stream
 		}
+		b.prio = r.prio
 		if r.clk != nil {
 			b.clk = r.clk
 			r.clk.bind(c, b.s)

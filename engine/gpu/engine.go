@@ -172,6 +172,9 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 	if sideQAtErr != nil {
 		return nil, sideQAtErr
 	}
+	if mainPrioErr != nil {
+		return nil, mainPrioErr
+	}
 	cfg := src.Config()
 	opts, lay, maxSeq, err := engine.Resolve(cfg, opts, engine.ModeServing)
 	if err != nil {
@@ -197,6 +200,9 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 		return nil, err
 	}
 	sidePin(r, cfg)
+	if err := prioPin(r); err != nil {
+		return nil, err
+	}
 	if cr, ok := r.(*cudaRunner); ok {
 		if m := e.prefillMLAMode(e.gemmParts()); m == 5 || m == 6 {
 			cr.wgMode = m

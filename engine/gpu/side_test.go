@@ -106,9 +106,9 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(q, sh, pl bool, cp [nChains]int, at string, qo bool) {
-		sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce = q, sh, pl, cp, at, qo
-	}(sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce)
+	defer func(q, sh, pl bool, cp [nChains]int, at string, qo, pr bool) {
+		sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrioOn = q, sh, pl, cp, at, qo, pr
+	}(sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrioOn)
 	// side streams off, on, and (GPU: scheduling only, the same bits) on
 	// with the side GEMVs uncapped and capped at a block per SM
 	// (TILERT_GPU_SIDE_CAP)
@@ -118,12 +118,15 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	// indexer's top-k alone (TILERT_GPU_SIDE_Q_AT=topk-all: the tiny
 	// presets' rows are far under topk's 32768 keys), and the default
 	// (auto) where the q chain is open (qOpen: GLM-5's q_b), which forks
-	// late in one-row steps
+	// late in one-row steps; and (GPU) with the main stream at the
+	// greatest priority (TILERT_GPU_MAIN_PRIO=1), capped as by default and
+	// uncapped
 	type sideCfg struct {
 		on, plain bool
 		cap       [nChains]int
 		qAt       string
 		qOpen     bool
+		prio      bool
 	}
 	dflt := [nChains]int{-1, -1}
 	cfgs := []sideCfg{{cap: dflt}, {on: true, cap: dflt}, {on: true, cap: dflt, qAt: "topk-all"}, {on: true, cap: dflt, qOpen: true},
@@ -132,7 +135,8 @@ func testSideStream(t *testing.T, kind deviceKind) {
 		cfgs = []sideCfg{{cap: dflt}, {on: true, cap: [nChains]int{0, 0}}, {on: true, cap: [nChains]int{1, 1}},
 			{on: true, plain: true, cap: [nChains]int{1, 1}}, {on: true, plain: true, cap: [nChains]int{0, 1}},
 			{on: true, plain: true, cap: [nChains]int{1, 0}}, {on: true, plain: true, cap: dflt, qAt: "topk-all"},
-			{on: true, plain: true, cap: dflt, qOpen: true}, {on: true, plain: true, cap: dflt, qAt: "scores-all"}}
+			{on: true, plain: true, cap: dflt, qOpen: true}, {on: true, plain: true, cap: dflt, qAt: "scores-all"},
+			{on: true, plain: true, cap: dflt, prio: true}, {on: true, plain: true, cap: [nChains]int{0, 0}, prio: true}}
 	}
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
@@ -152,8 +156,11 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					forks := make([]int, len(cfgs))
 					sideRoutes := make([]int, len(cfgs)) // routings queued on the side stream (none: the shared expert is the side chain)
 					for k, cf := range cfgs {
-						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce = cf.on, cf.on, cf.plain, cf.cap, cf.qAt, cf.qOpen
+						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrioOn = cf.on, cf.on, cf.plain, cf.cap, cf.qAt, cf.qOpen, cf.prio
 						e := newTestEngine(t, kind, src, opts)
+						if cr, ok := e.m.r.(*cudaRunner); ok && (cr.prio != cf.prio || cf.prio && cr.stream == 0) {
+							t.Fatalf("%+v: the runner's stream priority is %v (stream %v)", cf, cr.prio, cr.stream)
+						}
 						e.m.graphs.keep = [][]gop{}
 						batch[k] = generateBatch(t, e, prompts, engine.Params{}, n)
 						afterScores := 0  // forks right after a scores launch

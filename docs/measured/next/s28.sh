@@ -1,0 +1,51 @@
+# Session 27's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
+# (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
+# issue each call right after the last (a machine stays warm ~30 s).
+# Usage: bash docs/measured/next/s28.sh prio|prio4|leads|check1|check2|gpucheck|final
+#  prio (~6 min; cuda.test, engine.test, tilert): TILERT_GPU_MAIN_PRIO=1, built in session 27 after its device time
+#      (engine/gpu/prio.go): the step's stream at the greatest priority, the side streams at the default, graphs
+#      instantiated with the nodes' priorities (session 11's priority never reached its graphs). First TestStreamPriority
+#      (the range, the instantiate flag, a replayed graph) and TestGPUSideStreamSameTokens (its two new configurations:
+#      the same tokens with the priority, capped and uncapped), then the step, 1 slot, 8192 and 131072, both models:
+#      default, MAIN_PRIO=1, MAIN_PRIO=1 with both side chains uncapped (TILERT_GPU_SIDE_CAP=0), twice. Session 27's
+#      traces: at 131072 the top-k's blocks wait ~9 us for q_b's queued ones (DeepSeek-V3.2) and the front ends on the
+#      top-k (GLM-5); at 8192 DeepSeek-V3.2's capped q_b (28 us for 37.7 MB) is the front's critical chain.
+#  prio4 (~5 min; tilert): the same at 4 slots, and traced 1-slot steps with the priority (where the front ends).
+#  leads (~4 min; tilert): env-only leads from session 27 at 131072, 1 slot, A/B/A/B: DeepSeek-V3.2 with the q chain
+#      capped at two blocks an SM (TILERT_GPU_SIDE_CAP=q=2: 2.775 / 2.777 against 2.783 / 2.785 in session 27), and
+#      the q chain forked at q_a uncapped (TILERT_GPU_SIDE_Q_AT=qa TILERT_GPU_SIDE_CAP=q=0) on both models.
+#  check1 / check2 / gpucheck / final: as plan.sh (with MAIN_PRIO=1 exported first if it became the default's
+#      candidate: `MAIN_PRIO=1 bash s28.sh gpucheck`).
+NAME=s28; . docs/measured/next/plan.sh "$1"
+[ -n "$MAIN_PRIO" ] && export TILERT_GPU_MAIN_PRIO=$MAIN_PRIO
+case "$P" in
+prio)
+  tst cuda cuda 60 'TestStreamPriority$'; cnt cuda; grep -E "stream priorities" $R/cuda.log >> $R/summary.txt
+  tst engine engine/gpu 200 'TestGPUSideStreamSameTokens$'; cnt engine
+  for r in A B; do
+    for m in deepseek-v3.2 glm-5; do
+      bn $m 8192,131072 1 $m-$r
+      bn $m 8192,131072 1 $m-pr$r TILERT_GPU_MAIN_PRIO=1
+      bn $m 8192,131072 1 $m-pr0$r TILERT_GPU_MAIN_PRIO=1 TILERT_GPU_SIDE_CAP=0
+    done
+  done ;;
+prio4)
+  for m in deepseek-v3.2 glm-5; do
+    bn $m 8192,131072 4 $m-4A
+    bn $m 8192,131072 4 $m-pr4 TILERT_GPU_MAIN_PRIO=1
+    bn $m 8192,131072 4 $m-pr04 TILERT_GPU_MAIN_PRIO=1 TILERT_GPU_SIDE_CAP=0
+  done
+  TL=1 bn deepseek-v3.2 8192 1 tl-ds-pr TILERT_GPU_MAIN_PRIO=1
+  TL=1 bn glm-5 131072 1 tl-glm-long-pr TILERT_GPU_MAIN_PRIO=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+leads)
+  abab deepseek-v3.2 131072 1 ds-q2 TILERT_GPU_SIDE_CAP=q=2
+  for m in deepseek-v3.2 glm-5; do
+    bn $m 131072 1 $m-qa0 TILERT_GPU_SIDE_Q_AT=qa TILERT_GPU_SIDE_CAP=q=0
+  done ;;
+check1) check1 ;;
+check2) check2 ;;
+gpucheck) gpucheck ;;
+final) rows ;;
+*) echo "usage: s28.sh prio|prio4|leads|check1|check2|gpucheck|final" >&2; exit 2 ;;
+esac

@@ -264,9 +264,6 @@ type Ctx struct {
 	// queueHook, when set, runs before each call of this context that
 	// queues work on a stream (SetQueueHook).
 	queueHook func()
-	// nodePrio: graphs instantiate with the kernel nodes' own priorities
-	// (SetGraphNodePriority, priority.go).
-	nodePrio bool
 }
 
 // SetQueueHook makes f run before every call of c that queues work on a
@@ -557,14 +554,19 @@ func (c *Ctx) BeginCapture(s Stream) error {
 }
 
 // EndCapture stops recording on s and instantiates the graph.
-func (c *Ctx) EndCapture(s Stream) (*Graph, error) {
+func (c *Ctx) EndCapture(s Stream) (*Graph, error) { return c.EndCaptureWith(s, false) }
+
+// EndCaptureWith is EndCapture; with nodePriority the graph replays each
+// kernel node at the priority of the stream it was captured on, not at the
+// launching stream's (priority.go).
+func (c *Ctx) EndCaptureWith(s Stream, nodePriority bool) (*Graph, error) {
 	var g uintptr
 	if err := c.check("cuStreamEndCapture", call(c.drv.cuStreamEndCapture, uintptr(s), uintptr(unsafe.Pointer(&g)))); err != nil {
 		return nil, err
 	}
 	var e uintptr
 	var flags uintptr
-	if c.nodePrio {
+	if nodePriority {
 		flags = graphInstantiateUseNodePriority
 	}
 	if err := c.check("cuGraphInstantiateWithFlags", call(c.drv.cuGraphInstantiate, uintptr(unsafe.Pointer(&e)), g, flags)); err != nil {

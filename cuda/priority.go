@@ -15,7 +15,7 @@ import (
 // A captured graph records each kernel node's priority from the stream it
 // was captured on, but replays every node at the priority of the stream it
 // is launched into unless it was instantiated with
-// CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY (SetGraphNodePriority).
+// CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY (EndCaptureWith).
 const graphInstantiateUseNodePriority = 8
 
 // StreamPriorityRange returns the context's least and greatest stream
@@ -52,13 +52,4 @@ func (c *Ctx) NewStreamWithPriority(p int) (Stream, error) {
 	err = c.check("cuStreamCreateWithPriority", call(c.drv.cuStreamCreateWithPriority,
 		uintptr(unsafe.Pointer(&s)), streamNonBlocking, uintptr(uint32(int32(p)))))
 	return Stream(s), err
-}
-
-// SetGraphNodePriority makes later EndCaptures instantiate their graphs
-// with the kernel nodes' own priorities (those of the streams they were
-// captured on) instead of the launching stream's for every node, and
-// returns the previous setting.
-func (c *Ctx) SetGraphNodePriority(on bool) (prev bool) {
-	prev, c.nodePrio = c.nodePrio, on
-	return prev
 }

@@ -33,14 +33,13 @@ func TestStreamPriority(t *testing.T) {
 			return err
 		}
 		defer c.memFree(p)
-		defer c.SetGraphNodePriority(c.SetGraphNodePriority(true))
 		if err := c.BeginCapture(s); err != nil {
 			return err
 		}
 		if err := c.MemsetD8(p, 0x5a, 4096, s); err != nil {
 			return err
 		}
-		g, err := c.EndCapture(s)
+		g, err := c.EndCaptureWith(s, true)
 		if err != nil {
 			return err
 		}

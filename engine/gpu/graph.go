@@ -584,9 +584,7 @@ func (g cudaGrapher) capture(run func() error) (graphExec, error) {
 		return nil, err
 	}
 	rerr := run()
-	prev := g.b.c.SetGraphNodePriority(g.b.prio)
-	x, err := g.b.c.EndCapture(g.b.s)
-	g.b.c.SetGraphNodePriority(prev)
+	x, err := g.b.c.EndCaptureWith(g.b.s, g.b.prio)
 	if rerr != nil || err != nil {
 		if x != nil {
 			_ = g.b.c.DestroyGraph(x)

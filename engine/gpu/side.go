@@ -50,12 +50,12 @@ var sideQOn, sideShOn = sideMode(os.Getenv("TILERT_GPU_SIDE"))
 // side streams 2.844; PDL + side streams + cap 2.764-2.769. A priority for
 // the main chain's launches (CU_LAUNCH_ATTRIBUTE_PRIORITY) changed nothing
 // (2.842 / 2.764 with it) and was dropped, but its graphs replayed every
-// node at the launching stream's priority (prio.go: TILERT_GPU_MAIN_PRIO). Per chain (session 16, docs/
-// measured/h200-2026-12-03-s16 call D, side launches plain): the q chain's
-// cap is worth ~80 us a step on DeepSeek-V3.2 dims (2.697 capped against
-// 2.783 uncapped at 8192) and costs ~100 us on GLM-5 dims (2.878 against
-// 2.774; 3.027 against 2.930 at 131072); the shared expert's cap changes
-// nothing measurable on either.
+// node at the launching stream's priority (prio.go: TILERT_GPU_MAIN_PRIO).
+// Per chain (session 16, docs/measured/h200-2026-12-03-s16 call D, side
+// launches plain): the q chain's cap is worth ~80 us a step on
+// DeepSeek-V3.2 dims (2.697 capped against 2.783 uncapped at 8192) and
+// costs ~100 us on GLM-5 dims (2.878 against 2.774; 3.027 against 2.930 at
+// 131072); the shared expert's cap changes nothing measurable on either.
 //
 // The side stream's kernels launch plainly by default (kernels.Set.SetPlain
 // between fork and unfork; TILERT_GPU_SIDE_PDL=1 launches them

@@ -171,10 +171,13 @@ type cudaDevice struct {
 	// side is the runner's second stream (side.go; nil: none, fork runs
 	// the calls in order).
 	side *sideStream
+	// sideSh is the shared expert's own side stream (TILERT_GPU_MAIN_PRIO=q,
+	// prio.go; nil: it forks to side); forked is the one a fork chose.
+	sideSh, forked *sideStream
 	// clk, when set, is cut before every host wait (ClockPrefill, clock.go).
 	clk *devClock
-	// capOpen: the side chains that a tile cap would starve, uncapped by
-	// default (side.go sideCap; the runner's, worked out once).
+	// capOpen: each side chain's default tile cap in a one-row step
+	// (side.go sideOpen; the runner's, worked out once).
 	capOpen openSet
 	// prio: graphs capture with their kernel nodes' priorities (prio.go).
 	prio bool
@@ -1072,6 +1075,7 @@ type cudaRunner struct {
 	gemmWS      cuda.DevPtr
 	gemmWSBytes int64
 	side        sideStream // the second stream of a step's forks (side.go)
+	sideSh      sideStream // the shared expert's, where raised (prio.go prioPin)
 	// wgMode: the MLA prefill mode of this runner's engine when it is a
 	// wgmma one (5 or 6; newBackend), whose module loads before any capture.
 	wgMode int
@@ -1173,6 +1177,9 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 			b.s = r.stream
 		}
 		b.prio = r.prio
+		if r.sideSh.raised {
+			b.sideSh = &r.sideSh
+		}
 		if r.clk != nil {
 			b.clk = r.clk
 			r.clk.bind(c, b.s)
@@ -1193,9 +1200,11 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 }
 
 func (r *cudaRunner) close() error {
-	if r.side.s != 0 {
-		if err := r.dev.Do(func(c *cuda.Ctx) error { return r.side.destroy(c) }); err != nil {
-			return err
+	for _, sd := range []*sideStream{&r.side, &r.sideSh} {
+		if sd.s != 0 {
+			if err := r.dev.Do(func(c *cuda.Ctx) error { return sd.destroy(c) }); err != nil {
+				return err
+			}
 		}
 	}
 	if r.ev != 0 {

@@ -25,27 +25,51 @@ import (
 // nothing", but its graphs were instantiated without
 // CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY, so every node replayed at
 // the launching stream's priority: that run never tested priorities.
-var mainPrioOn, mainPrioErr = parseMainPrio(os.Getenv("TILERT_GPU_MAIN_PRIO"))
+//
+// Measured (session 28, docs/measured/h200-2026-12-04-s28, 9 MoE layers,
+// 1 slot, p50): slower on every row, +50..+66 us a step (DeepSeek-V3.2
+// dims 2.732 / 2.838 ms at 8192 / 131072 against 2.666 / 2.777; GLM-5
+// dims 2.748 / 2.877 against 2.694 / 2.828). The trace at 8192 shows why:
+// the attention front ends where it did, but the MoE's shared expert runs
+// on the side stream too, and its down GEMV, starved by the routed
+// experts' raised blocks, now ends after them (+6.9 us a layer). Hence
+// TILERT_GPU_MAIN_PRIO=q: the shared expert's side stream raised with the
+// main one, only the q chain's at the least.
+var mainPrio, mainPrioErr = parseMainPrio(os.Getenv("TILERT_GPU_MAIN_PRIO"))
 
-func parseMainPrio(v string) (bool, error) {
+// prioMode is TILERT_GPU_MAIN_PRIO: which streams run at the device's
+// greatest priority.
+type prioMode int
+
+const (
+	prioOff  prioMode = iota // every stream at the default
+	prioMain                 // "1": the main stream; both side chains' stream at the least
+	prioQLow                 // "q": the main stream and the shared expert's; the q chain's at the least
+)
+
+func parseMainPrio(v string) (prioMode, error) {
 	switch v {
 	case "", "0":
-		return false, nil
+		return prioOff, nil
 	case "1":
-		return true, nil
+		return prioMain, nil
+	case "q":
+		return prioQLow, nil
 	}
-	return false, errors.WithHint(errors.Newf("TILERT_GPU_MAIN_PRIO=%q is not 0 or 1", v),
-		"set TILERT_GPU_MAIN_PRIO=1 to run the step's main stream at the device's greatest priority (side streams at the default), or unset it")
+	return prioOff, errors.WithHint(errors.Newf("TILERT_GPU_MAIN_PRIO=%q is not 0, 1 or q", v),
+		"set TILERT_GPU_MAIN_PRIO=1 to run the step's main stream at the device's greatest priority (side streams at the default), =q to raise the shared expert's side stream with it, or unset it")
 }
 
 // prioPin gives a whole-model CUDA runner, where TILERT_GPU_MAIN_PRIO is
 // on, a stream of its own at the device's greatest priority (its context's
-// stays as it was: other engines may share the device). A sharded rank's
+// stays as it was: other engines may share the device), and with "q" a
+// second side stream at that priority for the shared expert (created on
+// first use, side.go). A sharded rank's
 // runner (wrapped, or on a stream of its own already) keeps its stream,
 // like sidePin's rule: measured on whole models only.
 func prioPin(r runner) error {
 	cr, ok := r.(*cudaRunner)
-	if !ok || !mainPrioOn || cr.stream != 0 || cr.dev == nil {
+	if !ok || mainPrio == prioOff || cr.stream != 0 || cr.dev == nil {
 		return nil
 	}
 	return cr.dev.Do(func(c *cuda.Ctx) error {
@@ -58,6 +82,9 @@ func prioPin(r runner) error {
 			return errors.WithHint(err, "unset TILERT_GPU_MAIN_PRIO")
 		}
 		cr.stream, cr.ownStream, cr.prio = s, true, true
+		if mainPrio == prioQLow {
+			cr.sideSh = sideStream{raised: true, prio: greatest}
+		}
 		return nil
 	})
 }

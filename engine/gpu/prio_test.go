@@ -9,12 +9,14 @@ import (
 
 func TestParseMainPrio(t *testing.T) {
 	for _, c := range []struct {
-		in      string
-		on, bad bool
-	}{{"", false, false}, {"0", false, false}, {"1", true, false}, {"2", false, true}, {"on", false, true}, {" 1", false, true}} {
-		on, err := parseMainPrio(c.in)
-		if on != c.on || (err != nil) != c.bad {
-			t.Errorf("%q: %v, %v; want %v (error %v)", c.in, on, err, c.on, c.bad)
+		in   string
+		mode prioMode
+		bad  bool
+	}{{"", prioOff, false}, {"0", prioOff, false}, {"1", prioMain, false}, {"q", prioQLow, false},
+		{"2", prioOff, true}, {"on", prioOff, true}, {" 1", prioOff, true}, {"Q", prioOff, true}} {
+		mode, err := parseMainPrio(c.in)
+		if mode != c.mode || (err != nil) != c.bad {
+			t.Errorf("%q: %v, %v; want %v (error %v)", c.in, mode, err, c.mode, c.bad)
 		}
 		if err != nil && (!strings.Contains(err.Error(), "TILERT_GPU_MAIN_PRIO") || len(errors.GetAllHints(err)) == 0) {
 			t.Errorf("%q: error %v should name the switch and carry a hint", c.in, err)
@@ -25,11 +27,11 @@ func TestParseMainPrio(t *testing.T) {
 // Without the switch, and on the emulator or a wrapped (sharded) runner,
 // prioPin leaves the runner alone.
 func TestPrioPinLeavesOthers(t *testing.T) {
-	defer func(on bool) { mainPrioOn = on }(mainPrioOn)
-	for _, on := range []bool{false, true} {
-		mainPrioOn = on
+	defer func(m prioMode) { mainPrio = m }(mainPrio)
+	for _, on := range []prioMode{prioOff, prioMain, prioQLow} {
+		mainPrio = on
 		cr := &cudaRunner{}
-		if err := prioPin(cr); err != nil || cr.prio || cr.stream != 0 {
+		if err := prioPin(cr); err != nil || cr.prio || cr.stream != 0 || cr.sideSh.raised {
 			t.Errorf("on=%v: a runner without a device: %v, prio %v, stream %v", on, err, cr.prio, cr.stream)
 		}
 		em := &emuRunner{m: newEmu()}

@@ -87,9 +87,9 @@ const (
 
 var chainNames = [nChains]string{chainQ: "q", chainSh: "sh"}
 
-// openSet says which chains (chainQLate among them) run uncapped in a
-// one-row step by default (sideOpen).
-type openSet [nChains + 1]bool
+// openSet is each chain's default tile cap in a one-row step (sideOpen;
+// chainQLate among them): 1, the rule, where the cap does not starve it.
+type openSet [nChains + 1]int
 
 var (
 	// sideCapSet is TILERT_GPU_SIDE_CAP read once (-1: unset, the
@@ -155,8 +155,8 @@ func sideCapFor(ch sideChain, pdl bool, open openSet, rows int) int {
 		return sideCapSet[set]
 	case !pdl:
 		return 0
-	case rows == 1 && open[ch]:
-		return 0
+	case rows == 1:
+		return open[ch]
 	}
 	return 1
 }
@@ -181,11 +181,25 @@ func sidePin(r runner, cfg *model.Config) {
 // the indexer's scores is uncapped on both models: beside the top-k alone
 // the scores no longer share the SMs, and a capped q_b would outlast the
 // top-k (session 17: DeepSeek-V3.2 dims at 131072, 2.884 ms capped against
-// 2.837-2.841 uncapped; GLM-5 dims 3.021 against 2.888). A runner without
+// 2.837-2.841 uncapped; GLM-5 dims 3.021 against 2.888), except that a
+// _d16 q_b there is capped at two blocks an SM, its residency anyway: 264
+// looping blocks instead of 768 queued ones, measured in two sessions
+// (DeepSeek-V3.2 dims at 131072, 1 slot, p50: session 27 2.775 / 2.777 ms
+// against 2.783 / 2.785; session 28 2.779 / 2.770 against 2.784 / 2.786;
+// GLM-5's _o4 q_b so capped lost, 2.836 against 2.829). A runner without
 // q_b's shape (a sharded rank) keeps every cap: measured on whole models.
-func sideOpen(qbVariant string) (open openSet) {
-	open[chainQ] = qbVariant == "_o4"
-	open[chainQLate] = qbVariant != ""
+func sideOpen(qbVariant string) openSet {
+	open := openSet{1, 1, 1}
+	if qbVariant == "_o4" {
+		open[chainQ] = 0
+	}
+	switch qbVariant {
+	case "":
+	case "_d16":
+		open[chainQLate] = 2
+	default:
+		open[chainQLate] = 0
+	}
 	return open
 }
 
@@ -201,9 +215,9 @@ func sideOpen(qbVariant string) (open openSet) {
 // absorb_q after q_b, which the fork after the scores starts only when they
 // end, session 25's traces). Unset ("auto", qFork): in a one-row step,
 // "scores"'s rule (with the mark_lw top-k, the default; "topk"'s without),
-// and "topk-all"'s where q_b's one-row launch is _o4 (qOpen: GLM-5's q_b,
-// whose indexer pair is on the critical path already at 8192); steps of
-// several rows fork at q_a (not measured late). Why late: at 131072
+// except where q_b's one-row launch is _o4 (qOpen: GLM-5's q_b), which
+// forks at q_a uncapped; steps of several rows fork at q_a (not measured
+// late). Why late: at 131072
 // keys the scores run at 33% of the copy rate, bound by their
 // instructions, and timed alone take ~13-17 us against ~22 inside the
 // step, where q_b holds SMs beside them; the top-k is a latency chain of
@@ -213,6 +227,10 @@ func sideOpen(qbVariant string) (open openSet) {
 // GLM-5 dims 2.919-2.922 against 2.888-2.894; GLM-5 at 8192 2.755-2.760
 // against 2.738-2.745; DeepSeek-V3.2 at 8192 late is slower (2.685 against
 // 2.712 uncapped, 2.775 capped), so its rows within 32768 keys keep q_a.
+// Since the mark_lw top-k (session 26) GLM-5's q chain no longer gains from
+// the late fork: session 28 (docs/measured/h200-2026-12-04-s28 call C,
+// A/B/A/B) 2.795 / 2.802 ms at q_a against 2.821 / 2.819 before the scores
+// at 131072, 2.696 / 2.692 against 2.696 / 2.695 after them at 8192.
 var sideQAt, sideQAtErr = parseSideQAt(os.Getenv("TILERT_GPU_SIDE_Q_AT"))
 
 func parseSideQAt(v string) (string, error) {
@@ -261,8 +279,8 @@ func longTopKW() bool {
 // (some row over kernels.TopKRadixOneMaxT keys, its top-k on the mark
 // blocks), open (q_b's one-row launch uncapped, qOpen) and listW (those
 // blocks are topk_radix_mark_lw, longTopKW). Auto forks one-row
-// steps late where long or open, and right before the scores where long
-// and listW: session 26 (docs/measured/h200-2026-12-04-s26), 131072 keys, 9
+// steps late where long, unless open (at q_a: sideQAt's comment), and
+// right before the scores where also listW: session 26 (docs/measured/h200-2026-12-04-s26), 131072 keys, 9
 // MoE layers, p50: DeepSeek-V3.2 dims 2.766 / 2.767 ms before the scores
 // with mark_lw, 2.774 after them with it, 2.784 / 2.785 after them with
 // mark_l, 2.812 before them with mark_l; GLM-5 dims 2.811 / 2.812, 2.817,
@@ -279,10 +297,10 @@ func qFork(at string, rows int, long, open, listW bool) (late, before bool) {
 	case "scores":
 		return long, long
 	}
-	if rows != 1 {
+	if rows != 1 || open {
 		return false, false
 	}
-	return long || open, long && listW
+	return long, long && listW
 }
 
 // qBeforeScores forks the q chain that qLate held back right before the
@@ -325,13 +343,21 @@ type sideStream struct {
 	pending    bool        // s has calls the main stream has not waited for
 	cap        int         // the tile cap fork replaced (sideCap)
 	plain      bool        // the plain-launch hold fork replaced (sidePlainOn)
+	raised     bool        // created at priority prio (prio.go), else at the default
+	prio       int
 }
 
 func (sd *sideStream) ensure(c *cuda.Ctx) error {
 	if sd.s != 0 {
 		return nil
 	}
-	s, err := c.NewStream()
+	var s cuda.Stream
+	var err error
+	if sd.raised {
+		s, err = c.NewStreamWithPriority(sd.prio)
+	} else {
+		s, err = c.NewStream()
+	}
 	if err != nil {
 		return err
 	}
@@ -353,12 +379,24 @@ func (sd *sideStream) destroy(c *cuda.Ctx) error {
 	}
 	err := errors.CombineErrors(c.DestroyEvent(sd.fork), c.DestroyEvent(sd.join))
 	err = errors.CombineErrors(err, c.DestroyStream(sd.s))
-	*sd = sideStream{}
+	*sd = sideStream{raised: sd.raised, prio: sd.prio}
 	return err
 }
 
+// sideOf is the stream a chain forks to: the shared expert's own where
+// TILERT_GPU_MAIN_PRIO=q gave it one (prio.go), else the runner's side.
+func (b *cudaDevice) sideOf(ch sideChain) *sideStream {
+	if ch == chainSh && b.sideSh != nil {
+		return b.sideSh
+	}
+	return b.side
+}
+
 func (b *cudaDevice) fork(ch sideChain, rows int) error {
-	sd := b.side
+	if b.forked != nil && b.forked.active {
+		return errors.AssertionFailedf("gpu: fork inside a fork")
+	}
+	sd := b.sideOf(ch)
 	if sd == nil {
 		return nil // no second stream (a sharded phase): the calls stay in order
 	}
@@ -374,14 +412,14 @@ func (b *cudaDevice) fork(ch sideChain, rows int) error {
 	if err := b.c.WaitEvent(sd.s, sd.fork); err != nil {
 		return err
 	}
-	sd.main, b.s, sd.active = b.s, sd.s, true
+	sd.main, b.s, sd.active, b.forked = b.s, sd.s, true, sd
 	sd.cap = b.k.SetTileCap(b.sideCap(ch, rows))
 	sd.plain = b.k.SetPlain(sidePlainOn || b.k.Plain())
 	return nil
 }
 
 func (b *cudaDevice) unfork() error {
-	sd := b.side
+	sd := b.forked
 	if sd == nil || !sd.active {
 		return nil
 	}
@@ -396,29 +434,30 @@ func (b *cudaDevice) unfork() error {
 }
 
 func (b *cudaDevice) join() error {
-	sd := b.side
-	if sd == nil {
-		return nil
+	if err := b.unfork(); err != nil {
+		return err
 	}
-	if sd.active {
-		if err := b.unfork(); err != nil {
+	for _, sd := range [2]*sideStream{b.side, b.sideSh} {
+		if sd == nil || !sd.pending {
+			continue
+		}
+		sd.pending = false
+		if err := b.c.WaitEvent(b.s, sd.join); err != nil {
 			return err
 		}
 	}
-	if !sd.pending {
-		return nil
-	}
-	sd.pending = false
-	return b.c.WaitEvent(b.s, sd.join)
+	return nil
 }
 
 // settle ends a run with the main stream behind any side work (an error
 // between fork and join leaves the side open).
 func (b *cudaDevice) settle() error {
-	if b.side == nil || (!b.side.active && !b.side.pending) {
-		return nil
+	for _, sd := range [2]*sideStream{b.side, b.sideSh} {
+		if sd != nil && (sd.active || sd.pending) {
+			return b.join()
+		}
 	}
-	return b.join()
+	return nil
 }
 
 // The emulator runs in call order; graphDevice reorders its side chains
@@ -435,7 +474,7 @@ var qOpenForce bool
 // qOpen says whether the q chain forked at q_a runs uncapped in a one-row
 // step by default: q_b's one-row launch is _o4 (sideOpen, as the runner
 // worked it out at this run's start; TILERT_GPU_SIDE_CAP does not change it).
-func (b *cudaDevice) qOpen() bool { return b.capOpen[chainQ] || qOpenForce }
+func (b *cudaDevice) qOpen() bool { return b.capOpen[chainQ] == 0 || qOpenForce }
 
 func (gb *graphDevice) fork(ch sideChain, rows int) error {
 	return gb.rec("fork", 0, func(b device) error { return b.fork(ch, rows) })

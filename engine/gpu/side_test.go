@@ -106,9 +106,9 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(q, sh, pl bool, cp [nChains]int, at string, qo, pr bool) {
-		sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrioOn = q, sh, pl, cp, at, qo, pr
-	}(sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrioOn)
+	defer func(q, sh, pl bool, cp [nChains]int, at string, qo bool, pr prioMode) {
+		sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrio = q, sh, pl, cp, at, qo, pr
+	}(sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrio)
 	// side streams off, on, and (GPU: scheduling only, the same bits) on
 	// with the side GEMVs uncapped and capped at a block per SM
 	// (TILERT_GPU_SIDE_CAP)
@@ -118,15 +118,15 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	// indexer's top-k alone (TILERT_GPU_SIDE_Q_AT=topk-all: the tiny
 	// presets' rows are far under topk's 32768 keys), and the default
 	// (auto) where the q chain is open (qOpen: GLM-5's q_b), which forks
-	// late in one-row steps; and (GPU) with the main stream at the
+	// at q_a uncapped; and (GPU) with the main stream at the
 	// greatest priority (TILERT_GPU_MAIN_PRIO=1), capped as by default and
-	// uncapped
+	// uncapped, and with the shared expert's side stream raised too (=q)
 	type sideCfg struct {
 		on, plain bool
 		cap       [nChains]int
 		qAt       string
 		qOpen     bool
-		prio      bool
+		prio      prioMode
 	}
 	dflt := [nChains]int{-1, -1}
 	cfgs := []sideCfg{{cap: dflt}, {on: true, cap: dflt}, {on: true, cap: dflt, qAt: "topk-all"}, {on: true, cap: dflt, qOpen: true},
@@ -136,7 +136,8 @@ func testSideStream(t *testing.T, kind deviceKind) {
 			{on: true, plain: true, cap: [nChains]int{1, 1}}, {on: true, plain: true, cap: [nChains]int{0, 1}},
 			{on: true, plain: true, cap: [nChains]int{1, 0}}, {on: true, plain: true, cap: dflt, qAt: "topk-all"},
 			{on: true, plain: true, cap: dflt, qOpen: true}, {on: true, plain: true, cap: dflt, qAt: "scores-all"},
-			{on: true, plain: true, cap: dflt, prio: true}, {on: true, plain: true, cap: [nChains]int{0, 0}, prio: true}}
+			{on: true, plain: true, cap: dflt, prio: prioMain}, {on: true, plain: true, cap: [nChains]int{0, 0}, prio: prioMain},
+			{on: true, plain: true, cap: dflt, prio: prioQLow}}
 	}
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
@@ -156,9 +157,10 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					forks := make([]int, len(cfgs))
 					sideRoutes := make([]int, len(cfgs)) // routings queued on the side stream (none: the shared expert is the side chain)
 					for k, cf := range cfgs {
-						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrioOn = cf.on, cf.on, cf.plain, cf.cap, cf.qAt, cf.qOpen, cf.prio
+						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrio = cf.on, cf.on, cf.plain, cf.cap, cf.qAt, cf.qOpen, cf.prio
 						e := newTestEngine(t, kind, src, opts)
-						if cr, ok := e.m.r.(*cudaRunner); kind == onGPU && (!ok || cr.prio != cf.prio || cf.prio && cr.stream == 0) {
+						raised := cf.prio != prioOff
+						if cr, ok := e.m.r.(*cudaRunner); kind == onGPU && (!ok || cr.prio != raised || raised && cr.stream == 0 || cr.sideSh.raised != (cf.prio == prioQLow)) {
 							t.Fatalf("%+v: the GPU runner (%T) does not hold the stream priority asked for", cf, e.m.r)
 						}
 						e.m.graphs.keep = [][]gop{}
@@ -195,11 +197,11 @@ func testSideStream(t *testing.T, kind deviceKind) {
 						if sideRoutes[k] > 0 {
 							t.Errorf("%+v: %d routings on the side stream", cf, sideRoutes[k])
 						}
-						// Late forks: every step with topk-all; with auto and an
-						// open q chain the one-row steps (a lone slot without
-						// MTP certainly; others may have one-row forwards too).
-						late := cf.qAt == "topk-all" || cf.qOpen && slots == 1 && !mtp
-						if late && afterScores == 0 || !late && !cf.qOpen && afterScores > 0 {
+						// Late forks: every step with topk-all; none with auto
+						// (the tiny presets' rows are short; an open q chain
+						// forks at q_a).
+						late := cf.qAt == "topk-all"
+						if late && afterScores == 0 || !late && afterScores > 0 {
 							t.Errorf("%+v: %d forks right after a scores launch", cf, afterScores)
 						}
 						// scores-all: every step forks right before its scores
@@ -341,7 +343,7 @@ func TestSideCapFor(t *testing.T) {
 	}{
 		{true, "_o4", 1, [nChains]int{-1, -1}, [nChains]int{0, 1}, 0},  // GLM-5
 		{true, "_o4", 4, [nChains]int{-1, -1}, [nChains]int{1, 1}, 1},  // GLM-5, 4 slots: capped as measured before
-		{true, "_d16", 1, [nChains]int{-1, -1}, [nChains]int{1, 1}, 0}, // DeepSeek-V3.2: late, uncapped
+		{true, "_d16", 1, [nChains]int{-1, -1}, [nChains]int{1, 1}, 2}, // DeepSeek-V3.2: late, at its residency (two an SM)
 		{true, "_d16", 2, [nChains]int{-1, -1}, [nChains]int{1, 1}, 1},
 		{true, "", 1, [nChains]int{-1, -1}, [nChains]int{1, 1}, 1}, // no q_b (a sharded rank): every cap
 		{false, "_o4", 1, [nChains]int{-1, -1}, [nChains]int{0, 0}, 0},
@@ -389,11 +391,11 @@ func TestQFork(t *testing.T) {
 		late, before      bool
 	}{
 		// auto, one row: long rows fork before the scores with mark_lw,
-		// after them with mark_l; an open q chain forks after them.
+		// after them with mark_l; an open q chain forks at q_a.
 		{"", 1, true, false, true, true, true},
-		{"", 1, true, true, true, true, true},
+		{"", 1, true, true, true, false, false},
 		{"", 1, true, false, false, true, false},
-		{"", 1, false, true, true, true, false},
+		{"", 1, false, true, true, false, false},
 		{"", 1, false, false, true, false, false},
 		// auto, several rows: at q_a.
 		{"", 4, true, true, true, false, false},

@@ -1,7 +1,7 @@
 # Session 27's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
 # (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
 # issue each call right after the last (a machine stays warm ~30 s).
-# Usage: bash docs/measured/next/s28.sh prio|prio2|prio4|leads|check1|check2|gpucheck|final
+# Usage: bash docs/measured/next/s28.sh prio|prio2|prio4|leads|c|d|check1|check2|gpucheck|final
 #  prio (~6 min; cuda.test, engine.test, tilert): TILERT_GPU_MAIN_PRIO=1, built in session 27 after its device time
 #      (engine/gpu/prio.go): the step's stream at the greatest priority, the side streams at the default, graphs
 #      instantiated with the nodes' priorities (session 11's priority never reached its graphs). First TestStreamPriority
@@ -53,10 +53,30 @@ leads)
   abab deepseek-v3.2 131072 1 ds-q2 TILERT_GPU_SIDE_CAP=q=2
   for m in deepseek-v3.2 glm-5; do
     bn $m 131072 1 $m-qa0 TILERT_GPU_SIDE_Q_AT=qa TILERT_GPU_SIDE_CAP=q=0
-  done ;;
+  done
+  # why the priority lost (call A: +50..+66 us on every row): DeepSeek-V3.2 at 8192 traced with and without it
+  TL=1 bn deepseek-v3.2 8192 1 tl-ds-def
+  TL=1 bn deepseek-v3.2 8192 1 tl-ds-pr TILERT_GPU_MAIN_PRIO=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+c)
+  # after call A (the priority lost everywhere) and B's traces (the shared expert's down starved at the MoE's join):
+  # TILERT_GPU_MAIN_PRIO=q (the shared expert's side stream raised with the main); the default now caps a late _d16
+  # q_b at 2 an SM (DeepSeek-V3.2 at 131072); GLM-5 forked at q_a (B: 2.802 at 131072 against A's 2.828)
+  tst engine engine/gpu 200 'TestGPUSideStreamSameTokens$'; cnt engine
+  abab glm-5 8192,131072 1 glm-qa TILERT_GPU_SIDE_Q_AT=qa
+  abab deepseek-v3.2 8192,131072 1 ds-pq TILERT_GPU_MAIN_PRIO=q
+  abab glm-5 8192,131072 1 glm-pq TILERT_GPU_MAIN_PRIO=q
+  bn deepseek-v3.2 8192,131072 1 ds-pq0 TILERT_GPU_MAIN_PRIO=q TILERT_GPU_SIDE_CAP=q=0
+  bn glm-5 8192,131072 1 glm-pqqa TILERT_GPU_MAIN_PRIO=q TILERT_GPU_SIDE_Q_AT=qa ;;
+d)
+  # main with call C's two defaults (GLM-5's q chain at q_a; a late _d16 q_b capped at 2): gpu-check, the README's rows,
+  # then a lead for the next session: DeepSeek-V3.2 at 8192 with the priority replacing the q chain's cap
+  # (call C, one run: 2.646 against 2.662 / 2.666)
+  gpucheck; rows
+  abab deepseek-v3.2 8192 1 ds-pq0 TILERT_GPU_MAIN_PRIO=q TILERT_GPU_SIDE_CAP=q=0 ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s28.sh prio|prio2|prio4|leads|check1|check2|gpucheck|final" >&2; exit 2 ;;
+*) echo "usage: s28.sh prio|prio2|prio4|leads|c|d|check1|check2|gpucheck|final" >&2; exit 2 ;;
 esac

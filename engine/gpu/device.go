@@ -179,6 +179,8 @@ type cudaDevice struct {
 	// capOpen: each side chain's default tile cap in a one-row step
 	// (side.go sideOpen; the runner's, worked out once).
 	capOpen openSet
+	// qbVariant: q_b's one-row tile variant ("" without one; qOpen).
+	qbVariant string
 	// prio: graphs capture with their kernel nodes' priorities (prio.go).
 	prio bool
 }
@@ -1094,6 +1096,7 @@ type cudaRunner struct {
 	// whether the q chain is capped by default (capOpen, worked out at the
 	// first run).
 	qb        [2]int
+	qbVariant string
 	capOpen   openSet
 	capOpenOK bool
 	// plans: TILERT_GPU_TILE_PLANS's pins (tileplans.go), set at every run
@@ -1140,16 +1143,17 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 		if r.qb != [2]int{} {
 			v = b.k.TileVariantOf(r.qb[0], r.qb[1])
 		}
-		r.capOpen, r.capOpenOK = sideOpen(v), true
+		r.qbVariant, r.capOpen, r.capOpenOK = v, sideOpen(v, r.sideSh.raised), true
 		if r.qb != [2]int{} && (sideQOn || sideShOn) {
 			slog.Info("side streams: tile GEMV caps (blocks an SM, 0: uncapped; TILERT_GPU_SIDE_CAP)",
 				"q_chain_1row", sideCapFor(chainQ, b.k.PDL(), r.capOpen, 1), "q_chain_rows", sideCapFor(chainQ, b.k.PDL(), r.capOpen, 2),
 				"q_chain_late_1row", sideCapFor(chainQLate, b.k.PDL(), r.capOpen, 1),
 				"shared_expert", sideCapFor(chainSh, b.k.PDL(), r.capOpen, 1),
-				"q_b", fmt.Sprintf("%dx%d%s", r.qb[0], r.qb[1], v), "q_fork_at", cmp.Or(sideQAt, "auto"))
+				"q_b", fmt.Sprintf("%dx%d%s", r.qb[0], r.qb[1], v), "q_fork_at", cmp.Or(sideQAt, "auto"),
+				"main_raised", r.prio, "shared_expert_raised", r.sideSh.raised)
 		}
 	}
-	b.capOpen = r.capOpen
+	b.capOpen, b.qbVariant = r.capOpen, r.qbVariant
 	if mlaFewOn || topkFastOn {
 		b.fewReady()
 	}

@@ -6,9 +6,10 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/kernels"
 )
 
-// TILERT_GPU_MAIN_PRIO=1 (opt-in, session 27, NOT RUN on a GPU yet) puts
+// TILERT_GPU_MAIN_PRIO=1 (opt-in, session 27; measured in session 28) puts
 // a whole-model engine's stream at the device's greatest scheduling
 // priority, the side streams (side.go) staying at the default, the least,
 // and instantiates the step's graphs with their kernel nodes' own
@@ -34,7 +35,10 @@ import (
 // on the side stream too, and its down GEMV, starved by the routed
 // experts' raised blocks, now ends after them (+6.9 us a layer). Hence
 // TILERT_GPU_MAIN_PRIO=q: the shared expert's side stream raised with the
-// main one, only the q chain's at the least.
+// main one, only the q chain's at the least. It loses too (+7..+19 us),
+// except with the q chain uncapped on DeepSeek-V3.2 dims at 8192, where
+// the priority stands in for its cap: 2.632 / 2.633 against 2.658 / 2.663
+// (a lead, engine/gpu/NOTES.md).
 var mainPrio, mainPrioErr = parseMainPrio(os.Getenv("TILERT_GPU_MAIN_PRIO"))
 
 // prioMode is TILERT_GPU_MAIN_PRIO: which streams run at the device's
@@ -44,7 +48,8 @@ type prioMode int
 const (
 	prioOff  prioMode = iota // every stream at the default
 	prioMain                 // "1": the main stream; both side chains' stream at the least
-	prioQLow                 // "q": the main stream and the shared expert's; the q chain's at the least
+	prioQLow                 // "q": the main stream and the shared expert's; the q chain's at the least, uncapped
+	prioAuto                 // "auto": prioQLow where q_b is _d16 (its q chain capped by default), else off
 )
 
 func parseMainPrio(v string) (prioMode, error) {
@@ -55,9 +60,26 @@ func parseMainPrio(v string) (prioMode, error) {
 		return prioMain, nil
 	case "q":
 		return prioQLow, nil
+	case "auto":
+		return prioAuto, nil
 	}
-	return prioOff, errors.WithHint(errors.Newf("TILERT_GPU_MAIN_PRIO=%q is not 0, 1 or q", v),
-		"set TILERT_GPU_MAIN_PRIO=1 to run the step's main stream at the device's greatest priority (side streams at the default), =q to raise the shared expert's side stream with it, or unset it")
+	return prioOff, errors.WithHint(errors.Newf("TILERT_GPU_MAIN_PRIO=%q is not 0, 1, q or auto", v),
+		"set TILERT_GPU_MAIN_PRIO=1 to run the step's main stream at the device's greatest priority (side streams at the default), =q to raise the shared expert's side stream with it and uncap the q chain, =auto for q where q_b is a _d16 launch, or unset it")
+}
+
+// prioFor is the mode a runner takes: auto resolves by q_b's one-row tile
+// variant (qbVariant, "" without one). "q" stands the priority in for the
+// q chain's cap, which only a _d16 q_b has at q_a (sideOpen); GLM-5's _o4
+// q_b is uncapped already, and the priority alone costs it (+6 us at 8192,
+// session 28 call E).
+func prioFor(m prioMode, qbVariant string) prioMode {
+	if m != prioAuto {
+		return m
+	}
+	if qbVariant == "_d16" {
+		return prioQLow
+	}
+	return prioOff
 }
 
 // prioPin gives a whole-model CUDA runner, where TILERT_GPU_MAIN_PRIO is
@@ -73,6 +95,20 @@ func prioPin(r runner) error {
 		return nil
 	}
 	return cr.dev.Do(func(c *cuda.Ctx) error {
+		mode := mainPrio
+		if mode == prioAuto {
+			v := ""
+			if cr.qb != [2]int{} {
+				k, err := kernels.Load(c)
+				if err != nil {
+					return err
+				}
+				v = k.TileVariantOf(cr.qb[0], cr.qb[1])
+			}
+			if mode = prioFor(mode, v); mode == prioOff {
+				return nil
+			}
+		}
 		_, greatest, err := c.StreamPriorityRange()
 		if err != nil {
 			return errors.WithHint(err, "unset TILERT_GPU_MAIN_PRIO")
@@ -82,7 +118,7 @@ func prioPin(r runner) error {
 			return errors.WithHint(err, "unset TILERT_GPU_MAIN_PRIO")
 		}
 		cr.stream, cr.ownStream, cr.prio = s, true, true
-		if mainPrio == prioQLow {
+		if mode == prioQLow {
 			cr.sideSh = sideStream{raised: true, prio: greatest}
 		}
 		return nil

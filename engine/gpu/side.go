@@ -188,9 +188,14 @@ func sidePin(r runner, cfg *model.Config) {
 // against 2.783 / 2.785; session 28 2.779 / 2.770 against 2.784 / 2.786;
 // GLM-5's _o4 q_b so capped lost, 2.836 against 2.829). A runner without
 // q_b's shape (a sharded rank) keeps every cap: measured on whole models.
-func sideOpen(qbVariant string) openSet {
+//
+// raised (TILERT_GPU_MAIN_PRIO=q, prio.go: the q chain's side stream the
+// only one at the least priority) uncaps the q chain at q_a: the priority
+// stands in for the cap (session 28: DeepSeek-V3.2 dims at 8192 2.632 /
+// 2.633 ms against 2.658 / 2.663).
+func sideOpen(qbVariant string, raised bool) openSet {
 	open := openSet{1, 1, 1}
-	if qbVariant == "_o4" {
+	if qbVariant == "_o4" || raised {
 		open[chainQ] = 0
 	}
 	switch qbVariant {
@@ -472,9 +477,10 @@ func (m *emuDevice) join() error               { return nil }
 var qOpenForce bool
 
 // qOpen says whether the q chain forked at q_a runs uncapped in a one-row
-// step by default: q_b's one-row launch is _o4 (sideOpen, as the runner
-// worked it out at this run's start; TILERT_GPU_SIDE_CAP does not change it).
-func (b *cudaDevice) qOpen() bool { return b.capOpen[chainQ] == 0 || qOpenForce }
+// step by its shape: q_b's one-row launch is _o4 (sideOpen, as the runner
+// worked it out at this run's start; neither TILERT_GPU_SIDE_CAP nor the
+// priority's uncapping changes it).
+func (b *cudaDevice) qOpen() bool { return b.qbVariant == "_o4" || qOpenForce }
 
 func (gb *graphDevice) fork(ch sideChain, rows int) error {
 	return gb.rec("fork", 0, func(b device) error { return b.fork(ch, rows) })

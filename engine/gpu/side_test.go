@@ -137,7 +137,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 			{on: true, plain: true, cap: [nChains]int{1, 0}}, {on: true, plain: true, cap: dflt, qAt: "topk-all"},
 			{on: true, plain: true, cap: dflt, qOpen: true}, {on: true, plain: true, cap: dflt, qAt: "scores-all"},
 			{on: true, plain: true, cap: dflt, prio: prioMain}, {on: true, plain: true, cap: [nChains]int{0, 0}, prio: prioMain},
-			{on: true, plain: true, cap: dflt, prio: prioQLow}}
+			{on: true, plain: true, cap: dflt, prio: prioQLow}, {on: true, plain: true, cap: dflt, prio: prioAuto}}
 	}
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
@@ -159,9 +159,14 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					for k, cf := range cfgs {
 						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrio = cf.on, cf.on, cf.plain, cf.cap, cf.qAt, cf.qOpen, cf.prio
 						e := newTestEngine(t, kind, src, opts)
-						raised := cf.prio != prioOff
-						if cr, ok := e.m.r.(*cudaRunner); kind == onGPU && (!ok || cr.prio != raised || raised && cr.stream == 0 || cr.sideSh.raised != (cf.prio == prioQLow)) {
-							t.Fatalf("%+v: the GPU runner (%T) does not hold the stream priority asked for", cf, e.m.r)
+						if cr, ok := e.m.r.(*cudaRunner); kind == onGPU {
+							want := prioOff
+							if ok {
+								want = prioFor(cf.prio, cr.qbVariant)
+							}
+							if raised := want != prioOff; !ok || cr.prio != raised || raised && cr.stream == 0 || cr.sideSh.raised != (want == prioQLow) {
+								t.Fatalf("%+v: the GPU runner (%T) does not hold the stream priority asked for", cf, e.m.r)
+							}
 						}
 						e.m.graphs.keep = [][]gop{}
 						batch[k] = generateBatch(t, e, prompts, engine.Params{}, n)
@@ -354,7 +359,7 @@ func TestSideCapFor(t *testing.T) {
 		{false, "_d16", 1, [nChains]int{-1, 3}, [nChains]int{0, 3}, 0},
 	} {
 		sideCapSet = c.set
-		open := sideOpen(c.variant)
+		open := sideOpen(c.variant, false)
 		for ch := range nChains {
 			if got := sideCapFor(ch, c.pdl, open, c.rows); got != c.want[ch] {
 				t.Errorf("pdl %v, q_b %q, %d rows, set %v: chain %s capped at %d, want %d", c.pdl, c.variant, c.rows, c.set, chainNames[ch], got, c.want[ch])
@@ -362,6 +367,24 @@ func TestSideCapFor(t *testing.T) {
 		}
 		if got := sideCapFor(chainQLate, c.pdl, open, c.rows); got != c.late {
 			t.Errorf("pdl %v, q_b %q, %d rows, set %v: the late q chain capped at %d, want %d", c.pdl, c.variant, c.rows, c.set, got, c.late)
+		}
+	}
+	// With the q chain's stream the only one at the least priority
+	// (TILERT_GPU_MAIN_PRIO=q) its one-row fork at q_a is uncapped; the
+	// rest as without.
+	sideCapSet = [nChains]int{-1, -1}
+	for _, v := range []string{"_d16", "_o4", ""} {
+		open, plain := sideOpen(v, true), sideOpen(v, false)
+		for _, rows := range []int{1, 4} {
+			for ch := range nChains + 1 {
+				want := sideCapFor(ch, true, plain, rows)
+				if ch == chainQ && rows == 1 {
+					want = 0
+				}
+				if got := sideCapFor(ch, true, open, rows); got != want {
+					t.Errorf("raised, q_b %q, %d rows: chain %d capped at %d, want %d", v, rows, ch, got, want)
+				}
+			}
 		}
 	}
 }

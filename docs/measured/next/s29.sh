@@ -1,0 +1,37 @@
+# Session 28's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
+# (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
+# issue each call right after the last (a machine stays warm ~30 s).
+# Usage: bash docs/measured/next/s29.sh lead|lead2|check1|check2|gpucheck|final
+#  lead (~6 min; engine.test, cuda.test, tilert): TILERT_GPU_MAIN_PRIO=auto, built in session 28 after its device time
+#      (engine/gpu/prio.go prioFor): where q_b is a _d16 launch (DeepSeek-V3.2 dims) the step's stream and the shared
+#      expert's side stream at the greatest priority, the q chain's at the least and uncapped at q_a. Session 28 call D
+#      measured that configuration by environment (=q with TILERT_GPU_SIDE_CAP=q=0): 2.632 / 2.633 ms against 2.658 /
+#      2.663 at 8192, 1 slot. First the GPU checks (TestGPUSideStreamSameTokens runs auto: the same tokens, the runner
+#      holding what prioFor says; TestStreamPriority), then A/B/A/B at 1 slot on DeepSeek-V3.2 dims (8192 and 131072,
+#      where the late q_b keeps its cap of 2 and the priority alone cost +7..+9 us in call C), one GLM-5 row (auto must
+#      change nothing there: the runner logs main_raised=false), and the 4-slot rows (several rows keep the q chain's
+#      cap; the uncapped arm by TILERT_GPU_SIDE_CAP=q=0).
+#  lead2 (~3 min; tilert): the second round of the 1-slot A/B and a traced step with auto at 8192.
+#  check1 / check2 / gpucheck / final: as plan.sh (with MAIN_PRIO=auto exported first if auto became the default's
+#      candidate: `MAIN_PRIO=auto bash s29.sh gpucheck`).
+NAME=s29; . docs/measured/next/plan.sh "$1"
+[ -n "$MAIN_PRIO" ] && export TILERT_GPU_MAIN_PRIO=$MAIN_PRIO
+case "$P" in
+lead)
+  tst cuda cuda 60 'TestStreamPriority$'; cnt cuda
+  tst engine engine/gpu 240 'TestGPUSideStreamSameTokens$'; cnt engine
+  abab deepseek-v3.2 8192,131072 1 ds-auto TILERT_GPU_MAIN_PRIO=auto
+  bn glm-5 8192 1 glm-auto TILERT_GPU_MAIN_PRIO=auto; grep -h "main_raised" $R/glm-auto.txt >> $R/summary.txt
+  bn deepseek-v3.2 8192,131072 4 ds4-A
+  bn deepseek-v3.2 8192,131072 4 ds4-auto TILERT_GPU_MAIN_PRIO=auto
+  bn deepseek-v3.2 8192,131072 4 ds4-auto0 TILERT_GPU_MAIN_PRIO=auto TILERT_GPU_SIDE_CAP=q=0 ;;
+lead2)
+  abab deepseek-v3.2 8192,131072 1 ds-auto2 TILERT_GPU_MAIN_PRIO=auto
+  TL=1 bn deepseek-v3.2 8192 1 tl-ds-auto TILERT_GPU_MAIN_PRIO=auto
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+check1) check1 ;;
+check2) check2 ;;
+gpucheck) gpucheck ;;
+final) rows ;;
+*) echo "usage: s29.sh lead|lead2|check1|check2|gpucheck|final" >&2; exit 2 ;;
+esac

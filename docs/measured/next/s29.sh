@@ -8,10 +8,10 @@
 #      measured that configuration by environment (=q with TILERT_GPU_SIDE_CAP=q=0): 2.632 / 2.633 ms against 2.658 /
 #      2.663 at 8192, 1 slot. First the GPU checks (TestGPUSideStreamSameTokens runs auto: the same tokens, the runner
 #      holding what prioFor says; TestStreamPriority), then A/B/A/B at 1 slot on DeepSeek-V3.2 dims (8192 and 131072,
-#      where the late q_b keeps its cap of 2 and the priority alone cost +7..+9 us in call C), one GLM-5 row (auto must
-#      change nothing there: the runner logs main_raised=false), and the 4-slot rows (several rows keep the q chain's
-#      cap; the uncapped arm by TILERT_GPU_SIDE_CAP=q=0).
-#  lead2 (~3 min; tilert): the second round of the 1-slot A/B and a traced step with auto at 8192.
+#      where the late q_b keeps its cap of 2 and the priority alone cost +7..+9 us in call C; a third arm forks at q_a
+#      at 131072 too), one GLM-5 row (auto must change nothing there: the runner logs main_raised=false), and the
+#      4-slot rows (several rows keep the q chain's cap; the uncapped arm by TILERT_GPU_SIDE_CAP=q=0).
+#  lead2 (~3 min; tilert): a third round of the 1-slot A/B and a traced step with auto at 8192.
 #  check1 / check2 / gpucheck / final: as plan.sh (with MAIN_PRIO=auto exported first if auto became the default's
 #      candidate: `MAIN_PRIO=auto bash s29.sh gpucheck`).
 NAME=s29; . docs/measured/next/plan.sh "$1"
@@ -20,13 +20,20 @@ case "$P" in
 lead)
   tst cuda cuda 60 'TestStreamPriority$'; cnt cuda
   tst engine engine/gpu 240 'TestGPUSideStreamSameTokens$'; cnt engine
-  abab deepseek-v3.2 8192,131072 1 ds-auto TILERT_GPU_MAIN_PRIO=auto
+  # A, auto, auto forked at q_a at 131072 too, twice. Why the third arm: session 28 call A (TILERT_GPU_MAIN_PRIO=1, the
+  # shared expert starved) had DeepSeek-V3.2 at 131072 2.797 uncapped late against 2.774 uncapped at q_a; with the q
+  # chain the only low stream, the late fork's reason (q_b starving the scores and the top-k) may be gone.
+  for r in 1 2; do
+    bn deepseek-v3.2 8192,131072 1 ds-A$r
+    bn deepseek-v3.2 8192,131072 1 ds-auto$r TILERT_GPU_MAIN_PRIO=auto
+    bn deepseek-v3.2 131072 1 ds-autoqa$r TILERT_GPU_MAIN_PRIO=auto TILERT_GPU_SIDE_Q_AT=qa
+  done
   bn glm-5 8192 1 glm-auto TILERT_GPU_MAIN_PRIO=auto; grep -h "main_raised" $R/glm-auto.txt >> $R/summary.txt
   bn deepseek-v3.2 8192,131072 4 ds4-A
   bn deepseek-v3.2 8192,131072 4 ds4-auto TILERT_GPU_MAIN_PRIO=auto
   bn deepseek-v3.2 8192,131072 4 ds4-auto0 TILERT_GPU_MAIN_PRIO=auto TILERT_GPU_SIDE_CAP=q=0 ;;
 lead2)
-  abab deepseek-v3.2 8192,131072 1 ds-auto2 TILERT_GPU_MAIN_PRIO=auto
+  abab deepseek-v3.2 8192,131072 1 ds-auto3 TILERT_GPU_MAIN_PRIO=auto
   TL=1 bn deepseek-v3.2 8192 1 tl-ds-auto TILERT_GPU_MAIN_PRIO=auto
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 check1) check1 ;;

@@ -39,6 +39,12 @@ type dummySource struct {
 
 func (d *dummySource) Config() *model.Config { return d.cfg }
 
+// sharesMatrices: block hands out one *Matrix per kind and shape, never
+// rewritten (matrixSharer). Uploading a real model's routed experts from
+// the host took most of bench decode's ~22 s start (DeepSeek-V3.2 dims, 9
+// MoE layers: ~100 GB of identical experts through pageable copies).
+func (d *dummySource) sharesMatrices() bool { return true }
+
 func (d *dummySource) rng(key string) *rand.Rand {
 	h := uint64(1469598103934665603)
 	for i := 0; i < len(key); i++ {

@@ -31,6 +31,13 @@ type Source interface {
 	Get(name string) (*model.Tensor, error)
 }
 
+// matrixSharer is a Source whose tensors of one shape are one shared
+// *Matrix that nobody rewrites (Dummy): the uploader copies a matrix it
+// has put on the device once from there, device to device, instead of
+// from the host again. A checkpoint's source may reuse a buffer for other
+// bytes, so pointer identity means nothing there.
+type matrixSharer interface{ sharesMatrices() bool }
+
 // Matrix is a weight in stored form: FP8 (FP8 + Scale) or float32 (F32).
 // Scale is [ceil(rows/128)][ceil(cols/128)] for a linear weight and
 // [rows][ceil(cols/128)] for the absorbed matrices.

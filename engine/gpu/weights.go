@@ -62,6 +62,19 @@ type uploader struct {
 	err   error
 	bytes int64
 	ptrs  []cuda.DevPtr
+	// placed: where a shared expert matrix (matrixSharer) went first, its
+	// weights and scales; nil for other sources.
+	placed map[*Matrix][2]cuda.DevPtr
+	// copied counts the expert matrices copied device to device (tests).
+	copied int
+}
+
+func newUploader(b device, src Source) *uploader {
+	u := &uploader{b: b, src: src}
+	if ms, ok := src.(matrixSharer); ok && ms.sharesMatrices() {
+		u.placed = map[*Matrix][2]cuda.DevPtr{}
+	}
+	return u
 }
 
 func (u *uploader) fail(err error) {
@@ -219,8 +232,17 @@ func (u *uploader) experts(layer, E int, proj string, rows, cols int) (wt, st cu
 			break
 		}
 		wp, sp := wbase.Add(int64(e)*wper), sbase.Add(int64(e)*sper)
-		u.fail(u.b.upload(wp, m.FP8))
-		u.fail(u.b.upload(sp, f32Bytes(m.Scale)))
+		if at, ok := u.placed[m]; ok {
+			u.fail(u.b.copyDD(wp, at[0], int64(len(m.FP8))))
+			u.fail(u.b.copyDD(sp, at[1], int64(4*len(m.Scale))))
+			u.copied++
+		} else {
+			u.fail(u.b.upload(wp, m.FP8))
+			u.fail(u.b.upload(sp, f32Bytes(m.Scale)))
+			if u.placed != nil {
+				u.placed[m] = [2]cuda.DevPtr{wp, sp}
+			}
+		}
 		u.bytes += int64(len(m.FP8) + 4*len(m.Scale))
 		binary.LittleEndian.PutUint64(wtab[8*e:], uint64(wp))
 		binary.LittleEndian.PutUint64(stab[8*e:], uint64(sp))
@@ -230,7 +252,7 @@ func (u *uploader) experts(layer, E int, proj string, rows, cols int) (wt, st cu
 
 // uploadWeights copies the model onto the device.
 func uploadWeights(b device, src Source, c *model.Config) (*dweights, []cuda.DevPtr, error) {
-	u := &uploader{b: b, src: src}
+	u := newUploader(b, src)
 	H, V := c.HiddenSize, c.VocabSize
 	w := &dweights{embed: u.table(model.EmbedTokensName, V, H), norm: u.vec(model.FinalNormName, H)}
 	if c.TieWordEmbeddings {

@@ -12,6 +12,8 @@
 #      at 131072 too), one GLM-5 row (auto must change nothing there: the runner logs main_raised=false), and the
 #      4-slot rows (several rows keep the q chain's cap; the uncapped arm by TILERT_GPU_SIDE_CAP=q=0).
 #  lead2 (~3 min; tilert): a third round of the 1-slot A/B and a traced step with auto at 8192.
+#  Each bench row now loads faster (--dummy-weights' experts copied on the device, session 28; its rows spent ~22 s
+#      loading, load_seconds in the JSON): if a part ends early, add rounds.
 #  check1 / check2 / gpucheck / final: as plan.sh (with MAIN_PRIO=auto exported first if auto became the default's
 #      candidate: `MAIN_PRIO=auto bash s29.sh gpucheck`).
 NAME=s29; . docs/measured/next/plan.sh "$1"

@@ -8,6 +8,7 @@ import (
 	"github.com/tilert-go/tilert/cuda"
 
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/model/synth"
 )
 
@@ -17,15 +18,8 @@ import (
 func TestDummySourceRuns(t *testing.T) {
 	for _, name := range []string{"deepseek-v3.2-tiny", "glm-5-tiny"} {
 		t.Run(name, func(t *testing.T) {
-			p, err := synth.Lookup(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := synth.Build(p, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e, err := NewEmulated(Dummy(b.Config, 3), engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
+			cfg := synthConfig(t, name)
+			e, err := NewEmulated(Dummy(cfg, 3), engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,7 +35,7 @@ func TestDummySourceRuns(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(res) != 1 || len(res[0].Tokens) != 1 || res[0].Tokens[0] < 0 || res[0].Tokens[0] >= b.Config.VocabSize {
+			if len(res) != 1 || len(res[0].Tokens) != 1 || res[0].Tokens[0] < 0 || res[0].Tokens[0] >= cfg.VocabSize {
 				t.Fatalf("step result %+v", res)
 			}
 		})
@@ -55,15 +49,7 @@ type hideShare struct{ Source }
 // device once and copies it there for the rest; each expert must hold the
 // same bytes as when every one comes from the host.
 func TestDummyExpertsCopiedOnDevice(t *testing.T) {
-	p, err := synth.Lookup("deepseek-v3.2-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := synth.Build(p, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := b.Config
+	cfg := synthConfig(t, "deepseek-v3.2-tiny")
 	layer := -1
 	for l := range cfg.NumLayers {
 		if cfg.IsMoELayer(l) {
@@ -122,4 +108,18 @@ func TestDummyExpertsCopiedOnDevice(t *testing.T) {
 			}
 		})
 	}
+}
+
+// synthConfig is a synthetic preset's model configuration.
+func synthConfig(t *testing.T, preset string) *model.Config {
+	t.Helper()
+	p, err := synth.Lookup(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := synth.Build(p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Config
 }

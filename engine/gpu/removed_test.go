@@ -13,7 +13,6 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/engine"
-	"github.com/tilert-go/tilert/model/synth"
 )
 
 // TestRemovedSwitchRefused: the switches of removed paths (removed.go) are
@@ -112,30 +111,23 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		checkRemovedErr(t, fmt.Sprint(c.env), err, c.fail)
 	}
 
+	cfg := synthConfig(t, "deepseek-v3.2-tiny")
 	t.Setenv("TILERT_GPU_MOE_PERSIST", "1")
-	p, err := synth.Lookup("deepseek-v3.2-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := synth.Build(p, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := NewEmulated(Dummy(b.Config, 3), engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
+	e, err := NewEmulated(Dummy(cfg, 3), engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
 	if err == nil {
 		e.Close()
 	}
 	checkRemovedErr(t, "NewEmulated with TILERT_GPU_MOE_PERSIST=1", err, `TILERT_GPU_MOE_PERSIST="1"`)
 	t.Setenv("TILERT_GPU_MOE_PERSIST", "")
 	t.Setenv("TILERT_GPU_L2PF", "1")
-	e, err = NewEmulated(Dummy(b.Config, 3), engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
+	e, err = NewEmulated(Dummy(cfg, 3), engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
 	if err == nil {
 		e.Close()
 	}
 	checkRemovedErr(t, "NewEmulated with TILERT_GPU_L2PF=1", err, `TILERT_GPU_L2PF="1"`)
 	t.Setenv("TILERT_GPU_L2PF", "")
 	t.Setenv("TILERT_GPU_IDX_F8", "wg")
-	e, err = NewEmulated(Dummy(b.Config, 3), engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
+	e, err = NewEmulated(Dummy(cfg, 3), engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
 	if err == nil {
 		e.Close()
 	}

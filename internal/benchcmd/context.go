@@ -536,8 +536,8 @@ func runContexts(c *cli.Context, ctxs []int) error {
 
 func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
 	if first {
-		fmt.Fprintf(w, "bench decode: %s (%s), %d layers (%d MoE) on %s, %d tokens/slot; copy %.0f GB/s (read+write)\n",
-			r.Model, r.Weights, r.Layers, r.MoELayers, r.Device, r.Tokens, r.CopyGBps)
+		fmt.Fprintf(w, "bench decode: %s (%s), %d layers (%d MoE) on %s, %d tokens/slot; copy %.0f GB/s (read+write); loaded in %.1f s\n",
+			r.Model, r.Weights, r.Layers, r.MoELayers, r.Device, r.Tokens, r.CopyGBps, r.LoadSeconds)
 		if len(r.Devices) > 1 {
 			fmt.Fprintf(w, "tensor parallel: %d ranks on GPUs %v, comm %s\n", len(r.Devices), r.Devices, r.Comm)
 			if r.Note != "" {

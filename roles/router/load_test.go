@@ -78,7 +78,8 @@ func (n *harnessNode) handle(c *fasthttp.RequestCtx) {
 		}
 		c.SetContentType(decodeapi.ContentTypeNDJSON)
 		c.SetBodyStreamWriter(func(w *bufio.Writer) {
-			defer n.busy.Add(-1)
+			release := sync.OnceFunc(func() { n.busy.Add(-1) })
+			defer release()
 			times := make([]time.Time, 0, want)
 			for i := 1; i < want; i++ { // the first token came from prefill
 				if n.gap > 0 {
@@ -91,12 +92,18 @@ func (n *harnessNode) handle(c *fasthttp.RequestCtx) {
 					return
 				}
 			}
-			b, _ := json.Marshal(decodeapi.FinalLine{Done: true, N: want, FinishReason: decodeapi.FinishLength})
-			_, _ = w.Write(append(b, '\n'))
-			_ = w.Flush()
 			n.mu.Lock()
 			n.sent[req.RID] = times
 			n.mu.Unlock()
+			// As the decode node does (roles/decode sched.go finish): the
+			// slot is free before the final line goes out, so a router that
+			// reads the line may hand the capacity on at once. Freed after
+			// the flush, a loaded machine saw the next request refused as
+			// busy (TestLoad1000Streams: 200s with only the prefill token).
+			release()
+			b, _ := json.Marshal(decodeapi.FinalLine{Done: true, N: want, FinishReason: decodeapi.FinishLength})
+			_, _ = w.Write(append(b, '\n'))
+			_ = w.Flush()
 		})
 	default:
 		c.SetStatusCode(404)

@@ -297,6 +297,10 @@ func serveRouter(t testing.TB, rt *Router) *testServer {
 		t.Fatal(err)
 	}
 	ts := &testServer{URL: "http://" + ln.Addr().String(), srv: rt.Server()}
+	// Idle workers go at once (fasthttp keeps them 10 s by default), so that
+	// a goroutine count after a burst of clients measures leaks, not the
+	// pool (TestLoad1000Streams).
+	ts.srv.MaxIdleWorkerDuration = 50 * time.Millisecond
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

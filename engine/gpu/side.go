@@ -222,11 +222,10 @@ func sideOpen(qbVariant string, raised bool) openSet {
 // "scores"'s rule (with the mark_lw top-k, the default; "topk"'s without),
 // except where q_b's one-row launch is _o4 (qOpen: GLM-5's q_b), which
 // forks at q_a uncapped; steps of several rows fork at q_a (not measured
-// late). Why late: at 131072
-// keys the scores run at 33% of the copy rate, bound by their
-// instructions, and timed alone take ~13-17 us against ~22 inside the
-// step, where q_b holds SMs beside them; the top-k is a latency chain of
-// few blocks that leaves the SMs to a weight stream. Measured (session 17,
+// late). Why late: at 131072 keys the scores run at 33% of the copy
+// rate, bound by their instructions, and timed alone take ~13-17 us
+// against ~22 inside the step, where q_b holds SMs beside them; the top-k
+// is a latency chain of few blocks that leaves the SMs to a weight stream. Measured (session 17,
 // docs/measured/h200-2026-12-03-s17, 9 MoE layers, 1 slot, p50): 131072
 // DeepSeek-V3.2 dims 2.895-2.898 ms at q_a, 2.837-2.841 late (uncapped);
 // GLM-5 dims 2.919-2.922 against 2.888-2.894; GLM-5 at 8192 2.755-2.760
@@ -283,10 +282,10 @@ func longTopKW() bool {
 // index_topk: at (TILERT_GPU_SIDE_Q_AT, "" for auto), the step's rows, long
 // (some row over kernels.TopKRadixOneMaxT keys, its top-k on the mark
 // blocks), open (q_b's one-row launch uncapped, qOpen) and listW (those
-// blocks are topk_radix_mark_lw, longTopKW). Auto forks one-row
-// steps late where long, unless open (at q_a: sideQAt's comment), and
-// right before the scores where also listW: session 26 (docs/measured/h200-2026-12-04-s26), 131072 keys, 9
-// MoE layers, p50: DeepSeek-V3.2 dims 2.766 / 2.767 ms before the scores
+// blocks are topk_radix_mark_lw, longTopKW). Auto forks one-row steps
+// late where long, unless open (at q_a: sideQAt's comment), and right
+// before the scores where also listW: session 26
+// (docs/measured/h200-2026-12-04-s26), 131072 keys, 9 MoE layers, p50: DeepSeek-V3.2 dims 2.766 / 2.767 ms before the scores
 // with mark_lw, 2.774 after them with it, 2.784 / 2.785 after them with
 // mark_l, 2.812 before them with mark_l; GLM-5 dims 2.811 / 2.812, 2.817,
 // 2.826 / 2.830, 2.896. With mark_l the scores and q_b share the SMs for

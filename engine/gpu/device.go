@@ -172,8 +172,8 @@ type cudaDevice struct {
 	// the calls in order).
 	side *sideStream
 	// sideSh is the shared expert's own side stream (TILERT_GPU_MAIN_PRIO=q,
-	// prio.go; nil: it forks to side); forked is the one a fork chose.
-	sideSh, forked *sideStream
+	// prio.go; nil: it forks to side).
+	sideSh *sideStream
 	// clk, when set, is cut before every host wait (ClockPrefill, clock.go).
 	clk *devClock
 	// capOpen: each side chain's default tile cap in a one-row step

@@ -396,15 +396,22 @@ func (b *cudaDevice) sideOf(ch sideChain) *sideStream {
 	return b.side
 }
 
-func (b *cudaDevice) fork(ch sideChain, rows int) error {
-	if b.forked != nil && b.forked.active {
-		return errors.AssertionFailedf("gpu: fork inside a fork")
+// forked is the side stream a fork made active (nil: none).
+func (b *cudaDevice) forked() *sideStream {
+	for _, sd := range [2]*sideStream{b.side, b.sideSh} {
+		if sd != nil && sd.active {
+			return sd
+		}
 	}
+	return nil
+}
+
+func (b *cudaDevice) fork(ch sideChain, rows int) error {
 	sd := b.sideOf(ch)
 	if sd == nil {
 		return nil // no second stream (a sharded phase): the calls stay in order
 	}
-	if sd.active {
+	if b.forked() != nil {
 		return errors.AssertionFailedf("gpu: fork inside a fork")
 	}
 	if err := sd.ensure(b.c); err != nil {
@@ -416,15 +423,15 @@ func (b *cudaDevice) fork(ch sideChain, rows int) error {
 	if err := b.c.WaitEvent(sd.s, sd.fork); err != nil {
 		return err
 	}
-	sd.main, b.s, sd.active, b.forked = b.s, sd.s, true, sd
+	sd.main, b.s, sd.active = b.s, sd.s, true
 	sd.cap = b.k.SetTileCap(b.sideCap(ch, rows))
 	sd.plain = b.k.SetPlain(sidePlainOn || b.k.Plain())
 	return nil
 }
 
 func (b *cudaDevice) unfork() error {
-	sd := b.forked
-	if sd == nil || !sd.active {
+	sd := b.forked()
+	if sd == nil {
 		return nil
 	}
 	b.s, sd.active = sd.main, false

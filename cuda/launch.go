@@ -44,6 +44,9 @@ const (
 	// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION; its value is
 	// the int programmaticStreamSerializationAllowed at the union's start.
 	launchAttrProgrammaticStreamSerialization = 6
+	// CU_LAUNCH_ATTRIBUTE_PRIORITY; its value is the int priority at the
+	// union's start.
+	launchAttrPriority = 8
 	// Programmatic launch needs the grid dependency control of sm_90.
 	pdlMinCCMajor = 9
 )
@@ -60,15 +63,36 @@ func (c *Ctx) PDLSupported() bool {
 // programmatic dependent launch, which f must support: griddepcontrol.wait
 // before touching anything the previous kernel writes, and before any write.
 func (c *Ctx) LaunchEx(f *Function, grid, block Dim3, smem int, s Stream, pdl bool, args ...any) error {
+	return c.LaunchWith(f, grid, block, smem, s, LaunchOpts{PDL: pdl}, args...)
+}
+
+// LaunchOpts are a launch's attributes beyond its shape.
+type LaunchOpts struct {
+	// PDL: a programmatic dependent launch where PDLSupported (LaunchEx).
+	PDL bool
+	// Priority, when not 0, is the launch's scheduling priority
+	// (priority.go: lower numbers first, StreamPriorityRange's range),
+	// kept by a captured graph's kernel node; 0 leaves the stream's.
+	Priority int
+}
+
+// LaunchWith queues f on s with o's attributes. A priority needs
+// cuLaunchKernelEx (PriorityLaunchSupported).
+func (c *Ctx) LaunchWith(f *Function, grid, block Dim3, smem int, s Stream, o LaunchOpts, args ...any) error {
 	if grid.X <= 0 || grid.Y <= 0 || grid.Z <= 0 || block.X <= 0 || block.Y <= 0 || block.Z <= 0 {
 		return errors.Newf("gpu: launch of %s with empty shape grid=%v block=%v", f.Name, grid, block)
+	}
+	pdl := o.PDL && c.PDLSupported()
+	if o.Priority != 0 && c.drv.cuLaunchKernelEx == 0 {
+		return errors.WithHint(errors.Newf("gpu: launch of %s at priority %d: the driver has no cuLaunchKernelEx", f.Name, o.Priority),
+			"launch priorities need CUDA 11.8 or newer; unset TILERT_GPU_MAIN_PRIO")
 	}
 	p, err := c.params.pack(args)
 	if err != nil {
 		return errors.Wrapf(err, "launch %s", f.Name)
 	}
 	c.queued()
-	if !pdl || !c.PDLSupported() {
+	if !pdl && o.Priority == 0 {
 		r := call(c.drv.cuLaunchKernel, f.h,
 			uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z),
 			uintptr(block.X), uintptr(block.Y), uintptr(block.Z),
@@ -83,12 +107,24 @@ func (c *Ctx) LaunchEx(f *Function, grid, block Dim3, smem int, s Stream, pdl bo
 	a.cfg.blockDimX, a.cfg.blockDimY, a.cfg.blockDimZ = uint32(block.X), uint32(block.Y), uint32(block.Z)
 	a.cfg.sharedMemBytes = uint32(smem)
 	a.cfg.hStream = uintptr(s)
-	a.cfg.numAttrs = 1
-	a.attr = launchAttribute{id: launchAttrProgrammaticStreamSerialization}
-	a.attr.value[0] = 1 // programmaticStreamSerializationAllowed (int, little-endian)
+	n := 0
+	if pdl {
+		a.attrs[n] = launchAttribute{id: launchAttrProgrammaticStreamSerialization}
+		a.attrs[n].value[0] = 1 // programmaticStreamSerializationAllowed (int, little-endian)
+		n++
+	}
+	if o.Priority != 0 {
+		a.attrs[n] = launchAttribute{id: launchAttrPriority}
+		a.attrs[n].value[0] = uint64(uint32(int32(o.Priority))) // int priority, little-endian
+		n++
+	}
+	a.cfg.numAttrs = uint32(n)
 	r := call(c.drv.cuLaunchKernelEx, uintptr(unsafe.Pointer(&a.cfg)), f.h, p, 0)
 	if r != 0 {
-		err := errors.Wrapf(c.check("cuLaunchKernelEx", r), "kernel %s grid=%v block=%v, programmatic dependent launch", f.Name, grid, block)
+		err := errors.Wrapf(c.check("cuLaunchKernelEx", r), "kernel %s grid=%v block=%v, programmatic %v, priority %d", f.Name, grid, block, pdl, o.Priority)
+		if o.Priority != 0 {
+			return errors.WithHint(err, "unset TILERT_GPU_MAIN_PRIO to launch at the stream's priority")
+		}
 		return errors.WithHint(err, "unset TILERT_GPU_PDL (or set it to 0) to launch every kernel plainly")
 	}
 	return nil

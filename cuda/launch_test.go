@@ -30,7 +30,7 @@ func TestLaunchExLayout(t *testing.T) {
 	}
 	a := newParamArena()
 	defer a.release()
-	if a.cfg.attrs != uintptr(unsafe.Pointer(&a.attr)) {
-		t.Errorf("the arena's launch config does not point at its attribute")
+	if a.cfg.attrs != uintptr(unsafe.Pointer(&a.attrs[0])) {
+		t.Errorf("the arena's launch config does not point at its attributes")
 	}
 }

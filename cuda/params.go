@@ -57,11 +57,12 @@ func paramBits(v any) (uint64, error) {
 type paramArena struct {
 	vals [maxKernelParams]uint64
 	ptrs [maxKernelParams]uintptr
-	// cuLaunchKernelEx's config and its one attribute (launch.go), here so
-	// they are pinned too: cfg.attrs holds attr's address as a uintptr.
-	cfg  launchConfig
-	attr launchAttribute
-	pin  runtime.Pinner
+	// cuLaunchKernelEx's config and its attributes (launch.go: programmatic
+	// serialization, priority), here so they are pinned too: cfg.attrs
+	// holds attrs' address as a uintptr.
+	cfg   launchConfig
+	attrs [2]launchAttribute
+	pin   runtime.Pinner
 }
 
 func newParamArena() *paramArena {
@@ -70,7 +71,7 @@ func newParamArena() *paramArena {
 	for i := range a.vals {
 		a.ptrs[i] = uintptr(unsafe.Pointer(&a.vals[i]))
 	}
-	a.cfg.attrs = uintptr(unsafe.Pointer(&a.attr))
+	a.cfg.attrs = uintptr(unsafe.Pointer(&a.attrs[0]))
 	return a
 }
 

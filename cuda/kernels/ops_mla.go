@@ -198,7 +198,7 @@ func (k *Set) launchMLATiledRows(d mlaTiled, s cuda.Stream, out, lse, qn, qp, ca
 		if err != nil {
 			return err
 		}
-		return k.c.LaunchEx(f, cuda.D1(nq*H), cuda.D1(128), 0, s, true, partO, partML, nsplit, out, lse)
+		return k.c.LaunchWith(f, cuda.D1(nq*H), cuda.D1(128), 0, s, cuda.LaunchOpts{PDL: true, Priority: k.prio}, partO, partML, nsplit, out, lse)
 	}
 	return k.launch(comb, cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
 }

@@ -266,8 +266,22 @@ func (k *Set) Plain() bool { return k.plain }
 // programmatic now.
 func (k *Set) programmatic(name string) bool { return k.pdl && !k.plain && pdlFor(name) }
 
+// SetPriority gives later launches the scheduling priority p (cuda
+// LaunchOpts: lower numbers first, within the context's
+// StreamPriorityRange; 0 leaves the stream's) and returns the previous
+// one. A captured graph keeps it per kernel node when instantiated with
+// the nodes' priorities (cuda.Ctx.EndCaptureWith); the engine raises the
+// step's main chain with it (engine/gpu prio.go).
+func (k *Set) SetPriority(p int) (prev int) {
+	prev, k.prio = k.prio, p
+	return prev
+}
+
+// Priority is SetPriority's current priority.
+func (k *Set) Priority() int { return k.prio }
+
 // launchFn queues f: programmatically when it is a listed kernel, PDL is
-// on and no SetPlain holds.
+// on and no SetPlain holds; at SetPriority's priority.
 func (k *Set) launchFn(f *cuda.Function, grid, block cuda.Dim3, smem int, s cuda.Stream, args ...any) error {
-	return k.c.LaunchEx(f, grid, block, smem, s, k.programmatic(f.Name), args...)
+	return k.c.LaunchWith(f, grid, block, smem, s, cuda.LaunchOpts{PDL: k.programmatic(f.Name), Priority: k.prio}, args...)
 }

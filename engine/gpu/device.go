@@ -42,6 +42,11 @@ type device interface {
 	// qOpen: the q chain forked at q_a runs uncapped in a one-row step
 	// (side.go sideOpen).
 	qOpen() bool
+	// raise puts the launches that follow at the runner's greatest
+	// priority (on) or the stream's; prioMode is the runner's resolved
+	// TILERT_GPU_MAIN_PRIO (prio.go).
+	raise(on bool) error
+	prioMode() prioMode
 	unfork() error
 	join() error
 	copyDD(dst, src cuda.DevPtr, n int64) error
@@ -171,9 +176,6 @@ type cudaDevice struct {
 	// side is the runner's second stream (side.go; nil: none, fork runs
 	// the calls in order).
 	side *sideStream
-	// sideSh is the shared expert's own side stream (TILERT_GPU_MAIN_PRIO=q,
-	// prio.go; nil: it forks to side).
-	sideSh *sideStream
 	// clk, when set, is cut before every host wait (ClockPrefill, clock.go).
 	clk *devClock
 	// capOpen: each side chain's default tile cap in a one-row step
@@ -181,8 +183,12 @@ type cudaDevice struct {
 	capOpen openSet
 	// qbVariant: q_b's one-row tile variant ("" without one; qOpen).
 	qbVariant string
-	// prio: graphs capture with their kernel nodes' priorities (prio.go).
-	prio bool
+	// prio: the runner's resolved TILERT_GPU_MAIN_PRIO (prio.go; not off:
+	// graphs keep their kernel nodes' priorities), prioHi its greatest
+	// priority, raised whether the launches now go at it (raise).
+	prio   prioMode
+	prioHi int
+	raised bool
 }
 
 var _ device = (*cudaDevice)(nil)
@@ -1070,14 +1076,14 @@ type cudaRunner struct {
 	// context's.
 	stream    cuda.Stream
 	ownStream bool       // close destroys it
-	prio      bool       // stream is at the device's greatest priority (prioPin)
+	prio      prioMode   // TILERT_GPU_MAIN_PRIO resolved (prioPin)
+	prioHi    int        // the device's greatest priority, where prio is not off
 	ev        cuda.Event // downloadAsync's event (0: none yet)
 	// gemmWS: the fp16-part GEMM's scratch for this runner's stream
 	// (gemm.go allocGemmScratch), handed to every run's cudaDevice.
 	gemmWS      cuda.DevPtr
 	gemmWSBytes int64
 	side        sideStream // the second stream of a step's forks (side.go)
-	sideSh      sideStream // the shared expert's, where raised (prio.go prioPin)
 	// wgMode: the MLA prefill mode of this runner's engine when it is a
 	// wgmma one (5 or 6; newBackend), whose module loads before any capture.
 	wgMode int
@@ -1143,14 +1149,14 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 		if r.qb != [2]int{} {
 			v = b.k.TileVariantOf(r.qb[0], r.qb[1])
 		}
-		r.qbVariant, r.capOpen, r.capOpenOK = v, sideOpen(v, r.sideSh.raised), true
+		r.qbVariant, r.capOpen, r.capOpenOK = v, sideOpen(v, qUncapped(r.prio)), true
 		if r.qb != [2]int{} && (sideQOn || sideShOn) {
 			slog.Info("side streams: tile GEMV caps (blocks an SM, 0: uncapped; TILERT_GPU_SIDE_CAP)",
 				"q_chain_1row", sideCapFor(chainQ, b.k.PDL(), r.capOpen, 1), "q_chain_rows", sideCapFor(chainQ, b.k.PDL(), r.capOpen, 2),
 				"q_chain_late_1row", sideCapFor(chainQLate, b.k.PDL(), r.capOpen, 1),
 				"shared_expert", sideCapFor(chainSh, b.k.PDL(), r.capOpen, 1),
 				"q_b", fmt.Sprintf("%dx%d%s", r.qb[0], r.qb[1], v), "q_fork_at", cmp.Or(sideQAt, "auto"),
-				"main_raised", r.prio, "shared_expert_raised", r.sideSh.raised)
+				"launch_prio", r.prio)
 		}
 	}
 	b.capOpen, b.qbVariant = r.capOpen, r.qbVariant
@@ -1180,10 +1186,7 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		if r.stream != 0 {
 			b.s = r.stream
 		}
-		b.prio = r.prio
-		if r.sideSh.raised {
-			b.sideSh = &r.sideSh
-		}
+		b.prio, b.prioHi = r.prio, r.prioHi
 		if r.clk != nil {
 			b.clk = r.clk
 			r.clk.bind(c, b.s)
@@ -1191,7 +1194,8 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		}
 		ahead, err := f(b)
 		err = errors.CombineErrors(err, b.settle())
-		b.cut() // before the closing sync, or with work left ahead
+		b.k.SetPriority(0) // the Set is the context's: the next run starts at the stream's
+		b.cut()            // before the closing sync, or with work left ahead
 		if err != nil {
 			// Let queued work finish before the caller looks at anything.
 			return errors.CombineErrors(err, c.SyncStream(b.s))
@@ -1204,11 +1208,9 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 }
 
 func (r *cudaRunner) close() error {
-	for _, sd := range []*sideStream{&r.side, &r.sideSh} {
-		if sd.s != 0 {
-			if err := r.dev.Do(func(c *cuda.Ctx) error { return sd.destroy(c) }); err != nil {
-				return err
-			}
+	if r.side.s != 0 {
+		if err := r.dev.Do(func(c *cuda.Ctx) error { return r.side.destroy(c) }); err != nil {
+			return err
 		}
 	}
 	if r.ev != 0 {

@@ -294,6 +294,11 @@ func (e *backend) forwardFrom(f *fwd, mtp bool, want []bool) {
 	ws := e.ws
 	M, H := f.M, c.HiddenSize
 	layers, hid, norm, head := f.input(mtp)
+	if m := o.b.prioMode(); m != prioOff {
+		late, _ := f.qLate()
+		o.do(o.b.raise(stepRaised(m, M, late)))
+		defer func() { o.do(o.b.raise(false)) }()
+	}
 	for i, lw := range layers {
 		y, w := hid, norm
 		if i+1 < len(layers) {

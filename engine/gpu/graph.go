@@ -584,7 +584,7 @@ func (g cudaGrapher) capture(run func() error) (graphExec, error) {
 		return nil, err
 	}
 	rerr := run()
-	x, err := g.b.c.EndCaptureWith(g.b.s, g.b.prio)
+	x, err := g.b.c.EndCaptureWith(g.b.s, g.b.prio != prioOff)
 	if rerr != nil || err != nil {
 		if x != nil {
 			_ = g.b.c.DestroyGraph(x)

@@ -9,85 +9,104 @@ import (
 	"github.com/tilert-go/tilert/cuda/kernels"
 )
 
-// TILERT_GPU_MAIN_PRIO=1 (opt-in, session 27; measured in session 28) puts
-// a whole-model engine's stream at the device's greatest scheduling
-// priority, the side streams (side.go) staying at the default, the least,
-// and instantiates the step's graphs with their kernel nodes' own
-// priorities. Why: the side chains' weight streams are capped at a block
-// an SM (sideCap) so that the latency-bound main chain finds room, a static
-// guess that either starves the side GEMV or, uncapped, the main chain.
-// Session 27's traces at 131072 (docs/measured/h200-2026-12-04-s27) show
-// the latter: with q_b forked before the scores and uncapped, the top-k's
-// 1024-thread blocks (half an SM's registers) become resident only ~9 us
-// after the scores end, once q_b's queued blocks run out; capped, q_b ends
-// later by as much. A priority lets the block scheduler place the main
-// chain's waiting blocks first as room frees up and the side stream fill
-// the rest, with no cap. Session 11 measured a launch priority "changing
-// nothing", but its graphs were instantiated without
-// CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY, so every node replayed at
-// the launching stream's priority: that run never tested priorities.
+// TILERT_GPU_MAIN_PRIO: launch priorities. When blocks of several grids
+// wait for room on the SMs, the block scheduler places those of the
+// higher priority first (a resident block is never preempted). The side
+// chains' weight streams (side.go) are otherwise capped at a block an SM
+// so that the latency-bound main chain finds room: a static guess that
+// either starves the side GEMV or, uncapped, the main chain. A priority
+// lets the scheduler choose per free slot instead.
 //
-// Measured (session 28, docs/measured/h200-2026-12-04-s28, 9 MoE layers,
-// 1 slot, p50): slower on every row, +50..+66 us a step (DeepSeek-V3.2
-// dims 2.732 / 2.838 ms at 8192 / 131072 against 2.666 / 2.777; GLM-5
-// dims 2.748 / 2.877 against 2.694 / 2.828). The trace at 8192 shows why:
-// the attention front ends where it did, but the MoE's shared expert runs
-// on the side stream too, and its down GEMV, starved by the routed
-// experts' raised blocks, now ends after them (+6.9 us a layer). Hence
-// TILERT_GPU_MAIN_PRIO=q: the shared expert's side stream raised with the
-// main one, only the q chain's at the least. It loses too (+7..+19 us),
-// except with the q chain uncapped on DeepSeek-V3.2 dims at 8192, where
-// the priority stands in for its cap: 2.632 / 2.633 against 2.658 / 2.663
-// (a lead, engine/gpu/NOTES.md).
+// Since session 29 the priority is a launch attribute (kernels.Set
+// SetPriority), decided per step, not a stream's: each captured kernel
+// node keeps its own, and the graphs are instantiated with the nodes'
+// priorities. Sessions 27-28 raised whole streams (the code last at
+// 377a10d), which could not tell a one-row step from a four-row one.
+//
+// Measured (9 MoE layers, p50 ms, docs/measured/h200-2026-12-04-s28 and
+// -s29):
+//   - "1", every step's main chain raised, both side chains not: slower on
+//     every row, +50..+66 us a step. The MoE's shared expert also runs on
+//     the side stream, and its down GEMV, starved by the routed experts'
+//     raised blocks, ends after them (+6.9 us a layer, session 28's trace).
+//   - "q", the shared expert raised too, only the q chain not, and that
+//     chain uncapped at q_a (the priority stands in for its cap): on
+//     DeepSeek-V3.2 dims (q_b a _d16 launch), one slot, 8192: 2.626 / 2.624
+//     against 2.649 / 2.648 (session 29, and 2.632 / 2.633 against 2.658 /
+//     2.663 in session 28); at 131072, where the q chain forks late, +8 us;
+//     at four slots +34 us (8192) and +70 us (131072); on GLM-5 dims, whose
+//     _o4 q chain is uncapped already, +6 us at 8192.
+//   - "auto" (the default): "q" in the steps where it won, those of one row
+//     whose q chain forks at q_a, where q_b is a _d16 launch; elsewhere
+//     nothing is raised.
 var mainPrio, mainPrioErr = parseMainPrio(os.Getenv("TILERT_GPU_MAIN_PRIO"))
 
-// prioMode is TILERT_GPU_MAIN_PRIO: which streams run at the device's
-// greatest priority.
+// prioMode is TILERT_GPU_MAIN_PRIO, resolved per runner by prioFor.
 type prioMode int
 
 const (
-	prioOff  prioMode = iota // every stream at the default
-	prioMain                 // "1": the main stream; both side chains' stream at the least
-	prioQLow                 // "q": the main stream and the shared expert's; the q chain's at the least, uncapped
-	prioAuto                 // "auto": prioQLow where q_b is _d16 (its q chain capped by default), else off
+	prioOff  prioMode = iota // nothing raised
+	prioMain                 // "1": every step's main chain; neither side chain
+	prioQLow                 // "q": every step's main chain and shared expert; the q chain neither, uncapped at q_a
+	prioAuto                 // "auto": prioQLow in one-row steps whose q chain forks at q_a, where q_b is _d16
 )
+
+func (m prioMode) String() string {
+	return [...]string{"off", "1", "q", "auto"}[m]
+}
 
 func parseMainPrio(v string) (prioMode, error) {
 	switch v {
-	case "", "0":
+	case "", "auto":
+		return prioAuto, nil
+	case "0":
 		return prioOff, nil
 	case "1":
 		return prioMain, nil
 	case "q":
 		return prioQLow, nil
-	case "auto":
-		return prioAuto, nil
 	}
-	return prioOff, errors.WithHint(errors.Newf("TILERT_GPU_MAIN_PRIO=%q is not 0, 1, q or auto", v),
-		"set TILERT_GPU_MAIN_PRIO=1 to run the step's main stream at the device's greatest priority (side streams at the default), =q to raise the shared expert's side stream with it and uncap the q chain, =auto for q where q_b is a _d16 launch, or unset it")
+	return prioOff, errors.WithHint(errors.Newf("TILERT_GPU_MAIN_PRIO=%q is not auto, 0, 1 or q", v),
+		"unset it (auto: the step's launches raised where measured faster), or set 0 to raise nothing, 1 to raise every step's main chain, q to raise the shared expert's launches with it and uncap the q chain")
 }
 
-// prioFor is the mode a runner takes: auto resolves by q_b's one-row tile
-// variant (qbVariant, "" without one). "q" stands the priority in for the
-// q chain's cap, which only a _d16 q_b has at q_a (sideOpen); GLM-5's _o4
-// q_b is uncapped already, and the priority alone costs it (+6 us at 8192,
-// session 28 call E).
+// prioFor is the mode a runner takes: auto stays where q_b's one-row tile
+// variant (qbVariant, "" without one) is _d16, the q chain capped by
+// default, and is off elsewhere: GLM-5's _o4 q_b is uncapped already, and
+// the priority alone costs it (+6 us at 8192, session 28 call E).
 func prioFor(m prioMode, qbVariant string) prioMode {
-	if m != prioAuto {
-		return m
+	if m == prioAuto && qbVariant != "_d16" {
+		return prioOff
 	}
-	if qbVariant == "_d16" {
-		return prioQLow
-	}
-	return prioOff
+	return m
 }
 
-// prioPin gives a whole-model CUDA runner, where TILERT_GPU_MAIN_PRIO is
-// on, a stream of its own at the device's greatest priority (its context's
-// stays as it was: other engines may share the device), and with "q" a
-// second side stream at that priority for the shared expert (created on
-// first use, side.go). A sharded rank's
-// runner (wrapped, or on a stream of its own already) keeps its stream,
+// stepRaised says whether a step of rows rows, whose q chain forks late
+// (after the indexer's scores: qLate) or not, runs its main chain at the
+// greatest priority under the runner's mode m.
+func stepRaised(m prioMode, rows int, late bool) bool {
+	switch m {
+	case prioMain, prioQLow:
+		return true
+	case prioAuto:
+		return rows == 1 && !late
+	}
+	return false
+}
+
+// chainRaised says whether side chain ch keeps a raised step's priority.
+func chainRaised(m prioMode, ch sideChain) bool {
+	return ch == chainSh && (m == prioQLow || m == prioAuto)
+}
+
+// qUncapped says whether mode m uncaps the q chain forked at q_a in a
+// one-row step (sideOpen): its priority below the main chain's stands in
+// for the cap.
+func qUncapped(m prioMode) bool { return m == prioQLow || m == prioAuto }
+
+// prioPin resolves TILERT_GPU_MAIN_PRIO for a whole-model CUDA runner and
+// reads the device's greatest priority. A sharded rank's runner (wrapped,
+// or on a stream of its own) keeps every launch at its stream's priority,
 // like sidePin's rule: measured on whole models only.
 func prioPin(r runner) error {
 	cr, ok := r.(*cudaRunner)
@@ -109,18 +128,51 @@ func prioPin(r runner) error {
 				return nil
 			}
 		}
-		_, greatest, err := c.StreamPriorityRange()
+		least, greatest, err := c.StreamPriorityRange()
 		if err != nil {
-			return errors.WithHint(err, "unset TILERT_GPU_MAIN_PRIO")
+			return errors.WithHint(err, "set TILERT_GPU_MAIN_PRIO=0")
 		}
-		s, err := c.NewStreamWithPriority(greatest)
-		if err != nil {
-			return errors.WithHint(err, "unset TILERT_GPU_MAIN_PRIO")
+		if greatest == least {
+			return nil // one priority: nothing to raise
 		}
-		cr.stream, cr.ownStream, cr.prio = s, true, true
-		if mode == prioQLow {
-			cr.sideSh = sideStream{raised: true, prio: greatest}
-		}
+		cr.prio, cr.prioHi = mode, greatest
 		return nil
 	})
+}
+
+// raise sets the priority of the launches that follow: the runner's
+// greatest where on, else the stream's. The forward pass asks it at a
+// step's start (stepRaised) and end, on the main chain; fork and unfork
+// keep a side chain's (chainRaised).
+func (b *cudaDevice) raise(on bool) error {
+	if b.forked() != nil {
+		return errors.AssertionFailedf("gpu: launch priority changed inside a fork")
+	}
+	b.raised = on && b.prio != prioOff
+	b.k.SetPriority(b.launchPrio(b.raised))
+	return nil
+}
+
+func (b *cudaDevice) launchPrio(on bool) int {
+	if on {
+		return b.prioHi
+	}
+	return 0
+}
+
+func (b *cudaDevice) prioMode() prioMode { return b.prio }
+
+func (m *emuDevice) raise(bool) error   { return nil }
+func (m *emuDevice) prioMode() prioMode { return emuPrio }
+
+// emuPrio is the emulator's resolved mode (tests: the forward pass's
+// raise calls are recorded in its graphs).
+var emuPrio prioMode
+
+func (gb *graphDevice) raise(on bool) error {
+	name := "lower"
+	if on {
+		name = "raise"
+	}
+	return gb.rec(name, 0, func(b device) error { return b.raise(on) })
 }

@@ -189,10 +189,10 @@ func sidePin(r runner, cfg *model.Config) {
 // GLM-5's _o4 q_b so capped lost, 2.836 against 2.829). A runner without
 // q_b's shape (a sharded rank) keeps every cap: measured on whole models.
 //
-// raised (TILERT_GPU_MAIN_PRIO=q, prio.go: the q chain's side stream the
-// only one at the least priority) uncaps the q chain at q_a: the priority
-// stands in for the cap (session 28: DeepSeek-V3.2 dims at 8192 2.632 /
-// 2.633 ms against 2.658 / 2.663).
+// raised (TILERT_GPU_MAIN_PRIO=q or auto resolved, prio.go qUncapped: the
+// q chain's launches the only ones below the main chain's priority)
+// uncaps the q chain at q_a: the priority stands in for the cap (session
+// 28: DeepSeek-V3.2 dims at 8192 2.632 / 2.633 ms against 2.658 / 2.663).
 func sideOpen(qbVariant string, raised bool) openSet {
 	open := openSet{1, 1, 1}
 	if qbVariant == "_o4" || raised {
@@ -347,21 +347,14 @@ type sideStream struct {
 	pending    bool        // s has calls the main stream has not waited for
 	cap        int         // the tile cap fork replaced (sideCap)
 	plain      bool        // the plain-launch hold fork replaced (sidePlainOn)
-	raised     bool        // created at priority prio (prio.go), else at the default
-	prio       int
+	prio       int         // the launch priority fork replaced (prio.go)
 }
 
 func (sd *sideStream) ensure(c *cuda.Ctx) error {
 	if sd.s != 0 {
 		return nil
 	}
-	var s cuda.Stream
-	var err error
-	if sd.raised {
-		s, err = c.NewStreamWithPriority(sd.prio)
-	} else {
-		s, err = c.NewStream()
-	}
+	s, err := c.NewStream()
 	if err != nil {
 		return err
 	}
@@ -383,31 +376,20 @@ func (sd *sideStream) destroy(c *cuda.Ctx) error {
 	}
 	err := errors.CombineErrors(c.DestroyEvent(sd.fork), c.DestroyEvent(sd.join))
 	err = errors.CombineErrors(err, c.DestroyStream(sd.s))
-	*sd = sideStream{raised: sd.raised, prio: sd.prio}
+	*sd = sideStream{}
 	return err
-}
-
-// sideOf is the stream a chain forks to: the shared expert's own where
-// TILERT_GPU_MAIN_PRIO=q gave it one (prio.go), else the runner's side.
-func (b *cudaDevice) sideOf(ch sideChain) *sideStream {
-	if ch == chainSh && b.sideSh != nil {
-		return b.sideSh
-	}
-	return b.side
 }
 
 // forked is the side stream a fork made active (nil: none).
 func (b *cudaDevice) forked() *sideStream {
-	for _, sd := range [2]*sideStream{b.side, b.sideSh} {
-		if sd != nil && sd.active {
-			return sd
-		}
+	if b.side != nil && b.side.active {
+		return b.side
 	}
 	return nil
 }
 
 func (b *cudaDevice) fork(ch sideChain, rows int) error {
-	sd := b.sideOf(ch)
+	sd := b.side
 	if sd == nil {
 		return nil // no second stream (a sharded phase): the calls stay in order
 	}
@@ -426,6 +408,7 @@ func (b *cudaDevice) fork(ch sideChain, rows int) error {
 	sd.main, b.s, sd.active = b.s, sd.s, true
 	sd.cap = b.k.SetTileCap(b.sideCap(ch, rows))
 	sd.plain = b.k.SetPlain(sidePlainOn || b.k.Plain())
+	sd.prio = b.k.SetPriority(b.launchPrio(b.raised && chainRaised(b.prio, ch)))
 	return nil
 }
 
@@ -437,6 +420,7 @@ func (b *cudaDevice) unfork() error {
 	b.s, sd.active = sd.main, false
 	b.k.SetTileCap(sd.cap)
 	b.k.SetPlain(sd.plain)
+	b.k.SetPriority(sd.prio)
 	if err := b.c.Record(sd.join, sd.s); err != nil {
 		return err
 	}
@@ -448,14 +432,9 @@ func (b *cudaDevice) join() error {
 	if err := b.unfork(); err != nil {
 		return err
 	}
-	for _, sd := range [2]*sideStream{b.side, b.sideSh} {
-		if sd == nil || !sd.pending {
-			continue
-		}
+	if sd := b.side; sd != nil && sd.pending {
 		sd.pending = false
-		if err := b.c.WaitEvent(b.s, sd.join); err != nil {
-			return err
-		}
+		return b.c.WaitEvent(b.s, sd.join)
 	}
 	return nil
 }
@@ -463,10 +442,8 @@ func (b *cudaDevice) join() error {
 // settle ends a run with the main stream behind any side work (an error
 // between fork and join leaves the side open).
 func (b *cudaDevice) settle() error {
-	for _, sd := range [2]*sideStream{b.side, b.sideSh} {
-		if sd != nil && (sd.active || sd.pending) {
-			return b.join()
-		}
+	if sd := b.side; sd != nil && (sd.active || sd.pending) {
+		return b.join()
 	}
 	return nil
 }
@@ -500,9 +477,16 @@ func (gb *graphDevice) join() error {
 	return gb.rec("join", 0, func(b device) error { return b.join() })
 }
 
-// ctl says whether op is a stream fork, unfork or join: no device work of
-// its own (timing calls alone skips it).
-func (op gop) ctl() bool { return op.name == "fork" || op.name == "unfork" || op.name == "join" }
+// ctl says whether op is a stream fork, unfork or join, or a launch
+// priority's change (prio.go): no device work of its own (timing calls
+// alone skips it).
+func (op gop) ctl() bool {
+	switch op.name {
+	case "fork", "unfork", "join", "raise", "lower":
+		return true
+	}
+	return false
+}
 
 // sideLast returns run with every side chain (the calls between a fork
 // and its unfork) moved to its join, after the main chain it overlaps: the

@@ -38,9 +38,25 @@ lead2)
   abab deepseek-v3.2 8192,131072 1 ds-auto3 TILERT_GPU_MAIN_PRIO=auto
   TL=1 bn deepseek-v3.2 8192 1 tl-ds-auto TILERT_GPU_MAIN_PRIO=auto
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+prio2)
+  # Session 29, after call A: auto won at 8192, 1 slot (2.626 / 2.624 against 2.649 / 2.648) and lost at 131072 (+8 us)
+  # and at 4 slots (+34 / +70 us), so the priority became a launch attribute decided per step (engine/gpu prio.go:
+  # raised only in one-row steps whose q chain forks at q_a) and auto the default. Its checks, then the default
+  # against TILERT_GPU_MAIN_PRIO=0 three times at 1 slot, once at 4 slots (must be even now), GLM-5 (launch_prio=off),
+  # then check1 on this code.
+  tst kernels cuda/kernels 120 'TestLaunchPriority$'; cnt kernels
+  tst engine engine/gpu 300 'TestGPUPriorityScoped$|TestGPUSideStreamSameTokens$'; cnt engine
+  for r in 1 2 3; do
+    bn deepseek-v3.2 8192,131072 1 ds-def$r
+    bn deepseek-v3.2 8192,131072 1 ds-off$r TILERT_GPU_MAIN_PRIO=0
+  done
+  bn deepseek-v3.2 8192,131072 4 ds4-def
+  bn deepseek-v3.2 8192,131072 4 ds4-off TILERT_GPU_MAIN_PRIO=0
+  bn glm-5 8192 1 glm-def; grep -h "launch_prio" $R/glm-def.txt $R/ds-def1.txt >> $R/summary.txt
+  check1 ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s29.sh lead|lead2|check1|check2|gpucheck|final" >&2; exit 2 ;;
+*) echo "usage: s29.sh lead|lead2|prio2|check1|check2|gpucheck|final" >&2; exit 2 ;;
 esac

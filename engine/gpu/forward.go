@@ -296,7 +296,7 @@ func (e *backend) forwardFrom(f *fwd, mtp bool, want []bool) {
 	layers, hid, norm, head := f.input(mtp)
 	if m := o.b.prioMode(); m != prioOff {
 		late, _ := f.qLate()
-		o.do(o.b.raise(stepRaised(m, M, late)))
+		o.do(o.b.raise(stepRaised(m, M, late, f.long())))
 		defer func() { o.do(o.b.raise(false)) }()
 	}
 	for i, lw := range layers {

@@ -36,9 +36,12 @@ import (
 //     2.663 in session 28); at 131072, where the q chain forks late, +8 us;
 //     at four slots +34 us (8192) and +70 us (131072); on GLM-5 dims, whose
 //     _o4 q chain is uncapped already, +6 us at 8192.
-//   - "auto" (the default): "q" in the steps where it won, those of one row
-//     whose q chain forks at q_a, where q_b is a _d16 launch; elsewhere
-//     nothing is raised.
+//     At two slots (two rows, the q chain capped at a block an SM either
+//     way): 8192 -9..-15 us (four pairs), 131072 +31 / +40 us; MTP's
+//     verify steps (two rows) even within their noise (±100 us, six pairs).
+//   - "auto" (the default): "q" in the steps where it won, on a _d16 q_b:
+//     those of one row whose q chain forks at q_a, and those of two rows
+//     within 32768 keys; elsewhere nothing is raised.
 var mainPrio, mainPrioErr = parseMainPrio(os.Getenv("TILERT_GPU_MAIN_PRIO"))
 
 // prioMode is TILERT_GPU_MAIN_PRIO, resolved per runner by prioFor.
@@ -48,7 +51,7 @@ const (
 	prioOff  prioMode = iota // nothing raised
 	prioMain                 // "1": every step's main chain; neither side chain
 	prioQLow                 // "q": every step's main chain and shared expert; the q chain neither, uncapped at q_a
-	prioAuto                 // "auto": prioQLow in one-row steps whose q chain forks at q_a, where q_b is _d16
+	prioAuto                 // "auto": prioQLow where q_b is _d16, in the steps stepRaised says
 )
 
 func (m prioMode) String() string {
@@ -81,15 +84,16 @@ func prioFor(m prioMode, qbVariant string) prioMode {
 	return m
 }
 
-// stepRaised says whether a step of rows rows, whose q chain forks late
-// (after the indexer's scores: qLate) or not, runs its main chain at the
-// greatest priority under the runner's mode m.
-func stepRaised(m prioMode, rows int, late bool) bool {
+// stepRaised says whether a step of rows rows runs its main chain at the
+// greatest priority under the runner's mode m: late, its q chain forks
+// after the indexer's scores (qLate); long, some row is over 32768 keys
+// (fwd.long).
+func stepRaised(m prioMode, rows int, late, long bool) bool {
 	switch m {
 	case prioMain, prioQLow:
 		return true
 	case prioAuto:
-		return rows == 1 && !late
+		return !late && (rows == 1 || rows == 2 && !long)
 	}
 	return false
 }

@@ -253,19 +253,28 @@ func parseSideQAt(v string) (string, error) {
 // (before) rather than right after it: the serving indexer scores some row
 // (longer than index_topk); qFork decides.
 func (f *fwd) qLate() (late, before bool) {
-	e := f.e
-	if sideQAt == "qa" || !e.idxQ() {
+	if sideQAt == "qa" || !f.e.idxQ() || !f.scored() {
 		return false, false
 	}
-	maxLen := 0
+	return qFork(sideQAt, f.M, f.long(), f.o.b.qOpen(), longTopKW())
+}
+
+func (f *fwd) maxLen() int {
+	n := 0
 	for _, g := range f.groups {
-		maxLen = max(maxLen, g.maxLen)
+		n = max(n, g.maxLen)
 	}
-	if maxLen <= e.cfg.IndexTopK {
-		return false, false
-	}
-	long := lenBucket(maxLen, e.ws.ldScores) > kernels.TopKRadixOneMaxT
-	return qFork(sideQAt, f.M, long, f.o.b.qOpen(), longTopKW())
+	return n
+}
+
+// scored says whether the serving indexer scores some row of the step:
+// one longer than index_topk.
+func (f *fwd) scored() bool { return f.maxLen() > f.e.cfg.IndexTopK }
+
+// long says whether some row's length bucket is over
+// kernels.TopKRadixOneMaxT keys: its top-k on the mark blocks.
+func (f *fwd) long() bool {
+	return lenBucket(f.maxLen(), f.e.ws.ldScores) > kernels.TopKRadixOneMaxT
 }
 
 // longTopKW says whether rows over kernels.TopKRadixOneMaxT keys take

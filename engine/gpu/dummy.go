@@ -22,7 +22,8 @@ import (
 // 128x128 block scales 1/sqrt(fan_in), bf16-exact tables, norms near 1.
 // The output is meaningless; the bytes and the work per step are real.
 func Dummy(cfg *model.Config, seed uint64) Source {
-	d := &dummySource{cfg: cfg, seed: seed, specs: map[string]model.TensorSpec{}, blocks: map[string]*Matrix{}}
+	d := &dummySource{cfg: cfg, seed: seed, specs: map[string]model.TensorSpec{}, blocks: map[string]*Matrix{},
+		periods: map[string][]float32{}}
 	for _, s := range model.Specs(cfg) {
 		d.specs[s.Name] = s
 	}
@@ -35,6 +36,9 @@ type dummySource struct {
 	specs  map[string]model.TensorSpec
 	mu     sync.Mutex
 	blocks map[string]*Matrix // by kind and shape
+	// periods: the blocks' first bf16Period values where only those were
+	// asked for (periodicBF16), by the blocks' keys
+	periods map[string][]float32
 }
 
 func (d *dummySource) Config() *model.Config { return d.cfg }
@@ -53,12 +57,16 @@ func (d *dummySource) rng(key string) *rand.Rand {
 	return rand.New(rand.NewPCG(d.seed, h))
 }
 
+// bf16Period: past it, bf16Rand repeats its first bf16Period values (a
+// variable for tests).
+var bf16Period = 1 << 20
+
 // bf16Rand draws n bf16-exact values of standard deviation std around center.
-// Past 1M values a random block of 1M repeats (a vocabulary-sized table
+// Past bf16Period values the first block repeats (a vocabulary-sized table
 // would take tens of seconds to draw).
 func bf16Rand(r *rand.Rand, n int, std, center float32) []float32 {
 	v := make([]float32, n)
-	m := min(n, 1<<20)
+	m := min(n, bf16Period)
 	for i := range m {
 		f := center + std*float32(r.NormFloat64())
 		v[i] = math.Float32frombits(math.Float32bits(f) &^ 0xffff)
@@ -69,12 +77,17 @@ func bf16Rand(r *rand.Rand, n int, std, center float32) []float32 {
 	return v
 }
 
-// block returns the shared random matrix of a kind and shape.
-func (d *dummySource) block(kind string, rows, cols int, rowScale bool) *Matrix {
+func blockKey(kind string, rows, cols int, rowScale bool) string {
 	key := kind + ":" + itoa(rows) + "x" + itoa(cols)
 	if rowScale {
 		key += ":rows"
 	}
+	return key
+}
+
+// block returns the shared random matrix of a kind and shape.
+func (d *dummySource) block(kind string, rows, cols int, rowScale bool) *Matrix {
+	key := blockKey(kind, rows, cols, rowScale)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if m, ok := d.blocks[key]; ok {
@@ -119,6 +132,40 @@ func itoa(n int) string {
 		b[i] = byte('0' + n%10)
 	}
 	return string(b[i:])
+}
+
+// periodicBF16 (periodic): the bf16 tensors past bf16Period values, the
+// 2-D ones that Get and Linear take from a "bf16" or "embed" block, repeat
+// that block's first bf16Period values, drawn here alone (the same draws,
+// so the same values).
+func (d *dummySource) periodicBF16(name string) ([]float32, int, int, bool) {
+	s, ok := d.specs[name]
+	if !ok || len(s.Shape) != 2 {
+		return nil, 0, 0, false
+	}
+	rows, cols := s.Shape[0], s.Shape[1]
+	kind := "bf16"
+	switch {
+	case name == model.EmbedTokensName || strings.HasSuffix(name, ".embed_tokens.weight"):
+		kind = "embed"
+	case s.Quantized(d.cfg) || strings.HasSuffix(name, "norm.weight") || strings.HasSuffix(name, "bias"):
+		return nil, 0, 0, false
+	}
+	if rows*cols <= bf16Period {
+		return nil, 0, 0, false
+	}
+	key := blockKey(kind, rows, cols, false)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if m, ok := d.blocks[key]; ok {
+		return m.F32[:bf16Period], rows, cols, true
+	}
+	if p, ok := d.periods[key]; ok {
+		return p, rows, cols, true
+	}
+	p := bf16Rand(d.rng(key), bf16Period, float32(1/math.Sqrt(float64(cols))), 0)
+	d.periods[key] = p
+	return p, rows, cols, true
 }
 
 func (d *dummySource) Linear(name string, rows, cols int) (*Matrix, error) {

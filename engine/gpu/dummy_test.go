@@ -8,8 +8,10 @@ import (
 	"github.com/tilert-go/tilert/cuda"
 
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
 	"github.com/tilert-go/tilert/model"
 	"github.com/tilert-go/tilert/model/synth"
+	"github.com/tilert-go/tilert/numeric"
 )
 
 // Dummy weights fit every tensor the engine loads (shapes, FP8 experts,
@@ -122,4 +124,114 @@ func synthConfig(t *testing.T, preset string) *model.Config {
 		t.Fatal(err)
 	}
 	return b.Config
+}
+
+// Dummy's large bf16 tensors repeat one period (bf16Rand), so the uploader
+// sends the period and fills the rest on the device (periodic): the tables
+// and the head must hold the bytes of the whole tensor sent from the host,
+// whether the period is drawn before the whole block or after, and an
+// engine on them must generate the same tokens. bf16Period is cut so that
+// the tiny presets' tables span several periods, not a whole number.
+func TestDummyPeriodicTensorsOnDevice(t *testing.T) {
+	defer func(p int) { bf16Period = p }(bf16Period)
+	bf16Period = 1000
+	for _, name := range []string{"deepseek-v3.2-tiny", "glm-5-tiny"} {
+		t.Run(name, func(t *testing.T) {
+			cfg := synthConfig(t, name)
+			V, H := cfg.VocabSize, cfg.HiddenSize
+			if V*H <= 2*bf16Period || V*H%bf16Period == 0 {
+				t.Fatalf("V x H = %d: want several periods and a partial one", V*H)
+			}
+			tensors := []string{model.EmbedTokensName}
+			if !cfg.TieWordEmbeddings {
+				tensors = append(tensors, model.LMHeadName)
+			}
+			for _, wholeFirst := range []bool{false, true} {
+				src := Dummy(cfg, 3)
+				if wholeFirst {
+					if _, err := src.Get(model.EmbedTokensName); err != nil {
+						t.Fatal(err)
+					}
+				}
+				dev := newEmu()
+				u := newUploader(dev, src)
+				for _, tn := range tensors {
+					var p cuda.DevPtr
+					var want []float32
+					if tn == model.EmbedTokensName {
+						p = u.table(tn, V, H)
+						tt, err := src.Get(tn)
+						if err != nil {
+							t.Fatal(err)
+						}
+						want = tt.Data
+					} else {
+						l := u.lin(tn, V, H)
+						if l.kind != linBF16 {
+							t.Fatalf("%s: kind %v, want bf16", tn, l.kind)
+						}
+						p = l.w
+						m, err := src.Linear(tn, V, H)
+						if err != nil {
+							t.Fatal(err)
+						}
+						want = m.F32
+					}
+					if u.err != nil {
+						t.Fatal(u.err)
+					}
+					wb := make([]byte, 2*len(want))
+					numeric.EncodeBF16(wb, want)
+					got := make([]byte, len(wb))
+					if err := dev.download(got, p); err != nil {
+						t.Fatal(err)
+					}
+					if i := firstByteDiff(got, wb); i >= 0 {
+						t.Fatalf("%s (whole block drawn first: %v): the device bytes differ from the host tensor's at byte %d", tn, wholeFirst, i)
+					}
+				}
+				if u.filled == 0 {
+					t.Errorf("no device copies filled a period (whole block first: %v)", wholeFirst)
+				}
+				if want := int64(2 * V * H * len(tensors)); u.bytes != want {
+					t.Errorf("uploader counts %d bytes, want %d", u.bytes, want)
+				}
+			}
+			// Neither a norm, nor a shape other than the tensor's, takes the
+			// periodic path.
+			u := newUploader(newEmu(), Dummy(cfg, 3))
+			if _, ok := u.periodic(model.FinalNormName, 1, H); ok {
+				t.Errorf("the final norm was placed as periodic")
+			}
+			if _, ok := u.periodic(model.EmbedTokensName, H, V); ok {
+				t.Errorf("the table was placed as periodic under the transposed shape")
+			}
+			// An engine on the periodic placement generates what one on the
+			// whole tensors does.
+			var toks [2][]int
+			for i, s := range []Source{Dummy(cfg, 3), hideShare{Dummy(cfg, 3)}} {
+				e, err := NewEmulated(s, engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
+				if err != nil {
+					t.Fatal(err)
+				}
+				toks[i] = generateBatch(t, e, [][]int{{5, 9, 200, 17}}, engine.Params{}, 6)[0]
+				e.Close()
+			}
+			if i := enginetest.FirstDiff(toks[0], toks[1]); i >= 0 {
+				t.Errorf("tokens differ at %d: periodic %v, whole %v", i, toks[0], toks[1])
+			}
+		})
+	}
+}
+
+func firstByteDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
 }

@@ -38,6 +38,17 @@ type Source interface {
 // bytes, so pointer identity means nothing there.
 type matrixSharer interface{ sharesMatrices() bool }
 
+// periodic is a Source whose large bf16 tensors repeat one short period
+// of values (Dummy: bf16Rand's): periodicBF16 returns tensor name's period
+// (bf16-exact) and its shape, ok false where it has none. The
+// uploader sends the period and copies it on the device to the tensor's
+// length: the bytes of the whole tensor, never built on the host (a
+// vocabulary table is ~0.9 G values, which took most of bench decode's
+// start to draw, check and encode).
+type periodic interface {
+	periodicBF16(name string) (period []float32, rows, cols int, ok bool)
+}
+
 // Matrix is a weight in stored form: FP8 (FP8 + Scale) or float32 (F32).
 // Scale is [ceil(rows/128)][ceil(cols/128)] for a linear weight and
 // [rows][ceil(cols/128)] for the absorbed matrices.

@@ -65,8 +65,9 @@ type uploader struct {
 	// placed: where a shared expert matrix (matrixSharer) went first, its
 	// weights and scales; nil for other sources.
 	placed map[*Matrix][2]cuda.DevPtr
-	// copied counts the expert matrices copied device to device (tests).
-	copied int
+	// copied counts the expert matrices copied device to device (tests);
+	// filled the device copies that repeat a periodic tensor's period.
+	copied, filled int
 }
 
 func newUploader(b device, src Source) *uploader {
@@ -115,6 +116,40 @@ func exactBF16(v []float32) bool {
 		}
 	}
 	return true
+}
+
+// periodic places the rows x cols bf16 tensor name of a periodic source:
+// one period from the host, then copies on the device that double the
+// filled span (each copy reads a whole number of periods from the start).
+// ok false: the source has no period for it (or another shape), and
+// nothing was done.
+func (u *uploader) periodic(name string, rows, cols int) (cuda.DevPtr, bool) {
+	ps, ok := u.src.(periodic)
+	if !ok || u.err != nil {
+		return 0, false
+	}
+	per, r, c, ok := ps.periodicBF16(name)
+	n := rows * cols
+	if !ok || r != rows || c != cols || len(per) == 0 || len(per) > n || !exactBF16(per) {
+		return 0, false
+	}
+	p, err := u.b.alloc(int64(2 * n))
+	if err != nil {
+		u.fail(errors.Wrapf(err, "allocating %d bytes of weights", 2*n))
+		return 0, true
+	}
+	u.ptrs = append(u.ptrs, p)
+	u.bytes += int64(2 * n)
+	b := make([]byte, 2*len(per))
+	numeric.EncodeBF16(b, per)
+	u.fail(u.b.upload(p, b))
+	for done := len(per); done < n && u.err == nil; {
+		c := min(done, n-done)
+		u.fail(u.b.copyDD(p.Add(int64(2*done)), p, int64(2*c)))
+		done += c
+		u.filled++
+	}
+	return p, true
 }
 
 func (u *uploader) bf16(v []float32) cuda.DevPtr {
@@ -168,6 +203,9 @@ func (u *uploader) lin(name string, out, in int) dlin {
 	if u.err != nil {
 		return dlin{}
 	}
+	if p, ok := u.periodic(name, out, in); ok {
+		return dlin{kind: linBF16, w: p, out: out, in: in}
+	}
 	m, err := u.src.Linear(name, out, in)
 	if err != nil {
 		u.fail(err)
@@ -179,6 +217,9 @@ func (u *uploader) lin(name string, out, in int) dlin {
 // table is the bf16 embedding/head table; a float32 source that is not
 // exactly bf16 is rounded (logged), as the embedding kernel reads bf16.
 func (u *uploader) table(name string, rows, cols int) cuda.DevPtr {
+	if p, ok := u.periodic(name, rows, cols); ok {
+		return p
+	}
 	v := u.get(name, rows*cols)
 	if v == nil {
 		return 0
@@ -286,10 +327,14 @@ func uploadWeights(b device, src Source, c *model.Config) (*dweights, []cuda.Dev
 			// checkpoints (the CPU engine falls back the same way).
 			lw.head, lw.embed = w.head, w.embed
 			if u.err == nil {
-				if m, err := src.Linear(n.SharedHeadHead, V, H); err == nil {
+				if p, ok := u.periodic(n.SharedHeadHead, V, H); ok {
+					lw.head = dlin{kind: linBF16, w: p, out: V, in: H}
+				} else if m, err := src.Linear(n.SharedHeadHead, V, H); err == nil {
 					lw.head = u.matrix(m, V, H)
 				}
-				if t, err := src.Get(n.MTPEmbed); err == nil && len(t.Data) == V*H {
+				if p, ok := u.periodic(n.MTPEmbed, V, H); ok {
+					lw.embed = p
+				} else if t, err := src.Get(n.MTPEmbed); err == nil && len(t.Data) == V*H {
 					if !exactBF16(t.Data) {
 						slog.Warn("gpu engine: table is not bf16 in the checkpoint; rounding it to bf16", "tensor", n.MTPEmbed)
 					}

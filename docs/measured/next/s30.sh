@@ -1,0 +1,35 @@
+# Session 29's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
+# (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
+# issue each call right after the last (a machine stays warm ~30 s).
+# Usage: bash docs/measured/next/s30.sh lead|check1|check2|gpucheck|final
+#  lead (~5 min; engine.test, kernels.test, tilert): what session 29 built after its device time.
+#    - The load: --dummy-weights sends each vocabulary table and the head as one period and fills it on the device
+#      (engine/gpu weights.go periodic). Session 29's rows read `loaded in` 16.4-18.4 s; each row's header says it now.
+#    - auto raises two-row steps within 32768 keys too (engine/gpu prio.go stepRaised), measured only as =q (calls D-F:
+#      -9..-15 us at 2 slots, 8192). A/B/A/B against =0 at 2 slots, and MTP (its verify step has two rows; ±100 us of
+#      noise between runs, so three pairs). If it loses, stepRaised goes back to rows == 1.
+#    - GLM-5 at 2 slots with =q (auto leaves GLM-5 alone: +6 us at 1 slot in session 28, never run at 2 rows).
+#    - Traces at 2 and 4 slots (DeepSeek-V3.2, 8192): no several-row step was traced since the side streams and
+#      priorities changed; 4 slots is 73% of the floor, as far from it as 1 slot.
+#  check1 / check2 / gpucheck / final: as plan.sh.
+NAME=s30; . docs/measured/next/plan.sh "$1"
+case "$P" in
+lead)
+  tst kernels cuda/kernels 120 'TestLaunchPriority$'; cnt kernels
+  tst engine engine/gpu 300 'TestGPUPriorityScoped$|TestGPUSideStreamSameTokens$|TestDummy'; cnt engine
+  bn deepseek-v3.2 8192 1 ds-load; grep -h "loaded in" $R/ds-load.txt >> $R/summary.txt
+  abab deepseek-v3.2 8192 2 two TILERT_GPU_MAIN_PRIO=0
+  for r in 1 2 3; do
+    MTP=1 bn deepseek-v3.2 8192 1 mtp-def$r
+    MTP=1 bn deepseek-v3.2 8192 1 mtp-off$r TILERT_GPU_MAIN_PRIO=0
+  done
+  abab glm-5 8192 2 glm2 TILERT_GPU_MAIN_PRIO=q
+  TL=1 bn deepseek-v3.2 8192 2 tl-ds2
+  TL=1 bn deepseek-v3.2 8192 4 tl-ds4
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+check1) check1 ;;
+check2) check2 ;;
+gpucheck) gpucheck ;;
+final) rows ;;
+*) echo "usage: s30.sh lead|check1|check2|gpucheck|final" >&2; exit 2 ;;
+esac

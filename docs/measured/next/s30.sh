@@ -9,6 +9,10 @@
 #      -9..-15 us at 2 slots, 8192). A/B/A/B against =0 at 2 slots, and MTP (its verify step has two rows; ±100 us of
 #      noise between runs, so three pairs). If it loses, stepRaised goes back to rows == 1.
 #    - GLM-5 at 2 slots with =q (auto leaves GLM-5 alone: +6 us at 1 slot in session 28, never run at 2 rows).
+#    - The shared expert uncapped (TILERT_GPU_SIDE_CAP=sh=0) now that auto raises it with the main chain: session 29's
+#      trace has it at one block an SM beside the MoE front (103.1-119.7 us into the layer, 29 MB at 1.75 TB/s) and its
+#      down GEMV beside the routed experts'; uncapped it was neutral without priorities (session 16), and uncapped at the
+#      least priority it starved (session 28). Env only.
 #    - Traces at 2 and 4 slots (DeepSeek-V3.2, 8192): no several-row step was traced since the side streams and
 #      priorities changed; 4 slots is 73% of the floor, as far from it as 1 slot.
 #  check1 / check2 / gpucheck / final: as plan.sh.
@@ -24,6 +28,7 @@ lead)
     MTP=1 bn deepseek-v3.2 8192 1 mtp-off$r TILERT_GPU_MAIN_PRIO=0
   done
   abab glm-5 8192 2 glm2 TILERT_GPU_MAIN_PRIO=q
+  abab deepseek-v3.2 8192 1 sh0 TILERT_GPU_SIDE_CAP=sh=0
   TL=1 bn deepseek-v3.2 8192 2 tl-ds2
   TL=1 bn deepseek-v3.2 8192 4 tl-ds4
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;

@@ -115,10 +115,16 @@ func (d *dummySource) block(kind string, rows, cols int, rowScale bool) *Matrix 
 			m.Scale[i] = s * (0.5 + r.Float32())
 		}
 	default: // bf16-exact float32
-		m.F32 = bf16Rand(r, rows*cols, float32(1/math.Sqrt(float64(cols))), 0)
+		m.F32 = d.bf16Draw(key, rows*cols, cols)
 	}
 	d.blocks[key] = m
 	return m
+}
+
+// bf16Draw is the first n values of the bf16 block keyed key with cols
+// columns: block's draw, which periodicBF16 repeats for its period.
+func (d *dummySource) bf16Draw(key string, n, cols int) []float32 {
+	return bf16Rand(d.rng(key), n, float32(1/math.Sqrt(float64(cols))), 0)
 }
 
 func itoa(n int) string {
@@ -163,7 +169,7 @@ func (d *dummySource) periodicBF16(name string) ([]float32, int, int, bool) {
 	if p, ok := d.periods[key]; ok {
 		return p, rows, cols, true
 	}
-	p := bf16Rand(d.rng(key), bf16Period, float32(1/math.Sqrt(float64(cols))), 0)
+	p := d.bf16Draw(key, bf16Period, cols)
 	d.periods[key] = p
 	return p, rows, cols, true
 }

@@ -85,17 +85,25 @@ func (u *uploader) fail(err error) {
 }
 
 func (u *uploader) raw(data []byte) cuda.DevPtr {
+	p := u.alloc(len(data))
+	if u.err == nil {
+		u.fail(u.b.upload(p, data))
+	}
+	return p
+}
+
+// alloc takes device memory for n bytes of weights (0 after an error).
+func (u *uploader) alloc(n int) cuda.DevPtr {
 	if u.err != nil {
 		return 0
 	}
-	p, err := u.b.alloc(int64(max(len(data), 4)))
+	p, err := u.b.alloc(int64(max(n, 4)))
 	if err != nil {
-		u.fail(errors.Wrapf(err, "allocating %d bytes of weights", len(data)))
+		u.fail(errors.Wrapf(err, "allocating %d bytes of weights", n))
 		return 0
 	}
 	u.ptrs = append(u.ptrs, p)
-	u.bytes += int64(len(data))
-	u.fail(u.b.upload(p, data))
+	u.bytes += int64(n)
 	return p
 }
 
@@ -133,13 +141,10 @@ func (u *uploader) periodic(name string, rows, cols int) (cuda.DevPtr, bool) {
 	if !ok || r != rows || c != cols || len(per) == 0 || len(per) > n || !exactBF16(per) {
 		return 0, false
 	}
-	p, err := u.b.alloc(int64(2 * n))
-	if err != nil {
-		u.fail(errors.Wrapf(err, "allocating %d bytes of weights", 2*n))
+	p := u.alloc(2 * n)
+	if u.err != nil {
 		return 0, true
 	}
-	u.ptrs = append(u.ptrs, p)
-	u.bytes += int64(2 * n)
 	b := make([]byte, 2*len(per))
 	numeric.EncodeBF16(b, per)
 	u.fail(u.b.upload(p, b))

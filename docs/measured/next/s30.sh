@@ -1,7 +1,7 @@
 # Session 29's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
 # (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
 # issue each call right after the last (a machine stays warm ~30 s).
-# Usage: bash docs/measured/next/s30.sh lead|check1|check2|gpucheck|final
+# Usage: bash docs/measured/next/s30.sh lead|warm|check1|check2|gpucheck|final
 #  lead (~5 min; engine.test, kernels.test, tilert): what session 29 built after its device time.
 #    - The load: --dummy-weights sends each vocabulary table and the head as one period and fills it on the device
 #      (engine/gpu weights.go periodic). Session 29's rows read `loaded in` 16.4-18.4 s; each row's header says it now.
@@ -32,9 +32,20 @@ lead)
   TL=1 bn deepseek-v3.2 8192 2 tl-ds2
   TL=1 bn deepseek-v3.2 8192 4 tl-ds4
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+warm)
+  # o_proj's weights read into the L2 beside the attention's tail (engine/gpu warm.go, TILERT_GPU_L2WARM; NOT RUN before)
+  tst kernels cuda/kernels 120 'TestKernelL2Warm$'; cnt kernels
+  tst engine engine/gpu 300 'TestGPUSideStreamSameTokens$'; cnt engine
+  abab deepseek-v3.2 8192 1 w25 TILERT_GPU_L2WARM=25
+  for v in 12 50 25,b=264 25,b=33 25,p=16384; do bn deepseek-v3.2 8192 1 "w$v" TILERT_GPU_L2WARM=$v; done
+  bn deepseek-v3.2 8192 1 w-A3
+  abab deepseek-v3.2 131072 1 w25l TILERT_GPU_L2WARM=25
+  abab glm-5 8192 1 w25g TILERT_GPU_L2WARM=25
+  TL=1 bn deepseek-v3.2 8192 1 tl-w25 TILERT_GPU_L2WARM=25
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s30.sh lead|check1|check2|gpucheck|final" >&2; exit 2 ;;
+*) echo "usage: s30.sh lead|warm|check1|check2|gpucheck|final" >&2; exit 2 ;;
 esac

@@ -50,9 +50,6 @@ type device interface {
 	unfork() error
 	join() error
 	copyDD(dst, src cuda.DevPtr, n int64) error
-	// l2Warm reads part of [p, p+n) into the L2 (warm.go; only on a forked
-	// side stream, else nothing).
-	l2Warm(p cuda.DevPtr, n, period, prefix int64, blocks int) error
 	zero(dst cuda.DevPtr, n int64) error
 	sync() error
 

@@ -175,9 +175,6 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 	if mainPrioErr != nil {
 		return nil, mainPrioErr
 	}
-	if warmErr != nil {
-		return nil, warmErr
-	}
 	cfg := src.Config()
 	opts, lay, maxSeq, err := engine.Resolve(cfg, opts, engine.ModeServing)
 	if err != nil {

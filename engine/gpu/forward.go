@@ -373,9 +373,6 @@ type fwd struct {
 	// if nothing forked them.
 	// qBefore: it forks right before the scores launch instead (qLate).
 	qPending, qBefore bool
-	// warmed: a side chain reads o_proj's weights into the L2 (warm.go),
-	// joined before o_proj.
-	warmed bool
 	// closeY, closeW: the norm that closes the layer (block's nextY,
 	// nextW) while its MoE runs; closed: moeTile ran it, fused into the
 	// combine (moeNormOn).
@@ -766,7 +763,6 @@ func (f *fwd) attnOut(lw *dlayer) {
 	default:
 		f.absorbQ(lw)
 	}
-	f.warmOProj(lw)
 	if f.merge() && e.mla == mlaFP8 && ws.mla != 0 && mlaTCOn {
 		// All slots' rows in one launch, each row on its slot's region
 		// (nidx as below, the widest of the groups').
@@ -815,10 +811,6 @@ func (f *fwd) attnProjOut(lw *dlayer) {
 	H, M := c.HiddenSize, f.M
 	R, NH, vd := c.KVLoraRank, c.NumHeads, c.VHeadDim
 	o.do(o.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
-	if f.warmed {
-		f.warmed = false
-		o.do(o.b.join())
-	}
 	o.lin(lw.O, ws.tmp, ws.ao, M, NH*vd, H)
 }
 

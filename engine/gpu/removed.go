@@ -175,6 +175,13 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_GROUP_SPLIT", keep: zero,
 		what: "the split grouped GEMV (gemv_group_split) was measured slower on the H200 in session 14 and not kept (2304 x 7168 one row 10.29 against gemv_group's 9.74 us; decode p50 at 8192, 1 slot, 2.726 against 2.699 ms DeepSeek-V3.2 dims, 2.972 against 2.918 GLM-5)",
 		hint: ": gemv_group runs; the code is at commit ad57728, the record in docs/measured/h200-2026-12-03-s14 call C"},
+	// TILERT_GPU_L2WARM=PCT[,b=B][,p=P] forked a side chain after the
+	// query's absorption that read PCT percent of every P bytes of o_proj's
+	// weights (l2_warm, B blocks) so that o_proj found them in the L2;
+	// built and measured in session 30, slower, removed.
+	{name: "TILERT_GPU_L2WARM", keep: zero,
+		what: "o_proj's weights read into the L2 beside the attention's tail (l2_warm on a side stream) were measured slower on the H200 in session 30 call B and removed (decode p50 at 8192, 1 slot, DeepSeek-V3.2 dims: 25% 2.634 / 2.634 against 2.609 / 2.615 ms, 12% 2.614, 50% 2.776, 25% by 33 blocks 2.998; 131072 +14 / +16 us; GLM-5 +9 / +13 us: o_proj took as long with a quarter of its bytes warmed, 33.5 against 32.7 us, and the sparse MLA beside the warm-up 3 us longer)",
+		hint: `: nothing is read ahead; the code last exists at commit 707f692, the record is in docs/measured/h200-2026-12-04-s30 and engine/gpu/NOTES.md "o_proj's weights warmed in the L2"`},
 }
 
 // zero: the switch's =0 asked for the path that runs, by name.

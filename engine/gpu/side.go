@@ -83,9 +83,6 @@ const (
 	// beside the top-k alone. TILERT_GPU_SIDE_CAP's q sets it as chainQ's;
 	// its default differs (sideCapFor).
 	chainQLate = nChains
-	// chainWarm reads o_proj's weights into the L2 beside the attention's
-	// tail (warm.go): never capped, never raised.
-	chainWarm = nChains + 1
 )
 
 var chainNames = [nChains]string{chainQ: "q", chainSh: "sh"}
@@ -147,9 +144,6 @@ func (b *cudaDevice) sideCap(ch sideChain, rows int) int {
 }
 
 func sideCapFor(ch sideChain, pdl bool, open openSet, rows int) int {
-	if ch == chainWarm {
-		return 0
-	}
 	set := ch
 	if ch == chainQLate {
 		set = chainQ

@@ -106,9 +106,9 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(q, sh, pl bool, cp [nChains]int, at string, qo bool, pr prioMode, w warmSpec) {
-		sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrio, warmSet = q, sh, pl, cp, at, qo, pr, w
-	}(sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrio, warmSet)
+	defer func(q, sh, pl bool, cp [nChains]int, at string, qo bool, pr prioMode) {
+		sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrio = q, sh, pl, cp, at, qo, pr
+	}(sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrio)
 	// side streams off, on, and (GPU: scheduling only, the same bits) on
 	// with the side GEMVs uncapped and capped at a block per SM
 	// (TILERT_GPU_SIDE_CAP)
@@ -120,29 +120,24 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	// (auto) where the q chain is open (qOpen: GLM-5's q_b), which forks
 	// at q_a uncapped; and (GPU) with the main stream at the
 	// greatest priority (TILERT_GPU_MAIN_PRIO=1), capped as by default and
-	// uncapped, and with the shared expert's side stream raised too (=q);
-	// and with o_proj's weights read into the L2 beside the attention's
-	// tail (TILERT_GPU_L2WARM, warm.go)
+	// uncapped, and with the shared expert's side stream raised too (=q)
 	type sideCfg struct {
 		on, plain bool
 		cap       [nChains]int
 		qAt       string
 		qOpen     bool
 		prio      prioMode
-		warm      warmSpec
 	}
-	warm := warmSpec{pct: 25, period: 4096}
 	dflt := [nChains]int{-1, -1}
 	cfgs := []sideCfg{{cap: dflt}, {on: true, cap: dflt}, {on: true, cap: dflt, qAt: "topk-all"}, {on: true, cap: dflt, qOpen: true},
-		{on: true, cap: dflt, qAt: "scores-all"}, {on: true, cap: dflt, warm: warm}}
+		{on: true, cap: dflt, qAt: "scores-all"}}
 	if kind == onGPU {
 		cfgs = []sideCfg{{cap: dflt}, {on: true, cap: [nChains]int{0, 0}}, {on: true, cap: [nChains]int{1, 1}},
 			{on: true, plain: true, cap: [nChains]int{1, 1}}, {on: true, plain: true, cap: [nChains]int{0, 1}},
 			{on: true, plain: true, cap: [nChains]int{1, 0}}, {on: true, plain: true, cap: dflt, qAt: "topk-all"},
 			{on: true, plain: true, cap: dflt, qOpen: true}, {on: true, plain: true, cap: dflt, qAt: "scores-all"},
 			{on: true, plain: true, cap: dflt, prio: prioMain}, {on: true, plain: true, cap: [nChains]int{0, 0}, prio: prioMain},
-			{on: true, plain: true, cap: dflt, prio: prioQLow}, {on: true, plain: true, cap: dflt, prio: prioAuto},
-			{on: true, plain: true, cap: dflt, prio: prioAuto, warm: warm}, {on: true, plain: true, cap: dflt, prio: prioAuto, warm: warmSpec{pct: 100, period: 4096, blocks: 8}}}
+			{on: true, plain: true, cap: dflt, prio: prioQLow}, {on: true, plain: true, cap: dflt, prio: prioAuto}}
 	}
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
@@ -162,7 +157,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					forks := make([]int, len(cfgs))
 					sideRoutes := make([]int, len(cfgs)) // routings queued on the side stream (none: the shared expert is the side chain)
 					for k, cf := range cfgs {
-						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrio, warmSet = cf.on, cf.on, cf.plain, cf.cap, cf.qAt, cf.qOpen, cf.prio, cf.warm
+						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrio = cf.on, cf.on, cf.plain, cf.cap, cf.qAt, cf.qOpen, cf.prio
 						e := newTestEngine(t, kind, src, opts)
 						if cr, ok := e.m.r.(*cudaRunner); kind == onGPU {
 							want := prioOff
@@ -175,22 +170,12 @@ func testSideStream(t *testing.T, kind deviceKind) {
 						}
 						e.m.graphs.keep = [][]gop{}
 						batch[k] = generateBatch(t, e, prompts, engine.Params{}, n)
-						afterScores := 0           // forks right after a scores launch
-						beforeScores := 0          // forks whose side chain the scores launch follows
-						warms, oprojJoined := 0, 0 // o_proj warm-ups on a side chain; joins right before a GEMV after absorb_v
+						afterScores := 0  // forks right after a scores launch
+						beforeScores := 0 // forks whose side chain the scores launch follows
 						for _, run := range e.m.graphs.keep {
 							side := false
 							for i, op := range run {
 								switch op.name {
-								case "l2Warm":
-									if !side {
-										t.Errorf("%+v: an L2 warm-up on the main stream", cf)
-									}
-									warms++
-								case "absorbV":
-									if i+2 < len(run) && run[i+1].name == "join" && strings.HasPrefix(run[i+2].name, "gemv") {
-										oprojJoined++
-									}
 								case "fork":
 									forks[k]++
 									side = true
@@ -213,9 +198,6 @@ func testSideStream(t *testing.T, kind deviceKind) {
 									}
 								}
 							}
-						}
-						if on := cf.warm.pct > 0; on != (warms > 0) || warms != oprojJoined {
-							t.Errorf("%+v: %d o_proj warm-ups, %d joined right before o_proj", cf, warms, oprojJoined)
 						}
 						if sideRoutes[k] > 0 {
 							t.Errorf("%+v: %d routings on the side stream", cf, sideRoutes[k])

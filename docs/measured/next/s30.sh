@@ -46,6 +46,13 @@ warm)
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
-final) rows ;;
+final) rows
+  # auto's two-row rule on the MTP verify step: call A's three pairs read 5.026 / 5.025 / 4.976 against 4.889 / 5.021 / 4.994
+  for r in 4 5 6 7; do
+    MTP=1 bn deepseek-v3.2 8192 1 mtp-def$r
+    MTP=1 bn deepseek-v3.2 8192 1 mtp-off$r TILERT_GPU_MAIN_PRIO=0
+  done
+  TL=1 bn deepseek-v3.2 131072 1 tl-ds131
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 *) echo "usage: s30.sh lead|warm|check1|check2|gpucheck|final" >&2; exit 2 ;;
 esac

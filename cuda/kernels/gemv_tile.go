@@ -254,12 +254,23 @@ func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
 	sms := k.c.Info().SMs
 	gx := tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), k.tileCap(), sms, nslots)
 	if p, ok := k.tilePlan(a, pair); ok {
-		// One dense slot, not paired: rout is R.
 		capB := k.tileCap()
 		if p.B != 0 {
 			capB = p.B
 		}
-		G, R, v, gx = p.G, p.R, p.V, tilePlanGrid(p, a.N, sms, capB)
+		if a.slots > 0 {
+			// The routed experts' launch (PlanExperts, PlanPair): the
+			// default grid rule over its slots with the plan's shape.
+			G, R, v = p.G, p.R, p.V
+			rout = R
+			if pair {
+				rout = R / 2
+			}
+			gx = tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), capB, sms, nslots)
+		} else {
+			// One dense slot, not paired: rout is R.
+			G, R, v, gx = p.G, p.R, p.V, tilePlanGrid(p, a.N, sms, capB)
+		}
 	}
 	name := fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), v)
 	grid := cuda.D3(gx, nslots, 1)

@@ -202,6 +202,39 @@ func testGemvTile(t *testing.T, tag string) {
 				[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, H, I, slots+M))
 			record(t, fmt.Sprintf("experts split routed | shared, shaped as one E=%d top=%d M=%d", E, top, M)+tag, "differing outputs",
 				float64(diffCount(downF32(c, gu2, (slots+M)*I), guGot)+diffCount(downF32(c, yd2, (slots+M)*H), ydGot)), 0)
+			// The routed launches on pinned plans (SetTilePlan with
+			// PlanPair / PlanExperts, TILERT_GPU_TILE_PLANS' p / e): with
+			// the shape's own G the same bits, else another summation order.
+			if M == 1 {
+				sms := c.Info().SMs
+				gG, _ := tileShape(sms, I, H, 1, slots+M, true)
+				dG, _ := tileShape(sms, H, I, 1, slots+M, false)
+				for _, ps := range []string{"G64/R8_d16/B0", "G64/R4_o4/B0", "G32/R8_o4/B2", "G64/R2_d16/B1", "G128/R8/B0", "G32/R4/B0"} {
+					p := mustPlan(ps)
+					prevG := k.SetTilePlan(I|PlanPair, H, p)
+					prevD := k.SetTilePlan(H|PlanExperts, I, p)
+					gu3, yd3 := a.poisoned(slots*I), a.poisoned(slots*H)
+					chk(k.ExpertsFP8Shaped(s, gu3, hp, H, top, 0, [2]cuda.DevPtr{tabW[0], tabW[1]}, [2]cuda.DevPtr{tabS[0], tabS[1]}, idp, slots,
+						[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, I, H, slots+M))
+					chk(k.ExpertsFP8Shaped(s, yd3, gu, I, 1, slots, [2]cuda.DevPtr{tabW[2]}, [2]cuda.DevPtr{tabS[2]}, idp, slots,
+						[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, H, I, slots+M))
+					k.SetTilePlan(I|PlanPair, H, prevG)
+					k.SetTilePlan(H|PlanExperts, I, prevD)
+					g3, d3 := downF32(c, gu3, slots*I), downF32(c, yd3, slots*H)
+					name := fmt.Sprintf("experts E=%d top=%d H=%d I=%d pinned %s", E, top, H, I, ps) + tag
+					if p.G == gG {
+						record(t, name+" gate/up == unpinned", "differing outputs", float64(diffCount(g3, guGot[:slots*I])), 0)
+					} else {
+						record(t, name+" gate/up (another sum order)", relMetric, relErr(g3, guRef[:slots*I]), boundF32)
+					}
+					// down on the unpinned gate/up output: its reference
+					if p.G == dG {
+						record(t, name+" down == unpinned", "differing outputs", float64(diffCount(d3, ydGot[:slots*H])), 0)
+					} else {
+						record(t, name+" down (another sum order)", relMetric, relErr(d3, ydRef[:slots*H]), boundF32)
+					}
+				}
+			}
 			out := a.poisoned(M * H)
 			chk(k.MoECombineSlots(s, out, yd, a.up(wsum), yd.Add(int64(4*slots*H)), M, top, H))
 			cRef := make([]float64, M*H)
@@ -290,4 +323,11 @@ func TestTileVariant(t *testing.T) {
 			t.Errorf("rule %d: variant %q, want the plain kernel", rule, got)
 		}
 	}
+}
+
+// mustPlan is ParseTilePlan for a plan the test writes itself.
+func mustPlan(s string) TilePlan {
+	p, err := ParseTilePlan(s)
+	chk(err)
+	return p
 }

@@ -76,12 +76,33 @@ func (k *Set) SetTilePlan(N, K int, p TilePlan) (prev TilePlan) {
 	return prev
 }
 
+// PlanExperts and PlanPair mark a SetTilePlan shape's N as the routed
+// experts' one-row launches rather than a dense GEMV: N|PlanExperts the
+// experts' down projection (N rows of K a slot), N|PlanPair their paired
+// gate/up (N rows each). Their plans keep the launch's grid rule over the
+// slots (tileGridX; B caps blocks an SM); _d16s is a one-slot plan.
+const (
+	PlanExperts = 1 << 30
+	PlanPair    = 2 << 30
+)
+
 // tilePlan is the pinned plan of launch a, if any.
 func (k *Set) tilePlan(a tileLaunch, pair bool) (TilePlan, bool) {
-	if len(k.plans) == 0 || a.bf16 || pair || a.slots != 0 || a.dense != 1 || a.M != 1 || a.shapeSlots != 0 {
+	if len(k.plans) == 0 || a.bf16 || a.M != 1 {
 		return TilePlan{}, false
 	}
-	p, ok := k.plans[[2]int{a.N, a.K}]
+	// A routed launch shaped as another's (ExpertsFP8Shaped, beside the
+	// shared expert's) takes its pin too: the pin sets the shape.
+	key := [2]int{a.N, a.K}
+	switch {
+	case a.slots > 0 && a.dense == 0 && pair:
+		key[0] |= PlanPair
+	case a.slots > 0 && a.dense == 0:
+		key[0] |= PlanExperts
+	case pair || a.slots != 0 || a.dense != 1 || a.shapeSlots != 0:
+		return TilePlan{}, false
+	}
+	p, ok := k.plans[key]
 	return p, ok
 }
 

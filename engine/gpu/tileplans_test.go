@@ -34,6 +34,16 @@ func TestParseTilePlans(t *testing.T) {
 		{"16384x2048=G64/R3/B0", nil, "16384x2048"},
 		{"16384x2048=0", nil, "has no plan"},
 		{"16384x2048=G64/R8/B0,16384x2048=G64/R4/B0", nil, "pinned twice"},
+		// the routed experts' launches: down (e) and paired gate/up (p), apart from a dense pin of the same shape
+		{"e7168x2048=G64/R8_d16/B0,p2048x7168=G64/R4_o4/B2,7168x2048=G64/R8/B0", map[[2]int]kernels.TilePlan{
+			{7168 | kernels.PlanExperts, 2048}: plan("G64/R8_d16/B0"), {2048 | kernels.PlanPair, 7168}: plan("G64/R4_o4/B2"),
+			{7168, 2048}: plan("G64/R8/B0")}, ""},
+		{"e7168x2048=G64/R8_d16s/B0", nil, "not a plan for the routed experts"},
+		{"p2048x7168=G64/R1/B0", nil, "not a plan for the routed experts"},
+		{"e7168x2048=G64/R8/B0,e7168x2048=G64/R4/B0", nil, "pinned twice"},
+		{"x7168x2048=G64/R8/B0", nil, "not NxK=PLAN"},
+		{"ee7168x2048=G64/R8/B0", nil, "not NxK=PLAN"},
+		{"e1073741824x2048=G64/R8/B0", nil, "not NxK=PLAN"},
 	} {
 		got, err := parseTilePlans(c.in)
 		switch {

@@ -1,7 +1,7 @@
 # Session 29's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
 # (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
 # issue each call right after the last (a machine stays warm ~30 s).
-# Usage: bash docs/measured/next/s30.sh lead|warm|check1|check2|gpucheck|final
+# Usage: bash docs/measured/next/s30.sh lead|warm|plans|check1|check2|gpucheck|final
 #  lead (~5 min; engine.test, kernels.test, tilert): what session 29 built after its device time.
 #    - The load: --dummy-weights sends each vocabulary table and the head as one period and fills it on the device
 #      (engine/gpu weights.go periodic). Session 29's rows read `loaded in` 16.4-18.4 s; each row's header says it now.
@@ -43,6 +43,26 @@ warm)
   abab glm-5 8192 1 w25g TILERT_GPU_L2WARM=25
   TL=1 bn deepseek-v3.2 8192 1 tl-w25 TILERT_GPU_L2WARM=25
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+plans)
+  # The routed experts' launches on pinned tile plans (TILERT_GPU_TILE_PLANS e / p, session 30; NOT RUN before): the
+  # down GEMV streams ~3.5 TB/s in the 1-slot trace (132 MB in 37 us with the shared expert's), the gate/up ~3.8.
+  tst kernels cuda/kernels 200 'TestKernelGemvTile$|TestKernelTilePlanBitwise$'; cnt kernels
+  tst engine engine/gpu 100 'TestParseTilePlans$|TestTilePlansPin$'; cnt engine
+  E=TILERT_GPU_TILE_PLANS
+  bn deepseek-v3.2 8192 1 p-A1
+  for d in G64/R8_d16/B0 G64/R4_o4/B0 G64/R8_o4/B4 G64/R8/B0 G64/R4_d16/B0 G32/R8_o4/B0 G128/R8_d16/B0; do
+    bn deepseek-v3.2 8192 1 "d-${d//\//_}" $E=e7168x2048=$d; done
+  bn deepseek-v3.2 8192 1 p-A2
+  for g in G64/R8_o4/B0 G64/R4_d16/B0 G64/R8_d16/B2 G128/R8_d16/B0 G32/R8_d16/B0; do
+    bn deepseek-v3.2 8192 1 "g-${g//\//_}" $E=p2048x7168=$g; done
+  bn deepseek-v3.2 8192 1 p-A3
+  # the fastest of each, together, A/B/A/B, and at 4 slots
+  bd=$(grep '^d-' $R/summary.txt | sort -k5 -n | head -1 | awk '{print $2}' | sed 's/.*=//')
+  bg=$(grep '^g-' $R/summary.txt | sort -k5 -n | head -1 | awk '{print $2}' | sed 's/.*=//')
+  echo "best down $bd, best gate/up $bg" | tee -a $R/summary.txt
+  abab deepseek-v3.2 8192 1 best $E=e7168x2048=$bd,p2048x7168=$bg
+  abab deepseek-v3.2 8192 4 best4 $E=e7168x2048=$bd,p2048x7168=$bg
+  save ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
@@ -54,5 +74,5 @@ final) rows
   done
   TL=1 bn deepseek-v3.2 131072 1 tl-ds131
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
-*) echo "usage: s30.sh lead|warm|check1|check2|gpucheck|final" >&2; exit 2 ;;
+*) echo "usage: s30.sh lead|warm|plans|check1|check2|gpucheck|final" >&2; exit 2 ;;
 esac

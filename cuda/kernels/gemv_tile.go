@@ -110,6 +110,49 @@ func tileVariant3(G, R, C int) string {
 	return ""
 }
 
+// tileLaunchShape is a tile launch's group size, rows per group and variant
+// (before a pinned plan) for N rows of kbytes bytes, M input rows of esize
+// weights, shaped as shapeAs slots; experts: the launch has routed slots or
+// is shaped as one that has (ExpertsFP8Shaped).
+func tileLaunchShape(sms, N, kbytes, M, esize, shapeAs int, pair, experts bool) (G, R int, v string) {
+	G, R = tileShape(sms, N, kbytes, M, shapeAs, pair)
+	v = tileVariant(G, R, kbytes, M, esize)
+	if M == 1 && esize == 1 && experts {
+		G, v = oneRowExperts(G, R, v, pair, shapeAs)
+	}
+	return G, R, v
+}
+
+// OneRowExperts: a MoE layer's expert launches of one input row (the routed
+// slots and the shared expert, at most 9 slots shaped together) stream their
+// gate/up on `_o4` and their down with groups of 32 threads (oneRowExperts).
+// Measured on the H200 with the routed launches pinned (session 30 calls
+// E-F, docs/measured/h200-2026-12-04-s30): DeepSeek-V3.2 dims 1 slot 2.600 /
+// 2.599 against 2.625 / 2.622 ms at 8192, 2.756 / 2.754 against 2.775 /
+// 2.777 at 131072; GLM-5 dims the same (2.679 / 2.684 against 2.683 /
+// 2.683); at 2 slots (16 slots a launch) +44 us and at 4 +57, so only
+// launches of a single row's experts. The engine turns it off with
+// TILERT_GPU_EXPERT_SHAPE=0. The down's G=32 sums in another order than
+// G=64 (the same floats up to float32 rounding).
+var OneRowExperts = true
+
+// oneRowExperts is OneRowExperts' shape for a launch of a single row's
+// experts shaped as shapeAs slots: the paired gate/up on `_o4` (four blocks
+// an SM, 8 loads in flight a thread), the down's short rows (`_o4` at
+// G = 64) on groups of 32. Pinned test shapes (forceTileG, forceTileV) win.
+func oneRowExperts(G, R int, v string, pair bool, shapeAs int) (int, string) {
+	if !OneRowExperts || shapeAs < 2 || shapeAs > 9 || forceTileG != 0 || forceTileV != "" || R < 4 {
+		return G, v
+	}
+	switch {
+	case pair && v == "_d16":
+		return G, "_o4"
+	case !pair && v == "_o4" && G == 64:
+		return 32, "_o4"
+	}
+	return G, v
+}
+
 // tileMM is the compiled row bound for M rows.
 func tileMM(M int) int {
 	for _, mm := range []int{1, 2, 4, 8} {
@@ -244,14 +287,12 @@ func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
 	if a.shapeSlots > 0 {
 		shapeAs = a.shapeSlots
 	}
-	G, R := tileShape(k.c.Info().SMs, a.N, a.K*esize, a.M, shapeAs, pair)
-
+	sms := k.c.Info().SMs
+	G, R, v := tileLaunchShape(sms, a.N, a.K*esize, a.M, esize, shapeAs, pair, a.slots > 0 || a.shapeSlots > 0)
 	rout := R
 	if pair {
 		rout = R / 2
 	}
-	v := tileVariant(G, R, a.K*esize, a.M, esize)
-	sms := k.c.Info().SMs
 	gx := tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), k.tileCap(), sms, nslots)
 	if p, ok := k.tilePlan(a, pair); ok {
 		capB := k.tileCap()

@@ -207,8 +207,8 @@ func testGemvTile(t *testing.T, tag string) {
 			// the shape's own G the same bits, else another summation order.
 			if M == 1 {
 				sms := c.Info().SMs
-				gG, _ := tileShape(sms, I, H, 1, slots+M, true)
-				dG, _ := tileShape(sms, H, I, 1, slots+M, false)
+				gG, _, _ := tileLaunchShape(sms, I, H, 1, 1, slots+M, true, true)
+				dG, _, _ := tileLaunchShape(sms, H, I, 1, 1, slots+M, false, true)
 				for _, ps := range []string{"G64/R8_d16/B0", "G64/R4_o4/B0", "G32/R8_o4/B2", "G64/R2_d16/B1", "G128/R8/B0", "G32/R4/B0"} {
 					p := mustPlan(ps)
 					prevG := k.SetTilePlan(I|PlanPair, H, p)
@@ -330,4 +330,43 @@ func mustPlan(s string) TilePlan {
 	p, err := ParseTilePlan(s)
 	chk(err)
 	return p
+}
+
+// TestTileLaunchShape: a single row's expert launches (at most 9 slots
+// shaped together, routed or shaped as a routed one) take OneRowExperts'
+// shapes; several rows' launches, dense GEMVs and OneRowExperts off keep
+// the rule's.
+func TestTileLaunchShape(t *testing.T) {
+	defer func(r int, on bool) { TileRule, OneRowExperts = r, on }(TileRule, OneRowExperts)
+	TileRule = 3
+	type shape struct {
+		G, R int
+		v    string
+	}
+	for _, cs := range []struct {
+		N, K, M, shapeAs int
+		pair, experts    bool
+		on, off          shape
+	}{
+		{2048, 7168, 1, 9, true, true, shape{64, 8, "_o4"}, shape{64, 8, "_d16"}},   // DeepSeek-V3.2 gate/up, one row
+		{7168, 2048, 1, 9, false, true, shape{32, 8, "_o4"}, shape{64, 8, "_o4"}},   // its down
+		{2048, 6144, 1, 9, true, true, shape{64, 8, "_o4"}, shape{64, 8, "_d16"}},   // GLM-5
+		{6144, 2048, 1, 9, false, true, shape{32, 8, "_o4"}, shape{64, 8, "_o4"}},   //
+		{7168, 2048, 1, 18, false, true, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}},  // two rows: unchanged
+		{2048, 7168, 1, 36, true, true, shape{64, 8, "_d16"}, shape{64, 8, "_d16"}}, // four rows
+		{7168, 2048, 1, 1, false, false, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}},  // a dense GEMV
+		{7168, 2048, 4, 9, false, true, shape{64, 8, ""}, shape{64, 8, ""}},         // several input rows a slot
+	} {
+		for _, on := range []bool{true, false} {
+			OneRowExperts = on
+			want := cs.off
+			if on {
+				want = cs.on
+			}
+			G, R, v := tileLaunchShape(132, cs.N, cs.K, cs.M, 1, cs.shapeAs, cs.pair, cs.experts)
+			if (shape{G, R, v}) != want {
+				t.Errorf("%+v OneRowExperts=%v: G=%d R=%d %q, want %+v", cs, on, G, R, v, want)
+			}
+		}
+	}
 }

@@ -325,6 +325,15 @@ func init() {
 	}
 }
 
+// TILERT_GPU_EXPERT_SHAPE=0 keeps a single row's expert launches on the
+// tile rule's shapes (kernels.OneRowExperts: gate/up on _o4, the down on
+// groups of 32, the default since session 30).
+func init() {
+	if os.Getenv("TILERT_GPU_EXPERT_SHAPE") == "0" {
+		kernels.OneRowExperts = false
+	}
+}
+
 // tileRuleOf is the tile rule TILERT_GPU_GEMV_TILE names (0: the default).
 func tileRuleOf(mode string) int {
 	switch mode {

@@ -236,6 +236,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
 		{"TILERT_GPU_EPI_ROWS", []string{"", "0", "1"},
 			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
+		{"TILERT_GPU_EXPERT_SHAPE", []string{"", "0", "1"},
+			"unset it (or 1) for a single row's expert launches on their own shapes (gate/up _o4, down groups of 32: kernels.OneRowExperts), 0 for the tile rule's"},
 		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},
 			"unset it (or 1) for a decode MoE layer's combine fused with the next add + RMSNorm (one launch), 0 for the two launches"},
 	} {

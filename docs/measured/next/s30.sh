@@ -1,7 +1,7 @@
 # Session 29's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
 # (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
 # issue each call right after the last (a machine stays warm ~30 s).
-# Usage: bash docs/measured/next/s30.sh lead|warm|plans|check1|check2|gpucheck|final
+# Usage: bash docs/measured/next/s30.sh lead|warm|plans|shape|check1|check2|gpucheck|final
 #  lead (~5 min; engine.test, kernels.test, tilert): what session 29 built after its device time.
 #    - The load: --dummy-weights sends each vocabulary table and the head as one period and fills it on the device
 #      (engine/gpu weights.go periodic). Session 29's rows read `loaded in` 16.4-18.4 s; each row's header says it now.
@@ -63,6 +63,15 @@ plans)
   abab deepseek-v3.2 8192 1 best $E=e7168x2048=$bd,p2048x7168=$bg
   abab deepseek-v3.2 8192 4 best4 $E=e7168x2048=$bd,p2048x7168=$bg
   save ;;
+shape)
+  # kernels.OneRowExperts, the default from this build (calls E-F's winning pins as a rule for a single row's experts;
+  # TILERT_GPU_EXPERT_SHAPE=0 goes back): gpu-check's first half, the A/Bs, the README's rows, the second half.
+  check1
+  abab deepseek-v3.2 8192 1 sh TILERT_GPU_EXPERT_SHAPE=0
+  abab deepseek-v3.2 131072 1 shl TILERT_GPU_EXPERT_SHAPE=0
+  abab glm-5 8192 1 shg TILERT_GPU_EXPERT_SHAPE=0
+  rows
+  check2 ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
@@ -74,5 +83,5 @@ final) rows
   done
   TL=1 bn deepseek-v3.2 131072 1 tl-ds131
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
-*) echo "usage: s30.sh lead|warm|plans|check1|check2|gpucheck|final" >&2; exit 2 ;;
+*) echo "usage: s30.sh lead|warm|plans|shape|check1|check2|gpucheck|final" >&2; exit 2 ;;
 esac

@@ -112,32 +112,37 @@ func tileVariant3(G, R, C int) string {
 
 // tileLaunchShape is a tile launch's group size, rows per group and variant
 // (before a pinned plan) for N rows of kbytes bytes, M input rows of esize
-// weights, shaped as shapeAs slots; experts: the launch has routed slots or
-// is shaped as one that has (ExpertsFP8Shaped).
-func tileLaunchShape(sms, N, kbytes, M, esize, shapeAs int, pair, experts bool) (G, R int, v string) {
+// weights, shaped as shapeAs slots; routed: the launch runs routed expert
+// slots and no dense (shared expert) slot.
+func tileLaunchShape(sms, N, kbytes, M, esize, shapeAs int, pair, routed bool) (G, R int, v string) {
 	G, R = tileShape(sms, N, kbytes, M, shapeAs, pair)
 	v = tileVariant(G, R, kbytes, M, esize)
-	if M == 1 && esize == 1 && experts {
+	if M == 1 && esize == 1 && routed {
 		G, v = oneRowExperts(G, R, v, pair, shapeAs)
 	}
 	return G, R, v
 }
 
-// OneRowExperts: a MoE layer's expert launches of one input row (the routed
-// slots and the shared expert, at most 9 slots shaped together) stream their
-// gate/up on `_o4` and their down with groups of 32 threads (oneRowExperts).
-// Measured on the H200 with the routed launches pinned (session 30 calls
-// E-F, docs/measured/h200-2026-12-04-s30): DeepSeek-V3.2 dims 1 slot 2.600 /
-// 2.599 against 2.625 / 2.622 ms at 8192, 2.756 / 2.754 against 2.775 /
-// 2.777 at 131072; GLM-5 dims the same (2.679 / 2.684 against 2.683 /
-// 2.683); at 2 slots (16 slots a launch) +44 us and at 4 +57, so only
-// launches of a single row's experts. The engine turns it off with
-// TILERT_GPU_EXPERT_SHAPE=0. The down's G=32 sums in another order than
-// G=64 (the same floats up to float32 rounding).
+// OneRowExperts: a MoE layer's routed-expert launches of one input row (at
+// most 9 slots shaped together, no shared expert slot in the launch) stream
+// their gate/up on `_o4` and their down with groups of 32 threads
+// (oneRowExperts). Measured on the H200 with the routed launches pinned
+// (session 30 calls E-F and H, docs/measured/h200-2026-12-04-s30):
+// DeepSeek-V3.2 dims 1 slot 2.600 / 2.599 against 2.625 / 2.622 ms at 8192
+// (call H: 2.606 / 2.606 against 2.629 / 2.627), 2.756 / 2.754 against
+// 2.775 / 2.777 at 131072; GLM-5 dims the same (2.679 / 2.684 against 2.683
+// / 2.683); at 2 slots (16 slots a launch) +44 us and at 4 +57, so only a
+// single row's. The shared expert's launch (beside them on the side stream,
+// capped) keeps the rule's shapes: with it on these shapes too (call G) the
+// gain was gone (2.620 / 2.625 against 2.628 / 2.624). So the launch of
+// routed and shared slots together (side streams off) keeps the rule's
+// shapes, and the split launches sum the routed down in another order than
+// it (G 32 against 64: the same floats up to float32 rounding). The engine
+// turns it off with TILERT_GPU_EXPERT_SHAPE=0.
 var OneRowExperts = true
 
 // oneRowExperts is OneRowExperts' shape for a launch of a single row's
-// experts shaped as shapeAs slots: the paired gate/up on `_o4` (four blocks
+// routed experts shaped as shapeAs slots: the paired gate/up on `_o4` (four blocks
 // an SM, 8 loads in flight a thread), the down's short rows (`_o4` at
 // G = 64) on groups of 32. Pinned test shapes (forceTileG, forceTileV) win.
 func oneRowExperts(G, R int, v string, pair bool, shapeAs int) (int, string) {
@@ -288,7 +293,7 @@ func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
 		shapeAs = a.shapeSlots
 	}
 	sms := k.c.Info().SMs
-	G, R, v := tileLaunchShape(sms, a.N, a.K*esize, a.M, esize, shapeAs, pair, a.slots > 0 || a.shapeSlots > 0)
+	G, R, v := tileLaunchShape(sms, a.N, a.K*esize, a.M, esize, shapeAs, pair, a.slots > 0 && a.dense == 0)
 	rout := R
 	if pair {
 		rout = R / 2

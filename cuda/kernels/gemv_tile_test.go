@@ -207,8 +207,9 @@ func testGemvTile(t *testing.T, tag string) {
 			// the shape's own G the same bits, else another summation order.
 			if M == 1 {
 				sms := c.Info().SMs
-				gG, _, _ := tileLaunchShape(sms, I, H, 1, 1, slots+M, true, true)
-				dG, _, _ := tileLaunchShape(sms, H, I, 1, 1, slots+M, false, true)
+				// the unpinned reference: one launch of routed and shared slots
+				gG, _, _ := tileLaunchShape(sms, I, H, 1, 1, slots+M, true, false)
+				dG, _, _ := tileLaunchShape(sms, H, I, 1, 1, slots+M, false, false)
 				for _, ps := range []string{"G64/R8_d16/B0", "G64/R4_o4/B0", "G32/R8_o4/B2", "G64/R2_d16/B1", "G128/R8/B0", "G32/R4/B0"} {
 					p := mustPlan(ps)
 					prevG := k.SetTilePlan(I|PlanPair, H, p)
@@ -332,10 +333,10 @@ func mustPlan(s string) TilePlan {
 	return p
 }
 
-// TestTileLaunchShape: a single row's expert launches (at most 9 slots
-// shaped together, routed or shaped as a routed one) take OneRowExperts'
-// shapes; several rows' launches, dense GEMVs and OneRowExperts off keep
-// the rule's.
+// TestTileLaunchShape: a single row's routed-expert launches (at most 9
+// slots shaped together, no shared slot) take OneRowExperts' shapes;
+// several rows' launches, the shared expert's, dense GEMVs and
+// OneRowExperts off keep the rule's.
 func TestTileLaunchShape(t *testing.T) {
 	defer func(r int, on bool) { TileRule, OneRowExperts = r, on }(TileRule, OneRowExperts)
 	TileRule = 3
@@ -345,7 +346,7 @@ func TestTileLaunchShape(t *testing.T) {
 	}
 	for _, cs := range []struct {
 		N, K, M, shapeAs int
-		pair, experts    bool
+		pair, routed     bool
 		on, off          shape
 	}{
 		{2048, 7168, 1, 9, true, true, shape{64, 8, "_o4"}, shape{64, 8, "_d16"}},   // DeepSeek-V3.2 gate/up, one row
@@ -363,7 +364,7 @@ func TestTileLaunchShape(t *testing.T) {
 			if on {
 				want = cs.on
 			}
-			G, R, v := tileLaunchShape(132, cs.N, cs.K, cs.M, 1, cs.shapeAs, cs.pair, cs.experts)
+			G, R, v := tileLaunchShape(132, cs.N, cs.K, cs.M, 1, cs.shapeAs, cs.pair, cs.routed)
 			if (shape{G, R, v}) != want {
 				t.Errorf("%+v OneRowExperts=%v: G=%d R=%d %q, want %+v", cs, on, G, R, v, want)
 			}

@@ -325,7 +325,7 @@ func init() {
 	}
 }
 
-// TILERT_GPU_EXPERT_SHAPE=0 keeps a single row's expert launches on the
+// TILERT_GPU_EXPERT_SHAPE=0 keeps a single row's routed-expert launches on the
 // tile rule's shapes (kernels.OneRowExperts: gate/up on _o4, the down on
 // groups of 32, the default since session 30).
 func init() {

@@ -1,0 +1,29 @@
+# Session 30's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
+# (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
+# issue each call right after the last (a machine stays warm ~30 s).
+# Usage: bash docs/measured/next/s31.sh lead|check1|check2|gpucheck|final
+#  lead (~4 min; kernels.test, engine.test, tilert): kernels.OneRowExperts as session 30 left it (5da8487), built after its
+#    device time and NOT RUN: a single row's routed-expert launches (8 slots shaped as 9, no shared slot) stream their
+#    gate/up on _o4 and their down on groups of 32; the shared expert's launch keeps the tile rule's shapes. Session 30
+#    timed exactly these launches through pins (TILERT_GPU_TILE_PLANS e/p: 2.600 / 2.599 and 2.606 / 2.606 against
+#    2.625 / 2.622 and 2.629 / 2.627 at 8192; 2.756 / 2.754 against 2.775 / 2.777 at 131072; GLM-5 unchanged) and the
+#    rule on the shared expert's launch too (no gain). If the default does not read ~-20 us against
+#    TILERT_GPU_EXPERT_SHAPE=0 at 8192 and 131072, set kernels.OneRowExperts false and say why.
+#  check1 / check2 / gpucheck / final: as plan.sh (gpucheck on the rule's final form: session 30 ran it on fac949a only).
+NAME=s31; . docs/measured/next/plan.sh "$1"
+case "$P" in
+lead)
+  tst kernels cuda/kernels 200 'TestKernelGemvTile$|TestKernelTileVariantsBitwise$|TestTileLaunchShape$|TestKernelTilePlanBitwise$'; cnt kernels
+  tst engine engine/gpu 300 'TestGPUSideStreamSameTokens$|TestGPUGreedyMatchesCPU$'; cnt engine
+  abab deepseek-v3.2 8192 1 rule TILERT_GPU_EXPERT_SHAPE=0
+  abab deepseek-v3.2 131072 1 rulel TILERT_GPU_EXPERT_SHAPE=0
+  abab glm-5 8192 1 ruleg TILERT_GPU_EXPERT_SHAPE=0
+  bn deepseek-v3.2 8192 2,4 several; bn deepseek-v3.2 8192 2,4 several0 TILERT_GPU_EXPERT_SHAPE=0
+  TL=1 bn deepseek-v3.2 8192 1 tl-rule
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+check1) check1 ;;
+check2) check2 ;;
+gpucheck) gpucheck ;;
+final) rows ;;
+*) echo "usage: s31.sh lead|check1|check2|gpucheck|final" >&2; exit 2 ;;
+esac

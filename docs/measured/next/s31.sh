@@ -1,7 +1,7 @@
 # Session 30's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
 # (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
 # issue each call right after the last (a machine stays warm ~30 s).
-# Usage: bash docs/measured/next/s31.sh lead|check1|check2|gpucheck|final
+# Usage: bash docs/measured/next/s31.sh lead|sweep|check1|check2|gpucheck|final
 #  lead (~4 min; kernels.test, engine.test, tilert): kernels.OneRowExperts as session 30 left it (5da8487), built after its
 #    device time and NOT RUN: a single row's routed-expert launches (8 slots shaped as 9, no shared slot) stream their
 #    gate/up on _o4 and their down on groups of 32; the shared expert's launch keeps the tile rule's shapes. Session 30
@@ -9,6 +9,7 @@
 #    2.625 / 2.622 and 2.629 / 2.627 at 8192; 2.756 / 2.754 against 2.775 / 2.777 at 131072; GLM-5 unchanged) and the
 #    rule on the shared expert's launch too (no gain). If the default does not read ~-20 us against
 #    TILERT_GPU_EXPERT_SHAPE=0 at 8192 and 131072, set kernels.OneRowExperts false and say why.
+#  sweep (~2 min, env only): the routed experts' tile plans at 2 and 4 slots.
 #  check1 / check2 / gpucheck / final: as plan.sh (gpucheck on the rule's final form: session 30 ran it on fac949a only).
 NAME=s31; . docs/measured/next/plan.sh "$1"
 case "$P" in
@@ -21,9 +22,20 @@ lead)
   bn deepseek-v3.2 8192 2,4 several; bn deepseek-v3.2 8192 2,4 several0 TILERT_GPU_EXPERT_SHAPE=0
   TL=1 bn deepseek-v3.2 8192 1 tl-rule
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+sweep)
+  # Env only (~2 min): the routed experts' plans at 2 and 4 slots (16 / 32 slots a launch), where session 30's one-row
+  # pair lost (+44 / +57 us). If one wins twice, OneRowExperts' rule can take that shape there (kernels gemv_tile.go).
+  E=TILERT_GPU_TILE_PLANS
+  for b in 2 4; do
+    bn deepseek-v3.2 8192 $b sw$b-A1
+    for d in G64/R8_d16/B0 G64/R4_o4/B0 G128/R8_o4/B0 G32/R8_o4/B0; do bn deepseek-v3.2 8192 $b "sw$b-d-${d//\//_}" $E=e7168x2048=$d; done
+    for g in G64/R8_o4/B0 G128/R8_d16/B0 G64/R4_d16/B0; do bn deepseek-v3.2 8192 $b "sw$b-g-${g//\//_}" $E=p2048x7168=$g; done
+    bn deepseek-v3.2 8192 $b sw$b-A2
+  done
+  save ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s31.sh lead|check1|check2|gpucheck|final" >&2; exit 2 ;;
+*) echo "usage: s31.sh lead|sweep|check1|check2|gpucheck|final" >&2; exit 2 ;;
 esac

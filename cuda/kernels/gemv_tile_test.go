@@ -371,3 +371,67 @@ func TestTileLaunchShape(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelTileM2D16Bitwise: with TileM2D16 a dense fp8 GEMV of two input
+// rows runs gemv_tile_fp8_r4_m2_d16 and gives the plain r8_m2 launch's
+// floats bit for bit (the same per-thread chunk order), uncapped and capped
+// at 2 blocks an SM, and both are within float32 bounds of the reference.
+func TestKernelTileM2D16Bitwise(t *testing.T) {
+	defer func(r int, on bool) { TileRule, TileM2D16 = r, on }(TileRule, TileM2D16)
+	defer func() { forceTileB = 0 }()
+	TileRule = 3
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		for _, cs := range []struct{ N, K, pad int }{{7168, 16384, 0}, {1000, 1536, 4}, {6144, 16384, 0}, {300, 2048, 8}} {
+			N, K, M := cs.N, cs.K, 2
+			ldx := K + cs.pad
+			w := randFP8(r, N*K)
+			sc := randScales(r, cdiv(N, 128)*cdiv(K, 128), -8)
+			x := randF32(r, M*ldx, 1)
+			wp, sp, xp := a.up(w), a.up(sc), a.up(x)
+			ref := refGemv(fp8At(w, sc, K), x, nil, N, K, M, ldx, N)
+			run := func(on bool, b int) []float32 {
+				TileM2D16, forceTileB = on, b
+				y := a.poisoned(M * N)
+				chk(k.GemvFP8Tile(s, y, xp, wp, sp, 0, N, K, M, ldx, N))
+				return downF32(c, y, M*N)
+			}
+			plain := run(false, 0)
+			tag := fmt.Sprintf("N=%d K=%d M=2 ldx=%d", N, K, ldx)
+			record(t, "tile m2 plain "+tag, relMetric, relErr(plain, ref), boundF32)
+			for _, b := range []int{0, 2} {
+				record(t, fmt.Sprintf("tile m2 _d16 (r4) B=%d == plain r8: %s", b, tag), "differing outputs",
+					float64(diffCount(run(true, b), plain)), 0)
+			}
+		}
+	})
+}
+
+// TestTileM2D16Shape: TileM2D16 takes a dense fp8 launch of two rows only.
+func TestTileM2D16Shape(t *testing.T) {
+	defer func(r int, on bool) { TileRule, TileM2D16 = r, on }(TileRule, TileM2D16)
+	TileRule = 3
+	for _, cs := range []struct {
+		N, K, M, esize int
+		pair, routed   bool
+		want           string // R and variant with TileM2D16 on
+	}{
+		{7168, 16384, 2, 1, false, false, "4_d16"},
+		{1000, 1536, 2, 1, false, false, "2"},      // a grid too small for R 8: tileShape's R 2, unchanged
+		{7168, 16384, 1, 1, false, false, "8_d16"}, // one row: rule 3's
+		{7168, 16384, 4, 1, false, false, "8"},     // four rows: the plain kernel
+		{7168, 8192, 2, 2, false, false, "8"},      // bf16
+		{2048, 7168, 2, 1, true, false, "8"},       // a gate/up pair
+	} {
+		TileM2D16 = true
+		_, R, v := tileLaunchShape(132, cs.N, cs.K*cs.esize, cs.M, cs.esize, 1, cs.pair, cs.routed)
+		if got := fmt.Sprintf("%d%s", R, v); got != cs.want {
+			t.Errorf("%+v: R%s, want R%s", cs, got, cs.want)
+		}
+		TileM2D16 = false
+		_, R0, v0 := tileLaunchShape(132, cs.N, cs.K*cs.esize, cs.M, cs.esize, 1, cs.pair, cs.routed)
+		if cs.M == 2 && v0 != "" {
+			t.Errorf("%+v off: R%d%s, want a plain two-row kernel", cs, R0, v0)
+		}
+	}
+}

@@ -238,6 +238,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
 		{"TILERT_GPU_EXPERT_SHAPE", []string{"", "0", "1"},
 			"unset it (or 1) for a single row's routed-expert launches on their own shapes (gate/up _o4, down groups of 32: kernels.OneRowExperts), 0 for the tile rule's"},
+		{"TILERT_GPU_TILE_M2", []string{"", "0", "d16"},
+			"unset it (or 0) for the plain tile kernel at two rows, d16 for gemv_tile_fp8_r4_m2_d16 (16 loads in flight: kernels.TileM2D16, opt-in)"},
 		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},
 			"unset it (or 1) for a decode MoE layer's combine fused with the next add + RMSNorm (one launch), 0 for the two launches"},
 	} {

@@ -1,7 +1,7 @@
 # Session 30's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
 # (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
 # issue each call right after the last (a machine stays warm ~30 s).
-# Usage: bash docs/measured/next/s31.sh lead|sweep|check1|check2|gpucheck|final
+# Usage: bash docs/measured/next/s31.sh lead|sweep|m2|check1|check2|gpucheck|final
 #  lead (~4 min; kernels.test, engine.test, tilert): kernels.OneRowExperts as session 30 left it (5da8487), built after its
 #    device time and NOT RUN: a single row's routed-expert launches (8 slots shaped as 9, no shared slot) stream their
 #    gate/up on _o4 and their down on groups of 32; the shared expert's launch keeps the tile rule's shapes. Session 30
@@ -10,6 +10,7 @@
 #    rule on the shared expert's launch too (no gain). If the default does not read ~-20 us against
 #    TILERT_GPU_EXPERT_SHAPE=0 at 8192 and 131072, set kernels.OneRowExperts false and say why.
 #  sweep (~2 min, env only): the routed experts' tile plans at 2 and 4 slots.
+#  m2 (~3 min): TILERT_GPU_TILE_M2=d16 (kernels.TileM2D16, NOT RUN): checks, 2 slots and MTP A/Bs, a trace.
 #  check1 / check2 / gpucheck / final: as plan.sh (gpucheck on the rule's final form: session 30 ran it on fac949a only).
 NAME=s31; . docs/measured/next/plan.sh "$1"
 case "$P" in
@@ -33,9 +34,20 @@ sweep)
     bn deepseek-v3.2 8192 $b sw$b-A2
   done
   save ;;
+m2)
+  # kernels.TileM2D16 (TILERT_GPU_TILE_M2=d16, opt-in, built in session 30 after its device time, NOT RUN): the dense
+  # fp8 GEMVs of two rows (o_proj at 2 slots and in the MTP verify: 39.2 us charged against 32.7 at one row on _d16)
+  # on gemv_tile_fp8_r4_m2_d16, 16 loads in flight. Checks, then 2 slots A/B/A/B and three MTP pairs.
+  tst kernels cuda/kernels 200 'TestKernelTileM2D16Bitwise$|TestNVRTCTileLoadsInFlight$'; cnt kernels
+  (export TILERT_GPU_TILE_M2=d16; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUSideStreamSameTokens$'); cnt engine
+  abab deepseek-v3.2 8192 2 m2 TILERT_GPU_TILE_M2=d16
+  abab glm-5 8192 2 m2g TILERT_GPU_TILE_M2=d16
+  for r in 1 2 3; do MTP=1 bn deepseek-v3.2 8192 1 m2mtp-A$r; MTP=1 bn deepseek-v3.2 8192 1 m2mtp-B$r TILERT_GPU_TILE_M2=d16; done
+  TL=1 bn deepseek-v3.2 8192 2 tl-m2 TILERT_GPU_TILE_M2=d16
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s31.sh lead|sweep|check1|check2|gpucheck|final" >&2; exit 2 ;;
+*) echo "usage: s31.sh lead|sweep|m2|check1|check2|gpucheck|final" >&2; exit 2 ;;
 esac

@@ -16,18 +16,8 @@ import (
 // bounds 256 threads, 2 blocks an SM) fit 128 registers without spilling,
 // now that each warp also holds its next key group's scales (session 24).
 func TestNVRTCIndexerScoresRegisters(t *testing.T) {
-	nv, err := cuda.LoadNVRTC()
-	if err != nil {
-		t.Skipf("no NVRTC here, compile check skipped: %v", err)
-	}
-	if !slices.Contains(nv.SupportedArchs(), 90) {
-		t.Skipf("NVRTC %s has no sm_90", nv.Version())
-	}
 	src := moduleSource(kernelFS, "cu/indexer*.cu", append(slices.Clone(defaultHeaders), "cu/engine.cu")...)
-	_, log, err := nv.CompileLog(src, "indexer.cu", append(kernelOptions("sm_90"), "-Xptxas", "-v"), true)
-	if err != nil {
-		t.Skipf("NVRTC %s refused -Xptxas -v (registers not shown): %v", nv.Version(), err)
-	}
+	log, _ := ptxasLogSM90(t, src, "indexer.cu")
 	sp, _ := ptxasSpills(log)
 	regs := ptxasRegisters(log)
 	for _, name := range []string{"indexer_scores_mma_pf", "indexer_scores_mma_rows"} {
@@ -44,6 +34,25 @@ func TestNVRTCIndexerScoresRegisters(t *testing.T) {
 			t.Errorf("%s: %d registers, over the 128 of two 256-thread blocks an SM", name, r)
 		}
 	}
+}
+
+// ptxasLogSM90 compiles src for sm_90 with NVRTC and ptxas -v and returns
+// ptxas's log and the NVRTC version; the test skips where there is no NVRTC,
+// no sm_90 in it, or it refuses -v (no GPU needed).
+func ptxasLogSM90(t *testing.T, src, name string) (log, version string) {
+	t.Helper()
+	nv, err := cuda.LoadNVRTC()
+	if err != nil {
+		t.Skipf("no NVRTC here, compile check skipped: %v", err)
+	}
+	if !slices.Contains(nv.SupportedArchs(), 90) {
+		t.Skipf("NVRTC %s has no sm_90", nv.Version())
+	}
+	_, log, err = nv.CompileLog(src, name, append(kernelOptions("sm_90"), "-Xptxas", "-v"), true)
+	if err != nil {
+		t.Skipf("NVRTC %s refused -Xptxas -v (registers not shown): %v", nv.Version(), err)
+	}
+	return log, nv.Version()
 }
 
 // ptxasRegisters reads each entry function's register count from a

@@ -1,11 +1,6 @@
 package kernels
 
-import (
-	"slices"
-	"testing"
-
-	"github.com/tilert-go/tilert/cuda"
-)
+import "testing"
 
 // TestNVRTCTileLoadsInFlight: gemv_tile.cu (after common.cuh and
 // gemv_tile.cuh, as the default module has them) compiles for sm_90, and the
@@ -15,18 +10,7 @@ import (
 // avoid); the one-row ones' spills are logged: they vary with the NVRTC
 // version (r8_m1_d16: 0 to 8 bytes) and were measured as they are.
 func TestNVRTCTileLoadsInFlight(t *testing.T) {
-	nv, err := cuda.LoadNVRTC()
-	if err != nil {
-		t.Skipf("no NVRTC here, compile check skipped: %v", err)
-	}
-	src := moduleSource(kernelFS, "cu/gemv_tile.cu", gemvTileHeader)
-	if !slices.Contains(nv.SupportedArchs(), 90) {
-		t.Skipf("NVRTC %s has no sm_90 cubin: registers not shown", nv.Version())
-	}
-	_, log, err := nv.CompileLog(src, "gemv_tile.cu", append(kernelOptions("sm_90"), "-Xptxas", "-v"), true)
-	if err != nil {
-		t.Skipf("NVRTC %s refused -Xptxas -v (registers and spills not shown): %v", nv.Version(), err)
-	}
+	log, version := ptxasLogSM90(t, moduleSource(kernelFS, "cu/gemv_tile.cu", gemvTileHeader), "gemv_tile.cu")
 	sp, _ := ptxasSpills(log)
 	regs := ptxasRegisters(log)
 	for _, name := range []string{"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16",
@@ -41,7 +25,7 @@ func TestNVRTCTileLoadsInFlight(t *testing.T) {
 		if b, bad := sp[name]; bad && name == "gemv_tile_fp8_r4_m2_d16" {
 			t.Errorf("%s spills (%s bytes of spill stores)", name, b)
 		} else if bad {
-			t.Logf("%s spills %s bytes (NVRTC %s)", name, b, nv.Version())
+			t.Logf("%s spills %s bytes (NVRTC %s)", name, b, version)
 		}
 		t.Logf("%s: %d registers", name, n)
 	}

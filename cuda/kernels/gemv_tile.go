@@ -156,8 +156,8 @@ var TileM2D16 bool
 var OneRowExperts = true
 
 // oneRowExperts is OneRowExperts' shape for a launch of a single row's
-// routed experts shaped as shapeAs slots: the paired gate/up on `_o4` (four blocks
-// an SM, 8 loads in flight a thread), the down's short rows (`_o4` at
+// routed experts shaped as shapeAs slots: the paired gate/up on `_o4` (four
+// blocks an SM, 8 loads in flight a thread), the down's short rows (`_o4` at
 // G = 64) on groups of 32. Pinned test shapes (forceTileG, forceTileV) win.
 func oneRowExperts(G, R int, v string, pair bool, shapeAs int) (int, string) {
 	if !OneRowExperts || shapeAs < 2 || shapeAs > 9 || forceTileG != 0 || forceTileV != "" || R < 4 {
@@ -308,29 +308,23 @@ func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
 	}
 	sms := k.c.Info().SMs
 	G, R, v := tileLaunchShape(sms, a.N, a.K*esize, a.M, esize, shapeAs, pair, a.slots > 0 && a.dense == 0)
+	capB := k.tileCap()
+	p, pinned := k.tilePlan(a, pair)
+	if pinned {
+		G, R, v = p.G, p.R, p.V
+		if p.B != 0 {
+			capB = p.B
+		}
+	}
 	rout := R
 	if pair {
 		rout = R / 2
 	}
-	gx := tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), k.tileCap(), sms, nslots)
-	if p, ok := k.tilePlan(a, pair); ok {
-		capB := k.tileCap()
-		if p.B != 0 {
-			capB = p.B
-		}
-		if a.slots > 0 {
-			// The routed experts' launch (PlanExperts, PlanPair): the
-			// default grid rule over its slots with the plan's shape.
-			G, R, v = p.G, p.R, p.V
-			rout = R
-			if pair {
-				rout = R / 2
-			}
-			gx = tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), capB, sms, nslots)
-		} else {
-			// One dense slot, not paired: rout is R.
-			G, R, v, gx = p.G, p.R, p.V, tilePlanGrid(p, a.N, sms, capB)
-		}
+	gx := tileGridX(cdiv(cdiv(a.N, rout), tileThreads/G), capB, sms, nslots)
+	if pinned && a.slots == 0 {
+		// One dense slot, not paired (a routed launch's pin, PlanExperts /
+		// PlanPair, keeps the grid rule over its slots above).
+		gx = tilePlanGrid(p, a.N, sms, capB)
 	}
 	name := fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), v)
 	grid := cuda.D3(gx, nslots, 1)

@@ -1,5 +1,6 @@
 # The device plans' shared preamble (session 23): sourced by a plan after it sets NAME (the plan's name, for
-# /tmp/NAME-PART and $OUT/NAME-PART.tgz) with the part as $1. Decompresses the binaries that travelled xz'd in
+# /tmp/NAME-PART and $OUT/NAME-PART.tgz) with the part as $1 (then $PART: session 30 call H lost its archive when an
+# inline command set P, the name before). Decompresses the binaries that travelled xz'd in
 # .device/next, and defines save (the part's results to $OUT), bn (one `tilert bench decode` row, 9 MoE layers,
 # dummy weights: bn MODEL CONTEXTS BATCHES NAME [VAR=value ...]; MTP=1, JS=1, TL=1 add --mtp, --json, --timeline)
 # cnt (a test log's PASS / FAIL / SKIP counts into the summary), tst, and the two parts every session runs: gpucheck
@@ -8,9 +9,9 @@ set -x
 if ls .device/next/*.xz >/dev/null 2>&1; then (cd .device/next && for f in *.xz; do xz -d -f "$f"; done); fi
 chmod +x .device/next/* 2>/dev/null
 D=$PWD/.device/next
-P=$1; R=/tmp/$NAME-$P; rm -rf $R; mkdir -p $R
+PART=$1; R=/tmp/$NAME-$PART; rm -rf $R; mkdir -p $R
 export TILERT_KERNEL_CACHE=/tmp/tilert-kernels
-save() { tar czf $OUT/$NAME-$P.tgz -C $R .; cp $R/summary.txt $OUT/summary-$P.txt 2>/dev/null; }
+save() { tar czf $OUT/$NAME-$PART.tgz -C $R .; cp $R/summary.txt $OUT/summary-$PART.txt 2>/dev/null; }
 bn() { local m=$1 c=$2 b=$3 n=$4; shift 4; env X=1 "$@" timeout 150 $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context $c --batches $b ${MTP:+--mtp} ${JS:+--json $R/$n.json} ${TL:+--timeline $R/$n.json} > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " $R/$n.txt | sed "s|^|$n $* |" | tee -a $R/summary.txt; save; }
 # abab MODEL CONTEXTS BATCHES NAME VAR=value...: the default and the variant in turn, twice (NAME-A, NAME-B, NAME-A2,
 # NAME-B2), the same-run A/B every switch gets before it changes a default.

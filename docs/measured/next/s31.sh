@@ -13,7 +13,7 @@
 #  m2 (~3 min): TILERT_GPU_TILE_M2=d16 (kernels.TileM2D16, NOT RUN): checks, 2 slots and MTP A/Bs, a trace.
 #  check1 / check2 / gpucheck / final: as plan.sh (gpucheck on the rule's final form: session 30 ran it on fac949a only).
 NAME=s31; . docs/measured/next/plan.sh "$1"
-case "$P" in
+case "$PART" in
 lead)
   tst kernels cuda/kernels 200 'TestKernelGemvTile$|TestKernelTileVariantsBitwise$|TestTileLaunchShape$|TestKernelTilePlanBitwise$'; cnt kernels
   tst engine engine/gpu 300 'TestGPUSideStreamSameTokens$|TestGPUGreedyMatchesCPU$'; cnt engine

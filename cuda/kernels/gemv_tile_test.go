@@ -375,7 +375,8 @@ func TestTileLaunchShape(t *testing.T) {
 // TestKernelTileM2D16Bitwise: with TileM2D16 a dense fp8 GEMV of two input
 // rows runs gemv_tile_fp8_r4_m2_d16 and gives the plain r8_m2 launch's
 // floats bit for bit (the same per-thread chunk order), uncapped and capped
-// at 2 blocks an SM, and both are within float32 bounds of the reference.
+// at 2 blocks an SM, and both are within float32 bounds of the reference
+// (shapes whose grid keeps the plain kernel, R < 4, are logged, not compared).
 func TestKernelTileM2D16Bitwise(t *testing.T) {
 	defer func(r int, on bool) { TileRule, TileM2D16 = r, on }(TileRule, TileM2D16)
 	defer func() { forceTileB = 0 }()
@@ -399,6 +400,13 @@ func TestKernelTileM2D16Bitwise(t *testing.T) {
 			plain := run(false, 0)
 			tag := fmt.Sprintf("N=%d K=%d M=2 ldx=%d", N, K, ldx)
 			record(t, "tile m2 plain "+tag, relMetric, relErr(plain, ref), boundF32)
+			TileM2D16 = true
+			_, R, v := tileLaunchShape(c.Info().SMs, N, K, M, 1, 1, false, false)
+			if R != 4 || v != "_d16" {
+				// a grid too small for tileShape's R 8 keeps the plain kernel
+				t.Logf("%s: R%d%s, not gemv_tile_fp8_r4_m2_d16: nothing to compare", tag, R, v)
+				continue
+			}
 			for _, b := range []int{0, 2} {
 				record(t, fmt.Sprintf("tile m2 _d16 (r4) B=%d == plain r8: %s", b, tag), "differing outputs",
 					float64(diffCount(run(true, b), plain)), 0)

@@ -120,22 +120,8 @@ func tileLaunchShape(sms, N, kbytes, M, esize, shapeAs int, pair, routed bool) (
 	if M == 1 && esize == 1 && routed {
 		G, v = oneRowExperts(G, R, v, pair, shapeAs)
 	}
-	if TileM2D16 && M == 2 && esize == 1 && !pair && !routed && R >= 4 && forceTileR == 0 && forceTileV == "" {
-		R, v = 4, "_d16"
-	}
 	return G, R, v
 }
-
-// TileM2D16 puts the dense fp8 tile GEMVs of two input rows (o_proj and the
-// dense layers' long rows at 2 slots and in the MTP verify, where the
-// tensor-core GEMVs lose to the tile kernels) on gemv_tile_fp8_r4_m2_d16: 4
-// weight rows a group and 16 loads in flight a thread instead of the plain
-// kernel's 8 (r8_m2), the same sums bit for bit for the same G. The
-// two-slot trace (docs/measured/h200-2026-12-04-s30 call A, tl-ds2) has
-// o_proj at two rows 39.2 us charged against 32.7 at one row on `_d16`.
-// Opt-in, NOT RUN on a GPU (session 30, after its device time): the engine
-// sets it with TILERT_GPU_TILE_M2=d16.
-var TileM2D16 bool
 
 // OneRowExperts: a MoE layer's routed-expert launches of one input row (at
 // most 9 slots shaped together, no shared expert slot in the launch) stream

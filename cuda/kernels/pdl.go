@@ -56,7 +56,7 @@ var pdlKernels = setOf(
 	"gemv_tile_bf16_r1_m2", "gemv_tile_bf16_r2_m2", "gemv_tile_bf16_r4_m2", "gemv_tile_bf16_r8_m2",
 	"gemv_tile_bf16_r1_m4", "gemv_tile_bf16_r2_m4", "gemv_tile_bf16_r4_m4", "gemv_tile_bf16_r8_m4",
 	"gemv_tile_bf16_r1_m8", "gemv_tile_bf16_r2_m8", "gemv_tile_bf16_r4_m8", "gemv_tile_bf16_r8_m8",
-	"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16", "gemv_tile_fp8_r4_m2_d16",
+	"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16",
 	"gemv_tile_fp8_r4_m1_o4", "gemv_tile_fp8_r8_m1_o4",
 	"moe_combine_slots",
 	// norm.cu: the fused MoE combine + add + RMSNorm (sm_90 clusters)

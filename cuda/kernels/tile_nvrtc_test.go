@@ -5,16 +5,13 @@ import "testing"
 // TestNVRTCTileLoadsInFlight: gemv_tile.cu (after common.cuh and
 // gemv_tile.cuh, as the default module has them) compiles for sm_90, and the
 // variants that keep 16 loads in flight (_d16) fit two blocks an SM: at most
-// 128 registers a thread. The two-row variant must not spill (a spill turns
-// weight registers into local-memory round trips, what the variant exists to
-// avoid); the one-row ones' spills are logged: they vary with the NVRTC
+// 128 registers a thread. Their spills are logged: they vary with the NVRTC
 // version (r8_m1_d16: 0 to 8 bytes) and were measured as they are.
 func TestNVRTCTileLoadsInFlight(t *testing.T) {
 	log, version := ptxasLogSM90(t, moduleSource(kernelFS, "cu/gemv_tile.cu", gemvTileHeader), "gemv_tile.cu")
 	sp, _ := ptxasSpills(log)
 	regs := ptxasRegisters(log)
-	for _, name := range []string{"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16",
-		"gemv_tile_fp8_r4_m2_d16"} {
+	for _, name := range []string{"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16"} {
 		n, ok := regs[name]
 		switch {
 		case !ok:
@@ -22,9 +19,7 @@ func TestNVRTCTileLoadsInFlight(t *testing.T) {
 		case n > 128:
 			t.Errorf("%s: %d registers, want at most 128 (two blocks an SM)", name, n)
 		}
-		if b, bad := sp[name]; bad && name == "gemv_tile_fp8_r4_m2_d16" {
-			t.Errorf("%s spills (%s bytes of spill stores)", name, b)
-		} else if bad {
+		if b, bad := sp[name]; bad {
 			t.Logf("%s spills %s bytes (NVRTC %s)", name, b, version)
 		}
 		t.Logf("%s: %d registers", name, n)

@@ -332,11 +332,6 @@ func init() {
 	if os.Getenv("TILERT_GPU_EXPERT_SHAPE") == "0" {
 		kernels.OneRowExperts = false
 	}
-	// TILERT_GPU_TILE_M2=d16: the dense fp8 GEMVs of two rows on
-	// gemv_tile_fp8_r4_m2_d16 (kernels.TileM2D16; opt-in, NOT RUN).
-	if os.Getenv("TILERT_GPU_TILE_M2") == "d16" {
-		kernels.TileM2D16 = true
-	}
 }
 
 // tileRuleOf is the tile rule TILERT_GPU_GEMV_TILE names (0: the default).

@@ -182,6 +182,12 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_L2WARM", keep: zero,
 		what: "o_proj's weights read into the L2 beside the attention's tail (l2_warm on a side stream) were measured slower on the H200 in session 30 call B and removed (decode p50 at 8192, 1 slot, DeepSeek-V3.2 dims: 25% 2.634 / 2.634 against 2.609 / 2.615 ms, 12% 2.614, 50% 2.776, 25% by 33 blocks 2.998; 131072 +14 / +16 us; GLM-5 +9 / +13 us: o_proj took as long with a quarter of its bytes warmed, 33.5 against 32.7 us, and the sparse MLA beside the warm-up 3 us longer)",
 		hint: `: nothing is read ahead; the code last exists at commit 707f692, the record is in docs/measured/h200-2026-12-04-s30 and engine/gpu/NOTES.md "o_proj's weights warmed in the L2"`},
+	// TILERT_GPU_TILE_M2=d16 put the dense fp8 GEMVs of two rows on
+	// gemv_tile_fp8_r4_m2_d16 (16 loads in flight a thread); built in
+	// session 30, measured slower in session 31, removed.
+	{name: "TILERT_GPU_TILE_M2", keep: zero,
+		what: "the two-row dense GEMVs on gemv_tile_fp8_r4_m2_d16 (16 loads in flight) were measured slower on the H200 in session 31 call B and removed (decode p50 at 8192, 2 slots: DeepSeek-V3.2 dims 4.019 / 4.016 against 3.697 / 3.703 ms, GLM-5 dims 4.054 / 4.054 against 3.676 / 3.674; the MTP verify 5.151-5.232 against 4.795-4.904; traced, o_proj at two rows took 75.1 us against ~39 on gemv_tile_fp8_r8_m2)",
+		hint: `: the two-row GEMVs run gemv_tile_fp8_r8_m2; the code last exists at commit 9b4d269, the record is in docs/measured/h200-2026-12-04-s31 and cuda/kernels/NOTES.md "gemv_tile_fp8_r4_m2_d16"`},
 }
 
 // zero: the switch's =0 asked for the path that runs, by name.
@@ -238,8 +244,6 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
 		{"TILERT_GPU_EXPERT_SHAPE", []string{"", "0", "1"},
 			"unset it (or 1) for a single row's routed-expert launches on their own shapes (gate/up _o4, down groups of 32: kernels.OneRowExperts), 0 for the tile rule's"},
-		{"TILERT_GPU_TILE_M2", []string{"", "0", "d16"},
-			"unset it (or 0) for the plain tile kernel at two rows, d16 for gemv_tile_fp8_r4_m2_d16 (16 loads in flight: kernels.TileM2D16, opt-in)"},
 		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},
 			"unset it (or 1) for a decode MoE layer's combine fused with the next add + RMSNorm (one launch), 0 for the two launches"},
 	} {

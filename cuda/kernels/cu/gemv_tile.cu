@@ -676,23 +676,6 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
                                  K, M, G, fold);
 }
 
-// Two input rows, 4 weight rows a group, 16 loads in flight per thread
-// (gemv_tile_fp8_r*_m2's per-thread chunk order, so their sums bit for bit),
-// at most 128 registers so two blocks share an SM: o_proj and the dense
-// layers' long rows at two rows (2 slots, the MTP verify), where the
-// tensor-core GEMVs lose to the tile kernels (device.go mmaM2MaxKBytes).
-// Opt-in (TileM2D16); R = 8 spills at 16 loads (NVRTC 11.8: 32 bytes).
-extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
-    gemv_tile_fp8_r4_m2_d16(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TFP8, 4, 2, 16>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
 // gemv_tile_fp8_r*_m1_d16 with group-strided row tiles (gemv_tile_gs_body):
 // one dense input row (the launcher passes slots 0, dense 1, M 1).
 extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)

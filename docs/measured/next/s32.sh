@@ -1,0 +1,51 @@
+# Session 31's plan for the next device session (issue 10; NOT RUN). Binaries of main in .device/next, xz'd or not
+# (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
+# issue each call right after the last (a machine stays warm ~30 s). Session 31 ran s31.sh lead and m2 (its copy is in
+# docs/measured/h200-2026-12-04-s31); then no machine was lent, so gpu-check never ran on today's main.
+# Usage: bash docs/measured/next/s32.sh gpucheck|final|cap|qb|sweep|check1|check2
+#  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
+#    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
+#    gemv_tile_fp8_r4_m2_d16 removed from the module.
+#  final (~1 min): the README's rows (session 31 has only call A's A/B rows; GLM-5 at 131072 is session 30's).
+#  cap (~1 min, env only): DeepSeek-V3.2's late q chain at 131072 capped at one block an SM instead of two, traced. At
+#    131072 the efficiency is on the 70% line (69.9% / 70.3%, session 31 call A).
+#  qb (~1.5 min, env only): DeepSeek-V3.2's q_b (24576x1536) and the indexer's wq_b (8192x1536) on other tile plans at
+#    8192, 1 slot (G32: 3 chunks a thread of a 1536-byte row, none idle; G64 leaves half the threads a chunk short).
+#  sweep (~2 min, env only): the routed experts' tile plans at 2 and 4 slots.
+#  If cap wins twice at 131072 (A/B/A/B), give the late chain that cap (engine/gpu side.go sideOpen: q_chain_late_1row)
+#  and say so; if a qb plan wins twice, pin it in the tile rule's table for that shape (kernels tile_plan.go).
+NAME=s32; . docs/measured/next/plan.sh "$1"
+case "$PART" in
+sweep)
+  # Env only (~2 min): the routed experts' plans at 2 and 4 slots (16 / 32 slots a launch), where session 30's one-row
+  # pair lost (+44 / +57 us). If one wins twice, OneRowExperts' rule can take that shape there (kernels gemv_tile.go).
+  E=TILERT_GPU_TILE_PLANS
+  for b in 2 4; do
+    bn deepseek-v3.2 8192 $b sw$b-A1
+    for d in G64/R8_d16/B0 G64/R4_o4/B0 G128/R8_o4/B0 G32/R8_o4/B0; do bn deepseek-v3.2 8192 $b "sw$b-d-${d//\//_}" $E=e7168x2048=$d; done
+    for g in G64/R8_o4/B0 G128/R8_d16/B0 G64/R4_d16/B0; do bn deepseek-v3.2 8192 $b "sw$b-g-${g//\//_}" $E=p2048x7168=$g; done
+    bn deepseek-v3.2 8192 $b sw$b-A2
+  done
+  save ;;
+qb)
+  E=TILERT_GPU_TILE_PLANS
+  bn deepseek-v3.2 8192 1 qb-A1
+  for p in G32/R8_d16/B0 G32/R4_d16/B0 G32/R8_o4/B0 G64/R4_o4/B0 G128/R8_d16/B0; do bn deepseek-v3.2 8192 1 "qb-${p//\//_}" $E=24576x1536=$p; done
+  for p in G32/R8_d16/B0 G32/R8_o4/B0 G64/R4_o4/B0; do bn deepseek-v3.2 8192 1 "wqb-${p//\//_}" $E=8192x1536=$p; done
+  bn deepseek-v3.2 8192 1 qb-A2
+  save ;;
+cap)
+  # Session 30's 131072 trace: the capped late q_b (264 blocks of 128 registers, two an SM) fills every SM's register
+  # file from 24 to 48 us, so the mark_lw top-k's 129 blocks (32 registers x 1024 threads) find no room until it ends
+  # (top-k 36.3 -> 57.6 us, 12 us alone). One q_b block an SM leaves room for one top-k block beside it. Never measured
+  # with mark_lw (session 26's q=1 2.805 against 2.812 ran mark_l).
+  abab deepseek-v3.2 131072 1 cap1 TILERT_GPU_SIDE_CAP=q=1
+  TL=1 bn deepseek-v3.2 131072 1 tl-l
+  TL=1 bn deepseek-v3.2 131072 1 tl-cap1 TILERT_GPU_SIDE_CAP=q=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+check1) check1 ;;
+check2) check2 ;;
+gpucheck) gpucheck ;;
+final) rows ;;
+*) echo "usage: s32.sh gpucheck|final|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+esac

@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	"sync/atomic"
+
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -108,6 +110,7 @@ func (k *Set) MLAPrefillWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, 
 const (
 	mlaDecodeWG2Name  = "mla_decode_wg2"
 	mlaDecodeWG2BName = "mla_decode_wg2b"
+	mlaDecodeWG2HName = "mla_decode_wg2h"
 	mlaWG2MaxSplits   = 32 // a 2048-token selection in one-tile ranges
 )
 
@@ -133,6 +136,33 @@ var MLAWG2B = true
 // mlaWG2BMaxHeadBlocks is the most rows x 64-head blocks a launch of
 // mla_decode_wg2b holds (see MLAWG2B).
 const mlaWG2BMaxHeadBlocks = 2
+
+// MLAHalfHeads makes MLADecodeWG2 launch mla_decode_wg2h, 32 heads a block
+// instead of 64, where each block takes one 64-token tile and the launch
+// holds at most mlaWG2HMaxHeadBlocks rows x 32-head blocks (one row of 128
+// heads, up to two of 64): mla_decode_wg2b's bits on twice the blocks, each
+// loading half the queries and storing half the partial rows. Session 20's
+// ncu profile of the one-tile block (docs/measured/h200-2026-12-03-s20
+// callA) put ~40% of its stalls in the queries' prologue and ~25% in the
+// partial's stores, the MMAs ~12%; in the step the sparse MLA runs 12.5 us
+// on 64 blocks (DeepSeek-V3.2 dims) and 12.2 on 32 (GLM-5), on the critical
+// path. Opt-in (session 31, after its device time, NOT RUN): the engine
+// sets it with TILERT_GPU_MLA_HALF=1.
+var MLAHalfHeads bool
+
+// MLAWG2HLaunches counts mla_decode_wg2h launches (tests).
+var MLAWG2HLaunches atomic.Int64
+
+const (
+	mlaWG2HHeads         = 32 // heads a block of mla_decode_wg2h
+	mlaWG2HMaxHeadBlocks = 4  // rows x 32-head blocks a launch of it holds
+)
+
+// useWG2H says whether MLADecodeWG2 launches mla_decode_wg2h for nq rows
+// of H heads in ranges of tps tokens.
+func useWG2H(nq, H, tps int) bool {
+	return MLAHalfHeads && MLAWG2B && tps == mlaPrefillH1Tile && nq*cdiv(H, mlaWG2HHeads) <= mlaWG2HMaxHeadBlocks
+}
 
 // useWG2B says whether MLADecodeWG2 launches mla_decode_wg2b for nq rows
 // of H heads in ranges of tps tokens.
@@ -177,8 +207,12 @@ func (k *Set) MLADecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, r
 		return errors.WithHint(errors.Wrap(err, mlaDecodeWG2Name), "it needs an H100/H200 (sm_90a) and NVRTC 12+; unset TILERT_GPU_MLA_WG for the default kernel")
 	}
 	tps := cdiv(cdiv(nidx, max(1, nsplit)), mlaPrefillH1Tile) * mlaPrefillH1Tile
-	name := mlaDecodeWG2Name
-	if useWG2B(nq, H, tps) {
+	name, hpb := mlaDecodeWG2Name, mlaPrefillH1Heads
+	switch {
+	case useWG2H(nq, H, tps):
+		name, hpb = mlaDecodeWG2HName, mlaWG2HHeads
+		MLAWG2HLaunches.Add(1)
+	case useWG2B(nq, H, tps):
 		name = mlaDecodeWG2BName
 	}
 	f, err := k.c.Function(mod, name)
@@ -193,7 +227,7 @@ func (k *Set) MLADecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, r
 	}
 	nsplit = cdiv(nidx, tps)
 	partO, partML := ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
-	if err := k.launchFn(f, cuda.D3(nsplit, nq, cdiv(H, mlaPrefillH1Heads)), cuda.D1(mlaPrefillWG2Threads), MLAPrefillWG2SmemBytes, s,
+	if err := k.launchFn(f, cuda.D3(nsplit, nq, cdiv(H, hpb)), cuda.D1(mlaPrefillWG2Threads), MLAPrefillWG2SmemBytes, s,
 		qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML, rowBase); err != nil {
 		return err
 	}

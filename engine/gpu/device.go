@@ -701,6 +701,11 @@ func init() {
 	if os.Getenv("TILERT_GPU_MLA_WG2B") == "0" {
 		kernels.MLAWG2B = false
 	}
+	// TILERT_GPU_MLA_HALF=1: one-tile decode MLA blocks of 32 heads
+	// (mla_decode_wg2h, kernels.MLAHalfHeads; opt-in, NOT RUN).
+	if os.Getenv("TILERT_GPU_MLA_HALF") == "1" {
+		kernels.MLAHalfHeads = true
+	}
 }
 
 // mlaWGRule: the launches mla_decode_wg2 takes by default (above).

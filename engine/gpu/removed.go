@@ -240,6 +240,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it for the decode MLA on mla_decode_wg2 where it measured faster (64 heads or more), 1 for every launch, 0 for mla_decode_tcf2"},
 		{"TILERT_GPU_MLA_WG2B", []string{"", "0", "1"},
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
+		{"TILERT_GPU_MLA_HALF", []string{"", "0", "1"},
+			"unset it (or 0) for 64 heads a decode MLA block, 1 for mla_decode_wg2h's 32 where a block takes one tile (kernels.MLAHalfHeads, opt-in)"},
 		{"TILERT_GPU_EPI_ROWS", []string{"", "0", "1"},
 			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
 		{"TILERT_GPU_EXPERT_SHAPE", []string{"", "0", "1"},

@@ -2,7 +2,7 @@
 # (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
 # issue each call right after the last (a machine stays warm ~30 s). Session 31 ran s31.sh lead and m2 (its copy is in
 # docs/measured/h200-2026-12-04-s31); then no machine was lent, so gpu-check never ran on today's main.
-# Usage: bash docs/measured/next/s32.sh gpucheck|final|cap|qb|sweep|check1|check2
+# Usage: bash docs/measured/next/s32.sh gpucheck|final|half|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
 #    gemv_tile_fp8_r4_m2_d16 removed from the module.
@@ -12,6 +12,13 @@
 #  qb (~1.5 min, env only): DeepSeek-V3.2's q_b (24576x1536) and the indexer's wq_b (8192x1536) on other tile plans at
 #    8192, 1 slot (G32: 3 chunks a thread of a 1536-byte row, none idle; G64 leaves half the threads a chunk short).
 #  sweep (~2 min, env only): the routed experts' tile plans at 2 and 4 slots.
+#  half (~3 min): TILERT_GPU_MLA_HALF=1 (kernels.MLAHalfHeads, mla_decode_wg2h: one-tile sparse MLA blocks of 32 heads,
+#    wg2b's bits; built in session 31 after its device time, NOT RUN): checks, A/B/A/B on both models at 8192 and 131072,
+#    traced. If it wins on a model twice, make it the default where it won (a rule in ops_mla_wg.go useWG2H).
+#  pdl (~1 min, env only): programmatic or plain launches per family again at DeepSeek-V3.2 8192, 1 slot (session 16's sweep
+#    found nothing, before the side streams' priorities and the uncapped q_b): the sparse MLA, whose early-resident
+#    blocks each take a whole SM (168 registers x 384 threads, 226 KB) while absorb_q still runs; the top-k; the expert
+#    GEMVs; the combine; the epilogue.
 #  If cap wins twice at 131072 (A/B/A/B), give the late chain that cap (engine/gpu side.go sideOpen: q_chain_late_1row)
 #  and say so; if a qb plan wins twice, pin it in the tile rule's table for that shape (kernels tile_plan.go).
 NAME=s32; . docs/measured/next/plan.sh "$1"
@@ -34,6 +41,23 @@ qb)
   for p in G32/R8_d16/B0 G32/R8_o4/B0 G64/R4_o4/B0; do bn deepseek-v3.2 8192 1 "wqb-${p//\//_}" $E=8192x1536=$p; done
   bn deepseek-v3.2 8192 1 qb-A2
   save ;;
+half)
+  tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelMLADecodeWG2$'; cnt kernels
+  tst engine engine/gpu 300 'TestGPUMLADecodeWGHalf$|TestGPUMLADecodeWG$'; cnt engine; mv $R/engine.log $R/engine-wg.log
+  (export TILERT_GPU_MLA_HALF=1; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-half.log; cnt engine-half
+  abab deepseek-v3.2 8192 1 half TILERT_GPU_MLA_HALF=1
+  abab glm-5 8192 1 halfg TILERT_GPU_MLA_HALF=1
+  abab deepseek-v3.2 131072 1 halfl TILERT_GPU_MLA_HALF=1
+  abab glm-5 131072 1 halfgl TILERT_GPU_MLA_HALF=1
+  TL=1 bn deepseek-v3.2 8192 1 tl-half TILERT_GPU_MLA_HALF=1
+  TL=1 bn glm-5 8192 1 tl-halfg TILERT_GPU_MLA_HALF=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+pdl)
+  bn deepseek-v3.2 8192 1 pdl-A1
+  bn deepseek-v3.2 8192 1 pdl-mla TILERT_GPU_PDL_MORE=mla_decode_tcf,gemv_mid,absorb_v,mla_decode_wg2h
+  for f in topk_radix_one gemv_tile_fp8_r8_m1_o4 mla_combine attn_epilogue indexer_scores; do bn deepseek-v3.2 8192 1 pdl-$f TILERT_GPU_PDL_PLAIN=$f; done
+  bn deepseek-v3.2 8192 1 pdl-A2
+  save ;;
 cap)
   # Session 30's 131072 trace: the capped late q_b (264 blocks of 128 registers, two an SM) fills every SM's register
   # file from 24 to 48 us, so the mark_lw top-k's 129 blocks (32 registers x 1024 threads) find no room until it ends
@@ -47,5 +71,5 @@ check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s32.sh gpucheck|final|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s32.sh gpucheck|final|half|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

@@ -212,8 +212,12 @@ __device__ __forceinline__ void mw2_fill_raw(u8* Kt, const u8* raw, const int* s
 // heads at a time (two round trips a warp, not four); bit 2, a block of
 // one tile gathers it with cp.async into the unused second stage in one
 // round trip and converts it from there (mw2_fill: three); bit 4, a split
-// block's partial staged in shared memory and stored as whole rows. The
-// same arithmetic on the same values: the same bits as V = 0.
+// block's partial staged in shared memory and stored as whole rows; bit 8
+// (mla_decode_wg2h), 32 heads a block instead of 64: rows 32..63 of the
+// products run on zero queries and are never stored, so a block's query
+// loads and partial stores halve while its gather and products stay. Each
+// head's arithmetic is its own row's (no step mixes rows), so the same
+// bits as V = 0.
 template <int NPW, int PB, int PREG, int CREG, bool DEC = false, int V = 0>
 __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__ row_base = nullptr) {
   constexpr int NT = 256 + 32 * NPW;  // the block's threads (FULL / EMPTY count)
@@ -227,7 +231,8 @@ __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__
   float* lsum = qsc + MWG_HB;                         // [2][HB] row sums of each token half
   int* sl = (int*)(lsum + 2 * MWG_HB);                // [2 stages][T] cache slot of each tile slot, -1 skipped
   int* done = sl + 2 * MWG_T;                         // [2 stages] 1: no more tiles
-  const int qi = blockIdx.y, h0 = blockIdx.z * MWG_HB;
+  constexpr int HPB = (V & 8) ? 32 : MWG_HB;  // heads a block (the product rows stay MWG_HB)
+  const int qi = blockIdx.y, h0 = blockIdx.z * HPB;
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
   // DEC (mla_decode_wg2): block x takes the selections [x tps, x tps + tps)
   // and, split, writes its unnormalised partial; row qi's cache region is
@@ -298,7 +303,7 @@ __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__
       const float4 z4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
       for (int i = 0; i < 5; i++) v[r][i] = z4;
-      if (h < H) {
+      if (h < H && (HPB == MWG_HB || 8 * w + hp + r < HPB)) {
         const size_t qh = (size_t)qi * H + h;
 #pragma unroll
         for (int i = 0; i < 4; i++) v[r][i] = ((const float4*)(qn + qh * MLA_LAT))[lane + 32 * i];
@@ -458,7 +463,7 @@ __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__
       mw2_bar_sync<MW2_BAR_C, 256>();
       const int c4 = tid & 127;
 #pragma unroll 4
-      for (int hb = tid >> 7; hb < MWG_HB; hb += 2) {
+      for (int hb = tid >> 7; hb < HPB; hb += 2) {
         const int h = h0 + hb;
         if (h >= H) break;
         const size_t pz = ((size_t)qi * H + h) * gridDim.x + blockIdx.x;
@@ -468,7 +473,7 @@ __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
       const int hb = hr ? hr1 : hr0, h = h0 + hb;
-      if (h >= H) continue;
+      if (h >= H || (HPB < MWG_HB && hb >= HPB)) continue;
       const size_t pz = ((size_t)qi * H + h) * gridDim.x + blockIdx.x;
       float* po = part_o + pz * MLA_LAT + 256 * th + 2 * t4;
       if (!(V & 4)) {
@@ -488,13 +493,13 @@ __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__
     for (int hr = 0; hr < 2; hr++) {
       const int hb = hr ? hr1 : hr0, h = h0 + hb;
       const float l = lsum[hb] + lsum[MWG_HB + hb], m = hr ? m1 : m0;
-      if (h < H) lse[(size_t)qi * H + h] = l > 0.0f ? m * 0.6931471805599453f + logf(l) : NEG_INF;
+      if (h < H && (HPB == MWG_HB || hb < HPB)) lse[(size_t)qi * H + h] = l > 0.0f ? m * 0.6931471805599453f + logf(l) : NEG_INF;
     }
   }
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
     const int hb = hr ? hr1 : hr0, h = h0 + hb;
-    if (h >= H) continue;
+    if (h >= H || (HPB < MWG_HB && hb >= HPB)) continue;
     const float l = lsum[hb] + lsum[MWG_HB + hb];
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     float* po = out + ((size_t)qi * H + h) * MLA_LAT + 256 * th + 2 * t4;
@@ -526,8 +531,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) mla_decode_wg2b(MT_ARGS, co
   mw2_block<4, 8, MW2_PREG, MW2_CREG, true, 7>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale,
                                                tps, part_o, part_ml, row_base);
 }
+
+// mla_decode_wg2h: mla_decode_wg2b (the same bits) on 32 heads a block
+// (mw2_block's V bit 8): twice the blocks, each with half the query loads
+// and half the partial stores of a one-tile block (MLADecodeWG2 with
+// MLAHalfHeads).
+extern "C" __global__ void __launch_bounds__(384, 1) mla_decode_wg2h(MT_ARGS, const long long* __restrict__ row_base) {
+  PDL_WAIT();
+  mw2_block<4, 8, MW2_PREG, MW2_CREG, true, 15>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale,
+                                                tps, part_o, part_ml, row_base);
+}
 #else
 extern "C" __global__ void __launch_bounds__(384) mla_decode_wg2b(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
+extern "C" __global__ void __launch_bounds__(384) mla_decode_wg2h(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(384) mla_prefill_wg2(MT_ARGS) { __trap(); }
 extern "C" __global__ void __launch_bounds__(384) mla_decode_wg2(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 #endif

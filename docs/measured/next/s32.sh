@@ -42,7 +42,8 @@ qb)
   bn deepseek-v3.2 8192 1 qb-A2
   save ;;
 half)
-  tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelMLADecodeWG2$'; cnt kernels
+  tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelMLADecodeWG2$'; cnt kernels; mv $R/kernels.log $R/kernels-wg.log
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingMLADecodeWG2$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
   tst engine engine/gpu 300 'TestGPUMLADecodeWGHalf$|TestGPUMLADecodeWG$'; cnt engine; mv $R/engine.log $R/engine-wg.log
   (export TILERT_GPU_MLA_HALF=1; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-half.log; cnt engine-half
   abab deepseek-v3.2 8192 1 half TILERT_GPU_MLA_HALF=1

@@ -188,6 +188,11 @@ func TestMLAPrefillWG2ConsumersAreWG(t *testing.T) {
 	// mla_decode_wg2b's query rounds (V & 1) as mw2_block reads at V = 0
 	// (mla_prefill_wg2, mla_decode_wg2): two heads a round.
 	wg2 = strings.NewReplacer("constexpr int QR = (V & 1) ? 4 : 2;", "", "hp += QR", "hp += 2", "v[QR]", "v[2]", "r < QR", "r < 2").Replace(wg2)
+	// mla_decode_wg2h's head masks (V & 8) as mw2_block reads them without
+	// it (HPB == MWG_HB: always true / false, compiled out).
+	wg2 = strings.NewReplacer("if (h < H && (HPB == MWG_HB || 8 * w + hp + r < HPB)) {", "if (h < H) {",
+		"if (h < H && (HPB == MWG_HB || hb < HPB)) lse", "if (h < H) lse",
+		"if (h >= H || (HPB < MWG_HB && hb >= HPB)) continue;", "if (h >= H) continue;").Replace(wg2)
 	norm := func(s string) string {
 		s = strings.ReplaceAll(s, "mw2_bar_sync<MW2_BAR_C, 256>();", "__syncthreads();")
 		s = regexp.MustCompile(`//[^\n]*`).ReplaceAllString(s, "")

@@ -22,20 +22,20 @@ import (
 // nidx selections in nsplit ranges.
 func wg2Name(nq, H, nidx, nsplit int) string {
 	tps := cdiv(cdiv(nidx, max(1, nsplit)), mlaPrefillH1Tile) * mlaPrefillH1Tile
-	switch {
-	case useWG2H(nq, H, tps):
-		return mlaDecodeWG2HName
-	case useWG2B(nq, H, tps):
+	if n, _ := wg2hKernel(nq, H, tps); n != "" {
+		return n
+	}
+	if useWG2B(nq, H, tps) {
 		return mlaDecodeWG2BName
 	}
 	return mlaDecodeWG2Name
 }
 
-// withHalfHeads runs f with MLAHalfHeads set to on.
-func withHalfHeads(on bool, f func()) {
-	old := MLAHalfHeads
-	MLAHalfHeads = on
-	defer func() { MLAHalfHeads = old }()
+// withHeadsPerBlock runs f with MLAHeadsPerBlock set to hpb.
+func withHeadsPerBlock(hpb int, f func()) {
+	old := MLAHeadsPerBlock
+	MLAHeadsPerBlock = hpb
+	defer func() { MLAHeadsPerBlock = old }()
 	f()
 }
 
@@ -154,30 +154,34 @@ func TestKernelMLADecodeWG2(t *testing.T) {
 	})
 }
 
-// TestKernelMLADecodeWG2H: with MLAHalfHeads, mla_decode_wg2h (32 heads a
-// block) gives mla_decode_wg2b's outputs and lse bit for bit (each head's
-// arithmetic is its own product row's) on fresh random inputs: one row of
-// 128 heads (DeepSeek-V3.2), one and two of 64 (GLM-5), 48 heads (a last
-// block of 16), 96 (three blocks) and rows through per-row cache bases;
-// a repeated launch equal; within the one-fp16-part bound of float64. It
-// fails unless wg2h is what ran (wg2Name) and the comparison ran wg2b.
+// TestKernelMLADecodeWG2H: with MLAHeadsPerBlock 32 (mla_decode_wg2h) and
+// 16 (wg2q) the outputs and lse are mla_decode_wg2b's bit for bit (each
+// head's arithmetic is its own product row's) on fresh random inputs: one
+// row of 128 heads (DeepSeek-V3.2), one and two of 64 (GLM-5), 48 heads (a
+// last block of 16 at 32), 40 (of 8 at 16), 96 (three blocks) and rows
+// through per-row cache bases; a repeated launch equal; within the
+// one-fp16-part bound of float64. It fails unless the kernel named is what
+// ran (wg2Name) and the comparison ran wg2b.
 func TestKernelMLADecodeWG2H(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		needWG(t, c, k)
 		s := c.Stream()
 		const nidx = 2048
 		for _, cs := range []struct {
+			hpb   int
 			nq, H int
 			bases bool
-		}{{1, 128, false}, {1, 64, false}, {2, 64, false}, {1, 48, false}, {1, 96, false}, {2, 64, true}} {
+		}{{32, 1, 128, false}, {32, 1, 64, false}, {32, 2, 64, false}, {32, 1, 48, false}, {32, 1, 96, false}, {32, 2, 64, true},
+			{16, 1, 64, false}, {16, 1, 40, false}, {16, 2, 32, true}} {
 			cc := newH1Case(r, cs.nq, cs.H, nidx, nidx, 0.07)
 			ns := k.MLAWG2Splits(cs.nq, cs.H, nidx)
 			var half, plain string
-			withHalfHeads(true, func() { half = wg2Name(cs.nq, cs.H, nidx, ns) })
+			withHeadsPerBlock(cs.hpb, func() { half = wg2Name(cs.nq, cs.H, nidx, ns) })
 			plain = wg2Name(cs.nq, cs.H, nidx, ns)
-			name := fmt.Sprintf("nq=%d H=%d nidx=%d split=%d bases=%v", cs.nq, cs.H, nidx, ns, cs.bases)
-			if half != mlaDecodeWG2HName || plain != mlaDecodeWG2BName {
-				t.Fatalf("%s: launches %s with MLAHalfHeads and %s without, want %s and %s", name, half, plain, mlaDecodeWG2HName, mlaDecodeWG2BName)
+			want := map[int]string{32: mlaDecodeWG2HName, 16: mlaDecodeWG2QName}[cs.hpb]
+			name := fmt.Sprintf("%s nq=%d H=%d nidx=%d split=%d bases=%v", want, cs.nq, cs.H, nidx, ns, cs.bases)
+			if half != want || plain != mlaDecodeWG2BName {
+				t.Fatalf("%s: launches %s with MLAHeadsPerBlock %d and %s without, want %s and %s", name, half, cs.hpb, plain, want, mlaDecodeWG2BName)
 			}
 			var cache, rb cuda.DevPtr
 			if cs.bases {
@@ -196,20 +200,24 @@ func TestKernelMLADecodeWG2H(t *testing.T) {
 			n := cs.nq * cs.H
 			run := func(on bool) ([]float32, []float32) {
 				op, lsp := a.poisoned(n*512), a.poisoned(n)
-				withHalfHeads(on, func() {
+				hpb := 0
+				if on {
+					hpb = cs.hpb
+				}
+				withHeadsPerBlock(hpb, func() {
 					chk(k.MLADecodeWG2(s, op, lsp, qn, qp, cache, 0, rb, ip, lp, ws, cs.nq, cs.H, nidx, nidx, ns, cc.scale))
 				})
 				return downF32(c, op, n*512), downF32(c, lsp, n)
 			}
 			got, gotL := run(true)
 			ref, refL := run(false)
-			record(t, "mla_decode_wg2h vs mla_decode_wg2b "+name, "values differing (bits)", float64(bitDiff(got, ref)+bitDiff(gotL, refL)), 0)
+			record(t, name+" vs mla_decode_wg2b", "values differing (bits)", float64(bitDiff(got, ref)+bitDiff(gotL, refL)), 0)
 			again, againL := run(true)
-			record(t, "mla_decode_wg2h repeated "+name, "values differing (bits)", float64(bitDiff(got, again)+bitDiff(gotL, againL)), 0)
+			record(t, name+" repeated", "values differing (bits)", float64(bitDiff(got, again)+bitDiff(gotL, againL)), 0)
 			we, wh, wl, _ := cc.check(got, gotL)
-			record(t, "mla_decode_wg2h vs float64 "+name, "max |d|/bound (one fp16 part)", we, 1)
-			record(t, "mla_decode_wg2h vs kernel-rounded inputs "+name, "max |d|/bound (fp16 P, float32)", wh, 1)
-			record(t, "mla_decode_wg2h (lse) "+name, "max |d|/bound", wl, 1)
+			record(t, name+" vs float64", "max |d|/bound (one fp16 part)", we, 1)
+			record(t, name+" vs kernel-rounded inputs", "max |d|/bound (fp16 P, float32)", wh, 1)
+			record(t, name+" (lse)", "max |d|/bound", wl, 1)
 		}
 	})
 }
@@ -253,15 +261,18 @@ func TestKernelTimingMLADecodeWG2(t *testing.T) {
 				})
 				add(fmtName("graph: %s nq=%d H=%d split=%d", wg2Name(nq, H, nidx, sp), nq, H, sp), nb, us, "decode + combine (MLADecodeWG2's default)")
 			}
-			withHalfHeads(true, func() {
-				if wg2Name(nq, H, nidx, w) != mlaDecodeWG2HName {
-					return
-				}
-				us := graphUsRot(c, s, 8, 15, func(i int) {
-					chk(k.MLADecodeWG2(s, out[i], 0, qn[i], qp[i], cache, 0, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, w, 0.1))
+			for _, hpb := range []int{32, 16} {
+				withHeadsPerBlock(hpb, func() {
+					kn := wg2Name(nq, H, nidx, w)
+					if kn != mlaDecodeWG2HName && kn != mlaDecodeWG2QName {
+						return
+					}
+					us := graphUsRot(c, s, 8, 15, func(i int) {
+						chk(k.MLADecodeWG2(s, out[i], 0, qn[i], qp[i], cache, 0, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, w, 0.1))
+					})
+					add(fmtName("graph: %s nq=%d H=%d split=%d", kn, nq, H, w), nb, us, fmt.Sprintf("decode + combine (MLAHeadsPerBlock %d)", hpb))
 				})
-				add(fmtName("graph: mla_decode_wg2h nq=%d H=%d split=%d", nq, H, w), nb, us, "decode + combine (MLAHalfHeads: 32 heads a block)")
-			})
+			}
 		}
 	})
 }

@@ -532,29 +532,36 @@ func wg2Handoff(valid []bool, bad int, r *rand.Rand) error {
 // TestUseWG2B pins where MLADecodeWG2 launches mla_decode_wg2b: one-tile
 // blocks of at most one row of 128 heads (session 21: slower in the step at
 // 128 blocks, GLM-5's 4 slots and the DeepSeek-V3.2 MTP step).
-// TestUseWG2H: mla_decode_wg2h takes one-tile launches of at most four
-// rows x 32-head blocks, only with MLAHalfHeads (and MLAWG2B) on.
-func TestUseWG2H(t *testing.T) {
+// TestWG2HKernel: mla_decode_wg2h (32 heads a block) and wg2q (16) take
+// one-tile launches of at most four rows x head blocks, only with
+// MLAHeadsPerBlock 32 / 16 (and MLAWG2B) on.
+func TestWG2HKernel(t *testing.T) {
 	for _, c := range []struct {
-		nq, H, tps    int
-		half, b, want bool
+		hpb, nq, H, tps int
+		b               bool
+		want            string
 	}{
-		{1, 128, 64, true, true, true}, {1, 64, 64, true, true, true}, {2, 64, 64, true, true, true},
-		{1, 48, 64, true, true, true}, {4, 32, 64, true, true, true},
-		{2, 128, 64, true, true, false}, {3, 64, 64, true, true, false}, {1, 160, 64, true, true, false},
-		{1, 128, 128, true, true, false}, {1, 128, 64, false, true, false}, {1, 128, 64, true, false, false},
+		{32, 1, 128, 64, true, "mla_decode_wg2h"}, {32, 1, 64, 64, true, "mla_decode_wg2h"}, {32, 2, 64, 64, true, "mla_decode_wg2h"},
+		{32, 1, 48, 64, true, "mla_decode_wg2h"}, {32, 4, 32, 64, true, "mla_decode_wg2h"},
+		{32, 2, 128, 64, true, ""}, {32, 3, 64, 64, true, ""}, {32, 1, 160, 64, true, ""},
+		{32, 1, 128, 128, true, ""}, {0, 1, 128, 64, true, ""}, {64, 1, 128, 64, true, ""}, {32, 1, 128, 64, false, ""},
+		{16, 1, 64, 64, true, "mla_decode_wg2q"}, {16, 2, 32, 64, true, "mla_decode_wg2q"}, {16, 1, 40, 64, true, "mla_decode_wg2q"},
+		{16, 1, 128, 64, true, ""}, {16, 2, 64, 64, true, ""}, {8, 1, 32, 64, true, ""},
 	} {
 		withWG2B(c.b, func() {
-			withHalfHeads(c.half, func() {
-				if got := useWG2H(c.nq, c.H, c.tps); got != c.want {
-					t.Errorf("useWG2H(nq=%d, H=%d, tps=%d) MLAHalfHeads=%v MLAWG2B=%v = %v, want %v", c.nq, c.H, c.tps, c.half, c.b, got, c.want)
+			withHeadsPerBlock(c.hpb, func() {
+				got, h := wg2hKernel(c.nq, c.H, c.tps)
+				if got != c.want || (got != "" && h != c.hpb) {
+					t.Errorf("wg2hKernel(nq=%d, H=%d, tps=%d) MLAHeadsPerBlock=%d MLAWG2B=%v = %q, %d; want %q", c.nq, c.H, c.tps, c.hpb, c.b, got, h, c.want)
 				}
 			})
 		})
 	}
-	// The kernel is in the module, on the sm_90a guard's both sides.
-	if n := strings.Count(WGKernelSource(), "mla_decode_wg2h(MT_ARGS"); n != 2 {
-		t.Errorf("mla_decode_wg2h declared %d times in the wg module, want 2 (kernel and trap stub)", n)
+	// The kernels are in the module, on the sm_90a guard's both sides.
+	for _, name := range []string{"mla_decode_wg2h", "mla_decode_wg2q"} {
+		if n := strings.Count(WGKernelSource(), name+"(MT_ARGS"); n != 2 {
+			t.Errorf("%s declared %d times in the wg module, want 2 (kernel and trap stub)", name, n)
+		}
 	}
 }
 

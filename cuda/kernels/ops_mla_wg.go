@@ -110,8 +110,9 @@ func (k *Set) MLAPrefillWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, 
 const (
 	mlaDecodeWG2Name  = "mla_decode_wg2"
 	mlaDecodeWG2BName = "mla_decode_wg2b"
-	mlaDecodeWG2HName = "mla_decode_wg2h"
-	mlaWG2MaxSplits   = 32 // a 2048-token selection in one-tile ranges
+	mlaDecodeWG2HName = "mla_decode_wg2h" // 32 heads a block (MLAHeadsPerBlock)
+	mlaDecodeWG2QName = "mla_decode_wg2q" // 16
+	mlaWG2MaxSplits   = 32                // a 2048-token selection in one-tile ranges
 )
 
 // MLAWG2B makes MLADecodeWG2 launch mla_decode_wg2b where each block
@@ -137,31 +138,39 @@ var MLAWG2B = true
 // mla_decode_wg2b holds (see MLAWG2B).
 const mlaWG2BMaxHeadBlocks = 2
 
-// MLAHalfHeads makes MLADecodeWG2 launch mla_decode_wg2h, 32 heads a block
-// instead of 64, where each block takes one 64-token tile and the launch
-// holds at most mlaWG2HMaxHeadBlocks rows x 32-head blocks (one row of 128
-// heads, up to two of 64): mla_decode_wg2b's bits on twice the blocks, each
-// loading half the queries and storing half the partial rows. Session 20's
-// ncu profile of the one-tile block (docs/measured/h200-2026-12-03-s20
-// callA) put ~40% of its stalls in the queries' prologue and ~25% in the
-// partial's stores, the MMAs ~12%; in the step the sparse MLA runs 12.5 us
-// on 64 blocks (DeepSeek-V3.2 dims) and 12.2 on 32 (GLM-5), on the critical
-// path. Opt-in (session 31, after its device time, NOT RUN): the engine
-// sets it with TILERT_GPU_MLA_HALF=1.
-var MLAHalfHeads bool
+// MLAHeadsPerBlock (32 or 16; 0: 64, the default) makes MLADecodeWG2
+// launch mla_decode_wg2h (32 heads a block) or mla_decode_wg2q (16) where
+// each block takes one 64-token tile and the launch holds at most
+// mlaWG2HMaxHeadBlocks rows x head blocks (at 32: one row of 128 heads, up
+// to two of 64; at 16: one row of 64): mla_decode_wg2b's bits on 2x / 4x
+// the blocks, each loading 1/2 / 1/4 of the queries and storing as much of
+// the partial rows. Session 20's ncu profile of the one-tile block
+// (docs/measured/h200-2026-12-03-s20 callA) put ~40% of its stalls in the
+// queries' prologue and ~25% in the partial's stores, the MMAs ~12%; in the
+// step the sparse MLA runs 12.5 us on 64 blocks (DeepSeek-V3.2 dims) and
+// 12.2 on 32 (GLM-5), on the critical path. Opt-in (session 31, after its
+// device time, NOT RUN): the engine sets it with TILERT_GPU_MLA_HEADS.
+var MLAHeadsPerBlock int
 
-// MLAWG2HLaunches counts mla_decode_wg2h launches (tests).
+// MLAWG2HLaunches counts mla_decode_wg2h / wg2q launches (tests).
 var MLAWG2HLaunches atomic.Int64
 
-const (
-	mlaWG2HHeads         = 32 // heads a block of mla_decode_wg2h
-	mlaWG2HMaxHeadBlocks = 4  // rows x 32-head blocks a launch of it holds
-)
+// mlaWG2HMaxHeadBlocks: the most rows x head blocks a launch of
+// mla_decode_wg2h / wg2q holds (with 32 one-tile ranges: 128 blocks).
+const mlaWG2HMaxHeadBlocks = 4
 
-// useWG2H says whether MLADecodeWG2 launches mla_decode_wg2h for nq rows
-// of H heads in ranges of tps tokens.
-func useWG2H(nq, H, tps int) bool {
-	return MLAHalfHeads && MLAWG2B && tps == mlaPrefillH1Tile && nq*cdiv(H, mlaWG2HHeads) <= mlaWG2HMaxHeadBlocks
+// wg2hKernel is the kernel MLADecodeWG2 launches for nq rows of H heads in
+// ranges of tps tokens under MLAHeadsPerBlock, and its heads a block ("": the
+// 64-head kernels).
+func wg2hKernel(nq, H, tps int) (string, int) {
+	hpb := MLAHeadsPerBlock
+	if (hpb != 32 && hpb != 16) || !MLAWG2B || tps != mlaPrefillH1Tile || nq*cdiv(H, hpb) > mlaWG2HMaxHeadBlocks {
+		return "", 0
+	}
+	if hpb == 16 {
+		return mlaDecodeWG2QName, 16
+	}
+	return mlaDecodeWG2HName, 32
 }
 
 // useWG2B says whether MLADecodeWG2 launches mla_decode_wg2b for nq rows
@@ -208,11 +217,10 @@ func (k *Set) MLADecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, r
 	}
 	tps := cdiv(cdiv(nidx, max(1, nsplit)), mlaPrefillH1Tile) * mlaPrefillH1Tile
 	name, hpb := mlaDecodeWG2Name, mlaPrefillH1Heads
-	switch {
-	case useWG2H(nq, H, tps):
-		name, hpb = mlaDecodeWG2HName, mlaWG2HHeads
+	if n, h := wg2hKernel(nq, H, tps); n != "" {
+		name, hpb = n, h
 		MLAWG2HLaunches.Add(1)
-	case useWG2B(nq, H, tps):
+	} else if useWG2B(nq, H, tps) {
 		name = mlaDecodeWG2BName
 	}
 	f, err := k.c.Function(mod, name)

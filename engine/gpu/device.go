@@ -701,10 +701,14 @@ func init() {
 	if os.Getenv("TILERT_GPU_MLA_WG2B") == "0" {
 		kernels.MLAWG2B = false
 	}
-	// TILERT_GPU_MLA_HALF=1: one-tile decode MLA blocks of 32 heads
-	// (mla_decode_wg2h, kernels.MLAHalfHeads; opt-in, NOT RUN).
-	if os.Getenv("TILERT_GPU_MLA_HALF") == "1" {
-		kernels.MLAHalfHeads = true
+	// TILERT_GPU_MLA_HEADS=32|16: one-tile decode MLA blocks of that many
+	// heads (mla_decode_wg2h / wg2q, kernels.MLAHeadsPerBlock; opt-in, NOT
+	// RUN; switchValues refuses other values).
+	switch os.Getenv("TILERT_GPU_MLA_HEADS") {
+	case "32":
+		kernels.MLAHeadsPerBlock = 32
+	case "16":
+		kernels.MLAHeadsPerBlock = 16
 	}
 }
 

@@ -12,9 +12,10 @@
 #  qb (~1.5 min, env only): DeepSeek-V3.2's q_b (24576x1536) and the indexer's wq_b (8192x1536) on other tile plans at
 #    8192, 1 slot (G32: 3 chunks a thread of a 1536-byte row, none idle; G64 leaves half the threads a chunk short).
 #  sweep (~2 min, env only): the routed experts' tile plans at 2 and 4 slots.
-#  half (~3 min): TILERT_GPU_MLA_HALF=1 (kernels.MLAHalfHeads, mla_decode_wg2h: one-tile sparse MLA blocks of 32 heads,
-#    wg2b's bits; built in session 31 after its device time, NOT RUN): checks, A/B/A/B on both models at 8192 and 131072,
-#    traced. If it wins on a model twice, make it the default where it won (a rule in ops_mla_wg.go useWG2H).
+#  half (~4 min): TILERT_GPU_MLA_HEADS=32|16 (kernels.MLAHeadsPerBlock, mla_decode_wg2h / wg2q: one-tile sparse MLA blocks
+#    of 32 / 16 heads, wg2b's bits; built in session 31 after its device time, NOT RUN): checks, the kernel alone, A/B/A/B
+#    on both models at 8192 and 131072 (16: GLM-5 only; DeepSeek-V3.2's 128 heads would need 256 blocks), traced. If one
+#    wins on a model twice, make it the default where it won (a rule in ops_mla_wg.go wg2hKernel).
 #  pdl (~1 min, env only): programmatic or plain launches per family again at DeepSeek-V3.2 8192, 1 slot (session 16's sweep
 #    found nothing, before the side streams' priorities and the uncapped q_b): the sparse MLA, whose early-resident
 #    blocks each take a whole SM (168 registers x 384 threads, 226 KB) while absorb_q still runs; the top-k; the expert
@@ -44,18 +45,21 @@ qb)
 half)
   tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelMLADecodeWG2$'; cnt kernels; mv $R/kernels.log $R/kernels-wg.log
   (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingMLADecodeWG2$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
-  tst engine engine/gpu 300 'TestGPUMLADecodeWGHalf$|TestGPUMLADecodeWG$'; cnt engine; mv $R/engine.log $R/engine-wg.log
-  (export TILERT_GPU_MLA_HALF=1; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-half.log; cnt engine-half
-  abab deepseek-v3.2 8192 1 half TILERT_GPU_MLA_HALF=1
-  abab glm-5 8192 1 halfg TILERT_GPU_MLA_HALF=1
-  abab deepseek-v3.2 131072 1 halfl TILERT_GPU_MLA_HALF=1
-  abab glm-5 131072 1 halfgl TILERT_GPU_MLA_HALF=1
-  TL=1 bn deepseek-v3.2 8192 1 tl-half TILERT_GPU_MLA_HALF=1
-  TL=1 bn glm-5 8192 1 tl-halfg TILERT_GPU_MLA_HALF=1
+  tst engine engine/gpu 300 'TestGPUMLADecodeWGHeads$|TestGPUMLADecodeWG$'; cnt engine; mv $R/engine.log $R/engine-wg.log
+  (export TILERT_GPU_MLA_HEADS=32; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-h32.log; cnt engine-h32
+  abab deepseek-v3.2 8192 1 h32 TILERT_GPU_MLA_HEADS=32
+  abab glm-5 8192 1 h32g TILERT_GPU_MLA_HEADS=32
+  abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
+  abab deepseek-v3.2 131072 1 h32l TILERT_GPU_MLA_HEADS=32
+  abab glm-5 131072 1 h32gl TILERT_GPU_MLA_HEADS=32
+  bn glm-5 131072 1 h16gl TILERT_GPU_MLA_HEADS=16
+  TL=1 bn deepseek-v3.2 8192 1 tl-h32 TILERT_GPU_MLA_HEADS=32
+  TL=1 bn glm-5 8192 1 tl-h32g TILERT_GPU_MLA_HEADS=32
+  TL=1 bn glm-5 8192 1 tl-h16g TILERT_GPU_MLA_HEADS=16
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 pdl)
   bn deepseek-v3.2 8192 1 pdl-A1
-  bn deepseek-v3.2 8192 1 pdl-mla TILERT_GPU_PDL_MORE=mla_decode_tcf,gemv_mid,absorb_v,mla_decode_wg2h
+  bn deepseek-v3.2 8192 1 pdl-mla TILERT_GPU_PDL_MORE=mla_decode_tcf,gemv_mid,absorb_v,mla_decode_wg2h,mla_decode_wg2q
   for f in topk_radix_one gemv_tile_fp8_r8_m1_o4 mla_combine attn_epilogue indexer_scores; do bn deepseek-v3.2 8192 1 pdl-$f TILERT_GPU_PDL_PLAIN=$f; done
   bn deepseek-v3.2 8192 1 pdl-A2
   save ;;

@@ -215,12 +215,25 @@ var TopKListWLaunches atomic.Int64
 // (1024 threads x 32 keys in registers).
 const TopKRadixOneMaxT = 1024 * 32
 
+// TopKOneW12 makes TopKRadixOne's rows in buckets of 8193..12288 keys run
+// topk_radix_one_w12 (12 keys a thread, every row length on the 12-key
+// body) instead of topk_radix_one_w16 (16 a thread on the rows past 8192
+// keys, so 516 of the 1024 threads hold keys there). The engine's 8192-token
+// rows plus what they generated sit in an 8448-key bucket: the one-block
+// top-k on the attention front's critical path (GLM-5 dims, 8192: 9.4 us
+// after the scores in session 30's trace). The same selection, index for
+// index. Opt-in (session 31, after its device time, NOT RUN): the engine
+// sets it with TILERT_GPU_TOPK_W12=1.
+var TopKOneW12 bool
+
 // topkRadixOneKernel is the topk_radix_one_w kernel whose keys per thread
-// cover T (8, 16 or 32).
+// cover T (8, 16 or 32; 12 with TopKOneW12).
 func topkRadixOneKernel(T int) string {
 	switch {
 	case T <= 1024*8:
 		return "topk_radix_one_w8"
+	case TopKOneW12 && T <= 1024*12:
+		return "topk_radix_one_w12"
 	case T <= 1024*16:
 		return "topk_radix_one_w16"
 	}

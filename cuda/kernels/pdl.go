@@ -75,7 +75,7 @@ var pdlKernels = setOf(
 	// mla*.cu
 	"mla_decode", "mla_combine", "mla_combine_wide", "mla_combine_wide_v1", "mla_decode_heads", "mla_decode_tc",
 	"mla_decode_tc_v3", "mla_decode_tc32", "mla_decode_tcp",
-	"topk_radix_one_w8", "topk_radix_one_w16", "topk_radix_one_w32",
+	"topk_radix_one_w8", "topk_radix_one_w16", "topk_radix_one_w32", "topk_radix_one_w12",
 	"absorb_q_fp8", "absorb_q_fp8_r4", "absorb_v_fp8",
 	// moe.cu, norm.cu, sample.cu, logits.cu
 	"moe_route", "rmsnorm", "add_rmsnorm", "layernorm", "rope", "add_f32", "silu_mul", "embed_bf16", "embed_bf16_checked", "moe_combine",

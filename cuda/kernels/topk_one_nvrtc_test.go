@@ -37,7 +37,7 @@ func TestNVRTCCompilesTopKOne(t *testing.T) {
 		return
 	}
 	sp, fns := ptxasSpills(log)
-	for _, name := range []string{"topk_radix_one_w8", "topk_radix_one_w16", "topk_radix_one_w32", "topk_radix_mark_lw"} {
+	for _, name := range []string{"topk_radix_one_w8", "topk_radix_one_w16", "topk_radix_one_w32", "topk_radix_one_w12", "topk_radix_mark_lw"} {
 		if n, ok := sp[name]; ok {
 			t.Errorf("%s spills (%s bytes of spill stores)", name, n)
 		}

@@ -78,6 +78,8 @@ func tkwKPT(T, n int) int {
 	switch {
 	case T <= 1024*8:
 		kpt = 8
+	case TopKOneW12 && T <= 1024*12:
+		return 12 // topk_radix_one_w12: no half body
 	case T <= 1024*16:
 		kpt = 16
 	}
@@ -320,36 +322,45 @@ func tkwRow(r *rand.Rand, dist string, n, K int) []float32 {
 func TestTopKOneWModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(10, 11))
 	seen := map[string]int{}
-	for _, c := range []struct {
-		dist    string
-		T, n, K int
-	}{
-		{"normal", 8192, 8192, 2048}, {"normal", 8448, 8192, 2048}, {"normal", 16384, 16384, 2048},
-		{"normal", 32768, 32768, 2048}, {"normal", 2049, 2049, 2048}, {"normal", 8192, 8000, 2048},
-		{"normal", 32768, 20001, 2048}, {"normal", 16384, 8193, 2048}, {"normal", 1500, 1500, 2048},
-		{"offset", 8448, 8192, 2048}, {"offset", 32768, 30000, 2048},
-		{"ties", 8192, 8192, 2048}, {"ties", 32768, 30011, 2048}, {"ties", 4000, 3001, 2048},
-		{"narrow", 16384, 16384, 2048}, {"narrow", 8448, 8192, 2048},
-		{"distinct narrow", 8192, 8192, 2048}, {"distinct narrow", 32768, 32768, 2048},
-		{"equal", 5000, 5000, 2048}, {"equal", 32768, 32768, 2048},
-		{"split", 8192, 8192, 2048}, {"split", 16384, 12345, 2048}, {"split", 8192, 4097, 2048},
-		{"small bin", 8192, 8192, 2048}, {"small bin", 32768, 32768, 2048},
-		{"normal", 8192, 100, 64}, {"ties", 8192, 999, 64}, {"normal", 1024, 1000, 64},
-	} {
-		x := tkwRow(r, c.dist, c.n, c.K)
-		want := refTopK(x, c.n, c.K)
-		got, path, overflow := tkwModel(x, c.n, c.K, c.T)
-		seen[path]++
-		bad := 0
-		for j := range want {
-			if got[j] != want[j] {
-				bad++
+	// Every case as the launcher picks, then under TopKOneW12 (12 keys a
+	// thread in buckets of 8193..12288 keys; elsewhere the same).
+	for _, w12 := range []bool{false, true} {
+		withTopKOneW12(t, w12)
+		for _, c := range []struct {
+			dist    string
+			T, n, K int
+		}{
+			{"normal", 8192, 8192, 2048}, {"normal", 8448, 8192, 2048}, {"normal", 16384, 16384, 2048},
+			{"normal", 32768, 32768, 2048}, {"normal", 2049, 2049, 2048}, {"normal", 8192, 8000, 2048},
+			{"normal", 32768, 20001, 2048}, {"normal", 16384, 8193, 2048}, {"normal", 1500, 1500, 2048},
+			{"offset", 8448, 8192, 2048}, {"offset", 32768, 30000, 2048},
+			{"ties", 8192, 8192, 2048}, {"ties", 32768, 30011, 2048}, {"ties", 4000, 3001, 2048},
+			{"narrow", 16384, 16384, 2048}, {"narrow", 8448, 8192, 2048},
+			{"distinct narrow", 8192, 8192, 2048}, {"distinct narrow", 32768, 32768, 2048},
+			{"equal", 5000, 5000, 2048}, {"equal", 32768, 32768, 2048},
+			{"split", 8192, 8192, 2048}, {"split", 16384, 12345, 2048}, {"split", 8192, 4097, 2048},
+			{"small bin", 8192, 8192, 2048}, {"small bin", 32768, 32768, 2048},
+			{"normal", 8192, 100, 64}, {"ties", 8192, 999, 64}, {"normal", 1024, 1000, 64},
+			{"normal", 8448, 8256, 2048}, {"ties", 12288, 12288, 2048}, {"narrow", 12288, 10000, 2048},
+			{"split", 8448, 8300, 2048}, {"distinct narrow", 12288, 9001, 2048}, {"small bin", 8448, 8448, 2048},
+			{"normal", 8448, 100, 64}, {"equal", 12288, 12000, 2048},
+		} {
+			x := tkwRow(r, c.dist, c.n, c.K)
+			want := refTopK(x, c.n, c.K)
+			got, path, overflow := tkwModel(x, c.n, c.K, c.T)
+			seen[path]++
+			bad := 0
+			for j := range want {
+				if got[j] != want[j] {
+					bad++
+				}
+			}
+			if bad != 0 || overflow {
+				t.Errorf("%s T=%d n=%d K=%d (%s): %d of %d indices differ, fast-path store past K: %v", c.dist, c.T, c.n, c.K, path, bad, c.K, overflow)
 			}
 		}
-		if bad != 0 || overflow {
-			t.Errorf("%s T=%d n=%d K=%d (%s): %d of %d indices differ, fast-path store past K: %v", c.dist, c.T, c.n, c.K, path, bad, c.K, overflow)
-		}
 	}
+	withTopKOneW12(t, false)
 	for _, p := range []string{tkwShort, tkwBin, tkwDigit, tkwThr, tkwTie} {
 		if seen[p] == 0 {
 			t.Errorf("no case took the path %q (seen %v)", p, seen)
@@ -368,6 +379,20 @@ func TestTopKOneWKPT(t *testing.T) {
 			t.Errorf("T=%d n=%d: %d keys a thread, want %d", c.T, c.n, got, c.want)
 		}
 	}
+	// TopKOneW12: buckets of 8193..12288 keys at 12 a thread, any length.
+	withTopKOneW12(t, true)
+	for _, c := range []struct{ T, n, want int }{{8448, 8256, 12}, {8448, 100, 12}, {12288, 12288, 12}, {12289, 12289, 16}, {8192, 8192, 8}} {
+		if got := tkwKPT(c.T, c.n); got != c.want {
+			t.Errorf("TopKOneW12: T=%d n=%d: %d keys a thread, want %d", c.T, c.n, got, c.want)
+		}
+	}
+	if got := topkRadixOneKernel(8448); got != "topk_radix_one_w12" {
+		t.Errorf("TopKOneW12: T=8448 launches %s, want topk_radix_one_w12", got)
+	}
+	if !pdlKernels["topk_radix_one_w12"] {
+		t.Error("topk_radix_one_w12 is not among the programmatic-launch kernels (pdl.go)")
+	}
+	withTopKOneW12(t, false)
 	// The kernel names the launcher picks.
 	for _, c := range []struct {
 		T    int
@@ -383,4 +408,11 @@ func TestTopKOneWKPT(t *testing.T) {
 			t.Errorf("%s is not among the programmatic-launch kernels (pdl.go)", name)
 		}
 	}
+}
+
+// withTopKOneW12 sets TopKOneW12 for the rest of the test (restored at its end).
+func withTopKOneW12(t *testing.T, on bool) {
+	old := TopKOneW12
+	TopKOneW12 = on
+	t.Cleanup(func() { TopKOneW12 = old })
 }

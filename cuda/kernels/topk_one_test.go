@@ -34,92 +34,109 @@ func topkOneRows(r *rand.Rand, dist string, rows, T, K int, lens []int32) []floa
 // K keys in a higher bin (split: no digit pass), keys spread over ~1600 bins
 // (small bin), rows shorter than K (-1 padding), lengths not a multiple of
 // 32, rows of different lengths in one launch, the 8192-key row in its
-// 8448-key bucket (the KPT / 2 body), K 2048 and 64, 1 to 8 rows, a row
+// 8448-key bucket (the KPT / 2 body), rows past it (the 3 KPT / 4 body), K 2048 and 64, 1 to 8 rows, a row
 // pitch off the 16-byte grid. Each case runs twice on one scratch (the
 // histogram must be left zeroed: checked, and the repeat must match). Then
 // the engine's pair: indexer_scores_mma's fused histogram, then the kernel.
 func TestKernelTopKOneW(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
-		for _, cs := range []struct {
-			dist    string
-			rows, T int
-			K       int
-			lens    []int32
-			ld      int // row pitch of the scores (0: T)
-		}{
-			{"normal", 1, 8192, 2048, nil, 0},
-			{"normal", 1, 8448, 2048, []int32{8192}, 0},
-			{"normal", 4, 8192, 2048, []int32{8192, 8000, 2049, 2048}, 0},
-			{"ties", 8, 8192, 2048, []int32{8192, 2047, 2048, 2049, 8191, 100, 5000, 7}, 0},
-			{"narrow", 2, 16384, 2048, []int32{16384, 9000}, 0},
-			{"distinct narrow", 2, 32768, 2048, []int32{32768, 8193}, 0},
-			{"equal", 1, 5000, 2048, nil, 0},
-			{"equal", 2, 32768, 2048, []int32{32768, 30001}, 0},
-			{"split", 3, 16384, 2048, []int32{16384, 12345, 4097}, 0},
-			{"small bin", 2, 32768, 2048, []int32{32768, 8192}, 0},
-			{"offset", 3, 32768, 2048, []int32{32768, 32767, 20000}, 0},
-			{"ties", 2, 32768, 2048, nil, 0},
-			{"normal", 1, 2049, 2048, nil, 0},
-			{"normal", 2, 1500, 2048, nil, 0},
-			{"normal", 3, 8192, 64, []int32{8192, 100, 65}, 0},
-			{"ties", 2, 4000, 64, []int32{3001, 64}, 0},
-			// A row pitch off the 16-byte grid (slot rows: the scalar key loads).
-			{"normal", 3, 16384, 2048, []int32{16384, 8192, 10000}, 16384 + 5},
-		} {
-			ld := cs.T
-			if cs.ld != 0 {
-				ld = cs.ld
-			}
-			x := topkOneRows(r, cs.dist, cs.rows, ld, cs.K, cs.lens)
-			lp := cuda.DevPtr(0)
-			if cs.lens != nil {
-				lp = a.up(cs.lens)
-			}
-			xp := a.up(x)
-			scratch := a.up(make([]byte, TopKRadixScratchBytes(cs.rows, cs.T)))
-			name := fmtName("topk_radix_one_w %s rows=%d T=%d K=%d lens=%v ld=%d", cs.dist, cs.rows, cs.T, cs.K, cs.lens, ld)
-			var first []int32
-			for rep := range 2 {
-				op := a.poisoned(cs.rows * cs.K)
-				chk(k.topkRadix(s, op, xp, lp, scratch, cs.rows, cs.T, cs.K, ld, cs.K, TopKRadixOne))
-				got := downI32(c, op, cs.rows*cs.K)
-				hist := downI32(c, TopKRadixHist(scratch), cs.rows*topkRadixBins)
-				left := 0
-				for _, h := range hist {
-					if h != 0 {
-						left++
-					}
+		// The cases once as the launcher picks, then those in buckets of
+		// 8193..12288 keys again on topk_radix_one_w12 (TopKOneW12).
+		for _, w12 := range []bool{false, true} {
+			withTopKOneW12(t, w12)
+			for _, cs := range []struct {
+				dist    string
+				rows, T int
+				K       int
+				lens    []int32
+				ld      int // row pitch of the scores (0: T)
+			}{
+				{"normal", 1, 8192, 2048, nil, 0},
+				{"normal", 1, 8448, 2048, []int32{8192}, 0},
+				// Rows past 8192 keys in the 8448-key bucket and up to 12288
+				// (topk_radix_one_w12 under TopKOneW12).
+				{"normal", 2, 8448, 2048, []int32{8256, 8193}, 0},
+				{"ties", 2, 12288, 2048, []int32{12288, 10001}, 0},
+				{"narrow", 2, 12288, 2048, []int32{9000, 2100}, 0},
+				{"split", 1, 8448, 2048, []int32{8300}, 0},
+				{"normal", 3, 8448, 64, []int32{8448, 65, 100}, 0},
+				{"normal", 2, 12288, 2048, []int32{12288, 8500}, 12288 + 5},
+				{"normal", 4, 8192, 2048, []int32{8192, 8000, 2049, 2048}, 0},
+				{"ties", 8, 8192, 2048, []int32{8192, 2047, 2048, 2049, 8191, 100, 5000, 7}, 0},
+				{"narrow", 2, 16384, 2048, []int32{16384, 9000}, 0},
+				{"distinct narrow", 2, 32768, 2048, []int32{32768, 8193}, 0},
+				{"equal", 1, 5000, 2048, nil, 0},
+				{"equal", 2, 32768, 2048, []int32{32768, 30001}, 0},
+				{"split", 3, 16384, 2048, []int32{16384, 12345, 4097}, 0},
+				{"small bin", 2, 32768, 2048, []int32{32768, 8192}, 0},
+				{"offset", 3, 32768, 2048, []int32{32768, 32767, 20000}, 0},
+				{"ties", 2, 32768, 2048, nil, 0},
+				{"normal", 1, 2049, 2048, nil, 0},
+				{"normal", 2, 1500, 2048, nil, 0},
+				{"normal", 3, 8192, 64, []int32{8192, 100, 65}, 0},
+				{"ties", 2, 4000, 64, []int32{3001, 64}, 0},
+				// A row pitch off the 16-byte grid (slot rows: the scalar key loads).
+				{"normal", 3, 16384, 2048, []int32{16384, 8192, 10000}, 16384 + 5},
+			} {
+				if w12 && (cs.T <= 1024*8 || cs.T > 1024*12) {
+					continue
 				}
-				mism := 0
-				for row := range cs.rows {
-					n := cs.T
-					if cs.lens != nil {
-						n = int(cs.lens[row])
-					}
-					want := refTopK(x[row*ld:row*ld+cs.T], n, cs.K)
-					for j := range cs.K {
-						if got[row*cs.K+j] != want[j] {
-							mism++
+				ld := cs.T
+				if cs.ld != 0 {
+					ld = cs.ld
+				}
+				x := topkOneRows(r, cs.dist, cs.rows, ld, cs.K, cs.lens)
+				lp := cuda.DevPtr(0)
+				if cs.lens != nil {
+					lp = a.up(cs.lens)
+				}
+				xp := a.up(x)
+				scratch := a.up(make([]byte, TopKRadixScratchBytes(cs.rows, cs.T)))
+				name := fmtName("%s %s rows=%d T=%d K=%d lens=%v ld=%d", topkRadixOneKernel(cs.T), cs.dist, cs.rows, cs.T, cs.K, cs.lens, ld)
+				var first []int32
+				for rep := range 2 {
+					op := a.poisoned(cs.rows * cs.K)
+					chk(k.topkRadix(s, op, xp, lp, scratch, cs.rows, cs.T, cs.K, ld, cs.K, TopKRadixOne))
+					got := downI32(c, op, cs.rows*cs.K)
+					hist := downI32(c, TopKRadixHist(scratch), cs.rows*topkRadixBins)
+					left := 0
+					for _, h := range hist {
+						if h != 0 {
+							left++
 						}
 					}
-				}
-				tag := name
-				if rep == 1 {
-					tag += " (scratch reused)"
-					diff := 0
-					for j := range first {
-						if first[j] != got[j] {
-							diff++
+					mism := 0
+					for row := range cs.rows {
+						n := cs.T
+						if cs.lens != nil {
+							n = int(cs.lens[row])
+						}
+						want := refTopK(x[row*ld:row*ld+cs.T], n, cs.K)
+						for j := range cs.K {
+							if got[row*cs.K+j] != want[j] {
+								mism++
+							}
 						}
 					}
-					record(t, tag+" repeat", "mismatched indices", float64(diff), 0)
+					tag := name
+					if rep == 1 {
+						tag += " (scratch reused)"
+						diff := 0
+						for j := range first {
+							if first[j] != got[j] {
+								diff++
+							}
+						}
+						record(t, tag+" repeat", "mismatched indices", float64(diff), 0)
+					}
+					first = got
+					record(t, tag+" vs CPU", "mismatched indices", float64(mism), 0)
+					record(t, tag+" histogram left zeroed", "nonzero bins", float64(left), 0)
 				}
-				first = got
-				record(t, tag+" vs CPU", "mismatched indices", float64(mism), 0)
-				record(t, tag+" histogram left zeroed", "nonzero bins", float64(left), 0)
 			}
 		}
+		withTopKOneW12(t, false)
 		if k.IndexerMMASupported() {
 			topkOnePairCheck(t, c, k, a, r, s)
 		}

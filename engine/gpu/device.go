@@ -710,6 +710,12 @@ func init() {
 	case "16":
 		kernels.MLAHeadsPerBlock = 16
 	}
+	// TILERT_GPU_TOPK_W12=1: the one-block top-k of rows in buckets of
+	// 8193..12288 keys on topk_radix_one_w12 (kernels.TopKOneW12; opt-in,
+	// NOT RUN).
+	if os.Getenv("TILERT_GPU_TOPK_W12") == "1" {
+		kernels.TopKOneW12 = true
+	}
 }
 
 // mlaWGRule: the launches mla_decode_wg2 takes by default (above).

@@ -240,6 +240,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it for the decode MLA on mla_decode_wg2 where it measured faster (64 heads or more), 1 for every launch, 0 for mla_decode_tcf2"},
 		{"TILERT_GPU_MLA_WG2B", []string{"", "0", "1"},
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
+		{"TILERT_GPU_TOPK_W12", []string{"", "0", "1"},
+			"unset it (or 0) for the 16-key one-block top-k on rows of 8193..16384 keys, 1 for topk_radix_one_w12 up to 12288 (kernels.TopKOneW12, opt-in)"},
 		{"TILERT_GPU_MLA_HEADS", []string{"", "64", "32", "16"},
 			"unset it (or 64) for 64 heads a decode MLA block, 32 or 16 for mla_decode_wg2h / wg2q's where a block takes one tile (kernels.MLAHeadsPerBlock, opt-in)"},
 		{"TILERT_GPU_EPI_ROWS", []string{"", "0", "1"},

@@ -852,7 +852,10 @@ __device__ __forceinline__ void tkw_body(const float* __restrict__ scores, int l
     return;
   }
   const float* x = scores + (size_t)row * ld;
-  if (n <= 512 * KPT) {
+  if constexpr (KPT % 8 != 0) {
+    // topk_radix_one_w12: no half body (6 keys would break the 16-byte key loads).
+    tkw_core<KPT>(x, n, K, gh, hv, o, sh);
+  } else if (n <= 512 * KPT) {
     tkw_core<KPT / 2>(x, n, K, gh, hv, o, sh);
   } else {
     tkw_core<KPT>(x, n, K, gh, hv, o, sh);
@@ -869,6 +872,9 @@ __device__ __forceinline__ void tkw_body(const float* __restrict__ scores, int l
 TKW_KERNEL(8)
 TKW_KERNEL(16)
 TKW_KERNEL(32)
+// Rows of 8193..12288 keys at 12 a thread on 688 threads, where the 16-key
+// kernel runs 16 on 516 (TopKOneW12, opt-in).
+TKW_KERNEL(12)
 
 // topk_radix_mark_lw: topk_radix_mark_l's selection (the same indices, in
 // the same order) with topk_radix_one_w's shorter chain where the list

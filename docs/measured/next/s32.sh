@@ -2,7 +2,7 @@
 # (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
 # issue each call right after the last (a machine stays warm ~30 s). Session 31 ran s31.sh lead and m2 (its copy is in
 # docs/measured/h200-2026-12-04-s31); then no machine was lent, so gpu-check never ran on today's main.
-# Usage: bash docs/measured/next/s32.sh gpucheck|final|half|pdl|cap|qb|sweep|check1|check2
+# Usage: bash docs/measured/next/s32.sh gpucheck|final|half|w12|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
 #    gemv_tile_fp8_r4_m2_d16 removed from the module.
@@ -16,6 +16,10 @@
 #    of 32 / 16 heads, wg2b's bits; built in session 31 after its device time, NOT RUN): checks, the kernel alone, A/B/A/B
 #    on both models at 8192 and 131072 (16: GLM-5 only; DeepSeek-V3.2's 128 heads would need 256 blocks), traced. If one
 #    wins on a model twice, make it the default where it won (a rule in ops_mla_wg.go wg2hKernel).
+#  w12 (~2 min): TILERT_GPU_TOPK_W12=1 (kernels.TopKOneW12, topk_radix_one_w12: the one-block top-k of the 8448-key
+#    bucket's rows at 12 keys a thread; built in session 31 after its device time, NOT RUN): TestKernelTopKOneW, then
+#    A/B/A/B on both models at 8192, traced on GLM-5 (its top-k is on the critical path alone). If it wins twice on a
+#    model and loses on neither, make it the default (kernels ops_topk.go).
 #  pdl (~1 min, env only): programmatic or plain launches per family again at DeepSeek-V3.2 8192, 1 slot (session 16's sweep
 #    found nothing, before the side streams' priorities and the uncapped q_b): the sparse MLA, whose early-resident
 #    blocks each take a whole SM (168 registers x 384 threads, 226 KB) while absorb_q still runs; the top-k; the expert
@@ -57,6 +61,12 @@ half)
   TL=1 bn glm-5 8192 1 tl-h32g TILERT_GPU_MLA_HEADS=32
   TL=1 bn glm-5 8192 1 tl-h16g TILERT_GPU_MLA_HEADS=16
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+w12)
+  tst kernels cuda/kernels 200 'TestKernelTopKOneW$'; cnt kernels
+  abab glm-5 8192 1 w12g TILERT_GPU_TOPK_W12=1
+  abab deepseek-v3.2 8192 1 w12 TILERT_GPU_TOPK_W12=1
+  TL=1 bn glm-5 8192 1 tl-w12g TILERT_GPU_TOPK_W12=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 pdl)
   bn deepseek-v3.2 8192 1 pdl-A1
   bn deepseek-v3.2 8192 1 pdl-mla TILERT_GPU_PDL_MORE=mla_decode_tcf,gemv_mid,absorb_v,mla_decode_wg2h,mla_decode_wg2q
@@ -76,5 +86,5 @@ check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s32.sh gpucheck|final|half|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s32.sh gpucheck|final|half|w12|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

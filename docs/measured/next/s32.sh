@@ -26,6 +26,9 @@
 #    GEMVs; the combine; the epilogue.
 #  If cap wins twice at 131072 (A/B/A/B), give the late chain that cap (engine/gpu side.go sideOpen: q_chain_late_1row)
 #  and say so; if a qb plan wins twice, pin it in the tile rule's table for that shape (kernels tile_plan.go).
+# Suggested calls (~22 min of the 30 with one cold start, each part's results saved as it ends):
+#   1 (cold): for p in gpucheck final; do bash docs/measured/next/s32.sh $p > $OUT/x-$p.log 2>&1; cat $OUT/summary-$p.txt; done
+#   2 (warm): the same loop over half w12;   3 (warm): over pdl cap qb sweep.
 NAME=s32; . docs/measured/next/plan.sh "$1"
 case "$PART" in
 sweep)

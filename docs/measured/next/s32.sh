@@ -29,6 +29,8 @@
 # Suggested calls (~22 min of the 30 with one cold start, each part's results saved as it ends):
 #   1 (cold): for p in gpucheck final; do bash docs/measured/next/s32.sh $p > $OUT/x-$p.log 2>&1; cat $OUT/summary-$p.txt; done
 #   2 (warm): the same loop over half w12;   3 (warm): over pdl cap qb sweep.
+#   Where half and w12 both win, A/B/A/B them together (inline: NAME=s32; . docs/measured/next/plan.sh both; abab ...)
+#   before either becomes a default, then gpucheck again on the new defaults.
 NAME=s32; . docs/measured/next/plan.sh "$1"
 case "$PART" in
 sweep)

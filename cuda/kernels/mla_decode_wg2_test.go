@@ -21,14 +21,8 @@ import (
 // wg2Name is the kernel MLADecodeWG2 launches for nq rows of H heads and
 // nidx selections in nsplit ranges.
 func wg2Name(nq, H, nidx, nsplit int) string {
-	tps := cdiv(cdiv(nidx, max(1, nsplit)), mlaPrefillH1Tile) * mlaPrefillH1Tile
-	if n, _ := wg2hKernel(nq, H, tps); n != "" {
-		return n
-	}
-	if useWG2B(nq, H, tps) {
-		return mlaDecodeWG2BName
-	}
-	return mlaDecodeWG2Name
+	name, _ := wg2Kernel(nq, H, cdiv(cdiv(nidx, max(1, nsplit)), mlaPrefillH1Tile)*mlaPrefillH1Tile)
+	return name
 }
 
 // withHeadsPerBlock runs f with MLAHeadsPerBlock set to hpb.
@@ -160,8 +154,8 @@ func TestKernelMLADecodeWG2(t *testing.T) {
 // row of 128 heads (DeepSeek-V3.2), one and two of 64 (GLM-5), 48 heads (a
 // last block of 16 at 32), 40 (of 8 at 16), 96 (three blocks) and rows
 // through per-row cache bases; a repeated launch equal; within the
-// one-fp16-part bound of float64. It fails unless the kernel named is what
-// ran (wg2Name) and the comparison ran wg2b.
+// one-fp16-part bound of float64. It fails unless the rule names the kernel,
+// the launch counter saw it run, and the comparison ran wg2b.
 func TestKernelMLADecodeWG2H(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		needWG(t, c, k)
@@ -209,7 +203,11 @@ func TestKernelMLADecodeWG2H(t *testing.T) {
 				})
 				return downF32(c, op, n*512), downF32(c, lsp, n)
 			}
+			n0 := MLAWG2HLaunches.Load()
 			got, gotL := run(true)
+			if MLAWG2HLaunches.Load() == n0 {
+				t.Fatalf("%s: MLADecodeWG2 did not launch %s", name, want)
+			}
 			ref, refL := run(false)
 			record(t, name+" vs mla_decode_wg2b", "values differing (bits)", float64(bitDiff(got, ref)+bitDiff(gotL, refL)), 0)
 			again, againL := run(true)

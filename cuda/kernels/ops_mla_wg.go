@@ -173,6 +173,18 @@ func wg2hKernel(nq, H, tps int) (string, int) {
 	return mlaDecodeWG2HName, 32
 }
 
+// wg2Kernel is the kernel MLADecodeWG2 launches for nq rows of H heads in
+// ranges of tps tokens, and its heads a block.
+func wg2Kernel(nq, H, tps int) (string, int) {
+	if n, h := wg2hKernel(nq, H, tps); n != "" {
+		return n, h
+	}
+	if useWG2B(nq, H, tps) {
+		return mlaDecodeWG2BName, mlaPrefillH1Heads
+	}
+	return mlaDecodeWG2Name, mlaPrefillH1Heads
+}
+
 // useWG2B says whether MLADecodeWG2 launches mla_decode_wg2b for nq rows
 // of H heads in ranges of tps tokens.
 func useWG2B(nq, H, tps int) bool {
@@ -216,12 +228,9 @@ func (k *Set) MLADecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, r
 		return errors.WithHint(errors.Wrap(err, mlaDecodeWG2Name), "it needs an H100/H200 (sm_90a) and NVRTC 12+; unset TILERT_GPU_MLA_WG for the default kernel")
 	}
 	tps := cdiv(cdiv(nidx, max(1, nsplit)), mlaPrefillH1Tile) * mlaPrefillH1Tile
-	name, hpb := mlaDecodeWG2Name, mlaPrefillH1Heads
-	if n, h := wg2hKernel(nq, H, tps); n != "" {
-		name, hpb = n, h
+	name, hpb := wg2Kernel(nq, H, tps)
+	if hpb != mlaPrefillH1Heads {
 		MLAWG2HLaunches.Add(1)
-	} else if useWG2B(nq, H, tps) {
-		name = mlaDecodeWG2BName
 	}
 	f, err := k.c.Function(mod, name)
 	if err != nil {

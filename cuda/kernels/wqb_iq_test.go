@@ -1,0 +1,178 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// TestKernelWQBIdxQ: the fused wq_b launch (cu/wqb_iq.cu) against the two
+// launches it replaces, GemvFP8Tile on the same plan then AttnEpilogue, on
+// fresh random inputs: wq_b's output, the latent row and indexer key
+// written back, both caches, the query codes and the head weights bit for
+// bit, twice in a row (the head counters must come back zeroed: they are
+// read after each launch), on every plan it has a kernel for, capped grids
+// (a block takes several tiles) and both models' wq_b shapes. Fails unless
+// the fused kernel launched.
+func TestKernelWQBIdxQ(t *testing.T) {
+	defer func(r int) { TileRule = r }(TileRule)
+	defer func() { forceTileG, forceTileR, forceTileV, forceTileB = 0, 0, "", 0 }()
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		const maxPos, rot, nPages = 4096, 64, 64
+		cosT, sinT := ropeTables(maxPos, rot)
+		cp, sp := a.up(cosT), a.up(sinT)
+		cnt := a.up(make([]int32, IndexerQHeads))
+		before := WQBIdxQLaunches()
+		type cfg struct {
+			IH, K       int
+			G, R        int
+			v           string
+			B           int
+			kv, idx     bool
+			kvIL, idxIL bool
+		}
+		cfgs := []cfg{
+			{64, 1536, 0, 0, "", 0, true, true, true, false},      // DeepSeek-V3.2's wq_b, the rule's plan
+			{32, 2048, 0, 0, "", 0, true, true, false, true},      // GLM-5's
+			{64, 1536, 64, 8, "_d16", 0, true, true, true, false}, // the plans by name
+			{32, 2048, 128, 8, "_o4", 0, true, true, true, true},
+			{64, 1536, 64, 8, "-", 0, true, true, false, false},
+			{16, 1536, 32, 4, "_d16", 0, true, true, true, false},
+			{16, 2048, 128, 4, "_o4", 0, false, true, true, false},
+			{8, 512, 32, 4, "-", 0, true, false, true, true},
+			{64, 1536, 64, 8, "_d16", -7, true, true, true, false}, // 7 blocks: each takes several tiles
+			{32, 2048, 128, 8, "_o4", 1, true, true, false, true},  // one block an SM
+			{64, 7168, 256, 8, "_d16", 0, true, true, true, false}, // tiles of 8 rows: 16 blocks a head
+		}
+		for _, cf := range cfgs {
+			tag := fmt.Sprintf("IH=%d K=%d G=%d R=%d%s B=%d kv=%v idx=%v il=%v/%v", cf.IH, cf.K, cf.G, cf.R, cf.v, cf.B,
+				cf.kv, cf.idx, cf.kvIL, cf.idxIL)
+			t.Run(strings.ReplaceAll(tag, " ", "_"), func(t *testing.T) {
+				TileRule = 3
+				forceTileG, forceTileR, forceTileV, forceTileB = cf.G, cf.R, cf.v, cf.B
+				defer func() { forceTileG, forceTileR, forceTileV, forceTileB = 0, 0, "", 0 }()
+				IH, K := cf.IH, cf.K
+				N := IH * IndexerHeadDim
+				name, _, _ := k.WQBIdxQKernel(N, K, a.raw(int64(4*K)), a.raw(int64(N*K)))
+				if name == "" {
+					t.Fatalf("no fused kernel for %s", tag)
+				}
+				t.Logf("%s: %s", tag, name)
+				w, sc := a.up(randFP8(r, N*K)), a.up(randScales(r, cdiv(N, 128)*cdiv(K, 128), -6))
+				x := a.up(randF32(r, K, 1))
+				pos := []int32{int32(r.IntN(nPages * 64))}
+				pp := a.up(pos)
+				kva, ik, iw := randF32(r, 576, 2), randF32(r, 128, 1.5), randF32(r, IH, 1)
+				kvw, ikw, ikb := a.up(randF32(r, 512, 1)), a.up(randF32(r, 128, 1)), a.up(randF32(r, 128, 0.3))
+				iwp := a.up(iw)
+				mlaInit := make([]byte, nPages*64*MLATokenBytes)
+				idxInit := make([]byte, nPages*IndexerPageBytes)
+				for i := range mlaInit {
+					mlaInit[i] = byte(r.Uint32())
+				}
+				for i := range idxInit {
+					idxInit[i] = byte(r.Uint32())
+				}
+				const wscale = 0.0123
+				epi := func(kvp, ikp, y, mla, idx, qh, wq cuda.DevPtr) AttnEpilogue {
+					e := AttnEpilogue{KVA: kvp, LdKV: 576, KVNorm: kvw, KVEps: 1e-6, KVInterleaved: cf.kvIL,
+						IK: ikp, LdIK: 128, IKNormW: ikw, IKNormB: ikb, IKEps: 1e-6, IdxInterleaved: cf.idxIL,
+						IQ: y, IW: iwp, IH: IH, WScale: wscale, Pos: pp, Cos: cp, Sin: sp, Rot: rot, Rows: 1, QH: qh, WQ: wq}
+					if cf.kv {
+						e.MLACache = mla
+					}
+					if cf.idx {
+						e.IdxCache = idx
+					}
+					return e
+				}
+				// The two launches.
+				kv1, ik1, mla1, idx1 := a.up(kva), a.up(ik), a.up(mlaInit), a.up(idxInit)
+				y1, qh1, wq1 := a.poisoned(N), a.raw(IndexerQRowBytes), a.poisoned(IndexerQHeads)
+				chk(k.GemvFP8Tile(s, y1, x, w, sc, 0, N, K, 1, K, N))
+				chk(k.AttnEpilogue(s, epi(kv1, ik1, y1, mla1, idx1, qh1, wq1)))
+				want := [][]byte{bytesF32(downF32(c, y1, N)), bytesF32(downF32(c, kv1, 576)), bytesF32(downF32(c, ik1, 128)),
+					downBytes(c, mla1, len(mlaInit)), downBytes(c, idx1, len(idxInit)),
+					downBytes(c, qh1, IndexerQRowBytes), bytesF32(downF32(c, wq1, IndexerQHeads))}
+				for round := range 2 {
+					kv2, ik2, mla2, idx2 := a.up(kva), a.up(ik), a.up(mlaInit), a.up(idxInit)
+					y2, qh2, wq2 := a.poisoned(N), a.raw(IndexerQRowBytes), a.poisoned(IndexerQHeads)
+					// Stale codes in the query rows: the fused launch must
+					// write every head's, the zero heads past IH included.
+					chk(c.MemsetD32(qh2, 0x5a5a5a5a, IndexerQRowBytes/4, s))
+					chk(k.WQBIdxQ(s, WQBIdxQ{W: w, S: sc, X: x, Y: y2, N: N, K: K, Cnt: cnt,
+						Epi: epi(kv2, ik2, y2, mla2, idx2, qh2, wq2)}))
+					got := [][]byte{bytesF32(downF32(c, y2, N)), bytesF32(downF32(c, kv2, 576)), bytesF32(downF32(c, ik2, 128)),
+						downBytes(c, mla2, len(mlaInit)), downBytes(c, idx2, len(idxInit)),
+						downBytes(c, qh2, IndexerQRowBytes), bytesF32(downF32(c, wq2, IndexerQHeads))}
+					bad := 0
+					for i := range want {
+						bad += diffBytes(want[i], got[i])
+					}
+					left := 0
+					var cs [IndexerQHeads]int32
+					chk(c.Download(cs[:], cnt))
+					for _, v := range cs {
+						if v != 0 {
+							left++
+						}
+					}
+					record(t, fmt.Sprintf("wq_b + epilogue (%s) vs tile GEMV + attn_epilogue, round %d, %s", name, round, tag),
+						"mismatched bytes + nonzero head counters", float64(bad+left), 0)
+				}
+			})
+		}
+		if WQBIdxQLaunches() == before {
+			t.Fatal("the fused wq_b kernel never launched")
+		}
+	})
+}
+
+func bytesF32(v []float32) []byte {
+	b, err := cuda.BytesOf(v)
+	chk(err)
+	return b
+}
+
+// TestWQBIdxQCheck: what the launcher refuses, before any launch (no GPU).
+func TestWQBIdxQCheck(t *testing.T) {
+	const p = cuda.DevPtr(1 << 20)
+	good := func() WQBIdxQ {
+		return WQBIdxQ{W: p, S: p, X: p, Y: p + 4096, N: 64 * IndexerHeadDim, K: 1536, Cnt: p,
+			Epi: AttnEpilogue{KVA: p, LdKV: 576, KVNorm: p, MLACache: p, IK: p, LdIK: 128, IdxCache: p,
+				IQ: p + 4096, IW: p, QH: p, WQ: p, IH: 64, Pos: p, Cos: p, Sin: p, Rot: 64, Rows: 1}}
+	}
+	if err := (&WQBIdxQ{}).Check(); err == nil {
+		t.Fatal("zero value accepted")
+	}
+	g := good()
+	if err := g.Check(); err != nil {
+		t.Fatalf("good launch refused: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*WQBIdxQ)
+		want string
+	}{
+		{"two rows", func(a *WQBIdxQ) { a.Epi.Rows = 2 }, "one row"},
+		{"row bases", func(a *WQBIdxQ) { a.Epi.Bases, a.Epi.MLACache, a.Epi.IdxCache, a.Epi.MLARows = p, 0, 0, true }, "one row"},
+		{"no query part", func(a *WQBIdxQ) { a.Epi.QH = 0 }, "query part"},
+		{"IQ not Y", func(a *WQBIdxQ) { a.Epi.IQ = p }, "query part"},
+		{"N not heads x 128", func(a *WQBIdxQ) { a.N = 64*IndexerHeadDim - 128 }, "N must be"},
+		{"K not x16", func(a *WQBIdxQ) { a.K = 1544 }, "K a multiple"},
+		{"unaligned W", func(a *WQBIdxQ) { a.W = p + 8 }, "aligned"},
+		{"no scales", func(a *WQBIdxQ) { a.S = 0 }, "scales"},
+		{"no counters", func(a *WQBIdxQ) { a.Cnt = 0 }, "counters"},
+	} {
+		a := good()
+		c.edit(&a)
+		err := a.Check()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
+		}
+	}
+}

@@ -2,7 +2,7 @@
 # (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
 # issue each call right after the last (a machine stays warm ~30 s). Session 31 ran s31.sh lead and m2 (its copy is in
 # docs/measured/h200-2026-12-04-s31); then no machine was lent, so gpu-check never ran on today's main.
-# Usage: bash docs/measured/next/s32.sh gpucheck|final|half|w12|pdl|cap|qb|sweep|check1|check2
+# Usage: bash docs/measured/next/s32.sh gpucheck|final|half|w12|iqf|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
 #    gemv_tile_fp8_r4_m2_d16 removed from the module.
@@ -20,15 +20,19 @@
 #    bucket's rows at 12 keys a thread; built in session 31 after its device time, NOT RUN): TestKernelTopKOneW, then
 #    A/B/A/B on both models at 8192, traced on GLM-5 (its top-k is on the critical path alone). If it wins twice on a
 #    model and loses on neither, make it the default (kernels ops_topk.go).
+#  iqf (~6 min): TILERT_GPU_IDX_QFUSE=1 (kernels.WQBIdxQ, gemv_tile_fp8_r*_m1*_iq; built in session 32 without a device,
+#    NOT RUN): wq_b and the attention epilogue in one launch at one row (the epilogue's ~5 us and its launch boundary off
+#    the indexer chain): its checks, A/B/A/B on GLM-5 at 8192 and 131072 and DeepSeek-V3.2 at 131072 and 8192, traced on
+#    GLM-5. If it wins twice on a model and loses nowhere, make it the default (engine/gpu device.go wqbIQOn).
 #  pdl (~1 min, env only): programmatic or plain launches per family again at DeepSeek-V3.2 8192, 1 slot (session 16's sweep
 #    found nothing, before the side streams' priorities and the uncapped q_b): the sparse MLA, whose early-resident
 #    blocks each take a whole SM (168 registers x 384 threads, 226 KB) while absorb_q still runs; the top-k; the expert
 #    GEMVs; the combine; the epilogue.
 #  If cap wins twice at 131072 (A/B/A/B), give the late chain that cap (engine/gpu side.go sideOpen: q_chain_late_1row)
 #  and say so; if a qb plan wins twice, pin it in the tile rule's table for that shape (kernels tile_plan.go).
-# Suggested calls (~22 min of the 30 with one cold start, each part's results saved as it ends):
+# Suggested calls (~28 min of the 30 with one cold start, each part's results saved as it ends; 4 may not fit):
 #   1 (cold): for p in gpucheck final; do bash docs/measured/next/s32.sh $p > $OUT/x-$p.log 2>&1; cat $OUT/summary-$p.txt; done
-#   2 (warm): the same loop over half w12;   3 (warm): over pdl cap qb sweep.
+#   2 (warm): the same loop over half w12;   3 (warm): over iqf cap;   4 (warm): over pdl qb sweep.
 #   Where half and w12 both win, A/B/A/B them together (inline: NAME=s32; . docs/measured/next/plan.sh both; abab ...)
 #   before either becomes a default, then gpucheck again on the new defaults.
 NAME=s32; . docs/measured/next/plan.sh "$1"
@@ -87,9 +91,23 @@ cap)
   TL=1 bn deepseek-v3.2 131072 1 tl-l
   TL=1 bn deepseek-v3.2 131072 1 tl-cap1 TILERT_GPU_SIDE_CAP=q=1
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+iqf)
+  # TILERT_GPU_IDX_QFUSE=1 (kernels.WQBIdxQ, cu/wqb_iq.cu; built in session 32, which had no device, NOT RUN): a one-row
+  # step's wq_b and attention epilogue in one launch. The checks first (bit for bit the two launches; greedy == CPU and
+  # the goldens with it on; it fails unless the kernel launched), then A/B/A/B where the indexer chain is the critical
+  # path: GLM-5 at 8192, both models at 131072; DeepSeek-V3.2 at 8192 (its q chain is critical there: ~0 expected).
+  tst kernels cuda/kernels 200 'TestKernelWQBIdxQ$|TestKernelFusedAttnEpilogue$'; cnt kernels
+  tst engine engine/gpu 300 'TestGPUWQBIdxQ$'; cnt engine; mv $R/engine.log $R/engine-iq.log
+  (export TILERT_GPU_IDX_QFUSE=1; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUGolden$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-iq-on.log; cnt engine-iq-on
+  abab glm-5 8192 1 iqg TILERT_GPU_IDX_QFUSE=1
+  abab glm-5 131072 1 iqg131 TILERT_GPU_IDX_QFUSE=1
+  abab deepseek-v3.2 131072 1 iq131 TILERT_GPU_IDX_QFUSE=1
+  abab deepseek-v3.2 8192 1 iq TILERT_GPU_IDX_QFUSE=1
+  TL=1 bn glm-5 8192 1 tl-iqg TILERT_GPU_IDX_QFUSE=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s32.sh gpucheck|final|half|w12|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s32.sh gpucheck|final|half|w12|iqf|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

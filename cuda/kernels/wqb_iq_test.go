@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -173,6 +174,28 @@ func TestWQBIdxQCheck(t *testing.T) {
 		err := a.Check()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestWQBIdxQKernelsDefined: every plain tile kernel WQBIdxQKernel maps is
+// in the module with its fused twin (name + "_iq"), which waits first
+// (launched programmatically, it is in pdlKernels) and keeps the plain
+// kernel's blocks an SM where its registers allow (_d16: 2; _o4 holds 3 of
+// the plain kernel's 4, its 80 registers: TestNVRTCWQBIdxQRegisters).
+func TestWQBIdxQKernelsDefined(t *testing.T) {
+	src := KernelSource()
+	if len(wqbIdxQKernels) != 6 {
+		t.Fatalf("%d fused wq_b kernels mapped, want 6", len(wqbIdxQKernels))
+	}
+	for plain := range wqbIdxQKernels {
+		for _, name := range []string{plain, plain + "_iq"} {
+			if !regexp.MustCompile(`extern "C" __global__ void(?: __launch_bounds__\([^)]*\))?\s+` + name + `\(`).MatchString(src) {
+				t.Errorf("%s is not defined in the kernels", name)
+			}
+		}
+		if !pdlKernels[plain+"_iq"] {
+			t.Errorf("%s_iq is not launched programmatically (pdlKernels)", plain)
 		}
 	}
 }

@@ -199,3 +199,57 @@ func TestWQBIdxQKernelsDefined(t *testing.T) {
 		}
 	}
 }
+
+// wqbTileHeads transcribes wqb_iq.cu's per-tile counting (gemv_tile_body's
+// tile rows, IdxQEpi.tile_done): the heads tile bx's rows [r0, r1) add to,
+// and how many rows each.
+func wqbTileHeads(bx, G, R, N int) (heads, rows []int) {
+	tr := (tileThreads / G) * R
+	r0 := bx * tr
+	r1 := min(r0+tr, N)
+	for h := r0 / IndexerHeadDim; r0 < r1 && h <= (r1-1)/IndexerHeadDim && len(heads) < 4; h++ {
+		a, b := max(r0, h*IndexerHeadDim), min(r1, (h+1)*IndexerHeadDim)
+		heads, rows = append(heads, h), append(rows, b-a)
+	}
+	return heads, rows
+}
+
+// TestWQBIdxQHeadCounts (no GPU): on every fused plan's group size and
+// rows, for wq_b shapes of 1..64 heads, the tiles' counted rows complete
+// each head exactly once whatever order the blocks finish in (the
+// completing add is the one that reaches 128, and it prepares the head),
+// and no tile spans more heads than tile_done's list holds.
+func TestWQBIdxQHeadCounts(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 32))
+	for _, G := range []int{32, 64, 128, 256} {
+		for _, R := range []int{4, 8} {
+			for _, H := range []int{1, 3, 16, 32, 64} {
+				N := H * IndexerHeadDim
+				tiles := cdiv(cdiv(N, R), tileThreads/G)
+				for trial := range 3 {
+					cnt := make([]int, H)
+					prepared := make([]int, H)
+					for _, bx := range r.Perm(tiles) {
+						heads, rows := wqbTileHeads(bx, G, R, N)
+						if len(heads) > 2 {
+							t.Fatalf("G=%d R=%d H=%d tile %d spans %d heads", G, R, H, bx, len(heads))
+						}
+						for i, h := range heads {
+							cnt[h] += rows[i]
+							if cnt[h] == IndexerHeadDim {
+								prepared[h]++
+								cnt[h] = 0 // the preparing warp's reset
+							}
+						}
+					}
+					for h := range H {
+						if prepared[h] != 1 || cnt[h] != 0 {
+							t.Fatalf("G=%d R=%d H=%d order %d: head %d prepared %d times, counter left %d", G, R, H, trial, h,
+								prepared[h], cnt[h])
+						}
+					}
+				}
+			}
+		}
+	}
+}

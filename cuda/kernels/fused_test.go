@@ -25,6 +25,16 @@ func ropeTables(maxPos, rot int) (cosT, sinT []float32) {
 	return cosT, sinT
 }
 
+// randBytes is n random bytes (stale cache contents a kernel must leave
+// alone or overwrite).
+func randBytes(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
 func downBytes(c *cuda.Ctx, p cuda.DevPtr, n int) []byte {
 	out := make([]byte, n)
 	chk(c.Download(out, p))
@@ -76,14 +86,7 @@ func TestKernelFusedAttnEpilogue(t *testing.T) {
 			iw := randF32(r, M*IH, 1)
 			kvw := randF32(r, 512, 1)
 			ikw, ikb := randF32(r, 128, 1), randF32(r, 128, 0.3)
-			mlaInit := make([]byte, nPages*64*MLATokenBytes)
-			idxInit := make([]byte, nPages*IndexerPageBytes)
-			for i := range mlaInit {
-				mlaInit[i] = byte(r.Uint32())
-			}
-			for i := range idxInit {
-				idxInit[i] = byte(r.Uint32())
-			}
+			mlaInit, idxInit := randBytes(r, nPages*64*MLATokenBytes), randBytes(r, nPages*IndexerPageBytes)
 			kvwp, ikwp, ikbp, iqp, iwp := a.up(kvw), a.up(ikw), a.up(ikb), a.up(iq), a.up(iw)
 			const wscale = 0.0123
 			// the launches the fused kernel replaces

@@ -70,14 +70,7 @@ func TestKernelWQBIdxQ(t *testing.T) {
 				kva, ik, iw := randF32(r, 576, 2), randF32(r, 128, 1.5), randF32(r, IH, 1)
 				kvw, ikw, ikb := a.up(randF32(r, 512, 1)), a.up(randF32(r, 128, 1)), a.up(randF32(r, 128, 0.3))
 				iwp := a.up(iw)
-				mlaInit := make([]byte, nPages*64*MLATokenBytes)
-				idxInit := make([]byte, nPages*IndexerPageBytes)
-				for i := range mlaInit {
-					mlaInit[i] = byte(r.Uint32())
-				}
-				for i := range idxInit {
-					idxInit[i] = byte(r.Uint32())
-				}
+				mlaInit, idxInit := randBytes(r, nPages*64*MLATokenBytes), randBytes(r, nPages*IndexerPageBytes)
 				const wscale = 0.0123
 				epi := func(kvp, ikp, y, mla, idx, qh, wq cuda.DevPtr) AttnEpilogue {
 					e := AttnEpilogue{KVA: kvp, LdKV: 576, KVNorm: kvw, KVEps: 1e-6, KVInterleaved: cf.kvIL,

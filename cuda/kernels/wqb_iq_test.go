@@ -246,3 +246,50 @@ func TestWQBIdxQHeadCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelTimingWQBIdxQ (TILERT_GPU_TIMING=1): the fused wq_b against
+// its two launches (GemvFP8Tile on the same plan, then AttnEpilogue) at
+// both models' one-row shapes, direct and inside a CUDA graph, beside a
+// device copy of 256 MiB (the table's reference rate); bytes are wq_b's
+// weights and scales.
+func TestKernelTimingWQBIdxQ(t *testing.T) {
+	needTiming(t)
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		add := timingTable(t, c, a, r, 256<<20, "wq_b + epilogue: device-to-device copy 256 MiB (read+write)", "reference of this table")
+		both := func(name string, bytes float64, f func()) {
+			add(name+" direct", bytes, medianUs(c, s, 20, 21, f), "")
+			add(name+" graph", bytes, graphUs(c, s, 20, f), "")
+		}
+		const maxPos, rot = 4096, 64
+		cosT, sinT := ropeTables(maxPos, rot)
+		cp, sp := a.up(cosT), a.up(sinT)
+		cnt := a.up(make([]int32, IndexerQHeads))
+		pp := a.up([]int32{1000})
+		for _, sh := range []struct {
+			name  string
+			IH, K int
+		}{{"DeepSeek-V3.2 8192x1536", 64, 1536}, {"GLM-5 4096x2048", 32, 2048}} {
+			N := sh.IH * IndexerHeadDim
+			w, sc := a.up(randFP8(r, N*sh.K)), a.up(randScales(r, cdiv(N, 128)*cdiv(sh.K, 128), -6))
+			x, y := a.up(randF32(r, sh.K, 1)), a.raw(int64(4*N))
+			kv, ik, iw := a.up(randF32(r, 576, 1)), a.up(randF32(r, 128, 1)), a.up(randF32(r, sh.IH, 1))
+			kvw, ikw, ikb := a.up(randF32(r, 512, 1)), a.up(randF32(r, 128, 1)), a.up(randF32(r, 128, 1))
+			mla, idx := a.raw(int64(64*64*MLATokenBytes)), a.raw(int64(64*IndexerPageBytes))
+			qh, wq := a.raw(IndexerQRowBytes), a.raw(4*IndexerQHeads)
+			ep := AttnEpilogue{KVA: kv, LdKV: 576, KVNorm: kvw, KVEps: 1e-6, MLACache: mla, KVInterleaved: true,
+				IK: ik, LdIK: 128, IKNormW: ikw, IKNormB: ikb, IKEps: 1e-6, IdxCache: idx,
+				IQ: y, IW: iw, QH: qh, WQ: wq, IH: sh.IH, WScale: 0.01, Pos: pp, Cos: cp, Sin: sp, Rot: rot, Rows: 1}
+			name, _, _ := k.WQBIdxQKernel(N, sh.K, x, w)
+			bytes := float64(N*sh.K + 4*cdiv(N, 128)*cdiv(sh.K, 128))
+			both(sh.name+" wq_b alone", bytes, func() { chk(k.GemvFP8Tile(s, y, x, w, sc, 0, N, sh.K, 1, sh.K, N)) })
+			both(sh.name+" wq_b + attn_epilogue", bytes, func() {
+				chk(k.GemvFP8Tile(s, y, x, w, sc, 0, N, sh.K, 1, sh.K, N))
+				chk(k.AttnEpilogue(s, ep))
+			})
+			both(sh.name+" "+name, bytes, func() {
+				chk(k.WQBIdxQ(s, WQBIdxQ{W: w, S: sc, X: x, Y: y, N: N, K: sh.K, Cnt: cnt, Epi: ep}))
+			})
+		}
+	})
+}

@@ -94,9 +94,11 @@ cap)
 iqf)
   # TILERT_GPU_IDX_QFUSE=1 (kernels.WQBIdxQ, cu/wqb_iq.cu; built in session 32, which had no device, NOT RUN): a one-row
   # step's wq_b and attention epilogue in one launch. The checks first (bit for bit the two launches; greedy == CPU and
-  # the goldens with it on; it fails unless the kernel launched), then A/B/A/B where the indexer chain is the critical
+  # the goldens with it on; it fails unless the kernel launched), the fused launch graph-timed against its two, then
+  # A/B/A/B where the indexer chain is the critical
   # path: GLM-5 at 8192, both models at 131072; DeepSeek-V3.2 at 8192 (its q chain is critical there: ~0 expected).
-  tst kernels cuda/kernels 200 'TestKernelWQBIdxQ$|TestKernelFusedAttnEpilogue$'; cnt kernels
+  tst kernels cuda/kernels 200 'TestKernelWQBIdxQ$|TestKernelFusedAttnEpilogue$'; cnt kernels; mv $R/kernels.log $R/kernels-iq.log
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingWQBIdxQ$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
   tst engine engine/gpu 300 'TestGPUWQBIdxQ$'; cnt engine; mv $R/engine.log $R/engine-iq.log
   (export TILERT_GPU_IDX_QFUSE=1; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUGolden$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-iq-on.log; cnt engine-iq-on
   abab glm-5 8192 1 iqg TILERT_GPU_IDX_QFUSE=1

@@ -48,6 +48,9 @@ func TestKernelWQBIdxQ(t *testing.T) {
 			{64, 1536, 64, 8, "_d16", -7, true, true, true, false}, // 7 blocks: each takes several tiles
 			{32, 2048, 128, 8, "_o4", 1, true, true, false, true},  // one block an SM
 			{64, 7168, 256, 8, "_d16", 0, true, true, true, false}, // tiles of 8 rows: 16 blocks a head
+			{16, 96, 32, 2, "_d16", 0, true, true, true, false},    // the tiny presets' wq_b plans
+			{16, 160, 32, 2, "-", 0, true, true, false, true},
+			{16, 160, 32, 1, "-", 0, true, true, true, true},
 		}
 		for _, cf := range cfgs {
 			tag := fmt.Sprintf("IH=%d K=%d G=%d R=%d%s B=%d kv=%v idx=%v il=%v/%v", cf.IH, cf.K, cf.G, cf.R, cf.v, cf.B,
@@ -175,11 +178,11 @@ func TestWQBIdxQCheck(t *testing.T) {
 // in the module with its fused twin (name + "_iq"), which waits first
 // (launched programmatically, it is in pdlKernels) and keeps the plain
 // kernel's blocks an SM where its registers allow (_d16: 2; _o4 holds 3 of
-// the plain kernel's 4, its 80 registers: TestNVRTCWQBIdxQRegisters).
+// the plain kernel's 4, its 80 registers: TestNVRTCFusedTileRegisters).
 func TestWQBIdxQKernelsDefined(t *testing.T) {
 	src := KernelSource()
-	if len(wqbIdxQKernels) != 6 {
-		t.Fatalf("%d fused wq_b kernels mapped, want 6", len(wqbIdxQKernels))
+	if len(wqbIdxQKernels) != 9 {
+		t.Fatalf("%d fused wq_b kernels mapped, want 9", len(wqbIdxQKernels))
 	}
 	for plain := range wqbIdxQKernels {
 		for _, name := range []string{plain, plain + "_iq"} {

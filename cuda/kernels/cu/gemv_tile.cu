@@ -235,9 +235,12 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
 // gemv_tile_body's MM 1 path statement for statement, so the same floats
 // bit for bit (TestKernelTilePlanBitwise); a body of its own keeps every
 // other tile kernel's PTX as it was.
-template <class T, int R, int LD>
+// EPI as gemv_tile_body's, SKIP 0 only; tile_done gets no row range (-1, 0):
+// a block's groups hold rows gridDim.x tiles apart.
+template <class T, int R, int LD, class EPI = TileNoEpi>
 __device__ __forceinline__ void gemv_tile_gs_body(const void* W0, const float* S0, const float* __restrict__ x, int ldx,
-                                                  int xsh, float* y, const float* resid, int N, int K, int G) {
+                                                  int xsh, float* y, const float* resid, int N, int K, int G,
+                                                  const EPI& epi = EPI()) {
   constexpr int NI = LD / R;
   __shared__ float part[TILE_THREADS / 32][R];
   const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
@@ -293,6 +296,7 @@ __device__ __forceinline__ void gemv_tile_gs_body(const void* W0, const float* S
       for (int i = 0; i < wpg; i++) v += part[w0i + i][t];
       if (n0 + t < N) y[n0 + t] = v + (resid ? resid[n0 + t] : 0.0f);
     }
+    if (EPI::ON) epi.tile_done(-1, 0, N);  // a block's rows interleave with others': no range
     if (it + 1 < iters) __syncthreads();  // part is reused by the next tile
   }
 }

@@ -105,8 +105,9 @@ __device__ __forceinline__ void wqb_iq_body(const void* W, const float* S, const
   gemv_tile_body<TFP8, R, 1, LD, IdxQEpi>(0, 0, 0, 0, 0, 0, W, S, 0, 0, x, K, 1, 0, y, N, 0, N, K, 1, G, fold, epi);
 }
 
-// The launchable variants: the one-row fp8 tile kernels' plans (plain,
-// _d16, _o4 at 4 and 8 rows a group), each with its launch bounds.
+// The launchable variants: the one-row fp8 tile kernels' plans (plain at
+// 1..8 rows a group, _d16 at 2..8, _o4 at 4 and 8), each with its launch
+// bounds.
 #define WQB_IQ_PARAMS                                                                                                  \
   const void *W, const float *S, const float *__restrict__ x, float *y, int N, int K, int G, int fold, float *kva,     \
       int ldkv, const float *__restrict__ kvw, float kv_eps, u8 *mla, int kv_il, float *ik, int ldik,                  \
@@ -145,4 +146,19 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2) gemv_tile_fp8_r4_m
 extern "C" __global__ void __launch_bounds__(TILE_THREADS, 3) gemv_tile_fp8_r4_m1_o4_iq(WQB_IQ_PARAMS) {
   PDL_WAIT();
   wqb_iq_body<4, 8>(WQB_IQ_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS) gemv_tile_fp8_r2_m1_iq(WQB_IQ_PARAMS) {
+  PDL_WAIT();
+  wqb_iq_body<2, 8>(WQB_IQ_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2) gemv_tile_fp8_r2_m1_d16_iq(WQB_IQ_PARAMS) {
+  PDL_WAIT();
+  wqb_iq_body<2, 16>(WQB_IQ_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_THREADS) gemv_tile_fp8_r1_m1_iq(WQB_IQ_PARAMS) {
+  PDL_WAIT();
+  wqb_iq_body<1, 8>(WQB_IQ_ARGS);
 }

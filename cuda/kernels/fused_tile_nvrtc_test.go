@@ -1,0 +1,41 @@
+package kernels
+
+import "testing"
+
+// TestNVRTCFusedTileRegisters: wqb_iq.cu and oproj_norm.cu compile for sm_90
+// with what they run of the default module (the tile bodies, attn_epilogue's
+// block 0, idx_q_prep's head macro, the norm's constants), and each fused
+// kernel keeps its plain twin's blocks an SM: _d16 / _d16s at most 128
+// registers (two blocks), _o4 at most 64 (four; wq_b's _o4 twins 80, three:
+// see its kernels). Spills are logged (they vary with the NVRTC version).
+func TestNVRTCFusedTileRegisters(t *testing.T) {
+	src := moduleSource(kernelFS, "cu/[ow][qp]*.cu", gemvTileHeader, topkRadixHeader, "cu/engine.cu", "cu/indexer.cu",
+		"cu/fused.cu", "cu/gemv_tile.cu", "cu/indexer_mma.cu", "cu/norm.cu")
+	log, version := ptxasLogSM90(t, src, "wqb_iq.cu")
+	sp, _ := ptxasSpills(log)
+	regs := ptxasRegisters(log)
+	for _, k := range []struct {
+		name string
+		max  int
+	}{
+		{"gemv_tile_fp8_r8_m1_iq", 255}, {"gemv_tile_fp8_r8_m1_d16_iq", 128}, {"gemv_tile_fp8_r8_m1_o4_iq", 80},
+		{"gemv_tile_fp8_r4_m1_iq", 255}, {"gemv_tile_fp8_r4_m1_d16_iq", 128}, {"gemv_tile_fp8_r4_m1_o4_iq", 80},
+		{"gemv_tile_fp8_r8_m1_an", 255}, {"gemv_tile_fp8_r8_m1_d16_an", 128}, {"gemv_tile_fp8_r8_m1_o4_an", 64},
+		{"gemv_tile_fp8_r4_m1_an", 255}, {"gemv_tile_fp8_r4_m1_d16_an", 128}, {"gemv_tile_fp8_r4_m1_o4_an", 64},
+		{"gemv_tile_fp8_r8_m1_d16s_an", 128}, {"gemv_tile_fp8_r4_m1_d16s_an", 128},
+		{"gemv_tile_fp8_r2_m1_iq", 255}, {"gemv_tile_fp8_r2_m1_d16_iq", 128}, {"gemv_tile_fp8_r1_m1_iq", 255},
+		{"gemv_tile_fp8_r2_m1_an", 255}, {"gemv_tile_fp8_r2_m1_d16_an", 128}, {"gemv_tile_fp8_r1_m1_an", 255},
+	} {
+		n, ok := regs[k.name]
+		switch {
+		case !ok:
+			t.Errorf("%s: not in ptxas -v's log", k.name)
+		case n > k.max:
+			t.Errorf("%s: %d registers, want at most %d", k.name, n, k.max)
+		}
+		if b, bad := sp[k.name]; bad {
+			t.Logf("%s spills %s bytes (NVRTC %s)", k.name, b, version)
+		}
+		t.Logf("%s: %d registers (NVRTC %s)", k.name, n, version)
+	}
+}

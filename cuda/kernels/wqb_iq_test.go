@@ -218,7 +218,7 @@ func wqbTileHeads(bx, G, R, N int) (heads, rows []int) {
 func TestWQBIdxQHeadCounts(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 32))
 	for _, G := range []int{32, 64, 128, 256} {
-		for _, R := range []int{4, 8} {
+		for _, R := range []int{1, 2, 4, 8} {
 			for _, H := range []int{1, 3, 16, 32, 64} {
 				N := H * IndexerHeadDim
 				tiles := cdiv(cdiv(N, R), tileThreads/G)

@@ -147,3 +147,45 @@ func TestGemvAddNormKernelsDefined(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelTimingGemvAddNorm (TILERT_GPU_TIMING=1): the fused o_proj +
+// add-norm against its two launches (GemvFP8Tile, then AddRMSNorm) and
+// o_proj alone, at both models' shapes on the engine's plans (GLM-5's
+// o_proj on SpreadPlan's, as the engine pins it), direct and inside a CUDA
+// graph, beside a device copy of 256 MiB; bytes are o_proj's weights.
+func TestKernelTimingGemvAddNorm(t *testing.T) {
+	needTiming(t)
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		add := timingTable(t, c, a, r, 256<<20, "o_proj + add-norm: device-to-device copy 256 MiB (read+write)", "reference of this table")
+		both := func(name string, bytes float64, f func()) {
+			add(name+" direct", bytes, medianUs(c, s, 20, 21, f), "")
+			add(name+" graph", bytes, graphUs(c, s, 20, f), "")
+		}
+		cnt := a.up([]int32{0})
+		for _, sh := range []struct {
+			name   string
+			N, K   int
+			spread bool
+		}{{"DeepSeek-V3.2 7168x16384", 7168, 16384, false}, {"GLM-5 6144x16384", 6144, 16384, true}} {
+			N, K := sh.N, sh.K
+			if p := k.SpreadPlan(N, K); sh.spread && p.On() {
+				prev := k.SetTilePlan(N, K, p)
+				defer k.SetTilePlan(N, K, prev)
+			}
+			w, sc := a.up(randFP8(r, N*K)), a.up(randScales(r, cdiv(N, 128)*cdiv(K, 128), -6))
+			x, y, res, h := a.up(randF32(r, K, 1)), a.raw(int64(4*N)), a.up(randF32(r, N, 1)), a.raw(int64(4*N))
+			nw := a.up(randF32(r, N, 1))
+			name, _, _, _ := k.GemvAddNormKernel(N, K, x, w)
+			bytes := float64(N*K + 4*cdiv(N, 128)*cdiv(K, 128))
+			both(sh.name+" o_proj alone", bytes, func() { chk(k.GemvFP8Tile(s, y, x, w, sc, 0, N, K, 1, K, N)) })
+			both(sh.name+" o_proj + add_rmsnorm", bytes, func() {
+				chk(k.GemvFP8Tile(s, y, x, w, sc, 0, N, K, 1, K, N))
+				chk(k.AddRMSNorm(s, h, res, y, nw, 1, N, N, N, N, 1e-6))
+			})
+			both(sh.name+" "+name, bytes, func() {
+				chk(k.GemvAddNorm(s, GemvAddNorm{W: w, S: sc, X: x, Y: y, N: N, K: K, Res: res, Norm: nw, H: h, Eps: 1e-6, Cnt: cnt}))
+			})
+		}
+	})
+}

@@ -2,7 +2,7 @@
 # (the build line in docs/measured/next/README.md; all six fit one call's carry with the tree). Ask `status` first;
 # issue each call right after the last (a machine stays warm ~30 s). Session 31 ran s31.sh lead and m2 (its copy is in
 # docs/measured/h200-2026-12-04-s31); then no machine was lent, so gpu-check never ran on today's main.
-# Usage: bash docs/measured/next/s32.sh gpucheck|final|half|w12|iqf|pdl|cap|qb|sweep|check1|check2
+# Usage: bash docs/measured/next/s32.sh gpucheck|final|half|w12|iqf|an|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
 #    gemv_tile_fp8_r4_m2_d16 removed from the module.
@@ -24,15 +24,20 @@
 #    NOT RUN): wq_b and the attention epilogue in one launch at one row (the epilogue's ~5 us and its launch boundary off
 #    the indexer chain): its checks, A/B/A/B on GLM-5 at 8192 and 131072 and DeepSeek-V3.2 at 131072 and 8192, traced on
 #    GLM-5. If it wins twice on a model and loses nowhere, make it the default (engine/gpu device.go wqbIQOn).
+#  an (~5 min): TILERT_GPU_OPROJ_NORM=1 (kernels.GemvAddNorm, gemv_tile_fp8_r*_m1*_an; built in session 32 without a
+#    device, NOT RUN): o_proj and the post-attention add + RMSNorm in one launch at one row (the one-block norm launch,
+#    ~3.5 us charged, off every layer's critical path): its checks, timing, A/B/A/B on DeepSeek-V3.2 at 8192 and 131072
+#    and GLM-5 at 8192. If it wins twice on a model and loses nowhere, make it the default (device.go oprojNormOn).
+#    Where iqf and an both win, A/B/A/B them together before both become defaults.
 #  pdl (~1 min, env only): programmatic or plain launches per family again at DeepSeek-V3.2 8192, 1 slot (session 16's sweep
 #    found nothing, before the side streams' priorities and the uncapped q_b): the sparse MLA, whose early-resident
 #    blocks each take a whole SM (168 registers x 384 threads, 226 KB) while absorb_q still runs; the top-k; the expert
 #    GEMVs; the combine; the epilogue.
 #  If cap wins twice at 131072 (A/B/A/B), give the late chain that cap (engine/gpu side.go sideOpen: q_chain_late_1row)
 #  and say so; if a qb plan wins twice, pin it in the tile rule's table for that shape (kernels tile_plan.go).
-# Suggested calls (~28 min of the 30 with one cold start, each part's results saved as it ends; 4 may not fit):
+# Suggested calls (~33 min with one cold start, more than the 30: each part's results saved as it ends; 4 may not fit):
 #   1 (cold): for p in gpucheck final; do bash docs/measured/next/s32.sh $p > $OUT/x-$p.log 2>&1; cat $OUT/summary-$p.txt; done
-#   2 (warm): the same loop over half w12;   3 (warm): over iqf cap;   4 (warm): over pdl qb sweep.
+#   2 (warm): the same loop over half w12;   3 (warm): over iqf an;   4 (warm): over cap pdl qb sweep (may not fit).
 #   Where half and w12 both win, A/B/A/B them together (inline: NAME=s32; . docs/measured/next/plan.sh both; abab ...)
 #   before either becomes a default, then gpucheck again on the new defaults.
 NAME=s32; . docs/measured/next/plan.sh "$1"
@@ -107,9 +112,22 @@ iqf)
   abab deepseek-v3.2 8192 1 iq TILERT_GPU_IDX_QFUSE=1
   TL=1 bn glm-5 8192 1 tl-iqg TILERT_GPU_IDX_QFUSE=1
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+an)
+  # TILERT_GPU_OPROJ_NORM=1 (kernels.GemvAddNorm, cu/oproj_norm.cu; built in session 32 without a device, NOT RUN): a
+  # one-row layer's o_proj and post-attention add + RMSNorm in one launch (the last tile's block does the norm, its
+  # threads playing add_rmsnorm_reg's). The checks, the timing, then A/B/A/B on both models (the norm is on every
+  # layer's critical path at every length).
+  tst kernels cuda/kernels 200 'TestKernelGemvAddNorm$'; cnt kernels; mv $R/kernels.log $R/kernels-an.log
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingGemvAddNorm$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
+  tst engine engine/gpu 300 'TestGPUOProjNorm$'; cnt engine; mv $R/engine.log $R/engine-an.log
+  (export TILERT_GPU_OPROJ_NORM=1; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUGolden$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-an-on.log; cnt engine-an-on
+  abab deepseek-v3.2 8192 1 an TILERT_GPU_OPROJ_NORM=1
+  abab glm-5 8192 1 ang TILERT_GPU_OPROJ_NORM=1
+  abab deepseek-v3.2 131072 1 an131 TILERT_GPU_OPROJ_NORM=1
+  save ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s32.sh gpucheck|final|half|w12|iqf|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s32.sh gpucheck|final|half|w12|iqf|an|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

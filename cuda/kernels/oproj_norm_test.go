@@ -3,7 +3,6 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -96,57 +95,23 @@ func TestKernelGemvAddNorm(t *testing.T) {
 // TestGemvAddNormCheck: what the launcher refuses, before any launch.
 func TestGemvAddNormCheck(t *testing.T) {
 	const p = cuda.DevPtr(1 << 20)
-	good := func() GemvAddNorm {
+	testRefusals(t, func() GemvAddNorm {
 		return GemvAddNorm{W: p, S: p, X: p, Y: p, N: 7168, K: 16384, Res: p, Norm: p, H: p, Eps: 1e-6, Cnt: p}
-	}
-	if err := (&GemvAddNorm{}).Check(); err == nil {
-		t.Fatal("zero value accepted")
-	}
-	g := good()
-	if err := g.Check(); err != nil {
-		t.Fatalf("good launch refused: %v", err)
-	}
-	for _, c := range []struct {
-		name string
-		edit func(*GemvAddNorm)
-		want string
-	}{
+	}, (*GemvAddNorm).Check, []refusal[GemvAddNorm]{
 		{"K not x16", func(a *GemvAddNorm) { a.K = 16388 }, "multiple of 16"},
 		{"a row past the register norm", func(a *GemvAddNorm) { a.N = 1024 * 9 }, "add_rmsnorm_reg"},
 		{"unaligned W", func(a *GemvAddNorm) { a.W = p + 4 }, "aligned"},
 		{"no residual", func(a *GemvAddNorm) { a.Res = 0 }, "residual"},
 		{"no norm weights", func(a *GemvAddNorm) { a.Norm = 0 }, "norm weights"},
 		{"no counter", func(a *GemvAddNorm) { a.Cnt = 0 }, "counter"},
-	} {
-		a := good()
-		c.edit(&a)
-		err := a.Check()
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
-		}
-	}
+	})
 }
 
 // TestGemvAddNormKernelsDefined: every plain plan GemvAddNormKernel maps
-// and its fused twin are in the module; the twin waits first and launches
-// as its plain twin does (programmatically, or plainly for _d16s unless
-// TILERT_GPU_PDL_MORE names it).
-func TestGemvAddNormKernelsDefined(t *testing.T) {
-	src := KernelSource()
-	if len(gemvAddNormKernels) != 11 {
-		t.Fatalf("%d fused o_proj kernels mapped, want 11", len(gemvAddNormKernels))
-	}
-	for plain := range gemvAddNormKernels {
-		for _, name := range []string{plain, plain + "_an"} {
-			if !regexp.MustCompile(`extern "C" __global__ void(?: __launch_bounds__\([^)]*\))?\s+` + name + `\(`).MatchString(src) {
-				t.Errorf("%s is not defined in the kernels", name)
-			}
-		}
-		if pdlKernels[plain] != pdlKernels[plain+"_an"] || pdlMoreKernels[plain] != pdlMoreKernels[plain+"_an"] {
-			t.Errorf("%s_an is not launched as %s is (pdlKernels / pdlMoreKernels)", plain, plain)
-		}
-	}
-}
+// and its fused twin are in the module, launched as the plain twin is
+// (programmatically, or plainly for _d16s unless TILERT_GPU_PDL_MORE names
+// it).
+func TestGemvAddNormKernelsDefined(t *testing.T) { testTwinsDefined(t, gemvAddNormKernels, "_an", 11) }
 
 // TestKernelTimingGemvAddNorm (TILERT_GPU_TIMING=1): the fused o_proj +
 // add-norm against its two launches (GemvFP8Tile, then AddRMSNorm) and

@@ -138,23 +138,11 @@ func bytesF32(v []float32) []byte {
 // TestWQBIdxQCheck: what the launcher refuses, before any launch (no GPU).
 func TestWQBIdxQCheck(t *testing.T) {
 	const p = cuda.DevPtr(1 << 20)
-	good := func() WQBIdxQ {
+	testRefusals(t, func() WQBIdxQ {
 		return WQBIdxQ{W: p, S: p, X: p, Y: p + 4096, N: 64 * IndexerHeadDim, K: 1536, Cnt: p,
 			Epi: AttnEpilogue{KVA: p, LdKV: 576, KVNorm: p, MLACache: p, IK: p, LdIK: 128, IdxCache: p,
 				IQ: p + 4096, IW: p, QH: p, WQ: p, IH: 64, Pos: p, Cos: p, Sin: p, Rot: 64, Rows: 1}}
-	}
-	if err := (&WQBIdxQ{}).Check(); err == nil {
-		t.Fatal("zero value accepted")
-	}
-	g := good()
-	if err := g.Check(); err != nil {
-		t.Fatalf("good launch refused: %v", err)
-	}
-	for _, c := range []struct {
-		name string
-		edit func(*WQBIdxQ)
-		want string
-	}{
+	}, (*WQBIdxQ).Check, []refusal[WQBIdxQ]{
 		{"two rows", func(a *WQBIdxQ) { a.Epi.Rows = 2 }, "one row"},
 		{"row bases", func(a *WQBIdxQ) { a.Epi.Bases, a.Epi.MLACache, a.Epi.IdxCache, a.Epi.MLARows = p, 0, 0, true }, "one row"},
 		{"no query part", func(a *WQBIdxQ) { a.Epi.QH = 0 }, "query part"},
@@ -164,10 +152,33 @@ func TestWQBIdxQCheck(t *testing.T) {
 		{"unaligned W", func(a *WQBIdxQ) { a.W = p + 8 }, "aligned"},
 		{"no scales", func(a *WQBIdxQ) { a.S = 0 }, "scales"},
 		{"no counters", func(a *WQBIdxQ) { a.Cnt = 0 }, "counters"},
-	} {
+	})
+}
+
+// refusal is one edit of a good launch that its Check must refuse, with
+// a word the error must hold.
+type refusal[T any] struct {
+	name string
+	edit func(*T)
+	want string
+}
+
+// testRefusals: check refuses the zero value, accepts good(), and refuses
+// every edit of it with an error naming what was wrong.
+func testRefusals[T any](t *testing.T, good func() T, check func(*T) error, cases []refusal[T]) {
+	t.Helper()
+	var zero T
+	if err := check(&zero); err == nil {
+		t.Fatal("zero value accepted")
+	}
+	g := good()
+	if err := check(&g); err != nil {
+		t.Fatalf("good launch refused: %v", err)
+	}
+	for _, c := range cases {
 		a := good()
 		c.edit(&a)
-		err := a.Check()
+		err := check(&a)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
 		}
@@ -175,23 +186,28 @@ func TestWQBIdxQCheck(t *testing.T) {
 }
 
 // TestWQBIdxQKernelsDefined: every plain tile kernel WQBIdxQKernel maps is
-// in the module with its fused twin (name + "_iq"), which waits first
-// (launched programmatically, it is in pdlKernels) and keeps the plain
-// kernel's blocks an SM where its registers allow (_d16: 2; _o4 holds 3 of
-// the plain kernel's 4, its 80 registers: TestNVRTCFusedTileRegisters).
-func TestWQBIdxQKernelsDefined(t *testing.T) {
+// in the module with its fused twin (name + "_iq"), launched as the plain
+// one is (programmatically); the _o4 twins hold 3 blocks an SM of the
+// plain kernel's 4, at 80 registers (TestNVRTCFusedTileRegisters).
+func TestWQBIdxQKernelsDefined(t *testing.T) { testTwinsDefined(t, wqbIdxQKernels, "_iq", 9) }
+
+// testTwinsDefined: the n plain kernels of twins and each one's fused twin
+// (name + suffix) are defined in the default module, and the twin is on
+// the same PDL lists as its plain kernel.
+func testTwinsDefined(t *testing.T, twins map[string]bool, suffix string, n int) {
+	t.Helper()
 	src := KernelSource()
-	if len(wqbIdxQKernels) != 9 {
-		t.Fatalf("%d fused wq_b kernels mapped, want 9", len(wqbIdxQKernels))
+	if len(twins) != n {
+		t.Fatalf("%d plain kernels with %s twins, want %d", len(twins), suffix, n)
 	}
-	for plain := range wqbIdxQKernels {
-		for _, name := range []string{plain, plain + "_iq"} {
+	for plain := range twins {
+		for _, name := range []string{plain, plain + suffix} {
 			if !regexp.MustCompile(`extern "C" __global__ void(?: __launch_bounds__\([^)]*\))?\s+` + name + `\(`).MatchString(src) {
 				t.Errorf("%s is not defined in the kernels", name)
 			}
 		}
-		if !pdlKernels[plain+"_iq"] {
-			t.Errorf("%s_iq is not launched programmatically (pdlKernels)", plain)
+		if pdlKernels[plain] != pdlKernels[plain+suffix] || pdlMoreKernels[plain] != pdlMoreKernels[plain+suffix] {
+			t.Errorf("%s%s is not launched as %s is (pdlKernels / pdlMoreKernels)", plain, suffix, plain)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -153,4 +154,118 @@ func TestKernelTimingGemvAddNorm(t *testing.T) {
 			})
 		}
 	})
+}
+
+// addNormRow transcribes add_rmsnorm_row (norm.cu) for one row: nt threads,
+// thread t's elements t + j*nt (j < normRegs), each warp's sums by xor
+// butterflies, the warp partials summed in order; fma as the GPU contracts
+// ss += v*v. It returns x + b and the normed row.
+func addNormRow(x, b, w []float32, nt int, eps float32) (xo, y []float32) {
+	D := len(x)
+	xo, y = make([]float32, D), make([]float32, D)
+	ss := make([]float32, nt)
+	for t := range nt {
+		for j := range normRegs {
+			if i := t + j*nt; i < D {
+				v := x[i] + b[i]
+				xo[i] = v
+				ss[t] = float32(math.FMA(float64(v), float64(v), float64(ss[t])))
+			}
+		}
+	}
+	sh := make([]float32, nt/32)
+	for wp := range nt / 32 {
+		sh[wp] = warpSumF32(ss[32*wp : 32*wp+32])
+	}
+	r := float32(0)
+	for _, p := range sh {
+		r += p
+	}
+	rr := float32(1 / math.Sqrt(float64(r/float32(D)+eps)))
+	for i := range D {
+		y[i] = w[i] * (xo[i] * rr)
+	}
+	return xo, y
+}
+
+// warpSumF32 is warp_sum's xor butterfly over 32 lanes; lane 0's result.
+func warpSumF32(lanes []float32) float32 {
+	v := append([]float32(nil), lanes...)
+	for o := 16; o > 0; o >>= 1 {
+		n := make([]float32, 32)
+		for l := range 32 {
+			n[l] = v[l] + v[l^o]
+		}
+		v = n
+	}
+	return v[0]
+}
+
+// addNormPlayed transcribes oproj_norm.cu's add_rmsnorm_played: the block's
+// tileThreads threads playing nt, in its loops and indices.
+func addNormPlayed(x, b, w []float32, nt int, eps float32) (xo, y []float32) {
+	D := len(x)
+	xo, y = append([]float32(nil), x...), make([]float32, D)
+	sh := make([]float32, 32)
+	for q := 0; q*tileThreads < nt; q++ {
+		ss := make([]float32, tileThreads) // thread t's sum this trip
+		for t := range tileThreads {
+			vt := t + q*tileThreads
+			if vt >= nt {
+				continue
+			}
+			for j := range normRegs {
+				if i := vt + j*nt; i < D {
+					v := xo[i] + b[i]
+					xo[i] = v
+					ss[t] = float32(math.FMA(float64(v), float64(v), float64(ss[t])))
+				}
+			}
+		}
+		for wp := range tileThreads / 32 {
+			s := warpSumF32(ss[32*wp : 32*wp+32])
+			if vt := 32*wp + q*tileThreads; vt < nt { // lane 0's vt
+				sh[vt>>5] = s
+			}
+		}
+	}
+	r := float32(0)
+	for i := 0; i < nt>>5; i++ {
+		r += sh[i]
+	}
+	rr := float32(1 / math.Sqrt(float64(r/float32(D)+eps)))
+	for q := 0; q*tileThreads < nt; q++ {
+		for t := range tileThreads {
+			vt := t + q*tileThreads
+			if vt >= nt {
+				continue
+			}
+			for j := range normRegs {
+				if i := vt + j*nt; i < D {
+					y[i] = w[i] * (xo[i] * rr)
+				}
+			}
+		}
+	}
+	return xo, y
+}
+
+// TestAddNormPlayedOrder (no GPU): add_rmsnorm_played's loops, transcribed,
+// give add_rmsnorm_row's x and y bit for bit on every row width the
+// register norm takes from 1 to 8192 values (norm threads 32..1024, played
+// 1..4 to a thread), on random rows.
+func TestAddNormPlayedOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 2))
+	for _, D := range []int{1, 31, 64, 128, 160, 288, 1000, 1024, 2048, 4096, 5120, 6144, 7168, 8192} {
+		if !normRegsFit(D) {
+			t.Fatalf("D=%d does not fit the register norm", D)
+		}
+		nt := normThreads(D)
+		x, b, w := randF32(r, D, 3), randF32(r, D, 2), randF32(r, D, 1)
+		x1, y1 := addNormRow(x, b, w, nt, 1e-6)
+		x2, y2 := addNormPlayed(x, b, w, nt, 1e-6)
+		if n := diffF32Bits(x1, x2) + diffF32Bits(y1, y2); n != 0 {
+			t.Errorf("D=%d (%d norm threads): %d values differ", D, nt, n)
+		}
+	}
 }

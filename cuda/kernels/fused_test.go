@@ -304,6 +304,15 @@ func TestAttnEpilogueCheckRows(t *testing.T) {
 	}
 }
 
+// directAndGraph times f both ways into a timingTable: 20 direct launches
+// (median of 21 rounds) and inside a CUDA graph (graphUs).
+func directAndGraph(c *cuda.Ctx, s cuda.Stream, add func(name string, bytes, us float64, comment string)) func(string, float64, func()) {
+	return func(name string, bytes float64, f func()) {
+		add(name+" direct", bytes, medianUs(c, s, 20, 21, f), "")
+		add(name+" graph", bytes, graphUs(c, s, 20, f), "")
+	}
+}
+
 // graphUs captures n runs of f into one graph and returns the median time
 // of one run over replays (what the engine's decode graphs see).
 func graphUs(c *cuda.Ctx, s cuda.Stream, n int, f func()) float64 {
@@ -317,10 +326,7 @@ func TestKernelFusedTiming(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		add := timingTable(t, c, a, r, 256<<20, "fused: device-to-device copy 256 MiB (read+write)", "reference of this table")
-		both := func(name string, bytes float64, f func()) {
-			add(name+" direct", bytes, medianUs(c, s, 20, 21, f), "")
-			add(name+" graph", bytes, graphUs(c, s, 20, f), "")
-		}
+		both := directAndGraph(c, s, add)
 		const maxPos, rot, IH = 4096, 64, 64
 		cosT, sinT := ropeTables(maxPos, rot)
 		cp, sp := a.up(cosT), a.up(sinT)

@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"strings"
 	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
@@ -65,22 +64,15 @@ func (a *GemvAddNorm) Check() error {
 }
 
 // GemvAddNormKernel is the fused kernel an N x K one-row launch would run
-// (the plain launch's plan), its group size and grid, and how many tiles
-// its blocks count; "" where the plan has no fused twin (_d16s below 4
-// rows a group, which the plans refuse anyway).
-func (k *Set) GemvAddNormKernel(N, K int, x, w cuda.DevPtr) (name string, G, gx, total int) {
-	plain, G, R, gx := k.tileKernel(tileLaunch{w0: w, dense: 1, x: x, ldx: K, ldy: N, N: N, K: K, M: 1})
+// (the plain launch's plan), its group size and grid; "" where the plan has
+// no fused twin (_d16s below 4 rows a group, which the plans refuse
+// anyway). The kernel counts its own tiles (the tile bodies pass it them).
+func (k *Set) GemvAddNormKernel(N, K int, x, w cuda.DevPtr) (name string, G, gx int) {
+	plain, G, _, gx := k.tileKernel(tileLaunch{w0: w, dense: 1, x: x, ldx: K, ldy: N, N: N, K: K, M: 1})
 	if !gemvAddNormKernels[plain] {
-		return "", 0, 0, 0
+		return "", 0, 0
 	}
-	ng := tileThreads / G
-	if strings.HasSuffix(plain, "_d16s") {
-		// gemv_tile_gs_body: every block runs the same trips.
-		total = gx * cdiv(cdiv(N, R), gx*ng)
-	} else {
-		total = cdiv(cdiv(N, R), ng)
-	}
-	return plain + "_an", G, gx, total
+	return plain + "_an", G, gx
 }
 
 // GemvAddNorm launches the fused GEMV + add-norm.
@@ -88,13 +80,13 @@ func (k *Set) GemvAddNorm(s cuda.Stream, a GemvAddNorm) error {
 	if err := a.Check(); err != nil {
 		return err
 	}
-	name, G, gx, total := k.GemvAddNormKernel(a.N, a.K, a.X, a.W)
+	name, G, gx := k.GemvAddNormKernel(a.N, a.K, a.X, a.W)
 	if name == "" {
 		return errors.WithHint(errors.Newf("gemv + add-norm: the %dx%d launch's plan has no fused kernel", a.N, a.K),
 			"check GemvAddNormKernel first and run GemvFP8Tile then AddRMSNorm where it gives none")
 	}
 	if err := k.launch(name, cuda.D1(gx), cuda.D1(tileThreads), 0, s,
-		a.W, a.S, a.X, a.Y, a.N, a.K, G, b2i(TileRule >= 2), a.Res, a.Norm, a.H, normThreads(a.N), a.Eps, a.Cnt, total); err != nil {
+		a.W, a.S, a.X, a.Y, a.N, a.K, G, b2i(TileRule >= 2), a.Res, a.Norm, a.H, normThreads(a.N), a.Eps, a.Cnt); err != nil {
 		return err
 	}
 	gemvAddNormLaunches.Add(1)

@@ -57,11 +57,11 @@ func TestKernelGemvAddNorm(t *testing.T) {
 					defer k.SetTilePlan(cf.N, cf.K, prev)
 				}
 				N, K := cf.N, cf.K
-				name, _, _, total := k.GemvAddNormKernel(N, K, a.raw(int64(4*K)), a.raw(int64(N*K)))
+				name, _, gx := k.GemvAddNormKernel(N, K, a.raw(int64(4*K)), a.raw(int64(N*K)))
 				if name == "" {
 					t.Fatalf("no fused kernel for %s", tag)
 				}
-				t.Logf("%s: %s, %d tiles", tag, name, total)
+				t.Logf("%s: %s, %d blocks", tag, name, gx)
 				w, sc := a.up(randFP8(r, N*K)), a.up(randScales(r, cdiv(N, 128)*cdiv(K, 128), -6))
 				x := a.up(randF32(r, K, 1))
 				res, nw := randF32(r, N, 3), a.up(randF32(r, N, 1))
@@ -124,10 +124,7 @@ func TestKernelTimingGemvAddNorm(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		add := timingTable(t, c, a, r, 256<<20, "o_proj + add-norm: device-to-device copy 256 MiB (read+write)", "reference of this table")
-		both := func(name string, bytes float64, f func()) {
-			add(name+" direct", bytes, medianUs(c, s, 20, 21, f), "")
-			add(name+" graph", bytes, graphUs(c, s, 20, f), "")
-		}
+		both := directAndGraph(c, s, add)
 		cnt := a.up([]int32{0})
 		for _, sh := range []struct {
 			name   string
@@ -142,7 +139,7 @@ func TestKernelTimingGemvAddNorm(t *testing.T) {
 			w, sc := a.up(randFP8(r, N*K)), a.up(randScales(r, cdiv(N, 128)*cdiv(K, 128), -6))
 			x, y, res, h := a.up(randF32(r, K, 1)), a.raw(int64(4*N)), a.up(randF32(r, N, 1)), a.raw(int64(4*N))
 			nw := a.up(randF32(r, N, 1))
-			name, _, _, _ := k.GemvAddNormKernel(N, K, x, w)
+			name, _, _ := k.GemvAddNormKernel(N, K, x, w)
 			bytes := float64(N*K + 4*cdiv(N, 128)*cdiv(K, 128))
 			both(sh.name+" o_proj alone", bytes, func() { chk(k.GemvFP8Tile(s, y, x, w, sc, 0, N, K, 1, K, N)) })
 			both(sh.name+" o_proj + add_rmsnorm", bytes, func() {

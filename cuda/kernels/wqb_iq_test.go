@@ -276,10 +276,7 @@ func TestKernelTimingWQBIdxQ(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
 		add := timingTable(t, c, a, r, 256<<20, "wq_b + epilogue: device-to-device copy 256 MiB (read+write)", "reference of this table")
-		both := func(name string, bytes float64, f func()) {
-			add(name+" direct", bytes, medianUs(c, s, 20, 21, f), "")
-			add(name+" graph", bytes, graphUs(c, s, 20, f), "")
-		}
+		both := directAndGraph(c, s, add)
 		const maxPos, rot = 4096, 64
 		cosT, sinT := ropeTables(maxPos, rot)
 		cp, sp := a.up(cosT), a.up(sinT)

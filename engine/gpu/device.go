@@ -1087,7 +1087,7 @@ func (b *cudaDevice) gemvAddNorm(a kernels.GemvAddNorm) error {
 	if b.useMMA(a.X, a.W, a.N, a.K, 1, a.K, 1) || !gemvTileOn || a.Check() != nil {
 		return b.gemvAddNormApart(a)
 	}
-	if name, _, _, _ := b.k.GemvAddNormKernel(a.N, a.K, a.X, a.W); name == "" {
+	if name, _, _ := b.k.GemvAddNormKernel(a.N, a.K, a.X, a.W); name == "" {
 		return b.gemvAddNormApart(a)
 	}
 	return b.k.GemvAddNorm(b.s, a)

@@ -6,7 +6,7 @@
 // The tiles (gemv_tile_body, or gemv_tile_gs_body for the strided `_d16s`
 // plan) run on the plan the plain launch takes, so y's bits. After each
 // tile's stores a block counts the tile (one int32 counter); the block
-// that counts the last of `total` tiles runs add_rmsnorm_row on the row:
+// that counts the launch's last tile runs add_rmsnorm_row on the row:
 // x += y, h = w * (x * r), its nt threads played by the block's 256
 // (thread t plays t, t + 256, ...: each played thread's elements, sums and
 // warp butterflies are its own, the warp partials summed in order), so x
@@ -66,15 +66,14 @@ struct AddNormEpi {
   int D, nt;
   float eps;
   int* cnt;
-  int total;        // tile_done calls in the launch
 
-  __device__ __forceinline__ void tile_done(int, int, int) const {
+  __device__ __forceinline__ void tile_done(int, int, int, int calls) const {
     __shared__ int last;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
       __threadfence();
-      last = atomicAdd(cnt, 1) == total - 1;
+      last = atomicAdd(cnt, 1) == calls - 1;
       __threadfence();
     }
     __syncthreads();
@@ -87,9 +86,9 @@ struct AddNormEpi {
 
 #define OPROJ_AN_PARAMS                                                                                                \
   const void *W, const float *S, const float *__restrict__ x, float *y, int N, int K, int G, int fold, float *xres,   \
-      const float *__restrict__ nw, float *h, int nt, float eps, int *cnt, int total
+      const float *__restrict__ nw, float *h, int nt, float eps, int *cnt
 #define OPROJ_AN_EPI \
-  const AddNormEpi epi = {xres, y, nw, h, N, nt, eps, cnt, total}
+  const AddNormEpi epi = {xres, y, nw, h, N, nt, eps, cnt}
 
 // The launchable variants: the one-row fp8 tile plans (plain at 1..8 rows
 // a group, _d16 at 2..8, _o4 at 4 and 8) and the strided _d16s, each with

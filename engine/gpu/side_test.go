@@ -192,7 +192,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 									}
 								case "unfork", "join":
 									side = false
-								case "moeRoute":
+								case "moeRoute", "gemvRoute":
 									if side {
 										sideRoutes[k]++
 									}

@@ -67,8 +67,6 @@ var pdlKernels = setOf(
 	"gemv_tile_fp8_r4_m1_an", "gemv_tile_fp8_r4_m1_d16_an", "gemv_tile_fp8_r4_m1_o4_an",
 	"gemv_tile_fp8_r2_m1_iq", "gemv_tile_fp8_r2_m1_d16_iq", "gemv_tile_fp8_r1_m1_iq",
 	"gemv_tile_fp8_r2_m1_an", "gemv_tile_fp8_r2_m1_d16_an", "gemv_tile_fp8_r1_m1_an",
-	// router_route.cu: the router's wide GEMV with the routing in its last block
-	"gemv_bf16_wide_r1_rt", "gemv_bf16_wide_r2_rt", "gemv_bf16_wide_r4_rt", "gemv_bf16_wide_r8_rt",
 	// norm.cu: the fused MoE combine + add + RMSNorm (sm_90 clusters)
 	"moe_combine_norm_cl",
 	// gemv_tile_group.cu

@@ -168,11 +168,6 @@ type fusedDevice interface {
 	// addRMSNorm(a.H, a.Res, a.Y, a.Norm): one launch where the GEMV's plan
 	// has a fused kernel (kernels.GemvAddNorm, the same bits), else the two.
 	gemvAddNorm(a kernels.GemvAddNorm) error
-	// gemvRoute is gemvBF16 of one row (the MoE router) into a.Logits then
-	// moeRoute of those logits: one launch where gemvBF16 would run the
-	// wide kernel and the experts fit its block (kernels.RouterRoute, the
-	// same bits), else the two.
-	gemvRoute(a kernels.RouterRoute) error
 }
 
 // cudaDevice runs on the device thread (valid only inside Device.Do); all
@@ -1098,23 +1093,6 @@ func (b *cudaDevice) gemvAddNorm(a kernels.GemvAddNorm) error {
 	return b.k.GemvAddNorm(b.s, a)
 }
 
-func (b *cudaDevice) gemvRoute(a kernels.RouterRoute) error {
-	// Fused only where gemvBF16 would run gemv_bf16_wide (one row: no
-	// tensor cores, no tile kernel) with the router's rows on it.
-	if a.E > gemvBF16WideMaxN || !gemvWide(a.E) || a.Check() != nil {
-		return b.gemvRouteApart(a)
-	}
-	return b.k.RouterRoute(b.s, a)
-}
-
-// gemvRouteApart is gemvRoute as its two launches.
-func (b *cudaDevice) gemvRouteApart(a kernels.RouterRoute) error {
-	if err := b.gemvBF16(a.Logits, a.X, a.W, a.E, a.K, 1, a.K, a.E); err != nil {
-		return err
-	}
-	return b.moeRoute(a.Idx, a.Wts, a.Logits, a.Bias, 1, a.E, a.TopK, a.NGroup, a.TopKGroup, a.Norm, a.Scale)
-}
-
 // gemvAddNormApart is gemvAddNorm as its two launches.
 func (b *cudaDevice) gemvAddNormApart(a kernels.GemvAddNorm) error {
 	if err := b.gemvFP8(a.Y, a.X, a.W, a.S, a.N, a.K, 1, a.K, a.N); err != nil {
@@ -1163,12 +1141,6 @@ var wqbIQOn = os.Getenv("TILERT_GPU_IDX_QFUSE") == "1"
 // norm launch and its boundary leave the step's critical path; opt-in, NOT
 // RUN).
 var oprojNormOn = os.Getenv("TILERT_GPU_OPROJ_NORM") == "1"
-
-// routeFuseOn: TILERT_GPU_ROUTE_FUSE=1 runs a one-row MoE layer's router
-// GEMV and its routing as one launch (gemvRoute, kernels.RouterRoute: the
-// last block routes; the one-block routing launch and its boundary leave
-// the MoE front, the step's critical path; opt-in, NOT RUN).
-var routeFuseOn = os.Getenv("TILERT_GPU_ROUTE_FUSE") == "1"
 
 // runner executes engine work on a backend: the GPU's device thread or the
 // emulator.

@@ -955,14 +955,6 @@ func (m *emuDevice) gemvAddNorm(a kernels.GemvAddNorm) error {
 	return m.addRMSNorm(a.H, a.Res, a.Y, a.Norm, 1, a.N, a.N, a.N, a.N, a.Eps)
 }
 
-// gemvRoute is its two launches (the fused kernel's bits are theirs).
-func (m *emuDevice) gemvRoute(a kernels.RouterRoute) error {
-	if err := m.gemvBF16(a.Logits, a.X, a.W, a.E, a.K, 1, a.K, a.E); err != nil {
-		return err
-	}
-	return m.moeRoute(a.Idx, a.Wts, a.Logits, a.Bias, 1, a.E, a.TopK, a.NGroup, a.TopKGroup, a.Norm, a.Scale)
-}
-
 // attnEpilogue is the launches it fuses, row by row (a row at a negative
 // position is left alone, as the kernel does), then indexerQPrep. With
 // row bases each row writes its own slot's caches.

@@ -88,7 +88,6 @@ type workspace struct {
 	iqh, iwq                 cuda.DevPtr // indexerQPrep's query codes [rows][kernels.IndexerQRowBytes] and weights [rows][64]
 	iqc                      cuda.DevPtr // wqbIdxQ's head counters (int32 [64], zeroed; every launch leaves them so)
 	opc                      cuda.DevPtr // gemvAddNorm's tile counter (int32, zeroed; every launch leaves it so)
-	rtc                      cuda.DevPtr // gemvRoute's block counter (int32, zeroed; every launch leaves it so)
 	g, u                     cuda.DevPtr // [rows][max intermediate]
 	rlog, eidx, ewts         cuda.DevPtr
 	eg, eu, ey               cuda.DevPtr // [top-k][moe intermediate or hidden]
@@ -174,7 +173,6 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 		{&ws.mla, int(mlaWorkspaceBytes(M, NH) / 4)},
 		{&ws.tkw, int(kernels.TopKRadixScratchBytes(M, ws.ldScores) / 4)},
 		{&ws.opc, 1},
-		{&ws.rtc, 1},
 	}...)
 	if e.idxQ() {
 		bs = append(bs, wsBuf{&ws.iqh, M * kernels.IndexerQRowBytes / 4}, wsBuf{&ws.iwq, M * kernels.IndexerQHeads},
@@ -467,22 +465,8 @@ func (f *fwd) route(lw *dlayer) {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	E, K := c.NRoutedExperts, c.NumExpertsPerTok
-	if f.routeFuseOK(lw) {
-		o.do(o.b.gemvRoute(kernels.RouterRoute{W: lw.Router.w, X: ws.h, Logits: ws.rlog, E: E, K: H, Bias: lw.Bias,
-			Idx: ws.eidx, Wts: ws.ewts, TopK: K, NGroup: c.NGroup, TopKGroup: c.TopKGroup, Norm: c.NormTopKProb,
-			Scale: float32(c.RoutedScalingFactor), Cnt: ws.rtc}))
-		return
-	}
 	o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
 	o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
-}
-
-// routeFuseOK says whether route runs the router GEMV and the routing as
-// one gemvRoute launch (TILERT_GPU_ROUTE_FUSE=1): one row, a bf16 router
-// (the device keeps the two launches where the GEMV would not run the wide
-// kernel or the experts outnumber its block's threads).
-func (f *fwd) routeFuseOK(lw *dlayer) bool {
-	return routeFuseOn && f.M == 1 && f.e.ws.rtc != 0 && lw.Router.kind == linBF16 && !useGemm(lw.Router, 1)
 }
 
 // tileShared says whether moeTile runs the shared expert as dense slots of

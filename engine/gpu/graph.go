@@ -591,12 +591,6 @@ func (gb *graphDevice) gemvAddNorm(a kernels.GemvAddNorm) error {
 		ku(a.W), ku(a.S), ku(a.X), ku(a.Y), ki(a.N), ki(a.K), ku(a.Res), ku(a.Norm), ku(a.H), kf(a.Eps), ku(a.Cnt))
 }
 
-func (gb *graphDevice) gemvRoute(a kernels.RouterRoute) error {
-	return gb.rec("gemvRoute", 2*int64(a.E)*int64(a.K)+8*int64(a.E), func(b device) error { return b.gemvRoute(a) },
-		ku(a.W), ku(a.X), ku(a.Logits), ki(a.E), ki(a.K), ku(a.Bias), ku(a.Idx), ku(a.Wts), ki(a.TopK), ki(a.NGroup),
-		ki(a.TopKGroup), kb(a.Norm), kf(a.Scale), ku(a.Cnt))
-}
-
 // cudaGrapher captures on the backend's stream (thread-local capture: only
 // the device thread's own calls are recorded).
 type cudaGrapher struct{ b *cudaDevice }

@@ -192,7 +192,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 									}
 								case "unfork", "join":
 									side = false
-								case "moeRoute", "gemvRoute":
+								case "moeRoute":
 									if side {
 										sideRoutes[k]++
 									}

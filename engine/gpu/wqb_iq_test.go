@@ -10,9 +10,7 @@ import (
 
 // TILERT_GPU_IDX_QFUSE=1 (wqbIQOn): a one-row step's wq_b and attention
 // epilogue as one wqbIdxQ launch; TILERT_GPU_OPROJ_NORM=1 (oprojNormOn): its
-// o_proj and post-attention add + norm as one gemvAddNorm launch;
-// TILERT_GPU_ROUTE_FUSE=1 (routeFuseOn): its MoE layers' router GEMV and
-// routing as one gemvRoute launch. Each: the
+// o_proj and post-attention add + norm as one gemvAddNorm launch. Each: the
 // same tokens, cache bytes and batched tokens as the two launches, with and
 // without MTP, on prompts within and past index_topk; every fused op
 // replaces exactly one of each launch it fuses in the recorded graphs, and
@@ -22,8 +20,6 @@ func TestEmuWQBIdxQ(t *testing.T)   { testFusedSwitch(t, onEmu, wqbSwitch) }
 func TestGPUWQBIdxQ(t *testing.T)   { testFusedSwitch(t, onGPU, wqbSwitch) }
 func TestEmuOProjNorm(t *testing.T) { testFusedSwitch(t, onEmu, oprojNormSwitch) }
 func TestGPUOProjNorm(t *testing.T) { testFusedSwitch(t, onGPU, oprojNormSwitch) }
-func TestEmuRouteFuse(t *testing.T) { testFusedSwitch(t, onEmu, routeSwitch) }
-func TestGPURouteFuse(t *testing.T) { testFusedSwitch(t, onGPU, routeSwitch) }
 
 // fusedSwitch is an opt-in launch that fuses two: its switch variable, its
 // recorded op and the ops it replaces, and the kernels' launch count.
@@ -40,8 +36,6 @@ var (
 		kernels.WQBIdxQLaunches}
 	oprojNormSwitch = fusedSwitch{"TILERT_GPU_OPROJ_NORM", &oprojNormOn, "gemvAddNorm", [2]string{"addRMSNorm", "gemvFP8"},
 		kernels.GemvAddNormLaunches}
-	routeSwitch = fusedSwitch{"TILERT_GPU_ROUTE_FUSE", &routeFuseOn, "gemvRoute", [2]string{"moeRoute", "gemvBF16"},
-		kernels.RouterRouteLaunches}
 )
 
 func testFusedSwitch(t *testing.T, kind deviceKind, sw fusedSwitch) {

@@ -1,9 +1,9 @@
-# The plan for the next device session (issue 10; NOT RUN): session 31's (s32.sh until session 33), with sessions 32 and
-# 33's fused launches. Binaries of main in .device/next, xz'd or not (the build line in docs/measured/next/README.md;
+# The plan for the next device session (issue 10; NOT RUN): session 31's (s32.sh until session 33), with session 32's
+# fused launches. Binaries of main in .device/next, xz'd or not (the build line in docs/measured/next/README.md;
 # all six fit one call's carry with the tree). Ask `status` first; issue each call right after the last (a machine stays
 # warm ~30 s). Session 31 ran s31.sh lead and m2 (its copy is in docs/measured/h200-2026-12-04-s31); sessions 32 and 33
 # had no machine, so gpu-check has not run on today's main.
-# Usage: bash docs/measured/next/s33.sh gpucheck|final|fuse|half|w12|iqf|an|rt|pdl|cap|qb|sweep|check1|check2
+# Usage: bash docs/measured/next/s33.sh gpucheck|final|fuse|half|w12|iqf|an|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
 #    gemv_tile_fp8_r4_m2_d16 removed from the module.
@@ -30,15 +30,10 @@
 #    ~3.5 us charged, off every layer's critical path): its checks, timing, A/B/A/B on DeepSeek-V3.2 at 8192 and 131072
 #    and GLM-5 at 8192. If it wins twice on a model and loses nowhere, make it the default (device.go oprojNormOn).
 #    Where iqf and an both win, A/B/A/B them together before both become defaults.
-#  rt (~4 min): TILERT_GPU_ROUTE_FUSE=1 (kernels.RouterRoute, gemv_bf16_wide_r*_rt; built in session 33 without a
-#    device, NOT RUN): a one-row MoE layer's router GEMV and routing in one launch (the last block routes; the one-block
-#    moe_route_rank launch, 5.7 us charged in session 31's trace, and its boundary off the MoE front): its checks, timing,
-#    A/B/A/B on both models at 8192 and DeepSeek-V3.2 at 131072. If it wins twice on a model and loses nowhere, make it
-#    the default (device.go routeFuseOn).
-#  fuse (~10 min; instead of iqf, an and rt when time is short): the three fused launches' checks in one process each,
-#    the engine with all three on, A/B/A/B of all three against none on both models at 8192 and 131072, each alone once
-#    at 8192, and traces with all three. Where the three win twice on a model and no single row loses clearly, make them
-#    the defaults (device.go wqbIQOn, oprojNormOn, routeFuseOn), then gpucheck again.
+#  fuse (~9 min; instead of iqf and an when time is short): both fused launches' checks in one process each, the engine
+#    with both on, A/B/A/B of both against neither on both models at 8192 and 131072, each alone once at 8192, and
+#    traces with both. Where the pair wins twice on a model and neither alone loses clearly, make them the defaults
+#    (device.go wqbIQOn, oprojNormOn), then gpucheck again.
 #  pdl (~1 min, env only): programmatic or plain launches per family again at DeepSeek-V3.2 8192, 1 slot (session 16's sweep
 #    found nothing, before the side streams' priorities and the uncapped q_b): the sparse MLA, whose early-resident
 #    blocks each take a whole SM (168 registers x 384 threads, 226 KB) while absorb_q still runs; the top-k; the expert
@@ -135,41 +130,28 @@ an)
   abab glm-5 8192 1 ang TILERT_GPU_OPROJ_NORM=1
   abab deepseek-v3.2 131072 1 an131 TILERT_GPU_OPROJ_NORM=1
   save ;;
-rt)
-  # TILERT_GPU_ROUTE_FUSE=1 (kernels.RouterRoute, cu/router_route.cu; built in session 33 without a device, NOT RUN): a
-  # one-row MoE layer's router GEMV and routing in one launch. The checks (bit for bit the two launches, ties and every
-  # rows-a-block plan; greedy == CPU and the goldens with it on; it fails unless the kernel launched), the timing, then
-  # A/B/A/B: the MoE front is on every layer's critical path at every length.
-  tst kernels cuda/kernels 200 'TestKernelRouterRoute$'; cnt kernels; mv $R/kernels.log $R/kernels-rt.log
-  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingRouterRoute$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
-  tst engine engine/gpu 300 'TestGPURouteFuse$'; cnt engine; mv $R/engine.log $R/engine-rt.log
-  (export TILERT_GPU_ROUTE_FUSE=1; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUGolden$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-rt-on.log; cnt engine-rt-on
-  abab deepseek-v3.2 8192 1 rt TILERT_GPU_ROUTE_FUSE=1
-  abab glm-5 8192 1 rtg TILERT_GPU_ROUTE_FUSE=1
-  abab deepseek-v3.2 131072 1 rt131 TILERT_GPU_ROUTE_FUSE=1
-  save ;;
 fuse)
-  # Sessions 32-33's three fused one-row launches together (iqf, an, rt in one part): each family's kernel checks and
-  # timings in one test process, the engine's switch tests, greedy == CPU and the goldens with all three on, then
-  # A/B/A/B of all three against none, each alone once, and traces.
-  F3="TILERT_GPU_IDX_QFUSE=1 TILERT_GPU_OPROJ_NORM=1 TILERT_GPU_ROUTE_FUSE=1"
-  tst kernels cuda/kernels 300 'TestKernelWQBIdxQ$|TestKernelFusedAttnEpilogue$|TestKernelGemvAddNorm$|TestKernelRouterRoute$'; cnt kernels; mv $R/kernels.log $R/kernels-fused.log
-  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 240 'TestKernelTimingWQBIdxQ$|TestKernelTimingGemvAddNorm$|TestKernelTimingRouterRoute$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
-  tst engine engine/gpu 400 'TestGPUWQBIdxQ$|TestGPUOProjNorm$|TestGPURouteFuse$'; cnt engine; mv $R/engine.log $R/engine-switches.log
-  (export $F3; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUGolden$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-f3-on.log; cnt engine-f3-on
-  abab deepseek-v3.2 8192 1 f3 $F3
-  abab glm-5 8192 1 f3g $F3
-  abab deepseek-v3.2 131072 1 f3l $F3
-  abab glm-5 131072 1 f3gl $F3
+  # Session 32's two fused one-row launches together (iqf and an in one part): their kernel checks and timings in one
+  # test process each, the engine's switch tests, greedy == CPU and the goldens with both on, then A/B/A/B of both
+  # against neither, each alone once, and traces.
+  F2="TILERT_GPU_IDX_QFUSE=1 TILERT_GPU_OPROJ_NORM=1"
+  tst kernels cuda/kernels 300 'TestKernelWQBIdxQ$|TestKernelFusedAttnEpilogue$|TestKernelGemvAddNorm$'; cnt kernels; mv $R/kernels.log $R/kernels-fused.log
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 240 'TestKernelTimingWQBIdxQ$|TestKernelTimingGemvAddNorm$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
+  tst engine engine/gpu 400 'TestGPUWQBIdxQ$|TestGPUOProjNorm$'; cnt engine; mv $R/engine.log $R/engine-switches.log
+  (export $F2; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUGolden$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-f2-on.log; cnt engine-f2-on
+  abab deepseek-v3.2 8192 1 f2 $F2
+  abab glm-5 8192 1 f2g $F2
+  abab deepseek-v3.2 131072 1 f2l $F2
+  abab glm-5 131072 1 f2gl $F2
   for m in deepseek-v3.2 glm-5; do
-    bn $m 8192 1 one-iq-$m TILERT_GPU_IDX_QFUSE=1; bn $m 8192 1 one-an-$m TILERT_GPU_OPROJ_NORM=1; bn $m 8192 1 one-rt-$m TILERT_GPU_ROUTE_FUSE=1
+    bn $m 8192 1 one-iq-$m TILERT_GPU_IDX_QFUSE=1; bn $m 8192 1 one-an-$m TILERT_GPU_OPROJ_NORM=1
   done
-  TL=1 bn deepseek-v3.2 8192 1 tl-f3 $F3
-  TL=1 bn glm-5 8192 1 tl-f3g $F3
+  TL=1 bn deepseek-v3.2 8192 1 tl-f2 $F2
+  TL=1 bn glm-5 8192 1 tl-f2g $F2
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s33.sh gpucheck|final|fuse|half|w12|iqf|an|rt|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s33.sh gpucheck|final|fuse|half|w12|iqf|an|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

@@ -38,7 +38,8 @@ func TestNVRTCIndexerScoresRegisters(t *testing.T) {
 
 // ptxasLogSM90 compiles src for sm_90 with NVRTC and ptxas -v and returns
 // ptxas's log and the NVRTC version; the test skips where there is no NVRTC,
-// no sm_90 in it, or it refuses -v (no GPU needed).
+// no sm_90 in it, or it refuses -v (no GPU needed). A source that does not
+// compile to PTX fails the test: only the -v build may be refused.
 func ptxasLogSM90(t *testing.T, src, name string) (log, version string) {
 	t.Helper()
 	nv, err := cuda.LoadNVRTC()
@@ -50,6 +51,10 @@ func ptxasLogSM90(t *testing.T, src, name string) (log, version string) {
 	}
 	_, log, err = nv.CompileLog(src, name, append(kernelOptions("sm_90"), "-Xptxas", "-v"), true)
 	if err != nil {
+		// Told apart only on failure (the PTX-only compile costs as much).
+		if _, plog, perr := nv.CompileLog(src, name, kernelOptions("sm_90"), false); perr != nil {
+			t.Fatalf("%s does not compile for sm_90 (NVRTC %s): %v\n%s", name, nv.Version(), perr, plog)
+		}
 		t.Skipf("NVRTC %s refused -Xptxas -v (registers not shown): %v", nv.Version(), err)
 	}
 	return log, nv.Version()

@@ -3,7 +3,7 @@
 # all six fit one call's carry with the tree). Ask `status` first; issue each call right after the last (a machine stays
 # warm ~30 s). Session 31 ran s31.sh lead and m2 (its copy is in docs/measured/h200-2026-12-04-s31); sessions 32 and 33
 # had no machine, so gpu-check has not run on today's main.
-# Usage: bash docs/measured/next/s33.sh gpucheck|final|fuse|half|w12|iqf|an|pdl|cap|qb|sweep|check1|check2
+# Usage: bash docs/measured/next/s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
 #    gemv_tile_fp8_r4_m2_d16 removed from the module.
@@ -34,15 +34,21 @@
 #    with both on, A/B/A/B of both against neither on both models at 8192 and 131072, each alone once at 8192, and
 #    traces with both. Where the pair wins twice on a model and neither alone loses clearly, make them the defaults
 #    (device.go wqbIQOn, oprojNormOn), then gpucheck again.
+#  solo (~3 min, env only): TILERT_GPU_SOLO=1 (cuda/kernels solo.go; session 33 without a device, NOT RUN): the one-row
+#    layer's one-block critical-path kernels (the one-block top-k, both norms, the routing) launch with all the shared
+#    memory a block may have, so each runs alone on its SM, not beside the weight streams' blocks (GLM-5's top-k runs 9.5
+#    us after its scores in the step, ~6 us alone; the routing 5.7-7.4 us charged). TestKernelSolo, greedy == CPU with
+#    it on, A/B/A/B on both models at 8192, each family alone on GLM-5, a trace. If it wins twice on a model and loses on
+#    neither, make the winning families the default (solo.go soloSel).
 #  pdl (~1 min, env only): programmatic or plain launches per family again at DeepSeek-V3.2 8192, 1 slot (session 16's sweep
 #    found nothing, before the side streams' priorities and the uncapped q_b): the sparse MLA, whose early-resident
 #    blocks each take a whole SM (168 registers x 384 threads, 226 KB) while absorb_q still runs; the top-k; the expert
 #    GEMVs; the combine; the epilogue.
 #  If cap wins twice at 131072 (A/B/A/B), give the late chain that cap (engine/gpu side.go sideOpen: q_chain_late_1row)
 #  and say so; if a qb plan wins twice, pin it in the tile rule's table for that shape (kernels tile_plan.go).
-# Suggested calls (~29 min with one cold start: each part's results saved as it ends; 4 may not fit):
+# Suggested calls (~32 min with one cold start: each part's results saved as it ends; 4 may not fit):
 #   1 (cold): for p in gpucheck final; do bash docs/measured/next/s33.sh $p > $OUT/x-$p.log 2>&1; cat $OUT/summary-$p.txt; done
-#   2 (warm): the same loop over fuse;   3 (warm): over half w12;   4 (warm): over cap pdl qb sweep (may not fit).
+#   2 (warm): the same loop over fuse;   3 (warm): over half w12;   4 (warm): over solo cap pdl qb sweep (may not fit).
 #   Where half and w12 both win, A/B/A/B them together (inline: NAME=s33; . docs/measured/next/plan.sh both; abab ...)
 #   before either becomes a default, then gpucheck again on the new defaults.
 NAME=s33; . docs/measured/next/plan.sh "$1"
@@ -149,9 +155,19 @@ fuse)
   TL=1 bn deepseek-v3.2 8192 1 tl-f2 $F2
   TL=1 bn glm-5 8192 1 tl-f2g $F2
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+solo)
+  tst kernels cuda/kernels 200 'TestKernelSolo$'; cnt kernels
+  (export TILERT_GPU_SOLO=1; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-solo-on.log; cnt engine-solo-on
+  abab glm-5 8192 1 sog TILERT_GPU_SOLO=1
+  abab deepseek-v3.2 8192 1 so TILERT_GPU_SOLO=1
+  bn glm-5 8192 1 sog-topk TILERT_GPU_SOLO=topk_radix_one,topk_fast
+  bn glm-5 8192 1 sog-norm TILERT_GPU_SOLO=add_rmsnorm_reg,rmsnorm_reg
+  bn glm-5 8192 1 sog-route TILERT_GPU_SOLO=moe_route_rank
+  TL=1 bn glm-5 8192 1 tl-sog TILERT_GPU_SOLO=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s33.sh gpucheck|final|fuse|half|w12|iqf|an|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

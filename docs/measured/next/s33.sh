@@ -11,7 +11,9 @@
 #  cap (~1 min, env only): DeepSeek-V3.2's late q chain at 131072 capped at one block an SM instead of two, traced. At
 #    131072 the efficiency is on the 70% line (69.9% / 70.3%, session 31 call A).
 #  qb (~1.5 min, env only): DeepSeek-V3.2's q_b (24576x1536) and the indexer's wq_b (8192x1536) on other tile plans at
-#    8192, 1 slot (G32: 3 chunks a thread of a 1536-byte row, none idle; G64 leaves half the threads a chunk short).
+#    8192, 1 slot (G32: 3 chunks a thread of a 1536-byte row, none idle; G64 leaves half the threads a chunk short); and
+#    wq_b at one block an SM (B1: session 31's trace has its 256 blocks of 128 registers fill every SM from 13.2 to 20.7
+#    us, so q_b, DeepSeek-V3.2's critical chain at 8192, finds room only after them).
 #  sweep (~2 min, env only): the routed experts' tile plans at 2 and 4 slots.
 #  half (~4 min): TILERT_GPU_MLA_HEADS=32|16 (kernels.MLAHeadsPerBlock, mla_decode_wg2h / wg2q: one-tile sparse MLA blocks
 #    of 32 / 16 heads, wg2b's bits; built in session 31 after its device time, NOT RUN): checks, the kernel alone, A/B/A/B
@@ -68,7 +70,7 @@ qb)
   E=TILERT_GPU_TILE_PLANS
   bn deepseek-v3.2 8192 1 qb-A1
   for p in G32/R8_d16/B0 G32/R4_d16/B0 G32/R8_o4/B0 G64/R4_o4/B0 G128/R8_d16/B0; do bn deepseek-v3.2 8192 1 "qb-${p//\//_}" $E=24576x1536=$p; done
-  for p in G32/R8_d16/B0 G32/R8_o4/B0 G64/R4_o4/B0; do bn deepseek-v3.2 8192 1 "wqb-${p//\//_}" $E=8192x1536=$p; done
+  for p in G32/R8_d16/B0 G32/R8_o4/B0 G64/R4_o4/B0 G64/R8_d16/B1; do bn deepseek-v3.2 8192 1 "wqb-${p//\//_}" $E=8192x1536=$p; done
   bn deepseek-v3.2 8192 1 qb-A2
   save ;;
 half)

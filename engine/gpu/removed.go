@@ -244,6 +244,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 0) for the 16-key one-block top-k on rows of 8193..16384 keys, 1 for topk_radix_one_w12 up to 12288 (kernels.TopKOneW12, opt-in)"},
 		{"TILERT_GPU_OPROJ_NORM", []string{"", "0", "1"},
 			"unset it (or 0) for o_proj and the post-attention add + norm as two launches, 1 for one (one-row steps: kernels.GemvAddNorm, opt-in)"},
+		{"TILERT_GPU_SIDE_SH_AT", []string{"", "norm", "router"},
+			"unset it (or norm) to fork the shared expert after the post-attention norm, router to fork it after the router GEMV (opt-in)"},
 		{"TILERT_GPU_IDX_QFUSE", []string{"", "0", "1"},
 			"unset it (or 0) for wq_b and the attention epilogue as two launches, 1 for one (one-row steps: kernels.WQBIdxQ, opt-in)"},
 		{"TILERT_GPU_MLA_HEADS", []string{"", "64", "32", "16"},

@@ -3,7 +3,7 @@
 # all six fit one call's carry with the tree). Ask `status` first; issue each call right after the last (a machine stays
 # warm ~30 s). Session 31 ran s31.sh lead and m2 (its copy is in docs/measured/h200-2026-12-04-s31); sessions 32 and 33
 # had no machine, so gpu-check has not run on today's main.
-# Usage: bash docs/measured/next/s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|pdl|cap|qb|sweep|check1|check2
+# Usage: bash docs/measured/next/s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|shat|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
 #    gemv_tile_fp8_r4_m2_d16 removed from the module.
@@ -42,15 +42,20 @@
 #    us after its scores in the step, ~6 us alone; the routing 5.7-7.4 us charged). TestKernelSolo, greedy == CPU with
 #    it on, A/B/A/B on both models at 8192, each family alone on GLM-5, a trace. If it wins twice on a model and loses on
 #    neither, make the winning families the default (solo.go soloSel).
+#  shat (~2 min, env only): TILERT_GPU_SIDE_SH_AT=router (engine/gpu side.go; session 33, NOT RUN): the shared expert
+#    forks after the router GEMV, beside the routing alone, instead of beside the router too (session 31's trace: the
+#    router charged 6.1 us for 3.7 MB with the shared expert's gate/up streaming beside it). Greedy == CPU with it on,
+#    A/B/A/B on both models at 8192. If it wins twice on a model and loses on neither, make it the default.
 #  pdl (~1 min, env only): programmatic or plain launches per family again at DeepSeek-V3.2 8192, 1 slot (session 16's sweep
 #    found nothing, before the side streams' priorities and the uncapped q_b): the sparse MLA, whose early-resident
 #    blocks each take a whole SM (168 registers x 384 threads, 226 KB) while absorb_q still runs; the top-k; the expert
 #    GEMVs; the combine; the epilogue.
 #  If cap wins twice at 131072 (A/B/A/B), give the late chain that cap (engine/gpu side.go sideOpen: q_chain_late_1row)
 #  and say so; if a qb plan wins twice, pin it in the tile rule's table for that shape (kernels tile_plan.go).
-# Suggested calls (~32 min with one cold start: each part's results saved as it ends; 4 may not fit):
+# Suggested calls (~34 min with one cold start: each part's results saved as it ends; 4 may not fit):
 #   1 (cold): for p in gpucheck final; do bash docs/measured/next/s33.sh $p > $OUT/x-$p.log 2>&1; cat $OUT/summary-$p.txt; done
-#   2 (warm): the same loop over fuse;   3 (warm): over half w12;   4 (warm): over solo cap pdl qb sweep (may not fit).
+#   2 (warm): the same loop over fuse;   3 (warm): over half w12;   4 (warm): over solo shat cap pdl qb sweep (may not
+#   fit).
 #   Where half and w12 both win, A/B/A/B them together (inline: NAME=s33; . docs/measured/next/plan.sh both; abab ...)
 #   before either becomes a default, then gpucheck again on the new defaults.
 NAME=s33; . docs/measured/next/plan.sh "$1"
@@ -167,9 +172,14 @@ solo)
   bn glm-5 8192 1 sog-route TILERT_GPU_SOLO=moe_route_rank
   TL=1 bn glm-5 8192 1 tl-sog TILERT_GPU_SOLO=1
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+shat)
+  (export TILERT_GPU_SIDE_SH_AT=router; tst engine engine/gpu 300 'TestGPUSharedAtRouter$|TestGPUGreedyMatchesCPU$'); mv $R/engine.log $R/engine-shat.log; cnt engine-shat
+  abab deepseek-v3.2 8192 1 shat TILERT_GPU_SIDE_SH_AT=router
+  abab glm-5 8192 1 shatg TILERT_GPU_SIDE_SH_AT=router
+  save ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|shat|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

@@ -16,8 +16,6 @@ const cpuHint = "run on the CPU backend with --device cpu, or install the NVIDIA
 // CUresult is a CUDA driver API status code.
 type CUresult int32
 
-const cudaSuccess CUresult = 0
-
 // cuErrorNames is the fallback when cuGetErrorName is unavailable (and what
 // tests check); values are from cuda.h.
 var cuErrorNames = map[CUresult]string{

@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/cockroachdb/errors"
@@ -768,14 +767,4 @@ func (c *Config) String() string {
 	return fmt.Sprintf("%s: %d layers (+%d MTP), hidden %d, %d heads, q_lora %d, kv_lora %d, %d experts (top %d, %d groups keep %d), index topk %d",
 		c.Family, c.NumLayers, c.NumNextNLayers, c.HiddenSize, c.NumHeads, c.QLoraRank, c.KVLoraRank,
 		c.NRoutedExperts, c.NumExpertsPerTok, c.NGroup, c.TopKGroup, c.IndexTopK)
-}
-
-// sortedKeys is used by tests and messages that list config keys deterministically.
-func sortedKeys(m map[string]json.RawMessage) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

@@ -151,12 +151,11 @@ func rawStream(t *testing.T, endpoint string, secret []byte, session string) net
 
 // sender is a prefill side: its own engine, registered state, a ctrl client.
 type sender struct {
-	eng  rdma.Engine
-	c    *Client
-	mla  []byte
-	idx  []byte
-	rng  *rand.Rand
-	name string
+	eng rdma.Engine
+	c   *Client
+	mla []byte
+	idx []byte
+	rng *rand.Rand
 }
 
 func newSender(t *testing.T, r *rig, seed uint64) *sender {

@@ -40,12 +40,6 @@ type modelJSON struct {
 	Merges                  json.RawMessage `json:"merges"`
 }
 
-// typed is the common "type" discriminator of normalizers, pre-tokenizers,
-// post-processors and decoders.
-type typed struct {
-	Type string `json:"type"`
-}
-
 type normalizerJSON struct {
 	Type        string            `json:"type"`
 	Normalizers []json.RawMessage `json:"normalizers"`

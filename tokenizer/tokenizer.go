@@ -41,10 +41,9 @@ type Tokenizer struct {
 	// post-processing for addSpecial
 	prefix, suffix []int
 
-	bos          int
-	eos          []int
-	chatTemplate string
-	cfg          Config
+	bos int
+	eos []int
+	cfg Config
 }
 
 // Config is what tokenizer_config.json and generation_config.json add.

@@ -161,7 +161,6 @@ func indexerQRows4(k *Set, a *allocs, r *rand.Rand, s cuda.Stream) (qh, wq cuda.
 // in hist, into the returned 4 x T float32 scores (the engine's pair's
 // first launch).
 func indexerScores4(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, T int, lens cuda.DevPtr) func(hist cuda.DevPtr) cuda.DevPtr {
-	const H = 64
 	img := randIndexerCache(r, 64)
 	qh, wq := indexerQRows4(k, a, r, s)
 	nPages := cdiv(cdiv(T, 64), 64) * 64

@@ -1276,7 +1276,8 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		if r.clk != nil {
 			b.clk = r.clk
 			r.clk.bind(c, b.s)
-			defer c.SetQueueHook(c.SetQueueHook(r.clk.touch))
+			prev := c.SetQueueHook(r.clk.touch)
+			defer func() { c.SetQueueHook(prev) }() // the hook this one replaced
 		}
 		ahead, err := f(b)
 		err = errors.CombineErrors(err, b.settle())

@@ -5,7 +5,6 @@
 package synth
 
 import (
-	"slices"
 	"sort"
 
 	"github.com/cockroachdb/errors"
@@ -154,6 +153,3 @@ func (p Preset) specials() []string {
 	}
 	return deepseekSpecials()
 }
-
-// hasSpecial is used by tests.
-func (p Preset) hasSpecial(s string) bool { return slices.Contains(p.specials(), s) }

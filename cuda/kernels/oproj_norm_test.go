@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -46,7 +45,9 @@ func TestKernelGemvAddNorm(t *testing.T) {
 			{2048, 512, 64, 2, "-", 0},
 		} {
 			tag := fmt.Sprintf("N=%d K=%d G=%d R=%d%s B=%d", cf.N, cf.K, cf.G, cf.R, cf.v, cf.B)
-			t.Run(strings.ReplaceAll(tag, " ", "_"), func(t *testing.T) {
+			// Not t.Run: a subtest runs off the device thread, where the
+			// context is not current.
+			func(t *testing.T) {
 				TileRule = 3
 				forceTileG, forceTileR, forceTileV, forceTileB = cf.G, cf.R, cf.v, cf.B
 				defer func() { forceTileG, forceTileR, forceTileV, forceTileB = 0, 0, "", 0 }()
@@ -85,7 +86,7 @@ func TestKernelGemvAddNorm(t *testing.T) {
 					record(t, fmt.Sprintf("o_proj + add-norm (%s) vs tile GEMV + add_rmsnorm, round %d, %s", name, round, tag),
 						"mismatched bytes + a nonzero tile counter", float64(bad), 0)
 				}
-			})
+			}(t)
 		}
 		if GemvAddNormLaunches() == before {
 			t.Fatal("the fused o_proj + add-norm kernel never launched")

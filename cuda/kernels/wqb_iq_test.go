@@ -55,7 +55,9 @@ func TestKernelWQBIdxQ(t *testing.T) {
 		for _, cf := range cfgs {
 			tag := fmt.Sprintf("IH=%d K=%d G=%d R=%d%s B=%d kv=%v idx=%v il=%v/%v", cf.IH, cf.K, cf.G, cf.R, cf.v, cf.B,
 				cf.kv, cf.idx, cf.kvIL, cf.idxIL)
-			t.Run(strings.ReplaceAll(tag, " ", "_"), func(t *testing.T) {
+			// Not t.Run: a subtest runs off the device thread, where the
+			// context is not current.
+			func(t *testing.T) {
 				TileRule = 3
 				forceTileG, forceTileR, forceTileV, forceTileB = cf.G, cf.R, cf.v, cf.B
 				defer func() { forceTileG, forceTileR, forceTileV, forceTileB = 0, 0, "", 0 }()
@@ -121,7 +123,7 @@ func TestKernelWQBIdxQ(t *testing.T) {
 					record(t, fmt.Sprintf("wq_b + epilogue (%s) vs tile GEMV + attn_epilogue, round %d, %s", name, round, tag),
 						"mismatched bytes + nonzero head counters", float64(bad+left), 0)
 				}
-			})
+			}(t)
 		}
 		if WQBIdxQLaunches() == before {
 			t.Fatal("the fused wq_b kernel never launched")

@@ -3,7 +3,7 @@
 # all six fit one call's carry with the tree). Ask `status` first; issue each call right after the last (a machine stays
 # warm ~30 s). Session 31 ran s31.sh lead and m2 (its copy is in docs/measured/h200-2026-12-04-s31); sessions 32 and 33
 # had no machine, so gpu-check has not run on today's main.
-# Usage: bash docs/measured/next/s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|shat|pdl|cap|qb|sweep|check1|check2
+# Usage: bash docs/measured/next/s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|shat|k2|k3|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
 #    gemv_tile_fp8_r4_m2_d16 removed from the module.
@@ -177,9 +177,32 @@ shat)
   abab deepseek-v3.2 8192 1 shat TILERT_GPU_SIDE_SH_AT=router
   abab glm-5 8192 1 shatg TILERT_GPU_SIDE_SH_AT=router
   save ;;
+k2)
+  # Session 33 call B (~8 min): the kernel checks again (call A's run stopped at TestKernelGemvAddNorm, whose cases ran
+  # off the device thread), the fused launches' timing and engine checks, A/B/A/B of fuse's pair and of solo at 8192.
+  export TILERT_GPU_REPORT=$R/report.txt
+  TSKIP='^TestNVRTC' tst kernels cuda/kernels 400; cnt kernels
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingWQBIdxQ$|TestKernelTimingGemvAddNorm$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
+  tst engine engine/gpu 300 'TestGPUWQBIdxQ$|TestGPUOProjNorm$'; cnt engine
+  F2="TILERT_GPU_IDX_QFUSE=1 TILERT_GPU_OPROJ_NORM=1"
+  abab deepseek-v3.2 8192 1 f2 $F2
+  abab glm-5 8192 1 f2g $F2
+  abab glm-5 8192 1 sog TILERT_GPU_SOLO=1
+  abab deepseek-v3.2 8192 1 so TILERT_GPU_SOLO=1
+  save ;;
+k3)
+  # Session 33 call C (~8 min): half's and w12's checks and A/B/A/B at 8192, shat's.
+  tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelTopKOneW$'; cnt kernels
+  (export TILERT_GPU_MLA_HEADS=32; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$'); mv $R/engine.log $R/engine-h32.log; cnt engine-h32
+  abab deepseek-v3.2 8192 1 h32 TILERT_GPU_MLA_HEADS=32
+  abab glm-5 8192 1 h32g TILERT_GPU_MLA_HEADS=32
+  abab glm-5 8192 1 w12g TILERT_GPU_TOPK_W12=1
+  abab deepseek-v3.2 8192 1 shat TILERT_GPU_SIDE_SH_AT=router
+  abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
+  save ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|shat|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|shat|k2|k3|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

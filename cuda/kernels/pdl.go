@@ -207,24 +207,8 @@ func parsePDLSel(more, plain string) (pdlSelection, error) {
 	if more == "" {
 		more = pdlMoreDefault
 	}
-	split := func(env, v string, list map[string]bool) ([]string, error) {
-		var out []string
-		for _, p := range strings.Split(v, ",") {
-			if p = strings.TrimSpace(p); p == "" {
-				continue
-			}
-			hit := false
-			for n := range list {
-				hit = hit || strings.HasPrefix(n, p)
-			}
-			if !hit {
-				return nil, errors.WithHintf(errors.Newf("%s: %q is the start of no kernel name it can switch", env, p),
-					"name kernels by a prefix of their names (cuda/kernels/pdl.go lists them: pdlMoreKernels for TILERT_GPU_PDL_MORE, pdlKernels for TILERT_GPU_PDL_PLAIN), separated by commas")
-			}
-			out = append(out, p)
-		}
-		return out, nil
-	}
+	const hint = "name kernels by a prefix of their names (cuda/kernels/pdl.go lists them: pdlMoreKernels for TILERT_GPU_PDL_MORE, pdlKernels for TILERT_GPU_PDL_PLAIN), separated by commas"
+	split := func(env, v string, list map[string]bool) ([]string, error) { return namePrefixes(env, v, list, hint) }
 	var err error
 	if more == "1" {
 		sel.moreAll = true
@@ -235,6 +219,27 @@ func parsePDLSel(more, plain string) (pdlSelection, error) {
 	}
 	sel.plain, err = split("TILERT_GPU_PDL_PLAIN", plain, pdlKernels)
 	return sel, err
+}
+
+// namePrefixes reads a comma-separated list of kernel-name prefixes from
+// the variable env (value v): each must start a name of list, else the
+// error says which did not, with hint.
+func namePrefixes(env, v string, list map[string]bool, hint string) ([]string, error) {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		hit := false
+		for n := range list {
+			hit = hit || strings.HasPrefix(n, p)
+		}
+		if !hit {
+			return nil, errors.WithHint(errors.Newf("%s: %q is the start of no kernel name it can switch", env, p), hint)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func hasPrefixIn(name string, ps []string) bool {

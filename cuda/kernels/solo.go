@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"os"
-	"strings"
 
 	"sync/atomic"
 
@@ -59,22 +58,8 @@ func parseSolo(v string) ([]string, error) {
 	case "1":
 		v = soloDefault
 	}
-	var out []string
-	for _, p := range strings.Split(v, ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		hit := false
-		for n := range soloKernels {
-			hit = hit || strings.HasPrefix(n, p)
-		}
-		if !hit {
-			return nil, errors.WithHintf(errors.Newf("TILERT_GPU_SOLO: %q is the start of no kernel name it can switch", p),
-				"1 for %s, or prefixes of the kernels cuda/kernels/solo.go lists (soloKernels), separated by commas", soloDefault)
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	return namePrefixes("TILERT_GPU_SOLO", v, soloKernels,
+		"1 for "+soloDefault+", or prefixes of the kernels cuda/kernels/solo.go lists (soloKernels), separated by commas")
 }
 
 // soloShared is the dynamic shared memory that leaves a block alone on

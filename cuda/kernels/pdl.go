@@ -208,16 +208,15 @@ func parsePDLSel(more, plain string) (pdlSelection, error) {
 		more = pdlMoreDefault
 	}
 	const hint = "name kernels by a prefix of their names (cuda/kernels/pdl.go lists them: pdlMoreKernels for TILERT_GPU_PDL_MORE, pdlKernels for TILERT_GPU_PDL_PLAIN), separated by commas"
-	split := func(env, v string, list map[string]bool) ([]string, error) { return namePrefixes(env, v, list, hint) }
 	var err error
 	if more == "1" {
 		sel.moreAll = true
 	} else if more != "0" {
-		if sel.more, err = split("TILERT_GPU_PDL_MORE", more, pdlMoreKernels); err != nil {
+		if sel.more, err = namePrefixes("TILERT_GPU_PDL_MORE", more, pdlMoreKernels, hint); err != nil {
 			return sel, err
 		}
 	}
-	sel.plain, err = split("TILERT_GPU_PDL_PLAIN", plain, pdlKernels)
+	sel.plain, err = namePrefixes("TILERT_GPU_PDL_PLAIN", plain, pdlKernels, hint)
 	return sel, err
 }
 

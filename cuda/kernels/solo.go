@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"os"
-
 	"sync/atomic"
 
 	"github.com/cockroachdb/errors"

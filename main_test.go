@@ -439,3 +439,37 @@ func TestContainerCommandsParse(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsRelativeLinks keeps the README's and docs/'s relative links pointing at files that exist: benchmark
+// history moves between the README and docs/BENCHMARKS.md, and a link copied across keeps the wrong base.
+func TestDocsRelativeLinks(t *testing.T) {
+	files := []string{"README.md"}
+	for _, pat := range []string{"docs/*.md", "docs/measured/*/README.md", "docs/measured/next/README.md"} {
+		m, err := filepath.Glob(pat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)\s]*)?\)`)
+	checked := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			p := m[1]
+			if strings.Contains(p, "://") || strings.HasPrefix(p, "mailto:") {
+				continue
+			}
+			checked++
+			if _, err := os.Stat(filepath.Join(filepath.Dir(f), p)); err != nil {
+				t.Errorf("%s links to %s, which does not exist relative to the file (fix the path or the link's base)", f, p)
+			}
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("only %d relative links found: the pattern no longer matches the docs", checked)
+	}
+}

@@ -200,9 +200,29 @@ k3)
   abab deepseek-v3.2 8192 1 shat TILERT_GPU_SIDE_SH_AT=router
   abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
   save ;;
+k4)
+  # Session 34 call B (~7 min): k3, then wq_b + epilogue fused alone (k2: the pair with OPROJ_NORM +160 us; the fused
+  # o_proj + norm 43.2 against 38.0 us graph-timed, the fused wq_b 7.98 / 6.88 against 8.35 / 7.89), cap at 131072, qb.
+  tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelTopKOneW$'; cnt kernels
+  (export TILERT_GPU_MLA_HEADS=32; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$'); mv $R/engine.log $R/engine-h32.log; cnt engine-h32
+  abab glm-5 8192 1 w12g TILERT_GPU_TOPK_W12=1
+  abab glm-5 8192 1 iqg TILERT_GPU_IDX_QFUSE=1
+  abab deepseek-v3.2 8192 1 h32 TILERT_GPU_MLA_HEADS=32
+  abab glm-5 8192 1 h32g TILERT_GPU_MLA_HEADS=32
+  abab deepseek-v3.2 8192 1 shat TILERT_GPU_SIDE_SH_AT=router
+  abab deepseek-v3.2 8192 1 iq TILERT_GPU_IDX_QFUSE=1
+  abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
+  abab deepseek-v3.2 8192 1 w12 TILERT_GPU_TOPK_W12=1
+  abab deepseek-v3.2 131072 1 cap1 TILERT_GPU_SIDE_CAP=q=1
+  E=TILERT_GPU_TILE_PLANS
+  bn deepseek-v3.2 8192 1 qb-A1
+  for p in G32/R8_d16/B0 G32/R8_o4/B0 G64/R4_o4/B0; do bn deepseek-v3.2 8192 1 "qb-${p//\//_}" $E=24576x1536=$p; done
+  for p in G32/R8_d16/B0 G64/R8_d16/B1; do bn deepseek-v3.2 8192 1 "wqb-${p//\//_}" $E=8192x1536=$p; done
+  bn deepseek-v3.2 8192 1 qb-A2
+  save ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|shat|k2|k3|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|shat|k2|k3|k4|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

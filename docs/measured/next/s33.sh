@@ -181,7 +181,7 @@ k2)
   # Session 33 call B (~8 min): the kernel checks again (call A's run stopped at TestKernelGemvAddNorm, whose cases ran
   # off the device thread), the fused launches' timing and engine checks, A/B/A/B of fuse's pair and of solo at 8192.
   export TILERT_GPU_REPORT=$R/report.txt
-  TSKIP='^TestNVRTC' tst kernels cuda/kernels 400; cnt kernels
+  TSKIP='^TestNVRTC' tst kernels cuda/kernels 400; cnt kernels; mv $R/kernels.log $R/kernels-all.log
   (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingWQBIdxQ$|TestKernelTimingGemvAddNorm$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
   tst engine engine/gpu 300 'TestGPUWQBIdxQ$|TestGPUOProjNorm$'; cnt engine
   F2="TILERT_GPU_IDX_QFUSE=1 TILERT_GPU_OPROJ_NORM=1"

@@ -19,8 +19,6 @@ type DeviceInfo struct {
 	SMs              int
 	L2Bytes          int
 	MaxSharedOptin   int // bytes of shared memory a block may opt into
-	MaxSharedPerSM   int // bytes of shared memory an SM has for its blocks
-	ReservedShared   int // bytes the driver reserves of it for every block
 	TotalMem         int64
 	DriverVersion    int // e.g. 13000 for CUDA 13.0
 	DriverLib        string
@@ -139,10 +137,6 @@ func (d *Device) setup(ordinal int) (*Ctx, error) {
 			return nil, err
 		}
 	}
-	// Only the solo launches read these (kernels solo.go); 0 where the
-	// driver does not say.
-	info.MaxSharedPerSM, _ = attr(attrMaxSharedPerSM)
-	info.ReservedShared, _ = attr(attrReservedSharedPerBlock)
 	var total uint64
 	if err := dr.check("cuDeviceTotalMem_v2", call(dr.cuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(dev))); err != nil {
 		return nil, err
@@ -605,10 +599,9 @@ type Module struct {
 
 // Function is a kernel entry point.
 type Function struct {
-	h            uintptr
-	Name         string
-	NumRegs      int
-	StaticShared int // bytes of shared memory the kernel declares
+	h       uintptr
+	Name    string
+	NumRegs int
 }
 
 // LoadModule loads a cubin or NUL-terminated PTX image under name.
@@ -641,12 +634,9 @@ func (c *Ctx) Function(m *Module, name string) (*Function, error) {
 		return nil, errors.Wrapf(err, "kernel %s", name)
 	}
 	f := &Function{h: h, Name: name}
-	var regs, shared int32
+	var regs int32
 	if call(c.drv.cuFuncGetAttribute, uintptr(unsafe.Pointer(&regs)), funcAttrNumRegs, h) == 0 {
 		f.NumRegs = int(regs)
-	}
-	if call(c.drv.cuFuncGetAttribute, uintptr(unsafe.Pointer(&shared)), funcAttrSharedSize, h) == 0 {
-		f.StaticShared = int(shared)
 	}
 	m.funcs[name] = f
 	return f, nil

@@ -159,10 +159,7 @@ const (
 	attrComputeCapMajor        = 75
 	attrComputeCapMinor        = 76
 	attrMaxSharedPerBlockOptin = 97
-	attrMaxSharedPerSM         = 81  // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-	attrReservedSharedPerBlock = 111 // CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK
 
-	funcAttrSharedSize        = 1 // CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES (static shared memory)
 	funcAttrMaxDynamicShared  = 8
 	funcAttrNumRegs           = 4
 	funcAttrPreferredCarveout = 9 // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (percent of the maximum)

@@ -95,9 +95,6 @@ type Set struct {
 	tileB int
 	// plans pins one-row tile GEMVs' launches by shape (SetTilePlan).
 	plans map[[2]int]TilePlan
-	// soloSet: the kernels whose dynamic shared memory limit a solo launch
-	// has raised (solo.go).
-	soloSet map[*cuda.Function]bool
 }
 
 type setKey struct{}
@@ -108,9 +105,6 @@ func Load(c *cuda.Ctx) (*Set, error) {
 	pdl, err := pdlEnv()
 	if err != nil {
 		return nil, err
-	}
-	if soloSelErr != nil {
-		return nil, soloSelErr
 	}
 	v, err := c.Value(setKey{}, func() (any, error) {
 		nv, err := cuda.LoadNVRTC()

@@ -294,12 +294,7 @@ func (k *Set) SetPriority(p int) (prev int) {
 func (k *Set) Priority() int { return k.prio }
 
 // launchFn queues f: programmatically when it is a listed kernel, PDL is
-// on and no SetPlain holds; at SetPriority's priority; alone on its SM
-// when TILERT_GPU_SOLO names it (solo.go).
+// on and no SetPlain holds; at SetPriority's priority.
 func (k *Set) launchFn(f *cuda.Function, grid, block cuda.Dim3, smem int, s cuda.Stream, args ...any) error {
-	smem, err := k.soloFor(f, grid.X*grid.Y*grid.Z, smem)
-	if err != nil {
-		return err
-	}
 	return k.c.LaunchWith(f, grid, block, smem, s, cuda.LaunchOpts{PDL: k.programmatic(f.Name), Priority: k.prio}, args...)
 }

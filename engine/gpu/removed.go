@@ -188,6 +188,13 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_TILE_M2", keep: zero,
 		what: "the two-row dense GEMVs on gemv_tile_fp8_r4_m2_d16 (16 loads in flight) were measured slower on the H200 in session 31 call B and removed (decode p50 at 8192, 2 slots: DeepSeek-V3.2 dims 4.019 / 4.016 against 3.697 / 3.703 ms, GLM-5 dims 4.054 / 4.054 against 3.676 / 3.674; the MTP verify 5.151-5.232 against 4.795-4.904; traced, o_proj at two rows took 75.1 us against ~39 on gemv_tile_fp8_r8_m2)",
 		hint: `: the two-row GEMVs run gemv_tile_fp8_r8_m2; the code last exists at commit 9b4d269, the record is in docs/measured/h200-2026-12-04-s31 and cuda/kernels/NOTES.md "gemv_tile_fp8_r4_m2_d16"`},
+	// TILERT_GPU_SOLO=1|<prefixes> launched the one-row layer's one-block
+	// critical-path kernels with all the shared memory a block may have,
+	// so each ran alone on its SM; built in session 33, measured slower in
+	// session 34, removed.
+	{name: "TILERT_GPU_SOLO", keep: zero,
+		what: "the one-block critical-path kernels launched alone on their SMs (all of a block's shared memory asked for) were measured slower on the H200 in session 34 call A and removed (decode p50 at 8192, 1 slot, A/B/A/B: DeepSeek-V3.2 dims 2.628 / 2.631 against 2.615 / 2.617 ms, GLM-5 dims 2.700 / 2.701 against 2.685 / 2.685)",
+		hint: `: those kernels share their SMs as the block scheduler places them; the code last exists at commit ca46bb0, the record is in docs/measured/h200-2026-12-05-s34 and cuda/kernels/NOTES.md "TILERT_GPU_SOLO"`},
 }
 
 // zero: the switch's =0 asked for the path that runs, by name.

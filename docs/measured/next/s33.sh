@@ -207,10 +207,10 @@ k4)
   (export TILERT_GPU_MLA_HEADS=32; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$'); mv $R/engine.log $R/engine-h32.log; cnt engine-h32
   abab glm-5 8192 1 w12g TILERT_GPU_TOPK_W12=1
   abab glm-5 8192 1 iqg TILERT_GPU_IDX_QFUSE=1
+  abab deepseek-v3.2 8192 1 iq TILERT_GPU_IDX_QFUSE=1
   abab deepseek-v3.2 8192 1 h32 TILERT_GPU_MLA_HEADS=32
   abab glm-5 8192 1 h32g TILERT_GPU_MLA_HEADS=32
   abab deepseek-v3.2 8192 1 shat TILERT_GPU_SIDE_SH_AT=router
-  abab deepseek-v3.2 8192 1 iq TILERT_GPU_IDX_QFUSE=1
   abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
   abab deepseek-v3.2 8192 1 w12 TILERT_GPU_TOPK_W12=1
   abab deepseek-v3.2 131072 1 cap1 TILERT_GPU_SIDE_CAP=q=1

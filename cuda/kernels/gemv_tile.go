@@ -282,15 +282,15 @@ type tileLaunch struct {
 }
 
 func (k *Set) tile(s cuda.Stream, a tileLaunch) error {
-	name, G, _, gx := k.tileKernel(a)
+	name, G, gx := k.tileKernel(a)
 	grid := cuda.D3(gx, a.slots+a.dense, 1)
 	return k.launch(name, grid, cuda.D1(tileThreads), 0, s, a.t0, a.ts0, a.t1, a.ts1, a.ids, a.slots,
 		a.w0, a.s0, a.w1, a.s1, a.x, a.ldx, max(1, a.xdiv), a.xsh, a.y, a.ldy, a.resid, a.N, a.K, a.M, G, b2i(TileRule >= 2))
 }
 
-// tileKernel is a's kernel, group size, rows a group and blocks a slot: the shape rule,
+// tileKernel is a's kernel, group size and blocks a slot: the shape rule,
 // a pinned plan (TILERT_GPU_TILE_PLANS) and the grid cap.
-func (k *Set) tileKernel(a tileLaunch) (name string, G, R, gx int) {
+func (k *Set) tileKernel(a tileLaunch) (name string, G, gx int) {
 	esize, wt := 1, "fp8"
 	if a.bf16 {
 		esize, wt = 2, "bf16"
@@ -321,7 +321,7 @@ func (k *Set) tileKernel(a tileLaunch) (name string, G, R, gx int) {
 		// PlanPair, keeps the grid rule over its slots above).
 		gx = tilePlanGrid(p, a.N, sms, capB)
 	}
-	return fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), v), G, R, gx
+	return fmt.Sprintf("gemv_tile_%s_r%d_m%d%s", wt, R, tileMM(a.M), v), G, gx
 }
 
 func checkTile(N, K, M, ldx, ldy int) error {

@@ -62,11 +62,7 @@ var pdlKernels = setOf(
 	// wqb_iq.cu: wq_b's tile GEMV with the attention epilogue
 	"gemv_tile_fp8_r8_m1_iq", "gemv_tile_fp8_r8_m1_d16_iq", "gemv_tile_fp8_r8_m1_o4_iq",
 	"gemv_tile_fp8_r4_m1_iq", "gemv_tile_fp8_r4_m1_d16_iq", "gemv_tile_fp8_r4_m1_o4_iq",
-	// oproj_norm.cu: o_proj's tile GEMV with the post-attention add + norm
-	"gemv_tile_fp8_r8_m1_an", "gemv_tile_fp8_r8_m1_d16_an", "gemv_tile_fp8_r8_m1_o4_an",
-	"gemv_tile_fp8_r4_m1_an", "gemv_tile_fp8_r4_m1_d16_an", "gemv_tile_fp8_r4_m1_o4_an",
 	"gemv_tile_fp8_r2_m1_iq", "gemv_tile_fp8_r2_m1_d16_iq", "gemv_tile_fp8_r1_m1_iq",
-	"gemv_tile_fp8_r2_m1_an", "gemv_tile_fp8_r2_m1_d16_an", "gemv_tile_fp8_r1_m1_an",
 	// norm.cu: the fused MoE combine + add + RMSNorm (sm_90 clusters)
 	"moe_combine_norm_cl",
 	// gemv_tile_group.cu
@@ -163,7 +159,6 @@ var pdlMoreKernels = setOf(
 	// SpreadPlan's o_proj: plainly by default (session 15 call C, GLM-5, 8192:
 	// 2.862 ms a step against 2.880 launched programmatically).
 	"gemv_tile_fp8_r4_m1_d16s", "gemv_tile_fp8_r8_m1_d16s",
-	"gemv_tile_fp8_r4_m1_d16s_an", "gemv_tile_fp8_r8_m1_d16s_an", // their fused add-norm twins, alike
 	// cu/absorb
 	"absorb_q_fast_g2_r4", "absorb_q_fast_g2_r8", "absorb_q_fast_g4_r4", "absorb_q_fast_g4_r8",
 	"absorb_q_fast_g8_r4", "absorb_q_fast_g8_r8",

@@ -71,7 +71,7 @@ func (a *WQBIdxQ) Check() error {
 // and tile blocks, or "" where that plan has no fused twin (a strided
 // `_d16s` pin): the caller then runs the two launches.
 func (k *Set) WQBIdxQKernel(N, K int, x, w cuda.DevPtr) (name string, G, gx int) {
-	name, G, _, gx = k.tileKernel(tileLaunch{w0: w, dense: 1, x: x, ldx: K, ldy: N, N: N, K: K, M: 1})
+	name, G, gx = k.tileKernel(tileLaunch{w0: w, dense: 1, x: x, ldx: K, ldy: N, N: N, K: K, M: 1})
 	if !wqbIdxQKernels[name] {
 		return "", 0, 0
 	}
@@ -85,7 +85,7 @@ func (k *Set) WQBIdxQ(s cuda.Stream, a WQBIdxQ) error {
 	}
 	name, G, gx := k.WQBIdxQKernel(a.N, a.K, a.X, a.W)
 	if name == "" {
-		plain, _, _, _ := k.tileKernel(tileLaunch{w0: a.W, dense: 1, x: a.X, ldx: a.K, ldy: a.N, N: a.N, K: a.K, M: 1})
+		plain, _, _ := k.tileKernel(tileLaunch{w0: a.W, dense: 1, x: a.X, ldx: a.K, ldy: a.N, N: a.N, K: a.K, M: 1})
 		return errors.WithHint(errors.Newf("wq_b + epilogue: the %dx%d launch's plan (%s) has no fused kernel", a.N, a.K, plain),
 			"check WQBIdxQKernel first and run GemvFP8Tile then AttnEpilogue where it gives none")
 	}

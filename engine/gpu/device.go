@@ -164,10 +164,6 @@ type fusedDevice interface {
 	// whose IQ is wq_b's output: one launch where the GEMV's plan has a
 	// fused kernel (kernels.WQBIdxQ, the same bits), else the two.
 	wqbIdxQ(a kernels.WQBIdxQ) error
-	// gemvAddNorm is gemvFP8 of one row (o_proj) into a.Y then
-	// addRMSNorm(a.H, a.Res, a.Y, a.Norm): one launch where the GEMV's plan
-	// has a fused kernel (kernels.GemvAddNorm, the same bits), else the two.
-	gemvAddNorm(a kernels.GemvAddNorm) error
 }
 
 // cudaDevice runs on the device thread (valid only inside Device.Do); all
@@ -1081,26 +1077,6 @@ func (b *cudaDevice) wqbIdxQ(a kernels.WQBIdxQ) error {
 	return b.k.WQBIdxQ(b.s, a)
 }
 
-func (b *cudaDevice) gemvAddNorm(a kernels.GemvAddNorm) error {
-	// Fused only where gemvFP8 would run the tile kernel and addRMSNorm the
-	// register kernel (so the same bits) and the plan has a fused twin.
-	if b.useMMA(a.X, a.W, a.N, a.K, 1, a.K, 1) || !gemvTileOn || a.Check() != nil {
-		return b.gemvAddNormApart(a)
-	}
-	if name, _, _ := b.k.GemvAddNormKernel(a.N, a.K, a.X, a.W); name == "" {
-		return b.gemvAddNormApart(a)
-	}
-	return b.k.GemvAddNorm(b.s, a)
-}
-
-// gemvAddNormApart is gemvAddNorm as its two launches.
-func (b *cudaDevice) gemvAddNormApart(a kernels.GemvAddNorm) error {
-	if err := b.gemvFP8(a.Y, a.X, a.W, a.S, a.N, a.K, 1, a.K, a.N); err != nil {
-		return err
-	}
-	return b.addRMSNorm(a.H, a.Res, a.Y, a.Norm, 1, a.N, a.N, a.N, a.N, a.Eps)
-}
-
 // wqbIdxQApart is wqbIdxQ as its two launches.
 func (b *cudaDevice) wqbIdxQApart(a kernels.WQBIdxQ) error {
 	if err := b.gemvFP8(a.Y, a.X, a.W, a.S, a.N, a.K, 1, a.K, a.N); err != nil {
@@ -1134,13 +1110,6 @@ var fuseOn = os.Getenv("TILERT_GPU_FUSE") != "0"
 // kernels.WQBIdxQ: the epilogue's launch boundary and its query reload off
 // the indexer chain; opt-in, NOT RUN).
 var wqbIQOn = os.Getenv("TILERT_GPU_IDX_QFUSE") == "1"
-
-// oprojNormOn: TILERT_GPU_OPROJ_NORM=1 runs a one-row layer's o_proj and its
-// post-attention add + RMSNorm as one launch (gemvAddNorm,
-// kernels.GemvAddNorm: the last tile's block does the norm; the one-block
-// norm launch and its boundary leave the step's critical path; opt-in, NOT
-// RUN).
-var oprojNormOn = os.Getenv("TILERT_GPU_OPROJ_NORM") == "1"
 
 // runner executes engine work on a backend: the GPU's device thread or the
 // emulator.

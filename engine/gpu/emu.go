@@ -947,14 +947,6 @@ func (m *emuDevice) wqbIdxQ(a kernels.WQBIdxQ) error {
 	return m.attnEpilogue(a.Epi)
 }
 
-// gemvAddNorm is its two launches (the fused kernel's bits are theirs).
-func (m *emuDevice) gemvAddNorm(a kernels.GemvAddNorm) error {
-	if err := m.gemvFP8(a.Y, a.X, a.W, a.S, a.N, a.K, 1, a.K, a.N); err != nil {
-		return err
-	}
-	return m.addRMSNorm(a.H, a.Res, a.Y, a.Norm, 1, a.N, a.N, a.N, a.N, a.Eps)
-}
-
 // attnEpilogue is the launches it fuses, row by row (a row at a negative
 // position is left alone, as the kernel does), then indexerQPrep. With
 // row bases each row writes its own slot's caches.

@@ -87,7 +87,6 @@ type workspace struct {
 	iq, ik, iw, scores, topk cuda.DevPtr
 	iqh, iwq                 cuda.DevPtr // indexerQPrep's query codes [rows][kernels.IndexerQRowBytes] and weights [rows][64]
 	iqc                      cuda.DevPtr // wqbIdxQ's head counters (int32 [64], zeroed; every launch leaves them so)
-	opc                      cuda.DevPtr // gemvAddNorm's tile counter (int32, zeroed; every launch leaves it so)
 	g, u                     cuda.DevPtr // [rows][max intermediate]
 	rlog, eidx, ewts         cuda.DevPtr
 	eg, eu, ey               cuda.DevPtr // [top-k][moe intermediate or hidden]
@@ -172,7 +171,6 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 		{&ws.amax, int(kernels.ArgmaxScratchBytes(M) / 4)},
 		{&ws.mla, int(mlaWorkspaceBytes(M, NH) / 4)},
 		{&ws.tkw, int(kernels.TopKRadixScratchBytes(M, ws.ldScores) / 4)},
-		{&ws.opc, 1},
 	}...)
 	if e.idxQ() {
 		bs = append(bs, wsBuf{&ws.iqh, M * kernels.IndexerQRowBytes / 4}, wsBuf{&ws.iwq, M * kernels.IndexerQHeads},
@@ -382,9 +380,6 @@ type fwd struct {
 	// combine (moeNormOn).
 	closeY, closeW cuda.DevPtr
 	closed         bool
-	// postNorm: block's post-attention add + norm runs in o_proj's launch
-	// (attnProjOut's gemvAddNorm; oprojNormOK).
-	postNorm bool
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and
@@ -394,14 +389,8 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr) {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	eps := float32(c.RMSNormEps)
-	// o_proj's launch may take the post-attention add + norm (attnProjOut).
-	f.postNorm = f.oprojNormOK(lw)
 	f.attention(lw)
-	if f.postNorm {
-		f.postNorm = false
-	} else {
-		o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
-	}
+	o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
 	f.closed = false
 	if lw.MoE {
 		f.closeY, f.closeW = nextY, nextW
@@ -846,24 +835,7 @@ func (f *fwd) attnProjOut(lw *dlayer) {
 	H, M := c.HiddenSize, f.M
 	R, NH, vd := c.KVLoraRank, c.NumHeads, c.VHeadDim
 	o.do(o.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
-	if f.postNorm {
-		// block's post-attention add + norm in o_proj's launch (oprojNormOK).
-		o.do(o.b.gemvAddNorm(kernels.GemvAddNorm{W: lw.O.w, S: lw.O.s, X: ws.ao, Y: ws.tmp, N: H, K: NH * vd,
-			Res: ws.x, Norm: lw.PostNorm, H: ws.h, Eps: float32(c.RMSNormEps), Cnt: ws.opc}))
-		return
-	}
 	o.lin(lw.O, ws.tmp, ws.ao, M, NH*vd, H)
-}
-
-// oprojNormOK says whether block's o_proj and post-attention add + norm run
-// as one gemvAddNorm launch (TILERT_GPU_OPROJ_NORM=1): one row, o_proj an
-// fp8 tile GEMV of the hidden width. The device keeps the two launches
-// where the plan has no fused kernel or the norm is not the register one.
-func (f *fwd) oprojNormOK(lw *dlayer) bool {
-	c := f.e.cfg
-	o := lw.O
-	return oprojNormOn && f.M == 1 && f.e.ws.opc != 0 && o.kind == linFP8 && gemvTileOn && !useGemm(o, 1) &&
-		o.out == c.HiddenSize && o.in == c.NumHeads*c.VHeadDim && o.in%16 == 0
 }
 
 // indexer writes the rows' indexer keys into the cache and each row's

@@ -586,11 +586,6 @@ func (gb *graphDevice) wqbIdxQ(a kernels.WQBIdxQ) error {
 		ku(e.IQ), ku(e.IW), ku(e.QH), ku(e.WQ), ki(e.IH), kf(e.WScale), ku(e.Pos), ku(e.Cos), ku(e.Sin), ki(e.Rot), ki(e.Rows))
 }
 
-func (gb *graphDevice) gemvAddNorm(a kernels.GemvAddNorm) error {
-	return gb.rec("gemvAddNorm", int64(a.N)*int64(a.K)+4*4*int64(a.N), func(b device) error { return b.gemvAddNorm(a) },
-		ku(a.W), ku(a.S), ku(a.X), ku(a.Y), ki(a.N), ki(a.K), ku(a.Res), ku(a.Norm), ku(a.H), kf(a.Eps), ku(a.Cnt))
-}
-
 // cudaGrapher captures on the backend's stream (thread-local capture: only
 // the device thread's own calls are recorded).
 type cudaGrapher struct{ b *cudaDevice }

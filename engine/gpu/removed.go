@@ -195,6 +195,13 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_SOLO", keep: zero,
 		what: "the one-block critical-path kernels launched alone on their SMs (all of a block's shared memory asked for) were measured slower on the H200 in session 34 call A and removed (decode p50 at 8192, 1 slot, A/B/A/B: DeepSeek-V3.2 dims 2.628 / 2.631 against 2.615 / 2.617 ms, GLM-5 dims 2.700 / 2.701 against 2.685 / 2.685)",
 		hint: `: those kernels share their SMs as the block scheduler places them; the code last exists at commit ca46bb0, the record is in docs/measured/h200-2026-12-05-s34 and cuda/kernels/NOTES.md "TILERT_GPU_SOLO"`},
+	// TILERT_GPU_OPROJ_NORM=1 ran a one-row layer's o_proj with the
+	// post-attention add + RMSNorm in its last tile (one launch,
+	// gemv_tile_fp8_r*_m1*_an, kernels.GemvAddNorm); built in session 32,
+	// measured slower in session 34, removed.
+	{name: "TILERT_GPU_OPROJ_NORM", keep: zero,
+		what: "o_proj with the post-attention add + RMSNorm in its last tile (gemv_tile_fp8_r*_m1*_an, one launch) was measured slower on the H200 in session 34 call A and removed (graph-timed 43.24 against 37.97 us for the two launches it replaces at DeepSeek-V3.2's 7168x16384, 39.13 against 31.38 at GLM-5's 6144x16384; decode p50 at 8192, 1 slot, A/B/A/B with TILERT_GPU_IDX_QFUSE=1 also on: DeepSeek-V3.2 dims 2.771 / 2.775 against 2.610 / 2.613 ms, GLM-5 dims 2.871 / 2.873 against 2.690 / 2.688)",
+		hint: `: o_proj and the post-attention add + RMSNorm run as two launches (gemv_tile_fp8 then add_rmsnorm_reg); the code last exists at commit e430c60, the record is in docs/measured/h200-2026-12-05-s34 and cuda/kernels/NOTES.md "gemv_tile_fp8_r*_m1*_an"`},
 }
 
 // zero: the switch's =0 asked for the path that runs, by name.
@@ -249,8 +256,6 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
 		{"TILERT_GPU_TOPK_W12", []string{"", "0", "1"},
 			"unset it (or 0) for the 16-key one-block top-k on rows of 8193..16384 keys, 1 for topk_radix_one_w12 up to 12288 (kernels.TopKOneW12, opt-in)"},
-		{"TILERT_GPU_OPROJ_NORM", []string{"", "0", "1"},
-			"unset it (or 0) for o_proj and the post-attention add + norm as two launches, 1 for one (one-row steps: kernels.GemvAddNorm, opt-in)"},
 		{"TILERT_GPU_SIDE_SH_AT", []string{"", "norm", "router"},
 			"unset it (or norm) to fork the shared expert after the post-attention norm, router to fork it after the router GEMV (opt-in)"},
 		{"TILERT_GPU_IDX_QFUSE", []string{"", "0", "1"},

@@ -32,13 +32,12 @@
 struct TileNoEpi {
   static constexpr unsigned SKIP = 0u;
   enum { ON = 0 };
-  __device__ __forceinline__ void tile_done(int, int, int, int) const {}
+  __device__ __forceinline__ void tile_done(int, int, int) const {}
 };
 
-// EPI: a per-tile epilogue (wqb_iq.cu, oproj_norm.cu): blocks [0, SKIP) are
-// the caller's, the tiles go to the others, and with ON, epi.tile_done(first
-// row, rows, N, calls) runs after each tile's outputs are stored (every
-// thread calls it; calls: how many tile_done calls the launch makes).
+// EPI: a per-tile epilogue (wqb_iq.cu): blocks [0, SKIP) are the caller's,
+// the tiles go to the others, and with ON, epi.tile_done(first row, rows,
+// N) runs after each tile's outputs are stored (every thread calls it).
 template <class T, int R, int MM, int LD = 8, class EPI = TileNoEpi>
 __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
                                                const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
@@ -220,7 +219,7 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
       y[o] = v + (resid ? resid[o] : 0.0f);
     }
   }
-  if (EPI::ON) epi.tile_done(bx * (TILE_THREADS / G) * rout, (TILE_THREADS / G) * rout, N, tiles);
+  if (EPI::ON) epi.tile_done(bx * (TILE_THREADS / G) * rout, (TILE_THREADS / G) * rout, N);
   if (bx + (gridDim.x - EPI::SKIP) < tiles) __syncthreads();  // part is reused by the next tile
   }
 }
@@ -236,12 +235,9 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
 // gemv_tile_body's MM 1 path statement for statement, so the same floats
 // bit for bit (TestKernelTilePlanBitwise); a body of its own keeps every
 // other tile kernel's PTX as it was.
-// EPI as gemv_tile_body's, SKIP 0 only; tile_done gets no row range (-1, 0):
-// a block's groups hold rows gridDim.x tiles apart.
-template <class T, int R, int LD, class EPI = TileNoEpi>
+template <class T, int R, int LD>
 __device__ __forceinline__ void gemv_tile_gs_body(const void* W0, const float* S0, const float* __restrict__ x, int ldx,
-                                                  int xsh, float* y, const float* resid, int N, int K, int G,
-                                                  const EPI& epi = EPI()) {
+                                                  int xsh, float* y, const float* resid, int N, int K, int G) {
   constexpr int NI = LD / R;
   __shared__ float part[TILE_THREADS / 32][R];
   const int grp = threadIdx.x / G, tg = threadIdx.x - grp * G;
@@ -297,7 +293,6 @@ __device__ __forceinline__ void gemv_tile_gs_body(const void* W0, const float* S
       for (int i = 0; i < wpg; i++) v += part[w0i + i][t];
       if (n0 + t < N) y[n0 + t] = v + (resid ? resid[n0 + t] : 0.0f);
     }
-    if (EPI::ON) epi.tile_done(-1, 0, N, grid * iters);  // a block's rows interleave with others': no range
     if (it + 1 < iters) __syncthreads();  // part is reused by the next tile
   }
 }

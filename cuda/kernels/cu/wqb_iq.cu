@@ -36,7 +36,7 @@ struct IdxQEpi {
   float wscale;
   int* cnt;
 
-  __device__ __forceinline__ void tile_done(int r0, int rows, int N, int) const {
+  __device__ __forceinline__ void tile_done(int r0, int rows, int N) const {
     __shared__ int heads[4];
     __shared__ int nh;
     __threadfence();

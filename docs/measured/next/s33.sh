@@ -132,10 +132,11 @@ k3)
   abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
   save ;;
 k4)
-  # Session 34 call B (~7 min): k3, then wq_b + epilogue fused alone (k2: the pair with OPROJ_NORM +160 us; the fused
+  # Session 34 call B (~7 min): the tile GEMVs' checks after d81bc80 (their bodies back to session 31's text), k3, then wq_b + epilogue fused alone (k2: the pair with OPROJ_NORM +160 us; the fused
   # o_proj + norm 43.2 against 38.0 us graph-timed, the fused wq_b 7.98 / 6.88 against 8.35 / 7.89), cap at 131072, qb.
-  tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelTopKOneW$'; cnt kernels
+  tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelTopKOneW$|TestKernelGemvTile$|TestKernelTileVariantsBitwise$|TestKernelTilePlanBitwise$|TestKernelWQBIdxQ$'; cnt kernels
   (export TILERT_GPU_MLA_HEADS=32; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$'); mv $R/engine.log $R/engine-h32.log; cnt engine-h32
+  tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUWQBIdxQ$'; cnt engine
   abab glm-5 8192 1 w12g TILERT_GPU_TOPK_W12=1
   abab glm-5 8192 1 iqg TILERT_GPU_IDX_QFUSE=1
   abab deepseek-v3.2 8192 1 iq TILERT_GPU_IDX_QFUSE=1

@@ -1,0 +1,208 @@
+# The plan for the next device session (issue 10; NOT RUN): session 31's (s32.sh until session 33), with session 32's
+# fused launches. Binaries of main in .device/next, xz'd or not (the build line in docs/measured/next/README.md;
+# all six fit one call's carry with the tree). Ask `status` first; issue each call right after the last (a machine stays
+# warm ~30 s). Session 31 ran s31.sh lead and m2 (its copy is in docs/measured/h200-2026-12-04-s31); sessions 32 and 33
+# had no machine, so gpu-check has not run on today's main.
+# Usage: bash docs/measured/next/s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|shat|k2|k3|pdl|cap|qb|sweep|check1|check2
+#  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
+#    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
+#    gemv_tile_fp8_r4_m2_d16 removed from the module.
+#  final (~1 min): the README's rows (session 31 has only call A's A/B rows; GLM-5 at 131072 is session 30's).
+#  cap (~1 min, env only): DeepSeek-V3.2's late q chain at 131072 capped at one block an SM instead of two, traced. At
+#    131072 the efficiency is on the 70% line (69.9% / 70.3%, session 31 call A).
+#  qb (~1.5 min, env only): DeepSeek-V3.2's q_b (24576x1536) and the indexer's wq_b (8192x1536) on other tile plans at
+#    8192, 1 slot (G32: 3 chunks a thread of a 1536-byte row, none idle; G64 leaves half the threads a chunk short); and
+#    wq_b at one block an SM (B1: session 31's trace has its 256 blocks of 128 registers fill every SM from 13.2 to 20.7
+#    us, so q_b, DeepSeek-V3.2's critical chain at 8192, finds room only after them).
+#  sweep (~2 min, env only): the routed experts' tile plans at 2 and 4 slots.
+#  half (~4 min): TILERT_GPU_MLA_HEADS=32|16 (kernels.MLAHeadsPerBlock, mla_decode_wg2h / wg2q: one-tile sparse MLA blocks
+#    of 32 / 16 heads, wg2b's bits; built in session 31 after its device time, NOT RUN): checks, the kernel alone, A/B/A/B
+#    on both models at 8192 and 131072 (16: GLM-5 only; DeepSeek-V3.2's 128 heads would need 256 blocks), traced. If one
+#    wins on a model twice, make it the default where it won (a rule in ops_mla_wg.go wg2hKernel).
+#  w12 (~2 min): TILERT_GPU_TOPK_W12=1 (kernels.TopKOneW12, topk_radix_one_w12: the one-block top-k of the 8448-key
+#    bucket's rows at 12 keys a thread; built in session 31 after its device time, NOT RUN): TestKernelTopKOneW, then
+#    A/B/A/B on both models at 8192, traced on GLM-5 (its top-k is on the critical path alone). If it wins twice on a
+#    model and loses on neither, make it the default (kernels ops_topk.go).
+#  iqf (~6 min): TILERT_GPU_IDX_QFUSE=1 (kernels.WQBIdxQ, gemv_tile_fp8_r*_m1*_iq; built in session 32 without a device,
+#    NOT RUN): wq_b and the attention epilogue in one launch at one row (the epilogue's ~5 us and its launch boundary off
+#    the indexer chain): its checks, A/B/A/B on GLM-5 at 8192 and 131072 and DeepSeek-V3.2 at 131072 and 8192, traced on
+#    GLM-5. If it wins twice on a model and loses nowhere, make it the default (engine/gpu device.go wqbIQOn).
+#  an (~5 min): TILERT_GPU_OPROJ_NORM=1 (kernels.GemvAddNorm, gemv_tile_fp8_r*_m1*_an; built in session 32 without a
+#    device, NOT RUN): o_proj and the post-attention add + RMSNorm in one launch at one row (the one-block norm launch,
+#    ~3.5 us charged, off every layer's critical path): its checks, timing, A/B/A/B on DeepSeek-V3.2 at 8192 and 131072
+#    and GLM-5 at 8192. If it wins twice on a model and loses nowhere, make it the default (device.go oprojNormOn).
+#    Where iqf and an both win, A/B/A/B them together before both become defaults.
+#  fuse (~9 min; instead of iqf and an when time is short): both fused launches' checks in one process each, the engine
+#    with both on, A/B/A/B of both against neither on both models at 8192 and 131072, each alone once at 8192, and
+#    traces with both. Where the pair wins twice on a model and neither alone loses clearly, make them the defaults
+#    (device.go wqbIQOn, oprojNormOn), then gpucheck again.
+#  solo (~3 min, env only): TILERT_GPU_SOLO=1 (cuda/kernels solo.go; session 33 without a device, NOT RUN): the one-row
+#    layer's one-block critical-path kernels (the one-block top-k, both norms, the routing) launch with all the shared
+#    memory a block may have, so each runs alone on its SM, not beside the weight streams' blocks (GLM-5's top-k runs 9.5
+#    us after its scores in the step, ~6 us alone; the routing 5.7-7.4 us charged). TestKernelSolo, greedy == CPU with
+#    it on, A/B/A/B on both models at 8192, each family alone on GLM-5, a trace. If it wins twice on a model and loses on
+#    neither, make the winning families the default (solo.go soloSel).
+#  shat (~2 min, env only): TILERT_GPU_SIDE_SH_AT=router (engine/gpu side.go; session 33, NOT RUN): the shared expert
+#    forks after the router GEMV, beside the routing alone, instead of beside the router too (session 31's trace: the
+#    router charged 6.1 us for 3.7 MB with the shared expert's gate/up streaming beside it). Greedy == CPU with it on,
+#    A/B/A/B on both models at 8192. If it wins twice on a model and loses on neither, make it the default.
+#  pdl (~1 min, env only): programmatic or plain launches per family again at DeepSeek-V3.2 8192, 1 slot (session 16's sweep
+#    found nothing, before the side streams' priorities and the uncapped q_b): the sparse MLA, whose early-resident
+#    blocks each take a whole SM (168 registers x 384 threads, 226 KB) while absorb_q still runs; the top-k; the expert
+#    GEMVs; the combine; the epilogue.
+#  If cap wins twice at 131072 (A/B/A/B), give the late chain that cap (engine/gpu side.go sideOpen: q_chain_late_1row)
+#  and say so; if a qb plan wins twice, pin it in the tile rule's table for that shape (kernels tile_plan.go).
+# Suggested calls (~34 min with one cold start: each part's results saved as it ends; 4 may not fit):
+#   1 (cold): for p in gpucheck final; do bash docs/measured/next/s33.sh $p > $OUT/x-$p.log 2>&1; cat $OUT/summary-$p.txt; done
+#   2 (warm): the same loop over fuse;   3 (warm): over half w12;   4 (warm): over solo shat cap pdl qb sweep (may not
+#   fit).
+#   Where half and w12 both win, A/B/A/B them together (inline: NAME=s33; . docs/measured/next/plan.sh both; abab ...)
+#   before either becomes a default, then gpucheck again on the new defaults.
+NAME=s33; . docs/measured/next/plan.sh "$1"
+case "$PART" in
+sweep)
+  # Env only (~2 min): the routed experts' plans at 2 and 4 slots (16 / 32 slots a launch), where session 30's one-row
+  # pair lost (+44 / +57 us). If one wins twice, OneRowExperts' rule can take that shape there (kernels gemv_tile.go).
+  E=TILERT_GPU_TILE_PLANS
+  for b in 2 4; do
+    bn deepseek-v3.2 8192 $b sw$b-A1
+    for d in G64/R8_d16/B0 G64/R4_o4/B0 G128/R8_o4/B0 G32/R8_o4/B0; do bn deepseek-v3.2 8192 $b "sw$b-d-${d//\//_}" $E=e7168x2048=$d; done
+    for g in G64/R8_o4/B0 G128/R8_d16/B0 G64/R4_d16/B0; do bn deepseek-v3.2 8192 $b "sw$b-g-${g//\//_}" $E=p2048x7168=$g; done
+    bn deepseek-v3.2 8192 $b sw$b-A2
+  done
+  save ;;
+qb)
+  E=TILERT_GPU_TILE_PLANS
+  bn deepseek-v3.2 8192 1 qb-A1
+  for p in G32/R8_d16/B0 G32/R4_d16/B0 G32/R8_o4/B0 G64/R4_o4/B0 G128/R8_d16/B0; do bn deepseek-v3.2 8192 1 "qb-${p//\//_}" $E=24576x1536=$p; done
+  for p in G32/R8_d16/B0 G32/R8_o4/B0 G64/R4_o4/B0 G64/R8_d16/B1; do bn deepseek-v3.2 8192 1 "wqb-${p//\//_}" $E=8192x1536=$p; done
+  bn deepseek-v3.2 8192 1 qb-A2
+  save ;;
+half)
+  tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelMLADecodeWG2$'; cnt kernels; mv $R/kernels.log $R/kernels-wg.log
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingMLADecodeWG2$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
+  tst engine engine/gpu 300 'TestGPUMLADecodeWGHeads$|TestGPUMLADecodeWG$'; cnt engine; mv $R/engine.log $R/engine-wg.log
+  (export TILERT_GPU_MLA_HEADS=32; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-h32.log; cnt engine-h32
+  abab deepseek-v3.2 8192 1 h32 TILERT_GPU_MLA_HEADS=32
+  abab glm-5 8192 1 h32g TILERT_GPU_MLA_HEADS=32
+  abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
+  abab deepseek-v3.2 131072 1 h32l TILERT_GPU_MLA_HEADS=32
+  abab glm-5 131072 1 h32gl TILERT_GPU_MLA_HEADS=32
+  bn glm-5 131072 1 h16gl TILERT_GPU_MLA_HEADS=16
+  TL=1 bn deepseek-v3.2 8192 1 tl-h32 TILERT_GPU_MLA_HEADS=32
+  TL=1 bn glm-5 8192 1 tl-h32g TILERT_GPU_MLA_HEADS=32
+  TL=1 bn glm-5 8192 1 tl-h16g TILERT_GPU_MLA_HEADS=16
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+w12)
+  tst kernels cuda/kernels 200 'TestKernelTopKOneW$'; cnt kernels
+  abab glm-5 8192 1 w12g TILERT_GPU_TOPK_W12=1
+  abab deepseek-v3.2 8192 1 w12 TILERT_GPU_TOPK_W12=1
+  TL=1 bn glm-5 8192 1 tl-w12g TILERT_GPU_TOPK_W12=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+pdl)
+  bn deepseek-v3.2 8192 1 pdl-A1
+  bn deepseek-v3.2 8192 1 pdl-mla TILERT_GPU_PDL_MORE=mla_decode_tcf,gemv_mid,absorb_v,mla_decode_wg2h,mla_decode_wg2q
+  for f in topk_radix_one gemv_tile_fp8_r8_m1_o4 mla_combine attn_epilogue indexer_scores; do bn deepseek-v3.2 8192 1 pdl-$f TILERT_GPU_PDL_PLAIN=$f; done
+  bn deepseek-v3.2 8192 1 pdl-A2
+  save ;;
+cap)
+  # Session 30's 131072 trace: the capped late q_b (264 blocks of 128 registers, two an SM) fills every SM's register
+  # file from 24 to 48 us, so the mark_lw top-k's 129 blocks (32 registers x 1024 threads) find no room until it ends
+  # (top-k 36.3 -> 57.6 us, 12 us alone). One q_b block an SM leaves room for one top-k block beside it. Never measured
+  # with mark_lw (session 26's q=1 2.805 against 2.812 ran mark_l).
+  abab deepseek-v3.2 131072 1 cap1 TILERT_GPU_SIDE_CAP=q=1
+  TL=1 bn deepseek-v3.2 131072 1 tl-l
+  TL=1 bn deepseek-v3.2 131072 1 tl-cap1 TILERT_GPU_SIDE_CAP=q=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+iqf)
+  # TILERT_GPU_IDX_QFUSE=1 (kernels.WQBIdxQ, cu/wqb_iq.cu; built in session 32, which had no device, NOT RUN): a one-row
+  # step's wq_b and attention epilogue in one launch. The checks first (bit for bit the two launches; greedy == CPU and
+  # the goldens with it on; it fails unless the kernel launched), the fused launch graph-timed against its two, then
+  # A/B/A/B where the indexer chain is the critical
+  # path: GLM-5 at 8192, both models at 131072; DeepSeek-V3.2 at 8192 (its q chain is critical there: ~0 expected).
+  tst kernels cuda/kernels 200 'TestKernelWQBIdxQ$|TestKernelFusedAttnEpilogue$'; cnt kernels; mv $R/kernels.log $R/kernels-iq.log
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingWQBIdxQ$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
+  tst engine engine/gpu 300 'TestGPUWQBIdxQ$'; cnt engine; mv $R/engine.log $R/engine-iq.log
+  (export TILERT_GPU_IDX_QFUSE=1; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUGolden$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-iq-on.log; cnt engine-iq-on
+  abab glm-5 8192 1 iqg TILERT_GPU_IDX_QFUSE=1
+  abab glm-5 131072 1 iqg131 TILERT_GPU_IDX_QFUSE=1
+  abab deepseek-v3.2 131072 1 iq131 TILERT_GPU_IDX_QFUSE=1
+  abab deepseek-v3.2 8192 1 iq TILERT_GPU_IDX_QFUSE=1
+  TL=1 bn glm-5 8192 1 tl-iqg TILERT_GPU_IDX_QFUSE=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+an)
+  # TILERT_GPU_OPROJ_NORM=1 (kernels.GemvAddNorm, cu/oproj_norm.cu; built in session 32 without a device, NOT RUN): a
+  # one-row layer's o_proj and post-attention add + RMSNorm in one launch (the last tile's block does the norm, its
+  # threads playing add_rmsnorm_reg's). The checks, the timing, then A/B/A/B on both models (the norm is on every
+  # layer's critical path at every length).
+  tst kernels cuda/kernels 200 'TestKernelGemvAddNorm$'; cnt kernels; mv $R/kernels.log $R/kernels-an.log
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingGemvAddNorm$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
+  tst engine engine/gpu 300 'TestGPUOProjNorm$'; cnt engine; mv $R/engine.log $R/engine-an.log
+  (export TILERT_GPU_OPROJ_NORM=1; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUGolden$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-an-on.log; cnt engine-an-on
+  abab deepseek-v3.2 8192 1 an TILERT_GPU_OPROJ_NORM=1
+  abab glm-5 8192 1 ang TILERT_GPU_OPROJ_NORM=1
+  abab deepseek-v3.2 131072 1 an131 TILERT_GPU_OPROJ_NORM=1
+  save ;;
+fuse)
+  # Session 32's two fused one-row launches together (iqf and an in one part): their kernel checks and timings in one
+  # test process each, the engine's switch tests, greedy == CPU and the goldens with both on, then A/B/A/B of both
+  # against neither, each alone once, and traces.
+  F2="TILERT_GPU_IDX_QFUSE=1 TILERT_GPU_OPROJ_NORM=1"
+  tst kernels cuda/kernels 300 'TestKernelWQBIdxQ$|TestKernelFusedAttnEpilogue$|TestKernelGemvAddNorm$'; cnt kernels; mv $R/kernels.log $R/kernels-fused.log
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 240 'TestKernelTimingWQBIdxQ$|TestKernelTimingGemvAddNorm$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
+  tst engine engine/gpu 400 'TestGPUWQBIdxQ$|TestGPUOProjNorm$'; cnt engine; mv $R/engine.log $R/engine-switches.log
+  (export $F2; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUGolden$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-f2-on.log; cnt engine-f2-on
+  abab deepseek-v3.2 8192 1 f2 $F2
+  abab glm-5 8192 1 f2g $F2
+  abab deepseek-v3.2 131072 1 f2l $F2
+  abab glm-5 131072 1 f2gl $F2
+  for m in deepseek-v3.2 glm-5; do
+    bn $m 8192 1 one-iq-$m TILERT_GPU_IDX_QFUSE=1; bn $m 8192 1 one-an-$m TILERT_GPU_OPROJ_NORM=1
+  done
+  TL=1 bn deepseek-v3.2 8192 1 tl-f2 $F2
+  TL=1 bn glm-5 8192 1 tl-f2g $F2
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+solo)
+  tst kernels cuda/kernels 200 'TestKernelSolo$'; cnt kernels
+  (export TILERT_GPU_SOLO=1; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-solo-on.log; cnt engine-solo-on
+  abab glm-5 8192 1 sog TILERT_GPU_SOLO=1
+  abab deepseek-v3.2 8192 1 so TILERT_GPU_SOLO=1
+  bn glm-5 8192 1 sog-topk TILERT_GPU_SOLO=topk_radix_one,topk_fast
+  bn glm-5 8192 1 sog-norm TILERT_GPU_SOLO=add_rmsnorm_reg,rmsnorm_reg
+  bn glm-5 8192 1 sog-route TILERT_GPU_SOLO=moe_route_rank
+  TL=1 bn glm-5 8192 1 tl-sog TILERT_GPU_SOLO=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+shat)
+  (export TILERT_GPU_SIDE_SH_AT=router; tst engine engine/gpu 300 'TestGPUSharedAtRouter$|TestGPUGreedyMatchesCPU$'); mv $R/engine.log $R/engine-shat.log; cnt engine-shat
+  abab deepseek-v3.2 8192 1 shat TILERT_GPU_SIDE_SH_AT=router
+  abab glm-5 8192 1 shatg TILERT_GPU_SIDE_SH_AT=router
+  save ;;
+k2)
+  # Session 33 call B (~8 min): the kernel checks again (call A's run stopped at TestKernelGemvAddNorm, whose cases ran
+  # off the device thread), the fused launches' timing and engine checks, A/B/A/B of fuse's pair and of solo at 8192.
+  export TILERT_GPU_REPORT=$R/report.txt
+  TSKIP='^TestNVRTC' tst kernels cuda/kernels 400; cnt kernels
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingWQBIdxQ$|TestKernelTimingGemvAddNorm$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
+  tst engine engine/gpu 300 'TestGPUWQBIdxQ$|TestGPUOProjNorm$'; cnt engine
+  F2="TILERT_GPU_IDX_QFUSE=1 TILERT_GPU_OPROJ_NORM=1"
+  abab deepseek-v3.2 8192 1 f2 $F2
+  abab glm-5 8192 1 f2g $F2
+  abab glm-5 8192 1 sog TILERT_GPU_SOLO=1
+  abab deepseek-v3.2 8192 1 so TILERT_GPU_SOLO=1
+  save ;;
+k3)
+  # Session 33 call C (~8 min): half's and w12's checks and A/B/A/B at 8192, shat's.
+  tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelTopKOneW$'; cnt kernels
+  (export TILERT_GPU_MLA_HEADS=32; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$'); mv $R/engine.log $R/engine-h32.log; cnt engine-h32
+  abab deepseek-v3.2 8192 1 h32 TILERT_GPU_MLA_HEADS=32
+  abab glm-5 8192 1 h32g TILERT_GPU_MLA_HEADS=32
+  abab glm-5 8192 1 w12g TILERT_GPU_TOPK_W12=1
+  abab deepseek-v3.2 8192 1 shat TILERT_GPU_SIDE_SH_AT=router
+  abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
+  save ;;
+check1) check1 ;;
+check2) check2 ;;
+gpucheck) gpucheck ;;
+final) rows ;;
+*) echo "usage: s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|shat|k2|k3|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+esac

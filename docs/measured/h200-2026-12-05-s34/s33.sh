@@ -3,8 +3,7 @@
 # all six fit one call's carry with the tree). Ask `status` first; issue each call right after the last (a machine stays
 # warm ~30 s). Session 31 ran s31.sh lead and m2 (its copy is in docs/measured/h200-2026-12-04-s31); sessions 32 and 33
 # had no machine, so gpu-check has not run on today's main.
-# Session 34 ran k2 (call A: the fused pair and solo slower, removed with their parts an / fuse / solo / k2).
-# Usage: bash docs/measured/next/s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|pdl|cap|qb|sweep|check1|check2
+# Usage: bash docs/measured/next/s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|shat|k2|k3|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
 #    gemv_tile_fp8_r4_m2_d16 removed from the module.
@@ -28,6 +27,21 @@
 #    NOT RUN): wq_b and the attention epilogue in one launch at one row (the epilogue's ~5 us and its launch boundary off
 #    the indexer chain): its checks, A/B/A/B on GLM-5 at 8192 and 131072 and DeepSeek-V3.2 at 131072 and 8192, traced on
 #    GLM-5. If it wins twice on a model and loses nowhere, make it the default (engine/gpu device.go wqbIQOn).
+#  an (~5 min): TILERT_GPU_OPROJ_NORM=1 (kernels.GemvAddNorm, gemv_tile_fp8_r*_m1*_an; built in session 32 without a
+#    device, NOT RUN): o_proj and the post-attention add + RMSNorm in one launch at one row (the one-block norm launch,
+#    ~3.5 us charged, off every layer's critical path): its checks, timing, A/B/A/B on DeepSeek-V3.2 at 8192 and 131072
+#    and GLM-5 at 8192. If it wins twice on a model and loses nowhere, make it the default (device.go oprojNormOn).
+#    Where iqf and an both win, A/B/A/B them together before both become defaults.
+#  fuse (~9 min; instead of iqf and an when time is short): both fused launches' checks in one process each, the engine
+#    with both on, A/B/A/B of both against neither on both models at 8192 and 131072, each alone once at 8192, and
+#    traces with both. Where the pair wins twice on a model and neither alone loses clearly, make them the defaults
+#    (device.go wqbIQOn, oprojNormOn), then gpucheck again.
+#  solo (~3 min, env only): TILERT_GPU_SOLO=1 (cuda/kernels solo.go; session 33 without a device, NOT RUN): the one-row
+#    layer's one-block critical-path kernels (the one-block top-k, both norms, the routing) launch with all the shared
+#    memory a block may have, so each runs alone on its SM, not beside the weight streams' blocks (GLM-5's top-k runs 9.5
+#    us after its scores in the step, ~6 us alone; the routing 5.7-7.4 us charged). TestKernelSolo, greedy == CPU with
+#    it on, A/B/A/B on both models at 8192, each family alone on GLM-5, a trace. If it wins twice on a model and loses on
+#    neither, make the winning families the default (solo.go soloSel).
 #  shat (~2 min, env only): TILERT_GPU_SIDE_SH_AT=router (engine/gpu side.go; session 33, NOT RUN): the shared expert
 #    forks after the router GEMV, beside the routing alone, instead of beside the router too (session 31's trace: the
 #    router charged 6.1 us for 3.7 MB with the shared expert's gate/up streaming beside it). Greedy == CPU with it on,
@@ -116,10 +130,65 @@ iqf)
   abab deepseek-v3.2 8192 1 iq TILERT_GPU_IDX_QFUSE=1
   TL=1 bn glm-5 8192 1 tl-iqg TILERT_GPU_IDX_QFUSE=1
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+an)
+  # TILERT_GPU_OPROJ_NORM=1 (kernels.GemvAddNorm, cu/oproj_norm.cu; built in session 32 without a device, NOT RUN): a
+  # one-row layer's o_proj and post-attention add + RMSNorm in one launch (the last tile's block does the norm, its
+  # threads playing add_rmsnorm_reg's). The checks, the timing, then A/B/A/B on both models (the norm is on every
+  # layer's critical path at every length).
+  tst kernels cuda/kernels 200 'TestKernelGemvAddNorm$'; cnt kernels; mv $R/kernels.log $R/kernels-an.log
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingGemvAddNorm$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
+  tst engine engine/gpu 300 'TestGPUOProjNorm$'; cnt engine; mv $R/engine.log $R/engine-an.log
+  (export TILERT_GPU_OPROJ_NORM=1; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUGolden$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-an-on.log; cnt engine-an-on
+  abab deepseek-v3.2 8192 1 an TILERT_GPU_OPROJ_NORM=1
+  abab glm-5 8192 1 ang TILERT_GPU_OPROJ_NORM=1
+  abab deepseek-v3.2 131072 1 an131 TILERT_GPU_OPROJ_NORM=1
+  save ;;
+fuse)
+  # Session 32's two fused one-row launches together (iqf and an in one part): their kernel checks and timings in one
+  # test process each, the engine's switch tests, greedy == CPU and the goldens with both on, then A/B/A/B of both
+  # against neither, each alone once, and traces.
+  F2="TILERT_GPU_IDX_QFUSE=1 TILERT_GPU_OPROJ_NORM=1"
+  tst kernels cuda/kernels 300 'TestKernelWQBIdxQ$|TestKernelFusedAttnEpilogue$|TestKernelGemvAddNorm$'; cnt kernels; mv $R/kernels.log $R/kernels-fused.log
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 240 'TestKernelTimingWQBIdxQ$|TestKernelTimingGemvAddNorm$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
+  tst engine engine/gpu 400 'TestGPUWQBIdxQ$|TestGPUOProjNorm$'; cnt engine; mv $R/engine.log $R/engine-switches.log
+  (export $F2; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUGolden$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-f2-on.log; cnt engine-f2-on
+  abab deepseek-v3.2 8192 1 f2 $F2
+  abab glm-5 8192 1 f2g $F2
+  abab deepseek-v3.2 131072 1 f2l $F2
+  abab glm-5 131072 1 f2gl $F2
+  for m in deepseek-v3.2 glm-5; do
+    bn $m 8192 1 one-iq-$m TILERT_GPU_IDX_QFUSE=1; bn $m 8192 1 one-an-$m TILERT_GPU_OPROJ_NORM=1
+  done
+  TL=1 bn deepseek-v3.2 8192 1 tl-f2 $F2
+  TL=1 bn glm-5 8192 1 tl-f2g $F2
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+solo)
+  tst kernels cuda/kernels 200 'TestKernelSolo$'; cnt kernels
+  (export TILERT_GPU_SOLO=1; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-solo-on.log; cnt engine-solo-on
+  abab glm-5 8192 1 sog TILERT_GPU_SOLO=1
+  abab deepseek-v3.2 8192 1 so TILERT_GPU_SOLO=1
+  bn glm-5 8192 1 sog-topk TILERT_GPU_SOLO=topk_radix_one,topk_fast
+  bn glm-5 8192 1 sog-norm TILERT_GPU_SOLO=add_rmsnorm_reg,rmsnorm_reg
+  bn glm-5 8192 1 sog-route TILERT_GPU_SOLO=moe_route_rank
+  TL=1 bn glm-5 8192 1 tl-sog TILERT_GPU_SOLO=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 shat)
   (export TILERT_GPU_SIDE_SH_AT=router; tst engine engine/gpu 300 'TestGPUSharedAtRouter$|TestGPUGreedyMatchesCPU$'); mv $R/engine.log $R/engine-shat.log; cnt engine-shat
   abab deepseek-v3.2 8192 1 shat TILERT_GPU_SIDE_SH_AT=router
   abab glm-5 8192 1 shatg TILERT_GPU_SIDE_SH_AT=router
+  save ;;
+k2)
+  # Session 33 call B (~8 min): the kernel checks again (call A's run stopped at TestKernelGemvAddNorm, whose cases ran
+  # off the device thread), the fused launches' timing and engine checks, A/B/A/B of fuse's pair and of solo at 8192.
+  export TILERT_GPU_REPORT=$R/report.txt
+  TSKIP='^TestNVRTC' tst kernels cuda/kernels 400; cnt kernels
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingWQBIdxQ$|TestKernelTimingGemvAddNorm$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
+  tst engine engine/gpu 300 'TestGPUWQBIdxQ$|TestGPUOProjNorm$'; cnt engine
+  F2="TILERT_GPU_IDX_QFUSE=1 TILERT_GPU_OPROJ_NORM=1"
+  abab deepseek-v3.2 8192 1 f2 $F2
+  abab glm-5 8192 1 f2g $F2
+  abab glm-5 8192 1 sog TILERT_GPU_SOLO=1
+  abab deepseek-v3.2 8192 1 so TILERT_GPU_SOLO=1
   save ;;
 k3)
   # Session 33 call C (~8 min): half's and w12's checks and A/B/A/B at 8192, shat's.
@@ -131,30 +200,9 @@ k3)
   abab deepseek-v3.2 8192 1 shat TILERT_GPU_SIDE_SH_AT=router
   abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
   save ;;
-k4)
-  # Session 34 call B (~7 min): the tile GEMVs' checks after d81bc80 (their bodies back to session 31's text), k3, then wq_b + epilogue fused alone (k2: the pair with OPROJ_NORM +160 us; the fused
-  # o_proj + norm 43.2 against 38.0 us graph-timed, the fused wq_b 7.98 / 6.88 against 8.35 / 7.89), cap at 131072, qb.
-  tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelTopKOneW$|TestKernelGemvTile$|TestKernelTileVariantsBitwise$|TestKernelTilePlanBitwise$|TestKernelWQBIdxQ$'; cnt kernels
-  (export TILERT_GPU_MLA_HEADS=32; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$'); mv $R/engine.log $R/engine-h32.log; cnt engine-h32
-  tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUWQBIdxQ$'; cnt engine
-  abab glm-5 8192 1 w12g TILERT_GPU_TOPK_W12=1
-  abab glm-5 8192 1 iqg TILERT_GPU_IDX_QFUSE=1
-  abab deepseek-v3.2 8192 1 iq TILERT_GPU_IDX_QFUSE=1
-  abab deepseek-v3.2 8192 1 h32 TILERT_GPU_MLA_HEADS=32
-  abab glm-5 8192 1 h32g TILERT_GPU_MLA_HEADS=32
-  abab deepseek-v3.2 8192 1 shat TILERT_GPU_SIDE_SH_AT=router
-  abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
-  abab deepseek-v3.2 8192 1 w12 TILERT_GPU_TOPK_W12=1
-  abab deepseek-v3.2 131072 1 cap1 TILERT_GPU_SIDE_CAP=q=1
-  E=TILERT_GPU_TILE_PLANS
-  bn deepseek-v3.2 8192 1 qb-A1
-  for p in G32/R8_d16/B0 G32/R8_o4/B0 G64/R4_o4/B0; do bn deepseek-v3.2 8192 1 "qb-${p//\//_}" $E=24576x1536=$p; done
-  for p in G32/R8_d16/B0 G64/R8_d16/B1; do bn deepseek-v3.2 8192 1 "wqb-${p//\//_}" $E=8192x1536=$p; done
-  bn deepseek-v3.2 8192 1 qb-A2
-  save ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s33.sh gpucheck|final|fuse|half|w12|iqf|an|solo|shat|k2|k3|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

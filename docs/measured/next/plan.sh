@@ -19,8 +19,9 @@ abab() { local m=$1 c=$2 b=$3 n=$4; shift 4; bn $m $c $b $n-A; bn $m $c $b $n-B 
 cnt() { echo "$1: $(grep -c -- '--- PASS' $R/$1.log) PASS, $(grep -c -- '--- FAIL' $R/$1.log) FAIL, $(grep -c -- '--- SKIP' $R/$1.log) SKIP; $(tail -1 $R/$1.log)" | tee -a $R/summary.txt; grep -E -- '--- FAIL' -A8 $R/$1.log | head -40 >> $R/summary.txt; }
 timeout 120 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm.txt 2>&1
 # tst NAME DIR SECONDS [RUN]: one test binary $D/NAME.test run in DIR (verbose, -test.run RUN if given, -test.skip
-# $TSKIP if set) into $R/NAME.log with its exit status last; a binary that did not travel fails fast with rc=127.
-tst() { local n=$1 dir=$2 t=$3; (cd $dir && timeout $t $D/$n.test -test.v -test.count=1 -test.timeout=$((t - 10))s ${4:+-test.run "$4"} ${TSKIP:+-test.skip "$TSKIP"} > $R/$n.log 2>&1; echo "rc=$?" >> $R/$n.log); }
+# $TSKIP if set) into $R/NAME.log with its exit status last; a binary that did not travel fails fast with rc=127. An
+# earlier NAME.log is kept under a timestamped name (session 34 lost a whole kernel log to a later run's).
+tst() { local n=$1 dir=$2 t=$3; [ -e $R/$n.log ] && mv $R/$n.log $R/$n.$(date +%s%N).log; (cd $dir && timeout $t $D/$n.test -test.v -test.count=1 -test.timeout=$((t - 10))s ${4:+-test.run "$4"} ${TSKIP:+-test.skip "$TSKIP"} > $R/$n.log 2>&1; echo "rc=$?" >> $R/$n.log); }
 # gpucheck: make gpu-check's correctness parts, counted into the summary, in two halves (the carry once held at most
 # three xz'd binaries with the working tree; since session 26 all six fit): check1 the kernel checks (the NVRTC compile checks skipped: CI runs
 # them) and the engine's ^TestGPU side by side (kernels.test, engine.test); check2 the decode node's handoff on cuda,

@@ -266,6 +266,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
 		{"TILERT_GPU_EXPERT_SHAPE", []string{"", "0", "1"},
 			"unset it (or 1) for a single row's routed-expert launches on their own shapes (gate/up _o4, down groups of 32: kernels.OneRowExperts), 0 for the tile rule's"},
+		{"TILERT_GPU_ROUTER_FOLD", []string{"", "0", "1"},
+			"unset it (or 0) for the router GEMV after the post-attention norm, 1 for the router folded through o_proj (its two GEMVs beside the sparse MLA and o_proj, the routing in the norm's launch; opt-in)"},
 		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},
 			"unset it (or 1) for a decode MoE layer's combine fused with the next add + RMSNorm (one launch), 0 for the two launches"},
 	} {

@@ -307,6 +307,8 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_MOE_NORM_FUSED", "0", true},
 		{"TILERT_GPU_MOE_NORM_FUSED", "1", true},
 		{"TILERT_GPU_MOE_NORM_FUSED", "off", false},
+		{"TILERT_GPU_ROUTER_FOLD", "1", true},
+		{"TILERT_GPU_ROUTER_FOLD", "on", false},
 	} {
 		err := switchValues(func(k string) string {
 			if k == c.name {

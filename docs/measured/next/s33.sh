@@ -4,7 +4,8 @@
 # warm ~30 s). Session 31 ran s31.sh lead and m2 (its copy is in docs/measured/h200-2026-12-04-s31); sessions 32 and 33
 # had no machine, so gpu-check has not run on today's main.
 # Session 34 ran k2 (call A: the fused pair and solo slower, removed with their parts an / fuse / solo / k2).
-# Usage: bash docs/measured/next/s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|pdl|cap|qb|sweep|check1|check2
+# Session 35 (no device) added fold (TILERT_GPU_ROUTER_FOLD=1, the router folded through o_proj): the second call.
+# Usage: bash docs/measured/next/s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|fold|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
 #    gemv_tile_fp8_r4_m2_d16 removed from the module.
@@ -152,9 +153,27 @@ k4)
   for p in G32/R8_d16/B0 G64/R8_d16/B1; do bn deepseek-v3.2 8192 1 "wqb-${p//\//_}" $E=8192x1536=$p; done
   bn deepseek-v3.2 8192 1 qb-A2
   save ;;
+fold)
+  # Session 35 (no device; NOT RUN, ~5 min): TILERT_GPU_ROUTER_FOLD=1 (engine/gpu router_fold.go, cu/router_fold.cu):
+  # the router folded through o_proj, (A x + M v) / rms, its GEMVs beside the sparse MLA and o_proj, the routing in the
+  # post-attention norm's launch (engine/gpu NOTES.md "The router folded through o_proj"). The kernel checks (the fold
+  # bit for bit its Go transcription; the fused launch's x and y add_rmsnorm_reg's bits, its picks the reference's),
+  # the fused launch graph-timed against the three it replaces and the two GEMVs alone, greedy == CPU with it on, then
+  # A/B/A/B on both models at 8192 and 131072 and a trace (is r2 done before o_proj? does o_proj lose time beside it?).
+  # If it wins twice on a model and loses nowhere, make it the default (engine/gpu router_fold.go routerFoldOn).
+  tst kernels cuda/kernels 200 'TestKernelRouterFold$|TestKernelAddRMSNormRoute$'; cnt kernels; mv $R/kernels.log $R/kernels-fold.log
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingRouterFold$'); mv $R/kernels.log $R/kernels-fold-timing.log; cnt kernels-fold-timing
+  tst engine engine/gpu 300 'TestGPURouterFold$'; cnt engine; mv $R/engine.log $R/engine-fold.log
+  abab deepseek-v3.2 8192 1 fold TILERT_GPU_ROUTER_FOLD=1
+  abab glm-5 8192 1 foldg TILERT_GPU_ROUTER_FOLD=1
+  abab glm-5 131072 1 foldg131 TILERT_GPU_ROUTER_FOLD=1
+  abab deepseek-v3.2 131072 1 fold131 TILERT_GPU_ROUTER_FOLD=1
+  TL=1 bn deepseek-v3.2 8192 1 tl-fold TILERT_GPU_ROUTER_FOLD=1
+  TL=1 bn glm-5 8192 1 tl-foldg TILERT_GPU_ROUTER_FOLD=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|fold|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

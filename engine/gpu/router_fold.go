@@ -43,6 +43,7 @@ func (e *backend) foldRouters(b device, src Source) error {
 	var scratch cuda.DevPtr
 	defer func() {
 		if scratch != 0 {
+			_ = b.sync() // the folds that read it are done (on an error too)
 			_ = b.free(scratch)
 		}
 	}()
@@ -79,7 +80,7 @@ func (e *backend) foldRouters(b device, src Source) error {
 		n++
 	}
 	if n > 0 {
-		if err := b.sync(); err != nil { // the scratch is freed after the folds
+		if err := b.sync(); err != nil {
 			return err
 		}
 		slog.Info("TILERT_GPU_ROUTER_FOLD: the router folded through o_proj", "moe_layers", n,

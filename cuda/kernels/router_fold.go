@@ -7,7 +7,7 @@ import (
 )
 
 // The MoE router folded through o_proj (cu/router_fold.cu; engine/gpu
-// NOTES.md "The router folded through o_proj"): W_r h = (A x + M v) / rms
+// NOTES.md "TILERT_GPU_ROUTER_FOLD=1"): W_r h = (A x + M v) / rms
 // with A = W_r diag(w) and M = A W_o, so the router's two GEMVs need only
 // the layer's input residual x and o_proj's input v, and the norm's block
 // finishes the routing (AddRMSNormRoute). A and M are stored as hi/lo

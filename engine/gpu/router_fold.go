@@ -10,8 +10,8 @@ import (
 )
 
 // routerFoldOn: TILERT_GPU_ROUTER_FOLD=1 folds each MoE layer's router
-// through o_proj (opt-in, NOT RUN on a GPU; engine/gpu NOTES.md "The router
-// folded through o_proj"). The router is linear and the post-attention norm
+// through o_proj (opt-in, NOT RUN on a GPU; engine/gpu NOTES.md
+// "TILERT_GPU_ROUTER_FOLD=1"). The router is linear and the post-attention norm
 // only scales, so W_r h = (A x + M v) / rms with A = W_r diag(w) and
 // M = A W_o, computed at load (float64 sums, stored as hi/lo bf16 pairs):
 // r1 = A x streams beside the sparse MLA, which leaves most SMs and the HBM
@@ -47,7 +47,7 @@ func (e *backend) foldRouters(b device, src Source) error {
 			_ = b.free(scratch)
 		}
 	}()
-	n := 0
+	n, K := 0, 0
 	for _, lw := range e.w.layers {
 		if !lw.MoE {
 			continue
@@ -63,7 +63,7 @@ func (e *backend) foldRouters(b device, src Source) error {
 				return err
 			}
 		}
-		K := lw.O.in
+		K = lw.O.in
 		a2, err := e.alloc(b, int64(2*2*E*H))
 		if err != nil {
 			return err
@@ -84,7 +84,7 @@ func (e *backend) foldRouters(b device, src Source) error {
 			return err
 		}
 		slog.Info("TILERT_GPU_ROUTER_FOLD: the router folded through o_proj", "moe_layers", n,
-			"bytes_a_layer", 4*E*(H+e.w.layers[len(e.w.layers)-1].O.in))
+			"bytes_a_layer", 4*E*(H+K))
 	}
 	return nil
 }
@@ -113,6 +113,8 @@ func (f *fwd) foldX(lw *dlayer) {
 		return
 	}
 	o, ws, c := f.o, f.e.ws, f.e.cfg
+	// The shared expert's chain settings: its tile cap does not touch the
+	// wide bf16 GEMV, and it runs at the shared expert's priority.
 	o.do(o.b.fork(chainSh, f.M))
 	o.lin(lw.foldA, ws.fr1, ws.x, f.M, c.HiddenSize, lw.foldA.out)
 	o.do(o.b.unfork())

@@ -1,5 +1,5 @@
-// The MoE router folded through o_proj (engine/gpu NOTES.md "The router
-// folded through o_proj"). The router is linear and the post-attention norm
+// The MoE router folded through o_proj (engine/gpu NOTES.md
+// "TILERT_GPU_ROUTER_FOLD=1"). The router is linear and the post-attention norm
 // only scales, so
 //   W_r h = W_r diag(w) (x + W_o v) / rms = (A x + M v) / rms,
 //   A = W_r diag(w), M = A W_o:

@@ -236,3 +236,28 @@ func foldLogits(t *testing.T, r *rand.Rand, E, H, K int, woKind kernels.FoldKind
 	}
 	return ref, got, hiOnly, transposed
 }
+
+// TestEmuRouterFoldShardRanks: with TILERT_GPU_ROUTER_FOLD=1 a sharded
+// engine's ranks keep the router GEMV (their forward is shard.go's, which
+// does not run the fused norm + routing): no rank folds, and the sharded
+// tokens equal the unsharded engine's with the fold.
+func TestEmuRouterFoldShardRanks(t *testing.T) {
+	defer func(on bool) { routerFoldOn = on }(routerFoldOn)
+	routerFoldOn = true
+	w, src := hfSourceOf(t, enginetest.PresetDir(t, enginetest.Presets[0]))
+	opts := engine.Options{MaxSeqLen: maxSeq, Slots: 2}
+	prompt := enginetest.Prompt(40, w.Config().VocabSize, 7)
+	want := enginetest.Generate(t, newTestEngine(t, onEmu, src, opts), 0, prompt, engine.Params{}, genTokens)
+	se := newShardTest(t, onEmu, src, opts, 2, CommLocal)
+	for k, rk := range se.s.ranks {
+		for i, lw := range rk.w.layers {
+			if lw.foldA.w != 0 || lw.foldM.w != 0 {
+				t.Errorf("rank %d layer %d: folded", k, i)
+			}
+		}
+	}
+	got := enginetest.Generate(t, se, 0, prompt, engine.Params{}, genTokens)
+	if i := enginetest.FirstDiff(got, want); i >= 0 {
+		t.Errorf("TP-2 tokens differ from the folded unsharded engine's at %d:\n got %v\nwant %v", i, got, want)
+	}
+}

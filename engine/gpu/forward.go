@@ -383,6 +383,9 @@ type fwd struct {
 	// combine (moeNormOn).
 	closeY, closeW cuda.DevPtr
 	closed         bool
+	// foldSide: a folded router's GEMV is on the side stream, not yet
+	// joined (router_fold.go).
+	foldSide bool
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and

@@ -106,39 +106,57 @@ func (f *fwd) folded(lw *dlayer) bool {
 	return lw.foldA.w != 0 && lw.foldM.w != 0
 }
 
-// foldX forks r1 = A x of the layer's input residual (ws.x, untouched
-// until the post-attention add) beside the sparse MLA.
+// foldX runs r1 = A x of the layer's input residual (ws.x, untouched
+// until the post-attention add) on the side stream beside the sparse MLA,
+// or in line where the MoE side chain is off (TILERT_GPU_SIDE=0 or q).
 func (f *fwd) foldX(lw *dlayer) {
 	if !f.folded(lw) {
 		return
 	}
-	o, ws, c := f.o, f.e.ws, f.e.cfg
-	// The shared expert's chain settings: its tile cap does not touch the
-	// wide bf16 GEMV, and it runs at the shared expert's priority.
-	o.do(o.b.fork(chainSh, f.M))
-	o.lin(lw.foldA, ws.fr1, ws.x, f.M, c.HiddenSize, lw.foldA.out)
-	o.do(o.b.unfork())
+	ws, c := f.e.ws, f.e.cfg
+	f.foldBeside(func() { f.o.lin(lw.foldA, ws.fr1, ws.x, f.M, c.HiddenSize, lw.foldA.out) })
 }
 
-// foldV forks r2 = M v of o_proj's input (ws.ao) beside o_proj, after
+// foldV runs r2 = M v of o_proj's input (ws.ao) beside o_proj, after
 // joining r1 (one side chain at a time; r1 is done by then: it had the
 // sparse MLA, its combine and absorb_v to run beside).
 func (f *fwd) foldV(lw *dlayer) {
 	if !f.folded(lw) {
 		return
 	}
-	o, ws := f.o, f.e.ws
-	o.do(o.b.join())
+	f.foldJoin()
+	ws := f.e.ws
+	f.foldBeside(func() { f.o.lin(lw.foldM, ws.fr2, ws.ao, f.M, lw.foldM.in, lw.foldM.out) })
+}
+
+// foldBeside runs gemv on the side stream with the shared expert's chain
+// settings (its tile cap does not touch the wide bf16 GEMV; its priority),
+// or in line where that chain is off.
+func (f *fwd) foldBeside(gemv func()) {
+	if !sideShOn {
+		gemv()
+		return
+	}
+	o := f.o
 	o.do(o.b.fork(chainSh, f.M))
-	o.lin(lw.foldM, ws.fr2, ws.ao, f.M, lw.foldM.in, lw.foldM.out)
+	gemv()
 	o.do(o.b.unfork())
+	f.foldSide = true
+}
+
+// foldJoin makes the main stream wait for a fold GEMV on the side stream.
+func (f *fwd) foldJoin() {
+	if f.foldSide {
+		f.foldSide = false
+		f.o.do(f.o.b.join())
+	}
 }
 
 // normRoute joins r1 and r2 and runs the post-attention add + RMSNorm
 // with the routing into ws.eidx / ws.ewts (moe then skips the router).
 func (f *fwd) normRoute(lw *dlayer) {
 	o, ws, c := f.o, f.e.ws, f.e.cfg
-	o.do(o.b.join())
+	f.foldJoin()
 	o.do(o.b.addRMSNormRoute(ws.h, ws.x, ws.tmp, lw.PostNorm, f.M, c.HiddenSize, float32(c.RMSNormEps),
 		ws.fr1, ws.fr2, lw.Bias, ws.eidx, ws.ewts, c.NRoutedExperts, c.NumExpertsPerTok, c.NGroup, c.TopKGroup,
 		c.NormTopKProb, float32(c.RoutedScalingFactor)))

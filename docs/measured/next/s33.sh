@@ -5,7 +5,7 @@
 # had no machine, so gpu-check has not run on today's main.
 # Session 34 ran k2 (call A: the fused pair and solo slower, removed with their parts an / fuse / solo / k2).
 # Session 35 (no device) added fold (TILERT_GPU_ROUTER_FOLD=1, the router folded through o_proj): the second call.
-# Usage: bash docs/measured/next/s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|fold|pdl|cap|qb|sweep|check1|check2
+# Usage: bash docs/measured/next/s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|fold|combo|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
 #    gemv_tile_fp8_r4_m2_d16 removed from the module.
@@ -171,9 +171,19 @@ fold)
   TL=1 bn deepseek-v3.2 8192 1 tl-fold TILERT_GPU_ROUTER_FOLD=1
   TL=1 bn glm-5 8192 1 tl-foldg TILERT_GPU_ROUTER_FOLD=1
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+combo)
+  # Session 35 (~4 min, env only): every opt-in not yet measured in the step, on together, against the defaults at 8192
+  # and 131072 on both models: the most the queue can give in one reading (fold takes the routing, so SIDE_SH_AT is
+  # left out). Run after k4 and fold; a switch that lost alone there comes out of COMBO first.
+  COMBO="TILERT_GPU_ROUTER_FOLD=1 TILERT_GPU_IDX_QFUSE=1 TILERT_GPU_MLA_HEADS=32 TILERT_GPU_TOPK_W12=1"
+  abab deepseek-v3.2 8192 1 combo $COMBO
+  abab glm-5 8192 1 combog $COMBO
+  abab glm-5 131072 1 combog131 $COMBO
+  abab deepseek-v3.2 131072 1 combo131 $COMBO
+  save ;;
 check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|fold|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|fold|combo|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

@@ -101,9 +101,13 @@ func foldKind(k linKind) (kernels.FoldKind, bool) {
 	return 0, false
 }
 
-// folded says whether this layer's router runs folded in this forward.
+// folded says whether this layer's router runs folded in this forward:
+// where its GEMVs take float32 x (a decode step's rows). A prefill chunk's
+// GEMMs may round x to one fp16 part (the fast prefill), and A x and M v
+// each rounded lose what x + o cancels; prefill is compute-bound anyway,
+// and keeps the router GEMV.
 func (f *fwd) folded(lw *dlayer) bool {
-	return lw.foldA.w != 0 && lw.foldM.w != 0
+	return lw.foldA.w != 0 && lw.foldM.w != 0 && !useGemm(lw.foldA, f.M) && !useGemm(lw.foldM, f.M)
 }
 
 // foldX runs r1 = A x of the layer's input residual (ws.x, untouched

@@ -12,26 +12,9 @@ func TestNVRTCFusedTileRegisters(t *testing.T) {
 	src := moduleSource(kernelFS, "cu/wqb_iq.cu", gemvTileHeader, topkRadixHeader, "cu/engine.cu", "cu/indexer.cu",
 		"cu/fused.cu", "cu/gemv_tile.cu", "cu/indexer_mma.cu")
 	log, version := ptxasLogSM90(t, src, "wqb_iq.cu")
-	sp, _ := ptxasSpills(log)
-	regs := ptxasRegisters(log)
-	for _, k := range []struct {
-		name string
-		max  int
-	}{
+	checkRegisters(t, log, version, []regLimit{
 		{"gemv_tile_fp8_r8_m1_iq", 255}, {"gemv_tile_fp8_r8_m1_d16_iq", 128}, {"gemv_tile_fp8_r8_m1_o4_iq", 80},
 		{"gemv_tile_fp8_r4_m1_iq", 255}, {"gemv_tile_fp8_r4_m1_d16_iq", 128}, {"gemv_tile_fp8_r4_m1_o4_iq", 80},
 		{"gemv_tile_fp8_r2_m1_iq", 255}, {"gemv_tile_fp8_r2_m1_d16_iq", 128}, {"gemv_tile_fp8_r1_m1_iq", 255},
-	} {
-		n, ok := regs[k.name]
-		switch {
-		case !ok:
-			t.Errorf("%s: not in ptxas -v's log", k.name)
-		case n > k.max:
-			t.Errorf("%s: %d registers, want at most %d", k.name, n, k.max)
-		}
-		if b, bad := sp[k.name]; bad {
-			t.Logf("%s spills %s bytes (NVRTC %s)", k.name, b, version)
-		}
-		t.Logf("%s: %d registers (NVRTC %s)", k.name, n, version)
-	}
+	})
 }

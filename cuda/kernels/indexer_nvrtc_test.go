@@ -36,6 +36,34 @@ func TestNVRTCIndexerScoresRegisters(t *testing.T) {
 	}
 }
 
+// regLimit is a kernel's register bound in an NVRTC register check.
+type regLimit struct {
+	name string
+	max  int
+}
+
+// checkRegisters fails for each kernel of limits that is missing from
+// ptxas -v's log or over its bound, and logs each one's registers and
+// spills (spills vary with the NVRTC version; they are not failures here).
+func checkRegisters(t *testing.T, log, version string, limits []regLimit) {
+	t.Helper()
+	sp, _ := ptxasSpills(log)
+	regs := ptxasRegisters(log)
+	for _, k := range limits {
+		n, ok := regs[k.name]
+		switch {
+		case !ok:
+			t.Errorf("%s: not in ptxas -v's log", k.name)
+		case n > k.max:
+			t.Errorf("%s: %d registers, want at most %d", k.name, n, k.max)
+		}
+		if b, bad := sp[k.name]; bad {
+			t.Logf("%s spills %s bytes (NVRTC %s)", k.name, b, version)
+		}
+		t.Logf("%s: %d registers (NVRTC %s)", k.name, n, version)
+	}
+}
+
 // ptxasLogSM90 compiles src for sm_90 with NVRTC and ptxas -v and returns
 // ptxas's log and the NVRTC version; the test skips where there is no NVRTC,
 // no sm_90 in it, or it refuses -v (no GPU needed). A source that does not

@@ -518,36 +518,48 @@ func TestKernelMoERoute(t *testing.T) {
 			bias := randF32(r, cs.E, 0.1)
 			ip, wp := a.poisoned(cs.T*cs.K), a.poisoned(cs.T*cs.K)
 			chk(k.MoERoute(s, ip, wp, a.up(logits), a.up(bias), cs.T, cs.E, cs.K, cs.ngroup, cs.tkg, cs.norm, float32(cs.scale)))
-			gi, gw := downI32(c, ip, cs.T*cs.K), downF32(c, wp, cs.T*cs.K)
-			mism, ties := 0, 0
-			var wref []float64
-			var wgot []float32
-			for tt := range cs.T {
-				idx, w, gap := refMoERoute(logits[tt*cs.E:(tt+1)*cs.E], bias, cs.E, cs.K, cs.ngroup, cs.tkg, cs.norm, cs.scale)
-				same := true
-				for j := range cs.K {
-					if int(gi[tt*cs.K+j]) != idx[j] {
-						same = false
-					}
-				}
-				switch {
-				case same:
-					wref = append(wref, w...)
-					wgot = append(wgot, gw[tt*cs.K:(tt+1)*cs.K]...)
-				case gap < 1e-5: // a float32 near-tie may legitimately flip
-					ties++
-				default:
-					mism++
-					t.Logf("token %d: got %v want %v (gap %.3g)", tt, gi[tt*cs.K:(tt+1)*cs.K], idx, gap)
-				}
-			}
-			if ties > 0 {
-				t.Logf("%s: %d near-tie tokens not compared", cs.name, ties)
-			}
-			record(t, cs.name+" (experts)", "mismatched tokens", float64(mism), 0)
-			record(t, cs.name+" (weights)", relMetric, relErr(wgot, wref), boundF32)
+			checkRoutes(t, cs.name, cs.T, cs.E, cs.K, cs.ngroup, cs.tkg, cs.norm, cs.scale, bias,
+				func(tt int) []float32 { return logits[tt*cs.E : (tt+1)*cs.E] },
+				downI32(c, ip, cs.T*cs.K), downF32(c, wp, cs.T*cs.K))
 		}
 	})
+}
+
+// checkRoutes compares the experts gi and weights gw a kernel picked for
+// rows rows against refMoERoute of each row's logits lg(row): a row whose
+// picks differ at a float32 near-tie (gap < 1e-5) may legitimately flip
+// and is not compared. It records the mismatched rows and the weights'
+// relative error under name.
+func checkRoutes(t *testing.T, name string, rows, E, K, ngroup, tkg int, norm bool, scale float64, bias []float32,
+	lg func(row int) []float32, gi []int32, gw []float32) {
+	t.Helper()
+	mism, ties := 0, 0
+	var wref []float64
+	var wgot []float32
+	for row := range rows {
+		idx, w, gap := refMoERoute(lg(row), bias, E, K, ngroup, tkg, norm, scale)
+		same := true
+		for j := range K {
+			if int(gi[row*K+j]) != idx[j] {
+				same = false
+			}
+		}
+		switch {
+		case same:
+			wref = append(wref, w...)
+			wgot = append(wgot, gw[row*K:(row+1)*K]...)
+		case gap < 1e-5:
+			ties++
+		default:
+			mism++
+			t.Logf("%s row %d: got %v want %v (gap %.3g)", name, row, gi[row*K:(row+1)*K], idx, gap)
+		}
+	}
+	if ties > 0 {
+		t.Logf("%s: %d near-tie rows not compared", name, ties)
+	}
+	record(t, name+" (experts)", "mismatched rows", float64(mism), 0)
+	record(t, name+" (weights)", relMetric, relErr(wgot, wref), boundF32)
 }
 
 // ---- indexer ----

@@ -10,22 +10,5 @@ import "testing"
 func TestNVRTCRouterFoldRegisters(t *testing.T) {
 	src := moduleSource(kernelFS, "cu/router_fold.cu", "cu/moe.cu", "cu/norm.cu")
 	log, version := ptxasLogSM90(t, src, "router_fold.cu")
-	sp, _ := ptxasSpills(log)
-	regs := ptxasRegisters(log)
-	for _, k := range []struct {
-		name string
-		max  int
-	}{{"add_rmsnorm_route", 64}, {"router_fold_a", 255}, {"router_fold_m", 255}} {
-		n, ok := regs[k.name]
-		switch {
-		case !ok:
-			t.Errorf("%s: not in ptxas -v's log", k.name)
-		case n > k.max:
-			t.Errorf("%s: %d registers, want at most %d", k.name, n, k.max)
-		}
-		if b, bad := sp[k.name]; bad {
-			t.Logf("%s spills %s bytes (NVRTC %s)", k.name, b, version)
-		}
-		t.Logf("%s: %d registers (NVRTC %s)", k.name, n, version)
-	}
+	checkRegisters(t, log, version, []regLimit{{"add_rmsnorm_route", 64}, {"router_fold_a", 255}, {"router_fold_m", 255}})
 }

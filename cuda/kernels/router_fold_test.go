@@ -41,9 +41,7 @@ func refFoldPairs(wr []float32, w []float32, wo []float32, E, H, K int) (a2, m2 
 		p := make([]uint16, 2*E*n)
 		for j := range E {
 			for c := range n {
-				hi := numeric.Float32ToBF16(v[j*n+c])
-				p[j*n+c] = hi
-				p[(E+j)*n+c] = numeric.Float32ToBF16(v[j*n+c] - numeric.BF16ToFloat32(hi))
+				p[j*n+c], p[(E+j)*n+c] = numeric.BF16Pair(v[j*n+c])
 			}
 		}
 		return p
@@ -169,44 +167,21 @@ func TestKernelAddRMSNormRoute(t *testing.T) {
 				tag := fmt.Sprintf("D=%d E=%d K=%d groups %d/%d M=%d", D, E, cs.K, cs.ngroup, cs.tkg, M)
 				record(t, "add_rmsnorm_route x, y vs add_rmsnorm_reg "+tag, "mismatched values",
 					float64(diffF32Bits(xs, downF32(c, xr, M*D))+diffF32Bits(ys, downF32(c, yr, M*D))), 0)
-				gi, gw := downI32(c, ip, M*cs.K), downF32(c, wp, M*cs.K)
-				mism, ties := 0, 0
-				var wref []float64
-				var wgot []float32
-				for row := range M {
+				// The reference logits: ((r1 + r1') + (r2 + r2')) / rms in
+				// float64, rms from the kernel's own x.
+				checkRoutes(t, "add_rmsnorm_route "+tag, M, E, cs.K, cs.ngroup, cs.tkg, cs.norm, 2.5, bias, func(row int) []float32 {
 					var ss float64
 					for _, v := range xs[row*D : (row+1)*D] {
 						ss += float64(v) * float64(v)
 					}
 					inv := 1 / math.Sqrt(ss/float64(D)+1e-6)
+					q1, q2 := p1[row*2*E:], p2[row*2*E:]
 					lg := make([]float32, E)
 					for j := range E {
-						q1, q2 := p1[row*2*E:], p2[row*2*E:]
 						lg[j] = float32((float64(q1[j]+q1[E+j]) + float64(q2[j]+q2[E+j])) * inv)
 					}
-					idx, wt, gap := refMoERoute(lg, bias, E, cs.K, cs.ngroup, cs.tkg, cs.norm, 2.5)
-					same := true
-					for j := range cs.K {
-						if int(gi[row*cs.K+j]) != idx[j] {
-							same = false
-						}
-					}
-					switch {
-					case same:
-						wref = append(wref, wt...)
-						wgot = append(wgot, gw[row*cs.K:(row+1)*cs.K]...)
-					case gap < 1e-5:
-						ties++
-					default:
-						mism++
-						t.Logf("%s row %d: got %v want %v (gap %.3g)", tag, row, gi[row*cs.K:(row+1)*cs.K], idx, gap)
-					}
-				}
-				if ties > 0 {
-					t.Logf("%s: %d near-tie rows not compared", tag, ties)
-				}
-				record(t, "add_rmsnorm_route experts "+tag, "mismatched rows", float64(mism), 0)
-				record(t, "add_rmsnorm_route weights "+tag, relMetric, relErr(wgot, wref), boundF32)
+					return lg
+				}, downI32(c, ip, M*cs.K), downF32(c, wp, M*cs.K))
 			}
 		}
 	})

@@ -9,19 +9,8 @@ import "testing"
 // version (r8_m1_d16: 0 to 8 bytes) and were measured as they are.
 func TestNVRTCTileLoadsInFlight(t *testing.T) {
 	log, version := ptxasLogSM90(t, moduleSource(kernelFS, "cu/gemv_tile.cu", gemvTileHeader), "gemv_tile.cu")
-	sp, _ := ptxasSpills(log)
-	regs := ptxasRegisters(log)
-	for _, name := range []string{"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16"} {
-		n, ok := regs[name]
-		switch {
-		case !ok:
-			t.Errorf("%s: not in ptxas -v's log", name)
-		case n > 128:
-			t.Errorf("%s: %d registers, want at most 128 (two blocks an SM)", name, n)
-		}
-		if b, bad := sp[name]; bad {
-			t.Logf("%s spills %s bytes (NVRTC %s)", name, b, version)
-		}
-		t.Logf("%s: %d registers", name, n)
-	}
+	// 128: two blocks an SM.
+	checkRegisters(t, log, version, []regLimit{
+		{"gemv_tile_fp8_r2_m1_d16", 128}, {"gemv_tile_fp8_r4_m1_d16", 128}, {"gemv_tile_fp8_r8_m1_d16", 128},
+	})
 }

@@ -591,10 +591,7 @@ func (m *emuDevice) routerFold(a, a2, m2, wr cuda.DevPtr, wrKind kernels.FoldKin
 func pairs(p []uint16, v []float32, E, n int) {
 	for j := 0; j < E; j++ {
 		for c := 0; c < n; c++ {
-			x := v[j*n+c]
-			hi := numeric.Float32ToBF16(x)
-			p[j*n+c] = hi
-			p[(E+j)*n+c] = numeric.Float32ToBF16(x - numeric.BF16ToFloat32(hi))
+			p[j*n+c], p[(E+j)*n+c] = numeric.BF16Pair(v[j*n+c])
 		}
 	}
 }

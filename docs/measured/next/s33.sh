@@ -39,12 +39,12 @@
 #    GEMVs; the combine; the epilogue.
 #  If cap wins twice at 131072 (A/B/A/B), give the late chain that cap (engine/gpu side.go sideOpen: q_chain_late_1row)
 #  and say so; if a qb plan wins twice, pin it in the tile rule's table for that shape (kernels tile_plan.go).
-# Suggested calls (~34 min with one cold start: each part's results saved as it ends; 4 may not fit):
-#   1 (cold): for p in gpucheck final; do bash docs/measured/next/s33.sh $p > $OUT/x-$p.log 2>&1; cat $OUT/summary-$p.txt; done
-#   2 (warm): the same loop over fuse;   3 (warm): over half w12;   4 (warm): over solo shat cap pdl qb sweep (may not
-#   fit).
-#   Where half and w12 both win, A/B/A/B them together (inline: NAME=s33; . docs/measured/next/plan.sh both; abab ...)
-#   before either becomes a default, then gpucheck again on the new defaults.
+# Suggested calls now (session 35; each part's results saved as it ends; the 30 minutes hold about the first three):
+#   1 (cold): k4;   2 (warm): fold;   3 (warm): combo, then gpucheck (and final where a default changed);
+#   4 (warm): what fits of half iqf cap pdl qb sweep. Each loop as:
+#   for p in k4; do bash docs/measured/next/s33.sh $p > $OUT/x-$p.log 2>&1; cat $OUT/summary-$p.txt; done
+#   Read each call's A/B/A/B with `go run ./internal/abab FILES_AT/summary-*.txt` (here, not on the device).
+#   Where two switches both win, A/B/A/B them together before either becomes a default, then gpucheck again.
 NAME=s33; . docs/measured/next/plan.sh "$1"
 case "$PART" in
 sweep)

@@ -159,7 +159,8 @@ fold)
   # post-attention norm's launch (engine/gpu NOTES.md "The router folded through o_proj"). The kernel checks (the fold
   # bit for bit its Go transcription; the fused launch's x and y add_rmsnorm_reg's bits, its picks the reference's),
   # the fused launch graph-timed against the three it replaces and the two GEMVs alone, greedy == CPU with it on, then
-  # A/B/A/B on both models at 8192 and 131072 and a trace (is r2 done before o_proj? does o_proj lose time beside it?).
+  # A/B/A/B on both models at 8192 and 131072 and at 4 slots, and traces (is r2 done before o_proj? does o_proj lose
+  # time beside it?).
   # If it wins twice on a model and loses nowhere, make it the default (engine/gpu router_fold.go routerFoldOn).
   tst kernels cuda/kernels 200 'TestKernelRouterFold$|TestKernelAddRMSNormRoute$'; cnt kernels; mv $R/kernels.log $R/kernels-fold.log
   (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingRouterFold$'); mv $R/kernels.log $R/kernels-fold-timing.log; cnt kernels-fold-timing
@@ -168,6 +169,7 @@ fold)
   abab glm-5 8192 1 foldg TILERT_GPU_ROUTER_FOLD=1
   abab glm-5 131072 1 foldg131 TILERT_GPU_ROUTER_FOLD=1
   abab deepseek-v3.2 131072 1 fold131 TILERT_GPU_ROUTER_FOLD=1
+  abab deepseek-v3.2 8192 4 fold4 TILERT_GPU_ROUTER_FOLD=1
   TL=1 bn deepseek-v3.2 8192 1 tl-fold TILERT_GPU_ROUTER_FOLD=1
   TL=1 bn glm-5 8192 1 tl-foldg TILERT_GPU_ROUTER_FOLD=1
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;

@@ -498,8 +498,8 @@ func (m *emuDevice) addRMSNormRoute(y, x, b, w cuda.DevPtr, rows, D int, eps flo
 	if rows <= 0 || !kernels.AddRMSNormRouteFits(D, E) {
 		return errors.Newf("emu add_rmsnorm_route: rows=%d D=%d E=%d", rows, D, E)
 	}
-	// The products are of x before the add; read them first (they may
-	// not alias x, but the order is the kernel's).
+	// The products were taken of x before the add; read first, as the
+	// kernel reads them.
 	p1, p2 := m.f32(r1, rows*2*E), m.f32(r2, rows*2*E)
 	lg := make([]float32, rows*E)
 	for r := 0; r < rows; r++ {

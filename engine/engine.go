@@ -92,7 +92,10 @@ type Params struct {
 	Temperature float64
 	TopP        float64 // 0 or >= 1: disabled
 	TopK        int     // <= 0: disabled
-	Seed        uint64  // random stream; sample at position p uses (Seed, p)
+	// MinP keeps the tokens whose probability (after temperature) is at
+	// least MinP times the most likely one's, as vLLM's min_p; 0: disabled.
+	MinP float64
+	Seed uint64 // random stream; sample at position p uses (Seed, p)
 	// StopIDs end the sequence when generated (the stop token is emitted).
 	StopIDs []int
 	// MaxTokens caps the number of generated tokens including the first one
@@ -106,6 +109,10 @@ type Params struct {
 	RepetitionPenalty float64
 	MinTokens         int // stop ids are blocked until this many are generated
 	LogitBias         map[int]float32
+	// BadWords are token id sequences that must not be generated (vLLM's
+	// bad_words after tokenisation): the last id of a sequence is blocked
+	// wherever the generated tokens end with the ids before it.
+	BadWords [][]int
 	// PromptIDs are the prompt's ids, read by the repetition penalty.
 	PromptIDs []int
 	// Logprobs asks for each generated token's logprob and TopLogprobs

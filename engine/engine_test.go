@@ -178,4 +178,33 @@ func TestSample(t *testing.T) {
 	if len(seen) != 2 || !seen[1] || !seen[3] {
 		t.Errorf("top-p 0.5 picked %v", seen)
 	}
+	// min_p keeps the tokens at least MinP times as likely as the best one
+	// (after temperature), renormalised: the draws' frequencies follow.
+	mlog := []float32{0, 1, 2, 3, 2.5, -1}
+	for _, mp := range []struct {
+		minP, temp float64
+	}{{0.3, 1}, {0.05, 0.5}, {1, 1}, {0.5, 2}} {
+		p := Params{Temperature: mp.temp, MinP: mp.minP, Seed: 9}
+		want := make([]float64, len(mlog))
+		var z float64
+		for i, v := range mlog {
+			if e := math.Exp((float64(v) - 3) / mp.temp); e >= mp.minP {
+				want[i] = e
+				z += e
+			}
+		}
+		cnt := make([]float64, len(mlog))
+		const draws = 20000
+		for i := 0; i < draws; i++ {
+			cnt[Sample(mlog, p, i)]++
+		}
+		for i := range mlog {
+			if want[i] == 0 && cnt[i] > 0 {
+				t.Errorf("min_p %g T %g: token %d drawn %v times, below min_p", mp.minP, mp.temp, i, cnt[i])
+			}
+			if f := cnt[i] / draws; math.Abs(f-want[i]/z) > 0.015 {
+				t.Errorf("min_p %g T %g: token %d freq %.3f want %.3f", mp.minP, mp.temp, i, f, want[i]/z)
+			}
+		}
+	}
 }

@@ -6,11 +6,12 @@ import (
 )
 
 // Sampling controls users set beside temperature/top-k/top-p, as vLLM
-// applies them: logits processors first (logit_bias added, stop ids blocked
-// until min_tokens are generated), then the penalties (repetition over
+// applies them: bad words blocked and logits processors first (logit_bias
+// added, stop ids blocked until min_tokens are generated), then the penalties (repetition over
 // prompt and generated tokens: a positive logit divided by it, a negative
 // one multiplied; frequency times the generated count and presence once
-// for a generated token, subtracted), then temperature and the draw.
+// for a generated token, subtracted), then temperature, min_p, top-k, top-p
+// and the draw.
 // Logprobs are of the raw logits (vLLM's default raw_logprobs), before all
 // of this.
 //
@@ -20,11 +21,13 @@ import (
 // bit-identical.
 
 // TokenHistory is what the penalties read: the prompt's ids and how often
-// each token has been generated (the first token included).
+// each token has been generated (the first token included), and the
+// generated tokens in order, which bad words are matched against.
 type TokenHistory struct {
 	prompt map[int]bool
 	counts map[int]int
 	n      int
+	gen    []int
 }
 
 // NewTokenHistory starts a history for a prompt (nil when no repetition
@@ -41,6 +44,7 @@ func NewTokenHistory(prompt []int) *TokenHistory {
 func (h *TokenHistory) Add(tok int) {
 	h.counts[tok]++
 	h.n++
+	h.gen = append(h.gen, tok)
 }
 
 // Generated is the number of tokens added.
@@ -50,7 +54,7 @@ func (h *TokenHistory) Generated() int { return h.n }
 type LogitAdjust struct {
 	Tok   int
 	Bias  float32 // added first (logit_bias)
-	Block bool    // then -inf (a stop id before min_tokens)
+	Block bool    // then -inf (a stop id before min_tokens, a bad word's last id)
 	Rep   float32 // then divided (positive logit) or multiplied (else) when != 1
 	Sub   float32 // then subtracted (frequency * count + presence)
 }
@@ -58,7 +62,7 @@ type LogitAdjust struct {
 // Adjusts reports whether p changes logits at all.
 func (p Params) Adjusts() bool {
 	return p.PresencePenalty != 0 || p.FrequencyPenalty != 0 || (p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1) ||
-		p.MinTokens > 0 || len(p.LogitBias) > 0
+		p.MinTokens > 0 || len(p.LogitBias) > 0 || len(p.BadWords) > 0
 }
 
 // Adjustments lists the logit changes p asks for when choosing the next
@@ -101,6 +105,20 @@ func (p Params) Adjustments(h *TokenHistory, extra int) []LogitAdjust {
 			get(t).Block = true
 		}
 	}
+	if len(p.BadWords) > 0 {
+		var gen []int
+		if h != nil {
+			gen = h.gen
+		}
+		if extra >= 0 {
+			gen = append(gen[:len(gen):len(gen)], extra)
+		}
+		for _, w := range p.BadWords {
+			if bad := badWordNext(w, gen); bad >= 0 {
+				get(bad).Block = true
+			}
+		}
+	}
 	rep := p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1
 	if h != nil {
 		if rep {
@@ -121,6 +139,23 @@ func (p Params) Adjustments(h *TokenHistory, extra int) []LogitAdjust {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Tok < out[j].Tok })
 	return out
+}
+
+// badWordNext is the id a bad word w blocks after the generated tokens gen:
+// w's last id when gen ends with the ids before it (vLLM matches the
+// generated tokens only, never the prompt), else -1.
+func badWordNext(w, gen []int) int {
+	if len(w) == 0 || len(w)-1 > len(gen) {
+		return -1
+	}
+	pre := w[:len(w)-1]
+	tail := gen[len(gen)-len(pre):]
+	for i := range pre {
+		if tail[i] != pre[i] {
+			return -1
+		}
+	}
+	return w[len(w)-1]
 }
 
 func (p Params) penalize(a *LogitAdjust, n int, rep bool) {

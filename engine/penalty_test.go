@@ -127,3 +127,53 @@ func TestLogprobs(t *testing.T) {
 		t.Fatalf("probabilities sum to %g", sum)
 	}
 }
+
+// Bad words as vLLM's apply_bad_words: a sequence's last id is blocked when
+// the generated tokens (a draft being verified included, the prompt never)
+// end with the ids before it; one-id words always.
+func TestBadWords(t *testing.T) {
+	words := [][]int{{9}, {4, 5}, {1, 2, 3}}
+	for _, tc := range []struct {
+		name   string
+		prompt []int
+		gen    []int
+		extra  int
+		want   []int // blocked ids
+	}{
+		{"first token", []int{4, 1, 2}, nil, -1, []int{9}},
+		{"two-id word after its first id", nil, []int{7, 4}, -1, []int{5, 9}},
+		{"three ids, two generated", nil, []int{1, 2}, -1, []int{3, 9}},
+		{"three ids, the draft completes the prefix", nil, []int{1}, 2, []int{3, 9}},
+		{"the draft breaks the prefix", nil, []int{1, 2}, 8, []int{9}},
+		{"the prompt does not count", []int{1}, []int{2}, -1, []int{9}},
+		{"an earlier match does not block", nil, []int{4, 6}, -1, []int{9}},
+	} {
+		h := NewTokenHistory(tc.prompt)
+		for _, tk := range tc.gen {
+			h.Add(tk)
+		}
+		p := Params{BadWords: words}
+		if !p.Adjusts() {
+			t.Fatalf("%s: bad words do not adjust logits", tc.name)
+		}
+		var got []int
+		for _, a := range p.Adjustments(h, tc.extra) {
+			if a.Block {
+				got = append(got, a.Tok)
+			}
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: blocked %v, want %v", tc.name, got, tc.want)
+		}
+		row := make([]float32, 12)
+		for i := range row {
+			row[i] = 1
+		}
+		ApplyAdjust(row, p.Adjustments(h, tc.extra))
+		for _, id := range tc.want {
+			if !math.IsInf(float64(row[id]), -1) {
+				t.Errorf("%s: logit %d = %v after the adjustments, want -inf", tc.name, id, row[id])
+			}
+		}
+	}
+}

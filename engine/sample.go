@@ -31,7 +31,9 @@ func Argmax(logits []float32) int {
 }
 
 // Sample picks the token for position pos from logits under p: greedy when
-// p.Temperature <= 0, else temperature, then top-k, then top-p (nucleus) over
+// p.Temperature <= 0, else temperature, then top-k and min_p (the tokens at
+// least MinP times as likely as the most likely one: both keep the most
+// likely tokens, so their order does not matter), then top-p (nucleus) over
 // the renormalised distribution, then an inverse-CDF draw with Uniform(p.Seed,
 // pos) over the candidates sorted by probability (ties by token id).
 func Sample(logits []float32, p Params, pos int) int {
@@ -59,6 +61,11 @@ func Sample(logits []float32, p Params, pos int) int {
 	var z float64
 	for i, t := range idx {
 		e := math.Exp(float64(logits[t])*inv - mx)
+		if p.MinP > 0 && e < p.MinP {
+			// idx is sorted by logit, so every later token is less likely.
+			idx, prob = idx[:i], prob[:i]
+			break
+		}
 		prob[i] = e
 		z += e
 	}

@@ -976,6 +976,8 @@ func TestKernelSampling(t *testing.T) {
 			{"sample T=0.8 top-k=50", SamplingParams{Temperature: 0.8, TopK: 50, TopP: 1}},
 			{"sample T=1 top-p=0.9", SamplingParams{Temperature: 1, TopP: 0.9}},
 			{"sample T=0.7 top-k=200 top-p=0.8", SamplingParams{Temperature: 0.7, TopK: 200, TopP: 0.8}},
+			{"sample T=1 min-p=0.1", SamplingParams{Temperature: 1, TopP: 1, MinP: 0.1}},
+			{"sample T=0.8 top-k=300 min-p=0.05 top-p=0.9", SamplingParams{Temperature: 0.8, TopK: 300, TopP: 0.9, MinP: 0.05}},
 		} {
 			const rows, n = 8, 32000
 			cs.p.Seed, cs.p.Step = r.Uint64(), r.Uint64N(1<<40)
@@ -994,7 +996,7 @@ func TestKernelSampling(t *testing.T) {
 						}
 					}
 				} else {
-					p := refSampleSet(xr, float64(cs.p.Temperature), cs.p.TopK, float64(cs.p.TopP))
+					p := refSampleSet(xr, float64(cs.p.Temperature), cs.p.TopK, float64(cs.p.TopP), float64(cs.p.MinP))
 					best, second := math.Inf(-1), math.Inf(-1)
 					for i := range xr {
 						if p[i] == 0 {
@@ -1020,7 +1022,8 @@ func TestKernelSampling(t *testing.T) {
 			record(t, cs.name, "mismatched rows", float64(mism), 0)
 		}
 		// Distribution: many draws of one small row against its probabilities.
-		for _, cs := range []SamplingParams{{Temperature: 1, TopP: 1}, {Temperature: 0.9, TopK: 5, TopP: 1}, {Temperature: 1.2, TopP: 0.7}} {
+		for _, cs := range []SamplingParams{{Temperature: 1, TopP: 1}, {Temperature: 0.9, TopK: 5, TopP: 1}, {Temperature: 1.2, TopP: 0.7},
+			{Temperature: 1, TopP: 1, MinP: 0.2}, {Temperature: 1.5, TopP: 0.8, MinP: 0.1}} {
 			const n, rows = 16, 40000
 			row := randF32(r, n, 1)
 			x := make([]float32, 0, rows*n)
@@ -1031,7 +1034,7 @@ func TestKernelSampling(t *testing.T) {
 			op := a.poisoned(rows)
 			chk(k.Sample(s, op, a.up(x), rows, n, n, cs))
 			got := downI32(c, op, rows)
-			p := refSampleSet(row, float64(cs.Temperature), cs.TopK, float64(cs.TopP))
+			p := refSampleSet(row, float64(cs.Temperature), cs.TopK, float64(cs.TopP), float64(cs.MinP))
 			cnt := make([]float64, n)
 			bad := false
 			for _, g := range got {
@@ -1055,7 +1058,7 @@ func TestKernelSampling(t *testing.T) {
 			if bad {
 				z = math.Inf(1)
 			}
-			record(t, fmt.Sprintf("sample distribution T=%.1f k=%d p=%.1f (40000 draws)", cs.Temperature, cs.TopK, cs.TopP), "max z-score", z, 5)
+			record(t, fmt.Sprintf("sample distribution T=%.1f k=%d p=%.1f min-p=%.1f (40000 draws)", cs.Temperature, cs.TopK, cs.TopP, cs.MinP), "max z-score", z, 5)
 		}
 	})
 }

@@ -413,12 +413,14 @@ func (k *Set) ArgmaxWide(s cuda.Stream, out, val, x, scratch cuda.DevPtr, rows, 
 	return k.launch("argmax_wide", cuda.D3(nb, rows, 1), cuda.D1(256), 0, s, x, n, ld, out, val, cnt, pv, pi)
 }
 
-// SamplingParams controls Sample. Temperature <= 0 means greedy; TopK <= 0
-// and TopP >= 1 disable those filters. Row r draws with counter Step+r.
+// SamplingParams controls Sample. Temperature <= 0 means greedy; TopK <= 0,
+// TopP >= 1 and MinP <= 0 disable those filters. Row r draws with counter
+// Step+r.
 type SamplingParams struct {
 	Temperature float32
 	TopK        int
 	TopP        float32
+	MinP        float32
 	Seed        uint64
 	Step        uint64
 }
@@ -432,7 +434,7 @@ func (k *Set) Sample(s cuda.Stream, out, logits cuda.DevPtr, rows, n, ld int, p 
 	if topP <= 0 {
 		topP = 1
 	}
-	return k.launch("sample_rows", cuda.D1(rows), cuda.D1(1024), 0, s, logits, n, ld, out, p.Temperature, p.TopK, topP, p.Seed, p.Step)
+	return k.launch("sample_rows", cuda.D1(rows), cuda.D1(1024), 0, s, logits, n, ld, out, p.Temperature, p.TopK, topP, p.MinP, p.Seed, p.Step)
 }
 
 // MLACacheWrite stores ntok rows of latent [ntok][512] and rope [ntok][64]

@@ -134,20 +134,31 @@ func TestReferencesAgreeWithNumeric(t *testing.T) {
 }
 
 // refSampleSet: top-k keeps exactly the k largest (no ties here), top-p the
-// shortest prefix reaching the mass.
+// shortest prefix reaching the mass, min_p the tokens at least that share of
+// the mode's probability.
 func TestRefSampleSet(t *testing.T) {
 	x := []float32{0, 1, 2, 3}
-	p := refSampleSet(x, 1, 2, 1)
+	p := refSampleSet(x, 1, 2, 1, 0)
 	if p[0] != 0 || p[1] != 0 || math.Abs(p[2]+p[3]-1) > 1e-12 || p[3] <= p[2] {
 		t.Errorf("top-k 2: %v", p)
 	}
-	p = refSampleSet(x, 1, 0, 0.5)
+	p = refSampleSet(x, 1, 0, 0.5, 0)
 	if p[3] != 1 {
 		t.Errorf("top-p 0.5 should keep only the mode (p=0.64): %v", p)
 	}
-	p = refSampleSet(x, 1, 0, 0.7)
+	p = refSampleSet(x, 1, 0, 0.7, 0)
 	if p[3] == 0 || p[2] == 0 || p[1] != 0 {
 		t.Errorf("top-p 0.7: %v", p)
+	}
+	// min_p 0.3: e^-1 = 0.37 of the mode's probability stays, e^-2 = 0.14 goes.
+	p = refSampleSet(x, 1, 0, 1, 0.3)
+	if p[3] == 0 || p[2] == 0 || p[1] != 0 || p[0] != 0 || math.Abs(p[2]+p[3]-1) > 1e-12 {
+		t.Errorf("min_p 0.3: %v", p)
+	}
+	// with top-p 0.7 after it: the mass is of the min_p survivors (0.73, 0.27).
+	p = refSampleSet(x, 1, 0, 0.7, 0.3)
+	if p[3] != 1 {
+		t.Errorf("min_p 0.3 + top-p 0.7: %v", p)
 	}
 }
 

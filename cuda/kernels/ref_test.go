@@ -318,7 +318,7 @@ func rngUniform(seed, step, i uint64) float64 {
 
 // refSampleSet returns the survivors of top-k then top-p (ties kept) and the
 // probabilities over all n (0 outside the survivors).
-func refSampleSet(x []float32, temp float64, topK int, topP float64) []float64 {
+func refSampleSet(x []float32, temp float64, topK int, topP, minP float64) []float64 {
 	n := len(x)
 	thr := math.Inf(-1)
 	if topK > 0 && topK < n {
@@ -336,8 +336,8 @@ func refSampleSet(x []float32, temp float64, topK int, topP float64) []float64 {
 	p := make([]float64, n)
 	var z float64
 	for i, f := range x {
-		if float64(f) >= thr {
-			p[i] = math.Exp((float64(f) - mx) / temp)
+		if e := math.Exp((float64(f) - mx) / temp); float64(f) >= thr && (minP <= 0 || e >= minP) {
+			p[i] = e
 			z += p[i]
 		}
 	}

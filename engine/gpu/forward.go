@@ -1096,7 +1096,7 @@ func (e *backend) choose(o *ops, reqs []pickReq) {
 			topP = 1
 		}
 		o.do(o.b.sample(out, lg, V, kernels.SamplingParams{
-			Temperature: float32(r.p.Temperature), TopK: r.p.TopK, TopP: topP, Seed: r.p.Seed, Step: uint64(r.pos),
+			Temperature: float32(r.p.Temperature), TopK: r.p.TopK, TopP: topP, MinP: float32(r.p.MinP), Seed: r.p.Seed, Step: uint64(r.pos),
 		}))
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
 
-// Penalties, logit_bias, min_tokens and logprobs give the same tokens and
+// Penalties, logit_bias, min_tokens, bad words and logprobs give the same tokens and
 // logprobs on the GPU (and the emulator) as on the CPU engine: greedy, so
 // the choice is the adjusted logits' arg-max; with MTP, so a draft row's
 // penalties count the draft as generated.
@@ -79,7 +79,15 @@ func testPenaltiesMatchCPU(t *testing.T, kind deviceKind, ranks int) {
 				p := engine.Params{RepetitionPenalty: 1.4, PresencePenalty: 0.5, FrequencyPenalty: 0.7, MinTokens: 8,
 					StopIDs: w.Config().EOS, PromptIDs: prompt, Logprobs: true, TopLogprobs: 5,
 					LogitBias: map[int]float32{prompt[0]: 2.5, prompt[1]: -100, 3: 1}}
+				// Bad words taken from this very continuation, so that they
+				// bite: a one-id word, and a two-id one whose second id is
+				// blocked after its first (with MTP, after a draft too).
+				base := generateLP(t, ce, prompt, p, genTokens)
+				p.BadWords = [][]int{{base.toks[3]}, {base.toks[5], base.toks[6]}}
 				want := generateLP(t, ce, prompt, p, genTokens)
+				if enginetest.FirstDiff(base.toks, want.toks) < 0 {
+					t.Errorf("bad words %v changed nothing: %v", p.BadWords, want.toks)
+				}
 				got := generateLP(t, ge, prompt, p, genTokens)
 				diff := 0
 				if i := enginetest.FirstDiff(got.toks, want.toks); i >= 0 {

@@ -50,9 +50,11 @@ __device__ u32 kth_largest_key(const float* x, int n, int K, u32* hist, u32* sel
   return prefix;
 }
 
-// Sampling with temperature, top-k and top-p, seeded:
+// Sampling with temperature, top-k, min_p and top-p, seeded:
 //   temperature <= 0: arg-max.
-//   survivors: keys >= the top_k-th largest logit (top_k <= 0 or >= n: all);
+//   survivors: keys >= the top_k-th largest logit (top_k <= 0 or >= n: all)
+//   whose (x - max) / temperature >= log(min_p) (min_p <= 0: all), that is
+//   whose probability is at least min_p times the most likely token's;
 //   p_i = softmax over survivors of logits / temperature;
 //   top_p < 1: keep the smallest set of most likely survivors whose mass
 //   reaches top_p (ties at the boundary kept);
@@ -63,7 +65,7 @@ __device__ u32 kth_largest_key(const float* x, int n, int K, u32* hist, u32* sel
 // deterministic.
 extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* __restrict__ logits, int n, int ld,
                                                                int* out, float temperature, int top_k, float top_p,
-                                                               u64 seed, u64 step) {
+                                                               float min_p, u64 seed, u64 step) {
   PDL_WAIT();
   __shared__ u32 hist[256];
   __shared__ unsigned long long mass[256];
@@ -88,10 +90,12 @@ extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* __re
   float mx = NEG_INF;
   for (int k = tid; k < n; k += blockDim.x) mx = fmaxf(mx, x[k]);
   mx = block_max(mx, shf);
+  // min_p's cut in units of (x - mx) / T; the most likely token (0) always passes.
+  const float lmin = min_p > 0.0f ? logf(min_p) : NEG_INF;
   if (top_p < 1.0f) {
     float z = 0.0f;
     for (int k = tid; k < n; k += blockDim.x)
-      if (float_key(x[k]) >= thr) z += expf((x[k] - mx) * invT);
+      if (float_key(x[k]) >= thr && (x[k] - mx) * invT >= lmin) z += expf((x[k] - mx) * invT);
     z = block_sum(z, shf);
     const float inv_z = 1.0f / z;
     const unsigned long long target = (unsigned long long)((double)top_p * 1099511627776.0);
@@ -104,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* __re
       __syncthreads();
       for (int k = tid; k < n; k += blockDim.x) {
         const u32 key = float_key(x[k]);
-        if (key >= thr && (key & mask) == prefix) {
+        if (key >= thr && (key & mask) == prefix && (x[k] - mx) * invT >= lmin) {
           const float p = expf((x[k] - mx) * invT) * inv_z;
           atomicAdd(&mass[(key >> shift) & 255u], (unsigned long long)(p * 1099511627776.0f));
         }
@@ -130,7 +134,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_rows(const float* __re
   }
   for (int k = tid; k < n; k += blockDim.x) {
     const float xv = x[k];
-    if (float_key(xv) >= thr) {
+    if (float_key(xv) >= thr && (xv - mx) * invT >= lmin) {
       const float u = rng_uniform(seed, step + blockIdx.x, (u64)k);
       argmax_merge(v, vi, (xv - mx) * invT - logf(-logf(u)), k);
     }

@@ -67,7 +67,10 @@ type Sampling struct {
 	Temperature float64 `json:"temperature"`     // 0: greedy
 	TopP        float64 `json:"top_p,omitempty"` // 0 or 1: off
 	TopK        int     `json:"top_k,omitempty"` // 0 or -1: off
-	Seed        *uint64 `json:"seed,omitempty"`  // absent: random when sampling
+	// MinP keeps the tokens at least min_p times as likely as the most
+	// likely one after temperature, as vLLM's min_p; 0 or absent: off.
+	MinP float64 `json:"min_p,omitempty"`
+	Seed *uint64 `json:"seed,omitempty"` // absent: random when sampling
 	// Penalties as vLLM applies them, after logit_bias and min_tokens and
 	// before temperature: presence and frequency count generated tokens
 	// (the first one included), repetition counts prompt and generated
@@ -82,7 +85,16 @@ type Sampling struct {
 	// LogitBias adds to the logits of token ids (keys are ids as strings,
 	// as in OpenAI's logit_bias).
 	LogitBias map[string]float64 `json:"logit_bias,omitempty"`
+	// BadWordsTokenIDs are vLLM's bad_words as token ids (the router
+	// tokenises each word with and without a leading space, as vLLM does):
+	// a sequence's last id is never chosen where the generated tokens end
+	// with the ids before it. At most MaxBadWords sequences.
+	BadWordsTokenIDs [][]int `json:"bad_words_token_ids,omitempty"`
 }
+
+// MaxBadWords is vLLM's default VLLM_MAX_NUM_BAD_WORDS: the most token
+// sequences a request's bad_words may become.
+const MaxBadWords = 128
 
 // Finish reasons of a FinalLine.
 const (

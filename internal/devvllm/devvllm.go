@@ -37,6 +37,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/valyala/fasthttp"
 
+	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/config"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/internal/devprefill"
@@ -123,6 +124,7 @@ type request struct {
 	Temperature  *float64 `json:"temperature"`
 	TopP         *float64 `json:"top_p"`
 	TopK         *int     `json:"top_k"`
+	MinP         float64  `json:"min_p"`
 	Seed         *int64   `json:"seed"`
 	IgnoreEOS    bool     `json:"ignore_eos"`
 	StopTokenIDs []int    `json:"stop_token_ids"`
@@ -133,6 +135,7 @@ type request struct {
 	RepetitionPenalty float64            `json:"repetition_penalty"`
 	MinTokens         int                `json:"min_tokens"`
 	LogitBias         map[string]float64 `json:"logit_bias"`
+	BadWords          []string           `json:"bad_words"`
 	Logprobs          json.RawMessage    `json:"logprobs"` // chat: bool; completions: int
 	TopLogprobs       int                `json:"top_logprobs"`
 	ReturnTokenIDs    bool               `json:"return_token_ids"`
@@ -197,6 +200,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, chat bool) (map[string]any, *h
 	}
 	p.PresencePenalty, p.FrequencyPenalty, p.RepetitionPenalty, p.MinTokens = req.PresencePenalty, req.FrequencyPenalty, req.RepetitionPenalty, req.MinTokens
 	p.PromptIDs = prompt
+	if e := s.filters(&req, &p); e != nil {
+		return nil, e
+	}
 	p.StopIDs = append(p.StopIDs, req.StopTokenIDs...)
 	if !req.IgnoreEOS {
 		p.StopIDs = append(p.StopIDs, s.eos...) // min_tokens blocks them
@@ -435,4 +441,21 @@ func Run(ctx context.Context, o RunOptions) error {
 	slog.Warn("dev-vllm: a development stand-in for vLLM prefill + TileRT connector + sidecar (CPU engine, fallback chat rendering); not vLLM",
 		"addr", ln.Addr().String(), "model", o.ServedModel, "dir", o.ModelDir, "transfer", tr.Kind())
 	return fastserve.Serve(ctx, srv.NewHTTPServer(), ln, 10*time.Second)
+}
+
+// filters applies min_p and bad_words as vLLM does (bad words tokenised by
+// vLLM's rule, tokenizer.BadWords).
+func (s *Server) filters(req *request, p *engine.Params) *httpErr {
+	if !(req.MinP >= 0 && req.MinP <= 1) {
+		return fail(fasthttp.StatusBadRequest, "min_p must be in [0, 1], got %g.", req.MinP)
+	}
+	p.MinP = req.MinP
+	if len(req.BadWords) > 0 {
+		ids, err := s.o.Tokenizer.BadWords(req.BadWords, decodeapi.MaxBadWords)
+		if err != nil {
+			return fail(fasthttp.StatusBadRequest, "bad_words: %v", err)
+		}
+		p.BadWords = ids
+	}
+	return nil
 }

@@ -58,6 +58,10 @@ func (s *Server) native(ctx *fasthttp.RequestCtx, chat bool) {
 	if !req.IgnoreEOS {
 		p.StopIDs = append(p.StopIDs, s.eos...)
 	}
+	if e := s.filters(&req, &p); e != nil {
+		writeErr(ctx, e)
+		return
+	}
 	ids, fin, err := s.o.Shipper.Generate(context.Background(), prompt, p)
 	if err != nil {
 		writeErr(ctx, fail(fasthttp.StatusInternalServerError, "generating: %v", err))

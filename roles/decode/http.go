@@ -71,6 +71,20 @@ func (n *Node) parseDecode(body []byte) (*decodeapi.DecodeRequest, engine.Params
 			return nil, p, 0, badRequest("field sampling.top_p: %g is outside [0, 1]", s.TopP)
 		case s.TopK < -1:
 			return nil, p, 0, badRequest("field sampling.top_k: %d (use -1 or 0 to disable)", s.TopK)
+		case !(s.MinP >= 0 && s.MinP <= 1):
+			return nil, p, 0, badRequest("field sampling.min_p: %g is outside [0, 1]", s.MinP)
+		case len(s.BadWordsTokenIDs) > decodeapi.MaxBadWords:
+			return nil, p, 0, badRequest("field sampling.bad_words_token_ids: %d sequences, at most %d", len(s.BadWordsTokenIDs), decodeapi.MaxBadWords)
+		}
+		for i, w := range s.BadWordsTokenIDs {
+			if len(w) == 0 {
+				return nil, p, 0, badRequest("field sampling.bad_words_token_ids[%d]: empty (every bad word is at least one token)", i)
+			}
+			for _, id := range w {
+				if id < 0 || id >= vocab {
+					return nil, p, 0, badRequest("field sampling.bad_words_token_ids[%d]: %d is outside the vocabulary [0, %d)", i, id, vocab)
+				}
+			}
 		}
 		switch {
 		case !(s.PresencePenalty >= -2 && s.PresencePenalty <= 2):
@@ -96,7 +110,8 @@ func (n *Node) parseDecode(body []byte) (*decodeapi.DecodeRequest, engine.Params
 		}
 		p.PresencePenalty, p.FrequencyPenalty, p.RepetitionPenalty, p.MinTokens = s.PresencePenalty, s.FrequencyPenalty, s.RepetitionPenalty, s.MinTokens
 		p.PromptIDs = req.PromptTokenIDs
-		p.Temperature, p.TopP, p.TopK = s.Temperature, s.TopP, max(s.TopK, 0)
+		p.Temperature, p.TopP, p.TopK, p.MinP = s.Temperature, s.TopP, max(s.TopK, 0), s.MinP
+		p.BadWords = s.BadWordsTokenIDs
 		if s.Seed != nil {
 			p.Seed = *s.Seed
 		} else {

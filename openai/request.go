@@ -40,11 +40,16 @@ type Request struct {
 	TopK        *int
 	Seed        *int64
 
+	MinP *float64
+
 	PresencePenalty   float64
 	FrequencyPenalty  float64
 	RepetitionPenalty float64 // 1: off
 	MinTokens         int
 	LogitBias         map[int]float64
+	// BadWords must not be generated (vLLM's bad_words; the caller turns
+	// them into token id sequences with its tokenizer).
+	BadWords []string
 
 	// Logprobs asks for each emitted token's logprob; TopLogprobs for that
 	// many alternatives (chat top_logprobs, completions logprobs=N).
@@ -53,6 +58,11 @@ type Request struct {
 
 	Tools      []Tool
 	ToolChoice ToolChoice
+	// ParallelToolCalls false keeps only the first tool call (chat).
+	ParallelToolCalls bool
+	// IncludeReasoning false leaves reasoning_content out of the answer
+	// (chat; the reasoning is still generated).
+	IncludeReasoning bool
 
 	// ChatTemplateKwargs are passed to the chat template by vLLM; the
 	// reasoning parsers read enable_thinking / thinking from them.
@@ -63,6 +73,11 @@ type Request struct {
 	Echo           bool
 	Suffix         string
 	ResponseFormat string // "" or "text": plain; json_object, json_schema...
+
+	// Unmodelled are the fields set that change vLLM's answer in ways this
+	// package does not model (FieldOther), sorted: the caller refuses or
+	// redirects such a request.
+	Unmodelled []Unmodelled
 }
 
 // PromptKind says how a completions prompt was given.
@@ -121,6 +136,8 @@ func kindOf(dst any) string {
 		return "a number"
 	case *[]int:
 		return "an array of integers"
+	case *[]string:
+		return "an array of strings"
 	case *map[string]json.RawMessage:
 		return "an object"
 	case *[]json.RawMessage:
@@ -146,13 +163,15 @@ func ParseRequest(body []byte, chat bool) (*Request, *Error) {
 		return nil, &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: msg}
 	}
 	f := fields(raw)
-	r := &Request{Chat: chat, Raw: raw, SkipSpecial: true, RepetitionPenalty: 1, N: 1, BestOf: 1}
+	r := &Request{Chat: chat, Raw: raw, SkipSpecial: true, RepetitionPenalty: 1, N: 1, BestOf: 1,
+		ParallelToolCalls: true, IncludeReasoning: true}
 	steps := []func(fields) *Error{r.parseInput, r.parseLimits, r.parseSampling, r.parseLogprobs, r.parseTools}
 	for _, s := range steps {
 		if e := s(f); e != nil {
 			return nil, e
 		}
 	}
+	r.Unmodelled = unmodelled(f, chat)
 	return r, nil
 }
 
@@ -176,11 +195,13 @@ func (r *Request) parseInput(f fields) *Error {
 		if _, e := f.get("chat_template_kwargs", &r.ChatTemplateKwargs); e != nil {
 			return e
 		}
+		for name, dst := range map[string]*bool{"parallel_tool_calls": &r.ParallelToolCalls, "include_reasoning": &r.IncludeReasoning} {
+			if _, e := f.get(name, dst); e != nil {
+				return e
+			}
+		}
 	} else {
 		if e := r.parsePrompt(f["prompt"]); e != nil {
-			return e
-		}
-		if _, e := f.get("echo", &r.Echo); e != nil {
 			return e
 		}
 		if _, e := f.get("suffix", &r.Suffix); e != nil {
@@ -191,6 +212,9 @@ func (r *Request) parseInput(f fields) *Error {
 		} else if ok && r.BestOf < 1 {
 			return BadField("best_of", "field best_of: %d must be at least 1", r.BestOf)
 		}
+	}
+	if _, e := f.get("echo", &r.Echo); e != nil {
+		return e
 	}
 	if ok, e := f.get("n", &r.N); e != nil {
 		return e
@@ -341,6 +365,23 @@ func (r *Request) parseSampling(f fields) *Error {
 			return BadField("top_k", "field top_k: top_k must be 0 or -1 (disable), or at least 1, got %d", k)
 		}
 		r.TopK = &k
+	}
+	var mp float64
+	if ok, e := f.get("min_p", &mp); e != nil {
+		return e
+	} else if ok {
+		if !(mp >= 0 && mp <= 1) {
+			return BadField("min_p", "field min_p: min_p must be in [0, 1], got %g.", mp)
+		}
+		r.MinP = &mp
+	}
+	if _, e := f.get("bad_words", &r.BadWords); e != nil {
+		return e
+	}
+	for _, w := range r.BadWords {
+		if w == "" {
+			return BadField("bad_words", "field bad_words: bad_words cannot contain an empty string. Got bad_words=%q", r.BadWords)
+		}
 	}
 	if ok, e := f.get("seed", &seed); e != nil {
 		return e

@@ -42,6 +42,17 @@ func TestParseRequest(t *testing.T) {
 		{"tool_choice needs tools", `{` + msgs + `,"tool_choice":"required"}`, true, "tool_choice", "needs tools", nil},
 		{"bad tool", `{` + msgs + `,"tools":[{"type":"function","function":{}}]}`, true, "tools", "tools[0]", nil},
 		{"n 0", `{"prompt":"hi","n":0}`, false, "n", "at least 1", nil},
+		{"min_p", `{"prompt":"hi","min_p":0.05}`, false, "", "", func(r *Request) bool { return r.MinP != nil && *r.MinP == 0.05 }},
+		{"min_p range", `{"prompt":"hi","min_p":1.5}`, false, "min_p", "min_p must be in [0, 1], got 1.5.", nil},
+		{"bad_words", `{"prompt":"hi","bad_words":["x","yz"]}`, false, "", "", func(r *Request) bool { return len(r.BadWords) == 2 }},
+		{"bad_words empty string", `{"prompt":"hi","bad_words":["x",""]}`, false, "bad_words", "cannot contain an empty string", nil},
+		{"bad_words type", `{"prompt":"hi","bad_words":"x"}`, false, "bad_words", "an array of strings", nil},
+		{"chat defaults", `{` + msgs + `}`, true, "", "", func(r *Request) bool { return r.ParallelToolCalls && r.IncludeReasoning && !r.Echo }},
+		{"parallel_tool_calls, include_reasoning", `{` + msgs + `,"parallel_tool_calls":false,"include_reasoning":false}`, true, "", "", func(r *Request) bool {
+			return !r.ParallelToolCalls && !r.IncludeReasoning
+		}},
+		{"include_reasoning type", `{` + msgs + `,"include_reasoning":"no"}`, true, "include_reasoning", "a boolean", nil},
+		{"chat echo", `{` + msgs + `,"echo":true}`, true, "", "", func(r *Request) bool { return r.Echo }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, e := ParseRequest([]byte(tc.body), tc.chat)

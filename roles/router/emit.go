@@ -26,13 +26,21 @@ type pipeline struct {
 	em   emitter
 	lp   bool // logprobs asked for
 	chat bool
+	// hideReasoning drops the reasoning (include_reasoning false); vLLM
+	// then drops the logprobs too, which would spell the reasoning out.
+	hideReasoning bool
+	firstCallOnly bool // parallel_tool_calls false: only tool call 0
 }
 
 func newPipeline(tok *tokenizer.Tokenizer, r *genRequest, em emitter) *pipeline {
 	p := &pipeline{tok: tok, ts: newTextStream(tok, r), em: em, lp: r.Logprobs, chat: r.Chat}
 	if r.reasoning != "" {
 		p.rs = parsers.NewReasoning(r.reasoning, r.thinking)
+		if !r.IncludeReasoning {
+			p.hideReasoning, p.lp = true, false
+		}
 	}
+	p.firstCallOnly = !r.ParallelToolCalls
 	if r.toolParser != "" {
 		p.tp = parsers.NewTools(r.toolParser, r.Tools, r.ToolChoice.Name, newToolCallID)
 	}
@@ -59,9 +67,30 @@ func (p *pipeline) text(s string) {
 	if p.rs != nil {
 		var r string
 		r, content = p.rs.Add(s)
-		p.em.reasoning(r)
+		p.reasoning(r)
 	}
 	p.content(content)
+}
+
+func (p *pipeline) reasoning(s string) {
+	if !p.hideReasoning {
+		p.em.reasoning(s)
+	}
+}
+
+// tools emits tool-call deltas, only the first call's when parallel tool
+// calls are off (as vLLM: later calls are parsed and dropped).
+func (p *pipeline) tools(ds []openai.ToolCallDelta) {
+	if p.firstCallOnly {
+		kept := ds[:0:0]
+		for _, d := range ds {
+			if d.Index == 0 {
+				kept = append(kept, d)
+			}
+		}
+		ds = kept
+	}
+	p.em.tools(ds)
 }
 
 func (p *pipeline) content(s string) {
@@ -71,7 +100,7 @@ func (p *pipeline) content(s string) {
 	}
 	c, ds := p.tp.Add(s)
 	p.em.content(c)
-	p.em.tools(ds)
+	p.tools(ds)
 }
 
 // end flushes everything held and returns the tool calls parsed.
@@ -79,14 +108,18 @@ func (p *pipeline) end() []openai.ToolCall {
 	p.text(p.ts.finish())
 	if p.rs != nil {
 		r, c := p.rs.Finish()
-		p.em.reasoning(r)
+		p.reasoning(r)
 		p.content(c)
 	}
 	if p.tp != nil {
 		c, ds := p.tp.Finish()
 		p.em.content(c)
-		p.em.tools(ds)
-		return p.tp.Calls()
+		p.tools(ds)
+		calls := p.tp.Calls()
+		if p.firstCallOnly && len(calls) > 1 {
+			calls = calls[:1]
+		}
+		return calls
 	}
 	return nil
 }

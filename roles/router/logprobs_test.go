@@ -127,3 +127,56 @@ func floatsEqual(a, b []float64) bool {
 	}
 	return true
 }
+
+// bad_words and min_p go through the whole stack (vLLM's first token, the
+// node's steps with MTP drafts) and equal the engine's own generation with
+// the words' ids by vLLM's rule; streamed == non-streamed.
+func TestBadWordsAndMinP(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	prompt, _ := s.tok.Encode(testPrompt, true)
+	const maxTokens = 16
+	plain, _ := s.reference(t, prompt, maxTokens, true)
+	// Words the plain continuation writes, chosen so that their ids are the
+	// continuation's own: one token (after the first) and two tokens.
+	pick := func(from, n int) string {
+		for i := from; i+n <= len(plain); i++ {
+			w := s.tok.Decode(plain[i:i+n], true)
+			ids, err := s.tok.BadWords([]string{w}, 128)
+			if err == nil && slices.ContainsFunc(ids, func(seq []int) bool { return slices.Equal(seq, plain[i:i+n]) }) {
+				return w
+			}
+		}
+		t.Fatalf("no %d-token word of %v encodes back to its ids", n, plain)
+		return ""
+	}
+	for _, words := range [][]string{{pick(1, 1)}, {pick(1, 2)}} {
+		ids, err := s.tok.BadWords(words, 128)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _, _ := s.referenceP(t, prompt, engine.Params{MaxTokens: maxTokens, BadWords: ids})
+		if slices.Equal(want, plain) {
+			t.Fatalf("bad words %q (%v) change nothing", words, ids)
+		}
+		body := map[string]any{"prompt": testPrompt, "max_tokens": maxTokens, "temperature": 0, "ignore_eos": true, "bad_words": words}
+		res := readJSON(t, s.post(t, "/v1/completions", body), false)
+		if wt := s.tok.Decode(want, true); res.text != wt {
+			t.Fatalf("bad words %q: %q, want the engine's %q", words, res.text, wt)
+		}
+		body["stream"] = true
+		if sres := readSSE(t, s.post(t, "/v1/completions", body), false); sres.text != res.text {
+			t.Fatalf("bad words %q streamed: %q, want %q", words, sres.text, res.text)
+		}
+	}
+
+	p := engine.Params{MaxTokens: maxTokens, Temperature: 1, Seed: 7, MinP: 0.3}
+	want, _, _ := s.referenceP(t, prompt, p)
+	p.MinP = 0
+	if free, _, _ := s.referenceP(t, prompt, p); slices.Equal(free, want) {
+		t.Fatal("min_p 0.3 changes nothing on this prompt and seed; the test would prove nothing")
+	}
+	body := map[string]any{"prompt": testPrompt, "max_tokens": maxTokens, "temperature": 1, "seed": 7, "min_p": 0.3, "ignore_eos": true}
+	if res := readJSON(t, s.post(t, "/v1/completions", body), false); res.text != s.tok.Decode(want, true) {
+		t.Fatalf("min_p: %q, want the engine's %q", res.text, s.tok.Decode(want, true))
+	}
+}

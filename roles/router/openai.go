@@ -9,14 +9,16 @@ import (
 
 	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/openai"
+	"github.com/tilert-go/tilert/tokenizer"
 )
 
 // genRequest is a checked request with what the router resolved for it.
 type genRequest struct {
 	*openai.Request
 	model                   string // the name answered with
-	temperature, topP       float64
+	temperature, topP, minP float64
 	topK                    int
+	badWords                [][]int // bad_words as token id sequences
 	seed                    *uint64
 	stopIDs                 []int        // ids that end the generation without adding text
 	keepIDs                 map[int]bool // special ids kept as text (parser tags)
@@ -74,6 +76,17 @@ func (rt *Router) check(body []byte, chat bool) (*genRequest, *openai.Error) {
 	case req.ResponseFormat != "" && req.ResponseFormat != "text":
 		r.spill(spillStructured, "response_format", "structured output (response_format "+req.ResponseFormat+") is not supported by the TileRT decode pool")
 	}
+	for _, u := range req.Unmodelled {
+		// The spill label is the field's name: vLLM's field list bounds it.
+		r.spill(u.Param, u.Param, u.What+" is not supported by the TileRT decode pool (leave the field out, or run the router with --spill-url to send such requests to a vLLM endpoint)")
+	}
+	if len(req.BadWords) > 0 {
+		ids, err := badWordsIDs(rt.tok, req.BadWords)
+		if err != nil {
+			return nil, err
+		}
+		r.badWords = ids
+	}
 	if chat && len(req.Tools) > 0 && req.ToolChoice.Mode != openai.ToolChoiceNone {
 		switch {
 		case rt.opts.ToolCallParser == "":
@@ -112,7 +125,7 @@ func (r *genRequest) spill(reason, param, msg string) {
 }
 
 func (r *genRequest) resolveSampling(d samplingDefaults) {
-	r.temperature, r.topP, r.topK = 1, 1, 0
+	r.temperature, r.topP, r.topK, r.minP = 1, 1, 0, 0
 	if d.Temperature != nil {
 		r.temperature = *d.Temperature
 	}
@@ -122,6 +135,9 @@ func (r *genRequest) resolveSampling(d samplingDefaults) {
 	if d.TopK != nil {
 		r.topK = *d.TopK
 	}
+	if d.MinP != nil {
+		r.minP = *d.MinP
+	}
 	if r.Temperature != nil {
 		r.temperature = *r.Temperature
 	}
@@ -130,6 +146,9 @@ func (r *genRequest) resolveSampling(d samplingDefaults) {
 	}
 	if r.TopK != nil {
 		r.topK = *r.TopK
+	}
+	if r.MinP != nil {
+		r.minP = *r.MinP
 	}
 	if r.Seed != nil {
 		u := uint64(*r.Seed)
@@ -174,6 +193,9 @@ func (r *genRequest) prefillBody(model string, n *node, rid string) ([]byte, err
 		out["return_token_ids"] = true
 	}
 	out["temperature"], out["top_p"], out["top_k"] = r.temperature, r.topP, r.topK
+	if r.minP != 0 {
+		out["min_p"] = r.minP // a client's 0 is in the body already
+	}
 	out["kv_transfer_params"] = map[string]any{"tilert_host": n.host, "tilert_ctrl_port": n.ctrlPort, "tilert_rid": rid}
 	return json.Marshal(out)
 }
@@ -183,8 +205,9 @@ func (r *genRequest) decodeRequest(rid string, first int, promptIDs []int) decod
 	stream := true
 	d := decodeapi.DecodeRequest{RID: rid, FirstTokenID: &first, MaxTokens: r.MaxTokens, StopTokenIDs: r.StopTokenIDs,
 		IgnoreEOS: r.IgnoreEOS, Stream: &stream,
-		Sampling: &decodeapi.Sampling{Temperature: r.temperature, TopP: r.topP, TopK: r.topK, Seed: r.seed,
-			PresencePenalty: r.PresencePenalty, FrequencyPenalty: r.FrequencyPenalty, MinTokens: r.MinTokens}}
+		Sampling: &decodeapi.Sampling{Temperature: r.temperature, TopP: r.topP, TopK: r.topK, MinP: r.minP, Seed: r.seed,
+			PresencePenalty: r.PresencePenalty, FrequencyPenalty: r.FrequencyPenalty, MinTokens: r.MinTokens,
+			BadWordsTokenIDs: r.badWords}}
 	if r.RepetitionPenalty != 1 {
 		d.Sampling.RepetitionPenalty = r.RepetitionPenalty
 		d.PromptTokenIDs = promptIDs
@@ -204,4 +227,14 @@ func (r *genRequest) decodeRequest(rid string, first int, promptIDs []int) decod
 
 func retryAfter(d time.Duration) string {
 	return strconv.Itoa(max(1, int((d+time.Second-1)/time.Second)))
+}
+
+// badWordsIDs is bad_words as the token id sequences the decode node
+// blocks (tokenizer.BadWords: vLLM's rule), or a 400 naming the field.
+func badWordsIDs(tok *tokenizer.Tokenizer, words []string) ([][]int, *openai.Error) {
+	ids, err := tok.BadWords(words, decodeapi.MaxBadWords)
+	if err != nil {
+		return nil, openai.BadField("bad_words", "field bad_words: %s", err.Error())
+	}
+	return ids, nil
 }

@@ -338,6 +338,12 @@ func TestBadRequests(t *testing.T) {
 		{"chat tool_choice unknown function", "/v1/chat/completions", `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`, "tool_choice", "not among the tools"},
 		{"chat top_logprobs without logprobs", "/v1/chat/completions", `{` + msgs + `,"top_logprobs":2}`, "top_logprobs", "`logprobs` must be set to true"},
 		{"chat response_format", "/v1/chat/completions", `{` + msgs + `,"response_format":{"type":"json_object"}}`, "response_format", "structured"},
+		{"min_p range", "/v1/completions", `{"prompt":"hi","min_p":-0.1}`, "min_p", "min_p must be in [0, 1], got -0.1."},
+		{"bad_words empty", "/v1/completions", `{"prompt":"hi","bad_words":[""]}`, "bad_words", "empty string"},
+		{"bad_words whitespace", "/v1/completions", `{"prompt":"hi","bad_words":["  "]}`, "bad_words", "at least one token"},
+		{"beam search", "/v1/completions", `{"prompt":"hi","use_beam_search":true}`, "use_beam_search", "beam search is not supported by the TileRT decode pool"},
+		{"chat structured_outputs", "/v1/chat/completions", `{` + msgs + `,"structured_outputs":{"regex":"a+"}}`, "structured_outputs", "--spill-url"},
+		{"chat echo", "/v1/chat/completions", `{` + msgs + `,"echo":true}`, "echo", "echo"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := http.Post(s.router.URL+tc.path, "application/json", strings.NewReader(tc.body))

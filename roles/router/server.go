@@ -341,6 +341,7 @@ type samplingDefaults struct {
 	Temperature *float64 `json:"temperature"`
 	TopP        *float64 `json:"top_p"`
 	TopK        *int     `json:"top_k"`
+	MinP        *float64 `json:"min_p"`
 }
 
 // readDefaults reads generation_config.json's sampling defaults; the

@@ -42,11 +42,14 @@ func TestSpillWhenFull(t *testing.T) {
 	delete(body, "stream")
 	body["n"] = 2
 	readJSON(t, s.post(t, "/v1/completions", body), false)
+	delete(body, "n")
+	body["allowed_token_ids"] = []int{5, 6}
+	readJSON(t, s.post(t, "/v1/completions", body), false)
 	s.hold <- struct{}{}
 	if c := readJSON(t, <-first, false); c.text != want {
 		t.Fatalf("the TileRT request: %q, want %q", c.text, want)
 	}
-	for reason, n := range map[string]float64{"pool_full": 2, "n": 1} {
+	for reason, n := range map[string]float64{"pool_full": 2, "n": 1, "allowed_token_ids": 1} {
 		if v := metricValue(t, s.router.URL+"/metrics", `tilert_router_spilled_total{reason="`+reason+`"}`); v != n {
 			t.Errorf("spilled %s = %v, want %v", reason, v, n)
 		}

@@ -65,6 +65,7 @@ var vllmFields = map[string]fieldInfo{
 	"logit_bias":                 {FieldModelled, true, true, ""},
 	"bad_words":                  {FieldModelled, true, true, ""},
 	"logprobs":                   {FieldModelled, true, true, ""},
+	"return_tokens_as_token_ids": {FieldModelled, true, true, ""},
 	"top_logprobs":               {FieldModelled, true, false, ""},
 	"tools":                      {FieldModelled, true, false, ""},
 	"tool_choice":                {FieldModelled, true, false, ""},
@@ -105,20 +106,19 @@ var vllmFields = map[string]fieldInfo{
 	"return_mm_kwargs":              {FieldNoEffect, true, true, ""}, // render endpoints only
 
 	// Changes the answer in ways Request does not model.
-	"allowed_token_ids":          {FieldOther, true, true, "sampling restricted to allowed_token_ids"},
-	"structured_outputs":         {FieldOther, true, true, "structured output (guided decoding)"},
-	"use_beam_search":            {FieldOther, true, true, "beam search"},
-	"prompt_logprobs":            {FieldOther, true, true, "the prompt's logprobs"},
-	"logprob_token_ids":          {FieldOther, true, true, "logprobs of chosen token ids"},
-	"thinking_token_budget":      {FieldOther, true, true, "a thinking token budget"},
-	"repetition_detection":       {FieldOther, true, true, "repetition detection"},
-	"watermarking":               {FieldOther, true, true, "watermarked sampling"},
-	"return_token_ids":           {FieldOther, true, true, "token ids in the answer"},
-	"return_tokens_as_token_ids": {FieldOther, true, true, "tokens written as token_id:N"},
-	"return_prompt_text":         {FieldOther, true, false, "the rendered prompt text"},
-	"return_weight_versions":     {FieldOther, true, true, "weight versions in the answer"},
-	"vllm_xargs":                 {FieldOther, true, true, "custom logits processors' arguments (vllm_xargs)"},
-	"prompt_embeds":              {FieldOther, false, true, "prompt embeddings"},
+	"allowed_token_ids":      {FieldOther, true, true, "sampling restricted to allowed_token_ids"},
+	"structured_outputs":     {FieldOther, true, true, "structured output (guided decoding)"},
+	"use_beam_search":        {FieldOther, true, true, "beam search"},
+	"prompt_logprobs":        {FieldOther, true, true, "the prompt's logprobs"},
+	"logprob_token_ids":      {FieldOther, true, true, "logprobs of chosen token ids"},
+	"thinking_token_budget":  {FieldOther, true, true, "a thinking token budget"},
+	"repetition_detection":   {FieldOther, true, true, "repetition detection"},
+	"watermarking":           {FieldOther, true, true, "watermarked sampling"},
+	"return_token_ids":       {FieldOther, true, true, "token ids in the answer"},
+	"return_prompt_text":     {FieldOther, true, false, "the rendered prompt text"},
+	"return_weight_versions": {FieldOther, true, true, "weight versions in the answer"},
+	"vllm_xargs":             {FieldOther, true, true, "custom logits processors' arguments (vllm_xargs)"},
+	"prompt_embeds":          {FieldOther, false, true, "prompt embeddings"},
 }
 
 // VLLMField reports what field does on the chat (or completions) endpoint

@@ -10,20 +10,19 @@ import (
 // fieldExamples sets each FieldOther field to a value vLLM accepts and that
 // is not its default. A field added to vllmFields as FieldOther needs one.
 var fieldExamples = map[string]string{
-	"allowed_token_ids":          `[1, 2]`,
-	"structured_outputs":         `{"json": {"type": "object"}}`,
-	"use_beam_search":            `true`,
-	"prompt_logprobs":            `1`,
-	"logprob_token_ids":          `[5]`,
-	"thinking_token_budget":      `64`,
-	"repetition_detection":       `{"max_pattern_size": 4}`,
-	"watermarking":               `true`,
-	"return_token_ids":           `true`,
-	"return_tokens_as_token_ids": `true`,
-	"return_prompt_text":         `true`,
-	"return_weight_versions":     `true`,
-	"vllm_xargs":                 `{"k": 1}`,
-	"prompt_embeds":              `"AAAA"`,
+	"allowed_token_ids":      `[1, 2]`,
+	"structured_outputs":     `{"json": {"type": "object"}}`,
+	"use_beam_search":        `true`,
+	"prompt_logprobs":        `1`,
+	"logprob_token_ids":      `[5]`,
+	"thinking_token_budget":  `64`,
+	"repetition_detection":   `{"max_pattern_size": 4}`,
+	"watermarking":           `true`,
+	"return_token_ids":       `true`,
+	"return_prompt_text":     `true`,
+	"return_weight_versions": `true`,
+	"vllm_xargs":             `{"k": 1}`,
+	"prompt_embeds":          `"AAAA"`,
 }
 
 // Every FieldOther field set lands in Unmodelled, alone; set to its

@@ -55,6 +55,9 @@ type Request struct {
 	// many alternatives (chat top_logprobs, completions logprobs=N).
 	Logprobs    bool
 	TopLogprobs int
+	// TokensAsIDs writes logprob tokens as "token_id:N"
+	// (return_tokens_as_token_ids).
+	TokensAsIDs bool
 
 	Tools      []Tool
 	ToolChoice ToolChoice
@@ -421,6 +424,9 @@ func (r *Request) parseSampling(f fields) *Error {
 }
 
 func (r *Request) parseLogprobs(f fields) *Error {
+	if _, e := f.get("return_tokens_as_token_ids", &r.TokensAsIDs); e != nil {
+		return e
+	}
 	if r.Chat {
 		if _, e := f.get("logprobs", &r.Logprobs); e != nil {
 			return e

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tilert-go/tilert/api/decodeapi"
 	"github.com/tilert-go/tilert/openai"
@@ -30,6 +32,7 @@ type pipeline struct {
 	// then drops the logprobs too, which would spell the reasoning out.
 	hideReasoning bool
 	firstCallOnly bool // parallel_tool_calls false: only tool call 0
+	asIDs         bool // return_tokens_as_token_ids: logprob tokens as token_id:N
 }
 
 func newPipeline(tok *tokenizer.Tokenizer, r *genRequest, em emitter) *pipeline {
@@ -41,6 +44,7 @@ func newPipeline(tok *tokenizer.Tokenizer, r *genRequest, em emitter) *pipeline 
 		}
 	}
 	p.firstCallOnly = !r.ParallelToolCalls
+	p.asIDs = r.TokensAsIDs
 	if r.toolParser != "" {
 		p.tp = parsers.NewTools(r.toolParser, r.Tools, r.ToolChoice.Name, newToolCallID)
 	}
@@ -130,13 +134,21 @@ func (p *pipeline) tokenLogprob(id int, lp *decodeapi.TokenLogprob) openai.Token
 	t := openai.TokenLogprob{Token: p.tokenText(id), Logprob: finiteLogprob(lp.P), Bytes: byteInts(p.tok.TokenBytes(id)),
 		TopLogprobs: make([]openai.TopLogprob, 0, len(lp.Top))}
 	for _, a := range lp.Top {
-		t.TopLogprobs = append(t.TopLogprobs, openai.TopLogprob{Token: p.tokenText(a.ID), Logprob: finiteLogprob(a.P),
-			Bytes: byteInts(p.tok.TokenBytes(a.ID))})
+		ta := openai.TopLogprob{Token: p.tokenText(a.ID), Logprob: finiteLogprob(a.P), Bytes: byteInts(p.tok.TokenBytes(a.ID))}
+		if p.asIDs {
+			ta.Bytes = byteInts([]byte(ta.Token)) // vLLM: the alternatives' bytes are the placeholder's
+		}
+		t.TopLogprobs = append(t.TopLogprobs, ta)
 	}
 	return t
 }
 
-func (p *pipeline) tokenText(id int) string { return p.tok.Decode([]int{id}, false) }
+func (p *pipeline) tokenText(id int) string {
+	if p.asIDs {
+		return "token_id:" + strconv.Itoa(id)
+	}
+	return p.tok.Decode([]int{id}, false)
+}
 
 func finiteLogprob(v float64) float64 {
 	if math.IsInf(v, -1) || math.IsNaN(v) {
@@ -199,7 +211,7 @@ func (b *base) completionLogprobs(lps []openai.TokenLogprob) *openai.CompletionL
 		top[lp.Token] = lp.Logprob
 		out.TopLogprobs = append(out.TopLogprobs, top)
 		out.TextOffset = append(out.TextOffset, off)
-		off += len(lp.Token)
+		off += utf8.RuneCountInString(lp.Token) // vLLM counts characters (Python's len)
 	}
 	b.textLen = off
 	return out

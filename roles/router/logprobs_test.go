@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/tilert-go/tilert/engine"
@@ -178,5 +179,59 @@ func TestBadWordsAndMinP(t *testing.T) {
 	body := map[string]any{"prompt": testPrompt, "max_tokens": maxTokens, "temperature": 1, "seed": 7, "min_p": 0.3, "ignore_eos": true}
 	if res := readJSON(t, s.post(t, "/v1/completions", body), false); res.text != s.tok.Decode(want, true) {
 		t.Fatalf("min_p: %q, want the engine's %q", res.text, s.tok.Decode(want, true))
+	}
+}
+
+// return_tokens_as_token_ids writes every logprob token as token_id:N (the
+// sampled ones are the engine's ids), in both shapes.
+func TestTokensAsIDs(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	prompt, _ := s.tok.Encode(testPrompt, true)
+	const maxTokens = 6
+	ids, _ := s.reference(t, prompt, maxTokens, true)
+	body := map[string]any{"prompt": testPrompt, "max_tokens": maxTokens, "temperature": 0, "ignore_eos": true,
+		"logprobs": 2, "return_tokens_as_token_ids": true}
+	var c struct {
+		Choices []struct {
+			Logprobs *openai.CompletionLogprobs `json:"logprobs"`
+		} `json:"choices"`
+	}
+	res := readJSON(t, s.post(t, "/v1/completions", body), false)
+	if err := json.Unmarshal([]byte(res.raw[0]), &c); err != nil || c.Choices[0].Logprobs == nil {
+		t.Fatalf("%v %s", err, res.raw[0])
+	}
+	lp := c.Choices[0].Logprobs
+	if len(lp.Tokens) != len(ids) {
+		t.Fatalf("%d tokens, want %d", len(lp.Tokens), len(ids))
+	}
+	off := 0
+	for i, id := range ids {
+		want := "token_id:" + strconv.Itoa(id)
+		if lp.Tokens[i] != want || lp.TextOffset[i] != off {
+			t.Fatalf("token %d: %q at %d, want %q at %d", i, lp.Tokens[i], lp.TextOffset[i], want, off)
+		}
+		off += len(want)
+		for k := range lp.TopLogprobs[i] {
+			if !strings.HasPrefix(k, "token_id:") {
+				t.Fatalf("token %d: alternative %q", i, k)
+			}
+		}
+	}
+	chat := map[string]any{"messages": []any{map[string]any{"role": "user", "content": testPrompt}}, "max_tokens": 3,
+		"temperature": 0, "ignore_eos": true, "logprobs": true, "top_logprobs": 1, "return_tokens_as_token_ids": true}
+	var cc struct {
+		Choices []struct {
+			Logprobs *openai.ChatLogprobs `json:"logprobs"`
+		} `json:"choices"`
+	}
+	cres := readJSON(t, s.post(t, "/v1/chat/completions", chat), true)
+	if err := json.Unmarshal([]byte(cres.raw[0]), &cc); err != nil || cc.Choices[0].Logprobs == nil || len(cc.Choices[0].Logprobs.Content) != 3 {
+		t.Fatalf("%v %s", err, cres.raw[0])
+	}
+	for _, e := range cc.Choices[0].Logprobs.Content {
+		if !strings.HasPrefix(e.Token, "token_id:") || !strings.HasPrefix(e.TopLogprobs[0].Token, "token_id:") ||
+			string(rune(e.TopLogprobs[0].Bytes[0])) != "t" {
+			t.Fatalf("chat entry %+v", e)
+		}
 	}
 }

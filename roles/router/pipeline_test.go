@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/tilert-go/tilert/api/decodeapi"
@@ -92,5 +93,15 @@ func TestPipelineIncludeReasoning(t *testing.T) {
 		if !include && (rec.rsn != "" || rec.lps != 0) {
 			t.Errorf("include_reasoning false: reasoning %q, %d logprobs; want none", rec.rsn, rec.lps)
 		}
+	}
+}
+
+// text_offset counts characters, as vLLM's (Python's len), not bytes.
+func TestCompletionTextOffsetCharacters(t *testing.T) {
+	var b base
+	lp := b.completionLogprobs([]openai.TokenLogprob{{Token: "é"}, {Token: "中文"}, {Token: "a"}})
+	lp2 := b.completionLogprobs([]openai.TokenLogprob{{Token: "b"}})
+	if got := append(lp.TextOffset, lp2.TextOffset...); !slices.Equal(got, []int{0, 1, 3, 4}) {
+		t.Fatalf("text offsets %v, want [0 1 3 4]", got)
 	}
 }

@@ -18,7 +18,6 @@ var fieldExamples = map[string]string{
 	"thinking_token_budget":  `64`,
 	"repetition_detection":   `{"max_pattern_size": 4}`,
 	"watermarking":           `true`,
-	"return_token_ids":       `true`,
 	"return_prompt_text":     `true`,
 	"return_weight_versions": `true`,
 	"vllm_xargs":             `{"k": 1}`,

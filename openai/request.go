@@ -58,6 +58,9 @@ type Request struct {
 	// TokensAsIDs writes logprob tokens as "token_id:N"
 	// (return_tokens_as_token_ids).
 	TokensAsIDs bool
+	// ReturnTokenIDs adds the prompt's and the generated token ids to the
+	// answer (return_token_ids).
+	ReturnTokenIDs bool
 
 	Tools      []Tool
 	ToolChoice ToolChoice
@@ -425,6 +428,9 @@ func (r *Request) parseSampling(f fields) *Error {
 
 func (r *Request) parseLogprobs(f fields) *Error {
 	if _, e := f.get("return_tokens_as_token_ids", &r.TokensAsIDs); e != nil {
+		return e
+	}
+	if _, e := f.get("return_token_ids", &r.ReturnTokenIDs); e != nil {
 		return e
 	}
 	if r.Chat {

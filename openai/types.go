@@ -172,6 +172,7 @@ type ChatChoice struct {
 	Message      ResponseMessage `json:"message"`
 	Logprobs     *ChatLogprobs   `json:"logprobs"`
 	FinishReason string          `json:"finish_reason"`
+	TokenIDs     []int           `json:"token_ids,omitempty"` // return_token_ids
 }
 
 // ChatCompletion is a non-streamed chat answer.
@@ -182,6 +183,8 @@ type ChatCompletion struct {
 	Model   string       `json:"model"`
 	Choices []ChatChoice `json:"choices"`
 	Usage   *Usage       `json:"usage,omitempty"`
+	// PromptTokenIDs are the prompt's ids (return_token_ids).
+	PromptTokenIDs []int `json:"prompt_token_ids,omitempty"`
 }
 
 // Delta is a streamed chat choice's increment.
@@ -198,6 +201,7 @@ type ChunkChoice struct {
 	Delta        Delta         `json:"delta"`
 	Logprobs     *ChatLogprobs `json:"logprobs"`
 	FinishReason *string       `json:"finish_reason"`
+	TokenIDs     []int         `json:"token_ids,omitempty"` // the chunk's tokens (return_token_ids)
 }
 
 // ChatCompletionChunk is one SSE event of a streamed chat answer.
@@ -208,6 +212,8 @@ type ChatCompletionChunk struct {
 	Model   string        `json:"model"`
 	Choices []ChunkChoice `json:"choices"`
 	Usage   *Usage        `json:"usage,omitempty"`
+	// PromptTokenIDs, on the first chunk only (return_token_ids).
+	PromptTokenIDs []int `json:"prompt_token_ids,omitempty"`
 }
 
 // CompletionChoice is a choice of a text completion (streamed or not).
@@ -216,6 +222,10 @@ type CompletionChoice struct {
 	Text         string              `json:"text"`
 	Logprobs     *CompletionLogprobs `json:"logprobs"`
 	FinishReason *string             `json:"finish_reason"`
+	// With return_token_ids: the prompt's ids (a stream's first chunk only)
+	// and the generated ids (a stream's: the chunk's).
+	PromptTokenIDs []int `json:"prompt_token_ids,omitempty"`
+	TokenIDs       []int `json:"token_ids,omitempty"`
 }
 
 // Completion is a text completion or one event of a streamed one.

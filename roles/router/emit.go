@@ -33,6 +33,7 @@ type pipeline struct {
 	hideReasoning bool
 	firstCallOnly bool // parallel_tool_calls false: only tool call 0
 	asIDs         bool // return_tokens_as_token_ids: logprob tokens as token_id:N
+	ids           bool // return_token_ids: the generated ids go to the emitter
 }
 
 func newPipeline(tok *tokenizer.Tokenizer, r *genRequest, em emitter) *pipeline {
@@ -40,9 +41,11 @@ func newPipeline(tok *tokenizer.Tokenizer, r *genRequest, em emitter) *pipeline 
 	if r.reasoning != "" {
 		p.rs = parsers.NewReasoning(r.reasoning, r.thinking)
 		if !r.IncludeReasoning {
+			// vLLM drops the token ids too, for the same reason.
 			p.hideReasoning, p.lp = true, false
 		}
 	}
+	p.ids = r.ReturnTokenIDs && !p.hideReasoning
 	p.firstCallOnly = !r.ParallelToolCalls
 	p.asIDs = r.TokensAsIDs
 	if r.toolParser != "" {
@@ -59,6 +62,9 @@ func (p *pipeline) token(id int, lp *decodeapi.TokenLogprob) {
 	}
 	if p.lp && lp != nil {
 		p.em.logprob(p.tokenLogprob(id, lp))
+	}
+	if p.ids {
+		p.em.tokenID(id)
 	}
 	p.text(p.ts.add(id))
 }
@@ -172,6 +178,7 @@ type emitter interface {
 	content(s string)
 	tools(ds []openai.ToolCallDelta)
 	logprob(lp openai.TokenLogprob) // belongs to the next piece emitted
+	tokenID(id int)                 // return_token_ids: as a logprob
 	finish(reason string, u openai.Usage, calls []openai.ToolCall)
 	fail(e *openai.Error) // after start: the stream ends with an error
 }
@@ -184,10 +191,28 @@ type base struct {
 	reasoningP bool // a reasoning parser runs: reasoning_content is reported
 	lps        []openai.TokenLogprob
 	textLen    int // completions text_offset
+	// return_token_ids: the prompt's ids (sent once: a stream's first
+	// chunk) and the generated ids not yet sent.
+	wantIDs   bool
+	promptIDs []int
+	ids       []int
+}
+
+func (b *base) tokenID(id int) { b.ids = append(b.ids, id) }
+
+// takeIDs returns the prompt's ids the first time and the ids not yet sent
+// (nil, nil without return_token_ids).
+func (b *base) takeIDs() (prompt, ids []int) {
+	if !b.wantIDs {
+		return nil, nil
+	}
+	prompt, ids = b.promptIDs, b.ids
+	b.promptIDs, b.ids = nil, nil
+	return prompt, ids
 }
 
 func newBase(r *genRequest, model, rid string, created int64) base {
-	b := base{chat: r.Chat, model: model, created: created, reasoningP: r.reasoning != ""}
+	b := base{chat: r.Chat, model: model, created: created, reasoningP: r.reasoning != "", wantIDs: r.ReturnTokenIDs}
 	if r.Chat {
 		b.id = "chatcmpl-" + rid
 	} else {
@@ -250,13 +275,16 @@ func (e *jsonEmitter) finish(reason string, u openai.Usage, calls []openai.ToolC
 		if e.lps != nil {
 			ch.Logprobs = &openai.ChatLogprobs{Content: e.lps}
 		}
+		prompt, ids := e.takeIDs()
+		ch.TokenIDs = ids
 		v = openai.ChatCompletion{ID: e.id, Object: openai.ObjectChat, Created: e.created, Model: e.model,
-			Choices: []openai.ChatChoice{ch}, Usage: &u}
+			Choices: []openai.ChatChoice{ch}, Usage: &u, PromptTokenIDs: prompt}
 	} else {
 		ch := openai.CompletionChoice{Index: 0, Text: e.sb.String(), FinishReason: &reason}
 		if e.lps != nil {
 			ch.Logprobs = e.completionLogprobs(e.lps)
 		}
+		ch.PromptTokenIDs, ch.TokenIDs = e.takeIDs()
 		v = openai.Completion{ID: e.id, Object: openai.ObjectCompletion, Created: e.created, Model: e.model,
 			Choices: []openai.CompletionChoice{ch}, Usage: &u}
 	}
@@ -295,8 +323,10 @@ func (e *sseEmitter) chatChunk(d openai.Delta, finish *string) {
 		ch.Logprobs = &openai.ChatLogprobs{Content: e.lps}
 		e.lps = nil
 	}
+	prompt, ids := e.takeIDs()
+	ch.TokenIDs = ids
 	e.event(openai.ChatCompletionChunk{ID: e.id, Object: openai.ObjectChatChunk, Created: e.created, Model: e.model,
-		Choices: []openai.ChunkChoice{ch}})
+		Choices: []openai.ChunkChoice{ch}, PromptTokenIDs: prompt})
 }
 
 func (e *sseEmitter) textChunk(s string, finish *string) {
@@ -305,6 +335,7 @@ func (e *sseEmitter) textChunk(s string, finish *string) {
 		ch.Logprobs = e.completionLogprobs(e.lps)
 		e.lps = nil
 	}
+	ch.PromptTokenIDs, ch.TokenIDs = e.takeIDs()
 	e.event(openai.Completion{ID: e.id, Object: openai.ObjectCompletion, Created: e.created, Model: e.model,
 		Choices: []openai.CompletionChoice{ch}})
 }

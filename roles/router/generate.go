@@ -79,6 +79,9 @@ func (rt *Router) serveGen(c *fasthttp.RequestCtx, chat bool) {
 		return
 	}
 	b := newBase(req, rt.served, j.rid, created)
+	if b.wantIDs {
+		b.promptIDs = j.pre.promptIDs
+	}
 	if !req.Stream {
 		em := &jsonEmitter{base: b}
 		outcome := j.run(ctx, em)

@@ -235,3 +235,67 @@ func TestTokensAsIDs(t *testing.T) {
 		}
 	}
 }
+
+// return_token_ids: the prompt's ids (vLLM's) and the generated ids, the
+// engine's own; streamed, the prompt's ids come once, on the first chunk,
+// and the chunks' ids add up to the same list.
+func TestReturnTokenIDs(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	prompt, _ := s.tok.Encode(testPrompt, true)
+	const maxTokens = 7
+	ids, _ := s.reference(t, prompt, maxTokens, true)
+	type choice struct {
+		PromptTokenIDs []int `json:"prompt_token_ids"`
+		TokenIDs       []int `json:"token_ids"`
+	}
+	type answer struct {
+		PromptTokenIDs []int    `json:"prompt_token_ids"` // chat
+		Choices        []choice `json:"choices"`
+	}
+	collect := func(raws []string) (promptIDs, out []int, prompts int) {
+		for _, raw := range raws {
+			var a answer
+			if json.Unmarshal([]byte(raw), &a) != nil {
+				continue
+			}
+			if a.PromptTokenIDs != nil {
+				promptIDs, prompts = a.PromptTokenIDs, prompts+1
+			}
+			for _, c := range a.Choices {
+				if c.PromptTokenIDs != nil {
+					promptIDs, prompts = c.PromptTokenIDs, prompts+1
+				}
+				out = append(out, c.TokenIDs...)
+			}
+		}
+		return promptIDs, out, prompts
+	}
+	body := map[string]any{"prompt": testPrompt, "max_tokens": maxTokens, "temperature": 0, "ignore_eos": true, "return_token_ids": true}
+	res := readJSON(t, s.post(t, "/v1/completions", body), false)
+	if p, got, _ := collect(res.raw); !slices.Equal(p, prompt) || !slices.Equal(got, ids) {
+		t.Fatalf("completion: prompt ids %v, ids %v; want %v, %v", p, got, prompt, ids)
+	}
+	body["stream"] = true
+	sres := readSSE(t, s.post(t, "/v1/completions", body), false)
+	if p, got, n := collect(sres.raw); !slices.Equal(p, prompt) || !slices.Equal(got, ids) || n != 1 {
+		t.Fatalf("completion stream: prompt ids %v (%d times), ids %v; want %v once, %v", p, n, got, prompt, ids)
+	}
+	chat := map[string]any{"messages": []any{map[string]any{"role": "user", "content": testPrompt}}, "max_tokens": maxTokens,
+		"temperature": 0, "ignore_eos": true, "return_token_ids": true}
+	cres := readJSON(t, s.post(t, "/v1/chat/completions", chat), true)
+	cp, cids, _ := collect(cres.raw)
+	if len(cp) == 0 || len(cids) != maxTokens || s.tok.Decode(cids, true) != cres.text {
+		t.Fatalf("chat: prompt ids %v, ids %v (text %q)", cp, cids, cres.text)
+	}
+	chat["stream"] = true
+	scres := readSSE(t, s.post(t, "/v1/chat/completions", chat), true)
+	if p, got, n := collect(scres.raw); !slices.Equal(p, cp) || !slices.Equal(got, cids) || n != 1 {
+		t.Fatalf("chat stream: prompt ids %v (%d times), ids %v; want %v once, %v", p, n, got, cp, cids)
+	}
+	// Without the field nothing is added.
+	delete(body, "return_token_ids")
+	delete(body, "stream")
+	if p, got, _ := collect(readJSON(t, s.post(t, "/v1/completions", body), false).raw); p != nil || got != nil {
+		t.Fatalf("without return_token_ids: %v %v", p, got)
+	}
+}

@@ -24,7 +24,7 @@ type genRequest struct {
 	keepIDs                 map[int]bool // special ids kept as text (parser tags)
 	toolParser, reasoning   string       // parsers that run ("" none)
 	thinking                bool
-	wantPromptIDs           bool // the decode node needs the prompt's ids (repetition penalty)
+	wantPromptIDs           bool // the prompt's ids are needed (repetition penalty, return_token_ids)
 	spillReason             string
 	spillMessage, spillPara string
 }
@@ -114,7 +114,7 @@ func (rt *Router) check(body []byte, chat bool) (*genRequest, *openai.Error) {
 		r.keepIDs = rt.keepIDs
 	}
 	r.resolveSampling(rt.defaults)
-	r.wantPromptIDs = req.RepetitionPenalty != 1
+	r.wantPromptIDs = req.RepetitionPenalty != 1 || req.ReturnTokenIDs
 	return r, nil
 }
 

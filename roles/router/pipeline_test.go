@@ -22,6 +22,7 @@ func (e *recEmitter) reasoning(s string)                             { e.rsn += 
 func (e *recEmitter) content(s string)                               { e.txt += s }
 func (e *recEmitter) tools(ds []openai.ToolCallDelta)                { e.deltas = append(e.deltas, ds...) }
 func (e *recEmitter) logprob(openai.TokenLogprob)                    { e.lps++ }
+func (e *recEmitter) tokenID(int)                                    {}
 func (e *recEmitter) finish(string, openai.Usage, []openai.ToolCall) {}
 func (e *recEmitter) fail(*openai.Error)                             {}
 

@@ -141,7 +141,7 @@ func (rt *Router) prefill(ctx context.Context, req *genRequest, n *node, rid str
 	}
 	if req.wantPromptIDs && res.promptIDs == nil {
 		return nil, upstreamErr(http.StatusBadGateway, "prefill_failed",
-			"the vLLM prefill response has no prompt_token_ids although the router asked for them (return_token_ids, vLLM >= 0.10.2); the repetition penalty needs them")
+			"the vLLM prefill response has no prompt_token_ids although the router asked for them (return_token_ids, vLLM >= 0.10.2); a repetition penalty and a client's return_token_ids need them")
 	}
 	if out.Usage != nil {
 		res.promptTokens = out.Usage.PromptTokens

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -278,12 +279,20 @@ func TestGenerateBadInput(t *testing.T) {
 		{"generate", "--prompt-ids", "1,2"},
 		{"generate", "--model-dir", t.TempDir(), "--prompt-ids", "1,x"},
 		{"generate", "--model-dir", t.TempDir(), "--prompt-ids", "1", "--mode", "fast"},
+		{"generate", "--model-dir", t.TempDir(), "--prompt-ids", "1", "--top-p", "1.5"},
+		{"generate", "--model-dir", t.TempDir(), "--prompt-ids", "1", "--min-p", "2"},
+		{"generate", "--model-dir", t.TempDir(), "--prompt-ids", "1", "--temperature", "-1"},
+		{"generate", "--model-dir", t.TempDir(), "--prompt-ids", "1", "--top-k", "-3"},
 		{"synth", "--preset", "llama-tiny", "--out", filepath.Join(t.TempDir(), "x")},
 	}
 	for _, args := range tests {
 		_, stderr, code := run(t, args...)
 		if code == 0 || !strings.Contains(stderr, "error") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+		}
+		// A sampling flag out of range is named, before any model is read.
+		if f := args[len(args)-2]; slices.Contains([]string{"--top-p", "--min-p", "--temperature", "--top-k"}, f) && !strings.Contains(stderr, f) {
+			t.Errorf("%v: stderr %q does not name %s", args, stderr, f)
 		}
 	}
 }

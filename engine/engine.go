@@ -113,6 +113,9 @@ type Params struct {
 	// bad_words after tokenisation): the last id of a sequence is blocked
 	// wherever the generated tokens end with the ids before it.
 	BadWords [][]int
+	// Think caps the tokens of a thinking block (vLLM's
+	// thinking_token_budget); nil: no cap.
+	Think *ThinkBudget
 	// PromptIDs are the prompt's ids, read by the repetition penalty.
 	PromptIDs []int
 	// Logprobs asks for each generated token's logprob and TopLogprobs

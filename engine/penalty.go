@@ -62,7 +62,7 @@ type LogitAdjust struct {
 // Adjusts reports whether p changes logits at all.
 func (p Params) Adjusts() bool {
 	return p.PresencePenalty != 0 || p.FrequencyPenalty != 0 || (p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1) ||
-		p.MinTokens > 0 || len(p.LogitBias) > 0 || len(p.BadWords) > 0
+		p.MinTokens > 0 || len(p.LogitBias) > 0 || len(p.BadWords) > 0 || p.Think != nil
 }
 
 // Adjustments lists the logit changes p asks for when choosing the next
@@ -117,6 +117,18 @@ func (p Params) Adjustments(h *TokenHistory, extra int) []LogitAdjust {
 			if bad := badWordNext(w, gen); bad >= 0 {
 				get(bad).Block = true
 			}
+		}
+	}
+	if p.Think != nil {
+		var gen []int
+		if h != nil {
+			gen = h.gen
+		}
+		if extra >= 0 {
+			gen = append(gen[:len(gen):len(gen)], extra)
+		}
+		if t := p.Think.Next(gen); t >= 0 {
+			get(t).Bias = ForceBias
 		}
 	}
 	rep := p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1

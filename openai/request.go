@@ -50,6 +50,9 @@ type Request struct {
 	// BadWords must not be generated (vLLM's bad_words; the caller turns
 	// them into token id sequences with its tokenizer).
 	BadWords []string
+	// ThinkingBudget caps a thinking block's tokens (thinking_token_budget;
+	// nil: unset or -1, unlimited).
+	ThinkingBudget *int
 
 	// Logprobs asks for each emitted token's logprob; TopLogprobs for that
 	// many alternatives (chat top_logprobs, completions logprobs=N).
@@ -380,6 +383,13 @@ func (r *Request) parseSampling(f fields) *Error {
 			return BadField("min_p", "field min_p: min_p must be in [0, 1], got %g.", mp)
 		}
 		r.MinP = &mp
+	}
+	var tb float64
+	if ok, e := f.get("thinking_token_budget", &tb); e != nil || (ok && (tb != math.Trunc(tb) || tb < -1 || tb > math.MaxInt32)) {
+		return BadField("thinking_token_budget", "field thinking_token_budget: `thinking_token_budget` must be a non-negative integer or -1 for unlimited.")
+	} else if ok && tb >= 0 {
+		b := int(tb)
+		r.ThinkingBudget = &b
 	}
 	if _, e := f.get("bad_words", &r.BadWords); e != nil {
 		return e

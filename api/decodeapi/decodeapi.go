@@ -54,8 +54,9 @@ type DecodeRequest struct {
 	// vLLM's default raw_logprobs) and that many top alternatives (0..20).
 	Logprobs *int `json:"logprobs,omitempty"`
 	// PromptTokenIDs are the prompt's ids, needed for a repetition penalty
-	// (which counts prompt tokens); the router reads them from vLLM's
-	// prefill answer (return_token_ids).
+	// (which counts prompt tokens) and a thinking budget (where the prompt
+	// leaves a block); the router reads them from vLLM's prefill answer
+	// (return_token_ids).
 	PromptTokenIDs []int `json:"prompt_token_ids,omitempty"`
 }
 
@@ -90,6 +91,19 @@ type Sampling struct {
 	// a sequence's last id is never chosen where the generated tokens end
 	// with the ids before it. At most MaxBadWords sequences.
 	BadWordsTokenIDs [][]int `json:"bad_words_token_ids,omitempty"`
+	// ThinkingBudget caps a thinking block's tokens (vLLM's
+	// thinking_token_budget; the router resolves the reasoning parser's
+	// tags and where the prompt left off).
+	ThinkingBudget *ThinkingBudget `json:"thinking_budget,omitempty"`
+}
+
+// ThinkingBudget lets a thinking block (start_ids ... end_ids) hold budget
+// tokens, then forces end_ids. The node reads from prompt_token_ids
+// (required with it) whether the prompt leaves a block open.
+type ThinkingBudget struct {
+	Budget   int   `json:"budget"`
+	StartIDs []int `json:"start_ids"`
+	EndIDs   []int `json:"end_ids"`
 }
 
 // MaxBadWords is vLLM's default VLLM_MAX_NUM_BAD_WORDS: the most token

@@ -84,7 +84,13 @@ func testPenaltiesMatchCPU(t *testing.T, kind deviceKind, ranks int) {
 				// blocked after its first (with MTP, after a draft too).
 				base := generateLP(t, ce, prompt, p, genTokens)
 				p.BadWords = [][]int{{base.toks[3]}, {base.toks[5], base.toks[6]}}
+				// And a thinking budget the prompt opened: the end id forced
+				// after 5 tokens (a huge bias through the same adjustments).
+				p.Think = &engine.ThinkBudget{Budget: 5, Start: []int{prompt[0]}, End: []int{prompt[2]}, PromptInThink: true}
 				want := generateLP(t, ce, prompt, p, genTokens)
+				if want.toks[5] != prompt[2] && !slices.ContainsFunc(p.BadWords, func(w []int) bool { return w[len(w)-1] == prompt[2] }) {
+					t.Errorf("the thinking budget did not force %d at 5: %v", prompt[2], want.toks)
+				}
 				if enginetest.FirstDiff(base.toks, want.toks) < 0 {
 					t.Errorf("bad words %v changed nothing: %v", p.BadWords, want.toks)
 				}

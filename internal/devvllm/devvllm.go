@@ -42,6 +42,7 @@ import (
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/internal/devprefill"
 	"github.com/tilert-go/tilert/internal/fastserve"
+	"github.com/tilert-go/tilert/openai/parsers"
 	"github.com/tilert-go/tilert/rdma/transfer"
 	"github.com/tilert-go/tilert/tokenizer"
 )
@@ -136,6 +137,7 @@ type request struct {
 	MinTokens         int                `json:"min_tokens"`
 	LogitBias         map[string]float64 `json:"logit_bias"`
 	BadWords          []string           `json:"bad_words"`
+	ThinkingBudget    *int               `json:"thinking_token_budget"`
 	Logprobs          json.RawMessage    `json:"logprobs"` // chat: bool; completions: int
 	TopLogprobs       int                `json:"top_logprobs"`
 	ReturnTokenIDs    bool               `json:"return_token_ids"`
@@ -200,7 +202,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, chat bool) (map[string]any, *h
 	}
 	p.PresencePenalty, p.FrequencyPenalty, p.RepetitionPenalty, p.MinTokens = req.PresencePenalty, req.FrequencyPenalty, req.RepetitionPenalty, req.MinTokens
 	p.PromptIDs = prompt
-	if e := s.filters(&req, &p); e != nil {
+	if e := s.filters(&req, prompt, &p); e != nil {
 		return nil, e
 	}
 	p.StopIDs = append(p.StopIDs, req.StopTokenIDs...)
@@ -443,9 +445,10 @@ func Run(ctx context.Context, o RunOptions) error {
 	return fastserve.Serve(ctx, srv.NewHTTPServer(), ln, 10*time.Second)
 }
 
-// filters applies min_p and bad_words as vLLM does (bad words tokenised by
-// vLLM's rule, tokenizer.BadWords).
-func (s *Server) filters(req *request, p *engine.Params) *httpErr {
+// filters applies min_p, bad_words and thinking_token_budget as vLLM does
+// (bad words tokenised by vLLM's rule, tokenizer.BadWords; the budget
+// between the reasoning parsers' tags).
+func (s *Server) filters(req *request, prompt []int, p *engine.Params) *httpErr {
 	if !(req.MinP >= 0 && req.MinP <= 1) {
 		return fail(fasthttp.StatusBadRequest, "min_p must be in [0, 1], got %g.", req.MinP)
 	}
@@ -456,6 +459,15 @@ func (s *Server) filters(req *request, p *engine.Params) *httpErr {
 			return fail(fasthttp.StatusBadRequest, "bad_words: %v", err)
 		}
 		p.BadWords = ids
+	}
+	if b := req.ThinkingBudget; b != nil && *b != -1 {
+		startTag, endTag := parsers.ReasoningTags()
+		start, _ := s.o.Tokenizer.Encode(startTag, false)
+		end, _ := s.o.Tokenizer.Encode(endTag, false)
+		if *b < 0 || len(start) == 0 || len(end) == 0 {
+			return fail(fasthttp.StatusBadRequest, "thinking_token_budget %d: a non-negative budget needs %s and %s in the vocabulary", *b, startTag, endTag)
+		}
+		p.Think = engine.NewThinkBudget(*b, start, end, prompt)
 	}
 	return nil
 }

@@ -58,7 +58,7 @@ func (s *Server) native(ctx *fasthttp.RequestCtx, chat bool) {
 	if !req.IgnoreEOS {
 		p.StopIDs = append(p.StopIDs, s.eos...)
 	}
-	if e := s.filters(&req, &p); e != nil {
+	if e := s.filters(&req, prompt, &p); e != nil {
 		writeErr(ctx, e)
 		return
 	}

@@ -56,6 +56,11 @@ const (
 	thinkEnd   = "</think>"
 )
 
+// ReasoningTags are the texts that open and close a thinking block for the
+// reasoning parsers here (vLLM's reasoning_start_str / reasoning_end_str:
+// the same for glm45, deepseek_v3 and deepseek_r1).
+func ReasoningTags() (start, end string) { return thinkStart, thinkEnd }
+
 // Reasoning splits text into reasoning and content.
 type Reasoning struct {
 	on      bool // inside the thinking block

@@ -112,6 +112,22 @@ func (n *Node) parseDecode(body []byte) (*decodeapi.DecodeRequest, engine.Params
 		p.PromptIDs = req.PromptTokenIDs
 		p.Temperature, p.TopP, p.TopK, p.MinP = s.Temperature, s.TopP, max(s.TopK, 0), s.MinP
 		p.BadWords = s.BadWordsTokenIDs
+		if tb := s.ThinkingBudget; tb != nil {
+			switch {
+			case tb.Budget < 0:
+				return nil, p, 0, badRequest("field sampling.thinking_budget.budget: %d is negative", tb.Budget)
+			case len(tb.EndIDs) == 0:
+				return nil, p, 0, badRequest("field sampling.thinking_budget.end_ids: empty (the ids that close a thinking block)")
+			case len(req.PromptTokenIDs) == 0:
+				return nil, p, 0, badRequest("field prompt_token_ids: a thinking_budget needs the prompt's ids (where the prompt leaves a block open)")
+			}
+			for _, id := range append(append([]int(nil), tb.StartIDs...), tb.EndIDs...) {
+				if id < 0 || id >= vocab {
+					return nil, p, 0, badRequest("field sampling.thinking_budget: id %d is outside the vocabulary [0, %d)", id, vocab)
+				}
+			}
+			p.Think = engine.NewThinkBudget(tb.Budget, tb.StartIDs, tb.EndIDs, req.PromptTokenIDs)
+		}
 		if s.Seed != nil {
 			p.Seed = *s.Seed
 		} else {

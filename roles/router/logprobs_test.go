@@ -299,3 +299,36 @@ func TestReturnTokenIDs(t *testing.T) {
 		t.Fatalf("without return_token_ids: %v %v", p, got)
 	}
 }
+
+// thinking_token_budget: a prompt that opens a thinking block gets budget
+// tokens in it, then the end tag, forced (by vLLM for the first token, by
+// the decode node after it); the ids equal the engine's own with the budget.
+func TestThinkingBudget(t *testing.T) {
+	s := newStack(t, stackOpts{router: func(o *Options) { o.ReasoningParser = "glm45" }})
+	start, end := mustID(t, s.tok, "<think>"), mustID(t, s.tok, "</think>")
+	text := testPrompt + "<think>"
+	prompt, _ := s.tok.Encode(text, true)
+	if prompt[len(prompt)-1] != start {
+		t.Fatalf("the prompt %v does not end with <think> (%d)", prompt, start)
+	}
+	const maxTokens = 8
+	free, _, _ := s.referenceP(t, prompt, engine.Params{MaxTokens: maxTokens})
+	for _, budget := range []int{0, 3} {
+		p := engine.Params{MaxTokens: maxTokens, Think: engine.NewThinkBudget(budget, []int{start}, []int{end}, prompt)}
+		want, _, _ := s.referenceP(t, prompt, p)
+		if want[budget] != end || free[budget] == end {
+			t.Fatalf("budget %d: the engine's %v (free %v) does not force </think> (%d) at %d", budget, want, free, end, budget)
+		}
+		body := map[string]any{"prompt": text, "max_tokens": maxTokens, "temperature": 0, "ignore_eos": true,
+			"thinking_token_budget": budget, "return_token_ids": true}
+		var c struct {
+			Choices []struct {
+				TokenIDs []int `json:"token_ids"`
+			} `json:"choices"`
+		}
+		res := readJSON(t, s.post(t, "/v1/completions", body), false)
+		if err := json.Unmarshal([]byte(res.raw[0]), &c); err != nil || !slices.Equal(c.Choices[0].TokenIDs, want) {
+			t.Fatalf("budget %d: ids %v (%v), want the engine's %v", budget, c.Choices, err, want)
+		}
+	}
+}

@@ -19,6 +19,7 @@ type genRequest struct {
 	temperature, topP, minP float64
 	topK                    int
 	badWords                [][]int // bad_words as token id sequences
+	thinkStart, thinkEnd    []int   // the reasoning parser's tags (thinking_token_budget)
 	seed                    *uint64
 	stopIDs                 []int        // ids that end the generation without adding text
 	keepIDs                 map[int]bool // special ids kept as text (parser tags)
@@ -80,6 +81,10 @@ func (rt *Router) check(body []byte, chat bool) (*genRequest, *openai.Error) {
 		// The spill label is the field's name: vLLM's field list bounds it.
 		r.spill(u.Param, u.Param, u.What+" is not supported by the TileRT decode pool (leave the field out, or run the router with --spill-url to send such requests to a vLLM endpoint)")
 	}
+	if req.ThinkingBudget != nil && rt.thinkEnd == nil {
+		return nil, openai.BadField("thinking_token_budget", "field thinking_token_budget: thinking_token_budget is set but the router has no reasoning parser (run it, as vLLM, with --reasoning-parser)")
+	}
+	r.thinkStart, r.thinkEnd = rt.thinkStart, rt.thinkEnd
 	if len(req.BadWords) > 0 {
 		ids, err := badWordsIDs(rt.tok, req.BadWords)
 		if err != nil {
@@ -114,7 +119,7 @@ func (rt *Router) check(body []byte, chat bool) (*genRequest, *openai.Error) {
 		r.keepIDs = rt.keepIDs
 	}
 	r.resolveSampling(rt.defaults)
-	r.wantPromptIDs = req.RepetitionPenalty != 1 || req.ReturnTokenIDs
+	r.wantPromptIDs = req.RepetitionPenalty != 1 || req.ReturnTokenIDs || req.ThinkingBudget != nil
 	return r, nil
 }
 
@@ -211,6 +216,10 @@ func (r *genRequest) decodeRequest(rid string, first int, promptIDs []int) decod
 	if r.RepetitionPenalty != 1 {
 		d.Sampling.RepetitionPenalty = r.RepetitionPenalty
 		d.PromptTokenIDs = promptIDs
+	}
+	if r.ThinkingBudget != nil {
+		d.Sampling.ThinkingBudget = &decodeapi.ThinkingBudget{Budget: *r.ThinkingBudget, StartIDs: r.thinkStart, EndIDs: r.thinkEnd}
+		d.PromptTokenIDs = promptIDs // where the prompt leaves a block
 	}
 	if len(r.LogitBias) > 0 {
 		d.Sampling.LogitBias = make(map[string]float64, len(r.LogitBias))

@@ -341,6 +341,7 @@ func TestBadRequests(t *testing.T) {
 		{"min_p range", "/v1/completions", `{"prompt":"hi","min_p":-0.1}`, "min_p", "min_p must be in [0, 1], got -0.1."},
 		{"bad_words empty", "/v1/completions", `{"prompt":"hi","bad_words":[""]}`, "bad_words", "empty string"},
 		{"bad_words whitespace", "/v1/completions", `{"prompt":"hi","bad_words":["  "]}`, "bad_words", "at least one token"},
+		{"thinking budget without a reasoning parser", "/v1/completions", `{"prompt":"hi","thinking_token_budget":8}`, "thinking_token_budget", "--reasoning-parser"},
 		{"beam search", "/v1/completions", `{"prompt":"hi","use_beam_search":true}`, "use_beam_search", "beam search is not supported by the TileRT decode pool"},
 		{"chat structured_outputs", "/v1/chat/completions", `{` + msgs + `,"structured_outputs":{"regex":"a+"}}`, "structured_outputs", "--spill-url"},
 		{"chat echo", "/v1/chat/completions", `{` + msgs + `,"echo":true}`, "echo", "echo"},

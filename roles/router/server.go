@@ -73,7 +73,10 @@ type Router struct {
 	defaults samplingDefaults
 	created  int64 // when the router started (/v1/models)
 	keepIDs  map[int]bool
-	handler  fasthttp.RequestHandler
+	// thinkStart, thinkEnd are the reasoning parser's tags as ids (nil
+	// without a parser): what thinking_token_budget counts between.
+	thinkStart, thinkEnd []int
+	handler              fasthttp.RequestHandler
 
 	// queueTimeout is Options.QueueTimeout in nanoseconds, atomic so tests
 	// can change it between phases.
@@ -147,6 +150,14 @@ func New(ctx context.Context, o Options) (*Router, error) {
 	for _, tag := range []string{"<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"} {
 		if id, ok := rt.tok.TokenID(tag); ok {
 			rt.keepIDs[id] = true
+		}
+	}
+	if o.ReasoningParser != "" {
+		s, e := parsers.ReasoningTags()
+		start, _ := rt.tok.Encode(s, false)
+		end, _ := rt.tok.Encode(e, false)
+		if len(start) > 0 && len(end) > 0 {
+			rt.thinkStart, rt.thinkEnd = start, end
 		}
 	}
 	rt.served = o.ServedModel

@@ -15,7 +15,6 @@ var fieldExamples = map[string]string{
 	"use_beam_search":        `true`,
 	"prompt_logprobs":        `1`,
 	"logprob_token_ids":      `[5]`,
-	"repetition_detection":   `{"max_pattern_size": 4}`,
 	"watermarking":           `true`,
 	"return_prompt_text":     `true`,
 	"return_weight_versions": `true`,

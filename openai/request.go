@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 )
 
@@ -53,6 +54,9 @@ type Request struct {
 	// ThinkingBudget caps a thinking block's tokens (thinking_token_budget;
 	// nil: unset or -1, unlimited).
 	ThinkingBudget *int
+	// Repetition ends a generation whose tail repeats a pattern
+	// (repetition_detection); nil: off.
+	Repetition *RepetitionDetection
 
 	// Logprobs asks for each emitted token's logprob; TopLogprobs for that
 	// many alternatives (chat top_logprobs, completions logprobs=N).
@@ -87,6 +91,38 @@ type Request struct {
 	// package does not model (FieldOther), sorted: the caller refuses or
 	// redirects such a request.
 	Unmodelled []Unmodelled
+}
+
+// RepetitionDetection is vLLM's repetition_detection: a generation ends,
+// finish_reason "repetition", once its last n tokens (MinPatternSize <= n
+// <= MaxPatternSize) came MinCount times in a row.
+type RepetitionDetection struct {
+	MaxPatternSize int `json:"max_pattern_size"`
+	MinPatternSize int `json:"min_pattern_size"`
+	MinCount       int `json:"min_count"`
+}
+
+// Repeats reports whether ids end with a pattern repeated as d asks, as
+// vLLM's check_sequence_repetition reads them.
+func (d *RepetitionDetection) Repeats(ids []int) bool {
+	lo := max(d.MinPatternSize, 1)
+	if d.MaxPatternSize <= 0 || d.MinCount < 2 || lo > d.MaxPatternSize {
+		return false
+	}
+	for n := lo; n <= d.MaxPatternSize; n++ {
+		if n*d.MinCount > len(ids) {
+			return false
+		}
+		tail := ids[len(ids)-n:]
+		same := true
+		for m := 1; m < d.MinCount && same; m++ {
+			same = slices.Equal(ids[len(ids)-n*(m+1):len(ids)-n*m], tail)
+		}
+		if same {
+			return true
+		}
+	}
+	return false
 }
 
 // PromptKind says how a completions prompt was given.
@@ -390,6 +426,20 @@ func (r *Request) parseSampling(f fields) *Error {
 	} else if ok && tb >= 0 {
 		b := int(tb)
 		r.ThinkingBudget = &b
+	}
+	var rd RepetitionDetection
+	if ok, e := f.get("repetition_detection", &rd); e != nil {
+		return BadField("repetition_detection", "field repetition_detection: want {\"max_pattern_size\", \"min_pattern_size\", \"min_count\"} as integers")
+	} else if ok {
+		if rd.MaxPatternSize < 0 || rd.MinPatternSize < 0 || rd.MinPatternSize > rd.MaxPatternSize {
+			return BadField("repetition_detection", "field repetition_detection: max_pattern_size, min_pattern_size must be >=0, with min_pattern_size <= max_pattern_size. Set both to 0 to disable repetitive pattern detection.")
+		}
+		if rd.MaxPatternSize > 0 && rd.MinCount < 2 {
+			return BadField("repetition_detection", "field repetition_detection: min_count must be >= 2 to detect repetitive patterns in engine output. If you do not wish to detect repetitive patterns, set max_pattern_size to 0.")
+		}
+		if rd.MaxPatternSize > 0 {
+			r.Repetition = &rd
+		}
 	}
 	if _, e := f.get("bad_words", &r.BadWords); e != nil {
 		return e

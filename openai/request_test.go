@@ -46,6 +46,13 @@ func TestParseRequest(t *testing.T) {
 		{"thinking budget unlimited", `{"prompt":"hi","thinking_token_budget":-1}`, false, "", "", func(r *Request) bool { return r.ThinkingBudget == nil }},
 		{"thinking budget -2", `{"prompt":"hi","thinking_token_budget":-2}`, false, "thinking_token_budget", "non-negative integer or -1", nil},
 		{"thinking budget fraction", `{"prompt":"hi","thinking_token_budget":1.5}`, false, "thinking_token_budget", "non-negative integer", nil},
+		{"repetition_detection", `{"prompt":"hi","repetition_detection":{"max_pattern_size":4,"min_count":3}}`, false, "", "", func(r *Request) bool {
+			return r.Repetition != nil && r.Repetition.MaxPatternSize == 4 && r.Repetition.MinCount == 3
+		}},
+		{"repetition_detection off", `{"prompt":"hi","repetition_detection":{"max_pattern_size":0}}`, false, "", "", func(r *Request) bool { return r.Repetition == nil }},
+		{"repetition_detection min_count", `{"prompt":"hi","repetition_detection":{"max_pattern_size":4,"min_count":1}}`, false, "repetition_detection", "min_count must be >= 2", nil},
+		{"repetition_detection sizes", `{"prompt":"hi","repetition_detection":{"max_pattern_size":2,"min_pattern_size":3,"min_count":2}}`, false, "repetition_detection", "min_pattern_size <= max_pattern_size", nil},
+		{"repetition_detection type", `{"prompt":"hi","repetition_detection":5}`, false, "repetition_detection", "as integers", nil},
 		{"min_p", `{"prompt":"hi","min_p":0.05}`, false, "", "", func(r *Request) bool { return r.MinP != nil && *r.MinP == 0.05 }},
 		{"min_p range", `{"prompt":"hi","min_p":1.5}`, false, "min_p", "min_p must be in [0, 1], got 1.5.", nil},
 		{"bad_words", `{"prompt":"hi","bad_words":["x","yz"]}`, false, "", "", func(r *Request) bool { return len(r.BadWords) == 2 }},
@@ -81,5 +88,27 @@ func TestContextErrorWording(t *testing.T) {
 	want := "'max_tokens' or 'max_completion_tokens' is too large: 32000. This model's maximum context length is 8192 tokens and your request has 5000 input tokens (32000 > 8192 - 5000)."
 	if e.Message != want || e.Status != 400 || e.Param != "max_completion_tokens" {
 		t.Fatalf("%+v", e)
+	}
+}
+
+// Repeats reads a tail as vLLM's check_sequence_repetition does.
+func TestRepetitionDetection(t *testing.T) {
+	for _, tc := range []struct {
+		d    RepetitionDetection
+		ids  []int
+		want bool
+	}{
+		{RepetitionDetection{MaxPatternSize: 1, MinCount: 3}, []int{5, 7, 7, 7}, true},
+		{RepetitionDetection{MaxPatternSize: 1, MinCount: 3}, []int{5, 7, 7}, false},
+		{RepetitionDetection{MaxPatternSize: 3, MinCount: 2}, []int{1, 2, 3, 1, 2, 3}, true},
+		{RepetitionDetection{MaxPatternSize: 3, MinCount: 2}, []int{1, 2, 3, 1, 2, 4}, false},
+		{RepetitionDetection{MaxPatternSize: 3, MinCount: 3}, []int{9, 1, 2, 1, 2, 1, 2}, true},
+		{RepetitionDetection{MaxPatternSize: 3, MinPatternSize: 3, MinCount: 2}, []int{1, 2, 1, 2}, false}, // patterns of 3 only
+		{RepetitionDetection{MaxPatternSize: 4, MinPatternSize: 2, MinCount: 2}, []int{4, 4}, false},       // a run of 1 is below the minimum
+		{RepetitionDetection{MaxPatternSize: 0, MinCount: 2}, []int{4, 4, 4}, false},
+	} {
+		if got := tc.d.Repeats(tc.ids); got != tc.want {
+			t.Errorf("%+v on %v: %v, want %v", tc.d, tc.ids, got, tc.want)
+		}
 	}
 }

@@ -34,6 +34,12 @@ type pipeline struct {
 	firstCallOnly bool // parallel_tool_calls false: only tool call 0
 	asIDs         bool // return_tokens_as_token_ids: logprob tokens as token_id:N
 	ids           bool // return_token_ids: the generated ids go to the emitter
+	// repetition_detection: the generated ids (the first included) and
+	// whether their tail repeated, which ends the generation ("repetition").
+	rep       *openai.RepetitionDetection
+	minTokens int
+	gen       []int
+	repeated  bool
 }
 
 func newPipeline(tok *tokenizer.Tokenizer, r *genRequest, em emitter) *pipeline {
@@ -46,6 +52,7 @@ func newPipeline(tok *tokenizer.Tokenizer, r *genRequest, em emitter) *pipeline 
 		}
 	}
 	p.ids = r.ReturnTokenIDs && !p.hideReasoning
+	p.rep, p.minTokens = r.Repetition, r.MinTokens
 	p.firstCallOnly = !r.ParallelToolCalls
 	p.asIDs = r.TokensAsIDs
 	if r.toolParser != "" {
@@ -67,6 +74,23 @@ func (p *pipeline) token(id int, lp *decodeapi.TokenLogprob) {
 		p.em.tokenID(id)
 	}
 	p.text(p.ts.add(id))
+	if p.rep != nil && !p.ts.stopped {
+		// As vLLM's check_stop: after the token, never before min_tokens.
+		p.gen = append(p.gen, id)
+		if len(p.gen) >= p.minTokens && p.rep.Repeats(p.gen) {
+			p.repeated = true
+			p.text(p.ts.end())
+		}
+	}
+}
+
+// stopReason is the finish reason of a generation the pipeline ended: a
+// stop string, or a repeated pattern.
+func (p *pipeline) stopReason() string {
+	if p.repeated {
+		return "repetition"
+	}
+	return "stop"
 }
 
 func (p *pipeline) text(s string) {

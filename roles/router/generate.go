@@ -278,7 +278,9 @@ func (j *job) run(ctx context.Context, em emitter) string {
 	rt.m.ttft.With().Observe(time.Since(j.t0).Seconds())
 	finish := ""
 	switch {
-	case p.ts.stopped || j.pre.finish == "stop":
+	case p.ts.stopped:
+		finish = p.stopReason()
+	case j.pre.finish == "stop":
 		finish = "stop"
 	case req.MaxTokens == 1:
 		finish = "length"
@@ -320,7 +322,11 @@ func (j *job) run(ctx context.Context, em emitter) string {
 			}
 			var lines int
 			finish, relayErr, lines = rt.relay(resp.Body, p, func() {
-				j.cancel("stop_string")
+				reason := "stop_string"
+				if p.repeated {
+					reason = "repetition"
+				}
+				j.cancel(reason)
 				time.AfterFunc(rt.opts.DrainTimeout, dstop)
 			})
 			resp.Body.Close()
@@ -382,7 +388,7 @@ func (rt *Router) relay(body io.Reader, p *pipeline, onStop func()) (string, *op
 			case m.Done:
 				switch {
 				case p.ts.stopped:
-					return "stop", nil, lines
+					return p.stopReason(), nil, lines
 				case m.FinishReason == decodeapi.FinishStop || m.FinishReason == decodeapi.FinishLength:
 					return m.FinishReason, nil, lines
 				}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/openai"
@@ -330,5 +331,59 @@ func TestThinkingBudget(t *testing.T) {
 		if err := json.Unmarshal([]byte(res.raw[0]), &c); err != nil || !slices.Equal(c.Choices[0].TokenIDs, want) {
 			t.Fatalf("budget %d: ids %v (%v), want the engine's %v", budget, c.Choices, err, want)
 		}
+	}
+}
+
+// repetition_detection ends a generation whose tail repeats, with vLLM's
+// finish_reason "repetition", streamed and not, and never before
+// min_tokens; the node's slot is freed (the request is cancelled there).
+func TestRepetitionDetection(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	x := s.tok.VocabSize() / 3 // made the only likely token: the output repeats it
+	body := map[string]any{"prompt": testPrompt, "max_tokens": 10, "temperature": 0, "ignore_eos": true,
+		"logit_bias": map[string]float64{strconv.Itoa(x): 100}, "return_token_ids": true}
+	ids := func(raws []string) []int {
+		var out []int
+		for _, raw := range raws {
+			var a struct {
+				Choices []struct {
+					TokenIDs []int `json:"token_ids"`
+				} `json:"choices"`
+			}
+			if json.Unmarshal([]byte(raw), &a) == nil {
+				for _, c := range a.Choices {
+					out = append(out, c.TokenIDs...)
+				}
+			}
+		}
+		return out
+	}
+	res := readJSON(t, s.post(t, "/v1/completions", body), false)
+	if got := ids(res.raw); len(got) != 10 || res.finish != "length" {
+		t.Fatalf("without detection: %v, finish %q; want 10 tokens, length", got, res.finish)
+	}
+	for _, tc := range []struct {
+		minTokens, want int
+		stream          bool
+	}{{0, 3, false}, {0, 3, true}, {5, 5, false}, {5, 5, true}} {
+		body["repetition_detection"] = map[string]any{"max_pattern_size": 2, "min_count": 3}
+		body["min_tokens"], body["stream"] = tc.minTokens, tc.stream
+		var r completion
+		if tc.stream {
+			r = readSSE(t, s.post(t, "/v1/completions", body), false)
+		} else {
+			r = readJSON(t, s.post(t, "/v1/completions", body), false)
+		}
+		got := ids(r.raw)
+		if len(got) != tc.want || r.finish != "repetition" || slices.ContainsFunc(got, func(id int) bool { return id != x }) {
+			t.Fatalf("%+v: %v, finish %q; want %d x %d, repetition", tc, got, r.finish, tc.want, x)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second) // a stream's slot is released just after its [DONE]
+	for b, _ := s.rt.gate.busy(); b != 0; b, _ = s.rt.gate.busy() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d slots busy after the requests", b)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

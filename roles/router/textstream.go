@@ -61,6 +61,14 @@ func (s *textStream) finish() string {
 	return out
 }
 
+// end returns everything held, as finish does, and ignores later ids: the
+// generation ends here without a stop string.
+func (s *textStream) end() string {
+	out := s.finish()
+	s.stopped = true
+	return out
+}
+
 func (s *textStream) push(piece string) string {
 	if piece == "" && s.held == "" {
 		return ""

@@ -197,6 +197,12 @@ func (r *genRequest) prefillBody(model string, n *node, rid string) ([]byte, err
 	if r.wantPromptIDs {
 		out["return_token_ids"] = true
 	}
+	if _, ok := r.Raw["return_tokens_as_token_ids"]; ok {
+		// The first token is read as "token_id:N" (vllm serve
+		// --return-tokens-as-token-ids); a client's false would override the
+		// server's flag for this request.
+		out["return_tokens_as_token_ids"] = true
+	}
 	out["temperature"], out["top_p"], out["top_k"] = r.temperature, r.topP, r.topK
 	if r.minP != 0 {
 		out["min_p"] = r.minP // a client's 0 is in the body already

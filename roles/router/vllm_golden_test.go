@@ -45,7 +45,9 @@ var prefillCases = []struct {
 	{"chat_tools", true, json.RawMessage(`{"model":"glm-5-tiny","messages":[{"role":"user","content":"Weather in Paris?"}],"tools":[{"type":"function","function":{"name":"get_weather","description":"weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}],"tool_choice":"auto","max_tokens":32}`)},
 	{"completion_text", false, json.RawMessage(`{"model":"glm-5-tiny","prompt":"The decode engine","max_tokens":16,"stop":["\n"],"temperature":0}`)},
 	{"completion_ids_logprobs", false, json.RawMessage(`{"prompt":[5,17,301,42],"max_tokens":4,"logprobs":2,"ignore_eos":true,"stop_token_ids":[7]}`)},
-	{"completion_penalty", false, json.RawMessage(`{"prompt":"Say it again and again","max_tokens":8,"repetition_penalty":1.1}`)},
+	{"completion_penalty", false, json.RawMessage(`{"prompt":"Say it again and again","max_tokens":8,"repetition_penalty":1.1,"return_tokens_as_token_ids":false}`)},
+	{"completion_sampling_extras", false, json.RawMessage(`{"prompt":"Once more","max_tokens":8,"temperature":0.8,"min_p":0.05,"bad_words":["again"," more"],"repetition_detection":{"max_pattern_size":4,"min_count":3},"return_token_ids":true,"return_tokens_as_token_ids":true,"logprobs":1}`)},
+	{"chat_reasoning_extras", true, json.RawMessage(`{"messages":[{"role":"user","content":"Think first"}],"max_tokens":64,"thinking_token_budget":16,"include_reasoning":false,"parallel_tool_calls":false,"chat_template_kwargs":{"enable_thinking":true}}`)},
 }
 
 func goldenRouter(t *testing.T, vllmURL string) (*Router, *node) {
@@ -56,7 +58,9 @@ func goldenRouter(t *testing.T, vllmURL string) (*Router, *node) {
 	}
 	rt := &Router{tok: tok, served: "glm-5-tiny", names: map[string]bool{"glm-5-tiny": true}, vllm: vllmURL,
 		vllmModel: "glm-5-tiny", keepIDs: map[int]bool{}, client: &http.Client{},
-		opts: Options{ToolCallParser: "glm47", EnableAutoToolChoice: true}}
+		opts: Options{ToolCallParser: "glm47", EnableAutoToolChoice: true, ReasoningParser: "glm45"}}
+	rt.thinkStart, _ = tok.Encode("<think>", false)
+	rt.thinkEnd, _ = tok.Encode("</think>", false)
 	return rt, &node{host: "10.0.0.7", ctrlPort: 5556}
 }
 

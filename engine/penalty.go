@@ -47,6 +47,19 @@ func (h *TokenHistory) Add(tok int) {
 	h.gen = append(h.gen, tok)
 }
 
+// sequence is the generated tokens, and extra after them when >= 0 (a
+// draft being verified); h may be nil (no tokens yet).
+func (h *TokenHistory) sequence(extra int) []int {
+	var gen []int
+	if h != nil {
+		gen = h.gen
+	}
+	if extra >= 0 {
+		gen = append(gen[:len(gen):len(gen)], extra)
+	}
+	return gen
+}
+
 // Generated is the number of tokens added.
 func (h *TokenHistory) Generated() int { return h.n }
 
@@ -105,30 +118,21 @@ func (p Params) Adjustments(h *TokenHistory, extra int) []LogitAdjust {
 			get(t).Block = true
 		}
 	}
-	if len(p.BadWords) > 0 {
-		var gen []int
-		if h != nil {
-			gen = h.gen
-		}
-		if extra >= 0 {
-			gen = append(gen[:len(gen):len(gen)], extra)
-		}
-		for _, w := range p.BadWords {
-			if bad := badWordNext(w, gen); bad >= 0 {
-				get(bad).Block = true
-			}
+	var gen []int
+	if len(p.BadWords) > 0 || p.Think != nil {
+		gen = h.sequence(extra)
+	}
+	for _, w := range p.BadWords {
+		if bad := badWordNext(w, gen); bad >= 0 {
+			get(bad).Block = true
 		}
 	}
 	if p.Think != nil {
-		var gen []int
-		if h != nil {
-			gen = h.gen
-		}
-		if extra >= 0 {
-			gen = append(gen[:len(gen):len(gen)], extra)
-		}
 		if t := p.Think.Next(gen); t >= 0 {
-			get(t).Bias = ForceBias
+			// vLLM forces after every other rule: a bad word does not
+			// keep the end of a thinking block out.
+			a := get(t)
+			a.Bias, a.Block = ForceBias, false
 		}
 	}
 	rep := p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1

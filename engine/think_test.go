@@ -82,3 +82,13 @@ func TestNewThinkBudget(t *testing.T) {
 		t.Errorf("two-id start: %+v", b)
 	}
 }
+
+// A forced end of thinking wins over a bad word, as vLLM forces last.
+func TestThinkBudgetOverBadWords(t *testing.T) {
+	p := Params{Think: &ThinkBudget{Budget: 0, Start: []int{3}, End: []int{4}, PromptInThink: true}, BadWords: [][]int{{4}}}
+	row := []float32{5, 4, 3, -2, -7}
+	ApplyAdjust(row, p.Adjustments(NewTokenHistory(nil), -1))
+	if Argmax(row) != 4 {
+		t.Fatalf("arg-max %d of %v, want the forced 4", Argmax(row), row)
+	}
+}

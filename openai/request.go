@@ -68,6 +68,12 @@ type Request struct {
 	// ReturnTokenIDs adds the prompt's and the generated token ids to the
 	// answer (return_token_ids).
 	ReturnTokenIDs bool
+	// PromptLogprobs asks for the prompt's logprobs with that many
+	// alternatives (-1: the whole vocabulary), as vLLM's prefill computes
+	// them; non-streamed answers only. nil: not asked.
+	PromptLogprobs *int
+	// ReturnPromptText adds the rendered prompt (chat, return_prompt_text).
+	ReturnPromptText bool
 
 	Tools      []Tool
 	ToolChoice ToolChoice
@@ -492,6 +498,25 @@ func (r *Request) parseLogprobs(f fields) *Error {
 	}
 	if _, e := f.get("return_token_ids", &r.ReturnTokenIDs); e != nil {
 		return e
+	}
+	if r.Chat {
+		if _, e := f.get("return_prompt_text", &r.ReturnPromptText); e != nil {
+			return e
+		}
+	}
+	var pl int
+	if ok, e := f.get("prompt_logprobs", &pl); e != nil {
+		return e
+	} else if ok {
+		switch {
+		case pl < -1:
+			return BadField("prompt_logprobs", "field prompt_logprobs: `prompt_logprobs` must be a positive value or -1.")
+		case r.Stream && pl != 0:
+			return BadField("prompt_logprobs", "field prompt_logprobs: `prompt_logprobs` are not available when `stream=True`.")
+		case pl > MaxLogprobs:
+			return BadField("prompt_logprobs", "field prompt_logprobs: Requested prompt logprobs of %d, which is greater than max allowed: %d", pl, MaxLogprobs)
+		}
+		r.PromptLogprobs = &pl
 	}
 	if r.Chat {
 		if _, e := f.get("logprobs", &r.Logprobs); e != nil {

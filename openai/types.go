@@ -185,6 +185,10 @@ type ChatCompletion struct {
 	Usage   *Usage       `json:"usage,omitempty"`
 	// PromptTokenIDs are the prompt's ids (return_token_ids).
 	PromptTokenIDs []int `json:"prompt_token_ids,omitempty"`
+	// PromptLogprobs are vLLM's, relayed (prompt_logprobs).
+	PromptLogprobs json.RawMessage `json:"prompt_logprobs,omitempty"`
+	// PromptText is the rendered prompt (return_prompt_text).
+	PromptText *string `json:"prompt_text,omitempty"`
 }
 
 // Delta is a streamed chat choice's increment.
@@ -214,6 +218,8 @@ type ChatCompletionChunk struct {
 	Usage   *Usage        `json:"usage,omitempty"`
 	// PromptTokenIDs, on the first chunk only (return_token_ids).
 	PromptTokenIDs []int `json:"prompt_token_ids,omitempty"`
+	// PromptText, on the first chunk only (return_prompt_text).
+	PromptText *string `json:"prompt_text,omitempty"`
 }
 
 // CompletionChoice is a choice of a text completion (streamed or not).
@@ -226,6 +232,8 @@ type CompletionChoice struct {
 	// and the generated ids (a stream's: the chunk's).
 	PromptTokenIDs []int `json:"prompt_token_ids,omitempty"`
 	TokenIDs       []int `json:"token_ids,omitempty"`
+	// PromptLogprobs are vLLM's, relayed (prompt_logprobs; not streamed).
+	PromptLogprobs json.RawMessage `json:"prompt_logprobs,omitempty"`
 }
 
 // Completion is a text completion or one event of a streamed one.

@@ -138,6 +138,8 @@ type request struct {
 	LogitBias         map[string]float64 `json:"logit_bias"`
 	BadWords          []string           `json:"bad_words"`
 	ThinkingBudget    *int               `json:"thinking_token_budget"`
+	PromptLogprobs    *int               `json:"prompt_logprobs"`
+	ReturnPromptText  bool               `json:"return_prompt_text"`
 	Logprobs          json.RawMessage    `json:"logprobs"` // chat: bool; completions: int
 	TopLogprobs       int                `json:"top_logprobs"`
 	ReturnTokenIDs    bool               `json:"return_token_ids"`
@@ -274,6 +276,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx, chat bool) (map[string]any, *h
 		"usage": map[string]int{"prompt_tokens": len(prompt), "completion_tokens": 1, "total_tokens": len(prompt) + 1}}
 	if chat && req.ReturnTokenIDs {
 		out["prompt_token_ids"] = prompt // vLLM >= 0.10.2 with return_token_ids
+	}
+	if chat && req.ReturnPromptText {
+		out["prompt_text"] = s.o.Tokenizer.Decode(prompt, false) // the fallback rendering
 	}
 	return out, nil
 }
@@ -449,6 +454,9 @@ func Run(ctx context.Context, o RunOptions) error {
 // (bad words tokenised by vLLM's rule, tokenizer.BadWords; the budget
 // between the reasoning parsers' tags).
 func (s *Server) filters(req *request, prompt []int, p *engine.Params) *httpErr {
+	if req.PromptLogprobs != nil && *req.PromptLogprobs != 0 {
+		return fail(fasthttp.StatusBadRequest, "prompt_logprobs: dev-vllm does not compute the prompt's logprobs (vLLM does)")
+	}
 	if !(req.MinP >= 0 && req.MinP <= 1) {
 		return fail(fasthttp.StatusBadRequest, "min_p must be in [0, 1], got %g.", req.MinP)
 	}

@@ -38,6 +38,8 @@ from vllm.entrypoints.openai.completion.protocol import (  # noqa: E402
     CompletionResponseChoice,
 )
 
+from vllm.logprobs import Logprob  # noqa: E402
+
 from tilert.pd_vllm.prefill_connector import claim_params  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "router", "testdata", "vllm")
@@ -75,7 +77,11 @@ def test_router_prefill_request_is_valid_for_vllm(case):
         assert req.return_token_ids is True
 
 
-def chat_response(first, lp, top, prompt_ids=None, finish="length"):
+PROMPT_LOGPROBS = [None, {17: Logprob(logprob=-1.5, rank=1, decoded_token="x")},
+                   {9: Logprob(logprob=-0.25, rank=1, decoded_token="y"), 4: Logprob(logprob=-2.0, rank=2, decoded_token="z")}]
+
+
+def chat_response(first, lp, top, prompt_ids=None, finish="length", prompt_logprobs=None, prompt_text=None):
     content = ChatCompletionLogProbsContent(token=f"token_id:{first}", logprob=lp,
                                             top_logprobs=[ChatCompletionLogProb(token=f"token_id:{i}", logprob=p)
                                                           for i, p in top])
@@ -84,10 +90,11 @@ def chat_response(first, lp, top, prompt_ids=None, finish="length"):
         choices=[ChatCompletionResponseChoice(index=0, message=ChatMessage(role="assistant", content="token_id:%d" % first),
                                               logprobs=ChatCompletionLogProbs(content=[content]), finish_reason=finish,
                                               token_ids=None)],
-        usage={"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}, prompt_token_ids=prompt_ids)
+        usage={"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}, prompt_token_ids=prompt_ids,
+        prompt_logprobs=prompt_logprobs, prompt_text=prompt_text)
 
 
-def completion_response(first, lp, top, prompt_ids=None, finish="length", with_logprobs=True):
+def completion_response(first, lp, top, prompt_ids=None, finish="length", with_logprobs=True, prompt_logprobs=None):
     logprobs = None
     if with_logprobs:
         logprobs = CompletionLogProbs(text_offset=[0], token_logprobs=[lp], tokens=[f"token_id:{first}"],
@@ -95,7 +102,7 @@ def completion_response(first, lp, top, prompt_ids=None, finish="length", with_l
     return CompletionResponse(
         id="cmpl-golden", created=1764547200, model="glm-5-tiny",
         choices=[CompletionResponseChoice(index=0, text="x", logprobs=logprobs, finish_reason=finish,
-                                          prompt_token_ids=prompt_ids)],
+                                          prompt_token_ids=prompt_ids, prompt_logprobs=prompt_logprobs)],
         usage={"prompt_tokens": 4, "completion_tokens": 1, "total_tokens": 5})
 
 
@@ -130,6 +137,16 @@ def response_cases():
     add("completion_prompt_ids", False, comp_pen, completion_response(5, -0.5, [], prompt_ids=[11, 12, 13, 14]),
         {"first_token_id": 5, "logprob": -0.5, "top": [], "prompt_token_ids": [11, 12, 13, 14], "prompt_tokens": 4,
          "finish_reason": "length"})
+    comp_plp = json.dumps({"prompt": "The decode engine", "max_tokens": 8, "prompt_logprobs": 2})
+    chat_plp = json.dumps({"model": "glm-5-tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8,
+                           "prompt_logprobs": 2, "return_prompt_text": True})
+    add("completion_prompt_logprobs", False, comp_plp, completion_response(431, -1.0, [], prompt_logprobs=PROMPT_LOGPROBS),
+        {"first_token_id": 431, "logprob": -1.0, "top": [], "prompt_token_ids": None, "prompt_tokens": 4,
+         "finish_reason": "length", "prompt_logprobs_len": 3})
+    add("chat_prompt_logprobs_text", True, chat_plp,
+        chat_response(515, -0.25, [], prompt_logprobs=PROMPT_LOGPROBS, prompt_text="<|user|>Hi<|assistant|>"),
+        {"first_token_id": 515, "logprob": -0.25, "top": [], "prompt_token_ids": None, "prompt_tokens": 5,
+         "finish_reason": "length", "prompt_logprobs_len": 3, "prompt_text": "<|user|>Hi<|assistant|>"})
     add("completion_without_token_ids", False, comp, completion_response(5, -0.5, [], with_logprobs=False),
         {"first_token_id": 0, "logprob": None, "top": [], "prompt_token_ids": None, "prompt_tokens": 0,
          "finish_reason": "", "error_code": "prefill_no_token_id"})

@@ -220,6 +220,17 @@ type base struct {
 	wantIDs   bool
 	promptIDs []int
 	ids       []int
+	// vLLM's prompt_logprobs (non-streamed answers) and rendered prompt
+	// (a stream's first chunk), relayed when asked for.
+	promptLogprobs json.RawMessage
+	promptText     *string
+}
+
+// takePromptText returns the rendered prompt the first time, then nil.
+func (b *base) takePromptText() *string {
+	t := b.promptText
+	b.promptText = nil
+	return t
 }
 
 func (b *base) tokenID(id int) { b.ids = append(b.ids, id) }
@@ -302,13 +313,15 @@ func (e *jsonEmitter) finish(reason string, u openai.Usage, calls []openai.ToolC
 		prompt, ids := e.takeIDs()
 		ch.TokenIDs = ids
 		v = openai.ChatCompletion{ID: e.id, Object: openai.ObjectChat, Created: e.created, Model: e.model,
-			Choices: []openai.ChatChoice{ch}, Usage: &u, PromptTokenIDs: prompt}
+			Choices: []openai.ChatChoice{ch}, Usage: &u, PromptTokenIDs: prompt, PromptLogprobs: e.promptLogprobs,
+			PromptText: e.takePromptText()}
 	} else {
 		ch := openai.CompletionChoice{Index: 0, Text: e.sb.String(), FinishReason: &reason}
 		if e.lps != nil {
 			ch.Logprobs = e.completionLogprobs(e.lps)
 		}
 		ch.PromptTokenIDs, ch.TokenIDs = e.takeIDs()
+		ch.PromptLogprobs = e.promptLogprobs
 		v = openai.Completion{ID: e.id, Object: openai.ObjectCompletion, Created: e.created, Model: e.model,
 			Choices: []openai.CompletionChoice{ch}, Usage: &u}
 	}
@@ -350,7 +363,7 @@ func (e *sseEmitter) chatChunk(d openai.Delta, finish *string) {
 	prompt, ids := e.takeIDs()
 	ch.TokenIDs = ids
 	e.event(openai.ChatCompletionChunk{ID: e.id, Object: openai.ObjectChatChunk, Created: e.created, Model: e.model,
-		Choices: []openai.ChunkChoice{ch}, PromptTokenIDs: prompt})
+		Choices: []openai.ChunkChoice{ch}, PromptTokenIDs: prompt, PromptText: e.takePromptText()})
 }
 
 func (e *sseEmitter) textChunk(s string, finish *string) {

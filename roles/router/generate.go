@@ -82,6 +82,7 @@ func (rt *Router) serveGen(c *fasthttp.RequestCtx, chat bool) {
 	if b.wantIDs {
 		b.promptIDs = j.pre.promptIDs
 	}
+	b.promptLogprobs, b.promptText = j.pre.promptLogprobs, j.pre.promptText
 	if !req.Stream {
 		em := &jsonEmitter{base: b}
 		outcome := j.run(ctx, em)

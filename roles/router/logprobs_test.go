@@ -3,11 +3,15 @@ package router
 import (
 	"encoding/json"
 	"math"
+	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/openai"
@@ -386,4 +390,91 @@ func TestRepetitionDetection(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// prompt_logprobs are vLLM's prefill's, relayed as vLLM wrote them (dev-vllm
+// does not compute them, so a wrapper plays that part of vLLM); streamed,
+// they are refused as vLLM refuses them. return_prompt_text relays the
+// rendered prompt, on a stream's first chunk only.
+func TestPromptLogprobsAndText(t *testing.T) {
+	canned := json.RawMessage(`[null,{"17":{"logprob":-1.5,"rank":1,"decoded_token":"x"}},{"9":{"logprob":-0.25,"rank":1,"decoded_token":"y"}}]`)
+	s := newStack(t, stackOpts{vllmWrap: func(inner fasthttp.RequestHandler) fasthttp.RequestHandler {
+		return func(ctx *fasthttp.RequestCtx) {
+			var body map[string]any
+			if json.Unmarshal(ctx.PostBody(), &body) != nil || body["prompt_logprobs"] == nil {
+				inner(ctx)
+				return
+			}
+			delete(body, "prompt_logprobs")
+			b, _ := json.Marshal(body)
+			ctx.Request.SetBody(b)
+			inner(ctx)
+			var out map[string]any
+			if json.Unmarshal(ctx.Response.Body(), &out) != nil {
+				return
+			}
+			if _, chat := body["messages"]; chat {
+				out["prompt_logprobs"] = canned
+			} else {
+				out["choices"].([]any)[0].(map[string]any)["prompt_logprobs"] = canned
+			}
+			b, _ = json.Marshal(out)
+			ctx.Response.SetBody(b)
+		}
+	}})
+	msgs := []any{map[string]any{"role": "user", "content": testPrompt}}
+	for _, chat := range []bool{false, true} {
+		path, body := "/v1/completions", map[string]any{"prompt": testPrompt, "max_tokens": 3, "prompt_logprobs": 1}
+		if chat {
+			path, body = "/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": 3, "prompt_logprobs": 1}
+		}
+		res := readJSON(t, s.post(t, path, body), chat)
+		var a struct {
+			PromptLogprobs json.RawMessage `json:"prompt_logprobs"`
+			Choices        []struct {
+				PromptLogprobs json.RawMessage `json:"prompt_logprobs"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(res.raw[0]), &a); err != nil {
+			t.Fatal(err)
+		}
+		got := a.Choices[0].PromptLogprobs
+		if chat {
+			got = a.PromptLogprobs
+		}
+		if !jsonEqual(got, canned) {
+			t.Fatalf("chat=%v: prompt_logprobs %s, want vLLM's %s", chat, got, canned)
+		}
+		body["stream"] = true
+		resp := s.post(t, path, body)
+		checkError(t, resp, http.StatusBadRequest, "prompt_logprobs", "")
+	}
+	chat := map[string]any{"messages": msgs, "max_tokens": 3, "return_prompt_text": true}
+	res := readJSON(t, s.post(t, "/v1/chat/completions", chat), true)
+	var a struct {
+		PromptText *string `json:"prompt_text"`
+	}
+	if err := json.Unmarshal([]byte(res.raw[0]), &a); err != nil || a.PromptText == nil || !strings.Contains(*a.PromptText, testPrompt) {
+		t.Fatalf("prompt_text %v (%v) in %s", a.PromptText, err, res.raw[0])
+	}
+	chat["stream"] = true
+	n := 0
+	for _, raw := range readSSE(t, s.post(t, "/v1/chat/completions", chat), true).raw {
+		var c struct {
+			PromptText *string `json:"prompt_text"`
+		}
+		if json.Unmarshal([]byte(raw), &c) == nil && c.PromptText != nil {
+			if n++; *c.PromptText != *a.PromptText {
+				t.Fatalf("streamed prompt_text %q, want %q", *c.PromptText, *a.PromptText)
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("prompt_text on %d chunks, want the first only", n)
+	}
+}
+
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }

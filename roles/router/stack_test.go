@@ -92,6 +92,7 @@ type stackOpts struct {
 	nodes        int     // decode nodes (default 1)
 	proxy        bool    // reach each node through a tcpProxy (to kill it)
 	router       func(*Options)
+	vllmWrap     func(fasthttp.RequestHandler) fasthttp.RequestHandler // around dev-vllm's handler
 }
 
 // startNode runs a decode node (roles/decode, in process) on the tiny model.
@@ -239,6 +240,9 @@ func newStack(t *testing.T, o stackOpts) *stack {
 				}
 				inner(ctx)
 			}
+		}
+		if o.vllmWrap != nil {
+			hs.Handler = o.vllmWrap(hs.Handler)
 		}
 		if s.vllm, err = fastserve.Start(hs, "127.0.0.1:0"); err != nil {
 			t.Fatal(err)

@@ -23,6 +23,10 @@ type prefillResult struct {
 	promptTokens int
 	promptIDs    []int                   // with return_token_ids
 	firstLP      *decodeapi.TokenLogprob // the first token's logprob (vLLM's)
+	// Relayed as vLLM wrote them: prompt_logprobs and the rendered prompt
+	// (return_prompt_text), when the client asked.
+	promptLogprobs json.RawMessage
+	promptText     *string
 }
 
 // vllmAnswer is the part of vLLM's prefill answer the router reads.
@@ -44,10 +48,13 @@ type vllmAnswer struct {
 				} `json:"top_logprobs"`
 			} `json:"content"`
 		} `json:"logprobs"`
-		TokenIDs       []int `json:"token_ids"`        // completions, return_token_ids
-		PromptTokenIDs []int `json:"prompt_token_ids"` // completions, return_token_ids
+		TokenIDs       []int           `json:"token_ids"`        // completions, return_token_ids
+		PromptTokenIDs []int           `json:"prompt_token_ids"` // completions, return_token_ids
+		PromptLogprobs json.RawMessage `json:"prompt_logprobs"`  // completions
 	} `json:"choices"`
-	PromptTokenIDs []int `json:"prompt_token_ids"` // chat, return_token_ids
+	PromptTokenIDs []int           `json:"prompt_token_ids"` // chat, return_token_ids
+	PromptLogprobs json.RawMessage `json:"prompt_logprobs"`  // chat
+	PromptText     *string         `json:"prompt_text"`      // chat, return_prompt_text
 	Usage          *struct {
 		PromptTokens int `json:"prompt_tokens"`
 	} `json:"usage"`
@@ -103,6 +110,18 @@ func (rt *Router) prefill(ctx context.Context, req *genRequest, n *node, rid str
 	res := &prefillResult{first: -1, finish: c.FinishReason, promptIDs: out.PromptTokenIDs}
 	if res.promptIDs == nil {
 		res.promptIDs = c.PromptTokenIDs
+	}
+	if req.PromptLogprobs != nil && *req.PromptLogprobs != 0 {
+		res.promptLogprobs = out.PromptLogprobs
+		if !req.Chat {
+			res.promptLogprobs = c.PromptLogprobs
+		}
+		if len(res.promptLogprobs) == 0 || string(res.promptLogprobs) == "null" {
+			return nil, upstreamErr(http.StatusBadGateway, "prefill_failed", "the vLLM prefill response has no prompt_logprobs although the client asked for them")
+		}
+	}
+	if req.ReturnPromptText {
+		res.promptText = out.PromptText
 	}
 	var tok string
 	if lp := c.Logprobs; lp != nil {

@@ -47,7 +47,7 @@ var prefillCases = []struct {
 	{"completion_ids_logprobs", false, json.RawMessage(`{"prompt":[5,17,301,42],"max_tokens":4,"logprobs":2,"ignore_eos":true,"stop_token_ids":[7]}`)},
 	{"completion_penalty", false, json.RawMessage(`{"prompt":"Say it again and again","max_tokens":8,"repetition_penalty":1.1,"return_tokens_as_token_ids":false}`)},
 	{"completion_sampling_extras", false, json.RawMessage(`{"prompt":"Once more","max_tokens":8,"temperature":0.8,"min_p":0.05,"bad_words":["again"," more"],"repetition_detection":{"max_pattern_size":4,"min_count":3},"return_token_ids":true,"return_tokens_as_token_ids":true,"logprobs":1}`)},
-	{"chat_reasoning_extras", true, json.RawMessage(`{"messages":[{"role":"user","content":"Think first"}],"max_tokens":64,"thinking_token_budget":16,"include_reasoning":false,"parallel_tool_calls":false,"chat_template_kwargs":{"enable_thinking":true}}`)},
+	{"chat_reasoning_extras", true, json.RawMessage(`{"messages":[{"role":"user","content":"Think first"}],"max_tokens":64,"thinking_token_budget":16,"prompt_logprobs":1,"return_prompt_text":true,"include_reasoning":false,"parallel_tool_calls":false,"chat_template_kwargs":{"enable_thinking":true}}`)},
 }
 
 func goldenRouter(t *testing.T, vllmURL string) (*Router, *node) {
@@ -144,6 +144,8 @@ func TestVLLMGoldenResponses(t *testing.T) {
 			PromptTokens int      `json:"prompt_tokens"`
 			Finish       string   `json:"finish_reason"`
 			Error        string   `json:"error_code"`
+			PromptLPLen  int      `json:"prompt_logprobs_len"`
+			PromptText   *string  `json:"prompt_text"`
 		} `json:"want"`
 	}
 	if err := json.Unmarshal(b, &cases); err != nil {
@@ -180,6 +182,20 @@ func TestVLLMGoldenResponses(t *testing.T) {
 			}
 			if (c.Want.PromptIDs != nil || res.promptIDs != nil) && !slices.Equal(res.promptIDs, c.Want.PromptIDs) {
 				t.Fatalf("prompt ids %v, want %v", res.promptIDs, c.Want.PromptIDs)
+			}
+			// prompt_logprobs are relayed as vLLM wrote them; only their
+			// presence and length are the router's concern.
+			var plp []json.RawMessage
+			if len(res.promptLogprobs) > 0 {
+				if err := json.Unmarshal(res.promptLogprobs, &plp); err != nil {
+					t.Fatalf("prompt_logprobs %s: %v", res.promptLogprobs, err)
+				}
+			}
+			if len(plp) != c.Want.PromptLPLen {
+				t.Fatalf("prompt_logprobs %s, want %d entries", res.promptLogprobs, c.Want.PromptLPLen)
+			}
+			if (c.Want.PromptText == nil) != (res.promptText == nil) || (res.promptText != nil && *res.promptText != *c.Want.PromptText) {
+				t.Fatalf("prompt_text %v, want %v", res.promptText, c.Want.PromptText)
 			}
 			switch {
 			case c.Want.Logprob == nil && res.firstLP != nil:

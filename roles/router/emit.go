@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -36,10 +37,10 @@ type pipeline struct {
 	ids           bool // return_token_ids: the generated ids go to the emitter
 	// repetition_detection: the generated ids (the first included) and
 	// whether their tail repeated, which ends the generation ("repetition").
-	rep       *openai.RepetitionDetection
-	minTokens int
-	gen       []int
-	repeated  bool
+	rep                  *openai.RepetitionDetection
+	minTokens, maxTokens int
+	gen                  []int
+	repeated             bool
 }
 
 func newPipeline(tok *tokenizer.Tokenizer, r *genRequest, em emitter) *pipeline {
@@ -52,7 +53,7 @@ func newPipeline(tok *tokenizer.Tokenizer, r *genRequest, em emitter) *pipeline 
 		}
 	}
 	p.ids = r.ReturnTokenIDs && !p.hideReasoning
-	p.rep, p.minTokens = r.Repetition, r.MinTokens
+	p.rep, p.minTokens, p.maxTokens = r.Repetition, r.MinTokens, r.MaxTokens
 	p.firstCallOnly = !r.ParallelToolCalls
 	p.asIDs = r.TokensAsIDs
 	if r.toolParser != "" {
@@ -75,9 +76,11 @@ func (p *pipeline) token(id int, lp *decodeapi.TokenLogprob) {
 	}
 	p.text(p.ts.add(id))
 	if p.rep != nil && !p.ts.stopped {
-		// As vLLM's check_stop: after the token, never before min_tokens.
+		// As vLLM's check_stop: after the token, never before min_tokens,
+		// and a stop id or the last token allowed ends it as stop / length.
 		p.gen = append(p.gen, id)
-		if len(p.gen) >= p.minTokens && p.rep.Repeats(p.gen) {
+		last := slices.Contains(p.ts.stopIDs, id) || (p.maxTokens > 0 && len(p.gen) >= p.maxTokens)
+		if !last && len(p.gen) >= p.minTokens && p.rep.Repeats(p.gen) {
 			p.repeated = true
 			p.text(p.ts.end())
 		}

@@ -369,9 +369,12 @@ func TestRepetitionDetection(t *testing.T) {
 	for _, tc := range []struct {
 		minTokens, want int
 		stream          bool
-	}{{0, 3, false}, {0, 3, true}, {5, 5, false}, {5, 5, true}} {
+		maxTokens       int
+		finish          string
+	}{{0, 3, false, 10, "repetition"}, {0, 3, true, 10, "repetition"}, {5, 5, false, 10, "repetition"}, {5, 5, true, 10, "repetition"},
+		{0, 3, false, 3, "length"}} { // the last token allowed: length, as vLLM checks it first
 		body["repetition_detection"] = map[string]any{"max_pattern_size": 2, "min_count": 3}
-		body["min_tokens"], body["stream"] = tc.minTokens, tc.stream
+		body["min_tokens"], body["stream"], body["max_tokens"] = tc.minTokens, tc.stream, tc.maxTokens
 		var r completion
 		if tc.stream {
 			r = readSSE(t, s.post(t, "/v1/completions", body), false)
@@ -379,8 +382,8 @@ func TestRepetitionDetection(t *testing.T) {
 			r = readJSON(t, s.post(t, "/v1/completions", body), false)
 		}
 		got := ids(r.raw)
-		if len(got) != tc.want || r.finish != "repetition" || slices.ContainsFunc(got, func(id int) bool { return id != x }) {
-			t.Fatalf("%+v: %v, finish %q; want %d x %d, repetition", tc, got, r.finish, tc.want, x)
+		if len(got) != tc.want || r.finish != tc.finish || slices.ContainsFunc(got, func(id int) bool { return id != x }) {
+			t.Fatalf("%+v: %v, finish %q; want %d x %d, %s", tc, got, r.finish, tc.want, x, tc.finish)
 		}
 	}
 	deadline := time.Now().Add(5 * time.Second) // a stream's slot is released just after its [DONE]

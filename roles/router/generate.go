@@ -201,7 +201,7 @@ func (rt *Router) admit(ctx context.Context, req *genRequest, t0 time.Time) (*jo
 		rt.gate.mu.Lock()
 		maxSeq := n.maxSeq
 		rt.gate.mu.Unlock()
-		if maxSeq > 0 && (pre.promptTokens >= maxSeq || (req.MaxTokens > 0 && pre.promptTokens+req.MaxTokens > maxSeq)) {
+		if maxSeq > 0 && (pre.promptTokens >= maxSeq || (req.MaxTokensParam != "" && req.MaxTokens > 0 && pre.promptTokens+req.MaxTokens > maxSeq)) {
 			go rt.cancelOnNode(n, rid, "error", log)
 			rt.gate.release(n)
 			if pre.promptTokens >= maxSeq {

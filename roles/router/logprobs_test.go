@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/internal/devvllm"
 	"github.com/tilert-go/tilert/openai"
 )
 
@@ -480,4 +483,74 @@ func TestPromptLogprobsAndText(t *testing.T) {
 func jsonEqual(a, b []byte) bool {
 	var x, y any
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+}
+
+// generation_config.json's defaults apply where the client set none, as
+// vLLM applies them: max_new_tokens for a chat without max_tokens (capped by
+// the context, never a 400) and temperature end to end; the penalties and
+// skip_special_tokens into the node's request and vLLM's prefill body. A
+// client's own value (0 included) wins.
+func TestGenerationConfigDefaults(t *testing.T) {
+	gc := t.TempDir()
+	if err := os.WriteFile(filepath.Join(gc, "generation_config.json"),
+		[]byte(`{"repetition_penalty":1.3,"presence_penalty":1.5,"frequency_penalty":0.25,"skip_special_tokens":false,"max_new_tokens":6,"temperature":0}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := newStack(t, stackOpts{maxSeqLen: 64, router: func(o *Options) { o.ModelPath = gc }})
+	msg := map[string]any{"role": "user", "content": testPrompt}
+	raw, _ := json.Marshal(msg)
+	text, _ := devvllm.RenderChat(s.tok, []json.RawMessage{raw})
+	prompt, _ := s.tok.Encode(text, false)
+	p := engine.Params{MaxTokens: 6, RepetitionPenalty: 1.3, PresencePenalty: 1.5, FrequencyPenalty: 0.25, PromptIDs: prompt}
+	want, _, _ := s.referenceP(t, prompt, p)
+	body := map[string]any{"messages": []any{msg}, "ignore_eos": true, "return_token_ids": true}
+	var a struct {
+		Choices []struct {
+			TokenIDs []int `json:"token_ids"`
+		} `json:"choices"`
+	}
+	res := readJSON(t, s.post(t, "/v1/chat/completions", body), true)
+	if err := json.Unmarshal([]byte(res.raw[0]), &a); err != nil || !slices.Equal(a.Choices[0].TokenIDs, want) {
+		t.Fatalf("defaults: %v (%v), want the engine's %v", a.Choices, err, want)
+	}
+	// A default larger than the room left is capped, not refused.
+	if err := os.WriteFile(filepath.Join(gc, "generation_config.json"), []byte(`{"max_new_tokens":100000,"temperature":0}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.rt.defaults = readDefaults(gc)
+	if r := readJSON(t, s.post(t, "/v1/chat/completions", body), true); r.finish != "length" {
+		t.Fatalf("a default past the context: finish %q, want length", r.finish)
+	}
+
+	s.rt.defaults = samplingDefaults{}
+	if err := json.Unmarshal([]byte(`{"repetition_penalty":1.3,"presence_penalty":1.5,"skip_special_tokens":false}`), &s.rt.defaults); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		client            string
+		rep, presence     float64
+		skip, wantDefault bool
+	}{
+		{`{"messages":[{"role":"user","content":"x"}]}`, 1.3, 1.5, false, true},
+		{`{"messages":[{"role":"user","content":"x"}],"presence_penalty":0,"repetition_penalty":1,"skip_special_tokens":true}`, 1, 0, true, false},
+	} {
+		r, e := s.rt.check([]byte(tc.client), true)
+		if e != nil {
+			t.Fatal(e)
+		}
+		d := r.decodeRequest("rid", 1, []int{1, 2})
+		wantRep := tc.rep // the node's request leaves an off repetition penalty out
+		if wantRep == 1 {
+			wantRep = 0
+		}
+		if d.Sampling.RepetitionPenalty != wantRep || d.Sampling.PresencePenalty != tc.presence || r.SkipSpecial != tc.skip {
+			t.Errorf("%s: decode request %+v, skip_special_tokens %v", tc.client, d.Sampling, r.SkipSpecial)
+		}
+		b, _ := r.prefillBody("m", &node{host: "h", ctrlPort: 1}, "rid")
+		var pb map[string]any
+		_ = json.Unmarshal(b, &pb)
+		if got := pb["presence_penalty"]; tc.wantDefault != (got == 1.5) {
+			t.Errorf("%s: prefill body presence_penalty %v", tc.client, got)
+		}
+	}
 }

@@ -18,8 +18,9 @@ type genRequest struct {
 	model                   string // the name answered with
 	temperature, topP, minP float64
 	topK                    int
-	badWords                [][]int // bad_words as token id sequences
-	thinkStart, thinkEnd    []int   // the reasoning parser's tags (thinking_token_budget)
+	badWords                [][]int        // bad_words as token id sequences
+	defaulted               map[string]any // generation_config.json values the client left out, sent to vLLM too
+	thinkStart, thinkEnd    []int          // the reasoning parser's tags (thinking_token_budget)
 	seed                    *uint64
 	stopIDs                 []int        // ids that end the generation without adding text
 	keepIDs                 map[int]bool // special ids kept as text (parser tags)
@@ -119,6 +120,7 @@ func (rt *Router) check(body []byte, chat bool) (*genRequest, *openai.Error) {
 		r.keepIDs = rt.keepIDs
 	}
 	r.resolveSampling(rt.defaults)
+	r.resolveDefaults(rt.defaults)
 	r.wantPromptIDs = req.RepetitionPenalty != 1 || req.ReturnTokenIDs || req.ThinkingBudget != nil
 	return r, nil
 }
@@ -158,6 +160,43 @@ func (r *genRequest) resolveSampling(d samplingDefaults) {
 	if r.Seed != nil {
 		u := uint64(*r.Seed)
 		r.seed = &u
+	}
+}
+
+// resolveDefaults applies generation_config.json's penalties, max_new_tokens
+// (chat without max_tokens) and skip_special_tokens where the client set
+// none, as vLLM does; defaulted records them for the prefill body, so that
+// a vLLM run with --generation-config vllm samples the first token alike.
+func (r *genRequest) resolveDefaults(d samplingDefaults) {
+	set := func(k string) bool {
+		v, ok := r.Raw[k]
+		return ok && string(v) != "null"
+	}
+	put := func(k string, v any) {
+		if r.defaulted == nil {
+			r.defaulted = map[string]any{}
+		}
+		r.defaulted[k] = v
+	}
+	for _, f := range []struct {
+		name string
+		def  *float64
+		dst  *float64
+	}{{"repetition_penalty", d.RepetitionPenalty, &r.RepetitionPenalty}, {"presence_penalty", d.PresencePenalty, &r.PresencePenalty},
+		{"frequency_penalty", d.FrequencyPenalty, &r.FrequencyPenalty}} {
+		if f.def != nil && !set(f.name) {
+			*f.dst = *f.def
+			put(f.name, *f.def)
+		}
+	}
+	if d.SkipSpecialTokens != nil && !set("skip_special_tokens") {
+		r.SkipSpecial = *d.SkipSpecialTokens
+		put("skip_special_tokens", *d.SkipSpecialTokens)
+	}
+	if d.MaxNewTokens != nil && *d.MaxNewTokens > 0 && r.MaxTokensParam == "" {
+		// A default, not the client's: the context caps it (vLLM's
+		// get_max_tokens) rather than refusing the request.
+		r.MaxTokens = *d.MaxNewTokens
 	}
 }
 
@@ -202,6 +241,9 @@ func (r *genRequest) prefillBody(model string, n *node, rid string) ([]byte, err
 		// --return-tokens-as-token-ids); a client's false would override the
 		// server's flag for this request.
 		out["return_tokens_as_token_ids"] = true
+	}
+	for k, v := range r.defaulted {
+		out[k] = v
 	}
 	out["temperature"], out["top_p"], out["top_k"] = r.temperature, r.topP, r.topK
 	if r.minP != 0 {

@@ -353,6 +353,12 @@ type samplingDefaults struct {
 	TopP        *float64 `json:"top_p"`
 	TopK        *int     `json:"top_k"`
 	MinP        *float64 `json:"min_p"`
+	// The rest of vLLM's list (ModelConfig.get_diff_sampling_param).
+	RepetitionPenalty *float64 `json:"repetition_penalty"`
+	PresencePenalty   *float64 `json:"presence_penalty"`
+	FrequencyPenalty  *float64 `json:"frequency_penalty"`
+	MaxNewTokens      *int     `json:"max_new_tokens"`
+	SkipSpecialTokens *bool    `json:"skip_special_tokens"`
 }
 
 // readDefaults reads generation_config.json's sampling defaults; the

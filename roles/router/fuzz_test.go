@@ -22,6 +22,9 @@ func FuzzChatBody(f *testing.F) {
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"temperature":1e308}`,
 		`{"messages":[],"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"tool_choice":"auto"}`,
 		`{"prompt":"x","n":2}`, `{"prompt":"x","logit_bias":{"5":100}}`, `{"prompt":"x","stop_token_ids":[-1]}`,
+		`{"prompt":"x","min_p":0.1,"bad_words":["a"," b"],"thinking_token_budget":4,"repetition_detection":{"max_pattern_size":3,"min_count":2}}`,
+		`{"messages":[{"role":"user","content":"x"}],"prompt_logprobs":2,"return_prompt_text":true,"return_token_ids":true,"include_reasoning":false}`,
+		`{"prompt":"x","use_beam_search":true,"structured_outputs":{"regex":"a"}}`,
 		`[]`, `null`, `{"prompt":"x"}{"prompt":"y"}`, `{"model":7}`,
 	} {
 		f.Add([]byte(s), true)

@@ -20,6 +20,7 @@ func FuzzDecodeBody(f *testing.F) {
 		`{"rid":"r-2","first_token_id":0}`, `{"rid":"","first_token_id":1}`, `{"rid":"x","first_token_id":-1}`,
 		`{"rid":"x","first_token_id":1,"timeout_s":1e308}`, `{"rid":"x","first_token_id":1,"sampling":{"temperature":-1}}`,
 		`{"rid":"x","first_token_id":1}{}`, `[]`, `null`, `{"rid":7}`, `{"rid":"a\u0000b","first_token_id":1}`,
+		`{"rid":"x","first_token_id":1,"prompt_token_ids":[4,5],"sampling":{"temperature":1,"min_p":0.2,"bad_words_token_ids":[[3],[4,5]],"thinking_budget":{"budget":3,"start_ids":[4],"end_ids":[6]}}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -38,14 +39,26 @@ func FuzzDecodeBody(f *testing.F) {
 			t.Fatalf("accepted rid %q", req.RID)
 		case *req.FirstTokenID < 0 || *req.FirstTokenID >= 1000:
 			t.Fatalf("accepted first_token_id %d", *req.FirstTokenID)
-		case p.MaxTokens < 0 || p.Temperature < 0 || p.TopP < 0 || p.TopP > 1 || p.TopK < 0:
+		case p.MaxTokens < 0 || p.Temperature < 0 || p.TopP < 0 || p.TopP > 1 || p.TopK < 0 || !(p.MinP >= 0 && p.MinP <= 1):
 			t.Fatalf("accepted params %+v", p)
+		case len(p.BadWords) > 128 || (p.Think != nil && (p.Think.Budget < 0 || len(p.Think.End) == 0)):
+			t.Fatalf("accepted bad words %v, thinking budget %+v", p.BadWords, p.Think)
 		case timeout <= 0 || timeout > time.Hour:
 			t.Fatalf("accepted timeout %s", timeout)
 		}
-		for _, id := range p.StopIDs {
+		ids := append([]int(nil), p.StopIDs...)
+		for _, w := range p.BadWords {
+			if len(w) == 0 {
+				t.Fatal("accepted an empty bad word")
+			}
+			ids = append(ids, w...)
+		}
+		if p.Think != nil {
+			ids = append(append(ids, p.Think.Start...), p.Think.End...)
+		}
+		for _, id := range ids {
 			if id < 0 || id >= 1000 {
-				t.Fatalf("accepted stop id %d", id)
+				t.Fatalf("accepted token id %d", id)
 			}
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/tilert-go/tilert/api/decodeapi"
@@ -227,6 +228,7 @@ type base struct {
 	// (a stream's first chunk), relayed when asked for.
 	promptLogprobs json.RawMessage
 	promptText     *string
+	index          int // the choice's index (n > 1)
 }
 
 // takePromptText returns the rendered prompt the first time, then nil.
@@ -284,7 +286,8 @@ func (b *base) completionLogprobs(lps []openai.TokenLogprob) *openai.CompletionL
 type jsonEmitter struct {
 	base
 	sb, rsb strings.Builder
-	body    []byte // the answer, once finished
+	resp    any    // the answer (openai.ChatCompletion or openai.Completion), once finished
+	body    []byte // resp as JSON
 	err     *openai.Error
 }
 
@@ -309,7 +312,7 @@ func (e *jsonEmitter) finish(reason string, u openai.Usage, calls []openai.ToolC
 		if r := e.rsb.String(); e.reasoningP && r != "" {
 			msg.ReasoningContent = &r
 		}
-		ch := openai.ChatChoice{Index: 0, Message: msg, FinishReason: reason}
+		ch := openai.ChatChoice{Index: e.index, Message: msg, FinishReason: reason}
 		if e.lps != nil {
 			ch.Logprobs = &openai.ChatLogprobs{Content: e.lps}
 		}
@@ -319,7 +322,7 @@ func (e *jsonEmitter) finish(reason string, u openai.Usage, calls []openai.ToolC
 			Choices: []openai.ChatChoice{ch}, Usage: &u, PromptTokenIDs: prompt, PromptLogprobs: e.promptLogprobs,
 			PromptText: e.takePromptText()}
 	} else {
-		ch := openai.CompletionChoice{Index: 0, Text: e.sb.String(), FinishReason: &reason}
+		ch := openai.CompletionChoice{Index: e.index, Text: e.sb.String(), FinishReason: &reason}
 		if e.lps != nil {
 			ch.Logprobs = e.completionLogprobs(e.lps)
 		}
@@ -328,8 +331,40 @@ func (e *jsonEmitter) finish(reason string, u openai.Usage, calls []openai.ToolC
 		v = openai.Completion{ID: e.id, Object: openai.ObjectCompletion, Created: e.created, Model: e.model,
 			Choices: []openai.CompletionChoice{ch}, Usage: &u}
 	}
+	e.resp = v
 	e.body, _ = json.Marshal(v)
 	e.body = append(e.body, '\n')
+}
+
+// mergeJSON is one answer of n choices from the finished emitters of a
+// request's n generations: their choices in index order, the prompt's
+// tokens counted once and the generated ones summed, as vLLM's usage.
+func mergeJSON(ems []*jsonEmitter) []byte {
+	var v any
+	switch first := ems[0].resp.(type) {
+	case openai.ChatCompletion:
+		u := *first.Usage
+		for _, e := range ems[1:] {
+			c := e.resp.(openai.ChatCompletion)
+			first.Choices = append(first.Choices, c.Choices...)
+			u.CompletionTokens += c.Usage.CompletionTokens
+		}
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		first.Usage = &u
+		v = first
+	case openai.Completion:
+		u := *first.Usage
+		for _, e := range ems[1:] {
+			c := e.resp.(openai.Completion)
+			first.Choices = append(first.Choices, c.Choices...)
+			u.CompletionTokens += c.Usage.CompletionTokens
+		}
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		first.Usage = &u
+		v = first
+	}
+	b, _ := json.Marshal(v)
+	return append(b, '\n')
 }
 
 // sseEmitter writes SSE chunks to w, flushing each; a failed flush means
@@ -341,9 +376,18 @@ type sseEmitter struct {
 	gone         func()
 	broken       bool
 	toolsSeen    bool
+	// One of n generations sharing w (n > 1): lock guards w, and the
+	// request's end (usage, [DONE]) is written once, by its caller.
+	lock  *sync.Mutex
+	multi bool
+	usage openai.Usage // at finish
 }
 
 func (e *sseEmitter) event(v any) {
+	if e.lock != nil {
+		e.lock.Lock()
+		defer e.lock.Unlock()
+	}
 	if e.broken {
 		return
 	}
@@ -358,7 +402,7 @@ func (e *sseEmitter) event(v any) {
 }
 
 func (e *sseEmitter) chatChunk(d openai.Delta, finish *string) {
-	ch := openai.ChunkChoice{Index: 0, Delta: d, FinishReason: finish}
+	ch := openai.ChunkChoice{Index: e.index, Delta: d, FinishReason: finish}
 	if e.lps != nil {
 		ch.Logprobs = &openai.ChatLogprobs{Content: e.lps}
 		e.lps = nil
@@ -370,7 +414,7 @@ func (e *sseEmitter) chatChunk(d openai.Delta, finish *string) {
 }
 
 func (e *sseEmitter) textChunk(s string, finish *string) {
-	ch := openai.CompletionChoice{Index: 0, Text: s, FinishReason: finish}
+	ch := openai.CompletionChoice{Index: e.index, Text: s, FinishReason: finish}
 	if e.lps != nil {
 		ch.Logprobs = e.completionLogprobs(e.lps)
 		e.lps = nil
@@ -419,6 +463,15 @@ func (e *sseEmitter) finish(reason string, u openai.Usage, _ []openai.ToolCall) 
 	} else {
 		e.textChunk("", &reason)
 	}
+	e.usage = u
+	if e.multi {
+		return
+	}
+	e.end(u)
+}
+
+// end writes the usage chunk (with include_usage) and [DONE].
+func (e *sseEmitter) end(u openai.Usage) {
 	if e.includeUsage {
 		if e.chat {
 			e.event(openai.ChatCompletionChunk{ID: e.id, Object: openai.ObjectChatChunk, Created: e.created, Model: e.model,
@@ -433,10 +486,16 @@ func (e *sseEmitter) finish(reason string, u openai.Usage, _ []openai.ToolCall) 
 
 func (e *sseEmitter) fail(a *openai.Error) {
 	e.event(a.Body())
-	e.done()
+	if !e.multi {
+		e.done()
+	}
 }
 
 func (e *sseEmitter) done() {
+	if e.lock != nil {
+		e.lock.Lock()
+		defer e.lock.Unlock()
+	}
 	if e.broken {
 		return
 	}

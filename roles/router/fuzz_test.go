@@ -34,9 +34,9 @@ func FuzzChatBody(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	n := &node{host: "127.0.0.1", ctrlPort: 5556, slots: 4, up: true}
 	rt := &Router{tok: tok, served: "glm-5-tiny", names: map[string]bool{"glm-5-tiny": true}, vllm: "http://127.0.0.1:1",
-		vllmModel: "vllm-name", keepIDs: map[int]bool{}}
-	n := &node{host: "127.0.0.1", ctrlPort: 5556}
+		vllmModel: "vllm-name", keepIDs: map[int]bool{}, gate: newGate([]*node{n}, 0)}
 	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
 		req, e := rt.check(body, chat)
 		if e != nil {

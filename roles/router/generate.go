@@ -57,6 +57,10 @@ func (rt *Router) serveGen(c *fasthttp.RequestCtx, chat bool) {
 		rt.count(ep, outcomeBadRequest, t0)
 		return
 	}
+	if req.N > 1 {
+		rt.serveN(c, req, body, ep, t0, created)
+		return
+	}
 	ctx, watch := fastserve.WatchConn(context.Background(), c.Conn())
 	j, e, outcome := rt.admit(ctx, req, t0)
 	if j == nil {
@@ -169,11 +173,22 @@ func (rt *Router) noNodes() *openai.Error {
 // reach it; the node does not answer /health) marks the node down and
 // goes to another node.
 func (rt *Router) admit(ctx context.Context, req *genRequest, t0 time.Time) (*job, *openai.Error, string) {
+	return rt.admitOn(ctx, req, t0, nil)
+}
+
+// admitOn is admit with its first slot already taken on n0 (nil: take one
+// from the gate); a failover takes the next from the gate.
+func (rt *Router) admitOn(ctx context.Context, req *genRequest, t0 time.Time, n0 *node) (*job, *openai.Error, string) {
 	deadline := t0.Add(time.Duration(rt.queueTimeout.Load()))
 	for attempt := 0; ; attempt++ {
-		n, e, outcome := rt.acquire(ctx, deadline)
-		if e != nil || n == nil {
-			return nil, e, outcome
+		n := n0
+		if attempt > 0 || n == nil {
+			var e *openai.Error
+			var outcome string
+			n, e, outcome = rt.acquire(ctx, deadline)
+			if e != nil || n == nil {
+				return nil, e, outcome
+			}
 		}
 		rid := newRID()
 		log := rt.log.With("rid", rid, "node", n.spec)

@@ -20,6 +20,7 @@ type genRequest struct {
 	topK                    int
 	badWords                [][]int        // bad_words as token id sequences
 	defaulted               map[string]any // generation_config.json values the client left out, sent to vLLM too
+	seedSet                 bool           // seed differs from the client's (a choice of n > 1): sent to vLLM
 	thinkStart, thinkEnd    []int          // the reasoning parser's tags (thinking_token_budget)
 	seed                    *uint64
 	stopIDs                 []int        // ids that end the generation without adding text
@@ -66,9 +67,13 @@ func (rt *Router) check(body []byte, chat bool) (*genRequest, *openai.Error) {
 			return nil, openai.BadField("logit_bias", "field logit_bias: token_id %d in logit_bias contains out-of-vocab token id (vocabulary [0, %d))", id, rt.tok.VocabSize())
 		}
 	}
+	slots := 0
+	if req.N > 1 {
+		_, slots = rt.gate.busy()
+	}
 	switch {
-	case req.N > 1:
-		r.spill(spillN, "n", fmt.Sprintf("only n=1 is supported by the TileRT pool (got %d); send separate requests", req.N))
+	case req.N > slots && req.N > 1:
+		r.spill(spillN, "n", fmt.Sprintf("n=%d needs %d decode slots at once; the TileRT pool has %d up (send a smaller n, or separate requests)", req.N, req.N, slots))
 	case req.BestOf > 1:
 		r.spill(spillBestOf, "best_of", "only best_of 1 is supported by the TileRT pool")
 	case req.Echo:
@@ -200,6 +205,18 @@ func (r *genRequest) resolveDefaults(d samplingDefaults) {
 	}
 }
 
+// child is the request of choice i of n: with a seed, seed + i, as vLLM
+// seeds the n sequences of a request.
+func (r *genRequest) child(i int) *genRequest {
+	c := *r
+	if r.seed != nil && i > 0 {
+		s := *r.seed + uint64(i)
+		c.seed = &s
+		c.seedSet = true
+	}
+	return &c
+}
+
 // prefillBody is the body sent to vLLM: the client's, with one token to
 // generate, no streaming, the first token's id and logprob in the
 // logprobs, the resolved sampling, the prompt ids when the decode side
@@ -244,6 +261,12 @@ func (r *genRequest) prefillBody(model string, n *node, rid string) ([]byte, err
 	}
 	for k, v := range r.defaulted {
 		out[k] = v
+	}
+	if r.seedSet {
+		out["seed"] = *r.seed
+	}
+	if r.N > 1 {
+		out["n"] = 1 // each choice of n is its own prefill
 	}
 	out["temperature"], out["top_p"], out["top_k"] = r.temperature, r.topP, r.topK
 	if r.minP != 0 {

@@ -76,7 +76,10 @@ type Router struct {
 	// thinkStart, thinkEnd are the reasoning parser's tags as ids (nil
 	// without a parser): what thinking_token_budget counts between.
 	thinkStart, thinkEnd []int
-	handler              fasthttp.RequestHandler
+	// multi lets one request of n > 1 take its slots at a time, so that two
+	// cannot each hold part of the pool waiting for the rest.
+	multi   sync.Mutex
+	handler fasthttp.RequestHandler
 
 	// queueTimeout is Options.QueueTimeout in nanoseconds, atomic so tests
 	// can change it between phases.

@@ -1,0 +1,184 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/tilert-go/tilert/internal/fastserve"
+	"github.com/tilert-go/tilert/openai"
+)
+
+// serveN serves a request of n > 1 choices as n generations on n decode
+// slots, as vLLM runs n sequences: choice i is sampled with seed + i (when
+// a seed is given), each is prefilled on its own (vLLM's prefix cache makes
+// the repeats cheap) and decoded on its own slot, and the answer carries
+// the n choices, the prompt's tokens counted once. The n slots are taken
+// before any prefill, one such request at a time (Router.multi), so two
+// of them cannot each hold part of the pool waiting for the rest; check
+// has refused an n larger than the pool.
+func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, ep string, t0 time.Time, created int64) {
+	ctx, watch := fastserve.WatchConn(context.Background(), c.Conn())
+	refuse := func(e *openai.Error, outcome string) {
+		if watch.Close() {
+			c.SetConnectionClose()
+		}
+		watch.Cancel()
+		if rt.spill != "" && (outcome == outcomeRejected || outcome == outcomeUnavailable) {
+			reason := spillFull
+			if outcome == outcomeUnavailable {
+				reason = spillDown
+			}
+			rt.spillTo(c, body, reason, ep, t0)
+			return
+		}
+		if e != nil {
+			writeError(c, e)
+		}
+		rt.count(ep, outcome, t0)
+	}
+
+	deadline := t0.Add(time.Duration(rt.queueTimeout.Load()))
+	nodes := make([]*node, 0, req.N)
+	rt.multi.Lock()
+	for len(nodes) < req.N {
+		n, e, outcome := rt.acquire(ctx, deadline)
+		if e != nil || n == nil {
+			rt.multi.Unlock()
+			for _, n := range nodes {
+				rt.gate.release(n)
+			}
+			refuse(e, outcome)
+			return
+		}
+		nodes = append(nodes, n)
+	}
+	rt.multi.Unlock()
+
+	jobs := make([]*job, req.N)
+	errs := make([]*openai.Error, req.N)
+	outcomes := make([]string, req.N)
+	var wg sync.WaitGroup
+	for i := range req.N {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			jobs[i], errs[i], outcomes[i] = rt.admitOn(ctx, req.child(i), t0, nodes[i])
+		}()
+	}
+	wg.Wait()
+	for i, j := range jobs {
+		if j != nil {
+			continue
+		}
+		// One choice could not start: the others' states are dropped and
+		// their slots freed, and the request answers as that choice did.
+		for _, o := range jobs {
+			if o != nil {
+				o.cancelAsync("error")
+				rt.gate.release(o.n)
+			}
+		}
+		refuse(errs[i], outcomes[i])
+		return
+	}
+
+	bases := make([]base, req.N)
+	for i, j := range jobs {
+		bases[i] = newBase(j.req, rt.served, jobs[0].rid, created)
+		bases[i].index = i
+		if bases[i].wantIDs {
+			bases[i].promptIDs = j.pre.promptIDs
+		}
+		bases[i].promptLogprobs, bases[i].promptText = j.pre.promptLogprobs, j.pre.promptText
+	}
+	// A choice that fails ends the others (as vLLM aborts the request):
+	// they are cancelled on their nodes.
+	run := func(ems []emitter) string {
+		rctx, stop := context.WithCancel(ctx)
+		defer stop()
+		var wg sync.WaitGroup
+		outs := make([]string, len(jobs))
+		for i, j := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if outs[i] = j.run(rctx, ems[i]); outs[i] != outcomeOK {
+					stop()
+				}
+			}()
+		}
+		wg.Wait()
+		for _, o := range outs { // the failure, not the cancellations it caused
+			if o != outcomeOK && o != outcomeCancelled {
+				return o
+			}
+		}
+		for _, o := range outs {
+			if o != outcomeOK {
+				return o
+			}
+		}
+		return outcomeOK
+	}
+	if !req.Stream {
+		ems := make([]*jsonEmitter, req.N)
+		all := make([]emitter, req.N)
+		for i := range ems {
+			ems[i] = &jsonEmitter{base: bases[i]}
+			all[i] = ems[i]
+		}
+		outcome := run(all)
+		if watch.Close() {
+			c.SetConnectionClose()
+		}
+		watch.Cancel()
+		var failed *openai.Error
+		for _, em := range ems {
+			if em.err != nil && failed == nil {
+				failed = em.err
+			}
+		}
+		switch {
+		case failed != nil:
+			writeError(c, failed)
+		case outcome == outcomeOK:
+			c.SetStatusCode(http.StatusOK)
+			c.SetContentType("application/json")
+			c.SetBody(mergeJSON(ems))
+		}
+		rt.count(ep, outcome, t0)
+		return
+	}
+	c.SetStatusCode(http.StatusOK)
+	c.SetContentType("text/event-stream")
+	c.Response.Header.Set("Cache-Control", "no-cache")
+	c.Response.Header.Set("X-Accel-Buffering", "no")
+	c.SetBodyStreamWriter(func(w *bufio.Writer) {
+		var mu sync.Mutex
+		ems := make([]*sseEmitter, req.N)
+		all := make([]emitter, req.N)
+		for i := range ems {
+			ems[i] = &sseEmitter{base: bases[i], w: w, includeUsage: req.IncludeUsage, gone: watch.Cancel, lock: &mu, multi: true}
+			all[i] = ems[i]
+		}
+		outcome := run(all)
+		u := ems[0].usage
+		for _, em := range ems[1:] {
+			u.CompletionTokens += em.usage.CompletionTokens
+		}
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		if outcome == outcomeOK {
+			ems[0].end(u)
+		} else {
+			ems[0].done()
+		}
+		watch.Close()
+		watch.Cancel()
+		rt.count(ep, outcome, t0)
+	})
+}

@@ -3,6 +3,7 @@ package router
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -43,12 +44,25 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 	}
 
 	deadline := t0.Add(time.Duration(rt.queueTimeout.Load()))
+	wait := time.NewTimer(max(0, time.Until(deadline)))
+	select {
+	case rt.multi <- struct{}{}:
+		wait.Stop()
+	case <-wait.C:
+		rt.m.rejects.With("queue_timeout").Inc()
+		refuse(&openai.Error{Status: http.StatusTooManyRequests, Type: "server_busy", Code: "queue_timeout", RetryAfter: time.Second,
+			Message: fmt.Sprintf("another request of n > 1 held the pool for %s; retry later", time.Duration(rt.queueTimeout.Load()))}, outcomeRejected)
+		return
+	case <-ctx.Done():
+		wait.Stop()
+		refuse(nil, outcomeCancelled)
+		return
+	}
 	nodes := make([]*node, 0, req.N)
-	rt.multi.Lock()
 	for len(nodes) < req.N {
 		n, e, outcome := rt.acquire(ctx, deadline)
 		if e != nil || n == nil {
-			rt.multi.Unlock()
+			<-rt.multi
 			for _, n := range nodes {
 				rt.gate.release(n)
 			}
@@ -57,7 +71,7 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 		}
 		nodes = append(nodes, n)
 	}
-	rt.multi.Unlock()
+	<-rt.multi
 
 	jobs := make([]*job, req.N)
 	errs := make([]*openai.Error, req.N)

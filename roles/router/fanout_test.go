@@ -176,3 +176,25 @@ func TestNChoicesOneFails(t *testing.T) {
 		t.Fatalf("after the failure: %+v", r)
 	}
 }
+
+// Two requests of n = 3 on a pool of 4 slots both complete: one takes its
+// slots, the other waits for it to finish rather than holding a part.
+func TestNChoicesConcurrent(t *testing.T) {
+	s := newStack(t, stackOpts{maxInflight: 4, queueSize: 8})
+	var wg sync.WaitGroup
+	resps := make([]*http.Response, 4)
+	for i := range resps {
+		wg.Add(1)
+		go func() { // the answers are read below, on the test's goroutine
+			defer wg.Done()
+			resps[i] = s.post(t, "/v1/completions", map[string]any{"prompt": testPrompt, "max_tokens": 6, "n": 3,
+				"temperature": 0, "ignore_eos": true, "stream": i%2 == 1})
+		}()
+	}
+	wg.Wait()
+	for i, resp := range resps {
+		if r := readN(t, resp, i%2 == 1); len(r.text) != 3 || r.text[0] != r.text[2] {
+			t.Errorf("request %d: %+v", i, r)
+		}
+	}
+}

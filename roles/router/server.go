@@ -77,8 +77,9 @@ type Router struct {
 	// without a parser): what thinking_token_budget counts between.
 	thinkStart, thinkEnd []int
 	// multi lets one request of n > 1 take its slots at a time, so that two
-	// cannot each hold part of the pool waiting for the rest.
-	multi   sync.Mutex
+	// cannot each hold part of the pool waiting for the rest (a one-token
+	// semaphore: waiting on it keeps the request's deadline and its client).
+	multi   chan struct{}
 	handler fasthttp.RequestHandler
 
 	// queueTimeout is Options.QueueTimeout in nanoseconds, atomic so tests
@@ -133,7 +134,7 @@ func New(ctx context.Context, o Options) (*Router, error) {
 			"add --tool-call-parser glm47 (GLM-4.7/GLM-5), glm45 or deepseek_v32")
 	}
 	rt := &Router{opts: o, tok: o.Tokenizer, vllm: strings.TrimRight(o.VLLMURL, "/"), spill: strings.TrimRight(o.SpillURL, "/"),
-		log: o.Log, created: time.Now().Unix(),
+		log: o.Log, created: time.Now().Unix(), multi: make(chan struct{}, 1),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, IdleConnTimeout: 90 * time.Second}}}
 	for _, s := range o.Nodes {
 		n, err := parseNode(s)

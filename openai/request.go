@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Request is a /v1/completions or /v1/chat/completions body, checked and
@@ -19,10 +20,13 @@ type Request struct {
 	Chat bool
 	Raw  map[string]json.RawMessage
 
-	Model        string
-	Messages     []Message  // chat
-	Prompt       PromptKind // completions: what the prompt is
-	PromptIDs    []int      // completions: the prompt when given as token ids
+	Model     string
+	Messages  []Message  // chat
+	Prompt    PromptKind // completions: what the prompt is
+	PromptIDs []int      // completions: the prompt when given as token ids
+	// Prompts is a completions batch of more than one prompt, each a string
+	// or token ids as sent; nil for one prompt.
+	Prompts      []json.RawMessage
 	Stream       bool
 	IncludeUsage bool
 
@@ -284,9 +288,8 @@ func (r *Request) parseInput(f fields) *Error {
 	return nil
 }
 
-// parsePrompt accepts one prompt: a string, an array of token ids, or an
-// array holding one of those (batched prompts are refused: send several
-// requests).
+// parsePrompt accepts one prompt (a string or an array of token ids) or a
+// batch of them (an array of those), as vLLM's completions do.
 func (r *Request) parsePrompt(v json.RawMessage) *Error {
 	if v == nil || isNull(v) {
 		return BadField("prompt", "field prompt: missing")
@@ -309,10 +312,27 @@ func (r *Request) parsePrompt(v json.RawMessage) *Error {
 	}
 	var list []json.RawMessage
 	if json.Unmarshal(v, &list) == nil {
-		if len(list) != 1 {
-			return BadField("prompt", "field prompt: %d prompts in one request; the TileRT router takes one (send separate requests)", len(list))
+		if len(list) == 0 {
+			return BadField("prompt", "field prompt: empty")
 		}
-		return r.parsePrompt(list[0])
+		for i, p := range list {
+			var one Request
+			var nested []json.RawMessage
+			if json.Unmarshal(p, &nested) == nil && len(nested) > 0 && json.Unmarshal(nested[0], new([]json.RawMessage)) == nil {
+				return BadField("prompt", "field prompt[%d]: a batch holds strings or arrays of token ids, not deeper arrays", i)
+			}
+			if e := one.parsePrompt(p); e != nil {
+				e.Message = strings.Replace(e.Message, "field prompt:", fmt.Sprintf("field prompt[%d]:", i), 1)
+				return e
+			}
+			if i == 0 {
+				r.Prompt, r.PromptIDs = one.Prompt, one.PromptIDs
+			}
+		}
+		if len(list) > 1 {
+			r.Prompts = list
+		}
+		return nil
 	}
 	return BadField("prompt", "field prompt: want a string, an array of token ids, or an array with one of those")
 }

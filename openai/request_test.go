@@ -16,7 +16,12 @@ func TestParseRequest(t *testing.T) {
 		{"completions defaults", `{"prompt":"hi"}`, false, "", "", func(r *Request) bool {
 			return r.MaxTokens == 16 && r.RepetitionPenalty == 1 && r.SkipSpecial && !r.Logprobs && r.N == 1
 		}},
-		{"token prompt", `{"prompt":[[1,2,3]]}`, false, "", "", func(r *Request) bool { return r.Prompt == PromptIDs && len(r.PromptIDs) == 3 }},
+		{"token prompt", `{"prompt":[[1,2,3]]}`, false, "", "", func(r *Request) bool { return r.Prompt == PromptIDs && len(r.PromptIDs) == 3 && r.Prompts == nil }},
+		{"batch of texts", `{"prompt":["a","b","c"]}`, false, "", "", func(r *Request) bool { return len(r.Prompts) == 3 && r.Prompt == PromptText }},
+		{"batch of ids", `{"prompt":[[1,2],[3]]}`, false, "", "", func(r *Request) bool { return len(r.Prompts) == 2 && r.Prompt == PromptIDs }},
+		{"batch with an empty prompt", `{"prompt":["a",""]}`, false, "prompt", "prompt[1]: empty", nil},
+		{"batch too deep", `{"prompt":[[[1]]]}`, false, "prompt", "not deeper arrays", nil},
+		{"empty batch", `{"prompt":[]}`, false, "prompt", "empty", nil},
 		{"max_completion_tokens wins", `{` + msgs + `,"max_tokens":5,"max_completion_tokens":7}`, true, "", "", func(r *Request) bool {
 			return r.MaxTokens == 7 && r.MaxTokensParam == "max_completion_tokens"
 		}},

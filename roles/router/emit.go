@@ -289,6 +289,7 @@ type jsonEmitter struct {
 	resp    any    // the answer (openai.ChatCompletion or openai.Completion), once finished
 	body    []byte // resp as JSON
 	err     *openai.Error
+	usage   openai.Usage // at finish
 }
 
 func (e *jsonEmitter) start()                         {}
@@ -299,6 +300,7 @@ func (e *jsonEmitter) logprob(lp openai.TokenLogprob) { e.lps = append(e.lps, lp
 func (e *jsonEmitter) fail(a *openai.Error)           { e.err = a }
 
 func (e *jsonEmitter) finish(reason string, u openai.Usage, calls []openai.ToolCall) {
+	e.usage = u
 	var v any
 	if e.chat {
 		msg := openai.ResponseMessage{Role: "assistant", ToolCalls: calls}
@@ -336,30 +338,21 @@ func (e *jsonEmitter) finish(reason string, u openai.Usage, calls []openai.ToolC
 	e.body = append(e.body, '\n')
 }
 
-// mergeJSON is one answer of n choices from the finished emitters of a
-// request's n generations: their choices in index order, the prompt's
-// tokens counted once and the generated ones summed, as vLLM's usage.
-func mergeJSON(ems []*jsonEmitter) []byte {
+// mergeJSON is one answer of every choice from the finished emitters of a
+// request's generations, in index order, with the request's usage u.
+func mergeJSON(ems []*jsonEmitter, u openai.Usage) []byte {
 	var v any
 	switch first := ems[0].resp.(type) {
 	case openai.ChatCompletion:
-		u := *first.Usage
 		for _, e := range ems[1:] {
-			c := e.resp.(openai.ChatCompletion)
-			first.Choices = append(first.Choices, c.Choices...)
-			u.CompletionTokens += c.Usage.CompletionTokens
+			first.Choices = append(first.Choices, e.resp.(openai.ChatCompletion).Choices...)
 		}
-		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 		first.Usage = &u
 		v = first
 	case openai.Completion:
-		u := *first.Usage
 		for _, e := range ems[1:] {
-			c := e.resp.(openai.Completion)
-			first.Choices = append(first.Choices, c.Choices...)
-			u.CompletionTokens += c.Usage.CompletionTokens
+			first.Choices = append(first.Choices, e.resp.(openai.Completion).Choices...)
 		}
-		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 		first.Usage = &u
 		v = first
 	}

@@ -14,14 +14,15 @@ import (
 	"github.com/tilert-go/tilert/openai"
 )
 
-// serveN serves a request of n > 1 choices as n generations on n decode
-// slots, as vLLM runs n sequences: choice i is sampled with seed + i (when
-// a seed is given), each is prefilled on its own (vLLM's prefix cache makes
-// the repeats cheap) and decoded on its own slot, and the answer carries
-// the n choices, the prompt's tokens counted once. The n slots are taken
-// before any prefill, one such request at a time (Router.multi), so two
-// of them cannot each hold part of the pool waiting for the rest; check
-// has refused an n larger than the pool.
+// serveN serves a request of n > 1 choices, or a completions batch of
+// prompts, as one generation a choice on its own decode slot, as vLLM runs
+// them: choice j of a prompt is sampled with seed + j (when a seed is
+// given), each is prefilled on its own (vLLM's prefix cache makes the
+// repeats cheap) and decoded on its own slot, and the answer carries every
+// choice (index prompt * n + j), each prompt's tokens counted once. The
+// slots are taken before any prefill, one such request at a time
+// (Router.multi), so two of them cannot each hold part of the pool waiting
+// for the rest; check has refused more generations than the pool's slots.
 func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, ep string, t0 time.Time, created int64) {
 	ctx, watch := fastserve.WatchConn(context.Background(), c.Conn())
 	refuse := func(e *openai.Error, outcome string) {
@@ -58,8 +59,9 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 		refuse(nil, outcomeCancelled)
 		return
 	}
-	nodes := make([]*node, 0, req.N)
-	for len(nodes) < req.N {
+	gens := req.generations()
+	nodes := make([]*node, 0, gens)
+	for len(nodes) < gens {
 		n, e, outcome := rt.acquire(ctx, deadline)
 		if e != nil || n == nil {
 			<-rt.multi
@@ -73,11 +75,11 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 	}
 	<-rt.multi
 
-	jobs := make([]*job, req.N)
-	errs := make([]*openai.Error, req.N)
-	outcomes := make([]string, req.N)
+	jobs := make([]*job, gens)
+	errs := make([]*openai.Error, gens)
+	outcomes := make([]string, gens)
 	var wg sync.WaitGroup
-	for i := range req.N {
+	for i := range gens {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -101,7 +103,7 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 		return
 	}
 
-	bases := make([]base, req.N)
+	bases := make([]base, gens)
 	for i, j := range jobs {
 		bases[i] = newBase(j.req, rt.served, jobs[0].rid, created)
 		bases[i].index = i
@@ -139,9 +141,22 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 		}
 		return outcomeOK
 	}
+	// usage counts each prompt's tokens once (its first choice's) and every
+	// generated token.
+	usage := func(us []openai.Usage) openai.Usage {
+		var u openai.Usage
+		for i, x := range us {
+			if i%req.N == 0 {
+				u.PromptTokens += x.PromptTokens
+			}
+			u.CompletionTokens += x.CompletionTokens
+		}
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		return u
+	}
 	if !req.Stream {
-		ems := make([]*jsonEmitter, req.N)
-		all := make([]emitter, req.N)
+		ems := make([]*jsonEmitter, gens)
+		all := make([]emitter, gens)
 		for i := range ems {
 			ems[i] = &jsonEmitter{base: bases[i]}
 			all[i] = ems[i]
@@ -161,9 +176,13 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 		case failed != nil:
 			writeError(c, failed)
 		case outcome == outcomeOK:
+			us := make([]openai.Usage, gens)
+			for i, em := range ems {
+				us[i] = em.usage
+			}
 			c.SetStatusCode(http.StatusOK)
 			c.SetContentType("application/json")
-			c.SetBody(mergeJSON(ems))
+			c.SetBody(mergeJSON(ems, usage(us)))
 		}
 		rt.count(ep, outcome, t0)
 		return
@@ -174,20 +193,19 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 	c.Response.Header.Set("X-Accel-Buffering", "no")
 	c.SetBodyStreamWriter(func(w *bufio.Writer) {
 		var mu sync.Mutex
-		ems := make([]*sseEmitter, req.N)
-		all := make([]emitter, req.N)
+		ems := make([]*sseEmitter, gens)
+		all := make([]emitter, gens)
 		for i := range ems {
 			ems[i] = &sseEmitter{base: bases[i], w: w, includeUsage: req.IncludeUsage, gone: watch.Cancel, lock: &mu, multi: true}
 			all[i] = ems[i]
 		}
 		outcome := run(all)
-		u := ems[0].usage
-		for _, em := range ems[1:] {
-			u.CompletionTokens += em.usage.CompletionTokens
+		us := make([]openai.Usage, gens)
+		for i, em := range ems {
+			us[i] = em.usage
 		}
-		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 		if outcome == outcomeOK {
-			ems[0].end(u)
+			ems[0].end(usage(us))
 		} else {
 			ems[0].done()
 		}

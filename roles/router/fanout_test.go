@@ -198,3 +198,37 @@ func TestNChoicesConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// A completions batch: prompt p's choice j is index p * n + j, sampled with
+// seed + j, equal to the engine's own; usage counts each prompt once.
+func TestPromptBatch(t *testing.T) {
+	s := newStack(t, stackOpts{maxInflight: 4})
+	const n, maxTokens, seed = 2, 6, 5
+	second := "Tokens stream to users"
+	p0, _ := s.tok.Encode(testPrompt, true)
+	p1, _ := s.tok.Encode(second, true)
+	ids1 := p1[1:] // sent as token ids, the BOS left out as a client would
+	want := map[int]string{}
+	for p, prompt := range [][]int{p0, ids1} {
+		for j := range n {
+			ids, _, _ := s.referenceP(t, prompt, engine.Params{MaxTokens: maxTokens, Temperature: 0.8, TopP: 1, Seed: seed + uint64(j)})
+			want[p*n+j] = s.tok.Decode(ids, true)
+		}
+	}
+	for _, stream := range []bool{false, true} {
+		body := map[string]any{"prompt": []any{testPrompt, ids1}, "max_tokens": maxTokens, "temperature": 0.8, "top_p": 1,
+			"top_k": 0, "seed": seed, "ignore_eos": true, "n": n, "stream": stream}
+		if stream {
+			body["stream_options"] = map[string]any{"include_usage": true}
+		}
+		r := readN(t, s.post(t, "/v1/completions", body), stream)
+		for i := range 2 * n {
+			if r.text[i] != want[i] {
+				t.Errorf("stream=%v choice %d: %q, want the engine's %q", stream, i, r.text[i], want[i])
+			}
+		}
+		if r.usage == nil || r.usage.PromptTokens != len(p0)+len(ids1) || r.usage.CompletionTokens != 2*n*maxTokens {
+			t.Errorf("stream=%v: usage %+v, want %d prompt tokens", stream, r.usage, len(p0)+len(ids1))
+		}
+	}
+}

@@ -57,7 +57,7 @@ func (rt *Router) serveGen(c *fasthttp.RequestCtx, chat bool) {
 		rt.count(ep, outcomeBadRequest, t0)
 		return
 	}
-	if req.N > 1 {
+	if req.generations() > 1 {
 		rt.serveN(c, req, body, ep, t0, created)
 		return
 	}

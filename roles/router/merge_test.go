@@ -7,8 +7,7 @@ import (
 	"github.com/tilert-go/tilert/openai"
 )
 
-// The n choices' answer: every choice by index, the prompt's tokens once,
-// the generated ones summed.
+// The choices' answer: every choice by index, with the usage given.
 func TestMergeJSON(t *testing.T) {
 	for _, chat := range []bool{false, true} {
 		var ems []*jsonEmitter
@@ -23,7 +22,7 @@ func TestMergeJSON(t *testing.T) {
 			} `json:"choices"`
 			Usage openai.Usage `json:"usage"`
 		}
-		if err := json.Unmarshal(mergeJSON(ems), &a); err != nil {
+		if err := json.Unmarshal(mergeJSON(ems, openai.NewUsage(19, 27)), &a); err != nil {
 			t.Fatal(err)
 		}
 		if len(a.Choices) != 3 || a.Choices[2].Index != 2 || a.Usage != openai.NewUsage(19, 27) {

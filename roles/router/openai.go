@@ -3,6 +3,7 @@ package router
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"time"
@@ -37,6 +38,7 @@ const (
 	spillFull       = "pool_full"
 	spillDown       = "pool_down"
 	spillN          = "n"
+	spillBatch      = "prompts"
 	spillBestOf     = "best_of"
 	spillEcho       = "echo"
 	spillSuffix     = "suffix"
@@ -67,12 +69,14 @@ func (rt *Router) check(body []byte, chat bool) (*genRequest, *openai.Error) {
 			return nil, openai.BadField("logit_bias", "field logit_bias: token_id %d in logit_bias contains out-of-vocab token id (vocabulary [0, %d))", id, rt.tok.VocabSize())
 		}
 	}
-	slots := 0
-	if req.N > 1 {
+	slots, gens := 0, r.generations()
+	if gens > 1 {
 		_, slots = rt.gate.busy()
 	}
 	switch {
-	case req.N > slots && req.N > 1:
+	case gens > slots && gens > 1 && len(req.Prompts) > 1:
+		r.spill(spillBatch, "prompt", fmt.Sprintf("%d prompts x n=%d need %d decode slots at once; the TileRT pool has %d up (send fewer prompts a request)", len(req.Prompts), req.N, gens, slots))
+	case gens > slots && gens > 1:
 		r.spill(spillN, "n", fmt.Sprintf("n=%d needs %d decode slots at once; the TileRT pool has %d up (send a smaller n, or separate requests)", req.N, req.N, slots))
 	case req.BestOf > 1:
 		r.spill(spillBestOf, "best_of", "only best_of 1 is supported by the TileRT pool")
@@ -205,14 +209,26 @@ func (r *genRequest) resolveDefaults(d samplingDefaults) {
 	}
 }
 
-// child is the request of choice i of n: with a seed, seed + i, as vLLM
-// seeds the n sequences of a request.
+// generations is how many the request makes: n for each prompt of its
+// batch (one prompt: n).
+func (r *genRequest) generations() int { return max(1, len(r.Prompts)) * r.N }
+
+// child is generation i of the request: choice i % n of prompt i / n, as
+// vLLM indexes them; with a seed, choice j is sampled with seed + j, as vLLM
+// seeds the n sequences of a prompt.
 func (r *genRequest) child(i int) *genRequest {
 	c := *r
-	if r.seed != nil && i > 0 {
-		s := *r.seed + uint64(i)
+	if j := i % r.N; r.seed != nil && j > 0 {
+		s := *r.seed + uint64(j)
 		c.seed = &s
 		c.seedSet = true
+	}
+	if len(r.Prompts) > 1 {
+		rq := *r.Request
+		rq.Raw = maps.Clone(r.Raw)
+		rq.Raw["prompt"] = r.Prompts[i/r.N]
+		rq.Prompts = nil
+		c.Request = &rq
 	}
 	return &c
 }

@@ -25,24 +25,7 @@ import (
 // for the rest; check has refused more generations than the pool's slots.
 func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, ep string, t0 time.Time, created int64) {
 	ctx, watch := fastserve.WatchConn(context.Background(), c.Conn())
-	refuse := func(e *openai.Error, outcome string) {
-		if watch.Close() {
-			c.SetConnectionClose()
-		}
-		watch.Cancel()
-		if rt.spill != "" && (outcome == outcomeRejected || outcome == outcomeUnavailable) {
-			reason := spillFull
-			if outcome == outcomeUnavailable {
-				reason = spillDown
-			}
-			rt.spillTo(c, body, reason, ep, t0)
-			return
-		}
-		if e != nil {
-			writeError(c, e)
-		}
-		rt.count(ep, outcome, t0)
-	}
+	refuse := func(e *openai.Error, outcome string) { rt.refuse(c, watch, body, ep, t0, e, outcome) }
 
 	deadline := t0.Add(time.Duration(rt.queueTimeout.Load()))
 	wait := time.NewTimer(max(0, time.Until(deadline)))
@@ -105,12 +88,7 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 
 	bases := make([]base, gens)
 	for i, j := range jobs {
-		bases[i] = newBase(j.req, rt.served, jobs[0].rid, created)
-		bases[i].index = i
-		if bases[i].wantIDs {
-			bases[i].promptIDs = j.pre.promptIDs
-		}
-		bases[i].promptLogprobs, bases[i].promptText = j.pre.promptLogprobs, j.pre.promptText
+		bases[i] = j.base(jobs[0].rid, i, created)
 	}
 	// A choice that fails ends the others (as vLLM aborts the request):
 	// they are cancelled on their nodes.
@@ -187,10 +165,7 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 		rt.count(ep, outcome, t0)
 		return
 	}
-	c.SetStatusCode(http.StatusOK)
-	c.SetContentType("text/event-stream")
-	c.Response.Header.Set("Cache-Control", "no-cache")
-	c.Response.Header.Set("X-Accel-Buffering", "no")
+	sseHeaders(c)
 	c.SetBodyStreamWriter(func(w *bufio.Writer) {
 		var mu sync.Mutex
 		ems := make([]*sseEmitter, gens)

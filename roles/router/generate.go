@@ -64,29 +64,10 @@ func (rt *Router) serveGen(c *fasthttp.RequestCtx, chat bool) {
 	ctx, watch := fastserve.WatchConn(context.Background(), c.Conn())
 	j, e, outcome := rt.admit(ctx, req, t0)
 	if j == nil {
-		if watch.Close() {
-			c.SetConnectionClose()
-		}
-		watch.Cancel()
-		if rt.spill != "" && (outcome == outcomeRejected || outcome == outcomeUnavailable) {
-			reason := spillFull
-			if outcome == outcomeUnavailable {
-				reason = spillDown
-			}
-			rt.spillTo(c, body, reason, ep, t0)
-			return
-		}
-		if e != nil {
-			writeError(c, e)
-		}
-		rt.count(ep, outcome, t0)
+		rt.refuse(c, watch, body, ep, t0, e, outcome)
 		return
 	}
-	b := newBase(req, rt.served, j.rid, created)
-	if b.wantIDs {
-		b.promptIDs = j.pre.promptIDs
-	}
-	b.promptLogprobs, b.promptText = j.pre.promptLogprobs, j.pre.promptText
+	b := j.base(j.rid, 0, created)
 	if !req.Stream {
 		em := &jsonEmitter{base: b}
 		outcome := j.run(ctx, em)
@@ -104,10 +85,7 @@ func (rt *Router) serveGen(c *fasthttp.RequestCtx, chat bool) {
 		rt.count(ep, outcome, t0)
 		return
 	}
-	c.SetStatusCode(http.StatusOK)
-	c.SetContentType("text/event-stream")
-	c.Response.Header.Set("Cache-Control", "no-cache")
-	c.Response.Header.Set("X-Accel-Buffering", "no")
+	sseHeaders(c)
 	c.SetBodyStreamWriter(func(w *bufio.Writer) {
 		em := &sseEmitter{base: b, w: w, includeUsage: req.IncludeUsage, gone: watch.Cancel}
 		outcome := j.run(ctx, em)
@@ -115,6 +93,47 @@ func (rt *Router) serveGen(c *fasthttp.RequestCtx, chat bool) {
 		watch.Cancel()
 		rt.count(ep, outcome, t0)
 	})
+}
+
+// sseHeaders starts a 200 answer of SSE events, unbuffered on the way.
+func sseHeaders(c *fasthttp.RequestCtx) {
+	c.SetStatusCode(http.StatusOK)
+	c.SetContentType("text/event-stream")
+	c.Response.Header.Set("Cache-Control", "no-cache")
+	c.Response.Header.Set("X-Accel-Buffering", "no")
+}
+
+// refuse answers a request that got no slot or no prefill: spilled to
+// --spill-url when the pool was full or down, else the error.
+func (rt *Router) refuse(c *fasthttp.RequestCtx, watch *fastserve.Watch, body []byte, ep string, t0 time.Time, e *openai.Error, outcome string) {
+	if watch.Close() {
+		c.SetConnectionClose()
+	}
+	watch.Cancel()
+	if rt.spill != "" && (outcome == outcomeRejected || outcome == outcomeUnavailable) {
+		reason := spillFull
+		if outcome == outcomeUnavailable {
+			reason = spillDown
+		}
+		rt.spillTo(c, body, reason, ep, t0)
+		return
+	}
+	if e != nil {
+		writeError(c, e)
+	}
+	rt.count(ep, outcome, t0)
+}
+
+// base is the emitters' state for the job's answer (choice index of the
+// answer named after rid): what its prefill brought back for the client.
+func (j *job) base(rid string, index int, created int64) base {
+	b := newBase(j.req, j.rt.served, rid, created)
+	b.index = index
+	if b.wantIDs {
+		b.promptIDs = j.pre.promptIDs
+	}
+	b.promptLogprobs, b.promptText = j.pre.promptLogprobs, j.pre.promptText
+	return b
 }
 
 // job is an admitted request: a slot on node n, its state prefilled there.

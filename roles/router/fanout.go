@@ -28,19 +28,23 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 	refuse := func(e *openai.Error, outcome string) { rt.refuse(c, watch, body, ep, t0, e, outcome) }
 
 	deadline := t0.Add(time.Duration(rt.queueTimeout.Load()))
-	wait := time.NewTimer(max(0, time.Until(deadline)))
 	select {
 	case rt.multi <- struct{}{}:
-		wait.Stop()
-	case <-wait.C:
-		rt.m.rejects.With("queue_timeout").Inc()
-		refuse(&openai.Error{Status: http.StatusTooManyRequests, Type: "server_busy", Code: "queue_timeout", RetryAfter: time.Second,
-			Message: fmt.Sprintf("another request of n > 1 held the pool for %s; retry later", time.Duration(rt.queueTimeout.Load()))}, outcomeRejected)
-		return
-	case <-ctx.Done():
-		wait.Stop()
-		refuse(nil, outcomeCancelled)
-		return
+	default:
+		wait := time.NewTimer(max(0, time.Until(deadline)))
+		select {
+		case rt.multi <- struct{}{}:
+			wait.Stop()
+		case <-wait.C:
+			rt.m.rejects.With("queue_timeout").Inc()
+			refuse(&openai.Error{Status: http.StatusTooManyRequests, Type: "server_busy", Code: "queue_timeout", RetryAfter: time.Second,
+				Message: fmt.Sprintf("another request of several choices held the pool for %s; retry later", time.Duration(rt.queueTimeout.Load()))}, outcomeRejected)
+			return
+		case <-ctx.Done():
+			wait.Stop()
+			refuse(nil, outcomeCancelled)
+			return
+		}
 	}
 	gens := req.generations()
 	nodes := make([]*node, 0, gens)

@@ -34,7 +34,7 @@ func Command() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:  "decode",
 			Usage: "prefill random prompts into N slots, then time batched decode steps",
-			Flags: append(cliutil.Flags(nil),
+			Flags: append(append(cliutil.Flags(nil), cliutil.SamplingFlags()...),
 				&cli.StringFlag{Name: "model-dir", Usage: "converted weights or an HF checkpoint directory (required)"},
 				&cli.StringFlag{Name: "device", Value: engineload.DefaultDevice, Usage: "auto (the GPU when usable, else the CPU), cuda or cpu"},
 				&cli.StringFlag{Name: "mode", Value: "serving", Usage: "exact (float32 caches) or serving (caches in vLLM's layouts)"},
@@ -44,7 +44,7 @@ func Command() *cli.Command {
 				&cli.IntFlag{Name: "slots", Value: 1, Usage: "requests decoded together (--max-inflight)"},
 				&cli.BoolFlag{Name: "mtp", Usage: "speculative decoding with the MTP layer"},
 				&cli.StringFlag{Name: "prefill-precision", Value: "float32", Usage: "prompt arithmetic: float32 (products exact) or fast (x rounded once to fp16, as a bf16 prefill; GPU serving mode)"},
-				&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompts"},
+				&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompts (and of the draws with --temperature)"},
 				&cli.StringFlag{Name: "prompt-file", Usage: "text file: each slot's prompt is a --prompt-len window of it (tokenized with the model's tokenizer.json) instead of random ids, so MTP acceptance is that of real text"},
 				&cli.StringFlag{Name: "json", Usage: "also write the result as JSON to this file"},
 				&cli.StringFlag{Name: "prefill-lens", Usage: "comma-separated prompt lengths also prefilled (timed, into slot 0, after the decode run) in the same engine, e.g. 1024,8192 (each at most --prompt-len); on the GPU engine each also gets a line with the device time of the same run (busy, span) beside its wall time"},
@@ -71,6 +71,7 @@ type Result struct {
 	KVCacheDType  string  `json:"kv_cache_dtype"`
 	Prefill       string  `json:"prefill_precision"`
 	MTP           bool    `json:"mtp"`
+	Sampling      string  `json:"sampling"` // greedy, or the --temperature ... flags
 	Slots         int     `json:"slots"`
 	PromptLen     int     `json:"prompt_len"`
 	PromptFile    string  `json:"prompt_file,omitempty"`
@@ -94,6 +95,22 @@ type Result struct {
 	PrefillClockByLen map[string]gpu.PrefillClock `json:"prefill_clock_by_len,omitempty"`
 }
 
+// sampling is the steps' sampling (greedy by default) and its description:
+// real traffic often samples (DeepSeek-V3.2's generation_config asks for
+// temperature 0.6, top-p 0.95), and the pick is on every step's critical
+// path.
+func sampling(c *cli.Context) (engine.Params, string, error) {
+	p, err := cliutil.Sampling(c)
+	if err != nil {
+		return p, "", err
+	}
+	if p.Greedy() {
+		return p, "greedy", nil
+	}
+	p.Seed = c.Uint64("seed")
+	return p, fmt.Sprintf("temperature %g, top-p %g, top-k %d, min-p %g", p.Temperature, p.TopP, p.TopK, p.MinP), nil
+}
+
 func runDecode(c *cli.Context) error {
 	if _, _, err := cliutil.Load(c, nil); err != nil {
 		return err
@@ -111,6 +128,9 @@ func runDecode(c *cli.Context) error {
 		return cliutil.WithExitCode(err, cliutil.ExitUsage)
 	}
 	if err := checkTimeline(c); err != nil {
+		return err
+	}
+	if _, _, err := sampling(c); err != nil {
 		return err
 	}
 	if cs := c.String("context"); cs != "" {
@@ -181,7 +201,9 @@ func runDecode(c *cli.Context) error {
 		}
 		r.PromptFile = f
 	}
-	p := engine.Params{MaxTokens: ntok} // greedy, no stop ids: every slot runs to ntok
+	p, how, _ := sampling(c) // no stop ids: every slot runs to ntok
+	p.MaxTokens = ntok
+	r.Sampling = how
 	active := make([]int, 0, slots)
 	var prompt0 []int
 	start := time.Now()
@@ -348,8 +370,8 @@ func report(w io.Writer, r Result) {
 	if r.Prefill != "" && r.Prefill != string(engine.PrefillFloat32) {
 		prec = ", prefill " + r.Prefill
 	}
-	fmt.Fprintf(w, "bench decode: %s on %s, mode %s, cache %s%s, mtp %v, %d slot(s), prompt %d (%s), %d tokens/slot\n",
-		r.Model, r.Device, r.Mode, r.KVCacheDType, prec, r.MTP, r.Slots, r.PromptLen, src, r.Tokens)
+	fmt.Fprintf(w, "bench decode: %s on %s, mode %s, cache %s%s, mtp %v, %d slot(s), prompt %d (%s), %d tokens/slot, %s\n",
+		r.Model, r.Device, r.Mode, r.KVCacheDType, prec, r.MTP, r.Slots, r.PromptLen, src, r.Tokens, r.Sampling)
 	fmt.Fprintf(w, "  prefill      %9.2f ms/slot\n", r.PrefillMS)
 	fmt.Fprintf(w, "  decode step  %9.3f ms p50, %.3f ms p90 (%d steps)\n", r.StepP50MS, r.StepP90MS, r.Steps)
 	fmt.Fprintf(w, "  throughput   %9.1f tok/s total, %.1f tok/s per user\n", r.TokensPerSec, r.PerUserTokS)

@@ -72,6 +72,7 @@ type ContextResult struct {
 	MoELayers   int     `json:"moe_layers"`
 	Slots       []int   `json:"slots"`
 	Tokens      int     `json:"tokens_per_slot"`
+	Sampling    string  `json:"sampling"` // greedy, or the --temperature ... flags
 	CopyGBps    float64 `json:"copy_gb_per_s"`
 	WeightBytes int64   `json:"floor_weight_bytes"`
 	LoadSeconds float64 `json:"load_seconds"`
@@ -316,7 +317,8 @@ func runContexts(c *cli.Context, ctxs []int) error {
 	maxSeq := slices.Max(ctxs) + ntok + 4
 	mtp := c.Bool("mtp")
 	opts := engine.Options{Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: maxSeq, MTP: mtp}
-	res := ContextResult{Version: buildinfo.Version, Slots: batches, Tokens: ntok}
+	_, how, _ := sampling(c)
+	res := ContextResult{Version: buildinfo.Version, Slots: batches, Tokens: ntok, Sampling: how}
 	var (
 		e     engine.Engine
 		cfg   *model.Config
@@ -401,7 +403,8 @@ func runContexts(c *cli.Context, ctxs []int) error {
 	for _, C := range ctxs {
 		segs := syntheticState(lay, C, rng)
 		for _, slots := range batches {
-			p := engine.Params{MaxTokens: ntok}
+			p, _, _ := sampling(c)
+			p.MaxTokens = ntok
 			ids := ids[:slots]
 			for s := range slots {
 				last := rng.IntN(cfg.VocabSize * 3 / 4)
@@ -536,8 +539,8 @@ func runContexts(c *cli.Context, ctxs []int) error {
 
 func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
 	if first {
-		fmt.Fprintf(w, "bench decode: %s (%s), %d layers (%d MoE) on %s, %d tokens/slot; copy %.0f GB/s (read+write); loaded in %.1f s\n",
-			r.Model, r.Weights, r.Layers, r.MoELayers, r.Device, r.Tokens, r.CopyGBps, r.LoadSeconds)
+		fmt.Fprintf(w, "bench decode: %s (%s), %d layers (%d MoE) on %s, %d tokens/slot, %s; copy %.0f GB/s (read+write); loaded in %.1f s\n",
+			r.Model, r.Weights, r.Layers, r.MoELayers, r.Device, r.Tokens, r.Sampling, r.CopyGBps, r.LoadSeconds)
 		if len(r.Devices) > 1 {
 			fmt.Fprintf(w, "tensor parallel: %d ranks on GPUs %v, comm %s\n", len(r.Devices), r.Devices, r.Comm)
 			if r.Note != "" {

@@ -28,7 +28,7 @@ func Command() *cli.Command {
 	return &cli.Command{
 		Name:  "generate",
 		Usage: "generate from a prompt locally (HF checkpoint or converted weights) and print ids and text",
-		Flags: append(append(cliutil.Flags(nil), cliutil.PromptFlags()...),
+		Flags: append(append(append(cliutil.Flags(nil), cliutil.PromptFlags()...), cliutil.SamplingFlags()...),
 			&cli.StringFlag{Name: "model-dir", Usage: "HF checkpoint directory (also where the tokenizer is read from)"},
 			&cli.StringFlag{Name: "weights-dir", Usage: "converted TileRT weights (tilert convert); the tokenizer comes from --model-dir if given"},
 			&cli.IntFlag{Name: "max-tokens", Value: 32, Usage: "tokens to generate"},
@@ -36,35 +36,12 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "kv-cache-dtype", Value: "fp8", Usage: "serving-mode MLA cache: fp8 (fp8_ds_mla) or bf16"},
 			&cli.BoolFlag{Name: "mtp", Usage: "speculative decoding with the MTP layer"},
 			&cli.StringFlag{Name: "prefill-precision", Value: "float32", Usage: "prompt arithmetic: float32 (products exact) or fast (x rounded once to fp16, as a bf16 prefill; GPU serving mode)"},
-			&cli.Float64Flag{Name: "temperature", Value: 0, Usage: "0 is greedy"},
-			&cli.Float64Flag{Name: "top-p", Value: 1, Usage: "nucleus sampling threshold"},
-			&cli.IntFlag{Name: "top-k", Value: 0, Usage: "keep the k most likely tokens; 0 or -1 disables"},
-			&cli.Float64Flag{Name: "min-p", Value: 0, Usage: "keep the tokens at least this share of the most likely one's probability; 0 disables"},
 			&cli.Uint64Flag{Name: "seed", Value: 0, Usage: "sampling seed"},
 			&cli.BoolFlag{Name: "ignore-eos", Usage: "do not stop at the end-of-sequence token"},
 			&cli.StringFlag{Name: "device", Value: engineload.DefaultDevice, Usage: "auto (GPU 0 when usable, else the CPU), cuda or cpu"},
 		),
 		Action: run,
 	}
-}
-
-// sampling reads the sampling flags, refusing values outside vLLM's ranges
-// rather than quietly treating them as off.
-func sampling(c *cli.Context) (engine.Params, error) {
-	p := engine.Params{Temperature: c.Float64("temperature"), TopP: c.Float64("top-p"), TopK: c.Int("top-k"),
-		MinP: c.Float64("min-p"), Seed: c.Uint64("seed")}
-	switch {
-	case !(p.Temperature >= 0):
-		return p, errors.WithHint(usage("--temperature %g is negative", p.Temperature), "0 is greedy; 0.6-1.0 samples")
-	case !(p.TopP > 0 && p.TopP <= 1):
-		return p, errors.WithHint(usage("--top-p %g is outside (0, 1]", p.TopP), "1 keeps every token")
-	case p.TopK < -1:
-		return p, errors.WithHint(usage("--top-k %d is below -1", p.TopK), "0 or -1 keeps every token")
-	case !(p.MinP >= 0 && p.MinP <= 1):
-		return p, errors.WithHint(usage("--min-p %g is outside [0, 1]", p.MinP), "0 keeps every token")
-	}
-	p.TopK = max(p.TopK, 0)
-	return p, nil
 }
 
 func usage(format string, args ...any) error {
@@ -75,10 +52,11 @@ func run(c *cli.Context) error {
 	if _, _, err := cliutil.Load(c, nil); err != nil {
 		return err
 	}
-	p, err := sampling(c)
+	p, err := cliutil.Sampling(c)
 	if err != nil {
 		return err
 	}
+	p.Seed = c.Uint64("seed")
 	device, why, err := engineload.ResolveDevice(c.String("device"))
 	if err != nil {
 		return err

@@ -39,14 +39,28 @@
 #    GEMVs; the combine; the epilogue.
 #  If cap wins twice at 131072 (A/B/A/B), give the late chain that cap (engine/gpu side.go sideOpen: q_chain_late_1row)
 #  and say so; if a qb plan wins twice, pin it in the tile rule's table for that shape (kernels tile_plan.go).
-# Suggested calls now (session 35; each part's results saved as it ends; the 30 minutes hold about the first three):
-#   1 (cold): k4;   2 (warm): fold;   3 (warm): combo, then gpucheck (and final where a default changed);
+# Suggested calls now (session 36; each part's results saved as it ends; the 30 minutes hold about the first three):
+#   1 (cold): samp, then k4;   2 (warm): fold;   3 (warm): combo, then gpucheck (and final where a default changed);
 #   4 (warm): what fits of half iqf cap pdl qb sweep. Each loop as:
 #   for p in k4; do bash docs/measured/next/s33.sh $p > $OUT/x-$p.log 2>&1; cat $OUT/summary-$p.txt; done
 #   Read each call's A/B/A/B with `go run ./internal/abab FILES_AT/summary-*.txt` (here, not on the device).
 #   Where two switches both win, A/B/A/B them together before either becomes a default, then gpucheck again.
 NAME=s33; . docs/measured/next/plan.sh "$1"
 case "$PART" in
+samp)
+  # ~4 min (session 36): the sampled pick against the greedy one. sample_rows (one block a row, up to eight radix
+  # passes of shared-memory atomics over the 129280 logits) took 335 us in the first timings (cuda/kernels NOTES "v2
+  # timings") where a greedy step pays argmax_wide; bench decode has measured greedy steps only. First the timing
+  # table (argmax_wide and the sampler at four settings), then the step at 8192 on both models, greedy against
+  # DeepSeek-V3.2's generation_config (temperature 0.6, top-p 0.95), A/B/A/B.
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 240 'TestKernelTiming$'); mv $R/kernels.log $R/kernels-timing.log
+  grep -E "^(sample|argmax)" $R/kernels-timing.log | tee -a $R/summary.txt
+  S="--temperature 0.6 --top-p 0.95"
+  bn deepseek-v3.2 8192 1 samp-A; SAMP="$S" bn deepseek-v3.2 8192 1 samp-B
+  bn deepseek-v3.2 8192 1 samp-A2; SAMP="$S" bn deepseek-v3.2 8192 1 samp-B2
+  bn glm-5 8192 1 sampg-A; SAMP="$S" bn glm-5 8192 1 sampg-B
+  bn glm-5 8192 1 sampg-A2; SAMP="$S" bn glm-5 8192 1 sampg-B2
+  save ;;
 sweep)
   # Env only (~2 min): the routed experts' plans at 2 and 4 slots (16 / 32 slots a launch), where session 30's one-row
   # pair lost (+44 / +57 us). If one wins twice, OneRowExperts' rule can take that shape there (kernels gemv_tile.go).

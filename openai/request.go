@@ -29,6 +29,9 @@ type Request struct {
 	Prompts      []json.RawMessage
 	Stream       bool
 	IncludeUsage bool
+	// ContinuousUsage puts the usage so far on every chunk
+	// (stream_options.continuous_usage_stats, with include_usage).
+	ContinuousUsage bool
 
 	// MaxTokens counts generated tokens; 0 when the request sets none.
 	MaxTokens      int
@@ -348,10 +351,13 @@ func (r *Request) parseLimits(f fields) *Error {
 		if !r.Stream {
 			return BadField("stream_options", "field stream_options: only allowed with stream true")
 		}
-		if _, e := fields(so).get("include_usage", &r.IncludeUsage); e != nil {
-			e.Param, e.Message = "stream_options.include_usage", "field stream_options."+e.Message[len("field "):]
-			return e
+		for name, dst := range map[string]*bool{"include_usage": &r.IncludeUsage, "continuous_usage_stats": &r.ContinuousUsage} {
+			if _, e := fields(so).get(name, dst); e != nil {
+				e.Param, e.Message = "stream_options."+name, "field stream_options."+e.Message[len("field "):]
+				return e
+			}
 		}
+		r.ContinuousUsage = r.ContinuousUsage && r.IncludeUsage // vLLM's rule
 	}
 	names := []string{"max_tokens"}
 	if r.Chat {

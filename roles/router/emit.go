@@ -35,7 +35,6 @@ type pipeline struct {
 	hideReasoning bool
 	firstCallOnly bool // parallel_tool_calls false: only tool call 0
 	asIDs         bool // return_tokens_as_token_ids: logprob tokens as token_id:N
-	ids           bool // return_token_ids: the generated ids go to the emitter
 	// repetition_detection: the generated ids (the first included) and
 	// whether their tail repeated, which ends the generation ("repetition").
 	rep                  *openai.RepetitionDetection
@@ -53,7 +52,6 @@ func newPipeline(tok *tokenizer.Tokenizer, r *genRequest, em emitter) *pipeline 
 			p.hideReasoning, p.lp = true, false
 		}
 	}
-	p.ids = r.ReturnTokenIDs && !p.hideReasoning
 	p.rep, p.minTokens, p.maxTokens = r.Repetition, r.MinTokens, r.MaxTokens
 	p.firstCallOnly = !r.ParallelToolCalls
 	p.asIDs = r.TokensAsIDs
@@ -72,9 +70,7 @@ func (p *pipeline) token(id int, lp *decodeapi.TokenLogprob) {
 	if p.lp && lp != nil {
 		p.em.logprob(p.tokenLogprob(id, lp))
 	}
-	if p.ids {
-		p.em.tokenID(id)
-	}
+	p.em.tokenID(id)
 	p.text(p.ts.add(id))
 	if p.rep != nil && !p.ts.stopped {
 		// As vLLM's check_stop: after the token, never before min_tokens,
@@ -206,7 +202,7 @@ type emitter interface {
 	content(s string)
 	tools(ds []openai.ToolCallDelta)
 	logprob(lp openai.TokenLogprob) // belongs to the next piece emitted
-	tokenID(id int)                 // return_token_ids: as a logprob
+	tokenID(id int)                 // every generated id (return_token_ids, continuous usage): as a logprob
 	finish(reason string, u openai.Usage, calls []openai.ToolCall)
 	fail(e *openai.Error) // after start: the stream ends with an error
 }
@@ -224,6 +220,11 @@ type base struct {
 	wantIDs   bool
 	promptIDs []int
 	ids       []int
+	// stream_options.continuous_usage_stats: the usage so far on every
+	// chunk, the prompt's tokens and the ids generated.
+	continuous   bool
+	promptTokens int
+	generated    int
 	// vLLM's prompt_logprobs (non-streamed answers) and rendered prompt
 	// (a stream's first chunk), relayed when asked for.
 	promptLogprobs json.RawMessage
@@ -238,7 +239,21 @@ func (b *base) takePromptText() *string {
 	return t
 }
 
-func (b *base) tokenID(id int) { b.ids = append(b.ids, id) }
+func (b *base) tokenID(id int) {
+	b.generated++
+	if b.wantIDs {
+		b.ids = append(b.ids, id)
+	}
+}
+
+// usageSoFar is a chunk's usage with continuous_usage_stats, else nil.
+func (b *base) usageSoFar() *openai.Usage {
+	if !b.continuous {
+		return nil
+	}
+	u := openai.NewUsage(b.promptTokens, b.generated)
+	return &u
+}
 
 // takeIDs returns the prompt's ids the first time and the ids not yet sent
 // (nil, nil without return_token_ids).
@@ -252,7 +267,11 @@ func (b *base) takeIDs() (prompt, ids []int) {
 }
 
 func newBase(r *genRequest, model, rid string, created int64) base {
-	b := base{chat: r.Chat, model: model, created: created, reasoningP: r.reasoning != "", wantIDs: r.ReturnTokenIDs}
+	// With include_reasoning false vLLM leaves the token ids out too: they
+	// would spell the reasoning out.
+	hidden := r.reasoning != "" && !r.IncludeReasoning
+	b := base{chat: r.Chat, model: model, created: created, reasoningP: r.reasoning != "", wantIDs: r.ReturnTokenIDs && !hidden,
+		continuous: r.Stream && r.ContinuousUsage}
 	if r.Chat {
 		b.id = "chatcmpl-" + rid
 	} else {
@@ -403,7 +422,7 @@ func (e *sseEmitter) chatChunk(d openai.Delta, finish *string) {
 	prompt, ids := e.takeIDs()
 	ch.TokenIDs = ids
 	e.event(openai.ChatCompletionChunk{ID: e.id, Object: openai.ObjectChatChunk, Created: e.created, Model: e.model,
-		Choices: []openai.ChunkChoice{ch}, PromptTokenIDs: prompt, PromptText: e.takePromptText()})
+		Choices: []openai.ChunkChoice{ch}, PromptTokenIDs: prompt, PromptText: e.takePromptText(), Usage: e.usageSoFar()})
 }
 
 func (e *sseEmitter) textChunk(s string, finish *string) {
@@ -414,7 +433,7 @@ func (e *sseEmitter) textChunk(s string, finish *string) {
 	}
 	ch.PromptTokenIDs, ch.TokenIDs = e.takeIDs()
 	e.event(openai.Completion{ID: e.id, Object: openai.ObjectCompletion, Created: e.created, Model: e.model,
-		Choices: []openai.CompletionChoice{ch}})
+		Choices: []openai.CompletionChoice{ch}, Usage: e.usageSoFar()})
 }
 
 func (e *sseEmitter) start() {

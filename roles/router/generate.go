@@ -128,7 +128,7 @@ func (rt *Router) refuse(c *fasthttp.RequestCtx, watch *fastserve.Watch, body []
 // answer named after rid): what its prefill brought back for the client.
 func (j *job) base(rid string, index int, created int64) base {
 	b := newBase(j.req, j.rt.served, rid, created)
-	b.index = index
+	b.index, b.promptTokens = index, j.pre.promptTokens
 	if b.wantIDs {
 		b.promptIDs = j.pre.promptIDs
 	}

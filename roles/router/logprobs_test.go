@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/json"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -551,6 +552,64 @@ func TestGenerationConfigDefaults(t *testing.T) {
 		_ = json.Unmarshal(b, &pb)
 		if got := pb["presence_penalty"]; tc.wantDefault != (got == 1.5) {
 			t.Errorf("%s: prefill body presence_penalty %v", tc.client, got)
+		}
+	}
+}
+
+// stream_options.continuous_usage_stats (with include_usage) puts the usage
+// so far on every chunk, as vLLM does: the prompt's tokens, and the
+// generated ones counted up to the answer's total.
+func TestContinuousUsage(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	prompt, _ := s.tok.Encode(testPrompt, true)
+	for _, chat := range []bool{false, true} {
+		path, body := "/v1/completions", map[string]any{"prompt": testPrompt}
+		if chat {
+			path, body = "/v1/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": testPrompt}}}
+		}
+		body["max_tokens"], body["temperature"], body["ignore_eos"], body["stream"] = 6, 0, true, true
+		body["stream_options"] = map[string]any{"include_usage": true, "continuous_usage_stats": true}
+		events := func() []string {
+			resp := s.post(t, path, body)
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var out []string
+			for _, line := range strings.Split(string(b), "\n") {
+				if ev, ok := strings.CutPrefix(line, "data: "); ok && ev != "[DONE]" {
+					out = append(out, ev)
+				}
+			}
+			return out
+		}
+		last, chunks := -1, 0
+		var final *openai.Usage
+		for _, raw := range events() {
+			var c struct {
+				Choices []json.RawMessage `json:"choices"`
+				Usage   *openai.Usage     `json:"usage"`
+			}
+			if err := json.Unmarshal([]byte(raw), &c); err != nil {
+				t.Fatal(err)
+			}
+			if len(c.Choices) == 0 {
+				final = c.Usage
+				continue
+			}
+			chunks++
+			if c.Usage == nil || c.Usage.CompletionTokens < last || c.Usage.TotalTokens != c.Usage.PromptTokens+c.Usage.CompletionTokens ||
+				(!chat && c.Usage.PromptTokens != len(prompt)) {
+				t.Fatalf("chat=%v: chunk %s", chat, raw)
+			}
+			last = c.Usage.CompletionTokens
+		}
+		if chunks < 3 || last != 6 || final == nil || final.CompletionTokens != 6 {
+			t.Fatalf("chat=%v: %d chunks, last count %d, final usage %+v", chat, chunks, last, final)
+		}
+		delete(body, "stream_options")
+		for _, raw := range events() {
+			if strings.Contains(raw, `"usage"`) {
+				t.Fatalf("chat=%v: usage without stream_options: %s", chat, raw)
+			}
 		}
 	}
 }

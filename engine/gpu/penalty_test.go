@@ -10,7 +10,7 @@ import (
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
 
-// Penalties, logit_bias, min_tokens, bad words and logprobs give the same tokens and
+// Penalties, logit_bias, min_tokens and logprobs give the same tokens and
 // logprobs on the GPU (and the emulator) as on the CPU engine: greedy, so
 // the choice is the adjusted logits' arg-max; with MTP, so a draft row's
 // penalties count the draft as generated.
@@ -79,21 +79,7 @@ func testPenaltiesMatchCPU(t *testing.T, kind deviceKind, ranks int) {
 				p := engine.Params{RepetitionPenalty: 1.4, PresencePenalty: 0.5, FrequencyPenalty: 0.7, MinTokens: 8,
 					StopIDs: w.Config().EOS, PromptIDs: prompt, Logprobs: true, TopLogprobs: 5,
 					LogitBias: map[int]float32{prompt[0]: 2.5, prompt[1]: -100, 3: 1}}
-				// Bad words taken from this very continuation, so that they
-				// bite: a one-id word, and a two-id one whose second id is
-				// blocked after its first (with MTP, after a draft too).
-				base := generateLP(t, ce, prompt, p, genTokens)
-				p.BadWords = [][]int{{base.toks[3]}, {base.toks[5], base.toks[6]}}
-				// And a thinking budget the prompt opened: the end id forced
-				// after 5 tokens (a huge bias through the same adjustments).
-				p.Think = &engine.ThinkBudget{Budget: 5, Start: []int{prompt[0]}, End: []int{prompt[2]}, PromptInThink: true}
 				want := generateLP(t, ce, prompt, p, genTokens)
-				if want.toks[5] != prompt[2] && !slices.ContainsFunc(p.BadWords, func(w []int) bool { return w[len(w)-1] == prompt[2] }) {
-					t.Errorf("the thinking budget did not force %d at 5: %v", prompt[2], want.toks)
-				}
-				if enginetest.FirstDiff(base.toks, want.toks) < 0 {
-					t.Errorf("bad words %v changed nothing: %v", p.BadWords, want.toks)
-				}
 				got := generateLP(t, ge, prompt, p, genTokens)
 				diff := 0
 				if i := enginetest.FirstDiff(got.toks, want.toks); i >= 0 {
@@ -206,4 +192,48 @@ func penaltyNoise(t *testing.T, src Source, opts engine.Options, prompt []int, p
 	t.Logf("noise baseline (GEMV outputs nudged by %.0e, %d sequences): positions > %.0e %.3g, max |d logprob| %.3g, median %.3g, top-5 ids swapped %d",
 		noiseLevel, penaltyNoiseSeeds, flipErr, frac, worst, med, most)
 	return frac, most
+}
+
+// Bad words and a thinking budget (the rules that block or force an id
+// through the same adjustments) give the CPU engine's greedy tokens, MTP
+// drafts verified under them: both taken from the continuation itself so
+// that they bite. Tokens only: the rules leave the logits, and so the
+// logprobs, as they are (the penalty test above holds those).
+func TestEmuAdjustRulesMatchCPU(t *testing.T) { testAdjustRulesMatchCPU(t, onEmu) }
+func TestGPUAdjustRulesMatchCPU(t *testing.T) { testAdjustRulesMatchCPU(t, onGPU) }
+
+func testAdjustRulesMatchCPU(t *testing.T, kind deviceKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	for _, pr := range enginetest.Presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+			vocab := w.Config().VocabSize
+			prompt := genCases(vocab)[1].prompt
+			for _, mtp := range []bool{false, true} {
+				opts := engine.Options{MTP: mtp, MaxSeqLen: maxSeq, Slots: 1}
+				ce := newCPU(t, w, opts)
+				ge := newTestEngine(t, kind, src, opts)
+				plain := enginetest.Generate(t, ce, 0, prompt, engine.Params{}, genTokens)
+				p := engine.Params{BadWords: [][]int{{plain[3]}, {plain[5], plain[6]}},
+					Think: &engine.ThinkBudget{Budget: 8, Start: []int{prompt[0]}, End: []int{prompt[2]}, PromptInThink: true}}
+				want := enginetest.Generate(t, ce, 0, prompt, p, genTokens)
+				if enginetest.FirstDiff(plain, want) < 0 || (len(want) > 8 && want[8] != prompt[2]) {
+					t.Errorf("the rules changed nothing or did not force %d at 8: %v (plain %v)", prompt[2], want, plain)
+				}
+				got := enginetest.Generate(t, ge, 0, prompt, p, genTokens)
+				diff := 0
+				if i := enginetest.FirstDiff(got, want); i >= 0 {
+					diff = len(want) - i
+					t.Errorf("%s mtp=%v: tokens differ from %d:\n got %v\nwant %v", kind, mtp, i, got, want)
+				}
+				name := fmt.Sprintf("%s %s bad words + thinking budget greedy == CPU", kind, pr)
+				if mtp {
+					name += " (MTP)"
+				}
+				record(t, name, "tokens after first mismatch", float64(diff), 0)
+			}
+		})
+	}
 }

@@ -967,99 +967,170 @@ func TestKernelSampling(t *testing.T) {
 			}
 			record(t, fmt.Sprintf("argmax wide n=%d (ties, NaN, -inf), x2 on one scratch", n), "mismatched rows", float64(mism), 0)
 		}
-		// Seeded draws vs the float64 reference of the same Gumbel-max rule.
-		for _, cs := range []struct {
+		// The one-block sampler and the many-block one (SampleWide, on one
+		// scratch for every launch: each must leave it zeroed), in chunks
+		// of at most wideRows rows, each chunk's counters from its first
+		// row on, which is one launch of all the rows.
+		const wideRows = 4000
+		wsc := a.raw(SampleScratchBytes(wideRows))
+		chk(c.MemsetD8(wsc, 0, SampleScratchBytes(wideRows), s))
+		samplers := []struct {
 			name string
-			p    SamplingParams
+			draw func(out, x cuda.DevPtr, rows, n int, p SamplingParams) error
 		}{
-			{"sample greedy (T=0)", SamplingParams{Temperature: 0}},
-			{"sample T=0.8 top-k=50", SamplingParams{Temperature: 0.8, TopK: 50, TopP: 1}},
-			{"sample T=1 top-p=0.9", SamplingParams{Temperature: 1, TopP: 0.9}},
-			{"sample T=0.7 top-k=200 top-p=0.8", SamplingParams{Temperature: 0.7, TopK: 200, TopP: 0.8}},
-			{"sample T=1 min-p=0.1", SamplingParams{Temperature: 1, TopP: 1, MinP: 0.1}},
-			{"sample T=0.8 top-k=300 min-p=0.05 top-p=0.9", SamplingParams{Temperature: 0.8, TopK: 300, TopP: 0.9, MinP: 0.05}},
-		} {
-			const rows, n = 8, 32000
-			cs.p.Seed, cs.p.Step = r.Uint64(), r.Uint64N(1<<40)
-			x := randF32(r, rows*n, 2)
-			op := a.poisoned(rows)
-			chk(k.Sample(s, op, a.up(x), rows, n, n, cs.p))
-			got := downI32(c, op, rows)
-			mism := 0
-			for row := range rows {
-				xr := x[row*n : (row+1)*n]
-				want, gap := 0, math.Inf(1)
-				if cs.p.Temperature <= 0 {
-					for i := range xr {
-						if xr[i] > xr[want] {
-							want = i
-						}
+			{"sample", func(out, x cuda.DevPtr, rows, n int, p SamplingParams) error {
+				return k.Sample(s, out, x, rows, n, n, p)
+			}},
+			{"sample wide", func(out, x cuda.DevPtr, rows, n int, p SamplingParams) error {
+				for r0 := 0; r0 < rows; r0 += wideRows {
+					q := p
+					q.Step += uint64(r0)
+					if err := k.SampleWide(s, out.Add(int64(4*r0)), x.Add(int64(4*r0*n)), wsc, min(wideRows, rows-r0), n, n, q); err != nil {
+						return err
 					}
-				} else {
-					p := refSampleSet(xr, float64(cs.p.Temperature), cs.p.TopK, float64(cs.p.TopP), float64(cs.p.MinP))
-					best, second := math.Inf(-1), math.Inf(-1)
-					for i := range xr {
-						if p[i] == 0 {
+				}
+				return nil
+			}},
+		}
+		// The two agree token for token on full-size rows (the same survivors
+		// and the same draw function; top-p's fixed point differs only where
+		// two masses tie within 2^-40), and on a row of -inf and a 5-wide one.
+		for _, cs := range []SamplingParams{{Temperature: 0}, {Temperature: 0.6, TopP: 0.95}, {Temperature: 1, TopP: 1},
+			{Temperature: 0.7, TopK: 50, TopP: 0.9}, {Temperature: 1, TopP: 1, MinP: 0.05}, {Temperature: 0.8, TopK: 1, TopP: 1},
+			{Temperature: 1.3, TopK: 4000, TopP: 0.5, MinP: 0.001}} {
+			for _, n := range []int{129280, 4097, 5} {
+				const rows = 6
+				cs.Seed, cs.Step = r.Uint64(), r.Uint64N(1<<40)
+				x := randF32(r, rows*n, 2+4*r.Float64())
+				for i := range n {
+					x[5*n+i] = float32(math.Inf(-1))
+				}
+				xp := a.up(x)
+				var got [2][]int32
+				for j, sm := range samplers {
+					op := a.poisoned(rows)
+					chk(sm.draw(op, xp, rows, n, cs))
+					got[j] = downI32(c, op, rows)
+				}
+				mism := 0
+				for row := range rows {
+					if got[0][row] != got[1][row] {
+						mism++
+						t.Logf("n=%d row %d %+v: sample %d, sample wide %d", n, row, cs, got[0][row], got[1][row])
+					}
+				}
+				record(t, fmt.Sprintf("sample wide == sample T=%.1f k=%d p=%.2f min-p=%.3f n=%d", cs.Temperature, cs.TopK, cs.TopP, cs.MinP, n), "mismatched rows", float64(mism), 0)
+			}
+		}
+		for _, sm := range samplers {
+			// Seeded draws vs the float64 reference of the same Gumbel-max rule.
+			for _, cs := range []struct {
+				name string
+				p    SamplingParams
+			}{
+				{"sample greedy (T=0)", SamplingParams{Temperature: 0}},
+				{"sample T=0.8 top-k=50", SamplingParams{Temperature: 0.8, TopK: 50, TopP: 1}},
+				{"sample T=1 top-p=0.9", SamplingParams{Temperature: 1, TopP: 0.9}},
+				{"sample T=0.7 top-k=200 top-p=0.8", SamplingParams{Temperature: 0.7, TopK: 200, TopP: 0.8}},
+				{"sample T=1 min-p=0.1", SamplingParams{Temperature: 1, TopP: 1, MinP: 0.1}},
+				{"sample T=0.8 top-k=300 min-p=0.05 top-p=0.9", SamplingParams{Temperature: 0.8, TopK: 300, TopP: 0.9, MinP: 0.05}},
+			} {
+				const rows, n = 8, 32000
+				cs.p.Seed, cs.p.Step = r.Uint64(), r.Uint64N(1<<40)
+				x := randF32(r, rows*n, 2)
+				op := a.poisoned(rows)
+				chk(sm.draw(op, a.up(x), rows, n, cs.p))
+				got := downI32(c, op, rows)
+				mism := 0
+				for row := range rows {
+					xr := x[row*n : (row+1)*n]
+					want, gap := 0, math.Inf(1)
+					if cs.p.Temperature <= 0 {
+						for i := range xr {
+							if xr[i] > xr[want] {
+								want = i
+							}
+						}
+					} else {
+						p := refSampleSet(xr, float64(cs.p.Temperature), cs.p.TopK, float64(cs.p.TopP), float64(cs.p.MinP))
+						best, second := math.Inf(-1), math.Inf(-1)
+						for i := range xr {
+							if p[i] == 0 {
+								continue
+							}
+							g := float64(xr[i])/float64(cs.p.Temperature) - math.Log(-math.Log(rngUniform(cs.p.Seed, cs.p.Step+uint64(row), uint64(i))))
+							if g > best {
+								second, best, want = best, g, i
+							} else if g > second {
+								second = g
+							}
+						}
+						gap = best - second
+					}
+					if int(got[row]) != want {
+						if gap < 1e-4 {
+							t.Logf("%s row %d: near tie (gap %.3g), got %d want %d", cs.name, row, gap, got[row], want)
 							continue
 						}
-						g := float64(xr[i])/float64(cs.p.Temperature) - math.Log(-math.Log(rngUniform(cs.p.Seed, cs.p.Step+uint64(row), uint64(i))))
-						if g > best {
-							second, best, want = best, g, i
-						} else if g > second {
-							second = g
-						}
+						mism++
 					}
-					gap = best - second
 				}
-				if int(got[row]) != want {
-					if gap < 1e-4 {
-						t.Logf("%s row %d: near tie (gap %.3g), got %d want %d", cs.name, row, gap, got[row], want)
+				record(t, sm.name+strings.TrimPrefix(cs.name, "sample"), "mismatched rows", float64(mism), 0)
+			}
+			// Distribution: many draws of one small row against its probabilities.
+			for _, cs := range []SamplingParams{{Temperature: 1, TopP: 1}, {Temperature: 0.9, TopK: 5, TopP: 1}, {Temperature: 1.2, TopP: 0.7},
+				{Temperature: 1, TopP: 1, MinP: 0.2}, {Temperature: 1.5, TopP: 0.8, MinP: 0.1}} {
+				const n, rows = 16, 40000
+				row := randF32(r, n, 1)
+				x := make([]float32, 0, rows*n)
+				for range rows {
+					x = append(x, row...)
+				}
+				cs.Seed, cs.Step = r.Uint64(), 0
+				op := a.poisoned(rows)
+				chk(sm.draw(op, a.up(x), rows, n, cs))
+				got := downI32(c, op, rows)
+				p := refSampleSet(row, float64(cs.Temperature), cs.TopK, float64(cs.TopP), float64(cs.MinP))
+				cnt := make([]float64, n)
+				bad := false
+				for _, g := range got {
+					if g < 0 || int(g) >= n {
+						bad = true
 						continue
 					}
-					mism++
+					cnt[g]++
 				}
-			}
-			record(t, cs.name, "mismatched rows", float64(mism), 0)
-		}
-		// Distribution: many draws of one small row against its probabilities.
-		for _, cs := range []SamplingParams{{Temperature: 1, TopP: 1}, {Temperature: 0.9, TopK: 5, TopP: 1}, {Temperature: 1.2, TopP: 0.7},
-			{Temperature: 1, TopP: 1, MinP: 0.2}, {Temperature: 1.5, TopP: 0.8, MinP: 0.1}} {
-			const n, rows = 16, 40000
-			row := randF32(r, n, 1)
-			x := make([]float32, 0, rows*n)
-			for range rows {
-				x = append(x, row...)
-			}
-			cs.Seed, cs.Step = r.Uint64(), 0
-			op := a.poisoned(rows)
-			chk(k.Sample(s, op, a.up(x), rows, n, n, cs))
-			got := downI32(c, op, rows)
-			p := refSampleSet(row, float64(cs.Temperature), cs.TopK, float64(cs.TopP), float64(cs.MinP))
-			cnt := make([]float64, n)
-			bad := false
-			for _, g := range got {
-				if g < 0 || int(g) >= n {
-					bad = true
-					continue
-				}
-				cnt[g]++
-			}
-			z := 0.0
-			for i := range n {
-				f := cnt[i] / rows
-				if p[i] == 0 {
-					if cnt[i] > 0 {
-						z = math.Inf(1)
+				z := 0.0
+				for i := range n {
+					f := cnt[i] / rows
+					if p[i] == 0 {
+						if cnt[i] > 0 {
+							z = math.Inf(1)
+						}
+						continue
 					}
-					continue
+					z = math.Max(z, math.Abs(f-p[i])/math.Sqrt(p[i]*(1-p[i])/rows+1e-300))
 				}
-				z = math.Max(z, math.Abs(f-p[i])/math.Sqrt(p[i]*(1-p[i])/rows+1e-300))
+				if bad {
+					z = math.Inf(1)
+				}
+				record(t, fmt.Sprintf("%s distribution T=%.1f k=%d p=%.1f min-p=%.1f (40000 draws)", sm.name, cs.Temperature, cs.TopK, cs.TopP, cs.MinP), "max z-score", z, 5)
 			}
-			if bad {
-				z = math.Inf(1)
-			}
-			record(t, fmt.Sprintf("sample distribution T=%.1f k=%d p=%.1f min-p=%.1f (40000 draws)", cs.Temperature, cs.TopK, cs.TopP, cs.MinP), "max z-score", z, 5)
 		}
+		// After all that, each row's counter and histogram are zeroed again
+		// (the state and the partials are written before they are read).
+		left := make([]byte, SampleScratchBytes(wideRows))
+		chk(c.Download(left, wsc))
+		nz := 0
+		for row := range wideRows {
+			b := left[row*sampleWideRowBytes:]
+			for i := range 8 + 64 + 2048*8 {
+				if (i < 4 || i >= 72) && b[i] != 0 {
+					nz++
+				}
+			}
+		}
+		record(t, "sample wide scratch left zeroed (counters, histograms)", "non-zero bytes", float64(nz), 0)
 	})
 }
 

@@ -437,6 +437,53 @@ func (k *Set) Sample(s cuda.Stream, out, logits cuda.DevPtr, rows, n, ld int, p 
 	return k.launch("sample_rows", cuda.D1(rows), cuda.D1(1024), 0, s, logits, n, ld, out, p.Temperature, p.TopK, topP, p.MinP, p.Seed, p.Step)
 }
 
+// sampleWideBlocks bounds SampleWide's blocks a row (cu/sample_wide.cu
+// SW_MAXB), sampleWideRowBytes is its scratch a row (SW_ROW_BYTES).
+const (
+	sampleWideBlocks   = 128
+	sampleWideRowBytes = 8 + 64 + 2048*8 + sampleWideBlocks*8
+)
+
+// SampleScratchBytes is the scratch SampleWide needs for rows rows.
+func SampleScratchBytes(rows int) int64 { return int64(rows) * sampleWideRowBytes }
+
+// SampleWide is Sample spread over up to 128 blocks a row, a launch a pass
+// (cu/sample_wide.cu): the max, three radix passes for top-k, three for
+// top-p, the draw. It keeps Sample's survivors and draw, but for top-p's
+// mass, summed unnormalised in fixed point (a boundary can differ where
+// two tokens' masses tie within 2^-40 of the row's total). scratch holds
+// SampleScratchBytes(rows) bytes, zeroed before its first use; the kernels
+// leave it zeroed, so it can be reused and replayed in a graph, but not by
+// two launches in flight at once.
+func (k *Set) SampleWide(s cuda.Stream, out, logits, scratch cuda.DevPtr, rows, n, ld int, p SamplingParams) error {
+	if rows <= 0 || n <= 0 || ld < n || scratch == 0 {
+		return errors.Newf("sample wide: rows=%d n=%d ld=%d scratch=%#x", rows, n, ld, uint64(scratch))
+	}
+	nb := min(sampleWideBlocks, max(1, cdiv(n, 1024)))
+	grid, block := cuda.D3(nb, rows, 1), cuda.D1(256)
+	if !(p.Temperature > 0) {
+		return k.launch("sample_wide_draw", grid, block, 0, s, logits, n, ld, scratch, out, p.Temperature, p.MinP, p.Seed, p.Step)
+	}
+	topP := p.TopP
+	if topP <= 0 {
+		topP = 1
+	}
+	if err := k.launch("sample_wide_max", grid, block, 0, s, logits, n, ld, p.TopK, scratch); err != nil {
+		return err
+	}
+	for mode, on := range []bool{p.TopK > 0 && p.TopK < n, topP < 1} {
+		if !on {
+			continue
+		}
+		for _, shift := range []int{21, 10, 0} {
+			if err := k.launch("sample_wide_hist", grid, block, 0, s, logits, n, ld, scratch, shift, mode, p.Temperature, p.MinP, topP); err != nil {
+				return err
+			}
+		}
+	}
+	return k.launch("sample_wide_draw", grid, block, 0, s, logits, n, ld, scratch, out, p.Temperature, p.MinP, p.Seed, p.Step)
+}
+
 // MLACacheWrite stores ntok rows of latent [ntok][512] and rope [ntok][64]
 // into the fp8_ds_mla cache at slots[i] (int32, page*64+offset; <0 skipped).
 // ue8m0 picks power-of-two scales; otherwise amax/448.

@@ -143,7 +143,9 @@ type device interface {
 	// argmax with scratch != 0 (kernels.ArgmaxScratchBytes(rows), zeroed)
 	// spreads each row over many blocks; the result is the same.
 	argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error
-	sample(out, logits cuda.DevPtr, n int, p kernels.SamplingParams) error
+	// sample with scratch != 0 (kernels.SampleScratchBytes(1), zeroed)
+	// spreads the row over many blocks (kernels.SampleWide).
+	sample(out, logits, scratch cuda.DevPtr, n int, p kernels.SamplingParams) error
 	// adjustLogits applies n entries (kernels.AdjustWords int32 each) to
 	// logits [rows][ld]; logprobs is kernels.Set.Logprobs.
 	adjustLogits(x, entries cuda.DevPtr, n, ld int) error
@@ -995,7 +997,14 @@ func (b *cudaDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error 
 	return b.k.Argmax(b.s, out, 0, x, rows, n, ld)
 }
 
-func (b *cudaDevice) sample(out, logits cuda.DevPtr, n int, p kernels.SamplingParams) error {
+// sampleOne: TILERT_GPU_SAMPLE_ONE=1 keeps the one-block sampler
+// (sample_rows) instead of kernels.SampleWide (session 37, NOT RUN yet).
+var sampleOne = os.Getenv("TILERT_GPU_SAMPLE_ONE") == "1"
+
+func (b *cudaDevice) sample(out, logits, scratch cuda.DevPtr, n int, p kernels.SamplingParams) error {
+	if scratch != 0 && !sampleOne {
+		return b.k.SampleWide(b.s, out, logits, scratch, 1, n, n, p)
+	}
 	return b.k.Sample(b.s, out, logits, 1, n, n, p)
 }
 

@@ -862,7 +862,7 @@ func (m *emuDevice) argmax(out, x, _ cuda.DevPtr, rows, n, ld int) error {
 // sample draws like the CPU engine (engine.Sample at position p.Step), not
 // like the device's Gumbel-max kernel: the emulator stands in for the CPU
 // path here, and no test compares sampled tokens across backends.
-func (m *emuDevice) sample(out, logits cuda.DevPtr, n int, p kernels.SamplingParams) error {
+func (m *emuDevice) sample(out, logits, _ cuda.DevPtr, n int, p kernels.SamplingParams) error {
 	tk := p.TopK
 	ep := engine.Params{Temperature: float64(p.Temperature), TopK: tk, TopP: float64(p.TopP), MinP: float64(p.MinP), Seed: p.Seed}
 	m.i32(out, 1)[0] = int32(engine.Sample(m.f32(logits, n), ep, int(p.Step)))

@@ -93,6 +93,7 @@ type workspace struct {
 	eg, eu, ey               cuda.DevPtr // [top-k][moe intermediate or hidden]
 	logits, tok              cuda.DevPtr
 	amax                     cuda.DevPtr // arg-max scratch (kernels.ArgmaxScratchBytes(maxRows))
+	samp                     cuda.DevPtr // sampler scratch (kernels.SampleScratchBytes(1): one pick at a time)
 	mla                      cuda.DevPtr // split MLA partials (kernels.MLAHeadsWorkspaceBytes(maxRows, heads))
 	tkw                      cuda.DevPtr // top-k scratch (kernels.TopKRadixScratchBytes(maxRows, ldScores), zeroed)
 	grp                      moeGroupWorkspace
@@ -172,6 +173,7 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 		{&ws.logits, M * c.VocabSize},
 		{&ws.tok, M},
 		{&ws.amax, int(kernels.ArgmaxScratchBytes(M) / 4)},
+		{&ws.samp, int(kernels.SampleScratchBytes(1) / 4)},
 		{&ws.mla, int(mlaWorkspaceBytes(M, NH) / 4)},
 		{&ws.tkw, int(kernels.TopKRadixScratchBytes(M, ws.ldScores) / 4)},
 	}...)
@@ -1095,7 +1097,7 @@ func (e *backend) choose(o *ops, reqs []pickReq) {
 		if topP <= 0 || topP >= 1 {
 			topP = 1
 		}
-		o.do(o.b.sample(out, lg, V, kernels.SamplingParams{
+		o.do(o.b.sample(out, lg, e.ws.samp, V, kernels.SamplingParams{
 			Temperature: float32(r.p.Temperature), TopK: r.p.TopK, TopP: topP, MinP: float32(r.p.MinP), Seed: r.p.Seed, Step: uint64(r.pos),
 		}))
 	}

@@ -13,7 +13,7 @@ D=$PWD/.device/next
 PART=$1; R=/tmp/$NAME-$PART; rm -rf $R; mkdir -p $R
 export TILERT_KERNEL_CACHE=/tmp/tilert-kernels
 save() { tar czf $OUT/$NAME-$PART.tgz -C $R .; cp $R/summary.txt $OUT/summary-$PART.txt 2>/dev/null; }
-bn() { local m=$1 c=$2 b=$3 n=$4; shift 4; env X=1 "$@" timeout 150 $D/tilert bench decode --device cuda --dummy-weights $m --layers 9 --context $c --batches $b ${SAMP} ${MTP:+--mtp} ${JS:+--json $R/$n.json} ${TL:+--timeline $R/$n.json} > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " $R/$n.txt | sed "s|^|$n $* |" | tee -a $R/summary.txt; save; }
+bn() { local m=$1 c=$2 b=$3 n=$4; shift 4; env X=1 "$@" timeout 150 $D/tilert bench decode --device cuda --dummy-weights $m --layers ${LAYERS:-9} --context $c --batches $b ${SAMP} ${MTP:+--mtp} ${JS:+--json $R/$n.json} ${TL:+--timeline $R/$n.json} > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " $R/$n.txt | sed "s|^|$n $* |" | tee -a $R/summary.txt; save; }
 # abab MODEL CONTEXTS BATCHES NAME VAR=value...: the default and the variant in turn, twice (NAME-A, NAME-B, NAME-A2,
 # NAME-B2), the same-run A/B every switch gets before it changes a default.
 abab() { local m=$1 c=$2 b=$3 n=$4; shift 4; bn $m $c $b $n-A; bn $m $c $b $n-B "$@"; bn $m $c $b $n-A2; bn $m $c $b $n-B2 "$@"; }

@@ -47,6 +47,20 @@
 #   Where two switches both win, A/B/A/B them together before either becomes a default, then gpucheck again.
 NAME=s33; . docs/measured/next/plan.sh "$1"
 case "$PART" in
+wide)
+  # ~5 min (session 37): the many-block sampler (kernels.SampleWide, cu/sample_wide.cu; NOT RUN) against the one-block
+  # sample_rows (TILERT_GPU_SAMPLE_ONE=1): its checks (the two token for token on full rows, each against the float64
+  # reference, the distributions, the scratch left zeroed), the timing table, the sampled engine checks, then the step
+  # at 8192: greedy, sampled with the wide sampler, sampled with the one-block one, twice (DeepSeek-V3.2, then GLM-5).
+  # LAYERS=3 on an 80 GB card.
+  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 300 'TestKernelSampling$|TestKernelTiming$'); cnt kernels
+  grep -E "^(sample|argmax)|sample wide|mismatched|z-score" $R/kernels.log | head -80 >> $R/summary.txt
+  tst engine engine/gpu 240 'TestGPUSampledMTPIdentical|TestGPUPenaltiesMatchCPU|TestGPUAdjustRulesMatchCPU|TestGPUPipelineMatches|TestGPUGraph'; cnt engine
+  S="--temperature 0.6 --top-p 0.95"
+  for m in deepseek-v3.2 glm-5; do for i in 1 2; do
+    bn $m 8192 1 wide-$m-G$i; SAMP="$S" bn $m 8192 1 wide-$m-W$i; SAMP="$S" bn $m 8192 1 wide-$m-O$i TILERT_GPU_SAMPLE_ONE=1
+  done; done
+  save ;;
 samp)
   # ~4 min (session 36): the sampled pick against the greedy one. sample_rows (one block a row, up to eight radix
   # passes of shared-memory atomics over the 129280 logits) took 335 us in the first timings (cuda/kernels NOTES "v2

@@ -250,3 +250,22 @@ func TestMLACombineFor(t *testing.T) {
 		}
 	}
 }
+
+// SampleScratchBytes must be the kernels' SW_ROW_BYTES a row: a smaller
+// scratch would have the last row's histogram run past it.
+func TestSampleWideScratchMatchesSource(t *testing.T) {
+	src := KernelSource()
+	def := func(name string) int {
+		m := regexp.MustCompile(`#define ` + name + ` (\d+)`).FindStringSubmatch(src)
+		if m == nil {
+			t.Fatalf("no #define %s in the kernels", name)
+		}
+		var v int
+		fmt.Sscan(m[1], &v)
+		return v
+	}
+	bins, maxb := def("SW_BINS"), def("SW_MAXB")
+	if want := 8 + 64 + bins*8 + maxb*8; SampleScratchBytes(1) != int64(want) || maxb != sampleWideBlocks {
+		t.Errorf("SampleScratchBytes(1) = %d, blocks %d; the kernels' row is %d bytes, %d blocks", SampleScratchBytes(1), sampleWideBlocks, want, maxb)
+	}
+}

@@ -423,12 +423,16 @@ type SamplingParams struct {
 	MinP        float32
 	Seed        uint64
 	Step        uint64
+	// StepAt, when set (SampleWide only), adds the int32 there to Step: a
+	// row's position uploaded with the step, so that a captured step's
+	// graph replays with the counter moving on.
+	StepAt cuda.DevPtr
 }
 
 // Sample draws one token per row of logits [rows][ld] into out (int32).
 func (k *Set) Sample(s cuda.Stream, out, logits cuda.DevPtr, rows, n, ld int, p SamplingParams) error {
-	if rows <= 0 || n <= 0 || ld < n {
-		return errors.Newf("sample: rows=%d n=%d ld=%d", rows, n, ld)
+	if rows <= 0 || n <= 0 || ld < n || p.StepAt != 0 {
+		return errors.Newf("sample: rows=%d n=%d ld=%d step at %#x (SampleWide reads a counter on the device)", rows, n, ld, uint64(p.StepAt))
 	}
 	topP := p.TopP
 	if topP <= 0 {
@@ -462,7 +466,7 @@ func (k *Set) SampleWide(s cuda.Stream, out, logits, scratch cuda.DevPtr, rows, 
 	nb := min(sampleWideBlocks, max(1, cdiv(n, 1024)))
 	grid, block := cuda.D3(nb, rows, 1), cuda.D1(256)
 	if !(p.Temperature > 0) {
-		return k.launch("sample_wide_draw", grid, block, 0, s, logits, n, ld, scratch, out, p.Temperature, p.MinP, p.Seed, p.Step)
+		return k.launch("sample_wide_draw", grid, block, 0, s, logits, n, ld, scratch, out, p.Temperature, p.MinP, p.Seed, p.Step, p.StepAt)
 	}
 	topP := p.TopP
 	if topP <= 0 {
@@ -481,7 +485,7 @@ func (k *Set) SampleWide(s cuda.Stream, out, logits, scratch cuda.DevPtr, rows, 
 			}
 		}
 	}
-	return k.launch("sample_wide_draw", grid, block, 0, s, logits, n, ld, scratch, out, p.Temperature, p.MinP, p.Seed, p.Step)
+	return k.launch("sample_wide_draw", grid, block, 0, s, logits, n, ld, scratch, out, p.Temperature, p.MinP, p.Seed, p.Step, p.StepAt)
 }
 
 // MLACacheWrite stores ntok rows of latent [ntok][512] and rope [ntok][64]

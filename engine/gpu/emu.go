@@ -865,7 +865,11 @@ func (m *emuDevice) argmax(out, x, _ cuda.DevPtr, rows, n, ld int) error {
 func (m *emuDevice) sample(out, logits, _ cuda.DevPtr, n int, p kernels.SamplingParams) error {
 	tk := p.TopK
 	ep := engine.Params{Temperature: float64(p.Temperature), TopK: tk, TopP: float64(p.TopP), MinP: float64(p.MinP), Seed: p.Seed}
-	m.i32(out, 1)[0] = int32(engine.Sample(m.f32(logits, n), ep, int(p.Step)))
+	step := int(p.Step)
+	if p.StepAt != 0 {
+		step += int(m.i32(p.StepAt, 1)[0])
+	}
+	m.i32(out, 1)[0] = int32(engine.Sample(m.f32(logits, n), ep, step))
 	return nil
 }
 

@@ -68,6 +68,9 @@ type backend struct {
 	w      *dweights
 	ws     *workspace
 	lpw    lpWorkspace // penalties and logprobs (forward.go), on first use
+	// rowPos: the positions of the last forward's rows, as beginMeta
+	// uploaded them to ws.meta (choose reads a sampler's counter there).
+	rowPos []int
 	slots  []*slot
 	owned  []cuda.DevPtr // every allocation, freed by Close
 	closed bool

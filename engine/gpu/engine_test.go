@@ -527,3 +527,49 @@ func testSampledMTPIdentical(t *testing.T, kind deviceKind) {
 	}
 	record(t, fmt.Sprintf("%s %s sampled (T=0.8, top-p, top-k) MTP == plain", kind, pr), "tokens after first mismatch", float64(diff), 0)
 }
+
+func TestEmuSampleCounterOnDevice(t *testing.T) { testSampleCounterOnDevice(t, onEmu) }
+func TestGPUSampleCounterOnDevice(t *testing.T) { testSampleCounterOnDevice(t, onGPU) }
+
+// testSampleCounterOnDevice: the sampler's counter read from the row's
+// position on the device (SampleWide, graphs replaying the sampled step)
+// gives the tokens of the counter passed as an argument (sampleOne: on a GPU
+// the one-block sample_rows, which also keeps the survivors' rule apart from
+// top-p's fixed point), one slot and two, MTP on and off.
+func testSampleCounterOnDevice(t *testing.T, kind deviceKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	defer func(v bool) { sampleOne = v }(sampleOne)
+	for _, pr := range enginetest.Presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+			vocab := w.Config().VocabSize
+			prompt := enginetest.Prompt(40, vocab, 5)
+			diff := 0
+			for _, mtp := range []bool{false, true} {
+				for _, p := range []engine.Params{{Temperature: 0.8, TopP: 0.9, TopK: 50, Seed: 21}, {Temperature: 1.1, MinP: 0.02, Seed: 22}} {
+					var one [2][]int
+					var two [2][][]int
+					for k, arg := range []bool{true, false} {
+						sampleOne = arg
+						e := newTestEngine(t, kind, src, engine.Options{MaxSeqLen: maxSeq, MTP: mtp, Slots: 2})
+						one[k] = enginetest.Generate(t, e, 0, prompt, p, 32)
+						two[k] = generateBatch(t, e, [][]int{prompt[:25], prompt}, p, 24)
+					}
+					if i := enginetest.FirstDiff(one[1], one[0]); i >= 0 {
+						diff += len(one[0]) - i
+						t.Errorf("mtp=%v %+v: counter on the device differs from the argument's at %d:\n got %v\nwant %v", mtp, p, i, one[1], one[0])
+					}
+					for s := range two[0] {
+						if i := enginetest.FirstDiff(two[1][s], two[0][s]); i >= 0 {
+							diff += len(two[0][s]) - i
+							t.Errorf("mtp=%v %+v batched slot %d: differs at %d:\n got %v\nwant %v", mtp, p, s, i, two[1][s], two[0][s])
+						}
+					}
+				}
+			}
+			record(t, fmt.Sprintf("%s %s sampled, the counter on the device == as an argument (graphs, MTP, batched)", kind, pr), "tokens after first mismatch", float64(diff), 0)
+		})
+	}
+}

@@ -265,6 +265,10 @@ func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte, from []int) *fwd 
 	}
 	o.parts = forwardParts(o.parts, groups)
 	o.do(o.b.upload(ws.meta, meta))
+	e.rowPos = e.rowPos[:0]
+	for _, r := range rows {
+		e.rowPos = append(e.rowPos, r.pos)
+	}
 	ids, pos, lens := ws.meta, fptr(ws.meta, e.maxRows), fptr(ws.meta, 2*e.maxRows)
 	for i := 0; i < len(from); {
 		if from[i] < 0 {
@@ -1097,9 +1101,16 @@ func (e *backend) choose(o *ops, reqs []pickReq) {
 		if topP <= 0 || topP >= 1 {
 			topP = 1
 		}
-		o.do(o.b.sample(out, lg, e.ws.samp, V, kernels.SamplingParams{
+		sp := kernels.SamplingParams{
 			Temperature: float32(r.p.Temperature), TopK: r.p.TopK, TopP: topP, MinP: float32(r.p.MinP), Seed: r.p.Seed, Step: uint64(r.pos),
-		}))
+		}
+		if !sampleOne && r.row < len(e.rowPos) && e.rowPos[r.row]+1 == r.pos {
+			// The counter from the row's position on the device: the
+			// step's graph key no longer changes with it, so a sampled
+			// step replays (it ran eagerly each step before).
+			sp.Step, sp.StepAt = 1, fptr(e.ws.meta, e.maxRows+r.row)
+		}
+		o.do(o.b.sample(out, lg, e.ws.samp, V, sp))
 	}
 }
 

@@ -523,7 +523,7 @@ func (gb *graphDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) erro
 
 func (gb *graphDevice) sample(out, logits, scratch cuda.DevPtr, n int, p kernels.SamplingParams) error {
 	return gb.rec("sample", int64(4*n), func(b device) error { return b.sample(out, logits, scratch, n, p) },
-		ku(out), ku(logits), ku(scratch), ki(n), kf(p.Temperature), ki(p.TopK), kf(p.TopP), kf(p.MinP), p.Seed, p.Step)
+		ku(out), ku(logits), ku(scratch), ku(p.StepAt), ki(n), kf(p.Temperature), ki(p.TopK), kf(p.TopP), kf(p.MinP), p.Seed, p.Step)
 }
 
 func (gb *graphDevice) adjustLogits(x, entries cuda.DevPtr, n, ld int) error {

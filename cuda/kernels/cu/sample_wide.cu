@@ -247,11 +247,15 @@ extern "C" __global__ void __launch_bounds__(256) sample_wide_hist(const float* 
 
 // The draw: arg-max over the survivors of d - log(-log(u)) with
 // u = rng_uniform(seed, step + row, i) (greedy when temperature <= 0: the
-// plain arg-max, without sample_wide_max before it).
+// plain arg-max, without sample_wide_max before it). With step_at set the
+// counter is step plus the int there (a row's position, uploaded with the
+// step), so a captured step replays with a new counter each time.
 extern "C" __global__ void __launch_bounds__(256) sample_wide_draw(const float* __restrict__ x, int n, int ld,
                                                                           unsigned char* scratch, int* out, float temperature,
-                                                                          float min_p, u64 seed, u64 step) {
+                                                                          float min_p, u64 seed, u64 step,
+                                                                          const int* step_at) {
   PDL_WAIT();
+  if (step_at) step += (u64)(u32)__ldcg(step_at);
   const float lmin = min_p > 0.0f ? logf(min_p) : NEG_INF;
   __shared__ float shv[32];
   __shared__ int shi[32];

@@ -55,7 +55,7 @@ wide)
   # LAYERS=3 on an 80 GB card.
   (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 300 'TestKernelSampling$|TestKernelTiming$'); cnt kernels
   grep -E "^(sample|argmax)|sample wide|mismatched|z-score" $R/kernels.log | head -80 >> $R/summary.txt
-  tst engine engine/gpu 240 'TestGPUSampledMTPIdentical|TestGPUPenaltiesMatchCPU|TestGPUAdjustRulesMatchCPU|TestGPUPipelineMatches|TestGPUGraph'; cnt engine
+  tst engine engine/gpu 240 'TestGPUSampleCounterOnDevice|TestGPUSampledMTPIdentical|TestGPUPenaltiesMatchCPU|TestGPUAdjustRulesMatchCPU|TestGPUPipelineMatches|TestGPUGraph'; cnt engine
   S="--temperature 0.6 --top-p 0.95"
   for m in deepseek-v3.2 glm-5; do for i in 1 2; do
     bn $m 8192 1 wide-$m-G$i; SAMP="$S" bn $m 8192 1 wide-$m-W$i; SAMP="$S" bn $m 8192 1 wide-$m-O$i TILERT_GPU_SAMPLE_ONE=1

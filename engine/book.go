@@ -76,7 +76,7 @@ type Ahead interface {
 	// step's main forward (mtp false) or after its MTP forward, for the
 	// draft picks (mtp true).
 	AheadOK(mtp bool) bool
-	// PickAhead is Pick(picks) for picks without Adjust or LP that also
+	// PickAhead is Pick(picks) for picks without LP that also
 	// starts Forward(next, nil) before the tokens reach the host: where
 	// from[i] >= 0, next[i].Tok is the token picks[from[i]] chooses (taken
 	// on the device; the Tok given is ignored). A later Forward of exactly
@@ -636,7 +636,7 @@ func (b *Book) plainStep(act []*bookSlot, rows []Row, picks []Pick) bool {
 	}
 	for i, s := range act {
 		pk := picks[i]
-		if pk.Row != i || pk.Adjust != nil || pk.LP != nil {
+		if pk.Row != i || pk.LP != nil {
 			return false
 		}
 		if (s.params.MaxTokens > 0 && s.generated+1 >= s.params.MaxTokens) || s.seqLen+2 >= b.cfg.MaxSeq {

@@ -53,8 +53,9 @@ type aheadState struct {
 	// any forward of as many rows as the one started ahead for it.
 	loose bool
 	// started, taken: forwards started ahead, and found in place by the
-	// next step (the rest were discarded).
-	started, taken int
+	// next step (the rest were discarded); adjusted: picks ahead with
+	// logit adjustments.
+	started, taken, adjusted int
 	// rows is the forward started ahead whose results (ws.hid, ws.logits,
 	// the caches at its positions) are in place, tokens filled in once
 	// read; nil: none.
@@ -180,12 +181,20 @@ func (c *compute) PickAhead(picks []engine.Pick, next []engine.Row, from []int) 
 	}
 	reqs := make([]pickReq, n)
 	for i, p := range picks {
-		if p.Adjust != nil || p.LP != nil {
-			return nil, errors.Newf("pick ahead: pick %d needs the host (adjustments or logprobs)", i)
+		if p.LP != nil {
+			return nil, errors.Newf("pick ahead: pick %d needs the host (logprobs)", i)
 		}
-		reqs[i] = pickReq{row: p.Row, p: p.Params, pos: p.Pos}
+		reqs[i] = pickReq{row: p.Row, p: p.Params, pos: p.Pos, adjust: p.Adjust}
+		if p.Adjust != nil {
+			e.ah.adjusted++
+		}
 	}
 	if err := e.aheadPins(o.b); err != nil {
+		return nil, err
+	}
+	// Penalties, bad words, a thinking budget: their entries go up with
+	// the step (a stream-ordered copy) and change the rows before the pick.
+	if _, err := e.adjustForPick(o, reqs); err != nil {
 		return nil, err
 	}
 	e.choose(o, reqs)

@@ -51,9 +51,12 @@ func testPipelineMatches(t *testing.T, kind deviceKind, presets []string) {
 					t.Errorf("the schedule never ended a slot at its stop id %d", stop)
 				}
 				st := e.m.ah
-				t.Logf("%s %s mtp=%v: %d transcript lines, %d forwards started ahead, %d taken", kind, pr, mtp, len(got), st.started, st.taken)
+				t.Logf("%s %s mtp=%v: %d transcript lines, %d forwards started ahead, %d taken, %d picks ahead adjusted", kind, pr, mtp, len(got), st.started, st.taken, st.adjusted)
 				if st.taken < len(want)/5 || st.started-st.taken < 2 {
 					t.Errorf("%d forwards started ahead, %d taken: the schedule does not exercise both paths", st.started, st.taken)
+				}
+				if !mtp && st.adjusted < 5 {
+					t.Errorf("%d picks ahead with adjustments: the penalised slot did not pipeline", st.adjusted)
 				}
 				broken, _, _ := run(false, true, stop)
 				if firstLineDiff(broken, want) < 0 {

@@ -27,7 +27,10 @@ const ScheduleSlots = 3
 //     MaxTokens 6;
 //   - when slot 2 ends, slot 1 is prefilled with a new prompt (a join
 //     while others run) and decodes with a presence penalty and logprobs
-//     (steps that need the host) to MaxTokens 8.
+//     (steps that need the host) to MaxTokens 8;
+//   - when that one ends, slot 2 is prefilled and decodes sampled with
+//     frequency and repetition penalties and a bad word, no logprobs (the
+//     adjustments uploaded with a step started ahead) to MaxTokens 12.
 //
 // slot0 returns slot 0's tokens (first included): run once with stop -1
 // and choose a stop id from them (StopFrom(slot0, 12) ends it after the
@@ -74,6 +77,7 @@ func Schedule(t testing.TB, e engine.Engine, vocab int, stop int) (transcript []
 	start(0, first0, p0)
 	start(1, prefill(1, prompts[1], p1), p1)
 	var first2 int
+	var lpStarted, penStarted bool
 	for step := 0; len(active) > 0; step++ {
 		if step > 200 {
 			t.Fatal("schedule did not end")
@@ -94,9 +98,16 @@ func Schedule(t testing.TB, e engine.Engine, vocab int, stop int) (transcript []
 		}
 		for _, s := range ended {
 			leave(s)
-			if s == 2 {
+			switch {
+			case s == 2 && !lpStarted:
+				lpStarted = true
 				p := engine.Params{MaxTokens: 8, PresencePenalty: 0.5, Logprobs: true, TopLogprobs: 2}
 				start(1, prefill(1, prompts[3], p), p)
+			case s == 1 && lpStarted && !penStarted:
+				penStarted = true
+				p := engine.Params{MaxTokens: 12, Temperature: 0.9, Seed: 9, FrequencyPenalty: 0.6, RepetitionPenalty: 1.3,
+					BadWords: [][]int{{prompts[2][4]}}}
+				start(2, prefill(2, prompts[2][:19], p), p)
 			}
 		}
 		switch {

@@ -130,3 +130,41 @@ func partialSuffix(s, tag string) int {
 	}
 	return 0
 }
+
+// ReasoningCounter counts the generated tokens inside thinking blocks for
+// usage.completion_tokens_details.reasoning_tokens, by vLLM's rule (its
+// thinking parsers' count_reasoning_tokens): the tokens strictly between a
+// start id and its end id, nested blocks by depth, a stray end id ignored.
+// deepseek_v3 without thinking is vLLM's identity parser there: 0. The
+// rule reads the generated ids only, so a block the prompt opened counts
+// only from a <think> the model writes itself, as vLLM counts it.
+type ReasoningCounter struct {
+	start, end int
+	off        bool
+	depth, n   int
+}
+
+// NewReasoningCounter returns the counter for parser name with the tags'
+// ids (single tokens: vLLM's start_token_id / end_token_id; -1 when the
+// vocabulary has none, which counts nothing).
+func NewReasoningCounter(name string, thinking bool, start, end int) *ReasoningCounter {
+	return &ReasoningCounter{start: start, end: end, off: (name == "deepseek_v3" && !thinking) || start < 0 || end < 0}
+}
+
+// Add consumes one generated id.
+func (c *ReasoningCounter) Add(id int) {
+	switch {
+	case c.off:
+	case id == c.start:
+		c.depth++
+	case id == c.end:
+		if c.depth > 0 {
+			c.depth--
+		}
+	case c.depth > 0:
+		c.n++
+	}
+}
+
+// Tokens is the count so far.
+func (c *ReasoningCounter) Tokens() int { return c.n }

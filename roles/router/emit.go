@@ -203,6 +203,7 @@ type emitter interface {
 	tools(ds []openai.ToolCallDelta)
 	logprob(lp openai.TokenLogprob) // belongs to the next piece emitted
 	tokenID(id int)                 // every generated id (return_token_ids, continuous usage): as a logprob
+	usageOf(prompt, completion int) openai.Usage
 	finish(reason string, u openai.Usage, calls []openai.ToolCall)
 	fail(e *openai.Error) // after start: the stream ends with an error
 }
@@ -225,6 +226,8 @@ type base struct {
 	continuous   bool
 	promptTokens int
 	generated    int
+	// think counts the reasoning tokens (chat with a reasoning parser).
+	think *parsers.ReasoningCounter
 	// vLLM's prompt_logprobs (non-streamed answers) and rendered prompt
 	// (a stream's first chunk), relayed when asked for.
 	promptLogprobs json.RawMessage
@@ -241,6 +244,9 @@ func (b *base) takePromptText() *string {
 
 func (b *base) tokenID(id int) {
 	b.generated++
+	if b.think != nil {
+		b.think.Add(id)
+	}
 	if b.wantIDs {
 		b.ids = append(b.ids, id)
 	}
@@ -251,8 +257,18 @@ func (b *base) usageSoFar() *openai.Usage {
 	if !b.continuous {
 		return nil
 	}
-	u := openai.NewUsage(b.promptTokens, b.generated)
+	u := b.usageOf(b.promptTokens, b.generated)
 	return &u
+}
+
+// usageOf is the usage of prompt and completion tokens, with the reasoning
+// tokens where a reasoning parser runs.
+func (b *base) usageOf(prompt, completion int) openai.Usage {
+	u := openai.NewUsage(prompt, completion)
+	if b.think != nil {
+		u.CompletionTokensDetails = &openai.CompletionTokensDetails{ReasoningTokens: b.think.Tokens()}
+	}
+	return u
 }
 
 // takeIDs returns the prompt's ids the first time and the ids not yet sent
@@ -272,6 +288,9 @@ func newBase(r *genRequest, model, rid string, created int64) base {
 	hidden := r.reasoning != "" && !r.IncludeReasoning
 	b := base{chat: r.Chat, model: model, created: created, reasoningP: r.reasoning != "", wantIDs: r.ReturnTokenIDs && !hidden,
 		continuous: r.Stream && r.ContinuousUsage}
+	if r.Chat && r.reasoning != "" {
+		b.think = parsers.NewReasoningCounter(r.reasoning, r.thinking, r.thinkIDs[0], r.thinkIDs[1])
+	}
 	if r.Chat {
 		b.id = "chatcmpl-" + rid
 	} else {

@@ -132,6 +132,12 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 				u.PromptTokens += x.PromptTokens
 			}
 			u.CompletionTokens += x.CompletionTokens
+			if d := x.CompletionTokensDetails; d != nil {
+				if u.CompletionTokensDetails == nil {
+					u.CompletionTokensDetails = &openai.CompletionTokensDetails{}
+				}
+				u.CompletionTokensDetails.ReasoningTokens += d.ReasoningTokens
+			}
 		}
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 		return u

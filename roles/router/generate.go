@@ -391,7 +391,7 @@ func (j *job) run(ctx context.Context, em emitter) string {
 	if len(calls) > 0 && finish == "stop" && req.ToolChoice.Mode != openai.ToolChoiceNamed {
 		finish = "tool_calls"
 	}
-	em.finish(finish, openai.NewUsage(j.pre.promptTokens, p.ts.ids), calls)
+	em.finish(finish, em.usageOf(j.pre.promptTokens, p.ts.ids), calls)
 	return outcomeOK
 }
 

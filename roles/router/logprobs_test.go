@@ -19,6 +19,7 @@ import (
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/internal/devvllm"
 	"github.com/tilert-go/tilert/openai"
+	"github.com/tilert-go/tilert/openai/parsers"
 )
 
 // Logprobs and the sampling controls users set go through the whole stack
@@ -611,5 +612,109 @@ func TestContinuousUsage(t *testing.T) {
 				t.Fatalf("chat=%v: usage without stream_options: %s", chat, raw)
 			}
 		}
+	}
+}
+
+// usage.completion_tokens_details.reasoning_tokens: chat answers of a router
+// with a reasoning parser count the generated tokens inside <think> blocks
+// by vLLM's rule (parsers.ReasoningCounter), over exactly the ids returned,
+// non-streamed, streamed (the final usage and every continuous one) and
+// summed over n choices; without a parser, and on completions, the field
+// is left out as vLLM leaves it.
+func TestReasoningTokensUsage(t *testing.T) {
+	s := newStack(t, stackOpts{maxInflight: 2, router: func(o *Options) { o.ReasoningParser = "glm45" }})
+	start, end := mustID(t, s.tok, "<think>"), mustID(t, s.tok, "</think>")
+	// Biased so that the tags come up among other tokens (seeded).
+	body := map[string]any{"messages": []any{map[string]any{"role": "user", "content": testPrompt}}, "max_tokens": 24,
+		"temperature": 1, "seed": 5, "ignore_eos": true, "return_token_ids": true,
+		"logit_bias": map[string]float64{strconv.Itoa(start): 9, strconv.Itoa(end): 6}}
+	count := func(ids []int) int {
+		c := parsers.NewReasoningCounter("glm45", false, start, end)
+		for _, id := range ids {
+			c.Add(id)
+		}
+		return c.Tokens()
+	}
+	type answer struct {
+		Choices []struct {
+			TokenIDs []int `json:"token_ids"`
+		} `json:"choices"`
+		Usage *openai.Usage `json:"usage"`
+	}
+	post := func(s *stack, path string) answer {
+		t.Helper()
+		resp := s.post(t, path, body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var a answer
+		if err := json.Unmarshal(b, &a); err != nil || resp.StatusCode != http.StatusOK || a.Usage == nil {
+			t.Fatalf("%s: %s %s (%v)", path, resp.Status, b, err)
+		}
+		return a
+	}
+	for _, n := range []int{1, 2} {
+		body["n"] = n
+		delete(body, "stream")
+		delete(body, "stream_options")
+		a := post(s, "/v1/chat/completions")
+		want := 0
+		for _, c := range a.Choices {
+			want += count(c.TokenIDs)
+		}
+		if want == 0 || a.Usage == nil || a.Usage.CompletionTokensDetails == nil || a.Usage.CompletionTokensDetails.ReasoningTokens != want {
+			t.Fatalf("n=%d: usage %+v for ids %+v; want %d reasoning tokens (> 0)", n, a.Usage, a.Choices, want)
+		}
+		body["stream"], body["stream_options"] = true, map[string]any{"include_usage": true, "continuous_usage_stats": n == 1}
+		ids := map[int][]int{}
+		var final *openai.Usage
+		resp := s.post(t, "/v1/chat/completions", body)
+		all, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(all), "\n") {
+			raw, ok := strings.CutPrefix(line, "data: ")
+			if !ok || raw == "[DONE]" {
+				continue
+			}
+			var c struct {
+				Choices []struct {
+					Index    int   `json:"index"`
+					TokenIDs []int `json:"token_ids"`
+				} `json:"choices"`
+				Usage *openai.Usage `json:"usage"`
+			}
+			if err := json.Unmarshal([]byte(raw), &c); err != nil {
+				t.Fatal(err)
+			}
+			for _, ch := range c.Choices {
+				ids[ch.Index] = append(ids[ch.Index], ch.TokenIDs...)
+			}
+			if len(c.Choices) == 0 {
+				final = c.Usage
+			} else if n == 1 {
+				if d := c.Usage.CompletionTokensDetails; d == nil || d.ReasoningTokens != count(ids[0]) {
+					t.Fatalf("continuous usage %+v after ids %v", c.Usage, ids[0])
+				}
+			}
+		}
+		want = 0
+		for _, v := range ids {
+			want += count(v)
+		}
+		if final == nil || final.CompletionTokensDetails == nil || final.CompletionTokensDetails.ReasoningTokens != want || want == 0 {
+			t.Fatalf("n=%d stream: final usage %+v for ids %v; want %d", n, final, ids, want)
+		}
+	}
+	// Completions and a router without a parser: no details.
+	plain := newStack(t, stackOpts{})
+	delete(body, "stream")
+	delete(body, "stream_options")
+	body["n"] = 1
+	if a := post(plain, "/v1/chat/completions"); a.Usage.CompletionTokensDetails != nil {
+		t.Fatalf("without a reasoning parser: usage %+v", a.Usage)
+	}
+	delete(body, "messages")
+	body["prompt"] = testPrompt
+	if a := post(s, "/v1/completions"); a.Usage.CompletionTokensDetails != nil {
+		t.Fatalf("completions: usage %+v", a.Usage)
 	}
 }

@@ -23,6 +23,7 @@ type genRequest struct {
 	defaulted               map[string]any // generation_config.json values the client left out, sent to vLLM too
 	seedSet                 bool           // seed differs from the client's (a choice of n > 1): sent to vLLM
 	thinkStart, thinkEnd    []int          // the reasoning parser's tags (thinking_token_budget)
+	thinkIDs                [2]int         // the same as single ids, -1 none (usage's reasoning_tokens)
 	seed                    *uint64
 	stopIDs                 []int        // ids that end the generation without adding text
 	keepIDs                 map[int]bool // special ids kept as text (parser tags)
@@ -94,7 +95,7 @@ func (rt *Router) check(body []byte, chat bool) (*genRequest, *openai.Error) {
 	if req.ThinkingBudget != nil && rt.thinkEnd == nil {
 		return nil, openai.BadField("thinking_token_budget", "field thinking_token_budget: thinking_token_budget is set but the router has no reasoning parser (run it, as vLLM, with --reasoning-parser)")
 	}
-	r.thinkStart, r.thinkEnd = rt.thinkStart, rt.thinkEnd
+	r.thinkStart, r.thinkEnd, r.thinkIDs = rt.thinkStart, rt.thinkEnd, rt.thinkIDs
 	if len(req.BadWords) > 0 {
 		ids, err := badWordsIDs(rt.tok, req.BadWords)
 		if err != nil {

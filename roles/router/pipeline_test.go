@@ -25,6 +25,7 @@ func (e *recEmitter) logprob(openai.TokenLogprob)                    { e.lps++ }
 func (e *recEmitter) tokenID(int)                                    {}
 func (e *recEmitter) finish(string, openai.Usage, []openai.ToolCall) {}
 func (e *recEmitter) fail(*openai.Error)                             {}
+func (e *recEmitter) usageOf(p, c int) openai.Usage                  { return openai.NewUsage(p, c) }
 
 // parallel_tool_calls false keeps tool call 0 alone, in the deltas and in
 // the calls returned (vLLM parses the rest and drops them); true keeps

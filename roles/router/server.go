@@ -76,6 +76,9 @@ type Router struct {
 	// thinkStart, thinkEnd are the reasoning parser's tags as ids (nil
 	// without a parser): what thinking_token_budget counts between.
 	thinkStart, thinkEnd []int
+	// thinkIDs are the tags as single ids (-1: not one token), what
+	// usage's reasoning_tokens counts between (vLLM's start/end_token_id).
+	thinkIDs [2]int
 	// multi lets one request of n > 1 take its slots at a time, so that two
 	// cannot each hold part of the pool waiting for the rest (a one-token
 	// semaphore: waiting on it keeps the request's deadline and its client).
@@ -156,8 +159,14 @@ func New(ctx context.Context, o Options) (*Router, error) {
 			rt.keepIDs[id] = true
 		}
 	}
+	rt.thinkIDs = [2]int{-1, -1}
 	if o.ReasoningParser != "" {
 		s, e := parsers.ReasoningTags()
+		for i, tag := range []string{s, e} {
+			if id, ok := rt.tok.TokenID(tag); ok {
+				rt.thinkIDs[i] = id
+			}
+		}
 		start, _ := rt.tok.Encode(s, false)
 		end, _ := rt.tok.Encode(e, false)
 		if len(start) > 0 && len(end) > 0 {

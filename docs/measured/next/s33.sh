@@ -55,11 +55,14 @@ wide)
   # LAYERS=3 on an 80 GB card.
   (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 300 'TestKernelSampling$|TestKernelTiming$'); cnt kernels
   grep -E "^(sample|argmax)|sample wide|mismatched|z-score" $R/kernels.log | head -80 >> $R/summary.txt
-  tst engine engine/gpu 240 'TestGPUSampleCounterOnDevice|TestGPUSampledMTPIdentical|TestGPUPenaltiesMatchCPU|TestGPUAdjustRulesMatchCPU|TestGPUPipelineMatches|TestGPUGraph'; cnt engine
   S="--temperature 0.6 --top-p 0.95"
-  for m in deepseek-v3.2 glm-5; do for i in 1 2; do
-    bn $m 8192 1 wide-$m-G$i; SAMP="$S" bn $m 8192 1 wide-$m-W$i; SAMP="$S" bn $m 8192 1 wide-$m-O$i TILERT_GPU_SAMPLE_ONE=1
-  done; done
+  for i in 1 2; do
+    bn deepseek-v3.2 8192 1 wide-ds-G$i; SAMP="$S" bn deepseek-v3.2 8192 1 wide-ds-W$i; SAMP="$S" bn deepseek-v3.2 8192 1 wide-ds-O$i TILERT_GPU_SAMPLE_ONE=1
+  done
+  tst engine engine/gpu 240 'TestGPUSampleCounterOnDevice|TestGPUSampledMTPIdentical|TestGPUPenaltiesMatchCPU|TestGPUAdjustRulesMatchCPU|TestGPUPipelineMatches|TestGPUGraph'; cnt engine; save
+  for i in 1 2; do
+    bn glm-5 8192 1 wide-glm-G$i; SAMP="$S" bn glm-5 8192 1 wide-glm-W$i; SAMP="$S" bn glm-5 8192 1 wide-glm-O$i TILERT_GPU_SAMPLE_ONE=1
+  done
   save ;;
 samp)
   # ~4 min (session 36): the sampled pick against the greedy one. sample_rows (one block a row, up to eight radix

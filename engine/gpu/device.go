@@ -997,9 +997,11 @@ func (b *cudaDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error 
 	return b.k.Argmax(b.s, out, 0, x, rows, n, ld)
 }
 
-// sampleOne: TILERT_GPU_SAMPLE_ONE=1 keeps the one-block sampler
-// (sample_rows) instead of kernels.SampleWide (session 37, NOT RUN yet).
-var sampleOne = os.Getenv("TILERT_GPU_SAMPLE_ONE") == "1"
+// sampleOne keeps the one-block sampler (sample_rows, its counter an
+// argument); TILERT_GPU_SAMPLE_WIDE=1 takes kernels.SampleWide, its counter
+// on the device so that sampled steps replay their graph (session 37,
+// built without a device: opt-in until its checks and timing have run).
+var sampleOne = os.Getenv("TILERT_GPU_SAMPLE_WIDE") != "1"
 
 func (b *cudaDevice) sample(out, logits, scratch cuda.DevPtr, n int, p kernels.SamplingParams) error {
 	if scratch != 0 && !sampleOne {

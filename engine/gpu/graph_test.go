@@ -28,9 +28,17 @@ func testGraphsEqualEager(t *testing.T, kind deviceKind) {
 			// scoring: a new run of launches).
 			prompt := enginetest.Prompt(w.Config().IndexTopK-8, vocab, 11)
 			n := 24
+			defer func(v bool) { sampleOne = v }(sampleOne)
 			for _, mtp := range []bool{false, true} {
-				for _, p := range []engine.Params{{}, {Temperature: 0.8, TopP: 0.9, TopK: 20, Seed: 5}} {
-					name := fmt.Sprintf("mtp=%v T=%v", mtp, p.Temperature)
+				// Sampled: with the one-block sampler (its counter an
+				// argument) and with SampleWide (its counter on the device).
+				for _, pc := range []struct {
+					p   engine.Params
+					one bool
+				}{{engine.Params{}, true}, {engine.Params{Temperature: 0.8, TopP: 0.9, TopK: 20, Seed: 5}, true}, {engine.Params{Temperature: 0.8, TopP: 0.9, TopK: 20, Seed: 5}, false}} {
+					p := pc.p
+					sampleOne = pc.one
+					name := fmt.Sprintf("mtp=%v T=%v one-block sampler=%v", mtp, p.Temperature, pc.one)
 					opts := engine.Options{MTP: mtp, MaxSeqLen: len(prompt) + n + 16, Slots: 2}
 					var toks [2][]int
 					var caches [2][]byte
@@ -62,7 +70,7 @@ func testGraphsEqualEager(t *testing.T, kind deviceKind) {
 					// position on the device (not a kernel argument, which
 					// keyed every step apart and ran it eagerly until session
 					// 37), so it replays as a greedy one does.
-					if (p.Greedy() || mtp || !sampleOne) && (g.replays < n/2 || g.captures == 0) {
+					if (p.Greedy() || mtp || !pc.one) && (g.replays < n/2 || g.captures == 0) {
 						t.Errorf("%s: %d replays, %d captures over %d steps: graphs are not being reused", name, g.replays, g.captures, n)
 					}
 					if st[0].replays != 0 {

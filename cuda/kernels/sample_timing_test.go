@@ -7,6 +7,18 @@ import (
 	"github.com/tilert-go/tilert/cuda"
 )
 
+// samplerSettings are the sampling settings the timing tables time: real
+// ones (DeepSeek-V3.2's generation_config: T 0.6, top-p 0.95) first.
+var samplerSettings = []struct {
+	name string
+	p    SamplingParams
+}{
+	{"T=0.6 p=0.95", SamplingParams{Temperature: 0.6, TopP: 0.95, Seed: 1, Step: 9}},
+	{"T=0.7 k=50 p=0.9", SamplingParams{Temperature: 0.7, TopK: 50, TopP: 0.9, Seed: 1, Step: 9}},
+	{"T=1 (no filter)", SamplingParams{Temperature: 1, TopP: 1, Seed: 1, Step: 9}},
+	{"T=1 min-p=0.05", SamplingParams{Temperature: 1, TopP: 1, MinP: 0.05, Seed: 1, Step: 9}},
+}
+
 // TestKernelTimingSample times the picks on one row of V = 129280 logits,
 // direct launches and inside a CUDA graph (as a decode step replays them):
 // the greedy argmax_wide, the one-block sample_rows and the many-block
@@ -29,15 +41,7 @@ func TestKernelTimingSample(t *testing.T) {
 		ssc := a.raw(SampleScratchBytes(1))
 		chk(c.MemsetD8(asc, 0, ArgmaxScratchBytes(1), s))
 		chk(c.MemsetD8(ssc, 0, SampleScratchBytes(1), s))
-		settings := []struct {
-			name string
-			p    SamplingParams
-		}{
-			{"T=0.6 p=0.95", SamplingParams{Temperature: 0.6, TopP: 0.95, Seed: 1, Step: 9}},
-			{"T=0.7 k=50 p=0.9", SamplingParams{Temperature: 0.7, TopK: 50, TopP: 0.9, Seed: 1, Step: 9}},
-			{"T=1 (no filter)", SamplingParams{Temperature: 1, TopP: 1, Seed: 1, Step: 9}},
-			{"T=1 min-p=0.05", SamplingParams{Temperature: 1, TopP: 1, MinP: 0.05, Seed: 1, Step: 9}},
-		}
+		settings := samplerSettings
 		for _, rows := range []struct {
 			name string
 			x    []float32

@@ -409,32 +409,11 @@ func TestKernelTiming(t *testing.T) {
 			// The sampled pick is on every sampled step's critical path, as the
 			// greedy one is: real settings (DeepSeek-V3.2's generation_config:
 			// T 0.6, top-p 0.95) against the greedy pick above.
-			for _, sp := range []struct {
-				name string
-				p    SamplingParams
-			}{
-				{"T=0.7 k=50 p=0.9", SamplingParams{Temperature: 0.7, TopK: 50, TopP: 0.9, Seed: 1}},
-				{"T=0.6 p=0.95", SamplingParams{Temperature: 0.6, TopP: 0.95, Seed: 1}},
-				{"T=1 (no filter)", SamplingParams{Temperature: 1, TopP: 1, Seed: 1}},
-				{"T=1 min-p=0.05", SamplingParams{Temperature: 1, TopP: 1, MinP: 0.05, Seed: 1}},
-			} {
+			for _, sp := range samplerSettings {
 				us = medianUs(c, s, 50, 21, func() { chk(k.Sample(s, o, x, 1, V, V, sp.p)) })
 				add("sample V=129280 "+sp.name, 4*V, us, "")
 			}
-			ssc := a.raw(SampleScratchBytes(1))
-			chk(c.MemsetD8(ssc, 0, SampleScratchBytes(1), s))
-			for _, sp := range []struct {
-				name string
-				p    SamplingParams
-			}{
-				{"T=0.7 k=50 p=0.9", SamplingParams{Temperature: 0.7, TopK: 50, TopP: 0.9, Seed: 1}},
-				{"T=0.6 p=0.95", SamplingParams{Temperature: 0.6, TopP: 0.95, Seed: 1}},
-				{"T=1 (no filter)", SamplingParams{Temperature: 1, TopP: 1, Seed: 1}},
-				{"T=1 min-p=0.05", SamplingParams{Temperature: 1, TopP: 1, MinP: 0.05, Seed: 1}},
-			} {
-				us = medianUs(c, s, 50, 21, func() { chk(k.SampleWide(s, o, x, ssc, 1, V, V, sp.p)) })
-				add("sample_wide V=129280 "+sp.name+" (the engine's sampled pick)", 4*V, us, "")
-			}
+			// The many-block sampler: TestKernelTimingSample, in graphs too.
 		}
 		{
 			// Launch overhead: 64 tiny launches direct vs one captured graph.

@@ -997,11 +997,14 @@ func (b *cudaDevice) argmax(out, x, scratch cuda.DevPtr, rows, n, ld int) error 
 	return b.k.Argmax(b.s, out, 0, x, rows, n, ld)
 }
 
-// sampleOne keeps the one-block sampler (sample_rows, its counter an
-// argument); TILERT_GPU_SAMPLE_WIDE=1 takes kernels.SampleWide, its counter
-// on the device so that sampled steps replay their graph (session 37,
-// built without a device: opt-in until its checks and timing have run).
-var sampleOne = os.Getenv("TILERT_GPU_SAMPLE_WIDE") != "1"
+// sampleOne: TILERT_GPU_SAMPLE_WIDE=0 keeps the one-block sampler
+// (sample_rows, its counter an argument, so sampled steps run eagerly)
+// instead of kernels.SampleWide, whose counter is on the device. The
+// default since session 37 (one H100, docs/measured/h100-2026-12-05-s37):
+// the pick at T 0.6 / top-p 0.95 44-48 us in a graph against sample_rows'
+// 449-666 us, the sampled step 1.78 ms against 2.46 (greedy 1.73),
+// DeepSeek-V3.2 dims, 3 MoE layers, 8192.
+var sampleOne = os.Getenv("TILERT_GPU_SAMPLE_WIDE") == "0"
 
 func (b *cudaDevice) sample(out, logits, scratch cuda.DevPtr, n int, p kernels.SamplingParams) error {
 	if scratch != 0 && !sampleOne {

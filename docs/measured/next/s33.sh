@@ -48,8 +48,8 @@
 NAME=s33; . docs/measured/next/plan.sh "$1"
 case "$PART" in
 wide)
-  # ~5 min (session 37): the many-block sampler (kernels.SampleWide, cu/sample_wide.cu; NOT RUN) against the one-block
-  # sample_rows (the default until then; TILERT_GPU_SAMPLE_WIDE=1 opts in): its checks (the two token for token on full rows, each against the float64
+  # ~3 min at LAYERS=3 (session 37; ran as its call A on an H100, docs/measured/h100-2026-12-05-s37): the many-block
+  # sampler (kernels.SampleWide, the default since) against the one-block sample_rows: its checks (the two token for token on full rows, each against the float64
   # reference, the distributions, the scratch left zeroed), the timing table, the sampled engine checks, then the step
   # at 8192: greedy, sampled with the wide sampler, sampled with the one-block one, twice (DeepSeek-V3.2, then GLM-5).
   # LAYERS=3 on an 80 GB card.
@@ -57,11 +57,11 @@ wide)
   grep -E "sample|argmax|mismatched|z-score" $R/kernels.log | head -90 >> $R/summary.txt
   S="--temperature 0.6 --top-p 0.95"
   for i in 1 2; do
-    bn deepseek-v3.2 8192 1 wide-ds-G$i; SAMP="$S" bn deepseek-v3.2 8192 1 wide-ds-W$i TILERT_GPU_SAMPLE_WIDE=1; SAMP="$S" bn deepseek-v3.2 8192 1 wide-ds-O$i
+    bn deepseek-v3.2 8192 1 wide-ds-G$i; SAMP="$S" bn deepseek-v3.2 8192 1 wide-ds-W$i; SAMP="$S" bn deepseek-v3.2 8192 1 wide-ds-O$i TILERT_GPU_SAMPLE_WIDE=0
   done
-  TILERT_GPU_SAMPLE_WIDE=1 tst engine engine/gpu 240 'TestGPUSampleCounterOnDevice|TestGPUSampledMTPIdentical|TestGPUPenaltiesMatchCPU|TestGPUAdjustRulesMatchCPU|TestGPUPipelineMatches|TestGPUGraph'; cnt engine; save
+  tst engine engine/gpu 240 'TestGPUSampleCounterOnDevice|TestGPUSampledMTPIdentical|TestGPUPenaltiesMatchCPU|TestGPUAdjustRulesMatchCPU|TestGPUPipelineMatches|TestGPUGraph'; cnt engine; save
   for i in 1 2; do
-    bn glm-5 8192 1 wide-glm-G$i; SAMP="$S" bn glm-5 8192 1 wide-glm-W$i TILERT_GPU_SAMPLE_WIDE=1; SAMP="$S" bn glm-5 8192 1 wide-glm-O$i
+    bn glm-5 8192 1 wide-glm-G$i; SAMP="$S" bn glm-5 8192 1 wide-glm-W$i; SAMP="$S" bn glm-5 8192 1 wide-glm-O$i TILERT_GPU_SAMPLE_WIDE=0
   done
   save ;;
 samp)

@@ -76,7 +76,7 @@ type Ahead interface {
 	// step's main forward (mtp false) or after its MTP forward, for the
 	// draft picks (mtp true).
 	AheadOK(mtp bool) bool
-	// PickAhead is Pick(picks) for picks without LP that also
+	// PickAhead is Pick(picks) that also
 	// starts Forward(next, nil) before the tokens reach the host: where
 	// from[i] >= 0, next[i].Tok is the token picks[from[i]] chooses (taken
 	// on the device; the Tok given is ignored). A later Forward of exactly
@@ -627,8 +627,9 @@ func (b *Book) step(c Compute, act []*bookSlot) ([]StepResult, error) {
 
 // plainStep says whether a step may start the next step's forward before
 // its tokens reach the host (Ahead): one row per slot (no MTP, no draft),
-// picks that need nothing of the host (no logit adjustments, no logprobs),
-// and no slot ending at this step by length (a stop token, which only the
+// every pick's row its own (logit adjustments and logprobs go with the
+// pick: known once the last token is, and read back with the ids), and no
+// slot ending at this step by length (a stop token, which only the
 // pick shows, discards the forward started ahead).
 func (b *Book) plainStep(act []*bookSlot, rows []Row, picks []Pick) bool {
 	if b.cfg.Options.MTP || len(rows) != len(act) {
@@ -636,7 +637,7 @@ func (b *Book) plainStep(act []*bookSlot, rows []Row, picks []Pick) bool {
 	}
 	for i, s := range act {
 		pk := picks[i]
-		if pk.Row != i || pk.LP != nil {
+		if pk.Row != i {
 			return false
 		}
 		if (s.params.MaxTokens > 0 && s.generated+1 >= s.params.MaxTokens) || s.seqLen+2 >= b.cfg.MaxSeq {

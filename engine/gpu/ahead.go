@@ -5,11 +5,14 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
 )
 
 // The pipelined decode step (engine.Ahead). A plain step (one row per slot,
-// picks that need nothing of the host) queues its picks, copies the token
+// no drafts; logit adjustments uploaded and logprobs read back with the
+// picks) queues its picks, copies the token
 // ids into pinned host memory behind them and, before waiting for that
 // copy, records and launches the next step's forward of the same slots one
 // position on, its token ids copied on the device from the picks' output.
@@ -54,7 +57,7 @@ type aheadState struct {
 	loose bool
 	// started, taken: forwards started ahead, and found in place by the
 	// next step (the rest were discarded); adjusted: picks ahead with
-	// logit adjustments.
+	// logit adjustments or logprobs.
 	started, taken, adjusted int
 	// rows is the forward started ahead whose results (ws.hid, ws.logits,
 	// the caches at its positions) are in place, tokens filled in once
@@ -69,6 +72,7 @@ type aheadState struct {
 	// forward started ahead, alternating (a buffer is rewritten only after
 	// a wait that follows its upload).
 	tokPin  []byte
+	lpPin   []byte // logprob picks' results: [maxRows] logprobs, [maxRows][K] top ids, [maxRows][K] top logprobs
 	metaPin [2][]byte
 	k       int
 	frees   []func() error
@@ -117,6 +121,10 @@ func (e *backend) aheadPins(b device) error {
 	if e.ah.tokPin, err = alloc(4 * e.maxRows); err != nil {
 		return err
 	}
+	if e.ah.lpPin, err = alloc(4 * e.maxRows * (1 + 2*kernels.MaxTopLogprobs)); err != nil {
+		e.ah.tokPin = nil
+		return err
+	}
 	for k := range e.ah.metaPin {
 		if e.ah.metaPin[k], err = alloc(6 * 4 * e.maxRows); err != nil { // beginMeta: row bases with TILERT_GPU_SLOT_MERGE=1
 			e.ah.tokPin = nil
@@ -132,7 +140,7 @@ func (e *backend) freeAheadPins() error {
 	for _, f := range e.ah.frees {
 		errs = errors.CombineErrors(errs, f())
 	}
-	e.ah.frees, e.ah.tokPin, e.ah.metaPin = nil, nil, [2][]byte{}
+	e.ah.frees, e.ah.tokPin, e.ah.lpPin, e.ah.metaPin = nil, nil, nil, [2][]byte{}
 	return errs
 }
 
@@ -181,11 +189,8 @@ func (c *compute) PickAhead(picks []engine.Pick, next []engine.Row, from []int) 
 	}
 	reqs := make([]pickReq, n)
 	for i, p := range picks {
-		if p.LP != nil {
-			return nil, errors.Newf("pick ahead: pick %d needs the host (logprobs)", i)
-		}
-		reqs[i] = pickReq{row: p.Row, p: p.Params, pos: p.Pos, adjust: p.Adjust}
-		if p.Adjust != nil {
+		reqs[i] = pickReq{row: p.Row, p: p.Params, pos: p.Pos, adjust: p.Adjust, lp: p.LP, topLP: p.TopLP}
+		if p.Adjust != nil || p.LP != nil {
 			e.ah.adjusted++
 		}
 	}
@@ -193,11 +198,14 @@ func (c *compute) PickAhead(picks []engine.Pick, next []engine.Row, from []int) 
 		return nil, err
 	}
 	// Penalties, bad words, a thinking budget: their entries go up with
-	// the step (a stream-ordered copy) and change the rows before the pick.
-	if _, err := e.adjustForPick(o, reqs); err != nil {
+	// the step (a stream-ordered copy) and change the rows before the pick;
+	// logprobs are computed behind it and come back with the ids.
+	lpRow, err := e.adjustForPick(o, reqs)
+	if err != nil {
 		return nil, err
 	}
 	e.choose(o, reqs)
+	e.queueLogprobs(o, reqs, lpRow)
 	if o.err != nil {
 		return nil, o.err
 	}
@@ -205,6 +213,17 @@ func (c *compute) PickAhead(picks []engine.Pick, next []engine.Row, from []int) 
 	wait, err := o.b.downloadAsync(pin, e.ws.tok)
 	if err != nil {
 		return nil, err
+	}
+	var lpb [3][]byte // logprobs, top ids, top logprobs: e.ah.lpPin's parts
+	if m := len(lpRow); m > 0 {
+		K := kernels.MaxTopLogprobs
+		lpb = [3][]byte{e.ah.lpPin[:4*m], e.ah.lpPin[4*e.maxRows:][:4*m*K], e.ah.lpPin[4*e.maxRows*(1+K):][:4*m*K]}
+		for k, src := range []cuda.DevPtr{e.lpw.lp, e.lpw.topID, e.lpw.topLP} {
+			// One event marks the copies' end: the last one's wait covers them.
+			if wait, err = o.b.downloadAsync(lpb[k], src); err != nil {
+				return nil, err
+			}
+		}
 	}
 	rows := c.rows(next)
 	meta := e.ah.metaPin[e.ah.k]
@@ -220,6 +239,9 @@ func (c *compute) PickAhead(picks []engine.Pick, next []engine.Row, from []int) 
 	toks, err := e.tokensOf(pin, n)
 	if err != nil {
 		return nil, err
+	}
+	if len(lpRow) > 0 {
+		fillLogprobs(reqs, lpRow, lpb[0], lpb[1], lpb[2])
 	}
 	for i, j := range from {
 		if j >= 0 {

@@ -1043,7 +1043,6 @@ type pickReq struct {
 // pick chooses tokens on the device (arg-max or the device sampler) and
 // copies back only the token ids.
 func (e *backend) pick(o *ops, reqs []pickReq) ([]int, error) {
-	V := e.cfg.VocabSize
 	lpRow, err := e.adjustForPick(o, reqs)
 	if err != nil {
 		return nil, err
@@ -1052,18 +1051,12 @@ func (e *backend) pick(o *ops, reqs []pickReq) ([]int, error) {
 	if len(lpRow) == 0 {
 		return e.readTokens(o, len(reqs))
 	}
-	K := kernels.MaxTopLogprobs
-	for i, r := range reqs {
-		if j, ok := lpRow[i]; ok {
-			o.do(o.b.logprobs(fptr(e.lpw.raw, j*V), fptr(e.ws.tok, i), fptr(e.lpw.lp, j), fptr(e.lpw.topID, j*K), fptr(e.lpw.topLP, j*K),
-				1, V, V, min(r.topLP, K)))
-		}
-	}
+	e.queueLogprobs(o, reqs, lpRow)
 	toks, err := e.readTokens(o, len(reqs))
 	if err != nil {
 		return nil, err
 	}
-	n := len(lpRow)
+	n, K := len(lpRow), kernels.MaxTopLogprobs
 	lb, ib, tb := make([]byte, 4*n), make([]byte, 4*n*K), make([]byte, 4*n*K)
 	o.do(o.b.download(lb, e.lpw.lp))
 	o.do(o.b.download(ib, e.lpw.topID))
@@ -1071,6 +1064,26 @@ func (e *backend) pick(o *ops, reqs []pickReq) ([]int, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
+	fillLogprobs(reqs, lpRow, lb, ib, tb)
+	return toks, nil
+}
+
+// queueLogprobs queues the logprobs of the picks that ask for them (their
+// raw rows, copied by adjustForPick, at lpRow) behind the choices.
+func (e *backend) queueLogprobs(o *ops, reqs []pickReq, lpRow map[int]int) {
+	V, K := e.cfg.VocabSize, kernels.MaxTopLogprobs
+	for i, r := range reqs {
+		if j, ok := lpRow[i]; ok {
+			o.do(o.b.logprobs(fptr(e.lpw.raw, j*V), fptr(e.ws.tok, i), fptr(e.lpw.lp, j), fptr(e.lpw.topID, j*K), fptr(e.lpw.topLP, j*K),
+				1, V, V, min(r.topLP, K)))
+		}
+	}
+}
+
+// fillLogprobs fills each logprob pick's result from the downloaded
+// logprobs (lb), top ids (ib) and top logprobs (tb).
+func fillLogprobs(reqs []pickReq, lpRow map[int]int, lb, ib, tb []byte) {
+	K := kernels.MaxTopLogprobs
 	f32 := func(b []byte, i int) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])) }
 	for i, r := range reqs {
 		j, ok := lpRow[i]
@@ -1083,7 +1096,6 @@ func (e *backend) pick(o *ops, reqs []pickReq) ([]int, error) {
 		}
 		*r.lp = res
 	}
-	return toks, nil
 }
 
 // choose queues the picks' choices into ws.tok (pick i at ws.tok[i]): the

@@ -170,20 +170,21 @@ __device__ __forceinline__ void block_argmax(float& v, int& i, float* shv, int* 
   for (int k = 1; k < nw; k++) argmax_merge(v, i, shv[k], shi[k]);
 }
 
-// Exclusive prefix sum over the block of an int; total returned through tot.
-// sh: 32 ints.
-__device__ __forceinline__ int block_excl_scan(int v, int* sh, int* tot) {
+// Exclusive prefix sum over the block of an int (or a u64: sample_wide's
+// masses); total returned through tot. sh: 32 of T.
+template <typename T>
+__device__ __forceinline__ T block_excl_scan(T v, T* sh, T* tot) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  int x = v;
+  T x = v;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    int y = __shfl_up_sync(0xffffffffu, x, o);
+    T y = __shfl_up_sync(0xffffffffu, x, o);
     if (lane >= o) x += y;
   }
   __syncthreads();
   if (lane == 31) sh[w] = x;
   __syncthreads();
-  int before = 0, all = 0;
+  T before = 0, all = 0;
   for (int k = 0; k < nw; k++) {
     if (k < w) before += sh[k];
     all += sh[k];

@@ -86,28 +86,6 @@ __device__ __forceinline__ bool sw_last(u32* cnt, int* flag) {
   return true;
 }
 
-// Exclusive prefix sum over the block of a u64; the total through tot.
-// sh: 32 u64.
-__device__ __forceinline__ u64 block_excl_scan64(u64 v, u64* sh, u64* tot) {
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  u64 x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const u64 y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
-  __syncthreads();
-  if (lane == 31) sh[w] = x;
-  __syncthreads();
-  u64 before = 0, all = 0;
-  for (int k = 0; k < nw; k++) {
-    if (k < w) before += sh[k];
-    all += sh[k];
-  }
-  *tot = all;
-  return before + x - v;
-}
-
 extern "C" __global__ void __launch_bounds__(256) sample_wide_max(const float* __restrict__ x, int n, int ld,
                                                                          int top_k, unsigned char* scratch) {
   PDL_WAIT();
@@ -206,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(256) sample_wide_hist(const float* 
     }
   }
   u64 tot;
-  const u64 before = block_excl_scan64(sum, sh, &tot);
+  const u64 before = block_excl_scan(sum, sh, &tot);
   u64 want = __ldcg(&s.st[mode ? SW_PNEED : SW_KREM]);
   if (mode == 1 && shift == 21) {
     want = (u64)((double)top_p * (double)tot);

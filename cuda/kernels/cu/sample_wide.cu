@@ -132,7 +132,7 @@ extern "C" __global__ void __launch_bounds__(256) sample_wide_hist(const float* 
   __shared__ u64 h[SW_BINS];
   __shared__ u64 sh[32];
   __shared__ int last;
-  __shared__ u32 pick[2];
+  __shared__ u32 pick;
   __shared__ u64 rest;
   const SwRow s = sw_row(scratch, blockIdx.y);
   const float* r = x + (size_t)blockIdx.y * ld;
@@ -193,7 +193,7 @@ extern "C" __global__ void __launch_bounds__(256) sample_wide_hist(const float* 
   if (want > tot && threadIdx.x == blockDim.x - 1) {
     // More wanted than there is (a row without survivors, all -inf or NaN):
     // the lowest digit, with the rest, as sample_rows falls through.
-    pick[0] = 0u;
+    pick = 0u;
     rest = want - (tot - loc[g - 1]);
   }
   if (before < want && before + sum >= want) {
@@ -202,7 +202,7 @@ extern "C" __global__ void __launch_bounds__(256) sample_wide_hist(const float* 
     for (int j = 0; j < 8; j++) {
       if (j < g) {
         if (cum + loc[j] >= want) {
-          pick[0] = (u32)(top - j);
+          pick = (u32)(top - j);
           rest = want - cum;
           break;
         }
@@ -212,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(256) sample_wide_hist(const float* 
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    const u32 npre = pre | (pick[0] << shift), nmask = mask | (dmask << shift);
+    const u32 npre = pre | (pick << shift), nmask = mask | (dmask << shift);
     u64 left = rest;
     if (left == 0ull) left = 1ull;
     s.st[mode ? SW_PPRE : SW_KPRE] = npre;

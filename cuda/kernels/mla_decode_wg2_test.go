@@ -171,7 +171,7 @@ func TestKernelMLADecodeWG2H(t *testing.T) {
 			ns := k.MLAWG2Splits(cs.nq, cs.H, nidx)
 			var half, plain string
 			withHeadsPerBlock(cs.hpb, func() { half = wg2Name(cs.nq, cs.H, nidx, ns) })
-			plain = wg2Name(cs.nq, cs.H, nidx, ns)
+			withHeadsPerBlock(64, func() { plain = wg2Name(cs.nq, cs.H, nidx, ns) })
 			want := map[int]string{32: mlaDecodeWG2HName, 16: mlaDecodeWG2QName}[cs.hpb]
 			name := fmt.Sprintf("%s nq=%d H=%d nidx=%d split=%d bases=%v", want, cs.nq, cs.H, nidx, ns, cs.bases)
 			if half != want || plain != mlaDecodeWG2BName {
@@ -194,7 +194,7 @@ func TestKernelMLADecodeWG2H(t *testing.T) {
 			n := cs.nq * cs.H
 			run := func(on bool) ([]float32, []float32) {
 				op, lsp := a.poisoned(n*512), a.poisoned(n)
-				hpb := 0
+				hpb := 64 // mla_decode_wg2b
 				if on {
 					hpb = cs.hpb
 				}

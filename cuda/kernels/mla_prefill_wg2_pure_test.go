@@ -534,7 +534,8 @@ func wg2Handoff(valid []bool, bad int, r *rand.Rand) error {
 // 128 blocks, GLM-5's 4 slots and the DeepSeek-V3.2 MTP step).
 // TestWG2HKernel: mla_decode_wg2h (32 heads a block) and wg2q (16) take
 // one-tile launches of at most four rows x head blocks, only with
-// MLAHeadsPerBlock 32 / 16 (and MLAWG2B) on.
+// MLAHeadsPerBlock 32 / 16 (and MLAWG2B) on, and by default (0) on one row
+// of 64 heads at 32.
 func TestWG2HKernel(t *testing.T) {
 	for _, c := range []struct {
 		hpb, nq, H, tps int
@@ -547,11 +548,18 @@ func TestWG2HKernel(t *testing.T) {
 		{32, 1, 128, 128, true, ""}, {0, 1, 128, 64, true, ""}, {64, 1, 128, 64, true, ""}, {32, 1, 128, 64, false, ""},
 		{16, 1, 64, 64, true, "mla_decode_wg2q"}, {16, 2, 32, 64, true, "mla_decode_wg2q"}, {16, 1, 40, 64, true, "mla_decode_wg2q"},
 		{16, 1, 128, 64, true, ""}, {16, 2, 64, 64, true, ""}, {8, 1, 32, 64, true, ""},
+		// 0, the default: 32 for one row of 64 heads only; 64: none.
+		{0, 1, 64, 64, true, "mla_decode_wg2h"}, {0, 2, 64, 64, true, ""}, {0, 1, 32, 64, true, ""}, {0, 1, 64, 128, true, ""},
+		{0, 1, 64, 64, false, ""}, {64, 1, 64, 64, true, ""},
 	} {
 		withWG2B(c.b, func() {
 			withHeadsPerBlock(c.hpb, func() {
 				got, h := wg2hKernel(c.nq, c.H, c.tps)
-				if got != c.want || (got != "" && h != c.hpb) {
+				wantH := c.hpb
+				if wantH == 0 {
+					wantH = 32
+				}
+				if got != c.want || (got != "" && h != wantH) {
 					t.Errorf("wg2hKernel(nq=%d, H=%d, tps=%d) MLAHeadsPerBlock=%d MLAWG2B=%v = %q, %d; want %q", c.nq, c.H, c.tps, c.hpb, c.b, got, h, c.want)
 				}
 			})

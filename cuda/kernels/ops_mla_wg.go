@@ -138,7 +138,8 @@ var MLAWG2B = true
 // mla_decode_wg2b holds (see MLAWG2B).
 const mlaWG2BMaxHeadBlocks = 2
 
-// MLAHeadsPerBlock (32 or 16; 0: 64, the default) makes MLADecodeWG2
+// MLAHeadsPerBlock (32 or 16; 64: none; 0, the default: 32 for one row of
+// 64 heads, none elsewhere, see wg2hAuto) makes MLADecodeWG2
 // launch mla_decode_wg2h (32 heads a block) or mla_decode_wg2q (16) where
 // each block takes one 64-token tile and the launch holds at most
 // mlaWG2HMaxHeadBlocks rows x head blocks (at 32: one row of 128 heads, up
@@ -148,9 +149,21 @@ const mlaWG2BMaxHeadBlocks = 2
 // (docs/measured/h200-2026-12-03-s20 callA) put ~40% of its stalls in the
 // queries' prologue and ~25% in the partial's stores, the MMAs ~12%; in the
 // step the sparse MLA runs 12.5 us on 64 blocks (DeepSeek-V3.2 dims) and
-// 12.2 on 32 (GLM-5), on the critical path. Opt-in (session 31, after its
-// device time, NOT RUN): the engine sets it with TILERT_GPU_MLA_HEADS.
+// 12.2 on 32 (GLM-5), on the critical path. The engine sets it with
+// TILERT_GPU_MLA_HEADS.
 var MLAHeadsPerBlock int
+
+// wg2hAuto is MLAHeadsPerBlock 0's heads a block for nq rows of H heads:
+// 32 for one row of 64 (session 38, H100, 3 MoE layers, A/B/A/B at 8192:
+// GLM-5 dims -5 / -5 us a step alone, -10 / -18 with topk_radix_one_w12;
+// DeepSeek-V3.2's one row of 128 heads +33 / +37 us, so not there; two rows
+// (GLM-5's MTP step) not measured).
+func wg2hAuto(nq, H int) int {
+	if nq == 1 && H == 64 {
+		return 32
+	}
+	return 64
+}
 
 // MLAWG2HLaunches counts mla_decode_wg2h / wg2q launches (tests).
 var MLAWG2HLaunches atomic.Int64
@@ -164,6 +177,9 @@ const mlaWG2HMaxHeadBlocks = 4
 // 64-head kernels).
 func wg2hKernel(nq, H, tps int) (string, int) {
 	hpb := MLAHeadsPerBlock
+	if hpb == 0 {
+		hpb = wg2hAuto(nq, H)
+	}
 	if (hpb != 32 && hpb != 16) || !MLAWG2B || tps != mlaPrefillH1Tile || nq*cdiv(H, hpb) > mlaWG2HMaxHeadBlocks {
 		return "", 0
 	}

@@ -222,9 +222,10 @@ const TopKRadixOneMaxT = 1024 * 32
 // rows plus what they generated sit in an 8448-key bucket: the one-block
 // top-k on the attention front's critical path (GLM-5 dims, 8192: 9.4 us
 // after the scores in session 30's trace). The same selection, index for
-// index. Opt-in (session 31, after its device time, NOT RUN): the engine
-// sets it with TILERT_GPU_TOPK_W12=1.
-var TopKOneW12 bool
+// index. The default since session 38 (H100, 3 MoE layers, 8192, A/B/A/B:
+// GLM-5 dims -13 / -10 us a step, DeepSeek-V3.2 dims 0 / -2, GLM-5 at
+// 131072 -1 / -2); the engine's TILERT_GPU_TOPK_W12=0 turns it off.
+var TopKOneW12 = true
 
 // topkRadixOneKernel is the topk_radix_one_w kernel whose keys per thread
 // cover T (8, 16 or 32; 12 with TopKOneW12).

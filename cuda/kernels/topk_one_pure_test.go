@@ -371,6 +371,7 @@ func TestTopKOneWModel(t *testing.T) {
 
 // The bodies the launcher's kernels run: KPT / 2 from half their capacity.
 func TestTopKOneWKPT(t *testing.T) {
+	withTopKOneW12(t, false)
 	for _, c := range []struct{ T, n, want int }{
 		{8192, 8192, 8}, {8192, 4097, 8}, {8192, 4096, 4}, {8448, 8192, 8}, {8448, 8193, 16},
 		{16384, 16384, 16}, {32768, 16384, 16}, {32768, 16385, 32}, {2049, 2049, 4},

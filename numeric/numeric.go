@@ -78,14 +78,6 @@ func Float32ToFP8E4M3(f float32) byte {
 // BF16ToFloat32 widens a bfloat16 (exact).
 func BF16ToFloat32(u uint16) float32 { return math.Float32frombits(uint32(u) << 16) }
 
-// BF16Pair splits f into hi = bf16(f) and lo = bf16(f - hi), both rounded
-// to nearest even: hi + lo carries ~16 of f's 24 bits (the router fold's
-// pair matrices, cuda/kernels router_fold.go).
-func BF16Pair(f float32) (hi, lo uint16) {
-	hi = Float32ToBF16(f)
-	return hi, Float32ToBF16(f - BF16ToFloat32(hi))
-}
-
 // Float32ToBF16 narrows f to bfloat16 with round-to-nearest-even; overflow
 // rounds to infinity as in IEEE, NaN stays a quiet NaN with its sign.
 func Float32ToBF16(f float32) uint16 {

@@ -347,23 +347,3 @@ func TestUE8M0Scale(t *testing.T) {
 		}
 	}
 }
-
-// TestBF16Pair: hi + lo is within 2^-16 of the value relative (hi alone
-// only 2^-9), and a value that is a bf16 has lo = 0.
-func TestBF16Pair(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 5))
-	var worstPair, worstHi float64
-	for range 100000 {
-		f := float32(r.NormFloat64() * math.Pow(2, float64(r.IntN(40)-20)))
-		hi, lo := BF16Pair(f)
-		p := float64(BF16ToFloat32(hi)) + float64(BF16ToFloat32(lo))
-		worstPair = max(worstPair, math.Abs(p-float64(f))/math.Abs(float64(f)))
-		worstHi = max(worstHi, math.Abs(float64(BF16ToFloat32(hi))-float64(f))/math.Abs(float64(f)))
-	}
-	if worstPair > math.Ldexp(1, -16) || worstHi < math.Ldexp(1, -10) {
-		t.Errorf("pair relative error %.3g (want <= 2^-16), hi alone %.3g (want > 2^-10)", worstPair, worstHi)
-	}
-	if hi, lo := BF16Pair(1.5); hi != 0x3fc0 || lo != 0 {
-		t.Errorf("BF16Pair(1.5) = %#04x, %#04x; want 0x3fc0, 0", hi, lo)
-	}
-}

@@ -84,9 +84,6 @@ var pdlKernels = setOf(
 	// moe.cu, norm.cu, sample.cu, logits.cu
 	"moe_route", "rmsnorm", "add_rmsnorm", "layernorm", "rope", "add_f32", "silu_mul", "embed_bf16", "embed_bf16_checked", "moe_combine",
 	"argmax_rows", "sample_rows", "argmax_wide", "sample_wide_max", "sample_wide_hist", "sample_wide_draw", "adjust_logits", "logprob_rows",
-	// router_fold.cu: the norm + routing of the folded router (router_fold_a
-	// and _m run once at load, plainly)
-	"add_rmsnorm_route",
 	// Not comm.cu's collectives: they spin on flags other ranks' kernels
 	// set, and stay launched plainly.
 )

@@ -88,16 +88,6 @@ type device interface {
 	// addRMSNorm is add(x, x, b) then rmsnorm(y, x, w) over rows rows in
 	// one launch (bit-identical); y must not alias x or b.
 	addRMSNorm(y, x, b, w cuda.DevPtr, rows, D, ldx, ldb, ldy int, eps float32) error
-	// addRMSNormRoute is addRMSNorm over rows of D (lds D) and then
-	// moeRoute of each row on the logits (A x + M v) / rms from the folded
-	// router's products r1 = A2 x, r2 = M2 v ([rows][2E] each: hi and lo
-	// rows; kernels.AddRMSNormRoute).
-	addRMSNormRoute(y, x, b, w cuda.DevPtr, rows, D int, eps float32, r1, r2, bias, idx, wts cuda.DevPtr, E, K, ngroup, topkGroup int, norm bool, scale float32) error
-	// routerFold writes one MoE layer's folded router (kernels
-	// RouterFoldA, RouterFoldM) as hi/lo bf16 pairs: a2 = W_r diag(w)
-	// [2E][H] and m2 = A W_o [2E][K] (W_o: o_proj, [H][K]); a is float32
-	// scratch [E][H].
-	routerFold(a, a2, m2, wr cuda.DevPtr, wrKind kernels.FoldKind, w, wo, woS cuda.DevPtr, woKind kernels.FoldKind, E, H, K int) error
 	siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error
 	// embed gathers rows ids of a bf16 [V][D] table; an id outside [0, V)
 	// gives a NaN row (embedCheckOn, the default; the emulator always);
@@ -556,17 +546,6 @@ func (b *cudaDevice) embed(out, table, ids cuda.DevPtr, T, D, V int) error {
 
 func (b *cudaDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
 	return b.k.MoECombine(b.s, out, y, w, resid, k, N)
-}
-
-func (b *cudaDevice) addRMSNormRoute(y, x, bb, w cuda.DevPtr, rows, D int, eps float32, r1, r2, bias, idx, wts cuda.DevPtr, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
-	return b.k.AddRMSNormRoute(b.s, y, x, bb, w, rows, D, eps, r1, r2, bias, idx, wts, E, K, ngroup, topkGroup, norm, scale)
-}
-
-func (b *cudaDevice) routerFold(a, a2, m2, wr cuda.DevPtr, wrKind kernels.FoldKind, w, wo, woS cuda.DevPtr, woKind kernels.FoldKind, E, H, K int) error {
-	if err := b.k.RouterFoldA(b.s, a, a2, wr, wrKind, w, E, H); err != nil {
-		return err
-	}
-	return b.k.RouterFoldM(b.s, m2, a, wo, woS, woKind, E, H, K)
 }
 
 func (b *cudaDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {

@@ -430,18 +430,13 @@ func (m *emuDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
 // moeRoute is the CPU engine's router rule (sigmoid, bias for the choice,
 // DeepSeek group limiting, normalised weights times the scaling factor).
 func (m *emuDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
-	return m.route(idx, wts, m.f32(logits, T*E), bias, T, E, K, ngroup, topkGroup, norm, scale)
-}
-
-// route is moeRoute on logits held here ([T][E]).
-func (m *emuDevice) route(idx, wts cuda.DevPtr, logits []float32, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
 	var bs []float32
 	if bias != 0 {
 		bs = m.f32(bias, E)
 	}
 	ids, ws := m.i32(idx, T*K), m.f32(wts, T*K)
 	for t := 0; t < T; t++ {
-		lg := logits[t*E : (t+1)*E]
+		lg := m.f32(logits.Add(int64(4*t*E)), E)
 		s := make([]float32, E)
 		choice := make([]float32, E)
 		for i, v := range lg {
@@ -489,111 +484,6 @@ func (m *emuDevice) route(idx, wts cuda.DevPtr, logits []float32, bias cuda.DevP
 		}
 	}
 	return nil
-}
-
-// addRMSNormRoute is addRMSNorm, then route on (A x + M v) / rms: the
-// pair products' halves summed, scaled by the norm's 1/rms (kern.RMSInv,
-// as the norm itself takes it).
-func (m *emuDevice) addRMSNormRoute(y, x, b, w cuda.DevPtr, rows, D int, eps float32, r1, r2, bias, idx, wts cuda.DevPtr, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
-	if rows <= 0 || !kernels.AddRMSNormRouteFits(D, E) {
-		return errors.Newf("emu add_rmsnorm_route: rows=%d D=%d E=%d", rows, D, E)
-	}
-	// The products were taken of x before the add; read first, as the
-	// kernel reads them.
-	p1, p2 := m.f32(r1, rows*2*E), m.f32(r2, rows*2*E)
-	lg := make([]float32, rows*E)
-	for r := 0; r < rows; r++ {
-		xr := x.Add(int64(4 * r * D))
-		if err := m.add(xr, xr, b.Add(int64(4*r*D)), D); err != nil {
-			return err
-		}
-		inv := kern.RMSInv(m.f32(xr, D), float64(eps))
-		q1, q2 := p1[2*r*E:2*(r+1)*E], p2[2*r*E:2*(r+1)*E]
-		for t := 0; t < E; t++ {
-			lg[r*E+t] = ((q1[t] + q1[E+t]) + (q2[t] + q2[E+t])) * inv
-		}
-	}
-	if err := m.rmsnorm(y, x, w, rows, D, D, D, eps); err != nil {
-		return err
-	}
-	return m.route(idx, wts, lg, bias, rows, E, K, ngroup, topkGroup, norm, scale)
-}
-
-// routerFold is the kernels' fold: A in float32 products, M = A W_o summed
-// in float64 in the kernel's order (over H ascending; the products of two
-// float32 values are exact in float64, so fma or not, the same sums), both
-// stored as hi/lo bf16 pairs.
-func (m *emuDevice) routerFold(a, a2, m2, wr cuda.DevPtr, wrKind kernels.FoldKind, w, wo, woS cuda.DevPtr, woKind kernels.FoldKind, E, H, K int) error {
-	if E <= 0 || H <= 0 || K <= 0 || (wrKind != kernels.FoldBF16 && wrKind != kernels.FoldF32) {
-		return errors.Newf("emu router_fold: E=%d H=%d K=%d router kind %d", E, H, K, wrKind)
-	}
-	as, ws := m.f32(a, E*H), m.f32(w, H)
-	var wrRow func(j int) []float32
-	if wrKind == kernels.FoldBF16 {
-		u := m.u16(wr, E*H)
-		wrRow = func(j int) []float32 {
-			v := make([]float32, H)
-			for i := range v {
-				v[i] = numeric.BF16ToFloat32(u[j*H+i])
-			}
-			return v
-		}
-	} else {
-		f := m.f32(wr, E*H)
-		wrRow = func(j int) []float32 { return f[j*H : (j+1)*H] }
-	}
-	for j := 0; j < E; j++ {
-		for i, v := range wrRow(j) {
-			as[j*H+i] = v * ws[i]
-		}
-	}
-	pairs(m.u16(a2, 2*E*H), as, E, H)
-	row := make([]float32, K)
-	var woRow func(i int)
-	switch woKind {
-	case kernels.FoldFP8:
-		kb := (K + 127) / 128
-		wb, sb := m.mem(wo, H*K), m.f32(woS, ((H+127)/128)*kb)
-		woRow = func(i int) { fp8Row(row, wb[i*K:(i+1)*K], sb[(i/128)*kb:(i/128+1)*kb]) }
-	case kernels.FoldBF16:
-		u := m.u16(wo, H*K)
-		woRow = func(i int) {
-			for k := range row {
-				row[k] = numeric.BF16ToFloat32(u[i*K+k])
-			}
-		}
-	case kernels.FoldF32:
-		f := m.f32(wo, H*K)
-		woRow = func(i int) { copy(row, f[i*K:(i+1)*K]) }
-	default:
-		return errors.Newf("emu router_fold: o_proj kind %d", woKind)
-	}
-	acc := make([]float64, E*K)
-	for i := 0; i < H; i++ {
-		woRow(i)
-		for j := 0; j < E; j++ {
-			aj, dst := float64(as[j*H+i]), acc[j*K:(j+1)*K]
-			for k, v := range row {
-				dst[k] += aj * float64(v)
-			}
-		}
-	}
-	ms := make([]float32, E*K)
-	for i, v := range acc {
-		ms[i] = float32(v)
-	}
-	pairs(m.u16(m2, 2*E*K), ms, E, K)
-	return nil
-}
-
-// pairs stores v ([E][n]) as hi/lo bf16 rows of p ([2E][n]): row j
-// bf16(v), row E + j bf16(v - hi), both rounded to nearest even.
-func pairs(p []uint16, v []float32, E, n int) {
-	for j := 0; j < E; j++ {
-		for c := 0; c < n; c++ {
-			p[j*n+c], p[(E+j)*n+c] = numeric.BF16Pair(v[j*n+c])
-		}
-	}
 }
 
 func (m *emuDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {

@@ -221,9 +221,6 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 		}
 		e.w = w
 		e.owned = append(e.owned, ptrs...)
-		if err := e.foldRouters(b, src); err != nil {
-			return err
-		}
 		if err := e.allocState(b); err != nil {
 			return err
 		}

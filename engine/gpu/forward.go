@@ -89,7 +89,6 @@ type workspace struct {
 	iqc                      cuda.DevPtr // wqbIdxQ's head counters (int32 [64], zeroed; every launch leaves them so)
 	g, u                     cuda.DevPtr // [rows][max intermediate]
 	rlog, eidx, ewts         cuda.DevPtr
-	fr1, fr2                 cuda.DevPtr // the folded router's products [rows][2E] (router_fold.go)
 	eg, eu, ey               cuda.DevPtr // [top-k][moe intermediate or hidden]
 	logits, tok              cuda.DevPtr
 	amax                     cuda.DevPtr // arg-max scratch (kernels.ArgmaxScratchBytes(maxRows))
@@ -163,8 +162,6 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 		{&ws.g, M * inter},
 		{&ws.u, M * inter},
 		{&ws.rlog, M * max(1, c.NRoutedExperts)},
-		{&ws.fr1, M * 2 * max(1, c.NRoutedExperts)},
-		{&ws.fr2, M * 2 * max(1, c.NRoutedExperts)},
 		{&ws.eidx, M * K},
 		{&ws.ewts, M * K},
 		{&ws.eg, max(K, tileSlots) * max(1, c.MoEIntermediateSize)},
@@ -389,9 +386,6 @@ type fwd struct {
 	// combine (moeNormOn).
 	closeY, closeW cuda.DevPtr
 	closed         bool
-	// foldSide: a folded router's GEMV is on the side stream, not yet
-	// joined (router_fold.go).
-	foldSide bool
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and
@@ -402,11 +396,7 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr) {
 	H, M := c.HiddenSize, f.M
 	eps := float32(c.RMSNormEps)
 	f.attention(lw)
-	if f.folded(lw) {
-		f.normRoute(lw) // the norm routes too: moe skips the router
-	} else {
-		o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
-	}
+	o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
 	f.closed = false
 	if lw.MoE {
 		f.closeY, f.closeW = nextY, nextW
@@ -448,16 +438,12 @@ func tileFFN(g, u dlin) bool {
 func (f *fwd) moe(lw *dlayer) {
 	c := f.e.cfg
 	H := c.HiddenSize
-	switch {
-	case f.folded(lw):
-		// normRoute routed with the norm: the shared expert forks after it.
-		f.sideSh = f.sharedBeside(lw)
-	case sideShAtRouter:
+	if sideShAtRouter {
 		// The shared expert forks after the router GEMV (sideShAtRouter).
 		f.router(lw)
 		f.sideSh = f.sharedBeside(lw)
 		f.routing(lw)
-	default:
+	} else {
 		f.sideSh = f.sharedBeside(lw)
 		f.route(lw)
 	}
@@ -807,7 +793,6 @@ func (f *fwd) attnOut(lw *dlayer) {
 	default:
 		f.absorbQ(lw)
 	}
-	f.foldX(lw) // r1 beside the sparse MLA
 	if f.merge() && e.mla == mlaFP8 && ws.mla != 0 && mlaTCOn {
 		// All slots' rows in one launch, each row on its slot's region
 		// (nidx as below, the widest of the groups').
@@ -856,7 +841,6 @@ func (f *fwd) attnProjOut(lw *dlayer) {
 	H, M := c.HiddenSize, f.M
 	R, NH, vd := c.KVLoraRank, c.NumHeads, c.VHeadDim
 	o.do(o.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
-	f.foldV(lw) // r2 beside o_proj
 	o.lin(lw.O, ws.tmp, ws.ao, M, NH*vd, H)
 }
 

@@ -385,19 +385,6 @@ func (gb *graphDevice) addRMSNorm(y, x, bb, w cuda.DevPtr, rows, D, ldx, ldb, ld
 		ku(y), ku(x), ku(bb), ku(w), ki(rows), ki(D), ki(ldx), ki(ldb), ki(ldy), kf(eps))
 }
 
-func (gb *graphDevice) addRMSNormRoute(y, x, bb, w cuda.DevPtr, rows, D int, eps float32, r1, r2, bias, idx, wts cuda.DevPtr, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
-	return gb.rec("addRMSNormRoute", int64(16*rows*D+16*rows*E), func(b device) error {
-		return b.addRMSNormRoute(y, x, bb, w, rows, D, eps, r1, r2, bias, idx, wts, E, K, ngroup, topkGroup, norm, scale)
-	}, ku(y), ku(x), ku(bb), ku(w), ki(rows), ki(D), kf(eps), ku(r1), ku(r2), ku(bias), ku(idx), ku(wts), ki(E), ki(K), ki(ngroup),
-		ki(topkGroup), kb(norm), kf(scale))
-}
-
-func (gb *graphDevice) routerFold(a, a2, m2, wr cuda.DevPtr, wrKind kernels.FoldKind, w, wo, woS cuda.DevPtr, woKind kernels.FoldKind, E, H, K int) error {
-	return gb.rec("routerFold", int64(4*E*(H+K)+H*K), func(b device) error {
-		return b.routerFold(a, a2, m2, wr, wrKind, w, wo, woS, woKind, E, H, K)
-	}, ku(a), ku(a2), ku(m2), ku(wr), ki(int(wrKind)), ku(w), ku(wo), ku(woS), ki(int(woKind)), ki(E), ki(H), ki(K))
-}
-
 func (gb *graphDevice) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo int) error {
 	return gb.rec("siluMul", int64(12*rows*I), func(b device) error { return b.siluMul(out, gate, up, rows, I, ldg, ldu, ldo) },
 		ku(out), ku(gate), ku(up), ki(rows), ki(I), ki(ldg), ki(ldu), ki(ldo))

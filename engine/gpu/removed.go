@@ -202,6 +202,13 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_OPROJ_NORM", keep: zero,
 		what: "o_proj with the post-attention add + RMSNorm in its last tile (gemv_tile_fp8_r*_m1*_an, one launch) was measured slower on the H200 in session 34 call A and removed (graph-timed 43.24 against 37.97 us for the two launches it replaces at DeepSeek-V3.2's 7168x16384, 39.13 against 31.38 at GLM-5's 6144x16384; decode p50 at 8192, 1 slot, A/B/A/B with TILERT_GPU_IDX_QFUSE=1 also on: DeepSeek-V3.2 dims 2.771 / 2.775 against 2.610 / 2.613 ms, GLM-5 dims 2.871 / 2.873 against 2.690 / 2.688)",
 		hint: `: o_proj and the post-attention add + RMSNorm run as two launches (gemv_tile_fp8 then add_rmsnorm_reg); the code last exists at commit e430c60, the record is in docs/measured/h200-2026-12-05-s34 and cuda/kernels/NOTES.md "gemv_tile_fp8_r*_m1*_an"`},
+	// TILERT_GPU_ROUTER_FOLD=1 folded each MoE layer's router through
+	// o_proj (A x beside the sparse MLA, M v beside o_proj, the routing in
+	// the post-attention norm's launch, add_rmsnorm_route); built in
+	// session 35, measured slower in session 38, removed.
+	{name: "TILERT_GPU_ROUTER_FOLD", keep: zero,
+		what: "the router folded through o_proj (router_fold_a / _m at load; its two GEMVs beside the sparse MLA and o_proj, the routing in the post-attention norm's launch, add_rmsnorm_route) was measured slower on the H100 in session 38 call A and removed (the fused launch graph-timed 8.45 against 11.81 us for the three it replaces, but its two fold GEMVs read 24 MB a layer beside the sparse MLA and o_proj; decode p50, A/B/A/B, 1 slot: DeepSeek-V3.2 dims 8192 +6 / +8 us, 131072 +10 / +5; GLM-5 dims 8192 +11 / +15, 131072 +11 / +12; DeepSeek-V3.2 dims 4 slots at 8192 +107 / +110)",
+		hint: `: the post-attention add + RMSNorm, the router GEMV and moe_route_rank run as three launches (the default); the code last exists at commit bab6987, the record is in docs/measured/h100-2026-12-05-s38 and engine/gpu/NOTES.md "TILERT_GPU_ROUTER_FOLD=1"`},
 }
 
 // zero: the switch's =0 asked for the path that runs, by name.
@@ -266,8 +273,6 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
 		{"TILERT_GPU_EXPERT_SHAPE", []string{"", "0", "1"},
 			"unset it (or 1) for a single row's routed-expert launches on their own shapes (gate/up _o4, down groups of 32: kernels.OneRowExperts), 0 for the tile rule's"},
-		{"TILERT_GPU_ROUTER_FOLD", []string{"", "0", "1"},
-			"unset it (or 0) for the router GEMV after the post-attention norm, 1 for the router folded through o_proj (its two GEMVs beside the sparse MLA and o_proj, the routing in the norm's launch; opt-in)"},
 		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},
 			"unset it (or 1) for a decode MoE layer's combine fused with the next add + RMSNorm (one launch), 0 for the two launches"},
 	} {

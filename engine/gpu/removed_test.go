@@ -80,6 +80,8 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_SOLO": "topk_radix_one"}, `TILERT_GPU_SOLO="topk_radix_one"`},
 		{map[string]string{"TILERT_GPU_OPROJ_NORM": "0"}, ""},
 		{map[string]string{"TILERT_GPU_OPROJ_NORM": "1"}, `TILERT_GPU_OPROJ_NORM="1"`},
+		{map[string]string{"TILERT_GPU_ROUTER_FOLD": "0"}, ""},
+		{map[string]string{"TILERT_GPU_ROUTER_FOLD": "1"}, `TILERT_GPU_ROUTER_FOLD="1"`},
 		{map[string]string{"TILERT_GPU_IDX_ONE": "0"}, ""},
 		{map[string]string{"TILERT_GPU_IDX_ONE": "1"}, `TILERT_GPU_IDX_ONE="1"`},
 		{map[string]string{"TILERT_GPU_IDX_ONE": "plain"}, `TILERT_GPU_IDX_ONE="plain"`},
@@ -243,6 +245,8 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_SOLO", "ca46bb0", "docs/measured/h200-2026-12-05-s34"}},
 	"TILERT_GPU_OPROJ_NORM": {{"session 34 call A", "43.24 against 37.97 us", "39.13 against 31.38", "2.771 / 2.775 against 2.610 / 2.613 ms", "2.871 / 2.873 against 2.690 / 2.688"},
 		{"unset TILERT_GPU_OPROJ_NORM", "add_rmsnorm_reg", "e430c60", "docs/measured/h200-2026-12-05-s34", `"gemv_tile_fp8_r*_m1*_an"`}},
+	"TILERT_GPU_ROUTER_FOLD": {{"session 38 call A", "8.45 against 11.81 us", "24 MB a layer", "8192 +6 / +8 us, 131072 +10 / +5", "8192 +11 / +15, 131072 +11 / +12", "+107 / +110"},
+		{"unset TILERT_GPU_ROUTER_FOLD", "moe_route_rank", "bab6987", "docs/measured/h100-2026-12-05-s38", `engine/gpu/NOTES.md "TILERT_GPU_ROUTER_FOLD=1"`}},
 	"TILERT_GPU_FUSE": {{"removed in session 15", "=3 2.746, =2 2.808 against 2.697 ms", "10.62 against 8.31 us", "9.5 against 6.2 us"},
 		{"unset TILERT_GPU_FUSE", "ca3f1b5", "docs/measured/h200-2026-12-03-s14"}},
 	"TILERT_GPU_IDX_ONE": {{"removed in session 15", "call A1", "29.8 against the pair's 28.3 us", "3.030 (=1) / 3.015 (=plain) against 2.904 ms"},
@@ -307,8 +311,6 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_MOE_NORM_FUSED", "0", true},
 		{"TILERT_GPU_MOE_NORM_FUSED", "1", true},
 		{"TILERT_GPU_MOE_NORM_FUSED", "off", false},
-		{"TILERT_GPU_ROUTER_FOLD", "1", true},
-		{"TILERT_GPU_ROUTER_FOLD", "on", false},
 	} {
 		err := switchValues(func(k string) string {
 			if k == c.name {
@@ -364,6 +366,7 @@ var removedGolden = []struct{ name, v string }{
 	{"TILERT_GPU_TILE_M2", "d16"},
 	{"TILERT_GPU_SOLO", "1"},
 	{"TILERT_GPU_OPROJ_NORM", "1"},
+	{"TILERT_GPU_ROUTER_FOLD", "1"},
 }
 
 // TestRemovedGolden pins every refusal's message and hint byte for byte

@@ -514,9 +514,6 @@ func testSharedAtRouter(t *testing.T, kind deviceKind) {
 		t.Skip("TILERT_GPU_SIDE turns the shared expert's fork off")
 	}
 	defer func(at bool) { sideShAtRouter = at }(sideShAtRouter)
-	// The folded router has no router GEMV to fork after.
-	defer func(on bool) { routerFoldOn = on }(routerFoldOn)
-	routerFoldOn = false
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
 			for _, slots := range []int{1, 3} {

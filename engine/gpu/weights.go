@@ -45,9 +45,6 @@ type dlayer struct {
 	expW, expS [3]cuda.DevPtr // device tables of per-expert pointers: gate, up, down
 	head       dlin
 	embed      cuda.DevPtr // bf16 [vocab][hidden]
-	// foldA, foldM: the router folded through o_proj (router_fold.go;
-	// hi/lo bf16 pairs [2E][hidden], [2E][o_proj's in]), or unset.
-	foldA, foldM dlin
 }
 
 type dweights struct {

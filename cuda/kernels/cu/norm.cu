@@ -194,10 +194,8 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm_reg(const float* x, c
 // load issued before the first store (add_rmsnorm_reg's body; a separate
 // inlined body since add_rmsnorm_pf shared it, kept so the kernel's PTX stays
 // the code measured on the H200).
-// It returns the row's 1/rms (add_rmsnorm_route's logits scale; unused,
-// and so compiled out, in add_rmsnorm_reg).
-__device__ __forceinline__ float add_rmsnorm_row(float* x, const float* b, const float* __restrict__ w, float* y,
-                                                 int D, int ldx, int ldb, int ldy, float eps) {
+__device__ __forceinline__ void add_rmsnorm_row(float* x, const float* b, const float* __restrict__ w, float* y,
+                                                int D, int ldx, int ldb, int ldy, float eps) {
   __shared__ float sh[32];
   float* xr = x + (size_t)blockIdx.x * ldx;
   const float* br = b + (size_t)blockIdx.x * ldb;
@@ -228,7 +226,6 @@ __device__ __forceinline__ float add_rmsnorm_row(float* x, const float* b, const
     const int i = t + j * nt;
     if (i < D) yr[i] = wv[j] * (v[j] * r);
   }
-  return r;
 }
 
 extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_reg(float* x, const float* b,

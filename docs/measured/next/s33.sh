@@ -4,8 +4,9 @@
 # warm ~30 s). Session 31 ran s31.sh lead and m2 (its copy is in docs/measured/h200-2026-12-04-s31); sessions 32 and 33
 # had no machine, so gpu-check has not run on today's main.
 # Session 34 ran k2 (call A: the fused pair and solo slower, removed with their parts an / fuse / solo / k2).
-# Session 35 (no device) added fold (TILERT_GPU_ROUTER_FOLD=1, the router folded through o_proj): the second call.
-# Usage: bash docs/measured/next/s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|fold|combo|pdl|cap|qb|sweep|check1|check2
+# Session 35 (no device) added fold (TILERT_GPU_ROUTER_FOLD=1, the router folded through o_proj); session 38 ran it on an
+# H100 (call A: slower everywhere) and it was removed with its part fold.
+# Usage: bash docs/measured/next/s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|combo|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
 #    gemv_tile_fp8_r4_m2_d16 removed from the module.
@@ -40,8 +41,8 @@
 #  If cap wins twice at 131072 (A/B/A/B), give the late chain that cap (engine/gpu side.go sideOpen: q_chain_late_1row)
 #  and say so; if a qb plan wins twice, pin it in the tile rule's table for that shape (kernels tile_plan.go).
 # Suggested calls now (session 36; each part's results saved as it ends; the 30 minutes hold about the first three):
-#   1 (cold): samp, then k4;   2 (warm): fold;   3 (warm): combo, then gpucheck (and final where a default changed);
-#   4 (warm): what fits of half iqf cap pdl qb sweep. Each loop as:
+#   1 (cold): samp, then k4;   2 (warm): combo, then gpucheck (and final where a default changed);
+#   3 (warm): what fits of half iqf cap pdl qb sweep. Each loop as:
 #   for p in k4; do bash docs/measured/next/s33.sh $p > $OUT/x-$p.log 2>&1; cat $OUT/summary-$p.txt; done
 #   Read each call's A/B/A/B with `go run ./internal/abab FILES_AT/summary-*.txt` (here, not on the device).
 #   Where two switches both win, A/B/A/B them together before either becomes a default, then gpucheck again.
@@ -184,31 +185,11 @@ k4)
   for p in G32/R8_d16/B0 G64/R8_d16/B1; do bn deepseek-v3.2 8192 1 "wqb-${p//\//_}" $E=8192x1536=$p; done
   bn deepseek-v3.2 8192 1 qb-A2
   save ;;
-fold)
-  # Session 35 (no device; NOT RUN, ~5 min): TILERT_GPU_ROUTER_FOLD=1 (engine/gpu router_fold.go, cu/router_fold.cu):
-  # the router folded through o_proj, (A x + M v) / rms, its GEMVs beside the sparse MLA and o_proj, the routing in the
-  # post-attention norm's launch (engine/gpu NOTES.md "The router folded through o_proj"). The kernel checks (the fold
-  # bit for bit its Go transcription; the fused launch's x and y add_rmsnorm_reg's bits, its picks the reference's),
-  # the fused launch graph-timed against the three it replaces and the two GEMVs alone, greedy == CPU with it on, then
-  # A/B/A/B on both models at 8192 and 131072 and at 4 slots, and traces (is r2 done before o_proj? does o_proj lose
-  # time beside it?).
-  # If it wins twice on a model and loses nowhere, make it the default (engine/gpu router_fold.go routerFoldOn).
-  tst kernels cuda/kernels 200 'TestKernelRouterFold$|TestKernelAddRMSNormRoute$'; cnt kernels; mv $R/kernels.log $R/kernels-fold.log
-  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingRouterFold$'); mv $R/kernels.log $R/kernels-fold-timing.log; cnt kernels-fold-timing
-  tst engine engine/gpu 300 'TestGPURouterFold$'; cnt engine; mv $R/engine.log $R/engine-fold.log
-  abab deepseek-v3.2 8192 1 fold TILERT_GPU_ROUTER_FOLD=1
-  abab glm-5 8192 1 foldg TILERT_GPU_ROUTER_FOLD=1
-  abab glm-5 131072 1 foldg131 TILERT_GPU_ROUTER_FOLD=1
-  abab deepseek-v3.2 131072 1 fold131 TILERT_GPU_ROUTER_FOLD=1
-  abab deepseek-v3.2 8192 4 fold4 TILERT_GPU_ROUTER_FOLD=1
-  TL=1 bn deepseek-v3.2 8192 1 tl-fold TILERT_GPU_ROUTER_FOLD=1
-  TL=1 bn glm-5 8192 1 tl-foldg TILERT_GPU_ROUTER_FOLD=1
-  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 combo)
   # Session 35 (~4 min, env only): every opt-in not yet measured in the step, on together, against the defaults at 8192
-  # and 131072 on both models: the most the queue can give in one reading (fold takes the routing, so SIDE_SH_AT is
-  # left out). Run after k4 and fold; a switch that lost alone there comes out of COMBO first.
-  COMBO="TILERT_GPU_ROUTER_FOLD=1 TILERT_GPU_IDX_QFUSE=1 TILERT_GPU_MLA_HEADS=32 TILERT_GPU_TOPK_W12=1"
+  # and 131072 on both models: the most the queue can give in one reading. Run after k4; a switch that lost alone there
+  # comes out of COMBO first (the router fold did, removed in session 38).
+  COMBO="TILERT_GPU_IDX_QFUSE=1 TILERT_GPU_MLA_HEADS=32 TILERT_GPU_TOPK_W12=1"
   abab deepseek-v3.2 8192 1 combo $COMBO
   abab glm-5 8192 1 combog $COMBO
   abab glm-5 131072 1 combog131 $COMBO
@@ -218,5 +199,5 @@ check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|fold|combo|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|combo|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

@@ -92,20 +92,14 @@ func MatVec(out, w, x []float32, N, K int) { MatMul(out, x, w, 1, N, K) }
 // mean of squares is accumulated in float64 so the result does not depend on
 // summation order in any meaningful way.
 func RMSNorm(out, x, w []float32, eps float64) {
-	r := RMSInv(x, eps)
-	for i, v := range x {
-		out[i] = w[i] * (v * r)
-	}
-}
-
-// RMSInv is RMSNorm's scale of x: 1 / sqrt(mean(x^2) + eps), the squares
-// summed in float64.
-func RMSInv(x []float32, eps float64) float32 {
 	var ss float64
 	for _, v := range x {
 		ss += float64(v) * float64(v)
 	}
-	return float32(1 / math.Sqrt(ss/float64(len(x))+eps))
+	r := float32(1 / math.Sqrt(ss/float64(len(x))+eps))
+	for i, v := range x {
+		out[i] = w[i] * (v * r)
+	}
 }
 
 // LayerNorm writes (x-mean)/sqrt(var+eps)*w + b (biased variance, as torch).

@@ -438,15 +438,8 @@ func tileFFN(g, u dlin) bool {
 func (f *fwd) moe(lw *dlayer) {
 	c := f.e.cfg
 	H := c.HiddenSize
-	if sideShAtRouter {
-		// The shared expert forks after the router GEMV (sideShAtRouter).
-		f.router(lw)
-		f.sideSh = f.sharedBeside(lw)
-		f.routing(lw)
-	} else {
-		f.sideSh = f.sharedBeside(lw)
-		f.route(lw)
-	}
+	f.sideSh = f.sharedBeside(lw)
+	f.route(lw)
 	switch {
 	case f.groupedMoE():
 		f.moeGrouped(lw) // the shared expert included
@@ -463,22 +456,12 @@ func (f *fwd) moe(lw *dlayer) {
 // route runs the router GEMV and the routing of ws.h into ws.eidx and
 // ws.ewts.
 func (f *fwd) route(lw *dlayer) {
-	f.router(lw)
-	f.routing(lw)
-}
-
-// router runs the router GEMV of ws.h into ws.rlog.
-func (f *fwd) router(lw *dlayer) {
-	c := f.e.cfg
-	f.o.lin(lw.Router, f.e.ws.rlog, f.e.ws.h, f.M, c.HiddenSize, c.NRoutedExperts)
-}
-
-// routing picks each row's experts and weights from ws.rlog into ws.eidx
-// and ws.ewts.
-func (f *fwd) routing(lw *dlayer) {
-	o, ws, c := f.o, f.e.ws, f.e.cfg
-	o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, f.M, c.NRoutedExperts, c.NumExpertsPerTok, c.NGroup, c.TopKGroup,
-		c.NormTopKProb, float32(c.RoutedScalingFactor)))
+	e, o, ws := f.e, f.o, f.e.ws
+	c := e.cfg
+	H, M := c.HiddenSize, f.M
+	E, K := c.NRoutedExperts, c.NumExpertsPerTok
+	o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
+	o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
 }
 
 // tileShared says whether moeTile runs the shared expert as dense slots of

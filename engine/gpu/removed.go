@@ -209,6 +209,12 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_ROUTER_FOLD", keep: zero,
 		what: "the router folded through o_proj (router_fold_a / _m at load; its two GEMVs beside the sparse MLA and o_proj, the routing in the post-attention norm's launch, add_rmsnorm_route) was measured slower on the H100 in session 38 call A and removed (the fused launch graph-timed 8.45 against 11.81 us for the three it replaces, but its two fold GEMVs read 24 MB a layer beside the sparse MLA and o_proj; decode p50, A/B/A/B, 1 slot: DeepSeek-V3.2 dims 8192 +6 / +8 us, 131072 +10 / +5; GLM-5 dims 8192 +11 / +15, 131072 +11 / +12; DeepSeek-V3.2 dims 4 slots at 8192 +107 / +110)",
 		hint: `: the post-attention add + RMSNorm, the router GEMV and moe_route_rank run as three launches (the default); the code last exists at commit bab6987, the record is in docs/measured/h100-2026-12-05-s38 and engine/gpu/NOTES.md "TILERT_GPU_ROUTER_FOLD=1"`},
+	// TILERT_GPU_SIDE_SH_AT=router forked the shared expert after the router
+	// GEMV, beside the routing alone; built in session 33, measured in
+	// session 38 (no gain), removed. =norm named the default fork.
+	{name: "TILERT_GPU_SIDE_SH_AT", keep: []string{"norm"},
+		what: "the shared expert forked after the router GEMV, beside the routing alone (=router), was measured on the H100 in session 38 call B and removed: no gain (decode p50 at 8192, 1 slot, A/B/A/B: DeepSeek-V3.2 dims 1.730 / 1.727 against 1.728 / 1.731 ms, +2 / -4 us, within spread)",
+		hint: ` (or set it to norm): the shared expert forks after the post-attention norm, beside the router GEMV and the routing (the default); the code last exists at commit 4a23dd2, the record is in docs/measured/h100-2026-12-05-s38 and engine/gpu/NOTES.md "TILERT_GPU_SIDE_SH_AT=router"`},
 }
 
 // zero: the switch's =0 asked for the path that runs, by name.
@@ -263,8 +269,6 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
 		{"TILERT_GPU_TOPK_W12", []string{"", "0", "1"},
 			"unset it (or 1) for topk_radix_one_w12 on rows of 8193..12288 keys (kernels.TopKOneW12, the default since session 38), 0 for the 16-key one-block top-k there"},
-		{"TILERT_GPU_SIDE_SH_AT", []string{"", "norm", "router"},
-			"unset it (or norm) to fork the shared expert after the post-attention norm, router to fork it after the router GEMV (opt-in)"},
 		{"TILERT_GPU_IDX_QFUSE", []string{"", "0", "1"},
 			"unset it (or 0) for wq_b and the attention epilogue as two launches, 1 for one (one-row steps: kernels.WQBIdxQ, opt-in)"},
 		{"TILERT_GPU_MLA_HEADS", []string{"", "64", "32", "16"},

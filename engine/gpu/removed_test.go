@@ -82,6 +82,8 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_OPROJ_NORM": "1"}, `TILERT_GPU_OPROJ_NORM="1"`},
 		{map[string]string{"TILERT_GPU_ROUTER_FOLD": "0"}, ""},
 		{map[string]string{"TILERT_GPU_ROUTER_FOLD": "1"}, `TILERT_GPU_ROUTER_FOLD="1"`},
+		{map[string]string{"TILERT_GPU_SIDE_SH_AT": "norm"}, ""},
+		{map[string]string{"TILERT_GPU_SIDE_SH_AT": "router"}, `TILERT_GPU_SIDE_SH_AT="router"`},
 		{map[string]string{"TILERT_GPU_IDX_ONE": "0"}, ""},
 		{map[string]string{"TILERT_GPU_IDX_ONE": "1"}, `TILERT_GPU_IDX_ONE="1"`},
 		{map[string]string{"TILERT_GPU_IDX_ONE": "plain"}, `TILERT_GPU_IDX_ONE="plain"`},
@@ -247,6 +249,8 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_OPROJ_NORM", "add_rmsnorm_reg", "e430c60", "docs/measured/h200-2026-12-05-s34", `"gemv_tile_fp8_r*_m1*_an"`}},
 	"TILERT_GPU_ROUTER_FOLD": {{"session 38 call A", "8.45 against 11.81 us", "24 MB a layer", "8192 +6 / +8 us, 131072 +10 / +5", "8192 +11 / +15, 131072 +11 / +12", "+107 / +110"},
 		{"unset TILERT_GPU_ROUTER_FOLD", "moe_route_rank", "bab6987", "docs/measured/h100-2026-12-05-s38", `engine/gpu/NOTES.md "TILERT_GPU_ROUTER_FOLD=1"`}},
+	"TILERT_GPU_SIDE_SH_AT": {{"session 38 call B", "1.730 / 1.727 against 1.728 / 1.731 ms", "+2 / -4 us", "within spread"},
+		{"unset TILERT_GPU_SIDE_SH_AT", "set it to norm", "4a23dd2", "docs/measured/h100-2026-12-05-s38", `engine/gpu/NOTES.md "TILERT_GPU_SIDE_SH_AT=router"`}},
 	"TILERT_GPU_FUSE": {{"removed in session 15", "=3 2.746, =2 2.808 against 2.697 ms", "10.62 against 8.31 us", "9.5 against 6.2 us"},
 		{"unset TILERT_GPU_FUSE", "ca3f1b5", "docs/measured/h200-2026-12-03-s14"}},
 	"TILERT_GPU_IDX_ONE": {{"removed in session 15", "call A1", "29.8 against the pair's 28.3 us", "3.030 (=1) / 3.015 (=plain) against 2.904 ms"},
@@ -367,6 +371,7 @@ var removedGolden = []struct{ name, v string }{
 	{"TILERT_GPU_SOLO", "1"},
 	{"TILERT_GPU_OPROJ_NORM", "1"},
 	{"TILERT_GPU_ROUTER_FOLD", "1"},
+	{"TILERT_GPU_SIDE_SH_AT", "router"},
 }
 
 // TestRemovedGolden pins every refusal's message and hint byte for byte

@@ -70,15 +70,6 @@ var sideQOn, sideShOn = sideMode(os.Getenv("TILERT_GPU_SIDE"))
 // programmatic, 2.702 / 2.701 plain; GLM-5 dims 2.954 against 2.915.
 var sidePlainOn = os.Getenv("TILERT_GPU_SIDE_PDL") != "1"
 
-// sideShAtRouter: TILERT_GPU_SIDE_SH_AT=router forks the shared expert
-// after the router GEMV, beside the routing alone, instead of after the
-// post-attention norm, beside the router and the routing (unset or norm;
-// opt-in, NOT RUN). The router's 256 blocks then have the SMs and the HBM
-// without the shared expert's gate/up (session 31's trace: the router
-// charged 6.1 us for 3.7 MB beside it); the shared expert starts one
-// router later, still before the routed experts.
-var sideShAtRouter = os.Getenv("TILERT_GPU_SIDE_SH_AT") == "router"
-
 // sideChain names a fork's chain: each has its own tile cap, since what
 // a capped side GEMV costs depends on whether its chain or the main one is
 // the longer.

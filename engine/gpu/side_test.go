@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -493,67 +492,6 @@ func TestParseSideCap(t *testing.T) {
 		}
 		if err != nil && len(errors.GetAllHints(err)) == 0 {
 			t.Errorf("%q: error without a hint", tc.in)
-		}
-	}
-}
-
-// TILERT_GPU_SIDE_SH_AT=router (sideShAtRouter): the shared expert forks
-// after the router GEMV, beside the routing alone. The tokens are those of
-// the default fork (after the post-attention norm), with and without MTP,
-// at one and three slots; in the recorded graphs every MoE fork then comes
-// right after the router GEMV (a bf16 GEMV) and before the routing, and
-// none does by default.
-func TestEmuSharedAtRouter(t *testing.T) { testSharedAtRouter(t, onEmu) }
-func TestGPUSharedAtRouter(t *testing.T) { testSharedAtRouter(t, onGPU) }
-
-func testSharedAtRouter(t *testing.T, kind deviceKind) {
-	if kind == onGPU {
-		gpuDevice(t)
-	}
-	if !sideShOn {
-		t.Skip("TILERT_GPU_SIDE turns the shared expert's fork off")
-	}
-	defer func(at bool) { sideShAtRouter = at }(sideShAtRouter)
-	for _, pr := range enginetest.Presets {
-		for _, mtp := range []bool{false, true} {
-			for _, slots := range []int{1, 3} {
-				t.Run(fmt.Sprintf("%s mtp=%v slots=%d", pr, mtp, slots), func(t *testing.T) {
-					w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
-					tk := w.Config().IndexTopK
-					prompt := enginetest.Prompt(tk+30, w.Config().VocabSize, 11)
-					prompts := [][]int{prompt[:tk-10], prompt, prompt[:tk+7]}[:slots]
-					opts := engine.Options{MTP: mtp, MaxSeqLen: len(prompt) + 26, Slots: slots}
-					var toks [2][][]int
-					var atRouter [2]int
-					for i, on := range []bool{false, true} {
-						sideShAtRouter = on
-						e := newTestEngine(t, kind, src, opts)
-						e.m.graphs.keep = [][]gop{}
-						toks[i] = generateBatch(t, e, prompts, engine.Params{}, 10)
-						for _, run := range e.m.graphs.keep {
-							for j := 1; j+1 < len(run); j++ {
-								if run[j].name == "fork" && run[j-1].name == "gemvBF16" {
-									atRouter[i]++
-									if k := slices.IndexFunc(run[j:], func(g gop) bool { return g.name == "unfork" }); k < 0 ||
-										j+k+1 >= len(run) || run[j+k+1].name != "moeRoute" {
-										t.Errorf("TILERT_GPU_SIDE_SH_AT=router: the shared expert's chain is not followed by the routing")
-									}
-								}
-							}
-						}
-					}
-					for s := range toks[0] {
-						if i := enginetest.FirstDiff(toks[1][s], toks[0][s]); i >= 0 {
-							t.Errorf("slot %d: tokens with the shared expert forked after the router differ at %d:\n got %v\nwant %v",
-								s, i, toks[1][s], toks[0][s])
-						}
-					}
-					if atRouter[0] != 0 || atRouter[1] == 0 {
-						t.Errorf("forks right after the router GEMV: %d by default (want 0), %d with router (want some)", atRouter[0], atRouter[1])
-					}
-					t.Logf("%s: %d forks after the router GEMV", kind, atRouter[1])
-				})
-			}
 		}
 	}
 }

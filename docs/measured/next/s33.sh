@@ -6,7 +6,8 @@
 # Session 34 ran k2 (call A: the fused pair and solo slower, removed with their parts an / fuse / solo / k2).
 # Session 35 (no device) added fold (TILERT_GPU_ROUTER_FOLD=1, the router folded through o_proj); session 38 ran it on an
 # H100 (call A: slower everywhere) and it was removed with its part fold.
-# Usage: bash docs/measured/next/s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|combo|pdl|cap|qb|sweep|check1|check2
+# Session 38 call B: TILERT_GPU_SIDE_SH_AT=router no gain, removed with its part shat and its k3 / k4 lines.
+# Usage: bash docs/measured/next/s33.sh gpucheck|final|half|w12|iqf|k3|k4|combo|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
 #    gemv_tile_fp8_r4_m2_d16 removed from the module.
@@ -30,10 +31,6 @@
 #    NOT RUN): wq_b and the attention epilogue in one launch at one row (the epilogue's ~5 us and its launch boundary off
 #    the indexer chain): its checks, A/B/A/B on GLM-5 at 8192 and 131072 and DeepSeek-V3.2 at 131072 and 8192, traced on
 #    GLM-5. If it wins twice on a model and loses nowhere, make it the default (engine/gpu device.go wqbIQOn).
-#  shat (~2 min, env only): TILERT_GPU_SIDE_SH_AT=router (engine/gpu side.go; session 33, NOT RUN): the shared expert
-#    forks after the router GEMV, beside the routing alone, instead of beside the router too (session 31's trace: the
-#    router charged 6.1 us for 3.7 MB with the shared expert's gate/up streaming beside it). Greedy == CPU with it on,
-#    A/B/A/B on both models at 8192. If it wins twice on a model and loses on neither, make it the default.
 #  pdl (~1 min, env only): programmatic or plain launches per family again at DeepSeek-V3.2 8192, 1 slot (session 16's sweep
 #    found nothing, before the side streams' priorities and the uncapped q_b): the sparse MLA, whose early-resident
 #    blocks each take a whole SM (168 registers x 384 threads, 226 KB) while absorb_q still runs; the top-k; the expert
@@ -149,19 +146,13 @@ iqf)
   abab deepseek-v3.2 8192 1 iq TILERT_GPU_IDX_QFUSE=1
   TL=1 bn glm-5 8192 1 tl-iqg TILERT_GPU_IDX_QFUSE=1
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
-shat)
-  (export TILERT_GPU_SIDE_SH_AT=router; tst engine engine/gpu 300 'TestGPUSharedAtRouter$|TestGPUGreedyMatchesCPU$'); mv $R/engine.log $R/engine-shat.log; cnt engine-shat
-  abab deepseek-v3.2 8192 1 shat TILERT_GPU_SIDE_SH_AT=router
-  abab glm-5 8192 1 shatg TILERT_GPU_SIDE_SH_AT=router
-  save ;;
 k3)
-  # Session 33 call C (~8 min): half's and w12's checks and A/B/A/B at 8192, shat's.
+  # Session 33 call C (~8 min): half's and w12's checks and A/B/A/B at 8192.
   tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelTopKOneW$'; cnt kernels
   (export TILERT_GPU_MLA_HEADS=32; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$'); mv $R/engine.log $R/engine-h32.log; cnt engine-h32
   abab deepseek-v3.2 8192 1 h32 TILERT_GPU_MLA_HEADS=32
   abab glm-5 8192 1 h32g TILERT_GPU_MLA_HEADS=32
   abab glm-5 8192 1 w12g TILERT_GPU_TOPK_W12=1
-  abab deepseek-v3.2 8192 1 shat TILERT_GPU_SIDE_SH_AT=router
   abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
   save ;;
 k4)
@@ -175,7 +166,6 @@ k4)
   abab deepseek-v3.2 8192 1 iq TILERT_GPU_IDX_QFUSE=1
   abab deepseek-v3.2 8192 1 h32 TILERT_GPU_MLA_HEADS=32
   abab glm-5 8192 1 h32g TILERT_GPU_MLA_HEADS=32
-  abab deepseek-v3.2 8192 1 shat TILERT_GPU_SIDE_SH_AT=router
   abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
   abab deepseek-v3.2 8192 1 w12 TILERT_GPU_TOPK_W12=1
   abab deepseek-v3.2 131072 1 cap1 TILERT_GPU_SIDE_CAP=q=1
@@ -199,5 +189,5 @@ check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s33.sh gpucheck|final|half|w12|iqf|shat|k3|k4|combo|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s33.sh gpucheck|final|half|w12|iqf|k3|k4|combo|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

@@ -59,10 +59,6 @@ var pdlKernels = setOf(
 	"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16",
 	"gemv_tile_fp8_r4_m1_o4", "gemv_tile_fp8_r8_m1_o4",
 	"moe_combine_slots",
-	// wqb_iq.cu: wq_b's tile GEMV with the attention epilogue
-	"gemv_tile_fp8_r8_m1_iq", "gemv_tile_fp8_r8_m1_d16_iq", "gemv_tile_fp8_r8_m1_o4_iq",
-	"gemv_tile_fp8_r4_m1_iq", "gemv_tile_fp8_r4_m1_d16_iq", "gemv_tile_fp8_r4_m1_o4_iq",
-	"gemv_tile_fp8_r2_m1_iq", "gemv_tile_fp8_r2_m1_d16_iq", "gemv_tile_fp8_r1_m1_iq",
 	// norm.cu: the fused MoE combine + add + RMSNorm (sm_90 clusters)
 	"moe_combine_norm_cl",
 	// gemv_tile_group.cu

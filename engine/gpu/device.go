@@ -162,10 +162,6 @@ type fusedDevice interface {
 	// rows, layernorm + rope + idxCacheWrite (fp8) of the indexer keys and
 	// indexerQPrep, each part when its output is set (kernels.AttnEpilogue).
 	attnEpilogue(a kernels.AttnEpilogue) error
-	// wqbIdxQ is gemvFP8 of one row (wq_b) then attnEpilogue of a.Epi,
-	// whose IQ is wq_b's output: one launch where the GEMV's plan has a
-	// fused kernel (kernels.WQBIdxQ, the same bits), else the two.
-	wqbIdxQ(a kernels.WQBIdxQ) error
 }
 
 // cudaDevice runs on the device thread (valid only inside Device.Do); all
@@ -1081,27 +1077,6 @@ func (b *cudaDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ld
 
 func (b *cudaDevice) attnEpilogue(a kernels.AttnEpilogue) error { return b.k.AttnEpilogue(b.s, a) }
 
-func (b *cudaDevice) wqbIdxQ(a kernels.WQBIdxQ) error {
-	// Fused only where gemvFP8 would run the tile kernel (so the same plan,
-	// the same bits) and that plan has a fused twin.
-	if b.useMMA(a.X, a.W, a.N, a.K, 1, a.K, 1) || !gemvTileOn || !kernels.TileOK(a.X, a.K, a.K, 1) ||
-		uint64(a.W)%16 != 0 {
-		return b.wqbIdxQApart(a)
-	}
-	if name, _, _ := b.k.WQBIdxQKernel(a.N, a.K, a.X, a.W); name == "" {
-		return b.wqbIdxQApart(a)
-	}
-	return b.k.WQBIdxQ(b.s, a)
-}
-
-// wqbIdxQApart is wqbIdxQ as its two launches.
-func (b *cudaDevice) wqbIdxQApart(a kernels.WQBIdxQ) error {
-	if err := b.gemvFP8(a.Y, a.X, a.W, a.S, a.N, a.K, 1, a.K, a.N); err != nil {
-		return err
-	}
-	return b.attnEpilogue(a.Epi)
-}
-
 // embedCheckOn: embed_bf16_checked writes a NaN row for an id outside the
 // vocabulary instead of reading outside the table. It matters for the
 // pipelined step (ahead.go, on by default): a pick over non-finite logits
@@ -1121,12 +1096,6 @@ var embedCheckOn = os.Getenv("TILERT_GPU_EMBED_CHECK") != "0"
 // the MoE combine with the closing norm) were removed in session 15 and
 // are refused (removed.go).
 var fuseOn = os.Getenv("TILERT_GPU_FUSE") != "0"
-
-// wqbIQOn: TILERT_GPU_IDX_QFUSE=1 runs a one-row step's indexer query
-// projection (wq_b) and the attention epilogue as one launch (wqbIdxQ,
-// kernels.WQBIdxQ: the epilogue's launch boundary and its query reload off
-// the indexer chain; opt-in, NOT RUN).
-var wqbIQOn = os.Getenv("TILERT_GPU_IDX_QFUSE") == "1"
 
 // runner executes engine work on a backend: the GPU's device thread or the
 // emulator.

@@ -940,17 +940,6 @@ func (r *emuRunner) runWith(b device, f func(b device) error) (err error) {
 
 func (r *emuRunner) close() error { return nil }
 
-// wqbIdxQ is its two launches (the fused kernel's bits are theirs).
-func (m *emuDevice) wqbIdxQ(a kernels.WQBIdxQ) error {
-	if err := a.Check(); err != nil {
-		return err
-	}
-	if err := m.gemvFP8(a.Y, a.X, a.W, a.S, a.N, a.K, 1, a.K, a.N); err != nil {
-		return err
-	}
-	return m.attnEpilogue(a.Epi)
-}
-
 // attnEpilogue is the launches it fuses, row by row (a row at a negative
 // position is left alone, as the kernel does), then indexerQPrep. With
 // row bases each row writes its own slot's caches.

@@ -86,7 +86,6 @@ type workspace struct {
 	qlat, qpe, olat, ao      cuda.DevPtr
 	iq, ik, iw, scores, topk cuda.DevPtr
 	iqh, iwq                 cuda.DevPtr // indexerQPrep's query codes [rows][kernels.IndexerQRowBytes] and weights [rows][64]
-	iqc                      cuda.DevPtr // wqbIdxQ's head counters (int32 [64], zeroed; every launch leaves them so)
 	g, u                     cuda.DevPtr // [rows][max intermediate]
 	rlog, eidx, ewts         cuda.DevPtr
 	eg, eu, ey               cuda.DevPtr // [top-k][moe intermediate or hidden]
@@ -175,8 +174,7 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 		{&ws.tkw, int(kernels.TopKRadixScratchBytes(M, ws.ldScores) / 4)},
 	}...)
 	if e.idxQ() {
-		bs = append(bs, wsBuf{&ws.iqh, M * kernels.IndexerQRowBytes / 4}, wsBuf{&ws.iwq, M * kernels.IndexerQHeads},
-			wsBuf{&ws.iqc, kernels.IndexerQHeads})
+		bs = append(bs, wsBuf{&ws.iqh, M * kernels.IndexerQRowBytes / 4}, wsBuf{&ws.iwq, M * kernels.IndexerQHeads})
 	}
 	return bs
 }
@@ -658,15 +656,10 @@ func (f *fwd) kvEpilogue(lw *dlayer) {
 func (f *fwd) attention(lw *dlayer) {
 	if f.fuseKV() && (!lw.HasIdx || f.fuseIdx()) {
 		f.attnProj(lw, lw.HasIdx)
-		switch {
-		case lw.HasIdx && f.wqbFuse(lw):
-			f.indexerProjFused(lw)
-		case lw.HasIdx:
+		if lw.HasIdx {
 			f.indexerProj(lw)
-			f.epilogue(lw, true, true)
-		default:
-			f.epilogue(lw, true, false)
 		}
+		f.epilogue(lw, true, lw.HasIdx)
 		if lw.HasIdx {
 			f.idxSelect(lw)
 		}
@@ -862,45 +855,6 @@ func (f *fwd) indexerProj(lw *dlayer) {
 		o.lin(lw.IWP, ws.iw, ws.h, M, H, IH)
 	}
 	f.idxKW, f.idxQB = false, false
-}
-
-// wqbFuse says whether indexerProj's wq_b and the epilogue run as one
-// wqbIdxQ launch (TILERT_GPU_IDX_QFUSE=1): one row on one slot, wq_b an fp8
-// GEMV of whole 128-value heads not already run by attnProj's grouped
-// launches. The device keeps the two launches where the GEMV's plan has no
-// fused kernel.
-func (f *fwd) wqbFuse(lw *dlayer) bool {
-	c := f.e.cfg
-	q := lw.IWQ
-	return wqbIQOn && f.M == 1 && len(f.groups) == 1 && !f.merge() && !f.idxQB && f.e.ws.iqc != 0 &&
-		q.kind == linFP8 && gemvTileOn && !useGemm(q, 1) && c.IndexHeadDim == kernels.IndexerHeadDim &&
-		q.out == c.IndexNHeads*c.IndexHeadDim && q.in%16 == 0
-}
-
-// indexerProjFused is indexerProj then epilogue(lw, true, true) for one
-// row, wq_b and the epilogue in one wqbIdxQ launch: the keys' and head
-// weights' projections (where attnProj's grouped launch did not run them)
-// and q_a's norm go first.
-func (f *fwd) indexerProjFused(lw *dlayer) {
-	e, o, ws := f.e, f.o, f.e.ws
-	c := e.cfg
-	H, M := c.HiddenSize, f.M
-	IH, ID := c.IndexNHeads, c.IndexHeadDim
-	if f.qaRaw {
-		o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.QANorm, M, c.QLoraRank, c.QLoraRank, c.QLoraRank, subEps))
-		f.qaRaw = false
-	}
-	if !f.idxKW {
-		o.lin(lw.IWK, ws.ik, ws.h, M, H, ID)
-		o.lin(lw.IWP, ws.iw, ws.h, M, H, IH)
-	}
-	f.idxKW, f.idxQB = false, false
-	g := f.groups[0]
-	a := f.epilogueArgs(lw, true, true, g)
-	a.MLACache = g.s.buf.Add(e.mlaOff[lw.Idx])
-	a.IdxCache = g.s.buf.Add(e.idxOff[lw.Idx])
-	o.do(o.b.wqbIdxQ(kernels.WQBIdxQ{W: lw.IWQ.w, S: lw.IWQ.s, X: ws.qa, Y: ws.iq, N: lw.IWQ.out, K: c.QLoraRank,
-		Cnt: ws.iqc, Epi: a}))
 }
 
 // idxEpilogue is the indexer's per-row work after the projections,

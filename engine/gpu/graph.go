@@ -575,17 +575,6 @@ func (gb *graphDevice) attnEpilogue(a kernels.AttnEpilogue) error {
 		ku(a.Bases), uint64(a.MLAOff), uint64(a.IdxOff), kb(a.MLARows), kb(a.IdxRows))
 }
 
-func (gb *graphDevice) wqbIdxQ(a kernels.WQBIdxQ) error {
-	e := a.Epi
-	return gb.rec("wqbIdxQ", int64(a.N)*int64(a.K)+4*2*(kernels.MLALatentDim+kernels.MLARopeDim+kernels.IndexerHeadDim)+
-		int64(e.IH)*4*(kernels.IndexerHeadDim+1)+kernels.MLATokenBytes+kernels.IndexerQRowBytes, func(b device) error {
-		return b.wqbIdxQ(a)
-	}, ku(a.W), ku(a.S), ku(a.X), ku(a.Y), ki(a.N), ki(a.K), ku(a.Cnt),
-		ku(e.KVA), ki(e.LdKV), ku(e.KVNorm), kf(e.KVEps), ku(e.MLACache), kb(e.KVInterleaved),
-		ku(e.IK), ki(e.LdIK), ku(e.IKNormW), ku(e.IKNormB), kf(e.IKEps), ku(e.IdxCache), kb(e.IdxInterleaved),
-		ku(e.IQ), ku(e.IW), ku(e.QH), ku(e.WQ), ki(e.IH), kf(e.WScale), ku(e.Pos), ku(e.Cos), ku(e.Sin), ki(e.Rot), ki(e.Rows))
-}
-
 // cudaGrapher captures on the backend's stream (thread-local capture: only
 // the device thread's own calls are recorded).
 type cudaGrapher struct{ b *cudaDevice }

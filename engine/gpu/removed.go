@@ -215,6 +215,13 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_SIDE_SH_AT", keep: []string{"norm"},
 		what: "the shared expert forked after the router GEMV, beside the routing alone (=router), was measured on the H100 in session 38 call B and removed: no gain (decode p50 at 8192, 1 slot, A/B/A/B: DeepSeek-V3.2 dims 1.730 / 1.727 against 1.728 / 1.731 ms, +2 / -4 us, within spread)",
 		hint: ` (or set it to norm): the shared expert forks after the post-attention norm, beside the router GEMV and the routing (the default); the code last exists at commit 4a23dd2, the record is in docs/measured/h100-2026-12-05-s38 and engine/gpu/NOTES.md "TILERT_GPU_SIDE_SH_AT=router"`},
+	// TILERT_GPU_IDX_QFUSE=1 ran a one-row step's indexer wq_b GEMV and the
+	// attention epilogue as one launch (gemv_tile_fp8_r*_m1*_iq,
+	// kernels.WQBIdxQ); built in session 32, measured slower in session 38,
+	// removed.
+	{name: "TILERT_GPU_IDX_QFUSE", keep: zero,
+		what: "a one-row step's wq_b GEMV and attention epilogue in one launch (gemv_tile_fp8_r*_m1*_iq) were measured on the H100 in session 38 call B and removed: slower on GLM-5 dims, no gain on DeepSeek-V3.2's (decode p50 at 8192, 1 slot, A/B/A/B: GLM-5 dims 1.987 / 1.986 against 1.979 / 1.982 ms, +8 / +4 us; DeepSeek-V3.2 dims 1.735 / 1.736 against 1.727 / 1.734, +8 / +2, within spread)",
+		hint: `: wq_b's tile GEMV and attn_epilogue run as two launches (the default); the code last exists at commit c3728a6, the record is in docs/measured/h100-2026-12-05-s38, engine/gpu/NOTES.md "TILERT_GPU_IDX_QFUSE=1" and cuda/kernels/NOTES.md "gemv_tile_fp8_r*_m1*_iq"`},
 }
 
 // zero: the switch's =0 asked for the path that runs, by name.
@@ -269,8 +276,6 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
 		{"TILERT_GPU_TOPK_W12", []string{"", "0", "1"},
 			"unset it (or 1) for topk_radix_one_w12 on rows of 8193..12288 keys (kernels.TopKOneW12, the default since session 38), 0 for the 16-key one-block top-k there"},
-		{"TILERT_GPU_IDX_QFUSE", []string{"", "0", "1"},
-			"unset it (or 0) for wq_b and the attention epilogue as two launches, 1 for one (one-row steps: kernels.WQBIdxQ, opt-in)"},
 		{"TILERT_GPU_MLA_HEADS", []string{"", "64", "32", "16"},
 			"unset it for 32 heads a one-tile decode MLA block on one row of 64 heads (GLM-5) and 64 elsewhere (kernels.MLAHeadsPerBlock, the default since session 38); 64, 32 or 16 for that many everywhere a block takes one tile"},
 		{"TILERT_GPU_EPI_ROWS", []string{"", "0", "1"},

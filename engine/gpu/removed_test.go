@@ -84,6 +84,8 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_ROUTER_FOLD": "1"}, `TILERT_GPU_ROUTER_FOLD="1"`},
 		{map[string]string{"TILERT_GPU_SIDE_SH_AT": "norm"}, ""},
 		{map[string]string{"TILERT_GPU_SIDE_SH_AT": "router"}, `TILERT_GPU_SIDE_SH_AT="router"`},
+		{map[string]string{"TILERT_GPU_IDX_QFUSE": "0"}, ""},
+		{map[string]string{"TILERT_GPU_IDX_QFUSE": "1"}, `TILERT_GPU_IDX_QFUSE="1"`},
 		{map[string]string{"TILERT_GPU_IDX_ONE": "0"}, ""},
 		{map[string]string{"TILERT_GPU_IDX_ONE": "1"}, `TILERT_GPU_IDX_ONE="1"`},
 		{map[string]string{"TILERT_GPU_IDX_ONE": "plain"}, `TILERT_GPU_IDX_ONE="plain"`},
@@ -251,6 +253,8 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_ROUTER_FOLD", "moe_route_rank", "bab6987", "docs/measured/h100-2026-12-05-s38", `engine/gpu/NOTES.md "TILERT_GPU_ROUTER_FOLD=1"`}},
 	"TILERT_GPU_SIDE_SH_AT": {{"session 38 call B", "1.730 / 1.727 against 1.728 / 1.731 ms", "+2 / -4 us", "within spread"},
 		{"unset TILERT_GPU_SIDE_SH_AT", "set it to norm", "4a23dd2", "docs/measured/h100-2026-12-05-s38", `engine/gpu/NOTES.md "TILERT_GPU_SIDE_SH_AT=router"`}},
+	"TILERT_GPU_IDX_QFUSE": {{"session 38 call B", "1.987 / 1.986 against 1.979 / 1.982 ms", "+8 / +4 us", "1.735 / 1.736 against 1.727 / 1.734", "+8 / +2"},
+		{"unset TILERT_GPU_IDX_QFUSE", "attn_epilogue", "c3728a6", "docs/measured/h100-2026-12-05-s38", `"gemv_tile_fp8_r*_m1*_iq"`}},
 	"TILERT_GPU_FUSE": {{"removed in session 15", "=3 2.746, =2 2.808 against 2.697 ms", "10.62 against 8.31 us", "9.5 against 6.2 us"},
 		{"unset TILERT_GPU_FUSE", "ca3f1b5", "docs/measured/h200-2026-12-03-s14"}},
 	"TILERT_GPU_IDX_ONE": {{"removed in session 15", "call A1", "29.8 against the pair's 28.3 us", "3.030 (=1) / 3.015 (=plain) against 2.904 ms"},
@@ -372,6 +376,7 @@ var removedGolden = []struct{ name, v string }{
 	{"TILERT_GPU_OPROJ_NORM", "1"},
 	{"TILERT_GPU_ROUTER_FOLD", "1"},
 	{"TILERT_GPU_SIDE_SH_AT", "router"},
+	{"TILERT_GPU_IDX_QFUSE", "1"},
 }
 
 // TestRemovedGolden pins every refusal's message and hint byte for byte

@@ -28,24 +28,14 @@
 // TILE_THREADS, the loads, the weight formats (TFP8, TBF16) and a chunk's
 // one-row sums (TILE_CHUNK_M1): gemv_tile.cuh, shared with the mid module.
 
-// No epilogue: gemv_tile_body's default (EPI below).
-struct TileNoEpi {
-  static constexpr unsigned SKIP = 0u;
-  enum { ON = 0 };
-  __device__ __forceinline__ void tile_done(int, int, int) const {}
-};
-
-// EPI: a per-tile epilogue (wqb_iq.cu): blocks [0, SKIP) are the caller's,
-// the tiles go to the others, and with ON, epi.tile_done(first row, rows,
-// N) runs after each tile's outputs are stored (every thread calls it).
-template <class T, int R, int MM, int LD = 8, class EPI = TileNoEpi>
+template <class T, int R, int MM, int LD = 8>
 __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
                                                const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                                                const int* __restrict__ ids, int slots, const void* W0,
                                                const float* S0, const void* W1, const float* S1,
                                                const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
                                                int ldy, const float* resid, int N, int K, int M, int G,
-                                               int fold, const EPI& epi = EPI()) {
+                                               int fold) {
   constexpr int NI = LD / R;  // chunks per row per round: R*NI = LD loads in flight
   __shared__ float part[TILE_THREADS / 32][R * MM];
   const int j = blockIdx.y;
@@ -77,7 +67,7 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   // launcher caps the grid (the slot's pointers then load once per block);
   // a row's arithmetic is the same either way.
   const int tiles = (((N + rout - 1) / rout) + TILE_THREADS / G - 1) / (TILE_THREADS / G);
-  for (int bx = blockIdx.x - EPI::SKIP; bx < tiles; bx += gridDim.x - EPI::SKIP) {
+  for (int bx = blockIdx.x; bx < tiles; bx += gridDim.x) {
   const int n0 = (bx * (TILE_THREADS / G) + grp) * rout;
   const char* wr[R];
 #pragma unroll
@@ -219,8 +209,7 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
       y[o] = v + (resid ? resid[o] : 0.0f);
     }
   }
-  if (EPI::ON) epi.tile_done(bx * (TILE_THREADS / G) * rout, (TILE_THREADS / G) * rout, N);
-  if (bx + (gridDim.x - EPI::SKIP) < tiles) __syncthreads();  // part is reused by the next tile
+  if (bx + gridDim.x < tiles) __syncthreads();  // part is reused by the next tile
   }
 }
 

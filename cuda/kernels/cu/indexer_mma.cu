@@ -56,77 +56,69 @@ __device__ __forceinline__ u32 u4_word(const uint4& v, int i) { return i == 0 ? 
 // wq: [M][64]. grid (4, M), 512 threads: a warp per head, 4 values a lane.
 // idx_q_prep_body is one block's work (heads 16*hb.., row m), also run by
 // fused.cu's attn_epilogue.
-// idx_q_prep_body's statements after its head choice (h, lane, m and the
-// arguments in scope), LOADX declaring the head's float4 x: a statement
-// macro so that idx_q_prep_body's PTX stays what the H200 ran while
-// wqb_iq.cu's fused wq_b launch prepares a head with the same
-// expressions (its values read from the L2: written in that launch).
-#define IDX_Q_PREP_HEAD(LOADX)                                                                                   \
-  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                         \
-  float sc = 1.0f;                                                                                               \
-  u32 code = 0;                                                                                                  \
-  if (h < H) {  /* warp-uniform */                                                                               \
-    LOADX                                                                                                        \
-    v[0] = x.x;                                                                                                  \
-    v[1] = x.y;                                                                                                  \
-    v[2] = x.z;                                                                                                  \
-    v[3] = x.w;                                                                                                  \
-    const int half = rot >> 1, p = pos[m];                                                                       \
-    const float* ct = cos_t + (size_t)p * half;                                                                  \
-    const float* st = sin_t + (size_t)p * half;                                                                  \
-    float r[4] = {v[0], v[1], v[2], v[3]};                                                                       \
-    if (interleaved) {                                                                                           \
-      _Pragma("unroll")                                                                                          \
-      for (int b = 0; b < 4; b += 2) {                                                                           \
-        const int d = 4 * lane + b;                                                                              \
-        if (d < rot) {                                                                                           \
-          const float c = ct[d >> 1], s = st[d >> 1];                                                            \
-          const float a = v[b], bb = v[b + 1];                                                                   \
-          r[b] = a * c - bb * s;                                                                                 \
-          r[b + 1] = bb * c + a * s;                                                                             \
-        }                                                                                                        \
-      }                                                                                                          \
-    } else {                                                                                                     \
-      /* Partner of dimension d: d + half (d < half) or d - half, in the */                                      \
-      /* lane half/4 away (the launcher checks half % 4 == 0). */                                                \
-      const int q4 = half >> 2;                                                                                  \
-      const int src = (4 * lane < half) ? lane + q4 : (lane >= q4 ? lane - q4 : lane);                           \
-      float pv[4];                                                                                               \
-      _Pragma("unroll")                                                                                          \
-      for (int b = 0; b < 4; b++) pv[b] = __shfl_sync(0xffffffffu, v[b], src);                                   \
-      _Pragma("unroll")                                                                                          \
-      for (int b = 0; b < 4; b++) {                                                                              \
-        const int d = 4 * lane + b;                                                                              \
-        if (d < half) {                                                                                          \
-          const float c = ct[d], s = st[d];                                                                      \
-          const float a = v[b], bb = pv[b];                                                                      \
-          r[b] = a * c - bb * s;                                                                                 \
-        } else if (d < rot) {                                                                                    \
-          const float c = ct[d - half], s = st[d - half];                                                        \
-          const float a = pv[b], bb = v[b];                                                                      \
-          r[b] = bb * c + a * s;                                                                                 \
-        }                                                                                                        \
-      }                                                                                                          \
-    }                                                                                                            \
-    const float amax = warp_max(fmaxf(fmaxf(fabsf(r[0]), fabsf(r[1])), fmaxf(fabsf(r[2]), fabsf(r[3]))));        \
-    sc = ue8m0_ceil_f32(fmaxf(amax, 1e-10f) / FP8_MAX);                                                          \
-    code = (u32)f32_to_fp8(r[0] / sc) | ((u32)f32_to_fp8(r[1] / sc) << 8) | ((u32)f32_to_fp8(r[2] / sc) << 16) | \
-           ((u32)f32_to_fp8(r[3] / sc) << 24);                                                                   \
-  }                                                                                                              \
-  /* Dimensions 4*lane..4*lane+3 share k-step and column group. */                                               \
-  const int d = 4 * lane, dd = d & 63;                                                                           \
-  const int ks = ((d >> 6) << 2) + ((dd & 15) >> 2), c = dd >> 4;                                                \
-  const int mt = h >> 4, rr = h & 15, g = rr & 7, hi = rr >> 3;                                                  \
-  u8* o = qh + (size_t)m * IDXQ_ROW_BYTES + ((size_t)((mt * 8 + ks) * 32 + g * 4 + c)) * 8;                      \
-  ((u16*)o)[hi] = (u16)(code & 0xffffu);                                                                         \
-  ((u16*)o)[2 + hi] = (u16)(code >> 16);                                                                         \
-  if (lane == 0) wq[(size_t)m * IDXQ_HEADS + h] = h < H ? w[(size_t)m * H + h] * wscale * sc : 0.0f;
-
 __device__ void idx_q_prep_body(const float* __restrict__ q, const float* __restrict__ w, const int* __restrict__ pos,
                                 const float* __restrict__ cos_t, const float* __restrict__ sin_t, u8* qh, float* wq,
                                 int H, int rot, int interleaved, float wscale, int hb, int m) {
   const int lane = threadIdx.x & 31, h = hb * 16 + (threadIdx.x >> 5);
-  IDX_Q_PREP_HEAD(const float4 x = ((const float4*)(q + ((size_t)m * H + h) * IDX_D))[lane];)
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float sc = 1.0f;
+  u32 code = 0;
+  if (h < H) {  // warp-uniform
+    const float4 x = ((const float4*)(q + ((size_t)m * H + h) * IDX_D))[lane];
+    v[0] = x.x;
+    v[1] = x.y;
+    v[2] = x.z;
+    v[3] = x.w;
+    const int half = rot >> 1, p = pos[m];
+    const float* ct = cos_t + (size_t)p * half;
+    const float* st = sin_t + (size_t)p * half;
+    float r[4] = {v[0], v[1], v[2], v[3]};
+    if (interleaved) {
+#pragma unroll
+      for (int b = 0; b < 4; b += 2) {
+        const int d = 4 * lane + b;
+        if (d < rot) {
+          const float c = ct[d >> 1], s = st[d >> 1];
+          const float a = v[b], bb = v[b + 1];
+          r[b] = a * c - bb * s;
+          r[b + 1] = bb * c + a * s;
+        }
+      }
+    } else {
+      // Partner of dimension d: d + half (d < half) or d - half, in the
+      // lane half/4 away (the launcher checks half % 4 == 0).
+      const int q4 = half >> 2;
+      const int src = (4 * lane < half) ? lane + q4 : (lane >= q4 ? lane - q4 : lane);
+      float pv[4];
+#pragma unroll
+      for (int b = 0; b < 4; b++) pv[b] = __shfl_sync(0xffffffffu, v[b], src);
+#pragma unroll
+      for (int b = 0; b < 4; b++) {
+        const int d = 4 * lane + b;
+        if (d < half) {
+          const float c = ct[d], s = st[d];
+          const float a = v[b], bb = pv[b];
+          r[b] = a * c - bb * s;
+        } else if (d < rot) {
+          const float c = ct[d - half], s = st[d - half];
+          const float a = pv[b], bb = v[b];
+          r[b] = bb * c + a * s;
+        }
+      }
+    }
+    const float amax = warp_max(fmaxf(fmaxf(fabsf(r[0]), fabsf(r[1])), fmaxf(fabsf(r[2]), fabsf(r[3]))));
+    sc = ue8m0_ceil_f32(fmaxf(amax, 1e-10f) / FP8_MAX);
+    code = (u32)f32_to_fp8(r[0] / sc) | ((u32)f32_to_fp8(r[1] / sc) << 8) | ((u32)f32_to_fp8(r[2] / sc) << 16) |
+           ((u32)f32_to_fp8(r[3] / sc) << 24);
+  }
+  // Dimensions 4*lane..4*lane+3 share k-step and column group.
+  const int d = 4 * lane, dd = d & 63;
+  const int ks = ((d >> 6) << 2) + ((dd & 15) >> 2), c = dd >> 4;
+  const int mt = h >> 4, rr = h & 15, g = rr & 7, hi = rr >> 3;
+  u8* o = qh + (size_t)m * IDXQ_ROW_BYTES + ((size_t)((mt * 8 + ks) * 32 + g * 4 + c)) * 8;
+  ((u16*)o)[hi] = (u16)(code & 0xffffu);
+  ((u16*)o)[2 + hi] = (u16)(code >> 16);
+  if (lane == 0) wq[(size_t)m * IDXQ_HEADS + h] = h < H ? w[(size_t)m * H + h] * wscale * sc : 0.0f;
 }
 
 extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __restrict__ q, const float* __restrict__ w,

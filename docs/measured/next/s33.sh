@@ -6,8 +6,9 @@
 # Session 34 ran k2 (call A: the fused pair and solo slower, removed with their parts an / fuse / solo / k2).
 # Session 35 (no device) added fold (TILERT_GPU_ROUTER_FOLD=1, the router folded through o_proj); session 38 ran it on an
 # H100 (call A: slower everywhere) and it was removed with its part fold.
-# Session 38 call B: TILERT_GPU_SIDE_SH_AT=router no gain, removed with its part shat and its k3 / k4 lines.
-# Usage: bash docs/measured/next/s33.sh gpucheck|final|half|w12|iqf|k3|k4|combo|pdl|cap|qb|sweep|check1|check2
+# Session 38 call B: TILERT_GPU_SIDE_SH_AT=router no gain, removed with its part shat and its k3 / k4 lines;
+# TILERT_GPU_IDX_QFUSE=1 slower on GLM-5, removed with its part iqf and its k4 / combo lines.
+# Usage: bash docs/measured/next/s33.sh gpucheck|final|half|w12|k3|k4|combo|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
 #    gemv_tile_fp8_r4_m2_d16 removed from the module.
@@ -27,10 +28,6 @@
 #    bucket's rows at 12 keys a thread; built in session 31 after its device time, NOT RUN): TestKernelTopKOneW, then
 #    A/B/A/B on both models at 8192, traced on GLM-5 (its top-k is on the critical path alone). If it wins twice on a
 #    model and loses on neither, make it the default (kernels ops_topk.go).
-#  iqf (~6 min): TILERT_GPU_IDX_QFUSE=1 (kernels.WQBIdxQ, gemv_tile_fp8_r*_m1*_iq; built in session 32 without a device,
-#    NOT RUN): wq_b and the attention epilogue in one launch at one row (the epilogue's ~5 us and its launch boundary off
-#    the indexer chain): its checks, A/B/A/B on GLM-5 at 8192 and 131072 and DeepSeek-V3.2 at 131072 and 8192, traced on
-#    GLM-5. If it wins twice on a model and loses nowhere, make it the default (engine/gpu device.go wqbIQOn).
 #  pdl (~1 min, env only): programmatic or plain launches per family again at DeepSeek-V3.2 8192, 1 slot (session 16's sweep
 #    found nothing, before the side streams' priorities and the uncapped q_b): the sparse MLA, whose early-resident
 #    blocks each take a whole SM (168 registers x 384 threads, 226 KB) while absorb_q still runs; the top-k; the expert
@@ -39,7 +36,7 @@
 #  and say so; if a qb plan wins twice, pin it in the tile rule's table for that shape (kernels tile_plan.go).
 # Suggested calls now (session 36; each part's results saved as it ends; the 30 minutes hold about the first three):
 #   1 (cold): samp, then k4;   2 (warm): combo, then gpucheck (and final where a default changed);
-#   3 (warm): what fits of half iqf cap pdl qb sweep. Each loop as:
+#   3 (warm): what fits of half cap pdl qb sweep. Each loop as:
 #   for p in k4; do bash docs/measured/next/s33.sh $p > $OUT/x-$p.log 2>&1; cat $OUT/summary-$p.txt; done
 #   Read each call's A/B/A/B with `go run ./internal/abab FILES_AT/summary-*.txt` (here, not on the device).
 #   Where two switches both win, A/B/A/B them together before either becomes a default, then gpucheck again.
@@ -130,22 +127,6 @@ cap)
   TL=1 bn deepseek-v3.2 131072 1 tl-l
   TL=1 bn deepseek-v3.2 131072 1 tl-cap1 TILERT_GPU_SIDE_CAP=q=1
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
-iqf)
-  # TILERT_GPU_IDX_QFUSE=1 (kernels.WQBIdxQ, cu/wqb_iq.cu; built in session 32, which had no device, NOT RUN): a one-row
-  # step's wq_b and attention epilogue in one launch. The checks first (bit for bit the two launches; greedy == CPU and
-  # the goldens with it on; it fails unless the kernel launched), the fused launch graph-timed against its two, then
-  # A/B/A/B where the indexer chain is the critical
-  # path: GLM-5 at 8192, both models at 131072; DeepSeek-V3.2 at 8192 (its q chain is critical there: ~0 expected).
-  tst kernels cuda/kernels 200 'TestKernelWQBIdxQ$|TestKernelFusedAttnEpilogue$'; cnt kernels; mv $R/kernels.log $R/kernels-iq.log
-  (export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 'TestKernelTimingWQBIdxQ$'); mv $R/kernels.log $R/kernels-timing.log; cnt kernels-timing
-  tst engine engine/gpu 300 'TestGPUWQBIdxQ$'; cnt engine; mv $R/engine.log $R/engine-iq.log
-  (export TILERT_GPU_IDX_QFUSE=1; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUGolden$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-iq-on.log; cnt engine-iq-on
-  abab glm-5 8192 1 iqg TILERT_GPU_IDX_QFUSE=1
-  abab glm-5 131072 1 iqg131 TILERT_GPU_IDX_QFUSE=1
-  abab deepseek-v3.2 131072 1 iq131 TILERT_GPU_IDX_QFUSE=1
-  abab deepseek-v3.2 8192 1 iq TILERT_GPU_IDX_QFUSE=1
-  TL=1 bn glm-5 8192 1 tl-iqg TILERT_GPU_IDX_QFUSE=1
-  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 k3)
   # Session 33 call C (~8 min): half's and w12's checks and A/B/A/B at 8192.
   tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelTopKOneW$'; cnt kernels
@@ -156,14 +137,12 @@ k3)
   abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
   save ;;
 k4)
-  # Session 34 call B (~7 min): the tile GEMVs' checks after d81bc80 (their bodies back to session 31's text), k3, then wq_b + epilogue fused alone (k2: the pair with OPROJ_NORM +160 us; the fused
-  # o_proj + norm 43.2 against 38.0 us graph-timed, the fused wq_b 7.98 / 6.88 against 8.35 / 7.89), cap at 131072, qb.
-  tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelTopKOneW$|TestKernelGemvTile$|TestKernelTileVariantsBitwise$|TestKernelTilePlanBitwise$|TestKernelWQBIdxQ$'; cnt kernels
+  # Session 34 call B (~7 min): the tile GEMVs' checks after d81bc80 (their bodies back to session 31's text), k3, cap at
+  # 131072, qb. (Session 38 ran it on an H100 with the fused wq_b alone too: slower, removed with its lines.)
+  tst kernels cuda/kernels 200 'TestKernelMLADecodeWG2H$|TestKernelTopKOneW$|TestKernelGemvTile$|TestKernelTileVariantsBitwise$|TestKernelTilePlanBitwise$'; cnt kernels
   (export TILERT_GPU_MLA_HEADS=32; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$'); mv $R/engine.log $R/engine-h32.log; cnt engine-h32
-  tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUWQBIdxQ$'; cnt engine
+  tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$'; cnt engine
   abab glm-5 8192 1 w12g TILERT_GPU_TOPK_W12=1
-  abab glm-5 8192 1 iqg TILERT_GPU_IDX_QFUSE=1
-  abab deepseek-v3.2 8192 1 iq TILERT_GPU_IDX_QFUSE=1
   abab deepseek-v3.2 8192 1 h32 TILERT_GPU_MLA_HEADS=32
   abab glm-5 8192 1 h32g TILERT_GPU_MLA_HEADS=32
   abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
@@ -178,8 +157,8 @@ k4)
 combo)
   # Session 35 (~4 min, env only): every opt-in not yet measured in the step, on together, against the defaults at 8192
   # and 131072 on both models: the most the queue can give in one reading. Run after k4; a switch that lost alone there
-  # comes out of COMBO first (the router fold did, removed in session 38).
-  COMBO="TILERT_GPU_IDX_QFUSE=1 TILERT_GPU_MLA_HEADS=32 TILERT_GPU_TOPK_W12=1"
+  # comes out of COMBO first (the router fold and the fused wq_b did, removed in session 38).
+  COMBO="TILERT_GPU_MLA_HEADS=32 TILERT_GPU_TOPK_W12=1"
   abab deepseek-v3.2 8192 1 combo $COMBO
   abab glm-5 8192 1 combog $COMBO
   abab glm-5 131072 1 combog131 $COMBO
@@ -189,5 +168,5 @@ check1) check1 ;;
 check2) check2 ;;
 gpucheck) gpucheck ;;
 final) rows ;;
-*) echo "usage: s33.sh gpucheck|final|half|w12|iqf|k3|k4|combo|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
+*) echo "usage: s33.sh gpucheck|final|half|w12|k3|k4|combo|pdl|cap|qb|sweep|check1|check2" >&2; exit 2 ;;
 esac

@@ -148,12 +148,11 @@ func TestKernelMLADecodeWG2(t *testing.T) {
 	})
 }
 
-// TestKernelMLADecodeWG2H: with MLAHeadsPerBlock 32 (mla_decode_wg2h) and
-// 16 (wg2q) the outputs and lse are mla_decode_wg2b's bit for bit (each
-// head's arithmetic is its own product row's) on fresh random inputs: one
-// row of 128 heads (DeepSeek-V3.2), one and two of 64 (GLM-5), 48 heads (a
-// last block of 16 at 32), 40 (of 8 at 16), 96 (three blocks) and rows
-// through per-row cache bases; a repeated launch equal; within the
+// TestKernelMLADecodeWG2H: with MLAHeadsPerBlock 32 (mla_decode_wg2h) the
+// outputs and lse are mla_decode_wg2b's bit for bit (each head's
+// arithmetic is its own product row's) on fresh random inputs: one row of
+// 128 heads (DeepSeek-V3.2), one and two of 64 (GLM-5), 48 heads (a last
+// block of 16), 96 (three blocks) and rows through per-row cache bases; a repeated launch equal; within the
 // one-fp16-part bound of float64. It fails unless the rule names the kernel,
 // the launch counter saw it run, and the comparison ran wg2b.
 func TestKernelMLADecodeWG2H(t *testing.T) {
@@ -165,14 +164,13 @@ func TestKernelMLADecodeWG2H(t *testing.T) {
 			hpb   int
 			nq, H int
 			bases bool
-		}{{32, 1, 128, false}, {32, 1, 64, false}, {32, 2, 64, false}, {32, 1, 48, false}, {32, 1, 96, false}, {32, 2, 64, true},
-			{16, 1, 64, false}, {16, 1, 40, false}, {16, 2, 32, true}} {
+		}{{32, 1, 128, false}, {32, 1, 64, false}, {32, 2, 64, false}, {32, 1, 48, false}, {32, 1, 96, false}, {32, 2, 64, true}} {
 			cc := newH1Case(r, cs.nq, cs.H, nidx, nidx, 0.07)
 			ns := k.MLAWG2Splits(cs.nq, cs.H, nidx)
 			var half, plain string
 			withHeadsPerBlock(cs.hpb, func() { half = wg2Name(cs.nq, cs.H, nidx, ns) })
 			withHeadsPerBlock(64, func() { plain = wg2Name(cs.nq, cs.H, nidx, ns) })
-			want := map[int]string{32: mlaDecodeWG2HName, 16: mlaDecodeWG2QName}[cs.hpb]
+			want := mlaDecodeWG2HName
 			name := fmt.Sprintf("%s nq=%d H=%d nidx=%d split=%d bases=%v", want, cs.nq, cs.H, nidx, ns, cs.bases)
 			if half != want || plain != mlaDecodeWG2BName {
 				t.Fatalf("%s: launches %s with MLAHeadsPerBlock %d and %s without, want %s and %s", name, half, cs.hpb, plain, want, mlaDecodeWG2BName)
@@ -259,18 +257,16 @@ func TestKernelTimingMLADecodeWG2(t *testing.T) {
 				})
 				add(fmtName("graph: %s nq=%d H=%d split=%d", wg2Name(nq, H, nidx, sp), nq, H, sp), nb, us, "decode + combine (MLADecodeWG2's default)")
 			}
-			for _, hpb := range []int{32, 16} {
-				withHeadsPerBlock(hpb, func() {
-					kn := wg2Name(nq, H, nidx, w)
-					if kn != mlaDecodeWG2HName && kn != mlaDecodeWG2QName {
-						return
-					}
-					us := graphUsRot(c, s, 8, 15, func(i int) {
-						chk(k.MLADecodeWG2(s, out[i], 0, qn[i], qp[i], cache, 0, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, w, 0.1))
-					})
-					add(fmtName("graph: %s nq=%d H=%d split=%d", kn, nq, H, w), nb, us, fmt.Sprintf("decode + combine (MLAHeadsPerBlock %d)", hpb))
+			withHeadsPerBlock(32, func() {
+				kn := wg2Name(nq, H, nidx, w)
+				if kn != mlaDecodeWG2HName {
+					return
+				}
+				us := graphUsRot(c, s, 8, 15, func(i int) {
+					chk(k.MLADecodeWG2(s, out[i], 0, qn[i], qp[i], cache, 0, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, w, 0.1))
 				})
-			}
+				add(fmtName("graph: %s nq=%d H=%d split=%d", kn, nq, H, w), nb, us, "decode + combine (MLAHeadsPerBlock 32)")
+			})
 		}
 	})
 }

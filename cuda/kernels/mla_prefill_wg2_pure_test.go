@@ -532,10 +532,10 @@ func wg2Handoff(valid []bool, bad int, r *rand.Rand) error {
 // TestUseWG2B pins where MLADecodeWG2 launches mla_decode_wg2b: one-tile
 // blocks of at most one row of 128 heads (session 21: slower in the step at
 // 128 blocks, GLM-5's 4 slots and the DeepSeek-V3.2 MTP step).
-// TestWG2HKernel: mla_decode_wg2h (32 heads a block) and wg2q (16) take
-// one-tile launches of at most four rows x head blocks, only with
-// MLAHeadsPerBlock 32 / 16 (and MLAWG2B) on, and by default (0) on one row
-// of 64 heads at 32.
+// TestWG2HKernel: mla_decode_wg2h (32 heads a block) takes one-tile
+// launches of at most four rows x head blocks, only with MLAHeadsPerBlock
+// 32 (and MLAWG2B) on, and by default (0) on one row of 64 heads; 16
+// (mla_decode_wg2q, removed after session 38) and other values take none.
 func TestWG2HKernel(t *testing.T) {
 	for _, c := range []struct {
 		hpb, nq, H, tps int
@@ -546,8 +546,7 @@ func TestWG2HKernel(t *testing.T) {
 		{32, 1, 48, 64, true, "mla_decode_wg2h"}, {32, 4, 32, 64, true, "mla_decode_wg2h"},
 		{32, 2, 128, 64, true, ""}, {32, 3, 64, 64, true, ""}, {32, 1, 160, 64, true, ""},
 		{32, 1, 128, 128, true, ""}, {0, 1, 128, 64, true, ""}, {64, 1, 128, 64, true, ""}, {32, 1, 128, 64, false, ""},
-		{16, 1, 64, 64, true, "mla_decode_wg2q"}, {16, 2, 32, 64, true, "mla_decode_wg2q"}, {16, 1, 40, 64, true, "mla_decode_wg2q"},
-		{16, 1, 128, 64, true, ""}, {16, 2, 64, 64, true, ""}, {8, 1, 32, 64, true, ""},
+		{16, 1, 64, 64, true, ""}, {16, 2, 32, 64, true, ""}, {16, 1, 128, 64, true, ""}, {8, 1, 32, 64, true, ""},
 		// 0, the default: 32 for one row of 64 heads only; 64: none.
 		{0, 1, 64, 64, true, "mla_decode_wg2h"}, {0, 2, 64, 64, true, ""}, {0, 1, 32, 64, true, ""}, {0, 1, 64, 128, true, ""},
 		{0, 1, 64, 64, false, ""}, {64, 1, 64, 64, true, ""},
@@ -565,10 +564,11 @@ func TestWG2HKernel(t *testing.T) {
 			})
 		})
 	}
-	// The kernels are in the module, on the sm_90a guard's both sides.
-	for _, name := range []string{"mla_decode_wg2h", "mla_decode_wg2q"} {
-		if n := strings.Count(WGKernelSource(), name+"(MT_ARGS"); n != 2 {
-			t.Errorf("%s declared %d times in the wg module, want 2 (kernel and trap stub)", name, n)
+	// The kernel is in the module, on the sm_90a guard's both sides;
+	// mla_decode_wg2q is gone.
+	for name, want := range map[string]int{"mla_decode_wg2h": 2, "mla_decode_wg2q": 0} {
+		if n := strings.Count(WGKernelSource(), name+"(MT_ARGS"); n != want {
+			t.Errorf("%s declared %d times in the wg module, want %d", name, n, want)
 		}
 	}
 }

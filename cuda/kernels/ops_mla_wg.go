@@ -111,7 +111,6 @@ const (
 	mlaDecodeWG2Name  = "mla_decode_wg2"
 	mlaDecodeWG2BName = "mla_decode_wg2b"
 	mlaDecodeWG2HName = "mla_decode_wg2h" // 32 heads a block (MLAHeadsPerBlock)
-	mlaDecodeWG2QName = "mla_decode_wg2q" // 16
 	mlaWG2MaxSplits   = 32                // a 2048-token selection in one-tile ranges
 )
 
@@ -138,14 +137,14 @@ var MLAWG2B = true
 // mla_decode_wg2b holds (see MLAWG2B).
 const mlaWG2BMaxHeadBlocks = 2
 
-// MLAHeadsPerBlock (32 or 16; 64: none; 0, the default: 32 for one row of
-// 64 heads, none elsewhere, see wg2hAuto) makes MLADecodeWG2
-// launch mla_decode_wg2h (32 heads a block) or mla_decode_wg2q (16) where
-// each block takes one 64-token tile and the launch holds at most
-// mlaWG2HMaxHeadBlocks rows x head blocks (at 32: one row of 128 heads, up
-// to two of 64; at 16: one row of 64): mla_decode_wg2b's bits on 2x / 4x
-// the blocks, each loading 1/2 / 1/4 of the queries and storing as much of
-// the partial rows. Session 20's ncu profile of the one-tile block
+// MLAHeadsPerBlock (32; 64: none; 0, the default: 32 for one row of 64
+// heads, none elsewhere, see wg2hAuto) makes MLADecodeWG2 launch
+// mla_decode_wg2h (32 heads a block) where each block takes one 64-token
+// tile and the launch holds at most mlaWG2HMaxHeadBlocks rows x 32-head
+// blocks (one row of 128 heads, up to two of 64): mla_decode_wg2b's bits on
+// twice the blocks, each loading half the queries and storing half the
+// partial rows (16 heads a block, mla_decode_wg2q, measured slower in
+// session 38 and removed). Session 20's ncu profile of the one-tile block
 // (docs/measured/h200-2026-12-03-s20 callA) put ~40% of its stalls in the
 // queries' prologue and ~25% in the partial's stores, the MMAs ~12%; in the
 // step the sparse MLA runs 12.5 us on 64 blocks (DeepSeek-V3.2 dims) and
@@ -165,11 +164,11 @@ func wg2hAuto(nq, H int) int {
 	return 64
 }
 
-// MLAWG2HLaunches counts mla_decode_wg2h / wg2q launches (tests).
+// MLAWG2HLaunches counts mla_decode_wg2h launches (tests).
 var MLAWG2HLaunches atomic.Int64
 
-// mlaWG2HMaxHeadBlocks: the most rows x head blocks a launch of
-// mla_decode_wg2h / wg2q holds (with 32 one-tile ranges: 128 blocks).
+// mlaWG2HMaxHeadBlocks: the most rows x 32-head blocks a launch of
+// mla_decode_wg2h holds (with 32 one-tile ranges: 128 blocks).
 const mlaWG2HMaxHeadBlocks = 4
 
 // wg2hKernel is the kernel MLADecodeWG2 launches for nq rows of H heads in
@@ -180,11 +179,8 @@ func wg2hKernel(nq, H, tps int) (string, int) {
 	if hpb == 0 {
 		hpb = wg2hAuto(nq, H)
 	}
-	if (hpb != 32 && hpb != 16) || !MLAWG2B || tps != mlaPrefillH1Tile || nq*cdiv(H, hpb) > mlaWG2HMaxHeadBlocks {
+	if hpb != 32 || !MLAWG2B || tps != mlaPrefillH1Tile || nq*cdiv(H, hpb) > mlaWG2HMaxHeadBlocks {
 		return "", 0
-	}
-	if hpb == 16 {
-		return mlaDecodeWG2QName, 16
 	}
 	return mlaDecodeWG2HName, 32
 }

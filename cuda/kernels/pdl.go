@@ -151,7 +151,7 @@ var pdlMoreKernels = setOf(
 	"mla_decode_tcf", "mla_decode_tcf2",
 	// cu/wg (mla_prefill_wg, mla_prefill_wg2, mla_decode_wg2 and mwg_probe
 	// have no wait and are on neither list: launched plainly)
-	"mla_decode_wg2b", "mla_decode_wg2h", "mla_decode_wg2q",
+	"mla_decode_wg2b", "mla_decode_wg2h",
 	// SpreadPlan's o_proj: plainly by default (session 15 call C, GLM-5, 8192:
 	// 2.862 ms a step against 2.880 launched programmatically).
 	"gemv_tile_fp8_r4_m1_d16s", "gemv_tile_fp8_r8_m1_d16s",
@@ -191,7 +191,7 @@ type pdlSelection struct {
 var pdlSel, pdlSelErr = parsePDLSel(os.Getenv("TILERT_GPU_PDL_MORE"), os.Getenv("TILERT_GPU_PDL_PLAIN"))
 
 // pdlMoreDefault is TILERT_GPU_PDL_MORE's unset value (see pdlSelection).
-const pdlMoreDefault = "mla_decode_tcf,gemv_mid,absorb_v,mla_decode_wg2b,mla_decode_wg2h,mla_decode_wg2q"
+const pdlMoreDefault = "mla_decode_tcf,gemv_mid,absorb_v,mla_decode_wg2b,mla_decode_wg2h"
 
 func parsePDLSel(more, plain string) (pdlSelection, error) {
 	var sel pdlSelection

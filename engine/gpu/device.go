@@ -703,17 +703,15 @@ func init() {
 	if os.Getenv("TILERT_GPU_MLA_WG2B") == "0" {
 		kernels.MLAWG2B = false
 	}
-	// TILERT_GPU_MLA_HEADS=64|32|16: one-tile decode MLA blocks of that
-	// many heads (mla_decode_wg2h / wg2q, kernels.MLAHeadsPerBlock); unset,
-	// 32 for one row of 64 heads (GLM-5) and 64 elsewhere (switchValues
-	// refuses other values).
+	// TILERT_GPU_MLA_HEADS=64|32: one-tile decode MLA blocks of that many
+	// heads (mla_decode_wg2h at 32, kernels.MLAHeadsPerBlock); unset, 32 for
+	// one row of 64 heads (GLM-5) and 64 elsewhere (16 is refused,
+	// removed.go; switchValues refuses other values).
 	switch os.Getenv("TILERT_GPU_MLA_HEADS") {
 	case "64":
 		kernels.MLAHeadsPerBlock = 64
 	case "32":
 		kernels.MLAHeadsPerBlock = 32
-	case "16":
-		kernels.MLAHeadsPerBlock = 16
 	}
 	// TILERT_GPU_TOPK_W12=0: the one-block top-k of rows in buckets of
 	// 8193..12288 keys on topk_radix_one_w16 instead of the default

@@ -222,6 +222,12 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_IDX_QFUSE", keep: zero,
 		what: "a one-row step's wq_b GEMV and attention epilogue in one launch (gemv_tile_fp8_r*_m1*_iq) were measured on the H100 in session 38 call B and removed: slower on GLM-5 dims, no gain on DeepSeek-V3.2's (decode p50 at 8192, 1 slot, A/B/A/B: GLM-5 dims 1.987 / 1.986 against 1.979 / 1.982 ms, +8 / +4 us; DeepSeek-V3.2 dims 1.735 / 1.736 against 1.727 / 1.734, +8 / +2, within spread)",
 		hint: `: wq_b's tile GEMV and attn_epilogue run as two launches (the default); the code last exists at commit c3728a6, the record is in docs/measured/h100-2026-12-05-s38, engine/gpu/NOTES.md "TILERT_GPU_IDX_QFUSE=1" and cuda/kernels/NOTES.md "gemv_tile_fp8_r*_m1*_iq"`},
+	// TILERT_GPU_MLA_HEADS=16 ran the one-tile decode MLA blocks on 16 heads
+	// (mla_decode_wg2q); built in session 31, measured slower in session 38,
+	// removed. The switch's other values stay (switchValues).
+	{name: "TILERT_GPU_MLA_HEADS", only: []string{"16"},
+		what: "the one-tile decode MLA blocks of 16 heads (mla_decode_wg2q) were measured slower on the H100 in session 38 call B and removed (decode p50 at 8192, 1 slot, A/B/A/B: GLM-5 dims 1.980 / 1.982 against 1.976 / 1.974 ms, +4 / +8 us)",
+		hint: ` for 32 heads a block (mla_decode_wg2h) on one row of 64 heads and 64 elsewhere (the default), or set it to 32 or 64 for that many everywhere a block takes one tile; the code last exists at commit 43f2b09, the record is in docs/measured/h100-2026-12-05-s38 and cuda/kernels/NOTES.md "mla_decode_wg2h / wg2q"`},
 }
 
 // zero: the switch's =0 asked for the path that runs, by name.
@@ -276,8 +282,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
 		{"TILERT_GPU_TOPK_W12", []string{"", "0", "1"},
 			"unset it (or 1) for topk_radix_one_w12 on rows of 8193..12288 keys (kernels.TopKOneW12, the default since session 38), 0 for the 16-key one-block top-k there"},
-		{"TILERT_GPU_MLA_HEADS", []string{"", "64", "32", "16"},
-			"unset it for 32 heads a one-tile decode MLA block on one row of 64 heads (GLM-5) and 64 elsewhere (kernels.MLAHeadsPerBlock, the default since session 38); 64, 32 or 16 for that many everywhere a block takes one tile"},
+		{"TILERT_GPU_MLA_HEADS", []string{"", "64", "32"},
+			"unset it for 32 heads a one-tile decode MLA block on one row of 64 heads (GLM-5) and 64 elsewhere (kernels.MLAHeadsPerBlock, the default since session 38); 64 or 32 for that many everywhere a block takes one tile"},
 		{"TILERT_GPU_EPI_ROWS", []string{"", "0", "1"},
 			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
 		{"TILERT_GPU_EXPERT_SHAPE", []string{"", "0", "1"},

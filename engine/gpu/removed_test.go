@@ -86,6 +86,9 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_SIDE_SH_AT": "router"}, `TILERT_GPU_SIDE_SH_AT="router"`},
 		{map[string]string{"TILERT_GPU_IDX_QFUSE": "0"}, ""},
 		{map[string]string{"TILERT_GPU_IDX_QFUSE": "1"}, `TILERT_GPU_IDX_QFUSE="1"`},
+		{map[string]string{"TILERT_GPU_MLA_HEADS": "32"}, ""},
+		{map[string]string{"TILERT_GPU_MLA_HEADS": "64"}, ""},
+		{map[string]string{"TILERT_GPU_MLA_HEADS": "16"}, `TILERT_GPU_MLA_HEADS="16"`},
 		{map[string]string{"TILERT_GPU_IDX_ONE": "0"}, ""},
 		{map[string]string{"TILERT_GPU_IDX_ONE": "1"}, `TILERT_GPU_IDX_ONE="1"`},
 		{map[string]string{"TILERT_GPU_IDX_ONE": "plain"}, `TILERT_GPU_IDX_ONE="plain"`},
@@ -255,6 +258,8 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_SIDE_SH_AT", "set it to norm", "4a23dd2", "docs/measured/h100-2026-12-05-s38", `engine/gpu/NOTES.md "TILERT_GPU_SIDE_SH_AT=router"`}},
 	"TILERT_GPU_IDX_QFUSE": {{"session 38 call B", "1.987 / 1.986 against 1.979 / 1.982 ms", "+8 / +4 us", "1.735 / 1.736 against 1.727 / 1.734", "+8 / +2"},
 		{"unset TILERT_GPU_IDX_QFUSE", "attn_epilogue", "c3728a6", "docs/measured/h100-2026-12-05-s38", `"gemv_tile_fp8_r*_m1*_iq"`}},
+	"TILERT_GPU_MLA_HEADS": {{"session 38 call B", "mla_decode_wg2q", "1.980 / 1.982 against 1.976 / 1.974 ms", "+4 / +8 us"},
+		{"unset TILERT_GPU_MLA_HEADS", "mla_decode_wg2h", "set it to 32 or 64", "43f2b09", "docs/measured/h100-2026-12-05-s38", `"mla_decode_wg2h / wg2q"`}},
 	"TILERT_GPU_FUSE": {{"removed in session 15", "=3 2.746, =2 2.808 against 2.697 ms", "10.62 against 8.31 us", "9.5 against 6.2 us"},
 		{"unset TILERT_GPU_FUSE", "ca3f1b5", "docs/measured/h200-2026-12-03-s14"}},
 	"TILERT_GPU_IDX_ONE": {{"removed in session 15", "call A1", "29.8 against the pair's 28.3 us", "3.030 (=1) / 3.015 (=plain) against 2.904 ms"},
@@ -319,6 +324,10 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_MOE_NORM_FUSED", "0", true},
 		{"TILERT_GPU_MOE_NORM_FUSED", "1", true},
 		{"TILERT_GPU_MOE_NORM_FUSED", "off", false},
+		{"TILERT_GPU_MLA_HEADS", "32", true},
+		{"TILERT_GPU_MLA_HEADS", "64", true},
+		{"TILERT_GPU_MLA_HEADS", "16", false},
+		{"TILERT_GPU_MLA_HEADS", "8", false},
 	} {
 		err := switchValues(func(k string) string {
 			if k == c.name {
@@ -377,6 +386,7 @@ var removedGolden = []struct{ name, v string }{
 	{"TILERT_GPU_ROUTER_FOLD", "1"},
 	{"TILERT_GPU_SIDE_SH_AT", "router"},
 	{"TILERT_GPU_IDX_QFUSE", "1"},
+	{"TILERT_GPU_MLA_HEADS", "16"},
 }
 
 // TestRemovedGolden pins every refusal's message and hint byte for byte

@@ -7,7 +7,8 @@
 # Session 35 (no device) added fold (TILERT_GPU_ROUTER_FOLD=1, the router folded through o_proj); session 38 ran it on an
 # H100 (call A: slower everywhere) and it was removed with its part fold.
 # Session 38 call B: TILERT_GPU_SIDE_SH_AT=router no gain, removed with its part shat and its k3 / k4 lines;
-# TILERT_GPU_IDX_QFUSE=1 slower on GLM-5, removed with its part iqf and its k4 / combo lines.
+# TILERT_GPU_IDX_QFUSE=1 slower on GLM-5, removed with its part iqf and its k4 / combo lines; TILERT_GPU_MLA_HEADS=16
+# (mla_decode_wg2q) slower on GLM-5, removed with its half / k3 / k4 lines.
 # Usage: bash docs/measured/next/s33.sh gpucheck|final|half|w12|k3|k4|combo|pdl|cap|qb|sweep|check1|check2
 #  gpucheck (~5 min, first): gpu-check's correctness parts on today's main: kernels.OneRowExperts the default (session 31
 #    call A ran only its kernel checks, TestGPUSideStreamSameTokens and TestGPUGreedyMatchesCPU on it), and
@@ -20,10 +21,10 @@
 #    wq_b at one block an SM (B1: session 31's trace has its 256 blocks of 128 registers fill every SM from 13.2 to 20.7
 #    us, so q_b, DeepSeek-V3.2's critical chain at 8192, finds room only after them).
 #  sweep (~2 min, env only): the routed experts' tile plans at 2 and 4 slots.
-#  half (~4 min): TILERT_GPU_MLA_HEADS=32|16 (kernels.MLAHeadsPerBlock, mla_decode_wg2h / wg2q: one-tile sparse MLA blocks
-#    of 32 / 16 heads, wg2b's bits; built in session 31 after its device time, NOT RUN): checks, the kernel alone, A/B/A/B
-#    on both models at 8192 and 131072 (16: GLM-5 only; DeepSeek-V3.2's 128 heads would need 256 blocks), traced. If one
-#    wins on a model twice, make it the default where it won (a rule in ops_mla_wg.go wg2hKernel).
+#  half (~4 min): TILERT_GPU_MLA_HEADS=32 (kernels.MLAHeadsPerBlock, mla_decode_wg2h: one-tile sparse MLA blocks of 32
+#    heads, wg2b's bits; built in session 31 after its device time): checks, the kernel alone, A/B/A/B on both models at
+#    8192 and 131072, traced. If it wins on a model twice, make it the default where it won (a rule in ops_mla_wg.go
+#    wg2hKernel; session 38 did so for one row of 64 heads, wg2hAuto).
 #  w12 (~2 min): TILERT_GPU_TOPK_W12=1 (kernels.TopKOneW12, topk_radix_one_w12: the one-block top-k of the 8448-key
 #    bucket's rows at 12 keys a thread; built in session 31 after its device time, NOT RUN): TestKernelTopKOneW, then
 #    A/B/A/B on both models at 8192, traced on GLM-5 (its top-k is on the critical path alone). If it wins twice on a
@@ -98,13 +99,10 @@ half)
   (export TILERT_GPU_MLA_HEADS=32; tst engine engine/gpu 300 'TestGPUGreedyMatchesCPU$|TestGPUSideStreamSameTokens$'); mv $R/engine.log $R/engine-h32.log; cnt engine-h32
   abab deepseek-v3.2 8192 1 h32 TILERT_GPU_MLA_HEADS=32
   abab glm-5 8192 1 h32g TILERT_GPU_MLA_HEADS=32
-  abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
   abab deepseek-v3.2 131072 1 h32l TILERT_GPU_MLA_HEADS=32
   abab glm-5 131072 1 h32gl TILERT_GPU_MLA_HEADS=32
-  bn glm-5 131072 1 h16gl TILERT_GPU_MLA_HEADS=16
   TL=1 bn deepseek-v3.2 8192 1 tl-h32 TILERT_GPU_MLA_HEADS=32
   TL=1 bn glm-5 8192 1 tl-h32g TILERT_GPU_MLA_HEADS=32
-  TL=1 bn glm-5 8192 1 tl-h16g TILERT_GPU_MLA_HEADS=16
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 w12)
   tst kernels cuda/kernels 200 'TestKernelTopKOneW$'; cnt kernels
@@ -114,7 +112,7 @@ w12)
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 pdl)
   bn deepseek-v3.2 8192 1 pdl-A1
-  bn deepseek-v3.2 8192 1 pdl-mla TILERT_GPU_PDL_MORE=mla_decode_tcf,gemv_mid,absorb_v,mla_decode_wg2h,mla_decode_wg2q
+  bn deepseek-v3.2 8192 1 pdl-mla TILERT_GPU_PDL_MORE=mla_decode_tcf,gemv_mid,absorb_v,mla_decode_wg2h
   for f in topk_radix_one gemv_tile_fp8_r8_m1_o4 mla_combine attn_epilogue indexer_scores; do bn deepseek-v3.2 8192 1 pdl-$f TILERT_GPU_PDL_PLAIN=$f; done
   bn deepseek-v3.2 8192 1 pdl-A2
   save ;;
@@ -134,7 +132,6 @@ k3)
   abab deepseek-v3.2 8192 1 h32 TILERT_GPU_MLA_HEADS=32
   abab glm-5 8192 1 h32g TILERT_GPU_MLA_HEADS=32
   abab glm-5 8192 1 w12g TILERT_GPU_TOPK_W12=1
-  abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
   save ;;
 k4)
   # Session 34 call B (~7 min): the tile GEMVs' checks after d81bc80 (their bodies back to session 31's text), k3, cap at
@@ -145,7 +142,6 @@ k4)
   abab glm-5 8192 1 w12g TILERT_GPU_TOPK_W12=1
   abab deepseek-v3.2 8192 1 h32 TILERT_GPU_MLA_HEADS=32
   abab glm-5 8192 1 h32g TILERT_GPU_MLA_HEADS=32
-  abab glm-5 8192 1 h16g TILERT_GPU_MLA_HEADS=16
   abab deepseek-v3.2 8192 1 w12 TILERT_GPU_TOPK_W12=1
   abab deepseek-v3.2 131072 1 cap1 TILERT_GPU_SIDE_CAP=q=1
   E=TILERT_GPU_TILE_PLANS

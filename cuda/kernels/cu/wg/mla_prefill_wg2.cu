@@ -213,11 +213,12 @@ __device__ __forceinline__ void mw2_fill_raw(u8* Kt, const u8* raw, const int* s
 // one tile gathers it with cp.async into the unused second stage in one
 // round trip and converts it from there (mw2_fill: three); bit 4, a split
 // block's partial staged in shared memory and stored as whole rows; bit 8
-// (mla_decode_wg2h), 32 heads a block instead of 64, bit 16
-// (mla_decode_wg2q) 16: the product rows past them run on zero queries and
-// are never stored, so a block's query loads and partial stores shrink
-// while its gather and products stay. Each head's arithmetic is its own
-// row's (no step mixes rows), so the same bits as V = 0.
+// (mla_decode_wg2h), 32 heads a block instead of 64: rows 32..63 of the
+// products run on zero queries and are never stored, so a block's query
+// loads and partial stores halve while its gather and products stay. Each
+// head's arithmetic is its own row's (no step mixes rows), so the same
+// bits as V = 0. (Bit 16, 16 heads a block, mla_decode_wg2q, measured
+// slower in session 38 and removed.)
 template <int NPW, int PB, int PREG, int CREG, bool DEC = false, int V = 0>
 __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__ row_base = nullptr) {
   constexpr int NT = 256 + 32 * NPW;  // the block's threads (FULL / EMPTY count)
@@ -231,7 +232,7 @@ __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__
   float* lsum = qsc + MWG_HB;                         // [2][HB] row sums of each token half
   int* sl = (int*)(lsum + 2 * MWG_HB);                // [2 stages][T] cache slot of each tile slot, -1 skipped
   int* done = sl + 2 * MWG_T;                         // [2 stages] 1: no more tiles
-  constexpr int HPB = (V & 16) ? 16 : (V & 8) ? 32 : MWG_HB;  // heads a block (the product rows stay MWG_HB)
+  constexpr int HPB = (V & 8) ? 32 : MWG_HB;  // heads a block (the product rows stay MWG_HB)
   const int qi = blockIdx.y, h0 = blockIdx.z * HPB;
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
   // DEC (mla_decode_wg2): block x takes the selections [x tps, x tps + tps)
@@ -532,24 +533,18 @@ extern "C" __global__ void __launch_bounds__(384, 1) mla_decode_wg2b(MT_ARGS, co
                                                tps, part_o, part_ml, row_base);
 }
 
-// mla_decode_wg2h / wg2q: mla_decode_wg2b (the same bits) on 32 / 16 heads
-// a block (mw2_block's V bit 8 / 16): 2x / 4x the blocks, each with that
-// share of a one-tile block's query loads and partial stores (MLADecodeWG2
-// with MLAHeadsPerBlock).
+// mla_decode_wg2h: mla_decode_wg2b (the same bits) on 32 heads a block
+// (mw2_block's V bit 8): twice the blocks, each with half the query loads
+// and half the partial stores of a one-tile block (MLADecodeWG2 with
+// MLAHeadsPerBlock).
 extern "C" __global__ void __launch_bounds__(384, 1) mla_decode_wg2h(MT_ARGS, const long long* __restrict__ row_base) {
   PDL_WAIT();
   mw2_block<4, 8, MW2_PREG, MW2_CREG, true, 15>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale,
                                                 tps, part_o, part_ml, row_base);
 }
-extern "C" __global__ void __launch_bounds__(384, 1) mla_decode_wg2q(MT_ARGS, const long long* __restrict__ row_base) {
-  PDL_WAIT();
-  mw2_block<4, 8, MW2_PREG, MW2_CREG, true, 23>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale,
-                                                tps, part_o, part_ml, row_base);
-}
 #else
 extern "C" __global__ void __launch_bounds__(384) mla_decode_wg2b(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(384) mla_decode_wg2h(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(384) mla_decode_wg2q(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(384) mla_prefill_wg2(MT_ARGS) { __trap(); }
 extern "C" __global__ void __launch_bounds__(384) mla_decode_wg2(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 #endif

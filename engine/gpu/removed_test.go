@@ -88,6 +88,7 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_IDX_QFUSE": "1"}, `TILERT_GPU_IDX_QFUSE="1"`},
 		{map[string]string{"TILERT_GPU_MLA_HEADS": "32"}, ""},
 		{map[string]string{"TILERT_GPU_MLA_HEADS": "64"}, ""},
+		{map[string]string{"TILERT_GPU_MLA_HEADS": "0"}, ""},
 		{map[string]string{"TILERT_GPU_MLA_HEADS": "16"}, `TILERT_GPU_MLA_HEADS="16"`},
 		{map[string]string{"TILERT_GPU_IDX_ONE": "0"}, ""},
 		{map[string]string{"TILERT_GPU_IDX_ONE": "1"}, `TILERT_GPU_IDX_ONE="1"`},
@@ -326,6 +327,7 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_MOE_NORM_FUSED", "off", false},
 		{"TILERT_GPU_MLA_HEADS", "32", true},
 		{"TILERT_GPU_MLA_HEADS", "64", true},
+		{"TILERT_GPU_MLA_HEADS", "0", true},
 		{"TILERT_GPU_MLA_HEADS", "16", false},
 		{"TILERT_GPU_MLA_HEADS", "8", false},
 	} {

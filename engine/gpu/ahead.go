@@ -36,15 +36,18 @@ import (
 // call.
 
 // pipeOn: TILERT_GPU_PIPELINE=0 turns the pipelined step off (each step
-// then waits for its tokens before the next is recorded); =2 also starts
-// the next step's forward after an MTP step's draft picks (pipeMTP; not
-// yet measured on a device, so opt-in). The plain step's is on by default:
-// on the H200 it took the 1-slot step at 8192 from 3.349 to 3.128 ms (the
-// graphs' device time, 3.126 ms) and 4 slots from 9.184 to 8.813 ms,
-// same binary, same run (docs/measured/h200-2026-12-01-async).
+// then waits for its tokens before the next is recorded); =1 keeps it for
+// plain steps only. By default (or =2) an MTP step also starts the next
+// step's forward after its draft picks (pipeMTP). The plain step's took
+// the 1-slot step at 8192 from 3.349 to 3.128 ms on the H200 (the graphs'
+// device time, 3.126 ms) and 4 slots from 9.184 to 8.813 ms, same binary,
+// same run (docs/measured/h200-2026-12-01-async); the MTP step's took
+// 3.475 / 3.600 to 3.334 / 3.326 ms (DeepSeek-V3.2 dims, 3 MoE layers,
+// 8192, one H100, A/B/A/B) and GLM-5's 3.664 / 3.652 to 3.531 / 3.509
+// (docs/measured/h100-2026-12-05-s38 calls D-E).
 var (
 	pipeOn  = os.Getenv("TILERT_GPU_PIPELINE") != "0"
-	pipeMTP = os.Getenv("TILERT_GPU_PIPELINE") == "2"
+	pipeMTP = pipeOn && os.Getenv("TILERT_GPU_PIPELINE") != "1"
 )
 
 // aheadState is the backend's pipelined-step state.

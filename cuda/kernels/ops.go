@@ -448,6 +448,12 @@ const (
 	sampleWideRowBytes = 8 + 64 + 2048*8 + sampleWideBlocks*8
 )
 
+// sampleWidePer is the logits a block of SampleWide takes at least (1024:
+// up to 128 blocks for a 129280-token row); the timing test tries others
+// (a pass's fixed costs, the shared bins' zeroing and flush and the last
+// block's wait on every block, against each block's share of the row).
+var sampleWidePer = 1024
+
 // SampleScratchBytes is the scratch SampleWide needs for rows rows.
 func SampleScratchBytes(rows int) int64 { return int64(rows) * sampleWideRowBytes }
 
@@ -463,7 +469,7 @@ func (k *Set) SampleWide(s cuda.Stream, out, logits, scratch cuda.DevPtr, rows, 
 	if rows <= 0 || n <= 0 || ld < n || scratch == 0 {
 		return errors.Newf("sample wide: rows=%d n=%d ld=%d scratch=%#x", rows, n, ld, uint64(scratch))
 	}
-	nb := min(sampleWideBlocks, max(1, cdiv(n, 1024)))
+	nb := min(sampleWideBlocks, max(1, cdiv(n, sampleWidePer)))
 	grid, block := cuda.D3(nb, rows, 1), cuda.D1(256)
 	if !(p.Temperature > 0) {
 		return k.launch("sample_wide_draw", grid, block, 0, s, logits, n, ld, scratch, out, p.Temperature, p.MinP, p.Seed, p.Step, p.StepAt)

@@ -51,6 +51,30 @@ func TestKernelTimingSample(t *testing.T) {
 			for _, sp := range settings {
 				both("sample_wide "+rows.name+" "+sp.name, 4*V, func() { chk(k.SampleWide(s, o, x, ssc, 1, V, V, sp.p)) })
 			}
+			// The real settings again on fewer blocks, each a larger share
+			// of the row (the default: 1024 logits a block at least, 127).
+			// Each block count's token is the default's (integer sums: the
+			// cut does not depend on how the row is split).
+			pick := func(sp SamplingParams) int32 {
+				chk(k.SampleWide(s, o, x, ssc, 1, V, V, sp))
+				var got [1]int32
+				chk(c.Download(got[:], o))
+				return got[0]
+			}
+			for _, per := range []int{2048, 4096, 8192} {
+				for _, sp := range settings[:2] {
+					func() {
+						want := pick(sp.p)
+						defer func(old int) { sampleWidePer = old }(sampleWidePer)
+						sampleWidePer = per
+						nb := min(sampleWideBlocks, cdiv(V, per))
+						if got := pick(sp.p); got != want {
+							t.Errorf("sample_wide %s %s on %d blocks: token %d, %d on the default's", rows.name, sp.name, nb, got, want)
+						}
+						both(fmtName("sample_wide %s %s, %d blocks", rows.name, sp.name, nb), 4*V, func() { chk(k.SampleWide(s, o, x, ssc, 1, V, V, sp.p)) })
+					}()
+				}
+			}
 			for _, sp := range settings[:2] {
 				add("sample_rows "+rows.name+" "+sp.name+" direct", 4*V, medianUs(c, s, 5, 11, func() { chk(k.Sample(s, o, x, 1, V, V, sp.p)) }), "")
 			}

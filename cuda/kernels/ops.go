@@ -444,20 +444,21 @@ func (k *Set) Sample(s cuda.Stream, out, logits cuda.DevPtr, rows, n, ld int, p 
 // sampleWideBlocks bounds SampleWide's blocks a row (cu/sample_wide.cu
 // SW_MAXB), sampleWideRowBytes is its scratch a row (SW_ROW_BYTES).
 const (
-	sampleWideBlocks   = 128
+	sampleWideBlocks   = 256
 	sampleWideRowBytes = 8 + 64 + 2048*8 + sampleWideBlocks*8
 )
 
-// sampleWidePer is the logits a block of SampleWide takes at least (1024:
-// up to 128 blocks for a 129280-token row); the timing test tries others
-// (a pass's fixed costs, the shared bins' zeroing and flush and the last
-// block's wait on every block, against each block's share of the row).
-var sampleWidePer = 1024
+// sampleWidePer is the logits a block of SampleWide takes at least (512:
+// 253 blocks for a 129280-token row). Session 38's timing (one H100, T 0.6
+// / top-p 0.95, graph) fit a pass's cost to a + b / blocks: 47.2 us on 127
+// blocks, 64.3 on 64, 101.1 on 32, 172.8 on 16, so the blocks' own loops,
+// not the merge, were most of it.
+var sampleWidePer = 512
 
 // SampleScratchBytes is the scratch SampleWide needs for rows rows.
 func SampleScratchBytes(rows int) int64 { return int64(rows) * sampleWideRowBytes }
 
-// SampleWide is Sample spread over up to 128 blocks a row, a launch a pass
+// SampleWide is Sample spread over up to 256 blocks a row, a launch a pass
 // (cu/sample_wide.cu): the max, three radix passes for top-k, three for
 // top-p, the draw. It keeps Sample's survivors and draw, but for top-p's
 // mass, summed unnormalised in fixed point (a boundary can differ where

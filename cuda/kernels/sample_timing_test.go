@@ -52,7 +52,7 @@ func TestKernelTimingSample(t *testing.T) {
 				both("sample_wide "+rows.name+" "+sp.name, 4*V, func() { chk(k.SampleWide(s, o, x, ssc, 1, V, V, sp.p)) })
 			}
 			// The real settings again on fewer blocks, each a larger share
-			// of the row (the default: 1024 logits a block at least, 127).
+			// of the row (the default: 512 logits a block at least, 253 blocks).
 			// Each block count's token is the default's (integer sums: the
 			// cut does not depend on how the row is split).
 			pick := func(sp SamplingParams) int32 {
@@ -61,7 +61,7 @@ func TestKernelTimingSample(t *testing.T) {
 				chk(c.Download(got[:], o))
 				return got[0]
 			}
-			for _, per := range []int{2048, 4096, 8192} {
+			for _, per := range []int{1024, 2048, 4096} {
 				for _, sp := range settings[:2] {
 					func() {
 						want := pick(sp.p)

@@ -3,7 +3,7 @@
 // selections, the Gumbel draw with two logs and a 64-bit hash a token) cost
 // 127 us without filters and 1.7 ms at top-p 0.95 on an H100 (session 36),
 // where the greedy pick (argmax_wide) costs 6 us. Here each pass is one
-// launch of up to 128 blocks of 256 threads, each block a slice of the row,
+// launch of up to 256 blocks of 256 threads, each block a slice of the row,
 // and the last block to finish a pass (counted in the scratch) does the
 // pass's small serial part and leaves the scratch as it found it, zeroed,
 // so the launches replay in a graph without a memset:
@@ -25,9 +25,9 @@
 // deterministic whatever the blocks' timing.
 //
 // Blocks of 256 threads (the launch bounds). Scratch a row (SampleScratchBytes): u32 cnt and pad; 8 u64 of state; u64
-// hist[2048]; float pv[128]; int pi[128].
+// hist[2048]; float pv[256]; int pi[256].
 #define SW_BINS 2048
-#define SW_MAXB 128
+#define SW_MAXB 256
 #define SW_STATE_OFF 8
 #define SW_HIST_OFF (SW_STATE_OFF + 64)
 #define SW_PV_OFF (SW_HIST_OFF + SW_BINS * 8)

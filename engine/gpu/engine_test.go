@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/converter"
+	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
@@ -571,5 +572,48 @@ func testSampleCounterOnDevice(t *testing.T, kind deviceKind) {
 			}
 			record(t, fmt.Sprintf("%s %s sampled, the counter on the device == as an argument (graphs, MTP, batched)", kind, pr), "tokens after first mismatch", float64(diff), 0)
 		})
+	}
+}
+
+// TestGPUSampleWideOne: TILERT_GPU_SAMPLE_ONE=1 (kernels.SampleWideOne: the
+// sampled pick as one cooperative launch, captured in the step's graphs)
+// gives the tokens of the default's five launches, one slot and two, MTP on
+// and off. Fails unless sample_wide_one ran.
+func TestGPUSampleWideOne(t *testing.T) {
+	gpuDevice(t)
+	defer func(v bool) { kernels.SampleWideOne = v }(kernels.SampleWideOne)
+	n0 := kernels.SampleWideOneLaunches.Load()
+	for _, pr := range enginetest.Presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+			prompt := enginetest.Prompt(40, w.Config().VocabSize, 6)
+			diff := 0
+			for _, mtp := range []bool{false, true} {
+				for _, p := range []engine.Params{{Temperature: 0.6, TopP: 0.95, Seed: 31}, {Temperature: 0.8, TopP: 0.9, TopK: 50, Seed: 32}} {
+					var one [2][]int
+					var two [2][][]int
+					for k, on := range []bool{false, true} {
+						kernels.SampleWideOne = on
+						e := newTestEngine(t, onGPU, src, engine.Options{MaxSeqLen: maxSeq, MTP: mtp, Slots: 2})
+						one[k] = enginetest.Generate(t, e, 0, prompt, p, 32)
+						two[k] = generateBatch(t, e, [][]int{prompt[:25], prompt}, p, 24)
+					}
+					if i := enginetest.FirstDiff(one[1], one[0]); i >= 0 {
+						diff += len(one[0]) - i
+						t.Errorf("mtp=%v %+v: one launch differs at %d:\n got %v\nwant %v", mtp, p, i, one[1], one[0])
+					}
+					for s := range two[0] {
+						if i := enginetest.FirstDiff(two[1][s], two[0][s]); i >= 0 {
+							diff += len(two[0][s]) - i
+							t.Errorf("mtp=%v %+v batched slot %d: differs at %d:\n got %v\nwant %v", mtp, p, s, i, two[1][s], two[0][s])
+						}
+					}
+				}
+			}
+			record(t, fmt.Sprintf("gpu %s sampled, sample_wide_one == the five launches (graphs, MTP, batched)", pr), "tokens after first mismatch", float64(diff), 0)
+		})
+	}
+	if kernels.SampleWideOneLaunches.Load() == n0 {
+		t.Fatal("TILERT_GPU_SAMPLE_ONE: no launch of sample_wide_one")
 	}
 }

@@ -328,6 +328,8 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_MLA_HEADS", "32", true},
 		{"TILERT_GPU_MLA_HEADS", "64", true},
 		{"TILERT_GPU_MLA_HEADS", "0", true},
+		{"TILERT_GPU_SAMPLE_ONE", "1", true},
+		{"TILERT_GPU_SAMPLE_ONE", "yes", false},
 		{"TILERT_GPU_PIPELINE", "1", true},
 		{"TILERT_GPU_PIPELINE", "2", true},
 		{"TILERT_GPU_PIPELINE", "on", false},

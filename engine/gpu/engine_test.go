@@ -547,32 +547,43 @@ func testSampleCounterOnDevice(t *testing.T, kind deviceKind) {
 			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
 			vocab := w.Config().VocabSize
 			prompt := enginetest.Prompt(40, vocab, 5)
-			diff := 0
-			for _, mtp := range []bool{false, true} {
-				for _, p := range []engine.Params{{Temperature: 0.8, TopP: 0.9, TopK: 50, Seed: 21}, {Temperature: 1.1, MinP: 0.02, Seed: 22}} {
-					var one [2][]int
-					var two [2][][]int
-					for k, arg := range []bool{true, false} {
-						sampleOne = arg
-						e := newTestEngine(t, kind, src, engine.Options{MaxSeqLen: maxSeq, MTP: mtp, Slots: 2})
-						one[k] = enginetest.Generate(t, e, 0, prompt, p, 32)
-						two[k] = generateBatch(t, e, [][]int{prompt[:25], prompt}, p, 24)
-					}
-					if i := enginetest.FirstDiff(one[1], one[0]); i >= 0 {
-						diff += len(one[0]) - i
-						t.Errorf("mtp=%v %+v: counter on the device differs from the argument's at %d:\n got %v\nwant %v", mtp, p, i, one[1], one[0])
-					}
-					for s := range two[0] {
-						if i := enginetest.FirstDiff(two[1][s], two[0][s]); i >= 0 {
-							diff += len(two[0][s]) - i
-							t.Errorf("mtp=%v %+v batched slot %d: differs at %d:\n got %v\nwant %v", mtp, p, s, i, two[1][s], two[0][s])
-						}
-					}
-				}
-			}
+			diff := sampledSame(t, kind, src, prompt, []engine.Params{{Temperature: 0.8, TopP: 0.9, TopK: 50, Seed: 21}, {Temperature: 1.1, MinP: 0.02, Seed: 22}},
+				func(dev bool) { sampleOne = !dev }, "the counter on the device")
 			record(t, fmt.Sprintf("%s %s sampled, the counter on the device == as an argument (graphs, MTP, batched)", kind, pr), "tokens after first mismatch", float64(diff), 0)
 		})
 	}
+}
+
+// sampledSame generates sampled continuations of prompt with set(false)
+// and then set(true) (one slot, and two batched; MTP off and on) for each of
+// ps, reports where the second differs as what, and returns the tokens
+// after the first mismatches.
+func sampledSame(t *testing.T, kind deviceKind, src Source, prompt []int, ps []engine.Params, set func(bool), what string) int {
+	t.Helper()
+	diff := 0
+	for _, mtp := range []bool{false, true} {
+		for _, p := range ps {
+			var one [2][]int
+			var two [2][][]int
+			for k, on := range []bool{false, true} {
+				set(on)
+				e := newTestEngine(t, kind, src, engine.Options{MaxSeqLen: maxSeq, MTP: mtp, Slots: 2})
+				one[k] = enginetest.Generate(t, e, 0, prompt, p, 32)
+				two[k] = generateBatch(t, e, [][]int{prompt[:25], prompt}, p, 24)
+			}
+			if i := enginetest.FirstDiff(one[1], one[0]); i >= 0 {
+				diff += len(one[0]) - i
+				t.Errorf("mtp=%v %+v: %s differs at %d:\n got %v\nwant %v", mtp, p, what, i, one[1], one[0])
+			}
+			for s := range two[0] {
+				if i := enginetest.FirstDiff(two[1][s], two[0][s]); i >= 0 {
+					diff += len(two[0][s]) - i
+					t.Errorf("mtp=%v %+v batched slot %d: %s differs at %d:\n got %v\nwant %v", mtp, p, s, what, i, two[1][s], two[0][s])
+				}
+			}
+		}
+	}
+	return diff
 }
 
 // TestGPUSampleWideOne: TILERT_GPU_SAMPLE_ONE=1 (kernels.SampleWideOne: the
@@ -587,29 +598,8 @@ func TestGPUSampleWideOne(t *testing.T) {
 		t.Run(pr, func(t *testing.T) {
 			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
 			prompt := enginetest.Prompt(40, w.Config().VocabSize, 6)
-			diff := 0
-			for _, mtp := range []bool{false, true} {
-				for _, p := range []engine.Params{{Temperature: 0.6, TopP: 0.95, Seed: 31}, {Temperature: 0.8, TopP: 0.9, TopK: 50, Seed: 32}} {
-					var one [2][]int
-					var two [2][][]int
-					for k, on := range []bool{false, true} {
-						kernels.SampleWideOne = on
-						e := newTestEngine(t, onGPU, src, engine.Options{MaxSeqLen: maxSeq, MTP: mtp, Slots: 2})
-						one[k] = enginetest.Generate(t, e, 0, prompt, p, 32)
-						two[k] = generateBatch(t, e, [][]int{prompt[:25], prompt}, p, 24)
-					}
-					if i := enginetest.FirstDiff(one[1], one[0]); i >= 0 {
-						diff += len(one[0]) - i
-						t.Errorf("mtp=%v %+v: one launch differs at %d:\n got %v\nwant %v", mtp, p, i, one[1], one[0])
-					}
-					for s := range two[0] {
-						if i := enginetest.FirstDiff(two[1][s], two[0][s]); i >= 0 {
-							diff += len(two[0][s]) - i
-							t.Errorf("mtp=%v %+v batched slot %d: differs at %d:\n got %v\nwant %v", mtp, p, s, i, two[1][s], two[0][s])
-						}
-					}
-				}
-			}
+			diff := sampledSame(t, onGPU, src, prompt, []engine.Params{{Temperature: 0.6, TopP: 0.95, Seed: 31}, {Temperature: 0.8, TopP: 0.9, TopK: 50, Seed: 32}},
+				func(on bool) { kernels.SampleWideOne = on }, "one launch")
 			record(t, fmt.Sprintf("gpu %s sampled, sample_wide_one == the five launches (graphs, MTP, batched)", pr), "tokens after first mismatch", float64(diff), 0)
 		})
 	}

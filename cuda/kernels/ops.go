@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
@@ -478,17 +479,26 @@ func sampleWideOneBlocks(n, rows, sms, perSM int) int {
 	return min(nb, sms*perSM/max(rows, 1))
 }
 
+// sampleOneOccupancy: sample_wide_one's blocks an SM, by function (a
+// driver query, once).
+var sampleOneOccupancy sync.Map
+
 // sampleWideOne launches sample_wide_one for p (temperature > 0).
 func (k *Set) sampleWideOne(s cuda.Stream, out, logits, scratch cuda.DevPtr, rows, n, ld int, p SamplingParams, topP float32) error {
 	f, err := k.fn("sample_wide_one")
 	if err != nil {
 		return err
 	}
-	perSM, err := k.c.MaxActiveBlocks(f, 256, 0)
-	if err != nil {
-		return errors.Wrap(err, "sample_wide_one: occupancy")
+	perSM, ok := sampleOneOccupancy.Load(f)
+	if !ok {
+		n, err := k.c.MaxActiveBlocks(f, 256, 0)
+		if err != nil {
+			return errors.Wrap(err, "sample_wide_one: occupancy")
+		}
+		sampleOneOccupancy.Store(f, n)
+		perSM = n
 	}
-	nb := sampleWideOneBlocks(n, rows, k.c.Info().SMs, perSM)
+	nb := sampleWideOneBlocks(n, rows, k.c.Info().SMs, perSM.(int))
 	if nb < 1 {
 		return errors.WithHint(errors.Newf("sample_wide_one: %d rows do not fit the device at once (%d blocks an SM, %d SMs)", rows, perSM, k.c.Info().SMs),
 			"unset TILERT_GPU_SAMPLE_ONE for the sampled pick's several launches")

@@ -57,9 +57,7 @@ func TestKernelTimingSample(t *testing.T) {
 			// cut does not depend on how the row is split).
 			pick := func(sp SamplingParams) int32 {
 				chk(k.SampleWide(s, o, x, ssc, 1, V, V, sp))
-				var got [1]int32
-				chk(c.Download(got[:], o))
-				return got[0]
+				return downI32(c, o, 1)[0]
 			}
 			for _, per := range []int{1024, 2048, 4096} {
 				for _, sp := range settings[:2] {

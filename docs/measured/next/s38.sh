@@ -15,7 +15,6 @@ final)
   SAMP="--temperature 0.6 --top-p 0.95" bn deepseek-v3.2 8192,131072 1 ds-samp
   SAMP="--temperature 0.6 --top-p 0.95" bn glm-5 8192,131072 1 glm-samp
   abab glm-5 8192 1 newg TILERT_GPU_TOPK_W12=0 TILERT_GPU_MLA_HEADS=64
-  MTP=1 abab deepseek-v3.2 8192 1 mtp2 TILERT_GPU_PIPELINE=2
   save ;;
 one)
   # TILERT_GPU_SAMPLE_ONE=1 (kernels.SampleWideOne, sample_wide_one; built after session 38's device time, NOT RUN):

@@ -47,9 +47,6 @@ const (
 	// CU_LAUNCH_ATTRIBUTE_PRIORITY; its value is the int priority at the
 	// union's start.
 	launchAttrPriority = 8
-	// CU_LAUNCH_ATTRIBUTE_COOPERATIVE; its value is the int cooperative at
-	// the union's start.
-	launchAttrCooperative = 2
 	// Programmatic launch needs the grid dependency control of sm_90.
 	pdlMinCCMajor = 9
 )
@@ -77,11 +74,6 @@ type LaunchOpts struct {
 	// (priority.go: lower numbers first, StreamPriorityRange's range),
 	// kept by a captured graph's kernel node; 0 leaves the stream's.
 	Priority int
-	// Cooperative: every block of the grid resident at once (as
-	// cuLaunchCooperativeKernel), so that its blocks may wait on each other;
-	// a grid larger than the device holds fails to launch
-	// (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE). Needs cuLaunchKernelEx.
-	Cooperative bool
 }
 
 // LaunchWith queues f on s with o's attributes. A priority needs
@@ -95,16 +87,12 @@ func (c *Ctx) LaunchWith(f *Function, grid, block Dim3, smem int, s Stream, o La
 		return errors.WithHint(errors.Newf("gpu: launch of %s at priority %d: the driver has no cuLaunchKernelEx", f.Name, o.Priority),
 			"launch priorities need CUDA 11.8 or newer; unset TILERT_GPU_MAIN_PRIO")
 	}
-	if o.Cooperative && c.drv.cuLaunchKernelEx == 0 {
-		return errors.WithHint(errors.Newf("gpu: cooperative launch of %s: the driver has no cuLaunchKernelEx", f.Name),
-			"cooperative launches here need CUDA 11.8 or newer")
-	}
 	p, err := c.params.pack(args)
 	if err != nil {
 		return errors.Wrapf(err, "launch %s", f.Name)
 	}
 	c.queued()
-	if !pdl && o.Priority == 0 && !o.Cooperative {
+	if !pdl && o.Priority == 0 {
 		r := call(c.drv.cuLaunchKernel, f.h,
 			uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z),
 			uintptr(block.X), uintptr(block.Y), uintptr(block.Z),
@@ -130,18 +118,10 @@ func (c *Ctx) LaunchWith(f *Function, grid, block Dim3, smem int, s Stream, o La
 		a.attrs[n].value[0] = uint64(uint32(int32(o.Priority))) // int priority, little-endian
 		n++
 	}
-	if o.Cooperative {
-		a.attrs[n] = launchAttribute{id: launchAttrCooperative}
-		a.attrs[n].value[0] = 1 // int cooperative, little-endian
-		n++
-	}
 	a.cfg.numAttrs = uint32(n)
 	r := call(c.drv.cuLaunchKernelEx, uintptr(unsafe.Pointer(&a.cfg)), f.h, p, 0)
 	if r != 0 {
-		err := errors.Wrapf(c.check("cuLaunchKernelEx", r), "kernel %s grid=%v block=%v, programmatic %v, priority %d, cooperative %v", f.Name, grid, block, pdl, o.Priority, o.Cooperative)
-		if o.Cooperative {
-			return errors.WithHint(err, "a cooperative grid must fit the device at once (MaxActiveBlocks per SM): launch fewer blocks, or launch it plainly")
-		}
+		err := errors.Wrapf(c.check("cuLaunchKernelEx", r), "kernel %s grid=%v block=%v, programmatic %v, priority %d", f.Name, grid, block, pdl, o.Priority)
 		if o.Priority != 0 {
 			return errors.WithHint(err, "unset TILERT_GPU_MAIN_PRIO to launch at the stream's priority")
 		}

@@ -58,10 +58,10 @@ type paramArena struct {
 	vals [maxKernelParams]uint64
 	ptrs [maxKernelParams]uintptr
 	// cuLaunchKernelEx's config and its attributes (launch.go: programmatic
-	// serialization, priority, cooperative), here so they are pinned too:
-	// cfg.attrs holds attrs' address as a uintptr.
+	// serialization, priority), here so they are pinned too: cfg.attrs
+	// holds attrs' address as a uintptr.
 	cfg   launchConfig
-	attrs [3]launchAttribute
+	attrs [2]launchAttribute
 	pin   runtime.Pinner
 }
 

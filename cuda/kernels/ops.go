@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sync"
-	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 
@@ -447,7 +445,7 @@ func (k *Set) Sample(s cuda.Stream, out, logits cuda.DevPtr, rows, n, ld int, p 
 // SW_MAXB), sampleWideRowBytes is its scratch a row (SW_ROW_BYTES).
 const (
 	sampleWideBlocks   = 256
-	sampleWideRowBytes = 8 + 64 + 3*2048*8 + sampleWideBlocks*12
+	sampleWideRowBytes = 8 + 64 + 2048*8 + sampleWideBlocks*8
 )
 
 // sampleWidePer is the logits a block of SampleWide takes at least (512:
@@ -459,54 +457,6 @@ var sampleWidePer = 512
 
 // SampleScratchBytes is the scratch SampleWide needs for rows rows.
 func SampleScratchBytes(rows int) int64 { return int64(rows) * sampleWideRowBytes }
-
-// SampleWideOne makes SampleWide's sampled picks (temperature > 0) one
-// cooperative launch, sample_wide_one: its passes separated by grid
-// barriers instead of launch boundaries (opt-in: session 38, after its
-// device time, NOT RUN; the engine sets it with TILERT_GPU_SAMPLE_ONE=1).
-// Session 38's timing put ~6 us of fixed cost on each of the five launches
-// of a pick at top-p (41.6 us in all on 253 blocks).
-var SampleWideOne bool
-
-// SampleWideOneLaunches counts sample_wide_one launches (tests).
-var SampleWideOneLaunches atomic.Int64
-
-// sampleWideOneBlocks is the blocks a row sample_wide_one takes for rows
-// rows of n logits: SampleWide's, but all rows' blocks must be resident at
-// once (perSM blocks an SM on sms SMs); 0 when a block a row does not fit.
-func sampleWideOneBlocks(n, rows, sms, perSM int) int {
-	nb := min(sampleWideBlocks, max(1, cdiv(n, sampleWidePer)))
-	return min(nb, sms*perSM/max(rows, 1))
-}
-
-// sampleOneOccupancy: sample_wide_one's blocks an SM, by function (a
-// driver query, once).
-var sampleOneOccupancy sync.Map
-
-// sampleWideOne launches sample_wide_one for p (temperature > 0).
-func (k *Set) sampleWideOne(s cuda.Stream, out, logits, scratch cuda.DevPtr, rows, n, ld int, p SamplingParams, topP float32) error {
-	f, err := k.fn("sample_wide_one")
-	if err != nil {
-		return err
-	}
-	perSM, ok := sampleOneOccupancy.Load(f)
-	if !ok {
-		n, err := k.c.MaxActiveBlocks(f, 256, 0)
-		if err != nil {
-			return errors.Wrap(err, "sample_wide_one: occupancy")
-		}
-		sampleOneOccupancy.Store(f, n)
-		perSM = n
-	}
-	nb := sampleWideOneBlocks(n, rows, k.c.Info().SMs, perSM.(int))
-	if nb < 1 {
-		return errors.WithHint(errors.Newf("sample_wide_one: %d rows do not fit the device at once (%d blocks an SM, %d SMs)", rows, perSM, k.c.Info().SMs),
-			"unset TILERT_GPU_SAMPLE_ONE for the sampled pick's several launches")
-	}
-	SampleWideOneLaunches.Add(1)
-	return k.c.LaunchWith(f, cuda.D3(nb, rows, 1), cuda.D1(256), 0, s, cuda.LaunchOpts{Priority: k.prio, Cooperative: true},
-		logits, n, ld, scratch, out, p.Temperature, p.TopK, topP, p.MinP, p.Seed, p.Step, p.StepAt)
-}
 
 // SampleWide is Sample spread over up to 256 blocks a row, a launch a pass
 // (cu/sample_wide.cu): the max, three radix passes for top-k, three for
@@ -528,9 +478,6 @@ func (k *Set) SampleWide(s cuda.Stream, out, logits, scratch cuda.DevPtr, rows, 
 	topP := p.TopP
 	if topP <= 0 {
 		topP = 1
-	}
-	if SampleWideOne {
-		return k.sampleWideOne(s, out, logits, scratch, rows, n, ld, p, topP)
 	}
 	if err := k.launch("sample_wide_max", grid, block, 0, s, logits, n, ld, p.TopK, scratch); err != nil {
 		return err

@@ -265,7 +265,7 @@ func TestSampleWideScratchMatchesSource(t *testing.T) {
 		return v
 	}
 	bins, maxb := def("SW_BINS"), def("SW_MAXB")
-	if want := 8 + 64 + 3*bins*8 + maxb*12; SampleScratchBytes(1) != int64(want) || maxb != sampleWideBlocks {
+	if want := 8 + 64 + bins*8 + maxb*8; SampleScratchBytes(1) != int64(want) || maxb != sampleWideBlocks {
 		t.Errorf("SampleScratchBytes(1) = %d, blocks %d; the kernels' row is %d bytes, %d blocks", SampleScratchBytes(1), sampleWideBlocks, want, maxb)
 	}
 }

@@ -76,16 +76,6 @@ func TestKernelTimingSample(t *testing.T) {
 			for _, sp := range settings[:2] {
 				add("sample_rows "+rows.name+" "+sp.name+" direct", 4*V, medianUs(c, s, 5, 11, func() { chk(k.Sample(s, o, x, 1, V, V, sp.p)) }), "")
 			}
-			// Last (a failure to capture it must not cost the rows above):
-			// one cooperative launch (SampleWideOne), the passes between grid
-			// barriers.
-			for _, sp := range settings[:3] {
-				func() {
-					defer func(old bool) { SampleWideOne = old }(SampleWideOne)
-					SampleWideOne = true
-					both("sample_wide_one "+rows.name+" "+sp.name, 4*V, func() { chk(k.SampleWide(s, o, x, ssc, 1, V, V, sp.p)) })
-				}()
-			}
 		}
 	})
 }

@@ -719,12 +719,6 @@ func init() {
 	if os.Getenv("TILERT_GPU_TOPK_W12") == "0" {
 		kernels.TopKOneW12 = false
 	}
-	// TILERT_GPU_SAMPLE_ONE=1: the sampled pick as one cooperative launch
-	// with grid barriers (kernels.SampleWideOne, sample_wide_one; opt-in,
-	// session 38, NOT RUN).
-	if os.Getenv("TILERT_GPU_SAMPLE_ONE") == "1" {
-		kernels.SampleWideOne = true
-	}
 }
 
 // mlaWGRule: the launches mla_decode_wg2 takes by default (above).

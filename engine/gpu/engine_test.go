@@ -11,7 +11,6 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/converter"
-	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
@@ -584,26 +583,4 @@ func sampledSame(t *testing.T, kind deviceKind, src Source, prompt []int, ps []e
 		}
 	}
 	return diff
-}
-
-// TestGPUSampleWideOne: TILERT_GPU_SAMPLE_ONE=1 (kernels.SampleWideOne: the
-// sampled pick as one cooperative launch, captured in the step's graphs)
-// gives the tokens of the default's five launches, one slot and two, MTP on
-// and off. Fails unless sample_wide_one ran.
-func TestGPUSampleWideOne(t *testing.T) {
-	gpuDevice(t)
-	defer func(v bool) { kernels.SampleWideOne = v }(kernels.SampleWideOne)
-	n0 := kernels.SampleWideOneLaunches.Load()
-	for _, pr := range enginetest.Presets {
-		t.Run(pr, func(t *testing.T) {
-			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
-			prompt := enginetest.Prompt(40, w.Config().VocabSize, 6)
-			diff := sampledSame(t, onGPU, src, prompt, []engine.Params{{Temperature: 0.6, TopP: 0.95, Seed: 31}, {Temperature: 0.8, TopP: 0.9, TopK: 50, Seed: 32}},
-				func(on bool) { kernels.SampleWideOne = on }, "one launch")
-			record(t, fmt.Sprintf("gpu %s sampled, sample_wide_one == the five launches (graphs, MTP, batched)", pr), "tokens after first mismatch", float64(diff), 0)
-		})
-	}
-	if kernels.SampleWideOneLaunches.Load() == n0 {
-		t.Fatal("TILERT_GPU_SAMPLE_ONE: no launch of sample_wide_one")
-	}
 }

@@ -24,18 +24,15 @@
 // Integer sums do not depend on the order of the adds, so the cut is
 // deterministic whatever the blocks' timing.
 //
-// Blocks of 256 threads (the launch bounds). Scratch a row (SampleScratchBytes): u32 cnt and u32 gen (sample_wide_one's
-// barrier generation); 8 u64 of state; u64 hist[2048]; float pv[256]; int pi[256]; then, for sample_wide_one only,
-// two more u64 hist[2048] and float pm[256].
+// Blocks of 256 threads (the launch bounds). Scratch a row (SampleScratchBytes): u32 cnt and pad; 8 u64 of state; u64
+// hist[2048]; float pv[256]; int pi[256].
 #define SW_BINS 2048
 #define SW_MAXB 256
 #define SW_STATE_OFF 8
 #define SW_HIST_OFF (SW_STATE_OFF + 64)
 #define SW_PV_OFF (SW_HIST_OFF + SW_BINS * 8)
 #define SW_PI_OFF (SW_PV_OFF + SW_MAXB * 4)
-#define SW_HIST1_OFF (SW_PI_OFF + SW_MAXB * 4)
-#define SW_PM_OFF (SW_HIST1_OFF + 2 * SW_BINS * 8)
-#define SW_ROW_BYTES (SW_PM_OFF + SW_MAXB * 4)
+#define SW_ROW_BYTES (SW_PI_OFF + SW_MAXB * 4)
 // State words: 0 max (float bits), 1 thr (keep keys >= thr), 2 top-k prefix,
 // 3 top-k mask, 4 top-k count still wanted, 5 top-p prefix, 6 top-p mask,
 // 7 top-p mass still wanted.
@@ -51,26 +48,20 @@
 
 struct SwRow {
   u32* cnt;
-  u32* gen;
   u64* st;
   u64* hist;
   float* pv;
   int* pi;
-  u64* hist1;  // hist1 and hist1 + SW_BINS: sample_wide_one's other two regions
-  float* pm;
 };
 
 __device__ __forceinline__ SwRow sw_row(unsigned char* scratch, int row) {
   unsigned char* b = scratch + (size_t)row * SW_ROW_BYTES;
   SwRow r;
   r.cnt = (u32*)b;
-  r.gen = (u32*)(b + 4);
   r.st = (u64*)(b + SW_STATE_OFF);
   r.hist = (u64*)(b + SW_HIST_OFF);
   r.pv = (float*)(b + SW_PV_OFF);
   r.pi = (int*)(b + SW_PI_OFF);
-  r.hist1 = (u64*)(b + SW_HIST1_OFF);
-  r.pm = (float*)(b + SW_PM_OFF);
   return r;
 }
 
@@ -123,95 +114,6 @@ extern "C" __global__ void __launch_bounds__(256) sample_wide_max(const float* _
     s.st[SW_PNEED] = 0;
     *s.cnt = 0;
   }
-}
-
-// sample_wide_one's passes (sw_accum, sw_digit) and draw (sw_draw_slice): the
-// statements of sample_wide_hist and sample_wide_draw, which keep their own
-// text (measured in session 38) until sample_wide_one has run on a GPU; then
-// the three kernels can share these.
-//
-// One pass's adds over this block's slice [lo, hi) of row r: the digit at
-// shift (21: bits 31..21, 10: bits 20..10, 0: bits 9..0) of the keys that
-// match the pass's prefix so far, into the block's nbins shared bins h, then
-// the non-zero bins into the row's histogram hist. mode 0 counts every key
-// (top-k); mode 1 adds e^d of the survivors so far (top-p).
-__device__ __forceinline__ void sw_accum(const float* __restrict__ r, int lo, int hi, u64* h, int nbins, u64* hist, int shift,
-                                         int mode, u32 pre, u32 mask, u32 thr, float mx, float inv_t, float lmin) {
-  const u32 dmask = (u32)nbins - 1u;
-  for (int i = threadIdx.x; i < nbins; i += blockDim.x) h[i] = 0ull;
-  __syncthreads();
-  for (int base = lo; base < hi; base += blockDim.x) {  // whole warps each round (warp_hist_add*)
-    const int k = base + threadIdx.x;
-    u32 bin = NO_BIN;
-    u64 v = 0ull;
-    if (k < hi) {
-      const float xv = r[k];
-      const u32 key = float_key(xv);
-      if ((key & mask) == pre) {
-        if (mode == 0) {
-          bin = (key >> shift) & dmask;
-          v = 1ull;
-        } else {
-          const float d = (xv - mx) * inv_t;
-          if (key >= thr && d >= lmin) {
-            bin = (key >> shift) & dmask;
-            v = (u64)(expf(d) * SW_FIX);
-          }
-        }
-      }
-    }
-    warp_hist_add64(h, bin, v);
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < nbins; i += blockDim.x)
-    if (h[i]) atomicAdd(&hist[i], h[i]);
-}
-
-// A pass's digit from the row's histogram hist (zeroed as it is read when
-// clear): the digit where the running sum from the top reaches want (mode
-// 1's first pass wants top_p times the survivors' sum) into *pick, and what
-// is still wanted within it into *rest (both shared), for every thread.
-__device__ __forceinline__ void sw_digit(u64* hist, bool clear, int nbins, int mode, int shift, float top_p, u64 want,
-                                         u64* sh, u32* pick, u64* rest) {
-  // This thread's bins, from the top, g of them.
-  const int g = nbins / blockDim.x, top = nbins - 1 - threadIdx.x * g;
-  u64 loc[8], sum = 0;
-#pragma unroll
-  for (int j = 0; j < 8; j++) {
-    loc[j] = 0ull;
-    if (j < g) {
-      loc[j] = __ldcg(&hist[top - j]);
-      if (clear) hist[top - j] = 0ull;
-      sum += loc[j];
-    }
-  }
-  u64 tot;
-  const u64 before = block_excl_scan(sum, sh, &tot);
-  if (mode == 1 && shift == 21) {
-    want = (u64)((double)top_p * (double)tot);
-    if (want == 0ull) want = 1ull;
-  }
-  if (want > tot && threadIdx.x == blockDim.x - 1) {
-    // More wanted than there is (a row without survivors, all -inf or NaN):
-    // the lowest digit, with the rest, as sample_rows falls through.
-    *pick = 0u;
-    *rest = want - (tot - loc[g - 1]);
-  }
-  if (before < want && before + sum >= want) {
-    u64 cum = before;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-      if (j < g) {
-        if (cum + loc[j] >= want) {
-          *pick = (u32)(top - j);
-          *rest = want - cum;
-          break;
-        }
-        cum += loc[j];
-      }
-    }
-  }
-  __syncthreads();
 }
 
 // One radix pass: the digit at shift (21: bits 31..21, 10: bits 20..10, 0:
@@ -321,20 +223,6 @@ extern "C" __global__ void __launch_bounds__(256) sample_wide_hist(const float* 
   }
 }
 
-// This thread's share of the draw over [lo, hi): the arg-max of d - log(-log(u)) over the survivors (key >= thr,
-// d >= lmin), u = rng_uniform(seed, ctr, i).
-__device__ __forceinline__ void sw_draw_slice(const float* __restrict__ r, int lo, int hi, float inv_t, u32 thr, float mx,
-                                              float lmin, u64 seed, u64 ctr, float& v, int& vi) {
-  for (int k = lo + threadIdx.x; k < hi; k += blockDim.x) {
-    const float xv = r[k];
-    const float d = (xv - mx) * inv_t;
-    if (float_key(xv) >= thr && d >= lmin) {
-      const float u = rng_uniform(seed, ctr, (u64)k);
-      argmax_merge(v, vi, d - logf(-logf(u)), k);
-    }
-  }
-}
-
 // The draw: arg-max over the survivors of d - log(-log(u)) with
 // u = rng_uniform(seed, step + row, i) (greedy when temperature <= 0: the
 // plain arg-max, without sample_wide_max before it). With step_at set the
@@ -385,115 +273,4 @@ extern "C" __global__ void __launch_bounds__(256) sample_wide_draw(const float* 
     out[blockIdx.y] = vi;
     *s.cnt = 0;
   }
-}
-
-// A barrier over the row's blocks (sample_wide_one: a cooperative launch,
-// so every block is resident). cnt counts arrivals and is left 0; gen moves
-// on at each release (read before arriving, so a block cannot miss it). The
-// block's global writes before it are visible to every block's __ldcg after.
-__device__ __forceinline__ void sw_grid_sync(u32* cnt, u32* gen) {
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    volatile u32* vg = gen;
-    const u32 g = *vg;
-    if (atomicAdd(cnt, 1u) == gridDim.x - 1) {
-      atomicExch(cnt, 0u);
-      __threadfence();
-      atomicAdd(gen, 1u);
-    } else {
-      while (*vg == g) __nanosleep(32);
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
-
-// Zeroes this block's share of one histogram region.
-__device__ __forceinline__ void sw_zero_share(u64* hb) {
-  const int per = (SW_BINS + gridDim.x - 1) / gridDim.x, i0 = blockIdx.x * per;
-  for (int i = threadIdx.x; i < per && i0 + i < SW_BINS; i += blockDim.x) hb[i0 + i] = 0ull;
-}
-
-// The sampled pick in one launch (kernels.SampleWideOne, opt-in; session 38,
-// NOT RUN): sample_wide_max, the radix passes of sample_wide_hist and
-// sample_wide_draw as phases of one grid, separated by grid barriers
-// (sw_grid_sync) instead of launch boundaries, which session 38 measured at
-// ~6 us each. Every block reads each pass's histogram and picks the same
-// digit (sw_digit on the same integer sums), so no block waits for another's
-// serial part, and the state stays in registers. The passes' histograms
-// rotate over three regions: pass q sums into region q % 3 while each block
-// zeroes its share of region (q - 2) % 3, which every block read before the
-// barrier of pass q - 1; the last two are zeroed in the draw and after its
-// barrier, so the scratch is left as found (gen aside) for a graph replay.
-// Survivors, cut and draw are sample_wide_*'s, so the token is theirs.
-// temperature > 0 only (the greedy pick is sample_wide_draw's alone).
-extern "C" __global__ void __launch_bounds__(256) sample_wide_one(const float* __restrict__ x, int n, int ld,
-                                                                         unsigned char* scratch, int* out, float temperature,
-                                                                         int top_k, float top_p, float min_p, u64 seed,
-                                                                         u64 step, const int* step_at) {
-  PDL_WAIT();
-  if (step_at) step += (u64)(u32)__ldcg(step_at);
-  const float inv_t = 1.0f / temperature;
-  const float lmin = min_p > 0.0f ? logf(min_p) : NEG_INF;
-  __shared__ u64 h[SW_BINS];
-  __shared__ u64 sh[32];
-  __shared__ float shv[32];
-  __shared__ int shi[32];
-  __shared__ u32 pick;
-  __shared__ u64 rest;
-  const SwRow s = sw_row(scratch, blockIdx.y);
-  const float* r = x + (size_t)blockIdx.y * ld;
-  int lo, hi;
-  sw_slice(n, lo, hi);
-  // The max.
-  float mx = NEG_INF;
-  for (int k = lo + threadIdx.x; k < hi; k += blockDim.x) mx = fmaxf(mx, r[k]);
-  mx = block_max(mx, shv);
-  if (threadIdx.x == 0) s.pm[blockIdx.x] = mx;
-  sw_grid_sync(s.cnt, s.gen);
-  mx = NEG_INF;
-  for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) mx = fmaxf(mx, __ldcg(&s.pm[b]));
-  mx = block_max(mx, shv);
-  // The passes: top-k (mode 0) by counts, then top-p (mode 1) by masses.
-  u32 thr = 0u;
-  int q = 0;
-  for (int mode = 0; mode < 2; mode++) {
-    if (mode == 0 ? !(top_k > 0 && top_k < n) : !(top_p < 1.0f)) continue;
-    u32 pre = 0u, mask = 0u;
-    u64 need = mode == 0 ? (u64)max(top_k, 1) : 0ull;
-    for (int shift = 21; shift >= 0; shift = shift == 21 ? 10 : shift - 10) {
-      const int nbins = shift == 0 ? 1024 : SW_BINS;
-      const u32 dmask = (u32)nbins - 1u;
-      u64* hb = q % 3 == 0 ? s.hist : s.hist1 + (q % 3 - 1) * SW_BINS;
-      if (q >= 2) sw_zero_share((q + 1) % 3 == 0 ? s.hist : s.hist1 + ((q + 1) % 3 - 1) * SW_BINS);
-      sw_accum(r, lo, hi, h, nbins, hb, shift, mode, pre, mask, thr, mx, inv_t, lmin);
-      sw_grid_sync(s.cnt, s.gen);
-      sw_digit(hb, false, nbins, mode, shift, top_p, need, sh, &pick, &rest);
-      pre |= pick << shift;
-      mask |= dmask << shift;
-      need = rest == 0ull ? 1ull : rest;
-      if (shift == 0) thr = mode ? max(thr, pre) : pre;
-      q++;
-      __syncthreads();  // pick and rest are rewritten by the next pass's sw_digit
-    }
-  }
-  // The draw, zeroing the region of pass q - 2 (read before the last barrier).
-  if (q >= 2) sw_zero_share((q - 2) % 3 == 0 ? s.hist : s.hist1 + ((q - 2) % 3 - 1) * SW_BINS);
-  float v = NEG_INF;
-  int vi = 0x7fffffff;
-  sw_draw_slice(r, lo, hi, inv_t, thr, mx, lmin, seed, step + blockIdx.y, v, vi);
-  block_argmax(v, vi, shv, shi);
-  if (threadIdx.x == 0) {
-    s.pv[blockIdx.x] = v;
-    s.pi[blockIdx.x] = vi;
-  }
-  sw_grid_sync(s.cnt, s.gen);
-  if (q >= 1) sw_zero_share((q - 1) % 3 == 0 ? s.hist : s.hist1 + ((q - 1) % 3 - 1) * SW_BINS);
-  if (blockIdx.x != 0) return;
-  v = NEG_INF;
-  vi = 0x7fffffff;
-  for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) argmax_merge(v, vi, __ldcg(&s.pv[b]), __ldcg(&s.pi[b]));
-  block_argmax(v, vi, shv, shi);
-  if (threadIdx.x == 0) out[blockIdx.y] = vi;
 }

@@ -2,7 +2,8 @@
 # one row of 64 heads), sampled rows beside them, the old defaults against the new on GLM-5, and the MTP step's
 # pipelining (TILERT_GPU_PIPELINE=2, built in session 13 and never run on a device): its checks, then A/B/A/B.
 # Usage: bash docs/measured/next/s38.sh final|one   (binaries of main in .device/next; LAYERS=3 on an H100)
-# one: TILERT_GPU_SAMPLE_ONE=1, the sampled pick as one cooperative launch (built after the session's device time).
+# one: TILERT_GPU_SAMPLE_ONE=1, the sampled pick as one cooperative launch (built after the session's device time). Ran in
+# session 39 (docs/measured/h100-2026-12-05-s39 call B): slower, removed; the switch is refused, so `one` fails now.
 NAME=s38; . docs/measured/next/plan.sh "$1"
 case "$PART" in
 final)

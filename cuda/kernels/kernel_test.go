@@ -449,8 +449,16 @@ func TestKernelNormRopeElementwise(t *testing.T) {
 		}
 		// The row's 16-byte loads (D % 8 == 0: DeepSeek-V3.2's 7168, GLM-5's
 		// 6144, a width past one round of loads) and the element loop (100).
-		for _, D := range []int{7168, 6144, 8200, 100} {
-			V, T := 1000, 5
+		// Both forms: embed_bf16(_checked) and EmbedVec's _v kernels.
+		n0 := EmbedVecLaunches.Load()
+		defer func(v bool) { EmbedVec = v }(EmbedVec)
+		for _, vd := range []struct {
+			vec bool
+			D   int
+		}{{false, 7168}, {true, 7168}, {true, 6144}, {true, 8200}, {false, 100}, {true, 100}} {
+			EmbedVec = vd.vec
+			form := map[bool]string{false: "", true: " (EmbedVec: _v)"}[vd.vec]
+			D, V, T := vd.D, 1000, 5
 			tab := randBF16(r, V*D, 1)
 			ids := []int32{int32(r.IntN(V)), 0, int32(V - 1), int32(r.IntN(V)), int32(r.IntN(V))}
 			op := a.poisoned(T * D)
@@ -461,10 +469,10 @@ func TestKernelNormRopeElementwise(t *testing.T) {
 					ref[tt*D+i] = bf16ToF64(tab[int(id)*D+i])
 				}
 			}
-			record(t, fmt.Sprintf("embed_bf16 V=1000 D=%d T=5", D), relMetric, relErr(downF32(c, op, T*D), ref), 0)
+			record(t, fmt.Sprintf("embed_bf16 V=1000 D=%d T=5%s", D, form), relMetric, relErr(downF32(c, op, T*D), ref), 0)
 			op = a.poisoned(T * D)
 			chk(k.EmbedBF16Checked(s, op, a.up(tab), a.up(ids), T, D, V))
-			record(t, fmt.Sprintf("embed_bf16_checked V=1000 D=%d T=5", D), relMetric, relErr(downF32(c, op, T*D), ref), 0)
+			record(t, fmt.Sprintf("embed_bf16_checked V=1000 D=%d T=5%s", D, form), relMetric, relErr(downF32(c, op, T*D), ref), 0)
 			// Ids outside the table (arg-max over non-finite logits gives
 			// 0x7fffffff) give NaN rows and read nothing outside it.
 			bad := []int32{0x7fffffff, -1, int32(V), 3}
@@ -482,7 +490,11 @@ func TestKernelNormRopeElementwise(t *testing.T) {
 					nonNaN++
 				}
 			}
-			record(t, fmt.Sprintf("embed_bf16_checked D=%d ids outside [0, V): non-NaN outputs (and wrong in-range row)", D), "count", float64(nonNaN), 0)
+			record(t, fmt.Sprintf("embed_bf16_checked D=%d%s ids outside [0, V): non-NaN outputs (and wrong in-range row)", D, form), "count", float64(nonNaN), 0)
+		}
+		EmbedVec = false
+		if EmbedVecLaunches.Load() == n0 {
+			t.Error("EmbedVec: no launch of embed_bf16_v / embed_bf16_checked_v")
 		}
 		{
 			kk, N := 8, 7168

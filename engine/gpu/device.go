@@ -719,6 +719,12 @@ func init() {
 	if os.Getenv("TILERT_GPU_TOPK_W12") == "0" {
 		kernels.TopKOneW12 = false
 	}
+	// TILERT_GPU_EMBED_VEC=1: the embedding rows on embed_bf16_v /
+	// embed_bf16_checked_v, every load of a row before its first store
+	// (kernels.EmbedVec; opt-in, session 39, NOT RUN).
+	if os.Getenv("TILERT_GPU_EMBED_VEC") == "1" {
+		kernels.EmbedVec = true
+	}
 }
 
 // mlaWGRule: the launches mla_decode_wg2 takes by default (above).

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/converter"
+	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/cpu"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
@@ -583,4 +584,18 @@ func sampledSame(t *testing.T, kind deviceKind, src Source, prompt []int, ps []e
 		}
 	}
 	return diff
+}
+
+// TestGPUEmbedVec: TILERT_GPU_EMBED_VEC=1 (kernels.EmbedVec: the embedding
+// rows' loads issued before their stores) keeps greedy decoding equal to
+// the CPU engine's, MTP on and off. Fails unless the _v kernels ran.
+func TestGPUEmbedVec(t *testing.T) {
+	gpuDevice(t)
+	defer func(v bool) { kernels.EmbedVec = v }(kernels.EmbedVec)
+	kernels.EmbedVec = true
+	n0 := kernels.EmbedVecLaunches.Load()
+	testGreedyCases(t, onGPU, engine.CacheFP8DSMLA, genCases, " (TILERT_GPU_EMBED_VEC=1)")
+	if kernels.EmbedVecLaunches.Load() == n0 {
+		t.Fatal("TILERT_GPU_EMBED_VEC: no launch of embed_bf16_v / embed_bf16_checked_v")
+	}
 }

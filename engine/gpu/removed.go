@@ -291,6 +291,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for topk_radix_one_w12 on rows of 8193..12288 keys (kernels.TopKOneW12, the default since session 38), 0 for the 16-key one-block top-k there"},
 		{"TILERT_GPU_MLA_HEADS", []string{"", "64", "32", "0"},
 			"unset it for 32 heads a one-tile decode MLA block on one row of 64 heads (GLM-5) and 64 elsewhere (kernels.MLAHeadsPerBlock, the default since session 38); 64 or 32 for that many everywhere a block takes one tile; 0 (with TILERT_GPU_MLA_WG=0 TILERT_GPU_MLA_TC=0) for mla_decode's one block a head, for comparisons"},
+		{"TILERT_GPU_EMBED_VEC", []string{"", "0", "1"},
+			"unset it (or 0) for embed_bf16(_checked), 1 for the embedding rows' loads issued before their stores (kernels.EmbedVec, opt-in)"},
 		{"TILERT_GPU_PIPELINE", []string{"", "0", "1", "2"},
 			"unset it (or 2) for pipelined plain and MTP steps (the next step's forward queued before the host reads the picks; MTP steps since session 38), 1 for plain steps only, 0 for none"},
 		{"TILERT_GPU_EPI_ROWS", []string{"", "0", "1"},

@@ -333,6 +333,8 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_MLA_HEADS", "32", true},
 		{"TILERT_GPU_MLA_HEADS", "64", true},
 		{"TILERT_GPU_MLA_HEADS", "0", true},
+		{"TILERT_GPU_EMBED_VEC", "1", true},
+		{"TILERT_GPU_EMBED_VEC", "yes", false},
 		{"TILERT_GPU_PIPELINE", "1", true},
 		{"TILERT_GPU_PIPELINE", "2", true},
 		{"TILERT_GPU_PIPELINE", "on", false},

@@ -1,4 +1,8 @@
-# Session 39's device plan (issue 10). Usage: bash docs/measured/next/s39.sh rows|hf   (binaries of main in .device/next)
+# Session 39's device plan (issue 10). Usage: bash docs/measured/next/s39.sh rows|hf|embed   (binaries of main in .device/next)
+#  embed (~2 min, NOT RUN): TILERT_GPU_EMBED_VEC=1 (kernels.EmbedVec: the embedding row's loads before its stores; built
+#    after session 39's device time): its kernel checks, the engine's greedy cases with it on, then A/B/A/B on both
+#    models at 8192, 1 slot. If it wins twice on both, make it the default (cuda/kernels ops.go EmbedVec) and keep
+#    only the _v kernels' text under the old names.
 #  rows (~4 min on an H200): the README's rows on today's defaults (9 MoE layers; plan.sh takes 3 on a card under
 #    100 GB), sampled rows beside them, and session 38's two attention defaults against both off on GLM-5.
 #    Session 38's checks of those defaults ran in session 39 call A (s38.sh final: kernels 23, engine 16 PASS).
@@ -21,5 +25,12 @@ hf)
       --json $R/hf-fast.json > $R/hf-fast.log 2>&1
   echo "rc=$?" >> $R/hf-fast.log
   grep -E "^ +[0-9]+ |fastest|precision|rc=" $R/hf-bench.log $R/hf-fast.log >> $R/summary.txt; save ;;
-*) echo "usage: s39.sh rows|hf" >&2; exit 2 ;;
+embed)
+  tst kernels cuda/kernels 120 'TestKernelNormRopeElementwise$'; cnt kernels
+  tst engine engine/gpu 200 'TestGPUEmbedVec$'; cnt engine
+  abab deepseek-v3.2 8192 1 emb TILERT_GPU_EMBED_VEC=1
+  abab glm-5 8192 1 embg TILERT_GPU_EMBED_VEC=1
+  TL=1 bn glm-5 8192 1 tl-emb TILERT_GPU_EMBED_VEC=1
+  save ;;
+*) echo "usage: s39.sh rows|hf|embed" >&2; exit 2 ;;
 esac

@@ -22,8 +22,14 @@ import (
 // choice (index prompt * n + j), each prompt's tokens counted once. The
 // slots are taken before any prefill, one such request at a time
 // (Router.multi), so two of them cannot each hold part of the pool waiting
-// for the rest; check has refused more generations than the pool's slots.
+// for the rest. More generations than the pool's slots run in waves
+// instead (serveWaves).
 func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, ep string, t0 time.Time, created int64) {
+	gens := req.generations()
+	if _, slots := rt.gate.busy(); gens > slots {
+		rt.serveWaves(c, req, body, ep, t0, created, max(1, slots))
+		return
+	}
 	ctx, watch := fastserve.WatchConn(context.Background(), c.Conn())
 	refuse := func(e *openai.Error, outcome string) { rt.refuse(c, watch, body, ep, t0, e, outcome) }
 
@@ -46,7 +52,6 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 			return
 		}
 	}
-	gens := req.generations()
 	nodes := make([]*node, 0, gens)
 	for len(nodes) < gens {
 		n, e, outcome := rt.acquire(ctx, deadline)
@@ -123,25 +128,7 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 		}
 		return outcomeOK
 	}
-	// usage counts each prompt's tokens once (its first choice's) and every
-	// generated token.
-	usage := func(us []openai.Usage) openai.Usage {
-		var u openai.Usage
-		for i, x := range us {
-			if i%req.N == 0 {
-				u.PromptTokens += x.PromptTokens
-			}
-			u.CompletionTokens += x.CompletionTokens
-			if d := x.CompletionTokensDetails; d != nil {
-				if u.CompletionTokensDetails == nil {
-					u.CompletionTokensDetails = &openai.CompletionTokensDetails{}
-				}
-				u.CompletionTokensDetails.ReasoningTokens += d.ReasoningTokens
-			}
-		}
-		u.TotalTokens = u.PromptTokens + u.CompletionTokens
-		return u
-	}
+	usage := req.mergeUsage
 	if !req.Stream {
 		ems := make([]*jsonEmitter, gens)
 		all := make([]emitter, gens)
@@ -198,4 +185,24 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 		watch.Cancel()
 		rt.count(ep, outcome, t0)
 	})
+}
+
+// mergeUsage is the usage of a request's generations (us in index order):
+// each prompt's tokens once (its first choice's) and every generated token.
+func (r *genRequest) mergeUsage(us []openai.Usage) openai.Usage {
+	var u openai.Usage
+	for i, x := range us {
+		if i%r.N == 0 {
+			u.PromptTokens += x.PromptTokens
+		}
+		u.CompletionTokens += x.CompletionTokens
+		if d := x.CompletionTokensDetails; d != nil {
+			if u.CompletionTokensDetails == nil {
+				u.CompletionTokensDetails = &openai.CompletionTokensDetails{}
+			}
+			u.CompletionTokensDetails.ReasoningTokens += d.ReasoningTokens
+		}
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
 }

@@ -87,7 +87,7 @@ func readN(t *testing.T, resp *http.Response, stream bool) nResult {
 // seeds them, each equal to the engine's own generation with that seed;
 // the prompt's tokens counted once in the usage; streamed, the chunks of
 // the n choices interleave by index and end with one usage chunk and one
-// [DONE]. An n larger than the pool is refused; the slots are all free
+// [DONE]. An n past what waves serve is refused; the slots are all free
 // afterwards.
 func TestNChoices(t *testing.T) {
 	s := newStack(t, stackOpts{maxInflight: 4})
@@ -127,7 +127,7 @@ func TestNChoices(t *testing.T) {
 	if len(cr.text) != 2 || cr.text[0] != cr.text[1] || cr.text[0] == "" || cr.usage.CompletionTokens != 10 {
 		t.Fatalf("greedy chat n=2: %+v", cr)
 	}
-	resp := s.post(t, "/v1/completions", map[string]any{"prompt": testPrompt, "n": 5})
+	resp := s.post(t, "/v1/completions", map[string]any{"prompt": testPrompt, "n": maxWaveGenerations + 1})
 	checkError(t, resp, http.StatusBadRequest, "n", "")
 	deadline := time.Now().Add(5 * time.Second)
 	for b, _ := s.rt.gate.busy(); b != 0; b, _ = s.rt.gate.busy() {

@@ -30,6 +30,7 @@ type routerMetrics struct {
 	nodeDown   *metrics.CounterVec
 	failovers  *metrics.CounterVec
 	spilled    *metrics.CounterVec
+	waves      *metrics.CounterVec
 }
 
 func newRouterMetrics(g *gate) *routerMetrics {
@@ -58,7 +59,9 @@ func newRouterMetrics(g *gate) *routerMetrics {
 		failovers: r.NewCounter("tilert_router_failovers_total",
 			"Requests moved to another decode node before their first decoded token, by stage (prefill, decode).", "stage"),
 		spilled: r.NewCounter("tilert_router_spilled_total",
-			"Requests proxied to --spill-url, by reason (pool_full, pool_down, n, best_of, echo, suffix, response_format, tool_choice).", "reason"),
+			"Requests proxied to --spill-url, by reason (pool_full, pool_down, n and prompts: more generations than a request may run in waves, best_of, echo, suffix, response_format, tool_choice, or an unserved field's name).", "reason"),
+		waves: r.NewCounter("tilert_router_wave_requests_total",
+			"Requests of more generations (n x prompts) than the pool's decode slots, served in waves of at most the pool's slots at once (counted when the first choice starts), by endpoint.", "endpoint"),
 	}
 	for _, ep := range []string{"completions", "chat_completions"} {
 		for _, o := range []string{outcomeOK, outcomeCancelled, outcomeBadRequest, outcomeRejected, outcomeUnavailable, outcomeSpilled, outcomePrefillError, outcomeDecodeError} {
@@ -72,8 +75,11 @@ func newRouterMetrics(g *gate) *routerMetrics {
 	for _, st := range []string{"prefill", "decode"} {
 		m.failovers.Init(st)
 	}
-	for _, r := range []string{spillFull, spillDown, spillN, spillBestOf, spillEcho, spillSuffix, spillStructured, spillToolChoice} {
+	for _, r := range []string{spillFull, spillDown, spillN, spillBatch, spillBestOf, spillEcho, spillSuffix, spillStructured, spillToolChoice} {
 		m.spilled.Init(r)
+	}
+	for _, ep := range []string{"completions", "chat_completions"} {
+		m.waves.Init(ep)
 	}
 	m.tokens.Init("prompt")
 	m.tokens.Init("completion")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -34,12 +35,20 @@ type genRequest struct {
 	spillMessage, spillPara string
 }
 
+// maxWaveGenerations bounds the generations (n x prompts) of a request
+// that has more than the pool's slots and so runs in waves (serveWaves):
+// every choice's answer is held until the request ends, and one request
+// should not keep a pool busy without end. OpenAI caps n at 128; vLLM sets
+// no cap, so the bound is generous and a request past it is spilled (or
+// refused, naming n or prompt).
+const maxWaveGenerations = 1024
+
 // Spill reasons (label of tilert_router_spilled_total).
 const (
 	spillFull       = "pool_full"
 	spillDown       = "pool_down"
-	spillN          = "n"
-	spillBatch      = "prompts"
+	spillN          = "n"       // n past maxWaveGenerations
+	spillBatch      = "prompts" // prompts x n past maxWaveGenerations
 	spillBestOf     = "best_of"
 	spillEcho       = "echo"
 	spillSuffix     = "suffix"
@@ -70,15 +79,19 @@ func (rt *Router) check(body []byte, chat bool) (*genRequest, *openai.Error) {
 			return nil, openai.BadField("logit_bias", "field logit_bias: token_id %d in logit_bias contains out-of-vocab token id (vocabulary [0, %d))", id, rt.tok.VocabSize())
 		}
 	}
+	// More generations than the pool's slots run in waves (serveWaves), up
+	// to maxWaveGenerations a request: past both, the pool does not serve it.
 	slots, gens := 0, r.generations()
 	if gens > 1 {
 		_, slots = rt.gate.busy()
 	}
 	switch {
-	case gens > slots && gens > 1 && len(req.Prompts) > 1:
-		r.spill(spillBatch, "prompt", fmt.Sprintf("%d prompts x n=%d need %d decode slots at once; the TileRT pool has %d up (send fewer prompts a request)", len(req.Prompts), req.N, gens, slots))
-	case gens > slots && gens > 1:
-		r.spill(spillN, "n", fmt.Sprintf("n=%d needs %d decode slots at once; the TileRT pool has %d up (send a smaller n, or separate requests)", req.N, req.N, slots))
+	case gens > slots && gens > maxWaveGenerations && len(req.Prompts) > 1:
+		r.spill(spillBatch, "prompt", fmt.Sprintf("%d prompts x n=%d is more than the %d generations a request the router serves (in waves on a pool of %d decode slots): send fewer prompts a request",
+			len(req.Prompts), req.N, maxWaveGenerations, slots))
+	case gens > slots && gens > maxWaveGenerations:
+		r.spill(spillN, "n", fmt.Sprintf("n=%d is more than the %d generations a request the router serves (in waves on a pool of %d decode slots): send a smaller n, or separate requests",
+			req.N, maxWaveGenerations, slots))
 	case req.BestOf > 1:
 		r.spill(spillBestOf, "best_of", "only best_of 1 is supported by the TileRT pool")
 	case req.Echo:
@@ -211,8 +224,14 @@ func (r *genRequest) resolveDefaults(d samplingDefaults) {
 }
 
 // generations is how many the request makes: n for each prompt of its
-// batch (one prompt: n).
-func (r *genRequest) generations() int { return max(1, len(r.Prompts)) * r.N }
+// batch (one prompt: n); math.MaxInt where that overflows (a huge n).
+func (r *genRequest) generations() int {
+	p := max(1, len(r.Prompts))
+	if r.N > math.MaxInt/p {
+		return math.MaxInt
+	}
+	return p * r.N
+}
 
 // child is generation i of the request: choice i % n of prompt i / n, as
 // vLLM indexes them; with a seed, choice j is sampled with seed + j, as vLLM

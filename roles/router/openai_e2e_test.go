@@ -131,7 +131,7 @@ func TestOpenAINodeClient(t *testing.T) {
 		t.Errorf("chat role %q", r.Chat.Role)
 	}
 	if r.Error.Status != 400 || r.Error.Param != "n" || r.Error.Kind != "BadRequestError" {
-		t.Errorf("n=2: %+v, want a 400 BadRequestError on param n", r.Error)
+		t.Errorf("n=1025: %+v, want a 400 BadRequestError on param n", r.Error)
 	}
 	if len(r.Models) != 1 || r.Models[0] != "glm-5-tiny" {
 		t.Errorf("models %v", r.Models)

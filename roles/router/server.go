@@ -82,6 +82,7 @@ type Router struct {
 	// multi lets one request of n > 1 take its slots at a time, so that two
 	// cannot each hold part of the pool waiting for the rest (a one-token
 	// semaphore: waiting on it keeps the request's deadline and its client).
+	// Requests served in waves never take it (serveWaves says why).
 	multi   chan struct{}
 	handler fasthttp.RequestHandler
 

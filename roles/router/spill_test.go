@@ -9,8 +9,9 @@ import (
 
 // With the TileRT pool full (one slot, no queue), requests go to the spill
 // endpoint (`tilert dev-vllm` generating natively plays the native vLLM
-// pool) and complete there, streamed and not; so do requests the pool
-// cannot serve (n > 1). Spills are counted by reason.
+// pool) and complete there, streamed and not, as does one of n > 1 (its
+// first choice finds the pool full); so do requests the pool cannot serve
+// (n past what waves serve). Spills are counted by reason.
 func TestSpillWhenFull(t *testing.T) {
 	dir := tinyModel(t)
 	s := newStack(t, stackOpts{queueSize: 0, hold: true, router: func(o *Options) {
@@ -42,6 +43,8 @@ func TestSpillWhenFull(t *testing.T) {
 	delete(body, "stream")
 	body["n"] = 2
 	readJSON(t, s.post(t, "/v1/completions", body), false)
+	body["n"] = maxWaveGenerations + 1 // dev-vllm answers one choice
+	readJSON(t, s.post(t, "/v1/completions", body), false)
 	delete(body, "n")
 	body["allowed_token_ids"] = []int{5, 6}
 	readJSON(t, s.post(t, "/v1/completions", body), false)
@@ -49,7 +52,7 @@ func TestSpillWhenFull(t *testing.T) {
 	if c := readJSON(t, <-first, false); c.text != want {
 		t.Fatalf("the TileRT request: %q, want %q", c.text, want)
 	}
-	for reason, n := range map[string]float64{"pool_full": 2, "n": 1, "allowed_token_ids": 1} {
+	for reason, n := range map[string]float64{"pool_full": 3, "n": 1, "allowed_token_ids": 1} {
 		if v := metricValue(t, s.router.URL+"/metrics", `tilert_router_spilled_total{reason="`+reason+`"}`); v != n {
 			t.Errorf("spilled %s = %v, want %v", reason, v, n)
 		}

@@ -34,7 +34,7 @@ for await (const ch of cs) {
 out.chat_stream = { text, finish, usage };
 
 try {
-  await client.completions.create({ model, prompt, n: 2 });
+  await client.completions.create({ model, prompt, n: 1025 }); // past what the router serves in waves
   out.error = { status: 0 };
 } catch (e) {
   out.error = { status: e.status, param: e.param ?? e.error?.param, message: e.message, kind: e.constructor.name };

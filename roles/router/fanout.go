@@ -141,24 +141,7 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 			c.SetConnectionClose()
 		}
 		watch.Cancel()
-		var failed *openai.Error
-		for _, em := range ems {
-			if em.err != nil && failed == nil {
-				failed = em.err
-			}
-		}
-		switch {
-		case failed != nil:
-			writeError(c, failed)
-		case outcome == outcomeOK:
-			us := make([]openai.Usage, gens)
-			for i, em := range ems {
-				us[i] = em.usage
-			}
-			c.SetStatusCode(http.StatusOK)
-			c.SetContentType("application/json")
-			c.SetBody(mergeJSON(ems, usage(us)))
-		}
+		answerJSON(c, req, ems, outcome)
 		rt.count(ep, outcome, t0)
 		return
 	}
@@ -205,4 +188,27 @@ func (r *genRequest) mergeUsage(us []openai.Usage) openai.Usage {
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return u
+}
+
+// answerJSON writes the non-streamed answer of several choices: the first
+// failed choice's error, else, when every choice ended well, the choices
+// with their usage merged (each prompt counted once). A choice that never
+// started (waves) is nil.
+func answerJSON(c *fasthttp.RequestCtx, req *genRequest, ems []*jsonEmitter, outcome string) {
+	for _, em := range ems {
+		if em != nil && em.err != nil {
+			writeError(c, em.err)
+			return
+		}
+	}
+	if outcome != outcomeOK {
+		return
+	}
+	us := make([]openai.Usage, len(ems))
+	for i, em := range ems {
+		us[i] = em.usage
+	}
+	c.SetStatusCode(http.StatusOK)
+	c.SetContentType("application/json")
+	c.SetBody(mergeJSON(ems, req.mergeUsage(us)))
 }

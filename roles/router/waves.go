@@ -3,7 +3,6 @@ package router
 import (
 	"bufio"
 	"context"
-	"net/http"
 	"sync"
 	"time"
 
@@ -75,24 +74,7 @@ func (rt *Router) serveWaves(c *fasthttp.RequestCtx, req *genRequest, body []byt
 			c.SetConnectionClose()
 		}
 		watch.Cancel()
-		var decodeErr *openai.Error
-		for _, em := range ems {
-			if em != nil && em.err != nil && decodeErr == nil {
-				decodeErr = em.err
-			}
-		}
-		switch {
-		case decodeErr != nil:
-			writeError(c, decodeErr)
-		case outcome == outcomeOK:
-			us := make([]openai.Usage, gens)
-			for i, em := range ems {
-				us[i] = em.usage
-			}
-			c.SetStatusCode(http.StatusOK)
-			c.SetContentType("application/json")
-			c.SetBody(mergeJSON(ems, req.mergeUsage(us)))
-		}
+		answerJSON(c, req, ems, outcome)
 		rt.count(ep, outcome, t0)
 		return
 	}

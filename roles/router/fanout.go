@@ -137,12 +137,7 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 			all[i] = ems[i]
 		}
 		outcome := run(all)
-		if watch.Close() {
-			c.SetConnectionClose()
-		}
-		watch.Cancel()
-		answerJSON(c, req, ems, outcome)
-		rt.count(ep, outcome, t0)
+		rt.answerJSON(c, watch, req, ems, outcome, ep, t0)
 		return
 	}
 	sseHeaders(c)
@@ -190,11 +185,17 @@ func (r *genRequest) mergeUsage(us []openai.Usage) openai.Usage {
 	return u
 }
 
-// answerJSON writes the non-streamed answer of several choices: the first
-// failed choice's error, else, when every choice ended well, the choices
-// with their usage merged (each prompt counted once). A choice that never
-// started (waves) is nil.
-func answerJSON(c *fasthttp.RequestCtx, req *genRequest, ems []*jsonEmitter, outcome string) {
+// answerJSON ends the connection's watch and writes the non-streamed
+// answer of several choices: the first failed choice's error, else, when
+// every choice ended well, the choices with their usage merged (each prompt
+// counted once); then counts the request. A choice that never started
+// (waves) is nil.
+func (rt *Router) answerJSON(c *fasthttp.RequestCtx, watch *fastserve.Watch, req *genRequest, ems []*jsonEmitter, outcome, ep string, t0 time.Time) {
+	if watch.Close() {
+		c.SetConnectionClose()
+	}
+	watch.Cancel()
+	defer rt.count(ep, outcome, t0)
 	for _, em := range ems {
 		if em != nil && em.err != nil {
 			writeError(c, em.err)

@@ -70,12 +70,7 @@ func (rt *Router) serveWaves(c *fasthttp.RequestCtx, req *genRequest, body []byt
 			rt.refuse(c, watch, body, ep, t0, failed, outcome)
 			return
 		}
-		if watch.Close() {
-			c.SetConnectionClose()
-		}
-		watch.Cancel()
-		answerJSON(c, req, ems, outcome)
-		rt.count(ep, outcome, t0)
+		rt.answerJSON(c, watch, req, ems, outcome, ep, t0)
 		return
 	}
 	sseHeaders(c)

@@ -128,7 +128,6 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 		}
 		return outcomeOK
 	}
-	usage := req.mergeUsage
 	if !req.Stream {
 		ems := make([]*jsonEmitter, gens)
 		all := make([]emitter, gens)
@@ -149,19 +148,7 @@ func (rt *Router) serveN(c *fasthttp.RequestCtx, req *genRequest, body []byte, e
 			ems[i] = &sseEmitter{base: bases[i], w: w, includeUsage: req.IncludeUsage, gone: watch.Cancel, lock: &mu, multi: true}
 			all[i] = ems[i]
 		}
-		outcome := run(all)
-		us := make([]openai.Usage, gens)
-		for i, em := range ems {
-			us[i] = em.usage
-		}
-		if outcome == outcomeOK {
-			ems[0].end(usage(us))
-		} else {
-			ems[0].done()
-		}
-		watch.Close()
-		watch.Cancel()
-		rt.count(ep, outcome, t0)
+		rt.endSSE(watch, req, ems, run(all), nil, ep, t0)
 	})
 }
 
@@ -212,4 +199,26 @@ func (rt *Router) answerJSON(c *fasthttp.RequestCtx, watch *fastserve.Watch, req
 	c.SetStatusCode(http.StatusOK)
 	c.SetContentType("application/json")
 	c.SetBody(mergeJSON(ems, req.mergeUsage(us)))
+}
+
+// endSSE ends a stream of several choices: when every choice ended well one
+// usage chunk (each prompt counted once) and [DONE]; else failed's error
+// event, when a choice could not start after the 200 (waves), and [DONE].
+// Then it ends the connection's watch and counts the request.
+func (rt *Router) endSSE(watch *fastserve.Watch, req *genRequest, ems []*sseEmitter, outcome string, failed *openai.Error, ep string, t0 time.Time) {
+	if outcome == outcomeOK {
+		us := make([]openai.Usage, len(ems))
+		for i, em := range ems {
+			us[i] = em.usage
+		}
+		ems[0].end(req.mergeUsage(us))
+	} else {
+		if failed != nil {
+			ems[0].event(failed.Body())
+		}
+		ems[0].done()
+	}
+	watch.Close()
+	watch.Cancel()
+	rt.count(ep, outcome, t0)
 }

@@ -81,21 +81,7 @@ func (rt *Router) serveWaves(c *fasthttp.RequestCtx, req *genRequest, body []byt
 			ems[i] = &sseEmitter{base: b, w: w, includeUsage: req.IncludeUsage, gone: watch.Cancel, lock: &mu, multi: true}
 			return ems[i]
 		})
-		if outcome == outcomeOK {
-			us := make([]openai.Usage, gens)
-			for i, em := range ems {
-				us[i] = em.usage
-			}
-			ems[0].end(req.mergeUsage(us))
-		} else {
-			if failed != nil { // after the 200: the stream ends with the error
-				ems[0].event(failed.Body())
-			}
-			ems[0].done()
-		}
-		watch.Close()
-		watch.Cancel()
-		rt.count(ep, outcome, t0)
+		rt.endSSE(watch, req, ems, outcome, failed, ep, t0)
 	})
 }
 

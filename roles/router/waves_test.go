@@ -23,6 +23,28 @@ import (
 	"github.com/tilert-go/tilert/openai"
 )
 
+// onPost is a stackOpts.vllmWrap that numbers the prefills reaching vLLM
+// (1, 2, ... in arrival order) and calls f with each; f answers the request
+// itself by returning true, else vLLM does.
+func onPost(f func(k int, ctx *fasthttp.RequestCtx) bool) func(fasthttp.RequestHandler) fasthttp.RequestHandler {
+	var mu sync.Mutex
+	posts := 0
+	return func(inner fasthttp.RequestHandler) fasthttp.RequestHandler {
+		return func(ctx *fasthttp.RequestCtx) {
+			if ctx.IsPost() {
+				mu.Lock()
+				posts++
+				k := posts
+				mu.Unlock()
+				if f(k, ctx) {
+					return
+				}
+			}
+			inner(ctx)
+		}
+	}
+}
+
 // slotWatch counts the generations holding decode state, seen from
 // outside the router: +1 when a prefill reaches vLLM (the router holds the
 // generation's slot by then), -1 when the decode node's final line passes
@@ -411,34 +433,26 @@ func TestWavesOneFails(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
-			posts, froze := 0, ""
+			froze := ""
 			tap := newNodeTap()
-			s := newStack(t, stackOpts{maxInflight: slots, router: tap.proxy(t), vllmWrap: func(inner fasthttp.RequestHandler) fasthttp.RequestHandler {
-				return func(ctx *fasthttp.RequestCtx) {
-					if ctx.IsPost() {
-						mu.Lock()
-						posts++
-						k := posts
-						mu.Unlock()
-						if k == tc.fail {
-							if k > 1 { // fail while another choice is surely decoding
-								tap.arm(true)
-								select {
-								case rid := <-tap.frozen:
-									mu.Lock()
-									froze = rid
-									mu.Unlock()
-								case <-time.After(10 * time.Second): // bounds a hang
-								}
-							}
-							ctx.SetStatusCode(http.StatusInternalServerError)
-							ctx.SetBodyString(`{"error":{"message":"boom","type":"InternalServerError","code":500}}`)
-							return
-						}
-					}
-					inner(ctx)
+			s := newStack(t, stackOpts{maxInflight: slots, router: tap.proxy(t), vllmWrap: onPost(func(k int, ctx *fasthttp.RequestCtx) bool {
+				if k != tc.fail {
+					return false
 				}
-			}})
+				if k > 1 { // fail while another choice is surely decoding
+					tap.arm(true)
+					select {
+					case rid := <-tap.frozen:
+						mu.Lock()
+						froze = rid
+						mu.Unlock()
+					case <-time.After(10 * time.Second): // bounds a hang
+					}
+				}
+				ctx.SetStatusCode(http.StatusInternalServerError)
+				ctx.SetBodyString(`{"error":{"message":"boom","type":"InternalServerError","code":500}}`)
+				return true
+			})})
 			body := map[string]any{"prompt": testPrompt, "max_tokens": 6, "n": n, "ignore_eos": true, "stream": tc.stream}
 			if tc.stream {
 				body["stream_options"] = map[string]any{"include_usage": true}
@@ -509,29 +523,19 @@ func TestWavesClientCancel(t *testing.T) {
 	const slots, n = 2, 6
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
-			var mu sync.Mutex
-			posts := 0
 			parked, release := make(chan struct{}), newLatch()
 			tap := newNodeTap()
-			s := newStack(t, stackOpts{maxInflight: slots, router: tap.proxy(t), vllmWrap: func(inner fasthttp.RequestHandler) fasthttp.RequestHandler {
-				return func(ctx *fasthttp.RequestCtx) {
-					if ctx.IsPost() {
-						mu.Lock()
-						posts++
-						k := posts
-						mu.Unlock()
-						if k == slots+1 { // the first choice of the second wave
-							tap.arm(true)
-							close(parked)
-							<-release.ch
-							ctx.SetStatusCode(http.StatusInternalServerError) // as vLLM aborting a request its client left
-							ctx.SetBodyString(`{"error":{"message":"aborted","type":"InternalServerError","code":500}}`)
-							return
-						}
-					}
-					inner(ctx)
+			s := newStack(t, stackOpts{maxInflight: slots, router: tap.proxy(t), vllmWrap: onPost(func(k int, ctx *fasthttp.RequestCtx) bool {
+				if k != slots+1 { // the first choice of the second wave
+					return false
 				}
-			}})
+				tap.arm(true)
+				close(parked)
+				<-release.ch
+				ctx.SetStatusCode(http.StatusInternalServerError) // as vLLM aborting a request its client left
+				ctx.SetBodyString(`{"error":{"message":"aborted","type":"InternalServerError","code":500}}`)
+				return true
+			})})
 			t.Cleanup(release.open)
 			b, _ := json.Marshal(map[string]any{"prompt": testPrompt, "max_tokens": 8, "n": n, "ignore_eos": true, "stream": stream})
 			cctx, cancel := context.WithCancel(context.Background())
@@ -625,25 +629,15 @@ func TestWavesAcquireFails(t *testing.T) {
 	const slots = 2
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
-			var mu sync.Mutex
-			posts := 0
 			parked, release := make(chan struct{}), newLatch()
 			tap := newNodeTap()
-			s := newStack(t, stackOpts{maxInflight: slots, router: tap.proxy(t), vllmWrap: func(inner fasthttp.RequestHandler) fasthttp.RequestHandler {
-				return func(ctx *fasthttp.RequestCtx) {
-					if ctx.IsPost() {
-						mu.Lock()
-						posts++
-						k := posts
-						mu.Unlock()
-						if k == 1 { // the other request, parked in its prefill on a slot
-							close(parked)
-							<-release.ch
-						}
-					}
-					inner(ctx)
+			s := newStack(t, stackOpts{maxInflight: slots, router: tap.proxy(t), vllmWrap: onPost(func(k int, ctx *fasthttp.RequestCtx) bool {
+				if k == 1 { // the other request, parked in its prefill on a slot
+					close(parked)
+					<-release.ch
 				}
-			}})
+				return false
+			})})
 			t.Cleanup(release.open)
 			other := make(chan *http.Response, 1)
 			go func() {
@@ -699,31 +693,21 @@ func TestWavesAcquireFails(t *testing.T) {
 // when it ends, held in its prefill while choice 2 waits in the queue.)
 func TestWavesDeadlinePerChoice(t *testing.T) {
 	const slots, timeout = 2, 3 * time.Second
-	var mu sync.Mutex
-	posts := 0
 	parked, release := make(chan struct{}), newLatch()
 	otherParked, otherRelease := make(chan struct{}), newLatch()
 	tap := newNodeTap()
 	s := newStack(t, stackOpts{maxInflight: slots, queueSize: 4, queueTimeout: timeout, router: tap.proxy(t),
-		vllmWrap: func(inner fasthttp.RequestHandler) fasthttp.RequestHandler {
-			return func(ctx *fasthttp.RequestCtx) {
-				if ctx.IsPost() {
-					mu.Lock()
-					posts++
-					k := posts
-					mu.Unlock()
-					switch k {
-					case 2: // choice 1
-						close(parked)
-						<-release.ch
-					case 3: // the other request, on choice 0's slot
-						close(otherParked)
-						<-otherRelease.ch
-					}
-				}
-				inner(ctx)
+		vllmWrap: onPost(func(k int, ctx *fasthttp.RequestCtx) bool {
+			switch k {
+			case 2: // choice 1
+				close(parked)
+				<-release.ch
+			case 3: // the other request, on choice 0's slot
+				close(otherParked)
+				<-otherRelease.ch
 			}
-		}})
+			return false
+		})})
 	t.Cleanup(release.open)
 	t.Cleanup(otherRelease.open)
 	tap.arm(true)

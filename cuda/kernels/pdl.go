@@ -152,6 +152,9 @@ var pdlMoreKernels = setOf(
 	// cu/wg (mla_prefill_wg, mla_prefill_wg2, mla_decode_wg2 and mwg_probe
 	// have no wait and are on neither list: launched plainly)
 	"mla_decode_wg2b", "mla_decode_wg2h",
+	// cu/wg: the indexer scores on wgmma, launched as indexer_scores_mma_pf
+	// (pdlKernels) is, so programmatically in pdlMoreDefault.
+	"indexer_scores_wgh", "indexer_scores_wgh_rows",
 	// SpreadPlan's o_proj: plainly by default (session 15 call C, GLM-5, 8192:
 	// 2.862 ms a step against 2.880 launched programmatically).
 	"gemv_tile_fp8_r4_m1_d16s", "gemv_tile_fp8_r8_m1_d16s",
@@ -191,7 +194,7 @@ type pdlSelection struct {
 var pdlSel, pdlSelErr = parsePDLSel(os.Getenv("TILERT_GPU_PDL_MORE"), os.Getenv("TILERT_GPU_PDL_PLAIN"))
 
 // pdlMoreDefault is TILERT_GPU_PDL_MORE's unset value (see pdlSelection).
-const pdlMoreDefault = "mla_decode_tcf,gemv_mid,absorb_v,mla_decode_wg2b,mla_decode_wg2h"
+const pdlMoreDefault = "mla_decode_tcf,gemv_mid,absorb_v,mla_decode_wg2b,mla_decode_wg2h,indexer_scores_wgh"
 
 func parsePDLSel(more, plain string) (pdlSelection, error) {
 	var sel pdlSelection

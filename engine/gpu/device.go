@@ -563,7 +563,35 @@ func (b *cudaDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H,
 }
 
 func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
+	if b.idxWGHOK() {
+		return b.k.IndexerScoresWGH(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
+	}
 	return b.k.IndexerScoresMMA(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
+}
+
+// idxWGH: TILERT_GPU_IDX_WGH=1 scores the indexer's fp8 pages on
+// indexer_scores_wgh (the sm_90a module: the keys as wgmma's M, the query
+// read by the tensor cores; kernels.Set.IndexerScoresWGH) instead of
+// indexer_scores_mma_pf. Opt-in (session 40, not yet measured in the step);
+// where the module does not load, _pf runs, said once in the log.
+var idxWGH = os.Getenv("TILERT_GPU_IDX_WGH") == "1"
+
+var idxWGHOnce sync.Once
+
+// idxWGHOK: indexer_scores_wgh takes the scores launches.
+func (b *cudaDevice) idxWGHOK() bool {
+	if !idxWGH {
+		return false
+	}
+	err := b.k.WGSupported()
+	idxWGHOnce.Do(func() {
+		if err != nil {
+			slog.Warn("TILERT_GPU_IDX_WGH=1 but indexer_scores_wgh is unavailable (needs sm_90a: an H100/H200 and NVRTC 12+); the indexer scores run on indexer_scores_mma_pf", "err", err)
+			return
+		}
+		slog.Info("TILERT_GPU_IDX_WGH=1: the indexer scores on indexer_scores_wgh (sm_90a module, wgmma, keys as M)")
+	})
+	return err == nil
 }
 
 func (b *cudaDevice) topKAfterHist(out, scores, lens, scratch cuda.DevPtr, rows, T, K, ld, ldOut int) error {
@@ -798,6 +826,9 @@ func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowB
 }
 
 func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
+	if b.idxWGHOK() {
+		return b.k.IndexerScoresWGHRows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
+	}
 	return b.k.IndexerScoresMMARows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
 }
 

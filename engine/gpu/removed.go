@@ -293,6 +293,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it for 32 heads a one-tile decode MLA block on one row of 64 heads (GLM-5) and 64 elsewhere (kernels.MLAHeadsPerBlock, the default since session 38); 64 or 32 for that many everywhere a block takes one tile; 0 (with TILERT_GPU_MLA_WG=0 TILERT_GPU_MLA_TC=0) for mla_decode's one block a head, for comparisons"},
 		{"TILERT_GPU_EMBED_VEC", []string{"", "0", "1"},
 			"unset it (or 0) for embed_bf16(_checked), 1 for the embedding rows' loads issued before their stores (kernels.EmbedVec, opt-in)"},
+		{"TILERT_GPU_IDX_WGH", []string{"", "0", "1"},
+			"unset it (or 0) for the indexer scores on indexer_scores_mma_pf, 1 for indexer_scores_wgh (wgmma with the keys as M, sm_90a; opt-in)"},
 		{"TILERT_GPU_PIPELINE", []string{"", "0", "1", "2"},
 			"unset it (or 2) for pipelined plain and MTP steps (the next step's forward queued before the host reads the picks; MTP steps since session 38), 1 for plain steps only, 0 for none"},
 		{"TILERT_GPU_EPI_ROWS", []string{"", "0", "1"},

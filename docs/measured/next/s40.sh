@@ -1,0 +1,33 @@
+# Session 40's device plan (issue 10). Usage: bash docs/measured/next/s40.sh embed|...   (binaries in .device/next)
+#  embed (~4 min): session 39's TILERT_GPU_EMBED_VEC=1 (kernels.EmbedVec: the embedding row's loads before its stores):
+#    its kernel checks, the engine's greedy cases with it on, A/B/A/B on both models at 8192, 1 slot; then a traced
+#    step of each model at 131072 (where the indexer's scores and long-row top-k sit on the critical path).
+#  wgh (~7 min): TILERT_GPU_IDX_WGH=1 (kernels.IndexerScoresWGH: the indexer scores on wgmma with the keys as M; built in
+#    session 40): its kernel check (fresh inputs vs float64, vs _pf, histogram + top-k, rows, bad arguments), the
+#    scores graph-timed against _pf (TILERT_GPU_TIMING=1), the engine's greedy cases with it on, then A/B/A/B on both
+#    models at 131072 and 8192, 1 slot, and a traced GLM-5 step at 131072 with it. If it wins twice on both at 131072
+#    and loses nowhere, make it the default where the sm_90a module loads.
+NAME=s40; . docs/measured/next/plan.sh "$1"
+case "$PART" in
+embed)
+  tst kernels cuda/kernels 120 'TestKernelNormRopeElementwise$'; cnt kernels
+  tst engine engine/gpu 200 'TestGPUEmbedVec$'; cnt engine
+  abab deepseek-v3.2 8192 1 emb TILERT_GPU_EMBED_VEC=1
+  abab glm-5 8192 1 embg TILERT_GPU_EMBED_VEC=1
+  TL=1 bn glm-5 8192 1 tl-emb TILERT_GPU_EMBED_VEC=1
+  TL=1 bn glm-5 131072 1 tl-glm131
+  TL=1 bn deepseek-v3.2 131072 1 tl-ds131
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+wgh)
+  tst kernels cuda/kernels 200 'TestKernelIndexerWGH$'; cnt kernels
+  TILERT_GPU_TIMING=1 tst kernels cuda/kernels 200 'TestKernelTimingIdxWGH$'; cnt kernels
+  grep -E "graph: indexer" $R/kernels.log | tee -a $R/summary.txt
+  tst engine engine/gpu 200 'TestGPUIdxWGH$'; cnt engine
+  abab glm-5 131072 1 wghg TILERT_GPU_IDX_WGH=1
+  abab deepseek-v3.2 131072 1 wghd TILERT_GPU_IDX_WGH=1
+  abab glm-5 8192 1 wghg8 TILERT_GPU_IDX_WGH=1
+  abab deepseek-v3.2 8192 1 wghd8 TILERT_GPU_IDX_WGH=1
+  TL=1 bn glm-5 131072 1 tl-wgh131 TILERT_GPU_IDX_WGH=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+*) echo "usage: s40.sh embed|wgh" >&2; exit 2 ;;
+esac

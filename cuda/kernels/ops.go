@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 
@@ -276,32 +275,13 @@ func (k *Set) SiluMul(s cuda.Stream, out, gate, up cuda.DevPtr, rows, I, ldg, ld
 	return k.launch("silu_mul", cuda.D1(cdiv(rows*I, 256)), cuda.D1(256), 0, s, gate, up, out, rows, I, ldg, ldu, ldo)
 }
 
-// EmbedVec runs the embeddings on embed_bf16_v / embed_bf16_checked_v: a
-// row's 16-byte loads all issued before its first store, where embed_bf16's
-// element loop waits a round trip per element (10.6 us as the first kernel
-// of a GLM-5 step on the H200). Opt-in, NOT RUN on a GPU (session 39, after
-// its device time); the engine sets it with TILERT_GPU_EMBED_VEC=1.
-var EmbedVec bool
-
-// EmbedVecLaunches counts launches of the _v kernels (tests).
-var EmbedVecLaunches atomic.Int64
-
-// embedName is kernel, or its _v form under EmbedVec.
-func embedName(kernel string) string {
-	if !EmbedVec {
-		return kernel
-	}
-	EmbedVecLaunches.Add(1)
-	return kernel + "_v"
-}
-
 // EmbedBF16 gathers rows ids[0..T) (int32 on the device) of a bf16 [V][D]
 // table into float32 out [T][D].
 func (k *Set) EmbedBF16(s cuda.Stream, out, table, ids cuda.DevPtr, T, D int) error {
 	if T <= 0 || D <= 0 {
 		return errors.Newf("embed: T=%d D=%d", T, D)
 	}
-	return k.launch(embedName("embed_bf16"), cuda.D1(T), cuda.D1(256), 0, s, table, ids, out, D)
+	return k.launch("embed_bf16", cuda.D1(T), cuda.D1(256), 0, s, table, ids, out, D)
 }
 
 // EmbedBF16Checked is EmbedBF16 with an id outside [0, V) giving a NaN row
@@ -310,7 +290,7 @@ func (k *Set) EmbedBF16Checked(s cuda.Stream, out, table, ids cuda.DevPtr, T, D,
 	if T <= 0 || D <= 0 || V <= 0 {
 		return errors.Newf("embed: T=%d D=%d V=%d", T, D, V)
 	}
-	return k.launch(embedName("embed_bf16_checked"), cuda.D1(T), cuda.D1(256), 0, s, table, ids, out, D, V)
+	return k.launch("embed_bf16_checked", cuda.D1(T), cuda.D1(256), 0, s, table, ids, out, D, V)
 }
 
 // MoECombine computes out[n] = resid[n] + sum_j w[j]*y[j][n] for kslots rows

@@ -563,33 +563,51 @@ func (b *cudaDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H,
 }
 
 func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
-	if b.idxWGHOK() {
+	if b.idxWGHOK(nq, T) {
 		return b.k.IndexerScoresWGH(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
 	}
 	return b.k.IndexerScoresMMA(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
 }
 
-// idxWGH: TILERT_GPU_IDX_WGH=1 scores the indexer's fp8 pages on
+// idxWGH: TILERT_GPU_IDX_WGH scores the indexer's fp8 pages on
 // indexer_scores_wgh (the sm_90a module: the keys as wgmma's M, the query
 // read by the tensor cores; kernels.Set.IndexerScoresWGH) instead of
-// indexer_scores_mma_pf. Opt-in (session 40, not yet measured in the step);
-// where the module does not load, _pf runs, said once in the log.
-var idxWGH = os.Getenv("TILERT_GPU_IDX_WGH") == "1"
+// indexer_scores_mma_pf: unset, where it measured faster (idxWGHRule); 1
+// every launch, 0 none. Where the module does not load, _pf runs, said
+// once in the log.
+var idxWGH = os.Getenv("TILERT_GPU_IDX_WGH")
+
+// idxWGHRule: the launches indexer_scores_wgh takes under mode. Unset:
+// more than 65536 keys over the launch's rows (H200, session 40 call A,
+// graph-timed scores + histogram, cold keys: 1 x 131072 9.58 against _pf's
+// 11.33 us, 4 x 32768 8.67 / 10.80, 4 x 131072 22.10 / 33.19, but 1 x 32768
+// 6.16 / 5.28 and 1 x 8256 3.98 / 3.71; the step at 131072, 9 MoE layers,
+// A/B/A/B: GLM-5 dims -21 / -16 us, DeepSeek-V3.2 -13 / -6; 8192 within
+// +-2 us).
+func idxWGHRule(mode string, nq, T int) bool {
+	switch mode {
+	case "0":
+		return false
+	case "1":
+		return true
+	}
+	return nq*T > 65536
+}
 
 var idxWGHOnce sync.Once
 
-// idxWGHOK: indexer_scores_wgh takes the scores launches.
-func (b *cudaDevice) idxWGHOK() bool {
-	if !idxWGH {
+// idxWGHOK: indexer_scores_wgh takes this scores launch.
+func (b *cudaDevice) idxWGHOK(nq, T int) bool {
+	if !idxWGHRule(idxWGH, nq, T) {
 		return false
 	}
 	err := b.k.WGSupported()
 	idxWGHOnce.Do(func() {
 		if err != nil {
-			slog.Warn("TILERT_GPU_IDX_WGH=1 but indexer_scores_wgh is unavailable (needs sm_90a: an H100/H200 and NVRTC 12+); the indexer scores run on indexer_scores_mma_pf", "err", err)
+			slog.Warn("indexer_scores_wgh is unavailable (needs sm_90a: an H100/H200 and NVRTC 12+); the indexer scores run on indexer_scores_mma_pf", "err", err)
 			return
 		}
-		slog.Info("TILERT_GPU_IDX_WGH=1: the indexer scores on indexer_scores_wgh (sm_90a module, wgmma, keys as M)")
+		slog.Info("the indexer scores of long rows on indexer_scores_wgh (sm_90a module, wgmma, keys as M; TILERT_GPU_IDX_WGH=0 goes back to indexer_scores_mma_pf)")
 	})
 	return err == nil
 }
@@ -747,12 +765,6 @@ func init() {
 	if os.Getenv("TILERT_GPU_TOPK_W12") == "0" {
 		kernels.TopKOneW12 = false
 	}
-	// TILERT_GPU_EMBED_VEC=1: the embedding rows on embed_bf16_v /
-	// embed_bf16_checked_v, every load of a row before its first store
-	// (kernels.EmbedVec; opt-in, session 39, NOT RUN).
-	if os.Getenv("TILERT_GPU_EMBED_VEC") == "1" {
-		kernels.EmbedVec = true
-	}
 }
 
 // mlaWGRule: the launches mla_decode_wg2 takes by default (above).
@@ -826,7 +838,7 @@ func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowB
 }
 
 func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
-	if b.idxWGHOK() {
+	if b.idxWGHOK(nq, T) {
 		return b.k.IndexerScoresWGHRows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
 	}
 	return b.k.IndexerScoresMMARows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)

@@ -586,29 +586,16 @@ func sampledSame(t *testing.T, kind deviceKind, src Source, prompt []int, ps []e
 	return diff
 }
 
-// TestGPUEmbedVec: TILERT_GPU_EMBED_VEC=1 (kernels.EmbedVec: the embedding
-// rows' loads issued before their stores) keeps greedy decoding equal to
-// the CPU engine's, MTP on and off. Fails unless the _v kernels ran.
 // TILERT_GPU_IDX_WGH=1: the indexer scores on indexer_scores_wgh (sm_90a)
-// give the CPU engine's greedy tokens; fails unless the kernel ran.
+// at every length give the CPU engine's greedy tokens, MTP on and off;
+// fails unless the kernel ran.
 func TestGPUIdxWGH(t *testing.T) {
 	gpuDevice(t)
-	defer func(v bool) { idxWGH = v }(idxWGH)
-	idxWGH = true
+	defer func(v string) { idxWGH = v }(idxWGH)
+	idxWGH = "1"
 	n0 := kernels.IndexerWGHLaunches.Load()
 	testGreedyCases(t, onGPU, engine.CacheFP8DSMLA, genCases, " (TILERT_GPU_IDX_WGH=1)")
 	if kernels.IndexerWGHLaunches.Load() == n0 {
 		t.Fatal("TILERT_GPU_IDX_WGH: no launch of indexer_scores_wgh")
-	}
-}
-
-func TestGPUEmbedVec(t *testing.T) {
-	gpuDevice(t)
-	defer func(v bool) { kernels.EmbedVec = v }(kernels.EmbedVec)
-	kernels.EmbedVec = true
-	n0 := kernels.EmbedVecLaunches.Load()
-	testGreedyCases(t, onGPU, engine.CacheFP8DSMLA, genCases, " (TILERT_GPU_EMBED_VEC=1)")
-	if kernels.EmbedVecLaunches.Load() == n0 {
-		t.Fatal("TILERT_GPU_EMBED_VEC: no launch of embed_bf16_v / embed_bf16_checked_v")
 	}
 }

@@ -235,6 +235,12 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_SAMPLE_ONE", keep: zero,
 		what: "the sampled pick as one cooperative launch with grid barriers (sample_wide_one) was measured slower on the H100 in session 39 call B and removed (graph-timed, 129280 logits, one row: T 0.6 / top-p 0.95 44.38 against 41.73 us for the five launches, T 0.7 / top-k 50 / top-p 0.9 68.82 against 64.77, T 1 10.10 against 8.90; sampled step p50 at 8192, A/B/A/B: DeepSeek-V3.2 dims 1 slot 1.776 / 1.777 against 1.776 / 1.774 ms, GLM-5 dims 2.005 / 2.006 against 2.005 / 2.002, DeepSeek-V3.2 dims 4 slots T 0.7 / k 50 / p 0.9 3.315 / 3.315 against 3.283 / 3.283, +32 us)",
 		hint: `: the sampled pick runs kernels.SampleWide's five launches (sample_wide_max, the sample_wide_hist passes, sample_wide_draw; the default); the code last exists at commit e79e3e4, the record is in docs/measured/h100-2026-12-05-s39, engine/gpu/NOTES.md "TILERT_GPU_SAMPLE_ONE=1" and cuda/kernels/NOTES.md "sample_wide_one"`},
+	// TILERT_GPU_EMBED_VEC=1 (session 39) issued an embedding row's loads
+	// before its stores; session 40 measured it faster and made it the
+	// embedding kernels' only form, so =0's element loop is gone.
+	{name: "TILERT_GPU_EMBED_VEC", keep: []string{"1"},
+		what: "the embedding's element loop (=0) was removed in session 40: the row's 16-byte loads issued before its stores measured faster on the H200 (decode p50 at 8192, 9 MoE layers, A/B/A/B: DeepSeek-V3.2 dims 2.602 / 2.603 -> 2.596 / 2.595 ms, GLM-5 dims 2.658 / 2.657 -> 2.647 / 2.648)",
+		hint: `: embed_bf16 and embed_bf16_checked issue a row's loads before its stores (the only form); the element loop last exists at d8d9211, the record is in docs/measured/h200-2026-12-05-s40 and cuda/kernels/NOTES.md "embed_bf16_v"`},
 }
 
 // zero: the switch's =0 asked for the path that runs, by name.
@@ -291,10 +297,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for topk_radix_one_w12 on rows of 8193..12288 keys (kernels.TopKOneW12, the default since session 38), 0 for the 16-key one-block top-k there"},
 		{"TILERT_GPU_MLA_HEADS", []string{"", "64", "32", "0"},
 			"unset it for 32 heads a one-tile decode MLA block on one row of 64 heads (GLM-5) and 64 elsewhere (kernels.MLAHeadsPerBlock, the default since session 38); 64 or 32 for that many everywhere a block takes one tile; 0 (with TILERT_GPU_MLA_WG=0 TILERT_GPU_MLA_TC=0) for mla_decode's one block a head, for comparisons"},
-		{"TILERT_GPU_EMBED_VEC", []string{"", "0", "1"},
-			"unset it (or 0) for embed_bf16(_checked), 1 for the embedding rows' loads issued before their stores (kernels.EmbedVec, opt-in)"},
 		{"TILERT_GPU_IDX_WGH", []string{"", "0", "1"},
-			"unset it (or 0) for the indexer scores on indexer_scores_mma_pf, 1 for indexer_scores_wgh (wgmma with the keys as M, sm_90a; opt-in)"},
+			"unset it for the indexer scores on indexer_scores_wgh (wgmma with the keys as M, sm_90a) where they measured faster (more than 65536 keys a launch), 1 for every launch, 0 for indexer_scores_mma_pf everywhere"},
 		{"TILERT_GPU_PIPELINE", []string{"", "0", "1", "2"},
 			"unset it (or 2) for pipelined plain and MTP steps (the next step's forward queued before the host reads the picks; MTP steps since session 38), 1 for plain steps only, 0 for none"},
 		{"TILERT_GPU_EPI_ROWS", []string{"", "0", "1"},

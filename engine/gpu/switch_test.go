@@ -84,3 +84,20 @@ func (got switchRun) sameAs(t *testing.T, want switchRun, name, ref string) {
 		}
 	}
 }
+
+// indexer_scores_wgh takes the launches of more than 65536 keys unless the
+// switch says otherwise (session 40's graph-timed scores and step A/B).
+func TestIdxWGHRule(t *testing.T) {
+	for _, cs := range []struct {
+		mode  string
+		nq, T int
+		want  bool
+	}{
+		{"", 1, 131328, true}, {"", 4, 32768, true}, {"", 1, 65536, false}, {"", 1, 8448, false}, {"", 4, 8448, false},
+		{"1", 1, 100, true}, {"0", 4, 131072, false},
+	} {
+		if got := idxWGHRule(cs.mode, cs.nq, cs.T); got != cs.want {
+			t.Errorf("idxWGHRule(%q, %d, %d) = %v, want %v", cs.mode, cs.nq, cs.T, got, cs.want)
+		}
+	}
+}

@@ -108,14 +108,14 @@ extern "C" __global__ void silu_mul(const float* __restrict__ gate, const float*
   out[(size_t)r * ldo + i] = g / (1.0f + expf(-g)) * up[(size_t)r * ldu + i];
 }
 
-// One row of a bf16 table to float32 by the block, for embed_bf16_v /
-// embed_bf16_checked_v (kernels.EmbedVec, TILERT_GPU_EMBED_VEC=1; session 39,
-// NOT RUN on a GPU). Every 16-byte load of the row is issued before the first
-// store: embed_bf16's element loop waits an HBM round trip per element a
-// thread owns (its loads stay behind the stores, out not being restrict),
-// 10.6 us for a cold 6144-wide row as the first kernel of every decode step
-// (session 39's H200 trace). A row of D % 8 != 0 or not 16-byte aligned takes
-// the element loop. The same values either way.
+// One row of a bf16 table to float32 by the block, for embed_bf16 /
+// embed_bf16_checked. Every 16-byte load of the row is issued before the
+// first store: an element loop waits an HBM round trip per element a thread
+// owns (its loads stay behind the stores, out not being restrict), 10.6 us
+// for a cold 6144-wide row as the first kernel of every decode step (session
+// 39's H200 trace; this form measured -6..-11 us a step in session 40). A
+// row of D % 8 != 0 or not 16-byte aligned takes the element loop. The same
+// values either way.
 #define EMBED_VECS 4
 __device__ __forceinline__ void embed_row(const u16* __restrict__ row, float* __restrict__ o, int D) {
   if ((D & 7) == 0 && ((reinterpret_cast<size_t>(row) | reinterpret_cast<size_t>(o)) & 15) == 0) {
@@ -146,14 +146,6 @@ __device__ __forceinline__ void embed_row(const u16* __restrict__ row, float* __
 // out[t][:] = table[ids[t]][:] from a bf16 table [V][D]; one block per token.
 extern "C" __global__ void embed_bf16(const u16* __restrict__ table, const int* __restrict__ ids, float* out, int D) {
   PDL_WAIT();
-  const u16* row = table + (size_t)ids[blockIdx.x] * D;
-  float* o = out + (size_t)blockIdx.x * D;
-  for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = bf16_to_f32(row[i]);
-}
-
-// embed_bf16 on embed_row.
-extern "C" __global__ void embed_bf16_v(const u16* __restrict__ table, const int* __restrict__ ids, float* out, int D) {
-  PDL_WAIT();
   embed_row(table + (size_t)ids[blockIdx.x] * D, out + (size_t)blockIdx.x * D, D);
 }
 
@@ -163,20 +155,6 @@ extern "C" __global__ void embed_bf16_v(const u16* __restrict__ table, const int
 // host can refuse it.
 extern "C" __global__ void embed_bf16_checked(const u16* __restrict__ table, const int* __restrict__ ids, float* out, int D,
                                               int V) {
-  PDL_WAIT();
-  const int id = ids[blockIdx.x];
-  float* o = out + (size_t)blockIdx.x * D;
-  if ((unsigned)id >= (unsigned)V) {
-    for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = __int_as_float(0x7fc00000);
-    return;
-  }
-  const u16* row = table + (size_t)id * D;
-  for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = bf16_to_f32(row[i]);
-}
-
-// embed_bf16_checked on embed_row.
-extern "C" __global__ void embed_bf16_checked_v(const u16* __restrict__ table, const int* __restrict__ ids, float* out,
-                                                int D, int V) {
   PDL_WAIT();
   const int id = ids[blockIdx.x];
   float* o = out + (size_t)blockIdx.x * D;

@@ -7,6 +7,9 @@
 #    scores graph-timed against _pf (TILERT_GPU_TIMING=1), the engine's greedy cases with it on, then A/B/A/B on both
 #    models at 131072 and 8192, 1 slot, and a traced GLM-5 step at 131072 with it. If it wins twice on both at 131072
 #    and loses nowhere, make it the default where the sm_90a module loads.
+#  final (~8 min): session 40's defaults (the embedding's loads before its stores; indexer_scores_wgh at more than
+#    65536 keys a launch, now with two pages in flight): their kernel and engine checks, the scores graph-timed again,
+#    A/B/A/B against TILERT_GPU_IDX_WGH=0 at 131072 on both models, then the README's rows (plan.sh rows).
 NAME=s40; . docs/measured/next/plan.sh "$1"
 case "$PART" in
 embed)
@@ -29,5 +32,14 @@ wgh)
   abab deepseek-v3.2 8192 1 wghd8 TILERT_GPU_IDX_WGH=1
   TL=1 bn glm-5 131072 1 tl-wgh131 TILERT_GPU_IDX_WGH=1
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
-*) echo "usage: s40.sh embed|wgh" >&2; exit 2 ;;
+final)
+  tst kernels cuda/kernels 300 '^(TestKernelIndexerWGH|TestKernelNormRopeElementwise|TestKernelIndexer|TestKernelSlotRows)$'; cnt kernels
+  TILERT_GPU_TIMING=1 tst kernels cuda/kernels 200 'TestKernelTimingIdxWGH$'; cnt kernels
+  grep -E "graph: indexer" $R/kernels.log | tee -a $R/summary.txt
+  tst engine engine/gpu 300 '^TestGPU(IdxWGH|GreedyMatchesCPU|GraphsEqualEager|PipelineMatches|SlotMergeEqualPerSlot)$'; cnt engine
+  abab glm-5 131072 1 wg2g TILERT_GPU_IDX_WGH=0
+  abab deepseek-v3.2 131072 1 wg2d TILERT_GPU_IDX_WGH=0
+  rows
+  save ;;
+*) echo "usage: s40.sh embed|wgh|final" >&2; exit 2 ;;
 esac

@@ -9,7 +9,8 @@
 #    and loses nowhere, make it the default where the sm_90a module loads.
 #  final (~8 min): session 40's defaults (the embedding's loads before its stores; indexer_scores_wgh at more than
 #    65536 keys a launch, now with two pages in flight): their kernel and engine checks, the scores graph-timed again,
-#    A/B/A/B against TILERT_GPU_IDX_WGH=0 at 131072 on both models, then the README's rows (plan.sh rows).
+#    A/B/A/B against TILERT_GPU_IDX_WGH=0 at 131072 on both models and against =1 on GLM-5 at 8192 (a page a block
+#    now adds to the histogram in global memory directly), then the README's rows (plan.sh rows).
 NAME=s40; . docs/measured/next/plan.sh "$1"
 case "$PART" in
 embed)
@@ -39,6 +40,7 @@ final)
   tst engine engine/gpu 300 '^TestGPU(IdxWGH|GreedyMatchesCPU|GraphsEqualEager|PipelineMatches|SlotMergeEqualPerSlot)$'; cnt engine
   abab glm-5 131072 1 wg2g TILERT_GPU_IDX_WGH=0
   abab deepseek-v3.2 131072 1 wg2d TILERT_GPU_IDX_WGH=0
+  abab glm-5 8192 1 wg8g TILERT_GPU_IDX_WGH=1
   rows
   save ;;
 *) echo "usage: s40.sh embed|wgh|final" >&2; exit 2 ;;

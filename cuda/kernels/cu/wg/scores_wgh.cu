@@ -121,7 +121,13 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
     }
   }
   if (tid < WGH_HEADS) ws[tid] = wq[(size_t)row * WGH_HEADS + tid];
-  if (hist)
+  // A grid of a page a block (short rows) adds each score to the row's
+  // histogram in global memory at once: as many global atomics as the flush
+  // of a 64-key block's shared histogram, without clearing and scanning
+  // its 4096 bins.
+  u32* gh = hist ? hist + (size_t)row * WGH_BINS : nullptr;
+  const bool shist = hist && (int)gridDim.x < npg;  // block-uniform
+  if (shist)
     for (int i = tid; i < WGH_BINS; i += 128) hs[i] = 0;
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // B visible to wgmma
   __syncthreads();
@@ -171,12 +177,14 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
     if (c < 2 && tk < n) {
       const float v = (c == 0 ? t0 : t1) * (c == 0 ? sc0 : sc1);
       orow[tk] = v;
-      if (hist) atomicAdd(&hs[float_key(v) >> 20], 1u);
+      if (shist)
+        atomicAdd(&hs[float_key(v) >> 20], 1u);
+      else if (gh)
+        atomicAdd(&gh[float_key(v) >> 20], 1u);
     }
   }
-  if (hist) {
+  if (shist) {
     __syncthreads();
-    u32* gh = hist + (size_t)row * WGH_BINS;
     for (int i = tid; i < WGH_BINS; i += 128)
       if (hs[i]) atomicAdd(&gh[i], hs[i]);
   }

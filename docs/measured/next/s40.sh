@@ -11,6 +11,7 @@
 #    65536 keys a launch, now with two pages in flight): their kernel and engine checks, the scores graph-timed again,
 #    A/B/A/B against TILERT_GPU_IDX_WGH=0 at 131072 on both models and against =1 on GLM-5 at 8192 (a page a block
 #    now adds to the histogram in global memory directly), then the README's rows (plan.sh rows).
+#  check1 (~7 min): gpu-check's first half (plan.sh check1: the kernel checks and the engine's ^TestGPU) on these binaries.
 NAME=s40; . docs/measured/next/plan.sh "$1"
 case "$PART" in
 embed)
@@ -43,5 +44,6 @@ final)
   abab glm-5 8192 1 wg8g TILERT_GPU_IDX_WGH=1
   rows
   save ;;
-*) echo "usage: s40.sh embed|wgh|final" >&2; exit 2 ;;
+check1) check1 ;;
+*) echo "usage: s40.sh embed|wgh|final|check1" >&2; exit 2 ;;
 esac

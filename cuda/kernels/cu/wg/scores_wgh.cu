@@ -84,27 +84,22 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
   if ((int)blockIdx.x >= npg) return;  // block-uniform
   // Lane (w, g, c) loads key rows 16w + g and 16w + g + 8 of a page: bytes
   // [16c, 16c + 16) and [64 + 16c, 64 + 16c + 16) of each, and their scales.
-  // Two pages in flight ahead of the one being multiplied (x: the next, u:
-  // the one after; one page ahead left the grid ~4 MB in flight, half the
-  // copy rate's latency-bandwidth product).
-  uint4 x0, x1, y0, y1, u0, u1, v0, v1;
-  float s0, s1, r0, r1;
-  auto load = [&](int p, uint4& a0, uint4& a1, uint4& b0, uint4& b1, float& c0, float& c1) {
+  uint4 x0, x1, y0, y1;
+  float s0, s1;
+  auto load = [&](int p) {
     const int page = block_table ? block_table[p] : p;
     const u8* pg = cache + (size_t)page * WGH_PAGE_BYTES;
     const u8* ka = pg + (16 * w + g) * WGH_D + 16 * c;
-    a0 = *(const uint4*)ka;
-    a1 = *(const uint4*)(ka + 64);
-    b0 = *(const uint4*)(ka + 8 * WGH_D);
-    b1 = *(const uint4*)(ka + 8 * WGH_D + 64);
+    x0 = *(const uint4*)ka;
+    x1 = *(const uint4*)(ka + 64);
+    y0 = *(const uint4*)(ka + 8 * WGH_D);
+    y1 = *(const uint4*)(ka + 8 * WGH_D + 64);
     const float* scl = (const float*)(pg + WGH_PAGE * WGH_D);
-    c0 = scl[16 * w + g];
-    c1 = scl[16 * w + g + 8];
+    s0 = scl[16 * w + g];
+    s1 = scl[16 * w + g + 8];
   };
   int p = blockIdx.x;
-  // In flight during the query's staging.
-  load(p, x0, x1, y0, y1, s0, s1);
-  if (p + (int)gridDim.x < npg) load(p + gridDim.x, u0, u1, v0, v1, r0, r1);
+  load(p);  // in flight during the query's staging
   // B from idx_q_prep's fragment-ordered codes: uint2 i = (mt*8 + ks)*32 +
   // 4*gg + cc holds heads 16mt + gg + 8hi, bytes 2hi + o (dimension P + o,
   // logical k 16ks + 2cc + o) and 4 + 2hi + o (P + 2 + o, logical + 8).
@@ -121,13 +116,7 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
     }
   }
   if (tid < WGH_HEADS) ws[tid] = wq[(size_t)row * WGH_HEADS + tid];
-  // A grid of a page a block (short rows) adds each score to the row's
-  // histogram in global memory at once: as many global atomics as the flush
-  // of a 64-key block's shared histogram, without clearing and scanning
-  // its 4096 bins.
-  u32* gh = hist ? hist + (size_t)row * WGH_BINS : nullptr;
-  const bool shist = hist && (int)gridDim.x < npg;  // block-uniform
-  if (shist)
+  if (hist)
     for (int i = tid; i < WGH_BINS; i += 128) hs[i] = 0;
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // B visible to wgmma
   __syncthreads();
@@ -136,8 +125,7 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
   for (; p < npg; p += gridDim.x) {  // warpgroup-uniform
     const uint4 a0 = x0, a1 = x1, b0 = y0, b1 = y1;
     const float sc0 = s0, sc1 = s1;
-    x0 = u0, x1 = u1, y0 = v0, y1 = v1, s0 = r0, s1 = r1;
-    if (p + 2 * (int)gridDim.x < npg) load(p + 2 * gridDim.x, u0, u1, v0, v1, r0, r1);
+    if (p + (int)gridDim.x < npg) load(p + gridDim.x);
     u32 af[32];
 #pragma unroll
     for (int ks = 0; ks < 8; ks++) {
@@ -177,14 +165,12 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
     if (c < 2 && tk < n) {
       const float v = (c == 0 ? t0 : t1) * (c == 0 ? sc0 : sc1);
       orow[tk] = v;
-      if (shist)
-        atomicAdd(&hs[float_key(v) >> 20], 1u);
-      else if (gh)
-        atomicAdd(&gh[float_key(v) >> 20], 1u);
+      if (hist) atomicAdd(&hs[float_key(v) >> 20], 1u);
     }
   }
-  if (shist) {
+  if (hist) {
     __syncthreads();
+    u32* gh = hist + (size_t)row * WGH_BINS;
     for (int i = tid; i < WGH_BINS; i += 128)
       if (hs[i]) atomicAdd(&gh[i], hs[i]);
   }

@@ -45,5 +45,6 @@ final)
   rows
   save ;;
 check1) check1 ;;
+rows) rows ;;
 *) echo "usage: s40.sh embed|wgh|final|check1" >&2; exit 2 ;;
 esac

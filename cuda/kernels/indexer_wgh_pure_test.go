@@ -189,3 +189,26 @@ func TestIndexerWGHBlocks(t *testing.T) {
 		}
 	}
 }
+
+// The two-warpgroup kernels launch on half the blocks, so that the pages
+// a warpgroup takes are the same count.
+func TestIndexerWGHLaunch(t *testing.T) {
+	for _, pair := range []bool{false, true} {
+		for _, cs := range []struct{ name string }{{indexerWGHName}, {indexerWGHRowsName}} {
+			for _, T := range []int{100, 8256, 131072} {
+				name, grid, block := indexerWGHLaunch(cs.name, pair, 132, 1, T)
+				nbx := indexerWGHBlocks(132, 1, T)
+				wantName, wantX, wantT := cs.name, nbx, 128
+				if pair {
+					wantName, wantX, wantT = strings.Replace(cs.name, "wgh", "wgh2", 1), cdiv(nbx, 2), 256
+				}
+				if name != wantName || grid.X != wantX || block.X != wantT {
+					t.Errorf("pair %v %s T=%d: %s grid %d block %d, want %s %d %d", pair, cs.name, T, name, grid.X, block.X, wantName, wantX, wantT)
+				}
+				if !strings.Contains(WGKernelSource(), "void __launch_bounds__("+map[bool]string{false: "128, 4", true: "256, 2"}[pair]+") "+name+"(") {
+					t.Errorf("%s: not defined with its launch bounds in cu/wg", name)
+				}
+			}
+		}
+	}
+}

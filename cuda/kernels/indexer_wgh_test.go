@@ -174,6 +174,32 @@ func TestKernelIndexerWGH(t *testing.T) {
 				}
 			}
 			record(t, "indexer_scores_wgh "+cs.name+": histogram left zeroed by the top-k", "nonzero bins", float64(left), 0)
+			// Two warpgroups a block (IndexerScoresWGH2): the same scores bit
+			// for bit (tail and columns past T included), its histogram
+			// feeding the same selection.
+			{
+				o2 := a.poisoned(M * ld)
+				sc2 := a.up(make([]byte, TopKRadixScratchBytes(M, cs.T)))
+				chk(k.IndexerScoresWGH2(s, o2, qh, wq, cache, btp, lens, TopKRadixHist(sc2), M, cs.T, ld))
+				sel := a.poisoned(M * K)
+				chk(k.TopKRadixAfterHist(s, sel, o2, lens, sc2, M, cs.T, K, ld, K))
+				g2, gotSel := downF32(c, o2, M*ld), downI32(c, sel, M*K)
+				bad := 0
+				for i := range M * ld {
+					if math.Float32bits(g2[i]) != math.Float32bits(got[i]) {
+						bad++
+					}
+				}
+				for m := range M {
+					want := refTopK(got[m*ld:m*ld+cs.T], int(cs.lens[m]), K)
+					for j := range K {
+						if gotSel[m*K+j] != want[j] {
+							bad++
+						}
+					}
+				}
+				record(t, "indexer_scores_wgh2 (two warpgroups a block) vs wgh "+cs.name+", +hist, topk after hist", "mismatched scores/indices", float64(bad), 0)
+			}
 		}
 		// Rows of 3 caches in one launch against one launch per row.
 		{
@@ -207,8 +233,18 @@ func TestKernelIndexerWGH(t *testing.T) {
 				}
 			}
 			record(t, "indexer_scores_wgh_rows of 3 caches vs one launch per row", "mismatched scores", float64(bad), 0)
+			o2 := a.poisoned(M * ld)
+			chk(k.IndexerScoresWGH2Rows(s, o2, qh, wq, off, bases, lens, 0, M, T, ld))
+			g2 := downF32(c, o2, M*ld)
+			bad = 0
+			for i := range M * ld {
+				if math.Float32bits(g2[i]) != math.Float32bits(got[i]) {
+					bad++
+				}
+			}
+			record(t, "indexer_scores_wgh2_rows vs indexer_scores_wgh_rows", "mismatched scores", float64(bad), 0)
 		}
-		record(t, "indexer_scores_wgh launches counted", "launches missing", float64(max(0, 19-int(IndexerWGHLaunches.Load()-before))), 0)
+		record(t, "indexer_scores_wgh launches counted", "launches missing", float64(max(0, 25-int(IndexerWGHLaunches.Load()-before))), 0)
 		// Bad arguments are refused before any launch.
 		for _, bad := range []struct{ nq, T, ld int }{{0, 100, 100}, {1, 0, 0}, {1, 100, 99}} {
 			if err := k.IndexerScoresWGH(s, 1, 1, 1, 1, 0, 1, 0, bad.nq, bad.T, bad.ld); err == nil {
@@ -267,6 +303,9 @@ func TestKernelTimingIdxWGH(t *testing.T) {
 					}},
 					{"indexer_scores_wgh", func(cache cuda.DevPtr) error {
 						return k.IndexerScoresWGH(s, out, qh, wq, cache, 0, lens, hist, M, T, T)
+					}},
+					{"indexer_scores_wgh2", func(cache cuda.DevPtr) error {
+						return k.IndexerScoresWGH2(s, out, qh, wq, cache, 0, lens, hist, M, T, T)
 					}},
 				} {
 					us := graphUsRot(c, s, 8, 15, func(i int) {

@@ -154,7 +154,7 @@ var pdlMoreKernels = setOf(
 	"mla_decode_wg2b", "mla_decode_wg2h",
 	// cu/wg: the indexer scores on wgmma, launched as indexer_scores_mma_pf
 	// (pdlKernels) is, so programmatically in pdlMoreDefault.
-	"indexer_scores_wgh", "indexer_scores_wgh_rows",
+	"indexer_scores_wgh", "indexer_scores_wgh_rows", "indexer_scores_wgh2", "indexer_scores_wgh2_rows",
 	// SpreadPlan's o_proj: plainly by default (session 15 call C, GLM-5, 8192:
 	// 2.862 ms a step against 2.880 launched programmatically).
 	"gemv_tile_fp8_r4_m1_d16s", "gemv_tile_fp8_r8_m1_d16s",

@@ -564,6 +564,9 @@ func (b *cudaDevice) indexerQPrep(qh, wq, q, w, pos, cos, sin cuda.DevPtr, M, H,
 
 func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
 	if b.idxWGHOK(nq, T) {
+		if idxWGHPair(idxWGH, nq, T) {
+			return b.k.IndexerScoresWGH2(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
+		}
 		return b.k.IndexerScoresWGH(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
 	}
 	return b.k.IndexerScoresMMA(b.s, out, qh, wq, cache, 0, lens, hist, nq, T, ldOut)
@@ -573,8 +576,10 @@ func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, 
 // indexer_scores_wgh (the sm_90a module: the keys as wgmma's M, the query
 // read by the tensor cores; kernels.Set.IndexerScoresWGH) instead of
 // indexer_scores_mma_pf: unset, where it measured faster (idxWGHRule); 1
-// every launch, 0 none. Where the module does not load, _pf runs, said
-// once in the log.
+// every launch, 0 none; 2 every launch, those of 65536 keys or fewer on
+// the two-warpgroup blocks (kernels.IndexerScoresWGH2; opt-in, session 40,
+// NOT RUN on a GPU). Where the module does not load, _pf runs, said once
+// in the log.
 var idxWGH = os.Getenv("TILERT_GPU_IDX_WGH")
 
 // idxWGHRule: the launches indexer_scores_wgh takes under mode. Unset:
@@ -588,11 +593,14 @@ func idxWGHRule(mode string, nq, T int) bool {
 	switch mode {
 	case "0":
 		return false
-	case "1":
+	case "1", "2":
 		return true
 	}
 	return nq*T > 65536
 }
+
+// idxWGHPair: the launch takes indexer_scores_wgh2 (mode 2, short rows).
+func idxWGHPair(mode string, nq, T int) bool { return mode == "2" && nq*T <= 65536 }
 
 var idxWGHOnce sync.Once
 
@@ -839,6 +847,9 @@ func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowB
 
 func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64, rowBase, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
 	if b.idxWGHOK(nq, T) {
+		if idxWGHPair(idxWGH, nq, T) {
+			return b.k.IndexerScoresWGH2Rows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
+		}
 		return b.k.IndexerScoresWGHRows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)
 	}
 	return b.k.IndexerScoresMMARows(b.s, out, qh, wq, cacheOff, rowBase, lens, hist, nq, T, ldOut)

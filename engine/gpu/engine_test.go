@@ -599,3 +599,16 @@ func TestGPUIdxWGH(t *testing.T) {
 		t.Fatal("TILERT_GPU_IDX_WGH: no launch of indexer_scores_wgh")
 	}
 }
+
+// TILERT_GPU_IDX_WGH=2: every scores launch on wgmma, the short ones on
+// the two-warpgroup blocks (indexer_scores_wgh2): greedy == CPU.
+func TestGPUIdxWGH2(t *testing.T) {
+	gpuDevice(t)
+	defer func(v string) { idxWGH = v }(idxWGH)
+	idxWGH = "2"
+	n0 := kernels.IndexerWGH2Launches.Load()
+	testGreedyCases(t, onGPU, engine.CacheFP8DSMLA, genCases, " (TILERT_GPU_IDX_WGH=2)")
+	if kernels.IndexerWGH2Launches.Load() == n0 {
+		t.Fatal("TILERT_GPU_IDX_WGH=2: no launch of indexer_scores_wgh2")
+	}
+}

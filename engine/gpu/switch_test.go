@@ -94,10 +94,19 @@ func TestIdxWGHRule(t *testing.T) {
 		want  bool
 	}{
 		{"", 1, 131328, true}, {"", 4, 32768, true}, {"", 1, 65536, false}, {"", 1, 8448, false}, {"", 4, 8448, false},
-		{"1", 1, 100, true}, {"0", 4, 131072, false},
+		{"1", 1, 100, true}, {"0", 4, 131072, false}, {"2", 1, 8448, true}, {"2", 1, 131328, true},
 	} {
 		if got := idxWGHRule(cs.mode, cs.nq, cs.T); got != cs.want {
 			t.Errorf("idxWGHRule(%q, %d, %d) = %v, want %v", cs.mode, cs.nq, cs.T, got, cs.want)
+		}
+	}
+	for _, cs := range []struct {
+		mode  string
+		nq, T int
+		want  bool
+	}{{"2", 1, 8448, true}, {"2", 4, 16384, true}, {"2", 1, 131328, false}, {"1", 1, 8448, false}, {"", 1, 8448, false}} {
+		if got := idxWGHPair(cs.mode, cs.nq, cs.T); got != cs.want {
+			t.Errorf("idxWGHPair(%q, %d, %d) = %v, want %v", cs.mode, cs.nq, cs.T, got, cs.want)
 		}
 	}
 }

@@ -11,6 +11,11 @@
 #    65536 keys a launch, now with two pages in flight): their kernel and engine checks, the scores graph-timed again,
 #    A/B/A/B against TILERT_GPU_IDX_WGH=0 at 131072 on both models and against =1 on GLM-5 at 8192 (a page a block
 #    now adds to the histogram in global memory directly), then the README's rows (plan.sh rows).
+#  wgh2 (~3 min, NOT RUN: built after session 40's device time): TILERT_GPU_IDX_WGH=2 (kernels.IndexerScoresWGH2: the
+#    short launches on two-warpgroup blocks sharing the query's staging and the histogram; bits = wgh's): the kernel
+#    check, the scores graph-timed (_pf / wgh / wgh2), the engine's greedy cases with =2, A/B/A/B at 8192 on both
+#    models (GLM-5's indexer chain is the critical one there). If =2 wins twice on GLM-5 and loses nowhere, take wgh2
+#    below 65536 keys by default.
 #  check1 (~7 min): gpu-check's first half (plan.sh check1: the kernel checks and the engine's ^TestGPU) on these binaries.
 NAME=s40; . docs/measured/next/plan.sh "$1"
 case "$PART" in
@@ -44,7 +49,15 @@ final)
   abab glm-5 8192 1 wg8g TILERT_GPU_IDX_WGH=1
   rows
   save ;;
+wgh2)
+  tst kernels cuda/kernels 200 'TestKernelIndexerWGH$'; cnt kernels
+  TILERT_GPU_TIMING=1 tst kernels cuda/kernels 200 'TestKernelTimingIdxWGH$'; cnt kernels
+  grep -E "graph: indexer" $R/kernels.log | tee -a $R/summary.txt
+  tst engine engine/gpu 200 'TestGPUIdxWGH2?$'; cnt engine
+  abab glm-5 8192 1 wgh2g TILERT_GPU_IDX_WGH=2
+  abab deepseek-v3.2 8192 1 wgh2d TILERT_GPU_IDX_WGH=2
+  save ;;
 check1) check1 ;;
 rows) rows ;;
-*) echo "usage: s40.sh embed|wgh|final|check1" >&2; exit 2 ;;
+*) echo "usage: s40.sh embed|wgh|final|wgh2|check1|rows" >&2; exit 2 ;;
 esac

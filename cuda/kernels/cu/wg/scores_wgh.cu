@@ -66,7 +66,10 @@ __device__ __forceinline__ void wgh_m64n64(float* d, u32 a0, u32 a1, u32 a2, u32
       : "memory");
 }
 
-template <bool ROWS>
+// WGS warpgroups a block (128 x WGS threads) share the query's staging and
+// the histogram; warpgroup wg takes logical pages blockIdx.x x WGS + wg +
+// i x gridDim.x x WGS. A key's arithmetic does not depend on WGS.
+template <bool ROWS, int WGS>
 __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float* __restrict__ wq,
                                          const u8* __restrict__ cache, const int* __restrict__ block_table,
                                          const int* __restrict__ lens, float* out, int T, int ld_out, u32* hist,
@@ -74,14 +77,15 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
   __shared__ __align__(128) u8 qb[WGH_HEADS * WGH_D * 2];  // B: the query, f16, 16 KB
   __shared__ u32 hs[WGH_BINS];                             // score histogram (hist != null), 16 KB
   __shared__ __align__(8) float ws[WGH_HEADS];             // head weights (wq)
-  const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+  constexpr int NT = 128 * WGS;
+  const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3;
   const int g = lane >> 2, c = lane & 3;
   const int n = min(lens[row], T);
   if (ROWS) cache += row_base[row];
   float* orow = out + (size_t)row * ld_out;
-  for (int t = max(n, 0) + blockIdx.x * 128 + tid; t < T; t += gridDim.x * 128) orow[t] = NEG_INF;
+  for (int t = max(n, 0) + blockIdx.x * NT + tid; t < T; t += gridDim.x * NT) orow[t] = NEG_INF;
   const int npg = (n + WGH_PAGE - 1) / WGH_PAGE;
-  if ((int)blockIdx.x >= npg) return;  // block-uniform
+  if ((int)blockIdx.x * WGS >= npg) return;  // block-uniform
   // Lane (w, g, c) loads key rows 16w + g and 16w + g + 8 of a page: bytes
   // [16c, 16c + 16) and [64 + 16c, 64 + 16c + 16) of each, and their scales.
   uint4 x0, x1, y0, y1;
@@ -98,13 +102,14 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
     s0 = scl[16 * w + g];
     s1 = scl[16 * w + g + 8];
   };
-  int p = blockIdx.x;
-  load(p);  // in flight during the query's staging
+  int p = blockIdx.x * WGS + (WGS == 1 ? 0 : tid >> 7);
+  const int stride = gridDim.x * WGS;
+  if (WGS == 1 || p < npg) load(p);  // in flight during the query's staging
   // B from idx_q_prep's fragment-ordered codes: uint2 i = (mt*8 + ks)*32 +
   // 4*gg + cc holds heads 16mt + gg + 8hi, bytes 2hi + o (dimension P + o,
   // logical k 16ks + 2cc + o) and 4 + 2hi + o (P + 2 + o, logical + 8).
   const uint2* src = (const uint2*)(qh + (size_t)row * WGH_QROW);
-  for (int i = tid; i < WGH_QROW / 8; i += 128) {
+  for (int i = tid; i < WGH_QROW / 8; i += NT) {
     const uint2 v = src[i];
     const int cc = i & 3, gg = (i >> 2) & 7, ks = (i >> 5) & 7, mt = i >> 8;
     const int k0 = 16 * ks + 2 * cc;
@@ -117,15 +122,15 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
   }
   if (tid < WGH_HEADS) ws[tid] = wq[(size_t)row * WGH_HEADS + tid];
   if (hist)
-    for (int i = tid; i < WGH_BINS; i += 128) hs[i] = 0;
+    for (int i = tid; i < WGH_BINS; i += NT) hs[i] = 0;
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // B visible to wgmma
   __syncthreads();
   u32 qbase;
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(qbase) : "l"((const void*)qb));
-  for (; p < npg; p += gridDim.x) {  // warpgroup-uniform
+  for (; p < npg; p += stride) {  // warpgroup-uniform
     const uint4 a0 = x0, a1 = x1, b0 = y0, b1 = y1;
     const float sc0 = s0, sc1 = s1;
-    if (p + (int)gridDim.x < npg) load(p + gridDim.x);
+    if (p + stride < npg) load(p + stride);
     u32 af[32];
 #pragma unroll
     for (int ks = 0; ks < 8; ks++) {
@@ -171,7 +176,7 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
   if (hist) {
     __syncthreads();
     u32* gh = hist + (size_t)row * WGH_BINS;
-    for (int i = tid; i < WGH_BINS; i += 128)
+    for (int i = tid; i < WGH_BINS; i += NT)
       if (hs[i]) atomicAdd(&gh[i], hs[i]);
   }
 }
@@ -183,7 +188,19 @@ extern "C" __global__ void __launch_bounds__(128, 4) indexer_scores_wgh(const u8
                                                                         const int* __restrict__ lens, float* out,
                                                                         int T, int ld_out, u32* hist) {
   PDL_WAIT();
-  wgh_body<false>(qh, wq, cache, block_table, lens, out, T, ld_out, hist, nullptr);
+  wgh_body<false, 1>(qh, wq, cache, block_table, lens, out, T, ld_out, hist, nullptr);
+}
+
+// indexer_scores_wgh with two warpgroups a block (short rows: a block's
+// prologue shared by two pages; kernels.IndexerScoresWGH2).
+extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_wgh2(const u8* __restrict__ qh,
+                                                                         const float* __restrict__ wq,
+                                                                         const u8* __restrict__ cache,
+                                                                         const int* __restrict__ block_table,
+                                                                         const int* __restrict__ lens, float* out,
+                                                                         int T, int ld_out, u32* hist) {
+  PDL_WAIT();
+  wgh_body<false, 2>(qh, wq, cache, block_table, lens, out, T, ld_out, hist, nullptr);
 }
 
 // indexer_scores_wgh over rows of several slots' caches (row r's pages at
@@ -195,7 +212,17 @@ extern "C" __global__ void __launch_bounds__(128, 4) indexer_scores_wgh_rows(con
                                                                              const int* __restrict__ lens, float* out,
                                                                              int T, int ld_out, u32* hist) {
   PDL_WAIT();
-  wgh_body<true>(qh, wq, cache, nullptr, lens, out, T, ld_out, hist, row_base);
+  wgh_body<true, 1>(qh, wq, cache, nullptr, lens, out, T, ld_out, hist, row_base);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_wgh2_rows(const u8* __restrict__ qh,
+                                                                              const float* __restrict__ wq,
+                                                                              const u8* __restrict__ cache,
+                                                                              const long long* __restrict__ row_base,
+                                                                              const int* __restrict__ lens, float* out,
+                                                                              int T, int ld_out, u32* hist) {
+  PDL_WAIT();
+  wgh_body<true, 2>(qh, wq, cache, nullptr, lens, out, T, ld_out, hist, row_base);
 }
 
 #else
@@ -216,6 +243,24 @@ extern "C" __global__ void __launch_bounds__(128, 4) indexer_scores_wgh_rows(con
                                                                              const long long* __restrict__ row_base,
                                                                              const int* __restrict__ lens, float* out,
                                                                              int T, int ld_out, u32* hist) {
+  PDL_WAIT();
+  __trap();
+}
+extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_wgh2(const u8* __restrict__ qh,
+                                                                         const float* __restrict__ wq,
+                                                                         const u8* __restrict__ cache,
+                                                                         const int* __restrict__ block_table,
+                                                                         const int* __restrict__ lens, float* out,
+                                                                         int T, int ld_out, u32* hist) {
+  PDL_WAIT();
+  __trap();
+}
+extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_wgh2_rows(const u8* __restrict__ qh,
+                                                                              const float* __restrict__ wq,
+                                                                              const u8* __restrict__ cache,
+                                                                              const long long* __restrict__ row_base,
+                                                                              const int* __restrict__ lens, float* out,
+                                                                              int T, int ld_out, u32* hist) {
   PDL_WAIT();
   __trap();
 }

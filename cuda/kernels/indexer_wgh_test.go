@@ -55,6 +55,32 @@ func refIndexerScoresQ(qh []byte, wq []float32, cache []byte, bt []int32, n, T i
 	return ref
 }
 
+// bitMismatches counts the entries of a and b whose bits differ.
+func bitMismatches(a, b []float32) int {
+	n := 0
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			n++
+		}
+	}
+	return n
+}
+
+// selMismatches counts the indices of sel (rows of K) that differ from the
+// CPU's top-K of each row of scores (rows of ld, T keys, lens[m] valid).
+func selMismatches(sel []int32, scores []float32, lens []int32, ld, T, K int) int {
+	n := 0
+	for m := range lens {
+		want := refTopK(scores[m*ld:m*ld+T], int(lens[m]), K)
+		for j := range K {
+			if sel[m*K+j] != want[j] {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 func TestKernelIndexerWGH(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		needWG(t, c, k)
@@ -147,21 +173,7 @@ func TestKernelIndexerWGH(t *testing.T) {
 				gh := downF32(c, oh, M*ld)
 				sel := a.poisoned(M * K)
 				chk(k.TopKRadixAfterHist(s, sel, oh, lens, scratch, M, cs.T, K, ld, K))
-				gotSel := downI32(c, sel, M*K)
-				bad := 0
-				for i := range M * ld {
-					if math.Float32bits(gh[i]) != math.Float32bits(got[i]) {
-						bad++
-					}
-				}
-				for m := range M {
-					want := refTopK(gh[m*ld:m*ld+cs.T], int(cs.lens[m]), K)
-					for j := range K {
-						if gotSel[m*K+j] != want[j] {
-							bad++
-						}
-					}
-				}
+				bad := bitMismatches(gh, got) + selMismatches(downI32(c, sel, M*K), gh, cs.lens, ld, cs.T, K)
 				record(t, fmtName("indexer_scores_wgh+hist, topk_radix after hist K=%d %s (call %d)", K, cs.name, rep+1),
 					"mismatched scores/indices", float64(bad), 0)
 			}
@@ -183,21 +195,7 @@ func TestKernelIndexerWGH(t *testing.T) {
 				chk(k.IndexerScoresWGH2(s, o2, qh, wq, cache, btp, lens, TopKRadixHist(sc2), M, cs.T, ld))
 				sel := a.poisoned(M * K)
 				chk(k.TopKRadixAfterHist(s, sel, o2, lens, sc2, M, cs.T, K, ld, K))
-				g2, gotSel := downF32(c, o2, M*ld), downI32(c, sel, M*K)
-				bad := 0
-				for i := range M * ld {
-					if math.Float32bits(g2[i]) != math.Float32bits(got[i]) {
-						bad++
-					}
-				}
-				for m := range M {
-					want := refTopK(got[m*ld:m*ld+cs.T], int(cs.lens[m]), K)
-					for j := range K {
-						if gotSel[m*K+j] != want[j] {
-							bad++
-						}
-					}
-				}
+				bad := bitMismatches(downF32(c, o2, M*ld), got) + selMismatches(downI32(c, sel, M*K), got, cs.lens, ld, cs.T, K)
 				record(t, "indexer_scores_wgh2 (two warpgroups a block) vs wgh "+cs.name+", +hist, topk after hist", "mismatched scores/indices", float64(bad), 0)
 			}
 		}
@@ -225,24 +223,12 @@ func TestKernelIndexerWGH(t *testing.T) {
 				o1 := a.poisoned(ld)
 				chk(k.IndexerScoresWGH(s, o1, qh.Add(int64(m*IndexerQRowBytes)), wq.Add(int64(4*m*IndexerQHeads)), caches[m], 0,
 					lens.Add(int64(4*m)), 0, 1, T, ld))
-				want := downF32(c, o1, ld)
-				for i := range ld {
-					if math.Float32bits(got[m*ld+i]) != math.Float32bits(want[i]) {
-						bad++
-					}
-				}
+				bad += bitMismatches(got[m*ld:(m+1)*ld], downF32(c, o1, ld))
 			}
 			record(t, "indexer_scores_wgh_rows of 3 caches vs one launch per row", "mismatched scores", float64(bad), 0)
 			o2 := a.poisoned(M * ld)
 			chk(k.IndexerScoresWGH2Rows(s, o2, qh, wq, off, bases, lens, 0, M, T, ld))
-			g2 := downF32(c, o2, M*ld)
-			bad = 0
-			for i := range M * ld {
-				if math.Float32bits(g2[i]) != math.Float32bits(got[i]) {
-					bad++
-				}
-			}
-			record(t, "indexer_scores_wgh2_rows vs indexer_scores_wgh_rows", "mismatched scores", float64(bad), 0)
+			record(t, "indexer_scores_wgh2_rows vs indexer_scores_wgh_rows", "mismatched scores", float64(bitMismatches(downF32(c, o2, M*ld), got)), 0)
 		}
 		record(t, "indexer_scores_wgh launches counted", "launches missing", float64(max(0, 25-int(IndexerWGHLaunches.Load()-before))), 0)
 		// Bad arguments are refused before any launch.

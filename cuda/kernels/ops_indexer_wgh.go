@@ -65,16 +65,7 @@ func (k *Set) indexerScoresWGH(pair bool, s cuda.Stream, out, qh, wq, cache, blo
 	if err := indexerWGHArgs(indexerWGHName, out, qh, wq, cache, lens, nq, T, ldOut); err != nil {
 		return err
 	}
-	name, grid, block := indexerWGHLaunch(indexerWGHName, pair, k.c.Info().SMs, nq, T)
-	f, err := k.indexerWGHFn(name)
-	if err != nil {
-		return err
-	}
-	IndexerWGHLaunches.Add(1)
-	if pair {
-		IndexerWGH2Launches.Add(1)
-	}
-	return k.launchFn(f, grid, block, 0, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
+	return k.launchWGH(indexerWGHName, pair, s, nq, T, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
 }
 
 // IndexerScoresWGHRows is IndexerScoresWGH over rows of different caches
@@ -97,16 +88,7 @@ func (k *Set) indexerScoresWGHRows(pair bool, s cuda.Stream, out, qh, wq cuda.De
 	if err := indexerWGHArgs(indexerWGHRowsName, out, qh, wq, 1, lens, nq, T, ldOut); err != nil {
 		return err
 	}
-	name, grid, block := indexerWGHLaunch(indexerWGHRowsName, pair, k.c.Info().SMs, nq, T)
-	f, err := k.indexerWGHFn(name)
-	if err != nil {
-		return err
-	}
-	IndexerWGHLaunches.Add(1)
-	if pair {
-		IndexerWGH2Launches.Add(1)
-	}
-	return k.launchFn(f, grid, block, 0, s, qh, wq, cuda.DevPtr(cacheOff), rowBase, lens, out, T, ldOut, hist)
+	return k.launchWGH(indexerWGHRowsName, pair, s, nq, T, qh, wq, cuda.DevPtr(cacheOff), rowBase, lens, out, T, ldOut, hist)
 }
 
 func indexerWGHArgs(name string, out, qh, wq, cache, lens cuda.DevPtr, nq, T, ldOut int) error {
@@ -121,10 +103,21 @@ func indexerWGHArgs(name string, out, qh, wq, cache, lens cuda.DevPtr, nq, T, ld
 	return nil
 }
 
-func (k *Set) indexerWGHFn(name string) (*cuda.Function, error) {
+// launchWGH launches kernel name (or its two-warpgroup form) from the
+// sm_90a module over nq rows of T keys, counting the launch.
+func (k *Set) launchWGH(name string, pair bool, s cuda.Stream, nq, T int, args ...any) error {
+	name, grid, block := indexerWGHLaunch(name, pair, k.c.Info().SMs, nq, T)
 	mod, err := k.wg()
 	if err != nil {
-		return nil, errors.WithHint(errors.Wrap(err, name), "it needs an H100/H200 (sm_90a) and NVRTC 12+; IndexerScoresMMA runs everywhere from sm_89")
+		return errors.WithHint(errors.Wrap(err, name), "it needs an H100/H200 (sm_90a) and NVRTC 12+; IndexerScoresMMA runs everywhere from sm_89")
 	}
-	return k.c.Function(mod, name)
+	f, err := k.c.Function(mod, name)
+	if err != nil {
+		return err
+	}
+	IndexerWGHLaunches.Add(1)
+	if pair {
+		IndexerWGH2Launches.Add(1)
+	}
+	return k.launchFn(f, grid, block, 0, s, args...)
 }

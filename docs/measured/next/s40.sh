@@ -53,7 +53,7 @@ wgh2)
   tst kernels cuda/kernels 200 'TestKernelIndexerWGH$'; cnt kernels
   TILERT_GPU_TIMING=1 tst kernels cuda/kernels 200 'TestKernelTimingIdxWGH$'; cnt kernels
   grep -E "graph: indexer" $R/kernels.log | tee -a $R/summary.txt
-  tst engine engine/gpu 200 'TestGPUIdxWGH2?$'; cnt engine
+  tst engine engine/gpu 300 'TestGPUIdxWGH$'; cnt engine
   abab glm-5 8192 1 wgh2g TILERT_GPU_IDX_WGH=2
   abab deepseek-v3.2 8192 1 wgh2d TILERT_GPU_IDX_WGH=2
   save ;;

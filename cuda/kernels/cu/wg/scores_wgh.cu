@@ -181,87 +181,43 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128, 4) indexer_scores_wgh(const u8* __restrict__ qh,
-                                                                        const float* __restrict__ wq,
-                                                                        const u8* __restrict__ cache,
-                                                                        const int* __restrict__ block_table,
-                                                                        const int* __restrict__ lens, float* out,
-                                                                        int T, int ld_out, u32* hist) {
+#endif  // sm_90a: wgh_body
+
+// The kernels' arguments: IndexerScoresMMA's (block_table) or its rows
+// form's (row_base). Without sm_90a's wgmma (the module is only built for
+// sm_90a) the names stay defined for other targets' compile checks.
+#define WGH_ARGS                                                                                                  \
+  const u8 *__restrict__ qh, const float *__restrict__ wq, const u8 *__restrict__ cache,                         \
+      const int *__restrict__ block_table, const int *__restrict__ lens, float *out, int T, int ld_out, u32 *hist
+#define WGH_ROWS_ARGS                                                                                             \
+  const u8 *__restrict__ qh, const float *__restrict__ wq, const u8 *__restrict__ cache,                         \
+      const long long *__restrict__ row_base, const int *__restrict__ lens, float *out, int T, int ld_out, u32 *hist
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WGH_RUN(ROWS, WGS, BT, RB) wgh_body<ROWS, WGS>(qh, wq, cache, BT, lens, out, T, ld_out, hist, RB)
+#else
+#define WGH_RUN(ROWS, WGS, BT, RB) __trap()
+#endif
+
+extern "C" __global__ void __launch_bounds__(128, 4) indexer_scores_wgh(WGH_ARGS) {
   PDL_WAIT();
-  wgh_body<false, 1>(qh, wq, cache, block_table, lens, out, T, ld_out, hist, nullptr);
+  WGH_RUN(false, 1, block_table, nullptr);
 }
 
 // indexer_scores_wgh with two warpgroups a block (short rows: a block's
 // prologue shared by two pages; kernels.IndexerScoresWGH2).
-extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_wgh2(const u8* __restrict__ qh,
-                                                                         const float* __restrict__ wq,
-                                                                         const u8* __restrict__ cache,
-                                                                         const int* __restrict__ block_table,
-                                                                         const int* __restrict__ lens, float* out,
-                                                                         int T, int ld_out, u32* hist) {
+extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_wgh2(WGH_ARGS) {
   PDL_WAIT();
-  wgh_body<false, 2>(qh, wq, cache, block_table, lens, out, T, ld_out, hist, nullptr);
+  WGH_RUN(false, 2, block_table, nullptr);
 }
 
 // indexer_scores_wgh over rows of several slots' caches (row r's pages at
 // row_base[r] + cache, as indexer_scores_mma_rows).
-extern "C" __global__ void __launch_bounds__(128, 4) indexer_scores_wgh_rows(const u8* __restrict__ qh,
-                                                                             const float* __restrict__ wq,
-                                                                             const u8* __restrict__ cache,
-                                                                             const long long* __restrict__ row_base,
-                                                                             const int* __restrict__ lens, float* out,
-                                                                             int T, int ld_out, u32* hist) {
+extern "C" __global__ void __launch_bounds__(128, 4) indexer_scores_wgh_rows(WGH_ROWS_ARGS) {
   PDL_WAIT();
-  wgh_body<true, 1>(qh, wq, cache, nullptr, lens, out, T, ld_out, hist, row_base);
+  WGH_RUN(true, 1, nullptr, row_base);
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_wgh2_rows(const u8* __restrict__ qh,
-                                                                              const float* __restrict__ wq,
-                                                                              const u8* __restrict__ cache,
-                                                                              const long long* __restrict__ row_base,
-                                                                              const int* __restrict__ lens, float* out,
-                                                                              int T, int ld_out, u32* hist) {
+extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_wgh2_rows(WGH_ROWS_ARGS) {
   PDL_WAIT();
-  wgh_body<true, 2>(qh, wq, cache, nullptr, lens, out, T, ld_out, hist, row_base);
+  WGH_RUN(true, 2, nullptr, row_base);
 }
-
-#else
-// Without sm_90a's wgmma (the module is only built for sm_90a; this keeps
-// the names defined for other targets' compile checks).
-extern "C" __global__ void __launch_bounds__(128, 4) indexer_scores_wgh(const u8* __restrict__ qh,
-                                                                        const float* __restrict__ wq,
-                                                                        const u8* __restrict__ cache,
-                                                                        const int* __restrict__ block_table,
-                                                                        const int* __restrict__ lens, float* out,
-                                                                        int T, int ld_out, u32* hist) {
-  PDL_WAIT();
-  __trap();
-}
-extern "C" __global__ void __launch_bounds__(128, 4) indexer_scores_wgh_rows(const u8* __restrict__ qh,
-                                                                             const float* __restrict__ wq,
-                                                                             const u8* __restrict__ cache,
-                                                                             const long long* __restrict__ row_base,
-                                                                             const int* __restrict__ lens, float* out,
-                                                                             int T, int ld_out, u32* hist) {
-  PDL_WAIT();
-  __trap();
-}
-extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_wgh2(const u8* __restrict__ qh,
-                                                                         const float* __restrict__ wq,
-                                                                         const u8* __restrict__ cache,
-                                                                         const int* __restrict__ block_table,
-                                                                         const int* __restrict__ lens, float* out,
-                                                                         int T, int ld_out, u32* hist) {
-  PDL_WAIT();
-  __trap();
-}
-extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_wgh2_rows(const u8* __restrict__ qh,
-                                                                              const float* __restrict__ wq,
-                                                                              const u8* __restrict__ cache,
-                                                                              const long long* __restrict__ row_base,
-                                                                              const int* __restrict__ lens, float* out,
-                                                                              int T, int ld_out, u32* hist) {
-  PDL_WAIT();
-  __trap();
-}
-#endif

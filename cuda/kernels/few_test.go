@@ -123,10 +123,7 @@ func TestKernelMLAFew(t *testing.T) {
 			nBlocks := max(1, cdiv(maxLen, 64))
 			nPages := nBlocks + 3
 			cache := randMLACache(r, nPages*64)
-			bt := make([]int32, nBlocks)
-			for i, p := range r.Perm(nPages)[:nBlocks] {
-				bt[i] = int32(p)
-			}
+			bt := randBlockTable(r, nBlocks, nPages)
 			slot := func(tk int) int { return int(bt[tk/64])*64 + tk%64 }
 			qn, qp := randF32(r, nq*H*MLALatentDim, 1), randF32(r, nq*H*MLARopeDim, 1)
 			const scale = 0.3

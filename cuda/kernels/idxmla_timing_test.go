@@ -43,6 +43,32 @@ func TestKernelTimingIdxMLA(t *testing.T) {
 	})
 }
 
+// timingIndexerQuery is IndexerQPrep's query and head weights for 8 rows of
+// 64 heads from random inputs (the timing tests' rows).
+func timingIndexerQuery(k *Set, a *allocs, r *rand.Rand, s cuda.Stream) (qh, wq cuda.DevPtr) {
+	const H = 64
+	q, w := a.up(randF32(r, 8*H*128, 1)), a.up(randF32(r, 8*H, 1))
+	pos := a.up([]int32{100, 200, 300, 400, 500, 600, 700, 800})
+	cosT, sinT := a.up(randF32(r, 1024*32, 1)), a.up(randF32(r, 1024*32, 1))
+	qh, wq = a.raw(8*IndexerQRowBytes), a.raw(4*8*IndexerQHeads)
+	chk(k.IndexerQPrep(s, qh, wq, q, w, pos, cosT, sinT, 8, H, 64, false, 0.011))
+	return qh, wq
+}
+
+// coldIndexerCaches makes copies caches of nPages indexer pages, each
+// filled from img (64 pages) repeated: the timing tests rotate over them so
+// that the keys come cold from memory.
+func coldIndexerCaches(c *cuda.Ctx, a *allocs, img []byte, nPages, copies int) []cuda.DevPtr {
+	caches := make([]cuda.DevPtr, copies)
+	for i := range caches {
+		caches[i] = a.raw(int64(nPages * IndexerPageBytes))
+		for p := 0; p < nPages; p += 64 {
+			chk(c.Upload(caches[i].Add(int64(p*IndexerPageBytes)), img[:min(64, nPages-p)*IndexerPageBytes]))
+		}
+	}
+	return caches
+}
+
 // timeIdxTopK: the tensor-core scores (+ histogram) and the radix top-k
 // after them, the engine's pair, with each final stage; the top-k alone on
 // score distributions of different widths.
@@ -51,13 +77,9 @@ func timeIdxTopK(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s c
 		t.Log("indexer mma unsupported: skipped")
 		return
 	}
-	const H, K = 64, 2048
+	const K = 2048
 	img := randIndexerCache(r, 64)
-	q, w := a.up(randF32(r, 8*H*128, 1)), a.up(randF32(r, 8*H, 1))
-	pos := a.up([]int32{100, 200, 300, 400, 500, 600, 700, 800})
-	cosT, sinT := a.up(randF32(r, 1024*32, 1)), a.up(randF32(r, 1024*32, 1))
-	qh, wq := a.raw(8*IndexerQRowBytes), a.raw(4*8*IndexerQHeads)
-	chk(k.IndexerQPrep(s, qh, wq, q, w, pos, cosT, sinT, 8, H, 64, false, 0.011))
+	qh, wq := timingIndexerQuery(k, a, r, s)
 	finals := []struct {
 		name string
 		f    TopKRadixFinal
@@ -65,13 +87,7 @@ func timeIdxTopK(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s c
 	for _, T := range []int{8192, 131072} {
 		nPages := T / 64
 		const copies = 4 // 4 x 17 MB at 131072: more than the L2
-		caches := make([]cuda.DevPtr, copies)
-		for i := range caches {
-			caches[i] = a.raw(int64(nPages * IndexerPageBytes))
-			for p := 0; p < nPages; p += 64 {
-				chk(c.Upload(caches[i].Add(int64(p*IndexerPageBytes)), img))
-			}
-		}
+		caches := coldIndexerCaches(c, a, img, nPages, copies)
 		kb := float64(nPages*IndexerPageBytes + 4*T)
 		for _, M := range []int{1, 4} {
 			ls := make([]int32, M)

@@ -112,10 +112,7 @@ func checkIndexerMMA(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand)
 		var bt []int32
 		if cs.paged {
 			nPages += 3
-			bt = make([]int32, nBlocks)
-			for i, p := range r.Perm(nPages)[:nBlocks] {
-				bt[i] = int32(p)
-			}
+			bt = randBlockTable(r, nBlocks, nPages)
 		}
 		cache := randIndexerCache(r, nPages)
 		btp := cuda.DevPtr(0)

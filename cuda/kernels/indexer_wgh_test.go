@@ -116,10 +116,7 @@ func TestKernelIndexerWGH(t *testing.T) {
 			var bt []int32
 			if cs.paged {
 				nPages += 3
-				bt = make([]int32, nBlocks)
-				for i, p := range r.Perm(nPages)[:nBlocks] {
-					bt[i] = int32(p)
-				}
+				bt = randBlockTable(r, nBlocks, nPages)
 			}
 			cacheH := randIndexerCache(r, nPages)
 			cache := a.up(cacheH)
@@ -252,23 +249,12 @@ func TestKernelTimingIdxWGH(t *testing.T) {
 		needWG(t, c, k)
 		s := c.Stream()
 		add := timingTable(t, c, a, r, 256<<20, "device-to-device copy 256 MiB (read+write)", "reference of this table")
-		const H = 64
 		img := randIndexerCache(r, 64)
-		q, w := a.up(randF32(r, 8*H*128, 1)), a.up(randF32(r, 8*H, 1))
-		pos := a.up([]int32{100, 200, 300, 400, 500, 600, 700, 800})
-		cosT, sinT := a.up(randF32(r, 1024*32, 1)), a.up(randF32(r, 1024*32, 1))
-		qh, wq := a.raw(8*IndexerQRowBytes), a.raw(4*8*IndexerQHeads)
-		chk(k.IndexerQPrep(s, qh, wq, q, w, pos, cosT, sinT, 8, H, 64, false, 0.011))
+		qh, wq := timingIndexerQuery(k, a, r, s)
 		for _, T := range []int{8256, 32768, 131072} {
 			nPages := cdiv(T, 64)
 			const copies = 4
-			caches := make([]cuda.DevPtr, copies)
-			for i := range caches {
-				caches[i] = a.raw(int64(nPages * IndexerPageBytes))
-				for p := 0; p < nPages; p += 64 {
-					chk(c.Upload(caches[i].Add(int64(p*IndexerPageBytes)), img[:min(64, nPages-p)*IndexerPageBytes]))
-				}
-			}
+			caches := coldIndexerCaches(c, a, img, nPages, copies)
 			kb := float64(nPages*IndexerPageBytes + 4*T)
 			for _, M := range []int{1, 4} {
 				ls := make([]int32, M)

@@ -568,6 +568,16 @@ func checkRoutes(t *testing.T, name string, rows, E, K, ngroup, tkg int, norm bo
 
 // ---- indexer ----
 
+// randBlockTable maps nBlocks logical pages to distinct random pages of
+// nPages (a paged cache's block table).
+func randBlockTable(r *rand.Rand, nBlocks, nPages int) []int32 {
+	bt := make([]int32, nBlocks)
+	for i, p := range r.Perm(nPages)[:nBlocks] {
+		bt[i] = int32(p)
+	}
+	return bt
+}
+
 // fillIndexerCache makes a cache of nPages random pages (ue8m0-like scales).
 func randIndexerCache(r *rand.Rand, nPages int) []byte {
 	b := randFP8(r, nPages*IndexerPageBytes)
@@ -598,10 +608,7 @@ func TestKernelIndexer(t *testing.T) {
 		nBlocks := cdiv(T, IndexerPageTokens)
 		nPages := nBlocks + 3
 		cache := randIndexerCache(r, nPages)
-		bt := make([]int32, nBlocks)
-		for i, p := range r.Perm(nPages)[:nBlocks] {
-			bt[i] = int32(p)
-		}
+		bt := randBlockTable(r, nBlocks, nPages)
 		q := randF32(r, nq*H*D, 1)
 		w := randF32(r, nq*H, 1)
 		const qkScale = 0.088
@@ -752,10 +759,7 @@ func TestKernelMLA(t *testing.T) {
 		nBlocks := cdiv(300, 64)
 		nPages := nBlocks + 2
 		cache := randMLACache(r, nPages*64)
-		bt := make([]int32, nBlocks)
-		for i, p := range r.Perm(nPages)[:nBlocks] {
-			bt[i] = int32(p)
-		}
+		bt := randBlockTable(r, nBlocks, nPages)
 		qn := randF32(r, nq*H*MLALatentDim, 1)
 		qp := randF32(r, nq*H*MLARopeDim, 1)
 		const scale = 0.35

@@ -1,0 +1,35 @@
+# Session 41's device plan (issue 10). Usage: bash docs/measured/next/s41.sh wgh2|check2|fork|rows   (binaries in .device/next)
+#  wgh2 (~3 min): session 40's TILERT_GPU_IDX_WGH=2 (kernels.IndexerScoresWGH2, built after session 40's device time):
+#    s40.sh wgh2 (its kernel check, the scores graph-timed _pf / wgh / wgh2, the engine's greedy cases with =2, A/B/A/B
+#    at 8192 on both models).
+#  check2 (~3 min): gpu-check's second half (plan.sh check2: the decode node's handoff on cuda, cuda, cupti); the
+#    binaries that did not travel fail fast (rc=127) and are run in a later call.
+#  fork (~6 min): the q chain's fork point again, now that indexer_scores_wgh (session 40) scores the long rows faster
+#    (1 x 131072 9.58 against _pf's 11.33 us alone). The rules (engine/gpu side.go qFork) were measured on _pf:
+#    DeepSeek-V3.2 dims at 131072 fork before the scores with q_b capped at two blocks an SM (the late chain),
+#    GLM-5 dims fork at q_a (q_b `_o4`, open). A/B/A/B, 1 slot: DeepSeek-V3.2 at 131072 against
+#    TILERT_GPU_SIDE_Q_AT=qa, against TILERT_GPU_SIDE_CAP=q=1 and against =topk (forked after the scores); GLM-5 at
+#    131072 against =scores; GLM-5 at 8192 against =scores-all (session 27 call B: -4 / -18 us on _pf, not kept as
+#    inside the spread). No new code: a rule changes only where a variant wins twice and loses nowhere else.
+#  rows (~6 min): the README's rows (plan.sh rows).
+NAME=s41; . docs/measured/next/plan.sh "$1"
+case "$PART" in
+wgh2)
+  tst kernels cuda/kernels 200 'TestKernelIndexerWGH$'; cnt kernels
+  TILERT_GPU_TIMING=1 tst kernels cuda/kernels 200 'TestKernelTimingIdxWGH$'; cnt kernels
+  grep -E "graph: indexer" $R/kernels.log | tee -a $R/summary.txt
+  tst engine engine/gpu 300 'TestGPUIdxWGH$'; cnt engine
+  abab glm-5 8192 1 wgh2g TILERT_GPU_IDX_WGH=2
+  abab deepseek-v3.2 8192 1 wgh2d TILERT_GPU_IDX_WGH=2
+  save ;;
+check2) check2 ;;
+fork)
+  abab deepseek-v3.2 131072 1 fqa TILERT_GPU_SIDE_Q_AT=qa
+  abab deepseek-v3.2 131072 1 fcap TILERT_GPU_SIDE_CAP=q=1
+  abab deepseek-v3.2 131072 1 ftk TILERT_GPU_SIDE_Q_AT=topk
+  abab glm-5 131072 1 fsc TILERT_GPU_SIDE_Q_AT=scores
+  abab glm-5 8192 1 fsa TILERT_GPU_SIDE_Q_AT=scores-all
+  save ;;
+rows) rows ;;
+*) echo "usage: s41.sh wgh2|check2|fork|rows" >&2; exit 2 ;;
+esac

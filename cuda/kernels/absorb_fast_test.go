@@ -59,7 +59,7 @@ func TestKernelAbsorbFast(t *testing.T) {
 				for ri, rp := range ropes {
 					out, qpe := a.poisoned(H*R), a.poisoned(H*P)
 					oldOut, oldQpe := a.poisoned(H*R), a.poisoned(H*P)
-					chk(k.absorbQFast(s, out, qpe, qp, ukp, uks, H, nope, R, hs, P, rp, g))
+					chk(k.absorbQFast(s, out, qpe, qp, ukp, uks, H, nope, R, hs, P, rp, QScale{}, g))
 					chk(k.absorbQFP8(s, oldOut, oldQpe, qp, ukp, uks, 1, H, nope, R, H*hs, hs, P, rp, g))
 					got, gq := downF32(c, out, H*R), downF32(c, qpe, H*P)
 					if ri == 0 {
@@ -87,14 +87,14 @@ func TestKernelAbsorbFast(t *testing.T) {
 					}
 					record(t, fmt.Sprintf("absorb_q_fast RoPE part (rope %d) %s", ri, tag), relMetric, relErr(gotP, want), boundF32)
 					if ri == 1 { // repeat
-						chk(k.absorbQFast(s, out, qpe, qp, ukp, uks, H, nope, R, hs, P, rp, g))
+						chk(k.absorbQFast(s, out, qpe, qp, ukp, uks, H, nope, R, hs, P, rp, QScale{}, g))
 						record(t, "absorb_q_fast repeat "+tag, "differing values",
 							float64(diffF32Bits(got, downF32(c, out, H*R))+diffF32Bits(gq, downF32(c, qpe, H*P))), 0)
 					}
 				}
 				// No RoPE part (qpe = 0): the product alone.
 				out := a.poisoned(H * R)
-				chk(k.absorbQFast(s, out, 0, qp, ukp, uks, H, nope, R, hs, 0, QRope{}, g))
+				chk(k.absorbQFast(s, out, 0, qp, ukp, uks, H, nope, R, hs, 0, QRope{}, QScale{}, g))
 				record(t, "absorb_q_fast without qpe "+tag, relMetric, relErr(downF32(c, out, H*R), ref), boundF32)
 			}
 
@@ -283,12 +283,12 @@ func TestKernelAbsorbFastTiming(t *testing.T) {
 			fmt.Fprintf(&sw, "H=%d (copy %.2f us) q: today %.2f |", H, cp, oq)
 			for _, gg := range []int{2, 4, 8} {
 				us := groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) {
-					chk(k.absorbQFast(s, out, qpe, q, ws[i%nc], ss[i%nc], H, nope, R, hs, P, rope, gg))
+					chk(k.absorbQFast(s, out, qpe, q, ws[i%nc], ss[i%nc], H, nope, R, hs, P, rope, QScale{}, gg))
 				})
 				fmt.Fprintf(&sw, " G=%d:%.2f", gg, us)
 			}
 			us := groupGraphUs(c, 2*nc, 11, func(s cuda.Stream, i int) {
-				chk(k.absorbQFast(s, out, 0, q, ws[i%nc], ss[i%nc], H, nope, R, hs, 0, QRope{}, g))
+				chk(k.absorbQFast(s, out, 0, q, ws[i%nc], ss[i%nc], H, nope, R, hs, 0, QRope{}, QScale{}, g))
 			})
 			fmt.Fprintf(&sw, " rule without qpe:%.2f | v: today %.2f |", us, ov)
 			for _, rw := range []int{1, 2, 4, 8} {

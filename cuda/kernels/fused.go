@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	"sync/atomic"
+
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -53,6 +55,12 @@ type AttnEpilogue struct {
 	Bases            cuda.DevPtr
 	MLAOff, IdxOff   int64
 	MLARows, IdxRows bool
+
+	// QS, when on (one row, one cache, the query part): the query is
+	// multiplied by QS's RMSNorm scale before its RoPE and quantisation
+	// (attn_epilogue_qs; TILERT_GPU_QA_NORM=late, where wq_b ran on q_a
+	// times its norm weight alone).
+	QS QScale
 }
 
 // kvOn and idxOn say whether the latent rows' and the indexer keys' parts
@@ -104,6 +112,20 @@ func (k *Set) AttnEpilogue(s cuda.Stream, a AttnEpilogue) error {
 	if a.QH != 0 {
 		gx += IndexerQHeads / 16
 	}
+	if a.QS.On() {
+		if a.QH == 0 || a.Rows != 1 || a.Bases != 0 || a.QS.N <= 0 || a.QS.K <= 0 {
+			return errors.Newf("attn epilogue: RMSNorm's scale (sums %#x, N=%d, K=%d) needs the query part (QH) of one row (rows=%d) on one cache (bases %#x), N > 0 and K > 0",
+				uint64(a.QS.SumSq), a.QS.N, a.QS.K, a.Rows, uint64(a.Bases))
+		}
+		if err := k.launch("attn_epilogue_qs", cuda.D3(gx, a.Rows, 1), cuda.D1(512), 0, s,
+			a.KVA, a.LdKV, a.KVNorm, a.KVEps, a.MLACache, b2i(a.KVInterleaved),
+			a.IK, a.LdIK, a.IKNormW, a.IKNormB, a.IKEps, a.IdxCache, b2i(a.IdxInterleaved),
+			a.IQ, a.IW, a.QH, a.WQ, a.IH, a.WScale, a.Pos, a.Cos, a.Sin, a.Rot, a.QS.SumSq, a.QS.N, a.QS.K, a.QS.Eps); err != nil {
+			return err
+		}
+		AttnEpilogueQSLaunches.Add(1)
+		return nil
+	}
 	if a.Bases != 0 {
 		return k.launch("attn_epilogue_rows", cuda.D3(gx, a.Rows, 1), cuda.D1(512), 0, s,
 			a.KVA, a.LdKV, a.KVNorm, a.KVEps, a.MLAOff, b2i(a.MLARows), b2i(a.KVInterleaved),
@@ -115,3 +137,6 @@ func (k *Set) AttnEpilogue(s cuda.Stream, a AttnEpilogue) error {
 		a.IK, a.LdIK, a.IKNormW, a.IKNormB, a.IKEps, a.IdxCache, b2i(a.IdxInterleaved),
 		a.IQ, a.IW, a.QH, a.WQ, a.IH, a.WScale, a.Pos, a.Cos, a.Sin, a.Rot)
 }
+
+// AttnEpilogueQSLaunches counts attn_epilogue_qs launches (tests).
+var AttnEpilogueQSLaunches atomic.Int64

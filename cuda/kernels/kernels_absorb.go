@@ -100,15 +100,49 @@ func AbsorbQFastOK(nope, R, hs, P int, qpe bool) bool {
 // matter), launched as absorb_q_fast with AbsorbQFP8's columns a block
 // (absorbCols): the same outputs bit for bit.
 func (k *Set) AbsorbQFast(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, H, nope, R, hs, P int, rope QRope) error {
-	return k.absorbQFast(s, out, qpe, q, w, scale, H, nope, R, hs, P, rope, absorbCols(k.c.Info().SMs, H, R))
+	return k.absorbQFast(s, out, qpe, q, w, scale, H, nope, R, hs, P, rope, QScale{}, absorbCols(k.c.Info().SMs, H, R))
 }
+
+// QScale is RMSNorm's scale that absorb_q applies to its outputs when q_b
+// ran on q_a times the norm's weight alone (TILERT_GPU_QA_NORM=late):
+// r = rsqrt(sum(SumSq[0..N)) / K + Eps), SumSq the layer-input group's
+// per-block sums of q_a's squares (GroupSeg.SumSq), K q_a's width. The zero
+// value scales nothing.
+type QScale struct {
+	SumSq cuda.DevPtr
+	N, K  int
+	Eps   float32
+}
+
+// On says whether qs scales anything.
+func (qs QScale) On() bool { return qs.SumSq != 0 }
+
+// AbsorbQFastScaled is AbsorbQFast with every output (the absorbed sums and
+// the rotated RoPE part) times qs's r, on the absorb_q_fast_..._n kernels:
+// the default kernel's values times r, bit for bit, where r is taken as
+// rsqrtf(warp sum / K + Eps) of the partials (lane i adding SumSq[i],
+// SumSq[i+32], ... from 0.0f, then the butterfly).
+func (k *Set) AbsorbQFastScaled(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, H, nope, R, hs, P int, rope QRope, qs QScale) error {
+	if !qs.On() || qs.N <= 0 || qs.K <= 0 {
+		return errors.Newf("absorb q fast scaled: SumSq=%#x N=%d K=%d: needs the sums, N > 0 and K > 0", uint64(qs.SumSq), qs.N, qs.K)
+	}
+	return k.absorbQFast(s, out, qpe, q, w, scale, H, nope, R, hs, P, rope, qs, absorbCols(k.c.Info().SMs, H, R))
+}
+
+// AbsorbQScaledLaunches counts launches of the _n kernels (tests).
+var AbsorbQScaledLaunches atomic.Int64
 
 // absorbQFast launches absorb_q_fast with 16*g columns a block (g other
 // than absorbCols' changes the sums' order: the timing sweep's knob).
-func (k *Set) absorbQFast(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, H, nope, R, hs, P int, rope QRope, g int) error {
+func (k *Set) absorbQFast(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, H, nope, R, hs, P int, rope QRope, qs QScale, g int) error {
 	name := absorbQFastKernel(g, nope)
 	if H <= 0 || !AbsorbQFastOK(nope, R, hs, P, qpe != 0) || name == "" || R%(16*g) != 0 {
 		return errors.Newf("absorb q fast: H=%d nope=%d R=%d hs=%d P=%d with %d columns a block", H, nope, R, hs, P, 16*g)
+	}
+	args := []any{out, qpe, q, w, scale, H, nope, R, hs, P, rope.Pos, rope.Cos, rope.Sin, b2i(rope.Interleaved)}
+	if qs.On() {
+		name += "_n"
+		args = append(args, qs.SumSq, qs.N, qs.K, qs.Eps)
 	}
 	mod, err := k.absorbMod()
 	if err != nil {
@@ -118,11 +152,13 @@ func (k *Set) absorbQFast(s cuda.Stream, out, qpe, q, w, scale cuda.DevPtr, H, n
 	if err != nil {
 		return err
 	}
-	if err := k.launchFn(f, cuda.D1(H*(R/(16*g))), cuda.D1(256), 0, s, out, qpe, q, w, scale, H, nope, R, hs, P,
-		rope.Pos, rope.Cos, rope.Sin, b2i(rope.Interleaved)); err != nil {
+	if err := k.launchFn(f, cuda.D1(H*(R/(16*g))), cuda.D1(256), 0, s, args...); err != nil {
 		return err
 	}
 	AbsorbFastLaunches.Add(1)
+	if qs.On() {
+		AbsorbQScaledLaunches.Add(1)
+	}
 	return nil
 }
 

@@ -19,10 +19,40 @@ const MaxGroupSegs = 4
 // GroupSeg is one projection of a grouped GEMV: y[m][n] = W[n] . x[m] for
 // n < N, W fp8 [N][K] with 128x128 block scales S, or bf16 [N][K] (BF16, S
 // unused); output row m at Y + m*LdY.
+//
+// OutW and SumSq (segment 0 only, one input row, no GroupNorm; both or
+// neither; TILERT_GPU_QA_NORM=late): the segment's row n is written times
+// OutW[n] (float32 [N], q_a_layernorm's weight), and each of its
+// GroupSumSqBlocks blocks stores the sum of its rows' squares (taken
+// before OutW, rows in order) at SumSq[b]: RMSNorm(y) is then the written
+// row times rsqrt(sum(SumSq) / N + eps), which absorb_q applies (QScale)
+// instead of a norm launch.
 type GroupSeg struct {
 	W, S, Y cuda.DevPtr
 	N, LdY  int
 	BF16    bool
+	OutW    cuda.DevPtr
+	SumSq   cuda.DevPtr
+}
+
+// GroupSumSqBlocks is how many sums of squares a one-row grouped launch
+// writes for its segment 0 sg at K (OutW / SumSq): that segment's blocks.
+func (k *Set) GroupSumSqBlocks(sg GroupSeg, K int) int {
+	return GroupSumSqBlocksOn(k.c.Info().SMs, sg, K)
+}
+
+// GroupSumSqBlocksOn is GroupSumSqBlocks on a device of sms SMs (the
+// engine's emulator).
+func GroupSumSqBlocksOn(sms int, sg GroupSeg, K int) int {
+	G, R := groupShape(sms, sg, K, 1)
+	return cdiv(cdiv(sg.N, R), tileThreads/G)
+}
+
+// GroupSumSqRows is the rows each of those blocks sums (the last one's
+// past N count nothing).
+func GroupSumSqRows(sms int, sg GroupSeg, K int) int {
+	G, R := groupShape(sms, sg, K, 1)
+	return R * (tileThreads / G)
 }
 
 // GroupNorm, when W is set, RMS-normalises every input row first, exactly as
@@ -115,6 +145,9 @@ func groupMidKernel(shape string) string {
 // kernel (tests).
 var GroupMidLaunches atomic.Int64
 
+// GroupQWLaunches counts grouped launches on gemv_group_r8_m1_qw (tests).
+var GroupQWLaunches atomic.Int64
+
 // GemvGroupMid is GemvGroup on the gemv_mid_group_<shape>_m1 kernel
 // (cu/mid/gemv_mid.cu, the mid module; its _n twin with a norm, whose
 // weights' first round is issued before the prologue) where it applies:
@@ -137,7 +170,17 @@ func (k *Set) gemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 			len(segs), K, ldx, uint64(x), MaxGroupSegs)
 	}
 	sms := k.c.Info().SMs
-	args := make([]any, 0, 31)
+	qw := len(segs) > 0 && (segs[0].OutW != 0 || segs[0].SumSq != 0)
+	if qw && (segs[0].OutW == 0 || segs[0].SumSq == 0 || M != 1 || norm.W != 0 || mid != "") {
+		return false, errors.Newf("gemv group: segment 0's OutW=%#x SumSq=%#x need each other, one input row (M=%d), no norm and the default kernels",
+			uint64(segs[0].OutW), uint64(segs[0].SumSq), M)
+	}
+	for i := 1; i < len(segs); i++ {
+		if segs[i].OutW != 0 || segs[i].SumSq != 0 {
+			return false, errors.Newf("gemv group: segment %d has OutW / SumSq (segment 0 only)", i)
+		}
+	}
+	args := make([]any, 0, 33)
 	nthr := normThreads(K)
 	// bit 17: the norm prologue issues its loads several at a time
 	// (smallFast; the same sums).
@@ -165,6 +208,13 @@ func (k *Set) gemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 		args = append(args, sg.W, sg.S, sg.Y, sg.N, sg.LdY, G|b2i(sg.BF16)<<14)
 	}
 	name := fmt.Sprintf("gemv_group_r%d_m%d", R, tileMM(M))
+	if qw {
+		if R != 8 {
+			return false, errors.Newf("gemv group: OutW / SumSq take 8 rows a group, not %d", R)
+		}
+		name += "_qw"
+		args = append(args, segs[0].OutW, segs[0].SumSq)
+	}
 	if mid != "" {
 		// With a norm, the _n twin: the prologue (the same sums as the
 		// loop and fast ones) after the weights' first round.
@@ -188,6 +238,9 @@ func (k *Set) gemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []Grou
 	}
 	if err := k.launch(name, cuda.D1(blocks), cuda.D1(tileThreads), 0, s, args...); err != nil {
 		return false, err
+	}
+	if qw {
+		GroupQWLaunches.Add(1)
 	}
 	return false, nil
 }

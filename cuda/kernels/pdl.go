@@ -27,7 +27,7 @@ var pdlKernels = setOf(
 	"eng_mla_cache_write_f32", "eng_mla_cache_write_bf16", "eng_indexer_cache_write_f32",
 	"eng_indexer_scores_f32", "eng_mla_decode_f32", "eng_mla_decode_bf16",
 	// fused.cu
-	"attn_epilogue", "attn_epilogue_rows",
+	"attn_epilogue", "attn_epilogue_rows", "attn_epilogue_qs",
 	// norm.cu, moe.cu register-staged / rank variants
 	"rmsnorm_reg", "add_rmsnorm_reg", "moe_route_rank",
 	// gemm_tc.cu (prefill)
@@ -64,7 +64,7 @@ var pdlKernels = setOf(
 	// gemv_tile_group.cu
 	"gemv_group_r2_m1", "gemv_group_r2_m2", "gemv_group_r2_m4", "gemv_group_r2_m8",
 	"gemv_group_r4_m1", "gemv_group_r4_m2", "gemv_group_r4_m4", "gemv_group_r4_m8",
-	"gemv_group_r8_m1", "gemv_group_r8_m2", "gemv_group_r8_m4",
+	"gemv_group_r8_m1", "gemv_group_r8_m2", "gemv_group_r8_m4", "gemv_group_r8_m1_qw",
 	// gemv_wide.cu (dense; the experts variants wait before reading ids)
 	"gemv_fp8_wide_r1", "gemv_fp8_wide_r2", "gemv_fp8_wide_r4", "gemv_fp8_wide_r8",
 	"gemv_bf16_wide_r1", "gemv_bf16_wide_r2", "gemv_bf16_wide_r4", "gemv_bf16_wide_r8",
@@ -161,6 +161,8 @@ var pdlMoreKernels = setOf(
 	// cu/absorb
 	"absorb_q_fast_g2_r4", "absorb_q_fast_g2_r8", "absorb_q_fast_g4_r4", "absorb_q_fast_g4_r8",
 	"absorb_q_fast_g8_r4", "absorb_q_fast_g8_r8",
+	"absorb_q_fast_g2_r4_n", "absorb_q_fast_g2_r8_n", "absorb_q_fast_g4_r4_n", "absorb_q_fast_g4_r8_n",
+	"absorb_q_fast_g8_r4_n", "absorb_q_fast_g8_r8_n",
 	"absorb_v_fast_rw1", "absorb_v_fast_rw2", "absorb_v_fast_rw4", "absorb_v_fast_rw8",
 	// cu/few
 	"mla_decode_few", "mla_combine_few",

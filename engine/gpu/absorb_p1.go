@@ -30,11 +30,11 @@ func (o *ops) absorbP1(fp8 bool, M, R int) bool {
 
 // absorbQ is the device's absorbQ, or absorbQP1 where the forward runs
 // one part (absorbP1).
-func (o *ops) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error {
-	if o.absorbP1(fp8, M, R) {
+func (o *ops) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope, qs kernels.QScale) error {
+	if !qs.On() && o.absorbP1(fp8, M, R) {
 		return o.b.absorbQP1(out, qpe, q, w, s, M, H, nope, R, ldq, hs, P, rope)
 	}
-	return o.b.absorbQ(out, qpe, q, w, s, fp8, M, H, nope, R, ldq, hs, P, rope)
+	return o.b.absorbQ(out, qpe, q, w, s, fp8, M, H, nope, R, ldq, hs, P, rope, qs)
 }
 
 // absorbV is the device's absorbV, or absorbVP1 where the forward runs
@@ -51,7 +51,7 @@ func (o *ops) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) 
 // weights) takes the three-part absorbQ.
 func (b *cudaDevice) absorbQP1(out, qpe, q, w, s cuda.DevPtr, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error {
 	if !b.k.AbsorbP1OK(w, R) {
-		return b.absorbQ(out, qpe, q, w, s, true, M, H, nope, R, ldq, hs, P, rope)
+		return b.absorbQ(out, qpe, q, w, s, true, M, H, nope, R, ldq, hs, P, rope, kernels.QScale{})
 	}
 	if err := b.k.AbsorbQP1(b.s, out, q, w, s, M, H, nope, R, ldq, hs); err != nil || qpe == 0 {
 		return err

@@ -81,6 +81,16 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 	if !kernels.GroupOK(ws.h, H, H, ins) || (normed && !kernels.GroupOK(ws.qa, QL, QL, qbs)) {
 		return false
 	}
+	// TILERT_GPU_QA_NORM=late (qa_norm.go): q_a leaves the group times its
+	// norm weight, with its sums of squares, and absorbQ applies the scale.
+	if !normed && lw.uk.fp8 && lw.QANorm != 0 && (!withIdx || f.fuseIdx()) {
+		P := c.QKRopeHeadDim
+		nope := c.QKNopeHeadDim
+		if n := o.b.qaLate(M, ins[0], H, nope, c.KVLoraRank, nope+P, P); n > 0 && n <= QL {
+			ins[0].OutW, ins[0].SumSq = lw.QANorm, ws.qss
+			f.qaScale = kernels.QScale{SumSq: ws.qss, N: n, K: QL, Eps: subEps}
+		}
+	}
 	qbGroup = qbGroup && kernels.GroupOK(ws.qa, QL, QL, qbs)
 	type stage struct {
 		x    ptrOf
@@ -112,7 +122,9 @@ func (f *fwd) projGroup(lw *dlayer, withIdx bool) bool {
 		f.idxQB, f.qaRaw = withIdx, true
 		return true
 	}
-	o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.QANorm, M, QL, QL, QL, subEps))
+	if !f.qaScale.On() {
+		o.do(o.b.rmsnorm(ws.qa, ws.qa, lw.QANorm, M, QL, QL, QL, subEps))
+	}
 	if qbGroup {
 		for r := 0; r < M && o.err == nil; r += kernels.MaxTileM {
 			m := min(kernels.MaxTileM, M-r)

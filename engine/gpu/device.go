@@ -148,7 +148,14 @@ type device interface {
 	// absorbQ with qpe != 0 also copies the RoPE part of q (P values after
 	// each head's nope) into qpe [M][H][P], rotated by rope (rope's
 	// semantics, one position per row; the zero value: not rotated).
-	absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error
+	// absorbQ's qs, when on, scales every output by RMSNorm's r
+	// (TILERT_GPU_QA_NORM=late: q is q_b of q_a times the norm's weight).
+	absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope, qs kernels.QScale) error
+	// qaLate says how many per-block sums of q_a's squares the layer-input
+	// group writes (segment sg of K columns) where this device takes
+	// TILERT_GPU_QA_NORM=late for M rows with these absorb shapes; 0 where
+	// it does not (qa_norm.go).
+	qaLate(M int, sg kernels.GroupSeg, K, nope, R, hs, P int) int
 	absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error
 	fusedDevice
 	commDevice // comm.go
@@ -1084,7 +1091,14 @@ func (b *cudaDevice) scale(x cuda.DevPtr, a float32, n int) error { return b.k.E
 
 // absorbQ over fp8 W_UK runs spread over all SMs (and copies q's RoPE part
 // in the same launch); float32 weights (exact mode) keep the per-head kernel.
-func (b *cudaDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error {
+func (b *cudaDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope, qs kernels.QScale) error {
+	if qs.On() {
+		// The forward asked qaLate first: only the one-row kernels scale.
+		if !b.absorbFastQ(fp8, M, nope, R, hs, P, qpe != 0) {
+			return errors.AssertionFailedf("gpu: absorb q with RMSNorm's scale needs the one-row absorb_q_fast (M=%d nope=%d R=%d hs=%d P=%d)", M, nope, R, hs, P)
+		}
+		return b.k.AbsorbQFastScaled(b.s, out, qpe, q, w, s, H, nope, R, hs, P, rope, qs)
+	}
 	if b.absorbMany(fp8, w, M, R) { // prefill rows on tensor cores (gemm.go)
 		return b.absorbQTC(out, qpe, q, w, s, M, H, nope, R, ldq, hs, P, rope)
 	}

@@ -206,6 +206,9 @@ func (m *emuDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.Group
 	if ldx%4 != 0 || uint64(x)%16 != 0 {
 		return errors.Newf("emu gemv group: ldx=%d x=%#x: needs ldx %% 4 == 0 and aligned x", ldx, uint64(x))
 	}
+	if len(segs) > 0 && (segs[0].OutW != 0 || segs[0].SumSq != 0) {
+		defer m.qaGroupOut(segs[0], M)
+	}
 	if norm.W != 0 {
 		xn, err := m.alloc(int64(4 * M * K))
 		if err != nil {
@@ -877,10 +880,21 @@ func (m *emuDevice) qRopePart(qpe, q cuda.DevPtr, M, H, nope, ldq, hs, P int, ro
 	return nil
 }
 
-func (m *emuDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error {
+func (m *emuDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope, qs kernels.QScale) error {
 	row := make([]float32, R)
 	if err := m.qRopePart(qpe, q, M, H, nope, ldq, hs, P, rope); err != nil {
 		return err
+	}
+	if qs.On() {
+		// The one-row kernels' order: the outputs as unscaled, then each
+		// times r (below).
+		defer func() {
+			r := m.qaScale(qs)
+			scaleF32(m.f32(out, M*H*R), r)
+			if qpe != 0 {
+				scaleF32(m.f32(qpe, M*H*P), r)
+			}
+		}()
 	}
 	for r := 0; r < M; r++ {
 		qs := m.f32(q.Add(int64(4*r*ldq)), (H-1)*hs+nope)
@@ -992,5 +1006,19 @@ func (m *emuDevice) attnEpilogue(a kernels.AttnEpilogue) error {
 	if a.QH == 0 {
 		return nil
 	}
-	return m.indexerQPrep(a.QH, a.WQ, a.IQ, a.IW, a.Pos, a.Cos, a.Sin, a.Rows, a.IH, a.Rot, a.IdxInterleaved, a.WScale)
+	iq := a.IQ
+	if a.QS.On() {
+		// attn_epilogue_qs: the query times RMSNorm's scale first (into a
+		// copy: the kernel leaves IQ as it is).
+		n := a.Rows * a.IH * kernels.IndexerHeadDim
+		t, err := m.alloc(int64(4 * n))
+		if err != nil {
+			return err
+		}
+		defer m.free(t)
+		copy(m.f32(t, n), m.f32(a.IQ, n))
+		scaleF32(m.f32(t, n), m.qaScale(a.QS))
+		iq = t
+	}
+	return m.indexerQPrep(a.QH, a.WQ, iq, a.IW, a.Pos, a.Cos, a.Sin, a.Rows, a.IH, a.Rot, a.IdxInterleaved, a.WScale)
 }

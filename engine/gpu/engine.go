@@ -175,6 +175,9 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 	if sideQAtErr != nil {
 		return nil, sideQAtErr
 	}
+	if qaNormErr != nil {
+		return nil, qaNormErr
+	}
 	if mainPrioErr != nil {
 		return nil, mainPrioErr
 	}

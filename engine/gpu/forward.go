@@ -94,6 +94,7 @@ type workspace struct {
 	samp                     cuda.DevPtr // sampler scratch (kernels.SampleScratchBytes(1): one pick at a time)
 	mla                      cuda.DevPtr // split MLA partials (kernels.MLAHeadsWorkspaceBytes(maxRows, heads))
 	tkw                      cuda.DevPtr // top-k scratch (kernels.TopKRadixScratchBytes(maxRows, ldScores), zeroed)
+	qss                      cuda.DevPtr // q_a's per-block sums of squares, TILERT_GPU_QA_NORM=late ([q_lora_rank]: at most a block a row)
 	grp                      moeGroupWorkspace
 	ldScores                 int
 }
@@ -147,6 +148,7 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 	bs = append(bs, []wsBuf{
 		{&ws.cat, M * 2 * H},
 		{&ws.qa, M * c.QLoraRank},
+		{&ws.qss, c.QLoraRank},
 		{&ws.q, M * NH * qk},
 		{&ws.kva, M * (R + P)},
 		{&ws.qlat, M * NH * R},
@@ -370,6 +372,10 @@ type fwd struct {
 	// indexer keys and head weights (ik, iw), its query (iq); qaRaw: they
 	// left ws.qa unnormed.
 	idxKW, idxQB, qaRaw bool
+	// qaScale: the layer-input group left q_a times its norm weight in
+	// ws.qa and its sums of squares in ws.qss (TILERT_GPU_QA_NORM=late,
+	// qa_norm.go); absorbQ applies RMSNorm's scale.
+	qaScale kernels.QScale
 	// sideQ: q_b and the query absorption run on the side stream, joined
 	// before the MLA (side.go); sideSh: the shared expert does, joined
 	// before the MoE's combine.
@@ -625,7 +631,7 @@ func (f *fwd) attnProj(lw *dlayer, withIdx bool) {
 	qk := nope + P
 	QL := c.QLoraRank
 
-	f.qaRaw, f.idxKW, f.idxQB = false, false, false
+	f.qaRaw, f.idxKW, f.idxQB, f.qaScale = false, false, false, kernels.QScale{}
 	if f.projGroup(lw, withIdx) {
 		return
 	}
@@ -733,6 +739,7 @@ func (f *fwd) epilogueArgs(lw *dlayer, kv, idx bool, g group) kernels.AttnEpilog
 		a.IdxInterleaved = c.IndexerRopeInterleave
 		a.IQ, a.IW, a.IH, a.WScale = fptr(ws.iq, g.first*IH*ID), fptr(ws.iw, g.first*IH), IH, f.idxWScale()
 		a.QH, a.WQ = ws.iqh.Add(int64(g.first*kernels.IndexerQRowBytes)), fptr(ws.iwq, g.first*kernels.IndexerQHeads)
+		a.QS = f.qaScale // wq_b ran on q_a times its norm weight (TILERT_GPU_QA_NORM=late)
 	}
 	return a
 }
@@ -806,7 +813,7 @@ func (f *fwd) absorbQ(lw *dlayer) {
 	NH, nope := c.NumHeads, c.QKNopeHeadDim
 	qk := nope + P
 	o.do(o.absorbQ(ws.qlat, ws.qpe, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, f.M, NH, nope, R, NH*qk, qk, P,
-		kernels.QRope{Pos: f.pos, Cos: e.ropeCos, Sin: e.ropeSin, Interleaved: c.RopeInterleave}))
+		kernels.QRope{Pos: f.pos, Cos: e.ropeCos, Sin: e.ropeSin, Interleaved: c.RopeInterleave}, f.qaScale))
 }
 
 // attnProjOut projects the attention's latent output through W_UV and

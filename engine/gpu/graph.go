@@ -354,7 +354,7 @@ func (gb *graphDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.Gr
 		}
 		bytes += eb * int64(sg.N) * int64(K)
 		rows += sg.N
-		args = append(args, ku(sg.W), ku(sg.S), ku(sg.Y), ki(sg.N), ki(sg.LdY), kb(sg.BF16))
+		args = append(args, ku(sg.W), ku(sg.S), ku(sg.Y), ki(sg.N), ki(sg.LdY), kb(sg.BF16), ku(sg.OutW), ku(sg.SumSq))
 	}
 	_ = gb.rec("gemvGroup", bytes, func(b device) error { return b.gemvGroup(x, K, M, ldx, segs, norm) }, args...)
 	return gb.shaped(rows, K, M)
@@ -546,14 +546,14 @@ func (gb *graphDevice) scale(x cuda.DevPtr, a float32, n int) error {
 	return gb.rec("scale", int64(8*n), func(b device) error { return b.scale(x, a, n) }, ku(x), kf(a), ki(n))
 }
 
-func (gb *graphDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope) error {
+func (gb *graphDevice) absorbQ(out, qpe, q, w, s cuda.DevPtr, fp8 bool, M, H, nope, R, ldq, hs, P int, rope kernels.QRope, qs kernels.QScale) error {
 	wb := int64(4)
 	if fp8 {
 		wb = 1
 	}
-	return gb.rec("absorbQ", wb*int64(H*nope*R), func(b device) error { return b.absorbQ(out, qpe, q, w, s, fp8, M, H, nope, R, ldq, hs, P, rope) },
+	return gb.rec("absorbQ", wb*int64(H*nope*R), func(b device) error { return b.absorbQ(out, qpe, q, w, s, fp8, M, H, nope, R, ldq, hs, P, rope, qs) },
 		ku(out), ku(qpe), ku(q), ku(w), ku(s), kb(fp8), ki(M), ki(H), ki(nope), ki(R), ki(ldq), ki(hs), ki(P),
-		ku(rope.Pos), ku(rope.Cos), ku(rope.Sin), kb(rope.Interleaved))
+		ku(rope.Pos), ku(rope.Cos), ku(rope.Sin), kb(rope.Interleaved), ku(qs.SumSq), ki(qs.N), ki(qs.K), kf(qs.Eps))
 }
 
 func (gb *graphDevice) absorbV(out, x, w, s cuda.DevPtr, fp8 bool, M, H, vd, R, ldo int) error {
@@ -572,7 +572,8 @@ func (gb *graphDevice) attnEpilogue(a kernels.AttnEpilogue) error {
 	}, ku(a.KVA), ki(a.LdKV), ku(a.KVNorm), kf(a.KVEps), ku(a.MLACache), kb(a.KVInterleaved),
 		ku(a.IK), ki(a.LdIK), ku(a.IKNormW), ku(a.IKNormB), kf(a.IKEps), ku(a.IdxCache), kb(a.IdxInterleaved),
 		ku(a.IQ), ku(a.IW), ku(a.QH), ku(a.WQ), ki(a.IH), kf(a.WScale), ku(a.Pos), ku(a.Cos), ku(a.Sin), ki(a.Rot), ki(a.Rows),
-		ku(a.Bases), uint64(a.MLAOff), uint64(a.IdxOff), kb(a.MLARows), kb(a.IdxRows))
+		ku(a.Bases), uint64(a.MLAOff), uint64(a.IdxOff), kb(a.MLARows), kb(a.IdxRows),
+		ku(a.QS.SumSq), ki(a.QS.N), ki(a.QS.K), kf(a.QS.Eps))
 }
 
 // cudaGrapher captures on the backend's stream (thread-local capture: only

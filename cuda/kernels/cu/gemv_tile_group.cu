@@ -26,12 +26,15 @@
 #define GROUP_SEGS 4
 
 // One segment's block: rows [n0, ...) of W, G threads per group, R rows per
-// group, rr[m] the row scales of the norm (nw != 0).
-template <class T, int R, int MM>
+// group, rr[m] the row scales of the norm (nw != 0). QW (one input row,
+// the _qw kernel's q_a segment, ow set): each output row's square goes to
+// qsq[grp * R + row] (0 past N) and the row is written times ow[n].
+template <class T, int R, int MM, bool QW = false>
 __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, float* y, int ldy, int N, int G,
                                                 int blk, const float* __restrict__ x, int ldx, int K, int M,
                                                 const float* __restrict__ nw, float eps, int nthr, int fold,
-                                                int fastnorm, float (*part)[32], float (*nsh)[32], float* rs) {
+                                                int fastnorm, float (*part)[32], float (*nsh)[32], float* rs,
+                                                const float* __restrict__ ow = nullptr, float* qsq = nullptr) {
   constexpr int NI = 8 / R;
   GROUP_ROWS(T, R)
   uint4 wv[NI][R];
@@ -175,6 +178,13 @@ __device__ __forceinline__ void gemv_group_body(const void* W, const float* S, f
     const int wpg = G >> 5, w0i = grp * wpg;
     float v = 0.0f;
     for (int i = 0; i < wpg; i++) v += part[w0i + i][rr2 * MM + m];
+    if constexpr (QW) {
+      if (ow) {
+        const bool in = n0 + rr2 < N;
+        qsq[grp * R + rr2] = in ? v * v : 0.0f;
+        if (in) v = v * ow[n0 + rr2];
+      }
+    }
     if (n0 + rr2 < N) y[(size_t)m * ldy + n0 + rr2] = v;
   }
 }
@@ -302,6 +312,62 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
   PDL_WAIT();
   gemv_group_run<8, 1>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2,
                         y2, n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3);
+}
+
+// gemv_group_run (one input row) for gemv_group_r8_m1_qw: segment 0's rows
+// are written times ow[n], and its block b stores the sum of its rows'
+// squares (before ow, rows in order from 0.0f) at ss[b]: RMSNorm's weight
+// and its sum of squares without the norm's launch; the consumers apply
+// rsqrt(sum(ss) / N + eps) themselves. The other segments are
+// gemv_group_run's. (A function of its own: a template flag on
+// gemv_group_run renames its shared arrays in every grouped kernel's PTX.)
+template <int R>
+__device__ __forceinline__ void gemv_group_run_qw(const float* __restrict__ x, int ldx, int K, int M,
+                                                  const float* __restrict__ nw, float eps, int nf, const void* w0,
+                                                  const float* s0, float* y0, int n0, int ldy0, int cfg0,
+                                                  const void* w1, const float* s1, float* y1, int n1, int ldy1,
+                                                  int cfg1, const void* w2, const float* s2, float* y2, int n2,
+                                                  int ldy2, int cfg2, const void* w3, const float* s3, float* y3,
+                                                  int n3, int ldy3, int cfg3, const float* __restrict__ ow,
+                                                  float* ss) {
+  __shared__ float part[TILE_THREADS / 32][32];
+  __shared__ float nsh[1][32];
+  __shared__ float rs[1];
+  __shared__ float qsq[(TILE_THREADS / 32) * R];
+  const bool seg0 = (int)blockIdx.x < group_blocks<R>(n0, cfg0);
+  // This block's segment (segment 0's blocks first).
+  GROUP_SEGMENT(R)
+  const int G = cfg & 1023, fold = (nf >> 16) & 1, fastnorm = (nf >> 17) & 1, nthr = nf & 0xffff;
+  const float* o = seg0 ? ow : nullptr;
+  if ((cfg >> 14) & 1) {
+    gemv_group_body<TBF16, R, 1, true>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh,
+                                       rs, o, qsq);
+  } else {
+    gemv_group_body<TFP8, R, 1, true>(W, S, y, ldy, N, G, blk, x, ldx, K, M, nw, eps, nthr, fold, fastnorm, part, nsh,
+                                      rs, o, qsq);
+  }
+  if (o) {  // block-uniform
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float s = 0.0f;
+      for (int i = 0; i < (TILE_THREADS / G) * R; i++) s += qsq[i];
+      ss[blk] = s;
+    }
+  }
+}
+
+// gemv_group_r8_m1 with segment 0 (q_a) written times ow (q_a_layernorm's
+// weight) and its blocks' sums of squares at ss (GroupSeg.OutW / SumSq):
+// the layer-input group of TILERT_GPU_QA_NORM=late, one input row.
+extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+    gemv_group_r8_m1_qw(const float* __restrict__ x, int ldx, int K, int M, const float* __restrict__ nw, float eps,
+                        int nf, const void* w0, const float* s0, float* y0, int n0, int ldy0, int cfg0, const void* w1,
+                        const float* s1, float* y1, int n1, int ldy1, int cfg1, const void* w2, const float* s2,
+                        float* y2, int n2, int ldy2, int cfg2, const void* w3, const float* s3, float* y3, int n3,
+                        int ldy3, int cfg3, const float* __restrict__ ow, float* ss) {
+  PDL_WAIT();
+  gemv_group_run_qw<8>(x, ldx, K, M, nw, eps, nf, w0, s0, y0, n0, ldy0, cfg0, w1, s1, y1, n1, ldy1, cfg1, w2, s2, y2,
+                       n2, ldy2, cfg2, w3, s3, y3, n3, ldy3, cfg3, ow, ss);
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)

@@ -55,10 +55,13 @@ __device__ __forceinline__ u32 u4_word(const uint4& v, int i) { return i == 0 ? 
 // h >= H). q: [M][H][128] (before RoPE), w: [M][H], qh: [M][8192] bytes,
 // wq: [M][64]. grid (4, M), 512 threads: a warp per head, 4 values a lane.
 // idx_q_prep_body is one block's work (heads 16*hb.., row m), also run by
-// fused.cu's attn_epilogue.
-__device__ void idx_q_prep_body(const float* __restrict__ q, const float* __restrict__ w, const int* __restrict__ pos,
-                                const float* __restrict__ cos_t, const float* __restrict__ sin_t, u8* qh, float* wq,
-                                int H, int rot, int interleaved, float wscale, int hb, int m) {
+// fused.cu's attn_epilogue; idx_q_prep_body_s (attn_epilogue_qs,
+// TILERT_GPU_QA_NORM=late) first multiplies each loaded value by rq.
+template <bool QS>
+__device__ __forceinline__ void idx_q_prep_t(const float* __restrict__ q, const float* __restrict__ w,
+                                             const int* __restrict__ pos, const float* __restrict__ cos_t,
+                                             const float* __restrict__ sin_t, u8* qh, float* wq, int H, int rot,
+                                             int interleaved, float wscale, int hb, int m, float rq) {
   const int lane = threadIdx.x & 31, h = hb * 16 + (threadIdx.x >> 5);
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   float sc = 1.0f;
@@ -69,6 +72,10 @@ __device__ void idx_q_prep_body(const float* __restrict__ q, const float* __rest
     v[1] = x.y;
     v[2] = x.z;
     v[3] = x.w;
+    if constexpr (QS) {
+#pragma unroll
+      for (int b = 0; b < 4; b++) v[b] = v[b] * rq;
+    }
     const int half = rot >> 1, p = pos[m];
     const float* ct = cos_t + (size_t)p * half;
     const float* st = sin_t + (size_t)p * half;
@@ -119,6 +126,19 @@ __device__ void idx_q_prep_body(const float* __restrict__ q, const float* __rest
   ((u16*)o)[hi] = (u16)(code & 0xffffu);
   ((u16*)o)[2 + hi] = (u16)(code >> 16);
   if (lane == 0) wq[(size_t)m * IDXQ_HEADS + h] = h < H ? w[(size_t)m * H + h] * wscale * sc : 0.0f;
+}
+
+__device__ void idx_q_prep_body(const float* __restrict__ q, const float* __restrict__ w, const int* __restrict__ pos,
+                                const float* __restrict__ cos_t, const float* __restrict__ sin_t, u8* qh, float* wq,
+                                int H, int rot, int interleaved, float wscale, int hb, int m) {
+  idx_q_prep_t<false>(q, w, pos, cos_t, sin_t, qh, wq, H, rot, interleaved, wscale, hb, m, 1.0f);
+}
+
+__device__ void idx_q_prep_body_s(const float* __restrict__ q, const float* __restrict__ w,
+                                  const int* __restrict__ pos, const float* __restrict__ cos_t,
+                                  const float* __restrict__ sin_t, u8* qh, float* wq, int H, int rot, int interleaved,
+                                  float wscale, int hb, int m, float rq) {
+  idx_q_prep_t<true>(q, w, pos, cos_t, sin_t, qh, wq, H, rot, interleaved, wscale, hb, m, rq);
 }
 
 extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __restrict__ q, const float* __restrict__ w,

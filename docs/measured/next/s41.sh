@@ -1,4 +1,4 @@
-# Session 41's device plan (issue 10). Usage: bash docs/measured/next/s41.sh wgh2|check2|fork|rows   (binaries in .device/next)
+# Session 41's device plan (issue 10). Usage: bash docs/measured/next/s41.sh wgh2|check2|fork|qn|rows   (binaries in .device/next)
 #  wgh2 (~3 min): session 40's TILERT_GPU_IDX_WGH=2 (kernels.IndexerScoresWGH2, built after session 40's device time):
 #    s40.sh wgh2 (its kernel check, the scores graph-timed _pf / wgh / wgh2, the engine's greedy cases with =2, A/B/A/B
 #    at 8192 on both models).
@@ -11,6 +11,12 @@
 #    TILERT_GPU_SIDE_Q_AT=qa, against TILERT_GPU_SIDE_CAP=q=1 and against =topk (forked after the scores); GLM-5 at
 #    131072 against =scores; GLM-5 at 8192 against =scores-all (session 27 call B: -4 / -18 us on _pf, not kept as
 #    inside the spread). No new code: a rule changes only where a variant wins twice and loses nowhere else.
+#  qn (~7 min, NOT RUN: built in session 41 without a device): TILERT_GPU_QA_NORM=late (engine/gpu qa_norm.go: q_a's
+#    RMSNorm launch off both attention chains; the layer-input group writes q_a times the norm weight and its blocks'
+#    sums of squares, absorb_q and the attention epilogue's query part apply the scale): TestKernelQANormLate (the three
+#    kernels against the default ones and float64, bad calls refused), TestGPUQANormLate (greedy == CPU, both presets,
+#    MTP on and off), then A/B/A/B on both models at 8192 and 131072, 1 slot, and a traced GLM-5 step at 8192 with it.
+#    Make it the default where it wins twice on a model and loses nowhere (expected ~-15..-20 us a step).
 #  rows (~6 min): the README's rows (plan.sh rows).
 NAME=s41; . docs/measured/next/plan.sh "$1"
 case "$PART" in
@@ -23,6 +29,15 @@ wgh2)
   abab deepseek-v3.2 8192 1 wgh2d TILERT_GPU_IDX_WGH=2
   save ;;
 check2) check2 ;;
+qn)
+  tst kernels cuda/kernels 300 '^(TestKernelQANormLate|TestKernelFusedAttnEpilogue|TestKernelAbsorbFast)$'; cnt kernels
+  tst engine engine/gpu 300 '^TestGPUQANormLate$'; cnt engine
+  abab glm-5 8192 1 qng TILERT_GPU_QA_NORM=late
+  abab deepseek-v3.2 8192 1 qnd TILERT_GPU_QA_NORM=late
+  abab glm-5 131072 1 qng131 TILERT_GPU_QA_NORM=late
+  abab deepseek-v3.2 131072 1 qnd131 TILERT_GPU_QA_NORM=late
+  TL=1 bn glm-5 8192 1 tl-qn TILERT_GPU_QA_NORM=late
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 fork)
   abab deepseek-v3.2 131072 1 fqa TILERT_GPU_SIDE_Q_AT=qa
   abab deepseek-v3.2 131072 1 fcap TILERT_GPU_SIDE_CAP=q=1
@@ -31,5 +46,5 @@ fork)
   abab glm-5 8192 1 fsa TILERT_GPU_SIDE_Q_AT=scores-all
   save ;;
 rows) rows ;;
-*) echo "usage: s41.sh wgh2|check2|fork|rows" >&2; exit 2 ;;
+*) echo "usage: s41.sh wgh2|check2|fork|qn|rows" >&2; exit 2 ;;
 esac

@@ -21,12 +21,20 @@
 // absorb_q_fast<G, NR>: out[h][c] = sum_d q[h*hs + d] * S[h*nope + d][c/128] * W[h][d][c]
 // for one row; qpe[h][0..P) = q's RoPE part rotated (pos[0]) as absorb_q_fp8
 // does. grid (H * R/(16*G)), 256 threads; nope <= NR*256/G, P/2 <= 256.
-template <int G, int NR>
+// QN (the _n kernels, TILERT_GPU_QA_NORM=late): q is q_b of q_a times
+// q_a_layernorm's weight, not yet scaled by RMSNorm's rsqrt; every output
+// (the sums and the rotated RoPE part) is multiplied by
+// rq = rsqrt(sum(ss[0..nss)) / K + eps), ss the layer-input group's
+// per-block sums of q_a's squares. Each warp sums them itself (lane i from
+// ss[i] in steps of 32, then the butterfly): the same rq in every thread,
+// no barrier, the loads out with the coefficients'.
+template <int G, int NR, bool QN = false>
 __device__ __forceinline__ void absorb_q_fast_body(float* out, float* qpe, const float* __restrict__ q,
                                                    const u8* __restrict__ W, const float* __restrict__ S, int H,
                                                    int nope, int R, int hs, int P, const int* __restrict__ pos,
                                                    const float* __restrict__ cos_t, const float* __restrict__ sin_t,
-                                                   int interleaved) {
+                                                   int interleaved, const float* __restrict__ ss = nullptr,
+                                                   int nss = 0, int K = 1, float eps = 0.0f) {
   __shared__ float red[8][128];  // [warp][column]
   constexpr int CW = 16 * G, RL = 256 / G;
   const int nb = R / CW;
@@ -51,6 +59,12 @@ __device__ __forceinline__ void absorb_q_fast_body(float* out, float* qpe, const
     const int d = r + i * RL;
     cf[i] = 0.0f;
     if (d < nope) cf[i] = qh[d] * Sh[(size_t)d * rb];
+  }
+  float rq = 1.0f;
+  if constexpr (QN) {
+    float a = 0.0f;
+    for (int i = lane; i < nss; i += 32) a += ss[i];
+    rq = rsqrtf(warp_sum(a) / (float)K + eps);
   }
   float ra = 0.0f, rbv = 0.0f, rc = 0.0f, rs = 0.0f;
   int i0 = 0, i1 = 0;
@@ -86,14 +100,23 @@ __device__ __forceinline__ void absorb_q_fast_body(float* out, float* qpe, const
     float s = 0.0f;
 #pragma unroll
     for (int w = 0; w < 8; w++) s += red[w][tid];
+    if constexpr (QN) s = s * rq;
     out[(size_t)h * R + c0 + tid] = s;
   }
   if (rope) {
     float* dst = qpe + (size_t)h * P;
     if (pos) {
       const float a = ra, b = rbv, c = rc, s = rs;
-      dst[i0] = a * c - b * s;
-      dst[i1] = b * c + a * s;
+      if constexpr (QN) {
+        dst[i0] = (a * c - b * s) * rq;
+        dst[i1] = (b * c + a * s) * rq;
+      } else {
+        dst[i0] = a * c - b * s;
+        dst[i1] = b * c + a * s;
+      }
+    } else if constexpr (QN) {
+      dst[i0] = ra * rq;
+      dst[i1] = rbv * rq;
     } else {
       dst[i0] = ra;
       dst[i1] = rbv;
@@ -116,6 +139,24 @@ ABSORB_Q_FAST(8, 4, 4)
 ABSORB_Q_FAST(2, 8, 2)
 ABSORB_Q_FAST(4, 8, 2)
 ABSORB_Q_FAST(8, 8, 2)
+
+// absorb_q_fast_g<G>_r<NR>_n: the QN form (TILERT_GPU_QA_NORM=late).
+#define ABSORB_Q_FAST_N(G, NR, MINB)                                                                                 \
+  extern "C" __global__ void __launch_bounds__(256, MINB) absorb_q_fast_g##G##_r##NR##_n(                            \
+      float* out, float* qpe, const float* __restrict__ q, const u8* __restrict__ W, const float* __restrict__ S,    \
+      int H, int nope, int R, int hs, int P, const int* __restrict__ pos, const float* __restrict__ cos_t,           \
+      const float* __restrict__ sin_t, int interleaved, const float* __restrict__ ss, int nss, int K, float eps) {   \
+    PDL_WAIT();                                                                                                      \
+    absorb_q_fast_body<G, NR, true>(out, qpe, q, W, S, H, nope, R, hs, P, pos, cos_t, sin_t, interleaved, ss, nss, K, \
+                                    eps);                                                                            \
+  }
+
+ABSORB_Q_FAST_N(2, 4, 4)
+ABSORB_Q_FAST_N(4, 4, 4)
+ABSORB_Q_FAST_N(8, 4, 4)
+ABSORB_Q_FAST_N(2, 8, 2)
+ABSORB_Q_FAST_N(4, 8, 2)
+ABSORB_Q_FAST_N(8, 8, 2)
 
 // absorb_v_fast<RW>: out[h*vd + v] = sum_c W[h][v][c] * x[h][c] for one row
 // (W_UV [H][vd][R], R = 512), absorb_v_fp8's warp-per-row sums.

@@ -1,0 +1,59 @@
+package gpu
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/cuda/kernels"
+	"github.com/tilert-go/tilert/engine"
+)
+
+func TestParseQANorm(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		late bool
+		bad  bool
+	}{{"", false, false}, {"launch", false, false}, {"late", true, false}, {"LATE", false, true}, {"1", false, true}} {
+		late, err := parseQANorm(c.in)
+		switch {
+		case c.bad && (err == nil || !strings.Contains(err.Error(), "TILERT_GPU_QA_NORM") || len(errors.GetAllHints(err)) == 0):
+			t.Errorf("%q: %v, want an error naming the switch, with a hint", c.in, err)
+		case !c.bad && (err != nil || late != c.late):
+			t.Errorf("%q: %v, %v; want %v", c.in, late, err, c.late)
+		}
+	}
+}
+
+// TILERT_GPU_QA_NORM=late gives the CPU engine's greedy tokens on both
+// tiny presets, MTP on and off, one slot and two (the two-row steps keep
+// the norm launch); it fails unless the late form ran: on the emulator its
+// group's sums, on the GPU gemv_group_r8_m1_qw and absorb_q_fast_..._n.
+func TestEmuQANormLate(t *testing.T) { testQANormLate(t, onEmu) }
+
+func TestGPUQANormLate(t *testing.T) {
+	gpuDevice(t)
+	testQANormLate(t, onGPU)
+}
+
+func testQANormLate(t *testing.T, kind deviceKind) {
+	defer func(v bool) { qaNormLate = v }(qaNormLate)
+	qaNormLate = true
+	counters := map[string]*atomic.Int64{"the emulator's late group": &emuQALate}
+	if kind == onGPU {
+		counters = map[string]*atomic.Int64{"gemv_group_r8_m1_qw": &kernels.GroupQWLaunches,
+			"absorb_q_fast_..._n": &kernels.AbsorbQScaledLaunches}
+	}
+	n0 := map[string]int64{}
+	for k, n := range counters {
+		n0[k] = n.Load()
+	}
+	testGreedyCases(t, kind, engine.CacheFP8DSMLA, genCases, " (TILERT_GPU_QA_NORM=late)")
+	for k, n := range counters {
+		if n.Load() == n0[k] {
+			t.Errorf("%s: TILERT_GPU_QA_NORM=late never ran %s", kind, k)
+		}
+	}
+}

@@ -475,6 +475,10 @@ func (b *cudaDevice) gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, 
 }
 
 func (b *cudaDevice) gemvGroup(x cuda.DevPtr, K, M, ldx int, segs []kernels.GroupSeg, norm kernels.GroupNorm) error {
+	if len(segs) > 0 && segs[0].OutW != 0 {
+		// TILERT_GPU_QA_NORM=late's group: gemv_group_r8_m1_qw only.
+		return b.k.GemvGroup(b.s, x, K, M, ldx, segs, norm)
+	}
 	if gemvMMAGroup && M >= gemvGroupMinM && norm.W == 0 && b.k.GroupMMAOK(x, K, ldx, M, segs) {
 		rows := 0
 		for _, sg := range segs {

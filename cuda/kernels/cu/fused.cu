@@ -11,7 +11,8 @@ __device__ void idx_q_prep_body(const float* __restrict__ q, const float* __rest
 __device__ void idx_q_prep_body_s(const float* __restrict__ q, const float* __restrict__ w,
                                   const int* __restrict__ pos, const float* __restrict__ cos_t,
                                   const float* __restrict__ sin_t, u8* qh, float* wq, int H, int rot, int interleaved,
-                                  float wscale, int hb, int m, float rq);
+                                  float wscale, int hb, int m, const float* __restrict__ ss, int nss, int K,
+                                  float eps);
 
 // One RoPE pair of the rope kernel (same expressions, so the same rounding).
 __device__ __forceinline__ void fz_rope_pair(float* x, int i, int half, float c, float s, int interleaved) {
@@ -147,12 +148,11 @@ extern "C" __global__ void __launch_bounds__(512)
 }
 
 // attn_epilogue for TILERT_GPU_QA_NORM=late (one row): wq_b ran on q_a times
-// its norm weight, so the query blocks (x >= 1) first take RMSNorm's scale
+// its norm weight, so the query blocks (x >= 1) take RMSNorm's scale
 // rq = rsqrt(sum(ss[0..nss)) / K + eps) from the layer-input group's
-// per-block sums of q_a's squares (each warp: lane i from ss[i] in steps
-// of 32, then the butterfly, as the absorb module's _n kernels) and multiply the
-// query by it before its RoPE and quantisation; block 0 is
-// attn_epilogue's.
+// per-block sums of q_a's squares (idx_q_prep_body_s: loaded after the
+// query, summed as the absorb module's _n kernels do) and multiply the
+// query by it before its RoPE and quantisation; block 0 is attn_epilogue's.
 extern "C" __global__ void __launch_bounds__(512)
     attn_epilogue_qs(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps, u8* mla, int kv_il, float* ik,
                      int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb, float ik_eps, u8* idxc,
@@ -162,10 +162,8 @@ extern "C" __global__ void __launch_bounds__(512)
                      float eps) {
   PDL_WAIT();
   if (blockIdx.x > 0) {
-    float a = 0.0f;
-    for (int i = threadIdx.x & 31; i < nss; i += 32) a += ss[i];
-    const float rq = rsqrtf(warp_sum(a) / (float)K + eps);
-    idx_q_prep_body_s(iq, iw, pos, cos_t, sin_t, qh, wq, IH, rot, ik_il, wscale, blockIdx.x - 1, blockIdx.y, rq);
+    idx_q_prep_body_s(iq, iw, pos, cos_t, sin_t, qh, wq, IH, rot, ik_il, wscale, blockIdx.x - 1, blockIdx.y, ss, nss, K,
+                      eps);
     return;
   }
   attn_epilogue_body(kva, ldkv, kvw, kv_eps, mla, kv_il, ik, ldik, ikw, ikb, ik_eps, idxc, ik_il, iq, iw, qh, wq, IH,

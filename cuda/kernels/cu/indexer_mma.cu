@@ -56,12 +56,16 @@ __device__ __forceinline__ u32 u4_word(const uint4& v, int i) { return i == 0 ? 
 // wq: [M][64]. grid (4, M), 512 threads: a warp per head, 4 values a lane.
 // idx_q_prep_body is one block's work (heads 16*hb.., row m), also run by
 // fused.cu's attn_epilogue; idx_q_prep_body_s (attn_epilogue_qs,
-// TILERT_GPU_QA_NORM=late) first multiplies each loaded value by rq.
+// TILERT_GPU_QA_NORM=late) first multiplies each loaded value by
+// rq = rsqrt(sum(ss[0..nss)) / K + eps), the partials loaded after the
+// query's own load (each warp: lane i from ss[i] in steps of 32, then the
+// butterfly).
 template <bool QS>
 __device__ __forceinline__ void idx_q_prep_t(const float* __restrict__ q, const float* __restrict__ w,
                                              const int* __restrict__ pos, const float* __restrict__ cos_t,
                                              const float* __restrict__ sin_t, u8* qh, float* wq, int H, int rot,
-                                             int interleaved, float wscale, int hb, int m, float rq) {
+                                             int interleaved, float wscale, int hb, int m,
+                                             const float* __restrict__ ss, int nss, int K, float eps) {
   const int lane = threadIdx.x & 31, h = hb * 16 + (threadIdx.x >> 5);
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   float sc = 1.0f;
@@ -72,7 +76,10 @@ __device__ __forceinline__ void idx_q_prep_t(const float* __restrict__ q, const 
     v[1] = x.y;
     v[2] = x.z;
     v[3] = x.w;
-    if constexpr (QS) {
+    if constexpr (QS) {  // h < H is warp-uniform: every lane sums
+      float a = 0.0f;
+      for (int i = lane; i < nss; i += 32) a += ss[i];
+      const float rq = rsqrtf(warp_sum(a) / (float)K + eps);
 #pragma unroll
       for (int b = 0; b < 4; b++) v[b] = v[b] * rq;
     }
@@ -131,14 +138,15 @@ __device__ __forceinline__ void idx_q_prep_t(const float* __restrict__ q, const 
 __device__ void idx_q_prep_body(const float* __restrict__ q, const float* __restrict__ w, const int* __restrict__ pos,
                                 const float* __restrict__ cos_t, const float* __restrict__ sin_t, u8* qh, float* wq,
                                 int H, int rot, int interleaved, float wscale, int hb, int m) {
-  idx_q_prep_t<false>(q, w, pos, cos_t, sin_t, qh, wq, H, rot, interleaved, wscale, hb, m, 1.0f);
+  idx_q_prep_t<false>(q, w, pos, cos_t, sin_t, qh, wq, H, rot, interleaved, wscale, hb, m, nullptr, 0, 1, 0.0f);
 }
 
 __device__ void idx_q_prep_body_s(const float* __restrict__ q, const float* __restrict__ w,
                                   const int* __restrict__ pos, const float* __restrict__ cos_t,
                                   const float* __restrict__ sin_t, u8* qh, float* wq, int H, int rot, int interleaved,
-                                  float wscale, int hb, int m, float rq) {
-  idx_q_prep_t<true>(q, w, pos, cos_t, sin_t, qh, wq, H, rot, interleaved, wscale, hb, m, rq);
+                                  float wscale, int hb, int m, const float* __restrict__ ss, int nss, int K,
+                                  float eps) {
+  idx_q_prep_t<true>(q, w, pos, cos_t, sin_t, qh, wq, H, rot, interleaved, wscale, hb, m, ss, nss, K, eps);
 }
 
 extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __restrict__ q, const float* __restrict__ w,

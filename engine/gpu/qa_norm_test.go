@@ -9,6 +9,7 @@ import (
 
 	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
 
 func TestParseQANorm(t *testing.T) {
@@ -55,5 +56,50 @@ func testQANormLate(t *testing.T, kind deviceKind) {
 		if n.Load() == n0[k] {
 			t.Errorf("%s: TILERT_GPU_QA_NORM=late never ran %s", kind, k)
 		}
+	}
+}
+
+// With =late a one-row step's recorded runs hold one RMSNorm launch fewer
+// per attention layer (q_a's), and absorbQ and every epilogue carrying the
+// indexer's query take the scale; a two-slot step keeps them all.
+func TestEmuQANormLateLaunches(t *testing.T) {
+	defer func(v bool) { qaNormLate = v }(qaNormLate)
+	for _, pr := range enginetest.Presets {
+		t.Run(pr, func(t *testing.T) {
+			w, src := hfSourceOf(t, enginetest.PresetDir(t, pr))
+			cfg := w.Config()
+			prompt := enginetest.Prompt(cfg.IndexTopK+30, cfg.VocabSize, 5)
+			count := func(late bool, slots int) (norms, scaled int) {
+				qaNormLate = late
+				e := newTestEngine(t, onEmu, src, engine.Options{MaxSeqLen: len(prompt) + 16, Slots: slots})
+				e.m.graphs.keep = [][]gop{}
+				prompts := [][]int{prompt, prompt[:len(prompt)-3]}[:slots]
+				generateBatch(t, e, prompts, engine.Params{}, 4)
+				for _, run := range e.m.graphs.keep {
+					for _, op := range run {
+						switch op.name {
+						case "rmsnorm":
+							norms++
+						case "gemvGroupQW":
+							scaled++
+						}
+					}
+				}
+				return norms, scaled
+			}
+			for _, slots := range []int{1, 2} {
+				n0, s0 := count(false, slots)
+				n1, s1 := count(true, slots)
+				if s0 != 0 {
+					t.Errorf("slots=%d: %d late groups with the switch off", slots, s0)
+				}
+				if slots == 1 && (s1 == 0 || n0-n1 != s1) {
+					t.Errorf("slots=%d: RMSNorm launches %d -> %d with %d late groups: want one fewer per late group", slots, n0, n1, s1)
+				}
+				if slots == 2 && (s1 != 0 || n1 != n0) {
+					t.Errorf("slots=%d: %d late groups, RMSNorm launches %d -> %d: two-row steps keep the norm", slots, s1, n0, n1)
+				}
+			}
+		})
 	}
 }

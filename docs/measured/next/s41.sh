@@ -1,7 +1,7 @@
 # Session 41's device plan (issue 10). Usage: bash docs/measured/next/s41.sh wgh2|check2|fork|qn|rows   (binaries in .device/next)
 #  wgh2 (~3 min): session 40's TILERT_GPU_IDX_WGH=2 (kernels.IndexerScoresWGH2, built after session 40's device time):
-#    s40.sh wgh2 (its kernel check, the scores graph-timed _pf / wgh / wgh2, the engine's greedy cases with =2, A/B/A/B
-#    at 8192 on both models).
+#    runs s40.sh wgh2 (its kernel check, the scores graph-timed _pf / wgh / wgh2, the engine's greedy cases with =2,
+#    A/B/A/B at 8192 on both models).
 #  check2 (~3 min): gpu-check's second half (plan.sh check2: the decode node's handoff on cuda, cuda, cupti); the
 #    binaries that did not travel fail fast (rc=127) and are run in a later call.
 #  fork (~6 min): the q chain's fork point again, now that indexer_scores_wgh (session 40) scores the long rows faster
@@ -18,16 +18,10 @@
 #    MTP on and off), then A/B/A/B on both models at 8192 and 131072, 1 slot, and a traced GLM-5 step at 8192 with it.
 #    Make it the default where it wins twice on a model and loses nowhere (expected ~-15..-20 us a step).
 #  rows (~6 min): the README's rows (plan.sh rows).
+# wgh2 is s40.sh's part as it was queued (its results: $OUT/s40-wgh2.tgz, summary-wgh2.txt).
+if [ "$1" = wgh2 ]; then exec bash docs/measured/next/s40.sh wgh2; fi
 NAME=s41; . docs/measured/next/plan.sh "$1"
 case "$PART" in
-wgh2)
-  tst kernels cuda/kernels 200 'TestKernelIndexerWGH$'; cnt kernels
-  TILERT_GPU_TIMING=1 tst kernels cuda/kernels 200 'TestKernelTimingIdxWGH$'; cnt kernels
-  grep -E "graph: indexer" $R/kernels.log | tee -a $R/summary.txt
-  tst engine engine/gpu 300 'TestGPUIdxWGH$'; cnt engine
-  abab glm-5 8192 1 wgh2g TILERT_GPU_IDX_WGH=2
-  abab deepseek-v3.2 8192 1 wgh2d TILERT_GPU_IDX_WGH=2
-  save ;;
 check2) check2 ;;
 qn)
   tst kernels cuda/kernels 300 '^(TestKernelQANormLate|TestKernelFusedAttnEpilogue|TestKernelAbsorbFast)$'; cnt kernels

@@ -107,18 +107,7 @@ func checkIndexerMMA(t *testing.T, c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand)
 		}
 		record(t, "idx_q_prep "+cs.name+" vs rope+quant", "mismatched bytes/weights", float64(bad), 0)
 
-		nBlocks := cdiv(cs.T, IndexerPageTokens)
-		nPages := nBlocks
-		var bt []int32
-		if cs.paged {
-			nPages += 3
-			bt = randBlockTable(r, nBlocks, nPages)
-		}
-		cache := randIndexerCache(r, nPages)
-		btp := cuda.DevPtr(0)
-		if bt != nil {
-			btp = a.up(bt)
-		}
+		cache, bt, btp := randIndexerKeys(r, a, cs.T, cs.paged)
 		ldOut := cs.T + 3
 		op := a.poisoned(M * ldOut)
 		cp8, lp := a.up(cache), a.up(cs.lens)

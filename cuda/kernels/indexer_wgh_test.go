@@ -111,19 +111,8 @@ func TestKernelIndexerWGH(t *testing.T) {
 			qhH := make([]byte, M*IndexerQRowBytes)
 			chk(c.Download(qhH, qh))
 			wqH := downF32(c, wq, M*IndexerQHeads)
-			nBlocks := cdiv(cs.T, IndexerPageTokens)
-			nPages := nBlocks
-			var bt []int32
-			if cs.paged {
-				nPages += 3
-				bt = randBlockTable(r, nBlocks, nPages)
-			}
-			cacheH := randIndexerCache(r, nPages)
+			cacheH, bt, btp := randIndexerKeys(r, a, cs.T, cs.paged)
 			cache := a.up(cacheH)
-			btp := cuda.DevPtr(0)
-			if bt != nil {
-				btp = a.up(bt)
-			}
 			lens := a.up(cs.lens)
 			ld := cs.T + 3
 			out := a.poisoned(M * ld)

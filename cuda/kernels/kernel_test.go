@@ -578,6 +578,20 @@ func randBlockTable(r *rand.Rand, nBlocks, nPages int) []int32 {
 	return bt
 }
 
+// randIndexerKeys makes the indexer keys of T tokens: a cache of random
+// pages, behind a random block table over 3 spare pages when paged (bt and
+// its upload btp; nil and 0 otherwise).
+func randIndexerKeys(r *rand.Rand, a *allocs, T int, paged bool) (cache []byte, bt []int32, btp cuda.DevPtr) {
+	nBlocks := cdiv(T, IndexerPageTokens)
+	nPages := nBlocks
+	if paged {
+		nPages += 3
+		bt = randBlockTable(r, nBlocks, nPages)
+		btp = a.up(bt)
+	}
+	return randIndexerCache(r, nPages), bt, btp
+}
+
 // fillIndexerCache makes a cache of nPages random pages (ue8m0-like scales).
 func randIndexerCache(r *rand.Rand, nPages int) []byte {
 	b := randFP8(r, nPages*IndexerPageBytes)

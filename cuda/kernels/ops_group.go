@@ -38,20 +38,13 @@ type GroupSeg struct {
 // GroupSumSqBlocks is how many sums of squares a one-row grouped launch
 // writes for its segment 0 sg at K (OutW / SumSq): that segment's blocks.
 func (k *Set) GroupSumSqBlocks(sg GroupSeg, K int) int {
-	return GroupSumSqBlocksOn(k.c.Info().SMs, sg, K)
+	return cdiv(sg.N, k.groupSumSqRows(sg, K))
 }
 
-// GroupSumSqBlocksOn is GroupSumSqBlocks on a device of sms SMs (the
-// engine's emulator).
-func GroupSumSqBlocksOn(sms int, sg GroupSeg, K int) int {
-	G, R := groupShape(sms, sg, K, 1)
-	return cdiv(cdiv(sg.N, R), tileThreads/G)
-}
-
-// GroupSumSqRows is the rows each of those blocks sums (the last one's
-// past N count nothing).
-func GroupSumSqRows(sms int, sg GroupSeg, K int) int {
-	G, R := groupShape(sms, sg, K, 1)
+// groupSumSqRows is the rows each of those blocks sums (the last one's past
+// N count nothing): its groups' rows.
+func (k *Set) groupSumSqRows(sg GroupSeg, K int) int {
+	G, R := groupShape(k.c.Info().SMs, sg, K, 1)
 	return R * (tileThreads / G)
 }
 

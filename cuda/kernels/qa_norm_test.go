@@ -71,7 +71,7 @@ func TestKernelQANormLate(t *testing.T) {
 			N0 := segs[0].N
 			ow := randF32(r, N0, 1)
 			nb := k.GroupSumSqBlocks(segs[0], K)
-			rows := GroupSumSqRows(c.Info().SMs, segs[0], K)
+			rows := k.groupSumSqRows(segs[0], K)
 			var def, late [][]float32
 			for run := range 2 {
 				for i := range segs {

@@ -205,7 +205,7 @@ const (
 // (docs/measured/h200-2026-12-04-s26), graph-timed at 131072 keys: the
 // top-k alone 12.02 us against 17.89, the scores + top-k pair 20.80
 // against 26.28; the step at 131072 (9 MoE layers, 1 slot) 10 us faster on
-// both models, 18 us with the q chain forked before the scores (qFork).
+// both models, 18 us with the q chain forked before the scores (TILERT_GPU_SIDE_Q_AT=scores).
 var TopKListW = os.Getenv("TILERT_GPU_TOPK_LW") != "0"
 
 // TopKListWLaunches counts topk_radix_mark_lw launches (tests).

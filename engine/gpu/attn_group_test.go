@@ -23,6 +23,10 @@ func testGroupedProjections(t *testing.T, kind deviceKind) {
 		gpuDevice(t)
 	}
 	defer func(m string) { groupMode = m }(groupMode)
+	// Bits are compared: q_a's norm as its own launch (TILERT_GPU_QA_NORM
+	// =late scales after the sums; qa_norm_test.go checks its tokens).
+	defer func(v bool) { qaNormLate = v }(qaNormLate)
+	qaNormLate = false
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
 			c := newSwitchCase(t, pr)

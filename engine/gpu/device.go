@@ -39,9 +39,6 @@ type device interface {
 	// second stream beside those between unfork and join (side.go); rows
 	// is the step's rows (the side chain's cap depends on it).
 	fork(ch sideChain, rows int) error
-	// qOpen: the q chain forked at q_a runs uncapped in a one-row step
-	// (side.go sideOpen).
-	qOpen() bool
 	// raise puts the launches that follow at the runner's greatest
 	// priority (on) or the stream's; prioMode is the runner's resolved
 	// TILERT_GPU_MAIN_PRIO (prio.go).
@@ -190,7 +187,7 @@ type cudaDevice struct {
 	// capOpen: each side chain's default tile cap in a one-row step
 	// (side.go sideOpen; the runner's, worked out once).
 	capOpen openSet
-	// qbVariant: q_b's one-row tile variant ("" without one; qOpen).
+	// qbVariant: q_b's one-row tile variant ("" without one; sideOpen).
 	qbVariant string
 	// prio: the runner's resolved TILERT_GPU_MAIN_PRIO (prio.go; not off:
 	// graphs keep their kernel nodes' priorities), prioHi its greatest
@@ -586,32 +583,41 @@ func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, 
 // idxWGH: TILERT_GPU_IDX_WGH scores the indexer's fp8 pages on
 // indexer_scores_wgh (the sm_90a module: the keys as wgmma's M, the query
 // read by the tensor cores; kernels.Set.IndexerScoresWGH) instead of
-// indexer_scores_mma_pf: unset, where it measured faster (idxWGHRule); 1
-// every launch, 0 none; 2 every launch, those of 65536 keys or fewer on
-// the two-warpgroup blocks (kernels.IndexerScoresWGH2; opt-in, session 40,
-// NOT RUN on a GPU). Where the module does not load, _pf runs, said once
-// in the log.
+// indexer_scores_mma_pf: unset (or 2), every launch, those of 65536 keys
+// or fewer on the two-warpgroup blocks (kernels.IndexerScoresWGH2, the
+// default since session 42); long, only launches of more than 65536 keys
+// (session 40's default: _pf below); 1 every launch on indexer_scores_wgh;
+// 0 none. Where the module does not load, _pf runs, said once in the log.
 var idxWGH = os.Getenv("TILERT_GPU_IDX_WGH")
 
-// idxWGHRule: the launches indexer_scores_wgh takes under mode. Unset:
-// more than 65536 keys over the launch's rows (H200, session 40 call A,
+// idxWGHRule: the launches indexer_scores_wgh (or _wgh2, idxWGHPair) take
+// under mode. Every launch unless 0 or long; long: more than 65536 keys
+// over the launch's rows (H200, session 40 call A,
 // graph-timed scores + histogram, cold keys: 1 x 131072 9.58 against _pf's
 // 11.33 us, 4 x 32768 8.67 / 10.80, 4 x 131072 22.10 / 33.19, but 1 x 32768
 // 6.16 / 5.28 and 1 x 8256 3.98 / 3.71; the step at 131072, 9 MoE layers,
 // A/B/A/B: GLM-5 dims -21 / -16 us, DeepSeek-V3.2 -13 / -6; 8192 within
-// +-2 us).
+// +-2 us). The launches of 65536 keys or fewer went to _wgh2 in session 42
+// (graph-timed scores + histogram, cold keys, session 42 call B: 1 x 8256
+// 3.50 us against _pf's 3.76, 4 x 8256 4.56 / 5.13, 1 x 32768 4.96 /
+// 5.38; the step at 8192, 9 MoE layers, 1 slot, A/B/A/B p50: GLM-5 dims
+// 2.647 / 2.649 ms against 2.642 / 2.641, DeepSeek-V3.2 2.586 / 2.590
+// against 2.590 / 2.588, inside its spread).
 func idxWGHRule(mode string, nq, T int) bool {
 	switch mode {
 	case "0":
 		return false
-	case "1", "2":
-		return true
+	case "long":
+		return nq*T > 65536
 	}
-	return nq*T > 65536
+	return true
 }
 
-// idxWGHPair: the launch takes indexer_scores_wgh2 (mode 2, short rows).
-func idxWGHPair(mode string, nq, T int) bool { return mode == "2" && nq*T <= 65536 }
+// idxWGHPair: the launch takes indexer_scores_wgh2 (unset or 2, launches of
+// 65536 keys or fewer).
+func idxWGHPair(mode string, nq, T int) bool {
+	return (mode == "" || mode == "2") && nq*T <= 65536
+}
 
 var idxWGHOnce sync.Once
 
@@ -626,7 +632,7 @@ func (b *cudaDevice) idxWGHOK(nq, T int) bool {
 			slog.Warn("indexer_scores_wgh is unavailable (needs sm_90a: an H100/H200 and NVRTC 12+); the indexer scores run on indexer_scores_mma_pf", "err", err)
 			return
 		}
-		slog.Info("the indexer scores of long rows on indexer_scores_wgh (sm_90a module, wgmma, keys as M; TILERT_GPU_IDX_WGH=0 goes back to indexer_scores_mma_pf)")
+		slog.Info("the indexer scores on indexer_scores_wgh / _wgh2 (sm_90a module, wgmma, keys as M; TILERT_GPU_IDX_WGH=0 goes back to indexer_scores_mma_pf)")
 	})
 	return err == nil
 }

@@ -6,7 +6,6 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
-	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/errors"
@@ -587,23 +586,24 @@ func sampledSame(t *testing.T, kind deviceKind, src Source, prompt []int, ps []e
 	return diff
 }
 
-// TILERT_GPU_IDX_WGH=1 (every scores launch on indexer_scores_wgh, sm_90a)
-// and =2 (the short ones on its two-warpgroup blocks, indexer_scores_wgh2)
-// give the CPU engine's greedy tokens, MTP on and off; each fails unless
-// its kernel ran (the tiny presets' rows are short: the default rule never
-// takes wgh there).
+// TILERT_GPU_IDX_WGH unset (the tiny presets' short scores launches on
+// indexer_scores_wgh2), =1 (every launch on indexer_scores_wgh) and =long
+// (those short launches on indexer_scores_mma_pf) give the CPU engine's
+// greedy tokens, MTP on and off; each fails unless its kernel ran (long:
+// unless neither wgh kernel did).
 func TestGPUIdxWGH(t *testing.T) {
 	gpuDevice(t)
 	defer func(v string) { idxWGH = v }(idxWGH)
 	for _, m := range []struct {
-		mode, kernel string
-		n            *atomic.Int64
-	}{{"1", "indexer_scores_wgh", &kernels.IndexerWGHLaunches}, {"2", "indexer_scores_wgh2", &kernels.IndexerWGH2Launches}} {
+		mode     string
+		wgh, wg2 bool // which kernels must run (none: _pf)
+	}{{"", false, true}, {"1", true, false}, {"long", false, false}} {
 		idxWGH = m.mode
-		n0 := m.n.Load()
+		n1, n2 := kernels.IndexerWGHLaunches.Load(), kernels.IndexerWGH2Launches.Load()
 		testGreedyCases(t, onGPU, engine.CacheFP8DSMLA, genCases, " (TILERT_GPU_IDX_WGH="+m.mode+")")
-		if m.n.Load() == n0 {
-			t.Errorf("TILERT_GPU_IDX_WGH=%s: no launch of %s", m.mode, m.kernel)
+		ran1, ran2 := kernels.IndexerWGHLaunches.Load() != n1, kernels.IndexerWGH2Launches.Load() != n2
+		if ran1 != m.wgh || ran2 != m.wg2 {
+			t.Errorf("TILERT_GPU_IDX_WGH=%q: indexer_scores_wgh ran %v (want %v), indexer_scores_wgh2 ran %v (want %v)", m.mode, ran1, m.wgh, ran2, m.wg2)
 		}
 	}
 }

@@ -29,6 +29,10 @@ func testGemvMidProjections(t *testing.T, kind deviceKind) {
 	// group is what this test counts.
 	defer func(q bool) { sideQOn = q }(sideQOn)
 	sideQOn = false
+	// Bits and norm launches are compared: q_a's norm as its own launch
+	// (TILERT_GPU_QA_NORM=late removes it; qa_norm_test.go).
+	defer func(v bool) { qaNormLate = v }(qaNormLate)
+	qaNormLate = false
 	n0 := kernels.GroupMidLaunches.Load()
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 	"github.com/tilert-go/tilert/cuda/kernels"
 )
 
-// TILERT_GPU_QA_NORM=late (opt-in; session 41, issue 10; NOT RUN on a GPU
-// yet): a one-row step's q_a RMSNorm leaves both attention chains. Today
-// the layer-input group writes q_a, one block normalises it (rmsnorm_reg),
+// TILERT_GPU_QA_NORM=late (the default since session 42; built in session
+// 41, issue 10): a one-row step's q_a RMSNorm leaves both attention chains.
+// With =launch the layer-input group writes q_a, one block normalises it (rmsnorm_reg),
 // and the indexer's wq_b and q_b both wait for that launch: 1.6-2.1 us
 // charged on every row's critical path in session 40's traces (engine/gpu
 // NOTES "Session 41"). RMSNorm(x) = x * w * r with one scalar r =
@@ -35,18 +35,23 @@ import (
 // CPU engine's (TestEmuQANormLate, TestGPUQANormLate). Taken where the step
 // has one row, W_UK is fp8, the one-row absorb kernels load and the
 // indexer's query goes through the fused epilogue (projGroup asks qaLate);
-// elsewhere the norm launch runs as before. "" or "launch" is the default.
+// elsewhere the norm launch runs as before ("launch" everywhere).
+// Measured (H200, session 42 call A, docs/measured/h200-2026-12-05-s42, 9
+// MoE layers, 1 slot, A/B/A/B p50): GLM-5 dims 8192 2.648 / 2.648 ms with
+// the launch against 2.622 / 2.621 late, 131072 2.768 / 2.766 against
+// 2.740 / 2.742; DeepSeek-V3.2 dims 8192 2.591 / 2.591 against 2.581 /
+// 2.586, 131072 2.736 / 2.737 against 2.714 / 2.719.
 var qaNormLate, qaNormErr = parseQANorm(os.Getenv("TILERT_GPU_QA_NORM"))
 
 func parseQANorm(v string) (bool, error) {
 	switch v {
-	case "", "launch":
+	case "launch":
 		return false, nil
-	case "late":
+	case "", "late":
 		return true, nil
 	}
 	return false, errors.WithHint(errors.Newf("TILERT_GPU_QA_NORM=%q: not a value this switch knows", v),
-		"unset it (or launch) for q_a's RMSNorm as its own launch before q_b and the indexer's wq_b, late to fold it into the layer-input group and absorb_q (one-row steps, opt-in)")
+		"unset it (or late) to fold q_a's RMSNorm into the layer-input group, absorb_q and the attention epilogue in one-row steps (the default), launch for its own launch before q_b and the indexer's wq_b")
 }
 
 // qaLate: the one-row absorb_q_fast takes the scaled form here, and the

@@ -17,7 +17,7 @@ func TestParseQANorm(t *testing.T) {
 		in   string
 		late bool
 		bad  bool
-	}{{"", false, false}, {"launch", false, false}, {"late", true, false}, {"LATE", false, true}, {"1", false, true}} {
+	}{{"", true, false}, {"launch", false, false}, {"late", true, false}, {"LATE", false, true}, {"1", false, true}} {
 		late, err := parseQANorm(c.in)
 		switch {
 		case c.bad && (err == nil || !strings.Contains(err.Error(), "TILERT_GPU_QA_NORM") || len(errors.GetAllHints(err)) == 0):
@@ -28,10 +28,11 @@ func TestParseQANorm(t *testing.T) {
 	}
 }
 
-// TILERT_GPU_QA_NORM=late gives the CPU engine's greedy tokens on both
-// tiny presets, MTP on and off, one slot and two (the two-row steps keep
-// the norm launch); it fails unless the late form ran: on the emulator its
-// group's sums, on the GPU gemv_group_r8_m1_qw and absorb_q_fast_..._n.
+// TILERT_GPU_QA_NORM=late (the default) and =launch each give the CPU
+// engine's greedy tokens on both tiny presets, MTP on and off, one slot and
+// two (the two-row steps keep the norm launch); it fails unless the late
+// form ran under late and only there: on the emulator its group's sums, on
+// the GPU gemv_group_r8_m1_qw and absorb_q_fast_..._n.
 func TestEmuQANormLate(t *testing.T) { testQANormLate(t, onEmu) }
 
 func TestGPUQANormLate(t *testing.T) {
@@ -41,20 +42,23 @@ func TestGPUQANormLate(t *testing.T) {
 
 func testQANormLate(t *testing.T, kind deviceKind) {
 	defer func(v bool) { qaNormLate = v }(qaNormLate)
-	qaNormLate = true
 	counters := map[string]*atomic.Int64{"the emulator's late group": &emuQALate}
 	if kind == onGPU {
 		counters = map[string]*atomic.Int64{"gemv_group_r8_m1_qw": &kernels.GroupQWLaunches,
 			"absorb_q_fast_..._n": &kernels.AbsorbQScaledLaunches}
 	}
-	n0 := map[string]int64{}
-	for k, n := range counters {
-		n0[k] = n.Load()
-	}
-	testGreedyCases(t, kind, engine.CacheFP8DSMLA, genCases, " (TILERT_GPU_QA_NORM=late)")
-	for k, n := range counters {
-		if n.Load() == n0[k] {
-			t.Errorf("%s: TILERT_GPU_QA_NORM=late never ran %s", kind, k)
+	for _, late := range []bool{true, false} {
+		qaNormLate = late
+		mode := map[bool]string{true: "late", false: "launch"}[late]
+		n0 := map[string]int64{}
+		for k, n := range counters {
+			n0[k] = n.Load()
+		}
+		testGreedyCases(t, kind, engine.CacheFP8DSMLA, genCases, " (TILERT_GPU_QA_NORM="+mode+")")
+		for k, n := range counters {
+			if ran := n.Load() != n0[k]; ran != late {
+				t.Errorf("%s: TILERT_GPU_QA_NORM=%s: %s ran %v", kind, mode, k, ran)
+			}
 		}
 	}
 }

@@ -218,11 +218,15 @@ func sideOpen(qbVariant string, raised bool) openSet {
 // the scores launch (the q chain beside the scores and the top-k, uncapped
 // unless TILERT_GPU_SIDE_CAP sets q: at 131072 the front ends with
 // absorb_q after q_b, which the fork after the scores starts only when they
-// end, session 25's traces). Unset ("auto", qFork): in a one-row step,
-// "scores"'s rule (with the mark_lw top-k, the default; "topk"'s without),
-// except where q_b's one-row launch is _o4 (qOpen: GLM-5's q_b), which
-// forks at q_a uncapped; steps of several rows fork at q_a (not measured
-// late). Why late: at 131072 keys the scores run at 33% of the copy
+// end, session 25's traces). Unset ("auto", qFork): at q_a everywhere
+// (since session 42). Until then a one-row step took "scores"'s rule where
+// q_b's one-row launch was not _o4 (DeepSeek-V3.2's _d16 q_b); since the
+// indexer's long scores run on indexer_scores_wgh (session 40) the fork at
+// q_a is the faster there too: H200, session 42 (docs/measured/
+// h200-2026-12-05-s42 calls C and D), DeepSeek-V3.2 dims at 131072, 9 MoE
+// layers, 1 slot, A/B/A/B p50: 2.741 / 2.738 ms before the scores against
+// 2.708 / 2.709 at q_a; with TILERT_GPU_QA_NORM=late 2.716 / 2.712 against
+// 2.707 / 2.703; at 8192 (already at q_a) unchanged. Why late, once: at 131072 keys the scores run at 33% of the copy
 // rate, bound by their instructions, and timed alone take ~13-17 us
 // against ~22 inside the step, where q_b holds SMs beside them; the top-k
 // is a latency chain of few blocks that leaves the SMs to a weight stream. Measured (session 17,
@@ -253,10 +257,10 @@ func parseSideQAt(v string) (string, error) {
 // (before) rather than right after it: the serving indexer scores some row
 // (longer than index_topk); qFork decides.
 func (f *fwd) qLate() (late, before bool) {
-	if sideQAt == "qa" || !f.e.idxQ() || !f.scored() {
+	if !f.e.idxQ() || !f.scored() {
 		return false, false
 	}
-	return qFork(sideQAt, f.M, f.long(), f.o.b.qOpen(), longTopKW())
+	return qFork(sideQAt, f.long())
 }
 
 func (f *fwd) maxLen() int {
@@ -277,29 +281,12 @@ func (f *fwd) long() bool {
 	return lenBucket(f.maxLen(), f.e.ws.ldScores) > kernels.TopKRadixOneMaxT
 }
 
-// longTopKW says whether rows over kernels.TopKRadixOneMaxT keys take
-// their top-k on topk_radix_mark_lw: kernels.TopKListW, the radix top-k,
-// and the one-block final stage that hands those rows to it
-// (TILERT_GPU_TOPK_RADIX=0, TILERT_GPU_TOPK_ONE=0 or TILERT_GPU_TOPK_LIST=0
-// pick other kernels; with mark_l the fork before the scores was measured
-// slower).
-func longTopKW() bool {
-	return kernels.TopKListW && topkRadixOn && topkRadixFinal == kernels.TopKRadixOne
-}
-
 // qFork is qLate's rule for a layer whose indexer scores rows past
-// index_topk: at (TILERT_GPU_SIDE_Q_AT, "" for auto), the step's rows, long
-// (some row over kernels.TopKRadixOneMaxT keys, its top-k on the mark
-// blocks), open (q_b's one-row launch uncapped, qOpen) and listW (those
-// blocks are topk_radix_mark_lw, longTopKW). Auto forks one-row steps
-// late where long, unless open (at q_a: sideQAt's comment), and right
-// before the scores where also listW: session 26
-// (docs/measured/h200-2026-12-04-s26), 131072 keys, 9 MoE layers, p50: DeepSeek-V3.2 dims 2.766 / 2.767 ms before the scores
-// with mark_lw, 2.774 after them with it, 2.784 / 2.785 after them with
-// mark_l, 2.812 before them with mark_l; GLM-5 dims 2.811 / 2.812, 2.817,
-// 2.826 / 2.830, 2.896. With mark_l the scores and q_b share the SMs for
-// nothing: the top-k after them is then the longer chain.
-func qFork(at string, rows int, long, open, listW bool) (late, before bool) {
+// index_topk: at (TILERT_GPU_SIDE_Q_AT, "" for auto) and long (some row
+// over kernels.TopKRadixOneMaxT keys, its top-k on the mark blocks). Auto
+// and qa fork at q_a; the late forks are kept as switches to measure
+// against (sideQAt's comment says what each measured).
+func qFork(at string, long bool) (late, before bool) {
 	switch at {
 	case "topk-all":
 		return true, false
@@ -310,10 +297,7 @@ func qFork(at string, rows int, long, open, listW bool) (late, before bool) {
 	case "scores":
 		return long, long
 	}
-	if rows != 1 || open {
-		return false, false
-	}
-	return long, long && listW
+	return false, false
 }
 
 // qBeforeScores forks the q chain that qLate held back right before the
@@ -460,19 +444,8 @@ func (b *cudaDevice) settle() error {
 // The emulator runs in call order; graphDevice reorders its side chains
 // (sideLast).
 func (m *emuDevice) fork(sideChain, int) error { return nil }
-func (m *emuDevice) qOpen() bool               { return qOpenForce }
 func (m *emuDevice) unfork() error             { return nil }
 func (m *emuDevice) join() error               { return nil }
-
-// qOpenForce makes qOpen true (tests: the emulator has no tile kernels to
-// ask, and the tiny presets' q_b is not an _o4 launch).
-var qOpenForce bool
-
-// qOpen says whether the q chain forked at q_a runs uncapped in a one-row
-// step by its shape: q_b's one-row launch is _o4 (sideOpen, as the runner
-// worked it out at this run's start; neither TILERT_GPU_SIDE_CAP nor the
-// priority's uncapping changes it).
-func (b *cudaDevice) qOpen() bool { return b.qbVariant == "_o4" || qOpenForce }
 
 func (gb *graphDevice) fork(ch sideChain, rows int) error {
 	return gb.rec("fork", 0, func(b device) error { return b.fork(ch, rows) })

@@ -10,7 +10,6 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
@@ -106,9 +105,9 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(q, sh, pl bool, cp [nChains]int, at string, qo bool, pr prioMode) {
-		sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrio = q, sh, pl, cp, at, qo, pr
-	}(sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrio)
+	defer func(q, sh, pl bool, cp [nChains]int, at string, pr prioMode) {
+		sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, mainPrio = q, sh, pl, cp, at, pr
+	}(sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, mainPrio)
 	// side streams off, on, and (GPU: scheduling only, the same bits) on
 	// with the side GEMVs uncapped and capped at a block per SM
 	// (TILERT_GPU_SIDE_CAP)
@@ -116,26 +115,24 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	// launches them programmatically)
 	// and each chain capped alone, and the q chain forked beside the
 	// indexer's top-k alone (TILERT_GPU_SIDE_Q_AT=topk-all: the tiny
-	// presets' rows are far under topk's 32768 keys), and the default
-	// (auto) where the q chain is open (qOpen: GLM-5's q_b), which forks
-	// at q_a uncapped; and (GPU) with the main stream at the
+	// presets' rows are far under topk's 32768 keys), and before the
+	// scores (scores-all); and (GPU) with the main stream at the
 	// greatest priority (TILERT_GPU_MAIN_PRIO=1), capped as by default and
 	// uncapped, and with the shared expert's side stream raised too (=q)
 	type sideCfg struct {
 		on, plain bool
 		cap       [nChains]int
 		qAt       string
-		qOpen     bool
 		prio      prioMode
 	}
 	dflt := [nChains]int{-1, -1}
-	cfgs := []sideCfg{{cap: dflt}, {on: true, cap: dflt}, {on: true, cap: dflt, qAt: "topk-all"}, {on: true, cap: dflt, qOpen: true},
+	cfgs := []sideCfg{{cap: dflt}, {on: true, cap: dflt}, {on: true, cap: dflt, qAt: "topk-all"},
 		{on: true, cap: dflt, qAt: "scores-all"}}
 	if kind == onGPU {
 		cfgs = []sideCfg{{cap: dflt}, {on: true, cap: [nChains]int{0, 0}}, {on: true, cap: [nChains]int{1, 1}},
 			{on: true, plain: true, cap: [nChains]int{1, 1}}, {on: true, plain: true, cap: [nChains]int{0, 1}},
 			{on: true, plain: true, cap: [nChains]int{1, 0}}, {on: true, plain: true, cap: dflt, qAt: "topk-all"},
-			{on: true, plain: true, cap: dflt, qOpen: true}, {on: true, plain: true, cap: dflt, qAt: "scores-all"},
+			{on: true, plain: true, cap: dflt, qAt: "scores-all"},
 			{on: true, plain: true, cap: dflt, prio: prioMain}, {on: true, plain: true, cap: [nChains]int{0, 0}, prio: prioMain},
 			{on: true, plain: true, cap: dflt, prio: prioQLow}, {on: true, plain: true, cap: dflt, prio: prioAuto}}
 	}
@@ -157,7 +154,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					forks := make([]int, len(cfgs))
 					sideRoutes := make([]int, len(cfgs)) // routings queued on the side stream (none: the shared expert is the side chain)
 					for k, cf := range cfgs {
-						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, qOpenForce, mainPrio = cf.on, cf.on, cf.plain, cf.cap, cf.qAt, cf.qOpen, cf.prio
+						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, mainPrio = cf.on, cf.on, cf.plain, cf.cap, cf.qAt, cf.prio
 						e := newTestEngine(t, kind, src, opts)
 						if cr, ok := e.m.r.(*cudaRunner); kind == onGPU {
 							want := prioOff
@@ -203,8 +200,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 							t.Errorf("%+v: %d routings on the side stream", cf, sideRoutes[k])
 						}
 						// Late forks: every step with topk-all; none with auto
-						// (the tiny presets' rows are short; an open q chain
-						// forks at q_a).
+						// (at q_a).
 						late := cf.qAt == "topk-all"
 						if late && afterScores == 0 || !late && afterScores > 0 {
 							t.Errorf("%+v: %d forks right after a scores launch", cf, afterScores)
@@ -408,55 +404,25 @@ func TestParseSideQAt(t *testing.T) {
 // qFork's rule (qLate) where the indexer scores rows past index_topk.
 func TestQFork(t *testing.T) {
 	for _, c := range []struct {
-		at                string
-		rows              int
-		long, open, listW bool
-		late, before      bool
+		at           string
+		long         bool
+		late, before bool
 	}{
-		// auto, one row: long rows fork before the scores with mark_lw,
-		// after them with mark_l; an open q chain forks at q_a.
-		{"", 1, true, false, true, true, true},
-		{"", 1, true, true, true, false, false},
-		{"", 1, true, false, false, true, false},
-		{"", 1, false, true, true, false, false},
-		{"", 1, false, false, true, false, false},
-		// auto, several rows: at q_a.
-		{"", 4, true, true, true, false, false},
-		// set: as asked, whatever the top-k.
-		{"topk", 1, true, false, true, true, false},
-		{"topk", 4, false, false, true, false, false},
-		{"topk-all", 4, false, false, false, true, false},
-		{"scores", 1, true, false, false, true, true},
-		{"scores", 1, false, true, true, false, false},
-		{"scores-all", 4, false, false, false, true, true},
+		// auto and qa: at q_a, whatever the rows' lengths.
+		{"", true, false, false},
+		{"", false, false, false},
+		{"qa", true, false, false},
+		// set: as asked.
+		{"topk", true, true, false},
+		{"topk", false, false, false},
+		{"topk-all", false, true, false},
+		{"scores", true, true, true},
+		{"scores", false, false, false},
+		{"scores-all", false, true, true},
 	} {
-		late, before := qFork(c.at, c.rows, c.long, c.open, c.listW)
+		late, before := qFork(c.at, c.long)
 		if late != c.late || before != c.before {
 			t.Errorf("%+v: late %v before %v", c, late, before)
-		}
-	}
-}
-
-// longTopKW: mark_lw takes the long rows only with the radix top-k's
-// one-block final stage and kernels.TopKListW all on.
-func TestLongTopKW(t *testing.T) {
-	defer func(lw, on bool, fin kernels.TopKRadixFinal) {
-		kernels.TopKListW, topkRadixOn, topkRadixFinal = lw, on, fin
-	}(kernels.TopKListW, topkRadixOn, topkRadixFinal)
-	for _, c := range []struct {
-		lw, on bool
-		fin    kernels.TopKRadixFinal
-		want   bool
-	}{
-		{true, true, kernels.TopKRadixOne, true},
-		{false, true, kernels.TopKRadixOne, false},
-		{true, false, kernels.TopKRadixOne, false},
-		{true, true, kernels.TopKRadixList, false},
-		{true, true, kernels.TopKRadixBitmaps, false},
-	} {
-		kernels.TopKListW, topkRadixOn, topkRadixFinal = c.lw, c.on, c.fin
-		if got := longTopKW(); got != c.want {
-			t.Errorf("TopKListW %v, radix %v, final %v: %v, want %v", c.lw, c.on, c.fin, got, c.want)
 		}
 	}
 }

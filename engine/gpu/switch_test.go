@@ -85,15 +85,16 @@ func (got switchRun) sameAs(t *testing.T, want switchRun, name, ref string) {
 	}
 }
 
-// indexer_scores_wgh takes the launches of more than 65536 keys unless the
-// switch says otherwise (session 40's graph-timed scores and step A/B).
+// indexer_scores_wgh takes every launch, those of 65536 keys or fewer on
+// _wgh2, unless the switch says otherwise (sessions 40 and 42).
 func TestIdxWGHRule(t *testing.T) {
 	for _, cs := range []struct {
 		mode  string
 		nq, T int
 		want  bool
 	}{
-		{"", 1, 131328, true}, {"", 4, 32768, true}, {"", 1, 65536, false}, {"", 1, 8448, false}, {"", 4, 8448, false},
+		{"", 1, 131328, true}, {"", 4, 32768, true}, {"", 1, 65536, true}, {"", 1, 8448, true},
+		{"long", 1, 131328, true}, {"long", 4, 32768, true}, {"long", 1, 65536, false}, {"long", 4, 8448, false},
 		{"1", 1, 100, true}, {"0", 4, 131072, false}, {"2", 1, 8448, true}, {"2", 1, 131328, true},
 	} {
 		if got := idxWGHRule(cs.mode, cs.nq, cs.T); got != cs.want {
@@ -104,7 +105,8 @@ func TestIdxWGHRule(t *testing.T) {
 		mode  string
 		nq, T int
 		want  bool
-	}{{"2", 1, 8448, true}, {"2", 4, 16384, true}, {"2", 1, 131328, false}, {"1", 1, 8448, false}, {"", 1, 8448, false}} {
+	}{{"2", 1, 8448, true}, {"2", 4, 16384, true}, {"2", 1, 131328, false}, {"1", 1, 8448, false}, {"", 1, 8448, true},
+		{"", 1, 65536, true}, {"", 4, 32768, false}, {"long", 1, 8448, false}} {
 		if got := idxWGHPair(cs.mode, cs.nq, cs.T); got != cs.want {
 			t.Errorf("idxWGHPair(%q, %d, %d) = %v, want %v", cs.mode, cs.nq, cs.T, got, cs.want)
 		}

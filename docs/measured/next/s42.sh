@@ -2,9 +2,9 @@
 # Calls A-D (s41.sh qn, wgh2, fork and an inline combination) moved three defaults: TILERT_GPU_QA_NORM=late, the q
 # chain forked at q_a everywhere (TILERT_GPU_SIDE_Q_AT auto), the short indexer scores on indexer_scores_wgh2
 # (TILERT_GPU_IDX_WGH unset = 2). These parts check and time the code that makes them the defaults:
-#  v1 (~6 min): gpu-check's first half (kernels, engine ^TestGPU) on the new defaults, then A/B/A/B of the new defaults
-#    against the old ones set by switches (DeepSeek-V3.2 dims: QA_NORM=launch SIDE_Q_AT=scores IDX_WGH=long, the
-#    scores fork being the old auto one-row rule there; GLM-5 dims: QA_NORM=launch IDX_WGH=long) at 8192 and 131072.
+#  v1 (~8 min): A/B/A/B of the new defaults against the old ones set by switches (DeepSeek-V3.2 dims: QA_NORM=launch SIDE_Q_AT=scores IDX_WGH=long, the
+#    scores fork being the old auto one-row rule there; GLM-5 dims: QA_NORM=launch IDX_WGH=long) at 8192 and 131072, then gpu-check's first half (kernels,
+#    engine ^TestGPU) on the new defaults.
 #  v2 (~5 min; decode.test travels in .device/c3): gpu-check's second half (decode handoff, cuda, cupti), the 4-slot
 #    A/B/A/B at 8192 (old: QA_NORM and SIDE_Q_AT change nothing with 4 rows, so IDX_WGH=long alone) and the README's rows.
 NAME=s42
@@ -14,12 +14,11 @@ OLD_DS="TILERT_GPU_QA_NORM=launch TILERT_GPU_SIDE_Q_AT=scores TILERT_GPU_IDX_WGH
 OLD_GLM="TILERT_GPU_QA_NORM=launch TILERT_GPU_IDX_WGH=long"
 case "$PART" in
 v1)
-  check1
   abab deepseek-v3.2 8192 1 od $OLD_DS
   abab glm-5 8192 1 og $OLD_GLM
   abab deepseek-v3.2 131072 1 od131 $OLD_DS
   abab glm-5 131072 1 og131 $OLD_GLM
-  save ;;
+  check1 ;;
 v2)
   check2
   abab deepseek-v3.2 8192 4 od4 TILERT_GPU_IDX_WGH=long

@@ -20,12 +20,13 @@ v1)
   abab glm-5 131072 1 og131 $OLD_GLM
   check1 ;;
 v1s)
-  # v1 on a thin budget: the kernels' code did not change since calls A-B checked it.
-  abab deepseek-v3.2 8192 1 od $OLD_DS
+  # v1 on a thin budget: the kernels' code did not change since calls A-B checked it; the engine's checks first,
+  # then as many A/B/A/B rows as the call's time leaves (bn saves after each row).
+  tst engine engine/gpu 300 '^TestGPU'; cnt engine; save
   abab glm-5 8192 1 og $OLD_GLM
   abab deepseek-v3.2 131072 1 od131 $OLD_DS
-  abab glm-5 131072 1 og131 $OLD_GLM
-  tst engine engine/gpu 340 '^TestGPU'; cnt engine; save ;;
+  abab deepseek-v3.2 8192 1 od $OLD_DS
+  abab glm-5 131072 1 og131 $OLD_GLM ;;
 v2)
   check2
   abab deepseek-v3.2 8192 4 od4 TILERT_GPU_IDX_WGH=long

@@ -1,4 +1,4 @@
-# Session 42's device plan (issue 10). Usage: bash docs/measured/next/s42.sh v1|v1s|v2   (binaries in .device/next)
+# Session 42's device plan (issue 10). Usage: bash docs/measured/next/s42.sh v0|v1|v1s|v2   (binaries in .device/next)
 # Calls A-D (s41.sh qn, wgh2, fork and an inline combination) moved three defaults: TILERT_GPU_QA_NORM=late, the q
 # chain forked at q_a everywhere (TILERT_GPU_SIDE_Q_AT auto), the short indexer scores on indexer_scores_wgh2
 # (TILERT_GPU_IDX_WGH unset = 2). These parts check and time the code that makes them the defaults:
@@ -27,10 +27,14 @@ v1s)
   abab deepseek-v3.2 131072 1 od131 $OLD_DS
   abab deepseek-v3.2 8192 1 od $OLD_DS
   abab glm-5 131072 1 og131 $OLD_GLM ;;
+v0)
+  # thinner still (~5 min of device time left): the engine's GPU checks, then one A/B/A/B if time is left.
+  tst engine engine/gpu 250 '^TestGPU'; cnt engine; save
+  abab glm-5 8192 1 og $OLD_GLM ;;
 v2)
   check2
   abab deepseek-v3.2 8192 4 od4 TILERT_GPU_IDX_WGH=long
   abab glm-5 8192 4 og4 TILERT_GPU_IDX_WGH=long
   rows ;;
-*) echo "usage: s42.sh v1|v1s|v2" >&2; exit 2 ;;
+*) echo "usage: s42.sh v0|v1|v1s|v2" >&2; exit 2 ;;
 esac

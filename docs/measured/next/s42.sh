@@ -28,8 +28,10 @@ v1s)
   abab deepseek-v3.2 8192 1 od $OLD_DS
   abab glm-5 131072 1 og131 $OLD_GLM ;;
 v0)
-  # thinner still (~5 min of device time left): the engine's GPU checks, then one A/B/A/B if time is left.
-  tst engine engine/gpu 250 '^TestGPU'; cnt engine; save
+  # thinner still (~3 min of device time left): the engine's GPU checks that the three defaults touch (greedy == CPU,
+  # both forms of each switch, the goldens, logits against the emulator, graphs, the pipeline, the side streams, the
+  # grouped projections), then one A/B/A/B if time is left.
+  tst engine engine/gpu 150 '^TestGPU(QANormLate|IdxWGH|GreedyMatchesCPU|SideStreamSameTokens|GoldenExact|Golden|LogitsMatchEmulator|GraphsEqualEager|PipelineMatches|GroupedProjectionsEqualSeparate|GemvMidProjections|AbsorbFast|ForcedDrafts)$'; cnt engine; save
   abab glm-5 8192 1 og $OLD_GLM ;;
 v2)
   check2

@@ -226,8 +226,9 @@ func sideOpen(qbVariant string, raised bool) openSet {
 // h200-2026-12-05-s42 calls C and D), DeepSeek-V3.2 dims at 131072, 9 MoE
 // layers, 1 slot, A/B/A/B p50: 2.741 / 2.738 ms before the scores against
 // 2.708 / 2.709 at q_a; with TILERT_GPU_QA_NORM=late 2.716 / 2.712 against
-// 2.707 / 2.703; at 8192 (already at q_a) unchanged. Why late, once: at 131072 keys the scores run at 33% of the copy
-// rate, bound by their instructions, and timed alone take ~13-17 us
+// 2.707 / 2.703; at 8192 (already at q_a) unchanged. Why late, once: at
+// 131072 keys the scores run at 33% of the copy rate, bound by their
+// instructions, and timed alone take ~13-17 us
 // against ~22 inside the step, where q_b holds SMs beside them; the top-k
 // is a latency chain of few blocks that leaves the SMs to a weight stream. Measured (session 17,
 // docs/measured/h200-2026-12-03-s17, 9 MoE layers, 1 slot, p50): 131072

@@ -47,9 +47,12 @@ func testQANormLate(t *testing.T, kind deviceKind) {
 		counters = map[string]*atomic.Int64{"gemv_group_r8_m1_qw": &kernels.GroupQWLaunches,
 			"absorb_q_fast_..._n": &kernels.AbsorbQScaledLaunches}
 	}
-	for _, late := range []bool{true, false} {
+	for _, m := range []struct {
+		mode string
+		late bool
+	}{{"late", true}, {"launch", false}} {
+		mode, late := m.mode, m.late
 		qaNormLate = late
-		mode := map[bool]string{true: "late", false: "launch"}[late]
 		n0 := map[string]int64{}
 		for k, n := range counters {
 			n0[k] = n.Load()

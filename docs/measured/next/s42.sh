@@ -15,21 +15,21 @@ if [ "$1" = v2 ] && [ -d .device/c3 ]; then mv .device/c3/* .device/next/; fi
 . docs/measured/next/plan.sh "$1"
 OLD_DS="TILERT_GPU_QA_NORM=launch TILERT_GPU_SIDE_Q_AT=scores TILERT_GPU_IDX_WGH=long"
 OLD_GLM="TILERT_GPU_QA_NORM=launch TILERT_GPU_IDX_WGH=long"
-case "$PART" in
-v1)
-  abab deepseek-v3.2 8192 1 od $OLD_DS
+# old: the new defaults against the old ones, GLM-5 at 8192 first (the row the thin parts most want).
+old() {
   abab glm-5 8192 1 og $OLD_GLM
   abab deepseek-v3.2 131072 1 od131 $OLD_DS
+  abab deepseek-v3.2 8192 1 od $OLD_DS
   abab glm-5 131072 1 og131 $OLD_GLM
-  check1 ;;
+}
+case "$PART" in
+v1)
+  old; check1 ;;
 v1s)
   # v1 on a thin budget: the kernels' code did not change since calls A-B checked it; the engine's checks first,
   # then as many A/B/A/B rows as the call's time leaves (bn saves after each row).
   tst engine engine/gpu 300 '^TestGPU'; cnt engine; save
-  abab glm-5 8192 1 og $OLD_GLM
-  abab deepseek-v3.2 131072 1 od131 $OLD_DS
-  abab deepseek-v3.2 8192 1 od $OLD_DS
-  abab glm-5 131072 1 og131 $OLD_GLM ;;
+  old ;;
 v0)
   # thinner still (~3 min of device time left): the engine's GPU checks that the three defaults touch (greedy == CPU,
   # both forms of each switch, the goldens, logits against the emulator, graphs, the pipeline, the side streams, the

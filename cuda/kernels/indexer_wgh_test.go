@@ -245,7 +245,9 @@ func TestKernelTimingIdxWGH(t *testing.T) {
 			const copies = 4
 			caches := coldIndexerCaches(c, a, img, nPages, copies)
 			kb := float64(nPages*IndexerPageBytes + 4*T)
-			for _, M := range []int{1, 4} {
+			// 2 rows: one slot's MTP step, between the engine's
+			// wgh2 rule's measured points (idxWGHPair).
+			for _, M := range []int{1, 2, 4} {
 				ls := make([]int32, M)
 				for i := range ls {
 					ls[i] = int32(T - 64 - 37*i)

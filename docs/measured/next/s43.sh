@@ -1,9 +1,10 @@
-# Session 43's device plan (issue 10). Usage: bash docs/measured/next/s43.sh a|c1   (binaries in .device/next)
+# Session 43's device plan (issue 10). Usage: bash docs/measured/next/s43.sh a|t|c1   (binaries in .device/next)
 # Session 42's three defaults (s42.sh) had not run as defaults; this session also moves the one-row long indexer scores
 # to indexer_scores_wgh2 (TILERT_GPU_IDX_WGH unset: launches of fewer than 2^19 keys; =2short is session 42's rule).
 #  a (~6 min): A/B/A/B of wgh2 at 131072 against 2short on both models, the new defaults against session 41's set by
 #    switches (s42.sh's old()), then the engine's GPU checks these defaults touch (s42.sh v0's list) and the scores'
 #    graph timing (now with 2 rows).
+#  t (~4 min): a cut down for a thin budget.
 #  c1 (~7 min): gpu-check's first half (kernels, engine ^TestGPU) on the new defaults. The second half and the README's
 #    rows: s42.sh v2.
 NAME=s43
@@ -20,7 +21,14 @@ a)
   abab deepseek-v3.2 131072 1 od131 $OLD_DS
   tst engine engine/gpu 150 '^TestGPU(QANormLate|IdxWGH|GreedyMatchesCPU|SideStreamSameTokens|GoldenExact|Golden|LogitsMatchEmulator|GraphsEqualEager|PipelineMatches|GroupedProjectionsEqualSeparate|GemvMidProjections|AbsorbFast|ForcedDrafts)$'; cnt engine; save
   ln -sf $D/kernels.test $D/ktime.test; export TILERT_GPU_TIMING=1; tst ktime cuda/kernels 90 '^TestKernelTimingIdxWGH$'; grep -E "indexer_scores|copy" $R/ktime.log | tail -30 >> $R/summary.txt; save ;;
+t)
+  # a on a thin budget: the engine's checks first, then the two A/B/A/B rows this session's change and session 42's
+  # defaults most want.
+  tst engine engine/gpu 150 '^TestGPU(QANormLate|IdxWGH|GreedyMatchesCPU|SideStreamSameTokens|GoldenExact|Golden|LogitsMatchEmulator|GraphsEqualEager|PipelineMatches|GroupedProjectionsEqualSeparate|GemvMidProjections|AbsorbFast|ForcedDrafts)$'; cnt engine; save
+  abab glm-5 131072 1 w2g TILERT_GPU_IDX_WGH=2short
+  abab glm-5 8192 1 og $OLD_GLM
+  abab deepseek-v3.2 131072 1 w2d TILERT_GPU_IDX_WGH=2short ;;
 c1)
   check1 ;;
-*) echo "usage: s43.sh a|c1" >&2; exit 2 ;;
+*) echo "usage: s43.sh a|t|c1" >&2; exit 2 ;;
 esac

@@ -27,6 +27,11 @@ func TestGPUAbsorbFast(t *testing.T) {
 	} else {
 		t.Logf("TILERT_GPU_ABSORB_FAST=1: %d one-row absorb launches", n)
 	}
+	// Bits are compared: q_a's norm as its own launch (the switch off has
+	// no absorb_q_fast to apply TILERT_GPU_QA_NORM=late's scale, so the
+	// default's late form would compare two orders of rounding).
+	defer func(v bool) { qaNormLate = v }(qaNormLate)
+	qaNormLate = false
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
 			c := newSwitchCase(t, pr)

@@ -588,8 +588,8 @@ func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, 
 // default since session 42); long, only launches of more than 65536 keys
 // (session 40's default: _pf below); 1 every launch on indexer_scores_wgh;
 // 0 none. Where the module does not load, _pf runs, said once in the log.
-// 2long takes _wgh2 up to 2^19 keys a launch (session 43, opt-in until a
-// step A/B/A/B: idxWGHPair).
+// 2short is session 42's default (_wgh2 at 65536 keys or fewer, wgh above),
+// kept for comparisons (idxWGHPair).
 var idxWGH = os.Getenv("TILERT_GPU_IDX_WGH")
 
 // idxWGHRule: the launches indexer_scores_wgh (or _wgh2, idxWGHPair) take
@@ -616,17 +616,19 @@ func idxWGHRule(mode string, nq, T int) bool {
 }
 
 // idxWGHPair: the launch takes indexer_scores_wgh2: unset or 2, launches
-// of 65536 keys or fewer; 2long, fewer than 2^19. Graph-timed scores +
-// histogram, cold keys (H200, session 42 call B), wgh2 against wgh: 1 x
-// 131072 8.96 against 9.77 us, 4 x 32768 8.13 / 8.68, but 4 x 131072
-// 22.50 / 22.17: the two-warpgroup blocks win until a launch's pages fill
-// several rounds of the grid. The step has not timed 2long yet.
+// of fewer than 2^19 keys (session 43); 2short, 65536 or fewer. Graph-timed
+// scores + histogram, cold keys (H200, session 42 call B), wgh2 against
+// wgh: 1 x 131072 8.96 against 9.77 us, 4 x 32768 8.13 / 8.68, but 4 x
+// 131072 22.50 / 22.17: the two-warpgroup blocks win until a launch's pages
+// fill several rounds of the grid. The step at 131072 (one H100, 3 MoE
+// layers, 1 slot, A/B/A/B, session 43 call A): GLM-5 dims -3 / -7 us,
+// DeepSeek-V3.2 0 / -2.
 func idxWGHPair(mode string, nq, T int) bool {
 	switch mode {
 	case "", "2":
-		return nq*T <= 65536
-	case "2long":
 		return nq*T < 1<<19
+	case "2short":
+		return nq*T <= 65536
 	}
 	return false
 }

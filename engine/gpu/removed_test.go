@@ -343,7 +343,7 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_IDX_WGH", "0", true},
 		{"TILERT_GPU_IDX_WGH", "1", true},
 		{"TILERT_GPU_IDX_WGH", "2", true},
-		{"TILERT_GPU_IDX_WGH", "2long", true},
+		{"TILERT_GPU_IDX_WGH", "2short", true},
 		{"TILERT_GPU_IDX_WGH", "auto", false},
 		{"TILERT_GPU_MLA_HEADS", "16", false},
 		{"TILERT_GPU_MLA_HEADS", "8", false},

@@ -85,8 +85,8 @@ func (got switchRun) sameAs(t *testing.T, want switchRun, name, ref string) {
 	}
 }
 
-// indexer_scores_wgh takes every launch, those of 65536 keys or fewer on
-// _wgh2 (2long: fewer than 2^19), unless the switch says otherwise
+// indexer_scores_wgh takes every launch, those of fewer than 2^19 keys on
+// _wgh2 (2short: 65536 or fewer), unless the switch says otherwise
 // (sessions 40, 42 and 43).
 func TestIdxWGHRule(t *testing.T) {
 	for _, cs := range []struct {
@@ -106,10 +106,9 @@ func TestIdxWGHRule(t *testing.T) {
 		mode  string
 		nq, T int
 		want  bool
-	}{{"2", 1, 8448, true}, {"2", 4, 16384, true}, {"2", 1, 131328, false}, {"1", 1, 8448, false}, {"", 1, 8448, true},
-		{"", 1, 65536, true}, {"", 4, 32768, false}, {"long", 1, 8448, false},
-		{"2long", 1, 8448, true}, {"2long", 1, 131328, true}, {"2long", 4, 32768, true}, {"2long", 2, 131328, true},
-		{"2long", 4, 131072, false}} {
+	}{{"2", 1, 8448, true}, {"2", 4, 16384, true}, {"2", 1, 131328, true}, {"2", 4, 131328, false}, {"1", 1, 8448, false},
+		{"", 1, 8448, true}, {"", 1, 65536, true}, {"", 4, 32768, true}, {"", 2, 131328, true}, {"", 4, 131072, false},
+		{"2short", 1, 65536, true}, {"2short", 1, 131328, false}, {"2short", 4, 32768, false}, {"long", 1, 8448, false}} {
 		if got := idxWGHPair(cs.mode, cs.nq, cs.T); got != cs.want {
 			t.Errorf("idxWGHPair(%q, %d, %d) = %v, want %v", cs.mode, cs.nq, cs.T, got, cs.want)
 		}

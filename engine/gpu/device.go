@@ -583,13 +583,13 @@ func (b *cudaDevice) indexerScoresQ(out, qh, wq, cache, lens, hist cuda.DevPtr, 
 // idxWGH: TILERT_GPU_IDX_WGH scores the indexer's fp8 pages on
 // indexer_scores_wgh (the sm_90a module: the keys as wgmma's M, the query
 // read by the tensor cores; kernels.Set.IndexerScoresWGH) instead of
-// indexer_scores_mma_pf: unset (or 2), every launch, those of 65536 keys
-// or fewer on the two-warpgroup blocks (kernels.IndexerScoresWGH2, the
-// default since session 42); long, only launches of more than 65536 keys
-// (session 40's default: _pf below); 1 every launch on indexer_scores_wgh;
-// 0 none. Where the module does not load, _pf runs, said once in the log.
-// 2short is session 42's default (_wgh2 at 65536 keys or fewer, wgh above),
-// kept for comparisons (idxWGHPair).
+// indexer_scores_mma_pf: unset (or 2), every launch, those of fewer than
+// idxWGHPairKeys keys on the two-warpgroup blocks (kernels.IndexerScoresWGH2,
+// session 42 at idxWGHShortKeys or fewer, session 43 up to idxWGHPairKeys);
+// 2short, session 42's rule, kept for comparisons; long, only launches of
+// more than idxWGHShortKeys (session 40's default: _pf below); 1 every
+// launch on indexer_scores_wgh; 0 none. Where the module does not load,
+// _pf runs, said once in the log.
 var idxWGH = os.Getenv("TILERT_GPU_IDX_WGH")
 
 // idxWGHRule: the launches indexer_scores_wgh (or _wgh2, idxWGHPair) take
@@ -610,10 +610,18 @@ func idxWGHRule(mode string, nq, T int) bool {
 	case "0":
 		return false
 	case "long":
-		return nq*T > 65536
+		return nq*T > idxWGHShortKeys
 	}
 	return true
 }
+
+// The rules' bounds on a launch's keys (its rows times T): idxWGHShortKeys
+// is where session 40 measured _pf ahead of wgh (=long) and session 42
+// first took wgh2 (=2short); below idxWGHPairKeys wgh2 is the default.
+const (
+	idxWGHShortKeys = 65536
+	idxWGHPairKeys  = 1 << 19
+)
 
 // idxWGHPair: the launch takes indexer_scores_wgh2: unset or 2, launches
 // of fewer than 2^19 keys (session 43); 2short, 65536 or fewer. Graph-timed
@@ -626,9 +634,9 @@ func idxWGHRule(mode string, nq, T int) bool {
 func idxWGHPair(mode string, nq, T int) bool {
 	switch mode {
 	case "", "2":
-		return nq*T < 1<<19
+		return nq*T < idxWGHPairKeys
 	case "2short":
-		return nq*T <= 65536
+		return nq*T <= idxWGHShortKeys
 	}
 	return false
 }

@@ -13,6 +13,8 @@ NAME=s43
 . docs/measured/next/plan.sh "$1"
 OLD_DS="TILERT_GPU_QA_NORM=launch TILERT_GPU_SIDE_Q_AT=scores TILERT_GPU_IDX_WGH=long"
 OLD_GLM="TILERT_GPU_QA_NORM=launch TILERT_GPU_IDX_WGH=long"
+# The engine GPU tests the defaults touch (s42.sh v0's list).
+ENG='^TestGPU(QANormLate|IdxWGH|GreedyMatchesCPU|SideStreamSameTokens|GoldenExact|Golden|LogitsMatchEmulator|GraphsEqualEager|PipelineMatches|GroupedProjectionsEqualSeparate|GemvMidProjections|AbsorbFast|ForcedDrafts)$'
 case "$PART" in
 a)
   abab glm-5 131072 1 w2g TILERT_GPU_IDX_WGH=2short
@@ -21,12 +23,12 @@ a)
   abab deepseek-v3.2 8192 1 od $OLD_DS
   abab glm-5 131072 1 og131 $OLD_GLM
   abab deepseek-v3.2 131072 1 od131 $OLD_DS
-  tst engine engine/gpu 150 '^TestGPU(QANormLate|IdxWGH|GreedyMatchesCPU|SideStreamSameTokens|GoldenExact|Golden|LogitsMatchEmulator|GraphsEqualEager|PipelineMatches|GroupedProjectionsEqualSeparate|GemvMidProjections|AbsorbFast|ForcedDrafts)$'; cnt engine; save
+  tst engine engine/gpu 150 "$ENG"; cnt engine; save
   ln -sf $D/kernels.test $D/ktime.test; export TILERT_GPU_TIMING=1; tst ktime cuda/kernels 90 '^TestKernelTimingIdxWGH$'; grep -E "indexer_scores|copy" $R/ktime.log | tail -30 >> $R/summary.txt; save ;;
 t)
   # a on a thin budget: the engine's checks first, then the two A/B/A/B rows this session's change and session 42's
   # defaults most want.
-  tst engine engine/gpu 150 '^TestGPU(QANormLate|IdxWGH|GreedyMatchesCPU|SideStreamSameTokens|GoldenExact|Golden|LogitsMatchEmulator|GraphsEqualEager|PipelineMatches|GroupedProjectionsEqualSeparate|GemvMidProjections|AbsorbFast|ForcedDrafts)$'; cnt engine; save
+  tst engine engine/gpu 150 "$ENG"; cnt engine; save
   abab glm-5 131072 1 w2g TILERT_GPU_IDX_WGH=2short
   abab glm-5 8192 1 og $OLD_GLM
   abab deepseek-v3.2 131072 1 w2d TILERT_GPU_IDX_WGH=2short ;;

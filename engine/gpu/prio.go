@@ -40,8 +40,15 @@ import (
 //     way): 8192 -9..-15 us (four pairs), 131072 +31 / +40 us; MTP's
 //     verify steps (two rows) even within their noise (±100 us, six pairs).
 //   - "auto" (the default): "q" in the steps where it won, on a _d16 q_b:
-//     those of one row whose q chain forks at q_a, and those of two rows
-//     within 32768 keys; elsewhere nothing is raised.
+//     those of one or two rows within 32768 keys whose q chain forks at
+//     q_a; elsewhere nothing is raised, and the q chain keeps its cap
+//     (side.go cudaDevice.sideCap). Until session 44 a one-row step was
+//     raised at any length: since session 42 forks the q chain at q_a at
+//     131072 too, raising it there cost DeepSeek-V3.2 dims (1 dense + 3
+//     MoE layers, one H100, A/B/A/B against =0) +9 / +12 and +10 / +9 us
+//     at 131072, +4 / +6 at 65536, +5 / +6 at 32768, while it still won
+//     at 24576 (-20 / -17) and 8192 (-12 / -12, -11 / -8); GLM-5 dims
+//     (_o4: never raised) are unmoved.
 var mainPrio, mainPrioErr = parseMainPrio(os.Getenv("TILERT_GPU_MAIN_PRIO"))
 
 // prioMode is TILERT_GPU_MAIN_PRIO, resolved per runner by prioFor.
@@ -87,13 +94,13 @@ func prioFor(m prioMode, qbVariant string) prioMode {
 // stepRaised says whether a step of rows rows runs its main chain at the
 // greatest priority under the runner's mode m: late, its q chain forks
 // after the indexer's scores (qLate); long, some row is over 32768 keys
-// (fwd.long).
+// (fwd.long: its top-k on the mark blocks, past 32768 keys).
 func stepRaised(m prioMode, rows int, late, long bool) bool {
 	switch m {
 	case prioMain, prioQLow:
 		return true
 	case prioAuto:
-		return !late && (rows == 1 || rows == 2 && !long)
+		return !late && rows <= 2 && !long
 	}
 	return false
 }

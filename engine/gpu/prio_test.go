@@ -63,10 +63,11 @@ func TestPrioFor(t *testing.T) {
 	}
 }
 
-// Which steps run raised, and which side chains keep it: auto in one-row
-// steps whose q chain forks at q_a and two-row steps within 32768 keys
-// (measured faster there; slower at four rows, with the late fork and at
-// two rows of 131072 keys); q and 1 in every step. Only the shared expert
+// Which steps run raised, and which side chains keep it: auto in one- and
+// two-row steps within 32768 keys whose q chain forks at q_a (measured
+// faster there; slower at four rows, with the late fork, at two rows of
+// 131072 keys and, since the q chain forks at q_a there, at one row past
+// 32768 keys); q and 1 in every step. Only the shared expert
 // keeps a raised step's priority, and not under 1.
 func TestStepRaised(t *testing.T) {
 	for _, c := range []struct {
@@ -74,7 +75,7 @@ func TestStepRaised(t *testing.T) {
 		rows             int
 		late, long, want bool
 	}{
-		{prioAuto, 1, false, false, true}, {prioAuto, 1, false, true, true}, {prioAuto, 1, true, true, false},
+		{prioAuto, 1, false, false, true}, {prioAuto, 1, false, true, false}, {prioAuto, 1, true, true, false},
 		{prioAuto, 2, false, false, true}, {prioAuto, 2, false, true, false}, {prioAuto, 3, false, false, false},
 		{prioAuto, 4, false, false, false},
 		{prioQLow, 4, true, true, true}, {prioMain, 1, true, true, true}, {prioOff, 1, false, false, false},

@@ -31,7 +31,9 @@ pq)
   abab deepseek-v3.2 131072 1 pq131 TILERT_GPU_MAIN_PRIO=q
   abab deepseek-v3.2 32768 1 pq32 TILERT_GPU_MAIN_PRIO=q
   abab deepseek-v3.2 8192 1 pq8 TILERT_GPU_MAIN_PRIO=q
-  abab deepseek-v3.2 131072 2 pq2 TILERT_GPU_MAIN_PRIO=0 ;;
+  abab deepseek-v3.2 131072 2 pq2 TILERT_GPU_MAIN_PRIO=0
+  abab deepseek-v3.2 131072 1 pqc2 TILERT_GPU_SIDE_CAP=q=2
+  abab glm-5 131072 1 pqg TILERT_GPU_MAIN_PRIO=q ;;
 t)
   tst engine engine/gpu 150 '^TestGPU(AbsorbFast|IdxWGH|GreedyMatchesCPU|QANormLate)$'; cnt engine; save
   abab glm-5 131072 1 w2g TILERT_GPU_IDX_WGH=2short ;;

@@ -1,4 +1,4 @@
-# Session 44's device plan (issue 10). Usage: bash docs/measured/next/s44.sh c1|v2|ab|pq|pqt|t   (binaries in .device/next)
+# Session 44's device plan (issue 10). Usage: bash docs/measured/next/s44.sh c1|v2|ab|pq|pqt|fk|t   (binaries in .device/next)
 # Sessions 42-43 changed three defaults (q_a's norm late, the q chain forked at q_a, the indexer scores on
 # indexer_scores_wgh2 for launches under 2^19 keys) and session 43 mended two engine tests; none of it has run
 # gpu-check whole, and the README's H200 rows are session 40's. So this session checks first, then re-takes the rows.
@@ -41,8 +41,14 @@ pqt)
   abab deepseek-v3.2 32768 1 pq32 TILERT_GPU_MAIN_PRIO=q
   abab deepseek-v3.2 8192 1 pq8 TILERT_GPU_MAIN_PRIO=q
   abab deepseek-v3.2 131072 1 pqc2 TILERT_GPU_SIDE_CAP=q=2 ;;
+fk)
+  # Session 42 chose the q_a fork at 131072 on steps that were raised; unraised now (call G), the late forks again
+  # (their q chain at two blocks an SM for a _d16 q_b), and GLM-5's long step raised (=q; never measured at 131072).
+  abab deepseek-v3.2 131072 1 fks TILERT_GPU_SIDE_Q_AT=scores
+  abab deepseek-v3.2 131072 1 fkt TILERT_GPU_SIDE_Q_AT=topk
+  abab glm-5 131072 1 pqg TILERT_GPU_MAIN_PRIO=q ;;
 t)
   tst engine engine/gpu 150 '^TestGPU(AbsorbFast|IdxWGH|GreedyMatchesCPU|QANormLate)$'; cnt engine; save
   abab glm-5 131072 1 w2g TILERT_GPU_IDX_WGH=2short ;;
-*) echo "usage: s44.sh c1|v2|ab|pq|pqt|t" >&2; exit 2 ;;
+*) echo "usage: s44.sh c1|v2|ab|pq|pqt|fk|t" >&2; exit 2 ;;
 esac

@@ -33,7 +33,10 @@ pq)
   abab deepseek-v3.2 8192 1 pq8 TILERT_GPU_MAIN_PRIO=q
   abab deepseek-v3.2 131072 2 pq2 TILERT_GPU_MAIN_PRIO=0
   abab deepseek-v3.2 131072 1 pqc2 TILERT_GPU_SIDE_CAP=q=2
-  abab glm-5 131072 1 pqg TILERT_GPU_MAIN_PRIO=q ;;
+  abab glm-5 131072 1 pqg TILERT_GPU_MAIN_PRIO=q
+  # the shared expert uncapped on the unraised long steps (it keeps a block an SM there, as with the priorities off)
+  abab deepseek-v3.2 131072 1 fsh TILERT_GPU_SIDE_CAP=sh=0
+  abab glm-5 131072 1 fshg TILERT_GPU_SIDE_CAP=sh=0 ;;
 pqt)
   # pq on a thin budget
   tst engine engine/gpu 100 '^TestGPU(PriorityScoped|GreedyMatchesCPU|SideStreamSameTokens)$'; cnt engine; save

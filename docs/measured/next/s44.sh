@@ -10,6 +10,9 @@
 #  pq (~3 min): the launch priority's new rule (prio.go stepRaised: a one-row step past 32768 keys no longer raised,
 #    its q chain capped as with the priorities off) against the old one (=q is the old auto on a one-row
 #    DeepSeek-V3.2 step), and the engine checks it touches.
+#  pqt (~2 min): pq on a thin budget (ran as call G, docs/measured/h100-2026-12-06-s44).
+#  fk (~3 min): the late q forks and the shared expert's cap on the now unraised long one-row steps, GLM-5 raised at
+#    131072 (not run).
 #  t (~3 min): a thin budget's part: the engine tests session 43 mended, and one A/B/A/B row.
 NAME=s44
 . docs/measured/next/plan.sh "$1"

@@ -94,7 +94,7 @@ func prioFor(m prioMode, qbVariant string) prioMode {
 // stepRaised says whether a step of rows rows runs its main chain at the
 // greatest priority under the runner's mode m: late, its q chain forks
 // after the indexer's scores (qLate); long, some row is over 32768 keys
-// (fwd.long: its top-k on the mark blocks, past 32768 keys).
+// (fwd.long: its top-k on the mark blocks).
 func stepRaised(m prioMode, rows int, late, long bool) bool {
 	switch m {
 	case prioMain, prioQLow:

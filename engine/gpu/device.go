@@ -184,10 +184,8 @@ type cudaDevice struct {
 	side *sideStream
 	// clk, when set, is cut before every host wait (ClockPrefill, clock.go).
 	clk *devClock
-	// capOpen: each side chain's default tile cap in a one-row step
-	// (side.go sideOpen; the runner's, worked out once).
-	capOpen openSet
-	// qbVariant: q_b's one-row tile variant ("" without one; sideOpen).
+	// qbVariant: q_b's one-row tile variant ("" without one; sideOpen, per
+	// step in sideCap).
 	qbVariant string
 	// prio: the runner's resolved TILERT_GPU_MAIN_PRIO (prio.go; not off:
 	// graphs keep their kernel nodes' priorities), prioHi its greatest
@@ -1243,13 +1241,12 @@ type cudaRunner struct {
 	oproj     [2]int
 	oprojPlan kernels.TilePlan
 	oprojOK   bool
-	// qb: q_b's shape (sidePin; zero: none), whose one-row launch decides
-	// whether the q chain is capped by default (capOpen, worked out at the
-	// first run).
-	qb        [2]int
-	qbVariant string
-	capOpen   openSet
-	capOpenOK bool
+	// qb: q_b's shape (sidePin; zero: none), whose one-row launch variant
+	// (qbVariant, worked out at the first run) decides whether the q chain
+	// is capped by default.
+	qb          [2]int
+	qbVariant   string
+	qbVariantOK bool
 	// plans: TILERT_GPU_TILE_PLANS's pins (tileplans.go), set at every run
 	// after o_proj's.
 	plans map[[2]int]kernels.TilePlan
@@ -1289,22 +1286,24 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 	for shape, p := range r.plans {
 		b.k.SetTilePlan(shape[0], shape[1], p)
 	}
-	if !r.capOpenOK {
+	if !r.qbVariantOK {
 		v := ""
 		if r.qb != [2]int{} {
 			v = b.k.TileVariantOf(r.qb[0], r.qb[1])
 		}
-		r.qbVariant, r.capOpen, r.capOpenOK = v, sideOpen(v, qUncapped(r.prio)), true
+		r.qbVariant, r.qbVariantOK = v, true
 		if r.qb != [2]int{} && (sideQOn || sideShOn) {
+			raised, plain := sideOpen(v, qUncapped(r.prio, true)), sideOpen(v, false)
 			slog.Info("side streams: tile GEMV caps (blocks an SM, 0: uncapped; TILERT_GPU_SIDE_CAP)",
-				"q_chain_1row", sideCapFor(chainQ, b.k.PDL(), r.capOpen, 1), "q_chain_rows", sideCapFor(chainQ, b.k.PDL(), r.capOpen, 2),
-				"q_chain_late_1row", sideCapFor(chainQLate, b.k.PDL(), r.capOpen, 1),
-				"shared_expert", sideCapFor(chainSh, b.k.PDL(), r.capOpen, 1),
+				"q_chain_1row_raised", sideCapFor(chainQ, b.k.PDL(), raised, 1), "q_chain_1row", sideCapFor(chainQ, b.k.PDL(), plain, 1),
+				"q_chain_rows", sideCapFor(chainQ, b.k.PDL(), plain, 2),
+				"q_chain_late_1row", sideCapFor(chainQLate, b.k.PDL(), plain, 1),
+				"shared_expert", sideCapFor(chainSh, b.k.PDL(), plain, 1),
 				"q_b", fmt.Sprintf("%dx%d%s", r.qb[0], r.qb[1], v), "q_fork_at", cmp.Or(sideQAt, "auto"),
 				"launch_prio", r.prio)
 		}
 	}
-	b.capOpen, b.qbVariant = r.capOpen, r.qbVariant
+	b.qbVariant = r.qbVariant
 	if mlaFewOn || topkFastOn {
 		b.fewReady()
 	}

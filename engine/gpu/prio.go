@@ -111,9 +111,12 @@ func chainRaised(m prioMode, ch sideChain) bool {
 }
 
 // qUncapped says whether mode m uncaps the q chain forked at q_a in a
-// one-row step (sideOpen): its priority below the main chain's stands in
-// for the cap.
-func qUncapped(m prioMode) bool { return m == prioQLow || m == prioAuto }
+// one-row step (sideOpen) that runs raised or not: its priority below the
+// main chain's stands in for the cap, so only in a raised step. A step
+// auto leaves at the stream's priority (a long one-row step, stepRaised)
+// keeps the caps of the priorities off, the form its A/B measured
+// (session 44).
+func qUncapped(m prioMode, raised bool) bool { return raised && (m == prioQLow || m == prioAuto) }
 
 // prioPin resolves TILERT_GPU_MAIN_PRIO for a whole-model CUDA runner and
 // reads the device's greatest priority. A sharded rank's runner (wrapped,

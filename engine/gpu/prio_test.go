@@ -92,9 +92,9 @@ func TestStepRaised(t *testing.T) {
 		{prioMain, false, false, false, false}, {prioOff, false, false, false, false},
 	} {
 		got := [3]bool{chainRaised(c.m, chainQ), chainRaised(c.m, chainQLate), chainRaised(c.m, chainSh)}
-		if got != [3]bool{c.q, c.qLate, c.sh} || qUncapped(c.m) != c.open {
-			t.Errorf("%v: chains raised (q, q late, shared) %v, want %v; q uncapped %v, want %v", c.m, got,
-				[3]bool{c.q, c.qLate, c.sh}, qUncapped(c.m), c.open)
+		if got != [3]bool{c.q, c.qLate, c.sh} || qUncapped(c.m, true) != c.open || qUncapped(c.m, false) {
+			t.Errorf("%v: chains raised (q, q late, shared) %v, want %v; q uncapped raised %v (want %v), not raised %v (want false)", c.m, got,
+				[3]bool{c.q, c.qLate, c.sh}, qUncapped(c.m, true), c.open, qUncapped(c.m, false))
 		}
 	}
 }

@@ -139,22 +139,9 @@ func parseSideCap(v string) ([nChains]int, error) {
 // would starve the chain. The open chains (sideOpen) were measured at one
 // row; a step of several rows launches q_b on another kernel and keeps
 // the cap, as measured before (session 14's 4-slot rows).
-//
-// The priority stands in for the q chain's cap (qUncapped) only in a step
-// that runs raised: one that auto leaves at the stream's priority (a long
-// one-row step, prio.go stepRaised) keeps the caps of the priorities off,
-// the form its A/B measured (session 44).
+// The open chains are the step's: prio.go qUncapped.
 func (b *cudaDevice) sideCap(ch sideChain, rows int) int {
-	return sideCapFor(ch, b.k.PDL(), stepOpen(b.capOpen, b.qbVariant, b.raised), rows)
-}
-
-// stepOpen is a step's open chains: the runner's (open) in a raised step,
-// else those of the priorities off.
-func stepOpen(open openSet, qbVariant string, raised bool) openSet {
-	if raised {
-		return open
-	}
-	return sideOpen(qbVariant, false)
+	return sideCapFor(ch, b.k.PDL(), sideOpen(b.qbVariant, qUncapped(b.prio, b.raised)), rows)
 }
 
 func sideCapFor(ch sideChain, pdl bool, open openSet, rows int) int {

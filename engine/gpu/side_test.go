@@ -389,7 +389,7 @@ func TestSideCapFor(t *testing.T) {
 // priorities off (DeepSeek-V3.2's _d16 q_b: one block an SM at one row);
 // a raised one takes the runner's open set; GLM-5's _o4 q chain is
 // uncapped either way.
-func TestStepOpen(t *testing.T) {
+func TestStepQCap(t *testing.T) {
 	for _, c := range []struct {
 		variant string
 		raised  bool
@@ -397,7 +397,7 @@ func TestStepOpen(t *testing.T) {
 	}{
 		{"_d16", true, 0}, {"_d16", false, 1}, {"_o4", true, 0}, {"_o4", false, 0}, {"", false, 1},
 	} {
-		open := stepOpen(sideOpen(c.variant, qUncapped(prioFor(prioAuto, c.variant))), c.variant, c.raised)
+		open := sideOpen(c.variant, qUncapped(prioFor(prioAuto, c.variant), c.raised))
 		if got := sideCapFor(chainQ, true, open, 1); got != c.want {
 			t.Errorf("q_b %q, raised %v: the q chain capped at %d, want %d", c.variant, c.raised, got, c.want)
 		}

@@ -36,10 +36,7 @@ pq)
   abab deepseek-v3.2 8192 1 pq8 TILERT_GPU_MAIN_PRIO=q
   abab deepseek-v3.2 131072 2 pq2 TILERT_GPU_MAIN_PRIO=0
   abab deepseek-v3.2 131072 1 pqc2 TILERT_GPU_SIDE_CAP=q=2
-  abab glm-5 131072 1 pqg TILERT_GPU_MAIN_PRIO=q
-  # the shared expert uncapped on the unraised long steps (it keeps a block an SM there, as with the priorities off)
-  abab deepseek-v3.2 131072 1 fsh TILERT_GPU_SIDE_CAP=sh=0
-  abab glm-5 131072 1 fshg TILERT_GPU_SIDE_CAP=sh=0 ;;
+  abab glm-5 131072 1 pqg TILERT_GPU_MAIN_PRIO=q ;;
 pqt)
   # pq on a thin budget
   tst engine engine/gpu 100 '^TestGPU(PriorityScoped|GreedyMatchesCPU|SideStreamSameTokens)$'; cnt engine; save
@@ -52,7 +49,10 @@ fk)
   # (their q chain at two blocks an SM for a _d16 q_b), and GLM-5's long step raised (=q; never measured at 131072).
   abab deepseek-v3.2 131072 1 fks TILERT_GPU_SIDE_Q_AT=scores
   abab deepseek-v3.2 131072 1 fkt TILERT_GPU_SIDE_Q_AT=topk
-  abab glm-5 131072 1 pqg TILERT_GPU_MAIN_PRIO=q ;;
+  abab glm-5 131072 1 pqg TILERT_GPU_MAIN_PRIO=q
+  # the shared expert uncapped on the unraised long steps (it keeps a block an SM there, as with the priorities off)
+  abab deepseek-v3.2 131072 1 fsh TILERT_GPU_SIDE_CAP=sh=0
+  abab glm-5 131072 1 fshg TILERT_GPU_SIDE_CAP=sh=0 ;;
 t)
   tst engine engine/gpu 150 '^TestGPU(AbsorbFast|IdxWGH|GreedyMatchesCPU|QANormLate)$'; cnt engine; save
   abab glm-5 131072 1 w2g TILERT_GPU_IDX_WGH=2short ;;

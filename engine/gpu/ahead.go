@@ -50,6 +50,17 @@ var (
 	pipeMTP = pipeOn && os.Getenv("TILERT_GPU_PIPELINE") != "1"
 )
 
+// aheadCopyOn: TILERT_GPU_AHEAD_COPY=0 keeps every copy of the pipelined
+// step on the main stream (the form until session 45). Otherwise nothing
+// but kernels sits between one step's graph and the next: the picks' ids
+// go to the host on a copy stream of their own (downloadAsync), the next
+// forward's meta goes up on another into the one of two device buffers
+// that the forward before last used (beginMeta, uploadBeside), and that
+// forward's embedding reads its tokens where the picks wrote them
+// (picksInPlace) instead of a device copy into the meta. On the main
+// stream each was a small copy between two kernels, paid every step.
+var aheadCopyOn = os.Getenv("TILERT_GPU_AHEAD_COPY") != "0"
+
 // aheadState is the backend's pipelined-step state.
 type aheadState struct {
 	// off: pipelining turned off for this engine (pipeOn at build; tests);

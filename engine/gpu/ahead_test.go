@@ -43,6 +43,15 @@ func testPipelineMatches(t *testing.T, kind deviceKind, presets []string) {
 					t.Fatalf("no stop id to choose from slot 0's tokens %v", s0)
 				}
 				want, _, _ := run(true, false, stop)
+				// The pipelined step's copies on the main stream
+				// (TILERT_GPU_AHEAD_COPY=0), then beside it (the default).
+				defer func(on bool) { aheadCopyOn = on }(aheadCopyOn)
+				aheadCopyOn = false
+				inline, _, _ := run(false, false, stop)
+				if i := firstLineDiff(inline, want); i >= 0 {
+					t.Fatalf("pipelined transcript (copies on the main stream) differs at line %d:\n got %s\nwant %s", i, lineAt(inline, i), lineAt(want, i))
+				}
+				aheadCopyOn = true
 				got, _, e := run(false, false, stop)
 				if i := firstLineDiff(got, want); i >= 0 {
 					t.Fatalf("pipelined transcript differs at line %d:\n got %s\nwant %s", i, lineAt(got, i), lineAt(want, i))
@@ -63,6 +72,33 @@ func testPipelineMatches(t *testing.T, kind deviceKind, presets []string) {
 					t.Errorf("with the discard path broken the transcript is unchanged: the check cannot fail")
 				}
 			})
+		}
+	}
+}
+
+// picksInPlace: the embedding reads the picks in place only where every
+// row takes a pick and the picks are consecutive.
+func TestPicksInPlace(t *testing.T) {
+	for _, c := range []struct {
+		from []int
+		M, p int
+		ok   bool
+	}{
+		{[]int{0}, 1, 0, true},
+		{[]int{0, 1, 2, 3}, 4, 0, true},
+		{[]int{2, 3}, 2, 2, true},
+		{nil, 1, 0, false},
+		{[]int{}, 0, 0, false},
+		{[]int{0, 1}, 3, 0, false},
+		{[]int{-1}, 1, 0, false},
+		{[]int{0, -1}, 2, 0, false},
+		{[]int{1, 0}, 2, 0, false},
+		{[]int{0, 0}, 2, 0, false},
+		{[]int{0, 2}, 2, 0, false},
+	} {
+		p, ok := picksInPlace(c.from, c.M)
+		if ok != c.ok || (ok && p != c.p) {
+			t.Errorf("picksInPlace(%v, %d) = %d, %v; want %d, %v", c.from, c.M, p, ok, c.p, c.ok)
 		}
 	}
 }

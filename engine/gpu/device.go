@@ -30,7 +30,19 @@ type device interface {
 	// downloadAsync queues a copy of src into dst (host memory from
 	// hostAlloc) behind the work queued so far and returns at once; wait
 	// blocks until dst holds the bytes (the pipelined step, ahead.go).
+	//
+	// Where aheadCopyOn the GPU's copy runs on a stream of its own after
+	// the work queued so far, and the main stream goes on without it:
+	// work queued before wait returns must not write src.
 	downloadAsync(dst []byte, src cuda.DevPtr) (wait func() error, err error)
+	// uploadBeside is upload for a forward's meta (beginMeta, where
+	// aheadCopyOn): the GPU's copy runs on a stream of its own as soon as
+	// the work queued before the previous uploadBeside is done, and the
+	// main stream's later work waits for it, so the copy is off the main
+	// stream's path. The caller alternates dst between two buffers (the
+	// forward before last is the last reader of dst) and leaves a pinned
+	// src unchanged until a later host wait on a download.
+	uploadBeside(dst cuda.DevPtr, src []byte) error
 	// launchQueued starts the work recorded so far without waiting for it
 	// (graphDevice defers calls until a host sync point; the others run
 	// every call as it comes).
@@ -176,6 +188,8 @@ type cudaDevice struct {
 	s cuda.Stream
 	// ev is the runner's event for downloadAsync (created on first use).
 	ev *cuda.Event
+	// cp: the runner's copy streams (aheadCopyOn; nil: every copy on s).
+	cp *copyStreams
 	// gemmWS is the fp16 two-part GEMM's scratch (its runner's).
 	gemmWS      cuda.DevPtr
 	gemmWSBytes int64
@@ -239,15 +253,118 @@ func (b *cudaDevice) downloadAsync(dst []byte, src cuda.DevPtr) (func() error, e
 		}
 		*b.ev = ev
 	}
-	if err := b.c.CopyDtoHAsync(dst, src, b.s); err != nil {
+	s := b.s
+	if aheadCopyOn && b.cp != nil {
+		if err := b.cp.ensure(b.c); err != nil {
+			return nil, err
+		}
+		if err := b.c.Record(b.cp.at, b.s); err != nil {
+			return nil, err
+		}
+		if err := b.c.WaitEvent(b.cp.down, b.cp.at); err != nil {
+			return nil, err
+		}
+		s = b.cp.down
+	}
+	if err := b.c.CopyDtoHAsync(dst, src, s); err != nil {
 		return nil, err
 	}
 	b.cut()
 	ev, c := *b.ev, b.c
-	if err := c.Record(ev, b.s); err != nil {
+	if err := c.Record(ev, s); err != nil {
 		return nil, err
 	}
 	return func() error { return c.EventSync(ev) }, nil
+}
+
+func (b *cudaDevice) uploadBeside(dst cuda.DevPtr, src []byte) error {
+	cp := b.cp
+	if cp == nil {
+		return b.upload(dst, src)
+	}
+	if err := cp.ensure(b.c); err != nil {
+		return err
+	}
+	c := b.c
+	if !cp.marked {
+		// The first: after everything queued so far.
+		if err := c.Record(cp.mark, b.s); err != nil {
+			return err
+		}
+		cp.marked = true
+	}
+	// A wait takes the event's record at the time of the call, so mark
+	// is re-recorded (for the next upload) after the copy's wait.
+	if err := c.WaitEvent(cp.up, cp.mark); err != nil {
+		return err
+	}
+	if err := c.Record(cp.mark, b.s); err != nil {
+		return err
+	}
+	if err := c.CopyHtoDAsync(dst, src, cp.up); err != nil {
+		return err
+	}
+	if err := c.Record(cp.upDone, cp.up); err != nil {
+		return err
+	}
+	return c.WaitEvent(b.s, cp.upDone)
+}
+
+// copyStreams are a runner's two copy streams (aheadCopyOn, ahead.go): the
+// picks' download on down, the next forward's meta on up, so that neither
+// sits on the main stream between one step's graph and the next. Created
+// on first use.
+type copyStreams struct {
+	up, down cuda.Stream
+	// at: the main stream's tail at a download (down waits for it); mark:
+	// its tail at the last uploadBeside (the next upload waits for it;
+	// marked once recorded); upDone: the last upload's end (the main
+	// stream waits for it).
+	at, mark, upDone cuda.Event
+	marked           bool
+}
+
+func (cp *copyStreams) ensure(c *cuda.Ctx) error {
+	if cp.up != 0 {
+		return nil
+	}
+	var made copyStreams
+	err := func() error {
+		var err error
+		if made.up, err = c.NewStream(); err != nil {
+			return err
+		}
+		if made.down, err = c.NewStream(); err != nil {
+			return err
+		}
+		for _, e := range []*cuda.Event{&made.at, &made.mark, &made.upDone} {
+			if *e, err = c.NewSyncEvent(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		return errors.CombineErrors(err, made.destroy(c))
+	}
+	*cp = made
+	return nil
+}
+
+func (cp *copyStreams) destroy(c *cuda.Ctx) error {
+	var err error
+	for _, e := range []cuda.Event{cp.at, cp.mark, cp.upDone} {
+		if e != 0 {
+			err = errors.CombineErrors(err, c.DestroyEvent(e))
+		}
+	}
+	for _, s := range []cuda.Stream{cp.up, cp.down} {
+		if s != 0 {
+			err = errors.CombineErrors(err, c.DestroyStream(s))
+		}
+	}
+	*cp = copyStreams{}
+	return err
 }
 
 func (b *cudaDevice) launchQueued() error { return nil }
@@ -1218,10 +1335,11 @@ type cudaRunner struct {
 	// sharded engine on one GPU, one stream each: shard.go); else the
 	// context's.
 	stream    cuda.Stream
-	ownStream bool       // close destroys it
-	prio      prioMode   // TILERT_GPU_MAIN_PRIO resolved (prioPin)
-	prioHi    int        // the device's greatest priority, where prio is not off
-	ev        cuda.Event // downloadAsync's event (0: none yet)
+	ownStream bool        // close destroys it
+	prio      prioMode    // TILERT_GPU_MAIN_PRIO resolved (prioPin)
+	prioHi    int         // the device's greatest priority, where prio is not off
+	ev        cuda.Event  // downloadAsync's event (0: none yet)
+	cp        copyStreams // the pipelined step's copy streams (aheadCopyOn)
 	// gemmWS: the fp16-part GEMM's scratch for this runner's stream
 	// (gemm.go allocGemmScratch), handed to every run's cudaDevice.
 	gemmWS      cuda.DevPtr
@@ -1325,7 +1443,7 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 		if err != nil {
 			return err
 		}
-		b := &cudaDevice{c: c, k: k, s: c.Stream(), ev: &r.ev, gemmWS: r.gemmWS, gemmWSBytes: r.gemmWSBytes, side: &r.side}
+		b := &cudaDevice{c: c, k: k, s: c.Stream(), ev: &r.ev, cp: &r.cp, gemmWS: r.gemmWS, gemmWSBytes: r.gemmWSBytes, side: &r.side}
 		r.readyModules(b)
 		if r.stream != 0 {
 			b.s = r.stream
@@ -1355,6 +1473,11 @@ func (r *cudaRunner) runAhead(f func(b device) (bool, error)) error {
 func (r *cudaRunner) close() error {
 	if r.side.s != 0 {
 		if err := r.dev.Do(func(c *cuda.Ctx) error { return r.side.destroy(c) }); err != nil {
+			return err
+		}
+	}
+	if r.cp.up != 0 {
+		if err := r.dev.Do(func(c *cuda.Ctx) error { return r.cp.destroy(c) }); err != nil {
 			return err
 		}
 	}

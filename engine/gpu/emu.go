@@ -121,6 +121,9 @@ func (m *emuDevice) downloadAsync(dst []byte, src cuda.DevPtr) (func() error, er
 
 func (m *emuDevice) launchQueued() error { return nil }
 
+// uploadBeside copies at once, as upload does.
+func (m *emuDevice) uploadBeside(dst cuda.DevPtr, src []byte) error { return m.upload(dst, src) }
+
 func (m *emuDevice) copyDD(dst, src cuda.DevPtr, n int64) error {
 	if n == 0 {
 		return nil

@@ -69,11 +69,14 @@ type backend struct {
 	ws     *workspace
 	lpw    lpWorkspace // penalties and logprobs (forward.go), on first use
 	// rowPos: the positions of the last forward's rows, as beginMeta
-	// uploaded them to ws.meta (choose reads a sampler's counter there).
-	rowPos []int
-	slots  []*slot
-	owned  []cuda.DevPtr // every allocation, freed by Close
-	closed bool
+	// uploaded them to metaCur (choose reads a sampler's counter there):
+	// ws.meta, or its twin ws.meta2 (metaK 1) where forwards alternate.
+	rowPos  []int
+	metaCur cuda.DevPtr
+	metaK   int
+	slots   []*slot
+	owned   []cuda.DevPtr // every allocation, freed by Close
+	closed  bool
 
 	scale    float32 // MLA softmax scale
 	mla      mlaKind // the device MLA cache's element form

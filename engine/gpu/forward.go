@@ -79,6 +79,7 @@ func (o *ops) copyRow(dst, src cuda.DevPtr, row, n int) {
 // workspace holds the forward's activations for up to maxRows rows.
 type workspace struct {
 	meta                     cuda.DevPtr // int32: ids [maxRows], pos [maxRows], lens [maxRows], pad; then int64 row bases [maxRows] (the row's slot buffer)
+	meta2                    cuda.DevPtr // meta's twin: forwards alternate between them where aheadCopyOn (beginMeta)
 	x, h, tmp, mo, hid, mhid cuda.DevPtr // [rows][hidden]
 	hin                      cuda.DevPtr // MTP input hidden [rows][hidden]
 	cat                      cuda.DevPtr // [rows][2*hidden]
@@ -141,7 +142,7 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 	// The tile MoE runs up to MaxTileM rows' slots plus their shared
 	// expert rows per launch.
 	tileSlots := min(M, kernels.MaxTileM) * (K + 1)
-	bs := []wsBuf{{&ws.meta, 6 * M}}
+	bs := []wsBuf{{&ws.meta, 6 * M}, {&ws.meta2, 6 * M}}
 	for _, p := range []*cuda.DevPtr{&ws.x, &ws.h, &ws.tmp, &ws.mo, &ws.hid, &ws.mhid, &ws.hin} {
 		bs = append(bs, wsBuf{p, M * H})
 	}
@@ -261,12 +262,30 @@ func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte, from []int) *fwd 
 		groups = append(groups, group{s: r.s, first: i, n: 1, maxLen: r.pos + 1, last: r.pos})
 	}
 	o.parts = forwardParts(o.parts, groups)
-	o.do(o.b.upload(ws.meta, meta))
+	dm := ws.meta
+	if aheadCopyOn {
+		// The twin the forward before last used: the upload goes beside
+		// the main stream while the last forward may still read its own.
+		e.metaK ^= 1
+		if e.metaK == 1 {
+			dm = ws.meta2
+		}
+		o.do(o.b.uploadBeside(dm, meta))
+	} else {
+		o.do(o.b.upload(dm, meta))
+	}
+	e.metaCur = dm
 	e.rowPos = e.rowPos[:0]
 	for _, r := range rows {
 		e.rowPos = append(e.rowPos, r.pos)
 	}
-	ids, pos, lens := ws.meta, fptr(ws.meta, e.maxRows), fptr(ws.meta, 2*e.maxRows)
+	ids, pos, lens := dm, fptr(dm, e.maxRows), fptr(dm, 2*e.maxRows)
+	if p, ok := picksInPlace(from, M); ok && aheadCopyOn {
+		// Every row's token is a pick, in order: the embedding reads them
+		// where the picks wrote them (nothing writes ws.tok before the
+		// next picks, behind this forward).
+		return &fwd{e: e, o: o, M: M, groups: groups, ids: fptr(ws.tok, p), pos: pos, lens: lens, bases: fptr(dm, 4*e.maxRows)}
+	}
 	for i := 0; i < len(from); {
 		if from[i] < 0 {
 			i++
@@ -279,7 +298,22 @@ func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte, from []int) *fwd 
 		o.do(o.b.copyDD(fptr(ids, i), fptr(ws.tok, from[i]), int64(4*(k-i))))
 		i = k
 	}
-	return &fwd{e: e, o: o, M: M, groups: groups, ids: ids, pos: pos, lens: lens, bases: fptr(ws.meta, 4*e.maxRows)}
+	return &fwd{e: e, o: o, M: M, groups: groups, ids: ids, pos: pos, lens: lens, bases: fptr(dm, 4*e.maxRows)}
+}
+
+// picksInPlace says whether from (beginMeta's: row i's token is pick
+// from[i], -1 the row's own) gives each of the M rows a pick, the picks
+// consecutive from p.
+func picksInPlace(from []int, M int) (p int, ok bool) {
+	if len(from) != M || M == 0 || from[0] < 0 {
+		return 0, false
+	}
+	for i, j := range from {
+		if j != from[0]+i {
+			return 0, false
+		}
+	}
+	return from[0], true
 }
 
 // forward runs rows through the main layers (mtp false) or the MTP layer
@@ -1048,7 +1082,7 @@ func (e *backend) choose(o *ops, reqs []pickReq) {
 			// The counter from the row's position on the device: the
 			// step's graph key no longer changes with it, so a sampled
 			// step replays (it ran eagerly each step before).
-			sp.Step, sp.StepAt = 1, fptr(e.ws.meta, e.maxRows+r.row)
+			sp.Step, sp.StepAt = 1, fptr(e.metaCur, e.maxRows+r.row)
 		}
 		o.do(o.b.sample(out, lg, e.ws.samp, V, sp))
 	}

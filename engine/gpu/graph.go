@@ -263,6 +263,19 @@ func (gb *graphDevice) upload(dst cuda.DevPtr, src []byte) error {
 	return err
 }
 
+// uploadBeside launches the deferred run, then queues the copy (timed as
+// upload).
+func (gb *graphDevice) uploadBeside(dst cuda.DevPtr, src []byte) error {
+	if err := gb.flush(); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	err := gb.device.uploadBeside(dst, src)
+	gb.gs.host.UploadNs += time.Since(t0).Nanoseconds()
+	gb.mark = time.Now()
+	return err
+}
+
 func (gb *graphDevice) download(dst []byte, src cuda.DevPtr) error {
 	if err := gb.flush(); err != nil {
 		return err

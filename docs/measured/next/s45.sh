@@ -7,6 +7,7 @@
 #  fk (~5 min): the late q forks and the shared expert's cap on the now unraised long one-row steps, GLM-5 raised at
 #    131072 (session 44's fk, not run).
 #  ab (~6 min): session 44's ab (wgh2 rule against =2short at 131072, session 41's defaults at 8192, scores timing).
+#  r1 (~1.5 min, an H200): v2's 1-slot rows alone, JSON.
 #  ah (~3 min, an H200): ac's 1-slot rows at 9 MoE layers (DeepSeek-V3.2 dims 8192, GLM-5 131072).
 #  ac (~7 min, LAYERS=3 fits an H100; binaries from .device/c4: engine.test, tilert): the pipelined step's copies
 #    beside the main stream (ahead.go aheadCopyOn) against TILERT_GPU_AHEAD_COPY=0, after the engine checks it touches.
@@ -36,6 +37,10 @@ ac)
   # The traced step's ~10 us idle after its first kernel (the embedding): on one stream too?
   TL=1 bn deepseek-v3.2 8192 1 tl-def; TL=1 bn deepseek-v3.2 8192 1 tl-side0 TILERT_GPU_SIDE=0
   grep -h -E "timeline|idle " $R/tl-def.txt $R/tl-side0.txt | head -12 >> $R/summary.txt; xz -T4 $R/tl-*.json; save ;;
+r1)
+  # v2's 1-slot rows alone (a thin budget: ~2.5 min on an H200 with its start)
+  JS=1 bn deepseek-v3.2 8192,131072 1 ds1
+  JS=1 bn glm-5 8192,131072 1 glm1 ;;
 ah)
   # ac's two 1-slot rows at 9 MoE layers (an H200), where the targets are held
   abab deepseek-v3.2 8192 1 ah8 TILERT_GPU_AHEAD_COPY=0
@@ -45,5 +50,5 @@ ab)
   abab deepseek-v3.2 131072 1 w2d TILERT_GPU_IDX_WGH=2short
   abab glm-5 8192 1 og $OLD_GLM
   abab deepseek-v3.2 8192 1 od $OLD_DS ;;
-*) echo "usage: s45.sh v2|pr|fk|ab|ac|ah" >&2; exit 2 ;;
+*) echo "usage: s45.sh v2|r1|pr|fk|ab|ac|ah" >&2; exit 2 ;;
 esac

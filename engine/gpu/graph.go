@@ -253,36 +253,28 @@ func kb(x bool) uint64 {
 }
 
 func (gb *graphDevice) upload(dst cuda.DevPtr, src []byte) error {
-	if err := gb.flush(); err != nil {
-		return err
-	}
-	t0 := time.Now()
-	err := gb.device.upload(dst, src)
-	gb.gs.host.UploadNs += time.Since(t0).Nanoseconds()
-	gb.mark = time.Now() // nothing is pending: the recording starts here
-	return err
+	return gb.hostCopy(&gb.gs.host.UploadNs, func() error { return gb.device.upload(dst, src) })
 }
 
 // uploadBeside launches the deferred run, then queues the copy (timed as
 // upload).
 func (gb *graphDevice) uploadBeside(dst cuda.DevPtr, src []byte) error {
-	if err := gb.flush(); err != nil {
-		return err
-	}
-	t0 := time.Now()
-	err := gb.device.uploadBeside(dst, src)
-	gb.gs.host.UploadNs += time.Since(t0).Nanoseconds()
-	gb.mark = time.Now()
-	return err
+	return gb.hostCopy(&gb.gs.host.UploadNs, func() error { return gb.device.uploadBeside(dst, src) })
 }
 
 func (gb *graphDevice) download(dst []byte, src cuda.DevPtr) error {
+	return gb.hostCopy(&gb.gs.host.WaitNs, func() error { return gb.device.download(dst, src) })
+}
+
+// hostCopy launches the deferred run, then runs copy, adding its host time
+// to ns; nothing is pending after it, so the recording starts there.
+func (gb *graphDevice) hostCopy(ns *int64, copy func() error) error {
 	if err := gb.flush(); err != nil {
 		return err
 	}
 	t0 := time.Now()
-	err := gb.device.download(dst, src)
-	gb.gs.host.WaitNs += time.Since(t0).Nanoseconds()
+	err := copy()
+	*ns += time.Since(t0).Nanoseconds()
 	gb.mark = time.Now()
 	return err
 }

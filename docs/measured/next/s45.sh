@@ -1,4 +1,4 @@
-# Session 45's device plan (issue 10). Usage: bash docs/measured/next/s45.sh v2|pr|fk|ab|ac   (binaries in .device/next)
+# Session 45's device plan (issue 10). Usage: bash docs/measured/next/s45.sh v2|r1|pr|fk|ac|ah   (binaries in .device/next)
 # Session 44 ran gpu-check's first half on an H100 (3 MoE layers) and changed the launch priority's rule for long
 # one-row steps; no H200 came, so the README's H200 rows are still session 40's. This session takes them first.
 #  v2 (~8 min, an H200: 9 MoE layers do not fit 80 GB): gpu-check's second half (decode.test, cuda.test, cupti.test
@@ -6,15 +6,13 @@
 #  pr (~4 min): session 44's priority rule at 9 layers (=q is the old auto on a one-row step past 32768 keys).
 #  fk (~5 min): the late q forks and the shared expert's cap on the now unraised long one-row steps, GLM-5 raised at
 #    131072 (session 44's fk, not run).
-#  ab (~6 min): session 44's ab (wgh2 rule against =2short at 131072, session 41's defaults at 8192, scores timing).
+#  (and s44.sh ab, ~6 min: the wgh2 rule against =2short at 131072, session 41's defaults at 8192, scores timing.)
 #  r1 (~1.5 min, an H200): v2's 1-slot rows alone, JSON.
 #  ah (~3 min, an H200): ac's 1-slot rows at 9 MoE layers (DeepSeek-V3.2 dims 8192, GLM-5 131072).
 #  ac (~7 min, LAYERS=3 fits an H100; binaries from .device/c4: engine.test, tilert): the pipelined step's copies
 #    beside the main stream (ahead.go aheadCopyOn) against TILERT_GPU_AHEAD_COPY=0, after the engine checks it touches.
 NAME=s45
 . docs/measured/next/plan.sh "$1"
-OLD_DS="TILERT_GPU_QA_NORM=launch TILERT_GPU_SIDE_Q_AT=scores TILERT_GPU_IDX_WGH=long"
-OLD_GLM="TILERT_GPU_QA_NORM=launch TILERT_GPU_IDX_WGH=long"
 case "$PART" in
 v2)
   check2; rows ;;
@@ -45,10 +43,5 @@ ah)
   # ac's two 1-slot rows at 9 MoE layers (an H200), where the targets are held
   abab deepseek-v3.2 8192 1 ah8 TILERT_GPU_AHEAD_COPY=0
   abab glm-5 131072 1 ahg TILERT_GPU_AHEAD_COPY=0 ;;
-ab)
-  abab glm-5 131072 1 w2g TILERT_GPU_IDX_WGH=2short
-  abab deepseek-v3.2 131072 1 w2d TILERT_GPU_IDX_WGH=2short
-  abab glm-5 8192 1 og $OLD_GLM
-  abab deepseek-v3.2 8192 1 od $OLD_DS ;;
-*) echo "usage: s45.sh v2|r1|pr|fk|ab|ac|ah" >&2; exit 2 ;;
+*) echo "usage: s45.sh v2|r1|pr|fk|ac|ah" >&2; exit 2 ;;
 esac

@@ -1,4 +1,4 @@
-# Session 45's device plan (issue 10). Usage: bash docs/measured/next/s45.sh v2|r1|pr|fk|ac|ah   (binaries in .device/next)
+# Session 45's device plan (issue 10). Usage: bash docs/measured/next/s45.sh v2|r1|r0|pr|fk|ac|ah   (binaries in .device/next)
 # Session 44 ran gpu-check's first half on an H100 (3 MoE layers) and changed the launch priority's rule for long
 # one-row steps; no H200 came, so the README's H200 rows are still session 40's. This session takes them first.
 #  v2 (~8 min, an H200: 9 MoE layers do not fit 80 GB): gpu-check's second half (decode.test, cuda.test, cupti.test
@@ -8,6 +8,7 @@
 #    131072 (session 44's fk, not run).
 #  (and s44.sh ab, ~6 min: the wgh2 rule against =2short at 131072, session 41's defaults at 8192, scores timing.)
 #  r1 (~1.5 min, an H200): v2's 1-slot rows alone, JSON.
+#  r0 (~1 min, an H200): DeepSeek-V3.2 dims at 8192 and GLM-5 dims at 131072, 1 slot, alone.
 #  ah (~3 min, an H200): ac's 1-slot rows at 9 MoE layers (DeepSeek-V3.2 dims 8192, GLM-5 131072).
 #  ac (~7 min, LAYERS=3 fits an H100; binaries from .device/c4: engine.test, tilert): the pipelined step's copies
 #    beside the main stream (ahead.go aheadCopyOn) against TILERT_GPU_AHEAD_COPY=0, after the engine checks it touches.
@@ -39,9 +40,13 @@ r1)
   # v2's 1-slot rows alone (a thin budget: ~2.5 min on an H200 with its start)
   JS=1 bn deepseek-v3.2 8192,131072 1 ds1
   JS=1 bn glm-5 8192,131072 1 glm1 ;;
+r0)
+  # the two rows the targets miss by least, alone (~1 min on an H200 with its warm-up)
+  JS=1 bn deepseek-v3.2 8192 1 ds0
+  JS=1 bn glm-5 131072 1 glm0 ;;
 ah)
   # ac's two 1-slot rows at 9 MoE layers (an H200), where the targets are held
   abab deepseek-v3.2 8192 1 ah8 TILERT_GPU_AHEAD_COPY=0
   abab glm-5 131072 1 ahg TILERT_GPU_AHEAD_COPY=0 ;;
-*) echo "usage: s45.sh v2|r1|pr|fk|ac|ah" >&2; exit 2 ;;
+*) echo "usage: s45.sh v2|r1|r0|pr|fk|ac|ah" >&2; exit 2 ;;
 esac

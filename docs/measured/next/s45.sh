@@ -41,7 +41,7 @@ r1)
   JS=1 bn deepseek-v3.2 8192,131072 1 ds1
   JS=1 bn glm-5 8192,131072 1 glm1 ;;
 r0)
-  # the two rows the targets miss by least, alone (~1 min on an H200 with its warm-up)
+  # the headline row and the closest miss (GLM-5 dims at 131072), alone (~1 min on an H200 with its warm-up)
   JS=1 bn deepseek-v3.2 8192 1 ds0
   JS=1 bn glm-5 131072 1 glm0 ;;
 ah)

@@ -1031,12 +1031,17 @@ func (e *backend) pick(o *ops, reqs []pickReq) ([]int, error) {
 }
 
 // queueLogprobs queues the logprobs of the picks that ask for them (their
-// raw rows, copied by adjustForPick, at lpRow) behind the choices.
+// logits rows, or the raw copies adjustForPick made of them, at lpRow)
+// behind the choices: the choices only read the rows.
 func (e *backend) queueLogprobs(o *ops, reqs []pickReq, lpRow map[int]int) {
 	V, K := e.cfg.VocabSize, kernels.MaxTopLogprobs
 	for i, r := range reqs {
 		if j, ok := lpRow[i]; ok {
-			o.do(o.b.logprobs(fptr(e.lpw.raw, j*V), fptr(e.ws.tok, i), fptr(e.lpw.lp, j), fptr(e.lpw.topID, j*K), fptr(e.lpw.topLP, j*K),
+			x := fptr(e.ws.logits, r.row*V) // nothing adjusted it: the raw row in place
+			if anyAdjust(reqs) {
+				x = fptr(e.lpw.raw, j*V)
+			}
+			o.do(o.b.logprobs(x, fptr(e.ws.tok, i), fptr(e.lpw.lp, j), fptr(e.lpw.topID, j*K), fptr(e.lpw.topLP, j*K),
 				1, V, V, min(r.topLP, K)))
 		}
 	}
@@ -1098,9 +1103,11 @@ type lpWorkspace struct {
 	raw, lp, topID, topLP cuda.DevPtr
 }
 
-// adjustForPick copies the raw rows whose logprobs are asked for, then
-// applies every pick's adjustments in one upload and one launch. It
-// returns which raw copy each logprob pick reads.
+// adjustForPick copies the raw rows whose logprobs are asked for where
+// some pick adjusts its logits (anyAdjust; otherwise the logprobs read the
+// rows in place), then applies every pick's adjustments in one upload and
+// one launch. It returns each logprob pick's row of the logprob outputs
+// (and of the raw copies).
 func (e *backend) adjustForPick(o *ops, reqs []pickReq) (map[int]int, error) {
 	V, K := e.cfg.VocabSize, kernels.MaxTopLogprobs
 	nAdj, nLP := 0, 0
@@ -1134,7 +1141,9 @@ func (e *backend) adjustForPick(o *ops, reqs []pickReq) (map[int]int, error) {
 				return nil, errors.Newf("logprobs for %d picks in one step (at most %d)", nLP, e.maxRows)
 			}
 			lpRow[i] = len(lpRow)
-			o.do(o.b.copyDD(fptr(w.raw, lpRow[i]*V), fptr(e.ws.logits, r.row*V), int64(4*V)))
+			if nAdj > 0 {
+				o.do(o.b.copyDD(fptr(w.raw, lpRow[i]*V), fptr(e.ws.logits, r.row*V), int64(4*V)))
+			}
 		}
 	}
 	if nAdj == 0 {
@@ -1166,6 +1175,17 @@ func (e *backend) adjustForPick(o *ops, reqs []pickReq) (map[int]int, error) {
 	o.do(o.b.upload(w.adj, words))
 	o.do(o.b.adjustLogits(e.ws.logits, w.adj, nAdj, V))
 	return lpRow, o.err
+}
+
+// anyAdjust says whether some pick adjusts its logits (adjustForPick then
+// keeps the raw rows of the logprob picks).
+func anyAdjust(reqs []pickReq) bool {
+	for _, r := range reqs {
+		if len(r.adjust) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *backend) readTokens(o *ops, n int) ([]int, error) {

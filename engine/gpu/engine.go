@@ -70,10 +70,9 @@ type backend struct {
 	lpw    lpWorkspace // penalties and logprobs (forward.go), on first use
 	// rowPos: the positions of the last forward's rows, as beginMeta
 	// uploaded them to metaCur (choose reads a sampler's counter there):
-	// ws.meta, or its twin ws.meta2 (metaK 1) where forwards alternate.
+	// ws.meta, or its twin ws.meta2 where forwards alternate.
 	rowPos  []int
 	metaCur cuda.DevPtr
-	metaK   int
 	slots   []*slot
 	owned   []cuda.DevPtr // every allocation, freed by Close
 	closed  bool

@@ -264,10 +264,10 @@ func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte, from []int) *fwd 
 	o.parts = forwardParts(o.parts, groups)
 	dm := ws.meta
 	if aheadCopyOn {
-		// The twin the forward before last used: the upload goes beside
-		// the main stream while the last forward may still read its own.
-		e.metaK ^= 1
-		if e.metaK == 1 {
+		// The twin the last forward did not use (the forward before last
+		// did): the upload goes beside the main stream while the last
+		// forward may still read its own.
+		if e.metaCur == ws.meta {
 			dm = ws.meta2
 		}
 		o.do(o.b.uploadBeside(dm, meta))
@@ -283,8 +283,8 @@ func (e *backend) beginMeta(o *ops, rows []fwdRow, pin []byte, from []int) *fwd 
 	if p, ok := picksInPlace(from, M); ok && aheadCopyOn {
 		// Every row's token is a pick, in order: the embedding reads them
 		// where the picks wrote them (nothing writes ws.tok before the
-		// next picks, behind this forward).
-		return &fwd{e: e, o: o, M: M, groups: groups, ids: fptr(ws.tok, p), pos: pos, lens: lens, bases: fptr(dm, 4*e.maxRows)}
+		// next picks, behind this forward), so nothing is copied.
+		ids, from = fptr(ws.tok, p), nil
 	}
 	for i := 0; i < len(from); {
 		if from[i] < 0 {
@@ -1035,10 +1035,11 @@ func (e *backend) pick(o *ops, reqs []pickReq) ([]int, error) {
 // behind the choices: the choices only read the rows.
 func (e *backend) queueLogprobs(o *ops, reqs []pickReq, lpRow map[int]int) {
 	V, K := e.cfg.VocabSize, kernels.MaxTopLogprobs
+	raw := anyAdjust(reqs)
 	for i, r := range reqs {
 		if j, ok := lpRow[i]; ok {
 			x := fptr(e.ws.logits, r.row*V) // nothing adjusted it: the raw row in place
-			if anyAdjust(reqs) {
+			if raw {
 				x = fptr(e.lpw.raw, j*V)
 			}
 			o.do(o.b.logprobs(x, fptr(e.ws.tok, i), fptr(e.lpw.lp, j), fptr(e.lpw.topID, j*K), fptr(e.lpw.topLP, j*K),

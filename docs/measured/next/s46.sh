@@ -1,0 +1,28 @@
+# Session 46's device plan (issue 10). Usage: bash docs/measured/next/s46.sh v2|tx|ck|ah   (binaries in .device/next)
+# Session 45 found the pipelined step's copies outside its graphs by holding the bench's p50 against the traced busy
+# time of one step (1 slot). This session asks the same of the steps that have not been traced that way: the MTP
+# step (its verify picks go to the host before the MTP forward) and the 4-slot step.
+#  v2 (~9 min, an H200: 9 MoE layers do not fit 80 GB): gpu-check's second half (decode.test, cuda.test, cupti.test),
+#    the README's rows (both models, 8192 and 131072, 1 and 4 slots, MTP, a traced step of each), then tx.
+#  tx (~1.5 min; LAYERS=3 on an H100): one traced MTP step and one traced 4-slot step, each after its own timed
+#    steps: the bench's p50 against the trace's busy time is the time the step spends outside its graphs.
+#  ck (~7 min): the engine's ^TestGPU (engine.test), session 45's refactors and the penalty test's logprobs-alone
+#    case on a GPU for the first time.
+#  ah (~3 min, an H200): session 45's copies A/B/A/B at 9 MoE layers (s45.sh ah).
+NAME=s46
+. docs/measured/next/plan.sh "$1"
+tx() {
+  TL=1 MTP=1 bn deepseek-v3.2 8192 1 tl-mtp
+  TL=1 bn deepseek-v3.2 8192 4 tl-ds4
+  grep -h -E "timeline|idle " $R/tl-mtp.txt $R/tl-ds4.txt | head -16 >> $R/summary.txt
+  xz -T4 $R/tl-*.json 2>/dev/null; save
+}
+case "$PART" in
+v2) check2; rows; tx ;;
+tx) tx ;;
+ck) tst engine engine/gpu 400 '^TestGPU'; cnt engine; save ;;
+ah)
+  abab deepseek-v3.2 8192 1 ah8 TILERT_GPU_AHEAD_COPY=0
+  abab glm-5 131072 1 ahg TILERT_GPU_AHEAD_COPY=0 ;;
+*) echo "usage: s46.sh v2|tx|ck|ah" >&2; exit 2 ;;
+esac

@@ -73,6 +73,8 @@ type aheadState struct {
 	// next step (the rest were discarded); adjusted: picks ahead with
 	// logit adjustments or logprobs.
 	started, taken, adjusted int
+	// pairs: MTP forwards over candidate pairs (PickPairs, pairs.go).
+	pairs int
 	// rows is the forward started ahead whose results (ws.hid, ws.logits,
 	// the caches at its positions) are in place, tokens filled in once
 	// read; nil: none.

@@ -1,4 +1,4 @@
-# Session 46's device plan (issue 10). Usage: bash docs/measured/next/s46.sh v2|tx|ck|ah   (binaries in .device/next)
+# Session 46's device plan (issue 10). Usage: bash docs/measured/next/s46.sh v2|tx|ck|ah|pp   (binaries in .device/next)
 # Session 45 found the pipelined step's copies outside its graphs by holding the bench's p50 against the traced busy
 # time of one step (1 slot). This session asks the same of the steps that have not been traced that way: the MTP
 # step (its verify picks go to the host before the MTP forward) and the 4-slot step.
@@ -9,6 +9,10 @@
 #  ck (~7 min): the engine's ^TestGPU (engine.test), session 45's refactors and the penalty test's logprobs-alone
 #    case on a GPU for the first time.
 #  ah (~3 min, an H200): session 45's copies A/B/A/B at 9 MoE layers (s45.sh ah).
+#  pp (~7 min; LAYERS=3 on an H100; kernels.test, engine.test, tilert from .device/c5): TILERT_GPU_MTP_PAIRS=1, the MTP
+#    forward over candidate pairs launched behind the verify's picks (engine/gpu pairs.go): mtp_pair_select's kernel
+#    check, the engine checks it touches (pairs off and on), the MTP rows A/B/A/B against the default and a traced
+#    MTP step with it.
 NAME=s46
 . docs/measured/next/plan.sh "$1"
 tx() {
@@ -21,8 +25,18 @@ case "$PART" in
 v2) check2; rows; tx ;;
 tx) tx ;;
 ck) tst engine engine/gpu 400 '^TestGPU'; cnt engine; save ;;
+pp)
+  tst kernels cuda/kernels 200 '^TestKernelNormRopeElementwise$'; cnt kernels
+  tst engine engine/gpu 300 '^TestGPU(MTPPairs|PipelineMatches)$'; cnt engine
+  TILERT_GPU_MTP_PAIRS=1 tst engine engine/gpu 300 '^TestGPU(ForcedDrafts|SampledMTPIdentical|GreedyMatchesCPU|Trained|PipelineDrains|PenaltiesMatchCPU)$'
+  cnt engine; save
+  MTP=1 abab deepseek-v3.2 8192 1 pp8 TILERT_GPU_MTP_PAIRS=1
+  MTP=1 abab glm-5 8192 1 ppg TILERT_GPU_MTP_PAIRS=1
+  MTP=1 abab deepseek-v3.2 8192 4 pp4 TILERT_GPU_MTP_PAIRS=1
+  TL=1 MTP=1 bn deepseek-v3.2 8192 1 tl-pp TILERT_GPU_MTP_PAIRS=1
+  grep -h -E "timeline|idle " $R/tl-pp.txt | head -8 >> $R/summary.txt; xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 ah)
   abab deepseek-v3.2 8192 1 ah8 TILERT_GPU_AHEAD_COPY=0
   abab glm-5 131072 1 ahg TILERT_GPU_AHEAD_COPY=0 ;;
-*) echo "usage: s46.sh v2|tx|ck|ah" >&2; exit 2 ;;
+*) echo "usage: s46.sh v2|tx|ck|ah|pp" >&2; exit 2 ;;
 esac

@@ -198,3 +198,29 @@ func testPipelineDrains(t *testing.T, kind deviceKind) {
 	}
 	check("Prefill", false, false)
 }
+
+// headSpan: one head launch over the wanted rows' span where it is short.
+func TestHeadSpan(t *testing.T) {
+	T, F := true, false
+	long := make([]bool, 40)
+	long[0], long[39] = true, true
+	for _, c := range []struct {
+		want  []bool
+		M     int
+		a, n  int
+		ok    bool
+		label string
+	}{
+		{nil, 3, 0, 3, true, "nil: all rows"},
+		{[]bool{T, T, T, T}, 4, 0, 4, true, "every row (a 4-slot MTP forward)"},
+		{[]bool{F, T, F, T}, 4, 1, 3, true, "two slots' last MTP rows"},
+		{[]bool{F, F, T}, 3, 2, 1, true, "one row"},
+		{[]bool{F, F}, 2, 0, 0, false, "none"},
+		{long, 40, 0, 0, false, "a span past headSpanMax"},
+	} {
+		a, n, ok := headSpan(c.want, c.M)
+		if ok != c.ok || (ok && (a != c.a || n != c.n)) {
+			t.Errorf("%s: headSpan = %d, %d, %v; want %d, %d, %v", c.label, a, n, ok, c.a, c.n, c.ok)
+		}
+	}
+}

@@ -71,6 +71,12 @@ type graphs struct {
 type HostTimes struct {
 	Runs                                 int
 	RecordNs, LaunchNs, WaitNs, UploadNs int64
+	// Replays, Captures, Eager count the runs that replayed a cached
+	// graph, were captured into one, or ran their calls directly (a key's
+	// first sighting, or a run too short to graph): a steady decode step
+	// replays its forwards, and a forward run eagerly step after step
+	// (its key changing every step) costs the device a launch gap a call.
+	Replays, Captures, Eager int
 }
 
 const (
@@ -205,6 +211,7 @@ func (gb *graphDevice) flush() error {
 	}
 	direct := func() error {
 		gs.eager++
+		gs.host.Eager++
 		for _, op := range pend {
 			if err := op.run(gb.device); err != nil {
 				return err
@@ -217,6 +224,7 @@ func (gb *graphDevice) flush() error {
 	}
 	if x, ok := gs.cached[string(key)]; ok {
 		gs.replays++
+		gs.host.Replays++
 		return gb.g.launch(x)
 	}
 	if !gs.seen[string(key)] {
@@ -239,6 +247,8 @@ func (gb *graphDevice) flush() error {
 	gs.cached[string(key)] = x
 	gs.captures++
 	gs.replays++
+	gs.host.Captures++
+	gs.host.Replays++
 	return gb.g.launch(x)
 }
 

@@ -275,6 +275,19 @@ type HostPerStep struct {
 	LaunchUs float64 `json:"launch_us"`
 	WaitUs   float64 `json:"wait_us"`
 	Steps    int     `json:"steps"`
+	// The runs a step through the graph cache: replayed, captured, run
+	// directly (gpu.HostTimes).
+	Replays  float64 `json:"graph_replays"`
+	Captures float64 `json:"graph_captures"`
+	Eager    float64 `json:"eager_runs"`
+}
+
+// hostPerStep averages h over n steps.
+func hostPerStep(h gpu.HostTimes, n int) *HostPerStep {
+	us := func(ns int64) float64 { return float64(ns) / 1e3 / float64(n) }
+	per := func(k int) float64 { return float64(k) / float64(n) }
+	return &HostPerStep{RecordUs: us(h.RecordNs), UploadUs: us(h.UploadNs), LaunchUs: us(h.LaunchNs), WaitUs: us(h.WaitNs), Steps: n,
+		Replays: per(h.Replays), Captures: per(h.Captures), Eager: per(h.Eager)}
 }
 
 func runContexts(c *cli.Context, ctxs []int) error {
@@ -422,7 +435,7 @@ func runContexts(c *cli.Context, ctxs []int) error {
 			active := slices.Clone(ids)
 			pr, canProfile := e.(profiler)
 			for len(active) > 0 {
-				if canProfile && c.Bool("profile") && len(steps) == 2 {
+				if canProfile && len(steps) == 2 {
 					pr.HostTimes() // the count starts after the graph captures
 				}
 				t := time.Now()
@@ -458,16 +471,18 @@ func runContexts(c *cli.Context, ctxs []int) error {
 				// cache entries), then the slots are done.
 				if c.Bool("profile") && len(active) == slots && len(steps) == ntok-3 && canProfile {
 					if n := len(steps) - 2; n > 0 {
-						h := pr.HostTimes()
-						us := func(ns int64) float64 { return float64(ns) / 1e3 / float64(n) }
-						row.Host = &HostPerStep{RecordUs: us(h.RecordNs), UploadUs: us(h.UploadNs), LaunchUs: us(h.LaunchNs),
-							WaitUs: us(h.WaitNs), Steps: n}
+						row.Host = hostPerStep(pr.HostTimes(), n)
 					}
 					if row.Profile, err = pr.ProfileStep(active, 11); err != nil {
 						return err
 					}
 					break
 				}
+			}
+			if canProfile && row.Host == nil && tlRow == nil && len(steps) > 2 {
+				// Every GPU row: where the host's share of a step went and
+				// how its runs went through the graph cache.
+				row.Host = hostPerStep(pr.HostTimes(), len(steps)-2)
 			}
 			for s := range slots {
 				e.Release(s)
@@ -564,8 +579,8 @@ func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
 			row.TokensPerStep, row.AcceptRate)
 	}
 	if h := row.Host; h != nil {
-		fmt.Fprintf(w, "  host per step (mean of %d): record %.0f us, meta upload %.0f us, launch %.0f us, wait for the token %.0f us\n",
-			h.Steps, h.RecordUs, h.UploadUs, h.LaunchUs, h.WaitUs)
+		fmt.Fprintf(w, "  host per step (mean of %d): record %.0f us, meta upload %.0f us, launch %.0f us, wait for the token %.0f us; runs: %.2f graph replays, %.2f captures, %.2f direct\n",
+			h.Steps, h.RecordUs, h.UploadUs, h.LaunchUs, h.WaitUs, h.Replays, h.Captures, h.Eager)
 	}
 	if p := row.Profile; p != nil {
 		pdl := "plain launches"

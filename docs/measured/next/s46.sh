@@ -13,6 +13,10 @@
 #    forward over candidate pairs launched behind the verify's picks (engine/gpu pairs.go): mtp_pair_select's kernel
 #    check, the engine checks it touches (pairs off and on), the MTP rows A/B/A/B against the default and a traced
 #    MTP step with it.
+#  pd (~1.5 min; tilert from .device/c6): the MTP and plain rows at 1 and 4 slots with the host's share and the graph
+#    cache's runs per step (bench prints them under every GPU row), the pairs against the default.
+#  hd (~6 min; engine.test, tilert from .device/c7): the MTP forward's head in one launch over its rows (headSpan):
+#    the engine's ^TestGPU, then the MTP rows at 1 and 4 slots with the pairs A/B/A/B against it.
 NAME=s46
 . docs/measured/next/plan.sh "$1"
 tx() {
@@ -38,5 +42,20 @@ pp)
 ah)
   abab deepseek-v3.2 8192 1 ah8 TILERT_GPU_AHEAD_COPY=0
   abab glm-5 131072 1 ahg TILERT_GPU_AHEAD_COPY=0 ;;
-*) echo "usage: s46.sh v2|tx|ck|ah|pp" >&2; exit 2 ;;
+pd)
+  # Where the 4-slot MTP step's time goes (pp: 7.95 ms by default, 6.51 with the pairs): the host's share and the
+  # runs through the graph cache per step, printed under every GPU row since this part was added.
+  bn deepseek-v3.2 8192 1,4 pd-plain
+  MTP=1 bn deepseek-v3.2 8192 1,4 pd-mtp
+  MTP=1 bn deepseek-v3.2 8192 1,4 pd-pairs TILERT_GPU_MTP_PAIRS=1
+  grep -h -E "^ +8192|host per step" $R/pd-*.txt >> $R/summary.txt; save ;;
+hd)
+  # The MTP forward's head in one launch over its rows (forward.go headSpan): the engine's GPU checks, then the MTP
+  # rows at 1 and 4 slots, the pairs A/B/A/B against the fixed default.
+  tst engine engine/gpu 300 '^TestGPU'; cnt engine; save
+  MTP=1 abab deepseek-v3.2 8192 4 hd4 TILERT_GPU_MTP_PAIRS=1
+  MTP=1 abab deepseek-v3.2 8192 1 hd1 TILERT_GPU_MTP_PAIRS=1
+  MTP=1 bn glm-5 8192 1,4 hdg
+  grep -h -E "host per step" $R/hd4-A.txt $R/hd4-B.txt $R/hd1-A.txt $R/hd1-B.txt >> $R/summary.txt; save ;;
+*) echo "usage: s46.sh v2|tx|ck|ah|pp|pd|hd" >&2; exit 2 ;;
 esac

@@ -87,23 +87,6 @@ type Ahead interface {
 	PickAhead(picks []Pick, next []Row, from []int) ([]int, error)
 }
 
-// PairsAhead is an optional Compute capability beside Ahead (the GPU
-// backend's TILERT_GPU_MTP_PAIRS): in an MTP step whose rows are a pair a
-// slot (row 2i the slot's token, 2i+1 its draft drafts[i]), PickPairs is
-// Pick(picks) that also runs the MTP layer over every pair before the
-// picks reach the host: MTP row 2i (mrows[2i]: the slot at row 2i's
-// position) on main row 2i's hidden state and pick, row 2i+1 (one position
-// on) on main row 2i+1's where the pick of row 2i is the draft, else on row
-// 2i's again, every row's logits kept for the draft picks. The device then
-// does not wait for the host between the verify and the MTP forward. A
-// rejected draft's row is never picked from; its MTP cache entry one
-// position on is rewritten by the next step before anything reads it.
-type PairsAhead interface {
-	// PairsOK says whether PickPairs may be used in this run.
-	PairsOK() bool
-	PickPairs(picks []Pick, mrows []Row, drafts []int) ([]int, error)
-}
-
 // Drainer is an optional Backend capability: Drain waits until no device
 // work started ahead (Ahead) is in flight, so a slot's buffer can be handed
 // to a writer outside the device's stream (a transfer engine writing device
@@ -496,21 +479,9 @@ func (b *Book) step(c Compute, act []*bookSlot) ([]StepResult, error) {
 	}
 	ah, _ := c.(Ahead)
 	ahead := ah != nil && ah.AheadOK(false) && b.plainStep(act, rows, picks)
-	pa, _ := c.(PairsAhead)
-	pairs := !ahead && b.cfg.Options.MTP && pa != nil && ah != nil && ah.AheadOK(true) && pa.PairsOK() && len(rows) == 2*len(act)
 	var picked []int
 	var err error
-	if pairs {
-		// Every slot forwarded its token and its draft: the MTP layer runs
-		// over both rows of each before the picks reach the host.
-		mrows := make([]Row, 0, len(rows))
-		drafts := make([]int, len(act))
-		for i, s := range act {
-			mrows = append(mrows, Row{Slot: s.id, Tok: -1, Pos: s.seqLen}, Row{Slot: s.id, Tok: -1, Pos: s.seqLen + 1})
-			drafts[i] = s.draft
-		}
-		picked, err = pa.PickPairs(picks, mrows, drafts)
-	} else if ahead {
+	if ahead {
 		// Every slot keeps row i's hidden now: the forward started ahead
 		// overwrites the rows.
 		next := make([]Row, len(rows))
@@ -589,12 +560,7 @@ func (b *Book) step(c Compute, act []*bookSlot) ([]StepResult, error) {
 			res[i].Finish = fin
 			continue
 		}
-		if pairs {
-			// The MTP forward ran over the pair: the draft comes from its
-			// last row taken (the second only where the draft was).
-			mrows = append(mrows, Row{Slot: s.id, Tok: toks[len(toks)-1], Pos: p + len(toks) - 1})
-			mlast[i] = r0 + len(toks) - 1
-		} else if b.cfg.Options.MTP {
+		if b.cfg.Options.MTP {
 			for j, t := range toks {
 				mrows = append(mrows, Row{Slot: s.id, Tok: t, Pos: p + j})
 				hidden = append(hidden, hrows[j])
@@ -608,23 +574,16 @@ func (b *Book) step(c Compute, act []*bookSlot) ([]StepResult, error) {
 		}
 		return res, nil
 	}
-	var logits []bool // the MTP rows a draft is picked from (pairs: all rows' logits are kept)
-	if !pairs {
-		logits = make([]bool, len(mrows))
-	}
+	logits := make([]bool, len(mrows))
 	var dpicks []Pick
 	for i, j := range mlast {
 		if j >= 0 {
-			if logits != nil {
-				logits[j] = true
-			}
+			logits[j] = true
 			dpicks = append(dpicks, Pick{Row: j, Pos: act[i].seqLen + 1}) // greedy
 		}
 	}
-	if !pairs {
-		if err := c.ForwardMTP(mrows, hidden, logits); err != nil {
-			return nil, err
-		}
+	if err := c.ForwardMTP(mrows, hidden, logits); err != nil {
+		return nil, err
 	}
 	var drafts []int
 	if ah != nil && ah.AheadOK(true) {

@@ -486,43 +486,6 @@ func TestKernelNormRopeElementwise(t *testing.T) {
 			}
 			record(t, fmt.Sprintf("embed_bf16_checked D=%d%s ids outside [0, V): non-NaN outputs (and wrong in-range row)", D, form), "count", float64(nonNaN), 0)
 		}
-		// mtp_pair_select: pairs whose draft the first pick accepts or not,
-		// at both models' widths and one off the float4 path.
-		for _, H := range []int{7168, 6144, 258} {
-			P := 3
-			hid := randF32(r, 2*P*H, 1)
-			tok := make([]int32, 2*P)
-			ids := make([]int32, 2*P)
-			for i := range tok {
-				tok[i] = int32(r.IntN(1000))
-			}
-			accept := []bool{true, false, true}
-			for i, acc := range accept {
-				ids[2*i], ids[2*i+1] = -7, tok[2*i]+1 // a rejected draft
-				if acc {
-					ids[2*i+1] = tok[2*i]
-				}
-			}
-			idp, hin := a.up(ids), a.poisoned(2*P*H)
-			chk(k.MTPPairSelect(s, idp, hin, a.up(tok), a.up(hid), P, H))
-			gotIDs, gotH := downI32(c, idp, 2*P), downF32(c, hin, 2*P*H)
-			bad := 0
-			for i, acc := range accept {
-				src := 2 * i
-				if acc {
-					src++
-				}
-				if gotIDs[2*i] != tok[2*i] || gotIDs[2*i+1] != tok[src] {
-					bad++
-				}
-				for j := range H {
-					if gotH[2*i*H+j] != hid[2*i*H+j] || gotH[(2*i+1)*H+j] != hid[src*H+j] {
-						bad++
-					}
-				}
-			}
-			record(t, fmt.Sprintf("mtp_pair_select H=%d, 3 pairs (accepted, rejected, accepted): wrong ids and hidden values", H), "count", float64(bad), 0)
-		}
 		{
 			kk, N := 8, 7168
 			y, w, res := randF32(r, kk*N, 1), randF32(r, kk, 1), randF32(r, N, 1)

@@ -293,19 +293,6 @@ func (k *Set) EmbedBF16Checked(s cuda.Stream, out, table, ids cuda.DevPtr, T, D,
 	return k.launch("embed_bf16_checked", cuda.D1(T), cuda.D1(256), 0, s, table, ids, out, D, V)
 }
 
-// MTPPairSelect fills the MTP layer's ids [2*pairs] (int32, device; the
-// host left each pair's draft at ids[2i+1]) and input hidden rows hin
-// [2*pairs][H] from a verify step's picks tok [2*pairs] and final hidden
-// rows hid [2*pairs][H] (mtp_pair_select in cu/norm.cu): row 2i is main row
-// 2i's; row 2i+1 is main row 2i+1's where tok[2i] equals the draft, else
-// row 2i's again.
-func (k *Set) MTPPairSelect(s cuda.Stream, ids, hin, tok, hid cuda.DevPtr, pairs, H int) error {
-	if pairs <= 0 || H <= 0 {
-		return errors.Newf("mtp_pair_select: pairs=%d H=%d", pairs, H)
-	}
-	return k.launch("mtp_pair_select", cuda.D1(pairs), cuda.D1(256), 0, s, ids, hin, tok, hid, H)
-}
-
 // MoECombine computes out[n] = resid[n] + sum_j w[j]*y[j][n] for kslots rows
 // of N (resid may be 0 or alias out).
 func (k *Set) MoECombine(s cuda.Stream, out, y, w, resid cuda.DevPtr, kslots, N int) error {

@@ -78,7 +78,7 @@ var pdlKernels = setOf(
 	"topk_radix_one_w8", "topk_radix_one_w16", "topk_radix_one_w32", "topk_radix_one_w12",
 	"absorb_q_fp8", "absorb_q_fp8_r4", "absorb_v_fp8",
 	// moe.cu, norm.cu, sample.cu, logits.cu
-	"moe_route", "rmsnorm", "add_rmsnorm", "layernorm", "rope", "add_f32", "silu_mul", "embed_bf16", "embed_bf16_checked", "moe_combine", "mtp_pair_select",
+	"moe_route", "rmsnorm", "add_rmsnorm", "layernorm", "rope", "add_f32", "silu_mul", "embed_bf16", "embed_bf16_checked", "moe_combine",
 	"argmax_rows", "sample_rows", "argmax_wide", "sample_wide_max", "sample_wide_hist", "sample_wide_draw", "adjust_logits", "logprob_rows",
 	// Not comm.cu's collectives: they spin on flags other ranks' kernels
 	// set, and stay launched plainly.

@@ -61,6 +61,14 @@ var (
 // stream each was a small copy between two kernels, paid every step.
 var aheadCopyOn = os.Getenv("TILERT_GPU_AHEAD_COPY") != "0"
 
+// mtpMetaPinOn: TILERT_GPU_MTP_META_PIN=0 uploads the MTP forward's meta
+// from Go memory as before session 46. Otherwise it goes up from a pinned
+// buffer of its own (aheadState.mtpPin): from pageable memory the copy
+// call held the host ~50 us (bench's meta upload, H100), on the path of
+// the MTP step's one host round trip (between the verify's picks and the
+// MTP forward's launch); the plain step's pinned upload takes ~3.
+var mtpMetaPinOn = os.Getenv("TILERT_GPU_MTP_META_PIN") != "0"
+
 // aheadState is the backend's pipelined-step state.
 type aheadState struct {
 	// off: pipelining turned off for this engine (pipeOn at build; tests);
@@ -73,8 +81,6 @@ type aheadState struct {
 	// next step (the rest were discarded); adjusted: picks ahead with
 	// logit adjustments or logprobs.
 	started, taken, adjusted int
-	// pairs: MTP forwards over candidate pairs (PickPairs, pairs.go).
-	pairs int
 	// rows is the forward started ahead whose results (ws.hid, ws.logits,
 	// the caches at its positions) are in place, tokens filled in once
 	// read; nil: none.
@@ -90,6 +96,10 @@ type aheadState struct {
 	tokPin  []byte
 	lpPin   []byte // logprob picks' results: [maxRows] logprobs, [maxRows][K] top ids, [maxRows][K] top logprobs
 	metaPin [2][]byte
+	// mtpPin is the MTP forward's meta (mtpMetaPinOn): rewritten by the
+	// next MTP forward only, after a host wait that follows its upload (the
+	// next step's picks, or the end of the run).
+	mtpPin []byte
 	k       int
 	frees   []func() error
 }
@@ -147,6 +157,10 @@ func (e *backend) aheadPins(b device) error {
 			return err
 		}
 	}
+	if e.ah.mtpPin, err = alloc(6 * 4 * e.maxRows); err != nil {
+		e.ah.tokPin = nil
+		return err
+	}
 	return nil
 }
 
@@ -156,7 +170,7 @@ func (e *backend) freeAheadPins() error {
 	for _, f := range e.ah.frees {
 		errs = errors.CombineErrors(errs, f())
 	}
-	e.ah.frees, e.ah.tokPin, e.ah.lpPin, e.ah.metaPin = nil, nil, nil, [2][]byte{}
+	e.ah.frees, e.ah.tokPin, e.ah.lpPin, e.ah.metaPin, e.ah.mtpPin = nil, nil, nil, [2][]byte{}, nil
 	return errs
 }
 

@@ -56,19 +56,6 @@ func testPipelineMatches(t *testing.T, kind deviceKind, presets []string) {
 				if i := firstLineDiff(got, want); i >= 0 {
 					t.Fatalf("pipelined transcript differs at line %d:\n got %s\nwant %s", i, lineAt(got, i), lineAt(want, i))
 				}
-				if mtp {
-					// The MTP forward over candidate pairs (pairs.go).
-					defer func(on bool) { mtpPairsOn = on }(mtpPairsOn)
-					mtpPairsOn = true
-					pg, _, pe := run(false, false, stop)
-					mtpPairsOn = false
-					if i := firstLineDiff(pg, want); i >= 0 {
-						t.Fatalf("pipelined transcript (MTP forward over pairs) differs at line %d:\n got %s\nwant %s", i, lineAt(pg, i), lineAt(want, i))
-					}
-					if pe.m.ah.pairs == 0 {
-						t.Errorf("no MTP forward over pairs ran with TILERT_GPU_MTP_PAIRS on")
-					}
-				}
 				if !strings.Contains(strings.Join(want, "\n"), `finish "stop"`) {
 					t.Errorf("the schedule never ended a slot at its stop id %d", stop)
 				}

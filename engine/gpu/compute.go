@@ -78,10 +78,18 @@ func (c *compute) KeepHidden(slot, row int) error {
 // ForwardMTP implements engine.Compute: the hidden inputs are gathered into
 // ws.hin (runs of consecutive main rows in one copy).
 func (c *compute) ForwardMTP(rs []engine.Row, hidden []int, logits []bool) error {
-	c.e.dropAhead()
+	e, o := c.e, c.o
+	e.dropAhead()
 	c.gatherMTPInput(rs, hidden)
-	c.e.forward(c.o, c.rows(rs), true, logits)
-	return c.o.err
+	var pin []byte
+	if mtpMetaPinOn {
+		if err := e.aheadPins(o.b); err != nil {
+			return err
+		}
+		pin = e.ah.mtpPin
+	}
+	e.forwardFrom(e.beginMeta(o, c.rows(rs), pin, nil), true, logits)
+	return o.err
 }
 
 // gatherMTPInput copies each MTP row's hidden input into ws.hin: row

@@ -102,10 +102,6 @@ type device interface {
 	// gives a NaN row (embedCheckOn, the default; the emulator always);
 	// TILERT_GPU_EMBED_CHECK=0 reads outside the table instead.
 	embed(out, table, ids cuda.DevPtr, T, D, V int) error
-	// mtpPairSelect builds the MTP layer's ids and input hidden rows over
-	// a verify step's pairs of rows from its picks (kernels.MTPPairSelect;
-	// TILERT_GPU_MTP_PAIRS, pairs.go).
-	mtpPairSelect(ids, hin, tok, hid cuda.DevPtr, pairs, H int) error
 	moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error
 	moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error
 	// indexerScores reads the fp8 indexer pages, or (f32) the float32 key
@@ -665,10 +661,6 @@ func (b *cudaDevice) embed(out, table, ids cuda.DevPtr, T, D, V int) error {
 		return b.k.EmbedBF16Checked(b.s, out, table, ids, T, D, V)
 	}
 	return b.k.EmbedBF16(b.s, out, table, ids, T, D)
-}
-
-func (b *cudaDevice) mtpPairSelect(ids, hin, tok, hid cuda.DevPtr, pairs, H int) error {
-	return b.k.MTPPairSelect(b.s, ids, hin, tok, hid, pairs, H)
 }
 
 func (b *cudaDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {

@@ -414,22 +414,6 @@ func (m *emuDevice) embed(out, table, ids cuda.DevPtr, T, D, V int) error {
 	return nil
 }
 
-func (m *emuDevice) mtpPairSelect(ids, hin, tok, hid cuda.DevPtr, pairs, H int) error {
-	id, tk := m.i32(ids, 2*pairs), m.i32(tok, 2*pairs)
-	hs, hi := m.f32(hid, 2*pairs*H), m.f32(hin, 2*pairs*H)
-	for i := range pairs {
-		a := 2 * i
-		src := a
-		if tk[a] == id[a+1] && !mtpPairsBroken {
-			src = a + 1
-		}
-		id[a], id[a+1] = tk[a], tk[src]
-		copy(hi[a*H:(a+1)*H], hs[a*H:(a+1)*H])
-		copy(hi[(a+1)*H:(a+2)*H], hs[src*H:(src+1)*H])
-	}
-	return nil
-}
-
 func (m *emuDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
 	ys, ws, os := m.f32(y, k*N), m.f32(w, k), m.f32(out, N)
 	var rs []float32

@@ -409,11 +409,6 @@ func (gb *graphDevice) siluMul(out, gate, up cuda.DevPtr, rows, I, ldg, ldu, ldo
 		ku(out), ku(gate), ku(up), ki(rows), ki(I), ki(ldg), ki(ldu), ki(ldo))
 }
 
-func (gb *graphDevice) mtpPairSelect(ids, hin, tok, hid cuda.DevPtr, pairs, H int) error {
-	return gb.rec("mtpPairSelect", int64(16*pairs*H), func(b device) error { return b.mtpPairSelect(ids, hin, tok, hid, pairs, H) },
-		ku(ids), ku(hin), ku(tok), ku(hid), ki(pairs), ki(H))
-}
-
 func (gb *graphDevice) embed(out, table, ids cuda.DevPtr, T, D, V int) error {
 	return gb.rec("embed", int64(6*T*D), func(b device) error { return b.embed(out, table, ids, T, D, V) }, ku(out), ku(table), ku(ids), ki(T), ki(D), ki(V))
 }

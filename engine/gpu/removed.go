@@ -241,6 +241,14 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_EMBED_VEC", keep: []string{"1"},
 		what: "the embedding's element loop (=0) was removed in session 40: the row's 16-byte loads issued before its stores measured faster on the H200 (decode p50 at 8192, 9 MoE layers, A/B/A/B: DeepSeek-V3.2 dims 2.602 / 2.603 -> 2.596 / 2.595 ms, GLM-5 dims 2.658 / 2.657 -> 2.647 / 2.648)",
 		hint: `: embed_bf16 and embed_bf16_checked issue a row's loads before its stores (the only form); the element loop last exists at d8d9211, the record is in docs/measured/h200-2026-12-05-s40 and cuda/kernels/NOTES.md "embed_bf16_v"`},
+	// TILERT_GPU_MTP_PAIRS=1 (session 46) ran a pipelined MTP step's MTP
+	// layer over both candidate rows of every slot, launched behind the
+	// verify's picks before they reached the host (engine.PairsAhead,
+	// mtp_pair_select); measured slower in session 46 once the MTP head
+	// ran in one launch, removed.
+	{name: "TILERT_GPU_MTP_PAIRS", keep: zero,
+		what: "the MTP forward over both candidate rows of every slot, launched before the verify's picks reach the host (engine.PairsAhead, mtp_pair_select), was measured slower on the H100 in session 46 and removed (MTP step p50 at 8192, 3 MoE layers, A/B/A/B: DeepSeek-V3.2 dims 1 slot 3.264 / 3.264 against 3.205 / 3.212 ms, 4 slots 6.372 / 6.371 against 5.981 / 5.978): the host round trip it hides (~80 us) costs less than the MTP layer and head over twice the rows",
+		hint: `: the host takes the verify's picks, then launches the MTP forward over the rows it keeps (the default); the code last exists at commit 40299cf, the record is in docs/measured/h100-2026-12-06-s46 and engine/gpu/NOTES.md "Session 46"`},
 }
 
 // zero: the switch's =0 asked for the path that runs, by name.

@@ -268,6 +268,8 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_MLA_HEADS", "mla_decode_wg2h", "set it to 32 or 64", "43f2b09", "docs/measured/h100-2026-12-05-s38", `"mla_decode_wg2h / wg2q"`}},
 	"TILERT_GPU_SAMPLE_ONE": {{"session 39 call B", "sample_wide_one", "44.38 against 41.73 us", "68.82 against 64.77", "10.10 against 8.90", "1.776 / 1.777 against 1.776 / 1.774 ms", "2.005 / 2.006 against 2.005 / 2.002", "3.315 / 3.315 against 3.283 / 3.283"},
 		{"unset TILERT_GPU_SAMPLE_ONE", "kernels.SampleWide", "e79e3e4", "docs/measured/h100-2026-12-05-s39", `engine/gpu/NOTES.md "TILERT_GPU_SAMPLE_ONE=1"`, `cuda/kernels/NOTES.md "sample_wide_one"`}},
+	"TILERT_GPU_MTP_PAIRS": {{"session 46", "mtp_pair_select", "3.264 / 3.264 against 3.205 / 3.212 ms", "6.372 / 6.371 against 5.981 / 5.978"},
+		{"unset TILERT_GPU_MTP_PAIRS", "40299cf", "docs/measured/h100-2026-12-06-s46", `engine/gpu/NOTES.md "Session 46"`}},
 	"TILERT_GPU_EMBED_VEC": {{"removed in session 40", "element loop", "2.602 / 2.603 -> 2.596 / 2.595 ms", "2.658 / 2.657 -> 2.647 / 2.648"},
 		{"unset TILERT_GPU_EMBED_VEC", "embed_bf16", "d8d9211", "docs/measured/h200-2026-12-05-s40", `"embed_bf16_v"`}},
 	"TILERT_GPU_FUSE": {{"removed in session 15", "=3 2.746, =2 2.808 against 2.697 ms", "10.62 against 8.31 us", "9.5 against 6.2 us"},
@@ -408,6 +410,7 @@ var removedGolden = []struct{ name, v string }{
 	{"TILERT_GPU_MLA_HEADS", "16"},
 	{"TILERT_GPU_SAMPLE_ONE", "1"},
 	{"TILERT_GPU_EMBED_VEC", "0"},
+	{"TILERT_GPU_MTP_PAIRS", "1"},
 }
 
 // TestRemovedGolden pins every refusal's message and hint byte for byte

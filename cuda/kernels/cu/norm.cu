@@ -165,43 +165,6 @@ extern "C" __global__ void embed_bf16_checked(const u16* __restrict__ table, con
   embed_row(table + (size_t)id * D, o, D);
 }
 
-// The MTP layer's input over a verify step's pairs of rows (the engine's
-// TILERT_GPU_MTP_PAIRS): pair i is main rows 2i (a slot's token) and 2i+1
-// (its draft, whose id the host left in ids[2i+1]); tok holds the main
-// rows' picks. MTP row 2i takes main row 2i's pick and hidden state; row
-// 2i+1 takes main row 2i+1's where the draft was accepted (row 2i's pick is
-// the draft), else row 2i's again, so that a rejected draft's row routes to
-// the same experts as its pair and reads no weights of its own. One block a
-// pair; every thread reads the draft before thread 0 overwrites it.
-extern "C" __global__ void __launch_bounds__(256) mtp_pair_select(int* ids, float* hin, const int* __restrict__ tok,
-                                                                   const float* __restrict__ hid, int H) {
-  PDL_WAIT();
-  const int i = blockIdx.x, a = 2 * i;
-  const int first = tok[a];
-  const int src = first == ids[a + 1] ? a + 1 : a;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    ids[a] = first;
-    ids[a + 1] = tok[src];
-  }
-  const float* h0 = hid + (size_t)a * H;
-  const float* hs = hid + (size_t)src * H;
-  float* o0 = hin + (size_t)a * H;
-  float* o1 = o0 + H;
-  if ((H & 3) == 0) {
-    for (int j = threadIdx.x; j < (H >> 2); j += blockDim.x) {
-      const float4 x = reinterpret_cast<const float4*>(h0)[j], y = reinterpret_cast<const float4*>(hs)[j];
-      reinterpret_cast<float4*>(o0)[j] = x;
-      reinterpret_cast<float4*>(o1)[j] = y;
-    }
-    return;
-  }
-  for (int j = threadIdx.x; j < H; j += blockDim.x) {
-    o0[j] = h0[j];
-    o1[j] = hs[j];
-  }
-}
-
 // out[n] = (resid ? resid[n] : 0) + sum_j w[j] * y[j][n]: the weighted sum of
 // the routed experts' outputs (k slots of N) plus the residual stream.
 extern "C" __global__ void moe_combine(const float* __restrict__ y, const float* __restrict__ w, const float* resid,

@@ -57,5 +57,9 @@ hd)
   MTP=1 abab deepseek-v3.2 8192 1 hd1 TILERT_GPU_MTP_PAIRS=1
   MTP=1 bn glm-5 8192 1,4 hdg
   grep -h -E "host per step" $R/hd4-A.txt $R/hd4-B.txt $R/hd1-A.txt $R/hd1-B.txt >> $R/summary.txt; save ;;
-*) echo "usage: s46.sh v2|tx|ck|ah|pp|pd|hd" >&2; exit 2 ;;
+mp)
+  # The MTP forward's meta from a pinned buffer (TILERT_GPU_MTP_META_PIN, ahead.go) against =0 (pageable, before).
+  MTP=1 abab deepseek-v3.2 8192 1 mp1 TILERT_GPU_MTP_META_PIN=0
+  grep -h -E "host per step" $R/mp1-A.txt $R/mp1-B.txt >> $R/summary.txt; save ;;
+*) echo "usage: s46.sh v2|tx|ck|ah|pp|pd|hd|mp" >&2; exit 2 ;;
 esac

@@ -100,8 +100,8 @@ type aheadState struct {
 	// next MTP forward only, after a host wait that follows its upload (the
 	// next step's picks, or the end of the run).
 	mtpPin []byte
-	k       int
-	frees   []func() error
+	k      int
+	frees  []func() error
 }
 
 // drop discards the forward started ahead (the device's buffers are about

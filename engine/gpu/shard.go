@@ -697,8 +697,10 @@ func (s *shardBackend) forward(c *shardCompute, rs []engine.Row, mtp bool, want 
 		if N > 1 {
 			o.do(o.b.zero(ws.logits, int64(4*M*V)))
 		}
-		if want == nil {
-			o.lin(in[k].head, fptr(ws.logits, v0), in[k].hid, M, H, V)
+		if a, n, ok := headSpan(want, M); ok {
+			// One launch over the wanted rows' span (headSpan): each rank's
+			// vocab slice of the head is read once, not once a row.
+			o.lin(in[k].head, fptr(ws.logits, a*V+v0), fptr(in[k].hid, a*H), n, H, V)
 			return
 		}
 		for i := 0; i < M; i++ {

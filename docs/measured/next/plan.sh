@@ -49,6 +49,7 @@ rows() {
   JS=1 bn deepseek-v3.2 8192,131072 1,4 ds
   JS=1 bn glm-5 8192,131072 1,4 glm
   MTP=1 bn deepseek-v3.2 8192 1 ds-mtp
+  MTP=1 bn deepseek-v3.2 8192 4 ds-mtp4   # session 46: the MTP head once over its rows
   TL=1 bn deepseek-v3.2 8192 1 tl-ds
   TL=1 bn glm-5 8192 1 tl-glm
   xz -T4 $R/tl-*.json 2>/dev/null; save

@@ -67,9 +67,12 @@ type StepProfile struct {
 // (steps through the graph cache only) and starts a new count.
 func (g *Engine) HostTimes() HostTimes {
 	var h HostTimes
-	_ = g.m.r.run(func(device) error { // on the device thread that owns the counters
+	// On the device thread that owns the counters, without the closing
+	// sync of a run: bench decode reads them between pipelined steps, and
+	// a sync there would drain the forward started ahead.
+	_ = g.m.r.runAhead(func(device) (bool, error) {
 		h, g.m.graphs.host = g.m.graphs.host, HostTimes{}
-		return nil
+		return true, nil
 	})
 	return h
 }

@@ -211,3 +211,41 @@ func TestHeadSpan(t *testing.T) {
 		}
 	}
 }
+
+// TestEmuMTPHeadOnce: a 3-slot MTP step reads the head twice (the verify's
+// rows, then the MTP rows), not once per MTP row as it did until session 46.
+func TestEmuMTPHeadOnce(t *testing.T) {
+	_, src := hfSourceOf(t, enginetest.PresetDir(t, enginetest.Presets[0]))
+	e := newTestEngine(t, onEmu, src, engine.Options{MaxSeqLen: 96, Slots: 3, MTP: true})
+	cfg := e.m.cfg
+	ids := []int{0, 1, 2}
+	for _, s := range ids {
+		first, err := e.Prefill(s, []int{3, 5, 7 + s}, engine.Params{})
+		if err != nil {
+			t.Fatalf("%+v", err)
+		}
+		if _, err := e.Start(s, first, engine.Params{MaxTokens: 40}); err != nil {
+			t.Fatalf("%+v", err)
+		}
+	}
+	for range 3 {
+		if _, err := e.Step(ids); err != nil {
+			t.Fatalf("%+v", err)
+		}
+	}
+	runs, err := e.stepRuns(ids)
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	var heads []string
+	for _, run := range runs {
+		for _, op := range run {
+			if op.shape[0] == cfg.VocabSize && op.shape[1] == cfg.HiddenSize {
+				heads = append(heads, fmt.Sprintf("%s %v", op.name, op.shape))
+			}
+		}
+	}
+	if len(heads) != 2 {
+		t.Errorf("a 3-slot MTP step launched the head %d times, want 2 (the verify's rows, the MTP rows): %v", len(heads), heads)
+	}
+}

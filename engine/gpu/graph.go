@@ -54,9 +54,11 @@ type graphs struct {
 	// keep, when set, collects every flushed run (ProfileStep).
 	keep [][]gop
 	hold bool
-	// counters (tests and notes): replays, captures, eager runs.
-	replays, captures, eager int
-	// host is where a step's wall time goes on the host (bench --profile).
+	// runs counts every run since the engine began (tests and notes);
+	// runsAt is its value at the last HostTimes, which reports the runs
+	// since then.
+	runs, runsAt RunCounts
+	// host is where a step's wall time goes on the host (bench decode).
 	host HostTimes
 	// sizes of the last flushed run: the next recording starts with room
 	// for as many calls and key bytes (a step records ~300 calls; growing
@@ -71,13 +73,15 @@ type graphs struct {
 type HostTimes struct {
 	Runs                                 int
 	RecordNs, LaunchNs, WaitNs, UploadNs int64
-	// Replays, Captures, Eager count the runs that replayed a cached
-	// graph, were captured into one, or ran their calls directly (a key's
-	// first sighting, or a run too short to graph): a steady decode step
-	// replays its forwards, and a forward run eagerly step after step
-	// (its key changing every step) costs the device a launch gap a call.
-	Replays, Captures, Eager int
+	RunCounts
 }
+
+// RunCounts counts the runs that replayed a cached graph, were captured
+// into one (a capture is replayed too), or ran their calls directly (a
+// key's first sighting, or a run too short to graph): a steady decode step
+// replays its forwards, and a forward run eagerly step after step (its key
+// changing every step) costs the device a launch gap a call.
+type RunCounts struct{ Replays, Captures, Eager int }
 
 const (
 	maxGraphs     = 64   // captured graphs kept (each holds ~100 nodes)
@@ -210,8 +214,7 @@ func (gb *graphDevice) flush() error {
 		}
 	}
 	direct := func() error {
-		gs.eager++
-		gs.host.Eager++
+		gs.runs.Eager++
 		for _, op := range pend {
 			if err := op.run(gb.device); err != nil {
 				return err
@@ -223,8 +226,7 @@ func (gb *graphDevice) flush() error {
 		return direct()
 	}
 	if x, ok := gs.cached[string(key)]; ok {
-		gs.replays++
-		gs.host.Replays++
+		gs.runs.Replays++
 		return gb.g.launch(x)
 	}
 	if !gs.seen[string(key)] {
@@ -245,10 +247,8 @@ func (gb *graphDevice) flush() error {
 	}
 	delete(gs.seen, string(key))
 	gs.cached[string(key)] = x
-	gs.captures++
-	gs.replays++
-	gs.host.Captures++
-	gs.host.Replays++
+	gs.runs.Captures++
+	gs.runs.Replays++
 	return gb.g.launch(x)
 }
 

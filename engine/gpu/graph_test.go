@@ -65,16 +65,16 @@ func testGraphsEqualEager(t *testing.T, kind deviceKind) {
 						}
 					}
 					g := st[1]
-					t.Logf("%s %s: %d graph replays, %d captures, %d eager runs", kind, name, g.replays, g.captures, g.eager)
+					t.Logf("%s %s: %d graph replays, %d captures, %d eager runs", kind, name, g.runs.Replays, g.runs.Captures, g.runs.Eager)
 					// A sampled step reads the sampler's counter from the row's
 					// position on the device (not a kernel argument, which
 					// keyed every step apart and ran it eagerly until session
 					// 37), so it replays as a greedy one does.
-					if (p.Greedy() || mtp || !pc.one) && (g.replays < n/2 || g.captures == 0) {
-						t.Errorf("%s: %d replays, %d captures over %d steps: graphs are not being reused", name, g.replays, g.captures, n)
+					if (p.Greedy() || mtp || !pc.one) && (g.runs.Replays < n/2 || g.runs.Captures == 0) {
+						t.Errorf("%s: %d replays, %d captures over %d steps: graphs are not being reused", name, g.runs.Replays, g.runs.Captures, n)
 					}
-					if st[0].replays != 0 {
-						t.Errorf("%s: graphs off but %d replays", name, st[0].replays)
+					if st[0].runs.Replays != 0 {
+						t.Errorf("%s: graphs off but %d replays", name, st[0].runs.Replays)
 					}
 				}
 			}
@@ -109,6 +109,10 @@ func TestEmuHostTimes(t *testing.T) {
 	// eagerly outside the graph cache.
 	if h.Runs < n-1 || h.RecordNs <= 0 || h.LaunchNs <= 0 || h.WaitNs <= 0 || h.UploadNs <= 0 {
 		t.Fatalf("host times after %d steps: %+v", n, h)
+	}
+	// Every run is counted once: replayed (captures included) or direct.
+	if rc := h.RunCounts; rc.Replays+rc.Eager != h.Runs || rc.Captures > rc.Replays || rc.Replays == 0 {
+		t.Fatalf("run counts after %d steps: %+v of %d runs", n, rc, h.Runs)
 	}
 	if h2 := e.HostTimes(); h2 != (HostTimes{}) {
 		t.Fatalf("HostTimes did not start a new count: %+v", h2)

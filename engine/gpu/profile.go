@@ -71,7 +71,11 @@ func (g *Engine) HostTimes() HostTimes {
 	// sync of a run: bench decode reads them between pipelined steps, and
 	// a sync there would drain the forward started ahead.
 	_ = g.m.r.runAhead(func(device) (bool, error) {
-		h, g.m.graphs.host = g.m.graphs.host, HostTimes{}
+		gs := g.m.graphs
+		h, gs.host = gs.host, HostTimes{}
+		r, at := gs.runs, gs.runsAt
+		h.RunCounts = RunCounts{Replays: r.Replays - at.Replays, Captures: r.Captures - at.Captures, Eager: r.Eager - at.Eager}
+		gs.runsAt = r
 		return true, nil
 	})
 	return h

@@ -120,7 +120,7 @@ func testShardGreedy(t *testing.T, kind deviceKind, comm CommKind, mode engine.M
 							report("%d ranks mtp=%v 4 slots, slot %d: tokens differ from %d:\n got %v\nwant %v", n, mtp, i, j, got4[i], want4[i])
 						}
 					}
-					if n > 1 && se.s.graphs.on && se.s.graphs.replays == 0 {
+					if n > 1 && se.s.graphs.on && se.s.graphs.runs.Replays == 0 {
 						t.Errorf("%d ranks: no decode step replayed a graph", n)
 					}
 					st := se.Stats()

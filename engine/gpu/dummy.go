@@ -30,12 +30,29 @@ func Dummy(cfg *model.Config, seed uint64) Source {
 	return d
 }
 
+// DummyOneBank is Dummy whose MoE layers all point at one bank of routed
+// experts in device memory (bench decode --one-expert-bank). A step reads
+// the same bytes as on Dummy: each MoE layer streams its own routed
+// experts' weights from HBM, never from the L2, since some 600 MB of other
+// weights pass between two layers' experts. What it changes is the memory
+// the model holds: DeepSeek-V3.2 dims take 11.3 GB of routed experts a MoE
+// layer, so 9 of them (the benchmark) need an H200's 141 GB, and
+// with one bank they fit an 80 GB card. A layer pair that routes to the same
+// expert reads the same addresses either way, so only the translations
+// (one 11 GB bank against nine) differ.
+func DummyOneBank(cfg *model.Config, seed uint64) Source {
+	d := Dummy(cfg, seed).(*dummySource)
+	d.oneBank = true
+	return d
+}
+
 type dummySource struct {
-	cfg    *model.Config
-	seed   uint64
-	specs  map[string]model.TensorSpec
-	mu     sync.Mutex
-	blocks map[string]*Matrix // by kind and shape
+	cfg     *model.Config
+	seed    uint64
+	oneBank bool // DummyOneBank
+	specs   map[string]model.TensorSpec
+	mu      sync.Mutex
+	blocks  map[string]*Matrix // by kind and shape
 	// periods: the blocks' first bf16Period values where only those were
 	// asked for (periodicBF16), by the blocks' keys
 	periods map[string][]float32
@@ -48,6 +65,8 @@ func (d *dummySource) Config() *model.Config { return d.cfg }
 // the host took most of bench decode's ~22 s start (DeepSeek-V3.2 dims, 9
 // MoE layers: ~100 GB of identical experts through pageable copies).
 func (d *dummySource) sharesMatrices() bool { return true }
+
+func (d *dummySource) oneExpertBank() bool { return d.oneBank }
 
 func (d *dummySource) rng(key string) *rand.Rand {
 	h := uint64(1469598103934665603)

@@ -235,3 +235,68 @@ func firstByteDiff(a, b []byte) int {
 	}
 	return -1
 }
+
+// DummyOneBank points every MoE layer after the first at the first's
+// routed experts: the device holds one bank, each layer's tables name its
+// addresses, and the engine generates what it does on Dummy (whose experts
+// of a shape hold the same bytes anyway).
+func TestDummyOneBank(t *testing.T) {
+	for _, name := range []string{"deepseek-v3.2-tiny", "glm-5-tiny"} {
+		t.Run(name, func(t *testing.T) {
+			cfg := synthConfig(t, name)
+			moe := 0
+			for l := range cfg.NumAllLayers() {
+				if cfg.IsMoELayer(l) {
+					moe++
+				}
+			}
+			if moe < 2 {
+				t.Fatalf("%s has %d MoE layers; the test needs two", name, moe)
+			}
+			E, I, H := int64(cfg.NRoutedExperts), int64(cfg.MoEIntermediateSize), int64(cfg.HiddenSize)
+			per := func(rows, cols int64) int64 { // uploader.experts' bytes for one projection
+				return E * (rows*cols + 4*((rows+127)/128)*((cols+127)/128))
+			}
+			bankBytes := 2*per(I, H) + per(H, I) + 3*2*8*E // and the tables of pointers
+			var all [2]*dweights
+			for i, src := range []Source{Dummy(cfg, 3), DummyOneBank(cfg, 3)} {
+				w, _, err := uploadWeights(newEmu(), src, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				all[i] = w
+			}
+			if d := all[0].bytes - all[1].bytes; d != int64(moe-1)*bankBytes {
+				t.Errorf("one bank holds %d bytes fewer, want %d (%d MoE layers of %d bytes of experts)", d, int64(moe-1)*bankBytes, moe, bankBytes)
+			}
+			var first *dlayer
+			for l, lw := range all[1].layers {
+				if !lw.MoE {
+					continue
+				}
+				if first == nil {
+					first = lw
+					continue
+				}
+				if lw.expW != first.expW || lw.expS != first.expS {
+					t.Errorf("layer %d: expert tables %v %v, want the first MoE layer's %v %v", l, lw.expW, lw.expS, first.expW, first.expS)
+				}
+				if p := all[0].layers[l]; p.expW == first.expW {
+					t.Errorf("layer %d shares the bank without DummyOneBank", l)
+				}
+			}
+			var toks [2][]int
+			for i, s := range []Source{Dummy(cfg, 3), DummyOneBank(cfg, 3)} {
+				e, err := NewEmulated(s, engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
+				if err != nil {
+					t.Fatal(err)
+				}
+				toks[i] = generateBatch(t, e, [][]int{{5, 9, 200, 17}}, engine.Params{}, 6)[0]
+				e.Close()
+			}
+			if i := enginetest.FirstDiff(toks[0], toks[1]); i >= 0 {
+				t.Errorf("tokens differ at %d: one bank %v, a bank a layer %v", i, toks[1], toks[0])
+			}
+		})
+	}
+}

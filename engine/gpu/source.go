@@ -38,6 +38,11 @@ type Source interface {
 // bytes, so pointer identity means nothing there.
 type matrixSharer interface{ sharesMatrices() bool }
 
+// expertBanker is a Source whose MoE layers may all read one bank of
+// routed experts (DummyOneBank): the uploader places the first MoE layer's
+// experts and points every later MoE layer of the same shape at them.
+type expertBanker interface{ oneExpertBank() bool }
+
 // periodic is a Source whose large bf16 tensors repeat one short period
 // of values (Dummy: bf16Rand's): periodicBF16 returns tensor name's period
 // (bf16-exact) and its shape, ok false where it has none. The

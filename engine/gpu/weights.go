@@ -66,8 +66,10 @@ type uploader struct {
 	// weights and scales; nil for other sources.
 	placed map[*Matrix][2]cuda.DevPtr
 	// copied counts the expert matrices copied device to device (tests);
-	// filled the device copies that repeat a periodic tensor's period.
-	copied, filled int
+	// filled the device copies that repeat a periodic tensor's period;
+	// banked the MoE layers pointed at an earlier layer's experts
+	// (expertBanker).
+	copied, filled, banked int
 }
 
 func newUploader(b device, src Source) *uploader {
@@ -299,6 +301,8 @@ func (u *uploader) experts(layer, E int, proj string, rows, cols int) (wt, st cu
 // uploadWeights copies the model onto the device.
 func uploadWeights(b device, src Source, c *model.Config) (*dweights, []cuda.DevPtr, error) {
 	u := newUploader(b, src)
+	eb, _ := src.(expertBanker)
+	var bank *dlayer // the MoE layer whose experts the others share (expertBanker)
 	H, V := c.HiddenSize, c.VocabSize
 	w := &dweights{embed: u.table(model.EmbedTokensName, V, H), norm: u.vec(model.FinalNormName, H)}
 	if c.TieWordEmbeddings {
@@ -317,7 +321,11 @@ func uploadWeights(b device, src Source, c *model.Config) (*dweights, []cuda.Dev
 				lw.uk, lw.uv = u.absorbed(uk), u.absorbed(uv)
 			}
 		}
-		if lw.MoE {
+		if lw.MoE && bank != nil {
+			// Every MoE layer has the config's E x I x H experts.
+			lw.expW, lw.expS = bank.expW, bank.expS
+			u.banked++
+		} else if lw.MoE {
 			E, I := c.NRoutedExperts, c.MoEIntermediateSize
 			for p, proj := range weights.ExpertProjs {
 				rows, cols := I, H
@@ -325,6 +333,9 @@ func uploadWeights(b device, src Source, c *model.Config) (*dweights, []cuda.Dev
 					rows, cols = H, I
 				}
 				lw.expW[p], lw.expS[p] = u.experts(i, E, proj, rows, cols)
+			}
+			if eb != nil && eb.oneExpertBank() {
+				bank = lw
 			}
 		}
 		if lw.MTP {

@@ -51,6 +51,7 @@ func Command() *cli.Command {
 				&cli.StringFlag{Name: "context", Usage: "comma-separated context lengths (e.g. 1024,8192,32768,131072): each slot gets an imported cache of that many positions (random valid entries) instead of a prefill, and each row is held against the step's byte floor at the copy rate measured in the same run"},
 				&cli.StringFlag{Name: "dummy-weights", Usage: "random weights with the real dimensions of " + strings.Join(engineload.DummyModels, " or ") + ", made here and uploaded to the GPU (no files; replaces --model-dir)"},
 				&cli.IntFlag{Name: "layers", Value: 8, Usage: "with --dummy-weights: MoE layers after the model's dense ones"},
+				&cli.BoolFlag{Name: "one-expert-bank", Usage: "with --dummy-weights: every MoE layer's routed experts are one bank in GPU memory, so 9 MoE layers of DeepSeek-V3.2 dims fit an 80 GB card (~21 GB against ~110); a step reads the same bytes, each layer its own routed experts from HBM"},
 				&cli.StringFlag{Name: "batches", Usage: "with --context: comma-separated slot counts timed at each context in one engine (e.g. 1,4; default --slots)"},
 				&cli.StringFlag{Name: "timeline", Usage: "with --context on the GPU: after each row's timed steps, trace one step's kernels as the GPU ran them (CUPTI: libcupti of the CUDA toolkit, or the file $TILERT_CUPTI names) and write them with their analysis (span, busy, idle gaps, time by kernel, layers) as JSON to this file; a summary prints under each row"},
 				&cli.BoolFlag{Name: "profile", Usage: "on the GPU: with --context a per-kernel breakdown of a step at each context; without, of a prefill of --prompt-len tokens"},
@@ -130,6 +131,10 @@ func runDecode(c *cli.Context) error {
 	if err := checkTimeline(c); err != nil {
 		return err
 	}
+	if c.Bool("one-expert-bank") && c.String("dummy-weights") == "" {
+		return cliutil.WithExitCode(errors.WithHint(errors.New("--one-expert-bank needs --dummy-weights"),
+			"a checkpoint's experts are its own; add --dummy-weights deepseek-v3.2 (or glm-5), or drop --one-expert-bank"), cliutil.ExitUsage)
+	}
 	if _, _, err := sampling(c); err != nil {
 		return err
 	}
@@ -161,7 +166,7 @@ func runDecode(c *cli.Context) error {
 		if cfg, err = engineload.DummyConfigMTP(dummy, c.Int("layers"), c.Bool("mtp")); err != nil {
 			return cliutil.WithExitCode(err, cliutil.ExitUsage)
 		}
-		ge, cl, err := engineload.OpenDummy(cfg, opts)
+		ge, cl, err := engineload.OpenDummy(cfg, opts, c.Bool("one-expert-bank"))
 		if err != nil {
 			return err
 		}

@@ -346,6 +346,10 @@ func runContexts(c *cli.Context, ctxs []int) error {
 		if cfg, err = engineload.DummyConfigMTP(dm, c.Int("layers"), mtp); err != nil {
 			return cliutil.WithExitCode(err, cliutil.ExitUsage)
 		}
+		if len(pl.Devices) > 1 && c.Bool("one-expert-bank") {
+			return cliutil.WithExitCode(errors.WithHint(errors.New("--one-expert-bank with --devices: the sharded engine keeps a bank a layer"),
+				"drop --one-expert-bank, or bench one GPU (no --devices)"), cliutil.ExitUsage)
+		}
 		if len(pl.Devices) > 1 {
 			comm, _ := gpu.ParseComm(pl.Comm)
 			se, err := gpu.NewSharded(gpu.Dummy(cfg, 1), opts, gpu.ShardOptions{Devices: pl.Devices, Comm: comm})
@@ -354,13 +358,16 @@ func runContexts(c *cli.Context, ctxs []int) error {
 			}
 			e, close = se, func() { _ = se.Close() }
 		} else {
-			ge, cl, err := engineload.OpenDummy(cfg, opts)
+			ge, cl, err := engineload.OpenDummy(cfg, opts, c.Bool("one-expert-bank"))
 			if err != nil {
 				return err
 			}
 			e, close = ge, cl
 		}
 		res.Device, res.Weights = "cuda", "dummy "+dm
+		if c.Bool("one-expert-bank") {
+			res.Weights += ", one expert bank"
+		}
 	} else {
 		dir := c.String("model-dir")
 		if dir == "" {

@@ -128,3 +128,22 @@ func TestPlacementRefusals(t *testing.T) {
 		}
 	}
 }
+
+// --one-expert-bank is a dummy-weights, one-GPU switch: elsewhere it is
+// refused before any engine is built, naming what to change.
+func TestOneExpertBankRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model-dir", "/nonexistent", "--context", "1024", "--one-expert-bank"}, "--one-expert-bank needs --dummy-weights"},
+		{[]string{"--model-dir", "/nonexistent", "--one-expert-bank"}, "--one-expert-bank needs --dummy-weights"},
+		{[]string{"--dummy-weights", "deepseek-v3.2", "--layers", "1", "--context", "1024", "--devices", "0,1", "--one-expert-bank"}, "the sharded engine keeps a bank a layer"},
+	} {
+		app := &cli.App{Commands: []*cli.Command{Command()}, Writer: io.Discard, ErrWriter: io.Discard, ExitErrHandler: func(*cli.Context, error) {}}
+		err := app.Run(append([]string{"tilert", "bench", "decode"}, tc.args...))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want one containing %q", tc.args, err, tc.want)
+		}
+	}
+}

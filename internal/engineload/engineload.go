@@ -270,8 +270,15 @@ func DummyConfigMTP(name string, moeLayers int, mtp bool) (*model.Config, error)
 
 // OpenDummy builds a GPU engine over random weights with cfg's dimensions
 // (gpu.Dummy), generated here and uploaded tensor by tensor: no files.
-func OpenDummy(cfg *model.Config, opts engine.Options) (*gpu.Engine, func(), error) {
-	e, err := gpu.New(gpu.Dummy(cfg, 1), opts)
+// oneBank: every MoE layer reads one bank of routed experts
+// (gpu.DummyOneBank: the same bytes a step, a ninth of the memory at 9 MoE
+// layers).
+func OpenDummy(cfg *model.Config, opts engine.Options, oneBank bool) (*gpu.Engine, func(), error) {
+	src := gpu.Dummy(cfg, 1)
+	if oneBank {
+		src = gpu.DummyOneBank(cfg, 1)
+	}
+	e, err := gpu.New(src, opts)
 	if err != nil {
 		return nil, nil, err
 	}

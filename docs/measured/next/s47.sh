@@ -1,0 +1,28 @@
+# Session 47's device plan (issue 10). Usage: bash docs/measured/next/s47.sh bk|b9|ck   (binaries in .device/next)
+# No H200 came in sessions 43-46, and 9 MoE layers of DeepSeek-V3.2 dims need ~110 GB: every H100 row since ran 3 MoE
+# layers, where the head is a third of the step. `bench decode --one-expert-bank` (gpu.DummyOneBank) points every MoE
+# layer at one bank of routed experts: a step reads the same bytes, the model holds ~21 GB.
+#  bk (~3 min, an H100): is one bank the same step? At LAYERS=3 (where both fit) the default against --one-expert-bank,
+#    A/B/A/B, DeepSeek-V3.2 dims 8192 and GLM-5 dims 131072, 1 slot.
+#  b9 (~5 min, an H100 or H200): the README's rows at 9 MoE layers with one bank (both models, 8192 and 131072, 1 and
+#    4 slots, MTP at 1 and 4 slots, a traced step of each model).
+#  ck (~7 min): the engine's ^TestGPU (engine.test): session 46's pinned MTP meta and no-sync HostTimes on a GPU.
+NAME=s47
+. docs/measured/next/plan.sh "$1"
+case "$PART" in
+bk)
+  for i in 1 2; do
+    bn deepseek-v3.2 8192 1 bk8-A$i; BANK=1 bn deepseek-v3.2 8192 1 bk8-B$i
+  done
+  for i in 1 2; do
+    bn glm-5 131072 1 bkg-A$i; BANK=1 bn glm-5 131072 1 bkg-B$i
+  done
+  grep -h "loaded in" $R/bk8-A1.txt $R/bk8-B1.txt >> $R/summary.txt; save ;;
+b9)
+  export BANK=1 LAYERS=9
+  rows
+  MTP=1 bn glm-5 8192 1,4 glm-mtp
+  grep -h -E "timeline|idle |layers \(each" $R/tl-ds.txt $R/tl-glm.txt | head -16 >> $R/summary.txt; save ;;
+ck) tst engine engine/gpu 400 '^TestGPU'; cnt engine; save ;;
+*) echo "usage: s47.sh bk|b9|ck" >&2; exit 2 ;;
+esac

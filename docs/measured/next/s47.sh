@@ -11,13 +11,14 @@ NAME=s47
 . docs/measured/next/plan.sh "$1"
 case "$PART" in
 bk)
-  for i in 1 2; do
+  # Named as abab's rows (-A, -B, -A2, -B2) so that internal/abab reads them (call A ran them as -A1 -B1 -A2 -B2).
+  for i in "" 2; do
     bn deepseek-v3.2 8192 1 bk8-A$i; BANK=1 bn deepseek-v3.2 8192 1 bk8-B$i
   done
-  for i in 1 2; do
+  for i in "" 2; do
     bn glm-5 131072 1 bkg-A$i; BANK=1 bn glm-5 131072 1 bkg-B$i
   done
-  grep -h "loaded in" $R/bk8-A1.txt $R/bk8-B1.txt >> $R/summary.txt; save ;;
+  grep -h "loaded in" $R/bk8-A.txt $R/bk8-B.txt >> $R/summary.txt; save ;;
 b9)
   export BANK=1 LAYERS=9
   rows

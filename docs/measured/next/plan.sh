@@ -13,9 +13,10 @@ D=$PWD/.device/next
 PART=$1; R=/tmp/$NAME-$PART; rm -rf $R; mkdir -p $R
 export TILERT_KERNEL_CACHE=/tmp/tilert-kernels
 # The 9-layer rows need an H200's memory; a call for an H200 may land on an H100 (80 GB: session 39 call A ran out of
-# memory there), so LAYERS falls back to 3 on a card under 100 GB unless set, or unless BANK=1 (session 47: every
-# row with --one-expert-bank, whose 9 MoE layers hold ~21 GB).
-if [ -z "$LAYERS" ] && [ -z "$BANK" ] && [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -lt 100000 ]; then export LAYERS=3; fi
+# memory there). Sessions 39-46 fell back to LAYERS=3 there; since session 47 a card under 100 GB runs the 9 layers
+# with --one-expert-bank (BANK=1: every MoE layer reads one bank of routed experts, the same bytes a step, ~21 GB;
+# s47.sh bk measured it the same step within 5 us) unless LAYERS is set (LAYERS=3: the rows of sessions 39-46).
+if [ -z "$LAYERS" ] && [ -z "$BANK" ] && [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -lt 100000 ]; then export BANK=1; fi
 echo "LAYERS=${LAYERS:-9}${BANK:+ one expert bank} on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" >> $R/summary.txt
 save() { tar czf $OUT/$NAME-$PART.tgz -C $R .; cp $R/summary.txt $OUT/summary-$PART.txt 2>/dev/null; }
 bn() { local m=$1 c=$2 b=$3 n=$4; shift 4; env X=1 "$@" timeout 150 $D/tilert bench decode --device cuda --dummy-weights $m --layers ${LAYERS:-9} ${BANK:+--one-expert-bank} --context $c --batches $b ${SAMP} ${MTP:+--mtp} ${JS:+--json $R/$n.json} ${TL:+--timeline $R/$n.json} > $R/$n.txt 2>&1; echo "rc=$?" >> $R/$n.txt; grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " $R/$n.txt | sed "s|^|$n $* |" | tee -a $R/summary.txt; save; }

@@ -11,6 +11,7 @@ NAME=s47
 . docs/measured/next/plan.sh "$1"
 case "$PART" in
 bk)
+  export LAYERS=3; unset BANK  # both forms fit at 3 MoE layers
   # Named as abab's rows (-A, -B, -A2, -B2) so that internal/abab reads them (call A ran them as -A1 -B1 -A2 -B2).
   for i in "" 2; do
     bn deepseek-v3.2 8192 1 bk8-A$i; BANK=1 bn deepseek-v3.2 8192 1 bk8-B$i

@@ -279,6 +279,10 @@ func OpenDummy(cfg *model.Config, opts engine.Options, oneBank bool) (*gpu.Engin
 		src = gpu.DummyOneBank(cfg, 1)
 	}
 	e, err := gpu.New(src, opts)
+	var ce *cuda.CUDAError
+	if err != nil && !oneBank && errors.As(err, &ce) && ce.Name == "CUDA_ERROR_OUT_OF_MEMORY" {
+		err = errors.WithHintf(err, "%d MoE layers of routed experts do not fit this GPU: add --one-expert-bank (every MoE layer reads one bank, the same bytes a step) or lower --layers", cfg.NumLayers-cfg.FirstKDenseReplace)
+	}
 	if err != nil {
 		return nil, nil, err
 	}

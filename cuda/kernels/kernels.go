@@ -72,8 +72,18 @@ func moduleSource(fsys embed.FS, glob string, headers ...string) string {
 // kernelOptions are the NVRTC flags for arch. No fast-math: the kernels are
 // checked against float64 references at float32 bounds.
 func kernelOptions(arch string) []string {
-	return []string{"--gpu-architecture=" + arch, "--std=c++17", "-default-device", "-lineinfo"}
+	o := []string{"--gpu-architecture=" + arch, "--std=c++17", "-default-device", "-lineinfo"}
+	if WeightsEvictFirst {
+		o = append(o, "-DTILERT_L2_EVICT_FIRST")
+	}
+	return o
 }
+
+// WeightsEvictFirst compiles every module with TILERT_L2_EVICT_FIRST
+// (common.cuh): the weight streams' loads marked evict-first in the L2, the
+// same arithmetic, so the same bits. Set before the first Load (the engine:
+// TILERT_GPU_L2_EVICT=first); the options are part of the kernel cache's key.
+var WeightsEvictFirst bool
 
 // Compile compiles the embedded kernels for a device of compute capability
 // major.minor, through the cache. It needs NVRTC but no GPU.

@@ -269,3 +269,46 @@ func TestSampleWideScratchMatchesSource(t *testing.T) {
 		t.Errorf("SampleScratchBytes(1) = %d, blocks %d; the kernels' row is %d bytes, %d blocks", SampleScratchBytes(1), sampleWideBlocks, want, maxb)
 	}
 }
+
+// WeightsEvictFirst's modules compile: the main module and the absorb and
+// mid modules, whose weight loads it changes, with TILERT_L2_EVICT_FIRST
+// among the options (so a different cache key), and the main module's
+// PTX then holds the evict-first policy and its cache-hinted loads.
+func TestNVRTCCompilesEvictFirst(t *testing.T) {
+	nv, err := cuda.LoadNVRTC()
+	if err != nil {
+		t.Skipf("no NVRTC here, compile check skipped: %v", err)
+	}
+	dir := t.TempDir()
+	plain, err := Compile(nv, 9, 0, cuda.KernelCache{Dir: dir})
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	WeightsEvictFirst = true
+	defer func() { WeightsEvictFirst = false }()
+	first, err := Compile(nv, 9, 0, cuda.KernelCache{Dir: dir})
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	if first.CacheHit || first.Key == plain.Key || !slices.Contains(first.Options, "-DTILERT_L2_EVICT_FIRST") {
+		t.Fatalf("evict-first compile: hit %v, key %s (plain %s), options %q", first.CacheHit, first.Key, plain.Key, first.Options)
+	}
+	if !first.Cubin {
+		ptx := string(first.Image)
+		for _, want := range []string{"createpolicy.fractional.L2::evict_first", "L2::cache_hint"} {
+			if !strings.Contains(ptx, want) {
+				t.Errorf("evict-first PTX has no %q", want)
+			}
+		}
+		if strings.Contains(string(plain.Image), "L2::cache_hint") {
+			t.Errorf("the default PTX has cache-hinted loads")
+		}
+	}
+	for name, compile := range map[string]func(*cuda.NVRTC, int, int, cuda.KernelCache) (*cuda.Compiled, error){
+		"absorb": CompileAbsorb, "mid": CompileMid,
+	} {
+		if _, err := compile(nv, 9, 0, cuda.KernelCache{Dir: dir}); err != nil {
+			t.Errorf("%s module with evict-first: %+v", name, err)
+		}
+	}
+}

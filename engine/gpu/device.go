@@ -911,6 +911,13 @@ func init() {
 	if os.Getenv("TILERT_GPU_MLA_WG2B") == "0" {
 		kernels.MLAWG2B = false
 	}
+	// TILERT_GPU_L2_EVICT=first: the weight streams' loads evict-first in
+	// the L2 (kernels.WeightsEvictFirst; session 47, an A/B opt-in), so
+	// that the caches, norms and scales the small kernels read every step
+	// may stay there.
+	if os.Getenv("TILERT_GPU_L2_EVICT") == "first" {
+		kernels.WeightsEvictFirst = true
+	}
 	// TILERT_GPU_MLA_HEADS=64|32: one-tile decode MLA blocks of that many
 	// heads (mla_decode_wg2h at 32, kernels.MLAHeadsPerBlock); unset, 32 for
 	// one row of 64 heads (GLM-5) and 64 elsewhere (16 is refused,

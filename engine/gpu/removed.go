@@ -299,6 +299,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it for run 2's tensor-core GEMVs of 2..8 rows (the default); 1 run 1's choices, 0 the tile kernels, all every shape, g1 / g3 the attention-input group from 1 / 3 rows (g: the default's 2), u2 session 18's group (u2 kernel from 3 rows) (engine/gpu/device.go)"},
 		{"TILERT_GPU_MLA_WG", []string{"", "0", "1"},
 			"unset it for the decode MLA on mla_decode_wg2 where it measured faster (64 heads or more), 1 for every launch, 0 for mla_decode_tcf2"},
+		{"TILERT_GPU_L2_EVICT", []string{"", "normal", "first"},
+			"unset it (or normal) for the weight streams' loads as they were; first marks them evict-first in the L2 (kernels.WeightsEvictFirst, session 47's opt-in)"},
 		{"TILERT_GPU_MLA_WG2B", []string{"", "0", "1"},
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
 		{"TILERT_GPU_TOPK_W12", []string{"", "0", "1"},

@@ -26,6 +26,27 @@ typedef unsigned long long u64;
   } while (0)
 #endif
 
+// TILERT_L2_EVICT_FIRST (kernels.WeightsEvictFirst; the engine's
+// TILERT_GPU_L2_EVICT=first): the weight streams' 16-byte loads (tile, wide
+// and row GEMVs, the absorbed MLA products) bypass L1 and are marked
+// evict-first in the L2, so that what a step reads again (caches, norms,
+// scales, activations) may outlive the ~8 GB of weights a step streams.
+// Without it each load keeps its own form (the same PTX as before).
+#ifdef TILERT_L2_EVICT_FIRST
+#define W_LD16(p) ldw16_first(p)
+__device__ __forceinline__ uint4 ldw16_first(const void* p) {
+  u64 pol;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(pol));
+  return v;
+}
+#else
+#define W_LD16(p) __ldg((const uint4*)(p))
+#endif
+
 #define NEG_INF __int_as_float(0xff800000)
 #define POS_INF __int_as_float(0x7f800000)
 #define FP8_MAX 448.0f

@@ -74,7 +74,7 @@ __device__ __forceinline__ void gemv_rows(const void* __restrict__ W, const floa
     for (int k0 = lane * T::E; k0 < K; k0 += 32 * T::E) {
       uint4 wv[R];
 #pragma unroll
-      for (int r = 0; r < R; r++) wv[r] = __ldg((const uint4*)(wr[r] + (size_t)k0 * T::BYTES));
+      for (int r = 0; r < R; r++) wv[r] = W_LD16(wr[r] + (size_t)k0 * T::BYTES);
       float sc[R];
 #pragma unroll
       for (int r = 0; r < R; r++) sc[r] = S ? __ldg(sr[r] + (k0 >> 7)) : 1.0f;

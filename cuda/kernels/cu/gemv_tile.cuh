@@ -13,11 +13,15 @@
 #define GROUP_NORM_REGS 4
 
 __device__ __forceinline__ uint4 tile_ld16(const void* p) {
+#ifdef TILERT_L2_EVICT_FIRST
+  return ldw16_first(p);
+#else
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
+#endif
 }
 
 __device__ __forceinline__ u32 tile_word(uint4 v, int q) {

@@ -14,11 +14,15 @@
 
 // Weights are read once per step: stream them past L1.
 __device__ __forceinline__ uint4 ldg_stream16(const void* p) {
+#ifdef TILERT_L2_EVICT_FIRST
+  return ldw16_first(p);
+#else
   uint4 v;
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
+#endif
 }
 
 template <class T, int R>

@@ -7,6 +7,9 @@
 #  b9 (~5 min, an H100 or H200): the README's rows at 9 MoE layers with one bank (both models, 8192 and 131072, 1 and
 #    4 slots, MTP at 1 and 4 slots, a traced step of each model).
 #  ck (~7 min): the engine's ^TestGPU (engine.test): session 46's pinned MTP meta and no-sync HostTimes on a GPU.
+#  ev (~5 min, BANK=1 on an H100): TILERT_GPU_L2_EVICT=first, the weight streams' loads evict-first in the L2: the
+#    engine checks it touches with it on, A/B/A/B at 9 MoE layers (DeepSeek-V3.2 8192 1 and 4 slots, GLM-5 131072),
+#    a traced step with it.
 NAME=s47
 . docs/measured/next/plan.sh "$1"
 case "$PART" in
@@ -26,5 +29,16 @@ b9)
   MTP=1 bn glm-5 8192 1,4 glm-mtp
   grep -h -E "timeline|idle |layers \(each" $R/tl-ds.txt $R/tl-glm.txt | head -16 >> $R/summary.txt; save ;;
 ck) tst engine engine/gpu 400 '^TestGPU'; cnt engine; save ;;
-*) echo "usage: s47.sh bk|b9|ck" >&2; exit 2 ;;
+ev)
+  # TILERT_GPU_L2_EVICT=first (kernels.WeightsEvictFirst): the weight streams evict-first in the L2. Its modules
+  # compile on first use (a warm-up row), then the engine checks it touches with it on, then A/B/A/B at 9 MoE layers.
+  TILERT_GPU_L2_EVICT=first timeout 300 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm-ev.txt 2>&1
+  TILERT_GPU_L2_EVICT=first tst engine engine/gpu 300 '^TestGPU(GreedyMatchesCPU|SideStreamSameTokens|Trained|PipelineMatches)'
+  cnt engine; save
+  abab deepseek-v3.2 8192 1 ev8 TILERT_GPU_L2_EVICT=first
+  abab glm-5 131072 1 evg TILERT_GPU_L2_EVICT=first
+  abab deepseek-v3.2 8192 4 ev4 TILERT_GPU_L2_EVICT=first
+  TL=1 bn deepseek-v3.2 8192 1 tl-ev TILERT_GPU_L2_EVICT=first
+  grep -h -E "timeline|layers \(each" $R/tl-ev.txt | head -4 >> $R/summary.txt; xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+*) echo "usage: s47.sh bk|b9|ck|ev" >&2; exit 2 ;;
 esac

@@ -73,8 +73,11 @@ func moduleSource(fsys embed.FS, glob string, headers ...string) string {
 // checked against float64 references at float32 bounds.
 func kernelOptions(arch string) []string {
 	o := []string{"--gpu-architecture=" + arch, "--std=c++17", "-default-device", "-lineinfo"}
-	if WeightsEvictFirst {
+	if WeightsEvictFirst || KeysEvictFirst {
 		o = append(o, "-DTILERT_L2_EVICT_FIRST")
+	}
+	if KeysEvictFirst {
+		o = append(o, "-DTILERT_L2_EVICT_KEYS")
 	}
 	return o
 }
@@ -84,6 +87,10 @@ func kernelOptions(arch string) []string {
 // same arithmetic, so the same bits. Set before the first Load (the engine:
 // TILERT_GPU_L2_EVICT=first); the options are part of the kernel cache's key.
 var WeightsEvictFirst bool
+
+// KeysEvictFirst is WeightsEvictFirst with the indexer scores' key loads
+// evict-first too (TILERT_GPU_L2_EVICT=keys): a key is read once a step.
+var KeysEvictFirst bool
 
 // Compile compiles the embedded kernels for a device of compute capability
 // major.minor, through the cache. It needs NVRTC but no GPU.

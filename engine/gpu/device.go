@@ -915,8 +915,11 @@ func init() {
 	// the L2 (kernels.WeightsEvictFirst; session 47, an A/B opt-in), so
 	// that the caches, norms and scales the small kernels read every step
 	// may stay there.
-	if os.Getenv("TILERT_GPU_L2_EVICT") == "first" {
+	switch os.Getenv("TILERT_GPU_L2_EVICT") {
+	case "first":
 		kernels.WeightsEvictFirst = true
+	case "keys":
+		kernels.WeightsEvictFirst, kernels.KeysEvictFirst = true, true
 	}
 	// TILERT_GPU_MLA_HEADS=64|32: one-tile decode MLA blocks of that many
 	// heads (mla_decode_wg2h at 32, kernels.MLAHeadsPerBlock); unset, 32 for

@@ -32,6 +32,8 @@ typedef unsigned long long u64;
 // evict-first in the L2, so that what a step reads again (caches, norms,
 // scales, activations) may outlive the ~8 GB of weights a step streams.
 // Without it each load keeps its own form (the same PTX as before).
+// TILERT_L2_EVICT_KEYS (with it; kernels.KeysEvictFirst): the indexer
+// scores' key loads too.
 #ifdef TILERT_L2_EVICT_FIRST
 #define W_LD16(p) ldw16_first(p)
 __device__ __forceinline__ uint4 ldw16_first(const void* p) {

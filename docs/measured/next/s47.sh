@@ -40,5 +40,16 @@ ev)
   abab deepseek-v3.2 8192 4 ev4 TILERT_GPU_L2_EVICT=first
   TL=1 bn deepseek-v3.2 8192 1 tl-ev TILERT_GPU_L2_EVICT=first
   grep -h -E "timeline|layers \(each" $R/tl-ev.txt | head -4 >> $R/summary.txt; xz -T4 $R/tl-*.json 2>/dev/null; save ;;
-*) echo "usage: s47.sh bk|b9|ck|ev" >&2; exit 2 ;;
+ek)
+  # Call C's weights-only form won at 8192 (DeepSeek-V3.2 dims -38 / -33 us) and lost at 131072 (GLM-5 dims +19 / +19):
+  # keys (the indexer scores' key loads evict-first too, a key being read once a step) against the default, and
+  # first against keys, at both contexts on both models.
+  TILERT_GPU_L2_EVICT=keys timeout 300 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm-ek.txt 2>&1
+  grep -h -i -E "level=(WARN|ERROR)|sm_90a|indexer scores on" $R/warm-ek.txt | cut -c1-220 | head -6 >> $R/summary.txt
+  abab glm-5 131072 1 ekg TILERT_GPU_L2_EVICT=keys
+  abab deepseek-v3.2 8192 1 ek8 TILERT_GPU_L2_EVICT=keys
+  abab deepseek-v3.2 131072 1 ek131 TILERT_GPU_L2_EVICT=keys
+  abab glm-5 8192 1 ekg8 TILERT_GPU_L2_EVICT=keys
+  abab glm-5 131072 1 efg TILERT_GPU_L2_EVICT=first ;;
+*) echo "usage: s47.sh bk|b9|ck|ev|ek" >&2; exit 2 ;;
 esac

@@ -51,5 +51,13 @@ ek)
   abab deepseek-v3.2 131072 1 ek131 TILERT_GPU_L2_EVICT=keys
   abab glm-5 8192 1 ekg8 TILERT_GPU_L2_EVICT=keys
   abab glm-5 131072 1 efg TILERT_GPU_L2_EVICT=first ;;
-*) echo "usage: s47.sh bk|b9|ck|ev|ek" >&2; exit 2 ;;
+kd)
+  # keys won on all four 1-slot rows (call D): the engine checks with it on, then the 4-slot and MTP rows A/B/A/B.
+  TILERT_GPU_L2_EVICT=keys timeout 300 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm-ek.txt 2>&1
+  TILERT_GPU_L2_EVICT=keys tst engine engine/gpu 300 '^TestGPU(GreedyMatchesCPU|SideStreamSameTokens|Trained|PipelineMatches|ForcedDrafts|SampledMTPIdentical|PenaltiesMatchCPU)'
+  cnt engine; save
+  abab deepseek-v3.2 8192 4 ek4 TILERT_GPU_L2_EVICT=keys
+  MTP=1 abab deepseek-v3.2 8192 1 ekm TILERT_GPU_L2_EVICT=keys
+  abab glm-5 131072 4 ekg4 TILERT_GPU_L2_EVICT=keys ;;
+*) echo "usage: s47.sh bk|b9|ck|ev|ek|kd" >&2; exit 2 ;;
 esac

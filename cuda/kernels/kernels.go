@@ -73,24 +73,23 @@ func moduleSource(fsys embed.FS, glob string, headers ...string) string {
 // checked against float64 references at float32 bounds.
 func kernelOptions(arch string) []string {
 	o := []string{"--gpu-architecture=" + arch, "--std=c++17", "-default-device", "-lineinfo"}
-	if WeightsEvictFirst || KeysEvictFirst {
+	if EvictFirst {
 		o = append(o, "-DTILERT_L2_EVICT_FIRST")
-	}
-	if KeysEvictFirst {
-		o = append(o, "-DTILERT_L2_EVICT_KEYS")
 	}
 	return o
 }
 
-// WeightsEvictFirst compiles every module with TILERT_L2_EVICT_FIRST
-// (common.cuh): the weight streams' loads marked evict-first in the L2, the
-// same arithmetic, so the same bits. Set before the first Load (the engine:
-// TILERT_GPU_L2_EVICT=first); the options are part of the kernel cache's key.
-var WeightsEvictFirst bool
-
-// KeysEvictFirst is WeightsEvictFirst with the indexer scores' key loads
-// evict-first too (TILERT_GPU_L2_EVICT=keys): a key is read once a step.
-var KeysEvictFirst bool
+// EvictFirst compiles every module with TILERT_L2_EVICT_FIRST (common.cuh):
+// the weight streams' and the indexer keys' loads marked evict-first in the
+// L2, the same arithmetic, so the same bits. The engine clears it before
+// its first Load with TILERT_GPU_L2_EVICT=normal; the options are part of
+// the kernel cache's key. Session 47 (one H100, 9 MoE layers, A/B/A/B
+// against normal, docs/measured/h100-2026-12-06-s47 calls C-E): 1 slot
+// DeepSeek-V3.2 dims -38 / -35 us a step at 8192, -28 / -24 at 131072,
+// GLM-5 dims -14 / -16 at 8192, -32 / -29 at 131072; 4 slots -4 / -13 and
+// GLM-5 131072 -38 / -29; MTP -2 / -2. The weights alone (the keys' loads
+// as before) lost at 131072 (GLM-5 dims +14..+19 us).
+var EvictFirst = true
 
 // Compile compiles the embedded kernels for a device of compute capability
 // major.minor, through the cache. It needs NVRTC but no GPU.

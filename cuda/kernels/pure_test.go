@@ -270,45 +270,47 @@ func TestSampleWideScratchMatchesSource(t *testing.T) {
 	}
 }
 
-// WeightsEvictFirst's modules compile: the main module and the absorb and
-// mid modules, whose weight loads it changes, with TILERT_L2_EVICT_FIRST
-// among the options (so a different cache key), and the main module's
-// PTX then holds the evict-first policy and its cache-hinted loads.
+// EvictFirst (the default) and its absence both compile: the main module
+// and the absorb and mid modules, whose weight loads it changes. The two
+// builds differ in options (so in the kernel cache's key), and only the
+// default's PTX holds the evict-first policy and cache-hinted loads.
 func TestNVRTCCompilesEvictFirst(t *testing.T) {
 	nv, err := cuda.LoadNVRTC()
 	if err != nil {
 		t.Skipf("no NVRTC here, compile check skipped: %v", err)
 	}
-	dir := t.TempDir()
-	plain, err := Compile(nv, 9, 0, cuda.KernelCache{Dir: dir})
-	if err != nil {
-		t.Fatalf("%+v", err)
+	if !EvictFirst {
+		t.Fatal("EvictFirst is off by default")
 	}
-	WeightsEvictFirst = true
-	defer func() { WeightsEvictFirst = false }()
+	dir := t.TempDir()
 	first, err := Compile(nv, 9, 0, cuda.KernelCache{Dir: dir})
 	if err != nil {
 		t.Fatalf("%+v", err)
 	}
-	if first.CacheHit || first.Key == plain.Key || !slices.Contains(first.Options, "-DTILERT_L2_EVICT_FIRST") {
-		t.Fatalf("evict-first compile: hit %v, key %s (plain %s), options %q", first.CacheHit, first.Key, plain.Key, first.Options)
+	EvictFirst = false
+	defer func() { EvictFirst = true }()
+	plain, err := Compile(nv, 9, 0, cuda.KernelCache{Dir: dir})
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	if plain.CacheHit || first.Key == plain.Key || !slices.Contains(first.Options, "-DTILERT_L2_EVICT_FIRST") || slices.Contains(plain.Options, "-DTILERT_L2_EVICT_FIRST") {
+		t.Fatalf("keys %s / %s (hit %v), options %q / %q", first.Key, plain.Key, plain.CacheHit, first.Options, plain.Options)
 	}
 	if !first.Cubin {
-		ptx := string(first.Image)
 		for _, want := range []string{"createpolicy.fractional.L2::evict_first", "L2::cache_hint"} {
-			if !strings.Contains(ptx, want) {
-				t.Errorf("evict-first PTX has no %q", want)
+			if !strings.Contains(string(first.Image), want) {
+				t.Errorf("the default PTX has no %q", want)
 			}
 		}
 		if strings.Contains(string(plain.Image), "L2::cache_hint") {
-			t.Errorf("the default PTX has cache-hinted loads")
+			t.Errorf("the PTX without EvictFirst has cache-hinted loads")
 		}
 	}
 	for name, compile := range map[string]func(*cuda.NVRTC, int, int, cuda.KernelCache) (*cuda.Compiled, error){
 		"absorb": CompileAbsorb, "mid": CompileMid,
 	} {
 		if _, err := compile(nv, 9, 0, cuda.KernelCache{Dir: dir}); err != nil {
-			t.Errorf("%s module with evict-first: %+v", name, err)
+			t.Errorf("%s module without EvictFirst: %+v", name, err)
 		}
 	}
 }

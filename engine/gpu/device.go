@@ -911,15 +911,12 @@ func init() {
 	if os.Getenv("TILERT_GPU_MLA_WG2B") == "0" {
 		kernels.MLAWG2B = false
 	}
-	// TILERT_GPU_L2_EVICT=first: the weight streams' loads evict-first in
-	// the L2 (kernels.WeightsEvictFirst; session 47, an A/B opt-in), so
-	// that the caches, norms and scales the small kernels read every step
-	// may stay there.
-	switch os.Getenv("TILERT_GPU_L2_EVICT") {
-	case "first":
-		kernels.WeightsEvictFirst = true
-	case "keys":
-		kernels.WeightsEvictFirst, kernels.KeysEvictFirst = true, true
+	// TILERT_GPU_L2_EVICT=normal: the weight streams' and the indexer keys'
+	// loads as before session 47; unset (or keys), evict-first in the L2
+	// (kernels.EvictFirst), so that what a layer writes and the next reads
+	// stays there (=first, the weights alone, is refused: removed.go).
+	if os.Getenv("TILERT_GPU_L2_EVICT") == "normal" {
+		kernels.EvictFirst = false
 	}
 	// TILERT_GPU_MLA_HEADS=64|32: one-tile decode MLA blocks of that many
 	// heads (mla_decode_wg2h at 32, kernels.MLAHeadsPerBlock); unset, 32 for

@@ -222,6 +222,12 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_IDX_QFUSE", keep: zero,
 		what: "a one-row step's wq_b GEMV and attention epilogue in one launch (gemv_tile_fp8_r*_m1*_iq) were measured on the H100 in session 38 call B and removed: slower on GLM-5 dims, no gain on DeepSeek-V3.2's (decode p50 at 8192, 1 slot, A/B/A/B: GLM-5 dims 1.987 / 1.986 against 1.979 / 1.982 ms, +8 / +4 us; DeepSeek-V3.2 dims 1.735 / 1.736 against 1.727 / 1.734, +8 / +2, within spread)",
 		hint: `: wq_b's tile GEMV and attn_epilogue run as two launches (the default); the code last exists at commit c3728a6, the record is in docs/measured/h100-2026-12-05-s38, engine/gpu/NOTES.md "TILERT_GPU_IDX_QFUSE=1" and cuda/kernels/NOTES.md "gemv_tile_fp8_r*_m1*_iq"`},
+	// TILERT_GPU_L2_EVICT=first marked the weight streams alone evict-first
+	// in the L2 (session 47 call C); the keys' loads joined them for the
+	// default.
+	{name: "TILERT_GPU_L2_EVICT", only: []string{"first"},
+		what: "the weight streams alone evict-first in the L2 (the indexer keys' loads as before) were measured on the H100 in session 47 calls C-D and dropped: faster at 8192 but slower at 131072 (decode p50, 9 MoE layers, 1 slot, A/B/A/B: DeepSeek-V3.2 dims 8192 3.178 / 3.184 against 3.216 / 3.217 ms; GLM-5 dims 131072 3.358 / 3.358 against 3.339 / 3.339, +19 / +19 us)",
+		hint: ` (or set it to keys) for the weight streams and the indexer keys evict-first (the default), or set it to normal for neither; the record is in docs/measured/h100-2026-12-06-s47 and engine/gpu/NOTES.md "TILERT_GPU_L2_EVICT"`},
 	// TILERT_GPU_MLA_HEADS=16 ran the one-tile decode MLA blocks on 16 heads
 	// (mla_decode_wg2q); built in session 31, measured slower in session 38,
 	// removed. The switch's other values stay (switchValues).
@@ -299,8 +305,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it for run 2's tensor-core GEMVs of 2..8 rows (the default); 1 run 1's choices, 0 the tile kernels, all every shape, g1 / g3 the attention-input group from 1 / 3 rows (g: the default's 2), u2 session 18's group (u2 kernel from 3 rows) (engine/gpu/device.go)"},
 		{"TILERT_GPU_MLA_WG", []string{"", "0", "1"},
 			"unset it for the decode MLA on mla_decode_wg2 where it measured faster (64 heads or more), 1 for every launch, 0 for mla_decode_tcf2"},
-		{"TILERT_GPU_L2_EVICT", []string{"", "normal", "first", "keys"},
-			"unset it (or normal) for the weight streams' loads as they were; first marks them evict-first in the L2 (kernels.WeightsEvictFirst, session 47's opt-in), keys the indexer scores' key loads too"},
+		{"TILERT_GPU_L2_EVICT", []string{"", "normal", "keys"},
+			"unset it (or keys) for the weight streams' and the indexer keys' loads evict-first in the L2 (kernels.EvictFirst, the default since session 47), normal for the loads before it"},
 		{"TILERT_GPU_MLA_WG2B", []string{"", "0", "1"},
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
 		{"TILERT_GPU_TOPK_W12", []string{"", "0", "1"},

@@ -90,6 +90,8 @@ func TestRemovedSwitchRefused(t *testing.T) {
 		{map[string]string{"TILERT_GPU_MLA_HEADS": "64"}, ""},
 		{map[string]string{"TILERT_GPU_MLA_HEADS": "0"}, ""},
 		{map[string]string{"TILERT_GPU_MLA_HEADS": "16"}, `TILERT_GPU_MLA_HEADS="16"`},
+		{map[string]string{"TILERT_GPU_L2_EVICT": "normal"}, ""},
+		{map[string]string{"TILERT_GPU_L2_EVICT": "first"}, `TILERT_GPU_L2_EVICT="first"`},
 		{map[string]string{"TILERT_GPU_SAMPLE_ONE": "0"}, ""},
 		{map[string]string{"TILERT_GPU_SAMPLE_ONE": "1"}, `TILERT_GPU_SAMPLE_ONE="1"`},
 		{map[string]string{"TILERT_GPU_SAMPLE_ONE": "yes"}, `TILERT_GPU_SAMPLE_ONE="yes"`},
@@ -264,6 +266,8 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_SIDE_SH_AT", "set it to norm", "4a23dd2", "docs/measured/h100-2026-12-05-s38", `engine/gpu/NOTES.md "TILERT_GPU_SIDE_SH_AT=router"`}},
 	"TILERT_GPU_IDX_QFUSE": {{"session 38 call B", "1.987 / 1.986 against 1.979 / 1.982 ms", "+8 / +4 us", "1.735 / 1.736 against 1.727 / 1.734", "+8 / +2"},
 		{"unset TILERT_GPU_IDX_QFUSE", "attn_epilogue", "c3728a6", "docs/measured/h100-2026-12-05-s38", `"gemv_tile_fp8_r*_m1*_iq"`}},
+	"TILERT_GPU_L2_EVICT": {{"session 47 calls C-D", "8192 3.178 / 3.184 against 3.216 / 3.217 ms", "131072 3.358 / 3.358 against 3.339 / 3.339", "+19 / +19 us"},
+		{"unset TILERT_GPU_L2_EVICT", "set it to keys", "set it to normal", "docs/measured/h100-2026-12-06-s47", `engine/gpu/NOTES.md "TILERT_GPU_L2_EVICT"`}},
 	"TILERT_GPU_MLA_HEADS": {{"session 38 call B", "mla_decode_wg2q", "1.980 / 1.982 against 1.976 / 1.974 ms", "+4 / +8 us"},
 		{"unset TILERT_GPU_MLA_HEADS", "mla_decode_wg2h", "set it to 32 or 64", "43f2b09", "docs/measured/h100-2026-12-05-s38", `"mla_decode_wg2h / wg2q"`}},
 	"TILERT_GPU_SAMPLE_ONE": {{"session 39 call B", "sample_wide_one", "44.38 against 41.73 us", "68.82 against 64.77", "10.10 against 8.90", "1.776 / 1.777 against 1.776 / 1.774 ms", "2.005 / 2.006 against 2.005 / 2.002", "3.315 / 3.315 against 3.283 / 3.283"},
@@ -349,6 +353,10 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_IDX_WGH", "auto", false},
 		{"TILERT_GPU_MLA_HEADS", "16", false},
 		{"TILERT_GPU_MLA_HEADS", "8", false},
+		{"TILERT_GPU_L2_EVICT", "normal", true},
+		{"TILERT_GPU_L2_EVICT", "keys", true},
+		{"TILERT_GPU_L2_EVICT", "first", false},
+		{"TILERT_GPU_L2_EVICT", "0", false},
 	} {
 		err := switchValues(func(k string) string {
 			if k == c.name {
@@ -408,6 +416,7 @@ var removedGolden = []struct{ name, v string }{
 	{"TILERT_GPU_SIDE_SH_AT", "router"},
 	{"TILERT_GPU_IDX_QFUSE", "1"},
 	{"TILERT_GPU_MLA_HEADS", "16"},
+	{"TILERT_GPU_L2_EVICT", "first"},
 	{"TILERT_GPU_SAMPLE_ONE", "1"},
 	{"TILERT_GPU_EMBED_VEC", "0"},
 	{"TILERT_GPU_MTP_PAIRS", "1"},

@@ -26,14 +26,14 @@ typedef unsigned long long u64;
   } while (0)
 #endif
 
-// TILERT_L2_EVICT_FIRST (kernels.WeightsEvictFirst; the engine's
-// TILERT_GPU_L2_EVICT=first): the weight streams' 16-byte loads (tile, wide
-// and row GEMVs, the absorbed MLA products) bypass L1 and are marked
-// evict-first in the L2, so that what a step reads again (caches, norms,
-// scales, activations) may outlive the ~8 GB of weights a step streams.
-// Without it each load keeps its own form (the same PTX as before).
-// TILERT_L2_EVICT_KEYS (with it; kernels.KeysEvictFirst): the indexer
-// scores' key loads too.
+// TILERT_L2_EVICT_FIRST (kernels.EvictFirst, the default since session 47;
+// the engine's TILERT_GPU_L2_EVICT=normal clears it): what a step reads
+// once, the weight streams' 16-byte loads (tile, wide and row GEMVs, the
+// absorbed MLA products) and the indexer scores' key loads, bypass L1 and
+// are marked evict-first in the L2, so that what is read again (the
+// workspace a layer writes and the next reads, norms, scales) stays there
+// through the ~8 GB a step streams. Without it each load keeps its own form
+// (the PTX before session 47).
 #ifdef TILERT_L2_EVICT_FIRST
 #define W_LD16(p) ldw16_first(p)
 __device__ __forceinline__ uint4 ldw16_first(const void* p) {

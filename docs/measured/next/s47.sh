@@ -59,5 +59,11 @@ kd)
   abab deepseek-v3.2 8192 4 ek4 TILERT_GPU_L2_EVICT=keys
   MTP=1 abab deepseek-v3.2 8192 1 ekm TILERT_GPU_L2_EVICT=keys
   abab glm-5 131072 4 ekg4 TILERT_GPU_L2_EVICT=keys ;;
-*) echo "usage: s47.sh bk|b9|ck|ev|ek|kd" >&2; exit 2 ;;
+c1)
+  # keys as the default (kernels.EvictFirst): gpu-check's first half (the kernel checks and the engine's ^TestGPU),
+  # then the 1-slot rows (BANK=1 on a card under 100 GB) and one A/B/A/B against normal.
+  check1
+  bn deepseek-v3.2 8192,131072 1 r1-ds; bn glm-5 8192,131072 1 r1-glm
+  abab deepseek-v3.2 8192 1 nm8 TILERT_GPU_L2_EVICT=normal ;;
+*) echo "usage: s47.sh bk|b9|ck|ev|ek|kd|c1" >&2; exit 2 ;;
 esac

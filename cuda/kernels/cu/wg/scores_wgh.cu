@@ -94,7 +94,7 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
     const int page = block_table ? block_table[p] : p;
     const u8* pg = cache + (size_t)page * WGH_PAGE_BYTES;
     const u8* ka = pg + (16 * w + g) * WGH_D + 16 * c;
-#ifdef TILERT_L2_EVICT_KEYS
+#ifdef TILERT_L2_EVICT_FIRST
     // Every key is read once a step: as the weights, evict-first (common.cuh).
     x0 = ldw16_first(ka);
     x1 = ldw16_first(ka + 64);

@@ -270,10 +270,11 @@ func TestSampleWideScratchMatchesSource(t *testing.T) {
 	}
 }
 
-// EvictFirst (the default) and its absence both compile: the main module
-// and the absorb and mid modules, whose weight loads it changes. The two
-// builds differ in options (so in the kernel cache's key), and only the
-// default's PTX holds the evict-first policy and cache-hinted loads.
+// EvictFirst (the default) and its absence both compile, and only the
+// default's PTX holds the evict-first policy and cache-hinted loads: the
+// weight loads of the tile, row and wide GEMVs and the absorb module (the
+// whole modules compile in TestNVRTCCompilesKernels and the module tests;
+// the indexer keys' loads are in the sm_90a module, TestNVRTCCompilesWGModule).
 func TestNVRTCCompilesEvictFirst(t *testing.T) {
 	nv, err := cuda.LoadNVRTC()
 	if err != nil {
@@ -282,35 +283,37 @@ func TestNVRTCCompilesEvictFirst(t *testing.T) {
 	if !EvictFirst {
 		t.Fatal("EvictFirst is off by default")
 	}
-	dir := t.TempDir()
-	first, err := Compile(nv, 9, 0, cuda.KernelCache{Dir: dir})
-	if err != nil {
-		t.Fatalf("%+v", err)
-	}
-	EvictFirst = false
 	defer func() { EvictFirst = true }()
-	plain, err := Compile(nv, 9, 0, cuda.KernelCache{Dir: dir})
-	if err != nil {
-		t.Fatalf("%+v", err)
-	}
-	if plain.CacheHit || first.Key == plain.Key || !slices.Contains(first.Options, "-DTILERT_L2_EVICT_FIRST") || slices.Contains(plain.Options, "-DTILERT_L2_EVICT_FIRST") {
-		t.Fatalf("keys %s / %s (hit %v), options %q / %q", first.Key, plain.Key, plain.CacheHit, first.Options, plain.Options)
-	}
-	if !first.Cubin {
-		for _, want := range []string{"createpolicy.fractional.L2::evict_first", "L2::cache_hint"} {
-			if !strings.Contains(string(first.Image), want) {
-				t.Errorf("the default PTX has no %q", want)
-			}
-		}
-		if strings.Contains(string(plain.Image), "L2::cache_hint") {
-			t.Errorf("the PTX without EvictFirst has cache-hinted loads")
-		}
-	}
-	for name, compile := range map[string]func(*cuda.NVRTC, int, int, cuda.KernelCache) (*cuda.Compiled, error){
-		"absorb": CompileAbsorb, "mid": CompileMid,
+	for _, part := range []struct {
+		name, glob string
+		headers    []string
+	}{
+		{"gemv_tile.cu", "cu/gemv_tile.cu", []string{gemvTileHeader}},
+		{"gemv_wide.cu", "cu/gemv_wide.cu", []string{"cu/gemv.cu"}}, // gemv.cu's formats and row GEMVs, then the wide ones
+		{"absorb_fast.cu", "cu/absorb/absorb_fast.cu", []string{mlaAbsorbHeader}},
 	} {
-		if _, err := compile(nv, 9, 0, cuda.KernelCache{Dir: dir}); err != nil {
-			t.Errorf("%s module without EvictFirst: %+v", name, err)
+		fsys := kernelFS
+		if strings.HasPrefix(part.glob, "cu/absorb/") {
+			fsys = absorbFS
+		}
+		src := moduleSource(fsys, part.glob, part.headers...)
+		if !strings.Contains(src, "extern \"C\" __global__") {
+			t.Fatalf("%s: no kernels in the source (the wrong embedded FS?)", part.name)
+		}
+		for _, on := range []bool{true, false} {
+			EvictFirst = on
+			opts := kernelOptions("compute_90")
+			if slices.Contains(opts, "-DTILERT_L2_EVICT_FIRST") != on {
+				t.Fatalf("EvictFirst %v: options %q", on, opts)
+			}
+			ptx, err := nv.Compile(src, part.name, opts, false)
+			if err != nil {
+				t.Fatalf("%s, EvictFirst %v: %+v", part.name, on, err)
+			}
+			hinted := strings.Contains(string(ptx), "createpolicy.fractional.L2::evict_first") && strings.Contains(string(ptx), "L2::cache_hint")
+			if hinted != on {
+				t.Errorf("%s, EvictFirst %v: evict-first policy and cache-hinted loads in the PTX: %v", part.name, on, hinted)
+			}
 		}
 	}
 }

@@ -65,5 +65,8 @@ c1)
   check1
   bn deepseek-v3.2 8192,131072 1 r1-ds; bn glm-5 8192,131072 1 r1-glm
   abab deepseek-v3.2 8192 1 nm8 TILERT_GPU_L2_EVICT=normal ;;
-*) echo "usage: s47.sh bk|b9|ck|ev|ek|kd|c1" >&2; exit 2 ;;
+r1)
+  # A thin budget on an H200: the README's 1-slot rows on today's defaults (tilert alone).
+  JS=1 bn deepseek-v3.2 8192,131072 1 r1-ds; JS=1 bn glm-5 8192,131072 1 r1-glm ;;
+*) echo "usage: s47.sh bk|b9|ck|ev|ek|kd|c1|r1" >&2; exit 2 ;;
 esac

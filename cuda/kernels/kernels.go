@@ -75,6 +75,9 @@ func kernelOptions(arch string) []string {
 	o := []string{"--gpu-architecture=" + arch, "--std=c++17", "-default-device", "-lineinfo"}
 	if EvictFirst {
 		o = append(o, "-DTILERT_L2_EVICT_FIRST")
+		if GroupNormal {
+			o = append(o, "-DTILERT_L2_GROUP_NORMAL")
+		}
 	}
 	return o
 }
@@ -90,6 +93,13 @@ func kernelOptions(arch string) []string {
 // GLM-5 131072 -38 / -29; MTP -2 / -2. The weights alone (the keys' loads
 // as before) lost at 131072 (GLM-5 dims +14..+19 us).
 var EvictFirst = true
+
+// GroupNormal (with EvictFirst; TILERT_GPU_L2_EVICT=nogroup) keeps the
+// grouped GEMVs' weight loads (the attention inputs at a layer's start) at
+// normal priority: session 47's traced step had that launch ~1.2 us a layer
+// slower with EvictFirst while the long streams gained. Built after the
+// session's device time, not yet measured.
+var GroupNormal bool
 
 // Compile compiles the embedded kernels for a device of compute capability
 // major.minor, through the cache. It needs NVRTC but no GPU.

@@ -289,6 +289,7 @@ func TestNVRTCCompilesEvictFirst(t *testing.T) {
 		headers    []string
 	}{
 		{"gemv_tile.cu", "cu/gemv_tile.cu", []string{gemvTileHeader}},
+		{"gemv_tile_group.cu", "cu/gemv_tile_group.cu", []string{gemvTileHeader}},
 		{"gemv_wide.cu", "cu/gemv_wide.cu", []string{"cu/gemv.cu"}}, // gemv.cu's formats and row GEMVs, then the wide ones
 		{"absorb_fast.cu", "cu/absorb/absorb_fast.cu", []string{mlaAbsorbHeader}},
 	} {
@@ -314,6 +315,22 @@ func TestNVRTCCompilesEvictFirst(t *testing.T) {
 			if hinted != on {
 				t.Errorf("%s, EvictFirst %v: evict-first policy and cache-hinted loads in the PTX: %v", part.name, on, hinted)
 			}
+		}
+	}
+	// GroupNormal: the grouped GEMVs (group_load, their only weight loads)
+	// without the hints.
+	EvictFirst, GroupNormal = true, true
+	defer func() { GroupNormal = false }()
+	for _, c := range []struct {
+		glob   string
+		hinted bool
+	}{{"cu/gemv_tile_group.cu", false}} {
+		ptx, err := nv.Compile(moduleSource(kernelFS, c.glob, gemvTileHeader), "g.cu", kernelOptions("compute_90"), false)
+		if err != nil {
+			t.Fatalf("%s with GroupNormal: %+v", c.glob, err)
+		}
+		if got := strings.Contains(string(ptx), "L2::cache_hint"); got != c.hinted {
+			t.Errorf("%s with GroupNormal: cache-hinted loads %v, want %v", c.glob, got, c.hinted)
 		}
 	}
 }

@@ -915,8 +915,11 @@ func init() {
 	// loads as before session 47; unset (or keys), evict-first in the L2
 	// (kernels.EvictFirst), so that what a layer writes and the next reads
 	// stays there (=first, the weights alone, is refused: removed.go).
-	if os.Getenv("TILERT_GPU_L2_EVICT") == "normal" {
+	switch os.Getenv("TILERT_GPU_L2_EVICT") {
+	case "normal":
 		kernels.EvictFirst = false
+	case "nogroup":
+		kernels.GroupNormal = true
 	}
 	// TILERT_GPU_MLA_HEADS=64|32: one-tile decode MLA blocks of that many
 	// heads (mla_decode_wg2h at 32, kernels.MLAHeadsPerBlock); unset, 32 for

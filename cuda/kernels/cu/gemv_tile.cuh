@@ -24,6 +24,23 @@ __device__ __forceinline__ uint4 tile_ld16(const void* p) {
 #endif
 }
 
+// The grouped GEMVs' weight loads: tile_ld16's, or with TILERT_L2_GROUP_NORMAL
+// (kernels.GroupNormal, TILERT_GPU_L2_EVICT=nogroup; session 47, an opt-in
+// not yet measured) its load before evict-first: the traced step had the
+// grouped input GEMV ~1.2 us a layer slower with evict-first while the long
+// streams gained.
+__device__ __forceinline__ uint4 group_ld16(const void* p) {
+#if defined(TILERT_L2_EVICT_FIRST) && !defined(TILERT_L2_GROUP_NORMAL)
+  return ldw16_first(p);
+#else
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+#endif
+}
+
 __device__ __forceinline__ u32 tile_word(uint4 v, int q) {
   return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
 }
@@ -113,7 +130,7 @@ __device__ __forceinline__ void group_load(const char* const* wr, const float* s
   for (int i = 0; i < NI; i++) {
     const int c = c0 + i * G;
 #pragma unroll
-    for (int r = 0; r < R; r++) wv[i][r] = c < C ? tile_ld16(wr[r] + (size_t)c * 16) : make_uint4(0u, 0u, 0u, 0u);
+    for (int r = 0; r < R; r++) wv[i][r] = c < C ? group_ld16(wr[r] + (size_t)c * 16) : make_uint4(0u, 0u, 0u, 0u);
     sc[i] = c < C ? (sr ? __ldg(sr + ((c * T::E) >> 7)) : 1.0f) : 0.0f;
   }
 }

@@ -68,5 +68,16 @@ c1)
 r1)
   # A thin budget on an H200: the README's 1-slot rows on today's defaults (tilert alone).
   JS=1 bn deepseek-v3.2 8192,131072 1 r1-ds; JS=1 bn glm-5 8192,131072 1 r1-glm ;;
-*) echo "usage: s47.sh bk|b9|ck|ev|ek|kd|c1|r1" >&2; exit 2 ;;
+ng)
+  # TILERT_GPU_L2_EVICT=nogroup (kernels.GroupNormal): the default but the grouped input GEMVs' weights at normal
+  # priority (call G's trace had that launch ~1.2 us a layer slower with evict-first). Its modules compile on first
+  # use (a warm-up row); the engine checks it touches; A/B/A/B on the four 1-slot rows.
+  TILERT_GPU_L2_EVICT=nogroup timeout 300 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm-ng.txt 2>&1
+  TILERT_GPU_L2_EVICT=nogroup tst engine engine/gpu 300 '^TestGPU(GreedyMatchesCPU|SideStreamSameTokens|PipelineMatches)'
+  cnt engine; save
+  abab deepseek-v3.2 8192 1 ng8 TILERT_GPU_L2_EVICT=nogroup
+  abab glm-5 131072 1 ngg TILERT_GPU_L2_EVICT=nogroup
+  abab deepseek-v3.2 131072 1 ng131 TILERT_GPU_L2_EVICT=nogroup
+  abab glm-5 8192 1 ngg8 TILERT_GPU_L2_EVICT=nogroup ;;
+*) echo "usage: s47.sh bk|b9|ck|ev|ek|kd|c1|r1|ng" >&2; exit 2 ;;
 esac

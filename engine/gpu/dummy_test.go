@@ -208,19 +208,26 @@ func TestDummyPeriodicTensorsOnDevice(t *testing.T) {
 			}
 			// An engine on the periodic placement generates what one on the
 			// whole tensors does.
-			var toks [2][]int
-			for i, s := range []Source{Dummy(cfg, 3), hideShare{Dummy(cfg, 3)}} {
-				e, err := NewEmulated(s, engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
-				if err != nil {
-					t.Fatal(err)
-				}
-				toks[i] = generateBatch(t, e, [][]int{{5, 9, 200, 17}}, engine.Params{}, 6)[0]
-				e.Close()
-			}
-			if i := enginetest.FirstDiff(toks[0], toks[1]); i >= 0 {
-				t.Errorf("tokens differ at %d: periodic %v, whole %v", i, toks[0], toks[1])
-			}
+			sameTokens(t, "periodic", Dummy(cfg, 3), "whole", hideShare{Dummy(cfg, 3)})
 		})
+	}
+}
+
+// sameTokens fails t unless emulated engines on sources a and b generate the
+// same greedy tokens from one prompt.
+func sameTokens(t *testing.T, an string, a Source, bn string, b Source) {
+	t.Helper()
+	var toks [2][]int
+	for i, s := range []Source{a, b} {
+		e, err := NewEmulated(s, engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks[i] = generateBatch(t, e, [][]int{{5, 9, 200, 17}}, engine.Params{}, 6)[0]
+		e.Close()
+	}
+	if i := enginetest.FirstDiff(toks[0], toks[1]); i >= 0 {
+		t.Errorf("tokens differ at %d: %s %v, %s %v", i, an, toks[0], bn, toks[1])
 	}
 }
 
@@ -285,18 +292,7 @@ func TestDummyOneBank(t *testing.T) {
 					t.Errorf("layer %d shares the bank without DummyOneBank", l)
 				}
 			}
-			var toks [2][]int
-			for i, s := range []Source{Dummy(cfg, 3), DummyOneBank(cfg, 3)} {
-				e, err := NewEmulated(s, engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 64})
-				if err != nil {
-					t.Fatal(err)
-				}
-				toks[i] = generateBatch(t, e, [][]int{{5, 9, 200, 17}}, engine.Params{}, 6)[0]
-				e.Close()
-			}
-			if i := enginetest.FirstDiff(toks[0], toks[1]); i >= 0 {
-				t.Errorf("tokens differ at %d: one bank %v, a bank a layer %v", i, toks[1], toks[0])
-			}
+			sameTokens(t, "one bank", DummyOneBank(cfg, 3), "a bank a layer", Dummy(cfg, 3))
 		})
 	}
 }

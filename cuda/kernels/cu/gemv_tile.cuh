@@ -12,15 +12,21 @@
 // loads at once (fastnorm; the mid kernels' prologue).
 #define GROUP_NORM_REGS 4
 
-__device__ __forceinline__ uint4 tile_ld16(const void* p) {
-#ifdef TILERT_L2_EVICT_FIRST
-  return ldw16_first(p);
-#else
+// A weight load past L1 at the L2's normal priority (the form before
+// session 47's evict-first loads).
+__device__ __forceinline__ uint4 tile_ld16_normal(const void* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
+}
+
+__device__ __forceinline__ uint4 tile_ld16(const void* p) {
+#ifdef TILERT_L2_EVICT_FIRST
+  return ldw16_first(p);
+#else
+  return tile_ld16_normal(p);
 #endif
 }
 
@@ -33,11 +39,7 @@ __device__ __forceinline__ uint4 group_ld16(const void* p) {
 #if defined(TILERT_L2_EVICT_FIRST) && !defined(TILERT_L2_GROUP_NORMAL)
   return ldw16_first(p);
 #else
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
+  return tile_ld16_normal(p);
 #endif
 }
 

@@ -66,10 +66,8 @@ type uploader struct {
 	// weights and scales; nil for other sources.
 	placed map[*Matrix][2]cuda.DevPtr
 	// copied counts the expert matrices copied device to device (tests);
-	// filled the device copies that repeat a periodic tensor's period;
-	// banked the MoE layers pointed at an earlier layer's experts
-	// (expertBanker).
-	copied, filled, banked int
+	// filled the device copies that repeat a periodic tensor's period.
+	copied, filled int
 }
 
 func newUploader(b device, src Source) *uploader {
@@ -324,7 +322,6 @@ func uploadWeights(b device, src Source, c *model.Config) (*dweights, []cuda.Dev
 		if lw.MoE && bank != nil {
 			// Every MoE layer has the config's E x I x H experts.
 			lw.expW, lw.expS = bank.expW, bank.expS
-			u.banked++
 		} else if lw.MoE {
 			E, I := c.NRoutedExperts, c.MoEIntermediateSize
 			for p, proj := range weights.ExpertProjs {

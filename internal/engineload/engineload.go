@@ -274,9 +274,11 @@ func DummyConfigMTP(name string, moeLayers int, mtp bool) (*model.Config, error)
 // (gpu.DummyOneBank: the same bytes a step, a ninth of the memory at 9 MoE
 // layers).
 func OpenDummy(cfg *model.Config, opts engine.Options, oneBank bool) (*gpu.Engine, func(), error) {
-	src := gpu.Dummy(cfg, 1)
+	var src gpu.Source
 	if oneBank {
 		src = gpu.DummyOneBank(cfg, 1)
+	} else {
+		src = gpu.Dummy(cfg, 1)
 	}
 	e, err := gpu.New(src, opts)
 	var ce *cuda.CUDAError

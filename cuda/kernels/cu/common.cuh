@@ -34,8 +34,11 @@ typedef unsigned long long u64;
 // workspace a layer writes and the next reads, norms, scales) stays there
 // through the ~8 GB a step streams. Without it each load keeps its own form
 // (the PTX before session 47).
+// W_LD16: a row GEMV's weight load (__ldg without the define); LD16_ONCE: a
+// plain load without it (the absorb products' weights, the indexer keys).
 #ifdef TILERT_L2_EVICT_FIRST
 #define W_LD16(p) ldw16_first(p)
+#define LD16_ONCE(p) ldw16_first(p)
 __device__ __forceinline__ uint4 ldw16_first(const void* p) {
   u64 pol;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
@@ -47,6 +50,7 @@ __device__ __forceinline__ uint4 ldw16_first(const void* p) {
 }
 #else
 #define W_LD16(p) __ldg((const uint4*)(p))
+#define LD16_ONCE(p) (*(const uint4*)(p))
 #endif
 
 #define NEG_INF __int_as_float(0xff800000)

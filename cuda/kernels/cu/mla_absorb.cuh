@@ -16,11 +16,7 @@ __device__ __forceinline__ void absorb_q_load(const u8* __restrict__ W, int h, i
   for (int i = 0; i < NR; i++) {
     const int d = r + i * RL;
     wv[i] = make_uint4(0u, 0u, 0u, 0u);
-#ifdef TILERT_L2_EVICT_FIRST
-    if (d < nope) wv[i] = ldw16_first(W + ((size_t)h * nope + d) * R + c0 + g * 16);
-#else
-    if (d < nope) wv[i] = *(const uint4*)(W + ((size_t)h * nope + d) * R + c0 + g * 16);
-#endif
+    if (d < nope) wv[i] = LD16_ONCE(W + ((size_t)h * nope + d) * R + c0 + g * 16);
   }
 }
 

@@ -177,11 +177,7 @@ __device__ __forceinline__ void absorb_v_fast_body(float* out, const float* __re
     sc[j] = 0.0f;
     if (v0 + j < vd) {
       const size_t row = (size_t)h * vd + v0 + j;
-#ifdef TILERT_L2_EVICT_FIRST
-      wv[j] = ldw16_first(W + row * R + lane * 16);
-#else
-      wv[j] = *(const uint4*)(W + row * R + lane * 16);
-#endif
+      wv[j] = LD16_ONCE(W + row * R + lane * 16);
       sc[j] = S[row * rb + (lane >> 3)];
     }
   }

@@ -94,18 +94,11 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
     const int page = block_table ? block_table[p] : p;
     const u8* pg = cache + (size_t)page * WGH_PAGE_BYTES;
     const u8* ka = pg + (16 * w + g) * WGH_D + 16 * c;
-#ifdef TILERT_L2_EVICT_FIRST
     // Every key is read once a step: as the weights, evict-first (common.cuh).
-    x0 = ldw16_first(ka);
-    x1 = ldw16_first(ka + 64);
-    y0 = ldw16_first(ka + 8 * WGH_D);
-    y1 = ldw16_first(ka + 8 * WGH_D + 64);
-#else
-    x0 = *(const uint4*)ka;
-    x1 = *(const uint4*)(ka + 64);
-    y0 = *(const uint4*)(ka + 8 * WGH_D);
-    y1 = *(const uint4*)(ka + 8 * WGH_D + 64);
-#endif
+    x0 = LD16_ONCE(ka);
+    x1 = LD16_ONCE(ka + 64);
+    y0 = LD16_ONCE(ka + 8 * WGH_D);
+    y1 = LD16_ONCE(ka + 8 * WGH_D + 64);
     const float* scl = (const float*)(pg + WGH_PAGE * WGH_D);
     s0 = scl[16 * w + g];
     s1 = scl[16 * w + g + 8];

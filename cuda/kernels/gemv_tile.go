@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/cockroachdb/errors"
 
@@ -113,20 +114,30 @@ func tileVariant3(G, R, C int) string {
 // tileLaunchShape is a tile launch's group size, rows per group and variant
 // (before a pinned plan) for N rows of kbytes bytes, M input rows of esize
 // weights, shaped as shapeAs slots; routed: the launch runs routed expert
-// slots and no dense (shared expert) slot.
-func tileLaunchShape(sms, N, kbytes, M, esize, shapeAs int, pair, routed bool) (G, R int, v string) {
+// slots and no dense (shared expert) slot, ex what oneRowExperts reads of it.
+func tileLaunchShape(sms, N, kbytes, M, esize, shapeAs int, pair, routed bool, ex expertLaunch) (G, R int, v string) {
 	G, R = tileShape(sms, N, kbytes, M, shapeAs, pair)
 	v = tileVariant(G, R, kbytes, M, esize)
 	if M == 1 && esize == 1 && routed {
-		G, v = oneRowExperts(G, R, v, pair, shapeAs)
+		G, v = oneRowExperts(sms, N, G, R, v, pair, shapeAs, ex)
 	}
 	return G, R, v
 }
 
+// expertLaunch is what oneRowExperts reads of a routed launch beyond its
+// shape: the slots it runs (shapeAs may count a shared expert's slot that
+// runs in another launch; 0: shapeAs) and whether its paired gate/up goes
+// on _o4 (ExpertPair, by card).
+type expertLaunch struct {
+	slots  int
+	pairO4 bool
+}
+
 // OneRowExperts: a MoE layer's routed-expert launches of one input row (at
-// most 9 slots shaped together, no shared expert slot in the launch) stream
-// their gate/up on `_o4` and their down with groups of 32 threads
-// (oneRowExperts). Measured on the H200 with the routed launches pinned
+// most 9 slots shaped together, no shared expert slot in the launch) take
+// their own shapes (oneRowExperts): session 30 streamed their gate/up on
+// `_o4` and their down with groups of 32 threads; session 48 keeps those
+// where they measured faster (ExpertPair, ExpertDownG32). Measured on the H200 with the routed launches pinned
 // (session 30 calls E-F and H, docs/measured/h200-2026-12-04-s30):
 // DeepSeek-V3.2 dims 1 slot 2.600 / 2.599 against 2.625 / 2.622 ms at 8192
 // (call H: 2.606 / 2.606 against 2.629 / 2.627), 2.756 / 2.754 against
@@ -141,21 +152,74 @@ func tileLaunchShape(sms, N, kbytes, M, esize, shapeAs int, pair, routed bool) (
 // turns it off with TILERT_GPU_EXPERT_SHAPE=0.
 var OneRowExperts = true
 
+// ExpertPair picks a single row's routed gate/up variant (OneRowExperts):
+// "" by card, "o4" or "d16" on every card. By card: `_o4` (four blocks an
+// SM, 8 loads in flight a thread) on an H200, where session 30's sweep had
+// it fastest (DeepSeek-V3.2 dims, 8192: 2.622 ms against 2.638-2.686 for
+// the other plans, loads at normal L2 priority); the rule's `_d16` (two
+// blocks an SM, 16 loads in flight) elsewhere: on an H100 with evict-first
+// loads (session 48, docs/measured/h100-2026-12-06-s48, A/B/A/B at 9 MoE
+// layers, 1 slot) -12 / -12 us a step at 8192 and -16 / -13 at 131072 for
+// DeepSeek-V3.2 dims, about -10 for GLM-5 dims. Not yet measured on an
+// H200 with evict-first loads (TILERT_GPU_EXPERT_SHAPE=d16 there).
+var ExpertPair = ""
+
+// ExpertDownG32: a single row's routed down on groups of 32 threads always
+// (session 30's shape; TILERT_GPU_EXPERT_SHAPE=30). Unset, groups of 32
+// only where that launch's last wave of blocks is at least as full as with
+// the rule's 64 (downLastWave): the down streams short rows (2048 bytes)
+// from every resident block, so a half-empty last wave leaves HBM idle at
+// the launch's end. DeepSeek-V3.2 dims (7168 rows, 8 slots, 132 SMs at
+// four blocks): 32 fills 70% of its last wave against 39%, and measured
+// faster on an H200 (session 30) and an H100 (session 48: 3.255 against
+// 3.270 ms); GLM-5 dims (6144 rows): 45% against 91%, and 64 measured
+// faster on an H100 (session 48: -13 / -11 us at 8192, -13 / -14 at
+// 131072, A/B/A/B; within noise on an H200 in session 30's pins).
+var ExpertDownG32 = false
+
 // oneRowExperts is OneRowExperts' shape for a launch of a single row's
-// routed experts shaped as shapeAs slots: the paired gate/up on `_o4` (four
-// blocks an SM, 8 loads in flight a thread), the down's short rows (`_o4` at
-// G = 64) on groups of 32. Pinned test shapes (forceTileG, forceTileV) win.
-func oneRowExperts(G, R int, v string, pair bool, shapeAs int) (int, string) {
+// routed experts of N rows shaped as shapeAs slots: the paired gate/up on
+// `_o4` where ex says so, the down's short rows (`_o4` at G = 64) on groups
+// of 32 where ExpertDownG32 or their last wave says so. Pinned test shapes
+// (forceTileG, forceTileV) win.
+func oneRowExperts(sms, N, G, R int, v string, pair bool, shapeAs int, ex expertLaunch) (int, string) {
 	if !OneRowExperts || shapeAs < 2 || shapeAs > 9 || forceTileG != 0 || forceTileV != "" || R < 4 {
 		return G, v
 	}
+	slots := ex.slots
+	if slots <= 0 {
+		slots = shapeAs
+	}
 	switch {
-	case pair && v == "_d16":
+	case pair && v == "_d16" && ex.pairO4:
 		return G, "_o4"
-	case !pair && v == "_o4" && G == 64:
+	case !pair && v == "_o4" && G == 64 && (ExpertDownG32 || downLastWave(sms, N, R, 32, slots) >= downLastWave(sms, N, R, 64, slots)):
 		return 32, "_o4"
 	}
 	return G, v
+}
+
+// downLastWave is how full (0, 1] the last wave of an `_o4` down launch of
+// N rows on groups of G threads, R rows a group, is over slots slots, at
+// the four blocks an SM `_o4` keeps resident.
+func downLastWave(sms, N, R, G, slots int) float64 {
+	blocks := tileBlocks(N, G, R, slots, false)
+	wave := 4 * max(1, sms)
+	if r := blocks % wave; r != 0 {
+		return float64(r) / float64(wave)
+	}
+	return 1
+}
+
+// expertPairO4 is ExpertPair's choice on a card named name.
+func expertPairO4(name string) bool {
+	switch ExpertPair {
+	case "o4":
+		return true
+	case "d16":
+		return false
+	}
+	return strings.Contains(name, "H200")
 }
 
 // tileMM is the compiled row bound for M rows.
@@ -302,7 +366,8 @@ func (k *Set) tileKernel(a tileLaunch) (name string, G, gx int) {
 		shapeAs = a.shapeSlots
 	}
 	sms := k.c.Info().SMs
-	G, R, v := tileLaunchShape(sms, a.N, a.K*esize, a.M, esize, shapeAs, pair, a.slots > 0 && a.dense == 0)
+	ex := expertLaunch{slots: nslots, pairO4: expertPairO4(k.c.Info().Name)}
+	G, R, v := tileLaunchShape(sms, a.N, a.K*esize, a.M, esize, shapeAs, pair, a.slots > 0 && a.dense == 0, ex)
 	capB := k.tileCap()
 	p, pinned := k.tilePlan(a, pair)
 	if pinned {

@@ -208,8 +208,8 @@ func testGemvTile(t *testing.T, tag string) {
 			if M == 1 {
 				sms := c.Info().SMs
 				// the unpinned reference: one launch of routed and shared slots
-				gG, _, _ := tileLaunchShape(sms, I, H, 1, 1, slots+M, true, false)
-				dG, _, _ := tileLaunchShape(sms, H, I, 1, 1, slots+M, false, false)
+				gG, _, _ := tileLaunchShape(sms, I, H, 1, 1, slots+M, true, false, expertLaunch{})
+				dG, _, _ := tileLaunchShape(sms, H, I, 1, 1, slots+M, false, false, expertLaunch{})
 				for _, ps := range []string{"G64/R8_d16/B0", "G64/R4_o4/B0", "G32/R8_o4/B2", "G64/R2_d16/B1", "G128/R8/B0", "G32/R4/B0"} {
 					p := mustPlan(ps)
 					prevG := k.SetTilePlan(I|PlanPair, H, p)
@@ -334,40 +334,62 @@ func mustPlan(s string) TilePlan {
 }
 
 // TestTileLaunchShape: a single row's routed-expert launches (at most 9
-// slots shaped together, no shared slot) take OneRowExperts' shapes;
-// several rows' launches, the shared expert's, dense GEMVs and
-// OneRowExperts off keep the rule's.
+// slots shaped together, no shared slot) take OneRowExperts' shapes: the
+// gate/up on _o4 on an H200 (ExpertPair), the down on groups of 32 where
+// its last wave is fuller (DeepSeek-V3.2's 7168 rows, not GLM-5's 6144) or
+// ExpertDownG32 says so; several rows' launches, the shared expert's, dense
+// GEMVs and OneRowExperts off keep the rule's.
 func TestTileLaunchShape(t *testing.T) {
-	defer func(r int, on bool) { TileRule, OneRowExperts = r, on }(TileRule, OneRowExperts)
+	defer func(r int, on, d32 bool, p string) {
+		TileRule, OneRowExperts, ExpertDownG32, ExpertPair = r, on, d32, p
+	}(TileRule, OneRowExperts, ExpertDownG32, ExpertPair)
 	TileRule = 3
 	type shape struct {
 		G, R int
 		v    string
 	}
+	const h200, h100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3"
 	for _, cs := range []struct {
+		card             string
 		N, K, M, shapeAs int
+		slots            int
 		pair, routed     bool
-		on, off          shape
+		on, s30, off     shape
 	}{
-		{2048, 7168, 1, 9, true, true, shape{64, 8, "_o4"}, shape{64, 8, "_d16"}},   // DeepSeek-V3.2 gate/up, one row
-		{7168, 2048, 1, 9, false, true, shape{32, 8, "_o4"}, shape{64, 8, "_o4"}},   // its down
-		{2048, 6144, 1, 9, true, true, shape{64, 8, "_o4"}, shape{64, 8, "_d16"}},   // GLM-5
-		{6144, 2048, 1, 9, false, true, shape{32, 8, "_o4"}, shape{64, 8, "_o4"}},   //
-		{7168, 2048, 1, 18, false, true, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}},  // two rows: unchanged
-		{2048, 7168, 1, 36, true, true, shape{64, 8, "_d16"}, shape{64, 8, "_d16"}}, // four rows
-		{7168, 2048, 1, 1, false, false, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}},  // a dense GEMV
-		{7168, 2048, 4, 9, false, true, shape{64, 8, ""}, shape{64, 8, ""}},         // several input rows a slot
+		{h200, 2048, 7168, 1, 9, 8, true, true, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}, shape{64, 8, "_d16"}},  // DeepSeek-V3.2 gate/up, one row
+		{h100, 2048, 7168, 1, 9, 8, true, true, shape{64, 8, "_d16"}, shape{64, 8, "_o4"}, shape{64, 8, "_d16"}}, // on an H100
+		{h200, 7168, 2048, 1, 9, 8, false, true, shape{32, 8, "_o4"}, shape{32, 8, "_o4"}, shape{64, 8, "_o4"}},  // its down: 70% of a last wave against 39%
+		{h100, 7168, 2048, 1, 9, 8, false, true, shape{32, 8, "_o4"}, shape{32, 8, "_o4"}, shape{64, 8, "_o4"}},
+		{h200, 2048, 6144, 1, 9, 8, true, true, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}, shape{64, 8, "_d16"}}, // GLM-5
+		{h100, 2048, 6144, 1, 9, 8, true, true, shape{64, 8, "_d16"}, shape{64, 8, "_o4"}, shape{64, 8, "_d16"}},
+		{h200, 6144, 2048, 1, 9, 8, false, true, shape{64, 8, "_o4"}, shape{32, 8, "_o4"}, shape{64, 8, "_o4"}},     // its down: 45% against 91%
+		{h200, 6144, 2048, 1, 9, 0, false, true, shape{32, 8, "_o4"}, shape{32, 8, "_o4"}, shape{64, 8, "_o4"}},     // as 9 slots: 64% against 27%
+		{h200, 7168, 2048, 1, 18, 16, false, true, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}},   // two rows: unchanged
+		{h200, 2048, 7168, 1, 36, 32, true, true, shape{64, 8, "_d16"}, shape{64, 8, "_d16"}, shape{64, 8, "_d16"}}, // four rows
+		{h200, 7168, 2048, 1, 1, 1, false, false, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}},    // a dense GEMV
+		{h200, 7168, 2048, 4, 9, 8, false, true, shape{64, 8, ""}, shape{64, 8, ""}, shape{64, 8, ""}},              // several input rows a slot
 	} {
-		for _, on := range []bool{true, false} {
-			OneRowExperts = on
-			want := cs.off
-			if on {
-				want = cs.on
+		for _, mode := range []string{"on", "30", "off"} {
+			OneRowExperts, ExpertDownG32, ExpertPair = mode != "off", mode == "30", ""
+			want := map[string]shape{"on": cs.on, "30": cs.s30, "off": cs.off}[mode]
+			if mode == "30" {
+				ExpertPair = "o4"
 			}
-			G, R, v := tileLaunchShape(132, cs.N, cs.K, cs.M, 1, cs.shapeAs, cs.pair, cs.routed)
+			ex := expertLaunch{slots: cs.slots, pairO4: expertPairO4(cs.card)}
+			G, R, v := tileLaunchShape(132, cs.N, cs.K, cs.M, 1, cs.shapeAs, cs.pair, cs.routed, ex)
 			if (shape{G, R, v}) != want {
-				t.Errorf("%+v OneRowExperts=%v: G=%d R=%d %q, want %+v", cs, on, G, R, v, want)
+				t.Errorf("%+v %s: G=%d R=%d %q, want %+v", cs, mode, G, R, v, want)
 			}
+		}
+	}
+	for _, c := range []struct {
+		pair, card string
+		want       bool
+	}{{"", "NVIDIA H200", true}, {"", "NVIDIA H200 NVL", true}, {"", "NVIDIA H100 80GB HBM3", false}, {"", "", false},
+		{"o4", "NVIDIA H100 80GB HBM3", true}, {"d16", "NVIDIA H200", false}} {
+		ExpertPair = c.pair
+		if got := expertPairO4(c.card); got != c.want {
+			t.Errorf("ExpertPair=%q on %q: _o4 %v, want %v", c.pair, c.card, got, c.want)
 		}
 	}
 }

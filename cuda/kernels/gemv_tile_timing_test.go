@@ -202,10 +202,10 @@ func TestKernelTileTiming(t *testing.T) {
 					add(fmtName("tile rule %d: MoE experts %d of %d +shared, M=%d, H=%d I=%d (3 launches)", rule, top, E, M, H, I), bytes, us,
 						fmtName("%.2fx before, %.2fx M=1 rule 1", old/us, us/one))
 					gu := medianUs(c, s, sets, 11, func() { guF(); i++ })
-					G, R, v := tileLaunchShape(k.c.Info().SMs, I, H, 1, 1, slots+M, true, false)
+					G, R, v := tileLaunchShape(k.c.Info().SMs, I, H, 1, 1, slots+M, true, false, expertLaunch{})
 					add(fmtName("  of which gate-up+SwiGLU, %d slots G=%d R=%d%s", slots+M, G, R, v), float64((slots+M)*2*I*H), gu, "")
 					dn := medianUs(c, s, sets, 11, func() { dnF(); i++ })
-					G, R, v = tileLaunchShape(k.c.Info().SMs, H, I, 1, 1, slots+M, false, false)
+					G, R, v = tileLaunchShape(k.c.Info().SMs, H, I, 1, 1, slots+M, false, false, expertLaunch{})
 					add(fmtName("  of which down, %d slots G=%d R=%d%s", slots+M, G, R, v), float64((slots+M)*I*H), dn, "")
 					cb := medianUs(c, s, sets, 11, func() {
 						chk(k.MoECombineSlots(s, mo, ey, wts, ey.Add(int64(4*slots*H)), M, top, H))

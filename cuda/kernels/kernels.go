@@ -94,12 +94,15 @@ func kernelOptions(arch string) []string {
 // as before) lost at 131072 (GLM-5 dims +14..+19 us).
 var EvictFirst = true
 
-// GroupNormal (with EvictFirst; TILERT_GPU_L2_EVICT=nogroup) keeps the
-// grouped GEMVs' weight loads (the attention inputs at a layer's start) at
-// normal priority: session 47's traced step had that launch ~1.2 us a layer
-// slower with EvictFirst while the long streams gained. Built after the
-// session's device time, not yet measured.
-var GroupNormal bool
+// GroupNormal (with EvictFirst) keeps the grouped GEMVs' weight loads (the
+// attention inputs at a layer's start) at normal priority: session 47's
+// traced step had that launch ~1.2 us a layer slower with EvictFirst while
+// the long streams gained. Session 48 (one H100, 9 MoE layers, A/B/A/B
+// against GroupNormal off, docs/measured/h100-2026-12-06-s48): 1 slot
+// DeepSeek-V3.2 dims -11 / -14 us a step at 8192, -13 / -11 at 131072,
+// GLM-5 dims -27 / -26 at 8192, -33 / -32 at 131072. The engine clears it
+// with TILERT_GPU_L2_EVICT=keys.
+var GroupNormal = true
 
 // Compile compiles the embedded kernels for a device of compute capability
 // major.minor, through the cache. It needs NVRTC but no GPU.

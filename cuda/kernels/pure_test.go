@@ -280,10 +280,11 @@ func TestNVRTCCompilesEvictFirst(t *testing.T) {
 	if err != nil {
 		t.Skipf("no NVRTC here, compile check skipped: %v", err)
 	}
-	if !EvictFirst {
-		t.Fatal("EvictFirst is off by default")
+	if !EvictFirst || !GroupNormal {
+		t.Fatalf("EvictFirst %v, GroupNormal %v by default, want both on", EvictFirst, GroupNormal)
 	}
-	defer func() { EvictFirst = true }()
+	defer func() { EvictFirst, GroupNormal = true, true }()
+	GroupNormal = false // every module's weight loads hinted first; GroupNormal below
 	for _, part := range []struct {
 		name, glob string
 		headers    []string
@@ -320,7 +321,6 @@ func TestNVRTCCompilesEvictFirst(t *testing.T) {
 	// GroupNormal: the grouped GEMVs (group_load, their only weight loads)
 	// without the hints.
 	EvictFirst, GroupNormal = true, true
-	defer func() { GroupNormal = false }()
 	for _, c := range []struct {
 		glob   string
 		hinted bool

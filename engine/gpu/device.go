@@ -447,11 +447,19 @@ func init() {
 }
 
 // TILERT_GPU_EXPERT_SHAPE=0 keeps a single row's routed-expert launches on the
-// tile rule's shapes (kernels.OneRowExperts: gate/up on _o4, the down on
-// groups of 32, the default since session 30).
+// tile rule's shapes; unset (or 1), their own (kernels.OneRowExperts: the
+// gate/up on _o4 on an H200, the down on groups of 32 where its last wave
+// is fuller, session 48); 30 session 30's (gate/up on _o4 and the down on
+// groups of 32 on every card); o4 / d16 the default with the gate/up on
+// that variant on every card.
 func init() {
-	if os.Getenv("TILERT_GPU_EXPERT_SHAPE") == "0" {
+	switch os.Getenv("TILERT_GPU_EXPERT_SHAPE") {
+	case "0":
 		kernels.OneRowExperts = false
+	case "30":
+		kernels.ExpertPair, kernels.ExpertDownG32 = "o4", true
+	case "o4", "d16":
+		kernels.ExpertPair = os.Getenv("TILERT_GPU_EXPERT_SHAPE")
 	}
 }
 
@@ -912,14 +920,16 @@ func init() {
 		kernels.MLAWG2B = false
 	}
 	// TILERT_GPU_L2_EVICT=normal: the weight streams' and the indexer keys'
-	// loads as before session 47; unset (or keys), evict-first in the L2
+	// loads as before session 47; unset (or nogroup), evict-first in the L2
 	// (kernels.EvictFirst), so that what a layer writes and the next reads
-	// stays there (=first, the weights alone, is refused: removed.go).
+	// stays there, but for the grouped input GEMVs' (kernels.GroupNormal,
+	// session 48); keys, those evict-first too (session 47's default; =first,
+	// the weights alone, is refused: removed.go).
 	switch os.Getenv("TILERT_GPU_L2_EVICT") {
 	case "normal":
 		kernels.EvictFirst = false
-	case "nogroup":
-		kernels.GroupNormal = true
+	case "keys":
+		kernels.GroupNormal = false
 	}
 	// TILERT_GPU_MLA_HEADS=64|32: one-tile decode MLA blocks of that many
 	// heads (mla_decode_wg2h at 32, kernels.MLAHeadsPerBlock); unset, 32 for

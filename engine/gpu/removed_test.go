@@ -358,6 +358,10 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_L2_EVICT", "nogroup", true},
 		{"TILERT_GPU_L2_EVICT", "first", false},
 		{"TILERT_GPU_L2_EVICT", "0", false},
+		{"TILERT_GPU_EXPERT_SHAPE", "30", true},
+		{"TILERT_GPU_EXPERT_SHAPE", "o4", true},
+		{"TILERT_GPU_EXPERT_SHAPE", "d16", true},
+		{"TILERT_GPU_EXPERT_SHAPE", "d8", false},
 	} {
 		err := switchValues(func(k string) string {
 			if k == c.name {

@@ -1,0 +1,44 @@
+# Session 48's device plan (issue 10). Usage: bash docs/measured/next/s48.sh ng|gsw|gsw2|c1|x2   (binaries in .device/next)
+#  ng (~5 min, any card): TILERT_GPU_L2_EVICT=nogroup (the grouped input GEMVs' weights at normal priority; s47.sh ng
+#    cut to its two most telling rows): warm-up, the engine checks it touches, A/B/A/B on DeepSeek-V3.2 dims 8192
+#    and GLM-5 dims 131072, 1 slot.
+#  gsw (~5 min, any card): GLM-5 dims' routed experts were never swept on their own shapes: session 30 pinned
+#    DeepSeek-V3.2's sweep winners (down G32/R8_o4, gate/up G64/R8_o4) and GLM-5 took them unmeasured, and an H200
+#    trace (session 42 call A) had GLM-5's routed down at ~75% of the copy rate (100 MB in 33 us). One-row plans for
+#    e6144x2048 (down) and p2048x6144 (gate/up), GLM-5 dims 8192, 1 slot, bracketed by the default.
+#  gsw2: a winner of gsw A/B/A/B at 8192 and 131072 (PIN=... set by the caller).
+#  c1 (~8 min, any card; kernels.test, engine.test, tilert): session 48's defaults (kernels.GroupNormal, the routed
+#    experts' shapes by card and last wave): gpu-check's first half, then A/B/A/B against session 47's defaults set by
+#    switches (TILERT_GPU_L2_EVICT=keys TILERT_GPU_EXPERT_SHAPE=30) on the four 1-slot rows and DeepSeek-V3.2 4 slots.
+#  x2 (~2 min, an H200): the gate/up variant on an H200 with evict-first loads: the default (_o4 there) against
+#    TILERT_GPU_EXPERT_SHAPE=d16, DeepSeek-V3.2 dims 8192 and GLM-5 dims 131072.
+NAME=s48
+. docs/measured/next/plan.sh "$1"
+E=TILERT_GPU_TILE_PLANS
+case "$PART" in
+ng)
+  TILERT_GPU_L2_EVICT=nogroup timeout 300 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm-ng.txt 2>&1
+  TILERT_GPU_L2_EVICT=nogroup tst engine engine/gpu 300 '^TestGPU(GreedyMatchesCPU|SideStreamSameTokens|PipelineMatches)'
+  cnt engine; save
+  abab deepseek-v3.2 8192 1 ng8 TILERT_GPU_L2_EVICT=nogroup
+  abab glm-5 131072 1 ngg TILERT_GPU_L2_EVICT=nogroup ;;
+gsw)
+  bn glm-5 8192 1 gsw-A1
+  for d in G64/R8_o4/B0 G32/R4_o4/B0 G64/R4_o4/B0 G128/R8_o4/B0 G32/R8_d16/B0 G32/R8_o4/B2; do bn glm-5 8192 1 "gsw-d-${d//\//_}" $E=e6144x2048=$d; done
+  for g in G32/R8_o4/B0 G128/R8_o4/B0 G64/R4_o4/B0 G64/R8_d16/B0; do bn glm-5 8192 1 "gsw-g-${g//\//_}" $E=p2048x6144=$g; done
+  bn glm-5 8192 1 gsw-A2
+  save ;;
+gsw2)
+  abab glm-5 8192 1 gp8 $E=$PIN
+  abab glm-5 131072 1 gp131 $E=$PIN ;;
+c1)
+  check1
+  O="TILERT_GPU_L2_EVICT=keys TILERT_GPU_EXPERT_SHAPE=30"
+  abab deepseek-v3.2 8192 1 o8 $O; abab glm-5 8192 1 og8 $O
+  abab deepseek-v3.2 131072 1 o131 $O; abab glm-5 131072 1 og131 $O
+  abab deepseek-v3.2 8192 4 o4s $O ;;
+x2)
+  abab deepseek-v3.2 8192 1 x8 TILERT_GPU_EXPERT_SHAPE=d16
+  abab glm-5 131072 1 xg131 TILERT_GPU_EXPERT_SHAPE=d16 ;;
+*) echo "usage: s48.sh ng|gsw|gsw2|c1|x2" >&2; exit 2 ;;
+esac

@@ -1,4 +1,4 @@
-# Session 48's device plan (issue 10). Usage: bash docs/measured/next/s48.sh ng|gsw|gsw2|c1|h2|x2   (binaries in .device/next)
+# Session 48's device plan (issue 10). Usage: bash docs/measured/next/s48.sh ng|gsw|gsw2|c1|h2|h3|x2   (binaries in .device/next)
 #  ng (~5 min, any card): TILERT_GPU_L2_EVICT=nogroup (the grouped input GEMVs' weights at normal priority; s47.sh ng
 #    cut to its two most telling rows): warm-up, the engine checks it touches, A/B/A/B on DeepSeek-V3.2 dims 8192
 #    and GLM-5 dims 131072, 1 slot.
@@ -12,6 +12,8 @@
 #    switches (TILERT_GPU_L2_EVICT=keys TILERT_GPU_EXPERT_SHAPE=30) on the four 1-slot rows and DeepSeek-V3.2 4 slots.
 #  h2 (~5 min, an H200; tilert alone): the README's 1-slot rows on today's defaults (JSON), x2, then session 48's
 #    defaults against session 47's (switches) on DeepSeek-V3.2 dims 8192 and GLM-5 dims 131072.
+#  h3 (~3 min, an H200, a thin budget; tilert alone): the 1-slot rows (JSON), then the gate/up A/B of x2 and the
+#    defaults against session 47's on DeepSeek-V3.2 dims 8192 only.
 #  x2 (~2 min, an H200): the gate/up variant on an H200 with evict-first loads: the default (_o4 there) against
 #    TILERT_GPU_EXPERT_SHAPE=d16, DeepSeek-V3.2 dims 8192 and GLM-5 dims 131072.
 NAME=s48
@@ -45,8 +47,12 @@ h2)
   abab glm-5 131072 1 xg131 TILERT_GPU_EXPERT_SHAPE=d16
   O="TILERT_GPU_L2_EVICT=keys TILERT_GPU_EXPERT_SHAPE=30"
   abab deepseek-v3.2 8192 1 o8 $O; abab glm-5 131072 1 og131 $O ;;
+h3)
+  JS=1 bn deepseek-v3.2 8192,131072 1 r1-ds; JS=1 bn glm-5 8192,131072 1 r1-glm
+  abab deepseek-v3.2 8192 1 x8 TILERT_GPU_EXPERT_SHAPE=d16
+  abab deepseek-v3.2 8192 1 o8 TILERT_GPU_L2_EVICT=keys TILERT_GPU_EXPERT_SHAPE=30 ;;
 x2)
   abab deepseek-v3.2 8192 1 x8 TILERT_GPU_EXPERT_SHAPE=d16
   abab glm-5 131072 1 xg131 TILERT_GPU_EXPERT_SHAPE=d16 ;;
-*) echo "usage: s48.sh ng|gsw|gsw2|c1|h2|x2" >&2; exit 2 ;;
+*) echo "usage: s48.sh ng|gsw|gsw2|c1|h2|h3|x2" >&2; exit 2 ;;
 esac

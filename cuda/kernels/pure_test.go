@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"embed"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -319,18 +320,22 @@ func TestNVRTCCompilesEvictFirst(t *testing.T) {
 		}
 	}
 	// GroupNormal: the grouped GEMVs (group_load, their only weight loads)
-	// without the hints.
+	// without the hints; AbsorbNormal: the absorb products (ABSORB_LD16,
+	// theirs) likewise.
 	EvictFirst, GroupNormal = true, true
+	defer func() { AbsorbNormal = false }()
 	for _, c := range []struct {
-		glob   string
-		hinted bool
-	}{{"cu/gemv_tile_group.cu", false}} {
-		ptx, err := nv.Compile(moduleSource(kernelFS, c.glob, gemvTileHeader), "g.cu", kernelOptions("compute_90"), false)
+		glob, header string
+		fsys         embed.FS
+		absorb       bool
+	}{{"cu/gemv_tile_group.cu", gemvTileHeader, kernelFS, false}, {"cu/absorb/absorb_fast.cu", mlaAbsorbHeader, absorbFS, true}} {
+		AbsorbNormal = c.absorb
+		ptx, err := nv.Compile(moduleSource(c.fsys, c.glob, c.header), "g.cu", kernelOptions("compute_90"), false)
 		if err != nil {
-			t.Fatalf("%s with GroupNormal: %+v", c.glob, err)
+			t.Fatalf("%s with GroupNormal, AbsorbNormal %v: %+v", c.glob, c.absorb, err)
 		}
-		if got := strings.Contains(string(ptx), "L2::cache_hint"); got != c.hinted {
-			t.Errorf("%s with GroupNormal: cache-hinted loads %v, want %v", c.glob, got, c.hinted)
+		if strings.Contains(string(ptx), "L2::cache_hint") {
+			t.Errorf("%s with GroupNormal, AbsorbNormal %v: cache-hinted loads in the PTX", c.glob, c.absorb)
 		}
 	}
 }

@@ -356,6 +356,7 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_L2_EVICT", "normal", true},
 		{"TILERT_GPU_L2_EVICT", "keys", true},
 		{"TILERT_GPU_L2_EVICT", "nogroup", true},
+		{"TILERT_GPU_L2_EVICT", "noabsorb", true},
 		{"TILERT_GPU_L2_EVICT", "first", false},
 		{"TILERT_GPU_L2_EVICT", "0", false},
 		{"TILERT_GPU_EXPERT_SHAPE", "30", true},

@@ -31,10 +31,9 @@ __device__ __forceinline__ uint4 tile_ld16(const void* p) {
 }
 
 // The grouped GEMVs' weight loads: tile_ld16's, or with TILERT_L2_GROUP_NORMAL
-// (kernels.GroupNormal, TILERT_GPU_L2_EVICT=nogroup; session 47, an opt-in
-// not yet measured) its load before evict-first: the traced step had the
-// grouped input GEMV ~1.2 us a layer slower with evict-first while the long
-// streams gained.
+// (kernels.GroupNormal, the default since session 48; TILERT_GPU_L2_EVICT=keys
+// clears it) its load before evict-first: faster at normal priority, -11..-33
+// us a step on an H100.
 __device__ __forceinline__ uint4 group_ld16(const void* p) {
 #if defined(TILERT_L2_EVICT_FIRST) && !defined(TILERT_L2_GROUP_NORMAL)
   return ldw16_first(p);

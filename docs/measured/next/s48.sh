@@ -1,4 +1,4 @@
-# Session 48's device plan (issue 10). Usage: bash docs/measured/next/s48.sh ng|gsw|gsw2|c1|h2|h3|x2   (binaries in .device/next)
+# Session 48's device plan (issue 10). Usage: bash docs/measured/next/s48.sh ng|gsw|gsw2|c1|h2|h3|na|x2   (binaries in .device/next)
 #  ng (~5 min, any card): TILERT_GPU_L2_EVICT=nogroup (the grouped input GEMVs' weights at normal priority; s47.sh ng
 #    cut to its two most telling rows): warm-up, the engine checks it touches, A/B/A/B on DeepSeek-V3.2 dims 8192
 #    and GLM-5 dims 131072, 1 slot.
@@ -14,6 +14,9 @@
 #    defaults against session 47's (switches) on DeepSeek-V3.2 dims 8192 and GLM-5 dims 131072.
 #  h3 (~3 min, an H200, a thin budget; tilert alone): the 1-slot rows (JSON), then the gate/up A/B of x2 and the
 #    defaults against session 47's on DeepSeek-V3.2 dims 8192 only.
+#  na (~2 min, any card; tilert alone): TILERT_GPU_L2_EVICT=noabsorb (kernels.AbsorbNormal: the absorbed MLA
+#    products' weights at normal priority, built after call E): a warm-up that compiles its modules, then A/B/A/B on
+#    the four 1-slot rows.
 #  x2 (~2 min, an H200): the gate/up variant on an H200 with evict-first loads: the default (_o4 there) against
 #    TILERT_GPU_EXPERT_SHAPE=d16, DeepSeek-V3.2 dims 8192 and GLM-5 dims 131072.
 NAME=s48
@@ -51,8 +54,14 @@ h3)
   JS=1 bn deepseek-v3.2 8192,131072 1 r1-ds; JS=1 bn glm-5 8192,131072 1 r1-glm
   abab deepseek-v3.2 8192 1 x8 TILERT_GPU_EXPERT_SHAPE=d16
   abab deepseek-v3.2 8192 1 o8 TILERT_GPU_L2_EVICT=keys TILERT_GPU_EXPERT_SHAPE=30 ;;
+na)
+  TILERT_GPU_L2_EVICT=noabsorb timeout 300 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm-na.txt 2>&1
+  abab deepseek-v3.2 8192 1 na8 TILERT_GPU_L2_EVICT=noabsorb
+  abab glm-5 131072 1 nag131 TILERT_GPU_L2_EVICT=noabsorb
+  abab glm-5 8192 1 nag8 TILERT_GPU_L2_EVICT=noabsorb
+  abab deepseek-v3.2 131072 1 na131 TILERT_GPU_L2_EVICT=noabsorb ;;
 x2)
   abab deepseek-v3.2 8192 1 x8 TILERT_GPU_EXPERT_SHAPE=d16
   abab glm-5 131072 1 xg131 TILERT_GPU_EXPERT_SHAPE=d16 ;;
-*) echo "usage: s48.sh ng|gsw|gsw2|c1|h2|h3|x2" >&2; exit 2 ;;
+*) echo "usage: s48.sh ng|gsw|gsw2|c1|h2|h3|na|x2" >&2; exit 2 ;;
 esac

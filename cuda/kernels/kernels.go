@@ -78,9 +78,6 @@ func kernelOptions(arch string) []string {
 		if GroupNormal {
 			o = append(o, "-DTILERT_L2_GROUP_NORMAL")
 		}
-		if AbsorbNormal {
-			o = append(o, "-DTILERT_L2_ABSORB_NORMAL")
-		}
 	}
 	return o
 }
@@ -106,12 +103,6 @@ var EvictFirst = true
 // GLM-5 dims -27 / -26 at 8192, -33 / -32 at 131072. The engine clears it
 // with TILERT_GPU_L2_EVICT=keys.
 var GroupNormal = true
-
-// AbsorbNormal (with EvictFirst; TILERT_GPU_L2_EVICT=noabsorb) keeps the
-// absorbed MLA products' weight loads (W_UK, W_UV: ABSORB_LD16) at normal
-// priority: session 47's traced step had absorb_v ~0.4 us a layer slower
-// with EvictFirst. Session 48's opt-in, built after its A/B of GroupNormal.
-var AbsorbNormal bool
 
 // Compile compiles the embedded kernels for a device of compute capability
 // major.minor, through the cache. It needs NVRTC but no GPU.

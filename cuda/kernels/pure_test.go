@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"embed"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -320,22 +319,18 @@ func TestNVRTCCompilesEvictFirst(t *testing.T) {
 		}
 	}
 	// GroupNormal: the grouped GEMVs (group_load, their only weight loads)
-	// without the hints; AbsorbNormal: the absorb products (ABSORB_LD16,
-	// theirs) likewise.
+	// without the hints.
 	EvictFirst, GroupNormal = true, true
-	defer func() { AbsorbNormal = false }()
 	for _, c := range []struct {
-		glob, header string
-		fsys         embed.FS
-		absorb       bool
-	}{{"cu/gemv_tile_group.cu", gemvTileHeader, kernelFS, false}, {"cu/absorb/absorb_fast.cu", mlaAbsorbHeader, absorbFS, true}} {
-		AbsorbNormal = c.absorb
-		ptx, err := nv.Compile(moduleSource(c.fsys, c.glob, c.header), "g.cu", kernelOptions("compute_90"), false)
+		glob   string
+		hinted bool
+	}{{"cu/gemv_tile_group.cu", false}} {
+		ptx, err := nv.Compile(moduleSource(kernelFS, c.glob, gemvTileHeader), "g.cu", kernelOptions("compute_90"), false)
 		if err != nil {
-			t.Fatalf("%s with GroupNormal, AbsorbNormal %v: %+v", c.glob, c.absorb, err)
+			t.Fatalf("%s with GroupNormal: %+v", c.glob, err)
 		}
-		if strings.Contains(string(ptx), "L2::cache_hint") {
-			t.Errorf("%s with GroupNormal, AbsorbNormal %v: cache-hinted loads in the PTX", c.glob, c.absorb)
+		if got := strings.Contains(string(ptx), "L2::cache_hint"); got != c.hinted {
+			t.Errorf("%s with GroupNormal: cache-hinted loads %v, want %v", c.glob, got, c.hinted)
 		}
 	}
 }

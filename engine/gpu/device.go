@@ -924,15 +924,12 @@ func init() {
 	// (kernels.EvictFirst), so that what a layer writes and the next reads
 	// stays there, but for the grouped input GEMVs' (kernels.GroupNormal,
 	// session 48); keys, those evict-first too (session 47's default; =first,
-	// the weights alone, is refused: removed.go); noabsorb, the default but
-	// the absorbed MLA products' weights at normal priority (an opt-in).
+	// the weights alone, is refused: removed.go).
 	switch os.Getenv("TILERT_GPU_L2_EVICT") {
 	case "normal":
 		kernels.EvictFirst = false
 	case "keys":
 		kernels.GroupNormal = false
-	case "noabsorb":
-		kernels.AbsorbNormal = true
 	}
 	// TILERT_GPU_MLA_HEADS=64|32: one-tile decode MLA blocks of that many
 	// heads (mla_decode_wg2h at 32, kernels.MLAHeadsPerBlock); unset, 32 for

@@ -225,9 +225,12 @@ var removedTable = []removedSwitch{
 	// TILERT_GPU_L2_EVICT=first marked the weight streams alone evict-first
 	// in the L2 (session 47 call C); the keys' loads joined them for the
 	// default.
-	{name: "TILERT_GPU_L2_EVICT", only: []string{"first"},
-		what: "the weight streams alone evict-first in the L2 (the indexer keys' loads as before) were measured on the H100 in session 47 calls C-D and dropped: faster at 8192 but slower at 131072 (decode p50, 9 MoE layers, 1 slot, A/B/A/B: DeepSeek-V3.2 dims 8192 3.178 / 3.184 against 3.216 / 3.217 ms; GLM-5 dims 131072 3.358 / 3.358 against 3.339 / 3.339, +19 / +19 us)",
-		hint: ` (or set it to keys) for the weight streams and the indexer keys evict-first (the default), or set it to normal for neither; the record is in docs/measured/h100-2026-12-06-s47 and engine/gpu/NOTES.md "TILERT_GPU_L2_EVICT"`},
+	// =noabsorb kept the absorbed MLA products' weights at normal priority
+	// (kernels.AbsorbNormal); built and measured slower in session 48,
+	// removed.
+	{name: "TILERT_GPU_L2_EVICT", only: []string{"first", "noabsorb"},
+		what: "two evict-first variants were measured on the H100 and dropped (decode p50, 9 MoE layers, 1 slot, A/B/A/B): first, the weight streams alone evict-first in the L2 (the indexer keys' loads as before; session 47 calls C-D), faster at 8192 but slower at 131072 (DeepSeek-V3.2 dims 8192 3.178 / 3.184 against 3.216 / 3.217 ms; GLM-5 dims 131072 3.358 / 3.358 against 3.339 / 3.339, +19 / +19 us); noabsorb, the absorbed MLA products' weights (W_UK, W_UV) at normal priority (session 48 call F), slower on every row (DeepSeek-V3.2 dims 8192 3.195 / 3.195 against 3.160 / 3.158 ms, +35 / +37 us; GLM-5 dims 131072 +32 / +27, 8192 +32 / +26; DeepSeek-V3.2 dims 131072 +29 / +28)",
+		hint: ` (or set it to nogroup) for the weight streams, the absorbed products and the indexer keys evict-first but the grouped input GEMVs (the default), keys for those evict-first too, or normal for none; the noabsorb code last exists at commit 454f910, the record is in docs/measured/h100-2026-12-06-s47, docs/measured/h100-2026-12-06-s48 and engine/gpu/NOTES.md "TILERT_GPU_L2_EVICT"`},
 	// TILERT_GPU_MLA_HEADS=16 ran the one-tile decode MLA blocks on 16 heads
 	// (mla_decode_wg2q); built in session 31, measured slower in session 38,
 	// removed. The switch's other values stay (switchValues).
@@ -305,8 +308,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it for run 2's tensor-core GEMVs of 2..8 rows (the default); 1 run 1's choices, 0 the tile kernels, all every shape, g1 / g3 the attention-input group from 1 / 3 rows (g: the default's 2), u2 session 18's group (u2 kernel from 3 rows) (engine/gpu/device.go)"},
 		{"TILERT_GPU_MLA_WG", []string{"", "0", "1"},
 			"unset it for the decode MLA on mla_decode_wg2 where it measured faster (64 heads or more), 1 for every launch, 0 for mla_decode_tcf2"},
-		{"TILERT_GPU_L2_EVICT", []string{"", "normal", "keys", "nogroup", "noabsorb"},
-			"unset it (or nogroup) for the weight streams' and the indexer keys' loads evict-first in the L2 but the grouped input GEMVs' (kernels.EvictFirst and GroupNormal, the default since session 48), keys for those evict-first too (session 47's default), noabsorb for the default but the absorbed MLA products' weights at normal priority (session 48's opt-in), normal for the loads before session 47"},
+		{"TILERT_GPU_L2_EVICT", []string{"", "normal", "keys", "nogroup"},
+			"unset it (or nogroup) for the weight streams' and the indexer keys' loads evict-first in the L2 but the grouped input GEMVs' (kernels.EvictFirst and GroupNormal, the default since session 48), keys for those evict-first too (session 47's default), normal for the loads before session 47"},
 		{"TILERT_GPU_MLA_WG2B", []string{"", "0", "1"},
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
 		{"TILERT_GPU_TOPK_W12", []string{"", "0", "1"},

@@ -52,14 +52,6 @@ __device__ __forceinline__ uint4 ldw16_first(const void* p) {
 #define W_LD16(p) __ldg((const uint4*)(p))
 #define LD16_ONCE(p) (*(const uint4*)(p))
 #endif
-// ABSORB_LD16: the absorbed MLA products' weight loads (W_UK, W_UV):
-// LD16_ONCE's, or with TILERT_L2_ABSORB_NORMAL (kernels.AbsorbNormal,
-// TILERT_GPU_L2_EVICT=noabsorb; session 48, an opt-in) the plain load.
-#if defined(TILERT_L2_EVICT_FIRST) && !defined(TILERT_L2_ABSORB_NORMAL)
-#define ABSORB_LD16(p) LD16_ONCE(p)
-#else
-#define ABSORB_LD16(p) (*(const uint4*)(p))
-#endif
 
 #define NEG_INF __int_as_float(0xff800000)
 #define POS_INF __int_as_float(0x7f800000)

@@ -16,7 +16,7 @@ __device__ __forceinline__ void absorb_q_load(const u8* __restrict__ W, int h, i
   for (int i = 0; i < NR; i++) {
     const int d = r + i * RL;
     wv[i] = make_uint4(0u, 0u, 0u, 0u);
-    if (d < nope) wv[i] = ABSORB_LD16(W + ((size_t)h * nope + d) * R + c0 + g * 16);
+    if (d < nope) wv[i] = LD16_ONCE(W + ((size_t)h * nope + d) * R + c0 + g * 16);
   }
 }
 

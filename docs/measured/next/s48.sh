@@ -16,7 +16,7 @@
 #    defaults against session 47's on DeepSeek-V3.2 dims 8192 only.
 #  na (~2 min, any card; tilert alone): TILERT_GPU_L2_EVICT=noabsorb (kernels.AbsorbNormal: the absorbed MLA
 #    products' weights at normal priority, built after call E): a warm-up that compiles its modules, then A/B/A/B on
-#    the four 1-slot rows.
+#    the four 1-slot rows. Ran as call F (+26..+37 us) and removed: the value is refused now, code last in 454f910.
 #  x2 (~2 min, an H200): the gate/up variant on an H200 with evict-first loads: the default (_o4 there) against
 #    TILERT_GPU_EXPERT_SHAPE=d16, DeepSeek-V3.2 dims 8192 and GLM-5 dims 131072.
 NAME=s48

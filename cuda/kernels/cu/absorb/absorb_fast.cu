@@ -177,7 +177,7 @@ __device__ __forceinline__ void absorb_v_fast_body(float* out, const float* __re
     sc[j] = 0.0f;
     if (v0 + j < vd) {
       const size_t row = (size_t)h * vd + v0 + j;
-      wv[j] = ABSORB_LD16(W + row * R + lane * 16);
+      wv[j] = LD16_ONCE(W + row * R + lane * 16);
       sc[j] = S[row * rb + (lane >> 3)];
     }
   }

@@ -1,4 +1,4 @@
-# Session 48's device plan (issue 10). Usage: bash docs/measured/next/s48.sh ng|gsw|gsw2|c1|h2|h3|na|x2   (binaries in .device/next)
+# Session 48's device plan (issue 10). Usage: bash docs/measured/next/s48.sh ng|gsw|gsw2|c1|h2|h3|na|dsw|x2   (binaries in .device/next)
 #  ng (~5 min, any card): TILERT_GPU_L2_EVICT=nogroup (the grouped input GEMVs' weights at normal priority; s47.sh ng
 #    cut to its two most telling rows): warm-up, the engine checks it touches, A/B/A/B on DeepSeek-V3.2 dims 8192
 #    and GLM-5 dims 131072, 1 slot.
@@ -17,6 +17,9 @@
 #  na (~2 min, any card; tilert alone): TILERT_GPU_L2_EVICT=noabsorb (kernels.AbsorbNormal: the absorbed MLA
 #    products' weights at normal priority, built after call E): a warm-up that compiles its modules, then A/B/A/B on
 #    the four 1-slot rows. Ran as call F (+26..+37 us) and removed: the value is refused now, code last in 454f910.
+#  dsw (~3 min, any card; tilert alone): the dense one-row plans on today's L2 policy (q_b, the indexer's wq_b and
+#    o_proj of both models were last swept on an H200 under normal loads, sessions 15-17 and 33), 8192, 1 slot,
+#    bracketed by the default: a pin that wins here gets its A/B/A/B next (gsw2 with PIN=...).
 #  x2 (~2 min, an H200): the gate/up variant on an H200 with evict-first loads: the default (_o4 there) against
 #    TILERT_GPU_EXPERT_SHAPE=d16, DeepSeek-V3.2 dims 8192 and GLM-5 dims 131072.
 NAME=s48
@@ -60,8 +63,20 @@ na)
   abab glm-5 131072 1 nag131 TILERT_GPU_L2_EVICT=noabsorb
   abab glm-5 8192 1 nag8 TILERT_GPU_L2_EVICT=noabsorb
   abab deepseek-v3.2 131072 1 na131 TILERT_GPU_L2_EVICT=noabsorb ;;
+dsw)
+  bn deepseek-v3.2 8192 1 dsw-A1
+  for p in G64/R8_d16/B0 G32/R8_d16/B0 G64/R8_o4/B0 G128/R8_d16/B0; do bn deepseek-v3.2 8192 1 "dsw-qb-${p//\//_}" $E=24576x1536=$p; done
+  for p in G64/R8_d16/B0 G32/R8_d16/B0 G64/R4_o4/B0 G64/R8_o4/B0; do bn deepseek-v3.2 8192 1 "dsw-wqb-${p//\//_}" $E=8192x1536=$p; done
+  for p in G128/R8_d16/B0 G256/R8_d16/B0 G64/R8_d16/B0 G128/R4_d16/B0; do bn deepseek-v3.2 8192 1 "dsw-o-${p//\//_}" $E=7168x16384=$p; done
+  bn deepseek-v3.2 8192 1 dsw-A2
+  bn glm-5 8192 1 gdsw-A1
+  for p in G64/R8_d16/B0 G32/R8_d16/B0 G64/R8_o4/B0 G128/R8_d16/B0; do bn glm-5 8192 1 "gdsw-qb-${p//\//_}" $E=16384x2048=$p; done
+  for p in G64/R8_d16/B0 G32/R8_d16/B0 G64/R4_o4/B0 G64/R8_o4/B0; do bn glm-5 8192 1 "gdsw-wqb-${p//\//_}" $E=4096x2048=$p; done
+  for p in G128/R8_d16/B0 G256/R8_d16/B0 G64/R8_d16/B0 G128/R4_d16/B0; do bn glm-5 8192 1 "gdsw-o-${p//\//_}" $E=6144x16384=$p; done
+  bn glm-5 8192 1 gdsw-A2
+  save ;;
 x2)
   abab deepseek-v3.2 8192 1 x8 TILERT_GPU_EXPERT_SHAPE=d16
   abab glm-5 131072 1 xg131 TILERT_GPU_EXPERT_SHAPE=d16 ;;
-*) echo "usage: s48.sh ng|gsw|gsw2|c1|h2|h3|na|x2" >&2; exit 2 ;;
+*) echo "usage: s48.sh ng|gsw|gsw2|c1|h2|h3|na|dsw|x2" >&2; exit 2 ;;
 esac

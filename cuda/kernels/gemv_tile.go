@@ -211,6 +211,24 @@ func downLastWave(sms, N, R, G, slots int) float64 {
 	return 1
 }
 
+// ExpertShapes says what a single row's routed-expert launches take on
+// this card (OneRowExperts, ExpertPair, ExpertDownG32), for the log.
+func (k *Set) ExpertShapes() (pair, down string) { return expertShapes(k.c.Info().Name) }
+
+func expertShapes(card string) (pair, down string) {
+	if !OneRowExperts {
+		return "the tile rule's", "the tile rule's"
+	}
+	pair, down = "_d16", "groups of 32 where their last wave is fuller"
+	if expertPairO4(card) {
+		pair = "_o4"
+	}
+	if ExpertDownG32 {
+		down = "groups of 32"
+	}
+	return pair, down
+}
+
 // expertPairO4 is ExpertPair's choice on a card named name.
 func expertPairO4(name string) bool {
 	switch ExpertPair {

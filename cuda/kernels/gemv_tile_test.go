@@ -382,6 +382,7 @@ func TestTileLaunchShape(t *testing.T) {
 			}
 		}
 	}
+	OneRowExperts, ExpertDownG32 = true, false
 	for _, c := range []struct {
 		pair, card string
 		want       bool
@@ -390,6 +391,19 @@ func TestTileLaunchShape(t *testing.T) {
 		ExpertPair = c.pair
 		if got := expertPairO4(c.card); got != c.want {
 			t.Errorf("ExpertPair=%q on %q: _o4 %v, want %v", c.pair, c.card, got, c.want)
+		}
+		if pair, _ := expertShapes(c.card); (pair == "_o4") != c.want {
+			t.Errorf("ExpertPair=%q on %q: the log says the gate/up on %s", c.pair, c.card, pair)
+		}
+	}
+	ExpertPair = ""
+	for _, c := range []struct {
+		on, d32          bool
+		wantPair, wantDn string
+	}{{true, false, "_o4", "groups of 32 where their last wave is fuller"}, {true, true, "_o4", "groups of 32"}, {false, false, "the tile rule's", "the tile rule's"}} {
+		OneRowExperts, ExpertDownG32 = c.on, c.d32
+		if pair, down := expertShapes("NVIDIA H200"); pair != c.wantPair || down != c.wantDn {
+			t.Errorf("OneRowExperts %v, ExpertDownG32 %v: the log says %q, %q; want %q, %q", c.on, c.d32, pair, down, c.wantPair, c.wantDn)
 		}
 	}
 }

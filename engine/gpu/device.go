@@ -1451,7 +1451,17 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 	if absorbFastOn {
 		b.absorbFastReady()
 	}
+	weightLoadsOnce.Do(func() {
+		pair, down := b.k.ExpertShapes()
+		slog.Info("weight loads: L2 policy (TILERT_GPU_L2_EVICT) and a single row's routed-expert shapes (TILERT_GPU_EXPERT_SHAPE)",
+			"evict_first", kernels.EvictFirst, "grouped_gemv_normal", kernels.EvictFirst && kernels.GroupNormal,
+			"card", b.c.Info().Name, "gate_up", pair, "down", down)
+	})
 }
+
+// weightLoadsOnce: readyModules states the weight loads' L2 policy and the
+// routed experts' shapes once a process (bench rows then carry them).
+var weightLoadsOnce sync.Once
 
 func (r *cudaRunner) run(f func(b device) error) error {
 	return r.runAhead(func(b device) (bool, error) { return false, f(b) })

@@ -126,8 +126,8 @@ func tileLaunchShape(sms, N, kbytes, M, esize, shapeAs int, pair, routed bool, e
 
 // expertLaunch is what oneRowExperts reads of a routed launch beyond its
 // shape: the slots it runs (shapeAs may count a shared expert's slot that
-// runs in another launch; 0: shapeAs) and whether its paired gate/up goes
-// on _o4 (ExpertPair, by card).
+// runs in another launch) and whether its paired gate/up goes on _o4
+// (ExpertPair, by card).
 type expertLaunch struct {
 	slots  int
 	pairO4 bool
@@ -186,14 +186,10 @@ func oneRowExperts(sms, N, G, R int, v string, pair bool, shapeAs int, ex expert
 	if !OneRowExperts || shapeAs < 2 || shapeAs > 9 || forceTileG != 0 || forceTileV != "" || R < 4 {
 		return G, v
 	}
-	slots := ex.slots
-	if slots <= 0 {
-		slots = shapeAs
-	}
 	switch {
 	case pair && v == "_d16" && ex.pairO4:
 		return G, "_o4"
-	case !pair && v == "_o4" && G == 64 && (ExpertDownG32 || downLastWave(sms, N, R, 32, slots) >= downLastWave(sms, N, R, 64, slots)):
+	case !pair && v == "_o4" && G == 64 && (ExpertDownG32 || downLastWave(sms, N, R, 32, ex.slots) >= downLastWave(sms, N, R, 64, ex.slots)):
 		return 32, "_o4"
 	}
 	return G, v
@@ -384,8 +380,12 @@ func (k *Set) tileKernel(a tileLaunch) (name string, G, gx int) {
 		shapeAs = a.shapeSlots
 	}
 	sms := k.c.Info().SMs
-	ex := expertLaunch{slots: nslots, pairO4: expertPairO4(k.c.Info().Name)}
-	G, R, v := tileLaunchShape(sms, a.N, a.K*esize, a.M, esize, shapeAs, pair, a.slots > 0 && a.dense == 0, ex)
+	routed := a.slots > 0 && a.dense == 0
+	var ex expertLaunch
+	if routed {
+		ex = expertLaunch{slots: nslots, pairO4: expertPairO4(k.c.Info().Name)}
+	}
+	G, R, v := tileLaunchShape(sms, a.N, a.K*esize, a.M, esize, shapeAs, pair, routed, ex)
 	capB := k.tileCap()
 	p, pinned := k.tilePlan(a, pair)
 	if pinned {

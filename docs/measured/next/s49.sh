@@ -1,0 +1,37 @@
+# Session 49's device plan (issue 10). Usage: bash docs/measured/next/s49.sh sw|h2|c1   (binaries in .device/next)
+#  sw (~6 min, any card; tilert alone): the one-row knobs last tuned on an H200 under normal L2 loads, swept on today's
+#    evict-first policy at 8192, 1 slot, each group bracketed by the default: the dense one-row plans (s48.sh dsw: q_b,
+#    the indexer's wq_b, o_proj of both models), the side streams' tile caps (TILERT_GPU_SIDE_CAP q= / sh=) and the
+#    launch priorities (TILERT_GPU_MAIN_PRIO=0). The best of each group, where it is ahead of the brackets' mean by
+#    more than 6 us, then gets its A/B/A/B at 8192 in the same call (a single row is within ~5-10 us of itself).
+#  h2 / c1: s48.sh's (the binaries' launches are the same: main a2503bc).
+NAME=s49
+. docs/measured/next/plan.sh "$1"
+E=TILERT_GPU_TILE_PLANS
+# p50 NAME: a bn row's p50 ms (empty if it failed).
+p50() { grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " $R/$1.txt | head -1 | awk '{print $3}'; }
+# grp MODEL TAG VAR=value...: one bracketed group; each candidate's row named TAG-i; the best is picked into $R/pick-TAG
+# as "MODEL VAR=value" when it beats the brackets' mean by more than 6 us.
+grp() {
+  local m=$1 t=$2; shift 2; local i=0 best="" bv=9; bn $m 8192 1 $t-A1
+  for v in "$@"; do i=$((i + 1)); bn $m 8192 1 $t-$i $v; local p=$(p50 $t-$i); [ -n "$p" ] && awk "BEGIN{exit !($p < $bv)}" && { bv=$p; best=$v; }; done
+  bn $m 8192 1 $t-A2
+  local a=$(awk "BEGIN{print ($(p50 $t-A1) + $(p50 $t-A2)) / 2}")
+  echo "group $t: brackets mean $a, best $best $bv" | tee -a $R/summary.txt
+  awk "BEGIN{exit !($bv < $a - 0.006)}" && echo "$m $best" > $R/pick-$t
+}
+case "$PART" in
+sw)
+  grp deepseek-v3.2 qb $E=24576x1536=G64/R8_d16/B0 $E=24576x1536=G32/R8_d16/B0 $E=24576x1536=G64/R8_o4/B0 $E=24576x1536=G128/R8_d16/B0
+  grp deepseek-v3.2 wqb $E=8192x1536=G64/R8_d16/B0 $E=8192x1536=G32/R8_d16/B0 $E=8192x1536=G64/R4_o4/B0 $E=8192x1536=G64/R8_o4/B0
+  grp deepseek-v3.2 o $E=7168x16384=G128/R8_d16/B0 $E=7168x16384=G256/R8_d16/B0 $E=7168x16384=G64/R8_d16/B0 $E=7168x16384=G128/R4_d16/B0
+  grp deepseek-v3.2 cap TILERT_GPU_SIDE_CAP=q=0 TILERT_GPU_SIDE_CAP=q=2 TILERT_GPU_SIDE_CAP=sh=0 TILERT_GPU_SIDE_CAP=sh=2 TILERT_GPU_MAIN_PRIO=0
+  grp glm-5 gqb $E=16384x2048=G64/R8_d16/B0 $E=16384x2048=G32/R8_d16/B0 $E=16384x2048=G64/R8_o4/B0 $E=16384x2048=G128/R8_d16/B0
+  grp glm-5 gwqb $E=4096x2048=G64/R8_d16/B0 $E=4096x2048=G32/R8_d16/B0 $E=4096x2048=G64/R4_o4/B0 $E=4096x2048=G64/R8_o4/B0
+  grp glm-5 go $E=6144x16384=G128/R8_d16/B0 $E=6144x16384=G256/R8_d16/B0 $E=6144x16384=G64/R8_d16/B0 $E=6144x16384=G128/R4_d16/B0
+  grp glm-5 gcap TILERT_GPU_SIDE_CAP=q=1 TILERT_GPU_SIDE_CAP=q=2 TILERT_GPU_SIDE_CAP=sh=0 TILERT_GPU_SIDE_CAP=sh=2 TILERT_GPU_MAIN_PRIO=0
+  save
+  for f in $R/pick-*; do [ -e "$f" ] || continue; read m v < $f; abab $m 8192 1 "ab-$(basename $f)" $v; done; save ;;
+h2|c1) exec bash docs/measured/next/s48.sh "$PART" ;;
+*) echo "usage: s49.sh sw|h2|c1" >&2; exit 2 ;;
+esac

@@ -104,6 +104,9 @@ type device interface {
 	embed(out, table, ids cuda.DevPtr, T, D, V int) error
 	moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error
 	moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error
+	// l2Prefetch asks the L2 for the lines of rs and writes nothing
+	// (kernels.L2Prefetch; TILERT_GPU_L2_NEXT, l2next.go).
+	l2Prefetch(rs []kernels.L2Range) error
 	// indexerScores reads the fp8 indexer pages, or (f32) the float32 key
 	// cache of exact mode.
 	indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error
@@ -677,6 +680,10 @@ func (b *cudaDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
 
 func (b *cudaDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
 	return b.k.MoERoute(b.s, idx, wts, logits, bias, T, E, K, ngroup, topkGroup, norm, scale)
+}
+
+func (b *cudaDevice) l2Prefetch(rs []kernels.L2Range) error {
+	return b.k.L2Prefetch(b.s, rs)
 }
 
 func (b *cudaDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
@@ -1453,9 +1460,13 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 	}
 	weightLoadsOnce.Do(func() {
 		pair, down := b.k.ExpertShapes()
-		slog.Info("weight loads: L2 policy (TILERT_GPU_L2_EVICT) and a single row's routed-expert shapes (TILERT_GPU_EXPERT_SHAPE)",
+		next := l2NextMode
+		if next == "" {
+			next = "0"
+		}
+		slog.Info("weight loads: L2 policy (TILERT_GPU_L2_EVICT, TILERT_GPU_L2_NEXT) and a single row's routed-expert shapes (TILERT_GPU_EXPERT_SHAPE)",
 			"evict_first", kernels.EvictFirst, "grouped_gemv_normal", kernels.EvictFirst && kernels.GroupNormal,
-			"card", b.c.Info().Name, "gate_up", pair, "down", down)
+			"l2_next", next, "card", b.c.Info().Name, "gate_up", pair, "down", down)
 	})
 }
 

@@ -310,6 +310,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it for the decode MLA on mla_decode_wg2 where it measured faster (64 heads or more), 1 for every launch, 0 for mla_decode_tcf2"},
 		{"TILERT_GPU_L2_EVICT", []string{"", "normal", "keys", "nogroup"},
 			"unset it (or nogroup) for the weight streams' and the indexer keys' loads evict-first in the L2 but the grouped input GEMVs' (kernels.EvictFirst and GroupNormal, the default since session 48), keys for those evict-first too (session 47's default), normal for the loads before session 47"},
+		{"TILERT_GPU_L2_NEXT", []string{"", "0", "group", "wqb"},
+			"unset it (or 0) for no L2 prefetch (the default); group to ask the next layer's grouped input GEMV weights into the L2 beside a MoE layer's routed experts, wqb for those and the indexer's wq_b (engine/gpu/l2next.go)"},
 		{"TILERT_GPU_MLA_WG2B", []string{"", "0", "1"},
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
 		{"TILERT_GPU_TOPK_W12", []string{"", "0", "1"},

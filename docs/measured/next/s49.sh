@@ -1,9 +1,14 @@
-# Session 49's device plan (issue 10). Usage: bash docs/measured/next/s49.sh sw|h2|c1   (binaries in .device/next)
+# Session 49's device plan (issue 10). Usage: bash docs/measured/next/s49.sh l2|sw|h2|c1   (binaries in .device/next)
 #  sw (~6 min, any card; tilert alone): the one-row knobs last tuned on an H200 under normal L2 loads, swept on today's
 #    evict-first policy at 8192, 1 slot, each group bracketed by the default: the dense one-row plans (s48.sh dsw: q_b,
 #    the indexer's wq_b, o_proj of both models), the side streams' tile caps (TILERT_GPU_SIDE_CAP q= / sh=) and the
 #    launch priorities (TILERT_GPU_MAIN_PRIO=0). The best of each group, where it is ahead of the brackets' mean by
 #    more than 6 us, then gets its A/B/A/B at 8192 in the same call (a single row is within ~5-10 us of itself).
+#  l2 (~5 min, any card; kernels.test, engine.test, tilert): TILERT_GPU_L2_NEXT (engine/gpu/l2next.go, built this
+#    session): the next layer's input projections asked into the L2 beside a MoE layer's routed experts. A warm-up
+#    that compiles the main module, TestKernelL2Prefetch and the engine checks it touches (TestGPUL2Next,
+#    GreedyMatchesCPU, SideStreamSameTokens), then A/B/A/B: =group on DeepSeek-V3.2 dims 8192, GLM-5 dims 8192 and
+#    131072, =wqb on DeepSeek-V3.2 dims 8192 and GLM-5 dims 8192, 1 slot; =group at 4 slots.
 #  h2 / c1: s48.sh's (the binaries' launches are the same: main a2503bc).
 NAME=s49
 . docs/measured/next/plan.sh "$1"
@@ -21,6 +26,17 @@ grp() {
   awk "BEGIN{exit !($bv < $a - 0.006)}" && echo "$m $best" > $R/pick-$t
 }
 case "$PART" in
+l2)
+  TILERT_GPU_L2_NEXT=group timeout 300 $D/tilert bench decode --device cuda --dummy-weights glm-5 --layers 1 --context 1024 --batches 1 > $R/warm-l2.txt 2>&1
+  tst kernels cuda/kernels 200 '^TestKernelL2Prefetch$' &
+  TILERT_GPU_L2_NEXT=group tst engine engine/gpu 300 '^TestGPU(L2Next|GreedyMatchesCPU|SideStreamSameTokens)$'; wait
+  cnt kernels; cnt engine; save
+  abab deepseek-v3.2 8192 1 g8 TILERT_GPU_L2_NEXT=group
+  abab glm-5 8192 1 gg8 TILERT_GPU_L2_NEXT=group
+  abab glm-5 131072 1 gg131 TILERT_GPU_L2_NEXT=group
+  abab deepseek-v3.2 8192 1 w8 TILERT_GPU_L2_NEXT=wqb
+  abab glm-5 8192 1 gw8 TILERT_GPU_L2_NEXT=wqb
+  abab deepseek-v3.2 8192 4 g8s4 TILERT_GPU_L2_NEXT=group ;;
 sw)
   grp deepseek-v3.2 qb $E=24576x1536=G64/R8_d16/B0 $E=24576x1536=G32/R8_d16/B0 $E=24576x1536=G64/R8_o4/B0 $E=24576x1536=G128/R8_d16/B0
   grp deepseek-v3.2 wqb $E=8192x1536=G64/R8_d16/B0 $E=8192x1536=G32/R8_d16/B0 $E=8192x1536=G64/R4_o4/B0 $E=8192x1536=G64/R8_o4/B0
@@ -33,5 +49,5 @@ sw)
   save
   for f in $R/pick-*; do [ -e "$f" ] || continue; read m v < $f; abab $m 8192 1 "ab-$(basename $f)" $v; done; save ;;
 h2|c1) exec bash docs/measured/next/s48.sh "$PART" ;;
-*) echo "usage: s49.sh sw|h2|c1" >&2; exit 2 ;;
+*) echo "usage: s49.sh l2|sw|h2|c1" >&2; exit 2 ;;
 esac

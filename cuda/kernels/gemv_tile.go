@@ -117,11 +117,37 @@ func tileVariant3(G, R, C int) string {
 // slots and no dense (shared expert) slot, ex what oneRowExperts reads of it.
 func tileLaunchShape(sms, N, kbytes, M, esize, shapeAs int, pair, routed bool, ex expertLaunch) (G, R int, v string) {
 	G, R = tileShape(sms, N, kbytes, M, shapeAs, pair)
+	if M == 1 && esize == 1 && !routed && !pair && shapeAs <= 1 {
+		G = wholeChunks(G, kbytes/16)
+	}
 	v = tileVariant(G, R, kbytes, M, esize)
 	if M == 1 && esize == 1 && routed {
 		G, v = oneRowExperts(sms, N, G, R, v, pair, shapeAs, ex)
 	}
 	return G, R, v
+}
+
+// OneRowWholeChunks: a single input row's dense fp8 tile launch whose
+// 64-thread groups would leave half their threads a 16-byte chunk short
+// (rows of 64 < C < 128 chunks, C a multiple of 32: DeepSeek-V3.2 dims'
+// 1536-byte rows of q_b and the indexer's wq_b, 1.5 chunks a thread) takes
+// groups of 32, every thread then streaming whole chunks (3 at 1536 bytes).
+// Session 49 (docs/measured/h100-2026-12-06-s49 calls B-C, one H100, 9 MoE
+// layers, evict-first loads, A/B/A/B): q_b alone -18 / -16 us a step at
+// 8192, wq_b alone -21 / -19, both -24 / -27 at 8192 and -21 / -17 at
+// 131072; 4 slots (other launches) -3 / +6. Session 38's single rows on an
+// H100 under normal loads had q_b on G32 no faster, and no H200 has run it
+// (TILERT_GPU_WHOLE_CHUNKS=0 goes back to the rule's 64).
+var OneRowWholeChunks = true
+
+// wholeChunks is OneRowWholeChunks' group size for a launch the rule puts
+// on groups of G threads over rows of C chunks; pinned test shapes
+// (forceTileG) win.
+func wholeChunks(G, C int) int {
+	if OneRowWholeChunks && forceTileG == 0 && G == 64 && C > 64 && C < 128 && C%32 == 0 {
+		return 32
+	}
+	return G
 }
 
 // expertLaunch is what oneRowExperts reads of a routed launch beyond its

@@ -362,12 +362,15 @@ func TestTileLaunchShape(t *testing.T) {
 		{h100, 7168, 2048, 1, 9, 8, false, true, shape{32, 8, "_o4"}, shape{32, 8, "_o4"}, shape{64, 8, "_o4"}},
 		{h200, 2048, 6144, 1, 9, 8, true, true, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}, shape{64, 8, "_d16"}}, // GLM-5
 		{h100, 2048, 6144, 1, 9, 8, true, true, shape{64, 8, "_d16"}, shape{64, 8, "_o4"}, shape{64, 8, "_d16"}},
-		{h200, 6144, 2048, 1, 9, 8, false, true, shape{64, 8, "_o4"}, shape{32, 8, "_o4"}, shape{64, 8, "_o4"}},     // its down: 45% against 91%
-		{h200, 6144, 2048, 1, 9, 9, false, true, shape{32, 8, "_o4"}, shape{32, 8, "_o4"}, shape{64, 8, "_o4"}},     // 9 slots run: 64% against 27%
-		{h200, 7168, 2048, 1, 18, 16, false, true, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}},   // two rows: unchanged
-		{h200, 2048, 7168, 1, 36, 32, true, true, shape{64, 8, "_d16"}, shape{64, 8, "_d16"}, shape{64, 8, "_d16"}}, // four rows
-		{h200, 7168, 2048, 1, 1, 1, false, false, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}},    // a dense GEMV
-		{h200, 7168, 2048, 4, 9, 8, false, true, shape{64, 8, ""}, shape{64, 8, ""}, shape{64, 8, ""}},              // several input rows a slot
+		{h200, 6144, 2048, 1, 9, 8, false, true, shape{64, 8, "_o4"}, shape{32, 8, "_o4"}, shape{64, 8, "_o4"}},      // its down: 45% against 91%
+		{h200, 6144, 2048, 1, 9, 9, false, true, shape{32, 8, "_o4"}, shape{32, 8, "_o4"}, shape{64, 8, "_o4"}},      // 9 slots run: 64% against 27%
+		{h200, 7168, 2048, 1, 18, 16, false, true, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}},    // two rows: unchanged
+		{h200, 2048, 7168, 1, 36, 32, true, true, shape{64, 8, "_d16"}, shape{64, 8, "_d16"}, shape{64, 8, "_d16"}},  // four rows
+		{h200, 7168, 2048, 1, 1, 1, false, false, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}},     // a dense GEMV
+		{h100, 24576, 1536, 1, 1, 1, false, false, shape{32, 8, "_d16"}, shape{32, 8, "_d16"}, shape{32, 8, "_d16"}}, // q_b: whole chunks a thread (OneRowWholeChunks)
+		{h200, 8192, 1536, 1, 1, 1, false, false, shape{32, 8, "_d16"}, shape{32, 8, "_d16"}, shape{32, 8, "_d16"}},  // the indexer's wq_b
+		{h200, 16384, 2048, 1, 1, 1, false, false, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}, shape{64, 8, "_o4"}},    // GLM-5's q_b: 2 whole chunks at 64
+		{h200, 7168, 2048, 4, 9, 8, false, true, shape{64, 8, ""}, shape{64, 8, ""}, shape{64, 8, ""}},               // several input rows a slot
 	} {
 		for _, mode := range []string{"on", "30", "off"} {
 			OneRowExperts, ExpertDownG32, ExpertPair = mode != "off", mode == "30", ""
@@ -383,6 +386,14 @@ func TestTileLaunchShape(t *testing.T) {
 		}
 	}
 	OneRowExperts, ExpertDownG32 = true, false
+	OneRowWholeChunks = false
+	if G, _, _ := tileLaunchShape(132, 24576, 1536, 1, 1, 1, false, false, expertLaunch{}); G != 64 {
+		t.Errorf("OneRowWholeChunks off: q_b on G=%d, want the rule's 64", G)
+	}
+	if G, _, _ := tileLaunchShape(132, 24576, 1536, 2, 1, 2, false, false, expertLaunch{}); G != 64 {
+		t.Errorf("two input rows: q_b on G=%d, want the rule's 64", G)
+	}
+	OneRowWholeChunks = true
 	for _, c := range []struct {
 		pair, card string
 		want       bool

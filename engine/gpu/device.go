@@ -104,9 +104,6 @@ type device interface {
 	embed(out, table, ids cuda.DevPtr, T, D, V int) error
 	moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error
 	moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error
-	// l2Prefetch asks the L2 for the lines of rs and writes nothing
-	// (kernels.L2Prefetch; TILERT_GPU_L2_NEXT, l2next.go).
-	l2Prefetch(rs []kernels.L2Range) error
 	// indexerScores reads the fp8 indexer pages, or (f32) the float32 key
 	// cache of exact mode.
 	indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error
@@ -456,6 +453,12 @@ func init() {
 // groups of 32 on every card); o4 / d16 the default with the gate/up on
 // that variant on every card.
 func init() {
+	// TILERT_GPU_WHOLE_CHUNKS=0: a single row's dense 1536-byte rows (q_b,
+	// wq_b of DeepSeek-V3.2 dims) back on the rule's 64-thread groups
+	// (kernels.OneRowWholeChunks, session 49).
+	if os.Getenv("TILERT_GPU_WHOLE_CHUNKS") == "0" {
+		kernels.OneRowWholeChunks = false
+	}
 	switch os.Getenv("TILERT_GPU_EXPERT_SHAPE") {
 	case "0":
 		kernels.OneRowExperts = false
@@ -680,10 +683,6 @@ func (b *cudaDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
 
 func (b *cudaDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {
 	return b.k.MoERoute(b.s, idx, wts, logits, bias, T, E, K, ngroup, topkGroup, norm, scale)
-}
-
-func (b *cudaDevice) l2Prefetch(rs []kernels.L2Range) error {
-	return b.k.L2Prefetch(b.s, rs)
 }
 
 func (b *cudaDevice) indexerScores(f32 bool, out, q, w, cache, lens cuda.DevPtr, nq, H, T, ldOut int, qkScale float32) error {
@@ -1460,13 +1459,10 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 	}
 	weightLoadsOnce.Do(func() {
 		pair, down := b.k.ExpertShapes()
-		next := l2NextMode
-		if next == "" {
-			next = "0"
-		}
-		slog.Info("weight loads: L2 policy (TILERT_GPU_L2_EVICT, TILERT_GPU_L2_NEXT) and a single row's routed-expert shapes (TILERT_GPU_EXPERT_SHAPE)",
+		slog.Info("weight loads: L2 policy (TILERT_GPU_L2_EVICT), a single row's routed-expert shapes (TILERT_GPU_EXPERT_SHAPE) and dense 1536-byte rows (TILERT_GPU_WHOLE_CHUNKS)",
 			"evict_first", kernels.EvictFirst, "grouped_gemv_normal", kernels.EvictFirst && kernels.GroupNormal,
-			"l2_next", next, "card", b.c.Info().Name, "gate_up", pair, "down", down)
+			"card", b.c.Info().Name, "gate_up", pair, "down", down,
+			"whole_chunks", kernels.OneRowWholeChunks)
 	})
 }
 

@@ -433,23 +433,6 @@ func (m *emuDevice) moeCombine(out, y, w, resid cuda.DevPtr, k, N int) error {
 	return nil
 }
 
-// l2Prefetch changes nothing; the emulator checks what the kernel's
-// launcher refuses and that every range lies inside an allocation.
-func (m *emuDevice) l2Prefetch(rs []kernels.L2Range) error {
-	if len(rs) == 0 || len(rs) > kernels.MaxL2Ranges {
-		return errors.Newf("l2_prefetch: %d ranges (1..%d)", len(rs), kernels.MaxL2Ranges)
-	}
-	for i, r := range rs {
-		if r.N < 0 || (r.P == 0 && r.N > 0) {
-			return errors.Newf("l2_prefetch: range %d is %d bytes at %#x", i, r.N, uint64(r.P))
-		}
-		if r.N > 0 {
-			m.mem(r.P, int(r.N))
-		}
-	}
-	return nil
-}
-
 // moeRoute is the CPU engine's router rule (sigmoid, bias for the choice,
 // DeepSeek group limiting, normalised weights times the scaling factor).
 func (m *emuDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {

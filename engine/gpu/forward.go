@@ -343,14 +343,11 @@ func (e *backend) forwardFrom(f *fwd, mtp bool, want []bool) {
 	}
 	for i, lw := range layers {
 		y, w := hid, norm
-		f.next = nil
 		if i+1 < len(layers) {
 			y, w = ws.h, layers[i+1].InNorm
-			f.next = layers[i+1]
 		}
 		f.block(lw, y, w)
 	}
-	f.next = nil
 
 	V := c.VocabSize
 	if a, n, ok := headSpan(want, M); ok {
@@ -453,9 +450,6 @@ type fwd struct {
 	// combine (moeNormOn).
 	closeY, closeW cuda.DevPtr
 	closed         bool
-	// next: the layer after the one running (nil for the last), whose
-	// input projections TILERT_GPU_L2_NEXT asks into the L2 (l2next.go).
-	next *dlayer
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and
@@ -554,11 +548,6 @@ func (f *fwd) sharedBeside(lw *dlayer) bool {
 	o := f.o
 	o.do(o.b.fork(chainSh, f.M))
 	f.sharedShaped(lw)
-	// TILERT_GPU_L2_NEXT: behind the shared expert on its stream, so the
-	// prefetch runs while the routed experts stream (l2next.go).
-	if rs := l2NextRanges(f.next, l2NextMode); len(rs) > 0 {
-		o.do(o.b.l2Prefetch(rs))
-	}
 	o.do(o.b.unfork())
 	return true
 }

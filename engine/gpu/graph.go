@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -458,17 +457,6 @@ func (gb *graphDevice) moeCombineNorm(ny, x, out, y, w, resid, nw cuda.DevPtr, M
 	return gb.rec("moeCombineNorm", int64(4*M*(k+5)*N), func(b device) error {
 		return b.moeCombineNorm(ny, x, out, y, w, resid, nw, M, k, N, eps)
 	}, ku(ny), ku(x), ku(out), ku(y), ku(w), ku(resid), ku(nw), ki(M), ki(k), ki(N), kf(eps))
-}
-
-func (gb *graphDevice) l2Prefetch(rs []kernels.L2Range) error {
-	rs = slices.Clone(rs)
-	args := make([]uint64, 0, 2*len(rs))
-	var bytes int64
-	for _, r := range rs {
-		args = append(args, ku(r.P), uint64(r.N))
-		bytes += r.N
-	}
-	return gb.rec("l2Prefetch", bytes, func(b device) error { return b.l2Prefetch(rs) }, args...)
 }
 
 func (gb *graphDevice) moeRoute(idx, wts, logits, bias cuda.DevPtr, T, E, K, ngroup, topkGroup int, norm bool, scale float32) error {

@@ -231,6 +231,13 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_L2_EVICT", only: []string{"first", "noabsorb"},
 		what: "two evict-first variants were measured on the H100 and dropped (decode p50, 9 MoE layers, 1 slot, A/B/A/B): first, the weight streams alone evict-first in the L2 (the indexer keys' loads as before; session 47 calls C-D), faster at 8192 but slower at 131072 (DeepSeek-V3.2 dims 8192 3.178 / 3.184 against 3.216 / 3.217 ms; GLM-5 dims 131072 3.358 / 3.358 against 3.339 / 3.339, +19 / +19 us); noabsorb, the absorbed MLA products' weights (W_UK, W_UV) at normal priority (session 48 call F), slower on every row (DeepSeek-V3.2 dims 8192 3.195 / 3.195 against 3.160 / 3.158 ms, +35 / +37 us; GLM-5 dims 131072 +32 / +27, 8192 +32 / +26; DeepSeek-V3.2 dims 131072 +29 / +28)",
 		hint: ` (or set it to nogroup) for the weight streams, the absorbed products and the indexer keys evict-first but the grouped input GEMVs (the default), keys for those evict-first too, or normal for none; the noabsorb code last exists at commit 454f910, the record is in docs/measured/h100-2026-12-06-s47, docs/measured/h100-2026-12-06-s48 and engine/gpu/NOTES.md "TILERT_GPU_L2_EVICT"`},
+	// TILERT_GPU_L2_NEXT=group|wqb asked the next layer's input projections
+	// (and wq_b) into the L2 beside a MoE layer's routed experts
+	// (l2_prefetch on the shared expert's side stream); built and measured
+	// slower in session 49, removed.
+	{name: "TILERT_GPU_L2_NEXT", keep: zero,
+		what: "the next layer's input projections asked into the L2 beside a MoE layer's routed experts (l2_prefetch behind the shared expert's down on its side stream) were measured slower on the H100 in session 49 call A and removed (decode p50, 9 MoE layers, A/B/A/B: =group DeepSeek-V3.2 dims 8192 3.192 / 3.196 against 3.154 / 3.160 ms, +38 / +36 us; GLM-5 dims 8192 +17 / +16, 131072 +22 / +30; 4 slots +30 / +37; =wqb, wq_b too, DeepSeek-V3.2 dims 8192 +63 / +65, GLM-5 dims +31 / +26)",
+		hint: `: a layer's input projections read their weights from HBM (the default); the code last exists at commit b538f47, the record is in docs/measured/h100-2026-12-06-s49 and engine/gpu/NOTES.md "Session 49"`},
 	// TILERT_GPU_MLA_HEADS=16 ran the one-tile decode MLA blocks on 16 heads
 	// (mla_decode_wg2q); built in session 31, measured slower in session 38,
 	// removed. The switch's other values stay (switchValues).
@@ -310,8 +317,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it for the decode MLA on mla_decode_wg2 where it measured faster (64 heads or more), 1 for every launch, 0 for mla_decode_tcf2"},
 		{"TILERT_GPU_L2_EVICT", []string{"", "normal", "keys", "nogroup"},
 			"unset it (or nogroup) for the weight streams' and the indexer keys' loads evict-first in the L2 but the grouped input GEMVs' (kernels.EvictFirst and GroupNormal, the default since session 48), keys for those evict-first too (session 47's default), normal for the loads before session 47"},
-		{"TILERT_GPU_L2_NEXT", []string{"", "0", "group", "wqb"},
-			"unset it (or 0) for no L2 prefetch (the default); group to ask the next layer's grouped input GEMV weights into the L2 beside a MoE layer's routed experts, wqb for those and the indexer's wq_b (engine/gpu/l2next.go)"},
+		{"TILERT_GPU_WHOLE_CHUNKS", []string{"", "0", "1"},
+			"unset it (or 1) for a single row's dense 1536-byte fp8 rows (q_b and wq_b of DeepSeek-V3.2 dims) on 32-thread groups, whole chunks a thread (kernels.OneRowWholeChunks, session 49), 0 for the tile rule's 64"},
 		{"TILERT_GPU_MLA_WG2B", []string{"", "0", "1"},
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
 		{"TILERT_GPU_TOPK_W12", []string{"", "0", "1"},

@@ -42,7 +42,6 @@ type switchRun struct {
 	batch [][]int
 	ops   map[string]int
 	runs  []map[string]int
-	keep  [][]gop // the recorded runs themselves
 }
 
 // run decodes the case on a new engine (two slots, graphs on and kept),
@@ -65,7 +64,6 @@ func (c switchCase) run(t *testing.T, kind deviceKind, mtp bool) switchRun {
 		}
 		r.runs = append(r.runs, c)
 	}
-	r.keep = e.m.graphs.keep
 	e.m.graphs.hold, e.m.graphs.keep = false, nil
 	return r
 }

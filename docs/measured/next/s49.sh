@@ -4,8 +4,9 @@
 #    the indexer's wq_b, o_proj of both models), the side streams' tile caps (TILERT_GPU_SIDE_CAP q= / sh=) and the
 #    launch priorities (TILERT_GPU_MAIN_PRIO=0). The best of each group, where it is ahead of the brackets' mean by
 #    more than 6 us, then gets its A/B/A/B at 8192 in the same call (a single row is within ~5-10 us of itself).
-#  l2 (~5 min, any card; kernels.test, engine.test, tilert): TILERT_GPU_L2_NEXT (engine/gpu/l2next.go, built this
-#    session): the next layer's input projections asked into the L2 beside a MoE layer's routed experts. A warm-up
+#  l2 (~5 min, any card; kernels.test, engine.test, tilert of b538f47): TILERT_GPU_L2_NEXT (built this session, ran as
+#    call A: +16..+65 us a step, removed; the value is refused now, code last in b538f47): the next layer's input
+#    projections asked into the L2 beside a MoE layer's routed experts. A warm-up
 #    that compiles the main module, TestKernelL2Prefetch and the engine checks it touches (TestGPUL2Next,
 #    GreedyMatchesCPU, SideStreamSameTokens), then A/B/A/B: =group on DeepSeek-V3.2 dims 8192, GLM-5 dims 8192 and
 #    131072, =wqb on DeepSeek-V3.2 dims 8192 and GLM-5 dims 8192, 1 slot; =group at 4 slots.

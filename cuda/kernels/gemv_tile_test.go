@@ -118,7 +118,7 @@ func testGemvTile(t *testing.T, tag string) {
 		for _, cs := range []gemvCase{
 			{576, 7168, 1, 0, false}, {200, 7168, 4, 0, true}, {64, 7168, 8, 4, false}, {129, 16384, 2, 0, true},
 			{300, 1536, 3, 0, false}, {260, 2048, 5, 0, true}, {130, 256, 8, 0, false}, {9, 16, 7, 0, true},
-			{50, 100, 6, 0, true}, // K % 16 != 0: falls back to gemv_fp8 in chunks of 4 rows
+			{50, 100, 6, 0, true},     // K % 16 != 0: falls back to gemv_fp8 in chunks of 4 rows
 			{8192, 1536, 1, 0, false}, // one row of 1536 bytes: groups of 32 by default (OneRowWholeChunks)
 		} {
 			checkGemvFP8(t, c, a, r, k.GemvFP8Tile, cs, "gemv_tile_fp8 "+cs.dims()+tag, true)

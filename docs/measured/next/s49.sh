@@ -1,4 +1,4 @@
-# Session 49's device plan (issue 10). Usage: bash docs/measured/next/s49.sh l2|sw|h2|c1   (binaries in .device/next)
+# Session 49's device plan (issue 10). Usage: bash docs/measured/next/s49.sh l2|sw|h4|c49|h2|c1   (binaries in .device/next)
 #  sw (~6 min, any card; tilert alone): the one-row knobs last tuned on an H200 under normal L2 loads, swept on today's
 #    evict-first policy at 8192, 1 slot, each group bracketed by the default: the dense one-row plans (s48.sh dsw: q_b,
 #    the indexer's wq_b, o_proj of both models), the side streams' tile caps (TILERT_GPU_SIDE_CAP q= / sh=) and the
@@ -10,7 +10,13 @@
 #    that compiles the main module, TestKernelL2Prefetch and the engine checks it touches (TestGPUL2Next,
 #    GreedyMatchesCPU, SideStreamSameTokens), then A/B/A/B: =group on DeepSeek-V3.2 dims 8192, GLM-5 dims 8192 and
 #    131072, =wqb on DeepSeek-V3.2 dims 8192 and GLM-5 dims 8192, 1 slot; =group at 4 slots.
-#  h2 / c1: s48.sh's (the binaries' launches are the same: main a2503bc).
+#  h4 (~5 min, an H200; tilert alone, main's final binaries): the README's 1-slot rows (JSON), then A/B/A/B on
+#    DeepSeek-V3.2 dims 8192: the gate/up on _d16 (ExpertPair on an H200 is _o4, from session 30's normal-load sweep),
+#    TILERT_GPU_WHOLE_CHUNKS=0 (session 49's rule, never run on an H200), and today's defaults against session 47's
+#    (TILERT_GPU_L2_EVICT=keys TILERT_GPU_EXPERT_SHAPE=30 TILERT_GPU_WHOLE_CHUNKS=0), the last on GLM-5 dims 131072 too.
+#  c49 (~8 min, any card; kernels.test, engine.test, tilert): gpu-check's first half on session 49's defaults, then
+#    A/B/A/B against TILERT_GPU_WHOLE_CHUNKS=0 on DeepSeek-V3.2 dims 8192 and 131072.
+#  h2 / c1: s48.sh's (they set session 47's defaults by switches without TILERT_GPU_WHOLE_CHUNKS=0: use h4 / c49).
 NAME=s49
 . docs/measured/next/plan.sh "$1"
 E=TILERT_GPU_TILE_PLANS
@@ -49,6 +55,16 @@ sw)
   grp glm-5 gcap TILERT_GPU_SIDE_CAP=q=1 TILERT_GPU_SIDE_CAP=q=2 TILERT_GPU_SIDE_CAP=sh=0 TILERT_GPU_SIDE_CAP=sh=2 TILERT_GPU_MAIN_PRIO=0
   save
   for f in $R/pick-*; do [ -e "$f" ] || continue; read m v < $f; abab $m 8192 1 "ab-$(basename $f)" $v; done; save ;;
+h4)
+  JS=1 bn deepseek-v3.2 8192,131072 1 r1-ds; JS=1 bn glm-5 8192,131072 1 r1-glm
+  abab deepseek-v3.2 8192 1 x8 TILERT_GPU_EXPERT_SHAPE=d16
+  abab deepseek-v3.2 8192 1 wc8 TILERT_GPU_WHOLE_CHUNKS=0
+  O="TILERT_GPU_L2_EVICT=keys TILERT_GPU_EXPERT_SHAPE=30 TILERT_GPU_WHOLE_CHUNKS=0"
+  abab deepseek-v3.2 8192 1 o8 $O; abab glm-5 131072 1 og131 $O ;;
+c49)
+  check1
+  abab deepseek-v3.2 8192 1 wc8 TILERT_GPU_WHOLE_CHUNKS=0
+  abab deepseek-v3.2 131072 1 wc131 TILERT_GPU_WHOLE_CHUNKS=0 ;;
 h2|c1) exec bash docs/measured/next/s48.sh "$PART" ;;
-*) echo "usage: s49.sh l2|sw|h2|c1" >&2; exit 2 ;;
+*) echo "usage: s49.sh l2|sw|h4|c49|h2|c1" >&2; exit 2 ;;
 esac

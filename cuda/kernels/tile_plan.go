@@ -126,10 +126,11 @@ func tilePlanGrid(p TilePlan, N, sms, capB int) int {
 // many blocks an SM it was shaped to stream with (two, four for _o4).
 func (k *Set) TileVariantOf(N, K int) string { return defaultPlan(k.c.Info().SMs, N, K).V }
 
-// defaultPlan is the plan tileShape and tileVariant give one row of N x K.
+// defaultPlan is the plan a dense one-row launch of N x K fp8 takes
+// unpinned (tileLaunchShape: the rule, then OneRowWholeChunks).
 func defaultPlan(sms, N, K int) TilePlan {
-	G, R := tileShape(sms, N, K, 1, 1, false)
-	return TilePlan{G: G, R: R, V: tileVariant(G, R, K, 1, 1)}
+	G, R, v := tileLaunchShape(sms, N, K, 1, 1, 1, false, false, expertLaunch{})
+	return TilePlan{G: G, R: R, V: v}
 }
 
 // planRowsPerSM is the most and the mean weight rows an SM streams under

@@ -70,15 +70,10 @@ func TestTileVariantOfQB(t *testing.T) {
 			t.Errorf("one-row %d x %d launches %q, want %q", c.N, c.K, got, c.want)
 		}
 	}
-	// The plan said for DeepSeek-V3.2's q_b is the one it launches with:
-	// whole chunks a thread (OneRowWholeChunks), 64 with the switch off.
+	// The plan said for DeepSeek-V3.2's q_b is the one it launches with
+	// (whole chunks a thread; TestTileLaunchShape covers the switch).
 	if p := defaultPlan(132, 24576, 1536); p != (TilePlan{G: 32, R: 8, V: "_d16"}) {
 		t.Errorf("DeepSeek-V3.2 q_b's default plan %v, want G32/R8_d16", p)
-	}
-	OneRowWholeChunks = false
-	defer func() { OneRowWholeChunks = true }()
-	if p := defaultPlan(132, 24576, 1536); p.G != 64 {
-		t.Errorf("OneRowWholeChunks off: q_b's default plan %v, want G64", p)
 	}
 }
 

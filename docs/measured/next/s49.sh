@@ -1,4 +1,4 @@
-# Session 49's device plan (issue 10). Usage: bash docs/measured/next/s49.sh l2|sw|h4|c49|h2|c1   (binaries in .device/next)
+# Session 49's device plan (issue 10). Usage: bash docs/measured/next/s49.sh l2|sw|h4|c49   (binaries in .device/next)
 #  sw (~6 min, any card; tilert alone): the one-row knobs last tuned on an H200 under normal L2 loads, swept on today's
 #    evict-first policy at 8192, 1 slot, each group bracketed by the default: the dense one-row plans (s48.sh dsw: q_b,
 #    the indexer's wq_b, o_proj of both models), the side streams' tile caps (TILERT_GPU_SIDE_CAP q= / sh=) and the
@@ -16,7 +16,6 @@
 #    (TILERT_GPU_L2_EVICT=keys TILERT_GPU_EXPERT_SHAPE=30 TILERT_GPU_WHOLE_CHUNKS=0), the last on GLM-5 dims 131072 too.
 #  c49 (~8 min, any card; kernels.test, engine.test, tilert): gpu-check's first half on session 49's defaults, then
 #    A/B/A/B against TILERT_GPU_WHOLE_CHUNKS=0 on DeepSeek-V3.2 dims 8192 and 131072.
-#  h2 / c1: s48.sh's (they set session 47's defaults by switches without TILERT_GPU_WHOLE_CHUNKS=0: use h4 / c49).
 NAME=s49
 . docs/measured/next/plan.sh "$1"
 E=TILERT_GPU_TILE_PLANS
@@ -65,6 +64,5 @@ c49)
   check1
   abab deepseek-v3.2 8192 1 wc8 TILERT_GPU_WHOLE_CHUNKS=0
   abab deepseek-v3.2 131072 1 wc131 TILERT_GPU_WHOLE_CHUNKS=0 ;;
-h2|c1) exec bash docs/measured/next/s48.sh "$PART" ;;
-*) echo "usage: s49.sh l2|sw|h4|c49|h2|c1" >&2; exit 2 ;;
+*) echo "usage: s49.sh l2|sw|h4|c49" >&2; exit 2 ;;
 esac

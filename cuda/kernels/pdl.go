@@ -84,6 +84,13 @@ var pdlKernels = setOf(
 	// set, and stay launched plainly.
 )
 
+// pdlPrologueKernels launch programmatically like pdlKernels, but open
+// with PDL_PROLOGUE() and reach PDL_WAIT() in their own body after loading
+// what no launch of the step writes (TestPDLKernelsWait checks both):
+// attn_epilogue_qsp (kernels.EpiloguePre) takes its position, RoPE entries
+// and norm weights there, while wq_b still streams.
+var pdlPrologueKernels = setOf("attn_epilogue_qsp")
+
 func setOf(names ...string) map[string]bool {
 	m := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -249,7 +256,7 @@ func hasPrefixIn(name string, ps []string) bool {
 // pdlFor says whether a kernel named name launches programmatically when
 // PDL is on.
 func pdlFor(name string) bool {
-	if pdlKernels[name] {
+	if pdlKernels[name] || pdlPrologueKernels[name] {
 		return !hasPrefixIn(name, pdlSel.plain)
 	}
 	return pdlMoreKernels[name] && (pdlSel.moreAll || hasPrefixIn(name, pdlSel.more))

@@ -170,6 +170,157 @@ extern "C" __global__ void __launch_bounds__(512)
                      wscale, pos, cos_t, sin_t, rot);
 }
 
+// attn_epilogue_qs with the loads that no launch of the step writes issued
+// before its PDL wait (kernels.EpiloguePre; TILERT_GPU_EPI_PRE=1): the
+// row's position (the step's meta, copied in by the host before the step),
+// the RoPE table entries each thread uses and the norm weights. After the
+// wait, every load of what the layer's earlier launches wrote (the latent
+// row, the indexer key, the query, q_a's sums of squares, the head weights)
+// is issued together. attn_epilogue_qs takes up to four dependent round
+// trips after wq_b ends (the sums, the position, the tables, the head
+// weight), each ~1-2 us while q_b streams beside it; this takes one. Every
+// output is attn_epilogue_qs's bit for bit: the same expressions in the
+// same order (TestKernelEpiloguePre).
+struct EpiQPre {
+  float c[4], s[4];
+};
+__device__ void idx_q_pre_load(EpiQPre& pre, int p, const float* __restrict__ cos_t, const float* __restrict__ sin_t,
+                               int H, int rot, int interleaved, int hb);
+__device__ void idx_q_pre_run(const EpiQPre& pre, const float* __restrict__ q, const float* __restrict__ w, u8* qh,
+                              float* wq, int H, int rot, int interleaved, float wscale, int hb, int m,
+                              const float* __restrict__ ss, int nss, int K, float eps);
+
+extern "C" __global__ void __launch_bounds__(512)
+    attn_epilogue_qsp(float* kva, int ldkv, const float* __restrict__ kvw, float kv_eps, u8* mla, int kv_il, float* ik,
+                      int ldik, const float* __restrict__ ikw, const float* __restrict__ ikb, float ik_eps, u8* idxc,
+                      int ik_il, const float* __restrict__ iq, const float* __restrict__ iw, u8* qh, float* wq, int IH,
+                      float wscale, const int* __restrict__ pos, const float* __restrict__ cos_t,
+                      const float* __restrict__ sin_t, int rot, const float* __restrict__ ss, int nss, int K,
+                      float eps) {
+  PDL_PROLOGUE();
+  const int m = blockIdx.y, t = threadIdx.x, lane = t & 31;
+  const int p = pos[m];
+  const int half = rot >> 1;
+  if (blockIdx.x > 0) {
+    EpiQPre pre;
+    idx_q_pre_load(pre, p, cos_t, sin_t, IH, rot, ik_il, blockIdx.x - 1);
+    PDL_WAIT();
+    idx_q_pre_run(pre, iq, iw, qh, wq, IH, rot, ik_il, wscale, blockIdx.x - 1, m, ss, nss, K, eps);
+    return;
+  }
+  // Block 0 before the wait: its threads' norm weights and RoPE entries.
+  const bool kvt = mla && t < 128, ikt = idxc && t >= 128 && t < 160;
+  float nw[4] = {0.0f, 0.0f, 0.0f, 0.0f}, nb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float rc[2] = {0.0f, 0.0f}, rs[2] = {0.0f, 0.0f};
+  if (p >= 0) {
+    const float* ct = cos_t + (size_t)p * half;
+    const float* st = sin_t + (size_t)p * half;
+    if (kvt) {
+#pragma unroll
+      for (int j = 0; j < 4; j++) nw[j] = kvw[t + 128 * j];
+      if (t < half) {
+        rc[0] = ct[t];
+        rs[0] = st[t];
+      }
+    } else if (ikt) {
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        if (ikw) nw[j] = ikw[lane + 32 * j];
+        if (ikb) nb[j] = ikb[lane + 32 * j];
+      }
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+        if (lane + 32 * i < half) {
+          rc[i] = ct[lane + 32 * i];
+          rs[i] = st[lane + 32 * i];
+        }
+    }
+  }
+  PDL_WAIT();
+  __shared__ float kv[576];
+  __shared__ float kk[128];
+  __shared__ float sh[4];
+  if (p < 0) return;  // block-uniform
+  float* kr = kva + (size_t)m * ldkv;
+  float* ir = ik + (size_t)m * ldik;
+  if (kvt) {
+    float xv[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) xv[j] = kr[t + 128 * j];
+    const float tail = t < 64 ? kr[512 + t] : 0.0f;
+    float ss0 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) ss0 += xv[j] * xv[j];
+    ss0 = warp_sum(ss0);
+    if (lane == 0) sh[t >> 5] = ss0;
+    if (t < 64) kv[512 + t] = tail;
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+    float r = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) r += sh[i];
+    r = rsqrtf(r / 512.0f + kv_eps);
+#pragma unroll
+    for (int j = 0; j < 4; j++) kv[t + 128 * j] = nw[j] * (xv[j] * r);
+    if (t < half) fz_rope_pair(kv + 512, t, half, rc[0], rs[0], kv_il);
+  } else if (ikt) {
+    float xv[4];
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      xv[j] = ir[lane + 32 * j];
+      s += xv[j];
+    }
+    const float mean = (0.0f + warp_sum(s)) / 128.0f;
+    float v = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const float d = xv[j] - mean;
+      v += d * d;
+    }
+    const float r = rsqrtf((0.0f + warp_sum(v)) / 128.0f + ik_eps);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      float o = (xv[j] - mean) * r;
+      if (ikw) o *= nw[j];
+      if (ikb) o += nb[j];
+      kk[lane + 32 * j] = o;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+      if (lane + 32 * i < half) fz_rope_pair(kk, lane + 32 * i, half, rc[i], rs[i], ik_il);
+  }
+  __syncthreads();
+  if (kvt) {
+    // eng_mla_cache_write of the row in kv (attn_epilogue_body's)
+    const float4 v4 = ((const float4*)kv)[t];
+    const float v[4] = {round_bf16(v4.x), round_bf16(v4.y), round_bf16(v4.z), round_bf16(v4.w)};
+    const float amax = warp_max(fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
+    const float sc = fmaxf(amax / FP8_MAX, 1.17549435e-38f);
+    const u32 q = (u32)f32_to_fp8(v[0] / sc) | ((u32)f32_to_fp8(v[1] / sc) << 8) |
+                  ((u32)f32_to_fp8(v[2] / sc) << 16) | ((u32)f32_to_fp8(v[3] / sc) << 24);
+    u8* row = mla + (size_t)p * 656;
+    ((u32*)row)[t] = q;
+    if (lane == 0) ((float*)(row + 512))[t >> 5] = sc;
+    if (t < 64) ((u16*)(row + 528))[t] = f32_to_bf16(kv[512 + t]);
+    ((float4*)kr)[t] = v4;
+    if (t < 16) ((float4*)(kr + 512))[t] = ((const float4*)(kv + 512))[t];
+  } else if (ikt) {
+    // eng_indexer_cache_write of the key in kk (attn_epilogue_body's)
+    const float4 v4 = ((const float4*)kk)[lane];
+    const float v[4] = {round_bf16(v4.x), round_bf16(v4.y), round_bf16(v4.z), round_bf16(v4.w)};
+    const float amax = warp_max(fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
+    const float sc = ue8m0_ceil_f32(fmaxf(amax, 1e-4f) / FP8_MAX);
+    u8* page = idxc + (size_t)(p >> 6) * (64 * 128 + 64 * 4);
+    const int off = p & 63;
+    const u32 q = (u32)f32_to_fp8(v[0] / sc) | ((u32)f32_to_fp8(v[1] / sc) << 8) |
+                  ((u32)f32_to_fp8(v[2] / sc) << 16) | ((u32)f32_to_fp8(v[3] / sc) << 24);
+    ((u32*)(page + off * 128))[lane] = q;
+    if (lane == 0) ((float*)(page + 64 * 128))[off] = sc;
+    ((float4*)ir)[lane] = v4;
+  }
+}
+
 // attn_epilogue over the rows of several slots in one launch (the engine's
 // steps with TILERT_GPU_SLOT_MERGE): row m's MLA cache is row_base[m] +
 // mla_off and its indexer pages row_base[m] + idx_off (row_base: int64 per

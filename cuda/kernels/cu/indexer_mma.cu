@@ -149,6 +149,115 @@ __device__ void idx_q_prep_body_s(const float* __restrict__ q, const float* __re
   idx_q_prep_t<true>(q, w, pos, cos_t, sin_t, qh, wq, H, rot, interleaved, wscale, hb, m, ss, nss, K, eps);
 }
 
+// attn_epilogue_qsp's query blocks (fused.cu): idx_q_prep_t<true> split at
+// the PDL wait. idx_q_pre_load takes the lane's RoPE table entries at the
+// row's position p (from the step's meta, before the wait);
+// idx_q_pre_run then issues the query, q_a's sums of squares (summed in
+// idx_q_prep_t's order) and the head weight together and finishes with
+// idx_q_prep_t's expressions, so the codes and weights are its bits.
+__device__ void idx_q_pre_load(EpiQPre& pre, int p, const float* __restrict__ cos_t, const float* __restrict__ sin_t,
+                               int H, int rot, int interleaved, int hb) {
+  const int lane = threadIdx.x & 31, h = hb * 16 + (threadIdx.x >> 5);
+#pragma unroll
+  for (int b = 0; b < 4; b++) pre.c[b] = pre.s[b] = 0.0f;
+  if (h >= H) return;  // warp-uniform
+  const int half = rot >> 1;
+  const float* ct = cos_t + (size_t)p * half;
+  const float* st = sin_t + (size_t)p * half;
+#pragma unroll
+  for (int b = 0; b < 4; b++) {
+    const int d = 4 * lane + b;
+    int e = -1;
+    if (interleaved) {
+      if ((b & 1) == 0 && d < rot) e = d >> 1;
+    } else if (d < half) {
+      e = d;
+    } else if (d < rot) {
+      e = d - half;
+    }
+    if (e >= 0) {
+      pre.c[b] = ct[e];
+      pre.s[b] = st[e];
+    }
+  }
+}
+
+__device__ void idx_q_pre_run(const EpiQPre& pre, const float* __restrict__ q, const float* __restrict__ w, u8* qh,
+                              float* wq, int H, int rot, int interleaved, float wscale, int hb, int m,
+                              const float* __restrict__ ss, int nss, int K, float eps) {
+  const int lane = threadIdx.x & 31, h = hb * 16 + (threadIdx.x >> 5);
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float sc = 1.0f;
+  u32 code = 0;
+  float hw = 0.0f;
+  if (h < H) {  // warp-uniform
+    const float4 x = ((const float4*)(q + ((size_t)m * H + h) * IDX_D))[lane];
+    if (lane == 0) hw = w[(size_t)m * H + h];
+    float a = 0.0f;
+    if (nss <= 8 * 32) {
+      float part[8];
+#pragma unroll
+      for (int j = 0; j < 8; j++) part[j] = lane + 32 * j < nss ? ss[lane + 32 * j] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; j++)
+        if (lane + 32 * j < nss) a += part[j];
+    } else {
+      for (int i = lane; i < nss; i += 32) a += ss[i];
+    }
+    v[0] = x.x;
+    v[1] = x.y;
+    v[2] = x.z;
+    v[3] = x.w;
+    const float rq = rsqrtf(warp_sum(a) / (float)K + eps);
+#pragma unroll
+    for (int b = 0; b < 4; b++) v[b] = v[b] * rq;
+    const int half = rot >> 1;
+    float r[4] = {v[0], v[1], v[2], v[3]};
+    if (interleaved) {
+#pragma unroll
+      for (int b = 0; b < 4; b += 2) {
+        const int d = 4 * lane + b;
+        if (d < rot) {
+          const float c = pre.c[b], s = pre.s[b];
+          const float a0 = v[b], bb = v[b + 1];
+          r[b] = a0 * c - bb * s;
+          r[b + 1] = bb * c + a0 * s;
+        }
+      }
+    } else {
+      const int q4 = half >> 2;
+      const int src = (4 * lane < half) ? lane + q4 : (lane >= q4 ? lane - q4 : lane);
+      float pv[4];
+#pragma unroll
+      for (int b = 0; b < 4; b++) pv[b] = __shfl_sync(0xffffffffu, v[b], src);
+#pragma unroll
+      for (int b = 0; b < 4; b++) {
+        const int d = 4 * lane + b;
+        if (d < half) {
+          const float c = pre.c[b], s = pre.s[b];
+          const float a0 = v[b], bb = pv[b];
+          r[b] = a0 * c - bb * s;
+        } else if (d < rot) {
+          const float c = pre.c[b], s = pre.s[b];
+          const float a0 = pv[b], bb = v[b];
+          r[b] = bb * c + a0 * s;
+        }
+      }
+    }
+    const float amax = warp_max(fmaxf(fmaxf(fabsf(r[0]), fabsf(r[1])), fmaxf(fabsf(r[2]), fabsf(r[3]))));
+    sc = ue8m0_ceil_f32(fmaxf(amax, 1e-10f) / FP8_MAX);
+    code = (u32)f32_to_fp8(r[0] / sc) | ((u32)f32_to_fp8(r[1] / sc) << 8) | ((u32)f32_to_fp8(r[2] / sc) << 16) |
+           ((u32)f32_to_fp8(r[3] / sc) << 24);
+  }
+  const int d = 4 * lane, dd = d & 63;
+  const int ks = ((d >> 6) << 2) + ((dd & 15) >> 2), c = dd >> 4;
+  const int mt = h >> 4, rr = h & 15, g = rr & 7, hi = rr >> 3;
+  u8* o = qh + (size_t)m * IDXQ_ROW_BYTES + ((size_t)((mt * 8 + ks) * 32 + g * 4 + c)) * 8;
+  ((u16*)o)[hi] = (u16)(code & 0xffffu);
+  ((u16*)o)[2 + hi] = (u16)(code >> 16);
+  if (lane == 0) wq[(size_t)m * IDXQ_HEADS + h] = h < H ? hw * wscale * sc : 0.0f;
+}
+
 extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __restrict__ q, const float* __restrict__ w,
                                                              const int* __restrict__ pos,
                                                              const float* __restrict__ cos_t,

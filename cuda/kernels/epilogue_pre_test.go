@@ -104,3 +104,72 @@ func boolMetric(v bool) float64 {
 	}
 	return 0
 }
+
+// TestKernelScoresPre checks indexer_scores_wgh2p (ScoresPre) against
+// indexer_scores_wgh2 on fresh random keys: the scores bit for bit, the -inf
+// tail and the columns past T included, at the engine's 8192 bucket (the
+// newest key last of a page, first of one, mid-page), paged pages and a
+// row of one key. The pre run is launched programmatically right behind a
+// copy that writes the page holding the row's newest key (poisoned until
+// then), as the attention epilogue does in the step, so a load of that
+// page moved before the wait would score poison.
+func TestKernelScoresPre(t *testing.T) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		needWG(t, c, k)
+		s := c.Stream()
+		defer func(on bool) { ScoresPre = on }(ScoresPre)
+		defer k.SetPDL(k.PDL())
+		n0 := IndexerWGH2PLaunches.Load()
+		cosT, sinT := a.up(randF32(r, 4096*32, 1)), a.up(randF32(r, 4096*32, 1))
+		for _, cs := range []struct {
+			name  string
+			T     int
+			lens  int32
+			paged bool
+		}{
+			{"T=8256 len 8192", 8256, 8192, false},
+			{"T=8256 len 8193", 8256, 8193, false},
+			{"T=8256 len 8230", 8256, 8230, false},
+			{"T=1000 paged len 700", 1000, 700, true},
+			{"T=300 len 1", 300, 1, false},
+			{"T=131072 len 131072", 131072, 131072, false},
+		} {
+			q, w := a.up(randF32(r, 64*IndexerHeadDim, 1)), a.up(randF32(r, 64, 1))
+			qh, wq := a.raw(int64(IndexerQRowBytes)), a.raw(int64(4*IndexerQHeads))
+			chk(k.IndexerQPrep(s, qh, wq, q, w, a.up([]int32{int32(r.IntN(4096))}), cosT, sinT, 1, 64, 64, false, 0.011))
+			cacheH, bt, btp := randIndexerKeys(r, a, cs.T, cs.paged)
+			lens := a.up([]int32{cs.lens})
+			// The page holding the newest key (position lens - 1).
+			blk := int(cs.lens-1) / IndexerPageTokens
+			page := blk
+			if cs.paged {
+				page = int(bt[blk])
+			}
+			pageH := cacheH[page*IndexerPageBytes : (page+1)*IndexerPageBytes]
+			ld := cs.T + 3
+			run := func(pre bool) []float32 {
+				ScoresPre = pre
+				k.SetPDL(pre)
+				held := append([]byte(nil), cacheH...)
+				if pre {
+					for i := range pageH {
+						held[page*IndexerPageBytes+i] = 0x7f // poison: e4m3 NaN codes and NaN scales
+					}
+				}
+				cache, src := a.up(held), a.up(pageH)
+				out := a.poisoned(ld)
+				chk(c.SyncStream(s))
+				if pre {
+					chk(k.EngCopy2D(s, cache.Add(int64(page*IndexerPageBytes)), src, 1, IndexerPageBytes/4, IndexerPageBytes/4, IndexerPageBytes/4))
+				}
+				chk(k.IndexerScoresWGH2(s, out, qh, wq, cache, btp, lens, 0, 1, cs.T, ld))
+				return downF32(c, out, ld)
+			}
+			want, got := run(false), run(true)
+			record(t, fmt.Sprintf("indexer_scores_wgh2p vs wgh2 %s (programmatic: %v)", cs.name, k.PDL()), "mismatched scores", float64(bitMismatches(got, want)), 0)
+		}
+		if IndexerWGH2PLaunches.Load() == n0 {
+			t.Errorf("indexer_scores_wgh2p never launched")
+		}
+	})
+}

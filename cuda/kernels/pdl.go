@@ -89,7 +89,9 @@ var pdlKernels = setOf(
 // what no launch of the step writes (TestPDLKernelsWait checks both):
 // attn_epilogue_qsp (kernels.EpiloguePre) takes its position, RoPE entries
 // and norm weights there, while wq_b still streams.
-var pdlPrologueKernels = setOf("attn_epilogue_qsp")
+// indexer_scores_wgh2p (kernels.ScoresPre) takes its first page of keys
+// there where the epilogue before it cannot have written them.
+var pdlPrologueKernels = setOf("attn_epilogue_qsp", "indexer_scores_wgh2p")
 
 func setOf(names ...string) map[string]bool {
 	m := make(map[string]bool, len(names))

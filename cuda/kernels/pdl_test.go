@@ -214,11 +214,17 @@ func matchBrace(s string, open int) int {
 func TestPDLKernelsWait(t *testing.T) {
 	entries := kernelEntries(KernelSource())
 	names := checkWaits(t, entries, pdlKernels, "pdl.go's list", false)
-	for n := range pdlPrologueKernels {
-		if pdlKernels[n] {
-			t.Errorf("kernel %s is on pdlKernels and pdlPrologueKernels", n)
+	all := map[string][]string{}
+	for _, src := range []string{KernelSource(), AbsorbKernelSource(), FewKernelSource(), MidKernelSource(), WGKernelSource()} {
+		for n, defs := range kernelEntries(src) {
+			all[n] = append(all[n], defs...)
 		}
-		defs, ok := entries[n]
+	}
+	for n := range pdlPrologueKernels {
+		if pdlKernels[n] || pdlMoreKernels[n] {
+			t.Errorf("kernel %s is on pdlPrologueKernels and another programmatic list", n)
+		}
+		defs, ok := all[n]
 		if !ok {
 			t.Errorf("pdlPrologueKernels lists %s, but no module source defines that kernel", n)
 		}
@@ -420,7 +426,7 @@ func TestPDLMoreKernelsWait(t *testing.T) {
 			}
 			continue
 		}
-		if !pdlKernels[n] && !pdlMoreKernels[n] {
+		if !pdlKernels[n] && !pdlMoreKernels[n] && !pdlPrologueKernels[n] {
 			t.Errorf("extra-module kernel %s is on neither pdl.go's list nor pdlMoreKernels: decide how it launches", n)
 		}
 	}

@@ -321,6 +321,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for a single row's dense 1536-byte fp8 rows (q_b and wq_b of DeepSeek-V3.2 dims) on 32-thread groups, whole chunks a thread (kernels.OneRowWholeChunks, session 49), 0 for the tile rule's 64"},
 		{"TILERT_GPU_EPI_PRE", []string{"", "0", "1"},
 			"unset it (or 0) for the one-row scaled attention epilogue on attn_epilogue_qs, 1 for attn_epilogue_qsp (the same bits, its position, RoPE entries and norm weights loaded before its PDL wait; kernels.EpiloguePre, session 50)"},
+		{"TILERT_GPU_SCORES_PRE", []string{"", "0", "1"},
+			"unset it (or 0) for the two-warpgroup indexer scores on indexer_scores_wgh2, 1 for indexer_scores_wgh2p (the same scores, each warpgroup's first page of keys loaded before its PDL wait where the epilogue cannot have written it; kernels.ScoresPre, session 50)"},
 		{"TILERT_GPU_MLA_WG2B", []string{"", "0", "1"},
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
 		{"TILERT_GPU_TOPK_W12", []string{"", "0", "1"},

@@ -365,6 +365,8 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_WHOLE_CHUNKS", "off", false},
 		{"TILERT_GPU_EPI_PRE", "1", true},
 		{"TILERT_GPU_EPI_PRE", "yes", false},
+		{"TILERT_GPU_SCORES_PRE", "1", true},
+		{"TILERT_GPU_SCORES_PRE", "on", false},
 		{"TILERT_GPU_EXPERT_SHAPE", "30", true},
 		{"TILERT_GPU_EXPERT_SHAPE", "o4", true},
 		{"TILERT_GPU_EXPERT_SHAPE", "d16", true},

@@ -6,18 +6,25 @@
 #    TestPDLKernelsWait beside the engine checks it touches with it on (GreedyMatchesCPU, QANormLate,
 #    SideStreamSameTokens); then A/B/A/B at 1 slot on GLM-5 dims 8192 and 131072 (the indexer chain is their critical
 #    path) and DeepSeek-V3.2 dims 8192; then one traced GLM-5 dims step each way (the epilogue's charged time).
+#    TILERT_GPU_SCORES_PRE=1 (kernels.ScoresPre, built this session): the two-warpgroup indexer scores on
+#    indexer_scores_wgh2p, each warpgroup's first page of keys loaded before its PDL wait where the epilogue before it
+#    cannot have written it (TestKernelScoresPre: bit for bit wgh2, behind a copy that writes the newest key's page).
+#    Both are A/B/A/B'd alone on GLM-5 dims 8192 and together on GLM-5 dims 131072 and DeepSeek-V3.2 dims 8192.
 #  Then s49.sh's queue: c49 (gpu-check's first half, the whole-chunks A/B) on any card, h4 on an H200.
 NAME=s50
 . docs/measured/next/plan.sh "$1"
 case "$PART" in
 ep)
-  tst kernels cuda/kernels 200 '^TestKernel(EpiloguePre|QANormLate)$|^TestPDLKernelsWait$' &
-  TILERT_GPU_EPI_PRE=1 tst engine engine/gpu 300 '^TestGPU(GreedyMatchesCPU|QANormLate|SideStreamSameTokens)$'; wait
-  cnt kernels; cnt engine; grep -h -E "attn_epilogue_qsp" $R/kernels.log | head -12 >> $R/summary.txt; save
+  export TILERT_GPU_REPORT=$R/report.txt
+  tst kernels cuda/kernels 200 '^TestKernel(EpiloguePre|ScoresPre|QANormLate|IndexerWGH)$|^TestPDL' &
+  TILERT_GPU_EPI_PRE=1 TILERT_GPU_SCORES_PRE=1 tst engine engine/gpu 300 '^TestGPU(GreedyMatchesCPU|QANormLate|SideStreamSameTokens)$'; wait
+  cnt kernels; cnt engine; grep -h -E "qsp|wgh2p" $R/report.txt | head -24 >> $R/summary.txt; save
+  B="TILERT_GPU_EPI_PRE=1 TILERT_GPU_SCORES_PRE=1"
   abab glm-5 8192 1 eg8 TILERT_GPU_EPI_PRE=1
-  abab glm-5 131072 1 eg131 TILERT_GPU_EPI_PRE=1
-  abab deepseek-v3.2 8192 1 ed8 TILERT_GPU_EPI_PRE=1
-  TL=1 bn glm-5 8192 1 tl-A; TL=1 bn glm-5 8192 1 tl-B TILERT_GPU_EPI_PRE=1
+  abab glm-5 8192 1 sg8 TILERT_GPU_SCORES_PRE=1
+  abab glm-5 131072 1 bg131 $B
+  abab deepseek-v3.2 8192 1 bd8 $B
+  TL=1 bn glm-5 8192 1 tl-A; TL=1 bn glm-5 8192 1 tl-B $B
   for f in tl-A tl-B; do echo "== $f" >> $R/summary.txt; grep -E "layers \(each|gemv_group_r8_m1_qw$|attn_epilogue|indexer_scores|topk_radix|absorb_q|mla_decode" $R/$f.txt | head -12 >> $R/summary.txt; done
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 *) echo "usage: s50.sh ep" >&2; exit 2 ;;

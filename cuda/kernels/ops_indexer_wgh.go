@@ -27,8 +27,8 @@ const (
 var IndexerWGHLaunches, IndexerWGH2Launches, IndexerWGH2PLaunches atomic.Int64
 
 // ScoresPre (TILERT_GPU_SCORES_PRE=1; off until measured, session 50)
-// runs the two-warpgroup scores of one cache (not the rows form) as
-// indexer_scores_wgh2p: each warpgroup's first page of keys is loaded
+// runs the two-warpgroup scores of one row (not the rows form; an MTP
+// step's rows write several new keys) as indexer_scores_wgh2p: each warpgroup's first page of keys is loaded
 // before its PDL wait where every key of the page precedes the row's
 // newest (the one the attention epilogue just before it writes), so the
 // keys are in flight while the epilogue still runs; the same scores.
@@ -120,7 +120,7 @@ func (k *Set) launchWGH(name string, pair bool, s cuda.Stream, nq, T int, args .
 	if err != nil {
 		return errors.WithHint(errors.Wrap(err, name), "it needs an H100/H200 (sm_90a) and NVRTC 12+; IndexerScoresMMA runs everywhere from sm_89")
 	}
-	if name == indexerWGH2Name && ScoresPre {
+	if name == indexerWGH2Name && ScoresPre && nq == 1 {
 		name = indexerWGH2Name + "p"
 		IndexerWGH2PLaunches.Add(1)
 	}

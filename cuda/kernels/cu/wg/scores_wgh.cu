@@ -89,7 +89,8 @@ __device__ __forceinline__ void wgh_pre_load(WghKeys& k, const u8* __restrict__ 
   const int n = min(len, T);
   const int npg = (n + WGH_PAGE - 1) / WGH_PAGE;
   const int p = blockIdx.x * WGS + (WGS == 1 ? 0 : tid >> 7);
-  k.have = p < npg && (p + 1) * WGH_PAGE <= len - 1;
+  // One row only: several rows of one cache (an MTP step) write several keys.
+  k.have = gridDim.y == 1 && p < npg && (p + 1) * WGH_PAGE <= len - 1;
   if (!k.have) return;
   const int page = block_table ? block_table[p] : p;
   const u8* pg = cache + (size_t)page * WGH_PAGE_BYTES;

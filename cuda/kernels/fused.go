@@ -117,20 +117,13 @@ func (k *Set) AttnEpilogue(s cuda.Stream, a AttnEpilogue) error {
 			return errors.Newf("attn epilogue: RMSNorm's scale (sums %#x, N=%d, K=%d) needs the query part (QH) of one row (rows=%d) on one cache (bases %#x), N > 0 and K > 0",
 				uint64(a.QS.SumSq), a.QS.N, a.QS.K, a.Rows, uint64(a.Bases))
 		}
-		name := "attn_epilogue_qs"
-		if EpiloguePre {
-			name = "attn_epilogue_qsp"
-		}
-		if err := k.launch(name, cuda.D3(gx, a.Rows, 1), cuda.D1(512), 0, s,
+		if err := k.launch("attn_epilogue_qs", cuda.D3(gx, a.Rows, 1), cuda.D1(512), 0, s,
 			a.KVA, a.LdKV, a.KVNorm, a.KVEps, a.MLACache, b2i(a.KVInterleaved),
 			a.IK, a.LdIK, a.IKNormW, a.IKNormB, a.IKEps, a.IdxCache, b2i(a.IdxInterleaved),
 			a.IQ, a.IW, a.QH, a.WQ, a.IH, a.WScale, a.Pos, a.Cos, a.Sin, a.Rot, a.QS.SumSq, a.QS.N, a.QS.K, a.QS.Eps); err != nil {
 			return err
 		}
 		AttnEpilogueQSLaunches.Add(1)
-		if EpiloguePre {
-			AttnEpilogueQSPLaunches.Add(1)
-		}
 		return nil
 	}
 	if a.Bases != 0 {
@@ -144,18 +137,6 @@ func (k *Set) AttnEpilogue(s cuda.Stream, a AttnEpilogue) error {
 		a.IK, a.LdIK, a.IKNormW, a.IKNormB, a.IKEps, a.IdxCache, b2i(a.IdxInterleaved),
 		a.IQ, a.IW, a.QH, a.WQ, a.IH, a.WScale, a.Pos, a.Cos, a.Sin, a.Rot)
 }
-
-// EpiloguePre (TILERT_GPU_EPI_PRE=1; off until measured, session 50) runs
-// the scaled one-row epilogue as attn_epilogue_qsp: attn_epilogue_qs's
-// bits, with its position, RoPE entries and norm weights loaded before
-// its PDL wait and every load of what the step wrote issued together
-// after it (one round trip after wq_b where attn_epilogue_qs has up to
-// four: the H100 trace of session 47 call G charged it 9.4 us on the
-// indexer chain for < 20 KB of reads).
-var EpiloguePre = false
-
-// AttnEpilogueQSPLaunches counts attn_epilogue_qsp launches (tests).
-var AttnEpilogueQSPLaunches atomic.Int64
 
 // AttnEpilogueQSLaunches counts attn_epilogue_qs launches (tests).
 var AttnEpilogueQSLaunches atomic.Int64

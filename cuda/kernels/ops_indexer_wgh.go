@@ -22,17 +22,8 @@ const (
 )
 
 // IndexerWGHLaunches counts launches of the wgh kernels, IndexerWGH2Launches
-// those on two-warpgroup blocks, IndexerWGH2PLaunches those on
-// indexer_scores_wgh2p (tests: no silent fallback).
-var IndexerWGHLaunches, IndexerWGH2Launches, IndexerWGH2PLaunches atomic.Int64
-
-// ScoresPre (TILERT_GPU_SCORES_PRE=1; off until measured, session 50)
-// runs the two-warpgroup scores of one row (not the rows form; an MTP
-// step's rows write several new keys) as indexer_scores_wgh2p: each warpgroup's first page of keys is loaded
-// before its PDL wait where every key of the page precedes the row's
-// newest (the one the attention epilogue just before it writes), so the
-// keys are in flight while the epilogue still runs; the same scores.
-var ScoresPre = false
+// those on two-warpgroup blocks (tests: no silent fallback).
+var IndexerWGHLaunches, IndexerWGH2Launches atomic.Int64
 
 // indexerWGHBlocks: one warpgroup a block, each taking every nbx-th
 // 64-key page of its row; as many pages a block as fill the SMs once.
@@ -119,10 +110,6 @@ func (k *Set) launchWGH(name string, pair bool, s cuda.Stream, nq, T int, args .
 	mod, err := k.wg()
 	if err != nil {
 		return errors.WithHint(errors.Wrap(err, name), "it needs an H100/H200 (sm_90a) and NVRTC 12+; IndexerScoresMMA runs everywhere from sm_89")
-	}
-	if name == indexerWGH2Name && ScoresPre && nq == 1 {
-		name = indexerWGH2Name + "p"
-		IndexerWGH2PLaunches.Add(1)
 	}
 	f, err := k.c.Function(mod, name)
 	if err != nil {

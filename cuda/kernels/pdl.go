@@ -84,15 +84,6 @@ var pdlKernels = setOf(
 	// set, and stay launched plainly.
 )
 
-// pdlPrologueKernels launch programmatically like pdlKernels, but open
-// with PDL_PROLOGUE() and reach PDL_WAIT() in their own body after loading
-// what no launch of the step writes (TestPDLKernelsWait checks both):
-// attn_epilogue_qsp (kernels.EpiloguePre) takes its position, RoPE entries
-// and norm weights there, while wq_b still streams.
-// indexer_scores_wgh2p (kernels.ScoresPre) takes its first page of keys
-// there where the epilogue before it cannot have written them.
-var pdlPrologueKernels = setOf("attn_epilogue_qsp", "indexer_scores_wgh2p")
-
 func setOf(names ...string) map[string]bool {
 	m := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -258,7 +249,7 @@ func hasPrefixIn(name string, ps []string) bool {
 // pdlFor says whether a kernel named name launches programmatically when
 // PDL is on.
 func pdlFor(name string) bool {
-	if pdlKernels[name] || pdlPrologueKernels[name] {
+	if pdlKernels[name] {
 		return !hasPrefixIn(name, pdlSel.plain)
 	}
 	return pdlMoreKernels[name] && (pdlSel.moreAll || hasPrefixIn(name, pdlSel.more))

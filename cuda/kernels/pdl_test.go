@@ -173,14 +173,7 @@ func kernelEntries(src string) map[string][]string {
 		if e := strings.IndexAny(body, ";}"); e >= 0 {
 			first = body[:e+1]
 		}
-		first = strings.Join(strings.Fields(first), "")
-		if first == "PDL_PROLOGUE();" {
-			// A prologue kernel must reach the wait in its own body.
-			if e := matchBrace(s, q+b); e >= 0 && strings.Contains(strings.Join(strings.Fields(s[q+b:e]), ""), pdlEntry) {
-				first = pdlPrologueEntry
-			}
-		}
-		out[nm[1]] = append(out[nm[1]], first)
+		out[nm[1]] = append(out[nm[1]], strings.Join(strings.Fields(first), ""))
 		off = q
 	}
 	return out
@@ -188,55 +181,14 @@ func kernelEntries(src string) map[string][]string {
 
 const pdlEntry = "PDL_WAIT();"
 
-// pdlPrologueEntry is kernelEntries' entry for a kernel that opens with
-// PDL_PROLOGUE() and has PDL_WAIT() in its own body.
-const pdlPrologueEntry = "PDL_PROLOGUE();...PDL_WAIT();"
-
-// matchBrace is the index of the '}' closing the '{' at open, or -1.
-func matchBrace(s string, open int) int {
-	d := 0
-	for i := open; i < len(s); i++ {
-		switch s[i] {
-		case '{':
-			d++
-		case '}':
-			d--
-			if d == 0 {
-				return i
-			}
-		}
-	}
-	return -1
-}
-
 // Every kernel launched programmatically must start with PDL_WAIT(): see
 // pdl.go for why a listed kernel without it would race.
 func TestPDLKernelsWait(t *testing.T) {
 	entries := kernelEntries(KernelSource())
 	names := checkWaits(t, entries, pdlKernels, "pdl.go's list", false)
-	all := map[string][]string{}
-	for _, src := range []string{KernelSource(), AbsorbKernelSource(), FewKernelSource(), MidKernelSource(), WGKernelSource()} {
-		for n, defs := range kernelEntries(src) {
-			all[n] = append(all[n], defs...)
-		}
-	}
-	for n := range pdlPrologueKernels {
-		if pdlKernels[n] || pdlMoreKernels[n] {
-			t.Errorf("kernel %s is on pdlPrologueKernels and another programmatic list", n)
-		}
-		defs, ok := all[n]
-		if !ok {
-			t.Errorf("pdlPrologueKernels lists %s, but no module source defines that kernel", n)
-		}
-		for i, first := range defs {
-			if first != pdlPrologueEntry {
-				t.Errorf("kernel %s (definition %d of %d) starts with %q: a prologue kernel opens with PDL_PROLOGUE() and has PDL_WAIT() in its own body", n, i+1, len(defs), first)
-			}
-		}
-	}
 	var plain []string
 	for n := range entries {
-		if !pdlKernels[n] && !pdlPrologueKernels[n] {
+		if !pdlKernels[n] {
 			plain = append(plain, n)
 		}
 	}
@@ -289,17 +241,6 @@ extern "C" __global__ void bad(float* y) {
   y[0] = 0.0f;  // reads before no wait
   PDL_WAIT();
 }
-extern "C" __global__ void pro(const int* pos, float* y) {
-  PDL_PROLOGUE();
-  const int p = pos[0];
-  if (p > 0) { y[1] = 2.0f; }
-  PDL_WAIT();
-  y[0] = p;
-}
-extern "C" __global__ void pro_nowait(const int* pos, float* y) {
-  PDL_PROLOGUE();
-  if (pos[0] > 0) { y[0] = 1.0f; }
-}
 #define KERNELS(NAME, R)                               \
   extern "C" __global__ void __launch_bounds__(256)    \
       k_##NAME##_r##R(const float* x) {                 \
@@ -320,15 +261,13 @@ extern "C" __global__ void twice(int* p) { __trap(); }
 `
 	got := kernelEntries(src)
 	want := map[string][]string{
-		"good":       {pdlEntry},
-		"bad":        {"y[0]=0.0f;"},
-		"pro":        {pdlPrologueEntry},
-		"pro_nowait": {"PDL_PROLOGUE();"},
-		"k_a_r1":     {pdlEntry},
-		"k_b_r4":     {pdlEntry},
-		"late_a":     {"inti=threadIdx.x;"},
-		"late_b":     {"inti=threadIdx.x;"},
-		"twice":      {pdlEntry, "__trap();"},
+		"good":   {pdlEntry},
+		"bad":    {"y[0]=0.0f;"},
+		"k_a_r1": {pdlEntry},
+		"k_b_r4": {pdlEntry},
+		"late_a": {"inti=threadIdx.x;"},
+		"late_b": {"inti=threadIdx.x;"},
+		"twice":  {pdlEntry, "__trap();"},
 	}
 	if len(got) != len(want) {
 		t.Errorf("found %d kernels %v, want %d", len(got), got, len(want))
@@ -426,7 +365,7 @@ func TestPDLMoreKernelsWait(t *testing.T) {
 			}
 			continue
 		}
-		if !pdlKernels[n] && !pdlMoreKernels[n] && !pdlPrologueKernels[n] {
+		if !pdlKernels[n] && !pdlMoreKernels[n] {
 			t.Errorf("extra-module kernel %s is on neither pdl.go's list nor pdlMoreKernels: decide how it launches", n)
 		}
 	}

@@ -459,17 +459,6 @@ func init() {
 	if os.Getenv("TILERT_GPU_WHOLE_CHUNKS") == "0" {
 		kernels.OneRowWholeChunks = false
 	}
-	// TILERT_GPU_EPI_PRE=1: the one-row scaled attention epilogue on
-	// attn_epilogue_qsp (kernels.EpiloguePre, session 50; same bits).
-	if os.Getenv("TILERT_GPU_EPI_PRE") == "1" {
-		kernels.EpiloguePre = true
-	}
-	// TILERT_GPU_SCORES_PRE=1: the two-warpgroup indexer scores of one
-	// cache on indexer_scores_wgh2p (kernels.ScoresPre, session 50; the
-	// same scores).
-	if os.Getenv("TILERT_GPU_SCORES_PRE") == "1" {
-		kernels.ScoresPre = true
-	}
 	switch os.Getenv("TILERT_GPU_EXPERT_SHAPE") {
 	case "0":
 		kernels.OneRowExperts = false
@@ -1473,7 +1462,7 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 		slog.Info("weight loads: L2 policy (TILERT_GPU_L2_EVICT), a single row's routed-expert shapes (TILERT_GPU_EXPERT_SHAPE) and dense 1536-byte rows (TILERT_GPU_WHOLE_CHUNKS)",
 			"evict_first", kernels.EvictFirst, "grouped_gemv_normal", kernels.EvictFirst && kernels.GroupNormal,
 			"card", b.c.Info().Name, "gate_up", pair, "down", down,
-			"whole_chunks", kernels.OneRowWholeChunks, "epilogue_pre", kernels.EpiloguePre, "scores_pre", kernels.ScoresPre)
+			"whole_chunks", kernels.OneRowWholeChunks)
 	})
 }
 

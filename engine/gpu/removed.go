@@ -238,6 +238,17 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_L2_NEXT", keep: zero,
 		what: "the next layer's input projections asked into the L2 beside a MoE layer's routed experts (l2_prefetch behind the shared expert's down on its side stream) were measured slower on the H100 in session 49 call A and removed (decode p50, 9 MoE layers, A/B/A/B: =group DeepSeek-V3.2 dims 8192 3.192 / 3.196 against 3.154 / 3.160 ms, +38 / +36 us; GLM-5 dims 8192 +17 / +16, 131072 +22 / +30; 4 slots +30 / +37; =wqb, wq_b too, DeepSeek-V3.2 dims 8192 +63 / +65, GLM-5 dims +31 / +26)",
 		hint: `: a layer's input projections read their weights from HBM (the default); the code last exists at commit b538f47, the record is in docs/measured/h100-2026-12-06-s49 and engine/gpu/NOTES.md "Session 49"`},
+	// TILERT_GPU_EPI_PRE=1 ran the one-row scaled attention epilogue as
+	// attn_epilogue_qsp (its position, RoPE entries and norm weights loaded
+	// before its PDL wait); TILERT_GPU_SCORES_PRE=1 the one-row indexer
+	// scores as indexer_scores_wgh2p (each warpgroup's first page of keys
+	// before the wait). Built and measured in session 50, no gain, removed.
+	{name: "TILERT_GPU_EPI_PRE", keep: zero,
+		what: "the one-row attention epilogue with its position, RoPE table entries and norm weights loaded before its PDL wait (attn_epilogue_qsp, attn_epilogue_qs's bits) was measured on the H100 in session 50 call A, gained nothing and was removed (decode p50, 9 MoE layers, A/B/A/B: GLM-5 dims 8192 3.188 / 3.187 against 3.181 / 3.188 ms, +7 / -1 us; with TILERT_GPU_SCORES_PRE=1 GLM-5 dims 131072 3.288 / 3.290 against 3.274 / 3.275, +14 / +15, DeepSeek-V3.2 dims 8192 +1 / 0; traced, GLM-5 dims 8192: charged 6.3 us a layer against attn_epilogue_qs's 4.3)",
+		hint: `: the epilogue loads everything after its wait (attn_epilogue_qs, the default); the code last exists at commit 3a8fbb2, the record is in docs/measured/h100-2026-12-06-s50 and engine/gpu/NOTES.md "Session 50"`},
+	{name: "TILERT_GPU_SCORES_PRE", keep: zero,
+		what: "the one-row indexer scores with each warpgroup's first page of keys loaded before its PDL wait (indexer_scores_wgh2p, indexer_scores_wgh2's bits) were measured on the H100 in session 50 call A, gained nothing and were removed (decode p50, 9 MoE layers, A/B/A/B: GLM-5 dims 8192 3.189 / 3.189 against 3.187 / 3.187 ms, +2 / +2 us; with TILERT_GPU_EPI_PRE=1 GLM-5 dims 131072 +14 / +15, DeepSeek-V3.2 dims 8192 +1 / 0; traced, GLM-5 dims 8192: the scores charged 1.8 us a layer against 3.0, the epilogue before them 2.0 more)",
+		hint: `: the scores load their keys after the wait (indexer_scores_wgh2, the default); the code last exists at commit 3a8fbb2, the record is in docs/measured/h100-2026-12-06-s50 and engine/gpu/NOTES.md "Session 50"`},
 	// TILERT_GPU_MLA_HEADS=16 ran the one-tile decode MLA blocks on 16 heads
 	// (mla_decode_wg2q); built in session 31, measured slower in session 38,
 	// removed. The switch's other values stay (switchValues).
@@ -319,10 +330,6 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or nogroup) for the weight streams' and the indexer keys' loads evict-first in the L2 but the grouped input GEMVs' (kernels.EvictFirst and GroupNormal, the default since session 48), keys for those evict-first too (session 47's default), normal for the loads before session 47"},
 		{"TILERT_GPU_WHOLE_CHUNKS", []string{"", "0", "1"},
 			"unset it (or 1) for a single row's dense 1536-byte fp8 rows (q_b and wq_b of DeepSeek-V3.2 dims) on 32-thread groups, whole chunks a thread (kernels.OneRowWholeChunks, session 49), 0 for the tile rule's 64"},
-		{"TILERT_GPU_EPI_PRE", []string{"", "0", "1"},
-			"unset it (or 0) for the one-row scaled attention epilogue on attn_epilogue_qs, 1 for attn_epilogue_qsp (the same bits, its position, RoPE entries and norm weights loaded before its PDL wait; kernels.EpiloguePre, session 50)"},
-		{"TILERT_GPU_SCORES_PRE", []string{"", "0", "1"},
-			"unset it (or 0) for the two-warpgroup indexer scores on indexer_scores_wgh2, 1 for indexer_scores_wgh2p (the same scores, each warpgroup's first page of keys loaded before its PDL wait where the epilogue cannot have written it; kernels.ScoresPre, session 50)"},
 		{"TILERT_GPU_MLA_WG2B", []string{"", "0", "1"},
 			"unset it (or 1) for mla_decode_wg2b (mla_decode_wg2's bits, shorter latency chains), 0 for session 19's mla_decode_wg2"},
 		{"TILERT_GPU_TOPK_W12", []string{"", "0", "1"},

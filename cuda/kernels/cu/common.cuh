@@ -25,13 +25,6 @@ typedef unsigned long long u64;
   do {             \
   } while (0)
 #endif
-// PDL_PROLOGUE() opens a kernel of pdl.go's pdlPrologueKernels: before its
-// PDL_WAIT() (in the kernel's own body) it reads only what no launch of the
-// step writes (the step's meta the host copied in, tables, weights) and
-// writes nothing.
-#define PDL_PROLOGUE() \
-  do {                 \
-  } while (0)
 
 // TILERT_L2_EVICT_FIRST (kernels.EvictFirst, the default since session 47;
 // the engine's TILERT_GPU_L2_EVICT=normal clears it): what a step reads

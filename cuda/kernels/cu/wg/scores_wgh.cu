@@ -66,53 +66,14 @@ __device__ __forceinline__ void wgh_m64n64(float* d, u32 a0, u32 a1, u32 a2, u32
       : "memory");
 }
 
-// A warpgroup's first page of keys, loaded before the PDL wait
-// (indexer_scores_wgh2p): have says the registers hold it.
-struct WghKeys {
-  uint4 x0, x1, y0, y1;
-  float s0, s1;
-  bool have;
-};
-
-// wgh_pre_load: before the wait, this warpgroup's first page when every key
-// of it precedes the row's newest (position lens - 1, which the attention
-// epilogue just before writes this step); other pages are written in
-// earlier steps only. The page table and lens are the step's meta from the
-// host. Lane (w, g, c) takes wgh_body's load's bytes.
-template <int WGS>
-__device__ __forceinline__ void wgh_pre_load(WghKeys& k, const u8* __restrict__ cache,
-                                             const int* __restrict__ block_table, const int* __restrict__ lens,
-                                             int T) {
-  const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3;
-  const int g = lane >> 2, c = lane & 3;
-  const int len = lens[row];
-  const int n = min(len, T);
-  const int npg = (n + WGH_PAGE - 1) / WGH_PAGE;
-  const int p = blockIdx.x * WGS + (WGS == 1 ? 0 : tid >> 7);
-  // One row only: several rows of one cache (an MTP step) write several keys.
-  k.have = gridDim.y == 1 && p < npg && (p + 1) * WGH_PAGE <= len - 1;
-  if (!k.have) return;
-  const int page = block_table ? block_table[p] : p;
-  const u8* pg = cache + (size_t)page * WGH_PAGE_BYTES;
-  const u8* ka = pg + (16 * w + g) * WGH_D + 16 * c;
-  k.x0 = LD16_ONCE(ka);
-  k.x1 = LD16_ONCE(ka + 64);
-  k.y0 = LD16_ONCE(ka + 8 * WGH_D);
-  k.y1 = LD16_ONCE(ka + 8 * WGH_D + 64);
-  const float* scl = (const float*)(pg + WGH_PAGE * WGH_D);
-  k.s0 = scl[16 * w + g];
-  k.s1 = scl[16 * w + g + 8];
-}
-
 // WGS warpgroups a block (128 x WGS threads) share the query's staging and
 // the histogram; warpgroup wg takes logical pages blockIdx.x x WGS + wg +
-// i x gridDim.x x WGS. A key's arithmetic does not depend on WGS. pre (not
-// null): the first page's keys as wgh_pre_load left them.
+// i x gridDim.x x WGS. A key's arithmetic does not depend on WGS.
 template <bool ROWS, int WGS>
 __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float* __restrict__ wq,
                                          const u8* __restrict__ cache, const int* __restrict__ block_table,
                                          const int* __restrict__ lens, float* out, int T, int ld_out, u32* hist,
-                                         const long long* __restrict__ row_base, const WghKeys* pre = nullptr) {
+                                         const long long* __restrict__ row_base) {
   __shared__ __align__(128) u8 qb[WGH_HEADS * WGH_D * 2];  // B: the query, f16, 16 KB
   __shared__ u32 hs[WGH_BINS];                             // score histogram (hist != null), 16 KB
   __shared__ __align__(8) float ws[WGH_HEADS];             // head weights (wq)
@@ -144,16 +105,7 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
   };
   int p = blockIdx.x * WGS + (WGS == 1 ? 0 : tid >> 7);
   const int stride = gridDim.x * WGS;
-  if (pre && pre->have) {
-    x0 = pre->x0;
-    x1 = pre->x1;
-    y0 = pre->y0;
-    y1 = pre->y1;
-    s0 = pre->s0;
-    s1 = pre->s1;
-  } else if (WGS == 1 || p < npg) {
-    load(p);  // in flight during the query's staging
-  }
+  if (WGS == 1 || p < npg) load(p);  // in flight during the query's staging
   // B from idx_q_prep's fragment-ordered codes: uint2 i = (mt*8 + ks)*32 +
   // 4*gg + cc holds heads 16mt + gg + 8hi, bytes 2hi + o (dimension P + o,
   // logical k 16ks + 2cc + o) and 4 + 2hi + o (P + 2 + o, logical + 8).
@@ -257,22 +209,6 @@ extern "C" __global__ void __launch_bounds__(128, 4) indexer_scores_wgh(WGH_ARGS
 extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_wgh2(WGH_ARGS) {
   PDL_WAIT();
   WGH_RUN(false, 2, block_table, nullptr);
-}
-
-// indexer_scores_wgh2 with each warpgroup's first page of keys loaded
-// before its PDL wait where the epilogue before it cannot have written it
-// (kernels.ScoresPre; TILERT_GPU_SCORES_PRE=1): the same scores bit for bit.
-extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_wgh2p(WGH_ARGS) {
-  PDL_PROLOGUE();
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  WghKeys k;
-  wgh_pre_load<2>(k, cache, block_table, lens, T);
-  PDL_WAIT();
-  wgh_body<false, 2>(qh, wq, cache, block_table, lens, out, T, ld_out, hist, nullptr, &k);
-#else
-  PDL_WAIT();
-  __trap();
-#endif
 }
 
 // indexer_scores_wgh over rows of several slots' caches (row r's pages at

@@ -206,4 +206,16 @@ func TestGroupKernelVariants(t *testing.T) {
 		}
 	}
 	forceGroupR = 0
+	// Each segment takes its separate launch's G (so its bits): at one input
+	// row that includes the whole-chunks rule (DeepSeek-V3.2 dims' q_b and
+	// wq_b rows of 1536 bytes on 32-thread groups), at two rows not.
+	for _, c := range []struct{ N, K, M, want int }{
+		{24576, 1536, 1, 32}, {8192, 1536, 1, 32}, {16384, 2048, 1, 64}, {24576, 1536, 2, 64},
+	} {
+		G, _ := groupShape(132, GroupSeg{N: c.N}, c.K, c.M)
+		sG, _, _ := tileLaunchShape(132, c.N, c.K, c.M, 1, 1, false, false, expertLaunch{})
+		if G != c.want || G != sG {
+			t.Errorf("groupShape N=%d K=%d M=%d: G=%d, want %d (the separate launch's %d)", c.N, c.K, c.M, G, c.want, sG)
+		}
+	}
 }

@@ -1,5 +1,6 @@
 # Session 50's device plan (issue 10). Usage: bash docs/measured/next/s50.sh ep|v   (binaries in .device/next)
-#  ep (~7 min, any card; kernels.test, engine.test, tilert): TILERT_GPU_EPI_PRE=1 (kernels.EpiloguePre, built this
+#  ep (~2 min, any card; kernels.test, engine.test, tilert of 3a8fbb2; ran as call A: no gain, both switches removed
+#    and refused now, the code last in 3a8fbb2, so this part is the record and stops at the refusal): TILERT_GPU_EPI_PRE=1 (kernels.EpiloguePre, built this
 #    session): the one-row scaled attention epilogue on attn_epilogue_qsp, whose position, RoPE entries and norm
 #    weights load before its PDL wait and whose other loads go out together after it. TestKernelEpiloguePre (bit for
 #    bit attn_epilogue_qs, launched programmatically behind the launch that writes its inputs), TestKernelQANormLate and

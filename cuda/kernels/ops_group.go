@@ -61,8 +61,7 @@ var forceGroupR int
 
 // groupShape is a segment's group size and the launch's rows per group. G
 // is the tile GEMV's own choice for that matrix alone (tileLaunchShape,
-// since session 50: with tileShape the whole-chunks rule of session 49 left
-// K = 1536 groups on 64 threads and TestKernelGemvGroup failing): a
+// the single-row rules such as OneRowWholeChunks included): a
 // thread's chunks, their order and the combine depend on G only, not on R,
 // so each output equals the separate GemvFP8Tile / GemvBF16Tile launch bit
 // for bit. R is 8 rows per group (4 from 5 input rows, by registers) for
@@ -77,8 +76,6 @@ func groupShape(sms int, sg GroupSeg, K, M int) (G, R int) {
 	if sg.BF16 {
 		esize = 2
 	}
-	// The separate launch's G (tileLaunchShape: a single row's whole-chunks
-	// rule included), so each segment keeps its bits.
 	G, _, _ = tileLaunchShape(sms, sg.N, K*esize, M, esize, 1, false, false, expertLaunch{})
 	R = min(8, 32/tileMM(M))
 	if f := forceGroupR; (f == 2 || f == 4 || f == 8) && f*tileMM(M) <= 32 {

@@ -1,22 +1,32 @@
-# Session 51's device plan (issue 10). Usage: bash docs/measured/next/s51.sh b9|sh   (binaries in .device/next)
-#  On an H200 the queue is still s49.sh h4 (tilert alone). On an H100 this session re-takes what the README shows
-#  from older mains:
-#  b9 (~8 min, any card; tilert): the README's 9-MoE-layer rows on today's main (session 47 last took the whole table,
+# Session 51's device plan (issue 10). Usage: bash docs/measured/next/s51.sh b9|sh|h5   (binaries in .device/next)
+#  h5 (~4 min, an H200; tilert alone): what s49.sh h4 queued, with the whole table first: b9 below (every README row,
+#    traced steps), then A/B/A/B on DeepSeek-V3.2 dims 8192 of the gate/up on _d16 (an H200 takes _o4 since session
+#    30's normal-load sweep), TILERT_GPU_WHOLE_CHUNKS=0 (session 49's rule, never run on an H200), and today's defaults
+#    against session 47's (L2_EVICT=keys, EXPERT_SHAPE=30, WHOLE_CHUNKS=0), the last on GLM-5 dims 131072 too.
+#  On an H100 this session re-takes what the README shows from older mains (the sizes: ~1 min each there):
+#  b9 (any card; tilert): the README's 9-MoE-layer rows on today's main (session 47 last took the whole table,
 #    four sessions of defaults ago): both models at 8192 and 131072, 1 and 4 slots, the MTP rows and a traced step of
 #    each (plan.sh's rows), one expert bank on a card under 100 GB.
-#  sh (~3 min, any card; engine.test, tilert): TestGPUShardLayerTiming (the TP-8 shard of one real MoE layer, graphed
+#  sh (any card; engine.test, tilert): TestGPUShardLayerTiming (the TP-8 shard of one real MoE layer, graphed
 #    and launched one by one, with the fused all-reduce; last timed in session 11 on an H200) with TILERT_GPU_TIMING=1,
 #    its table into shard-timing.txt; then GLM-5 dims' MTP rows at 1 and 4 slots.
 NAME=s51
 . docs/measured/next/plan.sh "$1"
 case "$PART" in
-b9)
+b9|h5)
   rows
-  grep -h -E "timeline|idle |layers \(each" $R/tl-ds.txt $R/tl-glm.txt | head -16 >> $R/summary.txt; save ;;
+  grep -h -E "timeline|idle |layers \(each" $R/tl-ds.txt $R/tl-glm.txt | head -16 >> $R/summary.txt; save
+  if [ "$PART" = h5 ]; then
+    MTP=1 bn glm-5 8192 1,4 glm-mtp
+    abab deepseek-v3.2 8192 1 x8 TILERT_GPU_EXPERT_SHAPE=d16
+    abab deepseek-v3.2 8192 1 wc8 TILERT_GPU_WHOLE_CHUNKS=0
+    O="TILERT_GPU_L2_EVICT=keys TILERT_GPU_EXPERT_SHAPE=30 TILERT_GPU_WHOLE_CHUNKS=0"
+    abab deepseek-v3.2 8192 1 o8 $O; abab glm-5 131072 1 og131 $O
+  fi ;;
 sh)
   (cd engine/gpu && TILERT_GPU_TIMING=1 TILERT_SHARD_REPORT=$R/shard-timing.txt timeout 300 $D/engine.test -test.v -test.count=1 \
     -test.timeout=290s -test.run '^TestGPUShardLayerTiming$' > $R/shard.log 2>&1; echo "rc=$?" >> $R/shard.log)
   cnt shard; grep -E "MoE layer|with its communication|projection" $R/shard-timing.txt >> $R/summary.txt; save
   MTP=1 bn glm-5 8192 1,4 glm-mtp ;;
-*) echo "usage: s51.sh b9|sh" >&2; exit 2 ;;
+*) echo "usage: s51.sh b9|sh|h5" >&2; exit 2 ;;
 esac

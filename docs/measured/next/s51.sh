@@ -1,4 +1,4 @@
-# Session 51's device plan (issue 10). Usage: bash docs/measured/next/s51.sh b9|sh|h5   (binaries in .device/next)
+# Session 51's device plan (issue 10). Usage: bash docs/measured/next/s51.sh b9|sh|h5|mp   (binaries in .device/next)
 #  h5 (~4 min, an H200; tilert alone): what s49.sh h4 queued, with the whole table first: b9 below (every README row,
 #    traced steps), then A/B/A/B on DeepSeek-V3.2 dims 8192 of the gate/up on _d16 (an H200 takes _o4 since session
 #    30's normal-load sweep), TILERT_GPU_WHOLE_CHUNKS=0 (session 49's rule, never run on an H200), and today's defaults
@@ -10,6 +10,12 @@
 #  sh (any card; engine.test, tilert): TestGPUShardLayerTiming (the TP-8 shard of one real MoE layer, graphed
 #    and launched one by one, with the fused all-reduce; last timed in session 11 on an H200) with TILERT_GPU_TIMING=1,
 #    its table into shard-timing.txt; then GLM-5 dims' MTP rows at 1 and 4 slots.
+#  mp (any card; tilert): does q_b's load depth slow the indexer chain beside it? Call A's DeepSeek-V3.2 dims trace
+#    has attn_epilogue_qs end 8.2 us after wq_b, GLM-5 dims' 4.5 us: the same kernel, the same work a block. Beside it
+#    runs q_b: DeepSeek-V3.2 dims' on _d16 (16 loads in flight a thread, 128 registers: two blocks fill an SM),
+#    GLM-5 dims' on _o4. If the bytes in flight set the latency every other load waits (Little's law: ~17 MB in
+#    flight at ~3 TB/s is ~5.7 us), q_b on _o4 shortens the epilogue, the scores and the top-k, and costs q_b little
+#    (it ends 3.3 us before the top-k). One traced step each way, then A/B/A/B at 8192 and 131072, and wq_b too.
 NAME=s51
 . docs/measured/next/plan.sh "$1"
 case "$PART" in
@@ -28,5 +34,14 @@ sh)
     -test.timeout=290s -test.run '^TestGPUShardLayerTiming$' > $R/shard.log 2>&1; echo "rc=$?" >> $R/shard.log)
   cnt shard; grep -E "MoE layer|with its communication|projection" $R/shard-timing.txt >> $R/summary.txt; save
   MTP=1 bn glm-5 8192 1,4 glm-mtp ;;
-*) echo "usage: s51.sh b9|sh|h5" >&2; exit 2 ;;
+mp)
+  Q=TILERT_GPU_TILE_PLANS=24576x1536=G32/R8_o4/B0
+  TL=1 bn deepseek-v3.2 8192 1 tl-A; TL=1 bn deepseek-v3.2 8192 1 tl-B $Q
+  for f in tl-A tl-B; do awk '/as it ran/{f=1} f' $R/$f.txt | head -14 | sed "s|^|$f |" >> $R/summary.txt; done; save
+  abab deepseek-v3.2 8192 1 q8 $Q
+  abab deepseek-v3.2 131072 1 q131 $Q
+  abab deepseek-v3.2 8192 1 r8 TILERT_GPU_TILE_PLANS=24576x1536=G32/R4_o4/B0
+  abab deepseek-v3.2 8192 1 w8 $Q,8192x1536=G32/R8_o4/B0
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+*) echo "usage: s51.sh b9|sh|h5|mp" >&2; exit 2 ;;
 esac

@@ -1,4 +1,4 @@
-# Session 51's device plan (issue 10). Usage: bash docs/measured/next/s51.sh b9|sh|h5|mp   (binaries in .device/next)
+# Session 51's device plan (issue 10). Usage: bash docs/measured/next/s51.sh b9|sh|h5|mp|wq   (binaries in .device/next)
 #  h5 (~4 min, an H200; tilert alone): what s49.sh h4 queued, with the whole table first: b9 below (every README row,
 #    traced steps), then A/B/A/B on DeepSeek-V3.2 dims 8192 of the gate/up on _d16 (an H200 takes _o4 since session
 #    30's normal-load sweep), TILERT_GPU_WHOLE_CHUNKS=0 (session 49's rule, never run on an H200), and today's defaults
@@ -16,6 +16,9 @@
 #    GLM-5 dims' on _o4. If the bytes in flight set the latency every other load waits (Little's law: ~17 MB in
 #    flight at ~3 TB/s is ~5.7 us), q_b on _o4 shortens the epilogue, the scores and the top-k, and costs q_b little
 #    (it ends 3.3 us before the top-k). One traced step each way, then A/B/A/B at 8192 and 131072, and wq_b too.
+#  wq (any card; tilert): mp's wq_b on _o4 lost 51 us a step: wq_b, on the critical chain, shares the bandwidth with
+#    q_b beside it roughly by loads in flight. So more of them for wq_b: its 8192 rows of 1536 on 256 or 512 blocks
+#    (G32/R4_d16, G32/R2_d16; today 128 on G32/R8_d16), alone and with q_b on _o4; A/B/A/B at 8192, the best at 131072.
 NAME=s51
 . docs/measured/next/plan.sh "$1"
 case "$PART" in
@@ -43,5 +46,13 @@ mp)
   abab deepseek-v3.2 8192 1 r8 TILERT_GPU_TILE_PLANS=24576x1536=G32/R4_o4/B0
   abab deepseek-v3.2 8192 1 w8 $Q,8192x1536=G32/R8_o4/B0
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
-*) echo "usage: s51.sh b9|sh|h5|mp" >&2; exit 2 ;;
+wq)
+  Q=24576x1536=G32/R8_o4/B0 E=TILERT_GPU_TILE_PLANS
+  abab deepseek-v3.2 8192 1 w4 $E=8192x1536=G32/R4_d16/B0
+  abab deepseek-v3.2 8192 1 w2 $E=8192x1536=G32/R2_d16/B0
+  abab deepseek-v3.2 8192 1 w4q $E=8192x1536=G32/R4_d16/B0,$Q
+  abab deepseek-v3.2 131072 1 w4l $E=8192x1536=G32/R4_d16/B0
+  TL=1 bn deepseek-v3.2 8192 1 tl-w4 $E=8192x1536=G32/R4_d16/B0
+  awk '/as it ran/{f=1} f' $R/tl-w4.txt | head -14 >> $R/summary.txt; xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+*) echo "usage: s51.sh b9|sh|h5|mp|wq" >&2; exit 2 ;;
 esac

@@ -18,7 +18,7 @@
 #    (it ends 3.3 us before the top-k). One traced step each way, then A/B/A/B at 8192 and 131072, and wq_b too.
 #  wq (any card; tilert): mp's wq_b on _o4 lost 51 us a step: wq_b, on the critical chain, shares the bandwidth with
 #    q_b beside it roughly by loads in flight. So more of them for wq_b: its 8192 rows of 1536 on 256 or 512 blocks
-#    (G32/R4_d16, G32/R2_d16; today 128 on G32/R8_d16), alone and with q_b on _o4; A/B/A/B at 8192, the best at 131072.
+#    (G32/R4_d16, G32/R2_d16; today 128 on G32/R8_d16) or dealt over two blocks an SM (G32/R8_d16s), alone and with q_b on _o4; A/B/A/B at 8192, the best at 131072.
 NAME=s51
 . docs/measured/next/plan.sh "$1"
 case "$PART" in
@@ -51,6 +51,7 @@ wq)
   abab deepseek-v3.2 8192 1 w4 $E=8192x1536=G32/R4_d16/B0
   abab deepseek-v3.2 8192 1 w2 $E=8192x1536=G32/R2_d16/B0
   abab deepseek-v3.2 8192 1 w4q $E=8192x1536=G32/R4_d16/B0,$Q
+  abab deepseek-v3.2 8192 1 w8s $E=8192x1536=G32/R8_d16s/B0
   abab deepseek-v3.2 131072 1 w4l $E=8192x1536=G32/R4_d16/B0
   TL=1 bn deepseek-v3.2 8192 1 tl-w4 $E=8192x1536=G32/R4_d16/B0
   awk '/as it ran/{f=1} f' $R/tl-w4.txt | head -14 >> $R/summary.txt; xz -T4 $R/tl-*.json 2>/dev/null; save ;;

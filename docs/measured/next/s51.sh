@@ -1,4 +1,4 @@
-# Session 51's device plan (issue 10). Usage: bash docs/measured/next/s51.sh b9|sh|h5|mp|wq   (binaries in .device/next)
+# Session 51's device plan (issue 10). Usage: bash docs/measured/next/s51.sh b9|sh|h5|mp|wq|rs   (binaries in .device/next)
 #  h5 (~4 min, an H200; tilert alone): what s49.sh h4 queued, with the whole table first: b9 below (every README row,
 #    traced steps), then A/B/A/B on DeepSeek-V3.2 dims 8192 of the gate/up on _d16 (an H200 takes _o4 since session
 #    30's normal-load sweep), TILERT_GPU_WHOLE_CHUNKS=0 (session 49's rule, never run on an H200), and today's defaults
@@ -19,6 +19,9 @@
 #  wq (any card; tilert): mp's wq_b on _o4 lost 51 us a step: wq_b, on the critical chain, shares the bandwidth with
 #    q_b beside it roughly by loads in flight. So more of them for wq_b: its 8192 rows of 1536 on 256 or 512 blocks
 #    (G32/R4_d16, G32/R2_d16; today 128 on G32/R8_d16) or dealt over two blocks an SM (G32/R8_d16s), alone and with q_b on _o4; A/B/A/B at 8192, the best at 131072.
+#  rs (any card; tilert): residency or queueing? With q_b's 384 `_d16` blocks two to an SM, the indexer chain's blocks
+#    may find no SM with room. TILERT_GPU_SIDE_CAP=q=1 keeps q_b to one block an SM (raised one-row steps run it
+#    uncapped since session 29): one traced step each way, then A/B/A/B at 8192 and 131072.
 NAME=s51
 . docs/measured/next/plan.sh "$1"
 case "$PART" in
@@ -55,5 +58,12 @@ wq)
   abab deepseek-v3.2 131072 1 w4l $E=8192x1536=G32/R4_d16/B0
   TL=1 bn deepseek-v3.2 8192 1 tl-w4 $E=8192x1536=G32/R4_d16/B0
   awk '/as it ran/{f=1} f' $R/tl-w4.txt | head -14 >> $R/summary.txt; xz -T4 $R/tl-*.json 2>/dev/null; save ;;
-*) echo "usage: s51.sh b9|sh|h5|mp|wq" >&2; exit 2 ;;
+rs)
+  C=TILERT_GPU_SIDE_CAP=q=1
+  TL=1 bn deepseek-v3.2 8192 1 tl-A; TL=1 bn deepseek-v3.2 8192 1 tl-B $C
+  for f in tl-A tl-B; do awk '/as it ran/{f=1} f' $R/$f.txt | head -12 | sed "s|^|$f |" >> $R/summary.txt; done; save
+  abab deepseek-v3.2 8192 1 c8 $C
+  abab deepseek-v3.2 131072 1 c131 $C
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+*) echo "usage: s51.sh b9|sh|h5|mp|wq|rs" >&2; exit 2 ;;
 esac

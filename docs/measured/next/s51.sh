@@ -21,7 +21,8 @@
 #    (G32/R4_d16, G32/R2_d16; today 128 on G32/R8_d16) or dealt over two blocks an SM (G32/R8_d16s), alone and with q_b on _o4; A/B/A/B at 8192, the best at 131072.
 #  rs (any card; tilert): residency or queueing? With q_b's 384 `_d16` blocks two to an SM, the indexer chain's blocks
 #    may find no SM with room. TILERT_GPU_SIDE_CAP=q=1 keeps q_b to one block an SM (raised one-row steps run it
-#    uncapped since session 29): one traced step each way, then A/B/A/B at 8192 and 131072.
+#    uncapped since session 29): one traced step each way and one with the main chain not raised
+#    (TILERT_GPU_MAIN_PRIO=0: if pending blocks decide, the epilogue ends later), then A/B/A/B at 8192 and 131072.
 NAME=s51
 . docs/measured/next/plan.sh "$1"
 case "$PART" in
@@ -60,8 +61,8 @@ wq)
   awk '/as it ran/{f=1} f' $R/tl-w4.txt | head -14 >> $R/summary.txt; xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 rs)
   C=TILERT_GPU_SIDE_CAP=q=1
-  TL=1 bn deepseek-v3.2 8192 1 tl-A; TL=1 bn deepseek-v3.2 8192 1 tl-B $C
-  for f in tl-A tl-B; do awk '/as it ran/{f=1} f' $R/$f.txt | head -12 | sed "s|^|$f |" >> $R/summary.txt; done; save
+  TL=1 bn deepseek-v3.2 8192 1 tl-A; TL=1 bn deepseek-v3.2 8192 1 tl-B $C; TL=1 bn deepseek-v3.2 8192 1 tl-C TILERT_GPU_MAIN_PRIO=0
+  for f in tl-A tl-B tl-C; do awk '/as it ran/{f=1} f' $R/$f.txt | head -12 | sed "s|^|$f |" >> $R/summary.txt; done; save
   abab deepseek-v3.2 8192 1 c8 $C
   abab deepseek-v3.2 131072 1 c131 $C
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -654,6 +655,25 @@ func (c *Ctx) SetMaxDynamicShared(f *Function, n int) error {
 func (c *Ctx) PreferMaxShared(f *Function) error {
 	return c.check("cuFuncSetAttribute", call(c.drv.cuFuncSetAttribute, f.h, funcAttrPreferredCarveout, 100))
 }
+
+// ModuleGlobal returns the device address and size in bytes of the
+// __device__ variable name of m (cuModuleGetGlobal): a host-set knob of a
+// diagnostic build, such as the block clocks' buffer (kernels/clocks.go).
+func (c *Ctx) ModuleGlobal(m *Module, name string) (DevPtr, int64, error) {
+	if c.drv.cuModuleGetGlobal == 0 {
+		return 0, 0, errors.WithHint(errors.New("the driver has no cuModuleGetGlobal_v2"), "update the NVIDIA driver")
+	}
+	var p uintptr
+	var n uintptr
+	if err := c.check("cuModuleGetGlobal_v2", call(c.drv.cuModuleGetGlobal, uintptr(unsafe.Pointer(&p)), uintptr(unsafe.Pointer(&n)),
+		m.h, uintptr(unsafe.Pointer(cstr(name))))); err != nil {
+		return 0, 0, errors.Wrapf(err, "module global %s", name)
+	}
+	return DevPtr(p), int64(n), nil
+}
+
+// Modules returns the context's loaded modules by name.
+func (c *Ctx) Modules() map[string]*Module { return maps.Clone(c.modules) }
 
 // ErrNoOccupancy: the driver has no cuOccupancyMaxActiveBlocksPerMultiprocessor.
 var ErrNoOccupancy = errors.New("the driver has no occupancy query")

@@ -36,6 +36,7 @@ type driver struct {
 	cuLaunchKernelEx                                                          uintptr // optional (launch.go; CUDA 11.8+)
 	cuOccupancyMaxActiveBlocksPerMultiprocessor                               uintptr // optional (device.go MaxActiveBlocks)
 	cuCtxGetStreamPriorityRange, cuStreamCreateWithPriority                   uintptr // optional (priority.go)
+	cuModuleGetGlobal                                                         uintptr // optional (device.go ModuleGlobal)
 }
 
 var (
@@ -124,6 +125,7 @@ func openDriver() (*driver, error) {
 	s.optional(&d.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
 	s.optional(&d.cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange")
 	s.optional(&d.cuStreamCreateWithPriority, "cuStreamCreateWithPriority")
+	s.optional(&d.cuModuleGetGlobal, "cuModuleGetGlobal_v2")
 	if err := d.check("cuInit", call(d.cuInit, 0)); err != nil {
 		return nil, errors.WithHint(errors.Mark(err, ErrNoGPU), cpuHint)
 	}

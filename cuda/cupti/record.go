@@ -50,6 +50,38 @@ type KernelRecord struct {
 	GraphNodeID uint64   `json:"graph_node_id"`
 	Grid        [3]int32 `json:"grid"`
 	Block       [3]int32 `json:"block"`
+	// Blocks, with block clocks (bench decode under
+	// TILERT_GPU_BLOCK_CLOCKS=1), is what the kernel's blocks recorded.
+	Blocks *BlockTimes `json:"blocks,omitempty"`
+}
+
+// BlockTimes sums up one launch's block clocks (kernels.BlockClock), in
+// the record's time base (ns; a LayerKernel's: from its layer's start).
+// In: the blocks' entries (resident, before their PDL wait); Released:
+// past the wait (the kernels they wait on done); Out: their exits.
+type BlockTimes struct {
+	Blocks        int   `json:"blocks"`
+	SMs           int   `json:"sms"`
+	FirstIn       int64 `json:"first_in_ns"`
+	LastIn        int64 `json:"last_in_ns"`
+	FirstReleased int64 `json:"first_released_ns"`
+	LastReleased  int64 `json:"last_released_ns"`
+	FirstOut      int64 `json:"first_out_ns"`
+	LastOut       int64 `json:"last_out_ns"`
+	// RunP50Ns is the median block's time from release to exit.
+	RunP50Ns int64 `json:"run_p50_ns"`
+}
+
+// Shift returns b with every time less t (nil stays nil).
+func (b *BlockTimes) Shift(t int64) *BlockTimes {
+	if b == nil {
+		return nil
+	}
+	s := *b
+	for _, p := range []*int64{&s.FirstIn, &s.LastIn, &s.FirstReleased, &s.LastReleased, &s.FirstOut, &s.LastOut} {
+		*p -= t
+	}
+	return &s
 }
 
 // recordKind is the kind field every activity record starts with.

@@ -99,6 +99,8 @@ type LayerKernel struct {
 	ChargedNs uint64   `json:"charged_ns"`
 	Stream    uint32   `json:"stream"`
 	Grid      [3]int32 `json:"grid"`
+	// Blocks: its block clocks, from the layer's start (nil: none).
+	Blocks *BlockTimes `json:"blocks,omitempty"`
 }
 
 // Options shape an analysis.
@@ -255,7 +257,7 @@ func medianLayer(rs []KernelRecord, charged []uint64, ls []Layer, cuts []int) *L
 	for i := lo; i < hi; i++ {
 		r := rs[i]
 		run.Kernels = append(run.Kernels, LayerKernel{Name: r.Name, StartNs: r.Start - t, EndNs: r.End - t, Ns: r.End - r.Start,
-			ChargedNs: charged[i], Stream: r.Stream, Grid: r.Grid})
+			ChargedNs: charged[i], Stream: r.Stream, Grid: r.Grid, Blocks: r.Blocks.Shift(int64(t))})
 	}
 	sort.SliceStable(run.Kernels, func(a, b int) bool { return run.Kernels[a].EndNs < run.Kernels[b].EndNs })
 	return run

@@ -79,6 +79,9 @@ func kernelOptions(arch string) []string {
 			o = append(o, "-DTILERT_L2_GROUP_NORMAL")
 		}
 	}
+	if BlockClocks {
+		o = append(o, "-DTILERT_BLOCK_CLOCKS")
+	}
 	return o
 }
 

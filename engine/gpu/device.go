@@ -931,6 +931,12 @@ func init() {
 	// stays there, but for the grouped input GEMVs' (kernels.GroupNormal,
 	// session 48); keys, those evict-first too (session 47's default; =first,
 	// the weights alone, is refused: removed.go).
+	// TILERT_GPU_BLOCK_CLOCKS=1: the kernels compiled with block clocks
+	// (kernels.BlockClocks), read by a traced step (bench decode
+	// --timeline): a diagnostic, each block's entry, release and exit.
+	if os.Getenv("TILERT_GPU_BLOCK_CLOCKS") == "1" {
+		kernels.BlockClocks = true
+	}
 	switch os.Getenv("TILERT_GPU_L2_EVICT") {
 	case "normal":
 		kernels.EvictFirst = false

@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda/cupti"
+	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
@@ -59,7 +60,7 @@ func TestTraceRuns(t *testing.T) {
 	}
 	fail := false
 	runs := [][]gop{{op("a", nil), op("b", nil)}, {op("c", &fail)}}
-	recs, err := traceRuns(tr, loggedGrapher{tr: tr}, nil, runs, 2, func() error { return nil })
+	recs, err := traceRuns(tr, loggedGrapher{tr: tr}, nil, runs, 2, func() error { return nil }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,10 +78,10 @@ func TestTraceRuns(t *testing.T) {
 	// A failing replay still stops the trace.
 	tr2 := &clockTracer{}
 	tr, fail = tr2, true
-	if _, err := traceRuns(tr2, loggedGrapher{tr: tr2}, nil, runs, 1, func() error { return nil }); err == nil || tr2.on {
+	if _, err := traceRuns(tr2, loggedGrapher{tr: tr2}, nil, runs, 1, func() error { return nil }, nil); err == nil || tr2.on {
 		t.Errorf("failing replay: err %v, tracer still on %v", err, tr2.on)
 	}
-	if _, err := traceRuns(&clockTracer{}, emuGrapher{}, nil, nil, 1, func() error { return nil }); err == nil {
+	if _, err := traceRuns(&clockTracer{}, emuGrapher{}, nil, nil, 1, func() error { return nil }, nil); err == nil {
 		t.Error("no runs: want an error")
 	}
 	// A kernel lost (or one from elsewhere): the replays do not split.
@@ -93,7 +94,7 @@ func TestTraceRuns(t *testing.T) {
 		}
 		return nil
 	}}
-	if _, err := traceRuns(tr3, emuGrapher{}, nil, [][]gop{{op("a", nil), lose}}, 2, func() error { return nil }); err == nil ||
+	if _, err := traceRuns(tr3, emuGrapher{}, nil, [][]gop{{op("a", nil), lose}}, 2, func() error { return nil }, nil); err == nil ||
 		!strings.Contains(err.Error(), "not the same number each") {
 		t.Errorf("uneven replays: err %v", err)
 	}
@@ -151,5 +152,72 @@ func TestGPUTimelineStep(t *testing.T) {
 	// rewritten; a step still runs).
 	if _, err := e.Step(ids); err != nil {
 		t.Fatalf("step after the timeline: %+v", err)
+	}
+}
+
+// The last-replay hooks run around the traced replay only: before it once
+// the warm replays are done, after it once it is.
+func TestTraceRunsLastReplay(t *testing.T) {
+	tr := &clockTracer{}
+	op := func(name string) gop {
+		return gop{name: name, run: func(device) error { tr.kernel(name); tr.events = append(tr.events, name); return nil }}
+	}
+	last := &lastReplay{
+		before: func() error { tr.events = append(tr.events, "arm"); return nil },
+		after:  func() error { tr.events = append(tr.events, "read"); return nil },
+	}
+	if _, err := traceRuns(tr, emuGrapher{}, nil, [][]gop{{op("a"), op("b")}}, 2, func() error { return nil }, last); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(tr.events, " "), "start a b a b arm a b read stop"; got != want {
+		t.Errorf("events %q, want %q", got, want)
+	}
+	tr = &clockTracer{}
+	last.before = func() error { return errors.New("no buffer") }
+	if _, err := traceRuns(tr, emuGrapher{}, nil, [][]gop{{op("a")}}, 1, func() error { return nil }, last); err == nil || tr.on {
+		t.Errorf("failing arm: err %v, tracer still on %v", err, tr.on)
+	}
+}
+
+func TestAttachBlockClocks(t *testing.T) {
+	k := func(name string, start, end uint64, grid int32) cupti.KernelRecord {
+		return cupti.KernelRecord{Name: name, Start: start, End: end, Grid: [3]int32{grid, 1, 1}}
+	}
+	// CUPTI's times run 1000 ns ahead of the blocks' timer.
+	recs := []cupti.KernelRecord{
+		k("gemv", 1000, 1100, 2), k("norm", 1050, 1200, 1), k("gemv", 2000, 2100, 2), k("gemv", 2010, 2050, 3), k("solo", 3000, 3100, 2),
+	}
+	c := func(name string, n, blk, sm uint32, in, rel, out uint64) kernels.BlockClock {
+		return kernels.BlockClock{NameHash: kernels.NameHash(name), Blocks: n, Block: blk, SM: sm, Entry: in, Released: rel, Exit: out}
+	}
+	clocks := []kernels.BlockClock{
+		// gemv x2, two launches: entries out of order.
+		c("gemv", 2, 0, 0, 1002, 1010, 1090), c("gemv", 2, 0, 1, 0, 20, 60), c("gemv", 2, 1, 1, 1000, 1008, 1080), c("gemv", 2, 1, 5, 1, 30, 100),
+		// norm: one block.
+		c("norm", 1, 0, 7, 50, 120, 200),
+		// gemv x3 alongside: its own grid size.
+		c("gemv", 3, 0, 2, 1010, 1011, 1040), c("gemv", 3, 1, 3, 1011, 1012, 1045), c("gemv", 3, 2, 4, 1012, 1013, 1050),
+		// solo: block 0 twice, block 1 lost.
+		c("solo", 2, 0, 0, 2000, 2001, 2002), c("solo", 2, 0, 1, 2000, 2001, 2003),
+	}
+	m := attachBlockClocks(recs, clocks)
+	if m.Records != 10 || m.Launches != 5 || m.Matched != 4 || len(m.Unmatched) != 1 || !strings.HasPrefix(m.Unmatched[0], "solo x2") {
+		t.Fatalf("match %+v", m)
+	}
+	if m.OffsetNs != 1000 || m.TimerStepNs != 1 {
+		t.Errorf("offset %d, timer step %d; want 1000, 1", m.OffsetNs, m.TimerStepNs)
+	}
+	want := []*cupti.BlockTimes{
+		{Blocks: 2, SMs: 2, FirstIn: 1000, LastIn: 1001, FirstReleased: 1020, LastReleased: 1030, FirstOut: 1060, LastOut: 1100, RunP50Ns: 40},
+		{Blocks: 1, SMs: 1, FirstIn: 1050, LastIn: 1050, FirstReleased: 1120, LastReleased: 1120, FirstOut: 1200, LastOut: 1200, RunP50Ns: 80},
+		{Blocks: 2, SMs: 2, FirstIn: 2000, LastIn: 2002, FirstReleased: 2008, LastReleased: 2010, FirstOut: 2080, LastOut: 2090, RunP50Ns: 72},
+		{Blocks: 3, SMs: 3, FirstIn: 2010, LastIn: 2012, FirstReleased: 2011, LastReleased: 2013, FirstOut: 2040, LastOut: 2050, RunP50Ns: 33},
+		nil,
+	}
+	for i, w := range want {
+		got := recs[i].Blocks
+		if (got == nil) != (w == nil) || (got != nil && *got != *w) {
+			t.Errorf("%s launch %d: blocks %+v, want %+v", recs[i].Name, i, got, w)
+		}
 	}
 }

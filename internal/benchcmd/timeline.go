@@ -161,6 +161,24 @@ func reportTimeline(w io.Writer, r TimelineRow) {
 			fmt.Fprintf(w, "    %8.1f %8.1f %8.1f %8.1f %6d %-14s %s\n", us(k.StartNs), us(k.EndNs), us(k.Ns), us(k.ChargedNs), k.Stream,
 				fmt.Sprintf("%dx%dx%d", k.Grid[0], k.Grid[1], k.Grid[2]), k.Name)
 		}
+		reportBlocks(w, m)
+	}
+}
+
+// reportBlocks lists the median layer's block clocks (TILERT_GPU_BLOCK_CLOCKS=1),
+// if any, in the same order.
+func reportBlocks(w io.Writer, m *cupti.LayerRun) {
+	if !slices.ContainsFunc(m.Kernels, func(k cupti.LayerKernel) bool { return k.Blocks != nil }) {
+		return
+	}
+	fmt.Fprintf(w, "    its blocks (block clocks), us from the layer's start: in = resident, released = past the PDL wait, out = exit; run = release to exit:\n")
+	fmt.Fprintf(w, "    %8s %8s %8s %8s %8s %8s %8s %5s %6s %s\n", "in", "all in", "released", "all rel", "out", "all out", "run p50", "SMs", "blocks", "name")
+	ns := func(v int64) float64 { return float64(v) / 1000 }
+	for _, k := range m.Kernels {
+		if b := k.Blocks; b != nil {
+			fmt.Fprintf(w, "    %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %5d %6d %s\n", ns(b.FirstIn), ns(b.LastIn), ns(b.FirstReleased),
+				ns(b.LastReleased), ns(b.FirstOut), ns(b.LastOut), ns(b.RunP50Ns), b.SMs, b.Blocks, k.Name)
+		}
 	}
 }
 

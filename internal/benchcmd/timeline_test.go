@@ -238,3 +238,38 @@ func TestTimelineNoLibrary(t *testing.T) {
 		t.Error("the timeline file was written")
 	}
 }
+
+// With block clocks, the median layer's kernels list their blocks too,
+// from the layer's start.
+func TestReportMedianLayerBlocks(t *testing.T) {
+	k := func(name string, start, end uint64, b *cupti.BlockTimes) cupti.KernelRecord {
+		return cupti.KernelRecord{Name: name, Stream: 1, Start: start, End: end, Grid: [3]int32{132, 1, 1}, Blocks: b}
+	}
+	bt := func(at int64) *cupti.BlockTimes {
+		return &cupti.BlockTimes{Blocks: 132, SMs: 132, FirstIn: at, LastIn: at + 500, FirstReleased: at + 1000, LastReleased: at + 1200,
+			FirstOut: at + 2500, LastOut: at + 3000, RunP50Ns: 1500}
+	}
+	recs := []cupti.KernelRecord{
+		k("norm", 0, 1000, nil), k("gemv", 100, 4000, bt(100)),
+		k("norm", 5000, 6000, nil), k("gemv", 5100, 9000, bt(5100)),
+		k("norm", 10000, 11000, nil), k("gemv", 10100, 14000, bt(10100)),
+	}
+	row, err := analyseRow(recs, 8192, 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	reportTimeline(&b, row)
+	out := b.String()
+	for _, want := range []string{
+		"its blocks (block clocks), us from the layer's start",
+		"\n         0.1      0.6      1.1      1.3      2.6      3.1      1.5   132    132 gemv\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	if _, blocks, _ := strings.Cut(out, "its blocks"); strings.Contains(blocks, " norm") {
+		t.Errorf("a kernel without clocks got a blocks row:\n%s", out)
+	}
+}

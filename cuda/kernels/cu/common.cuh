@@ -14,7 +14,51 @@ typedef unsigned long long u64;
 // writes, or write anything), and launch_dependents then lets the next kernel
 // launch, so its blocks are scheduled while this one runs and sit in their
 // own PDL_WAIT. Launched plainly, both instructions do nothing.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+//
+// TILERT_BLOCK_CLOCKS (kernels.BlockClocks, a diagnostic build: bench decode
+// --block-clocks): PDL_WAIT() then also declares an object whose thread 0
+// takes a record (clocks.go's layout) and stores %globaltimer at the block's
+// entry, after the wait, and, from the destructor, at its exit, so every
+// kernel that starts with it says when its blocks became resident, were
+// released and left. One atomic a block; nothing is read before the wait
+// that the step writes.
+#if defined(TILERT_BLOCK_CLOCKS) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ u64* tilert_clocks;     // records of 5 u64; null: off (Set.ArmBlockClocks)
+__device__ u32 tilert_clocks_cap;  // records it holds
+__device__ u32 tilert_clocks_n;    // records taken (may pass cap: those are lost)
+__device__ __forceinline__ u64 tilert_globaltimer() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+struct TilertBlockClock {
+  u32 slot;  // thread 0's record, ~0u for every other thread or none
+  __device__ __forceinline__ explicit TilertBlockClock(const char* fn) : slot(~0u) {
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && tilert_clocks != nullptr) {
+      u64 t = tilert_globaltimer();
+      u32 s = atomicAdd(&tilert_clocks_n, 1u);
+      if (s < tilert_clocks_cap) {
+        slot = s;
+        u32 h = 2166136261u;  // FNV-1a of the kernel's name (clocks.go's nameHash)
+        for (const char* p = fn; *p; ++p) h = (h ^ (u32)(u8)*p) * 16777619u;
+        u32 smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        u64* r = tilert_clocks + 5ull * s;
+        r[0] = (u64)h | ((u64)(gridDim.x * gridDim.y * gridDim.z) << 32);
+        r[1] = (u64)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) | ((u64)smid << 32);
+        r[2] = t;
+      }
+    }
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;");
+    if (slot != ~0u) tilert_clocks[5ull * slot + 3] = tilert_globaltimer();
+  }
+  __device__ __forceinline__ ~TilertBlockClock() {
+    if (slot != ~0u) tilert_clocks[5ull * slot + 4] = tilert_globaltimer();
+  }
+};
+#define PDL_WAIT() TilertBlockClock tilert_block_clock_(__func__)
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define PDL_WAIT()                                          \
   do {                                                      \
     asm volatile("griddepcontrol.wait;" ::: "memory");      \

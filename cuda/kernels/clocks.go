@@ -18,6 +18,17 @@ import (
 // TILERT_GPU_BLOCK_CLOCKS=1 before its first Load.
 var BlockClocks = false
 
+// clocksNeed refuses block clocks with an NVRTC older than 12: NVRTC 11.8
+// crashes (SIGSEGV inside nvrtcCompileProgram) on the default module built
+// with them (session 52, Debian's libnvrtc11.2).
+func clocksNeed(nv *cuda.NVRTC) error {
+	if BlockClocks && nv.Major < 12 {
+		return errors.WithHintf(errors.Newf("block clocks need NVRTC 12 or newer; this is %s (%s)", nv.Version(), nv.Lib),
+			"set TILERT_NVRTC to a libnvrtc.so.12 or newer, or unset TILERT_GPU_BLOCK_CLOCKS")
+	}
+	return nil
+}
+
 // BlockClockWords is one record's size in uint64 words (common.cuh).
 const BlockClockWords = 5
 

@@ -143,6 +143,9 @@ func Load(c *cuda.Ctx) (*Set, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := clocksNeed(nv); err != nil {
+			return nil, err
+		}
 		info := c.Info()
 		ck, err := Compile(nv, info.CCMajor, info.CCMinor, cuda.DefaultKernelCache())
 		if err != nil {

@@ -70,6 +70,21 @@ type BlockTimes struct {
 	LastOut       int64 `json:"last_out_ns"`
 	// RunP50Ns is the median block's time from release to exit.
 	RunP50Ns int64 `json:"run_p50_ns"`
+	// Each lists every block of a launch of at most EachMax blocks, by
+	// block index (the one-block and few-block kernels of the chain).
+	Each []BlockRun `json:"each,omitempty"`
+}
+
+// EachMax is the most blocks a launch may have for BlockTimes.Each.
+const EachMax = 8
+
+// BlockRun is one block's clocks.
+type BlockRun struct {
+	Block    int   `json:"block"`
+	SM       int   `json:"sm"`
+	In       int64 `json:"in_ns"`
+	Released int64 `json:"released_ns"`
+	Out      int64 `json:"out_ns"`
 }
 
 // Shift returns b with every time less t (nil stays nil).
@@ -80,6 +95,13 @@ func (b *BlockTimes) Shift(t int64) *BlockTimes {
 	s := *b
 	for _, p := range []*int64{&s.FirstIn, &s.LastIn, &s.FirstReleased, &s.LastReleased, &s.FirstOut, &s.LastOut} {
 		*p -= t
+	}
+	if b.Each != nil {
+		s.Each = make([]BlockRun, len(b.Each))
+		for i, r := range b.Each {
+			r.In, r.Released, r.Out = r.In-t, r.Released-t, r.Out-t
+			s.Each[i] = r
+		}
 	}
 	return &s
 }

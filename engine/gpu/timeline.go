@@ -209,6 +209,12 @@ func blockTimes(cs []kernels.BlockClock) *cupti.BlockTimes {
 	slices.Sort(runs)
 	bt.SMs = len(sms)
 	bt.RunP50Ns = runs[(len(runs)-1)/2]
+	if len(cs) <= cupti.EachMax {
+		for _, c := range cs {
+			bt.Each = append(bt.Each, cupti.BlockRun{Block: int(c.Block), SM: int(c.SM), In: int64(c.Entry), Released: int64(c.Released), Out: int64(c.Exit)})
+		}
+		slices.SortFunc(bt.Each, func(a, b cupti.BlockRun) int { return a.Block - b.Block })
+	}
 	return bt
 }
 

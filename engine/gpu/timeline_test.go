@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -207,16 +208,23 @@ func TestAttachBlockClocks(t *testing.T) {
 	if m.OffsetNs != 1000 || m.TimerStepNs != 1 {
 		t.Errorf("offset %d, timer step %d; want 1000, 1", m.OffsetNs, m.TimerStepNs)
 	}
+	br := func(blk, sm int, in, rel, out int64) cupti.BlockRun {
+		return cupti.BlockRun{Block: blk, SM: sm, In: in, Released: rel, Out: out}
+	}
 	want := []*cupti.BlockTimes{
-		{Blocks: 2, SMs: 2, FirstIn: 1000, LastIn: 1001, FirstReleased: 1020, LastReleased: 1030, FirstOut: 1060, LastOut: 1100, RunP50Ns: 40},
-		{Blocks: 1, SMs: 1, FirstIn: 1050, LastIn: 1050, FirstReleased: 1120, LastReleased: 1120, FirstOut: 1200, LastOut: 1200, RunP50Ns: 80},
-		{Blocks: 2, SMs: 2, FirstIn: 2000, LastIn: 2002, FirstReleased: 2008, LastReleased: 2010, FirstOut: 2080, LastOut: 2090, RunP50Ns: 72},
-		{Blocks: 3, SMs: 3, FirstIn: 2010, LastIn: 2012, FirstReleased: 2011, LastReleased: 2013, FirstOut: 2040, LastOut: 2050, RunP50Ns: 33},
+		{Blocks: 2, SMs: 2, FirstIn: 1000, LastIn: 1001, FirstReleased: 1020, LastReleased: 1030, FirstOut: 1060, LastOut: 1100, RunP50Ns: 40,
+			Each: []cupti.BlockRun{br(0, 1, 1000, 1020, 1060), br(1, 5, 1001, 1030, 1100)}},
+		{Blocks: 1, SMs: 1, FirstIn: 1050, LastIn: 1050, FirstReleased: 1120, LastReleased: 1120, FirstOut: 1200, LastOut: 1200, RunP50Ns: 80,
+			Each: []cupti.BlockRun{br(0, 7, 1050, 1120, 1200)}},
+		{Blocks: 2, SMs: 2, FirstIn: 2000, LastIn: 2002, FirstReleased: 2008, LastReleased: 2010, FirstOut: 2080, LastOut: 2090, RunP50Ns: 72,
+			Each: []cupti.BlockRun{br(0, 0, 2002, 2010, 2090), br(1, 1, 2000, 2008, 2080)}},
+		{Blocks: 3, SMs: 3, FirstIn: 2010, LastIn: 2012, FirstReleased: 2011, LastReleased: 2013, FirstOut: 2040, LastOut: 2050, RunP50Ns: 33,
+			Each: []cupti.BlockRun{br(0, 2, 2010, 2011, 2040), br(1, 3, 2011, 2012, 2045), br(2, 4, 2012, 2013, 2050)}},
 		nil,
 	}
 	for i, w := range want {
 		got := recs[i].Blocks
-		if (got == nil) != (w == nil) || (got != nil && *got != *w) {
+		if !reflect.DeepEqual(got, w) {
 			t.Errorf("%s launch %d: blocks %+v, want %+v", recs[i].Name, i, got, w)
 		}
 	}

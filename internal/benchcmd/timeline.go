@@ -178,6 +178,9 @@ func reportBlocks(w io.Writer, m *cupti.LayerRun) {
 		if b := k.Blocks; b != nil {
 			fmt.Fprintf(w, "    %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %5d %6d %s\n", ns(b.FirstIn), ns(b.LastIn), ns(b.FirstReleased),
 				ns(b.LastReleased), ns(b.FirstOut), ns(b.LastOut), ns(b.RunP50Ns), b.SMs, b.Blocks, k.Name)
+			for _, e := range b.Each {
+				fmt.Fprintf(w, "        block %d (SM %d): in %.1f, released %.1f, out %.1f, ran %.1f\n", e.Block, e.SM, ns(e.In), ns(e.Released), ns(e.Out), ns(e.Out-e.Released))
+			}
 		}
 	}
 }

@@ -1,12 +1,14 @@
-# Session 52's device plan (issue 10). Usage: bash docs/measured/next/s52.sh bc|h5   (binaries in .device/next)
+# Session 52's device plan (issue 10). Usage: bash docs/measured/next/s52.sh bc|bl|h5   (binaries in .device/next)
 #  bc (any card; kernels.test, tilert): block clocks (TILERT_GPU_BLOCK_CLOCKS=1, built this session: each block's
 #    entry, release from its PDL wait and exit, read by a traced step). TestGPUBlockClocks, then a traced DeepSeek-V3.2
 #    dims step at 8192 without and with clocks (the clocks' own cost is the difference of the two steps) and a GLM-5
 #    dims one with clocks; the median layer's block table of each into the summary.
+#  bl (any card; tilert): bc's traced steps again (each one-to-eight-block launch now listed block by block), and both
+#    models at 131072 with clocks (the top-k's and the scores' launches differ there).
 #  h5 (an H200; tilert alone): s51.sh h5 first (every README row with traced steps, then session 49's A/B/A/Bs), then bc.
 NAME=s52
 . docs/measured/next/plan.sh "$1"
-blocks() { awk '/as it ran/{f=1} f' $R/$1.txt | grep -v "^rc=" | head -90 | sed "s|^|$1 |" >> $R/summary.txt; }
+blocks() { awk '/as it ran/{f=1} f' $R/$1.txt | grep -v "^rc=" | head -120 | sed "s|^|$1 |" >> $R/summary.txt; }
 bc() {
   tst kernels cuda/kernels 150 '^TestGPUBlockClocks$'; cnt kernels; grep "first launch" $R/kernels.log >> $R/summary.txt
   TL=1 bn deepseek-v3.2 8192 1 tl-ds
@@ -18,9 +20,18 @@ bc() {
 }
 case "$PART" in
 bc) bc ;;
+bl)
+  TL=1 bn deepseek-v3.2 8192 1 tl-ds
+  TL=1 bn deepseek-v3.2 8192 1 tl-dsc TILERT_GPU_BLOCK_CLOCKS=1
+  TL=1 bn glm-5 8192 1 tl-glmc TILERT_GPU_BLOCK_CLOCKS=1
+  TL=1 bn deepseek-v3.2 131072 1 tl-dsl TILERT_GPU_BLOCK_CLOCKS=1
+  TL=1 bn glm-5 131072 1 tl-glml TILERT_GPU_BLOCK_CLOCKS=1
+  grep -h "block clocks" $R/tl-*.txt | cut -c1-400 >> $R/summary.txt
+  for f in tl-dsc tl-glmc tl-dsl tl-glml; do blocks $f; done
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 h5)
   timeout 330 bash docs/measured/next/s51.sh h5 > $R/s51-h5.log 2>&1; echo "s51 h5 rc=$?" >> $R/summary.txt
   cp $OUT/summary-h5.txt $R/s51-summary-h5.txt 2>/dev/null; save
   bc ;;
-*) echo "usage: s52.sh bc|h5" >&2; exit 2 ;;
+*) echo "usage: s52.sh bc|bl|h5" >&2; exit 2 ;;
 esac

@@ -5,7 +5,7 @@
 #    dims one with clocks; the median layer's block table of each into the summary.
 #  bl (any card; tilert): bc's traced steps again (each one-to-eight-block launch now listed block by block), and both
 #    models at 131072 with clocks (the top-k's and the scores' launches differ there).
-#  h5 (an H200; tilert alone): s51.sh h5 first (every README row with traced steps, then session 49's A/B/A/Bs), then bc.
+#  h5 (an H200; tilert alone): s51.sh h5 first (every README row with traced steps, then session 49's A/B/A/Bs), then bl.
 NAME=s52
 . docs/measured/next/plan.sh "$1"
 blocks() { awk '/as it ran/{f=1} f' $R/$1.txt | grep -v "^rc=" | head -120 | sed "s|^|$1 |" >> $R/summary.txt; }
@@ -32,6 +32,6 @@ bl)
 h5)
   timeout 330 bash docs/measured/next/s51.sh h5 > $R/s51-h5.log 2>&1; echo "s51 h5 rc=$?" >> $R/summary.txt
   cp $OUT/summary-h5.txt $R/s51-summary-h5.txt 2>/dev/null; save
-  bc ;;
+  bash docs/measured/next/s52.sh bl > $R/bl.log 2>&1; cp $OUT/summary-bl.txt $R/ 2>/dev/null; save ;;
 *) echo "usage: s52.sh bc|bl|h5" >&2; exit 2 ;;
 esac

@@ -5,7 +5,8 @@
 #    dims one with clocks; the median layer's block table of each into the summary.
 #  bl (any card; tilert): bc's traced steps again (each one-to-eight-block launch now listed block by block), and both
 #    models at 131072 with clocks (the top-k's and the scores' launches differ there).
-#  h5 (an H200; tilert alone): s51.sh h5 first (every README row with traced steps, then session 49's A/B/A/Bs), then bl.
+#  h5 (an H200; tilert alone): s51.sh h5 first (every README row with traced steps, then session 49's A/B/A/Bs;
+#    H5S seconds, default 330), then bl unless H5ONLY is set.
 NAME=s52
 . docs/measured/next/plan.sh "$1"
 blocks() { awk '/as it ran/{f=1} f' $R/$1.txt | grep -v "^rc=" | head -120 | sed "s|^|$1 |" >> $R/summary.txt; }
@@ -30,8 +31,9 @@ bl)
   for f in tl-dsc tl-glmc tl-dsl tl-glml; do blocks $f; done
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 h5)
-  timeout 330 bash docs/measured/next/s51.sh h5 > $R/s51-h5.log 2>&1; echo "s51 h5 rc=$?" >> $R/summary.txt
+  timeout ${H5S:-330} bash docs/measured/next/s51.sh h5 > $R/s51-h5.log 2>&1; echo "s51 h5 rc=$?" >> $R/summary.txt
   cp $OUT/summary-h5.txt $R/s51-summary-h5.txt 2>/dev/null; save
+  [ -n "$H5ONLY" ] && exit 0
   bash docs/measured/next/s52.sh bl > $R/bl.log 2>&1; cp $OUT/summary-bl.txt $R/ 2>/dev/null; save ;;
 *) echo "usage: s52.sh bc|bl|h5" >&2; exit 2 ;;
 esac

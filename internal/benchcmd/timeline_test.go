@@ -129,13 +129,7 @@ func TestReportMedianLayer(t *testing.T) {
 		k("norm", 1, 11000, 12000), k("gemv", 1, 11100, 14000), k("attn", 2, 12000, 13000),
 		k("sample", 1, 14000, 15000),
 	}
-	row, err := analyseRow(recs, 8192, 1, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	reportTimeline(&b, row)
-	out := b.String()
+	out := reportThree(t, recs)
 	for _, want := range []string{
 		"layer 1 of 0-2 as it ran (median span of the 1 between the first and the last): 5.0 us; in end order, us from its start:",
 		"\n         0.0      1.0      1.0      1.0      1 132x1x1        norm\n" +
@@ -255,13 +249,7 @@ func TestReportMedianLayerBlocks(t *testing.T) {
 		k("norm", 5000, 6000, nil), k("gemv", 5100, 9000, bt(5100)),
 		k("norm", 10000, 11000, nil), k("gemv", 10100, 14000, bt(10100)),
 	}
-	row, err := analyseRow(recs, 8192, 1, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	reportTimeline(&b, row)
-	out := b.String()
+	out := reportThree(t, recs)
 	for _, want := range []string{
 		"its blocks (block clocks), us from the layer's start",
 		"\n         0.1      0.6      1.1      1.3      2.6      3.1      1.5   132    132 gemv\n",
@@ -274,4 +262,17 @@ func TestReportMedianLayerBlocks(t *testing.T) {
 	if _, blocks, _ := strings.Cut(out, "its blocks"); strings.Contains(blocks, " norm") {
 		t.Errorf("a kernel without clocks got a blocks row:\n%s", out)
 	}
+}
+
+// reportThree analyses recs as a three-layer step at 8192, 1 slot, and
+// returns its report.
+func reportThree(t *testing.T, recs []cupti.KernelRecord) string {
+	t.Helper()
+	row, err := analyseRow(recs, 8192, 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	reportTimeline(&b, row)
+	return b.String()
 }

@@ -319,9 +319,21 @@ func (k *Set) MoERoute(s cuda.Stream, idx, wts, logits, bias cuda.DevPtr, T, E, 
 	name := "moe_route"
 	if smallFast {
 		name = "moe_route_rank"
+		if RouteSort {
+			name = "moe_route_sort"
+		}
 	}
 	return k.launch(name, cuda.D1(T), cuda.D1(cdiv(E, 32)*32), 0, s, logits, bias, idx, wts, E, K, ngroup, topkGroup, nv, scale)
 }
+
+// RouteSort makes MoERoute launch moe_route_sort (moe.cu: moe_route_rank's
+// outputs, each warp's experts sorted in registers so that a candidate ranks
+// among at most 32 x min(K, 32) candidates instead of every kept expert;
+// session 52, built without a device after its block clocks timed
+// moe_route_rank's one block at 5.5 us a layer on DeepSeek-V3.2 dims and
+// 6.6-8.4 on GLM-5 dims). Off until it is measured; the engine sets it with
+// TILERT_GPU_ROUTE_SORT=1.
+var RouteSort = false
 
 // IndexerScores writes out[q][t] (row stride ldOut) for t < T:
 // sum_h w[q][h]*ReLU(qkScale * q[q][h].k_t) over the fp8 indexer cache, -inf

@@ -29,7 +29,7 @@ var pdlKernels = setOf(
 	// fused.cu
 	"attn_epilogue", "attn_epilogue_rows", "attn_epilogue_qs",
 	// norm.cu, moe.cu register-staged / rank variants
-	"rmsnorm_reg", "add_rmsnorm_reg", "moe_route_rank",
+	"rmsnorm_reg", "add_rmsnorm_reg", "moe_route_rank", "moe_route_sort",
 	// gemm_tc.cu (prefill)
 	"gemm_fp8_tc_s1", "gemm_bf16_tc_s1", "gemm_fp8_experts_tc_s1",
 	"gemm_fp8_tc_s2", "gemm_bf16_tc_s2", "gemm_fp8_experts_tc_s2",

@@ -94,23 +94,31 @@ func TestKernelSmallFast(t *testing.T) {
 						bias = a.up(quantised(r, cs.E, 2))
 					}
 				}
-				var ids [2][]int32
-				var wts [2][]float32
-				for i, on := range []bool{false, true} {
+				// moe_route, moe_route_rank, moe_route_sort.
+				var ids [3][]int32
+				var wts [3][]float32
+				for i, on := range []bool{false, true, true} {
 					withSmall(on, func() {
+						defer func(v bool) { RouteSort = v }(RouteSort)
+						RouteSort = i == 2
 						idx, wt := a.poisoned(M*cs.K), a.poisoned(M*cs.K)
 						chk(k.MoERoute(s, idx, wt, lg, bias, M, cs.E, cs.K, cs.ngroup, cs.topkGroup, cs.norm, 2.5))
 						ids[i], wts[i] = downI32(c, idx, M*cs.K), downF32(c, wt, M*cs.K)
 					})
 				}
-				bad := diffF32Bits(wts[0], wts[1])
-				for i := range ids[0] {
-					if ids[0][i] != ids[1][i] {
-						bad++
+				for v, name := range []string{"", "moe_route_rank", "moe_route_sort"} {
+					if v == 0 {
+						continue
 					}
+					bad := diffF32Bits(wts[0], wts[v])
+					for i := range ids[0] {
+						if ids[0][i] != ids[v][i] {
+							bad++
+						}
+					}
+					record(t, fmt.Sprintf("%s vs moe_route E=%d K=%d groups %d/%d norm=%v bias=%v levels=%d M=%d",
+						name, cs.E, cs.K, cs.ngroup, cs.topkGroup, cs.norm, cs.bias, cs.levels, M), "mismatched values", float64(bad), 0)
 				}
-				record(t, fmt.Sprintf("moe_route_rank vs moe_route E=%d K=%d groups %d/%d norm=%v bias=%v levels=%d M=%d",
-					cs.E, cs.K, cs.ngroup, cs.topkGroup, cs.norm, cs.bias, cs.levels, M), "mismatched values", float64(bad), 0)
 			}
 		}
 	})
@@ -147,6 +155,13 @@ func TestKernelSmallTiming(t *testing.T) {
 			both(fmtName("moe_route GLM-5 256 plain M=%d", M), float64(4*M*E), func() {
 				chk(k.MoERoute(s, ids, wts, lg, bias, M, E, topk, 1, 1, true, 2.5))
 			})
+			for _, g := range [][2]int{{8, 4}, {1, 1}} {
+				RouteSort = true
+				add(fmtName("moe_route_sort groups %d/%d M=%d graph", g[0], g[1], M), float64(4*M*E), graphUs(c, s, 20, func() {
+					chk(k.MoERoute(s, ids, wts, lg, bias, M, E, topk, g[0], g[1], true, 2.5))
+				}), "")
+				RouteSort = false
+			}
 			const K = 7168
 			w := a.up(randBF16(r, E*K, 0.05))
 			x := a.up(randF32(r, M*K, 1))

@@ -937,6 +937,11 @@ func init() {
 	if os.Getenv("TILERT_GPU_BLOCK_CLOCKS") == "1" {
 		kernels.BlockClocks = true
 	}
+	// TILERT_GPU_ROUTE_SORT=1: the routing on moe_route_sort
+	// (kernels.RouteSort; session 52, not measured yet).
+	if os.Getenv("TILERT_GPU_ROUTE_SORT") == "1" {
+		kernels.RouteSort = true
+	}
 	switch os.Getenv("TILERT_GPU_L2_EVICT") {
 	case "normal":
 		kernels.EvictFirst = false

@@ -344,6 +344,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for one attention-epilogue launch across slots, 0 for a launch per slot"},
 		{"TILERT_GPU_EXPERT_SHAPE", []string{"", "0", "1", "30", "o4", "d16"},
 			"unset it (or 1) for a single row's routed-expert launches on their own shapes (kernels.OneRowExperts: gate/up on _o4 on an H200, down on groups of 32 where its last wave is fuller; session 48), 30 for session 30's (gate/up _o4 and down groups of 32 on every card), o4 or d16 for the default with the gate/up on that variant on every card, 0 for the tile rule's"},
+		{"TILERT_GPU_ROUTE_SORT", []string{"", "0", "1"},
+			"unset it (or 0) for the routing on moe_route_rank (the default); 1 for moe_route_sort, the same outputs with each warp's experts sorted in registers first (kernels.RouteSort, session 52, not measured yet)"},
 		{"TILERT_GPU_BLOCK_CLOCKS", []string{"", "0", "1"},
 			"unset it (or 0) for the kernels as they ship; 1 compiles them with block clocks, which a traced step (bench decode --timeline) reads: each block's entry, release from its PDL wait and exit (a diagnostic; kernels.BlockClocks)"},
 		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},

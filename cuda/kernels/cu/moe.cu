@@ -108,19 +108,40 @@ extern "C" __global__ void __launch_bounds__(1024) moe_route(const float* __rest
 // loops with 3 barriers and one pass over the kept experts per thread.
 // moe_route_rank_row is one token's block (blockDim >= E, every thread
 // calls it).
-__device__ void moe_route_rank_row(const float* lg, const float* __restrict__ bias, int* idx, float* wts, int E,
-                                   int K, int ngroup, int topk_group, int norm, float scale) {
+//
+// SORT (moe_route_sort, kernels.RouteSort; built in session 52 without a
+// device, after its block clocks timed moe_route_rank's one block at 5.5 us
+// on DeepSeek-V3.2 dims and 6.6-8.4 on GLM-5 dims, whose one group has every
+// thread compare against all 256 experts): where every c is a number and at
+// least K are finite, each warp sorts its 32 experts by (c descending, index
+// ascending) in registers (a bitonic network over shuffles) and offers its
+// first min(K, 32): an expert among the K chosen is beaten only by chosen
+// ones, so it is among its warp's first K. A candidate's place is then the
+// number of candidates that beat it, which is its place among all experts:
+// the same selection, order and weights. Elsewhere (a NaN, fewer than K
+// finite) the rank loop below runs.
+__device__ __forceinline__ bool route_beats(float av, int ai, float bv, int bi) {
+  return av > bv || (av == bv && ai < bi);
+}
+
+template <bool SORT>
+__device__ __forceinline__ void moe_route_rank_t(const float* lg, const float* __restrict__ bias, int* idx,
+                                                 float* wts, int E, int K, int ngroup, int topk_group, int norm,
+                                                 float scale) {
   __shared__ float c[1024];
   __shared__ float gsc[32];
   __shared__ int keepg[32];
   __shared__ int chosen[64];
   __shared__ float sv[64];
+  __shared__ float sx[SORT ? 1024 : 1];      // s by expert (SORT)
+  __shared__ float2 cand[SORT ? 1024 : 1];   // (c, index as float bits) by candidate (SORT)
   const int t = threadIdx.x, lane = t & 31, wp = t >> 5;
   float s = 0.0f, ct = NEG_INF;
   if (t < E) {
     s = 1.0f / (1.0f + expf(-lg[t]));
     ct = s + (bias ? bias[t] : 0.0f);
     c[t] = ct;
+    if constexpr (SORT) sx[t] = s;
   }
   const bool grouped = ngroup > 1 && topk_group < ngroup;
   const int gs = grouped ? E / ngroup : E;
@@ -168,6 +189,54 @@ __device__ void moe_route_rank_row(const float* lg, const float* __restrict__ bi
   }
   // Finite experts after the group drop (NaN counts as not finite).
   const int nfin = __syncthreads_count(t < E && ct > NEG_INF);
+  if constexpr (SORT) {
+    if (nfin >= K && !__syncthreads_or(t < E && ct != ct)) {  // block-uniform
+      float v = ct;  // t >= E: -inf, beaten by every finite expert
+      int i = t;
+#pragma unroll
+      for (int k = 2; k <= 32; k <<= 1) {
+#pragma unroll
+        for (int j = k >> 1; j > 0; j >>= 1) {
+          const float ov = __shfl_xor_sync(0xffffffffu, v, j);
+          const int oi = __shfl_xor_sync(0xffffffffu, i, j);
+          // The lower lane of a pair keeps the better in a run sorted
+          // best-first ((lane & k) == 0; all of it at k = 32), the worse
+          // in the other runs.
+          const bool take = (((lane & j) == 0) == ((lane & k) == 0)) == route_beats(ov, oi, v, i);
+          if (take) {
+            v = ov;
+            i = oi;
+          }
+        }
+      }
+      const int kc = min(K, 32), nc = (int)(blockDim.x >> 5) * kc;
+      if (lane < kc) cand[wp * kc + lane] = make_float2(v, __int_as_float(i));
+      __syncthreads();
+      if (t < nc) {
+        const float2 me = cand[t];
+        const int mi = __float_as_int(me.y);
+        int r = 0;
+        for (int u = 0; u < nc; u++) {
+          const float2 o = cand[u];
+          r += route_beats(o.x, __float_as_int(o.y), me.x, mi) ? 1 : 0;
+        }
+        if (r < K) {
+          chosen[r] = mi;
+          sv[r] = sx[mi];
+        }
+      }
+      __syncthreads();
+      if (t < K) {
+        float sum = 0.0f;
+        for (int r = 0; r < K; r++) sum += sv[r];
+        float o = sv[t];
+        if (norm) o /= (sum + 1e-20f);
+        idx[t] = chosen[t];
+        wts[t] = o * scale;
+      }
+      return;
+    }
+  }
   if (t < E && (ct > NEG_INF || nfin < K)) {
     // Only kept groups can beat a finite c; otherwise scan every expert.
     const bool all = !(ct > NEG_INF) || !grouped;
@@ -196,6 +265,11 @@ __device__ void moe_route_rank_row(const float* lg, const float* __restrict__ bi
   }
 }
 
+__device__ void moe_route_rank_row(const float* lg, const float* __restrict__ bias, int* idx, float* wts, int E,
+                                   int K, int ngroup, int topk_group, int norm, float scale) {
+  moe_route_rank_t<false>(lg, bias, idx, wts, E, K, ngroup, topk_group, norm, scale);
+}
+
 extern "C" __global__ void __launch_bounds__(1024) moe_route_rank(const float* __restrict__ logits,
                                                                  const float* __restrict__ bias, int* idx,
                                                                  float* wts, int E, int K, int ngroup,
@@ -203,4 +277,13 @@ extern "C" __global__ void __launch_bounds__(1024) moe_route_rank(const float* _
   PDL_WAIT();
   moe_route_rank_row(logits + (size_t)blockIdx.x * E, bias, idx + (size_t)blockIdx.x * K,
                      wts + (size_t)blockIdx.x * K, E, K, ngroup, topk_group, norm, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) moe_route_sort(const float* __restrict__ logits,
+                                                                 const float* __restrict__ bias, int* idx,
+                                                                 float* wts, int E, int K, int ngroup,
+                                                                 int topk_group, int norm, float scale) {
+  PDL_WAIT();
+  moe_route_rank_t<true>(logits + (size_t)blockIdx.x * E, bias, idx + (size_t)blockIdx.x * K,
+                         wts + (size_t)blockIdx.x * K, E, K, ngroup, topk_group, norm, scale);
 }

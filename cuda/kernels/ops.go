@@ -328,12 +328,16 @@ func (k *Set) MoERoute(s cuda.Stream, idx, wts, logits, bias cuda.DevPtr, T, E, 
 
 // RouteSort makes MoERoute launch moe_route_sort (moe.cu: moe_route_rank's
 // outputs, each warp's experts sorted in registers so that a candidate ranks
-// among at most 32 x min(K, 32) candidates instead of every kept expert;
-// session 52, built without a device after its block clocks timed
-// moe_route_rank's one block at 5.5 us a layer on DeepSeek-V3.2 dims and
-// 6.6-8.4 on GLM-5 dims). Off until it is measured; the engine sets it with
-// TILERT_GPU_ROUTE_SORT=1.
-var RouteSort = false
+// among at most 32 x min(K, 32) candidates instead of every kept expert),
+// built in session 52 after its block clocks timed moe_route_rank's one
+// block at 5.5 us a layer on DeepSeek-V3.2 dims and 6.6-8.4 on GLM-5 dims.
+// The same outputs as moe_route bit for bit (TestKernelSmallFast, 36 cases,
+// on an H100). Session 52 call C (one H100, 9 MoE layers, one bank,
+// A/B/A/B): 1 slot DeepSeek-V3.2 dims -15 / -13 us a step at 8192, -19 /
+// -17 at 131072; GLM-5 dims -21 / -25 and -19 / -19; GLM-5 dims MTP -16 /
+// -11; DeepSeek-V3.2 dims 4 slots 0 / +2. The default; the engine clears
+// it with TILERT_GPU_ROUTE_SORT=0.
+var RouteSort = true
 
 // IndexerScores writes out[q][t] (row stride ldOut) for t < T:
 // sum_h w[q][h]*ReLU(qkScale * q[q][h].k_t) over the fp8 indexer cache, -inf

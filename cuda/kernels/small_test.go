@@ -94,7 +94,7 @@ func TestKernelSmallFast(t *testing.T) {
 						bias = a.up(quantised(r, cs.E, 2))
 					}
 				}
-				// moe_route, moe_route_rank, moe_route_sort.
+				// moe_route, moe_route_rank (RouteSort off), moe_route_sort.
 				var ids [3][]int32
 				var wts [3][]float32
 				for i, on := range []bool{false, true, true} {
@@ -156,11 +156,14 @@ func TestKernelSmallTiming(t *testing.T) {
 				chk(k.MoERoute(s, ids, wts, lg, bias, M, E, topk, 1, 1, true, 2.5))
 			})
 			for _, g := range [][2]int{{8, 4}, {1, 1}} {
-				RouteSort = true
-				add(fmtName("moe_route_sort groups %d/%d M=%d graph", g[0], g[1], M), float64(4*M*E), graphUs(c, s, 20, func() {
-					chk(k.MoERoute(s, ids, wts, lg, bias, M, E, topk, g[0], g[1], true, 2.5))
-				}), "")
-				RouteSort = false
+				for _, on := range []bool{false, true} {
+					old := RouteSort
+					RouteSort = on
+					add(fmtName("moe_route groups %d/%d M=%d graph, moe_route_sort %v", g[0], g[1], M, on), float64(4*M*E), graphUs(c, s, 20, func() {
+						chk(k.MoERoute(s, ids, wts, lg, bias, M, E, topk, g[0], g[1], true, 2.5))
+					}), "")
+					RouteSort = old
+				}
 			}
 			const K = 7168
 			w := a.up(randBF16(r, E*K, 0.05))

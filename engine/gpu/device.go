@@ -937,10 +937,10 @@ func init() {
 	if os.Getenv("TILERT_GPU_BLOCK_CLOCKS") == "1" {
 		kernels.BlockClocks = true
 	}
-	// TILERT_GPU_ROUTE_SORT=1: the routing on moe_route_sort
-	// (kernels.RouteSort; session 52, not measured yet).
-	if os.Getenv("TILERT_GPU_ROUTE_SORT") == "1" {
-		kernels.RouteSort = true
+	// TILERT_GPU_ROUTE_SORT=0: the routing on moe_route_rank; unset (or 1),
+	// moe_route_sort, the same outputs (kernels.RouteSort, session 52).
+	if os.Getenv("TILERT_GPU_ROUTE_SORT") == "0" {
+		kernels.RouteSort = false
 	}
 	switch os.Getenv("TILERT_GPU_L2_EVICT") {
 	case "normal":

@@ -46,7 +46,7 @@ var removedTable = []removedSwitch{
 	// and the one-row MLA merge inside the W_UV launch (absorb_v_comb).
 	{name: "TILERT_GPU_ROUTE_FUSED", keep: zero,
 		what: "the router GEMV and the routing in one launch (moe_router_route) was removed in session 20: measured on the H200 it was slower graph-timed at every row count (1 row 7.71 -> 8.45 us, 4 rows 10.75 -> 24.30)",
-		hint: `: the router GEMV and moe_route_rank run as two launches; the code last exists at 5643518, the record is in cuda/kernels/NOTES.md "moe_router_route"`},
+		hint: `: the router GEMV and the routing (moe_route_sort) run as two launches; the code last exists at 5643518, the record is in cuda/kernels/NOTES.md "moe_router_route"`},
 	{name: "TILERT_GPU_ABSORB_COMB", keep: zero,
 		what: "the one-row MLA merge inside the W_UV launch (absorb_v_comb) was removed in session 20: measured on the H200 the step was slower (2.720 against 2.657 ms, DeepSeek-V3.2 dims, 8192, 1 slot)",
 		hint: `: mla_combine_wide merges the split partials before absorb_v_fast; the code last exists at 5048476, the record is in cuda/kernels/NOTES.md "mla_decode_wg2b and absorb_v_comb"`},
@@ -101,7 +101,7 @@ var removedTable = []removedSwitch{
 	// in session 23, removed.
 	{name: "TILERT_GPU_ROUTE_IN_GEMV", keep: zero,
 		what: "the routing inside the experts' gate/up launch (gemv_tile_fp8_r*_m1_d16_route) was removed in session 23: measured on the H200 it was slower (graph-timed router -> gate/up, DeepSeek-V3.2 1 row, uncapped: 85.13 against 71.03 us for the three launches; decode p50 at 8192: DeepSeek-V3.2 dims 1 slot 2.785 against 2.661 ms, 4 slots 6.032 against 5.514; GLM-5 dims 1 slot 2.892 against 2.699, 4 slots 6.006 against 5.315)",
-		hint: `: moe_route_rank routes in its own launch before the gate/up (the default); the code last exists at 6ef9bd6, the record is in cuda/kernels/NOTES.md "The routing inside the experts' gate/up"`},
+		hint: `: the routing (moe_route_sort) runs in its own launch before the gate/up (the default); the code last exists at 6ef9bd6, the record is in cuda/kernels/NOTES.md "The routing inside the experts' gate/up"`},
 	// TILERT_GPU_TOPK_ONE=v1 ran the one-block top-k on its first kernel
 	// (topk_radix_one8/16/32: block_excl_scan's scans, both 10-bit passes
 	// always) instead of topk_radix_one_w (session 22, helper topk1): the
@@ -208,7 +208,7 @@ var removedTable = []removedSwitch{
 	// session 35, measured slower in session 38, removed.
 	{name: "TILERT_GPU_ROUTER_FOLD", keep: zero,
 		what: "the router folded through o_proj (router_fold_a / _m at load; its two GEMVs beside the sparse MLA and o_proj, the routing in the post-attention norm's launch, add_rmsnorm_route) was measured slower on the H100 in session 38 call A and removed (the fused launch graph-timed 8.45 against 11.81 us for the three it replaces, but its two fold GEMVs read 24 MB a layer beside the sparse MLA and o_proj; decode p50, A/B/A/B, 1 slot: DeepSeek-V3.2 dims 8192 +6 / +8 us, 131072 +10 / +5; GLM-5 dims 8192 +11 / +15, 131072 +11 / +12; DeepSeek-V3.2 dims 4 slots at 8192 +107 / +110)",
-		hint: `: the post-attention add + RMSNorm, the router GEMV and moe_route_rank run as three launches (the default); the code last exists at commit bab6987, the record is in docs/measured/h100-2026-12-05-s38 and engine/gpu/NOTES.md "TILERT_GPU_ROUTER_FOLD=1"`},
+		hint: `: the post-attention add + RMSNorm, the router GEMV and the routing (moe_route_sort) run as three launches (the default); the code last exists at commit bab6987, the record is in docs/measured/h100-2026-12-05-s38 and engine/gpu/NOTES.md "TILERT_GPU_ROUTER_FOLD=1"`},
 	// TILERT_GPU_SIDE_SH_AT=router forked the shared expert after the router
 	// GEMV, beside the routing alone; built in session 33, measured in
 	// session 38 (no gain), removed. =norm named the default fork.
@@ -345,7 +345,7 @@ func switchValues(getenv func(string) string) error {
 		{"TILERT_GPU_EXPERT_SHAPE", []string{"", "0", "1", "30", "o4", "d16"},
 			"unset it (or 1) for a single row's routed-expert launches on their own shapes (kernels.OneRowExperts: gate/up on _o4 on an H200, down on groups of 32 where its last wave is fuller; session 48), 30 for session 30's (gate/up _o4 and down groups of 32 on every card), o4 or d16 for the default with the gate/up on that variant on every card, 0 for the tile rule's"},
 		{"TILERT_GPU_ROUTE_SORT", []string{"", "0", "1"},
-			"unset it (or 0) for the routing on moe_route_rank (the default); 1 for moe_route_sort, the same outputs with each warp's experts sorted in registers first (kernels.RouteSort, session 52, not measured yet)"},
+			"unset it (or 1) for the routing on moe_route_sort, each warp's experts sorted in registers first (kernels.RouteSort, the default since session 52); 0 for moe_route_rank, the same outputs"},
 		{"TILERT_GPU_BLOCK_CLOCKS", []string{"", "0", "1"},
 			"unset it (or 0) for the kernels as they ship; 1 compiles them with block clocks, which a traced step (bench decode --timeline) reads: each block's entry, release from its PDL wait and exit (a diagnostic; kernels.BlockClocks)"},
 		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},

@@ -261,7 +261,7 @@ var removedSays = map[string][2][]string{
 	"TILERT_GPU_OPROJ_NORM": {{"session 34 call A", "43.24 against 37.97 us", "39.13 against 31.38", "2.771 / 2.775 against 2.610 / 2.613 ms", "2.871 / 2.873 against 2.690 / 2.688"},
 		{"unset TILERT_GPU_OPROJ_NORM", "add_rmsnorm_reg", "e430c60", "docs/measured/h200-2026-12-05-s34", `"gemv_tile_fp8_r*_m1*_an"`}},
 	"TILERT_GPU_ROUTER_FOLD": {{"session 38 call A", "8.45 against 11.81 us", "24 MB a layer", "8192 +6 / +8 us, 131072 +10 / +5", "8192 +11 / +15, 131072 +11 / +12", "+107 / +110"},
-		{"unset TILERT_GPU_ROUTER_FOLD", "moe_route_rank", "bab6987", "docs/measured/h100-2026-12-05-s38", `engine/gpu/NOTES.md "TILERT_GPU_ROUTER_FOLD=1"`}},
+		{"unset TILERT_GPU_ROUTER_FOLD", "moe_route_sort", "bab6987", "docs/measured/h100-2026-12-05-s38", `engine/gpu/NOTES.md "TILERT_GPU_ROUTER_FOLD=1"`}},
 	"TILERT_GPU_SIDE_SH_AT": {{"session 38 call B", "1.730 / 1.727 against 1.728 / 1.731 ms", "+2 / -4 us", "within spread"},
 		{"unset TILERT_GPU_SIDE_SH_AT", "set it to norm", "4a23dd2", "docs/measured/h100-2026-12-05-s38", `engine/gpu/NOTES.md "TILERT_GPU_SIDE_SH_AT=router"`}},
 	"TILERT_GPU_IDX_QFUSE": {{"session 38 call B", "1.987 / 1.986 against 1.979 / 1.982 ms", "+8 / +4 us", "1.735 / 1.736 against 1.727 / 1.734", "+8 / +2"},

@@ -109,9 +109,9 @@ extern "C" __global__ void __launch_bounds__(1024) moe_route(const float* __rest
 // moe_route_rank_row is one token's block (blockDim >= E, every thread
 // calls it).
 //
-// SORT (moe_route_sort, kernels.RouteSort; built in session 52 without a
-// device, after its block clocks timed moe_route_rank's one block at 5.5 us
-// on DeepSeek-V3.2 dims and 6.6-8.4 on GLM-5 dims, whose one group has every
+// SORT (moe_route_sort, kernels.RouteSort, the default since session 52,
+// after its block clocks timed moe_route_rank's one block at 5.5 us on
+// DeepSeek-V3.2 dims and 6.6-8.4 on GLM-5 dims, whose one group has every
 // thread compare against all 256 experts): where every c is a number and at
 // least K are finite, each warp sorts its 32 experts by (c descending, index
 // ascending) in registers (a bitonic network over shuffles) and offers its

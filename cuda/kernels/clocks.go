@@ -72,6 +72,28 @@ func decodeClocks(words []byte, n int) []BlockClock {
 	return out
 }
 
+// SplitRuns sorts cs by entry and says whether each run of n records
+// holds every block index below n once: the blocks of one launch after
+// another, as launches of one kernel and grid size that do not overlap
+// leave them (a false: they overlapped, or records were lost).
+func SplitRuns(cs []BlockClock, n int) bool {
+	if n <= 0 || len(cs)%n != 0 {
+		return false
+	}
+	sort.SliceStable(cs, func(a, b int) bool { return cs[a].Entry < cs[b].Entry })
+	seen := make([]bool, n)
+	for lo := 0; lo < len(cs); lo += n {
+		clear(seen)
+		for _, c := range cs[lo : lo+n] {
+			if int(c.Block) >= n || seen[c.Block] {
+				return false
+			}
+			seen[c.Block] = true
+		}
+	}
+	return true
+}
+
 // clockGlobals are one module's block-clock variables.
 type clockGlobals struct{ buf, capacity, n cuda.DevPtr }
 

@@ -1,11 +1,9 @@
 package kernels
 
 import (
-	"cmp"
 	"encoding/binary"
 	"math/rand/v2"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -188,7 +186,7 @@ func TestGPUBlockClocks(t *testing.T) {
 				t.Fatalf("record %+v (name hash want %#x, %d blocks, SMs < %d)", b, h, blocks, info.SMs)
 			}
 		}
-		if !cutRunsForTest(cl, blocks) {
+		if !SplitRuns(cl, blocks) {
 			t.Fatal("the records do not split into two launches of every block once")
 		}
 		var lastOut, firstRel uint64
@@ -207,18 +205,22 @@ func TestGPUBlockClocks(t *testing.T) {
 	})
 }
 
-// cutRunsForTest sorts cl by entry and checks each run of n has every block
-// index once (engine/gpu's cutRuns, which the engine's matching uses).
-func cutRunsForTest(cl []BlockClock, n int) bool {
-	slices.SortStableFunc(cl, func(a, b BlockClock) int { return cmp.Compare(a.Entry, b.Entry) })
-	for lo := 0; lo < len(cl); lo += n {
-		seen := make([]bool, n)
-		for _, b := range cl[lo : lo+n] {
-			if int(b.Block) >= n || seen[b.Block] {
-				return false
-			}
-			seen[b.Block] = true
+func TestSplitRuns(t *testing.T) {
+	bc := func(blk uint32, in uint64) BlockClock { return BlockClock{Block: blk, Entry: in} }
+	for _, c := range []struct {
+		name string
+		cs   []BlockClock
+		n    int
+		want bool
+	}{
+		{"two launches, entries out of order", []BlockClock{bc(1, 11), bc(0, 1), bc(0, 10), bc(1, 2)}, 2, true},
+		{"a block twice in a run", []BlockClock{bc(0, 1), bc(0, 2), bc(1, 10), bc(1, 11)}, 2, false},
+		{"overlapping launches", []BlockClock{bc(0, 1), bc(0, 2), bc(1, 3), bc(1, 4)}, 2, false},
+		{"an index past the grid", []BlockClock{bc(0, 1), bc(2, 2)}, 2, false},
+		{"a record lost", []BlockClock{bc(0, 1), bc(1, 2), bc(0, 10)}, 2, false},
+	} {
+		if got := SplitRuns(c.cs, c.n); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
-	return true
 }

@@ -145,7 +145,7 @@ func attachBlockClocks(recs []cupti.KernelRecord, cl []kernels.BlockClock) clock
 	var offs []int64
 	for _, k := range order {
 		idx, cs := launches[k], byKey[k]
-		if len(cs) != len(idx)*int(k.n) || !cutRuns(cs, int(k.n)) {
+		if len(cs) != len(idx)*int(k.n) || !kernels.SplitRuns(cs, int(k.n)) {
 			m.Unmatched = append(m.Unmatched, fmt.Sprintf("%s x%d (%d blocks recorded for %d launches)", recs[idx[0]].Name, k.n, len(cs), len(idx)))
 			continue
 		}
@@ -174,23 +174,6 @@ func attachBlockClocks(recs []cupti.KernelRecord, cl []kernels.BlockClock) clock
 		}
 	}
 	return m
-}
-
-// cutRuns sorts cs by entry and says whether each run of n holds every
-// block index once.
-func cutRuns(cs []kernels.BlockClock, n int) bool {
-	sort.SliceStable(cs, func(a, b int) bool { return cs[a].Entry < cs[b].Entry })
-	seen := make([]bool, n)
-	for lo := 0; lo < len(cs); lo += n {
-		clear(seen)
-		for _, c := range cs[lo : lo+n] {
-			if int(c.Block) >= n || seen[c.Block] {
-				return false
-			}
-			seen[c.Block] = true
-		}
-	}
-	return true
 }
 
 // blockTimes sums up one launch's blocks.

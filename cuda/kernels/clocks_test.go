@@ -106,7 +106,7 @@ func TestBlockClocksCompile(t *testing.T) {
 				end = locs[i+1][0]
 			}
 			body := s[l[0]:end]
-			if !pdlKernels[name] {
+			if !pdlKernels[name] && !pdlWeightsFirst[name] {
 				continue
 			}
 			if !strings.Contains(body, "%globaltimer") || !strings.Contains(body, "griddepcontrol.wait") {

@@ -414,6 +414,9 @@ func (k *Set) tileKernel(a tileLaunch) (name string, G, gx int) {
 	G, R, v := tileLaunchShape(sms, a.N, a.K*esize, a.M, esize, shapeAs, pair, routed, ex)
 	capB := k.tileCap()
 	p, pinned := k.tilePlan(a, pair)
+	if pinned && p.V == StageVariant {
+		pinned = false // the staged kernel's pin, where it did not fit (GemvFP8Tile)
+	}
 	if pinned {
 		G, R, v = p.G, p.R, p.V
 		if p.B != 0 {
@@ -456,7 +459,15 @@ func (k *Set) GemvFP8Tile(s cuda.Stream, y, x, w, scale, resid cuda.DevPtr, N, K
 			return k.GemvFP8(s, yy, xx, w, scale, rr, N, K, m, ldx, ldy)
 		}, y, x, resid, M, ldx, ldy)
 	}
-	return k.tile(s, tileLaunch{w0: w, s0: scale, dense: 1, x: x, ldx: ldx, y: y, ldy: ldy, resid: resid, N: N, K: K, M: M})
+	a := tileLaunch{w0: w, s0: scale, dense: 1, x: x, ldx: ldx, y: y, ldy: ldy, resid: resid, N: N, K: K, M: M}
+	if p, ok := k.tilePlan(a, false); ok && p.V == StageVariant {
+		// Pinned to the staged GEMV; a shape or pointer it cannot take
+		// runs on the rule's tile kernel (tileKernel ignores the pin).
+		if done, err := k.stageLaunch(s, y, x, w, scale, resid, N, K); done || err != nil {
+			return err
+		}
+	}
+	return k.tile(s, a)
 }
 
 // GemvBF16Tile is GemvFP8Tile for bf16 weights without scales.

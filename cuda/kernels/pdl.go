@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"maps"
 	"os"
 	"strings"
 
@@ -203,7 +204,7 @@ func parsePDLSel(more, plain string) (pdlSelection, error) {
 	if more == "" {
 		more = pdlMoreDefault
 	}
-	const hint = "name kernels by a prefix of their names (cuda/kernels/pdl.go lists them: pdlMoreKernels for TILERT_GPU_PDL_MORE, pdlKernels for TILERT_GPU_PDL_PLAIN), separated by commas"
+	const hint = "name kernels by a prefix of their names (cuda/kernels/pdl.go lists them: pdlMoreKernels for TILERT_GPU_PDL_MORE, pdlKernels and pdlWeightsFirst for TILERT_GPU_PDL_PLAIN), separated by commas"
 	var err error
 	if more == "1" {
 		sel.moreAll = true
@@ -212,7 +213,9 @@ func parsePDLSel(more, plain string) (pdlSelection, error) {
 			return sel, err
 		}
 	}
-	sel.plain, err = namePrefixes("TILERT_GPU_PDL_PLAIN", plain, pdlKernels, hint)
+	plainable := maps.Clone(pdlKernels)
+	maps.Copy(plainable, pdlWeightsFirst)
+	sel.plain, err = namePrefixes("TILERT_GPU_PDL_PLAIN", plain, plainable, hint)
 	return sel, err
 }
 
@@ -246,10 +249,17 @@ func hasPrefixIn(name string, ps []string) bool {
 	return false
 }
 
+// pdlWeightsFirst are kernels launched as pdlKernels are whose body begins
+// with a copy of weights (never written during a step) into the block's
+// shared memory and only then PDL_WAIT(): the staged GEMV (gemv_stage.go),
+// whose weights stream while the kernel before it runs. TestPDLWeightsFirst
+// checks that form and that the copy helper is handed nothing but weights.
+var pdlWeightsFirst = setOf(stageKernel)
+
 // pdlFor says whether a kernel named name launches programmatically when
 // PDL is on.
 func pdlFor(name string) bool {
-	if pdlKernels[name] {
+	if pdlKernels[name] || pdlWeightsFirst[name] {
 		return !hasPrefixIn(name, pdlSel.plain)
 	}
 	return pdlMoreKernels[name] && (pdlSel.moreAll || hasPrefixIn(name, pdlSel.more))

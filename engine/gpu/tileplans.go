@@ -60,9 +60,9 @@ func parseTilePlans(v string) (map[[2]int]kernels.TilePlan, error) {
 			return nil, errors.WithHint(errors.Newf("TILERT_GPU_TILE_PLANS=%q: %s has no plan", v, shape),
 				"drop that pin: a shape not named keeps its default launch")
 		}
-		if kind != 0 && (p.V == "_d16s" || kind == kernels.PlanPair && p.R < 2) {
+		if kind != 0 && (p.V == "_d16s" || p.V == kernels.StageVariant || kind == kernels.PlanPair && p.R < 2) {
 			return nil, errors.WithHint(errors.Newf("TILERT_GPU_TILE_PLANS=%q: %s=%s is not a plan for the routed experts", v, shape, plan),
-				"the experts' launches take G/R[_d16|_o4]/B plans (not _d16s), and their paired gate/up (p) R >= 2")
+				"the experts' launches take G/R[_d16|_o4]/B plans (not _d16s or _st), and their paired gate/up (p) R >= 2")
 		}
 		if _, dup := pins[[2]int{n | kind, k}]; dup {
 			return nil, errors.WithHint(errors.Newf("TILERT_GPU_TILE_PLANS=%q: %s pinned twice", v, shape),

@@ -1,0 +1,73 @@
+package kernels
+
+import (
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// Staged one-row GEMV (cu/gemv_stage.cu, gemv_stage_fp8_r8_m1; the tile plan
+// variant _st, e.g. TILERT_GPU_TILE_PLANS=8192x1536=G32/R8_st/B0): each block
+// copies its whole share of the fp8 weights into shared memory before its
+// PDL wait, so a programmatic launch streams them while the kernel before it
+// runs; its sums are the tile kernels' G 32 / R 8 sums bit for bit.
+
+// stageKernel is the staged GEMV's one kernel.
+const stageKernel = "gemv_stage_fp8_r8_m1"
+
+// StageVariant is the tile plan variant that pins a shape to the staged
+// GEMV (G32/R8_st/B0 is its only plan).
+const StageVariant = "_st"
+
+// stageRows is the rows a block of the staged GEMV of N rows of K fp8
+// weights owns (8 a warp, 64, 32, 16 or 8: the most that still gives about
+// three quarters of the SMs a block, so the weights stream from most SMs),
+// and whether the shape fits it at all: rows a whole number of blocks, K a
+// multiple of 512 (every lane the same chunks), the block's rows and scale
+// row within maxSmem bytes of shared memory.
+func stageRows(N, K, sms, maxSmem int) (rb int, ok bool) {
+	if N <= 0 || K <= 0 || K%512 != 0 {
+		return 0, false
+	}
+	rb = 64
+	for rb > 8 && N/rb < max(1, sms*3/4) {
+		rb /= 2
+	}
+	if N%rb != 0 || stageSmem(rb, K) > maxSmem {
+		return 0, false
+	}
+	return rb, true
+}
+
+// stageSmem is the dynamic shared memory of a staged block of rb rows of K.
+func stageSmem(rb, K int) int { return rb*K + 4*(K/128) }
+
+// StageFits says whether a one-row fp8 GEMV of N rows of K can run staged on
+// this device (sm_80+, the shape within stageRows' limits).
+func (k *Set) StageFits(N, K int) bool {
+	inf := k.c.Info()
+	if inf.CCMajor < 8 {
+		return false
+	}
+	_, ok := stageRows(N, K, inf.SMs, inf.MaxSharedOptin)
+	return ok
+}
+
+// stageLaunch runs y = W x (+ resid) for one input row on the staged kernel
+// when the shape and pointers allow it, and reports whether it did.
+func (k *Set) stageLaunch(s cuda.Stream, y, x, w, scale, resid cuda.DevPtr, N, K int) (bool, error) {
+	inf := k.c.Info()
+	rb, ok := stageRows(N, K, inf.SMs, inf.MaxSharedOptin)
+	if !ok || inf.CCMajor < 8 || scale == 0 || uint64(w)%16 != 0 || uint64(x)%16 != 0 {
+		return false, nil
+	}
+	f, err := k.fn(stageKernel)
+	if err != nil {
+		return false, err
+	}
+	if _, set := bigShared.Load(f); !set {
+		if err := k.c.SetMaxDynamicShared(f, inf.MaxSharedOptin); err != nil {
+			return false, err
+		}
+		bigShared.Store(f, true)
+	}
+	return true, k.launchFn(f, cuda.D1(N/rb), cuda.D1(rb*4), stageSmem(rb, K), s, w, scale, x, y, resid, K)
+}

@@ -1,0 +1,45 @@
+# Session 53's device plan (issue 10). Usage: bash docs/measured/next/s53.sh go|st|h5   (binaries in .device/next)
+#  go (any card): on an H200, s51.sh h5 (every README row with traced steps, then the A/Bs still owed there; H5S
+#    seconds, default 400). On an H100, what s52.sh rt left: moe_route_sort's graph time beside moe_route_rank's
+#    and moe_route's (TestKernelSmallTiming).
+#  st (any card; kernels.test, tilert): the staged wq_b (gemv_stage_fp8_r8_m1, the tile plan variant _st, built this
+#    session): each block copies its whole share of wq_b into shared memory before its PDL wait, while the layer-input
+#    grouped GEMV still streams, so that after q_a only the products remain. TestKernelGemvStage (bit for bit the tile
+#    G32/R8 plan, float64, programmatic behind a writer of x, eager and graphed) and TestKernelTilePlanBitwise; a
+#    traced step of each model with block clocks and the pin (when do its blocks become resident, how long after
+#    their release do they leave); then A/B/A/B at 8192 on both models and at 131072 on DeepSeek-V3.2 dims.
+#  h5 (an H200; tilert alone): s51.sh h5 (H5S seconds, default 330), then st's A/Bs.
+NAME=s53
+. docs/measured/next/plan.sh "$1"
+blocks() { awk '/as it ran/{f=1} f' $R/$1.txt | grep -v "^rc=" | head -60 | sed "s|^|$1 |" >> $R/summary.txt; }
+DSP=TILERT_GPU_TILE_PLANS=8192x1536=G32/R8_st/B0
+GLP=TILERT_GPU_TILE_PLANS=4096x2048=G32/R8_st/B0
+stab() {
+  abab deepseek-v3.2 8192 1 st8 $DSP
+  abab glm-5 8192 1 sg8 $GLP
+  abab deepseek-v3.2 131072 1 st131 $DSP
+  abab glm-5 131072 1 sg131 $GLP
+}
+case "$PART" in
+go)
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    timeout ${H5S:-400} bash docs/measured/next/s51.sh h5 > $R/s51-h5.log 2>&1; echo "s51 h5 rc=$?" >> $R/summary.txt
+    cp $OUT/summary-h5.txt $R/s51-summary-h5.txt 2>/dev/null; cat $R/s51-summary-h5.txt >> $R/summary.txt; save
+  else
+    export TILERT_GPU_TIMING=1; tst kernels cuda/kernels 200 '^TestKernelSmallTiming$'; unset TILERT_GPU_TIMING
+    cnt kernels; grep -E "moe_route" $R/kernels.log | head -20 >> $R/summary.txt; save
+  fi ;;
+st)
+  tst kernels cuda/kernels 200 '^TestKernelGemvStage$|^TestKernelTilePlanBitwise$'; cnt kernels
+  grep -E "gemv_stage" $R/kernels.log | head -30 >> $R/summary.txt; save
+  TL=1 bn deepseek-v3.2 8192 1 tl-dsst TILERT_GPU_BLOCK_CLOCKS=1 $DSP
+  TL=1 bn glm-5 8192 1 tl-glst TILERT_GPU_BLOCK_CLOCKS=1 $GLP
+  for f in tl-dsst tl-glst; do blocks $f; done
+  xz -T4 $R/tl-*.json 2>/dev/null; save
+  stab; save ;;
+h5)
+  timeout ${H5S:-330} bash docs/measured/next/s51.sh h5 > $R/s51-h5.log 2>&1; echo "s51 h5 rc=$?" >> $R/summary.txt
+  cp $OUT/summary-h5.txt $R/s51-summary-h5.txt 2>/dev/null; cat $R/s51-summary-h5.txt >> $R/summary.txt; save
+  stab; save ;;
+*) echo "usage: s53.sh go|st|h5" >&2; exit 2 ;;
+esac

@@ -1,6 +1,10 @@
 package kernels
 
 import (
+	"os"
+
+	"github.com/cockroachdb/errors"
+
 	"github.com/tilert-go/tilert/cuda"
 )
 
@@ -16,6 +20,51 @@ const stageKernel = "gemv_stage_fp8_r8_m1"
 // StageVariant is the tile plan variant that pins a shape to the staged
 // GEMV (G32/R8_st/B0 is its only plan).
 const StageVariant = "_st"
+
+// stageBehind are the kernels the staged GEMV is meant to run behind: the
+// layer-input grouped GEMVs, before the indexer's wq_b. A staged block of
+// 64-128 KB of shared memory becomes resident beside their blocks only where
+// the SM's carveout leaves that room, and an SM changes its carveout only
+// when idle: so they ask for the most shared memory (their few KB of L1 use
+// lose nothing; session 53 call A without it: the staged blocks became
+// resident only after the grouped GEMV had left). TILERT_GPU_STAGE_CARVEOUT=0
+// leaves their carveout to the driver (a same-run A/B).
+var stageBehind = []string{"gemv_group_r8_m1_qw", "gemv_group_r8_m1"}
+
+var stageCarveout = os.Getenv("TILERT_GPU_STAGE_CARVEOUT") != "0"
+
+// stageSetup readies a staged launch before any graph capture (SetTilePlan
+// runs it when a shape is pinned to _st): the staged kernel's dynamic shared
+// memory limit and stageBehind's carveout.
+func (k *Set) stageSetup() error {
+	inf := k.c.Info()
+	if inf.CCMajor < 8 {
+		return nil // no staged launch here (stageLaunch falls back)
+	}
+	f, err := k.fn(stageKernel)
+	if err != nil {
+		return err
+	}
+	if _, set := bigShared.Load(f); !set {
+		if err := k.c.SetMaxDynamicShared(f, inf.MaxSharedOptin); err != nil {
+			return errors.Wrap(err, "the staged GEMV's shared memory")
+		}
+		bigShared.Store(f, true)
+	}
+	if !stageCarveout {
+		return nil
+	}
+	for _, n := range stageBehind {
+		g, err := k.fn(n)
+		if err != nil {
+			return err
+		}
+		if err := k.c.PreferMaxShared(g); err != nil {
+			return errors.Wrapf(err, "%s's carveout (for the staged GEMV behind it)", n)
+		}
+	}
+	return nil
+}
 
 // stageRows is the rows a block of the staged GEMV of N rows of K fp8
 // weights owns (8 a warp, 64, 32, 16 or 8: the most that still gives about
@@ -59,15 +108,18 @@ func (k *Set) stageLaunch(s cuda.Stream, y, x, w, scale, resid cuda.DevPtr, N, K
 	if !ok || inf.CCMajor < 8 || scale == 0 || uint64(w)%16 != 0 || uint64(x)%16 != 0 {
 		return false, nil
 	}
+	if k.stageErr != nil {
+		return false, k.stageErr
+	}
 	f, err := k.fn(stageKernel)
 	if err != nil {
 		return false, err
 	}
 	if _, set := bigShared.Load(f); !set {
-		if err := k.c.SetMaxDynamicShared(f, inf.MaxSharedOptin); err != nil {
+		// Pinned without SetTilePlan's setup (not expected): set here.
+		if err := k.stageSetup(); err != nil {
 			return false, err
 		}
-		bigShared.Store(f, true)
 	}
 	return true, k.launchFn(f, cuda.D1(N/rb), cuda.D1(rb*4), stageSmem(rb, K), s, w, scale, x, y, resid, K)
 }

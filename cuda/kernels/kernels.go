@@ -127,6 +127,9 @@ type Set struct {
 	tileB int
 	// plans pins one-row tile GEMVs' launches by shape (SetTilePlan).
 	plans map[[2]int]TilePlan
+	// stageErr: what stageSetup met when a shape was pinned to the staged
+	// GEMV (its launches return it).
+	stageErr error
 }
 
 type setKey struct{}

@@ -74,6 +74,9 @@ func (k *Set) SetTilePlan(N, K int, p TilePlan) (prev TilePlan) {
 		k.plans = map[[2]int]TilePlan{}
 	}
 	k.plans[key] = p
+	if p.V == StageVariant {
+		k.stageErr = k.stageSetup()
+	}
 	return prev
 }
 

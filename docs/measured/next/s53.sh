@@ -1,4 +1,4 @@
-# Session 53's device plan (issue 10). Usage: bash docs/measured/next/s53.sh go|st|h5   (binaries in .device/next)
+# Session 53's device plan (issue 10). Usage: bash docs/measured/next/s53.sh go|st|sc|h5   (binaries in .device/next)
 #  go (any card): on an H200, s51.sh h5 (every README row with traced steps, then the A/Bs still owed there; H5S
 #    seconds, default 400). On an H100, what s52.sh rt left: moe_route_sort's graph time beside moe_route_rank's
 #    and moe_route's (TestKernelSmallTiming).
@@ -8,6 +8,10 @@
 #    G32/R8 plan, float64, programmatic behind a writer of x, eager and graphed) and TestKernelTilePlanBitwise; a
 #    traced step of each model with block clocks and the pin (when do its blocks become resident, how long after
 #    their release do they leave); then A/B/A/B at 8192 on both models and at 131072 on DeepSeek-V3.2 dims.
+#  sc (any card; kernels.test, tilert): st again with the grouped GEMVs asking for the most shared memory
+#    (kernels.stageBehind; call A's clocks had the staged blocks resident only after the grouped GEMV left, the SMs'
+#    carveout holding no room for 96 KB): TestKernelGemvStage, the traced steps, the four A/B/A/Bs, then the
+#    carveout's own A/B (TILERT_GPU_STAGE_CARVEOUT=0) on GLM-5 dims at 8192.
 #  h5 (an H200; tilert alone): s51.sh h5 (H5S seconds, default 330), then st's A/Bs.
 NAME=s53
 . docs/measured/next/plan.sh "$1"
@@ -37,9 +41,17 @@ st)
   for f in tl-dsst tl-glst; do blocks $f; done
   xz -T4 $R/tl-*.json 2>/dev/null; save
   stab; save ;;
+sc)
+  tst kernels cuda/kernels 200 '^TestKernelGemvStage$'; cnt kernels; save
+  TL=1 bn deepseek-v3.2 8192 1 tl-dsst TILERT_GPU_BLOCK_CLOCKS=1 $DSP
+  TL=1 bn glm-5 8192 1 tl-glst TILERT_GPU_BLOCK_CLOCKS=1 $GLP
+  for f in tl-dsst tl-glst; do blocks $f; done
+  xz -T4 $R/tl-*.json 2>/dev/null; save
+  stab
+  abab glm-5 8192 1 cv8 $GLP TILERT_GPU_STAGE_CARVEOUT=0; save ;;
 h5)
   timeout ${H5S:-330} bash docs/measured/next/s51.sh h5 > $R/s51-h5.log 2>&1; echo "s51 h5 rc=$?" >> $R/summary.txt
   cp $OUT/summary-h5.txt $R/s51-summary-h5.txt 2>/dev/null; cat $R/s51-summary-h5.txt >> $R/summary.txt; save
   stab; save ;;
-*) echo "usage: s53.sh go|st|h5" >&2; exit 2 ;;
+*) echo "usage: s53.sh go|st|sc|h5" >&2; exit 2 ;;
 esac

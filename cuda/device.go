@@ -652,8 +652,16 @@ func (c *Ctx) SetMaxDynamicShared(f *Function, n int) error {
 // PreferMaxShared asks the driver to give f's SMs the most shared memory
 // (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 100), so that shared
 // memory does not lower how many of its blocks an SM holds.
-func (c *Ctx) PreferMaxShared(f *Function) error {
-	return c.check("cuFuncSetAttribute", call(c.drv.cuFuncSetAttribute, f.h, funcAttrPreferredCarveout, 100))
+func (c *Ctx) PreferMaxShared(f *Function) error { return c.PreferShared(f, 100) }
+
+// PreferShared asks the driver for pct percent (0..100) of f's SMs' unified
+// L1 / shared memory as shared memory (the preferred carveout; -1: the
+// driver's choice again).
+func (c *Ctx) PreferShared(f *Function, pct int) error {
+	if pct < -1 || pct > 100 {
+		return errors.Newf("shared memory carveout %d%%: want -1..100", pct)
+	}
+	return c.check("cuFuncSetAttribute", call(c.drv.cuFuncSetAttribute, f.h, funcAttrPreferredCarveout, uintptr(int64(pct))))
 }
 
 // ModuleGlobal returns the device address and size in bytes of the

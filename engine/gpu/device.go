@@ -1402,6 +1402,9 @@ type cudaRunner struct {
 	qb          [2]int
 	qbVariant   string
 	qbVariantOK bool
+	// wqb: the indexer wq_b's shape, pinned to the staged GEMV (wqb.go;
+	// zero: not pinned), set before TILERT_GPU_TILE_PLANS's pins.
+	wqb [2]int
 	// plans: TILERT_GPU_TILE_PLANS's pins (tileplans.go), set at every run
 	// after o_proj's.
 	plans map[[2]int]kernels.TilePlan
@@ -1437,6 +1440,9 @@ func (r *cudaRunner) readyModules(b *cudaDevice) {
 			r.oprojPlan, r.oprojOK = oprojFor(b.k, r.oproj), true
 		}
 		b.k.SetTilePlan(r.oproj[0], r.oproj[1], r.oprojPlan)
+	}
+	if r.wqb != [2]int{} && b.k.StageFits(r.wqb[0], r.wqb[1]) {
+		b.k.SetTilePlan(r.wqb[0], r.wqb[1], wqbStagePlan)
 	}
 	for shape, p := range r.plans {
 		b.k.SetTilePlan(shape[0], shape[1], p)

@@ -201,6 +201,7 @@ func newBackend(r runner, src Source, opts engine.Options) (*backend, error) {
 		graphs: newGraphs(),
 		ah:     aheadState{off: !pipeOn, mtp: pipeMTP},
 	}
+	wqbPin(r, cfg)
 	if err := oprojPin(r, cfg); err != nil {
 		return nil, err
 	}

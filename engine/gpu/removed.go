@@ -348,8 +348,10 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for the routing on moe_route_sort, each warp's experts sorted in registers first (kernels.RouteSort, the default since session 52); 0 for moe_route_rank, the same outputs"},
 		{"TILERT_GPU_BLOCK_CLOCKS", []string{"", "0", "1"},
 			"unset it (or 0) for the kernels as they ship; 1 compiles them with block clocks, which a traced step (bench decode --timeline) reads: each block's entry, release from its PDL wait and exit (a diagnostic; kernels.BlockClocks)"},
-		{"TILERT_GPU_STAGE_CARVEOUT", []string{"", "0", "1"},
-			"unset it (or 1) for the layer-input grouped GEMVs asking for the most shared memory where a shape is pinned to the staged GEMV (_st: kernels.stageBehind), so its blocks can be resident beside them; 0 leaves their carveout to the driver"},
+		{"TILERT_GPU_WQB_STAGE", []string{"", "0", "1"},
+			"unset it (or 1) for a one-row step's indexer wq_b on the staged GEMV (its weights into shared memory before its PDL wait: wqb.go, the default since session 53), 0 for the tile rule's kernel"},
+		{"TILERT_GPU_STAGE_CARVEOUT", []string{"", "0", "50", "60", "75", "100"},
+			"unset it (or 0) to leave the layer-input grouped GEMVs' shared memory carveout to the driver; a percent (50, 60, 75, 100) asks for that much shared memory for them where a shape runs on the staged GEMV, so its blocks can be resident beside them (kernels.stageBehind; 100 measured slower in session 53 call B)"},
 		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},
 			"unset it (or 1) for a decode MoE layer's combine fused with the next add + RMSNorm (one launch), 0 for the two launches"},
 	} {

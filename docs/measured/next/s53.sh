@@ -1,4 +1,4 @@
-# Session 53's device plan (issue 10). Usage: bash docs/measured/next/s53.sh go|st|sc|h5   (binaries in .device/next)
+# Session 53's device plan (issue 10). Usage: bash docs/measured/next/s53.sh go|st|sc|df|h5   (binaries in .device/next)
 #  go (any card): on an H200, s51.sh h5 (every README row with traced steps, then the A/Bs still owed there; H5S
 #    seconds, default 400). On an H100, what s52.sh rt left: moe_route_sort's graph time beside moe_route_rank's
 #    and moe_route's (TestKernelSmallTiming).
@@ -12,6 +12,10 @@
 #    (kernels.stageBehind; call A's clocks had the staged blocks resident only after the grouped GEMV left, the SMs'
 #    carveout holding no room for 96 KB): TestKernelGemvStage, the traced steps, the four A/B/A/Bs, then the
 #    carveout's own A/B (TILERT_GPU_STAGE_CARVEOUT=0) on GLM-5 dims at 8192.
+#  df (any card; engine.test, tilert): the staged wq_b as the engine's default (TILERT_GPU_WQB_STAGE, wqb.go):
+#    TestGPUWqbStage (real DeepSeek-V3.2 dims: staged launches only by default, the same greedy tokens as the tile
+#    kernel), TestGPUGreedyMatchesCPU and TestGPUGraphsEqualEager; A/B/A/B of the default against
+#    TILERT_GPU_WQB_STAGE=0 on both models at 8192 and 131072, and a 60% carveout for the grouped GEMVs on GLM-5 dims.
 #  h5 (an H200; tilert alone): s51.sh h5 (H5S seconds, default 330), then st's A/Bs.
 NAME=s53
 . docs/measured/next/plan.sh "$1"
@@ -49,9 +53,17 @@ sc)
   xz -T4 $R/tl-*.json 2>/dev/null; save
   stab
   abab glm-5 8192 1 cv8 $GLP TILERT_GPU_STAGE_CARVEOUT=0; save ;;
+df)
+  tst engine engine/gpu 300 '^TestGPUWqbStage$|^TestGPUGreedyMatchesCPU$|^TestGPUGraphsEqualEager$'; cnt engine
+  grep -E "staged launches|tokens differ" $R/engine.log | head -5 >> $R/summary.txt; save
+  abab glm-5 8192 1 d-g8 TILERT_GPU_WQB_STAGE=0
+  abab deepseek-v3.2 8192 1 d-d8 TILERT_GPU_WQB_STAGE=0
+  abab glm-5 131072 1 d-g131 TILERT_GPU_WQB_STAGE=0
+  abab deepseek-v3.2 131072 1 d-d131 TILERT_GPU_WQB_STAGE=0
+  abab glm-5 8192 1 c60 TILERT_GPU_STAGE_CARVEOUT=60; save ;;
 h5)
   timeout ${H5S:-330} bash docs/measured/next/s51.sh h5 > $R/s51-h5.log 2>&1; echo "s51 h5 rc=$?" >> $R/summary.txt
   cp $OUT/summary-h5.txt $R/s51-summary-h5.txt 2>/dev/null; cat $R/s51-summary-h5.txt >> $R/summary.txt; save
   stab; save ;;
-*) echo "usage: s53.sh go|st|sc|h5" >&2; exit 2 ;;
+*) echo "usage: s53.sh go|st|sc|df|h5" >&2; exit 2 ;;
 esac

@@ -16,7 +16,7 @@
 #    TestGPUWqbStage (real DeepSeek-V3.2 dims: staged launches only by default, the same greedy tokens as the tile
 #    kernel), TestGPUGreedyMatchesCPU and TestGPUGraphsEqualEager; A/B/A/B of the default against
 #    TILERT_GPU_WQB_STAGE=0 on both models at 8192 and 131072, and a 60% carveout for the grouped GEMVs on GLM-5 dims.
-#  h5 (an H200; tilert alone): s51.sh h5 (H5S seconds, default 330), then st's A/Bs.
+#  h5 (an H200; tilert alone): s51.sh h5 (H5S seconds, default 330), then df's A/Bs of the staged wq_b.
 NAME=s53
 . docs/measured/next/plan.sh "$1"
 blocks() { awk '/as it ran/{f=1} f' $R/$1.txt | grep -v "^rc=" | head -60 | sed "s|^|$1 |" >> $R/summary.txt; }
@@ -27,6 +27,13 @@ stab() {
   abab glm-5 8192 1 sg8 $GLP
   abab deepseek-v3.2 131072 1 st131 $DSP
   abab glm-5 131072 1 sg131 $GLP
+}
+# dfab: the staged wq_b (the default since call B) against TILERT_GPU_WQB_STAGE=0, both models, both contexts.
+dfab() {
+  abab glm-5 8192 1 d-g8 TILERT_GPU_WQB_STAGE=0
+  abab deepseek-v3.2 8192 1 d-d8 TILERT_GPU_WQB_STAGE=0
+  abab glm-5 131072 1 d-g131 TILERT_GPU_WQB_STAGE=0
+  abab deepseek-v3.2 131072 1 d-d131 TILERT_GPU_WQB_STAGE=0
 }
 case "$PART" in
 go)
@@ -56,14 +63,11 @@ sc)
 df)
   tst engine engine/gpu 300 '^TestGPUWqbStage$|^TestGPUGreedyMatchesCPU$|^TestGPUGraphsEqualEager$'; cnt engine
   grep -E "staged launches|tokens differ" $R/engine.log | head -5 >> $R/summary.txt; save
-  abab glm-5 8192 1 d-g8 TILERT_GPU_WQB_STAGE=0
-  abab deepseek-v3.2 8192 1 d-d8 TILERT_GPU_WQB_STAGE=0
-  abab glm-5 131072 1 d-g131 TILERT_GPU_WQB_STAGE=0
-  abab deepseek-v3.2 131072 1 d-d131 TILERT_GPU_WQB_STAGE=0
+  dfab
   abab glm-5 8192 1 c60 TILERT_GPU_STAGE_CARVEOUT=60; save ;;
 h5)
   timeout ${H5S:-330} bash docs/measured/next/s51.sh h5 > $R/s51-h5.log 2>&1; echo "s51 h5 rc=$?" >> $R/summary.txt
   cp $OUT/summary-h5.txt $R/s51-summary-h5.txt 2>/dev/null; cat $R/s51-summary-h5.txt >> $R/summary.txt; save
-  stab; save ;;
+  dfab; save ;;
 *) echo "usage: s53.sh go|st|sc|df|h5" >&2; exit 2 ;;
 esac

@@ -1,4 +1,4 @@
-# Session 53's device plan (issue 10). Usage: bash docs/measured/next/s53.sh go|st|sc|df|h5   (binaries in .device/next)
+# Session 53's device plan (issue 10). Usage: bash docs/measured/next/s53.sh go|st|sc|df|dq|h5   (binaries in .device/next)
 #  go (any card): on an H200, s51.sh h5 (every README row with traced steps, then the A/Bs still owed there; H5S
 #    seconds, default 400). On an H100, what s52.sh rt left: moe_route_sort's graph time beside moe_route_rank's
 #    and moe_route's (TestKernelSmallTiming).
@@ -16,6 +16,7 @@
 #    TestGPUWqbStage (real DeepSeek-V3.2 dims: staged launches only by default, the same greedy tokens as the tile
 #    kernel), TestGPUGreedyMatchesCPU and TestGPUGraphsEqualEager; A/B/A/B of the default against
 #    TILERT_GPU_WQB_STAGE=0 on both models at 8192 and 131072, and a 60% carveout for the grouped GEMVs on GLM-5 dims.
+#  dq (any card; engine.test, tilert): df's first part (TestGPUWqbStage, the two 8192 A/B/A/Bs) for a short budget.
 #  h5 (an H200; tilert alone): s51.sh h5 (H5S seconds, default 330), then df's A/Bs of the staged wq_b.
 NAME=s53
 . docs/measured/next/plan.sh "$1"
@@ -65,9 +66,14 @@ df)
   grep -E "staged launches|tokens differ" $R/engine.log | head -5 >> $R/summary.txt; save
   dfab
   abab glm-5 8192 1 c60 TILERT_GPU_STAGE_CARVEOUT=60; save ;;
+dq)
+  tst engine engine/gpu 150 '^TestGPUWqbStage$'; cnt engine
+  grep -E "staged launches|tokens differ" $R/engine.log | head -5 >> $R/summary.txt; save
+  abab glm-5 8192 1 d-g8 TILERT_GPU_WQB_STAGE=0
+  abab deepseek-v3.2 8192 1 d-d8 TILERT_GPU_WQB_STAGE=0; save ;;
 h5)
   timeout ${H5S:-330} bash docs/measured/next/s51.sh h5 > $R/s51-h5.log 2>&1; echo "s51 h5 rc=$?" >> $R/summary.txt
   cp $OUT/summary-h5.txt $R/s51-summary-h5.txt 2>/dev/null; cat $R/s51-summary-h5.txt >> $R/summary.txt; save
   dfab; save ;;
-*) echo "usage: s53.sh go|st|sc|df|h5" >&2; exit 2 ;;
+*) echo "usage: s53.sh go|st|sc|df|dq|h5" >&2; exit 2 ;;
 esac

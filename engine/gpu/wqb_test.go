@@ -28,14 +28,14 @@ func TestWqbShape(t *testing.T) {
 }
 
 // TestGPUWqbStage: an engine of DeepSeek-V3.2's real dimensions (the
-// deepseek-v3.2-moe preset, random weights) decodes with its indexer wq_b
+// deepseek-v3.2-2layer preset: two dense layers, ~5 GB of random weights) decodes with its indexer wq_b
 // on the staged GEMV by default and on the tile kernel with
 // TILERT_GPU_WQB_STAGE=0; the staged launches happen only in the first, and
 // the greedy tokens are the same (at these dims the staged sums are the
 // tile plan's bit for bit).
 func TestGPUWqbStage(t *testing.T) {
 	gpuDevice(t)
-	cfg := synthConfig(t, "deepseek-v3.2-moe")
+	cfg := synthConfig(t, "deepseek-v3.2-2layer")
 	opts := engine.Options{Mode: engine.ModeServing, Slots: 1, MaxSeqLen: 4096}
 	r := rand.New(rand.NewPCG(53, 1))
 	prompt := make([]int, 2500) // past the indexer's 2048 selections: the top-k selects

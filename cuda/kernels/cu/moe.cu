@@ -189,6 +189,7 @@ __device__ __forceinline__ void moe_route_rank_t(const float* lg, const float* _
   }
   // Finite experts after the group drop (NaN counts as not finite).
   const int nfin = __syncthreads_count(t < E && ct > NEG_INF);
+  bool ranked = false;  // block-uniform: the sorted candidates chose (SORT)
   if constexpr (SORT) {
     if (nfin >= K && !__syncthreads_or(t < E && ct != ct)) {  // block-uniform
       float v = ct;  // t >= E: -inf, beaten by every finite expert
@@ -225,19 +226,10 @@ __device__ __forceinline__ void moe_route_rank_t(const float* lg, const float* _
           sv[r] = sx[mi];
         }
       }
-      __syncthreads();
-      if (t < K) {
-        float sum = 0.0f;
-        for (int r = 0; r < K; r++) sum += sv[r];
-        float o = sv[t];
-        if (norm) o /= (sum + 1e-20f);
-        idx[t] = chosen[t];
-        wts[t] = o * scale;
-      }
-      return;
+      ranked = true;
     }
   }
-  if (t < E && (ct > NEG_INF || nfin < K)) {
+  if (!ranked && t < E && (ct > NEG_INF || nfin < K)) {
     // Only kept groups can beat a finite c; otherwise scan every expert.
     const bool all = !(ct > NEG_INF) || !grouped;
     int r = 0;

@@ -95,23 +95,28 @@ func stageRows(N, K, sms, maxSmem int) (rb int, ok bool) {
 // stageSmem is the dynamic shared memory of a staged block of rb rows of K.
 func stageSmem(rb, K int) int { return rb*K + 4*(K/128) }
 
+// deviceStageRows is stageRows on this device (no shape fits below sm_80).
+func (k *Set) deviceStageRows(N, K int) (int, bool) {
+	inf := k.c.Info()
+	if inf.CCMajor < 8 {
+		return 0, false
+	}
+	return stageRows(N, K, inf.SMs, inf.MaxSharedOptin)
+}
+
 // StageFits says whether a one-row fp8 GEMV of N rows of K can run staged on
 // this device (sm_80+, the shape within stageRows' limits).
 func (k *Set) StageFits(N, K int) bool {
-	inf := k.c.Info()
-	if inf.CCMajor < 8 {
-		return false
-	}
-	_, ok := stageRows(N, K, inf.SMs, inf.MaxSharedOptin)
+	_, ok := k.deviceStageRows(N, K)
 	return ok
 }
 
 // stageLaunch runs y = W x (+ resid) for one input row on the staged kernel
-// when the shape and pointers allow it, and reports whether it did.
+// when the shape and pointers allow it, and reports whether it did. Only a
+// pinned shape gets here, so SetTilePlan's stageSetup has run.
 func (k *Set) stageLaunch(s cuda.Stream, y, x, w, scale, resid cuda.DevPtr, N, K int) (bool, error) {
-	inf := k.c.Info()
-	rb, ok := stageRows(N, K, inf.SMs, inf.MaxSharedOptin)
-	if !ok || inf.CCMajor < 8 || scale == 0 || uint64(w)%16 != 0 || uint64(x)%16 != 0 {
+	rb, ok := k.deviceStageRows(N, K)
+	if !ok || scale == 0 || uint64(w)%16 != 0 || uint64(x)%16 != 0 {
 		return false, nil
 	}
 	if k.stageErr != nil {
@@ -120,12 +125,6 @@ func (k *Set) stageLaunch(s cuda.Stream, y, x, w, scale, resid cuda.DevPtr, N, K
 	f, err := k.fn(stageKernel)
 	if err != nil {
 		return false, err
-	}
-	if _, set := bigShared.Load(f); !set {
-		// Pinned without SetTilePlan's setup (not expected): set here.
-		if err := k.stageSetup(); err != nil {
-			return false, err
-		}
 	}
 	StageLaunches.Add(1)
 	return true, k.launchFn(f, cuda.D1(N/rb), cuda.D1(rb*4), stageSmem(rb, K), s, w, scale, x, y, resid, K)

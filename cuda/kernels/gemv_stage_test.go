@@ -198,10 +198,6 @@ func TestKernelGemvStage(t *testing.T) {
 		}
 		check := func(what string, xin []float32) {
 			xs := refGemv(fp8At(ww, sw, KW), xin, nil, K, KW, 1, KW, K)
-			x32 := make([]float32, K)
-			for i, v := range xs {
-				x32[i] = float32(v)
-			}
 			// The staged GEMV's input is the writer's float32 output: take
 			// it back from the device, so the reference sees the same x.
 			xd := downF32(c, xp, K)

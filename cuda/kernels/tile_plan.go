@@ -74,7 +74,9 @@ func (k *Set) SetTilePlan(N, K int, p TilePlan) (prev TilePlan) {
 		k.plans = map[[2]int]TilePlan{}
 	}
 	k.plans[key] = p
-	if p.V == StageVariant {
+	if p.V == StageVariant && prev != p {
+		// Once a pin, not at each of the engine's runs (readyModules pins
+		// again every run).
 		k.stageErr = k.stageSetup()
 	}
 	return prev

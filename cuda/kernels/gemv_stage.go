@@ -1,8 +1,6 @@
 package kernels
 
 import (
-	"os"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
@@ -26,22 +24,13 @@ const StageVariant = "_st"
 // StageLaunches counts launches of the staged GEMV (tests).
 var StageLaunches atomic.Int64
 
-// stageBehind are the kernels the staged GEMV is meant to run behind: the
-// layer-input grouped GEMVs, before the indexer's wq_b. A staged block of
-// 64-128 KB of shared memory becomes resident beside their blocks only where
-// the SM's carveout leaves that room, and an SM changes its carveout only
-// when idle (session 53 call A: the staged blocks became resident only after
-// the grouped GEMV had left). TILERT_GPU_STAGE_CARVEOUT=PCT asks for PCT
-// percent of shared memory for them; off by default: at 100 (call B) the
-// blocks were resident early but the grouped GEMV ran ~4.5 us longer (its x
-// reads through a 28 KB L1, or the copies beside it), and the step lost.
-var stageBehind = []string{"gemv_group_r8_m1_qw", "gemv_group_r8_m1"}
-
-var stageCarveout, _ = strconv.Atoi(os.Getenv("TILERT_GPU_STAGE_CARVEOUT")) // 0: the driver's (engine/gpu checks the value)
-
 // stageSetup readies a staged launch before any graph capture (SetTilePlan
 // runs it when a shape is pinned to _st): the staged kernel's dynamic shared
-// memory limit and stageBehind's carveout.
+// memory limit. The kernels before it keep the driver's carveout: an SM
+// changes its carveout only when idle, so the staged blocks become resident
+// once the layer-input grouped GEMV leaves; asking the grouped GEMVs for 50,
+// 60 or 100% shared memory let them in earlier but slowed the step (sessions
+// 53-54; engine/gpu removed.go TILERT_GPU_STAGE_CARVEOUT).
 func (k *Set) stageSetup() error {
 	inf := k.c.Info()
 	if inf.CCMajor < 8 {
@@ -56,18 +45,6 @@ func (k *Set) stageSetup() error {
 			return errors.Wrap(err, "the staged GEMV's shared memory")
 		}
 		bigShared.Store(f, true)
-	}
-	if stageCarveout <= 0 || stageCarveout > 100 {
-		return nil
-	}
-	for _, n := range stageBehind {
-		g, err := k.fn(n)
-		if err != nil {
-			return err
-		}
-		if err := k.c.PreferShared(g, stageCarveout); err != nil {
-			return errors.Wrapf(err, "%s's carveout (for the staged GEMV behind it)", n)
-		}
 	}
 	return nil
 }

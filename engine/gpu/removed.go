@@ -238,6 +238,13 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_L2_NEXT", keep: zero,
 		what: "the next layer's input projections asked into the L2 beside a MoE layer's routed experts (l2_prefetch behind the shared expert's down on its side stream) were measured slower on the H100 in session 49 call A and removed (decode p50, 9 MoE layers, A/B/A/B: =group DeepSeek-V3.2 dims 8192 3.192 / 3.196 against 3.154 / 3.160 ms, +38 / +36 us; GLM-5 dims 8192 +17 / +16, 131072 +22 / +30; 4 slots +30 / +37; =wqb, wq_b too, DeepSeek-V3.2 dims 8192 +63 / +65, GLM-5 dims +31 / +26)",
 		hint: `: a layer's input projections read their weights from HBM (the default); the code last exists at commit b538f47, the record is in docs/measured/h100-2026-12-06-s49 and engine/gpu/NOTES.md "Session 49"`},
+	// TILERT_GPU_STAGE_CARVEOUT=PCT asked the layer-input grouped GEMVs for
+	// PCT% shared memory, so the staged wq_b's blocks could be resident
+	// beside them; built in session 53, slower at 100, 60 and 50, removed in
+	// session 54.
+	{name: "TILERT_GPU_STAGE_CARVEOUT", keep: zero,
+		what: "the layer-input grouped GEMVs' shared memory carveout for the staged wq_b beside them was measured slower on H100s and removed in session 54 (decode p50, 9 MoE layers, one expert bank, A/B/A/B: 100 DeepSeek-V3.2 dims 8192 +9 / +7 us, GLM-5 dims 131072 +31 / +26, session 53 call B; GLM-5 dims 8192 60 +23 / +20, 50 +15 / +15, session 54 calls A-B)",
+		hint: `: the grouped GEMVs keep the driver's carveout and the staged blocks become resident once they leave (the default); the code last exists at commit 343b9ac, the record is in docs/measured/h100-2026-12-06-s54 and cuda/kernels/NOTES.md "gemv_stage"`},
 	// TILERT_GPU_EPI_PRE=1 ran the one-row scaled attention epilogue as
 	// attn_epilogue_qsp (its position, RoPE entries and norm weights loaded
 	// before its PDL wait); TILERT_GPU_SCORES_PRE=1 the one-row indexer
@@ -350,8 +357,6 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 0) for the kernels as they ship; 1 compiles them with block clocks, which a traced step (bench decode --timeline) reads: each block's entry, release from its PDL wait and exit (a diagnostic; kernels.BlockClocks)"},
 		{"TILERT_GPU_WQB_STAGE", []string{"", "0", "1"},
 			"unset it (or 1) for a one-row step's indexer wq_b on the staged GEMV (its weights into shared memory before its PDL wait: wqb.go, the default since session 53), 0 for the tile rule's kernel"},
-		{"TILERT_GPU_STAGE_CARVEOUT", []string{"", "0", "50", "60", "75", "100"},
-			"unset it (or 0) to leave the layer-input grouped GEMVs' shared memory carveout to the driver; a percent (50, 60, 75, 100) asks for that much shared memory for them where a shape runs on the staged GEMV, so its blocks can be resident beside them (kernels.stageBehind; 100 measured slower in session 53 call B)"},
 		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},
 			"unset it (or 1) for a decode MoE layer's combine fused with the next add + RMSNorm (one launch), 0 for the two launches"},
 	} {

@@ -270,6 +270,8 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_L2_EVICT", "set it to nogroup", "keys", "normal", "454f910", "docs/measured/h100-2026-12-06-s47", "docs/measured/h100-2026-12-06-s48", `engine/gpu/NOTES.md "TILERT_GPU_L2_EVICT"`}},
 	"TILERT_GPU_L2_NEXT": {{"session 49 call A", "3.192 / 3.196 against 3.154 / 3.160 ms", "+38 / +36 us", "+63 / +65"},
 		{"unset TILERT_GPU_L2_NEXT", "b538f47", "docs/measured/h100-2026-12-06-s49", `engine/gpu/NOTES.md "Session 49"`}},
+	"TILERT_GPU_STAGE_CARVEOUT": {{"session 53 call B", "+9 / +7 us", "+31 / +26", "60 +23 / +20", "50 +15 / +15", "session 54 calls A-B"},
+		{"unset TILERT_GPU_STAGE_CARVEOUT", "driver's carveout", "343b9ac", "docs/measured/h100-2026-12-06-s54", `cuda/kernels/NOTES.md "gemv_stage"`}},
 	"TILERT_GPU_EPI_PRE": {{"session 50 call A", "3.188 / 3.187 against 3.181 / 3.188 ms", "+7 / -1 us", "+14 / +15", "6.3 us"},
 		{"unset TILERT_GPU_EPI_PRE", "attn_epilogue_qs", "3a8fbb2", "docs/measured/h100-2026-12-06-s50", `engine/gpu/NOTES.md "Session 50"`}},
 	"TILERT_GPU_SCORES_PRE": {{"session 50 call A", "3.189 / 3.189 against 3.187 / 3.187 ms", "+2 / +2 us", "+14 / +15"},
@@ -436,6 +438,7 @@ var removedGolden = []struct{ name, v string }{
 	{"TILERT_GPU_SAMPLE_ONE", "1"},
 	{"TILERT_GPU_EMBED_VEC", "0"},
 	{"TILERT_GPU_MTP_PAIRS", "1"},
+	{"TILERT_GPU_STAGE_CARVEOUT", "50"}, {"TILERT_GPU_STAGE_CARVEOUT", "100"},
 }
 
 // TestRemovedGolden pins every refusal's message and hint byte for byte

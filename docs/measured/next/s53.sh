@@ -18,6 +18,8 @@
 #    TILERT_GPU_WQB_STAGE=0 on both models at 8192 and 131072, and a 60% carveout for the grouped GEMVs on GLM-5 dims.
 #  dq (any card; engine.test, tilert): df's first part (TestGPUWqbStage, the two 8192 A/B/A/Bs) for a short budget.
 #  h5 (an H200; tilert alone): s51.sh h5 (H5S seconds, default 330), then df's A/Bs of the staged wq_b.
+# Session 54 ran df's rows (s54.sh a and its call B) and removed TILERT_GPU_STAGE_CARVEOUT: sc, cv8 and df's c60 row
+# are refused since.
 NAME=s53
 . docs/measured/next/plan.sh "$1"
 blocks() { awk '/as it ran/{f=1} f' $R/$1.txt | grep -v "^rc=" | head -60 | sed "s|^|$1 |" >> $R/summary.txt; }

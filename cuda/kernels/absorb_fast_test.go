@@ -156,18 +156,36 @@ func TestAbsorbFastKernels(t *testing.T) {
 	}{
 		{8, 128, "absorb_q_fast_g8_r4"}, {8, 192, "absorb_q_fast_g8_r8"}, {8, 256, "absorb_q_fast_g8_r8"}, {8, 257, ""},
 		{4, 128, "absorb_q_fast_g4_r4"}, {4, 256, "absorb_q_fast_g4_r4"}, {2, 128, "absorb_q_fast_g2_r4"}, {16, 128, ""}, {3, 64, ""},
+		{4, 300, ""}, {2, 600, ""}, // past AbsorbQFastOK's 256 rows: no kernel (g4_r8, g2_r8 were removed)
 	} {
 		if got := absorbQFastKernel(tc.g, tc.nope); got != tc.want {
 			t.Errorf("absorbQFastKernel(%d, %d) = %q, want %q", tc.g, tc.nope, got, tc.want)
 		}
 	}
+	// Exactly the kernels absorbQFastKernel can name over AbsorbQFastOK's
+	// rows are defined (plain and _n), each with its blocks an SM.
+	names := map[string]bool{}
+	for _, g := range []int{2, 4, 8} {
+		for nope := 1; nope <= 256; nope++ {
+			names[absorbQFastKernel(g, nope)] = true
+		}
+	}
 	for _, g := range []int{2, 4, 8} {
 		for _, nr := range []int{4, 8} {
 			minb := map[int]int{4: 4, 8: 2}[nr]
-			if !strings.Contains(src, fmt.Sprintf("ABSORB_Q_FAST(%d, %d, %d)", g, nr, minb)) {
-				t.Errorf("absorb_q_fast_g%d_r%d is not defined with %d blocks an SM", g, nr, minb)
+			want := names[fmt.Sprintf("absorb_q_fast_g%d_r%d", g, nr)]
+			for _, m := range []string{"ABSORB_Q_FAST", "ABSORB_Q_FAST_N"} {
+				if has := strings.Contains(src, fmt.Sprintf("%s(%d, %d, %d)", m, g, nr, minb)); has != want {
+					t.Errorf("%s(%d, %d, %d) defined: %v, want %v (absorbQFastKernel names it)", m, g, nr, minb, has, want)
+				}
+				if strings.Contains(src, fmt.Sprintf("%s(%d, %d,", m, g, nr)) && !want {
+					t.Errorf("%s(%d, %d, ...) defined: no launch names it", m, g, nr)
+				}
 			}
 		}
+	}
+	if len(names) != 4 {
+		t.Errorf("absorbQFastKernel names %d kernels over nope 1..256, want 4 (g2_r4, g4_r4, g8_r4, g8_r8): %v", len(names), names)
 	}
 	// rows a warp -> blocks an SM its bound asks for (2: 32 registers, all
 	// 1024 blocks of 128 heads resident on 132 SMs).

@@ -61,22 +61,32 @@ func (v mmaVariant) name(bf16 bool) string {
 	return n
 }
 
-// mmaVariants are gemv_mma.cu's kernels (run on the H200: checked and
-// timed, docs/measured/h200-2026-12-01-mrows/run1); mmxVariants
-// gemv_mma_x.cu's (run 2, docs/measured/h200-2026-12-03-s18 call B). Of
+// mmaVariants are gemv_mma.cu's kernels for fp8 and bf16 weights (run on
+// the H200: checked and timed, docs/measured/h200-2026-12-01-mrows/run1),
+// mmaFP8Variants its kernels for fp8 only; mmxVariants gemv_mma_x.cu's
+// (run 2, docs/measured/h200-2026-12-03-s18 call B), fp8 only. Of
 // gemv_mma_x.cu's GEMVs only `_p` r2 u1 is left: r2 u2, the other `_p`
 // shapes (r1 u1, r4 u1, r2 u2) and the cp.async `_a` (r1 u1, r2 u1) were
 // slower than mmaShape's choice at every shape timed (session 19 call A;
 // r1 u1 `_p` on the bf16 head at 2 rows within the spread) and no default
 // or switch took them; removed in session 19, last in commit cb41896.
+// Session 54 removed what mmaShape never picks (only tests pinned them):
+// r1 u2 and r2 u4 of gemv_mma.cu, its bf16 r2 u2 and gemv_mma_x.cu's bf16
+// `_p` (cuda/kernels/NOTES.md "Unreachable kernels removed").
 var (
-	mmaVariants = []mmaVariant{{1, 2, 0, false}, {1, 4, 0, false}, {2, 1, 0, false}, {2, 2, 0, false}, {2, 4, 0, false},
-		{4, 1, 0, false}}
-	mmxVariants = []mmaVariant{{2, 1, 1, true}}
+	mmaVariants    = []mmaVariant{{1, 4, 0, false}, {2, 1, 0, false}, {4, 1, 0, false}}
+	mmaFP8Variants = []mmaVariant{{2, 2, 0, false}}
+	mmxVariants    = []mmaVariant{{2, 1, 1, true}}
 )
 
-func mmaCompiled(v mmaVariant) bool {
-	return slices.Contains(mmaVariants, v) || slices.Contains(mmxVariants, v)
+// mmaAllVariants is every compiled variant (for fp8 weights; bf16 has
+// mmaVariants).
+func mmaAllVariants() []mmaVariant { return slices.Concat(mmaVariants, mmaFP8Variants, mmxVariants) }
+
+// mmaCompiled says whether variant v is compiled for the weights (bf16 or
+// fp8).
+func mmaCompiled(v mmaVariant, bf16 bool) bool {
+	return slices.Contains(mmaVariants, v) || !bf16 && (slices.Contains(mmaFP8Variants, v) || slices.Contains(mmxVariants, v))
 }
 
 // mmaShape picks the variant for N rows of kbytes bytes. gemv_mma.cu's,
@@ -131,9 +141,12 @@ func mmaShape(sms, N, kbytes int, bf16, pair bool) mmaVariant {
 		v.RT = 2
 	}
 	// A pinned shape that is not compiled: each generation's long-row
-	// kernel (only tests pin; every choice above is compiled).
+	// kernel, bf16's (r2 u1) for bf16 (only tests pin; every choice above
+	// is compiled).
 	switch {
-	case mmaCompiled(v):
+	case mmaCompiled(v, bf16):
+	case bf16:
+		v = mmaVariant{2, 1, 0, false}
 	case v.X:
 		v = run2p
 	default:
@@ -194,9 +207,12 @@ func (k *Set) GemvFP8MMA(s cuda.Stream, y, x, w, scale, resid cuda.DevPtr, N, K,
 }
 
 // GemvBF16MMA is GemvBF16Tile on the tensor cores; shapes MMAOK refuses
-// run GemvBF16Tile.
+// run GemvBF16Tile, or GemvBF16 below GemvBF16TileMinM rows.
 func (k *Set) GemvBF16MMA(s cuda.Stream, y, x, w, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	if !k.MMAOK(x, w, K, ldx, M, 2) {
+		if M >= 1 && M < GemvBF16TileMinM {
+			return k.GemvBF16(s, y, x, w, resid, N, K, M, ldx, ldy)
+		}
 		return k.GemvBF16Tile(s, y, x, w, resid, N, K, M, ldx, ldy)
 	}
 	return k.mma(s, true, y, x, w, 0, 0, 0, resid, N, K, M, ldx, ldy)

@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -157,7 +158,7 @@ func TestGemvMMALayout(t *testing.T) {
 // each chunk of a row is multiplied exactly once.
 func TestGemvMMAChunkWalk(t *testing.T) {
 	const warps = 8
-	for _, v := range append(append([]mmaVariant(nil), mmaVariants...), mmxVariants...) {
+	for _, v := range mmaAllVariants() {
 		for C := 1; C <= 70; C++ {
 			seen := make([]int, C)
 			for warp := range warps {
@@ -194,6 +195,40 @@ func TestGemvMMAChunkWalk(t *testing.T) {
 					t.Fatalf("%+v C=%d: chunk %d multiplied %d times", v, C, c, n)
 				}
 			}
+		}
+	}
+}
+
+// TestMMAVariantsDefined: the GEMV kernels gemv_mma.cu and gemv_mma_x.cu
+// define are exactly the variants mmaCompiled knows, for fp8 and bf16 (no
+// GPU needed): a pin or shape it accepts has its kernel, and no kernel is
+// compiled that no variant names.
+func TestMMAVariantsDefined(t *testing.T) {
+	defined := map[string]bool{}
+	for name := range kernelEntries(KernelSource()) {
+		if (strings.HasPrefix(name, "gemv_mma_") || strings.HasPrefix(name, "gemv_mmx_")) && !strings.HasPrefix(name, "gemv_mmx_group_") {
+			defined[name] = true
+		}
+	}
+	want := map[string]bool{}
+	for _, v := range mmaAllVariants() {
+		for _, bf16 := range []bool{false, true} {
+			if mmaCompiled(v, bf16) {
+				want[v.name(bf16)] = true
+			}
+		}
+	}
+	if len(want) != 8 {
+		t.Errorf("%d compiled GEMV variants (fp8 and bf16), want 8: %v", len(want), want)
+	}
+	for n := range want {
+		if !defined[n] {
+			t.Errorf("variant %s is not defined in the kernel source", n)
+		}
+	}
+	for n := range defined {
+		if !want[n] {
+			t.Errorf("kernel %s is defined but no variant names it", n)
 		}
 	}
 }

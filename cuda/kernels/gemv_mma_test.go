@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -10,13 +11,13 @@ import (
 
 // TestKernelGemvMMA checks the tensor-core GEMVs (fp8 and bf16 weights,
 // gate/up/SwiGLU paired) for every row count 1..8 and every compiled row
-// tile / chunk depth against the float64 reference on fresh random inputs,
-// odd row counts and padded x rows included, and that two runs agree bit
-// for bit.
+// tile / chunk depth (bf16: those compiled for it) against the float64
+// reference on fresh random inputs, odd row counts and padded x rows
+// included, and that two runs agree bit for bit.
 func TestKernelGemvMMA(t *testing.T) {
 	defer func() { forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, -1 }()
 	// The launcher's choice (RT 0: nothing pinned), then every variant.
-	cfgs := append(append([]mmaVariant{{0, 0, -1, false}}, mmaVariants...), mmxVariants...)
+	cfgs := append([]mmaVariant{{0, 0, -1, false}}, mmaAllVariants()...)
 	for _, cf := range cfgs {
 		tag := fmt.Sprintf(" RT=%d U=%d P=%d X=%v", cf.RT, cf.U, cf.P, cf.X)
 		t.Run(fmt.Sprintf("RT%d_U%d_P%d_X%v", cf.RT, cf.U, cf.P, cf.X), func(t *testing.T) {
@@ -41,6 +42,8 @@ func TestKernelGemvMMA(t *testing.T) {
 					bf := []gemvCase{{77, 1024, M, 4, M == 5}, {1024, 160, M, 0, false}, {33, 8, M, 0, false}}
 					if cf.RT == 0 {
 						bf = append(bf, gemvCase{520, 7168, M, 0, false})
+					} else if !mmaCompiled(cf, true) {
+						bf = nil // an fp8-only variant
 					}
 					for _, cs := range bf {
 						checkGemvBF16(t, c, a, r, k.GemvBF16MMA, cs, "gemv_mma_bf16 "+cs.dims()+tag)
@@ -165,7 +168,7 @@ func TestKernelGemvGroupMMA(t *testing.T) {
 // TestMMAShape pins the launcher's choice on the decode shapes (132 SMs),
 // and that a pinned variant (tests, sweeps) runs itself, or a compiled
 // kernel of its generation where the shape forbids it (the pair's two
-// row tiles).
+// row tiles), or bf16's r2 u1 where it is compiled for fp8 only.
 func TestMMAShape(t *testing.T) {
 	defer func(r1 bool) { MMARun1 = r1 }(MMARun1)
 	defer func() { forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, -1 }()
@@ -195,14 +198,18 @@ func TestMMAShape(t *testing.T) {
 		if v != cs.want {
 			t.Errorf("N=%d kbytes=%d bf16=%v pair=%v run1=%v: %+v, want %+v", cs.N, cs.kbytes, cs.bf16, cs.pair, cs.run1, v, cs.want)
 		}
-		if !mmaCompiled(v) {
+		if !mmaCompiled(v, cs.bf16) {
 			t.Errorf("N=%d: %+v not compiled", cs.N, v)
 		}
-		for _, pin := range append(append([]mmaVariant(nil), mmaVariants...), mmxVariants...) {
+		for _, pin := range mmaAllVariants() {
 			forceMMART, forceMMAU, forceMMAP, forceMMAX = pin.RT, pin.U, pin.P, b2i(pin.X)
 			v := mmaShape(132, cs.N, cs.kbytes, cs.bf16, cs.pair)
-			if !mmaCompiled(v) || v.X != pin.X || (v != pin && (!cs.pair || pin.RT >= 2)) {
-				t.Errorf("N=%d pair=%v run1=%v pinned %+v: %+v", cs.N, cs.pair, cs.run1, pin, v)
+			want := pin
+			if !mmaCompiled(pin, cs.bf16) {
+				want = mmaVariant{2, 1, 0, false} // bf16's fallback for an fp8-only pin
+			}
+			if !mmaCompiled(v, cs.bf16) || v.X != want.X || (v != want && (!cs.pair || pin.RT >= 2)) {
+				t.Errorf("N=%d bf16=%v pair=%v run1=%v pinned %+v: %+v, want %+v", cs.N, cs.bf16, cs.pair, cs.run1, pin, v, want)
 			}
 		}
 		forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, -1
@@ -244,13 +251,16 @@ func TestKernelMMAVariantsBitwise(t *testing.T) {
 			}
 			return out
 		}
-		for _, gen := range [][]mmaVariant{mmaVariants, mmxVariants} {
+		for _, gen := range [][]mmaVariant{slices.Concat(mmaVariants, mmaFP8Variants), mmxVariants} {
 			forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, b2i(gen[0].X)
 			ref := run()
 			for _, v := range gen {
 				forceMMART, forceMMAU, forceMMAP = v.RT, v.U, v.P
 				got := run()
 				for i, what := range []string{"fp8", "gate/up", "bf16"} {
+					if i == 2 && !mmaCompiled(v, true) {
+						continue // fp8 only
+					}
 					record(t, fmt.Sprintf("gemv mma variant %s == launcher's choice: %s N=%d K=%d M=%d", v.name(i == 2), what, N, K, M),
 						"differing outputs", float64(diffCount(got[i], ref[i])), 0)
 				}

@@ -51,8 +51,8 @@ func TestKernelMMATiming(t *testing.T) {
 					continue
 				}
 				line += fmt.Sprintf(" | M=%d", M)
-				for _, v := range append(append([]mmaVariant(nil), mmaVariants...), mmxVariants...) {
-					if pair && v.RT < 2 {
+				for _, v := range mmaAllVariants() {
+					if (pair && v.RT < 2) || !mmaCompiled(v, bf16) {
 						continue
 					}
 					forceMMART, forceMMAU, forceMMAP, forceMMAX = v.RT, v.U, v.P, b2i(v.X)

@@ -470,10 +470,23 @@ func (k *Set) GemvFP8Tile(s cuda.Stream, y, x, w, scale, resid cuda.DevPtr, N, K
 	return k.tile(s, a)
 }
 
-// GemvBF16Tile is GemvFP8Tile for bf16 weights without scales.
+// GemvBF16TileMinM is the fewest input rows GemvBF16Tile takes: the bf16
+// tile kernels are compiled for 5..8 rows only (gemv_tile_bf16_r*_m8). The
+// engine runs bf16 GEMVs of up to 4 rows on the wide kernels or the tensor
+// cores, which measured faster there; the bf16 variants for 1, 2 and 4
+// rows were never launched and were removed in session 54
+// (cuda/kernels/NOTES.md "Unreachable kernels removed").
+const GemvBF16TileMinM = 5
+
+// GemvBF16Tile is GemvFP8Tile for bf16 weights without scales, for
+// GemvBF16TileMinM..MaxTileM input rows.
 func (k *Set) GemvBF16Tile(s cuda.Stream, y, x, w, resid cuda.DevPtr, N, K, M, ldx, ldy int) error {
 	if err := checkTile(N, K, M, ldx, ldy); err != nil {
 		return err
+	}
+	if M < GemvBF16TileMinM {
+		return errors.WithHintf(errors.Newf("gemv tile bf16: M=%d input rows; the bf16 tile kernels take %d..%d", M, GemvBF16TileMinM, MaxTileM),
+			"run GemvBF16Wide, GemvBF16 or GemvBF16MMA for up to %d rows (as the engine does)", GemvBF16TileMinM-1)
 	}
 	if !TileOK(x, K, ldx, 2) || uint64(w)%16 != 0 {
 		return k.gemvChunks(func(yy, xx, rr cuda.DevPtr, m int) error {

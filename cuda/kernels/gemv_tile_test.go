@@ -10,11 +10,11 @@ import (
 	"github.com/tilert-go/tilert/cuda"
 )
 
-// TestKernelGemvTile checks the tile GEMVs (dense fp8/bf16 for 1..8 rows,
-// gate/up/SwiGLU paired, routed experts plus the shared expert in one
-// launch, the per-row combine) against the float64 reference on fresh
-// random inputs, for the launcher's choice and for pinned group sizes and
-// rows per group, and that two runs agree bit for bit.
+// TestKernelGemvTile checks the tile GEMVs (dense fp8 for 1..8 rows, bf16
+// for 5..8, gate/up/SwiGLU paired, routed experts plus the shared expert
+// in one launch, the per-row combine) against the float64 reference on
+// fresh random inputs, for the launcher's choice and for pinned group
+// sizes and rows per group, and that two runs agree bit for bit.
 func TestKernelGemvTile(t *testing.T) {
 	defer func(r int) { TileRule = r }(TileRule)
 	type cfg struct {
@@ -123,8 +123,16 @@ func testGemvTile(t *testing.T, tag string) {
 		} {
 			checkGemvFP8(t, c, a, r, k.GemvFP8Tile, cs, "gemv_tile_fp8 "+cs.dims()+tag, true)
 		}
-		for _, cs := range []gemvCase{{256, 7168, 1, 0, false}, {64, 7168, 8, 8, true}, {129, 200, 3, 0, true}, {50, 37, 2, 0, false}} {
+		// bf16: 5..8 rows (K % 8 != 0 falls back to gemv_bf16 in chunks of 4).
+		for _, cs := range []gemvCase{{256, 7168, 5, 0, false}, {64, 7168, 8, 8, true}, {129, 200, 6, 0, true}, {50, 37, 7, 0, false}} {
 			checkGemvBF16(t, c, a, r, k.GemvBF16Tile, cs, "gemv_tile_bf16 "+cs.dims()+tag)
+		}
+		// Fewer rows have no bf16 tile kernel: refused, nothing launched.
+		bx, bw, by := a.up(randF32(r, 8*7168, 1)), a.up(randBF16(r, 256*7168, 0.05)), a.poisoned(8*256)
+		for M := 1; M < GemvBF16TileMinM; M++ {
+			if err := k.GemvBF16Tile(s, by, bx, bw, 0, 256, 7168, M, 7168, 256); err == nil {
+				t.Errorf("GemvBF16Tile accepted M=%d", M)
+			}
 		}
 		// gate, up and SwiGLU in one launch.
 		for _, cs := range []gemvCase{{300, 2048, 3, 0, false}, {2048, 7168, 1, 0, false}, {130, 1536, 8, 4, false}} {

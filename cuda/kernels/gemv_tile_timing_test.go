@@ -113,12 +113,20 @@ func TestKernelTileTiming(t *testing.T) {
 		bf16 := func(N, K int, what string) {
 			nc := coldCopies(int64(2 * N * K))
 			ws := devBF16s(c, a, r, nc, N, K)
-			x := a.up(randF32(r, 4*K, 1))
-			y := a.raw(int64(4 * 4 * N))
+			x := a.up(randF32(r, 8*K, 1))
+			y := a.raw(int64(4 * 8 * N))
 			i := 0
-			for _, M := range []int{1, 4} {
+			// The bf16 tile kernels take 5..8 rows (GemvBF16TileMinM); the
+			// wide ones at most 4, so M rows are ceil(M/4) wide launches
+			// (the engine's rows4).
+			for _, M := range []int{5, 8} {
 				bytes := float64(2*N*K + 4*M*(K+N))
-				old := medianUs(c, s, 2*nc, 11, func() { chk(k.GemvBF16Wide(s, y, x, ws[i%nc], 0, N, K, M, K, N)); i++ })
+				old := medianUs(c, s, 2*nc, 11, func() {
+					for m := 0; m < M; m += 4 {
+						chk(k.GemvBF16Wide(s, y.Add(int64(4*m*N)), x.Add(int64(4*m*K)), ws[i%nc], 0, N, K, min(4, M-m), K, N))
+					}
+					i++
+				})
 				add(fmtName("gemv_bf16_wide N=%d K=%d M=%d cold", N, K, M), bytes, old, what)
 				us := medianUs(c, s, 2*nc, 11, func() { chk(k.GemvBF16Tile(s, y, x, ws[i%nc], 0, N, K, M, K, N)); i++ })
 				add(fmtName("gemv_tile_bf16 N=%d K=%d M=%d cold", N, K, M), bytes, us, fmtName("%.2fx wide", old/us))

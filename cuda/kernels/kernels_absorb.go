@@ -64,17 +64,19 @@ var AbsorbFastLaunches atomic.Int64
 
 // absorbQFastKernel names the one-row absorb_q kernel for 16*g columns a
 // block and nope rows (the fewest rows a thread that cover nope: 4, else
-// 8), or "" where none takes the shape (g in 2, 4, 8; nope <= 8*256/g).
+// 8), or "" where none takes the shape (g in 2, 4, 8; nope <= 256, as
+// AbsorbQFastOK asks). Up to 256 rows g 2 and 4 always take 4 rows a
+// thread, so only g 8 has an 8-row kernel (g2_r8 and g4_r8 were never
+// launched and were removed in session 54).
 func absorbQFastKernel(g, nope int) string {
-	if g != 2 && g != 4 && g != 8 {
+	if (g != 2 && g != 4 && g != 8) || nope > 256 {
 		return ""
 	}
-	for _, nr := range []int{4, 8} {
-		if nope <= nr*256/g {
-			return fmt.Sprintf("absorb_q_fast_g%d_r%d", g, nr)
-		}
+	nr := 4
+	if nope > nr*256/g {
+		nr = 8
 	}
-	return ""
+	return fmt.Sprintf("absorb_q_fast_g%d_r%d", g, nr)
 }
 
 // absorbVFastKernel names the one-row absorb_v kernel for rw rows a warp

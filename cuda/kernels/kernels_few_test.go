@@ -32,7 +32,7 @@ func TestNVRTCCompilesFewModule(t *testing.T) {
 	for name, n := range sp {
 		t.Errorf("%s spills (%s bytes of spill stores)", name, n)
 	}
-	if ck.Cubin && fns < 9 {
-		t.Errorf("ptxas -v named %d entry functions, want mla_decode_few, mla_combine_few, topk_fast16/32/64 and 4 topk_fast16_d*", fns)
+	if ck.Cubin && fns < 5 {
+		t.Errorf("ptxas -v named %d entry functions, want mla_decode_few, mla_combine_few and topk_fast16/32/64", fns)
 	}
 }

@@ -98,10 +98,11 @@ func TestKernelMLATCF(t *testing.T) {
 // decode, 2048 selected of 131072 tokens (86 MB of cache, more than the L2),
 // 8 query sets rotating: tc (the engine's default before tcf), tcp, tcf
 // (three parts), tcf2 (two parts: the engine's default) and tcf8 at the
-// planned split and its neighbours, tcf's stage-dropped variants; 1 and 4
-// rows of 128 heads and the TP-8 shards' 16 (DeepSeek) and 8 (GLM) heads.
-// (The cluster-merged tcq / tcfq / tcf2q, timed in session 4's run 1 at
-// 1.5-2.5x tcf2's time, were removed in session 12; last in 0781d7c.)
+// planned split and its neighbours; 1 and 4 rows of 128 heads and the
+// TP-8 shards' 16 (DeepSeek) and 8 (GLM) heads. (The cluster-merged tcq /
+// tcfq / tcf2q, timed in session 4's run 1 at 1.5-2.5x tcf2's time, were
+// removed in session 12; last in 0781d7c. tcf's stage-dropped diagnostics
+// mla_decode_tcf_d1..d3 went in session 54.)
 func TestKernelTimingMLATCF(t *testing.T) {
 	needTiming(t)
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
@@ -142,15 +143,6 @@ func TestKernelTimingMLATCF(t *testing.T) {
 						add(fmtName("graph: %s nq=%d H=%d split=%d decode only", d.name, nq, H, sp), nb, us, "")
 					}
 				}
-			}
-			for _, d := range mlaTCFDiag {
-				if nq != 1 || H == 8 {
-					continue
-				}
-				us := graphUsRot(c, s, 8, 15, func(i int) {
-					chk(k.launchMLATiledParts(d, s, out[i], 0, qn[i], qp[i], cache, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, ns, 0.1, true, false))
-				})
-				add(fmtName("graph: %s nq=%d H=%d split=%d decode only", d.name, nq, H, ns), nb, us, "wrong results: stages dropped")
 			}
 		}
 	})

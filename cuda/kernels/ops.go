@@ -511,24 +511,6 @@ func (k *Set) SampleWide(s cuda.Stream, out, logits, scratch cuda.DevPtr, rows, 
 	return k.launch("sample_wide_draw", grid, block, 0, s, logits, n, ld, scratch, out, p.Temperature, p.MinP, p.Seed, p.Step, p.StepAt)
 }
 
-// MLACacheWrite stores ntok rows of latent [ntok][512] and rope [ntok][64]
-// into the fp8_ds_mla cache at slots[i] (int32, page*64+offset; <0 skipped).
-// ue8m0 picks power-of-two scales; otherwise amax/448.
-func (k *Set) MLACacheWrite(s cuda.Stream, cache, lat, rope, slots cuda.DevPtr, ntok int, ue8m0 bool) error {
-	if ntok <= 0 {
-		return errors.Newf("mla cache write: ntok=%d", ntok)
-	}
-	return k.launch("mla_cache_write", cuda.D1(ntok), cuda.D1(128), 0, s, lat, rope, cache, slots, b2i(ue8m0))
-}
-
-// IndexerCacheWrite stores ntok keys [ntok][128] into the indexer cache.
-func (k *Set) IndexerCacheWrite(s cuda.Stream, cache, key, slots cuda.DevPtr, ntok int, ue8m0 bool) error {
-	if ntok <= 0 {
-		return errors.Newf("indexer cache write: ntok=%d", ntok)
-	}
-	return k.launch("indexer_cache_write", cuda.D1(ntok), cuda.D1(32), 0, s, key, cache, slots, b2i(ue8m0))
-}
-
 func b2i(b bool) int {
 	if b {
 		return 1

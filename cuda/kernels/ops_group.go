@@ -55,17 +55,15 @@ type GroupNorm struct {
 	Eps float32
 }
 
-// forceGroupR pins the rows per group (2, 4 or 8; timing sweeps); 0 takes
-// groupShape's rule.
-var forceGroupR int
-
 // groupShape is a segment's group size and the launch's rows per group. G
 // is the tile GEMV's own choice for that matrix alone (tileLaunchShape,
 // the single-row rules such as OneRowWholeChunks included): a
 // thread's chunks, their order and the combine depend on G only, not on R,
 // so each output equals the separate GemvFP8Tile / GemvBF16Tile launch bit
-// for bit. R is 8 rows per group (4 from 5 input rows, by registers) for
-// every segment: the H200 sweep of docs/measured/h200-2026-12-01-attnin
+// for bit (bf16 from GemvBF16TileMinM rows: GemvBF16Tile takes no fewer).
+// R is 8 rows per group (4 from 5 input rows, by registers) for every
+// segment, the only variants compiled (2 and 4 at fewer rows were removed
+// in session 54, never launched): the H200 sweep of docs/measured/h200-2026-12-01-attnin
 // (run 1) timed the attention inputs of a layer at 9.8 us (q_a, kv_a, wk,
 // weights_proj) and 21.7 us (q_b, wq_b with the norm) with 8 rows per group
 // against 15.4 / 47.2 us with each matrix's own R (1-2: four times the
@@ -78,9 +76,6 @@ func groupShape(sms int, sg GroupSeg, K, M int) (G, R int) {
 	}
 	G, _, _ = tileLaunchShape(sms, sg.N, K*esize, M, esize, 1, false, false, expertLaunch{})
 	R = min(8, 32/tileMM(M))
-	if f := forceGroupR; (f == 2 || f == 4 || f == 8) && f*tileMM(M) <= 32 {
-		R = f
-	}
 	return G, R
 }
 
@@ -111,8 +106,8 @@ func GroupOK(x cuda.DevPtr, K, ldx int, segs []GroupSeg) bool {
 // GemvGroup runs every segment's GEMV of the same M <= MaxTileM input rows
 // x [M][K] (row stride ldx), normalised first when norm.W is set, in one
 // launch. Each segment's output is bit for bit what GemvFP8Tile /
-// GemvBF16Tile writes for it alone (after RMSNorm, with norm), and
-// reproducible run to run. The input must not alias any output.
+// GemvBF16Tile (at 5..8 rows) writes for it alone (after RMSNorm, with
+// norm), and reproducible run to run. The input must not alias any output.
 func (k *Set) GemvGroup(s cuda.Stream, x cuda.DevPtr, K, M, ldx int, segs []GroupSeg, norm GroupNorm) error {
 	_, err := k.gemvGroup(s, x, K, M, ldx, segs, norm, "")
 	return err

@@ -70,8 +70,18 @@ func indexerMMABlocks(sms, perSM, nq, T int) int {
 // [nq][IndexerQRowBytes], wq [nq][IndexerQHeads] (H^-0.5 and qkScale folded
 // in there). hist != 0 (TopKRadixHist of a TopKRadix scratch for nq rows):
 // also build TopKRadix's histogram of the scores, for TopKRadixAfterHist.
+// It runs indexer_scores_mma_pf (the next key group loaded before this
+// one's products, two blocks per SM).
 func (k *Set) IndexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, lens, hist cuda.DevPtr, nq, T, ldOut int) error {
-	return k.indexerScoresMMA(s, out, qh, wq, cache, blockTable, lens, hist, nq, T, ldOut, true)
+	if nq <= 0 || T <= 0 || ldOut < T {
+		return errors.Newf("indexer mma: nq=%d T=%d ldOut=%d", nq, T, ldOut)
+	}
+	if !k.IndexerMMASupported() {
+		i := k.c.Info()
+		return errors.WithHint(errors.Newf("indexer mma: device %s is below sm_89", i.Arch()), "use IndexerScores (TILERT_GPU_IDX_MMA=0)")
+	}
+	nbx := indexerMMABlocks(k.c.Info().SMs, 2, nq, T)
+	return k.launch("indexer_scores_mma_pf", cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
 }
 
 // IndexerScoresMMARows is IndexerScoresMMA over rows of different caches
@@ -91,23 +101,4 @@ func (k *Set) IndexerScoresMMARows(s cuda.Stream, out, qh, wq cuda.DevPtr, cache
 	}
 	nbx := indexerMMABlocks(k.c.Info().SMs, 2, nq, T)
 	return k.launch("indexer_scores_mma_rows", cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cuda.DevPtr(cacheOff), rowBase, lens, out, T, ldOut, hist)
-}
-
-// indexerScoresMMA runs indexer_scores_mma_pf (pf: the next key group
-// loaded before this one's products, two blocks per SM) or
-// indexer_scores_mma (three blocks per SM).
-func (k *Set) indexerScoresMMA(s cuda.Stream, out, qh, wq, cache, blockTable, lens, hist cuda.DevPtr, nq, T, ldOut int, pf bool) error {
-	if nq <= 0 || T <= 0 || ldOut < T {
-		return errors.Newf("indexer mma: nq=%d T=%d ldOut=%d", nq, T, ldOut)
-	}
-	if !k.IndexerMMASupported() {
-		i := k.c.Info()
-		return errors.WithHint(errors.Newf("indexer mma: device %s is below sm_89", i.Arch()), "use IndexerScores (TILERT_GPU_IDX_MMA=0)")
-	}
-	name, perSM := "indexer_scores_mma", 3
-	if pf {
-		name, perSM = "indexer_scores_mma_pf", 2
-	}
-	nbx := indexerMMABlocks(k.c.Info().SMs, perSM, nq, T)
-	return k.launch(name, cuda.D3(nbx, nq, 1), cuda.D1(256), 0, s, qh, wq, cache, blockTable, lens, out, T, ldOut, hist)
 }

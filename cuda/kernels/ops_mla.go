@@ -97,11 +97,6 @@ var (
 		"mla_decode_heads needs ~127 KiB of shared memory per block (sm_80 or newer)", mlaHeadsTile, "", 0, false}
 	mlaTCKernel = mlaTiled{"mla_decode_tc", "mla tc", 128, MLATCSmemBytes,
 		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0, false}
-	// mlaTCv3Kernel is mla_decode_tc and mla_combine_wide before their
-	// loads were issued together (the same results; kept for the timing
-	// comparison).
-	mlaTCv3Kernel = mlaTiled{"mla_decode_tc_v3", "mla tc", 128, MLATCSmemBytes,
-		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "mla_combine_wide_v1", 0, false}
 	// mlaTC32Kernel is mla_decode_tc with 32 heads a block (256 threads):
 	// each tile of entries fetched and converted once per 32 heads.
 	mlaTC32Kernel = mlaTiled{"mla_decode_tc32", "mla tc", 256, MLATC32SmemBytes,
@@ -112,10 +107,6 @@ var (
 	mlaTCPKernel = mlaTiled{"mla_decode_tcp", "mla tcp", 128, MLATCPSmemBytes,
 		"mla_decode_tcp needs ~108 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0, true}
 )
-
-// mlaTCPSAKernel is mla_decode_tcp with the score mma in two chains
-// (float32 rounding apart; timing comparison).
-var mlaTCPSAKernel = mlaTiled{"mla_decode_tcp_sa", "mla tcp", 128, MLATCPSmemBytes, "", mlaTCTile, "", 0, true}
 
 func (d mlaTiled) checkArgs(indices, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int) error {
 	if nq <= 0 || H <= 0 || nidx <= 0 || (indices != 0 && ldIdx < nidx) || nsplit <= 0 || nsplit > mlaHeadsSplits || (nsplit > 1 && ws == 0) {

@@ -35,15 +35,6 @@ var mlaTCF8Kernel = mlaTiled{"mla_decode_tcf8", "mla tcf8", 256, MLATCF8SmemByte
 // float32-exact), split + combine.
 var mlaTCF2Kernel = mlaTiled{"mla_decode_tcf2", "mla tcf2", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true}
 
-// mlaTCFDiag: mla_decode_tcf without its score mma (and so without the
-// query loads), without its P.V mma, without both: wrong results, for the
-// timing table only (where a tile's time goes).
-var mlaTCFDiag = []mlaTiled{
-	{"mla_decode_tcf_d1", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true},
-	{"mla_decode_tcf_d2", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true},
-	{"mla_decode_tcf_d3", "mla tcf", 128, MLATCFSmemBytes, mlaTCFHint, mlaTCTile, "", 0, true},
-}
-
 func (k *Set) needSM90(what string) error {
 	if i := k.c.Info(); i.CCMajor < 9 {
 		return errors.WithHint(errors.Newf("%s: compute capability %d.%d", what, i.CCMajor, i.CCMinor),

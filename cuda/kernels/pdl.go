@@ -21,8 +21,7 @@ import (
 // kernels launch plainly until they have the wait and are added.
 // TILERT_GPU_PDL=1 turns it on (off by default: see pdlEnv).
 var pdlKernels = setOf(
-	// cache.cu, engine.cu, exact.cu
-	"mla_cache_write", "indexer_cache_write",
+	// engine.cu, exact.cu
 	"eng_mla_cache_write", "eng_indexer_cache_write", "eng_quant_ue8m0", "eng_copy2d", "eng_scale",
 	"eng_absorb_q", "eng_absorb_v",
 	"eng_mla_cache_write_f32", "eng_mla_cache_write_bf16", "eng_indexer_cache_write_f32",
@@ -42,40 +41,33 @@ var pdlKernels = setOf(
 	"gemv_bf16_wide_r1", "gemv_bf16_wide_r2", "gemv_bf16_wide_r4", "gemv_bf16_wide_r8",
 	"gemv_fp8_experts_wide_r1", "gemv_fp8_experts_wide_r2", "gemv_fp8_experts_wide_r4", "gemv_fp8_experts_wide_r8",
 	// gemv_mma.cu, gemv_mma_x.cu
-	"gemv_mma_fp8_r1_u2", "gemv_mma_fp8_r1_u4", "gemv_mma_fp8_r2_u1", "gemv_mma_fp8_r2_u2", "gemv_mma_fp8_r2_u4",
-	"gemv_mma_fp8_r4_u1",
-	"gemv_mma_bf16_r1_u2", "gemv_mma_bf16_r1_u4", "gemv_mma_bf16_r2_u1", "gemv_mma_bf16_r2_u2", "gemv_mma_bf16_r2_u4",
-	"gemv_mma_bf16_r4_u1",
-	"gemv_mmx_fp8_r2_u1_p", "gemv_mmx_bf16_r2_u1_p",
+	"gemv_mma_fp8_r1_u4", "gemv_mma_fp8_r2_u1", "gemv_mma_fp8_r2_u2", "gemv_mma_fp8_r4_u1",
+	"gemv_mma_bf16_r1_u4", "gemv_mma_bf16_r2_u1", "gemv_mma_bf16_r4_u1",
+	"gemv_mmx_fp8_r2_u1_p",
 	"gemv_mmx_group_u2", "gemv_mmx_group_u4",
 	// gemv_tile.cu
 	"gemv_tile_fp8_r1_m1", "gemv_tile_fp8_r2_m1", "gemv_tile_fp8_r4_m1", "gemv_tile_fp8_r8_m1",
 	"gemv_tile_fp8_r1_m2", "gemv_tile_fp8_r2_m2", "gemv_tile_fp8_r4_m2", "gemv_tile_fp8_r8_m2",
 	"gemv_tile_fp8_r1_m4", "gemv_tile_fp8_r2_m4", "gemv_tile_fp8_r4_m4", "gemv_tile_fp8_r8_m4",
-	"gemv_tile_fp8_r1_m8", "gemv_tile_fp8_r2_m8", "gemv_tile_fp8_r4_m8", "gemv_tile_fp8_r8_m8",
-	"gemv_tile_bf16_r1_m1", "gemv_tile_bf16_r2_m1", "gemv_tile_bf16_r4_m1", "gemv_tile_bf16_r8_m1",
-	"gemv_tile_bf16_r1_m2", "gemv_tile_bf16_r2_m2", "gemv_tile_bf16_r4_m2", "gemv_tile_bf16_r8_m2",
-	"gemv_tile_bf16_r1_m4", "gemv_tile_bf16_r2_m4", "gemv_tile_bf16_r4_m4", "gemv_tile_bf16_r8_m4",
-	"gemv_tile_bf16_r1_m8", "gemv_tile_bf16_r2_m8", "gemv_tile_bf16_r4_m8", "gemv_tile_bf16_r8_m8",
+	"gemv_tile_fp8_r1_m8", "gemv_tile_fp8_r2_m8", "gemv_tile_fp8_r4_m8",
+	"gemv_tile_bf16_r1_m8", "gemv_tile_bf16_r2_m8", "gemv_tile_bf16_r4_m8",
 	"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16",
 	"gemv_tile_fp8_r4_m1_o4", "gemv_tile_fp8_r8_m1_o4",
 	"moe_combine_slots",
 	// norm.cu: the fused MoE combine + add + RMSNorm (sm_90 clusters)
 	"moe_combine_norm_cl",
 	// gemv_tile_group.cu
-	"gemv_group_r2_m1", "gemv_group_r2_m2", "gemv_group_r2_m4", "gemv_group_r2_m8",
-	"gemv_group_r4_m1", "gemv_group_r4_m2", "gemv_group_r4_m4", "gemv_group_r4_m8",
-	"gemv_group_r8_m1", "gemv_group_r8_m2", "gemv_group_r8_m4", "gemv_group_r8_m1_qw",
+	"gemv_group_r4_m8", "gemv_group_r8_m1", "gemv_group_r8_m2", "gemv_group_r8_m4", "gemv_group_r8_m1_qw",
 	// gemv_wide.cu (dense; the experts variants wait before reading ids)
 	"gemv_fp8_wide_r1", "gemv_fp8_wide_r2", "gemv_fp8_wide_r4", "gemv_fp8_wide_r8",
 	"gemv_bf16_wide_r1", "gemv_bf16_wide_r2", "gemv_bf16_wide_r4", "gemv_bf16_wide_r8",
 	// indexer.cu, indexer_mma.cu, indexer_wide.cu, topk_radix.cu, topk_wide.cu
-	"indexer_scores", "topk_rows", "idx_q_prep", "indexer_scores_mma", "indexer_scores_mma_pf", "indexer_scores_mma_rows", "indexer_scores_wide",
+	"indexer_scores", "topk_rows", "idx_q_prep", "indexer_scores_mma_pf", "indexer_scores_mma_rows", "indexer_scores_wide",
 	"topk_radix_hist", "topk_radix_mark", "topk_radix_mark_s", "topk_radix_mark_l", "topk_radix_mark_lw",
 	"topk_wide_hist", "topk_wide_pick", "topk_wide_count", "topk_wide_emit",
 	// mla*.cu
 	"mla_decode", "mla_combine", "mla_combine_wide", "mla_combine_wide_v1", "mla_decode_heads", "mla_decode_tc",
-	"mla_decode_tc_v3", "mla_decode_tc32", "mla_decode_tcp",
+	"mla_decode_tc32", "mla_decode_tcp",
 	"topk_radix_one_w8", "topk_radix_one_w16", "topk_radix_one_w32", "topk_radix_one_w12",
 	"absorb_q_fp8", "absorb_q_fp8_r4", "absorb_v_fp8",
 	// moe.cu, norm.cu, sample.cu, logits.cu
@@ -160,14 +152,12 @@ var pdlMoreKernels = setOf(
 	// 2.862 ms a step against 2.880 launched programmatically).
 	"gemv_tile_fp8_r4_m1_d16s", "gemv_tile_fp8_r8_m1_d16s",
 	// cu/absorb
-	"absorb_q_fast_g2_r4", "absorb_q_fast_g2_r8", "absorb_q_fast_g4_r4", "absorb_q_fast_g4_r8",
-	"absorb_q_fast_g8_r4", "absorb_q_fast_g8_r8",
-	"absorb_q_fast_g2_r4_n", "absorb_q_fast_g2_r8_n", "absorb_q_fast_g4_r4_n", "absorb_q_fast_g4_r8_n",
-	"absorb_q_fast_g8_r4_n", "absorb_q_fast_g8_r8_n",
+	"absorb_q_fast_g2_r4", "absorb_q_fast_g4_r4", "absorb_q_fast_g8_r4", "absorb_q_fast_g8_r8",
+	"absorb_q_fast_g2_r4_n", "absorb_q_fast_g4_r4_n", "absorb_q_fast_g8_r4_n", "absorb_q_fast_g8_r8_n",
 	"absorb_v_fast_rw1", "absorb_v_fast_rw2", "absorb_v_fast_rw4", "absorb_v_fast_rw8",
 	// cu/few
 	"mla_decode_few", "mla_combine_few",
-	"topk_fast16", "topk_fast32", "topk_fast64", "topk_fast16_d1", "topk_fast16_d2", "topk_fast16_d3", "topk_fast16_d4",
+	"topk_fast16", "topk_fast32", "topk_fast64",
 	// cu/mid
 	"gemv_mid_group_r2_m1_o4", "gemv_mid_group_r2_m1_o4n", "gemv_mid_group_r4_m1_d16", "gemv_mid_group_r4_m1_d16n",
 	"gemv_mid_group_r4_m1_o4", "gemv_mid_group_r4_m1_o4n", "gemv_mid_group_r8_m1_d16", "gemv_mid_group_r8_m1_d16n",

@@ -323,8 +323,6 @@ func TestKernelTiming(t *testing.T) {
 				kb := float64(nPages*IndexerPageBytes + 4*T)
 				us := medianUs(c, s, 10, 21, func() { chk(k.IndexerScoresMMA(s, out, qh, wq, cache, 0, lens, 0, 1, T, T)) })
 				add(fmtName("indexer_scores_mma T=%d H=64", T), kb, us, "tensor cores, next key group prefetched")
-				us = medianUs(c, s, 10, 21, func() { chk(k.indexerScoresMMA(s, out, qh, wq, cache, 0, lens, 0, 1, T, T, false)) })
-				add(fmtName("indexer_scores_mma T=%d H=64 no prefetch", T), kb, us, "tensor cores")
 				if T == 131072 {
 					us = medianUs(c, s, 5, 11, func() { chk(k.IndexerScoresWide(s, out, q, w, cache, 0, lens, 1, H, T, T, 0.088)) })
 					add(fmtName("indexer_scores_wide T=%d H=64", T), kb, us, "float kernel, for comparison")

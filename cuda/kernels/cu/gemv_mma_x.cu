@@ -208,24 +208,19 @@ __device__ __forceinline__ void gemv_mmx_body(const void* __restrict__ W0, const
 }
 
 // grid ceil(N / (16*RT)) (paired: ceil(N / (8*RT))), 256 threads. The _p
-// variant pipelines two stages of U chunks.
-#define GEMV_MMX_KERNELS(RT, U, P, SUF)                                                                      \
+// variant pipelines two stages of U chunks. fp8 only: kernels.mmaShape
+// takes it for fp8 and the paired gate/up, never for bf16 (its bf16 twin
+// was removed in session 54).
+#define GEMV_MMX_FP8(RT, U, P, SUF)                                                                          \
   extern "C" __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mmx_fp8_r##RT##_u##U##SUF(                \
       const u8* __restrict__ W0, const float* __restrict__ S0, const u8* __restrict__ W1,                    \
       const float* __restrict__ S1, const float* __restrict__ x, int ldx, float* y, int ldy,                 \
       const float* resid, int N, int K, int M) {                                                             \
     PDL_WAIT();                                                                                              \
     gemv_mmx_body<true, RT, U, P>(W0, S0, W1, S1, x, ldx, y, ldy, resid, N, K, M, blockIdx.x);               \
-  }                                                                                                          \
-  extern "C" __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mmx_bf16_r##RT##_u##U##SUF(                \
-      const u16* __restrict__ W0, const u16* __restrict__ W1, const float* __restrict__ x, int ldx, float* y, \
-      int ldy, const float* resid, int N, int K, int M) {                                                    \
-    PDL_WAIT();                                                                                              \
-    gemv_mmx_body<false, RT, U, P>(W0, (const float*)0, W1, (const float*)0, x, ldx, y, ldy, resid, N, K, M, \
-                                   blockIdx.x);                                                              \
   }
 
-GEMV_MMX_KERNELS(2, 1, 1, _p)
+GEMV_MMX_FP8(2, 1, 1, _p)
 
 // Grouped: up to 4 projections of the same input rows (the attention
 // inputs q_a, kv_a and the indexer's wk, weights_proj), fp8 or bf16 each,

@@ -287,7 +287,10 @@ __device__ __forceinline__ void gemv_tile_gs_body(const void* W0, const float* S
 }
 
 // The launchable variants, written out (NVRTC 11.8 crashes on macro-generated
-// kernel definitions).
+// kernel definitions): fp8 for the shapes the rules pick (R*MM <= 32), bf16
+// for 5..8 rows only (the engine runs bf16 GEMVs of up to 4 rows on the wide
+// kernels or the tensor cores; the bf16 variants for 1, 2 and 4 rows and
+// r8_m8 of both types, never launched, were removed in session 54).
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
     gemv_tile_fp8_r1_m1(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
@@ -454,149 +457,6 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
 }
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_tile_fp8_r8_m8(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TFP8, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_tile_bf16_r1_m1(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TBF16, 1, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_tile_bf16_r2_m1(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TBF16, 2, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_tile_bf16_r4_m1(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TBF16, 4, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_tile_bf16_r8_m1(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TBF16, 8, 1>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_tile_bf16_r1_m2(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TBF16, 1, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_tile_bf16_r2_m2(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TBF16, 2, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_tile_bf16_r4_m2(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TBF16, 4, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_tile_bf16_r8_m2(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TBF16, 8, 2>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_tile_bf16_r1_m4(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TBF16, 1, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_tile_bf16_r2_m4(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TBF16, 2, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_tile_bf16_r4_m4(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TBF16, 4, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_tile_bf16_r8_m4(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TBF16, 8, 4>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
     gemv_tile_bf16_r1_m8(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
                             const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                             const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
@@ -626,17 +486,6 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS)
                             int ldy, const float* resid, int N, int K, int M, int G, int fold) {
   PDL_WAIT();
   gemv_tile_body<TBF16, 4, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
-                                 K, M, G, fold);
-}
-
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
-    gemv_tile_bf16_r8_m8(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
-                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
-                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
-                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
-                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
-  PDL_WAIT();
-  gemv_tile_body<TBF16, 8, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
 }
 

@@ -164,12 +164,15 @@ extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __rest
 // m-tiles), the query fragments in shared memory as f16. hist != null: also
 // add every written score to the row's topk_radix histogram (hist[row]
 // [TKR_BINS], the top 12 bits of its order-preserving key), which saves
-// TopKRadix its first pass. PF: load the warp's next key group before the
-// products of this one (two groups in flight). grid (nbx, nq), 256 threads.
+// TopKRadix its first pass. Each warp loads its next key group before the
+// products of this one (two groups in flight; indexer_scores_mma, without
+// that prefetch, was removed in session 54). grid (nbx, nq), 256 threads.
 // ROWS (indexer_scores_mma_rows, one launch over several slots' caches):
 // row's pages start at row_base[row] + cache (cache then holds the layer's
-// offset); without it the body is the one measured before.
-template <bool PF, bool ROWS = false>
+// offset); without it the body is the one measured before. (The unnamed
+// first parameter, always true, was PF, the prefetch: kept so the shared
+// arrays' names, and with them the kernels' PTX, stay as they were.)
+template <bool = true, bool ROWS = false>
 __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const float* __restrict__ wq,
                                                 const u8* __restrict__ cache, const int* __restrict__ block_table,
                                                 const int* __restrict__ lens, float* out, int T, int ld_out,
@@ -224,12 +227,11 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
     ns1 = *(const float2*)(scl + 8);
   };
   int gi = blockIdx.x * 8 + wid;
-  if (PF && gi < ngroups) load(gi);
+  if (gi < ngroups) load(gi);
   for (; gi < ngroups; gi += gs) {
-    if (!PF) load(gi);
     const uint4 a0 = na0, a1 = na1, b0 = nb0, b1 = nb1;
     const float sk[2][2] = {{ns0.x, ns0.y}, {ns1.x, ns1.y}};
-    if (PF && gi + gs < ngroups) load(gi + gs);
+    if (gi + gs < ngroups) load(gi + gs);
     const int t0 = gi << 4;
     float acc[4][2][4];
 #pragma unroll
@@ -286,16 +288,6 @@ __device__ __forceinline__ void idx_scores_body(const u8* __restrict__ qh, const
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) indexer_scores_mma(const u8* __restrict__ qh,
-                                                                     const float* __restrict__ wq,
-                                                                     const u8* __restrict__ cache,
-                                                                     const int* __restrict__ block_table,
-                                                                     const int* __restrict__ lens, float* out, int T,
-                                                                     int ld_out, u32* hist) {
-  PDL_WAIT();
-  idx_scores_body<false>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
-}
-
 extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_pf(const u8* __restrict__ qh,
                                                                            const float* __restrict__ wq,
                                                                            const u8* __restrict__ cache,
@@ -303,7 +295,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_mma_pf(const
                                                                            const int* __restrict__ lens, float* out,
                                                                            int T, int ld_out, u32* hist) {
   PDL_WAIT();
-  idx_scores_body<true>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
+  idx_scores_body<>(qh, wq, cache, block_table, lens, out, T, ld_out, hist);
 }
 
 // indexer_scores_mma_pf over rows of several slots' caches (row_base[row]

@@ -172,12 +172,12 @@ __device__ __forceinline__ void mt_pv_tile(float (&o)[16][4], const float (&s)[4
   }
 }
 
-// QA: the queries staged with cp.async in the first tile's group (every
-// load in flight at once); else with plain loads, which the compiler
-// issued one L2 round trip at a time (v3, kept for the timing comparison).
+// The queries are staged with cp.async in the first tile's group (every
+// load in flight at once; plain loads, which the compiler issued one L2
+// round trip at a time, were v3, removed in session 54).
 // HP: head groups of 16 per block (warp w: latent group w % 4 of head group
 // w / 4), converting each tile once for all of them.
-template <bool QA, int HP>
+template <int HP>
 __device__ __forceinline__ void mt_body(const float* __restrict__ qn, const float* __restrict__ qp,
                                         const u8* __restrict__ cache, const int* __restrict__ block_table,
                                         const int* __restrict__ indices, int ld_idx, int nidx,
@@ -205,15 +205,11 @@ __device__ __forceinline__ void mt_body(const float* __restrict__ qn, const floa
     }
     const size_t qh = (size_t)qi * H + h;
     const float* src = d < MLA_LAT ? qn + qh * MLA_LAT + d : qp + qh * MLA_ROPE + d - MLA_LAT;
-    if (QA) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(mt_smem_addr(dst)), "l"(src) : "memory");
-    } else {
-      *(float4*)dst = *(const float4*)src;
-    }
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(mt_smem_addr(dst)), "l"(src) : "memory");
   }
-  // QA: the copies join the first tile's group (mt_issue commits it; an
-  // empty range commits it here), waited for before any use.
-  if (QA && begin >= count) asm volatile("cp.async.commit_group;" ::: "memory");
+  // The copies join the first tile's group (mt_issue commits it; an empty
+  // range commits it here), waited for before any use.
+  if (begin >= count) asm volatile("cp.async.commit_group;" ::: "memory");
   __syncthreads();
   if (begin < count) mt_issue(raw, cache, slots);
   float o[16][4];
@@ -363,7 +359,7 @@ __device__ __forceinline__ void mt_body(const float* __restrict__ qn, const floa
     mt_pv_tile(o, s, scl, Kt, w, g, t4);
     cur = nxt;
   }
-  if (QA) asm volatile("cp.async.wait_all;" ::: "memory");  // an empty range's query copies
+  asm volatile("cp.async.wait_all;" ::: "memory");  // an empty range's query copies
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
@@ -395,24 +391,16 @@ __device__ __forceinline__ void mt_body(const float* __restrict__ qn, const floa
 
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tc(MT_ARGS) {
   PDL_WAIT();
-  mt_body<true, 1>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
-}
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tc_v3(MT_ARGS) {
-  PDL_WAIT();
-  mt_body<false, 1>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
+  mt_body<1>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
 }
 // 32 heads a block (256 threads, MT_SMEM(2) bytes): each tile converted
 // once per 32 heads, half the L2 reads of the cache entries.
 extern "C" __global__ void __launch_bounds__(256) mla_decode_tc32(MT_ARGS) {
   PDL_WAIT();
-  mt_body<true, 2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
+  mt_body<2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml);
 }
 #else
 extern "C" __global__ void __launch_bounds__(256) mla_decode_tc32(MT_ARGS) {
-  PDL_WAIT();
-  __trap();
-}
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tc_v3(MT_ARGS) {
   PDL_WAIT();
   __trap();
 }
@@ -466,7 +454,7 @@ __device__ __forceinline__ void mtp_issue(int tid, uint4* raw, const u8* __restr
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-template <int DIAG, bool SA = false>
+template <int DIAG>
 __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const float* __restrict__ qp,
                                          const u8* __restrict__ cache, const int* __restrict__ block_table,
                                          const int* __restrict__ indices, int ld_idx, int nidx,
@@ -579,21 +567,12 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
     float s[4][4];
 #pragma unroll
     for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-    // SA: the odd latent k-steps into a second set of accumulators (two
-    // chains of mma half as long), added before the group scale.
-    float s2[SA ? 4 : 1][4];
-#pragma unroll
-    for (int n = 0; n < (SA ? 4 : 1); n++) s2[n][0] = s2[n][1] = s2[n][2] = s2[n][3] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < 9; ks++) {
       const int d0 = ks < 8 ? 128 * w + 16 * ks : MLA_LAT + 16 * w;
       if (ks == 8) {
 #pragma unroll
         for (int n = 0; n < 4; n++) {
-          if (SA) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[n][e] += s2[SA ? n : 0][e];
-          }
           const float sa = scl[(8 * n + 2 * t4) * 4 + w], sb = scl[(8 * n + 2 * t4 + 1) * 4 + w];
           s[n][0] *= sa;
           s[n][1] *= sb;
@@ -613,7 +592,7 @@ __device__ __forceinline__ void mtp_body(const float* __restrict__ qn, const flo
         for (int p = 0; p < 3; p++) {
           const u32 a[4] = {qa[ks][0][p], qa[ks][1][p], qa[ks][2][p], qa[ks][3][p]};
 #pragma unroll
-          for (int n = 0; n < 4; n++) mt_mma(SA && (ks & 1) && ks < 8 ? s2[SA ? n : 0] : s[n], a, kb[n][0], kb[n][1]);
+          for (int n = 0; n < 4; n++) mt_mma(s[n], a, kb[n][0], kb[n][1]);
         }
       }
     }
@@ -708,15 +687,9 @@ extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp(MT_ARGS, con
   PDL_WAIT();
   mtp_body<0>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
 }
-// mla_decode_tcp with the two-chain score mma (timing comparison).
-extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcp_sa(MT_ARGS, const long long* __restrict__ row_base) {
-  PDL_WAIT();
-  mtp_body<0, true>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
-}
 #else
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp(MT_ARGS, const long long* __restrict__ row_base) {
   PDL_WAIT();
   __trap();
 }
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tcp_sa(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 #endif

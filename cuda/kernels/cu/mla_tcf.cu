@@ -137,8 +137,7 @@ __device__ __forceinline__ void mtf_slots0(int* slots, int n, int stride, int ti
   }
 }
 
-// DIAG (timing only, wrong results): 1 skips the score mma, 2 the P.V mma.
-template <int NP = 3, int DIAG = 0>
+template <int NP = 3>
 __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const float* __restrict__ qp,
                                          const u8* __restrict__ cache, const int* __restrict__ block_table,
                                          const int* __restrict__ indices, int ld_idx, int nidx,
@@ -245,7 +244,7 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
 #pragma unroll
     for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-    for (int ks = 0; ks < (DIAG & 1 ? 0 : 8); ks++) {
+    for (int ks = 0; ks < 8; ks++) {
       u32 kb[4][2];
 #pragma unroll
       for (int n = 0; n < 4; n++) {
@@ -352,7 +351,7 @@ __device__ __forceinline__ void mtf_body(const float* __restrict__ qn, const flo
       const int mi = lane >> 3;
       const u32 a0 = tile_addr + (u32)((16 * kk + 8 * (mi & 1) + (lane & 7)) * MLA_TOK_BYTES + 128 * w + 16 * (mi >> 1));
 #pragma unroll
-      for (int cp = 0; cp < (DIAG & 2 ? 0 : 4); cp++) {
+      for (int cp = 0; cp < 4; cp++) {
         u32 r0, r1, r2, r3;
         mtp_ldsm4t(a0 + 32u * cp, r0, r1, r2, r3);
         const u32 y0 = __byte_perm(r0, 0u, 0x3120), y1 = __byte_perm(r1, 0u, 0x3120);
@@ -423,19 +422,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcf2(MT_ARGS, co
   PDL_WAIT();
   mtf_body<2>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o, part_ml, row_base);
 }
-#define MTF_DIAG(D)                                                                                                  \
-  extern "C" __global__ void __launch_bounds__(128, 2) mla_decode_tcf_d##D(MT_ARGS, const long long* __restrict__ row_base) { \
-    PDL_WAIT();                                                                                                    \
-    mtf_body<3, D>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale, tps, part_o,        \
-                   part_ml, row_base);                                                                             \
-  }
-MTF_DIAG(1)
-MTF_DIAG(2)
-MTF_DIAG(3)
 #else
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tcf_d1(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tcf_d2(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(128) mla_decode_tcf_d3(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcf2(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(128) mla_decode_tcf(MT_ARGS, const long long* __restrict__ row_base) {
   PDL_WAIT();

@@ -133,11 +133,12 @@ __device__ __forceinline__ void absorb_q_fast_body(float* out, float* qpe, const
     absorb_q_fast_body<G, NR>(out, qpe, q, W, S, H, nope, R, hs, P, pos, cos_t, sin_t, interleaved);                 \
   }
 
+// The shapes kernels.absorbQFastKernel names: nope <= 256 takes 4 rows a
+// thread at g 2 and 4, so only g 8 has an r8 (g2_r8 and g4_r8, never
+// launched, were removed in session 54).
 ABSORB_Q_FAST(2, 4, 4)
 ABSORB_Q_FAST(4, 4, 4)
 ABSORB_Q_FAST(8, 4, 4)
-ABSORB_Q_FAST(2, 8, 2)
-ABSORB_Q_FAST(4, 8, 2)
 ABSORB_Q_FAST(8, 8, 2)
 
 // absorb_q_fast_g<G>_r<NR>_n: the QN form (TILERT_GPU_QA_NORM=late).
@@ -154,8 +155,6 @@ ABSORB_Q_FAST(8, 8, 2)
 ABSORB_Q_FAST_N(2, 4, 4)
 ABSORB_Q_FAST_N(4, 4, 4)
 ABSORB_Q_FAST_N(8, 4, 4)
-ABSORB_Q_FAST_N(2, 8, 2)
-ABSORB_Q_FAST_N(4, 8, 2)
 ABSORB_Q_FAST_N(8, 8, 2)
 
 // absorb_v_fast<RW>: out[h*vd + v] = sum_c W[h][v][c] * x[h][c] for one row

@@ -74,8 +74,8 @@ var removedTable = []removedSwitch{
 		hint: `: indexer_scores_mma_pf loads the scales with the keys (the default); the code last exists at da477d2, the record is in cuda/kernels/NOTES.md "The indexer scores' key scales with the keys"`},
 	// TILERT_GPU_IDX_NOPF=1 ran the one-slot indexer scores on
 	// indexer_scores_mma (no prefetch: 80 registers, 3 blocks an SM) in the
-	// step, session 24's opt-in A/B; slower in session 25. The kernel stays
-	// (its bits are checked against _pf, and timed beside it).
+	// step, session 24's opt-in A/B; slower in session 25. The kernel itself
+	// went in session 54 with the other kernels nothing could launch.
 	{name: "TILERT_GPU_IDX_NOPF", keep: zero,
 		what: "the one-slot indexer scores without the prefetch (indexer_scores_mma in the step) was measured slower on the H200 in session 25 and the switch removed (graph-timed scores + histogram 12.96 against _pf's 11.50 us at 131072 keys, 1 row, 3.91 against 3.73 at 8192; decode p50 at 131072, 1 slot, A/B/A/B: DeepSeek-V3.2 dims 2.799 / 2.804 against 2.794 / 2.789 ms, GLM-5 dims 2.869 / 2.868 against 2.849 / 2.847)",
 		hint: `: indexer_scores_mma_pf runs (the default); the switch last exists at 6af7a79, the record is in docs/measured/h200-2026-12-04-s25`},

@@ -1,4 +1,4 @@
-# Session 54's device plan (issue 10). Usage: bash docs/measured/next/s54.sh a|k|h   (binaries in .device/next)
+# Session 54's device plan (issue 10). Usage: bash docs/measured/next/s54.sh a|k|t|h   (binaries in .device/next)
 #  a (any card; kernels.test, engine.test, tilert): on an H200, s53.sh h5 (every README row, then the A/Bs of the
 #    staged wq_b). On an H100, what session 53 left unrun: make gpu-check's first half (every kernel check with
 #    TestKernelSmallFast on moe_route_sort after the review's mend, TestKernelGemvStage; the engine's ^TestGPU with
@@ -7,6 +7,8 @@
 #  k (kernels.test, engine.test, decode.test, cuda.test, cupti.test): make gpu-check's correctness parts (check1,
 #    check2) after 43 unreachable kernels were removed and their tests rewritten (cuda/kernels/NOTES.md "Unreachable
 #    kernels removed").
+#  t (tilert): on an H200 only, the issue's four target rows (1 slot, 8192 and 131072, both models), for a short
+#    budget.
 #  h (tilert; decode.test, cuda.test, cupti.test): on an H200, s53.sh h5; on an H100, make gpu-check's second half
 #    (check2: the decode node's handoff on cuda, the cuda and cupti packages).
 NAME=s54
@@ -30,6 +32,12 @@ k)
   # after the unreachable kernels' removal (88680c6): both halves of make gpu-check's correctness parts
   TILERT_GPU_REPORT=$R/report.txt check1
   check2 ;;
+t)
+  # a short budget's H200 target rows (1 slot, both models, 8192 and 131072); nothing on another card
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    JS=1 bn deepseek-v3.2 8192,131072 1 ds1
+    JS=1 bn glm-5 8192,131072 1 glm1
+  fi ;;
 h)
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     timeout ${H5S:-520} bash docs/measured/next/s53.sh h5 > $R/s53-h5.log 2>&1; echo "s53 h5 rc=$?" >> $R/summary.txt
@@ -40,5 +48,5 @@ h)
 # call B ran, on the same warm machine, this preamble with three A/B/A/Bs: the staged wq_b's default against
 # TILERT_GPU_WQB_STAGE=0 on both models at 131072, and TILERT_GPU_STAGE_CARVEOUT=60 on GLM-5 dims at 8192. The
 # carveout was removed after it (refused since), so c50 here no longer runs.
-*) echo "usage: s54.sh a|k|h" >&2; exit 2 ;;
+*) echo "usage: s54.sh a|k|t|h" >&2; exit 2 ;;
 esac

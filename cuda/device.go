@@ -691,7 +691,8 @@ var ErrNoOccupancy = errors.New("the driver has no occupancy query")
 // (cuOccupancyMaxActiveBlocksPerMultiprocessor): a grid of that many
 // blocks per SM is co-resident on an otherwise idle device. Nothing calls
 // it (nor PreferMaxShared) since the persistent MoE kernel, which sized
-// its grid by them, was removed in session 11: kept as generic API.
+// its grid by them, was removed in session 11, nor PreferShared since the
+// staged GEMV's carveout was removed in session 54: kept as generic API.
 func (c *Ctx) MaxActiveBlocks(f *Function, block, smem int) (int, error) {
 	if c.drv.cuOccupancyMaxActiveBlocksPerMultiprocessor == 0 {
 		return 0, ErrNoOccupancy

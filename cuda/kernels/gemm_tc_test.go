@@ -142,122 +142,13 @@ func TestKernelGemmTCTiming(t *testing.T) {
 	})
 }
 
-// TestKernelGemmH2 checks the fp16 two-part FP8 GEMM (gemm_h2.cu) against
-// the float64 reference on fresh random inputs, at float32's bound: tails
-// in M, N and K (K a multiple of 16 but not of the 32-wide tile or the
-// 128-wide scale block), a padded x and y, both block heights, rows whose
-// magnitudes differ by 2^+-40 (the per-row power-of-two scale) and a zero row.
-func TestKernelGemmH2(t *testing.T) {
-	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
-		if !k.GemmH2OK(0, 16) {
-			t.Skip("gemm h2 needs sm_89+")
-		}
-		s := c.Stream()
-		for _, cs := range []struct{ N, K, M, pad int }{
-			{576, 7168, 24, 0}, {256, 1536, 100, 0}, {130, 2112, 17, 0}, {300, 160, 130, 4},
-			{129, 96, 16, 0}, {64, 208, 33, 0}, {200, 112, 20, 3}, {300, 7168, 200, 0}, {1000, 2048, 129, 0},
-		} {
-			N, K, M := cs.N, cs.K, cs.M
-			ldx, ldy := K+cs.pad, N+cs.pad
-			w := randFP8(r, N*K)
-			sc := randScales(r, cdiv(N, 128)*cdiv(K, 128), -8)
-			x := randScaledRows(r, M, K, ldx)
-			scratchBytes := GemmH2ScratchBytes(M, K)
-			scratch := a.raw(scratchBytes)
-			ref := refGemv(fp8At(w, sc, K), x, nil, N, K, M, ldx, ldy)
-			for _, v := range []struct{ bm, parts int }{{64, 2}, {128, 2}, {64, 3}, {128, 3}} {
-				bm := v.bm
-				yp := a.poisoned(M * ldy)
-				chk(k.GemmFP8H2(s, yp, a.up(x), a.up(w), a.up(sc), scratch, scratchBytes, N, K, M, ldx, ldy, bm, v.parts))
-				got := downF32(c, yp, M*ldy)
-				// Rows are scaled apart: compare each row against its own size.
-				worst := 0.0
-				for m := range M {
-					for n := N; n < ldy; n++ {
-						if got[m*ldy+n] == got[m*ldy+n] {
-							t.Errorf("gemm_fp8_h2 wrote past N at row %d col %d", m, n)
-						}
-						got[m*ldy+n] = 0
-					}
-					worst = max(worst, relErr(got[m*ldy:(m+1)*ldy], ref[m*ldy:(m+1)*ldy]))
-				}
-				record(t, fmt.Sprintf("gemm_fp8_h2 bm=%d parts=%d N=%d K=%d M=%d ldx=%d ldy=%d (worst row)", bm, v.parts, N, K, M, ldx, ldy), relMetric, worst, boundF32)
-			}
-		}
-	})
-}
-
-// TestKernelGemmExpertsH2 checks the grouped routed-expert GEMM with x in
-// two fp16 parts against the float64 GEMV of each pair's token and expert.
-func TestKernelGemmExpertsH2(t *testing.T) {
-	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
-		if !k.GemmH2OK(0, 16) {
-			t.Skip("gemm h2 needs sm_89+")
-		}
-		s := c.Stream()
-		for _, ec := range []struct{ E, K, rows, topk, N, D int }{{8, 3, 150, 3, 200, 384}, {16, 8, 70, 8, 256, 2048}, {5, 2, 40, 2, 130, 112}, {4, 2, 300, 2, 136, 256}} {
-			E, T, N, D := ec.E, ec.rows, ec.N, ec.D
-			ex := randFP8Experts(r, a, E, N, D)
-			K := ec.topk
-			ids, pairs := randRouting(r, E, T, K)
-			xrows := make([]int32, len(pairs))
-			eid := make([]int32, len(pairs))
-			for i, p := range pairs {
-				xrows[i], eid[i] = int32(p/K), ids[p]
-			}
-			x := randF32(r, T*D, 1)
-			P := len(pairs)
-			scratchBytes := GemmH2ScratchBytes(T, D)
-			ref := make([]float64, P*N)
-			for i, p := range pairs {
-				e, m := ids[p], p/K
-				copy(ref[i*N:], refGemv(ex.at(int(e)), x[m*D:], nil, N, D, 1, D, N))
-			}
-			for _, v := range []struct {
-				parts int
-				big   bool
-			}{{2, false}, {3, false}, {2, true}, {3, true}} {
-				tiles, nbig := ExpertTiles(eid, v.big)
-				yp := a.poisoned(P * N)
-				chk(k.GemmFP8ExpertsH2(s, yp, a.up(x), D, T, a.up(ex.wp), a.up(ex.sp), a.up(tiles), a.up(xrows), a.raw(scratchBytes), scratchBytes,
-					len(tiles)/3, nbig, N, D, v.parts))
-				record(t, fmt.Sprintf("gemm_fp8_experts_h2 parts=%d big=%v (%d of %d tiles) E=%d rows=%d top%d N=%d K=%d", v.parts, v.big, nbig, len(tiles)/3, E, T, K, N, D),
-					relMetric, relErr(downF32(c, yp, P*N), ref), boundF32)
-			}
-		}
-	})
-}
-
-// TestKernelGemmH2Timing reports (never asserts) the fp16 two-part GEMM
-// at the prefill's DeepSeek-V3.2 shapes against gemm_fp8_tc with 3 and 2
-// bf16 parts. TILERT_GPU_TIMING=1 only.
-func TestKernelGemmH2Timing(t *testing.T) {
+// TestKernelAbsorbTCTiming reports (never asserts) the prefill's absorbed-MLA
+// products at 2048 rows, 128 heads: absorb_tc against absorb_q_fp8 /
+// absorb_v_fp8. TILERT_GPU_TIMING=1 only.
+func TestKernelAbsorbTCTiming(t *testing.T) {
 	needTiming(t)
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
-		for _, sh := range []struct{ N, K, M int }{
-			{18432, 7168, 2048}, {7168, 16384, 2048}, {24576, 1536, 2048}, {2048, 7168, 2048}, {576, 7168, 2048}, {7168, 18432, 2048},
-		} {
-			N, K, M := sh.N, sh.K, sh.M
-			w, sc := devFP8(c, a, r, N, K)
-			x := a.up(randF32(r, M*K, 1))
-			y := a.raw(int64(4 * M * N))
-			scratchBytes := GemmH2ScratchBytes(M, K)
-			scratch := a.raw(scratchBytes)
-			flop := 2 * float64(N) * float64(K) * float64(M)
-			line := fmt.Sprintf("N=%5d K=%5d M=%d:", N, K, M)
-			for _, sp := range []int{3, 2} {
-				us := medianUs(c, s, 2, 3, func() { chk(k.GemmFP8(s, y, x, w, sc, N, K, M, K, N, sp)) })
-				line += fmt.Sprintf("  tc_s%d %8.1f us %6.1f TFLOP/s", sp, us, flop/us/1e6)
-			}
-			for _, v := range []struct{ bm, parts int }{{64, 2}, {128, 2}, {64, 3}, {128, 3}} {
-				us := medianUs(c, s, 2, 3, func() { chk(k.GemmFP8H2(s, y, x, w, sc, scratch, scratchBytes, N, K, M, K, N, v.bm, v.parts)) })
-				line += fmt.Sprintf("  h%d_b%d %8.1f us %6.1f", v.parts, v.bm, us, flop/us/1e6)
-			}
-			t.Log(line)
-		}
-		// The absorbed-MLA products at 2048 rows, 128 heads: absorb_tc
-		// against absorb_q_fp8 / absorb_v_fp8.
 		const M, H, nope, R, vd, P = 2048, 128, 128, 512, 128, 64
 		hs := nope + P
 		q := a.up(randF32(r, M*H*hs, 1))
@@ -300,7 +191,7 @@ func randRouting(r *rand.Rand, E, T, k int) (ids []int32, pairs []int) {
 
 // randScaledRows is M rows of K random values (row stride ldx), each row
 // scaled by its own power of two in [2^-40, 2^40] and the middle row zero:
-// the row scales of the fp16-split GEMMs (gemm_h2, gemm_p1) must hold
+// the row scales of the fp16-split GEMMs (gemm_p1) must hold
 // across the range and on a zero row.
 func randScaledRows(r *rand.Rand, M, K, ldx int) []float32 {
 	x := randF32(r, M*ldx, 1)

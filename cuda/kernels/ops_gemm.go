@@ -92,87 +92,8 @@ func (k *Set) MoECombineRows(s cuda.Stream, out, ey, wts, pos cuda.DevPtr, rows,
 	return k.launch("moe_combine_rows", cuda.D3(cdiv(N, 256), rows, 1), cuda.D1(256), 0, s, out, ey, wts, pos, kslots, N)
 }
 
-// The fp16-part FP8 GEMMs (gemm_h2.cu): x split once per call into
-// [parts][rows][Kp] fp16 parts (2: ~2^-22 relative per product; 3:
-// float32-exact products) and a power-of-two scale per row, then the
-// tensor-core GEMM over them. Block rows 64 or 128 (GemmH2DenseRows) for
-// the dense layers; the expert tiles keep GemmTileRows.
-const (
-	GemmH2DenseRows = 128
-	gemmH2K         = 32 // Kp: K rounded up to this
-	gemmH2Stages    = 3
-)
-
-func gemmH2Smem(bm, parts int) int { return gemmH2Stages * (parts*bm*40*2 + gemmTileN*48) }
-
-// GemmH2ScratchBytes is the scratch GemmFP8H2 / GemmFP8ExpertsH2 need for
-// rows rows of x of K values (any number of parts).
-func GemmH2ScratchBytes(rows, K int) int64 {
-	return 6*int64(rows)*int64(cdiv(K, gemmH2K)*gemmH2K) + 4*int64(rows) + 256
-}
-
-// GemmH2OK says whether the fp16 two-part GEMM takes a weight of K inputs
-// at w on this device: sm_89 or newer (fp8 conversions), rows of whole
-// 16-byte chunks, 16-byte aligned.
-func (k *Set) GemmH2OK(w cuda.DevPtr, K int) bool {
-	in := k.c.Info()
-	return in.CCMajor*10+in.CCMinor >= 89 && K%16 == 0 && uint64(w)%16 == 0
-}
-
-// gemmSplitH2 splits rows rows of x into scratch; it returns the parts,
-// their stride in halves and the row scales.
-func (k *Set) gemmSplitH2(s cuda.Stream, x, scratch cuda.DevPtr, scratchBytes int64, rows, K, ldx, parts int) (xs cuda.DevPtr, pstride int64, rs cuda.DevPtr, err error) {
-	if rows <= 0 || K <= 0 || ldx < K || (parts != 2 && parts != 3) {
-		return 0, 0, 0, errors.Newf("gemm h2: rows=%d K=%d ldx=%d parts=%d (2 or 3)", rows, K, ldx, parts)
-	}
-	if need := GemmH2ScratchBytes(rows, K); scratch == 0 || scratchBytes < need {
-		return 0, 0, 0, errors.Newf("gemm h2: scratch of %d bytes for %d rows of %d (need %d)", scratchBytes, rows, K, need)
-	}
-	Kp := cdiv(K, gemmH2K) * gemmH2K
-	pstride = int64(rows) * int64(Kp)
-	rs = scratch.Add(2 * int64(parts) * pstride)
-	err = k.launch("gemm_split_h2", cuda.D1(rows), cuda.D1(256), 0, s, x, ldx, K, Kp, scratch, pstride, rs, parts)
-	return scratch, pstride, rs, err
-}
-
-func (k *Set) gemmH2Fn(name string, bm, parts int) (*cuda.Function, error) {
-	f, err := k.fn(fmt.Sprintf("%s_b%d_p%d", name, bm/32, parts))
-	if err != nil {
-		return nil, err
-	}
-	if _, ok := bigShared.Load(f); !ok {
-		if err := k.c.SetMaxDynamicShared(f, gemmH2Smem(bm, parts)); err != nil {
-			return nil, errors.WithHint(err, "the fp16-part GEMM needs "+fmt.Sprint(gemmH2Smem(bm, parts))+" bytes of shared memory a block; TILERT_GPU_GEMM_H2=0 uses the bf16 kernels")
-		}
-		bigShared.Store(f, true)
-	}
-	return f, nil
-}
-
-// GemmFP8H2 is GemmFP8 with x in parts fp16 parts (2: ~2^-22 relative per
-// product; 3: float32-exact) through scratch (GemmH2ScratchBytes(M, K)
-// bytes); bm is the block rows, 64 or 128 (GemmH2DenseRows).
-func (k *Set) GemmFP8H2(s cuda.Stream, y, x, w, scale, scratch cuda.DevPtr, scratchBytes int64, N, K, M, ldx, ldy, bm, parts int) error {
-	if err := checkGemm(N, K, M, ldx, ldy, 2); err != nil {
-		return err
-	}
-	if !k.GemmH2OK(w, K) || (bm != 64 && bm != 128) {
-		return errors.Newf("gemm h2: K=%d (multiple of 16), w aligned to 16 bytes, sm_89+, block rows %d (64 or 128)", K, bm)
-	}
-	xs, pstride, rs, err := k.gemmSplitH2(s, x, scratch, scratchBytes, M, K, ldx, parts)
-	if err != nil {
-		return err
-	}
-	f, err := k.gemmH2Fn("gemm_fp8_h2", bm, parts)
-	if err != nil {
-		return err
-	}
-	return k.launchFn(f, cuda.D3(cdiv(N, gemmTileN), cdiv(M, bm), 1), cuda.D1(256), gemmH2Smem(bm, parts), s,
-		w, scale, xs, pstride, cdiv(K, gemmH2K)*gemmH2K, rs, y, N, K, M, ldy)
-}
-
 // GemmExpertBigRows is the pairs a "big" expert tile holds (the 128-row
-// blocks of gemm_fp8_experts_h2_b4); other tiles hold at most GemmTileRows.
+// blocks of gemm_fp8_experts_p1_b4); other tiles hold at most GemmTileRows.
 const GemmExpertBigRows = 128
 
 // ExpertTiles cuts the expert-sorted pairs (eid[i]: the expert of sorted
@@ -203,41 +124,6 @@ func ExpertTiles(eid []int32, big bool) (tiles []int32, nbig int) {
 		}
 	}
 	return append(tiles, small...), nbig
-}
-
-// GemmFP8ExpertsH2 is GemmFP8Experts with x (xRows rows) in parts fp16
-// parts through scratch (GemmH2ScratchBytes(xRows, K) bytes): tiles
-// [0, nbig) hold at most GemmExpertBigRows pairs (128-row blocks), the
-// rest at most GemmTileRows (64-row blocks); x is split once for both.
-func (k *Set) GemmFP8ExpertsH2(s cuda.Stream, y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows, scratch cuda.DevPtr, scratchBytes int64, ntiles, nbig, N, K, parts int) error {
-	if err := checkGemm(N, K, 1, ldx, N, 2); err != nil {
-		return err
-	}
-	if ntiles <= 0 || ntiles > 65535 || nbig < 0 || nbig > ntiles {
-		return errors.Newf("gemm experts h2: %d tiles (1..65535), %d of them big", ntiles, nbig)
-	}
-	if !k.GemmH2OK(0, K) {
-		return errors.Newf("gemm experts h2: K=%d (multiple of 16), sm_89+", K)
-	}
-	xs, pstride, rs, err := k.gemmSplitH2(s, x, scratch, scratchBytes, xRows, K, ldx, parts)
-	if err != nil {
-		return err
-	}
-	Kp := cdiv(K, gemmH2K) * gemmH2K
-	for _, l := range []struct{ bm, first, n int }{{GemmExpertBigRows, 0, nbig}, {GemmTileRows, nbig, ntiles - nbig}} {
-		if l.n == 0 {
-			continue
-		}
-		f, err := k.gemmH2Fn("gemm_fp8_experts_h2", l.bm, parts)
-		if err != nil {
-			return err
-		}
-		if err := k.launchFn(f, cuda.D3(cdiv(N, gemmTileN), l.n, 1), cuda.D1(256), gemmH2Smem(l.bm, parts), s,
-			wTable, sTable, tiles.Add(12*int64(l.first)), xrows, xs, pstride, Kp, rs, y, N, K); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // absorbTCSmem is absorb_tc's dynamic shared memory (AT_SMEM).
@@ -307,15 +193,18 @@ func gemmP1Smem(bm int) int { return gemmP1Stages * (bm*72*2 + gemmTileN*64) }
 
 // GemmP1ScratchBytes is the scratch GemmFP8P1 / GemmFP8ExpertsP1 need for
 // rows rows of x of K values: the fp16 rows (K rounded up to 64) and a
-// float32 scale per row. Never more than GemmH2ScratchBytes(rows, K).
+// float32 scale per row.
 func GemmP1ScratchBytes(rows, K int) int64 {
 	return 2*int64(rows)*int64(cdiv(K, gemmP1K)*gemmP1K) + 4*int64(rows) + 256
 }
 
 // GemmP1OK says whether the one-part FP8 GEMM takes a weight of K inputs
 // at w here: sm_89 or newer (e4m3 conversions), K % 16 == 0, 16-byte
-// aligned (GemmH2OK's conditions).
-func (k *Set) GemmP1OK(w cuda.DevPtr, K int) bool { return k.GemmH2OK(w, K) }
+// aligned.
+func (k *Set) GemmP1OK(w cuda.DevPtr, K int) bool {
+	in := k.c.Info()
+	return in.CCMajor*10+in.CCMinor >= 89 && K%16 == 0 && uint64(w)%16 == 0
+}
 
 // gemmSplitP1 rounds rows rows of x into scratch (gemm_split_p1); it
 // returns the fp16 rows, their stride Kp in halves and the row scales.

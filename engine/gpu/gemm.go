@@ -53,7 +53,7 @@ type gemmDevice interface {
 	// xRows is how many rows x has (the fp16 two-part split converts them
 	// once).
 	// The first nbig tiles hold up to kernels.GemmExpertBigRows pairs
-	// (kernels.ExpertTiles; only with the fp16-part kernels).
+	// (kernels.ExpertTiles; only with the one-part kernels).
 	gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTable, tiles, xrows cuda.DevPtr, ntiles, nbig, N, K, parts int) error
 	// moeCombineRows is kernels.MoECombineRows.
 	moeCombineRows(out, ey, wts, pos cuda.DevPtr, rows, k, N int) error
@@ -86,27 +86,9 @@ var (
 	// H200 64-pair tiles were faster: gate/up 8.06 against 8.76 ms, down
 	// 8.46 against 9.23 at 8192 tokens; docs/measured/h200-2026-12-02/run2).
 	expertBMEnv = envInt("TILERT_GPU_EXPERT_BM", 0)
-	// gemmH2On: TILERT_GPU_GEMM_H2=1 runs the fp8 GEMMs on x split into
-	// fp16 parts with a power-of-two scale per row (kernels.GemmFP8H2: a
-	// 3-stage cp.async pipeline, e4m3 pairs converted in the fragment
-	// loads, x split once per call). Opt-in: on the H200 its 3 parts run
-	// no faster than gemm_tc.cu's three bf16 parts (89 vs 91 TFLOP/s at
-	// 2048 rows) and with 2 or 3 parts it moves the tiny models' prefill
-	// caches past their bound (glm-5-tiny 1.55% of bytes against 0.90%
-	// with gemm_tc: the same with 2 parts as with 3, so the third part adds
-	// nothing there), NOTES.md.
-	gemmH2On = os.Getenv("TILERT_GPU_GEMM_H2") == "1"
-	// gemmH2BM: block rows of the dense fp8 GEMM (64 or 128; 0 picks).
-	gemmH2BM = envInt("TILERT_GPU_GEMM_BM", 0)
-	// gemmH2Parts: fp16 parts of x; 3 (default) carries float32's bits
-	// (products exact, as the bf16 three-part kernels), 2 carries 22 (a
-	// third less tensor work; the tiny models' cache checks move).
-	gemmH2Parts = envInt("TILERT_GPU_GEMM_H2_PARTS", 3)
-	// expertBig: TILERT_GPU_EXPERT_BM=128 runs the grouped experts' pairs
-	// in tiles of 128 (the b4 fp16-part kernels; a rest of <= 64 pairs in
-	// a 64-row tile), so that an expert's weights are read by half the
-	// tiles once a chunk routes >= 128 pairs to it; 64: every tile <= 64.
-	expertBig = envInt("TILERT_GPU_EXPERT_BM", 64) == 128
+	// gemmBM: TILERT_GPU_GEMM_BM, the block rows of the dense one-part
+	// GEMM (64 or 128; anything else picks: kernels.P1BlockRows).
+	gemmBM = envInt("TILERT_GPU_GEMM_BM", 0)
 )
 
 func envInt(name string, def int) int {
@@ -185,19 +167,17 @@ func forwardParts(parts int, groups []group) int {
 }
 
 // gemmScratchOn says whether the forward needs the split scratch of the
-// fp16-part (gemm_h2.cu) or one-part (gemm_p1.cu) GEMMs.
+// one-part GEMMs (gemm_p1.cu).
 func (e *backend) gemmScratchOn() bool {
-	return gemmOn && (gemmH2On || e.gemmParts() == 1)
+	return gemmOn && e.gemmParts() == 1
 }
 
 // expertTilesBig says whether the grouped experts run tiles of up to
 // kernels.GemmExpertBigRows pairs (kernels.ExpertTiles) in a forward with
-// parts parts of x.
+// parts parts of x: only the one-part kernels have them, and only when
+// TILERT_GPU_EXPERT_BM=128 asks.
 func expertTilesBig(parts int) bool {
-	if parts == 1 {
-		return expertBMEnv == 128
-	}
-	return expertBig && gemmH2On
+	return parts == 1 && expertBMEnv == 128
 }
 
 // useGemm says whether a linear layer of M rows runs as a GEMM.
@@ -208,20 +188,13 @@ func useGemm(l dlin, M int) bool {
 func (b *cudaDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy, parts int) error {
 	if parts == 1 {
 		if b.p1(w, K, M) {
-			bm := gemmH2BM
+			bm := gemmBM
 			if bm != 64 && bm != 128 {
 				bm = kernels.P1BlockRows(N, M, b.c.Info().SMs)
 			}
 			return b.k.GemmFP8P1(b.s, y, x, w, scale, b.gemmWS, b.gemmWSBytes, N, K, M, ldx, ldy, bm)
 		}
 		return b.k.GemmFP8(b.s, y, x, w, scale, N, K, M, ldx, ldy, 1)
-	}
-	if b.h2(w, K, M) {
-		bm := gemmH2BM
-		if bm != 64 && bm != 128 {
-			bm = h2BlockRows(N, M, b.c.Info().SMs)
-		}
-		return b.k.GemmFP8H2(b.s, y, x, w, scale, b.gemmWS, b.gemmWSBytes, N, K, M, ldx, ldy, bm, gemmH2Parts)
 	}
 	return b.k.GemmFP8(b.s, y, x, w, scale, N, K, M, ldx, ldy, parts)
 }
@@ -256,22 +229,6 @@ func (b *cudaDevice) absorbQTC(out, qpe, q, w, s cuda.DevPtr, M, H, nope, R, ldq
 	return b.qpeOut(qpe, q, M, H, nope, ldq, hs, P, rope)
 }
 
-// h2BlockRows picks the dense fp16-part GEMM's block rows: 128 (one block
-// an SM, the most reuse of each fragment) while that still gives every SM
-// two blocks, else 64 (two blocks an SM, twice the blocks).
-func h2BlockRows(N, M, sms int) int {
-	if (N+127)/128*((M+127)/128) >= 2*sms {
-		return kernels.GemmH2DenseRows
-	}
-	return 64
-}
-
-// h2 says whether an fp8 GEMM of M rows of K takes the fp16 two-part
-// kernels: on, the device has them, and the scratch holds the split.
-func (b *cudaDevice) h2(w cuda.DevPtr, K, M int) bool {
-	return gemmH2On && b.gemmWS != 0 && b.k.GemmH2OK(w, K) && kernels.GemmH2ScratchBytes(M, K) <= b.gemmWSBytes
-}
-
 func (b *cudaDevice) gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy, parts int) error {
 	return b.k.GemmBF16(b.s, y, x, w, N, K, M, ldx, ldy, parts)
 }
@@ -280,11 +237,8 @@ func (b *cudaDevice) gemmExperts(y, x cuda.DevPtr, ldx, xRows int, wTable, sTabl
 	if parts == 1 && b.p1(0, K, xRows) {
 		return b.k.GemmFP8ExpertsP1(b.s, y, x, ldx, xRows, wTable, sTable, tiles, xrows, b.gemmWS, b.gemmWSBytes, ntiles, nbig, N, K)
 	}
-	if parts != 1 && b.h2(0, K, xRows) {
-		return b.k.GemmFP8ExpertsH2(b.s, y, x, ldx, xRows, wTable, sTable, tiles, xrows, b.gemmWS, b.gemmWSBytes, ntiles, nbig, N, K, gemmH2Parts)
-	}
 	if nbig > 0 {
-		return errors.WithHint(errors.Newf("grouped experts: %d tiles of up to %d pairs without the fp16-part kernels", nbig, kernels.GemmExpertBigRows),
+		return errors.WithHint(errors.Newf("grouped experts: %d tiles of up to %d pairs without the one-part kernels", nbig, kernels.GemmExpertBigRows),
 			"TILERT_GPU_EXPERT_BM=64 keeps every tile at 64 pairs")
 	}
 	return b.k.GemmFP8Experts(b.s, y, x, ldx, wTable, sTable, tiles, xrows, ntiles, N, K, parts)
@@ -295,8 +249,7 @@ func (b *cudaDevice) moeCombineRows(out, ey, wts, pos cuda.DevPtr, rows, k, N in
 }
 
 // The emulator computes the float32 GEMV's result (what the 3-part split
-// reproduces up to summation order), 4 rows at a time; with the fp16
-// two-part kernels on, of x as gemm_split_h2 leaves it (h2Rows); with one
+// reproduces up to summation order), 4 rows at a time; with one
 // part, of x as gemm_split_p1 leaves it (p1Rows: fp16 after a power-of-two
 // row scale; K % 16 != 0 takes gemm_fp8_tc_s1 on the GPU, bf16 x).
 func (m *emuDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy, parts int) error {
@@ -307,50 +260,12 @@ func (m *emuDevice) gemmFP8(y, x, w, scale cuda.DevPtr, N, K, M, ldx, ldy, parts
 		}
 		defer m.free(xs)
 		x, ldx = xs, K
-	} else if emuH2() && K%16 == 0 {
-		xs, err := m.h2Rows(x, M, K, ldx)
-		if err != nil {
-			return err
-		}
-		defer m.free(xs)
-		x, ldx = xs, K
 	}
 	return emuRows(M, ldx, ldy, x, y, func(yy, xx cuda.DevPtr, r int) error { return m.gemvFP8(yy, xx, w, scale, N, K, r, ldx, ldy) })
 }
 
-// emuH2 says whether the emulator transcribes the two-part split: with
-// three parts the products are float32's, what the plain GEMV computes.
-func emuH2() bool { return gemmH2On && gemmH2Parts == 2 }
-
-// h2Rows transcribes gemm_split_h2 (two parts) (cuda/kernels gemm_h2.cu): each row
-// scaled by the power of two that brings its largest |x| into [2^14,
-// 2^15), split into fp16 hi and lo, scaled back: the x the fp16 two-part
-// GEMM multiplies. A new allocation of rows x K floats.
-func (m *emuDevice) h2Rows(x cuda.DevPtr, rows, K, ldx int) (cuda.DevPtr, error) {
-	out, err := m.alloc(int64(4 * rows * K))
-	if err != nil {
-		return 0, err
-	}
-	os := m.f32(out, rows*K)
-	for r := 0; r < rows; r++ {
-		h2Split(os[r*K:(r+1)*K], m.f32(fptr(x, r*ldx), K))
-	}
-	return out, nil
-}
-
-// h2Split writes gemm_split_h2's (hi + lo) 2^-s of src into dst.
-func h2Split(dst, src []float32) {
-	sc, inv := rowScale(src)
-	for i, v := range src {
-		v *= sc
-		hi := f16Round(v)
-		lo := f16Round(v - hi)
-		dst[i] = (hi + lo) * inv
-	}
-}
-
-// rowScale is the power of two 2^s that the fp16 splits (gemm_split_h2,
-// gemm_split_p1) scale a row by, bringing its largest |x| into
+// rowScale is the power of two 2^s that the fp16 split (gemm_split_p1)
+// scales a row by, bringing its largest |x| into
 // [2^14, 2^15), and its inverse.
 func rowScale(src []float32) (sc, inv float32) {
 	var mx float32
@@ -461,20 +376,6 @@ func (m *emuDevice) gemmExperts(y, x cuda.DevPtr, ldx, _ int, wTable, sTable, ti
 			xx := fptr(x, int(xr[i])*ldx)
 			if parts == 1 {
 				xs, err := m.p1Rows(xx, 1, K, K, K%16 == 0)
-				if err != nil {
-					return err
-				}
-				err = m.gemvFP8(fptr(y, i*N), xs, wt[e], st[e], N, K, 1, K, N)
-				if ferr := m.free(xs); err == nil {
-					err = ferr
-				}
-				if err != nil {
-					return err
-				}
-				continue
-			}
-			if emuH2() && K%16 == 0 {
-				xs, err := m.h2Rows(xx, 1, K, K)
 				if err != nil {
 					return err
 				}
@@ -728,7 +629,7 @@ func groupBytes(c *model.Config, M int) int64 {
 	return n
 }
 
-// gemmScratchBytes is the fp16-part GEMM scratch a forward of M rows of
+// gemmScratchBytes is the one-part GEMM scratch a forward of M rows of
 // model c needs: M rows of the widest linear input (TestGemmScratchCovers
 // checks every linear of the presets against it), or the routed pairs of
 // the expert down projection.
@@ -736,11 +637,10 @@ func gemmScratchBytes(c *model.Config, M int) int64 {
 	NH := c.NumHeads
 	kmax := max(2*c.HiddenSize, c.IntermediateSize, c.QLoraRank, NH*c.VHeadDim, NH*(c.QKNopeHeadDim+c.QKRopeHeadDim),
 		c.MoEIntermediateSize*max(1, c.NSharedExperts), c.IndexNHeads*c.IndexHeadDim)
-	return max(kernels.GemmH2ScratchBytes(M, kmax), kernels.GemmH2ScratchBytes(M*max(1, c.NumExpertsPerTok), c.MoEIntermediateSize))
+	return max(kernels.GemmP1ScratchBytes(M, kmax), kernels.GemmP1ScratchBytes(M*max(1, c.NumExpertsPerTok), c.MoEIntermediateSize))
 }
 
-// allocGemmScratch gives the GPU the fp16-part (or one-part: the smaller
-// kernels.GemmP1ScratchBytes fits in it) GEMM's scratch for the
+// allocGemmScratch gives the GPU the one-part GEMM's scratch for the
 // largest split a forward of M rows makes: M rows of the widest linear
 // input, or the routed pairs of the expert down projection. It belongs to
 // the runner (one stream): ranks sharing a runner run one after another on

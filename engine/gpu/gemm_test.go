@@ -73,7 +73,7 @@ func TestPrefillChunk(t *testing.T) {
 }
 
 // TestF16Round pins the fp16 rounding the emulator's transcription of
-// gemm_split_h2 uses, and the split's 22 bits.
+// gemm_split_p1 uses.
 func TestF16Round(t *testing.T) {
 	for _, c := range []struct{ in, want float32 }{
 		{1, 1}, {1 + 1.0/2048, 1}, {1 + 3.0/2048, 1 + 2.0/1024}, {65504, 65504}, {70000, float32(math.Inf(1))},
@@ -83,35 +83,9 @@ func TestF16Round(t *testing.T) {
 			t.Errorf("f16Round(%g) = %g, want %g", c.in, got, c.want)
 		}
 	}
-	src := []float32{3.14159265, -1e-3, 12345.678, 0, 7e-9}
-	dst := make([]float32, len(src))
-	h2Split(dst, src)
-	for i, v := range src {
-		if d := math.Abs(float64(dst[i] - v)); d > 12345.678*math.Ldexp(1, -37) && d > math.Abs(float64(v))*math.Ldexp(1, -21) {
-			t.Errorf("h2Split(%g) = %g: off by %g", v, dst[i], d)
-		}
-	}
 }
 
-// With two fp16 parts (TILERT_GPU_GEMM_H2=1 TILERT_GPU_GEMM_H2_PARTS=2) the emulator transcribes
-// the split (h2Split): greedy still equals the CPU's on the tiny presets.
-func TestEmuPrefillGemmH2Parts2Greedy(t *testing.T) {
-	withGemm(t)
-	oldOn, old := gemmH2On, gemmH2Parts
-	gemmH2On, gemmH2Parts = true, 2
-	t.Cleanup(func() { gemmH2On, gemmH2Parts = oldOn, old })
-	testGreedyMatchesCPU(t, onEmu, engine.CacheFP8DSMLA)
-}
-
-func TestH2BlockRows(t *testing.T) {
-	for _, c := range []struct{ N, M, want int }{{18432, 2048, 128}, {7168, 2048, 128}, {1536, 2048, 64}, {576, 2048, 64}, {18432, 256, 128}, {7168, 256, 64}} {
-		if got := h2BlockRows(c.N, c.M, 132); got != c.want {
-			t.Errorf("h2BlockRows(%d, %d, 132) = %d, want %d", c.N, c.M, got, c.want)
-		}
-	}
-}
-
-// The fp16-part GEMM's scratch holds the split of every linear input a
+// The one-part GEMM's scratch holds the split of every linear input a
 // forward of M rows can hand it: every fp8 linear of both presets (main and
 // MTP layers, their real in-dims) and the expert down projection's pairs.
 func TestGemmScratchCovers(t *testing.T) {
@@ -131,7 +105,7 @@ func TestGemmScratchCovers(t *testing.T) {
 						continue
 					}
 					seen++
-					if need := kernels.GemmH2ScratchBytes(M, l.in); need > have {
+					if need := kernels.GemmP1ScratchBytes(M, l.in); need > have {
 						t.Errorf("layer %d %s: %d inputs need %d scratch bytes, have %d", lw.Idx, v.Type().Field(i).Name, l.in, need, have)
 					}
 				}
@@ -139,7 +113,7 @@ func TestGemmScratchCovers(t *testing.T) {
 			if seen == 0 {
 				t.Fatal("no fp8 linear found")
 			}
-			if need := kernels.GemmH2ScratchBytes(M*c.NumExpertsPerTok, c.MoEIntermediateSize); need > have {
+			if need := kernels.GemmP1ScratchBytes(M*c.NumExpertsPerTok, c.MoEIntermediateSize); need > have {
 				t.Errorf("expert pairs need %d scratch bytes, have %d", need, have)
 			}
 		})

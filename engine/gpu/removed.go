@@ -283,6 +283,12 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_MTP_PAIRS", keep: zero,
 		what: "the MTP forward over both candidate rows of every slot, launched before the verify's picks reach the host (engine.PairsAhead, mtp_pair_select), was measured slower on the H100 in session 46 and removed (MTP step p50 at 8192, 3 MoE layers, A/B/A/B: DeepSeek-V3.2 dims 1 slot 3.264 / 3.264 against 3.205 / 3.212 ms, 4 slots 6.372 / 6.371 against 5.981 / 5.978): the host round trip it hides (~80 us) costs less than the MTP layer and head over twice the rows",
 		hint: `: the host takes the verify's picks, then launches the MTP forward over the rows it keeps (the default); the code last exists at commit 40299cf, the record is in docs/measured/h100-2026-12-06-s46 and engine/gpu/NOTES.md "Session 46"`},
+	// TILERT_GPU_GEMM_H2=1 ran a prefill chunk's fp8 GEMMs on x split into
+	// fp16 parts (gemm_h2.cu; TILERT_GPU_GEMM_H2_PARTS 2 or 3), opt-in
+	// since session 4: no faster than the three bf16 parts and past the
+	// tiny models' cache bound; removed in session 55 with its 9 kernels.
+	{name: "TILERT_GPU_GEMM_H2", keep: zero, what: gemmH2What, hint: gemmH2Hint},
+	{name: "TILERT_GPU_GEMM_H2_PARTS", what: gemmH2What, hint: gemmH2Hint},
 }
 
 // zero: the switch's =0 asked for the path that runs, by name.
@@ -299,6 +305,8 @@ const (
 	l2pfWhat         = "the L2 weight prefetch (attn_epilogue_pf, add_rmsnorm_pf) was removed in session 12: measured on the H200 it was slower (decode step at 8192 3.012 against 2.998 ms; attention tail 99.54-104.86 against 97.61 us with 0-48 MB of o_proj prefetched; layer end 39.29 against 38.00 us)"
 	l2pfHint         = `: nothing is prefetched; the record is in cuda/kernels/NOTES.md "Small per-layer kernels" and docs/measured/h200-2026-12-01-s4-round2; the code last exists at commit 0781d7c`
 	idxRecord        = "; the code last exists at commit 99c4e9a, the record is in docs/measured/h200-2026-12-03-s15 and cuda/kernels/NOTES.md "
+	gemmH2What       = "the fp16-part fp8 GEMMs of a prefill chunk (gemm_split_h2, gemm_fp8_h2, gemm_fp8_experts_h2) were removed in session 55: on the H200 their three parts ran no faster than the three bf16 parts (89 against 91 TFLOP/s at 2048 rows), and with two or three parts glm-5-tiny's prefill caches differed from the CPU's in 1.26-1.55% of bytes against a bound of 1% (session 4)"
+	gemmH2Hint       = `: a prefill chunk's fp8 GEMMs run gemm_tc.cu's three bf16 parts (the default) or, with --prefill-precision fast, gemm_p1.cu's one part; the code last exists at commit ed1487e, the record is in docs/measured/h200-2026-12-01-s4-pfill2 and cuda/kernels/NOTES.md "gemm_h2 removed (session 55)"`
 )
 
 // removedSwitches refuses the first switch of removedTable set to a value

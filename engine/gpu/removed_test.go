@@ -292,8 +292,15 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_IDX_F8", "99c4e9a", "docs/measured/h200-2026-12-03-s15", `"The indexer scores on the fp8 mma.sync and on wgmma"`}},
 	"TILERT_GPU_GEMV_MMA": {{"removed in session 19", "gemv_mmx_fp8/bf16_r1_u1_a", "69.9 / 118.1 against 44.0 us", "6.503 against 6.013 ms"},
 		{"unset TILERT_GPU_GEMV_MMA", "cb41896", "docs/measured/h200-2026-12-03-s18", "docs/measured/h200-2026-12-03-s19", "cuda/kernels/NOTES.md"}},
+	"TILERT_GPU_GEMM_H2":       gemmH2Says,
+	"TILERT_GPU_GEMM_H2_PARTS": gemmH2Says,
 	"TILERT_GPU_L2PF":          l2pfSays,
 	"TILERT_GPU_L2PF_OPROJ_MB": l2pfSays,
+}
+
+var gemmH2Says = [2][]string{
+	{"removed in session 55", "89 against 91 TFLOP/s", "1.26-1.55% of bytes"},
+	{"unset TILERT_GPU_GEMM_H2", "gemm_p1.cu", "ed1487e", "docs/measured/h200-2026-12-01-s4-pfill2", `"gemm_h2 removed (session 55)"`},
 }
 
 var l2pfSays = [2][]string{
@@ -438,6 +445,7 @@ var removedGolden = []struct{ name, v string }{
 	{"TILERT_GPU_SAMPLE_ONE", "1"},
 	{"TILERT_GPU_EMBED_VEC", "0"},
 	{"TILERT_GPU_MTP_PAIRS", "1"},
+	{"TILERT_GPU_GEMM_H2", "1"}, {"TILERT_GPU_GEMM_H2_PARTS", "2"},
 	{"TILERT_GPU_STAGE_CARVEOUT", "50"}, {"TILERT_GPU_STAGE_CARVEOUT", "100"},
 }
 

@@ -191,7 +191,7 @@ func timeMLATC(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, add 
 			}
 		}
 		for _, sp := range splits {
-			for _, d := range []mlaTiled{mlaTCKernel, mlaTC32Kernel} {
+			for _, d := range []mlaTiled{mlaTCKernel} {
 				us := graphUsRot(c, s, 8, 15, func(i int) {
 					chk(k.launchMLATiledParts(d, s, out[i], 0, qn[i], qp[i], cache, 0, ip[i], lens[i], ws, nq, H, nidx, nidx, sp, 0.1, true, true))
 				})
@@ -221,7 +221,7 @@ func timeMLATC(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, add 
 	qn, qp, ip, lens, out := devMLAQueries(a, r, 1, 16, nidx, T)
 	ws := a.raw(MLAWorkspaceBytes(1, 16, mlaHeadsSplits))
 	ns := k.MLATCSplits(1, 16, nidx)
-	for _, d := range []mlaTiled{mlaTCKernel, mlaTC32Kernel, mlaTCPKernel} {
+	for _, d := range []mlaTiled{mlaTCKernel, mlaTCPKernel} {
 		us := graphUsRot(c, s, 8, 15, func(int) {
 			chk(k.launchMLATiledParts(d, s, out, 0, qn, qp, cache, 0, ip, lens, ws, 1, 16, nidx, nidx, ns, 0.1, true, true))
 		})
@@ -231,12 +231,12 @@ func timeMLATC(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand, s cuda.Stream, add 
 
 // TestKernelMLATCStaging: mla_decode_tc gives the bits of itself with the
 // split partials merged by mla_combine_wide_v1 (whatever mlaCombineFor
-// picks), of mla_decode_tc32 and of mla_decode_tcp (its combine launched
-// plainly and programmatically) on fresh random inputs at the serving
-// shape, split and unsplit, a partial head group included. (Until session
-// 54 it also checked mla_decode_tc_v3, the queries by plain loads, and
-// mla_decode_tcp_sa, the scores in two chains: timing comparisons, never
-// launched, removed.)
+// picks) and of mla_decode_tcp (its combine launched plainly and
+// programmatically) on fresh random inputs at the serving shape, split and
+// unsplit, a partial head group included. (Until session 54 it also checked
+// mla_decode_tc_v3, the queries by plain loads, and mla_decode_tcp_sa, the
+// scores in two chains, and until session 55 mla_decode_tc32, 32 heads a
+// block: timing comparisons, removed.)
 func TestKernelMLATCStaging(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		s := c.Stream()
@@ -250,15 +250,15 @@ func TestKernelMLATCStaging(t *testing.T) {
 			ws := a.raw(MLAWorkspaceBytes(cs.nq, cs.H, cs.nsplit))
 			tcV1 := mlaTCKernel
 			tcV1.combine = "mla_combine_wide_v1"
-			var got [5][]float32
-			for i, d := range []mlaTiled{mlaTCKernel, tcV1, mlaTC32Kernel, mlaTCPKernel, mlaTCPKernel} {
+			var got [4][]float32
+			for i, d := range []mlaTiled{mlaTCKernel, tcV1, mlaTCPKernel, mlaTCPKernel} {
 				out, lse := a.poisoned(cs.nq*cs.H*MLALatentDim), a.poisoned(cs.nq*cs.H)
-				mlaCombinePDL = i == 4 // the combine launched programmatically after tcp
+				mlaCombinePDL = i == 3 // the combine launched programmatically after tcp
 				chk(k.launchMLATiled(d, s, out, lse, qn, qp, cache, 0, ip, lens, ws, cs.nq, cs.H, nidx, nidx, cs.nsplit, 0.07))
 				mlaCombinePDL = false
 				got[i] = append(downF32(c, out, cs.nq*cs.H*MLALatentDim), downF32(c, lse, cs.nq*cs.H)...)
 			}
-			for i, name := range []string{"tc + mla_combine_wide_v1", "tc32", "tcp", "tcp + combine PDL"} {
+			for i, name := range []string{"tc + mla_combine_wide_v1", "tcp", "tcp + combine PDL"} {
 				bad := 0
 				for j := range got[0] {
 					if math.Float32bits(got[0][j]) != math.Float32bits(got[i+1][j]) || math.IsNaN(float64(got[0][j])) {

@@ -97,10 +97,6 @@ var (
 		"mla_decode_heads needs ~127 KiB of shared memory per block (sm_80 or newer)", mlaHeadsTile, "", 0, false}
 	mlaTCKernel = mlaTiled{"mla_decode_tc", "mla tc", 128, MLATCSmemBytes,
 		"mla_decode_tc needs ~103 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 0, false}
-	// mlaTC32Kernel is mla_decode_tc with 32 heads a block (256 threads):
-	// each tile of entries fetched and converted once per 32 heads.
-	mlaTC32Kernel = mlaTiled{"mla_decode_tc32", "mla tc", 256, MLATC32SmemBytes,
-		"mla_decode_tc32 needs ~147 KiB of shared memory per block (sm_80 or newer)", mlaTCTile, "", 2 * mlaHeadsGroup, false}
 	// mlaTCPKernel is mla_decode_tc (the same bits) with the query
 	// fragments split once into registers, MTP_NR tiles in flight and the
 	// P.V fragments by ldmatrix.trans: a shorter chain per tile.
@@ -207,8 +203,6 @@ const (
 	mlaTCTile = 32 // MT_TT
 	// MLATCSmemBytes is mla_decode_tc's dynamic shared memory (MT_SMEM_BYTES).
 	MLATCSmemBytes = mlaTCTile*41*16 + mlaTCTile*584*2 + mlaHeadsGroup*584*4 + 4*mlaHeadsGroup*mlaTCTile*4 + 3*mlaTCTile*4 + mlaTCTile*4*4
-	// MLATC32SmemBytes is mla_decode_tc32's (MT_SMEM(2)).
-	MLATC32SmemBytes = mlaTCTile*41*16 + mlaTCTile*584*2 + 2*mlaHeadsGroup*584*4 + 2*4*mlaHeadsGroup*mlaTCTile*4 + 3*mlaTCTile*4 + mlaTCTile*4*4
 	// mlaTCPRaw is mla_decode_tcp's raw tile buffers (MTP_NR).
 	mlaTCPRaw = 3
 	// MLATCPSmemBytes is mla_decode_tcp's (MTP_SMEM_BYTES).
@@ -262,28 +256,6 @@ func (k *Set) MLADecodeTCPRows(s cuda.Stream, out, lse, qn, qp cuda.DevPtr, cach
 			"one launch per slot (TILERT_GPU_SLOT_MERGE=0) on devices below sm_80")
 	}
 	return k.launchMLATiledRows(mlaTCPKernel, s, out, lse, qn, qp, cuda.DevPtr(cacheOff), 0, indices, lens, ws, rowBase, nq, H, nidx, ldIdx, nsplit, scale, true, true)
-}
-
-// MLATC32Splits picks MLADecodeTC32's token ranges: one block per SM fits
-// its shared memory, so the blocks fill the SMs once (at most
-// MLATCSplits, which MLAHeadsWorkspaceBytes bounds).
-func (k *Set) MLATC32Splits(nq, H, nidx int) int {
-	blocks := max(1, nq*cdiv(H, 2*mlaHeadsGroup))
-	return max(1, min(k.MLATCSplits(nq, H, nidx), k.c.Info().SMs/blocks))
-}
-
-// MLADecodeTC32 is MLADecodeTC (same arguments, the same bits) with 32
-// heads a block: each tile of entries fetched and converted once per 32
-// heads, one block per SM. Split as MLATC32Splits plans.
-func (k *Set) MLADecodeTC32(s cuda.Stream, out, lse, qn, qp, cache, blockTable, indices, lens, ws cuda.DevPtr, nq, H, nidx, ldIdx, nsplit int, scale float32) error {
-	if err := mlaTC32Kernel.checkArgs(indices, ws, nq, H, nidx, ldIdx, nsplit); err != nil {
-		return err
-	}
-	if k.c.Info().CCMajor < 8 {
-		return errors.WithHint(errors.Newf("mla tc32: compute capability %d.%d", k.c.Info().CCMajor, k.c.Info().CCMinor),
-			"mla_decode_tc32 needs sm_80 or newer; use MLADecodeHeads")
-	}
-	return k.launchMLATiled(mlaTC32Kernel, s, out, lse, qn, qp, cache, blockTable, indices, lens, ws, nq, H, nidx, ldIdx, nsplit, scale)
 }
 
 // absorbCols picks absorb_q_fp8's columns per block (16*G): the widest that

@@ -67,7 +67,7 @@ var pdlKernels = setOf(
 	"topk_wide_hist", "topk_wide_pick", "topk_wide_count", "topk_wide_emit",
 	// mla*.cu
 	"mla_decode", "mla_combine", "mla_combine_wide", "mla_combine_wide_v1", "mla_decode_heads", "mla_decode_tc",
-	"mla_decode_tc32", "mla_decode_tcp",
+	"mla_decode_tcp",
 	"topk_radix_one_w8", "topk_radix_one_w16", "topk_radix_one_w32", "topk_radix_one_w12",
 	"absorb_q_fp8", "absorb_q_fp8_r4", "absorb_v_fp8",
 	// moe.cu, norm.cu, sample.cu, logits.cu

@@ -831,10 +831,6 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 		return b.k.MLADecodeWG2(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, ws, nq, H, nidx, ldIdx, b.k.MLAWG2Splits(nq, H, nidx), scale)
 	}
 	if ws != 0 && mlaTCOn && b.c.Info().CCMajor >= 8 {
-		if mlaTC32On {
-			ns := b.k.MLATC32Splits(nq, H, nidx)
-			return b.k.MLADecodeTC32(b.s, out, 0, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, ns, scale)
-		}
 		if mlaTCF != "" && b.c.Info().CCMajor >= 9 {
 			return b.mlaDecodeTCF(out, qn, qp, cache, 0, indices, lens, ws, nq, H, nidx, ldIdx, scale)
 		}
@@ -1054,10 +1050,10 @@ func (b *cudaDevice) indexerScoresQRows(out, qh, wq cuda.DevPtr, cacheOff int64,
 // and the whole gpu-check passed with it. =1 or =3 three parts
 // (float32-exact products), =8 two parts with 8 warps per head group; =0
 // runs mla_decode_tc, as does asking for another variant
-// (TILERT_GPU_MLA_TCP / TC32). =q (tcf merged inside a cluster) and
-// TILERT_GPU_MLA_TCQ were removed in session 12 (removed.go).
-var mlaTCF = tcfSwitch(os.Getenv("TILERT_GPU_MLA_TCF"), os.Getenv("TILERT_GPU_MLA_TCP") == "1" ||
-	os.Getenv("TILERT_GPU_MLA_TC32") == "1")
+// (TILERT_GPU_MLA_TCP). =q (tcf merged inside a cluster) and
+// TILERT_GPU_MLA_TCQ were removed in session 12, TILERT_GPU_MLA_TC32 in
+// session 55 (removed.go).
+var mlaTCF = tcfSwitch(os.Getenv("TILERT_GPU_MLA_TCF"), os.Getenv("TILERT_GPU_MLA_TCP") == "1")
 
 func tcfSwitch(v string, other bool) string {
 	switch {
@@ -1172,9 +1168,6 @@ const mlaPrefillMinRows = 16
 var (
 	mlaHeadsOn = os.Getenv("TILERT_GPU_MLA_HEADS") != "0"
 	mlaTCOn    = os.Getenv("TILERT_GPU_MLA_TC") != "0"
-	// mlaTC32On: TILERT_GPU_MLA_TC32=1 runs the tensor-core decode with 32
-	// heads a block (the same bits; each tile converted once per 32 heads).
-	mlaTC32On = os.Getenv("TILERT_GPU_MLA_TC32") == "1"
 	// mlaTCPOn: TILERT_GPU_MLA_TCP=1 runs mla_decode_tcp (the same bits as
 	// mla_decode_tc; query fragments in registers, 3 tiles in flight).
 	mlaTCPOn = os.Getenv("TILERT_GPU_MLA_TCP") == "1"

@@ -289,6 +289,12 @@ var removedTable = []removedSwitch{
 	// tiny models' cache bound; removed in session 55 with its 9 kernels.
 	{name: "TILERT_GPU_GEMM_H2", keep: zero, what: gemmH2What, hint: gemmH2Hint},
 	{name: "TILERT_GPU_GEMM_H2_PARTS", what: gemmH2What, hint: gemmH2Hint},
+	// TILERT_GPU_MLA_TC32=1 ran the tensor-core MLA decode with 32 heads a
+	// block (mla_decode_tc32), the same bits as mla_decode_tc; no faster in
+	// session 4, and the decode has run tcf2 / wg2 / wg2b since session 6.
+	{name: "TILERT_GPU_MLA_TC32", keep: zero,
+		what: "the tensor-core MLA decode with 32 heads a block (mla_decode_tc32) was removed in session 55: measured on the H200 it was no faster than mla_decode_tc at 16 heads a block (128 heads x 2048 tokens, 1 row, with the combine: 24.60 against 24.30 us at 32 splits, 37.36 / 30.62 at 16 / 64), and the decode runs mla_decode_wg2b / wg2 / tcf2 since",
+		hint: `: the MLA decode runs mla_decode_wg2b, mla_decode_wg2 or mla_decode_tcf2 by its shape (the default); the code last exists at commit 4020bd8, the record is in docs/measured/h200-2026-12-01-idxmla and cuda/kernels/NOTES.md "Indexer top-k candidate list, MLA query staging"`},
 }
 
 // zero: the switch's =0 asked for the path that runs, by name.

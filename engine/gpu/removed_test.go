@@ -292,6 +292,8 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_IDX_F8", "99c4e9a", "docs/measured/h200-2026-12-03-s15", `"The indexer scores on the fp8 mma.sync and on wgmma"`}},
 	"TILERT_GPU_GEMV_MMA": {{"removed in session 19", "gemv_mmx_fp8/bf16_r1_u1_a", "69.9 / 118.1 against 44.0 us", "6.503 against 6.013 ms"},
 		{"unset TILERT_GPU_GEMV_MMA", "cb41896", "docs/measured/h200-2026-12-03-s18", "docs/measured/h200-2026-12-03-s19", "cuda/kernels/NOTES.md"}},
+	"TILERT_GPU_MLA_TC32": {{"removed in session 55", "24.60 against 24.30 us", "37.36 / 30.62"},
+		{"unset TILERT_GPU_MLA_TC32", "mla_decode_wg2b", "4020bd8", "docs/measured/h200-2026-12-01-idxmla", `"Indexer top-k candidate list, MLA query staging"`}},
 	"TILERT_GPU_GEMM_H2":       gemmH2Says,
 	"TILERT_GPU_GEMM_H2_PARTS": gemmH2Says,
 	"TILERT_GPU_L2PF":          l2pfSays,
@@ -446,6 +448,7 @@ var removedGolden = []struct{ name, v string }{
 	{"TILERT_GPU_EMBED_VEC", "0"},
 	{"TILERT_GPU_MTP_PAIRS", "1"},
 	{"TILERT_GPU_GEMM_H2", "1"}, {"TILERT_GPU_GEMM_H2_PARTS", "2"},
+	{"TILERT_GPU_MLA_TC32", "1"},
 	{"TILERT_GPU_STAGE_CARVEOUT", "50"}, {"TILERT_GPU_STAGE_CARVEOUT", "100"},
 }
 

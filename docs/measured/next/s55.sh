@@ -31,10 +31,13 @@ h)
 q) qst ;;
 k) check1 ;;
 qk)
-  qst
+  # a short budget's order: the 8192 A/B/A/Bs, the checks, then 131072's
+  abab deepseek-v3.2 8192 1 qd8 $DSQ; abab glm-5 8192 1 qg8 $GLQ
+  grep -h "TILERT_GPU_TILE_PLANS\|staged" $R/qd8-B.txt $R/qg8-B.txt | head -6 >> $R/summary.txt; save
   export TILERT_GPU_REPORT=$R/report.txt TILERT_ENGINE_REPORT=$R/engine-report.txt
   tst kernels cuda/kernels 150 'TestKernelMLATCStaging|TestKernelGemm|TestKernelAbsorb|TestPDL|TestKernelMLATCF' &
   tst engine engine/gpu 150 '^TestGPU(GreedyMatchesCPU|Prefill|FastPrefill)' & wait
-  for f in kernels engine; do cnt $f; done; save ;;
+  for f in kernels engine; do cnt $f; done; save
+  abab deepseek-v3.2 131072 1 qd131 $DSQ; abab glm-5 131072 1 qg131 $GLQ ;;
 *) echo "usage: s55.sh h|q|k|qk" >&2; exit 2 ;;
 esac

@@ -190,7 +190,7 @@ type cudaDevice struct {
 	ev *cuda.Event
 	// cp: the runner's copy streams (aheadCopyOn; nil: every copy on s).
 	cp *copyStreams
-	// gemmWS is the fp16 two-part GEMM's scratch (its runner's).
+	// gemmWS is the one-part GEMM's scratch (its runner's).
 	gemmWS      cuda.DevPtr
 	gemmWSBytes int64
 	// side is the runner's second stream (side.go; nil: none, fork runs
@@ -1370,7 +1370,7 @@ type cudaRunner struct {
 	prioHi    int         // the device's greatest priority, where prio is not off
 	ev        cuda.Event  // downloadAsync's event (0: none yet)
 	cp        copyStreams // the pipelined step's copy streams (aheadCopyOn)
-	// gemmWS: the fp16-part GEMM's scratch for this runner's stream
+	// gemmWS: the one-part GEMM's scratch for this runner's stream
 	// (gemm.go allocGemmScratch), handed to every run's cudaDevice.
 	gemmWS      cuda.DevPtr
 	gemmWSBytes int64

@@ -183,7 +183,7 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 }
 
 // workspaceBytes is the device memory newWorkspace takes for M rows
-// (the grouped MoE's buffers and the fp16-part GEMM scratch included).
+// (the grouped MoE's buffers and the one-part GEMM scratch included).
 func workspaceBytes(e *backend, M int) int64 {
 	ws := &workspace{ldScores: e.maxSeq}
 	var n int64

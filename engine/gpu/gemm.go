@@ -50,7 +50,7 @@ type gemmDevice interface {
 	gemmBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy, parts int) error
 	// gemmExperts is kernels.GemmFP8Experts: tiles [ntiles][3] (expert,
 	// first pair, pairs), xrows [pairs], y [pairs][N].
-	// xRows is how many rows x has (the fp16 two-part split converts them
+	// xRows is how many rows x has (the one-part split rounds them
 	// once).
 	// The first nbig tiles hold up to kernels.GemmExpertBigRows pairs
 	// (kernels.ExpertTiles; only with the one-part kernels).

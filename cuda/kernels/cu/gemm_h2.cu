@@ -5,7 +5,7 @@
 // file held (gemm_split_h2, gemm_fp8_h2_*, gemm_fp8_experts_h2_*; opt-in
 // TILERT_GPU_GEMM_H2=1) were removed in session 55: no faster than
 // gemm_tc.cu's three bf16 parts on the H200 and past the tiny models' cache
-// bound with two parts (cuda/kernels/NOTES.md "gemm_h2 removed").
+// bound with two parts (cuda/kernels/NOTES.md "gemm_h2 removed (session 55)").
 
 __device__ __forceinline__ u16 gh_f16(float f) {
   u16 h;

@@ -20,6 +20,8 @@ type DeviceInfo struct {
 	SMs              int
 	L2Bytes          int
 	MaxSharedOptin   int // bytes of shared memory a block may opt into
+	MaxSharedPerSM   int // bytes of shared memory an SM holds for all its blocks
+	ReservedShared   int // bytes of an SM's shared memory the driver keeps for each block
 	TotalMem         int64
 	DriverVersion    int // e.g. 13000 for CUDA 13.0
 	DriverLib        string
@@ -133,6 +135,7 @@ func (d *Device) setup(ordinal int) (*Ctx, error) {
 		{&info.CCMajor, attrComputeCapMajor}, {&info.CCMinor, attrComputeCapMinor},
 		{&info.SMs, attrMultiprocessorCount}, {&info.L2Bytes, attrL2CacheSize},
 		{&info.MaxSharedOptin, attrMaxSharedPerBlockOptin},
+		{&info.MaxSharedPerSM, attrMaxSharedPerSM}, {&info.ReservedShared, attrReservedSharedPerBlock},
 	} {
 		if *p.dst, err = attr(p.a); err != nil {
 			return nil, err

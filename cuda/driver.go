@@ -161,6 +161,8 @@ const (
 	attrComputeCapMajor        = 75
 	attrComputeCapMinor        = 76
 	attrMaxSharedPerBlockOptin = 97
+	attrMaxSharedPerSM         = 81
+	attrReservedSharedPerBlock = 111
 
 	funcAttrMaxDynamicShared  = 8
 	funcAttrNumRegs           = 4

@@ -49,22 +49,38 @@ func (k *Set) stageSetup() error {
 	return nil
 }
 
+// stageSM is what an SM holds for the staged GEMV's blocks: sms of them,
+// smemSM bytes of shared memory each, the driver keeping reserved bytes of
+// it a block; maxSmem is a block's opt-in limit.
+type stageSM struct{ sms, maxSmem, smemSM, reserved int }
+
 // stageRows is the rows a block of the staged GEMV of N rows of K fp8
-// weights owns (8 a warp, 64, 32, 16 or 8: the most that still gives about
-// three quarters of the SMs a block, so the weights stream from most SMs),
-// and whether the shape fits it at all: rows a whole number of blocks, K a
-// multiple of 512 (every lane the same chunks), the block's rows and scale
-// row within maxSmem bytes of shared memory.
-func stageRows(N, K, sms, maxSmem int) (rb int, ok bool) {
+// weights owns (8 a warp: 64, 32, 16 or 8), and whether the shape fits it at
+// all: rows a whole number of blocks, K a multiple of 512 (every lane the
+// same chunks), the block's rows and scale row within maxSmem bytes of
+// shared memory. It takes the most rows that still give about three
+// quarters of the SMs a block (so the weights stream from most SMs) and
+// that let two blocks share an SM: where only one fits (GLM-5 dims' q_b,
+// 16384 x 2048: 128 KB blocks at 64 rows) a grid larger than the SMs runs in
+// whole rounds of one block an SM (1.9 of them there, against 1.3 at 32 rows,
+// three 64 KB blocks an SM).
+func stageRows(N, K int, d stageSM) (rb int, ok bool) {
 	if N <= 0 || K <= 0 || K%512 != 0 {
 		return 0, false
 	}
+	smemSM := d.smemSM
+	if smemSM <= 0 {
+		smemSM = d.maxSmem + d.reserved
+	}
 	rb = 64
-	for rb > 8 && N/rb < max(1, sms*3/4) {
+	for rb > 8 && N/rb < max(1, d.sms*3/4) {
 		rb /= 2
 	}
-	if N%rb != 0 || stageSmem(rb, K) > maxSmem {
+	if N%rb != 0 || stageSmem(rb, K) > d.maxSmem {
 		return 0, false
+	}
+	for rb > 8 && 2*(stageSmem(rb, K)+d.reserved) > smemSM {
+		rb /= 2
 	}
 	return rb, true
 }
@@ -78,7 +94,7 @@ func (k *Set) deviceStageRows(N, K int) (int, bool) {
 	if inf.CCMajor < 8 {
 		return 0, false
 	}
-	return stageRows(N, K, inf.SMs, inf.MaxSharedOptin)
+	return stageRows(N, K, stageSM{inf.SMs, inf.MaxSharedOptin, inf.MaxSharedPerSM, inf.ReservedShared})
 }
 
 // StageFits says whether a one-row fp8 GEMV of N rows of K can run staged on

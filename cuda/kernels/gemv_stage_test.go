@@ -11,17 +11,23 @@ import (
 )
 
 // stageShapes: the indexer wq_b of both models (DeepSeek-V3.2 8192 x 1536,
-// GLM-5 4096 x 2048), small and odd-block shapes, one with 8-row blocks.
-var stageShapes = [][2]int{{8192, 1536}, {4096, 2048}, {512, 512}, {128, 1024}, {64, 3072}, {8, 512}}
+// GLM-5 4096 x 2048), their q_b (24576 x 1536, 16384 x 2048: grids of more
+// blocks than the SMs hold), small and odd-block shapes, one with 8-row
+// blocks.
+var stageShapes = [][2]int{{8192, 1536}, {4096, 2048}, {24576, 1536}, {16384, 2048}, {512, 512}, {128, 1024}, {64, 3072}, {8, 512}}
 
 func TestStageRows(t *testing.T) {
 	for _, c := range []struct {
 		N, K, sms, smem int
 		rb              int // 0: does not fit
 	}{
-		{8192, 1536, 132, 232448, 64}, // DeepSeek-V3.2 wq_b: 128 blocks of 96 KB
-		{4096, 2048, 132, 232448, 32}, // GLM-5 wq_b: 128 blocks of 64 KB
-		{8192, 1536, 114, 232448, 64}, // H100 PCIe's SMs
+		{8192, 1536, 132, 232448, 64},  // DeepSeek-V3.2 wq_b: 128 blocks of 96 KB
+		{4096, 2048, 132, 232448, 32},  // GLM-5 wq_b: 128 blocks of 64 KB
+		{8192, 1536, 114, 232448, 64},  // H100 PCIe's SMs
+		{24576, 1536, 132, 232448, 64}, // DeepSeek-V3.2 q_b: 384 blocks of 96 KB, two an SM
+		{16384, 2048, 132, 232448, 32}, // GLM-5 q_b: 64 rows would be 128 KB blocks, one an SM
+		{1024, 8192, 132, 232448, 8},   // 128 blocks of 64 KB at 8 rows: the fewest the SMs take
+		{4096, 4096, 132, 232448, 16},  // 32 rows: 128 KB, one an SM
 		{512, 512, 132, 232448, 8},
 		{8, 512, 132, 232448, 8},
 		{12, 512, 132, 232448, 0},    // not a whole number of 8-row blocks
@@ -30,7 +36,7 @@ func TestStageRows(t *testing.T) {
 		{8192, 1536, 132, 64 * 1024, 0}, // 96 KB blocks past the opt-in
 		{0, 512, 132, 232448, 0},
 	} {
-		rb, ok := stageRows(c.N, c.K, c.sms, c.smem)
+		rb, ok := stageRows(c.N, c.K, stageSM{sms: c.sms, maxSmem: c.smem, smemSM: 233472, reserved: 1024})
 		if (c.rb == 0) != !ok || (ok && rb != c.rb) {
 			t.Errorf("stageRows(%d, %d, %d SMs, %d B) = %d, %v; want %d", c.N, c.K, c.sms, c.smem, rb, ok, c.rb)
 		}
@@ -168,8 +174,12 @@ func TestKernelGemvStage(t *testing.T) {
 					rr, rv = rp, res
 				}
 				tile := run(mustPlan("G32/R8/B0"), rr)
+				n0 := StageLaunches.Load()
 				got := run(mustPlan("G32/R8_st/B0"), rr)
 				name := fmt.Sprintf("gemv_stage %dx%d resid %v", N, K, withResid)
+				if n := StageLaunches.Load() - n0; n != 1 {
+					t.Errorf("%s: %d staged launches, want 1 (fell back to the tile kernel)", name, n)
+				}
 				record(t, name+" == tile G32/R8", "differing outputs", float64(diffCount(got, tile)), 0)
 				record(t, name, relMetric, relErr(got, refGemv(fp8At(w, sc, K), x, rv, N, K, 1, K, N)), boundF32)
 			}

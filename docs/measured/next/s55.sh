@@ -9,7 +9,8 @@
 #  k (kernels.test, engine.test): make gpu-check's first half after the fp16-part GEMMs' and mla_decode_tc32's removal
 #    (session 55).
 #  qk (tilert, kernels.test, engine.test): q, then the checks those removals touched (the kernels' GEMM, absorb, MLA
-#    staging and PDL tests; the engine's greedy == CPU and prefill checks), for a short budget.
+#    staging, staged GEMV and PDL tests; the engine's greedy == CPU and prefill checks), for a short budget.
+#    Since session 56 GLM-5 dims' q_b stages 32-row blocks (two an SM), not 64 (kernels.stageRows).
 NAME=s55
 . docs/measured/next/plan.sh "$1"
 DSQ=TILERT_GPU_TILE_PLANS=24576x1536=G32/R8_st/B0
@@ -33,7 +34,7 @@ qk)
   # a short budget's order: the 8192 A/B/A/Bs, the checks, then 131072's
   qst8
   export TILERT_GPU_REPORT=$R/report.txt TILERT_ENGINE_REPORT=$R/engine-report.txt
-  tst kernels cuda/kernels 150 'TestKernelMLATCStaging|TestKernelGemm|TestKernelAbsorb|TestPDL|TestKernelMLATCF' &
+  tst kernels cuda/kernels 150 'TestKernelMLATCStaging|TestKernelGemm|TestKernelGemvStage|TestKernelAbsorb|TestPDL|TestKernelMLATCF' &
   tst engine engine/gpu 150 '^TestGPU(GreedyMatchesCPU|Prefill|FastPrefill)' & wait
   for f in kernels engine; do cnt $f; done; save
   qst131 ;;

@@ -5,6 +5,15 @@
 #     A/B/A/Bs at 8192, the checks the session-55 removals and the session-56 stageRows change touch, then 131072.
 #     q_b is pinned by TILERT_GPU_TILE_PLANS (no new code): DeepSeek-V3.2 dims 24576 x 1536 in 64-row blocks (96 KB,
 #     two an SM), GLM-5 dims 16384 x 2048 in 32-row blocks (64 KB; 64 rows would be 128 KB, one an SM).
+#  o (tilert; queued after call D: too little device time was left to start a machine): DeepSeek-V3.2 dims' o_proj
+#     (7168 x 16384) on the spread plan G64/R8_d16s/B0, its busiest SM 56 rows instead of 64 (54.3 the mean; the H200
+#     trace of session 56 call B has o_proj at 34.0 us against 27.8 of bytes). kernels.SpreadPlan leaves it because it
+#     cuts under a fifth; session 15 measured it 33.74 -> 31.78 us alone and no faster a step, on a step since changed
+#     by many defaults. A/B/A/B at 8192 and 131072, 1 and 4 slots (same bits: G64 either way). Then the H100-chosen
+#     defaults session 56 call C did not reach, against their switches on the H200: a single row's routed-expert
+#     shapes by card and last wave (session 48, `TILERT_GPU_EXPERT_SHAPE=30`: session 30's shapes), the pipelined
+#     step's copies off the main stream (session 45, `TILERT_GPU_AHEAD_COPY=0`), the raised priority past 32768 keys
+#     (session 44, `TILERT_GPU_MAIN_PRIO=1` at 131072) and the short scores on wgh2 (session 43, `IDX_WGH=2short`).
 NAME=s56
 . docs/measured/next/plan.sh "$1"
 DSQ=TILERT_GPU_TILE_PLANS=24576x1536=G32/R8_st/B0
@@ -29,5 +38,13 @@ a)
   else
     qst8; checks; qst131
   fi ;;
-*) echo "usage: s56.sh a" >&2; exit 2 ;;
+o)
+  OP=TILERT_GPU_OPROJ=G64/R8_d16s/B0
+  abab deepseek-v3.2 8192 1 op-ds $OP; abab deepseek-v3.2 131072 1 op-ds131 $OP; save
+  abab deepseek-v3.2 8192 4 op-ds4 $OP; save
+  abab deepseek-v3.2 8192 1 es-ds TILERT_GPU_EXPERT_SHAPE=30; abab glm-5 8192 1 es-glm TILERT_GPU_EXPERT_SHAPE=30
+  abab deepseek-v3.2 8192 1 ac-ds TILERT_GPU_AHEAD_COPY=0; save
+  abab deepseek-v3.2 131072 1 mp-ds131 TILERT_GPU_MAIN_PRIO=1; abab glm-5 131072 1 mp-glm131 TILERT_GPU_MAIN_PRIO=1
+  abab glm-5 131072 1 iw-glm131 TILERT_GPU_IDX_WGH=2short; save ;;
+*) echo "usage: s56.sh a|o" >&2; exit 2 ;;
 esac

@@ -14,6 +14,8 @@
 #     shapes by card and last wave (session 48, `TILERT_GPU_EXPERT_SHAPE=30`: session 30's shapes), the pipelined
 #     step's copies off the main stream (session 45, `TILERT_GPU_AHEAD_COPY=0`), the raised priority past 32768 keys
 #     (session 44, `TILERT_GPU_MAIN_PRIO=1` at 131072) and the short scores on wgh2 (session 43, `IDX_WGH=2short`).
+#     Last, block clocks on both models at 8192 (`TILERT_GPU_BLOCK_CLOCKS=1`, traced): no H200 has taken them; the
+#     H100s' (session 52) say where the grouped input GEMV's and the one-block top-k's time goes.
 NAME=s56
 . docs/measured/next/plan.sh "$1"
 DSQ=TILERT_GPU_TILE_PLANS=24576x1536=G32/R8_st/B0
@@ -45,6 +47,9 @@ o)
   abab deepseek-v3.2 8192 1 es-ds TILERT_GPU_EXPERT_SHAPE=30; abab glm-5 8192 1 es-glm TILERT_GPU_EXPERT_SHAPE=30
   abab deepseek-v3.2 8192 1 ac-ds TILERT_GPU_AHEAD_COPY=0; save
   abab deepseek-v3.2 131072 1 mp-ds131 TILERT_GPU_MAIN_PRIO=1; abab glm-5 131072 1 mp-glm131 TILERT_GPU_MAIN_PRIO=1
-  abab glm-5 131072 1 iw-glm131 TILERT_GPU_IDX_WGH=2short; save ;;
+  abab glm-5 131072 1 iw-glm131 TILERT_GPU_IDX_WGH=2short; save
+  TL=1 bn deepseek-v3.2 8192 1 tl-dsc TILERT_GPU_BLOCK_CLOCKS=1
+  TL=1 bn glm-5 8192 1 tl-glmc TILERT_GPU_BLOCK_CLOCKS=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
 *) echo "usage: s56.sh a|o" >&2; exit 2 ;;
 esac

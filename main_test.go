@@ -360,6 +360,39 @@ func TestBenchDecode(t *testing.T) {
 	if len(cr.Rows) != 1 || !cr.Rows[0].MTP || cr.Rows[0].TokensPerStep < 1 || cr.Rows[0].TokensPerStep > 2 {
 		t.Errorf("bench --context --mtp result %+v", cr.Rows)
 	}
+
+	// --same-rows: the slots decode the same tokens (the bench fails if
+	// they part), and two slots' floor is one slot's weights plus two
+	// slots' caches.
+	args = []string{"bench", "decode", "--device", "cpu", "--model-dir", dir, "--context", "300", "--batches", "1,2", "--tokens", "6", "--same-rows", "--json", js}
+	if out, stderr, code := run(t, args...); code != 0 || !strings.Contains(out, "same rows:") {
+		t.Fatalf("bench --same-rows: exit %d: %s\n%s", code, stderr, out)
+	}
+	data, err = os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sr struct {
+		Same bool `json:"same_rows"`
+		Rows []struct {
+			Slots      int   `json:"slots"`
+			FloorBytes int64 `json:"floor_bytes"`
+			CacheBytes int64 `json:"floor_cache_bytes"`
+		} `json:"contexts"`
+	}
+	if err := json.Unmarshal(data, &sr); err != nil {
+		t.Fatal(err)
+	}
+	if !sr.Same || len(sr.Rows) != 2 || sr.Rows[1].Slots != 2 || sr.Rows[1].CacheBytes != 2*sr.Rows[0].CacheBytes ||
+		sr.Rows[1].FloorBytes-sr.Rows[1].CacheBytes != sr.Rows[0].FloorBytes-sr.Rows[0].CacheBytes {
+		t.Errorf("bench --same-rows result %+v", sr)
+	}
+	if _, stderr, code := run(t, "bench", "decode", "--device", "cpu", "--model-dir", dir, "--same-rows"); code != 2 || !strings.Contains(stderr, "--same-rows needs --context") {
+		t.Errorf("--same-rows without --context: exit %d: %s", code, stderr)
+	}
+	if _, stderr, code := run(t, "bench", "decode", "--device", "cpu", "--model-dir", dir, "--context", "300", "--same-rows", "--temperature", "0.7"); code != 2 || !strings.Contains(stderr, "greedy") {
+		t.Errorf("--same-rows with --temperature: exit %d: %s", code, stderr)
+	}
 }
 
 // A newcomer's slips get the real cause and a hint, exit 2, and no help

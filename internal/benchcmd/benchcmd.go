@@ -53,6 +53,7 @@ func Command() *cli.Command {
 				&cli.IntFlag{Name: "layers", Value: 8, Usage: "with --dummy-weights: MoE layers after the model's dense ones"},
 				&cli.BoolFlag{Name: "one-expert-bank", Usage: "with --dummy-weights: every MoE layer's routed experts are one bank in GPU memory, so 9 MoE layers of DeepSeek-V3.2 dims fit an 80 GB card (~21 GB against ~110); a step reads the same bytes, each layer its own routed experts from HBM"},
 				&cli.StringFlag{Name: "batches", Usage: "with --context: comma-separated slot counts timed at each context in one engine (e.g. 1,4; default --slots)"},
+				&cli.BoolFlag{Name: "same-rows", Usage: "with --context, greedy: every slot imports the same state and starts from the same token, so the rows route to the same experts (a batch's best case, the weights read once); the floor counts one slot's experts"},
 				&cli.StringFlag{Name: "timeline", Usage: "with --context on the GPU: after each row's timed steps, trace one step's kernels as the GPU ran them (CUPTI: libcupti of the CUDA toolkit, or the file $TILERT_CUPTI names) and write them with their analysis (span, busy, idle gaps, time by kernel, layers) as JSON to this file; a summary prints under each row"},
 				&cli.BoolFlag{Name: "profile", Usage: "on the GPU: with --context a per-kernel breakdown of a step at each context; without, of a prefill of --prompt-len tokens"},
 				&cli.StringFlag{Name: "devices", Usage: "GPUs of the tensor-parallel engine, one per rank (e.g. 0,1,2,3,4,5,6,7; as decode --devices); an ordinal may repeat (0,0,0,0: four ranks on GPU 0); empty: GPU 0, unsharded"},
@@ -135,8 +136,13 @@ func runDecode(c *cli.Context) error {
 		return cliutil.WithExitCode(errors.WithHint(errors.New("--one-expert-bank needs --dummy-weights"),
 			"a checkpoint's experts are its own; add --dummy-weights deepseek-v3.2 (or glm-5), or drop --one-expert-bank"), cliutil.ExitUsage)
 	}
-	if _, _, err := sampling(c); err != nil {
+	p, _, err := sampling(c)
+	if err != nil {
 		return err
+	}
+	if c.Bool("same-rows") && (c.String("context") == "" || !p.Greedy()) {
+		return cliutil.WithExitCode(errors.WithHint(errors.New("--same-rows needs --context and greedy decoding"),
+			"the rows stay the same only from the same imported state without draws; add --context 8192 and drop --temperature, or drop --same-rows"), cliutil.ExitUsage)
 	}
 	if cs := c.String("context"); cs != "" {
 		ctxs, err := parseContexts(cs)

@@ -78,6 +78,9 @@ type ContextResult struct {
 	LoadSeconds float64 `json:"load_seconds"`
 	// Tensor parallel: the GPU of each rank, the collective, and whether
 	// ranks share a GPU (then a step is the sum of their work).
+	// SameRows: every slot the same state and first token (--same-rows),
+	// so a batch's rows hit the same experts.
+	SameRows     bool         `json:"same_rows,omitempty"`
 	Devices      []int        `json:"devices,omitempty"`
 	Comm         string       `json:"comm,omitempty"`
 	SharedDevice bool         `json:"ranks_share_a_device,omitempty"`
@@ -103,11 +106,15 @@ func parseContexts(s string) ([]int, error) {
 // main layers, the embedding rows used, and of each MoE layer's routed
 // experts the expected number of distinct ones hit by slots rows of
 // top-k picks among E (all of them for one row).
-func weightFloorBytes(c *model.Config, slots int) int64 { return weightFloorBytesMTP(c, slots, 0) }
+func weightFloorBytes(c *model.Config, slots int) int64 { return weightFloorBytesMTP(c, slots, 0, 1) }
 
 // weightFloorBytesMTP is weightFloorBytes for rows rows through the main
-// layers plus mtpRows rows through the MTP layer (0: not run).
-func weightFloorBytesMTP(c *model.Config, rows, mtpRows int) int64 {
+// layers plus mtpRows rows through the MTP layer (0: not run), where each
+// distinct row comes same times (--same-rows: as many as the slots; 1
+// otherwise): copies of a row read its embedding row and hit its experts
+// once.
+func weightFloorBytesMTP(c *model.Config, rows, mtpRows, same int) int64 {
+	rows, mtpRows = rows/same, mtpRows/same
 	var total float64
 	E, K := c.NRoutedExperts, c.NumExpertsPerTok
 	distinct := func(rows int) float64 {
@@ -331,7 +338,8 @@ func runContexts(c *cli.Context, ctxs []int) error {
 	mtp := c.Bool("mtp")
 	opts := engine.Options{Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: maxSeq, MTP: mtp}
 	_, how, _ := sampling(c)
-	res := ContextResult{Version: buildinfo.Version, Slots: batches, Tokens: ntok, Sampling: how}
+	same := c.Bool("same-rows")
+	res := ContextResult{Version: buildinfo.Version, Slots: batches, Tokens: ntok, Sampling: how, SameRows: same}
 	var (
 		e     engine.Engine
 		cfg   *model.Config
@@ -426,12 +434,15 @@ func runContexts(c *cli.Context, ctxs []int) error {
 			p, _, _ := sampling(c)
 			p.MaxTokens = ntok
 			ids := ids[:slots]
+			last, first := rng.IntN(cfg.VocabSize*3/4), rng.IntN(cfg.VocabSize*3/4)
 			for s := range slots {
-				last := rng.IntN(cfg.VocabSize * 3 / 4)
+				if s > 0 && !same {
+					last, first = rng.IntN(cfg.VocabSize*3/4), rng.IntN(cfg.VocabSize*3/4)
+				}
 				if err := e.Import(s, engine.SlotMeta{SeqLen: C, MTPLen: C, LastToken: last}, segs); err != nil {
 					return errors.Wrapf(err, "importing a %d-position state into slot %d", C, s)
 				}
-				if _, err := e.Start(s, rng.IntN(cfg.VocabSize*3/4), p); err != nil {
+				if _, err := e.Start(s, first, p); err != nil {
 					return err
 				}
 			}
@@ -454,6 +465,11 @@ func runContexts(c *cli.Context, ctxs []int) error {
 				nt, nd, na := 0, 0, 0
 				for _, sr := range out {
 					nt, nd, na = nt+len(sr.Tokens), nd+sr.Drafted, na+sr.Accepted
+					if same && !slices.Equal(sr.Tokens, out[0].Tokens) {
+						return errors.WithHint(errors.Newf("--same-rows: at context %d, %d slots, slot %d's tokens %v parted from slot %d's %v at step %d",
+							C, slots, sr.Slot, sr.Tokens, out[0].Slot, out[0].Tokens, len(steps)),
+							"the engine computed the same row differently in two slots, so the floor's one set of experts does not hold; report it, and bench without --same-rows")
+					}
 				}
 				toks, drafted, accepted = append(toks, nt), append(drafted, nd), append(accepted, na)
 				next := active[:0]
@@ -505,8 +521,12 @@ func runContexts(c *cli.Context, ctxs []int) error {
 			row.StepP50MS = timed[len(timed)/2]
 			row.StepP90MS = timed[len(timed)*9/10]
 			row.TokensPerSec = float64(slots) / (row.StepP50MS * 1e-3)
+			dup := 1 // copies of each distinct row (--same-rows)
+			if same {
+				dup = slots
+			}
 			row.CacheBytes = int64(slots) * cacheFloorBytes(cfg, lay, C)
-			row.FloorBytes = weightFloorBytes(cfg, slots) + row.CacheBytes
+			row.FloorBytes = weightFloorBytesMTP(cfg, slots, 0, dup) + row.CacheBytes
 			if mtp {
 				nt, nd, na := 0, 0, 0
 				for i := skip; i < len(steps); i++ {
@@ -519,14 +539,14 @@ func runContexts(c *cli.Context, ctxs []int) error {
 				}
 				row.TokensPerSec = row.TokensPerStep * float64(slots) / (row.StepP50MS * 1e-3)
 				row.CacheBytes = int64(slots) * cacheFloorBytesMTP(cfg, lay, C, true)
-				row.FloorBytes = weightFloorBytesMTP(cfg, 2*slots, slots) + row.CacheBytes
+				row.FloorBytes = weightFloorBytesMTP(cfg, 2*slots, slots, dup) + row.CacheBytes
 			}
 			if res.CopyGBps > 0 {
 				row.FloorMS = float64(row.FloorBytes) / (res.CopyGBps * 1e9) * 1e3
 				row.Efficiency = row.FloorMS / row.StepP50MS
 			}
 			if rankCfg != nil {
-				row.RankFloorBytes = weightFloorBytes(rankCfg, slots) + row.CacheBytes
+				row.RankFloorBytes = weightFloorBytesMTP(rankCfg, slots, 0, dup) + row.CacheBytes
 				if res.CopyGBps > 0 {
 					row.RankFloorMS = float64(row.RankFloorBytes) / (res.CopyGBps * 1e9) * 1e3
 				}
@@ -563,6 +583,9 @@ func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
 	if first {
 		fmt.Fprintf(w, "bench decode: %s (%s), %d layers (%d MoE) on %s, %d tokens/slot, %s; copy %.0f GB/s (read+write); loaded in %.1f s\n",
 			r.Model, r.Weights, r.Layers, r.MoELayers, r.Device, r.Tokens, r.Sampling, r.CopyGBps, r.LoadSeconds)
+		if r.SameRows {
+			fmt.Fprintf(w, "same rows: every slot the same state and first token; the floor counts one slot's routed experts\n")
+		}
 		if len(r.Devices) > 1 {
 			fmt.Fprintf(w, "tensor parallel: %d ranks on GPUs %v, comm %s\n", len(r.Devices), r.Devices, r.Comm)
 			if r.Note != "" {

@@ -27,6 +27,14 @@ func TestWeightFloorBytes(t *testing.T) {
 	if four <= one || four > one+4*352_400_000 {
 		t.Errorf("4 slots: %d bytes (1 slot %d)", four, one)
 	}
+	// --same-rows: four copies of one row read one row's experts and
+	// embedding row; an MTP step's two rows a slot count as one slot's two.
+	if same := weightFloorBytesMTP(cfg, 4, 0, 4); same != one {
+		t.Errorf("4 same rows: %d bytes, want 1 slot's %d", same, one)
+	}
+	if same, two := weightFloorBytesMTP(cfg, 8, 4, 4), weightFloorBytesMTP(cfg, 2, 1, 1); same != two {
+		t.Errorf("4 same MTP slots: %d bytes, want 1 slot's %d", same, two)
+	}
 	glm, err := engineload.DummyConfig("glm-5", 8)
 	if err != nil {
 		t.Fatal(err)
@@ -57,14 +65,14 @@ func TestWeightFloorBytesMTP(t *testing.T) {
 	if cfg.NumNextNLayers != 1 {
 		t.Fatalf("deepseek-v3.2 dummy: %d MTP layers", cfg.NumNextNLayers)
 	}
-	one, two := weightFloorBytes(cfg, 1), weightFloorBytesMTP(cfg, 2, 0)
-	if weightFloorBytesMTP(cfg, 1, 0) != one || two <= one || two >= 2*one {
+	one, two := weightFloorBytes(cfg, 1), weightFloorBytesMTP(cfg, 2, 0, 1)
+	if weightFloorBytesMTP(cfg, 1, 0, 1) != one || two <= one || two >= 2*one {
 		t.Errorf("main layers: 1 row %d, 2 rows %d", one, two)
 	}
 	// The MTP layer is an MoE layer (8 routed experts and the shared one
 	// at 44 MB, attention ~0.2 GB), its eh_proj, and its own bf16 head
 	// (1.85 GB); one row of its embedding.
-	mtp := weightFloorBytesMTP(cfg, 2, 1) - two
+	mtp := weightFloorBytesMTP(cfg, 2, 1, 1) - two
 	if mtp < 2_400_000_000 || mtp > 2_800_000_000 {
 		t.Errorf("MTP layer adds %d bytes", mtp)
 	}

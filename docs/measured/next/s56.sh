@@ -14,8 +14,9 @@
 #     shapes by card and last wave (session 48, `TILERT_GPU_EXPERT_SHAPE=30`: session 30's shapes), the pipelined
 #     step's copies off the main stream (session 45, `TILERT_GPU_AHEAD_COPY=0`), the raised priority past 32768 keys
 #     (session 44, `TILERT_GPU_MAIN_PRIO=1` at 131072) and the short scores on wgh2 (session 43, `IDX_WGH=2short`).
-#     Last, block clocks on both models at 8192 (`TILERT_GPU_BLOCK_CLOCKS=1`, traced): no H200 has taken them; the
-#     H100s' (session 52) say where the grouped input GEMV's and the one-block top-k's time goes.
+#     Then block clocks on both models at 8192 (`TILERT_GPU_BLOCK_CLOCKS=1`, traced): no H200 has taken them; the
+#     H100s' (session 52) say where the grouped input GEMV's and the one-block top-k's time goes. Last, 1 and 4 slots
+#     with `--same-rows` (session 56: the rows hit the same experts, the weights read once), both models.
 NAME=s56
 . docs/measured/next/plan.sh "$1"
 DSQ=TILERT_GPU_TILE_PLANS=24576x1536=G32/R8_st/B0
@@ -50,6 +51,8 @@ o)
   abab glm-5 131072 1 iw-glm131 TILERT_GPU_IDX_WGH=2short; save
   TL=1 bn deepseek-v3.2 8192 1 tl-dsc TILERT_GPU_BLOCK_CLOCKS=1
   TL=1 bn glm-5 8192 1 tl-glmc TILERT_GPU_BLOCK_CLOCKS=1
-  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+  xz -T4 $R/tl-*.json 2>/dev/null; save
+  SAMP=--same-rows JS=1 bn deepseek-v3.2 8192 1,4 same-ds
+  SAMP=--same-rows JS=1 bn glm-5 8192 1,4 same-glm; save ;;
 *) echo "usage: s56.sh a|o" >&2; exit 2 ;;
 esac

@@ -76,11 +76,11 @@ type ContextResult struct {
 	CopyGBps    float64 `json:"copy_gb_per_s"`
 	WeightBytes int64   `json:"floor_weight_bytes"`
 	LoadSeconds float64 `json:"load_seconds"`
-	// Tensor parallel: the GPU of each rank, the collective, and whether
-	// ranks share a GPU (then a step is the sum of their work).
 	// SameRows: every slot the same state and first token (--same-rows),
 	// so a batch's rows hit the same experts.
-	SameRows     bool         `json:"same_rows,omitempty"`
+	SameRows bool `json:"same_rows,omitempty"`
+	// Tensor parallel: the GPU of each rank, the collective, and whether
+	// ranks share a GPU (then a step is the sum of their work).
 	Devices      []int        `json:"devices,omitempty"`
 	Comm         string       `json:"comm,omitempty"`
 	SharedDevice bool         `json:"ranks_share_a_device,omitempty"`

@@ -110,11 +110,11 @@ func weightFloorBytes(c *model.Config, slots int) int64 { return weightFloorByte
 
 // weightFloorBytesMTP is weightFloorBytes for rows rows through the main
 // layers plus mtpRows rows through the MTP layer (0: not run), where each
-// distinct row comes same times (--same-rows: as many as the slots; 1
-// otherwise): copies of a row read its embedding row and hit its experts
-// once.
-func weightFloorBytesMTP(c *model.Config, rows, mtpRows, same int) int64 {
-	rows, mtpRows = rows/same, mtpRows/same
+// distinct row comes copies times (--same-rows: as many as the slots; 1
+// otherwise): the copies of a row read its embedding row and hit its
+// experts once.
+func weightFloorBytesMTP(c *model.Config, rows, mtpRows, copies int) int64 {
+	rows, mtpRows = rows/copies, mtpRows/copies
 	var total float64
 	E, K := c.NRoutedExperts, c.NumExpertsPerTok
 	distinct := func(rows int) float64 {

@@ -154,7 +154,7 @@ func TestNVRTCCompilesTimingSources(t *testing.T) {
 	if err != nil {
 		t.Skipf("no NVRTC here, compile check skipped: %v", err)
 	}
-	for name, src := range map[string]string{"pdl_chain.cu": pdlChainSource(), "flag_chain.cu": flagChainSource()} {
+	for name, src := range map[string]string{"pdl_chain.cu": pdlChainSource(), "flag_chain.cu": flagChainSource(), "sm_rate.cu": smRateSource()} {
 		if _, err := cuda.CompileModule(nv, 9, 0, src, name, kernelOptions, cuda.KernelCache{Dir: t.TempDir()}); err != nil {
 			t.Errorf("%s: %+v", name, err)
 		}

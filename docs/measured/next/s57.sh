@@ -1,0 +1,41 @@
+# Session 57's device plan (issue 10). Usage: bash docs/measured/next/s57.sh b   (binaries in .device/next:
+# tilert, kernels.test)
+#  b: the bulk-copy probe and GEMV first. TestKernelTimingSMRate streams 1 MiB a block on 1..all SMs with 16-byte
+#     ld.global (the tile GEMVs' form), 16-byte cp.async (the staged GEMV's) and cp.async.bulk (none yet): whether an
+#     SM streams past its share of the copy rate when fewer stream. TestKernelGemvBulk checks gemv_bulk against the
+#     tile kernels of its G bit for bit, the CPU reference and a programmatic chain; TestKernelTimingBulk times it
+#     against today's plan and _d16s alone. Then DeepSeek-V3.2 dims' o_proj on it (TILERT_GPU_OPROJ=G64/R8_bk/B0) and
+#     on session 56's queued spread plan (G64/R8_d16s/B0), A/B/A/B at 8192 and 131072, 1 slot; GLM-5 dims' o_proj
+#     on bulk at 8192; q_b on bulk (G32, DeepSeek-V3.2 dims) at 8192.
+#  o: the rest of session 56's queued plan (`s56.sh o`): the H100-chosen defaults not yet A/B'd on an H200, block
+#     clocks on both models at 8192, and `--same-rows` at 1 and 4 slots.
+NAME=s57
+. docs/measured/next/plan.sh "$1"
+case "$PART" in
+b)
+  (cd cuda/kernels && TILERT_GPU_TIMING=1 timeout 120 $D/kernels.test -test.v -test.run 'TestKernelTimingSMRate$' > $R/smrate.log 2>&1)
+  grep -E "sm rate" $R/smrate.log | sed 's/^ *smrate_timing_test.go:[0-9]*: //' >> $R/summary.txt
+  export TILERT_GPU_REPORT=$R/report.txt
+  tst kernels cuda/kernels 200 'TestKernelGemvBulk$|TestPDL|TestKernelGemvStage$|TestKernelTilePlanBitwise'; cnt kernels
+  (cd cuda/kernels && TILERT_GPU_TIMING=1 timeout 150 $D/kernels.test -test.v -test.run 'TestKernelTimingBulk$' > $R/tbulk.log 2>&1)
+  grep -E "bulk:" $R/tbulk.log | sed 's/^ *gemv_bulk_test.go:[0-9]*: //' >> $R/summary.txt; save
+  if grep -q -- '--- FAIL' $R/kernels.log; then echo "bulk checks FAIL: no step runs" >> $R/summary.txt; save; exit 0; fi
+  abab deepseek-v3.2 8192 1 bk-ds TILERT_GPU_OPROJ=G64/R8_bk/B0
+  bn deepseek-v3.2 8192 1 sp-ds TILERT_GPU_OPROJ=G64/R8_d16s/B0
+  abab deepseek-v3.2 131072 1 bk-ds131 TILERT_GPU_OPROJ=G64/R8_bk/B0
+  abab glm-5 8192 1 bk-glm TILERT_GPU_OPROJ=G64/R8_bk/B0
+  abab deepseek-v3.2 8192 1 qbk-ds TILERT_GPU_TILE_PLANS=24576x1536=G32/R8_bk/B0
+  TL=1 bn deepseek-v3.2 8192 1 tl-bk TILERT_GPU_OPROJ=G64/R8_bk/B0
+  xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+o)
+  abab deepseek-v3.2 8192 1 es-ds TILERT_GPU_EXPERT_SHAPE=30; abab glm-5 8192 1 es-glm TILERT_GPU_EXPERT_SHAPE=30
+  abab deepseek-v3.2 8192 1 ac-ds TILERT_GPU_AHEAD_COPY=0; save
+  abab deepseek-v3.2 131072 1 mp-ds131 TILERT_GPU_MAIN_PRIO=1; abab glm-5 131072 1 mp-glm131 TILERT_GPU_MAIN_PRIO=1
+  abab glm-5 131072 1 iw-glm131 TILERT_GPU_IDX_WGH=2short; save
+  TL=1 bn deepseek-v3.2 8192 1 tl-dsc TILERT_GPU_BLOCK_CLOCKS=1
+  TL=1 bn glm-5 8192 1 tl-glmc TILERT_GPU_BLOCK_CLOCKS=1
+  xz -T4 $R/tl-*.json 2>/dev/null; save
+  SAMP=--same-rows JS=1 bn deepseek-v3.2 8192 1,4 same-ds
+  SAMP=--same-rows JS=1 bn glm-5 8192 1,4 same-glm; save ;;
+*) echo "usage: s57.sh b|o" >&2; exit 2 ;;
+esac

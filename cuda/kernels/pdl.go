@@ -54,6 +54,8 @@ var pdlKernels = setOf(
 	"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16",
 	"gemv_tile_fp8_r4_m1_o4", "gemv_tile_fp8_r8_m1_o4",
 	"moe_combine_slots",
+	// moe_unique.cu
+	"moe_unique", "gemv_tile_fp8_r4_m4_u", "gemv_tile_fp8_r2_m8_u",
 	// norm.cu: the fused MoE combine + add + RMSNorm (sm_90 clusters)
 	"moe_combine_norm_cl",
 	// gemv_tile_group.cu

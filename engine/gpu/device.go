@@ -86,6 +86,13 @@ type device interface {
 	// moeCombineSlots is moeCombine over M rows of k slots each, resid rows
 	// of N (kernels.MoECombineSlots).
 	moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error
+	// moeUnique writes the table of n routed slots ids grouped by expert,
+	// groups of at most mmax (kernels.MoEUnique; moe_unique.go).
+	moeUnique(tab, ids cuda.DevPtr, n, mmax int) error
+	// expertsUnique is expertsShaped's routed slots over moeUnique's table
+	// for rows input rows: each group's expert read once, every slot's
+	// output the per-slot launch's (kernels.ExpertsFP8Unique).
+	expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, tab cuda.DevPtr, slots, rows, N, K, shapeSlots int) error
 	// moeCombineNorm is moeCombineSlots(out, y, w, resid, M, k, N) then
 	// addRMSNorm(ny, x, out, nw, M, N, N, N, N, eps), one launch where it
 	// fits (kernels.MoECombineNorm; bit-identical to the two).

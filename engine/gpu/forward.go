@@ -89,6 +89,7 @@ type workspace struct {
 	iqh, iwq                 cuda.DevPtr // indexerQPrep's query codes [rows][kernels.IndexerQRowBytes] and weights [rows][64]
 	g, u                     cuda.DevPtr // [rows][max intermediate]
 	rlog, eidx, ewts         cuda.DevPtr
+	uq                       cuda.DevPtr // int32: kernels.MoEUnique's table (moe_unique.go)
 	eg, eu, ey               cuda.DevPtr // [top-k][moe intermediate or hidden]
 	logits, tok              cuda.DevPtr
 	amax                     cuda.DevPtr // arg-max scratch (kernels.ArgmaxScratchBytes(maxRows))
@@ -166,6 +167,7 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 		{&ws.rlog, M * max(1, c.NRoutedExperts)},
 		{&ws.eidx, M * K},
 		{&ws.ewts, M * K},
+		{&ws.uq, uniqueTableInts(c, M)},
 		{&ws.eg, max(K, tileSlots) * max(1, c.MoEIntermediateSize)},
 		{&ws.eu, K * max(1, c.MoEIntermediateSize)},
 		{&ws.ey, max(K, tileSlots) * H},
@@ -629,12 +631,23 @@ func (f *fwd) moeTile(lw *dlayer) {
 		if beside {
 			// The shared expert's rows are already on the side stream
 			// (sharedBeside): the routed slots alone, shaped as the launch
-			// with them, then the join.
-			o.do(o.b.expertsShaped(ws.eg, fptr(ws.h, r*H), H, K, 0, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]},
-				[2]cuda.DevPtr{lw.expS[0], lw.expS[1]}, ids, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, MI, H, slots+dense))
-			o.do(o.b.expertsShaped(ws.ey, ws.eg, MI, 1, slots, [2]cuda.DevPtr{lw.expW[2]}, [2]cuda.DevPtr{lw.expS[2]}, ids, slots,
-				[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, H, MI, slots+dense))
-			o.do(o.b.join())
+			// with them, then the join; grouped by expert where several
+			// rows share a launch (moe_unique.go).
+			if f.moeUnique(m) {
+				mmax := kernels.UniqueGroupSlots(m)
+				o.do(o.b.moeUnique(ws.uq, ids, slots, mmax))
+				o.do(o.b.expertsUnique(ws.eg, fptr(ws.h, r*H), H, K, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]},
+					[2]cuda.DevPtr{lw.expS[0], lw.expS[1]}, ws.uq, slots, m, MI, H, slots+dense))
+				o.do(o.b.expertsUnique(ws.ey, ws.eg, MI, 1, [2]cuda.DevPtr{lw.expW[2]}, [2]cuda.DevPtr{lw.expS[2]}, ws.uq, slots, m,
+					H, MI, slots+dense))
+				o.do(o.b.join())
+			} else {
+				o.do(o.b.expertsShaped(ws.eg, fptr(ws.h, r*H), H, K, 0, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]},
+					[2]cuda.DevPtr{lw.expS[0], lw.expS[1]}, ids, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, MI, H, slots+dense))
+				o.do(o.b.expertsShaped(ws.ey, ws.eg, MI, 1, slots, [2]cuda.DevPtr{lw.expW[2]}, [2]cuda.DevPtr{lw.expS[2]}, ids, slots,
+					[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, H, MI, slots+dense))
+				o.do(o.b.join())
+			}
 		} else {
 			o.do(o.b.experts(ws.eg, fptr(ws.h, r*H), H, K, 0, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]}, [2]cuda.DevPtr{lw.expS[0], lw.expS[1]},
 				ids, slots, gw, gs, dense, MI, H))

@@ -373,6 +373,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for a one-row step's indexer wq_b on the staged GEMV (its weights into shared memory before its PDL wait: wqb.go, the default since session 53), 0 for the tile rule's kernel"},
 		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},
 			"unset it (or 1) for a decode MoE layer's combine fused with the next add + RMSNorm (one launch), 0 for the two launches"},
+		{"TILERT_GPU_MOE_UNIQUE", []string{"", "0", "1"},
+			"unset it (or 0) for a step's routed experts launched slot by slot, 1 to group the slots of several rows by expert so each expert's weights stream once (moe_unique.go)"},
 	} {
 		if v := getenv(sw.name); !slices.Contains(sw.known, v) {
 			return errors.WithHint(errors.Newf("%s=%q: not a value this switch knows", sw.name, v), sw.hint)

@@ -357,6 +357,8 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_MOE_NORM_FUSED", "0", true},
 		{"TILERT_GPU_MOE_NORM_FUSED", "1", true},
 		{"TILERT_GPU_MOE_NORM_FUSED", "off", false},
+		{"TILERT_GPU_MOE_UNIQUE", "1", true},
+		{"TILERT_GPU_MOE_UNIQUE", "yes", false},
 		{"TILERT_GPU_MLA_HEADS", "32", true},
 		{"TILERT_GPU_MLA_HEADS", "64", true},
 		{"TILERT_GPU_MLA_HEADS", "0", true},

@@ -1,0 +1,174 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/tilert-go/tilert/cuda"
+)
+
+// checkUniqueTable says what is wrong with tab as the grouping of ids in
+// groups of at most mmax slots, or "": every slot in exactly one group of
+// its expert, groups in the order of their first slots, slots in order.
+func checkUniqueTable(ids, tab []int32, mmax int) string {
+	n := len(ids)
+	seen := make([]bool, n)
+	last := int32(-1)
+	for g := range n {
+		e, cnt := tab[g], int(tab[n+g])
+		if e < 0 {
+			if cnt != 0 {
+				return fmt.Sprintf("group %d: no expert but %d slots", g, cnt)
+			}
+			for h := g; h < n; h++ {
+				if tab[h] >= 0 {
+					return fmt.Sprintf("group %d after the end (group %d)", h, g)
+				}
+			}
+			break
+		}
+		if cnt < 1 || cnt > mmax {
+			return fmt.Sprintf("group %d: %d slots (1..%d)", g, cnt, mmax)
+		}
+		sl := tab[2*n+g*mmax : 2*n+g*mmax+cnt]
+		if sl[0] <= last || !slices.IsSorted(sl) {
+			return fmt.Sprintf("group %d: slots %v out of order", g, sl)
+		}
+		last = sl[0]
+		for _, j := range sl {
+			if j < 0 || int(j) >= n || seen[j] || ids[j] != e {
+				return fmt.Sprintf("group %d (expert %d): slot %d bad or seen twice", g, e, j)
+			}
+			seen[j] = true
+		}
+	}
+	for j, s := range seen {
+		if !s {
+			return fmt.Sprintf("slot %d (expert %d) in no group", j, ids[j])
+		}
+	}
+	return ""
+}
+
+// uniqueCases: ids of rows x k slots, from all distinct to all the same,
+// with an expert that repeats within a row (past mmax).
+func uniqueCases(r *rand.Rand) [][]int32 {
+	var cs [][]int32
+	for _, rows := range []int{1, 2, 4, 8} {
+		for _, pool := range []int{256, 16, 8} {
+			ids := make([]int32, rows*8)
+			for m := range rows {
+				perm := r.Perm(pool)
+				for i := range 8 {
+					ids[m*8+i] = int32(perm[i%len(perm)])
+				}
+			}
+			cs = append(cs, ids)
+		}
+	}
+	same := make([]int32, 64)
+	for i := range same {
+		same[i] = 7
+	}
+	return append(cs, same, []int32{3}, []int32{5, 5, 5, 5, 5, 1, 5})
+}
+
+func TestUniqueTable(t *testing.T) {
+	r := rand.New(rand.NewPCG(testSeed(t), 3))
+	for _, ids := range uniqueCases(r) {
+		for _, mmax := range []int{4, 8} {
+			if msg := checkUniqueTable(ids, UniqueTable(ids, mmax), mmax); msg != "" {
+				t.Errorf("UniqueTable(%v, %d): %s", ids, mmax, msg)
+			}
+		}
+	}
+	// The check itself fails on a wrong table.
+	ids := []int32{1, 2, 1}
+	bad := UniqueTable(ids, 4)
+	bad[2*3+0] = 1 // group 0's first slot now slot 1 (expert 2)
+	if checkUniqueTable(ids, bad, 4) == "" {
+		t.Error("checkUniqueTable passed a table with a slot in another expert's group")
+	}
+}
+
+// TestNVRTCUniqueCompiles: the unique kernels compile for sm_90 without
+// spills.
+func TestNVRTCUniqueCompiles(t *testing.T) {
+	log, version := ptxasLogSM90(t, moduleSource(kernelFS, "cu/moe_unique.cu", defaultHeaders...), "moe_unique.cu")
+	lims := []regLimit{{"gemv_tile_fp8_r4_m4_u", 255}, {"gemv_tile_fp8_r2_m8_u", 255}, {"moe_unique", 64}}
+	checkRegisters(t, log, version, lims)
+	sp, _ := ptxasSpills(log)
+	for _, l := range lims {
+		if sp[l.name] != "" {
+			t.Errorf("%s spills %s bytes (NVRTC %s)", l.name, sp[l.name], version)
+		}
+	}
+}
+
+// TestKernelExpertsUnique: moe_unique's table equals UniqueTable on fresh
+// ids (all distinct to all the same); then the routed gate/up (paired, with
+// SwiGLU) and down of rows x 8 slots over those groups equal the per-slot
+// launches (ExpertsFP8Shaped, the same shape slots) bit for bit, and the
+// CPU reference.
+func TestKernelExpertsUnique(t *testing.T) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		s := c.Stream()
+		for _, ids := range uniqueCases(r) {
+			for _, mmax := range []int{4, 8} {
+				tab := a.raw(int64(4 * UniqueTableInts(len(ids), mmax)))
+				chk(k.MoEUnique(s, tab, a.up(ids), len(ids), mmax))
+				got := downI32(c, tab, UniqueTableInts(len(ids), mmax))
+				want := UniqueTable(ids, mmax)
+				if !slices.Equal(got, want) {
+					t.Errorf("moe_unique(%v, %d) = %v, want %v", ids, mmax, got, want)
+				}
+			}
+		}
+		const E, H, I, top = 16, 1024, 512, 8
+		gate, up, down := randFP8Experts(r, a, E, I, H), randFP8Experts(r, a, E, I, H), randFP8Experts(r, a, E, H, I)
+		tabW := [3]cuda.DevPtr{a.up(gate.wp), a.up(up.wp), a.up(down.wp)}
+		tabS := [3]cuda.DevPtr{a.up(gate.sp), a.up(up.sp), a.up(down.sp)}
+		for _, rows := range []int{2, 4, 8} {
+			for _, pool := range []int{E, 9, 8} {
+				ids := make([]int32, rows*top)
+				for m := range rows {
+					perm := r.Perm(pool)
+					for i := range top {
+						ids[m*top+i] = int32(perm[i])
+					}
+				}
+				slots := len(ids)
+				h := randF32(r, rows*H, 1)
+				hp, idp := a.up(h), a.up(ids)
+				mmax := UniqueGroupSlots(rows)
+				tab := a.raw(int64(4 * UniqueTableInts(slots, mmax)))
+				gu1, gu2 := a.poisoned(slots*I), a.poisoned(slots*I)
+				yd1, yd2 := a.poisoned(slots*H), a.poisoned(slots*H)
+				shape := slots + rows // as beside a shared expert's dense slot a row
+				chk(k.ExpertsFP8Shaped(s, gu1, hp, H, top, 0, [2]cuda.DevPtr{tabW[0], tabW[1]}, [2]cuda.DevPtr{tabS[0], tabS[1]}, idp, slots,
+					[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, I, H, shape))
+				chk(k.ExpertsFP8Shaped(s, yd1, gu1, I, 1, 0, [2]cuda.DevPtr{tabW[2]}, [2]cuda.DevPtr{tabS[2]}, idp, slots,
+					[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, H, I, shape))
+				n0 := UniqueLaunches.Load()
+				chk(k.MoEUnique(s, tab, idp, slots, mmax))
+				chk(k.ExpertsFP8Unique(s, gu2, hp, H, top, [2]cuda.DevPtr{tabW[0], tabW[1]}, [2]cuda.DevPtr{tabS[0], tabS[1]}, tab, slots, rows, I, H, shape))
+				chk(k.ExpertsFP8Unique(s, yd2, gu2, I, 1, [2]cuda.DevPtr{tabW[2]}, [2]cuda.DevPtr{tabS[2]}, tab, slots, rows, H, I, shape))
+				if n := UniqueLaunches.Load() - n0; n != 2 {
+					t.Errorf("%d unique launches, want 2", n)
+				}
+				name := fmt.Sprintf("experts unique %d rows, %d of %d experts", rows, pool, E)
+				g1, g2 := downF32(c, gu1, slots*I), downF32(c, gu2, slots*I)
+				d1, d2 := downF32(c, yd1, slots*H), downF32(c, yd2, slots*H)
+				record(t, name+": gate/up == per slot", "differing outputs", float64(diffCount(g2, g1)), 0)
+				record(t, name+": down == per slot", "differing outputs", float64(diffCount(d2, d1)), 0)
+				ref := make([]float64, slots*H)
+				for j, e := range ids {
+					copy(ref[j*H:], refGemv(down.at(int(e)), g1[j*I:], nil, H, I, 1, I, H))
+				}
+				record(t, name+": down", relMetric, relErr(d2, ref), boundF32)
+			}
+		}
+	})
+}

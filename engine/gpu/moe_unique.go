@@ -1,0 +1,97 @@
+package gpu
+
+import (
+	"os"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/tilert-go/tilert/cuda"
+	"github.com/tilert-go/tilert/cuda/kernels"
+	"github.com/tilert-go/tilert/model"
+)
+
+// TILERT_GPU_MOE_UNIQUE=1: a step of several rows runs its routed experts
+// grouped by expert (kernels.MoEUnique, then ExpertsFP8Unique for the
+// gate/up and the down), so an expert that several rows routed to streams
+// its weights once for all of them instead of once a row. Session 57 found
+// the per-slot launches read every slot's expert: 4 slots whose rows route
+// to the same experts (`bench decode --same-rows`) took as long as 4 rows
+// of random routing (one H100, DeepSeek-V3.2 dims, 8192: 6.844 ms both,
+// against 3.108 for one slot). Every slot's output keeps its bits (the same
+// group size as the per-slot launch), so tokens and caches do not move.
+// Only moeTile's launches with the shared expert on the side stream
+// (sharedBeside) take it; =0 or unset keeps the per-slot launches.
+var moeUniqueOn = os.Getenv("TILERT_GPU_MOE_UNIQUE") == "1"
+
+// moeUnique says whether moeTile runs a round of m rows grouped by expert.
+func (f *fwd) moeUnique(m int) bool {
+	K := f.e.cfg.NumExpertsPerTok
+	return moeUniqueOn && m > 1 && m*K <= kernels.UniqueMaxSlots && f.e.ws.uq != 0
+}
+
+// uniqueTableInts is the workspace's unique table for up to M rows.
+func uniqueTableInts(c *model.Config, M int) int {
+	return kernels.UniqueTableInts(min(M, kernels.MaxTileM)*max(1, c.NumExpertsPerTok), kernels.MaxTileM)
+}
+
+func (b *cudaDevice) moeUnique(tab, ids cuda.DevPtr, n, mmax int) error {
+	return b.k.MoEUnique(b.s, tab, ids, n, mmax)
+}
+
+func (b *cudaDevice) expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, tab cuda.DevPtr, slots, rows, N, K, shapeSlots int) error {
+	return b.k.ExpertsFP8Unique(b.s, y, x, ldx, xdiv, t, ts, tab, slots, rows, N, K, shapeSlots)
+}
+
+// moeUnique writes kernels.UniqueTable of the n ids at ids into tab.
+func (m *emuDevice) moeUnique(tab, ids cuda.DevPtr, n, mmax int) error {
+	if n <= 0 || n > kernels.UniqueMaxSlots || mmax <= 0 || mmax > kernels.MaxTileM {
+		return errors.Newf("emu moe unique: n=%d mmax=%d", n, mmax)
+	}
+	id := append([]int32(nil), m.i32(ids, n)...)
+	copy(m.i32(tab, kernels.UniqueTableInts(n, mmax)), kernels.UniqueTable(id, mmax))
+	return nil
+}
+
+// expertsUnique runs each group's slots as experts runs a slot.
+func (m *emuDevice) expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, tab cuda.DevPtr, slots, rows, N, K, _ int) error {
+	if N <= 0 || K <= 0 || slots <= 0 || slots > kernels.UniqueMaxSlots || rows <= 0 || xdiv <= 0 || ldx < K {
+		return errors.Newf("emu experts unique: N=%d K=%d slots=%d rows=%d xdiv=%d ldx=%d", N, K, slots, rows, xdiv, ldx)
+	}
+	mmax := kernels.UniqueGroupSlots(rows)
+	tb := m.i32(tab, kernels.UniqueTableInts(slots, mmax))
+	for g := 0; g < slots && tb[g] >= 0; g++ {
+		e := int(tb[g])
+		for i := 0; i < int(tb[slots+g]); i++ {
+			j := int(tb[2*slots+g*mmax+i])
+			wg, sg := m.ptrs(t[0], e+1)[e], m.ptrs(ts[0], e+1)[e]
+			xj, yj := fptr(x, (j/xdiv)*ldx), fptr(y, j*N)
+			var err error
+			if t[1] != 0 {
+				wu, su := m.ptrs(t[1], e+1)[e], m.ptrs(ts[1], e+1)[e]
+				err = m.gateUp(yj, xj, wg, sg, wu, su, N, K, 1, ldx, N)
+			} else {
+				err = m.gemvFP8(yj, xj, wg, sg, N, K, 1, ldx, N)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (gb *graphDevice) moeUnique(tab, ids cuda.DevPtr, n, mmax int) error {
+	return gb.rec("moeUnique", int64(4*n*(3+mmax)), func(b device) error { return b.moeUnique(tab, ids, n, mmax) },
+		ku(tab), ku(ids), ki(n), ki(mmax))
+}
+
+func (gb *graphDevice) expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, tab cuda.DevPtr, slots, rows, N, K, shapeSlots int) error {
+	name, per := "expertsUnique", int64(1)
+	if t[1] != 0 {
+		name, per = "expertsUniqueGateUp", 2
+	}
+	_ = gb.rec(name, per*int64(slots)*int64(N)*int64(K), func(b device) error {
+		return b.expertsUnique(y, x, ldx, xdiv, t, ts, tab, slots, rows, N, K, shapeSlots)
+	}, ku(y), ku(x), ki(ldx), ki(xdiv), ku(t[0]), ku(t[1]), ku(ts[0]), ku(ts[1]), ku(tab), ki(slots), ki(rows), ki(N), ki(K), ki(shapeSlots))
+	return gb.shaped(slots, N, K)
+}

@@ -1,0 +1,55 @@
+package gpu
+
+import (
+	"testing"
+
+	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/internal/enginetest"
+)
+
+// The routed experts grouped by expert (TILERT_GPU_MOE_UNIQUE=1) must give
+// what the per-slot launches give: the same tokens and cache bytes, one
+// slot and two slots with MTP (1..4 rows a step). A step of several rows
+// must run them, one table and two grouped launches in place of the two
+// per-slot launches.
+func TestEmuMoEUniqueEqual(t *testing.T) { testMoEUniqueEqual(t, onEmu) }
+func TestGPUMoEUniqueEqual(t *testing.T) { testMoEUniqueEqual(t, onGPU) }
+
+func testMoEUniqueEqual(t *testing.T, kind deviceKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	defer func(on bool) { moeUniqueOn = on }(moeUniqueOn)
+	for _, pr := range enginetest.Presets {
+		t.Run(pr, func(t *testing.T) {
+			c := newSwitchCasePast(t, pr)
+			var r [2]switchRun
+			for k, on := range []bool{false, true} {
+				moeUniqueOn = on
+				r[k] = c.run(t, kind, true)
+			}
+			r[1].sameAs(t, r[0], "grouped by expert", "per slot")
+			u, g := r[1].ops["moeUnique"], r[1].ops["expertsUniqueGateUp"]
+			if r[0].ops["moeUnique"] != 0 || u == 0 || g != u || r[1].ops["expertsUnique"] != u {
+				t.Errorf("launches: moeUnique %d off, %d on; grouped gate/up %d, down %d on (want 0, some, and one of each a table)",
+					r[0].ops["moeUnique"], u, g, r[1].ops["expertsUnique"])
+			}
+			for _, name := range []string{"experts", "expertsGateUp"} {
+				if r[1].ops[name]+u != r[0].ops[name] {
+					t.Errorf("%s: %d launches off, %d on beside %d grouped (want each grouped launch to replace one)",
+						name, r[0].ops[name], r[1].ops[name], u)
+				}
+			}
+			t.Logf("%s launches off/on: expertsGateUp %d/%d experts %d/%d; moeUnique %d", kind,
+				r[0].ops["expertsGateUp"], r[1].ops["expertsGateUp"], r[0].ops["experts"], r[1].ops["experts"], u)
+		})
+	}
+}
+
+// Greedy decoding equals the CPU engine's with the routed experts grouped
+// by expert (the GPU check of the grouped kernels' bits inside the engine).
+func TestGPUGreedyMatchesCPUMoEUnique(t *testing.T) {
+	defer func(on bool) { moeUniqueOn = on }(moeUniqueOn)
+	moeUniqueOn = true
+	testGreedyCases(t, onGPU, engine.CacheFP8DSMLA, genCases, " (TILERT_GPU_MOE_UNIQUE=1)")
+}

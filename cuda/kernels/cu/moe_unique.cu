@@ -10,7 +10,7 @@
 // slots:
 //   tab[g]                  the group's expert, -1 for g >= the groups
 //   tab[n + g]              its slot count (0 past the groups)
-//   tab[2n + g*mmax + i]    its i-th slot, in slot order
+//   tab[2n + g*mmax + i]    its i-th slot, in slot order (0 past its count)
 // One block of 64 threads (n <= 64).
 
 #define UQ_MAX_SLOTS 64
@@ -18,7 +18,7 @@
 extern "C" __global__ void __launch_bounds__(UQ_MAX_SLOTS)
     moe_unique(const int* __restrict__ ids, int n, int mmax, int* tab) {
   PDL_WAIT();
-  __shared__ int sid[UQ_MAX_SLOTS], rank[UQ_MAX_SLOTS], lead[UQ_MAX_SLOTS];
+  __shared__ int sid[UQ_MAX_SLOTS], rank[UQ_MAX_SLOTS], lead[UQ_MAX_SLOTS], gcnt[UQ_MAX_SLOTS];
   const int t = threadIdx.x;
   const int e = t < n ? ids[t] : -1;
   sid[t] = e;
@@ -38,6 +38,7 @@ extern "C" __global__ void __launch_bounds__(UQ_MAX_SLOTS)
     if (i < t) before += lead[i];
   }
   rank[t] = before;
+  gcnt[t] = 0;
   __syncthreads();
   if (t < n) {
     // This slot's group: the leader of (e, p / mmax).
@@ -53,12 +54,17 @@ extern "C" __global__ void __launch_bounds__(UQ_MAX_SLOTS)
     if (lead[t]) {
       tab[g] = e;
       tab[n + g] = min(mmax, same - p);
+      gcnt[g] = min(mmax, same - p);
     }
   }
   if (t >= groups && t < n) {
     tab[t] = -1;
     tab[n + t] = 0;
   }
+  __syncthreads();
+  // Zero the lists past their counts (a table is the same bytes each time).
+  for (int i = t; i < n * mmax; i += UQ_MAX_SLOTS)
+    if (i % mmax >= gcnt[i / mmax]) tab[2 * n + i] = 0;
 }
 
 // gemv_tile_fp8_r<R>_m<MM>_u: ExpertsFP8's routed slots with the slots of

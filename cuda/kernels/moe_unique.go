@@ -99,7 +99,7 @@ func (k *Set) ExpertsFP8Unique(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv int, t
 	_, G, _ := k.tileKernel(tileLaunch{t0: t[0], ts0: ts[0], t1: t[1], ts1: ts[1], ids: tab, slots: slots,
 		x: x, ldx: ldx, xdiv: xdiv, y: y, ldy: N, N: N, K: K, M: 1, shapeSlots: shapeSlots})
 	mm := uniqueMM(rows)
-	R := 4
+	R := 4 // gemv_tile_fp8_r4_m4_u; r2 at 8 rows
 	if mm == 8 {
 		R = 2
 	}

@@ -75,23 +75,32 @@ extern "C" __global__ void __launch_bounds__(UQ_MAX_SLOTS)
 // statement for statement (a chunk's products in element order, then its
 // scale, then warp_sum and the group's warps in order; silu(gate) * up for a
 // pair), so every output is the per-slot launch's bit for bit
-// (TestKernelExpertsUnique). grid (row tiles, n), 256 threads.
-template <int R, int MM>
+// (TestKernelExpertsUnique). A chunk's partials are taken one slot at a time
+// (R registers, not R x MM), so a thread keeps 12 weight loads in flight at
+// two blocks an SM, near the per-slot launch's _d16 (16; 16 here spills)
+// (session 57's first form, 8 loads and R x MM partials, streamed slower
+// than the per-slot launches on rows that share nothing). grid (row tiles, n), 256 threads.
+template <int R, int MM, int LD>
 __device__ __forceinline__ void gemv_tile_u_body(const void* const* __restrict__ T0,
                                                  const float* const* __restrict__ TS0,
                                                  const void* const* __restrict__ T1,
                                                  const float* const* __restrict__ TS1, const int* __restrict__ tab,
                                                  int n, int mmax, const float* __restrict__ x, int ldx, int xdiv,
                                                  float* y, int ldy, int N, int K, int G) {
-  constexpr int NI = 8 / R;
+  constexpr int NI = LD / R;  // R * NI = LD loads in flight a thread
   __shared__ float part[TILE_THREADS / 32][R * MM];
   const int u = blockIdx.y;
   const int e = tab[u];
   if (e < 0) return;  // block-uniform: no such group
   const int M = min(tab[n + u], MM);
-  int js[MM];
-#pragma unroll
-  for (int m = 0; m < MM; m++) js[m] = tab[2 * n + u * mmax + (m < M ? m : 0)];
+  // The group's slots and their input rows, in shared memory (registers
+  // go to the loads in flight).
+  __shared__ int js[MM], xr[MM];
+  if ((int)threadIdx.x < M) {
+    js[threadIdx.x] = tab[2 * n + u * mmax + threadIdx.x];
+    xr[threadIdx.x] = js[threadIdx.x] / xdiv;
+  }
+  __syncthreads();
   const void* w0 = T0[e];
   const float* s0 = TS0 ? TS0[e] : (const float*)0;
   const void* w1 = T1 ? T1[e] : (const void*)0;
@@ -103,13 +112,6 @@ __device__ __forceinline__ void gemv_tile_u_body(const void* const* __restrict__
   const int tiles = (((N + rout - 1) / rout) + TILE_THREADS / G - 1) / (TILE_THREADS / G);
   for (int bx = blockIdx.x; bx < tiles; bx += gridDim.x) {
     const int n0 = (bx * (TILE_THREADS / G) + grp) * rout;
-    const char* wr[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      const bool second = pair && r >= rout;
-      const int nn = min(n0 + (second ? r - rout : r), N - 1);
-      wr[r] = (const char*)(second ? w1 : w0) + (size_t)nn * K;
-    }
     const int nsc = min(n0, N - 1) >> 7;
     const float* sg = s0 ? s0 + (size_t)nsc * kb : (const float*)0;
     const float* su = pair && s1 ? s1 + (size_t)nsc * kb : (const float*)0;
@@ -126,7 +128,13 @@ __device__ __forceinline__ void gemv_tile_u_body(const void* const* __restrict__
       for (int i = 0; i < NI; i++) {
         const int c = c0 + i * G;
 #pragma unroll
-        for (int r = 0; r < R; r++) wv[i][r] = c < C ? tile_ld16(wr[r] + (size_t)c * 16) : make_uint4(0u, 0u, 0u, 0u);
+        for (int r = 0; r < R; r++) {
+          // Row r of the group (gate rows, then up rows for a pair); rows
+          // past N repeat the last one (not written).
+          const bool second = pair && r >= rout;
+          const char* wr = (const char*)(second ? w1 : w0) + (size_t)min(n0 + (second ? r - rout : r), N - 1) * K;
+          wv[i][r] = c < C ? tile_ld16(wr + (size_t)c * 16) : make_uint4(0u, 0u, 0u, 0u);
+        }
         scg[i] = c < C ? (sg ? __ldg(sg + ((c * TFP8::E) >> 7)) : 1.0f) : 0.0f;
         scu[i] = c < C ? (su ? __ldg(su + ((c * TFP8::E) >> 7)) : 1.0f) : 0.0f;
       }
@@ -134,40 +142,16 @@ __device__ __forceinline__ void gemv_tile_u_body(const void* const* __restrict__
       for (int i = 0; i < NI; i++) {
         const int c = c0 + i * G;
         if (c < C) {
-          float p[R][MM];
 #pragma unroll
-          for (int r = 0; r < R; r++)
+          for (int m = 0; m < MM; m++) {
+            if (m < M) {
+              const float* xc = x + (size_t)xr[m] * ldx + (size_t)c * TFP8::E;
+              float p[R];
+              TILE_CHUNK_M1(TFP8, R, xc, (const float*)0, 1.0f, wv[i], p)
 #pragma unroll
-            for (int m = 0; m < MM; m++) p[r][m] = 0.0f;
-#pragma unroll
-          for (int q = 0; q < 4; q++) {
-            float xv[MM][TFP8::EW];
-#pragma unroll
-            for (int m = 0; m < MM; m++) {
-              if (m < M) {
-                tile_ldx<TFP8::EW>(x + (size_t)(js[m] / xdiv) * ldx + (size_t)c * TFP8::E + q * TFP8::EW, xv[m]);
-              } else {
-#pragma unroll
-                for (int k = 0; k < TFP8::EW; k++) xv[m][k] = 0.0f;
-              }
-            }
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-              float wf[TFP8::EW];
-              TFP8::word(tile_word(wv[i][r], q), wf);
-#pragma unroll
-              for (int m = 0; m < MM; m++) {
-                if (m < M) {
-#pragma unroll
-                  for (int k = 0; k < TFP8::EW; k++) p[r][m] = fmaf(wf[k], xv[m][k], p[r][m]);
-                }
-              }
+              for (int r = 0; r < R; r++) acc[r][m] = fmaf(p[r], (pair && r >= rout ? scu[i] : scg[i]), acc[r][m]);
             }
           }
-#pragma unroll
-          for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int m = 0; m < MM; m++) acc[r][m] = fmaf(p[r][m], (pair && r >= rout ? scu[i] : scg[i]), acc[r][m]);
         }
       }
     }
@@ -194,30 +178,26 @@ __device__ __forceinline__ void gemv_tile_u_body(const void* const* __restrict__
         for (int i = 0; i < wpg; i++) uu += part[w0i + i][(rr + rout) * MM + m];
         v = v / (1.0f + expf(-v)) * uu;  // silu(gate) * up, as silu_mul
       }
-      int j = js[0];
-#pragma unroll
-      for (int q = 1; q < MM; q++)
-        if (q == m) j = js[q];
-      if (n0 + rr < N) y[(size_t)j * ldy + n0 + rr] = v + 0.0f;
+      if (n0 + rr < N) y[(size_t)js[m] * ldy + n0 + rr] = v + 0.0f;
     }
     if (bx + gridDim.x < tiles) __syncthreads();  // part is reused by the next tile
   }
 }
 
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
     gemv_tile_fp8_r4_m4_u(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
                           const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                           const int* __restrict__ tab, int n, int mmax, const float* __restrict__ x, int ldx, int xdiv,
                           float* y, int ldy, int N, int K, int G) {
   PDL_WAIT();
-  gemv_tile_u_body<4, 4>(T0, TS0, T1, TS1, tab, n, mmax, x, ldx, xdiv, y, ldy, N, K, G);
+  gemv_tile_u_body<4, 4, 12>(T0, TS0, T1, TS1, tab, n, mmax, x, ldx, xdiv, y, ldy, N, K, G);
 }
 
-extern "C" __global__ void __launch_bounds__(TILE_THREADS)
+extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
     gemv_tile_fp8_r2_m8_u(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
                           const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                           const int* __restrict__ tab, int n, int mmax, const float* __restrict__ x, int ldx, int xdiv,
                           float* y, int ldy, int N, int K, int G) {
   PDL_WAIT();
-  gemv_tile_u_body<2, 8>(T0, TS0, T1, TS1, tab, n, mmax, x, ldx, xdiv, y, ldy, N, K, G);
+  gemv_tile_u_body<2, 8, 12>(T0, TS0, T1, TS1, tab, n, mmax, x, ldx, xdiv, y, ldy, N, K, G);
 }

@@ -414,8 +414,8 @@ func (k *Set) tileKernel(a tileLaunch) (name string, G, gx int) {
 	G, R, v := tileLaunchShape(sms, a.N, a.K*esize, a.M, esize, shapeAs, pair, routed, ex)
 	capB := k.tileCap()
 	p, pinned := k.tilePlan(a, pair)
-	if pinned && (p.V == StageVariant || p.V == BulkVariant) {
-		pinned = false // the staged or bulk kernel's pin, where it did not fit (GemvFP8Tile)
+	if pinned && p.V == StageVariant {
+		pinned = false // the staged kernel's pin, where it did not fit (GemvFP8Tile)
 	}
 	if pinned {
 		G, R, v = p.G, p.R, p.V
@@ -464,12 +464,6 @@ func (k *Set) GemvFP8Tile(s cuda.Stream, y, x, w, scale, resid cuda.DevPtr, N, K
 		// Pinned to the staged GEMV; a shape or pointer it cannot take
 		// runs on the rule's tile kernel (tileKernel ignores the pin).
 		if done, err := k.stageLaunch(s, y, x, w, scale, resid, N, K); done || err != nil {
-			return err
-		}
-	}
-	if p, ok := k.tilePlan(a, false); ok && p.V == BulkVariant {
-		// Pinned to the bulk-copy GEMV, as the staged one above.
-		if done, err := k.bulkLaunch(s, y, x, w, scale, resid, N, K, p.G); done || err != nil {
 			return err
 		}
 	}

@@ -130,8 +130,6 @@ type Set struct {
 	// stageErr: what stageSetup met when a shape was pinned to the staged
 	// GEMV (its launches return it).
 	stageErr error
-	// bulkErr: the same for the bulk-copy GEMV (bulkSetup, gemv_bulk.go).
-	bulkErr error
 }
 
 type setKey struct{}

@@ -243,11 +243,10 @@ func hasPrefixIn(name string, ps []string) bool {
 
 // pdlWeightsFirst are kernels launched as pdlKernels are whose body begins
 // with a copy of weights (never written during a step) into the block's
-// shared memory and only then PDL_WAIT(): the staged GEMV (gemv_stage.go)
-// and the bulk-copy GEMV (gemv_bulk.go), whose weights stream while the
-// kernel before it runs. TestPDLWeightsFirst
+// shared memory and only then PDL_WAIT(): the staged GEMV (gemv_stage.go),
+// whose weights stream while the kernel before it runs. TestPDLWeightsFirst
 // checks that form and that the copy helper is handed nothing but weights.
-var pdlWeightsFirst = setOf(stageKernel, bulkKernel(32), bulkKernel(64))
+var pdlWeightsFirst = setOf(stageKernel)
 
 // pdlFor says whether a kernel named name launches programmatically when
 // PDL is on.

@@ -35,12 +35,16 @@ func ParseTilePlan(s string) (TilePlan, error) {
 		return p, nil
 	}
 	bad := func() (TilePlan, error) {
-		return TilePlan{}, errors.WithHint(errors.Newf("tile plan %q is not G<32|64|128|256>/R<1|2|4|8>[_d16|_o4|_d16s|_st|_bk]/B<blocks per SM>", s),
-			"write it as the o_proj timing sweep names plans (TestKernelTimingOProj), e.g. G64/R4_o4/B0; _d16 needs R >= 2, _o4 and _d16s R >= 4; _st (the staged GEMV, gemv_stage.go) is G32/R8_st/B0 only; _bk (the bulk-copy GEMV, gemv_bulk.go) is G32/R8_bk/B0 or G64/R8_bk/B0")
+		return TilePlan{}, errors.WithHint(errors.Newf("tile plan %q is not G<32|64|128|256>/R<1|2|4|8>[_d16|_o4|_d16s|_st]/B<blocks per SM>", s),
+			"write it as the o_proj timing sweep names plans (TestKernelTimingOProj), e.g. G64/R4_o4/B0; _d16 needs R >= 2, _o4 and _d16s R >= 4; _st (the staged GEMV, gemv_stage.go) is G32/R8_st/B0 only")
 	}
 	parts := strings.Split(s, "/")
 	if len(parts) != 3 {
 		return bad()
+	}
+	if strings.Contains(parts[1], "_bk") {
+		return TilePlan{}, errors.WithHint(errors.Newf("tile plan %q: the bulk-copy GEMV (_bk) was removed", s),
+			"session 57 measured it slower than the tile kernels on one H100 (o_proj 55.7 against 42.9 us alone, +165 us a step at 8192; q_b 27.9 against 18.2): pin _d16, _o4, _d16s or _st; the code last exists at commit 2641a67, the record is in cuda/kernels/NOTES.md \"gemv_bulk\"")
 	}
 	rv := parts[1]
 	if i := strings.IndexByte(rv, '_'); i >= 0 {
@@ -52,8 +56,7 @@ func ParseTilePlan(s string) (TilePlan, error) {
 	okG := p.G == 32 || p.G == 64 || p.G == 128 || p.G == 256
 	okR := p.R == 1 || p.R == 2 || p.R == 4 || p.R == 8
 	okV := p.V == "" || (p.V == "_d16" && p.R >= 2) || (p.V == "_o4" && p.R >= 4) || (p.V == "_d16s" && p.R >= 4) ||
-		(p.V == StageVariant && p.G == 32 && p.R == 8 && p.B == 0) ||
-		(p.V == BulkVariant && (p.G == 32 || p.G == 64) && p.R == bulkRows && p.B == 0)
+		(p.V == StageVariant && p.G == 32 && p.R == 8 && p.B == 0)
 	if !okG || !okR || !okV || p.B < 0 || p.B > 16 || p.String() != s {
 		return bad()
 	}
@@ -79,9 +82,6 @@ func (k *Set) SetTilePlan(N, K int, p TilePlan) (prev TilePlan) {
 		// Once a pin, not at each of the engine's runs (readyModules pins
 		// again every run).
 		k.stageErr = k.stageSetup()
-	}
-	if p.V == BulkVariant && prev != p {
-		k.bulkErr = k.bulkSetup()
 	}
 	return prev
 }

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
+
+	"github.com/cockroachdb/errors"
 
 	"github.com/tilert-go/tilert/cuda"
 )
@@ -94,6 +97,11 @@ func TestTilePlanParse(t *testing.T) {
 		if p, err := ParseTilePlan(s); err == nil {
 			t.Errorf("ParseTilePlan(%q) = %v: want an error", s, p)
 		}
+	}
+	// The bulk-copy variant was measured slower and removed: refused
+	// with its record.
+	if _, err := ParseTilePlan("G64/R8_bk/B0"); err == nil || !strings.Contains(errors.FlattenHints(err), "session 57") {
+		t.Errorf("ParseTilePlan(G64/R8_bk/B0): %v, want the removal's hint", err)
 	}
 	// The balance the NOTES reason from (132 SMs, the H200): today's plan
 	// leaves 64 rows on some SMs at both o_proj shapes.

@@ -1,12 +1,17 @@
 # Session 57's device plan (issue 10). Usage: bash docs/measured/next/s57.sh b   (binaries in .device/next:
 # tilert, kernels.test)
-#  b: the bulk-copy probe and GEMV first. TestKernelTimingSMRate streams 1 MiB a block on 1..all SMs with 16-byte
+#  b (ran as call A, docs/measured/h100-2026-12-07-s57; needs binaries of 2641a67: gemv_bulk lost and was removed
+#     after): the bulk-copy probe and GEMV first. TestKernelTimingSMRate streams 1 MiB a block on 1..all SMs with 16-byte
 #     ld.global (the tile GEMVs' form), 16-byte cp.async (the staged GEMV's) and cp.async.bulk (none yet): whether an
 #     SM streams past its share of the copy rate when fewer stream. TestKernelGemvBulk checks gemv_bulk against the
 #     tile kernels of its G bit for bit, the CPU reference and a programmatic chain; TestKernelTimingBulk times it
 #     against today's plan and _d16s alone. Then DeepSeek-V3.2 dims' o_proj on it (TILERT_GPU_OPROJ=G64/R8_bk/B0) and
 #     on session 56's queued spread plan (G64/R8_d16s/B0), A/B/A/B at 8192 and 131072, 1 slot; GLM-5 dims' o_proj
 #     on bulk at 8192; q_b on bulk (G32, DeepSeek-V3.2 dims) at 8192.
+#  u: the routed experts grouped by expert (TILERT_GPU_MOE_UNIQUE=1, moe_unique.go; binaries tilert, kernels.test,
+#     engine.test): TestKernelExpertsUnique (the grouped launches equal the per-slot ones bit for bit) and the
+#     engine's TestGPUMoEUniqueEqual / TestGPUGreedyMatchesCPUMoEUnique, then A/B/A/B at 8192: 4 slots with
+#     --same-rows (every row on the same experts) and on random routing, both models, and the MTP step.
 #  o: the rest of session 56's queued plan (`s56.sh o`): the H100-chosen defaults not yet A/B'd on an H200, block
 #     clocks on both models at 8192, and `--same-rows` at 1 and 4 slots.
 NAME=s57
@@ -27,6 +32,19 @@ b)
   abab deepseek-v3.2 8192 1 qbk-ds TILERT_GPU_TILE_PLANS=24576x1536=G32/R8_bk/B0
   TL=1 bn deepseek-v3.2 8192 1 tl-bk TILERT_GPU_OPROJ=G64/R8_bk/B0
   xz -T4 $R/tl-*.json 2>/dev/null; save ;;
+u)
+  export TILERT_GPU_REPORT=$R/report.txt TILERT_ENGINE_REPORT=$R/engine-report.txt
+  tst kernels cuda/kernels 150 'TestKernelExpertsUnique$|TestUniqueTable$|TestKernelGemvTile$|TestPDL' &
+  tst engine engine/gpu 200 '^TestGPU(MoEUniqueEqual|GreedyMatchesCPUMoEUnique)$' & wait
+  for f in kernels engine; do cnt $f; done; save
+  if grep -q -- '--- FAIL' $R/kernels.log $R/engine.log; then echo "unique checks FAIL: no step runs" >> $R/summary.txt; save; exit 0; fi
+  U=TILERT_GPU_MOE_UNIQUE=1
+  SAMP=--same-rows abab deepseek-v3.2 8192 4 uq-same-ds $U
+  abab deepseek-v3.2 8192 4 uq-ds $U
+  MTP=1 abab deepseek-v3.2 8192 1 uq-mtp-ds $U
+  SAMP=--same-rows abab glm-5 8192 4 uq-same-glm $U; save
+  [ -n "$U28" ] && { SAMP=--same-rows bn deepseek-v3.2 8192 2,8 uq-same28-ds-A; SAMP=--same-rows bn deepseek-v3.2 8192 2,8 uq-same28-ds-B $U; }
+  save ;;
 o)
   abab deepseek-v3.2 8192 1 es-ds TILERT_GPU_EXPERT_SHAPE=30; abab glm-5 8192 1 es-glm TILERT_GPU_EXPERT_SHAPE=30
   abab deepseek-v3.2 8192 1 ac-ds TILERT_GPU_AHEAD_COPY=0; save

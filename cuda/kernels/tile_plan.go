@@ -172,9 +172,12 @@ func planRowsPerSM(sms, N int, p TilePlan) (most int, mean float64) {
 // SpreadPlan is the plan that deals the row tiles of a one-row N x K fp8
 // tile GEMV out over two blocks an SM (_d16s, tileShape's G and R, so the
 // same floats bit for bit) where that cuts the rows of the busiest SM by a
-// fifth or more against tileShape's launch; otherwise the zero plan. Why:
-// an SM streams at about its share of the copy rate however early the
-// others finish, so a launch takes its busiest SM's bytes. H200, session
+// fifth or more against tileShape's launch; otherwise the zero plan. Why
+// (session 15's reading): a launch takes its busiest SM's bytes. Session
+// 57's probe (TestKernelTimingSMRate, one H100) found an SM streams faster
+// as fewer stream (105 GB/s alone, 22.5 at all 132), so the tail costs less
+// than that reading says; o_proj on _d16s alone was 42.94 against 42.93 us
+// there. H200, session
 // 15 (docs/measured/h200-2026-12-03-s15 calls B-C), o_proj at 8192, 1 slot:
 // GLM-5's 6144 rows go from 64 to 48 a busiest SM, 29.98 -> 28.75 us alone
 // and 2.898 -> 2.862 ms a step (launched plainly); DeepSeek-V3.2's 7168

@@ -42,7 +42,7 @@ u)
   SAMP=--same-rows abab deepseek-v3.2 8192 4 uq-same-ds $U
   abab deepseek-v3.2 8192 4 uq-ds $U
   MTP=1 abab deepseek-v3.2 8192 1 uq-mtp-ds $U
-  SAMP=--same-rows abab glm-5 8192 4 uq-same-glm $U; save
+  [ -z "$SHORT" ] && SAMP=--same-rows abab glm-5 8192 4 uq-same-glm $U; save
   [ -n "$U28" ] && { SAMP=--same-rows bn deepseek-v3.2 8192 2,8 uq-same28-ds-A; SAMP=--same-rows bn deepseek-v3.2 8192 2,8 uq-same28-ds-B $U; }
   save ;;
 o)

@@ -10,7 +10,7 @@ import (
 	"github.com/tilert-go/tilert/model"
 )
 
-// TILERT_GPU_MOE_UNIQUE=1: a step of several rows runs its routed experts
+// TILERT_GPU_MOE_UNIQUE: a round of several rows runs its routed experts
 // grouped by expert (kernels.MoEUnique, then ExpertsFP8Unique for the
 // gate/up and the down), so an expert that several rows routed to streams
 // its weights once for all of them instead of once a row. Session 57 found
@@ -20,13 +20,30 @@ import (
 // against 3.108 for one slot). Every slot's output keeps its bits (the same
 // group size as the per-slot launch), so tokens and caches do not move.
 // Only moeTile's launches with the shared expert on the side stream
-// (sharedBeside) take it; =0 or unset keeps the per-slot launches.
-var moeUniqueOn = os.Getenv("TILERT_GPU_MOE_UNIQUE") == "1"
+// (sharedBeside) take it. Unset: rounds of 3 or 4 rows, where it measured
+// faster (session 57 call E, one H100, 8192, A/B/A/B: 4 slots -980 / -976
+// us on random routing, -1640 / -1641 with --same-rows; 3 slots -507 in one
+// A/B); not 2 rows (the MTP step +227 / +241 us, 2 slots -137 in one A/B)
+// nor 5-8 (8 slots +2.36 ms on the 8-row kernel). =1: every round of 2 or
+// more rows; =0: none.
+var moeUniqueMode = os.Getenv("TILERT_GPU_MOE_UNIQUE")
+
+// moeUniqueAuto is the rows a round takes it at when the switch is unset.
+func moeUniqueAuto(m int) bool { return m >= 3 && m <= 4 }
 
 // moeUnique says whether moeTile runs a round of m rows grouped by expert.
 func (f *fwd) moeUnique(m int) bool {
 	K := f.e.cfg.NumExpertsPerTok
-	return moeUniqueOn && m > 1 && m*K <= kernels.UniqueMaxSlots && f.e.ws.uq != 0
+	if m < 2 || m*K > kernels.UniqueMaxSlots || f.e.ws.uq == 0 {
+		return false
+	}
+	switch moeUniqueMode {
+	case "1":
+		return true
+	case "":
+		return moeUniqueAuto(m)
+	}
+	return false
 }
 
 // uniqueTableInts is the workspace's unique table for up to M rows.

@@ -7,8 +7,8 @@ import (
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
 
-// The routed experts grouped by expert (TILERT_GPU_MOE_UNIQUE=1) must give
-// what the per-slot launches give: the same tokens and cache bytes, one
+// The routed experts grouped by expert (TILERT_GPU_MOE_UNIQUE=1: every
+// round of several rows) must give what the per-slot launches (=0) give: the same tokens and cache bytes, one
 // slot and two slots with MTP (1..4 rows a step). A step of several rows
 // must run them, one table and two grouped launches in place of the two
 // per-slot launches.
@@ -19,13 +19,13 @@ func testMoEUniqueEqual(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(on bool) { moeUniqueOn = on }(moeUniqueOn)
+	defer func(v string) { moeUniqueMode = v }(moeUniqueMode)
 	for _, pr := range enginetest.Presets {
 		t.Run(pr, func(t *testing.T) {
 			c := newSwitchCasePast(t, pr)
 			var r [2]switchRun
-			for k, on := range []bool{false, true} {
-				moeUniqueOn = on
+			for k, v := range []string{"0", "1"} {
+				moeUniqueMode = v
 				r[k] = c.run(t, kind, true)
 			}
 			r[1].sameAs(t, r[0], "grouped by expert", "per slot")
@@ -49,7 +49,16 @@ func testMoEUniqueEqual(t *testing.T, kind deviceKind) {
 // Greedy decoding equals the CPU engine's with the routed experts grouped
 // by expert (the GPU check of the grouped kernels' bits inside the engine).
 func TestGPUGreedyMatchesCPUMoEUnique(t *testing.T) {
-	defer func(on bool) { moeUniqueOn = on }(moeUniqueOn)
-	moeUniqueOn = true
+	defer func(v string) { moeUniqueMode = v }(moeUniqueMode)
+	moeUniqueMode = "1"
 	testGreedyCases(t, onGPU, engine.CacheFP8DSMLA, genCases, " (TILERT_GPU_MOE_UNIQUE=1)")
+}
+
+// The default takes rounds of 3 and 4 rows only (where it measured faster).
+func TestMoEUniqueAuto(t *testing.T) {
+	for m, want := range map[int]bool{1: false, 2: false, 3: true, 4: true, 5: false, 8: false} {
+		if got := moeUniqueAuto(m); got != want {
+			t.Errorf("moeUniqueAuto(%d) = %v, want %v", m, got, want)
+		}
+	}
 }

@@ -374,7 +374,7 @@ func switchValues(getenv func(string) string) error {
 		{"TILERT_GPU_MOE_NORM_FUSED", []string{"", "0", "1"},
 			"unset it (or 1) for a decode MoE layer's combine fused with the next add + RMSNorm (one launch), 0 for the two launches"},
 		{"TILERT_GPU_MOE_UNIQUE", []string{"", "0", "1"},
-			"unset it (or 0) for a step's routed experts launched slot by slot, 1 to group the slots of several rows by expert so each expert's weights stream once (moe_unique.go)"},
+			"unset it for a round of 3 or 4 rows' routed experts grouped by expert (each expert's weights stream once for the rows that share it; moe_unique.go), 1 for every round of 2 or more rows, 0 for the per-slot launches"},
 	} {
 		if v := getenv(sw.name); !slices.Contains(sw.known, v) {
 			return errors.WithHint(errors.Newf("%s=%q: not a value this switch knows", sw.name, v), sw.hint)

@@ -199,5 +199,5 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
                           const int* __restrict__ tab, int n, int mmax, const float* __restrict__ x, int ldx, int xdiv,
                           float* y, int ldy, int N, int K, int G) {
   PDL_WAIT();
-  gemv_tile_u_body<2, 8, 12>(T0, TS0, T1, TS1, tab, n, mmax, x, ldx, xdiv, y, ldy, N, K, G);
+  gemv_tile_u_body<2, 8, 8>(T0, TS0, T1, TS1, tab, n, mmax, x, ldx, xdiv, y, ldy, N, K, G);
 }

@@ -14,8 +14,8 @@
 #     --same-rows (every row on the same experts) and on random routing, both models, and the MTP step.
 #  h (queued: no H200 came in session 57): the grouped experts' default (rounds of 3-4 rows) on an H200 against
 #     TILERT_GPU_MOE_UNIQUE=0, A/B/A/B at 8192: 4 slots random routing and --same-rows on both models, 2 slots with MTP
-#     (4 rows), 2 slots (=1 against the default: 2-row rounds are left per slot); then make gpu-check's first half
-#     (check1).
+#     (4 rows), 2 slots (=1 against the default: 2-row rounds are left per slot); a trace of 4 same-row slots (where
+#     the rest of a 4-row step's time goes, the experts streaming once); then make gpu-check's first half (check1).
 #  o: the rest of session 56's queued plan (`s56.sh o`): the H100-chosen defaults not yet A/B'd on an H200, block
 #     clocks on both models at 8192, and `--same-rows` at 1 and 4 slots.
 NAME=s57
@@ -55,6 +55,7 @@ h)
   SAMP=--same-rows abab deepseek-v3.2 8192 4 h-same-ds $U0; SAMP=--same-rows abab glm-5 8192 4 h-same-glm $U0; save
   MTP=1 abab deepseek-v3.2 8192 2 h-mtp2-ds $U0
   abab deepseek-v3.2 8192 2 h-2-ds TILERT_GPU_MOE_UNIQUE=1; save
+  SAMP=--same-rows TL=1 bn deepseek-v3.2 8192 4 h-tl-same4; xz -T4 $R/h-tl-*.json 2>/dev/null; save
   check1 ;;
 o)
   abab deepseek-v3.2 8192 1 es-ds TILERT_GPU_EXPERT_SHAPE=30; abab glm-5 8192 1 es-glm TILERT_GPU_EXPERT_SHAPE=30

@@ -23,7 +23,8 @@ import (
 	"github.com/tilert-go/tilert/cuda"
 )
 
-// smRateSource is common.cuh and the three streaming kernels. Each block b
+// smRateSource is common.cuh, gemv_tile.cuh (the tile GEMVs' load) and the
+// three streaming kernels. Each block b
 // XORs the 32-bit words of src[b*bytes .. (b+1)*bytes) into out[b]
 // (zeroed before), reading them as its form does: sm_rate_ldg with 16-byte
 // loads past L1, 16 in flight a thread; sm_rate_cpa through a ring of S
@@ -31,21 +32,17 @@ import (
 // through the same ring filled by one cp.async.bulk a stage, completed on
 // the stage's mbarrier. bytes % CH == 0 and CH % 4096 == 0.
 func smRateSource() string {
-	common, err := kernelFS.ReadFile("cu/common.cuh")
-	if err != nil {
-		panic(err)
+	var src string
+	for _, f := range []string{"cu/common.cuh", gemvTileHeader} {
+		b, err := kernelFS.ReadFile(f)
+		if err != nil {
+			panic(err)
+		}
+		src += string(b) + "\n"
 	}
-	return string(common) + `
+	return src + `
 #define SR_T 256
 #define SR_CPA_S 4  // sm_rate_cpa's stages (cp.async.wait_group takes a constant)
-
-__device__ __forceinline__ uint4 sr_ld16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 __device__ __forceinline__ unsigned sr_x(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
 
@@ -59,7 +56,7 @@ extern "C" __global__ void __launch_bounds__(SR_T, 1) sm_rate_ldg(const uint4* _
 #pragma unroll
     for (int j = 0; j < 16; j++) {
       const long long k = i + (long long)j * SR_T;
-      v[j] = k < n ? sr_ld16(p + k) : make_uint4(0u, 0u, 0u, 0u);
+      v[j] = k < n ? tile_ld16_normal(p + k) : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
     for (int j = 0; j < 16; j++) acc ^= sr_x(v[j]);

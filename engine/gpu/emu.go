@@ -283,30 +283,36 @@ func (m *emuDevice) experts(y, x cuda.DevPtr, ldx, xdiv, xsh int, t, ts [2]cuda.
 		id = m.i32(ids, slots)
 	}
 	for j := 0; j < slots+dense; j++ {
-		var wg, sg, wu, su cuda.DevPtr
-		xr := xsh + j - slots
-		if j < slots {
-			e := int(id[j])
-			wg, sg = m.ptrs(t[0], e+1)[e], m.ptrs(ts[0], e+1)[e]
-			if t[1] != 0 {
-				wu, su = m.ptrs(t[1], e+1)[e], m.ptrs(ts[1], e+1)[e]
-			}
-			xr = j / xdiv
-		} else {
-			wg, sg, wu, su = w[0], ws[0], w[1], ws[1]
-		}
-		xj, yj := fptr(x, xr*ldx), fptr(y, j*N)
 		var err error
-		if wu != 0 {
-			err = m.gateUp(yj, xj, wg, sg, wu, su, N, K, 1, ldx, N)
+		if j < slots {
+			err = m.routedSlot(y, x, ldx, xdiv, t, ts, int(id[j]), j, N, K)
 		} else {
-			err = m.gemvFP8(yj, xj, wg, sg, N, K, 1, ldx, N)
+			err = m.slotGemv(fptr(y, j*N), fptr(x, (xsh+j-slots)*ldx), [2]cuda.DevPtr{w[0], w[1]}, [2]cuda.DevPtr{ws[0], ws[1]}, N, K, ldx)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// routedSlot runs routed slot j on expert e: row j / xdiv of x into row j
+// of y (ExpertsFP8's layout).
+func (m *emuDevice) routedSlot(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, e, j, N, K int) error {
+	var w, s [2]cuda.DevPtr
+	w[0], s[0] = m.ptrs(t[0], e+1)[e], m.ptrs(ts[0], e+1)[e]
+	if t[1] != 0 {
+		w[1], s[1] = m.ptrs(t[1], e+1)[e], m.ptrs(ts[1], e+1)[e]
+	}
+	return m.slotGemv(fptr(y, j*N), fptr(x, (j/xdiv)*ldx), w, s, N, K, ldx)
+}
+
+// slotGemv is one slot's projection: gate/up with SwiGLU when w[1] is set.
+func (m *emuDevice) slotGemv(y, x cuda.DevPtr, w, s [2]cuda.DevPtr, N, K, ldx int) error {
+	if w[1] != 0 {
+		return m.gateUp(y, x, w[0], s[0], w[1], s[1], N, K, 1, ldx, N)
+	}
+	return m.gemvFP8(y, x, w[0], s[0], N, K, 1, ldx, N)
 }
 
 func (m *emuDevice) moeCombineSlots(out, y, w, resid cuda.DevPtr, M, k, N int) error {

@@ -77,19 +77,8 @@ func (m *emuDevice) expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda
 	mmax := kernels.UniqueGroupSlots(rows)
 	tb := m.i32(tab, kernels.UniqueTableInts(slots, mmax))
 	for g := 0; g < slots && tb[g] >= 0; g++ {
-		e := int(tb[g])
 		for i := 0; i < int(tb[slots+g]); i++ {
-			j := int(tb[2*slots+g*mmax+i])
-			wg, sg := m.ptrs(t[0], e+1)[e], m.ptrs(ts[0], e+1)[e]
-			xj, yj := fptr(x, (j/xdiv)*ldx), fptr(y, j*N)
-			var err error
-			if t[1] != 0 {
-				wu, su := m.ptrs(t[1], e+1)[e], m.ptrs(ts[1], e+1)[e]
-				err = m.gateUp(yj, xj, wg, sg, wu, su, N, K, 1, ldx, N)
-			} else {
-				err = m.gemvFP8(yj, xj, wg, sg, N, K, 1, ldx, N)
-			}
-			if err != nil {
+			if err := m.routedSlot(y, x, ldx, xdiv, t, ts, int(tb[g]), int(tb[2*slots+g*mmax+i]), N, K); err != nil {
 				return err
 			}
 		}

@@ -86,8 +86,8 @@ func (k *Set) ExpertsFP8Unique(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv int, t
 	if N <= 0 || K <= 0 || slots <= 0 || slots > UniqueMaxSlots || rows <= 0 || rows > MaxTileM || xdiv <= 0 || ldx < K {
 		return errors.Newf("experts unique: N=%d K=%d slots=%d rows=%d xdiv=%d ldx=%d", N, K, slots, rows, xdiv, ldx)
 	}
-	if t[0] == 0 || ts[0] == 0 || tab == 0 {
-		return errors.Newf("experts unique: the weight and scale tables and the unique table are needed")
+	if t[0] == 0 || tab == 0 {
+		return errors.Newf("experts unique: the weight table and the unique table are needed (scale tables may be 0: scale 1, as ExpertsFP8)")
 	}
 	if !TileOK(x, K, ldx, 1) {
 		return errors.Newf("experts unique: K=%d ldx=%d x=%#x: needs K %% 16 == 0, ldx %% 4 == 0 and aligned x", K, ldx, uint64(x))

@@ -130,7 +130,7 @@ func TestKernelExpertsUnique(t *testing.T) {
 		gate, up, down := randFP8Experts(r, a, E, I, H), randFP8Experts(r, a, E, I, H), randFP8Experts(r, a, E, H, I)
 		tabW := [3]cuda.DevPtr{a.up(gate.wp), a.up(up.wp), a.up(down.wp)}
 		tabS := [3]cuda.DevPtr{a.up(gate.sp), a.up(up.sp), a.up(down.sp)}
-		for _, rows := range []int{2, 4, 8} {
+		for _, rows := range []int{2, 3, 4, 8} {
 			for _, pool := range []int{E, 9, 8} {
 				ids := make([]int32, rows*top)
 				for m := range rows {

@@ -21,7 +21,7 @@ import (
 // group size as the per-slot launch), so tokens and caches do not move.
 // Only moeTile's launches with the shared expert on the side stream
 // (sharedBeside) take it. Unset: rounds of 3 or 4 rows, where it measured
-// faster (session 57 call E, one H100, 8192, A/B/A/B: 4 slots -980 / -976
+// faster (session 57 call E, one H100, 8192, A/B/A/B: 4 slots -980 / -964
 // us on random routing, -1640 / -1641 with --same-rows; 3 slots -507 in one
 // A/B); not 2 rows (the MTP step +227 / +241 us, 2 slots -137 in one A/B)
 // nor 5-8 (8 slots +2.36 ms on the 8-row kernel). =1: every round of 2 or

@@ -11,7 +11,7 @@ import (
 // round of several rows) must give what the per-slot launches (=0) give: the same tokens and cache bytes, one
 // slot and two slots with MTP (1..4 rows a step). A step of several rows
 // must run them, one table and two grouped launches in place of the two
-// per-slot launches.
+// per-slot launches; the default (unset) only its rounds of 3-4 rows.
 func TestEmuMoEUniqueEqual(t *testing.T) { testMoEUniqueEqual(t, onEmu) }
 func TestGPUMoEUniqueEqual(t *testing.T) { testMoEUniqueEqual(t, onGPU) }
 
@@ -42,6 +42,14 @@ func testMoEUniqueEqual(t *testing.T, kind deviceKind) {
 			}
 			t.Logf("%s launches off/on: expertsGateUp %d/%d experts %d/%d; moeUnique %d", kind,
 				r[0].ops["expertsGateUp"], r[1].ops["expertsGateUp"], r[0].ops["experts"], r[1].ops["experts"], u)
+			// The default groups only rounds of 3-4 rows: the two slots
+			// with MTP (4 rows) but not one slot with MTP (2 rows).
+			moeUniqueMode = ""
+			d := c.run(t, kind, true)
+			d.sameAs(t, r[0], "default", "per slot")
+			if du := d.ops["moeUnique"]; du == 0 || du >= u {
+				t.Errorf("the default ran %d tables, want some and fewer than =1's %d", du, u)
+			}
 		})
 	}
 }

@@ -53,18 +53,15 @@ func UniqueTable(ids []int32, mmax int) []int32 {
 	return tab
 }
 
-// uniqueMM is the rows a group of the unique kernels takes for a launch of
-// rows input rows (each expert at most once a row): 4 or 8.
-func uniqueMM(rows int) int {
+// UniqueGroupSlots is the mmax MoEUnique is to group by for a launch of
+// rows input rows: the slots a group of ExpertsFP8Unique's kernel takes
+// (each expert at most once a row), 4 or 8.
+func UniqueGroupSlots(rows int) int {
 	if rows <= 4 {
 		return 4
 	}
 	return 8
 }
-
-// UniqueGroupSlots is the mmax MoEUnique is to group by for rows input
-// rows (ExpertsFP8Unique's kernel rows).
-func UniqueGroupSlots(rows int) int { return uniqueMM(rows) }
 
 // MoEUnique writes moe_unique's table of the n routed slots ids (int32,
 // n <= UniqueMaxSlots) into tab (UniqueTableInts(n, mmax) int32), groups of
@@ -98,10 +95,10 @@ func (k *Set) ExpertsFP8Unique(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv int, t
 	// The per-slot launch's group size, so its sums.
 	_, G, _ := k.tileKernel(tileLaunch{t0: t[0], ts0: ts[0], t1: t[1], ts1: ts[1], ids: tab, slots: slots,
 		x: x, ldx: ldx, xdiv: xdiv, y: y, ldy: N, N: N, K: K, M: 1, shapeSlots: shapeSlots})
-	mm := uniqueMM(rows)
-	R := 4 // gemv_tile_fp8_r4_m4_u; r2 at 8 rows
+	mm := UniqueGroupSlots(rows)
+	name, R := "gemv_tile_fp8_r4_m4_u", 4
 	if mm == 8 {
-		R = 2
+		name, R = "gemv_tile_fp8_r2_m8_u", 2
 	}
 	rout := R
 	if t[1] != 0 {
@@ -109,10 +106,6 @@ func (k *Set) ExpertsFP8Unique(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv int, t
 	}
 	tiles := cdiv(cdiv(N, rout), tileThreads/G)
 	UniqueLaunches.Add(1)
-	name := "gemv_tile_fp8_r4_m4_u"
-	if mm == 8 {
-		name = "gemv_tile_fp8_r2_m8_u"
-	}
 	return k.launch(name, cuda.D3(min(tiles, 65535), slots, 1), cuda.D1(tileThreads), 0, s,
 		t[0], ts[0], t[1], ts[1], tab, slots, mm, x, ldx, xdiv, y, N, N, K, G)
 }

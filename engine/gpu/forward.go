@@ -640,14 +640,13 @@ func (f *fwd) moeTile(lw *dlayer) {
 					[2]cuda.DevPtr{lw.expS[0], lw.expS[1]}, ws.uq, slots, m, MI, H, slots+dense))
 				o.do(o.b.expertsUnique(ws.ey, ws.eg, MI, 1, [2]cuda.DevPtr{lw.expW[2]}, [2]cuda.DevPtr{lw.expS[2]}, ws.uq, slots, m,
 					H, MI, slots+dense))
-				o.do(o.b.join())
 			} else {
 				o.do(o.b.expertsShaped(ws.eg, fptr(ws.h, r*H), H, K, 0, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]},
 					[2]cuda.DevPtr{lw.expS[0], lw.expS[1]}, ids, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, MI, H, slots+dense))
 				o.do(o.b.expertsShaped(ws.ey, ws.eg, MI, 1, slots, [2]cuda.DevPtr{lw.expW[2]}, [2]cuda.DevPtr{lw.expS[2]}, ids, slots,
 					[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, H, MI, slots+dense))
-				o.do(o.b.join())
 			}
+			o.do(o.b.join())
 		} else {
 			o.do(o.b.experts(ws.eg, fptr(ws.h, r*H), H, K, 0, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]}, [2]cuda.DevPtr{lw.expS[0], lw.expS[1]},
 				ids, slots, gw, gs, dense, MI, H))

@@ -109,3 +109,32 @@ func (k *Set) ExpertsFP8Unique(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv int, t
 	return k.launch(name, cuda.D3(min(tiles, 65535), slots, 1), cuda.D1(tileThreads), 0, s,
 		t[0], ts[0], t[1], ts[1], tab, slots, mm, x, ldx, xdiv, y, N, N, K, G)
 }
+
+// UniqueMMALaunches counts ExpertsFP8UniqueMMA launches (tests).
+var UniqueMMALaunches atomic.Int64
+
+// ExpertsFP8UniqueMMA is ExpertsFP8Unique on the tensor cores
+// (gemv_mmx_fp8_r2_u1_pu): each group's expert is read once and its slots
+// ride as the columns of gemv_mmx_fp8_r2_u1_p's mma, so slot j's output is
+// GemvFP8MMA's (or GateUpFP8MMA's for a pair) for its row alone on its
+// expert, bit for bit, not ExpertsFP8Shaped's (float32 products, the sums in
+// the tensor cores' order). Slot j reads x + (j / xdiv) * ldx and writes
+// y + j*N. sm_80+ (the caller checks MMAOK).
+func (k *Set) ExpertsFP8UniqueMMA(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, tab cuda.DevPtr, slots, rows, N, K int) error {
+	if N <= 0 || K <= 0 || slots <= 0 || slots > UniqueMaxSlots || rows <= 0 || rows > MaxTileM || xdiv <= 0 || ldx < K {
+		return errors.Newf("experts unique mma: N=%d K=%d slots=%d rows=%d xdiv=%d ldx=%d", N, K, slots, rows, xdiv, ldx)
+	}
+	if t[0] == 0 || ts[0] == 0 || tab == 0 || (t[1] != 0) != (ts[1] != 0) {
+		return errors.Newf("experts unique mma: the weight and scale tables (both halves of a pair) and the unique table are needed")
+	}
+	if !k.MMAOK(x, t[0], K, ldx, 1, 1) {
+		return errors.Newf("experts unique mma: K=%d ldx=%d x=%#x: needs K %% 16 == 0, ldx %% 4 == 0, aligned x and sm_80+", K, ldx, uint64(x))
+	}
+	tout := 2
+	if t[1] != 0 {
+		tout = 1
+	}
+	UniqueMMALaunches.Add(1)
+	return k.launch("gemv_mmx_fp8_r2_u1_pu", cuda.D3(cdiv(N, 16*tout), slots, 1), cuda.D1(256), 0, s,
+		t[0], ts[0], t[1], ts[1], tab, slots, UniqueGroupSlots(rows), x, ldx, xdiv, y, N, N, K)
+}

@@ -96,8 +96,11 @@ func TestUniqueTable(t *testing.T) {
 // TestNVRTCUniqueCompiles: the unique kernels compile for sm_90 without
 // spills, the grouped GEMVs within 128 registers (two blocks an SM).
 func TestNVRTCUniqueCompiles(t *testing.T) {
-	log, version := ptxasLogSM90(t, moduleSource(kernelFS, "cu/moe_unique.cu", defaultHeaders...), "moe_unique.cu")
-	lims := []regLimit{{"gemv_tile_fp8_r4_m4_u", 128}, {"gemv_tile_fp8_r2_m8_u", 128}, {"moe_unique", 64}}
+	// The tensor-core form uses gemv_mma_x.cu's body (the module's files
+	// in order: gemv_mma*.cu sort before moe_unique.cu).
+	hdr := append(slices.Clone(defaultHeaders), "cu/gemv_mma.cu", "cu/gemv_mma_x.cu")
+	log, version := ptxasLogSM90(t, moduleSource(kernelFS, "cu/moe_unique.cu", hdr...), "moe_unique.cu")
+	lims := []regLimit{{"gemv_tile_fp8_r4_m4_u", 128}, {"gemv_tile_fp8_r2_m8_u", 128}, {"gemv_mmx_fp8_r2_u1_pu", 128}, {"moe_unique", 64}}
 	checkRegisters(t, log, version, lims)
 	sp, _ := ptxasSpills(log)
 	for _, l := range lims {
@@ -166,6 +169,63 @@ func TestKernelExpertsUnique(t *testing.T) {
 				ref := make([]float64, slots*H)
 				for j, e := range ids {
 					copy(ref[j*H:], refGemv(down.at(int(e)), g1[j*I:], nil, H, I, 1, I, H))
+				}
+				record(t, name+": down", relMetric, relErr(d2, ref), boundF32)
+			}
+		}
+	})
+}
+
+// TestKernelExpertsUniqueMMA: gemv_mmx_fp8_r2_u1_pu gives each slot what
+// gemv_mmx_fp8_r2_u1_p (GateUpFP8MMA / GemvFP8MMA pinned to it) gives its
+// row alone on its expert, bit for bit, whatever the group's other rows;
+// the down against the CPU reference over the gate/up it was fed.
+func TestKernelExpertsUniqueMMA(t *testing.T) {
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		defer func() { forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, -1 }()
+		forceMMART, forceMMAU, forceMMAP, forceMMAX = 2, 1, 1, 1
+		s := c.Stream()
+		const E, H, I, top = 16, 1024, 512, 8
+		gate, up, down := randFP8Experts(r, a, E, I, H), randFP8Experts(r, a, E, I, H), randFP8Experts(r, a, E, H, I)
+		tabW := [3]cuda.DevPtr{a.up(gate.wp), a.up(up.wp), a.up(down.wp)}
+		tabS := [3]cuda.DevPtr{a.up(gate.sp), a.up(up.sp), a.up(down.sp)}
+		for _, rows := range []int{2, 3, 4, 8} {
+			for _, pool := range []int{E, 9, 8} {
+				ids := make([]int32, rows*top)
+				for m := range rows {
+					perm := r.Perm(pool)
+					for i := range top {
+						ids[m*top+i] = int32(perm[i])
+					}
+				}
+				slots := len(ids)
+				h := randF32(r, rows*H, 1)
+				hp, idp := a.up(h), a.up(ids)
+				mmax := UniqueGroupSlots(rows)
+				tab := a.raw(int64(4 * UniqueTableInts(slots, mmax)))
+				gu, yd := a.poisoned(slots*I), a.poisoned(slots*H)
+				n0 := UniqueMMALaunches.Load()
+				chk(k.MoEUnique(s, tab, idp, slots, mmax))
+				chk(k.ExpertsFP8UniqueMMA(s, gu, hp, H, top, [2]cuda.DevPtr{tabW[0], tabW[1]}, [2]cuda.DevPtr{tabS[0], tabS[1]}, tab, slots, rows, I, H))
+				chk(k.ExpertsFP8UniqueMMA(s, yd, gu, I, 1, [2]cuda.DevPtr{tabW[2]}, [2]cuda.DevPtr{tabS[2]}, tab, slots, rows, H, I))
+				if n := UniqueMMALaunches.Load() - n0; n != 2 {
+					t.Errorf("%d unique mma launches, want 2", n)
+				}
+				// Each slot alone: its row, its expert, one row.
+				gu1, yd1 := a.poisoned(slots*I), a.poisoned(slots*H)
+				for j, e := range ids {
+					f := func(p cuda.DevPtr, i int) cuda.DevPtr { return p.Add(int64(4 * i)) }
+					chk(k.GateUpFP8MMA(s, f(gu1, j*I), f(hp, (j/top)*H), gate.wp[e], gate.sp[e], up.wp[e], up.sp[e], I, H, 1, H, I))
+					chk(k.GemvFP8MMA(s, f(yd1, j*H), f(gu, j*I), down.wp[e], down.sp[e], 0, H, I, 1, I, H))
+				}
+				name := fmt.Sprintf("experts unique mma %d rows, %d of %d experts", rows, pool, E)
+				g1, g2 := downF32(c, gu1, slots*I), downF32(c, gu, slots*I)
+				d1, d2 := downF32(c, yd1, slots*H), downF32(c, yd, slots*H)
+				record(t, name+": gate/up == its row alone", "differing outputs", float64(diffCount(g2, g1)), 0)
+				record(t, name+": down == its row alone", "differing outputs", float64(diffCount(d2, d1)), 0)
+				ref := make([]float64, slots*H)
+				for j, e := range ids {
+					copy(ref[j*H:], refGemv(down.at(int(e)), g2[j*I:], nil, H, I, 1, I, H))
 				}
 				record(t, name+": down", relMetric, relErr(d2, ref), boundF32)
 			}

@@ -55,7 +55,7 @@ var pdlKernels = setOf(
 	"gemv_tile_fp8_r4_m1_o4", "gemv_tile_fp8_r8_m1_o4",
 	"moe_combine_slots",
 	// moe_unique.cu
-	"moe_unique", "gemv_tile_fp8_r4_m4_u", "gemv_tile_fp8_r2_m8_u",
+	"moe_unique", "gemv_tile_fp8_r4_m4_u", "gemv_tile_fp8_r2_m8_u", "gemv_mmx_fp8_r2_u1_pu",
 	// norm.cu: the fused MoE combine + add + RMSNorm (sm_90 clusters)
 	"moe_combine_norm_cl",
 	// gemv_tile_group.cu

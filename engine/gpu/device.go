@@ -91,8 +91,10 @@ type device interface {
 	moeUnique(tab, ids cuda.DevPtr, n, mmax int) error
 	// expertsUnique is expertsShaped's routed slots over moeUnique's table
 	// for rows input rows: each group's expert read once, every slot's
-	// output the per-slot launch's (kernels.ExpertsFP8Unique).
-	expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, tab cuda.DevPtr, slots, rows, N, K, shapeSlots int) error
+	// output the per-slot launch's (kernels.ExpertsFP8Unique); mma: on the
+	// tensor cores, each slot's output the one-row GemvFP8MMA's
+	// (kernels.ExpertsFP8UniqueMMA).
+	expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, tab cuda.DevPtr, slots, rows, N, K, shapeSlots int, mma bool) error
 	// moeCombineNorm is moeCombineSlots(out, y, w, resid, M, k, N) then
 	// addRMSNorm(ny, x, out, nw, M, N, N, N, N, eps), one launch where it
 	// fits (kernels.MoECombineNorm; bit-identical to the two).

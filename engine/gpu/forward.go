@@ -572,6 +572,13 @@ func (f *fwd) sharedShaped(lw *dlayer) {
 	H, M := c.HiddenSize, f.M
 	K, MI := c.NumExpertsPerTok, c.MoEIntermediateSize
 	slots := M * K
+	if sharedOnce(M) {
+		// Its weights once for all M rows (the dense FFN's launches), not a
+		// dense slot a row: other bits than moeTile's launch gives them.
+		o.do(o.b.gateUp(fptr(ws.eg, slots*MI), ws.h, lw.ShGate.w, lw.ShGate.s, lw.ShUp.w, lw.ShUp.s, MI, H, M, H, MI))
+		o.do(o.b.gemvFP8(fptr(ws.ey, slots*H), fptr(ws.eg, slots*MI), lw.ShDown.w, lw.ShDown.s, H, MI, M, MI, H))
+		return
+	}
 	o.do(o.b.expertsShaped(fptr(ws.eg, slots*MI), ws.h, H, K, 0, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, 0,
 		[2]cuda.DevPtr{lw.ShGate.w, lw.ShUp.w}, [2]cuda.DevPtr{lw.ShGate.s, lw.ShUp.s}, M, MI, H, slots+M))
 	o.do(o.b.expertsShaped(fptr(ws.ey, slots*H), ws.eg, MI, 1, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, 0,
@@ -634,12 +641,12 @@ func (f *fwd) moeTile(lw *dlayer) {
 			// with them, then the join; grouped by expert where several
 			// rows share a launch (moe_unique.go).
 			if f.moeUnique(m) {
-				mmax := kernels.UniqueGroupSlots(m)
+				mmax, mma := kernels.UniqueGroupSlots(m), moeUniqueMode == "x"
 				o.do(o.b.moeUnique(ws.uq, ids, slots, mmax))
 				o.do(o.b.expertsUnique(ws.eg, fptr(ws.h, r*H), H, K, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]},
-					[2]cuda.DevPtr{lw.expS[0], lw.expS[1]}, ws.uq, slots, m, MI, H, slots+dense))
+					[2]cuda.DevPtr{lw.expS[0], lw.expS[1]}, ws.uq, slots, m, MI, H, slots+dense, mma))
 				o.do(o.b.expertsUnique(ws.ey, ws.eg, MI, 1, [2]cuda.DevPtr{lw.expW[2]}, [2]cuda.DevPtr{lw.expS[2]}, ws.uq, slots, m,
-					H, MI, slots+dense))
+					H, MI, slots+dense, mma))
 			} else {
 				o.do(o.b.expertsShaped(ws.eg, fptr(ws.h, r*H), H, K, 0, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]},
 					[2]cuda.DevPtr{lw.expS[0], lw.expS[1]}, ids, slots, [2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, MI, H, slots+dense))

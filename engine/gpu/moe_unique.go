@@ -25,7 +25,12 @@ import (
 // us on random routing, -1640 / -1641 with --same-rows; 3 slots -507 in one
 // A/B); not 2 rows (the MTP step +227 / +241 us, 2 slots -137 in one A/B)
 // nor 5-8 (8 slots +2.36 ms on the 8-row kernel). =1: every round of 2 or
-// more rows; =0: none.
+// more rows; =0: none. =x: every round of 2 or more rows on the tensor-core
+// kernel (kernels.ExpertsFP8UniqueMMA, gemv_mmx_fp8_r2_u1_pu): session 58
+// call A's trace of 4 same-row slots (one H100) had the tile kernels
+// streaming the shared experts at 0.9-1.4 TB/s, their MM FMAs a weight
+// the cap; each slot's output is then the one-row tensor-core GEMV's, not
+// the per-slot launch's (float32 products, another summation order).
 var moeUniqueMode = os.Getenv("TILERT_GPU_MOE_UNIQUE")
 
 // moeUniqueAuto is the rows a round takes it at when the switch is unset.
@@ -38,7 +43,7 @@ func (f *fwd) moeUnique(m int) bool {
 		return false
 	}
 	switch moeUniqueMode {
-	case "1":
+	case "1", "x":
 		return true
 	case "":
 		return moeUniqueAuto(m)
@@ -55,7 +60,10 @@ func (b *cudaDevice) moeUnique(tab, ids cuda.DevPtr, n, mmax int) error {
 	return b.k.MoEUnique(b.s, tab, ids, n, mmax)
 }
 
-func (b *cudaDevice) expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, tab cuda.DevPtr, slots, rows, N, K, shapeSlots int) error {
+func (b *cudaDevice) expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, tab cuda.DevPtr, slots, rows, N, K, shapeSlots int, mma bool) error {
+	if mma && b.k.MMAOK(x, t[0], K, ldx, 1, 1) && ts[0] != 0 {
+		return b.k.ExpertsFP8UniqueMMA(b.s, y, x, ldx, xdiv, t, ts, tab, slots, rows, N, K)
+	}
 	return b.k.ExpertsFP8Unique(b.s, y, x, ldx, xdiv, t, ts, tab, slots, rows, N, K, shapeSlots)
 }
 
@@ -69,8 +77,9 @@ func (m *emuDevice) moeUnique(tab, ids cuda.DevPtr, n, mmax int) error {
 	return nil
 }
 
-// expertsUnique runs each group's slots as experts runs a slot.
-func (m *emuDevice) expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, tab cuda.DevPtr, slots, rows, N, K, _ int) error {
+// expertsUnique runs each group's slots as experts runs a slot (mma too:
+// the emulator's products are float32's either way).
+func (m *emuDevice) expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, tab cuda.DevPtr, slots, rows, N, K, _ int, _ bool) error {
 	if N <= 0 || K <= 0 || slots <= 0 || slots > kernels.UniqueMaxSlots || rows <= 0 || xdiv <= 0 || ldx < K {
 		return errors.Newf("emu experts unique: N=%d K=%d slots=%d rows=%d xdiv=%d ldx=%d", N, K, slots, rows, xdiv, ldx)
 	}
@@ -91,13 +100,29 @@ func (gb *graphDevice) moeUnique(tab, ids cuda.DevPtr, n, mmax int) error {
 		ku(tab), ku(ids), ki(n), ki(mmax))
 }
 
-func (gb *graphDevice) expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, tab cuda.DevPtr, slots, rows, N, K, shapeSlots int) error {
+func (gb *graphDevice) expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, tab cuda.DevPtr, slots, rows, N, K, shapeSlots int, mma bool) error {
 	name, per := "expertsUnique", int64(1)
 	if t[1] != 0 {
 		name, per = "expertsUniqueGateUp", 2
 	}
+	mi := 0
+	if mma {
+		mi = 1
+	}
 	_ = gb.rec(name, per*int64(slots)*int64(N)*int64(K), func(b device) error {
-		return b.expertsUnique(y, x, ldx, xdiv, t, ts, tab, slots, rows, N, K, shapeSlots)
-	}, ku(y), ku(x), ki(ldx), ki(xdiv), ku(t[0]), ku(t[1]), ku(ts[0]), ku(ts[1]), ku(tab), ki(slots), ki(rows), ki(N), ki(K), ki(shapeSlots))
+		return b.expertsUnique(y, x, ldx, xdiv, t, ts, tab, slots, rows, N, K, shapeSlots, mma)
+	}, ku(y), ku(x), ki(ldx), ki(xdiv), ku(t[0]), ku(t[1]), ku(ts[0]), ku(ts[1]), ku(tab), ki(slots), ki(rows), ki(N), ki(K), ki(shapeSlots), ki(mi))
 	return gb.shaped(slots, N, K)
 }
+
+// TILERT_GPU_SIDE_SH_ONCE=1: the side stream's shared expert (sharedBeside)
+// of M >= 2 rows streams its weights once for all rows (gateUp and gemvFP8
+// over M rows: the tensor-core GEMVs past 2 rows) instead of as a dense
+// slot a row of the routed launches' shape, which read it M times (session
+// 58 call A's trace, 4 slots: 52 + 43 us a layer on the side stream, 176
+// MB). Its outputs then differ from the per-slot launch's in the last bits.
+// Unset or 0: a dense slot a row.
+var sideShOnceMode = os.Getenv("TILERT_GPU_SIDE_SH_ONCE")
+
+// sharedOnce says whether sharedShaped runs M rows' shared expert once.
+func sharedOnce(M int) bool { return sideShOnceMode == "1" && M >= 2 }

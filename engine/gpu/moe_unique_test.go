@@ -70,3 +70,60 @@ func TestMoEUniqueAuto(t *testing.T) {
 		}
 	}
 }
+
+// TILERT_GPU_MOE_UNIQUE=x with TILERT_GPU_SIDE_SH_ONCE=1: the grouped
+// launches take the tensor-core kernel and the side stream's shared expert
+// runs once over a step's rows (a gateUp and a gemvFP8 in place of its two
+// dense-slot launches). The emulator's float32 products are the same
+// function either way, so there the tokens and caches equal the per-slot
+// run's; on the GPU the bits differ (TestGPUGreedyMatchesCPUMoEUniqueMMA
+// checks the tokens against the CPU engine).
+func TestEmuMoEUniqueMMA(t *testing.T) { testMoEUniqueMMA(t, onEmu) }
+func TestGPUMoEUniqueMMA(t *testing.T) { testMoEUniqueMMA(t, onGPU) }
+
+func testMoEUniqueMMA(t *testing.T, kind deviceKind) {
+	if kind == onGPU {
+		gpuDevice(t)
+	}
+	defer func(v, s string) { moeUniqueMode, sideShOnceMode = v, s }(moeUniqueMode, sideShOnceMode)
+	for _, pr := range enginetest.Presets {
+		t.Run(pr, func(t *testing.T) {
+			c := newSwitchCasePast(t, pr)
+			moeUniqueMode, sideShOnceMode = "0", ""
+			off := c.run(t, kind, true)
+			moeUniqueMode, sideShOnceMode = "x", "1"
+			on := c.run(t, kind, true)
+			if kind == onEmu {
+				on.sameAs(t, off, "grouped on the tensor cores, shared expert once", "per slot")
+			}
+			u := on.ops["moeUnique"]
+			if u == 0 || on.ops["expertsUniqueGateUp"] != u || on.ops["expertsUnique"] != u {
+				t.Errorf("launches on: moeUnique %d, grouped gate/up %d, down %d (want some, and one of each a table)",
+					u, on.ops["expertsUniqueGateUp"], on.ops["expertsUnique"])
+			}
+			// Each step of several rows: two grouped launches replace the
+			// routed ones, and the shared expert's two leave the experts
+			// launches for a gateUp and a gemvFP8.
+			sh := on.ops["gateUp"] - off.ops["gateUp"]
+			if sh <= 0 || on.ops["gemvFP8"]-off.ops["gemvFP8"] != sh {
+				t.Errorf("shared expert once: gateUp %d -> %d, gemvFP8 %d -> %d (want as many more of each, some)",
+					off.ops["gateUp"], on.ops["gateUp"], off.ops["gemvFP8"], on.ops["gemvFP8"])
+			}
+			for _, name := range []string{"experts", "expertsGateUp"} {
+				if got, want := on.ops[name], off.ops[name]-u-sh; got != want {
+					t.Errorf("%s: %d launches off, %d on (want %d: less the %d grouped and the %d shared-once)", name, off.ops[name], got, want, u, sh)
+				}
+			}
+			t.Logf("%s: %d tables, %d shared-once steps; tokens on %v, off %v", kind, u, sh, on.toks, off.toks)
+		})
+	}
+}
+
+// Greedy decoding equals the CPU engine's with the grouped experts on the
+// tensor cores and the shared expert once (their bits differ from the
+// per-slot launches').
+func TestGPUGreedyMatchesCPUMoEUniqueMMA(t *testing.T) {
+	defer func(v, s string) { moeUniqueMode, sideShOnceMode = v, s }(moeUniqueMode, sideShOnceMode)
+	moeUniqueMode, sideShOnceMode = "x", "1"
+	testGreedyCases(t, onGPU, engine.CacheFP8DSMLA, genCases, " (TILERT_GPU_MOE_UNIQUE=x, TILERT_GPU_SIDE_SH_ONCE=1)")
+}

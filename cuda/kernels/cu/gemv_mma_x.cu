@@ -17,11 +17,14 @@
 // so the bytes in flight idled during the multiply; these variants keep
 // loads in flight across it. Uses gemv_mma.cu's helpers (sorted before).
 
-template <bool FP8, int RT, int U, int P = 0>
+// MAP: input row m is x row xm[m] and its output y row ym[m] (the grouped
+// experts of cu/moe_unique.cu); otherwise row m for both.
+template <bool FP8, int RT, int U, int P = 0, bool MAP = false>
 __device__ __forceinline__ void gemv_mmx_body(const void* __restrict__ W0, const float* __restrict__ S0,
                                               const void* __restrict__ W1, const float* __restrict__ S1,
                                               const float* __restrict__ x, int ldx, float* y, int ldy,
-                                              const float* resid, int N, int K, int M, int bx) {
+                                              const float* resid, int N, int K, int M, int bx,
+                                              const int* xm = 0, const int* ym = 0) {
   constexpr int E = FP8 ? 16 : 8;  // values per 16-byte load
   constexpr int KS = E / 4;        // k-steps per chunk
   constexpr int ES = FP8 ? 1 : 2;  // bytes per weight
@@ -52,7 +55,7 @@ __device__ __forceinline__ void gemv_mmx_body(const void* __restrict__ W0, const
   const int nsc = min(n0, N - 1) >> 7;
   const float* sg = FP8 ? S0 + (size_t)nsc * kb : (const float*)0;
   const float* su = FP8 && pair ? S1 + (size_t)nsc * kb : (const float*)0;
-  const float* xr = g < M ? x + (size_t)g * ldx + t * E : (const float*)0;
+  const float* xr = g < M ? x + (size_t)(MAP ? xm[g] : g) * ldx + t * E : (const float*)0;
 
   float acc[RT][4];
 #pragma unroll
@@ -201,7 +204,7 @@ __device__ __forceinline__ void gemv_mmx_body(const void* __restrict__ W0, const
     }
     const int n = n0 + rr;
     if (n < N) {
-      const size_t oi = (size_t)m * ldy + n;
+      const size_t oi = (size_t)(MAP ? ym[m] : m) * ldy + n;
       y[oi] = v + (resid ? resid[oi] : 0.0f);
     }
   }

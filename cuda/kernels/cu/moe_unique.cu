@@ -201,3 +201,34 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2)
   PDL_WAIT();
   gemv_tile_u_body<2, 8, 8>(T0, TS0, T1, TS1, tab, n, mmax, x, ldx, xdiv, y, ldy, N, K, G);
 }
+
+// gemv_mmx_fp8_r2_u1_pu: ExpertsFP8Unique's groups on the tensor cores
+// (kernels.ExpertsFP8UniqueMMA; TILERT_GPU_MOE_UNIQUE=x). The tile kernels
+// above spend MM FMAs a weight and streamed an expert shared by 4 rows at
+// 0.9-1.4 TB/s on an H100 (session 58 call A's trace), a third of the
+// one-row launches' rate; here the group's rows are the columns of
+// gemv_mmx_fp8_r2_u1_p's mma (cu/gemv_mma_x.cu, the 4-row dense GEMVs'
+// kernel), so a slot's output is that kernel's for its row alone, bit for
+// bit (the columns of an mma do not mix), and not the per-slot tile
+// launch's. grid (ceil(N / (16 * tout)), n): blockIdx.y is group g of
+// moe_unique's table (groups of at most 8 slots), 256 threads.
+extern "C" __global__ void __launch_bounds__(GM_THREADS, 2)
+    gemv_mmx_fp8_r2_u1_pu(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                          const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                          const int* __restrict__ tab, int n, int mmax, const float* __restrict__ x, int ldx, int xdiv,
+                          float* y, int ldy, int N, int K) {
+  PDL_WAIT();
+  const int u = blockIdx.y;
+  const int e = tab[u];
+  if (e < 0) return;  // block-uniform: no such group
+  const int M = min(min(tab[n + u], mmax), 8);
+  __shared__ int xm[8], ym[8];
+  if ((int)threadIdx.x < M) {
+    const int j = tab[2 * n + u * mmax + threadIdx.x];
+    xm[threadIdx.x] = j / xdiv;
+    ym[threadIdx.x] = j;
+  }
+  __syncthreads();
+  gemv_mmx_body<true, 2, 1, 1, true>(T0[e], TS0[e], T1 ? T1[e] : (const void*)0, T1 ? TS1[e] : (const float*)0, x,
+                                     ldx, y, ldy, (const float*)0, N, K, M, blockIdx.x, xm, ym);
+}

@@ -572,7 +572,7 @@ func (f *fwd) sharedShaped(lw *dlayer) {
 	H, M := c.HiddenSize, f.M
 	K, MI := c.NumExpertsPerTok, c.MoEIntermediateSize
 	slots := M * K
-	if sharedOnce(M) {
+	if f.sharedOnce(M) {
 		// Its weights once for all M rows (the dense FFN's launches), not a
 		// dense slot a row: other bits than moeTile's launch gives them.
 		o.do(o.b.gateUp(fptr(ws.eg, slots*MI), ws.h, lw.ShGate.w, lw.ShGate.s, lw.ShUp.w, lw.ShUp.s, MI, H, M, H, MI))
@@ -641,7 +641,7 @@ func (f *fwd) moeTile(lw *dlayer) {
 			// with them, then the join; grouped by expert where several
 			// rows share a launch (moe_unique.go).
 			if f.moeUnique(m) {
-				mmax, mma := kernels.UniqueGroupSlots(m), moeUniqueMode == "x"
+				mmax, mma := kernels.UniqueGroupSlots(m), f.moeUniqueMMA()
 				o.do(o.b.moeUnique(ws.uq, ids, slots, mmax))
 				o.do(o.b.expertsUnique(ws.eg, fptr(ws.h, r*H), H, K, [2]cuda.DevPtr{lw.expW[0], lw.expW[1]},
 					[2]cuda.DevPtr{lw.expS[0], lw.expS[1]}, ws.uq, slots, m, MI, H, slots+dense, mma))

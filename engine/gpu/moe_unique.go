@@ -20,21 +20,45 @@ import (
 // against 3.108 for one slot). Every slot's output keeps its bits (the same
 // group size as the per-slot launch), so tokens and caches do not move.
 // Only moeTile's launches with the shared expert on the side stream
-// (sharedBeside) take it. Unset: rounds of 3 or 4 rows, where it measured
-// faster (session 57 call E, one H100, 8192, A/B/A/B: 4 slots -980 / -964
-// us on random routing, -1640 / -1641 with --same-rows; 3 slots -507 in one
-// A/B); not 2 rows (the MTP step +227 / +241 us, 2 slots -137 in one A/B)
-// nor 5-8 (8 slots +2.36 ms on the 8-row kernel). =1: every round of 2 or
-// more rows; =0: none. =x: every round of 2 or more rows on the tensor-core
-// kernel (kernels.ExpertsFP8UniqueMMA, gemv_mmx_fp8_r2_u1_pu): session 58
-// call A's trace of 4 same-row slots (one H100) had the tile kernels
-// streaming the shared experts at 0.9-1.4 TB/s, their MM FMAs a weight
-// the cap; each slot's output is then the one-row tensor-core GEMV's, not
-// the per-slot launch's (float32 products, another summation order).
+// (sharedBeside) take it. =1: every round of 2 or more rows on the tile
+// kernels (gemv_tile_fp8_r4_m4_u / r2_m8_u); =0: none. =x: every round of 2
+// or more rows on the tensor-core kernel (kernels.ExpertsFP8UniqueMMA,
+// gemv_mmx_fp8_r2_u1_pu): session 58 call A's trace of 4 same-row slots
+// (one H100) had the tile kernels streaming the shared experts at 0.9-1.4
+// TB/s, their MM FMAs a weight the cap; each slot's output is then the
+// one-row tensor-core GEMV's, not the per-slot launch's (float32 products,
+// another summation order).
+//
+// Unset: where the engine runs the dense GEMVs of several rows on the
+// tensor cores (the experts' rows at least mmaMinN long, so the real
+// models, not the tiny presets), =x's rounds (session 58 call B, one H100,
+// 8192, DeepSeek-V3.2 dims, against the tile kernels' rounds of 3-4 rows
+// and with TILERT_GPU_SIDE_SH_ONCE: 4 same-row slots 5.286 -> 3.888 ms, 4
+// slots 5.979 -> 4.889, 2 slots 4.574 -> 4.124, 8 slots 11.33 -> 6.30, the
+// MTP step of one slot 5.615 -> 5.655, of 4 slots 12.76 -> 8.26); elsewhere
+// the tile kernels' rounds of 3 or 4 rows (session 57 call E: 4 slots -980
+// / -964 us; 2 rows and 5-8 lost there), whose outputs keep the per-slot
+// launches' bits.
 var moeUniqueMode = os.Getenv("TILERT_GPU_MOE_UNIQUE")
 
-// moeUniqueAuto is the rows a round takes it at when the switch is unset.
+// moeUniqueAuto is the rows a round takes the tile kernels' grouping at
+// when the switch is unset and the tensor-core form is not the default.
 func moeUniqueAuto(m int) bool { return m >= 3 && m <= 4 }
+
+// moeMMAAuto says whether the unset switches take the tensor-core forms
+// (the grouped experts on gemv_mmx_fp8_r2_u1_pu, the side shared expert
+// once) for experts of MI x H: where the dense GEMVs of several rows take
+// the tensor cores (mmaRule's mmaMinN, both shapes).
+func moeMMAAuto(MI, H int) bool {
+	return gemvMMAOn && MI >= mmaMinN && H >= mmaMinN
+}
+
+// moeUniqueMMA says whether moeTile's grouped launches of a round take
+// the tensor-core kernel.
+func (f *fwd) moeUniqueMMA() bool {
+	c := f.e.cfg
+	return moeUniqueMode == "x" || (moeUniqueMode == "" && moeMMAAuto(c.MoEIntermediateSize, c.HiddenSize))
+}
 
 // moeUnique says whether moeTile runs a round of m rows grouped by expert.
 func (f *fwd) moeUnique(m int) bool {
@@ -46,7 +70,7 @@ func (f *fwd) moeUnique(m int) bool {
 	case "1", "x":
 		return true
 	case "":
-		return moeUniqueAuto(m)
+		return f.moeUniqueMMA() || moeUniqueAuto(m)
 	}
 	return false
 }
@@ -121,8 +145,13 @@ func (gb *graphDevice) expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]c
 // slot a row of the routed launches' shape, which read it M times (session
 // 58 call A's trace, 4 slots: 52 + 43 us a layer on the side stream, 176
 // MB). Its outputs then differ from the per-slot launch's in the last bits.
-// Unset or 0: a dense slot a row.
+// 0: a dense slot a row. Unset: once where moeMMAAuto says (session 58 call
+// B, 4 same-row slots: 5.286 ms with neither, 5.161 with this alone, 4.079
+// with the grouped experts on the tensor cores alone, 3.888 with both).
 var sideShOnceMode = os.Getenv("TILERT_GPU_SIDE_SH_ONCE")
 
 // sharedOnce says whether sharedShaped runs M rows' shared expert once.
-func sharedOnce(M int) bool { return sideShOnceMode == "1" && M >= 2 }
+func (f *fwd) sharedOnce(M int) bool {
+	c := f.e.cfg
+	return M >= 2 && (sideShOnceMode == "1" || (sideShOnceMode == "" && moeMMAAuto(c.MoEIntermediateSize, c.HiddenSize)))
+}

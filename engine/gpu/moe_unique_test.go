@@ -62,11 +62,26 @@ func TestGPUGreedyMatchesCPUMoEUnique(t *testing.T) {
 	testGreedyCases(t, onGPU, engine.CacheFP8DSMLA, genCases, " (TILERT_GPU_MOE_UNIQUE=1)")
 }
 
-// The default takes rounds of 3 and 4 rows only (where it measured faster).
+// The tile kernels' default takes rounds of 3 and 4 rows only (where it
+// measured faster); the tensor-core forms are the default for experts as
+// long as the dense GEMVs that take the tensor cores (the real models: 2048
+// x 7168 for DeepSeek-V3.2, 2048 x 6144 for GLM-5), not the tiny presets'.
 func TestMoEUniqueAuto(t *testing.T) {
 	for m, want := range map[int]bool{1: false, 2: false, 3: true, 4: true, 5: false, 8: false} {
 		if got := moeUniqueAuto(m); got != want {
 			t.Errorf("moeUniqueAuto(%d) = %v, want %v", m, got, want)
+		}
+	}
+	defer func(on bool) { gemvMMAOn = on }(gemvMMAOn)
+	for _, cs := range []struct {
+		on    bool
+		MI, H int
+		want  bool
+	}{{true, 2048, 7168, true}, {true, 2048, 6144, true}, {true, 256, 512, false}, {true, 1024, 7168, false},
+		{true, 2048, 1024, false}, {false, 2048, 7168, false}} {
+		gemvMMAOn = cs.on
+		if got := moeMMAAuto(cs.MI, cs.H); got != cs.want {
+			t.Errorf("moeMMAAuto(%d, %d) with the tensor-core GEMVs on=%v: %v, want %v", cs.MI, cs.H, cs.on, got, cs.want)
 		}
 	}
 }

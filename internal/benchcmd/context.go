@@ -79,6 +79,9 @@ type ContextResult struct {
 	// SameRows: every slot the same state and first token (--same-rows),
 	// so a batch's rows hit the same experts.
 	SameRows bool `json:"same_rows,omitempty"`
+	// OneState: every slot the same synthetic state, first tokens apart
+	// (--one-state; each slot its own state otherwise).
+	OneState bool `json:"one_state,omitempty"`
 	// Tensor parallel: the GPU of each rank, the collective, and whether
 	// ranks share a GPU (then a step is the sum of their work).
 	Devices      []int        `json:"devices,omitempty"`
@@ -338,8 +341,8 @@ func runContexts(c *cli.Context, ctxs []int) error {
 	mtp := c.Bool("mtp")
 	opts := engine.Options{Mode: mode, MLACache: cache, Slots: slots, MaxSeqLen: maxSeq, MTP: mtp}
 	_, how, _ := sampling(c)
-	same := c.Bool("same-rows")
-	res := ContextResult{Version: buildinfo.Version, Slots: batches, Tokens: ntok, Sampling: how, SameRows: same}
+	same, oneState := c.Bool("same-rows"), c.Bool("one-state")
+	res := ContextResult{Version: buildinfo.Version, Slots: batches, Tokens: ntok, Sampling: how, SameRows: same, OneState: oneState && !same}
 	var (
 		e     engine.Engine
 		cfg   *model.Config
@@ -436,10 +439,20 @@ func runContexts(c *cli.Context, ctxs []int) error {
 			ids := ids[:slots]
 			last, first := rng.IntN(cfg.VocabSize*3/4), rng.IntN(cfg.VocabSize*3/4)
 			for s := range slots {
+				ss := segs
 				if s > 0 && !same {
 					last, first = rng.IntN(cfg.VocabSize*3/4), rng.IntN(cfg.VocabSize*3/4)
+					if !oneState {
+						// Its own context, as distinct requests have: one state
+						// for all (before session 58) had the rows share
+						// attention outputs, so more of their experts than
+						// uniform routing would (4 slots timed at 115% of the
+						// floor). Its own generator: slot 0's state and the
+						// tokens stay those of earlier runs.
+						ss = syntheticState(lay, C, rand.New(rand.NewPCG(c.Uint64("seed"), 1000+uint64(s))))
+					}
 				}
-				if err := e.Import(s, engine.SlotMeta{SeqLen: C, MTPLen: C, LastToken: last}, segs); err != nil {
+				if err := e.Import(s, engine.SlotMeta{SeqLen: C, MTPLen: C, LastToken: last}, ss); err != nil {
 					return errors.Wrapf(err, "importing a %d-position state into slot %d", C, s)
 				}
 				if _, err := e.Start(s, first, p); err != nil {
@@ -585,6 +598,8 @@ func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
 			r.Model, r.Weights, r.Layers, r.MoELayers, r.Device, r.Tokens, r.Sampling, r.CopyGBps, r.LoadSeconds)
 		if r.SameRows {
 			fmt.Fprintf(w, "same rows: every slot the same state and first token; the floor counts one slot's routed experts\n")
+		} else if r.OneState {
+			fmt.Fprintf(w, "one state: every slot the same synthetic state (first tokens apart); the floor counts uniform routing, which such rows beat\n")
 		}
 		if len(r.Devices) > 1 {
 			fmt.Fprintf(w, "tensor parallel: %d ranks on GPUs %v, comm %s\n", len(r.Devices), r.Devices, r.Comm)

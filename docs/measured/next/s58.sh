@@ -27,5 +27,18 @@ x)
   bn deepseek-v3.2 8192 8 x-8-ds-A; bn deepseek-v3.2 8192 8 x-8-ds-B $XO
   MTP=1 bn deepseek-v3.2 8192 4 x-mtp4-ds-A; MTP=1 bn deepseek-v3.2 8192 4 x-mtp4-ds-B $XO; save
   SAMP=--same-rows TL=1 bn deepseek-v3.2 8192 4 x-tl-same4 $XO; xz -T4 $R/x-tl-*.json 2>/dev/null; save ;;
-*) echo "usage: s58.sh x" >&2; exit 2 ;;
+d)
+  # The defaults of call B's forms (the real models' dims: grouped experts on the tensor cores at 2+ rows, the side
+  # shared expert once) against the tile kernels' grouping (=1, the previous default at 3-4 rows) without the shared
+  # expert once; bench decode gives each slot its own synthetic state now (--one-state: the earlier bench). Then
+  # gpu-check's first half.
+  OLD="TILERT_GPU_MOE_UNIQUE=1 TILERT_GPU_SIDE_SH_ONCE=0"
+  abab deepseek-v3.2 8192 4 d-ds $OLD
+  bn deepseek-v3.2 8192 4 d-one-ds-A; bn deepseek-v3.2 8192 4 d-one-ds-B $OLD; save
+  abab glm-5 8192 4 d-glm $OLD
+  SAMP=--same-rows JS=1 bn deepseek-v3.2 8192 1,4 d-same-ds; SAMP=--same-rows JS=1 bn glm-5 8192 1,4 d-same-glm; save
+  JS=1 bn deepseek-v3.2 8192 1,2,4,8 d-rows-ds; JS=1 bn glm-5 8192 1,4 d-rows-glm; save
+  MTP=1 bn deepseek-v3.2 8192 1,4 d-mtp-ds-A; MTP=1 bn deepseek-v3.2 8192 1,4 d-mtp-ds-B $OLD; save
+  check1 ;;
+*) echo "usage: s58.sh x|d" >&2; exit 2 ;;
 esac

@@ -110,6 +110,9 @@ func (k *Set) ExpertsFP8Unique(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv int, t
 		t[0], ts[0], t[1], ts[1], tab, slots, mm, x, ldx, xdiv, y, N, N, K, G)
 }
 
+// uniqueMMAKernel is ExpertsFP8UniqueMMA's kernel (cu/moe_unique.cu).
+const uniqueMMAKernel = "gemv_mmx_fp8_r2_u1_pu"
+
 // UniqueMMALaunches counts ExpertsFP8UniqueMMA launches (tests).
 var UniqueMMALaunches atomic.Int64
 
@@ -135,6 +138,6 @@ func (k *Set) ExpertsFP8UniqueMMA(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv int
 		tout = 1
 	}
 	UniqueMMALaunches.Add(1)
-	return k.launch("gemv_mmx_fp8_r2_u1_pu", cuda.D3(cdiv(N, 16*tout), slots, 1), cuda.D1(256), 0, s,
+	return k.launch(uniqueMMAKernel, cuda.D3(cdiv(N, 16*tout), slots, 1), cuda.D1(256), 0, s,
 		t[0], ts[0], t[1], ts[1], tab, slots, UniqueGroupSlots(rows), x, ldx, xdiv, y, N, N, K)
 }

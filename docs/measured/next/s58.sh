@@ -40,5 +40,12 @@ d)
   JS=1 bn deepseek-v3.2 8192 1,2,4,8 d-rows-ds; JS=1 bn glm-5 8192 1,4 d-rows-glm; save
   MTP=1 bn deepseek-v3.2 8192 1,4 d-mtp-ds-A; MTP=1 bn deepseek-v3.2 8192 1,4 d-mtp-ds-B $OLD; save
   check1 ;;
-*) echo "usage: s58.sh x|d" >&2; exit 2 ;;
+r)
+  # The README's rows on today's main (an H200's table if one comes), a 4-slot row on one state for the bench's
+  # record, and traces of 4 and 2 slots of their own states.
+  JS=1 bn deepseek-v3.2 8192,131072 1,4 r-ds; JS=1 bn glm-5 8192,131072 1,4 r-glm; save
+  MTP=1 JS=1 bn deepseek-v3.2 8192 1,4 r-mtp-ds; SAMP=--same-rows JS=1 bn deepseek-v3.2 8192 1,4 r-same-ds
+  SAMP=--one-state bn deepseek-v3.2 8192 4 r-one-ds; save
+  TL=1 bn deepseek-v3.2 8192 4 r-tl4; TL=1 bn deepseek-v3.2 8192 2 r-tl2; xz -T4 $R/r-tl-*.json 2>/dev/null; save ;;
+*) echo "usage: s58.sh x|d|r" >&2; exit 2 ;;
 esac

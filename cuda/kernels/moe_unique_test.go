@@ -129,50 +129,27 @@ func TestKernelExpertsUnique(t *testing.T) {
 				}
 			}
 		}
-		const E, H, I, top = 16, 1024, 512, 8
-		gate, up, down := randFP8Experts(r, a, E, I, H), randFP8Experts(r, a, E, I, H), randFP8Experts(r, a, E, H, I)
-		tabW := [3]cuda.DevPtr{a.up(gate.wp), a.up(up.wp), a.up(down.wp)}
-		tabS := [3]cuda.DevPtr{a.up(gate.sp), a.up(up.sp), a.up(down.sp)}
-		for _, rows := range []int{2, 3, 4, 8} {
-			for _, pool := range []int{E, 9, 8} {
-				ids := make([]int32, rows*top)
-				for m := range rows {
-					perm := r.Perm(pool)
-					for i := range top {
-						ids[m*top+i] = int32(perm[i])
-					}
-				}
-				slots := len(ids)
-				h := randF32(r, rows*H, 1)
-				hp, idp := a.up(h), a.up(ids)
-				mmax := UniqueGroupSlots(rows)
-				tab := a.raw(int64(4 * UniqueTableInts(slots, mmax)))
-				gu1, gu2 := a.poisoned(slots*I), a.poisoned(slots*I)
-				yd1, yd2 := a.poisoned(slots*H), a.poisoned(slots*H)
-				shape := slots + rows // as beside a shared expert's dense slot a row
-				chk(k.ExpertsFP8Shaped(s, gu1, hp, H, top, 0, [2]cuda.DevPtr{tabW[0], tabW[1]}, [2]cuda.DevPtr{tabS[0], tabS[1]}, idp, slots,
-					[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, I, H, shape))
-				chk(k.ExpertsFP8Shaped(s, yd1, gu1, I, 1, 0, [2]cuda.DevPtr{tabW[2]}, [2]cuda.DevPtr{tabS[2]}, idp, slots,
-					[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, H, I, shape))
-				n0 := UniqueLaunches.Load()
-				chk(k.MoEUnique(s, tab, idp, slots, mmax))
-				chk(k.ExpertsFP8Unique(s, gu2, hp, H, top, [2]cuda.DevPtr{tabW[0], tabW[1]}, [2]cuda.DevPtr{tabS[0], tabS[1]}, tab, slots, rows, I, H, shape))
-				chk(k.ExpertsFP8Unique(s, yd2, gu2, I, 1, [2]cuda.DevPtr{tabW[2]}, [2]cuda.DevPtr{tabS[2]}, tab, slots, rows, H, I, shape))
-				if n := UniqueLaunches.Load() - n0; n != 2 {
-					t.Errorf("%d unique launches, want 2", n)
-				}
-				name := fmt.Sprintf("experts unique %d rows, %d of %d experts", rows, pool, E)
-				g1, g2 := downF32(c, gu1, slots*I), downF32(c, gu2, slots*I)
-				d1, d2 := downF32(c, yd1, slots*H), downF32(c, yd2, slots*H)
-				record(t, name+": gate/up == per slot", "differing outputs", float64(diffCount(g2, g1)), 0)
-				record(t, name+": down == per slot", "differing outputs", float64(diffCount(d2, d1)), 0)
-				ref := make([]float64, slots*H)
-				for j, e := range ids {
-					copy(ref[j*H:], refGemv(down.at(int(e)), g1[j*I:], nil, H, I, 1, I, H))
-				}
-				record(t, name+": down", relMetric, relErr(d2, ref), boundF32)
+		const H, I, top = uqH, uqI, uqTop
+		b := newUniqueBank(r, a)
+		tabW, tabS := b.tabW, b.tabS
+		eachUniqueCase(r, a, func(uc uniqueCase) {
+			slots, rows, hp, idp, tab, mmax := uc.slots, uc.rows, uc.hp, uc.idp, uc.tab, uc.mmax
+			gu1, gu2 := a.poisoned(slots*I), a.poisoned(slots*I)
+			yd1, yd2 := a.poisoned(slots*H), a.poisoned(slots*H)
+			shape := slots + rows // as beside a shared expert's dense slot a row
+			chk(k.ExpertsFP8Shaped(s, gu1, hp, H, top, 0, [2]cuda.DevPtr{tabW[0], tabW[1]}, [2]cuda.DevPtr{tabS[0], tabS[1]}, idp, slots,
+				[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, I, H, shape))
+			chk(k.ExpertsFP8Shaped(s, yd1, gu1, I, 1, 0, [2]cuda.DevPtr{tabW[2]}, [2]cuda.DevPtr{tabS[2]}, idp, slots,
+				[2]cuda.DevPtr{}, [2]cuda.DevPtr{}, 0, H, I, shape))
+			n0 := UniqueLaunches.Load()
+			chk(k.MoEUnique(s, tab, idp, slots, mmax))
+			chk(k.ExpertsFP8Unique(s, gu2, hp, H, top, [2]cuda.DevPtr{tabW[0], tabW[1]}, [2]cuda.DevPtr{tabS[0], tabS[1]}, tab, slots, rows, I, H, shape))
+			chk(k.ExpertsFP8Unique(s, yd2, gu2, I, 1, [2]cuda.DevPtr{tabW[2]}, [2]cuda.DevPtr{tabS[2]}, tab, slots, rows, H, I, shape))
+			if n := UniqueLaunches.Load() - n0; n != 2 {
+				t.Errorf("%d unique launches, want 2", n)
 			}
-		}
+			b.check(t, c, uc, fmt.Sprintf("experts unique %d rows, %d of %d experts", rows, uc.pool, uqE), "per slot", gu1, gu2, yd1, yd2)
+		})
 	})
 }
 
@@ -185,50 +162,89 @@ func TestKernelExpertsUniqueMMA(t *testing.T) {
 		defer func() { forceMMART, forceMMAU, forceMMAP, forceMMAX = 0, 0, -1, -1 }()
 		forceMMART, forceMMAU, forceMMAP, forceMMAX = 2, 1, 1, 1
 		s := c.Stream()
-		const E, H, I, top = 16, 1024, 512, 8
-		gate, up, down := randFP8Experts(r, a, E, I, H), randFP8Experts(r, a, E, I, H), randFP8Experts(r, a, E, H, I)
-		tabW := [3]cuda.DevPtr{a.up(gate.wp), a.up(up.wp), a.up(down.wp)}
-		tabS := [3]cuda.DevPtr{a.up(gate.sp), a.up(up.sp), a.up(down.sp)}
-		for _, rows := range []int{2, 3, 4, 8} {
-			for _, pool := range []int{E, 9, 8} {
-				ids := make([]int32, rows*top)
-				for m := range rows {
-					perm := r.Perm(pool)
-					for i := range top {
-						ids[m*top+i] = int32(perm[i])
-					}
-				}
-				slots := len(ids)
-				h := randF32(r, rows*H, 1)
-				hp, idp := a.up(h), a.up(ids)
-				mmax := UniqueGroupSlots(rows)
-				tab := a.raw(int64(4 * UniqueTableInts(slots, mmax)))
-				gu, yd := a.poisoned(slots*I), a.poisoned(slots*H)
-				n0 := UniqueMMALaunches.Load()
-				chk(k.MoEUnique(s, tab, idp, slots, mmax))
-				chk(k.ExpertsFP8UniqueMMA(s, gu, hp, H, top, [2]cuda.DevPtr{tabW[0], tabW[1]}, [2]cuda.DevPtr{tabS[0], tabS[1]}, tab, slots, rows, I, H))
-				chk(k.ExpertsFP8UniqueMMA(s, yd, gu, I, 1, [2]cuda.DevPtr{tabW[2]}, [2]cuda.DevPtr{tabS[2]}, tab, slots, rows, H, I))
-				if n := UniqueMMALaunches.Load() - n0; n != 2 {
-					t.Errorf("%d unique mma launches, want 2", n)
-				}
-				// Each slot alone: its row, its expert, one row.
-				gu1, yd1 := a.poisoned(slots*I), a.poisoned(slots*H)
-				for j, e := range ids {
-					f := func(p cuda.DevPtr, i int) cuda.DevPtr { return p.Add(int64(4 * i)) }
-					chk(k.GateUpFP8MMA(s, f(gu1, j*I), f(hp, (j/top)*H), gate.wp[e], gate.sp[e], up.wp[e], up.sp[e], I, H, 1, H, I))
-					chk(k.GemvFP8MMA(s, f(yd1, j*H), f(gu, j*I), down.wp[e], down.sp[e], 0, H, I, 1, I, H))
-				}
-				name := fmt.Sprintf("experts unique mma %d rows, %d of %d experts", rows, pool, E)
-				g1, g2 := downF32(c, gu1, slots*I), downF32(c, gu, slots*I)
-				d1, d2 := downF32(c, yd1, slots*H), downF32(c, yd, slots*H)
-				record(t, name+": gate/up == its row alone", "differing outputs", float64(diffCount(g2, g1)), 0)
-				record(t, name+": down == its row alone", "differing outputs", float64(diffCount(d2, d1)), 0)
-				ref := make([]float64, slots*H)
-				for j, e := range ids {
-					copy(ref[j*H:], refGemv(down.at(int(e)), g2[j*I:], nil, H, I, 1, I, H))
-				}
-				record(t, name+": down", relMetric, relErr(d2, ref), boundF32)
+		const H, I, top = uqH, uqI, uqTop
+		b := newUniqueBank(r, a)
+		tabW, tabS := b.tabW, b.tabS
+		eachUniqueCase(r, a, func(uc uniqueCase) {
+			slots, rows, hp, idp, tab, mmax := uc.slots, uc.rows, uc.hp, uc.idp, uc.tab, uc.mmax
+			gu, yd := a.poisoned(slots*I), a.poisoned(slots*H)
+			n0 := UniqueMMALaunches.Load()
+			chk(k.MoEUnique(s, tab, idp, slots, mmax))
+			chk(k.ExpertsFP8UniqueMMA(s, gu, hp, H, top, [2]cuda.DevPtr{tabW[0], tabW[1]}, [2]cuda.DevPtr{tabS[0], tabS[1]}, tab, slots, rows, I, H))
+			chk(k.ExpertsFP8UniqueMMA(s, yd, gu, I, 1, [2]cuda.DevPtr{tabW[2]}, [2]cuda.DevPtr{tabS[2]}, tab, slots, rows, H, I))
+			if n := UniqueMMALaunches.Load() - n0; n != 2 {
+				t.Errorf("%d unique mma launches, want 2", n)
 			}
-		}
+			// Each slot alone: its row, its expert, one row.
+			gu1, yd1 := a.poisoned(slots*I), a.poisoned(slots*H)
+			for j, e := range uc.ids {
+				f := func(p cuda.DevPtr, i int) cuda.DevPtr { return p.Add(int64(4 * i)) }
+				chk(k.GateUpFP8MMA(s, f(gu1, j*I), f(hp, (j/top)*H), b.gate.wp[e], b.gate.sp[e], b.up.wp[e], b.up.sp[e], I, H, 1, H, I))
+				chk(k.GemvFP8MMA(s, f(yd1, j*H), f(gu, j*I), b.down.wp[e], b.down.sp[e], 0, H, I, 1, I, H))
+			}
+			b.check(t, c, uc, fmt.Sprintf("experts unique mma %d rows, %d of %d experts", rows, uc.pool, uqE), "its row alone", gu1, gu, yd1, yd)
+		})
 	})
+}
+
+// uniqueBank is the grouped-expert tests' bank: E fp8 experts of I x H
+// (gate, up) and H x I (down), their device pointer tables, and top picks a
+// row.
+type uniqueBank struct {
+	gate, up, down fp8Experts
+	tabW, tabS     [3]cuda.DevPtr
+}
+
+const uqE, uqH, uqI, uqTop = 16, 1024, 512, 8
+
+func newUniqueBank(r *rand.Rand, a *allocs) uniqueBank {
+	b := uniqueBank{gate: randFP8Experts(r, a, uqE, uqI, uqH), up: randFP8Experts(r, a, uqE, uqI, uqH), down: randFP8Experts(r, a, uqE, uqH, uqI)}
+	b.tabW = [3]cuda.DevPtr{a.up(b.gate.wp), a.up(b.up.wp), a.up(b.down.wp)}
+	b.tabS = [3]cuda.DevPtr{a.up(b.gate.sp), a.up(b.up.sp), a.up(b.down.sp)}
+	return b
+}
+
+// uniqueCase is one launch's input: rows x top routed slots drawn from the
+// first pool experts (each row's picks distinct), their input rows and a
+// table buffer grouped by mmax.
+type uniqueCase struct {
+	rows, pool, slots, mmax int
+	ids                     []int32
+	hp, idp, tab            cuda.DevPtr
+}
+
+// eachUniqueCase runs f on 2, 3, 4 and 8 rows over pools from all 16
+// experts down to 8 (every row then shares most of its experts).
+func eachUniqueCase(r *rand.Rand, a *allocs, f func(uc uniqueCase)) {
+	for _, rows := range []int{2, 3, 4, 8} {
+		for _, pool := range []int{uqE, 9, 8} {
+			ids := make([]int32, rows*uqTop)
+			for m := range rows {
+				perm := r.Perm(pool)
+				for i := range uqTop {
+					ids[m*uqTop+i] = int32(perm[i])
+				}
+			}
+			mmax := UniqueGroupSlots(rows)
+			f(uniqueCase{rows: rows, pool: pool, slots: len(ids), mmax: mmax, ids: ids, hp: a.up(randF32(r, rows*uqH, 1)),
+				idp: a.up(ids), tab: a.raw(int64(4 * UniqueTableInts(len(ids), mmax)))})
+		}
+	}
+}
+
+// check records the grouped gate/up gu and down yd of case uc against the
+// launches they must equal bit for bit (guRef, ydRef: named ref), and the
+// down against the CPU reference over the gate/up it was fed.
+func (b uniqueBank) check(t *testing.T, c *cuda.Ctx, uc uniqueCase, name, ref string, guRef, gu, ydRef, yd cuda.DevPtr) {
+	t.Helper()
+	n := uc.slots
+	g1, g2 := downF32(c, guRef, n*uqI), downF32(c, gu, n*uqI)
+	d1, d2 := downF32(c, ydRef, n*uqH), downF32(c, yd, n*uqH)
+	record(t, name+": gate/up == "+ref, "differing outputs", float64(diffCount(g2, g1)), 0)
+	record(t, name+": down == "+ref, "differing outputs", float64(diffCount(d2, d1)), 0)
+	want := make([]float64, n*uqH)
+	for j, e := range uc.ids {
+		copy(want[j*uqH:], refGemv(b.down.at(int(e)), g2[j*uqI:], nil, uqH, uqI, 1, uqI, uqH))
+	}
+	record(t, name+": down", relMetric, relErr(d2, want), boundF32)
 }

@@ -31,11 +31,14 @@ import (
 //
 // Unset: where the engine runs the dense GEMVs of several rows on the
 // tensor cores (the experts' rows at least mmaMinN long, so the real
-// models, not the tiny presets), =x's rounds (session 58 call B, one H100,
-// 8192, DeepSeek-V3.2 dims, against the tile kernels' rounds of 3-4 rows
-// and with TILERT_GPU_SIDE_SH_ONCE: 4 same-row slots 5.286 -> 3.888 ms, 4
-// slots 5.979 -> 4.889, 2 slots 4.574 -> 4.124, 8 slots 11.33 -> 6.30, the
-// MTP step of one slot 5.615 -> 5.655, of 4 slots 12.76 -> 8.26); elsewhere
+// models, not the tiny presets), =x's rounds. Session 58, one H100, 8192,
+// DeepSeek-V3.2 dims, with TILERT_GPU_SIDE_SH_ONCE: call B against the tile
+// kernels' rounds of 3-4 rows, 4 same-row slots 5.286 -> 3.888 ms and the
+// MTP step of one slot 5.615 -> 5.655; call C against =1 without the shared
+// expert once, each slot its own state, 4 slots 7.077 -> 6.380 (GLM-5 dims
+// 6.527 -> 5.900), the MTP step of one slot 5.873 -> 5.591 and of 4 slots
+// 17.69 -> 10.71 (one run each). (Call B's rows without --same-rows shared
+// one bench state, so more experts than distinct requests do.) Elsewhere
 // the tile kernels' rounds of 3 or 4 rows (session 57 call E: 4 slots -980
 // / -964 us; 2 rows and 5-8 lost there), whose outputs keep the per-slot
 // launches' bits.

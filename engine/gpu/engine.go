@@ -68,6 +68,7 @@ type backend struct {
 	w      *dweights
 	ws     *workspace
 	lpw    lpWorkspace // penalties and logprobs (forward.go), on first use
+	probe  routeProbe  // the routing of probed steps (probe.go)
 	// rowPos: the positions of the last forward's rows, as beginMeta
 	// uploaded them to metaCur (choose reads a sampler's counter there):
 	// ws.meta, or its twin ws.meta2 where forwards alternate.

@@ -528,6 +528,9 @@ func (f *fwd) route(lw *dlayer) {
 	E, K := c.NRoutedExperts, c.NumExpertsPerTok
 	o.lin(lw.Router, ws.rlog, ws.h, M, H, E)
 	o.do(o.b.moeRoute(ws.eidx, ws.ewts, ws.rlog, lw.Bias, M, E, K, c.NGroup, c.TopKGroup, c.NormTopKProb, float32(c.RoutedScalingFactor)))
+	if d, ok := e.probe.slot(lw.Idx, M, K); ok {
+		o.do(o.b.copyDD(d, ws.eidx, int64(4*M*K)))
+	}
 }
 
 // tileShared says whether moeTile runs the shared expert as dense slots of

@@ -60,6 +60,67 @@ type ContextRow struct {
 	// expert and of the vocabulary, the replicated parts, the caches.
 	RankFloorBytes int64   `json:"rank_floor_bytes,omitempty"`
 	RankFloorMS    float64 `json:"rank_floor_ms,omitempty"`
+	// The routed experts one probed step's rows touched (the unsharded GPU
+	// engine's routing probe: a step after the graph captures, not timed),
+	// the mean over the main MoE layers, against uniform routing's
+	// expectation; the floor and efficiency on the touched experts.
+	TouchedExperts    float64 `json:"touched_experts_per_layer,omitempty"`
+	UniformExperts    float64 `json:"uniform_experts_per_layer,omitempty"`
+	TouchedFloorBytes int64   `json:"touched_floor_bytes,omitempty"`
+	TouchedFloorMS    float64 `json:"touched_floor_ms,omitempty"`
+	TouchedEfficiency float64 `json:"touched_efficiency,omitempty"`
+}
+
+// routingProber is an engine that hands back a step's routing
+// (engine/gpu's routing probe).
+type routingProber interface {
+	SetRoutingProbe(on bool) error
+	RoutedLayers() []gpu.RoutedLayer
+}
+
+// touchedExperts counts each layer's distinct routed experts in a probed
+// step's routing.
+func touchedExperts(layers []gpu.RoutedLayer) map[int]int {
+	seen := map[int]map[int32]bool{}
+	for _, l := range layers {
+		if seen[l.Layer] == nil {
+			seen[l.Layer] = map[int32]bool{}
+		}
+		for _, id := range l.IDs {
+			seen[l.Layer][id] = true
+		}
+	}
+	out := make(map[int]int, len(seen))
+	for l, s := range seen {
+		out[l] = len(s)
+	}
+	return out
+}
+
+// touchedFloor fills row's touched-expert fields from a probed step's
+// distinct experts by layer: rows and mtpRows rows through the main layers
+// and the MTP layer, each distinct row copies times.
+func touchedFloor(row *ContextRow, cfg *model.Config, touched map[int]int, rows, mtpRows, copies int, copyGBps float64) {
+	var sum, n float64
+	for l, d := range touched {
+		if l < cfg.NumLayers {
+			sum, n = sum+float64(d), n+1
+		}
+	}
+	if n == 0 {
+		return
+	}
+	row.TouchedExperts, row.UniformExperts = sum/n, uniformExperts(cfg, rows/copies)
+	row.TouchedFloorBytes = weightFloorWith(cfg, rows, mtpRows, copies, func(layer, r int) float64 {
+		if d, ok := touched[layer]; ok {
+			return float64(d)
+		}
+		return uniformExperts(cfg, r)
+	}) + row.CacheBytes
+	if copyGBps > 0 && row.StepP50MS > 0 {
+		row.TouchedFloorMS = float64(row.TouchedFloorBytes) / (copyGBps * 1e9) * 1e3
+		row.TouchedEfficiency = row.TouchedFloorMS / row.StepP50MS
+	}
 }
 
 // ContextResult is a context-mode run.
@@ -117,15 +178,26 @@ func weightFloorBytes(c *model.Config, slots int) int64 { return weightFloorByte
 // otherwise): the copies of a row read its embedding row and hit its
 // experts once.
 func weightFloorBytesMTP(c *model.Config, rows, mtpRows, copies int) int64 {
+	return weightFloorWith(c, rows, mtpRows, copies, func(_, rows int) float64 { return uniformExperts(c, rows) })
+}
+
+// uniformExperts is the expected number of distinct routed experts rows
+// rows of top-k picks among E hit when each row picks uniformly (all k of
+// them for one row).
+func uniformExperts(c *model.Config, rows int) float64 {
+	E, K := c.NRoutedExperts, c.NumExpertsPerTok
+	if E > 0 && rows > 1 {
+		return float64(E) * (1 - math.Pow(1-float64(K)/float64(E), float64(rows)))
+	}
+	return float64(K)
+}
+
+// weightFloorWith is weightFloorBytesMTP with distinct(layer, rows) routed
+// experts read by a MoE layer's rows (the distinct rows, copies apart).
+func weightFloorWith(c *model.Config, rows, mtpRows, copies int, distinct func(layer, rows int) float64) int64 {
 	rows, mtpRows = rows/copies, mtpRows/copies
 	var total float64
-	E, K := c.NRoutedExperts, c.NumExpertsPerTok
-	distinct := func(rows int) float64 {
-		if E > 0 && rows > 1 {
-			return float64(E) * (1 - math.Pow(1-float64(K)/float64(E), float64(rows)))
-		}
-		return float64(K)
-	}
+	E := c.NRoutedExperts
 	for _, s := range model.Specs(c) {
 		n := int64(1)
 		for _, d := range s.Shape {
@@ -153,7 +225,7 @@ func weightFloorBytesMTP(c *model.Config, rows, mtpRows, copies int) int64 {
 		case strings.HasSuffix(s.Name, ".embed_tokens.weight"): // the MTP layer's own table
 			total += float64(b) / float64(s.Shape[0]) * float64(r)
 		case expert:
-			total += float64(b) * distinct(r) / float64(E)
+			total += float64(b) * distinct(layer, r) / float64(E)
 		default:
 			total += float64(b)
 		}
@@ -436,6 +508,10 @@ func runContexts(c *cli.Context, ctxs []int) error {
 		for _, slots := range batches {
 			p, _, _ := sampling(c)
 			p.MaxTokens = ntok
+			rp, canProbe := e.(routingProber)
+			if canProbe {
+				p.MaxTokens += 2 // the probed step's tokens (an MTP step may make two)
+			}
 			ids := ids[:slots]
 			last, first := rng.IntN(cfg.VocabSize*3/4), rng.IntN(cfg.VocabSize*3/4)
 			for s := range slots {
@@ -465,7 +541,45 @@ func runContexts(c *cli.Context, ctxs []int) error {
 			var toks, drafted, accepted []int // per step, over its slots
 			active := slices.Clone(ids)
 			pr, canProfile := e.(profiler)
+			var touched map[int]int
+			// advance checks a step's results and drops the finished slots.
+			advance := func(out []engine.StepResult) error {
+				for _, sr := range out {
+					if same && !slices.Equal(sr.Tokens, out[0].Tokens) {
+						return errors.WithHint(errors.Newf("--same-rows: at context %d, %d slots, slot %d's tokens %v parted from slot %d's %v at step %d",
+							C, slots, sr.Slot, sr.Tokens, out[0].Slot, out[0].Tokens, len(steps)),
+							"the engine computed the same row differently in two slots, so the floor's one set of experts does not hold; report it, and bench without --same-rows")
+					}
+				}
+				next := active[:0]
+				for _, sr := range out {
+					if sr.Finish == engine.FinishNone {
+						next = append(next, sr.Slot)
+					}
+				}
+				active = next
+				return nil
+			}
 			for len(active) > 0 {
+				if canProbe && touched == nil && len(steps) == 2 && len(active) == slots {
+					// One step with the routing probe, after the graph
+					// captures and outside the timed steps.
+					if err := rp.SetRoutingProbe(true); err != nil {
+						return err
+					}
+					out, err := e.Step(active)
+					if perr := rp.SetRoutingProbe(false); err == nil {
+						err = perr
+					}
+					if err != nil {
+						return err
+					}
+					touched = touchedExperts(rp.RoutedLayers())
+					if err := advance(out); err != nil {
+						return err
+					}
+					continue
+				}
 				if canProfile && len(steps) == 2 {
 					pr.HostTimes() // the count starts after the graph captures
 				}
@@ -478,20 +592,11 @@ func runContexts(c *cli.Context, ctxs []int) error {
 				nt, nd, na := 0, 0, 0
 				for _, sr := range out {
 					nt, nd, na = nt+len(sr.Tokens), nd+sr.Drafted, na+sr.Accepted
-					if same && !slices.Equal(sr.Tokens, out[0].Tokens) {
-						return errors.WithHint(errors.Newf("--same-rows: at context %d, %d slots, slot %d's tokens %v parted from slot %d's %v at step %d",
-							C, slots, sr.Slot, sr.Tokens, out[0].Slot, out[0].Tokens, len(steps)),
-							"the engine computed the same row differently in two slots, so the floor's one set of experts does not hold; report it, and bench without --same-rows")
-					}
 				}
 				toks, drafted, accepted = append(toks, nt), append(drafted, nd), append(accepted, na)
-				next := active[:0]
-				for _, sr := range out {
-					if sr.Finish == engine.FinishNone {
-						next = append(next, sr.Slot)
-					}
+				if err := advance(out); err != nil {
+					return err
 				}
-				active = next
 				// The timeline (like the profile below) re-runs one step's
 				// work after the timed steps, then the slots are done.
 				if tlPath != "" && len(active) == slots && len(steps) == traceAfter(ntok, mtp) {
@@ -553,6 +658,13 @@ func runContexts(c *cli.Context, ctxs []int) error {
 				row.TokensPerSec = row.TokensPerStep * float64(slots) / (row.StepP50MS * 1e-3)
 				row.CacheBytes = int64(slots) * cacheFloorBytesMTP(cfg, lay, C, true)
 				row.FloorBytes = weightFloorBytesMTP(cfg, 2*slots, slots, dup) + row.CacheBytes
+			}
+			if touched != nil {
+				if mtp {
+					touchedFloor(&row, cfg, touched, 2*slots, slots, dup, res.CopyGBps)
+				} else {
+					touchedFloor(&row, cfg, touched, slots, 0, dup, res.CopyGBps)
+				}
 			}
 			if res.CopyGBps > 0 {
 				row.FloorMS = float64(row.FloorBytes) / (res.CopyGBps * 1e9) * 1e3
@@ -619,6 +731,10 @@ func reportRow(w io.Writer, r ContextResult, row ContextRow, first bool) {
 		fmt.Fprintf(w, " %13.3f %13.3f", float64(row.RankFloorBytes)/1e9, row.RankFloorMS)
 	}
 	fmt.Fprintln(w)
+	if row.TouchedFloorBytes > 0 {
+		fmt.Fprintf(w, "  routed experts a MoE layer touched (one probed step): %.1f, uniform routing %.1f; floor on them %.3f GB, %.3f ms: efficiency %.0f%%\n",
+			row.TouchedExperts, row.UniformExperts, float64(row.TouchedFloorBytes)/1e9, row.TouchedFloorMS, 100*row.TouchedEfficiency)
+	}
 	if row.MTP {
 		fmt.Fprintf(w, "  mtp: %.2f tokens/slot per step (draft acceptance %.2f); floor: 2 rows/slot through the main layers, 1 through the MTP layer\n",
 			row.TokensPerStep, row.AcceptRate)

@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/tilert-go/tilert/engine"
+	"github.com/tilert-go/tilert/engine/gpu"
 	"github.com/tilert-go/tilert/internal/engineload"
 )
 
@@ -153,5 +154,58 @@ func TestOneExpertBankRefusals(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err = %v, want one containing %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// The floor on a probed step's touched experts: the routing of 4 rows that
+// all hit the same 8 experts reads what --same-rows' floor counts; 4 rows
+// of 32 distinct experts more than uniform routing's expectation; a layer
+// seen twice in a step counts its experts once.
+func TestTouchedFloor(t *testing.T) {
+	cfg, err := engineload.DummyConfig("deepseek-v3.2", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	K := cfg.NumExpertsPerTok
+	var moe []int
+	for l := range cfg.NumLayers {
+		if cfg.IsMoELayer(l) {
+			moe = append(moe, l)
+		}
+	}
+	route := func(distinct bool) []gpu.RoutedLayer {
+		var out []gpu.RoutedLayer
+		for _, l := range moe {
+			ids := make([]int32, 4*K)
+			for i := range ids {
+				ids[i] = int32(i % K)
+				if distinct {
+					ids[i] = int32(i)
+				}
+			}
+			// The same layer's routing in two parts (rows 0-1, 2-3).
+			out = append(out, gpu.RoutedLayer{Layer: l, Rows: 2, IDs: ids[:2*K]}, gpu.RoutedLayer{Layer: l, Rows: 2, IDs: ids[2*K:]})
+		}
+		return out
+	}
+	same := touchedExperts(route(false))
+	for _, l := range moe {
+		if same[l] != K {
+			t.Fatalf("layer %d: %d touched experts, want %d", l, same[l], K)
+		}
+	}
+	var row ContextRow
+	row.StepP50MS = 1
+	touchedFloor(&row, cfg, same, 4, 0, 4, 3000) // --same-rows: 4 copies of a row
+	if want := weightFloorBytesMTP(cfg, 4, 0, 4); row.TouchedFloorBytes != want {
+		t.Errorf("4 rows on the same experts: touched floor %d, want --same-rows' %d", row.TouchedFloorBytes, want)
+	}
+	if row.TouchedExperts != float64(K) || row.UniformExperts != float64(K) || row.TouchedEfficiency <= 0 {
+		t.Errorf("touched %.1f experts (uniform %.1f), efficiency %.3f", row.TouchedExperts, row.UniformExperts, row.TouchedEfficiency)
+	}
+	var rowD ContextRow
+	touchedFloor(&rowD, cfg, touchedExperts(route(true)), 4, 0, 1, 3000)
+	if uni := weightFloorBytes(cfg, 4); rowD.TouchedFloorBytes <= uni || rowD.TouchedExperts != float64(4*K) || rowD.UniformExperts <= float64(3*K) {
+		t.Errorf("4 rows on 32 distinct experts: touched floor %d (%.0f experts), want above uniform routing's %d", rowD.TouchedFloorBytes, rowD.TouchedExperts, uni)
 	}
 }

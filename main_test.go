@@ -387,6 +387,35 @@ func TestBenchDecode(t *testing.T) {
 		sr.Rows[1].FloorBytes-sr.Rows[1].CacheBytes != sr.Rows[0].FloorBytes-sr.Rows[0].CacheBytes {
 		t.Errorf("bench --same-rows result %+v", sr)
 	}
+	// Two slots of their own states (the default), and of one state
+	// (--one-state, the bench before session 58: said in the header and
+	// the JSON).
+	for _, one := range []bool{false, true} {
+		args := []string{"bench", "decode", "--device", "cpu", "--model-dir", dir, "--context", "300", "--batches", "2", "--tokens", "6", "--json", js}
+		if one {
+			args = append(args, "--one-state")
+		}
+		out, stderr, code := run(t, args...)
+		if code != 0 || strings.Contains(out, "one state:") != one {
+			t.Fatalf("bench --batches 2 (--one-state %v): exit %d: %s\n%s", one, code, stderr, out)
+		}
+		data, err := os.ReadFile(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct {
+			One  bool `json:"one_state"`
+			Rows []struct {
+				Slots int `json:"slots"`
+			} `json:"contexts"`
+		}
+		if err := json.Unmarshal(data, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.One != one || len(st.Rows) != 1 || st.Rows[0].Slots != 2 {
+			t.Errorf("bench --batches 2 (--one-state %v) result %+v", one, st)
+		}
+	}
 	if _, stderr, code := run(t, "bench", "decode", "--device", "cpu", "--model-dir", dir, "--same-rows"); code != 2 || !strings.Contains(stderr, "--same-rows needs --context") {
 		t.Errorf("--same-rows without --context: exit %d: %s", code, stderr)
 	}

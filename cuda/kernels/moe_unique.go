@@ -113,6 +113,14 @@ func (k *Set) ExpertsFP8Unique(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv int, t
 // uniqueMMAKernel is ExpertsFP8UniqueMMA's kernel (cu/moe_unique.cu).
 const uniqueMMAKernel = "gemv_mmx_fp8_r2_u1_pu"
 
+// UniqueMMAOK says whether ExpertsFP8UniqueMMA takes inputs x of rows of
+// K fp8 weights' width, ldx apart: MMAOK's shape checks (the experts'
+// weights behind the device tables are taken to be 16-byte aligned, as
+// the loader allocates them).
+func (k *Set) UniqueMMAOK(x cuda.DevPtr, K, ldx int) bool {
+	return k.MMAOK(x, x, K, ldx, 1, 1)
+}
+
 // UniqueMMALaunches counts ExpertsFP8UniqueMMA launches (tests).
 var UniqueMMALaunches atomic.Int64
 
@@ -130,7 +138,7 @@ func (k *Set) ExpertsFP8UniqueMMA(s cuda.Stream, y, x cuda.DevPtr, ldx, xdiv int
 	if t[0] == 0 || ts[0] == 0 || tab == 0 || (t[1] != 0) != (ts[1] != 0) {
 		return errors.Newf("experts unique mma: the weight and scale tables (both halves of a pair) and the unique table are needed")
 	}
-	if !k.MMAOK(x, t[0], K, ldx, 1, 1) {
+	if !k.UniqueMMAOK(x, K, ldx) {
 		return errors.Newf("experts unique mma: K=%d ldx=%d x=%#x: needs K %% 16 == 0, ldx %% 4 == 0, aligned x and sm_80+", K, ldx, uint64(x))
 	}
 	tout := 2

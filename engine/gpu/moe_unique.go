@@ -56,11 +56,15 @@ func moeMMAAuto(MI, H int) bool {
 	return gemvMMAOn && MI >= mmaMinN && H >= mmaMinN
 }
 
+// mmaDefault is moeMMAAuto for this model's experts.
+func (f *fwd) mmaDefault() bool {
+	return moeMMAAuto(f.e.cfg.MoEIntermediateSize, f.e.cfg.HiddenSize)
+}
+
 // moeUniqueMMA says whether moeTile's grouped launches of a round take
 // the tensor-core kernel.
 func (f *fwd) moeUniqueMMA() bool {
-	c := f.e.cfg
-	return moeUniqueMode == "x" || (moeUniqueMode == "" && moeMMAAuto(c.MoEIntermediateSize, c.HiddenSize))
+	return moeUniqueMode == "x" || (moeUniqueMode == "" && f.mmaDefault())
 }
 
 // moeUnique says whether moeTile runs a round of m rows grouped by expert.
@@ -88,7 +92,7 @@ func (b *cudaDevice) moeUnique(tab, ids cuda.DevPtr, n, mmax int) error {
 }
 
 func (b *cudaDevice) expertsUnique(y, x cuda.DevPtr, ldx, xdiv int, t, ts [2]cuda.DevPtr, tab cuda.DevPtr, slots, rows, N, K, shapeSlots int, mma bool) error {
-	if mma && b.k.MMAOK(x, t[0], K, ldx, 1, 1) && ts[0] != 0 {
+	if mma && b.k.UniqueMMAOK(x, K, ldx) && ts[0] != 0 {
 		return b.k.ExpertsFP8UniqueMMA(b.s, y, x, ldx, xdiv, t, ts, tab, slots, rows, N, K)
 	}
 	return b.k.ExpertsFP8Unique(b.s, y, x, ldx, xdiv, t, ts, tab, slots, rows, N, K, shapeSlots)
@@ -155,6 +159,5 @@ var sideShOnceMode = os.Getenv("TILERT_GPU_SIDE_SH_ONCE")
 
 // sharedOnce says whether sharedShaped runs M rows' shared expert once.
 func (f *fwd) sharedOnce(M int) bool {
-	c := f.e.cfg
-	return M >= 2 && (sideShOnceMode == "1" || (sideShOnceMode == "" && moeMMAAuto(c.MoEIntermediateSize, c.HiddenSize)))
+	return M >= 2 && (sideShOnceMode == "1" || (sideShOnceMode == "" && f.mmaDefault()))
 }

@@ -3,6 +3,7 @@ package gpu
 import (
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 
@@ -23,6 +24,8 @@ type RoutedLayer struct {
 // brings them to the host. bench decode uses it to count the routed experts
 // a step actually touched (its floor otherwise assumes uniform routing).
 type routeProbe struct {
+	// active mirrors on for route's check in every step (no lock there).
+	active  atomic.Bool
 	mu      sync.Mutex
 	on      bool
 	dev     cuda.DevPtr
@@ -57,9 +60,11 @@ func (e *Engine) SetRoutingProbe(on bool) error {
 			return errors.Wrap(err, "routing probe: allocating its buffer")
 		}
 		p.on, p.used, p.pending, p.layers = true, 0, nil, nil
+		p.active.Store(true)
 		return nil
 	}
 	p.on = false
+	p.active.Store(false)
 	raw := make([]byte, 4*p.used)
 	err := e.m.r.run(func(b device) error {
 		var err error
@@ -98,6 +103,9 @@ func (e *Engine) RoutedLayers() []RoutedLayer {
 // slot says where route copies layer's routing of rows rows x k ids in the
 // probe's buffer (false: not probing, or the buffer is full).
 func (p *routeProbe) slot(layer, rows, k int) (cuda.DevPtr, bool) {
+	if !p.active.Load() {
+		return 0, false
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := rows * k

@@ -503,32 +503,38 @@ func runContexts(c *cli.Context, ctxs []int) error {
 	for i := range ids {
 		ids[i] = i
 	}
+	rp, canProbe := e.(routingProber)
 	for _, C := range ctxs {
 		segs := syntheticState(lay, C, rng)
+		// Slot s > 0's own state (not --one-state), made once a context:
+		// its own context, as distinct requests have. One state for all
+		// (before session 58) had the rows share attention outputs, so more
+		// of their experts than uniform routing would (4 slots timed at 115%
+		// of the floor). Its own generator: slot 0's state and the tokens
+		// stay those of earlier runs.
+		own := map[int][]engine.Segment{}
+		stateOf := func(s int) []engine.Segment {
+			if s == 0 || same || oneState {
+				return segs
+			}
+			if own[s] == nil {
+				own[s] = syntheticState(lay, C, rand.New(rand.NewPCG(c.Uint64("seed"), 1000+uint64(s))))
+			}
+			return own[s]
+		}
 		for _, slots := range batches {
 			p, _, _ := sampling(c)
 			p.MaxTokens = ntok
-			rp, canProbe := e.(routingProber)
 			if canProbe {
 				p.MaxTokens += 2 // the probed step's tokens (an MTP step may make two)
 			}
 			ids := ids[:slots]
 			last, first := rng.IntN(cfg.VocabSize*3/4), rng.IntN(cfg.VocabSize*3/4)
 			for s := range slots {
-				ss := segs
 				if s > 0 && !same {
 					last, first = rng.IntN(cfg.VocabSize*3/4), rng.IntN(cfg.VocabSize*3/4)
-					if !oneState {
-						// Its own context, as distinct requests have: one state
-						// for all (before session 58) had the rows share
-						// attention outputs, so more of their experts than
-						// uniform routing would (4 slots timed at 115% of the
-						// floor). Its own generator: slot 0's state and the
-						// tokens stay those of earlier runs.
-						ss = syntheticState(lay, C, rand.New(rand.NewPCG(c.Uint64("seed"), 1000+uint64(s))))
-					}
 				}
-				if err := e.Import(s, engine.SlotMeta{SeqLen: C, MTPLen: C, LastToken: last}, ss); err != nil {
+				if err := e.Import(s, engine.SlotMeta{SeqLen: C, MTPLen: C, LastToken: last}, stateOf(s)); err != nil {
 					return errors.Wrapf(err, "importing a %d-position state into slot %d", C, s)
 				}
 				if _, err := e.Start(s, first, p); err != nil {
@@ -660,11 +666,11 @@ func runContexts(c *cli.Context, ctxs []int) error {
 				row.FloorBytes = weightFloorBytesMTP(cfg, 2*slots, slots, dup) + row.CacheBytes
 			}
 			if touched != nil {
+				rows, mtpRows := slots, 0
 				if mtp {
-					touchedFloor(&row, cfg, touched, 2*slots, slots, dup, res.CopyGBps)
-				} else {
-					touchedFloor(&row, cfg, touched, slots, 0, dup, res.CopyGBps)
+					rows, mtpRows = 2*slots, slots
 				}
+				touchedFloor(&row, cfg, touched, rows, mtpRows, dup, res.CopyGBps)
 			}
 			if res.CopyGBps > 0 {
 				row.FloorMS = float64(row.FloorBytes) / (res.CopyGBps * 1e9) * 1e3

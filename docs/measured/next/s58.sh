@@ -34,7 +34,7 @@ d)
   # gpu-check's first half.
   OLD="TILERT_GPU_MOE_UNIQUE=1 TILERT_GPU_SIDE_SH_ONCE=0"
   abab deepseek-v3.2 8192 4 d-ds $OLD
-  bn deepseek-v3.2 8192 4 d-one-ds-A; bn deepseek-v3.2 8192 4 d-one-ds-B $OLD; save
+  SAMP=--one-state bn deepseek-v3.2 8192 4 d-one-ds-A; SAMP=--one-state bn deepseek-v3.2 8192 4 d-one-ds-B $OLD; save
   abab glm-5 8192 4 d-glm $OLD
   SAMP=--same-rows JS=1 bn deepseek-v3.2 8192 1,4 d-same-ds; SAMP=--same-rows JS=1 bn glm-5 8192 1,4 d-same-glm; save
   JS=1 bn deepseek-v3.2 8192 1,2,4,8 d-rows-ds; JS=1 bn glm-5 8192 1,4 d-rows-glm; save

@@ -52,7 +52,7 @@ var pdlKernels = setOf(
 	"gemv_tile_fp8_r1_m8", "gemv_tile_fp8_r2_m8", "gemv_tile_fp8_r4_m8",
 	"gemv_tile_bf16_r1_m8", "gemv_tile_bf16_r2_m8", "gemv_tile_bf16_r4_m8",
 	"gemv_tile_fp8_r2_m1_d16", "gemv_tile_fp8_r4_m1_d16", "gemv_tile_fp8_r8_m1_d16",
-	"gemv_tile_fp8_r4_m1_o4", "gemv_tile_fp8_r8_m1_o4",
+	"gemv_tile_fp8_r4_m1_o4", "gemv_tile_fp8_r8_m1_o4", "gemv_tile_fp8_r8_m1_o4k",
 	"moe_combine_slots",
 	// moe_unique.cu
 	"moe_unique", "gemv_tile_fp8_r4_m4_u", "gemv_tile_fp8_r2_m8_u", "gemv_mmx_fp8_r2_u1_pu",

@@ -24,11 +24,18 @@
 //
 // Needs K % T::E == 0, 16-byte aligned W rows, x and ldx % 4 == 0 (the
 // launchers check and fall back).
+//
+// Split-K (SK, dense slots only): K is the rows' length and dense slot j
+// takes its columns [j*KS, (j+1)*KS), KS = K / gridDim.y (x row j then
+// holds those inputs, ldx = KS), so the slots' outputs are partial sums of
+// one long-row GEMV (o_proj's one row on the routed down's short-row shape;
+// kernels.GemvFP8SplitK). The row pointers and scale rows are the plain
+// ones, so no register more is live in the loop.
 
 // TILE_THREADS, the loads, the weight formats (TFP8, TBF16) and a chunk's
 // one-row sums (TILE_CHUNK_M1): gemv_tile.cuh, shared with the mid module.
 
-template <class T, int R, int MM, int LD = 8>
+template <class T, int R, int MM, int LD = 8, bool SK = false>
 __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
                                                const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
                                                const int* __restrict__ ids, int slots, const void* W0,
@@ -57,6 +64,11 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
     w1 = W1;
     s1 = S1;
     xr = xsh + (j - slots);
+    if (SK) {
+      const int ks = K / (int)gridDim.y;
+      w0 = (const char*)W0 + (size_t)(j - slots) * ks * T::BYTES;
+      s0 = S0 ? S0 + (size_t)(j - slots) * (ks >> 7) : (const float*)0;
+    }
   }
   const bool pair = w1 != 0;
   const int rout = pair ? R / 2 : R;  // output rows per group
@@ -88,7 +100,7 @@ __device__ __forceinline__ void gemv_tile_body(const void* const* __restrict__ T
   for (int r = 0; r < R; r++)
 #pragma unroll
     for (int m = 0; m < MM; m++) acc[r][m] = 0.0f;
-  const int C = n0 < N ? K / T::E : 0;  // idle groups past N load nothing
+  const int C = n0 < N ? (SK ? K / (int)gridDim.y : K) / T::E : 0;  // idle groups past N load nothing
   for (int c0 = tg; c0 < C; c0 += G * NI) {
     uint4 wv[NI][R];
     float scg[NI], scu[NI];
@@ -569,6 +581,20 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS, 4)
   PDL_WAIT();
   gemv_tile_body<TFP8, 8, 1, 8>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid, N,
                                  K, M, G, fold);
+}
+
+// One input row of fp8 rows K long as gridDim.y split-K slots of K /
+// gridDim.y columns (SK above), on _o4's shape: slot j's partial sum into
+// y + j*ldy.
+extern "C" __global__ void __launch_bounds__(TILE_THREADS, 4)
+    gemv_tile_fp8_r8_m1_o4k(const void* const* __restrict__ T0, const float* const* __restrict__ TS0,
+                            const void* const* __restrict__ T1, const float* const* __restrict__ TS1,
+                            const int* __restrict__ ids, int slots, const void* W0, const float* S0, const void* W1,
+                            const float* S1, const float* __restrict__ x, int ldx, int xdiv, int xsh, float* y,
+                            int ldy, const float* resid, int N, int K, int M, int G, int fold) {
+  PDL_WAIT();
+  gemv_tile_body<TFP8, 8, 1, 8, true>(T0, TS0, T1, TS1, ids, slots, W0, S0, W1, S1, x, ldx, xdiv, xsh, y, ldy, resid,
+                                       N, K, M, G, fold);
 }
 
 // out[m][n] = (resid ? resid[m][n] : 0) + sum_j w[m][j] * y[m*k + j][n]: the

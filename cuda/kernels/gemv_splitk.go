@@ -37,8 +37,14 @@ func splitKShape(sms, N, K, splits int) (G, R int, v string) {
 // compiled shape (8 rows a group, four blocks an SM).
 func (k *Set) SplitKOK(N, K, splits int) bool { return splitKOK(k.c.Info().SMs, N, K, splits) }
 
+// SplitKSlicesOK says whether rows of K columns cut into splits slices
+// (2..SplitKMax of whole 128-column scale blocks), whatever the device.
+func SplitKSlicesOK(K, splits int) bool {
+	return splits >= 2 && splits <= SplitKMax && K > 0 && K%splits == 0 && (K/splits)%128 == 0
+}
+
 func splitKOK(sms, N, K, splits int) bool {
-	if splits < 2 || splits > SplitKMax || N <= 0 || K <= 0 || K%splits != 0 || (K/splits)%128 != 0 {
+	if N <= 0 || !SplitKSlicesOK(K, splits) {
 		return false
 	}
 	_, R, v := splitKShape(sms, N, K, splits)

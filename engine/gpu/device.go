@@ -66,6 +66,11 @@ type device interface {
 	gemvBF16(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
 	gemvF32(y, x, w cuda.DevPtr, N, K, M, ldx, ldy int) error
 	gemvExperts(y, x cuda.DevPtr, xstride int, wTable, sTable, ids cuda.DevPtr, slots, N, K int) error
+	// gemvSplitK writes the partials of one row through fp8 [N][K] cut
+	// into splits column slices, slice j's into row j of y
+	// (kernels.GemvFP8SplitK); splitKOK says whether it takes the shape.
+	gemvSplitK(y, x, w, scale cuda.DevPtr, N, K, splits int) error
+	splitKOK(N, K, splits int) bool
 	// gemvGroup runs the GEMVs of segs over the same M <= kernels.MaxTileM
 	// input rows x in one launch, x RMS-normalised first when norm.W is set
 	// (kernels.GemvGroup: each output bit-identical to rmsnorm then the tile

@@ -90,6 +90,7 @@ type workspace struct {
 	g, u                     cuda.DevPtr // [rows][max intermediate]
 	rlog, eidx, ewts         cuda.DevPtr
 	uq                       cuda.DevPtr // int32: kernels.MoEUnique's table (moe_unique.go)
+	osk, ones                cuda.DevPtr // a one-row o_proj's split-K partials [kernels.SplitKMax][hidden] and their weights (osplit.go)
 	eg, eu, ey               cuda.DevPtr // [top-k][moe intermediate or hidden]
 	logits, tok              cuda.DevPtr
 	amax                     cuda.DevPtr // arg-max scratch (kernels.ArgmaxScratchBytes(maxRows))
@@ -112,6 +113,9 @@ func newWorkspace(e *backend, b device) (*workspace, error) {
 			// Zeroed: no buffer ever holds stale NaN patterns.
 			err = b.zero(*a.p, int64(4*max(a.n, 1)))
 		}
+	}
+	if err == nil {
+		err = b.upload(ws.ones, splitOnes())
 	}
 	if err == nil {
 		err = ws.allocGroup(e, b, e.maxRows)
@@ -168,6 +172,8 @@ func (ws *workspace) bufs(e *backend, M int) []wsBuf {
 		{&ws.eidx, M * K},
 		{&ws.ewts, M * K},
 		{&ws.uq, uniqueTableInts(c, M)},
+		{&ws.osk, kernels.SplitKMax * H},
+		{&ws.ones, kernels.SplitKMax},
 		{&ws.eg, max(K, tileSlots) * max(1, c.MoEIntermediateSize)},
 		{&ws.eu, K * max(1, c.MoEIntermediateSize)},
 		{&ws.ey, max(K, tileSlots) * H},
@@ -452,6 +458,9 @@ type fwd struct {
 	// combine (moeNormOn).
 	closeY, closeW cuda.DevPtr
 	closed         bool
+	// oSplit: block's o_proj runs as that many split-K slices into ws.osk
+	// (osplit.go), summed by the post-attention norm's launch; 0: one GEMV.
+	oSplit int
 }
 
 // block runs one layer over ws.h (the input-normed residual ws.x) and
@@ -461,8 +470,15 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr) {
 	c := e.cfg
 	H, M := c.HiddenSize, f.M
 	eps := float32(c.RMSNormEps)
+	f.oSplit = f.oSplitSlices(lw)
 	f.attention(lw)
-	o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
+	if f.oSplit > 0 {
+		// attnProjOut left o_proj's slices in ws.osk: their sum is ws.tmp.
+		o.do(o.b.moeCombineNorm(ws.h, ws.x, ws.tmp, ws.osk, ws.ones, 0, lw.PostNorm, M, f.oSplit, H, eps))
+		f.oSplit = 0
+	} else {
+		o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
+	}
 	f.closed = false
 	if lw.MoE {
 		f.closeY, f.closeW = nextY, nextW
@@ -906,6 +922,10 @@ func (f *fwd) attnProjOut(lw *dlayer) {
 	H, M := c.HiddenSize, f.M
 	R, NH, vd := c.KVLoraRank, c.NumHeads, c.VHeadDim
 	o.do(o.absorbV(ws.ao, ws.olat, lw.uv.w, lw.uv.s, lw.uv.fp8, M, NH, vd, R, NH*vd))
+	if f.oSplit > 0 {
+		o.do(o.b.gemvSplitK(ws.osk, ws.ao, lw.O.w, lw.O.s, H, NH*vd, f.oSplit))
+		return
+	}
 	o.lin(lw.O, ws.tmp, ws.ao, M, NH*vd, H)
 }
 

@@ -375,6 +375,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 1) for a decode MoE layer's combine fused with the next add + RMSNorm (one launch), 0 for the two launches"},
 		{"TILERT_GPU_MOE_UNIQUE", []string{"", "0", "1", "x"},
 			"unset it for every round of 2 or more rows' routed experts grouped by expert on the tensor-core kernel where the dense GEMVs of several rows take the tensor cores (the real models' dims), else rounds of 3 or 4 rows on the tile kernels (each expert's weights stream once for the rows that share it; moe_unique.go); 1 for every round of 2 or more rows on the tile kernels, x on the tensor-core kernel, 0 for the per-slot launches"},
+		{"TILERT_GPU_OPROJ_SPLIT", []string{"", "0", "1"},
+			"unset it (or 0) for a one-row step's o_proj as one GEMV; 1 for split-K slices on the routed down's shape, summed by the post-attention add + RMSNorm's launch (osplit.go)"},
 		{"TILERT_GPU_SIDE_SH_ONCE", []string{"", "0", "1"},
 			"unset it for the side stream's shared expert read once for all rows of a step where the dense GEMVs of several rows take the tensor cores (the real models' dims), else a dense slot a row; 1 for once everywhere, 0 for a dense slot a row everywhere (moe_unique.go)"},
 	} {

@@ -6,7 +6,7 @@
 #     copy rate. Checks first (TestKernelGemvSplitK: each slice bit for bit the down's launch over the slices as
 #     experts, the sum against float64; TestGPUOprojSplit: DeepSeek-V3.2 dims' logits one row a forward; and the routing
 #     probe session 58 built, never run on a GPU), then A/B/A/B at 1 slot: both models at 8192, DeepSeek-V3.2 dims at
-#     131072, the split launched plainly once, a traced step with it.
+#     131072, the split launched plainly once, a traced step with it and without; then the README's rows on main.
 NAME=s59
 . docs/measured/next/plan.sh "$1"
 case "$PART" in
@@ -21,6 +21,9 @@ k)
   abab glm-5 8192 1 k-glm $SP; save
   bn deepseek-v3.2 8192 1 k-ds-plain $SP TILERT_GPU_PDL_PLAIN=gemv_tile_fp8_r8_m1_o4k
   abab deepseek-v3.2 131072 1 k-ds131 $SP; save
-  TL=1 bn deepseek-v3.2 8192 1 k-tl-ds $SP; TL=1 bn deepseek-v3.2 8192 1 k-tl-ds0; xz -T4 $R/k-tl-*.json 2>/dev/null; save ;;
+  TL=1 bn deepseek-v3.2 8192 1 k-tl-ds $SP; TL=1 bn deepseek-v3.2 8192 1 k-tl-ds0; xz -T4 $R/k-tl-*.json 2>/dev/null; save
+  # The README's rows on main as it is (s58.sh r's first lines; on an H200 the issue's table).
+  SAMP=--same-rows JS=1 bn deepseek-v3.2 8192 1,4 k-same-ds
+  JS=1 bn deepseek-v3.2 8192,131072 1,4 k-rows-ds; JS=1 bn glm-5 8192,131072 1,4 k-rows-glm; save ;;
 *) echo "usage: s59.sh k" >&2; exit 2 ;;
 esac

@@ -19,6 +19,7 @@ func TestModuleSourceSharedHeaders(t *testing.T) {
 		{gemvTileHeader, "mid", "cu/mid/", MidKernelSource},
 		{topkRadixHeader, "few", "cu/few/", FewKernelSource},
 		{mlaAbsorbHeader, "absorb", "cu/absorb/", AbsorbKernelSource},
+		{gemvTileHeader, "absorb", "cu/absorb/", AbsorbKernelSource},
 	} {
 		text, err := kernelFS.ReadFile(tc.header)
 		if err != nil {

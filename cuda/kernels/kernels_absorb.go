@@ -21,10 +21,13 @@ import (
 var absorbFS embed.FS
 
 // AbsorbKernelSource is the absorb module's source: common.cuh,
-// mla_absorb.cuh (the absorb products' loads and sums, the default
-// module's text), then every cu/absorb/*.cu in name order, each marked
-// with #line.
-func AbsorbKernelSource() string { return moduleSource(absorbFS, "cu/absorb/*.cu", mlaAbsorbHeader) }
+// gemv_tile.cuh (the tile GEMV's loads and one-row sums, for qb_absorb's
+// q_b rows) and mla_absorb.cuh (the absorb products' loads and sums), the
+// default module's texts, then every cu/absorb/*.cu in name order, each
+// marked with #line.
+func AbsorbKernelSource() string {
+	return moduleSource(absorbFS, "cu/absorb/*.cu", gemvTileHeader, mlaAbsorbHeader)
+}
 
 // CompileAbsorb compiles the absorb module for a device of compute
 // capability major.minor through the cache (no GPU needed).

@@ -157,6 +157,8 @@ var pdlMoreKernels = setOf(
 	"absorb_q_fast_g2_r4", "absorb_q_fast_g4_r4", "absorb_q_fast_g8_r4", "absorb_q_fast_g8_r8",
 	"absorb_q_fast_g2_r4_n", "absorb_q_fast_g4_r4_n", "absorb_q_fast_g8_r4_n", "absorb_q_fast_g8_r8_n",
 	"absorb_v_fast_rw1", "absorb_v_fast_rw2", "absorb_v_fast_rw4", "absorb_v_fast_rw8",
+	"qb_absorb_g32_r4", "qb_absorb_g32_r4_n", "qb_absorb_g64_r8", "qb_absorb_g64_r8_n",
+	"qb_absorb_g32_r4_c2", "qb_absorb_g32_r4_c2_n", "qb_absorb_g64_r8_c2", "qb_absorb_g64_r8_c2_n",
 	// cu/few
 	"mla_decode_few", "mla_combine_few",
 	"topk_fast16", "topk_fast32", "topk_fast64",

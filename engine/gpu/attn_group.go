@@ -164,8 +164,10 @@ type ptrOf struct {
 func (f *fwd) qBeside(lw *dlayer, ch sideChain) {
 	o, ws := f.o, f.e.ws
 	o.do(o.b.fork(ch, f.M))
-	o.lin(lw.QB, ws.q, ws.qa, f.M, f.e.cfg.QLoraRank, lw.QB.out)
-	f.absorbQ(lw)
+	if !f.qbAbsorb(lw) { // TILERT_GPU_QB_ABSORB (qb_absorb.go)
+		o.lin(lw.QB, ws.q, ws.qa, f.M, f.e.cfg.QLoraRank, lw.QB.out)
+		f.absorbQ(lw)
+	}
 	o.do(o.b.unfork())
 	f.sideQ = true
 }

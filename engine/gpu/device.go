@@ -71,6 +71,10 @@ type device interface {
 	// (kernels.GemvFP8SplitK); splitKOK says whether it takes the shape.
 	gemvSplitK(y, x, w, scale cuda.DevPtr, N, K, splits int) error
 	splitKOK(N, K, splits int) bool
+	// qbAbsorb runs a one-row q_b and its query absorption as one launch
+	// (kernels.QBAbsorb); qbAbsorbOK says whether the device takes a.
+	qbAbsorb(a kernels.QBAbsorbArgs) error
+	qbAbsorbOK(a kernels.QBAbsorbArgs) bool
 	// gemvGroup runs the GEMVs of segs over the same M <= kernels.MaxTileM
 	// input rows x in one launch, x RMS-normalised first when norm.W is set
 	// (kernels.GemvGroup: each output bit-identical to rmsnorm then the tile

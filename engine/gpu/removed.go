@@ -377,6 +377,10 @@ func switchValues(getenv func(string) string) error {
 			"unset it for every round of 2 or more rows' routed experts grouped by expert on the tensor-core kernel where the dense GEMVs of several rows take the tensor cores (the real models' dims), else rounds of 3 or 4 rows on the tile kernels (each expert's weights stream once for the rows that share it; moe_unique.go); 1 for every round of 2 or more rows on the tile kernels, x on the tensor-core kernel, 0 for the per-slot launches"},
 		{"TILERT_GPU_OPROJ_SPLIT", []string{"", "0", "1"},
 			"unset it (or 0) for a one-row step's o_proj as one GEMV; 1 for split-K slices on the routed down's shape, summed by the post-attention add + RMSNorm's launch (osplit.go)"},
+		{"TILERT_GPU_QB_ABSORB", []string{"", "0", "1", "2"},
+			"unset it (or 0) for a one-row step's q_b and query absorption as two launches; 1 for one launch with a block a head, 2 with a cluster of two blocks a head (qb_absorb.go)"},
+		{"TILERT_GPU_QB_ABSORB_PF", []string{"", "0", "1"},
+			"unset it (or 1) for TILERT_GPU_QB_ABSORB's blocks asking their W_UK slice into the L2 while q_b streams; 0 for no prefetch"},
 		{"TILERT_GPU_SIDE_SH_ONCE", []string{"", "0", "1"},
 			"unset it for the side stream's shared expert read once for all rows of a step where the dense GEMVs of several rows take the tensor cores (the real models' dims), else a dense slot a row; 1 for once everywhere, 0 for a dense slot a row everywhere (moe_unique.go)"},
 	} {

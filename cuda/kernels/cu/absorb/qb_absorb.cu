@@ -57,7 +57,7 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
   constexpr int NG = TILE_THREADS / GQ;  // groups a block
   constexpr int G = 8, CW = 16 * G, RL = 256 / G;
   __shared__ float qsh[QBA_HS_MAX];
-  __shared__ float part[TILE_THREADS / 32][RQ];
+  __shared__ float part[2][TILE_THREADS / 32][RQ];
   __shared__ float red[8][128];
   const u32 rank = CL > 1 ? qba_rank() : 0u;
   if (CL > 1) qba_arrive();  // every block of the cluster has started (waited on before the first remote store)
@@ -113,21 +113,40 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
       }
 #pragma unroll
       for (int r = 0; r < RQ; r++) acc[r] = warp_sum(acc[r]);
-      if (lane == 0) {
+      if constexpr (GQ == 32) {
+        // A group is one warp: lane r holds row r's sum already, and the
+        // warps run their passes without waiting for each other.
+        if (live && lane < RQ) {
+          float a = acc[0];
 #pragma unroll
-        for (int r = 0; r < RQ; r++) part[wid][r] = acc[r];
+          for (int r = 1; r < RQ; r++)
+            if (lane == r) a = acc[r];
+          float v = 0.0f;
+          v += a;
+          v = v + 0.0f;  // the launch's y = v + 0 without a residual
+          qo[n0 + lane] = v;
+          qsh[j0 + lane] = v;
+        }
+      } else {
+        // The group's warps meet at a barrier of their own (ids 1..NG), on
+        // a part buffer a pass apart from the one the last pass read.
+        float(*pt)[RQ] = part[ps & 1];
+        if (lane == 0) {
+#pragma unroll
+          for (int r = 0; r < RQ; r++) pt[wid][r] = acc[r];
+        }
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + grp), "r"(GQ) : "memory");
+        if (live && tg < RQ) {
+          constexpr int wpg = GQ >> 5;
+          float v = 0.0f;
+          for (int i = 0; i < wpg; i++) v += pt[grp * wpg + i][tg];
+          v = v + 0.0f;
+          qo[n0 + tg] = v;
+          qsh[j0 + tg] = v;
+        }
       }
-      __syncthreads();
-      if (live && tg < RQ) {
-        constexpr int wpg = GQ >> 5;
-        float v = 0.0f;
-        for (int i = 0; i < wpg; i++) v += part[grp * wpg + i][tg];
-        v = v + 0.0f;  // the launch's y = v + 0 without a residual
-        qo[n0 + tg] = v;
-        qsh[j0 + tg] = v;
-      }
-      __syncthreads();  // part is reused by the next pass; qsh complete after the last
     }
+    __syncthreads();  // qsh holds this block's rows
   }
   if (CL > 1) {
     // This block's rows into every other block's copy, then the cluster's

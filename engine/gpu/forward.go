@@ -866,8 +866,10 @@ func (f *fwd) attnOut(lw *dlayer) {
 	case f.qPending:
 		// No scores launch forked them (rows within index_topk).
 		f.qPending, f.qBefore = false, false
-		o.lin(lw.QB, ws.q, ws.qa, M, c.QLoraRank, lw.QB.out)
-		f.absorbQ(lw)
+		if !f.qbAbsorb(lw) { // TILERT_GPU_QB_ABSORB (qb_absorb.go)
+			o.lin(lw.QB, ws.q, ws.qa, M, c.QLoraRank, lw.QB.out)
+			f.absorbQ(lw)
+		}
 	case f.sideQ:
 		f.sideQ = false
 		o.do(o.b.join()) // q_b and absorbQ ran beside the indexer

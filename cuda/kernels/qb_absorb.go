@@ -25,11 +25,30 @@ type QBAbsorbArgs struct {
 	Rope        QRope
 	QS          QScale
 	// Blocks a head: 1, or 2 as a cluster (each block half the q_b rows
-	// and half the absorbed columns).
+	// and half the absorbed columns); 0 (auto): 1 where the heads give at
+	// least QBAbsorbAutoSMs of the device's SMs a block, else not taken.
 	Blocks int
-	// NoPrefetch: the blocks do not ask their W_UK slice into the L2 while
-	// q_b's rows stream.
-	NoPrefetch bool
+	// Prefetch: the blocks ask their W_UK slice into the L2 while q_b's
+	// rows stream (measured slower, session 60: off by default).
+	Prefetch bool
+}
+
+// QBAbsorbAutoSMs is the share of the SMs (in quarters) a head count must
+// give a block for Blocks 0 to take one block a head: measured on one H100
+// (session 60, docs/measured/h100-2026-12-07-s60), DeepSeek-V3.2 dims' 128
+// heads on 132 SMs -20 / -19 us a step at 8192, GLM-5 dims' 64 heads +47
+// (one block a head) and +3 (two).
+const QBAbsorbAutoSMs = 3
+
+// blocks is a's blocks a head on sms SMs (0: none).
+func (a QBAbsorbArgs) blocks(sms int) int {
+	if a.Blocks == 0 {
+		if 4*a.H >= QBAbsorbAutoSMs*sms {
+			return 1
+		}
+		return 0
+	}
+	return a.Blocks
 }
 
 // QBAbsorbLaunches counts QBAbsorb launches (the engine checks ask that they
@@ -40,8 +59,17 @@ var QBAbsorbLaunches atomic.Int64
 // q_b's one-row tile launch on groups of 32 with nope <= 128 or of 64 with
 // nope <= 256 (the group size its sums follow), absorb_q_fast's g 8 (its
 // columns a block on this device), and the shape limits of the kernel.
-func (k *Set) qbAbsorbKernel(a QBAbsorbArgs) (string, error) {
+func (k *Set) qbAbsorbKernel(a QBAbsorbArgs) (string, int, error) {
 	N := a.H * a.HS
+	auto := a.Blocks == 0
+	if a.Blocks = a.blocks(k.c.Info().SMs); a.Blocks == 0 && auto {
+		return "", 0, errors.Newf("%d heads on %d SMs: fewer than %d/4 of the SMs get a block (Blocks 0)", a.H, k.c.Info().SMs, QBAbsorbAutoSMs)
+	}
+	name, err := k.qbAbsorbShape(a, N)
+	return name, a.Blocks, err
+}
+
+func (k *Set) qbAbsorbShape(a QBAbsorbArgs, N int) (string, error) {
 	switch {
 	case a.H <= 0 || a.K <= 0 || a.K%16 != 0 || a.HS > 512 || a.Blocks < 1 || a.Blocks > 2:
 		return "", errors.Newf("H=%d K=%d HS=%d blocks %d: needs H > 0, K a multiple of 16, HS <= 512, 1 or 2 blocks a head", a.H, a.K, a.HS, a.Blocks)
@@ -82,13 +110,13 @@ func (k *Set) QBAbsorbOK(a QBAbsorbArgs) bool {
 	if k.c.Info().CCMajor < 9 {
 		return false
 	}
-	_, err := k.qbAbsorbKernel(a)
+	_, _, err := k.qbAbsorbKernel(a)
 	return err == nil
 }
 
 // QBAbsorb launches qb_absorb over a's heads.
 func (k *Set) QBAbsorb(s cuda.Stream, a QBAbsorbArgs) error {
-	name, err := k.qbAbsorbKernel(a)
+	name, blocks, err := k.qbAbsorbKernel(a)
 	if err != nil {
 		return errors.Wrap(err, "qb absorb")
 	}
@@ -104,8 +132,8 @@ func (k *Set) QBAbsorb(s cuda.Stream, a QBAbsorbArgs) error {
 		return err
 	}
 	args := []any{a.Q, a.Out, a.QPE, a.X, a.WQ, a.SQ, a.K, a.W, a.S, a.Nope, a.R, a.HS, a.P,
-		a.Rope.Pos, a.Rope.Cos, a.Rope.Sin, b2i(a.Rope.Interleaved), a.QS.SumSq, a.QS.N, a.QS.K, a.QS.Eps, b2i(!a.NoPrefetch)}
-	if err := k.launchFn(f, cuda.D1(a.H*a.Blocks), cuda.D1(256), 0, s, args...); err != nil {
+		a.Rope.Pos, a.Rope.Cos, a.Rope.Sin, b2i(a.Rope.Interleaved), a.QS.SumSq, a.QS.N, a.QS.K, a.QS.Eps, b2i(a.Prefetch)}
+	if err := k.launchFn(f, cuda.D1(a.H*blocks), cuda.D1(256), 0, s, args...); err != nil {
 		return err
 	}
 	QBAbsorbLaunches.Add(1)

@@ -24,7 +24,8 @@ func TestNVRTCQBAbsorbKernels(t *testing.T) {
 // launches it replaces, q_b's one-row tile GEMV then absorb_q_fast (plain
 // and its _n form), bit for bit: q_b's row, the absorbed sums and the
 // rotated RoPE part (none, half-split, interleaved), at one and two blocks
-// a head, with and without the L2 prefetch; q_b's row against float64 too.
+// a head and auto (one where the heads give 3/4 of the SMs a block,
+// refused elsewhere), with and without the L2 prefetch; q_b's row against float64 too.
 // Shapes: DeepSeek-V3.2 dims (128 heads, nope 128, q_b rows of 1536: groups
 // of 32) and GLM-5 dims (64 heads, nope 192, rows of 2048: groups of 64),
 // and two small ones of the same group sizes. It also asks that a shape
@@ -84,15 +85,22 @@ func TestKernelQBAbsorb(t *testing.T) {
 						chk(k.AbsorbQFast(s, out0, qpe0, q0, uk, uks, H, nope, R, hs, P, rp))
 					}
 					wantO, wantP := downF32(c, out0, H*R), downF32(c, qpe0, H*P)
-					for _, blocks := range []int{1, 2} {
-						for _, nopf := range []bool{false, true} {
+					for _, blocks := range []int{0, 1, 2} {
+						for _, pf := range []bool{false, true} {
 							ar := base
-							ar.Blocks, ar.NoPrefetch, ar.Rope = blocks, nopf, rp
+							ar.Blocks, ar.Prefetch, ar.Rope = blocks, pf, rp
 							if scaled {
 								ar.QS = qs
 							}
 							ar.Q, ar.Out, ar.QPE = a.poisoned(N), a.poisoned(H*R), a.poisoned(H*P)
-							tag := fmt.Sprintf("H=%d nope=%d K=%d rope %d scaled %v blocks %d no-prefetch %v", H, nope, K, ri, scaled, blocks, nopf)
+							tag := fmt.Sprintf("H=%d nope=%d K=%d rope %d scaled %v blocks %d prefetch %v", H, nope, K, ri, scaled, blocks, pf)
+							if blocks == 0 && ar.blocks(c.Info().SMs) == 0 {
+								// Auto takes one block a head only where 3/4 of the SMs get one.
+								if k.QBAbsorbOK(ar) {
+									t.Errorf("%s: auto takes %d heads on %d SMs", tag, H, c.Info().SMs)
+								}
+								continue
+							}
 							if !k.QBAbsorbOK(ar) {
 								t.Errorf("%s: QBAbsorbOK refuses it", tag)
 								continue

@@ -8,41 +8,54 @@ import (
 	"github.com/tilert-go/tilert/cuda/kernels"
 )
 
-// TILERT_GPU_QB_ABSORB=1|2: a one-row step's q_b and its query absorption
-// as one launch (kernels.QBAbsorb, cu/absorb/qb_absorb.cu), one block a
-// head (1) or a cluster of two (2), in place of q_b's tile GEMV and
-// absorb_q_fast on the query's side chain. The outputs are the two
-// launches' bit for bit. Why: session 56's H200 trace has the query's
-// chain (q_b, then absorb_q's 512 blocks) end within 1 us of the
-// indexer's, and absorb_q's blocks run beside the one-block top-k, which
-// then takes 8.8 us after the scores against 6.2 alone. One launch drops a
-// boundary and takes the absorb's blocks off the top-k's SMs. Unset or 0:
-// the two launches. TILERT_GPU_QB_ABSORB_PF=0: the blocks do not ask their
-// W_UK slice into the L2 while q_b streams.
+// TILERT_GPU_QB_ABSORB: a one-row step's q_b and its query absorption as
+// one launch (kernels.QBAbsorb, cu/absorb/qb_absorb.cu) in place of q_b's
+// tile GEMV and absorb_q_fast; the outputs are the two launches' bit for
+// bit. Why: session 56's H200 trace has the query's chain (q_b, then
+// absorb_q's 512 blocks) end within 1 us of the indexer's, and absorb_q's
+// blocks run beside the one-block top-k, which then takes 8.8 us after the
+// scores against 6.2 alone. One launch drops a boundary and takes the
+// absorb's blocks off the top-k's SMs.
+//   - unset (auto, the default since session 60): one block a head where
+//     the heads give 3/4 of the SMs a block (kernels.QBAbsorbAutoSMs:
+//     DeepSeek-V3.2 dims' 128 heads, not GLM-5 dims' 64) and no row is
+//     past kernels.TopKRadixOneMaxT keys. One H100 (session 60 calls A-B,
+//     docs/measured/h100-2026-12-07-s60): DeepSeek-V3.2 dims -20 / -19 us
+//     a step at 8192, +20 / +20 at 131072 (the long-row scores' blocks wait
+//     for SM room beside its 128 long blocks); GLM-5 dims +56 / +57 at one
+//     block a head, +3 / +3 at two;
+//   - 1 / 2: one block a head / a cluster of two, wherever the kernel
+//     takes the shape; 0: the two launches.
+//
+// TILERT_GPU_QB_ABSORB_PF=1: the blocks ask their W_UK slice into the L2
+// while q_b streams (+20 us a step in session 60's call A against without).
 var (
 	qbAbsorbMode   = os.Getenv("TILERT_GPU_QB_ABSORB")
 	qbAbsorbPFMode = os.Getenv("TILERT_GPU_QB_ABSORB_PF")
 )
 
-// qbAbsorbBlocks is the blocks a head TILERT_GPU_QB_ABSORB asks for (0:
-// off).
-func qbAbsorbBlocks() int {
+// qbAbsorbBlocks is the blocks a head TILERT_GPU_QB_ABSORB asks for this
+// step (0 auto: kernels.QBAbsorbArgs.Blocks' rule) and whether it asks at
+// all.
+func (f *fwd) qbAbsorbBlocks() (int, bool) {
 	switch qbAbsorbMode {
 	case "1":
-		return 1
+		return 1, true
 	case "2":
-		return 2
+		return 2, true
+	case "":
+		return 0, !f.long()
 	}
-	return 0
+	return 0, false
 }
 
 // qbAbsorb queues q_b of ws.qa and the query absorption as one launch
 // where the switch asks for it and the device takes the shape, and says
 // whether it did; the caller otherwise runs the two.
 func (f *fwd) qbAbsorb(lw *dlayer) bool {
-	blocks := qbAbsorbBlocks()
+	blocks, on := f.qbAbsorbBlocks()
 	l := lw.QB
-	if blocks == 0 || f.M != 1 || l.kind != linFP8 || l.s == 0 || !lw.uk.fp8 || useGemm(l, 1) {
+	if !on || f.M != 1 || l.kind != linFP8 || l.s == 0 || !lw.uk.fp8 || useGemm(l, 1) {
 		return false
 	}
 	e, o, ws := f.e, f.o, f.e.ws
@@ -57,7 +70,7 @@ func (f *fwd) qbAbsorb(lw *dlayer) bool {
 		H: H, Nope: nope, R: c.KVLoraRank, HS: hs, P: P, K: l.in,
 		Rope:   kernels.QRope{Pos: f.pos, Cos: e.ropeCos, Sin: e.ropeSin, Interleaved: c.RopeInterleave},
 		QS:     f.qaScale,
-		Blocks: blocks, NoPrefetch: qbAbsorbPFMode == "0",
+		Blocks: blocks, Prefetch: qbAbsorbPFMode == "1",
 	}
 	if !o.b.qbAbsorbOK(a) {
 		return false
@@ -77,7 +90,8 @@ func (b *cudaDevice) qbAbsorb(a kernels.QBAbsorbArgs) error { return b.k.QBAbsor
 
 // The emulator runs the two operations the launch replaces (the GPU's
 // launch is their bits), so the CPU tests take the engine's path at any
-// shape.
+// shape where the switch asks for 1 or 2; auto (Blocks 0, a rule on the
+// device's SMs) it leaves to the two operations.
 func (m *emuDevice) qbAbsorbOK(a kernels.QBAbsorbArgs) bool {
 	return a.H > 0 && a.HS > 0 && a.K > 0 && (a.Blocks == 1 || a.Blocks == 2)
 }
@@ -97,5 +111,5 @@ func (gb *graphDevice) qbAbsorb(a kernels.QBAbsorbArgs) error {
 	return gb.rec("qbAbsorb", int64(a.H)*int64(a.HS*a.K+a.Nope*a.R), func(b device) error { return b.qbAbsorb(a) },
 		ku(a.Q), ku(a.Out), ku(a.QPE), ku(a.X), ku(a.WQ), ku(a.SQ), ku(a.W), ku(a.S), ki(a.H), ki(a.Nope), ki(a.R),
 		ki(a.HS), ki(a.P), ki(a.K), ku(a.Rope.Pos), ku(a.Rope.Cos), ku(a.Rope.Sin), kb(a.Rope.Interleaved),
-		ku(a.QS.SumSq), ki(a.QS.N), ki(a.QS.K), kf(a.QS.Eps), ki(a.Blocks), kb(a.NoPrefetch))
+		ku(a.QS.SumSq), ki(a.QS.N), ki(a.QS.K), kf(a.QS.Eps), ki(a.Blocks), kb(a.Prefetch))
 }

@@ -378,9 +378,9 @@ func switchValues(getenv func(string) string) error {
 		{"TILERT_GPU_OPROJ_SPLIT", []string{"", "0", "1"},
 			"unset it (or 0) for a one-row step's o_proj as one GEMV; 1 for split-K slices on the routed down's shape, summed by the post-attention add + RMSNorm's launch (osplit.go)"},
 		{"TILERT_GPU_QB_ABSORB", []string{"", "0", "1", "2"},
-			"unset it (or 0) for a one-row step's q_b and query absorption as two launches; 1 for one launch with a block a head, 2 with a cluster of two blocks a head (qb_absorb.go)"},
+			"unset it for a one-row step's q_b and query absorption as one launch, a block a head, where the heads give 3/4 of the SMs a block and no row is past 32768 keys (qb_absorb.go); 1 or 2 for one or a cluster of two blocks a head wherever the kernel takes the shape; 0 for the two launches"},
 		{"TILERT_GPU_QB_ABSORB_PF", []string{"", "0", "1"},
-			"unset it (or 1) for TILERT_GPU_QB_ABSORB's blocks asking their W_UK slice into the L2 while q_b streams; 0 for no prefetch"},
+			"unset it (or 0) for TILERT_GPU_QB_ABSORB's blocks without an L2 prefetch; 1 for each block asking its W_UK slice into the L2 while q_b streams"},
 		{"TILERT_GPU_SIDE_SH_ONCE", []string{"", "0", "1"},
 			"unset it for the side stream's shared expert read once for all rows of a step where the dense GEMVs of several rows take the tensor cores (the real models' dims), else a dense slot a row; 1 for once everywhere, 0 for a dense slot a row everywhere (moe_unique.go)"},
 	} {

@@ -27,5 +27,18 @@ q)
   TL=1 bn deepseek-v3.2 8192 1 q-tl-ds $Q=1; TL=1 bn deepseek-v3.2 8192 1 q-tl-ds0; xz -T4 $R/q-tl-*.json 2>/dev/null; save ;;
 k)
   exec bash docs/measured/next/s59.sh k ;;
-*) echo "usage: s60.sh q|k" >&2; exit 2 ;;
+d) ;;
+*) echo "usage: s60.sh q|k|d" >&2; exit 2 ;;
 esac
+# d (after calls A-B): the default since call B (auto: one block a head where the heads give 3/4 of the SMs a block,
+# rows within 32768 keys, no prefetch) against TILERT_GPU_QB_ABSORB=0, with the checks again.
+if [ "$PART" = d ]; then
+  tst kernels cuda/kernels 150 'TestKernelQBAbsorb' &
+  tst engine engine/gpu 300 '^TestGPUQBAbsorb$' & wait
+  for f in kernels engine; do cnt $f; done; save
+  Q0=TILERT_GPU_QB_ABSORB=0
+  abab deepseek-v3.2 8192 1 d-ds $Q0
+  abab glm-5 8192 1 d-glm $Q0
+  abab deepseek-v3.2 131072 1 d-ds131 $Q0; save
+  JS=1 bn deepseek-v3.2 8192,131072 1,4 d-rows-ds; JS=1 bn glm-5 8192,131072 1,4 d-rows-glm; save
+fi

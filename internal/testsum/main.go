@@ -112,6 +112,23 @@ func (s *summary) endPackage(e event) {
 				fmt.Fprint(s.out, "    "+l)
 			}
 		}
+		// Tests that never ended (a timeout's panic names them and its
+		// goroutine dump lands in their output): print what they wrote.
+		var open []key
+		for k := range s.output {
+			if k.pkg == e.Package && k.test != "" {
+				open = append(open, k)
+			}
+		}
+		sort.Slice(open, func(i, j int) bool { return open[i].test < open[j].test })
+		for _, k := range open {
+			s.failed = append(s.failed, k.pkg+" "+k.test+" (never ended)")
+			fmt.Fprintf(s.out, "--- NEVER ENDED: %s %s\n", k.pkg, k.test)
+			for _, l := range s.output[k] {
+				fmt.Fprint(s.out, "    "+l)
+			}
+			delete(s.output, k)
+		}
 	case e.Action == "skip":
 		fmt.Fprintf(s.out, "?\t%s\t[no test files]\n", e.Package)
 	default:

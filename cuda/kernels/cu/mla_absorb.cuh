@@ -57,3 +57,33 @@ __device__ __forceinline__ void absorb_fma16(const uint4& w, float a, float* acc
     fp8x4_to_f32(ws[b], f);                                                              \
     _Pragma("unroll") for (int k = 0; k < 4; k++) acc = fmaf(f[k], xv[4 * b + k], acc);  \
   }
+
+// absorb_q's one-row block sums (absorb_q_fast, qb_absorb): ABSORB_Q_COLS
+// has thread (g, r) sum its NR rows' 16 columns (wv, cf: the query's
+// coefficient times the row's scale, rows past nope skipped) in row order,
+// the warp's r's by xor shuffles from G up, then threads tid < 16 G sum
+// the 8 warps' partials (red [8][128]) from 0.0f into the lvalue DST (an
+// expression of tid), times rq when QN. A statement macro, as ABSORB_DOT16,
+// so the kernels that run it keep their PTX.
+#define ABSORB_Q_COLS(G, NR, QN, wv, cf, r, RL, nope, red, lane, wid, tid, rq, DST)               \
+  {                                                                                               \
+    float acc_[16];                                                                               \
+    _Pragma("unroll") for (int k = 0; k < 16; k++) acc_[k] = 0.0f;                                \
+    _Pragma("unroll") for (int i = 0; i < NR; i++) {                                              \
+      const int d_ = r + i * RL;                                                                  \
+      if (d_ < nope) absorb_fma16(wv[i], cf[i], acc_);                                            \
+    }                                                                                             \
+    _Pragma("unroll") for (int off = G; off < 32; off <<= 1) {                                    \
+      _Pragma("unroll") for (int k = 0; k < 16; k++) acc_[k] += __shfl_xor_sync(0xffffffffu, acc_[k], off); \
+    }                                                                                             \
+    if (lane < G) {                                                                               \
+      _Pragma("unroll") for (int k = 0; k < 16; k++) red[wid][lane * 16 + k] = acc_[k];           \
+    }                                                                                             \
+    __syncthreads();                                                                              \
+    if (tid < 16 * G) {                                                                           \
+      float s_ = 0.0f;                                                                            \
+      _Pragma("unroll") for (int w = 0; w < 8; w++) s_ += red[w][tid];                            \
+      if constexpr (QN) s_ = s_ * rq;                                                             \
+      DST = s_;                                                                                   \
+    }                                                                                             \
+  }

@@ -78,31 +78,7 @@ __device__ __forceinline__ void absorb_q_fast_body(float* out, float* qpe, const
       rs = sin_t[(size_t)p * half + tid];
     }
   }
-  float acc[16];
-#pragma unroll
-  for (int k = 0; k < 16; k++) acc[k] = 0.0f;
-#pragma unroll
-  for (int i = 0; i < NR; i++) {
-    const int d = r + i * RL;
-    if (d < nope) absorb_fma16(wv[i], cf[i], acc);
-  }
-#pragma unroll
-  for (int off = G; off < 32; off <<= 1) {
-#pragma unroll
-    for (int k = 0; k < 16; k++) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], off);
-  }
-  if (lane < G) {
-#pragma unroll
-    for (int k = 0; k < 16; k++) red[wid][lane * 16 + k] = acc[k];
-  }
-  __syncthreads();
-  if (tid < CW) {
-    float s = 0.0f;
-#pragma unroll
-    for (int w = 0; w < 8; w++) s += red[w][tid];
-    if constexpr (QN) s = s * rq;
-    out[(size_t)h * R + c0 + tid] = s;
-  }
+  ABSORB_Q_COLS(G, NR, QN, wv, cf, r, RL, nope, red, lane, wid, tid, rq, out[(size_t)h * R + c0 + tid])
   if (rope) {
     float* dst = qpe + (size_t)h * P;
     if (pos) {

@@ -180,31 +180,7 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
       cf[i] = 0.0f;
       if (d < nope) cf[i] = qsh[d] * Sh[(size_t)d * rb];
     }
-    float acc[16];
-#pragma unroll
-    for (int k = 0; k < 16; k++) acc[k] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < NR; i++) {
-      const int d = r + i * RL;
-      if (d < nope) absorb_fma16(wv[i], cf[i], acc);
-    }
-#pragma unroll
-    for (int off = G; off < 32; off <<= 1) {
-#pragma unroll
-      for (int k = 0; k < 16; k++) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], off);
-    }
-    if (lane < G) {
-#pragma unroll
-      for (int k = 0; k < 16; k++) red[wid][lane * 16 + k] = acc[k];
-    }
-    __syncthreads();
-    if (tid < CW) {
-      float s = 0.0f;
-#pragma unroll
-      for (int w = 0; w < 8; w++) s += red[w][tid];
-      if constexpr (QN) s = s * rq;
-      out[(size_t)h * R + c0 + tid] = s;
-    }
+    ABSORB_Q_COLS(G, NR, QN, wv, cf, r, RL, nope, red, lane, wid, tid, rq, out[(size_t)h * R + c0 + tid])
     __syncthreads();  // red is reused by the next column block
   }
   // The RoPE part (absorb_q_fast's blocks of column 0 write it).

@@ -58,7 +58,7 @@ __device__ __forceinline__ void absorb_fma16(const uint4& w, float a, float* acc
     _Pragma("unroll") for (int k = 0; k < 4; k++) acc = fmaf(f[k], xv[4 * b + k], acc);  \
   }
 
-// absorb_q's one-row block sums (absorb_q_fast, qb_absorb): ABSORB_Q_COLS
+// absorb_q's one-row block sums (the absorb module's kernels): ABSORB_Q_COLS
 // has thread (g, r) sum its NR rows' 16 columns (wv, cf: the query's
 // coefficient times the row's scale, rows past nope skipped) in row order,
 // the warp's r's by xor shuffles from G up, then threads tid < 16 G sum

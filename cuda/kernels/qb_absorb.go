@@ -37,7 +37,7 @@ type QBAbsorbArgs struct {
 // give a block for Blocks 0 to take one block a head: measured on one H100
 // (session 60, docs/measured/h100-2026-12-07-s60), DeepSeek-V3.2 dims' 128
 // heads on 132 SMs -20 / -19 us a step at 8192, GLM-5 dims' 64 heads +47
-// (one block a head) and +3 (two).
+// at one block a head (one run) and +3 / +3 at two.
 const QBAbsorbAutoSMs = 3
 
 // blocks is a's blocks a head on sms SMs (0: none).

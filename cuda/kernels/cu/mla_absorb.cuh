@@ -87,3 +87,23 @@ __device__ __forceinline__ void absorb_fma16(const uint4& w, float a, float* acc
       DST = s_;                                                                                   \
     }                                                                                             \
   }
+
+// absorb_q's RoPE part of one head (the absorb module's kernels): thread
+// tid's pair (i0, i1) of q's RoPE values (a, b), rotated by (c, s) where
+// rot, times rq when QN, into dst. A statement macro, as ABSORB_Q_COLS.
+#define ABSORB_Q_ROPE(QN, dst, i0, i1, a, b, c, s, rq, rot) \
+  if (rot) {                                                \
+    if constexpr (QN) {                                     \
+      dst[i0] = (a * c - b * s) * rq;                       \
+      dst[i1] = (b * c + a * s) * rq;                       \
+    } else {                                                \
+      dst[i0] = a * c - b * s;                              \
+      dst[i1] = b * c + a * s;                              \
+    }                                                       \
+  } else if constexpr (QN) {                                \
+    dst[i0] = a * rq;                                       \
+    dst[i1] = b * rq;                                       \
+  } else {                                                  \
+    dst[i0] = a;                                            \
+    dst[i1] = b;                                            \
+  }

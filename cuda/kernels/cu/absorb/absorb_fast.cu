@@ -81,22 +81,7 @@ __device__ __forceinline__ void absorb_q_fast_body(float* out, float* qpe, const
   ABSORB_Q_COLS(G, NR, QN, wv, cf, r, RL, nope, red, lane, wid, tid, rq, out[(size_t)h * R + c0 + tid])
   if (rope) {
     float* dst = qpe + (size_t)h * P;
-    if (pos) {
-      const float a = ra, b = rbv, c = rc, s = rs;
-      if constexpr (QN) {
-        dst[i0] = (a * c - b * s) * rq;
-        dst[i1] = (b * c + a * s) * rq;
-      } else {
-        dst[i0] = a * c - b * s;
-        dst[i1] = b * c + a * s;
-      }
-    } else if constexpr (QN) {
-      dst[i0] = ra * rq;
-      dst[i1] = rbv * rq;
-    } else {
-      dst[i0] = ra;
-      dst[i1] = rbv;
-    }
+    ABSORB_Q_ROPE(QN, dst, i0, i1, ra, rbv, rc, rs, rq, pos)
   }
 }
 

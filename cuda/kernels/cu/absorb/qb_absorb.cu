@@ -190,23 +190,9 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
     const int i1 = interleaved ? 2 * tid + 1 : tid + half;
     const float ra = qsh[nope + i0], rbv = qsh[nope + i1];
     float* dst = qpe + (size_t)h * P;
-    if (pos) {
-      const int p = pos[0];
-      const float c = cos_t[(size_t)p * half + tid], s = sin_t[(size_t)p * half + tid];
-      if constexpr (QN) {
-        dst[i0] = (ra * c - rbv * s) * rq;
-        dst[i1] = (rbv * c + ra * s) * rq;
-      } else {
-        dst[i0] = ra * c - rbv * s;
-        dst[i1] = rbv * c + ra * s;
-      }
-    } else if constexpr (QN) {
-      dst[i0] = ra * rq;
-      dst[i1] = rbv * rq;
-    } else {
-      dst[i0] = ra;
-      dst[i1] = rbv;
-    }
+    // The position's cos / sin, read in the macro's rotating branch only.
+    ABSORB_Q_ROPE(QN, dst, i0, i1, ra, rbv, cos_t[(size_t)pos[0] * half + tid], sin_t[(size_t)pos[0] * half + tid], rq,
+                  pos)
   }
 }
 

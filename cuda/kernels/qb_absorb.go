@@ -60,16 +60,17 @@ var QBAbsorbLaunches atomic.Int64
 // nope <= 256 (the group size its sums follow), absorb_q_fast's g 8 (its
 // columns a block on this device), and the shape limits of the kernel.
 func (k *Set) qbAbsorbKernel(a QBAbsorbArgs) (string, int, error) {
-	N := a.H * a.HS
 	auto := a.Blocks == 0
 	if a.Blocks = a.blocks(k.c.Info().SMs); a.Blocks == 0 && auto {
 		return "", 0, errors.Newf("%d heads on %d SMs: fewer than %d/4 of the SMs get a block (Blocks 0)", a.H, k.c.Info().SMs, QBAbsorbAutoSMs)
 	}
-	name, err := k.qbAbsorbShape(a, N)
+	name, err := k.qbAbsorbShape(a)
 	return name, a.Blocks, err
 }
 
-func (k *Set) qbAbsorbShape(a QBAbsorbArgs, N int) (string, error) {
+// qbAbsorbShape is qbAbsorbKernel for a's blocks a head (1 or 2).
+func (k *Set) qbAbsorbShape(a QBAbsorbArgs) (string, error) {
+	N := a.H * a.HS
 	switch {
 	case a.H <= 0 || a.K <= 0 || a.K%16 != 0 || a.HS > 512 || a.Blocks < 1 || a.Blocks > 2:
 		return "", errors.Newf("H=%d K=%d HS=%d blocks %d: needs H > 0, K a multiple of 16, HS <= 512, 1 or 2 blocks a head", a.H, a.K, a.HS, a.Blocks)

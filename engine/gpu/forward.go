@@ -913,7 +913,13 @@ func (f *fwd) absorbQ(lw *dlayer) {
 	NH, nope := c.NumHeads, c.QKNopeHeadDim
 	qk := nope + P
 	o.do(o.absorbQ(ws.qlat, ws.qpe, ws.q, lw.uk.w, lw.uk.s, lw.uk.fp8, f.M, NH, nope, R, NH*qk, qk, P,
-		kernels.QRope{Pos: f.pos, Cos: e.ropeCos, Sin: e.ropeSin, Interleaved: c.RopeInterleave}, f.qaScale))
+		f.qRope(), f.qaScale))
+}
+
+// qRope is the rotation the query absorption applies to q's RoPE part:
+// the rows' positions and the engine's tables.
+func (f *fwd) qRope() kernels.QRope {
+	return kernels.QRope{Pos: f.pos, Cos: f.e.ropeCos, Sin: f.e.ropeSin, Interleaved: f.e.cfg.RopeInterleave}
 }
 
 // attnProjOut projects the attention's latent output through W_UV and

@@ -68,7 +68,7 @@ func (f *fwd) qbAbsorb(lw *dlayer) bool {
 	a := kernels.QBAbsorbArgs{
 		Q: ws.q, Out: ws.qlat, QPE: ws.qpe, X: ws.qa, WQ: l.w, SQ: l.s, W: lw.uk.w, S: lw.uk.s,
 		H: H, Nope: nope, R: c.KVLoraRank, HS: hs, P: P, K: l.in,
-		Rope:   kernels.QRope{Pos: f.pos, Cos: e.ropeCos, Sin: e.ropeSin, Interleaved: c.RopeInterleave},
+		Rope:   f.qRope(),
 		QS:     f.qaScale,
 		Blocks: blocks, Prefetch: qbAbsorbPFMode == "1",
 	}

@@ -1,0 +1,33 @@
+# Session 61's device plan (issue 10). Usage: bash docs/measured/next/s61.sh h   (binaries in .device/next: tilert,
+# kernels.test, engine.test; built from main)
+#  h: everything owed to an H200 in one call (~9 min), most wanted first:
+#     1. the issue's table on main (both models, 8192 and 131072, 1 and 4 slots, JSON) and the 4-slot target's rows
+#        (--same-rows: the weights read once), the MTP row;
+#     2. the checks of the kernels built since session 56 that no H200 has run (TestKernelQBAbsorb, TestGPUQBAbsorb,
+#        TestKernelGemvSplitK, TestGPUOprojSplit, the routing probe);
+#     3. A/B/A/B at 1 slot, 8192: qb_absorb's default against =0 (DeepSeek-V3.2 dims) and =2 (GLM-5 dims, which
+#        auto declines); o_proj's split-K slices (both models; session 56 had o_proj at 82% of the copy rate here
+#        against the H100's 92%); DeepSeek-V3.2 dims' o_proj on the spread plan;
+#     4. traced steps with block clocks on both models.
+NAME=s61
+. docs/measured/next/plan.sh "$1"
+case "$PART" in
+h)
+  JS=1 bn deepseek-v3.2 8192,131072 1,4 h-rows-ds; JS=1 bn glm-5 8192,131072 1,4 h-rows-glm; save
+  SAMP=--same-rows JS=1 bn deepseek-v3.2 8192 1,4 h-same-ds; SAMP=--same-rows JS=1 bn glm-5 8192 1,4 h-same-glm
+  MTP=1 bn deepseek-v3.2 8192 1 h-mtp-ds; save
+  export TILERT_GPU_REPORT=$R/report.txt TILERT_ENGINE_REPORT=$R/engine-report.txt
+  tst kernels cuda/kernels 150 'TestKernelQBAbsorb|TestKernelGemvSplitK' &
+  tst engine engine/gpu 240 '^TestGPU(QBAbsorb|OprojSplit|RoutingProbe)$' & wait
+  for f in kernels engine; do cnt $f; done; save
+  if grep -q -- '--- FAIL' $R/kernels.log $R/engine.log; then echo "checks FAIL: no variant runs" >> $R/summary.txt; save; exit 0; fi
+  abab deepseek-v3.2 8192 1 h-qb-ds TILERT_GPU_QB_ABSORB=0
+  abab glm-5 8192 1 h-qb2-glm TILERT_GPU_QB_ABSORB=2; save
+  abab deepseek-v3.2 8192 1 h-sp-ds TILERT_GPU_OPROJ_SPLIT=1
+  abab glm-5 8192 1 h-sp-glm TILERT_GPU_OPROJ_SPLIT=1; save
+  abab deepseek-v3.2 8192 1 h-op-ds TILERT_GPU_OPROJ=G64/R8_d16s/B0; save
+  TL=1 bn deepseek-v3.2 8192 1 h-tl-dsc TILERT_GPU_BLOCK_CLOCKS=1; TL=1 bn glm-5 8192 1 h-tl-glmc TILERT_GPU_BLOCK_CLOCKS=1
+  TL=1 bn deepseek-v3.2 8192 1 h-tl-ds; TL=1 bn glm-5 8192 1 h-tl-glm
+  xz -T4 $R/h-tl-*.json 2>/dev/null; save ;;
+*) echo "usage: s61.sh h" >&2; exit 2 ;;
+esac

@@ -728,10 +728,12 @@ __device__ __forceinline__ void tkw_load_raw(const float* x, int nv, u32* k) {
 }
 
 // hv: this thread's 4 histogram bins from the top, hi .. hi - 3 (loaded
-// by tkw_body before the row length).
-template <int KPT>
+// by tkw_body before the row length). PRE: kp holds the thread's keys
+// already (tkw_body loaded them with the histogram, up to T: a key past n
+// is garbage here and 0 once mapped below, as the load would have left it).
+template <int KPT, bool PRE = false>
 __device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int K, u32* gh, const uint4 hv, int* o,
-                                         TkwShared& sh) {
+                                         TkwShared& sh, const u32* kp = nullptr) {
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
   const int i0 = tid * KPT;
   const int nv = max(0, min(KPT, n - i0));  // this thread's valid keys
@@ -739,7 +741,12 @@ __device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int
   // The keys arrive while the bin is found (it needs the histogram alone);
   // they are mapped after it.
   u32 k[KPT];
-  tkw_load_raw<KPT>(x + i0, nv, k);
+  if constexpr (PRE) {
+#pragma unroll
+    for (int j = 0; j < KPT; j++) k[j] = kp[j];
+  } else {
+    tkw_load_raw<KPT>(x + i0, nv, k);
+  }
   // Bin counts are <= n <= 32768: two a register across the barrier (the
   // 32-key body has no registers to spare).
   const u32 c01 = hv.w | (hv.z << 16), c23 = hv.y | (hv.x << 16);
@@ -844,6 +851,12 @@ __device__ __forceinline__ void tkw_body(const float* __restrict__ scores, int l
   // The histogram does not depend on the row's length: its load goes out
   // with lens' instead of one round trip after it.
   const uint4 hv = __ldcg((const uint4*)(gh + TKR_BINS - 4 - 4 * tid));
+  // topk_radix_one_w12 (one body whatever the length): the thread's keys go
+  // out with the histogram and lens' too, up to T (the row's pitch holds T
+  // scores, -inf past the length), instead of one round trip after lens.
+  u32 kp[KPT % 8 != 0 ? KPT : 1];
+  if constexpr (KPT % 8 != 0)
+    tkw_load_raw<KPT>(scores + (size_t)row * ld + tid * KPT, max(0, min(KPT, T - tid * KPT)), kp);
   const int n = tkr_n(lens, row, T);
   int* o = out + (size_t)row * ld_out;
   if (n <= K) {
@@ -854,7 +867,7 @@ __device__ __forceinline__ void tkw_body(const float* __restrict__ scores, int l
   const float* x = scores + (size_t)row * ld;
   if constexpr (KPT % 8 != 0) {
     // topk_radix_one_w12: no half body (6 keys would break the 16-byte key loads).
-    tkw_core<KPT>(x, n, K, gh, hv, o, sh);
+    tkw_core<KPT, true>(x, n, K, gh, hv, o, sh, kp);
   } else if (n <= 512 * KPT) {
     tkw_core<KPT / 2>(x, n, K, gh, hv, o, sh);
   } else {

@@ -9,6 +9,10 @@
 #        auto declines); o_proj's split-K slices (both models; session 56 had o_proj at 82% of the copy rate here
 #        against the H100's 92%); DeepSeek-V3.2 dims' o_proj on the spread plan;
 #     4. traced steps with block clocks on both models.
+#  w: the one-block top-k's keys loaded with its histogram (topk_radix_one_w12, the 8193..12288-key rows: an L2 round
+#     trip off the attention front's last link on GLM-5 dims). Binaries of this commit in .device/next, main's before
+#     it in .device/old: TestKernelTopKOneW, then A/B/A/B (A main's binary, B this one's, BIN=new labels B) at 1 slot,
+#     8192, both models, then 131072 (the list top-k there: no change expected).
 NAME=s61
 . docs/measured/next/plan.sh "$1"
 case "$PART" in
@@ -29,5 +33,15 @@ h)
   TL=1 bn deepseek-v3.2 8192 1 h-tl-dsc TILERT_GPU_BLOCK_CLOCKS=1; TL=1 bn glm-5 8192 1 h-tl-glmc TILERT_GPU_BLOCK_CLOCKS=1
   TL=1 bn deepseek-v3.2 8192 1 h-tl-ds; TL=1 bn glm-5 8192 1 h-tl-glm
   xz -T4 $R/h-tl-*.json 2>/dev/null; save ;;
-*) echo "usage: s61.sh h" >&2; exit 2 ;;
+w)
+  if ls .device/old/*.xz >/dev/null 2>&1; then (cd .device/old && for f in *.xz; do xz -d -f "$f"; done); fi
+  chmod +x .device/old/* 2>/dev/null
+  tst kernels cuda/kernels 150 'TestKernelTopKOneW|TestKernelTopKRadix' ; cnt kernels; save
+  if grep -q -- '--- FAIL' $R/kernels.log; then echo "top-k checks FAIL: no step runs" >> $R/summary.txt; save; exit 0; fi
+  DN=$D; DO=$PWD/.device/old
+  abb() { local m=$1 c=$2 n=$3; D=$DO bn $m $c 1 $n-A; D=$DN bn $m $c 1 $n-B BIN=new; D=$DO bn $m $c 1 $n-A2; D=$DN bn $m $c 1 $n-B2 BIN=new; }
+  abb glm-5 8192 w-glm; abb deepseek-v3.2 8192 w-ds; save
+  abb glm-5 8192 w2-glm; abb deepseek-v3.2 131072 w-ds131; save
+  D=$DN TL=1 bn glm-5 8192 1 w-tl-glm; xz -T4 $R/w-tl-*.json 2>/dev/null; save ;;
+*) echo "usage: s61.sh h|w" >&2; exit 2 ;;
 esac

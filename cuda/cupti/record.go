@@ -73,6 +73,23 @@ type BlockTimes struct {
 	// Each lists every block of a launch of at most EachMax blocks, by
 	// block index (the one-block and few-block kernels of the chain).
 	Each []BlockRun `json:"each,omitempty"`
+	// Marks: a kernel opened by PDL_WAIT_MARKED (cuda/kernels common.cuh),
+	// each phase its thread 0 passed, in mark order.
+	Marks []MarkStat `json:"marks,omitempty"`
+}
+
+// MarkStat is one block mark over a launch: the median block's time from
+// its release to the mark, over the blocks that took it.
+type MarkStat struct {
+	Label  string `json:"label"`
+	Blocks int    `json:"blocks"`
+	P50Ns  int64  `json:"p50_from_release_ns"`
+}
+
+// MarkAt is one block's mark, from that block's release.
+type MarkAt struct {
+	Label string `json:"label"`
+	Ns    int64  `json:"from_release_ns"`
 }
 
 // EachMax is the most blocks a launch may have for BlockTimes.Each.
@@ -80,11 +97,12 @@ const EachMax = 8
 
 // BlockRun is one block's clocks.
 type BlockRun struct {
-	Block    int   `json:"block"`
-	SM       int   `json:"sm"`
-	In       int64 `json:"in_ns"`
-	Released int64 `json:"released_ns"`
-	Out      int64 `json:"out_ns"`
+	Block    int      `json:"block"`
+	SM       int      `json:"sm"`
+	In       int64    `json:"in_ns"`
+	Released int64    `json:"released_ns"`
+	Out      int64    `json:"out_ns"`
+	Marks    []MarkAt `json:"marks,omitempty"`
 }
 
 // Shift returns b with every time less t (nil stays nil).

@@ -3,6 +3,7 @@ package kernels
 import (
 	"encoding/binary"
 	"sort"
+	"strings"
 
 	"github.com/cockroachdb/errors"
 
@@ -34,7 +35,9 @@ const BlockClockWords = 5
 
 // BlockClock is one block's record: the kernel by the hash of its name
 // (NameHash) and grid size, the block's linear index and SM, and three
-// %globaltimer readings (ns).
+// %globaltimer readings (ns). A marks record (NameHash MarksTag, from a
+// kernel opened by PDL_WAIT_MARKED) has no times of its own but Marks: when
+// thread 0 passed BLOCK_MARK(i), 0 where it did not.
 type BlockClock struct {
 	NameHash uint32
 	Blocks   uint32 // the grid's blocks
@@ -43,6 +46,42 @@ type BlockClock struct {
 	Entry    uint64 // thread 0 began (the block was resident)
 	Released uint64 // past griddepcontrol.wait
 	Exit     uint64 // thread 0 left the kernel
+	Marks    [MarksMax]uint64
+}
+
+// MarksTag is a marks record's name word ("mark", common.cuh's
+// TilertMarks); MarksMax the marks a block may take.
+const (
+	MarksTag = 0x6d61726b
+	MarksMax = 8
+)
+
+// markLabels names the marks of the kernels that take them (common.cuh's
+// BLOCK_MARK(i) is label i), by kernel name prefix.
+var markLabels = map[string][]string{
+	// tkw_body / tkw_core (topk_radix.cu).
+	"topk_radix_one_w": {"hist + lens in", "bin found", "keys mapped", "digit 1 picked", "digit 2 picked", "emit counted", "stored"},
+	// wgh_body (wg/scores_wgh.cu).
+	"indexer_scores_wgh": {"query staged", "keys scored", "histogram added"},
+	// attn_epilogue_body's block 0 (the latent row and the indexer key),
+	// idx_q_prep_t's blocks 1.. (the indexer query; fused.cu, indexer_mma.cu).
+	"attn_epilogue": {"kv / key in", "kv / key normed", "kv / key stored", "query in", "query scaled", "query stored"},
+	"idx_q_prep":    {"", "", "", "query in", "query scaled", "query stored"},
+}
+
+// MarkLabels gives the labels of a kernel's marks by index (nil: it takes
+// none).
+func MarkLabels(kernel string) []string {
+	best := ""
+	for p := range markLabels {
+		if strings.HasPrefix(kernel, p) && len(p) > len(best) {
+			best = p
+		}
+	}
+	if best == "" {
+		return nil
+	}
+	return markLabels[best]
 }
 
 // NameHash is the 32-bit FNV-1a of a kernel's name, as the kernels hash
@@ -60,10 +99,21 @@ func NameHash(name string) uint32 {
 // PDL_WAIT ran in a helper that returned).
 func decodeClocks(words []byte, n int) []BlockClock {
 	out := make([]BlockClock, 0, n)
-	for i := range n {
+	for i := 0; i < n; i++ {
 		w := func(j int) uint64 { return binary.LittleEndian.Uint64(words[8*(BlockClockWords*i+j):]) }
 		r := BlockClock{NameHash: uint32(w(0)), Blocks: uint32(w(0) >> 32), Block: uint32(w(1)), SM: uint32(w(1) >> 32),
 			Entry: w(2), Released: w(3), Exit: w(4)}
+		if r.NameHash == MarksTag && r.Blocks != 0 && i+1 < n {
+			// Two records: the header's last three words and the next
+			// record's five are marks 0..7.
+			r.Entry, r.Released, r.Exit = 0, 0, 0
+			for m := range MarksMax {
+				r.Marks[m] = w(2 + m)
+			}
+			i++
+			out = append(out, r)
+			continue
+		}
 		if r.Exit == 0 || r.Released < r.Entry || r.Exit < r.Released {
 			continue
 		}

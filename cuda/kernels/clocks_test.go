@@ -36,6 +36,9 @@ func TestDecodeClocks(t *testing.T) {
 		rec(9, 2, 1, 3, 200, 190, 300),     // released before entry: garbage
 		rec(9, 2, 0, 4, 200, 210, 205),     // exit before release
 		rec(9, 2, 1, 2, 10, 10, 10),        // zero-length is fine
+		// A marks header and its second record (marks 0..7: 11, 12, 0, 14, ..).
+		rec(MarksTag, 64, 3, 9, 11, 12, 0), {14, 15, 16, 17, 18},
+		rec(9, 2, 0, 2, 20, 20, 30), // after them, a block again
 	} {
 		words = append(words, r...)
 	}
@@ -43,10 +46,12 @@ func TestDecodeClocks(t *testing.T) {
 	for i, w := range words {
 		binary.LittleEndian.PutUint64(b[8*i:], w)
 	}
-	got := decodeClocks(b, 5)
+	got := decodeClocks(b, 8)
 	want := []BlockClock{
 		{NameHash: 7, Blocks: 128, Block: 5, SM: 131, Entry: 100, Released: 150, Exit: 400},
 		{NameHash: 9, Blocks: 2, Block: 1, SM: 2, Entry: 10, Released: 10, Exit: 10},
+		{NameHash: MarksTag, Blocks: 64, Block: 3, SM: 9, Marks: [MarksMax]uint64{11, 12, 0, 14, 15, 16, 17, 18}},
+		{NameHash: 9, Blocks: 2, Block: 0, SM: 2, Entry: 20, Released: 20, Exit: 30},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("decoded %+v, want %+v", got, want)
@@ -135,7 +140,80 @@ extern "C" __global__ void clock_probe(float* x, int spins) {
   for (int i = 0; i < spins; ++i) a = a * 1.0001f + 1.0f;
   if (threadIdx.x == 0) x[blockIdx.x] = a;
 }
+extern "C" __global__ void clock_probe_marked(float* x, int spins) {
+  PDL_WAIT_MARKED();
+  float a = x[blockIdx.x];
+  BLOCK_MARK(0);
+  for (int i = 0; i < spins; ++i) a = a * 1.0001f + 1.0f;
+  BLOCK_MARK(1);
+  if (threadIdx.x == 0) x[blockIdx.x] = a;
+}
 `
+}
+
+// TestGPUBlockMarks: a probe opened by PDL_WAIT_MARKED with two marks, two
+// programmatic launches: a block record and a marks record per block, each
+// marks record on its block's SM and index with mark 0 <= mark 1 inside its
+// block's release .. exit, marks 2..7 untaken.
+func TestGPUBlockMarks(t *testing.T) {
+	gpuDevice(t)
+	defer func(v bool) { BlockClocks = v }(BlockClocks)
+	BlockClocks = true
+	nv, err := cuda.LoadNVRTC()
+	if err != nil {
+		t.Skip(err)
+	}
+	if err := clocksNeed(nv); err != nil {
+		t.Skip(err)
+	}
+	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
+		info := c.Info()
+		ck, err := cuda.CompileModule(nv, info.CCMajor, info.CCMinor, clockProbeSource(), "clock_probe.cu", kernelOptions, cuda.DefaultKernelCache())
+		chk(err)
+		m, err := c.LoadModule("clock_probe", ck.Image)
+		chk(err)
+		f, err := c.Function(m, "clock_probe_marked")
+		chk(err)
+		g, err := moduleClockGlobals(c, "clock_probe", m)
+		chk(err)
+		const blocks, capacity = 8, 256
+		buf := a.raw(capacity * BlockClockWords * 8)
+		chk(c.MemsetD8(buf, 0, capacity*BlockClockWords*8, c.Stream()))
+		share, err := g.arm(c, buf, capacity)
+		chk(err)
+		x := a.up(make([]float32, blocks))
+		for range 2 {
+			chk(c.LaunchEx(f, cuda.D1(blocks), cuda.D1(128), 0, c.Stream(), true, x, 2000+r.IntN(1000)))
+		}
+		chk(c.SyncStream(c.Stream()))
+		cl, lost, err := readClocks(c, []ClockShare{share})
+		chk(err)
+		_, err = g.arm(c, 0, 0)
+		chk(err)
+		var bs, ms []BlockClock
+		for _, b := range cl {
+			if b.NameHash == MarksTag {
+				ms = append(ms, b)
+			} else {
+				bs = append(bs, b)
+			}
+		}
+		if len(bs) != 2*blocks || len(ms) != 2*blocks || lost != 0 {
+			t.Fatalf("%d block records, %d marks records (%d lost), want %d each", len(bs), len(ms), lost, 2*blocks)
+		}
+		for _, mk := range ms {
+			found := false
+			for _, b := range bs {
+				if b.Block == mk.Block && b.SM == mk.SM && mk.Blocks == blocks && b.Released <= mk.Marks[0] && mk.Marks[0] <= mk.Marks[1] && mk.Marks[1] <= b.Exit {
+					found = true
+				}
+			}
+			if !found || mk.Marks[2] != 0 || mk.Marks[MarksMax-1] != 0 {
+				t.Fatalf("marks record %+v has no block it ran in (or took marks it did not pass): blocks %+v", mk, bs)
+			}
+		}
+		t.Logf("marks 0 -> 1: %d ns in block 0", ms[0].Marks[1]-ms[0].Marks[0])
+	})
 }
 
 // TestGPUBlockClocks: two programmatic launches of a probe built with block

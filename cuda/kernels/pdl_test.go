@@ -64,6 +64,23 @@ func matchParen(s string, open int) int {
 	return -1
 }
 
+// matchBrace is the index of the '}' closing the '{' at open, or -1.
+func matchBrace(s string, open int) int {
+	d := 0
+	for i := open; i < len(s); i++ {
+		switch s[i] {
+		case '{':
+			d++
+		case '}':
+			d--
+			if d == 0 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
 // splitArgs splits a macro invocation's arguments at top-level commas.
 func splitArgs(s string) []string {
 	var out []string
@@ -95,6 +112,21 @@ var (
 // (whitespace squeezed). Function-like macros that define kernels are
 // expanded one level, with ## pasting, which is how cu/*.cu writes them.
 func kernelEntries(src string) map[string][]string {
+	out := map[string][]string{}
+	for n, defs := range kernelDefs(src) {
+		for _, d := range defs {
+			out[n] = append(out[n], d.first)
+		}
+	}
+	return out
+}
+
+// kernelDef is one definition of a kernel: its first statement (spaces
+// removed) and its body's text.
+type kernelDef struct{ first, body string }
+
+// kernelDefs is kernelEntries with each definition's body.
+func kernelDefs(src string) map[string][]kernelDef {
 	s := strings.ReplaceAll(stripComments(src), "\\\n", " ")
 	type macro struct {
 		params []string
@@ -129,7 +161,7 @@ func kernelEntries(src string) map[string][]string {
 			s = s[:loc[0]] + body + s[end+1:]
 		}
 	}
-	out := map[string][]string{}
+	out := map[string][]kernelDef{}
 	for off := 0; ; {
 		i := strings.Index(s[off:], "__global__")
 		if i < 0 {
@@ -173,13 +205,21 @@ func kernelEntries(src string) map[string][]string {
 		if e := strings.IndexAny(body, ";}"); e >= 0 {
 			first = body[:e+1]
 		}
-		out[nm[1]] = append(out[nm[1]], strings.Join(strings.Fields(first), ""))
+		if e := matchBrace(s, q+b); e >= 0 {
+			body = s[q+b+1 : e]
+		}
+		out[nm[1]] = append(out[nm[1]], kernelDef{first: strings.Join(strings.Fields(first), ""), body: body})
 		off = q
 	}
 	return out
 }
 
 const pdlEntry = "PDL_WAIT();"
+
+// pdlEntryMarked is PDL_WAIT() in a kernel that takes block marks
+// (common.cuh: the same wait; before it, with block clocks, thread 0
+// reserves the marks' records).
+const pdlEntryMarked = "PDL_WAIT_MARKED();"
 
 // Every kernel launched programmatically must start with PDL_WAIT(): see
 // pdl.go for why a listed kernel without it would race.
@@ -220,7 +260,7 @@ func checkWaits(t *testing.T, entries map[string][]string, list map[string]bool,
 			continue
 		}
 		for i, first := range defs {
-			if first != pdlEntry && !(stubs && first == "__trap();") {
+			if first != pdlEntry && first != pdlEntryMarked && !(stubs && first == "__trap();") {
 				t.Errorf("kernel %s (definition %d of %d) starts with %q, not PDL_WAIT(); add the wait as its first statement or take it off %s", n, i+1, len(defs), first, what)
 			}
 		}

@@ -127,9 +127,31 @@ func attachBlockClocks(recs []cupti.KernelRecord, cl []kernels.BlockClock) clock
 	type key struct{ h, n uint32 }
 	m := clockMatch{Records: len(cl), Launches: len(recs)}
 	byKey := map[key][]kernels.BlockClock{}
+	type blockAt struct{ n, b, sm uint32 }
+	marks := map[blockAt][]kernels.BlockClock{}
 	for _, c := range cl {
+		if c.NameHash == kernels.MarksTag {
+			marks[blockAt{c.Blocks, c.Block, c.SM}] = append(marks[blockAt{c.Blocks, c.Block, c.SM}], c)
+			continue
+		}
 		k := key{c.NameHash, c.Blocks}
 		byKey[k] = append(byKey[k], c)
+	}
+	// marksOf is the marks record of block c (a launch of n blocks): the
+	// one taken on its SM, for its index, between its entry and exit.
+	marksOf := func(c kernels.BlockClock) *[kernels.MarksMax]uint64 {
+		for i := range marks[blockAt{c.Blocks, c.Block, c.SM}] {
+			r := &marks[blockAt{c.Blocks, c.Block, c.SM}][i]
+			for _, t := range r.Marks {
+				if t != 0 {
+					if t >= c.Entry && t <= c.Exit {
+						return &r.Marks
+					}
+					break
+				}
+			}
+		}
+		return nil
 	}
 	launches := map[key][]int{}
 	var order []key
@@ -149,8 +171,9 @@ func attachBlockClocks(recs []cupti.KernelRecord, cl []kernels.BlockClock) clock
 			m.Unmatched = append(m.Unmatched, fmt.Sprintf("%s x%d (%d blocks recorded for %d launches)", recs[idx[0]].Name, k.n, len(cs), len(idx)))
 			continue
 		}
+		labels := kernels.MarkLabels(recs[idx[0]].Name)
 		for j, i := range idx {
-			bt := blockTimes(cs[j*int(k.n) : (j+1)*int(k.n)])
+			bt := blockTimes(cs[j*int(k.n):(j+1)*int(k.n)], labels, marksOf)
 			times[i] = bt
 			offs = append(offs, int64(recs[i].Start)-bt.FirstIn)
 		}
@@ -176,8 +199,10 @@ func attachBlockClocks(recs []cupti.KernelRecord, cl []kernels.BlockClock) clock
 	return m
 }
 
-// blockTimes sums up one launch's blocks.
-func blockTimes(cs []kernels.BlockClock) *cupti.BlockTimes {
+// blockTimes sums up one launch's blocks; where the kernel takes marks
+// (labels), each mark's median time from release over the blocks with one
+// (marksOf: a block's marks record, nil none).
+func blockTimes(cs []kernels.BlockClock, labels []string, marksOf func(kernels.BlockClock) *[kernels.MarksMax]uint64) *cupti.BlockTimes {
 	bt := &cupti.BlockTimes{Blocks: len(cs), FirstIn: math.MaxInt64, FirstReleased: math.MaxInt64, FirstOut: math.MaxInt64}
 	sms := map[uint32]bool{}
 	runs := make([]int64, 0, len(cs))
@@ -192,11 +217,42 @@ func blockTimes(cs []kernels.BlockClock) *cupti.BlockTimes {
 	slices.Sort(runs)
 	bt.SMs = len(sms)
 	bt.RunP50Ns = runs[(len(runs)-1)/2]
-	if len(cs) <= cupti.EachMax {
-		for _, c := range cs {
-			bt.Each = append(bt.Each, cupti.BlockRun{Block: int(c.Block), SM: int(c.SM), In: int64(c.Entry), Released: int64(c.Released), Out: int64(c.Exit)})
+	var at [kernels.MarksMax][]int64 // each mark's times from release
+	blockMarks := func(c kernels.BlockClock) []cupti.MarkAt {
+		if labels == nil || marksOf == nil {
+			return nil
 		}
+		ms := marksOf(c)
+		if ms == nil {
+			return nil
+		}
+		var out []cupti.MarkAt
+		for i, t := range ms {
+			if t == 0 || i >= len(labels) || labels[i] == "" {
+				continue
+			}
+			d := int64(t) - int64(c.Released)
+			at[i] = append(at[i], d)
+			out = append(out, cupti.MarkAt{Label: labels[i], Ns: d})
+		}
+		return out
+	}
+	each := len(cs) <= cupti.EachMax
+	for _, c := range cs {
+		ms := blockMarks(c)
+		if each {
+			bt.Each = append(bt.Each, cupti.BlockRun{Block: int(c.Block), SM: int(c.SM), In: int64(c.Entry), Released: int64(c.Released), Out: int64(c.Exit), Marks: ms})
+		}
+	}
+	if each {
 		slices.SortFunc(bt.Each, func(a, b cupti.BlockRun) int { return a.Block - b.Block })
+	}
+	for i, ds := range at {
+		if len(ds) == 0 {
+			continue
+		}
+		slices.Sort(ds)
+		bt.Marks = append(bt.Marks, cupti.MarkStat{Label: labels[i], Blocks: len(ds), P50Ns: ds[(len(ds)-1)/2]})
 	}
 	return bt
 }

@@ -229,3 +229,54 @@ func TestAttachBlockClocks(t *testing.T) {
 		}
 	}
 }
+
+// TestAttachBlockMarks: a marked kernel's marks records go to the launch
+// whose block ran on that SM, with that index, when the marks were taken;
+// labels from kernels.MarkLabels, times from the block's release, the
+// median block's over a launch; a marks record of another SM, index or
+// time, or with no mark taken, goes nowhere.
+func TestAttachBlockMarks(t *testing.T) {
+	const name = "topk_radix_one_w12"
+	labels := kernels.MarkLabels(name)
+	if len(labels) < 3 {
+		t.Fatalf("MarkLabels(%q) = %v", name, labels)
+	}
+	recs := []cupti.KernelRecord{
+		{Name: name, Start: 1000, End: 1100, Grid: [3]int32{1, 1, 1}},
+		{Name: name, Start: 2000, End: 2100, Grid: [3]int32{1, 1, 1}},
+		{Name: "indexer_scores_wgh2", Start: 900, End: 990, Grid: [3]int32{3, 1, 1}},
+	}
+	c := func(name string, n, blk, sm uint32, in, rel, out uint64) kernels.BlockClock {
+		return kernels.BlockClock{NameHash: kernels.NameHash(name), Blocks: n, Block: blk, SM: sm, Entry: in, Released: rel, Exit: out}
+	}
+	mk := func(n, blk, sm uint32, ts ...uint64) kernels.BlockClock {
+		r := kernels.BlockClock{NameHash: kernels.MarksTag, Blocks: n, Block: blk, SM: sm}
+		copy(r.Marks[:], ts)
+		return r
+	}
+	clocks := []kernels.BlockClock{
+		c(name, 1, 0, 4, 0, 10, 100), c(name, 1, 0, 4, 1000, 1020, 1090),
+		mk(1, 0, 4, 1030, 1040, 0, 1060), // the second launch's (mark 2 not taken)
+		mk(1, 0, 4, 15, 25, 35),          // the first's
+		mk(1, 0, 5, 16, 26, 36),          // another SM
+		mk(1, 0, 4),                      // nothing taken
+		c("indexer_scores_wgh2", 3, 0, 1, 0, 5, 50), c("indexer_scores_wgh2", 3, 1, 2, 0, 6, 60), c("indexer_scores_wgh2", 3, 2, 3, 0, 7, 70),
+		mk(3, 0, 1, 9, 20), mk(3, 1, 2, 12, 30), mk(3, 2, 3, 10, 40),
+	}
+	m := attachBlockClocks(recs, clocks)
+	if m.Matched != 3 || len(m.Unmatched) != 0 {
+		t.Fatalf("match %+v", m)
+	}
+	at := func(l string, ns int64) cupti.MarkAt { return cupti.MarkAt{Label: l, Ns: ns} }
+	st := func(l string, b int, ns int64) cupti.MarkStat { return cupti.MarkStat{Label: l, Blocks: b, P50Ns: ns} }
+	if got, want := recs[0].Blocks.Marks, []cupti.MarkStat{st(labels[0], 1, 5), st(labels[1], 1, 15), st(labels[2], 1, 25)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("first launch marks %+v, want %+v", got, want)
+	}
+	if got, want := recs[1].Blocks.Each[0].Marks, []cupti.MarkAt{at(labels[0], 10), at(labels[1], 20), at(labels[3], 40)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("second launch's block marks %+v, want %+v", got, want)
+	}
+	sl := kernels.MarkLabels("indexer_scores_wgh2")
+	if got, want := recs[2].Blocks.Marks, []cupti.MarkStat{st(sl[0], 3, 4), st(sl[1], 3, 24)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("scores marks %+v, want %+v", got, want)
+	}
+}

@@ -242,7 +242,9 @@ func TestReportMedianLayerBlocks(t *testing.T) {
 	bt := func(at int64) *cupti.BlockTimes {
 		return &cupti.BlockTimes{Blocks: 132, SMs: 132, FirstIn: at, LastIn: at + 500, FirstReleased: at + 1000, LastReleased: at + 1200,
 			FirstOut: at + 2500, LastOut: at + 3000, RunP50Ns: 1500,
-			Each: []cupti.BlockRun{{Block: 0, SM: 3, In: at, Released: at + 1000, Out: at + 2500}}}
+			Each: []cupti.BlockRun{{Block: 0, SM: 3, In: at, Released: at + 1000, Out: at + 2500,
+				Marks: []cupti.MarkAt{{Label: "keys in", Ns: 400}, {Label: "stored", Ns: 1400}}}},
+			Marks: []cupti.MarkStat{{Label: "keys in", Blocks: 132, P50Ns: 450}, {Label: "stored", Blocks: 132, P50Ns: 1350}}}
 	}
 	recs := []cupti.KernelRecord{
 		k("norm", 0, 1000, nil), k("gemv", 100, 4000, bt(100)),
@@ -253,7 +255,8 @@ func TestReportMedianLayerBlocks(t *testing.T) {
 	for _, want := range []string{
 		"its blocks (block clocks), us from the layer's start",
 		"\n         0.1      0.6      1.1      1.3      2.6      3.1      1.5   132    132 gemv\n",
-		"\n        block 0 (SM 3): in 0.1, released 1.1, out 2.6, ran 1.5\n",
+		"\n        marks, us after release (the median block): keys in +0.5, stored +1.4\n",
+		"\n        block 0 (SM 3): in 0.1, released 1.1, out 2.6, ran 1.5; marks keys in +0.4, stored +1.4\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)

@@ -21,7 +21,9 @@ typedef unsigned long long u64;
 // entry, after the wait, and, from the destructor, at its exit, so every
 // kernel that starts with it says when its blocks became resident, were
 // released and left. One atomic a block; nothing is read before the wait
-// that the step writes.
+// that the step writes. A kernel opened by PDL_WAIT_MARKED() may also take
+// up to eight marks, BLOCK_MARK(i) (nothing without the define): when thread
+// 0 passed each phase, which clocks.go's MarkLabels names per kernel.
 #if defined(TILERT_BLOCK_CLOCKS) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ u64* tilert_clocks;     // records of 5 u64; null: off (Set.ArmBlockClocks)
 __device__ u32 tilert_clocks_cap;  // records it holds
@@ -58,6 +60,42 @@ struct TilertBlockClock {
   }
 };
 #define PDL_WAIT() TilertBlockClock tilert_block_clock_(__func__)
+// PDL_WAIT_MARKED(): PDL_WAIT() in a kernel that takes marks. Before the
+// wait thread 0 reserves two more records (the marks' header and eight
+// times; one atomic while the block waits anyway) and keeps their slot in
+// tilert_mark_slot, which only such kernels reference: a static shared word
+// in every kernel would take 4 bytes from those sized to the opt-in limit.
+__shared__ u32 tilert_mark_slot;
+struct TilertMarks {
+  __device__ __forceinline__ TilertMarks() {
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+      u32 s = ~0u;
+      if (tilert_clocks != nullptr) {
+        s = atomicAdd(&tilert_clocks_n, 2u);
+        if (s + 2u <= tilert_clocks_cap) {
+          u32 smid;
+          asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+          u64* r = tilert_clocks + 5ull * s;
+          r[0] = (u64)0x6d61726bu | ((u64)(gridDim.x * gridDim.y * gridDim.z) << 32);  // "mark" (clocks.go MarksTag)
+          r[1] = (u64)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) | ((u64)smid << 32);
+        } else {
+          s = ~0u;
+        }
+      }
+      tilert_mark_slot = s;
+    }
+  }
+};
+#define PDL_WAIT_MARKED()         \
+  TilertMarks tilert_marks_;      \
+  PDL_WAIT()
+// BLOCK_MARK(i), i in 0..7, only in a kernel opened by PDL_WAIT_MARKED():
+// thread 0 stores %globaltimer as mark i (in a loop, its last pass).
+#define BLOCK_MARK(i)                                                                    \
+  do {                                                                                   \
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && tilert_mark_slot != ~0u) \
+      tilert_clocks[5ull * tilert_mark_slot + 2 + (i)] = tilert_globaltimer();           \
+  } while (0)
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define PDL_WAIT()                                          \
   do {                                                      \
@@ -67,6 +105,12 @@ struct TilertBlockClock {
 #else
 #define PDL_WAIT() \
   do {             \
+  } while (0)
+#endif
+#ifndef BLOCK_MARK
+#define PDL_WAIT_MARKED() PDL_WAIT()
+#define BLOCK_MARK(i) \
+  do {                \
   } while (0)
 #endif
 

@@ -72,6 +72,7 @@ __device__ __forceinline__ void attn_epilogue_body(float* kva, int ldkv, const f
     if (t < 64) kv[512 + t] = kr[512 + t];
     // named barrier of the four kv warps
     asm volatile("bar.sync 1, 128;" ::: "memory");
+    BLOCK_MARK(0);
     float r = 0.0f;
 #pragma unroll
     for (int i = 0; i < 4; i++) r += sh[i];
@@ -106,6 +107,7 @@ __device__ __forceinline__ void attn_epilogue_body(float* kva, int ldkv, const f
     for (int i = lane; i < half; i += 32) fz_rope_pair(kk, i, half, ct[i], st[i], ik_il);
   }
   __syncthreads();
+  BLOCK_MARK(1);
   if (mla && t < 128) {
     // eng_mla_cache_write of the row in kv
     const float4 v4 = ((const float4*)kv)[t];
@@ -120,6 +122,7 @@ __device__ __forceinline__ void attn_epilogue_body(float* kva, int ldkv, const f
     if (t < 64) ((u16*)(row + 528))[t] = f32_to_bf16(kv[512 + t]);
     ((float4*)kr)[t] = v4;
     if (t < 16) ((float4*)(kr + 512))[t] = ((const float4*)(kv + 512))[t];
+    BLOCK_MARK(2);
   } else if (idxc && t >= 128 && t < 160) {
     // eng_indexer_cache_write of the key in kk
     const float4 v4 = ((const float4*)kk)[lane];
@@ -142,7 +145,7 @@ extern "C" __global__ void __launch_bounds__(512)
                   int ik_il, const float* __restrict__ iq, const float* __restrict__ iw, u8* qh, float* wq, int IH,
                   float wscale, const int* __restrict__ pos, const float* __restrict__ cos_t,
                   const float* __restrict__ sin_t, int rot) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   attn_epilogue_body(kva, ldkv, kvw, kv_eps, mla, kv_il, ik, ldik, ikw, ikb, ik_eps, idxc, ik_il, iq, iw, qh, wq, IH,
                      wscale, pos, cos_t, sin_t, rot);
 }
@@ -160,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(512)
                      float wscale, const int* __restrict__ pos, const float* __restrict__ cos_t,
                      const float* __restrict__ sin_t, int rot, const float* __restrict__ ss, int nss, int K,
                      float eps) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   if (blockIdx.x > 0) {
     idx_q_prep_body_s(iq, iw, pos, cos_t, sin_t, qh, wq, IH, rot, ik_il, wscale, blockIdx.x - 1, blockIdx.y, ss, nss, K,
                       eps);
@@ -183,7 +186,7 @@ extern "C" __global__ void __launch_bounds__(512)
                        const float* __restrict__ iw, u8* qh, float* wq, int IH, float wscale,
                        const int* __restrict__ pos, const float* __restrict__ cos_t, const float* __restrict__ sin_t,
                        int rot, const long long* __restrict__ row_base) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   const long long b = row_base[blockIdx.y];
   u8* mla = has_mla ? (u8*)(b + mla_off) : nullptr;
   u8* idxc = has_idx ? (u8*)(b + idx_off) : nullptr;

@@ -83,6 +83,7 @@ __device__ __forceinline__ void idx_q_prep_t(const float* __restrict__ q, const 
 #pragma unroll
       for (int b = 0; b < 4; b++) v[b] = v[b] * rq;
     }
+    BLOCK_MARK(3);
     const int half = rot >> 1, p = pos[m];
     const float* ct = cos_t + (size_t)p * half;
     const float* st = sin_t + (size_t)p * half;
@@ -124,6 +125,7 @@ __device__ __forceinline__ void idx_q_prep_t(const float* __restrict__ q, const 
     sc = ue8m0_ceil_f32(fmaxf(amax, 1e-10f) / FP8_MAX);
     code = (u32)f32_to_fp8(r[0] / sc) | ((u32)f32_to_fp8(r[1] / sc) << 8) | ((u32)f32_to_fp8(r[2] / sc) << 16) |
            ((u32)f32_to_fp8(r[3] / sc) << 24);
+    BLOCK_MARK(4);
   }
   // Dimensions 4*lane..4*lane+3 share k-step and column group.
   const int d = 4 * lane, dd = d & 63;
@@ -133,6 +135,7 @@ __device__ __forceinline__ void idx_q_prep_t(const float* __restrict__ q, const 
   ((u16*)o)[hi] = (u16)(code & 0xffffu);
   ((u16*)o)[2 + hi] = (u16)(code >> 16);
   if (lane == 0) wq[(size_t)m * IDXQ_HEADS + h] = h < H ? w[(size_t)m * H + h] * wscale * sc : 0.0f;
+  BLOCK_MARK(5);
 }
 
 __device__ void idx_q_prep_body(const float* __restrict__ q, const float* __restrict__ w, const int* __restrict__ pos,
@@ -154,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(512) idx_q_prep(const float* __rest
                                                              const float* __restrict__ cos_t,
                                                              const float* __restrict__ sin_t, u8* qh, float* wq, int H,
                                                              int rot, int interleaved, float wscale) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   idx_q_prep_body(q, w, pos, cos_t, sin_t, qh, wq, H, rot, interleaved, wscale, blockIdx.x, blockIdx.y);
 }
 

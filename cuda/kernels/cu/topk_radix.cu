@@ -759,6 +759,7 @@ __device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int
   // no bin: bin 0, then every valid key taken (never a write past K).
   if (tid < 9) sh.res[tid] = 0;
   __syncthreads();
+  BLOCK_MARK(0);
   *(uint4*)(gh + hi - 3) = make_uint4(0u, 0u, 0u, 0u);  // bins this thread alone read (and summed): left zeroed
   {
     const int pre = tkw_warp_sum(lane < w ? sh.wt[lane] : 0);  // keys in the warps above mine
@@ -783,10 +784,12 @@ __device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int
     }
   }
   __syncthreads();
+  BLOCK_MARK(1);
   const u32 ub = (u32)sh.res[0];
   int rem = K - sh.res[1];  // keys still to take from bin ub
 #pragma unroll
   for (int j = 0; j < KPT; j++) k[j] = j < nv ? float_key(__uint_as_float(k[j])) : 0u;  // tk_load_keys' keys
+  BLOCK_MARK(2);
   // The selection: every valid key >= lo; with tie, every key > thr and the
   // first rem keys equal to it, in index order.
   u32 lo = ub << TKR_SHIFT, thr = 0;
@@ -796,6 +799,7 @@ __device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int
     __syncthreads();
     if (w == 0) tkw_pick(sh.a, rem, sh.res + 3);
     __syncthreads();
+    BLOCK_MARK(3);
     const u32 p22 = (ub << 10) | (u32)sh.res[3];
     rem = sh.res[4];
     lo = p22 << 10;
@@ -804,6 +808,7 @@ __device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int
       __syncthreads();
       if (w == 0) tkw_pick(sh.b, rem, sh.res + 6);
       __syncthreads();
+      BLOCK_MARK(4);
       thr = (p22 << 10) | (u32)sh.res[6];  // the K-th largest key
       rem = sh.res[7];                     // how many keys equal to it to take
       lo = thr;
@@ -814,13 +819,16 @@ __device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int
   if (tie) {
     // The shared emit: above thr in the high half, equal in the low.
     const int before = tkw_scan(tk_counts<KPT>(k, nv, thr), sh.we, &wend);
+    BLOCK_MARK(5);
     if (tkw_act<KPT>(n)) tk_emit<KPT>(k, nv, thr, before, rem, K, o, i0);
+    BLOCK_MARK(6);
     return;
   }
   int cnt = 0;
 #pragma unroll
   for (int j = 0; j < KPT; j++) cnt += (j < nv && k[j] >= lo);
   const int before = tkw_scan(cnt, sh.we, &wend);
+  BLOCK_MARK(5);
   if (!tkw_act<KPT>(n)) return;
   if (wend <= K) {  // warp-uniform: no bound check per key
     int* op = o + before;
@@ -838,6 +846,7 @@ __device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int
       }
     }
   }
+  BLOCK_MARK(6);
 }
 
 // The block's body: rows of n <= 512 * KPT keys take the KPT / 2 body
@@ -879,7 +888,7 @@ __device__ __forceinline__ void tkw_body(const float* __restrict__ scores, int l
   extern "C" __global__ void __launch_bounds__(1024) topk_radix_one_w##KPT(                                      \
       const float* __restrict__ scores, int ld, const int* __restrict__ lens, int T, int K, u32* hist, int* out, \
       int ld_out) {                                                                                              \
-    PDL_WAIT();                                                                                                  \
+    PDL_WAIT_MARKED();                                                                                           \
     tkw_body<KPT>(scores, ld, lens, T, K, hist, out, ld_out);                                                    \
   }
 TKW_KERNEL(8)

@@ -12,7 +12,8 @@
 #  w: the one-block top-k's keys loaded with its histogram (topk_radix_one_w12, the 8193..12288-key rows: an L2 round
 #     trip off the attention front's last link on GLM-5 dims). Binaries of this commit in .device/next, main's before
 #     it in .device/old: TestKernelTopKOneW, then A/B/A/B (A main's binary, B this one's, BIN=new labels B) at 1 slot,
-#     8192, both models, then 131072 (the list top-k there: no change expected).
+#     8192, both models, then 131072 (the list top-k there: no change expected); traced steps with block clocks and
+#     marks (TestGPUBlockMarks first): when thread 0 of the epilogue, the scores and the top-k passed each phase.
 NAME=s61
 . docs/measured/next/plan.sh "$1"
 case "$PART" in
@@ -36,12 +37,14 @@ h)
 w)
   if ls .device/old/*.xz >/dev/null 2>&1; then (cd .device/old && for f in *.xz; do xz -d -f "$f"; done); fi
   chmod +x .device/old/* 2>/dev/null
-  tst kernels cuda/kernels 150 'TestKernelTopKOneW|TestKernelTopKRadix' ; cnt kernels; save
+  tst kernels cuda/kernels 150 'TestKernelTopKOneW|TestKernelTopKRadix|TestGPUBlockMarks|TestGPUBlockClocks' ; cnt kernels; save
   if grep -q -- '--- FAIL' $R/kernels.log; then echo "top-k checks FAIL: no step runs" >> $R/summary.txt; save; exit 0; fi
   DN=$D; DO=$PWD/.device/old
   abb() { local m=$1 c=$2 n=$3; D=$DO bn $m $c 1 $n-A; D=$DN bn $m $c 1 $n-B BIN=new; D=$DO bn $m $c 1 $n-A2; D=$DN bn $m $c 1 $n-B2 BIN=new; }
   abb glm-5 8192 w-glm; abb deepseek-v3.2 8192 w-ds; save
   abb glm-5 8192 w2-glm; abb deepseek-v3.2 131072 w-ds131; save
+  # Block marks (this commit): where the epilogue's, the scores' and the one-block top-k's time goes in the step.
+  D=$DN TL=1 bn glm-5 8192 1 w-tl-glmc TILERT_GPU_BLOCK_CLOCKS=1; D=$DN TL=1 bn deepseek-v3.2 8192 1 w-tl-dsc TILERT_GPU_BLOCK_CLOCKS=1
   D=$DN TL=1 bn glm-5 8192 1 w-tl-glm; xz -T4 $R/w-tl-*.json 2>/dev/null; save ;;
 *) echo "usage: s61.sh h|w" >&2; exit 2 ;;
 esac

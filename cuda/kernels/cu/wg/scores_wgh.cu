@@ -126,6 +126,7 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
     for (int i = tid; i < WGH_BINS; i += NT) hs[i] = 0;
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // B visible to wgmma
   __syncthreads();
+  BLOCK_MARK(0);
   u32 qbase;
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(qbase) : "l"((const void*)qb));
   for (; p < npg; p += stride) {  // warpgroup-uniform
@@ -174,11 +175,13 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
       if (hist) atomicAdd(&hs[float_key(v) >> 20], 1u);
     }
   }
+  BLOCK_MARK(1);
   if (hist) {
     __syncthreads();
     u32* gh = hist + (size_t)row * WGH_BINS;
     for (int i = tid; i < WGH_BINS; i += NT)
       if (hs[i]) atomicAdd(&gh[i], hs[i]);
+    BLOCK_MARK(2);
   }
 }
 
@@ -200,25 +203,25 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
 #endif
 
 extern "C" __global__ void __launch_bounds__(128, 4) indexer_scores_wgh(WGH_ARGS) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   WGH_RUN(false, 1, block_table, nullptr);
 }
 
 // indexer_scores_wgh with two warpgroups a block (short rows: a block's
 // prologue shared by two pages; kernels.IndexerScoresWGH2).
 extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_wgh2(WGH_ARGS) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   WGH_RUN(false, 2, block_table, nullptr);
 }
 
 // indexer_scores_wgh over rows of several slots' caches (row r's pages at
 // row_base[r] + cache, as indexer_scores_mma_rows).
 extern "C" __global__ void __launch_bounds__(128, 4) indexer_scores_wgh_rows(WGH_ROWS_ARGS) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   WGH_RUN(true, 1, nullptr, row_base);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores_wgh2_rows(WGH_ROWS_ARGS) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   WGH_RUN(true, 2, nullptr, row_base);
 }

@@ -64,8 +64,12 @@ struct TilertBlockClock {
 // wait thread 0 reserves two more records (the marks' header and eight
 // times; one atomic while the block waits anyway) and keeps their slot in
 // tilert_mark_slot, which only such kernels reference: a static shared word
-// in every kernel would take 4 bytes from those sized to the opt-in limit.
-__shared__ u32 tilert_mark_slot;
+// in every kernel would take 16 bytes from those sized to the opt-in limit.
+// 16 bytes, 16-aligned: wherever it lands, the kernel's other shared arrays
+// keep their 16-byte alignment (session 61: as one word it moved
+// attn_epilogue's kv off its float4 grid in the first clocks build).
+__shared__ __align__(16) u32 tilert_mark_slot_[4];
+#define tilert_mark_slot tilert_mark_slot_[0]
 struct TilertMarks {
   __device__ __forceinline__ TilertMarks() {
     if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {

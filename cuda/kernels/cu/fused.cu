@@ -47,8 +47,8 @@ __device__ __forceinline__ void attn_epilogue_body(float* kva, int ldkv, const f
     idx_q_prep_body(iq, iw, pos, cos_t, sin_t, qh, wq, IH, rot, ik_il, wscale, blockIdx.x - 1, m);
     return;
   }
-  __shared__ float kv[576];
-  __shared__ float kk[128];
+  __shared__ __align__(16) float kv[576];  // float4 loads below
+  __shared__ __align__(16) float kk[128];
   __shared__ float sh[4];
   const int t = threadIdx.x, lane = t & 31;
   const int p = pos[m];

@@ -227,6 +227,28 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// A lane's share of the late q_a norm's sum of squares (TILERT_GPU_QA_NORM=
+// late) from the grouped GEMV's nss block partials: ss[lane], ss[lane + 32],
+// .. added in that order from 0 (warp_sum then takes the lanes), as the loop
+// `for (i = lane; i < nss; i += 32) a += ss[i]` did, with the first
+// SS_LANE_LOADS loads out together: one L2 round trip where the loop took one
+// a partial (session 61's block marks: 2-3 us of the epilogue's query blocks
+// on DeepSeek-V3.2 dims' 288 partials). Partials past that keep the loop.
+// The epilogue's query blocks take it; the absorb module's _n kernels keep
+// the loop (12 more registers there cost absorb_q_fast_g8_r8_n a block an SM).
+#define SS_LANE_LOADS 12
+__device__ __forceinline__ float ss_lane_sum(const float* __restrict__ ss, int nss, int lane) {
+  float v[SS_LANE_LOADS];
+#pragma unroll
+  for (int j = 0; j < SS_LANE_LOADS; j++) v[j] = lane + 32 * j < nss ? ss[lane + 32 * j] : 0.0f;
+  float a = 0.0f;
+#pragma unroll
+  for (int j = 0; j < SS_LANE_LOADS; j++)
+    if (lane + 32 * j < nss) a += v[j];
+  for (int i = lane + 32 * SS_LANE_LOADS; i < nss; i += 32) a += ss[i];
+  return a;
+}
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

@@ -72,28 +72,40 @@ __device__ __forceinline__ void idx_q_prep_t(const float* __restrict__ q, const 
   u32 code = 0;
   if (h < H) {  // warp-uniform
     const float4 x = ((const float4*)(q + ((size_t)m * H + h) * IDX_D))[lane];
+    // The position and this lane's RoPE table entries go out before the
+    // query's scale is summed (their round trips beside the query's and the
+    // partials', not after them); the same entries as the RoPE below reads.
+    const int half = rot >> 1, p = pos[m];
+    const float* ct = cos_t + (size_t)p * half;
+    const float* st = sin_t + (size_t)p * half;
+    float cs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sn[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int b = 0; b < 4; b++) {
+      const int d = 4 * lane + b;
+      if (d < rot && (!interleaved || (b & 1) == 0)) {
+        const int e = interleaved ? d >> 1 : (d < half ? d : d - half);
+        cs[b] = ct[e];
+        sn[b] = st[e];
+      }
+    }
     v[0] = x.x;
     v[1] = x.y;
     v[2] = x.z;
     v[3] = x.w;
     if constexpr (QS) {  // h < H is warp-uniform: every lane sums
-      float a = 0.0f;
-      for (int i = lane; i < nss; i += 32) a += ss[i];
+      const float a = ss_lane_sum(ss, nss, lane);
       const float rq = rsqrtf(warp_sum(a) / (float)K + eps);
 #pragma unroll
       for (int b = 0; b < 4; b++) v[b] = v[b] * rq;
     }
     BLOCK_MARK(3);
-    const int half = rot >> 1, p = pos[m];
-    const float* ct = cos_t + (size_t)p * half;
-    const float* st = sin_t + (size_t)p * half;
     float r[4] = {v[0], v[1], v[2], v[3]};
     if (interleaved) {
 #pragma unroll
       for (int b = 0; b < 4; b += 2) {
         const int d = 4 * lane + b;
         if (d < rot) {
-          const float c = ct[d >> 1], s = st[d >> 1];
+          const float c = cs[b], s = sn[b];
           const float a = v[b], bb = v[b + 1];
           r[b] = a * c - bb * s;
           r[b + 1] = bb * c + a * s;
@@ -111,11 +123,11 @@ __device__ __forceinline__ void idx_q_prep_t(const float* __restrict__ q, const 
       for (int b = 0; b < 4; b++) {
         const int d = 4 * lane + b;
         if (d < half) {
-          const float c = ct[d], s = st[d];
+          const float c = cs[b], s = sn[b];
           const float a = v[b], bb = pv[b];
           r[b] = a * c - bb * s;
         } else if (d < rot) {
-          const float c = ct[d - half], s = st[d - half];
+          const float c = cs[b], s = sn[b];
           const float a = pv[b], bb = v[b];
           r[b] = bb * c + a * s;
         }

@@ -234,8 +234,9 @@ __device__ __forceinline__ float warp_sum(float v) {
 // SS_LANE_LOADS loads out together: one L2 round trip where the loop took one
 // a partial (session 61's block marks: 2-3 us of the epilogue's query blocks
 // on DeepSeek-V3.2 dims' 288 partials). Partials past that keep the loop.
-// The epilogue's query blocks take it; the absorb module's _n kernels keep
-// the loop (12 more registers there cost absorb_q_fast_g8_r8_n a block an SM).
+// The epilogue's query blocks and qb_absorb take it (its g32 r4 n kernel
+// then spills 0 bytes where it spilled 4); the absorb module's other _n
+// kernels keep the loop (12 more registers cost its g8 r8 n a block an SM).
 #define SS_LANE_LOADS 12
 __device__ __forceinline__ float ss_lane_sum(const float* __restrict__ ss, int nss, int lane) {
   float v[SS_LANE_LOADS];

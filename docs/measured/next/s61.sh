@@ -56,11 +56,12 @@ m)
 e)
   # The epilogue's query blocks after call C's marks (DeepSeek-V3.2 dims: query in +1.4, scaled +3.6-4.7, stored +5.1
   # us after release; GLM-5 dims +0.9 / +2.5 / +3.7): q_a's partial sums loaded together (ss_lane_sum) and the
-  # position's RoPE entries before them. Binaries of this commit in .device/next, the commit before's tilert in
+  # position's RoPE entries before them; qb_absorb's sum the same way (TestKernelQBAbsorb holds it to absorb_q_fast's
+  # loop bit for bit). Binaries of this commit in .device/next, the commit before's tilert in
   # .device/old. Checks, then A/B/A/B (A the commit before, B this one) and marked traces.
   if ls .device/old/*.xz >/dev/null 2>&1; then (cd .device/old && for f in *.xz; do xz -d -f "$f"; done); fi
   chmod +x .device/old/* 2>/dev/null
-  tst kernels cuda/kernels 200 'TestKernelIndexer$|TestKernelFusedAttnEpilogue|TestKernelQANormLate|TestGPUBlockMarks'; cnt kernels; save
+  tst kernels cuda/kernels 240 'TestKernelIndexer$|TestKernelFusedAttnEpilogue|TestKernelQANormLate|TestKernelQBAbsorb|TestGPUBlockMarks'; cnt kernels; save
   if grep -q -- '--- FAIL' $R/kernels.log; then echo "epilogue checks FAIL: no step runs" >> $R/summary.txt; save; exit 0; fi
   DN=$D; DO=$PWD/.device/old
   abb() { local m=$1 c=$2 n=$3; D=$DO bn $m $c 1 $n-A; D=$DN bn $m $c 1 $n-B BIN=new; D=$DO bn $m $c 1 $n-A2; D=$DN bn $m $c 1 $n-B2 BIN=new; }

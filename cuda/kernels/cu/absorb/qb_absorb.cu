@@ -164,8 +164,7 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
   const int rb = (R + 127) >> 7;
   float rq = 1.0f;
   if constexpr (QN) {
-    float a = 0.0f;
-    for (int i = lane; i < nss; i += 32) a += ss[i];
+    const float a = ss_lane_sum(ss, nss, lane);
     rq = rsqrtf(warp_sum(a) / (float)KQ + eps);
   }
   for (int cb = cb0; cb < cb0 + ncb; cb++) {

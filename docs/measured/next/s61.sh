@@ -69,5 +69,19 @@ e)
   abb deepseek-v3.2 8192 e2-ds; abb glm-5 8192 e2-glm; abb deepseek-v3.2 131072 e-ds131; save
   D=$DN TL=1 bn deepseek-v3.2 8192 1 e-tl-dsc TILERT_GPU_BLOCK_CLOCKS=1; D=$DN TL=1 bn glm-5 8192 1 e-tl-glmc TILERT_GPU_BLOCK_CLOCKS=1
   xz -T4 $R/e-tl-*.json 2>/dev/null; save ;;
-*) echo "usage: s61.sh h|w|m|e" >&2; exit 2 ;;
+t)
+  # The one-block top-k's emit staged in shared memory and copied out coalesced (call D's marks: 1.5 us from the
+  # emit's count to thread 0's last store). Built after the device time and reverted unrun (e5f167b): apply 27f4f63's
+  # topk_radix.cu (`git show 27f4f63 -- cuda/kernels/cu/topk_radix.cu | git apply`), build .device/next from it and
+  # .device/old's tilert from main; TestKernelTopKOneW (every body, index for index), then A/B/A/B at 8192 and a
+  # marked trace.
+  if ls .device/old/*.xz >/dev/null 2>&1; then (cd .device/old && for f in *.xz; do xz -d -f "$f"; done); fi
+  chmod +x .device/old/* 2>/dev/null
+  tst kernels cuda/kernels 150 'TestKernelTopKOneW'; cnt kernels; save
+  if grep -q -- '--- FAIL' $R/kernels.log; then echo "top-k checks FAIL: no step runs" >> $R/summary.txt; save; exit 0; fi
+  DN=$D; DO=$PWD/.device/old
+  abb() { local m=$1 c=$2 n=$3; D=$DO bn $m $c 1 $n-A; D=$DN bn $m $c 1 $n-B BIN=new; D=$DO bn $m $c 1 $n-A2; D=$DN bn $m $c 1 $n-B2 BIN=new; }
+  abb glm-5 8192 t-glm; abb deepseek-v3.2 8192 t-ds; save
+  D=$DN TL=1 bn glm-5 8192 1 t-tl-glmc TILERT_GPU_BLOCK_CLOCKS=1; xz -T4 $R/t-tl-*.json 2>/dev/null; save ;;
+*) echo "usage: s61.sh h|w|m|e|t" >&2; exit 2 ;;
 esac

@@ -67,6 +67,9 @@ var markLabels = map[string][]string{
 	// idx_q_prep_t's blocks 1.. (the indexer query; fused.cu, indexer_mma.cu).
 	"attn_epilogue": {"kv / key in", "kv / key normed", "kv / key stored", "query in", "query scaled", "query stored"},
 	"idx_q_prep":    {"", "", "", "query in", "query scaled", "query stored"},
+	// qb_absorb_body (absorb/qb_absorb.cu; with two blocks a head, q_b's
+	// half summed before the cluster's exchange).
+	"qb_absorb": {"q_b summed", "q_a scale", "absorbed"},
 }
 
 // MarkLabels gives the labels of a kernel's marks by index (nil: it takes

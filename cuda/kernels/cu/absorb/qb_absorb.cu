@@ -148,6 +148,7 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
     }
     __syncthreads();  // qsh holds this block's rows
   }
+  BLOCK_MARK(0);
   if (CL > 1) {
     // This block's rows into every other block's copy, then the cluster's
     // barrier (release / acquire) before any block reads them.
@@ -167,6 +168,7 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
     const float a = ss_lane_sum(ss, nss, lane);
     rq = rsqrtf(warp_sum(a) / (float)KQ + eps);
   }
+  BLOCK_MARK(1);
   for (int cb = cb0; cb < cb0 + ncb; cb++) {
     const int c0 = cb * CW;
     uint4 wv[NR];
@@ -182,6 +184,7 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
     ABSORB_Q_COLS(G, NR, QN, wv, cf, r, RL, nope, red, lane, wid, tid, rq, out[(size_t)h * R + c0 + tid])
     __syncthreads();  // red is reused by the next column block
   }
+  BLOCK_MARK(2);
   // The RoPE part (absorb_q_fast's blocks of column 0 write it).
   const int half = P >> 1;
   if (qpe && rank == 0 && tid < half) {
@@ -207,36 +210,36 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
 #define QBA_PASS qo, out, qpe, x, Wq, Sq, K, W, S, nope, R, hs, P, pos, cos_t, sin_t, interleaved, ss, nss, KQ, eps, pf
 
 extern "C" __global__ void __launch_bounds__(TILE_THREADS) qb_absorb_g32_r4(QBA_ARGS) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   qb_absorb_body<32, 4, 1, false>(QBA_PASS);
 }
 extern "C" __global__ void __launch_bounds__(TILE_THREADS) qb_absorb_g32_r4_n(QBA_ARGS) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   qb_absorb_body<32, 4, 1, true>(QBA_PASS);
 }
 extern "C" __global__ void __launch_bounds__(TILE_THREADS) qb_absorb_g64_r8(QBA_ARGS) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   qb_absorb_body<64, 8, 1, false>(QBA_PASS);
 }
 extern "C" __global__ void __launch_bounds__(TILE_THREADS) qb_absorb_g64_r8_n(QBA_ARGS) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   qb_absorb_body<64, 8, 1, true>(QBA_PASS);
 }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(TILE_THREADS) qb_absorb_g32_r4_c2(QBA_ARGS) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   qb_absorb_body<32, 4, 2, false>(QBA_PASS);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(TILE_THREADS) qb_absorb_g32_r4_c2_n(QBA_ARGS) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   qb_absorb_body<32, 4, 2, true>(QBA_PASS);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(TILE_THREADS) qb_absorb_g64_r8_c2(QBA_ARGS) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   qb_absorb_body<64, 8, 2, false>(QBA_PASS);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(TILE_THREADS) qb_absorb_g64_r8_c2_n(QBA_ARGS) {
-  PDL_WAIT();
+  PDL_WAIT_MARKED();
   qb_absorb_body<64, 8, 2, true>(QBA_PASS);
 }
 #endif

@@ -151,11 +151,10 @@ extern "C" __global__ void clock_probe_marked(float* x, int spins) {
 `
 }
 
-// TestGPUBlockMarks: a probe opened by PDL_WAIT_MARKED with two marks, two
-// programmatic launches: a block record and a marks record per block, each
-// marks record on its block's SM and index with mark 0 <= mark 1 inside its
-// block's release .. exit, marks 2..7 untaken.
-func TestGPUBlockMarks(t *testing.T) {
+// withClockProbe builds clockProbeSource with block clocks (skipping where
+// NVRTC cannot) and gives run a function that launches kernel fn of it twice
+// programmatically over blocks blocks and returns the records taken.
+func withClockProbe(t *testing.T, fn string, blocks int, run func(c *cuda.Ctx, info cuda.DeviceInfo, launch func() ([]BlockClock, int))) {
 	gpuDevice(t)
 	defer func(v bool) { BlockClocks = v }(BlockClocks)
 	BlockClocks = true
@@ -172,24 +171,38 @@ func TestGPUBlockMarks(t *testing.T) {
 		chk(err)
 		m, err := c.LoadModule("clock_probe", ck.Image)
 		chk(err)
-		f, err := c.Function(m, "clock_probe_marked")
+		f, err := c.Function(m, fn)
 		chk(err)
 		g, err := moduleClockGlobals(c, "clock_probe", m)
 		chk(err)
-		const blocks, capacity = 8, 256
-		buf := a.raw(capacity * BlockClockWords * 8)
-		chk(c.MemsetD8(buf, 0, capacity*BlockClockWords*8, c.Stream()))
+		capacity := max(4096, 4*blocks)
+		buf := a.raw(int64(capacity * BlockClockWords * 8))
+		chk(c.MemsetD8(buf, 0, int64(capacity*BlockClockWords*8), c.Stream()))
 		share, err := g.arm(c, buf, capacity)
 		chk(err)
 		x := a.up(make([]float32, blocks))
-		for range 2 {
-			chk(c.LaunchEx(f, cuda.D1(blocks), cuda.D1(128), 0, c.Stream(), true, x, 2000+r.IntN(1000)))
-		}
-		chk(c.SyncStream(c.Stream()))
-		cl, lost, err := readClocks(c, []ClockShare{share})
-		chk(err)
-		_, err = g.arm(c, 0, 0)
-		chk(err)
+		run(c, info, func() ([]BlockClock, int) {
+			for range 2 {
+				chk(c.LaunchEx(f, cuda.D1(blocks), cuda.D1(128), 0, c.Stream(), true, x, 2000+r.IntN(1000)))
+			}
+			chk(c.SyncStream(c.Stream()))
+			cl, lost, err := readClocks(c, []ClockShare{share})
+			chk(err)
+			_, err = g.arm(c, 0, 0)
+			chk(err)
+			return cl, lost
+		})
+	})
+}
+
+// TestGPUBlockMarks: a probe opened by PDL_WAIT_MARKED with two marks, two
+// programmatic launches: a block record and a marks record per block, each
+// marks record on its block's SM and index with mark 0 <= mark 1 inside its
+// block's release .. exit, marks 2..7 untaken.
+func TestGPUBlockMarks(t *testing.T) {
+	const blocks = 8
+	withClockProbe(t, "clock_probe_marked", blocks, func(c *cuda.Ctx, info cuda.DeviceInfo, launch func() ([]BlockClock, int)) {
+		cl, lost := launch()
 		var bs, ms []BlockClock
 		for _, b := range cl {
 			if b.NameHash == MarksTag {
@@ -221,40 +234,9 @@ func TestGPUBlockMarks(t *testing.T) {
 // entry <= release <= exit, and no block of the second launch released
 // before the first launch's last block left (the PDL wait).
 func TestGPUBlockClocks(t *testing.T) {
-	gpuDevice(t)
-	defer func(v bool) { BlockClocks = v }(BlockClocks)
-	BlockClocks = true
-	nv, err := cuda.LoadNVRTC()
-	if err != nil {
-		t.Skip(err)
-	}
-	if err := clocksNeed(nv); err != nil {
-		t.Skip(err)
-	}
-	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
-		info := c.Info()
-		ck, err := cuda.CompileModule(nv, info.CCMajor, info.CCMinor, clockProbeSource(), "clock_probe.cu", kernelOptions, cuda.DefaultKernelCache())
-		chk(err)
-		m, err := c.LoadModule("clock_probe", ck.Image)
-		chk(err)
-		f, err := c.Function(m, "clock_probe")
-		chk(err)
-		g, err := moduleClockGlobals(c, "clock_probe", m)
-		chk(err)
-		const blocks, capacity = 3 * 132, 4096
-		buf := a.raw(capacity * BlockClockWords * 8)
-		chk(c.MemsetD8(buf, 0, capacity*BlockClockWords*8, c.Stream()))
-		share, err := g.arm(c, buf, capacity)
-		chk(err)
-		x := a.up(make([]float32, blocks))
-		for range 2 {
-			chk(c.LaunchEx(f, cuda.D1(blocks), cuda.D1(128), 0, c.Stream(), true, x, 2000+r.IntN(1000)))
-		}
-		chk(c.SyncStream(c.Stream()))
-		cl, lost, err := readClocks(c, []ClockShare{share})
-		chk(err)
-		_, err = g.arm(c, 0, 0)
-		chk(err)
+	const blocks = 3 * 132
+	withClockProbe(t, "clock_probe", blocks, func(c *cuda.Ctx, info cuda.DeviceInfo, launch func() ([]BlockClock, int)) {
+		cl, lost := launch()
 		if len(cl) != 2*blocks || lost != 0 {
 			t.Fatalf("%d records (%d lost), want %d", len(cl), lost, 2*blocks)
 		}

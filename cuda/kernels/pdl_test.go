@@ -48,13 +48,17 @@ func stripComments(s string) string {
 }
 
 // matchParen returns the index of the parenthesis closing the one at open.
-func matchParen(s string, open int) int {
+func matchParen(s string, open int) int { return matchPair(s, open, '(', ')') }
+
+// matchPair is the index of the close byte matching the open one at open
+// (nesting counted), or -1.
+func matchPair(s string, open int, o, c byte) int {
 	d := 0
 	for i := open; i < len(s); i++ {
 		switch s[i] {
-		case '(':
+		case o:
 			d++
-		case ')':
+		case c:
 			d--
 			if d == 0 {
 				return i
@@ -65,21 +69,7 @@ func matchParen(s string, open int) int {
 }
 
 // matchBrace is the index of the '}' closing the '{' at open, or -1.
-func matchBrace(s string, open int) int {
-	d := 0
-	for i := open; i < len(s); i++ {
-		switch s[i] {
-		case '{':
-			d++
-		case '}':
-			d--
-			if d == 0 {
-				return i
-			}
-		}
-	}
-	return -1
-}
+func matchBrace(s string, open int) int { return matchPair(s, open, '{', '}') }
 
 // splitArgs splits a macro invocation's arguments at top-level commas.
 func splitArgs(s string) []string {

@@ -16,6 +16,14 @@
 #     marks (TestGPUBlockMarks first): when thread 0 of the epilogue, the scores and the top-k passed each phase.
 NAME=s61
 . docs/measured/next/plan.sh "$1"
+# oldbin: the binary to A/B against (.device/old's tilert, xz'd); abb MODEL CONTEXT NAME: A/B/A/B at 1 slot, A the old
+# binary, B this one (.device/next; BIN=new labels B for internal/abab).
+DN=$D; DO=$PWD/.device/old
+oldbin() {
+  if ls .device/old/*.xz >/dev/null 2>&1; then (cd .device/old && for f in *.xz; do xz -d -f "$f"; done); fi
+  chmod +x .device/old/* 2>/dev/null
+}
+abb() { local m=$1 c=$2 n=$3; D=$DO bn $m $c 1 $n-A; D=$DN bn $m $c 1 $n-B BIN=new; D=$DO bn $m $c 1 $n-A2; D=$DN bn $m $c 1 $n-B2 BIN=new; }
 case "$PART" in
 h)
   JS=1 bn deepseek-v3.2 8192,131072 1,4 h-rows-ds; JS=1 bn glm-5 8192,131072 1,4 h-rows-glm; save
@@ -35,12 +43,9 @@ h)
   TL=1 bn deepseek-v3.2 8192 1 h-tl-ds; TL=1 bn glm-5 8192 1 h-tl-glm
   xz -T4 $R/h-tl-*.json 2>/dev/null; save ;;
 w)
-  if ls .device/old/*.xz >/dev/null 2>&1; then (cd .device/old && for f in *.xz; do xz -d -f "$f"; done); fi
-  chmod +x .device/old/* 2>/dev/null
+  oldbin
   tst kernels cuda/kernels 150 'TestKernelTopKOneW|TestKernelTopKRadix|TestGPUBlockMarks|TestGPUBlockClocks' ; cnt kernels; save
   if grep -q -- '--- FAIL' $R/kernels.log; then echo "top-k checks FAIL: no step runs" >> $R/summary.txt; save; exit 0; fi
-  DN=$D; DO=$PWD/.device/old
-  abb() { local m=$1 c=$2 n=$3; D=$DO bn $m $c 1 $n-A; D=$DN bn $m $c 1 $n-B BIN=new; D=$DO bn $m $c 1 $n-A2; D=$DN bn $m $c 1 $n-B2 BIN=new; }
   abb glm-5 8192 w-glm; abb deepseek-v3.2 8192 w-ds; save
   abb glm-5 8192 w2-glm; abb deepseek-v3.2 131072 w-ds131; save
   # Block marks (this commit): where the epilogue's, the scores' and the one-block top-k's time goes in the step.
@@ -59,12 +64,9 @@ e)
   # position's RoPE entries before them; qb_absorb's sum the same way (TestKernelQBAbsorb holds it to absorb_q_fast's
   # loop bit for bit). Binaries of this commit in .device/next, the commit before's tilert in
   # .device/old. Checks, then A/B/A/B (A the commit before, B this one) and marked traces.
-  if ls .device/old/*.xz >/dev/null 2>&1; then (cd .device/old && for f in *.xz; do xz -d -f "$f"; done); fi
-  chmod +x .device/old/* 2>/dev/null
+  oldbin
   tst kernels cuda/kernels 240 'TestKernelIndexer$|TestKernelFusedAttnEpilogue|TestKernelQANormLate|TestKernelQBAbsorb|TestGPUBlockMarks'; cnt kernels; save
   if grep -q -- '--- FAIL' $R/kernels.log; then echo "epilogue checks FAIL: no step runs" >> $R/summary.txt; save; exit 0; fi
-  DN=$D; DO=$PWD/.device/old
-  abb() { local m=$1 c=$2 n=$3; D=$DO bn $m $c 1 $n-A; D=$DN bn $m $c 1 $n-B BIN=new; D=$DO bn $m $c 1 $n-A2; D=$DN bn $m $c 1 $n-B2 BIN=new; }
   abb deepseek-v3.2 8192 e-ds; abb glm-5 8192 e-glm; save
   abb deepseek-v3.2 8192 e2-ds; abb glm-5 8192 e2-glm; abb deepseek-v3.2 131072 e-ds131; save
   D=$DN TL=1 bn deepseek-v3.2 8192 1 e-tl-dsc TILERT_GPU_BLOCK_CLOCKS=1; D=$DN TL=1 bn glm-5 8192 1 e-tl-glmc TILERT_GPU_BLOCK_CLOCKS=1
@@ -75,12 +77,9 @@ t)
   # topk_radix.cu (`git show 27f4f63 -- cuda/kernels/cu/topk_radix.cu | git apply`), build .device/next from it and
   # .device/old's tilert from main; TestKernelTopKOneW (every body, index for index), then A/B/A/B at 8192 and a
   # marked trace.
-  if ls .device/old/*.xz >/dev/null 2>&1; then (cd .device/old && for f in *.xz; do xz -d -f "$f"; done); fi
-  chmod +x .device/old/* 2>/dev/null
+  oldbin
   tst kernels cuda/kernels 150 'TestKernelTopKOneW'; cnt kernels; save
   if grep -q -- '--- FAIL' $R/kernels.log; then echo "top-k checks FAIL: no step runs" >> $R/summary.txt; save; exit 0; fi
-  DN=$D; DO=$PWD/.device/old
-  abb() { local m=$1 c=$2 n=$3; D=$DO bn $m $c 1 $n-A; D=$DN bn $m $c 1 $n-B BIN=new; D=$DO bn $m $c 1 $n-A2; D=$DN bn $m $c 1 $n-B2 BIN=new; }
   abb glm-5 8192 t-glm; abb deepseek-v3.2 8192 t-ds; save
   D=$DN TL=1 bn glm-5 8192 1 t-tl-glmc TILERT_GPU_BLOCK_CLOCKS=1; xz -T4 $R/t-tl-*.json 2>/dev/null; save ;;
 *) echo "usage: s61.sh h|w|m|e|t" >&2; exit 2 ;;

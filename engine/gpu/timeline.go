@@ -131,23 +131,21 @@ func attachBlockClocks(recs []cupti.KernelRecord, cl []kernels.BlockClock) clock
 	marks := map[blockAt][]kernels.BlockClock{}
 	for _, c := range cl {
 		if c.NameHash == kernels.MarksTag {
-			marks[blockAt{c.Blocks, c.Block, c.SM}] = append(marks[blockAt{c.Blocks, c.Block, c.SM}], c)
+			at := blockAt{c.Blocks, c.Block, c.SM}
+			marks[at] = append(marks[at], c)
 			continue
 		}
 		k := key{c.NameHash, c.Blocks}
 		byKey[k] = append(byKey[k], c)
 	}
-	// marksOf is the marks record of block c (a launch of n blocks): the
-	// one taken on its SM, for its index, between its entry and exit.
+	// marksOf is the marks record of block c: the one of its grid size,
+	// index and SM whose first mark taken falls between its entry and exit.
 	marksOf := func(c kernels.BlockClock) *[kernels.MarksMax]uint64 {
-		for i := range marks[blockAt{c.Blocks, c.Block, c.SM}] {
-			r := &marks[blockAt{c.Blocks, c.Block, c.SM}][i]
-			for _, t := range r.Marks {
-				if t != 0 {
-					if t >= c.Entry && t <= c.Exit {
-						return &r.Marks
-					}
-					break
+		rs := marks[blockAt{c.Blocks, c.Block, c.SM}]
+		for i := range rs {
+			if j := slices.IndexFunc(rs[i].Marks[:], func(t uint64) bool { return t != 0 }); j >= 0 {
+				if t := rs[i].Marks[j]; t >= c.Entry && t <= c.Exit {
+					return &rs[i].Marks
 				}
 			}
 		}

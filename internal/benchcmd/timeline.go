@@ -180,29 +180,29 @@ func reportBlocks(w io.Writer, m *cupti.LayerRun) {
 			fmt.Fprintf(w, "    %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %5d %6d %s\n", ns(b.FirstIn), ns(b.LastIn), ns(b.FirstReleased),
 				ns(b.LastReleased), ns(b.FirstOut), ns(b.LastOut), ns(b.RunP50Ns), b.SMs, b.Blocks, k.Name)
 			if len(b.Marks) > 0 {
-				parts := make([]string, len(b.Marks))
-				for i, mk := range b.Marks {
-					parts[i] = fmt.Sprintf("%s +%.1f", mk.Label, ns(mk.P50Ns))
-				}
-				fmt.Fprintf(w, "        marks, us after release (the median block): %s\n", strings.Join(parts, ", "))
+				fmt.Fprintf(w, "        marks, us after release (the median block): %s\n", joinMarks(len(b.Marks), func(i int) (string, int64) {
+					return b.Marks[i].Label, b.Marks[i].P50Ns
+				}))
 			}
 			for _, e := range b.Each {
-				fmt.Fprintf(w, "        block %d (SM %d): in %.1f, released %.1f, out %.1f, ran %.1f%s\n", e.Block, e.SM, ns(e.In), ns(e.Released), ns(e.Out), ns(e.Out-e.Released), eachMarks(e.Marks))
+				var ms string
+				if len(e.Marks) > 0 {
+					ms = "; marks " + joinMarks(len(e.Marks), func(i int) (string, int64) { return e.Marks[i].Label, e.Marks[i].Ns })
+				}
+				fmt.Fprintf(w, "        block %d (SM %d): in %.1f, released %.1f, out %.1f, ran %.1f%s\n", e.Block, e.SM, ns(e.In), ns(e.Released), ns(e.Out), ns(e.Out-e.Released), ms)
 			}
 		}
 	}
 }
 
-// eachMarks is one block's marks for its line ("" without).
-func eachMarks(ms []cupti.MarkAt) string {
-	if len(ms) == 0 {
-		return ""
+// joinMarks writes n marks (label, ns from release) as "label +us, ..".
+func joinMarks(n int, at func(i int) (string, int64)) string {
+	parts := make([]string, n)
+	for i := range parts {
+		l, ns := at(i)
+		parts[i] = fmt.Sprintf("%s +%.1f", l, float64(ns)/1000)
 	}
-	parts := make([]string, len(ms))
-	for i, m := range ms {
-		parts[i] = fmt.Sprintf("%s +%.1f", m.Label, float64(m.Ns)/1000)
-	}
-	return "; marks " + strings.Join(parts, ", ")
+	return strings.Join(parts, ", ")
 }
 
 func clip(s string, n int) string {

@@ -33,6 +33,14 @@ __device__ __forceinline__ u64 tilert_globaltimer() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+// A record's first two words: the name word h and the grid's size, the
+// block's linear index and its SM.
+__device__ __forceinline__ void tilert_clock_head(u64* r, u32 h) {
+  u32 smid;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+  r[0] = (u64)h | ((u64)(gridDim.x * gridDim.y * gridDim.z) << 32);
+  r[1] = (u64)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) | ((u64)smid << 32);
+}
 struct TilertBlockClock {
   u32 slot;  // thread 0's record, ~0u for every other thread or none
   __device__ __forceinline__ explicit TilertBlockClock(const char* fn) : slot(~0u) {
@@ -43,11 +51,8 @@ struct TilertBlockClock {
         slot = s;
         u32 h = 2166136261u;  // FNV-1a of the kernel's name (clocks.go's nameHash)
         for (const char* p = fn; *p; ++p) h = (h ^ (u32)(u8)*p) * 16777619u;
-        u32 smid;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
         u64* r = tilert_clocks + 5ull * s;
-        r[0] = (u64)h | ((u64)(gridDim.x * gridDim.y * gridDim.z) << 32);
-        r[1] = (u64)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) | ((u64)smid << 32);
+        tilert_clock_head(r, h);
         r[2] = t;
       }
     }
@@ -77,11 +82,7 @@ struct TilertMarks {
       if (tilert_clocks != nullptr) {
         s = atomicAdd(&tilert_clocks_n, 2u);
         if (s + 2u <= tilert_clocks_cap) {
-          u32 smid;
-          asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-          u64* r = tilert_clocks + 5ull * s;
-          r[0] = (u64)0x6d61726bu | ((u64)(gridDim.x * gridDim.y * gridDim.z) << 32);  // "mark" (clocks.go MarksTag)
-          r[1] = (u64)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) | ((u64)smid << 32);
+          tilert_clock_head(tilert_clocks + 5ull * s, 0x6d61726bu);  // "mark" (clocks.go MarksTag)
         } else {
           s = ~0u;
         }

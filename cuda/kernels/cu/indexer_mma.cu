@@ -147,7 +147,7 @@ __device__ __forceinline__ void idx_q_prep_t(const float* __restrict__ q, const 
   ((u16*)o)[hi] = (u16)(code & 0xffffu);
   ((u16*)o)[2 + hi] = (u16)(code >> 16);
   if (lane == 0) wq[(size_t)m * IDXQ_HEADS + h] = h < H ? w[(size_t)m * H + h] * wscale * sc : 0.0f;
-  BLOCK_MARK(5);
+  if (h < H) BLOCK_MARK(5);  // a block past the heads stores zeros only: not a query block's time
 }
 
 __device__ void idx_q_prep_body(const float* __restrict__ q, const float* __restrict__ w, const int* __restrict__ pos,

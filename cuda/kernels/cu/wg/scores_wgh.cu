@@ -80,6 +80,16 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
   constexpr int NT = 128 * WGS;
   const int row = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3;
   const int g = lane >> 2, c = lane & 3;
+  // The query's codes and head weights first: the epilogue just wrote them
+  // (L2), and the lens -> page -> keys chain below is two round trips more
+  // that their round trip now runs under (session 62: the staging mark sat
+  // 2.1-2.7 us after release).
+  constexpr int QL = WGH_QROW / 8 / NT;
+  const uint2* src = (const uint2*)(qh + (size_t)row * WGH_QROW);
+  uint2 qv[QL];
+#pragma unroll
+  for (int j = 0; j < QL; j++) qv[j] = src[tid + j * NT];
+  const float wv0 = tid < WGH_HEADS ? wq[(size_t)row * WGH_HEADS + tid] : 0.0f;
   const int n = min(lens[row], T);
   if (ROWS) cache += row_base[row];
   float* orow = out + (size_t)row * ld_out;
@@ -109,9 +119,10 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
   // B from idx_q_prep's fragment-ordered codes: uint2 i = (mt*8 + ks)*32 +
   // 4*gg + cc holds heads 16mt + gg + 8hi, bytes 2hi + o (dimension P + o,
   // logical k 16ks + 2cc + o) and 4 + 2hi + o (P + 2 + o, logical + 8).
-  const uint2* src = (const uint2*)(qh + (size_t)row * WGH_QROW);
-  for (int i = tid; i < WGH_QROW / 8; i += NT) {
-    const uint2 v = src[i];
+#pragma unroll
+  for (int j = 0; j < QL; j++) {
+    const int i = tid + j * NT;
+    const uint2 v = qv[j];
     const int cc = i & 3, gg = (i >> 2) & 7, ks = (i >> 5) & 7, mt = i >> 8;
     const int k0 = 16 * ks + 2 * cc;
 #pragma unroll
@@ -121,7 +132,7 @@ __device__ __forceinline__ void wgh_body(const u8* __restrict__ qh, const float*
       *(u32*)(qb + WGH_OFF(h, k0 + 8)) = wgh_cvt(v.y >> (16 * hi));
     }
   }
-  if (tid < WGH_HEADS) ws[tid] = wq[(size_t)row * WGH_HEADS + tid];
+  if (tid < WGH_HEADS) ws[tid] = wv0;
   if (hist)
     for (int i = tid; i < WGH_BINS; i += NT) hs[i] = 0;
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // B visible to wgmma

@@ -680,7 +680,7 @@ __device__ __forceinline__ void tkw_pick(const u32* h, int rem, int* res) {
 
 struct TkwShared {
   u32 a[1024];  // the second digit's counts (key bits 19..10)
-  u32 b[1024];  // the third digit's (bits 9..0)
+  u32 b[1024];  // the third digit's (bits 9..0); a and b: the emit's 2048-index stage after
   int wt[32];   // warp totals: the bin search
   int we[32];   // warp totals: the emit
   int res[9];   // bin, keys above it, its count; then digit, still to take, its count, twice
@@ -829,6 +829,29 @@ __device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int
   for (int j = 0; j < KPT; j++) cnt += (j < nv && k[j] >= lo);
   const int before = tkw_scan(cnt, sh.we, &wend);
   BLOCK_MARK(5);
+  if constexpr (KPT <= 16) {
+    if (K <= 2048) {
+      // The selection in index order into the digits' counts (2048 words,
+      // done with), then one coalesced copy: each warp's 12 stores a thread
+      // to scattered positions took ~1.5 us (session 61's marks).
+      int* st = reinterpret_cast<int*>(&sh);  // a then b: TkwShared's first 2048 words
+      if (tkw_act<KPT>(n)) {
+        int pos = before;
+#pragma unroll
+        for (int j = 0; j < KPT; j++) {
+          if (j < nv && k[j] >= lo) {
+            if (pos < K) st[pos] = i0 + j;
+            pos++;
+          }
+        }
+      }
+      const int total = min(K, tkw_warp_sum(sh.we[lane]));  // every warp's count (the scan's barrier is behind)
+      __syncthreads();
+      for (int i = tid; i < total; i += blockDim.x) o[i] = st[i];
+      BLOCK_MARK(6);
+      return;
+    }
+  }
   if (!tkw_act<KPT>(n)) return;
   if (wend <= K) {  // warp-uniform: no bound check per key
     int* op = o + before;

@@ -1,0 +1,38 @@
+# Session 62's device plan (issue 10). Usage: bash docs/measured/next/s62.sh a|h
+# Binaries: .device/next (tilert, kernels.test[, engine.test]) built from this commit; .device/old's tilert from
+# 0fe7709 (session 61's main). Both changes are bit for bit the kernels they replace; the marks tell them apart:
+#  - indexer_scores_wgh*: the query's codes and head weights loaded before the lens -> page -> keys chain (the
+#    "query staged" mark sat 2.1-2.7 us after release, H100, session 61 call D);
+#  - topk_radix_one_w*: the emit staged in shared memory and copied out coalesced ("emit counted" to "stored" 1.6 us).
+#  a: the kernels' checks (TestKernelIndexerWGH, TestKernelTopKOneW, TestKernelTopKRadix, TestGPUBlockMarks), then
+#     A/B/A/B at 1 slot (A 0fe7709, B this commit; BIN=new labels B) on GLM-5 dims (the top-k ends the front) and
+#     DeepSeek-V3.2 dims at 8192, GLM-5 dims at 131072 (the long scores take the query change only), then traced
+#     steps with block clocks and marks on both models at 8192.
+#  h: on an H200: the issue's table on this commit (both models, 8192 and 131072, 1 and 4 slots, JSON), the
+#     4-slot same-row rows, the MTP row, qb_absorb's checks no H200 has run, then part a's A/Bs.
+NAME=s62
+. docs/measured/next/plan.sh "$1"
+DN=$D; DO=$PWD/.device/old
+if ls .device/old/*.xz >/dev/null 2>&1; then (cd .device/old && for f in *.xz; do xz -d -f "$f"; done); fi
+chmod +x .device/old/* 2>/dev/null
+abb() { local m=$1 c=$2 n=$3; D=$DO bn $m $c 1 $n-A; D=$DN bn $m $c 1 $n-B BIN=new; D=$DO bn $m $c 1 $n-A2; D=$DN bn $m $c 1 $n-B2 BIN=new; }
+checks() {
+  tst kernels cuda/kernels 200 "${1}TestKernelIndexerWGH\$|TestKernelTopKOneW|TestKernelTopKRadix|TestGPUBlockMarks"; cnt kernels; save
+  if grep -q -- '--- FAIL' $R/kernels.log; then echo "checks FAIL: no step runs" >> $R/summary.txt; save; exit 0; fi
+}
+ab() {
+  abb glm-5 8192 a-glm; abb deepseek-v3.2 8192 a-ds; save
+  abb glm-5 131072 a-glm131; save
+  D=$DN TL=1 bn glm-5 8192 1 a-tl-glmc TILERT_GPU_BLOCK_CLOCKS=1; D=$DN TL=1 bn deepseek-v3.2 8192 1 a-tl-dsc TILERT_GPU_BLOCK_CLOCKS=1
+  xz -T4 $R/*-tl-*.json 2>/dev/null; save
+}
+case "$PART" in
+a) checks; ab ;;
+h)
+  JS=1 bn deepseek-v3.2 8192,131072 1,4 h-rows-ds; JS=1 bn glm-5 8192,131072 1,4 h-rows-glm; save
+  SAMP=--same-rows JS=1 bn deepseek-v3.2 8192 1,4 h-same-ds; MTP=1 bn deepseek-v3.2 8192 1 h-mtp-ds; save
+  checks 'TestKernelQBAbsorb|TestKernelGemvSplitK|'
+  if [ -x $D/engine.test ]; then tst engine engine/gpu 150 '^TestGPU(QBAbsorb|OprojSplit|RoutingProbe)$'; cnt engine; save; fi
+  ab ;;
+*) echo "usage: s62.sh a|h" >&2; exit 2 ;;
+esac

@@ -3,13 +3,16 @@
 # 0fe7709 (session 61's main). Both changes are bit for bit the kernels they replace; the marks tell them apart:
 #  - indexer_scores_wgh*: the query's codes and head weights loaded before the lens -> page -> keys chain (the
 #    "query staged" mark sat 2.1-2.7 us after release, H100, session 61 call D);
-#  - topk_radix_one_w*: the emit staged in shared memory and copied out coalesced ("emit counted" to "stored" 1.6 us).
-#  a: the kernels' checks (TestKernelIndexerWGH, TestKernelTopKOneW, TestKernelTopKRadix, TestGPUBlockMarks), then
+#  - topk_radix_one_w*: the emit staged in shared memory and copied out coalesced ("emit counted" to "stored" 1.6 us);
+#  - qb_absorb (DeepSeek-V3.2 dims' default): the four column blocks' W_UK rows in one round trip, not four (its
+#    marks: q_b summed, q_a scale, absorbed).
+#  a: the kernels' checks (TestKernelIndexerWGH, TestKernelTopKOneW, TestKernelTopKRadix, TestKernelQBAbsorb,
+#     TestGPUBlockMarks), then
 #     A/B/A/B at 1 slot (A 0fe7709, B this commit; BIN=new labels B) on GLM-5 dims (the top-k ends the front) and
 #     DeepSeek-V3.2 dims at 8192, GLM-5 dims at 131072 (the long scores take the query change only), then traced
 #     steps with block clocks and marks on both models at 8192.
 #  h: on an H200: the issue's table on this commit (both models, 8192 and 131072, 1 and 4 slots, JSON), the
-#     4-slot same-row rows, the MTP row, qb_absorb's checks no H200 has run, then part a's A/Bs.
+#     4-slot same-row rows, the MTP row, the split-K check no H200 has run, then part a's A/Bs.
 NAME=s62
 . docs/measured/next/plan.sh "$1"
 DN=$D; DO=$PWD/.device/old
@@ -17,7 +20,7 @@ if ls .device/old/*.xz >/dev/null 2>&1; then (cd .device/old && for f in *.xz; d
 chmod +x .device/old/* 2>/dev/null
 abb() { local m=$1 c=$2 n=$3; D=$DO bn $m $c 1 $n-A; D=$DN bn $m $c 1 $n-B BIN=new; D=$DO bn $m $c 1 $n-A2; D=$DN bn $m $c 1 $n-B2 BIN=new; }
 checks() {
-  tst kernels cuda/kernels 200 "${1}TestKernelIndexerWGH\$|TestKernelTopKOneW|TestKernelTopKRadix|TestGPUBlockMarks"; cnt kernels; save
+  tst kernels cuda/kernels 200 "${1}TestKernelIndexerWGH\$|TestKernelTopKOneW|TestKernelTopKRadix|TestKernelQBAbsorb|TestGPUBlockMarks"; cnt kernels; save
   if grep -q -- '--- FAIL' $R/kernels.log; then echo "checks FAIL: no step runs" >> $R/summary.txt; save; exit 0; fi
 }
 ab() {
@@ -31,7 +34,7 @@ a) checks; ab ;;
 h)
   JS=1 bn deepseek-v3.2 8192,131072 1,4 h-rows-ds; JS=1 bn glm-5 8192,131072 1,4 h-rows-glm; save
   SAMP=--same-rows JS=1 bn deepseek-v3.2 8192 1,4 h-same-ds; MTP=1 bn deepseek-v3.2 8192 1 h-mtp-ds; save
-  checks 'TestKernelQBAbsorb|TestKernelGemvSplitK|'
+  checks 'TestKernelGemvSplitK|'
   if [ -x $D/engine.test ]; then tst engine engine/gpu 150 '^TestGPU(QBAbsorb|OprojSplit|RoutingProbe)$'; cnt engine; save; fi
   ab ;;
 *) echo "usage: s62.sh a|h" >&2; exit 2 ;;

@@ -846,7 +846,7 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 	}
 	if ws != 0 && b.mlaWGOK(nq, H) {
 		mlaWGLaunches.Add(1)
-		return b.k.MLADecodeWG2(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, ws, nq, H, nidx, ldIdx, b.k.MLAWG2Splits(nq, H, nidx), scale)
+		return b.k.MLADecodeWG2(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, ws, nq, H, nidx, ldIdx, b.mlaWG2Splits(nq, H, nidx), scale)
 	}
 	if ws != 0 && mlaTCOn && b.c.Info().CCMajor >= 8 {
 		if mlaTCF != "" && b.c.Info().CCMajor >= 9 {
@@ -997,6 +997,22 @@ var mlaWGLaunches atomic.Int64
 
 var mlaWGOnce sync.Once
 
+// TILERT_GPU_MLA_SPLITS=8|16 caps mla_decode_wg2's token ranges (unset:
+// kernels.MLAWG2Splits, one wave of blocks, at most 32): a one-row step's
+// 32 one-tile ranges write 8 MB of float32 partials (DeepSeek-V3.2 dims)
+// that the combine reads back; 16 halves them, two tiles a block (session
+// 62, for the A/B).
+var mlaSplitsCap = envInt("TILERT_GPU_MLA_SPLITS", 0)
+
+// mlaWG2Splits is kernels.MLAWG2Splits under TILERT_GPU_MLA_SPLITS.
+func (b *cudaDevice) mlaWG2Splits(nq, H, nidx int) int {
+	n := b.k.MLAWG2Splits(nq, H, nidx)
+	if mlaSplitsCap > 0 {
+		n = min(n, mlaSplitsCap)
+	}
+	return n
+}
+
 // mlaWGOK: mla_decode_wg2 takes this launch (mlaWGRule, and the sm_90a
 // module loaded).
 func (b *cudaDevice) mlaWGOK(nq, H int) bool {
@@ -1041,7 +1057,7 @@ func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowB
 	}
 	if ws != 0 && b.mlaWGOK(nq, H) {
 		mlaWGLaunches.Add(1)
-		return b.k.MLADecodeWG2(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, b.k.MLAWG2Splits(nq, H, nidx), scale)
+		return b.k.MLADecodeWG2(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, b.mlaWG2Splits(nq, H, nidx), scale)
 	}
 	if mlaTCF != "" && b.c.Info().CCMajor >= 9 {
 		return b.mlaDecodeTCF(out, qn, qp, cuda.DevPtr(cacheOff), rowBase, indices, lens, ws, nq, H, nidx, ldIdx, scale)

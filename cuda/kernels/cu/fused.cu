@@ -51,25 +51,46 @@ __device__ __forceinline__ void attn_epilogue_body(float* kva, int ldkv, const f
   __shared__ __align__(16) float kk[128];
   __shared__ float sh[4];
   const int t = threadIdx.x, lane = t & 31;
+  float* kr = kva + (size_t)m * ldkv;
+  float* ir = ik + (size_t)m * ldik;
+  // The rows' values go out with the position (they do not need it), and
+  // the position's table entries before the norms' reductions (session 62:
+  // the position, the rows and the entries were three round trips in a row).
+  const bool kvw_ = mla && t < 128, ikw_ = idxc && t >= 128 && t < 160;
+  float xv[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xr = 0.0f;
+  if (kvw_) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) xv[j] = kr[t + 128 * j];
+    if (t < 64) xr = kr[512 + t];
+  } else if (ikw_) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) xv[j] = ir[lane + 32 * j];
+  }
   const int p = pos[m];
   if (p < 0) return;  // block-uniform
   const int half = rot >> 1;
   const float* ct = cos_t + (size_t)p * half;
   const float* st = sin_t + (size_t)p * half;
-  float* kr = kva + (size_t)m * ldkv;
-  float* ir = ik + (size_t)m * ldik;
-  if (mla && t < 128) {
-    float xv[4];
+  float rc[2] = {0.0f, 0.0f}, rs[2] = {0.0f, 0.0f};  // rot <= 128: a lane's pairs i = lane, lane + 32
+  if (kvw_ && t < half) {
+    rc[0] = ct[t];
+    rs[0] = st[t];
+  } else if (ikw_) {
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+      if (lane + 32 * u < half) {
+        rc[u] = ct[lane + 32 * u];
+        rs[u] = st[lane + 32 * u];
+      }
+    }
+  }
+  if (kvw_) {
     float ss = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const float v = kr[t + 128 * j];
-      xv[j] = v;
-      ss += v * v;
-    }
+    for (int j = 0; j < 4; j++) ss += xv[j] * xv[j];
     ss = warp_sum(ss);
     if (lane == 0) sh[t >> 5] = ss;
-    if (t < 64) kv[512 + t] = kr[512 + t];
+    if (t < 64) kv[512 + t] = xr;
     // named barrier of the four kv warps
     asm volatile("bar.sync 1, 128;" ::: "memory");
     BLOCK_MARK(0);
@@ -79,15 +100,11 @@ __device__ __forceinline__ void attn_epilogue_body(float* kva, int ldkv, const f
     r = rsqrtf(r / 512.0f + kv_eps);
 #pragma unroll
     for (int j = 0; j < 4; j++) kv[t + 128 * j] = kvw[t + 128 * j] * (xv[j] * r);
-    if (t < half) fz_rope_pair(kv + 512, t, half, ct[t], st[t], kv_il);
-  } else if (idxc && t >= 128 && t < 160) {
-    float xv[4];
+    if (t < half) fz_rope_pair(kv + 512, t, half, rc[0], rs[0], kv_il);
+  } else if (ikw_) {
     float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-      xv[j] = ir[lane + 32 * j];
-      s += xv[j];
-    }
+    for (int j = 0; j < 4; j++) s += xv[j];
     const float mean = (0.0f + warp_sum(s)) / 128.0f;
     float v = 0.0f;
 #pragma unroll
@@ -104,7 +121,9 @@ __device__ __forceinline__ void attn_epilogue_body(float* kva, int ldkv, const f
       kk[lane + 32 * j] = o;
     }
     __syncwarp();
-    for (int i = lane; i < half; i += 32) fz_rope_pair(kk, i, half, ct[i], st[i], ik_il);
+#pragma unroll
+    for (int u = 0; u < 2; u++)
+      if (lane + 32 * u < half) fz_rope_pair(kk, lane + 32 * u, half, rc[u], rs[u], ik_il);
   }
   __syncthreads();
   BLOCK_MARK(1);

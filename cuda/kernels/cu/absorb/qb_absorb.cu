@@ -72,6 +72,13 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
       asm volatile("prefetch.global.L2 [%0];" ::"l"(W + ((size_t)h * nope + d) * R + c));
     }
   }
+  // The RoPE part's position now and its table entries after q_b (below):
+  // read at the end, the two dependent round trips were the launch's last
+  // (session 62).
+  const int half = P >> 1;
+  const bool rope = qpe && rank == 0 && tid < half;
+  int p0 = 0;
+  if (rope && pos) p0 = pos[0];
   // q_b: this block's rows [j00, j00 + rows) of head h.
   const int rows = hs / CL, j00 = (int)rank * rows;
   {
@@ -149,6 +156,11 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
     __syncthreads();  // qsh holds this block's rows
   }
   BLOCK_MARK(0);
+  float rc = 0.0f, rs = 0.0f;  // in flight during the absorption
+  if (rope && pos) {
+    rc = cos_t[(size_t)p0 * half + tid];
+    rs = sin_t[(size_t)p0 * half + tid];
+  }
   if (CL > 1) {
     // This block's rows into every other block's copy, then the cluster's
     // barrier (release / acquire) before any block reads them.
@@ -207,15 +219,12 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
   }
   BLOCK_MARK(2);
   // The RoPE part (absorb_q_fast's blocks of column 0 write it).
-  const int half = P >> 1;
-  if (qpe && rank == 0 && tid < half) {
+  if (rope) {
     const int i0 = interleaved ? 2 * tid : tid;
     const int i1 = interleaved ? 2 * tid + 1 : tid + half;
     const float ra = qsh[nope + i0], rbv = qsh[nope + i1];
     float* dst = qpe + (size_t)h * P;
-    // The position's cos / sin, read in the macro's rotating branch only.
-    ABSORB_Q_ROPE(QN, dst, i0, i1, ra, rbv, cos_t[(size_t)pos[0] * half + tid], sin_t[(size_t)pos[0] * half + tid], rq,
-                  pos)
+    ABSORB_Q_ROPE(QN, dst, i0, i1, ra, rbv, rc, rs, rq, pos)
   }
 }
 

@@ -5,7 +5,10 @@
 #    "query staged" mark sat 2.1-2.7 us after release, H100, session 61 call D);
 #  - topk_radix_one_w*: the emit staged in shared memory and copied out coalesced ("emit counted" to "stored" 1.6 us);
 #  - qb_absorb (DeepSeek-V3.2 dims' default): the four column blocks' W_UK rows in one round trip, not four (its
-#    marks: q_b summed, q_a scale, absorbed).
+#    marks: q_b summed, q_a scale, absorbed), and its RoPE part's position and table entries read early (they were
+#    its last two round trips, after "absorbed");
+#  - attn_epilogue's block 0 (latent row, indexer key): the rows loaded with the position, the table entries before
+#    the norms (marks "kv / key in / normed / stored").
 #  a: the kernels' checks (TestKernelIndexerWGH, TestKernelTopKOneW, TestKernelTopKRadix, TestKernelQBAbsorb,
 #     TestGPUBlockMarks), then
 #     A/B/A/B at 1 slot (A 0fe7709, B this commit; BIN=new labels B) on GLM-5 dims (the top-k ends the front) and
@@ -22,7 +25,7 @@ if ls .device/old/*.xz >/dev/null 2>&1; then (cd .device/old && for f in *.xz; d
 chmod +x .device/old/* 2>/dev/null
 abb() { local m=$1 c=$2 n=$3; D=$DO bn $m $c 1 $n-A; D=$DN bn $m $c 1 $n-B BIN=new; D=$DO bn $m $c 1 $n-A2; D=$DN bn $m $c 1 $n-B2 BIN=new; }
 checks() {
-  tst kernels cuda/kernels 200 "${1}TestKernelIndexerWGH\$|TestKernelTopKOneW|TestKernelTopKRadix|TestKernelQBAbsorb|TestGPUBlockMarks"; cnt kernels; save
+  tst kernels cuda/kernels 200 "${1}TestKernelIndexerWGH\$|TestKernelTopKOneW|TestKernelTopKRadix|TestKernelQBAbsorb|TestKernelFusedAttnEpilogue|TestGPUBlockMarks"; cnt kernels; save
   if grep -q -- '--- FAIL' $R/kernels.log; then echo "checks FAIL: no step runs" >> $R/summary.txt; save; exit 0; fi
 }
 ab() {

@@ -93,3 +93,37 @@ func checkSplitLogits(t *testing.T, kind deviceKind, src Source, toks []int, nam
 	record(t, tag, "median max|d|/max|ref|", st.quantile(0.5), medianBound)
 	record(t, tag, fmt.Sprintf("positions with err > %.0e", flipErr), st.bigFrac(), flipFraction)
 }
+
+// TestEmuPostNormCL: TILERT_GPU_POST_NORM=cl runs each one-row layer's
+// post-attention norm as moeCombineNorm with o_proj's row as its one slot
+// (an addRMSNorm fewer and a moeCombineNorm more a layer of a one-row
+// graph run), and every token, cache byte and batched token stays the
+// same: fma(1, o, 0) is o. Several-row runs keep addRMSNorm.
+func TestEmuPostNormCL(t *testing.T) {
+	defer func(v string) { postNormMode = v }(postNormMode)
+	for _, pr := range enginetest.Presets {
+		t.Run(pr, func(t *testing.T) {
+			c := newSwitchCasePast(t, pr)
+			postNormMode = ""
+			off := c.run(t, onEmu, false)
+			postNormMode = "cl"
+			on := c.run(t, onEmu, false)
+			on.sameAs(t, off, "cl", "unset")
+			moved := 0
+			for i, run := range on.runs {
+				layers := run["absorbV"]
+				d := run["moeCombineNorm"] - off.runs[i]["moeCombineNorm"]
+				if d != 0 && d != layers {
+					t.Errorf("graph run %d: %d more moeCombineNorm, want 0 or one a layer (%d)", i, d, layers)
+				}
+				if a := off.runs[i]["addRMSNorm"] - run["addRMSNorm"]; a != d {
+					t.Errorf("graph run %d: %d fewer addRMSNorm against %d more moeCombineNorm", i, a, d)
+				}
+				moved += d
+			}
+			if moved == 0 {
+				t.Fatal("no graph run took the cluster norm")
+			}
+		})
+	}
+}

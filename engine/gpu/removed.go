@@ -379,6 +379,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 0) for a one-row step's o_proj as one GEMV; 1 for split-K slices on the routed down's shape, summed by the post-attention add + RMSNorm's launch (osplit.go)"},
 		{"TILERT_GPU_QB_ABSORB", []string{"", "0", "1", "2"},
 			"unset it for a one-row step's q_b and query absorption as one launch, a block a head, where the heads give 3/4 of the SMs a block and no row is past 32768 keys (qb_absorb.go); 1 or 2 for one or a cluster of two blocks a head wherever the kernel takes the shape; 0 for the two launches"},
+		{"TILERT_GPU_POST_NORM", []string{"", "cl"},
+			"unset it for a one-row step's post-attention add + RMSNorm on add_rmsnorm_reg (one block); cl for the cluster launch that closes a MoE layer, o_proj's row its one slot (osplit.go)"},
 		{"TILERT_GPU_MLA_SPLITS", []string{"", "8", "16"},
 			"unset it for mla_decode_wg2's token ranges filling the SMs once (at most 32: one tile a block at one row); 8 or 16 for at most that many (fewer float32 partials for the combine, more tiles a block)"},
 		{"TILERT_GPU_QB_ABSORB_PF", []string{"", "0", "1"},

@@ -16,6 +16,8 @@
 #     steps with block clocks and marks on both models at 8192.
 #     Then TILERT_GPU_MLA_SPLITS=16 A/B/A/B on this binary (mla_decode_wg2's 32 one-tile ranges write 8 MB of
 #     float32 partials a layer that the combine reads back; 16 ranges of two tiles halve them).
+#     Then TILERT_GPU_POST_NORM=cl A/B/A/B (the post-attention add + RMSNorm on the 8-block cluster launch, o_proj's
+#     row its one slot; add_rmsnorm_reg's one block ran 2.6 us after release, session 61 call D).
 #  h: on an H200: the issue's table on this commit (both models, 8192 and 131072, 1 and 4 slots, JSON), the
 #     4-slot same-row rows, the MTP row, the split-K check no H200 has run, then part a's A/Bs.
 NAME=s62
@@ -33,6 +35,7 @@ ab() {
   abb glm-5 131072 a-glm131; save
   D=$DN TL=1 bn glm-5 8192 1 a-tl-glmc TILERT_GPU_BLOCK_CLOCKS=1; D=$DN TL=1 bn deepseek-v3.2 8192 1 a-tl-dsc TILERT_GPU_BLOCK_CLOCKS=1
   xz -T4 $R/*-tl-*.json 2>/dev/null; save
+  D=$DN abab deepseek-v3.2 8192 1 a-pn-ds TILERT_GPU_POST_NORM=cl; D=$DN abab glm-5 8192 1 a-pn-glm TILERT_GPU_POST_NORM=cl; save
   D=$DN abab deepseek-v3.2 8192 1 a-sp-ds TILERT_GPU_MLA_SPLITS=16; D=$DN abab glm-5 8192 1 a-sp-glm TILERT_GPU_MLA_SPLITS=16; save
 }
 case "$PART" in

@@ -32,11 +32,11 @@ checks() {
 }
 ab() {
   abb glm-5 8192 a-glm; abb deepseek-v3.2 8192 a-ds; save
-  abb glm-5 131072 a-glm131; save
   D=$DN TL=1 bn glm-5 8192 1 a-tl-glmc TILERT_GPU_BLOCK_CLOCKS=1; D=$DN TL=1 bn deepseek-v3.2 8192 1 a-tl-dsc TILERT_GPU_BLOCK_CLOCKS=1
   xz -T4 $R/*-tl-*.json 2>/dev/null; save
   D=$DN abab deepseek-v3.2 8192 1 a-pn-ds TILERT_GPU_POST_NORM=cl; D=$DN abab glm-5 8192 1 a-pn-glm TILERT_GPU_POST_NORM=cl; save
-  D=$DN abab deepseek-v3.2 8192 1 a-sp-ds TILERT_GPU_MLA_SPLITS=16; D=$DN abab glm-5 8192 1 a-sp-glm TILERT_GPU_MLA_SPLITS=16; save
+  D=$DN abab deepseek-v3.2 8192 1 a-sp-ds TILERT_GPU_MLA_SPLITS=16; save
+  abb glm-5 131072 a-glm131; D=$DN abab glm-5 8192 1 a-sp-glm TILERT_GPU_MLA_SPLITS=16; save
 }
 case "$PART" in
 a) checks; ab ;;

@@ -731,7 +731,7 @@ __device__ __forceinline__ void tkw_load_raw(const float* x, int nv, u32* k) {
 // by tkw_body before the row length). PRE: kp holds the thread's keys
 // already (tkw_body loaded them with the histogram, up to T: a key past n
 // is garbage here and 0 once mapped below, as the load would have left it).
-template <int KPT, bool PRE = false>
+template <int KPT, bool PRE = false, bool ST = true>
 __device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int K, u32* gh, const uint4 hv, int* o,
                                          TkwShared& sh, const u32* kp = nullptr) {
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
@@ -829,7 +829,7 @@ __device__ __forceinline__ void tkw_core(const float* __restrict__ x, int n, int
   for (int j = 0; j < KPT; j++) cnt += (j < nv && k[j] >= lo);
   const int before = tkw_scan(cnt, sh.we, &wend);
   BLOCK_MARK(5);
-  if constexpr (KPT <= 16) {
+  if constexpr (ST && KPT <= 16) {
     if (K <= 2048) {
       // The selection in index order into the digits' counts (2048 words,
       // done with), then one coalesced copy: each warp's 12 stores a thread
@@ -901,7 +901,9 @@ __device__ __forceinline__ void tkw_body(const float* __restrict__ scores, int l
     // topk_radix_one_w12: no half body (6 keys would break the 16-byte key loads).
     tkw_core<KPT, true>(x, n, K, gh, hv, o, sh, kp);
   } else if (n <= 512 * KPT) {
-    tkw_core<KPT / 2>(x, n, K, gh, hv, o, sh);
+    // The staged emit (ST) costs the 32-key kernel spills on NVRTC 11.8: its
+    // half body keeps the direct stores.
+    tkw_core<KPT / 2, false, (KPT <= 16)>(x, n, K, gh, hv, o, sh);
   } else {
     tkw_core<KPT>(x, n, K, gh, hv, o, sh);
   }

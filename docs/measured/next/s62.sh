@@ -40,11 +40,16 @@ ab() {
 }
 case "$PART" in
 a) checks; ab ;;
+b)
+  # Part a's first half for a short budget: the checks, the A/B/A/Bs at 8192 and the traced steps.
+  checks; abb glm-5 8192 a-glm; abb deepseek-v3.2 8192 a-ds; save
+  D=$DN TL=1 bn glm-5 8192 1 a-tl-glmc TILERT_GPU_BLOCK_CLOCKS=1; D=$DN TL=1 bn deepseek-v3.2 8192 1 a-tl-dsc TILERT_GPU_BLOCK_CLOCKS=1
+  xz -T4 $R/*-tl-*.json 2>/dev/null; save ;;
 h)
   JS=1 bn deepseek-v3.2 8192,131072 1,4 h-rows-ds; JS=1 bn glm-5 8192,131072 1,4 h-rows-glm; save
   SAMP=--same-rows JS=1 bn deepseek-v3.2 8192 1,4 h-same-ds; MTP=1 bn deepseek-v3.2 8192 1 h-mtp-ds; save
   checks 'TestKernelGemvSplitK|'
   if [ -x $D/engine.test ]; then tst engine engine/gpu 150 '^TestGPU(QBAbsorb|OprojSplit|RoutingProbe)$'; cnt engine; save; fi
   ab ;;
-*) echo "usage: s62.sh a|h" >&2; exit 2 ;;
+*) echo "usage: s62.sh a|b|h" >&2; exit 2 ;;
 esac

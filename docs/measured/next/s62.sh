@@ -44,7 +44,10 @@ b)
   # Part a's first half for a short budget: the checks, the A/B/A/Bs at 8192 and the traced steps.
   checks; abb glm-5 8192 a-glm; abb deepseek-v3.2 8192 a-ds; save
   D=$DN TL=1 bn glm-5 8192 1 a-tl-glmc TILERT_GPU_BLOCK_CLOCKS=1; D=$DN TL=1 bn deepseek-v3.2 8192 1 a-tl-dsc TILERT_GPU_BLOCK_CLOCKS=1
-  xz -T4 $R/*-tl-*.json 2>/dev/null; save ;;
+  xz -T4 $R/*-tl-*.json 2>/dev/null; save
+  # GLM-5 dims' qb_absorb in clusters of two (auto declines there: +3 / +3 us on an H100 in session 60, before this
+  # session's batched W_UK loads and early RoPE entries).
+  D=$DN abab glm-5 8192 1 a-qb2-glm TILERT_GPU_QB_ABSORB=2; save ;;
 h)
   JS=1 bn deepseek-v3.2 8192,131072 1,4 h-rows-ds; JS=1 bn glm-5 8192,131072 1,4 h-rows-glm; save
   SAMP=--same-rows JS=1 bn deepseek-v3.2 8192 1,4 h-same-ds; MTP=1 bn deepseek-v3.2 8192 1 h-mtp-ds; save

@@ -72,13 +72,6 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
       asm volatile("prefetch.global.L2 [%0];" ::"l"(W + ((size_t)h * nope + d) * R + c));
     }
   }
-  // The RoPE part's position now and its table entries after q_b (below):
-  // read at the end, the two dependent round trips were the launch's last
-  // (session 62).
-  const int half = P >> 1;
-  const bool rope = qpe && rank == 0 && tid < half;
-  int p0 = 0;
-  if (rope && pos) p0 = pos[0];
   // q_b: this block's rows [j00, j00 + rows) of head h.
   const int rows = hs / CL, j00 = (int)rank * rows;
   {
@@ -156,11 +149,6 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
     __syncthreads();  // qsh holds this block's rows
   }
   BLOCK_MARK(0);
-  float rc = 0.0f, rs = 0.0f;  // in flight during the absorption
-  if (rope && pos) {
-    rc = cos_t[(size_t)p0 * half + tid];
-    rs = sin_t[(size_t)p0 * half + tid];
-  }
   if (CL > 1) {
     // This block's rows into every other block's copy, then the cluster's
     // barrier (release / acquire) before any block reads them.
@@ -181,50 +169,32 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
     rq = rsqrtf(warp_sum(a) / (float)KQ + eps);
   }
   BLOCK_MARK(1);
-  // NCB column blocks' W_UK rows and scales asked for at once (one round
-  // trip, not one a column block: session 62), then summed one column
-  // block after another exactly as before.
-  constexpr int NCB = 16 / NR;
-  for (int cq = 0; cq < ncb; cq += NCB) {
-    uint4 wv[NCB][NR];
-    float sc[NCB][NR];
+  for (int cb = cb0; cb < cb0 + ncb; cb++) {
+    const int c0 = cb * CW;
+    uint4 wv[NR];
+    absorb_q_load<NR>(W, h, nope, R, c0, g, r, RL, wv);
+    const float* Sh = S + (size_t)h * nope * rb + (c0 >> 7);
+    float cf[NR];
 #pragma unroll
-    for (int j = 0; j < NCB; j++) {
-      const int cb = cb0 + cq + j;
-      if (cq + j < ncb) {  // block-uniform
-        absorb_q_load<NR>(W, h, nope, R, cb * CW, g, r, RL, wv[j]);
-        const float* Sh = S + (size_t)h * nope * rb + ((cb * CW) >> 7);
-#pragma unroll
-        for (int i = 0; i < NR; i++) {
-          const int d = r + i * RL;
-          sc[j][i] = d < nope ? Sh[(size_t)d * rb] : 0.0f;
-        }
-      }
+    for (int i = 0; i < NR; i++) {
+      const int d = r + i * RL;
+      cf[i] = 0.0f;
+      if (d < nope) cf[i] = qsh[d] * Sh[(size_t)d * rb];
     }
-#pragma unroll
-    for (int j = 0; j < NCB; j++) {
-      if (cq + j < ncb) {
-        const int c0 = (cb0 + cq + j) * CW;
-        float cf[NR];
-#pragma unroll
-        for (int i = 0; i < NR; i++) {
-          const int d = r + i * RL;
-          cf[i] = 0.0f;
-          if (d < nope) cf[i] = qsh[d] * sc[j][i];
-        }
-        ABSORB_Q_COLS(G, NR, QN, wv[j], cf, r, RL, nope, red, lane, wid, tid, rq, out[(size_t)h * R + c0 + tid])
-        __syncthreads();  // red is reused by the next column block
-      }
-    }
+    ABSORB_Q_COLS(G, NR, QN, wv, cf, r, RL, nope, red, lane, wid, tid, rq, out[(size_t)h * R + c0 + tid])
+    __syncthreads();  // red is reused by the next column block
   }
   BLOCK_MARK(2);
   // The RoPE part (absorb_q_fast's blocks of column 0 write it).
-  if (rope) {
+  const int half = P >> 1;
+  if (qpe && rank == 0 && tid < half) {
     const int i0 = interleaved ? 2 * tid : tid;
     const int i1 = interleaved ? 2 * tid + 1 : tid + half;
     const float ra = qsh[nope + i0], rbv = qsh[nope + i1];
     float* dst = qpe + (size_t)h * P;
-    ABSORB_Q_ROPE(QN, dst, i0, i1, ra, rbv, rc, rs, rq, pos)
+    // The position's cos / sin, read in the macro's rotating branch only.
+    ABSORB_Q_ROPE(QN, dst, i0, i1, ra, rbv, cos_t[(size_t)pos[0] * half + tid], sin_t[(size_t)pos[0] * half + tid], rq,
+                  pos)
   }
 }
 
@@ -239,11 +209,11 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
       int interleaved, const float *__restrict__ ss, int nss, int KQ, float eps, int pf
 #define QBA_PASS qo, out, qpe, x, Wq, Sq, K, W, S, nope, R, hs, P, pos, cos_t, sin_t, interleaved, ss, nss, KQ, eps, pf
 
-extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2) qb_absorb_g32_r4(QBA_ARGS) {
+extern "C" __global__ void __launch_bounds__(TILE_THREADS) qb_absorb_g32_r4(QBA_ARGS) {
   PDL_WAIT_MARKED();
   qb_absorb_body<32, 4, 1, false>(QBA_PASS);
 }
-extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2) qb_absorb_g32_r4_n(QBA_ARGS) {
+extern "C" __global__ void __launch_bounds__(TILE_THREADS) qb_absorb_g32_r4_n(QBA_ARGS) {
   PDL_WAIT_MARKED();
   qb_absorb_body<32, 4, 1, true>(QBA_PASS);
 }

@@ -4,9 +4,8 @@
 #  - indexer_scores_wgh*: the query's codes and head weights loaded before the lens -> page -> keys chain (the
 #    "query staged" mark sat 2.1-2.7 us after release, H100, session 61 call D);
 #  - topk_radix_one_w*: the emit staged in shared memory and copied out coalesced ("emit counted" to "stored" 1.6 us);
-#  - qb_absorb (DeepSeek-V3.2 dims' default): the four column blocks' W_UK rows in one round trip, not four (its
-#    marks: q_b summed, q_a scale, absorbed), and its RoPE part's position and table entries read early (they were
-#    its last two round trips, after "absorbed");
+#  - (qb_absorb's batched W_UK loads and early RoPE entries were reverted after call A: TestKernelQBAbsorb failed on
+#    the rotation's bits; TestKernelQBAbsorb stays in the checks as qb_absorb's regression test);
 #  - attn_epilogue's block 0 (latent row, indexer key): the rows loaded with the position, the table entries before
 #    the norms (marks "kv / key in / normed / stored").
 #  a: the kernels' checks (TestKernelIndexerWGH, TestKernelTopKOneW, TestKernelTopKRadix, TestKernelQBAbsorb,

@@ -109,6 +109,9 @@ func TestEmuPostNormCL(t *testing.T) {
 			postNormMode = "cl"
 			on := c.run(t, onEmu, false)
 			on.sameAs(t, off, "cl", "unset")
+			if len(on.runs) != len(off.runs) {
+				t.Fatalf("%d graph runs with the cluster norm, %d without: the same steps should record the same runs", len(on.runs), len(off.runs))
+			}
 			moved := 0
 			for i, run := range on.runs {
 				layers := run["absorbV"]

@@ -951,6 +951,17 @@ func init() {
 	if os.Getenv("TILERT_GPU_BLOCK_CLOCKS") == "1" {
 		kernels.BlockClocks = true
 	}
+	// TILERT_GPU_MLA_CLUSTER=1: the one-tile decode MLA's partials merged
+	// in clusters of 8 ranges (kernels.MLACluster).
+	if os.Getenv("TILERT_GPU_MLA_CLUSTER") == "1" {
+		kernels.MLACluster = true
+	}
+	// TILERT_GPU_QB_STAGE=1|2: qb_absorb's W_UK rows staged in shared
+	// memory or read in one round trip (kernels.QBStage; switchValues
+	// refuses other values).
+	if v := envInt("TILERT_GPU_QB_STAGE", 0); v == kernels.QBStageSmem || v == kernels.QBStageBatch {
+		kernels.QBStage = v
+	}
 	// TILERT_GPU_ROUTE_SORT=0: the routing on moe_route_rank; unset (or 1),
 	// moe_route_sort, the same outputs (kernels.RouteSort, session 52).
 	if os.Getenv("TILERT_GPU_ROUTE_SORT") == "0" {

@@ -70,18 +70,7 @@ func TestKernelMLADecodeWG2C(t *testing.T) {
 			if ns == 0 {
 				ns = k.MLAWG2Splits(cs.nq, cs.H, cs.nidx)
 			}
-			var cache, rb cuda.DevPtr
-			if cs.bases {
-				const off = 1024
-				regions := make([]cuda.DevPtr, cs.nq)
-				for q := range cs.nq {
-					regions[q] = a.raw(int64(len(cc.cache)))
-					chk(c.Upload(regions[q], cc.cache))
-				}
-				cache, rb = cuda.DevPtr(off), rowBases(a, regions, off)
-			} else {
-				cache, _ = cc.devCache(a, false)
-			}
+			cache, rb := cc.rowCaches(c, a, cs.nq, cs.bases)
 			ws := a.raw(MLAWorkspaceBytes(cs.nq, cs.H, ns) + 4)
 			qn, qp, ip, lp := a.up(cc.qn), a.up(cc.qp), a.up(cc.idx), a.up(cc.lens)
 			n := cs.nq * cs.H

@@ -10,12 +10,7 @@ import (
 )
 
 // withMLACluster runs f with MLACluster set to on.
-func withMLACluster(on bool, f func()) {
-	old := MLACluster
-	MLACluster = on
-	defer func() { MLACluster = old }()
-	f()
-}
+func withMLACluster(on bool, f func()) { withSetting(&MLACluster, on, f) }
 
 // TestMLAClusterTakes: the cluster forms only for wg2b / wg2h launches whose
 // ranges are whole clusters, two or more of them, and only with MLACluster.

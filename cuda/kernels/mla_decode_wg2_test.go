@@ -25,21 +25,19 @@ func wg2Name(nq, H, nidx, nsplit int) string {
 	return name
 }
 
-// withHeadsPerBlock runs f with MLAHeadsPerBlock set to hpb.
-func withHeadsPerBlock(hpb int, f func()) {
-	old := MLAHeadsPerBlock
-	MLAHeadsPerBlock = hpb
-	defer func() { MLAHeadsPerBlock = old }()
+// withSetting runs f with the package setting *p set to v, then restores it.
+func withSetting[T any](p *T, v T, f func()) {
+	old := *p
+	*p = v
+	defer func() { *p = old }()
 	f()
 }
 
+// withHeadsPerBlock runs f with MLAHeadsPerBlock set to hpb.
+func withHeadsPerBlock(hpb int, f func()) { withSetting(&MLAHeadsPerBlock, hpb, f) }
+
 // withWG2B runs f with MLAWG2B set to on.
-func withWG2B(on bool, f func()) {
-	old := MLAWG2B
-	MLAWG2B = on
-	defer func() { MLAWG2B = old }()
-	f()
-}
+func withWG2B(on bool, f func()) { withSetting(&MLAWG2B, on, f) }
 
 func TestKernelMLADecodeWG2(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {

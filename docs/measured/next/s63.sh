@@ -1,6 +1,9 @@
 # Session 63's device plan (issue 10). Usage: bash docs/measured/next/s63.sh a|b|h
-# Binaries: .device/next (tilert, kernels.test) built from this commit; .device/old's tilert from 0fe7709 (session
-# 61's main: the A of session 62's A/B/A/Bs, which only GLM-5 dims at 8192 ran).
+# Binaries: .device/next (tilert, kernels.test) built from this commit (session 63 left them in .device/c63, built
+# from 6468e1e: the device command starts `rm -rf .device/next && cp -r .device/c63 .device/next`, carry
+# [".device/c63", ".device/old"]);
+# .device/old's tilert from 0fe7709 (session 61's main: the A of session 62's A/B/A/Bs, which only GLM-5 dims at
+# 8192 ran).
 # New this session (no device): TILERT_GPU_QB_STAGE=1|2 (kernels.QBStage). qb_absorb's W_UK rows after q_b are four
 # dependent round trips a block today (one a 128-column block); =1 copies the head's slice (64 KB + its scales) into
 # shared memory by cp.async as the block starts, =2 asks for all four column blocks in one round trip. Both load the

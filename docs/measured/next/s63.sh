@@ -19,8 +19,11 @@
 #     dims.
 #  b: 0fe7709 against this commit on DeepSeek-V3.2 dims at 8192 and GLM-5 dims at 131072 (session 62's three
 #     changes), traced steps with block clocks on both models, then session 62's two switches:
-#     TILERT_GPU_POST_NORM=cl and TILERT_GPU_MLA_SPLITS=16.
-#  h: on an H200: the issue's table on this commit (both models, 8192 and 131072, 1 and 4 slots, JSON), then a.
+#     TILERT_GPU_POST_NORM=cl and TILERT_GPU_MLA_SPLITS=16, then DeepSeek-V3.2 dims' o_proj on the spread plan
+#     (TILERT_GPU_OPROJ=G64/R8_d16s/B0: the busiest SM 56 of 7168 rows instead of 64; s56.sh o, never run: session
+#     56's H200 trace put o_proj at 34.0 us against 27.8 of bytes).
+#  h: on an H200: the issue's table on this commit (both models, 8192 and 131072, 1 and 4 slots, JSON), then a, then
+#     the spread o_proj's A/B/A/B (where it was measured: 6 us a layer over its bytes).
 NAME=s63
 . docs/measured/next/plan.sh "$1"
 DN=$D; DO=$PWD/.device/old
@@ -58,9 +61,11 @@ b)
   D=$DN TL=1 bn glm-5 8192 1 b-tl-glmc TILERT_GPU_BLOCK_CLOCKS=1; D=$DN TL=1 bn deepseek-v3.2 8192 1 b-tl-dsc TILERT_GPU_BLOCK_CLOCKS=1
   xz -T4 $R/*-tl-*.json 2>/dev/null; save
   D=$DN abab deepseek-v3.2 8192 1 b-pn-ds TILERT_GPU_POST_NORM=cl; save
-  D=$DN abab deepseek-v3.2 8192 1 b-sp-ds TILERT_GPU_MLA_SPLITS=16; save ;;
+  D=$DN abab deepseek-v3.2 8192 1 b-sp-ds TILERT_GPU_MLA_SPLITS=16; save
+  D=$DN abab deepseek-v3.2 8192 1 b-op-ds TILERT_GPU_OPROJ=G64/R8_d16s/B0; save ;;
 h)
   JS=1 bn deepseek-v3.2 8192,131072 1,4 h-rows-ds; JS=1 bn glm-5 8192,131072 1,4 h-rows-glm; save
-  checks; cl deepseek-v3.2 ds; qs; cl glm-5 glm ;;
+  checks; cl deepseek-v3.2 ds; qs; cl glm-5 glm
+  D=$DN abab deepseek-v3.2 8192 1 h-op-ds TILERT_GPU_OPROJ=G64/R8_d16s/B0; save ;;
 *) echo "usage: s63.sh a|b|h" >&2; exit 2 ;;
 esac

@@ -45,8 +45,9 @@ func TestMLAClusterTakes(t *testing.T) {
 // float64, a repeated launch bit for bit, on fresh random inputs: one row of
 // 128 heads (DeepSeek-V3.2 dims, 32 ranges: 4 clusters), one row of 64
 // (GLM-5 dims on 32-head blocks), 48 heads (a last block of 16), 1024
-// selections (16 ranges: 2 clusters), rows through per-row cache bases, and
-// a launch of 8 ranges that keeps the plain form. Fails unless the counter
+// selections (16 ranges: 2 clusters), rows through per-row cache bases, four
+// rows of 32-head blocks (one row without a valid selection, one with five:
+// empty clusters), and a launch of 8 ranges that keeps the plain form. Fails unless the counter
 // saw the cluster launches.
 func TestKernelMLADecodeWG2C(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
@@ -58,8 +59,13 @@ func TestKernelMLADecodeWG2C(t *testing.T) {
 			split       int // 0: MLAWG2Splits
 			bases       bool
 			cluster     bool // the launch takes the cluster form
-		}{{1, 128, 2048, 0, false, true}, {1, 64, 2048, 0, false, true}, {1, 48, 2048, 0, false, true},
-			{1, 128, 1024, 16, false, true}, {2, 64, 2048, 32, true, true}, {1, 128, 512, 8, false, false}} {
+			hpb         int  // MLAHeadsPerBlock (0: the default)
+		}{{1, 128, 2048, 0, false, true, 0}, {1, 64, 2048, 0, false, true, 0}, {1, 48, 2048, 0, false, true, 0},
+			{1, 128, 1024, 16, false, true, 0}, {2, 64, 2048, 32, true, true, 0}, {1, 128, 512, 8, false, false, 0},
+			// Four rows on wg2h: newH1Case's row 1 has no valid selection
+			// (every cluster empty) and row 3 five in the first positions
+			// (its later clusters empty).
+			{4, 32, 2048, 32, false, true, 32}} {
 			cc := newH1Case(r, cs.nq, cs.H, cs.nidx, cs.nidx, 0.07)
 			ns := cs.split
 			if ns == 0 {
@@ -69,12 +75,15 @@ func TestKernelMLADecodeWG2C(t *testing.T) {
 			ws := a.raw(MLAWorkspaceBytes(cs.nq, cs.H, ns) + 4)
 			qn, qp, ip, lp := a.up(cc.qn), a.up(cc.qp), a.up(cc.idx), a.up(cc.lens)
 			n := cs.nq * cs.H
-			base := wg2Name(cs.nq, cs.H, cs.nidx, ns)
+			var base string
+			withHeadsPerBlock(cs.hpb, func() { base = wg2Name(cs.nq, cs.H, cs.nidx, ns) })
 			name := fmt.Sprintf("%s (cluster %v) nq=%d H=%d nidx=%d split=%d bases=%v", base, cs.cluster, cs.nq, cs.H, cs.nidx, ns, cs.bases)
 			run := func(on bool) ([]float32, []float32) {
 				op, lsp := a.poisoned(n*512), a.poisoned(n)
-				withMLACluster(on, func() {
-					chk(k.MLADecodeWG2(s, op, lsp, qn, qp, cache, 0, rb, ip, lp, ws, cs.nq, cs.H, cs.nidx, cs.nidx, ns, cc.scale))
+				withHeadsPerBlock(cs.hpb, func() {
+					withMLACluster(on, func() {
+						chk(k.MLADecodeWG2(s, op, lsp, qn, qp, cache, 0, rb, ip, lp, ws, cs.nq, cs.H, cs.nidx, cs.nidx, ns, cc.scale))
+					})
 				})
 				return downF32(c, op, n*512), downF32(c, lsp, n)
 			}
@@ -105,6 +114,9 @@ func TestKernelMLADecodeWG2C(t *testing.T) {
 			record(t, name+" vs the plain form", "max |d|/max|v| a head", worst, math.Ldexp(1, -18))
 			var dl float64
 			for i := range gotL {
+				if gotL[i] == refL[i] { // both -inf on a row without a valid selection
+					continue
+				}
 				dl = max(dl, math.Abs(float64(gotL[i]-refL[i]))/max(math.Abs(float64(refL[i])), 1))
 			}
 			record(t, name+" lse vs the plain form", "max |d|/max(1, |lse|)", dl, math.Ldexp(1, -18))

@@ -1,6 +1,6 @@
 # Session 63's device plan (issue 10). Usage: bash docs/measured/next/s63.sh a|b|h
 # Binaries: .device/next (tilert, kernels.test) built from this commit (session 63 left them in .device/c63, built
-# from 6468e1e: the device command starts `rm -rf .device/next && cp -r .device/c63 .device/next`, carry
+# from 790e201: the device command starts `rm -rf .device/next && cp -r .device/c63 .device/next`, carry
 # [".device/c63", ".device/old"]);
 # .device/old's tilert from 0fe7709 (session 61's main: the A of session 62's A/B/A/Bs, which only GLM-5 dims at
 # 8192 ran).

@@ -157,7 +157,8 @@ func (k *Set) QBAbsorb(s cuda.Stream, a QBAbsorbArgs) error {
 	smem := 0
 	if strings.HasSuffix(name, "_s") {
 		smem = qbAbsorbSmem(a.Nope, a.R)
-		if have, _ := bigShared.Load(f); func() bool { n, _ := have.(int); return n < smem }() {
+		have, _ := bigShared.Load(f)
+		if n, _ := have.(int); n < smem {
 			if err := k.c.SetMaxDynamicShared(f, smem); err != nil {
 				return errors.WithHint(errors.Wrapf(err, "qb absorb: %d bytes of shared memory for %s", smem, name),
 					"unset TILERT_GPU_QB_STAGE (or set it to 2) for the forms without staged W_UK rows")

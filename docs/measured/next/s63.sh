@@ -1,4 +1,4 @@
-# Session 63's device plan (issue 10). Usage: bash docs/measured/next/s63.sh a|b|h
+# Session 63's device plan (issue 10). Usage: bash docs/measured/next/s63.sh a|b|c|h
 # Binaries: .device/next (tilert, kernels.test) built from this commit (session 63 left them in .device/c63, built
 # from 790e201: the device command starts `rm -rf .device/next && cp -r .device/c63 .device/next`, carry
 # [".device/c63", ".device/old"]);
@@ -22,6 +22,7 @@
 #     TILERT_GPU_POST_NORM=cl and TILERT_GPU_MLA_SPLITS=16, then DeepSeek-V3.2 dims' o_proj on the spread plan
 #     (TILERT_GPU_OPROJ=G64/R8_d16s/B0: the busiest SM 56 of 7168 rows instead of 64; s56.sh o, never run: session
 #     56's H200 trace put o_proj at 34.0 us against 27.8 of bytes).
+#  c: part a for a short budget: the checks, then MLA_CLUSTER=1 and QB_STAGE=1 on DeepSeek-V3.2 dims at 8192.
 #  h: on an H200: the issue's table on this commit (both models, 8192 and 131072, 1 and 4 slots, JSON), then a, then
 #     the spread o_proj's A/B/A/B (where it was measured: 6 us a layer over its bytes).
 NAME=s63
@@ -56,6 +57,9 @@ cl() {
 }
 case "$PART" in
 a) checks; cl deepseek-v3.2 ds; qs; cl glm-5 glm ;;
+c)
+  checks; cl deepseek-v3.2 ds
+  if ! grep -q -- '--- FAIL' $R/kernels-qs1.log; then D=$DN abab deepseek-v3.2 8192 1 a-qs1-ds TILERT_GPU_QB_STAGE=1; save; fi ;;
 b)
   abb deepseek-v3.2 8192 b-ds; abb glm-5 131072 b-glm131; save
   D=$DN TL=1 bn glm-5 8192 1 b-tl-glmc TILERT_GPU_BLOCK_CLOCKS=1; D=$DN TL=1 bn deepseek-v3.2 8192 1 b-tl-dsc TILERT_GPU_BLOCK_CLOCKS=1
@@ -67,5 +71,5 @@ h)
   JS=1 bn deepseek-v3.2 8192,131072 1,4 h-rows-ds; JS=1 bn glm-5 8192,131072 1,4 h-rows-glm; save
   checks; cl deepseek-v3.2 ds; qs; cl glm-5 glm
   D=$DN abab deepseek-v3.2 8192 1 h-op-ds TILERT_GPU_OPROJ=G64/R8_d16s/B0; save ;;
-*) echo "usage: s63.sh a|b|h" >&2; exit 2 ;;
+*) echo "usage: s63.sh a|b|c|h" >&2; exit 2 ;;
 esac

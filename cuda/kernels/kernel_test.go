@@ -48,11 +48,6 @@ type timingRow struct {
 }
 
 func TestMain(m *testing.M) {
-	// The device plans run the checks of the staged qb_absorb forms with
-	// the engine's switch (kernels.QBStage: every module's rotation pinned).
-	if v := os.Getenv("TILERT_GPU_QB_STAGE"); v == "1" || v == "2" {
-		QBStage = int(v[0] - '0')
-	}
 	code := m.Run()
 	if err := cudatest.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "closing the device: %+v\n", err)

@@ -82,31 +82,8 @@ func kernelOptions(arch string) []string {
 	if BlockClocks {
 		o = append(o, "-DTILERT_BLOCK_CLOCKS")
 	}
-	if QBStage != 0 {
-		o = append(o, "-DTILERT_ROPE_RN")
-	}
 	return o
 }
-
-// QBStage (TILERT_GPU_QB_STAGE; session 63, issue 10, opt-in) is how a
-// one-row qb_absorb launch of one block a head reads its W_UK slice after
-// q_b: 0 as since session 60 (a round trip a column block), QBStageSmem
-// (the slice copied into shared memory by cp.async as the block starts:
-// the _s forms) or QBStageBatch (every column block's rows in one round
-// trip: the _b forms). Either also reads the RoPE part's position and
-// table entries before q_b, so any value but 0 compiles every module with
-// TILERT_ROPE_RN: the query rotation of absorb_q_fp8, absorb_q_fast and
-// qb_absorb rounded product by product (mla_absorb.cuh), the same bits in
-// the three wherever their loads sit, and a few bits off the unpinned
-// rotation's where ptxas contracted a product (session 62). Set it before
-// Load; the options are part of the kernel cache's key.
-var QBStage = 0
-
-// The values of QBStage that name a form.
-const (
-	QBStageSmem  = 1
-	QBStageBatch = 2
-)
 
 // EvictFirst compiles every module with TILERT_L2_EVICT_FIRST (common.cuh):
 // the weight streams' and the indexer keys' loads marked evict-first in the

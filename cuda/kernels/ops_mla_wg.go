@@ -244,13 +244,6 @@ func (k *Set) MLADecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, r
 	if hpb != mlaPrefillH1Heads {
 		MLAWG2HLaunches.Add(1)
 	}
-	nsplit = cdiv(nidx, tps)
-	nz := nsplit // the partials the combine merges
-	if mlaClusterTakes(name, nsplit) {
-		name += "c"
-		nz = nsplit / mlaClusterRanges
-		MLAClusterLaunches.Add(1)
-	}
 	f, err := k.c.Function(mod, name)
 	if err != nil {
 		return err
@@ -261,7 +254,8 @@ func (k *Set) MLADecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, r
 		}
 		bigShared.Store(f, true)
 	}
-	partO, partML := ws, ws.Add(int64(nq*H*nz)*MLALatentDim*4)
+	nsplit = cdiv(nidx, tps)
+	partO, partML := ws, ws.Add(int64(nq*H*nsplit)*MLALatentDim*4)
 	if err := k.launchFn(f, cuda.D3(nsplit, nq, cdiv(H, hpb)), cuda.D1(mlaPrefillWG2Threads), MLAPrefillWG2SmemBytes, s,
 		qn, qp, cache, blockTable, indices, ldIdx, nidx, lens, out, lse, H, scale, tps, partO, partML, rowBase); err != nil {
 		return err
@@ -269,30 +263,5 @@ func (k *Set) MLADecodeWG2(s cuda.Stream, out, lse, qn, qp, cache, blockTable, r
 	if nsplit == 1 {
 		return nil
 	}
-	return k.launch(mlaCombineFor(k.c.Info().SMs, nq*H), cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nz, out, lse)
-}
-
-// MLACluster (TILERT_GPU_MLA_CLUSTER=1; session 63, issue 10, opt-in, not
-// yet run on a GPU) makes MLADecodeWG2 launch mla_decode_wg2bc / wg2hc in
-// place of wg2b / wg2h where the ranges come in whole clusters of
-// mlaClusterRanges, at least two of them: the blocks of a cluster merge
-// their partials through distributed shared memory and write one, so at
-// one row of 128 heads the 64 blocks write 1 MB of float32 partials instead
-// of 8 (session 20's ncu profile put ~25% of the one-tile block's stalls
-// in those stores) and the combine reads 4 a head instead of 32. The
-// merge's sums run in another order than the combine's: not wg2b's bits
-// (within the one-fp16-part bound of float64, TestKernelMLADecodeWG2C).
-var MLACluster = false
-
-// mlaClusterRanges is a cluster's blocks (cu/wg MW2_CL).
-const mlaClusterRanges = 8
-
-// MLAClusterLaunches counts the cluster-merged launches (tests).
-var MLAClusterLaunches atomic.Int64
-
-// mlaClusterTakes says whether a launch of name over nsplit ranges runs
-// its cluster form under MLACluster.
-func mlaClusterTakes(name string, nsplit int) bool {
-	return MLACluster && (name == mlaDecodeWG2BName || name == mlaDecodeWG2HName) &&
-		nsplit%mlaClusterRanges == 0 && nsplit >= 2*mlaClusterRanges
+	return k.launch(mlaCombineFor(k.c.Info().SMs, nq*H), cuda.D1(nq*H), cuda.D1(128), 0, s, partO, partML, nsplit, out, lse)
 }

@@ -146,7 +146,7 @@ var pdlMoreKernels = setOf(
 	"mla_decode_tcf", "mla_decode_tcf2",
 	// cu/wg (mla_prefill_wg, mla_prefill_wg2, mla_decode_wg2 and mwg_probe
 	// have no wait and are on neither list: launched plainly)
-	"mla_decode_wg2b", "mla_decode_wg2h", "mla_decode_wg2bc", "mla_decode_wg2hc",
+	"mla_decode_wg2b", "mla_decode_wg2h",
 	// cu/wg: the indexer scores on wgmma, launched as indexer_scores_mma_pf
 	// (pdlKernels) is, so programmatically in pdlMoreDefault.
 	"indexer_scores_wgh", "indexer_scores_wgh_rows", "indexer_scores_wgh2", "indexer_scores_wgh2_rows",
@@ -159,8 +159,6 @@ var pdlMoreKernels = setOf(
 	"absorb_v_fast_rw1", "absorb_v_fast_rw2", "absorb_v_fast_rw4", "absorb_v_fast_rw8",
 	"qb_absorb_g32_r4", "qb_absorb_g32_r4_n", "qb_absorb_g64_r8", "qb_absorb_g64_r8_n",
 	"qb_absorb_g32_r4_c2", "qb_absorb_g32_r4_c2_n", "qb_absorb_g64_r8_c2", "qb_absorb_g64_r8_c2_n",
-	// only with TILERT_ROPE_RN (kernels.QBStage)
-	"qb_absorb_g32_r4_s", "qb_absorb_g32_r4_n_s", "qb_absorb_g32_r4_b", "qb_absorb_g32_r4_n_b",
 	// cu/few
 	"mla_decode_few", "mla_combine_few",
 	"topk_fast16", "topk_fast32", "topk_fast64",

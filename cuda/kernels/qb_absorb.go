@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"fmt"
-	"strings"
 	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
@@ -103,28 +102,7 @@ func (k *Set) qbAbsorbShape(a QBAbsorbArgs) (string, error) {
 	if a.QS.On() {
 		name += "_n"
 	}
-	if a.Blocks == 1 && G == 32 && nr == 4 {
-		switch {
-		case QBStage == QBStageSmem && qbAbsorbStageOK(a, k.c.Info().MaxSharedOptin):
-			name += "_s"
-		case QBStage == QBStageBatch:
-			name += "_b"
-		}
-	}
 	return name, nil
-}
-
-// qbAbsorbSmem is the dynamic shared memory of a staged (_s) block:
-// qb_absorb.cu's qb_absorb_smem, W_UK's nope rows of R fp8 and their
-// scales.
-func qbAbsorbSmem(nope, R int) int { return nope*R + nope*(R/128)*4 }
-
-// qbAbsorbStageOK says whether the _s form's 16-byte copies take a's W_UK
-// slice and scales (16-byte aligned, each head's scales a whole number of
-// copies) within maxSmem bytes; where not, QBStage's launch takes the
-// plain form (rounded as the _s form is).
-func qbAbsorbStageOK(a QBAbsorbArgs, maxSmem int) bool {
-	return uint64(a.W)%16 == 0 && uint64(a.S)%16 == 0 && a.Nope*(a.R/128)%4 == 0 && qbAbsorbSmem(a.Nope, a.R) <= maxSmem
 }
 
 // QBAbsorbOK says whether QBAbsorb takes a here (an sm_90 device, the
@@ -154,21 +132,9 @@ func (k *Set) QBAbsorb(s cuda.Stream, a QBAbsorbArgs) error {
 	if err != nil {
 		return err
 	}
-	smem := 0
-	if strings.HasSuffix(name, "_s") {
-		smem = qbAbsorbSmem(a.Nope, a.R)
-		have, _ := bigShared.Load(f)
-		if n, _ := have.(int); n < smem {
-			if err := k.c.SetMaxDynamicShared(f, smem); err != nil {
-				return errors.WithHint(errors.Wrapf(err, "qb absorb: %d bytes of shared memory for %s", smem, name),
-					"unset TILERT_GPU_QB_STAGE (or set it to 2) for the forms without staged W_UK rows")
-			}
-			bigShared.Store(f, smem)
-		}
-	}
 	args := []any{a.Q, a.Out, a.QPE, a.X, a.WQ, a.SQ, a.K, a.W, a.S, a.Nope, a.R, a.HS, a.P,
 		a.Rope.Pos, a.Rope.Cos, a.Rope.Sin, b2i(a.Rope.Interleaved), a.QS.SumSq, a.QS.N, a.QS.K, a.QS.Eps, b2i(a.Prefetch)}
-	if err := k.launchFn(f, cuda.D1(a.H*blocks), cuda.D1(256), smem, s, args...); err != nil {
+	if err := k.launchFn(f, cuda.D1(a.H*blocks), cuda.D1(256), 0, s, args...); err != nil {
 		return err
 	}
 	QBAbsorbLaunches.Add(1)

@@ -2,11 +2,7 @@ package kernels
 
 import (
 	"fmt"
-	"maps"
 	"math/rand/v2"
-	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/tilert-go/tilert/cuda"
@@ -24,103 +20,6 @@ func TestNVRTCQBAbsorbKernels(t *testing.T) {
 	checkRegisters(t, log, version, lim)
 }
 
-// TestNVRTCQBStageKernels: with QBStage (TILERT_ROPE_RN) the absorb module
-// has the staged and batched forms, within 128 registers (_s) or 176 (_b)
-// and 8 bytes of spill, and in every kernel that
-// rotates the query's RoPE part (absorb_q_fp8 in the main module,
-// absorb_q_fast and qb_absorb here) the rotation is rounded product by
-// product: sub.rn.f32 and add.rn.f32 where the unpinned build has none (no
-// GPU needed).
-func TestNVRTCQBStageKernels(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: five module compiles")
-	}
-	defer func(v int) { QBStage = v }(QBStage)
-	QBStage = QBStageSmem
-	log, version := ptxasLogSM90(t, AbsorbKernelSource(), "tilert_kernels_absorb.cu")
-	var lim []regLimit
-	// The _b forms hold four column blocks' rows (64 registers): ptxas
-	// takes up to 172 for the _n one (NVRTC 11.8 and 12.9), still one block
-	// an SM as a head's block runs.
-	for _, f := range []struct {
-		n   string
-		max int
-	}{{"qb_absorb_g32_r4_s", 128}, {"qb_absorb_g32_r4_b", 176}} {
-		lim = append(lim, regLimit{f.n, f.max}, regLimit{strings.Replace(f.n, "_r4", "_r4_n", 1), f.max})
-	}
-	checkRegisters(t, log, version, lim)
-	// ptxas keeps these forms at 128 registers (as the others): the two
-	// RoPE entries held through q_b may go to local memory (one store, one
-	// load: 8 bytes), anything more is a spill in a loop.
-	sp, _ := ptxasSpills(log)
-	for _, l := range lim {
-		if b, bad := sp[l.name]; bad {
-			if n, err := strconv.Atoi(b); err != nil || n > 8 {
-				t.Errorf("%s spills %s bytes (NVRTC %s), want at most 8", l.name, b, version)
-			}
-		}
-	}
-	nv, err := cuda.LoadNVRTC()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bodies := func(src, name string) map[string]string {
-		t.Helper()
-		ptx, clog, err := nv.CompileLog(src, name, kernelOptions("sm_90"), false)
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", name, err, clog)
-		}
-		return entryBodies(string(ptx))
-	}
-	pinned := func(body string) bool {
-		return strings.Contains(body, "sub.rn.f32") && strings.Contains(body, "add.rn.f32")
-	}
-	on := bodies(AbsorbKernelSource(), "tilert_kernels_absorb.cu")
-	for k, b := range bodies(KernelSource(), "tilert_kernels.cu") {
-		if strings.HasPrefix(k, "absorb_q_fp8") {
-			on[k] = b
-		}
-	}
-	QBStage = 0
-	off := bodies(AbsorbKernelSource(), "tilert_kernels_absorb.cu")
-	maps.Copy(off, bodies(KernelSource(), "tilert_kernels.cu"))
-	checked := 0
-	for k, b := range on {
-		if !strings.HasPrefix(k, "absorb_q_f") && !strings.HasPrefix(k, "qb_absorb") {
-			continue
-		}
-		checked++
-		if !pinned(b) {
-			t.Errorf("%s: with QBStage its rotation is not rounded product by product (no sub.rn.f32 / add.rn.f32)", k)
-		}
-		if ob, ok := off[k]; ok && pinned(ob) {
-			t.Errorf("%s: the unpinned build has sub.rn.f32 and add.rn.f32 too (the check cannot tell them apart)", k)
-		}
-		if _, ok := off[k]; !ok && !strings.HasSuffix(k, "_s") && !strings.HasSuffix(k, "_b") {
-			t.Errorf("%s: only in the QBStage build", k)
-		}
-	}
-	if checked < 20 {
-		t.Errorf("%d rotating kernels checked, want absorb_q_fp8's, absorb_q_fast's and qb_absorb's (20+)", checked)
-	}
-}
-
-// entryBodies maps each .entry of a PTX text to its body.
-func entryBodies(ptx string) map[string]string {
-	m := map[string]string{}
-	locs := ptxVisibleEntry.FindAllStringSubmatchIndex(ptx, -1)
-	for i, l := range locs {
-		end := len(ptx)
-		if i+1 < len(locs) {
-			end = locs[i+1][0]
-		}
-		m[ptx[l[2]:l[3]]] = ptx[l[1]:end]
-	}
-	return m
-}
-
-var ptxVisibleEntry = regexp.MustCompile(`(?m)^\.visible \.entry (\w+)\(`)
-
 // TestKernelQBAbsorb checks qb_absorb on fresh random inputs against the two
 // launches it replaces, q_b's one-row tile GEMV then absorb_q_fast (plain
 // and its _n form), bit for bit: q_b's row, the absorbed sums and the
@@ -130,10 +29,7 @@ var ptxVisibleEntry = regexp.MustCompile(`(?m)^\.visible \.entry (\w+)\(`)
 // Shapes: DeepSeek-V3.2 dims (128 heads, nope 128, q_b rows of 1536: groups
 // of 32) and GLM-5 dims (64 heads, nope 192, rows of 2048: groups of 64),
 // and two small ones of the same group sizes. It also asks that a shape
-// off the kernel's (rows of 1024: another group size) is refused. With
-// TILERT_GPU_QB_STAGE=1|2 (kernels.QBStage, read by TestMain) every module
-// is built with the pinned rotation, and one block a head on groups of 32
-// runs the staged (_s) or batched (_b) form.
+// off the kernel's (rows of 1024: another group size) is refused.
 func TestKernelQBAbsorb(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
 		if err := k.AbsorbFastSupported(); err != nil {
@@ -198,15 +94,6 @@ func TestKernelQBAbsorb(t *testing.T) {
 							}
 							ar.Q, ar.Out, ar.QPE = a.poisoned(N), a.poisoned(H*R), a.poisoned(H*P)
 							tag := fmt.Sprintf("H=%d nope=%d K=%d rope %d scaled %v blocks %d prefetch %v", H, nope, K, ri, scaled, blocks, pf)
-							if name, _, err := k.qbAbsorbKernel(ar); err == nil {
-								tag += " " + name
-								// QBStage (TILERT_GPU_QB_STAGE): one block a head of
-								// groups of 32 takes its _s / _b form.
-								staged := strings.HasSuffix(name, "_s") || strings.HasSuffix(name, "_b")
-								if want := QBStage != 0 && ar.blocks(c.Info().SMs) == 1 && K%1536 == 0; staged != want {
-									t.Errorf("%s: QBStage %d, staged form %v", tag, QBStage, staged)
-								}
-							}
 							if blocks == 0 && ar.blocks(c.Info().SMs) == 0 {
 								// Auto takes one block a head only where 3/4 of the SMs get one.
 								if k.QBAbsorbOK(ar) {
@@ -238,28 +125,4 @@ func TestKernelQBAbsorb(t *testing.T) {
 			t.Fatal("no qb_absorb launch was counted")
 		}
 	})
-}
-
-// TestQBAbsorbStageOK: the _s form only where its 16-byte copies take the
-// head's W_UK slice and scales and the slice fits the block's shared memory.
-func TestQBAbsorbStageOK(t *testing.T) {
-	const maxSmem = 227 << 10
-	for _, tc := range []struct {
-		name string
-		a    QBAbsorbArgs
-		want bool
-	}{
-		{"DeepSeek-V3.2 dims", QBAbsorbArgs{W: 1 << 20, S: 1 << 21, Nope: 128, R: 512}, true},
-		{"scales 4-byte aligned", QBAbsorbArgs{W: 1 << 20, S: 1<<21 + 4, Nope: 128, R: 512}, false},
-		{"weights 8-byte aligned", QBAbsorbArgs{W: 1<<20 + 8, S: 1 << 21, Nope: 128, R: 512}, false},
-		{"a head's scales not whole copies", QBAbsorbArgs{W: 1 << 20, S: 1 << 21, Nope: 3, R: 128}, false},
-		{"over the shared memory", QBAbsorbArgs{W: 1 << 20, S: 1 << 21, Nope: 128, R: 2048}, false},
-	} {
-		if got := qbAbsorbStageOK(tc.a, maxSmem); got != tc.want {
-			t.Errorf("%s: qbAbsorbStageOK = %v, want %v (smem %d)", tc.name, got, tc.want, qbAbsorbSmem(tc.a.Nope, tc.a.R))
-		}
-	}
-	if got := qbAbsorbSmem(128, 512); got != 128*512+128*4*4 {
-		t.Errorf("qbAbsorbSmem(128, 512) = %d", got)
-	}
 }

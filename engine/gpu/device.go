@@ -846,7 +846,7 @@ func (b *cudaDevice) mlaDecode(kind mlaKind, out, qn, qp, cache, indices, lens, 
 	}
 	if ws != 0 && b.mlaWGOK(nq, H) {
 		mlaWGLaunches.Add(1)
-		return b.k.MLADecodeWG2(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, ws, nq, H, nidx, ldIdx, b.mlaWG2Splits(nq, H, nidx), scale)
+		return b.k.MLADecodeWG2(b.s, out, 0, qn, qp, cache, 0, 0, indices, lens, ws, nq, H, nidx, ldIdx, b.k.MLAWG2Splits(nq, H, nidx), scale)
 	}
 	if ws != 0 && mlaTCOn && b.c.Info().CCMajor >= 8 {
 		if mlaTCF != "" && b.c.Info().CCMajor >= 9 {
@@ -951,17 +951,6 @@ func init() {
 	if os.Getenv("TILERT_GPU_BLOCK_CLOCKS") == "1" {
 		kernels.BlockClocks = true
 	}
-	// TILERT_GPU_MLA_CLUSTER=1: the one-tile decode MLA's partials merged
-	// in clusters of 8 ranges (kernels.MLACluster).
-	if os.Getenv("TILERT_GPU_MLA_CLUSTER") == "1" {
-		kernels.MLACluster = true
-	}
-	// TILERT_GPU_QB_STAGE=1|2: qb_absorb's W_UK rows staged in shared
-	// memory or read in one round trip (kernels.QBStage; switchValues
-	// refuses other values).
-	if v := envInt("TILERT_GPU_QB_STAGE", 0); v == kernels.QBStageSmem || v == kernels.QBStageBatch {
-		kernels.QBStage = v
-	}
 	// TILERT_GPU_ROUTE_SORT=0: the routing on moe_route_rank; unset (or 1),
 	// moe_route_sort, the same outputs (kernels.RouteSort, session 52).
 	if os.Getenv("TILERT_GPU_ROUTE_SORT") == "0" {
@@ -1008,22 +997,6 @@ var mlaWGLaunches atomic.Int64
 
 var mlaWGOnce sync.Once
 
-// TILERT_GPU_MLA_SPLITS=8|16 caps mla_decode_wg2's token ranges (unset:
-// kernels.MLAWG2Splits, one wave of blocks, at most 32): a one-row step's
-// 32 one-tile ranges write 8 MB of float32 partials (DeepSeek-V3.2 dims)
-// that the combine reads back; 16 halves them, two tiles a block (session
-// 62, for the A/B).
-var mlaSplitsCap = envInt("TILERT_GPU_MLA_SPLITS", 0)
-
-// mlaWG2Splits is kernels.MLAWG2Splits under TILERT_GPU_MLA_SPLITS.
-func (b *cudaDevice) mlaWG2Splits(nq, H, nidx int) int {
-	n := b.k.MLAWG2Splits(nq, H, nidx)
-	if mlaSplitsCap > 0 {
-		n = min(n, mlaSplitsCap)
-	}
-	return n
-}
-
 // mlaWGOK: mla_decode_wg2 takes this launch (mlaWGRule, and the sm_90a
 // module loaded).
 func (b *cudaDevice) mlaWGOK(nq, H int) bool {
@@ -1068,7 +1041,7 @@ func (b *cudaDevice) mlaDecodeRows(out, qn, qp cuda.DevPtr, cacheOff int64, rowB
 	}
 	if ws != 0 && b.mlaWGOK(nq, H) {
 		mlaWGLaunches.Add(1)
-		return b.k.MLADecodeWG2(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, b.mlaWG2Splits(nq, H, nidx), scale)
+		return b.k.MLADecodeWG2(b.s, out, 0, qn, qp, cuda.DevPtr(cacheOff), 0, rowBase, indices, lens, ws, nq, H, nidx, ldIdx, b.k.MLAWG2Splits(nq, H, nidx), scale)
 	}
 	if mlaTCF != "" && b.c.Info().CCMajor >= 9 {
 		return b.mlaDecodeTCF(out, qn, qp, cuda.DevPtr(cacheOff), rowBase, indices, lens, ws, nq, H, nidx, ldIdx, scale)

@@ -476,9 +476,6 @@ func (f *fwd) block(lw *dlayer, nextY, nextW cuda.DevPtr) {
 		// attnProjOut left o_proj's slices in ws.osk: their sum is ws.tmp.
 		o.do(o.b.moeCombineNorm(ws.h, ws.x, ws.tmp, ws.osk, ws.ones, 0, lw.PostNorm, M, f.oSplit, H, eps))
 		f.oSplit = 0
-	} else if f.postNormCL() {
-		// TILERT_GPU_POST_NORM=cl (osplit.go): o_proj's row as one slot.
-		o.do(o.b.moeCombineNorm(ws.h, ws.x, ws.osk, ws.tmp, ws.ones, 0, lw.PostNorm, M, 1, H, eps))
 	} else {
 		o.do(o.b.addRMSNorm(ws.h, ws.x, ws.tmp, lw.PostNorm, M, H, H, H, H, eps))
 	}

@@ -27,21 +27,6 @@ import (
 // the split streaming no faster than `_d16` there; not yet on an H200.
 var oSplitMode = os.Getenv("TILERT_GPU_OPROJ_SPLIT")
 
-// TILERT_GPU_POST_NORM=cl: a one-row step's post-attention add + RMSNorm on
-// the cluster launch that closes a MoE layer (moeCombineNorm: 8 blocks of
-// one GPC, the partial squares through distributed shared memory) with
-// o_proj's row as its one slot of weight 1, in place of add_rmsnorm_reg's
-// one block, which session 61's traces put at 2.6 us run after release on
-// the MoE front's chain (H100). fma(1, o, 0) is o (but a -0 becomes +0), so
-// x and h are addRMSNorm's. Unset: addRMSNorm. Session 62, opt-in until
-// measured.
-var postNormMode = os.Getenv("TILERT_GPU_POST_NORM")
-
-// postNormCL says whether block runs the post-attention norm as the
-// cluster launch (one row; ws.osk, free unless o_proj split, holds the
-// copy of o_proj's row the launch writes).
-func (f *fwd) postNormCL() bool { return postNormMode == "cl" && f.M == 1 && f.e.ws.osk != 0 }
-
 // oSplitOn says whether TILERT_GPU_OPROJ_SPLIT asks for the split (opt-in:
 // slower on an H100, not measured on an H200).
 func oSplitOn() bool { return oSplitMode == "1" }

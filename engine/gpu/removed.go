@@ -289,6 +289,20 @@ var removedTable = []removedSwitch{
 	// tiny models' cache bound; removed in session 55 with its 9 kernels.
 	{name: "TILERT_GPU_GEMM_H2", keep: zero, what: gemmH2What, hint: gemmH2Hint},
 	{name: "TILERT_GPU_GEMM_H2_PARTS", what: gemmH2What, hint: gemmH2Hint},
+	// Session 63 measured four opt-ins on an H100 (sessions 62-63's, none
+	// the default) slower or no faster, and removed them.
+	{name: "TILERT_GPU_QB_STAGE", keep: zero,
+		what: "qb_absorb's W_UK slice staged in shared memory (=1) or read in one round trip (=2), its RoPE entries read before q_b and every absorb kernel's query rotation rounded product by product, was measured slower on an H100 in session 63 call A and removed (decode p50, DeepSeek-V3.2 dims, 8192, 9 MoE layers, one expert bank, 1 slot, A/B/A/B: =1 3.115 / 3.118 against 3.090 / 3.091 ms, +25 / +27 us; =2 3.126 / 3.123 against 3.094 / 3.089, +32 / +34)",
+		hint: `: qb_absorb reads W_UK a column block a round trip after q_b (the default); the code last exists at commit 116e252, the record is in docs/measured/h100-2026-12-07-s63 and cuda/kernels/NOTES.md "qb_absorb's W_UK rows off the chain"`},
+	{name: "TILERT_GPU_MLA_CLUSTER", keep: zero,
+		what: "the one-tile decode MLA's partials merged in clusters of 8 ranges over distributed shared memory (mla_decode_wg2bc / wg2hc) was measured no faster or slower on an H100 in session 63 call A and removed (decode p50, 8192, 9 MoE layers, one expert bank, 1 slot, A/B/A/B: DeepSeek-V3.2 dims 3.092 / 3.092 against 3.092 / 3.093 ms, 0 / -1 us; GLM-5 dims 3.162 / 3.163 against 3.134 / 3.135, +28 / +28; the MLA's blocks ran 16.2 against 11.6 us)",
+		hint: `: every block writes its float32 partial for mla_combine_wide (the default); the code last exists at commit 116e252, the record is in docs/measured/h100-2026-12-07-s63 and cuda/kernels/NOTES.md "mla_decode_wg2bc / wg2hc"`},
+	{name: "TILERT_GPU_POST_NORM",
+		what: "a one-row step's post-attention add + RMSNorm on the MoE close's 8-block cluster launch (=cl, session 62) was measured slower on an H100 in session 63 call B and removed (decode p50, DeepSeek-V3.2 dims, 8192, 9 MoE layers, one expert bank, 1 slot, A/B/A/B: 3.100 / 3.102 against 3.094 / 3.090 ms, +6 / +12 us)",
+		hint: `: the post-attention norm runs on add_rmsnorm_reg (the default); the code last exists at commit 116e252, the record is in docs/measured/h100-2026-12-07-s63 and engine/gpu/NOTES.md "Session 62"`},
+	{name: "TILERT_GPU_MLA_SPLITS",
+		what: "a cap on mla_decode_wg2's token ranges (=8|16, session 62) was measured slower on an H100 in session 63 call B and removed (decode p50, DeepSeek-V3.2 dims, 8192, 9 MoE layers, one expert bank, 1 slot, A/B/A/B: =16 3.115 / 3.115 against 3.091 / 3.088 ms, +24 / +27 us)",
+		hint: `: the ranges fill the SMs once, at most 32 (kernels.MLAWG2Splits, the default); the code last exists at commit 116e252, the record is in docs/measured/h100-2026-12-07-s63 and engine/gpu/NOTES.md "Session 62"`},
 	// TILERT_GPU_MLA_TC32=1 ran the tensor-core MLA decode with 32 heads a
 	// block (mla_decode_tc32), the same bits as mla_decode_tc; no faster in
 	// session 4, and the decode has run tcf2 / wg2 / wg2b since session 6.
@@ -379,14 +393,6 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 0) for a one-row step's o_proj as one GEMV; 1 for split-K slices on the routed down's shape, summed by the post-attention add + RMSNorm's launch (osplit.go)"},
 		{"TILERT_GPU_QB_ABSORB", []string{"", "0", "1", "2"},
 			"unset it for a one-row step's q_b and query absorption as one launch, a block a head, where the heads give 3/4 of the SMs a block and no row is past 32768 keys (qb_absorb.go); 1 or 2 for one or a cluster of two blocks a head wherever the kernel takes the shape; 0 for the two launches"},
-		{"TILERT_GPU_POST_NORM", []string{"", "cl"},
-			"unset it for a one-row step's post-attention add + RMSNorm on add_rmsnorm_reg (one block); cl for the cluster launch that closes a MoE layer, o_proj's row its one slot (osplit.go)"},
-		{"TILERT_GPU_MLA_SPLITS", []string{"", "8", "16"},
-			"unset it for mla_decode_wg2's token ranges filling the SMs once (at most 32: one tile a block at one row); 8 or 16 for at most that many (fewer float32 partials for the combine, more tiles a block)"},
-		{"TILERT_GPU_MLA_CLUSTER", []string{"", "0", "1"},
-			"unset it (or 0) for mla_decode_wg2b / wg2h writing a float32 partial a block for the combine; 1 for clusters of 8 ranges merging theirs through distributed shared memory first (a partial a cluster; kernels.MLACluster)"},
-		{"TILERT_GPU_QB_STAGE", []string{"", "0", "1", "2"},
-			"unset it (or 0) for qb_absorb's W_UK rows read after q_b a column block a round trip; 1 for them copied into shared memory as each block starts, 2 for every column block in one round trip (DeepSeek-V3.2 dims' one block a head); 1 and 2 round the query rotation product by product in every absorb kernel (kernels.QBStage)"},
 		{"TILERT_GPU_QB_ABSORB_PF", []string{"", "0", "1"},
 			"unset it (or 0) for TILERT_GPU_QB_ABSORB's blocks without an L2 prefetch; 1 for each block asking its W_UK slice into the L2 while q_b streams"},
 		{"TILERT_GPU_SIDE_SH_ONCE", []string{"", "0", "1"},

@@ -294,6 +294,14 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_GEMV_MMA", "cb41896", "docs/measured/h200-2026-12-03-s18", "docs/measured/h200-2026-12-03-s19", "cuda/kernels/NOTES.md"}},
 	"TILERT_GPU_MLA_TC32": {{"removed in session 55", "24.60 against 24.30 us", "37.36 / 30.62"},
 		{"unset TILERT_GPU_MLA_TC32", "mla_decode_wg2b", "4020bd8", "docs/measured/h200-2026-12-01-idxmla", `"Indexer top-k candidate list, MLA query staging"`}},
+	"TILERT_GPU_QB_STAGE": {{"session 63 call A", "3.115 / 3.118 against 3.090 / 3.091 ms", "+25 / +27 us", "+32 / +34"},
+		{"unset TILERT_GPU_QB_STAGE", "116e252", "docs/measured/h100-2026-12-07-s63", `"qb_absorb's W_UK rows off the chain"`}},
+	"TILERT_GPU_MLA_CLUSTER": {{"session 63 call A", "mla_decode_wg2bc / wg2hc", "0 / -1 us", "+28 / +28", "16.2 against 11.6 us"},
+		{"unset TILERT_GPU_MLA_CLUSTER", "mla_combine_wide", "116e252", "docs/measured/h100-2026-12-07-s63"}},
+	"TILERT_GPU_POST_NORM": {{"session 63 call B", "3.100 / 3.102 against 3.094 / 3.090 ms", "+6 / +12 us"},
+		{"unset TILERT_GPU_POST_NORM", "add_rmsnorm_reg", "116e252", "docs/measured/h100-2026-12-07-s63"}},
+	"TILERT_GPU_MLA_SPLITS": {{"session 63 call B", "3.115 / 3.115 against 3.091 / 3.088 ms", "+24 / +27 us"},
+		{"unset TILERT_GPU_MLA_SPLITS", "kernels.MLAWG2Splits", "116e252", "docs/measured/h100-2026-12-07-s63"}},
 	"TILERT_GPU_GEMM_H2":       gemmH2Says,
 	"TILERT_GPU_GEMM_H2_PARTS": gemmH2Says,
 	"TILERT_GPU_L2PF":          l2pfSays,
@@ -452,6 +460,10 @@ var removedGolden = []struct{ name, v string }{
 	{"TILERT_GPU_GEMM_H2", "1"}, {"TILERT_GPU_GEMM_H2_PARTS", "2"},
 	{"TILERT_GPU_MLA_TC32", "1"},
 	{"TILERT_GPU_STAGE_CARVEOUT", "50"}, {"TILERT_GPU_STAGE_CARVEOUT", "100"},
+	{"TILERT_GPU_QB_STAGE", "1"}, {"TILERT_GPU_QB_STAGE", "2"},
+	{"TILERT_GPU_MLA_CLUSTER", "1"},
+	{"TILERT_GPU_POST_NORM", "cl"},
+	{"TILERT_GPU_MLA_SPLITS", "16"}, {"TILERT_GPU_MLA_SPLITS", "8"},
 }
 
 // TestRemovedGolden pins every refusal's message and hint byte for byte

@@ -41,8 +41,8 @@ __device__ __forceinline__ void absorb_q_body(float* out, float* qpe, const floa
       if (pos) {
         const int p = pos[m];
         const float c = cos_t[(size_t)p * half + e], s = sin_t[(size_t)p * half + e];
-        dst[i0] = ABSORB_ROT0(a, b, c, s);
-        dst[i1] = ABSORB_ROT1(a, b, c, s);
+        dst[i0] = a * c - b * s;
+        dst[i1] = b * c + a * s;
       } else {
         dst[i0] = a;
         dst[i1] = b;

@@ -88,35 +88,17 @@ __device__ __forceinline__ void absorb_fma16(const uint4& w, float a, float* acc
     }                                                                                             \
   }
 
-// absorb_q's rotation of a RoPE pair (a, b) by (c, s), and the _n forms'
-// scale. As written, a * c - b * s is unrounded PTX (mul.f32, sub.f32)
-// that ptxas may contract into an fma either way, and which way can change
-// with the code around it (session 62: qb_absorb's cos / sin loaded early
-// moved 1.2K of 8192 values off the one-row kernel's). TILERT_ROPE_RN
-// (kernels.QBStage) rounds each product and the sum on its own (mul.rn,
-// sub.rn / add.rn: never contracted), the same bits in every kernel that
-// rotates here, wherever its loads sit.
-#ifdef TILERT_ROPE_RN
-#define ABSORB_ROT0(a, b, c, s) __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s))
-#define ABSORB_ROT1(a, b, c, s) __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s))
-#define ABSORB_RQ(v, rq) __fmul_rn(v, rq)
-#else
-#define ABSORB_ROT0(a, b, c, s) (a * c - b * s)
-#define ABSORB_ROT1(a, b, c, s) (b * c + a * s)
-#define ABSORB_RQ(v, rq) (v) * rq
-#endif
-
 // absorb_q's RoPE part of one head (the absorb module's kernels): thread
 // tid's pair (i0, i1) of q's RoPE values (a, b), rotated by (c, s) where
 // rot, times rq when QN, into dst. A statement macro, as ABSORB_Q_COLS.
 #define ABSORB_Q_ROPE(QN, dst, i0, i1, a, b, c, s, rq, rot) \
   if (rot) {                                                \
     if constexpr (QN) {                                     \
-      dst[i0] = ABSORB_RQ(ABSORB_ROT0(a, b, c, s), rq);     \
-      dst[i1] = ABSORB_RQ(ABSORB_ROT1(a, b, c, s), rq);     \
+      dst[i0] = (a * c - b * s) * rq;                       \
+      dst[i1] = (b * c + a * s) * rq;                       \
     } else {                                                \
-      dst[i0] = ABSORB_ROT0(a, b, c, s);                    \
-      dst[i1] = ABSORB_ROT1(a, b, c, s);                    \
+      dst[i0] = a * c - b * s;                              \
+      dst[i1] = b * c + a * s;                              \
     }                                                       \
   } else if constexpr (QN) {                                \
     dst[i0] = a * rq;                                       \

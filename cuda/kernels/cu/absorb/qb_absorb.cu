@@ -41,53 +41,11 @@ __device__ __forceinline__ u32 qba_rank() { return 0; }
 __device__ __forceinline__ void qba_st(float* p, u32 rank, float v) {}
 #endif
 
-// How a block reads its W_UK slice after q_b (WS; kernels.QBStage, the
-// _s / _b forms, one block a head): 0 as session 60 wrote it, one column
-// block's rows a round trip (4 of them at R 512); QBA_SMEM (1) the slice and
-// its scales copied into dynamic shared memory (qb_absorb_smem) by cp.async
-// as the block starts, under q_b's stream, so the absorption waits on no
-// load; QBA_BATCH (2) every column block's rows and scales in registers in
-// one round trip after q_b (session 62's c059d7a). Both read the RoPE part's
-// position and cos / sin before q_b, which moves the rotation's code: they
-// are built only with TILERT_ROPE_RN (mla_absorb.cuh), whose rotation is
-// rounded the same wherever its loads sit. The same values reach the same
-// FMAs in the same order, so the sums are WS 0's bits.
-#define QBA_SMEM 1
-#define QBA_BATCH 2
-
-// The dynamic shared memory of a WS QBA_SMEM block: W_UK's nope rows of R
-// fp8 (row-major, as in global memory: a quarter warp's 16-byte loads are
-// one row's 128 contiguous bytes) and their nope x R/128 scales.
-__host__ __device__ constexpr int qb_absorb_smem(int nope, int R) { return nope * R + nope * (R >> 7) * 4; }
-__device__ __forceinline__ u8* qba_dyn() {
-  extern __shared__ __align__(16) u8 qba_dyn_[];
-  return qba_dyn_;
-}
-
-// The slice of head h (rows [h nope, (h+1) nope) of W_UK and of S, each
-// contiguous) into sh by cp.async, one commit group: 16 bytes a copy.
-__device__ __forceinline__ void qba_stage_uk(u8* sh, const u8* __restrict__ W, const float* __restrict__ S, int h,
-                                             int nope, int R) {
-  const int wb = nope * R, sb = nope * (R >> 7) * 4;
-  const char* wsrc = (const char*)W + (size_t)h * wb;
-  const char* ssrc = (const char*)S + (size_t)h * sb;
-  const u32 base = (u32)__cvta_generic_to_shared(sh);
-  for (int i = threadIdx.x; i < wb / 16; i += TILE_THREADS)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(base + i * 16), "l"(wsrc + (size_t)i * 16)
-                 : "memory");
-  for (int i = threadIdx.x; i < sb / 16; i += TILE_THREADS)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(base + wb + i * 16), "l"(ssrc + (size_t)i * 16)
-                 : "memory");
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
 // grid (H * CL), 256 threads, clusters of CL. q_b: Wq [H*hs][K] fp8, Sq its
 // 128x128 block scales, x the input row (K floats); W_UK [H][nope][R] fp8,
 // S [H*nope][R/128]. Needs hs % (8 * CL) == 0, hs <= QBA_HS_MAX, K % 16 == 0,
-// R % (128 * CL) == 0, nope <= NR * 32, P / 2 <= 256 (kernels.QBAbsorbOK);
-// WS > 0: CL 1, and with QBA_SMEM qb_absorb_smem(nope, R) bytes of dynamic
-// shared memory.
-template <int GQ, int NR, int CL, bool QN, int WS = 0>
+// R % (128 * CL) == 0, nope <= NR * 32, P / 2 <= 256 (kernels.QBAbsorbOK).
+template <int GQ, int NR, int CL, bool QN>
 __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe, const float* __restrict__ x,
                                                const u8* __restrict__ Wq, const float* __restrict__ Sq, int K,
                                                const u8* __restrict__ W, const float* __restrict__ S, int nope, int R,
@@ -106,19 +64,6 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
   const int h = blockIdx.x / CL;
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
   const int ncb = R / CW / CL, cb0 = (int)rank * ncb;  // this block's absorb column blocks
-  static_assert(WS == 0 || CL == 1, "the _s / _b forms run one block a head");
-  if constexpr (WS == QBA_SMEM) qba_stage_uk(qba_dyn(), W, S, h, nope, R);
-  // WS > 0: the RoPE part's position and table entries before q_b (held in
-  // two registers through it).
-  float rc = 0.0f, rs = 0.0f;
-  if constexpr (WS != 0) {
-    const int hf = P >> 1;
-    if (qpe && tid < hf && pos) {
-      const int p0 = pos[0];
-      rc = cos_t[(size_t)p0 * hf + tid];
-      rs = sin_t[(size_t)p0 * hf + tid];
-    }
-  }
   if (pf) {
     // The block's W_UK slice into the L2 (128-byte lines), read after q_b.
     const int lpr = ncb * CW / 128, lines = nope * lpr;
@@ -224,83 +169,20 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
     rq = rsqrtf(warp_sum(a) / (float)KQ + eps);
   }
   BLOCK_MARK(1);
-  if constexpr (WS == QBA_SMEM) {
-    // The slice's copies landed long ago (under q_b); each thread waits on
-    // its own, the barrier makes every thread's visible.
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();
-    const u8* ush = qba_dyn();
-    const float* ssh = (const float*)(ush + nope * R);
-    for (int cb = 0; cb < ncb; cb++) {
-      const int c0 = cb * CW;
-      uint4 wv[NR];
-      float cf[NR];
+  for (int cb = cb0; cb < cb0 + ncb; cb++) {
+    const int c0 = cb * CW;
+    uint4 wv[NR];
+    absorb_q_load<NR>(W, h, nope, R, c0, g, r, RL, wv);
+    const float* Sh = S + (size_t)h * nope * rb + (c0 >> 7);
+    float cf[NR];
 #pragma unroll
-      for (int i = 0; i < NR; i++) {
-        const int d = r + i * RL;
-        wv[i] = make_uint4(0u, 0u, 0u, 0u);
-        cf[i] = 0.0f;
-        if (d < nope) {
-          wv[i] = *(const uint4*)(ush + (size_t)d * R + c0 + g * 16);
-          cf[i] = qsh[d] * ssh[d * rb + (c0 >> 7)];
-        }
-      }
-      ABSORB_Q_COLS(G, NR, QN, wv, cf, r, RL, nope, red, lane, wid, tid, rq, out[(size_t)h * R + c0 + tid])
-      __syncthreads();  // red is reused by the next column block
+    for (int i = 0; i < NR; i++) {
+      const int d = r + i * RL;
+      cf[i] = 0.0f;
+      if (d < nope) cf[i] = qsh[d] * Sh[(size_t)d * rb];
     }
-  } else if constexpr (WS == QBA_BATCH) {
-    // NCB column blocks' W_UK rows and scales asked for at once (one round
-    // trip, not one a column block), then summed one column block after
-    // another exactly as WS 0 does.
-    constexpr int NCB = 16 / NR;
-    for (int cq = 0; cq < ncb; cq += NCB) {
-      uint4 wv[NCB][NR];
-      float sc[NCB][NR];
-#pragma unroll
-      for (int j = 0; j < NCB; j++) {
-        const int cb = cb0 + cq + j;
-        if (cq + j < ncb) {  // block-uniform
-          absorb_q_load<NR>(W, h, nope, R, cb * CW, g, r, RL, wv[j]);
-          const float* Sh = S + (size_t)h * nope * rb + ((cb * CW) >> 7);
-#pragma unroll
-          for (int i = 0; i < NR; i++) {
-            const int d = r + i * RL;
-            sc[j][i] = d < nope ? Sh[(size_t)d * rb] : 0.0f;
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < NCB; j++) {
-        if (cq + j < ncb) {
-          const int c0 = (cb0 + cq + j) * CW;
-          float cf[NR];
-#pragma unroll
-          for (int i = 0; i < NR; i++) {
-            const int d = r + i * RL;
-            cf[i] = 0.0f;
-            if (d < nope) cf[i] = qsh[d] * sc[j][i];
-          }
-          ABSORB_Q_COLS(G, NR, QN, wv[j], cf, r, RL, nope, red, lane, wid, tid, rq, out[(size_t)h * R + c0 + tid])
-          __syncthreads();  // red is reused by the next column block
-        }
-      }
-    }
-  } else {
-    for (int cb = cb0; cb < cb0 + ncb; cb++) {
-      const int c0 = cb * CW;
-      uint4 wv[NR];
-      absorb_q_load<NR>(W, h, nope, R, c0, g, r, RL, wv);
-      const float* Sh = S + (size_t)h * nope * rb + (c0 >> 7);
-      float cf[NR];
-#pragma unroll
-      for (int i = 0; i < NR; i++) {
-        const int d = r + i * RL;
-        cf[i] = 0.0f;
-        if (d < nope) cf[i] = qsh[d] * Sh[(size_t)d * rb];
-      }
-      ABSORB_Q_COLS(G, NR, QN, wv, cf, r, RL, nope, red, lane, wid, tid, rq, out[(size_t)h * R + c0 + tid])
-      __syncthreads();  // red is reused by the next column block
-    }
+    ABSORB_Q_COLS(G, NR, QN, wv, cf, r, RL, nope, red, lane, wid, tid, rq, out[(size_t)h * R + c0 + tid])
+    __syncthreads();  // red is reused by the next column block
   }
   BLOCK_MARK(2);
   // The RoPE part (absorb_q_fast's blocks of column 0 write it).
@@ -310,13 +192,9 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
     const int i1 = interleaved ? 2 * tid + 1 : tid + half;
     const float ra = qsh[nope + i0], rbv = qsh[nope + i1];
     float* dst = qpe + (size_t)h * P;
-    if constexpr (WS != 0) {
-      ABSORB_Q_ROPE(QN, dst, i0, i1, ra, rbv, rc, rs, rq, pos)
-    } else {
-      // The position's cos / sin, read in the macro's rotating branch only.
-      ABSORB_Q_ROPE(QN, dst, i0, i1, ra, rbv, cos_t[(size_t)pos[0] * half + tid], sin_t[(size_t)pos[0] * half + tid],
-                    rq, pos)
-    }
+    // The position's cos / sin, read in the macro's rotating branch only.
+    ABSORB_Q_ROPE(QN, dst, i0, i1, ra, rbv, cos_t[(size_t)pos[0] * half + tid], sin_t[(size_t)pos[0] * half + tid], rq,
+                  pos)
   }
 }
 
@@ -339,26 +217,6 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS) qb_absorb_g32_r4_n(QB
   PDL_WAIT_MARKED();
   qb_absorb_body<32, 4, 1, true>(QBA_PASS);
 }
-#ifdef TILERT_ROPE_RN
-// The staged (_s) and batched (_b) W_UK reads (QBA_SMEM, QBA_BATCH): DeepSeek-V3.2
-// dims' shape, one block a head.
-extern "C" __global__ void __launch_bounds__(TILE_THREADS) qb_absorb_g32_r4_s(QBA_ARGS) {
-  PDL_WAIT_MARKED();
-  qb_absorb_body<32, 4, 1, false, QBA_SMEM>(QBA_PASS);
-}
-extern "C" __global__ void __launch_bounds__(TILE_THREADS) qb_absorb_g32_r4_n_s(QBA_ARGS) {
-  PDL_WAIT_MARKED();
-  qb_absorb_body<32, 4, 1, true, QBA_SMEM>(QBA_PASS);
-}
-extern "C" __global__ void __launch_bounds__(TILE_THREADS) qb_absorb_g32_r4_b(QBA_ARGS) {
-  PDL_WAIT_MARKED();
-  qb_absorb_body<32, 4, 1, false, QBA_BATCH>(QBA_PASS);
-}
-extern "C" __global__ void __launch_bounds__(TILE_THREADS) qb_absorb_g32_r4_n_b(QBA_ARGS) {
-  PDL_WAIT_MARKED();
-  qb_absorb_body<32, 4, 1, true, QBA_BATCH>(QBA_PASS);
-}
-#endif
 extern "C" __global__ void __launch_bounds__(TILE_THREADS) qb_absorb_g64_r8(QBA_ARGS) {
   PDL_WAIT_MARKED();
   qb_absorb_body<64, 8, 1, false>(QBA_PASS);

@@ -202,103 +202,6 @@ __device__ __forceinline__ void mw2_fill_raw(u8* Kt, const u8* raw, const int* s
 // (rows g, g+1, .. 8 apart in banks) do not conflict.
 #define MW2_OSTRIDE 520
 
-// The ranges a cluster of mla_decode_wg2bc / wg2hc merges (a portable
-// cluster: 8 SMs of one GPC, one 226 KiB block each).
-#define MW2_CL 8
-
-__device__ __forceinline__ u32 mw2_cl_rank() {
-  u32 r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-// Every non-exited thread of the cluster (the producers have returned):
-// writes before it visible to shared::cluster reads after it.
-__device__ __forceinline__ void mw2_cl_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// The shared::cluster address of block rank's copy of the local address a.
-__device__ __forceinline__ u32 mw2_cl_map(u32 a, u32 rank) {
-  u32 r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float mw2_cl_ld(u32 a) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
-  return v;
-}
-__device__ __forceinline__ float4 mw2_cl_ld4(u32 a) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a) : "memory");
-  return v;
-}
-
-// mw2_cluster_merge: the consumers' (tid < 256) side of a V & 32 block once
-// its unnormalised O rows are staged in os (MW2_OSTRIDE floats a head row),
-// its row maxima (log2 units) in mx[hb] and its two token halves' row sums
-// in lsum[hb], lsum[MWG_HB + hb]. Cluster c (blocks x = MW2_CL c .. + MW2_CL -
-// 1 of one row and head block) writes partial z = c of mla_combine's layout
-// for its HPB heads: M = max_k m_k, w_k = exp2(m_k - M) (0 for an empty
-// range), L = sum_k w_k l_k, O = sum_k w_k O_k in k order; the block of
-// cluster rank r writes columns [r 64, r 64 + 64) of every head's O, rank 0
-// the (M ln 2, L) pairs. wz: HPB x MW2_CL floats of free shared memory.
-template <int HPB>
-__device__ __forceinline__ void mw2_cluster_merge(const float* os, const float* mx, const float* lsum, float* wz,
-                                                  float* __restrict__ part_o, float* __restrict__ part_ml, int qi, int H,
-                                                  int h0, int tid) {
-  const u32 rank = mw2_cl_rank();
-  const int ncl = gridDim.x / MW2_CL, z = blockIdx.x / MW2_CL;
-  mw2_cl_sync();  // every block's rows, maxima and sums are in
-  if (tid < HPB) {
-    const int hb = tid;
-    float m[MW2_CL], l[MW2_CL];
-    const u32 am = mwg_smem_addr(mx + hb), a0 = mwg_smem_addr(lsum + hb), a1 = mwg_smem_addr(lsum + MWG_HB + hb);
-#pragma unroll
-    for (int k = 0; k < MW2_CL; k++) {
-      m[k] = mw2_cl_ld(mw2_cl_map(am, k));
-      l[k] = mw2_cl_ld(mw2_cl_map(a0, k)) + mw2_cl_ld(mw2_cl_map(a1, k));
-    }
-    float M = NEG_INF;
-#pragma unroll
-    for (int k = 0; k < MW2_CL; k++) M = fmaxf(M, m[k]);
-    float L = 0.0f;
-#pragma unroll
-    for (int k = 0; k < MW2_CL; k++) {
-      const float w = m[k] == NEG_INF ? 0.0f : exp2f(m[k] - M);
-      wz[hb * MW2_CL + k] = w;
-      L = fmaf(l[k], w, L);
-    }
-    if (rank == 0 && h0 + hb < H) {
-      const size_t pz = ((size_t)qi * H + h0 + hb) * ncl + z;
-      part_ml[2 * pz] = M == NEG_INF ? NEG_INF : M * 0.6931471805599453f;
-      part_ml[2 * pz + 1] = L;
-    }
-  }
-  mw2_bar_sync<MW2_BAR_C, 256>();  // wz is in
-  constexpr int C4 = MLA_LAT / 4 / MW2_CL;  // float4 columns a block writes a head
-  for (int t = tid; t < HPB * C4; t += 256) {
-    const int hb = t / C4, c4 = (int)rank * C4 + (t - hb * C4);
-    if (h0 + hb >= H) continue;
-    const u32 a = mwg_smem_addr(os + hb * MW2_OSTRIDE + 4 * c4);
-    float4 v[MW2_CL];
-#pragma unroll
-    for (int k = 0; k < MW2_CL; k++) v[k] = mw2_cl_ld4(mw2_cl_map(a, k));
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int k = 0; k < MW2_CL; k++) {
-      const float w = wz[hb * MW2_CL + k];
-      acc.x = fmaf(v[k].x, w, acc.x);
-      acc.y = fmaf(v[k].y, w, acc.y);
-      acc.z = fmaf(v[k].z, w, acc.z);
-      acc.w = fmaf(v[k].w, w, acc.w);
-    }
-    const size_t pz = ((size_t)qi * H + h0 + hb) * ncl + z;
-    ((float4*)(part_o + pz * MLA_LAT))[c4] = acc;
-  }
-  mw2_cl_sync();  // no block leaves while another still reads its shared memory
-}
-
 // The block with NPW producer warps (mla_prefill_wg2: 4, 384 threads), PB
 // latent chunks a producer thread has in flight, PREG / CREG the
 // producer's and the consumers' registers after setmaxnreg (the consumers
@@ -315,12 +218,7 @@ __device__ __forceinline__ void mw2_cluster_merge(const float* os, const float* 
 // loads and partial stores halve while its gather and products stay. Each
 // head's arithmetic is its own row's (no step mixes rows), so the same
 // bits as V = 0. (Bit 16, 16 heads a block, mla_decode_wg2q, measured
-// slower in session 38 and removed.) Bit 32 (with 4; mla_decode_wg2bc /
-// wg2hc, kernels.MLACluster): the blocks of MW2_CL consecutive ranges are a
-// cluster that merges its partials through distributed shared memory
-// (mw2_cluster_merge) and writes one partial a cluster, so the combine
-// reads gridDim.x / MW2_CL of them: another order of the merge's sums, so
-// not V = 0's bits.
+// slower in session 38 and removed.)
 template <int NPW, int PB, int PREG, int CREG, bool DEC = false, int V = 0>
 __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__ row_base = nullptr) {
   constexpr int NT = 256 + 32 * NPW;  // the block's threads (FULL / EMPTY count)
@@ -563,19 +461,7 @@ __device__ __forceinline__ void mw2_block(MT_ARGS, const long long* __restrict__
 #pragma unroll
         for (int i = 0; i < 32; i++) *(float2*)(orow + 8 * i) = make_float2(o[4 * i + 2 * hr], o[4 * i + 2 * hr + 1]);
       }
-      if constexpr ((V & 32) != 0) {
-        // The row maxima beside the row sums for the cluster's other blocks
-        // (redm is free once the last tile is done).
-        if (th == 0 && t4 == 0) {
-          redm[hr0] = m0;
-          redm[hr1] = m1;
-        }
-      }
       mw2_bar_sync<MW2_BAR_C, 256>();
-      if constexpr ((V & 32) != 0) {
-        mw2_cluster_merge<HPB>(os, redm, lsum, (float*)Ps, part_o, part_ml, qi, H, h0, tid);
-        return;
-      }
       const int c4 = tid & 127;
 #pragma unroll 4
       for (int hb = tid >> 7; hb < HPB; hb += 2) {
@@ -656,27 +542,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) mla_decode_wg2h(MT_ARGS, co
   mw2_block<4, 8, MW2_PREG, MW2_CREG, true, 15>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale,
                                                 tps, part_o, part_ml, row_base);
 }
-
-// mla_decode_wg2bc / wg2hc: mla_decode_wg2b / wg2h with the partials of
-// MW2_CL consecutive ranges merged inside their cluster (mw2_block's V bit
-// 32): one partial of 2 KB a head and cluster instead of one a block (8 MB
-// -> 1 MB at one row of 128 heads x 32 ranges), the combine reading
-// MW2_CL times fewer (kernels.MLACluster; gridDim.x a multiple of MW2_CL).
-extern "C" __global__ void __cluster_dims__(MW2_CL, 1, 1) __launch_bounds__(384, 1)
-    mla_decode_wg2bc(MT_ARGS, const long long* __restrict__ row_base) {
-  PDL_WAIT();
-  mw2_block<4, 8, MW2_PREG, MW2_CREG, true, 39>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale,
-                                                tps, part_o, part_ml, row_base);
-}
-extern "C" __global__ void __cluster_dims__(MW2_CL, 1, 1) __launch_bounds__(384, 1)
-    mla_decode_wg2hc(MT_ARGS, const long long* __restrict__ row_base) {
-  PDL_WAIT();
-  mw2_block<4, 8, MW2_PREG, MW2_CREG, true, 47>(qn, qp, cache, block_table, indices, ld_idx, nidx, lens, out, lse, H, scale,
-                                                tps, part_o, part_ml, row_base);
-}
 #else
-extern "C" __global__ void __launch_bounds__(384) mla_decode_wg2bc(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
-extern "C" __global__ void __launch_bounds__(384) mla_decode_wg2hc(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(384) mla_decode_wg2b(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(384) mla_decode_wg2h(MT_ARGS, const long long* __restrict__ row_base) { __trap(); }
 extern "C" __global__ void __launch_bounds__(384) mla_prefill_wg2(MT_ARGS) { __trap(); }

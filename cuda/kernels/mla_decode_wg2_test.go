@@ -25,19 +25,21 @@ func wg2Name(nq, H, nidx, nsplit int) string {
 	return name
 }
 
-// withSetting runs f with the package setting *p set to v, then restores it.
-func withSetting[T any](p *T, v T, f func()) {
-	old := *p
-	*p = v
-	defer func() { *p = old }()
+// withHeadsPerBlock runs f with MLAHeadsPerBlock set to hpb.
+func withHeadsPerBlock(hpb int, f func()) {
+	old := MLAHeadsPerBlock
+	MLAHeadsPerBlock = hpb
+	defer func() { MLAHeadsPerBlock = old }()
 	f()
 }
 
-// withHeadsPerBlock runs f with MLAHeadsPerBlock set to hpb.
-func withHeadsPerBlock(hpb int, f func()) { withSetting(&MLAHeadsPerBlock, hpb, f) }
-
 // withWG2B runs f with MLAWG2B set to on.
-func withWG2B(on bool, f func()) { withSetting(&MLAWG2B, on, f) }
+func withWG2B(on bool, f func()) {
+	old := MLAWG2B
+	MLAWG2B = on
+	defer func() { MLAWG2B = old }()
+	f()
+}
 
 func TestKernelMLADecodeWG2(t *testing.T) {
 	onGPU(t, func(c *cuda.Ctx, k *Set, a *allocs, r *rand.Rand) {
@@ -146,23 +148,6 @@ func TestKernelMLADecodeWG2(t *testing.T) {
 	})
 }
 
-// rowCaches uploads cc's cache for nq rows: one region shared by every row
-// (rb 0), or with bases each row's own region found through a row-base
-// table (the launch's cache argument then holds the layer's offset).
-func (cc *h1Case) rowCaches(c *cuda.Ctx, a *allocs, nq int, bases bool) (cache, rb cuda.DevPtr) {
-	if !bases {
-		cache, _ = cc.devCache(a, false)
-		return cache, 0
-	}
-	const off = 1024
-	regions := make([]cuda.DevPtr, nq)
-	for q := range nq {
-		regions[q] = a.raw(int64(len(cc.cache)))
-		chk(c.Upload(regions[q], cc.cache))
-	}
-	return cuda.DevPtr(off), rowBases(a, regions, off)
-}
-
 // TestKernelMLADecodeWG2H: with MLAHeadsPerBlock 32 (mla_decode_wg2h) the
 // outputs and lse are mla_decode_wg2b's bit for bit (each head's
 // arithmetic is its own product row's) on fresh random inputs: one row of
@@ -190,7 +175,18 @@ func TestKernelMLADecodeWG2H(t *testing.T) {
 			if half != want || plain != mlaDecodeWG2BName {
 				t.Fatalf("%s: launches %s with MLAHeadsPerBlock %d and %s without, want %s and %s", name, half, cs.hpb, plain, want, mlaDecodeWG2BName)
 			}
-			cache, rb := cc.rowCaches(c, a, cs.nq, cs.bases)
+			var cache, rb cuda.DevPtr
+			if cs.bases {
+				const off = 1024
+				regions := make([]cuda.DevPtr, cs.nq)
+				for q := range cs.nq {
+					regions[q] = a.raw(int64(len(cc.cache)))
+					chk(c.Upload(regions[q], cc.cache))
+				}
+				cache, rb = cuda.DevPtr(off), rowBases(a, regions, off)
+			} else {
+				cache, _ = cc.devCache(a, false)
+			}
 			ws := a.raw(MLAWorkspaceBytes(cs.nq, cs.H, ns) + 4)
 			qn, qp, ip, lp := a.up(cc.qn), a.up(cc.qp), a.up(cc.idx), a.up(cc.lens)
 			n := cs.nq * cs.H

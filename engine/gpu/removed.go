@@ -395,6 +395,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it for a one-row step's q_b and query absorption as one launch, a block a head, where the heads give 3/4 of the SMs a block and no row is past 32768 keys (qb_absorb.go); 1 or 2 for one or a cluster of two blocks a head wherever the kernel takes the shape; 0 for the two launches"},
 		{"TILERT_GPU_QB_ABSORB_PF", []string{"", "0", "1"},
 			"unset it (or 0) for TILERT_GPU_QB_ABSORB's blocks without an L2 prefetch; 1 for each block asking its W_UK slice into the L2 while q_b streams"},
+		{"TILERT_GPU_SIDE_PDL", []string{"", "0", "1", "q"},
+			"unset it (or 0) for the side stream's kernels launched plainly (the default since session 14); 1 for every side launch programmatic, q for the q chain's only (q_b and the query absorption; the shared expert's stay plain)"},
 		{"TILERT_GPU_SIDE_SH_ONCE", []string{"", "0", "1"},
 			"unset it for the side stream's shared expert read once for all rows of a step where the dense GEMVs of several rows take the tensor cores (the real models' dims), else a dense slot a row; 1 for once everywhere, 0 for a dense slot a row everywhere (moe_unique.go)"},
 	} {

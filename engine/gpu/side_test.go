@@ -105,14 +105,15 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(q, sh, pl bool, cp [nChains]int, at string, pr prioMode) {
-		sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, mainPrio = q, sh, pl, cp, at, pr
-	}(sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, mainPrio)
+	defer func(q, sh, pl, plq bool, cp [nChains]int, at string, pr prioMode) {
+		sideQOn, sideShOn, sidePlainOn, sidePlainQ, sideCapTest, sideQAt, mainPrio = q, sh, pl, plq, cp, at, pr
+	}(sideQOn, sideShOn, sidePlainOn, sidePlainQ, sideCapTest, sideQAt, mainPrio)
 	// side streams off, on, and (GPU: scheduling only, the same bits) on
 	// with the side GEMVs uncapped and capped at a block per SM
 	// (TILERT_GPU_SIDE_CAP)
 	// and capped with its launches plain (the default; TILERT_GPU_SIDE_PDL=1
-	// launches them programmatically)
+	// launches them programmatically), and with the q chain's alone
+	// programmatic (TILERT_GPU_SIDE_PDL=q)
 	// and each chain capped alone, and the q chain forked beside the
 	// indexer's top-k alone (TILERT_GPU_SIDE_Q_AT=topk-all: the tiny
 	// presets' rows are far under topk's 32768 keys), and before the
@@ -121,6 +122,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	// uncapped, and with the shared expert's side stream raised too (=q)
 	type sideCfg struct {
 		on, plain bool
+		qPDL      bool // the q chain's launches programmatic all the same
 		cap       [nChains]int
 		qAt       string
 		prio      prioMode
@@ -134,7 +136,8 @@ func testSideStream(t *testing.T, kind deviceKind) {
 			{on: true, plain: true, cap: [nChains]int{1, 0}}, {on: true, plain: true, cap: dflt, qAt: "topk-all"},
 			{on: true, plain: true, cap: dflt, qAt: "scores-all"},
 			{on: true, plain: true, cap: dflt, prio: prioMain}, {on: true, plain: true, cap: [nChains]int{0, 0}, prio: prioMain},
-			{on: true, plain: true, cap: dflt, prio: prioQLow}, {on: true, plain: true, cap: dflt, prio: prioAuto}}
+			{on: true, plain: true, cap: dflt, prio: prioQLow}, {on: true, plain: true, cap: dflt, prio: prioAuto},
+			{on: true, plain: true, qPDL: true, cap: dflt}, {on: true, plain: true, qPDL: true, cap: dflt, qAt: "topk-all"}}
 	}
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
@@ -155,6 +158,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					sideRoutes := make([]int, len(cfgs)) // routings queued on the side stream (none: the shared expert is the side chain)
 					for k, cf := range cfgs {
 						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, mainPrio = cf.on, cf.on, cf.plain, cf.cap, cf.qAt, cf.prio
+						sidePlainQ = cf.plain && !cf.qPDL
 						e := newTestEngine(t, kind, src, opts)
 						if cr, ok := e.m.r.(*cudaRunner); kind == onGPU {
 							want := prioOff
@@ -235,16 +239,24 @@ func testSideStream(t *testing.T, kind deviceKind) {
 // cap left behind would slow every main-stream GEMV after it.
 func TestGPUSideCapScoped(t *testing.T) {
 	dev := gpuDevice(t)
-	defer func(cp [nChains]int, pl bool) { sideCapTest, sidePlainOn = cp, pl }(sideCapTest, sidePlainOn)
+	defer func(cp [nChains]int, pl, plq bool) {
+		sideCapTest, sidePlainOn, sidePlainQ = cp, pl, plq
+	}(sideCapTest, sidePlainOn, sidePlainQ)
 	r := &cudaRunner{dev: dev, info: dev.Info}
 	defer func() {
 		if err := r.close(); err != nil {
 			t.Error(err)
 		}
 	}()
-	for i, want := range []int{0, 1, 3, 2} {
-		ch := sideChain(i % int(nChains))
-		sideCapTest, sidePlainOn = [nChains]int{-1, -1}, want == 1 // and the side stream's plain-launch hold
+	// Each chain's cap and the plain-launch holds (sh, q): neither, both,
+	// and the shared expert's alone (TILERT_GPU_SIDE_PDL=q) on either chain.
+	for _, c := range []struct {
+		ch          sideChain
+		want        int
+		plainSh, pq bool
+	}{{chainQ, 0, false, false}, {chainSh, 1, true, true}, {chainQ, 3, true, false}, {chainSh, 2, true, false}} {
+		ch, want := c.ch, c.want
+		sideCapTest, sidePlainOn, sidePlainQ = [nChains]int{-1, -1}, c.plainSh, c.pq
 		sideCapTest[ch] = want
 		err := r.run(func(b device) error {
 			cb := b.(*cudaDevice)
@@ -260,8 +272,8 @@ func TestGPUSideCapScoped(t *testing.T) {
 			if got := cb.k.TileCap(); got != want {
 				return errors.Newf("cap %d on the side stream, want %d", got, want)
 			}
-			if cb.k.Plain() != sidePlainOn {
-				return errors.Newf("plain launches held on the side stream: %v, want %v", cb.k.Plain(), sidePlainOn)
+			if cb.k.Plain() != sidePlain(ch) {
+				return errors.Newf("plain launches held on the side stream: %v, want %v", cb.k.Plain(), sidePlain(ch))
 			}
 			if err := cb.unfork(); err != nil {
 				return err
@@ -477,6 +489,26 @@ func TestParseSideCap(t *testing.T) {
 		}
 		if err != nil && len(errors.GetAllHints(err)) == 0 {
 			t.Errorf("%q: error without a hint", tc.in)
+		}
+	}
+}
+
+// TILERT_GPU_SIDE_PDL: which chains' side launches are held plain.
+func TestSidePDLMode(t *testing.T) {
+	for _, c := range []struct {
+		v           string
+		plainSh, pq bool
+	}{{"", true, true}, {"0", true, true}, {"1", false, false}, {"q", true, false}} {
+		sh, q := sidePDLMode(c.v)
+		if sh != c.plainSh || q != c.pq {
+			t.Errorf("TILERT_GPU_SIDE_PDL=%q: plain shared expert %v, q chain %v; want %v, %v", c.v, sh, q, c.plainSh, c.pq)
+		}
+	}
+	defer func(pl, plq bool) { sidePlainOn, sidePlainQ = pl, plq }(sidePlainOn, sidePlainQ)
+	sidePlainOn, sidePlainQ = true, false
+	for ch, want := range map[sideChain]bool{chainQ: false, chainQLate: false, chainSh: true} {
+		if got := sidePlain(ch); got != want {
+			t.Errorf("sidePlain(%d) = %v with TILERT_GPU_SIDE_PDL=q, want %v", ch, got, want)
 		}
 	}
 }

@@ -393,6 +393,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 0) for a one-row step's o_proj as one GEMV; 1 for split-K slices on the routed down's shape, summed by the post-attention add + RMSNorm's launch (osplit.go)"},
 		{"TILERT_GPU_QB_ABSORB", []string{"", "0", "1", "2"},
 			"unset it for a one-row step's q_b and query absorption as one launch, a block a head, where the heads give 3/4 of the SMs a block and no row is past 32768 keys (qb_absorb.go); 1 or 2 for one or a cluster of two blocks a head wherever the kernel takes the shape; 0 for the two launches"},
+		{"TILERT_GPU_QB_ONE", []string{"", "0", "1"},
+			"unset it (or 0) for qb_absorb's column blocks summed a barrier pair each; 1 for the one-barrier forms (the same bits, one block a head: TILERT_GPU_QB_ABSORB unset or 1)"},
 		{"TILERT_GPU_QB_ABSORB_PF", []string{"", "0", "1"},
 			"unset it (or 0) for TILERT_GPU_QB_ABSORB's blocks without an L2 prefetch; 1 for each block asking its W_UK slice into the L2 while q_b streams"},
 		{"TILERT_GPU_SIDE_PDL", []string{"", "0", "1", "q"},

@@ -1,5 +1,5 @@
 # Session 64's device plan (issue 10). Usage: bash docs/measured/next/s64.sh a|h
-# Binaries: .device/next (tilert, engine.test) built from this commit; the device command starts
+# Binaries: .device/next (tilert, engine.test, kernels.test) built from this commit; the device command starts
 # `rm -rf .device/next && cp -r .device/c65 .device/next`, carry [".device/c65"].
 # New this session: TILERT_GPU_SIDE_PDL=q (side.go sidePDLMode): the q chain's side launches programmatic, the shared
 # expert's plain. Session 63 call B's block clocks (DeepSeek-V3.2 dims, 8192, H100): qb_absorb, the fork's first
@@ -9,28 +9,39 @@
 # registers resident behind its gate/up; =q leaves that chain plain. Expected on DeepSeek-V3.2 dims: qb_absorb's q_b
 # streams ~2-3 us earlier, the front ends at the top-k (~1.4 us later than qb_absorb today): ~-1..-2 us a layer.
 # GLM-5 dims' q chain is q_b then absorb_q_fast: =q makes absorb_q_fast resident behind q_b (the risk session 13 saw).
-#  a: the side stream's GPU checks (cap and plain holds scoped to the fork, the same tokens with =q), then A/B/A/B
-#     at 8192, 1 slot, on both models, =1 once on DeepSeek-V3.2 dims, and a traced step with block clocks under =q.
+# And TILERT_GPU_QB_ONE=1 (kernels.QBAbsorbArgs.OneBarrier, the _1 forms): qb_absorb's four absorbed column blocks
+# into four shared buffers and one barrier instead of two a column block (session 63: the absorption took 5.5 us
+# after q_b even with W_UK in shared memory, its reductions and barriers); the same bits (TestKernelQBAbsorb,
+# TestGPUQBAbsorb), 128 registers, 18 KB of shared memory (NVRTC 12.9: no spills). DeepSeek-V3.2 dims only (the
+# dims where qb_absorb runs by default). Expected ~1-2 us a layer off qb_absorb; the front then ends at the top-k.
+#  a: the side stream's GPU checks (cap and plain holds scoped to the fork, the same tokens with =q) and QB_ONE's
+#     (kernel and engine, bit for bit), then A/B/A/B at 8192, 1 slot: SIDE_PDL=q on both models, =1 once on
+#     DeepSeek-V3.2 dims, QB_ONE=1 and both together on DeepSeek-V3.2 dims, and traced steps with block clocks.
 #  h: on an H200: the issue's table on this commit (both models, 8192 and 131072, 1 and 4 slots, JSON), then part a's
 #     A/B/A/Bs, and the spread o_proj's (session 56's trace: o_proj 6 us a layer over its bytes there).
 NAME=s64
 . docs/measured/next/plan.sh "$1"
 ab() {
   abab deepseek-v3.2 8192 1 $1-q-ds TILERT_GPU_SIDE_PDL=q; save
+  if ! grep -q -- '--- FAIL' $R/kernels.log; then
+    abab deepseek-v3.2 8192 1 $1-one-ds TILERT_GPU_QB_ONE=1; save
+    abab deepseek-v3.2 8192 1 $1-both-ds TILERT_GPU_QB_ONE=1 TILERT_GPU_SIDE_PDL=q; save
+  else echo "QB_ONE checks FAIL: no rows" >> $R/summary.txt; fi
   abab glm-5 8192 1 $1-q-glm TILERT_GPU_SIDE_PDL=q; save
   bn deepseek-v3.2 8192 1 $1-all-ds TILERT_GPU_SIDE_PDL=1; save
-  TL=1 bn deepseek-v3.2 8192 1 $1-tl-q-ds TILERT_GPU_BLOCK_CLOCKS=1 TILERT_GPU_SIDE_PDL=q
+  TL=1 bn deepseek-v3.2 8192 1 $1-tl-both-ds TILERT_GPU_BLOCK_CLOCKS=1 TILERT_GPU_SIDE_PDL=q TILERT_GPU_QB_ONE=1
   TL=1 bn deepseek-v3.2 8192 1 $1-tl-ds TILERT_GPU_BLOCK_CLOCKS=1
   xz -T4 $R/*-tl-*.json 2>/dev/null; save
 }
+kchk() { tst kernels cuda/kernels 150 'TestKernelQBAbsorb$'; cnt kernels; save; }
 chk() {
-  tst engine engine/gpu 280 'TestGPUSideCapScoped|TestGPUSideStreamSameTokens|TestGPUGreedyMatchesCPU'; cnt engine; save
+  tst engine engine/gpu 280 'TestGPUSideCapScoped|TestGPUSideStreamSameTokens|TestGPUGreedyMatchesCPU|TestGPUQBAbsorb'; cnt engine; save
 }
 case "$PART" in
-a) chk; ab a ;;
+a) kchk; ab a; chk ;;
 h)
   JS=1 bn deepseek-v3.2 8192,131072 1,4 h-rows-ds; JS=1 bn glm-5 8192,131072 1,4 h-rows-glm; save
-  ab h
+  kchk; ab h
   abab deepseek-v3.2 8192 1 h-op-ds TILERT_GPU_OPROJ=G64/R8_d16s/B0; save
   chk ;;
 *) echo "usage: s64.sh a|h" >&2; exit 2 ;;

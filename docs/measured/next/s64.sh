@@ -17,6 +17,7 @@
 #  a: the side stream's GPU checks (cap and plain holds scoped to the fork, the same tokens with =q) and QB_ONE's
 #     (kernel and engine, bit for bit), then A/B/A/B at 8192, 1 slot: SIDE_PDL=q on both models, =1 once on
 #     DeepSeek-V3.2 dims, QB_ONE=1 and both together on DeepSeek-V3.2 dims, and traced steps with block clocks.
+#  x: one call on whichever card comes: part a's checks and A/B/A/Bs (the issue's table first on an H200).
 #  h: on an H200: the issue's table on this commit (both models, 8192 and 131072, 1 and 4 slots, JSON), then part a's
 #     A/B/A/Bs, and the spread o_proj's (session 56's trace: o_proj 6 us a layer over its bytes there).
 NAME=s64
@@ -39,10 +40,16 @@ chk() {
 }
 case "$PART" in
 a) kchk; ab a; chk ;;
+x)
+  # One call on whichever card comes (short budget): the checks, the A/B/A/Bs, the traces; on an H200 the issue's
+  # table first.
+  if [ -z "$BANK" ]; then JS=1 bn deepseek-v3.2 8192,131072 1,4 x-rows-ds; JS=1 bn glm-5 8192,131072 1,4 x-rows-glm; save; fi
+  kchk; ab x
+  tst engine engine/gpu 200 'TestGPUSideCapScoped|TestGPUQBAbsorb|TestGPUSideStreamSameTokens'; cnt engine; save ;;
 h)
   JS=1 bn deepseek-v3.2 8192,131072 1,4 h-rows-ds; JS=1 bn glm-5 8192,131072 1,4 h-rows-glm; save
   kchk; ab h
   abab deepseek-v3.2 8192 1 h-op-ds TILERT_GPU_OPROJ=G64/R8_d16s/B0; save
   chk ;;
-*) echo "usage: s64.sh a|h" >&2; exit 2 ;;
+*) echo "usage: s64.sh a|h|x" >&2; exit 2 ;;
 esac

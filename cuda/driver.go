@@ -37,6 +37,7 @@ type driver struct {
 	cuOccupancyMaxActiveBlocksPerMultiprocessor                               uintptr // optional (device.go MaxActiveBlocks)
 	cuCtxGetStreamPriorityRange, cuStreamCreateWithPriority                   uintptr // optional (priority.go)
 	cuModuleGetGlobal                                                         uintptr // optional (device.go ModuleGlobal)
+	cuStreamGetCaptureInfo, cuStreamUpdateCaptureDependencies, cuGraphNodeGetType uintptr // optional (edge.go; CUDA 12.3+)
 }
 
 var (
@@ -126,6 +127,9 @@ func openDriver() (*driver, error) {
 	s.optional(&d.cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange")
 	s.optional(&d.cuStreamCreateWithPriority, "cuStreamCreateWithPriority")
 	s.optional(&d.cuModuleGetGlobal, "cuModuleGetGlobal_v2")
+	s.optional(&d.cuStreamGetCaptureInfo, "cuStreamGetCaptureInfo_v3")
+	s.optional(&d.cuStreamUpdateCaptureDependencies, "cuStreamUpdateCaptureDependencies_v2")
+	s.optional(&d.cuGraphNodeGetType, "cuGraphNodeGetType")
 	if err := d.check("cuInit", call(d.cuInit, 0)); err != nil {
 		return nil, errors.WithHint(errors.Mark(err, ErrNoGPU), cpuHint)
 	}

@@ -121,7 +121,9 @@ type Set struct {
 	Build *cuda.Compiled
 	pdl   bool // programmatic launches of pdlKernels (pdl.go)
 	plain bool // SetPlain: every launch plain for now
-	prio  int  // SetPriority: every launch's scheduling priority for now (0: the stream's)
+	// edgeNext: SetEdgeNext's request for the next waiting launch
+	edgeNext bool
+	prio     int // SetPriority: every launch's scheduling priority for now (0: the stream's)
 	// tileB caps the tile GEMVs' grids at tileB blocks per SM (SetTileCap;
 	// 0: a block per row tile).
 	tileB int

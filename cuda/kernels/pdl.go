@@ -4,6 +4,7 @@ import (
 	"maps"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 	"github.com/tilert-go/tilert/cuda"
@@ -276,6 +277,21 @@ func (k *Set) SetPlain(on bool) (prev bool) {
 // Plain is SetPlain's current setting.
 func (k *Set) Plain() bool { return k.plain }
 
+// SetEdgeNext (on) asks that the next launch of a kernel that waits for the
+// one before it (pdlFor: its griddepcontrol.wait is compiled in, whether
+// the launch is programmatic or plain) take programmatic edges from the
+// kernels it depends on in a graph capture (cuda.Ctx.ProgrammaticDeps),
+// across streams too; a launch of any other kernel clears the request
+// unused. It returns the previous setting.
+func (k *Set) SetEdgeNext(on bool) (prev bool) {
+	prev, k.edgeNext = k.edgeNext, on
+	return prev
+}
+
+// EdgesTurned counts the captured edges SetEdgeNext's launches made
+// programmatic (tests ask that some were).
+var EdgesTurned atomic.Int64
+
 // programmatic says whether a launch of the kernel named name is
 // programmatic now.
 func (k *Set) programmatic(name string) bool { return k.pdl && !k.plain && pdlFor(name) }
@@ -297,5 +313,15 @@ func (k *Set) Priority() int { return k.prio }
 // launchFn queues f: programmatically when it is a listed kernel, PDL is
 // on and no SetPlain holds; at SetPriority's priority.
 func (k *Set) launchFn(f *cuda.Function, grid, block cuda.Dim3, smem int, s cuda.Stream, args ...any) error {
+	if k.edgeNext {
+		k.edgeNext = false
+		if k.pdl && pdlFor(f.Name) {
+			n, err := k.c.ProgrammaticDeps(s)
+			if err != nil {
+				return errors.Wrapf(err, "%s: its captured edges made programmatic", f.Name)
+			}
+			EdgesTurned.Add(int64(n))
+		}
+	}
 	return k.c.LaunchWith(f, grid, block, smem, s, cuda.LaunchOpts{PDL: k.programmatic(f.Name), Priority: k.prio}, args...)
 }

@@ -397,6 +397,8 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 0) for qb_absorb's column blocks summed a barrier pair each; 1 for the one-barrier forms (the same bits, one block a head: TILERT_GPU_QB_ABSORB unset or 1)"},
 		{"TILERT_GPU_QB_ABSORB_PF", []string{"", "0", "1"},
 			"unset it (or 0) for TILERT_GPU_QB_ABSORB's blocks without an L2 prefetch; 1 for each block asking its W_UK slice into the L2 while q_b streams"},
+		{"TILERT_GPU_SIDE_EDGE", []string{"", "0", "1"},
+			"unset it (or 0) for the side stream's q chain forked on a full graph edge; 1 for a one-row step's q chain's first waiting launch on a programmatic edge from the grouped input GEMV (side.go sideEdgeOn)"},
 		{"TILERT_GPU_SIDE_PDL", []string{"", "0", "1", "q"},
 			"unset it (or 0) for the side stream's kernels launched plainly (the default since session 14); 1 for every side launch programmatic, q for the q chain's only (q_b and the query absorption; the shared expert's stay plain)"},
 		{"TILERT_GPU_SIDE_SH_ONCE", []string{"", "0", "1"},

@@ -392,6 +392,8 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_EXPERT_SHAPE", "o4", true},
 		{"TILERT_GPU_EXPERT_SHAPE", "d16", true},
 		{"TILERT_GPU_EXPERT_SHAPE", "d8", false},
+		{"TILERT_GPU_SIDE_EDGE", "1", true},
+		{"TILERT_GPU_SIDE_EDGE", "on", false},
 		{"TILERT_GPU_QB_ONE", "1", true},
 		{"TILERT_GPU_QB_ONE", "2", false},
 		{"TILERT_GPU_SIDE_PDL", "1", true},

@@ -79,6 +79,18 @@ var sideQOn, sideShOn = sideMode(os.Getenv("TILERT_GPU_SIDE"))
 // the HBM idled.
 var sidePlainOn, sidePlainQ = sidePDLMode(os.Getenv("TILERT_GPU_SIDE_PDL"))
 
+// TILERT_GPU_SIDE_EDGE=1 (session 64, opt-in): a one-row step's q chain
+// forks on a programmatic edge. Its first launch, if it waits for its
+// predecessor (kernels.Set.SetEdgeNext), depends on the grouped input GEMV
+// through a programmatic graph edge (cuda.Ctx.ProgrammaticDeps) and may
+// become resident while the GEMV's last blocks run, as the wq_b GEMV behind
+// it on the main stream does; its later launches keep the side stream's
+// plain launches. Session 64 call A's block clocks: TILERT_GPU_SIDE_PDL=q
+// did not move qb_absorb (resident 16.0 us into the layer against 16.4,
+// its launch 15.7 against 15.9): a captured edge through an event stays a
+// full one whatever the launch's attribute.
+var sideEdgeOn = os.Getenv("TILERT_GPU_SIDE_EDGE") == "1"
+
 // sidePDLMode reads TILERT_GPU_SIDE_PDL: whether the shared expert's and
 // the q chain's side launches are held plain (switchValues refuses other
 // values).
@@ -433,6 +445,9 @@ func (b *cudaDevice) fork(ch sideChain, rows int) error {
 	sd.main, b.s, sd.active = b.s, sd.s, true
 	sd.cap = b.k.SetTileCap(b.sideCap(ch, rows))
 	sd.plain = b.k.SetPlain(sidePlain(ch) || b.k.Plain())
+	if sideEdgeOn && rows == 1 && (ch == chainQ || ch == chainQLate) {
+		b.k.SetEdgeNext(true)
+	}
 	sd.prio = b.k.SetPriority(b.launchPrio(b.raised && chainRaised(b.prio, ch)))
 	return nil
 }
@@ -443,6 +458,7 @@ func (b *cudaDevice) unfork() error {
 		return nil
 	}
 	b.s, sd.active = sd.main, false
+	b.k.SetEdgeNext(false) // a fork whose chain launched nothing that waits
 	b.k.SetTileCap(sd.cap)
 	b.k.SetPlain(sd.plain)
 	b.k.SetPriority(sd.prio)

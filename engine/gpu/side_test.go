@@ -3,6 +3,7 @@ package gpu
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/tilert-go/tilert/cuda/kernels"
 	"math"
 	"strings"
 	"testing"
@@ -105,15 +106,17 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(q, sh, pl, plq bool, cp [nChains]int, at string, pr prioMode) {
-		sideQOn, sideShOn, sidePlainOn, sidePlainQ, sideCapTest, sideQAt, mainPrio = q, sh, pl, plq, cp, at, pr
-	}(sideQOn, sideShOn, sidePlainOn, sidePlainQ, sideCapTest, sideQAt, mainPrio)
+	defer func(q, sh, pl, plq, ed bool, cp [nChains]int, at string, pr prioMode) {
+		sideQOn, sideShOn, sidePlainOn, sidePlainQ, sideEdgeOn, sideCapTest, sideQAt, mainPrio = q, sh, pl, plq, ed, cp, at, pr
+	}(sideQOn, sideShOn, sidePlainOn, sidePlainQ, sideEdgeOn, sideCapTest, sideQAt, mainPrio)
 	// side streams off, on, and (GPU: scheduling only, the same bits) on
 	// with the side GEMVs uncapped and capped at a block per SM
 	// (TILERT_GPU_SIDE_CAP)
 	// and capped with its launches plain (the default; TILERT_GPU_SIDE_PDL=1
 	// launches them programmatically), and with the q chain's alone
-	// programmatic (TILERT_GPU_SIDE_PDL=q)
+	// programmatic (TILERT_GPU_SIDE_PDL=q), and with the q chain forked on a
+	// programmatic edge (TILERT_GPU_SIDE_EDGE=1: in one-row steps' graphs
+	// some edge must have been turned)
 	// and each chain capped alone, and the q chain forked beside the
 	// indexer's top-k alone (TILERT_GPU_SIDE_Q_AT=topk-all: the tiny
 	// presets' rows are far under topk's 32768 keys), and before the
@@ -123,6 +126,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	type sideCfg struct {
 		on, plain bool
 		qPDL      bool // the q chain's launches programmatic all the same
+		edge      bool // TILERT_GPU_SIDE_EDGE
 		cap       [nChains]int
 		qAt       string
 		prio      prioMode
@@ -137,7 +141,8 @@ func testSideStream(t *testing.T, kind deviceKind) {
 			{on: true, plain: true, cap: dflt, qAt: "scores-all"},
 			{on: true, plain: true, cap: dflt, prio: prioMain}, {on: true, plain: true, cap: [nChains]int{0, 0}, prio: prioMain},
 			{on: true, plain: true, cap: dflt, prio: prioQLow}, {on: true, plain: true, cap: dflt, prio: prioAuto},
-			{on: true, plain: true, qPDL: true, cap: dflt}, {on: true, plain: true, qPDL: true, cap: dflt, qAt: "topk-all"}}
+			{on: true, plain: true, qPDL: true, cap: dflt}, {on: true, plain: true, qPDL: true, cap: dflt, qAt: "topk-all"},
+			{on: true, plain: true, edge: true, cap: dflt}, {on: true, plain: true, edge: true, cap: dflt, qAt: "topk-all"}}
 	}
 	for _, pr := range enginetest.Presets {
 		for _, mtp := range []bool{false, true} {
@@ -158,7 +163,8 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					sideRoutes := make([]int, len(cfgs)) // routings queued on the side stream (none: the shared expert is the side chain)
 					for k, cf := range cfgs {
 						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, mainPrio = cf.on, cf.on, cf.plain, cf.cap, cf.qAt, cf.prio
-						sidePlainQ = cf.plain && !cf.qPDL
+						sidePlainQ, sideEdgeOn = cf.plain && !cf.qPDL, cf.edge
+						e0 := kernels.EdgesTurned.Load()
 						e := newTestEngine(t, kind, src, opts)
 						if cr, ok := e.m.r.(*cudaRunner); kind == onGPU {
 							want := prioOff
@@ -171,6 +177,12 @@ func testSideStream(t *testing.T, kind deviceKind) {
 						}
 						e.m.graphs.keep = [][]gop{}
 						batch[k] = generateBatch(t, e, prompts, engine.Params{}, n)
+						// Edges turned: none without the switch, some in one
+						// slot's one-row steps (MTP's verify steps have two rows).
+						turned := kernels.EdgesTurned.Load() - e0
+						if kind == onGPU && (!cf.edge && turned > 0 || cf.edge && slots == 1 && !mtp && turned == 0) {
+							t.Errorf("%+v: %d captured edges made programmatic", cf, turned)
+						}
 						afterScores := 0  // forks right after a scores launch
 						beforeScores := 0 // forks whose side chain the scores launch follows
 						for _, run := range e.m.graphs.keep {

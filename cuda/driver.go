@@ -18,25 +18,25 @@ func (p DevPtr) Add(n int64) DevPtr { return DevPtr(int64(p) + n) }
 type driver struct {
 	lib string
 
-	cuInit, cuDriverGetVersion, cuGetErrorName, cuGetErrorString              uintptr
-	cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute      uintptr
-	cuDeviceTotalMem, cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease     uintptr
-	cuCtxSetCurrent, cuCtxSynchronize, cuMemGetInfo                           uintptr
-	cuMemAlloc, cuMemFree, cuMemHostAlloc, cuMemFreeHost                      uintptr
-	cuMemcpyHtoD, cuMemcpyDtoH, cuMemcpyHtoDAsync, cuMemcpyDtoHAsync          uintptr
-	cuMemcpyDtoDAsync, cuMemsetD8Async, cuMemsetD32Async                      uintptr
-	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncSetAttribute uintptr
-	cuFuncGetAttribute, cuLaunchKernel                                        uintptr
-	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize                      uintptr
-	cuStreamBeginCapture, cuStreamEndCapture                                  uintptr
-	cuGraphInstantiate, cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy     uintptr
-	cuEventCreate, cuEventRecord, cuEventSynchronize, cuEventElapsedTime      uintptr
-	cuEventDestroy, cuStreamWaitEvent                                         uintptr
-	cuCtxEnablePeerAccess, cuDeviceCanAccessPeer                              uintptr // optional (peer.go)
-	cuLaunchKernelEx                                                          uintptr // optional (launch.go; CUDA 11.8+)
-	cuOccupancyMaxActiveBlocksPerMultiprocessor                               uintptr // optional (device.go MaxActiveBlocks)
-	cuCtxGetStreamPriorityRange, cuStreamCreateWithPriority                   uintptr // optional (priority.go)
-	cuModuleGetGlobal                                                         uintptr // optional (device.go ModuleGlobal)
+	cuInit, cuDriverGetVersion, cuGetErrorName, cuGetErrorString                  uintptr
+	cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute          uintptr
+	cuDeviceTotalMem, cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease         uintptr
+	cuCtxSetCurrent, cuCtxSynchronize, cuMemGetInfo                               uintptr
+	cuMemAlloc, cuMemFree, cuMemHostAlloc, cuMemFreeHost                          uintptr
+	cuMemcpyHtoD, cuMemcpyDtoH, cuMemcpyHtoDAsync, cuMemcpyDtoHAsync              uintptr
+	cuMemcpyDtoDAsync, cuMemsetD8Async, cuMemsetD32Async                          uintptr
+	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncSetAttribute     uintptr
+	cuFuncGetAttribute, cuLaunchKernel                                            uintptr
+	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize                          uintptr
+	cuStreamBeginCapture, cuStreamEndCapture                                      uintptr
+	cuGraphInstantiate, cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy         uintptr
+	cuEventCreate, cuEventRecord, cuEventSynchronize, cuEventElapsedTime          uintptr
+	cuEventDestroy, cuStreamWaitEvent                                             uintptr
+	cuCtxEnablePeerAccess, cuDeviceCanAccessPeer                                  uintptr // optional (peer.go)
+	cuLaunchKernelEx                                                              uintptr // optional (launch.go; CUDA 11.8+)
+	cuOccupancyMaxActiveBlocksPerMultiprocessor                                   uintptr // optional (device.go MaxActiveBlocks)
+	cuCtxGetStreamPriorityRange, cuStreamCreateWithPriority                       uintptr // optional (priority.go)
+	cuModuleGetGlobal                                                             uintptr // optional (device.go ModuleGlobal)
 	cuStreamGetCaptureInfo, cuStreamUpdateCaptureDependencies, cuGraphNodeGetType uintptr // optional (edge.go; CUDA 12.3+)
 }
 

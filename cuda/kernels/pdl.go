@@ -160,7 +160,6 @@ var pdlMoreKernels = setOf(
 	"absorb_v_fast_rw1", "absorb_v_fast_rw2", "absorb_v_fast_rw4", "absorb_v_fast_rw8",
 	"qb_absorb_g32_r4", "qb_absorb_g32_r4_n", "qb_absorb_g64_r8", "qb_absorb_g64_r8_n",
 	"qb_absorb_g32_r4_c2", "qb_absorb_g32_r4_c2_n", "qb_absorb_g64_r8_c2", "qb_absorb_g64_r8_c2_n",
-	"qb_absorb_g32_r4_1", "qb_absorb_g32_r4_1_n", "qb_absorb_g64_r8_1", "qb_absorb_g64_r8_1_n",
 	// cu/few
 	"mla_decode_few", "mla_combine_few",
 	"topk_fast16", "topk_fast32", "topk_fast64",

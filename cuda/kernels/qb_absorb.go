@@ -31,10 +31,6 @@ type QBAbsorbArgs struct {
 	// Prefetch: the blocks ask their W_UK slice into the L2 while q_b's
 	// rows stream (measured slower, session 60: off by default).
 	Prefetch bool
-	// OneBarrier: the _1 forms (TILERT_GPU_QB_ONE, session 64), whose four
-	// absorbed column blocks meet at one barrier instead of two each (the
-	// same sums in the same order); one block a head and R 512 only.
-	OneBarrier bool
 }
 
 // QBAbsorbAutoSMs is the share of the SMs (in quarters) a head count must
@@ -55,9 +51,9 @@ func (a QBAbsorbArgs) blocks(sms int) int {
 	return a.Blocks
 }
 
-// QBAbsorbLaunches counts QBAbsorb launches, QBAbsorbOneLaunches those of
-// the one-barrier forms (the engine checks ask that they ran).
-var QBAbsorbLaunches, QBAbsorbOneLaunches atomic.Int64
+// QBAbsorbLaunches counts QBAbsorb launches (the engine checks ask that they
+// ran).
+var QBAbsorbLaunches atomic.Int64
 
 // qbAbsorbKernel names the kernel for a's shape, or says why none takes it:
 // q_b's one-row tile launch on groups of 32 with nope <= 128 or of 64 with
@@ -103,12 +99,6 @@ func (k *Set) qbAbsorbShape(a QBAbsorbArgs) (string, error) {
 	if a.Blocks == 2 {
 		name += "_c2"
 	}
-	if a.OneBarrier {
-		if a.Blocks != 1 || a.R != 4*128 {
-			return "", errors.Newf("the one-barrier form with %d blocks a head and R=%d: compiled for one block a head and R 512", a.Blocks, a.R)
-		}
-		name += "_1"
-	}
 	if a.QS.On() {
 		name += "_n"
 	}
@@ -148,8 +138,5 @@ func (k *Set) QBAbsorb(s cuda.Stream, a QBAbsorbArgs) error {
 		return err
 	}
 	QBAbsorbLaunches.Add(1)
-	if a.OneBarrier {
-		QBAbsorbOneLaunches.Add(1)
-	}
 	return nil
 }

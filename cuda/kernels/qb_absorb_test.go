@@ -14,8 +14,7 @@ import (
 func TestNVRTCQBAbsorbKernels(t *testing.T) {
 	log, version := ptxasLogSM90(t, AbsorbKernelSource(), "tilert_kernels_absorb.cu")
 	var lim []regLimit
-	for _, n := range []string{"qb_absorb_g32_r4", "qb_absorb_g64_r8", "qb_absorb_g32_r4_c2", "qb_absorb_g64_r8_c2",
-		"qb_absorb_g32_r4_1", "qb_absorb_g64_r8_1"} {
+	for _, n := range []string{"qb_absorb_g32_r4", "qb_absorb_g64_r8", "qb_absorb_g32_r4_c2", "qb_absorb_g64_r8_c2"} {
 		lim = append(lim, regLimit{n, 128}, regLimit{n + "_n", 128})
 	}
 	checkRegisters(t, log, version, lim)
@@ -26,8 +25,7 @@ func TestNVRTCQBAbsorbKernels(t *testing.T) {
 // and its _n form), bit for bit: q_b's row, the absorbed sums and the
 // rotated RoPE part (none, half-split, interleaved), at one and two blocks
 // a head and auto (one where the heads give 3/4 of the SMs a block,
-// refused elsewhere), with and without the L2 prefetch, and the one-barrier
-// forms (one block a head; refused at two); q_b's row against float64 too.
+// refused elsewhere), with and without the L2 prefetch; q_b's row against float64 too.
 // Shapes: DeepSeek-V3.2 dims (128 heads, nope 128, q_b rows of 1536: groups
 // of 32) and GLM-5 dims (64 heads, nope 192, rows of 2048: groups of 64),
 // and two small ones of the same group sizes. It also asks that a shape
@@ -88,21 +86,14 @@ func TestKernelQBAbsorb(t *testing.T) {
 					}
 					wantO, wantP := downF32(c, out0, H*R), downF32(c, qpe0, H*P)
 					for _, blocks := range []int{0, 1, 2} {
-						for _, v := range []struct{ pf, one bool }{{false, false}, {true, false}, {false, true}} {
-							pf := v.pf
+						for _, pf := range []bool{false, true} {
 							ar := base
-							ar.Blocks, ar.Prefetch, ar.Rope, ar.OneBarrier = blocks, pf, rp, v.one
+							ar.Blocks, ar.Prefetch, ar.Rope = blocks, pf, rp
 							if scaled {
 								ar.QS = qs
 							}
 							ar.Q, ar.Out, ar.QPE = a.poisoned(N), a.poisoned(H*R), a.poisoned(H*P)
-							tag := fmt.Sprintf("H=%d nope=%d K=%d rope %d scaled %v blocks %d prefetch %v one barrier %v", H, nope, K, ri, scaled, blocks, pf, v.one)
-							if v.one && blocks == 2 {
-								if k.QBAbsorbOK(ar) {
-									t.Errorf("%s: QBAbsorbOK takes the one-barrier form at two blocks a head", tag)
-								}
-								continue
-							}
+							tag := fmt.Sprintf("H=%d nope=%d K=%d rope %d scaled %v blocks %d prefetch %v", H, nope, K, ri, scaled, blocks, pf)
 							if blocks == 0 && ar.blocks(c.Info().SMs) == 0 {
 								// Auto takes one block a head only where 3/4 of the SMs get one.
 								if k.QBAbsorbOK(ar) {

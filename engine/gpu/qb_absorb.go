@@ -29,17 +29,9 @@ import (
 //
 // TILERT_GPU_QB_ABSORB_PF=1: the blocks ask their W_UK slice into the L2
 // while q_b streams (+20 us a step in session 60's call A against without).
-//
-// TILERT_GPU_QB_ONE=1 (session 64, opt-in): one block a head on the
-// one-barrier forms (kernels.QBAbsorbArgs.OneBarrier, the same bits).
-// Session 63's traces put the absorption's 6.5 us after q_b in its four
-// column blocks' reductions and barriers (5.5 us with W_UK already in
-// shared memory); here the four meet at one barrier, and a column block's
-// W_UK rows may go out before the one before it is summed.
 var (
 	qbAbsorbMode   = os.Getenv("TILERT_GPU_QB_ABSORB")
 	qbAbsorbPFMode = os.Getenv("TILERT_GPU_QB_ABSORB_PF")
-	qbOneMode      = os.Getenv("TILERT_GPU_QB_ONE")
 )
 
 // qbAbsorbBlocks is the blocks a head TILERT_GPU_QB_ABSORB asks for this
@@ -79,7 +71,6 @@ func (f *fwd) qbAbsorb(lw *dlayer) bool {
 		Rope:   f.qRope(),
 		QS:     f.qaScale,
 		Blocks: blocks, Prefetch: qbAbsorbPFMode == "1",
-		OneBarrier: qbOneMode == "1" && blocks != 2,
 	}
 	if !o.b.qbAbsorbOK(a) {
 		return false
@@ -120,5 +111,5 @@ func (gb *graphDevice) qbAbsorb(a kernels.QBAbsorbArgs) error {
 	return gb.rec("qbAbsorb", int64(a.H)*int64(a.HS*a.K+a.Nope*a.R), func(b device) error { return b.qbAbsorb(a) },
 		ku(a.Q), ku(a.Out), ku(a.QPE), ku(a.X), ku(a.WQ), ku(a.SQ), ku(a.W), ku(a.S), ki(a.H), ki(a.Nope), ki(a.R),
 		ki(a.HS), ki(a.P), ki(a.K), ku(a.Rope.Pos), ku(a.Rope.Cos), ku(a.Rope.Sin), kb(a.Rope.Interleaved),
-		ku(a.QS.SumSq), ki(a.QS.N), ki(a.QS.K), kf(a.QS.Eps), ki(a.Blocks), kb(a.Prefetch), kb(a.OneBarrier))
+		ku(a.QS.SumSq), ki(a.QS.N), ki(a.QS.K), kf(a.QS.Eps), ki(a.Blocks), kb(a.Prefetch))
 }

@@ -92,41 +92,33 @@ func glm5DenseConfig(t *testing.T) *model.Config {
 }
 
 // checkQBAbsorbLogits teacher-forces toks one row a forward with the switch
-// off, then at 1 and 2 blocks a head and auto, and 1 on the one-barrier
-// forms (TILERT_GPU_QB_ONE=1), and asks for the same logits and MTP logits
-// bit for bit; 1 and 2 must launch the kernel (the GPU's counted by
-// kernels.QBAbsorbLaunches, the one-barrier forms' by QBAbsorbOneLaunches),
-// off not, auto where wantAuto says.
+// off, then at 1 and 2 blocks a head and auto, and asks for the same logits
+// and MTP logits bit for bit; 1 and 2 must launch the kernel (the GPU's
+// counted by kernels.QBAbsorbLaunches), off not, auto where wantAuto says.
 func checkQBAbsorbLogits(t *testing.T, kind deviceKind, src Source, toks []int, name string, wantAuto bool) {
 	t.Helper()
-	defer func(v, o string) { qbAbsorbMode, qbOneMode = v, o }(qbAbsorbMode, qbOneMode)
-	run := func(mode, one string) ([][]float32, [][]float32, int64, int64) {
-		qbAbsorbMode, qbOneMode = mode, one
+	defer func(v string) { qbAbsorbMode = v }(qbAbsorbMode)
+	run := func(mode string) ([][]float32, [][]float32, int64) {
+		qbAbsorbMode = mode
 		e := newTestEngine(t, kind, src, engine.Options{MaxSeqLen: len(toks) + 16})
 		e.m.chunkLen = 1
-		n0, o0 := kernels.QBAbsorbLaunches.Load(), kernels.QBAbsorbOneLaunches.Load()
+		n0 := kernels.QBAbsorbLaunches.Load()
 		l, m, err := e.TeacherForce(0, toks)
 		if err != nil {
 			t.Fatalf("%+v", err)
 		}
-		return l, m, kernels.QBAbsorbLaunches.Load() - n0, kernels.QBAbsorbOneLaunches.Load() - o0
+		return l, m, kernels.QBAbsorbLaunches.Load() - n0
 	}
-	ol, om, nOff, _ := run("0", "")
+	ol, om, nOff := run("0")
 	if kind == onGPU && nOff != 0 {
 		t.Errorf("%s: %d qb_absorb launches with the switch off", name, nOff)
 	}
-	for _, c := range []struct{ mode, one string }{{"1", ""}, {"2", ""}, {"", ""}, {"1", "1"}} {
-		sl, sm, nOn, nOne := run(c.mode, c.one)
-		if want := c.mode != "" || wantAuto; kind == onGPU && (nOn > 0) != want {
-			t.Errorf("%s TILERT_GPU_QB_ABSORB=%q: %d qb_absorb launches (want some: %v)", name, c.mode, nOn, want)
+	for _, mode := range []string{"1", "2", ""} {
+		sl, sm, nOn := run(mode)
+		if want := mode != "" || wantAuto; kind == onGPU && (nOn > 0) != want {
+			t.Errorf("%s TILERT_GPU_QB_ABSORB=%q: %d qb_absorb launches (want some: %v)", name, mode, nOn, want)
 		}
-		if kind == onGPU && (nOne > 0) != (c.one == "1") || nOne != 0 && nOne != nOn {
-			t.Errorf("%s TILERT_GPU_QB_ABSORB=%q TILERT_GPU_QB_ONE=%q: %d of %d launches on the one-barrier forms", name, c.mode, c.one, nOne, nOn)
-		}
-		tag := fmt.Sprintf("%s %s TILERT_GPU_QB_ABSORB=%s vs two launches, one row a forward", kind, name, c.mode)
-		if c.one != "" {
-			tag += " TILERT_GPU_QB_ONE=" + c.one
-		}
+		tag := fmt.Sprintf("%s %s TILERT_GPU_QB_ABSORB=%s vs two launches, one row a forward", kind, name, mode)
 		record(t, tag, "differing logits", float64(diffRows(ol, sl)+diffRows(om, sm)), 0)
 	}
 }

@@ -303,6 +303,14 @@ var removedTable = []removedSwitch{
 	{name: "TILERT_GPU_MLA_SPLITS",
 		what: "a cap on mla_decode_wg2's token ranges (=8|16, session 62) was measured slower on an H100 in session 63 call B and removed (decode p50, DeepSeek-V3.2 dims, 8192, 9 MoE layers, one expert bank, 1 slot, A/B/A/B: =16 3.115 / 3.115 against 3.091 / 3.088 ms, +24 / +27 us)",
 		hint: `: the ranges fill the SMs once, at most 32 (kernels.MLAWG2Splits, the default); the code last exists at commit 116e252, the record is in docs/measured/h100-2026-12-07-s63 and engine/gpu/NOTES.md "Session 62"`},
+	// Session 64 measured two opt-ins on an H100 (call A) slower or no
+	// faster, and removed them.
+	{name: "TILERT_GPU_QB_ONE", keep: zero,
+		what: "qb_absorb's one-barrier forms (_1: the four absorbed column blocks' warp partials in four shared buffers, one barrier, the same bits) were measured slower on an H100 in session 64 call A and removed (decode p50, DeepSeek-V3.2 dims, 8192, 9 MoE layers, one expert bank, 1 slot, A/B/A/B: 3.102 / 3.104 against 3.088 / 3.092 ms, +14 / +12 us; traced, the absorption 6.6 us after q_b's rows against 6.0)",
+		hint: `: qb_absorb sums each column block behind a barrier pair (the default); the code last exists at commit ` + s64Code + `, the record is in docs/measured/h100-2026-12-08-s64 and engine/gpu/NOTES.md "Session 64"`},
+	{name: "TILERT_GPU_SIDE_PDL", only: []string{"q"},
+		what: "the q chain's side launches programmatic and the shared expert's plain (=q) were measured no faster or slower on an H100 in session 64 call A and removed (decode p50, 8192, 9 MoE layers, one expert bank, 1 slot, A/B/A/B: DeepSeek-V3.2 dims 3.090 / 3.091 against 3.092 / 3.091 ms, -2 / 0 us; GLM-5 dims 3.151 / 3.151 against 3.137 / 3.137, +14 / +14): the fork's edge through an event stays a full one in the captured graph whatever the launch's attribute, so qb_absorb's launch did not move",
+		hint: ` for the side stream's launches plain (the default), or set it to 1 for all of them programmatic; TILERT_GPU_SIDE_EDGE=1 forks the q chain on a programmatic edge; the code last exists at commit ` + s64Code + `, the record is in docs/measured/h100-2026-12-08-s64 and engine/gpu/NOTES.md "Session 64"`},
 	// TILERT_GPU_MLA_TC32=1 ran the tensor-core MLA decode with 32 heads a
 	// block (mla_decode_tc32), the same bits as mla_decode_tc; no faster in
 	// session 4, and the decode has run tcf2 / wg2 / wg2b since session 6.
@@ -310,6 +318,9 @@ var removedTable = []removedSwitch{
 		what: "the tensor-core MLA decode with 32 heads a block (mla_decode_tc32) was removed in session 55: measured on the H200 it was no faster than mla_decode_tc at 16 heads a block (128 heads x 2048 tokens, 1 row, with the combine: 24.60 against 24.30 us at 32 splits, 37.36 / 30.62 at 16 / 64), and the decode runs mla_decode_wg2b / wg2 / tcf2 since",
 		hint: `: the MLA decode runs mla_decode_wg2b, mla_decode_wg2 or mla_decode_tcf2 by its shape (the default); the code last exists at commit 4020bd8, the record is in docs/measured/h200-2026-12-01-idxmla and cuda/kernels/NOTES.md "Indexer top-k candidate list, MLA query staging"`},
 }
+
+// s64Code is the commit where session 64's removed switches last exist.
+const s64Code = "66528df"
 
 // zero: the switch's =0 asked for the path that runs, by name.
 var zero = []string{"0"}
@@ -393,14 +404,12 @@ func switchValues(getenv func(string) string) error {
 			"unset it (or 0) for a one-row step's o_proj as one GEMV; 1 for split-K slices on the routed down's shape, summed by the post-attention add + RMSNorm's launch (osplit.go)"},
 		{"TILERT_GPU_QB_ABSORB", []string{"", "0", "1", "2"},
 			"unset it for a one-row step's q_b and query absorption as one launch, a block a head, where the heads give 3/4 of the SMs a block and no row is past 32768 keys (qb_absorb.go); 1 or 2 for one or a cluster of two blocks a head wherever the kernel takes the shape; 0 for the two launches"},
-		{"TILERT_GPU_QB_ONE", []string{"", "0", "1"},
-			"unset it (or 0) for qb_absorb's column blocks summed a barrier pair each; 1 for the one-barrier forms (the same bits, one block a head: TILERT_GPU_QB_ABSORB unset or 1)"},
 		{"TILERT_GPU_QB_ABSORB_PF", []string{"", "0", "1"},
 			"unset it (or 0) for TILERT_GPU_QB_ABSORB's blocks without an L2 prefetch; 1 for each block asking its W_UK slice into the L2 while q_b streams"},
 		{"TILERT_GPU_SIDE_EDGE", []string{"", "0", "1"},
 			"unset it (or 0) for the side stream's q chain forked on a full graph edge; 1 for a one-row step's q chain's first waiting launch on a programmatic edge from the grouped input GEMV (side.go sideEdgeOn)"},
-		{"TILERT_GPU_SIDE_PDL", []string{"", "0", "1", "q"},
-			"unset it (or 0) for the side stream's kernels launched plainly (the default since session 14); 1 for every side launch programmatic, q for the q chain's only (q_b and the query absorption; the shared expert's stay plain)"},
+		{"TILERT_GPU_SIDE_PDL", []string{"", "0", "1"},
+			"unset it (or 0) for the side stream's kernels launched plainly (the default since session 14); 1 for every side launch programmatic"},
 		{"TILERT_GPU_SIDE_SH_ONCE", []string{"", "0", "1"},
 			"unset it for the side stream's shared expert read once for all rows of a step where the dense GEMVs of several rows take the tensor cores (the real models' dims), else a dense slot a row; 1 for once everywhere, 0 for a dense slot a row everywhere (moe_unique.go)"},
 	} {

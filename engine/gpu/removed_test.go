@@ -302,6 +302,10 @@ var removedSays = map[string][2][]string{
 		{"unset TILERT_GPU_POST_NORM", "add_rmsnorm_reg", "116e252", "docs/measured/h100-2026-12-07-s63"}},
 	"TILERT_GPU_MLA_SPLITS": {{"session 63 call B", "3.115 / 3.115 against 3.091 / 3.088 ms", "+24 / +27 us"},
 		{"unset TILERT_GPU_MLA_SPLITS", "kernels.MLAWG2Splits", "116e252", "docs/measured/h100-2026-12-07-s63"}},
+	"TILERT_GPU_QB_ONE": {{"session 64 call A", "3.102 / 3.104 against 3.088 / 3.092 ms", "+14 / +12 us", "6.6 us"},
+		{"unset TILERT_GPU_QB_ONE", "66528df", "docs/measured/h100-2026-12-08-s64", `engine/gpu/NOTES.md "Session 64"`}},
+	"TILERT_GPU_SIDE_PDL": {{"session 64 call A", "-2 / 0 us", "+14 / +14", "full one"},
+		{"unset TILERT_GPU_SIDE_PDL", "TILERT_GPU_SIDE_EDGE=1", "66528df", "docs/measured/h100-2026-12-08-s64"}},
 	"TILERT_GPU_GEMM_H2":       gemmH2Says,
 	"TILERT_GPU_GEMM_H2_PARTS": gemmH2Says,
 	"TILERT_GPU_L2PF":          l2pfSays,
@@ -394,10 +398,8 @@ func TestSwitchValues(t *testing.T) {
 		{"TILERT_GPU_EXPERT_SHAPE", "d8", false},
 		{"TILERT_GPU_SIDE_EDGE", "1", true},
 		{"TILERT_GPU_SIDE_EDGE", "on", false},
-		{"TILERT_GPU_QB_ONE", "1", true},
-		{"TILERT_GPU_QB_ONE", "2", false},
 		{"TILERT_GPU_SIDE_PDL", "1", true},
-		{"TILERT_GPU_SIDE_PDL", "q", true},
+		{"TILERT_GPU_SIDE_PDL", "q", false},
 		{"TILERT_GPU_SIDE_PDL", "0", true},
 		{"TILERT_GPU_SIDE_PDL", "sh", false},
 		{"TILERT_GPU_SIDE_PDL", "true", false},
@@ -473,6 +475,8 @@ var removedGolden = []struct{ name, v string }{
 	{"TILERT_GPU_MLA_CLUSTER", "1"},
 	{"TILERT_GPU_POST_NORM", "cl"},
 	{"TILERT_GPU_MLA_SPLITS", "16"}, {"TILERT_GPU_MLA_SPLITS", "8"},
+	{"TILERT_GPU_QB_ONE", "1"},
+	{"TILERT_GPU_SIDE_PDL", "q"},
 }
 
 // TestRemovedGolden pins every refusal's message and hint byte for byte

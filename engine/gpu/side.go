@@ -68,16 +68,7 @@ var sideQOn, sideShOn = sideMode(os.Getenv("TILERT_GPU_SIDE"))
 // Measured on the H200 (docs/measured/h200-2026-12-02-s13 call A, 9 MoE
 // layers, 8192, 1 slot, p50): DeepSeek-V3.2 dims 2.761 / 2.760 ms
 // programmatic, 2.702 / 2.701 plain; GLM-5 dims 2.954 against 2.915.
-//
-// TILERT_GPU_SIDE_PDL=q launches the q chain's side kernels
-// programmatically and the shared expert's plainly (session 64): a plain
-// launch after the fork's event waits for the grouped input GEMV to
-// complete and then for its own launch, so DeepSeek-V3.2 dims' qb_absorb
-// became resident 4.0 us after the group's last block left against 0.9
-// for the wq_b GEMV launched programmatically behind it on the main
-// stream (docs/measured/h100-2026-12-07-s63 call B's block clocks), while
-// the HBM idled.
-var sidePlainOn, sidePlainQ = sidePDLMode(os.Getenv("TILERT_GPU_SIDE_PDL"))
+var sidePlainOn = os.Getenv("TILERT_GPU_SIDE_PDL") != "1"
 
 // TILERT_GPU_SIDE_EDGE=1 (session 64, opt-in): a one-row step's q chain
 // forks on a programmatic edge. Its first launch, if it waits for its
@@ -85,32 +76,12 @@ var sidePlainOn, sidePlainQ = sidePDLMode(os.Getenv("TILERT_GPU_SIDE_PDL"))
 // through a programmatic graph edge (cuda.Ctx.ProgrammaticDeps) and may
 // become resident while the GEMV's last blocks run, as the wq_b GEMV behind
 // it on the main stream does; its later launches keep the side stream's
-// plain launches. Session 64 call A's block clocks: TILERT_GPU_SIDE_PDL=q
-// did not move qb_absorb (resident 16.0 us into the layer against 16.4,
-// its launch 15.7 against 15.9): a captured edge through an event stays a
-// full one whatever the launch's attribute.
+// plain launches. Session 64 call A's block clocks: the q chain's launches
+// made programmatic (its removed TILERT_GPU_SIDE_PDL=q) did not move
+// qb_absorb (resident 16.0 us into the layer against 16.4, its launch 15.7
+// against 15.9): a captured edge through an event stays a full one
+// whatever the launch's attribute.
 var sideEdgeOn = os.Getenv("TILERT_GPU_SIDE_EDGE") == "1"
-
-// sidePDLMode reads TILERT_GPU_SIDE_PDL: whether the shared expert's and
-// the q chain's side launches are held plain (switchValues refuses other
-// values).
-func sidePDLMode(v string) (plainSh, plainQ bool) {
-	switch v {
-	case "1":
-		return false, false
-	case "q":
-		return true, false
-	}
-	return true, true
-}
-
-// sidePlain says whether chain ch's side launches are held plain.
-func sidePlain(ch sideChain) bool {
-	if ch == chainQ || ch == chainQLate {
-		return sidePlainQ
-	}
-	return sidePlainOn
-}
 
 // sideChain names a fork's chain: each has its own tile cap, since what
 // a capped side GEMV costs depends on whether its chain or the main one is
@@ -383,7 +354,7 @@ type sideStream struct {
 	active     bool        // calls go to s
 	pending    bool        // s has calls the main stream has not waited for
 	cap        int         // the tile cap fork replaced (sideCap)
-	plain      bool        // the plain-launch hold fork replaced (sidePlain)
+	plain      bool        // the plain-launch hold fork replaced (sidePlainOn)
 	prio       int         // the launch priority fork replaced (prio.go)
 }
 
@@ -444,7 +415,7 @@ func (b *cudaDevice) fork(ch sideChain, rows int) error {
 	}
 	sd.main, b.s, sd.active = b.s, sd.s, true
 	sd.cap = b.k.SetTileCap(b.sideCap(ch, rows))
-	sd.plain = b.k.SetPlain(sidePlain(ch) || b.k.Plain())
+	sd.plain = b.k.SetPlain(sidePlainOn || b.k.Plain())
 	if sideEdgeOn && rows == 1 && (ch == chainQ || ch == chainQLate) {
 		b.k.SetEdgeNext(true)
 	}

@@ -3,7 +3,6 @@ package gpu
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/tilert-go/tilert/cuda/kernels"
 	"math"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/tilert-go/tilert/cuda/kernels"
 	"github.com/tilert-go/tilert/engine"
 	"github.com/tilert-go/tilert/engine/internal/enginetest"
 )
@@ -106,15 +106,14 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	if kind == onGPU {
 		gpuDevice(t)
 	}
-	defer func(q, sh, pl, plq, ed bool, cp [nChains]int, at string, pr prioMode) {
-		sideQOn, sideShOn, sidePlainOn, sidePlainQ, sideEdgeOn, sideCapTest, sideQAt, mainPrio = q, sh, pl, plq, ed, cp, at, pr
-	}(sideQOn, sideShOn, sidePlainOn, sidePlainQ, sideEdgeOn, sideCapTest, sideQAt, mainPrio)
+	defer func(q, sh, pl, ed bool, cp [nChains]int, at string, pr prioMode) {
+		sideQOn, sideShOn, sidePlainOn, sideEdgeOn, sideCapTest, sideQAt, mainPrio = q, sh, pl, ed, cp, at, pr
+	}(sideQOn, sideShOn, sidePlainOn, sideEdgeOn, sideCapTest, sideQAt, mainPrio)
 	// side streams off, on, and (GPU: scheduling only, the same bits) on
 	// with the side GEMVs uncapped and capped at a block per SM
 	// (TILERT_GPU_SIDE_CAP)
 	// and capped with its launches plain (the default; TILERT_GPU_SIDE_PDL=1
-	// launches them programmatically), and with the q chain's alone
-	// programmatic (TILERT_GPU_SIDE_PDL=q), and with the q chain forked on a
+	// launches them programmatically), and with the q chain forked on a
 	// programmatic edge (TILERT_GPU_SIDE_EDGE=1: in one-row steps' graphs
 	// some edge must have been turned)
 	// and each chain capped alone, and the q chain forked beside the
@@ -125,7 +124,6 @@ func testSideStream(t *testing.T, kind deviceKind) {
 	// uncapped, and with the shared expert's side stream raised too (=q)
 	type sideCfg struct {
 		on, plain bool
-		qPDL      bool // the q chain's launches programmatic all the same
 		edge      bool // TILERT_GPU_SIDE_EDGE
 		cap       [nChains]int
 		qAt       string
@@ -141,7 +139,6 @@ func testSideStream(t *testing.T, kind deviceKind) {
 			{on: true, plain: true, cap: dflt, qAt: "scores-all"},
 			{on: true, plain: true, cap: dflt, prio: prioMain}, {on: true, plain: true, cap: [nChains]int{0, 0}, prio: prioMain},
 			{on: true, plain: true, cap: dflt, prio: prioQLow}, {on: true, plain: true, cap: dflt, prio: prioAuto},
-			{on: true, plain: true, qPDL: true, cap: dflt}, {on: true, plain: true, qPDL: true, cap: dflt, qAt: "topk-all"},
 			{on: true, plain: true, edge: true, cap: dflt}, {on: true, plain: true, edge: true, cap: dflt, qAt: "topk-all"}}
 	}
 	for _, pr := range enginetest.Presets {
@@ -163,7 +160,7 @@ func testSideStream(t *testing.T, kind deviceKind) {
 					sideRoutes := make([]int, len(cfgs)) // routings queued on the side stream (none: the shared expert is the side chain)
 					for k, cf := range cfgs {
 						sideQOn, sideShOn, sidePlainOn, sideCapTest, sideQAt, mainPrio = cf.on, cf.on, cf.plain, cf.cap, cf.qAt, cf.prio
-						sidePlainQ, sideEdgeOn = cf.plain && !cf.qPDL, cf.edge
+						sideEdgeOn = cf.edge
 						e0 := kernels.EdgesTurned.Load()
 						e := newTestEngine(t, kind, src, opts)
 						if cr, ok := e.m.r.(*cudaRunner); kind == onGPU {
@@ -251,24 +248,16 @@ func testSideStream(t *testing.T, kind deviceKind) {
 // cap left behind would slow every main-stream GEMV after it.
 func TestGPUSideCapScoped(t *testing.T) {
 	dev := gpuDevice(t)
-	defer func(cp [nChains]int, pl, plq bool) {
-		sideCapTest, sidePlainOn, sidePlainQ = cp, pl, plq
-	}(sideCapTest, sidePlainOn, sidePlainQ)
+	defer func(cp [nChains]int, pl bool) { sideCapTest, sidePlainOn = cp, pl }(sideCapTest, sidePlainOn)
 	r := &cudaRunner{dev: dev, info: dev.Info}
 	defer func() {
 		if err := r.close(); err != nil {
 			t.Error(err)
 		}
 	}()
-	// Each chain's cap and the plain-launch holds (sh, q): neither, both,
-	// and the shared expert's alone (TILERT_GPU_SIDE_PDL=q) on either chain.
-	for _, c := range []struct {
-		ch          sideChain
-		want        int
-		plainSh, pq bool
-	}{{chainQ, 0, false, false}, {chainSh, 1, true, true}, {chainQ, 3, true, false}, {chainSh, 2, true, false}} {
-		ch, want := c.ch, c.want
-		sideCapTest, sidePlainOn, sidePlainQ = [nChains]int{-1, -1}, c.plainSh, c.pq
+	for i, want := range []int{0, 1, 3, 2} {
+		ch := sideChain(i % int(nChains))
+		sideCapTest, sidePlainOn = [nChains]int{-1, -1}, want == 1 // and the side stream's plain-launch hold
 		sideCapTest[ch] = want
 		err := r.run(func(b device) error {
 			cb := b.(*cudaDevice)
@@ -284,8 +273,8 @@ func TestGPUSideCapScoped(t *testing.T) {
 			if got := cb.k.TileCap(); got != want {
 				return errors.Newf("cap %d on the side stream, want %d", got, want)
 			}
-			if cb.k.Plain() != sidePlain(ch) {
-				return errors.Newf("plain launches held on the side stream: %v, want %v", cb.k.Plain(), sidePlain(ch))
+			if cb.k.Plain() != sidePlainOn {
+				return errors.Newf("plain launches held on the side stream: %v, want %v", cb.k.Plain(), sidePlainOn)
 			}
 			if err := cb.unfork(); err != nil {
 				return err
@@ -501,26 +490,6 @@ func TestParseSideCap(t *testing.T) {
 		}
 		if err != nil && len(errors.GetAllHints(err)) == 0 {
 			t.Errorf("%q: error without a hint", tc.in)
-		}
-	}
-}
-
-// TILERT_GPU_SIDE_PDL: which chains' side launches are held plain.
-func TestSidePDLMode(t *testing.T) {
-	for _, c := range []struct {
-		v           string
-		plainSh, pq bool
-	}{{"", true, true}, {"0", true, true}, {"1", false, false}, {"q", true, false}} {
-		sh, q := sidePDLMode(c.v)
-		if sh != c.plainSh || q != c.pq {
-			t.Errorf("TILERT_GPU_SIDE_PDL=%q: plain shared expert %v, q chain %v; want %v, %v", c.v, sh, q, c.plainSh, c.pq)
-		}
-	}
-	defer func(pl, plq bool) { sidePlainOn, sidePlainQ = pl, plq }(sidePlainOn, sidePlainQ)
-	sidePlainOn, sidePlainQ = true, false
-	for ch, want := range map[sideChain]bool{chainQ: false, chainQLate: false, chainSh: true} {
-		if got := sidePlain(ch); got != want {
-			t.Errorf("sidePlain(%d) = %v with TILERT_GPU_SIDE_PDL=q, want %v", ch, got, want)
 		}
 	}
 }

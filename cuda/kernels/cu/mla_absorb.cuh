@@ -64,10 +64,8 @@ __device__ __forceinline__ void absorb_fma16(const uint4& w, float a, float* acc
 // the warp's r's by xor shuffles from G up, then threads tid < 16 G sum
 // the 8 warps' partials (red [8][128]) from 0.0f into the lvalue DST (an
 // expression of tid), times rq when QN. A statement macro, as ABSORB_DOT16,
-// so the kernels that run it keep their PTX. ABSORB_Q_WARPS is its first
-// half, the warps' partials into red (qb_absorb's one-barrier _1 forms put
-// every column block's into a red of its own before one barrier).
-#define ABSORB_Q_WARPS(G, NR, wv, cf, r, RL, nope, red, lane, wid)                               \
+// so the kernels that run it keep their PTX.
+#define ABSORB_Q_COLS(G, NR, QN, wv, cf, r, RL, nope, red, lane, wid, tid, rq, DST)               \
   {                                                                                               \
     float acc_[16];                                                                               \
     _Pragma("unroll") for (int k = 0; k < 16; k++) acc_[k] = 0.0f;                                \
@@ -81,10 +79,6 @@ __device__ __forceinline__ void absorb_fma16(const uint4& w, float a, float* acc
     if (lane < G) {                                                                               \
       _Pragma("unroll") for (int k = 0; k < 16; k++) red[wid][lane * 16 + k] = acc_[k];           \
     }                                                                                             \
-  }
-#define ABSORB_Q_COLS(G, NR, QN, wv, cf, r, RL, nope, red, lane, wid, tid, rq, DST)               \
-  {                                                                                               \
-    ABSORB_Q_WARPS(G, NR, wv, cf, r, RL, nope, red, lane, wid)                                    \
     __syncthreads();                                                                              \
     if (tid < 16 * G) {                                                                           \
       float s_ = 0.0f;                                                                            \

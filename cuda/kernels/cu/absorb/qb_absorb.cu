@@ -45,12 +45,7 @@ __device__ __forceinline__ void qba_st(float* p, u32 rank, float v) {}
 // 128x128 block scales, x the input row (K floats); W_UK [H][nope][R] fp8,
 // S [H*nope][R/128]. Needs hs % (8 * CL) == 0, hs <= QBA_HS_MAX, K % 16 == 0,
 // R % (128 * CL) == 0, nope <= NR * 32, P / 2 <= 256 (kernels.QBAbsorbOK).
-// ONE (the _1 forms, TILERT_GPU_QB_ONE; session 64): the four column blocks
-// of one block a head (R 512) put their warps' partials into four buffers
-// and meet at one barrier, not two a column block, so that a column block's
-// W_UK rows can go out before the last one's sums are in; each output's
-// adds are the same, in the same order (the same bits).
-template <int GQ, int NR, int CL, bool QN, bool ONE = false>
+template <int GQ, int NR, int CL, bool QN>
 __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe, const float* __restrict__ x,
                                                const u8* __restrict__ Wq, const float* __restrict__ Sq, int K,
                                                const u8* __restrict__ W, const float* __restrict__ S, int nope, int R,
@@ -174,52 +169,20 @@ __device__ __forceinline__ void qb_absorb_body(float* qo, float* out, float* qpe
     rq = rsqrtf(warp_sum(a) / (float)KQ + eps);
   }
   BLOCK_MARK(1);
-  if constexpr (ONE) {
-    // ncb == 4 (the launcher: R 512, one block a head).
-    __shared__ float red4[4][8][128];
+  for (int cb = cb0; cb < cb0 + ncb; cb++) {
+    const int c0 = cb * CW;
+    uint4 wv[NR];
+    absorb_q_load<NR>(W, h, nope, R, c0, g, r, RL, wv);
+    const float* Sh = S + (size_t)h * nope * rb + (c0 >> 7);
+    float cf[NR];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const int c0 = j * CW;
-      uint4 wv[NR];
-      absorb_q_load<NR>(W, h, nope, R, c0, g, r, RL, wv);
-      const float* Sh = S + (size_t)h * nope * rb + (c0 >> 7);
-      float cf[NR];
-#pragma unroll
-      for (int i = 0; i < NR; i++) {
-        const int d = r + i * RL;
-        cf[i] = 0.0f;
-        if (d < nope) cf[i] = qsh[d] * Sh[(size_t)d * rb];
-      }
-      ABSORB_Q_WARPS(G, NR, wv, cf, r, RL, nope, red4[j], lane, wid)
+    for (int i = 0; i < NR; i++) {
+      const int d = r + i * RL;
+      cf[i] = 0.0f;
+      if (d < nope) cf[i] = qsh[d] * Sh[(size_t)d * rb];
     }
-    __syncthreads();
-    // ABSORB_Q_COLS's sums, two columns a thread: 0.0f plus the 8 warps in
-    // order, times rq.
-#pragma unroll
-    for (int o = tid; o < 4 * CW; o += TILE_THREADS) {
-      const int j = o / CW, c = o - j * CW;
-      float s_ = 0.0f;
-#pragma unroll
-      for (int w = 0; w < 8; w++) s_ += red4[j][w][c];
-      if constexpr (QN) s_ = s_ * rq;
-      out[(size_t)h * R + j * CW + c] = s_;
-    }
-  } else {
-    for (int cb = cb0; cb < cb0 + ncb; cb++) {
-      const int c0 = cb * CW;
-      uint4 wv[NR];
-      absorb_q_load<NR>(W, h, nope, R, c0, g, r, RL, wv);
-      const float* Sh = S + (size_t)h * nope * rb + (c0 >> 7);
-      float cf[NR];
-#pragma unroll
-      for (int i = 0; i < NR; i++) {
-        const int d = r + i * RL;
-        cf[i] = 0.0f;
-        if (d < nope) cf[i] = qsh[d] * Sh[(size_t)d * rb];
-      }
-      ABSORB_Q_COLS(G, NR, QN, wv, cf, r, RL, nope, red, lane, wid, tid, rq, out[(size_t)h * R + c0 + tid])
-      __syncthreads();  // red is reused by the next column block
-    }
+    ABSORB_Q_COLS(G, NR, QN, wv, cf, r, RL, nope, red, lane, wid, tid, rq, out[(size_t)h * R + c0 + tid])
+    __syncthreads();  // red is reused by the next column block
   }
   BLOCK_MARK(2);
   // The RoPE part (absorb_q_fast's blocks of column 0 write it).
@@ -261,23 +224,6 @@ extern "C" __global__ void __launch_bounds__(TILE_THREADS) qb_absorb_g64_r8(QBA_
 extern "C" __global__ void __launch_bounds__(TILE_THREADS) qb_absorb_g64_r8_n(QBA_ARGS) {
   PDL_WAIT_MARKED();
   qb_absorb_body<64, 8, 1, true>(QBA_PASS);
-}
-// The one-barrier forms (ONE), held to two blocks an SM (128 registers).
-extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2) qb_absorb_g32_r4_1(QBA_ARGS) {
-  PDL_WAIT_MARKED();
-  qb_absorb_body<32, 4, 1, false, true>(QBA_PASS);
-}
-extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2) qb_absorb_g32_r4_1_n(QBA_ARGS) {
-  PDL_WAIT_MARKED();
-  qb_absorb_body<32, 4, 1, true, true>(QBA_PASS);
-}
-extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2) qb_absorb_g64_r8_1(QBA_ARGS) {
-  PDL_WAIT_MARKED();
-  qb_absorb_body<64, 8, 1, false, true>(QBA_PASS);
-}
-extern "C" __global__ void __launch_bounds__(TILE_THREADS, 2) qb_absorb_g64_r8_1_n(QBA_ARGS) {
-  PDL_WAIT_MARKED();
-  qb_absorb_body<64, 8, 1, true, true>(QBA_PASS);
 }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(TILE_THREADS) qb_absorb_g32_r4_c2(QBA_ARGS) {

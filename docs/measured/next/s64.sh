@@ -17,7 +17,9 @@
 #  a: the side stream's GPU checks (cap and plain holds scoped to the fork, the same tokens with =q) and QB_ONE's
 #     (kernel and engine, bit for bit), then A/B/A/B at 8192, 1 slot: SIDE_PDL=q on both models, =1 once on
 #     DeepSeek-V3.2 dims, QB_ONE=1 and both together on DeepSeek-V3.2 dims, and traced steps with block clocks.
-#  e: TILERT_GPU_SIDE_EDGE=1 (binaries .device/c66): A/B/A/B on both models at 8192, a traced step, the same tokens.
+#  e: TILERT_GPU_SIDE_EDGE=1 (binaries .device/c66: tilert, engine.test, cuda.test): TestProgrammaticDeps (the
+#     mechanism on a two-stream graph), A/B/A/B on both models at 8192, a traced step, the same tokens. NOT RUN in
+#     session 64 (its device time ran out).
 #  x: one call on whichever card comes: part a's checks and A/B/A/Bs (the issue's table first on an H200).
 #  h: on an H200: the issue's table on this commit (both models, 8192 and 131072, 1 and 4 slots, JSON), then part a's
 #     A/B/A/Bs, and the spread o_proj's (session 56's trace: o_proj 6 us a layer over its bytes there).
@@ -53,6 +55,7 @@ h)
   abab deepseek-v3.2 8192 1 h-op-ds TILERT_GPU_OPROJ=G64/R8_d16s/B0; save
   chk ;;
 e)
+  tst cuda cuda 60 'TestProgrammaticDeps|TestGraphEdge'; cnt cuda; save
   abab deepseek-v3.2 8192 1 e-edge-ds TILERT_GPU_SIDE_EDGE=1; save
   TL=1 bn deepseek-v3.2 8192 1 e-tl-edge-ds TILERT_GPU_BLOCK_CLOCKS=1 TILERT_GPU_SIDE_EDGE=1; xz -T4 $R/*-tl-*.json 2>/dev/null; save
   tst engine engine/gpu 150 'TestGPUSideStreamSameTokens'; cnt engine; save

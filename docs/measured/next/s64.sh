@@ -3,7 +3,7 @@
 # `rm -rf .device/next && cp -r .device/c66 .device/next`, carry [".device/c66"].
 # Call A (part x, one H100, docs/measured/h100-2026-12-08-s64) measured TILERT_GPU_SIDE_PDL=q and TILERT_GPU_QB_ONE=1
 # from 9e8e7e0's binaries (.device/c65): both were removed and are refused since; the part is gone from this plan
-# (its text: `git show 9e8e7e0:docs/measured/next/s64.sh`).
+# (its text: `git show 4bab9b7:docs/measured/next/s64.sh`).
 # Built after call A, not yet run: TILERT_GPU_SIDE_EDGE=1 (side.go sideEdgeOn): a one-row step's q chain forks on a
 # programmatic graph edge from the grouped input GEMV (cuda.Ctx.ProgrammaticDeps through
 # cuStreamUpdateCaptureDependencies_v2), so that qb_absorb (DeepSeek-V3.2 dims) or q_b (GLM-5 dims) may become

@@ -27,7 +27,9 @@ const (
 // stream does, and must wait for them (griddepcontrol.wait) before it reads
 // what they write. Stream capture makes only a programmatic launch's edge
 // from the kernel before it on its own stream programmatic; an edge from
-// another stream's kernel, through an event, stays a full one. It returns
+// another stream's kernel, through an event, stays a full one (as session
+// 64's trace read it: a programmatic launch there did not start early;
+// engine/gpu NOTES "Session 64"). It returns
 // the edges it changed (0 outside a capture, or where no dependency is a
 // kernel node).
 func (c *Ctx) ProgrammaticDeps(s Stream) (int, error) {
